@@ -1,0 +1,85 @@
+/* test_util.c: CUnit registry setup, CUDA-suite gating and the run summary. */
+#include "tests/test_util.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static int registry_ready;
+
+static void ensure_registry(void) {
+  if (registry_ready) return;
+  if (CU_initialize_registry() != CUE_SUCCESS) {
+    fprintf(stderr, "CUnit: cannot initialize the registry\n");
+    exit(1);
+  }
+  CU_set_fail_on_inactive(CU_FALSE);
+  registry_ready = 1;
+}
+
+CU_pSuite test_add_suite(const char *name, CU_InitializeFunc init, CU_CleanupFunc cleanup) {
+  ensure_registry();
+  CU_pSuite suite = CU_add_suite(name, init, cleanup);
+  if (!suite) {
+    fprintf(stderr, "CUnit: cannot add suite %s\n", name);
+    exit(1);
+  }
+  return suite;
+}
+
+int test_have_cuda(void) {
+  static int known = -1;
+  if (known < 0) known = recap_device_is_available(RECAP_BACKEND_CUDA);
+  return known;
+}
+
+CU_pSuite test_add_cuda_suite(const char *name, CU_InitializeFunc init, CU_CleanupFunc cleanup) {
+  CU_pSuite suite = test_add_suite(name, init, cleanup);
+  if (!test_have_cuda()) {
+    CU_set_suite_active(suite, CU_FALSE);
+    printf("INACTIVE suite '%s': no CUDA device on this machine (%s); its tests did not run "
+           "and are not counted as passed\n",
+           name, recap_backend_compiled(RECAP_BACKEND_CUDA) ? "no driver or GPU"
+                                                              : "host-only build");
+  }
+  return suite;
+}
+
+int test_run_all(void) {
+  ensure_registry();
+  CU_basic_set_mode(CU_BRM_VERBOSE);
+  CU_basic_run_tests();
+  unsigned ran = CU_get_number_of_tests_run();
+  unsigned failed = CU_get_number_of_tests_failed();
+  unsigned asserts_failed = CU_get_number_of_failures();
+  int code = (failed == 0 && asserts_failed == 0 && ran > 0) ? 0 : 1;
+  if (ran == 0) printf("no test ran: counted as a failure\n");
+  CU_cleanup_registry();
+  return code;
+}
+
+void test_rng_init(test_rng *rng) {
+  static uint64_t seed;
+  if (!seed) {
+    const char *env = getenv("RECAP_TEST_SEED");
+    seed = env ? strtoull(env, NULL, 0) : (uint64_t)time(NULL) * 2654435761u + (uint64_t)clock();
+    if (!seed) seed = 1;
+    printf("test data seed: RECAP_TEST_SEED=%llu\n", (unsigned long long)seed);
+  }
+  rng->state = seed;
+  seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+  if (!seed) seed = 1;
+}
+
+uint64_t test_rng_next(test_rng *rng) {
+  uint64_t x = rng->state;
+  x ^= x >> 12;
+  x ^= x << 25;
+  x ^= x >> 27;
+  rng->state = x;
+  return x * 2685821657736338717ull;
+}
+
+double test_rng_uniform(test_rng *rng, double lo, double hi) {
+  return lo + (hi - lo) * (double)(test_rng_next(rng) >> 11) * (1.0 / 9007199254740992.0);
+}

@@ -1,0 +1,76 @@
+/*
+ * test_util.h: what every CUnit test file shares.
+ *
+ *   static void test_stream_query_reports_idle(void) { CHECK_OK(recap_stream_query(s)); }
+ *   int main(void) {
+ *     CU_pSuite host = test_add_suite("streams/host", NULL, NULL);
+ *     CU_ADD_TEST(host, test_stream_query_reports_idle);
+ *     CU_pSuite cuda = test_add_cuda_suite("streams/cuda", NULL, NULL);   // inactive w/o GPU
+ *     ...
+ *     return test_run_all();
+ *   }
+ *
+ * A CUDA suite on a machine without a CUDA device is registered INACTIVE and the run says
+ * so: CUnit then lists it under "Inactive", never as passed.
+ */
+#ifndef RECAP_TESTS_TEST_UTIL_H
+#define RECAP_TESTS_TEST_UTIL_H
+
+#include <CUnit/Basic.h>
+#include <CUnit/CUnit.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "include/recap.h"
+
+/* Asserts that a recap call succeeded; on failure prints the status and detail message. */
+#define CHECK_OK(expr)                                                                      \
+  do {                                                                                      \
+    recap_status check_status_ = (expr);                                                    \
+    if (check_status_ != RECAP_OK)                                                          \
+      fprintf(stderr, "\n  %s:%d: %s -> %s: %s\n", __FILE__, __LINE__, #expr,              \
+              recap_status_name(check_status_), recap_last_error());                        \
+    CU_ASSERT_EQUAL_FATAL(check_status_, RECAP_OK);                                         \
+  } while (0)
+
+/* Asserts that a recap call failed with `expected`. */
+#define CHECK_STATUS(expr, expected)                                                        \
+  do {                                                                                      \
+    recap_status check_status_ = (expr);                                                    \
+    if (check_status_ != (expected))                                                        \
+      fprintf(stderr, "\n  %s:%d: %s -> %s (expected %s): %s\n", __FILE__, __LINE__, #expr, \
+              recap_status_name(check_status_), recap_status_name(expected),                \
+              recap_last_error());                                                          \
+    CU_ASSERT_EQUAL(check_status_, (expected));                                             \
+  } while (0)
+
+/* Asserts that this thread's detail message contains `needle`. */
+#define CHECK_ERROR_MENTIONS(needle)                                                        \
+  do {                                                                                      \
+    if (!strstr(recap_last_error(), (needle)))                                              \
+      fprintf(stderr, "\n  %s:%d: message lacks \"%s\": %s\n", __FILE__, __LINE__, (needle), \
+              recap_last_error());                                                          \
+    CU_ASSERT_PTR_NOT_NULL(strstr(recap_last_error(), (needle)));                           \
+  } while (0)
+
+/* Starts CUnit's registry on first use. */
+CU_pSuite test_add_suite(const char *name, CU_InitializeFunc init, CU_CleanupFunc cleanup);
+/* A suite that needs a CUDA device: inactive, with a printed message, when none is present. */
+CU_pSuite test_add_cuda_suite(const char *name, CU_InitializeFunc init, CU_CleanupFunc cleanup);
+/* Whether a CUDA device is present (computed once). */
+int test_have_cuda(void);
+/* Runs every suite, prints the summary, returns the process exit code (0 only if all ran
+ * tests passed and at least one test ran). */
+int test_run_all(void);
+
+/* A small deterministic generator for test data (xorshift64*), seeded per test from the
+ * clock unless RECAP_TEST_SEED is set; the seed is printed so a failure can be replayed. */
+typedef struct {
+  uint64_t state;
+} test_rng;
+void test_rng_init(test_rng *rng);
+uint64_t test_rng_next(test_rng *rng);
+/* Uniform in [lo, hi). */
+double test_rng_uniform(test_rng *rng, double lo, double hi);
+
+#endif
