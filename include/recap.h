@@ -257,11 +257,18 @@ RECAP_API recap_status recap_event_ipc_open(recap_device device,
  * Random numbers: counter-based Philox4x32-10, one generator per device.
  *
  * Element i of a draw made at generator offset o under seed s takes the 32-bit word i % 4 of
- * philox4x32_10(key = s, counter = {i / 4 (64 bits), o (64 bits)}). Each draw (one random op)
- * advances the offset by 1, whatever its size, so consecutive draws never share a counter and
- * a draw of n elements is a prefix of the same draw of m > n elements. Raw bits are identical
- * on host and CUDA; uniform floats are exact conversions of the bits (identical); normals use
- * the Box-Muller transform and agree to a few ulp (the devices' log/sin/cos differ).
+ * philox4x32_10(key = {lo32(s), hi32(s)}, counter = {lo32(i / 4), hi32(i / 4), lo32(o),
+ * hi32(o)}). Each draw (one random op) advances the offset by 1, whatever its size, so
+ * consecutive draws never share a counter and a draw of n elements is a prefix of the same
+ * draw of m > n elements. Raw bits are identical on host and CUDA; uniform floats are
+ * (bits >> 8) * 2^-24, scaled into [lo, hi) with one fmaf (identical); normals use the
+ * Box-Muller transform on the word pairs (0, 1) and (2, 3) of each block and agree within
+ * 1e-6 relative + 1e-6 * std absolute (a few ulp: the devices' log/sin/cos differ).
+ *
+ * A generator never seeded starts from the fixed seed 67280421310721 at offset 0, so runs are
+ * reproducible unless the program seeds (recap_rng_seed picks a random seed).
+ * Draws captured into a graph are graph-safe: every replay draws new numbers, the same ones
+ * the same sequence of eager draws would have drawn, and advances the offset as they would.
  * ---------------------------------------------------------------------------------------- */
 
 typedef struct {
@@ -269,13 +276,54 @@ typedef struct {
   uint64_t offset;
 } recap_rng_state;
 
+/* Sets the seed (and the initial seed) and resets the offset to 0. */
 RECAP_API recap_status recap_rng_manual_seed(recap_device device, uint64_t seed);
-/* Seeds from a non-deterministic source and returns the seed chosen. */
+/* Seeds from a non-deterministic source (getrandom, else /dev/urandom) and returns the seed
+ * chosen. RECAP_STATUS_IO_ERROR if neither source can be read. */
 RECAP_API recap_status recap_rng_seed(recap_device device, uint64_t *out_seed);
+/* The seed last given by recap_rng_manual_seed or recap_rng_seed (the default seed if neither
+ * was called); recap_rng_set_state does not change it. */
 RECAP_API recap_status recap_rng_initial_seed(recap_device device, uint64_t *out_seed);
 /* The state reflects every eager draw and every replay of a graph that draws. */
 RECAP_API recap_status recap_rng_get_state(recap_device device, recap_rng_state *out);
 RECAP_API recap_status recap_rng_set_state(recap_device device, const recap_rng_state *state);
+
+/* ------------------------------------------------------------------------------------------
+ * Element types and tensor views
+ * ---------------------------------------------------------------------------------------- */
+
+#define RECAP_DTYPE_MAP(XX)      \
+  XX(F32, "f32", 4, 1)           \
+  XX(F16, "f16", 2, 1)           \
+  XX(BF16, "bf16", 2, 1)         \
+  XX(I32, "i32", 4, 0)           \
+  XX(I64, "i64", 8, 0)
+
+typedef enum {
+#define RECAP_DTYPE_ENUM_(name, text, size, is_float) RECAP_DTYPE_##name,
+  RECAP_DTYPE_MAP(RECAP_DTYPE_ENUM_)
+#undef RECAP_DTYPE_ENUM_
+  RECAP_DTYPE_COUNT
+} recap_dtype;
+
+/* "f32", ...; NULL for an invalid value. */
+RECAP_API const char *recap_dtype_name(recap_dtype dtype);
+/* Bytes per element; 0 for an invalid value. */
+RECAP_API size_t recap_dtype_size(recap_dtype dtype);
+RECAP_API int recap_dtype_is_float(recap_dtype dtype);
+RECAP_API recap_status recap_dtype_parse(const char *name, recap_dtype *out);
+
+enum { RECAP_MAX_DIMS = 4 };
+
+/* A view of memory owned elsewhere: row-major shape with element strides, so reshapes,
+ * transposes and slices are new views of the same bytes. */
+typedef struct {
+  void *data;
+  recap_dtype dtype;
+  int ndim;
+  int64_t shape[RECAP_MAX_DIMS];
+  int64_t strides[RECAP_MAX_DIMS]; /* in elements */
+} recap_tensor;
 
 /* ------------------------------------------------------------------------------------------
  * NVTX (no cost without a profiler; compiled out with -DRECAP_NO_NVTX)
@@ -298,6 +346,156 @@ static inline void recap__nvtx_scope_end_(int *unused) {
       __attribute__((cleanup(recap__nvtx_scope_end_), unused)) =                            \
           (recap_nvtx_range_push(message), 0)
 #endif
+
+/* ------------------------------------------------------------------------------------------
+ * Caching allocator and private pools
+ *
+ * One caching allocator per device, created on first use and configured from the
+ * RECAP_ALLOC_CONF environment variable (PyTorch's PYTORCH_CUDA_ALLOC_CONF syntax):
+ *   backend:caching|native, max_split_size_mb:N (N > 20), garbage_collection_threshold:T
+ *   (0 < T < 1, acts once a memory fraction is set), roundup_power2_divisions:D (a power of
+ *   two) or roundup_power2_divisions:[256:1,512:2,>:8] (per power-of-two MiB interval).
+ * A bad setting makes every allocator call on that device fail with
+ * RECAP_STATUS_INVALID_ARGUMENT naming the key.
+ *
+ *   void *p = NULL;
+ *   if (recap_malloc(dev, bytes, stream, &p) != RECAP_OK) ... recap_last_error() ...
+ *   launch work on `stream` using p; another stream uses it too:
+ *   recap_record_stream(p, other);
+ *   recap_free(p);              // reused once `stream` and `other` are past this point
+ *
+ * Blocks: requests are rounded up to 512 bytes (or the configured power-of-two division);
+ * requests up to 1 MiB are packed into 2 MiB segments, 1-10 MiB into 20 MiB segments, larger
+ * ones get a segment rounded up to 2 MiB. A block belongs to the stream it was allocated on and
+ * is reused only by allocations on that stream, so work queued on the stream never races a
+ * reuse. Freed neighbours merge; free segments stay reserved until recap_empty_cache.
+ *
+ * Out of memory: outside a capture the allocator waits for the device, releases its unused
+ * segments and retries once; then RECAP_STATUS_OUT_OF_MEMORY with a message saying what was
+ * requested, the capacity, and what is allocated, reserved, held in private pools and free.
+ * During any capture it never synchronizes or releases memory: segments are reserved under
+ * the relaxed capture mode, a failure is a clean RECAP_STATUS_OUT_OF_MEMORY, and frees that
+ * wait on other streams are completed after the capture ends.
+ *
+ * Private pools (graph memory): while a route is active, allocations made on the routed
+ * stream come from the pool, and blocks freed in a pool are reused only by allocations routed
+ * to it (so a graph's addresses stay valid for replay). Pools are reference counted; routes
+ * hold a reference. Once the last reference goes, the pool's free segments are released by
+ * recap_empty_cache; memory of a pool still referenced is never released. With
+ * backend:native, private pools still cache (a captured graph replays into their memory).
+ * ---------------------------------------------------------------------------------------- */
+
+/* Index of the second dimension of every recap_memory_stats array. */
+typedef enum {
+  RECAP_STAT_ALL = 0,
+  RECAP_STAT_SMALL = 1, /* blocks of the small pool (segments of 2 MiB) */
+  RECAP_STAT_LARGE = 2,
+  RECAP_STAT_TYPE_COUNT = 3,
+} recap_stat_type;
+
+typedef struct {
+  int64_t current;
+  int64_t peak;      /* highest current since creation or recap_memory_reset_peak */
+  int64_t allocated; /* sum of increases */
+  int64_t freed;     /* sum of decreases */
+} recap_memory_stat;
+
+/* PyTorch's memory_stats() keys. Bytes are block sizes (rounded), except requested_*. */
+typedef struct {
+  recap_memory_stat allocated_bytes[RECAP_STAT_TYPE_COUNT]; /* blocks handed out, not freed */
+  recap_memory_stat allocated_count[RECAP_STAT_TYPE_COUNT];
+  recap_memory_stat reserved_bytes[RECAP_STAT_TYPE_COUNT];  /* segments from the device */
+  recap_memory_stat reserved_count[RECAP_STAT_TYPE_COUNT];
+  recap_memory_stat active_bytes[RECAP_STAT_TYPE_COUNT];    /* allocated or freed but still
+                                                               waiting on other streams */
+  recap_memory_stat active_count[RECAP_STAT_TYPE_COUNT];
+  recap_memory_stat inactive_split_bytes[RECAP_STAT_TYPE_COUNT]; /* free parts of segments
+                                                                    that are split */
+  recap_memory_stat inactive_split_count[RECAP_STAT_TYPE_COUNT];
+  recap_memory_stat requested_bytes[RECAP_STAT_TYPE_COUNT]; /* sizes as requested */
+  recap_memory_stat requested_count[RECAP_STAT_TYPE_COUNT];
+  int64_t num_alloc_retries;    /* out-of-memory retries after releasing the cache */
+  int64_t num_ooms;             /* RECAP_STATUS_OUT_OF_MEMORY returned */
+  int64_t num_device_alloc;     /* raw allocations (cudaMalloc) */
+  int64_t num_device_free;
+  int64_t num_sync_all_streams; /* device synchronizations before a retry */
+} recap_memory_stats;
+
+/* Returns a block of at least `size` bytes for use on `stream` (which must belong to
+ * `device`; it may not be NULL). size 0 gives *out = NULL and RECAP_OK. Blocks are 512-byte
+ * aligned. RECAP_STATUS_OUT_OF_MEMORY as described above; *out is then untouched. */
+RECAP_API recap_status recap_malloc(recap_device device, size_t size, recap_stream *stream,
+                                    void **out);
+/* Returns a block to its allocator (any device); NULL is accepted. The block is reused on its
+ * stream at once, or after the streams given to recap_record_stream reach this point.
+ * RECAP_STATUS_INVALID_ARGUMENT for a pointer recap_malloc did not return (or already freed).
+ * If recording the events that guard a cross-stream block fails, that status is returned but
+ * the block is still released: it is reused once the events can be recorded. */
+RECAP_API recap_status recap_free(void *ptr);
+/* Declares that the block containing `ptr` (any address inside it) is used on `stream`: when
+ * freed, it is not reused until `stream`'s work submitted before the free is done.
+ * RECAP_STATUS_INVALID_ARGUMENT when ptr lies in no allocated block. */
+RECAP_API recap_status recap_record_stream(void *ptr, recap_stream *stream);
+/* Releases every unused segment to the device, except those of private pools still
+ * referenced and blocks still waiting on other streams. RECAP_STATUS_ILLEGAL_DURING_CAPTURE
+ * (nothing changes, no capture is disturbed) while any capture is under way. */
+RECAP_API recap_status recap_empty_cache(recap_device device);
+/* Caps the memory the allocator reserves on the device at fraction * capacity (0 < fraction
+ * <= 1); allocations past it fail as out of memory. */
+RECAP_API recap_status recap_set_memory_fraction(recap_device device, double fraction);
+RECAP_API recap_status recap_memory_stats_get(recap_device device, recap_memory_stats *out);
+/* Sets every peak to its current value. */
+RECAP_API recap_status recap_memory_reset_peak(recap_device device);
+/* Shorthands for allocated_bytes / reserved_bytes [RECAP_STAT_ALL] .current and .peak. */
+RECAP_API recap_status recap_memory_allocated(recap_device device, size_t *out);
+RECAP_API recap_status recap_memory_reserved(recap_device device, size_t *out);
+RECAP_API recap_status recap_memory_max_allocated(recap_device device, size_t *out);
+RECAP_API recap_status recap_memory_max_reserved(recap_device device, size_t *out);
+/* A human-readable table of the stats. *text is allocated with malloc: release it with
+ * free() (not recap_free, which is for device blocks). */
+RECAP_API recap_status recap_memory_summary(recap_device device, char **text);
+/* A JSON snapshot taken atomically: {"device", "segments": [{"address", "total_size",
+ * "allocated_size", "active_size", "requested_size", "stream", "pool_id", "segment_type":
+ * "small"|"large", "blocks": [{"address", "size", "requested_size", "state":
+ * "active_allocated"|"active_pending_free"|"inactive"}]}], "pools": [{"id", "use_count",
+ * "reserved_bytes"}], "stats": {key: {"all"|"small"|"large": {"current", "peak", "allocated",
+ * "freed"}}, "num_ooms": n, ...}}. The stats equal the sums over the segments. Addresses and
+ * streams are integers. Release *json with free(). */
+RECAP_API recap_status recap_memory_snapshot_json(recap_device device, char **json);
+
+/* A private pool of one device's allocator. Ids are process-unique; 0 is never a pool. */
+typedef struct {
+  uint64_t id;
+} recap_pool_id;
+
+typedef struct {
+  size_t reserved_bytes;  /* segments the pool holds */
+  size_t allocated_bytes; /* blocks handed out from it */
+  size_t active_bytes;    /* allocated or waiting on other streams */
+  size_t segment_count;
+  int use_count;          /* references: handles and routes (graphs hold one each) */
+} recap_pool_stats;
+
+/* Creates a pool holding one reference for the caller. */
+RECAP_API recap_status recap_pool_create(recap_device device, recap_pool_id *out);
+/* Adds a reference (e.g. a second graph sharing the pool). RECAP_STATUS_INVALID_ARGUMENT for
+ * an unknown pool or one whose last reference is gone. */
+RECAP_API recap_status recap_pool_retain(recap_device device, recap_pool_id pool);
+/* Drops a reference. Blocks still allocated from the pool stay valid until recap_free; once
+ * nothing references the pool, its unused segments go back with recap_empty_cache. */
+RECAP_API recap_status recap_pool_release(recap_device device, recap_pool_id pool);
+RECAP_API recap_status recap_pool_stats_get(recap_device device, recap_pool_id pool,
+                                            recap_pool_stats *out);
+/* Routes the allocations made on `stream` to `pool` until recap_pool_route_end (the route
+ * holds a reference). RECAP_STATUS_BUSY when the stream is already routed. */
+RECAP_API recap_status recap_pool_route_begin(recap_device device, recap_pool_id pool,
+                                              recap_stream *stream);
+/* Ends the route begun on `stream` (and of side streams added to it by the graph layer).
+ * RECAP_STATUS_INVALID_ARGUMENT when `stream` has no route of its own. */
+RECAP_API recap_status recap_pool_route_end(recap_device device, recap_stream *stream);
+/* Checks an allocator configuration string without applying it: RECAP_OK, or
+ * RECAP_STATUS_INVALID_ARGUMENT with a message naming the bad key. */
+RECAP_API recap_status recap_alloc_conf_check(const char *conf);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,162 @@
+/*
+ * op.h: the op library's contract (internal to recap; the engine and `recap ops` read it).
+ *
+ * Each op is a recap_op_def in the registry (registry.c): its inputs and attributes, shape
+ * and dtype inference (host-only code, usable without CUDA), whether its output may alias an
+ * input (in-place), its workspace size, and one launch function per backend. Launchers never
+ * allocate, synchronize or touch the legacy default stream, so every op is capturable.
+ *
+ *   const recap_op_def *def = recap__op_find("softmax");
+ *   recap_op_call call = {.def = def, .num_inputs = 1, .num_outputs = 1};
+ *   call.inputs[0] = x_desc;                       // shapes/dtypes; data may still be NULL
+ *   call.attrs.scale = 0.125; call.attrs.causal = 1;
+ *   RECAP_TRY(recap__op_infer(&call));            // fills call.outputs[*] shapes/dtypes
+ *   ... bind call.inputs[i].data / call.outputs[i].data to device memory ...
+ *   RECAP_TRY(recap__op_launch(&call, stream));    // host or CUDA by the stream's backend
+ *
+ * recap_op_call is plain data of fixed size: the host backend copies it into a captured
+ * graph node, exactly as CUDA copies kernel parameters.
+ */
+#ifndef RECAP_KERNELS_OP_H
+#define RECAP_KERNELS_OP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "include/recap.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum { RECAP_OP_MAX_INPUTS = 8, RECAP_OP_MAX_OUTPUTS = 4 };
+
+/* Activations fused into GEMM epilogues and available as unary ops. */
+typedef enum {
+  RECAP_ACT_NONE = 0,
+  RECAP_ACT_RELU,
+  RECAP_ACT_GELU,      /* erf form: x * 0.5 * (1 + erf(x / sqrt(2))), PyTorch's default */
+  RECAP_ACT_GELU_TANH, /* tanh approximation, cuBLASLt's GELU epilogue */
+  RECAP_ACT_SILU,
+  RECAP_ACT_SIGMOID,
+  RECAP_ACT_TANH,
+} recap_activation;
+
+/* Every attribute any op takes; each op reads the ones its definition lists. Plain data. */
+typedef struct {
+  double alpha, beta;   /* matmul: out = alpha * op(a) op(b) + beta * out */
+  double eps;           /* layernorm, rmsnorm */
+  double scale;         /* softmax/attention scale (0 = none given), unary `scale` factor */
+  double value;         /* fill */
+  double mean, std;     /* random normal */
+  double low, high;     /* random uniform */
+  recap_activation act; /* linear epilogue; unary activation op */
+  int causal;           /* softmax/attention mask */
+  int trans_a, trans_b; /* matmul */
+  int64_t dim;          /* split/concat/slice axis */
+  int64_t start, end;   /* slice bounds */
+  int64_t sizes[RECAP_MAX_DIMS]; /* reshape target / permute order / split sizes */
+  int num_sizes;
+  recap_dtype dtype;    /* cast target / output dtype override */
+  int64_t rope_base;    /* rotary embedding theta (e.g. 10000) */
+} recap_op_attrs;
+
+typedef struct recap_op_def recap_op_def;
+
+/* One invocation: inputs, outputs, attributes, workspace. The launch functions receive it
+ * by pointer; the host backend copies it by value into graphs. */
+typedef struct {
+  const recap_op_def *def;
+  int num_inputs, num_outputs;
+  recap_tensor inputs[RECAP_OP_MAX_INPUTS];
+  recap_tensor outputs[RECAP_OP_MAX_OUTPUTS];
+  recap_op_attrs attrs;
+  void *workspace;
+  size_t workspace_bytes;
+  /* Philox parameters for random ops, filled by recap__op_launch from the runtime. */
+  uint64_t rng_seed, rng_offset;
+  const uint64_t *rng_slot; /* device {seed, offset} during a capture, else NULL */
+  uint64_t rng_slot_delta;
+} recap_op_call;
+
+/* What an attribute's offset points at in recap_op_attrs: FLOAT a double, INT an int64_t,
+ * BOOL an int, INT_LIST the `sizes` array (its length goes to num_sizes), ACTIVATION a
+ * recap_activation, DTYPE a recap_dtype. */
+typedef enum {
+  RECAP_ATTR_FLOAT,
+  RECAP_ATTR_INT,
+  RECAP_ATTR_BOOL,
+  RECAP_ATTR_INT_LIST,
+  RECAP_ATTR_ACTIVATION,
+  RECAP_ATTR_DTYPE,
+} recap_attr_kind;
+
+/* Describes one attribute for the spec parser and `recap ops`: name as written in a spec,
+ * its kind, where it lands in recap_op_attrs (offsetof), whether required, default, doc. */
+typedef struct {
+  const char *name;
+  recap_attr_kind kind;
+  size_t offset;
+  bool required;
+  double default_value;
+  const char *doc;
+} recap_attr_def;
+
+struct recap_op_def {
+  const char *name;
+  const char *summary;
+  int code; /* which member of a family (e.g. which unary function) the shared launcher runs */
+  const char *const *input_names; /* NULL-terminated; an entry ending in '?' is optional */
+  int min_inputs, max_inputs;
+  /* Outputs the op produces; for ops with a variable count (split) the most it produces, and
+   * infer sets call->num_outputs. */
+  int num_outputs;
+  const recap_attr_def *attrs; /* terminated by an entry with name == NULL */
+  /* Supported element types (1u << dtype) of the main input: inputs[0], or attrs.dtype for
+   * ops without inputs (fill, random). */
+  unsigned dtype_mask;
+  /* The output index's shape/dtype may alias input `in_place_input` (-1: never). */
+  int in_place_input;
+  bool is_random; /* draws from the device's Philox generator */
+  /* Validates inputs and attributes and fills outputs' dtype/ndim/shape/strides (contiguous).
+   * Errors name the op and the offending input or attribute. Host-only code. */
+  recap_status (*infer)(recap_op_call *call);
+  /* Workspace bytes for the bound shapes on a backend (optional; NULL means 0). */
+  size_t (*workspace_bytes)(const recap_op_call *call, recap_backend_kind backend);
+  /* The host reference implementation: computes in float (f64 for sums where it matters). */
+  recap_status (*run_host)(const recap_op_call *call);
+  /* The CUDA implementation: launches on `stream` (a cudaStream_t), never synchronizes.
+   * NULL in host-only builds. */
+  recap_status (*launch_cuda)(const recap_op_call *call, void *cuda_stream);
+};
+
+/* Looks an op up by name; NULL (with a message listing close names) if unknown. */
+const recap_op_def *recap__op_find(const char *name);
+/* All ops, in registry order; *count receives the number. */
+const recap_op_def *const *recap__op_list(size_t *count);
+
+/* Writes the default_value of every attribute of `def` that is not required (and not an
+ * INT_LIST, which has no default) into *attrs. Callers that build a call by hand start from
+ * this, as the spec parser does, so an unset optional attribute means its default. */
+void recap__op_attrs_set_defaults(const recap_op_def *def, recap_op_attrs *attrs);
+
+/* Checks counts and the dtype mask, then calls def->infer. */
+recap_status recap__op_infer(recap_op_call *call);
+/* Runs the op on `stream`'s backend: on host through the backend's launch_host (so captures
+ * record it), on CUDA through def->launch_cuda. Random ops get their Philox parameters here. */
+recap_status recap__op_launch(recap_op_call *call, recap_stream *stream);
+
+/* Helpers shared by ops. */
+int64_t recap__tensor_numel(const recap_tensor *t);
+bool recap__tensor_is_contiguous(const recap_tensor *t);
+/* Sets contiguous row-major strides from the shape. */
+void recap__tensor_set_contiguous(recap_tensor *t);
+/* Element count with overflow check (shape entries must be >= 1, product < 2^62). */
+recap_status recap__tensor_checked_numel(const recap_tensor *t, int64_t *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

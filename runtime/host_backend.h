@@ -1,0 +1,118 @@
+/*
+ * host_backend.h: internals shared by the host (CPU) backend's two files (internal).
+ *
+ * host_backend.c holds the device, memory, streams, events, stream capture and the sticky
+ * fault; host_graph.c holds the captured graph (a node list) and what can be done with one
+ * without touching capture state: copy, run, compare topologies, update, count, print.
+ *
+ * A graph's nodes are stored in submission order and every dependency points to an earlier
+ * node, so submission order is always a valid topological order: replay runs nodes in index
+ * order. A node depends on at most two others: the previous node of its stream and, for an
+ * event wait, the node that recorded the event.
+ *
+ * Ownership: a graph owns its nodes, their argument copies and their child graphs; an exec
+ * owns a deep copy of the graph it was instantiated from (so the caller may destroy the graph
+ * right after instantiating, as with CUDA).
+ */
+#ifndef RECAP_RUNTIME_HOST_BACKEND_H
+#define RECAP_RUNTIME_HOST_BACKEND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "runtime/backend.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* "No node": a stream that has recorded nothing yet in its capture. */
+#define RECAP__HOST_NO_NODE ((size_t)-1)
+
+typedef enum {
+  RECAP__HOST_NODE_HOST_FN,      /* launch_host: fn(copy of args) */
+  RECAP__HOST_NODE_MEMCPY,       /* memcpy_async */
+  RECAP__HOST_NODE_MEMSET,       /* memset_async */
+  RECAP__HOST_NODE_EVENT_RECORD, /* event_record: ordering only, runs nothing */
+  RECAP__HOST_NODE_EVENT_WAIT,   /* stream_wait_event: ordering only, runs nothing */
+  RECAP__HOST_NODE_CHILD,        /* graph_launch on a capturing stream: a whole graph */
+} recap__host_node_kind;
+
+typedef struct {
+  recap__host_node_kind kind;
+  size_t deps[2];
+  int dep_count;
+  union {
+    struct {
+      recap__host_fn fn;
+      void *args; /* owned copy; NULL when args_size is 0 */
+      size_t args_size;
+    } host;
+    struct {
+      void *dst;
+      const void *src;
+      size_t bytes;
+    } copy;
+    struct {
+      void *dst;
+      int value;
+      size_t bytes;
+    } fill;
+    recap__graph *child; /* owned */
+  } u;
+} recap__host_node;
+
+struct recap__graph {
+  recap__host_node *nodes;
+  size_t count;
+  size_t capacity;
+};
+
+struct recap__graph_exec {
+  recap__graph graph;
+};
+
+/* ---- host_graph.c ---- */
+
+/* An empty graph; NULL (with a message) when out of memory. */
+recap__graph *recap__host_graph_new(void);
+/* Appends *node (its deps must name earlier nodes) and takes ownership of its args and
+ * child on success; on failure (out of memory) the caller still owns them. */
+recap_status recap__host_graph_append(recap__graph *graph, const recap__host_node *node,
+                                      size_t *index);
+/* Releases what one node owns (used for a node that could not be appended). */
+void recap__host_node_release(recap__host_node *node);
+/* Deep copy of src into *dst (which must be empty). On failure *dst is left empty. */
+recap_status recap__host_graph_copy(const recap__graph *src, recap__graph *dst);
+/* Whether node `ancestor` is node `node` or one of its transitive dependencies. Needs a
+ * scratch allocation: RECAP_STATUS_OUT_OF_MEMORY if it fails. */
+recap_status recap__host_graph_reaches(const recap__graph *graph, size_t node, size_t ancestor,
+                                       bool *out);
+/* Runs every node in index order on the calling thread; stops at the first failure. */
+recap_status recap__host_graph_run(const recap__graph *graph);
+
+/* The backend's graph slots (see backend.h). */
+recap_status recap__host_graph_node_count(recap__graph *graph, size_t *out);
+recap_status recap__host_graph_instantiate(recap__graph *graph, recap__graph_exec **out);
+recap_status recap__host_graph_exec_update(recap__graph_exec *exec, recap__graph *graph);
+void recap__host_graph_destroy(recap__graph *graph);
+void recap__host_graph_exec_destroy(recap__graph_exec *exec);
+recap_status recap__host_graph_debug_dot(recap__graph *graph, const char *path);
+
+/* ---- host_backend.c ---- */
+
+/* Runs fn on a private copy of args (so fn cannot change the caller's or a graph's bytes, as
+ * kernel parameters are copied per launch). A failure becomes the sticky fault and the
+ * return value is RECAP_STATUS_DEVICE_ERROR naming it. */
+recap_status recap__host_run_fn(recap__host_fn fn, const void *args, size_t args_size);
+/* RECAP_OK, or RECAP_STATUS_DEVICE_ERROR (with the first fault's message) after a fault. */
+recap_status recap__host_check_fault(void);
+/* Clears the sticky fault so one test's planted fault does not fail the tests after it.
+ * Tests only: a real process stays faulted, as a CUDA context does. */
+void recap__host_backend_reset_fault_for_testing(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

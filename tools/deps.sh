@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Installs what building recap needs on Debian/Ubuntu (the CUDA toolkit is assumed present at
+# $CUDA_PATH or /usr/local/cuda). Quiet when everything is already there.
+set -euo pipefail
+
+need=()
+command -v bazel >/dev/null 2>&1 || need+=(bazel-bootstrap)
+[ -f /usr/lib/x86_64-linux-gnu/libcunit.a ] || need+=(libcunit1-dev)
+[ -f /usr/lib/x86_64-linux-gnu/libyaml.a ] || need+=(libyaml-dev)
+[ -f /usr/lib/x86_64-linux-gnu/libjansson.a ] || need+=(libjansson-dev)
+command -v clang-14 >/dev/null 2>&1 || need+=(clang-14)
+if [ ${#need[@]} -gt 0 ]; then
+  echo "recap: installing ${need[*]}" >&2
+  sudo_cmd=""
+  [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
+  $sudo_cmd apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -q "${need[@]}"
+fi
+cuda="${CUDA_PATH:-/usr/local/cuda}"
+if [ ! -x "$cuda/bin/nvcc" ]; then
+  echo "recap: the CUDA toolkit is required (nvcc not found under $cuda; set CUDA_PATH)" >&2
+  exit 1
+fi
