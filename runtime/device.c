@@ -2,6 +2,7 @@
 #include <string.h>
 
 #include "runtime/backend.h"
+#include "runtime/debug.h"
 #include "runtime/error.h"
 
 const recap__backend *recap__backend_get(recap_backend_kind kind) {
@@ -140,6 +141,7 @@ recap_status recap_device_mem_get_info(recap_device device, size_t *free_bytes,
 }
 
 recap_status recap_device_synchronize(recap_device device) {
+  RECAP_TRY(recap__sync_debug_check("recap_device_synchronize"));
   const recap__backend *backend;
   RECAP_TRY(recap__device_backend(device, &backend));
   return backend->device_synchronize(device.index);

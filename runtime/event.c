@@ -2,6 +2,7 @@
 #include <stdlib.h>
 
 #include "runtime/backend.h"
+#include "runtime/debug.h"
 #include "runtime/error.h"
 
 recap_status recap_event_create(recap_device device, unsigned flags, recap_event **out) {
@@ -56,6 +57,7 @@ recap_status recap_event_query(recap_event *event) {
 
 recap_status recap_event_synchronize(recap_event *event) {
   RECAP_CHECK_ARG(event);
+  RECAP_TRY(recap__sync_debug_check("recap_event_synchronize"));
   return event->backend->event_synchronize(event);
 }
 

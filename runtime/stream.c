@@ -4,6 +4,7 @@
 
 #include "runtime/backend.h"
 #include "runtime/capture.h"
+#include "runtime/debug.h"
 #include "runtime/error.h"
 
 enum { MAX_DEFAULT_STREAM_DEVICES = 64 };
@@ -137,6 +138,7 @@ recap_status recap_stream_query(recap_stream *stream) {
 
 recap_status recap_stream_synchronize(recap_stream *stream) {
   RECAP_CHECK_ARG(stream);
+  RECAP_TRY(recap__sync_debug_check("recap_stream_synchronize"));
   return stream->backend->stream_synchronize(stream);
 }
 
