@@ -53,6 +53,14 @@ recap_status recap__capture_begin(recap_stream *stream, recap_capture_mode mode)
 
 recap_status recap__capture_end(recap_stream *stream, recap__graph **out) {
   recap_status st = stream->backend->capture_end(stream, out);
+  if (st != RECAP_OK) {
+    /* Some refusals leave the capture under way (CUDA: ending a global-mode capture from
+     * another thread); then it stays registered, so lower layers keep treating it as live. */
+    recap_capture_status still = RECAP_CAPTURE_NONE;
+    if (stream->backend->stream_capture_status(stream, &still) == RECAP_OK &&
+        still != RECAP_CAPTURE_NONE)
+      return st;
+  }
   pthread_rwlock_wrlock(&registry_lock);
   for (capture_entry **link = &registry_head; *link; link = &(*link)->next) {
     if ((*link)->origin == stream) {
