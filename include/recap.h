@@ -422,8 +422,8 @@ typedef struct {
 } recap_memory_stats;
 
 /* Returns a block of at least `size` bytes for use on `stream` (which must belong to
- * `device`; it may not be NULL). size 0 gives *out = NULL and RECAP_OK. Blocks are 512-byte
- * aligned. RECAP_STATUS_OUT_OF_MEMORY as described above; *out is then untouched. */
+ * `device`; it may not be NULL). size 0 gives *out = NULL and RECAP_OK. Blocks are at least
+ * 256-byte aligned (as cudaMalloc's). RECAP_STATUS_OUT_OF_MEMORY as described above; *out is then untouched. */
 RECAP_API recap_status recap_malloc(recap_device device, size_t size, recap_stream *stream,
                                     void **out);
 /* Returns a block to its allocator (any device); NULL is accepted. The block is reused on its
@@ -496,6 +496,79 @@ RECAP_API recap_status recap_pool_route_end(recap_device device, recap_stream *s
 /* Checks an allocator configuration string without applying it: RECAP_OK, or
  * RECAP_STATUS_INVALID_ARGUMENT with a message naming the bad key. */
 RECAP_API recap_status recap_alloc_conf_check(const char *conf);
+
+/* ------------------------------------------------------------------------------------------
+ * Graphs: capture any stream work into a CUDA graph and replay it (torch.cuda.CUDAGraph).
+ *
+ *   recap_graph *g;
+ *   recap_graph_create(&g);
+ *   ... warm up: run the work once eagerly, so lazy handles and workspaces exist ...
+ *   recap_graph_capture_begin(g, stream, NULL, RECAP_CAPTURE_MODE_THREAD_LOCAL);
+ *   ... submit work to `stream`; recap_malloc on it comes from the graph's private pool ...
+ *   st = recap_graph_capture_end(g);        // instantiates and uploads
+ *   for (...) recap_graph_replay(g, stream);
+ *   recap_graph_destroy(g);
+ *
+ * During the capture, allocations on the capturing stream (and on side streams declared with
+ * recap_graph_capture_join) come from the graph's private pool, so the addresses baked into
+ * the graph stay valid: free those blocks only after the graph is destroyed or reset (the
+ * pool keeps them for this graph's replays; see recap_pool_*). Several graphs may share one
+ * pool (pass recap_graph_pool() of the first); they must then be replayed in capture order
+ * and never concurrently. A graph never runs concurrently with itself: replays on one stream
+ * are ordered by the stream.
+ *
+ * Random ops inside the capture draw new numbers on every replay (the device generator's
+ * offset advances by the draws of one replay; recap_rng_get_state reflects replays).
+ *
+ * A capture that fails (an illegal call: a synchronize, a query, an allocation outside the
+ * pool in global mode) is ended and discarded: capture_end returns
+ * RECAP_STATUS_CAPTURE_INVALIDATED naming the call, the pool is left consistent, the stream
+ * leaves capture mode and the graph object can capture again.
+ * Threading: one graph object is used by one thread at a time; different graphs may capture
+ * and replay on different threads at once (use THREAD_LOCAL or RELAXED mode for that).
+ * ---------------------------------------------------------------------------------------- */
+
+typedef struct recap_graph recap_graph;
+
+typedef struct {
+  uint64_t captures;         /* successful capture_end calls */
+  uint64_t instantiations;   /* executable graphs built from scratch */
+  uint64_t updates;          /* recaptures applied to the existing executable in place */
+  uint64_t replays;
+  size_t nodes;              /* nodes of the last captured graph */
+} recap_graph_info;
+
+RECAP_API recap_status recap_graph_create(recap_graph **out);
+/* RECAP_STATUS_BUSY while capturing (end the capture first). Drops the graph's pool
+ * reference. NULL is accepted. */
+RECAP_API recap_status recap_graph_destroy(recap_graph *graph);
+/* Begins capturing `stream`'s work. pool: NULL creates a new private pool; otherwise the
+ * graph shares that pool (of the stream's device). If the graph already holds an executable,
+ * the new capture replaces it: capture_end then updates the executable in place when the
+ * topology is unchanged (cudaGraphExecUpdate) and re-instantiates only when it must.
+ * Fails with RECAP_STATUS_INVALID_ARGUMENT on a stream that is already capturing. */
+RECAP_API recap_status recap_graph_capture_begin(recap_graph *graph, recap_stream *stream,
+                                                 const recap_pool_id *pool,
+                                                 recap_capture_mode mode);
+/* Declares a side stream that joined the capture (it waited on an event recorded on the
+ * capturing stream): its allocations come from the graph's pool and its random draws belong
+ * to the graph. Call it after the join and before the side stream allocates or draws. */
+RECAP_API recap_status recap_graph_capture_join(recap_graph *graph, recap_stream *side);
+/* Ends the capture, instantiates (or updates) and uploads. An empty capture succeeds with a
+ * warning on stderr. On failure the capture is discarded (see above) and the previous
+ * executable, if any, is kept. */
+RECAP_API recap_status recap_graph_capture_end(recap_graph *graph);
+/* Launches the graph on `stream` (NULL: the stream it was captured on). RECAP_STATUS_INVALID_
+ * ARGUMENT when nothing was captured or the stream is of another device. */
+RECAP_API recap_status recap_graph_replay(recap_graph *graph, recap_stream *stream);
+/* Drops the executable and the pool reference; the object can capture again. */
+RECAP_API recap_status recap_graph_reset(recap_graph *graph);
+/* The graph's pool, to share with the next graph. RECAP_STATUS_INVALID_ARGUMENT before the
+ * first capture_begin. */
+RECAP_API recap_status recap_graph_pool(const recap_graph *graph, recap_pool_id *out);
+RECAP_API recap_status recap_graph_info_get(const recap_graph *graph, recap_graph_info *out);
+/* Writes the last captured graph as Graphviz (cudaGraphDebugDotPrint on CUDA). */
+RECAP_API recap_status recap_graph_debug_dump(const recap_graph *graph, const char *path);
 
 #ifdef __cplusplus
 }
