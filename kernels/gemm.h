@@ -1,0 +1,147 @@
+/*
+ * gemm.h: matmul and linear, the GEMM half of the op library (internal to kernels/).
+ *
+ * Two ops (gemm.c), one resolved description of the work (recap__gemm_plan), two backends:
+ * gemm_host.c (a cache-blocked f32-accumulating loop, the reference) and cuda_gemm.c
+ * (cuBLASLt or cuBLAS, CUDA builds only).
+ *
+ *   matmul: inputs a, b, c?; attrs alpha (1), beta (0), trans_a, trans_b.
+ *     a [..., M, K] ([..., K, M] with trans_a), b [..., K, N] ([..., N, K] with trans_b);
+ *     batch dims broadcast (numpy rules; 4 dims in all at most).
+ *     out [batch..., M, N] = alpha * op(a) op(b) + beta * c. c (required when beta != 0,
+ *     refused when beta == 0) has out's exact shape and is contiguous; out may alias it.
+ *   linear: inputs x [..., K], weight [N, K], bias? [N]; attr act (none).
+ *     out [..., N] = act(x weight^T + bias).
+ * All tensors share one float dtype; products accumulate in f32. Each matrix (the last two
+ * dims) must have a unit stride in one of its two dims (a transposed view is free); batch
+ * dims may have any non-negative strides.
+ *
+ *   recap__gemm_plan plan;
+ *   RECAP_TRY(recap__gemm_plan_make(call, &plan));   // after recap__op_infer, data bound
+ *
+ * CUDA usage (the engine): run recap__gemm_prepare for every GEMM call on its stream during
+ * warmup, then capture. Outside a capture recap__cuda_gemm also prepares lazily; inside one,
+ * anything missing fails with RECAP_STATUS_ILLEGAL_DURING_CAPTURE instead of invalidating it.
+ */
+#ifndef RECAP_KERNELS_GEMM_H
+#define RECAP_KERNELS_GEMM_H
+
+#include <math.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/op.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+extern const recap_op_def recap__op_matmul, recap__op_linear;
+
+/* Bytes of the workspace each CUDA stream gets for cuBLAS/cuBLASLt. */
+#define RECAP_GEMM_WORKSPACE_BYTES ((size_t)32 << 20)
+
+/* The work of one matmul or linear call, in row-major terms:
+ *   out[i, j] = act(alpha * sum_p A(i, p) B(p, j) + beta * C(i, j) + bias[j])
+ * for each batch index (outer, inner), with A(i, p) = a[i * a_rs + p * a_cs] (element
+ * strides, transposes already applied) and likewise for B. Pointers are those of batch 0;
+ * batch level l adds bs[l] elements per step. out and c are contiguous [.., m, n]. */
+typedef struct {
+  recap_dtype dtype;
+  int64_t m, n, k;
+  const void *a, *b, *c, *bias; /* c, bias: NULL when absent */
+  void *out;
+  int64_t a_rs, a_cs, b_rs, b_cs;
+  int64_t batch[2]; /* outer, inner; merged into the inner level when one stride each does */
+  int64_t a_bs[2], b_bs[2], out_bs[2]; /* c's batch strides are out's */
+  float alpha, beta;
+  recap_activation act;
+} recap__gemm_plan;
+
+/* Builds the plan of a call that passed recap__op_infer (matmul or linear). Data pointers may
+ * be NULL (prepare before binding). RECAP_STATUS_INVALID_ARGUMENT naming the op otherwise. */
+recap_status recap__gemm_plan_make(const recap_op_call *call, recap__gemm_plan *out);
+
+/* How a [rows, cols] matrix with element strides (rs, cs) looks to a column-major BLAS: with
+ * *row_major set it is stored row by row with leading dimension *ld (>= cols), else column
+ * by column (*ld >= rows). false when neither stride is unit (or rows overlap). */
+bool recap__gemm_operand_layout(int64_t rows, int64_t cols, int64_t rs, int64_t cs,
+                                bool *row_major, int64_t *ld);
+
+/* The host reference (the defs' run_host): runs the plan on the calling thread. */
+recap_status recap__gemm_run_host(const recap_op_call *call);
+
+/* ---- switches (process-wide, read at each launch; the lead may expose them publicly) ---- */
+
+/* TF32 tensor-core math for f32 GEMMs on CUDA (off by default, like PyTorch's allow_tf32):
+ * products round their inputs to 10 mantissa bits, so results differ from the host by ~1e-3
+ * relative. Takes effect at the next launch; a captured graph keeps what it captured. */
+void recap__gemm_set_allow_tf32(bool allow);
+bool recap__gemm_allow_tf32(void);
+
+typedef enum {
+  RECAP_GEMM_LIBRARY_CUBLASLT = 0, /* default: heuristics-chosen algorithm, fused epilogues */
+  RECAP_GEMM_LIBRARY_CUBLAS = 1,   /* cublasGemmEx / cublasGemmStridedBatchedEx + our epilogue */
+} recap_gemm_library;
+
+/* RECAP_STATUS_INVALID_ARGUMENT for a value outside the enum. */
+recap_status recap__gemm_set_library(recap_gemm_library library);
+recap_gemm_library recap__gemm_library(void);
+
+/* ---- CUDA (cuda_gemm.c) ---- */
+
+/* Warmup for one GEMM call on `stream`: creates this thread's cuBLAS and cuBLASLt handles for
+ * the stream's device, the stream's workspace, and (cuBLASLt) the algorithm for the call's
+ * shape, so the same call can then be captured. A host stream needs nothing: RECAP_OK.
+ * Inside a capture it succeeds only if everything already exists (then it does nothing),
+ * else RECAP_STATUS_ILLEGAL_DURING_CAPTURE. Errors: the plan's, OUT_OF_MEMORY for the
+ * workspace, LIBRARY_ERROR from cuBLAS. */
+recap_status recap__gemm_prepare(const recap_op_call *call, recap_stream *stream);
+
+#if RECAP_WITH_CUDA
+/* recap__gemm_prepare for a CUDA stream (a cudaStream_t). */
+recap_status recap__cuda_gemm_prepare(const recap_op_call *call, void *cuda_stream);
+/* The workspace recap uses for GEMMs on `cuda_stream` (a cudaStream_t), or NULL when none was
+ * created yet. For tests: two streams never share one. */
+void *recap__gemm_stream_workspace(void *cuda_stream);
+/* Frees the workspace of a stream that is about to be destroyed (its GEMMs must have
+ * finished). RECAP_STATUS_ILLEGAL_DURING_CAPTURE while any capture is under way (the free
+ * would invalidate it); RECAP_OK when the stream has none. */
+recap_status recap__gemm_release_stream(void *cuda_stream);
+/* The linked cuBLAS and cuBLASLt versions (major * 10000 + minor * 100 + patch), 0 for one
+ * that cannot be asked. Registered with the runtime (runtime/versions.h) at load. */
+void recap__gemm_blas_versions(int *cublas, int *cublaslt);
+
+/* In place over the contiguous [rows, cols] output of a GEMM: out[r, c] = act(out[r, c] +
+ * bias[c]) (bias NULL: no bias), in f32 math, on `cuda_stream`. kernels/gemm_epilogue.cu. */
+recap_status recap__cuda_gemm_bias_act(void *out, const void *bias, recap_dtype dtype,
+                                       int64_t rows, int64_t cols, recap_activation act,
+                                       void *cuda_stream);
+#endif
+
+/* ---- the activations, one definition for host and device code ---- */
+#if defined(__CUDACC__)
+#define RECAP__GEMM_HD __host__ __device__ __forceinline__
+#else
+#define RECAP__GEMM_HD static inline
+#endif
+
+RECAP__GEMM_HD float recap__gemm_activate(recap_activation act, float x) {
+  switch (act) {
+    case RECAP_ACT_RELU: return x > 0.0f ? x : 0.0f;
+    case RECAP_ACT_GELU: return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
+    case RECAP_ACT_GELU_TANH:
+      return 0.5f * x * (1.0f + tanhf(0.79788456080286536f * (x + 0.044715f * x * x * x)));
+    case RECAP_ACT_SILU: return x / (1.0f + expf(-x));
+    case RECAP_ACT_SIGMOID: return 1.0f / (1.0f + expf(-x));
+    case RECAP_ACT_TANH: return tanhf(x);
+    default: return x;
+  }
+}
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
