@@ -77,8 +77,8 @@ recap_status recap_graph_capture_begin(recap_graph *g, recap_stream *stream,
     return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "the graph is already capturing");
   if (recap_stream_is_capturing(stream))
     return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "the stream is already capturing");
-  if (g->has_pool && (stream->device.backend != g->device.backend ||
-                      stream->device.index != g->device.index))
+  if (g->has_pool &&
+      (stream->device.backend != g->device.backend || stream->device.index != g->device.index))
     return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
                       "the graph's pool belongs to %s:%d, the stream to %s:%d; reset the graph "
                       "to capture on another device",
@@ -178,8 +178,9 @@ recap_status recap_graph_capture_end(recap_graph *g) {
   size_t nodes = 0;
   RECAP_TRY_GOTO(st, g->backend->graph_node_count(graph, &nodes), fail_rng);
   if (nodes == 0)
-    fprintf(stderr, "recap: warning: the captured graph is empty (no work was submitted to "
-                    "the capturing stream)\n");
+    fprintf(stderr,
+            "recap: warning: the captured graph is empty (no work was submitted to "
+            "the capturing stream)\n");
   RECAP_TRY_GOTO(st, install_executable(g, graph, stream), fail_rng);
   if (g->graph) g->backend->graph_destroy(g->graph);
   recap__rng_graph_binding_destroy(g->rng);
@@ -216,8 +217,9 @@ recap_status recap_graph_replay(recap_graph *g, recap_stream *stream) {
 recap_status recap_graph_pool(const recap_graph *g, recap_pool_id *out) {
   RECAP_CHECK_ARG(g && out);
   if (!g->has_pool)
-    return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "the graph has no pool before its first "
-                                                     "capture_begin");
+    return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
+                      "the graph has no pool before its first "
+                      "capture_begin");
   *out = g->pool;
   return RECAP_OK;
 }

@@ -423,7 +423,8 @@ typedef struct {
 
 /* Returns a block of at least `size` bytes for use on `stream` (which must belong to
  * `device`; it may not be NULL). size 0 gives *out = NULL and RECAP_OK. Blocks are at least
- * 256-byte aligned (as cudaMalloc's). RECAP_STATUS_OUT_OF_MEMORY as described above; *out is then untouched. */
+ * 256-byte aligned (as cudaMalloc's). RECAP_STATUS_OUT_OF_MEMORY as described above; *out is
+ * then untouched. */
 RECAP_API recap_status recap_malloc(recap_device device, size_t size, recap_stream *stream,
                                     void **out);
 /* Returns a block to its allocator (any device); NULL is accepted. The block is reused on its

@@ -542,7 +542,7 @@ static recap_capture_mode capture_mode_from_cuda(enum cudaStreamCaptureMode mode
 }
 
 static recap_status cuda_capture_begin(recap_stream *stream, recap_capture_mode mode) {
-  enum cudaStreamCaptureMode cuda_mode;
+  enum cudaStreamCaptureMode cuda_mode = cudaStreamCaptureModeGlobal;
   RECAP_TRY(capture_mode_to_cuda(mode, &cuda_mode));
   capture_note *note = calloc(1, sizeof *note);
   if (!note) return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory for a capture note");
@@ -602,7 +602,7 @@ static recap_status cuda_capture_end(recap_stream *stream, recap__graph **out) {
 }
 
 static recap_status cuda_exchange_capture_mode(recap_capture_mode *mode) {
-  enum cudaStreamCaptureMode cuda_mode;
+  enum cudaStreamCaptureMode cuda_mode = cudaStreamCaptureModeGlobal;
   RECAP_TRY(capture_mode_to_cuda(*mode, &cuda_mode));
   RECAP_CUDA_TRY(cudaThreadExchangeStreamCaptureMode(&cuda_mode));
   *mode = capture_mode_from_cuda(cuda_mode);

@@ -30,7 +30,7 @@ recap_status recap_stream_create(recap_device device, int priority, unsigned fla
   /* CUDA's convention: numerically lower is higher priority; `greatest` <= `least`. */
   if (priority > least) priority = least;
   if (priority < greatest) priority = greatest;
-  recap_stream *s;
+  recap_stream *s = NULL;
   RECAP_TRY(stream_alloc(device, backend, &s));
   s->priority = priority;
   s->flags = flags;
@@ -56,7 +56,7 @@ recap_status recap_stream_wrap_external(recap_device device, void *cuda_stream,
   if (!backend->stream_wrap)
     return RECAP_FAIL(RECAP_STATUS_NOT_SUPPORTED, "the %s backend cannot wrap external streams",
                       backend->name);
-  recap_stream *s;
+  recap_stream *s = NULL;
   RECAP_TRY(stream_alloc(device, backend, &s));
   s->owns_native = false;
   recap_status st = backend->stream_wrap(s, cuda_stream);

@@ -1,0 +1,150 @@
+/*
+ * cuda_ops.h: the CUDA entry points of the op library (internal to kernels/).
+ *
+ * Each op definition (kernels/<family>.c) points its `launch_cuda` slot at one of these; they
+ * are implemented in kernels/<family>.cu (extern "C") and exist only in CUDA builds. Every
+ * entry point has the signature of recap_op_def.launch_cuda:
+ *
+ *   recap_status fn(const recap_op_call *call, void *cuda_stream);
+ *
+ * The call has passed recap__op_infer (shapes, dtypes, attributes and the constraints below
+ * are already checked) and its tensors' data pointers are bound to device memory. An entry
+ * point launches on `cuda_stream` (a cudaStream_t; never the legacy default stream), never
+ * allocates or synchronizes, and returns a status naming the op on a launch failure. Tensors
+ * are recap_tensor views: element strides, row-major shapes, up to 4 dims. Outputs written by
+ * these ops are contiguous (infer makes them so), except kv_append's, which is its cache.
+ * The host reference for each is in kernels/host/<family>.c; the semantics there are the spec.
+ *
+ *   def.launch_cuda = RECAP_CUDA_ENTRY(recap__cuda_softmax),   // NULL in host-only builds
+ */
+#ifndef RECAP_KERNELS_CUDA_OPS_H
+#define RECAP_KERNELS_CUDA_OPS_H
+
+#include "kernels/op.h"
+#include "kernels/op_codes.h"
+#include "kernels/view.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* An op def's launch_cuda initializer: the entry point in CUDA builds, NULL otherwise (the
+ * launcher then reports that the op has no CUDA implementation in this build). */
+#if RECAP_WITH_CUDA
+#define RECAP_CUDA_ENTRY(fn) (fn)
+#else
+#define RECAP_CUDA_ENTRY(fn) NULL
+#endif
+
+#if RECAP_WITH_CUDA
+
+/* Unary elementwise, def->code is a recap_unary_code. inputs[0] any strides (f32/f16/bf16);
+ * outputs[0] contiguous, same shape; same dtype except CAST (attrs.dtype, a float type).
+ * SCALE: out = attrs.scale * x. GELU is the erf form, GELU_TANH the tanh approximation.
+ * May run in place (output data == input data, both contiguous). */
+recap_status recap__cuda_unary(const recap_op_call *call, void *cuda_stream);
+
+/* Binary elementwise with numpy broadcasting, def->code is a recap_binary_code. inputs[0]
+ * and inputs[1] have one float dtype and any strides; shapes are right-aligned and a
+ * dimension of size 1 broadcasts. outputs[0] contiguous, the broadcast shape, same dtype.
+ * May run in place on input 0 when its shape equals the output's and it is contiguous. */
+recap_status recap__cuda_binary(const recap_op_call *call, void *cuda_stream);
+
+/* Softmax over the last dimension of inputs[0] (last-dim stride 1; other dims any strides).
+ * out = softmax(x * s) with s = attrs.scale, or 1 when attrs.scale == 0. attrs.causal: with
+ * rows = shape[ndim-2] (1 for a 1-D input) and cols = shape[ndim-1], element (i, j) of each
+ * [rows, cols] matrix is masked when j > i + (cols - rows); masked elements output 0, and a
+ * row with every element masked outputs all 0. Accumulate in f32. */
+recap_status recap__cuda_softmax(const recap_op_call *call, void *cuda_stream);
+
+/* LayerNorm over the last dimension D: inputs x [..., D] (last-dim stride 1), weight [D],
+ * bias [D] (optional: num_inputs == 2 means none), all one dtype, weight/bias contiguous.
+ * out = (x - mean) / sqrt(var + attrs.eps) * weight + bias, var the biased (1/D) variance. */
+recap_status recap__cuda_layernorm(const recap_op_call *call, void *cuda_stream);
+
+/* RMSNorm over the last dimension D: inputs x [..., D] (last-dim stride 1), weight [D]
+ * (contiguous), one dtype. out = x / sqrt(mean(x^2) + attrs.eps) * weight. */
+recap_status recap__cuda_rmsnorm(const recap_op_call *call, void *cuda_stream);
+
+/* Sum (def->code 0) or mean (def->code 1) over the last dimension of inputs[0] (last-dim
+ * stride 1). outputs[0] drops the last dimension (a 1-D input gives shape [1]); same dtype. */
+recap_status recap__cuda_reduce_last(const recap_op_call *call, void *cuda_stream);
+
+/* reshape, permute, transpose, slice, split, copy. For each output o in
+ * [0, call->num_outputs): build the source view with recap__view_for_copy(call, o, &view)
+ * (kernels/view.h: host code, callable from a .cu launcher), then copy element k, in
+ * row-major order over view.shape, to element k, in row-major order over
+ * outputs[o].shape (contiguous). The element counts are equal; shapes may differ (reshape).
+ * Any dtype (f32/f16/bf16/i32/i64): a copy of recap_dtype_size(dtype) bytes per element. */
+recap_status recap__cuda_copy_strided(const recap_op_call *call, void *cuda_stream);
+
+/* Concatenation of inputs[0..num_inputs) (one dtype, any strides, equal shapes except along
+ * dim) along d = attrs.dim (already normalized to [0, ndim) by infer) into contiguous
+ * outputs[0]. Any dtype. */
+recap_status recap__cuda_concat(const recap_op_call *call, void *cuda_stream);
+
+/* Fills contiguous outputs[0] with attrs.value converted to its dtype (any dtype; for
+ * integer dtypes infer has checked that the value is an integer in range). */
+recap_status recap__cuda_fill(const recap_op_call *call, void *cuda_stream);
+
+/* Row gather: inputs[0] table [V, D] (float dtype, any strides), inputs[1] ids (i32 or i64,
+ * any shape up to 3 dims, any strides). outputs[0] [ids..., D] contiguous, table's dtype:
+ * out[n, :] = table[ids[n], :]. An id outside [0, V) is a device fault: the host reference
+ * returns an error, which the host backend makes a sticky fault; the CUDA kernel must not
+ * read out of bounds (trap, like a device-side assert, so the fault is sticky there too). */
+recap_status recap__cuda_embedding(const recap_op_call *call, void *cuda_stream);
+
+/* Rotary position embedding, rotate-half convention (Llama / PyTorch):
+ * inputs[0] x [B, S, H, Dh] or [S, H, Dh] (float dtype, any strides, Dh even),
+ * inputs[1] positions i32, contiguous, either [S] (position of sequence row s, shared by
+ * the batch) or [1] when S > 1 (a start position read from device memory: row s has
+ * position pos[0] + s; with S == 1 both forms agree). With half = Dh / 2, for i < half:
+ *   inv_freq = attrs.rope_base ^ (-2 i / Dh), angle = position * inv_freq,
+ *   out[i]        = x[i] * cos(angle) - x[i + half] * sin(angle)
+ *   out[i + half] = x[i + half] * cos(angle) + x[i] * sin(angle)
+ * The host computes angle, cos and sin in double. Positions reach thousands, where float
+ * angles lose ~1e-4: compute the angle (or reduce it modulo 2 pi) in double on CUDA too.
+ * outputs[0] contiguous, x's shape and dtype. May run in place (each pair is read before
+ * it is written). A negative position is a device fault (as embedding ids). */
+recap_status recap__cuda_rope(const recap_op_call *call, void *cuda_stream);
+
+/* KV-cache append: inputs[0] cache [B, Smax, H, Dh] (any strides), inputs[1] new rows
+ * [B, T, H, Dh] (any strides, the cache's dtype, any float dtype), inputs[2] pos i32 [1]
+ * in device memory, READ IN THE KERNEL (a captured graph replays with the position the
+ * device holds at replay time). Writes cache[b, pos + t, h, :] = new[b, t, h, :] for
+ * t < T. outputs[0] IS the cache: same descriptor, same data pointer (checked by the
+ * launcher). pos < 0 or pos + T > Smax is a device fault (host: error status). */
+recap_status recap__cuda_kv_append(const recap_op_call *call, void *cuda_stream);
+
+/* Attention for a group of heads: inputs q [B, H, Sq, Dh], k [B, Hkv, Sk, Dh],
+ * v [B, Hkv, Sk, Dh] (one float dtype; last-dim stride 1, other dims any strides;
+ * H % Hkv == 0, query head h reads kv head h / (H / Hkv)), optional inputs[3] len i32 [1]
+ * in device memory, READ IN THE KERNEL: keys 0..L-1 are valid, L = len (0 <= L <= Sk, else a
+ * device fault), or L = Sk without it. scale = attrs.scale, or 1/sqrt(Dh) when 0.
+ * out[b, h, i, :] = sum_j p_j v[b, h', j, :], p = softmax_j(q_i . k_j * scale) over the
+ * visible keys: j < L, and with attrs.causal also j <= L - Sq + i (query i's absolute
+ * position). A query that sees no key outputs 0. outputs[0] [B, H, Sq, Dh] contiguous,
+ * q's dtype. Accumulate in f32. */
+recap_status recap__cuda_attention(const recap_op_call *call, void *cuda_stream);
+
+/* random_uniform (def->code 0) / random_normal (def->code 1) into contiguous outputs[0]
+ * (float dtype). The Philox parameters are call->rng_seed/rng_offset, or, when
+ * call->rng_slot != NULL (a capture), the slot read IN THE KERNEL:
+ *   recap__philox_args a = {call->rng_seed, call->rng_offset, call->rng_slot,
+ *                           call->rng_slot_delta};  // then recap__philox_resolve in-kernel
+ * Element i: w = recap__philox_draw(seed, offset, i / 4);
+ *   uniform: recap__philox_uniform(w.v[i % 4], (float)attrs.low, (float)attrs.high)
+ *   normal:  recap__philox_normal4(w, (float)attrs.mean, (float)attrs.std, out4)[i % 4]
+ * then rounded to the output dtype (runtime/philox.h). */
+recap_status recap__cuda_random(const recap_op_call *call, void *cuda_stream);
+
+/* matmul and linear: implemented by the GEMM half (kernels/cuda_gemm.c); see kernels/gemm.h. */
+recap_status recap__cuda_gemm(const recap_op_call *call, void *cuda_stream);
+
+#endif /* RECAP_WITH_CUDA */
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

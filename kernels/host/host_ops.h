@@ -1,0 +1,40 @@
+/*
+ * host_ops.h: the host reference implementations (recap_op_def.run_host) of the non-GEMM
+ * ops (internal to kernels/).
+ *
+ * Each runs synchronously on the calling thread (the host backend's launch_host calls it, in
+ * stream order or from a graph replay), on a call that passed recap__op_infer and has its
+ * tensors bound to host memory. They compute in float with double accumulators for sums and
+ * norms, and read and write f16/bf16 through kernels/half.h. The semantics documented per
+ * entry point in kernels/cuda_ops.h are what these compute.
+ *
+ * Failure: a bad value found in device memory at run time (an embedding id or a KV-cache
+ * position out of range) returns RECAP_STATUS_INVALID_ARGUMENT naming the op and the value,
+ * which the host backend turns into a sticky device fault, as a trapped CUDA kernel does.
+ * Nothing is written to the output in that case.
+ */
+#ifndef RECAP_KERNELS_HOST_HOST_OPS_H
+#define RECAP_KERNELS_HOST_HOST_OPS_H
+
+#include "kernels/op.h"
+
+recap_status recap__host_unary(const recap_op_call *call);
+recap_status recap__host_binary(const recap_op_call *call);
+
+recap_status recap__host_softmax(const recap_op_call *call);
+recap_status recap__host_layernorm(const recap_op_call *call);
+recap_status recap__host_rmsnorm(const recap_op_call *call);
+recap_status recap__host_reduce_last(const recap_op_call *call);
+
+recap_status recap__host_copy_strided(const recap_op_call *call);
+recap_status recap__host_concat(const recap_op_call *call);
+recap_status recap__host_fill(const recap_op_call *call);
+recap_status recap__host_embedding(const recap_op_call *call);
+recap_status recap__host_rope(const recap_op_call *call);
+
+recap_status recap__host_kv_append(const recap_op_call *call);
+recap_status recap__host_attention(const recap_op_call *call);
+
+recap_status recap__host_random(const recap_op_call *call);
+
+#endif
