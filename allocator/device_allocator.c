@@ -1,0 +1,202 @@
+/*
+ * device_allocator.c: the process-wide allocator of each device, and the public API.
+ *
+ * Each device's allocator is created on first use over the runtime's device memory and
+ * configured from RECAP_ALLOC_CONF. It lives for the rest of the process (as CUDA's primary
+ * context does), so a pointer from recap_malloc stays valid on any thread until recap_free.
+ */
+#include <pthread.h>
+#include <stdlib.h>
+
+#include "allocator/internal.h"
+#include "runtime/error.h"
+
+enum { MAX_DEVICES = 64, BACKEND_KINDS = 2 };
+
+typedef struct {
+  recap__allocator *allocator;
+  recap__raw_runtime raw_state;
+} device_slot;
+
+static pthread_mutex_t devices_lock = PTHREAD_MUTEX_INITIALIZER;
+static device_slot devices[BACKEND_KINDS][MAX_DEVICES];
+/* The created allocators, for recap_free and recap_record_stream, which get no device. */
+static recap__allocator *_Atomic created[BACKEND_KINDS * MAX_DEVICES];
+static _Atomic int created_count;
+
+recap_status recap__allocator_for_device(recap_device device, recap__allocator **out) {
+  RECAP_CHECK_ARG(out);
+  if ((int)device.backend < 0 || (int)device.backend >= BACKEND_KINDS || device.index < 0 ||
+      device.index >= MAX_DEVICES)
+    return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "no allocator for device %d:%d",
+                      (int)device.backend, device.index);
+  device_slot *slot = &devices[device.backend][device.index];
+  pthread_mutex_lock(&devices_lock);
+  recap_status st = RECAP_OK;
+  if (!slot->allocator) {
+    recap__raw_backend raw;
+    st = recap__raw_runtime_init(&slot->raw_state, device, &raw);
+    if (st == RECAP_OK) {
+      recap__allocator_options options = {
+          .device = device, .raw = &raw, .conf = getenv("RECAP_ALLOC_CONF")};
+      st = recap__allocator_create(&options, &slot->allocator);
+    }
+    if (st == RECAP_OK) created[created_count++] = slot->allocator;
+  }
+  if (st == RECAP_OK) *out = slot->allocator;
+  pthread_mutex_unlock(&devices_lock);
+  return st;
+}
+
+/* The created allocator holding a block at (or, with interior, containing) ptr. */
+static recap__allocator *owner_of(void *ptr) {
+  int n = created_count;
+  for (int i = 0; i < n; i++)
+    if (recap__allocator_owns(created[i], ptr)) return created[i];
+  return NULL;
+}
+
+recap_status recap_malloc(recap_device device, size_t size, recap_stream *stream, void **out) {
+  recap__allocator *a;
+  RECAP_TRY(recap__allocator_for_device(device, &a));
+  return recap__allocator_malloc(a, size, stream, out);
+}
+
+recap_status recap_free(void *ptr) {
+  if (!ptr) return RECAP_OK;
+  recap__allocator *a = owner_of(ptr);
+  if (!a)
+    return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
+                      "%p was not returned by recap_malloc (or was freed already)", ptr);
+  return recap__allocator_free(a, ptr);
+}
+
+recap_status recap_record_stream(void *ptr, recap_stream *stream) {
+  RECAP_CHECK_ARG(ptr && stream);
+  recap__allocator *a;
+  RECAP_TRY(recap__allocator_for_device(recap_stream_device(stream), &a));
+  return recap__allocator_record_stream(a, ptr, stream);
+}
+
+recap_status recap_empty_cache(recap_device device) {
+  recap__allocator *a;
+  RECAP_TRY(recap__allocator_for_device(device, &a));
+  return recap__allocator_empty_cache(a);
+}
+
+recap_status recap_set_memory_fraction(recap_device device, double fraction) {
+  recap__allocator *a;
+  RECAP_TRY(recap__allocator_for_device(device, &a));
+  return recap__allocator_set_memory_fraction(a, fraction);
+}
+
+recap_status recap_memory_stats_get(recap_device device, recap_memory_stats *out) {
+  RECAP_CHECK_ARG(out);
+  recap__allocator *a;
+  RECAP_TRY(recap__allocator_for_device(device, &a));
+  recap__allocator_stats(a, out);
+  return RECAP_OK;
+}
+
+recap_status recap_memory_reset_peak(recap_device device) {
+  recap__allocator *a;
+  RECAP_TRY(recap__allocator_for_device(device, &a));
+  recap__allocator_reset_peak(a);
+  return RECAP_OK;
+}
+
+typedef enum { PICK_ALLOCATED, PICK_RESERVED, PICK_MAX_ALLOCATED, PICK_MAX_RESERVED } pick;
+
+static recap_status memory_value(recap_device device, pick which, size_t *out) {
+  RECAP_CHECK_ARG(out);
+  recap_memory_stats s;
+  RECAP_TRY(recap_memory_stats_get(device, &s));
+  const recap_memory_stat *allocated = &s.allocated_bytes[RECAP_STAT_ALL];
+  const recap_memory_stat *reserved = &s.reserved_bytes[RECAP_STAT_ALL];
+  switch (which) {
+    case PICK_ALLOCATED:
+      *out = (size_t)allocated->current;
+      break;
+    case PICK_RESERVED:
+      *out = (size_t)reserved->current;
+      break;
+    case PICK_MAX_ALLOCATED:
+      *out = (size_t)allocated->peak;
+      break;
+    case PICK_MAX_RESERVED:
+      *out = (size_t)reserved->peak;
+      break;
+  }
+  return RECAP_OK;
+}
+
+recap_status recap_memory_allocated(recap_device device, size_t *out) {
+  return memory_value(device, PICK_ALLOCATED, out);
+}
+
+recap_status recap_memory_reserved(recap_device device, size_t *out) {
+  return memory_value(device, PICK_RESERVED, out);
+}
+
+recap_status recap_memory_max_allocated(recap_device device, size_t *out) {
+  return memory_value(device, PICK_MAX_ALLOCATED, out);
+}
+
+recap_status recap_memory_max_reserved(recap_device device, size_t *out) {
+  return memory_value(device, PICK_MAX_RESERVED, out);
+}
+
+recap_status recap_memory_summary(recap_device device, char **text) {
+  recap__allocator *a;
+  RECAP_TRY(recap__allocator_for_device(device, &a));
+  return recap__allocator_summary(a, text);
+}
+
+recap_status recap_memory_snapshot_json(recap_device device, char **json) {
+  recap__allocator *a;
+  RECAP_TRY(recap__allocator_for_device(device, &a));
+  return recap__allocator_snapshot_json(a, json);
+}
+
+recap_status recap_pool_create(recap_device device, recap_pool_id *out) {
+  recap__allocator *a;
+  RECAP_TRY(recap__allocator_for_device(device, &a));
+  return recap__allocator_pool_create(a, out);
+}
+
+recap_status recap_pool_retain(recap_device device, recap_pool_id pool) {
+  recap__allocator *a;
+  RECAP_TRY(recap__allocator_for_device(device, &a));
+  return recap__allocator_pool_retain(a, pool);
+}
+
+recap_status recap_pool_release(recap_device device, recap_pool_id pool) {
+  recap__allocator *a;
+  RECAP_TRY(recap__allocator_for_device(device, &a));
+  return recap__allocator_pool_release(a, pool);
+}
+
+recap_status recap_pool_stats_get(recap_device device, recap_pool_id pool, recap_pool_stats *out) {
+  recap__allocator *a;
+  RECAP_TRY(recap__allocator_for_device(device, &a));
+  return recap__allocator_pool_stats(a, pool, out);
+}
+
+recap_status recap_pool_route_begin(recap_device device, recap_pool_id pool, recap_stream *stream) {
+  recap__allocator *a;
+  RECAP_TRY(recap__allocator_for_device(device, &a));
+  return recap__allocator_route_begin(a, pool, stream);
+}
+
+recap_status recap_pool_route_end(recap_device device, recap_stream *stream) {
+  recap__allocator *a;
+  RECAP_TRY(recap__allocator_for_device(device, &a));
+  return recap__allocator_route_end(a, stream);
+}
+
+recap_status recap__pool_route_add_stream(recap_device device, recap_stream *routed,
+                                          recap_stream *side) {
+  recap__allocator *a;
+  RECAP_TRY(recap__allocator_for_device(device, &a));
+  return recap__allocator_route_add_stream(a, routed, side);
+}

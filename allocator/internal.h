@@ -1,0 +1,133 @@
+/*
+ * internal.h: the allocator's data structures, shared by its .c files only.
+ *
+ * An allocator holds segments (raw allocations) cut into blocks. The blocks of a segment form
+ * an address-ordered doubly linked list (prev/next), so freeing a block merges it with free
+ * neighbours in O(1). Every block is also in the allocator's address index (interior
+ * pointers, recap_free), and a free block is in its pool's free set for its size class,
+ * ordered by (stream, size, address) so the best fit on a stream is one lower_bound.
+ *
+ * A pool is the default pool (id 0) or a private pool. Every segment belongs to one pool and
+ * one stream for its whole life.
+ *
+ * Everything here is guarded by recap__allocator.lock.
+ */
+#ifndef RECAP_ALLOCATOR_INTERNAL_H
+#define RECAP_ALLOCATOR_INTERNAL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "allocator/allocator.h"
+#include "allocator/treap.h"
+
+#define RECAP__CONTAINER_OF(ptr, type, member) \
+  ((type *)(void *)((char *)(ptr)-offsetof(type, member)))
+
+typedef struct recap__pool recap__pool;
+
+typedef enum {
+  RECAP__BLOCK_FREE = 0,  /* in its pool's free set */
+  RECAP__BLOCK_ALLOCATED, /* handed out by malloc */
+  RECAP__BLOCK_PENDING,   /* freed, but waiting for other streams (events or a capture) */
+} recap__block_state;
+
+typedef struct recap__segment {
+  uintptr_t base;
+  size_t size;
+  recap__pool *pool;
+  recap_stream *stream;
+  bool small;
+} recap__segment;
+
+typedef struct recap__block {
+  recap__tnode by_size; /* in the pool's free set while FREE */
+  recap__tnode by_addr; /* in the allocator's address index, always */
+  uintptr_t addr;
+  size_t size;
+  size_t requested; /* the unrounded size asked for; 0 unless ALLOCATED */
+  recap__segment *segment;
+  struct recap__block *prev, *next; /* neighbours within the segment */
+  recap__block_state state;
+  /* Streams other than the segment's that used the block (recap_record_stream). */
+  recap_stream **uses;
+  int use_count, use_capacity;
+  int event_count;           /* events recorded at free time, not yet complete */
+  uint64_t free_epoch;       /* the allocator's gc_epoch when the block last became free */
+  struct recap__block *link; /* the deferred list while PENDING; scratch while FREE */
+} recap__block;
+
+struct recap__pool {
+  uint64_t id; /* 0: the default pool */
+  recap__tnode *free_small, *free_large;
+  int use_count; /* handles and routes; unused for the default pool */
+  size_t reserved_bytes, allocated_bytes, active_bytes, segment_count;
+  recap__pool *next; /* the allocator's list of private pools */
+};
+
+typedef struct {
+  recap_stream *stream; /* whose allocations are routed */
+  recap_stream *origin; /* the stream route_begin was called on (== stream for it) */
+  recap__pool *pool;
+} recap__route;
+
+typedef struct {
+  recap_event *event;
+  recap__block *block;
+} recap__pending_event;
+
+struct recap__allocator {
+  pthread_mutex_t lock;
+  recap_device device;
+  recap__raw_backend raw;
+  recap__alloc_config config;
+
+  recap__tnode *by_addr;
+  recap__pool default_pool;
+  recap__pool *private_pools;
+
+  recap__route *routes;
+  size_t route_count, route_capacity;
+
+  /* Freed blocks with stream uses whose events could not be recorded yet (a capture was
+   * under way): their events are recorded once no capture is. */
+  recap__block *deferred;
+  recap__pending_event *pending;
+  size_t pending_count, pending_capacity;
+  recap_event **event_cache; /* completed events kept for reuse */
+  size_t event_cache_count, event_cache_capacity;
+  /* backend:native frees that could not go back to the device during a capture. */
+  bool native_release_pending;
+
+  bool fraction_set;
+  double fraction;
+  size_t allowed_bytes;
+  uint64_t gc_epoch; /* counts cache misses; a free block's age is measured in them */
+
+  recap_memory_stats stats;
+  struct recap__allocator *registry_next; /* instances the capture-end hook visits */
+};
+
+/* ---- caching.c ---- */
+/* Releases every free, unsplit segment of the default pool and of unreferenced private pools.
+ * The caller holds the lock and is inside recap__unsafe_enter. */
+void recap__release_cached_locked(recap__allocator *a);
+
+/* ---- pool.c ---- */
+/* The pool that allocations on `stream` come from (the default pool when not routed). */
+recap__pool *recap__route_lookup(recap__allocator *a, const recap_stream *stream);
+/* Frees a private pool that has neither references nor segments. */
+void recap__pool_maybe_destroy(recap__allocator *a, recap__pool *pool);
+/* Frees every private pool (allocator destruction; segments already released). */
+void recap__pools_destroy_all(recap__allocator *a);
+
+/* ---- stats.c ---- */
+/* Adds delta to the ALL entry and to the SMALL or LARGE entry of one stat array. */
+void recap__stat_add(recap_memory_stat stat[RECAP_STAT_TYPE_COUNT], bool small, int64_t delta);
+void recap__stats_reset_peak(recap_memory_stats *stats);
+/* "1.50 MiB" into buf. */
+void recap__format_bytes(char *buf, size_t capacity, size_t bytes);
+
+#endif

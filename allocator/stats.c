@@ -1,0 +1,305 @@
+/*
+ * stats.c: the allocator's counters, the human-readable summary and the JSON snapshot.
+ *
+ * The snapshot is taken under the allocator's lock, so its segments and its "stats" object
+ * describe one moment: tests (and users chasing a leak) can check one against the other.
+ */
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "allocator/internal.h"
+#include "runtime/error.h"
+
+static void stat_update(recap_memory_stat *s, int64_t delta) {
+  s->current += delta;
+  if (delta > 0) {
+    s->allocated += delta;
+    if (s->current > s->peak) s->peak = s->current;
+  } else {
+    s->freed -= delta;
+  }
+}
+
+void recap__stat_add(recap_memory_stat stat[RECAP_STAT_TYPE_COUNT], bool small, int64_t delta) {
+  stat_update(&stat[RECAP_STAT_ALL], delta);
+  stat_update(&stat[small ? RECAP_STAT_SMALL : RECAP_STAT_LARGE], delta);
+}
+
+/* The stat arrays of recap_memory_stats, with PyTorch's names, for the summary and JSON. */
+typedef struct {
+  const char *name;
+  size_t offset;
+  bool bytes;
+} stat_field;
+
+#define STAT_FIELD_(name, bytes) \
+  { #name, offsetof(recap_memory_stats, name), bytes }
+static const stat_field stat_fields[] = {
+    STAT_FIELD_(allocated_bytes, true),      STAT_FIELD_(allocated_count, false),
+    STAT_FIELD_(reserved_bytes, true),       STAT_FIELD_(reserved_count, false),
+    STAT_FIELD_(active_bytes, true),         STAT_FIELD_(active_count, false),
+    STAT_FIELD_(inactive_split_bytes, true), STAT_FIELD_(inactive_split_count, false),
+    STAT_FIELD_(requested_bytes, true),      STAT_FIELD_(requested_count, false),
+};
+#undef STAT_FIELD_
+enum { STAT_FIELD_COUNT = sizeof stat_fields / sizeof stat_fields[0] };
+
+static recap_memory_stat *field_of(recap_memory_stats *stats, const stat_field *f) {
+  return (recap_memory_stat *)(void *)((char *)stats + f->offset);
+}
+
+void recap__stats_reset_peak(recap_memory_stats *stats) {
+  for (int i = 0; i < STAT_FIELD_COUNT; i++) {
+    recap_memory_stat *s = field_of(stats, &stat_fields[i]);
+    for (int t = 0; t < RECAP_STAT_TYPE_COUNT; t++) s[t].peak = s[t].current;
+  }
+}
+
+void recap__format_bytes(char *buf, size_t capacity, size_t bytes) {
+  static const char *units[] = {"bytes", "KiB", "MiB", "GiB", "TiB"};
+  double v = (double)bytes;
+  int u = 0;
+  while (v >= 1024.0 && u < 4) v /= 1024.0, u++;
+  if (u == 0)
+    snprintf(buf, capacity, "%zu bytes", bytes);
+  else
+    snprintf(buf, capacity, "%.2f %s", v, units[u]);
+}
+
+void recap__allocator_stats(recap__allocator *a, recap_memory_stats *out) {
+  pthread_mutex_lock(&a->lock);
+  *out = a->stats;
+  pthread_mutex_unlock(&a->lock);
+}
+
+void recap__allocator_reset_peak(recap__allocator *a) {
+  pthread_mutex_lock(&a->lock);
+  recap__stats_reset_peak(&a->stats);
+  pthread_mutex_unlock(&a->lock);
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Summary
+ * ---------------------------------------------------------------------------------------- */
+
+/* A growing string; an allocation failure sticks and is reported at the end. */
+typedef struct {
+  char *data;
+  size_t len, cap;
+  bool failed;
+} text_buf;
+
+static void text_printf(text_buf *t, const char *fmt, ...) RECAP__PRINTF(2, 3);
+static void text_printf(text_buf *t, const char *fmt, ...) {
+  if (t->failed) return;
+  for (;;) {
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(t->data ? t->data + t->len : NULL, t->data ? t->cap - t->len : 0, fmt, ap);
+    va_end(ap);
+    if (n < 0) {
+      t->failed = true;
+      return;
+    }
+    if (t->data && t->len + (size_t)n < t->cap) {
+      t->len += (size_t)n;
+      return;
+    }
+    size_t cap = t->cap ? t->cap : 1024;
+    while (cap <= t->len + (size_t)n) cap *= 2;
+    char *grown = realloc(t->data, cap);
+    if (!grown) {
+      t->failed = true;
+      return;
+    }
+    t->data = grown;
+    t->cap = cap;
+  }
+}
+
+static void summary_value(char *buf, size_t cap, int64_t v, bool bytes) {
+  if (bytes)
+    recap__format_bytes(buf, cap, (size_t)(v < 0 ? 0 : v));
+  else
+    snprintf(buf, cap, "%" PRId64, v);
+}
+
+recap_status recap__allocator_summary(recap__allocator *a, char **text) {
+  RECAP_CHECK_ARG(a && text);
+  recap_memory_stats s;
+  recap__allocator_stats(a, &s);
+  static const char *type_names[] = {"all", "small", "large"};
+  text_buf t = {0};
+  text_printf(&t, "recap memory summary, %s:%d\n", recap_backend_name(a->device.backend),
+              a->device.index);
+  text_printf(&t, "%-28s %14s %14s %14s %14s\n", "metric", "current", "peak", "allocated", "freed");
+  for (int i = 0; i < STAT_FIELD_COUNT; i++) {
+    recap_memory_stat *f = field_of(&s, &stat_fields[i]);
+    for (int ty = 0; ty < RECAP_STAT_TYPE_COUNT; ty++) {
+      char name[64], cur[32], peak[32], alloc[32], freed[32];
+      snprintf(name, sizeof name, "%s (%s)", stat_fields[i].name, type_names[ty]);
+      summary_value(cur, sizeof cur, f[ty].current, stat_fields[i].bytes);
+      summary_value(peak, sizeof peak, f[ty].peak, stat_fields[i].bytes);
+      summary_value(alloc, sizeof alloc, f[ty].allocated, stat_fields[i].bytes);
+      summary_value(freed, sizeof freed, f[ty].freed, stat_fields[i].bytes);
+      text_printf(&t, "%-28s %14s %14s %14s %14s\n", name, cur, peak, alloc, freed);
+    }
+  }
+  text_printf(&t,
+              "device allocations: %" PRId64 ", device frees: %" PRId64
+              ", out-of-memory retries: %" PRId64 ", out-of-memory errors: %" PRId64
+              ", device synchronizations: %" PRId64 "\n",
+              s.num_device_alloc, s.num_device_free, s.num_alloc_retries, s.num_ooms,
+              s.num_sync_all_streams);
+  if (t.failed) {
+    free(t.data);
+    return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory for the summary text");
+  }
+  *text = t.data;
+  return RECAP_OK;
+}
+
+/* ------------------------------------------------------------------------------------------
+ * JSON snapshot
+ * ---------------------------------------------------------------------------------------- */
+
+static json_t *stats_json(const recap_memory_stats *stats) {
+  static const char *type_names[] = {"all", "small", "large"};
+  recap_memory_stats s = *stats;
+  json_t *root = json_object();
+  for (int i = 0; root && i < STAT_FIELD_COUNT; i++) {
+    recap_memory_stat *f = field_of(&s, &stat_fields[i]);
+    json_t *by_type = json_object();
+    for (int ty = 0; by_type && ty < RECAP_STAT_TYPE_COUNT; ty++) {
+      json_t *v = json_pack("{s:I,s:I,s:I,s:I}", "current", (json_int_t)f[ty].current, "peak",
+                            (json_int_t)f[ty].peak, "allocated", (json_int_t)f[ty].allocated,
+                            "freed", (json_int_t)f[ty].freed);
+      if (!v || json_object_set_new(by_type, type_names[ty], v) != 0) {
+        json_decref(by_type);
+        by_type = NULL;
+      }
+    }
+    if (!by_type || json_object_set_new(root, stat_fields[i].name, by_type) != 0) {
+      json_decref(root);
+      return NULL;
+    }
+  }
+  if (!root) return NULL;
+  json_t *counters = json_pack(
+      "{s:I,s:I,s:I,s:I,s:I}", "num_alloc_retries", (json_int_t)s.num_alloc_retries, "num_ooms",
+      (json_int_t)s.num_ooms, "num_device_alloc", (json_int_t)s.num_device_alloc, "num_device_free",
+      (json_int_t)s.num_device_free, "num_sync_all_streams", (json_int_t)s.num_sync_all_streams);
+  if (!counters || json_object_update(root, counters) != 0) {
+    json_decref(counters);
+    json_decref(root);
+    return NULL;
+  }
+  json_decref(counters);
+  return root;
+}
+
+static const char *state_name(recap__block_state state) {
+  switch (state) {
+    case RECAP__BLOCK_ALLOCATED:
+      return "active_allocated";
+    case RECAP__BLOCK_PENDING:
+      return "active_pending_free";
+    case RECAP__BLOCK_FREE:
+      break;
+  }
+  return "inactive";
+}
+
+typedef struct {
+  json_t *segments;
+  json_t *segment; /* the segment being filled */
+  json_t *blocks;  /* its blocks */
+  size_t allocated, active, requested;
+  bool failed;
+} snapshot_walk;
+
+/* Closes the current segment object, adding its totals. Every value is handed to jansson
+ * (the *_new calls take ownership even when they fail), so nothing leaks on failure. */
+static void segment_finish(snapshot_walk *w) {
+  if (!w->segment) return;
+  int bad = 0;
+  bad |= json_object_set_new(w->segment, "allocated_size", json_integer((json_int_t)w->allocated));
+  bad |= json_object_set_new(w->segment, "active_size", json_integer((json_int_t)w->active));
+  bad |= json_object_set_new(w->segment, "requested_size", json_integer((json_int_t)w->requested));
+  bad |= json_object_set_new(w->segment, "blocks", w->blocks);
+  bad |= json_array_append_new(w->segments, w->segment);
+  if (bad) w->failed = true;
+  w->segment = w->blocks = NULL;
+}
+
+static void snapshot_block(recap__tnode *node, void *user) {
+  snapshot_walk *w = user;
+  recap__block *b = RECAP__CONTAINER_OF(node, recap__block, by_addr);
+  if (w->failed) return;
+  if (!b->prev) {
+    segment_finish(w);
+    const recap__segment *seg = b->segment;
+    w->segment =
+        json_pack("{s:I,s:I,s:I,s:I,s:s}", "address", (json_int_t)seg->base, "total_size",
+                  (json_int_t)seg->size, "stream", (json_int_t)(uintptr_t)seg->stream, "pool_id",
+                  (json_int_t)seg->pool->id, "segment_type", seg->small ? "small" : "large");
+    w->blocks = json_array();
+    w->allocated = w->active = w->requested = 0;
+    if (!w->segment || !w->blocks) {
+      json_decref(w->segment);
+      json_decref(w->blocks);
+      w->segment = w->blocks = NULL;
+      w->failed = true;
+      return;
+    }
+  }
+  if (b->state == RECAP__BLOCK_ALLOCATED) w->allocated += b->size;
+  if (b->state != RECAP__BLOCK_FREE) w->active += b->size;
+  w->requested += b->requested;
+  json_t *jb =
+      json_pack("{s:I,s:I,s:I,s:s}", "address", (json_int_t)b->addr, "size", (json_int_t)b->size,
+                "requested_size", (json_int_t)b->requested, "state", state_name(b->state));
+  if (!jb || json_array_append_new(w->blocks, jb) != 0) w->failed = true;
+}
+
+recap_status recap__allocator_snapshot_json(recap__allocator *a, char **out) {
+  RECAP_CHECK_ARG(a && out);
+  json_t *root = json_object(), *pools = json_array(), *stats = NULL;
+  snapshot_walk w = {.segments = json_array()};
+  bool ok = root && w.segments && pools;
+  pthread_mutex_lock(&a->lock);
+  if (ok) {
+    recap__treap_walk(a->by_addr, snapshot_block, &w);
+    segment_finish(&w);
+    ok = !w.failed;
+  }
+  for (recap__pool *p = a->private_pools; ok && p; p = p->next) {
+    json_t *jp = json_pack("{s:I,s:i,s:I,s:I}", "id", (json_int_t)p->id, "use_count", p->use_count,
+                           "reserved_bytes", (json_int_t)p->reserved_bytes, "segment_count",
+                           (json_int_t)p->segment_count);
+    ok = jp && json_array_append_new(pools, jp) == 0;
+  }
+  if (ok) stats = stats_json(&a->stats);
+  pthread_mutex_unlock(&a->lock);
+  json_t *device = json_pack("{s:s,s:i}", "backend", recap_backend_name(a->device.backend), "index",
+                             a->device.index);
+  ok = ok && stats && device && json_object_set(root, "device", device) == 0 &&
+       json_object_set(root, "segments", w.segments) == 0 &&
+       json_object_set(root, "pools", pools) == 0 && json_object_set(root, "stats", stats) == 0;
+  char *text = ok ? json_dumps(root, JSON_COMPACT) : NULL;
+  /* json_object_set took its own references; drop ours (NULL is ignored). */
+  json_decref(device);
+  json_decref(stats);
+  json_decref(pools);
+  json_decref(w.segments);
+  json_decref(w.segment);
+  json_decref(w.blocks);
+  json_decref(root);
+  if (!text) return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory for the snapshot");
+  *out = text;
+  return RECAP_OK;
+}
