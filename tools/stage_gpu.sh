@@ -3,21 +3,28 @@
 # stripped) and copies them, with specs and test data, into stage/ (git-ignored), together
 # with gpu_run.sh, the one script that runs it all there. Then, from the device tool:
 #   run(command="bash stage/gpu_run.sh", carry=["stage"])
+# Arguments: test names to stage (default: every cc_test under //tests).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/deps.sh
-bazel build --config=stage //tests/... //:recap_cli //:recap_shared "$@"
+if [ $# -gt 0 ]; then
+  tests=("$@")
+else
+  mapfile -t tests < <(bazel query 'kind(cc_test, //tests/...)' 2>/dev/null | sed 's|//tests:||')
+fi
+bazel build --config=stage "${tests[@]/#/\/\/tests:}" //:recap_cli //:recap_shared
+# The output folder itself, not the bazel-bin link (another Bazel run may have moved it).
+bin=$(bazel info --config=stage bazel-bin 2>/dev/null)
 rm -rf stage
 mkdir -p stage/bin stage/tests
-for t in $(bazel query 'kind(cc_test, //tests/...)' 2>/dev/null); do
-  name=${t#//tests:}
-  cp -L "bazel-bin/tests/$name" "stage/tests/$name"
+for name in "${tests[@]}"; do
+  cp -L "$bin/tests/$name" "stage/tests/$name"
 done
-for so in bazel-bin/tests/*.so; do
+for so in "$bin"/tests/*.so; do
   [ -f "$so" ] && cp -L "$so" stage/tests/
 done
-cp -L bazel-bin/engine/recap stage/bin/recap
-cp -L bazel-bin/librecap.so stage/bin/librecap.so
+cp -L "$bin/engine/recap" stage/bin/recap
+cp -L "$bin/librecap.so" stage/bin/librecap.so
 [ -d tests/data ] && cp -r tests/data stage/tests/data
 [ -d specs ] && cp -r specs stage/specs
 cp tools/gpu_run.sh stage/gpu_run.sh
