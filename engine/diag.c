@@ -1,0 +1,167 @@
+/*
+ * diag.c: the list of positioned errors a spec check collects (recap__diag_* in ir.h).
+ *
+ * The loader reports every problem it finds in one pass, so one mistake can be seen from
+ * several places (each bucket's IR, say); an error identical to one already recorded is
+ * dropped, which keeps the report to one line per problem.
+ */
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/ir.h"
+
+enum { DEFAULT_MAX_MESSAGES = 100 };
+
+static char *format_message(recap__src_pos pos, const char *fmt, va_list ap) {
+  char prefix[512];
+  if (pos.file && pos.line > 0)
+    snprintf(prefix, sizeof prefix, "%s:%d:%d: error: ", pos.file, pos.line, pos.col);
+  else if (pos.file)
+    snprintf(prefix, sizeof prefix, "%s: error: ", pos.file);
+  else
+    snprintf(prefix, sizeof prefix, "error: ");
+  va_list copy;
+  va_copy(copy, ap);
+  int body = vsnprintf(NULL, 0, fmt, copy);
+  va_end(copy);
+  if (body < 0) return NULL;
+  size_t plen = strlen(prefix);
+  char *text = malloc(plen + (size_t)body + 1);
+  if (!text) return NULL;
+  memcpy(text, prefix, plen);
+  vsnprintf(text + plen, (size_t)body + 1, fmt, ap);
+  return text;
+}
+
+/* Takes ownership of text: stores it, or frees it if it is a repeat or over the limit. */
+static void add_text(recap__diag *diag, char *text) {
+  size_t max = diag->max_messages ? diag->max_messages : DEFAULT_MAX_MESSAGES;
+  if (!text) {
+    diag->dropped++;
+    return;
+  }
+  for (size_t i = 0; i < diag->count; ++i) {
+    if (strcmp(diag->messages[i], text) == 0) {
+      free(text);
+      return;
+    }
+  }
+  if (diag->count >= max) {
+    free(text);
+    diag->dropped++;
+    return;
+  }
+  if (diag->count == diag->capacity) {
+    size_t capacity = diag->capacity ? diag->capacity * 2 : 8;
+    char **messages = realloc(diag->messages, capacity * sizeof *messages);
+    if (!messages) {
+      free(text);
+      diag->dropped++;
+      return;
+    }
+    diag->messages = messages;
+    diag->capacity = capacity;
+  }
+  diag->messages[diag->count++] = text;
+}
+
+void recap__diag_error(recap__diag *diag, recap__src_pos pos, const char *fmt, ...) {
+  if (!diag) return;
+  va_list ap;
+  va_start(ap, fmt);
+  char *text = format_message(pos, fmt, ap);
+  va_end(ap);
+  add_text(diag, text);
+}
+
+size_t recap__diag_errors(const recap__diag *diag) {
+  return diag ? diag->count + diag->dropped : 0;
+}
+
+char *recap__diag_join(const recap__diag *diag) {
+  if (!diag || diag->count + diag->dropped == 0) return NULL;
+  size_t total = 1;
+  for (size_t i = 0; i < diag->count; ++i) total += strlen(diag->messages[i]) + 1;
+  char tail[96] = "";
+  if (diag->dropped) snprintf(tail, sizeof tail, "(and %zu more errors)", diag->dropped);
+  total += strlen(tail);
+  char *text = malloc(total);
+  if (!text) return NULL;
+  size_t used = 0;
+  for (size_t i = 0; i < diag->count; ++i) {
+    size_t n = strlen(diag->messages[i]);
+    memcpy(text + used, diag->messages[i], n);
+    used += n;
+    text[used++] = '\n';
+  }
+  memcpy(text + used, tail, strlen(tail));
+  used += strlen(tail);
+  if (used && text[used - 1] == '\n') --used;
+  text[used] = '\0';
+  return text;
+}
+
+void recap__diag_free(recap__diag *diag) {
+  if (!diag) return;
+  for (size_t i = 0; i < diag->count; ++i) free(diag->messages[i]);
+  free(diag->messages);
+  diag->messages = NULL;
+  diag->count = diag->capacity = diag->dropped = 0;
+}
+
+/* The "FILE:LINE:COL:" prefix's length (up to and including the third ':'), or 0. */
+static size_t position_length(const char *message) {
+  const char *p = strstr(message, ": error: ");
+  return p ? (size_t)(p - message) : 0;
+}
+
+void recap__diag_merge_new_positions(recap__diag *dst, const recap__diag *src) {
+  if (!dst || !src) return;
+  size_t existing = dst->count;
+  for (size_t i = 0; i < src->count; ++i) {
+    const char *m = src->messages[i];
+    size_t n = position_length(m);
+    bool seen = false;
+    for (size_t j = 0; j < existing && n && !seen; ++j)
+      seen = position_length(dst->messages[j]) == n && memcmp(dst->messages[j], m, n) == 0;
+    if (seen) continue;
+    add_text(dst, strdup(m));
+  }
+  dst->dropped += src->dropped;
+}
+
+static bool is_ident(char c) {
+  return c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+}
+
+/* Length of a "name (file.c:123): " marker at s, or 0. */
+static size_t marker_length(const char *s) {
+  const char *p = s;
+  while (is_ident(*p)) ++p;
+  if (p == s || p[0] != ' ' || p[1] != '(') return 0;
+  p += 2;
+  const char *file = p;
+  while (is_ident(*p) || *p == '.' || *p == '/' || *p == '-') ++p;
+  if (p == file || *p != ':') return 0;
+  const char *digits = ++p;
+  while (*p >= '0' && *p <= '9') ++p;
+  if (p == digits || strncmp(p, "): ", 3) != 0) return 0;
+  return (size_t)(p + 3 - s);
+}
+
+void recap__strip_code_locations(const char *in, char *out, size_t size) {
+  if (!size) return;
+  size_t used = 0;
+  for (size_t i = 0; in[i] && used + 1 < size;) {
+    size_t skip = (i == 0 || in[i - 1] == ' ') ? marker_length(in + i) : 0;
+    if (skip) {
+      i += skip;
+      continue;
+    }
+    out[used++] = in[i++];
+  }
+  out[used] = '\0';
+}

@@ -1,0 +1,485 @@
+/*
+ * ir.c: one bucket's IR from a loaded spec (ir.h, spec.h).
+ *
+ * Sizes are substituted, then each op's outputs come from the op registry's inference
+ * (recap__op_infer), whose messages are turned into positioned errors. An op whose inputs
+ * failed earlier is skipped silently, so one mistake is reported once, not at every op
+ * downstream of it.
+ *
+ * Bucketed dims: padding rows are garbage as far as the result is concerned, so no op may
+ * reduce or contract over an axis that carries the bucketed dim (a softmax over it, a GEMM's
+ * K...). Which axes carry it is found by building the IR a second time with another value of
+ * the dim: an axis whose extent changes carries it, through reshapes, permutes and
+ * broadcasts alike, with no per-op propagation rules. Only which input axes an op reduces
+ * over is per op (reduced_axes below).
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "engine/spec.h"
+#include "runtime/error.h"
+
+#define MAX_NUMEL ((int64_t)1 << 62)
+enum { MAX_LABEL_BYTES = 320 };
+
+int recap__ir_output_alias(const recap_op_def *def, int output) {
+  /* kv_append writes its new rows into the cache and returns the cache itself. */
+  if (def && output == 0 && strcmp(def->name, "kv_append") == 0) return 0;
+  return -1;
+}
+
+/* Which (input, axis) pairs an op reduces or contracts over; axes < 0 count from the end.
+ * Ops not listed reduce over nothing. */
+static int reduced_axes(const recap_op_def *def, const recap_op_attrs *a, int input[4],
+                        int axis[4]) {
+  const char *n = def->name;
+  if (!strcmp(n, "softmax") || !strcmp(n, "layernorm") || !strcmp(n, "rmsnorm") ||
+      !strcmp(n, "sum") || !strcmp(n, "mean")) {
+    input[0] = 0, axis[0] = -1;
+    return 1;
+  }
+  if (!strcmp(n, "linear")) {
+    input[0] = 0, axis[0] = -1; /* x's K */
+    input[1] = 1, axis[1] = -1; /* weight [N, K] */
+    return 2;
+  }
+  if (!strcmp(n, "matmul")) {
+    input[0] = 0, axis[0] = a->trans_a ? -2 : -1;
+    input[1] = 1, axis[1] = a->trans_b ? -1 : -2;
+    return 2;
+  }
+  if (!strcmp(n, "attention")) {
+    input[0] = 0, axis[0] = -1; /* q . k over head_dim */
+    input[1] = 1, axis[1] = -1;
+    input[2] = 1, axis[2] = -2; /* softmax over keys, weighted sum of values */
+    input[3] = 2, axis[3] = -2;
+    return 4;
+  }
+  return 0;
+}
+
+typedef struct {
+  const recap__spec *spec;
+  recap__diag *diag;
+  char suffix[96]; /* " (with B = 4)" in bucketed specs */
+  bool oom;
+} builder;
+
+static void error_at(builder *b, recap__src_pos pos, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void error_at(builder *b, recap__src_pos pos, const char *fmt, ...) {
+  if (!b->diag) return;
+  char text[1200];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(text, sizeof text, fmt, ap);
+  va_end(ap);
+  recap__diag_error(b->diag, pos, "%s%s", text, b->suffix);
+}
+
+static void shape_text(int ndim, const int64_t *shape, char *buf, size_t size) {
+  size_t used = 0;
+  buf[0] = '\0';
+  for (int d = 0; d < ndim; ++d) {
+    int w = snprintf(buf + used, size - used, "%s%lld", d ? ", " : "[", (long long)shape[d]);
+    if (w < 0 || (size_t)w >= size - used) return;
+    used += (size_t)w;
+  }
+  snprintf(buf + used, size - used, "]");
+}
+
+static const char *op_label(const recap__ir_op *op, char *buf, size_t size) {
+  if (strchr(op->name, '#'))
+    snprintf(buf, size, "'%s'", op->name);
+  else
+    snprintf(buf, size, "'%s' (%s)", op->name, op->def ? op->def->name : "?");
+  return buf;
+}
+
+/* Element count and bytes, with the overflow and device-memory checks. False on error. */
+static bool size_tensor(builder *b, recap__ir_tensor *t, recap__src_pos pos) {
+  char shape[128];
+  shape_text(t->ndim, t->shape, shape, sizeof shape);
+  int64_t n = 1;
+  for (int d = 0; d < t->ndim; ++d) {
+    if (t->shape[d] > (MAX_NUMEL - 1) / n) {
+      error_at(b, pos,
+               "tensor '%s' %s: the element count overflows (the product of its dims "
+               "reaches 2^62)",
+               t->name, shape);
+      return false;
+    }
+    n *= t->shape[d];
+  }
+  t->bytes = (uint64_t)n * recap_dtype_size(t->dtype);
+  uint64_t cap = b->spec->options.device_memory_bytes;
+  if (cap && t->bytes > cap) {
+    error_at(b, pos,
+             "tensor '%s' %s %s needs %llu bytes, more than the device memory (%llu "
+             "bytes)",
+             t->name, shape, recap_dtype_name(t->dtype), (unsigned long long)t->bytes,
+             (unsigned long long)cap);
+    return false;
+  }
+  return true;
+}
+
+static char *dup_or_flag(builder *b, const char *s) {
+  if (!s) return NULL;
+  char *copy = strdup(s);
+  if (!copy) b->oom = true;
+  return copy;
+}
+
+/* Substitutes dims into a size; false if the dim itself was invalid (already reported). */
+static bool resolve(const recap__spec_size *s, const int64_t *values, int64_t *out) {
+  *out = s->dim >= 0 ? values[s->dim] : s->value;
+  return s->dim < 0 || values[s->dim] > 0;
+}
+
+static recap__src_pos in_ir(const recap__ir *ir, recap__src_pos pos) {
+  pos.file = ir->file;
+  return pos;
+}
+
+/* Builds the IR for one value per dim (0: the dim is invalid). Tensors that could not be
+ * inferred keep ndim 0. Errors go to b->diag (NULL: discarded). */
+static recap__ir *build(builder *b, const int64_t *values, size_t bucket) {
+  const recap__spec *spec = b->spec;
+  recap__ir *ir = calloc(1, sizeof *ir);
+  if (!ir) {
+    b->oom = true;
+    return NULL;
+  }
+  ir->file = dup_or_flag(b, spec->file);
+  ir->name = dup_or_flag(b, spec->name);
+  ir->device = spec->device;
+  ir->dtype = spec->dtype;
+  ir->seed = spec->seed;
+  ir->warmup = spec->warmup;
+  ir->iters = spec->iters;
+  ir->bucket_dim = spec->bucket_dim;
+  ir->bucket = bucket;
+  ir->num_streams = 1;
+  ir->dims = calloc(spec->num_dims ? spec->num_dims : 1, sizeof *ir->dims);
+  ir->dim_values = calloc(spec->num_dims ? spec->num_dims : 1, sizeof *ir->dim_values);
+  ir->tensors = calloc(spec->num_tensors ? spec->num_tensors : 1, sizeof *ir->tensors);
+  ir->ops = calloc(spec->num_ops ? spec->num_ops : 1, sizeof *ir->ops);
+  ir->outputs = calloc(spec->num_outputs ? spec->num_outputs : 1, sizeof *ir->outputs);
+  if (!ir->dims || !ir->dim_values || !ir->tensors || !ir->ops || !ir->outputs) b->oom = true;
+  if (b->oom) return ir;
+
+  for (size_t d = 0; d < spec->num_dims; ++d) {
+    const recap__spec_dim *sd = &spec->dims[d];
+    recap__ir_dim *id = &ir->dims[ir->num_dims++];
+    id->name = dup_or_flag(b, sd->name);
+    id->pos = in_ir(ir, sd->pos);
+    id->values = calloc(sd->count ? sd->count : 1, sizeof *id->values);
+    if (!id->values) {
+      b->oom = true;
+      return ir;
+    }
+    memcpy(id->values, sd->values, sd->count * sizeof *id->values);
+    id->count = sd->count;
+    ir->dim_values[d] = values[d];
+  }
+
+  /* Declared tensors. */
+  uint64_t persistent = 0;
+  bool persistent_known = true;
+  ir->num_tensors = spec->num_tensors;
+  for (size_t i = 0; i < spec->num_tensors; ++i) {
+    const recap__spec_tensor *st = &spec->tensors[i];
+    recap__ir_tensor *t = &ir->tensors[i];
+    t->name = dup_or_flag(b, st->name);
+    t->pos = in_ir(ir, st->pos);
+    t->role = st->role;
+    t->producer = st->producer;
+    t->alias_of = -1;
+    t->bucket_axis = -1;
+    if (st->producer >= 0) continue;
+    t->dtype = st->dtype;
+    t->init = st->init;
+    t->init.path = dup_or_flag(b, st->init.path);
+    t->init.key = dup_or_flag(b, st->init.key);
+    if (b->oom) return ir;
+    if (st->ndim == 0) {
+      persistent_known = false;
+      continue;
+    }
+    bool ok = true;
+    for (int d = 0; d < st->ndim; ++d) ok = resolve(&st->shape[d], values, &t->shape[d]) && ok;
+    if (!ok) {
+      persistent_known = false;
+      continue;
+    }
+    t->ndim = st->ndim;
+    if (!size_tensor(b, t, t->pos)) {
+      t->ndim = 0;
+      persistent_known = false;
+      continue;
+    }
+    persistent += t->bytes;
+    if (t->init.kind == RECAP_INIT_FILE && t->init.path) {
+      size_t n = strlen(t->init.path);
+      struct stat fs;
+      bool safetensors = n >= 12 && strcmp(t->init.path + n - 12, ".safetensors") == 0;
+      if (!safetensors && stat(t->init.path, &fs) == 0 && (uint64_t)fs.st_size != t->bytes) {
+        char shape[128];
+        shape_text(t->ndim, t->shape, shape, sizeof shape);
+        error_at(b, in_ir(ir, st->init_pos),
+                 "file '%s' has %lld bytes, but tensor '%s' %s %s "
+                 "needs %llu (raw little-endian)",
+                 t->init.path, (long long)fs.st_size, t->name, shape, recap_dtype_name(t->dtype),
+                 (unsigned long long)t->bytes);
+      }
+    }
+  }
+  uint64_t cap = spec->options.device_memory_bytes;
+  if (cap && persistent_known && persistent > cap)
+    error_at(b, in_ir(ir, spec->pos),
+             "inputs, params, states and scalars need %llu bytes "
+             "together, more than the device memory (%llu bytes)",
+             (unsigned long long)persistent, (unsigned long long)cap);
+
+  /* Ops in order. */
+  ir->num_ops = spec->num_ops;
+  for (size_t i = 0; i < spec->num_ops; ++i) {
+    const recap__spec_op *sop = &spec->ops[i];
+    recap__ir_op *op = &ir->ops[i];
+    op->def = sop->def;
+    op->pos = in_ir(ir, sop->pos);
+    op->stream = sop->stream;
+    op->attrs = sop->attrs;
+    if (sop->name) {
+      op->name = dup_or_flag(b, sop->name);
+    } else {
+      char name[64];
+      snprintf(name, sizeof name, "%s#%zu", sop->def ? sop->def->name : "op", i);
+      op->name = dup_or_flag(b, name);
+    }
+    if (b->oom) return ir;
+    if (op->stream + 1 > ir->num_streams) ir->num_streams = op->stream + 1;
+    op->num_inputs = sop->num_inputs;
+    op->num_outputs = sop->num_outputs;
+    for (int j = 0; j < sop->num_inputs; ++j) op->inputs[j] = sop->inputs[j].index;
+    for (int j = 0; j < sop->num_outputs; ++j) op->outputs[j] = sop->outputs[j].index;
+    if (!sop->ok || !sop->def) continue;
+
+    bool ready = true;
+    for (int j = 0; j < sop->num_inputs; ++j) {
+      int idx = sop->inputs[j].index;
+      if (idx < 0 || ir->tensors[idx].ndim == 0) ready = false;
+    }
+    for (int k = 0; k < sop->num_int_attrs && ready; ++k) {
+      const recap__spec_int_attr *ia = &sop->int_attrs[k];
+      int64_t *field = (int64_t *)((char *)&op->attrs + ia->def->offset);
+      for (int j = 0; j < ia->count; ++j)
+        ready = resolve(&ia->values[j], values, &field[j]) && ready;
+      if (ia->def->kind == RECAP_ATTR_INT_LIST) op->attrs.num_sizes = ia->count;
+    }
+    if (!ready) continue;
+    for (int j = 0; j < sop->num_inputs; ++j) ir->tensors[sop->inputs[j].index].num_consumers++;
+
+    recap_op_call call = {.def = sop->def, .num_inputs = sop->num_inputs, .attrs = op->attrs};
+    for (int j = 0; j < sop->num_inputs; ++j) {
+      const recap__ir_tensor *t = &ir->tensors[sop->inputs[j].index];
+      recap_tensor *x = &call.inputs[j];
+      x->dtype = t->dtype;
+      x->ndim = t->ndim;
+      memcpy(x->shape, t->shape, sizeof x->shape);
+      recap__tensor_set_contiguous(x);
+    }
+    char label[MAX_LABEL_BYTES];
+    op_label(op, label, sizeof label);
+    if (recap__op_infer(&call) != RECAP_OK) {
+      char message[1024];
+      recap__strip_code_locations(recap_last_error(), message, sizeof message);
+      /* The registry names the op by its kind; say which op of the spec it is. */
+      char kind[96];
+      snprintf(kind, sizeof kind, "op '%s': ", sop->def->name);
+      const char *body =
+          strncmp(message, kind, strlen(kind)) == 0 ? message + strlen(kind) : message;
+      error_at(b, op->pos, "op %s: %s", label, body);
+      continue;
+    }
+    /* Infer may normalize attributes (negative axes): keep what the launchers will read. */
+    op->attrs = call.attrs;
+    if (call.num_outputs != sop->num_outputs) {
+      error_at(b, op->pos, "op %s produces %d output%s, but out: names %d", label, call.num_outputs,
+               call.num_outputs == 1 ? "" : "s", sop->num_outputs);
+      continue;
+    }
+    for (int o = 0; o < call.num_outputs; ++o) {
+      int idx = sop->outputs[o].index;
+      if (idx < 0) continue;
+      recap__ir_tensor *t = &ir->tensors[idx];
+      const recap_tensor *y = &call.outputs[o];
+      t->dtype = y->dtype;
+      memcpy(t->shape, y->shape, sizeof t->shape);
+      t->ndim = y->ndim;
+      int alias = recap__ir_output_alias(sop->def, o);
+      if (alias >= 0) t->alias_of = sop->inputs[alias].index;
+      if (!size_tensor(b, t, in_ir(ir, sop->outputs[o].pos))) {
+        t->ndim = 0;
+        continue;
+      }
+    }
+    int first = sop->outputs[0].index;
+    if (first >= 0 && ir->tensors[first].ndim > 0) {
+      recap__ir_tensor *t = &ir->tensors[first];
+      char got[128], want[128];
+      if (sop->check_shape) {
+        int64_t dims[RECAP_MAX_DIMS];
+        bool ok = true, same = sop->check_ndim == t->ndim;
+        for (int d = 0; d < sop->check_ndim; ++d)
+          ok = resolve(&sop->check_dims[d], values, &dims[d]) && ok;
+        for (int d = 0; ok && same && d < t->ndim; ++d) same = dims[d] == t->shape[d];
+        if (ok && !same) {
+          shape_text(t->ndim, t->shape, got, sizeof got);
+          shape_text(sop->check_ndim, dims, want, sizeof want);
+          error_at(b, in_ir(ir, sop->check_shape_pos),
+                   "op %s: output '%s' has shape %s, but "
+                   "shape: says %s",
+                   label, t->name, got, want);
+        }
+      }
+      if (sop->check_dtype && sop->check_dtype_value != t->dtype)
+        error_at(b, in_ir(ir, sop->check_dtype_pos),
+                 "op %s: output '%s' has dtype %s, but "
+                 "dtype: says %s",
+                 label, t->name, recap_dtype_name(t->dtype),
+                 recap_dtype_name(sop->check_dtype_value));
+    }
+  }
+
+  ir->num_outputs = spec->num_outputs;
+  for (size_t i = 0; i < spec->num_outputs; ++i) {
+    ir->outputs[i] = spec->outputs[i].index;
+    if (ir->outputs[i] >= 0) ir->tensors[ir->outputs[i]].is_output = true;
+  }
+  return ir;
+}
+
+/* Marks the axes that carry the bucketed dim (those whose extent differs in `probe`) and
+ * reports ops that reduce over one. */
+static void check_bucketed_axes(builder *b, recap__ir *ir, const recap__ir *probe) {
+  const recap__spec *spec = b->spec;
+  for (size_t i = 0; i < ir->num_tensors; ++i) {
+    recap__ir_tensor *t = &ir->tensors[i];
+    const recap__ir_tensor *p = &probe->tensors[i];
+    if (t->ndim == 0 || p->ndim != t->ndim) continue;
+    for (int d = 0; d < t->ndim; ++d)
+      if (t->shape[d] != p->shape[d]) t->bucket_axes |= 1u << d;
+    for (int d = t->ndim - 1; d >= 0; --d)
+      if (t->bucket_axes & (1u << d)) t->bucket_axis = d;
+  }
+  const char *dim = spec->dims[spec->bucket_dim].name;
+  for (size_t i = 0; i < ir->num_ops; ++i) {
+    const recap__ir_op *op = &ir->ops[i];
+    if (!op->def || !spec->ops[i].ok) continue;
+    int input[4], axis[4];
+    int n = reduced_axes(op->def, &op->attrs, input, axis);
+    for (int k = 0; k < n; ++k) {
+      if (input[k] >= op->num_inputs) continue;
+      int idx = op->inputs[input[k]];
+      if (idx < 0) continue;
+      const recap__ir_tensor *t = &ir->tensors[idx];
+      if (t->ndim == 0) continue;
+      int a = axis[k] < 0 ? t->ndim + axis[k] : axis[k];
+      if (a < 0 || !(t->bucket_axes & (1u << a))) continue;
+      char label[MAX_LABEL_BYTES], shape[128];
+      shape_text(t->ndim, t->shape, shape, sizeof shape);
+      error_at(b, op->pos,
+               "op %s reduces over axis %d of tensor '%s' %s, which carries the "
+               "bucketed dim '%s' (padding rows would change the result)",
+               op_label(op, label, sizeof label), a, t->name, shape, dim);
+      break;
+    }
+  }
+}
+
+recap_status recap__ir_build(const recap__spec *spec, size_t bucket, recap__ir **out,
+                             recap__diag *diag) {
+  RECAP_CHECK_ARG(spec && out);
+  if (bucket >= recap__spec_num_buckets(spec))
+    return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
+                      "bucket %zu of spec '%s' does not exist "
+                      "(it has %zu)",
+                      bucket, spec->file, recap__spec_num_buckets(spec));
+  recap__diag local = {0};
+  builder b = {.spec = spec, .diag = diag ? diag : &local};
+  size_t before = recap__diag_errors(b.diag);
+  int64_t *values = calloc(spec->num_dims + 1, sizeof *values);
+  if (!values) return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "out of memory building the IR");
+  for (size_t d = 0; d < spec->num_dims; ++d) {
+    const recap__spec_dim *sd = &spec->dims[d];
+    values[d] = sd->count == 0               ? 0
+                : (int)d == spec->bucket_dim ? sd->values[bucket]
+                                             : sd->values[0];
+  }
+  if (spec->bucket_dim >= 0)
+    snprintf(b.suffix, sizeof b.suffix, " (with %s = %lld)", spec->dims[spec->bucket_dim].name,
+             (long long)values[spec->bucket_dim]);
+  recap__ir *ir = build(&b, values, bucket);
+
+  if (!b.oom && ir && spec->bucket_dim >= 0) {
+    const recap__spec_dim *sd = &spec->dims[spec->bucket_dim];
+    int64_t v = values[spec->bucket_dim];
+    values[spec->bucket_dim] =
+        sd->count >= 2 ? sd->values[bucket + 1 < sd->count ? bucket + 1 : bucket - 1] : v + 1;
+    /* The probe's own errors are not the user's: another bucket's build reports them. */
+    builder pb = {.spec = spec, .diag = NULL};
+    recap__ir *probe = build(&pb, values, bucket);
+    if (pb.oom)
+      b.oom = true;
+    else
+      check_bucketed_axes(&b, ir, probe);
+    recap__ir_destroy(probe);
+  }
+  free(values);
+  recap_status st = RECAP_OK;
+  if (b.oom)
+    st = RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "out of memory building the IR of %s", spec->file);
+  else if (recap__diag_errors(b.diag) > before)
+    st = recap__fail_plain(RECAP_STATUS_SPEC_ERROR, "%s", b.diag->messages[b.diag->count - 1]);
+  recap__diag_free(&local);
+  if (st != RECAP_OK) {
+    recap__ir_destroy(ir);
+    return st;
+  }
+  *out = ir;
+  return RECAP_OK;
+}
+
+int recap__ir_find_tensor(const recap__ir *ir, const char *name) {
+  if (!ir || !name) return -1;
+  for (size_t i = 0; i < ir->num_tensors; ++i)
+    if (ir->tensors[i].name && strcmp(ir->tensors[i].name, name) == 0) return (int)i;
+  return -1;
+}
+
+void recap__ir_destroy(recap__ir *ir) {
+  if (!ir) return;
+  for (size_t i = 0; i < ir->num_dims; ++i) {
+    free(ir->dims[i].name);
+    free(ir->dims[i].values);
+  }
+  free(ir->dims);
+  free(ir->dim_values);
+  for (size_t i = 0; i < ir->num_tensors; ++i) {
+    free(ir->tensors[i].name);
+    free(ir->tensors[i].init.path);
+    free(ir->tensors[i].init.key);
+  }
+  free(ir->tensors);
+  for (size_t i = 0; i < ir->num_ops; ++i) free(ir->ops[i].name);
+  free(ir->ops);
+  free(ir->outputs);
+  free(ir->name);
+  free(ir->file);
+  free(ir);
+}

@@ -1,0 +1,172 @@
+/*
+ * spec.h: loading a pipeline spec (YAML) and checking it completely (internal to the engine).
+ *
+ *   recap__spec_options opts = {.device_memory_bytes = total_memory};  // zeros: defaults
+ *   recap__diag diag = {0};
+ *   recap__spec *spec = NULL;
+ *   recap_status st = recap__spec_load_file("specs/mlp.yaml", &opts, &spec, &diag);
+ *   if (st == RECAP_STATUS_SPEC_ERROR) print recap__diag_join(&diag) (or recap_last_error());
+ *   for (size_t b = 0; b < recap__spec_num_buckets(spec); ++b) {
+ *     recap__ir *ir;
+ *     recap__ir_build(spec, b, &ir, NULL);     // cannot fail on a spec that loaded, except OOM
+ *     ... plan ...
+ *     recap__ir_destroy(ir);
+ *   }
+ *   recap__spec_destroy(spec); recap__diag_free(&diag);
+ *
+ * Loading is the whole check: YAML syntax and limits, every key's type, names, the DAG, and
+ * every bucket's IR (shapes, dtypes, sizes, bucketed dims that an op reduces over). Every
+ * problem found is recorded in `diag` as "FILE:LINE:COL: error: message" (one pass; a YAML
+ * syntax error or a limit stops the parse, as the rest cannot be read reliably); the call then
+ * returns RECAP_STATUS_SPEC_ERROR and recap_last_error() holds the first messages joined by
+ * newlines. RECAP_STATUS_IO_ERROR when the file cannot be read, RECAP_STATUS_OUT_OF_MEMORY when
+ * an allocation fails. Nothing is allocated on any device. On failure *out is untouched.
+ * `diag` may be NULL when only recap_last_error() is wanted.
+ *
+ * The spec format, the defaults and the limits are documented in specs/README.md.
+ */
+#ifndef RECAP_ENGINE_SPEC_H
+#define RECAP_ENGINE_SPEC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/ir.h"
+#include "engine/yaml_ast.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+  recap__yaml_limits yaml; /* file size, depth, aliases, scalar length, node count */
+  size_t max_tensors;      /* declared tensors plus op outputs (0: 100,000) */
+  size_t max_ops;          /* (0: 100,000) */
+  /* Files a spec names (init: file) must lie inside this folder (after resolving '..' and
+   * symbolic links). NULL: no restriction. Specs loaded from a string resolve relative paths
+   * against it (or the current directory when NULL). */
+  const char *base_dir;
+  /* Bytes of device memory: a tensor larger than this, or persistent tensors (inputs,
+   * params, states, scalars) that together exceed it, are errors. 0: no limit. */
+  uint64_t device_memory_bytes;
+} recap__spec_options;
+
+/* A size in a shape or an integer attribute: a literal, or a dim's value. */
+typedef struct {
+  int64_t value; /* the literal (when dim < 0) */
+  int dim;       /* index into spec->dims, or -1 */
+  recap__src_pos pos;
+} recap__spec_size;
+
+typedef struct {
+  const char *name;
+  recap__src_pos pos;
+  int64_t *values; /* ascending; several = buckets */
+  size_t count;
+  bool bucketed; /* written as a list (even of one value) */
+} recap__spec_dim;
+
+/* A tensor named by an op, resolved to its index in the spec's tensor numbering (declared
+ * tensors first, then op outputs in op order; the IR uses the same numbering). -1: the name
+ * did not resolve (an error was reported). */
+typedef struct {
+  const char *name;
+  recap__src_pos pos;
+  int index;
+} recap__spec_ref;
+
+typedef struct {
+  const char *name;
+  recap__src_pos pos;
+  recap_tensor_role role;
+  recap_dtype dtype;
+  int ndim; /* 0: the shape had errors (already reported) */
+  recap__spec_size shape[RECAP_MAX_DIMS];
+  recap__ir_init init; /* path: resolved (malloc'd); key: malloc'd */
+  recap__src_pos init_pos;
+  int producer; /* op index for op outputs; -1 for declared tensors */
+  int consumers;
+} recap__spec_tensor;
+
+/* An INT or INT_LIST attribute as written (entries may name dims). */
+typedef struct {
+  const recap_attr_def *def;
+  recap__spec_size values[RECAP_MAX_DIMS];
+  int count;
+  recap__src_pos pos;
+} recap__spec_int_attr;
+
+enum { RECAP__SPEC_MAX_INT_ATTRS = 8 };
+
+typedef struct {
+  const recap_op_def *def; /* NULL: unknown op (reported); the op is skipped */
+  const char *name;        /* the spec's name:, else NULL */
+  recap__src_pos pos;
+  recap__spec_ref inputs[RECAP_OP_MAX_INPUTS];
+  int num_inputs;
+  recap__spec_ref outputs[RECAP_OP_MAX_OUTPUTS];
+  int num_outputs;
+  recap_op_attrs attrs; /* defaults, then the float/bool/activation/dtype attributes given */
+  recap__spec_int_attr int_attrs[RECAP__SPEC_MAX_INT_ATTRS];
+  int num_int_attrs;
+  int stream;
+  bool check_shape; /* `shape:` given (for ops without a shape attribute) */
+  int check_ndim;
+  recap__spec_size check_dims[RECAP_MAX_DIMS];
+  recap__src_pos check_shape_pos;
+  bool check_dtype; /* `dtype:` given (for ops without a dtype attribute) */
+  recap_dtype check_dtype_value;
+  recap__src_pos check_dtype_pos;
+  bool ok; /* everything about the op parsed */
+} recap__spec_op;
+
+typedef struct recap__spec {
+  const char *file; /* the name positions carry */
+  char *dir;        /* folder relative file paths are resolved against */
+  recap__spec_options options;
+  const char *name;
+  recap__src_pos pos;
+  recap_backend_kind device;
+  recap_dtype dtype;
+  uint64_t seed;
+  int warmup, iters;
+  recap__spec_dim *dims;
+  size_t num_dims;
+  int bucket_dim;              /* the dim with buckets, or -1 (at most one dim has buckets) */
+  recap__spec_tensor *tensors; /* declared, then op outputs */
+  size_t num_tensors, num_declared;
+  recap__spec_op *ops;
+  size_t num_ops;
+  recap__spec_ref *outputs;
+  size_t num_outputs;
+  bool outputs_given;
+  char *name_owned;     /* the default name (from the file name), when name: is absent */
+  recap__yaml_ast *ast; /* owns the strings above */
+} recap__spec;
+
+recap_status recap__spec_load_file(const char *path, const recap__spec_options *options,
+                                   recap__spec **out, recap__diag *diag);
+/* `name` is the pseudo file name errors carry (e.g. "<string>"). */
+recap_status recap__spec_load_string(const char *text, size_t len, const char *name,
+                                     const recap__spec_options *options, recap__spec **out,
+                                     recap__diag *diag);
+void recap__spec_destroy(recap__spec *spec);
+
+/* The number of buckets (1 when no dim has buckets); bucket b uses the bucketed dim's b-th
+ * value. */
+size_t recap__spec_num_buckets(const recap__spec *spec);
+/* The bucketed dim's value for bucket b (0 when no dim has buckets). */
+int64_t recap__spec_bucket_value(const recap__spec *spec, size_t bucket);
+
+/* Builds the IR of one bucket (ir.c). diag may be NULL. RECAP_STATUS_SPEC_ERROR with
+ * positioned errors when the spec does not hold for this bucket, RECAP_STATUS_OUT_OF_MEMORY,
+ * RECAP_STATUS_INVALID_ARGUMENT for a bucket out of range. */
+recap_status recap__ir_build(const recap__spec *spec, size_t bucket, recap__ir **out,
+                             recap__diag *diag);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,654 @@
+/*
+ * spec_test.c: the spec loader and the IR builder (engine/spec.h, engine/ir.h): parsing,
+ * defaults, every kind of error with its exact FILE:LINE:COL, all errors in one pass, the
+ * limits, file paths, buckets, and every example in specs/.
+ */
+#include "engine/spec.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "tests/test_util.h"
+
+/* ---- helpers ---- */
+
+static recap_status load(const char *text, const recap__spec_options *opts, recap__spec **spec,
+                         recap__diag *diag) {
+  return recap__spec_load_string(text, strlen(text), "t.yaml", opts, spec, diag);
+}
+
+/* Whether some message of diag starts with prefix and contains needle. */
+static int has_error(const recap__diag *diag, const char *prefix, const char *needle) {
+  for (size_t i = 0; i < diag->count; ++i)
+    if (strncmp(diag->messages[i], prefix, strlen(prefix)) == 0 &&
+        strstr(diag->messages[i], needle))
+      return 1;
+  return 0;
+}
+
+static void dump(const recap__diag *diag) {
+  for (size_t i = 0; i < diag->count; ++i) fprintf(stderr, "    | %s\n", diag->messages[i]);
+}
+
+/* Loads text expecting SPEC_ERROR with an error at "t.yaml:POS: error: " mentioning needle. */
+static void expect_error(const char *text, const char *pos, const char *needle) {
+  recap__diag diag = {0};
+  recap__spec *spec = NULL;
+  recap_status st = load(text, NULL, &spec, &diag);
+  char prefix[64];
+  snprintf(prefix, sizeof prefix, "t.yaml:%s: error: ", pos);
+  int found = has_error(&diag, prefix, needle);
+  if (st != RECAP_STATUS_SPEC_ERROR || !found) {
+    fprintf(stderr, "\n  expected %s...%s, got %s:\n", prefix, needle, recap_status_name(st));
+    dump(&diag);
+  }
+  CU_ASSERT_EQUAL(st, RECAP_STATUS_SPEC_ERROR);
+  CU_ASSERT_PTR_NULL(spec);
+  CU_ASSERT_TRUE(found);
+  recap__spec_destroy(spec);
+  recap__diag_free(&diag);
+}
+
+#define MLP                                                                             \
+  "name: mlp\n"                                                                         \
+  "device: host\n"                                                                      \
+  "dtype: bf16\n"                                                                       \
+  "seed: 1234\n"                                                                        \
+  "dims:\n"                                                                             \
+  "  B: [1, 2, 4, 8]\n"                                                                 \
+  "tensors:\n"                                                                          \
+  "  x:  {shape: [B, 64], role: input}\n"                                               \
+  "  w1: {shape: [32, 64], role: param, init: normal, std: 0.5}\n"                      \
+  "  b1: {shape: [32], role: param, init: zeros}\n"                                     \
+  "  g1: {shape: [32], role: param, init: ones}\n"                                      \
+  "ops:\n"                                                                              \
+  "  - {op: linear, in: [x, w1, b1], out: h1, act: gelu}\n"                             \
+  "  - {op: rmsnorm, in: [h1, g1], out: y, eps: 1.0e-6, stream: 1, name: final-norm}\n" \
+  "outputs: [y]\n"                                                                      \
+  "run: {warmup: 2, iters: 50}\n"
+
+/* ---- parsing ---- */
+
+static void test_spec_parses_every_top_level_key(void) {
+  recap__spec *spec = NULL;
+  recap__diag diag = {0};
+  CHECK_OK(load(MLP, NULL, &spec, &diag));
+  if (!spec) return;
+  CU_ASSERT_STRING_EQUAL(spec->name, "mlp");
+  CU_ASSERT_EQUAL(spec->device, RECAP_BACKEND_HOST);
+  CU_ASSERT_EQUAL(spec->dtype, RECAP_DTYPE_BF16);
+  CU_ASSERT_EQUAL(spec->seed, 1234u);
+  CU_ASSERT_EQUAL(spec->warmup, 2);
+  CU_ASSERT_EQUAL(spec->iters, 50);
+  CU_ASSERT_EQUAL(spec->num_dims, 1);
+  CU_ASSERT_EQUAL(spec->bucket_dim, 0);
+  CU_ASSERT_EQUAL(recap__spec_num_buckets(spec), 4);
+  CU_ASSERT_EQUAL(recap__spec_bucket_value(spec, 3), 8);
+  CU_ASSERT_EQUAL(spec->num_declared, 4);
+  CU_ASSERT_EQUAL(spec->num_tensors, 6);
+  CU_ASSERT_EQUAL(spec->tensors[1].role, RECAP_ROLE_PARAM);
+  CU_ASSERT_EQUAL(spec->tensors[1].init.kind, RECAP_INIT_NORMAL);
+  CU_ASSERT_DOUBLE_EQUAL(spec->tensors[1].init.std, 0.5, 0);
+  CU_ASSERT_EQUAL(spec->tensors[2].init.kind, RECAP_INIT_ZEROS);
+  CU_ASSERT_EQUAL(spec->num_ops, 2);
+  CU_ASSERT_EQUAL(spec->ops[0].attrs.act, RECAP_ACT_GELU);
+  CU_ASSERT_DOUBLE_EQUAL(spec->ops[1].attrs.eps, 1e-6, 0);
+  CU_ASSERT_EQUAL(spec->ops[1].stream, 1);
+  CU_ASSERT_STRING_EQUAL(spec->ops[1].name, "final-norm");
+  CU_ASSERT_EQUAL(spec->ops[1].pos.line, 14);
+  CU_ASSERT_EQUAL(spec->ops[1].pos.col, 5);
+  CU_ASSERT_EQUAL(spec->num_outputs, 1);
+  CU_ASSERT_STRING_EQUAL(spec->outputs[0].name, "y");
+  CU_ASSERT_EQUAL(diag.count, 0);
+  recap__spec_destroy(spec);
+  recap__diag_free(&diag);
+}
+
+static void test_spec_defaults_apply_when_keys_are_absent(void) {
+  recap__spec *spec = NULL;
+  const char *text =
+      "tensors:\n  a: {shape: [4], role: input}\n  p: {role: scalar}\n"
+      "  s: {shape: [4], role: state}\n  c: {shape: [1, 2, 1, 4], role: state}\n"
+      "  n: {shape: [1, 1, 1, 4], role: input}\n"
+      "ops:\n  - {op: relu, in: a, out: b}\n  - {op: add, in: [b, s], out: y}\n"
+      "  - {op: kv_append, in: [c, n, p], out: c2}\n";
+  CHECK_OK(recap__spec_load_string(text, strlen(text), "dir/pipe.v1.yaml", NULL, &spec, NULL));
+  if (!spec) return;
+  CU_ASSERT_STRING_EQUAL(spec->name, "pipe");
+  CU_ASSERT_EQUAL(spec->device, RECAP_BACKEND_CUDA);
+  CU_ASSERT_EQUAL(spec->dtype, RECAP_DTYPE_F32);
+  CU_ASSERT_EQUAL(spec->warmup, 3);
+  CU_ASSERT_EQUAL(spec->iters, 100);
+  CU_ASSERT_EQUAL(spec->bucket_dim, -1);
+  CU_ASSERT_EQUAL(recap__spec_num_buckets(spec), 1);
+  /* A scalar is an i32 [1] holding value 0; a state starts at zeros; an input is normal. */
+  CU_ASSERT_EQUAL(spec->tensors[1].dtype, RECAP_DTYPE_I32);
+  CU_ASSERT_EQUAL(spec->tensors[1].ndim, 1);
+  CU_ASSERT_EQUAL(spec->tensors[1].init.kind, RECAP_INIT_VALUE);
+  CU_ASSERT_EQUAL(spec->tensors[2].init.kind, RECAP_INIT_ZEROS);
+  CU_ASSERT_EQUAL(spec->tensors[0].init.kind, RECAP_INIT_NORMAL);
+  /* Without outputs:, the outputs are what nothing reads; kv_append's result is not one. */
+  CU_ASSERT_EQUAL(spec->num_outputs, 1);
+  CU_ASSERT_STRING_EQUAL(spec->outputs[0].name, "y");
+  recap__spec_destroy(spec);
+}
+
+static void test_spec_anchors_and_aliases_within_limits_work(void) {
+  const char *text =
+      "tensors:\n  a: {shape: &s [4, 4], role: input}\n  b: {shape: *s, role: input}\n"
+      "ops:\n  - {op: add, in: [a, b], out: y}\n";
+  recap__spec *spec = NULL;
+  CHECK_OK(load(text, NULL, &spec, NULL));
+  if (!spec) return;
+  CU_ASSERT_EQUAL(spec->tensors[1].ndim, 2);
+  CU_ASSERT_EQUAL(spec->tensors[1].shape[1].value, 4);
+  recap__spec_destroy(spec);
+}
+
+/* ---- the IR ---- */
+
+static void test_ir_infers_shapes_dtypes_and_graph_facts(void) {
+  recap__spec *spec = NULL;
+  CHECK_OK(load(MLP, NULL, &spec, NULL));
+  if (!spec) return;
+  recap__ir *ir = NULL;
+  CHECK_OK(recap__ir_build(spec, 2, &ir, NULL));
+  recap__spec_destroy(spec); /* the IR owns its strings */
+  if (!ir) return;
+  CU_ASSERT_EQUAL(ir->bucket, 2);
+  CU_ASSERT_EQUAL(ir->dim_values[0], 4);
+  int h1 = recap__ir_find_tensor(ir, "h1"), y = recap__ir_find_tensor(ir, "y");
+  int x = recap__ir_find_tensor(ir, "x"), w1 = recap__ir_find_tensor(ir, "w1");
+  CU_ASSERT_TRUE(h1 >= 0 && y >= 0 && x >= 0 && w1 >= 0);
+  CU_ASSERT_EQUAL(ir->tensors[h1].ndim, 2);
+  CU_ASSERT_EQUAL(ir->tensors[h1].shape[0], 4);
+  CU_ASSERT_EQUAL(ir->tensors[h1].shape[1], 32);
+  CU_ASSERT_EQUAL(ir->tensors[h1].dtype, RECAP_DTYPE_BF16);
+  CU_ASSERT_EQUAL(ir->tensors[h1].bytes, 4 * 32 * 2);
+  CU_ASSERT_EQUAL(ir->tensors[h1].role, RECAP_ROLE_INTERMEDIATE);
+  CU_ASSERT_EQUAL(ir->tensors[h1].producer, 0);
+  CU_ASSERT_EQUAL(ir->tensors[h1].num_consumers, 1);
+  CU_ASSERT_EQUAL(ir->tensors[y].producer, 1);
+  CU_ASSERT_TRUE(ir->tensors[y].is_output);
+  CU_ASSERT_EQUAL(ir->tensors[x].producer, -1);
+  CU_ASSERT_EQUAL(ir->tensors[x].alias_of, -1);
+  /* The bucketed dim: axis 0 of x, h1, y; none of the weight. */
+  CU_ASSERT_EQUAL(ir->tensors[x].bucket_axis, 0);
+  CU_ASSERT_EQUAL(ir->tensors[h1].bucket_axis, 0);
+  CU_ASSERT_EQUAL(ir->tensors[y].bucket_axes, 1u);
+  CU_ASSERT_EQUAL(ir->tensors[w1].bucket_axis, -1);
+  CU_ASSERT_EQUAL(ir->num_streams, 2);
+  CU_ASSERT_EQUAL(ir->ops[1].stream, 1);
+  CU_ASSERT_STRING_EQUAL(ir->ops[0].name, "linear#0");
+  CU_ASSERT_STRING_EQUAL(ir->ops[1].name, "final-norm");
+  CU_ASSERT_EQUAL(ir->ops[0].pos.line, 13);
+  CU_ASSERT_STRING_EQUAL(ir->ops[0].pos.file, "t.yaml");
+  CU_ASSERT_EQUAL(ir->num_outputs, 1);
+  CU_ASSERT_EQUAL(ir->outputs[0], y);
+  recap__ir_destroy(ir);
+}
+
+static void test_ir_bucket_out_of_range_is_invalid_argument(void) {
+  recap__spec *spec = NULL;
+  CHECK_OK(load(MLP, NULL, &spec, NULL));
+  recap__ir *ir = NULL;
+  CHECK_STATUS(recap__ir_build(spec, 4, &ir, NULL), RECAP_STATUS_INVALID_ARGUMENT);
+  CU_ASSERT_PTR_NULL(ir);
+  recap__spec_destroy(spec);
+}
+
+static void test_ir_kv_append_output_aliases_the_cache(void) {
+  const char *text =
+      "tensors:\n  c: {shape: [2, 8, 2, 4], role: state}\n"
+      "  n: {shape: [2, 1, 2, 4], role: input}\n  p: {role: scalar}\n"
+      "ops:\n  - {op: kv_append, in: [c, n, p], out: c2}\n"
+      "  - {op: sum, in: [c2], out: y}\n";
+  recap__spec *spec = NULL;
+  CHECK_OK(load(text, NULL, &spec, NULL));
+  recap__ir *ir = NULL;
+  if (spec) CHECK_OK(recap__ir_build(spec, 0, &ir, NULL));
+  if (ir) {
+    int c2 = recap__ir_find_tensor(ir, "c2");
+    CU_ASSERT_EQUAL(ir->tensors[c2].alias_of, recap__ir_find_tensor(ir, "c"));
+  }
+  recap__ir_destroy(ir);
+  recap__spec_destroy(spec);
+}
+
+/* ---- errors ---- */
+
+static void test_spec_reports_all_errors_in_one_pass_with_positions(void) {
+  const char *text =
+      "name: many\n"                                     /* 1 */
+      "colour: blue\n"                                   /* 2 */
+      "dims: {B: 0}\n"                                   /* 3 */
+      "tensors:\n"                                       /* 4 */
+      "  x: {shape: [4, 8], role: inptu}\n"              /* 5 */
+      "  w: {shape: [8, 8], role: param}\n"              /* 6 */
+      "  unused: {shape: [3], role: param}\n"            /* 7 */
+      "ops:\n"                                           /* 8 */
+      "  - {op: sofmax, in: [w], out: a}\n"              /* 9 */
+      "  - {op: relu, in: [ghost], out: b}\n"            /* 10 */
+      "  - {op: softmax, in: [w], out: c, epsilon: 1}\n" /* 11 */
+      "  - {op: add, in: [w, late], out: d}\n"           /* 12 */
+      "  - {op: relu, in: [w], out: late}\n"             /* 13 */
+      "outputs: [a, b, c, d, late]\n";
+  recap__diag diag = {0};
+  recap__spec *spec = NULL;
+  CHECK_STATUS(load(text, NULL, &spec, &diag), RECAP_STATUS_SPEC_ERROR);
+  CU_ASSERT_TRUE(has_error(&diag, "t.yaml:2:1: error: ", "unknown key 'colour' in the spec"));
+  CU_ASSERT_TRUE(has_error(&diag, "t.yaml:3:11: error: ", "dim 'B' must be between 1"));
+  CU_ASSERT_TRUE(
+      has_error(&diag, "t.yaml:5:28: error: ", "role must be input, param, state or scalar"));
+  CU_ASSERT_TRUE(
+      has_error(&diag, "t.yaml:7:3: error: ", "tensor 'unused' is declared but never used"));
+  CU_ASSERT_TRUE(
+      has_error(&diag, "t.yaml:9:10: error: ", "unknown op 'sofmax' (did you mean 'softmax'"));
+  CU_ASSERT_TRUE(has_error(&diag, "t.yaml:10:21: error: ", "unknown tensor 'ghost'"));
+  CU_ASSERT_TRUE(has_error(&diag, "t.yaml:11:36: error: ",
+                           "unknown key 'epsilon' in op 'softmax' (accepted: op, in, out, name, "
+                           "stream, shape, dtype, scale, causal)"));
+  CU_ASSERT_TRUE(has_error(&diag, "t.yaml:12:23: error: ",
+                           "uses tensor 'late' before it is defined (op 'relu#4' at line 13"));
+  /* x's role is wrong, and nothing reads it either. */
+  CU_ASSERT_TRUE(has_error(&diag, "t.yaml:5:3: error: ", "tensor 'x' is declared but never used"));
+  CU_ASSERT_EQUAL(diag.count, 9);
+  if (diag.count != 9) dump(&diag);
+  /* recap_last_error() holds the same messages, joined. */
+  CU_ASSERT_PTR_NOT_NULL(strstr(recap_last_error(), "t.yaml:2:1: error: unknown key 'colour'"));
+  CU_ASSERT_PTR_NOT_NULL(strstr(recap_last_error(), "\nt.yaml:3:11: error: "));
+  recap__diag_free(&diag);
+}
+
+static void test_spec_yaml_syntax_error_is_positioned(void) {
+  expect_error("ops:\n  - {op: relu, in: [x, out: y}\n", "2:30", "YAML syntax error");
+  expect_error("tensors:\n  x: [1\n  y: 2\n", "3:4", "YAML syntax error");
+  expect_error("a: 1\n---\nb: 2\n", "2:1", "a spec holds one YAML document");
+}
+
+static void test_spec_wrong_types_name_expected_and_found(void) {
+  expect_error("seed: [1]\nops: []\n", "1:7", "seed: expected an integer, got a sequence");
+  expect_error("device: gpu\nops: []\n", "1:9",
+               "device: expected cuda or host, got a string 'gpu'");
+  expect_error("dtype: i32\nops: []\n", "1:8", "expected a float dtype");
+  expect_error("ops: {a: 1}\n", "1:6", "ops: expected a sequence, got a mapping");
+  expect_error("tensors: [x]\nops: []\n", "1:10", "tensors: expected a mapping, got a sequence");
+  expect_error(
+      "tensors:\n  x: {shape: [4], role: input}\nops:\n  - {op: scale, in: [x], out: y, scale: "
+      "big}\n",
+      "4:41", "attribute 'scale': expected a number, got a string 'big'");
+  expect_error(
+      "tensors:\n  x: {shape: [4], role: input}\nops:\n  - {op: softmax, in: [x], out: y, causal: "
+      "1}\n",
+      "4:44", "expected true or false, got a number");
+  expect_error(
+      "tensors:\n  x: {shape: [4], role: input}\nops:\n  - {op: linear, in: [x, x], out: y, act: "
+      "swish}\n",
+      "4:43", "expected an activation");
+  expect_error("run: {warmup: -1}\nops: []\n", "1:15", "run: warmup must be between 0 and 10000");
+  expect_error(
+      "tensors:\n  x: {shape: [4], role: input}\nops:\n  - {op: relu, in: [x], out: y, stream: "
+      "99}\n",
+      "4:41", "stream must be between 0 and 63");
+}
+
+static void test_spec_dims_must_be_positive_and_ascending(void) {
+  expect_error("dims: {B: -3}\nops: []\n", "1:11", "dim 'B' must be between 1");
+  expect_error("dims: {B: [4, 2]}\nops: []\n", "1:15", "strictly ascending (2 follows 4)");
+  expect_error("dims: {B: 99999999999999999999}\nops: []\n", "1:11", "does not fit in 64 bits");
+  expect_error("dims: {B: [1, 2], S: [4, 8]}\nops: []\n", "1:19", "one bucketed dim per spec");
+  expect_error("tensors:\n  x: {shape: [N, 4], role: input}\nops: []\n", "2:15", "unknown dim 'N'");
+  expect_error("tensors:\n  x: {shape: [0, 4], role: input}\nops: []\n", "2:15",
+               "0 is not a positive integer");
+}
+
+static void test_spec_shape_and_dtype_mismatches_are_positioned(void) {
+  const char *base =
+      "tensors:\n  a: {shape: [4, 8], role: input}\n  b: {shape: [3, 8], role: input}\n"
+      "  c: {shape: [4, 8], role: input, dtype: f16}\nops:\n";
+  char text[512];
+  snprintf(text, sizeof text,
+           "%s  - {op: add, in: [a, b], out: y}\n  - {op: relu, in: [c], out: z}\n", base);
+  expect_error(text, "6:5", "op 'add#0': inputs 'a' [4, 8] and 'b' [3, 8] are not broadcastable");
+  snprintf(text, sizeof text,
+           "%s  - {op: add, in: [a, c], out: y}\n  - {op: relu, in: [b], out: z}\n", base);
+  expect_error(text, "6:5", "input 'b' has dtype f16, but input 'a' has f32");
+  snprintf(text, sizeof text,
+           "%s  - {op: add, in: [a, a], out: y, shape: [4, 9]}\n  - {op: add, in: [b, b], out: "
+           "z}\n  - {op: relu, in: c, out: q}\n",
+           base);
+  expect_error(text, "6:42", "output 'y' has shape [4, 8], but shape: says [4, 9]");
+  snprintf(text, sizeof text,
+           "%s  - {op: add, in: [a, a], out: y, dtype: bf16}\n  - {op: add, in: [b, b], out: z}\n  "
+           "- {op: relu, in: c, out: q}\n",
+           base);
+  expect_error(text, "6:42", "output 'y' has dtype f32, but dtype: says bf16");
+}
+
+static void test_spec_duplicates_are_reported_at_the_second_definition(void) {
+  expect_error(
+      "tensors:\n  x: {shape: [4], role: input}\n  x: {shape: [4], role: input}\nops: []\n", "3:3",
+      "duplicate key 'x' in tensors (first given at line 2)");
+  expect_error("tensors:\n  x: {shape: [4], role: input}\nops:\n  - {op: relu, in: [x], out: x}\n",
+               "4:30", "tensor 'x' is already defined (line 2)");
+  expect_error(
+      "tensors:\n  x: {shape: [4], role: input}\nops:\n  - {op: relu, in: [x], out: a, name: n}\n"
+      "  - {op: relu, in: [a], out: b, name: n}\n",
+      "5:39", "op name 'n' is already used");
+}
+
+static void test_spec_unused_op_output_is_an_error_when_outputs_are_listed(void) {
+  expect_error(
+      "tensors:\n  x: {shape: [4], role: input}\nops:\n  - {op: relu, in: [x], out: a}\n"
+      "  - {op: relu, in: [x], out: b}\noutputs: [b]\n",
+      "4:30", "tensor 'a' is computed but never used");
+}
+
+static void test_spec_unknown_attribute_lists_the_op_keys(void) {
+  expect_error(
+      "tensors:\n  x: {shape: [4, 4], role: input}\nops:\n"
+      "  - {op: layernorm, in: [x, x], out: y, epsilon: 1e-5}\n",
+      "4:41", "accepted: op, in, out, name, stream, shape, dtype, eps");
+  expect_error(
+      "tensors:\n  x: {shape: [4, 4], role: input}\nops:\n  - {op: slice, in: [x], out: y, end: "
+      "2}\n",
+      "4:5", "op 'slice' needs attribute 'start'");
+}
+
+static void test_spec_bucketed_dim_reduced_over_is_rejected(void) {
+  /* softmax over the last axis, which is B after the permute. */
+  expect_error(
+      "dims: {B: [2, 4]}\ntensors:\n  x: {shape: [3, B], role: input}\nops:\n"
+      "  - {op: softmax, in: [x], out: y}\n",
+      "5:5", "reduces over axis 1 of tensor 'x' [3, 2], which carries the bucketed dim 'B'");
+  /* A GEMM contracting over B (x^T x). */
+  expect_error(
+      "dims: {B: [8]}\ntensors:\n  x: {shape: [B, 16], role: input}\nops:\n"
+      "  - {op: matmul, in: [x, x], out: y, trans_a: true}\n",
+      "5:5", "reduces over axis 0 of tensor 'x' [8, 16]");
+  /* Through a reshape that merges B into the reduced axis. */
+  expect_error(
+      "dims: {B: [1, 2]}\ntensors:\n  x: {shape: [B, 4], role: input}\nops:\n"
+      "  - {op: reshape, in: [x], out: r, shape: [-1]}\n  - {op: sum, in: [r], out: y}\n",
+      "6:5", "reduces over axis 0 of tensor 'r'");
+}
+
+static void test_spec_error_in_one_bucket_names_the_bucket(void) {
+  expect_error(
+      "dims: {B: [2, 4]}\ntensors:\n  x: {shape: [B, 4], role: input}\nops:\n"
+      "  - {op: reshape, in: [x], out: y, shape: [2, 4]}\n",
+      "5:5", "(with B = 4)");
+}
+
+static void test_spec_element_count_and_device_memory_limits(void) {
+  expect_error(
+      "tensors:\n  x: {shape: [4294967296, 4294967296, 4], role: input}\n"
+      "ops:\n  - {op: relu, in: [x], out: y}\n",
+      "2:3", "the element count overflows");
+  recap__spec_options opts = {.device_memory_bytes = 1 << 20};
+  recap__diag diag = {0};
+  recap__spec *spec = NULL;
+  const char *text =
+      "tensors:\n  x: {shape: [1024, 1024], role: input}\nops:\n  - {op: relu, in: [x], out: y}\n";
+  CHECK_STATUS(load(text, &opts, &spec, &diag), RECAP_STATUS_SPEC_ERROR);
+  CU_ASSERT_TRUE(has_error(&diag, "t.yaml:2:3: error: ",
+                           "needs 4194304 bytes, more than the device memory (1048576 bytes)"));
+  recap__diag_free(&diag);
+  opts.device_memory_bytes = 0; /* no limit */
+  CHECK_OK(load(text, &opts, &spec, NULL));
+  recap__spec_destroy(spec);
+}
+
+static void test_spec_empty_text_is_an_error(void) {
+  expect_error("", "1:1", "the spec is empty");
+  expect_error("# only a comment\n", "1:1", "the spec is empty");
+  expect_error("- a\n- b\n", "1:1", "the spec must be a mapping");
+}
+
+static void test_spec_non_utf8_byte_is_positioned(void) {
+  expect_error(
+      "name: ok\nops:\n  - {op: r\xff"
+      "elu}\n",
+      "3:11", "invalid leading UTF-8 octet (byte 0xff)");
+}
+
+/* ---- limits ---- */
+
+static void test_limit_nesting_depth(void) {
+  char text[512] = "ops: ";
+  for (int i = 0; i < 100; ++i) strcat(text, "[");
+  for (int i = 0; i < 100; ++i) strcat(text, "]");
+  strcat(text, "\n");
+  /* The top mapping is level 1, so the 64th '[' (column 6 + 63) is the 65th level. */
+  expect_error(text, "1:69", "nests deeper than 64 levels");
+}
+
+static void test_limit_alias_bomb_fails_fast(void) {
+  /* Nine levels of ten aliases each would expand to 10^9 nodes. */
+  char text[4096] = "a: &a [x, x, x, x, x, x, x, x, x, x]\n";
+  for (int level = 1; level < 9; ++level) {
+    char line[256];
+    int n = snprintf(line, sizeof line, "%c: &%c [", 'a' + level, 'a' + level);
+    for (int i = 0; i < 10; ++i)
+      n += snprintf(line + n, sizeof line - (size_t)n, "%s*%c", i ? ", " : "", 'a' + level - 1);
+    snprintf(line + n, sizeof line - (size_t)n, "]\n");
+    strcat(text, line);
+  }
+  clock_t start = clock();
+  expect_error(text, "4:36", "YAML aliases expand to more than 10000 nodes");
+  CU_ASSERT_TRUE((double)(clock() - start) / CLOCKS_PER_SEC < 0.5);
+}
+
+static void test_limit_alias_count(void) {
+  char text[2048] = "a: &a 1\nb: [";
+  for (int i = 0; i < 101; ++i) strcat(text, i ? ", *a" : "*a");
+  strcat(text, "]\n");
+  expect_error(text, "2:405", "more than 100 YAML aliases");
+  expect_error("a: *nothing\n", "1:4", "refers to no anchor");
+}
+
+static void test_limit_scalar_length_and_node_count(void) {
+  recap__spec_options opts = {.yaml = {.max_scalar_bytes = 8, .max_nodes = 10}};
+  recap__diag diag = {0};
+  recap__spec *spec = NULL;
+  CHECK_STATUS(load("name: abcdefghijk\n", &opts, &spec, &diag), RECAP_STATUS_SPEC_ERROR);
+  CU_ASSERT_TRUE(
+      has_error(&diag, "t.yaml:1:7: error: ", "a scalar of 11 bytes exceeds the limit of 8"));
+  recap__diag_free(&diag);
+  CHECK_STATUS(load("ops: [a, b, c, d, e, f, g, h, i, j]\n", &opts, &spec, &diag),
+               RECAP_STATUS_SPEC_ERROR);
+  CU_ASSERT_TRUE(has_error(&diag, "t.yaml:1:", "more than 10 YAML nodes"));
+  recap__diag_free(&diag);
+}
+
+static void test_limit_file_size_tensor_and_op_counts(void) {
+  recap__spec_options opts = {.yaml = {.max_file_bytes = 16}, .max_tensors = 2, .max_ops = 1};
+  recap__diag diag = {0};
+  recap__spec *spec = NULL;
+  CHECK_STATUS(load("name: a-long-name-here\n", &opts, &spec, &diag), RECAP_STATUS_SPEC_ERROR);
+  CU_ASSERT_TRUE(has_error(&diag, "t.yaml:1:1: error: ", "larger than the limit of 16 bytes"));
+  recap__diag_free(&diag);
+  opts.yaml.max_file_bytes = 0;
+  CHECK_STATUS(load("tensors:\n  a: {shape: [1], role: input}\n  b: {shape: [1], role: input}\n"
+                    "  c: {shape: [1], role: input}\nops: [{op: relu, in: a, out: y}, {op: relu, "
+                    "in: b, out: z}]\n",
+                    &opts, &spec, &diag),
+               RECAP_STATUS_SPEC_ERROR);
+  CU_ASSERT_TRUE(
+      has_error(&diag, "t.yaml:2:3: error: ", "declares 3 tensors, more than the limit of 2"));
+  CU_ASSERT_TRUE(
+      has_error(&diag, "t.yaml:5:6: error: ", "the spec has 2 ops, more than the limit of 1"));
+  recap__diag_free(&diag);
+}
+
+/* ---- files ---- */
+
+static char tmp_dir[512];
+
+static void write_file(const char *path, const void *data, size_t len) {
+  FILE *f = fopen(path, "wb");
+  CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+  CU_ASSERT_EQUAL(fwrite(data, 1, len, f), len);
+  fclose(f);
+}
+
+static void make_tmp_dir(void) {
+  const char *base = getenv("TEST_TMPDIR");
+  snprintf(tmp_dir, sizeof tmp_dir, "%s/spec_test_XXXXXX", base ? base : "/tmp");
+  CU_ASSERT_PTR_NOT_NULL_FATAL(mkdtemp(tmp_dir));
+}
+
+static void test_files_resolve_relative_to_the_spec_and_check_size(void) {
+  make_tmp_dir();
+  char path[700], sub[600];
+  snprintf(sub, sizeof sub, "%s/specs", tmp_dir);
+  CU_ASSERT_EQUAL_FATAL(mkdir(sub, 0700), 0);
+  float w[16] = {0};
+  snprintf(path, sizeof path, "%s/w.bin", tmp_dir);
+  write_file(path, w, sizeof w);
+  const char *text =
+      "tensors:\n  w: {shape: [4, 4], role: param, init: file, path: ../w.bin}\n"
+      "ops:\n  - {op: relu, in: [w], out: y}\n";
+  snprintf(path, sizeof path, "%s/spec.yaml", sub);
+  write_file(path, text, strlen(text));
+  recap__spec *spec = NULL;
+  recap__diag diag = {0};
+  CHECK_OK(recap__spec_load_file(path, NULL, &spec, &diag));
+  if (spec) {
+    char want[700];
+    snprintf(want, sizeof want, "%s/w.bin", tmp_dir);
+    char *real = realpath(want, NULL);
+    CU_ASSERT_STRING_EQUAL(spec->tensors[0].init.path, real);
+    free(real);
+  }
+  recap__spec_destroy(spec);
+  spec = NULL;
+
+  /* Under a base directory, '..' out of it is refused; so is an absolute path. */
+  recap__spec_options opts = {.base_dir = sub};
+  CHECK_STATUS(recap__spec_load_file(path, &opts, &spec, &diag), RECAP_STATUS_SPEC_ERROR);
+  char prefix[800];
+  snprintf(prefix, sizeof prefix, "%s:2:53: error: ", path);
+  CU_ASSERT_TRUE(has_error(&diag, prefix, "path '../w.bin' escapes the base directory"));
+  recap__diag_free(&diag);
+  char abs_text[1024];
+  snprintf(abs_text, sizeof abs_text,
+           "tensors:\n  w: {shape: [4, 4], role: param, init: file, path: %s/w.bin}\n"
+           "ops:\n  - {op: relu, in: [w], out: y}\n",
+           tmp_dir);
+  CHECK_STATUS(recap__spec_load_string(abs_text, strlen(abs_text), "s", &opts, &spec, &diag),
+               RECAP_STATUS_SPEC_ERROR);
+  CU_ASSERT_TRUE(has_error(&diag, "s:2:53: error: ", "escapes the base directory"));
+  recap__diag_free(&diag);
+
+  /* A symbolic link inside the base that points outside it is refused too. */
+  char link[700], target[700];
+  snprintf(link, sizeof link, "%s/link.bin", sub);
+  snprintf(target, sizeof target, "%s/w.bin", tmp_dir);
+  CU_ASSERT_EQUAL(symlink(target, link), 0);
+  const char *link_text =
+      "tensors:\n  w: {shape: [4, 4], role: param, path: link.bin}\n"
+      "ops:\n  - {op: relu, in: [w], out: y}\n";
+  CHECK_STATUS(recap__spec_load_string(link_text, strlen(link_text), "s", &opts, &spec, &diag),
+               RECAP_STATUS_SPEC_ERROR);
+  CU_ASSERT_TRUE(has_error(&diag, "s:2:41: error: ", "escapes the base directory"));
+  recap__diag_free(&diag);
+
+  /* Missing and wrongly sized files. */
+  const char *missing =
+      "tensors:\n  w: {shape: [4, 4], role: param, path: nope.bin}\n"
+      "ops:\n  - {op: relu, in: [w], out: y}\n";
+  CHECK_STATUS(recap__spec_load_string(missing, strlen(missing), "s", &opts, &spec, &diag),
+               RECAP_STATUS_SPEC_ERROR);
+  CU_ASSERT_TRUE(has_error(&diag, "s:2:41: error: ", "No such file or directory"));
+  recap__diag_free(&diag);
+  snprintf(abs_text, sizeof abs_text,
+           "tensors:\n  w: {shape: [4, 5], role: param, path: %s/w.bin}\n"
+           "ops:\n  - {op: relu, in: [w], out: y}\n",
+           tmp_dir);
+  CHECK_STATUS(recap__spec_load_string(abs_text, strlen(abs_text), "s", NULL, &spec, &diag),
+               RECAP_STATUS_SPEC_ERROR);
+  CU_ASSERT_TRUE(
+      has_error(&diag, "s:2:41: error: ", "has 64 bytes, but tensor 'w' [4, 5] f32 needs 80"));
+  recap__diag_free(&diag);
+}
+
+static void test_load_file_that_does_not_exist_is_io_error(void) {
+  recap__spec *spec = NULL;
+  CHECK_STATUS(recap__spec_load_file("/nonexistent/spec.yaml", NULL, &spec, NULL),
+               RECAP_STATUS_IO_ERROR);
+  CHECK_ERROR_MENTIONS("/nonexistent/spec.yaml");
+  CU_ASSERT_PTR_NULL(spec);
+}
+
+static void test_every_example_spec_loads_and_builds_every_bucket(void) {
+  DIR *dir = opendir("specs");
+  CU_ASSERT_PTR_NOT_NULL_FATAL(dir);
+  int loaded = 0;
+  struct dirent *e;
+  while ((e = readdir(dir))) {
+    size_t n = strlen(e->d_name);
+    if (n < 5 || strcmp(e->d_name + n - 5, ".yaml") != 0) continue;
+    char path[512];
+    snprintf(path, sizeof path, "specs/%s", e->d_name);
+    recap__spec *spec = NULL;
+    recap__diag diag = {0};
+    recap__spec_options opts = {.device_memory_bytes = 80ull << 30};
+    recap_status st = recap__spec_load_file(path, &opts, &spec, &diag);
+    if (st != RECAP_OK) {
+      fprintf(stderr, "\n  %s:\n", path);
+      dump(&diag);
+    }
+    CU_ASSERT_EQUAL(st, RECAP_OK);
+    for (size_t b = 0; spec && b < recap__spec_num_buckets(spec); ++b) {
+      recap__ir *ir = NULL;
+      CHECK_OK(recap__ir_build(spec, b, &ir, NULL));
+      CU_ASSERT_TRUE(ir && ir->num_ops > 0 && ir->num_outputs > 0);
+      for (size_t i = 0; ir && i < ir->num_tensors; ++i) CU_ASSERT_TRUE(ir->tensors[i].ndim > 0);
+      recap__ir_destroy(ir);
+    }
+    loaded += spec != NULL;
+    recap__spec_destroy(spec);
+    recap__diag_free(&diag);
+  }
+  closedir(dir);
+  CU_ASSERT_TRUE(loaded >= 6);
+}
+
+int main(void) {
+  CU_pSuite s = test_add_suite("spec", NULL, NULL);
+  CU_ADD_TEST(s, test_spec_parses_every_top_level_key);
+  CU_ADD_TEST(s, test_spec_defaults_apply_when_keys_are_absent);
+  CU_ADD_TEST(s, test_spec_anchors_and_aliases_within_limits_work);
+  CU_ADD_TEST(s, test_ir_infers_shapes_dtypes_and_graph_facts);
+  CU_ADD_TEST(s, test_ir_bucket_out_of_range_is_invalid_argument);
+  CU_ADD_TEST(s, test_ir_kv_append_output_aliases_the_cache);
+  CU_ADD_TEST(s, test_spec_reports_all_errors_in_one_pass_with_positions);
+  CU_ADD_TEST(s, test_spec_yaml_syntax_error_is_positioned);
+  CU_ADD_TEST(s, test_spec_wrong_types_name_expected_and_found);
+  CU_ADD_TEST(s, test_spec_dims_must_be_positive_and_ascending);
+  CU_ADD_TEST(s, test_spec_shape_and_dtype_mismatches_are_positioned);
+  CU_ADD_TEST(s, test_spec_duplicates_are_reported_at_the_second_definition);
+  CU_ADD_TEST(s, test_spec_unused_op_output_is_an_error_when_outputs_are_listed);
+  CU_ADD_TEST(s, test_spec_unknown_attribute_lists_the_op_keys);
+  CU_ADD_TEST(s, test_spec_bucketed_dim_reduced_over_is_rejected);
+  CU_ADD_TEST(s, test_spec_error_in_one_bucket_names_the_bucket);
+  CU_ADD_TEST(s, test_spec_element_count_and_device_memory_limits);
+  CU_ADD_TEST(s, test_spec_empty_text_is_an_error);
+  CU_ADD_TEST(s, test_spec_non_utf8_byte_is_positioned);
+  CU_ADD_TEST(s, test_limit_nesting_depth);
+  CU_ADD_TEST(s, test_limit_alias_bomb_fails_fast);
+  CU_ADD_TEST(s, test_limit_alias_count);
+  CU_ADD_TEST(s, test_limit_scalar_length_and_node_count);
+  CU_ADD_TEST(s, test_limit_file_size_tensor_and_op_counts);
+  CU_ADD_TEST(s, test_files_resolve_relative_to_the_spec_and_check_size);
+  CU_ADD_TEST(s, test_load_file_that_does_not_exist_is_io_error);
+  CU_ADD_TEST(s, test_every_example_spec_loads_and_builds_every_bucket);
+  return test_run_all();
+}
