@@ -1,0 +1,996 @@
+/* plan.c: lifetimes, in-place reuse, cross-stream waits and arena offsets (see plan.h). */
+#include "engine/plan.h"
+
+#include <limits.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/error.h"
+
+/* No tensor may exceed this many bytes: it keeps every sum of sizes below SIZE_MAX. */
+#define MAX_TENSOR_BYTES ((size_t)1 << 56)
+
+typedef struct {
+  size_t bytes; /* rounded up to RECAP_PLAN_ALIGNMENT */
+  int first, last;
+  int root;
+  bool live_to_end;
+  bool merged; /* merged into another buffer by an in-place op; no longer a buffer itself */
+} work_buffer;
+
+typedef struct {
+  const recap__ir *ir;
+  recap__plan *plan;
+  int num_ops, num_tensors, num_streams;
+  /* Per tensor: the tensor whose memory it uses, or -1: the IR's alias_of (kv_append), or
+   * for a reshape the planner turned into a view, the reshape's input. */
+  int *alias;
+  int *root;          /* per tensor: alias followed to its end */
+  int *producer;      /* per tensor: the op that lists it as an output, or -1 */
+  int *last_consumer; /* per tensor: the last op that reads it, or -1 */
+  size_t *bytes;      /* per tensor */
+  /* Happens-before, only with several streams, as vector clocks: clock[j * S + s] is the
+   * last op on stream s that ends before op j starts (stream order and waits, transitively),
+   * or -1. Ops on one stream run in order, so op i happens before op j exactly when i is no
+   * later on its stream than clock[j][stream of i]: n * S ints instead of an n * n table. */
+  int *clock;
+  size_t waits_capacity;
+  /* Buffers while planning: one per arena root tensor, indexed like tensors (buffer_of maps a
+   * group root to the buffer it ended up in after in-place merges). */
+  work_buffer *work;
+  int *buffer_of;
+  /* Per buffer (same indexing as work) and stream: the last op accessing it there, or -1. */
+  int *stream_last;
+} planner;
+
+static const char *tensor_name(const recap__ir *ir, int t) {
+  const char *name = ir->tensors[t].name;
+  return name ? name : "?";
+}
+
+static const char *op_name(const recap__ir *ir, int j) {
+  const char *name = ir->ops[j].name;
+  return name ? name : "?";
+}
+
+static size_t align_up(size_t bytes) {
+  return (bytes + (RECAP_PLAN_ALIGNMENT - 1)) / RECAP_PLAN_ALIGNMENT * RECAP_PLAN_ALIGNMENT;
+}
+
+/* Bytes of a tensor's contiguous storage, refusing shapes that overflow. */
+static recap_status tensor_bytes(const recap__ir *ir, int t, size_t *out) {
+  const recap__ir_tensor *x = &ir->tensors[t];
+  if ((unsigned)x->dtype >= RECAP_DTYPE_COUNT)
+    return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "tensor '%s' has an unknown dtype %d",
+                      tensor_name(ir, t), (int)x->dtype);
+  if (x->ndim < 0 || x->ndim > RECAP_MAX_DIMS)
+    return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "tensor '%s' has %d dims (0..%d allowed)",
+                      tensor_name(ir, t), x->ndim, (int)RECAP_MAX_DIMS);
+  size_t bytes = recap_dtype_size(x->dtype);
+  for (int d = 0; d < x->ndim; d++) {
+    if (x->shape[d] < 0)
+      return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "tensor '%s' has a negative dim %lld",
+                        tensor_name(ir, t), (long long)x->shape[d]);
+    if (x->shape[d] != 0 && bytes > MAX_TENSOR_BYTES / (uint64_t)x->shape[d])
+      return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "tensor '%s' is larger than 2^56 bytes",
+                        tensor_name(ir, t));
+    bytes *= (size_t)x->shape[d];
+  }
+  *out = bytes;
+  return RECAP_OK;
+}
+
+/* An intermediate that starts its own arena buffer (possibly merged into another later). */
+static bool is_arena_root(const planner *p, int t) {
+  const recap__ir_tensor *x = &p->ir->tensors[t];
+  return x->role == RECAP_ROLE_INTERMEDIATE && !x->is_output && p->alias[t] < 0;
+}
+
+/* ---- checking the IR and deriving producers, consumers and alias roots ---------------- */
+
+static recap_status check_ops(planner *p) {
+  const recap__ir *ir = p->ir;
+  for (int t = 0; t < p->num_tensors; t++) p->producer[t] = p->last_consumer[t] = -1;
+  for (int j = 0; j < p->num_ops; j++) {
+    const recap__ir_op *op = &ir->ops[j];
+    if (!op->def)
+      return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "op '%s' has no definition", op_name(ir, j));
+    if (op->num_inputs < 0 || op->num_inputs > RECAP_OP_MAX_INPUTS || op->num_outputs < 0 ||
+        op->num_outputs > RECAP_OP_MAX_OUTPUTS)
+      return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "op '%s' has %d inputs and %d outputs",
+                        op_name(ir, j), op->num_inputs, op->num_outputs);
+    if (op->stream < 0 || op->stream >= p->num_streams)
+      return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
+                        "op '%s' is on stream %d but the pipeline has %d stream(s)", op_name(ir, j),
+                        op->stream, p->num_streams);
+    for (int i = 0; i < op->num_inputs; i++) {
+      int t = op->inputs[i];
+      if (t < 0 || t >= p->num_tensors)
+        return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "op '%s' input %d is tensor %d of %d",
+                          op_name(ir, j), i, t, p->num_tensors);
+      if (ir->tensors[t].producer >= j)
+        return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
+                          "op '%s' reads tensor '%s' before op %d produces it", op_name(ir, j),
+                          tensor_name(ir, t), ir->tensors[t].producer);
+      p->last_consumer[t] = j;
+    }
+    for (int o = 0; o < op->num_outputs; o++) {
+      int t = op->outputs[o];
+      if (t < 0 || t >= p->num_tensors)
+        return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "op '%s' output %d is tensor %d of %d",
+                          op_name(ir, j), o, t, p->num_tensors);
+      if (p->producer[t] >= 0 || ir->tensors[t].producer != j)
+        return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
+                          "tensor '%s' is an output of op '%s' but its producer is %d",
+                          tensor_name(ir, t), op_name(ir, j),
+                          p->producer[t] >= 0 ? p->producer[t] : ir->tensors[t].producer);
+      p->producer[t] = j;
+    }
+  }
+  return RECAP_OK;
+}
+
+/* Follows alias[] from every tensor to its root; more steps than tensors means a cycle. */
+static recap_status find_roots(planner *p) {
+  for (int t = 0; t < p->num_tensors; t++) {
+    int r = t, steps = 0;
+    while (p->alias[r] >= 0) {
+      int next = p->alias[r];
+      if (next >= p->num_tensors || ++steps > p->num_tensors)
+        return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
+                          "tensor '%s' has an alias chain that is out of range or cyclic",
+                          tensor_name(p->ir, t));
+      r = next;
+    }
+    p->root[t] = r;
+  }
+  return RECAP_OK;
+}
+
+/* Whether output o of op j writes memory that already exists: an alias over the op's in-place
+ * input (kv_append into its cache). A plain view (reshape) writes nothing. */
+static bool writes_alias(const planner *p, int j, int o) {
+  const recap__ir_op *op = &p->ir->ops[j];
+  int y = op->outputs[o], k = op->def->in_place_input;
+  return p->alias[y] >= 0 && k >= 0 && k < op->num_inputs && p->root[op->inputs[k]] == p->root[y];
+}
+
+/* Turns reshapes into views of their input where that cannot change what anyone reads: every
+ * IR tensor is contiguous, so a reshape's output has its input's bytes in the same order. Not
+ * for an output (outputs keep their own buffer), and not when either side's memory is ever
+ * written through an alias (kv_append): a view would then see writes the copy would not. */
+static recap_status choose_views(planner *p, bool *written) {
+  const recap__ir *ir = p->ir;
+  for (int t = 0; t < p->num_tensors; t++) written[t] = false;
+  for (int j = 0; j < p->num_ops; j++)
+    for (int o = 0; o < ir->ops[j].num_outputs; o++)
+      if (writes_alias(p, j, o)) written[p->root[ir->ops[j].outputs[o]]] = true;
+  for (int j = 0; j < p->num_ops; j++) {
+    const recap__ir_op *op = &ir->ops[j];
+    if (strcmp(op->def->name ? op->def->name : "", "reshape") != 0 || op->num_inputs < 1 ||
+        op->num_outputs != 1)
+      continue;
+    int x = op->inputs[0], y = op->outputs[0];
+    const recap__ir_tensor *out = &ir->tensors[y];
+    if (p->alias[y] >= 0 || out->is_output || out->role != RECAP_ROLE_INTERMEDIATE ||
+        p->bytes[x] != p->bytes[y] || written[p->root[x]] || written[y])
+      continue;
+    p->alias[y] = x;
+    p->plan->op_is_view[j] = true;
+  }
+  return find_roots(p);
+}
+
+static recap_status check_tensors(planner *p) {
+  const recap__ir *ir = p->ir;
+  for (int t = 0; t < p->num_tensors; t++) {
+    const recap__ir_tensor *x = &ir->tensors[t];
+    RECAP_TRY(tensor_bytes(ir, t, &p->bytes[t]));
+    if (x->producer != p->producer[t])
+      return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
+                        "tensor '%s' names op %d as producer but no op lists it as an output",
+                        tensor_name(ir, t), x->producer);
+    p->alias[t] = x->alias_of >= 0 ? x->alias_of : -1;
+  }
+  RECAP_TRY(find_roots(p));
+  for (int t = 0; t < p->num_tensors; t++)
+    if (is_arena_root(p, t) && p->producer[t] < 0)
+      return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
+                        "intermediate tensor '%s' is produced by no op", tensor_name(ir, t));
+  return RECAP_OK;
+}
+
+/* ---- happens-before and waits ---------------------------------------------------------- */
+
+static bool happens_before(const planner *p, int i, int j) {
+  if (i >= j) return false;
+  int s = p->ir->ops[i].stream;
+  return s == p->ir->ops[j].stream || p->clock[(size_t)j * p->num_streams + s] >= i;
+}
+
+/* Op j starts after op i ends: j inherits everything before i, and i itself. */
+static void clock_merge(planner *p, int j, int i) {
+  int *dst = &p->clock[(size_t)j * p->num_streams];
+  const int *src = &p->clock[(size_t)i * p->num_streams];
+  for (int s = 0; s < p->num_streams; s++)
+    if (src[s] > dst[s]) dst[s] = src[s];
+  int *own = &dst[p->ir->ops[i].stream];
+  if (i > *own) *own = i;
+}
+
+static recap_status add_wait(planner *p, int waiter, int waited) {
+  recap__plan *plan = p->plan;
+  if (plan->num_waits == p->waits_capacity) {
+    size_t cap = p->waits_capacity ? 2 * p->waits_capacity : 16;
+    recap__plan_wait *grown = realloc(plan->waits, cap * sizeof *grown);
+    if (!grown) return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory for plan waits");
+    plan->waits = grown;
+    p->waits_capacity = cap;
+  }
+  plan->waits[plan->num_waits++] = (recap__plan_wait){.waiter = waiter, .waited = waited};
+  return RECAP_OK;
+}
+
+static int compare_int_desc(const void *a, const void *b) {
+  int x = *(const int *)a, y = *(const int *)b;
+  return (x < y) - (x > y);
+}
+
+/* Walks the ops in order keeping, per memory location (an alias root), its last writer and
+ * its last reader on each stream since that write. An op needs every earlier access on
+ * another stream that conflicts with its own (read after write, write after read or write)
+ * ordered before it; one wait per such op unless stream order and earlier waits already
+ * imply it. Candidates go latest first, since waiting on a late op often covers earlier ones.
+ * Arena reuse between DIFFERENT tensors is not a data dependency and is handled by keeping
+ * unordered tensors apart (see plan.h). */
+static recap_status compute_waits(planner *p) {
+  const recap__ir *ir = p->ir;
+  recap_status st = RECAP_OK;
+  int S = p->num_streams;
+  size_t nt = p->num_tensors ? (size_t)p->num_tensors : 1;
+  int *last_write = malloc(nt * sizeof *last_write);
+  int *last_read = malloc(nt * (size_t)S * sizeof *last_read);
+  int *prev_on_stream = malloc((size_t)S * sizeof *prev_on_stream);
+  int *cand = malloc((size_t)(RECAP_OP_MAX_INPUTS + RECAP_OP_MAX_OUTPUTS * (1 + S)) * sizeof *cand);
+  if (!last_write || !last_read || !prev_on_stream || !cand) {
+    st = RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory for stream dependencies");
+    goto done;
+  }
+  for (int t = 0; t < p->num_tensors; t++) last_write[t] = -1;
+  for (size_t i = 0; i < (size_t)p->num_tensors * (size_t)S; i++) last_read[i] = -1;
+  for (int s = 0; s < S; s++) prev_on_stream[s] = -1;
+
+  for (int j = 0; j < p->num_ops; j++) {
+    const recap__ir_op *op = &ir->ops[j];
+    int n = 0;
+    for (int i = 0; i < op->num_inputs; i++) {
+      int loc = p->root[op->inputs[i]];
+      if (last_write[loc] >= 0) cand[n++] = last_write[loc];
+    }
+    for (int o = 0; o < op->num_outputs; o++) {
+      if (!writes_alias(p, j, o)) continue;
+      int loc = p->root[op->outputs[o]];
+      if (last_write[loc] >= 0) cand[n++] = last_write[loc];
+      for (int s = 0; s < S; s++)
+        if (last_read[(size_t)loc * S + s] >= 0) cand[n++] = last_read[(size_t)loc * S + s];
+    }
+    int prev = prev_on_stream[op->stream];
+    if (prev >= 0) clock_merge(p, j, prev);
+    qsort(cand, (size_t)n, sizeof *cand, compare_int_desc);
+    for (int c = 0; c < n; c++) {
+      int i = cand[c];
+      if (i == j || (c > 0 && cand[c - 1] == i) || happens_before(p, i, j)) continue;
+      RECAP_TRY_GOTO(st, add_wait(p, j, i), done);
+      clock_merge(p, j, i);
+    }
+    /* Reads first: an op that reads and writes one location leaves only the write. */
+    for (int i = 0; i < op->num_inputs; i++)
+      last_read[(size_t)p->root[op->inputs[i]] * S + op->stream] = j;
+    for (int o = 0; o < op->num_outputs; o++) {
+      int y = op->outputs[o];
+      if (p->alias[y] >= 0 && !writes_alias(p, j, o)) continue;
+      int loc = p->root[y];
+      last_write[loc] = j;
+      for (int s = 0; s < S; s++) last_read[(size_t)loc * S + s] = -1;
+    }
+    prev_on_stream[op->stream] = j;
+  }
+done:
+  free(last_write);
+  free(last_read);
+  free(prev_on_stream);
+  free(cand);
+  return st;
+}
+
+/* ---- buffers and in-place reuse -------------------------------------------------------- */
+
+/* Records that op j accesses the buffer starting at arena root r. */
+static void note_access(planner *p, int r, int j) {
+  work_buffer *b = &p->work[r];
+  if (j > b->last) b->last = j;
+  if (p->stream_last) {
+    int *slot = &p->stream_last[(size_t)r * p->num_streams + p->ir->ops[j].stream];
+    if (j > *slot) *slot = j;
+  }
+}
+
+/* Every access of buffer b (other than op j itself) is ordered before op j. */
+static bool buffer_ordered_before(const planner *p, int b, int j) {
+  if (!p->stream_last) return p->work[b].last <= j;
+  for (int s = 0; s < p->num_streams; s++) {
+    int last = p->stream_last[(size_t)b * p->num_streams + s];
+    if (last >= 0 && last != j && !happens_before(p, last, j)) return false;
+  }
+  return true;
+}
+
+/* One buffer per arena root holding the accesses of the root and of every view of it. */
+static void collect_buffers(planner *p) {
+  const recap__ir *ir = p->ir;
+  for (int t = 0; t < p->num_tensors; t++) {
+    p->buffer_of[t] = -1;
+    if (!is_arena_root(p, t)) continue;
+    p->buffer_of[t] = t;
+    p->work[t] = (work_buffer){
+        .bytes = align_up(p->bytes[t]), .first = p->producer[t], .last = p->producer[t], .root = t};
+  }
+  if (p->stream_last)
+    for (size_t i = 0; i < (size_t)p->num_tensors * p->num_streams; i++) p->stream_last[i] = -1;
+  for (int j = 0; j < p->num_ops; j++) {
+    const recap__ir_op *op = &ir->ops[j];
+    for (int i = 0; i < op->num_inputs; i++)
+      if (p->buffer_of[p->root[op->inputs[i]]] >= 0) note_access(p, p->root[op->inputs[i]], j);
+    for (int o = 0; o < op->num_outputs; o++) {
+      int y = op->outputs[o], r = p->root[y];
+      if (p->buffer_of[r] < 0) continue;
+      note_access(p, r, j);
+      if (ir->tensors[y].is_output) p->work[r].live_to_end = true;
+    }
+  }
+}
+
+/* Whether op j may write its output 0 over its in-place input, per plan.h's rules. */
+static bool can_write_in_place(const planner *p, int j) {
+  const recap__ir_op *op = &p->ir->ops[j];
+  int k = op->def->in_place_input;
+  if (k < 0 || k >= op->num_inputs || op->num_outputs < 1) return false;
+  int y = op->outputs[0], x = op->inputs[k];
+  if (!is_arena_root(p, y) || p->buffer_of[p->root[x]] < 0) return false;
+  if (p->bytes[y] != p->bytes[x]) return false;
+  int b = p->buffer_of[p->root[x]];
+  const work_buffer *buf = &p->work[b];
+  if (buf->live_to_end || buf->last != j) return false;
+  for (int i = 0; i < op->num_inputs; i++)
+    if (i != k && p->buffer_of[p->root[op->inputs[i]]] == b) return false;
+  return buffer_ordered_before(p, b, j);
+}
+
+static void merge_in_place(planner *p, int j) {
+  const recap__ir_op *op = &p->ir->ops[j];
+  int y = op->outputs[0], x = op->inputs[op->def->in_place_input];
+  int b = p->buffer_of[p->root[x]];
+  work_buffer *into = &p->work[b], *from = &p->work[y];
+  if (from->bytes > into->bytes) into->bytes = from->bytes;
+  if (from->last > into->last) into->last = from->last;
+  into->live_to_end |= from->live_to_end;
+  from->merged = true;
+  if (p->stream_last)
+    for (int s = 0; s < p->num_streams; s++) {
+      int *dst = &p->stream_last[(size_t)b * p->num_streams + s];
+      int src = p->stream_last[(size_t)y * p->num_streams + s];
+      if (src > *dst) *dst = src;
+    }
+  p->buffer_of[y] = b;
+  recap__plan_tensor *pt = &p->plan->tensors[y];
+  pt->kind = RECAP_PLAN_IN_PLACE;
+  pt->shares_with = x;
+}
+
+/* ---- offsets --------------------------------------------------------------------------- */
+
+typedef struct {
+  const recap__plan_buffer *buffers;
+  /* With several streams, per buffer and stream: the first op on that stream that every
+   * access of the buffer happens before (INT_MAX: none). NULL with one stream. */
+  const int *ready;
+  const int *first_stream; /* per buffer: the stream of its first op (with ready) */
+  int num_streams;
+} conflict_ctx;
+
+/* Whether buffers a and b (compact indices) must not share bytes: their lifetimes overlap,
+ * or the earlier one has an access not ordered before the later one's first write. */
+static bool conflicts(const conflict_ctx *c, int a, int b) {
+  const recap__plan_buffer *A = &c->buffers[a], *B = &c->buffers[b];
+  if (A->first_op <= B->last_op && B->first_op <= A->last_op) return true;
+  if (!c->ready) return false;
+  int early = A->last_op < B->first_op ? a : b;
+  int late_first = early == a ? B->first_op : A->first_op;
+  int late_stream = c->first_stream[early == a ? b : a];
+  return late_first < c->ready[(size_t)early * c->num_streams + late_stream];
+}
+
+/* Fills ready (see conflict_ctx). Along one stream "every access of b happens before op j"
+ * can only turn from false to true, so a binary search over the stream's ops finds where. */
+static recap_status compute_ready(const planner *p, const int *ids, size_t n, int **out,
+                                  int **first_stream) {
+  int S = p->num_streams;
+  int *ready = malloc(n * (size_t)S * sizeof *ready);
+  int *first = malloc(n * sizeof *first);
+  int *by_stream = malloc((p->num_ops ? (size_t)p->num_ops : 1) * sizeof *by_stream);
+  int *stream_start = calloc((size_t)S + 1, sizeof *stream_start);
+  if (!ready || !first || !by_stream || !stream_start) {
+    free(ready);
+    free(first);
+    free(by_stream);
+    free(stream_start);
+    return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory for the stream order");
+  }
+  /* Ops grouped by stream, in index order (a counting sort). */
+  for (int j = 0; j < p->num_ops; j++) stream_start[p->ir->ops[j].stream + 1]++;
+  for (int s = 0; s < S; s++) stream_start[s + 1] += stream_start[s];
+  for (int j = 0; j < p->num_ops; j++) by_stream[stream_start[p->ir->ops[j].stream]++] = j;
+  /* Filling moved each start to the next stream's start: shift them back. */
+  for (int s = S; s > 0; s--) stream_start[s] = stream_start[s - 1];
+  stream_start[0] = 0;
+  for (size_t b = 0; b < n; b++) first[b] = p->ir->ops[p->work[ids[b]].first].stream;
+  for (size_t b = 0; b < n; b++)
+    for (int s = 0; s < S; s++) {
+      int lo = stream_start[s], hi = stream_start[s + 1]; /* answer in [lo, hi] */
+      while (lo < hi) {
+        int mid = lo + (hi - lo) / 2;
+        if (buffer_ordered_before(p, ids[b], by_stream[mid]) &&
+            by_stream[mid] > p->work[ids[b]].last)
+          hi = mid;
+        else
+          lo = mid + 1;
+      }
+      ready[b * S + s] = lo < stream_start[s + 1] ? by_stream[lo] : INT_MAX;
+    }
+  free(by_stream);
+  free(stream_start);
+  *out = ready;
+  *first_stream = first;
+  return RECAP_OK;
+}
+
+static size_t span(const recap__plan_buffer *b) {
+  return (size_t)(b->last_op - b->first_op);
+}
+
+/* A buffer's position in one greedy order: keys compared ascending, then the index, so every
+ * order is total and the plan deterministic. (qsort takes no context, hence explicit keys.) */
+typedef struct {
+  size_t key[3];
+  int index;
+} sort_entry;
+
+enum { NUM_ORDERS = 3 };
+
+/* Order 0: largest first (TFLite's greedy by size); 1: longest lifetime first; 2: by start,
+ * like a linear scan. Descending keys are stored as SIZE_MAX - value. */
+static sort_entry sort_key(const recap__plan_buffer *b, int index, int order) {
+  size_t size = SIZE_MAX - b->bytes, length = SIZE_MAX - span(b), start = (size_t)b->first_op;
+  sort_entry e = {.index = index};
+  if (order == 0) {
+    e.key[0] = size, e.key[1] = length, e.key[2] = start;
+  } else if (order == 1) {
+    e.key[0] = length, e.key[1] = size, e.key[2] = start;
+  } else {
+    e.key[0] = start, e.key[1] = size, e.key[2] = length;
+  }
+  return e;
+}
+
+static int compare_entries(const void *l, const void *r) {
+  const sort_entry *a = l, *b = r;
+  for (int k = 0; k < 3; k++)
+    if (a->key[k] != b->key[k]) return a->key[k] < b->key[k] ? -1 : 1;
+  return (a->index > b->index) - (a->index < b->index);
+}
+
+/* Places buffers in `order`, each into the smallest gap between the already placed buffers
+ * it conflicts with that holds it, else above them. `placed` is kept sorted by offset, so
+ * the gaps come out in one sweep without sorting per buffer. Returns the arena size. */
+static size_t place_greedy(const conflict_ctx *c, size_t n, const int *order, size_t *offsets,
+                           int *placed) {
+  size_t num_placed = 0, arena = 0;
+  for (size_t k = 0; k < n; k++) {
+    int b = order[k];
+    size_t size = c->buffers[b].bytes, cursor = 0, best = SIZE_MAX, best_gap = SIZE_MAX;
+    for (size_t q = 0; q < num_placed && size > 0; q++) {
+      int other = placed[q];
+      if (!conflicts(c, b, other)) continue;
+      size_t start = offsets[other], end = start + c->buffers[other].bytes;
+      if (start > cursor && start - cursor >= size && start - cursor < best_gap) {
+        best = cursor;
+        best_gap = start - cursor;
+      }
+      if (end > cursor) cursor = end;
+    }
+    offsets[b] = size == 0 ? 0 : best != SIZE_MAX ? best : cursor;
+    if (offsets[b] + size > arena) arena = offsets[b] + size;
+    size_t at = num_placed;
+    while (at > 0 && offsets[placed[at - 1]] > offsets[b]) at--;
+    memmove(&placed[at + 1], &placed[at], (num_placed - at) * sizeof *placed);
+    placed[at] = b;
+    num_placed++;
+  }
+  return arena;
+}
+
+/* Work allowed for improving the greedy orders, in buffer pairs examined (one greedy pass over
+ * n buffers examines about n^2 / 2): a fraction of a second at most, whatever the pipeline. */
+#define IMPROVE_BUDGET ((uint64_t)1 << 24)
+
+/* trial = order with the element at position `from` moved to position `to`. */
+static void move_one(const int *order, size_t n, size_t from, size_t to, int *trial) {
+  size_t w = 0;
+  for (size_t r = 0; r < n; r++) {
+    if (r == from) continue;
+    if (w == to) trial[w++] = order[from];
+    trial[w++] = order[r];
+  }
+  if (w == to) trial[w] = order[from];
+}
+
+/* Local search over greedy orders: move one buffer to another position, re-run the greedy,
+ * keep the first order that shrinks the arena, and start over, until no move helps, the arena
+ * reaches the lower bound, or the budget is spent. The optimum is the greedy result of SOME
+ * order (sort the buffers by their optimal offsets), so searching orders is searching the
+ * right space; single moves repair what size-sorted orders typically get wrong (a large buffer
+ * placed first where smaller ones with the same lifetime should have gone). */
+static size_t improve_order(const conflict_ctx *c, size_t n, int *order, size_t best,
+                            size_t lower_bound, int *trial, int *placed, size_t *offsets,
+                            uint64_t *spent) {
+  uint64_t cost = (uint64_t)n * n / 2 + 1;
+  bool improved = true;
+  while (improved && best > lower_bound) {
+    improved = false;
+    for (size_t from = 0; from < n && !improved; from++)
+      for (size_t to = 0; to < n && !improved; to++) {
+        if (to == from || to == from + 1) continue; /* no move, or the same as from+1 -> from */
+        if (*spent + cost > IMPROVE_BUDGET) return best;
+        *spent += cost;
+        move_one(order, n, from, to, trial);
+        size_t arena = place_greedy(c, n, trial, offsets, placed);
+        if (arena >= best) continue;
+        best = arena;
+        memcpy(order, trial, n * sizeof *order);
+        improved = true;
+      }
+  }
+  return best;
+}
+
+static recap_status place_all(const planner *p, const int *ids) {
+  recap__plan *plan = p->plan;
+  size_t n = plan->num_buffers;
+  if (n == 0) return RECAP_OK;
+  recap_status st = RECAP_OK;
+  int *ready = NULL, *first_stream = NULL;
+  sort_entry *entries = malloc(n * sizeof *entries);
+  int *order = malloc(n * sizeof *order);
+  int *best_order = malloc(n * sizeof *best_order);
+  int *start = malloc(n * sizeof *start);
+  int *placed = malloc(n * sizeof *placed);
+  size_t *offsets = malloc(n * sizeof *offsets);
+  if (!entries || !order || !best_order || !start || !placed || !offsets) {
+    st = RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory for %zu plan buffers", n);
+    goto done;
+  }
+  conflict_ctx c = {.buffers = plan->buffers, .num_streams = p->num_streams};
+  if (p->stream_last) {
+    RECAP_TRY_GOTO(st, compute_ready(p, ids, n, &ready, &first_stream), done);
+    c.ready = ready;
+    c.first_stream = first_stream;
+  }
+  size_t best = SIZE_MAX;
+  uint64_t spent = 0; /* shared by the starts: the first gets the most */
+  for (int o = 0; o < NUM_ORDERS && best > plan->max_live_bytes; o++) {
+    for (size_t b = 0; b < n; b++) entries[b] = sort_key(&plan->buffers[b], (int)b, o);
+    qsort(entries, n, sizeof *entries, compare_entries);
+    for (size_t b = 0; b < n; b++) start[b] = entries[b].index;
+    size_t arena = place_greedy(&c, n, start, offsets, placed);
+    arena =
+        improve_order(&c, n, start, arena, plan->max_live_bytes, order, placed, offsets, &spent);
+    if (arena >= best) continue;
+    best = arena;
+    memcpy(best_order, start, n * sizeof *start);
+  }
+  plan->arena_bytes = place_greedy(&c, n, best_order, offsets, placed);
+  for (size_t b = 0; b < n; b++) plan->buffers[b].offset = offsets[b];
+done:
+  free(ready);
+  free(first_stream);
+  free(entries);
+  free(order);
+  free(best_order);
+  free(start);
+  free(placed);
+  free(offsets);
+  return st;
+}
+
+/* ---- the plan -------------------------------------------------------------------------- */
+
+static int compare_waits(const void *l, const void *r) {
+  const recap__plan_wait *a = l, *b = r;
+  if (a->waiter != b->waiter) return a->waiter < b->waiter ? -1 : 1;
+  return (a->waited > b->waited) - (a->waited < b->waited);
+}
+
+static recap_status finish(planner *p) {
+  recap__plan *plan = p->plan;
+  const recap__ir *ir = p->ir;
+  recap_status st = RECAP_OK;
+  int *compact = malloc((p->num_tensors ? (size_t)p->num_tensors : 1) * sizeof *compact);
+  int *ids = NULL;
+  size_t *live = NULL;
+  if (!compact) return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory for the plan");
+
+  size_t n = 0;
+  for (int t = 0; t < p->num_tensors; t++)
+    if (p->buffer_of[t] == t && !p->work[t].merged) n++;
+  plan->buffers = calloc(n ? n : 1, sizeof *plan->buffers);
+  ids = malloc((n ? n : 1) * sizeof *ids);
+  if (!plan->buffers || !ids) {
+    st = RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory for %zu plan buffers", n);
+    goto done;
+  }
+  for (int t = 0; t < p->num_tensors; t++) {
+    compact[t] = -1;
+    if (p->buffer_of[t] != t || p->work[t].merged) continue;
+    const work_buffer *w = &p->work[t];
+    compact[t] = (int)plan->num_buffers;
+    ids[plan->num_buffers] = t;
+    plan->buffers[plan->num_buffers++] =
+        (recap__plan_buffer){.bytes = w->bytes,
+                             .first_op = w->first,
+                             .last_op = w->live_to_end ? p->num_ops : w->last,
+                             .root = t};
+  }
+
+  /* Bytes live at each op: +bytes where a buffer starts, -bytes after it ends. */
+  live = calloc((size_t)p->num_ops + 2, sizeof *live);
+  if (!live) {
+    st = RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory for the plan");
+    goto done;
+  }
+  for (size_t b = 0; b < n; b++) {
+    live[plan->buffers[b].first_op] += plan->buffers[b].bytes;
+    live[plan->buffers[b].last_op + 1] -= plan->buffers[b].bytes;
+  }
+  size_t now = 0;
+  for (int j = 0; j < p->num_ops; j++) {
+    now += live[j];
+    if (now > plan->max_live_bytes) plan->max_live_bytes = now;
+  }
+  RECAP_TRY_GOTO(st, place_all(p, ids), done);
+
+  for (int t = 0; t < p->num_tensors; t++) {
+    recap__plan_tensor *pt = &plan->tensors[t];
+    int r = p->root[t];
+    if (p->buffer_of[r] < 0) continue;
+    pt->buffer = compact[p->buffer_of[r]];
+    pt->offset = plan->buffers[pt->buffer].offset;
+    if (pt->kind == RECAP_PLAN_ARENA || pt->kind == RECAP_PLAN_IN_PLACE) {
+      if (plan->naive_bytes > SIZE_MAX - align_up(p->bytes[t])) {
+        st = RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "the intermediates overflow size_t");
+        goto done;
+      }
+      plan->naive_bytes += align_up(p->bytes[t]);
+    }
+  }
+
+  for (int j = 0; j < p->num_ops; j++) plan->stream_last_op[ir->ops[j].stream] = j;
+  if (plan->num_waits > 1) qsort(plan->waits, plan->num_waits, sizeof *plan->waits, compare_waits);
+done:
+  free(compact);
+  free(ids);
+  free(live);
+  return st;
+}
+
+static void planner_free(planner *p) {
+  free(p->alias);
+  free(p->root);
+  free(p->producer);
+  free(p->last_consumer);
+  free(p->bytes);
+  free(p->clock);
+  free(p->work);
+  free(p->buffer_of);
+  free(p->stream_last);
+}
+
+recap_status recap__plan_build(const recap__ir *ir, recap__plan **out) {
+  RECAP_CHECK_ARG(ir && out);
+  RECAP_CHECK_ARG(ir->num_tensors == 0 || ir->tensors);
+  RECAP_CHECK_ARG(ir->num_ops == 0 || ir->ops);
+  if (ir->num_ops > INT_MAX / 2 || ir->num_tensors > INT_MAX / 2)
+    return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "%zu ops and %zu tensors is too many",
+                      ir->num_ops, ir->num_tensors);
+  recap_status st = RECAP_OK;
+  bool *written = NULL;
+  planner p = {.ir = ir,
+               .num_ops = (int)ir->num_ops,
+               .num_tensors = (int)ir->num_tensors,
+               .num_streams = ir->num_streams > 1 ? ir->num_streams : 1};
+  size_t nt = ir->num_tensors ? ir->num_tensors : 1;
+  recap__plan *plan = calloc(1, sizeof *plan);
+  if (!plan) return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory for a plan");
+  p.plan = plan;
+  plan->num_tensors = ir->num_tensors;
+  plan->num_ops = ir->num_ops;
+  plan->num_streams = p.num_streams;
+  plan->tensors = calloc(nt, sizeof *plan->tensors);
+  plan->stream_last_op = malloc((size_t)p.num_streams * sizeof *plan->stream_last_op);
+  plan->op_is_view = calloc(ir->num_ops ? ir->num_ops : 1, sizeof *plan->op_is_view);
+  p.alias = malloc(nt * sizeof *p.alias);
+  p.root = malloc(nt * sizeof *p.root);
+  p.producer = malloc(nt * sizeof *p.producer);
+  p.last_consumer = malloc(nt * sizeof *p.last_consumer);
+  p.bytes = malloc(nt * sizeof *p.bytes);
+  p.work = calloc(nt, sizeof *p.work);
+  p.buffer_of = malloc(nt * sizeof *p.buffer_of);
+  written = malloc(nt * sizeof *written);
+  if (!plan->tensors || !plan->stream_last_op || !plan->op_is_view || !p.alias || !p.root ||
+      !p.producer || !p.last_consumer || !p.bytes || !p.work || !p.buffer_of || !written) {
+    st = RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory to plan %zu tensors", ir->num_tensors);
+    goto fail;
+  }
+  for (int s = 0; s < p.num_streams; s++) plan->stream_last_op[s] = -1;
+  /* Ordering between streams only matters with several of them; one stream orders every op
+   * by index. */
+  if (p.num_streams > 1) {
+    size_t clocks = (p.num_ops ? (size_t)p.num_ops : 1) * (size_t)p.num_streams;
+    p.clock = malloc(clocks * sizeof *p.clock);
+    p.stream_last = malloc(nt * (size_t)p.num_streams * sizeof *p.stream_last);
+    if (p.clock)
+      for (size_t i = 0; i < clocks; i++) p.clock[i] = -1;
+    if (!p.clock || !p.stream_last) {
+      st = RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY,
+                      "no memory for the stream order of %d ops on %d streams", p.num_ops,
+                      p.num_streams);
+      goto fail;
+    }
+  }
+  RECAP_TRY_GOTO(st, check_ops(&p), fail);
+  RECAP_TRY_GOTO(st, check_tensors(&p), fail);
+  RECAP_TRY_GOTO(st, choose_views(&p, written), fail);
+
+  for (int t = 0; t < p.num_tensors; t++) {
+    const recap__ir_tensor *x = &ir->tensors[t];
+    recap__plan_tensor *pt = &plan->tensors[t];
+    pt->bytes = p.bytes[t];
+    pt->buffer = -1;
+    pt->shares_with = p.alias[t] >= 0 ? p.root[t] : -1;
+    pt->kind = p.alias[t] >= 0        ? RECAP_PLAN_VIEW
+               : is_arena_root(&p, t) ? RECAP_PLAN_ARENA
+                                      : RECAP_PLAN_EXTERNAL;
+    pt->first_op = p.producer[t];
+    pt->last_op = p.last_consumer[t] > pt->first_op ? p.last_consumer[t] : pt->first_op;
+    if (x->is_output) pt->last_op = p.num_ops;
+  }
+  if (p.num_streams > 1) RECAP_TRY_GOTO(st, compute_waits(&p), fail);
+  collect_buffers(&p);
+  for (int j = 0; j < p.num_ops; j++)
+    if (can_write_in_place(&p, j)) merge_in_place(&p, j);
+  RECAP_TRY_GOTO(st, finish(&p), fail);
+  planner_free(&p);
+  free(written);
+  *out = plan;
+  return RECAP_OK;
+fail:
+  planner_free(&p);
+  free(written);
+  recap__plan_destroy(plan);
+  return st;
+}
+
+void recap__plan_destroy(recap__plan *plan) {
+  if (!plan) return;
+  free(plan->tensors);
+  free(plan->buffers);
+  free(plan->waits);
+  free(plan->stream_last_op);
+  free(plan->op_is_view);
+  free(plan);
+}
+
+recap_status recap__plan_check_fits(const recap__plan *largest, const recap__ir *smaller) {
+  RECAP_CHECK_ARG(largest && smaller);
+  if (smaller->num_tensors != largest->num_tensors || smaller->num_ops != largest->num_ops)
+    return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
+                      "the IR has %zu tensors and %zu ops but the plan was made for %zu and %zu",
+                      smaller->num_tensors, smaller->num_ops, largest->num_tensors,
+                      largest->num_ops);
+  for (size_t t = 0; t < smaller->num_tensors; t++) {
+    const recap__ir_tensor *x = &smaller->tensors[t];
+    const recap__plan_tensor *pt = &largest->tensors[t];
+    recap__plan_kind kind = x->alias_of >= 0 ? RECAP_PLAN_VIEW
+                            : x->role == RECAP_ROLE_INTERMEDIATE && !x->is_output
+                                ? RECAP_PLAN_ARENA
+                                : RECAP_PLAN_EXTERNAL;
+    /* A reshape the planner made a view: its output shares its input 0. */
+    bool made_view = x->producer >= 0 && (size_t)x->producer < smaller->num_ops &&
+                     largest->op_is_view[x->producer] && smaller->ops[x->producer].num_inputs > 0;
+    if (made_view && kind == RECAP_PLAN_ARENA) kind = RECAP_PLAN_VIEW;
+    recap__plan_kind planned = pt->kind == RECAP_PLAN_IN_PLACE ? RECAP_PLAN_ARENA : pt->kind;
+    if (kind != planned)
+      return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
+                        "tensor '%s' has a different role or alias than in the planned IR",
+                        tensor_name(smaller, (int)t));
+    size_t bytes;
+    RECAP_TRY(tensor_bytes(smaller, (int)t, &bytes));
+    if (bytes > pt->bytes)
+      return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
+                        "tensor '%s' needs %zu bytes in this bucket but the plan holds %zu",
+                        tensor_name(smaller, (int)t), bytes, pt->bytes);
+    /* Tensors the plan overlays element for element must still match in size. */
+    int over = pt->kind == RECAP_PLAN_IN_PLACE ? pt->shares_with
+               : made_view                     ? smaller->ops[x->producer].inputs[0]
+                                               : -1;
+    if (over < 0) continue;
+    if ((size_t)over >= smaller->num_tensors)
+      return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "tensor '%s' overlays tensor %d of %zu",
+                        tensor_name(smaller, (int)t), over, smaller->num_tensors);
+    size_t over_bytes;
+    RECAP_TRY(tensor_bytes(smaller, over, &over_bytes));
+    if (over_bytes != bytes)
+      return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
+                        "tensor '%s' shares the memory of '%s' (%s) but in this bucket their "
+                        "sizes differ (%zu and %zu bytes)",
+                        tensor_name(smaller, (int)t), tensor_name(smaller, over),
+                        made_view ? "a reshape planned as a view" : "written in place over it",
+                        bytes, over_bytes);
+  }
+  return RECAP_OK;
+}
+
+/* ---- recap plan's text ----------------------------------------------------------------- */
+
+typedef struct {
+  char *data;
+  size_t len, cap;
+  bool failed;
+} text_buf;
+
+static void put(text_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void put(text_buf *b, const char *fmt, ...) {
+  if (b->failed) return;
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(b->data ? b->data + b->len : NULL, b->data ? b->cap - b->len : 0, fmt, ap);
+  va_end(ap);
+  if (n < 0) {
+    b->failed = true;
+    return;
+  }
+  if (!b->data || b->len + (size_t)n >= b->cap) {
+    size_t cap = b->cap ? b->cap : 1024;
+    while (cap <= b->len + (size_t)n) cap *= 2;
+    char *grown = realloc(b->data, cap);
+    if (!grown) {
+      b->failed = true;
+      return;
+    }
+    b->data = grown;
+    b->cap = cap;
+    va_start(ap, fmt);
+    vsnprintf(b->data + b->len, b->cap - b->len, fmt, ap);
+    va_end(ap);
+  }
+  b->len += (size_t)n;
+}
+
+static const char *role_name(recap_tensor_role role) {
+  switch (role) {
+    case RECAP_ROLE_INPUT:
+      return "input";
+    case RECAP_ROLE_PARAM:
+      return "param";
+    case RECAP_ROLE_STATE:
+      return "state";
+    case RECAP_ROLE_SCALAR:
+      return "scalar";
+    case RECAP_ROLE_INTERMEDIATE:
+      return "intermediate";
+  }
+  return "?";
+}
+
+/* "1.50 MiB (1572864 B)"-style size, into a caller's buffer. */
+static const char *human(size_t bytes, char *out, size_t cap) {
+  static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = (double)bytes;
+  int u = 0;
+  while (v >= 1024 && u < 4) {
+    v /= 1024;
+    u++;
+  }
+  if (u == 0)
+    snprintf(out, cap, "%zu B", bytes);
+  else
+    snprintf(out, cap, "%.2f %s (%zu B)", v, units[u], bytes);
+  return out;
+}
+
+recap_status recap__plan_format(const recap__ir *ir, const recap__plan *plan, char **text) {
+  RECAP_CHECK_ARG(ir && plan && text);
+  if (ir->num_tensors != plan->num_tensors || ir->num_ops != plan->num_ops)
+    return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
+                      "the plan was made for another IR (%zu/%zu tensors, %zu/%zu ops)",
+                      plan->num_tensors, ir->num_tensors, plan->num_ops, ir->num_ops);
+  text_buf b = {0};
+  char h1[64], h2[64], h3[64];
+  put(&b, "plan for '%s': %zu ops, %zu tensors, %d stream(s), %zu arena buffer(s)\n",
+      ir->name ? ir->name : "?", plan->num_ops, plan->num_tensors, plan->num_streams,
+      plan->num_buffers);
+  put(&b, "%-24s %-12s %12s %12s %-11s %-6s %s\n", "tensor", "role", "bytes", "offset", "lifetime",
+      "stream", "notes");
+  for (size_t t = 0; t < plan->num_tensors; t++) {
+    const recap__plan_tensor *pt = &plan->tensors[t];
+    const recap__ir_tensor *x = &ir->tensors[t];
+    char offset[32] = "-", life[32] = "-", stream[16] = "-";
+    if (pt->buffer >= 0) snprintf(offset, sizeof offset, "%zu", pt->offset);
+    if (pt->first_op >= 0) {
+      if (pt->last_op >= (int)plan->num_ops)
+        snprintf(life, sizeof life, "%d..end", pt->first_op);
+      else
+        snprintf(life, sizeof life, "%d..%d", pt->first_op, pt->last_op);
+      snprintf(stream, sizeof stream, "%d", ir->ops[pt->first_op].stream);
+    }
+    put(&b, "%-24s %-12s %12zu %12s %-11s %-6s", tensor_name(ir, (int)t), role_name(x->role),
+        pt->bytes, offset, life, stream);
+    switch (pt->kind) {
+      case RECAP_PLAN_EXTERNAL:
+        put(&b, " own buffer");
+        break;
+      case RECAP_PLAN_ARENA:
+        put(&b, " buffer %d", pt->buffer);
+        break;
+      case RECAP_PLAN_IN_PLACE:
+        put(&b, " buffer %d, in place over '%s'", pt->buffer, tensor_name(ir, pt->shares_with));
+        break;
+      case RECAP_PLAN_VIEW:
+        put(&b, " view of '%s'%s%s", tensor_name(ir, pt->shares_with),
+            x->producer >= 0 && plan->op_is_view[x->producer] ? " (reshape, no copy)" : "",
+            pt->buffer >= 0 ? " (extends its buffer's lifetime)" : "");
+        break;
+    }
+    put(&b, "%s\n", x->is_output ? ", output" : "");
+  }
+  if (plan->num_waits) {
+    put(&b, "waits (%zu):\n", plan->num_waits);
+    for (size_t w = 0; w < plan->num_waits; w++) {
+      int a = plan->waits[w].waiter, c = plan->waits[w].waited;
+      put(&b, "  op %d '%s' (stream %d) waits for op %d '%s' (stream %d)\n", a, op_name(ir, a),
+          ir->ops[a].stream, c, op_name(ir, c), ir->ops[c].stream);
+    }
+  }
+  for (int s = 1; s < plan->num_streams; s++)
+    if (plan->stream_last_op[s] >= 0)
+      put(&b, "  end of pipeline joins stream %d after op %d '%s'\n", s, plan->stream_last_op[s],
+          op_name(ir, plan->stream_last_op[s]));
+  put(&b, "arena:    %s\n", human(plan->arena_bytes, h1, sizeof h1));
+  put(&b, "naive:    %s (every intermediate in its own allocation)\n",
+      human(plan->naive_bytes, h2, sizeof h2));
+  put(&b, "max live: %s (lower bound for any placement)\n",
+      human(plan->max_live_bytes, h3, sizeof h3));
+  if (plan->naive_bytes)
+    put(&b, "saved:    %.1f%% of naive; arena is %.3fx the lower bound\n",
+        100.0 * (1.0 - (double)plan->arena_bytes / (double)plan->naive_bytes),
+        plan->max_live_bytes ? (double)plan->arena_bytes / (double)plan->max_live_bytes : 1.0);
+  if (b.failed) {
+    free(b.data);
+    return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory for the plan's text");
+  }
+  *text = b.data;
+  return RECAP_OK;
+}

@@ -1,0 +1,1055 @@
+/*
+ * plan_test.c: the memory planner (engine/plan.h) on IRs built by hand.
+ *
+ * Every plan a test makes goes through check_plan, which re-derives from the IR alone what
+ * a correct plan must satisfy and checks it exhaustively: no two tensors whose lifetimes
+ * overlap share a byte (except a view with its source, and an in-place result with the input
+ * it overwrites at the one op where both are live), tensors that share bytes one after the
+ * other are ordered by stream order plus the plan's waits, every data dependency across
+ * streams is ordered, nothing external is in the arena, the arena holds every buffer, and the
+ * totals (naive sum, max live) match an independent count, with arena >= max live.
+ *
+ * The random test compares the arena with an exact optimum found by exhaustive search on
+ * small DAGs. RECAP_TEST_SEED replays it; RECAP_PLAN_CASES changes the number of DAGs.
+ */
+#include "engine/plan.h"
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tests/test_util.h"
+
+enum { MAX_T = 48, MAX_OPS = 24, U = RECAP_PLAN_ALIGNMENT };
+
+/* Op definitions the planner reads: only in_place_input matters to it. */
+static const recap_op_def def_plain = {.name = "matmul", .in_place_input = -1};
+static const recap_op_def def_inplace = {.name = "relu", .in_place_input = 0};
+static const recap_op_def def_view = {.name = "reshape", .in_place_input = -1};
+static const recap_op_def def_append = {.name = "kv_append", .in_place_input = 0};
+
+typedef struct {
+  recap__ir ir;
+  recap__ir_tensor tensors[MAX_T];
+  recap__ir_op ops[MAX_OPS];
+  int outputs[MAX_T];
+  char tensor_names[MAX_T][16];
+  char op_names[MAX_OPS][16];
+} graph;
+
+static void graph_init(graph *g, int num_streams) {
+  memset(g, 0, sizeof *g);
+  g->ir.name = "test";
+  g->ir.tensors = g->tensors;
+  g->ir.ops = g->ops;
+  g->ir.outputs = g->outputs;
+  g->ir.num_streams = num_streams;
+}
+
+/* A 1-D f32 tensor of `bytes` bytes (a multiple of 4). */
+static int tensor(graph *g, const char *name, recap_tensor_role role, int64_t bytes) {
+  int t = (int)g->ir.num_tensors++;
+  CU_ASSERT_FATAL(t < MAX_T);
+  recap__ir_tensor *x = &g->tensors[t];
+  snprintf(g->tensor_names[t], sizeof g->tensor_names[t], "%s", name);
+  x->name = g->tensor_names[t];
+  x->role = role;
+  x->dtype = RECAP_DTYPE_F32;
+  x->ndim = 1;
+  x->shape[0] = bytes / 4;
+  x->bucket_axis = -1;
+  x->producer = -1;
+  x->alias_of = -1;
+  return t;
+}
+
+/* An op on `stream` reading the n tensors that follow, producing a new intermediate `out` of
+ * `bytes` bytes (an alias of `alias` when alias >= 0). Returns the new tensor. */
+static int op_alias(graph *g, const recap_op_def *def, int stream, const char *out, int64_t bytes,
+                    int alias, int n, ...) {
+  int j = (int)g->ir.num_ops++;
+  CU_ASSERT_FATAL(j < MAX_OPS);
+  int y = tensor(g, out, RECAP_ROLE_INTERMEDIATE, bytes);
+  recap__ir_op *op = &g->ops[j];
+  op->def = def;
+  snprintf(g->op_names[j], sizeof g->op_names[j], "%s#%d", def->name, j);
+  op->name = g->op_names[j];
+  op->stream = stream;
+  va_list ap;
+  va_start(ap, n);
+  for (int i = 0; i < n; i++) {
+    op->inputs[op->num_inputs++] = va_arg(ap, int);
+    g->tensors[op->inputs[i]].num_consumers++;
+  }
+  va_end(ap);
+  op->outputs[op->num_outputs++] = y;
+  g->tensors[y].producer = j;
+  g->tensors[y].alias_of = alias;
+  return y;
+}
+
+#define OP(g, def, stream, out, bytes, ...)          \
+  op_alias((g), (def), (stream), (out), (bytes), -1, \
+           (int)(sizeof((int[]){__VA_ARGS__}) / sizeof(int)), __VA_ARGS__)
+/* A reshape of src (same bytes); the planner decides whether it is a view. */
+#define RESHAPE(g, stream, out, src) \
+  op_alias((g), &def_view, (stream), (out), (int64_t)(g)->tensors[src].shape[0] * 4, -1, 1, (src))
+/* kv_append: writes `rows` into `cache` and returns the cache (an IR alias of it). */
+#define APPEND(g, stream, out, cache, rows)                                                       \
+  op_alias((g), &def_append, (stream), (out), (int64_t)(g)->tensors[cache].shape[0] * 4, (cache), \
+           2, (cache), (rows))
+
+static void mark_output(graph *g, int t) {
+  g->tensors[t].is_output = true;
+  g->outputs[g->ir.num_outputs++] = t;
+}
+
+/* ---- the independent checker ------------------------------------------------------------ */
+
+/* What the checker derives from the IR and the plan's decisions (views, waits). */
+typedef struct {
+  const recap__ir *ir;
+  const recap__plan *plan;
+  int alias[MAX_T];    /* the IR's alias_of, or the input of a reshape the plan made a view */
+  bool written[MAX_T]; /* by IR aliases only: memory some kv_append writes */
+  uint64_t hb[64];     /* hb[j] bit i: op i ends before op j starts */
+} checker;
+
+static int root_of(const checker *c, int t) {
+  while (c->alias[t] >= 0) t = c->alias[t];
+  return t;
+}
+
+static int ir_root_of(const recap__ir *ir, int t) {
+  while (ir->tensors[t].alias_of >= 0) t = ir->tensors[t].alias_of;
+  return t;
+}
+
+/* Op j's output o is an IR alias that writes the memory of its in-place input (kv_append). */
+static bool writes_alias(const recap__ir *ir, int j, int o) {
+  const recap__ir_op *op = &ir->ops[j];
+  int y = op->outputs[o], k = op->def->in_place_input;
+  return ir->tensors[y].alias_of >= 0 && k >= 0 && k < op->num_inputs &&
+         ir_root_of(ir, op->inputs[k]) == ir_root_of(ir, y);
+}
+
+static size_t bytes_of(const recap__ir *ir, int t) {
+  return (size_t)ir->tensors[t].shape[0] * 4;
+}
+
+/* Stream order plus the plan's waits, and the memory each tensor really uses. Also checks
+ * that the plan made exactly the reshapes views that may be (plan.h's rule). */
+static void checker_init(checker *c, const recap__ir *ir, const recap__plan *plan) {
+  memset(c, 0, sizeof *c);
+  c->ir = ir;
+  c->plan = plan;
+  int n = (int)ir->num_ops;
+  CU_ASSERT_FATAL(n <= 64 && ir->num_tensors <= MAX_T);
+  for (int j = 0; j < n; j++) {
+    for (int i = j - 1; i >= 0; i--)
+      if (ir->ops[i].stream == ir->ops[j].stream) {
+        c->hb[j] |= c->hb[i] | (1ull << i);
+        break;
+      }
+    for (size_t w = 0; w < plan->num_waits; w++)
+      if (plan->waits[w].waiter == j) {
+        int i = plan->waits[w].waited;
+        CU_ASSERT_FATAL(i >= 0 && i < j);
+        CU_ASSERT(ir->ops[i].stream != ir->ops[j].stream);
+        c->hb[j] |= c->hb[i] | (1ull << i);
+      }
+  }
+  for (int j = 0; j < n; j++)
+    for (int o = 0; o < ir->ops[j].num_outputs; o++)
+      if (writes_alias(ir, j, o)) c->written[ir_root_of(ir, ir->ops[j].outputs[o])] = true;
+  for (int t = 0; t < (int)ir->num_tensors; t++) c->alias[t] = ir->tensors[t].alias_of;
+  for (int j = 0; j < n; j++) {
+    const recap__ir_op *op = &ir->ops[j];
+    int y = op->outputs[0], x = op->num_inputs ? op->inputs[0] : -1;
+    bool may_view = strcmp(op->def->name, "reshape") == 0 && x >= 0 &&
+                    ir->tensors[y].alias_of < 0 && !ir->tensors[y].is_output &&
+                    bytes_of(ir, x) == bytes_of(ir, y) && !c->written[ir_root_of(ir, x)] &&
+                    !c->written[y];
+    CU_ASSERT_EQUAL(plan->op_is_view[j], may_view);
+    if (plan->op_is_view[j]) c->alias[y] = x;
+  }
+}
+
+static bool hb_before(const checker *c, int i, int j) {
+  return i < j && ((c->hb[j] >> i) & 1);
+}
+
+static bool op_reads(const recap__ir *ir, int j, int t) {
+  for (int i = 0; i < ir->ops[j].num_inputs; i++)
+    if (ir->ops[j].inputs[i] == t) return true;
+  return false;
+}
+
+/* A tensor's own lifetime: producer .. last reader; outputs live past the last op. */
+static void lifetime(const recap__ir *ir, int t, int *first, int *last) {
+  *first = ir->tensors[t].producer;
+  *last = *first;
+  for (int j = 0; j < (int)ir->num_ops; j++)
+    if (op_reads(ir, j, t) && j > *last) *last = j;
+  if (ir->tensors[t].is_output) *last = (int)ir->num_ops;
+}
+
+/* Every op that touches tensor t's memory as t (its producer and its readers), except
+ * `except`, ends before op j starts. */
+static bool all_accesses_before(const checker *c, int t, int j, int except) {
+  int p = c->ir->tensors[t].producer;
+  if (p >= 0 && p != except && !hb_before(c, p, j)) return false;
+  for (int r = 0; r < (int)c->ir->num_ops; r++)
+    if (r != except && op_reads(c->ir, r, t) && !hb_before(c, r, j)) return false;
+  return true;
+}
+
+/* Whether arena tensors t and u may occupy the same bytes (the rule check_plan enforces and
+ * the exhaustive optimum respects). */
+static bool may_share(const checker *c, int t, int u) {
+  const recap__ir *ir = c->ir;
+  if (root_of(c, t) == root_of(c, u)) return true; /* a view and its source */
+  int ft, lt, fu, lu;
+  lifetime(ir, t, &ft, &lt);
+  lifetime(ir, u, &fu, &lu);
+  if (fu < ft || (fu == ft && u < t)) {
+    int s = t;
+    t = u;
+    u = s;
+    int f = ft, l = lt;
+    ft = fu, lt = lu, fu = f, lu = l;
+  }
+  /* t starts first. Disjoint: every access of t ordered before u's producer. */
+  if (lt < fu) return all_accesses_before(c, t, fu, -1);
+  /* Touching at one op: only op fu writing u in place over (a view of) t, with every other
+   * access of t ordered before it. */
+  if (lt != fu || ir->tensors[u].producer != fu || c->alias[u] >= 0) return false;
+  const recap__ir_op *op = &ir->ops[fu];
+  int k = op->def->in_place_input;
+  if (k < 0 || k >= op->num_inputs || op->outputs[0] != u ||
+      root_of(c, op->inputs[k]) != root_of(c, t) || bytes_of(ir, u) != bytes_of(ir, op->inputs[k]))
+    return false;
+  /* Another input reading the same memory would see it half overwritten. */
+  for (int i = 0; i < op->num_inputs; i++)
+    if (i != k && root_of(c, op->inputs[i]) == root_of(c, t)) return false;
+  return all_accesses_before(c, t, fu, fu);
+}
+
+static bool ranges_overlap(size_t a, size_t an, size_t b, size_t bn) {
+  return an > 0 && bn > 0 && a < b + bn && b < a + an;
+}
+
+static size_t round_up(size_t n) {
+  return (n + U - 1) / U * U;
+}
+
+/* Checks everything plan.h promises about `plan` for `ir`. */
+static void check_plan(const recap__ir *ir, const recap__plan *plan) {
+  int nt = (int)ir->num_tensors, no = (int)ir->num_ops;
+  static checker c;
+  checker_init(&c, ir, plan);
+  CU_ASSERT_EQUAL(plan->num_tensors, ir->num_tensors);
+  CU_ASSERT_TRUE(plan->arena_bytes >= plan->max_live_bytes);
+
+  /* Where each tensor lives. */
+  for (int t = 0; t < nt; t++) {
+    const recap__ir_tensor *x = &ir->tensors[t];
+    const recap__plan_tensor *pt = &plan->tensors[t];
+    CU_ASSERT_EQUAL(pt->bytes, bytes_of(ir, t));
+    int r = root_of(&c, t);
+    bool arena_root = ir->tensors[r].role == RECAP_ROLE_INTERMEDIATE && !ir->tensors[r].is_output;
+    if (c.alias[t] >= 0) {
+      CU_ASSERT_EQUAL(pt->kind, RECAP_PLAN_VIEW);
+      CU_ASSERT_EQUAL(pt->shares_with, r);
+    } else if (!arena_root) {
+      CU_ASSERT_EQUAL(pt->kind, RECAP_PLAN_EXTERNAL);
+    } else {
+      CU_ASSERT(pt->kind == RECAP_PLAN_ARENA || pt->kind == RECAP_PLAN_IN_PLACE);
+    }
+    if (!arena_root) {
+      CU_ASSERT_EQUAL(pt->buffer, -1);
+      continue;
+    }
+    CU_ASSERT_FATAL(pt->buffer >= 0 && (size_t)pt->buffer < plan->num_buffers);
+    const recap__plan_buffer *b = &plan->buffers[pt->buffer];
+    CU_ASSERT_EQUAL(pt->offset, b->offset);
+    CU_ASSERT_EQUAL(b->offset % U, 0);
+    CU_ASSERT_EQUAL(b->bytes % U, 0);
+    CU_ASSERT_TRUE(pt->bytes <= b->bytes);
+    CU_ASSERT_TRUE(b->offset + b->bytes <= plan->arena_bytes);
+    if (c.alias[t] >= 0) CU_ASSERT_EQUAL(pt->offset, plan->tensors[r].offset);
+    if (pt->kind == RECAP_PLAN_IN_PLACE) {
+      const recap__ir_op *op = &ir->ops[x->producer];
+      CU_ASSERT(op->def->in_place_input >= 0 &&
+                op->inputs[op->def->in_place_input] == pt->shares_with);
+      CU_ASSERT_EQUAL(plan->tensors[pt->shares_with].buffer, pt->buffer);
+    }
+  }
+
+  /* No forbidden sharing, over every pair of arena tensors. */
+  for (int t = 0; t < nt; t++)
+    for (int u = t + 1; u < nt; u++) {
+      const recap__plan_tensor *a = &plan->tensors[t], *b = &plan->tensors[u];
+      if (a->buffer < 0 || b->buffer < 0) continue;
+      if (!ranges_overlap(a->offset, a->bytes, b->offset, b->bytes)) continue;
+      if (!may_share(&c, t, u)) {
+        fprintf(stderr, "\n  tensors '%s' and '%s' share bytes but may not\n", ir->tensors[t].name,
+                ir->tensors[u].name);
+        CU_FAIL("two tensors that are live together, or not ordered, share bytes");
+      }
+    }
+
+  /* Every cross-stream data dependency is ordered: a read after every earlier write of that
+   * memory, an aliasing write after every earlier read. */
+  for (int j = 0; j < no; j++) {
+    const recap__ir_op *op = &ir->ops[j];
+    for (int i = 0; i < j; i++) {
+      bool conflict = false;
+      for (int a = 0; a < op->num_inputs; a++) {
+        int r = root_of(&c, op->inputs[a]);
+        for (int o = 0; o < ir->ops[i].num_outputs; o++) {
+          int y = ir->ops[i].outputs[o];
+          if (root_of(&c, y) == r && (c.alias[y] < 0 || writes_alias(ir, i, o))) conflict = true;
+        }
+      }
+      for (int o = 0; o < op->num_outputs; o++) {
+        if (!writes_alias(ir, j, o)) continue;
+        int r = root_of(&c, op->outputs[o]);
+        for (int a = 0; a < ir->ops[i].num_inputs; a++)
+          if (root_of(&c, ir->ops[i].inputs[a]) == r) conflict = true;
+      }
+      if (conflict && !hb_before(&c, i, j)) {
+        fprintf(stderr, "\n  op %d depends on op %d but is not ordered after it\n", j, i);
+        CU_FAIL("a cross-stream dependency has no wait");
+      }
+    }
+  }
+
+  /* Totals, counted independently: buffer lifetimes from their tensors. */
+  size_t naive = 0, max_live = 0, arena = 0;
+  for (int t = 0; t < nt; t++)
+    if (plan->tensors[t].kind == RECAP_PLAN_ARENA || plan->tensors[t].kind == RECAP_PLAN_IN_PLACE)
+      naive += round_up(plan->tensors[t].bytes);
+  for (int j = 0; j < no; j++) {
+    size_t live = 0;
+    for (size_t b = 0; b < plan->num_buffers; b++) {
+      bool alive = false;
+      for (int t = 0; t < nt; t++) {
+        int f, l;
+        if (plan->tensors[t].buffer != (int)b) continue;
+        lifetime(ir, t, &f, &l);
+        if (f <= j && j <= l) alive = true;
+      }
+      if (alive) live += plan->buffers[b].bytes;
+    }
+    if (live > max_live) max_live = live;
+  }
+  for (size_t b = 0; b < plan->num_buffers; b++)
+    if (plan->buffers[b].offset + plan->buffers[b].bytes > arena)
+      arena = plan->buffers[b].offset + plan->buffers[b].bytes;
+  CU_ASSERT_EQUAL(plan->naive_bytes, naive);
+  CU_ASSERT_EQUAL(plan->max_live_bytes, max_live);
+  CU_ASSERT_EQUAL(plan->arena_bytes, arena);
+
+  /* Each stream's last op, for the final join. */
+  for (int s = 0; s < plan->num_streams; s++) {
+    int last = -1;
+    for (int j = 0; j < no; j++)
+      if (ir->ops[j].stream == s) last = j;
+    CU_ASSERT_EQUAL(plan->stream_last_op[s], last);
+  }
+}
+
+static recap__plan *plan_checked(const recap__ir *ir) {
+  recap__plan *plan = NULL;
+  CHECK_OK(recap__plan_build(ir, &plan));
+  CU_ASSERT_PTR_NOT_NULL_FATAL(plan);
+  check_plan(ir, plan);
+  return plan;
+}
+
+static bool has_wait(const recap__plan *plan, int waiter, int waited) {
+  for (size_t w = 0; w < plan->num_waits; w++)
+    if (plan->waits[w].waiter == waiter && plan->waits[w].waited == waited) return true;
+  return false;
+}
+
+static bool disjoint(const recap__plan *plan, int t, int u) {
+  const recap__plan_tensor *a = &plan->tensors[t], *b = &plan->tensors[u];
+  return !ranges_overlap(a->offset, a->bytes, b->offset, b->bytes);
+}
+
+/* ---- lifetimes --------------------------------------------------------------------------- */
+
+static void test_chain_arena_is_largest_adjacent_pair(void) {
+  graph g;
+  graph_init(&g, 1);
+  int x = tensor(&g, "x", RECAP_ROLE_INPUT, 4 * U);
+  int a = OP(&g, &def_plain, 0, "a", 4 * U, x);
+  int b = OP(&g, &def_plain, 0, "b", 8 * U, a);
+  int c = OP(&g, &def_plain, 0, "c", 4 * U, b);
+  int d = OP(&g, &def_plain, 0, "d", 16 * U, c);
+  int y = OP(&g, &def_plain, 0, "y", 4 * U, d);
+  mark_output(&g, y);
+  recap__plan *plan = plan_checked(&g.ir);
+  /* Adjacent pairs: a+b = 12, b+c = 12, c+d = 20 units. */
+  CU_ASSERT_EQUAL(plan->arena_bytes, 20 * U);
+  CU_ASSERT_EQUAL(plan->max_live_bytes, 20 * U);
+  CU_ASSERT_EQUAL(plan->naive_bytes, 32 * U);
+  CU_ASSERT_EQUAL(plan->tensors[a].first_op, 0);
+  CU_ASSERT_EQUAL(plan->tensors[a].last_op, 1);
+  CU_ASSERT_EQUAL(plan->tensors[y].kind, RECAP_PLAN_EXTERNAL);
+  CU_ASSERT_EQUAL(plan->tensors[x].kind, RECAP_PLAN_EXTERNAL);
+  CU_ASSERT_EQUAL(plan->num_waits, 0);
+  recap__plan_destroy(plan);
+}
+
+static void test_tensor_nobody_reads_lives_for_its_producer_only(void) {
+  graph g;
+  graph_init(&g, 1);
+  int x = tensor(&g, "x", RECAP_ROLE_INPUT, U);
+  int a = OP(&g, &def_plain, 0, "a", 2 * U, x);
+  int unused = OP(&g, &def_plain, 0, "unused", 4 * U, a);
+  int b = OP(&g, &def_plain, 0, "b", 4 * U, a);
+  int y = OP(&g, &def_plain, 0, "y", U, b);
+  mark_output(&g, y);
+  recap__plan *plan = plan_checked(&g.ir);
+  CU_ASSERT_EQUAL(plan->tensors[unused].first_op, 1);
+  CU_ASSERT_EQUAL(plan->tensors[unused].last_op, 1);
+  CU_ASSERT_FALSE(disjoint(plan, unused, b));
+  CU_ASSERT_EQUAL(plan->arena_bytes, 6 * U);
+  recap__plan_destroy(plan);
+}
+
+static void test_sizes_are_rounded_to_the_alignment(void) {
+  graph g;
+  graph_init(&g, 1);
+  int x = tensor(&g, "x", RECAP_ROLE_INPUT, 100);
+  int a = OP(&g, &def_plain, 0, "a", 100, x);
+  int b = OP(&g, &def_plain, 0, "b", 260, a);
+  int y = OP(&g, &def_plain, 0, "y", 100, b, a);
+  mark_output(&g, y);
+  recap__plan *plan = plan_checked(&g.ir);
+  CU_ASSERT_EQUAL(plan->tensors[a].bytes, 100);
+  CU_ASSERT_EQUAL(plan->tensors[b].bytes, 260);
+  CU_ASSERT_EQUAL(plan->arena_bytes, 3 * U);
+  CU_ASSERT_EQUAL(plan->naive_bytes, 3 * U);
+  recap__plan_destroy(plan);
+}
+
+static void test_op_with_two_outputs_keeps_them_apart(void) {
+  graph g;
+  graph_init(&g, 1);
+  int x = tensor(&g, "x", RECAP_ROLE_INPUT, U);
+  int a = OP(&g, &def_plain, 0, "a", 2 * U, x);
+  /* A split: one op, two outputs, both written at op 1. */
+  int lo = OP(&g, &def_plain, 0, "lo", U, a);
+  int hi = tensor(&g, "hi", RECAP_ROLE_INTERMEDIATE, U);
+  g.ops[1].outputs[g.ops[1].num_outputs++] = hi;
+  g.tensors[hi].producer = 1;
+  int y = OP(&g, &def_plain, 0, "y", U, lo, hi);
+  mark_output(&g, y);
+  recap__plan *plan = plan_checked(&g.ir);
+  CU_ASSERT_TRUE(disjoint(plan, lo, hi));
+  CU_ASSERT_TRUE(disjoint(plan, lo, a) && disjoint(plan, hi, a));
+  CU_ASSERT_EQUAL(plan->arena_bytes, 4 * U);
+  recap__plan_destroy(plan);
+}
+
+static void test_empty_pipeline_plans_an_empty_arena(void) {
+  graph g;
+  graph_init(&g, 1);
+  tensor(&g, "x", RECAP_ROLE_INPUT, U);
+  recap__plan *plan = plan_checked(&g.ir);
+  CU_ASSERT_EQUAL(plan->arena_bytes, 0);
+  CU_ASSERT_EQUAL(plan->num_buffers, 0);
+  recap__plan_destroy(plan);
+}
+
+/* ---- in place ---------------------------------------------------------------------------- */
+
+static void test_elementwise_chain_writes_over_its_dying_inputs(void) {
+  graph g;
+  graph_init(&g, 1);
+  int x = tensor(&g, "x", RECAP_ROLE_INPUT, 4 * U);
+  int a = OP(&g, &def_plain, 0, "a", 4 * U, x);
+  int b = OP(&g, &def_inplace, 0, "b", 4 * U, a);
+  int c = OP(&g, &def_inplace, 0, "c", 4 * U, b);
+  int y = OP(&g, &def_plain, 0, "y", 4 * U, c);
+  mark_output(&g, y);
+  recap__plan *plan = plan_checked(&g.ir);
+  CU_ASSERT_EQUAL(plan->tensors[a].kind, RECAP_PLAN_ARENA);
+  CU_ASSERT_EQUAL(plan->tensors[b].kind, RECAP_PLAN_IN_PLACE);
+  CU_ASSERT_EQUAL(plan->tensors[b].shares_with, a);
+  CU_ASSERT_EQUAL(plan->tensors[c].kind, RECAP_PLAN_IN_PLACE);
+  CU_ASSERT_EQUAL(plan->tensors[c].shares_with, b);
+  CU_ASSERT_EQUAL(plan->tensors[a].buffer, plan->tensors[c].buffer);
+  CU_ASSERT_EQUAL(plan->num_buffers, 1);
+  CU_ASSERT_EQUAL(plan->buffers[0].first_op, 0);
+  CU_ASSERT_EQUAL(plan->buffers[0].last_op, 3);
+  CU_ASSERT_EQUAL(plan->arena_bytes, 4 * U);
+  CU_ASSERT_EQUAL(plan->naive_bytes, 12 * U);
+  recap__plan_destroy(plan);
+}
+
+static void test_no_in_place_when_the_input_is_read_later(void) {
+  graph g;
+  graph_init(&g, 1);
+  int x = tensor(&g, "x", RECAP_ROLE_INPUT, 4 * U);
+  int a = OP(&g, &def_plain, 0, "a", 4 * U, x);
+  int b = OP(&g, &def_inplace, 0, "b", 4 * U, a);
+  int y = OP(&g, &def_plain, 0, "y", 4 * U, a, b);
+  mark_output(&g, y);
+  recap__plan *plan = plan_checked(&g.ir);
+  CU_ASSERT_EQUAL(plan->tensors[b].kind, RECAP_PLAN_ARENA);
+  CU_ASSERT_TRUE(disjoint(plan, a, b));
+  recap__plan_destroy(plan);
+}
+
+static void test_no_in_place_over_inputs_params_state_or_outputs(void) {
+  graph g;
+  graph_init(&g, 1);
+  int x = tensor(&g, "x", RECAP_ROLE_INPUT, 4 * U);
+  int w = tensor(&g, "w", RECAP_ROLE_PARAM, 4 * U);
+  int k = tensor(&g, "k", RECAP_ROLE_STATE, 4 * U);
+  int from_x = OP(&g, &def_inplace, 0, "from_x", 4 * U, x);
+  int from_w = OP(&g, &def_inplace, 0, "from_w", 4 * U, w);
+  int from_k = OP(&g, &def_inplace, 0, "from_k", 4 * U, k);
+  int out1 = OP(&g, &def_plain, 0, "out1", 4 * U, from_x, from_w, from_k);
+  mark_output(&g, out1);
+  int over_out = OP(&g, &def_inplace, 0, "over_out", 4 * U, out1);
+  int a = OP(&g, &def_plain, 0, "a", 4 * U, over_out);
+  int out2 = OP(&g, &def_inplace, 0, "out2", 4 * U, a); /* an output is never in the arena */
+  mark_output(&g, out2);
+  recap__plan *plan = plan_checked(&g.ir);
+  int planned[] = {from_x, from_w, from_k, over_out};
+  for (size_t i = 0; i < sizeof planned / sizeof planned[0]; i++) {
+    CU_ASSERT_EQUAL(plan->tensors[planned[i]].kind, RECAP_PLAN_ARENA);
+    CU_ASSERT_EQUAL(plan->tensors[planned[i]].shares_with, -1);
+  }
+  int external[] = {x, w, k, out1, out2};
+  for (size_t i = 0; i < sizeof external / sizeof external[0]; i++) {
+    CU_ASSERT_EQUAL(plan->tensors[external[i]].kind, RECAP_PLAN_EXTERNAL);
+    CU_ASSERT_EQUAL(plan->tensors[external[i]].buffer, -1);
+  }
+  recap__plan_destroy(plan);
+}
+
+static void test_no_in_place_when_sizes_differ_or_op_reads_the_buffer_twice(void) {
+  graph g;
+  graph_init(&g, 1);
+  int x = tensor(&g, "x", RECAP_ROLE_INPUT, 4 * U);
+  int a = OP(&g, &def_plain, 0, "a", 4 * U, x);
+  int b = OP(&g, &def_inplace, 0, "b", 2 * U, a); /* smaller output */
+  int c = OP(&g, &def_plain, 0, "c", 4 * U, b);
+  int v = RESHAPE(&g, 0, "v", c);
+  int d = OP(&g, &def_inplace, 0, "d", 4 * U, c, v); /* input 1 is a view of input 0 */
+  int y = OP(&g, &def_plain, 0, "y", 4 * U, d);
+  mark_output(&g, y);
+  recap__plan *plan = plan_checked(&g.ir);
+  CU_ASSERT_EQUAL(plan->tensors[b].kind, RECAP_PLAN_ARENA);
+  CU_ASSERT_EQUAL(plan->tensors[d].kind, RECAP_PLAN_ARENA);
+  CU_ASSERT_TRUE(disjoint(plan, c, d));
+  recap__plan_destroy(plan);
+}
+
+static void test_in_place_works_through_a_view_of_the_input(void) {
+  graph g;
+  graph_init(&g, 1);
+  int x = tensor(&g, "x", RECAP_ROLE_INPUT, 4 * U);
+  int a = OP(&g, &def_plain, 0, "a", 4 * U, x);
+  int v = RESHAPE(&g, 0, "v", a);
+  int b = OP(&g, &def_inplace, 0, "b", 4 * U, v);
+  int y = OP(&g, &def_plain, 0, "y", 4 * U, b);
+  mark_output(&g, y);
+  recap__plan *plan = plan_checked(&g.ir);
+  CU_ASSERT_EQUAL(plan->tensors[b].kind, RECAP_PLAN_IN_PLACE);
+  CU_ASSERT_EQUAL(plan->tensors[b].shares_with, v);
+  CU_ASSERT_EQUAL(plan->tensors[b].buffer, plan->tensors[a].buffer);
+  CU_ASSERT_EQUAL(plan->arena_bytes, 4 * U);
+  recap__plan_destroy(plan);
+}
+
+/* ---- views ------------------------------------------------------------------------------- */
+
+static void test_views_share_the_buffer_and_extend_its_lifetime(void) {
+  graph g;
+  graph_init(&g, 1);
+  int x = tensor(&g, "x", RECAP_ROLE_INPUT, 4 * U);
+  int a = OP(&g, &def_plain, 0, "a", 4 * U, x);
+  int v = RESHAPE(&g, 0, "v", a);               /* a itself is last read here (op 1) */
+  int b = OP(&g, &def_plain, 0, "b", 4 * U, x); /* live while v is */
+  int c = OP(&g, &def_plain, 0, "c", 4 * U, v, b);
+  int y = OP(&g, &def_plain, 0, "y", 4 * U, c);
+  mark_output(&g, y);
+  recap__plan *plan = plan_checked(&g.ir);
+  CU_ASSERT_EQUAL(plan->tensors[v].kind, RECAP_PLAN_VIEW);
+  CU_ASSERT_EQUAL(plan->tensors[v].shares_with, a);
+  CU_ASSERT_EQUAL(plan->tensors[v].buffer, plan->tensors[a].buffer);
+  CU_ASSERT_EQUAL(plan->tensors[v].offset, plan->tensors[a].offset);
+  CU_ASSERT_EQUAL(plan->tensors[a].last_op, 1);
+  CU_ASSERT_EQUAL(plan->buffers[plan->tensors[a].buffer].last_op, 3);
+  CU_ASSERT_TRUE(disjoint(plan, a, b));
+  CU_ASSERT_EQUAL(plan->naive_bytes, 12 * U); /* a, b, c: the view has no bytes of its own */
+  recap__plan_destroy(plan);
+}
+
+static void test_view_of_an_input_is_external(void) {
+  graph g;
+  graph_init(&g, 1);
+  int x = tensor(&g, "x", RECAP_ROLE_INPUT, 4 * U);
+  int v = RESHAPE(&g, 0, "v", x);
+  int v2 = RESHAPE(&g, 0, "v2", v);
+  int y = OP(&g, &def_plain, 0, "y", 4 * U, v2);
+  mark_output(&g, y);
+  recap__plan *plan = plan_checked(&g.ir);
+  CU_ASSERT_EQUAL(plan->tensors[v2].kind, RECAP_PLAN_VIEW);
+  CU_ASSERT_EQUAL(plan->tensors[v2].shares_with, x);
+  CU_ASSERT_EQUAL(plan->tensors[v2].buffer, -1);
+  CU_ASSERT_EQUAL(plan->arena_bytes, 0);
+  recap__plan_destroy(plan);
+}
+
+/* ---- outputs ----------------------------------------------------------------------------- */
+
+static void test_outputs_never_overlap_anything_live_after_them(void) {
+  graph g;
+  graph_init(&g, 1);
+  int x = tensor(&g, "x", RECAP_ROLE_INPUT, 4 * U);
+  int a = OP(&g, &def_plain, 0, "a", 4 * U, x);
+  int mid = OP(&g, &def_plain, 0, "mid", 4 * U, a); /* an output that later ops read */
+  mark_output(&g, mid);
+  int b = OP(&g, &def_plain, 0, "b", 4 * U, mid);
+  int flat = RESHAPE(&g, 0, "flat", b); /* an output reshape: a copy into its own buffer */
+  mark_output(&g, flat);
+  int cache = OP(&g, &def_plain, 0, "cache", 4 * U, b);
+  int kv = APPEND(&g, 0, "kv", cache, x); /* an output whose memory is an intermediate's */
+  mark_output(&g, kv);
+  int d = OP(&g, &def_plain, 0, "d", 4 * U, b);
+  int e = OP(&g, &def_plain, 0, "e", 4 * U, d);
+  int y = OP(&g, &def_plain, 0, "y", 4 * U, e);
+  mark_output(&g, y);
+  recap__plan *plan = plan_checked(&g.ir);
+  CU_ASSERT_EQUAL(plan->tensors[mid].kind, RECAP_PLAN_EXTERNAL);
+  CU_ASSERT_EQUAL(plan->tensors[flat].kind, RECAP_PLAN_EXTERNAL);
+  CU_ASSERT_FALSE(plan->op_is_view[g.tensors[flat].producer]);
+  CU_ASSERT_EQUAL(plan->tensors[kv].kind, RECAP_PLAN_VIEW);
+  CU_ASSERT_EQUAL(plan->tensors[kv].buffer, plan->tensors[cache].buffer);
+  CU_ASSERT_EQUAL(plan->tensors[kv].last_op, (int)g.ir.num_ops);
+  CU_ASSERT_EQUAL(plan->buffers[plan->tensors[cache].buffer].last_op, (int)g.ir.num_ops);
+  /* cache's bytes are the output's: nothing later may reuse them. */
+  CU_ASSERT_TRUE(disjoint(plan, cache, d) && disjoint(plan, cache, e));
+  recap__plan_destroy(plan);
+}
+
+static void test_reshape_of_memory_a_kv_append_writes_stays_a_copy(void) {
+  graph g;
+  graph_init(&g, 1);
+  int k = tensor(&g, "k", RECAP_ROLE_STATE, 8 * U);
+  int x = tensor(&g, "x", RECAP_ROLE_INPUT, U);
+  int before = RESHAPE(&g, 0, "before", k); /* must keep the rows from before the append */
+  int kv = APPEND(&g, 0, "kv", k, x);
+  int w = tensor(&g, "w", RECAP_ROLE_PARAM, 8 * U);
+  int wv = RESHAPE(&g, 0, "wv", w); /* a param nobody writes: a view */
+  int y = OP(&g, &def_plain, 0, "y", U, before, kv, wv);
+  mark_output(&g, y);
+  recap__plan *plan = plan_checked(&g.ir);
+  CU_ASSERT_FALSE(plan->op_is_view[0]);
+  CU_ASSERT_EQUAL(plan->tensors[before].kind, RECAP_PLAN_ARENA);
+  CU_ASSERT_TRUE(plan->op_is_view[2]);
+  CU_ASSERT_EQUAL(plan->tensors[wv].kind, RECAP_PLAN_VIEW);
+  CU_ASSERT_EQUAL(plan->tensors[wv].shares_with, w);
+  CU_ASSERT_EQUAL(plan->tensors[kv].shares_with, k);
+  recap__plan_destroy(plan);
+}
+
+/* ---- streams ----------------------------------------------------------------------------- */
+
+static void test_buffer_read_on_side_stream_is_not_reused_by_unordered_main_stream_op(void) {
+  graph g;
+  graph_init(&g, 2);
+  int x = tensor(&g, "x", RECAP_ROLE_INPUT, 4 * U);
+  int a = OP(&g, &def_plain, 0, "a", 4 * U, x);    /* op 0, main */
+  int b = OP(&g, &def_plain, 1, "b", 4 * U, a);    /* op 1, side: forks from op 0 */
+  int c = OP(&g, &def_plain, 1, "c", 4 * U, b);    /* op 2, side: last read of b */
+  int d = OP(&g, &def_plain, 0, "d", 4 * U, x);    /* op 3, main: nothing orders it after op 2 */
+  int y = OP(&g, &def_plain, 0, "y", 4 * U, d, c); /* op 4, main: joins the side stream */
+  mark_output(&g, y);
+  recap__plan *plan = plan_checked(&g.ir);
+  CU_ASSERT_EQUAL(plan->num_waits, 2);
+  CU_ASSERT_TRUE(has_wait(plan, 1, 0));
+  CU_ASSERT_TRUE(has_wait(plan, 4, 2));
+  /* Lifetimes alone would let d reuse a's or b's bytes; stream 1 may still be reading them. */
+  CU_ASSERT_TRUE(has_wait(plan, 3, 2) || disjoint(plan, b, d));
+  CU_ASSERT_TRUE(has_wait(plan, 3, 1) || has_wait(plan, 3, 2) || disjoint(plan, a, d));
+  CU_ASSERT_EQUAL(plan->stream_last_op[0], 4);
+  CU_ASSERT_EQUAL(plan->stream_last_op[1], 2);
+  recap__plan_destroy(plan);
+}
+
+static void test_buffer_is_reused_across_streams_once_a_join_orders_it(void) {
+  graph g;
+  graph_init(&g, 2);
+  int x = tensor(&g, "x", RECAP_ROLE_INPUT, 4 * U);
+  int a = OP(&g, &def_plain, 0, "a", 4 * U, x);
+  int b = OP(&g, &def_plain, 1, "b", 4 * U, a);
+  int c = OP(&g, &def_plain, 1, "c", 4 * U, b);
+  int d = OP(&g, &def_plain, 0, "d", 4 * U, c); /* joins: waits for op 2 */
+  int y = OP(&g, &def_plain, 0, "y", 4 * U, d);
+  mark_output(&g, y);
+  recap__plan *plan = plan_checked(&g.ir);
+  CU_ASSERT_EQUAL(plan->num_waits, 2);
+  CU_ASSERT_TRUE(has_wait(plan, 1, 0));
+  CU_ASSERT_TRUE(has_wait(plan, 3, 2));
+  CU_ASSERT_EQUAL(plan->arena_bytes, 8 * U); /* as on one stream */
+  CU_ASSERT_FALSE(disjoint(plan, b, d));
+  (void)a;
+  recap__plan_destroy(plan);
+}
+
+static void test_waits_implied_by_stream_order_are_left_out(void) {
+  graph g;
+  graph_init(&g, 3);
+  int x = tensor(&g, "x", RECAP_ROLE_INPUT, 4 * U);
+  int a = OP(&g, &def_plain, 0, "a", 4 * U, x);       /* 0 */
+  int b = OP(&g, &def_plain, 1, "b", 4 * U, a);       /* 1: waits 0 */
+  int c = OP(&g, &def_plain, 1, "c", 4 * U, a);       /* 2: ordered by stream 1 already */
+  int e = OP(&g, &def_plain, 2, "e", 4 * U, a, b);    /* 3: waiting for 1 covers 0 */
+  int y = OP(&g, &def_plain, 0, "y", 4 * U, b, c, e); /* 4: waits 2 and 3; 1 is implied */
+  mark_output(&g, y);
+  recap__plan *plan = plan_checked(&g.ir);
+  recap__plan_wait expected[] = {{1, 0}, {3, 1}, {4, 2}, {4, 3}};
+  CU_ASSERT_EQUAL_FATAL(plan->num_waits, 4);
+  for (size_t w = 0; w < 4; w++) {
+    CU_ASSERT_EQUAL(plan->waits[w].waiter, expected[w].waiter);
+    CU_ASSERT_EQUAL(plan->waits[w].waited, expected[w].waited);
+  }
+  recap__plan_destroy(plan);
+}
+
+static void test_in_place_across_streams_needs_the_other_reader_ordered(void) {
+  graph g;
+  graph_init(&g, 2);
+  int x = tensor(&g, "x", RECAP_ROLE_INPUT, 4 * U);
+  int a = OP(&g, &def_plain, 0, "a", 4 * U, x);    /* 0 */
+  int r = OP(&g, &def_plain, 1, "r", 4 * U, a);    /* 1: side stream reads a */
+  int b = OP(&g, &def_inplace, 0, "b", 4 * U, a);  /* 2: last reader of a, but op 1 may run */
+  int y = OP(&g, &def_plain, 0, "y", 4 * U, b, r); /* 3 */
+  mark_output(&g, y);
+  recap__plan *plan = plan_checked(&g.ir);
+  CU_ASSERT_EQUAL(plan->tensors[b].kind, RECAP_PLAN_ARENA);
+  CU_ASSERT_TRUE(disjoint(plan, a, b));
+  recap__plan_destroy(plan);
+}
+
+static void test_aliasing_write_waits_for_readers_on_other_streams(void) {
+  graph g;
+  graph_init(&g, 2);
+  int cache = tensor(&g, "cache", RECAP_ROLE_STATE, 8 * U);
+  int x = tensor(&g, "x", RECAP_ROLE_INPUT, U);
+  int r = OP(&g, &def_plain, 1, "r", 4 * U, cache); /* 0: side reads cache */
+  int kv = APPEND(&g, 0, "kv", cache, x);           /* 1: writes it */
+  int z = OP(&g, &def_plain, 1, "z", 4 * U, kv);    /* 2: reads the new cache */
+  int y = OP(&g, &def_plain, 0, "y", 4 * U, z, r);  /* 3 */
+  mark_output(&g, y);
+  recap__plan *plan = plan_checked(&g.ir);
+  CU_ASSERT_TRUE(has_wait(plan, 1, 0)); /* write after read */
+  CU_ASSERT_TRUE(has_wait(plan, 2, 1)); /* read after write */
+  CU_ASSERT_TRUE(has_wait(plan, 3, 2));
+  CU_ASSERT_EQUAL(plan->num_waits, 3);
+  CU_ASSERT_EQUAL(plan->tensors[kv].kind, RECAP_PLAN_VIEW);
+  CU_ASSERT_EQUAL(plan->tensors[kv].buffer, -1);
+  recap__plan_destroy(plan);
+}
+
+/* ---- buckets, text, bad IRs -------------------------------------------------------------- */
+
+static void build_bucket(graph *g, int64_t batch) {
+  graph_init(g, 1);
+  int x = tensor(g, "x", RECAP_ROLE_INPUT, batch * U);
+  int w = tensor(g, "w", RECAP_ROLE_PARAM, 4 * U);
+  int a = OP(g, &def_plain, 0, "a", batch * 2 * U, x, w);
+  int b = OP(g, &def_inplace, 0, "b", batch * 2 * U, a);
+  int y = OP(g, &def_plain, 0, "y", batch * U, b);
+  mark_output(g, y);
+}
+
+static void test_smaller_buckets_fit_the_largest_buckets_plan(void) {
+  static graph large, small, larger;
+  build_bucket(&large, 8);
+  build_bucket(&small, 2);
+  build_bucket(&larger, 16);
+  recap__plan *plan = plan_checked(&large.ir);
+  CHECK_OK(recap__plan_check_fits(plan, &large.ir));
+  CHECK_OK(recap__plan_check_fits(plan, &small.ir));
+  CHECK_STATUS(recap__plan_check_fits(plan, &larger.ir), RECAP_STATUS_INVALID_ARGUMENT);
+  CHECK_ERROR_MENTIONS("'x'");
+  /* An in-place pair whose sizes part in a smaller bucket cannot share a buffer there. */
+  small.tensors[3].shape[0] = 1; /* b, written in place over a */
+  CHECK_STATUS(recap__plan_check_fits(plan, &small.ir), RECAP_STATUS_INVALID_ARGUMENT);
+  CHECK_ERROR_MENTIONS("in place");
+  recap__plan_destroy(plan);
+}
+
+static void test_format_lists_every_tensor_the_waits_and_the_totals(void) {
+  graph g;
+  graph_init(&g, 2);
+  int x = tensor(&g, "x", RECAP_ROLE_INPUT, 4 * U);
+  int a = OP(&g, &def_plain, 0, "hidden", 4 * U, x);
+  int b = OP(&g, &def_inplace, 1, "act", 4 * U, a);
+  int v = RESHAPE(&g, 1, "flat", b);
+  int y = OP(&g, &def_plain, 0, "y", 4 * U, v);
+  mark_output(&g, y);
+  recap__plan *plan = plan_checked(&g.ir);
+  char *text = NULL;
+  CHECK_OK(recap__plan_format(&g.ir, plan, &text));
+  CU_ASSERT_PTR_NOT_NULL_FATAL(text);
+  const char *needles[] = {"hidden",        "act",       "flat",          "in place over 'hidden'",
+                           "view of 'act'", "waits (2)", "arena:",        "naive:",
+                           "max live:",     "output",    "joins stream 1"};
+  for (size_t i = 0; i < sizeof needles / sizeof needles[0]; i++) {
+    if (!strstr(text, needles[i])) fprintf(stderr, "\n  no \"%s\" in:\n%s", needles[i], text);
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, needles[i]));
+  }
+  free(text);
+  graph other;
+  graph_init(&other, 1);
+  CHECK_STATUS(recap__plan_format(&other.ir, plan, &text), RECAP_STATUS_INVALID_ARGUMENT);
+  recap__plan_destroy(plan);
+}
+
+static void expect_rejected(graph *g, const char *needle) {
+  recap__plan *plan = (recap__plan *)&plan; /* must stay untouched */
+  recap__plan *const before = plan;
+  CHECK_STATUS(recap__plan_build(&g->ir, &plan), RECAP_STATUS_INVALID_ARGUMENT);
+  CHECK_ERROR_MENTIONS(needle);
+  CU_ASSERT_PTR_EQUAL(plan, before);
+}
+
+static void test_broken_irs_are_rejected_with_the_culprit_named(void) {
+  static graph g;
+  graph_init(&g, 1);
+  int x = tensor(&g, "x", RECAP_ROLE_INPUT, U);
+  int a = OP(&g, &def_plain, 0, "a", U, x);
+  OP(&g, &def_plain, 0, "b", U, a);
+  g.ops[0].inputs[0] = 2; /* op 0 reads b, which op 1 produces */
+  expect_rejected(&g, "before");
+
+  build_bucket(&g, 1);
+  g.ops[1].stream = 1;
+  expect_rejected(&g, "stream 1");
+
+  build_bucket(&g, 1);
+  g.tensors[2].alias_of = 3;
+  g.tensors[3].alias_of = 2;
+  expect_rejected(&g, "cyclic");
+
+  build_bucket(&g, 1);
+  tensor(&g, "orphan", RECAP_ROLE_INTERMEDIATE, U);
+  expect_rejected(&g, "orphan");
+
+  build_bucket(&g, 1);
+  g.tensors[2].shape[0] = INT64_MAX / 2;
+  expect_rejected(&g, "'a'");
+
+  build_bucket(&g, 1);
+  g.ops[0].outputs[0] = 99;
+  expect_rejected(&g, "tensor 99");
+
+  CHECK_STATUS(recap__plan_build(NULL, NULL), RECAP_STATUS_INVALID_ARGUMENT);
+  recap__plan_destroy(NULL);
+}
+
+/* ---- random DAGs against the exact optimum ---------------------------------------------- */
+
+/* The smallest arena for the plan's buffers, over every placement that respects may_share
+ * between their tensors. Search: every order of the buffers, each put at the lowest offset
+ * where it overlaps no conflicting buffer already placed. That is exact: take an optimal
+ * placement and order the buffers by their offsets in it. Placing in that order, each buffer
+ * lands at or below its optimal offset, by induction: the conflicting buffers placed before it
+ * lie entirely below its optimal offset in the optimum (they conflict and come first), and by
+ * induction no higher now, so its optimal offset is still free and the lowest free one is no
+ * higher. Hence that order gives an arena <= the optimum. Orders share prefixes, so it runs as
+ * a depth-first search, cut off where the partial arena already reaches the best found. */
+typedef struct {
+  int n;
+  size_t size[MAX_T];
+  bool conflict[MAX_T][MAX_T];
+  size_t offset[MAX_T];
+  bool placed[MAX_T];
+  size_t best, lower_bound;
+} search;
+
+static void search_from(search *s, int depth, size_t arena) {
+  if (arena >= s->best || s->best == s->lower_bound) return;
+  if (depth == s->n) {
+    s->best = arena;
+    return;
+  }
+  for (int b = 0; b < s->n; b++) {
+    if (s->placed[b]) continue;
+    /* Candidates: 0 and the end of every placed conflicting buffer; take the lowest free. */
+    size_t at = SIZE_MAX;
+    for (int c = -1; c < s->n; c++) {
+      if (c >= 0 && (!s->placed[c] || !s->conflict[b][c])) continue;
+      size_t cand = c < 0 ? 0 : s->offset[c] + s->size[c];
+      if (cand >= at) continue;
+      bool free_here = true;
+      for (int o = 0; o < s->n && free_here; o++)
+        if (s->placed[o] && s->conflict[b][o] &&
+            ranges_overlap(cand, s->size[b], s->offset[o], s->size[o]))
+          free_here = false;
+      if (free_here) at = cand;
+    }
+    s->placed[b] = true;
+    s->offset[b] = at;
+    size_t top = at + s->size[b] > arena ? at + s->size[b] : arena;
+    search_from(s, depth + 1, top);
+    s->placed[b] = false;
+  }
+}
+
+static size_t optimal_arena(const recap__ir *ir, const recap__plan *plan) {
+  static search s;
+  static checker c;
+  memset(&s, 0, sizeof s);
+  checker_init(&c, ir, plan);
+  s.n = (int)plan->num_buffers;
+  for (int b = 0; b < s.n; b++) s.size[b] = plan->buffers[b].bytes;
+  for (int t = 0; t < (int)ir->num_tensors; t++)
+    for (int u = 0; u < (int)ir->num_tensors; u++) {
+      int bt = plan->tensors[t].buffer, bu = plan->tensors[u].buffer;
+      if (bt < 0 || bu < 0 || bt == bu) continue;
+      if (!may_share(&c, t, u)) s.conflict[bt][bu] = s.conflict[bu][bt] = true;
+    }
+  s.best = plan->arena_bytes + 1;
+  s.lower_bound = plan->max_live_bytes;
+  search_from(&s, 0, 0);
+  return s.best <= plan->arena_bytes ? s.best : plan->arena_bytes;
+}
+
+static uint64_t next_random(uint64_t *state) {
+  test_rng r = {*state};
+  uint64_t v = test_rng_next(&r);
+  *state = r.state;
+  return v;
+}
+
+static int pick(uint64_t *state, int n) {
+  return (int)(next_random(state) % (uint64_t)n);
+}
+
+/* A random pipeline: a few inputs and a param, 3..8 ops of every kind the planner treats
+ * differently (plain, in-place capable, view), sizes in 256-byte units with repeats so
+ * in-place happens, inputs drawn mostly from recent tensors, 1..3 streams, some outputs.
+ * At most 8 ops, so at most 8 intermediates. */
+static void random_graph(graph *g, uint64_t *state) {
+  int streams = 1 + pick(state, 3);
+  graph_init(g, streams);
+  int avail[MAX_T], navail = 0;
+  int ninputs = 1 + pick(state, 2);
+  for (int i = 0; i < ninputs; i++)
+    avail[navail++] = tensor(g, i ? "x1" : "x0", RECAP_ROLE_INPUT, (1 + pick(state, 4)) * U);
+  if (pick(state, 2)) avail[navail++] = tensor(g, "w", RECAP_ROLE_PARAM, 2 * U);
+  /* A KV cache that kv_append ops write (each append returns the cache it wrote). */
+  int cache = pick(state, 2) ? tensor(g, "kv", RECAP_ROLE_STATE, 4 * U) : -1;
+  if (cache >= 0) avail[navail++] = cache;
+  int nops = 5 + pick(state, 4);
+  for (int j = 0; j < nops; j++) {
+    char name[16];
+    snprintf(name, sizeof name, "t%d", j);
+    int stream = pick(state, streams);
+    int kind = pick(state, 10); /* 0: reshape, 1-3: in-place capable, 9: append, else plain */
+    int in[3], nin = kind == 0 ? 1 : 1 + pick(state, 3);
+    for (int i = 0; i < nin; i++) {
+      int back = pick(state, 3) ? pick(state, navail < 3 ? navail : 3) : pick(state, navail);
+      in[i] = avail[navail - 1 - back];
+    }
+    int64_t bytes = (1 + pick(state, 8)) * U;
+    if (kind >= 1 && kind <= 3 && pick(state, 3)) bytes = g->tensors[in[0]].shape[0] * 4;
+    int y;
+    if (kind == 0) {
+      y = RESHAPE(g, stream, name, in[0]);
+    } else if (kind == 9 && cache >= 0) {
+      y = APPEND(g, stream, name, cache, in[0]);
+      cache = y;
+    } else if (nin == 1)
+      y = OP(g, kind <= 3 ? &def_inplace : &def_plain, stream, name, bytes, in[0]);
+    else if (nin == 2)
+      y = OP(g, kind <= 3 ? &def_inplace : &def_plain, stream, name, bytes, in[0], in[1]);
+    else
+      y = OP(g, kind <= 3 ? &def_inplace : &def_plain, stream, name, bytes, in[0], in[1], in[2]);
+    avail[navail++] = y;
+    if (j == nops - 1 || !pick(state, 8)) mark_output(g, y);
+  }
+}
+
+static void test_random_dags_stay_within_ten_percent_of_the_optimum(void) {
+  const char *env = getenv("RECAP_TEST_SEED");
+  uint64_t seed = env ? strtoull(env, NULL, 0) : 20261122;
+  const char *cases_env = getenv("RECAP_PLAN_CASES");
+  int cases = cases_env ? atoi(cases_env) : 600;
+  printf("\n  plan random DAGs: RECAP_TEST_SEED=%llu, %d cases\n", (unsigned long long)seed, cases);
+  uint64_t state = seed ? seed : 1;
+  static graph g;
+  int optimal = 0, worse = 0, multi_stream = 0, in_place = 0, big = 0;
+  double worst = 1.0;
+  for (int k = 0; k < cases; k++) {
+    random_graph(&g, &state);
+    recap__plan *plan = plan_checked(&g.ir);
+    size_t best = optimal_arena(&g.ir, plan);
+    CU_ASSERT_TRUE(best >= plan->max_live_bytes);
+    double ratio = best ? (double)plan->arena_bytes / (double)best : 1.0;
+    if (plan->arena_bytes == best) optimal++;
+    if (ratio > worst) worst = ratio;
+    if (plan->arena_bytes * 10 > best * 11) {
+      worse++;
+      char *text = NULL;
+      if (recap__plan_format(&g.ir, plan, &text) == RECAP_OK)
+        fprintf(stderr, "\n  case %d: arena %zu > 1.10 x optimum %zu\n%s", k, plan->arena_bytes,
+                best, text);
+      free(text);
+    }
+    multi_stream += g.ir.num_streams > 1;
+    big += plan->num_buffers >= 5;
+    for (size_t t = 0; t < plan->num_tensors; t++)
+      in_place += plan->tensors[t].kind == RECAP_PLAN_IN_PLACE;
+    recap__plan_destroy(plan);
+  }
+  printf(
+      "  optimal in %d/%d, over 10%% in %d, worst ratio %.3f; %d multi-stream, %d with >= 5 "
+      "buffers, %d in-place tensors\n",
+      optimal, cases, worse, worst, multi_stream, big, in_place);
+  CU_ASSERT_EQUAL(worse, 0);
+  /* The generator must reach the cases that matter (a run of a few DAGs may not). */
+  if (cases >= 100) CU_ASSERT_TRUE(in_place > 0 && multi_stream > 0 && big * 4 > cases);
+}
+
+int main(void) {
+  CU_pSuite s = test_add_suite("plan/host", NULL, NULL);
+  CU_ADD_TEST(s, test_chain_arena_is_largest_adjacent_pair);
+  CU_ADD_TEST(s, test_tensor_nobody_reads_lives_for_its_producer_only);
+  CU_ADD_TEST(s, test_sizes_are_rounded_to_the_alignment);
+  CU_ADD_TEST(s, test_op_with_two_outputs_keeps_them_apart);
+  CU_ADD_TEST(s, test_empty_pipeline_plans_an_empty_arena);
+  CU_ADD_TEST(s, test_elementwise_chain_writes_over_its_dying_inputs);
+  CU_ADD_TEST(s, test_no_in_place_when_the_input_is_read_later);
+  CU_ADD_TEST(s, test_no_in_place_over_inputs_params_state_or_outputs);
+  CU_ADD_TEST(s, test_no_in_place_when_sizes_differ_or_op_reads_the_buffer_twice);
+  CU_ADD_TEST(s, test_in_place_works_through_a_view_of_the_input);
+  CU_ADD_TEST(s, test_views_share_the_buffer_and_extend_its_lifetime);
+  CU_ADD_TEST(s, test_view_of_an_input_is_external);
+  CU_ADD_TEST(s, test_outputs_never_overlap_anything_live_after_them);
+  CU_ADD_TEST(s, test_reshape_of_memory_a_kv_append_writes_stays_a_copy);
+  CU_ADD_TEST(s, test_buffer_read_on_side_stream_is_not_reused_by_unordered_main_stream_op);
+  CU_ADD_TEST(s, test_buffer_is_reused_across_streams_once_a_join_orders_it);
+  CU_ADD_TEST(s, test_waits_implied_by_stream_order_are_left_out);
+  CU_ADD_TEST(s, test_in_place_across_streams_needs_the_other_reader_ordered);
+  CU_ADD_TEST(s, test_aliasing_write_waits_for_readers_on_other_streams);
+  CU_ADD_TEST(s, test_smaller_buckets_fit_the_largest_buckets_plan);
+  CU_ADD_TEST(s, test_format_lists_every_tensor_the_waits_and_the_totals);
+  CU_ADD_TEST(s, test_broken_irs_are_rejected_with_the_culprit_named);
+  CU_ADD_TEST(s, test_random_dags_stay_within_ten_percent_of_the_optimum);
+  return test_run_all();
+}
