@@ -9,7 +9,9 @@
  * - Workspaces: one fixed 32 MiB buffer per stream, from the CUDA backend's mem_alloc outside
  *   capture, so two GEMMs running on two streams never share scratch memory and a captured
  *   GEMM never allocates. cublasSetStream resets cuBLAS's workspace to its own default, so
- *   every stream switch is followed by cublasSetWorkspace.
+ *   every stream switch is followed by cublasSetWorkspace. The workspace table also records
+ *   each stream's device, which is how a launch inside a capture learns it (CUDA refuses
+ *   cudaStreamGetDevice on a capturing stream and invalidates the capture).
  * - Algorithms: cuBLASLt's heuristic (cublasLtMatmulAlgoGetHeuristic) chosen outside capture
  *   and cached under a lock, keyed by everything that shapes the choice (dtype, compute
  *   type, transposes, dims, leading dims, batch, strides, epilogue, pointer alignments).
@@ -114,6 +116,15 @@ static workspace_entry *find_workspace_locked(cudaStream_t stream) {
   for (size_t i = 0; i < workspace_count; ++i)
     if (workspaces[i].stream == stream) return &workspaces[i];
   return NULL;
+}
+
+/* The device of a stream that has a workspace, read from its entry. */
+static bool workspace_device(cudaStream_t stream, int *device) {
+  pthread_mutex_lock(&workspace_lock);
+  const workspace_entry *e = find_workspace_locked(stream);
+  if (e) *device = e->device;
+  pthread_mutex_unlock(&workspace_lock);
+  return e != NULL;
 }
 
 void *recap__gemm_stream_workspace(void *cuda_stream) {
@@ -238,13 +249,21 @@ static recap_status ctx_open(gemm_ctx *ctx, cudaStream_t stream) {
   if (!stream)
     return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
                       "gemm: the legacy default stream is never used; pass a stream");
-  RECAP_CUDA_TRY(cudaStreamGetDevice(stream, &ctx->device));
-  if (ctx->device < 0 || ctx->device >= MAX_DEVICES)
-    return RECAP_FAIL(RECAP_STATUS_NOT_SUPPORTED, "gemm: device %d is beyond the %d supported",
-                      ctx->device, MAX_DEVICES);
   enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
   RECAP_CUDA_TRY(cudaStreamIsCapturing(stream, &cs));
   ctx->capturing = cs != cudaStreamCaptureStatusNone;
+  /* cudaStreamGetDevice is refused on a capturing stream, and the refusal invalidates the
+   * capture; the warmup recorded the device with the stream's workspace, and a stream without
+   * one is not ready for capture anyway. */
+  if (ctx->capturing) {
+    if (!workspace_device(stream, &ctx->device))
+      return not_prepared("the stream's GEMM workspace");
+  } else {
+    RECAP_CUDA_TRY(cudaStreamGetDevice(stream, &ctx->device));
+  }
+  if (ctx->device < 0 || ctx->device >= MAX_DEVICES)
+    return RECAP_FAIL(RECAP_STATUS_NOT_SUPPORTED, "gemm: device %d is beyond the %d supported",
+                      ctx->device, MAX_DEVICES);
   int current = 0;
   RECAP_CUDA_TRY(cudaGetDevice(&current));
   if (current != ctx->device) {

@@ -22,6 +22,7 @@
 #include "tests/test_util.h"
 
 #if RECAP_WITH_CUDA
+#include <cublas_api.h>
 #include <cuda_runtime_api.h>
 #endif
 
@@ -184,7 +185,21 @@ typedef struct {
   double *ref, *scale;
 } gcase;
 
+/* The host stream that runs the reference. Both suites use it (the CUDA suite compares with
+ * the host implementation), so each suite opens it in its init and closes it in its cleanup:
+ * a stream left over from the other suite would already be destroyed. */
 static recap_stream *host_stream;
+
+static int host_stream_open(void) {
+  return recap_stream_create((recap_device){RECAP_BACKEND_HOST, 0}, 0, 0, &host_stream) !=
+         RECAP_OK;
+}
+
+static int host_stream_close(void) {
+  const recap_status st = recap_stream_destroy(host_stream);
+  host_stream = NULL;
+  return st != RECAP_OK;
+}
 
 static void case_init(gcase *g, const char *op, int nin) {
   memset(g, 0, sizeof *g);
@@ -846,25 +861,35 @@ static void test_cuda_blas_versions_are_reported(void) {
   CHECK_OK(recap_library_versions_get(&v));
   CU_ASSERT(v.cublas_version >= 120000);
   CU_ASSERT(v.cublaslt_version >= 120000);
+  /* The libraries are linked by soname (libcublas.so.<major>), so the versions they report
+   * carry the major version of the headers this test was built with. */
+  CU_ASSERT_EQUAL(v.cublas_version / 10000, CUBLAS_VER_MAJOR);
+  CU_ASSERT_EQUAL(v.cublaslt_version / 10000, CUBLAS_VER_MAJOR);
 }
 
 static int cuda_suite_init(void) {
-  return recap_stream_create((recap_device){RECAP_BACKEND_CUDA, 0}, 0,
-                             RECAP_STREAM_NON_BLOCKING, &cuda_stream) != RECAP_OK;
+  if (host_stream_open()) return 1;
+  if (recap_stream_create((recap_device){RECAP_BACKEND_CUDA, 0}, 0, RECAP_STREAM_NON_BLOCKING,
+                          &cuda_stream) != RECAP_OK) {
+    host_stream_close(); /* CUnit runs no cleanup after a failed init */
+    return 1;
+  }
+  return 0;
 }
 
 static int cuda_suite_cleanup(void) {
-  if (cuda_stream) recap__gemm_release_stream(recap_stream_native(cuda_stream));
-  return recap_stream_destroy(cuda_stream) != RECAP_OK;
+  int failed = 0;
+  if (cuda_stream && recap__gemm_release_stream(recap_stream_native(cuda_stream)) != RECAP_OK)
+    failed = 1;
+  if (recap_stream_destroy(cuda_stream) != RECAP_OK) failed = 1;
+  cuda_stream = NULL;
+  return host_stream_close() || failed;
 }
 #endif /* RECAP_WITH_CUDA */
 
-static int host_suite_init(void) {
-  return recap_stream_create((recap_device){RECAP_BACKEND_HOST, 0}, 0, 0, &host_stream) !=
-         RECAP_OK;
-}
+static int host_suite_init(void) { return host_stream_open(); }
 
-static int host_suite_cleanup(void) { return recap_stream_destroy(host_stream) != RECAP_OK; }
+static int host_suite_cleanup(void) { return host_stream_close(); }
 
 int main(void) {
   CU_pSuite host = test_add_suite("gemm/host", host_suite_init, host_suite_cleanup);
