@@ -40,6 +40,7 @@
 #include "runtime/backend.h"
 #include "runtime/capture.h"
 #include "runtime/cuda_check.h"
+#include "runtime/stream_hooks.h"
 #include "runtime/versions.h"
 
 enum { MAX_DEVICES = 64, CACHE_BUCKETS = 256 };
@@ -58,8 +59,15 @@ void recap__gemm_blas_versions(int *cublas, int *cublaslt) {
 }
 
 /* At load, so `recap info` reports the versions before any GEMM ran. */
-__attribute__((constructor)) static void register_versions(void) {
+/* A destroyed stream's handle may come back for the next stream: drop its workspace. */
+static recap_status release_stream_hook(recap_stream *stream) {
+  if (recap_stream_device(stream).backend != RECAP_BACKEND_CUDA) return RECAP_OK;
+  return recap__gemm_release_stream(recap_stream_native(stream));
+}
+
+__attribute__((constructor)) static void register_with_runtime(void) {
   recap__set_blas_version_query(recap__gemm_blas_versions);
+  recap__stream_add_release_hook(release_stream_hook);
 }
 
 /* ---- per-thread handles -------------------------------------------------------------------- */

@@ -6,6 +6,7 @@
 #include "runtime/capture.h"
 #include "runtime/debug.h"
 #include "runtime/error.h"
+#include "runtime/stream_hooks.h"
 
 enum { MAX_DEFAULT_STREAM_DEVICES = 64 };
 
@@ -68,6 +69,37 @@ recap_status recap_stream_wrap_external(recap_device device, void *cuda_stream,
   return RECAP_OK;
 }
 
+enum { MAX_RELEASE_HOOKS = 8 };
+static pthread_mutex_t hooks_lock = PTHREAD_MUTEX_INITIALIZER;
+static recap__stream_release_hook release_hooks[MAX_RELEASE_HOOKS];
+static int release_hook_count;
+
+recap_status recap__stream_add_release_hook(recap__stream_release_hook hook) {
+  RECAP_CHECK_ARG(hook);
+  recap_status st = RECAP_OK;
+  pthread_mutex_lock(&hooks_lock);
+  int known = 0;
+  for (int i = 0; i < release_hook_count; i++) known |= release_hooks[i] == hook;
+  if (!known) {
+    if (release_hook_count == MAX_RELEASE_HOOKS)
+      st = RECAP_FAIL(RECAP_STATUS_INTERNAL, "too many stream release hooks");
+    else
+      release_hooks[release_hook_count++] = hook;
+  }
+  pthread_mutex_unlock(&hooks_lock);
+  return st;
+}
+
+static recap_status run_release_hooks(recap_stream *stream) {
+  pthread_mutex_lock(&hooks_lock);
+  int count = release_hook_count;
+  recap__stream_release_hook hooks[MAX_RELEASE_HOOKS];
+  for (int i = 0; i < count; i++) hooks[i] = release_hooks[i];
+  pthread_mutex_unlock(&hooks_lock);
+  for (int i = 0; i < count; i++) RECAP_TRY(hooks[i](stream));
+  return RECAP_OK;
+}
+
 recap_status recap_stream_destroy(recap_stream *stream) {
   if (!stream) return RECAP_OK;
   if (recap__capture_id(stream) != 0)
@@ -77,6 +109,7 @@ recap_status recap_stream_destroy(recap_stream *stream) {
   if (cs != RECAP_CAPTURE_NONE)
     return RECAP_FAIL(RECAP_STATUS_BUSY,
                       "stream takes part in a capture begun on another stream; end it first");
+  RECAP_TRY(run_release_hooks(stream));
   if (stream->owns_native) RECAP_TRY(stream->backend->stream_destroy(stream));
   free(stream);
   return RECAP_OK;
