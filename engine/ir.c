@@ -182,7 +182,8 @@ static recap__ir *build(builder *b, const int64_t *values, size_t bucket) {
       b->oom = true;
       return ir;
     }
-    memcpy(id->values, sd->values, sd->count * sizeof *id->values);
+    /* A dim whose values were invalid has none (and a NULL array memcpy must not see). */
+    if (sd->count) memcpy(id->values, sd->values, sd->count * sizeof *id->values);
     id->count = sd->count;
     ir->dim_values[d] = values[d];
   }

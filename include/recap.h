@@ -571,6 +571,136 @@ RECAP_API recap_status recap_graph_info_get(const recap_graph *graph, recap_grap
 /* Writes the last captured graph as Graphviz (cudaGraphDebugDotPrint on CUDA). */
 RECAP_API recap_status recap_graph_debug_dump(const recap_graph *graph, const char *path);
 
+/* ------------------------------------------------------------------------------------------
+ * Pipelines: a YAML spec (specs/README.md) loaded, planned, bound to memory, run eagerly or
+ * captured into one graph per bucket and replayed.
+ *
+ *   recap_pipeline *p;
+ *   if (recap_pipeline_create_file("specs/mlp_decode.yaml", NULL, &p) != RECAP_OK) {
+ *     fprintf(stderr, "%s\n", recap_last_error());     // FILE:LINE:COL: error: ... lines
+ *     return 1;
+ *   }
+ *   recap_pipeline_copy_in(p, "x", host_x, 3 * 4096 * 2, 3);  // 3 rows (batch 3)
+ *   recap_pipeline_run(p, 3);          // runs bucket 4's graph; padding rows are defined
+ *   recap_pipeline_copy_out(p, "y", host_y, 3 * 4096 * 2, 3);
+ *   recap_pipeline_destroy(p);
+ *
+ * Weights: params are allocated and initialized once per weights object. A server creates one
+ * pipeline and then N workers with recap_pipeline_clone: clones share the params (no copy) and
+ * get their own inputs, state, scalars, arena, private pool, stream and graphs.
+ *
+ * Threading: a pipeline is used by one thread at a time; different pipelines (clones
+ * included) may be used from different threads at once, captures included (the default
+ * capture mode is THREAD_LOCAL). No global lock is held around capture or replay.
+ *
+ * Ordering: everything a pipeline does (copy-in, replay, eager runs, copy-out) is ordered on
+ * the pipeline's stream. recap_pipeline_run_async returns after submitting; outputs and state
+ * are written when its event completes, and are overwritten by the next run. Input buffers may
+ * be rewritten (copy_in or directly on the pipeline's stream) once run_async has returned.
+ * ---------------------------------------------------------------------------------------- */
+
+typedef struct recap_pipeline recap_pipeline;
+
+typedef enum {
+  RECAP_MODE_GRAPH = 0, /* warmup, capture each bucket, replay (default) */
+  RECAP_MODE_EAGER = 1, /* op by op; also forced by RECAP_DISABLE_GRAPHS=1 */
+} recap_run_mode;
+
+typedef enum {
+  RECAP_OVERSIZE_EAGER = 0, /* a batch above the largest bucket runs eagerly (counted) */
+  RECAP_OVERSIZE_FAIL = 1,  /* ... or fails with RECAP_STATUS_INVALID_ARGUMENT */
+} recap_oversize_policy;
+
+/* All zero = defaults. */
+typedef struct {
+  int override_device;          /* nonzero: use `device` instead of the spec's */
+  recap_device device;
+  int override_mode;            /* nonzero: use `mode` */
+  recap_run_mode mode;
+  int capture_mode_set;         /* nonzero: use capture_mode (default THREAD_LOCAL) */
+  recap_capture_mode capture_mode;
+  int warmup;                   /* warmup iterations before capture; 0: the spec's run.warmup */
+  int max_recaptures;           /* re-captures allowed after the first capture; 0: 16 */
+  recap_oversize_policy oversize;
+  const char *base_dir;         /* when set, files the spec names must lie under it */
+  recap_stream *stream;         /* run on the caller's stream; NULL: the pipeline's own */
+  /* Dim values replacing the spec's, as "NAME=V" or "NAME=V1,V2,..." (a list makes buckets,
+   * ascending; at most one dim has buckets), NULL-terminated; NULL: none. The spec is checked
+   * again with them (SPEC_ERROR with positions). Ignored by recap_pipeline_clone. */
+  const char *const *dims;
+} recap_pipeline_options;
+
+typedef struct {
+  uint64_t eager_runs;        /* runs executed op by op (mode eager, oversize, fallback) */
+  uint64_t replays;
+  uint64_t captures;          /* graphs captured (one per bucket, plus re-captures) */
+  uint64_t updates;           /* re-captures applied to an executable in place */
+  uint64_t instantiations;    /* executables built from scratch */
+  uint64_t oversize_eager;    /* runs above the largest bucket, run eagerly */
+  uint64_t recaptures_refused; /* rebinds past max_recaptures: the pipeline went eager */
+  size_t arena_bytes;         /* planned intermediates, shared by every bucket */
+  size_t pool_reserved_bytes; /* the private pool: arena + workspaces + graph memory */
+  size_t param_bytes;         /* shared with clones */
+  size_t num_buckets;
+  size_t num_ops;
+} recap_pipeline_stats;
+
+/* Loads, checks, plans and binds a spec (params are initialized; nothing is captured yet:
+ * the first graph-mode run, or recap_pipeline_capture, does that). Spec errors return
+ * RECAP_STATUS_SPEC_ERROR with every problem as FILE:LINE:COL lines in recap_last_error(). */
+RECAP_API recap_status recap_pipeline_create_file(const char *path,
+                                                  const recap_pipeline_options *options,
+                                                  recap_pipeline **out);
+/* The same from YAML text; `name` stands for the file name in messages. */
+RECAP_API recap_status recap_pipeline_create_string(const char *yaml, size_t length,
+                                                    const char *name,
+                                                    const recap_pipeline_options *options,
+                                                    recap_pipeline **out);
+/* A new instance sharing `source`'s params (weights). options may change the stream, mode and
+ * capture settings, not the device. */
+RECAP_API recap_status recap_pipeline_clone(recap_pipeline *source,
+                                            const recap_pipeline_options *options,
+                                            recap_pipeline **out);
+/* Waits for the pipeline's stream, then releases everything it owns. Params are reference
+ * counted across clones, so instances may be destroyed in any order. NULL is accepted. */
+RECAP_API recap_status recap_pipeline_destroy(recap_pipeline *pipeline);
+
+/* Warmup and capture of every bucket now (graph mode), instead of on first use. */
+RECAP_API recap_status recap_pipeline_capture(recap_pipeline *pipeline);
+/* Runs with `batch` real rows (the bucketed dim; ignored, pass 0, for specs without buckets):
+ * the smallest bucket >= batch. Synchronous: returns when outputs are ready. */
+RECAP_API recap_status recap_pipeline_run(recap_pipeline *pipeline, int64_t batch);
+/* Submits the run and returns; *done (optional) is an event, owned by the pipeline and valid
+ * until the next run, that completes when outputs are ready. */
+RECAP_API recap_status recap_pipeline_run_async(recap_pipeline *pipeline, int64_t batch,
+                                                recap_event **done);
+/* One eager run regardless of mode (the reference for checks). */
+RECAP_API recap_status recap_pipeline_run_eager(recap_pipeline *pipeline, int64_t batch);
+
+/* The device buffer of a named input, param, state, scalar or output, as a view with the
+ * largest bucket's shape. Valid until the pipeline is destroyed or the tensor is rebound. */
+RECAP_API recap_status recap_pipeline_tensor(recap_pipeline *pipeline, const char *name,
+                                             recap_tensor *out);
+/* Copies host memory into an input, state or scalar tensor, on the pipeline's stream. For a
+ * bucketed tensor, `rows` counts rows along the bucketed axis (bytes must equal rows times
+ * the row size) and the rest of the buffer is zeroed; otherwise rows is 0 and bytes the whole
+ * tensor. Synchronous with respect to the host buffer. */
+RECAP_API recap_status recap_pipeline_copy_in(recap_pipeline *pipeline, const char *name,
+                                              const void *host, size_t bytes, int64_t rows);
+/* Copies the first `rows` rows (or, rows = 0, all) of an output or state tensor to host memory
+ * after the work submitted so far (waits for it). */
+RECAP_API recap_status recap_pipeline_copy_out(recap_pipeline *pipeline, const char *name,
+                                               void *host, size_t bytes, int64_t rows);
+/* Points an input, param, state or scalar tensor at caller-owned device memory (at least the
+ * tensor's bytes, same device). Graphs are re-captured and updated in place when the topology
+ * is unchanged; after max_recaptures, the pipeline runs eagerly (counted, with a warning). */
+RECAP_API recap_status recap_pipeline_rebind(recap_pipeline *pipeline, const char *name,
+                                             void *device_memory);
+RECAP_API recap_status recap_pipeline_stats_get(recap_pipeline *pipeline,
+                                                recap_pipeline_stats *out);
+/* The pipeline's stream (its own, or the one given in the options). */
+RECAP_API recap_stream *recap_pipeline_stream(recap_pipeline *pipeline);
+
 #ifdef __cplusplus
 }
 #endif

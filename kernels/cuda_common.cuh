@@ -24,7 +24,7 @@
 #include "include/recap.h"
 #include "runtime/error.h"
 
-#define RECAP_CEIL_DIV(a, b) (((a) + (b) - 1) / (b))
+#define RECAP_CEIL_DIV(a, b) (((a) + (b)-1) / (b))
 
 /* Grid-stride kernels never need more blocks than this to fill a GPU (132 SMs x 16 resident
  * blocks of 256 threads is far below it); capping keeps grid.x within its limit for any n. */
@@ -39,8 +39,12 @@ static inline unsigned recap__cuda_grid_for(int64_t work_items, int threads) {
 
 /* Opens an NVTX range in recap's domain for the launcher's scope; every return path pops it. */
 struct recap__cuda_launch_range {
-  explicit recap__cuda_launch_range(const char *name) { recap_nvtx_range_push(name); }
-  ~recap__cuda_launch_range() { recap_nvtx_range_pop(); }
+  explicit recap__cuda_launch_range(const char *name) {
+    recap_nvtx_range_push(name);
+  }
+  ~recap__cuda_launch_range() {
+    recap_nvtx_range_pop();
+  }
   recap__cuda_launch_range(const recap__cuda_launch_range &) = delete;
   recap__cuda_launch_range &operator=(const recap__cuda_launch_range &) = delete;
 };
@@ -78,9 +82,15 @@ static recap_status recap__cuda_dispatch_any(recap_dtype dtype, const char *what
 
 /* ---- element loads and stores -------------------------------------------------------- */
 
-__device__ __forceinline__ float recap__to_float(float v) { return v; }
-__device__ __forceinline__ float recap__to_float(__half v) { return __half2float(v); }
-__device__ __forceinline__ float recap__to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float recap__to_float(float v) {
+  return v;
+}
+__device__ __forceinline__ float recap__to_float(__half v) {
+  return __half2float(v);
+}
+__device__ __forceinline__ float recap__to_float(__nv_bfloat16 v) {
+  return __bfloat162float(v);
+}
 
 template <typename T>
 __device__ __forceinline__ T recap__from_float(float v);
@@ -117,8 +127,7 @@ struct alignas(sizeof(T) * N) recap__vec {
 };
 
 /* An index (i32 or i64) read from device memory. */
-__device__ __forceinline__ int64_t recap__load_index(const void *p, recap_dtype dtype,
-                                                     int64_t i) {
+__device__ __forceinline__ int64_t recap__load_index(const void *p, recap_dtype dtype, int64_t i) {
   return dtype == RECAP_DTYPE_I64 ? static_cast<const int64_t *>(p)[i]
                                   : (int64_t) static_cast<const int32_t *>(p)[i];
 }

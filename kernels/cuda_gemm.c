@@ -58,13 +58,13 @@ void recap__gemm_blas_versions(int *cublas, int *cublaslt) {
   *cublaslt = (int)cublasLtGetVersion();
 }
 
-/* At load, so `recap info` reports the versions before any GEMM ran. */
 /* A destroyed stream's handle may come back for the next stream: drop its workspace. */
 static recap_status release_stream_hook(recap_stream *stream) {
   if (recap_stream_device(stream).backend != RECAP_BACKEND_CUDA) return RECAP_OK;
   return recap__gemm_release_stream(recap_stream_native(stream));
 }
 
+/* At load, so `recap info` reports the versions before any GEMM ran. */
 __attribute__((constructor)) static void register_with_runtime(void) {
   recap__set_blas_version_query(recap__gemm_blas_versions);
   recap__stream_add_release_hook(release_stream_hook);

@@ -2,12 +2,13 @@
  * elementwise.cu: the CUDA unary ops (relu, gelu, gelu_tanh, silu, sigmoid, tanh, exp, neg,
  * scale, cast) and binary ops with numpy broadcasting (add, sub, mul, div).
  *
- * Each family has two kernels. The contiguous kernel serves tensors that are dense and
- * 16-byte aligned: every thread moves 16 bytes of input per trip (one vector load), which is
- * what saturates HBM on an H100. The strided kernel serves everything else (views from
- * transposes or slices, broadcast operands with stride 0): each thread decomposes its linear
- * index over the (right-aligned, 4-D) shape. Both loop with the grid's stride so a capped grid
- * covers any size. Math is in f32 for every storage type.
+ * Each family has a contiguous kernel for dense tensors: every thread moves 16 bytes of input
+ * per trip (one vector load) when the pointers are aligned, which is what saturates HBM on an
+ * H100. A strided kernel serves everything else (views from transposes or slices, broadcast
+ * operands with stride 0): each thread decomposes its linear index over the (right-aligned,
+ * 4-D) shape. Binary ops also have a row kernel for the common bias-like broadcast (one
+ * operand repeats along the leading dims), which needs only a modulo per element. Both loop with
+ * the grid's stride so a capped grid covers any size. Math is in f32 for every storage type.
  */
 #include <cuda_runtime.h>
 #include <math.h>
@@ -63,8 +64,8 @@ __device__ __forceinline__ Tout unary_element(Tin x, float scale) {
 /* Dense input and output: 16 bytes of input per vector trip (VEC elements), then a scalar
  * tail. `vectorize` is false when either pointer is not aligned for its vector. */
 template <int Code, typename Tin, typename Tout>
-__global__ void unary_contiguous_kernel(const Tin *__restrict__ x, Tout *__restrict__ y,
-                                        int64_t n, float scale, bool vectorize) {
+__global__ void unary_contiguous_kernel(const Tin *__restrict__ x, Tout *__restrict__ y, int64_t n,
+                                        float scale, bool vectorize) {
   constexpr int VEC = 16 / sizeof(Tin);
   const int64_t tid = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
   const int64_t stride = (int64_t)gridDim.x * blockDim.x;
@@ -129,22 +130,67 @@ __global__ void binary_contiguous_kernel(const T *__restrict__ a, const T *__res
     y[i] = recap__from_float<T>(binary_apply<Code>(recap__to_float(a[i]), recap__to_float(b[i])));
 }
 
-/* av and bv carry the output's shape with stride 0 along broadcast dimensions. */
+/* One operand (kRowIsB: b, else a) is a dense vector of `nrow` elements repeated along the
+ * leading dims (a bias); the other operand and y are dense. Vector trips when `vectorize`
+ * (aligned pointers and nrow a multiple of VEC, so a vector never wraps around the row). */
+template <int Code, typename T, bool kRowIsB>
+__global__ void binary_row_kernel(const T *__restrict__ full, const T *__restrict__ row,
+                                  T *__restrict__ y, int64_t n, int64_t nrow, bool vectorize) {
+  constexpr int VEC = 16 / sizeof(T);
+  const int64_t tid = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+  const int64_t nvec = vectorize ? n / VEC : 0;
+  const recap__vec<T, VEC> *fv = reinterpret_cast<const recap__vec<T, VEC> *>(full);
+  const recap__vec<T, VEC> *rv = reinterpret_cast<const recap__vec<T, VEC> *>(row);
+  recap__vec<T, VEC> *yv = reinterpret_cast<recap__vec<T, VEC> *>(y);
+  const int64_t nrow_vec = nrow / VEC;
+  for (int64_t i = tid; i < nvec; i += stride) {
+    const recap__vec<T, VEC> x0 = fv[i], x1 = rv[i % nrow_vec];
+    recap__vec<T, VEC> out;
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) {
+      const float f = recap__to_float(x0.v[k]), r = recap__to_float(x1.v[k]);
+      out.v[k] =
+          recap__from_float<T>(kRowIsB ? binary_apply<Code>(f, r) : binary_apply<Code>(r, f));
+    }
+    yv[i] = out;
+  }
+  for (int64_t i = nvec * VEC + tid; i < n; i += stride) {
+    const float f = recap__to_float(full[i]), r = recap__to_float(row[i % nrow]);
+    y[i] = recap__from_float<T>(kRowIsB ? binary_apply<Code>(f, r) : binary_apply<Code>(r, f));
+  }
+}
+
+/* av, bv and yv carry the output's shape (stride 0 along the inputs' broadcast dimensions);
+ * the linear index is decomposed once and applied to all three strides. */
 template <int Code, typename T>
 __global__ void binary_strided_kernel(const T *__restrict__ a, recap__cuda_view4 av,
                                       const T *__restrict__ b, recap__cuda_view4 bv,
                                       T *__restrict__ y, recap__cuda_view4 yv, int64_t n) {
   const int64_t stride = (int64_t)gridDim.x * blockDim.x;
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
-    const float x0 = recap__to_float(a[recap__view4_offset(av, i)]);
-    const float x1 = recap__to_float(b[recap__view4_offset(bv, i)]);
-    y[recap__view4_offset(yv, i)] = recap__from_float<T>(binary_apply<Code>(x0, x1));
+    int64_t rem = i, ao = 0, bo = 0, yo = 0;
+#pragma unroll
+    for (int d = 3; d > 0; --d) {
+      const int64_t q = rem / yv.shape[d], c = rem - q * yv.shape[d];
+      ao += c * av.stride[d];
+      bo += c * bv.stride[d];
+      yo += c * yv.stride[d];
+      rem = q;
+    }
+    ao += rem * av.stride[0];
+    bo += rem * bv.stride[0];
+    yo += rem * yv.stride[0];
+    y[yo] =
+        recap__from_float<T>(binary_apply<Code>(recap__to_float(a[ao]), recap__to_float(b[bo])));
   }
 }
 
 /* ================================ launchers ============================================== */
 
-bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+bool aligned16(const void *p) {
+  return ((uintptr_t)p & 15u) == 0;
+}
 
 template <int Code, typename Tin, typename Tout>
 recap_status launch_unary(const recap_tensor *x, const recap_tensor *y, int64_t n, float scale,
@@ -152,8 +198,7 @@ recap_status launch_unary(const recap_tensor *x, const recap_tensor *y, int64_t 
   const unsigned grid = recap__cuda_grid_for(n, kThreads);
   if (recap__tensor_is_contiguous(x) && recap__tensor_is_contiguous(y)) {
     constexpr int VEC = 16 / sizeof(Tin);
-    const bool vectorize = aligned16(x->data) &&
-                           ((uintptr_t)y->data % (sizeof(Tout) * VEC)) == 0;
+    const bool vectorize = aligned16(x->data) && ((uintptr_t)y->data % (sizeof(Tout) * VEC)) == 0;
     const unsigned vgrid =
         vectorize ? recap__cuda_grid_for(RECAP_CEIL_DIV(n, (int64_t)VEC), kThreads) : grid;
     unary_contiguous_kernel<Code, Tin, Tout><<<vgrid, kThreads, 0, stream>>>(
@@ -167,22 +212,50 @@ recap_status launch_unary(const recap_tensor *x, const recap_tensor *y, int64_t 
   return RECAP_OK;
 }
 
+/* Whether `row` is dense and its shape, leading 1s dropped, is the trailing dims of `y`: then
+ * element i of y pairs with element i % numel(row) of it. */
+bool is_row_of(const recap_tensor *row, const recap_tensor *y) {
+  if (!recap__tensor_is_contiguous(row)) return false;
+  int first = 0;
+  while (first < row->ndim && row->shape[first] == 1) ++first;
+  const int len = row->ndim - first;
+  if (len > y->ndim) return false;
+  for (int d = 0; d < len; ++d)
+    if (row->shape[first + d] != y->shape[y->ndim - len + d]) return false;
+  return true;
+}
+
 template <int Code, typename T>
 recap_status launch_binary(const recap_tensor *a, const recap_tensor *b, const recap_tensor *y,
                            int64_t n, cudaStream_t stream) {
-  /* Dense operands of the output's own shape take the vector path; any broadcast or view
-   * takes the strided one. */
-  const bool dense = recap__tensor_numel(a) == n && recap__tensor_numel(b) == n &&
-                     recap__tensor_is_contiguous(a) && recap__tensor_is_contiguous(b) &&
-                     recap__tensor_is_contiguous(y);
-  if (dense) {
-    constexpr int VEC = 16 / sizeof(T);
+  constexpr int VEC = 16 / sizeof(T);
+  const bool y_dense = recap__tensor_is_contiguous(y);
+  const bool a_dense = y_dense && recap__tensor_numel(a) == n && recap__tensor_is_contiguous(a);
+  const bool b_dense = y_dense && recap__tensor_numel(b) == n && recap__tensor_is_contiguous(b);
+  if (a_dense && b_dense) {
     const bool vectorize = aligned16(a->data) && aligned16(b->data) && aligned16(y->data);
     const unsigned grid =
         recap__cuda_grid_for(vectorize ? RECAP_CEIL_DIV(n, (int64_t)VEC) : n, kThreads);
     binary_contiguous_kernel<Code, T><<<grid, kThreads, 0, stream>>>(
-        static_cast<const T *>(a->data), static_cast<const T *>(b->data),
-        static_cast<T *>(y->data), n, vectorize);
+        static_cast<const T *>(a->data), static_cast<const T *>(b->data), static_cast<T *>(y->data),
+        n, vectorize);
+  } else if ((a_dense && is_row_of(b, y)) || (b_dense && is_row_of(a, y))) {
+    /* A bias-like operand: the common broadcast, without per-element index arithmetic. */
+    const bool row_is_b = a_dense && is_row_of(b, y);
+    const recap_tensor *full = row_is_b ? a : b, *row = row_is_b ? b : a;
+    const int64_t nrow = recap__tensor_numel(row);
+    const bool vectorize =
+        aligned16(full->data) && aligned16(row->data) && aligned16(y->data) && nrow % VEC == 0;
+    const unsigned grid =
+        recap__cuda_grid_for(vectorize ? RECAP_CEIL_DIV(n, (int64_t)VEC) : n, kThreads);
+    const T *fp = static_cast<const T *>(full->data), *rp = static_cast<const T *>(row->data);
+    T *yp = static_cast<T *>(y->data);
+    if (row_is_b)
+      binary_row_kernel<Code, T, true>
+          <<<grid, kThreads, 0, stream>>>(fp, rp, yp, n, nrow, vectorize);
+    else
+      binary_row_kernel<Code, T, false>
+          <<<grid, kThreads, 0, stream>>>(fp, rp, yp, n, nrow, vectorize);
   } else {
     const recap__cuda_view4 yv = recap__cuda_view4_of(y);
     recap__cuda_view4 av = recap__cuda_view4_of(a), bv = recap__cuda_view4_of(b);
@@ -233,8 +306,9 @@ extern "C" recap_status recap__cuda_unary(const recap_op_call *call, void *cuda_
       return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "op '%s': input and output shapes differ",
                         call->def->name);
   if (code != RECAP_UNARY_CAST && x->dtype != y->dtype)
-    return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "op '%s': output dtype %s differs from input %s",
-                      call->def->name, recap_dtype_name(y->dtype), recap_dtype_name(x->dtype));
+    return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
+                      "op '%s': output dtype %s differs from input %s", call->def->name,
+                      recap_dtype_name(y->dtype), recap_dtype_name(x->dtype));
   if (n == 0) return RECAP_OK;
   cudaStream_t stream = static_cast<cudaStream_t>(cuda_stream);
   const float scale = (float)call->attrs.scale;
@@ -252,16 +326,22 @@ extern "C" recap_status recap__cuda_unary(const recap_op_call *call, void *cuda_
   return recap__cuda_dispatch_float(x->dtype, name, [&](auto tag) -> recap_status {
     using T = decltype(tag);
     switch (code) {
-      case RECAP_UNARY_RELU: return launch_unary<RECAP_UNARY_RELU, T, T>(x, y, n, scale, stream);
-      case RECAP_UNARY_GELU: return launch_unary<RECAP_UNARY_GELU, T, T>(x, y, n, scale, stream);
+      case RECAP_UNARY_RELU:
+        return launch_unary<RECAP_UNARY_RELU, T, T>(x, y, n, scale, stream);
+      case RECAP_UNARY_GELU:
+        return launch_unary<RECAP_UNARY_GELU, T, T>(x, y, n, scale, stream);
       case RECAP_UNARY_GELU_TANH:
         return launch_unary<RECAP_UNARY_GELU_TANH, T, T>(x, y, n, scale, stream);
-      case RECAP_UNARY_SILU: return launch_unary<RECAP_UNARY_SILU, T, T>(x, y, n, scale, stream);
+      case RECAP_UNARY_SILU:
+        return launch_unary<RECAP_UNARY_SILU, T, T>(x, y, n, scale, stream);
       case RECAP_UNARY_SIGMOID:
         return launch_unary<RECAP_UNARY_SIGMOID, T, T>(x, y, n, scale, stream);
-      case RECAP_UNARY_TANH: return launch_unary<RECAP_UNARY_TANH, T, T>(x, y, n, scale, stream);
-      case RECAP_UNARY_EXP: return launch_unary<RECAP_UNARY_EXP, T, T>(x, y, n, scale, stream);
-      case RECAP_UNARY_NEG: return launch_unary<RECAP_UNARY_NEG, T, T>(x, y, n, scale, stream);
+      case RECAP_UNARY_TANH:
+        return launch_unary<RECAP_UNARY_TANH, T, T>(x, y, n, scale, stream);
+      case RECAP_UNARY_EXP:
+        return launch_unary<RECAP_UNARY_EXP, T, T>(x, y, n, scale, stream);
+      case RECAP_UNARY_NEG:
+        return launch_unary<RECAP_UNARY_NEG, T, T>(x, y, n, scale, stream);
       case RECAP_UNARY_SCALE:
         return launch_unary<RECAP_UNARY_SCALE, T, T>(x, y, n, scale, stream);
       default:
@@ -292,10 +372,14 @@ extern "C" recap_status recap__cuda_binary(const recap_op_call *call, void *cuda
   return recap__cuda_dispatch_float(y->dtype, name, [&](auto tag) -> recap_status {
     using T = decltype(tag);
     switch (code) {
-      case RECAP_BINARY_ADD: return launch_binary<RECAP_BINARY_ADD, T>(a, b, y, n, stream);
-      case RECAP_BINARY_SUB: return launch_binary<RECAP_BINARY_SUB, T>(a, b, y, n, stream);
-      case RECAP_BINARY_MUL: return launch_binary<RECAP_BINARY_MUL, T>(a, b, y, n, stream);
-      case RECAP_BINARY_DIV: return launch_binary<RECAP_BINARY_DIV, T>(a, b, y, n, stream);
+      case RECAP_BINARY_ADD:
+        return launch_binary<RECAP_BINARY_ADD, T>(a, b, y, n, stream);
+      case RECAP_BINARY_SUB:
+        return launch_binary<RECAP_BINARY_SUB, T>(a, b, y, n, stream);
+      case RECAP_BINARY_MUL:
+        return launch_binary<RECAP_BINARY_MUL, T>(a, b, y, n, stream);
+      case RECAP_BINARY_DIV:
+        return launch_binary<RECAP_BINARY_DIV, T>(a, b, y, n, stream);
       default:
         return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "op '%s': unknown binary code %d", name,
                           code);

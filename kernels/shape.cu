@@ -134,12 +134,17 @@ recap_status copy_view(const recap_tensor *src, const recap_tensor *dst, int64_t
       copy_kernel<E, false><<<grid, kThreads, 0, stream>>>(s, sv, d, dv, n);
   };
   switch (elem) {
-    case 2: launch(uint16_t{}); break;
-    case 4: launch(uint32_t{}); break;
-    case 8: launch(uint64_t{}); break;
+    case 2:
+      launch(uint16_t{});
+      break;
+    case 4:
+      launch(uint32_t{});
+      break;
+    case 8:
+      launch(uint64_t{});
+      break;
     default:
-      return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "strided copy: bad element size %zu",
-                        elem);
+      return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "strided copy: bad element size %zu", elem);
   }
   RECAP_CUDA_TRY(cudaGetLastError());
   return RECAP_OK;
@@ -183,8 +188,8 @@ extern "C" recap_status recap__cuda_concat(const recap_op_call *call, void *cuda
     if (in->ndim != out->ndim || in->dtype != out->dtype ||
         start + in->shape[dim] > out->shape[dim])
       return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
-                        "op '%s': input %d does not fit the output along dim %d",
-                        call->def->name, i, dim);
+                        "op '%s': input %d does not fit the output along dim %d", call->def->name,
+                        i, dim);
     recap_tensor slab = *out;
     for (int d = 0; d < out->ndim; ++d) slab.shape[d] = in->shape[d];
     slab.data = static_cast<char *>(out->data) +
@@ -215,8 +220,8 @@ extern "C" recap_status recap__cuda_fill(const recap_op_call *call, void *cuda_s
     const bool vectorize = ((uintptr_t)out->data & 15u) == 0;
     const unsigned grid =
         recap__cuda_grid_for(vectorize ? RECAP_CEIL_DIV(n, (int64_t)VEC) : n, kThreads);
-    fill_kernel<T><<<grid, kThreads, 0, stream>>>(static_cast<T *>(out->data), n,
-                                                  call->attrs.value, vectorize);
+    fill_kernel<T><<<grid, kThreads, 0, stream>>>(static_cast<T *>(out->data), n, call->attrs.value,
+                                                  vectorize);
     RECAP_CUDA_TRY(cudaGetLastError());
     return RECAP_OK;
   });
@@ -242,8 +247,8 @@ extern "C" recap_status recap__cuda_embedding(const recap_op_call *call, void *c
   return recap__cuda_dispatch_float(table->dtype, call->def->name, [&](auto tag) {
     using T = decltype(tag);
     embedding_kernel<T><<<recap__cuda_grid_for(rows * d, kThreads), kThreads, 0, stream>>>(
-        static_cast<const T *>(table->data), table->strides[0], table->strides[1],
-        table->shape[0], ids->data, ids->dtype, idsv, static_cast<T *>(out->data), rows, d);
+        static_cast<const T *>(table->data), table->strides[0], table->strides[1], table->shape[0],
+        ids->data, ids->dtype, idsv, static_cast<T *>(out->data), rows, d);
     RECAP_CUDA_TRY(cudaGetLastError());
     return RECAP_OK;
   });
@@ -268,8 +273,7 @@ extern "C" recap_status recap__cuda_rope(const recap_op_call *call, void *cuda_s
     return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
                       "op '%s': the output must be contiguous with x's size and dtype", name);
   if (call->attrs.rope_base <= 0)
-    return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "op '%s': rope_base must be positive",
-                      name);
+    return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "op '%s': rope_base must be positive", name);
   const int64_t pairs = recap__tensor_numel(x) / 2;
   if (pairs == 0) return RECAP_OK;
   const bool per_row = npos == seq;

@@ -3,12 +3,28 @@
  *
  * Each subcommand is one file with one entry point taking the arguments after its name and
  * returning the process exit code: 0 ok, 1 failure, 2 usage error. Only the CLI decides to
- * exit; the libraries below it return statuses.
+ * exit; the libraries below it return statuses. Printing and JSON live here, never below.
+ *
+ * Argument parsing is strict: an unknown flag, a missing value or a malformed number is a
+ * usage error that names it. Flags take their value as "--flag VALUE" or "--flag=VALUE".
+ *
+ *   for (int i = 0; i < argc; i++) {
+ *     const char *v;
+ *     int m;
+ *     if ((m = cli_flag(CMD, argc, argv, &i, "--iters", &v)) != 0) {
+ *       if (m < 0 || !cli_parse_int(CMD, "--iters", v, 1, 1000000, &iters)) return
+ *       CLI_EXIT_USAGE; } else if (!cli_positional(CMD, argv[i])) return CLI_EXIT_USAGE; ...
+ *   }
  */
 #ifndef RECAP_ENGINE_CLI_H
 #define RECAP_ENGINE_CLI_H
 
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
+
+#include "engine/spec.h"
+#include "include/recap.h"
 
 enum { CLI_EXIT_OK = 0, CLI_EXIT_FAILURE = 1, CLI_EXIT_USAGE = 2 };
 
@@ -19,8 +35,56 @@ typedef struct {
 } cli_command;
 
 int cli_info_main(int argc, char **argv);
+int cli_validate_main(int argc, char **argv);
+int cli_plan_main(int argc, char **argv);
+int cli_ops_main(int argc, char **argv);
+int cli_dot_main(int argc, char **argv);
+int cli_run_main(int argc, char **argv);
+int cli_bench_main(int argc, char **argv);
+int cli_serve_bench_main(int argc, char **argv);
 
 /* Whether argv[i] is -h or --help for any i. */
 int cli_wants_help(int argc, char **argv);
+
+/* ---- argument parsing (args.c); each failure prints "recap CMD: ..." to stderr ---- */
+
+/* Whether argv[*i] is the flag `name`: 1 with *value set (for "--name VALUE" *i advances past
+ * the value), 0 when it is another argument, -1 (message printed) when the value is missing.
+ * value may be NULL for a flag without a value ("--json"); "--json=x" is then an error. */
+int cli_flag(const char *cmd, int argc, char **argv, int *i, const char *name,
+             const char **value);
+/* Parses a whole decimal integer in [lo, hi]. False (message names the flag) otherwise. */
+bool cli_parse_int(const char *cmd, const char *flag, const char *text, long long lo,
+                   long long hi, long long *out);
+/* Parses "NAME=VALUE" (VALUE a positive integer). */
+bool cli_parse_dim(const char *cmd, const char *text, char *name, size_t name_size,
+                   int64_t *value);
+/* Prints "recap CMD: unknown flag 'X'" for an argument that starts with '-'; false then. */
+bool cli_positional(const char *cmd, const char *arg);
+
+/* ---- specs and devices (spec_util.c) ---- */
+
+/* Loads and checks a spec, printing every FILE:LINE:COL error (or the I/O failure) to stderr.
+ * RECAP_OK, or the loader's status. */
+recap_status cli_load_spec(const char *path, recap__spec **out);
+
+/* The bucket index a "--dim NAME=VALUE" selects: NAME must be the spec's bucketed dim and VALUE
+ * one of its buckets (exact == true) or any positive value up to the largest (exact == false,
+ * *batch gets VALUE and *bucket the smallest bucket >= VALUE). Without a --dim (name NULL):
+ * the largest bucket and its value. False with a message on stderr. */
+bool cli_select_bucket(const char *cmd, const recap__spec *spec, const char *name,
+                       int64_t value, bool exact, size_t *bucket, int64_t *batch);
+
+/* The device to run on: `requested` ("cuda" or "host", NULL: the spec's). A CUDA request that
+ * this build or machine cannot serve falls back to the host when it came from the spec (a
+ * line on stderr says so) and fails when the user asked for it. False with a message. */
+bool cli_pick_device(const char *cmd, const char *requested, recap_backend_kind spec_device,
+                     recap_device *out);
+
+/* The first line of recap_last_error() after a failed call, prefixed for the user. */
+void cli_report_failure(const char *cmd, const char *what, recap_status status);
+
+/* Seconds on a monotonic clock. */
+double cli_now(void);
 
 #endif

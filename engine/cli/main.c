@@ -10,6 +10,10 @@
 static const cli_command commands[] = {
     {"info", "devices, memory, telemetry, library versions and compiled architectures",
      cli_info_main},
+    {"validate", "check specs; every error as FILE:LINE:COL", cli_validate_main},
+    {"plan", "the memory plan of a spec: offsets, lifetimes, arena vs naive vs max-live",
+     cli_plan_main},
+    {"ops", "every op with its inputs, attributes and dtypes", cli_ops_main},
 };
 
 int cli_wants_help(int argc, char **argv) {
