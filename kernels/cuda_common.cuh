@@ -6,7 +6,7 @@
  *   nearest even, as kernels/half.h does on the host), so every kernel computes in f32.
  * - recap__cuda_view4: a recap_tensor's shape and strides right-aligned to 4 dimensions, so a
  *   kernel turns a linear element index into a strided offset the same way for any rank.
- * - Warp and block reductions (sum, max) built on warp shuffles.
+ * - Warp and block sums built on warp shuffles.
  * - recap__cuda_launch_range: the NVTX range every launcher opens (popped on return), and the
  *   launch-size helpers (CEIL_DIV, the grid cap of grid-stride kernels).
  *
@@ -107,19 +107,6 @@ __device__ __forceinline__ __nv_bfloat16 recap__from_float<__nv_bfloat16>(float 
   return __float2bfloat16_rn(v);
 }
 
-/* Loads element `i` of a float tensor whose dtype is only known at run time (weights, biases):
- * the switch is uniform across the grid, so it costs a predictable branch. */
-__device__ __forceinline__ float recap__load_dyn(const void *p, recap_dtype dtype, int64_t i) {
-  switch (dtype) {
-    case RECAP_DTYPE_F16:
-      return __half2float(static_cast<const __half *>(p)[i]);
-    case RECAP_DTYPE_BF16:
-      return __bfloat162float(static_cast<const __nv_bfloat16 *>(p)[i]);
-    default:
-      return static_cast<const float *>(p)[i];
-  }
-}
-
 /* N elements moved by one load or store (16 bytes for the widest uses). */
 template <typename T, int N>
 struct alignas(sizeof(T) * N) recap__vec {
@@ -170,12 +157,6 @@ __device__ __forceinline__ float recap__warp_sum(float v) {
   return v;
 }
 
-__device__ __forceinline__ float recap__warp_max(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
-
 /* Sum over the whole block, returned to every thread. `scratch` holds 32 floats in shared
  * memory; the trailing barrier lets the caller reuse it for the next reduction. blockDim.x
  * must be a multiple of 32. */
@@ -186,17 +167,6 @@ __device__ __forceinline__ float recap__block_sum(float v, float *scratch) {
   __syncthreads();
   v = lane < warps ? scratch[lane] : 0.0f;
   v = recap__warp_sum(v);
-  __syncthreads();
-  return v;
-}
-
-__device__ __forceinline__ float recap__block_max(float v, float *scratch) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-  v = recap__warp_max(v);
-  if (lane == 0) scratch[warp] = v;
-  __syncthreads();
-  v = lane < warps ? scratch[lane] : -INFINITY;
-  v = recap__warp_max(v);
   __syncthreads();
   return v;
 }

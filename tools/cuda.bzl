@@ -39,7 +39,10 @@ def _cuda_library_impl(ctx):
         obj = ctx.actions.declare_file("_objs/%s/%s.o" % (ctx.label.name, src.basename))
         args = ["-c", src.path, "-o", obj.path, "-ccbin", cc_toolchain.compiler_executable,
                 "-Xcompiler", "-fPIC", "-O3", "-std=c++17", "-t", "2",
-                "--expt-relaxed-constexpr", "-Xcudafe", "--display_error_number"]
+                "--expt-relaxed-constexpr", "-Xcudafe", "--display_error_number",
+                # Intermediates beside the object: in /tmp, two sandboxed nvcc actions can
+                # pick the same temporary name and break each other.
+                "--objdir-as-tempdir"]
         args += _gencode_flags(archs) + include_flags + define_flags + ctx.attr.copts
         ctx.actions.run(
             executable = NVCC_PATH,

@@ -1,0 +1,1319 @@
+/*
+ * ops_cuda_test.c: every non-GEMM op on CUDA against the host reference implementation.
+ *
+ * Each case draws fresh random inputs (test_rng; the seed is printed), runs the op through
+ * recap__op_launch on a host stream (the reference) and on a CUDA stream, and compares EVERY
+ * output element: |cuda - host| <= atol + rtol * scale, with rtol per dtype (f32 1e-5, f16
+ * 1e-3, bf16 8e-3), scale = |host| for elementwise results and the sum of the magnitudes of
+ * the terms for reductions (computed here in double), so results that cancel to near zero
+ * do not flake. Data movement (copies, concat, fill, embedding, kv_append) must match bit for
+ * bit. CUDA outputs are poisoned with 0xFF bytes (NaN for floats) before every run, so an
+ * element a kernel forgot to write fails.
+ *
+ * Each case is then captured into a CUDA graph (runtime capture + the backend's
+ * instantiate/launch), replayed twice on re-poisoned outputs, and must reproduce the eager
+ * CUDA result bit for bit (the kernels are deterministic). Random ops replay through the RNG
+ * slot protocol of runtime/rng.h and must equal the host draw at the generator state each
+ * replay consumed. The KV-cache append + attention pair is captured once and replayed for
+ * several positions written into device memory between replays; it must match eager runs.
+ *
+ * Values that only the device sees (an embedding id, a KV-cache position, an attention
+ * length, a rope position out of range) must fault the device instead of reading or writing
+ * out of bounds; since a fault kills the CUDA context, each such case runs in a child process
+ * (this binary re-executed with --fault <op>) that must see RECAP_STATUS_DEVICE_ERROR.
+ *
+ * The CUDA suite is inactive on a machine without a GPU. The registry suite always runs: it
+ * checks that each op's CUDA slot points at the entry point the kernels contract assigns it
+ * (and is NULL in host-only builds).
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include <math.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "kernels/half.h"
+#include "kernels/op.h"
+#include "runtime/backend.h"
+#include "runtime/capture.h"
+#include "runtime/rng.h"
+#include "tests/test_util.h"
+#if RECAP_WITH_CUDA
+#include "kernels/cuda_ops.h"
+#endif
+
+/* ------------------------------------------------------------------------------------------
+ * Registry: CUDA entry points
+ * ---------------------------------------------------------------------------------------- */
+
+typedef recap_status (*cuda_entry)(const recap_op_call *, void *);
+
+/* The op -> entry point table of the kernels contract; NULL entry = host-only build. */
+static cuda_entry expected_entry(const char *name) {
+#if RECAP_WITH_CUDA
+  static const struct {
+    const char *name;
+    cuda_entry fn;
+  } table[] = {
+      {"relu", recap__cuda_unary},
+      {"gelu", recap__cuda_unary},
+      {"gelu_tanh", recap__cuda_unary},
+      {"silu", recap__cuda_unary},
+      {"sigmoid", recap__cuda_unary},
+      {"tanh", recap__cuda_unary},
+      {"exp", recap__cuda_unary},
+      {"neg", recap__cuda_unary},
+      {"scale", recap__cuda_unary},
+      {"cast", recap__cuda_unary},
+      {"add", recap__cuda_binary},
+      {"sub", recap__cuda_binary},
+      {"mul", recap__cuda_binary},
+      {"div", recap__cuda_binary},
+      {"softmax", recap__cuda_softmax},
+      {"layernorm", recap__cuda_layernorm},
+      {"rmsnorm", recap__cuda_rmsnorm},
+      {"sum", recap__cuda_reduce_last},
+      {"mean", recap__cuda_reduce_last},
+      {"reshape", recap__cuda_copy_strided},
+      {"permute", recap__cuda_copy_strided},
+      {"transpose", recap__cuda_copy_strided},
+      {"slice", recap__cuda_copy_strided},
+      {"split", recap__cuda_copy_strided},
+      {"copy", recap__cuda_copy_strided},
+      {"concat", recap__cuda_concat},
+      {"fill", recap__cuda_fill},
+      {"embedding", recap__cuda_embedding},
+      {"rope", recap__cuda_rope},
+      {"kv_append", recap__cuda_kv_append},
+      {"attention", recap__cuda_attention},
+      {"random_uniform", recap__cuda_random},
+      {"random_normal", recap__cuda_random},
+      {"matmul", recap__cuda_gemm},
+      {"linear", recap__cuda_gemm},
+  };
+  for (size_t i = 0; i < sizeof table / sizeof table[0]; ++i)
+    if (strcmp(table[i].name, name) == 0) return table[i].fn;
+#else
+  (void)name;
+#endif
+  return NULL;
+}
+
+static void test_every_op_points_at_its_contract_cuda_entry(void) {
+  size_t count = 0;
+  const recap_op_def *const *ops = recap__op_list(&count);
+  CU_ASSERT_TRUE_FATAL(count > 0);
+  for (size_t i = 0; i < count; ++i) {
+    const recap_op_def *def = ops[i];
+    cuda_entry want = expected_entry(def->name);
+    if ((cuda_entry)def->launch_cuda != want)
+      fprintf(stderr, "\n  op '%s': launch_cuda %s the contract's entry point\n", def->name,
+              def->launch_cuda ? "is not" : "is NULL instead of");
+    CU_ASSERT_PTR_EQUAL((void *)(uintptr_t)def->launch_cuda, (void *)(uintptr_t)want);
+    if (RECAP_WITH_CUDA) CU_ASSERT_PTR_NOT_NULL(def->launch_cuda);
+  }
+}
+
+static void test_every_contract_op_is_in_the_registry(void) {
+  static const char *const names[] = {"relu",         "gelu",      "gelu_tanh", "silu",
+                                      "sigmoid",      "tanh",      "exp",       "neg",
+                                      "scale",        "cast",      "add",       "sub",
+                                      "mul",          "div",       "softmax",   "layernorm",
+                                      "rmsnorm",      "sum",       "mean",      "reshape",
+                                      "permute",      "transpose", "slice",     "split",
+                                      "copy",         "concat",    "fill",      "embedding",
+                                      "rope",         "kv_append", "attention", "random_uniform",
+                                      "random_normal"};
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; ++i) {
+    const recap_op_def *def = recap__op_find(names[i]);
+    if (!def) fprintf(stderr, "\n  op '%s' missing: %s\n", names[i], recap_last_error());
+    CU_ASSERT_PTR_NOT_NULL(def);
+  }
+}
+
+/* ------------------------------------------------------------------------------------------
+ * CUDA harness
+ * ---------------------------------------------------------------------------------------- */
+
+static const recap_device kCudaDev = {RECAP_BACKEND_CUDA, 0};
+static const recap_device kHostDev = {RECAP_BACKEND_HOST, 0};
+static recap_stream *cuda_stream, *host_stream;
+static const recap__backend *cuda;
+
+static int cuda_suite_init(void) {
+  cuda = recap__backend_get(RECAP_BACKEND_CUDA);
+  if (!cuda) return 1;
+  if (recap_stream_create(kCudaDev, 0, RECAP_STREAM_NON_BLOCKING, &cuda_stream) != RECAP_OK)
+    return 1;
+  if (recap_stream_create(kHostDev, 0, RECAP_STREAM_NON_BLOCKING, &host_stream) != RECAP_OK)
+    return 1;
+  return 0;
+}
+
+static int cuda_suite_cleanup(void) {
+  recap_stream_destroy(cuda_stream);
+  recap_stream_destroy(host_stream);
+  cuda_stream = host_stream = NULL;
+  return 0;
+}
+
+/* Every buffer a test allocates is tracked and released by release_all() at the test's end
+ * (also after a failed assertion, since each test calls it on every exit path it controls). */
+enum { MAX_TRACKED = 4096 };
+static struct {
+  void *ptr;
+  bool device;
+} tracked[MAX_TRACKED];
+static int num_tracked;
+
+static void *track(void *ptr, bool device) {
+  CU_ASSERT_FATAL(num_tracked < MAX_TRACKED);
+  tracked[num_tracked].ptr = ptr;
+  tracked[num_tracked].device = device;
+  num_tracked++;
+  return ptr;
+}
+
+static void release_all(void) {
+  recap_stream_synchronize(cuda_stream);
+  for (int i = 0; i < num_tracked; ++i) {
+    if (tracked[i].device)
+      cuda->mem_free(0, tracked[i].ptr);
+    else
+      free(tracked[i].ptr);
+  }
+  num_tracked = 0;
+}
+
+static void *host_alloc(size_t bytes) {
+  void *p = malloc(bytes ? bytes : 1);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(p);
+  return track(p, false);
+}
+
+static void *dev_alloc(size_t bytes) {
+  void *p = NULL;
+  CHECK_OK(cuda->mem_alloc(0, bytes ? bytes : 1, &p));
+  return track(p, true);
+}
+
+static void to_device(void *dst, const void *src, size_t bytes) {
+  CHECK_OK(cuda->memcpy_async(dst, src, bytes, cuda_stream));
+  CHECK_OK(recap_stream_synchronize(cuda_stream));
+}
+
+static void to_host(void *dst, const void *src, size_t bytes) {
+  CHECK_OK(cuda->memcpy_async(dst, src, bytes, cuda_stream));
+  CHECK_OK(recap_stream_synchronize(cuda_stream));
+}
+
+static void poison_device(void *dst, size_t bytes) {
+  CHECK_OK(cuda->memset_async(dst, 0xFF, bytes, cuda_stream));
+}
+
+/* An input: a view (shape, strides, element offset) into storage that exists on the host and
+ * on the device with the same random contents. */
+typedef struct {
+  recap_tensor view; /* data unused */
+  int64_t offset, storage;
+  void *host, *dev;
+} tbuf;
+
+typedef enum {
+  FILL_UNIFORM,  /* uniform in [lo, hi) */
+  FILL_AWAY,     /* magnitude uniform in [lo, hi), random sign (divisors) */
+  FILL_INTEGERS, /* integers uniform in [lo, hi) (indices, positions) */
+} fill_mode;
+
+static tbuf make_input(recap_dtype dtype, int ndim, const int64_t *shape, const int64_t *strides,
+                       int64_t offset, fill_mode mode, double lo, double hi) {
+  tbuf b;
+  memset(&b, 0, sizeof b);
+  b.view.dtype = dtype;
+  b.view.ndim = ndim;
+  for (int d = 0; d < ndim; ++d) b.view.shape[d] = shape[d];
+  if (strides) {
+    for (int d = 0; d < ndim; ++d) b.view.strides[d] = strides[d];
+  } else {
+    recap__tensor_set_contiguous(&b.view);
+  }
+  int64_t extent = 1;
+  for (int d = 0; d < ndim; ++d) extent += (shape[d] - 1) * b.view.strides[d];
+  b.offset = offset;
+  b.storage = offset + extent;
+  size_t esize = recap_dtype_size(dtype);
+  b.host = host_alloc((size_t)b.storage * esize);
+  b.dev = dev_alloc((size_t)b.storage * esize);
+  test_rng rng;
+  test_rng_init(&rng);
+  for (int64_t i = 0; i < b.storage; ++i) {
+    if (mode == FILL_INTEGERS) {
+      int64_t v = (int64_t)floor(test_rng_uniform(&rng, lo, hi));
+      if (dtype == RECAP_DTYPE_I64)
+        ((int64_t *)b.host)[i] = v;
+      else
+        ((int32_t *)b.host)[i] = (int32_t)v;
+    } else {
+      double v = test_rng_uniform(&rng, lo, hi);
+      if (mode == FILL_AWAY && (test_rng_next(&rng) & 1)) v = -v;
+      recap__store_f32(b.host, dtype, i, (float)v);
+    }
+  }
+  to_device(b.dev, b.host, (size_t)b.storage * esize);
+  return b;
+}
+
+static tbuf make_contiguous(recap_dtype dtype, int ndim, const int64_t *shape, double lo,
+                            double hi) {
+  return make_input(dtype, ndim, shape, NULL, 0, FILL_UNIFORM, lo, hi);
+}
+
+static recap_tensor bind(const tbuf *b, bool device) {
+  recap_tensor t = b->view;
+  t.data = (char *)(device ? b->dev : b->host) + b->offset * (int64_t)recap_dtype_size(t.dtype);
+  return t;
+}
+
+static double rtol_of(recap_dtype dtype) {
+  switch (dtype) {
+    case RECAP_DTYPE_F32:
+      return 1e-5;
+    case RECAP_DTYPE_F16:
+      return 1e-3;
+    case RECAP_DTYPE_BF16:
+      return 8e-3;
+    default:
+      return 0;
+  }
+}
+
+/* The absolute floor: one f16 subnormal step is 6e-8, so results that land in f16's subnormal
+ * range (small softmax probabilities) may differ by one step after the same f32 value rounds. */
+static double atol_of(recap_dtype dtype) {
+  return dtype == RECAP_DTYPE_I32 || dtype == RECAP_DTYPE_I64 ? 0 : 1e-7;
+}
+
+/* Compares n elements of `got` (CUDA) with `ref` (host). scale == NULL: |ref|. exact: bytes
+ * must be equal. Prints the first mismatches and asserts none. */
+static void compare(const char *what, recap_dtype dtype, int64_t n, const void *got,
+                    const void *ref, const double *scale, bool exact) {
+  int64_t bad = 0;
+  size_t esize = recap_dtype_size(dtype);
+  double rtol = rtol_of(dtype), atol = atol_of(dtype);
+  for (int64_t k = 0; k < n; ++k) {
+    bool ok;
+    double g = 0, r = 0, tol = 0;
+    if (exact || dtype == RECAP_DTYPE_I32 || dtype == RECAP_DTYPE_I64) {
+      ok = memcmp((const char *)got + k * (int64_t)esize, (const char *)ref + k * (int64_t)esize,
+                  esize) == 0;
+      if (dtype != RECAP_DTYPE_I32 && dtype != RECAP_DTYPE_I64) {
+        g = recap__load_f32(got, dtype, k);
+        r = recap__load_f32(ref, dtype, k);
+      }
+    } else {
+      g = recap__load_f32(got, dtype, k);
+      r = recap__load_f32(ref, dtype, k);
+      tol = atol + rtol * (scale ? scale[k] : fabs(r));
+      ok = fabs(g - r) <= tol; /* false for NaN: an unwritten (poisoned) element */
+    }
+    if (!ok) {
+      if (bad < 5)
+        fprintf(stderr, "\n  %s [%s]: element %lld: cuda %.9g host %.9g (tolerance %.3g)", what,
+                recap_dtype_name(dtype), (long long)k, g, r, tol);
+      bad++;
+    }
+  }
+  if (bad)
+    fprintf(stderr, "\n  %s [%s]: %lld of %lld elements differ\n", what, recap_dtype_name(dtype),
+            (long long)bad, (long long)n);
+  CU_ASSERT_EQUAL(bad, 0);
+}
+
+typedef enum {
+  SCALE_REF,       /* |ref| */
+  SCALE_ROW_SUM,   /* sum/mean: sum over the row of |x| (divided by D for mean) */
+  SCALE_NORM,      /* layernorm/rmsnorm: (|x_j| + |mean|) * rstd * |w_j| + |b_j| */
+  SCALE_ROPE,      /* rope: |x_i| + |x_{i+half}| of the element's pair */
+  SCALE_ATTENTION, /* sum_j p_j |v_jd|: the host op run again on |v| */
+  SCALE_NORMAL,    /* random_normal: |mean| + 6 |std| (Box-Muller's radius is below 5.8) */
+} scale_kind;
+
+typedef struct {
+  const char *op;
+  recap_op_attrs attrs;
+  int num_inputs;
+  tbuf in[RECAP_OP_MAX_INPUTS];
+  scale_kind scale;
+  bool exact;
+} op_case;
+
+/* Row-major element k of a host-bound view. */
+static double load_view(const recap_tensor *t, int64_t k) {
+  int64_t off = 0;
+  for (int d = t->ndim - 1; d >= 0; --d) {
+    off += (k % t->shape[d]) * t->strides[d];
+    k /= t->shape[d];
+  }
+  return recap__load_f32(t->data, t->dtype, off);
+}
+
+/* The per-element scale of output `o` (n elements) for kinds other than SCALE_REF. */
+static double *make_scale(const op_case *c, const recap_op_call *host_call, int o) {
+  const recap_tensor *x = &host_call->inputs[0], *out = &host_call->outputs[o];
+  int64_t n = recap__tensor_numel(out);
+  double *s = host_alloc((size_t)n * sizeof *s);
+  switch (c->scale) {
+    case SCALE_ROW_SUM: {
+      int64_t d = x->shape[x->ndim - 1];
+      for (int64_t r = 0; r < n; ++r) {
+        double acc = 0;
+        for (int64_t j = 0; j < d; ++j) acc += fabs(load_view(x, r * d + j));
+        s[r] = host_call->def->code == 1 ? acc / (double)d : acc;
+      }
+      break;
+    }
+    case SCALE_NORM: {
+      bool center = strcmp(c->op, "layernorm") == 0;
+      const recap_tensor *w = &host_call->inputs[1];
+      const recap_tensor *b = center && host_call->num_inputs > 2 ? &host_call->inputs[2] : NULL;
+      int64_t d = x->shape[x->ndim - 1], rows = n / d;
+      for (int64_t r = 0; r < rows; ++r) {
+        double mean = 0, sq = 0;
+        if (center) {
+          for (int64_t j = 0; j < d; ++j) mean += load_view(x, r * d + j);
+          mean /= (double)d;
+        }
+        for (int64_t j = 0; j < d; ++j) {
+          double v = load_view(x, r * d + j) - mean;
+          sq += v * v;
+        }
+        double rstd = 1.0 / sqrt(sq / (double)d + c->attrs.eps);
+        for (int64_t j = 0; j < d; ++j)
+          s[r * d + j] =
+              (fabs(load_view(x, r * d + j)) + fabs(mean)) * rstd * fabs(load_view(w, j)) +
+              (b ? fabs(load_view(b, j)) : 0);
+      }
+      break;
+    }
+    case SCALE_ROPE: {
+      int64_t dh = x->shape[x->ndim - 1], half = dh / 2;
+      for (int64_t k = 0; k < n; ++k) {
+        int64_t i = k % dh, row = k - i, i0 = i < half ? i : i - half;
+        s[k] = fabs(load_view(x, row + i0)) + fabs(load_view(x, row + i0 + half));
+      }
+      break;
+    }
+    case SCALE_ATTENTION: {
+      /* The host attention on |v| gives sum_j p_j |v_jd| exactly as the reference weighs. */
+      recap_op_call abs_call = *host_call;
+      const recap_tensor *v = &host_call->inputs[2];
+      int64_t vn = recap__tensor_numel(v);
+      recap_tensor vabs = *v;
+      vabs.data = host_alloc((size_t)vn * sizeof(float));
+      vabs.dtype = RECAP_DTYPE_F32;
+      recap__tensor_set_contiguous(&vabs);
+      for (int64_t k = 0; k < vn; ++k) ((float *)vabs.data)[k] = (float)fabs(load_view(v, k));
+      /* All of q, k, v must share a dtype: compute the scale in f32 from converted q and k. */
+      recap_tensor conv[2];
+      for (int i = 0; i < 2; ++i) {
+        const recap_tensor *t = &host_call->inputs[i];
+        int64_t tn = recap__tensor_numel(t);
+        conv[i] = *t;
+        conv[i].data = host_alloc((size_t)tn * sizeof(float));
+        conv[i].dtype = RECAP_DTYPE_F32;
+        recap__tensor_set_contiguous(&conv[i]);
+        for (int64_t k = 0; k < tn; ++k) ((float *)conv[i].data)[k] = (float)load_view(t, k);
+      }
+      abs_call.inputs[0] = conv[0];
+      abs_call.inputs[1] = conv[1];
+      abs_call.inputs[2] = vabs;
+      abs_call.outputs[0].dtype = RECAP_DTYPE_F32;
+      float *sf = host_alloc((size_t)n * sizeof(float));
+      abs_call.outputs[0].data = sf;
+      CHECK_OK(host_call->def->run_host(&abs_call));
+      for (int64_t k = 0; k < n; ++k) s[k] = sf[k];
+      break;
+    }
+    case SCALE_NORMAL:
+      for (int64_t k = 0; k < n; ++k) s[k] = fabs(c->attrs.mean) + 6 * fabs(c->attrs.std);
+      break;
+    case SCALE_REF:
+      for (int64_t k = 0; k < n; ++k) s[k] = fabs(recap__load_f32(out->data, out->dtype, k));
+      break;
+  }
+  return s;
+}
+
+static size_t tensor_bytes(const recap_tensor *t) {
+  return (size_t)recap__tensor_numel(t) * recap_dtype_size(t->dtype);
+}
+
+/* Captures one launch of `call` on the CUDA stream, replays it twice on poisoned outputs and
+ * checks each replay against `eager` (per output, bit for bit). */
+static void check_graph_replay(const char *label, recap_op_call *call, void *const *dev_out,
+                               void *const *eager) {
+  recap__graph *graph = NULL;
+  recap__graph_exec *exec = NULL;
+  CHECK_OK(recap__capture_begin(cuda_stream, RECAP_CAPTURE_MODE_GLOBAL));
+  recap_status st = recap__op_launch(call, cuda_stream);
+  recap_status end = recap__capture_end(cuda_stream, &graph);
+  CHECK_OK(st);
+  CHECK_OK(end);
+  CHECK_OK(cuda->graph_instantiate(graph, &exec));
+  for (int replay = 0; replay < 2; ++replay) {
+    for (int o = 0; o < call->num_outputs; ++o)
+      poison_device(dev_out[o], tensor_bytes(&call->outputs[o]));
+    CHECK_OK(cuda->graph_launch(exec, cuda_stream));
+    CHECK_OK(recap_stream_synchronize(cuda_stream));
+    for (int o = 0; o < call->num_outputs; ++o) {
+      size_t bytes = tensor_bytes(&call->outputs[o]);
+      void *got = malloc(bytes);
+      CU_ASSERT_PTR_NOT_NULL_FATAL(got);
+      to_host(got, dev_out[o], bytes);
+      int differs = memcmp(got, eager[o], bytes) != 0;
+      free(got);
+      if (differs)
+        fprintf(stderr, "\n  %s: graph replay %d of output %d differs from the eager run\n", label,
+                replay, o);
+      CU_ASSERT_FALSE(differs);
+    }
+  }
+  cuda->graph_exec_destroy(exec);
+  cuda->graph_destroy(graph);
+}
+
+/* Runs one case on host and CUDA, compares every output, then checks graph replay. */
+static void run_case(const op_case *c) {
+  char label[160];
+  snprintf(
+      label, sizeof label, "%s (input 0 %s)", c->op,
+      c->num_inputs ? recap_dtype_name(c->in[0].view.dtype) : recap_dtype_name(c->attrs.dtype));
+  recap_op_call call;
+  memset(&call, 0, sizeof call);
+  call.def = recap__op_find(c->op);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(call.def);
+  call.attrs = c->attrs;
+  call.num_inputs = c->num_inputs;
+  for (int i = 0; i < c->num_inputs; ++i) call.inputs[i] = bind(&c->in[i], false);
+  CHECK_OK(recap__op_infer(&call));
+
+  recap_op_call host_call = call, dev_call = call;
+  void *host_out[RECAP_OP_MAX_OUTPUTS], *dev_out[RECAP_OP_MAX_OUTPUTS];
+  void *cuda_out[RECAP_OP_MAX_OUTPUTS];
+  for (int o = 0; o < call.num_outputs; ++o) {
+    size_t bytes = tensor_bytes(&call.outputs[o]);
+    host_out[o] = host_alloc(bytes);
+    memset(host_out[o], 0xFF, bytes);
+    cuda_out[o] = host_alloc(bytes);
+    dev_out[o] = dev_alloc(bytes);
+    poison_device(dev_out[o], bytes);
+    host_call.outputs[o].data = host_out[o];
+    dev_call.outputs[o].data = dev_out[o];
+  }
+  for (int i = 0; i < c->num_inputs; ++i) dev_call.inputs[i] = bind(&c->in[i], true);
+
+  /* Random ops: the host generator is set to the state the CUDA draw used. */
+  recap_rng_state state;
+  if (call.def->is_random) CHECK_OK(recap_rng_get_state(kCudaDev, &state));
+  CHECK_OK(recap__op_launch(&dev_call, cuda_stream));
+  CHECK_OK(recap_stream_synchronize(cuda_stream));
+  if (call.def->is_random) CHECK_OK(recap_rng_set_state(kHostDev, &state));
+  CHECK_OK(recap__op_launch(&host_call, host_stream));
+  CHECK_OK(recap_stream_synchronize(host_stream));
+
+  for (int o = 0; o < call.num_outputs; ++o) {
+    const recap_tensor *out = &call.outputs[o];
+    to_host(cuda_out[o], dev_out[o], tensor_bytes(out));
+    double *scale = c->scale == SCALE_REF ? NULL : make_scale(c, &host_call, o);
+    compare(label, out->dtype, recap__tensor_numel(out), cuda_out[o], host_out[o], scale, c->exact);
+  }
+  if (!call.def->is_random) check_graph_replay(label, &dev_call, dev_out, cuda_out);
+}
+
+static recap_op_attrs no_attrs(void) {
+  recap_op_attrs a;
+  memset(&a, 0, sizeof a);
+  return a;
+}
+
+static const recap_dtype kFloatTypes[] = {RECAP_DTYPE_F32, RECAP_DTYPE_F16, RECAP_DTYPE_BF16};
+enum { NUM_FLOAT_TYPES = 3 };
+
+/* ------------------------------------------------------------------------------------------
+ * Elementwise
+ * ---------------------------------------------------------------------------------------- */
+
+/* The unary inputs: odd sizes (one above 2^20), a transposed view, and a view one element
+ * into its storage (so the vector path must not be taken). */
+static void unary_inputs(recap_dtype dtype, tbuf *out, int *count) {
+  static const int64_t sizes[] = {1, 7, 1023, 4097, (1 << 20) + 5};
+  int n = 0;
+  for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; ++i)
+    out[n++] = make_contiguous(dtype, 1, &sizes[i], -3, 3);
+  const int64_t tshape[] = {129, 37}, tstrides[] = {1, 129};
+  out[n++] = make_input(dtype, 2, tshape, tstrides, 0, FILL_UNIFORM, -3, 3);
+  const int64_t oshape[] = {3, 1025};
+  out[n++] = make_input(dtype, 2, oshape, NULL, 1, FILL_UNIFORM, -3, 3);
+  *count = n;
+}
+
+static void test_unary_ops_match_host(void) {
+  static const char *const ops[] = {"relu", "gelu", "gelu_tanh", "silu", "sigmoid",
+                                    "tanh", "exp",  "neg",       "scale"};
+  for (int t = 0; t < NUM_FLOAT_TYPES; ++t) {
+    tbuf inputs[8];
+    int count = 0;
+    unary_inputs(kFloatTypes[t], inputs, &count);
+    for (size_t o = 0; o < sizeof ops / sizeof ops[0]; ++o)
+      for (int i = 0; i < count; ++i) {
+        op_case c = {.op = ops[o], .attrs = no_attrs(), .num_inputs = 1, .scale = SCALE_REF};
+        c.attrs.scale = 0.37;
+        c.in[0] = inputs[i];
+        run_case(&c);
+      }
+    release_all();
+  }
+}
+
+static void test_cast_between_every_float_pair_matches_host(void) {
+  for (int t = 0; t < NUM_FLOAT_TYPES; ++t) {
+    tbuf inputs[8];
+    int count = 0;
+    unary_inputs(kFloatTypes[t], inputs, &count);
+    for (int u = 0; u < NUM_FLOAT_TYPES; ++u)
+      for (int i = 0; i < count; ++i) {
+        op_case c = {.op = "cast", .attrs = no_attrs(), .num_inputs = 1, .exact = true};
+        c.attrs.dtype = kFloatTypes[u];
+        c.in[0] = inputs[i];
+        run_case(&c);
+      }
+    release_all();
+  }
+}
+
+static void test_binary_ops_broadcast_and_views_match_host(void) {
+  static const char *const ops[] = {"add", "sub", "mul", "div"};
+  /* {a ndim, a shape, b ndim, b shape}; a transposed `a` in the last pair. */
+  static const struct {
+    int an;
+    int64_t as[4];
+    int bn;
+    int64_t bs[4];
+    bool a_transposed;
+  } shapes[] = {
+      {1, {1}, 1, {1}, false},
+      {1, {4097}, 1, {4097}, false},
+      {1, {(1 << 20) + 3}, 1, {(1 << 20) + 3}, false},
+      {2, {7, 1023}, 1, {1023}, false},
+      {2, {64, 1024}, 2, {1, 1024}, false},
+      {1, {1024}, 2, {16, 1024}, false},
+      {2, {33, 1}, 2, {1, 65}, false},
+      {4, {2, 3, 5, 7}, 3, {3, 1, 7}, false},
+      {1, {5}, 4, {2, 3, 1, 5}, false},
+      {2, {129, 37}, 1, {37}, true},
+  };
+  for (int t = 0; t < NUM_FLOAT_TYPES; ++t)
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; ++s)
+      for (size_t o = 0; o < sizeof ops / sizeof ops[0]; ++o) {
+        op_case c = {.op = ops[o], .attrs = no_attrs(), .num_inputs = 2, .scale = SCALE_REF};
+        const int64_t tstrides[] = {1, 129};
+        c.in[0] = make_input(kFloatTypes[t], shapes[s].an, shapes[s].as,
+                             shapes[s].a_transposed ? tstrides : NULL, 0, FILL_UNIFORM, -3, 3);
+        c.in[1] =
+            make_input(kFloatTypes[t], shapes[s].bn, shapes[s].bs, NULL, 0, FILL_AWAY, 0.5, 2);
+        run_case(&c);
+        release_all();
+      }
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Reductions
+ * ---------------------------------------------------------------------------------------- */
+
+/* Row shapes: warp-per-row and block-per-row sizes around the 1024 switch, and a view whose
+ * rows are 1100 elements apart (a slice of the last dimension). */
+static const struct {
+  int ndim;
+  int64_t shape[4];
+  int64_t row_stride; /* 0: contiguous */
+} kRowShapes[] = {
+    {1, {1}, 0},          {2, {1, 1}, 0},    {2, {7, 7}, 0},       {2, {5, 1023}, 0},
+    {2, {3, 1024}, 0},    {2, {4, 1025}, 0}, {3, {2, 3, 4097}, 0}, {2, {2, 50001}, 0},
+    {2, {6, 1023}, 1100}, {2, {300, 33}, 0}, {2, {4100, 1031}, 0},
+};
+
+static tbuf row_input(recap_dtype dtype, size_t s, double lo, double hi) {
+  if (!kRowShapes[s].row_stride)
+    return make_contiguous(dtype, kRowShapes[s].ndim, kRowShapes[s].shape, lo, hi);
+  const int64_t strides[] = {kRowShapes[s].row_stride, 1};
+  return make_input(dtype, 2, kRowShapes[s].shape, strides, 0, FILL_UNIFORM, lo, hi);
+}
+
+static void test_softmax_matches_host(void) {
+  for (int t = 0; t < NUM_FLOAT_TYPES; ++t)
+    for (size_t s = 0; s < sizeof kRowShapes / sizeof kRowShapes[0]; ++s)
+      for (int scaled = 0; scaled < 2; ++scaled) {
+        op_case c = {.op = "softmax", .attrs = no_attrs(), .num_inputs = 1};
+        c.attrs.scale = scaled ? 0.125 : 0;
+        c.in[0] = row_input(kFloatTypes[t], s, -4, 4);
+        run_case(&c);
+        release_all();
+      }
+}
+
+static void test_causal_softmax_masks_and_zeroes_hidden_rows(void) {
+  /* [.., rows, cols]: cols > rows, cols == rows, rows > cols (the first rows see nothing). */
+  static const struct {
+    int ndim;
+    int64_t shape[4];
+  } shapes[] = {{4, {2, 3, 7, 9}}, {2, {9, 4}}, {3, {2, 1500, 1500}}, {2, {1, 1}}};
+  for (int t = 0; t < NUM_FLOAT_TYPES; ++t)
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; ++s) {
+      op_case c = {.op = "softmax", .attrs = no_attrs(), .num_inputs = 1};
+      c.attrs.causal = 1;
+      c.attrs.scale = 0.5;
+      c.in[0] = make_contiguous(kFloatTypes[t], shapes[s].ndim, shapes[s].shape, -4, 4);
+      run_case(&c);
+      release_all();
+    }
+}
+
+static void test_layernorm_and_rmsnorm_match_host(void) {
+  for (int t = 0; t < NUM_FLOAT_TYPES; ++t)
+    for (size_t s = 0; s < sizeof kRowShapes / sizeof kRowShapes[0]; ++s)
+      for (int variant = 0; variant < 3; ++variant) {
+        /* 0: layernorm with bias, 1: layernorm without, 2: rmsnorm. */
+        op_case c = {
+            .op = variant == 2 ? "rmsnorm" : "layernorm", .attrs = no_attrs(), .scale = SCALE_NORM};
+        c.attrs.eps = 1e-5;
+        recap_dtype dtype = kFloatTypes[t];
+        /* A mean offset makes the two-pass variance matter. */
+        c.in[0] = row_input(dtype, s, -1, 3);
+        int64_t d = kRowShapes[s].shape[kRowShapes[s].ndim - 1];
+        c.in[1] = make_contiguous(dtype, 1, &d, 0.5, 1.5);
+        c.num_inputs = 2;
+        if (variant == 0) {
+          c.in[2] = make_contiguous(dtype, 1, &d, -1, 1);
+          c.num_inputs = 3;
+        }
+        run_case(&c);
+        release_all();
+      }
+}
+
+static void test_sum_and_mean_match_host(void) {
+  static const char *const ops[] = {"sum", "mean"};
+  for (int t = 0; t < NUM_FLOAT_TYPES; ++t)
+    for (size_t s = 0; s < sizeof kRowShapes / sizeof kRowShapes[0]; ++s)
+      for (int o = 0; o < 2; ++o) {
+        op_case c = {.op = ops[o], .attrs = no_attrs(), .num_inputs = 1, .scale = SCALE_ROW_SUM};
+        c.in[0] = row_input(kFloatTypes[t], s, -2, 2);
+        run_case(&c);
+        release_all();
+      }
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Shape and data movement
+ * ---------------------------------------------------------------------------------------- */
+
+static const recap_dtype kAllTypes[] = {RECAP_DTYPE_F32, RECAP_DTYPE_F16, RECAP_DTYPE_BF16,
+                                        RECAP_DTYPE_I32, RECAP_DTYPE_I64};
+enum { NUM_ALL_TYPES = 5 };
+
+static tbuf any_input(recap_dtype dtype, int ndim, const int64_t *shape, const int64_t *strides) {
+  bool integer = dtype == RECAP_DTYPE_I32 || dtype == RECAP_DTYPE_I64;
+  return make_input(dtype, ndim, shape, strides, 0, integer ? FILL_INTEGERS : FILL_UNIFORM,
+                    integer ? -1000000 : -3, integer ? 1000000 : 3);
+}
+
+static void set_sizes(recap_op_attrs *a, int n, const int64_t *v) {
+  a->num_sizes = n;
+  for (int i = 0; i < n; ++i) a->sizes[i] = v[i];
+}
+
+static void test_copy_family_moves_every_element_exactly(void) {
+  for (int t = 0; t < NUM_ALL_TYPES; ++t) {
+    recap_dtype dtype = kAllTypes[t];
+    const int64_t s2[] = {6, 35}, s4[] = {2, 3, 5, 7}, big[] = {33, 1025}, s3[] = {4, 7, 9};
+    const int64_t tshape[] = {129, 37}, tstrides[] = {1, 129}, wide[] = {10, 1023};
+    op_case c = {.attrs = no_attrs(), .num_inputs = 1, .exact = true};
+
+    c.op = "reshape";
+    c.in[0] = any_input(dtype, 2, s2, NULL);
+    set_sizes(&c.attrs, 3, (const int64_t[]){5, 7, 6});
+    run_case(&c);
+    c.in[0] = any_input(dtype, 2, tshape, tstrides); /* reshape of a non-contiguous view */
+    set_sizes(&c.attrs, 1, (const int64_t[]){129 * 37});
+    run_case(&c);
+
+    c.attrs = no_attrs();
+    c.op = "permute";
+    c.in[0] = any_input(dtype, 4, s4, NULL);
+    set_sizes(&c.attrs, 4, (const int64_t[]){2, 0, 3, 1});
+    run_case(&c);
+
+    c.attrs = no_attrs();
+    c.op = "transpose";
+    c.in[0] = any_input(dtype, 2, big, NULL);
+    c.attrs.sizes[0] = 0;
+    c.attrs.sizes[1] = 1;
+    run_case(&c);
+    c.in[0] = any_input(dtype, 3, s3, NULL);
+    c.attrs.sizes[0] = -2;
+    c.attrs.sizes[1] = -1;
+    run_case(&c);
+
+    c.attrs = no_attrs();
+    c.op = "slice";
+    c.in[0] = any_input(dtype, 2, wide, NULL);
+    c.attrs.dim = 1;
+    c.attrs.start = 3;
+    c.attrs.end = 1000;
+    run_case(&c);
+    c.attrs.dim = 0;
+    c.attrs.start = 2;
+    c.attrs.end = 9;
+    run_case(&c);
+
+    c.attrs = no_attrs();
+    c.op = "split";
+    c.in[0] = any_input(dtype, 2, (const int64_t[]){7, 100}, NULL);
+    c.attrs.dim = 1;
+    set_sizes(&c.attrs, 3, (const int64_t[]){30, 1, 69});
+    run_case(&c);
+
+    c.attrs = no_attrs();
+    c.op = "copy";
+    c.in[0] = any_input(dtype, 2, tshape, tstrides);
+    run_case(&c);
+    c.in[0] = any_input(dtype, 1, (const int64_t[]){(1 << 20) + 1}, NULL);
+    run_case(&c);
+    release_all();
+  }
+}
+
+static void test_concat_matches_host(void) {
+  for (int t = 0; t < NUM_ALL_TYPES; ++t) {
+    recap_dtype dtype = kAllTypes[t];
+    op_case c = {.op = "concat", .attrs = no_attrs(), .num_inputs = 3, .exact = true};
+    c.attrs.dim = 1;
+    c.in[0] = any_input(dtype, 2, (const int64_t[]){4, 7}, NULL);
+    c.in[1] = any_input(dtype, 2, (const int64_t[]){4, 1}, NULL);
+    c.in[2] = any_input(dtype, 2, (const int64_t[]){4, 1023}, (const int64_t[]){1, 4});
+    run_case(&c);
+    c.attrs.dim = 0;
+    c.num_inputs = 2;
+    c.in[0] = any_input(dtype, 2, (const int64_t[]){2, 5}, NULL);
+    c.in[1] = any_input(dtype, 2, (const int64_t[]){3, 5}, NULL);
+    run_case(&c);
+    release_all();
+  }
+}
+
+static void test_fill_matches_host_for_every_dtype(void) {
+  for (int t = 0; t < NUM_ALL_TYPES; ++t) {
+    bool integer = kAllTypes[t] == RECAP_DTYPE_I32 || kAllTypes[t] == RECAP_DTYPE_I64;
+    const int64_t shapes[][2] = {{1, 1}, {1, 1023}, {4097, 3}};
+    for (int s = 0; s < 3; ++s) {
+      op_case c = {.op = "fill", .attrs = no_attrs(), .num_inputs = 0, .exact = true};
+      c.attrs.dtype = kAllTypes[t];
+      c.attrs.value = integer ? -7 : 2.71828;
+      set_sizes(&c.attrs, 2, shapes[s]);
+      run_case(&c);
+    }
+  }
+  release_all();
+}
+
+static void test_embedding_gathers_rows_like_host(void) {
+  for (int t = 0; t < NUM_FLOAT_TYPES; ++t) {
+    recap_dtype dtype = kFloatTypes[t];
+    op_case c = {.op = "embedding", .attrs = no_attrs(), .num_inputs = 2, .exact = true};
+    c.in[0] = make_contiguous(dtype, 2, (const int64_t[]){1000, 129}, -1, 1);
+    c.in[1] =
+        make_input(RECAP_DTYPE_I32, 2, (const int64_t[]){7, 13}, NULL, 0, FILL_INTEGERS, 0, 1000);
+    run_case(&c);
+    c.in[1] =
+        make_input(RECAP_DTYPE_I64, 1, (const int64_t[]){1023}, NULL, 0, FILL_INTEGERS, 0, 1000);
+    run_case(&c);
+    /* A transposed table view and strided ids. */
+    c.in[0] = make_input(dtype, 2, (const int64_t[]){500, 7}, (const int64_t[]){1, 500}, 0,
+                         FILL_UNIFORM, -1, 1);
+    c.in[1] = make_input(RECAP_DTYPE_I32, 1, (const int64_t[]){9}, (const int64_t[]){3}, 0,
+                         FILL_INTEGERS, 0, 500);
+    run_case(&c);
+    release_all();
+  }
+}
+
+static void test_rope_matches_host_for_both_position_forms(void) {
+  for (int t = 0; t < NUM_FLOAT_TYPES; ++t) {
+    recap_dtype dtype = kFloatTypes[t];
+    op_case c = {.op = "rope", .attrs = no_attrs(), .num_inputs = 2, .scale = SCALE_ROPE};
+    c.attrs.rope_base = 10000;
+    /* [B, S, H, Dh] with a position per row, up to 5000 (large angles). */
+    c.in[0] = make_contiguous(dtype, 4, (const int64_t[]){2, 9, 4, 64}, -2, 2);
+    c.in[1] = make_input(RECAP_DTYPE_I32, 1, (const int64_t[]){9}, NULL, 0, FILL_INTEGERS, 0, 5000);
+    run_case(&c);
+    /* [S, H, Dh] with a start position. */
+    c.in[0] = make_contiguous(dtype, 3, (const int64_t[]){17, 3, 128}, -2, 2);
+    c.in[1] =
+        make_input(RECAP_DTYPE_I32, 1, (const int64_t[]){1}, NULL, 0, FILL_INTEGERS, 100, 4000);
+    run_case(&c);
+    /* A [B, H, S, Dh] buffer read as [B, S, H, Dh] (strided), Dh = 6, another base. */
+    c.attrs.rope_base = 500000;
+    c.in[0] = make_input(dtype, 4, (const int64_t[]){3, 5, 2, 6}, (const int64_t[]){60, 6, 30, 1},
+                         0, FILL_UNIFORM, -2, 2);
+    c.in[1] =
+        make_input(RECAP_DTYPE_I32, 1, (const int64_t[]){5}, NULL, 0, FILL_INTEGERS, 0, 100000);
+    run_case(&c);
+    release_all();
+  }
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Attention and the KV cache
+ * ---------------------------------------------------------------------------------------- */
+
+static tbuf scalar_i32(int32_t value) {
+  tbuf b = make_input(RECAP_DTYPE_I32, 1, (const int64_t[]){1}, NULL, 0, FILL_INTEGERS, 0, 1);
+  ((int32_t *)b.host)[0] = value;
+  to_device(b.dev, b.host, sizeof(int32_t));
+  return b;
+}
+
+static void test_attention_matches_host(void) {
+  static const struct {
+    int64_t b, h, hkv, sq, sk, dh;
+    int causal;
+    int len; /* -1: no len input */
+    double scale;
+  } cases[] = {
+      {2, 4, 2, 33, 1025, 64, 0, -1, 0},  /* GQA, prefill-sized, default scale */
+      {2, 4, 4, 33, 1025, 64, 1, 700, 0}, /* causal over a partly filled cache */
+      {1, 1, 1, 1, 4097, 7, 0, -1, 0.3},  /* decode, odd head dim */
+      {1, 2, 1, 5, 37, 300, 1, -1, 0},    /* head dim over one 256-dim chunk */
+      {1, 3, 3, 4, 50, 128, 1, 2, 0},     /* len < Sq: early queries see no key */
+      {2, 2, 2, 3, 16, 32, 0, 0, 0},      /* len == 0: all zeros */
+      {3, 8, 2, 1, 129, 256, 1, 129, 0},  /* decode, GQA 4:1 */
+      {2, 4, 2, 1, 600, 128, 1, 513, 0},  /* decode kernel shape (16 warps, 4 keys/step) */
+      {1, 2, 1, 3, 300, 300, 1, 299, 0},  /* the same with two dim chunks */
+  };
+  for (int t = 0; t < NUM_FLOAT_TYPES; ++t)
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
+      recap_dtype dtype = kFloatTypes[t];
+      op_case c = {
+          .op = "attention", .attrs = no_attrs(), .num_inputs = 3, .scale = SCALE_ATTENTION};
+      c.attrs.causal = cases[i].causal;
+      c.attrs.scale = cases[i].scale;
+      c.in[0] = make_contiguous(
+          dtype, 4, (const int64_t[]){cases[i].b, cases[i].h, cases[i].sq, cases[i].dh}, -2, 2);
+      /* k in the KV-cache layout [B, Sk, Hkv, Dh] read as [B, Hkv, Sk, Dh]. */
+      int64_t hkv = cases[i].hkv, sk = cases[i].sk, dh = cases[i].dh;
+      c.in[1] =
+          make_input(dtype, 4, (const int64_t[]){cases[i].b, hkv, sk, dh},
+                     (const int64_t[]){sk * hkv * dh, dh, hkv * dh, 1}, 0, FILL_UNIFORM, -2, 2);
+      c.in[2] = make_contiguous(dtype, 4, (const int64_t[]){cases[i].b, hkv, sk, dh}, -1, 1);
+      if (cases[i].len >= 0) {
+        c.in[3] = scalar_i32(cases[i].len);
+        c.num_inputs = 4;
+      }
+      run_case(&c);
+      release_all();
+    }
+}
+
+/* Host-side state of one kv_append + attention decode step sequence. */
+typedef struct {
+  int64_t b, h, hkv, smax, t, dh;
+} kv_dims;
+
+static recap_op_call kv_append_call(const kv_dims *d, void *cache, void *rows, void *pos,
+                                    recap_dtype dtype) {
+  recap_op_call call;
+  memset(&call, 0, sizeof call);
+  call.def = recap__op_find("kv_append");
+  call.num_inputs = 3;
+  call.inputs[0] = (recap_tensor){cache, dtype, 4, {d->b, d->smax, d->hkv, d->dh}, {0}};
+  call.inputs[1] = (recap_tensor){rows, dtype, 4, {d->b, d->t, d->hkv, d->dh}, {0}};
+  call.inputs[2] = (recap_tensor){pos, RECAP_DTYPE_I32, 1, {1}, {1}};
+  recap__tensor_set_contiguous(&call.inputs[0]);
+  recap__tensor_set_contiguous(&call.inputs[1]);
+  CHECK_OK(recap__op_infer(&call));
+  call.outputs[0].data = cache;
+  return call;
+}
+
+static recap_op_call attention_call(const kv_dims *d, void *q, void *kcache, void *vcache,
+                                    void *len, void *out, recap_dtype dtype) {
+  recap_op_call call;
+  memset(&call, 0, sizeof call);
+  call.def = recap__op_find("attention");
+  call.num_inputs = 4;
+  call.attrs.causal = 1;
+  call.inputs[0] = (recap_tensor){q, dtype, 4, {d->b, d->h, d->t, d->dh}, {0}};
+  recap__tensor_set_contiguous(&call.inputs[0]);
+  /* The caches [B, Smax, Hkv, Dh] seen as [B, Hkv, Smax, Dh]. */
+  const int64_t strides[4] = {d->smax * d->hkv * d->dh, d->dh, d->hkv * d->dh, 1};
+  call.inputs[1] = (recap_tensor){kcache, dtype, 4, {d->b, d->hkv, d->smax, d->dh}, {0}};
+  call.inputs[2] = (recap_tensor){vcache, dtype, 4, {d->b, d->hkv, d->smax, d->dh}, {0}};
+  memcpy(call.inputs[1].strides, strides, sizeof strides);
+  memcpy(call.inputs[2].strides, strides, sizeof strides);
+  call.inputs[3] = (recap_tensor){len, RECAP_DTYPE_I32, 1, {1}, {1}};
+  CHECK_OK(recap__op_infer(&call));
+  call.outputs[0].data = out;
+  return call;
+}
+
+static void test_kv_append_writes_rows_at_device_position(void) {
+  for (int t = 0; t < NUM_FLOAT_TYPES; ++t) {
+    recap_dtype dtype = kFloatTypes[t];
+    const kv_dims d = {2, 3, 3, 50, 5, 16};
+    const int64_t cshape[] = {d.b, d.smax, d.hkv, d.dh}, rshape[] = {d.b, d.t, d.hkv, d.dh};
+    tbuf cache = make_contiguous(dtype, 4, cshape, -1, 1);
+    tbuf rows = make_contiguous(dtype, 4, rshape, -1, 1);
+    for (int32_t p = 0; p + d.t <= d.smax; p += 15) {
+      tbuf pos = scalar_i32(p);
+      recap_op_call dc = kv_append_call(&d, cache.dev, rows.dev, pos.dev, dtype);
+      recap_op_call hc = kv_append_call(&d, cache.host, rows.host, pos.host, dtype);
+      CHECK_OK(recap__op_launch(&dc, cuda_stream));
+      CHECK_OK(recap__op_launch(&hc, host_stream));
+      CHECK_OK(recap_stream_synchronize(host_stream));
+      size_t bytes = (size_t)recap__tensor_numel(&cache.view) * recap_dtype_size(dtype);
+      void *got = host_alloc(bytes);
+      to_host(got, cache.dev, bytes);
+      compare("kv_append cache", dtype, recap__tensor_numel(&cache.view), got, cache.host, NULL,
+              true);
+    }
+    release_all();
+  }
+}
+
+/* kv_append(k), kv_append(v), attention(q, caches, len) as one captured graph, replayed for
+ * several positions written to device memory between replays, against the same sequence run
+ * eagerly on CUDA (bit for bit) and on host (within tolerance). */
+static void test_captured_decode_step_replays_like_eager_for_moving_positions(void) {
+  for (int t = 0; t < NUM_FLOAT_TYPES; ++t) {
+    recap_dtype dtype = kFloatTypes[t];
+    const kv_dims d = {2, 4, 2, 64, 3, 40};
+    size_t esize = recap_dtype_size(dtype);
+    const int64_t cshape[] = {d.b, d.smax, d.hkv, d.dh}, rshape[] = {d.b, d.t, d.hkv, d.dh};
+    const int64_t qshape[] = {d.b, d.h, d.t, d.dh};
+    size_t cache_bytes = (size_t)(d.b * d.smax * d.hkv * d.dh) * esize;
+    size_t out_bytes = (size_t)(d.b * d.h * d.t * d.dh) * esize;
+    /* Identical initial caches for the eager, graph and host runs. */
+    tbuf k0 = make_contiguous(dtype, 4, cshape, -1, 1),
+         v0 = make_contiguous(dtype, 4, cshape, -1, 1);
+    void *kg = dev_alloc(cache_bytes), *vg = dev_alloc(cache_bytes);
+    to_device(kg, k0.host, cache_bytes);
+    to_device(vg, v0.host, cache_bytes);
+    tbuf q = make_contiguous(dtype, 4, qshape, -2, 2);
+    tbuf nk = make_contiguous(dtype, 4, rshape, -1, 1),
+         nv = make_contiguous(dtype, 4, rshape, -1, 1);
+    tbuf pos = scalar_i32(0), len = scalar_i32(0);
+    void *out_eager = dev_alloc(out_bytes), *out_graph = dev_alloc(out_bytes);
+    void *host_out = host_alloc(out_bytes);
+
+    recap_op_call ek = kv_append_call(&d, k0.dev, nk.dev, pos.dev, dtype);
+    recap_op_call ev = kv_append_call(&d, v0.dev, nv.dev, pos.dev, dtype);
+    recap_op_call ea = attention_call(&d, q.dev, k0.dev, v0.dev, len.dev, out_eager, dtype);
+    recap_op_call gk = kv_append_call(&d, kg, nk.dev, pos.dev, dtype);
+    recap_op_call gv = kv_append_call(&d, vg, nv.dev, pos.dev, dtype);
+    recap_op_call ga = attention_call(&d, q.dev, kg, vg, len.dev, out_graph, dtype);
+    recap_op_call hk = kv_append_call(&d, k0.host, nk.host, pos.host, dtype);
+    recap_op_call hv = kv_append_call(&d, v0.host, nv.host, pos.host, dtype);
+    recap_op_call ha = attention_call(&d, q.host, k0.host, v0.host, len.host, host_out, dtype);
+
+    recap__graph *graph = NULL;
+    recap__graph_exec *exec = NULL;
+    CHECK_OK(recap__capture_begin(cuda_stream, RECAP_CAPTURE_MODE_GLOBAL));
+    recap_status s1 = recap__op_launch(&gk, cuda_stream);
+    recap_status s2 = recap__op_launch(&gv, cuda_stream);
+    recap_status s3 = recap__op_launch(&ga, cuda_stream);
+    recap_status end = recap__capture_end(cuda_stream, &graph);
+    CHECK_OK(s1);
+    CHECK_OK(s2);
+    CHECK_OK(s3);
+    CHECK_OK(end);
+    CHECK_OK(cuda->graph_instantiate(graph, &exec));
+
+    static const int32_t positions[] = {0, 3, 10, 11, 40, 61};
+    void *got_eager = host_alloc(out_bytes), *got_graph = host_alloc(out_bytes);
+    for (size_t step = 0; step < sizeof positions / sizeof positions[0]; ++step) {
+      /* New rows and a new query for this step; the position and length in device memory. */
+      test_rng rng;
+      test_rng_init(&rng);
+      for (int64_t i = 0; i < recap__tensor_numel(&nk.view); ++i) {
+        recap__store_f32(nk.host, dtype, i, (float)test_rng_uniform(&rng, -1, 1));
+        recap__store_f32(nv.host, dtype, i, (float)test_rng_uniform(&rng, -1, 1));
+      }
+      for (int64_t i = 0; i < recap__tensor_numel(&q.view); ++i)
+        recap__store_f32(q.host, dtype, i, (float)test_rng_uniform(&rng, -2, 2));
+      ((int32_t *)pos.host)[0] = positions[step];
+      ((int32_t *)len.host)[0] = positions[step] + (int32_t)d.t;
+      to_device(nk.dev, nk.host, (size_t)recap__tensor_numel(&nk.view) * esize);
+      to_device(nv.dev, nv.host, (size_t)recap__tensor_numel(&nv.view) * esize);
+      to_device(q.dev, q.host, (size_t)recap__tensor_numel(&q.view) * esize);
+      to_device(pos.dev, pos.host, sizeof(int32_t));
+      to_device(len.dev, len.host, sizeof(int32_t));
+
+      poison_device(out_eager, out_bytes);
+      poison_device(out_graph, out_bytes);
+      CHECK_OK(recap__op_launch(&ek, cuda_stream));
+      CHECK_OK(recap__op_launch(&ev, cuda_stream));
+      CHECK_OK(recap__op_launch(&ea, cuda_stream));
+      CHECK_OK(cuda->graph_launch(exec, cuda_stream));
+      CHECK_OK(recap_stream_synchronize(cuda_stream));
+      CHECK_OK(recap__op_launch(&hk, host_stream));
+      CHECK_OK(recap__op_launch(&hv, host_stream));
+      memset(host_out, 0xFF, out_bytes);
+      CHECK_OK(recap__op_launch(&ha, host_stream));
+      CHECK_OK(recap_stream_synchronize(host_stream));
+
+      to_host(got_eager, out_eager, out_bytes);
+      to_host(got_graph, out_graph, out_bytes);
+      if (memcmp(got_eager, got_graph, out_bytes) != 0)
+        fprintf(stderr, "\n  decode step at position %d: graph output differs from eager\n",
+                positions[step]);
+      CU_ASSERT_EQUAL(memcmp(got_eager, got_graph, out_bytes), 0);
+      op_case c = {.op = "attention", .attrs = ha.attrs, .scale = SCALE_ATTENTION};
+      double *scale = make_scale(&c, &ha, 0);
+      compare("decode attention vs host", dtype, (int64_t)(out_bytes / esize), got_eager, host_out,
+              scale, false);
+    }
+    /* The caches the graph wrote equal the eager ones and the host's. */
+    void *kc = host_alloc(cache_bytes), *kgc = host_alloc(cache_bytes);
+    to_host(kc, k0.dev, cache_bytes);
+    to_host(kgc, kg, cache_bytes);
+    CU_ASSERT_EQUAL(memcmp(kc, kgc, cache_bytes), 0);
+    CU_ASSERT_EQUAL(memcmp(kc, k0.host, cache_bytes), 0);
+    to_host(kc, v0.dev, cache_bytes);
+    to_host(kgc, vg, cache_bytes);
+    CU_ASSERT_EQUAL(memcmp(kc, kgc, cache_bytes), 0);
+    CU_ASSERT_EQUAL(memcmp(kc, v0.host, cache_bytes), 0);
+    cuda->graph_exec_destroy(exec);
+    cuda->graph_destroy(graph);
+    release_all();
+  }
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Random
+ * ---------------------------------------------------------------------------------------- */
+
+static void test_random_ops_draw_the_host_numbers(void) {
+  const int64_t sizes[] = {1, 7, 4097, (1 << 20) + 3};
+  for (int t = 0; t < NUM_FLOAT_TYPES; ++t)
+    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; ++s) {
+      op_case u = {.op = "random_uniform", .attrs = no_attrs(), .exact = true};
+      u.attrs.dtype = kFloatTypes[t];
+      u.attrs.low = -2;
+      u.attrs.high = 3;
+      set_sizes(&u.attrs, 1, &sizes[s]);
+      run_case(&u);
+      op_case n = {.op = "random_normal", .attrs = no_attrs(), .scale = SCALE_NORMAL};
+      n.attrs.dtype = kFloatTypes[t];
+      n.attrs.mean = 0.5;
+      n.attrs.std = 2;
+      set_sizes(&n.attrs, 1, &sizes[s]);
+      run_case(&n);
+      release_all();
+    }
+}
+
+/* A captured random op reads its offset from the capture's slot: each replay draws what the
+ * host draws at the generator state the replay reserved, and consecutive replays differ. */
+static void test_captured_random_op_draws_fresh_numbers_each_replay(void) {
+  static const char *const ops[] = {"random_uniform", "random_normal"};
+  for (int t = 0; t < NUM_FLOAT_TYPES; ++t)
+    for (int o = 0; o < 2; ++o) {
+      recap_dtype dtype = kFloatTypes[t];
+      recap_op_call call;
+      memset(&call, 0, sizeof call);
+      call.def = recap__op_find(ops[o]);
+      call.attrs.dtype = dtype;
+      call.attrs.low = -1;
+      call.attrs.high = 1;
+      call.attrs.mean = 0;
+      call.attrs.std = 1;
+      set_sizes(&call.attrs, 2, (const int64_t[]){33, 1025});
+      CHECK_OK(recap__op_infer(&call));
+      size_t bytes = tensor_bytes(&call.outputs[0]);
+      int64_t n = recap__tensor_numel(&call.outputs[0]);
+      recap_op_call dev_call = call, host_call = call;
+      void *dev = dev_alloc(bytes);
+      dev_call.outputs[0].data = dev;
+      void *ref = host_alloc(bytes), *got = host_alloc(bytes), *prev = host_alloc(bytes);
+      host_call.outputs[0].data = ref;
+
+      recap__graph *graph = NULL;
+      recap__graph_exec *exec = NULL;
+      recap__rng_graph_binding *binding = NULL;
+      CHECK_OK(recap__rng_capture_begin(cuda_stream));
+      CHECK_OK(recap__capture_begin(cuda_stream, RECAP_CAPTURE_MODE_GLOBAL));
+      recap_status st = recap__op_launch(&dev_call, cuda_stream);
+      recap_status end = recap__capture_end(cuda_stream, &graph);
+      if (st != RECAP_OK || end != RECAP_OK) recap__rng_capture_abort(cuda_stream);
+      CHECK_OK(st);
+      CHECK_OK(end);
+      CHECK_OK(recap__rng_capture_end(cuda_stream, &binding));
+      CU_ASSERT_PTR_NOT_NULL_FATAL(binding);
+      CHECK_OK(cuda->graph_instantiate(graph, &exec));
+      op_case scale_case = {.op = ops[o], .attrs = call.attrs, .scale = SCALE_NORMAL};
+      for (int replay = 0; replay < 3; ++replay) {
+        recap_rng_state state;
+        CHECK_OK(recap_rng_get_state(kCudaDev, &state));
+        poison_device(dev, bytes);
+        CHECK_OK(recap__rng_replay_prepare(binding, cuda_stream));
+        CHECK_OK(cuda->graph_launch(exec, cuda_stream));
+        CHECK_OK(recap_stream_synchronize(cuda_stream));
+        to_host(got, dev, bytes);
+        CHECK_OK(recap_rng_set_state(kHostDev, &state));
+        CHECK_OK(recap__op_launch(&host_call, host_stream));
+        CHECK_OK(recap_stream_synchronize(host_stream));
+        double *scale = o == 1 ? make_scale(&scale_case, &host_call, 0) : NULL;
+        compare(ops[o], dtype, n, got, ref, scale, o == 0);
+        if (replay > 0) CU_ASSERT_NOT_EQUAL(memcmp(got, prev, bytes), 0);
+        memcpy(prev, got, bytes);
+      }
+      recap__rng_graph_binding_destroy(binding);
+      cuda->graph_exec_destroy(exec);
+      cuda->graph_destroy(graph);
+      release_all();
+    }
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Device faults on bad device-resident values (child processes)
+ * ---------------------------------------------------------------------------------------- */
+
+/* Copies n bytes to a new device buffer; NULL on failure (the child reports it). */
+static void *child_upload(const void *src, size_t n) {
+  void *p = NULL;
+  if (cuda->mem_alloc(0, n, &p) != RECAP_OK) return NULL;
+  if (cuda->memcpy_async(p, src, n, cuda_stream) != RECAP_OK) return NULL;
+  return p;
+}
+
+/* In the child: launches `op` with one device-resident value out of range and reports what
+ * the launch and the following synchronize return. Exit 0 only for a sticky device fault. */
+static int run_fault_child(const char *op) {
+  if (cuda_suite_init() != 0) {
+    fprintf(stderr, "child: no CUDA stream: %s\n", recap_last_error());
+    return 2;
+  }
+  static const float data[64] = {0.5f};
+  recap_op_call call;
+  memset(&call, 0, sizeof call);
+  call.def = recap__op_find(op);
+  if (!call.def) return 2;
+  const int32_t bad_id[3] = {1, 10, 2}; /* 10 rows in the table */
+  const int32_t bad_pos = 3, bad_len = 5, negative = -1;
+  if (strcmp(op, "embedding") == 0) {
+    call.num_inputs = 2;
+    call.inputs[0] =
+        (recap_tensor){child_upload(data, 40 * sizeof(float)), RECAP_DTYPE_F32, 2, {10, 4}, {4, 1}};
+    call.inputs[1] =
+        (recap_tensor){child_upload(bad_id, sizeof bad_id), RECAP_DTYPE_I32, 1, {3}, {1}};
+  } else if (strcmp(op, "kv_append") == 0) {
+    /* Two rows at position 3 of a 4-row cache. */
+    call.num_inputs = 3;
+    call.inputs[0] = (recap_tensor){
+        child_upload(data, 32 * sizeof(float)), RECAP_DTYPE_F32, 4, {1, 4, 1, 8}, {32, 8, 8, 1}};
+    call.inputs[1] = (recap_tensor){
+        child_upload(data, 16 * sizeof(float)), RECAP_DTYPE_F32, 4, {1, 2, 1, 8}, {16, 8, 8, 1}};
+    call.inputs[2] =
+        (recap_tensor){child_upload(&bad_pos, sizeof bad_pos), RECAP_DTYPE_I32, 1, {1}, {1}};
+  } else if (strcmp(op, "attention") == 0) {
+    /* A valid length of 5 for 4 keys. */
+    call.num_inputs = 4;
+    call.inputs[0] = (recap_tensor){
+        child_upload(data, 8 * sizeof(float)), RECAP_DTYPE_F32, 4, {1, 1, 1, 8}, {8, 8, 8, 1}};
+    for (int i = 1; i < 3; ++i)
+      call.inputs[i] = (recap_tensor){
+          child_upload(data, 32 * sizeof(float)), RECAP_DTYPE_F32, 4, {1, 1, 4, 8}, {32, 32, 8, 1}};
+    call.inputs[3] =
+        (recap_tensor){child_upload(&bad_len, sizeof bad_len), RECAP_DTYPE_I32, 1, {1}, {1}};
+  } else if (strcmp(op, "rope") == 0) {
+    call.num_inputs = 2;
+    call.attrs.rope_base = 10000;
+    call.inputs[0] = (recap_tensor){
+        child_upload(data, 8 * sizeof(float)), RECAP_DTYPE_F32, 3, {1, 1, 8}, {8, 8, 1}};
+    call.inputs[1] =
+        (recap_tensor){child_upload(&negative, sizeof negative), RECAP_DTYPE_I32, 1, {1}, {1}};
+  } else {
+    return 2;
+  }
+  for (int i = 0; i < call.num_inputs; ++i)
+    if (!call.inputs[i].data) return 2;
+  if (recap__op_infer(&call) != RECAP_OK) {
+    fprintf(stderr, "child: infer failed: %s\n", recap_last_error());
+    return 2;
+  }
+  if (strcmp(op, "kv_append") == 0) {
+    call.outputs[0].data = call.inputs[0].data;
+  } else if (cuda->mem_alloc(0, 256 * sizeof(float), &call.outputs[0].data) != RECAP_OK) {
+    return 2;
+  }
+  recap_status launched = recap__op_launch(&call, cuda_stream);
+  recap_status synced = recap_stream_synchronize(cuda_stream);
+  printf("child %s: launch %s, synchronize %s\n", op, recap_status_name(launched),
+         recap_status_name(synced));
+  return launched == RECAP_OK && synced == RECAP_STATUS_DEVICE_ERROR ? 0 : 1;
+}
+
+static void test_out_of_range_device_values_fault_the_device(void) {
+  static const char *const ops[] = {"embedding", "kv_append", "attention", "rope"};
+  for (size_t i = 0; i < sizeof ops / sizeof ops[0]; ++i) {
+    fflush(NULL);
+    pid_t pid = fork();
+    CU_ASSERT_FATAL(pid >= 0);
+    if (pid == 0) {
+      char *child_argv[] = {"ops_cuda_test", "--fault", (char *)ops[i], NULL};
+      execv("/proc/self/exe", child_argv);
+      _exit(127);
+    }
+    int wstatus = 0;
+    CU_ASSERT_EQUAL_FATAL(waitpid(pid, &wstatus, 0), pid);
+    bool faulted = WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0;
+    if (!faulted)
+      fprintf(stderr, "\n  %s with an out-of-range device value: child %s %d\n", ops[i],
+              WIFEXITED(wstatus) ? "exited with" : "killed by signal",
+              WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : WTERMSIG(wstatus));
+    CU_ASSERT_TRUE(faulted);
+  }
+}
+
+int main(int argc, char **argv) {
+  if (argc == 3 && strcmp(argv[1], "--fault") == 0) return run_fault_child(argv[2]);
+
+  CU_pSuite registry = test_add_suite("ops_cuda/registry", NULL, NULL);
+  CU_ADD_TEST(registry, test_every_op_points_at_its_contract_cuda_entry);
+  CU_ADD_TEST(registry, test_every_contract_op_is_in_the_registry);
+
+  CU_pSuite gpu = test_add_cuda_suite("ops_cuda/vs_host", cuda_suite_init, cuda_suite_cleanup);
+  CU_ADD_TEST(gpu, test_unary_ops_match_host);
+  CU_ADD_TEST(gpu, test_cast_between_every_float_pair_matches_host);
+  CU_ADD_TEST(gpu, test_binary_ops_broadcast_and_views_match_host);
+  CU_ADD_TEST(gpu, test_softmax_matches_host);
+  CU_ADD_TEST(gpu, test_causal_softmax_masks_and_zeroes_hidden_rows);
+  CU_ADD_TEST(gpu, test_layernorm_and_rmsnorm_match_host);
+  CU_ADD_TEST(gpu, test_sum_and_mean_match_host);
+  CU_ADD_TEST(gpu, test_copy_family_moves_every_element_exactly);
+  CU_ADD_TEST(gpu, test_concat_matches_host);
+  CU_ADD_TEST(gpu, test_fill_matches_host_for_every_dtype);
+  CU_ADD_TEST(gpu, test_embedding_gathers_rows_like_host);
+  CU_ADD_TEST(gpu, test_rope_matches_host_for_both_position_forms);
+  CU_ADD_TEST(gpu, test_attention_matches_host);
+  CU_ADD_TEST(gpu, test_kv_append_writes_rows_at_device_position);
+  CU_ADD_TEST(gpu, test_captured_decode_step_replays_like_eager_for_moving_positions);
+  CU_ADD_TEST(gpu, test_random_ops_draw_the_host_numbers);
+  CU_ADD_TEST(gpu, test_captured_random_op_draws_fresh_numbers_each_replay);
+  CU_ADD_TEST(gpu, test_out_of_range_device_values_fault_the_device);
+  return test_run_all();
+}
