@@ -326,6 +326,24 @@ typedef struct {
 } recap_tensor;
 
 /* ------------------------------------------------------------------------------------------
+ * GEMM settings (process-wide; read at each launch, so a captured graph keeps what it
+ * captured: change them before warmup)
+ * ---------------------------------------------------------------------------------------- */
+
+typedef enum {
+  RECAP_GEMM_LIBRARY_CUBLASLT = 0, /* default: heuristics-chosen algorithm, fused epilogues */
+  RECAP_GEMM_LIBRARY_CUBLAS = 1,   /* cublasGemmEx / cublasGemmStridedBatchedEx + our epilogue */
+} recap_gemm_library;
+
+/* TF32 tensor-core math for f32 GEMMs on CUDA, off by default (PyTorch's allow_tf32): inputs
+ * are rounded to 10 mantissa bits, so results differ from the host by about 1e-3 relative. */
+RECAP_API void recap_gemm_set_allow_tf32(int allow);
+RECAP_API int recap_gemm_allow_tf32(void);
+/* RECAP_STATUS_INVALID_ARGUMENT for a value outside the enum. */
+RECAP_API recap_status recap_gemm_set_library(recap_gemm_library library);
+RECAP_API recap_gemm_library recap_gemm_library_get(void);
+
+/* ------------------------------------------------------------------------------------------
  * NVTX (no cost without a profiler; compiled out with -DRECAP_NO_NVTX)
  * ---------------------------------------------------------------------------------------- */
 

@@ -72,7 +72,7 @@ bool recap__gemm_operand_layout(int64_t rows, int64_t cols, int64_t rs, int64_t 
 /* The host reference (the defs' run_host): runs the plan on the calling thread. */
 recap_status recap__gemm_run_host(const recap_op_call *call);
 
-/* ---- switches (process-wide, read at each launch; the lead may expose them publicly) ---- */
+/* ---- switches (process-wide, read at each launch; public wrappers in gemm_settings.c) ---- */
 
 /* TF32 tensor-core math for f32 GEMMs on CUDA (off by default, like PyTorch's allow_tf32):
  * products round their inputs to 10 mantissa bits, so results differ from the host by ~1e-3
@@ -80,11 +80,7 @@ recap_status recap__gemm_run_host(const recap_op_call *call);
 void recap__gemm_set_allow_tf32(bool allow);
 bool recap__gemm_allow_tf32(void);
 
-typedef enum {
-  RECAP_GEMM_LIBRARY_CUBLASLT = 0, /* default: heuristics-chosen algorithm, fused epilogues */
-  RECAP_GEMM_LIBRARY_CUBLAS = 1,   /* cublasGemmEx / cublasGemmStridedBatchedEx + our epilogue */
-} recap_gemm_library;
-
+/* recap_gemm_library is public (include/recap.h). */
 /* RECAP_STATUS_INVALID_ARGUMENT for a value outside the enum. */
 recap_status recap__gemm_set_library(recap_gemm_library library);
 recap_gemm_library recap__gemm_library(void);

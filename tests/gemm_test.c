@@ -571,6 +571,19 @@ static void test_library_switch_rejects_unknown_values(void) {
   CU_ASSERT_FALSE(recap__gemm_allow_tf32());
 }
 
+static void test_public_switches_reach_the_gemm_module(void) {
+  CU_ASSERT_FALSE(recap_gemm_allow_tf32());
+  recap_gemm_set_allow_tf32(1);
+  CU_ASSERT_TRUE(recap__gemm_allow_tf32());
+  recap_gemm_set_allow_tf32(0);
+  CU_ASSERT_FALSE(recap_gemm_allow_tf32());
+  CHECK_OK(recap_gemm_set_library(RECAP_GEMM_LIBRARY_CUBLAS));
+  CU_ASSERT_EQUAL(recap__gemm_library(), RECAP_GEMM_LIBRARY_CUBLAS);
+  CHECK_STATUS(recap_gemm_set_library((recap_gemm_library)-1), RECAP_STATUS_INVALID_ARGUMENT);
+  CU_ASSERT_EQUAL(recap_gemm_library_get(), RECAP_GEMM_LIBRARY_CUBLAS);
+  CHECK_OK(recap_gemm_set_library(RECAP_GEMM_LIBRARY_CUBLASLT));
+}
+
 /* ---- CUDA ---------------------------------------------------------------------------------- */
 #if RECAP_WITH_CUDA
 
@@ -906,6 +919,7 @@ int main(void) {
   CU_ADD_TEST(host, test_linear_gelu_erf_and_tanh_differ_as_expected);
   CU_ADD_TEST(host, test_bad_shapes_and_dtypes_are_rejected);
   CU_ADD_TEST(host, test_library_switch_rejects_unknown_values);
+  CU_ADD_TEST(host, test_public_switches_reach_the_gemm_module);
 
   CU_pSuite cuda = test_add_cuda_suite("gemm/cuda",
 #if RECAP_WITH_CUDA
