@@ -28,6 +28,10 @@ cp -L "$bin/librecap.so" stage/bin/librecap.so
 [ -d tests/data ] && cp -r tests/data stage/tests/data
 [ -d specs ] && cp -r specs stage/specs
 cp tools/gpu_run.sh stage/gpu_run.sh
+# The benchmark run (issue 6): bash stage/tools/bench_all.sh runs the CLI, the PyTorch peer and
+# the report over stage/specs.
+mkdir -p stage/tools
+cp tools/bench_all.sh tools/peer_torch.py tools/bench_report.py stage/tools/
 chmod -R u+w stage
 size_kib=$(du -sk stage | cut -f1)
 echo "staged $(ls stage/tests | wc -l) test files and the CLI: $((size_kib / 1024)) MiB"
