@@ -17,100 +17,10 @@
 
 #include "allocator/allocator.h"
 #include "runtime/backend.h"
+#include "tests/allocator_check.h"
 #include "tests/test_util.h"
 
 enum { KIB = 1024, MIB = 1024 * 1024, STREAMS = 3, MAX_POOLS = 3, MAX_LIVE = 200, TAG = 16 };
-
-static recap_device g_device = {RECAP_BACKEND_HOST, 0};
-
-static int suite_host(void) {
-  g_device = (recap_device){RECAP_BACKEND_HOST, 0};
-  return 0;
-}
-
-static int suite_cuda(void) {
-  g_device = (recap_device){RECAP_BACKEND_CUDA, 0};
-  return 0;
-}
-
-static json_t *snapshot_of(recap__allocator *a) {
-  char *text = NULL;
-  CHECK_OK(recap__allocator_snapshot_json(a, &text));
-  json_error_t error;
-  json_t *root = json_loads(text, 0, &error);
-  if (!root) fprintf(stderr, "snapshot is not JSON: %s\n", error.text);
-  free(text);
-  CU_ASSERT_PTR_NOT_NULL_FATAL(root);
-  return root;
-}
-
-static int64_t jint(json_t *obj, const char *key) {
-  json_t *v = json_object_get(obj, key);
-  CU_ASSERT_FATAL(json_is_integer(v));
-  return (int64_t)json_integer_value(v);
-}
-
-/* Every segment is tiled by its blocks, and every stat's current value equals the sum over
- * the snapshot (and the snapshot's own copy of the stats, and the live stats). */
-static void check_consistent(recap__allocator *a) {
-  static const char *keys[] = {"allocated_bytes",      "allocated_count",      "reserved_bytes",
-                               "reserved_count",       "active_bytes",         "active_count",
-                               "inactive_split_bytes", "inactive_split_count", "requested_bytes",
-                               "requested_count"};
-  enum { NKEYS = sizeof keys / sizeof keys[0] };
-  int64_t sum[NKEYS][3];
-  memset(sum, 0, sizeof sum);
-  json_t *root = snapshot_of(a);
-  size_t i, j;
-  json_t *seg, *b;
-  json_array_foreach(json_object_get(root, "segments"), i, seg) {
-    int ty = strcmp(json_string_value(json_object_get(seg, "segment_type")), "small") == 0 ? 1 : 2;
-    int64_t base = jint(seg, "address"), size = jint(seg, "total_size"), expect = base;
-    json_t *blocks = json_object_get(seg, "blocks");
-    bool split = json_array_size(blocks) > 1;
-    int64_t add[NKEYS] = {0};
-    add[2] = size;
-    add[3] = 1;
-    json_array_foreach(blocks, j, b) {
-      CU_ASSERT_EQUAL(jint(b, "address"), expect);
-      expect += jint(b, "size");
-      const char *state = json_string_value(json_object_get(b, "state"));
-      if (strcmp(state, "active_allocated") == 0) {
-        add[0] += jint(b, "size"), add[1] += 1;
-        add[8] += jint(b, "requested_size"), add[9] += 1;
-      }
-      if (strcmp(state, "inactive") != 0) {
-        add[4] += jint(b, "size"), add[5] += 1;
-      } else if (split) {
-        add[6] += jint(b, "size"), add[7] += 1;
-      }
-    }
-    CU_ASSERT_EQUAL(expect, base + size);
-    for (int k = 0; k < NKEYS; k++) sum[k][0] += add[k], sum[k][ty] += add[k];
-  }
-  static const char *types[] = {"all", "small", "large"};
-  json_t *stats = json_object_get(root, "stats");
-  recap_memory_stats live;
-  recap__allocator_stats(a, &live);
-  const recap_memory_stat *live_arrays[NKEYS] = {
-      live.allocated_bytes,      live.allocated_count,      live.reserved_bytes,
-      live.reserved_count,       live.active_bytes,         live.active_count,
-      live.inactive_split_bytes, live.inactive_split_count, live.requested_bytes,
-      live.requested_count};
-  for (int k = 0; k < NKEYS; k++) {
-    for (int t = 0; t < 3; t++) {
-      int64_t reported =
-          jint(json_object_get(json_object_get(stats, keys[k]), types[t]), "current");
-      if (reported != sum[k][t] || live_arrays[k][t].current != sum[k][t])
-        fprintf(stderr, "\n  stat %s (%s): snapshot stats %lld, live %lld, sum of blocks %lld\n",
-                keys[k], types[t], (long long)reported, (long long)live_arrays[k][t].current,
-                (long long)sum[k][t]);
-      CU_ASSERT_EQUAL(reported, sum[k][t]);
-      CU_ASSERT_EQUAL(live_arrays[k][t].current, sum[k][t]);
-    }
-  }
-  json_decref(root);
-}
 
 /* ------------------------------------------------------------------------------------------
  * The model
@@ -176,15 +86,15 @@ static int find_live(const model *m, uintptr_t ptr) {
 
 /* The allocator's view equals the model's. */
 static void check_model(model *m, bool after_empty_cache) {
-  check_consistent(m->a);
-  json_t *root = snapshot_of(m->a);
+  allocator_check_consistent(m->a);
+  json_t *root = allocator_snapshot(m->a);
   size_t i, j;
   json_t *seg, *b;
   int allocated_seen = 0;
   int64_t requested = 0;
   json_array_foreach(json_object_get(root, "segments"), i, seg) {
-    uint64_t pool = (uint64_t)jint(seg, "pool_id");
-    int stream = stream_index(m, jint(seg, "stream"));
+    uint64_t pool = (uint64_t)json_int(seg, "pool_id");
+    int stream = stream_index(m, json_int(seg, "stream"));
     CU_ASSERT(stream >= 0);
     bool small = strcmp(json_string_value(json_object_get(seg, "segment_type")), "small") == 0;
     bool any_active = false;
@@ -193,14 +103,14 @@ static void check_model(model *m, bool after_empty_cache) {
       if (strcmp(state, "inactive") != 0) any_active = true;
       if (strcmp(state, "active_allocated") != 0) continue;
       allocated_seen++;
-      int k = find_live(m, (uintptr_t)jint(b, "address"));
+      int k = find_live(m, (uintptr_t)json_int(b, "address"));
       CU_ASSERT_FATAL(k >= 0);
       const live_block *lb = &m->live[k];
-      CU_ASSERT_EQUAL((size_t)jint(b, "requested_size"), lb->size);
+      CU_ASSERT_EQUAL((size_t)json_int(b, "requested_size"), lb->size);
       CU_ASSERT_EQUAL(stream, lb->stream);
       CU_ASSERT_EQUAL(pool, lb->pool);
       size_t rounded = recap__alloc_round_size(&m->config, lb->size);
-      size_t size = (size_t)jint(b, "size");
+      size_t size = (size_t)json_int(b, "size");
       CU_ASSERT_EQUAL(small, rounded <= (size_t)RECAP__ALLOC_SMALL_SIZE);
       if (small) {
         CU_ASSERT_EQUAL(size, rounded);
@@ -215,13 +125,13 @@ static void check_model(model *m, bool after_empty_cache) {
   CU_ASSERT_EQUAL(allocated_seen, m->live_count);
   json_t *stats = json_object_get(root, "stats");
   CU_ASSERT_EQUAL(
-      jint(json_object_get(json_object_get(stats, "requested_bytes"), "all"), "current"),
+      json_int(json_object_get(json_object_get(stats, "requested_bytes"), "all"), "current"),
       requested);
   recap__raw_failing_counts counts;
   recap__raw_failing_counts_get(m->failing, &counts);
   CU_ASSERT_EQUAL(
       (int64_t)counts.live_bytes,
-      jint(json_object_get(json_object_get(stats, "reserved_bytes"), "all"), "current"));
+      json_int(json_object_get(json_object_get(stats, "reserved_bytes"), "all"), "current"));
   json_decref(root);
   /* No two live blocks overlap (the tags would have caught a write, this catches the
    * addresses). */
@@ -307,18 +217,18 @@ static void step_route(model *m, test_rng *rng) {
 static void run_model(size_t capacity, const char *conf) {
   model *m = calloc(1, sizeof *m);
   CU_ASSERT_PTR_NOT_NULL_FATAL(m);
-  m->on_device_memory_host_visible = g_device.backend == RECAP_BACKEND_HOST;
+  m->on_device_memory_host_visible = test_device.backend == RECAP_BACKEND_HOST;
   CHECK_OK(recap__alloc_config_parse(conf, &m->config));
   recap__raw_runtime runtime;
   recap__raw_backend inner, raw;
-  CHECK_OK(recap__raw_runtime_init(&runtime, g_device, &inner));
+  CHECK_OK(recap__raw_runtime_init(&runtime, test_device, &inner));
   CHECK_OK(recap__raw_failing_create(&inner, &m->failing));
   recap__raw_failing_backend(m->failing, &raw);
   recap__raw_failing_set_capacity(m->failing, capacity);
-  recap__allocator_options options = {.device = g_device, .raw = &raw, .conf = conf};
+  recap__allocator_options options = {.device = test_device, .raw = &raw, .conf = conf};
   CHECK_OK(recap__allocator_create(&options, &m->a));
   for (int s = 0; s < STREAMS; s++)
-    CHECK_OK(recap_stream_create(g_device, 0, RECAP_STREAM_NON_BLOCKING, &m->streams[s]));
+    CHECK_OK(recap_stream_create(test_device, 0, RECAP_STREAM_NON_BLOCKING, &m->streams[s]));
   test_rng rng;
   test_rng_init(&rng);
   const char *env = getenv("RECAP_MODEL_STEPS");
@@ -382,11 +292,11 @@ static void test_random_operations_with_power2_rounding_match_the_model(void) {
 }
 
 int main(void) {
-  CU_pSuite host = test_add_suite("allocator_model/host", suite_host, NULL);
+  CU_pSuite host = test_add_suite("allocator_model/host", test_suite_use_host, NULL);
   CU_ADD_TEST(host, test_random_operations_match_the_model);
   CU_ADD_TEST(host, test_random_operations_under_memory_pressure_match_the_model);
   CU_ADD_TEST(host, test_random_operations_with_power2_rounding_match_the_model);
-  CU_pSuite cuda = test_add_cuda_suite("allocator_model/cuda", suite_cuda, suite_host);
+  CU_pSuite cuda = test_add_cuda_suite("allocator_model/cuda", test_suite_use_cuda, test_suite_use_host);
   CU_ADD_TEST(cuda, test_random_operations_match_the_model);
   CU_ADD_TEST(cuda, test_random_operations_under_memory_pressure_match_the_model);
   return test_run_all();

@@ -31,18 +31,6 @@ enum {
   MIB = 1024 * 1024,
 };
 
-static recap_device g_device = {RECAP_BACKEND_HOST, 0};
-
-static int suite_host(void) {
-  g_device = (recap_device){RECAP_BACKEND_HOST, 0};
-  return 0;
-}
-
-static int suite_cuda(void) {
-  g_device = (recap_device){RECAP_BACKEND_CUDA, 0};
-  return 0;
-}
-
 typedef struct {
   recap__allocator *a;
   recap_stream *streams[WORKERS + 1]; /* the last one is the capturing thread's */
@@ -212,18 +200,18 @@ static void test_threads_allocating_freeing_and_capturing_at_once(void) {
   recap__raw_runtime runtime;
   recap__raw_backend inner, raw;
   recap__raw_failing *failing;
-  CHECK_OK(recap__raw_runtime_init(&runtime, g_device, &inner));
+  CHECK_OK(recap__raw_runtime_init(&runtime, test_device, &inner));
   CHECK_OK(recap__raw_failing_create(&inner, &failing));
   recap__raw_failing_backend(failing, &raw);
   /* Tight enough that the out-of-memory retry (with its unlocked synchronize) runs often. */
   recap__raw_failing_set_capacity(failing, 96 * (size_t)MIB);
   shared_state *sh = calloc(1, sizeof *sh);
   CU_ASSERT_PTR_NOT_NULL_FATAL(sh);
-  sh->host_visible = g_device.backend == RECAP_BACKEND_HOST;
-  recap__allocator_options options = {.device = g_device, .raw = &raw};
+  sh->host_visible = test_device.backend == RECAP_BACKEND_HOST;
+  recap__allocator_options options = {.device = test_device, .raw = &raw};
   CHECK_OK(recap__allocator_create(&options, &sh->a));
   for (int i = 0; i <= WORKERS; i++)
-    CHECK_OK(recap_stream_create(g_device, 0, RECAP_STREAM_NON_BLOCKING, &sh->streams[i]));
+    CHECK_OK(recap_stream_create(test_device, 0, RECAP_STREAM_NON_BLOCKING, &sh->streams[i]));
   worker workers[WORKERS + 1];
   pthread_t threads[WORKERS + 1];
   for (int i = 0; i <= WORKERS; i++) {
@@ -269,9 +257,9 @@ static void test_threads_allocating_freeing_and_capturing_at_once(void) {
 }
 
 int main(void) {
-  CU_pSuite host = test_add_suite("allocator_stress/host", suite_host, NULL);
+  CU_pSuite host = test_add_suite("allocator_stress/host", test_suite_use_host, NULL);
   CU_ADD_TEST(host, test_threads_allocating_freeing_and_capturing_at_once);
-  CU_pSuite cuda = test_add_cuda_suite("allocator_stress/cuda", suite_cuda, suite_host);
+  CU_pSuite cuda = test_add_cuda_suite("allocator_stress/cuda", test_suite_use_cuda, test_suite_use_host);
   CU_ADD_TEST(cuda, test_threads_allocating_freeing_and_capturing_at_once);
   return test_run_all();
 }

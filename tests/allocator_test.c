@@ -15,22 +15,12 @@
 
 #include "runtime/backend.h"
 #include "runtime/capture.h"
+#include "tests/allocator_check.h"
 #include "tests/test_util.h"
 
 enum { KIB = 1024, MIB = 1024 * 1024 };
 
 /* The device the running suite tests (set by the suite's init function). */
-static recap_device g_device = {RECAP_BACKEND_HOST, 0};
-
-static int suite_host(void) {
-  g_device = (recap_device){RECAP_BACKEND_HOST, 0};
-  return 0;
-}
-
-static int suite_cuda(void) {
-  g_device = (recap_device){RECAP_BACKEND_CUDA, 0};
-  return 0;
-}
 
 /* ------------------------------------------------------------------------------------------
  * Fixture: an allocator of our own over a failing backend over the device's memory
@@ -46,14 +36,14 @@ typedef struct {
 
 static void fx_open(fixture *f, const char *conf) {
   memset(f, 0, sizeof *f);
-  CHECK_OK(recap__raw_runtime_init(&f->runtime, g_device, &f->inner));
+  CHECK_OK(recap__raw_runtime_init(&f->runtime, test_device, &f->inner));
   CHECK_OK(recap__raw_failing_create(&f->inner, &f->failing));
   recap__raw_failing_backend(f->failing, &f->raw);
-  recap__allocator_options options = {.device = g_device, .raw = &f->raw, .conf = conf};
+  recap__allocator_options options = {.device = test_device, .raw = &f->raw, .conf = conf};
   CHECK_OK(recap__allocator_create(&options, &f->a));
-  CHECK_OK(recap_stream_create(g_device, 0, RECAP_STREAM_NON_BLOCKING, &f->s1));
-  CHECK_OK(recap_stream_create(g_device, 0, RECAP_STREAM_NON_BLOCKING, &f->s2));
-  CHECK_OK(recap_stream_create(g_device, 0, RECAP_STREAM_NON_BLOCKING, &f->s3));
+  CHECK_OK(recap_stream_create(test_device, 0, RECAP_STREAM_NON_BLOCKING, &f->s1));
+  CHECK_OK(recap_stream_create(test_device, 0, RECAP_STREAM_NON_BLOCKING, &f->s2));
+  CHECK_OK(recap_stream_create(test_device, 0, RECAP_STREAM_NON_BLOCKING, &f->s3));
 }
 
 /* Destroys the allocator (every block must be freed by then) and checks that it returned
@@ -76,30 +66,13 @@ static recap_memory_stats stats_of(fixture *f) {
   return s;
 }
 
-static json_t *snapshot_of(recap__allocator *a) {
-  char *text = NULL;
-  CHECK_OK(recap__allocator_snapshot_json(a, &text));
-  json_error_t error;
-  json_t *root = json_loads(text, 0, &error);
-  if (!root) fprintf(stderr, "snapshot is not JSON: %s\n", error.text);
-  free(text);
-  CU_ASSERT_PTR_NOT_NULL_FATAL(root);
-  return root;
-}
-
-static int64_t jint(json_t *obj, const char *key) {
-  json_t *v = json_object_get(obj, key);
-  CU_ASSERT_FATAL(json_is_integer(v));
-  return (int64_t)json_integer_value(v);
-}
-
 /* The one block (over all segments) at `address`; NULL if none. */
 static json_t *snapshot_block(json_t *root, uintptr_t address) {
   size_t i, j;
   json_t *seg, *b;
   json_array_foreach(json_object_get(root, "segments"), i, seg) {
     json_array_foreach(json_object_get(seg, "blocks"), j, b) {
-      if ((uintptr_t)jint(b, "address") == address) return b;
+      if ((uintptr_t)json_int(b, "address") == address) return b;
     }
   }
   return NULL;
@@ -109,81 +82,19 @@ static json_t *snapshot_segment_of(json_t *root, uintptr_t address) {
   size_t i;
   json_t *seg;
   json_array_foreach(json_object_get(root, "segments"), i, seg) {
-    uintptr_t base = (uintptr_t)jint(seg, "address");
-    if (address >= base && address < base + (uintptr_t)jint(seg, "total_size")) return seg;
+    uintptr_t base = (uintptr_t)json_int(seg, "address");
+    if (address >= base && address < base + (uintptr_t)json_int(seg, "total_size")) return seg;
   }
   return NULL;
 }
 
 static const char *block_state(recap__allocator *a, void *p) {
   static char state[32];
-  json_t *root = snapshot_of(a);
+  json_t *root = allocator_snapshot(a);
   json_t *b = snapshot_block(root, (uintptr_t)p);
   snprintf(state, sizeof state, "%s", b ? json_string_value(json_object_get(b, "state")) : "none");
   json_decref(root);
   return state;
-}
-
-/* Every segment is tiled by its blocks, and every stat's current value equals the sum over
- * the snapshot (and the snapshot's own copy of the stats, and the live stats). */
-static void check_consistent(recap__allocator *a) {
-  static const char *keys[] = {"allocated_bytes",      "allocated_count",      "reserved_bytes",
-                               "reserved_count",       "active_bytes",         "active_count",
-                               "inactive_split_bytes", "inactive_split_count", "requested_bytes",
-                               "requested_count"};
-  enum { NKEYS = sizeof keys / sizeof keys[0] };
-  int64_t sum[NKEYS][3];
-  memset(sum, 0, sizeof sum);
-  json_t *root = snapshot_of(a);
-  size_t i, j;
-  json_t *seg, *b;
-  json_array_foreach(json_object_get(root, "segments"), i, seg) {
-    int ty = strcmp(json_string_value(json_object_get(seg, "segment_type")), "small") == 0 ? 1 : 2;
-    int64_t base = jint(seg, "address"), size = jint(seg, "total_size"), expect = base;
-    json_t *blocks = json_object_get(seg, "blocks");
-    bool split = json_array_size(blocks) > 1;
-    int64_t add[NKEYS] = {0};
-    add[2] = size;
-    add[3] = 1;
-    json_array_foreach(blocks, j, b) {
-      CU_ASSERT_EQUAL(jint(b, "address"), expect);
-      expect += jint(b, "size");
-      const char *state = json_string_value(json_object_get(b, "state"));
-      if (strcmp(state, "active_allocated") == 0) {
-        add[0] += jint(b, "size"), add[1] += 1;
-        add[8] += jint(b, "requested_size"), add[9] += 1;
-      }
-      if (strcmp(state, "inactive") != 0) {
-        add[4] += jint(b, "size"), add[5] += 1;
-      } else if (split) {
-        add[6] += jint(b, "size"), add[7] += 1;
-      }
-    }
-    CU_ASSERT_EQUAL(expect, base + size);
-    for (int k = 0; k < NKEYS; k++) sum[k][0] += add[k], sum[k][ty] += add[k];
-  }
-  static const char *types[] = {"all", "small", "large"};
-  json_t *stats = json_object_get(root, "stats");
-  recap_memory_stats live;
-  recap__allocator_stats(a, &live);
-  const recap_memory_stat *live_arrays[NKEYS] = {
-      live.allocated_bytes,      live.allocated_count,      live.reserved_bytes,
-      live.reserved_count,       live.active_bytes,         live.active_count,
-      live.inactive_split_bytes, live.inactive_split_count, live.requested_bytes,
-      live.requested_count};
-  for (int k = 0; k < NKEYS; k++) {
-    for (int t = 0; t < 3; t++) {
-      int64_t reported =
-          jint(json_object_get(json_object_get(stats, keys[k]), types[t]), "current");
-      if (reported != sum[k][t] || live_arrays[k][t].current != sum[k][t])
-        fprintf(stderr, "\n  stat %s (%s): snapshot stats %lld, live %lld, sum of blocks %lld\n",
-                keys[k], types[t], (long long)reported, (long long)live_arrays[k][t].current,
-                (long long)sum[k][t]);
-      CU_ASSERT_EQUAL(reported, sum[k][t]);
-      CU_ASSERT_EQUAL(live_arrays[k][t].current, sum[k][t]);
-    }
-  }
-  json_decref(root);
 }
 
 static void *alloc_ok(fixture *f, size_t size, recap_stream *s) {
@@ -191,13 +102,13 @@ static void *alloc_ok(fixture *f, size_t size, recap_stream *s) {
   CHECK_OK(recap__allocator_malloc(f->a, size, s, &p));
   CU_ASSERT_PTR_NOT_NULL_FATAL(p);
   CU_ASSERT_EQUAL((uintptr_t)p % 256, 0);
-  check_consistent(f->a);
+  allocator_check_consistent(f->a);
   return p;
 }
 
 static void free_ok(fixture *f, void *p) {
   CHECK_OK(recap__allocator_free(f->a, p));
-  check_consistent(f->a);
+  allocator_check_consistent(f->a);
 }
 
 /* ------------------------------------------------------------------------------------------
@@ -287,7 +198,7 @@ static void test_freed_neighbours_merge_back_into_one_block(void) {
   s = stats_of(&f);
   CU_ASSERT_EQUAL(s.inactive_split_count[RECAP_STAT_ALL].current, 0);
   CU_ASSERT_EQUAL(s.reserved_bytes[RECAP_STAT_ALL].current, 2 * MIB);
-  json_t *root = snapshot_of(f.a);
+  json_t *root = allocator_snapshot(f.a);
   json_t *seg = json_array_get(json_object_get(root, "segments"), 0);
   CU_ASSERT_EQUAL(json_array_size(json_object_get(seg, "blocks")), 1);
   json_decref(root);
@@ -297,7 +208,7 @@ static void test_freed_neighbours_merge_back_into_one_block(void) {
   free_ok(&f, big);
   CHECK_OK(recap__allocator_empty_cache(f.a));
   CU_ASSERT_EQUAL(stats_of(&f).reserved_bytes[RECAP_STAT_ALL].current, 0);
-  check_consistent(f.a);
+  allocator_check_consistent(f.a);
   fx_close(&f);
 }
 
@@ -437,7 +348,7 @@ static void test_cross_stream_free_during_capture_waits_for_the_capture_to_end(v
   end_capture_ok(f.s3); /* the capture was not disturbed by any of it */
   /* The capture-end hook recorded the event; on host it completes at once. */
   CU_ASSERT_STRING_EQUAL(block_state(f.a, a), "inactive");
-  check_consistent(f.a);
+  allocator_check_consistent(f.a);
   free_ok(&f, b);
   fx_close(&f);
 }
@@ -487,7 +398,7 @@ static void test_oom_during_capture_fails_cleanly_without_retry(void) {
   recap__raw_failing_counts_get(f.failing, &counts);
   CU_ASSERT_EQUAL(counts.sync_calls, 0);
   CU_ASSERT_EQUAL(counts.free_calls, 0);
-  check_consistent(f.a);
+  allocator_check_consistent(f.a);
   /* The pool still serves what it can. */
   void *q = alloc_ok(&f, 4096, f.s1);
   end_capture_ok(f.s1);
@@ -506,9 +417,9 @@ static void test_oom_during_capture_fails_cleanly_without_retry(void) {
  * ---------------------------------------------------------------------------------------- */
 
 static uint64_t segment_pool(recap__allocator *a, void *p) {
-  json_t *root = snapshot_of(a);
+  json_t *root = allocator_snapshot(a);
   json_t *seg = snapshot_segment_of(root, (uintptr_t)p);
-  uint64_t id = seg ? (uint64_t)jint(seg, "pool_id") : UINT64_MAX;
+  uint64_t id = seg ? (uint64_t)json_int(seg, "pool_id") : UINT64_MAX;
   json_decref(root);
   return id;
 }
@@ -581,14 +492,14 @@ static void test_empty_cache_keeps_memory_of_referenced_pools(void) {
   free_ok(&f, p);
   free_ok(&f, d);
   CHECK_OK(recap__allocator_empty_cache(f.a));
-  check_consistent(f.a);
+  allocator_check_consistent(f.a);
   recap_pool_stats ps;
   CHECK_OK(recap__allocator_pool_stats(f.a, pool, &ps));
   CU_ASSERT_EQUAL(ps.reserved_bytes, 2 * MIB); /* kept: the pool is still referenced */
   CU_ASSERT_EQUAL(stats_of(&f).reserved_bytes[RECAP_STAT_ALL].current, 2 * MIB);
   CHECK_OK(recap__allocator_pool_release(f.a, pool));
   CHECK_OK(recap__allocator_empty_cache(f.a));
-  check_consistent(f.a);
+  allocator_check_consistent(f.a);
   CU_ASSERT_EQUAL(stats_of(&f).reserved_bytes[RECAP_STAT_ALL].current, 0);
   CHECK_STATUS(recap__allocator_pool_stats(f.a, pool, &ps), RECAP_STATUS_INVALID_ARGUMENT);
   fx_close(&f);
@@ -608,7 +519,7 @@ static void test_released_pool_keeps_live_blocks_valid(void) {
   free_ok(&f, p);
   CHECK_OK(recap__allocator_empty_cache(f.a));
   CU_ASSERT_EQUAL(stats_of(&f).reserved_bytes[RECAP_STAT_ALL].current, 0);
-  check_consistent(f.a);
+  allocator_check_consistent(f.a);
   fx_close(&f);
 }
 
@@ -695,7 +606,7 @@ static void test_oom_after_retry_reports_what_memory_is_where(void) {
   recap_memory_stats s = stats_of(&f);
   CU_ASSERT_EQUAL(s.num_ooms, 1);
   CU_ASSERT_EQUAL(s.num_alloc_retries, 1);
-  check_consistent(f.a);
+  allocator_check_consistent(f.a);
   free_ok(&f, a);
   free_ok(&f, in_pool);
   CHECK_OK(recap__allocator_pool_release(f.a, pool));
@@ -815,8 +726,8 @@ static void test_malformed_alloc_conf_is_rejected_naming_the_key(void) {
   /* An allocator with a bad configuration is not created. */
   recap__raw_runtime runtime;
   recap__raw_backend raw;
-  CHECK_OK(recap__raw_runtime_init(&runtime, g_device, &raw));
-  recap__allocator_options options = {.device = g_device, .raw = &raw, .conf = "max_split:5"};
+  CHECK_OK(recap__raw_runtime_init(&runtime, test_device, &raw));
+  recap__allocator_options options = {.device = test_device, .raw = &raw, .conf = "max_split:5"};
   recap__allocator *a = NULL;
   CHECK_STATUS(recap__allocator_create(&options, &a), RECAP_STATUS_INVALID_ARGUMENT);
   CHECK_ERROR_MENTIONS("max_split");
@@ -851,11 +762,11 @@ static void test_stats_equal_snapshot_sums_after_every_step(void) {
     p[i] = alloc_ok(&f, sizes[i], i % 2 ? f.s2 : f.s1); /* alloc_ok checks after each step */
   }
   CHECK_OK(recap__allocator_record_stream(f.a, p[1] + 7, f.s3));
-  check_consistent(f.a);
+  allocator_check_consistent(f.a);
   for (int i = 7; i >= 0; i -= 2) free_ok(&f, p[i]);
   CHECK_OK(recap__allocator_route_end(f.a, f.s2));
   CHECK_OK(recap__allocator_empty_cache(f.a));
-  check_consistent(f.a);
+  allocator_check_consistent(f.a);
   for (int i = 0; i < 8; i += 2) free_ok(&f, p[i]);
   recap_memory_stats s = stats_of(&f);
   CU_ASSERT_EQUAL(s.allocated_bytes[RECAP_STAT_ALL].current, 0);
@@ -873,7 +784,7 @@ static void test_stats_equal_snapshot_sums_after_every_step(void) {
   free(text);
   CHECK_OK(recap__allocator_pool_release(f.a, pool));
   CHECK_OK(recap__allocator_empty_cache(f.a));
-  check_consistent(f.a);
+  allocator_check_consistent(f.a);
   fx_close(&f);
 }
 
@@ -881,53 +792,53 @@ static void test_stats_equal_snapshot_sums_after_every_step(void) {
  * process, so it checks differences, not absolute values). */
 static void test_public_api_allocates_frees_and_reports(void) {
   recap_stream *s, *t;
-  CHECK_OK(recap_stream_create(g_device, 0, RECAP_STREAM_NON_BLOCKING, &s));
-  CHECK_OK(recap_stream_create(g_device, 0, RECAP_STREAM_NON_BLOCKING, &t));
+  CHECK_OK(recap_stream_create(test_device, 0, RECAP_STREAM_NON_BLOCKING, &s));
+  CHECK_OK(recap_stream_create(test_device, 0, RECAP_STREAM_NON_BLOCKING, &t));
   size_t before = 0, after = 0;
-  CHECK_OK(recap_memory_allocated(g_device, &before));
+  CHECK_OK(recap_memory_allocated(test_device, &before));
   void *p = NULL;
-  CHECK_OK(recap_malloc(g_device, 1000, s, &p));
+  CHECK_OK(recap_malloc(test_device, 1000, s, &p));
   CU_ASSERT_PTR_NOT_NULL_FATAL(p);
-  CHECK_OK(recap_memory_allocated(g_device, &after));
+  CHECK_OK(recap_memory_allocated(test_device, &after));
   CU_ASSERT_EQUAL(after, before + 1024);
   size_t reserved = 0, max_alloc = 0, max_reserved = 0;
-  CHECK_OK(recap_memory_reserved(g_device, &reserved));
-  CHECK_OK(recap_memory_max_allocated(g_device, &max_alloc));
-  CHECK_OK(recap_memory_max_reserved(g_device, &max_reserved));
+  CHECK_OK(recap_memory_reserved(test_device, &reserved));
+  CHECK_OK(recap_memory_max_allocated(test_device, &max_alloc));
+  CHECK_OK(recap_memory_max_reserved(test_device, &max_reserved));
   CU_ASSERT(reserved >= after && max_alloc >= after && max_reserved >= reserved);
   CHECK_OK(recap_record_stream((char *)p + 10, t));
   void *zero = (void *)1;
-  CHECK_OK(recap_malloc(g_device, 0, s, &zero));
+  CHECK_OK(recap_malloc(test_device, 0, s, &zero));
   CU_ASSERT_PTR_NULL(zero);
-  CHECK_STATUS(recap_malloc(g_device, 10, NULL, &zero), RECAP_STATUS_INVALID_ARGUMENT);
+  CHECK_STATUS(recap_malloc(test_device, 10, NULL, &zero), RECAP_STATUS_INVALID_ARGUMENT);
   char *json = NULL, *text = NULL;
-  CHECK_OK(recap_memory_snapshot_json(g_device, &json));
+  CHECK_OK(recap_memory_snapshot_json(test_device, &json));
   CU_ASSERT_PTR_NOT_NULL(strstr(json, "\"segments\""));
   free(json);
-  CHECK_OK(recap_memory_summary(g_device, &text));
+  CHECK_OK(recap_memory_summary(test_device, &text));
   free(text);
   recap_pool_id pool;
-  CHECK_OK(recap_pool_create(g_device, &pool));
-  CHECK_OK(recap_pool_route_begin(g_device, pool, s));
+  CHECK_OK(recap_pool_create(test_device, &pool));
+  CHECK_OK(recap_pool_route_begin(test_device, pool, s));
   void *q = NULL;
-  CHECK_OK(recap_malloc(g_device, 5000, s, &q));
+  CHECK_OK(recap_malloc(test_device, 5000, s, &q));
   recap_pool_stats ps;
-  CHECK_OK(recap_pool_stats_get(g_device, pool, &ps));
+  CHECK_OK(recap_pool_stats_get(test_device, pool, &ps));
   CU_ASSERT_EQUAL(ps.allocated_bytes, 5120);
-  CHECK_OK(recap_pool_route_end(g_device, s));
+  CHECK_OK(recap_pool_route_end(test_device, s));
   CHECK_OK(recap_free(q));
-  CHECK_OK(recap_pool_release(g_device, pool));
+  CHECK_OK(recap_pool_release(test_device, pool));
   CHECK_OK(recap_free(p));
   CHECK_OK(recap_free(NULL));
   CHECK_STATUS(recap_free(p), RECAP_STATUS_INVALID_ARGUMENT);
   int local;
   CHECK_STATUS(recap_free(&local), RECAP_STATUS_INVALID_ARGUMENT);
-  CHECK_OK(recap_memory_allocated(g_device, &after));
+  CHECK_OK(recap_memory_allocated(test_device, &after));
   CU_ASSERT_EQUAL(after, before);
-  CHECK_OK(recap_empty_cache(g_device));
-  CHECK_OK(recap_memory_reset_peak(g_device));
+  CHECK_OK(recap_empty_cache(test_device));
+  CHECK_OK(recap_memory_reset_peak(test_device));
   recap_memory_stats st;
-  CHECK_OK(recap_memory_stats_get(g_device, &st));
+  CHECK_OK(recap_memory_stats_get(test_device, &st));
   CU_ASSERT_EQUAL(st.allocated_bytes[RECAP_STAT_ALL].peak,
                   st.allocated_bytes[RECAP_STAT_ALL].current);
   CHECK_OK(recap_stream_destroy(s));
@@ -975,9 +886,9 @@ int main(void) {
 #undef T_
   };
   size_t n = sizeof tests / sizeof tests[0];
-  CU_pSuite host = test_add_suite("allocator/host", suite_host, NULL);
+  CU_pSuite host = test_add_suite("allocator/host", test_suite_use_host, NULL);
   for (size_t i = 0; i < n; i++) CU_add_test(host, tests[i].name, tests[i].fn);
-  CU_pSuite cuda = test_add_cuda_suite("allocator/cuda", suite_cuda, suite_host);
+  CU_pSuite cuda = test_add_cuda_suite("allocator/cuda", test_suite_use_cuda, test_suite_use_host);
   for (size_t i = 0; i < n; i++)
     if (tests[i].device_specific) CU_add_test(cuda, tests[i].name, tests[i].fn);
   return test_run_all();

@@ -58,6 +58,18 @@ int test_run_all(void) {
   return code;
 }
 
+recap_device test_device = {RECAP_BACKEND_HOST, 0};
+
+int test_suite_use_host(void) {
+  test_device = (recap_device){RECAP_BACKEND_HOST, 0};
+  return 0;
+}
+
+int test_suite_use_cuda(void) {
+  test_device = (recap_device){RECAP_BACKEND_CUDA, 0};
+  return 0;
+}
+
 void test_rng_init(test_rng *rng) {
   static uint64_t seed;
   if (!seed) {

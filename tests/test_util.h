@@ -63,6 +63,12 @@ int test_have_cuda(void);
  * tests passed and at least one test ran). */
 int test_run_all(void);
 
+/* The device a suite runs on, for test files that run one body on both backends: pass
+ * test_suite_use_host / test_suite_use_cuda as the suite's init function. */
+extern recap_device test_device;
+int test_suite_use_host(void);
+int test_suite_use_cuda(void);
+
 /* A small deterministic generator for test data (xorshift64*), seeded per test from the
  * clock unless RECAP_TEST_SEED is set; the seed is printed so a failure can be replayed. */
 typedef struct {
