@@ -446,7 +446,10 @@ recap_status recap__ir_build(const recap__spec *spec, size_t bucket, recap__ir *
   if (b.oom)
     st = RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "out of memory building the IR of %s", spec->file);
   else if (recap__diag_errors(b.diag) > before)
-    st = recap__fail_plain(RECAP_STATUS_SPEC_ERROR, "%s", b.diag->messages[b.diag->count - 1]);
+    /* An error whose message could not be allocated is only counted: no message to show. */
+    st = recap__fail_plain(RECAP_STATUS_SPEC_ERROR, "%s",
+                           b.diag->count ? b.diag->messages[b.diag->count - 1]
+                                         : "the spec has errors (out of memory for their text)");
   recap__diag_free(&local);
   if (st != RECAP_OK) {
     recap__ir_destroy(ir);
