@@ -605,7 +605,14 @@ RECAP_API recap_status recap_graph_debug_dump(const recap_graph *graph, const ch
  *
  * Weights: params are allocated and initialized once per weights object. A server creates one
  * pipeline and then N workers with recap_pipeline_clone: clones share the params (no copy) and
- * get their own inputs, state, scalars, arena, private pool, stream and graphs.
+ * get their own inputs, state, scalars, arena, private pool, stream and graphs. Random inits
+ * (normal, uniform) draw Philox numbers keyed by the spec's seed at offset = the tensor's
+ * index, so a spec gives the same params on every backend, whatever else drew before.
+ * Creating (not cloning) a pipeline whose ops draw random numbers seeds the device's
+ * generator with the spec's seed (recap_rng_manual_seed), as a script's torch.manual_seed.
+ *
+ * Capture: warmup runs every bucket eagerly, then restores the state tensors and (for specs
+ * with random ops) the generator's state, so capturing leaves no trace in them.
  *
  * Threading: a pipeline is used by one thread at a time; different pipelines (clones
  * included) may be used from different threads at once, captures included (the default
@@ -661,6 +668,7 @@ typedef struct {
   size_t param_bytes;         /* shared with clones */
   size_t num_buckets;
   size_t num_ops;
+  uint64_t capture_failures;  /* captures that failed: the pipeline then runs eagerly */
 } recap_pipeline_stats;
 
 /* Loads, checks, plans and binds a spec (params are initialized; nothing is captured yet:
@@ -686,7 +694,12 @@ RECAP_API recap_status recap_pipeline_destroy(recap_pipeline *pipeline);
 /* Warmup and capture of every bucket now (graph mode), instead of on first use. */
 RECAP_API recap_status recap_pipeline_capture(recap_pipeline *pipeline);
 /* Runs with `batch` real rows (the bucketed dim; ignored, pass 0, for specs without buckets):
- * the smallest bucket >= batch. Synchronous: returns when outputs are ready. */
+ * the smallest bucket >= batch; 0 runs the largest bucket whole. kv_append writes only the
+ * `batch` real rows into its cache (padding rows leave state untouched). Buffers hold the
+ * largest bucket's rows, so a batch above it (RECAP_OVERSIZE_EAGER) computes the largest
+ * bucket eagerly and is counted in oversize_eager. A capture that fails when the first
+ * graph-mode run triggers it makes this and later runs eager (a warning on stderr says why).
+ * Synchronous: returns when outputs are ready. RECAP_STATUS_INVALID_ARGUMENT for batch < 0. */
 RECAP_API recap_status recap_pipeline_run(recap_pipeline *pipeline, int64_t batch);
 /* Submits the run and returns; *done (optional) is an event, owned by the pipeline and valid
  * until the next run, that completes when outputs are ready. */
@@ -700,18 +713,24 @@ RECAP_API recap_status recap_pipeline_run_eager(recap_pipeline *pipeline, int64_
 RECAP_API recap_status recap_pipeline_tensor(recap_pipeline *pipeline, const char *name,
                                              recap_tensor *out);
 /* Copies host memory into an input, state or scalar tensor, on the pipeline's stream. For a
- * bucketed tensor, `rows` counts rows along the bucketed axis (bytes must equal rows times
- * the row size) and the rest of the buffer is zeroed; otherwise rows is 0 and bytes the whole
- * tensor. Synchronous with respect to the host buffer. */
+ * bucketed tensor, `rows` (1 to the largest bucket) counts rows along the bucketed axis
+ * (bytes must equal rows times the row size), laid out as the bucket that a run with `rows`
+ * uses, and the rest of the buffer is zeroed; rows 0 copies the whole buffer (the largest
+ * bucket's bytes). For other tensors rows is 0 and bytes the whole tensor. Waits for the copy
+ * (the host buffer may be reused at once). RECAP_STATUS_INVALID_ARGUMENT for an unknown name,
+ * another role, or sizes that do not match. */
 RECAP_API recap_status recap_pipeline_copy_in(recap_pipeline *pipeline, const char *name,
                                               const void *host, size_t bytes, int64_t rows);
-/* Copies the first `rows` rows (or, rows = 0, all) of an output or state tensor to host memory
- * after the work submitted so far (waits for it). */
+/* Copies the first `rows` rows (or, rows = 0, all) of an output, state, input, scalar or param
+ * to host memory after the work submitted so far (waits for it); sizes as for copy_in.
+ * Intermediates that are not outputs are refused (their memory is reused within a run). */
 RECAP_API recap_status recap_pipeline_copy_out(recap_pipeline *pipeline, const char *name,
                                                void *host, size_t bytes, int64_t rows);
 /* Points an input, param, state or scalar tensor at caller-owned device memory (at least the
- * tensor's bytes, same device). Graphs are re-captured and updated in place when the topology
- * is unchanged; after max_recaptures, the pipeline runs eagerly (counted, with a warning). */
+ * tensor's bytes, same device; the caller keeps it alive while the pipeline may use it).
+ * Graphs are re-captured and updated in place when the topology is unchanged; after
+ * max_recaptures, the pipeline runs eagerly (counted, with a warning). A param rebind
+ * affects this pipeline only, not its clones. Contents are not copied. */
 RECAP_API recap_status recap_pipeline_rebind(recap_pipeline *pipeline, const char *name,
                                              void *device_memory);
 RECAP_API recap_status recap_pipeline_stats_get(recap_pipeline *pipeline,

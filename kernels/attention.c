@@ -14,7 +14,7 @@
 #include "kernels/host/host_ops.h"
 #include "kernels/infer.h"
 
-static const char *const kv_append_inputs[] = {"cache", "new", "pos", NULL};
+static const char *const kv_append_inputs[] = {"cache", "new", "pos", "rows?", NULL};
 static const char *const attention_inputs[] = {"q", "k", "v", "len?", NULL};
 
 static const recap_attr_def no_attrs[] = {{.name = NULL}};
@@ -53,6 +53,9 @@ static recap_status kv_append_infer(recap_op_call *call) {
     return RECAP_OP_FAIL(call, "input 'new' %s has more rows than input 'cache' %s holds",
                          recap__shape_label(rows).s, recap__shape_label(cache).s);
   RECAP_TRY(check_scalar(call, 2));
+  /* rows: how many batch rows are real (the rest are a bucket's padding and must leave the
+   * cache alone); read in the kernel, so one graph serves every row count. */
+  if (call->num_inputs > 3) RECAP_TRY(check_scalar(call, 3));
   /* The output is the cache itself, strides and memory included. */
   call->outputs[0] = *cache;
   return RECAP_OK;
@@ -62,10 +65,11 @@ const recap_op_def recap__op_kv_append = {
     .name = "kv_append",
     .summary =
         "writes new [B, T, H, Dh] into cache [B, Smax, H, Dh] at rows pos..pos+T-1, pos "
-        "read from device memory; the output is the cache",
+        "read from device memory (only the first `rows` batch rows when given); the output is "
+        "the cache",
     .input_names = kv_append_inputs,
     .min_inputs = 3,
-    .max_inputs = 3,
+    .max_inputs = 4,
     .num_outputs = 1,
     .attrs = no_attrs,
     .dtype_mask = RECAP__DTYPES_FLOAT,

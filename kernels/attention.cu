@@ -45,13 +45,17 @@ constexpr int kMaxDpl = 8; /* output dims per lane in registers: chunks of 256 d
 /* cache[b, pos + t, h, :] = rows[b, t, h, :]: one thread per element of `rows`. The position
  * is read here, at execution time. A position that does not fit (pos < 0 or pos + T > Smax)
  * traps before anything is written by this thread: a sticky fault, as the host reference's
- * error is a sticky fault on the host backend. */
+ * error is a sticky fault on the host backend. With real_ptr (optional), only batch rows
+ * b < *real_ptr (clamped to [0, B]) are written: a bucket's padding rows leave the cache. */
 template <typename T>
 __global__ void kv_append_kernel(T *__restrict__ cache, recap__cuda_view4 cv,
                                  const T *__restrict__ rows, recap__cuda_view4 rv,
-                                 const int32_t *__restrict__ pos_ptr) {
+                                 const int32_t *__restrict__ pos_ptr,
+                                 const int32_t *__restrict__ real_ptr) {
   const int64_t t_count = rv.shape[1], heads = rv.shape[2], dh = rv.shape[3];
-  const int64_t n = rv.shape[0] * t_count * heads * dh;
+  const int64_t batch = real_ptr ? min(max((int64_t)*real_ptr, (int64_t)0), rv.shape[0])
+                                 : rv.shape[0];
+  const int64_t n = batch * t_count * heads * dh;
   const int64_t pos = *pos_ptr;
   if (pos < 0 || pos + t_count > cv.shape[1]) __trap();
   const int64_t stride = (int64_t)gridDim.x * blockDim.x;
@@ -223,6 +227,10 @@ extern "C" recap_status recap__cuda_kv_append(const recap_op_call *call, void *c
   if (pos->dtype != RECAP_DTYPE_I32 || recap__tensor_numel(pos) != 1 || !pos->data)
     return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
                       "op '%s': the position must be one i32 in device memory", name);
+  const recap_tensor *real = call->num_inputs > 3 ? &call->inputs[3] : NULL;
+  if (real && (real->dtype != RECAP_DTYPE_I32 || recap__tensor_numel(real) != 1 || !real->data))
+    return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
+                      "op '%s': the row count must be one i32 in device memory", name);
   /* The op writes the persistent cache in place; an output elsewhere would be left unwritten
    * outside the appended rows. */
   if (out->data != cache->data)
@@ -235,7 +243,8 @@ extern "C" recap_status recap__cuda_kv_append(const recap_op_call *call, void *c
     using T = decltype(tag);
     kv_append_kernel<T><<<recap__cuda_grid_for(n, kThreads), kThreads, 0, stream>>>(
         static_cast<T *>(out->data), recap__cuda_view4_of(out), static_cast<const T *>(rows->data),
-        recap__cuda_view4_of(rows), static_cast<const int32_t *>(pos->data));
+        recap__cuda_view4_of(rows), static_cast<const int32_t *>(pos->data),
+        real ? static_cast<const int32_t *>(real->data) : nullptr);
     RECAP_CUDA_TRY(cudaGetLastError());
     return RECAP_OK;
   });

@@ -4,4 +4,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/deps.sh
 bazel build //:recap_cli 2>&1 | grep -v '^INFO\|^Loading\|^Analyzing' >&2 || true
-exec bazel-bin/engine/recap info "$@"
+# The bazel-bin symlink may point at another configuration's tree; ask Bazel where it is.
+bin=$(bazel info bazel-bin 2>/dev/null)
+# Eager against graph replay on the decode MLP; on a machine without a GPU this runs on the
+# host backend (it says so) with the iteration count capped.
+exec "$bin/engine/recap" bench specs/mlp_decode.yaml "$@"

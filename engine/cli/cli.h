@@ -75,6 +75,15 @@ recap_status cli_load_spec(const char *path, recap__spec **out);
 bool cli_select_bucket(const char *cmd, const recap__spec *spec, const char *name,
                        int64_t value, bool exact, size_t *bucket, int64_t *batch);
 
+enum { CLI_MAX_DIMS = 16 };
+
+/* The --dim NAME=VALUE flags of run, bench and serve-bench: the spec's bucketed dim selects
+ * the batch (as cli_select_bucket with exact == false); any other declared dim is copied to
+ * overrides[] (NULL-terminated, for recap_pipeline_options.dims: the engine re-checks the spec
+ * with the new value). False with a message on stderr (a usage error). */
+bool cli_resolve_dims(const char *cmd, const recap__spec *spec, const char *const *dims,
+                      int count, const char **overrides, size_t *bucket, int64_t *batch);
+
 /* The device to run on: `requested` ("cuda" or "host", NULL: the spec's). A CUDA request that
  * this build or machine cannot serve falls back to the host when it came from the spec (a
  * line on stderr says so) and fails when the user asked for it. False with a message. */
@@ -83,6 +92,9 @@ bool cli_pick_device(const char *cmd, const char *requested, recap_backend_kind 
 
 /* The first line of recap_last_error() after a failed call, prefixed for the user. */
 void cli_report_failure(const char *cmd, const char *what, recap_status status);
+
+/* "1.5 MiB", "12.0 KiB" or "300 B" into buf; returns buf. */
+const char *cli_format_bytes(size_t bytes, char *buf, size_t size);
 
 /* Seconds on a monotonic clock. */
 double cli_now(void);

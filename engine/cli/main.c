@@ -14,6 +14,13 @@ static const cli_command commands[] = {
     {"plan", "the memory plan of a spec: offsets, lifetimes, arena vs naive vs max-live",
      cli_plan_main},
     {"ops", "every op with its inputs, attributes and dtypes", cli_ops_main},
+    {"dot", "the pipeline DAG (or, with --graph, the captured graph) as Graphviz",
+     cli_dot_main},
+    {"run", "run a pipeline: outputs, checksums, timing; --save-tensors", cli_run_main},
+    {"bench", "eager vs graph replay: median/p10/p90, speedup, capture cost, JSON and SVG",
+     cli_bench_main},
+    {"serve-bench", "an inference-server loop: N workers on shared weights, checked results",
+     cli_serve_bench_main},
 };
 
 int cli_wants_help(int argc, char **argv) {

@@ -23,18 +23,28 @@ recap_status recap__host_kv_append(const recap_op_call *call) {
   if (pos < 0 || pos > capacity - count)
     return RECAP_OP_FAIL(call, "position %lld + %lld new rows is outside the cache's %lld rows",
                          (long long)pos, (long long)count, (long long)capacity);
+  /* Only the first `rows` batch rows are real (clamped to [0, B]); padding rows of a bucket
+   * must not reach the cache. */
+  int64_t batch = cache->shape[0];
+  if (call->num_inputs > 3) {
+    int64_t real = *(const int32_t *)call->inputs[3].data;
+    batch = real < 0 ? 0 : real < batch ? real : batch;
+  }
+  if (batch == 0) return RECAP_OK;
   /* The destination: the cache's rows [pos, pos + count), in the cache's own strides. */
   size_t esize = recap_dtype_size(cache->dtype);
-  recap_tensor dst = *cache;
+  recap_tensor src = *rows, dst = *cache;
+  src.shape[0] = batch;
+  dst.shape[0] = batch;
   dst.shape[1] = count;
   dst.data = (char *)cache->data + pos * cache->strides[1] * (int64_t)esize;
   recap__strided_iter is, id;
-  recap__strided_iter_init(&is, rows);
+  recap__strided_iter_init(&is, &src);
   recap__strided_iter_init(&id, &dst);
-  int64_t n = recap__tensor_numel(rows);
+  int64_t n = recap__tensor_numel(&src);
   for (int64_t k = 0; k < n; ++k, recap__strided_iter_next(&is), recap__strided_iter_next(&id))
     memcpy((char *)dst.data + id.offset * (int64_t)esize,
-           (const char *)rows->data + is.offset * (int64_t)esize, esize);
+           (const char *)src.data + is.offset * (int64_t)esize, esize);
   return RECAP_OK;
 }
 

@@ -1,0 +1,454 @@
+/*
+ * bind.c: gives every tensor of a pipeline its memory (engine/pipeline.h).
+ *
+ * Params live in one block per model (carved at RECAP_PLAN_ALIGNMENT offsets, ggml's habit of
+ * one owner per resource) and are shared by clones. Inputs, state, scalars and outputs get
+ * one block each per pipeline, sized for the largest bucket, so every smaller bucket's tensor
+ * is a prefix of it. Intermediates live in the arena, which comes from the pipeline's private
+ * pool: the graphs captured later allocate from the same pool, so the pool's statistics are
+ * the pipeline's whole graph-mode footprint.
+ *
+ * Random inits (normal, uniform) draw Philox numbers keyed by the spec's seed, at offset =
+ * the tensor's index, without touching the device generator: the same spec gives the same
+ * params on every backend and in every process, whatever else has drawn before.
+ */
+#include <errno.h>
+#include <jansson.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "engine/pipeline.h"
+#include "runtime/backend.h"
+#include "runtime/error.h"
+
+/* Host memory staged per copy when loading a file. */
+enum { STAGE_BYTES = 16 << 20 };
+/* The safetensors format bounds its JSON header at 100 MB; so do we. */
+#define SAFETENSORS_MAX_HEADER ((uint64_t)100 << 20)
+
+static size_t align_up(size_t n) {
+  return (n + RECAP_PLAN_ALIGNMENT - 1) / RECAP_PLAN_ALIGNMENT * RECAP_PLAN_ALIGNMENT;
+}
+
+static const recap__ir *largest_ir(const recap__model *m) {
+  return m->irs[m->num_buckets - 1];
+}
+
+/* A contiguous view of a tensor with the largest bucket's shape. */
+static recap_tensor full_view(const recap__ir_tensor *t, void *data) {
+  recap_tensor v = {.data = data, .dtype = t->dtype, .ndim = t->ndim};
+  for (int d = 0; d < t->ndim; ++d) v.shape[d] = t->shape[d];
+  recap__tensor_set_contiguous(&v);
+  return v;
+}
+
+/* ---- initial contents ---- */
+
+static recap_status run_host_call(void *args) {
+  const recap_op_call *call = args;
+  return call->def->run_host(call);
+}
+
+/* Launches a random op with an explicit Philox (seed, offset) instead of the device
+ * generator's, as recap__op_launch would otherwise (it takes the next offset). */
+static recap_status launch_seeded(recap_op_call *call, recap_stream *stream) {
+  if (stream->backend->kind == RECAP_BACKEND_HOST)
+    return stream->backend->launch_host(stream, run_host_call, call, sizeof *call);
+  if (!call->def->launch_cuda)
+    return RECAP_FAIL(RECAP_STATUS_NOT_SUPPORTED, "op %s has no CUDA implementation in this build",
+                      call->def->name);
+  return call->def->launch_cuda(call, recap_stream_native(stream));
+}
+
+/* Fills `view` by running the fill or random op `op_name` over it. */
+static recap_status fill_with_op(const char *op_name, const recap_op_attrs *extra,
+                                 recap_tensor view, uint64_t seed, uint64_t offset,
+                                 recap_stream *stream) {
+  recap_op_call call = {.def = recap__op_find(op_name), .num_inputs = 0};
+  if (!call.def) return RECAP_FAIL(RECAP_STATUS_INTERNAL, "op %s is not registered", op_name);
+  recap__op_attrs_set_defaults(call.def, &call.attrs);
+  call.attrs.value = extra->value;
+  call.attrs.mean = extra->mean;
+  call.attrs.std = extra->std;
+  call.attrs.low = extra->low;
+  call.attrs.high = extra->high;
+  call.attrs.dtype = view.dtype;
+  call.attrs.num_sizes = view.ndim;
+  for (int d = 0; d < view.ndim; ++d) call.attrs.sizes[d] = view.shape[d];
+  RECAP_TRY(recap__op_infer(&call));
+  call.outputs[0].data = view.data;
+  if (!call.def->is_random) return recap__op_launch(&call, stream);
+  call.rng_seed = seed;
+  call.rng_offset = offset;
+  return launch_seeded(&call, stream);
+}
+
+/* Opens a regular file for reading and returns its size. */
+static recap_status open_regular(const char *path, FILE **out, uint64_t *size) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return RECAP_FAIL(RECAP_STATUS_IO_ERROR, "cannot open '%s': %s", path, strerror(errno));
+  struct stat st;
+  if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
+    fclose(f);
+    return RECAP_FAIL(RECAP_STATUS_IO_ERROR, "'%s' is not a regular file", path);
+  }
+  *out = f;
+  *size = (uint64_t)st.st_size;
+  return RECAP_OK;
+}
+
+/* Copies `bytes` bytes of `f` from `offset` into device memory `dst`, through a bounded host
+ * staging buffer (each chunk is waited for before the buffer is refilled). */
+static recap_status copy_file_range_to(FILE *f, const char *path, uint64_t offset, size_t bytes,
+                                       void *dst, recap_stream *stream) {
+  if (bytes == 0) return RECAP_OK;
+  if (offset > (uint64_t)LONG_MAX || fseek(f, (long)offset, SEEK_SET) != 0)
+    return RECAP_FAIL(RECAP_STATUS_IO_ERROR, "cannot seek in '%s'", path);
+  size_t chunk = bytes < STAGE_BYTES ? bytes : STAGE_BYTES;
+  char *stage = malloc(chunk);
+  if (!stage) return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory to stage '%s'", path);
+  recap_status st = RECAP_OK;
+  for (size_t done = 0; done < bytes;) {
+    size_t n = bytes - done < chunk ? bytes - done : chunk;
+    if (fread(stage, 1, n, f) != n) {
+      st = RECAP_FAIL(RECAP_STATUS_IO_ERROR, "'%s' ended early (read %zu of %zu bytes)", path, done,
+                      bytes);
+      break;
+    }
+    st = stream->backend->memcpy_async((char *)dst + done, stage, n, stream);
+    if (st == RECAP_OK) st = recap_stream_synchronize(stream);
+    if (st != RECAP_OK) break;
+    done += n;
+  }
+  free(stage);
+  return st;
+}
+
+static bool has_suffix(const char *s, const char *suffix) {
+  size_t n = strlen(s), k = strlen(suffix);
+  return n >= k && strcmp(s + n - k, suffix) == 0;
+}
+
+static const char *safetensors_dtype(recap_dtype dtype) {
+  switch (dtype) {
+    case RECAP_DTYPE_F32:
+      return "F32";
+    case RECAP_DTYPE_F16:
+      return "F16";
+    case RECAP_DTYPE_BF16:
+      return "BF16";
+    case RECAP_DTYPE_I32:
+      return "I32";
+    case RECAP_DTYPE_I64:
+      return "I64";
+    default:
+      return "?";
+  }
+}
+
+/* Reads the safetensors header of `f` and finds `key`: its data's offset in the file, after
+ * checking dtype, shape and that the byte range lies inside the file. Every length and offset
+ * comes from an untrusted file, so each is bounded before use. */
+static recap_status safetensors_locate(FILE *f, const char *path, uint64_t file_size,
+                                       const char *key, const recap__ir_tensor *t,
+                                       uint64_t *data_offset) {
+  unsigned char len_bytes[8];
+  if (file_size < 8 || fread(len_bytes, 1, 8, f) != 8)
+    return RECAP_FAIL(RECAP_STATUS_IO_ERROR, "'%s' is too short for a safetensors file", path);
+  uint64_t header_len = 0;
+  for (int i = 7; i >= 0; --i) header_len = header_len << 8 | len_bytes[i];
+  if (header_len == 0 || header_len > SAFETENSORS_MAX_HEADER || header_len > file_size - 8)
+    return RECAP_FAIL(RECAP_STATUS_IO_ERROR,
+                      "'%s': safetensors header length %llu is outside the file (%llu bytes) "
+                      "or above the format's 100 MB",
+                      path, (unsigned long long)header_len, (unsigned long long)file_size);
+  char *text = malloc((size_t)header_len);
+  if (!text)
+    return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory for the header of '%s'", path);
+  recap_status st = RECAP_OK;
+  json_t *root = NULL;
+  if (fread(text, 1, (size_t)header_len, f) != header_len) {
+    st = RECAP_FAIL(RECAP_STATUS_IO_ERROR, "'%s' ended inside its safetensors header", path);
+    goto done;
+  }
+  json_error_t jerr;
+  root = json_loadb(text, (size_t)header_len, JSON_REJECT_DUPLICATES, &jerr);
+  if (!root || !json_is_object(root)) {
+    st = RECAP_FAIL(RECAP_STATUS_IO_ERROR, "'%s': safetensors header is not a JSON object: %s",
+                    path, root ? "another JSON value" : jerr.text);
+    goto done;
+  }
+  json_t *entry = json_object_get(root, key);
+  if (!entry || !json_is_object(entry)) {
+    st = RECAP_FAIL(RECAP_STATUS_IO_ERROR, "'%s' has no tensor '%s'", path, key);
+    goto done;
+  }
+  json_t *dtype = json_object_get(entry, "dtype"), *shape = json_object_get(entry, "shape");
+  json_t *offsets = json_object_get(entry, "data_offsets");
+  if (!json_is_string(dtype) || !json_is_array(shape) || !json_is_array(offsets) ||
+      json_array_size(offsets) != 2 || !json_is_integer(json_array_get(offsets, 0)) ||
+      !json_is_integer(json_array_get(offsets, 1))) {
+    st = RECAP_FAIL(RECAP_STATUS_IO_ERROR,
+                    "'%s': tensor '%s' lacks a string dtype, a shape array or two integer "
+                    "data_offsets",
+                    path, key);
+    goto done;
+  }
+  if (strcmp(json_string_value(dtype), safetensors_dtype(t->dtype)) != 0) {
+    st = RECAP_FAIL(RECAP_STATUS_IO_ERROR, "'%s': tensor '%s' has dtype %s, the spec says %s (%s)",
+                    path, key, json_string_value(dtype), recap_dtype_name(t->dtype),
+                    safetensors_dtype(t->dtype));
+    goto done;
+  }
+  bool shape_ok = json_array_size(shape) == (size_t)t->ndim;
+  for (int d = 0; shape_ok && d < t->ndim; ++d) {
+    json_t *v = json_array_get(shape, (size_t)d);
+    shape_ok = json_is_integer(v) && json_integer_value(v) == t->shape[d];
+  }
+  if (!shape_ok) {
+    st = RECAP_FAIL(RECAP_STATUS_IO_ERROR,
+                    "'%s': tensor '%s' has another shape than the spec's (%d dims)", path, key,
+                    t->ndim);
+    goto done;
+  }
+  json_int_t begin = json_integer_value(json_array_get(offsets, 0));
+  json_int_t end = json_integer_value(json_array_get(offsets, 1));
+  uint64_t data_size = file_size - 8 - header_len;
+  if (begin < 0 || end < begin || (uint64_t)end > data_size ||
+      (uint64_t)(end - begin) != t->bytes) {
+    st = RECAP_FAIL(RECAP_STATUS_IO_ERROR,
+                    "'%s': tensor '%s' has data_offsets [%lld, %lld], which must span %llu "
+                    "bytes inside the %llu bytes of data",
+                    path, key, (long long)begin, (long long)end, (unsigned long long)t->bytes,
+                    (unsigned long long)data_size);
+    goto done;
+  }
+  *data_offset = 8 + header_len + (uint64_t)begin;
+done:
+  json_decref(root);
+  free(text);
+  return st;
+}
+
+static recap_status load_file(const recap__ir_tensor *t, void *dst, recap_stream *stream) {
+  const char *path = t->init.path;
+  if (!path) return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "tensor '%s' has no file", t->name);
+  FILE *f = NULL;
+  uint64_t size = 0;
+  RECAP_TRY(open_regular(path, &f, &size));
+  recap_status st = RECAP_OK;
+  uint64_t offset = 0;
+  if (t->init.key || has_suffix(path, ".safetensors")) {
+    st = safetensors_locate(f, path, size, t->init.key ? t->init.key : t->name, t, &offset);
+  } else if (size != t->bytes) {
+    st = RECAP_FAIL(RECAP_STATUS_IO_ERROR,
+                    "'%s' has %llu bytes; tensor '%s' needs exactly %llu (raw little-endian)", path,
+                    (unsigned long long)size, t->name, (unsigned long long)t->bytes);
+  }
+  if (st == RECAP_OK) st = copy_file_range_to(f, path, offset, (size_t)t->bytes, dst, stream);
+  fclose(f);
+  return st;
+}
+
+/* Writes a tensor's initial contents as its spec says (the tensor's index is its Philox
+ * offset). */
+static recap_status init_tensor(const recap__ir_tensor *t, int index, void *data, uint64_t seed,
+                                recap_stream *stream) {
+  recap_tensor view = full_view(t, data);
+  recap_op_attrs a = {.value = t->init.value,
+                      .mean = t->init.mean,
+                      .std = t->init.std,
+                      .low = t->init.low,
+                      .high = t->init.high};
+  recap_status st = RECAP_OK;
+  switch (t->init.kind) {
+    case RECAP_INIT_NONE:
+    case RECAP_INIT_ZEROS:
+      st = stream->backend->memset_async(data, 0, (size_t)t->bytes, stream);
+      break;
+    case RECAP_INIT_ONES:
+      a.value = 1.0;
+      st = fill_with_op("fill", &a, view, 0, 0, stream);
+      break;
+    case RECAP_INIT_VALUE:
+      st = fill_with_op("fill", &a, view, 0, 0, stream);
+      break;
+    case RECAP_INIT_NORMAL:
+      st = fill_with_op("random_normal", &a, view, seed, (uint64_t)index, stream);
+      break;
+    case RECAP_INIT_UNIFORM:
+      st = fill_with_op("random_uniform", &a, view, seed, (uint64_t)index, stream);
+      break;
+    case RECAP_INIT_FILE:
+      st = load_file(t, data, stream);
+      break;
+  }
+  if (st != RECAP_OK) return recap__error_context(st, "initializing tensor '%s': ", t->name);
+  return RECAP_OK;
+}
+
+/* ---- params ---- */
+
+recap_status recap__bind_params(recap__model *m, recap_stream *stream) {
+  const recap__ir *ir = largest_ir(m);
+  m->param_data = calloc(ir->num_tensors ? ir->num_tensors : 1, sizeof *m->param_data);
+  if (!m->param_data) return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory for param table");
+  size_t total = 0;
+  for (size_t t = 0; t < ir->num_tensors; ++t)
+    if (ir->tensors[t].role == RECAP_ROLE_PARAM) total += align_up((size_t)ir->tensors[t].bytes);
+  m->param_bytes = total;
+  if (total == 0) return RECAP_OK;
+  RECAP_TRY(recap_malloc(m->device, total, stream, &m->param_block));
+  size_t offset = 0;
+  for (size_t t = 0; t < ir->num_tensors; ++t) {
+    const recap__ir_tensor *tt = &ir->tensors[t];
+    if (tt->role != RECAP_ROLE_PARAM) continue;
+    m->param_data[t] = (char *)m->param_block + offset;
+    offset += align_up((size_t)tt->bytes);
+    RECAP_TRY(init_tensor(tt, (int)t, m->param_data[t], ir->seed, stream));
+  }
+  /* The params are shared with clones on other streams: they must be complete before any
+   * pipeline uses them, and the staging of file loads must be done. */
+  return recap_stream_synchronize(stream);
+}
+
+void recap__unbind_params(recap__model *m) {
+  if (m->param_block) recap_free(m->param_block);
+  m->param_block = NULL;
+  free(m->param_data);
+  m->param_data = NULL;
+}
+
+/* ---- per pipeline ---- */
+
+/* The memory of tensor t: the arena for planned tensors, else its external root's block. */
+static void *tensor_memory(const recap_pipeline *p, int t) {
+  const recap__plan *plan = p->model->plan;
+  if (plan->tensors[t].buffer >= 0) return (char *)p->arena + plan->tensors[t].offset;
+  /* A view of an external tensor: follow the aliases to the root (bounded by the count). */
+  for (size_t hops = 0; plan->tensors[t].kind == RECAP_PLAN_VIEW &&
+                        plan->tensors[t].shares_with >= 0 && hops < plan->num_tensors;
+       ++hops)
+    t = plan->tensors[t].shares_with;
+  return p->data[t];
+}
+
+void recap__bind_views(recap_pipeline *p) {
+  const recap__model *m = p->model;
+  size_t T = p->num_tensors, O = p->num_ops;
+  for (size_t b = 0; b < m->num_buckets; ++b) {
+    const recap__ir *ir = m->irs[b];
+    for (size_t t = 0; t < T; ++t) {
+      recap_tensor v = full_view(&ir->tensors[t], tensor_memory(p, (int)t));
+      p->views[b * T + t] = v;
+    }
+    for (size_t o = 0; o < O; ++o) {
+      const recap__ir_op *op = &ir->ops[o];
+      recap_op_call *c = &p->calls[b * O + o];
+      memset(c, 0, sizeof *c);
+      c->def = op->def;
+      c->attrs = op->attrs;
+      c->num_inputs = op->num_inputs;
+      c->num_outputs = op->num_outputs;
+      for (int i = 0; i < op->num_inputs; ++i) c->inputs[i] = p->views[b * T + op->inputs[i]];
+      for (int i = 0; i < op->num_outputs; ++i) c->outputs[i] = p->views[b * T + op->outputs[i]];
+      /* kv_append's optional `rows` input: padding rows of a bucket must not reach the
+       * cache. The engine owns it; a spec that passes its own keeps it. */
+      if (p->rows_device && strcmp(op->def->name, "kv_append") == 0 && c->num_inputs == 3) {
+        recap_tensor rows = {.data = p->rows_device, .dtype = RECAP_DTYPE_I32, .ndim = 1};
+        rows.shape[0] = 1;
+        rows.strides[0] = 1;
+        c->inputs[c->num_inputs++] = rows;
+      }
+    }
+  }
+}
+
+static bool needs_rows(const recap__model *m) {
+  if (m->spec->bucket_dim < 0) return false;
+  const recap__ir *ir = largest_ir(m);
+  for (size_t o = 0; o < ir->num_ops; ++o)
+    if (strcmp(ir->ops[o].def->name, "kv_append") == 0 && ir->ops[o].num_inputs == 3) return true;
+  return false;
+}
+
+recap_status recap__bind_pipeline(recap_pipeline *p) {
+  const recap__model *m = p->model;
+  const recap__ir *ir = largest_ir(m);
+  const recap__plan *plan = m->plan;
+  p->num_tensors = ir->num_tensors;
+  p->num_ops = ir->num_ops;
+  size_t T = p->num_tensors ? p->num_tensors : 1, O = p->num_ops ? p->num_ops : 1;
+  p->data = calloc(T, sizeof *p->data);
+  p->owned = calloc(T, sizeof *p->owned);
+  p->views = calloc(m->num_buckets * T, sizeof *p->views);
+  p->calls = calloc(m->num_buckets * O, sizeof *p->calls);
+  if (!p->data || !p->owned || !p->views || !p->calls)
+    return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory for the pipeline's tables");
+
+  for (size_t t = 0; t < ir->num_tensors; ++t) {
+    const recap__ir_tensor *tt = &ir->tensors[t];
+    if (plan->tensors[t].kind != RECAP_PLAN_EXTERNAL) continue;
+    if (tt->role == RECAP_ROLE_PARAM) {
+      p->data[t] = m->param_data[t];
+      continue;
+    }
+    RECAP_TRY(recap_malloc(p->device, (size_t)tt->bytes, p->stream, &p->owned[t]));
+    p->data[t] = p->owned[t];
+    /* Op outputs start zeroed, so copy_out before the first run returns defined bytes. */
+    RECAP_TRY(init_tensor(tt, (int)t, p->data[t], ir->seed, p->stream));
+  }
+
+  /* The arena comes from the private pool that the graphs will share. */
+  RECAP_TRY(recap_pool_create(p->device, &p->pool));
+  p->has_pool = true;
+  if (plan->arena_bytes > 0) {
+    RECAP_TRY(recap_pool_route_begin(p->device, p->pool, p->stream));
+    recap_status st = recap_malloc(p->device, plan->arena_bytes, p->stream, &p->arena);
+    recap_status end = recap_pool_route_end(p->device, p->stream);
+    RECAP_TRY(st);
+    RECAP_TRY(end);
+  }
+
+  if (needs_rows(m)) {
+    int64_t most = m->bucket_values[m->num_buckets - 1];
+    p->rows_host = malloc((size_t)(most + 1) * sizeof *p->rows_host);
+    if (!p->rows_host) return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory for row counts");
+    for (int64_t i = 0; i <= most; ++i) p->rows_host[i] = (int32_t)i;
+    void *rows = NULL;
+    RECAP_TRY(recap_malloc(p->device, sizeof(int32_t), p->stream, &rows));
+    p->rows_device = rows;
+    RECAP_TRY(
+        p->stream->backend->memcpy_async(rows, &p->rows_host[most], sizeof(int32_t), p->stream));
+  }
+
+  for (size_t o = 0; o < ir->num_ops; ++o)
+    if (!plan->op_is_view[o]) p->launches++;
+  recap__bind_views(p);
+  return RECAP_OK;
+}
+
+void recap__unbind_pipeline(recap_pipeline *p) {
+  if (p->owned)
+    for (size_t t = 0; t < p->num_tensors; ++t)
+      if (p->owned[t]) recap_free(p->owned[t]);
+  if (p->rows_device) recap_free(p->rows_device);
+  if (p->arena) recap_free(p->arena);
+  if (p->has_pool) recap_pool_release(p->device, p->pool);
+  free(p->rows_host);
+  free(p->owned);
+  free(p->data);
+  free(p->views);
+  free(p->calls);
+  p->rows_device = NULL;
+  p->rows_host = NULL;
+  p->arena = NULL;
+  p->has_pool = false;
+  p->owned = NULL;
+  p->data = NULL;
+  p->views = NULL;
+  p->calls = NULL;
+}

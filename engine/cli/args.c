@@ -1,0 +1,69 @@
+/* args.c: strict command-line parsing shared by the subcommands. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/cli/cli.h"
+
+int cli_flag(const char *cmd, int argc, char **argv, int *i, const char *name,
+             const char **value) {
+  const char *arg = argv[*i];
+  size_t n = strlen(name);
+  if (strncmp(arg, name, n) != 0) return 0;
+  if (arg[n] == '\0') {
+    if (!value) return 1;
+    if (*i + 1 >= argc) {
+      fprintf(stderr, "recap %s: %s needs a value\n", cmd, name);
+      return -1;
+    }
+    *value = argv[++*i];
+    return 1;
+  }
+  if (arg[n] != '=') return 0; /* "--iterations" is not "--iters" */
+  if (!value) {
+    fprintf(stderr, "recap %s: %s takes no value\n", cmd, name);
+    return -1;
+  }
+  *value = arg + n + 1;
+  return 1;
+}
+
+bool cli_parse_int(const char *cmd, const char *flag, const char *text, long long lo,
+                   long long hi, long long *out) {
+  char *end = NULL;
+  errno = 0;
+  long long v = strtoll(text, &end, 10);
+  /* strtoll accepts leading blanks and a sign; a number here is digits only (with an
+   * optional '-'), so "8x", " 8" and "" are rejected rather than half-read. */
+  bool digits = text[0] != '\0' && (text[0] == '-' || (text[0] >= '0' && text[0] <= '9'));
+  if (!digits || end == text || *end != '\0' || errno == ERANGE || v < lo || v > hi) {
+    fprintf(stderr, "recap %s: %s expects an integer in [%lld, %lld], got '%s'\n", cmd, flag,
+            lo, hi, text);
+    return false;
+  }
+  *out = v;
+  return true;
+}
+
+bool cli_parse_dim(const char *cmd, const char *text, char *name, size_t name_size,
+                   int64_t *value) {
+  const char *eq = strchr(text, '=');
+  if (!eq || eq == text || (size_t)(eq - text) >= name_size) {
+    fprintf(stderr, "recap %s: --dim expects NAME=VALUE (e.g. B=8), got '%s'\n", cmd, text);
+    return false;
+  }
+  long long v;
+  if (!cli_parse_int(cmd, "--dim", eq + 1, 1, INT64_MAX, &v)) return false;
+  memcpy(name, text, (size_t)(eq - text));
+  name[eq - text] = '\0';
+  *value = v;
+  return true;
+}
+
+bool cli_positional(const char *cmd, const char *arg) {
+  if (arg[0] == '-' && arg[1] != '\0') {
+    fprintf(stderr, "recap %s: unknown flag '%s' (see 'recap %s --help')\n", cmd, arg, cmd);
+    return false;
+  }
+  return true;
+}

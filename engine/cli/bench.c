@@ -1,0 +1,351 @@
+/* bench.c: `recap bench SPEC ...`: eager against graph replay, side by side. */
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/cli/cli.h"
+#include "engine/cli/svg.h"
+#include "engine/cli/tensors.h"
+
+static const char *const CMD = "bench";
+
+enum { HOST_ITERS_CAP = 20, HOST_WARMUP_CAP = 2 };
+
+static void usage(FILE *out) {
+  fprintf(out,
+          "usage: recap bench SPEC [--iters N] [--warmup N] [--dim NAME=VALUE]\n"
+          "                   [--device cuda|host] [--seed N] [--json FILE] [--svg FILE]\n\n"
+          "Runs the pipeline eagerly (op by op) and as CUDA graph replays on the same inputs "
+          "and\nweights, and compares them: per-iteration median, p10 and p90 from device "
+          "events (one\nevent pair per iteration), the speedup, capture and instantiate time "
+          "(host clock), the\nprivate pool's bytes and the launches per iteration.\n\n"
+          "  --iters N          timed iterations per mode (default: the spec's run.iters, at "
+          "most %d\n                     on the host backend)\n"
+          "  --warmup N         untimed iterations per mode first, also the engine's warmups "
+          "before\n                     capture (default: the spec's run.warmup, at most %d "
+          "on host)\n"
+          "  --dim NAME=VALUE   for the bucketed dim: a batch of VALUE real rows (default: the "
+          "largest\n                     bucket); for any other dim: replaces the spec's value "
+          "(repeatable)\n"
+          "  --device D         cuda or host (default: the spec's; host when there is no "
+          "GPU)\n"
+          "  --seed N           seed of the random input data (default: a fresh one)\n"
+          "  --json FILE        write the results as JSON\n"
+          "  --svg FILE         write a bar chart (median, p10-p90 whiskers) as SVG\n",
+          HOST_ITERS_CAP, HOST_WARMUP_CAP);
+}
+
+typedef struct {
+  const char *path, *device, *json_path, *svg_path;
+  const char *dims[CLI_MAX_DIMS];
+  int num_dims;
+  long long iters, warmup, seed;
+  bool iters_set, warmup_set, seed_set;
+} bench_args;
+
+static int parse_args(int argc, char **argv, bench_args *a) {
+  for (int i = 0; i < argc; i++) {
+    const char *v = NULL;
+    int m;
+    if ((m = cli_flag(CMD, argc, argv, &i, "--iters", &v)) != 0) {
+      if (m < 0 || !cli_parse_int(CMD, "--iters", v, 1, 10000000, &a->iters))
+        return CLI_EXIT_USAGE;
+      a->iters_set = true;
+    } else if ((m = cli_flag(CMD, argc, argv, &i, "--warmup", &v)) != 0) {
+      if (m < 0 || !cli_parse_int(CMD, "--warmup", v, 0, 1000000, &a->warmup))
+        return CLI_EXIT_USAGE;
+      a->warmup_set = true;
+    } else if ((m = cli_flag(CMD, argc, argv, &i, "--dim", &v)) != 0) {
+      if (m < 0) return CLI_EXIT_USAGE;
+      if (a->num_dims == CLI_MAX_DIMS) {
+        fprintf(stderr, "recap %s: at most %d --dim flags\n", CMD, CLI_MAX_DIMS);
+        return CLI_EXIT_USAGE;
+      }
+      a->dims[a->num_dims++] = v;
+    } else if ((m = cli_flag(CMD, argc, argv, &i, "--seed", &v)) != 0) {
+      if (m < 0 || !cli_parse_int(CMD, "--seed", v, 0, INT64_MAX, &a->seed))
+        return CLI_EXIT_USAGE;
+      a->seed_set = true;
+    } else if ((m = cli_flag(CMD, argc, argv, &i, "--device", &a->device)) != 0 ||
+               (m = cli_flag(CMD, argc, argv, &i, "--json", &a->json_path)) != 0 ||
+               (m = cli_flag(CMD, argc, argv, &i, "--svg", &a->svg_path)) != 0) {
+      if (m < 0) return CLI_EXIT_USAGE;
+    } else if (!cli_positional(CMD, argv[i])) {
+      return CLI_EXIT_USAGE;
+    } else if (a->path) {
+      fprintf(stderr, "recap %s: one spec at a time (got '%s' and '%s')\n", CMD, a->path,
+              argv[i]);
+      return CLI_EXIT_USAGE;
+    } else {
+      a->path = argv[i];
+    }
+  }
+  if (!a->path) {
+    usage(stderr);
+    return CLI_EXIT_USAGE;
+  }
+  if (a->device && strcmp(a->device, "cuda") != 0 && strcmp(a->device, "host") != 0) {
+    fprintf(stderr, "recap %s: --device expects cuda or host, got '%s'\n", CMD, a->device);
+    return CLI_EXIT_USAGE;
+  }
+  return CLI_EXIT_OK;
+}
+
+/* What one mode measured. */
+typedef struct {
+  cli_summary time;
+  double *ms;
+  size_t launches; /* launches submitted per iteration */
+} mode_result;
+
+static recap_status measure(recap_pipeline *p, int64_t batch, int warmup, int iters,
+                            mode_result *out) {
+  for (int i = 0; i < warmup; i++) {
+    recap_status st = recap_pipeline_run(p, batch);
+    if (st != RECAP_OK) return st;
+  }
+  recap_status st = cli_time_runs(p, batch, iters, out->ms);
+  if (st == RECAP_OK) cli_summarize(out->ms, iters, &out->time);
+  return st;
+}
+
+static json_t *mode_json(const mode_result *r, int iters) {
+  json_t *o = json_object(), *samples = json_array();
+  json_object_set_new(o, "median_ms", json_real(r->time.median));
+  json_object_set_new(o, "p10_ms", json_real(r->time.p10));
+  json_object_set_new(o, "p90_ms", json_real(r->time.p90));
+  json_object_set_new(o, "mean_ms", json_real(r->time.mean));
+  json_object_set_new(o, "min_ms", json_real(r->time.min));
+  json_object_set_new(o, "max_ms", json_real(r->time.max));
+  json_object_set_new(o, "launches_per_iter", json_integer((json_int_t)r->launches));
+  for (int i = 0; i < iters; i++) json_array_append_new(samples, json_real(r->ms[i]));
+  json_object_set_new(o, "samples_ms", samples);
+  return o;
+}
+
+/* Whether eager and graph outputs can be compared: state tensors and random draws advance
+ * with every run, and the two instances ran different numbers of times. */
+static bool comparable(const recap_pipeline *p) {
+  const recap__ir *ir = p->model->irs[p->model->num_buckets - 1];
+  if (p->model->has_random) return false;
+  for (size_t t = 0; t < ir->num_tensors; t++)
+    if (ir->tensors[t].role == RECAP_ROLE_STATE) return false;
+  return true;
+}
+
+int cli_bench_main(int argc, char **argv) {
+  if (cli_wants_help(argc, argv)) {
+    usage(stdout);
+    return CLI_EXIT_OK;
+  }
+  bench_args a = {0};
+  int rc = parse_args(argc, argv, &a);
+  if (rc != CLI_EXIT_OK) return rc;
+  rc = CLI_EXIT_FAILURE;
+  recap__spec *spec = NULL;
+  recap_pipeline *graph = NULL, *eager = NULL;
+  cli_host_tensors inputs = {0}, out_eager = {0}, out_graph = {0};
+  mode_result re = {0}, rg = {0};
+  json_t *root = NULL;
+  recap_status st;
+  if (cli_load_spec(a.path, &spec) != RECAP_OK) goto done;
+  size_t bucket;
+  int64_t batch;
+  const char *overrides[CLI_MAX_DIMS + 1];
+  if (!cli_resolve_dims(CMD, spec, a.dims, a.num_dims, overrides, &bucket, &batch)) {
+    rc = CLI_EXIT_USAGE;
+    goto done;
+  }
+  recap_pipeline_options opts = {.override_device = 1, .override_mode = 1,
+                                 .mode = RECAP_MODE_GRAPH};
+  if (!cli_pick_device(CMD, a.device, spec->device, &opts.device)) goto done;
+  bool host = opts.device.backend == RECAP_BACKEND_HOST;
+  int iters = a.iters_set ? (int)a.iters : spec->iters;
+  int warmup = a.warmup_set ? (int)a.warmup : spec->warmup;
+  bool capped = false;
+  if (host && !a.iters_set && iters > HOST_ITERS_CAP) iters = HOST_ITERS_CAP, capped = true;
+  if (host && !a.warmup_set && warmup > HOST_WARMUP_CAP) warmup = HOST_WARMUP_CAP;
+  opts.warmup = warmup; /* 0: the spec's */
+  opts.dims = overrides;
+  uint64_t seed = a.seed_set ? (uint64_t)a.seed : cli_random_seed();
+
+  printf("%s (%s) on %s:%d", spec->name, a.path, recap_backend_name(opts.device.backend),
+         opts.device.index);
+  if (spec->bucket_dim >= 0)
+    printf(", %s=%" PRId64, spec->dims[spec->bucket_dim].name, batch);
+  printf("\n%d timed iterations after %d warmup per mode%s; inputs uniform [-1, 1) from seed "
+         "%" PRIu64 "\n",
+         iters, warmup,
+         capped ? " (capped for the host backend; --iters sets it)" : "", seed);
+  fflush(stdout);
+
+  double t0 = cli_now();
+  if ((st = recap_pipeline_create_file(a.path, &opts, &graph)) != RECAP_OK) {
+    cli_report_failure(CMD, "creating the pipeline", st);
+    goto done;
+  }
+  double create_ms = (cli_now() - t0) * 1e3;
+  if (graph->mode != RECAP_MODE_GRAPH) {
+    fprintf(stderr, "recap %s: graphs are disabled (RECAP_DISABLE_GRAPHS): nothing to compare\n",
+            CMD);
+    goto done;
+  }
+  /* The eager instance shares the weights: one copy of the params, identical values. */
+  recap_pipeline_options eager_opts = {.override_mode = 1, .mode = RECAP_MODE_EAGER,
+                                       .warmup = opts.warmup};
+  if ((st = recap_pipeline_clone(graph, &eager_opts, &eager)) != RECAP_OK) {
+    cli_report_failure(CMD, "cloning the pipeline", st);
+    goto done;
+  }
+  if ((st = cli_inputs_make(graph, batch, seed, &inputs)) != RECAP_OK ||
+      (st = cli_inputs_copy_in(graph, &inputs)) != RECAP_OK ||
+      (st = cli_inputs_copy_in(eager, &inputs)) != RECAP_OK) {
+    cli_report_failure(CMD, "preparing the inputs", st);
+    goto done;
+  }
+  if (!(re.ms = malloc((size_t)iters * sizeof *re.ms)) ||
+      !(rg.ms = malloc((size_t)iters * sizeof *rg.ms))) {
+    fprintf(stderr, "recap %s: out of memory\n", CMD);
+    goto done;
+  }
+  re.launches = eager->launches;
+  rg.launches = 1;
+  if ((st = measure(eager, batch, warmup, iters, &re)) != RECAP_OK) {
+    cli_report_failure(CMD, "eager runs", st);
+    goto done;
+  }
+  t0 = cli_now();
+  if ((st = recap_pipeline_capture(graph)) != RECAP_OK) {
+    cli_report_failure(CMD, "capturing", st);
+    goto done;
+  }
+  double capture_wall_ms = (cli_now() - t0) * 1e3;
+  if ((st = measure(graph, batch, warmup, iters, &rg)) != RECAP_OK) {
+    cli_report_failure(CMD, "graph replays", st);
+    goto done;
+  }
+  recap_pipeline_stats gs, es;
+  recap_graph_info info = {0};
+  if ((st = recap_pipeline_stats_get(graph, &gs)) != RECAP_OK ||
+      (st = recap_pipeline_stats_get(eager, &es)) != RECAP_OK ||
+      (st = recap_graph_info_get(graph->graphs[bucket], &info)) != RECAP_OK) {
+    cli_report_failure(CMD, "reading the stats", st);
+    goto done;
+  }
+  bool check = comparable(graph);
+  size_t mismatches = 0;
+  double max_diff = 0;
+  if (check) {
+    if ((st = cli_outputs_copy_out(eager, batch, &out_eager)) != RECAP_OK ||
+        (st = cli_outputs_copy_out(graph, batch, &out_graph)) != RECAP_OK) {
+      cli_report_failure(CMD, "copying the outputs", st);
+      goto done;
+    }
+    for (size_t i = 0; i < out_graph.count; i++) {
+      double d = 0;
+      const cli_tensor *t = &out_graph.items[i].info;
+      mismatches += cli_compare(out_graph.items[i].host, out_eager.items[i].host, t->dtype,
+                                t->bytes / recap_dtype_size(t->dtype), &d);
+      if (d > max_diff) max_diff = d;
+    }
+  }
+  double speedup = rg.time.median > 0 ? re.time.median / rg.time.median : 0;
+
+  char b1[32], b2[32], b3[32];
+  printf("\n%-8s %12s %12s %12s %12s   (ms per iteration, device events)\n", "", "median",
+         "p10", "p90", "mean");
+  printf("%-8s %12.4f %12.4f %12.4f %12.4f\n", "eager", re.time.median, re.time.p10,
+         re.time.p90, re.time.mean);
+  printf("%-8s %12.4f %12.4f %12.4f %12.4f\n", "graph", rg.time.median, rg.time.p10,
+         rg.time.p90, rg.time.mean);
+  printf("speedup  %.2fx (eager median / graph median)\n\n", speedup);
+  printf("setup (host clock): create %.1f ms (load %.1f, bind %.1f); %zu bucket%s: warmup %.1f "
+         "ms, capture %.2f ms, instantiate+upload %.2f ms (%.1f ms in all)\n",
+         create_ms, graph->timings.load_ms, graph->timings.bind_ms, gs.num_buckets,
+         gs.num_buckets == 1 ? "" : "s", graph->timings.warmup_ms, graph->timings.capture_ms,
+         graph->timings.instantiate_ms, capture_wall_ms);
+  printf("memory: graph pool %s reserved (arena %s), params %s shared by both instances\n",
+         cli_format_bytes(gs.pool_reserved_bytes, b1, sizeof b1),
+         cli_format_bytes(gs.arena_bytes, b2, sizeof b2), cli_format_bytes(gs.param_bytes, b3, sizeof b3));
+  printf("launches per iteration: eager %zu op launches, graph 1 graph launch (%zu nodes)\n",
+         re.launches, info.nodes);
+  if (check)
+    printf("outputs: graph %s eager (max |diff| %.3g, %zu element%s out of tolerance)\n",
+           mismatches ? "DIFFERS from" : "matches", max_diff, mismatches,
+           mismatches == 1 ? "" : "s");
+  else
+    printf("outputs: not compared (the spec keeps state or draws random numbers)\n");
+
+  if (a.json_path) {
+    root = json_object();
+    json_object_set_new(root, "spec", json_string(a.path));
+    json_object_set_new(root, "name", json_string(spec->name));
+    json_object_set_new(root, "device", json_string(recap_backend_name(opts.device.backend)));
+    json_object_set_new(root, "batch", json_integer(batch));
+    json_object_set_new(root, "bucket", json_integer(graph->model->bucket_values[bucket]));
+    json_object_set_new(root, "iters", json_integer(iters));
+    json_object_set_new(root, "warmup", json_integer(warmup));
+    json_object_set_new(root, "seed", json_integer((json_int_t)seed));
+    json_t *jg = mode_json(&rg, iters);
+    json_object_set_new(jg, "graph_nodes", json_integer((json_int_t)info.nodes));
+    json_object_set_new(root, "eager", mode_json(&re, iters));
+    json_object_set_new(root, "graph", jg);
+    json_object_set_new(root, "speedup", json_real(speedup));
+    json_t *setup = json_object();
+    json_object_set_new(setup, "create_ms", json_real(create_ms));
+    json_object_set_new(setup, "warmup_ms", json_real(graph->timings.warmup_ms));
+    json_object_set_new(setup, "capture_ms", json_real(graph->timings.capture_ms));
+    json_object_set_new(setup, "instantiate_ms", json_real(graph->timings.instantiate_ms));
+    json_object_set_new(setup, "capture_total_wall_ms", json_real(capture_wall_ms));
+    json_object_set_new(setup, "buckets", json_integer((json_int_t)gs.num_buckets));
+    json_object_set_new(root, "setup", setup);
+    json_t *mem = json_object();
+    json_object_set_new(mem, "pool_reserved_bytes", json_integer((json_int_t)gs.pool_reserved_bytes));
+    json_object_set_new(mem, "arena_bytes", json_integer((json_int_t)gs.arena_bytes));
+    json_object_set_new(mem, "param_bytes", json_integer((json_int_t)gs.param_bytes));
+    json_object_set_new(root, "memory", mem);
+    if (check) {
+      json_t *c = json_object();
+      json_object_set_new(c, "mismatches", json_integer((json_int_t)mismatches));
+      json_object_set_new(c, "max_abs_diff", json_real(max_diff));
+      json_object_set_new(root, "graph_vs_eager", c);
+    }
+    if (json_dump_file(root, a.json_path, JSON_INDENT(2) | JSON_PRESERVE_ORDER) != 0) {
+      fprintf(stderr, "recap %s: cannot write %s\n", CMD, a.json_path);
+      goto done;
+    }
+    printf("wrote %s\n", a.json_path);
+  }
+  if (a.svg_path) {
+    char title[256], subtitle[256], footer[256];
+    snprintf(title, sizeof title, "%s: eager vs graph replay", spec->name);
+    if (spec->bucket_dim >= 0)
+      snprintf(subtitle, sizeof subtitle, "%s=%" PRId64 " on %s; speedup %.2fx; %zu launches vs 1",
+               spec->dims[spec->bucket_dim].name, batch,
+               host ? "the host backend (CPU)" : "CUDA", speedup, re.launches);
+    else
+      snprintf(subtitle, sizeof subtitle, "on %s; speedup %.2fx; %zu launches vs 1",
+               host ? "the host backend (CPU)" : "CUDA", speedup, re.launches);
+    snprintf(footer, sizeof footer,
+             "bars: median; whiskers: p10-p90 of %d iterations (device events), after %d warmup",
+             iters, warmup);
+    cli_bar bars[2] = {{"eager (op by op)", re.time.median, re.time.p10, re.time.p90, "#d9534f"},
+                       {"graph replay", rg.time.median, rg.time.p10, rg.time.p90, "#3c8dbc"}};
+    cli_chart chart = {title, subtitle, footer, bars, 2};
+    if (!cli_svg_write_bars(a.svg_path, &chart)) goto done;
+    printf("wrote %s\n", a.svg_path);
+  }
+  rc = check && mismatches ? CLI_EXIT_FAILURE : CLI_EXIT_OK;
+done:
+  json_decref(root);
+  free(re.ms);
+  free(rg.ms);
+  cli_host_tensors_free(&out_graph);
+  cli_host_tensors_free(&out_eager);
+  cli_host_tensors_free(&inputs);
+  recap_pipeline_destroy(eager);
+  recap_pipeline_destroy(graph);
+  recap__spec_destroy(spec);
+  return rc;
+}

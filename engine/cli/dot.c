@@ -1,0 +1,260 @@
+/* dot.c: `recap dot SPEC [--graph]`: the pipeline's DAG, or its captured graph, as Graphviz. */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "engine/cli/cli.h"
+#include "engine/pipeline.h"
+#include "engine/plan.h"
+
+static const char *const CMD = "dot";
+
+static void usage(FILE *out) {
+  fprintf(out,
+          "usage: recap dot SPEC [--graph] [--dim NAME=VALUE] [--device cuda|host] "
+          "[-o FILE]\n\n"
+          "Writes the pipeline as Graphviz (render with `dot -Tsvg`). By default the DAG of "
+          "the\nspec: ops grouped by stream, tensors that are not produced by an op as "
+          "nodes, data edges\nlabelled with tensor and shape, and the cross-stream waits the "
+          "planner inserts (dashed).\n\n"
+          "  --graph            capture the pipeline and write the captured graph instead "
+          "(the\n                     backend's dump: cudaGraphDebugDotPrint on CUDA)\n"
+          "  --dim NAME=VALUE   the bucket to show (default: the largest)\n"
+          "  --device D         cuda or host, for --graph (default: the spec's; host when "
+          "there is\n                     no GPU)\n"
+          "  -o FILE            write to FILE instead of standard output\n");
+}
+
+/* Graphviz double-quoted string contents. */
+static void put_escaped(FILE *f, const char *s) {
+  for (; *s; s++) {
+    if (*s == '"' || *s == '\\') fputc('\\', f);
+    fputc(*s, f);
+  }
+}
+
+static void put_shape(FILE *f, const recap__ir_tensor *t) {
+  fprintf(f, "%s [", recap_dtype_name(t->dtype));
+  for (int d = 0; d < t->ndim; d++) fprintf(f, "%s%lld", d ? ", " : "", (long long)t->shape[d]);
+  fputc(']', f);
+}
+
+static const char *role_color(recap_tensor_role role) {
+  switch (role) {
+    case RECAP_ROLE_INPUT: return "#cfe2ff";
+    case RECAP_ROLE_PARAM: return "#e9ecef";
+    case RECAP_ROLE_STATE: return "#fff3cd";
+    case RECAP_ROLE_SCALAR: return "#f8d7da";
+    case RECAP_ROLE_INTERMEDIATE: break;
+  }
+  return "#d1e7dd";
+}
+
+static const char *role_name(recap_tensor_role role) {
+  switch (role) {
+    case RECAP_ROLE_INPUT: return "input";
+    case RECAP_ROLE_PARAM: return "param";
+    case RECAP_ROLE_STATE: return "state";
+    case RECAP_ROLE_SCALAR: return "scalar";
+    case RECAP_ROLE_INTERMEDIATE: break;
+  }
+  return "output";
+}
+
+static void write_dag(FILE *f, const recap__ir *ir, const recap__plan *plan) {
+  fprintf(f, "digraph \"");
+  put_escaped(f, ir->name);
+  fprintf(f, "\" {\n  rankdir=TB;\n  node [fontname=\"Helvetica\", fontsize=10];\n"
+             "  edge [fontname=\"Helvetica\", fontsize=9];\n");
+  /* Tensors that no op produces, and outputs, are nodes; the rest are edge labels. */
+  for (size_t t = 0; t < ir->num_tensors; t++) {
+    const recap__ir_tensor *x = &ir->tensors[t];
+    if (x->producer >= 0 && !x->is_output) continue;
+    fprintf(f, "  t%zu [shape=ellipse, style=filled, fillcolor=\"%s\", label=\"", t,
+            x->is_output ? role_color(RECAP_ROLE_INTERMEDIATE) : role_color(x->role));
+    put_escaped(f, x->name);
+    fprintf(f, "\\n%s ", x->is_output ? "output" : role_name(x->role));
+    put_shape(f, x);
+    fprintf(f, "\"];\n");
+  }
+  for (int s = 0; s < ir->num_streams; s++) {
+    fprintf(f, "  subgraph cluster_stream%d {\n    label=\"stream %d%s\";\n    style=rounded;\n",
+            s, s, s == 0 ? " (the pipeline's)" : "");
+    for (size_t o = 0; o < ir->num_ops; o++) {
+      const recap__ir_op *op = &ir->ops[o];
+      if (op->stream != s) continue;
+      bool view = plan->op_is_view[o];
+      fprintf(f, "    op%zu [shape=box, style=\"rounded%s\", label=\"", o, view ? ",dashed" : "");
+      /* Unnamed ops are called "<op>#<index>": the op's name would only repeat it. */
+      size_t n = strlen(op->def->name);
+      bool named = !(strncmp(op->name, op->def->name, n) == 0 && op->name[n] == '#');
+      put_escaped(f, op->name);
+      if (named) fprintf(f, "\\n%s", op->def->name);
+      fprintf(f, "%s\"];\n", view ? "\\n(view: no launch)" : "");
+    }
+    fprintf(f, "  }\n");
+  }
+  for (size_t o = 0; o < ir->num_ops; o++) {
+    const recap__ir_op *op = &ir->ops[o];
+    for (int i = 0; i < op->num_inputs; i++) {
+      int t = op->inputs[i];
+      const recap__ir_tensor *x = &ir->tensors[t];
+      if (x->producer < 0 || x->is_output) {
+        fprintf(f, "  t%d -> op%zu;\n", t, o);
+        continue;
+      }
+      fprintf(f, "  op%d -> op%zu [label=\"", x->producer, o);
+      put_escaped(f, x->name);
+      fputc(' ', f);
+      put_shape(f, x);
+      const recap__plan_tensor *pt = &plan->tensors[t];
+      if (pt->kind == RECAP_PLAN_IN_PLACE) fprintf(f, "\\nin place");
+      fprintf(f, "\"];\n");
+    }
+    for (int k = 0; k < op->num_outputs; k++)
+      if (ir->tensors[op->outputs[k]].is_output) fprintf(f, "  op%zu -> t%d;\n", o, op->outputs[k]);
+  }
+  for (size_t w = 0; w < plan->num_waits; w++)
+    fprintf(f, "  op%d -> op%d [style=dashed, color=\"#c0392b\", label=\"wait\", constraint=false];\n",
+            plan->waits[w].waited, plan->waits[w].waiter);
+  fprintf(f, "}\n");
+}
+
+/* Captures the pipeline and copies the backend's dump of bucket `bucket` to `out`. */
+static int write_captured(FILE *out, const char *path, const char *device_name, size_t bucket) {
+  recap__spec *spec = NULL;
+  if (cli_load_spec(path, &spec) != RECAP_OK) return CLI_EXIT_FAILURE;
+  recap_backend_kind spec_device = spec->device;
+  recap__spec_destroy(spec);
+  recap_pipeline_options opts = {.override_device = 1, .override_mode = 1,
+                                 .mode = RECAP_MODE_GRAPH};
+  if (!cli_pick_device(CMD, device_name, spec_device, &opts.device)) return CLI_EXIT_FAILURE;
+
+  int rc = CLI_EXIT_FAILURE;
+  recap_pipeline *p = NULL;
+  char tmp[] = "/tmp/recap_dot_XXXXXX";
+  int fd = -1;
+  FILE *in = NULL;
+  recap_status st;
+  if ((st = recap_pipeline_create_file(path, &opts, &p)) != RECAP_OK) {
+    cli_report_failure(CMD, "creating the pipeline", st);
+    goto done;
+  }
+  if ((st = recap_pipeline_capture(p)) != RECAP_OK) {
+    cli_report_failure(CMD, "capturing", st);
+    goto done;
+  }
+  if (!p->graphs || !p->graphs[bucket]) {
+    fprintf(stderr, "recap %s: bucket %zu was not captured (graphs are off: "
+                    "RECAP_DISABLE_GRAPHS?)\n", CMD, bucket);
+    goto done;
+  }
+  if ((fd = mkstemp(tmp)) < 0) {
+    perror("recap dot: mkstemp");
+    goto done;
+  }
+  if ((st = recap_graph_debug_dump(p->graphs[bucket], tmp)) != RECAP_OK) {
+    cli_report_failure(CMD, "dumping the graph", st);
+    goto done;
+  }
+  if (!(in = fopen(tmp, "r"))) {
+    perror("recap dot: reading the dump");
+    goto done;
+  }
+  char buf[65536];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, in)) > 0) fwrite(buf, 1, n, out);
+  rc = CLI_EXIT_OK;
+done:
+  if (in) fclose(in);
+  if (fd >= 0) {
+    close(fd);
+    unlink(tmp);
+  }
+  recap_pipeline_destroy(p);
+  return rc;
+}
+
+int cli_dot_main(int argc, char **argv) {
+  if (cli_wants_help(argc, argv)) {
+    usage(stdout);
+    return CLI_EXIT_OK;
+  }
+  const char *path = NULL, *dim_text = NULL, *device = NULL, *out_path = NULL;
+  bool graph = false;
+  for (int i = 0; i < argc; i++) {
+    int m;
+    if ((m = cli_flag(CMD, argc, argv, &i, "--graph", NULL)) != 0) {
+      if (m < 0) return CLI_EXIT_USAGE;
+      graph = true;
+    } else if ((m = cli_flag(CMD, argc, argv, &i, "--dim", &dim_text)) != 0 ||
+               (m = cli_flag(CMD, argc, argv, &i, "--device", &device)) != 0 ||
+               (m = cli_flag(CMD, argc, argv, &i, "-o", &out_path)) != 0) {
+      if (m < 0) return CLI_EXIT_USAGE;
+    } else if (!cli_positional(CMD, argv[i])) {
+      return CLI_EXIT_USAGE;
+    } else if (path) {
+      fprintf(stderr, "recap %s: one spec at a time (got '%s' and '%s')\n", CMD, path, argv[i]);
+      return CLI_EXIT_USAGE;
+    } else {
+      path = argv[i];
+    }
+  }
+  if (!path) {
+    usage(stderr);
+    return CLI_EXIT_USAGE;
+  }
+  char dim_name[64];
+  int64_t dim_value = 0;
+  if (dim_text && !cli_parse_dim(CMD, dim_text, dim_name, sizeof dim_name, &dim_value))
+    return CLI_EXIT_USAGE;
+  if (device && !graph) {
+    fprintf(stderr, "recap %s: --device only applies with --graph\n", CMD);
+    return CLI_EXIT_USAGE;
+  }
+
+  int rc = CLI_EXIT_FAILURE;
+  recap__spec *spec = NULL;
+  recap__ir *ir = NULL, *largest = NULL;
+  recap__plan *plan = NULL;
+  FILE *out = stdout;
+  recap_status st;
+  if (cli_load_spec(path, &spec) != RECAP_OK) goto done;
+  size_t bucket;
+  int64_t batch;
+  if (!cli_select_bucket(CMD, spec, dim_text ? dim_name : NULL, dim_value, true, &bucket,
+                         &batch)) {
+    rc = CLI_EXIT_USAGE;
+    goto done;
+  }
+  if (out_path && !(out = fopen(out_path, "w"))) {
+    fprintf(stderr, "recap %s: cannot write %s\n", CMD, out_path);
+    out = stdout;
+    goto done;
+  }
+  if (graph) {
+    rc = write_captured(out, path, device, bucket);
+    goto done;
+  }
+  /* The engine plans the largest bucket and every bucket runs on that plan: its waits and
+   * views are the ones shown, over the chosen bucket's shapes. */
+  size_t last = recap__spec_num_buckets(spec) - 1;
+  if ((st = recap__ir_build(spec, last, &largest, NULL)) != RECAP_OK ||
+      (st = recap__plan_build(largest, &plan)) != RECAP_OK ||
+      (bucket != last && (st = recap__ir_build(spec, bucket, &ir, NULL)) != RECAP_OK)) {
+    cli_report_failure(CMD, "planning", st);
+    goto done;
+  }
+  write_dag(out, ir ? ir : largest, plan);
+  rc = CLI_EXIT_OK;
+done:
+  if (out != stdout && fclose(out) != 0 && rc == CLI_EXIT_OK) {
+    fprintf(stderr, "recap %s: writing %s failed\n", CMD, out_path);
+    rc = CLI_EXIT_FAILURE;
+  }
+  recap__plan_destroy(plan);
+  recap__ir_destroy(ir);
+  recap__ir_destroy(largest);
+  recap__spec_destroy(spec);
+  return rc;
+}

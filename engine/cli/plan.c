@@ -1,0 +1,87 @@
+/* plan.c: `recap plan SPEC [--dim B=8]`: where every tensor lives, and the arena's size. */
+#include <stdlib.h>
+
+#include "engine/cli/cli.h"
+#include "engine/plan.h"
+
+static const char *const CMD = "plan";
+
+static void usage(FILE *out) {
+  fprintf(out,
+          "usage: recap plan SPEC [--dim NAME=VALUE]\n\n"
+          "Prints the memory plan of one bucket (default: the largest, which is the plan the "
+          "engine\nuses for every bucket): per tensor its role, bytes, arena offset, lifetime "
+          "in ops,\nstream and in-place/view notes; the cross-stream waits; then the arena "
+          "size, the naive\nsum (one allocation per intermediate) and the max-live lower "
+          "bound.\n\n"
+          "  --dim NAME=VALUE   plan the bucket where the bucketed dim NAME is VALUE\n");
+}
+
+int cli_plan_main(int argc, char **argv) {
+  if (cli_wants_help(argc, argv)) {
+    usage(stdout);
+    return CLI_EXIT_OK;
+  }
+  const char *path = NULL, *dim_text = NULL;
+  for (int i = 0; i < argc; i++) {
+    int m = cli_flag(CMD, argc, argv, &i, "--dim", &dim_text);
+    if (m < 0) return CLI_EXIT_USAGE;
+    if (m > 0) continue;
+    if (!cli_positional(CMD, argv[i])) return CLI_EXIT_USAGE;
+    if (path) {
+      fprintf(stderr, "recap %s: one spec at a time (got '%s' and '%s')\n", CMD, path, argv[i]);
+      return CLI_EXIT_USAGE;
+    }
+    path = argv[i];
+  }
+  if (!path) {
+    usage(stderr);
+    return CLI_EXIT_USAGE;
+  }
+  char dim_name[64];
+  int64_t dim_value = 0;
+  if (dim_text && !cli_parse_dim(CMD, dim_text, dim_name, sizeof dim_name, &dim_value))
+    return CLI_EXIT_USAGE;
+
+  int rc = CLI_EXIT_FAILURE;
+  recap__spec *spec = NULL;
+  recap__ir *ir = NULL;
+  recap__plan *plan = NULL;
+  char *text = NULL;
+  recap_status st;
+  if (cli_load_spec(path, &spec) != RECAP_OK) goto done;
+  size_t bucket;
+  int64_t batch;
+  if (!cli_select_bucket(CMD, spec, dim_text ? dim_name : NULL, dim_value, true, &bucket,
+                         &batch)) {
+    rc = CLI_EXIT_USAGE;
+    goto done;
+  }
+  if ((st = recap__ir_build(spec, bucket, &ir, NULL)) != RECAP_OK) {
+    cli_report_failure(CMD, "building the IR", st);
+    goto done;
+  }
+  if ((st = recap__plan_build(ir, &plan)) != RECAP_OK) {
+    cli_report_failure(CMD, "planning", st);
+    goto done;
+  }
+  if ((st = recap__plan_format(ir, plan, &text)) != RECAP_OK) {
+    cli_report_failure(CMD, "formatting the plan", st);
+    goto done;
+  }
+  if (spec->bucket_dim >= 0) {
+    size_t n = recap__spec_num_buckets(spec);
+    printf("%s: bucket %s=%lld (%s of %zu buckets:", path, spec->dims[spec->bucket_dim].name,
+           (long long)batch, bucket + 1 == n ? "the largest" : "one", n);
+    for (size_t b = 0; b < n; b++) printf(" %lld", (long long)recap__spec_bucket_value(spec, b));
+    printf(")\n");
+  }
+  fputs(text, stdout);
+  rc = CLI_EXIT_OK;
+done:
+  free(text);
+  recap__plan_destroy(plan);
+  recap__ir_destroy(ir);
+  recap__spec_destroy(spec);
+  return rc;
+}

@@ -1,0 +1,371 @@
+/* run.c: `recap run SPEC ...`: runs a pipeline and prints its outputs and timing. */
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/cli/cli.h"
+#include "engine/cli/safetensors.h"
+#include "engine/cli/tensors.h"
+
+static const char *const CMD = "run";
+
+enum { FIRST_VALUES = 6, HOST_ITERS_CAP = 20, HOST_WARMUP_CAP = 2 };
+
+static void usage(FILE *out) {
+  fprintf(out,
+          "usage: recap run SPEC [--mode eager|graph] [--device cuda|host] [--iters N]\n"
+          "                 [--warmup N] [--dim NAME=VALUE] [--seed N] [--json]\n"
+          "                 [--save-tensors FILE.safetensors]\n\n"
+          "Runs the pipeline: inputs get random data (uniform in [-1, 1), from a seeded "
+          "generator;\nthe seed is printed), then warmup runs, then N timed runs (device "
+          "events around each).\nPrints every output's shape, checksum and first values, and "
+          "the timing.\n\n"
+          "  --mode M           graph (default: capture each bucket, replay) or eager (op by "
+          "op)\n"
+          "  --device D         cuda or host (default: the spec's; the host backend when there "
+          "is no GPU)\n"
+          "  --iters N          timed runs (default: the spec's run.iters, at most %d on "
+          "host)\n"
+          "  --warmup N         runs before timing; in graph mode also the warmups before "
+          "capture\n"
+          "                     (default: the spec's run.warmup, at most %d on host)\n"
+          "  --dim NAME=VALUE   for the bucketed dim: a batch of VALUE real rows (default: the "
+          "largest\n                     bucket; runs the smallest bucket >= VALUE); for any "
+          "other dim: replaces\n                     the spec's value (repeatable)\n"
+          "  --seed N           seed of the input data (default: a fresh random seed)\n"
+          "  --json             print one JSON object instead of text\n"
+          "  --save-tensors F   write params, inputs and outputs to F (.safetensors: loadable "
+          "by\n                     safetensors.torch.load_file)\n",
+          HOST_ITERS_CAP, HOST_WARMUP_CAP);
+}
+
+typedef struct {
+  const char *path, *mode, *device, *save_path;
+  const char *dims[CLI_MAX_DIMS];
+  int num_dims;
+  long long iters, warmup, seed;
+  bool iters_set, warmup_set, seed_set, json;
+} run_args;
+
+static int parse_args(int argc, char **argv, run_args *a) {
+  for (int i = 0; i < argc; i++) {
+    const char *v = NULL;
+    int m;
+    if ((m = cli_flag(CMD, argc, argv, &i, "--json", NULL)) != 0) {
+      if (m < 0) return CLI_EXIT_USAGE;
+      a->json = true;
+    } else if ((m = cli_flag(CMD, argc, argv, &i, "--iters", &v)) != 0) {
+      if (m < 0 || !cli_parse_int(CMD, "--iters", v, 1, 10000000, &a->iters))
+        return CLI_EXIT_USAGE;
+      a->iters_set = true;
+    } else if ((m = cli_flag(CMD, argc, argv, &i, "--warmup", &v)) != 0) {
+      if (m < 0 || !cli_parse_int(CMD, "--warmup", v, 0, 1000000, &a->warmup))
+        return CLI_EXIT_USAGE;
+      a->warmup_set = true;
+    } else if ((m = cli_flag(CMD, argc, argv, &i, "--dim", &v)) != 0) {
+      if (m < 0) return CLI_EXIT_USAGE;
+      if (a->num_dims == CLI_MAX_DIMS) {
+        fprintf(stderr, "recap %s: at most %d --dim flags\n", CMD, CLI_MAX_DIMS);
+        return CLI_EXIT_USAGE;
+      }
+      a->dims[a->num_dims++] = v;
+    } else if ((m = cli_flag(CMD, argc, argv, &i, "--seed", &v)) != 0) {
+      if (m < 0 || !cli_parse_int(CMD, "--seed", v, 0, INT64_MAX, &a->seed))
+        return CLI_EXIT_USAGE;
+      a->seed_set = true;
+    } else if ((m = cli_flag(CMD, argc, argv, &i, "--mode", &a->mode)) != 0 ||
+               (m = cli_flag(CMD, argc, argv, &i, "--device", &a->device)) != 0 ||
+               (m = cli_flag(CMD, argc, argv, &i, "--save-tensors", &a->save_path)) != 0) {
+      if (m < 0) return CLI_EXIT_USAGE;
+    } else if (!cli_positional(CMD, argv[i])) {
+      return CLI_EXIT_USAGE;
+    } else if (a->path) {
+      fprintf(stderr, "recap %s: one spec at a time (got '%s' and '%s')\n", CMD, a->path,
+              argv[i]);
+      return CLI_EXIT_USAGE;
+    } else {
+      a->path = argv[i];
+    }
+  }
+  if (!a->path) {
+    usage(stderr);
+    return CLI_EXIT_USAGE;
+  }
+  if (a->mode && strcmp(a->mode, "eager") != 0 && strcmp(a->mode, "graph") != 0) {
+    fprintf(stderr, "recap %s: --mode expects eager or graph, got '%s'\n", CMD, a->mode);
+    return CLI_EXIT_USAGE;
+  }
+  if (a->device && strcmp(a->device, "cuda") != 0 && strcmp(a->device, "host") != 0) {
+    fprintf(stderr, "recap %s: --device expects cuda or host, got '%s'\n", CMD, a->device);
+    return CLI_EXIT_USAGE;
+  }
+  return CLI_EXIT_OK;
+}
+
+static json_t *shape_json(const cli_tensor *t) {
+  json_t *a = json_array();
+  for (int d = 0; d < t->ndim; d++) json_array_append_new(a, json_integer(t->shape[d]));
+  return a;
+}
+
+static void print_shape(const cli_tensor *t) {
+  printf("%s [", recap_dtype_name(t->dtype));
+  for (int d = 0; d < t->ndim; d++) printf("%s%" PRId64, d ? ", " : "", t->shape[d]);
+  printf("]");
+}
+
+/* Params (read back from the device), inputs and outputs in one file. */
+static bool save_tensors(recap_pipeline *p, const char *path, const cli_host_tensors *inputs,
+                         const cli_host_tensors *outputs, uint64_t seed, int64_t batch) {
+  const recap__ir *ir = p->model->irs[p->model->num_buckets - 1];
+  size_t n = inputs->count + outputs->count;
+  for (size_t t = 0; t < ir->num_tensors; t++) n += ir->tensors[t].role == RECAP_ROLE_PARAM;
+  cli_safetensor *entries = calloc(n ? n : 1, sizeof *entries);
+  cli_tensor *params = calloc(n ? n : 1, sizeof *params);
+  void **param_host = calloc(n ? n : 1, sizeof *param_host);
+  bool ok = entries && params && param_host;
+  size_t k = 0, np = 0;
+  for (size_t t = 0; ok && t < ir->num_tensors; t++) {
+    if (ir->tensors[t].role != RECAP_ROLE_PARAM) continue;
+    cli_tensor *info = &params[np];
+    cli_tensor_describe(p, (int)t, batch, info);
+    recap_tensor dev;
+    recap_status st = recap_pipeline_tensor(p, info->name, &dev);
+    if (st == RECAP_OK && !(param_host[np] = malloc(info->bytes ? info->bytes : 1)))
+      st = RECAP_STATUS_OUT_OF_MEMORY;
+    if (st == RECAP_OK) st = cli_read_device(p, dev.data, param_host[np], info->bytes);
+    if (st != RECAP_OK) {
+      cli_report_failure(CMD, "reading param", st);
+      ok = false;
+      np++;
+      break;
+    }
+    entries[k++] = (cli_safetensor){info->name, info->dtype, info->ndim, info->shape,
+                                    param_host[np], info->bytes};
+    np++;
+  }
+  const cli_host_tensors *sets[2] = {inputs, outputs};
+  for (int s = 0; ok && s < 2; s++)
+    for (size_t i = 0; i < sets[s]->count; i++) {
+      const cli_host_tensor *h = &sets[s]->items[i];
+      entries[k++] = (cli_safetensor){h->info.name, h->info.dtype, h->info.ndim, h->info.shape,
+                                      h->host, h->info.bytes};
+    }
+  char seed_text[32], batch_text[32];
+  snprintf(seed_text, sizeof seed_text, "%" PRIu64, seed);
+  snprintf(batch_text, sizeof batch_text, "%" PRId64, batch);
+  const char *meta[] = {"format", "pt", "producer", "recap run", "spec", p->model->spec->name,
+                        "input_seed", seed_text, "batch", batch_text, NULL};
+  if (ok) ok = cli_safetensors_write(path, entries, k, meta);
+  else if (!entries || !params || !param_host)
+    fprintf(stderr, "recap %s: out of memory saving tensors\n", CMD);
+  for (size_t i = 0; param_host && i < np; i++) free(param_host[i]);
+  free(param_host);
+  free(params);
+  free(entries);
+  return ok;
+}
+
+int cli_run_main(int argc, char **argv) {
+  if (cli_wants_help(argc, argv)) {
+    usage(stdout);
+    return CLI_EXIT_OK;
+  }
+  run_args a = {0};
+  int rc = parse_args(argc, argv, &a);
+  if (rc != CLI_EXIT_OK) return rc;
+  rc = CLI_EXIT_FAILURE;
+  recap__spec *spec = NULL;
+  recap_pipeline *p = NULL;
+  cli_host_tensors inputs = {0}, outputs = {0};
+  double *ms = NULL;
+  json_t *root = NULL;
+  recap_status st;
+  if (cli_load_spec(a.path, &spec) != RECAP_OK) goto done;
+  size_t bucket;
+  int64_t batch;
+  const char *overrides[CLI_MAX_DIMS + 1];
+  if (!cli_resolve_dims(CMD, spec, a.dims, a.num_dims, overrides, &bucket, &batch)) {
+    rc = CLI_EXIT_USAGE;
+    goto done;
+  }
+  recap_pipeline_options opts = {.override_device = 1};
+  if (!cli_pick_device(CMD, a.device, spec->device, &opts.device)) goto done;
+  bool host = opts.device.backend == RECAP_BACKEND_HOST;
+  int iters = a.iters_set ? (int)a.iters : spec->iters;
+  int warmup = a.warmup_set ? (int)a.warmup : spec->warmup;
+  if (host && !a.iters_set && iters > HOST_ITERS_CAP) iters = HOST_ITERS_CAP;
+  if (host && !a.warmup_set && warmup > HOST_WARMUP_CAP) warmup = HOST_WARMUP_CAP;
+  if (a.mode) {
+    opts.override_mode = 1;
+    opts.mode = strcmp(a.mode, "eager") == 0 ? RECAP_MODE_EAGER : RECAP_MODE_GRAPH;
+  }
+  /* --warmup also sets the engine's eager runs before each capture (0 there: the spec's). */
+  opts.warmup = warmup;
+  opts.dims = overrides;
+  uint64_t seed = a.seed_set ? (uint64_t)a.seed : cli_random_seed();
+
+  if ((st = recap_pipeline_create_file(a.path, &opts, &p)) != RECAP_OK) {
+    cli_report_failure(CMD, "creating the pipeline", st);
+    goto done;
+  }
+  bool graph = p->mode == RECAP_MODE_GRAPH;
+  if ((st = cli_inputs_make(p, batch, seed, &inputs)) != RECAP_OK ||
+      (st = cli_inputs_copy_in(p, &inputs)) != RECAP_OK) {
+    cli_report_failure(CMD, "preparing the inputs", st);
+    goto done;
+  }
+  if (!a.json) {
+    printf("%s (%s) on %s:%d, %s mode", spec->name, a.path,
+           recap_backend_name(opts.device.backend), opts.device.index, graph ? "graph" : "eager");
+    if (spec->bucket_dim >= 0)
+      printf(", %s=%" PRId64 " (bucket %" PRId64 ")", spec->dims[spec->bucket_dim].name, batch,
+             p->model->bucket_values[bucket]);
+    printf("\ninputs: uniform [-1, 1) from seed %" PRIu64 " (--seed %" PRIu64
+           " reproduces them)\n",
+           seed, seed);
+    for (size_t i = 0; i < inputs.count; i++) {
+      printf("  %-12s ", inputs.items[i].info.name);
+      print_shape(&inputs.items[i].info);
+      printf("\n");
+    }
+    fflush(stdout);
+  }
+  double t0 = cli_now();
+  if (graph && (st = recap_pipeline_capture(p)) != RECAP_OK) {
+    cli_report_failure(CMD, "capturing", st);
+    goto done;
+  }
+  double capture_wall_ms = (cli_now() - t0) * 1e3;
+  for (int i = 0; i < warmup; i++)
+    if ((st = recap_pipeline_run(p, batch)) != RECAP_OK) {
+      cli_report_failure(CMD, "warmup run", st);
+      goto done;
+    }
+  if (!(ms = malloc((size_t)iters * sizeof *ms))) {
+    fprintf(stderr, "recap %s: out of memory\n", CMD);
+    goto done;
+  }
+  if ((st = cli_time_runs(p, batch, iters, ms)) != RECAP_OK) {
+    cli_report_failure(CMD, "running", st);
+    goto done;
+  }
+  if ((st = cli_outputs_copy_out(p, batch, &outputs)) != RECAP_OK) {
+    cli_report_failure(CMD, "copying the outputs", st);
+    goto done;
+  }
+  cli_summary sum;
+  cli_summarize(ms, iters, &sum);
+  recap_pipeline_stats stats;
+  if ((st = recap_pipeline_stats_get(p, &stats)) != RECAP_OK) {
+    cli_report_failure(CMD, "reading the stats", st);
+    goto done;
+  }
+
+  if (a.json) {
+    root = json_object();
+    json_object_set_new(root, "spec", json_string(a.path));
+    json_object_set_new(root, "name", json_string(spec->name));
+    json_object_set_new(root, "device", json_string(recap_backend_name(opts.device.backend)));
+    json_object_set_new(root, "mode", json_string(graph ? "graph" : "eager"));
+    json_object_set_new(root, "batch", json_integer(batch));
+    json_object_set_new(root, "bucket", json_integer(p->model->bucket_values[bucket]));
+    json_object_set_new(root, "seed", json_integer((json_int_t)seed));
+    json_object_set_new(root, "warmup", json_integer(warmup));
+    json_object_set_new(root, "iters", json_integer(iters));
+    json_t *timing = json_object(), *samples = json_array();
+    json_object_set_new(timing, "median_ms", json_real(sum.median));
+    json_object_set_new(timing, "p10_ms", json_real(sum.p10));
+    json_object_set_new(timing, "p90_ms", json_real(sum.p90));
+    json_object_set_new(timing, "mean_ms", json_real(sum.mean));
+    json_object_set_new(timing, "min_ms", json_real(sum.min));
+    json_object_set_new(timing, "max_ms", json_real(sum.max));
+    for (int i = 0; i < iters; i++) json_array_append_new(samples, json_real(ms[i]));
+    json_object_set_new(timing, "samples_ms", samples);
+    json_object_set_new(root, "timing", timing);
+    json_t *setup = json_object();
+    json_object_set_new(setup, "load_ms", json_real(p->timings.load_ms));
+    json_object_set_new(setup, "bind_ms", json_real(p->timings.bind_ms));
+    json_object_set_new(setup, "warmup_ms", json_real(p->timings.warmup_ms));
+    json_object_set_new(setup, "capture_ms", json_real(p->timings.capture_ms));
+    json_object_set_new(setup, "instantiate_ms", json_real(p->timings.instantiate_ms));
+    json_object_set_new(setup, "capture_total_wall_ms", json_real(capture_wall_ms));
+    json_object_set_new(root, "setup", setup);
+    json_t *outs = json_array();
+    for (size_t i = 0; i < outputs.count; i++) {
+      const cli_host_tensor *h = &outputs.items[i];
+      size_t n = h->info.bytes / recap_dtype_size(h->info.dtype);
+      double s, abs_s;
+      cli_checksum(h->host, h->info.dtype, n, &s, &abs_s);
+      json_t *o = json_object(), *first = json_array();
+      json_object_set_new(o, "name", json_string(h->info.name));
+      json_object_set_new(o, "dtype", json_string(recap_dtype_name(h->info.dtype)));
+      json_object_set_new(o, "shape", shape_json(&h->info));
+      json_object_set_new(o, "sum", json_real(s));
+      json_object_set_new(o, "abs_sum", json_real(abs_s));
+      for (size_t j = 0; j < n && j < FIRST_VALUES; j++)
+        json_array_append_new(first, json_real(cli_value(h->host, h->info.dtype, j)));
+      json_object_set_new(o, "first", first);
+      json_array_append_new(outs, o);
+    }
+    json_object_set_new(root, "outputs", outs);
+    json_t *js = json_object();
+    json_object_set_new(js, "eager_runs", json_integer((json_int_t)stats.eager_runs));
+    json_object_set_new(js, "replays", json_integer((json_int_t)stats.replays));
+    json_object_set_new(js, "captures", json_integer((json_int_t)stats.captures));
+    json_object_set_new(js, "launches_per_eager_run", json_integer((json_int_t)p->launches));
+    json_object_set_new(js, "arena_bytes", json_integer((json_int_t)stats.arena_bytes));
+    json_object_set_new(js, "pool_reserved_bytes",
+                        json_integer((json_int_t)stats.pool_reserved_bytes));
+    json_object_set_new(js, "param_bytes", json_integer((json_int_t)stats.param_bytes));
+    json_object_set_new(root, "stats", js);
+    if (json_dumpf(root, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER) != 0) {
+      fprintf(stderr, "recap %s: writing JSON failed\n", CMD);
+      goto done;
+    }
+    printf("\n");
+  } else {
+    printf("setup: load %.1f ms, bind %.1f ms", p->timings.load_ms, p->timings.bind_ms);
+    if (graph)
+      printf(", warmup %.1f ms, capture %.1f ms, instantiate %.1f ms (%zu bucket%s)",
+             p->timings.warmup_ms, p->timings.capture_ms, p->timings.instantiate_ms,
+             stats.num_buckets, stats.num_buckets == 1 ? "" : "s");
+    printf("\ntiming: %d run%s after %d warmup (device events): median %.4f ms, p10 %.4f, "
+           "p90 %.4f, min %.4f, max %.4f\n",
+           iters, iters == 1 ? "" : "s", warmup, sum.median, sum.p10, sum.p90, sum.min, sum.max);
+    printf("outputs:\n");
+    for (size_t i = 0; i < outputs.count; i++) {
+      const cli_host_tensor *h = &outputs.items[i];
+      size_t n = h->info.bytes / recap_dtype_size(h->info.dtype);
+      double s, abs_s;
+      cli_checksum(h->host, h->info.dtype, n, &s, &abs_s);
+      printf("  %-12s ", h->info.name);
+      print_shape(&h->info);
+      printf("  sum %.6g  abs sum %.6g\n               first:", s, abs_s);
+      for (size_t j = 0; j < n && j < FIRST_VALUES; j++)
+        printf(" %.6g", cli_value(h->host, h->info.dtype, j));
+      printf("%s\n", n > FIRST_VALUES ? " ..." : "");
+    }
+    printf("stats: %" PRIu64 " replays, %" PRIu64 " eager runs (%zu launches each), %" PRIu64
+           " captures; arena %zu B, pool %zu B, params %zu B\n",
+           stats.replays, stats.eager_runs, p->launches, stats.captures, stats.arena_bytes,
+           stats.pool_reserved_bytes, stats.param_bytes);
+  }
+  if (a.save_path) {
+    if (!save_tensors(p, a.save_path, &inputs, &outputs, seed, batch)) goto done;
+    fprintf(a.json ? stderr : stdout, "saved params, inputs and outputs to %s\n", a.save_path);
+  }
+  rc = CLI_EXIT_OK;
+done:
+  json_decref(root);
+  free(ms);
+  cli_host_tensors_free(&outputs);
+  cli_host_tensors_free(&inputs);
+  if (p && (st = recap_pipeline_destroy(p)) != RECAP_OK) {
+    cli_report_failure(CMD, "destroying the pipeline", st);
+    rc = CLI_EXIT_FAILURE;
+  }
+  recap__spec_destroy(spec);
+  return rc;
+}

@@ -1,0 +1,129 @@
+/* spec_util.c: loading specs, choosing buckets and devices for the subcommands. */
+#include <string.h>
+#include <time.h>
+
+#include "engine/cli/cli.h"
+
+recap_status cli_load_spec(const char *path, recap__spec **out) {
+  recap__spec_options options = {0};
+  recap__diag diag = {0};
+  recap_status st = recap__spec_load_file(path, &options, out, &diag);
+  if (st == RECAP_STATUS_SPEC_ERROR && diag.count > 0) {
+    for (size_t i = 0; i < diag.count; i++) fprintf(stderr, "%s\n", diag.messages[i]);
+    if (diag.dropped > 0) fprintf(stderr, "%s: %zu more errors not shown\n", path, diag.dropped);
+  } else if (st != RECAP_OK) {
+    fprintf(stderr, "%s: error: %s\n", path, recap_last_error());
+  }
+  recap__diag_free(&diag);
+  return st;
+}
+
+bool cli_select_bucket(const char *cmd, const recap__spec *spec, const char *name,
+                       int64_t value, bool exact, size_t *bucket, int64_t *batch) {
+  size_t n = recap__spec_num_buckets(spec);
+  if (!name) {
+    *bucket = n - 1;
+    *batch = recap__spec_bucket_value(spec, n - 1);
+    return true;
+  }
+  if (spec->bucket_dim < 0) {
+    fprintf(stderr,
+            "recap %s: --dim %s: this spec has no bucketed dim (only a dim given as a list "
+            "of values can be chosen)\n",
+            cmd, name);
+    return false;
+  }
+  const recap__spec_dim *dim = &spec->dims[spec->bucket_dim];
+  if (strcmp(dim->name, name) != 0) {
+    fprintf(stderr, "recap %s: --dim %s: the bucketed dim is '%s'\n", cmd, name, dim->name);
+    return false;
+  }
+  for (size_t b = 0; b < n; b++) {
+    int64_t v = recap__spec_bucket_value(spec, b);
+    if (v == value || (!exact && v > value)) {
+      *bucket = b;
+      *batch = value;
+      return true;
+    }
+  }
+  char list[256] = "";
+  size_t used = 0;
+  for (size_t b = 0; b < n && used < sizeof list - 24; b++)
+    used += (size_t)snprintf(list + used, sizeof list - used, "%s%lld", b ? ", " : "",
+                             (long long)recap__spec_bucket_value(spec, b));
+  fprintf(stderr, "recap %s: --dim %s=%lld: %s %s\n", cmd, name, (long long)value,
+          exact ? "not a bucket; buckets are" : "above the largest bucket; buckets are", list);
+  return false;
+}
+
+bool cli_resolve_dims(const char *cmd, const recap__spec *spec, const char *const *dims,
+                      int count, const char **overrides, size_t *bucket, int64_t *batch) {
+  const char *batch_name = NULL;
+  int64_t batch_value = 0;
+  int n = 0;
+  for (int i = 0; i < count; i++) {
+    char name[64];
+    int64_t value;
+    if (!cli_parse_dim(cmd, dims[i], name, sizeof name, &value)) return false;
+    int found = -1;
+    for (size_t d = 0; d < spec->num_dims; d++)
+      if (strcmp(spec->dims[d].name, name) == 0) found = (int)d;
+    if (found < 0) {
+      fprintf(stderr, "recap %s: --dim %s: the spec declares no dim '%s'\n", cmd, dims[i], name);
+      return false;
+    }
+    if (found == spec->bucket_dim) {
+      batch_name = spec->dims[found].name;
+      batch_value = value;
+    } else {
+      overrides[n++] = dims[i];
+    }
+  }
+  overrides[n] = NULL;
+  return cli_select_bucket(cmd, spec, batch_name, batch_value, false, bucket, batch);
+}
+
+bool cli_pick_device(const char *cmd, const char *requested, recap_backend_kind spec_device,
+                     recap_device *out) {
+  recap_backend_kind kind = spec_device;
+  if (requested && recap_backend_parse(requested, &kind) != RECAP_OK) {
+    fprintf(stderr, "recap %s: --device expects cuda or host, got '%s'\n", cmd, requested);
+    return false;
+  }
+  if (kind == RECAP_BACKEND_CUDA && !recap_device_is_available(RECAP_BACKEND_CUDA)) {
+    const char *why = recap_backend_compiled(RECAP_BACKEND_CUDA)
+                          ? "no CUDA GPU on this machine"
+                          : "this build has no CUDA backend";
+    if (requested) {
+      fprintf(stderr, "recap %s: --device cuda: %s\n", cmd, why);
+      return false;
+    }
+    /* On stderr, so that --json output on stdout stays pure JSON. */
+    fprintf(stderr, "note: %s: running on the host backend (CPU)\n", why);
+    kind = RECAP_BACKEND_HOST;
+  }
+  *out = (recap_device){kind, 0};
+  return true;
+}
+
+void cli_report_failure(const char *cmd, const char *what, recap_status status) {
+  const char *detail = recap_last_error();
+  fprintf(stderr, "recap %s: %s failed: %s%s%s\n", cmd, what, recap_status_string(status),
+          detail[0] ? "\n" : "", detail);
+}
+
+const char *cli_format_bytes(size_t bytes, char *buf, size_t size) {
+  if (bytes >= (1u << 20))
+    snprintf(buf, size, "%.1f MiB", (double)bytes / (1 << 20));
+  else if (bytes >= (1u << 10))
+    snprintf(buf, size, "%.1f KiB", (double)bytes / (1 << 10));
+  else
+    snprintf(buf, size, "%zu B", bytes);
+  return buf;
+}
+
+double cli_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}

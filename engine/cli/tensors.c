@@ -1,0 +1,233 @@
+/* tensors.c: host-side tensor data and timing for the subcommands that run pipelines. */
+#include "engine/cli/tensors.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+
+#include "kernels/half.h"
+#include "runtime/backend.h"
+#include "runtime/error.h"
+
+void cli_tensor_describe(const recap_pipeline *p, int t, int64_t batch, cli_tensor *out) {
+  const recap__model *m = p->model;
+  const recap__ir *ir = m->irs[m->num_buckets - 1];
+  const recap__ir_tensor *x = &ir->tensors[t];
+  memset(out, 0, sizeof *out);
+  out->index = t;
+  out->name = x->name;
+  out->role = x->role;
+  out->is_output = x->is_output;
+  out->dtype = x->dtype;
+  out->ndim = x->ndim;
+  memcpy(out->shape, x->shape, sizeof out->shape);
+  int64_t largest = m->bucket_values[m->num_buckets - 1];
+  if (x->bucket_axis >= 0 && batch > 0 && largest > 0) {
+    /* A reshape may fold the batch into a wider axis ([B * S, D]): keep its multiple. */
+    out->shape[x->bucket_axis] = x->shape[x->bucket_axis] / largest * batch;
+    out->rows = batch;
+  }
+  uint64_t numel = 1;
+  for (int d = 0; d < out->ndim; d++) numel *= (uint64_t)out->shape[d];
+  out->bytes = (size_t)(numel * recap_dtype_size(out->dtype));
+}
+
+/* Collects the tensors of the largest IR that `want` accepts. */
+static recap_status collect(const recap_pipeline *p, int64_t batch, bool outputs,
+                            cli_host_tensors *out) {
+  const recap__ir *ir = p->model->irs[p->model->num_buckets - 1];
+  size_t n = 0;
+  for (size_t t = 0; t < ir->num_tensors; t++)
+    n += outputs ? ir->tensors[t].is_output : ir->tensors[t].role == RECAP_ROLE_INPUT;
+  cli_host_tensors set = {calloc(n ? n : 1, sizeof *set.items), 0};
+  if (!set.items) return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory for %zu tensors", n);
+  for (size_t t = 0; t < ir->num_tensors; t++) {
+    bool want = outputs ? ir->tensors[t].is_output : ir->tensors[t].role == RECAP_ROLE_INPUT;
+    if (!want) continue;
+    cli_host_tensor *h = &set.items[set.count++];
+    cli_tensor_describe(p, (int)t, batch, &h->info);
+    if (!(h->host = malloc(h->info.bytes ? h->info.bytes : 1))) {
+      cli_host_tensors_free(&set);
+      return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no host memory for tensor '%s' (%zu bytes)",
+                        ir->tensors[t].name, h->info.bytes);
+    }
+  }
+  *out = set;
+  return RECAP_OK;
+}
+
+recap_status cli_inputs_make(const recap_pipeline *p, int64_t batch, uint64_t seed,
+                             cli_host_tensors *out) {
+  recap_status st = collect(p, batch, false, out);
+  if (st != RECAP_OK) return st;
+  uint64_t rng = seed;
+  for (size_t i = 0; i < out->count; i++)
+    cli_fill_random(out->items[i].host, out->items[i].info.dtype,
+                    out->items[i].info.bytes / recap_dtype_size(out->items[i].info.dtype), &rng);
+  return RECAP_OK;
+}
+
+recap_status cli_inputs_copy_in(recap_pipeline *p, const cli_host_tensors *inputs) {
+  for (size_t i = 0; i < inputs->count; i++) {
+    const cli_host_tensor *h = &inputs->items[i];
+    recap_status st = recap_pipeline_copy_in(p, h->info.name, h->host, h->info.bytes, h->info.rows);
+    if (st != RECAP_OK) return st;
+  }
+  return RECAP_OK;
+}
+
+recap_status cli_outputs_copy_out(recap_pipeline *p, int64_t batch, cli_host_tensors *out) {
+  recap_status st = collect(p, batch, true, out);
+  if (st != RECAP_OK) return st;
+  for (size_t i = 0; i < out->count; i++) {
+    cli_host_tensor *h = &out->items[i];
+    if ((st = recap_pipeline_copy_out(p, h->info.name, h->host, h->info.bytes, h->info.rows)) !=
+        RECAP_OK) {
+      cli_host_tensors_free(out);
+      return st;
+    }
+  }
+  return RECAP_OK;
+}
+
+void cli_host_tensors_free(cli_host_tensors *set) {
+  for (size_t i = 0; i < set->count; i++) free(set->items[i].host);
+  free(set->items);
+  set->items = NULL;
+  set->count = 0;
+}
+
+uint64_t cli_random_seed(void) {
+  uint64_t seed = 0;
+  if (getrandom(&seed, sizeof seed, GRND_NONBLOCK) == (ssize_t)sizeof seed) return seed;
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (uint64_t)ts.tv_sec * 1000000007u ^ (uint64_t)ts.tv_nsec;
+}
+
+uint64_t cli_rng_next(uint64_t *state) {
+  uint64_t z = (*state += 0x9e3779b97f4a7c15u);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
+  return z ^ (z >> 31);
+}
+
+void cli_fill_random(void *host, recap_dtype dtype, size_t count, uint64_t *state) {
+  if (!recap_dtype_is_float(dtype)) {
+    /* Integer inputs are indices (embedding ids, positions) whose valid range the spec does
+     * not state; 0 is valid for all of them. */
+    memset(host, 0, count * recap_dtype_size(dtype));
+    return;
+  }
+  for (size_t i = 0; i < count; i++) {
+    /* The top 24 bits give a float in [0, 1) exactly. */
+    float u = (float)(cli_rng_next(state) >> 40) * 0x1p-24f;
+    recap__store_f32(host, dtype, (int64_t)i, 2.0f * u - 1.0f);
+  }
+}
+
+double cli_value(const void *host, recap_dtype dtype, size_t i) {
+  return (double)recap__load_f32(host, dtype, (int64_t)i);
+}
+
+void cli_checksum(const void *host, recap_dtype dtype, size_t count, double *sum,
+                  double *abs_sum) {
+  double s = 0, a = 0;
+  for (size_t i = 0; i < count; i++) {
+    double v = cli_value(host, dtype, i);
+    s += v;
+    a += fabs(v);
+  }
+  *sum = s;
+  *abs_sum = a;
+}
+
+size_t cli_compare(const void *got, const void *want, recap_dtype dtype, size_t count,
+                   double *max_abs) {
+  double atol = 0, rtol = 0;
+  switch (dtype) {
+    case RECAP_DTYPE_F32: atol = 1e-5, rtol = 1e-4; break;
+    case RECAP_DTYPE_F16: atol = 1e-3, rtol = 1e-2; break;
+    case RECAP_DTYPE_BF16: atol = 1e-2, rtol = 2e-2; break;
+    default: break;
+  }
+  size_t bad = 0;
+  double worst = 0;
+  for (size_t i = 0; i < count; i++) {
+    double g = cli_value(got, dtype, i), w = cli_value(want, dtype, i);
+    if (isnan(g) || isnan(w)) {
+      if (!(isnan(g) && isnan(w))) bad++;
+      continue;
+    }
+    double d = fabs(g - w);
+    if (d > worst) worst = d;
+    if (d > atol + rtol * fabs(w)) bad++;
+  }
+  *max_abs = worst;
+  return bad;
+}
+
+recap_status cli_read_device(recap_pipeline *p, const void *device, void *host, size_t bytes) {
+  recap_stream *s = recap_pipeline_stream(p);
+  /* memcpy_async takes host or device pointers; the copy is ordered after the runs. */
+  recap_status st = s->backend->memcpy_async(host, device, bytes, s);
+  if (st != RECAP_OK) return st;
+  return recap_stream_synchronize(s);
+}
+
+recap_status cli_time_runs(recap_pipeline *p, int64_t batch, int iters, double *ms) {
+  recap_stream *s = recap_pipeline_stream(p);
+  recap_event *start = NULL, *end = NULL;
+  recap_status st;
+  if ((st = recap_event_create(p->device, RECAP_EVENT_TIMING, &start)) != RECAP_OK) goto fail;
+  if ((st = recap_event_create(p->device, RECAP_EVENT_TIMING, &end)) != RECAP_OK) goto fail;
+  for (int i = 0; i < iters; i++) {
+    if ((st = recap_event_record(start, s)) != RECAP_OK) goto fail;
+    if ((st = recap_pipeline_run_async(p, batch, NULL)) != RECAP_OK) goto fail;
+    if ((st = recap_event_record(end, s)) != RECAP_OK) goto fail;
+    /* One run at a time: the next start is recorded on an idle stream, so an eager run's
+     * launch overhead is part of its time rather than hidden behind a queue of work. */
+    if ((st = recap_event_synchronize(end)) != RECAP_OK) goto fail;
+    float elapsed = 0;
+    if ((st = recap_event_elapsed_ms(start, end, &elapsed)) != RECAP_OK) goto fail;
+    ms[i] = elapsed;
+  }
+fail:
+  recap_event_destroy(end);
+  recap_event_destroy(start);
+  return st;
+}
+
+static int compare_doubles(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static double percentile(const double *sorted, int n, double q) {
+  double pos = q * (n - 1);
+  int lo = (int)pos;
+  if (lo >= n - 1) return sorted[n - 1];
+  return sorted[lo] + (pos - lo) * (sorted[lo + 1] - sorted[lo]);
+}
+
+void cli_summarize(const double *values, int n, cli_summary *out) {
+  memset(out, 0, sizeof *out);
+  double *sorted = malloc((size_t)n * sizeof *sorted);
+  if (n <= 0 || !sorted) {
+    free(sorted);
+    return;
+  }
+  memcpy(sorted, values, (size_t)n * sizeof *sorted);
+  qsort(sorted, (size_t)n, sizeof *sorted, compare_doubles);
+  double sum = 0;
+  for (int i = 0; i < n; i++) sum += sorted[i];
+  out->median = percentile(sorted, n, 0.5);
+  out->p10 = percentile(sorted, n, 0.1);
+  out->p90 = percentile(sorted, n, 0.9);
+  out->mean = sum / n;
+  out->min = sorted[0];
+  out->max = sorted[n - 1];
+  free(sorted);
+}

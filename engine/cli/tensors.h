@@ -1,0 +1,99 @@
+/*
+ * tensors.h: host-side data for the subcommands that run pipelines (run, bench, serve-bench):
+ * which external tensors a pipeline has and their shapes for a batch, seeded random inputs,
+ * checksums, comparisons, device reads, and timing a pipeline with device events.
+ *
+ *   cli_tensor x;
+ *   cli_tensor_describe(p, recap__ir_find_tensor(ir, "x"), batch, &x);
+ *   void *host = malloc(x.bytes);
+ *   uint64_t rng = seed;
+ *   cli_fill_random(host, x.dtype, x.bytes / recap_dtype_size(x.dtype), &rng);
+ *   recap_pipeline_copy_in(p, x.name, host, x.bytes, x.rows);
+ *   double ms[100];
+ *   cli_time_runs(p, batch, 100, ms);       // one event pair per run
+ *   cli_summary s; cli_summarize(ms, 100, &s);
+ */
+#ifndef RECAP_ENGINE_CLI_TENSORS_H
+#define RECAP_ENGINE_CLI_TENSORS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/pipeline.h"
+#include "include/recap.h"
+
+/* One tensor as the CLI moves it, shaped for `batch` real rows. */
+typedef struct {
+  int index; /* in the pipeline's IRs */
+  const char *name; /* owned by the pipeline's model */
+  recap_tensor_role role;
+  bool is_output;
+  recap_dtype dtype;
+  int ndim;
+  int64_t shape[RECAP_MAX_DIMS];
+  int64_t rows; /* copy_in/copy_out's `rows`: batch for a bucketed tensor, else 0 */
+  size_t bytes; /* of those rows */
+} cli_tensor;
+
+/* Describes tensor `t` of `p` for a run with `batch` rows (0 for specs without buckets).
+ * A tensor whose extent along the bucketed axis is k times the bucket value keeps k * batch
+ * entries there. */
+void cli_tensor_describe(const recap_pipeline *p, int t, int64_t batch, cli_tensor *out);
+
+/* Host copies of a pipeline's inputs or outputs for one batch. */
+typedef struct {
+  cli_tensor info;
+  void *host; /* info.bytes, malloc'd */
+} cli_host_tensor;
+
+typedef struct {
+  cli_host_tensor *items;
+  size_t count;
+} cli_host_tensors;
+
+/* Host data for every input of p with `batch` rows, drawn with cli_fill_random from a
+ * generator seeded with `seed` (inputs in spec order), so a seed reproduces the data.
+ * RECAP_STATUS_OUT_OF_MEMORY (nothing kept) if allocation fails. */
+recap_status cli_inputs_make(const recap_pipeline *p, int64_t batch, uint64_t seed,
+                             cli_host_tensors *out);
+/* recap_pipeline_copy_in of each. */
+recap_status cli_inputs_copy_in(recap_pipeline *p, const cli_host_tensors *inputs);
+/* Allocates *out and copies every output's `batch` rows out (waits for the runs). */
+recap_status cli_outputs_copy_out(recap_pipeline *p, int64_t batch, cli_host_tensors *out);
+/* Frees the host copies; a zeroed set is fine. */
+void cli_host_tensors_free(cli_host_tensors *set);
+
+/* A seed from the system's entropy (getrandom), else from the clock. */
+uint64_t cli_random_seed(void);
+/* splitmix64: a small, fast, seedable generator; the same seed gives the same data. */
+uint64_t cli_rng_next(uint64_t *state);
+/* Fills `count` elements: floats uniform in [-1, 1) (rounded to the dtype), integers 0. */
+void cli_fill_random(void *host, recap_dtype dtype, size_t count, uint64_t *state);
+
+/* Element i as a double. */
+double cli_value(const void *host, recap_dtype dtype, size_t i);
+/* Sum and sum of absolute values over `count` elements. */
+void cli_checksum(const void *host, recap_dtype dtype, size_t count, double *sum,
+                  double *abs_sum);
+/* Elements of `got` farther from `want` than the dtype's tolerance (|d| <= atol + rtol*|want|:
+ * f32 1e-5 + 1e-4, f16 1e-3 + 1e-2, bf16 1e-2 + 2e-2; integers exact); *max_abs gets the
+ * largest difference. NaN in either counts as a mismatch unless both are NaN. */
+size_t cli_compare(const void *got, const void *want, recap_dtype dtype, size_t count,
+                   double *max_abs);
+
+/* Copies device memory of p's device to the host on p's stream and waits. */
+recap_status cli_read_device(recap_pipeline *p, const void *device, void *host, size_t bytes);
+
+/* Runs p `iters` times with `batch` rows (each run: record a timing event on p's stream,
+ * recap_pipeline_run_async, record the second event, wait for it) and stores each run's
+ * device time in ms[i]. The pipeline's mode decides eager or replay. */
+recap_status cli_time_runs(recap_pipeline *p, int64_t batch, int iters, double *ms);
+
+typedef struct {
+  double median, p10, p90, mean, min, max;
+} cli_summary;
+/* Percentiles by linear interpolation between the sorted values (n >= 1). */
+void cli_summarize(const double *values, int n, cli_summary *out);
+
+#endif

@@ -1,0 +1,484 @@
+/*
+ * pipeline.c: the public pipeline API of include/recap.h ("Pipelines").
+ *
+ * Creation order, and why: the spec is loaded and checked completely (with the device's
+ * capacity for the size checks, and the caller's dim overrides), every bucket's IR is built
+ * and the largest is planned BEFORE anything touches the device, so a bad spec allocates
+ * nothing. Then the params (once per model), the pipeline's streams, events and buffers.
+ *
+ * Bucket rows: a tensor whose shape carries the bucketed dim holds, for a run with b real
+ * rows, the layout of bucket bk = the smallest bucket >= b (its rows along the bucketed axis
+ * first, then zeroed padding rows). When the bucketed axis is the first, every bucket's
+ * layout is a prefix of the largest's, which is the usual case (a batch).
+ */
+#include "engine/pipeline.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "runtime/backend.h"
+#include "runtime/error.h"
+
+enum { DEFAULT_MAX_RECAPTURES = 16 };
+
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+/* ---- the model: spec, IRs, plan, params ---- */
+
+void recap__model_retain(recap__model *m) {
+  atomic_fetch_add(&m->refs, 1);
+}
+
+static void model_free(recap__model *m) {
+  recap__unbind_params(m);
+  recap__plan_destroy(m->plan);
+  if (m->irs)
+    for (size_t b = 0; b < m->num_buckets; ++b) recap__ir_destroy(m->irs[b]);
+  free(m->irs);
+  free(m->bucket_values);
+  recap__spec_destroy(m->spec);
+  free(m);
+}
+
+void recap__model_release(recap__model *m) {
+  if (m && atomic_fetch_sub(&m->refs, 1) == 1) model_free(m);
+}
+
+/* Applies one "NAME=V[,V...]" override to the loaded spec. */
+static recap_status apply_dim(recap__spec *spec, const char *text) {
+  const char *eq = strchr(text, '=');
+  size_t n = eq ? (size_t)(eq - text) : 0;
+  int index = -1;
+  for (size_t i = 0; eq && i < spec->num_dims; ++i)
+    if (strlen(spec->dims[i].name) == n && strncmp(spec->dims[i].name, text, n) == 0)
+      index = (int)i;
+  if (index < 0)
+    return RECAP_FAIL(RECAP_STATUS_SPEC_ERROR,
+                      "dim override '%s': expected NAME=VALUE with a dim the spec declares", text);
+  int64_t values[64];
+  size_t count = 0;
+  for (const char *s = eq + 1;;) {
+    char *end;
+    long long v = strtoll(s, &end, 10);
+    if (end == s || v < 1 || v > ((int64_t)1 << 40) || count == 64 ||
+        (count > 0 && v <= values[count - 1]) || (*end != ',' && *end != '\0'))
+      return RECAP_FAIL(RECAP_STATUS_SPEC_ERROR,
+                        "dim override '%s': values must be positive integers, ascending, at "
+                        "most 64",
+                        text);
+    values[count++] = v;
+    if (*end == '\0') break;
+    s = end + 1;
+  }
+  if (count > 1 && spec->bucket_dim >= 0 && spec->bucket_dim != index)
+    return RECAP_FAIL(RECAP_STATUS_SPEC_ERROR,
+                      "dim override '%s': dim '%s' already has buckets (one dim at most)", text,
+                      spec->dims[spec->bucket_dim].name);
+  int64_t *copy = calloc(count, sizeof *copy);
+  if (!copy) return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory for a dim override");
+  memcpy(copy, values, count * sizeof *copy);
+  recap__spec_dim *d = &spec->dims[index];
+  free(d->values);
+  d->values = copy;
+  d->count = count;
+  if (count > 1) {
+    d->bucketed = true;
+    spec->bucket_dim = index;
+  }
+  return RECAP_OK;
+}
+
+static recap_status load_spec(const char *path, const char *yaml, size_t length, const char *name,
+                              const recap_pipeline_options *o, recap__spec **out) {
+  recap__spec_options so = {.base_dir = o->base_dir};
+  recap__spec *spec = NULL;
+  recap_device device = o->device;
+  bool know_device = o->override_device != 0;
+  /* The capacity check needs the device, which the spec itself may name: then load once
+   * to read it, and again with the capacity. */
+  for (int pass = 0; pass < 2; ++pass) {
+    if (know_device) {
+      size_t free_bytes = 0, total = 0;
+      RECAP_TRY(recap_device_mem_get_info(device, &free_bytes, &total));
+      so.device_memory_bytes = total;
+    }
+    recap__spec_destroy(spec);
+    spec = NULL;
+    RECAP_TRY(path ? recap__spec_load_file(path, &so, &spec, NULL)
+                   : recap__spec_load_string(yaml, length, name, &so, &spec, NULL));
+    if (know_device) break;
+    device = (recap_device){spec->device, 0};
+    know_device = true;
+  }
+  for (const char *const *d = o->dims; d && *d; ++d) {
+    recap_status st = apply_dim(spec, *d);
+    if (st != RECAP_OK) {
+      recap__spec_destroy(spec);
+      return st;
+    }
+  }
+  *out = spec;
+  return RECAP_OK;
+}
+
+/* IRs per bucket (checked again: the dims may have been overridden) and the plan. */
+static recap_status build_model(recap__spec *spec, recap_device device, recap__model **out) {
+  recap__model *m = calloc(1, sizeof *m);
+  if (!m) {
+    recap__spec_destroy(spec);
+    return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory for a pipeline model");
+  }
+  atomic_init(&m->refs, 1);
+  m->device = device;
+  m->spec = spec;
+  m->num_buckets = recap__spec_num_buckets(spec);
+  m->irs = calloc(m->num_buckets, sizeof *m->irs);
+  m->bucket_values = calloc(m->num_buckets, sizeof *m->bucket_values);
+  recap_status st = RECAP_OK;
+  recap__diag diag = {0};
+  if (!m->irs || !m->bucket_values) {
+    st = RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory for a pipeline model");
+    goto fail;
+  }
+  for (size_t b = 0; b < m->num_buckets; ++b) {
+    m->bucket_values[b] = recap__spec_bucket_value(spec, b);
+    recap_status bs = recap__ir_build(spec, b, &m->irs[b], &diag);
+    if (bs != RECAP_OK && st == RECAP_OK) st = bs;
+  }
+  if (st != RECAP_OK) {
+    char *text = recap__diag_join(&diag);
+    if (text) recap__fail_plain(st, "%s", text);
+    free(text);
+    goto fail;
+  }
+  const recap__ir *largest = m->irs[m->num_buckets - 1];
+  RECAP_TRY_GOTO(st, recap__plan_build(largest, &m->plan), fail);
+  for (size_t b = 0; b + 1 < m->num_buckets; ++b)
+    RECAP_TRY_GOTO(st, recap__plan_check_fits(m->plan, m->irs[b]), fail);
+  for (size_t o = 0; o < largest->num_ops; ++o)
+    if (largest->ops[o].def->is_random) m->has_random = true;
+  recap__diag_free(&diag);
+  *out = m;
+  return RECAP_OK;
+fail:
+  recap__diag_free(&diag);
+  model_free(m);
+  return st;
+}
+
+/* ---- pipelines ---- */
+
+static bool env_disables_graphs(void) {
+  const char *v = getenv("RECAP_DISABLE_GRAPHS");
+  return v && strcmp(v, "1") == 0;
+}
+
+/* A new pipeline over `m` (which it takes a reference of) with `o`'s settings. */
+static recap_status pipeline_new(recap__model *m, const recap_pipeline_options *o, bool bind_params,
+                                 recap_pipeline **out) {
+  recap_pipeline *p = calloc(1, sizeof *p);
+  if (!p) return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory for a pipeline");
+  recap__model_retain(m);
+  p->model = m;
+  p->device = m->device;
+  p->mode = o->override_mode ? o->mode : RECAP_MODE_GRAPH;
+  if (env_disables_graphs()) p->mode = RECAP_MODE_EAGER;
+  p->capture_mode = o->capture_mode_set ? o->capture_mode : RECAP_CAPTURE_MODE_THREAD_LOCAL;
+  p->warmup = o->warmup > 0 ? o->warmup : m->spec->warmup;
+  p->max_recaptures = o->max_recaptures > 0 ? o->max_recaptures : DEFAULT_MAX_RECAPTURES;
+  p->oversize = o->oversize;
+  recap_status st = RECAP_OK;
+  if (o->stream) {
+    recap_device sd = recap_stream_device(o->stream);
+    if (sd.backend != p->device.backend || sd.index != p->device.index) {
+      st = RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
+                      "the options' stream belongs to %s:%d, the pipeline to %s:%d",
+                      recap_backend_name(sd.backend), sd.index,
+                      recap_backend_name(p->device.backend), p->device.index);
+      goto fail;
+    }
+    p->stream = o->stream;
+  } else {
+    RECAP_TRY_GOTO(st, recap_stream_create(p->device, 0, RECAP_STREAM_NON_BLOCKING, &p->stream),
+                   fail);
+    p->owns_stream = true;
+  }
+  if (bind_params) {
+    double t0 = now_ms();
+    RECAP_TRY_GOTO(st, recap__bind_params(m, p->stream), fail);
+    p->timings.bind_ms += now_ms() - t0;
+  }
+  double t0 = now_ms();
+  p->graphs = calloc(m->num_buckets, sizeof *p->graphs);
+  if (!p->graphs) {
+    st = RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory for the pipeline's graphs");
+    goto fail;
+  }
+  RECAP_TRY_GOTO(st, recap__exec_create_streams(p), fail);
+  RECAP_TRY_GOTO(st, recap__bind_pipeline(p), fail);
+  RECAP_TRY_GOTO(st, recap__exec_synchronize(p), fail);
+  p->timings.bind_ms += now_ms() - t0;
+  *out = p;
+  return RECAP_OK;
+fail:
+  recap_pipeline_destroy(p);
+  return st;
+}
+
+static recap_status create(const char *path, const char *yaml, size_t length, const char *name,
+                           const recap_pipeline_options *options, recap_pipeline **out) {
+  RECAP_CHECK_ARG(out);
+  recap_pipeline_options o = {0};
+  if (options) o = *options;
+  RECAP_CHECK_ARG(o.mode == RECAP_MODE_GRAPH || o.mode == RECAP_MODE_EAGER);
+  RECAP_CHECK_ARG(o.oversize == RECAP_OVERSIZE_EAGER || o.oversize == RECAP_OVERSIZE_FAIL);
+  RECAP_CHECK_ARG(o.warmup >= 0 && o.max_recaptures >= 0);
+  double t0 = now_ms();
+  recap__spec *spec = NULL;
+  RECAP_TRY(load_spec(path, yaml, length, name, &o, &spec));
+  recap_device device = o.override_device ? o.device : (recap_device){spec->device, 0};
+  recap__model *m = NULL;
+  RECAP_TRY(build_model(spec, device, &m)); /* takes the spec */
+  double load_ms = now_ms() - t0;
+  /* The spec's seed drives its random ops, as torch.manual_seed at the top of a script. */
+  recap_status st = RECAP_OK;
+  if (m->has_random) st = recap_rng_manual_seed(device, m->spec->seed);
+  recap_pipeline *p = NULL;
+  if (st == RECAP_OK) st = pipeline_new(m, &o, true, &p);
+  recap__model_release(m); /* the pipeline holds its own reference */
+  RECAP_TRY(st);
+  p->timings.load_ms = load_ms;
+  *out = p;
+  return RECAP_OK;
+}
+
+recap_status recap_pipeline_create_file(const char *path, const recap_pipeline_options *options,
+                                        recap_pipeline **out) {
+  RECAP_CHECK_ARG(path);
+  return create(path, NULL, 0, NULL, options, out);
+}
+
+recap_status recap_pipeline_create_string(const char *yaml, size_t length, const char *name,
+                                          const recap_pipeline_options *options,
+                                          recap_pipeline **out) {
+  RECAP_CHECK_ARG(yaml);
+  return create(NULL, yaml, length, name, options, out);
+}
+
+recap_status recap_pipeline_clone(recap_pipeline *source, const recap_pipeline_options *options,
+                                  recap_pipeline **out) {
+  RECAP_CHECK_ARG(source && out);
+  recap_pipeline_options o = {0};
+  if (options) o = *options;
+  if (o.override_device &&
+      (o.device.backend != source->device.backend || o.device.index != source->device.index))
+    return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
+                      "a clone shares its source's params and cannot change the device");
+  RECAP_CHECK_ARG(o.mode == RECAP_MODE_GRAPH || o.mode == RECAP_MODE_EAGER);
+  RECAP_CHECK_ARG(o.oversize == RECAP_OVERSIZE_EAGER || o.oversize == RECAP_OVERSIZE_FAIL);
+  RECAP_CHECK_ARG(o.warmup >= 0 && o.max_recaptures >= 0);
+  return pipeline_new(source->model, &o, false, out);
+}
+
+recap_status recap_pipeline_destroy(recap_pipeline *p) {
+  if (!p) return RECAP_OK;
+  if (p->stream && recap_stream_is_capturing(p->stream))
+    return RECAP_FAIL(RECAP_STATUS_BUSY, "the pipeline's stream is capturing");
+  recap_status st = RECAP_OK;
+  if (p->stream) {
+    st = recap_stream_synchronize(p->stream);
+    if (p->side)
+      for (int s = 1; s < p->num_streams; ++s)
+        if (p->side[s - 1]) recap_stream_synchronize(p->side[s - 1]);
+  }
+  recap__graph_destroy_all(p);
+  free(p->graphs);
+  recap__unbind_pipeline(p);
+  recap__exec_destroy_streams(p);
+  if (p->owns_stream) recap_stream_destroy(p->stream);
+  recap__model_release(p->model);
+  free(p);
+  return st;
+}
+
+recap_status recap_pipeline_capture(recap_pipeline *p) {
+  RECAP_CHECK_ARG(p);
+  return recap__graph_capture_all(p);
+}
+
+recap_status recap_pipeline_run_async(recap_pipeline *p, int64_t batch, recap_event **done) {
+  RECAP_CHECK_ARG(p);
+  RECAP_TRY(recap__graph_run(p, batch, false));
+  RECAP_TRY(recap_event_record(p->done, p->stream));
+  if (done) *done = p->done;
+  return RECAP_OK;
+}
+
+recap_status recap_pipeline_run(recap_pipeline *p, int64_t batch) {
+  RECAP_CHECK_ARG(p);
+  RECAP_TRY(recap__graph_run(p, batch, false));
+  return recap_stream_synchronize(p->stream);
+}
+
+recap_status recap_pipeline_run_eager(recap_pipeline *p, int64_t batch) {
+  RECAP_CHECK_ARG(p);
+  RECAP_TRY(recap__graph_run(p, batch, true));
+  return recap_stream_synchronize(p->stream);
+}
+
+/* ---- tensors ---- */
+
+static recap_status find(recap_pipeline *p, const char *name, int *index) {
+  RECAP_CHECK_ARG(p && name);
+  const recap__ir *ir = p->model->irs[p->model->num_buckets - 1];
+  int t = recap__ir_find_tensor(ir, name);
+  if (t < 0)
+    return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "pipeline '%s' has no tensor '%s'",
+                      p->model->spec->name, name);
+  if (ir->tensors[t].role == RECAP_ROLE_INTERMEDIATE && !ir->tensors[t].is_output)
+    return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
+                      "tensor '%s' is an intermediate: its memory is reused within a run "
+                      "(list it in outputs to read it)",
+                      name);
+  *index = t;
+  return RECAP_OK;
+}
+
+/* Tensor t's memory (an output may be a view of a state, e.g. kv_append's cache). */
+static void *memory_of(const recap_pipeline *p, int t) {
+  return p->views[(p->model->num_buckets - 1) * p->num_tensors + (size_t)t].data;
+}
+
+recap_status recap_pipeline_tensor(recap_pipeline *p, const char *name, recap_tensor *out) {
+  int t;
+  RECAP_TRY(find(p, name, &t));
+  RECAP_CHECK_ARG(out);
+  *out = p->views[(p->model->num_buckets - 1) * p->num_tensors + (size_t)t];
+  return RECAP_OK;
+}
+
+/* Where `rows` rows of tensor t live: the bucket's layout (see the top of this file). */
+typedef struct {
+  size_t outer;      /* blocks before the bucketed axis */
+  size_t src_stride; /* bytes of one block in the host buffer: rows * inner */
+  size_t dst_stride; /* bytes of one block in the device buffer: bucket rows * inner */
+  size_t copy;       /* bytes copied per block */
+} row_layout;
+
+static recap_status layout_for(recap_pipeline *p, int t, size_t bytes, int64_t rows,
+                               row_layout *out) {
+  const recap__model *m = p->model;
+  const recap__ir_tensor *tt = &m->irs[m->num_buckets - 1]->tensors[t];
+  if (rows < 0) return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "rows is negative");
+  if (rows == 0 || tt->bucket_axis < 0) {
+    if (rows != 0)
+      return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
+                        "tensor '%s' does not carry the bucketed dim: pass rows = 0", tt->name);
+    if (bytes != tt->bytes)
+      return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "tensor '%s' has %llu bytes, %zu given",
+                        tt->name, (unsigned long long)tt->bytes, bytes);
+    *out = (row_layout){1, bytes, bytes, bytes};
+    return RECAP_OK;
+  }
+  int64_t most = m->bucket_values[m->num_buckets - 1];
+  if (rows > most)
+    return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
+                      "%lld rows of tensor '%s' exceed the largest bucket (%lld)", (long long)rows,
+                      tt->name, (long long)most);
+  size_t bk = recap__pipeline_bucket_for(p, rows);
+  const recap__ir_tensor *bt = &m->irs[bk]->tensors[t];
+  int a = tt->bucket_axis;
+  if ((tt->bucket_axes & (tt->bucket_axes - 1)) != 0 || bt->shape[a] != m->bucket_values[bk])
+    return RECAP_FAIL(RECAP_STATUS_NOT_SUPPORTED,
+                      "tensor '%s' does not hold the bucketed dim as one axis of its rows; copy "
+                      "it whole (rows = 0)",
+                      tt->name);
+  size_t outer = 1, inner = recap_dtype_size(bt->dtype);
+  for (int d = 0; d < a; ++d) outer *= (size_t)bt->shape[d];
+  for (int d = a + 1; d < bt->ndim; ++d) inner *= (size_t)bt->shape[d];
+  if (bytes != (size_t)rows * outer * inner)
+    return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
+                      "%lld rows of tensor '%s' are %zu bytes, %zu given", (long long)rows,
+                      tt->name, (size_t)rows * outer * inner, bytes);
+  *out =
+      (row_layout){outer, (size_t)rows * inner, (size_t)bt->shape[a] * inner, (size_t)rows * inner};
+  return RECAP_OK;
+}
+
+recap_status recap_pipeline_copy_in(recap_pipeline *p, const char *name, const void *host,
+                                    size_t bytes, int64_t rows) {
+  int t;
+  RECAP_TRY(find(p, name, &t));
+  RECAP_CHECK_ARG(host || bytes == 0);
+  const recap__ir_tensor *tt = &p->model->irs[p->model->num_buckets - 1]->tensors[t];
+  if (tt->role != RECAP_ROLE_INPUT && tt->role != RECAP_ROLE_STATE && tt->role != RECAP_ROLE_SCALAR)
+    return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "tensor '%s' is not an input, state or scalar",
+                      name);
+  row_layout l;
+  RECAP_TRY(layout_for(p, t, bytes, rows, &l));
+  const recap__backend *be = p->stream->backend;
+  void *dst = memory_of(p, t);
+  /* Padding rows hold zeros, so a bucket's padding computes on defined values. */
+  if (l.copy != (size_t)tt->bytes)
+    RECAP_TRY(be->memset_async(dst, 0, (size_t)tt->bytes, p->stream));
+  for (size_t o = 0; o < l.outer; ++o)
+    RECAP_TRY(be->memcpy_async((char *)dst + o * l.dst_stride,
+                               (const char *)host + o * l.src_stride, l.copy, p->stream));
+  /* The host buffer may be reused as soon as this returns (it may be pinned memory, which
+   * the copy reads asynchronously). */
+  return recap_stream_synchronize(p->stream);
+}
+
+recap_status recap_pipeline_copy_out(recap_pipeline *p, const char *name, void *host, size_t bytes,
+                                     int64_t rows) {
+  int t;
+  RECAP_TRY(find(p, name, &t));
+  RECAP_CHECK_ARG(host || bytes == 0);
+  row_layout l;
+  RECAP_TRY(layout_for(p, t, bytes, rows, &l));
+  const recap__backend *be = p->stream->backend;
+  for (size_t o = 0; o < l.outer; ++o)
+    RECAP_TRY(be->memcpy_async((char *)host + o * l.src_stride,
+                               (const char *)memory_of(p, t) + o * l.dst_stride, l.copy,
+                               p->stream));
+  return recap_stream_synchronize(p->stream);
+}
+
+recap_status recap_pipeline_rebind(recap_pipeline *p, const char *name, void *device_memory) {
+  int t;
+  RECAP_TRY(find(p, name, &t));
+  RECAP_CHECK_ARG(device_memory);
+  const recap__ir_tensor *tt = &p->model->irs[p->model->num_buckets - 1]->tensors[t];
+  if (tt->role == RECAP_ROLE_INTERMEDIATE)
+    return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
+                      "tensor '%s' is an output; only inputs, params, states and scalars can "
+                      "be rebound",
+                      name);
+  p->data[t] = device_memory;
+  recap__bind_views(p);
+  return recap__graph_rebind(p);
+}
+
+recap_status recap_pipeline_stats_get(recap_pipeline *p, recap_pipeline_stats *out) {
+  RECAP_CHECK_ARG(p && out);
+  recap_pipeline_stats s = p->stats;
+  s.arena_bytes = p->model->plan->arena_bytes;
+  s.param_bytes = p->model->param_bytes;
+  s.num_buckets = p->model->num_buckets;
+  s.num_ops = p->num_ops;
+  recap_pool_stats ps;
+  if (p->has_pool && recap_pool_stats_get(p->device, p->pool, &ps) == RECAP_OK)
+    s.pool_reserved_bytes = ps.reserved_bytes;
+  *out = s;
+  return RECAP_OK;
+}
+
+recap_stream *recap_pipeline_stream(recap_pipeline *p) {
+  return p ? p->stream : NULL;
+}

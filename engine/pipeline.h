@@ -1,0 +1,175 @@
+/*
+ * pipeline.h: what a recap_pipeline is made of (internal to the engine; the CLI reads it).
+ *
+ * The public functions (include/recap.h, "Pipelines") live in pipeline.c; this header lets
+ * the executor files and the CLI share the structure:
+ *
+ *   bind.c        params (once per model, shared by clones), the other external buffers, the
+ *                 arena in the pipeline's private pool, every tensor's view per bucket.
+ *   exec.c        one eager run of a bucket: fork, ops on their streams with the plan's waits,
+ *                 join. Also the body of every capture.
+ *   graph_mode.c  warmup, one graph per bucket (largest first, one pool), replay, rebind and
+ *                 re-capture, the eager fallbacks and their counters.
+ *
+ * The CLI may read (never write) every field documented "read-only" below, between calls on
+ * the same thread that uses the pipeline:
+ *
+ *   recap_pipeline *p;  recap_pipeline_create_file(path, &opts, &p);
+ *   const recap__ir *ir = p->model->irs[p->model->num_buckets - 1];   // largest bucket
+ *   recap__plan_format(ir, p->model->plan, &text);
+ *   recap_pipeline_capture(p);
+ *   printf("capture %.3f ms\n", p->timings.capture_ms);
+ *   recap_graph_debug_dump(p->graphs[0], "g.dot");                    // after a capture
+ *
+ * Ownership: a pipeline owns everything except its model, which is reference counted and
+ * shared with its clones (recap__model_release when the last one goes), and a caller's
+ * stream given in the options.
+ */
+#ifndef RECAP_ENGINE_PIPELINE_H
+#define RECAP_ENGINE_PIPELINE_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/ir.h"
+#include "engine/plan.h"
+#include "engine/spec.h"
+#include "include/recap.h"
+#include "kernels/op.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* What clones share, immutable after creation except the reference count: the checked spec,
+ * one IR per bucket, the plan of the largest bucket, and the params (weights) in one block. */
+typedef struct recap__model {
+  atomic_int refs;
+  recap_device device;
+  recap__spec *spec;
+  recap__ir **irs;        /* per bucket, ascending bucket value (read-only) */
+  size_t num_buckets;     /* 1 for specs without buckets */
+  int64_t *bucket_values; /* per bucket: the bucketed dim's value (0 without buckets) */
+  recap__plan *plan;      /* of irs[num_buckets - 1] (read-only) */
+  void *param_block;      /* every param, carved at 256-byte offsets (recap_malloc) */
+  size_t param_bytes;     /* the block's size */
+  void **param_data;      /* per tensor index: the param's memory, NULL for other roles */
+  bool has_random;        /* some op draws random numbers */
+} recap__model;
+
+/* Adds a reference. */
+void recap__model_retain(recap__model *model);
+/* Drops a reference; the last one frees params, plan, IRs and spec. NULL is accepted. */
+void recap__model_release(recap__model *model);
+
+/* Timings of the one-off work, in milliseconds of host wall-clock time (read-only). */
+typedef struct {
+  double load_ms;        /* spec load and check, IRs and plan (0 for a clone) */
+  double bind_ms;        /* allocations and param initialization, waited for (0 for a clone's
+                            params, which it shares) */
+  double warmup_ms;      /* the eager warmup runs before the captures, all buckets */
+  double capture_ms;     /* from capture begin to just before capture end, all buckets */
+  double instantiate_ms; /* capture end: instantiate or update, and upload, all buckets */
+} recap__pipeline_timings;
+
+struct recap_pipeline {
+  recap__model *model; /* shared with clones (read-only) */
+  recap_device device;
+  recap_run_mode mode; /* after options and RECAP_DISABLE_GRAPHS */
+  recap_capture_mode capture_mode;
+  int warmup; /* iterations per bucket before capturing */
+  int max_recaptures;
+  recap_oversize_policy oversize;
+
+  recap_stream *stream; /* stream 0 (read-only) */
+  bool owns_stream;
+  recap_stream **side;   /* side stream s at side[s - 1]; NULL for streams without ops */
+  int num_streams;       /* 1 + side streams (the plan's) */
+  recap_event *fork;     /* recorded on stream 0 at the start of a run */
+  recap_event **joins;   /* per stream s >= 1 with ops: recorded after its last op */
+  recap_event **op_done; /* per op that another stream waits for, else NULL */
+  recap_event *done;     /* run_async's event */
+
+  recap_pool_id pool; /* the private pool: the arena and every graph's memory */
+  bool has_pool;
+  void *arena;         /* plan->arena_bytes from the pool */
+  void **data;         /* per tensor: memory of an external root (input, param, state,
+                          scalar, output), else NULL; rebind changes an entry */
+  void **owned;        /* per tensor: the buffer this pipeline allocated for it, else NULL */
+  recap_tensor *views; /* views[bucket * num_tensors + t]: every tensor of every bucket */
+  size_t num_tensors;
+  recap_op_call *calls; /* calls[bucket * num_ops + op]: bound, ready to launch */
+  size_t num_ops;
+  size_t launches; /* ops that launch work per run (views launch nothing) (read-only) */
+
+  /* Real rows of the current run, for kv_append's `rows` input: padding rows of a bucket
+   * must not write into state. Device i32[1], written on stream 0 before every run from
+   * rows_host[b] (constant host memory, one entry per possible row count). NULL when no
+   * op needs it. */
+  int32_t *rows_device;
+  int32_t *rows_host;
+
+  recap_graph **graphs;            /* per bucket; NULL entries until captured (read-only) */
+  bool captured;                   /* every bucket has a graph */
+  bool graphs_failed;              /* a capture failed: graph mode is off, runs are eager */
+  int recaptures;                  /* re-captures after rebinds so far */
+  recap_pipeline_stats stats;      /* counters (read with recap_pipeline_stats_get) */
+  recap__pipeline_timings timings; /* (read-only) */
+};
+
+/* ---- bind.c ---- */
+
+/* Allocates and initializes the params of `model` (on `stream`, waited for). */
+recap_status recap__bind_params(recap__model *model, recap_stream *stream);
+/* Frees the params (the model's last reference is gone and no work uses them). */
+void recap__unbind_params(recap__model *model);
+/* Gives the pipeline its buffers: inputs, state, scalars and outputs (initialized as the spec
+ * says), the arena from the private pool, the rows scalar, and builds views and calls. */
+recap_status recap__bind_pipeline(recap_pipeline *p);
+/* Rebuilds every view and call after p->data changed (a rebind). */
+void recap__bind_views(recap_pipeline *p);
+/* Frees what recap__bind_pipeline allocated (the streams must be idle). */
+void recap__unbind_pipeline(recap_pipeline *p);
+
+/* ---- exec.c ---- */
+
+/* Creates the side streams and events the plan needs. */
+recap_status recap__exec_create_streams(recap_pipeline *p);
+void recap__exec_destroy_streams(recap_pipeline *p);
+/* Waits for stream 0 and every side stream. */
+recap_status recap__exec_synchronize(recap_pipeline *p);
+/* Writes the real row count for the next run (no-op without rows_device). */
+recap_status recap__exec_set_rows(recap_pipeline *p, int64_t rows);
+/* Submits one run of `bucket` op by op: fork, ops with their waits, join. Inside a capture
+ * begun on stream 0, `graph` is the capturing graph (side streams join it); NULL otherwise.
+ * A failing launch's message names the op ("op 'layer3': ..."). */
+recap_status recap__exec_run(recap_pipeline *p, size_t bucket, recap_graph *graph);
+
+/* ---- graph_mode.c ---- */
+
+/* The smallest bucket >= batch, or num_buckets when batch exceeds the largest. */
+size_t recap__pipeline_bucket_for(const recap_pipeline *p, int64_t batch);
+/* Warmup and capture of every bucket (no-op in eager mode or once captured). A capture
+ * failure turns graphs off for this pipeline (stderr says so) and is returned. */
+recap_status recap__graph_capture_all(recap_pipeline *p);
+/* The two halves of recap__graph_capture_all, for tests that act between them: the eager
+ * warmup runs (GEMM preparation included; states and the RNG are restored afterwards), and
+ * the captures, largest bucket first. */
+recap_status recap__graph_warmup(recap_pipeline *p);
+recap_status recap__graph_capture_buckets(recap_pipeline *p);
+/* Submits one run with `batch` rows: a replay, or an eager run (eager mode or `eager`,
+ * oversize, fallback), counted in p->stats. */
+recap_status recap__graph_run(recap_pipeline *p, int64_t batch, bool eager);
+/* After p->data changed: re-captures every captured bucket (updates in place) or, past
+ * max_recaptures, drops the graphs and goes eager with a warning. */
+recap_status recap__graph_rebind(recap_pipeline *p);
+/* Destroys the graphs (the streams must be idle). */
+void recap__graph_destroy_all(recap_pipeline *p);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,162 @@
+#!/usr/bin/env bash
+# The `recap` command line end to end on the host backend: exit codes (0 ok, 1 failure,
+# 2 usage), --help everywhere, strict flags, validate's FILE:LINE:COL errors, plan, ops, dot,
+# run's JSON and .safetensors output (with the data checked by recomputing a spec in Python),
+# bench's JSON and SVG, and serve-bench with 4 workers.
+set -uo pipefail
+recap=$1
+specs=specs # //specs:all, in the runfiles tree the test starts in
+bad_specs=tests/data/bad_specs
+tmp=${TEST_TMPDIR:-$(mktemp -d)}
+failures=0
+
+fail() {
+  echo "FAIL: $*"
+  failures=$((failures + 1))
+}
+
+# expect CODE DESCRIPTION -- COMMAND...: runs it, keeps stdout/stderr in $tmp/out, $tmp/err.
+expect() {
+  local want=$1 what=$2
+  shift 3
+  "$@" >"$tmp/out" 2>"$tmp/err"
+  local got=$?
+  if [ "$got" -ne "$want" ]; then
+    fail "$what: exit $got, expected $want ($*)"
+    sed 's/^/    /' "$tmp/err" | head -20
+  fi
+}
+
+check_json() { # FILE: parses as JSON
+  python3 -c 'import json, sys; json.load(open(sys.argv[1]))' "$1" 2>>"$tmp/err" ||
+    fail "$1 is not valid JSON"
+}
+
+# --help on every subcommand, usage errors.
+for cmd in info validate plan ops dot run bench serve-bench; do
+  expect 0 "$cmd --help" -- "$recap" "$cmd" --help
+  grep -q "usage: recap $cmd" "$tmp/out" || fail "$cmd --help prints no usage line"
+done
+expect 0 "recap --help" -- "$recap" --help
+expect 2 "no command" -- "$recap"
+expect 2 "unknown command" -- "$recap" frobnicate
+expect 2 "unknown flag" -- "$recap" run "$specs/fork_join.yaml" --bogus
+grep -q -- "--bogus" "$tmp/err" || fail "the unknown flag is not named"
+expect 2 "bad number" -- "$recap" bench "$specs/fork_join.yaml" --iters 3x
+grep -q -- "--iters" "$tmp/err" || fail "the bad number's flag is not named"
+expect 2 "negative number" -- "$recap" run "$specs/fork_join.yaml" --iters -1
+expect 2 "missing value" -- "$recap" run "$specs/fork_join.yaml" --iters
+expect 2 "bad mode" -- "$recap" run "$specs/fork_join.yaml" --mode fast
+expect 2 "bad dim" -- "$recap" plan "$specs/mlp_decode.yaml" --dim B=3
+expect 2 "unknown dim" -- "$recap" run "$specs/mlp_decode.yaml" --dim Q=3
+expect 2 "no spec" -- "$recap" validate
+
+# validate: every example is valid; a bad spec fails with positioned errors.
+expect 0 "validate specs" -- "$recap" validate "$specs"/*.yaml
+expect 1 "validate a bad spec" -- "$recap" validate "$bad_specs/dim_zero.yaml"
+grep -qE "dim_zero.yaml:[0-9]+:[0-9]+: error: " "$tmp/err" || fail "no FILE:LINE:COL error"
+expect 1 "validate a missing file" -- "$recap" validate "$tmp/no_such.yaml"
+
+# ops lists the registry.
+expect 0 "ops" -- "$recap" ops
+for op in matmul softmax linear attention; do
+  grep -q "^$op\$" "$tmp/out" || fail "ops does not list $op"
+done
+grep -q "causal" "$tmp/out" || fail "ops shows no attributes"
+expect 1 "ops with an unknown op" -- "$recap" ops sofmax
+grep -q "softmax" "$tmp/err" || fail "no suggestion for a misspelt op"
+
+# plan prints the totals.
+expect 0 "plan" -- "$recap" plan "$specs/mlp_decode.yaml"
+for word in "arena:" "naive:" "max live:"; do
+  grep -q "$word" "$tmp/out" || fail "plan prints no '$word'"
+done
+expect 0 "plan of one bucket" -- "$recap" plan "$specs/mlp_decode.yaml" --dim B=2
+
+# dot: the DAG, and the captured graph.
+expect 0 "dot" -- "$recap" dot "$specs/fork_join.yaml"
+grep -q "^digraph" "$tmp/out" || fail "dot prints no digraph"
+grep -q "wait" "$tmp/out" || fail "dot shows no cross-stream wait for fork_join"
+expect 0 "dot --graph" -- "$recap" dot "$specs/elementwise_chain.yaml" --graph --device host
+grep -q "digraph" "$tmp/out" || fail "dot --graph prints no digraph"
+
+# run with JSON on the small specs.
+for spec in elementwise_chain fork_join; do
+  expect 0 "run $spec" -- "$recap" run "$specs/$spec.yaml" --device host --iters 2 --warmup 1 \
+    --json --seed 5
+  cp "$tmp/out" "$tmp/$spec.json"
+  check_json "$tmp/$spec.json"
+done
+expect 0 "run eager" -- "$recap" run "$specs/fork_join.yaml" --device host --mode eager \
+  --iters 1 --seed 5 --json
+cp "$tmp/out" "$tmp/fork_join_eager.json"
+# Same seed, same inputs: graph and eager agree.
+python3 - "$tmp/fork_join.json" "$tmp/fork_join_eager.json" <<'EOF' || fail "run: graph and eager outputs differ"
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+assert a["mode"] == "graph" and b["mode"] == "eager"
+for x, y in zip(a["outputs"], b["outputs"]):
+    assert x["shape"] == y["shape"] and abs(x["sum"] - y["sum"]) <= 1e-3 * max(1, abs(y["sum"])), (x, y)
+EOF
+
+# --save-tensors: a valid .safetensors file whose data reproduces the output.
+expect 0 "run --save-tensors" -- "$recap" run "$specs/elementwise_chain.yaml" --device host \
+  --iters 1 --warmup 0 --seed 9 --save-tensors "$tmp/chain.safetensors"
+python3 - "$tmp/chain.safetensors" <<'EOF' || fail "--save-tensors: bad file or wrong data"
+import json, math, struct, sys
+blob = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", blob[:8])[0]
+header = json.loads(blob[8:8 + n])
+data = blob[8 + n:]
+entries = sorted((v["data_offsets"], k) for k, v in header.items() if k != "__metadata__")
+pos = 0
+for (begin, end), name in entries:
+    assert begin == pos, f"{name} starts at {begin}, expected {pos}"
+    pos = end
+assert pos == len(data), f"data_offsets cover {pos} bytes of {len(data)}"
+for k in ("x", "bias", "gain", "y"):
+    assert header[k]["dtype"] == "F32" and header[k]["shape"] == [4096], header[k]
+def tensor(name):
+    b, e = header[name]["data_offsets"]
+    return struct.unpack(f"<{(e - b) // 4}f", data[b:e])
+x, bias, gain, y = (tensor(k) for k in ("x", "bias", "gain", "y"))
+assert any(v != 0 for v in x), "inputs are all zero"
+h = list(x)
+for step in range(25):  # the spec: (add bias, mul gain, tanh, scale 1.5) x 25
+    h = [1.5 * math.tanh((v + b) * g) for v, b, g in zip(h, bias, gain)]
+worst = max(abs(a - b) for a, b in zip(h, y))
+assert worst < 1e-4, f"y differs from the recomputation by {worst}"
+EOF
+
+# bench with JSON and SVG.
+expect 0 "bench" -- "$recap" bench "$specs/elementwise_chain.yaml" --device host --iters 3 \
+  --warmup 1 --json "$tmp/bench.json" --svg "$tmp/bench.svg"
+check_json "$tmp/bench.json"
+python3 - "$tmp/bench.json" <<'EOF' || fail "bench JSON lacks fields"
+import json, sys
+d = json.load(open(sys.argv[1]))
+for mode in ("eager", "graph"):
+    for key in ("median_ms", "p10_ms", "p90_ms", "launches_per_iter"):
+        assert key in d[mode], (mode, key)
+    assert len(d[mode]["samples_ms"]) == 3
+assert d["eager"]["launches_per_iter"] == 100 and d["graph"]["launches_per_iter"] == 1
+for key in ("speedup", "setup", "memory"):
+    assert key in d, key
+EOF
+head -c 4 "$tmp/bench.svg" | grep -q "<svg" || fail "the SVG does not start with <svg"
+grep -q "graph replay" "$tmp/bench.svg" || fail "the SVG has no labels"
+
+# serve-bench: 4 workers, every result checked.
+expect 0 "serve-bench" -- "$recap" serve-bench "$specs/mlp_decode.yaml" --device host \
+  --threads 4 --requests 200 --dim H=256 --seed 3
+grep -q "0 mismatches" "$tmp/out" || fail "serve-bench did not check every result"
+grep -q "requests/s" "$tmp/out" || fail "serve-bench prints no throughput"
+grep -q "p99" "$tmp/out" || fail "serve-bench prints no p99"
+expect 2 "serve-bench batch too large" -- "$recap" serve-bench "$specs/mlp_decode.yaml" \
+  --batch-max 9
+
+if [ "$failures" -ne 0 ]; then
+  echo "$failures check(s) failed"
+  exit 1
+fi
+echo "all CLI checks passed"
