@@ -10,7 +10,7 @@ tools/deps.sh
 if [ $# -gt 0 ]; then
   tests=("$@")
 else
-  mapfile -t tests < <(bazel query 'kind(cc_test, //tests/...)' 2>/dev/null | sed 's|//tests:||')
+  mapfile -t tests < <(bazel query 'kind(cc_test, //tests:all)' 2>/dev/null | sed 's|//tests:||')
 fi
 bazel build --config=stage "${tests[@]/#/\/\/tests:}" //:recap_cli //:recap_shared
 # The output folder itself, not the bazel-bin link (another Bazel run may have moved it).
