@@ -6,7 +6,7 @@
 # and CUDA-graph timings, graph memory) and `recap bench --json`, all after one measurement of
 # the hardware floors; then tools/bench_report.py writes BENCHMARKS.md (copy it to docs/) and
 # benchmarks.svg to $OUT and prints a one-line summary last. From the device tool:
-#   run(command="bash stage/tools/bench_all.sh", carry=["stage"])
+#   run(command="bash stage/run.sh tools/bench_all.sh", carry=["stage"])
 # Arguments: spec files to run (default: every stage/specs/*.yaml). Per-spec JSON and logs come
 # back as $OUT/bench_raw.tgz; the tensor files stay in $BENCH_WORK (large: mlp-large's is 670 MB)
 # and are deleted after each spec. PEER_ARGS adds options to every peer_torch.py call (e.g.

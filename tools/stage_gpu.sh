@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Builds every test binary, the CLI and librecap.so for the GPU machine (sm_90 only,
-# stripped) and copies them, with specs and test data, into stage/ (git-ignored), together
-# with gpu_run.sh, the one script that runs it all there. Then, from the device tool:
-#   run(command="bash stage/gpu_run.sh", carry=["stage"])
+# stripped) and packs them, with specs, test data and the GPU-side scripts, into
+# stage/bundle.tar.xz (git-ignored). Every test binary links the whole library statically, so
+# the files are alike: xz packs ~100 MiB into ~3 MiB, far under the device tool's 64 MiB.
+# stage/run.sh unpacks the bundle there and runs one of its scripts:
+#   run(command="bash stage/run.sh gpu_run.sh", carry=["stage"])           # every test
+#   run(command="bash stage/run.sh tools/bench_all.sh", carry=["stage"])   # benchmarks
 # Arguments: test names to stage (default: every cc_test under //tests).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -33,8 +36,13 @@ cp tools/gpu_run.sh stage/gpu_run.sh
 mkdir -p stage/tools
 cp tools/bench_all.sh tools/peer_torch.py tools/bench_report.py stage/tools/
 chmod -R u+w stage
+unpacked_kib=$(du -sk stage | cut -f1)
+tar cf - -C stage . | xz -9 -T2 >bundle.tar.xz.tmp
+find stage -mindepth 1 -delete
+mv bundle.tar.xz.tmp stage/bundle.tar.xz
+cp tools/stage_run.sh stage/run.sh
 size_kib=$(du -sk stage | cut -f1)
-echo "staged $(ls stage/tests | wc -l) test files and the CLI: $((size_kib / 1024)) MiB"
+echo "staged ${#tests[@]} tests and the CLI: $((unpacked_kib / 1024)) MiB, packed $((size_kib / 1024)) MiB"
 if [ "$size_kib" -gt $((48 * 1024)) ]; then
   echo "stage/ is over 48 MiB: the device tool carries at most 64 MiB" >&2
   exit 1
