@@ -20,7 +20,8 @@ for t in "$here"/tests/*_test; do
   args=()
   # Bazel passes nvtx_test the recorder tool's path; here it lies beside the test.
   [ "$name" = nvtx_test ] && args=("$here/tests/libnvtx_recorder.so")
-  (cd "$here/tests" && timeout 300 "$t" "${args[@]}") >"$log" 2>&1
+  # From the stage root, as from Bazel's runfiles root: specs/ and tests/data/ lie there.
+  (cd "$here" && timeout 300 "$t" "${args[@]}") >"$log" 2>&1
   code=$?
   runs=$(grep -E '^ +tests ' "$log" | awk '{print $3" run, "$4" passed, "$5" failed, "$6" inactive"}')
   [ "$code" -ne 0 ] && failed=$((failed + 1)) && tail -30 "$log"
