@@ -40,8 +40,11 @@ static inline float load_elem(const void *base, recap_dtype dtype, int64_t index
 }
 
 /* acc[MR][NR] (row stride ldc) += a_panel[kc][MR] * b_panel[kc][NR]. Loads and stores go
- * through memcpy so no alignment is assumed. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+ * through memcpy so no alignment is assumed. The AVX2 clone is chosen by an ifunc resolver
+ * that runs during relocation, before ThreadSanitizer's runtime is up: under TSan it would
+ * crash every binary at start, so TSan builds use the portable version. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
+    !defined(__SANITIZE_THREAD__)
 __attribute__((target_clones("arch=x86-64-v3", "default")))
 #endif
 static void micro_kernel(int kc, const float *restrict ap, const float *restrict bp,
