@@ -25,6 +25,13 @@
  * is the tanh approximation). gelu (erf form, PyTorch's default), silu, sigmoid and tanh run
  * the bias epilogue and then our in-place kernel (gemm_epilogue.cu). The cuBLAS path runs
  * that kernel for bias and activation.
+ *
+ * Skinny GEMMs (the decode case: m <= 16, f16/bf16, x rows and W [N, K] rows with unit
+ * stride along K and 16-byte aligned, K % 8 == 0, no batch, no c) run our own kernel
+ * (gemm_skinny.cu) with bias and every activation fused, when cuBLASLt is the chosen library:
+ * cuBLASLt streams the weights at 70-75% of copy bandwidth there. Selecting plain cuBLAS
+ * uses cuBLAS for every shape, and RECAP_GEMM_SKINNY=0 in the environment (read at each
+ * launch, so a captured graph keeps what it captured) sends skinny shapes to cuBLASLt too.
  */
 #include <cublasLt.h>
 #include <cublas_v2.h>
@@ -556,6 +563,14 @@ static recap_status blas_matmul(gemm_ctx *ctx, const recap__gemm_plan *p, const 
 
 /* ---- entry points -------------------------------------------------------------------------- */
 
+/* Whether a bound plan runs the skinny kernel (see the top of this file). */
+static bool use_skinny(const recap__gemm_plan *p) {
+  if (recap__gemm_library() != RECAP_GEMM_LIBRARY_CUBLASLT) return false;
+  const char *env = getenv("RECAP_GEMM_SKINNY");
+  if (env && strcmp(env, "0") == 0) return false;
+  return recap__cuda_gemm_skinny_fits(p);
+}
+
 static recap_status gemm_run(const recap_op_call *call, void *cuda_stream, bool run) {
   recap__gemm_plan p;
   RECAP_TRY(recap__gemm_plan_make(call, &p));
@@ -571,6 +586,10 @@ static recap_status gemm_run(const recap_op_call *call, void *cuda_stream, bool 
   if (!run) {
     /* Either library may be chosen before the capture: ready both (cuBLAS needs no more). */
     st = lt_matmul(&ctx, &p, p.a, p.b, p.c, p.out, false);
+    goto done;
+  }
+  if (use_skinny(&p)) {
+    st = recap__cuda_gemm_skinny(&p, ctx.device, ctx.stream);
     goto done;
   }
   const size_t es = recap_dtype_size(p.dtype);

@@ -87,6 +87,13 @@ recap_gemm_library recap__gemm_library(void);
 
 /* ---- CUDA (cuda_gemm.c) ---- */
 
+/* The skinny kernel (gemm_skinny.cu). fits: whether the plan's shape, dtype, strides and
+ * (when bound) alignments suit it. The launcher runs the plan on `cuda_stream` of `device`;
+ * RECAP_STATUS_INVALID_ARGUMENT for a plan that does not fit, a CUDA error status when the
+ * launch fails. */
+bool recap__cuda_gemm_skinny_fits(const recap__gemm_plan *p);
+recap_status recap__cuda_gemm_skinny(const recap__gemm_plan *p, int device, void *cuda_stream);
+
 /* Warmup for one GEMM call on `stream`: creates this thread's cuBLAS and cuBLASLt handles for
  * the stream's device, the stream's workspace, and (cuBLASLt) the algorithm for the call's
  * shape, so the same call can then be captured. A host stream needs nothing: RECAP_OK.

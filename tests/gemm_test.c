@@ -880,6 +880,196 @@ static void test_cuda_blas_versions_are_reported(void) {
   CU_ASSERT_EQUAL(v.cublaslt_version / 10000, CUBLAS_VER_MAJOR);
 }
 
+/* ---- CUDA: the skinny kernel (gemm_skinny.cu) ---------------------------------------------- */
+
+static const recap_dtype half_types[] = {RECAP_DTYPE_BF16, RECAP_DTYPE_F16};
+
+/* Runs the case on CUDA with the skinny kernel allowed and, for comparison, with
+ * RECAP_GEMM_SKINNY=0 (cuBLASLt); both must match the host. */
+static void check_skinny_and_fallback(gcase *g, const char *what) {
+  unsetenv("RECAP_GEMM_SKINNY");
+  check_cuda_against_host(g, false, what);
+  setenv("RECAP_GEMM_SKINNY", "0", 1);
+  check_cuda_against_host(g, false, "skinny disabled (cuBLASLt)");
+  unsetenv("RECAP_GEMM_SKINNY");
+}
+
+static void test_cuda_skinny_routing_accepts_only_shapes_it_supports(void) {
+  test_rng rng;
+  test_rng_init(&rng);
+  gcase g;
+  const int64_t xs[2] = {8, 64};
+  make_linear(&g, RECAP_DTYPE_BF16, 2, xs, 40, true, RECAP_ACT_GELU, &rng);
+  for (int i = 0; i < g.call.num_inputs; ++i) g.call.inputs[i] = g.in[i].t;
+  CHECK_OK(recap__op_infer(&g.call));
+  recap__gemm_plan plan, p;
+  CHECK_OK(recap__gemm_plan_make(&g.call, &plan));
+  CU_ASSERT_TRUE(recap__cuda_gemm_skinny_fits(&plan));
+  p = plan, p.dtype = RECAP_DTYPE_F16;
+  CU_ASSERT_TRUE(recap__cuda_gemm_skinny_fits(&p));
+  p = plan, p.m = 1;
+  CU_ASSERT_TRUE(recap__cuda_gemm_skinny_fits(&p));
+  p = plan, p.m = 16;
+  CU_ASSERT_TRUE(recap__cuda_gemm_skinny_fits(&p));
+  p = plan, p.m = 17;
+  CU_ASSERT_FALSE(recap__cuda_gemm_skinny_fits(&p));
+  p = plan, p.dtype = RECAP_DTYPE_F32;
+  CU_ASSERT_FALSE(recap__cuda_gemm_skinny_fits(&p));
+  p = plan, p.k = 4097, p.a_rs = 4097, p.b_cs = 4097; /* K % 8 != 0: rows not 16-byte aligned */
+  CU_ASSERT_FALSE(recap__cuda_gemm_skinny_fits(&p));
+  p = plan, p.a_rs = 1, p.a_cs = 8; /* x transposed */
+  CU_ASSERT_FALSE(recap__cuda_gemm_skinny_fits(&p));
+  p = plan, p.b_rs = 40, p.b_cs = 1; /* W stored [K, N] */
+  CU_ASSERT_FALSE(recap__cuda_gemm_skinny_fits(&p));
+  p = plan, p.b = (const char *)plan.b + 2; /* misaligned weight */
+  CU_ASSERT_FALSE(recap__cuda_gemm_skinny_fits(&p));
+  p = plan, p.batch[1] = 2, p.a_bs[1] = 8 * 64, p.out_bs[1] = 8 * 40;
+  CU_ASSERT_FALSE(recap__cuda_gemm_skinny_fits(&p));
+  p = plan, p.c = plan.a, p.beta = 1.0f; /* any non-NULL c: beta * c would be dropped */
+  CU_ASSERT_FALSE(recap__cuda_gemm_skinny_fits(&p));
+  case_free(&g);
+}
+
+static void test_cuda_skinny_m_1_to_16_with_k_tail_matches_host(void) {
+  test_rng rng;
+  test_rng_init(&rng);
+  for (size_t d = 0; d < 2; ++d) {
+    for (int64_t m = 1; m <= 16; ++m) {
+      /* n odd (a partial block of rows), k = 520: the last 32-wide step is a quarter full. */
+      gcase g;
+      const int64_t xs[2] = {m, 520};
+      make_linear(&g, half_types[d], 2, xs, 257, true, RECAP_ACT_NONE, &rng);
+      case_run_host(&g);
+      check_skinny_and_fallback(&g, "skinny m 1..16");
+      case_free(&g);
+    }
+  }
+}
+
+/* The decode shape itself (many blocks, every warp of a block busy), with an odd n. */
+static void test_cuda_skinny_large_odd_n_matches_host(void) {
+  test_rng rng;
+  test_rng_init(&rng);
+  const int64_t ms[3] = {1, 8, 16};
+  for (int i = 0; i < 3; ++i) {
+    gcase g;
+    const int64_t xs[2] = {ms[i], 4096};
+    make_linear(&g, RECAP_DTYPE_BF16, 2, xs, 4095, true, RECAP_ACT_GELU, &rng);
+    case_run_host(&g);
+    check_cuda_against_host(&g, false, "skinny 4095 x 4096");
+    case_free(&g);
+  }
+}
+
+/* Shapes the kernel refuses (K % 8 != 0) still run, on cuBLASLt. */
+static void test_cuda_skinny_refused_shapes_still_match_host(void) {
+  test_rng rng;
+  test_rng_init(&rng);
+  const int64_t shapes[2][3] = {{3, 4095, 4097}, {16, 33, 33}};
+  for (int i = 0; i < 2; ++i) {
+    gcase g;
+    const int64_t xs[2] = {shapes[i][0], shapes[i][2]};
+    make_linear(&g, RECAP_DTYPE_BF16, 2, xs, shapes[i][1], true, RECAP_ACT_SILU, &rng);
+    case_run_host(&g);
+    check_cuda_against_host(&g, false, "k % 8 != 0");
+    case_free(&g);
+  }
+}
+
+static void test_cuda_skinny_every_activation_with_and_without_bias_matches_host(void) {
+  test_rng rng;
+  test_rng_init(&rng);
+  for (size_t d = 0; d < 2; ++d) {
+    for (int act = RECAP_ACT_NONE; act <= RECAP_ACT_TANH; ++act) {
+      for (int bias = 0; bias < 2; ++bias) {
+        gcase g;
+        const int64_t xs[2] = {7, 264};
+        make_linear(&g, half_types[d], 2, xs, 131, bias, (recap_activation)act, &rng);
+        case_run_host(&g);
+        check_skinny_and_fallback(&g, "skinny activation");
+        case_free(&g);
+      }
+    }
+  }
+}
+
+/* matmul with trans_b is the same layout; alpha scales the product. */
+static void test_cuda_skinny_matmul_trans_b_with_alpha_matches_host(void) {
+  test_rng rng;
+  test_rng_init(&rng);
+  for (size_t d = 0; d < 2; ++d) {
+    gcase g;
+    make_matmul(&g, half_types[d], 12, 100, 96, 0, 1, false, &rng);
+    g.call.attrs.alpha = -0.75;
+    case_run_host(&g);
+    check_skinny_and_fallback(&g, "skinny matmul");
+    case_free(&g);
+  }
+}
+
+/* A chain of skinny layers, each reading the previous one's output, launched back to back
+ * (the kernel lets its successor start early and must make it wait for its output): eagerly
+ * against the host layer by layer, then captured and replayed bit for bit. Every output
+ * starts as NaN, so a layer that read its input too early shows. */
+static void test_cuda_skinny_chain_eager_and_replayed_matches_host(void) {
+  enum { LAYERS = 4, M = 8, H = 1024 };
+  test_rng rng;
+  test_rng_init(&rng);
+  gcase g[LAYERS];
+  dcase d[LAYERS];
+  const int64_t xs[2] = {M, H};
+  for (int i = 0; i < LAYERS; ++i) {
+    make_linear(&g[i], RECAP_DTYPE_BF16, 2, xs, H, true, RECAP_ACT_GELU, &rng);
+    for (int j = 0; j < g[i].call.num_inputs; ++j) g[i].call.inputs[j] = g[i].in[j].t;
+    CHECK_OK(recap__op_infer(&g[i].call));
+    dcase_make(&g[i], &d[i]);
+    if (i > 0) d[i].call.inputs[0].data = d[i - 1].call.outputs[0].data;
+  }
+  for (int i = 0; i < LAYERS; ++i) CHECK_OK(recap__gemm_prepare(&d[i].call, cuda_stream));
+  for (int i = 0; i < LAYERS; ++i) CHECK_OK(recap__op_launch(&d[i].call, cuda_stream));
+  CHECK_OK(recap_stream_synchronize(cuda_stream));
+  recap_tensor eager[LAYERS];
+  for (int i = 0; i < LAYERS; ++i) {
+    eager[i] = dcase_result(&g[i], &d[i]);
+    /* Layer i's host input is what layer i - 1 produced on the device. */
+    if (i > 0)
+      memcpy(g[i].in[0].t.data, eager[i - 1].data,
+             (size_t)M * H * recap_dtype_size(RECAP_DTYPE_BF16));
+    case_run_host(&g[i]);
+    CU_ASSERT_EQUAL(count_bad(&eager[i], g[i].ref, g[i].scale,
+                              cuda_tol(RECAP_DTYPE_BF16, false), "skinny chain"), 0);
+  }
+
+  recap__graph *graph = NULL;
+  recap__graph_exec *exec = NULL;
+  CHECK_OK(recap__capture_begin(cuda_stream, RECAP_CAPTURE_MODE_THREAD_LOCAL));
+  recap_status launched = RECAP_OK;
+  for (int i = 0; i < LAYERS && launched == RECAP_OK; ++i)
+    launched = recap__op_launch(&d[i].call, cuda_stream);
+  CHECK_OK(recap__capture_end(cuda_stream, &graph));
+  CHECK_OK(launched);
+  CHECK_OK(cuda_stream->backend->graph_instantiate(graph, &exec));
+  cuda_stream->backend->graph_destroy(graph);
+  const size_t bytes = (size_t)M * H * recap_dtype_size(RECAP_DTYPE_BF16);
+  for (int replay = 0; replay < 3; ++replay) {
+    for (int i = 0; i < LAYERS; ++i)
+      CU_ASSERT_EQUAL(cudaMemset(d[i].call.outputs[0].data, 0xff, bytes), cudaSuccess);
+    CHECK_OK(cuda_stream->backend->graph_launch(exec, cuda_stream));
+    CHECK_OK(recap_stream_synchronize(cuda_stream));
+    for (int i = 0; i < LAYERS; ++i) {
+      recap_tensor replayed = dcase_result(&g[i], &d[i]);
+      CU_ASSERT_EQUAL(memcmp(replayed.data, eager[i].data, bytes), 0);
+      free(replayed.data);
+    }
+  }
+  cuda_stream->backend->graph_exec_destroy(exec);
+  for (int i = 0; i < LAYERS; ++i) {
+    free(eager[i].data);
+    dcase_free(&d[i]);
+    case_free(&g[i]);
+  }
+}
+
 static int cuda_suite_init(void) {
   if (host_stream_open()) return 1;
   if (recap_stream_create((recap_device){RECAP_BACKEND_CUDA, 0}, 0, RECAP_STREAM_NON_BLOCKING,
@@ -931,6 +1121,13 @@ int main(void) {
   CU_ADD_TEST(cuda, test_cuda_capture_without_warmup_fails_cleanly_then_works);
   CU_ADD_TEST(cuda, test_cuda_two_streams_use_different_workspaces);
   CU_ADD_TEST(cuda, test_cuda_blas_versions_are_reported);
+  CU_ADD_TEST(cuda, test_cuda_skinny_routing_accepts_only_shapes_it_supports);
+  CU_ADD_TEST(cuda, test_cuda_skinny_m_1_to_16_with_k_tail_matches_host);
+  CU_ADD_TEST(cuda, test_cuda_skinny_large_odd_n_matches_host);
+  CU_ADD_TEST(cuda, test_cuda_skinny_refused_shapes_still_match_host);
+  CU_ADD_TEST(cuda, test_cuda_skinny_every_activation_with_and_without_bias_matches_host);
+  CU_ADD_TEST(cuda, test_cuda_skinny_matmul_trans_b_with_alpha_matches_host);
+  CU_ADD_TEST(cuda, test_cuda_skinny_chain_eager_and_replayed_matches_host);
 #else
                                        NULL, NULL);
   (void)cuda;
