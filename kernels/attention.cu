@@ -7,26 +7,41 @@
  * online softmax, never materializing the [Sq, Sk] score matrix. Composed (GEMM, softmax, GEMM)
  * would need a workspace sized by Sk and three launches per step, and the valid length lives
  * in device memory, which a cuBLAS call cannot read: it would have to run over the whole
- * cache capacity with a mask. The fused kernel reads the length itself and touches only the
- * valid keys.
+ * cache capacity with a mask. The fused kernels read the length themselves and touch only the
+ * valid keys. Three kernels, chosen by shape (docs/perf/attention.md has the measurements):
  *
- * Layout of the attention kernel: one block per (batch, head, query row) and per chunk of up
- * to 256 output dims (one chunk for Dh <= 256). The block's warps split the keys, each taking
- * kKeysPerStep consecutive keys per step (warp w takes keys kw..kw+k-1, then k(w + warps)...);
- * for each key the warp computes q . k with its lanes striding over Dh and a shuffle
- * reduction, then updates its running max, running sum and its chunk of the output
- * accumulator (DPL dims per lane, in registers). A decode step (few query rows) gets 16 warps
- * per block and four keys per step, so many independent loads and reductions are in flight
- * (measured on H100, B1 H32/8 Sk4096 Dh128 f16: 187 us, against 572 us with 4 warps and one
- * key per step); a prefill keeps 4 warps and one key per step. The warps' states are merged through
- * shared memory at the end. Any Sk works (keys are streamed), any Dh works (dims beyond one chunk
- * go to more blocks, each recomputing the scores). A decode step with few heads still fills few
- * SMs, and a prefill runs on CUDA cores, not tensor cores: a split over keys across blocks (which
- * needs a workspace) and an MMA-based kernel are the later optimizations.
+ * - flash_kernel (f16/bf16, Dh 64 or 128, Sq >= 16, 16-byte aligned rows): tensor cores. One
+ *   block of 4 warps per (batch, head, tile of 64 query rows), each warp owning 16 rows. K and
+ *   V tiles of 64 keys stream through shared memory by cp.async, double buffered; S = Q K^T and
+ *   O += P V are mma.sync m16n8k16 with f32 accumulators, P rounded to the input type between
+ *   them; the softmax is online, in registers. Causal key tiles past the tile's last query are
+ *   never loaded; only tiles that straddle the diagonal or the length are masked.
+ * - attention_kernel split over keys (decode: few query rows, many keys, sm_90): one block per
+ *   (query row, key split, dim chunk); the splits of a row form a thread-block CLUSTER, and the
+ *   first block merges the others' partial (max, sum, accumulator) through distributed shared
+ *   memory. No workspace, no second launch: B*H rows alone fill a fraction of the SMs.
+ * - attention_kernel unsplit: everything else (f32, other head dims, odd strides, sm_80).
+ *
+ * Layout of attention_kernel: one block per query row and per chunk of up to 256 output dims
+ * (one chunk for Dh <= 256), and per key split when split. The block's warps split the keys,
+ * each taking kKeysPerStep consecutive keys per step (warp w takes keys kw..kw+k-1, then
+ * k(w + warps)...); for each key the warp computes q . k with its lanes striding over Dh and a
+ * shuffle reduction, then updates its running max, running sum and its chunk of the output
+ * accumulator (DPL dims per lane, in registers). A decode step (few query rows) takes four keys
+ * per step, so many independent loads and reductions are in flight, with 16 warps per block
+ * unsplit (measured on H100, B1 H32/8 Sk4096 Dh128 f16: 187 us, against 572 us with 4 warps
+ * and one key per step) and kSplitWarps when split; other shapes keep 4 warps and one key per
+ * step. The warps' states are merged
+ * through shared memory at the end. Any Sk works (keys are streamed), any Dh works (dims beyond
+ * one chunk go to more blocks, each recomputing the scores).
  */
+#include <cooperative_groups.h>
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
+
+#include <type_traits>
 
 #include "kernels/cuda_common.cuh"
 #include "kernels/cuda_ops.h"
@@ -39,6 +54,13 @@ constexpr int kMaxWarps = 16;
 /* Fewer query rows than this leave SMs idle: their blocks get kMaxWarps warps instead of 4. */
 constexpr int64_t kFewRows = 264;
 constexpr int kMaxDpl = 8; /* output dims per lane in registers: chunks of 256 dims */
+/* Key splits of one query row: one cluster, at most the portable cluster size. */
+constexpr int kMaxSplits = 8;
+/* A split gets at least this many keys: fewer would spend more on the merge than they save. */
+constexpr int64_t kMinKeysPerSplit = 128;
+/* Warps of a split block (a row's keys are spread over the cluster already). Measured on H100,
+ * decode B8 H8 Dh64 over 1024 keys, 8 splits: 4 warps 16.5 us, 8 warps 20.6 us, 16 warps 29.4. */
+constexpr int kSplitWarps = 4;
 
 /* ================================ kernels ================================================ */
 
@@ -75,31 +97,49 @@ struct attention_params {
   bool causal;
 };
 
-/* blockIdx.x: query row over (b, h, i); blockIdx.y: which chunk of 32 * DPL output dims.
- * blockDim.x / 32 warps (at most kMaxWarps) split the keys; each warp takes kKeysPerStep
- * consecutive keys per step, so their loads and shuffle reductions overlap. */
-template <typename T, int DPL, int kKeysPerStep>
+/* The valid length, read once by each block; out of [0, Sk] is a device fault. */
+__device__ __forceinline__ int64_t read_length(const attention_params &p) {
+  const int64_t sk = p.k.shape[2];
+  const int64_t len = p.len ? (int64_t)*p.len : sk;
+  if (len < 0 || len > sk) __trap();
+  return len;
+}
+
+/* Unsplit: blockIdx.x is the query row over (b, h, i), blockIdx.y the chunk of 32 * DPL output
+ * dims. kSplit: blockIdx.x is the key split (the cluster spans gridDim.x), blockIdx.y the row,
+ * blockIdx.z the chunk. blockDim.x / 32 warps (at most kMaxWarps) split the block's keys; each
+ * warp takes kKeysPerStep consecutive keys per step, so their loads and shuffle reductions
+ * overlap. */
+template <typename T, int DPL, int kKeysPerStep, bool kSplit>
 __global__ void __launch_bounds__(kMaxWarps * 32)
     attention_kernel(const T *__restrict__ q, const T *__restrict__ k, const T *__restrict__ v,
                      T *__restrict__ out, attention_params p) {
   extern __shared__ float smem[];
-  const int64_t sq = p.q.shape[2], sk = p.k.shape[2], dh = p.q.shape[3];
-  const int64_t i = blockIdx.x % sq, h = (blockIdx.x / sq) % p.heads,
-                b = blockIdx.x / (sq * p.heads), hk = h / p.kv_group;
+  const int64_t sq = p.q.shape[2], dh = p.q.shape[3];
+  const int64_t row = kSplit ? blockIdx.y : blockIdx.x;
+  const int64_t i = row % sq, h = (row / sq) % p.heads, b = row / (sq * p.heads),
+                hk = h / p.kv_group;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-  const int64_t chunk0 = (int64_t)blockIdx.y * 32 * DPL;
+  const int64_t chunk0 = (int64_t)(kSplit ? blockIdx.z : blockIdx.y) * 32 * DPL;
 
   float *q_s = smem;          /* [dh] */
   float *m_s = q_s + dh;      /* [warps] */
   float *l_s = m_s + warps;   /* [warps] */
   float *acc_s = l_s + warps; /* [warps][32 * DPL] */
 
-  const int64_t len = p.len ? (int64_t)*p.len : sk;
-  if (len < 0 || len > sk) __trap();
+  const int64_t len = read_length(p);
   int64_t kend = len;
   if (p.causal) {
     const int64_t last = len - sq + i; /* query i's absolute position */
     kend = last + 1 < kend ? last + 1 : kend;
+  }
+  if (kend < 0) kend = 0;
+  int64_t kbeg = 0;
+  if (kSplit) {
+    /* Split s takes keys [s * per, (s + 1) * per): the length is known only here. */
+    const int64_t per = (kend + gridDim.x - 1) / gridDim.x;
+    kbeg = (int64_t)blockIdx.x * per;
+    kend = kbeg + per < kend ? kbeg + per : kend;
   }
 
   const T *qr = q + b * p.q.stride[0] + h * p.q.stride[1] + i * p.q.stride[2];
@@ -108,20 +148,57 @@ __global__ void __launch_bounds__(kMaxWarps * 32)
 
   const T *kb = k + b * p.k.stride[0] + hk * p.k.stride[1];
   const T *vb = v + b * p.v.stride[0] + hk * p.v.stride[1];
+  const int64_t ks = p.k.stride[2], vs = p.v.stride[2];
+  /* One chunk (Dh <= 32 * DPL, chunk0 == 0): a lane's dims of q . k are its own output dims,
+   * so every K and V load of a step is independent of the others and of the scores, and all
+   * are issued together: one memory round trip per step, not one per load (measured on H100,
+   * decode B8 H8 Dh64 over 1024 keys, 8 splits of 16 warps: 38 us with the loads inside the
+   * dot-product loop, 29-31 us hoisted; docs/perf/attention.md). */
+  const bool one_chunk = dh <= 32 * DPL;
+  float q_r[DPL];
+#pragma unroll
+  for (int t = 0; t < DPL; ++t) q_r[t] = lane + 32 * t < dh ? q_s[lane + 32 * t] : 0.0f;
   float m = -INFINITY, l = 0.0f, acc[DPL];
 #pragma unroll
   for (int t = 0; t < DPL; ++t) acc[t] = 0.0f;
 
-  for (int64_t j0 = (int64_t)warp * kKeysPerStep; j0 < kend; j0 += (int64_t)warps * kKeysPerStep) {
-    float score[kKeysPerStep];
+  for (int64_t j0 = kbeg + (int64_t)warp * kKeysPerStep; j0 < kend;
+       j0 += (int64_t)warps * kKeysPerStep) {
+    float score[kKeysPerStep], v_r[kKeysPerStep][DPL];
+    if (one_chunk) {
+      float k_r[kKeysPerStep][DPL];
 #pragma unroll
-    for (int u = 0; u < kKeysPerStep; ++u) {
-      /* Keys past kend are clamped to a valid row and weighted 0 below. */
-      const int64_t j = j0 + u < kend ? j0 + u : j0;
-      const T *kr = kb + j * p.k.stride[2];
-      float dot = 0.0f;
-      for (int64_t d = lane; d < dh; d += 32) dot += q_s[d] * recap__to_float(kr[d]);
-      score[u] = dot;
+      for (int u = 0; u < kKeysPerStep; ++u) {
+        /* Keys past kend are clamped to a valid row and weighted 0 below. */
+        const int64_t j = j0 + u < kend ? j0 + u : j0;
+#pragma unroll
+        for (int t = 0; t < DPL; ++t) {
+          const int64_t d = lane + 32 * t;
+          k_r[u][t] = d < dh ? recap__to_float(kb[j * ks + d]) : 0.0f;
+          v_r[u][t] = d < dh ? recap__to_float(vb[j * vs + d]) : 0.0f;
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kKeysPerStep; ++u) {
+        float dot = 0.0f;
+#pragma unroll
+        for (int t = 0; t < DPL; ++t) dot += q_r[t] * k_r[u][t];
+        score[u] = dot;
+      }
+    } else {
+#pragma unroll
+      for (int u = 0; u < kKeysPerStep; ++u) {
+        const int64_t j = j0 + u < kend ? j0 + u : j0;
+        const T *kr = kb + j * ks;
+        float dot = 0.0f;
+        for (int64_t d = lane; d < dh; d += 32) dot += q_s[d] * recap__to_float(kr[d]);
+        score[u] = dot;
+#pragma unroll
+        for (int t = 0; t < DPL; ++t) {
+          const int64_t d = chunk0 + lane + 32 * t;
+          v_r[u][t] = d < dh ? recap__to_float(vb[j * vs + d]) : 0.0f;
+        }
+      }
     }
     float m_new = m;
 #pragma unroll
@@ -140,15 +217,9 @@ __global__ void __launch_bounds__(kMaxWarps * 32)
     m = m_new;
 #pragma unroll
     for (int t = 0; t < DPL; ++t) {
-      const int64_t d = chunk0 + lane + 32 * t;
       float a = acc[t] * alpha;
-      if (d < dh) {
 #pragma unroll
-        for (int u = 0; u < kKeysPerStep; ++u) {
-          const int64_t j = j0 + u < kend ? j0 + u : j0;
-          a += pj[u] * recap__to_float(vb[j * p.v.stride[2] + d]);
-        }
-      }
+      for (int u = 0; u < kKeysPerStep; ++u) a += pj[u] * v_r[u][t];
       acc[t] = a;
     }
   }
@@ -166,46 +237,475 @@ __global__ void __launch_bounds__(kMaxWarps * 32)
   float l_all = 0.0f;
   for (int w = 0; w < warps; ++w)
     l_all += m_s[w] == -INFINITY ? 0.0f : l_s[w] * expf(m_s[w] - m_all);
-  /* No visible key (kend <= 0) leaves l_all == 0: the output row is zeros. */
-  const float inv = l_all > 0.0f ? 1.0f / l_all : 0.0f;
   T *orow = out + ((b * p.heads + h) * sq + i) * dh;
+  if (!kSplit) {
+    /* No visible key (kend <= 0) leaves l_all == 0: the output row is zeros. */
+    const float inv = l_all > 0.0f ? 1.0f / l_all : 0.0f;
+    for (int c = threadIdx.x; c < 32 * DPL; c += blockDim.x) {
+      const int64_t d = chunk0 + c;
+      if (d >= dh) break;
+      float o = 0.0f;
+      for (int w = 0; w < warps; ++w)
+        if (m_s[w] != -INFINITY) o += acc_s[w * 32 * DPL + c] * expf(m_s[w] - m_all);
+      orow[d] = recap__from_float<T>(o * inv);
+    }
+    return;
+  }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  /* This block's partial state (max, sum, unnormalized accumulator) for the cluster: part[0],
+   * part[1], part[2 + c]. The first block of the cluster reads every block's through
+   * distributed shared memory and writes the row; the second cluster barrier keeps the other
+   * blocks' shared memory alive until it has. */
+  float *part = acc_s + warps * 32 * DPL;
+  if (threadIdx.x == 0) {
+    part[0] = m_all;
+    part[1] = l_all;
+  }
   for (int c = threadIdx.x; c < 32 * DPL; c += blockDim.x) {
-    const int64_t d = chunk0 + c;
-    if (d >= dh) break;
     float o = 0.0f;
     for (int w = 0; w < warps; ++w)
       if (m_s[w] != -INFINITY) o += acc_s[w * 32 * DPL + c] * expf(m_s[w] - m_all);
-    orow[d] = recap__from_float<T>(o * inv);
+    part[2 + c] = o;
+  }
+  cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+  cluster.sync();
+  if (cluster.block_rank() == 0) {
+    /* Every thread reads every split's (max, sum), then every split's accumulator for its
+     * dim: independent remote loads, issued together rather than one round trip each. */
+    const unsigned splits = cluster.num_blocks();
+    float m_r[kMaxSplits], w_r[kMaxSplits];
+    float m_top = -INFINITY;
+#pragma unroll
+    for (int r = 0; r < kMaxSplits; ++r) {
+      m_r[r] = (unsigned)r < splits ? cluster.map_shared_rank(part, r)[0] : -INFINITY;
+      m_top = fmaxf(m_top, m_r[r]);
+    }
+    float l_top = 0.0f;
+#pragma unroll
+    for (int r = 0; r < kMaxSplits; ++r) {
+      /* A split that saw no key has m == -inf, sum 0 and accumulator 0: weight 0. */
+      w_r[r] = m_r[r] == -INFINITY ? 0.0f : expf(m_r[r] - m_top);
+      if ((unsigned)r < splits) l_top += w_r[r] * cluster.map_shared_rank(part, r)[1];
+    }
+    /* No visible key in any split leaves l_top == 0: the output row is zeros. */
+    const float inv = l_top > 0.0f ? 1.0f / l_top : 0.0f;
+    for (int c = threadIdx.x; c < 32 * DPL; c += blockDim.x) {
+      const int64_t d = chunk0 + c;
+      if (d >= dh) break;
+      float o = 0.0f;
+#pragma unroll
+      for (int r = 0; r < kMaxSplits; ++r)
+        if ((unsigned)r < splits) o += w_r[r] * cluster.map_shared_rank(part, r)[2 + c];
+      orow[d] = recap__from_float<T>(o * inv);
+    }
+  }
+  cluster.sync();
+#else
+  /* The launcher splits only on devices with clusters (sm_90 and later). */
+  __trap();
+#endif
+}
+
+/* ---- flash_kernel: tensor-core attention for prefill ----------------------------------- */
+
+constexpr int kFlashRows = 64;  /* query rows per block: 16 per warp */
+constexpr int kFlashKeys = 64;  /* keys per shared-memory tile */
+constexpr int kFlashWarps = 4;
+constexpr int kFlashThreads = kFlashWarps * 32;
+
+/* Shared-memory rows are padded by 16 bytes: eight ldmatrix row addresses 16 * (Dh + 8) bytes
+ * apart then fall in eight different 16-byte bank groups instead of one. */
+template <int DH>
+constexpr int flash_row() {
+  return DH + 8;
+}
+
+/* Q tile, then two stages of (K tile, V tile), 16-bit elements. */
+template <int DH>
+constexpr size_t flash_smem_bytes() {
+  return (size_t)(kFlashRows + 4 * kFlashKeys) * flash_row<DH>() * 2;
+}
+
+__device__ __forceinline__ uint32_t smem_u32(const void *p) {
+  return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+/* 16 bytes global -> shared, bypassing L1; !valid writes 16 zero bytes and reads nothing. */
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, bool valid) {
+  const int bytes = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes)
+               : "memory");
+}
+
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+
+/* Waits until at most N of this thread's committed groups are still in flight. */
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+/* c += a b for one m16n8k16 tile: a 16x16 row-major, b 16x8 column-major, c f32. */
+__device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                         uint32_t b1, __half) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                         uint32_t b1, __nv_bfloat16) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* Two floats rounded to T, packed low (x) then high (y): the register layout mma expects. */
+__device__ __forceinline__ uint32_t pack2(float x, float y, __half) {
+  const __half2 h = __floats2half2_rn(x, y);
+  return *reinterpret_cast<const uint32_t *>(&h);
+}
+
+__device__ __forceinline__ uint32_t pack2(float x, float y, __nv_bfloat16) {
+  const __nv_bfloat162 h = __floats2bfloat162_rn(x, y);
+  return *reinterpret_cast<const uint32_t *>(&h);
+}
+
+/* grid (query tiles, H, B), kFlashThreads threads. Warp w owns rows q0 + 16w .. q0 + 16w + 15;
+ * in mma's fragment layout, lane (g = lane / 4, t = lane % 4) holds rows g and g + 8 of them,
+ * columns 2t, 2t + 1 of every 8-wide tile. Query i of the Sq is at absolute position
+ * len - Sq + i; with causal it sees keys j <= that position, and always j < len. */
+template <typename T, int DH>
+__global__ void __launch_bounds__(kFlashThreads)
+    flash_kernel(const T *__restrict__ q, const T *__restrict__ k, const T *__restrict__ v,
+                 T *__restrict__ out, attention_params p) {
+  constexpr int LD = flash_row<DH>();
+  constexpr int CHUNKS = DH / 8; /* 16-byte pieces of a row */
+  constexpr int KSTEPS = DH / 16;
+  constexpr int NT = kFlashKeys / 8; /* 8-key column tiles of S */
+  extern __shared__ __align__(16) unsigned char flash_smem[];
+  T *s_q = reinterpret_cast<T *>(flash_smem);
+  T *s_k = s_q + kFlashRows * LD; /* [2][kFlashKeys][LD] */
+  T *s_v = s_k + 2 * kFlashKeys * LD;
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, t4 = lane & 3;
+  const int64_t sq = p.q.shape[2];
+  /* Causal tiles late in the sequence have the most keys: start them first. */
+  const int64_t tile = p.causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+  const int64_t q0 = tile * kFlashRows;
+  const int64_t h = blockIdx.y, b = blockIdx.z, hk = h / p.kv_group;
+
+  const int64_t len = read_length(p);
+  /* Keys any row of the tile sees: [0, kend). Keys below kfull are seen by every row. */
+  int64_t kend = len, kfull = len;
+  if (p.causal) {
+    const int64_t last = q0 + kFlashRows < sq ? q0 + kFlashRows : sq;
+    kend = min(len, len - sq + last);
+    kfull = min(len, len - sq + q0 + 1);
+  }
+  if (kend < 0) kend = 0;
+  const int tiles = (int)((kend + kFlashKeys - 1) / kFlashKeys);
+
+  const T *qb = q + b * p.q.stride[0] + h * p.q.stride[1];
+  const T *kb = k + b * p.k.stride[0] + hk * p.k.stride[1];
+  const T *vb = v + b * p.v.stride[0] + hk * p.v.stride[1];
+  const int64_t qs = p.q.stride[2], ks = p.k.stride[2], vs = p.v.stride[2];
+
+  /* Rows past Sq and keys past kend are zero-filled: masked scores must meet finite V. */
+  for (int c = tid; c < kFlashRows * CHUNKS; c += kFlashThreads) {
+    const int r = c / CHUNKS, x = c % CHUNKS;
+    const bool ok = q0 + r < sq;
+    cp_async16(smem_u32(s_q + r * LD + x * 8), qb + (ok ? (q0 + r) * qs : 0) + x * 8, ok);
+  }
+  auto load_kv = [&](int kt, int stage) {
+    const int64_t n0 = (int64_t)kt * kFlashKeys;
+    T *dk = s_k + stage * kFlashKeys * LD, *dv = s_v + stage * kFlashKeys * LD;
+    for (int c = tid; c < kFlashKeys * CHUNKS; c += kFlashThreads) {
+      const int r = c / CHUNKS, x = c % CHUNKS;
+      const bool ok = n0 + r < kend;
+      cp_async16(smem_u32(dk + r * LD + x * 8), kb + (ok ? (n0 + r) * ks : 0) + x * 8, ok);
+      cp_async16(smem_u32(dv + r * LD + x * 8), vb + (ok ? (n0 + r) * vs : 0) + x * 8, ok);
+    }
+  };
+  if (tiles > 0) load_kv(0, 0);
+  cp_async_commit();
+
+  const float scale_log2 = p.scale * 1.4426950408889634f; /* exp(x) = exp2(x log2 e) */
+  int64_t lim[2];                                          /* keys j < lim[r] are visible */
+  for (int r = 0; r < 2; ++r) {
+    const int64_t qi = q0 + warp * 16 + g + 8 * r;
+    lim[r] = p.causal ? min(len, len - sq + qi + 1) : len;
+  }
+  float o[DH / 8][4];
+#pragma unroll
+  for (int n = 0; n < DH / 8; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) o[n][e] = 0.0f;
+  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};
+  uint32_t qf[KSTEPS][4];
+
+  for (int kt = 0; kt < tiles; ++kt) {
+    if (kt + 1 < tiles) {
+      load_kv(kt + 1, (kt + 1) & 1);
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    if (kt == 0) {
+      /* ldmatrix x4 lane addresses for a 16x16 A tile: rows lane % 16, column half lane / 16. */
+#pragma unroll
+      for (int ks2 = 0; ks2 < KSTEPS; ++ks2)
+        ldmatrix_x4(qf[ks2], smem_u32(s_q + (warp * 16 + (lane & 15)) * LD + ks2 * 16 +
+                                      (lane >> 4) * 8));
+    }
+    const T *tk = s_k + (kt & 1) * kFlashKeys * LD, *tv = s_v + (kt & 1) * kFlashKeys * LD;
+
+    /* S = Q K^T: K rows are B's columns, so plain ldmatrix gives B fragments of two 8-key
+     * tiles at once (matrices: keys +0 dims +0, keys +0 dims +8, keys +8 dims +0, +8 +8). */
+    float s[NT][4];
+#pragma unroll
+    for (int n = 0; n < NT; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[n][e] = 0.0f;
+#pragma unroll
+    for (int ks2 = 0; ks2 < KSTEPS; ++ks2)
+#pragma unroll
+      for (int np = 0; np < NT / 2; ++np) {
+        uint32_t bk[4];
+        ldmatrix_x4(bk, smem_u32(tk + (np * 16 + (lane & 7) + (lane >> 4) * 8) * LD + ks2 * 16 +
+                                 ((lane >> 3) & 1) * 8));
+        mma16816(s[2 * np], qf[ks2], bk[0], bk[1], T{});
+        mma16816(s[2 * np + 1], qf[ks2], bk[2], bk[3], T{});
+      }
+
+    /* Scale to log2 units, mask, and the online softmax update of each of the two rows. */
+    const int64_t n0 = (int64_t)kt * kFlashKeys;
+    const bool masked = n0 + kFlashKeys > kfull;
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int n = 0; n < NT; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float x = s[n][e] * scale_log2;
+        if (masked && n0 + n * 8 + 2 * t4 + (e & 1) >= lim[e >> 1]) x = -INFINITY;
+        s[n][e] = x;
+        mx[e >> 1] = fmaxf(mx[e >> 1], x);
+      }
+    float base[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      /* The four lanes of a quad hold one row between them. */
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+      const float m_new = fmaxf(m_run[r], mx[r]);
+      /* A row with no visible key yet keeps m == -inf: exponents against 0 give p = 0. */
+      base[r] = m_new == -INFINITY ? 0.0f : m_new;
+      const float alpha = exp2f(m_run[r] - base[r]);
+      m_run[r] = m_new;
+      l_run[r] *= alpha;
+#pragma unroll
+      for (int n = 0; n < DH / 8; ++n) {
+        o[n][2 * r] *= alpha;
+        o[n][2 * r + 1] *= alpha;
+      }
+    }
+#pragma unroll
+    for (int n = 0; n < NT; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float pe = exp2f(s[n][e] - base[e >> 1]);
+        s[n][e] = pe;
+        l_run[e >> 1] += pe;
+      }
+
+    /* O += P V: the S accumulators of 8-key tiles 2j and 2j + 1 are exactly the A fragment of
+     * keys 16j..16j+15. V rows are B's rows, so ldmatrix.trans gives its fragments (matrices:
+     * keys +0 dims +0, keys +8 dims +0, keys +0 dims +8, keys +8 dims +8). */
+#pragma unroll
+    for (int j = 0; j < kFlashKeys / 16; ++j) {
+      uint32_t a[4];
+      a[0] = pack2(s[2 * j][0], s[2 * j][1], T{});
+      a[1] = pack2(s[2 * j][2], s[2 * j][3], T{});
+      a[2] = pack2(s[2 * j + 1][0], s[2 * j + 1][1], T{});
+      a[3] = pack2(s[2 * j + 1][2], s[2 * j + 1][3], T{});
+#pragma unroll
+      for (int dp = 0; dp < DH / 16; ++dp) {
+        uint32_t bv[4];
+        ldmatrix_x4_trans(bv, smem_u32(tv + (j * 16 + (lane & 15)) * LD + dp * 16 +
+                                       (lane >> 4) * 8));
+        mma16816(o[2 * dp], a, bv[0], bv[1], T{});
+        mma16816(o[2 * dp + 1], a, bv[2], bv[3], T{});
+      }
+    }
+    /* The next iteration's loads overwrite the stage just read. */
+    __syncthreads();
+  }
+  cp_async_wait<0>();
+
+  T *ob = out + (b * p.heads + h) * sq * DH;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float l = l_run[r];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    /* No visible key leaves l == 0: the output row is zeros. */
+    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    const int64_t qi = q0 + warp * 16 + g + 8 * r;
+    if (qi >= sq) continue;
+#pragma unroll
+    for (int n = 0; n < DH / 8; ++n)
+      *reinterpret_cast<uint32_t *>(ob + qi * DH + n * 8 + 2 * t4) =
+          pack2(o[n][2 * r] * inv, o[n][2 * r + 1] * inv, T{});
   }
 }
 
 /* ================================ launchers ============================================== */
 
+/* Tuning switches, read at each launch (a captured graph keeps what it captured), for timing
+ * variants in one process (docs/perf/attention.md): RECAP_ATTENTION_SPLIT_WARPS=w (4, 8 or
+ * 16) sets the warps of a split decode block; RECAP_ATTENTION_SPLITS=s (1, 2, 4 or 8) caps the
+ * splits of a row (1: never split). Anything else is ignored. */
+int env_pow2(const char *name, int lo, int hi, int fallback) {
+  const char *v = getenv(name);
+  if (!v) return fallback;
+  const int n = atoi(v);
+  return n >= lo && n <= hi && (n & (n - 1)) == 0 ? n : fallback;
+}
+
+struct device_info {
+  int sms, major;
+};
+
+recap_status current_device_info(device_info *info) {
+  int dev = 0;
+  RECAP_CUDA_TRY(cudaGetDevice(&dev));
+  RECAP_CUDA_TRY(cudaDeviceGetAttribute(&info->sms, cudaDevAttrMultiProcessorCount, dev));
+  RECAP_CUDA_TRY(cudaDeviceGetAttribute(&info->major, cudaDevAttrComputeCapabilityMajor, dev));
+  return RECAP_OK;
+}
+
 template <typename T, int DPL>
 recap_status launch_attention(const recap_op_call *call, const attention_params &p,
-                              cudaStream_t stream) {
-  const int64_t dh = p.q.shape[3];
+                              const device_info &dev, cudaStream_t stream) {
+  const int64_t dh = p.q.shape[3], sk = p.k.shape[2];
   const int64_t rows = p.q.shape[0] * p.heads * p.q.shape[2];
+  const int64_t chunks = RECAP_CEIL_DIV(dh, (int64_t)32 * DPL);
   /* Few query rows (decode) with many keys: more warps per block and four keys per warp step
    * keep more loads in flight. With many rows the GPU is full anyway, and one key per step
    * measured faster (fewer registers, no wasted work at the causal edge). */
-  const bool decode = rows < kFewRows && p.k.shape[2] >= 256;
-  const int warps = decode ? kMaxWarps : 4;
-  const size_t smem = sizeof(float) * ((size_t)dh + 2 * warps + (size_t)warps * 32 * DPL);
+  const bool decode = rows < kFewRows && sk >= 256;
+  int warps = decode ? kMaxWarps : 4;
+  /* Decode rows alone fill a fraction of the SMs: split each row's keys over a cluster of
+   * blocks, enough for about four blocks per SM. */
+  int64_t splits = 1;
+  if (decode && dev.major >= 9) {
+    splits = RECAP_CEIL_DIV((int64_t)4 * dev.sms, rows * chunks);
+    const int64_t by_keys = RECAP_CEIL_DIV(sk, kMinKeysPerSplit);
+    if (splits > by_keys) splits = by_keys;
+    const int most = env_pow2("RECAP_ATTENTION_SPLITS", 1, kMaxSplits, kMaxSplits);
+    if (splits > most) splits = most;
+    /* Power-of-two cluster sizes only: every such size up to 8 is portable. */
+    while (splits & (splits - 1)) splits &= splits - 1;
+    /* Split blocks are many: fewer warps each let all of them be resident at once. */
+    if (splits > 1) warps = env_pow2("RECAP_ATTENTION_SPLIT_WARPS", 4, kMaxWarps, kSplitWarps);
+  }
+  const size_t part = splits > 1 ? sizeof(float) * (2 + 32 * (size_t)DPL) : 0;
+  const size_t smem =
+      sizeof(float) * ((size_t)dh + 2 * warps + (size_t)warps * 32 * DPL) + part;
   /* 48 KiB is the default dynamic shared memory limit: Dh up to ~11000 fits. */
   if (smem > 48 * 1024 || rows > INT32_MAX)
     return RECAP_FAIL(RECAP_STATUS_NOT_SUPPORTED,
                       "op '%s': head dim %lld or %lld query rows exceed the CUDA kernel's limits",
                       call->def->name, (long long)dh, (long long)rows);
-  const dim3 grid((unsigned)rows, (unsigned)RECAP_CEIL_DIV(dh, (int64_t)32 * DPL));
   const T *q = static_cast<const T *>(call->inputs[0].data);
   const T *k = static_cast<const T *>(call->inputs[1].data);
   const T *v = static_cast<const T *>(call->inputs[2].data);
   T *out = static_cast<T *>(call->outputs[0].data);
-  if (decode)
-    attention_kernel<T, DPL, 4><<<grid, warps * 32, smem, stream>>>(q, k, v, out, p);
-  else
-    attention_kernel<T, DPL, 1><<<grid, warps * 32, smem, stream>>>(q, k, v, out, p);
+  if (splits > 1) {
+    /* rows < kFewRows: the row index fits grid.y. */
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3((unsigned)splits, (unsigned)rows, (unsigned)chunks);
+    config.blockDim = dim3((unsigned)warps * 32);
+    config.dynamicSmemBytes = smem;
+    config.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = (unsigned)splits;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    config.attrs = attr;
+    config.numAttrs = 1;
+    RECAP_CUDA_TRY(
+        cudaLaunchKernelEx(&config, attention_kernel<T, DPL, 4, true>, q, k, v, out, p));
+  } else {
+    const dim3 grid((unsigned)rows, (unsigned)chunks);
+    if (decode)
+      attention_kernel<T, DPL, 4, false><<<grid, warps * 32, smem, stream>>>(q, k, v, out, p);
+    else
+      attention_kernel<T, DPL, 1, false><<<grid, warps * 32, smem, stream>>>(q, k, v, out, p);
+  }
+  RECAP_CUDA_TRY(cudaGetLastError());
+  return RECAP_OK;
+}
+
+bool aligned16(const void *ptr) {
+  return ((uintptr_t)ptr & 15u) == 0;
+}
+
+/* The tensor-core kernel needs 16-bit elements, a head dim it was built for, query rows enough
+ * to use its 64-row tiles, 16-byte aligned rows (cp.async moves 16 bytes) and grid.y/z room. */
+bool flash_fits(const recap_tensor *q, const recap_tensor *k, const recap_tensor *v,
+                const recap_tensor *out, const device_info &dev) {
+  if (dev.major < 8 || (q->dtype != RECAP_DTYPE_F16 && q->dtype != RECAP_DTYPE_BF16)) return false;
+  const int64_t dh = q->shape[3];
+  if ((dh != 64 && dh != 128) || q->shape[2] < 16 || q->shape[0] > 65535 || q->shape[1] > 65535)
+    return false;
+  const recap_tensor *in[3] = {q, k, v};
+  for (int t = 0; t < 3; ++t) {
+    if (!aligned16(in[t]->data)) return false;
+    for (int d = 0; d < 3; ++d)
+      if (in[t]->strides[d] % 8 != 0) return false;
+  }
+  return ((uintptr_t)out->data & 3u) == 0;
+}
+
+template <typename T, int DH>
+recap_status launch_flash(const recap_op_call *call, const attention_params &p,
+                          cudaStream_t stream) {
+  constexpr size_t smem = flash_smem_bytes<DH>();
+  /* Over the default 48 KiB (Dh 128): the kernel must opt in; allowed during a capture. */
+  if (smem > 48 * 1024)
+    RECAP_CUDA_TRY(cudaFuncSetAttribute(flash_kernel<T, DH>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+  const int64_t tiles = RECAP_CEIL_DIV(p.q.shape[2], (int64_t)kFlashRows);
+  if (tiles > INT32_MAX)
+    return RECAP_FAIL(RECAP_STATUS_NOT_SUPPORTED, "op '%s': %lld query rows are too many",
+                      call->def->name, (long long)p.q.shape[2]);
+  const dim3 grid((unsigned)tiles, (unsigned)p.heads, (unsigned)p.q.shape[0]);
+  flash_kernel<T, DH><<<grid, kFlashThreads, smem, stream>>>(
+      static_cast<const T *>(call->inputs[0].data), static_cast<const T *>(call->inputs[1].data),
+      static_cast<const T *>(call->inputs[2].data), static_cast<T *>(call->outputs[0].data), p);
   RECAP_CUDA_TRY(cudaGetLastError());
   return RECAP_OK;
 }
@@ -287,11 +787,18 @@ extern "C" recap_status recap__cuda_attention(const recap_op_call *call, void *c
   p.scale = call->attrs.scale != 0.0 ? (float)call->attrs.scale : (float)(1.0 / sqrt((double)dh));
   p.causal = call->attrs.causal != 0;
   cudaStream_t stream = static_cast<cudaStream_t>(cuda_stream);
+  device_info dev;
+  RECAP_TRY(current_device_info(&dev));
+  const bool flash = flash_fits(q, k, v, out, dev);
   return recap__cuda_dispatch_float(q->dtype, name, [&](auto tag) {
     using T = decltype(tag);
-    if (dh <= 32) return launch_attention<T, 1>(call, p, stream);
-    if (dh <= 64) return launch_attention<T, 2>(call, p, stream);
-    if (dh <= 128) return launch_attention<T, 4>(call, p, stream);
-    return launch_attention<T, kMaxDpl>(call, p, stream);
+    if constexpr (!std::is_same<T, float>::value) {
+      if (flash && dh == 64) return launch_flash<T, 64>(call, p, stream);
+      if (flash && dh == 128) return launch_flash<T, 128>(call, p, stream);
+    }
+    if (dh <= 32) return launch_attention<T, 1>(call, p, dev, stream);
+    if (dh <= 64) return launch_attention<T, 2>(call, p, dev, stream);
+    if (dh <= 128) return launch_attention<T, 4>(call, p, dev, stream);
+    return launch_attention<T, kMaxDpl>(call, p, dev, stream);
   });
 }

@@ -151,21 +151,24 @@ void *recap__gemm_stream_workspace(void *cuda_stream) {
 }
 
 recap_status recap__gemm_release_stream(void *cuda_stream) {
-  recap_status st = RECAP_OK;
   pthread_mutex_lock(&workspace_lock);
   workspace_entry *e = find_workspace_locked((cudaStream_t)cuda_stream);
-  if (e) {
-    if (!recap__unsafe_enter()) {
-      st = RECAP_FAIL(RECAP_STATUS_ILLEGAL_DURING_CAPTURE,
-                      "gemm: cannot free a stream's workspace while a capture is under way");
-    } else {
-      st = recap__cuda_backend.mem_free(e->device, e->ptr);
-      recap__unsafe_exit();
-      if (st == RECAP_OK) *e = workspaces[--workspace_count];
-    }
-  }
+  workspace_entry gone = e ? *e : (workspace_entry){0};
   pthread_mutex_unlock(&workspace_lock);
-  return st;
+  if (!gone.ptr) return RECAP_OK;
+  /* cudaFree synchronizes the device, which would invalidate any capture: wait for other
+   * threads' captures to end, outside workspace_lock (a capturing thread may need it). */
+  if (!recap__unsafe_enter_wait())
+    return RECAP_FAIL(RECAP_STATUS_ILLEGAL_DURING_CAPTURE,
+                      "gemm: cannot free a stream's workspace while this thread is capturing");
+  recap_status st = recap__cuda_backend.mem_free(gone.device, gone.ptr);
+  recap__unsafe_exit();
+  if (st != RECAP_OK) return st;
+  pthread_mutex_lock(&workspace_lock);
+  e = find_workspace_locked((cudaStream_t)cuda_stream);
+  if (e) *e = workspaces[--workspace_count];
+  pthread_mutex_unlock(&workspace_lock);
+  return RECAP_OK;
 }
 
 /* ---- one launch's context -------------------------------------------------------------------- */
@@ -183,15 +186,17 @@ static recap_status not_prepared(const char *what) {
                     "gemm: %s not created before capture; run a warmup first", what);
 }
 
-/* Checks that creating something now cannot disturb a capture: this stream's (refused with
- * the warmup hint) or another thread's (cudaMalloc in global mode would invalidate it). On
- * RECAP_OK the caller holds recap__unsafe_enter and must call recap__unsafe_exit. */
+/* Makes creating something safe for every capture: this stream's own capture refuses (with
+ * the warmup hint); another thread's capture is waited out, since cublasCreate and cudaMalloc
+ * may synchronize or free internally, which would invalidate it. On RECAP_OK the caller holds
+ * the registry (recap__unsafe_enter_wait) and must call recap__unsafe_exit. Never called with
+ * workspace_lock held: a capturing thread needs that lock to finish its capture. */
 static recap_status enter_creation(const gemm_ctx *ctx, const char *what) {
   if (ctx->capturing) return not_prepared(what);
-  if (!recap__unsafe_enter())
+  if (!recap__unsafe_enter_wait())
     return RECAP_FAIL(RECAP_STATUS_ILLEGAL_DURING_CAPTURE,
-                      "gemm: %s must be created but another stream is capturing; run a warmup "
-                      "before any capture begins", what);
+                      "gemm: %s must be created but this thread is capturing; run a warmup "
+                      "before the capture begins", what);
   return RECAP_OK;
 }
 
@@ -223,38 +228,39 @@ done:
 }
 
 static recap_status ensure_workspace(gemm_ctx *ctx) {
-  recap_status st = RECAP_OK;
   pthread_mutex_lock(&workspace_lock);
   workspace_entry *e = find_workspace_locked(ctx->stream);
-  if (e) {
-    ctx->workspace = e->ptr;
-    goto done;
-  }
-  RECAP_TRY_GOTO(st, enter_creation(ctx, "the stream's GEMM workspace"), done);
+  if (e) ctx->workspace = e->ptr;
+  pthread_mutex_unlock(&workspace_lock);
+  if (ctx->workspace) return RECAP_OK;
+
+  RECAP_TRY(enter_creation(ctx, "the stream's GEMM workspace"));
+  void *ptr = NULL;
+  recap_status st = recap__cuda_backend.mem_alloc(ctx->device, RECAP_GEMM_WORKSPACE_BYTES, &ptr);
+  recap__unsafe_exit();
+  if (st != RECAP_OK)
+    return recap__error_context(st, "gemm: workspace of %zu bytes for a stream on device %d: ",
+                                RECAP_GEMM_WORKSPACE_BYTES, ctx->device);
+  pthread_mutex_lock(&workspace_lock);
+  /* A stream is used by one thread at a time, so nobody else added an entry meanwhile. */
   if (workspace_count == workspace_capacity) {
     size_t cap = workspace_capacity ? workspace_capacity * 2 : 8;
     workspace_entry *grown = realloc(workspaces, cap * sizeof *grown);
     if (!grown) {
-      recap__unsafe_exit();
-      st = RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "gemm: no memory for the workspace table");
-      goto done;
+      pthread_mutex_unlock(&workspace_lock);
+      if (recap__unsafe_enter_wait()) {
+        recap__cuda_backend.mem_free(ctx->device, ptr);
+        recap__unsafe_exit();
+      }
+      return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "gemm: no memory for the workspace table");
     }
     workspaces = grown;
     workspace_capacity = cap;
   }
-  void *ptr = NULL;
-  st = recap__cuda_backend.mem_alloc(ctx->device, RECAP_GEMM_WORKSPACE_BYTES, &ptr);
-  recap__unsafe_exit();
-  if (st != RECAP_OK) {
-    st = recap__error_context(st, "gemm: workspace of %zu bytes for a stream on device %d: ",
-                              RECAP_GEMM_WORKSPACE_BYTES, ctx->device);
-    goto done;
-  }
   workspaces[workspace_count++] = (workspace_entry){ctx->stream, ctx->device, ptr};
   ctx->workspace = ptr;
-done:
   pthread_mutex_unlock(&workspace_lock);
-  return st;
+  return RECAP_OK;
 }
 
 /* Makes the stream's device current (restored by ctx_close) and readies handles and the

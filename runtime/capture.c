@@ -9,11 +9,15 @@
 
 typedef struct capture_entry {
   const recap_stream *origin;
+  pthread_t owner; /* the thread that began it */
   uint64_t id;
   struct capture_entry *next;
 } capture_entry;
 
 static pthread_rwlock_t registry_lock = PTHREAD_RWLOCK_INITIALIZER;
+/* Signalled when the last capture ends, for recap__unsafe_enter_wait. */
+static pthread_mutex_t idle_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t idle_cond = PTHREAD_COND_INITIALIZER;
 static capture_entry *registry_head;
 static atomic_int registry_count;
 static atomic_uint_fast64_t next_capture_id = 1;
@@ -35,6 +39,7 @@ recap_status recap__capture_begin(recap_stream *stream, recap_capture_mode mode)
     return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "stream is already capturing");
   }
   entry->origin = stream;
+  entry->owner = pthread_self();
   entry->id = atomic_fetch_add(&next_capture_id, 1);
   entry->next = registry_head;
   registry_head = entry;
@@ -73,6 +78,11 @@ recap_status recap__capture_end(recap_stream *stream, recap__graph **out) {
   }
   int remaining = atomic_load(&registry_count);
   pthread_rwlock_unlock(&registry_lock);
+  if (remaining == 0) {
+    pthread_mutex_lock(&idle_lock);
+    pthread_cond_broadcast(&idle_cond);
+    pthread_mutex_unlock(&idle_lock);
+  }
   recap__capture_end_hook hook = atomic_load(&end_hook);
   if (hook && remaining == 0) hook();
   return st;
@@ -95,6 +105,21 @@ bool recap__unsafe_enter(void) {
     return false;
   }
   return true;
+}
+
+bool recap__unsafe_enter_wait(void) {
+  for (;;) {
+    pthread_rwlock_rdlock(&registry_lock);
+    if (!registry_head) return true;
+    bool own = false;
+    for (capture_entry *e = registry_head; e; e = e->next)
+      own |= pthread_equal(e->owner, pthread_self()) != 0;
+    pthread_rwlock_unlock(&registry_lock);
+    if (own) return false;
+    pthread_mutex_lock(&idle_lock);
+    while (atomic_load(&registry_count) > 0) pthread_cond_wait(&idle_cond, &idle_lock);
+    pthread_mutex_unlock(&idle_lock);
+  }
 }
 
 void recap__unsafe_exit(void) { pthread_rwlock_unlock(&registry_lock); }

@@ -41,6 +41,11 @@ uint64_t recap__capture_id(const recap_stream *stream);
 int recap__capture_count(void);
 
 bool recap__unsafe_enter(void);
+/* As recap__unsafe_enter, but waits for other threads' captures to end instead of refusing:
+ * for one-time set-up (library handles, workspaces) that a warmup on one thread must do while
+ * another thread captures. Returns false at once when this thread itself has a capture under
+ * way (waiting would never end). Never call it holding a lock a capturing thread may need. */
+bool recap__unsafe_enter_wait(void);
 void recap__unsafe_exit(void);
 
 /* Called by the runtime's capture-end path so layers above can run deferred work (the

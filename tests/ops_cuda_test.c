@@ -887,45 +887,97 @@ static tbuf scalar_i32(int32_t value) {
   return b;
 }
 
-static void test_attention_matches_host(void) {
-  static const struct {
-    int64_t b, h, hkv, sq, sk, dh;
-    int causal;
-    int len; /* -1: no len input */
-    double scale;
-  } cases[] = {
-      {2, 4, 2, 33, 1025, 64, 0, -1, 0},  /* GQA, prefill-sized, default scale */
-      {2, 4, 4, 33, 1025, 64, 1, 700, 0}, /* causal over a partly filled cache */
-      {1, 1, 1, 1, 4097, 7, 0, -1, 0.3},  /* decode, odd head dim */
-      {1, 2, 1, 5, 37, 300, 1, -1, 0},    /* head dim over one 256-dim chunk */
-      {1, 3, 3, 4, 50, 128, 1, 2, 0},     /* len < Sq: early queries see no key */
-      {2, 2, 2, 3, 16, 32, 0, 0, 0},      /* len == 0: all zeros */
-      {3, 8, 2, 1, 129, 256, 1, 129, 0},  /* decode, GQA 4:1 */
-      {2, 4, 2, 1, 600, 128, 1, 513, 0},  /* decode kernel shape (16 warps, 4 keys/step) */
-      {1, 2, 1, 3, 300, 300, 1, 299, 0},  /* the same with two dim chunks */
-  };
+/* One attention case: q [b, h, sq, dh]; k, v [b, hkv, sk, dh]; len < 0: no len input. k is
+ * read in the KV-cache layout [B, Sk, Hkv, Dh], v is contiguous, and with q_in_qkv q is a
+ * head-split view of a fused [B, Sq, 3 * H * Dh] projection (the transformer block's layout:
+ * rows 3 * H * Dh elements apart). */
+typedef struct {
+  int64_t b, h, hkv, sq, sk, dh;
+  int causal;
+  int len;
+  double scale;
+  bool q_in_qkv;
+} attention_case;
+
+/* Runs each case for every float dtype through run_case: every element against the host
+ * reference, then capture and two bit-exact replays. */
+static void run_attention_cases(const attention_case *cases, size_t count) {
   for (int t = 0; t < NUM_FLOAT_TYPES; ++t)
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
+    for (size_t i = 0; i < count; ++i) {
+      const attention_case *a = &cases[i];
       recap_dtype dtype = kFloatTypes[t];
       op_case c = {
           .op = "attention", .attrs = no_attrs(), .num_inputs = 3, .scale = SCALE_ATTENTION};
-      c.attrs.causal = cases[i].causal;
-      c.attrs.scale = cases[i].scale;
-      c.in[0] = make_contiguous(
-          dtype, 4, (const int64_t[]){cases[i].b, cases[i].h, cases[i].sq, cases[i].dh}, -2, 2);
-      /* k in the KV-cache layout [B, Sk, Hkv, Dh] read as [B, Hkv, Sk, Dh]. */
-      int64_t hkv = cases[i].hkv, sk = cases[i].sk, dh = cases[i].dh;
-      c.in[1] =
-          make_input(dtype, 4, (const int64_t[]){cases[i].b, hkv, sk, dh},
-                     (const int64_t[]){sk * hkv * dh, dh, hkv * dh, 1}, 0, FILL_UNIFORM, -2, 2);
-      c.in[2] = make_contiguous(dtype, 4, (const int64_t[]){cases[i].b, hkv, sk, dh}, -1, 1);
-      if (cases[i].len >= 0) {
-        c.in[3] = scalar_i32(cases[i].len);
+      c.attrs.causal = a->causal;
+      c.attrs.scale = a->scale;
+      const int64_t qshape[] = {a->b, a->h, a->sq, a->dh};
+      const int64_t qkv_row = 3 * a->h * a->dh;
+      if (a->q_in_qkv)
+        c.in[0] = make_input(dtype, 4, qshape,
+                             (const int64_t[]){a->sq * qkv_row, a->dh, qkv_row, 1}, 0,
+                             FILL_UNIFORM, -2, 2);
+      else
+        c.in[0] = make_contiguous(dtype, 4, qshape, -2, 2);
+      const int64_t kvshape[] = {a->b, a->hkv, a->sk, a->dh};
+      c.in[1] = make_input(dtype, 4, kvshape,
+                           (const int64_t[]){a->sk * a->hkv * a->dh, a->dh, a->hkv * a->dh, 1}, 0,
+                           FILL_UNIFORM, -2, 2);
+      c.in[2] = make_contiguous(dtype, 4, kvshape, -1, 1);
+      if (a->len >= 0) {
+        c.in[3] = scalar_i32(a->len);
         c.num_inputs = 4;
       }
       run_case(&c);
       release_all();
     }
+}
+
+static void test_attention_matches_host(void) {
+  static const attention_case cases[] = {
+      {2, 4, 2, 33, 1025, 64, 0, -1, 0, false},  /* GQA, prefill-sized, default scale */
+      {2, 4, 4, 33, 1025, 64, 1, 700, 0, false}, /* causal over a partly filled cache */
+      {1, 1, 1, 1, 4097, 7, 0, -1, 0.3, false},  /* decode, odd head dim */
+      {1, 2, 1, 5, 37, 300, 1, -1, 0, false},    /* head dim over one 256-dim chunk */
+      {1, 3, 3, 4, 50, 128, 1, 2, 0, false},     /* len < Sq: early queries see no key */
+      {2, 2, 2, 3, 16, 32, 0, 0, 0, false},      /* len == 0: all zeros */
+      {3, 8, 2, 1, 129, 256, 1, 129, 0, false},  /* decode, GQA 4:1 */
+      {2, 4, 2, 1, 600, 128, 1, 513, 0, false},  /* decode kernel shape (16 warps, 4 keys/step) */
+      {1, 2, 1, 3, 300, 300, 1, 299, 0, false},  /* the same with two dim chunks */
+  };
+  run_attention_cases(cases, sizeof cases / sizeof cases[0]);
+}
+
+/* Shapes of the tensor-core prefill kernel (f16/bf16, Dh 64 or 128, Sq >= 16; f32 runs the
+ * same cases on the CUDA-core kernel): query tiles of 64 rows with a partial last tile, key
+ * tiles of 64 with a partial last tile, causal tiles on and off the diagonal, GQA, a device
+ * length shorter than the keys and than the queries. */
+static void test_attention_prefill_tiles_match_host(void) {
+  static const attention_case cases[] = {
+      {2, 4, 2, 16, 16, 64, 1, -1, 0, true},       /* one partial query tile, GQA 2:1 */
+      {1, 2, 2, 64, 64, 128, 0, -1, 0, false},     /* exactly one tile each way */
+      {2, 4, 1, 128, 128, 64, 1, -1, 0, true},     /* the transformer block's shape, GQA 4:1 */
+      {1, 3, 3, 129, 200, 128, 1, 190, 0.2, true}, /* one-row last tile, len < Sk, own scale */
+      {1, 2, 1, 300, 300, 64, 0, 250, 0, false},   /* keys end inside a tile */
+      {1, 2, 2, 300, 333, 128, 1, -1, 0, true},    /* causal with Sk > Sq: shifted diagonal */
+      {1, 2, 2, 100, 64, 64, 1, 40, 0, false},     /* len < Sq: the first 60 queries see none */
+      {1, 2, 2, 20, 64, 128, 0, 0, 0, false},      /* len == 0: all zeros */
+      {1, 1, 1, 64, 4096, 64, 0, 3000, 0, false},  /* many key tiles through the pipeline */
+  };
+  run_attention_cases(cases, sizeof cases / sizeof cases[0]);
+}
+
+/* Shapes of the decode kernel split over keys by a cluster (few query rows, long caches):
+ * every split busy, most splits empty (len 1, len 0), GQA, Dh 128, two query rows. */
+static void test_attention_decode_splits_match_host(void) {
+  static const attention_case cases[] = {
+      {2, 8, 8, 1, 4096, 64, 0, 4000, 0, false},  /* 16 rows over 8 splits of 500 keys */
+      {1, 8, 2, 1, 4096, 128, 1, 4096, 0, false}, /* GQA 4:1, the whole cache */
+      {4, 8, 8, 2, 1024, 64, 1, 1000, 0, false},  /* two causal query rows */
+      {8, 8, 8, 1, 1024, 64, 0, 1, 0, false},     /* one key: seven splits see none */
+      {1, 2, 2, 1, 2048, 64, 1, 0, 0, false},     /* no key at all: zeros */
+      {1, 4, 4, 1, 777, 40, 0, -1, 0.5, false},   /* head dim off the fast sizes */
+  };
+  run_attention_cases(cases, sizeof cases / sizeof cases[0]);
 }
 
 /* Host-side state of one kv_append + attention decode step sequence. */
@@ -1310,6 +1362,8 @@ int main(int argc, char **argv) {
   CU_ADD_TEST(gpu, test_embedding_gathers_rows_like_host);
   CU_ADD_TEST(gpu, test_rope_matches_host_for_both_position_forms);
   CU_ADD_TEST(gpu, test_attention_matches_host);
+  CU_ADD_TEST(gpu, test_attention_prefill_tiles_match_host);
+  CU_ADD_TEST(gpu, test_attention_decode_splits_match_host);
   CU_ADD_TEST(gpu, test_kv_append_writes_rows_at_device_position);
   CU_ADD_TEST(gpu, test_captured_decode_step_replays_like_eager_for_moving_positions);
   CU_ADD_TEST(gpu, test_random_ops_draw_the_host_numbers);
