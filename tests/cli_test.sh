@@ -2,7 +2,8 @@
 # The `recap` command line end to end on the host backend: exit codes (0 ok, 1 failure,
 # 2 usage), --help everywhere, strict flags, validate's FILE:LINE:COL errors, plan, ops, dot,
 # run's JSON and .safetensors output (with the data checked by recomputing a spec in Python),
-# bench's JSON and SVG, and serve-bench with 4 workers.
+# bench's JSON and SVG, serve-bench with 4 workers and its JSON, and that the overlap pair of
+# specs (timed against each other on the GPU by tools/gpu_run.sh) stays one computation.
 set -uo pipefail
 recap=$1
 specs=specs # //specs:all, in the runfiles tree the test starts in
@@ -56,6 +57,16 @@ expect 0 "validate specs" -- "$recap" validate "$specs"/*.yaml
 expect 1 "validate a bad spec" -- "$recap" validate "$bad_specs/dim_zero.yaml"
 grep -qE "dim_zero.yaml:[0-9]+:[0-9]+: error: " "$tmp/err" || fail "no FILE:LINE:COL error"
 expect 1 "validate a missing file" -- "$recap" validate "$tmp/no_such.yaml"
+
+# The overlap pair, which tools/gpu_run.sh times against each other on the GPU, must stay one
+# computation: the same file apart from the comments, the name and the `stream:` keys, with
+# the branches on streams 1 and 2 in one and everything on stream 0 in the other.
+same_ops() { grep -v -e '^#' -e '^name:' "$1" | sed 's/, stream: [0-9]*//'; }
+diff <(same_ops "$specs/overlap_streams.yaml") <(same_ops "$specs/overlap_serial.yaml") \
+  >/dev/null || fail "overlap_streams.yaml and overlap_serial.yaml differ beyond stream keys"
+grep -q "stream: 1" "$specs/overlap_streams.yaml" && grep -q "stream: 2" "$specs/overlap_streams.yaml" ||
+  fail "overlap_streams.yaml does not use side streams 1 and 2"
+grep -v "^#" "$specs/overlap_serial.yaml" | grep -q "stream:" && fail "overlap_serial.yaml uses a side stream"
 
 # ops lists the registry.
 expect 0 "ops" -- "$recap" ops
@@ -148,8 +159,16 @@ grep -q "graph replay" "$tmp/bench.svg" || fail "the SVG has no labels"
 
 # serve-bench: 4 workers, every result checked.
 expect 0 "serve-bench" -- "$recap" serve-bench "$specs/mlp_decode.yaml" --device host \
-  --threads 4 --requests 200 --dim H=256 --seed 3
+  --threads 4 --requests 200 --dim H=256 --seed 3 --json "$tmp/serve.json"
 grep -q "0 mismatches" "$tmp/out" || fail "serve-bench did not check every result"
+check_json "$tmp/serve.json"
+python3 - "$tmp/serve.json" <<'EOF' || fail "serve-bench JSON lacks fields or checks"
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["threads"] == 4 and d["requests"] == 200 and d["served"] == 200, d
+assert d["checked"] == 200 and d["mismatches"] == 0 and d["ok"] is True, d
+assert d["requests_per_s"] > 0 and d["latency"]["p99_ms"] >= d["latency"]["p50_ms"] > 0, d
+EOF
 grep -q "requests/s" "$tmp/out" || fail "serve-bench prints no throughput"
 grep -q "p99" "$tmp/out" || fail "serve-bench prints no p99"
 expect 2 "serve-bench batch too large" -- "$recap" serve-bench "$specs/mlp_decode.yaml" \

@@ -6,8 +6,9 @@
  * the spec's are too big for a test), and on CUDA also against the host reference. Then one
  * behaviour per test: buckets and padding, a KV-cache decode replayed over many positions
  * with no graph work, rebinding and its counters, pointer semantics of replays, fork/join
- * ordering, recovery from a failed capture, graph-safe random ops, shared weights, argument
- * errors, RECAP_DISABLE_GRAPHS, weights from files.
+ * ordering, recovery from a failed capture (an op that cannot launch, and a real illegal call
+ * from another thread during a global-mode capture), graph-safe random ops, shared weights,
+ * argument errors, RECAP_DISABLE_GRAPHS, weights from files.
  */
 #include "engine/pipeline.h"
 
@@ -16,6 +17,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "kernels/half.h"
@@ -141,6 +143,8 @@ static const struct {
     {"fork_join.yaml", {"B=4", "D=32", NULL}},
     {"mlp_decode.yaml", {"B=1,2,4", "H=32", NULL}},
     {"mlp_large.yaml", {"B=8", "H=32", NULL}},
+    {"overlap_serial.yaml", {"D=2048", NULL}},
+    {"overlap_streams.yaml", {"D=2048", NULL}},
     /* w_qkv's 3072 rows are literal: D stays 1024, the rest shrinks. */
     {"transformer_block.yaml", {"B=1", "S=8", "F=64", NULL}},
 };
@@ -617,6 +621,158 @@ static void test_a_failed_capture_names_the_op_and_the_pipeline_runs_eagerly(voi
   CHECK_OK(recap_pipeline_destroy(ref));
 }
 
+/* A chain of `ops` elementwise launches on 64 floats: long enough that capturing it takes a
+ * while, the window another thread's call must land in. The caller frees the text. */
+static char *long_chain_spec(int ops) {
+  size_t cap = 128 + (size_t)ops * 64;
+  char *y = malloc(cap);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(y);
+  size_t n = (size_t)snprintf(y, cap,
+                              "name: long-chain\ndtype: f32\n"
+                              "tensors:\n  x: {shape: [64], role: input}\nops:\n");
+  for (int i = 1; i <= ops; ++i) {
+    char in[16];
+    snprintf(in, sizeof in, i == 1 ? "x" : "h%d", i - 1);
+    n += (size_t)snprintf(y + n, cap - n,
+                          i % 2 ? "  - {op: tanh, in: [%s], out: h%d}\n"
+                                : "  - {op: scale, in: [%s], out: h%d, scale: 1.5}\n",
+                          in, i);
+  }
+  snprintf(y + n, cap - n, "outputs: [h%d]\n", ops);
+  return y;
+}
+
+static double seconds_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Another thread of the process: it waits until the pipeline's stream is capturing, then
+ * allocates device memory through the raw backend (cudaMalloc on CUDA), bypassing the
+ * allocator's capture guard. Under a GLOBAL-mode capture that call is prohibited in every
+ * thread, and CUDA invalidates the capture. */
+typedef struct {
+  recap_stream *target;
+  recap_device dev;
+  int landed;    /* the call was made while `target` was capturing */
+  int still;     /* ... and `target` was still capturing after it */
+  recap_status status;
+  char message[512];
+  void *ptr;
+} intruder;
+
+static void *intrude(void *arg) {
+  intruder *in = arg;
+  const recap__backend *be = recap__backend_get(in->dev.backend);
+  double deadline = seconds_now() + 10;
+  while (!recap_stream_is_capturing(in->target))
+    if (seconds_now() > deadline) return NULL;
+  in->landed = 1;
+  in->status = be->mem_alloc(in->dev.index, 256, &in->ptr);
+  snprintf(in->message, sizeof in->message, "%s", recap_last_error());
+  in->still = recap_stream_is_capturing(in->target);
+  return NULL;
+}
+
+/* A real illegal call during a capture: while the pipeline captures in GLOBAL mode, another
+ * thread calls the raw cudaMalloc. The capture must fail as invalidated (or illegal) and be
+ * discarded cleanly, the pipeline must then run eagerly with correct results, and a fresh
+ * instance must capture and replay normally. The other thread's call can miss the window
+ * (the capture ended first); then the attempt is repeated with a new pipeline. */
+static void test_another_threads_raw_allocation_during_a_global_capture_is_recovered(void) {
+  char *spec = long_chain_spec(2000);
+  recap_pipeline_options o = opts_on(g_dev);
+  o.override_mode = 1;
+  o.mode = RECAP_MODE_GRAPH;
+  o.capture_mode_set = 1;
+  o.capture_mode = RECAP_CAPTURE_MODE_GLOBAL;
+  recap_pipeline *ref = make_mode(spec, RECAP_MODE_EAGER), *p = NULL;
+  const recap__backend *be = recap__backend_get(g_dev.backend);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(be);
+  recap_status st = RECAP_OK;
+  char why[2048] = "";
+  intruder in;
+  int attempts = 0, allowed = 0;
+  for (; attempts < 50; ++attempts) {
+    p = make(spec, &o);
+    in = (intruder){.target = recap_pipeline_stream(p), .dev = g_dev};
+    pthread_t t;
+    CU_ASSERT_EQUAL_FATAL(pthread_create(&t, NULL, intrude, &in), 0);
+    st = recap_pipeline_capture(p);
+    snprintf(why, sizeof why, "%s", recap_last_error());
+    pthread_join(t, NULL);
+    if (in.landed && in.status != RECAP_OK) break;
+    /* Missed: the call came after the capture, which must then have succeeded. A call that
+     * succeeded while the capture went on would mean the rule is not enforced: counted. */
+    CU_ASSERT_EQUAL(st, RECAP_OK);
+    if (in.landed && in.still) allowed++;
+    if (in.landed) CHECK_OK(be->mem_free(g_dev.index, in.ptr));
+    CHECK_OK(recap_pipeline_destroy(p));
+    p = NULL;
+  }
+  fprintf(stderr,
+          "\n  note: attempt %d (%d earlier calls allowed inside a capture): the other thread's "
+          "call: %s: %s\n  note: the capture: %s: %s\n",
+          attempts + 1, allowed, recap_status_name(in.status), in.status ? in.message : "",
+          recap_status_name(st), st ? why : "");
+  CU_ASSERT_PTR_NOT_NULL_FATAL(p); /* no attempt's call landed inside the capture */
+  /* The call itself was refused as illegal during a capture, naming itself. */
+  CU_ASSERT_EQUAL(in.status, RECAP_STATUS_ILLEGAL_DURING_CAPTURE);
+  const char *call = g_dev.backend == RECAP_BACKEND_CUDA ? "cudaMalloc" : "mem_alloc";
+  CU_ASSERT_PTR_NOT_NULL(strstr(in.message, call));
+  /* The capture failed because of it; the message says which bucket, and the cause: the
+   * host backend names the call; CUDA reports the capture invalidated, and names the refused
+   * call when the end of the capture is what failed. */
+  CU_ASSERT_TRUE(st == RECAP_STATUS_CAPTURE_INVALIDATED || st == RECAP_STATUS_ILLEGAL_DURING_CAPTURE);
+  CU_ASSERT_PTR_NOT_NULL(strstr(why, "capturing bucket"));
+  CU_ASSERT_TRUE(strstr(why, call) != NULL || (g_dev.backend == RECAP_BACKEND_CUDA &&
+                                                strstr(why, "cudaErrorStreamCaptureInvalidated")));
+  CU_ASSERT_FALSE(recap_stream_is_capturing(recap_pipeline_stream(p)));
+  CU_ASSERT_TRUE(p->graphs_failed);
+
+  /* Eager from now on, with the right result. */
+  test_rng rng;
+  test_rng_init(&rng);
+  size_t bytes = bytes_of(p, "x", 0);
+  void *x = random_data(&rng, RECAP_DTYPE_F32, bytes);
+  CHECK_OK(recap_pipeline_copy_in(p, "x", x, bytes, 0));
+  CHECK_OK(recap_pipeline_copy_in(ref, "x", x, bytes, 0));
+  CHECK_OK(recap_pipeline_run(p, 0));
+  CHECK_OK(recap_pipeline_run(ref, 0));
+  char out[16];
+  snprintf(out, sizeof out, "h%d", 2000);
+  void *want = out_copy(ref, out, 0), *got = out_copy(p, out, 0);
+  CU_ASSERT_TRUE(close_enough("eager after the invalidated capture", RECAP_DTYPE_F32, got, want,
+                              bytes));
+  free(got);
+  recap_pipeline_stats s;
+  CHECK_OK(recap_pipeline_stats_get(p, &s));
+  CU_ASSERT_EQUAL(s.capture_failures, 1);
+  CU_ASSERT_EQUAL(s.eager_runs, 1);
+  CU_ASSERT_EQUAL(s.replays, 0);
+
+  /* A fresh instance of the same model captures (GLOBAL again) and replays normally. */
+  recap_pipeline *fresh = NULL;
+  CHECK_OK(recap_pipeline_clone(p, &o, &fresh));
+  CHECK_OK(recap_pipeline_capture(fresh));
+  CHECK_OK(recap_pipeline_copy_in(fresh, "x", x, bytes, 0));
+  CHECK_OK(recap_pipeline_run(fresh, 0));
+  got = out_copy(fresh, out, 0);
+  CU_ASSERT_TRUE(close_enough("replay of a fresh instance", RECAP_DTYPE_F32, got, want, bytes));
+  CHECK_OK(recap_pipeline_stats_get(fresh, &s));
+  CU_ASSERT_EQUAL(s.captures, 1);
+  CU_ASSERT_EQUAL(s.replays, 1);
+  CU_ASSERT_EQUAL(s.capture_failures, 0);
+  free(got);
+  free(want);
+  free(x);
+  free(spec);
+  CHECK_OK(recap_pipeline_destroy(fresh));
+  CHECK_OK(recap_pipeline_destroy(p));
+  CHECK_OK(recap_pipeline_destroy(ref));
+}
+
 /* ---- random ops ---- */
 
 static const char random_spec[] =
@@ -943,10 +1099,15 @@ static void test_params_load_from_raw_and_safetensors_files_with_every_length_ch
   XX(test_a_bad_spec_fails_with_positions_and_allocates_nothing)                           \
   XX(test_params_load_from_raw_and_safetensors_files_with_every_length_checked)
 
+/* Last in each suite: a global-mode capture that another thread breaks is process-wide, so
+ * nothing else runs after it in a state it might have disturbed. */
+#define LAST_TESTS(XX) XX(test_another_threads_raw_allocation_during_a_global_capture_is_recovered)
+
 int main(void) {
   CU_pSuite host = test_add_suite("pipeline/host", suite_host, NULL);
 #define ADD_(t) CU_add_test(host, #t, t);
   PIPELINE_TESTS(ADD_)
+  LAST_TESTS(ADD_)
 #undef ADD_
   CU_pSuite cuda = test_add_cuda_suite("pipeline/cuda", suite_cuda, NULL);
 #define ADD_(t) CU_add_test(cuda, #t, t);
@@ -954,5 +1115,8 @@ int main(void) {
 #undef ADD_
   CU_add_test(cuda, "test_every_example_spec_on_cuda_matches_the_host_reference",
               test_every_example_spec_on_cuda_matches_the_host_reference);
+#define ADD_(t) CU_add_test(cuda, #t, t);
+  LAST_TESTS(ADD_)
+#undef ADD_
   return test_run_all();
 }

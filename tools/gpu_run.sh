@@ -1,6 +1,13 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine over the staged folder (tools/stage_gpu.sh): every test binary,
 # then the CLI, each with a time limit; full logs go to $OUT, and a summary table comes last.
+# The CLI checks are the GPU-side claims of the engine that only a measurement can prove,
+# each a ratio of two runs made here, one summary line each:
+#   overlap      graph median of specs/overlap_streams.yaml (two branches on two streams)
+#                < 0.75 x that of specs/overlap_serial.yaml (the same ops on one stream)
+#   serve-bench  4 workers > 1.5 x the throughput of 1 on the launch-bound elementwise chain;
+#                8 workers on mlp_decode with every result checked against eager references
+#   dot --graph  the captured CUDA graph of fork_join.yaml as Graphviz (cudaGraphDebugDotPrint)
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 out=${OUT:-/tmp/recap_gpu_out}
@@ -16,6 +23,8 @@ summary=()
 failed=0
 for t in "$here"/tests/*_test; do
   name=$(basename "$t")
+  # A million replays: tools/gpu_soak.sh runs it when it is staged.
+  [ "$name" = soak_test ] && continue
   log="$logs/$name.log"
   args=()
   # Bazel passes nvtx_test the recorder tool's path; here it lies beside the test.
@@ -27,12 +36,89 @@ for t in "$here"/tests/*_test; do
   [ "$code" -ne 0 ] && failed=$((failed + 1)) && tail -30 "$log"
   summary+=("$(printf '%-34s exit %-3s %s' "$name" "$code" "${runs:-no CUnit summary}")")
 done
-"$here/bin/recap" info >"$logs/recap_info.log" 2>&1
+recap=$here/bin/recap
+"$recap" info >"$logs/recap_info.log" 2>&1
 info_code=$?
 cat "$logs/recap_info.log"
+
+# --- CLI checks on the GPU (from the stage root, where specs/ lies) ---
+checks=()
+check_failed=0
+# check NAME OK DETAIL: one summary line; OK is 1 for a pass.
+check() {
+  local verdict=PASS
+  [ "$2" = 1 ] || verdict=FAIL
+  [ "$verdict" = FAIL ] && check_failed=$((check_failed + 1))
+  checks+=("$(printf '%-12s %s  %s' "$1" "$verdict" "$3")")
+}
+# cli LOG COMMAND...: runs the CLI from the stage root with a time limit, output to LOG.
+cli() {
+  local log=$logs/$1
+  shift
+  (cd "$here" && timeout 240 "$recap" "$@") >"$log" 2>&1
+}
+# json FILE EXPRESSION: a value from a JSON file (EXPRESSION over `d`), empty on any failure.
+json() {
+  python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); print(eval(sys.argv[2]))' \
+    "$1" "$2" 2>/dev/null
+}
+# ratio A B: A / B to three places; empty when either is missing.
+ratio() { python3 -c 'import sys; print("%.3f" % (float(sys.argv[1]) / float(sys.argv[2])))' "$1" "$2" 2>/dev/null; }
+# less A B: 1 when A < B (both numbers), else 0.
+less() { python3 -c 'import sys; print(int(float(sys.argv[1]) < float(sys.argv[2])))' "$1" "$2" 2>/dev/null || echo 0; }
+
+# 1. Overlap: the same 81 kernels, two independent branches on streams 1 and 2 against all on
+#    stream 0; the graph replay medians of one bench run each.
+cli bench_overlap_streams.log bench specs/overlap_streams.yaml --device cuda \
+  --json "$logs/overlap_streams.json"
+c1=$?
+cli bench_overlap_serial.log bench specs/overlap_serial.yaml --device cuda \
+  --json "$logs/overlap_serial.json"
+c2=$?
+two=$(json "$logs/overlap_streams.json" '"%.4f" % d["graph"]["median_ms"]')
+one=$(json "$logs/overlap_serial.json" '"%.4f" % d["graph"]["median_ms"]')
+r=$(ratio "$two" "$one")
+ok=0
+[ "$c1" = 0 ] && [ "$c2" = 0 ] && [ -n "$r" ] && ok=$(less "$r" 0.75)
+check overlap "$ok" "graph median: two streams ${two:-?} ms, one stream ${one:-?} ms, ratio ${r:-?} (needs < 0.75; exits $c1 $c2)"
+
+# 2. serve-bench: 1 and 4 workers on the launch-bound chain; 8 on mlp_decode.
+cli serve_chain_t1.log serve-bench specs/elementwise_chain.yaml --device cuda --threads 1 \
+  --requests 2000 --seed 7 --json "$logs/serve_chain_t1.json"
+c1=$?
+cli serve_chain_t4.log serve-bench specs/elementwise_chain.yaml --device cuda --threads 4 \
+  --requests 2000 --seed 7 --json "$logs/serve_chain_t4.json"
+c2=$?
+t1=$(json "$logs/serve_chain_t1.json" '"%.0f" % d["requests_per_s"]')
+t4=$(json "$logs/serve_chain_t4.json" '"%.0f" % d["requests_per_s"]')
+r=$(ratio "$t4" "$t1")
+ok=0
+[ "$c1" = 0 ] && [ "$c2" = 0 ] && [ -n "$r" ] && ok=$(less 1.5 "$r")
+check serve-4v1 "$ok" "elementwise_chain: 1 worker ${t1:-?} req/s, 4 workers ${t4:-?} req/s, ratio ${r:-?} (needs > 1.5; exits $c1 $c2)"
+cli serve_mlp_t8.log serve-bench specs/mlp_decode.yaml --device cuda --threads 8 --seed 7 \
+  --json "$logs/serve_mlp_t8.json"
+c1=$?
+checked=$(json "$logs/serve_mlp_t8.json" '"%d of %d checked, %d mismatches, %.0f req/s" % (d["checked"], d["requests"], d["mismatches"], d["requests_per_s"])')
+ok=0
+[ "$c1" = 0 ] && ok=1
+check serve-8 "$ok" "mlp_decode, 8 workers: ${checked:-no JSON} (exit $c1)"
+
+# 3. The captured CUDA graph as Graphviz.
+cli dot_graph.log dot specs/fork_join.yaml --graph --device cuda -o "$logs/fork_join_graph.dot"
+c1=$?
+ok=0
+[ "$c1" = 0 ] && grep -q digraph "$logs/fork_join_graph.dot" 2>/dev/null && ok=1
+nodes=$(grep -c -- '->' "$logs/fork_join_graph.dot" 2>/dev/null)
+check dot-graph "$ok" "fork_join.yaml: $(wc -c <"$logs/fork_join_graph.dot" 2>/dev/null || echo 0) bytes, ${nodes:-0} edges, digraph $([ "$ok" = 1 ] && echo found || echo MISSING) (exit $c1)"
+for f in "$logs"/bench_*.log "$logs"/serve_*.log "$logs"/dot_graph.log; do
+  code_line=$(grep -m1 -E "error|FAIL|failed" "$f" 2>/dev/null) && echo "$(basename "$f"): $code_line"
+done
+
 tar czf "$out/logs.tgz" -C "$logs" .
 echo
 echo "=== GPU summary ==="
 printf '%s\n' "${summary[@]}"
 printf '%-34s exit %s\n' "recap info" "$info_code"
 echo "$(( ${#summary[@]} - failed )) passed, $failed failed (test binaries)"
+printf '%s\n' "${checks[@]}"
+echo "$(( ${#checks[@]} - check_failed )) passed, $check_failed failed (CLI checks on the GPU)"

@@ -15,6 +15,7 @@
  * reference sees the same sequence of updates as the served instance.
  */
 #include <inttypes.h>
+#include <jansson.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,11 +26,15 @@
 static const char *const CMD = "serve-bench";
 
 enum { MAX_THREADS = 256, MAX_REPORTED = 5 };
+/* A device fault poisons the device context for the rest of the process (a CUDA context
+ * cannot be repaired): its own exit status tells a supervisor to start a new process. */
+enum { EXIT_DEVICE_FAULT = 3 };
 
 static void usage(FILE *out) {
   fprintf(out,
           "usage: recap serve-bench SPEC [--threads N] [--requests M] [--batch-max B]\n"
-          "                         [--device cuda|host] [--dim NAME=VALUE] [--seed N]\n\n"
+          "                         [--device cuda|host] [--dim NAME=VALUE] [--seed N]\n"
+          "                         [--json FILE]\n\n"
           "An inference-server loop: a request queue, N worker threads each with its own "
           "pipeline\n(a clone sharing the weights, captured on its thread), M requests of "
           "random batch size\n<= B with random inputs. Prints throughput and p50/p99 "
@@ -41,8 +46,12 @@ static void usage(FILE *out) {
           "  --device D         cuda or host (default: the spec's; host when there is no "
           "GPU)\n"
           "  --dim NAME=VALUE   replaces a (non-bucketed) dim's value (repeatable)\n"
-          "  --seed N           seed of the request sizes and data (default: a fresh one)\n\n"
-          "exit status: 0 when every result matches, 1 on any mismatch or failure.\n");
+          "  --seed N           seed of the request sizes and data (default: a fresh one)\n"
+          "  --json FILE        also write the results as JSON (throughput, latencies, "
+          "checks)\n\n"
+          "exit status: 0 when every result matches, 1 on any mismatch or failure, 3 on a "
+          "device\nfault (the device context of this process is lost: restart the worker "
+          "process).\n");
 }
 
 typedef struct {
@@ -238,7 +247,7 @@ int cli_serve_bench_main(int argc, char **argv) {
     usage(stdout);
     return CLI_EXIT_OK;
   }
-  const char *path = NULL, *device = NULL, *dims[CLI_MAX_DIMS];
+  const char *path = NULL, *device = NULL, *json_path = NULL, *dims[CLI_MAX_DIMS];
   int num_dims = 0;
   long long threads = 4, requests = 200, batch_max = 0, seed_arg = 0;
   bool batch_max_set = false, seed_set = false;
@@ -266,7 +275,8 @@ int cli_serve_bench_main(int argc, char **argv) {
         return CLI_EXIT_USAGE;
       }
       dims[num_dims++] = v;
-    } else if ((m = cli_flag(CMD, argc, argv, &i, "--device", &device)) != 0) {
+    } else if ((m = cli_flag(CMD, argc, argv, &i, "--device", &device)) != 0 ||
+               (m = cli_flag(CMD, argc, argv, &i, "--json", &json_path)) != 0) {
       if (m < 0) return CLI_EXIT_USAGE;
     } else if (!cli_positional(CMD, argv[i])) {
       return CLI_EXIT_USAGE;
@@ -289,9 +299,11 @@ int cli_serve_bench_main(int argc, char **argv) {
   request *reqs = NULL;
   double *latency = NULL, *service = NULL;
   server srv = {0};
+  json_t *root = NULL;
   bool sync_ready = false;
   int started = 0;
-  recap_status st;
+  bool device_fault = false;
+  recap_status st = RECAP_OK;
   if (cli_load_spec(path, &spec) != RECAP_OK) goto done;
   size_t bucket;
   int64_t largest;
@@ -437,6 +449,7 @@ int cli_serve_bench_main(int argc, char **argv) {
     if (w->status != RECAP_OK) {
       fprintf(stderr, "recap %s: %s\n", CMD, w->error);
       failed = true;
+      if (w->status == RECAP_STATUS_DEVICE_ERROR) device_fault = true;
     }
     served += w->num_done;
     checked += w->checked;
@@ -470,7 +483,48 @@ int cli_serve_bench_main(int argc, char **argv) {
          checked, requests, bad, bad == 1 ? "" : "es", max_diff);
   if (bad) fprintf(stderr, "recap %s: %zu elements out of tolerance\n", CMD, bad_elements);
   rc = failed || bad || checked != (size_t)requests ? CLI_EXIT_FAILURE : CLI_EXIT_OK;
+  if (json_path) {
+    /* Written on failure too ("ok": false), so a script comparing runs sees why. */
+    root = json_object();
+    json_object_set_new(root, "spec", json_string(path));
+    json_object_set_new(root, "name", json_string(spec->name));
+    json_object_set_new(root, "device", json_string(recap_backend_name(opts.device.backend)));
+    json_object_set_new(root, "threads", json_integer(threads));
+    json_object_set_new(root, "requests", json_integer(requests));
+    json_object_set_new(root, "batch_max", json_integer(spec->bucket_dim >= 0 ? batch_max : 0));
+    json_object_set_new(root, "seed", json_integer((json_int_t)seed));
+    json_object_set_new(root, "capture_ms", json_real(capture_ms));
+    json_object_set_new(root, "served", json_integer((json_int_t)served));
+    json_object_set_new(root, "wall_s", json_real(wall));
+    json_object_set_new(root, "requests_per_s", json_real(wall > 0 ? (double)served / wall : 0.0));
+    if (n > 0) {
+      json_t *lat = json_object(), *svc = json_object();
+      json_object_set_new(lat, "p50_ms", json_real(rank(latency, n, 0.50)));
+      json_object_set_new(lat, "p99_ms", json_real(rank(latency, n, 0.99)));
+      json_object_set_new(lat, "max_ms", json_real(latency[n - 1]));
+      json_object_set_new(svc, "p50_ms", json_real(rank(service, n, 0.50)));
+      json_object_set_new(svc, "p99_ms", json_real(rank(service, n, 0.99)));
+      json_object_set_new(root, "latency", lat);
+      json_object_set_new(root, "service", svc);
+    }
+    json_object_set_new(root, "checked", json_integer((json_int_t)checked));
+    json_object_set_new(root, "mismatches", json_integer((json_int_t)bad));
+    json_object_set_new(root, "max_abs_diff", json_real(max_diff));
+    json_object_set_new(root, "ok", json_boolean(rc == CLI_EXIT_OK));
+    if (json_dump_file(root, json_path, JSON_INDENT(2) | JSON_PRESERVE_ORDER) != 0) {
+      fprintf(stderr, "recap %s: cannot write %s\n", CMD, json_path);
+      rc = CLI_EXIT_FAILURE;
+    } else {
+      printf("wrote %s\n", json_path);
+    }
+  }
 done:
+  if (device_fault || st == RECAP_STATUS_DEVICE_ERROR) {
+    fprintf(stderr, "recap %s: device fault: the device context is lost; restart the worker "
+                    "process\n", CMD);
+    rc = EXIT_DEVICE_FAULT;
+  }
+  json_decref(root);
   if (sync_ready) {
     pthread_cond_destroy(&srv.served.cond);
     pthread_mutex_destroy(&srv.served.mu);
