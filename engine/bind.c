@@ -13,7 +13,6 @@
  * params on every backend and in every process, whatever else has drawn before.
  */
 #include <errno.h>
-#include <jansson.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,13 +20,12 @@
 #include <sys/stat.h>
 
 #include "engine/pipeline.h"
+#include "engine/safetensors_reader.h"
 #include "runtime/backend.h"
 #include "runtime/error.h"
 
 /* Host memory staged per copy when loading a file. */
 enum { STAGE_BYTES = 16 << 20 };
-/* The safetensors format bounds its JSON header at 100 MB; so do we. */
-#define SAFETENSORS_MAX_HEADER ((uint64_t)100 << 20)
 
 static size_t align_up(size_t n) {
   return (n + RECAP_PLAN_ALIGNMENT - 1) / RECAP_PLAN_ALIGNMENT * RECAP_PLAN_ALIGNMENT;
@@ -132,103 +130,28 @@ static bool has_suffix(const char *s, const char *suffix) {
   return n >= k && strcmp(s + n - k, suffix) == 0;
 }
 
-static const char *safetensors_dtype(recap_dtype dtype) {
-  switch (dtype) {
-    case RECAP_DTYPE_F32:
-      return "F32";
-    case RECAP_DTYPE_F16:
-      return "F16";
-    case RECAP_DTYPE_BF16:
-      return "BF16";
-    case RECAP_DTYPE_I32:
-      return "I32";
-    case RECAP_DTYPE_I64:
-      return "I64";
-    default:
-      return "?";
-  }
-}
-
-/* Reads the safetensors header of `f` and finds `key`: its data's offset in the file, after
- * checking dtype, shape and that the byte range lies inside the file. Every length and offset
- * comes from an untrusted file, so each is bounded before use. */
+/* Reads the safetensors header of `f` and finds `key` (safetensors_reader.h bounds every
+ * length and offset): its data's offset in the file. */
 static recap_status safetensors_locate(FILE *f, const char *path, uint64_t file_size,
                                        const char *key, const recap__ir_tensor *t,
                                        uint64_t *data_offset) {
-  unsigned char len_bytes[8];
-  if (file_size < 8 || fread(len_bytes, 1, 8, f) != 8)
-    return RECAP_FAIL(RECAP_STATUS_IO_ERROR, "'%s' is too short for a safetensors file", path);
+  unsigned char prefix[8] = {0};
   uint64_t header_len = 0;
-  for (int i = 7; i >= 0; --i) header_len = header_len << 8 | len_bytes[i];
-  if (header_len == 0 || header_len > SAFETENSORS_MAX_HEADER || header_len > file_size - 8)
-    return RECAP_FAIL(RECAP_STATUS_IO_ERROR,
-                      "'%s': safetensors header length %llu is outside the file (%llu bytes) "
-                      "or above the format's 100 MB",
-                      path, (unsigned long long)header_len, (unsigned long long)file_size);
+  if (file_size >= 8 && fread(prefix, 1, 8, f) != 8)
+    return RECAP_FAIL(RECAP_STATUS_IO_ERROR, "cannot read the header length of '%s'", path);
+  RECAP_TRY(recap__safetensors_header_length(prefix, file_size, path, &header_len));
   char *text = malloc((size_t)header_len);
   if (!text)
     return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory for the header of '%s'", path);
-  recap_status st = RECAP_OK;
-  json_t *root = NULL;
+  recap_status st;
   if (fread(text, 1, (size_t)header_len, f) != header_len) {
     st = RECAP_FAIL(RECAP_STATUS_IO_ERROR, "'%s' ended inside its safetensors header", path);
-    goto done;
+  } else {
+    recap__safetensors_want want = {
+        .dtype = t->dtype, .ndim = t->ndim, .shape = t->shape, .bytes = t->bytes};
+    st =
+        recap__safetensors_find(text, (size_t)header_len, file_size, path, key, &want, data_offset);
   }
-  json_error_t jerr;
-  root = json_loadb(text, (size_t)header_len, JSON_REJECT_DUPLICATES, &jerr);
-  if (!root || !json_is_object(root)) {
-    st = RECAP_FAIL(RECAP_STATUS_IO_ERROR, "'%s': safetensors header is not a JSON object: %s",
-                    path, root ? "another JSON value" : jerr.text);
-    goto done;
-  }
-  json_t *entry = json_object_get(root, key);
-  if (!entry || !json_is_object(entry)) {
-    st = RECAP_FAIL(RECAP_STATUS_IO_ERROR, "'%s' has no tensor '%s'", path, key);
-    goto done;
-  }
-  json_t *dtype = json_object_get(entry, "dtype"), *shape = json_object_get(entry, "shape");
-  json_t *offsets = json_object_get(entry, "data_offsets");
-  if (!json_is_string(dtype) || !json_is_array(shape) || !json_is_array(offsets) ||
-      json_array_size(offsets) != 2 || !json_is_integer(json_array_get(offsets, 0)) ||
-      !json_is_integer(json_array_get(offsets, 1))) {
-    st = RECAP_FAIL(RECAP_STATUS_IO_ERROR,
-                    "'%s': tensor '%s' lacks a string dtype, a shape array or two integer "
-                    "data_offsets",
-                    path, key);
-    goto done;
-  }
-  if (strcmp(json_string_value(dtype), safetensors_dtype(t->dtype)) != 0) {
-    st = RECAP_FAIL(RECAP_STATUS_IO_ERROR, "'%s': tensor '%s' has dtype %s, the spec says %s (%s)",
-                    path, key, json_string_value(dtype), recap_dtype_name(t->dtype),
-                    safetensors_dtype(t->dtype));
-    goto done;
-  }
-  bool shape_ok = json_array_size(shape) == (size_t)t->ndim;
-  for (int d = 0; shape_ok && d < t->ndim; ++d) {
-    json_t *v = json_array_get(shape, (size_t)d);
-    shape_ok = json_is_integer(v) && json_integer_value(v) == t->shape[d];
-  }
-  if (!shape_ok) {
-    st = RECAP_FAIL(RECAP_STATUS_IO_ERROR,
-                    "'%s': tensor '%s' has another shape than the spec's (%d dims)", path, key,
-                    t->ndim);
-    goto done;
-  }
-  json_int_t begin = json_integer_value(json_array_get(offsets, 0));
-  json_int_t end = json_integer_value(json_array_get(offsets, 1));
-  uint64_t data_size = file_size - 8 - header_len;
-  if (begin < 0 || end < begin || (uint64_t)end > data_size ||
-      (uint64_t)(end - begin) != t->bytes) {
-    st = RECAP_FAIL(RECAP_STATUS_IO_ERROR,
-                    "'%s': tensor '%s' has data_offsets [%lld, %lld], which must span %llu "
-                    "bytes inside the %llu bytes of data",
-                    path, key, (long long)begin, (long long)end, (unsigned long long)t->bytes,
-                    (unsigned long long)data_size);
-    goto done;
-  }
-  *data_offset = 8 + header_len + (uint64_t)begin;
-done:
-  json_decref(root);
   free(text);
   return st;
 }

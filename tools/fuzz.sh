@@ -14,7 +14,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-60}
 bazel_cmd=${BAZEL:-bazel}
-targets=(spec alloc_conf)
+targets=(spec alloc_conf safetensors)
 
 fail() {
   echo "fuzz: $*" >&2

@@ -35,6 +35,9 @@ cp tools/gpu_run.sh stage/gpu_run.sh
 # the report over stage/specs.
 mkdir -p stage/tools
 cp tools/bench_all.sh tools/peer_torch.py tools/bench_report.py stage/tools/
+# Reliability runs (issue 7): bash stage/run.sh tools/gpu_soak.sh (stage soak_test) and
+# tools/gpu_sanitize.sh (compute-sanitizer over the GPU tests).
+cp tools/gpu_soak.sh tools/gpu_sanitize.sh stage/tools/
 chmod -R u+w stage
 unpacked_kib=$(du -sk stage | cut -f1)
 tar cf - -C stage . | xz -9 -T2 >bundle.tar.xz.tmp
