@@ -15,6 +15,7 @@
  * re-captures every graph, and the graph layer applies the new capture to the existing
  * executable in place; past max_recaptures the graphs are dropped and runs go eager.
  */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -93,7 +94,24 @@ static recap_status finish_states(recap_pipeline *p, state_backup *bk, bool rest
   return st;
 }
 
+/* Warmups and captures of different pipelines run on different threads at once. A warmup does
+ * the first-time work that CUDA and cuBLAS do lazily (loading kernel modules, creating
+ * handles, choosing algorithms, growing workspaces), and some of it synchronizes the context,
+ * which invalidates a capture under way on another thread (seen on the H100 as
+ * CUBLAS_STATUS_EXECUTION_FAILED in a concurrent capture). So captures share this lock and
+ * still run concurrently, while a warmup holds it alone. Replays never take it. */
+static pthread_rwlock_t warmup_lock = PTHREAD_RWLOCK_INITIALIZER;
+
+static recap_status warmup_locked(recap_pipeline *p);
+
 recap_status recap__graph_warmup(recap_pipeline *p) {
+  pthread_rwlock_wrlock(&warmup_lock);
+  recap_status st = warmup_locked(p);
+  pthread_rwlock_unlock(&warmup_lock);
+  return st;
+}
+
+static recap_status warmup_locked(recap_pipeline *p) {
   const recap__model *m = p->model;
   double t0 = now_ms();
   /* GEMM algorithm choice and handles, for every bucket's shapes on the streams they use. */
@@ -129,14 +147,19 @@ static recap_status capture_bucket(recap_pipeline *p, size_t b) {
   recap_graph_info before, after;
   RECAP_TRY(recap_graph_info_get(g, &before));
   double t0 = now_ms();
+  pthread_rwlock_rdlock(&warmup_lock);
   recap_status st = recap_graph_capture_begin(g, p->stream, &p->pool, p->capture_mode);
-  if (st != RECAP_OK) return st;
+  if (st != RECAP_OK) {
+    pthread_rwlock_unlock(&warmup_lock);
+    return st;
+  }
   st = recap__exec_run(p, b, g);
   double t1 = now_ms();
   /* Ending also discards a capture that a launch broke; keep the launch's message, which
    * names the op, over the end's. */
   char *why = st != RECAP_OK ? strdup(recap_last_error()) : NULL;
   recap_status end = recap_graph_capture_end(g);
+  pthread_rwlock_unlock(&warmup_lock);
   p->timings.capture_ms += t1 - t0;
   p->timings.instantiate_ms += now_ms() - t1;
   if (st != RECAP_OK) {

@@ -9,6 +9,9 @@
  * - Warp and block sums built on warp shuffles.
  * - recap__cuda_launch_range: the NVTX range every launcher opens (popped on return), and the
  *   launch-size helpers (CEIL_DIV, the grid cap of grid-stride kernels).
+ * - recap__cuda_launch: the one way a launcher in kernels/ starts a kernel, as a programmatic
+ *   dependent launch (PDL) on Hopper and later; recap__pdl_begin: what every kernel so
+ *   launched runs first.
  *
  * Everything here is inline or a template, so each .cu file gets its own copy and no symbol
  * is defined twice when the files are linked together.
@@ -20,6 +23,11 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <atomic>
+#include <utility>
 
 #include "include/recap.h"
 #include "runtime/error.h"
@@ -37,6 +45,19 @@ static inline unsigned recap__cuda_grid_for(int64_t work_items, int threads) {
   return (unsigned)blocks;
 }
 
+/* The grid of a kernel that gives each of `work_items` threads one piece of work (no loop):
+ * the blocks of `threads` that cover them. Fails (INVALID_ARGUMENT) past grid.x's limit of
+ * 2^31 - 1 blocks, which no tensor that fits in device memory reaches. */
+static inline recap_status recap__cuda_grid_cover(int64_t work_items, int threads, unsigned *grid) {
+  const int64_t blocks = RECAP_CEIL_DIV(work_items, (int64_t)threads);
+  if (blocks > INT32_MAX)
+    return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
+                      "%lld work items need more than 2^31 - 1 blocks of %d threads",
+                      (long long)work_items, threads);
+  *grid = blocks < 1 ? 1u : (unsigned)blocks;
+  return RECAP_OK;
+}
+
 /* Opens an NVTX range in recap's domain for the launcher's scope; every return path pops it. */
 struct recap__cuda_launch_range {
   explicit recap__cuda_launch_range(const char *name) {
@@ -48,6 +69,101 @@ struct recap__cuda_launch_range {
   recap__cuda_launch_range(const recap__cuda_launch_range &) = delete;
   recap__cuda_launch_range &operator=(const recap__cuda_launch_range &) = delete;
 };
+
+/* ---- programmatic dependent launch ------------------------------------------------------ */
+
+/* A chain of small kernels is bound by launch latency: ordinarily a kernel is not even
+ * scheduled until the one before it on the stream has finished, so each link pays the whole
+ * launch (about 1 us as a graph node on an H100) on top of its work. On compute capability 9.0
+ * and later, a launch with cudaLaunchAttributeProgrammaticStreamSerialization may begin while
+ * the kernel before it still runs (stream capture records the pair as a programmatic graph
+ * edge), and the hardware orders memory only where the kernel asks: griddepcontrol.wait
+ * blocks until every earlier kernel of the stream has COMPLETED and its writes are visible.
+ *
+ * The contract, therefore: every kernel launched through recap__cuda_launch calls
+ * recap__pdl_begin() before its first access to global memory, reads and writes alike (a
+ * write may hit a buffer an earlier kernel still reads, when the planner reuses memory), and
+ * in every block (a block that returned before waiting would let the grid complete before its
+ * predecessor, and a later kernel would wait on the wrong thing). Just before its wait, the
+ * kernel lets the next one on the stream launch (griddepcontrol.launch_dependents), so that
+ * launch overlaps both this kernel's wait and its work. The trigger orders nothing: the next
+ * kernel still waits for this one to COMPLETE, and this one completes only after each of its
+ * blocks has passed its own wait, i.e. after everything before it on the stream completed.
+ * Nor can waiting blocks starve this kernel: the next one launches only once every block of
+ * this one has triggered, i.e. is already resident. Kernels launched the ordinary way (cuBLAS,
+ * other .cu files) need nothing: a launch without the attribute waits for everything before
+ * it, and a PDL kernel after a foreign one waits in recap__pdl_begin.
+ *
+ * RECAP_PDL=0 in the environment (read once per process) turns the attribute off, for A/B
+ * timing; devices below 9.0 never get it. */
+
+/* Whether launches on the current device use PDL. The environment is read and each device's
+ * compute capability queried once; later calls cost a cudaGetDevice and an atomic load. */
+static inline bool recap__cuda_pdl_enabled() {
+  static const bool env_on = [] {
+    const char *v = getenv("RECAP_PDL");
+    return !(v && strcmp(v, "0") == 0);
+  }();
+  if (!env_on) return false;
+  constexpr int kMaxDevices = 64;
+  /* Per device: 0 not asked yet, 1 PDL, -1 no PDL. */
+  static std::atomic<signed char> capable[kMaxDevices];
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kMaxDevices) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  signed char c = capable[dev].load(std::memory_order_relaxed);
+  if (c == 0) {
+    int major = 0;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) {
+      /* Unknown: launch the ordinary way, and ask again next time. */
+      (void)cudaGetLastError();
+      return false;
+    }
+    c = major >= 9 ? 1 : -1;
+    capable[dev].store(c, std::memory_order_relaxed);
+  }
+  return c > 0;
+}
+
+/* Launches kernel<<<grid, threads, smem, stream>>>(args...), programmatically dependent on
+ * the previous kernel of the stream where recap__cuda_pdl_enabled() says so. The kernel must
+ * start with recap__pdl_begin() (see above). Returns what cudaGetLastError() after
+ * <<<...>>> would: the launch's error, else one an earlier call left pending on this thread
+ * (taking it, so that it is reported here, as the launchers always did, and not by the next
+ * library call that checks cudart's last error). */
+template <typename... KArgs, typename... Args>
+static inline cudaError_t recap__cuda_launch(void (*kernel)(KArgs...), dim3 grid, dim3 threads,
+                                             size_t smem, cudaStream_t stream, Args &&...args) {
+  cudaLaunchConfig_t config;
+  memset(&config, 0, sizeof config);
+  config.gridDim = grid;
+  config.blockDim = threads;
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  cudaLaunchAttribute attribute[1];
+  memset(attribute, 0, sizeof attribute);
+  if (recap__cuda_pdl_enabled()) {
+    attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attribute[0].val.programmaticStreamSerializationAllowed = 1;
+    config.attrs = attribute;
+    config.numAttrs = 1;
+  }
+  const cudaError_t launched = cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+  return launched != cudaSuccess ? launched : cudaGetLastError();
+}
+
+/* The first statement of every kernel launched by recap__cuda_launch. Both instructions are
+ * no-ops for a launch without the attribute; before sm_90 there is nothing to wait for. The
+ * trigger comes first, so that the next kernel's blocks can already be resident and waiting
+ * when this one's wait returns (measured faster than the other order: docs/perf/launch.md). */
+__device__ __forceinline__ void recap__pdl_begin() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
 
 /* Calls fn(T{}) with T the storage type of a float dtype (float, __half, __nv_bfloat16), so a
  * launcher instantiates its kernel per dtype with one generic lambda. Other dtypes fail with

@@ -3,12 +3,16 @@
  * scale, cast) and binary ops with numpy broadcasting (add, sub, mul, div).
  *
  * Each family has a contiguous kernel for dense tensors: every thread moves 16 bytes of input
- * per trip (one vector load) when the pointers are aligned, which is what saturates HBM on an
- * H100. A strided kernel serves everything else (views from transposes or slices, broadcast
- * operands with stride 0): each thread decomposes its linear index over the (right-aligned,
- * 4-D) shape. Binary ops also have a row kernel for the common bias-like broadcast (one
- * operand repeats along the leading dims), which needs only a modulo per element. Both loop with
- * the grid's stride so a capped grid covers any size. Math is in f32 for every storage type.
+ * (one vector load) when the pointers are aligned, which is what saturates HBM on an H100, and
+ * the grid covers the tensor with one such piece per thread. A strided kernel serves everything
+ * else (views from transposes or slices, broadcast operands with stride 0): each thread
+ * decomposes its linear index over the (right-aligned, 4-D) shape, looping with the grid's
+ * stride so a capped grid covers any size. Binary ops also have a row kernel for the common
+ * bias-like broadcast (one operand repeats along the leading dims), which needs only a modulo
+ * per element. Math is in f32 for every storage type.
+ *
+ * Every kernel starts with recap__pdl_begin and is launched through recap__cuda_launch
+ * (programmatic dependent launch, cuda_common.cuh).
  */
 #include <cuda_runtime.h>
 #include <math.h>
@@ -21,7 +25,8 @@
 
 namespace {
 
-constexpr int kThreads = 256;
+constexpr int kThreads = 256;      /* strided kernels (grid-stride loops) */
+constexpr int kDenseThreads = 128; /* the one-piece-per-thread dense kernels */
 
 /* ================================ kernels ================================================ */
 
@@ -61,32 +66,35 @@ __device__ __forceinline__ Tout unary_element(Tin x, float scale) {
   }
 }
 
-/* Dense input and output: 16 bytes of input per vector trip (VEC elements), then a scalar
- * tail. `vectorize` is false when either pointer is not aligned for its vector. */
+/* The dense kernels below give each thread one piece of work and no loop: thread i < nvec
+ * moves vector i (16 bytes of input, VEC elements), thread nvec + j moves element
+ * nvec * VEC + j of the scalar tail (nvec = 0 when the pointers are not aligned for vectors:
+ * then every element is tail). The launcher sizes the grid to cover all of it. Against a
+ * grid-stride loop over 64-bit indices this is a shorter path per thread, which is what a
+ * link of a chain of small kernels waits on (docs/perf/launch.md: 0.90 us against 1.04 us
+ * per graph node for 4096 floats, with programmatic launches). */
 template <int Code, typename Tin, typename Tout>
-__global__ void unary_contiguous_kernel(const Tin *__restrict__ x, Tout *__restrict__ y, int64_t n,
-                                        float scale, bool vectorize) {
+__global__ void unary_contiguous_kernel(const Tin *__restrict__ x, Tout *__restrict__ y,
+                                        int64_t nvec, int64_t n, float scale) {
+  recap__pdl_begin();
   constexpr int VEC = 16 / sizeof(Tin);
-  const int64_t tid = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-  const int64_t stride = (int64_t)gridDim.x * blockDim.x;
-  const int64_t nvec = vectorize ? n / VEC : 0;
-  const recap__vec<Tin, VEC> *xv = reinterpret_cast<const recap__vec<Tin, VEC> *>(x);
-  recap__vec<Tout, VEC> *yv = reinterpret_cast<recap__vec<Tout, VEC> *>(y);
-  for (int64_t i = tid; i < nvec; i += stride) {
-    const recap__vec<Tin, VEC> in = xv[i];
+  const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < nvec) {
+    const recap__vec<Tin, VEC> in = reinterpret_cast<const recap__vec<Tin, VEC> *>(x)[i];
     recap__vec<Tout, VEC> out;
 #pragma unroll
     for (int k = 0; k < VEC; ++k) out.v[k] = unary_element<Code, Tin, Tout>(in.v[k], scale);
-    yv[i] = out;
+    reinterpret_cast<recap__vec<Tout, VEC> *>(y)[i] = out;
+  } else if (const int64_t e = nvec * VEC + (i - nvec); e < n) {
+    y[e] = unary_element<Code, Tin, Tout>(x[e], scale);
   }
-  for (int64_t i = nvec * VEC + tid; i < n; i += stride)
-    y[i] = unary_element<Code, Tin, Tout>(x[i], scale);
 }
 
 template <int Code, typename Tin, typename Tout>
 __global__ void unary_strided_kernel(const Tin *__restrict__ x, recap__cuda_view4 xv,
                                      Tout *__restrict__ y, recap__cuda_view4 yv, int64_t n,
                                      float scale) {
+  recap__pdl_begin();
   const int64_t stride = (int64_t)gridDim.x * blockDim.x;
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
     y[recap__view4_offset(yv, i)] =
@@ -109,43 +117,37 @@ __device__ __forceinline__ float binary_apply(float a, float b) {
 
 template <int Code, typename T>
 __global__ void binary_contiguous_kernel(const T *__restrict__ a, const T *__restrict__ b,
-                                         T *__restrict__ y, int64_t n, bool vectorize) {
+                                         T *__restrict__ y, int64_t nvec, int64_t n) {
+  recap__pdl_begin();
   constexpr int VEC = 16 / sizeof(T);
-  const int64_t tid = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-  const int64_t stride = (int64_t)gridDim.x * blockDim.x;
-  const int64_t nvec = vectorize ? n / VEC : 0;
-  const recap__vec<T, VEC> *av = reinterpret_cast<const recap__vec<T, VEC> *>(a);
-  const recap__vec<T, VEC> *bv = reinterpret_cast<const recap__vec<T, VEC> *>(b);
-  recap__vec<T, VEC> *yv = reinterpret_cast<recap__vec<T, VEC> *>(y);
-  for (int64_t i = tid; i < nvec; i += stride) {
-    const recap__vec<T, VEC> x0 = av[i], x1 = bv[i];
+  const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < nvec) {
+    const recap__vec<T, VEC> x0 = reinterpret_cast<const recap__vec<T, VEC> *>(a)[i];
+    const recap__vec<T, VEC> x1 = reinterpret_cast<const recap__vec<T, VEC> *>(b)[i];
     recap__vec<T, VEC> out;
 #pragma unroll
     for (int k = 0; k < VEC; ++k)
       out.v[k] = recap__from_float<T>(
           binary_apply<Code>(recap__to_float(x0.v[k]), recap__to_float(x1.v[k])));
-    yv[i] = out;
+    reinterpret_cast<recap__vec<T, VEC> *>(y)[i] = out;
+  } else if (const int64_t e = nvec * VEC + (i - nvec); e < n) {
+    y[e] = recap__from_float<T>(binary_apply<Code>(recap__to_float(a[e]), recap__to_float(b[e])));
   }
-  for (int64_t i = nvec * VEC + tid; i < n; i += stride)
-    y[i] = recap__from_float<T>(binary_apply<Code>(recap__to_float(a[i]), recap__to_float(b[i])));
 }
 
 /* One operand (kRowIsB: b, else a) is a dense vector of `nrow` elements repeated along the
- * leading dims (a bias); the other operand and y are dense. Vector trips when `vectorize`
- * (aligned pointers and nrow a multiple of VEC, so a vector never wraps around the row). */
+ * leading dims (a bias); the other operand and y are dense. Work as in the dense kernels;
+ * vectors only when nrow is a multiple of VEC, so that a vector never wraps around the row. */
 template <int Code, typename T, bool kRowIsB>
 __global__ void binary_row_kernel(const T *__restrict__ full, const T *__restrict__ row,
-                                  T *__restrict__ y, int64_t n, int64_t nrow, bool vectorize) {
+                                  T *__restrict__ y, int64_t nvec, int64_t n, int64_t nrow) {
+  recap__pdl_begin();
   constexpr int VEC = 16 / sizeof(T);
-  const int64_t tid = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-  const int64_t stride = (int64_t)gridDim.x * blockDim.x;
-  const int64_t nvec = vectorize ? n / VEC : 0;
-  const recap__vec<T, VEC> *fv = reinterpret_cast<const recap__vec<T, VEC> *>(full);
-  const recap__vec<T, VEC> *rv = reinterpret_cast<const recap__vec<T, VEC> *>(row);
-  recap__vec<T, VEC> *yv = reinterpret_cast<recap__vec<T, VEC> *>(y);
-  const int64_t nrow_vec = nrow / VEC;
-  for (int64_t i = tid; i < nvec; i += stride) {
-    const recap__vec<T, VEC> x0 = fv[i], x1 = rv[i % nrow_vec];
+  const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < nvec) {
+    const recap__vec<T, VEC> x0 = reinterpret_cast<const recap__vec<T, VEC> *>(full)[i];
+    const recap__vec<T, VEC> x1 =
+        reinterpret_cast<const recap__vec<T, VEC> *>(row)[i % (nrow / VEC)];
     recap__vec<T, VEC> out;
 #pragma unroll
     for (int k = 0; k < VEC; ++k) {
@@ -153,11 +155,10 @@ __global__ void binary_row_kernel(const T *__restrict__ full, const T *__restric
       out.v[k] =
           recap__from_float<T>(kRowIsB ? binary_apply<Code>(f, r) : binary_apply<Code>(r, f));
     }
-    yv[i] = out;
-  }
-  for (int64_t i = nvec * VEC + tid; i < n; i += stride) {
-    const float f = recap__to_float(full[i]), r = recap__to_float(row[i % nrow]);
-    y[i] = recap__from_float<T>(kRowIsB ? binary_apply<Code>(f, r) : binary_apply<Code>(r, f));
+    reinterpret_cast<recap__vec<T, VEC> *>(y)[i] = out;
+  } else if (const int64_t e = nvec * VEC + (i - nvec); e < n) {
+    const float f = recap__to_float(full[e]), r = recap__to_float(row[e % nrow]);
+    y[e] = recap__from_float<T>(kRowIsB ? binary_apply<Code>(f, r) : binary_apply<Code>(r, f));
   }
 }
 
@@ -167,6 +168,7 @@ template <int Code, typename T>
 __global__ void binary_strided_kernel(const T *__restrict__ a, recap__cuda_view4 av,
                                       const T *__restrict__ b, recap__cuda_view4 bv,
                                       T *__restrict__ y, recap__cuda_view4 yv, int64_t n) {
+  recap__pdl_begin();
   const int64_t stride = (int64_t)gridDim.x * blockDim.x;
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
     int64_t rem = i, ao = 0, bo = 0, yo = 0;
@@ -195,20 +197,21 @@ bool aligned16(const void *p) {
 template <int Code, typename Tin, typename Tout>
 recap_status launch_unary(const recap_tensor *x, const recap_tensor *y, int64_t n, float scale,
                           cudaStream_t stream) {
-  const unsigned grid = recap__cuda_grid_for(n, kThreads);
   if (recap__tensor_is_contiguous(x) && recap__tensor_is_contiguous(y)) {
     constexpr int VEC = 16 / sizeof(Tin);
     const bool vectorize = aligned16(x->data) && ((uintptr_t)y->data % (sizeof(Tout) * VEC)) == 0;
-    const unsigned vgrid =
-        vectorize ? recap__cuda_grid_for(RECAP_CEIL_DIV(n, (int64_t)VEC), kThreads) : grid;
-    unary_contiguous_kernel<Code, Tin, Tout><<<vgrid, kThreads, 0, stream>>>(
-        static_cast<const Tin *>(x->data), static_cast<Tout *>(y->data), n, scale, vectorize);
+    const int64_t nvec = vectorize ? n / VEC : 0;
+    unsigned grid;
+    RECAP_TRY(recap__cuda_grid_cover(nvec + (n - nvec * VEC), kDenseThreads, &grid));
+    RECAP_CUDA_TRY(recap__cuda_launch(unary_contiguous_kernel<Code, Tin, Tout>, grid, kDenseThreads,
+                                      0, stream, static_cast<const Tin *>(x->data),
+                                      static_cast<Tout *>(y->data), nvec, n, scale));
   } else {
-    unary_strided_kernel<Code, Tin, Tout><<<grid, kThreads, 0, stream>>>(
-        static_cast<const Tin *>(x->data), recap__cuda_view4_of(x), static_cast<Tout *>(y->data),
-        recap__cuda_view4_of(y), n, scale);
+    RECAP_CUDA_TRY(recap__cuda_launch(
+        unary_strided_kernel<Code, Tin, Tout>, recap__cuda_grid_for(n, kThreads), kThreads, 0,
+        stream, static_cast<const Tin *>(x->data), recap__cuda_view4_of(x),
+        static_cast<Tout *>(y->data), recap__cuda_view4_of(y), n, scale));
   }
-  RECAP_CUDA_TRY(cudaGetLastError());
   return RECAP_OK;
 }
 
@@ -234,11 +237,13 @@ recap_status launch_binary(const recap_tensor *a, const recap_tensor *b, const r
   const bool b_dense = y_dense && recap__tensor_numel(b) == n && recap__tensor_is_contiguous(b);
   if (a_dense && b_dense) {
     const bool vectorize = aligned16(a->data) && aligned16(b->data) && aligned16(y->data);
-    const unsigned grid =
-        recap__cuda_grid_for(vectorize ? RECAP_CEIL_DIV(n, (int64_t)VEC) : n, kThreads);
-    binary_contiguous_kernel<Code, T><<<grid, kThreads, 0, stream>>>(
-        static_cast<const T *>(a->data), static_cast<const T *>(b->data), static_cast<T *>(y->data),
-        n, vectorize);
+    const int64_t nvec = vectorize ? n / VEC : 0;
+    unsigned grid;
+    RECAP_TRY(recap__cuda_grid_cover(nvec + (n - nvec * VEC), kDenseThreads, &grid));
+    RECAP_CUDA_TRY(recap__cuda_launch(binary_contiguous_kernel<Code, T>, grid, kDenseThreads, 0,
+                                      stream, static_cast<const T *>(a->data),
+                                      static_cast<const T *>(b->data), static_cast<T *>(y->data),
+                                      nvec, n));
   } else if ((a_dense && is_row_of(b, y)) || (b_dense && is_row_of(a, y))) {
     /* A bias-like operand: the common broadcast, without per-element index arithmetic. */
     const bool row_is_b = a_dense && is_row_of(b, y);
@@ -246,16 +251,14 @@ recap_status launch_binary(const recap_tensor *a, const recap_tensor *b, const r
     const int64_t nrow = recap__tensor_numel(row);
     const bool vectorize =
         aligned16(full->data) && aligned16(row->data) && aligned16(y->data) && nrow % VEC == 0;
-    const unsigned grid =
-        recap__cuda_grid_for(vectorize ? RECAP_CEIL_DIV(n, (int64_t)VEC) : n, kThreads);
+    const int64_t nvec = vectorize ? n / VEC : 0;
+    unsigned grid;
+    RECAP_TRY(recap__cuda_grid_cover(nvec + (n - nvec * VEC), kDenseThreads, &grid));
     const T *fp = static_cast<const T *>(full->data), *rp = static_cast<const T *>(row->data);
     T *yp = static_cast<T *>(y->data);
-    if (row_is_b)
-      binary_row_kernel<Code, T, true>
-          <<<grid, kThreads, 0, stream>>>(fp, rp, yp, n, nrow, vectorize);
-    else
-      binary_row_kernel<Code, T, false>
-          <<<grid, kThreads, 0, stream>>>(fp, rp, yp, n, nrow, vectorize);
+    RECAP_CUDA_TRY(recap__cuda_launch(
+        row_is_b ? binary_row_kernel<Code, T, true> : binary_row_kernel<Code, T, false>, grid,
+        kDenseThreads, 0, stream, fp, rp, yp, nvec, n, nrow));
   } else {
     const recap__cuda_view4 yv = recap__cuda_view4_of(y);
     recap__cuda_view4 av = recap__cuda_view4_of(a), bv = recap__cuda_view4_of(b);
@@ -264,11 +267,11 @@ recap_status launch_binary(const recap_tensor *a, const recap_tensor *b, const r
       if (bv.shape[d] != yv.shape[d]) bv.stride[d] = 0;
       av.shape[d] = bv.shape[d] = yv.shape[d];
     }
-    binary_strided_kernel<Code, T><<<recap__cuda_grid_for(n, kThreads), kThreads, 0, stream>>>(
-        static_cast<const T *>(a->data), av, static_cast<const T *>(b->data), bv,
-        static_cast<T *>(y->data), yv, n);
+    RECAP_CUDA_TRY(
+        recap__cuda_launch(binary_strided_kernel<Code, T>, recap__cuda_grid_for(n, kThreads),
+                           kThreads, 0, stream, static_cast<const T *>(a->data), av,
+                           static_cast<const T *>(b->data), bv, static_cast<T *>(y->data), yv, n));
   }
-  RECAP_CUDA_TRY(cudaGetLastError());
   return RECAP_OK;
 }
 

@@ -3,7 +3,9 @@
  * to the GEMM's contiguous output: bias (cuBLAS path only) and the activations cuBLASLt has no
  * epilogue for: gelu in its erf form (cuBLASLt's GELU is the tanh approximation), silu,
  * sigmoid and tanh. One extra pass over the output; math in f32 for every storage type, with
- * the same activation code as the host reference (recap__gemm_activate in gemm.h).
+ * the same activation code as the host reference (recap__gemm_activate in gemm.h). The kernel
+ * starts with recap__pdl_begin and is launched through recap__cuda_launch (cuda_common.cuh): it
+ * waits for the GEMM before touching its output.
  */
 #include <cuda_runtime.h>
 #include <stdint.h>
@@ -21,6 +23,7 @@ constexpr int kThreads = 256;
 template <typename T>
 __global__ void bias_act_kernel(T *out, const T *bias, int64_t total, int64_t cols,
                                 recap_activation act) {
+  recap__pdl_begin();
   const int64_t step = (int64_t)gridDim.x * blockDim.x;
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += step) {
     float v = recap__to_float(out[i]);
@@ -45,9 +48,9 @@ extern "C" recap_status recap__cuda_gemm_bias_act(void *out, const void *bias, r
   cudaStream_t stream = static_cast<cudaStream_t>(cuda_stream);
   return recap__cuda_dispatch_float(dtype, "gemm epilogue", [&](auto tag) -> recap_status {
     using T = decltype(tag);
-    bias_act_kernel<T><<<recap__cuda_grid_for(total, kThreads), kThreads, 0, stream>>>(
-        static_cast<T *>(out), static_cast<const T *>(bias), total, cols, act);
-    RECAP_CUDA_TRY(cudaGetLastError());
+    RECAP_CUDA_TRY(recap__cuda_launch(bias_act_kernel<T>, recap__cuda_grid_for(total, kThreads),
+                                      kThreads, 0, stream, static_cast<T *>(out),
+                                      static_cast<const T *>(bias), total, cols, act));
     return RECAP_OK;
   });
 }

@@ -6,6 +6,8 @@
  * One thread computes one Philox block (elements 4c .. 4c+3) per loop trip and stores the
  * block's elements rounded to the output dtype. The (seed, offset) pair is resolved in the
  * kernel: inside a captured graph it comes from the device slot that each replay rewrites.
+ * The kernel starts with recap__pdl_begin and is launched through recap__cuda_launch
+ * (programmatic dependent launch, cuda_common.cuh): the slot is read only after the wait.
  */
 #include <cuda_runtime.h>
 #include <stdint.h>
@@ -25,6 +27,7 @@ constexpr int kThreads = 256;
 template <typename T, bool kNormal>
 __global__ void random_kernel(T *__restrict__ out, int64_t n, float a, float b,
                               recap__philox_args philox) {
+  recap__pdl_begin();
   uint64_t seed, offset;
   recap__philox_resolve(&philox, &seed, &offset);
   const int64_t blocks = RECAP_CEIL_DIV(n, (int64_t)4);
@@ -73,11 +76,8 @@ extern "C" recap_status recap__cuda_random(const recap_op_call *call, void *cuda
   return recap__cuda_dispatch_float(out->dtype, name, [&](auto tag) {
     using T = decltype(tag);
     T *y = static_cast<T *>(out->data);
-    if (normal)
-      random_kernel<T, true><<<grid, kThreads, 0, stream>>>(y, n, a, b, philox);
-    else
-      random_kernel<T, false><<<grid, kThreads, 0, stream>>>(y, n, a, b, philox);
-    RECAP_CUDA_TRY(cudaGetLastError());
+    RECAP_CUDA_TRY(recap__cuda_launch(normal ? random_kernel<T, true> : random_kernel<T, false>,
+                                      grid, kThreads, 0, stream, y, n, a, b, philox));
     return RECAP_OK;
   });
 }

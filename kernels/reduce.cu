@@ -15,6 +15,9 @@
  * reads of the row and never an overflow. Layernorm is two-pass (mean, then the sum of squared
  * deviations, then the write), which avoids the cancellation of E[x^2] - E[x]^2 for rows with
  * a large mean. Re-reads of a row mostly hit L1/L2.
+ *
+ * Every kernel starts with recap__pdl_begin and is launched through recap__cuda_launch
+ * (programmatic dependent launch, cuda_common.cuh).
  */
 #include <cuda_runtime.h>
 #include <math.h>
@@ -92,6 +95,7 @@ template <typename T, bool kBlock>
 __global__ void softmax_kernel(const T *__restrict__ x, recap__cuda_view4 rows_view,
                                T *__restrict__ y, int64_t num_rows, int64_t d, float scale,
                                bool causal, int64_t rows_per_matrix, int64_t causal_shift) {
+  recap__pdl_begin();
   __shared__ float scratch_m[32], scratch_s[32];
   const row_group<kBlock> g;
   for (int64_t r = g.first_row; r < num_rows; r += g.row_stride) {
@@ -139,6 +143,7 @@ template <typename T, bool kBlock, bool kRms>
 __global__ void norm_kernel(const T *__restrict__ x, recap__cuda_view4 rows_view,
                             const T *__restrict__ weight, const T *__restrict__ bias,
                             T *__restrict__ y, int64_t num_rows, int64_t d, float eps) {
+  recap__pdl_begin();
   __shared__ float scratch[32];
   const row_group<kBlock> g;
   const float inv_d = 1.0f / (float)d;
@@ -169,6 +174,7 @@ __global__ void norm_kernel(const T *__restrict__ x, recap__cuda_view4 rows_view
 template <typename T, bool kBlock>
 __global__ void sum_kernel(const T *__restrict__ x, recap__cuda_view4 rows_view, T *__restrict__ y,
                            int64_t num_rows, int64_t d, float factor) {
+  recap__pdl_begin();
   __shared__ float scratch[32];
   const row_group<kBlock> g;
   for (int64_t r = g.first_row; r < num_rows; r += g.row_stride) {
@@ -252,13 +258,10 @@ extern "C" recap_status recap__cuda_softmax(const recap_op_call *call, void *cud
     using T = decltype(tag);
     const T *xp = static_cast<const T *>(x->data);
     T *yp = static_cast<T *>(y->data);
-    if (ri.block_mode)
-      softmax_kernel<T, true><<<ri.grid, ri.threads, 0, stream>>>(
-          xp, ri.rows_view, yp, ri.num_rows, ri.d, scale, causal, rows_per_matrix, causal_shift);
-    else
-      softmax_kernel<T, false><<<ri.grid, ri.threads, 0, stream>>>(
-          xp, ri.rows_view, yp, ri.num_rows, ri.d, scale, causal, rows_per_matrix, causal_shift);
-    RECAP_CUDA_TRY(cudaGetLastError());
+    RECAP_CUDA_TRY(
+        recap__cuda_launch(ri.block_mode ? softmax_kernel<T, true> : softmax_kernel<T, false>,
+                           ri.grid, ri.threads, 0, stream, xp, ri.rows_view, yp, ri.num_rows, ri.d,
+                           scale, causal, rows_per_matrix, causal_shift));
     return RECAP_OK;
   });
 }
@@ -283,13 +286,9 @@ static recap_status launch_norm(const recap_op_call *call, void *cuda_stream) {
     const T *w = static_cast<const T *>(call->inputs[1].data);
     const T *b = has_bias ? static_cast<const T *>(call->inputs[2].data) : nullptr;
     T *yp = static_cast<T *>(y->data);
-    if (ri.block_mode)
-      norm_kernel<T, true, kRms>
-          <<<ri.grid, ri.threads, 0, stream>>>(xp, ri.rows_view, w, b, yp, ri.num_rows, ri.d, eps);
-    else
-      norm_kernel<T, false, kRms>
-          <<<ri.grid, ri.threads, 0, stream>>>(xp, ri.rows_view, w, b, yp, ri.num_rows, ri.d, eps);
-    RECAP_CUDA_TRY(cudaGetLastError());
+    RECAP_CUDA_TRY(recap__cuda_launch(
+        ri.block_mode ? norm_kernel<T, true, kRms> : norm_kernel<T, false, kRms>, ri.grid,
+        ri.threads, 0, stream, xp, ri.rows_view, w, b, yp, ri.num_rows, ri.d, eps));
     return RECAP_OK;
   });
 }
@@ -322,13 +321,9 @@ extern "C" recap_status recap__cuda_reduce_last(const recap_op_call *call, void 
     using T = decltype(tag);
     const T *xp = static_cast<const T *>(x->data);
     T *yp = static_cast<T *>(y->data);
-    if (ri.block_mode)
-      sum_kernel<T, true>
-          <<<ri.grid, ri.threads, 0, stream>>>(xp, ri.rows_view, yp, ri.num_rows, ri.d, factor);
-    else
-      sum_kernel<T, false>
-          <<<ri.grid, ri.threads, 0, stream>>>(xp, ri.rows_view, yp, ri.num_rows, ri.d, factor);
-    RECAP_CUDA_TRY(cudaGetLastError());
+    RECAP_CUDA_TRY(recap__cuda_launch(ri.block_mode ? sum_kernel<T, true> : sum_kernel<T, false>,
+                                      ri.grid, ri.threads, 0, stream, xp, ri.rows_view, yp,
+                                      ri.num_rows, ri.d, factor));
     return RECAP_OK;
   });
 }

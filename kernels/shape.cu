@@ -3,10 +3,16 @@
  * slice, split and copy; concat; fill; embedding (row gather); rotary position embedding.
  *
  * Copies move elements as raw 2-, 4- or 8-byte words, so one kernel serves every dtype. A copy
- * whose source view is dense becomes one stream-ordered cudaMemcpyAsync (capturable as a
- * memcpy node, and at copy-engine speed); any other view is gathered element by element, each
- * thread decomposing its linear index over the view's (right-aligned, 4-D) shape. That gather
- * reads transposed views uncoalesced; a tiled transpose is a later optimization.
+ * whose source view is dense is a flat copy of bytes: up to kKernelCopyMaxBytes a kernel moves
+ * it (16-byte words when the pointers allow), above that one stream-ordered cudaMemcpyAsync
+ * does (a memcpy node in a graph). Measured on an H100 (docs/perf/launch.md), a memcpy node
+ * costs what a copy kernel does at 16 KiB and less from 256 KiB on, but it breaks the chain of
+ * programmatic launches (cuda_common.cuh) on both its sides; a small copy is all latency, so
+ * there the kernel wins. Any other view is gathered element by element, each thread
+ * decomposing its linear index over the view's (right-aligned, 4-D) shape. That gather reads
+ * transposed views uncoalesced; a tiled transpose is a later optimization.
+ *
+ * Every kernel starts with recap__pdl_begin and is launched through recap__cuda_launch.
  */
 #include <cuda_runtime.h>
 #include <math.h>
@@ -22,6 +28,9 @@ namespace {
 
 constexpr int kThreads = 256;
 
+/* Dense copies up to this size run as a kernel rather than a memcpy (see the top). */
+constexpr size_t kKernelCopyMaxBytes = (size_t)64 << 10;
+
 /* ================================ kernels ================================================ */
 
 /* dst[k] (over dv, or dense when kDenseDst) = src[k over sv], for k < n. E is an unsigned
@@ -29,6 +38,7 @@ constexpr int kThreads = 256;
 template <typename E, bool kDenseDst>
 __global__ void copy_kernel(const E *__restrict__ src, recap__cuda_view4 sv, E *__restrict__ dst,
                             recap__cuda_view4 dv, int64_t n) {
+  recap__pdl_begin();
   const int64_t stride = (int64_t)gridDim.x * blockDim.x;
   for (int64_t k = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; k < n; k += stride) {
     const E v = src[recap__view4_offset(sv, k)];
@@ -37,6 +47,15 @@ __global__ void copy_kernel(const E *__restrict__ src, recap__cuda_view4 sv, E *
     else
       dst[recap__view4_offset(dv, k)] = v;
   }
+}
+
+/* dst[k] = src[k] for k < n words of type W (a 16-, 8-, 4-, 2- or 1-byte word). */
+template <typename W>
+__global__ void flat_copy_kernel(const W *__restrict__ src, W *__restrict__ dst, int64_t n) {
+  recap__pdl_begin();
+  const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+  for (int64_t k = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; k < n; k += stride)
+    dst[k] = src[k];
 }
 
 template <typename T>
@@ -50,6 +69,7 @@ __device__ __forceinline__ T fill_value(double value) {
 /* Fills n elements; 16-byte stores when `vectorize` (the pointer is 16-byte aligned). */
 template <typename T>
 __global__ void fill_kernel(T *__restrict__ y, int64_t n, double value, bool vectorize) {
+  recap__pdl_begin();
   constexpr int VEC = 16 / sizeof(T);
   const T v = fill_value<T>(value);
   const int64_t tid = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -71,6 +91,7 @@ __global__ void embedding_kernel(const T *__restrict__ table, int64_t table_row_
                                  int64_t table_col_stride, int64_t vocab, const void *ids,
                                  recap_dtype ids_dtype, recap__cuda_view4 ids_view,
                                  T *__restrict__ out, int64_t rows, int64_t d) {
+  recap__pdl_begin();
   const int64_t n = rows * d;
   const int64_t stride = (int64_t)gridDim.x * blockDim.x;
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
@@ -89,6 +110,7 @@ __global__ void embedding_kernel(const T *__restrict__ table, int64_t table_row_
 template <typename T>
 __global__ void rope_kernel(const T *x, recap__cuda_view4 xv, const int32_t *__restrict__ pos,
                             bool per_row, T *out, double base) {
+  recap__pdl_begin();
   const int64_t seq = xv.shape[1], heads = xv.shape[2], dh = xv.shape[3], half = dh / 2;
   const int64_t n = xv.shape[0] * seq * heads * half;
   const int64_t stride = (int64_t)gridDim.x * blockDim.x;
@@ -110,6 +132,33 @@ __global__ void rope_kernel(const T *x, recap__cuda_view4 xv, const int32_t *__r
 
 /* ================================ launchers ============================================== */
 
+/* Copies `bytes` bytes from src to dst (distinct, dense) on the stream: a kernel in the widest
+ * word that the pointers and the size allow, or a memcpy above kKernelCopyMaxBytes. */
+recap_status copy_flat(const void *src, void *dst, size_t bytes, cudaStream_t stream) {
+  if (bytes > kKernelCopyMaxBytes) {
+    RECAP_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream));
+    return RECAP_OK;
+  }
+  const uintptr_t align = (uintptr_t)src | (uintptr_t)dst | (uintptr_t)bytes;
+  auto launch = [&](auto word) -> cudaError_t {
+    using W = decltype(word);
+    const int64_t words = (int64_t)(bytes / sizeof(W));
+    return recap__cuda_launch(flat_copy_kernel<W>, recap__cuda_grid_for(words, kThreads), kThreads,
+                              0, stream, static_cast<const W *>(src), static_cast<W *>(dst), words);
+  };
+  if (align % 16 == 0)
+    RECAP_CUDA_TRY(launch(uint4{}));
+  else if (align % 8 == 0)
+    RECAP_CUDA_TRY(launch(uint64_t{}));
+  else if (align % 4 == 0)
+    RECAP_CUDA_TRY(launch(uint32_t{}));
+  else if (align % 2 == 0)
+    RECAP_CUDA_TRY(launch(uint16_t{}));
+  else
+    RECAP_CUDA_TRY(launch((unsigned char)0));
+  return RECAP_OK;
+}
+
 /* Copies the n elements of view `src` into the elements of view `dst` (same element count,
  * both row-major over their own shapes; a dense dst is read as flat). */
 recap_status copy_view(const recap_tensor *src, const recap_tensor *dst, int64_t n,
@@ -118,35 +167,32 @@ recap_status copy_view(const recap_tensor *src, const recap_tensor *dst, int64_t
   const bool dense_dst = recap__tensor_is_contiguous(dst);
   if (dense_dst && recap__tensor_is_contiguous(src)) {
     if (src->data != dst->data)
-      RECAP_CUDA_TRY(cudaMemcpyAsync(dst->data, src->data, (size_t)n * elem,
-                                     cudaMemcpyDeviceToDevice, stream));
+      RECAP_TRY(copy_flat(src->data, dst->data, (size_t)n * elem, stream));
     return RECAP_OK;
   }
   const recap__cuda_view4 sv = recap__cuda_view4_of(src), dv = recap__cuda_view4_of(dst);
   const unsigned grid = recap__cuda_grid_for(n, kThreads);
-  auto launch = [&](auto word) {
+  auto launch = [&](auto word) -> cudaError_t {
     using E = decltype(word);
     const E *s = static_cast<const E *>(src->data);
     E *d = static_cast<E *>(dst->data);
     if (dense_dst)
-      copy_kernel<E, true><<<grid, kThreads, 0, stream>>>(s, sv, d, dv, n);
-    else
-      copy_kernel<E, false><<<grid, kThreads, 0, stream>>>(s, sv, d, dv, n);
+      return recap__cuda_launch(copy_kernel<E, true>, grid, kThreads, 0, stream, s, sv, d, dv, n);
+    return recap__cuda_launch(copy_kernel<E, false>, grid, kThreads, 0, stream, s, sv, d, dv, n);
   };
   switch (elem) {
     case 2:
-      launch(uint16_t{});
+      RECAP_CUDA_TRY(launch(uint16_t{}));
       break;
     case 4:
-      launch(uint32_t{});
+      RECAP_CUDA_TRY(launch(uint32_t{}));
       break;
     case 8:
-      launch(uint64_t{});
+      RECAP_CUDA_TRY(launch(uint64_t{}));
       break;
     default:
       return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "strided copy: bad element size %zu", elem);
   }
-  RECAP_CUDA_TRY(cudaGetLastError());
   return RECAP_OK;
 }
 
@@ -220,9 +266,9 @@ extern "C" recap_status recap__cuda_fill(const recap_op_call *call, void *cuda_s
     const bool vectorize = ((uintptr_t)out->data & 15u) == 0;
     const unsigned grid =
         recap__cuda_grid_for(vectorize ? RECAP_CEIL_DIV(n, (int64_t)VEC) : n, kThreads);
-    fill_kernel<T><<<grid, kThreads, 0, stream>>>(static_cast<T *>(out->data), n, call->attrs.value,
-                                                  vectorize);
-    RECAP_CUDA_TRY(cudaGetLastError());
+    RECAP_CUDA_TRY(recap__cuda_launch(fill_kernel<T>, grid, kThreads, 0, stream,
+                                      static_cast<T *>(out->data), n, call->attrs.value,
+                                      vectorize));
     return RECAP_OK;
   });
 }
@@ -246,10 +292,11 @@ extern "C" recap_status recap__cuda_embedding(const recap_op_call *call, void *c
   const recap__cuda_view4 idsv = recap__cuda_view4_of(ids);
   return recap__cuda_dispatch_float(table->dtype, call->def->name, [&](auto tag) {
     using T = decltype(tag);
-    embedding_kernel<T><<<recap__cuda_grid_for(rows * d, kThreads), kThreads, 0, stream>>>(
-        static_cast<const T *>(table->data), table->strides[0], table->strides[1], table->shape[0],
-        ids->data, ids->dtype, idsv, static_cast<T *>(out->data), rows, d);
-    RECAP_CUDA_TRY(cudaGetLastError());
+    RECAP_CUDA_TRY(recap__cuda_launch(embedding_kernel<T>, recap__cuda_grid_for(rows * d, kThreads),
+                                      kThreads, 0, stream, static_cast<const T *>(table->data),
+                                      table->strides[0], table->strides[1], table->shape[0],
+                                      static_cast<const void *>(ids->data), ids->dtype, idsv,
+                                      static_cast<T *>(out->data), rows, d));
     return RECAP_OK;
   });
 }
@@ -280,10 +327,10 @@ extern "C" recap_status recap__cuda_rope(const recap_op_call *call, void *cuda_s
   cudaStream_t stream = static_cast<cudaStream_t>(cuda_stream);
   return recap__cuda_dispatch_float(x->dtype, name, [&](auto tag) {
     using T = decltype(tag);
-    rope_kernel<T><<<recap__cuda_grid_for(pairs, kThreads), kThreads, 0, stream>>>(
-        static_cast<const T *>(x->data), xv, static_cast<const int32_t *>(pos->data), per_row,
-        static_cast<T *>(out->data), (double)call->attrs.rope_base);
-    RECAP_CUDA_TRY(cudaGetLastError());
+    RECAP_CUDA_TRY(recap__cuda_launch(rope_kernel<T>, recap__cuda_grid_for(pairs, kThreads),
+                                      kThreads, 0, stream, static_cast<const T *>(x->data), xv,
+                                      static_cast<const int32_t *>(pos->data), per_row,
+                                      static_cast<T *>(out->data), (double)call->attrs.rope_base));
     return RECAP_OK;
   });
 }
