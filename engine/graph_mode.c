@@ -98,9 +98,15 @@ static recap_status finish_states(recap_pipeline *p, state_backup *bk, bool rest
  * the first-time work that CUDA and cuBLAS do lazily (loading kernel modules, creating
  * handles, choosing algorithms, growing workspaces), and some of it synchronizes the context,
  * which invalidates a capture under way on another thread (seen on the H100 as
- * CUBLAS_STATUS_EXECUTION_FAILED in a concurrent capture). So captures share this lock and
- * still run concurrently, while a warmup holds it alone. Replays never take it. */
+ * CUBLAS_STATUS_EXECUTION_FAILED in a concurrent capture). Copies between host and device
+ * memory may do the same (pageable memory goes through the driver's staging buffers). So
+ * captures share this lock and still run concurrently, while a warmup or a host copy holds it
+ * alone. Replays never take it. */
 static pthread_rwlock_t warmup_lock = PTHREAD_RWLOCK_INITIALIZER;
+
+void recap__graph_exclusive_begin(void) { pthread_rwlock_wrlock(&warmup_lock); }
+
+void recap__graph_exclusive_end(void) { pthread_rwlock_unlock(&warmup_lock); }
 
 static recap_status warmup_locked(recap_pipeline *p);
 

@@ -424,15 +424,22 @@ recap_status recap_pipeline_copy_in(recap_pipeline *p, const char *name, const v
   RECAP_TRY(layout_for(p, t, bytes, rows, &l));
   const recap__backend *be = p->stream->backend;
   void *dst = memory_of(p, t);
+  recap_status st = RECAP_OK;
+  recap__graph_exclusive_begin();
   /* Padding rows hold zeros, so a bucket's padding computes on defined values. */
   if (l.copy != (size_t)tt->bytes)
-    RECAP_TRY(be->memset_async(dst, 0, (size_t)tt->bytes, p->stream));
+    RECAP_TRY_GOTO(st, be->memset_async(dst, 0, (size_t)tt->bytes, p->stream), done);
   for (size_t o = 0; o < l.outer; ++o)
-    RECAP_TRY(be->memcpy_async((char *)dst + o * l.dst_stride,
-                               (const char *)host + o * l.src_stride, l.copy, p->stream));
+    RECAP_TRY_GOTO(st,
+                   be->memcpy_async((char *)dst + o * l.dst_stride,
+                                    (const char *)host + o * l.src_stride, l.copy, p->stream),
+                   done);
   /* The host buffer may be reused as soon as this returns (it may be pinned memory, which
    * the copy reads asynchronously). */
-  return recap_stream_synchronize(p->stream);
+  st = recap_stream_synchronize(p->stream);
+done:
+  recap__graph_exclusive_end();
+  return st;
 }
 
 recap_status recap_pipeline_copy_out(recap_pipeline *p, const char *name, void *host, size_t bytes,
@@ -443,11 +450,18 @@ recap_status recap_pipeline_copy_out(recap_pipeline *p, const char *name, void *
   row_layout l;
   RECAP_TRY(layout_for(p, t, bytes, rows, &l));
   const recap__backend *be = p->stream->backend;
+  recap_status st = RECAP_OK;
+  recap__graph_exclusive_begin();
   for (size_t o = 0; o < l.outer; ++o)
-    RECAP_TRY(be->memcpy_async((char *)host + o * l.src_stride,
-                               (const char *)memory_of(p, t) + o * l.dst_stride, l.copy,
-                               p->stream));
-  return recap_stream_synchronize(p->stream);
+    RECAP_TRY_GOTO(st,
+                   be->memcpy_async((char *)host + o * l.src_stride,
+                                    (const char *)memory_of(p, t) + o * l.dst_stride, l.copy,
+                                    p->stream),
+                   done);
+  st = recap_stream_synchronize(p->stream);
+done:
+  recap__graph_exclusive_end();
+  return st;
 }
 
 recap_status recap_pipeline_rebind(recap_pipeline *p, const char *name, void *device_memory) {

@@ -158,6 +158,10 @@ recap_status recap__graph_capture_all(recap_pipeline *p);
  * warmup runs (GEMM preparation included; states and the RNG are restored afterwards), and
  * the captures, largest bucket first. */
 recap_status recap__graph_warmup(recap_pipeline *p);
+/* Keeps every capture of the process out while held (see graph_mode.c): for work that may
+ * synchronize the device context, like copies between host and device memory. */
+void recap__graph_exclusive_begin(void);
+void recap__graph_exclusive_end(void);
 recap_status recap__graph_capture_buckets(recap_pipeline *p);
 /* Submits one run with `batch` rows: a replay, or an eager run (eager mode or `eager`,
  * oversize, fallback), counted in p->stats. */
