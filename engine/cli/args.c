@@ -1,12 +1,13 @@
 /* args.c: strict command-line parsing shared by the subcommands. */
 #include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "engine/cli/cli.h"
 
-int cli_flag(const char *cmd, int argc, char **argv, int *i, const char *name,
-             const char **value) {
+int cli_flag(const char *cmd, int argc, char **argv, int *i, const char *name, const char **value) {
   const char *arg = argv[*i];
   size_t n = strlen(name);
   if (strncmp(arg, name, n) != 0) return 0;
@@ -28,8 +29,8 @@ int cli_flag(const char *cmd, int argc, char **argv, int *i, const char *name,
   return 1;
 }
 
-bool cli_parse_int(const char *cmd, const char *flag, const char *text, long long lo,
-                   long long hi, long long *out) {
+bool cli_parse_int(const char *cmd, const char *flag, const char *text, long long lo, long long hi,
+                   long long *out) {
   char *end = NULL;
   errno = 0;
   long long v = strtoll(text, &end, 10);
@@ -37,8 +38,8 @@ bool cli_parse_int(const char *cmd, const char *flag, const char *text, long lon
    * optional '-'), so "8x", " 8" and "" are rejected rather than half-read. */
   bool digits = text[0] != '\0' && (text[0] == '-' || (text[0] >= '0' && text[0] <= '9'));
   if (!digits || end == text || *end != '\0' || errno == ERANGE || v < lo || v > hi) {
-    fprintf(stderr, "recap %s: %s expects an integer in [%lld, %lld], got '%s'\n", cmd, flag,
-            lo, hi, text);
+    fprintf(stderr, "recap %s: %s expects an integer in [%lld, %lld], got '%s'\n", cmd, flag, lo,
+            hi, text);
     return false;
   }
   *out = v;
@@ -63,6 +64,41 @@ bool cli_parse_dim(const char *cmd, const char *text, char *name, size_t name_si
 bool cli_positional(const char *cmd, const char *arg) {
   if (arg[0] == '-' && arg[1] != '\0') {
     fprintf(stderr, "recap %s: unknown flag '%s' (see 'recap %s --help')\n", cmd, arg, cmd);
+    return false;
+  }
+  return true;
+}
+
+int cli_run_flag(const char *cmd, int argc, char **argv, int *i, cli_run_flags *f) {
+  const char *v = NULL;
+  int m;
+  if ((m = cli_flag(cmd, argc, argv, i, "--iters", &v)) != 0) {
+    if (m < 0 || !cli_parse_int(cmd, "--iters", v, 1, 10000000, &f->iters)) return -1;
+    f->iters_set = true;
+  } else if ((m = cli_flag(cmd, argc, argv, i, "--warmup", &v)) != 0) {
+    if (m < 0 || !cli_parse_int(cmd, "--warmup", v, 0, 1000000, &f->warmup)) return -1;
+    f->warmup_set = true;
+  } else if ((m = cli_flag(cmd, argc, argv, i, "--dim", &v)) != 0) {
+    if (m < 0) return -1;
+    if (f->num_dims == CLI_MAX_DIMS) {
+      fprintf(stderr, "recap %s: at most %d --dim flags\n", cmd, CLI_MAX_DIMS);
+      return -1;
+    }
+    f->dims[f->num_dims++] = v;
+  } else if ((m = cli_flag(cmd, argc, argv, i, "--seed", &v)) != 0) {
+    if (m < 0 || !cli_parse_int(cmd, "--seed", v, 0, INT64_MAX, &f->seed)) return -1;
+    f->seed_set = true;
+  } else if ((m = cli_flag(cmd, argc, argv, i, "--device", &f->device)) != 0) {
+    if (m < 0) return -1;
+  } else {
+    return 0;
+  }
+  return 1;
+}
+
+bool cli_run_flags_check(const char *cmd, const cli_run_flags *f) {
+  if (f->device && strcmp(f->device, "cuda") != 0 && strcmp(f->device, "host") != 0) {
+    fprintf(stderr, "recap %s: --device expects cuda or host, got '%s'\n", cmd, f->device);
     return false;
   }
   return true;

@@ -37,45 +37,22 @@ static void usage(FILE *out) {
 }
 
 typedef struct {
-  const char *path, *device, *json_path, *svg_path;
-  const char *dims[CLI_MAX_DIMS];
-  int num_dims;
-  long long iters, warmup, seed;
-  bool iters_set, warmup_set, seed_set;
+  const char *path, *json_path, *svg_path;
+  cli_run_flags common;
 } bench_args;
 
 static int parse_args(int argc, char **argv, bench_args *a) {
   for (int i = 0; i < argc; i++) {
-    const char *v = NULL;
     int m;
-    if ((m = cli_flag(CMD, argc, argv, &i, "--iters", &v)) != 0) {
-      if (m < 0 || !cli_parse_int(CMD, "--iters", v, 1, 10000000, &a->iters))
-        return CLI_EXIT_USAGE;
-      a->iters_set = true;
-    } else if ((m = cli_flag(CMD, argc, argv, &i, "--warmup", &v)) != 0) {
-      if (m < 0 || !cli_parse_int(CMD, "--warmup", v, 0, 1000000, &a->warmup))
-        return CLI_EXIT_USAGE;
-      a->warmup_set = true;
-    } else if ((m = cli_flag(CMD, argc, argv, &i, "--dim", &v)) != 0) {
+    if ((m = cli_run_flag(CMD, argc, argv, &i, &a->common)) != 0) {
       if (m < 0) return CLI_EXIT_USAGE;
-      if (a->num_dims == CLI_MAX_DIMS) {
-        fprintf(stderr, "recap %s: at most %d --dim flags\n", CMD, CLI_MAX_DIMS);
-        return CLI_EXIT_USAGE;
-      }
-      a->dims[a->num_dims++] = v;
-    } else if ((m = cli_flag(CMD, argc, argv, &i, "--seed", &v)) != 0) {
-      if (m < 0 || !cli_parse_int(CMD, "--seed", v, 0, INT64_MAX, &a->seed))
-        return CLI_EXIT_USAGE;
-      a->seed_set = true;
-    } else if ((m = cli_flag(CMD, argc, argv, &i, "--device", &a->device)) != 0 ||
-               (m = cli_flag(CMD, argc, argv, &i, "--json", &a->json_path)) != 0 ||
+    } else if ((m = cli_flag(CMD, argc, argv, &i, "--json", &a->json_path)) != 0 ||
                (m = cli_flag(CMD, argc, argv, &i, "--svg", &a->svg_path)) != 0) {
       if (m < 0) return CLI_EXIT_USAGE;
     } else if (!cli_positional(CMD, argv[i])) {
       return CLI_EXIT_USAGE;
     } else if (a->path) {
-      fprintf(stderr, "recap %s: one spec at a time (got '%s' and '%s')\n", CMD, a->path,
-              argv[i]);
+      fprintf(stderr, "recap %s: one spec at a time (got '%s' and '%s')\n", CMD, a->path, argv[i]);
       return CLI_EXIT_USAGE;
     } else {
       a->path = argv[i];
@@ -85,10 +62,7 @@ static int parse_args(int argc, char **argv, bench_args *a) {
     usage(stderr);
     return CLI_EXIT_USAGE;
   }
-  if (a->device && strcmp(a->device, "cuda") != 0 && strcmp(a->device, "host") != 0) {
-    fprintf(stderr, "recap %s: --device expects cuda or host, got '%s'\n", CMD, a->device);
-    return CLI_EXIT_USAGE;
-  }
+  if (!cli_run_flags_check(CMD, &a->common)) return CLI_EXIT_USAGE;
   return CLI_EXIT_OK;
 }
 
@@ -153,31 +127,30 @@ int cli_bench_main(int argc, char **argv) {
   size_t bucket;
   int64_t batch;
   const char *overrides[CLI_MAX_DIMS + 1];
-  if (!cli_resolve_dims(CMD, spec, a.dims, a.num_dims, overrides, &bucket, &batch)) {
+  if (!cli_resolve_dims(CMD, spec, a.common.dims, a.common.num_dims, overrides, &bucket, &batch)) {
     rc = CLI_EXIT_USAGE;
     goto done;
   }
-  recap_pipeline_options opts = {.override_device = 1, .override_mode = 1,
-                                 .mode = RECAP_MODE_GRAPH};
-  if (!cli_pick_device(CMD, a.device, spec->device, &opts.device)) goto done;
+  recap_pipeline_options opts = {
+      .override_device = 1, .override_mode = 1, .mode = RECAP_MODE_GRAPH};
+  if (!cli_pick_device(CMD, a.common.device, spec->device, &opts.device)) goto done;
   bool host = opts.device.backend == RECAP_BACKEND_HOST;
-  int iters = a.iters_set ? (int)a.iters : spec->iters;
-  int warmup = a.warmup_set ? (int)a.warmup : spec->warmup;
+  int iters = a.common.iters_set ? (int)a.common.iters : spec->iters;
+  int warmup = a.common.warmup_set ? (int)a.common.warmup : spec->warmup;
   bool capped = false;
-  if (host && !a.iters_set && iters > HOST_ITERS_CAP) iters = HOST_ITERS_CAP, capped = true;
-  if (host && !a.warmup_set && warmup > HOST_WARMUP_CAP) warmup = HOST_WARMUP_CAP;
+  if (host && !a.common.iters_set && iters > HOST_ITERS_CAP) iters = HOST_ITERS_CAP, capped = true;
+  if (host && !a.common.warmup_set && warmup > HOST_WARMUP_CAP) warmup = HOST_WARMUP_CAP;
   opts.warmup = warmup; /* 0: the spec's */
   opts.dims = overrides;
-  uint64_t seed = a.seed_set ? (uint64_t)a.seed : cli_random_seed();
+  uint64_t seed = a.common.seed_set ? (uint64_t)a.common.seed : cli_random_seed();
 
   printf("%s (%s) on %s:%d", spec->name, a.path, recap_backend_name(opts.device.backend),
          opts.device.index);
-  if (spec->bucket_dim >= 0)
-    printf(", %s=%" PRId64, spec->dims[spec->bucket_dim].name, batch);
-  printf("\n%d timed iterations after %d warmup per mode%s; inputs uniform [-1, 1) from seed "
-         "%" PRIu64 "\n",
-         iters, warmup,
-         capped ? " (capped for the host backend; --iters sets it)" : "", seed);
+  if (spec->bucket_dim >= 0) printf(", %s=%" PRId64, spec->dims[spec->bucket_dim].name, batch);
+  printf(
+      "\n%d timed iterations after %d warmup per mode%s; inputs uniform [-1, 1) from seed "
+      "%" PRIu64 "\n",
+      iters, warmup, capped ? " (capped for the host backend; --iters sets it)" : "", seed);
   fflush(stdout);
 
   double t0 = cli_now();
@@ -192,8 +165,8 @@ int cli_bench_main(int argc, char **argv) {
     goto done;
   }
   /* The eager instance shares the weights: one copy of the params, identical values. */
-  recap_pipeline_options eager_opts = {.override_mode = 1, .mode = RECAP_MODE_EAGER,
-                                       .warmup = opts.warmup};
+  recap_pipeline_options eager_opts = {
+      .override_mode = 1, .mode = RECAP_MODE_EAGER, .warmup = opts.warmup};
   if ((st = recap_pipeline_clone(graph, &eager_opts, &eager)) != RECAP_OK) {
     cli_report_failure(CMD, "cloning the pipeline", st);
     goto done;
@@ -253,21 +226,23 @@ int cli_bench_main(int argc, char **argv) {
   double speedup = rg.time.median > 0 ? re.time.median / rg.time.median : 0;
 
   char b1[32], b2[32], b3[32];
-  printf("\n%-8s %12s %12s %12s %12s   (ms per iteration, device events)\n", "", "median",
-         "p10", "p90", "mean");
-  printf("%-8s %12.4f %12.4f %12.4f %12.4f\n", "eager", re.time.median, re.time.p10,
-         re.time.p90, re.time.mean);
-  printf("%-8s %12.4f %12.4f %12.4f %12.4f\n", "graph", rg.time.median, rg.time.p10,
-         rg.time.p90, rg.time.mean);
+  printf("\n%-8s %12s %12s %12s %12s   (ms per iteration, device events)\n", "", "median", "p10",
+         "p90", "mean");
+  printf("%-8s %12.4f %12.4f %12.4f %12.4f\n", "eager", re.time.median, re.time.p10, re.time.p90,
+         re.time.mean);
+  printf("%-8s %12.4f %12.4f %12.4f %12.4f\n", "graph", rg.time.median, rg.time.p10, rg.time.p90,
+         rg.time.mean);
   printf("speedup  %.2fx (eager median / graph median)\n\n", speedup);
-  printf("setup (host clock): create %.1f ms (load %.1f, bind %.1f); %zu bucket%s: warmup %.1f "
-         "ms, capture %.2f ms, instantiate+upload %.2f ms (%.1f ms in all)\n",
-         create_ms, graph->timings.load_ms, graph->timings.bind_ms, gs.num_buckets,
-         gs.num_buckets == 1 ? "" : "s", graph->timings.warmup_ms, graph->timings.capture_ms,
-         graph->timings.instantiate_ms, capture_wall_ms);
+  printf(
+      "setup (host clock): create %.1f ms (load %.1f, bind %.1f); %zu bucket%s: warmup %.1f "
+      "ms, capture %.2f ms, instantiate+upload %.2f ms (%.1f ms in all)\n",
+      create_ms, graph->timings.load_ms, graph->timings.bind_ms, gs.num_buckets,
+      gs.num_buckets == 1 ? "" : "s", graph->timings.warmup_ms, graph->timings.capture_ms,
+      graph->timings.instantiate_ms, capture_wall_ms);
   printf("memory: graph pool %s reserved (arena %s), params %s shared by both instances\n",
          cli_format_bytes(gs.pool_reserved_bytes, b1, sizeof b1),
-         cli_format_bytes(gs.arena_bytes, b2, sizeof b2), cli_format_bytes(gs.param_bytes, b3, sizeof b3));
+         cli_format_bytes(gs.arena_bytes, b2, sizeof b2),
+         cli_format_bytes(gs.param_bytes, b3, sizeof b3));
   printf("launches per iteration: eager %zu op launches, graph 1 graph launch (%zu nodes)\n",
          re.launches, info.nodes);
   if (check)
@@ -301,7 +276,8 @@ int cli_bench_main(int argc, char **argv) {
     json_object_set_new(setup, "buckets", json_integer((json_int_t)gs.num_buckets));
     json_object_set_new(root, "setup", setup);
     json_t *mem = json_object();
-    json_object_set_new(mem, "pool_reserved_bytes", json_integer((json_int_t)gs.pool_reserved_bytes));
+    json_object_set_new(mem, "pool_reserved_bytes",
+                        json_integer((json_int_t)gs.pool_reserved_bytes));
     json_object_set_new(mem, "arena_bytes", json_integer((json_int_t)gs.arena_bytes));
     json_object_set_new(mem, "param_bytes", json_integer((json_int_t)gs.param_bytes));
     json_object_set_new(root, "memory", mem);
@@ -322,8 +298,8 @@ int cli_bench_main(int argc, char **argv) {
     snprintf(title, sizeof title, "%s: eager vs graph replay", spec->name);
     if (spec->bucket_dim >= 0)
       snprintf(subtitle, sizeof subtitle, "%s=%" PRId64 " on %s; speedup %.2fx; %zu launches vs 1",
-               spec->dims[spec->bucket_dim].name, batch,
-               host ? "the host backend (CPU)" : "CUDA", speedup, re.launches);
+               spec->dims[spec->bucket_dim].name, batch, host ? "the host backend (CPU)" : "CUDA",
+               speedup, re.launches);
     else
       snprintf(subtitle, sizeof subtitle, "on %s; speedup %.2fx; %zu launches vs 1",
                host ? "the host backend (CPU)" : "CUDA", speedup, re.launches);

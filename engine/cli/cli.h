@@ -51,14 +51,12 @@ int cli_wants_help(int argc, char **argv);
 /* Whether argv[*i] is the flag `name`: 1 with *value set (for "--name VALUE" *i advances past
  * the value), 0 when it is another argument, -1 (message printed) when the value is missing.
  * value may be NULL for a flag without a value ("--json"); "--json=x" is then an error. */
-int cli_flag(const char *cmd, int argc, char **argv, int *i, const char *name,
-             const char **value);
+int cli_flag(const char *cmd, int argc, char **argv, int *i, const char *name, const char **value);
 /* Parses a whole decimal integer in [lo, hi]. False (message names the flag) otherwise. */
-bool cli_parse_int(const char *cmd, const char *flag, const char *text, long long lo,
-                   long long hi, long long *out);
+bool cli_parse_int(const char *cmd, const char *flag, const char *text, long long lo, long long hi,
+                   long long *out);
 /* Parses "NAME=VALUE" (VALUE a positive integer). */
-bool cli_parse_dim(const char *cmd, const char *text, char *name, size_t name_size,
-                   int64_t *value);
+bool cli_parse_dim(const char *cmd, const char *text, char *name, size_t name_size, int64_t *value);
 /* Prints "recap CMD: unknown flag 'X'" for an argument that starts with '-'; false then. */
 bool cli_positional(const char *cmd, const char *arg);
 
@@ -72,17 +70,32 @@ recap_status cli_load_spec(const char *path, recap__spec **out);
  * one of its buckets (exact == true) or any positive value up to the largest (exact == false,
  * *batch gets VALUE and *bucket the smallest bucket >= VALUE). Without a --dim (name NULL):
  * the largest bucket and its value. False with a message on stderr. */
-bool cli_select_bucket(const char *cmd, const recap__spec *spec, const char *name,
-                       int64_t value, bool exact, size_t *bucket, int64_t *batch);
+bool cli_select_bucket(const char *cmd, const recap__spec *spec, const char *name, int64_t value,
+                       bool exact, size_t *bucket, int64_t *batch);
 
 enum { CLI_MAX_DIMS = 16 };
+
+/* The flags `run` and `bench` share: --iters, --warmup, --dim (repeatable), --seed, --device. */
+typedef struct {
+  const char *device;
+  const char *dims[CLI_MAX_DIMS];
+  int num_dims;
+  long long iters, warmup, seed;
+  bool iters_set, warmup_set, seed_set;
+} cli_run_flags;
+
+/* Consumes argv[*i] (and its value) when it is one of the shared flags: 1 when consumed, 0 when
+ * it is not one of them, -1 on a usage error (already reported). */
+int cli_run_flag(const char *cmd, int argc, char **argv, int *i, cli_run_flags *f);
+/* After parsing: checks --device's value; false (reported) when it is neither cuda nor host. */
+bool cli_run_flags_check(const char *cmd, const cli_run_flags *f);
 
 /* The --dim NAME=VALUE flags of run, bench and serve-bench: the spec's bucketed dim selects
  * the batch (as cli_select_bucket with exact == false); any other declared dim is copied to
  * overrides[] (NULL-terminated, for recap_pipeline_options.dims: the engine re-checks the spec
  * with the new value). False with a message on stderr (a usage error). */
-bool cli_resolve_dims(const char *cmd, const recap__spec *spec, const char *const *dims,
-                      int count, const char **overrides, size_t *bucket, int64_t *batch);
+bool cli_resolve_dims(const char *cmd, const recap__spec *spec, const char *const *dims, int count,
+                      const char **overrides, size_t *bucket, int64_t *batch);
 
 /* The device to run on: `requested` ("cuda" or "host", NULL: the spec's). A CUDA request that
  * this build or machine cannot serve falls back to the host when it came from the spec (a

@@ -41,48 +41,26 @@ static void usage(FILE *out) {
 }
 
 typedef struct {
-  const char *path, *mode, *device, *save_path;
-  const char *dims[CLI_MAX_DIMS];
-  int num_dims;
-  long long iters, warmup, seed;
-  bool iters_set, warmup_set, seed_set, json;
+  const char *path, *mode, *save_path;
+  cli_run_flags common;
+  bool json;
 } run_args;
 
 static int parse_args(int argc, char **argv, run_args *a) {
   for (int i = 0; i < argc; i++) {
-    const char *v = NULL;
     int m;
     if ((m = cli_flag(CMD, argc, argv, &i, "--json", NULL)) != 0) {
       if (m < 0) return CLI_EXIT_USAGE;
       a->json = true;
-    } else if ((m = cli_flag(CMD, argc, argv, &i, "--iters", &v)) != 0) {
-      if (m < 0 || !cli_parse_int(CMD, "--iters", v, 1, 10000000, &a->iters))
-        return CLI_EXIT_USAGE;
-      a->iters_set = true;
-    } else if ((m = cli_flag(CMD, argc, argv, &i, "--warmup", &v)) != 0) {
-      if (m < 0 || !cli_parse_int(CMD, "--warmup", v, 0, 1000000, &a->warmup))
-        return CLI_EXIT_USAGE;
-      a->warmup_set = true;
-    } else if ((m = cli_flag(CMD, argc, argv, &i, "--dim", &v)) != 0) {
+    } else if ((m = cli_run_flag(CMD, argc, argv, &i, &a->common)) != 0) {
       if (m < 0) return CLI_EXIT_USAGE;
-      if (a->num_dims == CLI_MAX_DIMS) {
-        fprintf(stderr, "recap %s: at most %d --dim flags\n", CMD, CLI_MAX_DIMS);
-        return CLI_EXIT_USAGE;
-      }
-      a->dims[a->num_dims++] = v;
-    } else if ((m = cli_flag(CMD, argc, argv, &i, "--seed", &v)) != 0) {
-      if (m < 0 || !cli_parse_int(CMD, "--seed", v, 0, INT64_MAX, &a->seed))
-        return CLI_EXIT_USAGE;
-      a->seed_set = true;
     } else if ((m = cli_flag(CMD, argc, argv, &i, "--mode", &a->mode)) != 0 ||
-               (m = cli_flag(CMD, argc, argv, &i, "--device", &a->device)) != 0 ||
                (m = cli_flag(CMD, argc, argv, &i, "--save-tensors", &a->save_path)) != 0) {
       if (m < 0) return CLI_EXIT_USAGE;
     } else if (!cli_positional(CMD, argv[i])) {
       return CLI_EXIT_USAGE;
     } else if (a->path) {
-      fprintf(stderr, "recap %s: one spec at a time (got '%s' and '%s')\n", CMD, a->path,
-              argv[i]);
+      fprintf(stderr, "recap %s: one spec at a time (got '%s' and '%s')\n", CMD, a->path, argv[i]);
       return CLI_EXIT_USAGE;
     } else {
       a->path = argv[i];
@@ -96,10 +74,7 @@ static int parse_args(int argc, char **argv, run_args *a) {
     fprintf(stderr, "recap %s: --mode expects eager or graph, got '%s'\n", CMD, a->mode);
     return CLI_EXIT_USAGE;
   }
-  if (a->device && strcmp(a->device, "cuda") != 0 && strcmp(a->device, "host") != 0) {
-    fprintf(stderr, "recap %s: --device expects cuda or host, got '%s'\n", CMD, a->device);
-    return CLI_EXIT_USAGE;
-  }
+  if (!cli_run_flags_check(CMD, &a->common)) return CLI_EXIT_USAGE;
   return CLI_EXIT_OK;
 }
 
@@ -141,23 +116,25 @@ static bool save_tensors(recap_pipeline *p, const char *path, const cli_host_ten
       np++;
       break;
     }
-    entries[k++] = (cli_safetensor){info->name, info->dtype, info->ndim, info->shape,
-                                    param_host[np], info->bytes};
+    entries[k++] = (cli_safetensor){info->name,  info->dtype,    info->ndim,
+                                    info->shape, param_host[np], info->bytes};
     np++;
   }
   const cli_host_tensors *sets[2] = {inputs, outputs};
   for (int s = 0; ok && s < 2; s++)
     for (size_t i = 0; i < sets[s]->count; i++) {
       const cli_host_tensor *h = &sets[s]->items[i];
-      entries[k++] = (cli_safetensor){h->info.name, h->info.dtype, h->info.ndim, h->info.shape,
-                                      h->host, h->info.bytes};
+      entries[k++] = (cli_safetensor){h->info.name,  h->info.dtype, h->info.ndim,
+                                      h->info.shape, h->host,       h->info.bytes};
     }
   char seed_text[32], batch_text[32];
   snprintf(seed_text, sizeof seed_text, "%" PRIu64, seed);
   snprintf(batch_text, sizeof batch_text, "%" PRId64, batch);
-  const char *meta[] = {"format", "pt", "producer", "recap run", "spec", p->model->spec->name,
-                        "input_seed", seed_text, "batch", batch_text, NULL};
-  if (ok) ok = cli_safetensors_write(path, entries, k, meta);
+  const char *meta[] = {
+      "format",     "pt",      "producer", "recap run", "spec", p->model->spec->name,
+      "input_seed", seed_text, "batch",    batch_text,  NULL};
+  if (ok)
+    ok = cli_safetensors_write(path, entries, k, meta);
   else if (!entries || !params || !param_host)
     fprintf(stderr, "recap %s: out of memory saving tensors\n", CMD);
   for (size_t i = 0; param_host && i < np; i++) free(param_host[i]);
@@ -186,17 +163,17 @@ int cli_run_main(int argc, char **argv) {
   size_t bucket;
   int64_t batch;
   const char *overrides[CLI_MAX_DIMS + 1];
-  if (!cli_resolve_dims(CMD, spec, a.dims, a.num_dims, overrides, &bucket, &batch)) {
+  if (!cli_resolve_dims(CMD, spec, a.common.dims, a.common.num_dims, overrides, &bucket, &batch)) {
     rc = CLI_EXIT_USAGE;
     goto done;
   }
   recap_pipeline_options opts = {.override_device = 1};
-  if (!cli_pick_device(CMD, a.device, spec->device, &opts.device)) goto done;
+  if (!cli_pick_device(CMD, a.common.device, spec->device, &opts.device)) goto done;
   bool host = opts.device.backend == RECAP_BACKEND_HOST;
-  int iters = a.iters_set ? (int)a.iters : spec->iters;
-  int warmup = a.warmup_set ? (int)a.warmup : spec->warmup;
-  if (host && !a.iters_set && iters > HOST_ITERS_CAP) iters = HOST_ITERS_CAP;
-  if (host && !a.warmup_set && warmup > HOST_WARMUP_CAP) warmup = HOST_WARMUP_CAP;
+  int iters = a.common.iters_set ? (int)a.common.iters : spec->iters;
+  int warmup = a.common.warmup_set ? (int)a.common.warmup : spec->warmup;
+  if (host && !a.common.iters_set && iters > HOST_ITERS_CAP) iters = HOST_ITERS_CAP;
+  if (host && !a.common.warmup_set && warmup > HOST_WARMUP_CAP) warmup = HOST_WARMUP_CAP;
   if (a.mode) {
     opts.override_mode = 1;
     opts.mode = strcmp(a.mode, "eager") == 0 ? RECAP_MODE_EAGER : RECAP_MODE_GRAPH;
@@ -204,7 +181,7 @@ int cli_run_main(int argc, char **argv) {
   /* --warmup also sets the engine's eager runs before each capture (0 there: the spec's). */
   opts.warmup = warmup;
   opts.dims = overrides;
-  uint64_t seed = a.seed_set ? (uint64_t)a.seed : cli_random_seed();
+  uint64_t seed = a.common.seed_set ? (uint64_t)a.common.seed : cli_random_seed();
 
   if ((st = recap_pipeline_create_file(a.path, &opts, &p)) != RECAP_OK) {
     cli_report_failure(CMD, "creating the pipeline", st);
@@ -217,13 +194,12 @@ int cli_run_main(int argc, char **argv) {
     goto done;
   }
   if (!a.json) {
-    printf("%s (%s) on %s:%d, %s mode", spec->name, a.path,
-           recap_backend_name(opts.device.backend), opts.device.index, graph ? "graph" : "eager");
+    printf("%s (%s) on %s:%d, %s mode", spec->name, a.path, recap_backend_name(opts.device.backend),
+           opts.device.index, graph ? "graph" : "eager");
     if (spec->bucket_dim >= 0)
       printf(", %s=%" PRId64 " (bucket %" PRId64 ")", spec->dims[spec->bucket_dim].name, batch,
              p->model->bucket_values[bucket]);
-    printf("\ninputs: uniform [-1, 1) from seed %" PRIu64 " (--seed %" PRIu64
-           " reproduces them)\n",
+    printf("\ninputs: uniform [-1, 1) from seed %" PRIu64 " (--seed %" PRIu64 " reproduces them)\n",
            seed, seed);
     for (size_t i = 0; i < inputs.count; i++) {
       printf("  %-12s ", inputs.items[i].info.name);
@@ -331,9 +307,10 @@ int cli_run_main(int argc, char **argv) {
       printf(", warmup %.1f ms, capture %.1f ms, instantiate %.1f ms (%zu bucket%s)",
              p->timings.warmup_ms, p->timings.capture_ms, p->timings.instantiate_ms,
              stats.num_buckets, stats.num_buckets == 1 ? "" : "s");
-    printf("\ntiming: %d run%s after %d warmup (device events): median %.4f ms, p10 %.4f, "
-           "p90 %.4f, min %.4f, max %.4f\n",
-           iters, iters == 1 ? "" : "s", warmup, sum.median, sum.p10, sum.p90, sum.min, sum.max);
+    printf(
+        "\ntiming: %d run%s after %d warmup (device events): median %.4f ms, p10 %.4f, "
+        "p90 %.4f, min %.4f, max %.4f\n",
+        iters, iters == 1 ? "" : "s", warmup, sum.median, sum.p10, sum.p90, sum.min, sum.max);
     printf("outputs:\n");
     for (size_t i = 0; i < outputs.count; i++) {
       const cli_host_tensor *h = &outputs.items[i];
