@@ -77,14 +77,14 @@ static recap_status backup_states(recap_pipeline *p, state_backup *bk) {
   return RECAP_OK;
 }
 
-/* Puts the states back (restore) and frees the copies; stream-ordered, so the copies are
- * reused only after the copy back. */
-static recap_status finish_states(recap_pipeline *p, state_backup *bk, bool restore) {
+/* Puts the states back and frees the copies; stream-ordered, so the copies are reused only
+ * after the copy back. */
+static recap_status restore_states(recap_pipeline *p, state_backup *bk) {
   const recap__ir *ir = p->model->irs[p->model->num_buckets - 1];
   recap_status st = RECAP_OK;
   for (size_t t = 0; bk->copies && t < bk->count; ++t) {
     if (!bk->copies[t]) continue;
-    if (restore && st == RECAP_OK)
+    if (st == RECAP_OK)
       st = p->stream->backend->memcpy_async(p->data[t], bk->copies[t], (size_t)ir->tensors[t].bytes,
                                             p->stream);
     recap_free(bk->copies[t]);
@@ -138,10 +138,17 @@ static recap_status warmup_locked(recap_pipeline *p) {
       st = recap__exec_set_rows(p, m->bucket_values[b]);
       if (st == RECAP_OK) st = recap__exec_run(p, b, NULL);
     }
-  recap_status fin = finish_states(p, &bk, st == RECAP_OK);
+  /* Restored on failure too: a warmup that fails after a kv_append has written rows of the
+   * state (a padding row of the largest bucket, say) must not leave them for later runs. A
+   * failed run may not have joined its side streams, so they are waited for first. */
+  if (st != RECAP_OK) recap__exec_synchronize(p);
+  recap_status fin = restore_states(p, &bk);
   if (st == RECAP_OK) st = fin;
   if (st == RECAP_OK) st = recap__exec_synchronize(p);
-  if (st == RECAP_OK && m->has_random) st = recap_rng_set_state(p->device, &rng);
+  if (m->has_random) {
+    recap_status rs = recap_rng_set_state(p->device, &rng);
+    if (st == RECAP_OK) st = rs;
+  }
   p->timings.warmup_ms += now_ms() - t0;
   return st;
 }

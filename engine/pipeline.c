@@ -100,31 +100,43 @@ static recap_status load_spec(const char *path, const char *yaml, size_t length,
   recap__spec *spec = NULL;
   recap_device device = o->device;
   bool know_device = o->override_device != 0;
+  /* With dim overrides the spec's own sizes do not matter (a spec too large for the device
+   * may be shrunk to fit): it is loaded without the capacity check, which the IRs of
+   * build_model then make with the overridden dims. */
+  bool overrides = o->dims && o->dims[0];
+  uint64_t capacity = 0;
+  recap_status st = RECAP_OK;
   /* The capacity check needs the device, which the spec itself may name: then load once
    * to read it, and again with the capacity. */
   for (int pass = 0; pass < 2; ++pass) {
-    if (know_device) {
+    if (know_device && !overrides) {
       size_t free_bytes = 0, total = 0;
-      RECAP_TRY(recap_device_mem_get_info(device, &free_bytes, &total));
-      so.device_memory_bytes = total;
+      RECAP_TRY_GOTO(st, recap_device_mem_get_info(device, &free_bytes, &total), fail);
+      so.device_memory_bytes = capacity = total;
     }
     recap__spec_destroy(spec);
     spec = NULL;
-    RECAP_TRY(path ? recap__spec_load_file(path, &so, &spec, NULL)
-                   : recap__spec_load_string(yaml, length, name, &so, &spec, NULL));
-    if (know_device) break;
+    RECAP_TRY_GOTO(st,
+                   path ? recap__spec_load_file(path, &so, &spec, NULL)
+                        : recap__spec_load_string(yaml, length, name, &so, &spec, NULL),
+                   fail);
+    if (know_device || overrides) break;
     device = (recap_device){spec->device, 0};
     know_device = true;
   }
-  for (const char *const *d = o->dims; d && *d; ++d) {
-    recap_status st = apply_dim(spec, *d);
-    if (st != RECAP_OK) {
-      recap__spec_destroy(spec);
-      return st;
-    }
+  if (overrides) {
+    size_t free_bytes = 0, total = 0;
+    if (!know_device) device = (recap_device){spec->device, 0};
+    RECAP_TRY_GOTO(st, recap_device_mem_get_info(device, &free_bytes, &total), fail);
+    capacity = total;
   }
+  for (const char *const *d = o->dims; d && *d; ++d) RECAP_TRY_GOTO(st, apply_dim(spec, *d), fail);
+  spec->options.device_memory_bytes = capacity;
   *out = spec;
   return RECAP_OK;
+fail:
+  recap__spec_destroy(spec);
+  return st;
 }
 
 /* IRs per bucket (checked again: the dims may have been overridden) and the plan. */

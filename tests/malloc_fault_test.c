@@ -26,10 +26,13 @@
 #include <string.h>
 
 #include "allocator/allocator.h"
+#include "engine/pipeline.h"
 #include "engine/plan.h"
 #include "engine/spec.h"
 #include "runtime/backend.h"
 #include "runtime/capture.h"
+#include "runtime/error.h"
+#include "runtime/host_backend.h"
 #include "tests/test_util.h"
 
 /* ------------------------------------------------------------------------------------------
@@ -162,7 +165,7 @@ enum { MAX_RUNS = 200000 };
 
 /* Totals for the summary (and docs/RELIABILITY.md). */
 static unsigned long g_injected_spec, g_injected_bad_specs, g_injected_alloc_host,
-    g_injected_alloc_raw;
+    g_injected_alloc_raw, g_injected_pipeline_host, g_injected_pipeline_device;
 
 /* Runs `run` unarmed once (it must succeed), then with the Nth host allocation failing for
  * N = 1, 2, ... until a run allocates fewer than N times. Each failing run must return
@@ -172,6 +175,19 @@ static unsigned long g_injected_spec, g_injected_bad_specs, g_injected_alloc_hos
  * succeeds; those runs are counted in *recovered. Loading a spec has no such retry, so there a
  * success would mean a failure was swallowed. Returns the number of injected failures
  * survived; prints the first few problems. */
+/* A host kernel (the host GEMM's packing buffers) whose own malloc fails returns
+ * RECAP_STATUS_OUT_OF_MEMORY from inside the "device", and the host backend makes every kernel
+ * failure a sticky device fault, as a CUDA context is after a fault: the run then returns
+ * RECAP_STATUS_DEVICE_ERROR whose message names the OUT_OF_MEMORY. The pipeline sequences
+ * accept that (and count it); the sequence itself resets the fault before going on. */
+static bool g_accept_kernel_oom;
+static unsigned long g_kernel_oom;
+
+static bool is_kernel_oom(recap_status st, const char *message) {
+  return g_accept_kernel_oom && st == RECAP_STATUS_DEVICE_ERROR &&
+         strstr(message, "RECAP_STATUS_OUT_OF_MEMORY") != NULL;
+}
+
 static unsigned long inject_host_expecting(const char *what, recap_status (*run)(const void *ctx),
                                            const void *ctx, recap_status clean, bool may_recover,
                                            unsigned long *recovered) {
@@ -203,7 +219,7 @@ static unsigned long inject_host_expecting(const char *what, recap_status (*run)
      * bad spec stays refused as a spec error. */
     bool recovered_here = may_recover && st == clean;
     bool still_refused = clean == RECAP_STATUS_SPEC_ERROR && st == clean;
-    bool ok = (recovered_here || still_refused ||
+    bool ok = (recovered_here || still_refused || is_kernel_oom(st, recap_last_error()) ||
                (st == RECAP_STATUS_OUT_OF_MEMORY && recap_last_error()[0] != '\0')) &&
               leaked == 0 && !table_full;
     if (ok) {
@@ -516,13 +532,341 @@ static void test_every_raw_allocation_of_allocator_sequences_fails_cleanly(void)
   CU_FAIL("the sequence keeps reaching new raw allocations");
 }
 
+/* ------------------------------------------------------------------------------------------
+ * Pipelines: create, capture, replay, copies, rebind, clone, destroy
+ * ---------------------------------------------------------------------------------------- */
+
+/* A spec shrunk through recap_pipeline_options.dims so that thousands of whole pipeline lives
+ * fit in the test's time. */
+typedef struct {
+  const char *path;
+  const char *const *dims;
+  int64_t batch;     /* real rows of every run: below the largest bucket */
+  const char *input; /* copied in, then rebound to memory of the test's */
+} pipe_case;
+
+enum { MAX_CHECKED = 8 };
+
+/* One tensor compared after every run: outputs (the run's rows) and states (whole). */
+typedef struct {
+  char *name; /* a copy: the IR it comes from is gone */
+  int64_t rows;
+  size_t bytes;
+  unsigned char *ref;     /* what the run without injection produced */
+  unsigned char *scratch; /* copied out here (allocated before arming) */
+} checked_tensor;
+
+typedef struct {
+  const pipe_case *c;
+  bool record; /* this run writes the references */
+  checked_tensor checked[MAX_CHECKED];
+  size_t num_checked;
+  unsigned char *input; /* the input's bytes, the whole buffer */
+  size_t input_bytes;
+  /* Device mode: RECAP_HOST_MEMORY_BYTES is lowered for the run and lifted at the first
+   * failure ("faults stop"); failed and failed_raw_index say where the run failed. */
+  bool device_faults;
+  bool failed;
+  int64_t failed_raw_index; /* raw (device) allocations that succeeded before the failure */
+} pipe_ctx;
+
+static const recap_device HOST = {RECAP_BACKEND_HOST, 0};
+static const char *const CAPACITY_ENV = "RECAP_HOST_MEMORY_BYTES";
+
+static int64_t device_allocs(void) {
+  recap_memory_stats s;
+  if (recap_memory_stats_get(HOST, &s) != RECAP_OK) return -1;
+  return s.num_device_alloc;
+}
+
+/* Copies out every checked tensor of `p` and records it (reference run) or compares it. */
+static recap_status check_results(pipe_ctx *ctx, recap_pipeline *p, const char *when) {
+  for (size_t i = 0; i < ctx->num_checked; ++i) {
+    checked_tensor *t = &ctx->checked[i];
+    RECAP_TRY(recap_pipeline_copy_out(p, t->name, t->scratch, t->bytes, t->rows));
+    if (ctx->record && strcmp(when, "first replay") == 0) {
+      memcpy(t->ref, t->scratch, t->bytes);
+    } else if (memcmp(t->ref, t->scratch, t->bytes) != 0) {
+      return RECAP_FAIL(RECAP_STATUS_INTERNAL,
+                        "%s: tensor '%s' differs from the run without injection", when, t->name);
+    }
+  }
+  return RECAP_OK;
+}
+
+/* Feeds the input, runs `batch` rows and checks every result: what a caller does. */
+static recap_status feed_run_check(pipe_ctx *ctx, recap_pipeline *p, const char *when) {
+  RECAP_TRY(recap_pipeline_copy_in(p, ctx->c->input, ctx->input, ctx->input_bytes, 0));
+  RECAP_TRY(recap_pipeline_run(p, ctx->c->batch));
+  return check_results(ctx, p, when);
+}
+
+/* The whole life of a pipeline on the host backend: create (load, plan, params, buffers,
+ * arena, pool), warmup and capture of every bucket, replay, copy in and out, rebind of the
+ * input to memory of the caller's (a re-capture), a clone (its own capture and replay), and
+ * destroy. The first failure ends the sequence; then faults stop (device mode lifts the
+ * capacity; a host malloc fails only once anyway) and every pipeline still alive must be
+ * usable: fed, run and checked bit for bit against the run without injection, which also
+ * shows that a capture failure that turned graphs off left correct eager runs. Then
+ * everything is destroyed, which must succeed. Returns the first failure's status with its
+ * message, RECAP_OK when nothing failed, or RECAP_STATUS_INTERNAL when the recovery did not
+ * work. */
+static recap_status pipeline_life(const void *ctx_in) {
+  pipe_ctx *ctx = (pipe_ctx *)ctx_in;
+  const pipe_case *c = ctx->c;
+  recap_pipeline_options o = {
+      .override_device = 1, .device = HOST, .warmup = 1, .dims = c->dims};
+  recap_pipeline *p = NULL, *clone = NULL;
+  void *buffer = NULL;
+  recap_status st = RECAP_OK, first = RECAP_OK;
+  static char why[4096];
+  why[0] = '\0';
+  int64_t allocs_before = device_allocs();
+  ctx->failed = false;
+
+#define STEP(expr)                   \
+  do {                               \
+    st = (expr);                     \
+    if (st != RECAP_OK) goto failed; \
+  } while (0)
+  STEP(recap_pipeline_create_file(c->path, &o, &p));
+  STEP(recap_pipeline_copy_in(p, c->input, ctx->input, ctx->input_bytes, 0));
+  STEP(recap_pipeline_capture(p));
+  STEP(recap_pipeline_run(p, c->batch));
+  STEP(check_results(ctx, p, "first replay"));
+  STEP(recap_malloc(HOST, ctx->input_bytes, recap_pipeline_stream(p), &buffer));
+  STEP(recap_pipeline_rebind(p, c->input, buffer));
+  STEP(feed_run_check(ctx, p, "replay after the rebind"));
+  STEP(recap_pipeline_clone(p, NULL, &clone));
+  STEP(feed_run_check(ctx, clone, "the clone's replay"));
+  recap_pipeline_stats stats;
+  STEP(recap_pipeline_stats_get(p, &stats));
+  if (!ctx->record && !ctx->device_faults && stats.capture_failures == 0 &&
+      (stats.replays != 2 || stats.eager_runs != 0)) {
+    st = RECAP_FAIL(RECAP_STATUS_INTERNAL, "%llu replays and %llu eager runs, expected 2 and 0",
+                    (unsigned long long)stats.replays, (unsigned long long)stats.eager_runs);
+    goto failed;
+  }
+#undef STEP
+  goto teardown;
+
+failed:
+  first = st;
+  snprintf(why, sizeof why, "%s", recap_last_error());
+  ctx->failed = true;
+  ctx->failed_raw_index = device_allocs() - allocs_before;
+  if (ctx->device_faults) unsetenv(CAPACITY_ENV);
+  if (is_kernel_oom(st, why)) {
+    /* A device fault: the context is lost (docs/RELIABILITY.md, "Device faults"), so the
+     * pipelines need only be destroyable, which they must be with the fault still there;
+     * the reset then stands for the new process a server would start. */
+    g_kernel_oom++;
+    recap_pipeline_destroy(clone);
+    recap_pipeline_destroy(p);
+    clone = p = NULL;
+    recap__host_backend_reset_fault_for_testing();
+    goto teardown;
+  }
+  if (st == RECAP_STATUS_INTERNAL) goto teardown; /* a wrong result: reported as it is */
+  /* Usable once faults stop. */
+  if (p && (st = feed_run_check(ctx, p, "recovery of the pipeline")) != RECAP_OK) goto broken;
+  if (clone && (st = feed_run_check(ctx, clone, "recovery of the clone")) != RECAP_OK)
+    goto broken;
+
+teardown:
+  if ((st = recap_pipeline_destroy(clone)) != RECAP_OK) goto broken;
+  clone = NULL;
+  if ((st = recap_pipeline_destroy(p)) != RECAP_OK) goto broken;
+  p = NULL;
+  if ((st = recap_free(buffer)) != RECAP_OK) goto broken;
+  buffer = NULL;
+  /* Cached segments and their blocks' bookkeeping would look like leaks. */
+  if ((st = recap_empty_cache(HOST)) != RECAP_OK) goto broken;
+  if (first != RECAP_OK) return recap__fail_plain(first, "%s", why);
+  return RECAP_OK;
+
+broken:
+  fprintf(stderr, "\n  %s: after %s (%s): the recovery failed: %s: %s\n", c->path,
+          recap_status_name(first), why, recap_status_name(st), recap_last_error());
+  recap__host_backend_reset_fault_for_testing();
+  recap_pipeline_destroy(clone);
+  recap_pipeline_destroy(p);
+  recap_free(buffer);
+  recap_empty_cache(HOST);
+  return RECAP_FAIL(RECAP_STATUS_INTERNAL, "the pipeline was not usable after a failure");
+}
+
+/* Small values of the input's dtype, never NaN, so bitwise comparison is meaningful. */
+static void fill_input(unsigned char *out, size_t bytes, recap_dtype dtype) {
+  uint32_t x = 12345;
+  size_t es = recap_dtype_size(dtype);
+  for (size_t i = 0; i + es <= bytes; i += es) {
+    x = x * 1664525u + 1013904223u;
+    uint16_t h;
+    switch (dtype) {
+      case RECAP_DTYPE_F16:
+        h = (uint16_t)(((x >> 16) & 0x83FF) | 0x3000); /* +-[0.125, 0.25) */
+        memcpy(out + i, &h, 2);
+        break;
+      case RECAP_DTYPE_BF16:
+        h = (uint16_t)(((x >> 16) & 0x807F) | 0x3E00); /* +-[0.125, 0.25) */
+        memcpy(out + i, &h, 2);
+        break;
+      default: {
+        float f = (float)((x >> 8) & 0xFFFF) / 65536.0f - 0.5f;
+        memcpy(out + i, &f, es < sizeof f ? es : sizeof f);
+      }
+    }
+  }
+}
+
+/* Sets up the context from an unarmed pipeline: the input's bytes, the tensors to check. */
+static void pipe_ctx_init(pipe_ctx *ctx, const pipe_case *c) {
+  memset(ctx, 0, sizeof *ctx);
+  ctx->c = c;
+  recap_pipeline_options o = {.override_device = 1, .device = HOST, .dims = c->dims};
+  recap_pipeline *p = NULL;
+  CHECK_OK(recap_pipeline_create_file(c->path, &o, &p));
+  CU_ASSERT_PTR_NOT_NULL_FATAL(p);
+  const recap__model *m = p->model;
+  const recap__ir *ir = m->irs[m->num_buckets - 1];
+  int64_t most = m->bucket_values[m->num_buckets - 1];
+  for (size_t t = 0; t < ir->num_tensors; ++t) {
+    const recap__ir_tensor *tt = &ir->tensors[t];
+    if (strcmp(tt->name, c->input) == 0) {
+      ctx->input_bytes = (size_t)tt->bytes;
+      ctx->input = malloc(ctx->input_bytes);
+      fill_input(ctx->input, ctx->input_bytes, tt->dtype);
+    }
+    bool output = tt->role == RECAP_ROLE_INTERMEDIATE && tt->is_output;
+    if (!output && tt->role != RECAP_ROLE_STATE) continue;
+    CU_ASSERT_TRUE_FATAL(ctx->num_checked < MAX_CHECKED);
+    checked_tensor *k = &ctx->checked[ctx->num_checked++];
+    k->name = strdup(tt->name);
+    /* A run's rows of an output (its padding rows are not defined); a state whole, so that
+     * padding rows and warmups that leave a trace are seen. */
+    bool rows = output && tt->bucket_axis >= 0 && c->batch > 0;
+    k->rows = rows ? c->batch : 0;
+    k->bytes = rows ? (size_t)tt->bytes / (size_t)most * (size_t)c->batch : (size_t)tt->bytes;
+    k->ref = malloc(k->bytes);
+    k->scratch = malloc(k->bytes);
+  }
+  CU_ASSERT_PTR_NOT_NULL_FATAL(ctx->input);
+  CHECK_OK(recap_pipeline_destroy(p));
+  /* The reference run, which also creates the process-wide state the sequence touches. */
+  ctx->record = true;
+  CHECK_OK(pipeline_life(ctx));
+  ctx->record = false;
+}
+
+static void pipe_ctx_free(pipe_ctx *ctx) {
+  free(ctx->input);
+  for (size_t i = 0; i < ctx->num_checked; ++i) {
+    free(ctx->checked[i].name);
+    free(ctx->checked[i].ref);
+    free(ctx->checked[i].scratch);
+  }
+}
+
+static const char *const MLP_DIMS[] = {"H=64", "B=1,2,4", NULL};
+static const char *const DECODE_DIMS[] = {"B=1,2,4", "D=16", "H=2", "Dh=8", "Smax=8", NULL};
+static const char *const FORK_JOIN_DIMS[] = {"B=2,4", "D=64", NULL};
+static const pipe_case PIPE_CASES[] = {
+    {"specs/mlp_decode.yaml", MLP_DIMS, 3, "x"},
+    {"specs/decode_step.yaml", DECODE_DIMS, 3, "x"},
+    {"specs/fork_join.yaml", FORK_JOIN_DIMS, 3, "x"},
+};
+enum { NUM_PIPE_CASES = sizeof PIPE_CASES / sizeof PIPE_CASES[0] };
+
+static void test_every_host_allocation_of_a_pipelines_life_fails_cleanly(void) {
+  g_accept_kernel_oom = true;
+  for (size_t i = 0; i < NUM_PIPE_CASES; ++i) {
+    pipe_ctx ctx;
+    pipe_ctx_init(&ctx, &PIPE_CASES[i]);
+    unsigned long recovered = 0, kernel_before = g_kernel_oom;
+    unsigned long survived = inject_host(PIPE_CASES[i].path, pipeline_life, &ctx, true, &recovered);
+    printf(
+        "\n  %s (shrunk): %lu host allocation failures survived (%lu absorbed by the "
+        "allocator's retry, %lu in a host kernel: a device fault)",
+        PIPE_CASES[i].path, survived, recovered, g_kernel_oom - kernel_before);
+    CU_ASSERT_TRUE(survived > 0);
+    g_injected_pipeline_host += survived;
+    pipe_ctx_free(&ctx);
+  }
+  g_accept_kernel_oom = false;
+  printf("\n  pipelines: %lu injected host allocation failures survived in all\n",
+         g_injected_pipeline_host);
+}
+
+/* Device allocations fail through the host device's capacity: RECAP_HOST_MEMORY_BYTES set to
+ * the bytes in use plus k, for k = 1, 3, 5, ... MiB. Every segment the caching allocator
+ * takes is a multiple of 2 MiB (2 MiB for small blocks, 20 MiB or the size rounded to 2 MiB
+ * for large ones), so each step moves the failure to the next raw allocation or further into
+ * a large one, until the whole life fits. The cache is emptied before each run so every run
+ * starts from the same memory. */
+enum { MAX_DEVICE_STEPS = 4096 };
+
+static void test_every_device_allocation_of_a_pipelines_life_fails_cleanly(void) {
+  for (size_t i = 0; i < NUM_PIPE_CASES; ++i) {
+    pipe_ctx ctx;
+    pipe_ctx_init(&ctx, &PIPE_CASES[i]);
+    ctx.device_faults = true;
+    unsigned long survived = 0, absorbed = 0, distinct = 0;
+    int64_t last_index = -1;
+    bool done = false;
+    for (size_t k = 1; k < 2 * MAX_DEVICE_STEPS && !done; k += 2) {
+      CHECK_OK(recap_empty_cache(HOST));
+      size_t free_bytes = 0, total = 0;
+      CHECK_OK(recap_device_mem_get_info(HOST, &free_bytes, &total));
+      char capacity[32];
+      snprintf(capacity, sizeof capacity, "%zu", total - free_bytes + k * MIB);
+      recap_memory_stats before, after;
+      CHECK_OK(recap_memory_stats_get(HOST, &before));
+      setenv(CAPACITY_ENV, capacity, 1);
+      recap_clear_error();
+      recap_status st = pipeline_life(&ctx);
+      unsetenv(CAPACITY_ENV);
+      CHECK_OK(recap_memory_stats_get(HOST, &after));
+      bool retried = after.num_alloc_retries > before.num_alloc_retries ||
+                     after.num_ooms > before.num_ooms;
+      if (!ctx.failed && !retried) {
+        CHECK_OK(st);
+        done = true;
+        break;
+      }
+      bool ok = (st == RECAP_OK && !ctx.failed) ||
+                (st == RECAP_STATUS_OUT_OF_MEMORY && recap_last_error()[0] != '\0');
+      if (!ok)
+        fprintf(stderr, "\n  %s: capacity in use + %zu MiB -> %s: %s\n", PIPE_CASES[i].path, k,
+                recap_status_name(st), recap_last_error());
+      CU_ASSERT_TRUE(ok);
+      survived++;
+      if (!ctx.failed) absorbed++;
+      if (ctx.failed && ctx.failed_raw_index != last_index) distinct++;
+      if (ctx.failed) last_index = ctx.failed_raw_index;
+    }
+    CU_ASSERT_TRUE(done);
+    printf(
+        "\n  %s (shrunk): %lu device allocation failures survived (%lu distinct raw "
+        "allocations; %lu absorbed by the allocator's retry)",
+        PIPE_CASES[i].path, survived, distinct, absorbed);
+    CU_ASSERT_TRUE(survived > 0);
+    g_injected_pipeline_device += survived;
+    pipe_ctx_free(&ctx);
+  }
+  printf("\n  pipelines: %lu injected device allocation failures survived in all\n",
+         g_injected_pipeline_device);
+}
+
 static void test_print_the_total(void) {
-  unsigned long total =
-      g_injected_spec + g_injected_bad_specs + g_injected_alloc_host + g_injected_alloc_raw;
+  unsigned long total = g_injected_spec + g_injected_bad_specs + g_injected_alloc_host +
+                        g_injected_alloc_raw + g_injected_pipeline_host +
+                        g_injected_pipeline_device;
   printf(
       "\n  injected allocation failures survived: %lu (specs %lu, bad specs %lu, allocator "
-      "host %lu, allocator device %lu)\n",
-      total, g_injected_spec, g_injected_bad_specs, g_injected_alloc_host, g_injected_alloc_raw);
+      "host %lu, allocator device %lu, pipelines host %lu, pipelines device %lu)\n",
+      total, g_injected_spec, g_injected_bad_specs, g_injected_alloc_host, g_injected_alloc_raw,
+      g_injected_pipeline_host, g_injected_pipeline_device);
   CU_ASSERT_TRUE(total > 0);
 }
 
@@ -532,6 +876,8 @@ int main(void) {
   CU_ADD_TEST(s, test_every_host_allocation_of_rejecting_every_bad_spec_fails_cleanly);
   CU_ADD_TEST(s, test_every_host_allocation_of_allocator_sequences_fails_cleanly);
   CU_ADD_TEST(s, test_every_raw_allocation_of_allocator_sequences_fails_cleanly);
+  CU_ADD_TEST(s, test_every_host_allocation_of_a_pipelines_life_fails_cleanly);
+  CU_ADD_TEST(s, test_every_device_allocation_of_a_pipelines_life_fails_cleanly);
   CU_ADD_TEST(s, test_print_the_total);
   return test_run_all();
 }
