@@ -3,7 +3,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/deps.sh
-bazel build //:recap_cli 2>&1 | grep -v '^INFO\|^Loading\|^Analyzing' >&2 || true
+bazel build --noshow_progress --ui_event_filters=-info //:recap_cli
 # The bazel-bin symlink may point at another configuration's tree; ask Bazel where it is.
 bin=$(bazel info bazel-bin 2>/dev/null)
 # Eager against graph replay on the decode MLP; on a machine without a GPU this runs on the
