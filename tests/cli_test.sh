@@ -174,6 +174,43 @@ grep -q "p99" "$tmp/out" || fail "serve-bench prints no p99"
 expect 2 "serve-bench batch too large" -- "$recap" serve-bench "$specs/mlp_decode.yaml" \
   --batch-max 9
 
+# --base-dir: a spec's files must lie under the folder; one that reaches out with .. is refused
+# by every subcommand that loads specs, and the same spec without the flag still loads.
+mkdir -p "$tmp/base/specs" "$tmp/outside"
+head -c 64 /dev/zero >"$tmp/base/specs/w.bin"
+cp "$tmp/base/specs/w.bin" "$tmp/outside/w.bin"
+for where in inside outside; do
+  wpath=w.bin
+  [ "$where" = outside ] && wpath=../../outside/w.bin
+  cat >"$tmp/base/specs/$where.yaml" <<EOF
+name: base-dir-$where
+device: host
+dtype: f32
+tensors:
+  x: {shape: [4, 4], role: input}
+  w: {shape: [4, 4], role: param, path: $wpath}
+ops:
+  - {op: add, in: [x, w], out: y}
+outputs: [y]
+EOF
+done
+expect 0 "validate under --base-dir" -- "$recap" validate "$tmp/base/specs/inside.yaml" \
+  --base-dir "$tmp/base"
+expect 0 "run under --base-dir" -- "$recap" run "$tmp/base/specs/inside.yaml" --iters 1 \
+  --warmup 0 --base-dir "$tmp/base"
+expect 0 "a spec reaching out without --base-dir" -- "$recap" validate \
+  "$tmp/base/specs/outside.yaml"
+for cmd in validate plan run bench dot; do
+  expect 1 "$cmd of a spec reaching out of --base-dir" -- "$recap" "$cmd" \
+    "$tmp/base/specs/outside.yaml" --base-dir "$tmp/base"
+  grep -q "outside.yaml:6:41: error: .*escapes the base directory" "$tmp/err" ||
+    fail "$cmd: the escape is not reported at the path (got: $(head -1 "$tmp/err"))"
+done
+expect 1 "serve-bench of a spec reaching out of --base-dir" -- "$recap" serve-bench \
+  "$tmp/base/specs/outside.yaml" --base-dir "$tmp/base" --requests 1
+expect 2 "--base-dir without a value" -- "$recap" validate "$tmp/base/specs/inside.yaml" \
+  --base-dir
+
 if [ "$failures" -ne 0 ]; then
   echo "$failures check(s) failed"
   exit 1

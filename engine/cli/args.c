@@ -88,7 +88,8 @@ int cli_run_flag(const char *cmd, int argc, char **argv, int *i, cli_run_flags *
   } else if ((m = cli_flag(cmd, argc, argv, i, "--seed", &v)) != 0) {
     if (m < 0 || !cli_parse_int(cmd, "--seed", v, 0, INT64_MAX, &f->seed)) return -1;
     f->seed_set = true;
-  } else if ((m = cli_flag(cmd, argc, argv, i, "--device", &f->device)) != 0) {
+  } else if ((m = cli_flag(cmd, argc, argv, i, "--device", &f->device)) != 0 ||
+             (m = cli_flag(cmd, argc, argv, i, "--base-dir", &f->base_dir)) != 0) {
     if (m < 0) return -1;
   } else {
     return 0;

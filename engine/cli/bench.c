@@ -15,7 +15,8 @@ enum { HOST_ITERS_CAP = 20, HOST_WARMUP_CAP = 2 };
 static void usage(FILE *out) {
   fprintf(out,
           "usage: recap bench SPEC [--iters N] [--warmup N] [--dim NAME=VALUE]\n"
-          "                   [--device cuda|host] [--seed N] [--json FILE] [--svg FILE]\n\n"
+          "                   [--device cuda|host] [--seed N] [--json FILE] [--svg FILE]\n"
+          "                   [--base-dir DIR]\n\n"
           "Runs the pipeline eagerly (op by op) and as CUDA graph replays on the same inputs "
           "and\nweights, and compares them: per-iteration median, p10 and p90 from device "
           "events (one\nevent pair per iteration), the speedup, capture and instantiate time "
@@ -32,7 +33,9 @@ static void usage(FILE *out) {
           "GPU)\n"
           "  --seed N           seed of the random input data (default: a fresh one)\n"
           "  --json FILE        write the results as JSON\n"
-          "  --svg FILE         write a bar chart (median, p10-p90 whiskers) as SVG\n",
+          "  --svg FILE         write a bar chart (median, p10-p90 whiskers) as SVG\n"
+          "  --base-dir DIR     files the spec names (params) must lie under DIR (for specs "
+          "from\n                     untrusted sources)\n",
           HOST_ITERS_CAP, HOST_WARMUP_CAP);
 }
 
@@ -123,7 +126,7 @@ int cli_bench_main(int argc, char **argv) {
   mode_result re = {0}, rg = {0};
   json_t *root = NULL;
   recap_status st;
-  if (cli_load_spec(a.path, &spec) != RECAP_OK) goto done;
+  if (cli_load_spec(a.path, a.common.base_dir, &spec) != RECAP_OK) goto done;
   size_t bucket;
   int64_t batch;
   const char *overrides[CLI_MAX_DIMS + 1];
@@ -132,7 +135,8 @@ int cli_bench_main(int argc, char **argv) {
     goto done;
   }
   recap_pipeline_options opts = {
-      .override_device = 1, .override_mode = 1, .mode = RECAP_MODE_GRAPH};
+      .override_device = 1, .override_mode = 1, .mode = RECAP_MODE_GRAPH,
+      .base_dir = a.common.base_dir};
   if (!cli_pick_device(CMD, a.common.device, spec->device, &opts.device)) goto done;
   bool host = opts.device.backend == RECAP_BACKEND_HOST;
   int iters = a.common.iters_set ? (int)a.common.iters : spec->iters;

@@ -63,8 +63,9 @@ bool cli_positional(const char *cmd, const char *arg);
 /* ---- specs and devices (spec_util.c) ---- */
 
 /* Loads and checks a spec, printing every FILE:LINE:COL error (or the I/O failure) to stderr.
- * RECAP_OK, or the loader's status. */
-recap_status cli_load_spec(const char *path, recap__spec **out);
+ * base_dir (NULL: no restriction) confines the files the spec names (params, safetensors) to
+ * that directory, as recap_pipeline_options.base_dir does. RECAP_OK, or the loader's status. */
+recap_status cli_load_spec(const char *path, const char *base_dir, recap__spec **out);
 
 /* The bucket index a "--dim NAME=VALUE" selects: NAME must be the spec's bucketed dim and VALUE
  * one of its buckets (exact == true) or any positive value up to the largest (exact == false,
@@ -75,9 +76,11 @@ bool cli_select_bucket(const char *cmd, const recap__spec *spec, const char *nam
 
 enum { CLI_MAX_DIMS = 16 };
 
-/* The flags `run` and `bench` share: --iters, --warmup, --dim (repeatable), --seed, --device. */
+/* The flags `run` and `bench` share: --iters, --warmup, --dim (repeatable), --seed, --device,
+ * --base-dir. */
 typedef struct {
   const char *device;
+  const char *base_dir; /* --base-dir DIR: files the spec names must lie under DIR */
   const char *dims[CLI_MAX_DIMS];
   int num_dims;
   long long iters, warmup, seed;

@@ -12,7 +12,8 @@ static const char *const CMD = "dot";
 static void usage(FILE *out) {
   fprintf(out,
           "usage: recap dot SPEC [--graph] [--dim NAME=VALUE] [--device cuda|host] "
-          "[-o FILE]\n\n"
+          "[-o FILE]\n"
+          "               [--base-dir DIR]\n\n"
           "Writes the pipeline as Graphviz (render with `dot -Tsvg`). By default the DAG of "
           "the\nspec: ops grouped by stream, tensors that are not produced by an op as "
           "nodes, data edges\nlabelled with tensor and shape, and the cross-stream waits the "
@@ -22,7 +23,9 @@ static void usage(FILE *out) {
           "  --dim NAME=VALUE   the bucket to show (default: the largest)\n"
           "  --device D         cuda or host, for --graph (default: the spec's; host when "
           "there is\n                     no GPU)\n"
-          "  -o FILE            write to FILE instead of standard output\n");
+          "  -o FILE            write to FILE instead of standard output\n"
+          "  --base-dir DIR     files the spec names (params) must lie under DIR (for specs "
+          "from\n                     untrusted sources)\n");
 }
 
 /* Graphviz double-quoted string contents. */
@@ -121,13 +124,14 @@ static void write_dag(FILE *f, const recap__ir *ir, const recap__plan *plan) {
 }
 
 /* Captures the pipeline and copies the backend's dump of bucket `bucket` to `out`. */
-static int write_captured(FILE *out, const char *path, const char *device_name, size_t bucket) {
+static int write_captured(FILE *out, const char *path, const char *base_dir,
+                          const char *device_name, size_t bucket) {
   recap__spec *spec = NULL;
-  if (cli_load_spec(path, &spec) != RECAP_OK) return CLI_EXIT_FAILURE;
+  if (cli_load_spec(path, base_dir, &spec) != RECAP_OK) return CLI_EXIT_FAILURE;
   recap_backend_kind spec_device = spec->device;
   recap__spec_destroy(spec);
   recap_pipeline_options opts = {.override_device = 1, .override_mode = 1,
-                                 .mode = RECAP_MODE_GRAPH};
+                                 .mode = RECAP_MODE_GRAPH, .base_dir = base_dir};
   if (!cli_pick_device(CMD, device_name, spec_device, &opts.device)) return CLI_EXIT_FAILURE;
 
   int rc = CLI_EXIT_FAILURE;
@@ -180,7 +184,7 @@ int cli_dot_main(int argc, char **argv) {
     usage(stdout);
     return CLI_EXIT_OK;
   }
-  const char *path = NULL, *dim_text = NULL, *device = NULL, *out_path = NULL;
+  const char *path = NULL, *dim_text = NULL, *device = NULL, *out_path = NULL, *base_dir = NULL;
   bool graph = false;
   for (int i = 0; i < argc; i++) {
     int m;
@@ -189,7 +193,8 @@ int cli_dot_main(int argc, char **argv) {
       graph = true;
     } else if ((m = cli_flag(CMD, argc, argv, &i, "--dim", &dim_text)) != 0 ||
                (m = cli_flag(CMD, argc, argv, &i, "--device", &device)) != 0 ||
-               (m = cli_flag(CMD, argc, argv, &i, "-o", &out_path)) != 0) {
+               (m = cli_flag(CMD, argc, argv, &i, "-o", &out_path)) != 0 ||
+               (m = cli_flag(CMD, argc, argv, &i, "--base-dir", &base_dir)) != 0) {
       if (m < 0) return CLI_EXIT_USAGE;
     } else if (!cli_positional(CMD, argv[i])) {
       return CLI_EXIT_USAGE;
@@ -219,7 +224,7 @@ int cli_dot_main(int argc, char **argv) {
   recap__plan *plan = NULL;
   FILE *out = stdout;
   recap_status st;
-  if (cli_load_spec(path, &spec) != RECAP_OK) goto done;
+  if (cli_load_spec(path, base_dir, &spec) != RECAP_OK) goto done;
   size_t bucket;
   int64_t batch;
   if (!cli_select_bucket(CMD, spec, dim_text ? dim_name : NULL, dim_value, true, &bucket,
@@ -233,7 +238,7 @@ int cli_dot_main(int argc, char **argv) {
     goto done;
   }
   if (graph) {
-    rc = write_captured(out, path, device, bucket);
+    rc = write_captured(out, path, base_dir, device, bucket);
     goto done;
   }
   /* The engine plans the largest bucket and every bucket runs on that plan: its waits and

@@ -8,13 +8,15 @@ static const char *const CMD = "plan";
 
 static void usage(FILE *out) {
   fprintf(out,
-          "usage: recap plan SPEC [--dim NAME=VALUE]\n\n"
+          "usage: recap plan SPEC [--dim NAME=VALUE] [--base-dir DIR]\n\n"
           "Prints the memory plan of one bucket (default: the largest, which is the plan the "
           "engine\nuses for every bucket): per tensor its role, bytes, arena offset, lifetime "
           "in ops,\nstream and in-place/view notes; the cross-stream waits; then the arena "
           "size, the naive\nsum (one allocation per intermediate) and the max-live lower "
           "bound.\n\n"
-          "  --dim NAME=VALUE   plan the bucket where the bucketed dim NAME is VALUE\n");
+          "  --dim NAME=VALUE   plan the bucket where the bucketed dim NAME is VALUE\n"
+          "  --base-dir DIR     files the spec names (params) must lie under DIR (for specs "
+          "from\n                     untrusted sources)\n");
 }
 
 int cli_plan_main(int argc, char **argv) {
@@ -22,9 +24,10 @@ int cli_plan_main(int argc, char **argv) {
     usage(stdout);
     return CLI_EXIT_OK;
   }
-  const char *path = NULL, *dim_text = NULL;
+  const char *path = NULL, *dim_text = NULL, *base_dir = NULL;
   for (int i = 0; i < argc; i++) {
     int m = cli_flag(CMD, argc, argv, &i, "--dim", &dim_text);
+    if (m == 0) m = cli_flag(CMD, argc, argv, &i, "--base-dir", &base_dir);
     if (m < 0) return CLI_EXIT_USAGE;
     if (m > 0) continue;
     if (!cli_positional(CMD, argv[i])) return CLI_EXIT_USAGE;
@@ -49,7 +52,7 @@ int cli_plan_main(int argc, char **argv) {
   recap__plan *plan = NULL;
   char *text = NULL;
   recap_status st;
-  if (cli_load_spec(path, &spec) != RECAP_OK) goto done;
+  if (cli_load_spec(path, base_dir, &spec) != RECAP_OK) goto done;
   size_t bucket;
   int64_t batch;
   if (!cli_select_bucket(CMD, spec, dim_text ? dim_name : NULL, dim_value, true, &bucket,

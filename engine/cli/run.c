@@ -16,7 +16,7 @@ static void usage(FILE *out) {
   fprintf(out,
           "usage: recap run SPEC [--mode eager|graph] [--device cuda|host] [--iters N]\n"
           "                 [--warmup N] [--dim NAME=VALUE] [--seed N] [--json]\n"
-          "                 [--save-tensors FILE.safetensors]\n\n"
+          "                 [--save-tensors FILE.safetensors] [--base-dir DIR]\n\n"
           "Runs the pipeline: inputs get random data (uniform in [-1, 1), from a seeded "
           "generator;\nthe seed is printed), then warmup runs, then N timed runs (device "
           "events around each).\nPrints every output's shape, checksum and first values, and "
@@ -36,7 +36,9 @@ static void usage(FILE *out) {
           "  --seed N           seed of the input data (default: a fresh random seed)\n"
           "  --json             print one JSON object instead of text\n"
           "  --save-tensors F   write params, inputs and outputs to F (.safetensors: loadable "
-          "by\n                     safetensors.torch.load_file)\n",
+          "by\n                     safetensors.torch.load_file)\n"
+          "  --base-dir DIR     files the spec names (params) must lie under DIR (for specs "
+          "from\n                     untrusted sources)\n",
           HOST_ITERS_CAP, HOST_WARMUP_CAP);
 }
 
@@ -159,7 +161,7 @@ int cli_run_main(int argc, char **argv) {
   double *ms = NULL;
   json_t *root = NULL;
   recap_status st;
-  if (cli_load_spec(a.path, &spec) != RECAP_OK) goto done;
+  if (cli_load_spec(a.path, a.common.base_dir, &spec) != RECAP_OK) goto done;
   size_t bucket;
   int64_t batch;
   const char *overrides[CLI_MAX_DIMS + 1];
@@ -167,7 +169,7 @@ int cli_run_main(int argc, char **argv) {
     rc = CLI_EXIT_USAGE;
     goto done;
   }
-  recap_pipeline_options opts = {.override_device = 1};
+  recap_pipeline_options opts = {.override_device = 1, .base_dir = a.common.base_dir};
   if (!cli_pick_device(CMD, a.common.device, spec->device, &opts.device)) goto done;
   bool host = opts.device.backend == RECAP_BACKEND_HOST;
   int iters = a.common.iters_set ? (int)a.common.iters : spec->iters;

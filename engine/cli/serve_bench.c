@@ -34,7 +34,7 @@ static void usage(FILE *out) {
   fprintf(out,
           "usage: recap serve-bench SPEC [--threads N] [--requests M] [--batch-max B]\n"
           "                         [--device cuda|host] [--dim NAME=VALUE] [--seed N]\n"
-          "                         [--json FILE]\n\n"
+          "                         [--json FILE] [--base-dir DIR]\n\n"
           "An inference-server loop: a request queue, N worker threads each with its own "
           "pipeline\n(a clone sharing the weights, captured on its thread), M requests of "
           "random batch size\n<= B with random inputs. Prints throughput and p50/p99 "
@@ -48,7 +48,9 @@ static void usage(FILE *out) {
           "  --dim NAME=VALUE   replaces a (non-bucketed) dim's value (repeatable)\n"
           "  --seed N           seed of the request sizes and data (default: a fresh one)\n"
           "  --json FILE        also write the results as JSON (throughput, latencies, "
-          "checks)\n\n"
+          "checks)\n"
+          "  --base-dir DIR     files the spec names (params) must lie under DIR (for specs "
+          "from\n                     untrusted sources)\n"          "\n"
           "exit status: 0 when every result matches, 1 on any mismatch or failure, 3 on a "
           "device\nfault (the device context of this process is lost: restart the worker "
           "process).\n");
@@ -247,7 +249,8 @@ int cli_serve_bench_main(int argc, char **argv) {
     usage(stdout);
     return CLI_EXIT_OK;
   }
-  const char *path = NULL, *device = NULL, *json_path = NULL, *dims[CLI_MAX_DIMS];
+  const char *path = NULL, *device = NULL, *json_path = NULL, *base_dir = NULL;
+  const char *dims[CLI_MAX_DIMS];
   int num_dims = 0;
   long long threads = 4, requests = 200, batch_max = 0, seed_arg = 0;
   bool batch_max_set = false, seed_set = false;
@@ -276,7 +279,8 @@ int cli_serve_bench_main(int argc, char **argv) {
       }
       dims[num_dims++] = v;
     } else if ((m = cli_flag(CMD, argc, argv, &i, "--device", &device)) != 0 ||
-               (m = cli_flag(CMD, argc, argv, &i, "--json", &json_path)) != 0) {
+               (m = cli_flag(CMD, argc, argv, &i, "--json", &json_path)) != 0 ||
+               (m = cli_flag(CMD, argc, argv, &i, "--base-dir", &base_dir)) != 0) {
       if (m < 0) return CLI_EXIT_USAGE;
     } else if (!cli_positional(CMD, argv[i])) {
       return CLI_EXIT_USAGE;
@@ -304,7 +308,7 @@ int cli_serve_bench_main(int argc, char **argv) {
   int started = 0;
   bool device_fault = false;
   recap_status st = RECAP_OK;
-  if (cli_load_spec(path, &spec) != RECAP_OK) goto done;
+  if (cli_load_spec(path, base_dir, &spec) != RECAP_OK) goto done;
   size_t bucket;
   int64_t largest;
   const char *overrides[CLI_MAX_DIMS + 1];
@@ -332,7 +336,8 @@ int cli_serve_bench_main(int argc, char **argv) {
     goto done;
   }
   recap_pipeline_options opts = {.override_device = 1, .override_mode = 1,
-                                 .mode = RECAP_MODE_GRAPH, .dims = overrides};
+                                 .mode = RECAP_MODE_GRAPH, .dims = overrides,
+                                 .base_dir = base_dir};
   if (!cli_pick_device(CMD, device, spec->device, &opts.device)) goto done;
   uint64_t seed = seed_set ? (uint64_t)seed_arg : cli_random_seed();
 

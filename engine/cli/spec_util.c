@@ -4,8 +4,8 @@
 
 #include "engine/cli/cli.h"
 
-recap_status cli_load_spec(const char *path, recap__spec **out) {
-  recap__spec_options options = {0};
+recap_status cli_load_spec(const char *path, const char *base_dir, recap__spec **out) {
+  recap__spec_options options = {.base_dir = base_dir};
   recap__diag diag = {0};
   recap_status st = recap__spec_load_file(path, &options, out, &diag);
   if (st == RECAP_STATUS_SPEC_ERROR && diag.count > 0) {
