@@ -247,15 +247,16 @@ void recap__unbind_params(recap__model *m) {
 
 /* ---- per pipeline ---- */
 
-/* The memory of tensor t: the arena for planned tensors, else its external root's block. */
-static void *tensor_memory(const recap_pipeline *p, int t) {
+/* The memory where tensor t's alias root starts: its buffer for planned tensors (in the arena,
+ * or its own allocation with arena planning off), else the external root's block. */
+static void *root_memory(const recap_pipeline *p, int t) {
   const recap__plan *plan = p->model->plan;
-  if (plan->tensors[t].buffer >= 0) return (char *)p->arena + plan->tensors[t].offset;
-  /* A view of an external tensor: follow the aliases to the root (bounded by the count). */
-  for (size_t hops = 0; plan->tensors[t].kind == RECAP_PLAN_VIEW &&
-                        plan->tensors[t].shares_with >= 0 && hops < plan->num_tensors;
-       ++hops)
-    t = plan->tensors[t].shares_with;
+  const recap__plan_tensor *pt = &plan->tensors[t];
+  if (pt->buffer >= 0)
+    return plan->separate ? p->owned[plan->buffers[pt->buffer].root]
+                          : (char *)p->arena + pt->offset;
+  /* A view of an external tensor: its root (plan views name the root directly). */
+  if (pt->kind == RECAP_PLAN_VIEW && pt->shares_with >= 0) t = pt->shares_with;
   return p->data[t];
 }
 
@@ -264,9 +265,11 @@ void recap__bind_views(recap_pipeline *p) {
   size_t T = p->num_tensors, O = p->num_ops;
   for (size_t b = 0; b < m->num_buckets; ++b) {
     const recap__ir *ir = m->irs[b];
+    /* Layouts (shape, strides, offset) were computed once at bind; only memory changes. */
     for (size_t t = 0; t < T; ++t) {
-      recap_tensor v = full_view(&ir->tensors[t], tensor_memory(p, (int)t));
-      p->views[b * T + t] = v;
+      recap_tensor *v = &p->views[b * T + t];
+      size_t esize = recap_dtype_size(ir->tensors[t].dtype);
+      v->data = (char *)root_memory(p, (int)t) + p->view_offsets[b * T + t] * (int64_t)esize;
     }
     for (size_t o = 0; o < O; ++o) {
       const recap__ir_op *op = &ir->ops[o];
@@ -308,9 +311,13 @@ recap_status recap__bind_pipeline(recap_pipeline *p) {
   p->data = calloc(T, sizeof *p->data);
   p->owned = calloc(T, sizeof *p->owned);
   p->views = calloc(m->num_buckets * T, sizeof *p->views);
+  p->view_offsets = calloc(m->num_buckets * T, sizeof *p->view_offsets);
   p->calls = calloc(m->num_buckets * O, sizeof *p->calls);
-  if (!p->data || !p->owned || !p->views || !p->calls)
+  if (!p->data || !p->owned || !p->views || !p->view_offsets || !p->calls)
     return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory for the pipeline's tables");
+  /* Every bucket's layouts: views of shape ops are strided, the rest contiguous. */
+  for (size_t b = 0; b < m->num_buckets; ++b)
+    RECAP_TRY(recap__plan_views(m->irs[b], plan, &p->views[b * T], &p->view_offsets[b * T]));
 
   for (size_t t = 0; t < ir->num_tensors; ++t) {
     const recap__ir_tensor *tt = &ir->tensors[t];
@@ -330,7 +337,17 @@ recap_status recap__bind_pipeline(recap_pipeline *p) {
   p->has_pool = true;
   if (plan->arena_bytes > 0) {
     RECAP_TRY(recap_pool_route_begin(p->device, p->pool, p->stream));
-    recap_status st = recap_malloc(p->device, plan->arena_bytes, p->stream, &p->arena);
+    recap_status st = RECAP_OK;
+    if (!plan->separate) {
+      st = recap_malloc(p->device, plan->arena_bytes, p->stream, &p->arena);
+    } else {
+      /* Arena planning off: one allocation per buffer (its root tensor owns it), so an
+       * out-of-bounds access between two intermediates leaves an allocation. */
+      for (size_t b = 0; b < plan->num_buffers && st == RECAP_OK; ++b) {
+        int root = plan->buffers[b].root;
+        st = recap_malloc(p->device, plan->buffers[b].bytes, p->stream, &p->owned[root]);
+      }
+    }
     recap_status end = recap_pool_route_end(p->device, p->stream);
     RECAP_TRY(st);
     RECAP_TRY(end);
@@ -365,6 +382,7 @@ void recap__unbind_pipeline(recap_pipeline *p) {
   free(p->owned);
   free(p->data);
   free(p->views);
+  free(p->view_offsets);
   free(p->calls);
   p->rows_device = NULL;
   p->rows_host = NULL;
@@ -373,5 +391,6 @@ void recap__unbind_pipeline(recap_pipeline *p) {
   p->owned = NULL;
   p->data = NULL;
   p->views = NULL;
+  p->view_offsets = NULL;
   p->calls = NULL;
 }

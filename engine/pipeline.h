@@ -99,6 +99,7 @@ struct recap_pipeline {
                           scalar, output), else NULL; rebind changes an entry */
   void **owned;        /* per tensor: the buffer this pipeline allocated for it, else NULL */
   recap_tensor *views; /* views[bucket * num_tensors + t]: every tensor of every bucket */
+  int64_t *view_offsets; /* same indexing: elements from the alias root's start (plan views) */
   size_t num_tensors;
   recap_op_call *calls; /* calls[bucket * num_ops + op]: bound, ready to launch */
   size_t num_ops;

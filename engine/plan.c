@@ -31,6 +31,11 @@ typedef struct {
   int *root;          /* per tensor: alias followed to its end */
   int *producer;      /* per tensor: the op that lists it as an output, or -1 */
   int *last_consumer; /* per tensor: the last op that reads it, or -1 */
+  int *readers;       /* per tensor: input slots reading it */
+  /* Per tensor: its layout (shape, strides; data unused) and element offset in its alias
+   * root's memory, as decided so far: contiguous at 0 until a view decision changes it. */
+  recap_tensor *views;
+  int64_t *view_offset;
   size_t *bytes;      /* per tensor */
   /* Happens-before, only with several streams, as vector clocks: clock[j * S + s] is the
    * last op on stream s that ends before op j starts (stream order and waits, transitively),
@@ -45,6 +50,10 @@ typedef struct {
   /* Per buffer (same indexing as work) and stream: the last op accessing it there, or -1. */
   int *stream_last;
 } planner;
+
+static bool is_view_op(const planner *p, int j) {
+  return p->plan->op_is_view[j];
+}
 
 static const char *tensor_name(const recap__ir *ir, int t) {
   const char *name = ir->tensors[t].name;
@@ -93,7 +102,10 @@ static bool is_arena_root(const planner *p, int t) {
 
 static recap_status check_ops(planner *p) {
   const recap__ir *ir = p->ir;
-  for (int t = 0; t < p->num_tensors; t++) p->producer[t] = p->last_consumer[t] = -1;
+  for (int t = 0; t < p->num_tensors; t++) {
+    p->producer[t] = p->last_consumer[t] = -1;
+    p->readers[t] = 0;
+  }
   for (int j = 0; j < p->num_ops; j++) {
     const recap__ir_op *op = &ir->ops[j];
     if (!op->def)
@@ -116,6 +128,7 @@ static recap_status check_ops(planner *p) {
                           "op '%s' reads tensor '%s' before op %d produces it", op_name(ir, j),
                           tensor_name(ir, t), ir->tensors[t].producer);
       p->last_consumer[t] = j;
+      p->readers[t]++;
     }
     for (int o = 0; o < op->num_outputs; o++) {
       int t = op->outputs[o];
@@ -158,30 +171,376 @@ static bool writes_alias(const planner *p, int j, int o) {
   return p->alias[y] >= 0 && k >= 0 && k < op->num_inputs && p->root[op->inputs[k]] == p->root[y];
 }
 
-/* Turns reshapes into views of their input where that cannot change what anyone reads: every
- * IR tensor is contiguous, so a reshape's output has its input's bytes in the same order. Not
- * for an output (outputs keep their own buffer), and not when either side's memory is ever
- * written through an alias (kv_append): a view would then see writes the copy would not. */
+/* ---- views ----------------------------------------------------------------------------- */
+
+typedef enum {
+  SHAPE_NONE,
+  SHAPE_RESHAPE,
+  SHAPE_PERMUTE,
+  SHAPE_TRANSPOSE,
+  SHAPE_SLICE,
+  SHAPE_SPLIT
+} shape_kind;
+
+/* The shape ops the planner can make views of (kernels/shape.c defines them; their attrs are
+ * normalized by infer, so axes and bounds are non-negative here). */
+static shape_kind shape_op(const recap_op_def *def) {
+  static const struct {
+    const char *name;
+    shape_kind kind;
+  } table[] = {{"reshape", SHAPE_RESHAPE},
+               {"permute", SHAPE_PERMUTE},
+               {"transpose", SHAPE_TRANSPOSE},
+               {"slice", SHAPE_SLICE},
+               {"split", SHAPE_SPLIT}};
+  const char *name = def && def->name ? def->name : "";
+  for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
+    if (strcmp(name, table[i].name) == 0) return table[i].kind;
+  return SHAPE_NONE;
+}
+
+/* Whether op `def` writes its output 0 through the strides of `view` on every backend. Only
+ * attention does (kernels/attention.cu and the host reference write any [B, H, S, Dh] layout
+ * whose last dim has stride 1); op.h has no flag for it, so the list lives here. */
+static bool writes_strided_output(const recap_op_def *def, const recap_tensor *view) {
+  if (!def || !def->name || strcmp(def->name, "attention") != 0) return false;
+  return view->ndim == 4 && (view->shape[3] == 1 || view->strides[3] == 1);
+}
+
+/* A contiguous layout of tensor t's IR shape. */
+static recap_tensor contiguous_layout(const recap__ir_tensor *x) {
+  recap_tensor v = {.dtype = x->dtype, .ndim = x->ndim};
+  for (int d = 0; d < x->ndim; d++) v.shape[d] = x->shape[d];
+  recap__tensor_set_contiguous(&v);
+  return v;
+}
+
+/* Strides that read `src`'s elements, in row-major order, under shape[0..ndim): false when no
+ * strides do (the reshape would have to copy). Dims of src that are laid out as one run
+ * (stride[d - 1] == shape[d] * stride[d]) form a chunk; the new dims must split each chunk
+ * exactly, and take their strides from it. */
+static bool reshape_strides(const recap_tensor *src, int ndim, const int64_t *shape,
+                            int64_t *strides) {
+  int64_t src_numel = 1, new_numel = 1;
+  for (int d = 0; d < src->ndim; d++) src_numel *= src->shape[d];
+  for (int d = 0; d < ndim; d++) new_numel *= shape[d];
+  if (src_numel != new_numel) return false;
+  int nd = ndim - 1;
+  if (src->ndim == 0) {
+    for (int d = 0; d < ndim; d++) strides[d] = 1;
+    return true;
+  }
+  int64_t base = src->strides[src->ndim - 1], chunk = 1, taken = 1;
+  for (int d = src->ndim - 1; d >= 0; d--) {
+    chunk *= src->shape[d];
+    bool ends = d == 0 || (src->shape[d - 1] != 1 && src->strides[d - 1] != chunk * base);
+    if (!ends) continue;
+    while (nd >= 0 && (taken < chunk || shape[nd] == 1)) {
+      strides[nd] = taken * base;
+      taken *= shape[nd];
+      nd--;
+    }
+    if (taken != chunk) return false;
+    if (d > 0) {
+      base = src->strides[d - 1];
+      chunk = taken = 1;
+    }
+  }
+  return nd < 0;
+}
+
+/* Forward: the layout of output o of shape op j (kind k) read from its input's layout `in`
+ * at element offset in_off. False when no view expresses it. */
+static bool derive_forward(const recap__ir *ir, int j, int o, const recap_tensor *in,
+                           int64_t in_off, recap_tensor *out, int64_t *out_off) {
+  const recap__ir_op *op = &ir->ops[j];
+  const recap_op_attrs *a = &op->attrs;
+  const recap__ir_tensor *y = &ir->tensors[op->outputs[o]];
+  recap_tensor v = contiguous_layout(y);
+  int64_t off = in_off;
+  int n = in->ndim;
+  switch (shape_op(op->def)) {
+    case SHAPE_RESHAPE:
+      if (!reshape_strides(in, y->ndim, y->shape, v.strides)) return false;
+      break;
+    case SHAPE_PERMUTE:
+      if (y->ndim != n || a->num_sizes != n) return false;
+      for (int d = 0; d < n; d++) {
+        if (a->sizes[d] < 0 || a->sizes[d] >= n) return false;
+        v.strides[d] = in->strides[a->sizes[d]];
+      }
+      break;
+    case SHAPE_TRANSPOSE: {
+      int64_t d0 = a->sizes[0], d1 = a->sizes[1];
+      if (y->ndim != n || d0 < 0 || d0 >= n || d1 < 0 || d1 >= n) return false;
+      for (int d = 0; d < n; d++) v.strides[d] = in->strides[d];
+      v.strides[d0] = in->strides[d1];
+      v.strides[d1] = in->strides[d0];
+      break;
+    }
+    case SHAPE_SLICE:
+    case SHAPE_SPLIT: {
+      int64_t dim = a->dim, start = a->start;
+      if (y->ndim != n || dim < 0 || dim >= n) return false;
+      if (shape_op(op->def) == SHAPE_SPLIT) {
+        start = 0;
+        for (int i = 0; i < o && i < RECAP_MAX_DIMS; i++) start += a->sizes[i];
+      }
+      for (int d = 0; d < n; d++) v.strides[d] = in->strides[d];
+      off += start * in->strides[dim];
+      break;
+    }
+    case SHAPE_NONE:
+      return false;
+  }
+  *out = v;
+  *out_off = off;
+  return true;
+}
+
+/* Backward: the layout of input 0 of shape op j when its output has layout `out` at element
+ * offset off (the inverse of a permute, transpose or reshape). */
+static bool derive_backward(const recap__ir *ir, int j, const recap_tensor *out, int64_t off,
+                            recap_tensor *in, int64_t *in_off) {
+  const recap__ir_op *op = &ir->ops[j];
+  const recap_op_attrs *a = &op->attrs;
+  const recap__ir_tensor *x = &ir->tensors[op->inputs[0]];
+  recap_tensor v = contiguous_layout(x);
+  int n = x->ndim;
+  switch (shape_op(op->def)) {
+    case SHAPE_RESHAPE:
+      if (!reshape_strides(out, n, x->shape, v.strides)) return false;
+      break;
+    case SHAPE_PERMUTE:
+      if (out->ndim != n || a->num_sizes != n) return false;
+      for (int d = 0; d < n; d++) {
+        if (a->sizes[d] < 0 || a->sizes[d] >= n) return false;
+        v.strides[a->sizes[d]] = out->strides[d];
+      }
+      break;
+    case SHAPE_TRANSPOSE: {
+      int64_t d0 = a->sizes[0], d1 = a->sizes[1];
+      if (out->ndim != n || d0 < 0 || d0 >= n || d1 < 0 || d1 >= n) return false;
+      for (int d = 0; d < n; d++) v.strides[d] = out->strides[d];
+      v.strides[d0] = out->strides[d1];
+      v.strides[d1] = out->strides[d0];
+      break;
+    }
+    default:
+      return false;
+  }
+  *in = v;
+  *in_off = off;
+  return true;
+}
+
+static bool offset_aligned(const recap__ir *ir, int t, int64_t off) {
+  return (off * (int64_t)recap_dtype_size(ir->tensors[t].dtype)) % RECAP_PLAN_VIEW_ALIGNMENT == 0;
+}
+
+/* Whether every reader of tensor t (views[] holding each tensor's layout) accepts it: its
+ * op's infer passes with the layouts of all its inputs. Shape ops always accept: one that
+ * does not become a view runs as a strided copy, which reads any layout. */
+static bool readers_accept(const recap__ir *ir, const recap_tensor *views, int t) {
+  if (recap__tensor_is_contiguous(&views[t])) return true;
+  for (size_t j = 0; j < ir->num_ops; j++) {
+    const recap__ir_op *op = &ir->ops[j];
+    bool reads = false;
+    for (int i = 0; i < op->num_inputs; i++) reads |= op->inputs[i] == t;
+    if (!reads || shape_op(op->def) != SHAPE_NONE) continue;
+    if (!op->def->infer) return false;
+    recap_op_call call = {.def = op->def, .num_inputs = op->num_inputs,
+                          .num_outputs = op->num_outputs, .attrs = op->attrs};
+    for (int i = 0; i < op->num_inputs; i++) call.inputs[i] = views[op->inputs[i]];
+    if (recap__op_infer(&call) != RECAP_OK) return false;
+  }
+  return true;
+}
+
+/* Backward view (plan.h): op j's input becomes a view of its output. */
+static bool try_backward(planner *p, int j, const bool *written) {
+  const recap__ir *ir = p->ir;
+  const recap__ir_op *op = &ir->ops[j];
+  shape_kind kind = shape_op(op->def);
+  if (kind != SHAPE_RESHAPE && kind != SHAPE_PERMUTE && kind != SHAPE_TRANSPOSE) return false;
+  if (op->num_inputs != 1 || op->num_outputs != 1) return false;
+  int x = op->inputs[0], y = op->outputs[0];
+  const recap__ir_tensor *X = &ir->tensors[x], *Y = &ir->tensors[y];
+  if (x == y || X->role != RECAP_ROLE_INTERMEDIATE || X->is_output || p->alias[x] >= 0 ||
+      p->readers[x] != 1 || written[x])
+    return false;
+  if (Y->role != RECAP_ROLE_INTERMEDIATE || Y->is_output || p->alias[y] >= 0 || written[y] ||
+      p->bytes[x] != p->bytes[y])
+    return false;
+  int w = p->producer[x];
+  if (w < 0 || shape_op(ir->ops[w].def) != SHAPE_NONE || ir->ops[w].outputs[0] != x) return false;
+  recap_tensor v;
+  int64_t off;
+  if (!derive_backward(ir, j, &p->views[y], p->view_offset[y], &v, &off)) return false;
+  if (!writes_strided_output(ir->ops[w].def, &v)) return false;
+  p->views[x] = v;
+  p->view_offset[x] = off;
+  p->alias[x] = y;
+  p->root[x] = p->root[y];
+  p->plan->tensors[x].view_of = y;
+  p->plan->tensors[x].view_op = j;
+  p->plan->op_is_view[j] = true;
+  return true;
+}
+
+/* Forward views (plan.h): op j's outputs become views of its input. */
+static bool try_forward(planner *p, int j, const bool *written) {
+  const recap__ir *ir = p->ir;
+  const recap__ir_op *op = &ir->ops[j];
+  if (op->num_inputs != 1 || op->num_outputs < 1 || op->num_outputs > RECAP_OP_MAX_OUTPUTS)
+    return false;
+  int x = op->inputs[0];
+  if (written[p->root[x]]) return false;
+  recap_tensor v[RECAP_OP_MAX_OUTPUTS], saved[RECAP_OP_MAX_OUTPUTS];
+  int64_t off[RECAP_OP_MAX_OUTPUTS];
+  for (int o = 0; o < op->num_outputs; o++) {
+    int y = op->outputs[o];
+    const recap__ir_tensor *Y = &ir->tensors[y];
+    if (y == x || p->alias[y] >= 0 || Y->is_output || Y->role != RECAP_ROLE_INTERMEDIATE ||
+        written[y])
+      return false;
+    if (!derive_forward(ir, j, o, &p->views[x], p->view_offset[x], &v[o], &off[o]) ||
+        !offset_aligned(ir, y, off[o]))
+      return false;
+  }
+  /* Readers are checked with the new layouts in place (an op may read two of the parts). */
+  for (int o = 0; o < op->num_outputs; o++) {
+    saved[o] = p->views[op->outputs[o]];
+    p->views[op->outputs[o]] = v[o];
+  }
+  bool ok = true;
+  for (int o = 0; o < op->num_outputs && ok; o++)
+    ok = readers_accept(ir, p->views, op->outputs[o]);
+  if (!ok) {
+    for (int o = 0; o < op->num_outputs; o++) p->views[op->outputs[o]] = saved[o];
+    return false;
+  }
+  for (int o = 0; o < op->num_outputs; o++) {
+    int y = op->outputs[o];
+    p->view_offset[y] = off[o];
+    p->alias[y] = x;
+    p->root[y] = p->root[x];
+    p->plan->tensors[y].view_of = x;
+    p->plan->tensors[y].view_op = j;
+  }
+  p->plan->op_is_view[j] = true;
+  return true;
+}
+
+/* Makes shape ops views where plan.h's rules allow, in op order (a view's layout derives from
+ * its source's, decided earlier), backward first. */
 static recap_status choose_views(planner *p, bool *written) {
   const recap__ir *ir = p->ir;
-  for (int t = 0; t < p->num_tensors; t++) written[t] = false;
+  for (int t = 0; t < p->num_tensors; t++) {
+    written[t] = false;
+    p->views[t] = contiguous_layout(&ir->tensors[t]);
+    p->view_offset[t] = 0;
+    p->plan->tensors[t].view_of = p->alias[t];
+    p->plan->tensors[t].view_op = -1;
+  }
   for (int j = 0; j < p->num_ops; j++)
     for (int o = 0; o < ir->ops[j].num_outputs; o++)
       if (writes_alias(p, j, o)) written[p->root[ir->ops[j].outputs[o]]] = true;
   for (int j = 0; j < p->num_ops; j++) {
-    const recap__ir_op *op = &ir->ops[j];
-    if (strcmp(op->def->name ? op->def->name : "", "reshape") != 0 || op->num_inputs < 1 ||
-        op->num_outputs != 1)
-      continue;
-    int x = op->inputs[0], y = op->outputs[0];
-    const recap__ir_tensor *out = &ir->tensors[y];
-    if (p->alias[y] >= 0 || out->is_output || out->role != RECAP_ROLE_INTERMEDIATE ||
-        p->bytes[x] != p->bytes[y] || written[p->root[x]] || written[y])
-      continue;
-    p->alias[y] = x;
-    p->plan->op_is_view[j] = true;
+    if (shape_op(ir->ops[j].def) == SHAPE_NONE) continue;
+    if (!try_backward(p, j, written)) try_forward(p, j, written);
   }
   return find_roots(p);
+}
+
+recap_status recap__plan_views(const recap__ir *ir, const recap__plan *plan, recap_tensor *views,
+                               int64_t *offsets) {
+  RECAP_CHECK_ARG(ir && plan && views && offsets);
+  if (ir->num_tensors != plan->num_tensors || ir->num_ops != plan->num_ops)
+    return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
+                      "the plan was made for another IR (%zu/%zu tensors, %zu/%zu ops)",
+                      plan->num_tensors, ir->num_tensors, plan->num_ops, ir->num_ops);
+  size_t n = ir->num_tensors;
+  unsigned char *done = malloc(n ? n : 1);
+  if (!done) return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory for %zu views", n);
+  for (size_t t = 0; t < n; t++) {
+    views[t] = contiguous_layout(&ir->tensors[t]);
+    offsets[t] = 0;
+    done[t] = plan->tensors[t].kind != RECAP_PLAN_VIEW || plan->tensors[t].view_of < 0;
+  }
+  recap_status st = RECAP_OK;
+  /* Each pass resolves the views whose source is resolved; a chain of k views takes k. */
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (size_t t = 0; t < n; t++) {
+      const recap__plan_tensor *pt = &plan->tensors[t];
+      if (done[t]) continue;
+      if (pt->view_of < 0 || (size_t)pt->view_of >= n ||
+          (pt->view_op >= 0 && (size_t)pt->view_op >= ir->num_ops)) {
+        st = RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "tensor '%s' is a view of nothing valid",
+                        tensor_name(ir, (int)t));
+        goto done;
+      }
+      int src = pt->view_of;
+      if (!done[src]) continue;
+      bool ok = true;
+      if (pt->view_op < 0) {
+        /* The IR's alias: the memory and layout of its source (kv_append's cache). */
+        for (int d = 0; d < views[t].ndim; d++) views[t].strides[d] = views[src].strides[d];
+        offsets[t] = offsets[src];
+        ok = views[t].ndim == views[src].ndim;
+      } else {
+        const recap__ir_op *op = &ir->ops[pt->view_op];
+        int o = -1;
+        for (int k = 0; k < op->num_outputs; k++)
+          if (op->outputs[k] == (int)t) o = k;
+        if (o >= 0 && op->num_inputs > 0 && op->inputs[0] == src)
+          ok = derive_forward(ir, pt->view_op, o, &views[src], offsets[src], &views[t],
+                              &offsets[t]);
+        else if (op->num_inputs > 0 && op->inputs[0] == (int)t && op->num_outputs == 1 &&
+                 op->outputs[0] == src)
+          ok = derive_backward(ir, pt->view_op, &views[src], offsets[src], &views[t],
+                               &offsets[t]);
+        else
+          ok = false;
+        ok = ok && offset_aligned(ir, (int)t, offsets[t]);
+      }
+      if (!ok) {
+        st = RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
+                        "tensor '%s' is planned as a view of '%s', but no view expresses it "
+                        "with these shapes",
+                        tensor_name(ir, (int)t), tensor_name(ir, src));
+        goto done;
+      }
+      done[t] = 1;
+      progress = true;
+    }
+  }
+  for (size_t t = 0; t < n; t++)
+    if (!done[t]) {
+      st = RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "tensor '%s' has a cyclic view chain",
+                      tensor_name(ir, (int)t));
+      goto done;
+    }
+  for (size_t t = 0; t < n; t++) {
+    const recap__plan_tensor *pt = &plan->tensors[t];
+    if (pt->kind != RECAP_PLAN_VIEW || pt->view_op < 0) continue;
+    bool ok = readers_accept(ir, views, (int)t);
+    /* A backward view is written by its producer through its strides. */
+    int w = ir->tensors[t].producer;
+    if (ok && ir->ops[pt->view_op].inputs[0] == (int)t)
+      ok = w >= 0 && (size_t)w < ir->num_ops && writes_strided_output(ir->ops[w].def, &views[t]);
+    if (!ok) {
+      st = RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
+                      "tensor '%s' is planned as a strided view, but with these shapes an op "
+                      "cannot use that layout",
+                      tensor_name(ir, (int)t));
+      goto done;
+    }
+  }
+done:
+  free(done);
+  return st;
 }
 
 static recap_status check_tensors(planner *p) {
@@ -266,12 +625,20 @@ static recap_status compute_waits(planner *p) {
   for (int j = 0; j < p->num_ops; j++) {
     const recap__ir_op *op = &ir->ops[j];
     int n = 0;
+    if (is_view_op(p, j)) {
+      /* Touches no memory: it only keeps its place in its stream's order. */
+      if (prev_on_stream[op->stream] >= 0) clock_merge(p, j, prev_on_stream[op->stream]);
+      prev_on_stream[op->stream] = j;
+      continue;
+    }
     for (int i = 0; i < op->num_inputs; i++) {
       int loc = p->root[op->inputs[i]];
       if (last_write[loc] >= 0) cand[n++] = last_write[loc];
     }
     for (int o = 0; o < op->num_outputs; o++) {
-      if (!writes_alias(p, j, o)) continue;
+      /* Fresh memory has no earlier access to order against; memory that already exists
+       * (a kv_append's cache, a backward view's root) may. */
+      if (p->alias[op->outputs[o]] < 0) continue;
       int loc = p->root[op->outputs[o]];
       if (last_write[loc] >= 0) cand[n++] = last_write[loc];
       for (int s = 0; s < S; s++)
@@ -290,9 +657,7 @@ static recap_status compute_waits(planner *p) {
     for (int i = 0; i < op->num_inputs; i++)
       last_read[(size_t)p->root[op->inputs[i]] * S + op->stream] = j;
     for (int o = 0; o < op->num_outputs; o++) {
-      int y = op->outputs[o];
-      if (p->alias[y] >= 0 && !writes_alias(p, j, o)) continue;
-      int loc = p->root[y];
+      int loc = p->root[op->outputs[o]];
       last_write[loc] = j;
       for (int s = 0; s < S; s++) last_read[(size_t)loc * S + s] = -1;
     }
@@ -311,6 +676,7 @@ done:
 /* Records that op j accesses the buffer starting at arena root r. */
 static void note_access(planner *p, int r, int j) {
   work_buffer *b = &p->work[r];
+  if (j < b->first) b->first = j;
   if (j > b->last) b->last = j;
   if (p->stream_last) {
     int *slot = &p->stream_last[(size_t)r * p->num_streams + p->ir->ops[j].stream];
@@ -328,7 +694,9 @@ static bool buffer_ordered_before(const planner *p, int b, int j) {
   return true;
 }
 
-/* One buffer per arena root holding the accesses of the root and of every view of it. */
+/* One buffer per arena root holding the accesses of the root and of every view of it, by the
+ * ops that really run (a shape op made a view touches nothing). It starts at the first of
+ * them: the root's producer, or for a backward view's root the producer of the view. */
 static void collect_buffers(planner *p) {
   const recap__ir *ir = p->ir;
   for (int t = 0; t < p->num_tensors; t++) {
@@ -336,12 +704,13 @@ static void collect_buffers(planner *p) {
     if (!is_arena_root(p, t)) continue;
     p->buffer_of[t] = t;
     p->work[t] = (work_buffer){
-        .bytes = align_up(p->bytes[t]), .first = p->producer[t], .last = p->producer[t], .root = t};
+        .bytes = align_up(p->bytes[t]), .first = INT_MAX, .last = -1, .root = t};
   }
   if (p->stream_last)
     for (size_t i = 0; i < (size_t)p->num_tensors * p->num_streams; i++) p->stream_last[i] = -1;
   for (int j = 0; j < p->num_ops; j++) {
     const recap__ir_op *op = &ir->ops[j];
+    if (is_view_op(p, j)) continue;
     for (int i = 0; i < op->num_inputs; i++)
       if (p->buffer_of[p->root[op->inputs[i]]] >= 0) note_access(p, p->root[op->inputs[i]], j);
     for (int o = 0; o < op->num_outputs; o++) {
@@ -351,6 +720,10 @@ static void collect_buffers(planner *p) {
       if (ir->tensors[y].is_output) p->work[r].live_to_end = true;
     }
   }
+  /* Every arena root is written by a real op; the producer is a safe default regardless. */
+  for (int t = 0; t < p->num_tensors; t++)
+    if (p->buffer_of[t] == t && p->work[t].first == INT_MAX)
+      p->work[t].first = p->work[t].last = p->producer[t];
 }
 
 /* Whether op j may write its output 0 over its in-place input, per plan.h's rules. */
@@ -360,6 +733,8 @@ static bool can_write_in_place(const planner *p, int j) {
   if (k < 0 || k >= op->num_inputs || op->num_outputs < 1) return false;
   int y = op->outputs[0], x = op->inputs[k];
   if (!is_arena_root(p, y) || p->buffer_of[p->root[x]] < 0) return false;
+  /* Writing element i over a strided or offset view would clobber elements not read yet. */
+  if (p->view_offset[x] != 0 || !recap__tensor_is_contiguous(&p->views[x])) return false;
   if (p->bytes[y] != p->bytes[x]) return false;
   int b = p->buffer_of[p->root[x]];
   const work_buffer *buf = &p->work[b];
@@ -570,6 +945,17 @@ static recap_status place_all(const planner *p, const int *ids) {
   recap__plan *plan = p->plan;
   size_t n = plan->num_buffers;
   if (n == 0) return RECAP_OK;
+  if (plan->separate) {
+    /* No sharing at all: each buffer above the previous one (the binder allocates each on
+     * its own anyway; the offsets keep the plan's invariants, and the sum is the naive size). */
+    size_t at = 0;
+    for (size_t b = 0; b < n; b++) {
+      plan->buffers[b].offset = at;
+      at += plan->buffers[b].bytes;
+    }
+    plan->arena_bytes = at;
+    return RECAP_OK;
+  }
   recap_status st = RECAP_OK;
   int *ready = NULL, *first_stream = NULL;
   sort_entry *entries = malloc(n * sizeof *entries);
@@ -700,6 +1086,9 @@ static void planner_free(planner *p) {
   free(p->root);
   free(p->producer);
   free(p->last_consumer);
+  free(p->readers);
+  free(p->views);
+  free(p->view_offset);
   free(p->bytes);
   free(p->clock);
   free(p->work);
@@ -708,7 +1097,14 @@ static void planner_free(planner *p) {
 }
 
 recap_status recap__plan_build(const recap__ir *ir, recap__plan **out) {
-  RECAP_CHECK_ARG(ir && out);
+  const char *env = getenv("RECAP_ARENA");
+  recap__plan_options options = {.separate = env && strcmp(env, "0") == 0};
+  return recap__plan_build_with(ir, &options, out);
+}
+
+recap_status recap__plan_build_with(const recap__ir *ir, const recap__plan_options *options,
+                                    recap__plan **out) {
+  RECAP_CHECK_ARG(ir && options && out);
   RECAP_CHECK_ARG(ir->num_tensors == 0 || ir->tensors);
   RECAP_CHECK_ARG(ir->num_ops == 0 || ir->ops);
   if (ir->num_ops > INT_MAX / 2 || ir->num_tensors > INT_MAX / 2)
@@ -727,6 +1123,7 @@ recap_status recap__plan_build(const recap__ir *ir, recap__plan **out) {
   plan->num_tensors = ir->num_tensors;
   plan->num_ops = ir->num_ops;
   plan->num_streams = p.num_streams;
+  plan->separate = options->separate;
   plan->tensors = calloc(nt, sizeof *plan->tensors);
   plan->stream_last_op = malloc((size_t)p.num_streams * sizeof *plan->stream_last_op);
   plan->op_is_view = calloc(ir->num_ops ? ir->num_ops : 1, sizeof *plan->op_is_view);
@@ -734,12 +1131,16 @@ recap_status recap__plan_build(const recap__ir *ir, recap__plan **out) {
   p.root = malloc(nt * sizeof *p.root);
   p.producer = malloc(nt * sizeof *p.producer);
   p.last_consumer = malloc(nt * sizeof *p.last_consumer);
+  p.readers = malloc(nt * sizeof *p.readers);
+  p.views = malloc(nt * sizeof *p.views);
+  p.view_offset = malloc(nt * sizeof *p.view_offset);
   p.bytes = malloc(nt * sizeof *p.bytes);
   p.work = calloc(nt, sizeof *p.work);
   p.buffer_of = malloc(nt * sizeof *p.buffer_of);
   written = malloc(nt * sizeof *written);
   if (!plan->tensors || !plan->stream_last_op || !plan->op_is_view || !p.alias || !p.root ||
-      !p.producer || !p.last_consumer || !p.bytes || !p.work || !p.buffer_of || !written) {
+      !p.producer || !p.last_consumer || !p.readers || !p.views || !p.view_offset || !p.bytes ||
+      !p.work || !p.buffer_of || !written) {
     st = RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory to plan %zu tensors", ir->num_tensors);
     goto fail;
   }
@@ -778,7 +1179,7 @@ recap_status recap__plan_build(const recap__ir *ir, recap__plan **out) {
   }
   if (p.num_streams > 1) RECAP_TRY_GOTO(st, compute_waits(&p), fail);
   collect_buffers(&p);
-  for (int j = 0; j < p.num_ops; j++)
+  for (int j = 0; j < p.num_ops && !plan->separate; j++)
     if (can_write_in_place(&p, j)) merge_in_place(&p, j);
   RECAP_TRY_GOTO(st, finish(&p), fail);
   planner_free(&p);
@@ -812,15 +1213,14 @@ recap_status recap__plan_check_fits(const recap__plan *largest, const recap__ir 
   for (size_t t = 0; t < smaller->num_tensors; t++) {
     const recap__ir_tensor *x = &smaller->tensors[t];
     const recap__plan_tensor *pt = &largest->tensors[t];
+    /* What the IR alone says (before the planner's views and in-place choices). */
     recap__plan_kind kind = x->alias_of >= 0 ? RECAP_PLAN_VIEW
                             : x->role == RECAP_ROLE_INTERMEDIATE && !x->is_output
                                 ? RECAP_PLAN_ARENA
                                 : RECAP_PLAN_EXTERNAL;
-    /* A reshape the planner made a view: its output shares its input 0. */
-    bool made_view = x->producer >= 0 && (size_t)x->producer < smaller->num_ops &&
-                     largest->op_is_view[x->producer] && smaller->ops[x->producer].num_inputs > 0;
-    if (made_view && kind == RECAP_PLAN_ARENA) kind = RECAP_PLAN_VIEW;
-    recap__plan_kind planned = pt->kind == RECAP_PLAN_IN_PLACE ? RECAP_PLAN_ARENA : pt->kind;
+    recap__plan_kind planned = pt->kind == RECAP_PLAN_IN_PLACE                     ? RECAP_PLAN_ARENA
+                               : pt->kind == RECAP_PLAN_VIEW && pt->view_op >= 0 ? RECAP_PLAN_ARENA
+                                                                                 : pt->kind;
     if (kind != planned)
       return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
                         "tensor '%s' has a different role or alias than in the planned IR",
@@ -831,25 +1231,31 @@ recap_status recap__plan_check_fits(const recap__plan *largest, const recap__ir 
       return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
                         "tensor '%s' needs %zu bytes in this bucket but the plan holds %zu",
                         tensor_name(smaller, (int)t), bytes, pt->bytes);
-    /* Tensors the plan overlays element for element must still match in size. */
-    int over = pt->kind == RECAP_PLAN_IN_PLACE ? pt->shares_with
-               : made_view                     ? smaller->ops[x->producer].inputs[0]
-                                               : -1;
-    if (over < 0) continue;
-    if ((size_t)over >= smaller->num_tensors)
+    /* An in-place result overlays its input element for element: sizes must still match. */
+    if (pt->kind != RECAP_PLAN_IN_PLACE) continue;
+    int over = pt->shares_with;
+    if (over < 0 || (size_t)over >= smaller->num_tensors)
       return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "tensor '%s' overlays tensor %d of %zu",
                         tensor_name(smaller, (int)t), over, smaller->num_tensors);
     size_t over_bytes;
     RECAP_TRY(tensor_bytes(smaller, over, &over_bytes));
     if (over_bytes != bytes)
       return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
-                        "tensor '%s' shares the memory of '%s' (%s) but in this bucket their "
+                        "tensor '%s' is written in place over '%s' but in this bucket their "
                         "sizes differ (%zu and %zu bytes)",
-                        tensor_name(smaller, (int)t), tensor_name(smaller, over),
-                        made_view ? "a reshape planned as a view" : "written in place over it",
-                        bytes, over_bytes);
+                        tensor_name(smaller, (int)t), tensor_name(smaller, over), bytes,
+                        over_bytes);
   }
-  return RECAP_OK;
+  /* Every view must still be formable, aligned and accepted by its readers. */
+  size_t nt = smaller->num_tensors ? smaller->num_tensors : 1;
+  recap_tensor *views = malloc(nt * sizeof *views);
+  int64_t *offsets = malloc(nt * sizeof *offsets);
+  recap_status st = views && offsets
+                        ? recap__plan_views(smaller, largest, views, offsets)
+                        : RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory to check views");
+  free(views);
+  free(offsets);
+  return st;
 }
 
 /* ---- recap plan's text ----------------------------------------------------------------- */
@@ -929,9 +1335,31 @@ recap_status recap__plan_format(const recap__ir *ir, const recap__plan *plan, ch
                       plan->num_tensors, ir->num_tensors, plan->num_ops, ir->num_ops);
   text_buf b = {0};
   char h1[64], h2[64], h3[64];
+  size_t nt = plan->num_tensors ? plan->num_tensors : 1, num_views = 0;
+  recap_tensor *views = malloc(nt * sizeof *views);
+  int64_t *offsets = malloc(nt * sizeof *offsets);
+  if (!views || !offsets) {
+    free(views);
+    free(offsets);
+    return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory for the plan's text");
+  }
+  /* The plan was checked when built; should its views not form for this IR, the table says
+   * so by leaving their strides out. */
+  if (recap__plan_views(ir, plan, views, offsets) != RECAP_OK) {
+    free(views);
+    free(offsets);
+    views = NULL;
+    offsets = NULL;
+  }
+  for (size_t j = 0; j < plan->num_ops; j++) num_views += plan->op_is_view[j];
   put(&b, "plan for '%s': %zu ops, %zu tensors, %d stream(s), %zu arena buffer(s)\n",
       ir->name ? ir->name : "?", plan->num_ops, plan->num_tensors, plan->num_streams,
       plan->num_buffers);
+  put(&b, "views: %zu shape op(s) planned as views (they launch nothing and copy nothing)\n",
+      num_views);
+  if (plan->separate)
+    put(&b, "arena planning: off (RECAP_ARENA=0): no reuse, every intermediate buffer is its "
+            "own allocation\n");
   put(&b, "%-24s %-12s %12s %12s %-11s %-6s %s\n", "tensor", "role", "bytes", "offset", "lifetime",
       "stream", "notes");
   for (size_t t = 0; t < plan->num_tensors; t++) {
@@ -959,9 +1387,23 @@ recap_status recap__plan_format(const recap__ir *ir, const recap__plan *plan, ch
         put(&b, " buffer %d, in place over '%s'", pt->buffer, tensor_name(ir, pt->shares_with));
         break;
       case RECAP_PLAN_VIEW:
-        put(&b, " view of '%s'%s%s", tensor_name(ir, pt->shares_with),
-            x->producer >= 0 && plan->op_is_view[x->producer] ? " (reshape, no copy)" : "",
-            pt->buffer >= 0 ? " (extends its buffer's lifetime)" : "");
+        put(&b, " view of '%s'", tensor_name(ir, pt->shares_with));
+        if (pt->view_op >= 0) {
+          const recap__ir_op *op = &ir->ops[pt->view_op];
+          bool backward = op->num_inputs > 0 && op->inputs[0] == (int)t;
+          put(&b, " (%s '%s', no copy", op->def->name ? op->def->name : "?",
+              op_name(ir, pt->view_op));
+          if (backward && x->producer >= 0)
+            put(&b, "; '%s' writes it in this layout", op_name(ir, x->producer));
+          put(&b, ")");
+        }
+        if (views && offsets) {
+          put(&b, " strides [");
+          for (int d = 0; d < views[t].ndim; d++)
+            put(&b, "%s%lld", d ? "," : "", (long long)views[t].strides[d]);
+          put(&b, "] at +%lld", (long long)offsets[t]);
+        }
+        if (pt->buffer >= 0) put(&b, " (extends its buffer's lifetime)");
         break;
     }
     put(&b, "%s\n", x->is_output ? ", output" : "");
@@ -987,6 +1429,8 @@ recap_status recap__plan_format(const recap__ir *ir, const recap__plan *plan, ch
     put(&b, "saved:    %.1f%% of naive; arena is %.3fx the lower bound\n",
         100.0 * (1.0 - (double)plan->arena_bytes / (double)plan->naive_bytes),
         plan->max_live_bytes ? (double)plan->arena_bytes / (double)plan->max_live_bytes : 1.0);
+  free(views);
+  free(offsets);
   if (b.failed) {
     free(b.data);
     return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory for the plan's text");

@@ -22,19 +22,41 @@
  *   produces it to its last consumer (inclusive; a tensor nobody reads lives for its producer
  *   only). Tensors whose lifetimes are disjoint may share bytes.
  * - In place: an op whose def->in_place_input = k >= 0 writes output 0 over input k when the
- *   output is an intermediate of the same byte size, input k lives in the arena (never an
+ *   output is an intermediate of the same byte size, input k is contiguous at the start of its
+ *   buffer (an in-place write over a strided view would overwrite elements the op has not read
+ *   yet), input k lives in the arena (never an
  *   input, param, state, scalar or output) and this op is the last access of input k's buffer
  *   (its views included), no other input of the op reads that buffer, and with several
  *   streams every other access of the buffer is ordered before this op. Chains form: a run of
  *   elementwise ops over one size uses a single buffer.
- * - Views use the memory of their alias root (followed to its end), at the root's offset. Two
- *   kinds: the IR's aliases (alias_of >= 0: kv_append's output is its cache), and reshapes the
- *   planner turns into views (op_is_view: every IR tensor is contiguous, so a reshape's output
- *   is its input's bytes in the same order). A reshape stays a copy when its output is an
- *   output, or when its input's or output's memory is ever written through an IR alias (a view
- *   would see a kv_append's later write that the copy must not). A view of an arena
- *   intermediate keeps that buffer alive until the view's last consumer; a view of an external
- *   tensor is external too.
+ * - Views use the memory of their alias root (followed to its end), with their own shape,
+ *   strides and element offset into it (recap__plan_views computes them per bucket). Two kinds:
+ *   the IR's aliases (alias_of >= 0: kv_append's output is its cache, same layout), and the
+ *   shape ops (reshape, permute, transpose, slice, split) the planner turns into views
+ *   (op_is_view: the op launches nothing):
+ *   - forward: the op's outputs are strided views of its input (a split of [B, S, 3D] gives
+ *     three views of row stride 3D). Taken when every reader of a non-contiguous result
+ *     accepts it (its op's infer passes with the strided input: infer is each op's statement
+ *     of the layouts it reads; another shape op always accepts, as it stays a strided copy if
+ *     it cannot be a view), a reshape's strides exist (no copy needed to merge its dims), and
+ *     the view's byte offset is a multiple of RECAP_PLAN_VIEW_ALIGNMENT;
+ *   - backward: a permute, transpose or reshape whose input X is read by it alone and written
+ *     by an op that writes strided outputs (attention): X becomes the view and the op's output
+ *     the contiguous root, so X's producer writes straight into the consumer's layout (the
+ *     permute of an attention output back to [B, S, H, Dh] costs nothing). Preferred over
+ *     forward: readers of the result then see contiguous memory.
+ *   Neither when a result is a graph output (outputs keep their own contiguous buffer), when
+ *   the input's or a result's memory is ever written through an IR alias (a view would see a
+ *   kv_append's later write that the copy must not), or when a result is already an alias.
+ *   split is a view only if all its parts are. A view of an arena intermediate keeps that
+ *   buffer alive until the view's last consumer; a view of an external tensor is external too.
+ *   A buffer's lifetime runs from the first real op that writes it (for a backward view's
+ *   root, the producer of the view) to the last real op that reads any view of it.
+ * - Arena planning off (RECAP_ARENA=0 in the environment when the plan is built, or
+ *   recap__plan_options.separate): no in-place reuse and every buffer at its own offset
+ *   (arena_bytes == naive_bytes); the binder then gives each buffer its own allocation, so
+ *   compute-sanitizer sees an out-of-bounds access between two intermediates. Views still
+ *   share memory: that is what they mean.
  *
  * Streams and waits. Ops run in index order on their stream (op->stream; 0 is the pipeline's
  * stream). `waits` lists every event wait the data needs, so that the multi-stream execution
@@ -42,9 +64,9 @@
  * (i < j, other stream) when j reads what i wrote (a fork or a join), when j writes memory i
  * still reads (a kv_append into a cache another stream reads), or when both write it. Waits
  * already implied by other waits and stream order are left out. The engine records an event
- * after op i on i's stream and makes j's stream wait for it before j. A reshape planned as a
- * view touches no memory: nothing waits for it, and readers of the view wait for whoever wrote
- * the memory underneath. In addition, the engine forks every side stream from the pipeline's
+ * after op i on i's stream and makes j's stream wait for it before j. A shape op planned as a
+ * view touches no memory: it neither waits nor is waited for, and readers of the view wait for
+ * whoever wrote the memory underneath. In addition, the engine forks every side stream from the pipeline's
  * stream at the start (inputs are copied in there) and joins each side stream's last op
  * (stream_last_op) back into it at the end, so that copy-out and the next replay see
  * everything; those two are not in `waits`.
@@ -91,11 +113,15 @@ extern "C" {
  * kernels want >= 16; 256 matches cudaMalloc's own alignment). */
 enum { RECAP_PLAN_ALIGNMENT = 256 };
 
+/* A planner-made view starts at a multiple of this many bytes from its root: kernels' vector
+ * paths (16-byte loads, cp.async, cuBLASLt) then see the alignment they get from the arena. */
+enum { RECAP_PLAN_VIEW_ALIGNMENT = 16 };
+
 typedef enum {
   RECAP_PLAN_EXTERNAL, /* input, param, state, scalar or output: its own buffer, not planned */
   RECAP_PLAN_ARENA,    /* an intermediate that starts a buffer in the arena */
   RECAP_PLAN_IN_PLACE, /* an intermediate written over its producer's dying input */
-  RECAP_PLAN_VIEW,     /* the IR's alias (kv_append) or a reshape made a view: its root's memory */
+  RECAP_PLAN_VIEW,     /* the IR's alias (kv_append) or a shape op made a view: its root's memory */
 } recap__plan_kind;
 
 typedef struct {
@@ -110,6 +136,11 @@ typedef struct {
   /* IN_PLACE: the input tensor it overwrites. VIEW: its alias root (whose memory it is).
    * Otherwise -1. */
   int shares_with;
+  /* VIEW: the tensor its layout derives from (view_of) through op view_op: forward when it is
+   * that op's output (view_of is the op's input), backward when it is the op's input (view_of
+   * is the op's output). view_op is -1 for an IR alias (same layout as view_of). Otherwise
+   * both -1. */
+  int view_of, view_op;
 } recap__plan_tensor;
 
 /* One region of the arena and the tensors that use it (an intermediate, the results written
@@ -136,8 +167,9 @@ typedef struct recap__plan {
   size_t num_waits;
   int num_streams;
   int *stream_last_op; /* per stream, its last op (-1 if none): what the end joins */
-  /* Per op: a reshape planned as a view of its input. The engine launches nothing for it. */
+  /* Per op: a shape op planned as a view (see above). The engine launches nothing for it. */
   bool *op_is_view;
+  bool separate; /* arena planning off: no reuse, each buffer its own allocation */
   size_t arena_bytes; /* the arena: max over buffers of offset + bytes */
   size_t naive_bytes; /* one rounded allocation per planned intermediate (no reuse at all) */
   /* Max over ops of the rounded bytes of buffers live at that op: no placement of these
@@ -152,13 +184,32 @@ typedef struct recap__plan {
  * with RECAP_STATUS_OUT_OF_MEMORY; *out is then untouched and nothing leaks. */
 recap_status recap__plan_build(const recap__ir *ir, recap__plan **out);
 
+typedef struct {
+  bool separate; /* arena planning off (see above); recap__plan_build reads RECAP_ARENA=0 */
+} recap__plan_options;
+
+/* recap__plan_build with explicit options instead of the environment's. */
+recap_status recap__plan_build_with(const recap__ir *ir, const recap__plan_options *options,
+                                    recap__plan **out);
+
+/* Every tensor's layout for `ir` (the planned IR or another bucket's: shapes come from ir):
+ * views[t] gets ir's dtype, ndim and shape, and strides in elements (contiguous for anything
+ * that is not a view); offsets[t] (elements) is where it starts in its alias root's memory
+ * (plan->tensors[t].shares_with for a view, itself otherwise). data is left NULL. Fails with
+ * RECAP_STATUS_INVALID_ARGUMENT, naming the tensor, when a view cannot be formed for ir's
+ * shapes (a reshape whose dims no longer merge, an offset off RECAP_PLAN_VIEW_ALIGNMENT) or a
+ * reader of a non-contiguous view rejects it; RECAP_STATUS_OUT_OF_MEMORY. */
+recap_status recap__plan_views(const recap__ir *ir, const recap__plan *plan, recap_tensor *views,
+                               int64_t *offsets);
+
 /* Frees the plan; NULL is fine. */
 void recap__plan_destroy(recap__plan *plan);
 
 /* Whether `smaller` (another bucket's IR of the same spec) can run on the arena and offsets
  * of `largest`: the same tensors and ops, every tensor's bytes <= the bytes planned for it,
- * and every in-place pair still of equal size. RECAP_STATUS_INVALID_ARGUMENT names the first
- * tensor that does not fit. */
+ * every in-place pair still of equal size, and every view still formable and accepted by its
+ * readers (recap__plan_views). RECAP_STATUS_INVALID_ARGUMENT names the first tensor that does
+ * not fit. */
 recap_status recap__plan_check_fits(const recap__plan *largest, const recap__ir *smaller);
 
 /* A readable table for `recap plan`: per tensor its name, role, bytes, offset, lifetime,

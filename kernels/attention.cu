@@ -91,6 +91,9 @@ __global__ void kv_append_kernel(T *__restrict__ cache, recap__cuda_view4 cv,
 
 struct attention_params {
   recap__cuda_view4 q, k, v; /* [B, H, Sq, Dh] and [B, Hkv, Sk, Dh]; last-dim stride 1 */
+  /* The output [B, H, Sq, Dh], last-dim stride 1, any other strides: the planner makes it a
+   * view of the [B, Sq, H, Dh] tensor its permute produces, so that permute costs nothing. */
+  recap__cuda_view4 o;
   const int32_t *len;        /* valid key count in device memory, or NULL for Sk */
   int64_t heads, kv_group;   /* query head h reads kv head h / kv_group */
   float scale;
@@ -237,7 +240,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32)
   float l_all = 0.0f;
   for (int w = 0; w < warps; ++w)
     l_all += m_s[w] == -INFINITY ? 0.0f : l_s[w] * expf(m_s[w] - m_all);
-  T *orow = out + ((b * p.heads + h) * sq + i) * dh;
+  T *orow = out + b * p.o.stride[0] + h * p.o.stride[1] + i * p.o.stride[2];
   if (!kSplit) {
     /* No visible key (kend <= 0) leaves l_all == 0: the output row is zeros. */
     const float inv = l_all > 0.0f ? 1.0f / l_all : 0.0f;
@@ -563,7 +566,7 @@ __global__ void __launch_bounds__(kFlashThreads)
   }
   cp_async_wait<0>();
 
-  T *ob = out + (b * p.heads + h) * sq * DH;
+  T *ob = out + b * p.o.stride[0] + h * p.o.stride[1];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     float l = l_run[r];
@@ -575,7 +578,7 @@ __global__ void __launch_bounds__(kFlashThreads)
     if (qi >= sq) continue;
 #pragma unroll
     for (int n = 0; n < DH / 8; ++n)
-      *reinterpret_cast<uint32_t *>(ob + qi * DH + n * 8 + 2 * t4) =
+      *reinterpret_cast<uint32_t *>(ob + qi * p.o.stride[2] + n * 8 + 2 * t4) =
           pack2(o[n][2 * r] * inv, o[n][2 * r + 1] * inv, T{});
   }
 }
@@ -674,7 +677,10 @@ bool aligned16(const void *ptr) {
 }
 
 /* The tensor-core kernel needs 16-bit elements, a head dim it was built for, query rows enough
- * to use its 64-row tiles, 16-byte aligned rows (cp.async moves 16 bytes) and grid.y/z room. */
+ * to use its 64-row tiles, 16-byte aligned input rows (cp.async moves 16 bytes: pointers and
+ * strides in multiples of 8 elements), output rows it can store in 4-byte pairs (pointer 4-byte
+ * aligned, even strides) and grid.y/z room. Anything else takes attention_kernel, which reads
+ * and writes single elements at any strides. */
 bool flash_fits(const recap_tensor *q, const recap_tensor *k, const recap_tensor *v,
                 const recap_tensor *out, const device_info &dev) {
   if (dev.major < 8 || (q->dtype != RECAP_DTYPE_F16 && q->dtype != RECAP_DTYPE_BF16)) return false;
@@ -687,6 +693,8 @@ bool flash_fits(const recap_tensor *q, const recap_tensor *k, const recap_tensor
     for (int d = 0; d < 3; ++d)
       if (in[t]->strides[d] % 8 != 0) return false;
   }
+  for (int d = 0; d < 3; ++d)
+    if (out->strides[d] % 2 != 0) return false;
   return ((uintptr_t)out->data & 3u) == 0;
 }
 
@@ -765,11 +773,14 @@ extern "C" recap_status recap__cuda_attention(const recap_op_call *call, void *c
             v->shape[2] == sk && k->shape[3] == dh && v->shape[3] == dh && kv_heads > 0 &&
             heads % kv_heads == 0;
   ok = ok && (dh == 1 || (q->strides[3] == 1 && k->strides[3] == 1 && v->strides[3] == 1));
-  ok = ok && recap__tensor_is_contiguous(out) && recap__tensor_numel(out) == recap__tensor_numel(q);
+  ok = ok && out->ndim == 4;
+  for (int d = 0; ok && d < 4; ++d) ok = out->shape[d] == q->shape[d];
+  ok = ok && (dh == 1 || out->strides[3] == 1);
   if (!ok)
     return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
                       "op '%s': needs q [B, H, Sq, Dh], k and v [B, Hkv, Sk, Dh] with H %% Hkv "
-                      "== 0, last dims of stride 1, and a contiguous output like q",
+                      "== 0, last dims of stride 1, and an output shaped like q whose last dim "
+                      "has stride 1",
                       name);
   const recap_tensor *len = call->num_inputs > 3 ? &call->inputs[3] : NULL;
   if (len && (len->dtype != RECAP_DTYPE_I32 || recap__tensor_numel(len) != 1 || !len->data))
@@ -781,6 +792,7 @@ extern "C" recap_status recap__cuda_attention(const recap_op_call *call, void *c
   p.q = recap__cuda_view4_of(q);
   p.k = recap__cuda_view4_of(k);
   p.v = recap__cuda_view4_of(v);
+  p.o = recap__cuda_view4_of(out);
   p.len = len ? static_cast<const int32_t *>(len->data) : nullptr;
   p.heads = heads;
   p.kv_group = heads / kv_heads;

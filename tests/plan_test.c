@@ -135,7 +135,10 @@ static bool writes_alias(const recap__ir *ir, int j, int o) {
 }
 
 static size_t bytes_of(const recap__ir *ir, int t) {
-  return (size_t)ir->tensors[t].shape[0] * 4;
+  const recap__ir_tensor *x = &ir->tensors[t];
+  size_t bytes = recap_dtype_size(x->dtype);
+  for (int d = 0; d < x->ndim; d++) bytes *= (size_t)x->shape[d];
+  return bytes;
 }
 
 /* Stream order plus the plan's waits, and the memory each tensor really uses. Also checks
@@ -167,13 +170,29 @@ static void checker_init(checker *c, const recap__ir *ir, const recap__plan *pla
   for (int j = 0; j < n; j++) {
     const recap__ir_op *op = &ir->ops[j];
     int y = op->outputs[0], x = op->num_inputs ? op->inputs[0] : -1;
-    bool may_view = strcmp(op->def->name, "reshape") == 0 && x >= 0 &&
-                    ir->tensors[y].alias_of < 0 && !ir->tensors[y].is_output &&
-                    bytes_of(ir, x) == bytes_of(ir, y) && !c->written[ir_root_of(ir, x)] &&
-                    !c->written[y];
-    CU_ASSERT_EQUAL(plan->op_is_view[j], may_view);
-    if (plan->op_is_view[j]) c->alias[y] = x;
+    /* The 1-D reshapes built by RESHAPE are always contiguous: exactly these may be views.
+     * Tests of the strided views (real op definitions) state their expectations themselves. */
+    if (op->def == &def_view) {
+      bool may_view = x >= 0 && ir->tensors[y].alias_of < 0 && !ir->tensors[y].is_output &&
+                      bytes_of(ir, x) == bytes_of(ir, y) && !c->written[ir_root_of(ir, x)] &&
+                      !c->written[y];
+      CU_ASSERT_EQUAL(plan->op_is_view[j], may_view);
+    }
+    if (!plan->op_is_view[j]) continue;
+    if (x >= 0 && plan->tensors[x].view_op == j) {
+      c->alias[x] = y; /* backward: the input is a view of the output */
+    } else {
+      for (int o = 0; o < op->num_outputs; o++) {
+        CU_ASSERT_EQUAL(plan->tensors[op->outputs[o]].view_op, j);
+        c->alias[op->outputs[o]] = x;
+      }
+    }
   }
+}
+
+/* Ops that run: a shape op planned as a view touches no memory. */
+static bool op_runs(const checker *c, int j) {
+  return !c->plan->op_is_view[j];
 }
 
 static bool hb_before(const checker *c, int i, int j) {
@@ -186,33 +205,74 @@ static bool op_reads(const recap__ir *ir, int j, int t) {
   return false;
 }
 
-/* A tensor's own lifetime: producer .. last reader; outputs live past the last op. */
-static void lifetime(const recap__ir *ir, int t, int *first, int *last) {
-  *first = ir->tensors[t].producer;
+/* The ops that really write tensor t's memory as t: its producer when that runs, and for a
+ * backward view's root, the producer of the view (which writes it through the view). */
+static int writer_of(const checker *c, int t) {
+  int p = c->ir->tensors[t].producer;
+  if (p >= 0 && op_runs(c, p)) return p;
+  for (int x = 0; x < (int)c->ir->num_tensors; x++)
+    if (c->alias[x] == t && c->plan->tensors[x].view_op == p && p >= 0) return writer_of(c, x);
+  return -1;
+}
+
+/* A tensor's own lifetime, over the ops that run: from the write of its memory (its root's
+ * writer: a view's bytes must survive from there) to its last reader (empty, first > last,
+ * when nothing runs); outputs live past the last op. */
+static void lifetime(const checker *c, int t, int *first, int *last) {
+  const recap__ir *ir = c->ir;
+  *first = writer_of(c, root_of(c, t));
   *last = *first;
   for (int j = 0; j < (int)ir->num_ops; j++)
-    if (op_reads(ir, j, t) && j > *last) *last = j;
+    if (op_runs(c, j) && op_reads(ir, j, t)) {
+      if (*first < 0) *first = *last = j;
+      if (j > *last) *last = j;
+    }
+  if (*first < 0) {
+    *first = (int)ir->num_ops + 1;
+    *last = -1;
+  }
   if (ir->tensors[t].is_output) *last = (int)ir->num_ops;
 }
 
-/* Every op that touches tensor t's memory as t (its producer and its readers), except
+/* The lifetime of the memory of root r: its write .. the last read of r or of any view of it
+ * (outputs: past the last op), over the ops that run. */
+static void group_lifetime(const checker *c, int r, int *first, int *last) {
+  *first = *last = -1;
+  for (int t = 0; t < (int)c->ir->num_tensors; t++) {
+    if (root_of(c, t) != r) continue;
+    int f, l;
+    lifetime(c, t, &f, &l);
+    if (f > l) continue;
+    if (*first < 0 || f < *first) *first = f;
+    if (l > *last) *last = l;
+  }
+}
+
+/* Every op that touches root r's memory (its writer, and readers of r or a view of it), except
  * `except`, ends before op j starts. */
-static bool all_accesses_before(const checker *c, int t, int j, int except) {
-  int p = c->ir->tensors[t].producer;
+static bool all_accesses_before(const checker *c, int r, int j, int except) {
+  int p = writer_of(c, r);
   if (p >= 0 && p != except && !hb_before(c, p, j)) return false;
-  for (int r = 0; r < (int)c->ir->num_ops; r++)
-    if (r != except && op_reads(c->ir, r, t) && !hb_before(c, r, j)) return false;
+  for (int t = 0; t < (int)c->ir->num_tensors; t++) {
+    if (root_of(c, t) != r) continue;
+    for (int q = 0; q < (int)c->ir->num_ops; q++)
+      if (q != except && op_runs(c, q) && op_reads(c->ir, q, t) && !hb_before(c, q, j))
+        return false;
+  }
   return true;
 }
 
 /* Whether arena tensors t and u may occupy the same bytes (the rule check_plan enforces and
- * the exhaustive optimum respects). */
+ * the exhaustive optimum respects). Views count as their root's memory. */
 static bool may_share(const checker *c, int t, int u) {
   const recap__ir *ir = c->ir;
-  if (root_of(c, t) == root_of(c, u)) return true; /* a view and its source */
+  t = root_of(c, t);
+  u = root_of(c, u);
+  if (t == u) return true; /* a view and its source */
   int ft, lt, fu, lu;
-  lifetime(ir, t, &ft, &lt);
-  lifetime(ir, u, &fu, &lu);
+  group_lifetime(c, t, &ft, &lt);
+  group_lifetime(c, u, &fu, &lu);
+  if (ft < 0 || fu < 0) return true; /* one of them is never touched */
   if (fu < ft || (fu == ft && u < t)) {
     int s = t;
     t = u;
@@ -220,19 +280,19 @@ static bool may_share(const checker *c, int t, int u) {
     int f = ft, l = lt;
     ft = fu, lt = lu, fu = f, lu = l;
   }
-  /* t starts first. Disjoint: every access of t ordered before u's producer. */
+  /* t starts first. Disjoint: every access of t ordered before u's writer. */
   if (lt < fu) return all_accesses_before(c, t, fu, -1);
   /* Touching at one op: only op fu writing u in place over (a view of) t, with every other
    * access of t ordered before it. */
-  if (lt != fu || ir->tensors[u].producer != fu || c->alias[u] >= 0) return false;
+  if (lt != fu || ir->tensors[u].producer != fu) return false;
   const recap__ir_op *op = &ir->ops[fu];
   int k = op->def->in_place_input;
   if (k < 0 || k >= op->num_inputs || op->outputs[0] != u ||
-      root_of(c, op->inputs[k]) != root_of(c, t) || bytes_of(ir, u) != bytes_of(ir, op->inputs[k]))
+      root_of(c, op->inputs[k]) != t || bytes_of(ir, u) != bytes_of(ir, op->inputs[k]))
     return false;
   /* Another input reading the same memory would see it half overwritten. */
   for (int i = 0; i < op->num_inputs; i++)
-    if (i != k && root_of(c, op->inputs[i]) == root_of(c, t)) return false;
+    if (i != k && root_of(c, op->inputs[i]) == t) return false;
   return all_accesses_before(c, t, fu, fu);
 }
 
@@ -304,13 +364,15 @@ static void check_plan(const recap__ir *ir, const recap__plan *plan) {
    * memory, an aliasing write after every earlier read. */
   for (int j = 0; j < no; j++) {
     const recap__ir_op *op = &ir->ops[j];
+    if (!op_runs(&c, j)) continue;
     for (int i = 0; i < j; i++) {
       bool conflict = false;
+      if (!op_runs(&c, i)) continue;
       for (int a = 0; a < op->num_inputs; a++) {
         int r = root_of(&c, op->inputs[a]);
         for (int o = 0; o < ir->ops[i].num_outputs; o++) {
           int y = ir->ops[i].outputs[o];
-          if (root_of(&c, y) == r && (c.alias[y] < 0 || writes_alias(ir, i, o))) conflict = true;
+          if (root_of(&c, y) == r) conflict = true;
         }
       }
       for (int o = 0; o < op->num_outputs; o++) {
@@ -338,7 +400,7 @@ static void check_plan(const recap__ir *ir, const recap__plan *plan) {
       for (int t = 0; t < nt; t++) {
         int f, l;
         if (plan->tensors[t].buffer != (int)b) continue;
-        lifetime(ir, t, &f, &l);
+        lifetime(&c, t, &f, &l);
         if (f <= j && j <= l) alive = true;
       }
       if (alive) live += plan->buffers[b].bytes;
@@ -819,6 +881,249 @@ static void test_format_lists_every_tensor_the_waits_and_the_totals(void) {
   recap__plan_destroy(plan);
 }
 
+/* ---- strided views (real op definitions: their infer says which layouts they read) ----- */
+
+/* A tensor of dtype f16 and the given dims. */
+static int shaped(graph *g, const char *name, recap_tensor_role role, int ndim, const int64_t *dims) {
+  int t = tensor(g, name, role, 4);
+  recap__ir_tensor *x = &g->tensors[t];
+  x->dtype = RECAP_DTYPE_F16;
+  x->ndim = ndim;
+  x->bytes = 2;
+  for (int d = 0; d < ndim; d++) {
+    x->shape[d] = dims[d];
+    x->bytes *= (uint64_t)dims[d];
+  }
+  return t;
+}
+
+/* Op `name` (from the registry) with attrs, reading inputs[0..ni) and producing no outputs'
+ * tensors given as outs[0..no) (created by the caller with shaped()). */
+static int real_op(graph *g, const char *name, const recap_op_attrs *attrs, int ni,
+                   const int *inputs, int no, const int *outs) {
+  int j = (int)g->ir.num_ops++;
+  CU_ASSERT_FATAL(j < MAX_OPS);
+  recap__ir_op *op = &g->ops[j];
+  op->def = recap__op_find(name);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(op->def);
+  snprintf(g->op_names[j], sizeof g->op_names[j], "%s#%d", name, j);
+  op->name = g->op_names[j];
+  if (attrs) op->attrs = *attrs;
+  for (int i = 0; i < ni; i++) {
+    op->inputs[op->num_inputs++] = inputs[i];
+    g->tensors[inputs[i]].num_consumers++;
+  }
+  for (int o = 0; o < no; o++) {
+    op->outputs[op->num_outputs++] = outs[o];
+    g->tensors[outs[o]].producer = j;
+  }
+  return j;
+}
+
+/* A stand-in op (no infer: it reads contiguous memory only) producing `out` from `in`. */
+static int plain_into(graph *g, int in, int out) {
+  int j = (int)g->ir.num_ops++;
+  CU_ASSERT_FATAL(j < MAX_OPS);
+  recap__ir_op *op = &g->ops[j];
+  op->def = &def_plain;
+  snprintf(g->op_names[j], sizeof g->op_names[j], "matmul#%d", j);
+  op->name = g->op_names[j];
+  op->inputs[op->num_inputs++] = in;
+  g->tensors[in].num_consumers++;
+  op->outputs[op->num_outputs++] = out;
+  g->tensors[out].producer = j;
+  return j;
+}
+
+static void expect_layout(const recap_tensor *views, const int64_t *offsets, int t,
+                          const int64_t *strides, int64_t offset) {
+  for (int d = 0; d < views[t].ndim; d++) CU_ASSERT_EQUAL(views[t].strides[d], strides[d]);
+  CU_ASSERT_EQUAL(offsets[t], offset);
+}
+
+/* The transformer block's attention, B2 S4 H2 Dh8 (D 16): linear -> split -> reshape ->
+ * permute -> attention -> permute -> reshape -> linear. Every shape op is a view: q, k and v
+ * are strided views into qkv, and attention writes its output straight into the layout the
+ * permute back produces. */
+static void test_attention_block_runs_without_a_single_copy(void) {
+  graph g;
+  graph_init(&g, 1);
+  const int64_t B = 2, S = 4, H = 2, Dh = 8, D = H * Dh;
+  int x = shaped(&g, "x", RECAP_ROLE_INPUT, 3, (int64_t[]){B, S, D});
+  int qkv = shaped(&g, "qkv", RECAP_ROLE_INTERMEDIATE, 3, (int64_t[]){B, S, 3 * D});
+  plain_into(&g, x, qkv);
+  int flat[3], bshd[3], bhsd[3];
+  for (int i = 0; i < 3; i++) {
+    char name[16];
+    snprintf(name, sizeof name, "flat%d", i);
+    flat[i] = shaped(&g, name, RECAP_ROLE_INTERMEDIATE, 3, (int64_t[]){B, S, D});
+  }
+  recap_op_attrs split = {.dim = 2, .num_sizes = 3, .sizes = {D, D, D}};
+  int split_op = real_op(&g, "split", &split, 1, &qkv, 3, flat);
+  recap_op_attrs to_heads = {.num_sizes = 4, .sizes = {B, S, H, Dh}};
+  recap_op_attrs swap = {.num_sizes = 4, .sizes = {0, 2, 1, 3}};
+  for (int i = 0; i < 3; i++) {
+    char name[16];
+    snprintf(name, sizeof name, "bshd%d", i);
+    bshd[i] = shaped(&g, name, RECAP_ROLE_INTERMEDIATE, 4, (int64_t[]){B, S, H, Dh});
+    real_op(&g, "reshape", &to_heads, 1, &flat[i], 1, &bshd[i]);
+  }
+  for (int i = 0; i < 3; i++) {
+    char name[16];
+    snprintf(name, sizeof name, "bhsd%d", i);
+    bhsd[i] = shaped(&g, name, RECAP_ROLE_INTERMEDIATE, 4, (int64_t[]){B, H, S, Dh});
+    real_op(&g, "permute", &swap, 1, &bshd[i], 1, &bhsd[i]);
+  }
+  int attn = shaped(&g, "attn", RECAP_ROLE_INTERMEDIATE, 4, (int64_t[]){B, H, S, Dh});
+  recap_op_attrs causal = {.causal = 1};
+  real_op(&g, "attention", &causal, 3, bhsd, 1, &attn);
+  int back = shaped(&g, "back", RECAP_ROLE_INTERMEDIATE, 4, (int64_t[]){B, S, H, Dh});
+  int back_op = real_op(&g, "permute", &swap, 1, &attn, 1, &back);
+  int merged = shaped(&g, "merged", RECAP_ROLE_INTERMEDIATE, 3, (int64_t[]){B, S, D});
+  recap_op_attrs to_rows = {.num_sizes = 3, .sizes = {B, S, D}};
+  real_op(&g, "reshape", &to_rows, 1, &back, 1, &merged);
+  int y = shaped(&g, "y", RECAP_ROLE_INTERMEDIATE, 3, (int64_t[]){B, S, D});
+  int last = plain_into(&g, merged, y);
+  mark_output(&g, y);
+
+  recap__plan *plan = plan_checked(&g.ir);
+  for (int j = 1; j < last; j++)
+    if (strcmp(g.ops[j].def->name, "attention") != 0) CU_ASSERT_TRUE(plan->op_is_view[j]);
+  CU_ASSERT_FALSE(plan->op_is_view[0]);
+  CU_ASSERT_FALSE(plan->op_is_view[last]);
+  /* Forward: q, k and v are views of qkv; backward: attn is a view of back. */
+  for (int i = 0; i < 3; i++) {
+    CU_ASSERT_EQUAL(plan->tensors[bhsd[i]].kind, RECAP_PLAN_VIEW);
+    CU_ASSERT_EQUAL(plan->tensors[bhsd[i]].shares_with, qkv);
+  }
+  CU_ASSERT_EQUAL(plan->tensors[flat[0]].view_op, split_op);
+  CU_ASSERT_EQUAL(plan->tensors[attn].kind, RECAP_PLAN_VIEW);
+  CU_ASSERT_EQUAL(plan->tensors[attn].shares_with, back);
+  CU_ASSERT_EQUAL(plan->tensors[attn].view_op, back_op);
+  CU_ASSERT_EQUAL(plan->tensors[back].kind, RECAP_PLAN_ARENA);
+  CU_ASSERT_EQUAL(plan->tensors[merged].shares_with, back);
+  /* qkv's buffer lives until attention reads the views; back's from attention's write. */
+  int attention_op = g.tensors[attn].producer;
+  CU_ASSERT_EQUAL(plan->buffers[plan->tensors[qkv].buffer].last_op, attention_op);
+  CU_ASSERT_EQUAL(plan->buffers[plan->tensors[back].buffer].first_op, attention_op);
+  CU_ASSERT_EQUAL(plan->buffers[plan->tensors[back].buffer].last_op, last);
+  /* They are live together at the attention op: apart. */
+  CU_ASSERT_TRUE(disjoint(plan, qkv, back));
+
+  recap_tensor views[MAX_T];
+  int64_t offsets[MAX_T];
+  CHECK_OK(recap__plan_views(&g.ir, plan, views, offsets));
+  for (int i = 0; i < 3; i++)
+    expect_layout(views, offsets, bhsd[i], (int64_t[]){S * 3 * D, Dh, 3 * D, 1}, i * D);
+  expect_layout(views, offsets, attn, (int64_t[]){S * D, Dh, D, 1}, 0);
+  expect_layout(views, offsets, merged, (int64_t[]){S * D, D, 1}, 0);
+  CHECK_OK(recap__plan_check_fits(plan, &g.ir));
+
+  char *text = NULL;
+  CHECK_OK(recap__plan_format(&g.ir, plan, &text));
+  CU_ASSERT_PTR_NOT_NULL_FATAL(text);
+  CU_ASSERT_PTR_NOT_NULL(strstr(text, "views: 9 shape op(s)"));
+  CU_ASSERT_PTR_NOT_NULL(strstr(text, "writes it in this layout"));
+  CU_ASSERT_PTR_NOT_NULL(strstr(text, "strides [192,8,48,1]"));
+  free(text);
+  recap__plan_destroy(plan);
+}
+
+/* A permuted (non-contiguous) result whose reader only reads contiguous memory stays a
+ * copy; a reshape that would have to merge strided dims stays a copy too. */
+static void test_strided_view_stays_a_copy_where_a_reader_needs_contiguous_memory(void) {
+  graph g;
+  graph_init(&g, 1);
+  int x = shaped(&g, "x", RECAP_ROLE_INPUT, 2, (int64_t[]){4, 8});
+  int a = shaped(&g, "a", RECAP_ROLE_INTERMEDIATE, 2, (int64_t[]){4, 8});
+  plain_into(&g, x, a);
+  int at = shaped(&g, "at", RECAP_ROLE_INTERMEDIATE, 2, (int64_t[]){8, 4});
+  recap_op_attrs swap = {.num_sizes = 2, .sizes = {1, 0}};
+  int permute_op = real_op(&g, "permute", &swap, 1, &a, 1, &at);
+  int b = shaped(&g, "b", RECAP_ROLE_INTERMEDIATE, 2, (int64_t[]){8, 4});
+  plain_into(&g, at, b); /* no infer: contiguous only */
+  int bt = shaped(&g, "bt", RECAP_ROLE_INTERMEDIATE, 2, (int64_t[]){4, 8});
+  int permute2 = real_op(&g, "permute", &swap, 1, &b, 1, &bt);
+  int flat = shaped(&g, "flat", RECAP_ROLE_INTERMEDIATE, 1, (int64_t[]){32});
+  recap_op_attrs to_flat = {.num_sizes = 1, .sizes = {32}};
+  int reshape_op = real_op(&g, "reshape", &to_flat, 1, &bt, 1, &flat);
+  int y = shaped(&g, "y", RECAP_ROLE_INTERMEDIATE, 1, (int64_t[]){32});
+  plain_into(&g, flat, y);
+  mark_output(&g, y);
+  recap__plan *plan = plan_checked(&g.ir);
+  CU_ASSERT_FALSE(plan->op_is_view[permute_op]);
+  CU_ASSERT_EQUAL(plan->tensors[at].kind, RECAP_PLAN_ARENA);
+  /* bt may be a view (its reader is a shape op), but flattening it needs a copy. */
+  CU_ASSERT_TRUE(plan->op_is_view[permute2]);
+  CU_ASSERT_FALSE(plan->op_is_view[reshape_op]);
+  CU_ASSERT_EQUAL(plan->tensors[flat].kind, RECAP_PLAN_ARENA);
+  recap__plan_destroy(plan);
+}
+
+/* An elementwise op whose in-place input is a strided part of a split must not write over the
+ * buffer, even when it is the buffer's last access: its contiguous output would overwrite
+ * elements of the part it has not read yet. */
+static void test_no_in_place_over_a_strided_view(void) {
+  graph g;
+  graph_init(&g, 1);
+  int x = shaped(&g, "x", RECAP_ROLE_INPUT, 2, (int64_t[]){4, 16});
+  int a = shaped(&g, "a", RECAP_ROLE_INTERMEDIATE, 2, (int64_t[]){4, 16});
+  plain_into(&g, x, a);
+  int parts[2] = {shaped(&g, "p0", RECAP_ROLE_INTERMEDIATE, 2, (int64_t[]){4, 8}),
+                  shaped(&g, "p1", RECAP_ROLE_INTERMEDIATE, 2, (int64_t[]){4, 8})};
+  recap_op_attrs split = {.dim = 1, .num_sizes = 2, .sizes = {8, 8}};
+  int split_op = real_op(&g, "split", &split, 1, &a, 2, parts);
+  int r1 = shaped(&g, "r1", RECAP_ROLE_INTERMEDIATE, 2, (int64_t[]){4, 8});
+  real_op(&g, "relu", NULL, 1, &parts[1], 1, &r1);
+  int r0 = shaped(&g, "r0", RECAP_ROLE_INTERMEDIATE, 2, (int64_t[]){4, 8});
+  real_op(&g, "relu", NULL, 1, &parts[0], 1, &r0);
+  int y = shaped(&g, "y", RECAP_ROLE_INTERMEDIATE, 2, (int64_t[]){4, 8});
+  recap__ir_op *add = &g.ops[real_op(&g, "add", NULL, 2, (int[]){r0, r1}, 1, &y)];
+  (void)add;
+  mark_output(&g, y);
+  recap__plan *plan = plan_checked(&g.ir);
+  CU_ASSERT_TRUE(plan->op_is_view[split_op]);
+  CU_ASSERT_EQUAL(plan->tensors[parts[0]].kind, RECAP_PLAN_VIEW);
+  CU_ASSERT_EQUAL(plan->tensors[r0].kind, RECAP_PLAN_ARENA);
+  CU_ASSERT_EQUAL(plan->tensors[r1].kind, RECAP_PLAN_ARENA);
+  CU_ASSERT_TRUE(disjoint(plan, r0, a));
+  recap__plan_destroy(plan);
+}
+
+/* Arena planning off: no in-place, no shared bytes; the arena is the naive sum. */
+static void test_arena_planning_off_gives_every_intermediate_its_own_bytes(void) {
+  graph g;
+  graph_init(&g, 1);
+  int x = tensor(&g, "x", RECAP_ROLE_INPUT, U);
+  int a = OP(&g, &def_plain, 0, "a", U, x);
+  int b = OP(&g, &def_inplace, 0, "b", U, a);
+  int c = OP(&g, &def_inplace, 0, "c", U, b);
+  int v = RESHAPE(&g, 0, "v", c);
+  int d = OP(&g, &def_plain, 0, "d", U, v);
+  int y = OP(&g, &def_plain, 0, "y", U, d);
+  mark_output(&g, y);
+  recap__plan *plan = NULL;
+  recap__plan_options off = {.separate = true};
+  CHECK_OK(recap__plan_build_with(&g.ir, &off, &plan));
+  CU_ASSERT_PTR_NOT_NULL_FATAL(plan);
+  check_plan(&g.ir, plan);
+  CU_ASSERT_TRUE(plan->separate);
+  CU_ASSERT_EQUAL(plan->tensors[b].kind, RECAP_PLAN_ARENA);
+  CU_ASSERT_EQUAL(plan->tensors[c].kind, RECAP_PLAN_ARENA);
+  CU_ASSERT_EQUAL(plan->tensors[v].kind, RECAP_PLAN_VIEW); /* a view is still its source */
+  CU_ASSERT_EQUAL(plan->num_buffers, 4);
+  CU_ASSERT_EQUAL(plan->arena_bytes, plan->naive_bytes);
+  int arena[] = {a, b, c, d};
+  for (int i = 0; i < 4; i++)
+    for (int k = i + 1; k < 4; k++) CU_ASSERT_TRUE(disjoint(plan, arena[i], arena[k]));
+  char *text = NULL;
+  CHECK_OK(recap__plan_format(&g.ir, plan, &text));
+  CU_ASSERT_PTR_NOT_NULL_FATAL(text);
+  CU_ASSERT_PTR_NOT_NULL(strstr(text, "arena planning: off"));
+  free(text);
+  recap__plan_destroy(plan);
+}
+
 static void expect_rejected(graph *g, const char *needle) {
   recap__plan *plan = (recap__plan *)&plan; /* must stay untouched */
   recap__plan *const before = plan;
@@ -1049,6 +1354,10 @@ int main(void) {
   CU_ADD_TEST(s, test_aliasing_write_waits_for_readers_on_other_streams);
   CU_ADD_TEST(s, test_smaller_buckets_fit_the_largest_buckets_plan);
   CU_ADD_TEST(s, test_format_lists_every_tensor_the_waits_and_the_totals);
+  CU_ADD_TEST(s, test_attention_block_runs_without_a_single_copy);
+  CU_ADD_TEST(s, test_strided_view_stays_a_copy_where_a_reader_needs_contiguous_memory);
+  CU_ADD_TEST(s, test_no_in_place_over_a_strided_view);
+  CU_ADD_TEST(s, test_arena_planning_off_gives_every_intermediate_its_own_bytes);
   CU_ADD_TEST(s, test_broken_irs_are_rejected_with_the_culprit_named);
   CU_ADD_TEST(s, test_random_dags_stay_within_ten_percent_of_the_optimum);
   return test_run_all();

@@ -81,7 +81,8 @@ recap_status recap__host_attention(const recap_op_call *call) {
       int64_t vbase = b * v->strides[0] + hk * v->strides[1];
       for (int64_t i = 0; i < sq; ++i) {
         int64_t qo = b * q->strides[0] + h * q->strides[1] + i * q->strides[2];
-        int64_t oo = ((b * heads + h) * sq + i) * head_dim;
+        /* The output may be strided (a view the planner made; its last dim has stride 1). */
+        int64_t oo = b * out->strides[0] + h * out->strides[1] + i * out->strides[2];
         /* Keys [0, visible) take part: the valid length, and with the causal mask only
          * positions up to the query's own (len - Sq + i). */
         int64_t visible = len;
