@@ -6,6 +6,8 @@
  *   nearest even, as kernels/half.h does on the host), so every kernel computes in f32.
  * - recap__cuda_view4: a recap_tensor's shape and strides right-aligned to 4 dimensions, so a
  *   kernel turns a linear element index into a strided offset the same way for any rank.
+ * - recap__fast_div: division by a launch-time constant without a hardware divide, for index
+ *   arithmetic in kernels that split linear indices.
  * - Warp and block sums built on warp shuffles.
  * - recap__cuda_launch_range: the NVTX range every launcher opens (popped on return), and the
  *   launch-size helpers (CEIL_DIV, the grid cap of grid-stride kernels).
@@ -22,6 +24,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -254,6 +257,28 @@ static inline recap__cuda_view4 recap__cuda_view4_of(const recap_tensor *t) {
   return v;
 }
 
+/* Division by a divisor fixed at launch, as a multiply-high, an add and a shift instead of a
+ * 64-bit division (dozens of instructions each): for kernels that split a linear index into
+ * coordinates once per element or vector. Exact for divisors in [1, 2^31) and dividends below
+ * 2^31 (then __umulhi(n, m) + n cannot overflow). With s = ceil(log2 d) and
+ * m = floor(2^32 (2^s - d) / d) + 1, which fits 32 bits, q = (umulhi(n, m) + n) >> s. */
+struct recap__fast_div {
+  uint32_t d, m, s;
+};
+
+static inline recap__fast_div recap__fast_div_make(uint32_t d) {
+  recap__fast_div f;
+  f.d = d;
+  f.s = 0;
+  while ((1ull << f.s) < d) ++f.s;
+  f.m = (uint32_t)((((1ull << 32) * ((1ull << f.s) - d)) / d) + 1);
+  return f;
+}
+
+__device__ __forceinline__ uint32_t recap__fast_div_q(const recap__fast_div &f, uint32_t n) {
+  return (__umulhi(n, f.m) + n) >> f.s;
+}
+
 /* The element offset of row-major linear index `i` of the view's shape. */
 __device__ __forceinline__ int64_t recap__view4_offset(const recap__cuda_view4 &v, int64_t i) {
   int64_t off = 0;
@@ -283,6 +308,24 @@ __device__ __forceinline__ float recap__block_sum(float v, float *scratch) {
   __syncthreads();
   v = lane < warps ? scratch[lane] : 0.0f;
   v = recap__warp_sum(v);
+  __syncthreads();
+  return v;
+}
+
+__device__ __forceinline__ float recap__warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+/* As recap__block_sum, for the maximum (-inf from an empty block). */
+__device__ __forceinline__ float recap__block_max(float v, float *scratch) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  v = recap__warp_max(v);
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  v = lane < warps ? scratch[lane] : -INFINITY;
+  v = recap__warp_max(v);
   __syncthreads();
   return v;
 }

@@ -2,17 +2,24 @@
  * elementwise.cu: the CUDA unary ops (relu, gelu, gelu_tanh, silu, sigmoid, tanh, exp, neg,
  * scale, cast) and binary ops with numpy broadcasting (add, sub, mul, div).
  *
- * Each family has a contiguous kernel for dense tensors: every thread moves 16 bytes of input
- * (one vector load) when the pointers are aligned, which is what saturates HBM on an H100, and
- * the grid covers the tensor with one such piece per thread. A strided kernel serves everything
- * else (views from transposes or slices, broadcast operands with stride 0): each thread
- * decomposes its linear index over the (right-aligned, 4-D) shape, looping with the grid's
- * stride so a capped grid covers any size. Binary ops also have a row kernel for the common
- * bias-like broadcast (one operand repeats along the leading dims), which needs only a modulo
- * per element. Math is in f32 for every storage type.
+ * Dense kernels serve tensors whose operands are all contiguous (a binary operand may also be
+ * one element, broadcast): 16-byte vector loads and stores, which is what saturates HBM on an
+ * H100, kUnroll vectors per thread with every load issued before the first use (bytes in
+ * flight hide the memory latency), and no loop: the grid covers the tensor, which keeps a
+ * small kernel's critical path short (docs/perf/launch.md). A view that starts mid-vector is
+ * still vectorized when every pointer is off by the same number of elements: a scalar head
+ * brings them to the boundary together; a scalar tail finishes odd sizes. Pointers off by
+ * different amounts use the same kernel with one-element "vectors".
+ *
+ * A binary op whose one operand is a dense row repeated along the leading dims (a bias [N]
+ * over [M, N]) has a 2-D kernel: each thread owns one column vector, loads its piece of the
+ * row once, and walks several rows, so no index is ever divided. Everything else (transposed
+ * or sliced views, other broadcasts) goes to the strided kernels: each thread decomposes its
+ * linear index over the (right-aligned, 4-D) shape, looping with the grid's stride so a capped
+ * grid covers any size. Math is in f32 for every storage type.
  *
  * Every kernel starts with recap__pdl_begin and is launched through recap__cuda_launch
- * (programmatic dependent launch, cuda_common.cuh).
+ * (programmatic dependent launch, cuda_common.cuh). Measurements: docs/perf/kernels.md.
  */
 #include <cuda_runtime.h>
 #include <math.h>
@@ -26,7 +33,9 @@
 namespace {
 
 constexpr int kThreads = 256;      /* strided kernels (grid-stride loops) */
-constexpr int kDenseThreads = 128; /* the one-piece-per-thread dense kernels */
+constexpr int kDenseThreads = 128; /* dense and row kernels */
+constexpr int kUnroll = 4;         /* vectors per thread in the dense kernels */
+constexpr int kRowsPerThread = 4;  /* rows per thread (and per grid step) in the row kernel */
 
 /* ================================ kernels ================================================ */
 
@@ -66,27 +75,41 @@ __device__ __forceinline__ Tout unary_element(Tin x, float scale) {
   }
 }
 
-/* The dense kernels below give each thread one piece of work and no loop: thread i < nvec
- * moves vector i (16 bytes of input, VEC elements), thread nvec + j moves element
- * nvec * VEC + j of the scalar tail (nvec = 0 when the pointers are not aligned for vectors:
- * then every element is tail). The launcher sizes the grid to cover all of it. Against a
- * grid-stride loop over 64-bit indices this is a shorter path per thread, which is what a
- * link of a chain of small kernels waits on (docs/perf/launch.md: 0.90 us against 1.04 us
- * per graph node for 4096 floats, with programmatic launches). */
-template <int Code, typename Tin, typename Tout>
-__global__ void unary_contiguous_kernel(const Tin *__restrict__ x, Tout *__restrict__ y,
-                                        int64_t nvec, int64_t n, float scale) {
+/* Dense layout (all the dense kernels): elements [0, head) and [head + nvec * VEC, n) are
+ * scalars, the nvec vectors of VEC elements in between start at element `head`. Block b owns
+ * vectors [b * blockDim * kUnroll, (b + 1) * blockDim * kUnroll), thread t of it every
+ * blockDim-th from t (so each of its kUnroll loads is coalesced across the block); the grid's
+ * first threads also do the head and the tail (fewer than VEC elements each). */
+template <int Code, typename Tin, typename Tout, int VEC>
+__global__ void unary_dense_kernel(const Tin *__restrict__ x, Tout *__restrict__ y, int64_t head,
+                                   int64_t nvec, int64_t n, float scale) {
   recap__pdl_begin();
-  constexpr int VEC = 16 / sizeof(Tin);
-  const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < nvec) {
-    const recap__vec<Tin, VEC> in = reinterpret_cast<const recap__vec<Tin, VEC> *>(x)[i];
-    recap__vec<Tout, VEC> out;
+  using VI = recap__vec<Tin, VEC>;
+  using VO = recap__vec<Tout, VEC>;
+  const VI *xv = reinterpret_cast<const VI *>(x + head);
+  VO *yv = reinterpret_cast<VO *>(y + head);
+  const int64_t first = (int64_t)blockIdx.x * blockDim.x * kUnroll + threadIdx.x;
+  VI in[kUnroll];
 #pragma unroll
-    for (int k = 0; k < VEC; ++k) out.v[k] = unary_element<Code, Tin, Tout>(in.v[k], scale);
-    reinterpret_cast<recap__vec<Tout, VEC> *>(y)[i] = out;
-  } else if (const int64_t e = nvec * VEC + (i - nvec); e < n) {
-    y[e] = unary_element<Code, Tin, Tout>(x[e], scale);
+  for (int u = 0; u < kUnroll; ++u) {
+    const int64_t i = first + (int64_t)u * blockDim.x;
+    if (i < nvec) in[u] = xv[i];
+  }
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) {
+    const int64_t i = first + (int64_t)u * blockDim.x;
+    if (i < nvec) {
+      VO out;
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) out.v[k] = unary_element<Code, Tin, Tout>(in[u].v[k], scale);
+      yv[i] = out;
+    }
+  }
+  if (VEC > 1) {
+    const int64_t tid = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const int64_t tail = head + nvec * VEC + tid;
+    if (tid < head) y[tid] = unary_element<Code, Tin, Tout>(x[tid], scale);
+    if (tail < n) y[tail] = unary_element<Code, Tin, Tout>(x[tail], scale);
   }
 }
 
@@ -115,50 +138,95 @@ __device__ __forceinline__ float binary_apply(float a, float b) {
   }
 }
 
-template <int Code, typename T>
-__global__ void binary_contiguous_kernel(const T *__restrict__ a, const T *__restrict__ b,
-                                         T *__restrict__ y, int64_t nvec, int64_t n) {
+/* Which binary operands are dense arrays in the dense kernel; a broadcast one is element 0. */
+enum binary_mode { kBothDense, kScalarB, kScalarA };
+
+/* The dense layout of unary_dense_kernel; in kScalarB (kScalarA) mode b (a) is one element. */
+template <int Code, typename T, int VEC, int kMode>
+__global__ void binary_dense_kernel(const T *__restrict__ a, const T *__restrict__ b,
+                                    T *__restrict__ y, int64_t head, int64_t nvec, int64_t n) {
   recap__pdl_begin();
-  constexpr int VEC = 16 / sizeof(T);
-  const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < nvec) {
-    const recap__vec<T, VEC> x0 = reinterpret_cast<const recap__vec<T, VEC> *>(a)[i];
-    const recap__vec<T, VEC> x1 = reinterpret_cast<const recap__vec<T, VEC> *>(b)[i];
-    recap__vec<T, VEC> out;
+  using V = recap__vec<T, VEC>;
+  const V *av = reinterpret_cast<const V *>(a + head);
+  const V *bv = reinterpret_cast<const V *>(b + head);
+  V *yv = reinterpret_cast<V *>(y + head);
+  /* The broadcast element, read once per thread. */
+  const float sa = kMode == kScalarA ? recap__to_float(a[0]) : 0.0f;
+  const float sb = kMode == kScalarB ? recap__to_float(b[0]) : 0.0f;
+  const int64_t first = (int64_t)blockIdx.x * blockDim.x * kUnroll + threadIdx.x;
+  V in0[kUnroll], in1[kUnroll];
 #pragma unroll
-    for (int k = 0; k < VEC; ++k)
-      out.v[k] = recap__from_float<T>(
-          binary_apply<Code>(recap__to_float(x0.v[k]), recap__to_float(x1.v[k])));
-    reinterpret_cast<recap__vec<T, VEC> *>(y)[i] = out;
-  } else if (const int64_t e = nvec * VEC + (i - nvec); e < n) {
-    y[e] = recap__from_float<T>(binary_apply<Code>(recap__to_float(a[e]), recap__to_float(b[e])));
+  for (int u = 0; u < kUnroll; ++u) {
+    const int64_t i = first + (int64_t)u * blockDim.x;
+    if (i < nvec) {
+      if (kMode != kScalarA) in0[u] = av[i];
+      if (kMode != kScalarB) in1[u] = bv[i];
+    }
+  }
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) {
+    const int64_t i = first + (int64_t)u * blockDim.x;
+    if (i < nvec) {
+      V out;
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) {
+        const float fa = kMode == kScalarA ? sa : recap__to_float(in0[u].v[k]);
+        const float fb = kMode == kScalarB ? sb : recap__to_float(in1[u].v[k]);
+        out.v[k] = recap__from_float<T>(binary_apply<Code>(fa, fb));
+      }
+      yv[i] = out;
+    }
+  }
+  if (VEC > 1) {
+    const int64_t tid = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const int64_t tail = head + nvec * VEC + tid;
+    auto one = [&](int64_t e) {
+      const float fa = kMode == kScalarA ? sa : recap__to_float(a[e]);
+      const float fb = kMode == kScalarB ? sb : recap__to_float(b[e]);
+      y[e] = recap__from_float<T>(binary_apply<Code>(fa, fb));
+    };
+    if (tid < head) one(tid);
+    if (tail < n) one(tail);
   }
 }
 
-/* One operand (kRowIsB: b, else a) is a dense vector of `nrow` elements repeated along the
- * leading dims (a bias); the other operand and y are dense. Work as in the dense kernels;
- * vectors only when nrow is a multiple of VEC, so that a vector never wraps around the row. */
-template <int Code, typename T, bool kRowIsB>
+/* y[r, c] = op(full[r, c], row[c]) (op(row[c], full[r, c]) when kRowIsA) for r < rows and
+ * c < cols = cvecs * VEC: the operand `row` repeats along the leading dims (a bias). Thread
+ * (x, y) of the 2-D grid owns column vector x and kRowsPerThread consecutive rows per grid
+ * step: it loads its piece of the row once and divides no index. */
+template <int Code, typename T, int VEC, bool kRowIsA>
 __global__ void binary_row_kernel(const T *__restrict__ full, const T *__restrict__ row,
-                                  T *__restrict__ y, int64_t nvec, int64_t n, int64_t nrow) {
+                                  T *__restrict__ y, int64_t rows, int64_t cvecs) {
   recap__pdl_begin();
-  constexpr int VEC = 16 / sizeof(T);
-  const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < nvec) {
-    const recap__vec<T, VEC> x0 = reinterpret_cast<const recap__vec<T, VEC> *>(full)[i];
-    const recap__vec<T, VEC> x1 =
-        reinterpret_cast<const recap__vec<T, VEC> *>(row)[i % (nrow / VEC)];
-    recap__vec<T, VEC> out;
+  using V = recap__vec<T, VEC>;
+  const int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= cvecs) return;
+  const V rv = reinterpret_cast<const V *>(row)[c];
+  float rf[VEC];
 #pragma unroll
-    for (int k = 0; k < VEC; ++k) {
-      const float f = recap__to_float(x0.v[k]), r = recap__to_float(x1.v[k]);
-      out.v[k] =
-          recap__from_float<T>(kRowIsB ? binary_apply<Code>(f, r) : binary_apply<Code>(r, f));
+  for (int k = 0; k < VEC; ++k) rf[k] = recap__to_float(rv.v[k]);
+  const V *fv = reinterpret_cast<const V *>(full);
+  V *yv = reinterpret_cast<V *>(y);
+  const int64_t step = (int64_t)gridDim.y * blockDim.y * kRowsPerThread;
+  for (int64_t r0 = ((int64_t)blockIdx.y * blockDim.y + threadIdx.y) * kRowsPerThread; r0 < rows;
+       r0 += step) {
+    V in[kRowsPerThread];
+#pragma unroll
+    for (int u = 0; u < kRowsPerThread; ++u)
+      if (r0 + u < rows) in[u] = fv[(r0 + u) * cvecs + c];
+#pragma unroll
+    for (int u = 0; u < kRowsPerThread; ++u) {
+      if (r0 + u < rows) {
+        V out;
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) {
+          const float f = recap__to_float(in[u].v[k]);
+          out.v[k] = recap__from_float<T>(kRowIsA ? binary_apply<Code>(rf[k], f)
+                                                  : binary_apply<Code>(f, rf[k]));
+        }
+        yv[(r0 + u) * cvecs + c] = out;
+      }
     }
-    reinterpret_cast<recap__vec<T, VEC> *>(y)[i] = out;
-  } else if (const int64_t e = nvec * VEC + (i - nvec); e < n) {
-    const float f = recap__to_float(full[e]), r = recap__to_float(row[e % nrow]);
-    y[e] = recap__from_float<T>(kRowIsB ? binary_apply<Code>(f, r) : binary_apply<Code>(r, f));
   }
 }
 
@@ -190,8 +258,21 @@ __global__ void binary_strided_kernel(const T *__restrict__ a, recap__cuda_view4
 
 /* ================================ launchers ============================================== */
 
-bool aligned16(const void *p) {
-  return ((uintptr_t)p & 15u) == 0;
+/* The dense layout's head for pointers `p[i]` to elements of `size[i]` bytes: the number of
+ * elements after which every pointer sits on a VEC-element boundary (so a vector of Tin is
+ * 16-byte aligned and every other vector is aligned to its own size), or -1 when the pointers
+ * disagree on where that is (or one is not aligned to its element). */
+template <int VEC, int N>
+int64_t dense_head(const void *const (&p)[N], const size_t (&size)[N]) {
+  int64_t phase = -1;
+  for (int i = 0; i < N; ++i) {
+    const uintptr_t a = (uintptr_t)p[i];
+    if (a % size[i] != 0) return -1;
+    const int64_t ph = (int64_t)((a / size[i]) % VEC);
+    if (phase >= 0 && ph != phase) return -1;
+    phase = ph;
+  }
+  return (VEC - phase) % VEC;
 }
 
 template <int Code, typename Tin, typename Tout>
@@ -199,13 +280,25 @@ recap_status launch_unary(const recap_tensor *x, const recap_tensor *y, int64_t 
                           cudaStream_t stream) {
   if (recap__tensor_is_contiguous(x) && recap__tensor_is_contiguous(y)) {
     constexpr int VEC = 16 / sizeof(Tin);
-    const bool vectorize = aligned16(x->data) && ((uintptr_t)y->data % (sizeof(Tout) * VEC)) == 0;
-    const int64_t nvec = vectorize ? n / VEC : 0;
+    const void *p[2] = {x->data, y->data};
+    const size_t size[2] = {sizeof(Tin), sizeof(Tout)};
+    const Tin *xp = static_cast<const Tin *>(x->data);
+    Tout *yp = static_cast<Tout *>(y->data);
+    int64_t head = dense_head<VEC>(p, size), nvec = n;
+    if (head >= 0) {
+      head = head > n ? n : head;
+      nvec = (n - head) / VEC;
+    }
     unsigned grid;
-    RECAP_TRY(recap__cuda_grid_cover(nvec + (n - nvec * VEC), kDenseThreads, &grid));
-    RECAP_CUDA_TRY(recap__cuda_launch(unary_contiguous_kernel<Code, Tin, Tout>, grid, kDenseThreads,
-                                      0, stream, static_cast<const Tin *>(x->data),
-                                      static_cast<Tout *>(y->data), nvec, n, scale));
+    RECAP_TRY(
+        recap__cuda_grid_cover(RECAP_CEIL_DIV(nvec, (int64_t)kUnroll), kDenseThreads, &grid));
+    if (head >= 0)
+      RECAP_CUDA_TRY(recap__cuda_launch(unary_dense_kernel<Code, Tin, Tout, VEC>, grid,
+                                        kDenseThreads, 0, stream, xp, yp, head, nvec, n, scale));
+    else
+      RECAP_CUDA_TRY(recap__cuda_launch(unary_dense_kernel<Code, Tin, Tout, 1>, grid,
+                                        kDenseThreads, 0, stream, xp, yp, (int64_t)0, n, n,
+                                        scale));
   } else {
     RECAP_CUDA_TRY(recap__cuda_launch(
         unary_strided_kernel<Code, Tin, Tout>, recap__cuda_grid_for(n, kThreads), kThreads, 0,
@@ -228,50 +321,89 @@ bool is_row_of(const recap_tensor *row, const recap_tensor *y) {
   return true;
 }
 
+/* The dense kernel in `kMode` over n elements of y (and of whichever operands are dense). */
+template <int Code, typename T, int kMode>
+recap_status launch_binary_dense(const T *a, const T *b, T *y, int64_t n, cudaStream_t stream) {
+  constexpr int VEC = 16 / sizeof(T);
+  /* The broadcast operand's one element takes no part in the alignment. */
+  const void *p[2] = {kMode == kScalarA ? b : a, y};
+  const void *p3[3] = {a, b, y};
+  const size_t size[2] = {sizeof(T), sizeof(T)}, size3[3] = {sizeof(T), sizeof(T), sizeof(T)};
+  int64_t head = kMode == kBothDense ? dense_head<VEC>(p3, size3) : dense_head<VEC>(p, size);
+  int64_t nvec = n;
+  if (head >= 0) {
+    head = head > n ? n : head;
+    nvec = (n - head) / VEC;
+  }
+  unsigned grid;
+  RECAP_TRY(recap__cuda_grid_cover(RECAP_CEIL_DIV(nvec, (int64_t)kUnroll), kDenseThreads, &grid));
+  if (head >= 0)
+    RECAP_CUDA_TRY(recap__cuda_launch(binary_dense_kernel<Code, T, VEC, kMode>, grid,
+                                      kDenseThreads, 0, stream, a, b, y, head, nvec, n));
+  else
+    RECAP_CUDA_TRY(recap__cuda_launch(binary_dense_kernel<Code, T, 1, kMode>, grid, kDenseThreads,
+                                      0, stream, a, b, y, (int64_t)0, n, n));
+  return RECAP_OK;
+}
+
+/* The row kernel: `row` (cols elements) repeats over the rows of the dense `full` and y. */
+template <int Code, typename T, bool kRowIsA>
+recap_status launch_binary_row(const T *full, const T *row, T *y, int64_t n, int64_t cols,
+                               cudaStream_t stream) {
+  constexpr int VEC = 16 / sizeof(T);
+  const bool vectorize = cols % VEC == 0 && ((uintptr_t)full & 15u) == 0 &&
+                         ((uintptr_t)row & 15u) == 0 && ((uintptr_t)y & 15u) == 0;
+  const int64_t cvecs = vectorize ? cols / VEC : cols, rows = n / cols;
+  /* Threads along x cover the column vectors (a warp at least, so loads stay coalesced), the
+   * rest of the block's kDenseThreads go along y. */
+  int bx = kDenseThreads;
+  while (bx > 32 && bx / 2 >= cvecs) bx /= 2;
+  const int by = kDenseThreads / bx;
+  const int64_t gx = RECAP_CEIL_DIV(cvecs, (int64_t)bx);
+  int64_t gy = RECAP_CEIL_DIV(rows, (int64_t)by * kRowsPerThread);
+  if (gx > INT32_MAX)
+    return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "rows of %lld elements are too long",
+                      (long long)cols);
+  if (gy > kRecapMaxGridBlocks) gy = kRecapMaxGridBlocks; /* the kernel loops over the rest */
+  const dim3 grid((unsigned)gx, (unsigned)gy), block((unsigned)bx, (unsigned)by);
+  if (vectorize)
+    RECAP_CUDA_TRY(recap__cuda_launch(binary_row_kernel<Code, T, VEC, kRowIsA>, grid, block, 0,
+                                      stream, full, row, y, rows, cvecs));
+  else
+    RECAP_CUDA_TRY(recap__cuda_launch(binary_row_kernel<Code, T, 1, kRowIsA>, grid, block, 0,
+                                      stream, full, row, y, rows, cvecs));
+  return RECAP_OK;
+}
+
 template <int Code, typename T>
 recap_status launch_binary(const recap_tensor *a, const recap_tensor *b, const recap_tensor *y,
                            int64_t n, cudaStream_t stream) {
-  constexpr int VEC = 16 / sizeof(T);
   const bool y_dense = recap__tensor_is_contiguous(y);
   const bool a_dense = y_dense && recap__tensor_numel(a) == n && recap__tensor_is_contiguous(a);
   const bool b_dense = y_dense && recap__tensor_numel(b) == n && recap__tensor_is_contiguous(b);
-  if (a_dense && b_dense) {
-    const bool vectorize = aligned16(a->data) && aligned16(b->data) && aligned16(y->data);
-    const int64_t nvec = vectorize ? n / VEC : 0;
-    unsigned grid;
-    RECAP_TRY(recap__cuda_grid_cover(nvec + (n - nvec * VEC), kDenseThreads, &grid));
-    RECAP_CUDA_TRY(recap__cuda_launch(binary_contiguous_kernel<Code, T>, grid, kDenseThreads, 0,
-                                      stream, static_cast<const T *>(a->data),
-                                      static_cast<const T *>(b->data), static_cast<T *>(y->data),
-                                      nvec, n));
-  } else if ((a_dense && is_row_of(b, y)) || (b_dense && is_row_of(a, y))) {
-    /* A bias-like operand: the common broadcast, without per-element index arithmetic. */
-    const bool row_is_b = a_dense && is_row_of(b, y);
-    const recap_tensor *full = row_is_b ? a : b, *row = row_is_b ? b : a;
-    const int64_t nrow = recap__tensor_numel(row);
-    const bool vectorize =
-        aligned16(full->data) && aligned16(row->data) && aligned16(y->data) && nrow % VEC == 0;
-    const int64_t nvec = vectorize ? n / VEC : 0;
-    unsigned grid;
-    RECAP_TRY(recap__cuda_grid_cover(nvec + (n - nvec * VEC), kDenseThreads, &grid));
-    const T *fp = static_cast<const T *>(full->data), *rp = static_cast<const T *>(row->data);
-    T *yp = static_cast<T *>(y->data);
-    RECAP_CUDA_TRY(recap__cuda_launch(
-        row_is_b ? binary_row_kernel<Code, T, true> : binary_row_kernel<Code, T, false>, grid,
-        kDenseThreads, 0, stream, fp, rp, yp, nvec, n, nrow));
-  } else {
-    const recap__cuda_view4 yv = recap__cuda_view4_of(y);
-    recap__cuda_view4 av = recap__cuda_view4_of(a), bv = recap__cuda_view4_of(b);
-    for (int d = 0; d < 4; ++d) {
-      if (av.shape[d] != yv.shape[d]) av.stride[d] = 0;
-      if (bv.shape[d] != yv.shape[d]) bv.stride[d] = 0;
-      av.shape[d] = bv.shape[d] = yv.shape[d];
-    }
-    RECAP_CUDA_TRY(
-        recap__cuda_launch(binary_strided_kernel<Code, T>, recap__cuda_grid_for(n, kThreads),
-                           kThreads, 0, stream, static_cast<const T *>(a->data), av,
-                           static_cast<const T *>(b->data), bv, static_cast<T *>(y->data), yv, n));
+  const T *ap = static_cast<const T *>(a->data), *bp = static_cast<const T *>(b->data);
+  T *yp = static_cast<T *>(y->data);
+  if (a_dense && b_dense) return launch_binary_dense<Code, T, kBothDense>(ap, bp, yp, n, stream);
+  /* A one-element operand: a scalar, broadcast without any index arithmetic. */
+  if (a_dense && recap__tensor_numel(b) == 1)
+    return launch_binary_dense<Code, T, kScalarB>(ap, bp, yp, n, stream);
+  if (b_dense && recap__tensor_numel(a) == 1)
+    return launch_binary_dense<Code, T, kScalarA>(ap, bp, yp, n, stream);
+  /* A bias-like operand: the common broadcast, without per-element index arithmetic. */
+  if (a_dense && is_row_of(b, y))
+    return launch_binary_row<Code, T, false>(ap, bp, yp, n, recap__tensor_numel(b), stream);
+  if (b_dense && is_row_of(a, y))
+    return launch_binary_row<Code, T, true>(bp, ap, yp, n, recap__tensor_numel(a), stream);
+  const recap__cuda_view4 yv = recap__cuda_view4_of(y);
+  recap__cuda_view4 av = recap__cuda_view4_of(a), bv = recap__cuda_view4_of(b);
+  for (int d = 0; d < 4; ++d) {
+    if (av.shape[d] != yv.shape[d]) av.stride[d] = 0;
+    if (bv.shape[d] != yv.shape[d]) bv.stride[d] = 0;
+    av.shape[d] = bv.shape[d] = yv.shape[d];
   }
+  RECAP_CUDA_TRY(recap__cuda_launch(binary_strided_kernel<Code, T>,
+                                    recap__cuda_grid_for(n, kThreads), kThreads, 0, stream, ap,
+                                    av, bp, bv, yp, yv, n));
   return RECAP_OK;
 }
 

@@ -3,21 +3,28 @@
  * layernorm, rmsnorm, sum and mean.
  *
  * Every kernel maps one ROW (the last dimension, D elements, stride 1) to one "group" of
- * threads: a warp for short rows, or long rows when there are many (8 rows per 256-thread
- * block, reductions by warp shuffles only, no shared memory or barriers), else a whole block
- * (warp shuffles, then one exchange through shared memory). Groups loop over rows with the grid's
- * stride, so a capped grid covers any number of rows. Rows may sit anywhere in a strided view
- * (their start is found by decomposing the row index over the leading dims); outputs are
- * contiguous.
+ * threads, a warp or a whole block, and groups loop over rows with the grid's stride, so a
+ * capped grid covers any number of rows. Rows may sit anywhere in a strided view (their start
+ * is found by decomposing the row index over the leading dims); outputs are contiguous.
  *
- * Numerics: all accumulation in f32. Softmax keeps a running (max, sum of exp) pair per thread
- * (online softmax), merges the pairs across the group, then writes exp(x - max) / sum: two
- * reads of the row and never an overflow. Layernorm is two-pass (mean, then the sum of squared
- * deviations, then the write), which avoids the cancellation of E[x^2] - E[x]^2 for rows with
- * a large mean. Re-reads of a row mostly hit L1/L2.
+ * softmax, layernorm and rmsnorm hold the row in registers (the *_regs kernels): the group
+ * reads it once, with 16-byte loads when the rows, the output and the parameter vectors are
+ * 16-byte aligned and D is a multiple of 8 halves / 4 floats (else element by element, still
+ * coalesced), keeps kVecs slots of VEC elements per thread as f32, reduces from registers and
+ * writes once: one pass over memory in each direction, which is what a bandwidth-bound op can
+ * do at best. A warp per row up to kWarpSlots * 32 slots (2048 halves, 1024 floats; 4 rows per
+ * 128-thread block, reductions by shuffles alone), a block of up to kMaxBlockThreads per row
+ * up to that many times 8 slots (16384 halves, 8192 floats); longer rows use the streaming
+ * kernels below, which re-read the row from L1/L2. sum and mean use the streaming kernel (one read, so nothing to keep).
+ *
+ * Numerics: all accumulation in f32. Register softmax takes the row's maximum, then the sum of
+ * exp(x - max), then writes exp(x - max) / sum: never an overflow. The streaming softmax keeps
+ * a running (max, sum of exp) pair per thread (online softmax) and merges the pairs across the
+ * group. Layernorm is two-pass in both forms (mean, then the sum of squared deviations), which
+ * avoids the cancellation of E[x^2] - E[x]^2 for rows with a large mean.
  *
  * Every kernel starts with recap__pdl_begin and is launched through recap__cuda_launch
- * (programmatic dependent launch, cuda_common.cuh).
+ * (programmatic dependent launch, cuda_common.cuh). Measurements: docs/perf/kernels.md.
  */
 #include <cuda_runtime.h>
 #include <math.h>
@@ -29,15 +36,24 @@
 
 namespace {
 
-/* Rows up to kWarpRowMax elements go to one warp each. Longer rows go to a block each, unless
- * there are at least kManyRows of them and they are at most kWarpRowMaxManyRows long: then
- * warps still fill the GPU, and avoid the block's barriers (measured on H100: 4096 rows of
- * 4096 f16 run softmax at 1270 GB/s by warps against 760 GB/s by blocks). */
+/* The streaming kernels (sum, mean, and rows too long for registers): rows up to kWarpRowMax
+ * elements go to one warp each. Longer rows go to a block each, unless there are at least
+ * kManyRows of them and they are at most kWarpRowMaxManyRows long: then warps still fill the
+ * GPU, and avoid the block's barriers (measured on H100: 4096 rows of 4096 f16 ran softmax at
+ * 1270 GB/s by warps against 760 GB/s by blocks, before the register kernels). */
 constexpr int kWarpRowMax = 1024;
 constexpr int64_t kManyRows = 4096;
 constexpr int kWarpRowMaxManyRows = 8192;
 constexpr int kWarpRowThreads = 256; /* 8 rows per block in warp mode */
 constexpr int kBlockRowThreads = 512;
+
+/* The register kernels: at most kWarpSlots slots (of VEC elements) per thread, warps of
+ * kRegWarpThreads / 32 rows per block, blocks of 128 to kMaxBlockThreads threads per row. The
+ * block limit is also the launch bound: 256 threads leave a thread 255 registers, which 8 slots
+ * and the parameter vectors need (at 512, ptxas capped them at 128 and spilled). */
+constexpr int kWarpSlots = 8;
+constexpr int kRegWarpThreads = 128;
+constexpr int kMaxBlockThreads = 256;
 
 /* ================================ kernels ================================================ */
 
@@ -66,6 +82,89 @@ struct row_group {
 
   __device__ __forceinline__ float sum(float v, float *scratch) const {
     return kBlock ? recap__block_sum(v, scratch) : recap__warp_sum(v);
+  }
+
+  __device__ __forceinline__ float max(float v, float *scratch) const {
+    return kBlock ? recap__block_max(v, scratch) : recap__warp_max(v);
+  }
+};
+
+/* ---- register-resident rows -------------------------------------------------------------- */
+
+/* A thread's share of one row: kVecs slots of VEC elements, kept in the storage type (8
+ * halves take 4 registers; converted to f32 at each use, which costs less than the registers
+ * that f32 copies would take). In vector mode slot k holds columns
+ * [(k * size + rank) * VEC, + VEC), one 16-byte access; otherwise element e of slot k is
+ * column (k * VEC + e) * size + rank, so each element access is coalesced across the group.
+ * Columns at or past D (< 2^31 here) are padding and hold 0. */
+template <typename T, int kVecs>
+struct row_slots {
+  static constexpr int VEC = 16 / sizeof(T);
+  using V = recap__vec<T, VEC>;
+  V raw[kVecs];
+
+  __device__ __forceinline__ static int col(bool vec, int k, int e, int rank, int size) {
+    return vec ? (k * size + rank) * VEC + e : (k * VEC + e) * size + rank;
+  }
+
+  __device__ __forceinline__ float at(int k, int e) const {
+    return recap__to_float(raw[k].v[e]);
+  }
+
+  /* Loads columns [0, d) of `src`. */
+  __device__ __forceinline__ void load(const T *__restrict__ src, int d, bool vec, int rank,
+                                       int size) {
+    const T zero = recap__from_float<T>(0.0f);
+#pragma unroll
+    for (int k = 0; k < kVecs; ++k) {
+      if (vec) {
+        if (col(true, k, 0, rank, size) < d) {
+          raw[k] = reinterpret_cast<const V *>(src)[k * size + rank];
+        } else {
+#pragma unroll
+          for (int e = 0; e < VEC; ++e) raw[k].v[e] = zero;
+        }
+      } else {
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+          const int c = col(false, k, e, rank, size);
+          raw[k].v[e] = c < d ? src[c] : zero;
+        }
+      }
+    }
+  }
+
+  /* Stores fn(c, x_c, pa[c], pb[c]) at each column c below d. pa and pb are parameter vectors
+   * of D elements read at the slots' columns (16-byte loads in vector mode); a NULL one reads
+   * as 0. */
+  template <typename Fn>
+  __device__ __forceinline__ void store(T *__restrict__ dst, int d, bool vec, int rank, int size,
+                                        const T *__restrict__ pa, const T *__restrict__ pb,
+                                        Fn &&fn) const {
+#pragma unroll
+    for (int k = 0; k < kVecs; ++k) {
+      if (vec) {
+        const int c0 = col(true, k, 0, rank, size);
+        if (c0 >= d) continue;
+        const int slot = k * size + rank;
+        V a, b, out;
+        if (pa) a = reinterpret_cast<const V *>(pa)[slot];
+        if (pb) b = reinterpret_cast<const V *>(pb)[slot];
+#pragma unroll
+        for (int e = 0; e < VEC; ++e)
+          out.v[e] = recap__from_float<T>(fn(c0 + e, at(k, e), pa ? recap__to_float(a.v[e]) : 0.0f,
+                                             pb ? recap__to_float(b.v[e]) : 0.0f));
+        reinterpret_cast<V *>(dst)[slot] = out;
+      } else {
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+          const int c = col(false, k, e, rank, size);
+          if (c < d)
+            dst[c] = recap__from_float<T>(fn(c, at(k, e), pa ? recap__to_float(pa[c]) : 0.0f,
+                                             pb ? recap__to_float(pb[c]) : 0.0f));
+        }
+      }
+    }
   }
 };
 
@@ -170,6 +269,92 @@ __global__ void norm_kernel(const T *__restrict__ x, recap__cuda_view4 rows_view
   }
 }
 
+/* Softmax with the row in registers; causal as in softmax_kernel (columns at or past `limit`
+ * are masked: no part in the maximum or the sum, and output 0). exp is taken twice (for the
+ * sum and for the output) rather than kept: registers are what limit the row length. */
+template <typename T, bool kBlock, int kVecs>
+__global__ void __launch_bounds__(kMaxBlockThreads)
+    softmax_regs_kernel(const T *__restrict__ x, recap__cuda_view4 rows_view, T *__restrict__ y,
+                        int64_t num_rows, int64_t d64, float scale, bool causal,
+                        int64_t rows_per_matrix, int64_t causal_shift, bool vec) {
+  recap__pdl_begin();
+  __shared__ float scratch[32];
+  const row_group<kBlock> g;
+  const int d = (int)d64;
+  row_slots<T, kVecs> row;
+  constexpr int VEC = row_slots<T, kVecs>::VEC;
+  for (int64_t r = g.first_row; r < num_rows; r += g.row_stride) {
+    int limit = d;
+    if (causal) {
+      const int64_t visible = r % rows_per_matrix + causal_shift + 1;
+      limit = visible < 0 ? 0 : (visible < d ? (int)visible : d);
+    }
+    row.load(x + recap__view4_offset(rows_view, r), d, vec, g.rank, g.size);
+    float m = -INFINITY;
+#pragma unroll
+    for (int k = 0; k < kVecs; ++k)
+#pragma unroll
+      for (int e = 0; e < VEC; ++e)
+        if (row.col(vec, k, e, g.rank, g.size) < limit) m = fmaxf(m, row.at(k, e) * scale);
+    m = g.max(m, scratch);
+    /* m == -inf: every column masked (or -inf); no exp(-inf - -inf) is ever taken. */
+    const float shift = m == -INFINITY ? 0.0f : m;
+    float s = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kVecs; ++k)
+#pragma unroll
+      for (int e = 0; e < VEC; ++e)
+        if (row.col(vec, k, e, g.rank, g.size) < limit) s += expf(row.at(k, e) * scale - shift);
+    s = g.sum(s, scratch);
+    const float inv = s > 0.0f ? 1.0f / s : 0.0f;
+    row.store(y + r * d64, d, vec, g.rank, g.size, nullptr, nullptr,
+              [&](int c, float v, float, float) {
+                return c < limit ? expf(v * scale - shift) * inv : 0.0f;
+              });
+  }
+}
+
+/* LayerNorm (bias may be NULL) and RMSNorm (kRms: no mean, no bias) with the row in
+ * registers; weight and bias are read at the slots' columns when the row is written. */
+template <typename T, bool kBlock, int kVecs, bool kRms>
+__global__ void __launch_bounds__(kMaxBlockThreads)
+    norm_regs_kernel(const T *__restrict__ x, recap__cuda_view4 rows_view,
+                     const T *__restrict__ weight, const T *__restrict__ bias, T *__restrict__ y,
+                     int64_t num_rows, int64_t d64, float eps, bool vec) {
+  recap__pdl_begin();
+  __shared__ float scratch[32];
+  const row_group<kBlock> g;
+  const int d = (int)d64;
+  const float inv_d = 1.0f / (float)d;
+  row_slots<T, kVecs> row;
+  constexpr int VEC = row_slots<T, kVecs>::VEC;
+  for (int64_t r = g.first_row; r < num_rows; r += g.row_stride) {
+    row.load(x + recap__view4_offset(rows_view, r), d, vec, g.rank, g.size);
+    float mean = 0.0f;
+    if (!kRms) {
+      /* Padding holds 0 and adds nothing. */
+      float acc = 0.0f;
+#pragma unroll
+      for (int k = 0; k < kVecs; ++k)
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) acc += row.at(k, e);
+      mean = g.sum(acc, scratch) * inv_d;
+    }
+    float sq = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kVecs; ++k)
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) {
+        const float c = row.at(k, e) - mean;
+        if (row.col(vec, k, e, g.rank, g.size) < d) sq += c * c;
+      }
+    const float rstd = 1.0f / sqrtf(g.sum(sq, scratch) * inv_d + eps);
+    /* The bias reads as 0 when absent (and for RMSNorm, which passes none). */
+    row.store(y + r * d64, d, vec, g.rank, g.size, weight, kRms ? nullptr : bias,
+              [&](int, float v, float w, float b) { return (v - mean) * rstd * w + b; });
+  }
+}
+
 /* Sum of each row, times `factor` (1 for sum, 1/D for mean). */
 template <typename T, bool kBlock>
 __global__ void sum_kernel(const T *__restrict__ x, recap__cuda_view4 rows_view, T *__restrict__ y,
@@ -240,6 +425,84 @@ recap_status check_param(const recap_op_call *call, const recap_tensor *p, const
   return RECAP_OK;
 }
 
+/* The register kernels' geometry for rows of d elements of `elem` bytes. */
+struct regs_plan {
+  bool fits;  /* false: a row needs more than kMaxBlockThreads x kWarpSlots slots */
+  bool block; /* a block per row (else a warp) */
+  int kvecs;  /* slots per thread: 1, 2, 4 or 8 */
+  unsigned threads, grid;
+};
+
+regs_plan plan_regs(int64_t d, int64_t num_rows, size_t elem) {
+  regs_plan p = {};
+  const int64_t vec = (int64_t)(16 / elem), slots = RECAP_CEIL_DIV(d, vec);
+  int64_t per_thread;
+  if (slots <= 32 * kWarpSlots) {
+    p.block = false;
+    p.threads = kRegWarpThreads;
+    per_thread = RECAP_CEIL_DIV(slots, (int64_t)32);
+    p.grid = recap__cuda_grid_for(num_rows, kRegWarpThreads / 32);
+  } else {
+    /* The smallest block that holds the row in kWarpSlots slots per thread: more threads
+     * with fewer slots would only add barrier width. */
+    p.block = true;
+    int64_t threads = 128;
+    while (threads * kWarpSlots < slots && threads < kMaxBlockThreads) threads *= 2;
+    if (threads * kWarpSlots < slots) return p;
+    p.threads = (unsigned)threads;
+    per_thread = RECAP_CEIL_DIV(slots, threads);
+    p.grid = recap__cuda_grid_for(num_rows, 1);
+  }
+  p.kvecs = 1;
+  while (p.kvecs < per_thread) p.kvecs *= 2;
+  p.fits = true;
+  return p;
+}
+
+/* Whether the register kernels may use 16-byte accesses: D a multiple of the vector, every row
+ * start (the leading dims' strides) and every pointer (NULL: absent) on a 16-byte boundary. */
+bool rows_vectorizable(const rows_info &ri, size_t elem, const void *x, const void *y,
+                       const void *w, const void *b) {
+  const int64_t vec = (int64_t)(16 / elem);
+  if (ri.d % vec != 0) return false;
+  for (int d = 0; d < 3; ++d)
+    if (ri.rows_view.shape[d] > 1 && ri.rows_view.stride[d] % vec != 0) return false;
+  for (const void *p : {x, y, w, b})
+    if (((uintptr_t)p & 15u) != 0) return false;
+  return true;
+}
+
+/* The register kernel for a plan: Kernel<kBlock, kVecs>::get(). */
+template <template <bool, int> class Kernel>
+auto regs_kernel_for(const regs_plan &p) -> decltype(Kernel<false, 1>::get()) {
+  switch (p.kvecs) {
+    case 1:
+      return p.block ? Kernel<true, 1>::get() : Kernel<false, 1>::get();
+    case 2:
+      return p.block ? Kernel<true, 2>::get() : Kernel<false, 2>::get();
+    case 4:
+      return p.block ? Kernel<true, 4>::get() : Kernel<false, 4>::get();
+    default:
+      return p.block ? Kernel<true, 8>::get() : Kernel<false, 8>::get();
+  }
+}
+
+template <typename T>
+struct softmax_regs {
+  template <bool kBlock, int kVecs>
+  struct at {
+    static auto get() { return softmax_regs_kernel<T, kBlock, kVecs>; }
+  };
+};
+
+template <typename T, bool kRms>
+struct norm_regs {
+  template <bool kBlock, int kVecs>
+  struct at {
+    static auto get() { return norm_regs_kernel<T, kBlock, kVecs, kRms>; }
+  };
+};
+
 }  // namespace
 
 extern "C" recap_status recap__cuda_softmax(const recap_op_call *call, void *cuda_stream) {
@@ -258,10 +521,19 @@ extern "C" recap_status recap__cuda_softmax(const recap_op_call *call, void *cud
     using T = decltype(tag);
     const T *xp = static_cast<const T *>(x->data);
     T *yp = static_cast<T *>(y->data);
-    RECAP_CUDA_TRY(
-        recap__cuda_launch(ri.block_mode ? softmax_kernel<T, true> : softmax_kernel<T, false>,
-                           ri.grid, ri.threads, 0, stream, xp, ri.rows_view, yp, ri.num_rows, ri.d,
-                           scale, causal, rows_per_matrix, causal_shift));
+    const regs_plan p = plan_regs(ri.d, ri.num_rows, sizeof(T));
+    if (p.fits) {
+      const bool vec = rows_vectorizable(ri, sizeof(T), xp, yp, nullptr, nullptr);
+      RECAP_CUDA_TRY(recap__cuda_launch(regs_kernel_for<softmax_regs<T>::template at>(p), p.grid,
+                                        p.threads, 0, stream, xp, ri.rows_view, yp, ri.num_rows,
+                                        ri.d, scale, causal, rows_per_matrix, causal_shift, vec));
+      return RECAP_OK;
+    }
+    /* A row too long for registers is longer than kWarpRowMaxManyRows: rows_setup gave it a
+     * block. */
+    RECAP_CUDA_TRY(recap__cuda_launch(softmax_kernel<T, true>, ri.grid, ri.threads, 0, stream, xp,
+                                      ri.rows_view, yp, ri.num_rows, ri.d, scale, causal,
+                                      rows_per_matrix, causal_shift));
     return RECAP_OK;
   });
 }
@@ -286,9 +558,17 @@ static recap_status launch_norm(const recap_op_call *call, void *cuda_stream) {
     const T *w = static_cast<const T *>(call->inputs[1].data);
     const T *b = has_bias ? static_cast<const T *>(call->inputs[2].data) : nullptr;
     T *yp = static_cast<T *>(y->data);
-    RECAP_CUDA_TRY(recap__cuda_launch(
-        ri.block_mode ? norm_kernel<T, true, kRms> : norm_kernel<T, false, kRms>, ri.grid,
-        ri.threads, 0, stream, xp, ri.rows_view, w, b, yp, ri.num_rows, ri.d, eps));
+    const regs_plan p = plan_regs(ri.d, ri.num_rows, sizeof(T));
+    if (p.fits) {
+      const bool vec = rows_vectorizable(ri, sizeof(T), xp, yp, w, b);
+      RECAP_CUDA_TRY(recap__cuda_launch(regs_kernel_for<norm_regs<T, kRms>::template at>(p),
+                                        p.grid, p.threads, 0, stream, xp, ri.rows_view, w, b, yp,
+                                        ri.num_rows, ri.d, eps, vec));
+      return RECAP_OK;
+    }
+    /* Too long for registers, so rows_setup gave each row a block (as for softmax). */
+    RECAP_CUDA_TRY(recap__cuda_launch(norm_kernel<T, true, kRms>, ri.grid, ri.threads, 0, stream,
+                                      xp, ri.rows_view, w, b, yp, ri.num_rows, ri.d, eps));
     return RECAP_OK;
   });
 }

@@ -8,9 +8,18 @@
  * does (a memcpy node in a graph). Measured on an H100 (docs/perf/launch.md), a memcpy node
  * costs what a copy kernel does at 16 KiB and less from 256 KiB on, but it breaks the chain of
  * programmatic launches (cuda_common.cuh) on both its sides; a small copy is all latency, so
- * there the kernel wins. Any other view is gathered element by element, each thread
- * decomposing its linear index over the view's (right-aligned, 4-D) shape. That gather reads
- * transposed views uncoalesced; a tiled transpose is a later optimization.
+ * there the kernel wins.
+ *
+ * Any other copy is first simplified (size-1 dims dropped, neighbours that are one run in both
+ * views merged), then:
+ * - rows: the last dim is contiguous on both sides (slices, splits, concat slabs, permutes that
+ *   keep the last dim): each thread moves words of up to 16 bytes within a row, the row's
+ *   coordinates found once per word by multiply-high divisions (recap__fast_div);
+ * - transpose: the destination's last dim is contiguous and the source's contiguous dim is
+ *   another one: 32 x 32 tiles through shared memory, so that reads and writes are both
+ *   coalesced;
+ * - otherwise element by element, each thread decomposing its linear index over the view's
+ *   (right-aligned, 4-D) shape.
  *
  * Every kernel starts with recap__pdl_begin and is launched through recap__cuda_launch.
  */
@@ -46,6 +55,90 @@ __global__ void copy_kernel(const E *__restrict__ src, recap__cuda_view4 sv, E *
       dst[k] = v;
     else
       dst[recap__view4_offset(dv, k)] = v;
+  }
+}
+
+/* A copy simplified to 4 right-aligned dims (leading dims of size 1): element offsets in the
+ * source (ss) and the destination (ds) of each coordinate. */
+struct copy_dims {
+  int64_t shape[4], ss[4], ds[4];
+};
+
+constexpr int kCopyUnroll = 4; /* words per thread in the rows kernel */
+
+/* The rows kernel's geometry, in units of its word W: rows of `row` words (the last dim), the
+ * three outer dims' sizes and strides. */
+struct rows_geom {
+  recap__fast_div row, d2, d1; /* divisors: words per row, shape[2], shape[1] */
+  int64_t ss[3], ds[3];
+};
+
+/* Word u < n of the copy, row by row: row = u / words per row, split over the outer dims.
+ * n < 2^31 (the launcher's condition), so 32-bit multiply-high divisions are exact. */
+template <typename W>
+__global__ void copy_rows_kernel(const W *__restrict__ src, W *__restrict__ dst, rows_geom g,
+                                 uint32_t n) {
+  recap__pdl_begin();
+  const uint32_t first = blockIdx.x * blockDim.x * kCopyUnroll + threadIdx.x;
+  W v[kCopyUnroll];
+  int64_t doff[kCopyUnroll];
+#pragma unroll
+  for (int k = 0; k < kCopyUnroll; ++k) {
+    const uint32_t u = first + k * blockDim.x;
+    if (u < n) {
+      const uint32_t row = recap__fast_div_q(g.row, u), c = u - row * g.row.d;
+      const uint32_t r1 = recap__fast_div_q(g.d2, row), i2 = row - r1 * g.d2.d;
+      const uint32_t i0 = recap__fast_div_q(g.d1, r1), i1 = r1 - i0 * g.d1.d;
+      v[k] = src[i0 * g.ss[0] + i1 * g.ss[1] + i2 * g.ss[2] + c];
+      doff[k] = i0 * g.ds[0] + i1 * g.ds[1] + i2 * g.ds[2] + c;
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < kCopyUnroll; ++k)
+    if (first + k * blockDim.x < n) dst[doff[k]] = v[k];
+}
+
+constexpr int kTile = 32, kTileRows = 8; /* transpose tiles, and the block's rows (32 x 8) */
+
+/* The transpose kernel's geometry: dim p is contiguous in the source, dim 3 (the last) in the
+ * destination; a and b are the two other (outer) dims, decomposed as z = ia * len_b + ib. */
+struct transpose_geom {
+  int64_t len_p, len_3, len_b, outer; /* outer = len_a * len_b */
+  int64_t ss_3, ds_p;                 /* source stride of dim 3, destination stride of dim p */
+  int64_t ss_a, ss_b, ds_a, ds_b;
+};
+
+/* Dims p and 3 are tiled; the outer dims run along grid.z. Threads read a tile with x along p
+ * and write it with x along 3, through shared memory padded by a column against bank
+ * conflicts. Blocks loop over tiles past the grid's y and z limits; every thread of a block
+ * runs the same trips, so the barriers are uniform. */
+template <typename E>
+__global__ void copy_transpose_kernel(const E *__restrict__ src, E *__restrict__ dst,
+                                      transpose_geom g) {
+  recap__pdl_begin();
+  __shared__ E tile[kTile][kTile + 1];
+  const int64_t tiles_p = RECAP_CEIL_DIV(g.len_p, (int64_t)kTile);
+  const int64_t j0 = (int64_t)blockIdx.x * kTile;
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  for (int64_t z = blockIdx.z; z < g.outer; z += gridDim.z) {
+    const int64_t ia = z / g.len_b, ib = z - ia * g.len_b;
+    const E *s = src + ia * g.ss_a + ib * g.ss_b;
+    E *d = dst + ia * g.ds_a + ib * g.ds_b;
+    for (int64_t t = blockIdx.y; t < tiles_p; t += gridDim.y) {
+      const int64_t i0 = t * kTile;
+#pragma unroll
+      for (int r = 0; r < kTile; r += kTileRows) {
+        const int64_t i = i0 + tx, j = j0 + ty + r;
+        if (i < g.len_p && j < g.len_3) tile[ty + r][tx] = s[i + j * g.ss_3];
+      }
+      __syncthreads();
+#pragma unroll
+      for (int r = 0; r < kTile; r += kTileRows) {
+        const int64_t i = i0 + ty + r, j = j0 + tx;
+        if (i < g.len_p && j < g.len_3) d[i * g.ds_p + j] = tile[tx][ty + r];
+      }
+      __syncthreads();
+    }
   }
 }
 
@@ -159,23 +252,143 @@ recap_status copy_flat(const void *src, void *dst, size_t bytes, cudaStream_t st
   return RECAP_OK;
 }
 
+/* The copy of view src into view dst (same element count; dst dense over any shape, or
+ * dst with src's shape), simplified: dims of size 1 dropped, and each dim merged into the one
+ * before it when the two are one run in both views. Right-aligned to 4 dims. */
+copy_dims simplify_copy(const recap_tensor *src, const recap_tensor *dst) {
+  int64_t ds[RECAP_MAX_DIMS];
+  if (recap__tensor_is_contiguous(dst)) {
+    int64_t stride = 1;
+    for (int d = src->ndim - 1; d >= 0; --d) {
+      ds[d] = stride;
+      stride *= src->shape[d];
+    }
+  } else {
+    for (int d = 0; d < src->ndim; ++d) ds[d] = dst->strides[d];
+  }
+  copy_dims m;
+  int nd = 0;
+  for (int d = 0; d < src->ndim; ++d) {
+    if (src->shape[d] == 1) continue;
+    if (nd > 0 && m.ss[nd - 1] == src->shape[d] * src->strides[d] &&
+        m.ds[nd - 1] == src->shape[d] * ds[d]) {
+      m.shape[nd - 1] *= src->shape[d];
+      m.ss[nd - 1] = src->strides[d];
+      m.ds[nd - 1] = ds[d];
+      continue;
+    }
+    m.shape[nd] = src->shape[d];
+    m.ss[nd] = src->strides[d];
+    m.ds[nd] = ds[d];
+    ++nd;
+  }
+  copy_dims c;
+  const int lead = 4 - nd;
+  for (int d = 0; d < 4; ++d) {
+    c.shape[d] = d < lead ? 1 : m.shape[d - lead];
+    c.ss[d] = d < lead ? 0 : m.ss[d - lead];
+    c.ds[d] = d < lead ? 0 : m.ds[d - lead];
+  }
+  return c;
+}
+
+/* The rows kernel in the widest word (16, 8 or 4 bytes, else the element) that the row
+ * length, the outer strides and both pointers allow. */
+recap_status copy_rows(const copy_dims &c, const void *src, void *dst, size_t elem,
+                       cudaStream_t stream) {
+  size_t word = elem;
+  for (size_t w = 16; w > elem; w /= 2) {
+    bool ok = (c.shape[3] * elem) % w == 0 && (uintptr_t)src % w == 0 && (uintptr_t)dst % w == 0;
+    for (int d = 0; d < 3 && ok; ++d)
+      ok = c.shape[d] == 1 || ((c.ss[d] * elem) % w == 0 && (c.ds[d] * elem) % w == 0);
+    if (ok) {
+      word = w;
+      break;
+    }
+  }
+  const int64_t per_elem = (int64_t)(word / elem);
+  rows_geom g;
+  g.row = recap__fast_div_make((uint32_t)(c.shape[3] / per_elem));
+  g.d2 = recap__fast_div_make((uint32_t)c.shape[2]);
+  g.d1 = recap__fast_div_make((uint32_t)c.shape[1]);
+  for (int d = 0; d < 3; ++d) {
+    g.ss[d] = c.ss[d] / per_elem;
+    g.ds[d] = c.ds[d] / per_elem;
+  }
+  const int64_t n = c.shape[0] * c.shape[1] * c.shape[2] * c.shape[3] / per_elem;
+  unsigned grid;
+  RECAP_TRY(recap__cuda_grid_cover(RECAP_CEIL_DIV(n, (int64_t)kCopyUnroll), kThreads, &grid));
+  auto launch = [&](auto w) {
+    using W = decltype(w);
+    return recap__cuda_launch(copy_rows_kernel<W>, grid, kThreads, 0, stream,
+                              static_cast<const W *>(src), static_cast<W *>(dst), g, (uint32_t)n);
+  };
+  switch (word) {
+    case 16:
+      RECAP_CUDA_TRY(launch(uint4{}));
+      break;
+    case 8:
+      RECAP_CUDA_TRY(launch(uint2{}));
+      break;
+    case 4:
+      RECAP_CUDA_TRY(launch(uint32_t{}));
+      break;
+    default:
+      RECAP_CUDA_TRY(launch(uint16_t{}));
+      break;
+  }
+  return RECAP_OK;
+}
+
 /* Copies the n elements of view `src` into the elements of view `dst` (same element count,
- * both row-major over their own shapes; a dense dst is read as flat). */
+ * both row-major over their own shapes; a dense dst is read as flat; a strided dst has src's
+ * shape). */
 recap_status copy_view(const recap_tensor *src, const recap_tensor *dst, int64_t n,
                        cudaStream_t stream) {
   const size_t elem = recap_dtype_size(src->dtype);
+  if (elem != 2 && elem != 4 && elem != 8)
+    return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "strided copy: bad element size %zu", elem);
   const bool dense_dst = recap__tensor_is_contiguous(dst);
   if (dense_dst && recap__tensor_is_contiguous(src)) {
     if (src->data != dst->data)
       RECAP_TRY(copy_flat(src->data, dst->data, (size_t)n * elem, stream));
     return RECAP_OK;
   }
-  const recap__cuda_view4 sv = recap__cuda_view4_of(src), dv = recap__cuda_view4_of(dst);
-  const unsigned grid = recap__cuda_grid_for(n, kThreads);
+  const copy_dims c = simplify_copy(src, dst);
+  if (c.shape[0] * c.shape[1] * c.shape[2] == 1 && c.ss[3] == 1 && c.ds[3] == 1)
+    return copy_flat(src->data, dst->data, (size_t)n * elem, stream); /* one run after all */
+  /* The rows kernel's 32-bit indices: every word index (and so every dim) below 2^31. */
+  if (c.ss[3] == 1 && c.ds[3] == 1 && n < INT32_MAX)
+    return copy_rows(c, src->data, dst->data, elem, stream);
+  int p = -1;
+  for (int d = 0; d < 3; ++d)
+    if (c.shape[d] > 1 && c.ss[d] == 1) p = d;
   auto launch = [&](auto word) -> cudaError_t {
     using E = decltype(word);
     const E *s = static_cast<const E *>(src->data);
     E *d = static_cast<E *>(dst->data);
+    if (c.ds[3] == 1 && p >= 0) {
+      const int a = p == 0 ? 1 : 0, b = p == 2 ? 1 : 2;
+      transpose_geom g;
+      g.len_p = c.shape[p];
+      g.len_3 = c.shape[3];
+      g.len_b = c.shape[b];
+      g.outer = c.shape[a] * c.shape[b];
+      g.ss_3 = c.ss[3];
+      g.ds_p = c.ds[p];
+      g.ss_a = c.ss[a];
+      g.ss_b = c.ss[b];
+      g.ds_a = c.ds[a];
+      g.ds_b = c.ds[b];
+      const int64_t tiles_p = RECAP_CEIL_DIV(g.len_p, (int64_t)kTile);
+      const dim3 grid((unsigned)RECAP_CEIL_DIV(g.len_3, (int64_t)kTile),
+                      (unsigned)(tiles_p < kRecapMaxGridBlocks ? tiles_p : kRecapMaxGridBlocks),
+                      (unsigned)(g.outer < kRecapMaxGridBlocks ? g.outer : kRecapMaxGridBlocks));
+      return recap__cuda_launch(copy_transpose_kernel<E>, grid, dim3(kTile, kTileRows), 0, stream,
+                                s, d, g);
+    }
+    const recap__cuda_view4 sv = recap__cuda_view4_of(src), dv = recap__cuda_view4_of(dst);
+    const unsigned grid = recap__cuda_grid_for(n, kThreads);
     if (dense_dst)
       return recap__cuda_launch(copy_kernel<E, true>, grid, kThreads, 0, stream, s, sv, d, dv, n);
     return recap__cuda_launch(copy_kernel<E, false>, grid, kThreads, 0, stream, s, sv, d, dv, n);
@@ -187,11 +400,9 @@ recap_status copy_view(const recap_tensor *src, const recap_tensor *dst, int64_t
     case 4:
       RECAP_CUDA_TRY(launch(uint32_t{}));
       break;
-    case 8:
+    default:
       RECAP_CUDA_TRY(launch(uint64_t{}));
       break;
-    default:
-      return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "strided copy: bad element size %zu", elem);
   }
   return RECAP_OK;
 }
