@@ -13,10 +13,26 @@
  *   each stream's device, which is how a launch inside a capture learns it (CUDA refuses
  *   cudaStreamGetDevice on a capturing stream and invalidates the capture).
  * - Algorithms: cuBLASLt's heuristic (cublasLtMatmulAlgoGetHeuristic) chosen outside capture
- *   and cached under a lock, keyed by everything that shapes the choice (dtype, compute
- *   type, transposes, dims, leading dims, batch, strides, epilogue, pointer alignments).
+ *   and cached, keyed by everything that shapes the choice (dtype, compute type, transposes,
+ *   dims, leading dims, batch, strides, epilogue, pointer alignments).
  * Inside a capture, anything missing fails with RECAP_STATUS_ILLEGAL_DURING_CAPTURE and a
  * message asking for a warmup; no call that would invalidate the capture is made.
+ *
+ * The launch path (eager launches; replays never come here) takes no lock, allocates nothing
+ * and hashes nothing once a thread has seen a stream and a problem: each thread keeps its last
+ * streams' workspaces and its last problems' choices in small tables of its own (a linear
+ * scan with memcmp), checked against generation counters that a released stream or a reset
+ * bumps. cuBLASLt descriptors live on the stack (the *Init functions), not the heap. A miss
+ * takes one lock (the process-wide table) and refills the thread's table.
+ *
+ * Tuning (RECAP_TUNE=1, like PyTorch's TunableOp; kernels/gemm_tune.h, docs/perf/tuning.md):
+ * the first eager launch of a problem outside capture looks the problem up in the tuning file
+ * and, without an entry, times every candidate: cuBLASLt's heuristic list (up to 16) and the
+ * skinny kernel's configurations where it applies. Each runs into scratch memory (allocated
+ * outside any pool, freed after), is checked against the default's output, and is timed as
+ * the median of TUNE_REPS launches between CUDA events on the op's stream; the fastest that
+ * agrees wins, is saved to the file, and the op then runs for real. A capture only looks up:
+ * it uses whatever choice exists (the default when untuned) and never times.
  *
  * Row-major data: a row-major [m, n] product C = A B is the column-major product
  * C^T = B^T A^T, so cuBLAS sees m' = n, n' = m, with B as its first operand.
@@ -30,19 +46,23 @@
  * stride along K and 16-byte aligned, K % 8 == 0, no batch, no c) run our own kernel
  * (gemm_skinny.cu) with bias and every activation fused, when cuBLASLt is the chosen library:
  * cuBLASLt streams the weights at 70-75% of copy bandwidth there. Selecting plain cuBLAS
- * uses cuBLAS for every shape, and RECAP_GEMM_SKINNY=0 in the environment (read at each
- * launch, so a captured graph keeps what it captured) sends skinny shapes to cuBLASLt too.
+ * uses cuBLAS for every shape, and RECAP_GEMM_SKINNY=0 in the environment (read once per
+ * process, gemm.h) sends skinny shapes to cuBLASLt too.
  */
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 #include <limits.h>
+#include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kernels/cuda_ops.h"
 #include "kernels/gemm.h"
+#include "kernels/gemm_tune.h"
 #include "kernels/infer.h"
 #include "runtime/backend.h"
 #include "runtime/capture.h"
@@ -50,7 +70,16 @@
 #include "runtime/stream_hooks.h"
 #include "runtime/versions.h"
 
-enum { MAX_DEVICES = 64, CACHE_BUCKETS = 256 };
+enum {
+  MAX_DEVICES = 64,
+  CACHE_BUCKETS = 256,
+  THREAD_STREAMS = 4,   /* streams a thread remembers the workspace of */
+  THREAD_CHOICES = 16,  /* problems a thread remembers the choice of */
+  MAX_HEURISTICS = 16,  /* cuBLASLt candidates asked for when tuning */
+  MAX_CANDIDATES = MAX_HEURISTICS + 9,
+  TUNE_WARMUPS = 3,
+  TUNE_REPS = 15,
+};
 
 /* ---- versions ------------------------------------------------------------------------------ */
 
@@ -77,7 +106,32 @@ __attribute__((constructor)) static void register_with_runtime(void) {
   recap__stream_add_release_hook(release_stream_hook);
 }
 
-/* ---- per-thread handles -------------------------------------------------------------------- */
+/* ---- what is chosen for a problem --------------------------------------------------------- */
+
+/* The key of one cuBLASLt problem: everything that shapes the algorithm's choice. */
+typedef struct {
+  int64_t device, dtype, compute, op_a, op_b, epilogue;
+  int64_t a_rows, a_cols, lda, b_rows, b_cols, ldb, m, n, batch;
+  int64_t stride_a, stride_b, stride_d;
+  int64_t align_a, align_b, align_c, align_d, align_bias;
+  int64_t op, has_c; /* which op (recap__tune_op) and whether beta * c is added */
+} lt_key;
+
+/* How far a choice has come (see resolve()). */
+typedef enum {
+  CHOICE_DEFAULT,    /* the default; the tuning file not consulted yet */
+  CHOICE_CONSULTED,  /* the default; the file had nothing usable; timing waits for a run */
+  CHOICE_FINAL,      /* from the file, timed, or left on the default for good */
+} choice_state;
+
+typedef struct {
+  int32_t kind; /* RECAP_TUNE_CAND_LT or RECAP_TUNE_CAND_SKINNY */
+  int32_t warps, pipe; /* skinny */
+  int32_t state;       /* choice_state */
+  cublasLtMatmulAlgo_t algo; /* LT */
+} choice;
+
+/* ---- per-thread state ---------------------------------------------------------------------- */
 
 typedef struct {
   cublasHandle_t blas;
@@ -87,17 +141,39 @@ typedef struct {
 } device_handles;
 
 typedef struct {
+  cudaStream_t stream;
+  int device;
+  void *ptr;
+  uint64_t generation;
+} stream_slot;
+
+typedef struct {
+  lt_key key;
+  choice value;
+  uint64_t generation; /* 0: empty */
+} choice_slot;
+
+typedef struct {
   device_handles dev[MAX_DEVICES];
-} thread_handles;
+  stream_slot streams[THREAD_STREAMS];
+  choice_slot choices[THREAD_CHOICES];
+  unsigned next_stream, next_choice; /* round-robin replacement */
+} thread_state;
 
 static pthread_once_t key_once = PTHREAD_ONCE_INIT;
 static pthread_key_t handles_key;
 static int handles_key_ok;
-static _Thread_local thread_handles *tls_handles;
+static _Thread_local thread_state *tls_state;
+
+/* Bumped when a stream's workspace is released / when choices are forgotten or changed:
+ * every thread's remembered copies older than the counter are misses. Start at 1 so that a
+ * zeroed slot never matches. */
+static atomic_uint_fast64_t workspace_generation = 1;
+static atomic_uint_fast64_t choice_generation = 1;
 
 /* Thread exit: the handles belong to this thread alone. */
-static void destroy_thread_handles(void *ptr) {
-  thread_handles *t = ptr;
+static void destroy_thread_state(void *ptr) {
+  thread_state *t = ptr;
   int prev = -1;
   cudaGetDevice(&prev);
   for (int d = 0; d < MAX_DEVICES; ++d) {
@@ -112,7 +188,19 @@ static void destroy_thread_handles(void *ptr) {
 }
 
 static void make_key(void) {
-  handles_key_ok = pthread_key_create(&handles_key, destroy_thread_handles) == 0;
+  handles_key_ok = pthread_key_create(&handles_key, destroy_thread_state) == 0;
+}
+
+static recap_status get_thread_state(thread_state **out) {
+  if (!tls_state) {
+    pthread_once(&key_once, make_key);
+    tls_state = calloc(1, sizeof *tls_state);
+    if (!tls_state)
+      return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "gemm: no memory for per-thread handles");
+    if (handles_key_ok) pthread_setspecific(handles_key, tls_state);
+  }
+  *out = tls_state;
+  return RECAP_OK;
 }
 
 /* ---- per-stream workspaces ----------------------------------------------------------------- */
@@ -133,42 +221,49 @@ static workspace_entry *find_workspace_locked(cudaStream_t stream) {
   return NULL;
 }
 
-/* The device of a stream that has a workspace, read from its entry. */
-static bool workspace_device(cudaStream_t stream, int *device) {
+/* The process-wide entry of a stream, copied out under the lock. */
+static bool workspace_lookup(cudaStream_t stream, workspace_entry *out) {
   pthread_mutex_lock(&workspace_lock);
   const workspace_entry *e = find_workspace_locked(stream);
-  if (e) *device = e->device;
+  if (e) *out = *e;
   pthread_mutex_unlock(&workspace_lock);
   return e != NULL;
 }
 
 void *recap__gemm_stream_workspace(void *cuda_stream) {
-  pthread_mutex_lock(&workspace_lock);
-  workspace_entry *e = find_workspace_locked((cudaStream_t)cuda_stream);
-  void *ptr = e ? e->ptr : NULL;
-  pthread_mutex_unlock(&workspace_lock);
-  return ptr;
+  workspace_entry e;
+  return workspace_lookup((cudaStream_t)cuda_stream, &e) ? e.ptr : NULL;
 }
 
 recap_status recap__gemm_release_stream(void *cuda_stream) {
-  pthread_mutex_lock(&workspace_lock);
-  workspace_entry *e = find_workspace_locked((cudaStream_t)cuda_stream);
-  workspace_entry gone = e ? *e : (workspace_entry){0};
-  pthread_mutex_unlock(&workspace_lock);
-  if (!gone.ptr) return RECAP_OK;
+  workspace_entry gone = {0};
+  if (!workspace_lookup((cudaStream_t)cuda_stream, &gone)) return RECAP_OK;
   /* cudaFree synchronizes the device, which would invalidate any capture: wait for other
    * threads' captures to end, outside workspace_lock (a capturing thread may need it). */
   if (!recap__unsafe_enter_wait())
     return RECAP_FAIL(RECAP_STATUS_ILLEGAL_DURING_CAPTURE,
                       "gemm: cannot free a stream's workspace while this thread is capturing");
-  recap_status st = recap__cuda_backend.mem_free(gone.device, gone.ptr);
-  recap__unsafe_exit();
-  if (st != RECAP_OK) return st;
   pthread_mutex_lock(&workspace_lock);
-  e = find_workspace_locked((cudaStream_t)cuda_stream);
+  workspace_entry *e = find_workspace_locked((cudaStream_t)cuda_stream);
   if (e) *e = workspaces[--workspace_count];
+  /* Every thread's remembered copy of this stream is now stale. */
+  atomic_fetch_add(&workspace_generation, 1);
   pthread_mutex_unlock(&workspace_lock);
-  return RECAP_OK;
+  const recap_status st = recap__cuda_backend.mem_free(gone.device, gone.ptr);
+  recap__unsafe_exit();
+  return st;
+}
+
+static stream_slot *thread_stream_find(thread_state *t, cudaStream_t stream) {
+  const uint64_t gen = atomic_load_explicit(&workspace_generation, memory_order_acquire);
+  for (int i = 0; i < THREAD_STREAMS; ++i)
+    if (t->streams[i].stream == stream && t->streams[i].generation == gen) return &t->streams[i];
+  return NULL;
+}
+
+static void thread_stream_store(thread_state *t, const workspace_entry *e, uint64_t gen) {
+  stream_slot *slot = &t->streams[t->next_stream++ % THREAD_STREAMS];
+  *slot = (stream_slot){e->stream, e->device, e->ptr, gen};
 }
 
 /* ---- one launch's context -------------------------------------------------------------------- */
@@ -177,6 +272,7 @@ typedef struct {
   cudaStream_t stream;
   int device, previous_device;
   bool capturing;
+  thread_state *thread;
   device_handles *handles;
   void *workspace;
 } gemm_ctx;
@@ -201,13 +297,7 @@ static recap_status enter_creation(const gemm_ctx *ctx, const char *what) {
 }
 
 static recap_status ensure_handles(gemm_ctx *ctx) {
-  if (!tls_handles) {
-    pthread_once(&key_once, make_key);
-    tls_handles = calloc(1, sizeof *tls_handles);
-    if (!tls_handles) return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "gemm: no memory for handles");
-    if (handles_key_ok) pthread_setspecific(handles_key, tls_handles);
-  }
-  device_handles *h = &tls_handles->dev[ctx->device];
+  device_handles *h = &ctx->thread->dev[ctx->device];
   ctx->handles = h;
   if (h->blas && h->lt) return RECAP_OK;
   RECAP_TRY(enter_creation(ctx, "cuBLASLt handle"));
@@ -227,12 +317,20 @@ done:
   return st;
 }
 
-static recap_status ensure_workspace(gemm_ctx *ctx) {
-  pthread_mutex_lock(&workspace_lock);
-  workspace_entry *e = find_workspace_locked(ctx->stream);
-  if (e) ctx->workspace = e->ptr;
-  pthread_mutex_unlock(&workspace_lock);
-  if (ctx->workspace) return RECAP_OK;
+/* The stream's workspace (and, inside a capture, its device) from the thread's table, else
+ * the process-wide one (one lock), else a new allocation outside capture. */
+static recap_status ensure_workspace(gemm_ctx *ctx, const stream_slot *known) {
+  if (known) {
+    ctx->workspace = known->ptr;
+    return RECAP_OK;
+  }
+  const uint64_t gen = atomic_load_explicit(&workspace_generation, memory_order_acquire);
+  workspace_entry e;
+  if (workspace_lookup(ctx->stream, &e) && e.device == ctx->device) {
+    ctx->workspace = e.ptr;
+    thread_stream_store(ctx->thread, &e, gen);
+    return RECAP_OK;
+  }
 
   RECAP_TRY(enter_creation(ctx, "the stream's GEMM workspace"));
   void *ptr = NULL;
@@ -242,7 +340,16 @@ static recap_status ensure_workspace(gemm_ctx *ctx) {
     return recap__error_context(st, "gemm: workspace of %zu bytes for a stream on device %d: ",
                                 RECAP_GEMM_WORKSPACE_BYTES, ctx->device);
   pthread_mutex_lock(&workspace_lock);
-  /* A stream is used by one thread at a time, so nobody else added an entry meanwhile. */
+  /* A stream is used by one thread at a time, so nobody else added an entry meanwhile. An
+   * entry there is of a destroyed stream whose handle CUDA gave out again on another device
+   * (without the release hook: a stream recap did not create): it goes. */
+  workspace_entry *old = find_workspace_locked(ctx->stream);
+  workspace_entry stale = {0};
+  if (old) {
+    stale = *old;
+    *old = workspaces[--workspace_count];
+    atomic_fetch_add(&workspace_generation, 1);
+  }
   if (workspace_count == workspace_capacity) {
     size_t cap = workspace_capacity ? workspace_capacity * 2 : 8;
     workspace_entry *grown = realloc(workspaces, cap * sizeof *grown);
@@ -250,6 +357,7 @@ static recap_status ensure_workspace(gemm_ctx *ctx) {
       pthread_mutex_unlock(&workspace_lock);
       if (recap__unsafe_enter_wait()) {
         recap__cuda_backend.mem_free(ctx->device, ptr);
+        if (stale.ptr) recap__cuda_backend.mem_free(stale.device, stale.ptr);
         recap__unsafe_exit();
       }
       return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "gemm: no memory for the workspace table");
@@ -257,9 +365,16 @@ static recap_status ensure_workspace(gemm_ctx *ctx) {
     workspaces = grown;
     workspace_capacity = cap;
   }
-  workspaces[workspace_count++] = (workspace_entry){ctx->stream, ctx->device, ptr};
-  ctx->workspace = ptr;
+  e = (workspace_entry){ctx->stream, ctx->device, ptr};
+  workspaces[workspace_count++] = e;
+  const uint64_t now = atomic_load(&workspace_generation);
   pthread_mutex_unlock(&workspace_lock);
+  if (stale.ptr && recap__unsafe_enter_wait()) {
+    recap__cuda_backend.mem_free(stale.device, stale.ptr);
+    recap__unsafe_exit();
+  }
+  ctx->workspace = ptr;
+  thread_stream_store(ctx->thread, &e, now);
   return RECAP_OK;
 }
 
@@ -273,14 +388,24 @@ static recap_status ctx_open(gemm_ctx *ctx, cudaStream_t stream) {
   enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
   RECAP_CUDA_TRY(cudaStreamIsCapturing(stream, &cs));
   ctx->capturing = cs != cudaStreamCaptureStatusNone;
+  RECAP_TRY(get_thread_state(&ctx->thread));
+  const stream_slot *known = thread_stream_find(ctx->thread, stream);
   /* cudaStreamGetDevice is refused on a capturing stream, and the refusal invalidates the
    * capture; the warmup recorded the device with the stream's workspace, and a stream without
    * one is not ready for capture anyway. */
   if (ctx->capturing) {
-    if (!workspace_device(stream, &ctx->device))
+    workspace_entry e;
+    if (known) {
+      ctx->device = known->device;
+    } else if (workspace_lookup(stream, &e)) {
+      ctx->device = e.device;
+    } else {
       return not_prepared("the stream's GEMM workspace");
+    }
   } else {
     RECAP_CUDA_TRY(cudaStreamGetDevice(stream, &ctx->device));
+    /* A stream handle CUDA handed out again on another device is a new stream. */
+    if (known && known->device != ctx->device) known = NULL;
   }
   if (ctx->device < 0 || ctx->device >= MAX_DEVICES)
     return RECAP_FAIL(RECAP_STATUS_NOT_SUPPORTED, "gemm: device %d is beyond the %d supported",
@@ -292,7 +417,7 @@ static recap_status ctx_open(gemm_ctx *ctx, cudaStream_t stream) {
     ctx->previous_device = current;
   }
   recap_status st = ensure_handles(ctx);
-  if (st == RECAP_OK) st = ensure_workspace(ctx);
+  if (st == RECAP_OK) st = ensure_workspace(ctx, known);
   if (st != RECAP_OK && ctx->previous_device >= 0) cudaSetDevice(ctx->previous_device);
   return st;
 }
@@ -350,52 +475,20 @@ static uint32_t alignment_of(const void *ptr, const int64_t bs[2], size_t elem) 
   return align;
 }
 
-/* ---- cuBLASLt ------------------------------------------------------------------------------ */
+/* Whether a bound plan may run the skinny kernel (see the top of this file). */
+static bool skinny_allowed(const recap__gemm_plan *p) {
+  return recap__gemm_env_get()->skinny && recap__cuda_gemm_skinny_fits(p);
+}
 
+/* ---- the cuBLASLt problem ------------------------------------------------------------------- */
+
+/* Descriptors of one call, initialized in place (no allocation), and its key. */
 typedef struct {
-  int64_t device, dtype, compute, op_a, op_b, epilogue;
-  int64_t a_rows, a_cols, lda, b_rows, b_cols, ldb, m, n, batch;
-  int64_t stride_a, stride_b, stride_d;
-  int64_t align_a, align_b, align_c, align_d, align_bias;
-} lt_key;
-
-typedef struct lt_entry {
+  cublasLtMatmulDescOpaque_t desc;
+  cublasLtMatrixLayoutOpaque_t la, lb, lcd;
+  bool needs_kernel; /* an activation cuBLASLt cannot fuse runs after it (gemm_epilogue.cu) */
   lt_key key;
-  cublasLtMatmulAlgo_t algo;
-  struct lt_entry *next;
-} lt_entry;
-
-static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
-static lt_entry *cache[CACHE_BUCKETS];
-
-static size_t key_hash(const lt_key *key) {
-  const unsigned char *bytes = (const unsigned char *)key;
-  uint64_t h = 1469598103934665603ull; /* FNV-1a */
-  for (size_t i = 0; i < sizeof *key; ++i) h = (h ^ bytes[i]) * 1099511628211ull;
-  return (size_t)(h % CACHE_BUCKETS);
-}
-
-static bool cache_find(const lt_key *key, cublasLtMatmulAlgo_t *algo) {
-  pthread_mutex_lock(&cache_lock);
-  const lt_entry *e = cache[key_hash(key)];
-  while (e && memcmp(&e->key, key, sizeof *key) != 0) e = e->next;
-  if (e) *algo = e->algo;
-  pthread_mutex_unlock(&cache_lock);
-  return e != NULL;
-}
-
-static recap_status cache_insert(const lt_key *key, const cublasLtMatmulAlgo_t *algo) {
-  lt_entry *e = malloc(sizeof *e);
-  if (!e) return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "gemm: no memory for the algorithm cache");
-  e->key = *key;
-  e->algo = *algo;
-  const size_t b = key_hash(key);
-  pthread_mutex_lock(&cache_lock);
-  e->next = cache[b];
-  cache[b] = e;
-  pthread_mutex_unlock(&cache_lock);
-  return RECAP_OK;
-}
+} lt_problem;
 
 static cublasLtEpilogue_t lt_epilogue(const recap__gemm_plan *p, bool *needs_kernel) {
   const bool bias = p->bias != NULL;
@@ -410,126 +503,655 @@ static cublasLtEpilogue_t lt_epilogue(const recap__gemm_plan *p, bool *needs_ker
   }
 }
 
-#define LT_SET(st, fn, obj, attr, value, label) \
-  RECAP_CUBLAS_TRY_GOTO(st, fn(obj, attr, &(value), sizeof(value)), label)
+#define LT_SET(fn, obj, attr, value) RECAP_CUBLAS_TRY(fn(obj, attr, &(value), sizeof(value)))
 
-/* Runs (or, with run == false, only chooses and caches the algorithm for) the plan's inner
- * batch at the given pointers. */
-static recap_status lt_matmul(gemm_ctx *ctx, const recap__gemm_plan *p, const void *a,
-                              const void *b, const void *c, void *out, bool run) {
-  recap_status st = RECAP_OK;
-  cublasLtMatmulDesc_t desc = NULL;
-  cublasLtMatrixLayout_t la = NULL, lb = NULL, lcd = NULL;
-  cublasLtMatmulPreference_t pref = NULL;
+static recap_status lt_problem_init(const gemm_ctx *ctx, const recap_op_call *call,
+                                    const recap__gemm_plan *p, lt_problem *pr) {
   const cudaDataType_t type = cuda_type(p->dtype);
   const cublasComputeType_t compute = compute_type(p->dtype);
   const colmajor_view v = view_of(p);
   const size_t es = recap_dtype_size(p->dtype);
-  bool needs_kernel;
-  const cublasLtEpilogue_t epilogue = lt_epilogue(p, &needs_kernel);
-  (void)needs_kernel;
+  const cublasLtEpilogue_t epilogue = lt_epilogue(p, &pr->needs_kernel);
   /* Heuristics only read the bias pointer's alignment; before binding, assume 256 bytes. */
   const void *bias = p->bias                              ? p->bias
                      : (epilogue & CUBLASLT_EPILOGUE_BIAS) ? (const void *)(uintptr_t)256
                                                            : NULL;
-
-  RECAP_CUBLAS_TRY_GOTO(st, cublasLtMatmulDescCreate(&desc, compute, CUDA_R_32F), done);
-  LT_SET(st, cublasLtMatmulDescSetAttribute, desc, CUBLASLT_MATMUL_DESC_TRANSA, v.op_a, done);
-  LT_SET(st, cublasLtMatmulDescSetAttribute, desc, CUBLASLT_MATMUL_DESC_TRANSB, v.op_b, done);
-  LT_SET(st, cublasLtMatmulDescSetAttribute, desc, CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue, done);
-  if (bias) LT_SET(st, cublasLtMatmulDescSetAttribute, desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-                   bias, done);
-  RECAP_CUBLAS_TRY_GOTO(st, cublasLtMatrixLayoutCreate(&la, type, v.a_rows, v.a_cols, v.lda), done);
-  RECAP_CUBLAS_TRY_GOTO(st, cublasLtMatrixLayoutCreate(&lb, type, v.b_rows, v.b_cols, v.ldb), done);
-  RECAP_CUBLAS_TRY_GOTO(
-      st, cublasLtMatrixLayoutCreate(&lcd, type, (uint64_t)p->n, (uint64_t)p->m, p->n), done);
+  cublasLtMatmulDesc_t desc = &pr->desc;
+  RECAP_CUBLAS_TRY(cublasLtMatmulDescInit(desc, compute, CUDA_R_32F));
+  LT_SET(cublasLtMatmulDescSetAttribute, desc, CUBLASLT_MATMUL_DESC_TRANSA, v.op_a);
+  LT_SET(cublasLtMatmulDescSetAttribute, desc, CUBLASLT_MATMUL_DESC_TRANSB, v.op_b);
+  LT_SET(cublasLtMatmulDescSetAttribute, desc, CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue);
+  if (bias) LT_SET(cublasLtMatmulDescSetAttribute, desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
+  RECAP_CUBLAS_TRY(cublasLtMatrixLayoutInit(&pr->la, type, v.a_rows, v.a_cols, v.lda));
+  RECAP_CUBLAS_TRY(cublasLtMatrixLayoutInit(&pr->lb, type, v.b_rows, v.b_cols, v.ldb));
+  RECAP_CUBLAS_TRY(
+      cublasLtMatrixLayoutInit(&pr->lcd, type, (uint64_t)p->n, (uint64_t)p->m, p->n));
   if (p->batch[1] > 1) {
     const int32_t count = (int32_t)p->batch[1];
-    LT_SET(st, cublasLtMatrixLayoutSetAttribute, la, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, count, done);
-    LT_SET(st, cublasLtMatrixLayoutSetAttribute, lb, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, count, done);
-    LT_SET(st, cublasLtMatrixLayoutSetAttribute, lcd, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, count,
-           done);
-    LT_SET(st, cublasLtMatrixLayoutSetAttribute, la, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
-           p->b_bs[1], done);
-    LT_SET(st, cublasLtMatrixLayoutSetAttribute, lb, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
-           p->a_bs[1], done);
-    LT_SET(st, cublasLtMatrixLayoutSetAttribute, lcd, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
-           p->out_bs[1], done);
+    LT_SET(cublasLtMatrixLayoutSetAttribute, &pr->la, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, count);
+    LT_SET(cublasLtMatrixLayoutSetAttribute, &pr->lb, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, count);
+    LT_SET(cublasLtMatrixLayoutSetAttribute, &pr->lcd, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, count);
+    LT_SET(cublasLtMatrixLayoutSetAttribute, &pr->la, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+           p->b_bs[1]);
+    LT_SET(cublasLtMatrixLayoutSetAttribute, &pr->lb, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+           p->a_bs[1]);
+    LT_SET(cublasLtMatrixLayoutSetAttribute, &pr->lcd, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+           p->out_bs[1]);
   }
-
-  /* Every member is an int64_t, so the key has no padding and memcmp compares it whole. */
-  const lt_key key = {
+  /* Every member is an int64_t, so the key has no padding and memcmp compares it whole. The
+   * alignments cover every batch step of both levels, so one key serves the whole call. */
+  memset(&pr->key, 0, sizeof pr->key);
+  pr->key = (lt_key){
       .device = ctx->device, .dtype = p->dtype, .compute = compute, .op_a = v.op_a,
       .op_b = v.op_b, .epilogue = epilogue, .a_rows = (int64_t)v.a_rows,
       .a_cols = (int64_t)v.a_cols, .lda = v.lda, .b_rows = (int64_t)v.b_rows,
       .b_cols = (int64_t)v.b_cols, .ldb = v.ldb, .m = p->m, .n = p->n, .batch = p->batch[1],
       .stride_a = p->b_bs[1], .stride_b = p->a_bs[1], .stride_d = p->out_bs[1],
-      .align_a = alignment_of(b, p->b_bs, es), .align_b = alignment_of(a, p->a_bs, es),
-      .align_c = alignment_of(c ? c : out, p->out_bs, es),
-      .align_d = alignment_of(out, p->out_bs, es),
+      .align_a = alignment_of(p->b, p->b_bs, es), .align_b = alignment_of(p->a, p->a_bs, es),
+      .align_c = alignment_of(p->c ? p->c : p->out, p->out_bs, es),
+      .align_d = alignment_of(p->out, p->out_bs, es),
       .align_bias = bias ? alignment_of(bias, (const int64_t[2]){0, 0}, es) : 0,
+      .op = call->def == &recap__op_linear ? RECAP_TUNE_OP_LINEAR : RECAP_TUNE_OP_MATMUL,
+      .has_c = p->c != NULL,
   };
-  cublasLtMatmulAlgo_t algo;
-  if (!cache_find(&key, &algo)) {
-    if (ctx->capturing) {
-      st = RECAP_FAIL(RECAP_STATUS_ILLEGAL_DURING_CAPTURE,
+  return RECAP_OK;
+}
+
+/* cuBLASLt's heuristic list for the problem, best first (up to `want`, at least one). */
+static recap_status lt_heuristics(const gemm_ctx *ctx, const recap__gemm_plan *p, lt_problem *pr,
+                                  int want, cublasLtMatmulHeuristicResult_t *results, int *found) {
+  cublasLtMatmulPreferenceOpaque_t opaque;
+  cublasLtMatmulPreference_t pref = &opaque;
+  const uint64_t ws_bytes = RECAP_GEMM_WORKSPACE_BYTES;
+  const uint32_t al_a = (uint32_t)pr->key.align_a, al_b = (uint32_t)pr->key.align_b,
+                 al_c = (uint32_t)pr->key.align_c, al_d = (uint32_t)pr->key.align_d;
+  RECAP_CUBLAS_TRY(cublasLtMatmulPreferenceInit(pref));
+  LT_SET(cublasLtMatmulPreferenceSetAttribute, pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+         ws_bytes);
+  LT_SET(cublasLtMatmulPreferenceSetAttribute, pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+         al_a);
+  LT_SET(cublasLtMatmulPreferenceSetAttribute, pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+         al_b);
+  LT_SET(cublasLtMatmulPreferenceSetAttribute, pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+         al_c);
+  LT_SET(cublasLtMatmulPreferenceSetAttribute, pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+         al_d);
+  if (p->dtype != RECAP_DTYPE_F32) {
+    /* Split-K partial sums stay in f32, as the host reference keeps them. */
+    const uint32_t mask = CUBLASLT_REDUCTION_SCHEME_MASK & ~CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE;
+    LT_SET(cublasLtMatmulPreferenceSetAttribute, pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+           mask);
+  }
+  *found = 0;
+  RECAP_CUBLAS_TRY(cublasLtMatmulAlgoGetHeuristic(ctx->handles->lt, &pr->desc, &pr->la, &pr->lb,
+                                                  &pr->lcd, &pr->lcd, pref, want, results,
+                                                  found));
+  if (*found < 1)
+    return RECAP_FAIL(RECAP_STATUS_NOT_SUPPORTED,
+                      "gemm: cuBLASLt has no algorithm for m=%lld n=%lld k=%lld batch=%lld %s",
+                      (long long)p->m, (long long)p->n, (long long)p->k, (long long)p->batch[1],
+                      recap_dtype_name(p->dtype));
+  return RECAP_OK;
+}
+
+/* The configuration attributes that name an algorithm in the tuning file. */
+static recap_status lt_algo_config(const cublasLtMatmulAlgo_t *algo, int32_t config[9]) {
+  static const cublasLtMatmulAlgoConfigAttributes_t attrs[9] = {
+      CUBLASLT_ALGO_CONFIG_ID,           CUBLASLT_ALGO_CONFIG_TILE_ID,
+      CUBLASLT_ALGO_CONFIG_STAGES_ID,    CUBLASLT_ALGO_CONFIG_SPLITK_NUM,
+      CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING,
+      CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, CUBLASLT_ALGO_CONFIG_INNER_SHAPE_ID,
+      CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID};
+  for (int i = 0; i < 9; ++i) {
+    /* The attributes are 16- or 32-bit; read into a zeroed 32-bit word with the size the
+     * library reports, so the value is the same on every little-endian machine. */
+    size_t size = 0;
+    RECAP_CUBLAS_TRY(cublasLtMatmulAlgoConfigGetAttribute(algo, attrs[i], NULL, 0, &size));
+    uint32_t value = 0;
+    if (size > sizeof value)
+      return RECAP_FAIL(RECAP_STATUS_NOT_SUPPORTED, "gemm: cuBLASLt algorithm attribute %d has "
+                        "%zu bytes", (int)attrs[i], size);
+    RECAP_CUBLAS_TRY(cublasLtMatmulAlgoConfigGetAttribute(algo, attrs[i], &value, size, &size));
+    config[i] = (int32_t)(value & 0x7fffffffu);
+  }
+  return RECAP_OK;
+}
+
+/* Runs the plan (all batches, then the activation kernel when needed) with `algo`, writing
+ * `out` (the op's output, or scratch of its size while tuning). */
+static recap_status lt_run(gemm_ctx *ctx, const recap__gemm_plan *p, lt_problem *pr,
+                           const cublasLtMatmulAlgo_t *algo, void *out) {
+  const size_t es = recap_dtype_size(p->dtype);
+  const float alpha = p->alpha, beta = p->c ? p->beta : 0.0f;
+  for (int64_t ob = 0; ob < p->batch[0]; ++ob) {
+    const char *a = (const char *)p->a + ob * p->a_bs[0] * (int64_t)es;
+    const char *b = (const char *)p->b + ob * p->b_bs[0] * (int64_t)es;
+    char *o = (char *)out + ob * p->out_bs[0] * (int64_t)es;
+    const char *c = p->c ? (const char *)p->c + ob * p->out_bs[0] * (int64_t)es : NULL;
+    RECAP_CUBLAS_TRY(cublasLtMatmul(ctx->handles->lt, &pr->desc, &alpha, b, &pr->la, a, &pr->lb,
+                                    &beta, c ? c : o, &pr->lcd, o, &pr->lcd, algo, ctx->workspace,
+                                    RECAP_GEMM_WORKSPACE_BYTES, ctx->stream));
+  }
+  if (pr->needs_kernel)
+    RECAP_TRY(recap__cuda_gemm_bias_act(out, NULL, p->dtype, p->m * p->batch[0] * p->batch[1],
+                                        p->n, p->act, ctx->stream));
+  return RECAP_OK;
+}
+
+/* Runs the plan with a choice, writing `out`. */
+static recap_status run_choice(gemm_ctx *ctx, const recap__gemm_plan *p, lt_problem *pr,
+                               const choice *ch, void *out) {
+  if (ch->kind == RECAP_TUNE_CAND_SKINNY) {
+    recap__gemm_plan q = *p;
+    q.out = out;
+    return recap__cuda_gemm_skinny_config(&q, ctx->device, ctx->stream, ch->warps, ch->pipe);
+  }
+  return lt_run(ctx, p, pr, &ch->algo, out);
+}
+
+/* ---- the process-wide table of choices ------------------------------------------------------ */
+
+typedef struct lt_entry {
+  lt_key key;
+  choice value;
+  struct lt_entry *next;
+} lt_entry;
+
+static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
+static lt_entry *cache[CACHE_BUCKETS];
+
+static size_t key_hash(const lt_key *key) {
+  const unsigned char *bytes = (const unsigned char *)key;
+  uint64_t h = 1469598103934665603ull; /* FNV-1a */
+  for (size_t i = 0; i < sizeof *key; ++i) h = (h ^ bytes[i]) * 1099511628211ull;
+  return (size_t)(h % CACHE_BUCKETS);
+}
+
+static lt_entry *cache_find_locked(const lt_key *key) {
+  lt_entry *e = cache[key_hash(key)];
+  while (e && memcmp(&e->key, key, sizeof *key) != 0) e = e->next;
+  return e;
+}
+
+static bool cache_find(const lt_key *key, choice *out) {
+  pthread_mutex_lock(&cache_lock);
+  const lt_entry *e = cache_find_locked(key);
+  if (e) *out = e->value;
+  pthread_mutex_unlock(&cache_lock);
+  return e != NULL;
+}
+
+/* Stores the choice. Replacing one another thread may remember bumps the generation. */
+static recap_status cache_store(const lt_key *key, const choice *value) {
+  lt_entry *fresh = malloc(sizeof *fresh);
+  if (!fresh)
+    return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "gemm: no memory for the algorithm cache");
+  pthread_mutex_lock(&cache_lock);
+  lt_entry *e = cache_find_locked(key);
+  if (e) {
+    e->value = *value;
+    atomic_fetch_add(&choice_generation, 1);
+  } else {
+    fresh->key = *key;
+    fresh->value = *value;
+    const size_t b = key_hash(key);
+    fresh->next = cache[b];
+    cache[b] = fresh;
+    fresh = NULL;
+  }
+  pthread_mutex_unlock(&cache_lock);
+  free(fresh);
+  return RECAP_OK;
+}
+
+static const choice *thread_choice_find(thread_state *t, const lt_key *key) {
+  const uint64_t gen = atomic_load_explicit(&choice_generation, memory_order_acquire);
+  for (int i = 0; i < THREAD_CHOICES; ++i)
+    if (t->choices[i].generation == gen && memcmp(&t->choices[i].key, key, sizeof *key) == 0)
+      return &t->choices[i].value;
+  return NULL;
+}
+
+static void thread_choice_store(thread_state *t, const lt_key *key, const choice *value,
+                                uint64_t gen) {
+  for (int i = 0; i < THREAD_CHOICES; ++i)
+    if (memcmp(&t->choices[i].key, key, sizeof *key) == 0) {
+      t->choices[i] = (choice_slot){*key, *value, gen};
+      return;
+    }
+  t->choices[t->next_choice++ % THREAD_CHOICES] = (choice_slot){*key, *value, gen};
+}
+
+/* ---- tuning ---------------------------------------------------------------------------------- */
+
+/* The tuning file's table, loaded on first need (under tune_lock) for the versions of the
+ * device that first needed it; devices that differ tune in memory only. */
+static pthread_mutex_t tune_lock = PTHREAD_MUTEX_INITIALIZER;
+static recap__tune_table *file_table;
+static recap__tune_versions file_versions;
+static bool file_loaded;
+
+typedef struct {
+  bool known;
+  recap__tune_versions v;
+} device_versions_slot;
+static device_versions_slot device_versions[MAX_DEVICES];
+
+static recap_status versions_of(int device, recap__tune_versions *out) {
+  pthread_mutex_lock(&tune_lock);
+  device_versions_slot *slot = &device_versions[device];
+  recap_status st = RECAP_OK;
+  if (!slot->known) {
+    struct cudaDeviceProp prop;
+    recap__tune_versions v = {.cublaslt = (int)cublasLtGetVersion()};
+    RECAP_CUDA_TRY_GOTO(st, cudaRuntimeGetVersion(&v.cudart), done);
+    RECAP_CUDA_TRY_GOTO(st, cudaGetDeviceProperties(&prop, device), done);
+    /* The name is NUL-terminated within its 256 bytes; keep what fits. */
+    size_t len = strnlen(prop.name, sizeof prop.name);
+    if (len >= sizeof v.device) len = sizeof v.device - 1;
+    memcpy(v.device, prop.name, len);
+    v.device[len] = '\0';
+    v.sms = prop.multiProcessorCount;
+    v.cc = prop.major * 10 + prop.minor;
+    slot->v = v;
+    slot->known = true;
+  }
+  *out = slot->v;
+done:
+  pthread_mutex_unlock(&tune_lock);
+  return st;
+}
+
+static bool same_versions(const recap__tune_versions *a, const recap__tune_versions *b) {
+  return a->cublaslt == b->cublaslt && a->cudart == b->cudart && a->sms == b->sms &&
+         a->cc == b->cc && strcmp(a->device, b->device) == 0;
+}
+
+/* The file's entry for `key`, when the file applies to this device's versions. */
+static bool file_lookup(const recap__tune_versions *v, const recap__tune_key *key,
+                        recap__tune_entry *out) {
+  const recap__gemm_env *env = recap__gemm_env_get();
+  bool found = false;
+  pthread_mutex_lock(&tune_lock);
+  if (!file_loaded) {
+    recap__tune_load_report report;
+    if (!file_table && recap__tune_table_create(&file_table) != RECAP_OK) goto done;
+    if (recap__tune_load(file_table, env->tune_file, v, false, &report) != RECAP_OK) goto done;
+    recap__gemm_tune_count(RECAP_TUNE_STAT_FILE_WARNINGS, report.warnings);
+    file_versions = *v;
+    file_loaded = true;
+  }
+  if (same_versions(&file_versions, v)) {
+    const recap__tune_entry *e = recap__tune_table_find(file_table, key);
+    if (e) *out = *e;
+    found = e != NULL;
+  }
+done:
+  pthread_mutex_unlock(&tune_lock);
+  return found;
+}
+
+/* Records a tuned entry and rewrites the file (mode 1 only). A failed write is a warning: the
+ * choice still holds in memory. */
+static void file_record(const recap__tune_versions *v, const recap__tune_entry *entry) {
+  pthread_mutex_lock(&tune_lock);
+  if (file_loaded && file_table && same_versions(&file_versions, v) &&
+      recap__tune_table_put(file_table, entry) == RECAP_OK) {
+    const char *path = recap__gemm_env_get()->tune_file;
+    if (recap__tune_save(file_table, path, &file_versions) != RECAP_OK)
+      fprintf(stderr, "recap: warning: could not write the GEMM tuning cache: %s\n",
+              recap_last_error());
+  }
+  pthread_mutex_unlock(&tune_lock);
+}
+
+static recap__tune_key tune_key_of(const recap__gemm_plan *p, const lt_problem *pr) {
+  int64_t align = pr->key.align_a;
+  const int64_t others[4] = {pr->key.align_b, pr->key.align_c, pr->key.align_d,
+                             pr->key.align_bias ? pr->key.align_bias : 256};
+  for (int i = 0; i < 4; ++i)
+    if (others[i] < align) align = others[i];
+  if (align > 16) align = 16;
+  return (recap__tune_key){
+      .m = p->m, .n = p->n, .k = p->k, .batch = p->batch[0] * p->batch[1],
+      .op = (int32_t)pr->key.op, .a_type = p->dtype, .b_type = p->dtype, .c_type = p->dtype,
+      .compute = pr->key.compute == CUBLAS_COMPUTE_32F_FAST_TF32 ? RECAP_TUNE_COMPUTE_TF32
+                                                                 : RECAP_TUNE_COMPUTE_F32,
+      .trans_a = pr->key.op_a == CUBLAS_OP_T, .trans_b = pr->key.op_b == CUBLAS_OP_T,
+      .bias = p->bias != NULL, .act = p->act, .has_c = p->c != NULL, .align = (int32_t)align};
+}
+
+/* Tolerances of the check against the default's output: relative to each element, plus a
+ * fraction of the largest |output| (cancellation makes small outputs differ by more than
+ * their own size between summation orders). Loose enough for two roundings of the storage
+ * type, tight enough that a wrong product, bias or epilogue fails. */
+static void tune_tolerance(const recap__gemm_plan *p, bool tf32, float *rtol, float *atol_frac) {
+  switch (p->dtype) {
+    case RECAP_DTYPE_BF16: *rtol = 1.6e-2f, *atol_frac = 8e-3f; break;
+    case RECAP_DTYPE_F16: *rtol = 4e-3f, *atol_frac = 2e-3f; break;
+    default: *rtol = *atol_frac = tf32 ? 5e-3f : 1e-3f; break;
+  }
+}
+
+static int cmp_float(const void *a, const void *b) {
+  const float x = *(const float *)a, y = *(const float *)b;
+  return (x > y) - (x < y);
+}
+
+/* Adds a candidate unless an equal one is listed. */
+static void add_candidate(choice *list, int32_t (*configs)[RECAP_TUNE_CONFIG_MAX], int *count,
+                          const choice *c, const int32_t *config) {
+  for (int i = 0; i < *count; ++i) {
+    if (list[i].kind != c->kind) continue;
+    if (c->kind == RECAP_TUNE_CAND_SKINNY && list[i].warps == c->warps && list[i].pipe == c->pipe)
+      return;
+    if (c->kind == RECAP_TUNE_CAND_LT && memcmp(configs[i], config, sizeof configs[i]) == 0)
+      return;
+  }
+  if (*count >= MAX_CANDIDATES) return;
+  list[*count] = *c;
+  if (config) memcpy(configs[*count], config, sizeof configs[*count]);
+  else memset(configs[*count], 0, sizeof configs[*count]);
+  ++*count;
+}
+
+static void choice_to_tune(const choice *c, const int32_t *config, recap__tune_choice *out) {
+  memset(out, 0, sizeof *out);
+  out->kind = c->kind;
+  if (c->kind == RECAP_TUNE_CAND_SKINNY) {
+    out->config[0] = c->warps;
+    out->config[1] = c->pipe;
+  } else {
+    memcpy(out->config, config, sizeof out->config);
+  }
+}
+
+/* Times every candidate of the problem (the op's stream, scratch outputs) and returns the
+ * fastest one that agrees with `def` (the default) in *best, its config in best_config.
+ * Outside capture only; holds the capture registry throughout, so no capture begins while
+ * scratch memory comes and goes. */
+static recap_status tune_now(gemm_ctx *ctx, const recap__gemm_plan *p, lt_problem *pr,
+                             const choice *def, choice *best, int32_t best_config[9],
+                             float *best_us) {
+  RECAP_NVTX_SCOPE("recap gemm tune");
+  choice list[MAX_CANDIDATES];
+  int32_t configs[MAX_CANDIDATES][RECAP_TUNE_CONFIG_MAX];
+  int count = 0;
+  cublasLtMatmulHeuristicResult_t results[MAX_HEURISTICS];
+  int found = 0;
+  int32_t config[RECAP_TUNE_CONFIG_MAX];
+  if (def->kind == RECAP_TUNE_CAND_LT) RECAP_TRY(lt_algo_config(&def->algo, config));
+  add_candidate(list, configs, &count, def, def->kind == RECAP_TUNE_CAND_LT ? config : NULL);
+  RECAP_TRY(lt_heuristics(ctx, p, pr, MAX_HEURISTICS, results, &found));
+  for (int i = 0; i < found; ++i) {
+    const choice c = {.kind = RECAP_TUNE_CAND_LT, .algo = results[i].algo};
+    RECAP_TRY(lt_algo_config(&c.algo, config));
+    add_candidate(list, configs, &count, &c, config);
+  }
+  if (skinny_allowed(p)) {
+    static const int warps[] = {2, 4, 8, 16};
+    for (int w = 0; w < 4; ++w)
+      for (int pipe = 1; pipe >= 0; --pipe) {
+        const choice c = {.kind = RECAP_TUNE_CAND_SKINNY, .warps = warps[w], .pipe = pipe};
+        add_candidate(list, configs, &count, &c, NULL);
+      }
+  }
+
+  const size_t es = recap_dtype_size(p->dtype);
+  const int64_t elems = p->m * p->n * p->batch[0] * p->batch[1];
+  const size_t out_bytes = ((size_t)elems * es + 255) & ~(size_t)255;
+  float rtol, atol_frac;
+  tune_tolerance(p, pr->key.compute == CUBLAS_COMPUTE_32F_FAST_TF32, &rtol, &atol_frac);
+
+  if (!recap__unsafe_enter_wait())
+    return RECAP_FAIL(RECAP_STATUS_ILLEGAL_DURING_CAPTURE,
+                      "gemm: tuning needs scratch memory but this thread is capturing");
+  recap_status st = RECAP_OK;
+  char *scratch = NULL;
+  cudaEvent_t events[TUNE_REPS + 1] = {0};
+  int made = 0;
+  /* [ref out][candidate out][max bits (4 bytes), mismatches (8 bytes)] */
+  RECAP_TRY_GOTO(st, recap__cuda_backend.mem_alloc(ctx->device, 2 * out_bytes + 256,
+                                                   (void **)&scratch),
+                 done);
+  void *ref = scratch, *got = scratch + out_bytes;
+  unsigned *max_bits = (unsigned *)(scratch + 2 * out_bytes);
+  unsigned long long *mismatches = (unsigned long long *)(scratch + 2 * out_bytes + 8);
+  for (; made <= TUNE_REPS; ++made) RECAP_CUDA_TRY_GOTO(st, cudaEventCreate(&events[made]), done);
+
+  RECAP_CUDA_TRY_GOTO(st, cudaMemsetAsync(max_bits, 0, sizeof *max_bits, ctx->stream), done);
+  RECAP_TRY_GOTO(st, run_choice(ctx, p, pr, def, ref), done);
+  RECAP_TRY_GOTO(st, recap__cuda_gemm_tune_maxabs(ref, p->dtype, elems, max_bits, ctx->stream),
+                 done);
+
+  float best_time = INFINITY;
+  int winner = 0;
+  for (int i = 0; i < count; ++i) {
+    recap_status run = RECAP_OK;
+    for (int w = 0; w < TUNE_WARMUPS && run == RECAP_OK; ++w)
+      run = run_choice(ctx, p, pr, &list[i], got);
+    if (run == RECAP_OK && i > 0) {
+      unsigned long long bad = ~0ull;
+      RECAP_CUDA_TRY_GOTO(st, cudaMemsetAsync(mismatches, 0, sizeof *mismatches, ctx->stream),
+                          done);
+      RECAP_TRY_GOTO(st, recap__cuda_gemm_tune_compare(ref, got, p->dtype, elems, max_bits, rtol,
+                                                       atol_frac, mismatches, ctx->stream),
+                     done);
+      RECAP_CUDA_TRY_GOTO(st, cudaMemcpyAsync(&bad, mismatches, sizeof bad,
+                                              cudaMemcpyDeviceToHost, ctx->stream),
+                          done);
+      RECAP_CUDA_TRY_GOTO(st, cudaStreamSynchronize(ctx->stream), done);
+      if (bad != 0) run = RECAP_STATUS_INTERNAL;
+    }
+    if (run != RECAP_OK) {
+      /* A candidate the library refuses or that disagrees is skipped; a fault of the device
+       * is not a candidate's problem and ends the tuning. */
+      if (run == RECAP_STATUS_DEVICE_ERROR) {
+        st = run;
+        goto done;
+      }
+      recap__gemm_tune_count(RECAP_TUNE_STAT_REJECTED, 1);
+      continue;
+    }
+    float times[TUNE_REPS];
+    RECAP_CUDA_TRY_GOTO(st, cudaEventRecord(events[0], ctx->stream), done);
+    for (int r = 0; r < TUNE_REPS; ++r) {
+      RECAP_TRY_GOTO(st, run_choice(ctx, p, pr, &list[i], got), done);
+      RECAP_CUDA_TRY_GOTO(st, cudaEventRecord(events[r + 1], ctx->stream), done);
+    }
+    RECAP_CUDA_TRY_GOTO(st, cudaEventSynchronize(events[TUNE_REPS]), done);
+    for (int r = 0; r < TUNE_REPS; ++r)
+      RECAP_CUDA_TRY_GOTO(st, cudaEventElapsedTime(&times[r], events[r], events[r + 1]), done);
+    qsort(times, TUNE_REPS, sizeof times[0], cmp_float);
+    const float median = times[TUNE_REPS / 2];
+    recap__gemm_tune_count(RECAP_TUNE_STAT_CANDIDATES, 1);
+    if (median < best_time) {
+      best_time = median;
+      winner = i;
+    }
+  }
+  if (!isfinite(best_time)) {
+    st = RECAP_FAIL(RECAP_STATUS_INTERNAL, "gemm: tuning timed no candidate (m=%lld n=%lld "
+                    "k=%lld)", (long long)p->m, (long long)p->n, (long long)p->k);
+    goto done;
+  }
+  *best = list[winner];
+  memcpy(best_config, configs[winner], sizeof configs[winner]);
+  *best_us = best_time * 1000.0f;
+done:
+  for (int i = 0; i < made; ++i) cudaEventDestroy(events[i]);
+  if (scratch) {
+    /* The free waits for the candidates' last launches. */
+    const recap_status freed = recap__cuda_backend.mem_free(ctx->device, scratch);
+    if (st == RECAP_OK) st = freed;
+  }
+  recap__unsafe_exit();
+  return st;
+}
+
+/* The default choice of a problem seen for the first time: the skinny kernel where it applies,
+ * else cuBLASLt's first heuristic. Inside a capture only the skinny kernel can be chosen (a
+ * heuristic query is left to warmups). */
+static recap_status make_default(gemm_ctx *ctx, const recap__gemm_plan *p, lt_problem *pr,
+                                 choice *out) {
+  *out = (choice){.kind = RECAP_TUNE_CAND_LT, .state = CHOICE_DEFAULT};
+  if (skinny_allowed(p)) {
+    int warps = 0, pipe = 0;
+    RECAP_TRY(recap__cuda_gemm_skinny_default(p, ctx->device, &warps, &pipe));
+    *out = (choice){.kind = RECAP_TUNE_CAND_SKINNY, .warps = warps, .pipe = pipe,
+                    .state = CHOICE_DEFAULT};
+    return RECAP_OK;
+  }
+  if (ctx->capturing)
+    return RECAP_FAIL(RECAP_STATUS_ILLEGAL_DURING_CAPTURE,
                       "gemm: no cuBLASLt algorithm chosen for this shape (m=%lld n=%lld k=%lld "
                       "batch=%lld %s) before capture; run a warmup first",
                       (long long)p->m, (long long)p->n, (long long)p->k, (long long)p->batch[1],
                       recap_dtype_name(p->dtype));
-      goto done;
-    }
-    const uint64_t ws_bytes = RECAP_GEMM_WORKSPACE_BYTES;
-    const uint32_t al_a = (uint32_t)key.align_a, al_b = (uint32_t)key.align_b,
-                   al_c = (uint32_t)key.align_c, al_d = (uint32_t)key.align_d;
-    RECAP_CUBLAS_TRY_GOTO(st, cublasLtMatmulPreferenceCreate(&pref), done);
-    LT_SET(st, cublasLtMatmulPreferenceSetAttribute, pref,
-           CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, ws_bytes, done);
-    LT_SET(st, cublasLtMatmulPreferenceSetAttribute, pref,
-           CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, al_a, done);
-    LT_SET(st, cublasLtMatmulPreferenceSetAttribute, pref,
-           CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, al_b, done);
-    LT_SET(st, cublasLtMatmulPreferenceSetAttribute, pref,
-           CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, al_c, done);
-    LT_SET(st, cublasLtMatmulPreferenceSetAttribute, pref,
-           CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, al_d, done);
-    if (p->dtype != RECAP_DTYPE_F32) {
-      /* Split-K partial sums stay in f32, as the host reference keeps them. */
-      const uint32_t mask = CUBLASLT_REDUCTION_SCHEME_MASK & ~CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE;
-      LT_SET(st, cublasLtMatmulPreferenceSetAttribute, pref,
-             CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, mask, done);
-    }
-    cublasLtMatmulHeuristicResult_t result;
-    int found = 0;
-    RECAP_CUBLAS_TRY_GOTO(st,
-                          cublasLtMatmulAlgoGetHeuristic(ctx->handles->lt, desc, la, lb, lcd, lcd,
-                                                         pref, 1, &result, &found),
-                          done);
-    if (found < 1) {
-      st = RECAP_FAIL(RECAP_STATUS_NOT_SUPPORTED,
-                      "gemm: cuBLASLt has no algorithm for m=%lld n=%lld k=%lld batch=%lld %s",
-                      (long long)p->m, (long long)p->n, (long long)p->k, (long long)p->batch[1],
-                      recap_dtype_name(p->dtype));
-      goto done;
-    }
-    algo = result.algo;
-    RECAP_TRY_GOTO(st, cache_insert(&key, &algo), done);
+  cublasLtMatmulHeuristicResult_t result;
+  int found = 0;
+  RECAP_TRY(lt_heuristics(ctx, p, pr, 1, &result, &found));
+  out->algo = result.algo;
+  return RECAP_OK;
+}
+
+/* Whether a choice needs nothing more for this launch. */
+static bool settled(const choice *c, const gemm_ctx *ctx, bool run) {
+  const int mode = recap__gemm_env_get()->tune;
+  if (c->state == CHOICE_FINAL || mode == RECAP_TUNE_OFF || ctx->capturing) return true;
+  return c->state == CHOICE_CONSULTED && !(mode == RECAP_TUNE_ON && run);
+}
+
+/* A file entry's choice, if this problem can run it: a skinny configuration where the kernel
+ * applies, or a cuBLASLt configuration in the library's heuristic list for this very problem
+ * (so no value from the file ever reaches cuBLASLt unchecked). */
+static recap_status from_file(gemm_ctx *ctx, const recap__gemm_plan *p, lt_problem *pr,
+                              const recap__tune_choice *fc, choice *out, bool *usable) {
+  *usable = false;
+  if (fc->kind == RECAP_TUNE_CAND_SKINNY) {
+    if (!skinny_allowed(p)) return RECAP_OK;
+    *out = (choice){.kind = RECAP_TUNE_CAND_SKINNY, .warps = fc->config[0],
+                    .pipe = fc->config[1], .state = CHOICE_FINAL};
+    *usable = true;
+    return RECAP_OK;
   }
-  if (run) {
-    const float alpha = p->alpha, beta = c ? p->beta : 0.0f;
-    RECAP_CUBLAS_TRY_GOTO(st,
-                          cublasLtMatmul(ctx->handles->lt, desc, &alpha, b, la, a, lb, &beta,
-                                         c ? c : out, lcd, out, lcd, &algo, ctx->workspace,
-                                         RECAP_GEMM_WORKSPACE_BYTES, ctx->stream),
-                          done);
+  cublasLtMatmulHeuristicResult_t results[MAX_HEURISTICS];
+  int found = 0;
+  RECAP_TRY(lt_heuristics(ctx, p, pr, MAX_HEURISTICS, results, &found));
+  for (int i = 0; i < found; ++i) {
+    int32_t config[RECAP_TUNE_CONFIG_MAX];
+    RECAP_TRY(lt_algo_config(&results[i].algo, config));
+    if (memcmp(config, fc->config, sizeof config) == 0) {
+      *out = (choice){.kind = RECAP_TUNE_CAND_LT, .algo = results[i].algo, .state = CHOICE_FINAL};
+      *usable = true;
+      return RECAP_OK;
+    }
   }
-done:
-  if (pref) cublasLtMatmulPreferenceDestroy(pref);
-  if (lcd) cublasLtMatrixLayoutDestroy(lcd);
-  if (lb) cublasLtMatrixLayoutDestroy(lb);
-  if (la) cublasLtMatrixLayoutDestroy(la);
-  if (desc) cublasLtMatmulDescDestroy(desc);
-  return st;
+  return RECAP_OK;
+}
+
+/* Moves an unsettled choice on (outside capture, RECAP_TUNE 1 or 2): the file's entry if
+ * usable, else (mode 2) the default for good, else (mode 1, a run with data) timing. */
+static recap_status advance(gemm_ctx *ctx, const recap__gemm_plan *p, lt_problem *pr, bool run,
+                            choice *ch) {
+  const int mode = recap__gemm_env_get()->tune;
+  recap__tune_versions v;
+  RECAP_TRY(versions_of(ctx->device, &v));
+  const recap__tune_key tk = tune_key_of(p, pr);
+  if (ch->state == CHOICE_DEFAULT) {
+    recap__tune_entry entry;
+    if (file_lookup(&v, &tk, &entry)) {
+      bool usable = false;
+      choice fc;
+      RECAP_TRY(from_file(ctx, p, pr, &entry.choice, &fc, &usable));
+      if (usable) {
+        *ch = fc;
+        recap__gemm_tune_count(RECAP_TUNE_STAT_HITS, 1);
+        return RECAP_OK;
+      }
+      recap__gemm_tune_count(RECAP_TUNE_STAT_STALE, 1);
+      fprintf(stderr, "recap: warning: %s: the entry for m=%lld n=%lld k=%lld names a candidate "
+              "this problem cannot use here; %s\n", recap__gemm_env_get()->tune_file,
+              (long long)p->m, (long long)p->n, (long long)p->k,
+              mode == RECAP_TUNE_ON ? "tuning again" : "using the default");
+    }
+    ch->state = CHOICE_CONSULTED;
+  }
+  if (mode == RECAP_TUNE_CACHE_ONLY) {
+    ch->state = CHOICE_FINAL;
+    recap__gemm_tune_count(RECAP_TUNE_STAT_UNTIMED, 1);
+    return RECAP_OK;
+  }
+  if (!run) return RECAP_OK; /* the first run times it, with the data bound */
+  choice best;
+  int32_t config[RECAP_TUNE_CONFIG_MAX];
+  float us = 0;
+  const recap_status st = tune_now(ctx, p, pr, ch, &best, config, &us);
+  if (st == RECAP_STATUS_DEVICE_ERROR) return st;
+  if (st != RECAP_OK) {
+    fprintf(stderr, "recap: warning: GEMM tuning of m=%lld n=%lld k=%lld failed (%s); using the "
+            "default\n", (long long)p->m, (long long)p->n, (long long)p->k, recap_last_error());
+    ch->state = CHOICE_FINAL;
+    recap__gemm_tune_count(RECAP_TUNE_STAT_UNTIMED, 1);
+    return RECAP_OK;
+  }
+  recap__gemm_tune_count(RECAP_TUNE_STAT_TUNINGS, 1);
+  *ch = best;
+  ch->state = CHOICE_FINAL;
+  recap__tune_entry entry = {.key = tk, .us = us};
+  choice_to_tune(&best, config, &entry.choice);
+  file_record(&v, &entry);
+  return RECAP_OK;
+}
+
+/* The choice for this launch: the thread's remembered one (no lock), else the process-wide
+ * one (one lock), else a new default; moved on by advance() where tuning asks for it. */
+static recap_status resolve(gemm_ctx *ctx, const recap__gemm_plan *p, lt_problem *pr, bool run,
+                            choice *out) {
+  const choice *mine = thread_choice_find(ctx->thread, &pr->key);
+  if (mine && settled(mine, ctx, run)) {
+    *out = *mine;
+    return RECAP_OK;
+  }
+  const uint64_t gen = atomic_load_explicit(&choice_generation, memory_order_acquire);
+  choice ch;
+  bool changed = false;
+  if (!cache_find(&pr->key, &ch)) {
+    RECAP_TRY(make_default(ctx, p, pr, &ch));
+    changed = true;
+  }
+  if (!settled(&ch, ctx, run)) {
+    const choice before = ch;
+    RECAP_TRY(advance(ctx, p, pr, run, &ch));
+    changed = changed || memcmp(&before, &ch, sizeof ch) != 0;
+  }
+  if (changed) RECAP_TRY(cache_store(&pr->key, &ch));
+  thread_choice_store(ctx->thread, &pr->key, &ch,
+                      changed ? atomic_load_explicit(&choice_generation, memory_order_acquire)
+                              : gen);
+  *out = ch;
+  return RECAP_OK;
+}
+
+void recap__gemm_tune_reset(void) {
+  pthread_mutex_lock(&cache_lock);
+  for (int b = 0; b < CACHE_BUCKETS; ++b) {
+    lt_entry *e = cache[b];
+    while (e) {
+      lt_entry *next = e->next;
+      free(e);
+      e = next;
+    }
+    cache[b] = NULL;
+  }
+  atomic_fetch_add(&choice_generation, 1);
+  pthread_mutex_unlock(&cache_lock);
+  pthread_mutex_lock(&tune_lock);
+  recap__tune_table_destroy(file_table);
+  file_table = NULL;
+  file_loaded = false;
+  pthread_mutex_unlock(&tune_lock);
+  recap__gemm_tune_stats_clear();
 }
 
 /* ---- cuBLAS -------------------------------------------------------------------------------- */
@@ -567,15 +1189,25 @@ static recap_status blas_matmul(gemm_ctx *ctx, const recap__gemm_plan *p, const 
   return RECAP_OK;
 }
 
-/* ---- entry points -------------------------------------------------------------------------- */
-
-/* Whether a bound plan runs the skinny kernel (see the top of this file). */
-static bool use_skinny(const recap__gemm_plan *p) {
-  if (recap__gemm_library() != RECAP_GEMM_LIBRARY_CUBLASLT) return false;
-  const char *env = getenv("RECAP_GEMM_SKINNY");
-  if (env && strcmp(env, "0") == 0) return false;
-  return recap__cuda_gemm_skinny_fits(p);
+static recap_status blas_run(gemm_ctx *ctx, const recap__gemm_plan *p) {
+  const size_t es = recap_dtype_size(p->dtype);
+  const int64_t total_rows = p->m * p->batch[0] * p->batch[1];
+  if (p->c && p->c != p->out)
+    RECAP_CUDA_TRY(cudaMemcpyAsync(p->out, p->c, (size_t)(total_rows * p->n) * es,
+                                   cudaMemcpyDeviceToDevice, ctx->stream));
+  for (int64_t ob = 0; ob < p->batch[0]; ++ob) {
+    const char *a = (const char *)p->a + ob * p->a_bs[0] * (int64_t)es;
+    const char *b = (const char *)p->b + ob * p->b_bs[0] * (int64_t)es;
+    char *out = (char *)p->out + ob * p->out_bs[0] * (int64_t)es;
+    RECAP_TRY(blas_matmul(ctx, p, a, b, out));
+  }
+  if (p->bias || p->act != RECAP_ACT_NONE)
+    RECAP_TRY(recap__cuda_gemm_bias_act(p->out, p->bias, p->dtype, total_rows, p->n, p->act,
+                                        ctx->stream));
+  return RECAP_OK;
 }
+
+/* ---- entry points -------------------------------------------------------------------------- */
 
 static recap_status gemm_run(const recap_op_call *call, void *cuda_stream, bool run) {
   recap__gemm_plan p;
@@ -588,41 +1220,16 @@ static recap_status gemm_run(const recap_op_call *call, void *cuda_stream, bool 
   gemm_ctx ctx;
   RECAP_TRY(ctx_open(&ctx, (cudaStream_t)cuda_stream));
   recap_status st = RECAP_OK;
-  const bool use_lt = recap__gemm_library() == RECAP_GEMM_LIBRARY_CUBLASLT;
-  if (!run) {
-    /* Either library may be chosen before the capture: ready both (cuBLAS needs no more). */
-    st = lt_matmul(&ctx, &p, p.a, p.b, p.c, p.out, false);
+  if (run && recap__gemm_library() == RECAP_GEMM_LIBRARY_CUBLAS) {
+    st = blas_run(&ctx, &p);
     goto done;
   }
-  if (use_skinny(&p)) {
-    st = recap__cuda_gemm_skinny(&p, ctx.device, ctx.stream);
-    goto done;
-  }
-  const size_t es = recap_dtype_size(p.dtype);
-  const int64_t total_rows = p.m * p.batch[0] * p.batch[1];
-  if (!use_lt && p.c && p.c != p.out)
-    RECAP_CUDA_TRY_GOTO(st,
-                        cudaMemcpyAsync(p.out, p.c, (size_t)(total_rows * p.n) * es,
-                                        cudaMemcpyDeviceToDevice, ctx.stream),
-                        done);
-  for (int64_t ob = 0; ob < p.batch[0]; ++ob) {
-    const char *a = (const char *)p.a + ob * p.a_bs[0] * (int64_t)es;
-    const char *b = (const char *)p.b + ob * p.b_bs[0] * (int64_t)es;
-    char *out = (char *)p.out + ob * p.out_bs[0] * (int64_t)es;
-    const char *c = p.c ? (const char *)p.c + ob * p.out_bs[0] * (int64_t)es : NULL;
-    if (use_lt)
-      RECAP_TRY_GOTO(st, lt_matmul(&ctx, &p, a, b, c, out, true), done);
-    else
-      RECAP_TRY_GOTO(st, blas_matmul(&ctx, &p, a, b, out), done);
-  }
-  bool needs_kernel = false;
-  if (use_lt) lt_epilogue(&p, &needs_kernel);
-  else needs_kernel = p.bias || p.act != RECAP_ACT_NONE;
-  if (needs_kernel)
-    RECAP_TRY_GOTO(st,
-                   recap__cuda_gemm_bias_act(p.out, use_lt ? NULL : p.bias, p.dtype, total_rows,
-                                             p.n, p.act, ctx.stream),
-                   done);
+  /* A prepare readies cuBLASLt's choice either way: cuBLAS needs nothing more. */
+  lt_problem pr;
+  choice ch;
+  RECAP_TRY_GOTO(st, lt_problem_init(&ctx, call, &p, &pr), done);
+  RECAP_TRY_GOTO(st, resolve(&ctx, &p, &pr, run, &ch), done);
+  if (run) st = run_choice(&ctx, &p, &pr, &ch, p.out);
 done:
   ctx_close(&ctx);
   return st;

@@ -72,6 +72,31 @@ bool recap__gemm_operand_layout(int64_t rows, int64_t cols, int64_t rs, int64_t 
 /* The host reference (the defs' run_host): runs the plan on the calling thread. */
 recap_status recap__gemm_run_host(const recap_op_call *call);
 
+/* ---- environment settings (gemm_settings.c) ---- */
+
+/* The GEMM environment variables, read ONCE (pthread_once) at the first GEMM, so the launch
+ * path never calls getenv:
+ *   RECAP_GEMM_SKINNY=0        skinny shapes go to cuBLASLt (skinny)
+ *   RECAP_GEMM_SKINNY_PDL=0    the skinny kernel without programmatic dependent launch
+ *   RECAP_GEMM_SKINNY_PIPE=0   the skinny kernel without double-buffered loads
+ *   RECAP_GEMM_SKINNY_WARPS=w  warps per block of the skinny kernel (1..16, power of two)
+ *   RECAP_TUNE=0|1|2           tuning off / tune / cache only (kernels/gemm_tune.h)
+ *   RECAP_TUNE_FILE=path       the tuning cache (default ./recap_tune.txt)
+ * Unknown values keep the default. */
+typedef struct {
+  bool skinny, skinny_pdl, skinny_pipe;
+  int skinny_warps; /* 0: chosen per shape */
+  int tune;         /* recap__tune_mode */
+  char tune_file[1024];
+} recap__gemm_env;
+
+/* The settings (never NULL; read from the environment on the first call). */
+const recap__gemm_env *recap__gemm_env_get(void);
+/* Reads the environment again and forgets every GEMM choice made under the old settings
+ * (recap__gemm_tune_reset): for tests and benchmarks that change the variables between runs.
+ * Not while GEMMs launch on other threads; a captured graph keeps what it captured. */
+void recap__gemm_env_reload(void);
+
 /* ---- switches (process-wide, read at each launch; public wrappers in gemm_settings.c) ---- */
 
 /* TF32 tensor-core math for f32 GEMMs on CUDA (off by default, like PyTorch's allow_tf32):
@@ -93,6 +118,15 @@ recap_gemm_library recap__gemm_library(void);
  * launch fails. */
 bool recap__cuda_gemm_skinny_fits(const recap__gemm_plan *p);
 recap_status recap__cuda_gemm_skinny(const recap__gemm_plan *p, int device, void *cuda_stream);
+/* The launch configuration recap__cuda_gemm_skinny uses for the plan on `device`: warps per
+ * block (RECAP_GEMM_SKINNY_WARPS, else chosen for the shape) and pipelined loads (1, or 0 with
+ * RECAP_GEMM_SKINNY_PIPE=0). A CUDA error status when the device cannot be asked. */
+recap_status recap__cuda_gemm_skinny_default(const recap__gemm_plan *p, int device, int *warps,
+                                             int *pipe);
+/* recap__cuda_gemm_skinny with an explicit configuration (a tuning candidate): warps 1..16, a
+ * power of two; pipe 0 or 1. RECAP_STATUS_INVALID_ARGUMENT otherwise. */
+recap_status recap__cuda_gemm_skinny_config(const recap__gemm_plan *p, int device,
+                                            void *cuda_stream, int warps, int pipe);
 
 /* Warmup for one GEMM call on `stream`: creates this thread's cuBLAS and cuBLASLt handles for
  * the stream's device, the stream's workspace, and (cuBLASLt) the algorithm for the call's
@@ -115,6 +149,18 @@ recap_status recap__gemm_release_stream(void *cuda_stream);
 /* The linked cuBLAS and cuBLASLt versions (major * 10000 + minor * 100 + patch), 0 for one
  * that cannot be asked. Registered with the runtime (runtime/versions.h) at load. */
 void recap__gemm_blas_versions(int *cublas, int *cublaslt);
+
+/* Tuning checks (kernels/gemm_tune.cu), on `cuda_stream`: atomically raises *max_bits (the
+ * bits of a non-negative float, 0 to start) to the largest finite |x[i]| of `count` elements;
+ * and adds to *mismatches the number of elements where got and ref differ by more than
+ * rtol * max(|ref|, |got|) + atol_frac * max|ref| (read from *max_bits). NaN matches NaN and an
+ * infinity only itself. Both pointers are device memory. */
+recap_status recap__cuda_gemm_tune_maxabs(const void *x, recap_dtype dtype, int64_t count,
+                                          unsigned *max_bits, void *cuda_stream);
+recap_status recap__cuda_gemm_tune_compare(const void *ref, const void *got, recap_dtype dtype,
+                                           int64_t count, const unsigned *max_bits, float rtol,
+                                           float atol_frac, unsigned long long *mismatches,
+                                           void *cuda_stream);
 
 /* In place over the contiguous [rows, cols] output of a GEMM: out[r, c] = act(out[r, c] +
  * bias[c]) (bias NULL: no bias), in f32 math, on `cuda_stream`. kernels/gemm_epilogue.cu. */

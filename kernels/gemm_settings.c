@@ -1,5 +1,12 @@
-/* gemm_settings.c: the public GEMM switches (include/recap.h), over the GEMM module's own. */
+/* gemm_settings.c: the public GEMM switches (include/recap.h), over the GEMM module's own, and
+ * the GEMM environment variables (gemm.h), read once. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "kernels/gemm.h"
+#include "kernels/gemm_tune.h"
 
 void recap_gemm_set_allow_tf32(int allow) { recap__gemm_set_allow_tf32(allow != 0); }
 
@@ -10,3 +17,46 @@ recap_status recap_gemm_set_library(recap_gemm_library library) {
 }
 
 recap_gemm_library recap_gemm_library_get(void) { return recap__gemm_library(); }
+
+/* ---- environment ------------------------------------------------------------------------- */
+
+static recap__gemm_env env;
+static pthread_once_t env_once = PTHREAD_ONCE_INIT;
+
+/* "0" turns a default-on switch off; anything else (or unset) leaves it on. */
+static bool switch_on(const char *name) {
+  const char *v = getenv(name);
+  return !(v && strcmp(v, "0") == 0);
+}
+
+static void read_env(void) {
+  recap__gemm_env e = {.skinny = switch_on("RECAP_GEMM_SKINNY"),
+                       .skinny_pdl = switch_on("RECAP_GEMM_SKINNY_PDL"),
+                       .skinny_pipe = switch_on("RECAP_GEMM_SKINNY_PIPE")};
+  const char *w = getenv("RECAP_GEMM_SKINNY_WARPS");
+  if (w) {
+    const int v = atoi(w);
+    if (v >= 1 && v <= 16 && (v & (v - 1)) == 0) e.skinny_warps = v;
+  }
+  const char *t = getenv("RECAP_TUNE");
+  if (t && (strcmp(t, "1") == 0 || strcmp(t, "2") == 0)) e.tune = t[0] - '0';
+  const char *f = getenv("RECAP_TUNE_FILE");
+  if (!f || !f[0] || strlen(f) >= sizeof e.tune_file) {
+    if (f && f[0]) fprintf(stderr, "recap: warning: RECAP_TUNE_FILE is longer than %zu bytes; "
+                           "using recap_tune.txt\n", sizeof e.tune_file - 1);
+    f = "recap_tune.txt";
+  }
+  snprintf(e.tune_file, sizeof e.tune_file, "%s", f);
+  env = e;
+}
+
+const recap__gemm_env *recap__gemm_env_get(void) {
+  pthread_once(&env_once, read_env);
+  return &env;
+}
+
+void recap__gemm_env_reload(void) {
+  pthread_once(&env_once, read_env);
+  read_env();
+  recap__gemm_tune_reset();
+}

@@ -28,7 +28,6 @@
  */
 #include <cuda_runtime.h>
 #include <stdint.h>
-#include <stdlib.h>
 
 #include "kernels/cuda_common.cuh"
 #include "kernels/gemm.h"
@@ -298,29 +297,12 @@ int warps_for(int64_t blocks, int steps, int sms) {
   return warps;
 }
 
-/* Tuning switches, read at each launch (a captured graph keeps what it captured):
- * RECAP_GEMM_SKINNY_PDL=0 turns programmatic dependent launch off, RECAP_GEMM_SKINNY_PIPE=0
- * the double-buffered loads, RECAP_GEMM_SKINNY_WARPS=w (1, 2, 4, 8 or 16) overrides the warps
- * per block. tools/bench_skinny.c times them. */
-bool pipelined() {
-  const char *v = getenv("RECAP_GEMM_SKINNY_PIPE");
-  return !(v && v[0] == '0' && v[1] == '\0');
-}
-
-bool pdl_enabled() {
-  const char *v = getenv("RECAP_GEMM_SKINNY_PDL");
-  return !(v && v[0] == '0' && v[1] == '\0');
-}
-
-int warps_override(int chosen) {
-  const char *v = getenv("RECAP_GEMM_SKINNY_WARPS");
-  if (!v) return chosen;
-  const int w = atoi(v);
-  return w >= 1 && w <= kMaxWarps && (w & (w - 1)) == 0 ? w : chosen;
-}
+/* The A/B switches (RECAP_GEMM_SKINNY_PDL, _PIPE, _WARPS) come from recap__gemm_env_get, read
+ * once per process; tools/bench_skinny.c times them and the tuner (cuda_gemm.c) times the
+ * warps and pipelining variants as candidates of their own. */
 
 template <typename T>
-recap_status launch(const skinny_args &args, int warps, bool pdl, cudaStream_t stream) {
+recap_status launch(const skinny_args &args, int warps, bool pipe, bool pdl, cudaStream_t stream) {
   const unsigned blocks = (unsigned)RECAP_CEIL_DIV(args.n, kRows);
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(blocks);
@@ -334,10 +316,10 @@ recap_status launch(const skinny_args &args, int warps, bool pdl, cudaStream_t s
     config.numAttrs = 1;
   }
   if (args.m <= 8)
-    RECAP_CUDA_TRY(pipelined() ? cudaLaunchKernelEx(&config, skinny_kernel<T, 1, 4, true>, args)
+    RECAP_CUDA_TRY(pipe ? cudaLaunchKernelEx(&config, skinny_kernel<T, 1, 4, true>, args)
                                : cudaLaunchKernelEx(&config, skinny_kernel<T, 1, 8, false>, args));
   else
-    RECAP_CUDA_TRY(pipelined() ? cudaLaunchKernelEx(&config, skinny_kernel<T, 2, 2, true>, args)
+    RECAP_CUDA_TRY(pipe ? cudaLaunchKernelEx(&config, skinny_kernel<T, 2, 2, true>, args)
                                : cudaLaunchKernelEx(&config, skinny_kernel<T, 2, 4, false>, args));
   RECAP_CUDA_TRY(cudaGetLastError());
   return RECAP_OK;
@@ -359,14 +341,32 @@ extern "C" bool recap__cuda_gemm_skinny_fits(const recap__gemm_plan *p) {
          (!p->b || aligned16(p->b));
 }
 
-extern "C" recap_status recap__cuda_gemm_skinny(const recap__gemm_plan *p, int device,
-                                               void *cuda_stream) {
+extern "C" recap_status recap__cuda_gemm_skinny_default(const recap__gemm_plan *p, int device,
+                                                       int *warps, int *pipe) {
+  if (!p || !warps || !pipe)
+    return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "skinny gemm: NULL argument");
+  device_facts f;
+  RECAP_TRY(device_facts_of(device, &f));
+  const recap__gemm_env *env = recap__gemm_env_get();
+  const int steps = (int)RECAP_CEIL_DIV(p->k, (int64_t)kStepK);
+  *warps = env->skinny_warps ? env->skinny_warps
+                             : warps_for(RECAP_CEIL_DIV(p->n, (int64_t)kRows), steps, f.sms);
+  *pipe = env->skinny_pipe ? 1 : 0;
+  return RECAP_OK;
+}
+
+extern "C" recap_status recap__cuda_gemm_skinny_config(const recap__gemm_plan *p, int device,
+                                                      void *cuda_stream, int warps, int pipe) {
   recap__cuda_launch_range range("recap gemm skinny");
   if (!p || !cuda_stream || !p->a || !p->b || !p->out || !recap__cuda_gemm_skinny_fits(p))
     return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
                       "skinny gemm: the plan does not fit the kernel (m <= 16, f16/bf16, x rows "
                       "and W [N, K] rows 16-byte aligned with unit stride along K, K %% 8 == 0, "
                       "no batch, no c)");
+  if (warps < 1 || warps > kMaxWarps || (warps & (warps - 1)) != 0 || (pipe != 0 && pipe != 1))
+    return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
+                      "skinny gemm: %d warps (1..%d, a power of two), pipe %d (0 or 1)", warps,
+                      kMaxWarps, pipe);
   device_facts f;
   RECAP_TRY(device_facts_of(device, &f));
   skinny_args args;
@@ -382,14 +382,20 @@ extern "C" recap_status recap__cuda_gemm_skinny(const recap__gemm_plan *p, int d
   args.ldw = p->n == 1 ? p->k : p->b_cs;
   args.alpha = p->alpha;
   args.act = p->act;
-  const bool pdl = f.major >= 9 && pdl_enabled();
+  const bool pdl = f.major >= 9 && recap__gemm_env_get()->skinny_pdl;
   args.pdl = pdl;
-  const int steps = (int)RECAP_CEIL_DIV(p->k, (int64_t)kStepK);
-  const int warps = warps_override(warps_for(RECAP_CEIL_DIV(p->n, (int64_t)kRows), steps, f.sms));
   cudaStream_t stream = static_cast<cudaStream_t>(cuda_stream);
   return recap__cuda_dispatch_float(p->dtype, "skinny gemm", [&](auto tag) -> recap_status {
     using T = decltype(tag);
-    if constexpr (sizeof(T) == 2) return launch<T>(args, warps, pdl, stream);
+    if constexpr (sizeof(T) == 2) return launch<T>(args, warps, pipe != 0, pdl, stream);
     return RECAP_FAIL(RECAP_STATUS_NOT_SUPPORTED, "skinny gemm: f32 is not supported");
   });
+}
+
+extern "C" recap_status recap__cuda_gemm_skinny(const recap__gemm_plan *p, int device,
+                                               void *cuda_stream) {
+  int warps = 0, pipe = 0;
+  if (p && recap__cuda_gemm_skinny_fits(p))
+    RECAP_TRY(recap__cuda_gemm_skinny_default(p, device, &warps, &pipe));
+  return recap__cuda_gemm_skinny_config(p, device, cuda_stream, warps, pipe);
 }

@@ -888,10 +888,13 @@ static const recap_dtype half_types[] = {RECAP_DTYPE_BF16, RECAP_DTYPE_F16};
  * RECAP_GEMM_SKINNY=0 (cuBLASLt); both must match the host. */
 static void check_skinny_and_fallback(gcase *g, const char *what) {
   unsetenv("RECAP_GEMM_SKINNY");
+  recap__gemm_env_reload();
   check_cuda_against_host(g, false, what);
   setenv("RECAP_GEMM_SKINNY", "0", 1);
+  recap__gemm_env_reload(); /* the settings are read once; this reads them again */
   check_cuda_against_host(g, false, "skinny disabled (cuBLASLt)");
   unsetenv("RECAP_GEMM_SKINNY");
+  recap__gemm_env_reload();
 }
 
 static void test_cuda_skinny_routing_accepts_only_shapes_it_supports(void) {

@@ -147,6 +147,7 @@ static result run_variant(mlp *net, int m, const variant *v, recap_stream *s,
   set_env("RECAP_GEMM_SKINNY_PDL", v->pdl);
   set_env("RECAP_GEMM_SKINNY_PIPE", v->pipe);
   set_env("RECAP_GEMM_SKINNY_WARPS", v->warps);
+  recap__gemm_env_reload(); /* the GEMM settings are read once per process */
   cudaStream_t cs = (cudaStream_t)recap_stream_native(s);
   cudaEvent_t ev[MAX_ITERS + 1];
   for (int i = 0; i <= iters; ++i) CUDA_OK(cudaEventCreate(&ev[i]));
