@@ -224,7 +224,21 @@ recap_status recap__bind_params(recap__model *m, recap_stream *stream) {
     if (ir->tensors[t].role == RECAP_ROLE_PARAM) total += align_up((size_t)ir->tensors[t].bytes);
   m->param_bytes = total;
   if (total == 0) return RECAP_OK;
-  RECAP_TRY(recap_malloc(m->device, total, stream, &m->param_block));
+  recap_status st = recap_malloc(m->device, total, stream, &m->param_block);
+  if (st != RECAP_OK) {
+    /* The params share one block: name the largest, the likely reason. */
+    size_t largest = 0;
+    for (size_t t = 0; t < ir->num_tensors; ++t)
+      if (ir->tensors[t].role == RECAP_ROLE_PARAM &&
+          (ir->tensors[largest].role != RECAP_ROLE_PARAM ||
+           ir->tensors[t].bytes > ir->tensors[largest].bytes))
+        largest = t;
+    return recap__error_context(st,
+                                "allocating the params (%zu bytes; the largest is tensor '%s', "
+                                "%llu bytes): ",
+                                total, ir->tensors[largest].name,
+                                (unsigned long long)ir->tensors[largest].bytes);
+  }
   size_t offset = 0;
   for (size_t t = 0; t < ir->num_tensors; ++t) {
     const recap__ir_tensor *tt = &ir->tensors[t];
@@ -326,7 +340,10 @@ recap_status recap__bind_pipeline(recap_pipeline *p) {
       p->data[t] = m->param_data[t];
       continue;
     }
-    RECAP_TRY(recap_malloc(p->device, (size_t)tt->bytes, p->stream, &p->owned[t]));
+    recap_status st = recap_malloc(p->device, (size_t)tt->bytes, p->stream, &p->owned[t]);
+    if (st != RECAP_OK)
+      return recap__error_context(st, "allocating tensor '%s' (%llu bytes): ", tt->name,
+                                  (unsigned long long)tt->bytes);
     p->data[t] = p->owned[t];
     /* Op outputs start zeroed, so copy_out before the first run returns defined bytes. */
     RECAP_TRY(init_tensor(tt, (int)t, p->data[t], ir->seed, p->stream));
@@ -340,12 +357,18 @@ recap_status recap__bind_pipeline(recap_pipeline *p) {
     recap_status st = RECAP_OK;
     if (!plan->separate) {
       st = recap_malloc(p->device, plan->arena_bytes, p->stream, &p->arena);
+      if (st != RECAP_OK)
+        st = recap__error_context(st, "allocating the arena of intermediates (%zu bytes): ",
+                                  plan->arena_bytes);
     } else {
       /* Arena planning off: one allocation per buffer (its root tensor owns it), so an
        * out-of-bounds access between two intermediates leaves an allocation. */
       for (size_t b = 0; b < plan->num_buffers && st == RECAP_OK; ++b) {
         int root = plan->buffers[b].root;
         st = recap_malloc(p->device, plan->buffers[b].bytes, p->stream, &p->owned[root]);
+        if (st != RECAP_OK)
+          st = recap__error_context(st, "allocating intermediate '%s' (%zu bytes): ",
+                                    ir->tensors[root].name, (size_t)plan->buffers[b].bytes);
       }
     }
     recap_status end = recap_pool_route_end(p->device, p->stream);

@@ -1345,7 +1345,13 @@ recap_status recap__plan_format(const recap__ir *ir, const recap__plan *plan, ch
   }
   /* The plan was checked when built; should its views not form for this IR, the table says
    * so by leaving their strides out. */
-  if (recap__plan_views(ir, plan, views, offsets) != RECAP_OK) {
+  recap_status views_st = recap__plan_views(ir, plan, views, offsets);
+  if (views_st == RECAP_STATUS_OUT_OF_MEMORY) {
+    free(views);
+    free(offsets);
+    return views_st;
+  }
+  if (views_st != RECAP_OK) {
     free(views);
     free(offsets);
     views = NULL;

@@ -1,12 +1,22 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine over the staged folder: NVIDIA compute-sanitizer over the GPU test
-# binaries, all runs at once (each is bound by the CPU work of the tool; the machine has the
-# cores), each within a time budget (default 540 s, under the device tool's 10-minute limit):
+# binaries and over every spec in specs/ run by the CLI, many runs at once (each is bound by
+# the CPU work of the tool; the machine has the cores), each within a time budget (default
+# 240 s; the whole script stays under about 5 minutes on an H100):
 #   - memcheck over ops_cuda_test, runtime_cuda_test and graph_test with
 #     RECAP_ALLOC_CONF=backend:native: every block is its own cudaMalloc, so an access past a
 #     block is outside any allocation and memcheck sees it (the caching allocator would hide it
 #     inside a larger segment); and over allocator_test (see below);
-#   - racecheck, synccheck and initcheck over ops_cuda_test (our kernels).
+#   - racecheck, synccheck and initcheck over ops_cuda_test (our kernels);
+#   - memcheck over the engine's tests (pipeline_*test) and over `recap run SPEC --mode graph`
+#     and `--mode eager` for every spec in specs/ (one warmup, one timed run), each twice: with
+#     RECAP_ARENA=0 (arena planning off: every intermediate its own allocation, so with
+#     backend:native an overrun from one intermediate into the next is outside any allocation)
+#     and with the default arena (what users run). pipeline_device_fault_test is left out: it
+#     fails hundreds of cudaMalloc calls on purpose and runs no kernel the others do not; so
+#     are spec_*test, which make no CUDA call (compute-sanitizer then exits 255, "terminated
+#     before first instrumented API call"). Each run gets its own TEST_TMPDIR: two runs of one
+#     binary at once must not share temporary files.
 # ops_cuda_test runs its deliberate device faults (out-of-range ids and positions that
 # __trap()) in child processes (this binary re-executed). Every process is sanitized
 # (--target-processes all; leaving the children out made them hang) and compute-sanitizer
@@ -16,11 +26,16 @@
 # (--report-api-errors no): the tests provoke many on purpose and check each status
 # themselves; the tools' job here is what kernels do to memory. allocator_test runs without
 # RECAP_ALLOC_CONF: it sets each backend itself and checks the caching one's rounding.
-#   bash stage/run.sh tools/gpu_sanitize.sh [BUDGET_SECONDS]
+# A run passes when it reports no error outside the deliberate traps AND its exit code is 0:
+# the program's own (every test passed, the CLI run succeeded), or, for the runs that have no
+# deliberate trap, the tool's --error-exitcode 99 when it found an error. One summary line per
+# run, then "N passed, N failed" over the runs.
+#   bash stage/run.sh tools/gpu_sanitize.sh [BUDGET_SECONDS]   (SANITIZE_JOBS=N: runs at once)
 set -uo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-/tmp/recap_gpu_out}
-budget=${1:-540}
+budget=${1:-240}
+jobs_max=${SANITIZE_JOBS:-$(nproc)}
 logs=/tmp/recap_sanitize_logs
 rm -rf "$logs"
 mkdir -p "$out" "$logs"
@@ -29,10 +44,12 @@ export RECAP_ALLOC_CONF=backend:native
 cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 "$cs" --version | tail -1
 cd "$here"
+script_start=$(date +%s)
 
 # classify LOG: prints "ERRORS TRAPS": the reports (blocks that start with an unindented
 # "========= " line) outside and inside run_fault_child.
 classify() {
+  [ -f "$1" ] || { echo "0 0"; return; }
   awk '
     function close_block() { if (inb) { if (trap) t++; else e++ } inb = 0 }
     /^========= [^ ]/ && !/SUMMARY|COMPUTE-SANITIZER|Target application/ {
@@ -43,64 +60,124 @@ classify() {
     END { close_block(); print e + 0, t + 0 }' "$1"
 }
 
-# sanitize TOOL TEST: one run; writes its summary line to $logs/TOOL.TEST.summary and its
-# error count (deliberate traps excluded) to $logs/TOOL.TEST.errors.
+# sanitize ID TOOL TRAPS ARENA -- COMMAND...: one run of COMMAND (from the stage root) under
+# TOOL; TRAPS is 1 for a binary with deliberate traps (no --error-exitcode: its children's
+# traps are errors to the tool), ARENA is "0" for RECAP_ARENA=0, "default" to leave it unset,
+# "-" where it does not apply. Writes $logs/ID.summary, $logs/ID.errors and $logs/ID.ok.
 sanitize() {
-  local tool=$1 name=$2 run=$logs/$1.$2
-  if [ ! -x "tests/$name" ]; then
-    printf '%-10s %-18s not staged\n' "$tool" "$name" >"$run.summary"
+  local id=$1 tool=$2 traps_expected=$3 arena=$4
+  shift 5
+  local run=$logs/$id
+  if [ ! -x "$1" ]; then
+    printf '%-10s %-44s not staged\n' "$tool" "$id" >"$run.summary"
     echo 0 >"$run.errors"
+    echo 1 >"$run.ok"
     return
   fi
-  local env=()
-  [ "$name" = allocator_test ] && env=(-u RECAP_ALLOC_CONF)
+  mkdir -p "$run.tmp"
+  # env's options (-u) must come before its assignments.
+  local unset=() assign=(TEST_TMPDIR="$run.tmp")
+  if [ "$arena" = 0 ]; then assign+=(RECAP_ARENA=0); else unset+=(-u RECAP_ARENA); fi
+  case "$id" in memcheck.allocator_test*) unset+=(-u RECAP_ALLOC_CONF) ;; esac
+  local exitcode=()
+  [ "$traps_expected" = 1 ] || exitcode=(--error-exitcode 99)
   local start
   start=$(date +%s)
-  env "${env[@]}" timeout "$budget" "$cs" --tool "$tool" --target-processes all \
-    --report-api-errors no --print-limit 0 --log-file "$run.sanlog" "tests/$name" \
+  env "${unset[@]}" "${assign[@]}" timeout "$budget" "$cs" --tool "$tool" --target-processes all \
+    --report-api-errors no --print-limit 0 "${exitcode[@]}" --log-file "$run.sanlog" "$@" \
     >"$run.out" 2>&1
   local code=$? took=$(($(date +%s) - start))
   local state="exit $code"
   [ "$code" -eq 124 ] && state="TIMED OUT (partial)"
-  local counts errors traps summary
+  [ "$code" -eq 99 ] && state="exit 99 (tool errors)"
+  local counts errors traps summary result
   counts=$(classify "$run.sanlog")
   errors=${counts% *}
   traps=${counts#* }
-  summary=$(grep -oE '(ERROR|RACECHECK) SUMMARY: .*' "$run.sanlog" | grep -v 'not printed' | tail -1)
-  local tests
-  tests=$(grep -E '^ +tests ' "$run.out" | awk '{print $3" run, "$4" passed, "$5" failed"}')
-  printf '%-10s %-18s %4s s  %-20s %s errors (+ %s deliberate traps in child processes; tool: %s); tests: %s\n' \
-    "$tool" "$name" "$took" "$state" "$errors" "$traps" "${summary:-no summary}" \
-    "${tests:-no summary}" >"$run.summary"
+  # Traps outside the binaries that have them are errors like any other.
+  [ "$traps_expected" = 1 ] || { errors=$((errors + traps)); traps=0; }
+  summary=$(grep -oE '(ERROR|RACECHECK) SUMMARY: .*' "$run.sanlog" 2>/dev/null |
+    grep -v 'not printed' | tail -1)
+  result=$(grep -E '^ +tests ' "$run.out" | awk '{print "tests: "$3" run, "$4" passed, "$5" failed"}')
+  [ -n "$result" ] || result="program: $(grep -m1 -oE 'error: .*' "$run.out" || echo "no error printed")"
+  local ok=0
+  [ "$code" -eq 0 ] && [ "$errors" -eq 0 ] && ok=1
+  local verdict=FAIL
+  [ "$ok" = 1 ] && verdict=PASS
+  printf '%-4s %-10s %-44s %4s s  %-22s %s errors (+ %s deliberate traps; tool: %s); %s\n' \
+    "$verdict" "$tool" "$id" "$took" "$state" "$errors" "$traps" "${summary:-no summary}" \
+    "$result" >"$run.summary"
   echo "$errors" >"$run.errors"
+  echo "$ok" >"$run.ok"
 }
 
-runs=("memcheck ops_cuda_test" "racecheck ops_cuda_test" "synccheck ops_cuda_test"
-  "initcheck ops_cuda_test" "memcheck runtime_cuda_test" "memcheck graph_test"
-  "memcheck allocator_test")
-for r in "${runs[@]}"; do
-  # shellcheck disable=SC2086
-  sanitize $r &
+ids=()
+# queue ID TOOL TRAPS ARENA -- COMMAND...: starts a run once fewer than jobs_max are running.
+queue() {
+  ids+=("$1")
+  while [ "$(jobs -rp | wc -l)" -ge "$jobs_max" ]; do wait -n; done
+  sanitize "$@" &
+}
+
+# The kernels and the runtime (as before), arena not involved.
+queue memcheck.ops_cuda_test memcheck 1 - -- tests/ops_cuda_test
+queue racecheck.ops_cuda_test racecheck 1 - -- tests/ops_cuda_test
+queue synccheck.ops_cuda_test synccheck 1 - -- tests/ops_cuda_test
+queue initcheck.ops_cuda_test initcheck 1 - -- tests/ops_cuda_test
+queue memcheck.runtime_cuda_test memcheck 0 - -- tests/runtime_cuda_test
+queue memcheck.graph_test memcheck 0 - -- tests/graph_test
+queue memcheck.allocator_test memcheck 0 - -- tests/allocator_test
+# The engine's tests, arena off and on.
+for t in tests/pipeline_*test; do
+  [ -x "$t" ] || continue
+  name=$(basename "$t")
+  [ "$name" = pipeline_device_fault_test ] && continue
+  for arena in 0 default; do
+    queue "memcheck.$name.arena_$arena" memcheck 0 "$arena" -- "$t"
+  done
+done
+# Every spec through the CLI, both modes, arena off and on. A spec whose plain run fails
+# (without the tool) is skipped with its error: that is not the sanitizer's finding.
+skipped=()
+for spec in specs/*.yaml; do
+  name=$(basename "$spec" .yaml)
+  if ! timeout 120 bin/recap run "$spec" --device cuda --warmup 1 --iters 1 --seed 1 \
+    >"$logs/plain.$name.out" 2>&1; then
+    skipped+=("SKIP $name: fails without compute-sanitizer: $(grep -m1 -E 'error|failed' \
+      "$logs/plain.$name.out" | cut -c1-200)")
+    continue
+  fi
+  for mode in graph eager; do
+    for arena in 0 default; do
+      queue "memcheck.run.$name.$mode.arena_$arena" memcheck 0 "$arena" -- \
+        bin/recap run "$spec" --device cuda --mode "$mode" --warmup 1 --iters 1 --seed 1
+    done
+  done
 done
 wait
 
 tool_errors=0
-for r in "${runs[@]}"; do
-  set -- $r
-  run=$logs/$1.$2
+passed=0
+failed=0
+for id in "${ids[@]}"; do
+  run=$logs/$id
   tool_errors=$((tool_errors + $(cat "$run.errors")))
-  if [ "$(cat "$run.errors")" -gt 0 ]; then
-    echo "--- $1 $2: first reports ---"
-    grep -E '^========= [^ ]' "$run.sanlog" | grep -v -E 'SUMMARY|COMPUTE-SANITIZER' | head -10
+  if [ "$(cat "$run.ok")" = 1 ]; then
+    passed=$((passed + 1))
+  else
+    failed=$((failed + 1))
+    echo "--- $id: exit status, first reports, end of output ---"
+    grep -E '^========= [^ ]' "$run.sanlog" 2>/dev/null | grep -v -E 'SUMMARY|COMPUTE-SANITIZER' |
+      head -10
+    tail -5 "$run.out" 2>/dev/null
   fi
 done
-tar czf "$out/sanitize_logs.tgz" -C "$logs" .
+tar czf "$out/sanitize_logs.tgz" --exclude="*.tmp" -C "$logs" .
 echo
-echo "=== compute-sanitizer summary (RECAP_ALLOC_CONF=$RECAP_ALLOC_CONF, budget ${budget} s per run, all at once) ==="
-for r in "${runs[@]}"; do
-  set -- $r
-  cat "$logs/$1.$2.summary"
-done
+echo "=== compute-sanitizer summary (RECAP_ALLOC_CONF=$RECAP_ALLOC_CONF except allocator_test;" \
+  "budget ${budget} s per run, $jobs_max at once; $(($(date +%s) - script_start)) s in all) ==="
+for id in "${ids[@]}"; do cat "$logs/$id.summary"; done
+[ ${#skipped[@]} -eq 0 ] || printf '%s\n' "${skipped[@]}"
 echo "sanitizer errors (deliberate traps excluded): $tool_errors"
-if [ "$tool_errors" -eq 0 ]; then echo "1 passed, 0 failed"; else echo "0 passed, 1 failed"; fi
-[ "$tool_errors" -eq 0 ]
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
