@@ -75,6 +75,8 @@ enum {
 
 typedef struct {
   bool native;           /* backend:native: every request is its own raw allocation */
+  bool async;            /* backend:cudaMallocAsync: the raw backend's stream-ordered pool */
+  bool expandable;       /* expandable_segments:True: segments grow by mapping chunks */
   size_t max_split_size; /* blocks this large are never split; SIZE_MAX: no limit */
   double gc_threshold;   /* garbage_collection_threshold in (0, 1); 0: off */
   /* roundup_power2_divisions per power-of-two size interval: [i] applies to requests in
@@ -85,17 +87,22 @@ typedef struct {
 
 void recap__alloc_config_default(recap__alloc_config *out);
 /* Parses "key:value,key:value" (PyTorch's PYTORCH_CUDA_ALLOC_CONF syntax) over the defaults.
- * Keys: backend (caching|native), max_split_size_mb (> 20), garbage_collection_threshold
- * (0 < t < 1), roundup_power2_divisions (a power of two, or a list "[256:1,512:2,>:8]" whose
- * keys are power-of-two MiB interval starts and ">" the rest). NULL or "" gives the defaults.
+ * Keys: backend (caching|native|cudaMallocAsync), max_split_size_mb (> 20),
+ * garbage_collection_threshold (0 < t < 1), roundup_power2_divisions (a power of two, or a list
+ * "[256:1,512:2,>:8]" whose keys are power-of-two MiB interval starts and ">" the rest),
+ * expandable_segments (True|False; only with backend:caching). NULL or "" gives the defaults.
  * RECAP_STATUS_INVALID_ARGUMENT naming the key on an unknown key or a malformed value; *out
  * is then untouched. */
 recap_status recap__alloc_config_parse(const char *text, recap__alloc_config *out);
 /* The block size a request of `size` bytes gets (512-byte multiples, or the next power-of-two
  * division when roundup_power2_divisions applies). */
 size_t recap__alloc_round_size(const recap__alloc_config *config, size_t size);
-/* The size of the segment the allocator reserves for a block of `rounded` bytes. */
-size_t recap__alloc_segment_size(size_t rounded);
+/* The size of the segment the allocator reserves for a block of `rounded` bytes. In the
+ * default pool a 1-10 MiB block gets a 20 MiB segment that later requests of that range share
+ * (PyTorch's kLargeBuffer rule, against churn); in a private pool (graph memory: one planned
+ * arena, no churn) it gets its size rounded up to 2 MiB, so a 1.25 MiB arena reserves 2 MiB,
+ * not 20. */
+size_t recap__alloc_segment_size(size_t rounded, bool private_pool);
 
 /* ------------------------------------------------------------------------------------------
  * Raw backends
@@ -116,6 +123,34 @@ typedef struct {
   recap_status (*exchange_capture_mode)(void *ctx, recap_capture_mode *mode);
   /* Free and total device memory, for error messages and the memory fraction (optional). */
   recap_status (*mem_get_info)(void *ctx, size_t *free_bytes, size_t *total_bytes);
+
+  /* Virtual memory, for expandable segments (optional: all five or none). Addresses and sizes
+   * passed to map/unmap are multiples of the granularity, and each map call is undone by
+   * exactly one unmap of the same range (CUDA's rule for cuMemMap/cuMemUnmap). */
+  recap_status (*vmm_granularity)(void *ctx, size_t *out);
+  /* Reserves `bytes` of address space with nothing behind it. */
+  recap_status (*vmm_reserve)(void *ctx, size_t bytes, void **base);
+  /* Gives a reservation back; RECAP_STATUS_BUSY while any of it is still mapped. */
+  recap_status (*vmm_release)(void *ctx, void *base, size_t bytes);
+  /* Backs [addr, addr + bytes) with new physical memory, readable and writable by the device.
+   * RECAP_STATUS_OUT_OF_MEMORY when the device is full. */
+  recap_status (*vmm_map)(void *ctx, void *addr, size_t bytes);
+  /* Unmaps a range mapped by one vmm_map call and frees its physical memory. */
+  recap_status (*vmm_unmap)(void *ctx, void *addr, size_t bytes);
+
+  /* A stream-ordered pool, for backend:cudaMallocAsync (optional: all four or none). The
+   * memory of a free may be reused by later work on `stream` at once and by other streams
+   * after they synchronize with it. */
+  recap_status (*async_alloc)(void *ctx, size_t bytes, recap_stream *stream, void **out);
+  recap_status (*async_free)(void *ctx, void *ptr, recap_stream *stream);
+  /* Bytes the pool holds from the device now and at its peak. */
+  recap_status (*async_reserved)(void *ctx, size_t *current, size_t *peak);
+  /* Returns the pool's unused memory to the device (cudaMemPoolTrimTo(pool, 0)). */
+  recap_status (*async_trim)(void *ctx);
+
+  /* An IPC handle for memory that `alloc` returned (ptr is the allocation's start)
+   * (optional). */
+  recap_status (*ipc_handle)(void *ctx, void *ptr, recap_ipc_mem_handle *out);
 } recap__raw_backend;
 
 /* The runtime backend's device memory (cudaMalloc on CUDA, aligned host memory on host). */
@@ -123,7 +158,12 @@ typedef struct {
   const recap__backend *backend;
   int device;
 } recap__raw_runtime;
-/* Fills *out with a raw backend whose ctx is `state`, which must outlive it. */
+/* Fills *out with a raw backend whose ctx is `state`, which must outlive it. Virtual memory:
+ * the CUDA driver's (through cudaGetDriverEntryPointByVersion; absent when the driver lacks
+ * it) or, on the host backend, an emulation over mmap that is as strict as CUDA (unmapped
+ * chunks fault on access, a double map or a release of mapped memory is refused). The
+ * stream-ordered pool: the device's default memory pool on CUDA, an emulation that frees in
+ * stream order (launch_host) on host. */
 recap_status recap__raw_runtime_init(recap__raw_runtime *state, recap_device device,
                                      recap__raw_backend *out);
 
@@ -132,7 +172,9 @@ typedef struct recap__raw_failing recap__raw_failing;
 typedef bool (*recap__raw_fail_predicate)(size_t bytes, void *user);
 typedef struct {
   size_t alloc_calls, alloc_failures, free_calls, sync_calls;
+  /* vmm_map and async_alloc count as allocations, vmm_unmap and async_free as frees. */
   size_t live_allocations, live_bytes;
+  size_t live_reservations; /* vmm_reserve minus vmm_release */
 } recap__raw_failing_counts;
 
 /* `inner` is copied and must stay valid (its ctx) while the failing backend lives. */
@@ -174,7 +216,10 @@ recap_status recap__allocator_destroy(recap__allocator *allocator);
  * RECAP_ALLOC_CONF; a bad value fails here, every time, with the parser's message). */
 recap_status recap__allocator_for_device(recap_device device, recap__allocator **out);
 
-/* The instance forms of the public functions; they behave as documented in recap.h. */
+/* The instance forms of the public functions; they behave as documented in recap.h. Under
+ * backend:cudaMallocAsync, stats, summary, snapshot and pool calls return
+ * RECAP_STATUS_NOT_SUPPORTED (recap__allocator_stats is the exception: it has no status and
+ * fills what the pool knows; see recap__allocator_stats_checked). */
 recap_status recap__allocator_malloc(recap__allocator *a, size_t size, recap_stream *stream,
                                      void **out);
 recap_status recap__allocator_free(recap__allocator *a, void *ptr);
@@ -184,6 +229,14 @@ recap_status recap__allocator_record_stream(recap__allocator *a, void *ptr, reca
 recap_status recap__allocator_empty_cache(recap__allocator *a);
 recap_status recap__allocator_set_memory_fraction(recap__allocator *a, double fraction);
 void recap__allocator_stats(recap__allocator *a, recap_memory_stats *out);
+/* As recap__allocator_stats, but RECAP_STATUS_NOT_SUPPORTED where the numbers would be wrong
+ * (backend:cudaMallocAsync knows no blocks or segments). */
+recap_status recap__allocator_stats_checked(recap__allocator *a, recap_memory_stats *out);
+/* allocated/reserved current and peak: the numbers every backend knows. */
+recap_status recap__allocator_totals(recap__allocator *a, size_t *allocated, size_t *reserved,
+                                     size_t *max_allocated, size_t *max_reserved);
+recap_status recap__allocator_ipc_handle(recap__allocator *a, void *ptr,
+                                         recap_ipc_mem_handle *out, size_t *offset);
 void recap__allocator_reset_peak(recap__allocator *a);
 recap_status recap__allocator_summary(recap__allocator *a, char **text);
 recap_status recap__allocator_snapshot_json(recap__allocator *a, char **json);

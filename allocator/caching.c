@@ -72,6 +72,22 @@ static void free_set_remove(recap__allocator *a, recap__block *b) {
   }
 }
 
+void recap__free_set_insert(recap__allocator *a, recap__block *b) {
+  free_set_insert(a, b);
+}
+
+void recap__free_set_remove(recap__allocator *a, recap__block *b) {
+  free_set_remove(a, b);
+}
+
+void recap__addr_index_insert(recap__allocator *a, recap__block *b) {
+  recap__treap_insert(&a->by_addr, &b->by_addr, cmp_by_addr);
+}
+
+void recap__addr_index_remove(recap__allocator *a, recap__block *b) {
+  recap__treap_remove(&a->by_addr, &b->by_addr, cmp_by_addr);
+}
+
 /* The block whose range contains ptr, or NULL. */
 static recap__block *find_block(recap__allocator *a, uintptr_t ptr) {
   recap__block key;
@@ -80,6 +96,10 @@ static recap__block *find_block(recap__allocator *a, uintptr_t ptr) {
   if (!n) return NULL;
   recap__block *b = RECAP__CONTAINER_OF(n, recap__block, by_addr);
   return ptr < b->addr + b->size ? b : NULL;
+}
+
+recap__block *recap__find_block(recap__allocator *a, uintptr_t ptr) {
+  return find_block(a, ptr);
 }
 
 static bool same_device(recap_device x, recap_device y) {
@@ -113,6 +133,20 @@ recap_status recap__allocator_create(const recap__allocator_options *options,
   recap__alloc_config config;
   recap__alloc_config_default(&config);
   RECAP_TRY(recap__alloc_config_parse(options->conf, &config));
+  /* A setting the raw backend cannot honour is an error, not a silent fallback: a user who
+   * asked for expandable segments would otherwise debug fragmentation they turned off. */
+  if (config.expandable && !recap__expandable_supported(options->raw))
+    return RECAP_FAIL(RECAP_STATUS_NOT_SUPPORTED,
+                      "RECAP_ALLOC_CONF: expandable_segments:True, but the %s raw backend has "
+                      "no virtual memory API (the CUDA driver's cuMemCreate/cuMemMap are "
+                      "missing)",
+                      options->raw->name);
+  if (config.async && !(options->raw->async_alloc && options->raw->async_free &&
+                        options->raw->async_reserved && options->raw->async_trim))
+    return RECAP_FAIL(RECAP_STATUS_NOT_SUPPORTED,
+                      "RECAP_ALLOC_CONF: backend:cudaMallocAsync, but the %s raw backend has no "
+                      "stream-ordered pool",
+                      options->raw->name);
   recap__allocator *a = calloc(1, sizeof *a);
   if (!a) return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory for an allocator");
   if (pthread_mutex_init(&a->lock, NULL) != 0) {
@@ -198,6 +232,22 @@ recap_status recap__allocator_destroy(recap__allocator *a) {
 
 /* Reserves raw memory. During a capture the raw backend is called under the relaxed capture
  * mode, as PyTorch does: cudaMalloc is then legal, and the pool can grow inside a capture. */
+recap_status recap__raw_call_relaxed(recap__allocator *a,
+                                     recap_status (*fn)(recap__allocator *a, void *arg),
+                                     void *arg) {
+  if (recap__unsafe_enter()) {
+    recap_status st = fn(a, arg);
+    recap__unsafe_exit();
+    return st;
+  }
+  if (!a->raw.exchange_capture_mode) return fn(a, arg);
+  recap_capture_mode mode = RECAP_CAPTURE_MODE_RELAXED;
+  RECAP_TRY(a->raw.exchange_capture_mode(a->raw.ctx, &mode));
+  recap_status st = fn(a, arg);
+  a->raw.exchange_capture_mode(a->raw.ctx, &mode);
+  return st;
+}
+
 static recap_status raw_alloc(recap__allocator *a, size_t bytes, void **out) {
   if (recap__unsafe_enter()) {
     recap_status st = a->raw.alloc(a->raw.ctx, bytes, out);
@@ -258,6 +308,7 @@ static recap_status alloc_segment(recap__allocator *a, recap__pool *pool, recap_
  * cached and returns false. */
 static bool release_segment_block(recap__allocator *a, recap__block *b) {
   recap__segment *seg = b->segment;
+  if (seg->expandable) return recap__expandable_release(a, b);
   if (a->raw.free(a->raw.ctx, (void *)seg->base) != RECAP_OK) return false;
   free_set_remove(a, b);
   recap__treap_remove(&a->by_addr, &b->by_addr, cmp_by_addr);
@@ -289,6 +340,8 @@ static void collect_whole(recap__tnode *node, void *user) {
 }
 
 static void release_pool_locked(recap__allocator *a, recap__pool *pool) {
+  /* Tails first: releasing whole segments may destroy the pool. */
+  if (pool->expandable) recap__expandable_trim(a, pool);
   recap__block *list = NULL;
   recap__treap_walk(pool->free_small, collect_whole, &list);
   recap__treap_walk(pool->free_large, collect_whole, &list);
@@ -457,9 +510,11 @@ static recap__block *take_free_block(recap__allocator *a, recap__pool *pool, boo
   if (b && b->segment->stream != stream) b = NULL;
   /* An unsplittable (oversize) block is not handed to a request that could be served from
    * a splittable one, and an oversize request does not take a block much larger than itself:
-   * both would waste most of the block. */
-  if (b && size < max_split && b->size >= max_split) b = NULL;
-  if (b && size >= max_split && b->size >= size + RECAP__ALLOC_LARGE_BUFFER) b = NULL;
+   * both would waste most of the block. Blocks of expandable segments are always splittable
+   * (the split-size limit exists to fight the fragmentation they avoid). */
+  bool oversize_rules = b && !b->segment->expandable;
+  if (oversize_rules && size < max_split && b->size >= max_split) b = NULL;
+  if (oversize_rules && size >= max_split && b->size >= size + RECAP__ALLOC_LARGE_BUFFER) b = NULL;
   if (!b) {
     a->gc_epoch++;
     return NULL;
@@ -471,6 +526,7 @@ static recap__block *take_free_block(recap__allocator *a, recap__pool *pool, boo
 static bool should_split(const recap__allocator *a, const recap__block *b, size_t size) {
   size_t remaining = b->size - size;
   if (b->segment->small) return remaining >= RECAP__ALLOC_MIN_BLOCK;
+  if (b->segment->expandable) return remaining > RECAP__ALLOC_SMALL_SIZE;
   return size < a->config.max_split_size && remaining > RECAP__ALLOC_SMALL_SIZE;
 }
 
@@ -569,6 +625,7 @@ recap_status recap__allocator_malloc(recap__allocator *a, size_t size, recap_str
   }
   if (size > SIZE_MAX / 4)
     return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "tried to allocate %zu bytes", size);
+  if (a->config.async) return recap__async_malloc(a, size, stream, out);
   pthread_mutex_lock(&a->lock);
   bool retried = false;
   for (;;) {
@@ -583,8 +640,10 @@ recap_status recap__allocator_malloc(recap__allocator *a, size_t size, recap_str
         garbage_collect(a);
         recap__unsafe_exit();
       }
-      size_t bytes = native ? size : recap__alloc_segment_size(rounded);
-      recap_status st = alloc_segment(a, pool, stream, small, bytes, &b);
+      size_t bytes = native ? size : recap__alloc_segment_size(rounded, pool->id != 0);
+      recap_status st = !native && a->config.expandable
+                            ? recap__expandable_grow(a, pool, stream, small, rounded, &b)
+                            : alloc_segment(a, pool, stream, small, bytes, &b);
       if (st == RECAP_STATUS_OUT_OF_MEMORY && !retried && recap__capture_count() == 0) {
         /* Wait for the device without the lock (other threads keep allocating from the
          * cache), then release every unused segment and try once more from the start: the
@@ -644,6 +703,7 @@ static recap__block *find_allocated(recap__allocator *a, void *ptr) {
 }
 
 bool recap__allocator_owns(recap__allocator *a, void *ptr) {
+  if (a->config.async) return recap__async_owns(a, ptr);
   pthread_mutex_lock(&a->lock);
   bool owns = find_allocated(a, ptr) != NULL;
   pthread_mutex_unlock(&a->lock);
@@ -653,6 +713,7 @@ bool recap__allocator_owns(recap__allocator *a, void *ptr) {
 recap_status recap__allocator_free(recap__allocator *a, void *ptr) {
   RECAP_CHECK_ARG(a);
   if (!ptr) return RECAP_OK;
+  if (a->config.async) return recap__async_free(a, ptr);
   pthread_mutex_lock(&a->lock);
   recap__block *b = find_allocated(a, ptr);
   if (!b) {
@@ -695,6 +756,7 @@ recap_status recap__allocator_record_stream(recap__allocator *a, void *ptr, reca
                       "the stream belongs to %s:%d, the allocator to %s:%d",
                       recap_backend_name(stream->device.backend), stream->device.index,
                       recap_backend_name(a->device.backend), a->device.index);
+  if (a->config.async) return recap__async_record_stream(a, ptr, stream);
   pthread_mutex_lock(&a->lock);
   recap_status st = RECAP_OK;
   recap__block *b = find_block(a, (uintptr_t)ptr);
@@ -723,6 +785,7 @@ done:
 
 recap_status recap__allocator_empty_cache(recap__allocator *a) {
   RECAP_CHECK_ARG(a);
+  if (a->config.async) return recap__async_empty_cache(a);
   pthread_mutex_lock(&a->lock);
   if (!recap__unsafe_enter()) {
     pthread_mutex_unlock(&a->lock);
@@ -742,6 +805,10 @@ recap_status recap__allocator_set_memory_fraction(recap__allocator *a, double fr
   if (!(fraction > 0.0 && fraction <= 1.0))
     return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "memory fraction %g is not in (0, 1]",
                       fraction);
+  if (a->config.async)
+    return RECAP_FAIL(RECAP_STATUS_NOT_SUPPORTED,
+                      "backend:cudaMallocAsync has no memory fraction (the driver's pool grows "
+                      "as it needs)");
   if (!a->raw.mem_get_info)
     return RECAP_FAIL(RECAP_STATUS_NOT_SUPPORTED,
                       "the %s raw backend cannot report the device's capacity", a->raw.name);
@@ -753,4 +820,39 @@ recap_status recap__allocator_set_memory_fraction(recap__allocator *a, double fr
   a->allowed_bytes = (size_t)(fraction * (double)total_bytes);
   pthread_mutex_unlock(&a->lock);
   return RECAP_OK;
+}
+
+/* ------------------------------------------------------------------------------------------
+ * IPC
+ * ---------------------------------------------------------------------------------------- */
+
+recap_status recap__allocator_ipc_handle(recap__allocator *a, void *ptr,
+                                         recap_ipc_mem_handle *out, size_t *offset) {
+  RECAP_CHECK_ARG(a && ptr && out && offset);
+  if (a->config.async)
+    return RECAP_FAIL(RECAP_STATUS_NOT_SUPPORTED,
+                      "IPC of memory from backend:cudaMallocAsync is not supported (the "
+                      "device's default pool is not exportable); use backend:caching for "
+                      "memory shared with other processes");
+  pthread_mutex_lock(&a->lock);
+  recap_status st = RECAP_OK;
+  recap__block *b = find_block(a, (uintptr_t)ptr);
+  if (!b || b->state != RECAP__BLOCK_ALLOCATED) {
+    st = RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "%p lies in no allocated block", ptr);
+  } else if (b->segment->expandable) {
+    /* cudaIpcGetMemHandle works on cudaMalloc allocations only; a mapped chunk would need a
+     * shareable handle type per chunk and a matching importer, which recap does not have. */
+    st = RECAP_FAIL(RECAP_STATUS_NOT_SUPPORTED,
+                    "%p lies in an expandable segment: memory mapped with cuMemMap cannot be "
+                    "shared through CUDA IPC; allocate memory to share with "
+                    "expandable_segments:False",
+                    ptr);
+  } else if (!a->raw.ipc_handle) {
+    st = RECAP_FAIL(RECAP_STATUS_NOT_SUPPORTED, "the %s raw backend has no IPC", a->raw.name);
+  } else {
+    st = a->raw.ipc_handle(a->raw.ctx, (void *)b->segment->base, out);
+    if (st == RECAP_OK) *offset = (uintptr_t)ptr - b->segment->base;
+  }
+  pthread_mutex_unlock(&a->lock);
+  return st;
 }

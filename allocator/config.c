@@ -113,12 +113,13 @@ static recap_status parse_divisions(const char *value, recap__alloc_config *cfg)
 static recap_status parse_setting(const char *key, const char *value, recap__alloc_config *cfg) {
   unsigned long long v;
   if (strcmp(key, "backend") == 0) {
-    if (strcmp(value, "caching") == 0)
-      cfg->native = false;
-    else if (strcmp(value, "native") == 0)
+    cfg->native = cfg->async = false;
+    if (strcmp(value, "native") == 0)
       cfg->native = true;
-    else
-      return bad(key, value, "expected caching or native");
+    else if (strcmp(value, "cudaMallocAsync") == 0)
+      cfg->async = true;
+    else if (strcmp(value, "caching") != 0)
+      return bad(key, value, "expected caching, native or cudaMallocAsync");
   } else if (strcmp(key, "max_split_size_mb") == 0) {
     /* Below the large segment size, every large segment would be unsplittable. */
     if (!parse_uint(value, &v) || v <= RECAP__ALLOC_LARGE_BUFFER / MIB || v > SIZE_MAX / MIB)
@@ -134,12 +135,18 @@ static recap_status parse_setting(const char *key, const char *value, recap__all
   } else if (strcmp(key, "roundup_power2_divisions") == 0) {
     RECAP_TRY(parse_divisions(value, cfg));
   } else if (strcmp(key, "expandable_segments") == 0) {
-    return bad(key, value, "expandable segments are not supported by this build of recap");
+    /* PyTorch spells it True/False; the lower-case forms are accepted too. */
+    if (strcmp(value, "True") == 0 || strcmp(value, "true") == 0)
+      cfg->expandable = true;
+    else if (strcmp(value, "False") == 0 || strcmp(value, "false") == 0)
+      cfg->expandable = false;
+    else
+      return bad(key, value, "expected True or False");
   } else {
     return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
                       "RECAP_ALLOC_CONF: unknown setting '%s' (known: backend, "
                       "max_split_size_mb, garbage_collection_threshold, "
-                      "roundup_power2_divisions)",
+                      "roundup_power2_divisions, expandable_segments)",
                       key);
   }
   return RECAP_OK;
@@ -186,6 +193,13 @@ recap_status recap__alloc_config_parse(const char *text, recap__alloc_config *ou
                           "RECAP_ALLOC_CONF: empty setting (trailing comma) in '%s'", text);
     }
   }
+  /* Expandable segments are a way of caching: the other backends cache nothing of their own
+   * (native) or leave caching to the driver's pool (cudaMallocAsync). */
+  if (cfg.expandable && (cfg.native || cfg.async))
+    return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
+                      "RECAP_ALLOC_CONF: expandable_segments:True needs backend:caching (it "
+                      "is how the caching allocator gets its segments), not backend:%s",
+                      cfg.native ? "native" : "cudaMallocAsync");
   *out = cfg;
   return RECAP_OK;
 }
@@ -217,9 +231,9 @@ size_t recap__alloc_round_size(const recap__alloc_config *config, size_t size) {
   return (size + RECAP__ALLOC_MIN_BLOCK - 1) / RECAP__ALLOC_MIN_BLOCK * RECAP__ALLOC_MIN_BLOCK;
 }
 
-size_t recap__alloc_segment_size(size_t rounded) {
+size_t recap__alloc_segment_size(size_t rounded, bool private_pool) {
   if (rounded <= RECAP__ALLOC_SMALL_SIZE) return RECAP__ALLOC_SMALL_BUFFER;
-  if (rounded < RECAP__ALLOC_MIN_LARGE_ALLOC) return RECAP__ALLOC_LARGE_BUFFER;
+  if (rounded < RECAP__ALLOC_MIN_LARGE_ALLOC && !private_pool) return RECAP__ALLOC_LARGE_BUFFER;
   return (rounded + RECAP__ALLOC_ROUND_LARGE - 1) / RECAP__ALLOC_ROUND_LARGE *
          RECAP__ALLOC_ROUND_LARGE;
 }

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 
 #include "allocator/internal.h"
+#include "allocator/raw_impl.h"
 #include "runtime/error.h"
 
 enum { MAX_DEVICES = 64, BACKEND_KINDS = 2 };
@@ -94,8 +95,7 @@ recap_status recap_memory_stats_get(recap_device device, recap_memory_stats *out
   RECAP_CHECK_ARG(out);
   recap__allocator *a;
   RECAP_TRY(recap__allocator_for_device(device, &a));
-  recap__allocator_stats(a, out);
-  return RECAP_OK;
+  return recap__allocator_stats_checked(a, out);
 }
 
 recap_status recap_memory_reset_peak(recap_device device) {
@@ -109,22 +109,22 @@ typedef enum { PICK_ALLOCATED, PICK_RESERVED, PICK_MAX_ALLOCATED, PICK_MAX_RESER
 
 static recap_status memory_value(recap_device device, pick which, size_t *out) {
   RECAP_CHECK_ARG(out);
-  recap_memory_stats s;
-  RECAP_TRY(recap_memory_stats_get(device, &s));
-  const recap_memory_stat *allocated = &s.allocated_bytes[RECAP_STAT_ALL];
-  const recap_memory_stat *reserved = &s.reserved_bytes[RECAP_STAT_ALL];
+  recap__allocator *a;
+  RECAP_TRY(recap__allocator_for_device(device, &a));
+  size_t allocated, reserved, max_allocated, max_reserved;
+  RECAP_TRY(recap__allocator_totals(a, &allocated, &reserved, &max_allocated, &max_reserved));
   switch (which) {
     case PICK_ALLOCATED:
-      *out = (size_t)allocated->current;
+      *out = allocated;
       break;
     case PICK_RESERVED:
-      *out = (size_t)reserved->current;
+      *out = reserved;
       break;
     case PICK_MAX_ALLOCATED:
-      *out = (size_t)allocated->peak;
+      *out = max_allocated;
       break;
     case PICK_MAX_RESERVED:
-      *out = (size_t)reserved->peak;
+      *out = max_reserved;
       break;
   }
   return RECAP_OK;
@@ -199,4 +199,36 @@ recap_status recap__pool_route_add_stream(recap_device device, recap_stream *rou
   recap__allocator *a;
   RECAP_TRY(recap__allocator_for_device(device, &a));
   return recap__allocator_route_add_stream(a, routed, side);
+}
+
+recap_status recap_ipc_mem_handle_get(void *ptr, recap_ipc_mem_handle *out, size_t *offset) {
+  RECAP_CHECK_ARG(ptr && out && offset);
+  recap__allocator *a = owner_of(ptr);
+  if (!a)
+    return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
+                      "%p was not returned by recap_malloc (or was freed already)", ptr);
+  return recap__allocator_ipc_handle(a, ptr, out, offset);
+}
+
+recap_status recap_ipc_mem_open(recap_device device, const recap_ipc_mem_handle *handle,
+                                void **out) {
+  RECAP_CHECK_ARG(handle && out);
+  const recap__backend *backend;
+  RECAP_TRY(recap__device_backend(device, &backend));
+#if RECAP_WITH_CUDA
+  if (device.backend == RECAP_BACKEND_CUDA) return recap__cuda_ipc_open(device.index, handle, out);
+#endif
+  return RECAP_FAIL(RECAP_STATUS_NOT_SUPPORTED, "memory IPC needs a CUDA device, not %s:%d",
+                    recap_backend_name(device.backend), device.index);
+}
+
+recap_status recap_ipc_mem_close(recap_device device, void *ptr) {
+  RECAP_CHECK_ARG(ptr);
+  const recap__backend *backend;
+  RECAP_TRY(recap__device_backend(device, &backend));
+#if RECAP_WITH_CUDA
+  if (device.backend == RECAP_BACKEND_CUDA) return recap__cuda_ipc_close(device.index, ptr);
+#endif
+  return RECAP_FAIL(RECAP_STATUS_NOT_SUPPORTED, "memory IPC needs a CUDA device, not %s:%d",
+                    recap_backend_name(device.backend), device.index);
 }

@@ -36,10 +36,15 @@ typedef enum {
 
 typedef struct recap__segment {
   uintptr_t base;
-  size_t size;
+  size_t size; /* bytes its blocks tile; for an expandable segment, the mapped prefix */
   recap__pool *pool;
   recap_stream *stream;
   bool small;
+  /* Expandable segments (expandable.c): `va_size` bytes of address space from `base`, of
+   * which the first `size` are mapped, one vmm_map call per `chunk` bytes. */
+  bool expandable;
+  size_t va_size, chunk;
+  struct recap__segment *next_expandable; /* the pool's list of expandable segments */
 } recap__segment;
 
 typedef struct recap__block {
@@ -64,7 +69,8 @@ struct recap__pool {
   recap__tnode *free_small, *free_large;
   int use_count; /* handles and routes; unused for the default pool */
   size_t reserved_bytes, allocated_bytes, active_bytes, segment_count;
-  recap__pool *next; /* the allocator's list of private pools */
+  recap__segment *expandable; /* its expandable segments, any stream and size class */
+  recap__pool *next;          /* the allocator's list of private pools */
 };
 
 typedef struct {
@@ -108,12 +114,54 @@ struct recap__allocator {
 
   recap_memory_stats stats;
   struct recap__allocator *registry_next; /* instances the capture-end hook visits */
+
+  /* backend:cudaMallocAsync (async.c): live allocations by address (its stats count them as
+   * allocated and active blocks, so destroy refuses while any is live). */
+  recap__tnode *async_live;
 };
 
 /* ---- caching.c ---- */
 /* Releases every free, unsplit segment of the default pool and of unreferenced private pools.
  * The caller holds the lock and is inside recap__unsafe_enter. */
 void recap__release_cached_locked(recap__allocator *a);
+
+/* The block whose range contains ptr, or NULL. */
+recap__block *recap__find_block(recap__allocator *a, uintptr_t ptr);
+/* Free-set and address-index membership, with the inactive-split stats the free set keeps. */
+void recap__free_set_insert(recap__allocator *a, recap__block *b);
+void recap__free_set_remove(recap__allocator *a, recap__block *b);
+void recap__addr_index_insert(recap__allocator *a, recap__block *b);
+void recap__addr_index_remove(recap__allocator *a, recap__block *b);
+/* Calls a raw backend function that a capture forbids: directly when no capture is under way,
+ * else under the relaxed capture mode (how pools grow inside a capture). */
+recap_status recap__raw_call_relaxed(recap__allocator *a,
+                                     recap_status (*fn)(recap__allocator *a, void *arg),
+                                     void *arg);
+
+/* ---- expandable.c ---- */
+/* Whether the raw backend offers the virtual memory expandable segments need. */
+bool recap__expandable_supported(const recap__raw_backend *raw);
+/* A free block of at least `rounded` bytes at the end of an expandable segment of
+ * (pool, stream, size class), mapping chunks as needed (or a new segment); the block is in no
+ * free set. RECAP_STATUS_OUT_OF_MEMORY when mapping fails (nothing stays mapped then). */
+recap_status recap__expandable_grow(recap__allocator *a, recap__pool *pool, recap_stream *stream,
+                                    bool small, size_t rounded, recap__block **out);
+/* Unmaps the whole chunks of free segment tails in `pool` (a releasable pool). Waits for the
+ * device first: unlike cudaFree, unmapping does not wait for queued work. Inside
+ * recap__unsafe_enter. */
+void recap__expandable_trim(recap__allocator *a, recap__pool *pool);
+/* Returns an expandable segment that is one free block (in its free set) to the device: unmap
+ * every chunk, release the address space. false (and the segment keeps what could not be
+ * unmapped) when the backend refuses. Inside recap__unsafe_enter. */
+bool recap__expandable_release(recap__allocator *a, recap__block *b);
+
+/* ---- async.c ---- */
+recap_status recap__async_malloc(recap__allocator *a, size_t size, recap_stream *stream,
+                                 void **out);
+recap_status recap__async_free(recap__allocator *a, void *ptr);
+bool recap__async_owns(recap__allocator *a, void *ptr);
+recap_status recap__async_record_stream(recap__allocator *a, void *ptr, recap_stream *stream);
+recap_status recap__async_empty_cache(recap__allocator *a);
 
 /* ---- pool.c ---- */
 /* The pool that allocations on `stream` come from (the default pool when not routed). */

@@ -57,8 +57,17 @@ void recap__pools_destroy_all(recap__allocator *a) {
   }
 }
 
+/* backend:cudaMallocAsync has no pools of its own to route into (see async.c). */
+static recap_status no_pools(recap__allocator *a) {
+  if (!a->config.async) return RECAP_OK;
+  return RECAP_FAIL(RECAP_STATUS_NOT_SUPPORTED,
+                    "private pools (and so graph captures through recap_graph) are not supported "
+                    "with backend:cudaMallocAsync; use backend:caching");
+}
+
 recap_status recap__allocator_pool_create(recap__allocator *a, recap_pool_id *out) {
   RECAP_CHECK_ARG(a && out);
+  RECAP_TRY(no_pools(a));
   recap__pool *p = calloc(1, sizeof *p);
   if (!p) return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory for a pool");
   p->id = atomic_fetch_add(&next_pool_id, 1);
@@ -94,6 +103,7 @@ recap_status recap__allocator_pool_release(recap__allocator *a, recap_pool_id id
 recap_status recap__allocator_pool_stats(recap__allocator *a, recap_pool_id id,
                                          recap_pool_stats *out) {
   RECAP_CHECK_ARG(a && out);
+  RECAP_TRY(no_pools(a));
   pthread_mutex_lock(&a->lock);
   recap__pool *p = NULL;
   for (recap__pool *q = a->private_pools; q; q = q->next)
@@ -146,6 +156,7 @@ static recap_status check_stream(recap__allocator *a, const recap_stream *stream
 recap_status recap__allocator_route_begin(recap__allocator *a, recap_pool_id id,
                                           recap_stream *stream) {
   RECAP_CHECK_ARG(a && stream);
+  RECAP_TRY(no_pools(a));
   RECAP_TRY(check_stream(a, stream));
   pthread_mutex_lock(&a->lock);
   recap_status st = RECAP_OK;

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 
 #include "allocator/allocator.h"
+#include "allocator/raw_impl.h"
 #include "runtime/error.h"
 
 /* ------------------------------------------------------------------------------------------
@@ -60,6 +61,33 @@ recap_status recap__raw_runtime_init(recap__raw_runtime *state, recap_device dev
           backend->exchange_capture_mode ? runtime_exchange_capture_mode : NULL,
       .mem_get_info = runtime_mem_get_info,
   };
+  if (device.backend == RECAP_BACKEND_HOST) {
+    out->vmm_granularity = recap__host_vmm_granularity;
+    out->vmm_reserve = recap__host_vmm_reserve;
+    out->vmm_release = recap__host_vmm_release;
+    out->vmm_map = recap__host_vmm_map;
+    out->vmm_unmap = recap__host_vmm_unmap;
+    out->async_alloc = recap__host_async_alloc;
+    out->async_free = recap__host_async_free;
+    out->async_reserved = recap__host_async_reserved;
+    out->async_trim = recap__host_async_trim;
+  }
+#if RECAP_WITH_CUDA
+  if (device.backend == RECAP_BACKEND_CUDA) {
+    if (recap__cuda_vmm_available()) {
+      out->vmm_granularity = recap__cuda_vmm_granularity;
+      out->vmm_reserve = recap__cuda_vmm_reserve;
+      out->vmm_release = recap__cuda_vmm_release;
+      out->vmm_map = recap__cuda_vmm_map;
+      out->vmm_unmap = recap__cuda_vmm_unmap;
+    }
+    out->async_alloc = recap__cuda_async_alloc;
+    out->async_free = recap__cuda_async_free;
+    out->async_reserved = recap__cuda_async_reserved;
+    out->async_trim = recap__cuda_async_trim;
+    out->ipc_handle = recap__cuda_ipc_handle;
+  }
+#endif
   return RECAP_OK;
 }
 
@@ -87,8 +115,19 @@ struct recap__raw_failing {
   live_alloc *live;
 };
 
-static recap_status failing_alloc(void *ctx, size_t bytes, void **out) {
-  recap__raw_failing *f = ctx;
+/* The inner call an allocation makes once the failing checks pass. */
+typedef recap_status (*inner_alloc_fn)(recap__raw_failing *f, size_t bytes, void *arg,
+                                       void **out);
+
+static recap_status inner_alloc(recap__raw_failing *f, size_t bytes, void *arg, void **out) {
+  (void)arg;
+  return f->inner.alloc(f->inner.ctx, bytes, out);
+}
+
+/* Every kind of allocation (alloc, vmm_map, async_alloc) goes through here: it may be made to
+ * fail, and what it returns is remembered by address. */
+static recap_status failing_take(recap__raw_failing *f, size_t bytes, inner_alloc_fn call,
+                                 void *arg, void **out) {
   pthread_mutex_lock(&f->lock);
   f->counts.alloc_calls++;
   const char *why = NULL;
@@ -102,7 +141,7 @@ static recap_status failing_alloc(void *ctx, size_t bytes, void **out) {
   if (!why && !rec) why = "no host memory for the failing backend's record";
   recap_status st = RECAP_STATUS_OUT_OF_MEMORY;
   if (!why) {
-    st = f->inner.alloc(f->inner.ctx, bytes, out);
+    st = call(f, bytes, arg, out);
     if (st != RECAP_OK) free(rec);
   }
   if (why) {
@@ -121,11 +160,13 @@ static recap_status failing_alloc(void *ctx, size_t bytes, void **out) {
   return st;
 }
 
-static recap_status failing_free(void *ctx, void *ptr) {
-  recap__raw_failing *f = ctx;
-  pthread_mutex_lock(&f->lock);
+static recap_status failing_alloc(void *ctx, size_t bytes, void **out) {
+  return failing_take(ctx, bytes, inner_alloc, NULL, out);
+}
+
+/* Forgets the record of ptr once the inner free succeeded. */
+static void failing_forget(recap__raw_failing *f, recap_status st, void *ptr) {
   f->counts.free_calls++;
-  recap_status st = f->inner.free(f->inner.ctx, ptr);
   if (st == RECAP_OK) {
     for (live_alloc **link = &f->live; *link; link = &(*link)->next) {
       if ((*link)->ptr == ptr) {
@@ -138,8 +179,92 @@ static recap_status failing_free(void *ctx, void *ptr) {
       }
     }
   }
+}
+
+static recap_status failing_free(void *ctx, void *ptr) {
+  recap__raw_failing *f = ctx;
+  pthread_mutex_lock(&f->lock);
+  recap_status st = f->inner.free(f->inner.ctx, ptr);
+  failing_forget(f, st, ptr);
   pthread_mutex_unlock(&f->lock);
   return st;
+}
+
+static recap_status failing_vmm_granularity(void *ctx, size_t *out) {
+  recap__raw_failing *f = ctx;
+  return f->inner.vmm_granularity(f->inner.ctx, out);
+}
+
+static recap_status failing_vmm_reserve(void *ctx, size_t bytes, void **base) {
+  recap__raw_failing *f = ctx;
+  recap_status st = f->inner.vmm_reserve(f->inner.ctx, bytes, base);
+  pthread_mutex_lock(&f->lock);
+  if (st == RECAP_OK) f->counts.live_reservations++;
+  pthread_mutex_unlock(&f->lock);
+  return st;
+}
+
+static recap_status failing_vmm_release(void *ctx, void *base, size_t bytes) {
+  recap__raw_failing *f = ctx;
+  recap_status st = f->inner.vmm_release(f->inner.ctx, base, bytes);
+  pthread_mutex_lock(&f->lock);
+  if (st == RECAP_OK) f->counts.live_reservations--;
+  pthread_mutex_unlock(&f->lock);
+  return st;
+}
+
+static recap_status inner_map(recap__raw_failing *f, size_t bytes, void *arg, void **out) {
+  recap_status st = f->inner.vmm_map(f->inner.ctx, arg, bytes);
+  if (st == RECAP_OK) *out = arg;
+  return st;
+}
+
+static recap_status failing_vmm_map(void *ctx, void *addr, size_t bytes) {
+  void *mapped = NULL;
+  return failing_take(ctx, bytes, inner_map, addr, &mapped);
+}
+
+static recap_status failing_vmm_unmap(void *ctx, void *addr, size_t bytes) {
+  recap__raw_failing *f = ctx;
+  pthread_mutex_lock(&f->lock);
+  recap_status st = f->inner.vmm_unmap(f->inner.ctx, addr, bytes);
+  failing_forget(f, st, addr);
+  pthread_mutex_unlock(&f->lock);
+  return st;
+}
+
+static recap_status inner_async_alloc(recap__raw_failing *f, size_t bytes, void *arg,
+                                      void **out) {
+  return f->inner.async_alloc(f->inner.ctx, bytes, arg, out);
+}
+
+static recap_status failing_async_alloc(void *ctx, size_t bytes, recap_stream *stream,
+                                        void **out) {
+  return failing_take(ctx, bytes, inner_async_alloc, stream, out);
+}
+
+static recap_status failing_async_free(void *ctx, void *ptr, recap_stream *stream) {
+  recap__raw_failing *f = ctx;
+  pthread_mutex_lock(&f->lock);
+  recap_status st = f->inner.async_free(f->inner.ctx, ptr, stream);
+  failing_forget(f, st, ptr);
+  pthread_mutex_unlock(&f->lock);
+  return st;
+}
+
+static recap_status failing_async_reserved(void *ctx, size_t *current, size_t *peak) {
+  recap__raw_failing *f = ctx;
+  return f->inner.async_reserved(f->inner.ctx, current, peak);
+}
+
+static recap_status failing_async_trim(void *ctx) {
+  recap__raw_failing *f = ctx;
+  return f->inner.async_trim(f->inner.ctx);
+}
+
+static recap_status failing_ipc_handle(void *ctx, void *ptr, recap_ipc_mem_handle *out) {
+  recap__raw_failing *f = ctx;
+  return f->inner.ipc_handle(f->inner.ctx, ptr, out);
 }
 
 static recap_status failing_synchronize(void *ctx) {
@@ -207,6 +332,21 @@ void recap__raw_failing_backend(recap__raw_failing *f, recap__raw_backend *out) 
           f->inner.exchange_capture_mode ? failing_exchange_capture_mode : NULL,
       .mem_get_info = failing_mem_get_info,
   };
+  const recap__raw_backend *in = &f->inner;
+  if (in->vmm_granularity && in->vmm_reserve && in->vmm_release && in->vmm_map && in->vmm_unmap) {
+    out->vmm_granularity = failing_vmm_granularity;
+    out->vmm_reserve = failing_vmm_reserve;
+    out->vmm_release = failing_vmm_release;
+    out->vmm_map = failing_vmm_map;
+    out->vmm_unmap = failing_vmm_unmap;
+  }
+  if (in->async_alloc && in->async_free && in->async_reserved && in->async_trim) {
+    out->async_alloc = failing_async_alloc;
+    out->async_free = failing_async_free;
+    out->async_reserved = failing_async_reserved;
+    out->async_trim = failing_async_trim;
+  }
+  if (in->ipc_handle) out->ipc_handle = failing_ipc_handle;
 }
 
 void recap__raw_failing_fail_after(recap__raw_failing *f, long successes) {

@@ -76,6 +76,34 @@ void recap__allocator_stats(recap__allocator *a, recap_memory_stats *out) {
   pthread_mutex_unlock(&a->lock);
 }
 
+static recap_status no_blocks(recap__allocator *a, const char *what) {
+  if (!a->config.async) return RECAP_OK;
+  return RECAP_FAIL(RECAP_STATUS_NOT_SUPPORTED,
+                    "%s is not available with backend:cudaMallocAsync: the driver's pool shows no "
+                    "blocks or segments (recap_memory_allocated and recap_memory_reserved work)",
+                    what);
+}
+
+recap_status recap__allocator_stats_checked(recap__allocator *a, recap_memory_stats *out) {
+  RECAP_CHECK_ARG(a && out);
+  RECAP_TRY(no_blocks(a, "the full memory stats (splitting, inactive and segment counts)"));
+  recap__allocator_stats(a, out);
+  return RECAP_OK;
+}
+
+recap_status recap__allocator_totals(recap__allocator *a, size_t *allocated, size_t *reserved,
+                                     size_t *max_allocated, size_t *max_reserved) {
+  RECAP_CHECK_ARG(a && allocated && reserved && max_allocated && max_reserved);
+  recap_memory_stats s;
+  recap__allocator_stats(a, &s);
+  *allocated = (size_t)s.allocated_bytes[RECAP_STAT_ALL].current;
+  *max_allocated = (size_t)s.allocated_bytes[RECAP_STAT_ALL].peak;
+  if (a->config.async) return a->raw.async_reserved(a->raw.ctx, reserved, max_reserved);
+  *reserved = (size_t)s.reserved_bytes[RECAP_STAT_ALL].current;
+  *max_reserved = (size_t)s.reserved_bytes[RECAP_STAT_ALL].peak;
+  return RECAP_OK;
+}
+
 void recap__allocator_reset_peak(recap__allocator *a) {
   pthread_mutex_lock(&a->lock);
   recap__stats_reset_peak(&a->stats);
@@ -130,6 +158,7 @@ static void summary_value(char *buf, size_t cap, int64_t v, bool bytes) {
 
 recap_status recap__allocator_summary(recap__allocator *a, char **text) {
   RECAP_CHECK_ARG(a && text);
+  RECAP_TRY(no_blocks(a, "the memory summary"));
   recap_memory_stats s;
   recap__allocator_stats(a, &s);
   static const char *type_names[] = {"all", "small", "large"};
@@ -244,9 +273,11 @@ static void snapshot_block(recap__tnode *node, void *user) {
     segment_finish(w);
     const recap__segment *seg = b->segment;
     w->segment =
-        json_pack("{s:I,s:I,s:I,s:I,s:s}", "address", (json_int_t)seg->base, "total_size",
-                  (json_int_t)seg->size, "stream", (json_int_t)(uintptr_t)seg->stream, "pool_id",
-                  (json_int_t)seg->pool->id, "segment_type", seg->small ? "small" : "large");
+        json_pack("{s:I,s:I,s:I,s:I,s:s,s:b,s:I}", "address", (json_int_t)seg->base,
+                  "total_size", (json_int_t)seg->size, "stream", (json_int_t)(uintptr_t)seg->stream,
+                  "pool_id", (json_int_t)seg->pool->id, "segment_type",
+                  seg->small ? "small" : "large", "expandable", seg->expandable,
+                  "reserved_address_space", (json_int_t)(seg->expandable ? seg->va_size : seg->size));
     w->blocks = json_array();
     w->allocated = w->active = w->requested = 0;
     if (!w->segment || !w->blocks) {
@@ -268,6 +299,7 @@ static void snapshot_block(recap__tnode *node, void *user) {
 
 recap_status recap__allocator_snapshot_json(recap__allocator *a, char **out) {
   RECAP_CHECK_ARG(a && out);
+  RECAP_TRY(no_blocks(a, "the memory snapshot"));
   json_t *root = json_object(), *pools = json_array(), *stats = NULL;
   snapshot_walk w = {.segments = json_array()};
   bool ok = root && w.segments && pools;

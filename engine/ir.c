@@ -20,6 +20,7 @@
 #include <sys/stat.h>
 
 #include "engine/spec.h"
+#include "kernels/expr.h"
 #include "runtime/error.h"
 
 #define MAX_NUMEL ((int64_t)1 << 62)
@@ -480,7 +481,11 @@ void recap__ir_destroy(recap__ir *ir) {
     free(ir->tensors[i].init.key);
   }
   free(ir->tensors);
-  for (size_t i = 0; i < ir->num_ops; ++i) free(ir->ops[i].name);
+  for (size_t i = 0; i < ir->num_ops; ++i) {
+    free(ir->ops[i].name);
+    free(ir->ops[i].fused_from);
+    recap__expr_program_destroy(ir->ops[i].program);
+  }
   free(ir->ops);
   free(ir->outputs);
   free(ir->name);

@@ -121,6 +121,12 @@ typedef struct {
   int num_outputs;
   recap_op_attrs attrs;
   int stream; /* 0: the pipeline's stream; N > 0: side stream N */
+  /* Set by the fusion pass (fuse.h) on the `expr` op that replaces a group, else NULL/0:
+   * the indices of the spec's ops it computes (ascending), and the program it owns
+   * (attrs.expr points at it; recap__ir_destroy frees it). */
+  int *fused_from;
+  int num_fused;
+  struct recap_expr_program *program;
 } recap__ir_op;
 
 typedef struct {
@@ -144,11 +150,14 @@ typedef struct {
   char *file;          /* the spec's file name; every pos.file points here */
   recap__ir_tensor *tensors;
   size_t num_tensors;
-  recap__ir_op *ops; /* in spec order, which is a valid topological order */
+  /* In spec order, which is a valid topological order; after the fusion pass a fused op
+   * stands at its group's last op's place, and op i is no longer the spec's op i. */
+  recap__ir_op *ops;
   size_t num_ops;
   int *outputs; /* tensor indices */
   size_t num_outputs;
   int num_streams; /* 1 + highest side stream used */
+  size_t fused_ops; /* spec ops the fusion pass replaced by fused ops (0: none, or no pass) */
 } recap__ir;
 
 /* Whether output `output` of an op is, by the op's nature, the memory of one of its inputs

@@ -18,6 +18,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "engine/fuse.h"
+#include "kernels/expr.h"
 #include "runtime/backend.h"
 #include "runtime/error.h"
 
@@ -140,7 +142,8 @@ fail:
 }
 
 /* IRs per bucket (checked again: the dims may have been overridden) and the plan. */
-static recap_status build_model(recap__spec *spec, recap_device device, recap__model **out) {
+static recap_status build_model(recap__spec *spec, recap_device device, bool fuse,
+                                recap__model **out) {
   recap__model *m = calloc(1, sizeof *m);
   if (!m) {
     recap__spec_destroy(spec);
@@ -169,10 +172,12 @@ static recap_status build_model(recap__spec *spec, recap_device device, recap__m
     free(text);
     goto fail;
   }
+  /* Every bucket gets the same groups (fuse.h), so the largest bucket's plan fits them all. */
+  for (size_t b = 0; fuse && b < m->num_buckets; ++b)
+    RECAP_TRY_GOTO(st, recap__fuse(m->irs[b]), fail);
   const recap__ir *largest = m->irs[m->num_buckets - 1];
-  RECAP_TRY_GOTO(st, recap__plan_build(largest, &m->plan), fail);
-  for (size_t b = 0; b + 1 < m->num_buckets; ++b)
-    RECAP_TRY_GOTO(st, recap__plan_check_fits(m->plan, m->irs[b]), fail);
+  /* Planned over every bucket: a view that a smaller bucket cannot form stays a copy. */
+  RECAP_TRY_GOTO(st, recap__plan_build_buckets(m->irs, m->num_buckets, NULL, &m->plan), fail);
   for (size_t o = 0; o < largest->num_ops; ++o)
     if (largest->ops[o].def->is_random) m->has_random = true;
   recap__diag_free(&diag);
@@ -234,6 +239,10 @@ static recap_status pipeline_new(recap__model *m, const recap_pipeline_options *
   }
   RECAP_TRY_GOTO(st, recap__exec_create_streams(p), fail);
   RECAP_TRY_GOTO(st, recap__bind_pipeline(p), fail);
+  /* Generated kernels (expr ops, fused chains) are compiled and loaded now: never inside a
+   * capture, and a missing NVRTC is reported at load, naming the op. */
+  for (size_t c = 0; c < m->num_buckets * p->num_ops; ++c)
+    RECAP_TRY_GOTO(st, recap__expr_prepare_call(&p->calls[c], p->device), fail);
   RECAP_TRY_GOTO(st, recap__exec_synchronize(p), fail);
   p->timings.bind_ms += now_ms() - t0;
   *out = p;
@@ -256,7 +265,8 @@ static recap_status create(const char *path, const char *yaml, size_t length, co
   RECAP_TRY(load_spec(path, yaml, length, name, &o, &spec));
   recap_device device = o.override_device ? o.device : (recap_device){spec->device, 0};
   recap__model *m = NULL;
-  RECAP_TRY(build_model(spec, device, &m)); /* takes the spec */
+  bool fuse = recap__fuse_enabled_on(o.no_fusion != 0, device.backend);
+  RECAP_TRY(build_model(spec, device, fuse, &m)); /* takes the spec */
   double load_ms = now_ms() - t0;
   /* The spec's seed drives its random ops, as torch.manual_seed at the top of a script. */
   recap_status st = RECAP_OK;
@@ -436,7 +446,14 @@ recap_status recap_pipeline_copy_in(recap_pipeline *p, const char *name, const v
   RECAP_TRY(layout_for(p, t, bytes, rows, &l));
   const recap__backend *be = p->stream->backend;
   void *dst = memory_of(p, t);
-  recap_status st = RECAP_OK;
+  /* The caller's (usually pageable) buffer is copied into pinned staging memory, from which
+   * the device copy runs truly asynchronously: the caller may reuse its buffer at once, and
+   * copy_in returns without waiting for the work already queued on the stream (a replay).
+   * The staging block is reused only once the stream has passed the copy. */
+  void *staging = NULL;
+  recap_status st = recap_host_malloc(bytes, &staging);
+  if (st != RECAP_OK) return st;
+  if (bytes) memcpy(staging, host, bytes);
   recap__graph_exclusive_begin();
   /* Padding rows hold zeros, so a bucket's padding computes on defined values. */
   if (l.copy != (size_t)tt->bytes)
@@ -444,13 +461,16 @@ recap_status recap_pipeline_copy_in(recap_pipeline *p, const char *name, const v
   for (size_t o = 0; o < l.outer; ++o)
     RECAP_TRY_GOTO(st,
                    be->memcpy_async((char *)dst + o * l.dst_stride,
-                                    (const char *)host + o * l.src_stride, l.copy, p->stream),
+                                    (const char *)staging + o * l.src_stride, l.copy, p->stream),
                    done);
-  /* The host buffer may be reused as soon as this returns (it may be pinned memory, which
-   * the copy reads asynchronously). */
-  st = recap_stream_synchronize(p->stream);
 done:
+  /* Recorded even after a failed copy: an earlier block of it may still be queued. */
+  if (staging) {
+    recap_status rs = recap_host_record_stream(staging, p->stream);
+    if (st == RECAP_OK) st = rs;
+  }
   recap__graph_exclusive_end();
+  recap_host_free(staging);
   return st;
 }
 

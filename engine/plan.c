@@ -22,7 +22,11 @@ typedef struct {
 } work_buffer;
 
 typedef struct {
-  const recap__ir *ir;
+  const recap__ir *ir; /* the largest bucket's: sizes, offsets and lifetimes come from it */
+  /* Every bucket's IR, ascending (irs[num_buckets - 1] == ir): a view or an in-place write is
+   * chosen only where it works in all of them, since every bucket runs on this one plan. */
+  const recap__ir *const *irs;
+  int num_buckets;
   recap__plan *plan;
   int num_ops, num_tensors, num_streams;
   /* Per tensor: the tensor whose memory it uses, or -1: the IR's alias_of (kv_append), or
@@ -32,11 +36,15 @@ typedef struct {
   int *producer;      /* per tensor: the op that lists it as an output, or -1 */
   int *last_consumer; /* per tensor: the last op that reads it, or -1 */
   int *readers;       /* per tensor: input slots reading it */
-  /* Per tensor: its layout (shape, strides; data unused) and element offset in its alias
-   * root's memory, as decided so far: contiguous at 0 until a view decision changes it. */
+  /* Per bucket and tensor ([b * num_tensors + t]): its layout (shape, strides; data unused)
+   * and element offset in its alias root's memory, as decided so far: contiguous at 0 until a
+   * view decision changes it. view_scratch holds one op's candidate layouts per bucket. */
   recap_tensor *views;
   int64_t *view_offset;
-  size_t *bytes;      /* per tensor */
+  recap_tensor *view_scratch;
+  int64_t *offset_scratch;
+  bool refused_by_bucket; /* the last view tried worked in the largest bucket, not in another */
+  size_t *bytes;          /* per tensor */
   /* Happens-before, only with several streams, as vector clocks: clock[j * S + s] is the
    * last op on stream s that ends before op j starts (stream order and waits, transitively),
    * or -1. Ops on one stream run in order, so op i happens before op j exactly when i is no
@@ -199,12 +207,12 @@ static shape_kind shape_op(const recap_op_def *def) {
   return SHAPE_NONE;
 }
 
-/* Whether op `def` writes its output 0 through the strides of `view` on every backend. Only
- * attention does (kernels/attention.cu and the host reference write any [B, H, S, Dh] layout
- * whose last dim has stride 1); op.h has no flag for it, so the list lives here. */
+/* Whether op `def` writes its output 0 through the strides of `view` on every backend: the
+ * op says it does (op.h, strided_output) for layouts whose last dim is unit-stride. */
 static bool writes_strided_output(const recap_op_def *def, const recap_tensor *view) {
-  if (!def || !def->name || strcmp(def->name, "attention") != 0) return false;
-  return view->ndim == 4 && (view->shape[3] == 1 || view->strides[3] == 1);
+  if (!def || !def->strided_output || view->ndim < 1) return false;
+  int last = view->ndim - 1;
+  return view->shape[last] == 1 || view->strides[last] == 1;
 }
 
 /* A contiguous layout of tensor t's IR shape. */
@@ -349,15 +357,27 @@ static bool readers_accept(const recap__ir *ir, const recap_tensor *views, int t
     for (int i = 0; i < op->num_inputs; i++) reads |= op->inputs[i] == t;
     if (!reads || shape_op(op->def) != SHAPE_NONE) continue;
     if (!op->def->infer) return false;
-    recap_op_call call = {.def = op->def, .num_inputs = op->num_inputs,
-                          .num_outputs = op->num_outputs, .attrs = op->attrs};
+    recap_op_call call = {.def = op->def,
+                          .num_inputs = op->num_inputs,
+                          .num_outputs = op->num_outputs,
+                          .attrs = op->attrs};
     for (int i = 0; i < op->num_inputs; i++) call.inputs[i] = views[op->inputs[i]];
     if (recap__op_infer(&call) != RECAP_OK) return false;
   }
   return true;
 }
 
-/* Backward view (plan.h): op j's input becomes a view of its output. */
+/* Layout and offset of tensor t in bucket b, as decided so far. */
+static recap_tensor *view_at(const planner *p, int b, int t) {
+  return &p->views[(size_t)b * (size_t)p->num_tensors + (size_t)t];
+}
+
+static int64_t *offset_at(const planner *p, int b, int t) {
+  return &p->view_offset[(size_t)b * (size_t)p->num_tensors + (size_t)t];
+}
+
+/* Backward view (plan.h): op j's input becomes a view of its output, if that layout forms
+ * and x's producer writes it in every bucket (largest first, as try_forward). */
 static bool try_backward(planner *p, int j, const bool *written) {
   const recap__ir *ir = p->ir;
   const recap__ir_op *op = &ir->ops[j];
@@ -374,12 +394,18 @@ static bool try_backward(planner *p, int j, const bool *written) {
     return false;
   int w = p->producer[x];
   if (w < 0 || shape_op(ir->ops[w].def) != SHAPE_NONE || ir->ops[w].outputs[0] != x) return false;
-  recap_tensor v;
-  int64_t off;
-  if (!derive_backward(ir, j, &p->views[y], p->view_offset[y], &v, &off)) return false;
-  if (!writes_strided_output(ir->ops[w].def, &v)) return false;
-  p->views[x] = v;
-  p->view_offset[x] = off;
+  recap_tensor *v = p->view_scratch;
+  int64_t *off = p->offset_scratch;
+  for (int b = p->num_buckets - 1; b >= 0; b--)
+    if (!derive_backward(p->irs[b], j, view_at(p, b, y), *offset_at(p, b, y), &v[b], &off[b]) ||
+        !writes_strided_output(p->irs[b]->ops[w].def, &v[b])) {
+      if (b < p->num_buckets - 1) p->refused_by_bucket = true;
+      return false;
+    }
+  for (int b = 0; b < p->num_buckets; b++) {
+    *view_at(p, b, x) = v[b];
+    *offset_at(p, b, x) = off[b];
+  }
   p->alias[x] = y;
   p->root[x] = p->root[y];
   p->plan->tensors[x].view_of = y;
@@ -388,41 +414,63 @@ static bool try_backward(planner *p, int j, const bool *written) {
   return true;
 }
 
-/* Forward views (plan.h): op j's outputs become views of its input. */
+/* Puts bucket b's candidate layouts for op j's outputs (v[b * n + o]) in place, keeping the
+ * old ones in v: calling it twice restores them. */
+static void swap_layouts(planner *p, const recap__ir_op *op, int b, recap_tensor *v) {
+  int n = op->num_outputs;
+  for (int o = 0; o < n; o++) {
+    recap_tensor keep = *view_at(p, b, op->outputs[o]);
+    *view_at(p, b, op->outputs[o]) = v[b * n + o];
+    v[b * n + o] = keep;
+  }
+}
+
+/* Forward views (plan.h): op j's outputs become views of its input, if every part forms, is
+ * aligned and is accepted by its readers in every bucket. Buckets are tried largest first, so
+ * a refusal by a smaller one is known (p->refused_by_bucket). */
 static bool try_forward(planner *p, int j, const bool *written) {
   const recap__ir *ir = p->ir;
   const recap__ir_op *op = &ir->ops[j];
-  if (op->num_inputs != 1 || op->num_outputs < 1 || op->num_outputs > RECAP_OP_MAX_OUTPUTS)
-    return false;
+  int n = op->num_outputs, B = p->num_buckets;
+  if (op->num_inputs != 1 || n < 1 || n > RECAP_OP_MAX_OUTPUTS) return false;
   int x = op->inputs[0];
   if (written[p->root[x]]) return false;
-  recap_tensor v[RECAP_OP_MAX_OUTPUTS], saved[RECAP_OP_MAX_OUTPUTS];
-  int64_t off[RECAP_OP_MAX_OUTPUTS];
-  for (int o = 0; o < op->num_outputs; o++) {
+  for (int o = 0; o < n; o++) {
     int y = op->outputs[o];
     const recap__ir_tensor *Y = &ir->tensors[y];
     if (y == x || p->alias[y] >= 0 || Y->is_output || Y->role != RECAP_ROLE_INTERMEDIATE ||
         written[y])
       return false;
-    if (!derive_forward(ir, j, o, &p->views[x], p->view_offset[x], &v[o], &off[o]) ||
-        !offset_aligned(ir, y, off[o]))
-      return false;
   }
-  /* Readers are checked with the new layouts in place (an op may read two of the parts). */
-  for (int o = 0; o < op->num_outputs; o++) {
-    saved[o] = p->views[op->outputs[o]];
-    p->views[op->outputs[o]] = v[o];
+  /* Candidates per bucket and output: v[b * n + o]. Readers are checked with a bucket's new
+   * layouts in place (an op may read two of the parts). */
+  recap_tensor *v = p->view_scratch;
+  int64_t *off = p->offset_scratch;
+  int b = B - 1;
+  for (; b >= 0; b--) {
+    bool ok = true;
+    for (int o = 0; o < n && ok; o++)
+      ok = derive_forward(p->irs[b], j, o, view_at(p, b, x), *offset_at(p, b, x), &v[b * n + o],
+                          &off[b * n + o]) &&
+           offset_aligned(p->irs[b], op->outputs[o], off[b * n + o]);
+    if (!ok) break;
+    swap_layouts(p, op, b, v);
+    for (int o = 0; o < n && ok; o++)
+      ok = readers_accept(p->irs[b], view_at(p, b, 0), op->outputs[o]);
+    if (!ok) {
+      swap_layouts(p, op, b, v);
+      break;
+    }
   }
-  bool ok = true;
-  for (int o = 0; o < op->num_outputs && ok; o++)
-    ok = readers_accept(ir, p->views, op->outputs[o]);
-  if (!ok) {
-    for (int o = 0; o < op->num_outputs; o++) p->views[op->outputs[o]] = saved[o];
+  if (b >= 0) {
+    /* Back to the old layouts (contiguous at 0: these outputs were no view yet). */
+    for (int k = b + 1; k < B; k++) swap_layouts(p, op, k, v);
+    if (b < B - 1) p->refused_by_bucket = true;
     return false;
   }
-  for (int o = 0; o < op->num_outputs; o++) {
+  for (int o = 0; o < n; o++) {
     int y = op->outputs[o];
-    p->view_offset[y] = off[o];
+    for (int k = 0; k < B; k++) *offset_at(p, k, y) = off[k * n + o];
     p->alias[y] = x;
     p->root[y] = p->root[x];
     p->plan->tensors[y].view_of = x;
@@ -438,8 +486,10 @@ static recap_status choose_views(planner *p, bool *written) {
   const recap__ir *ir = p->ir;
   for (int t = 0; t < p->num_tensors; t++) {
     written[t] = false;
-    p->views[t] = contiguous_layout(&ir->tensors[t]);
-    p->view_offset[t] = 0;
+    for (int b = 0; b < p->num_buckets; b++) {
+      *view_at(p, b, t) = contiguous_layout(&p->irs[b]->tensors[t]);
+      *offset_at(p, b, t) = 0;
+    }
     p->plan->tensors[t].view_of = p->alias[t];
     p->plan->tensors[t].view_op = -1;
   }
@@ -448,7 +498,9 @@ static recap_status choose_views(planner *p, bool *written) {
       if (writes_alias(p, j, o)) written[p->root[ir->ops[j].outputs[o]]] = true;
   for (int j = 0; j < p->num_ops; j++) {
     if (shape_op(ir->ops[j].def) == SHAPE_NONE) continue;
-    if (!try_backward(p, j, written)) try_forward(p, j, written);
+    p->refused_by_bucket = false;
+    if (!try_backward(p, j, written) && !try_forward(p, j, written))
+      p->plan->op_copies_for_buckets[j] = p->refused_by_bucket;
   }
   return find_roots(p);
 }
@@ -495,12 +547,11 @@ recap_status recap__plan_views(const recap__ir *ir, const recap__plan *plan, rec
         for (int k = 0; k < op->num_outputs; k++)
           if (op->outputs[k] == (int)t) o = k;
         if (o >= 0 && op->num_inputs > 0 && op->inputs[0] == src)
-          ok = derive_forward(ir, pt->view_op, o, &views[src], offsets[src], &views[t],
-                              &offsets[t]);
+          ok =
+              derive_forward(ir, pt->view_op, o, &views[src], offsets[src], &views[t], &offsets[t]);
         else if (op->num_inputs > 0 && op->inputs[0] == (int)t && op->num_outputs == 1 &&
                  op->outputs[0] == src)
-          ok = derive_backward(ir, pt->view_op, &views[src], offsets[src], &views[t],
-                               &offsets[t]);
+          ok = derive_backward(ir, pt->view_op, &views[src], offsets[src], &views[t], &offsets[t]);
         else
           ok = false;
         ok = ok && offset_aligned(ir, (int)t, offsets[t]);
@@ -703,8 +754,8 @@ static void collect_buffers(planner *p) {
     p->buffer_of[t] = -1;
     if (!is_arena_root(p, t)) continue;
     p->buffer_of[t] = t;
-    p->work[t] = (work_buffer){
-        .bytes = align_up(p->bytes[t]), .first = INT_MAX, .last = -1, .root = t};
+    p->work[t] =
+        (work_buffer){.bytes = align_up(p->bytes[t]), .first = INT_MAX, .last = -1, .root = t};
   }
   if (p->stream_last)
     for (size_t i = 0; i < (size_t)p->num_tensors * p->num_streams; i++) p->stream_last[i] = -1;
@@ -733,8 +784,16 @@ static bool can_write_in_place(const planner *p, int j) {
   if (k < 0 || k >= op->num_inputs || op->num_outputs < 1) return false;
   int y = op->outputs[0], x = op->inputs[k];
   if (!is_arena_root(p, y) || p->buffer_of[p->root[x]] < 0) return false;
-  /* Writing element i over a strided or offset view would clobber elements not read yet. */
-  if (p->view_offset[x] != 0 || !recap__tensor_is_contiguous(&p->views[x])) return false;
+  /* Writing element i over a strided or offset view would clobber elements not read yet;
+   * the output overlays the input element for element, so their sizes must match. In every
+   * bucket, since every bucket runs on this plan. */
+  for (int b = 0; b < p->num_buckets; b++) {
+    const recap__ir *bir = p->irs[b];
+    if (*offset_at(p, b, x) != 0 || !recap__tensor_is_contiguous(view_at(p, b, x)) ||
+        bir->tensors[y].dtype != bir->tensors[x].dtype ||
+        recap__tensor_numel(view_at(p, b, y)) != recap__tensor_numel(view_at(p, b, x)))
+      return false;
+  }
   if (p->bytes[y] != p->bytes[x]) return false;
   int b = p->buffer_of[p->root[x]];
   const work_buffer *buf = &p->work[b];
@@ -941,10 +1000,165 @@ static size_t improve_order(const conflict_ctx *c, size_t n, int *order, size_t 
   return best;
 }
 
+/* ---- the lower bound with several streams ---------------------------------------------- */
+
+/* A flow network for Dinic's max flow: edge e goes to to[e] with residual capacity cap[e];
+ * e ^ 1 is its reverse; next[e] chains the edges out of one node from head[node]. */
+typedef struct {
+  int num_nodes, num_edges;
+  int *to, *next, *head, *level, *iter, *queue, *path;
+  uint64_t *cap;
+} flow_net;
+
+static void flow_edge(flow_net *f, int from, int to, uint64_t cap) {
+  int e = f->num_edges;
+  f->to[e] = to, f->cap[e] = cap, f->next[e] = f->head[from], f->head[from] = e;
+  f->to[e + 1] = from, f->cap[e + 1] = 0, f->next[e + 1] = f->head[to], f->head[to] = e + 1;
+  f->num_edges += 2;
+}
+
+/* Levels by breadth-first search over edges with capacity left; whether the sink is reached. */
+static bool flow_levels(flow_net *f, int src, int sink) {
+  for (int v = 0; v < f->num_nodes; v++) f->level[v] = -1;
+  int qh = 0, qt = 0;
+  f->queue[qt++] = src;
+  f->level[src] = 0;
+  while (qh < qt) {
+    int u = f->queue[qh++];
+    for (int e = f->head[u]; e >= 0; e = f->next[e])
+      if (f->cap[e] > 0 && f->level[f->to[e]] < 0) {
+        f->level[f->to[e]] = f->level[u] + 1;
+        f->queue[qt++] = f->to[e];
+      }
+  }
+  return f->level[sink] >= 0;
+}
+
+/* One augmenting path along increasing levels (iteratively: paths may be as long as the
+ * op chains); its flow, 0 when none is left in this phase. Dead ends leave the level graph. */
+static uint64_t flow_augment(flow_net *f, int src, int sink) {
+  int depth = 0, u = src;
+  for (;;) {
+    if (u == sink) {
+      uint64_t pushed = UINT64_MAX;
+      for (int i = 0; i < depth; i++)
+        if (f->cap[f->path[i]] < pushed) pushed = f->cap[f->path[i]];
+      for (int i = 0; i < depth; i++) {
+        f->cap[f->path[i]] -= pushed;
+        f->cap[f->path[i] ^ 1] += pushed;
+      }
+      return pushed;
+    }
+    int e = f->iter[u];
+    while (e >= 0 && (f->cap[e] == 0 || f->level[f->to[e]] != f->level[u] + 1)) e = f->next[e];
+    f->iter[u] = e;
+    if (e >= 0) {
+      f->path[depth++] = e;
+      u = f->to[e];
+      continue;
+    }
+    f->level[u] = -1;
+    if (depth == 0) return 0;
+    u = f->to[f->path[--depth] ^ 1];
+    f->iter[u] = f->next[f->iter[u]];
+  }
+}
+
+/* The heaviest set of buffers that must pairwise be apart (conflicts(): live at one op, or
+ * on streams where one's accesses are not ordered before the other's write): no placement can
+ * be smaller. "May share" is a partial order here (A before B when every access of A happens
+ * before B's first op; happens-before is transitive), so that set is its heaviest antichain,
+ * which Dilworth's theorem with weights turns into a flow: the antichain weighs the total
+ * minus the max flow of
+ *   source -> out(A) (A's bytes), out(A) -> in(B) (unbounded) for A before B,
+ *   in(B) -> out(B) (unbounded: orders compose), in(B) -> sink (B's bytes),
+ * where "A before B" runs through a chain of nodes per stream: out(A) -> the first op of each
+ * stream that every access of A happens before (ready) -> the ops after it on that stream ->
+ * in(B) from B's first op. O(B * S + ops) edges. Single-stream plans need none of this:
+ * there conflicts are lifetime overlaps only, and the largest set live at one op is exact. */
+static recap_status antichain_bound(const planner *p, const int *ready, uint64_t *out) {
+  const recap__plan *plan = p->plan;
+  int n = (int)plan->num_buffers, S = p->num_streams, ops = p->num_ops;
+  uint64_t total = 0;
+  for (int b = 0; b < n; b++) {
+    if (plan->buffers[b].bytes > UINT64_MAX / 4 - total)
+      return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "the intermediates overflow size_t");
+    total += plan->buffers[b].bytes;
+  }
+  int src = 2 * n + ops, sink = src + 1, nodes = sink + 1;
+  size_t max_edges = 2 * ((size_t)n * (size_t)(4 + S) + (size_t)ops);
+  flow_net f = {.num_nodes = nodes};
+  f.to = malloc(max_edges * sizeof *f.to);
+  f.next = malloc(max_edges * sizeof *f.next);
+  f.cap = malloc(max_edges * sizeof *f.cap);
+  f.head = malloc((size_t)nodes * sizeof *f.head);
+  f.level = malloc((size_t)nodes * sizeof *f.level);
+  f.iter = malloc((size_t)nodes * sizeof *f.iter);
+  f.queue = malloc((size_t)nodes * sizeof *f.queue);
+  f.path = malloc((size_t)nodes * sizeof *f.path);
+  int *prev_on_stream = malloc((size_t)S * sizeof *prev_on_stream);
+  recap_status st = RECAP_OK;
+  if (!f.to || !f.next || !f.cap || !f.head || !f.level || !f.iter || !f.queue || !f.path ||
+      !prev_on_stream) {
+    st = RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory for the arena's lower bound");
+    goto done;
+  }
+  uint64_t unbounded = total + 1;
+  for (int v = 0; v < nodes; v++) f.head[v] = -1;
+  /* Nodes: in(b) = b, out(b) = n + b, op j = 2n + j. */
+  for (int s = 0; s < S; s++) prev_on_stream[s] = -1;
+  for (int j = 0; j < ops; j++) {
+    int s = p->ir->ops[j].stream;
+    if (prev_on_stream[s] >= 0) flow_edge(&f, 2 * n + prev_on_stream[s], 2 * n + j, unbounded);
+    prev_on_stream[s] = j;
+  }
+  for (int b = 0; b < n; b++) {
+    const recap__plan_buffer *buf = &plan->buffers[b];
+    flow_edge(&f, src, n + b, buf->bytes);
+    flow_edge(&f, b, sink, buf->bytes);
+    flow_edge(&f, b, n + b, unbounded);
+    flow_edge(&f, 2 * n + buf->first_op, b, unbounded);
+    /* A buffer live past the end comes before nothing. */
+    for (int s = 0; s < S && buf->last_op < ops; s++)
+      if (ready[(size_t)b * S + s] != INT_MAX)
+        flow_edge(&f, n + b, 2 * n + ready[(size_t)b * S + s], unbounded);
+  }
+  uint64_t flow = 0;
+  while (flow_levels(&f, src, sink)) {
+    for (int v = 0; v < nodes; v++) f.iter[v] = f.head[v];
+    for (uint64_t pushed; (pushed = flow_augment(&f, src, sink)) > 0;) flow += pushed;
+  }
+  *out = total - flow;
+done:
+  free(f.to);
+  free(f.next);
+  free(f.cap);
+  free(f.head);
+  free(f.level);
+  free(f.iter);
+  free(f.queue);
+  free(f.path);
+  free(prev_on_stream);
+  return st;
+}
+
 static recap_status place_all(const planner *p, const int *ids) {
   recap__plan *plan = p->plan;
   size_t n = plan->num_buffers;
   if (n == 0) return RECAP_OK;
+  recap_status st = RECAP_OK;
+  int *ready = NULL, *first_stream = NULL;
+  if (p->stream_last) {
+    RECAP_TRY(compute_ready(p, ids, n, &ready, &first_stream));
+    uint64_t bound = 0;
+    st = antichain_bound(p, ready, &bound);
+    if (st != RECAP_OK) {
+      free(ready);
+      free(first_stream);
+      return st;
+    }
+    if (bound > plan->max_live_bytes) plan->max_live_bytes = (size_t)bound;
+  }
   if (plan->separate) {
     /* No sharing at all: each buffer above the previous one (the binder allocates each on
      * its own anyway; the offsets keep the plan's invariants, and the sum is the naive size). */
@@ -954,10 +1168,10 @@ static recap_status place_all(const planner *p, const int *ids) {
       at += plan->buffers[b].bytes;
     }
     plan->arena_bytes = at;
+    free(ready);
+    free(first_stream);
     return RECAP_OK;
   }
-  recap_status st = RECAP_OK;
-  int *ready = NULL, *first_stream = NULL;
   sort_entry *entries = malloc(n * sizeof *entries);
   int *order = malloc(n * sizeof *order);
   int *best_order = malloc(n * sizeof *best_order);
@@ -968,12 +1182,10 @@ static recap_status place_all(const planner *p, const int *ids) {
     st = RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory for %zu plan buffers", n);
     goto done;
   }
-  conflict_ctx c = {.buffers = plan->buffers, .num_streams = p->num_streams};
-  if (p->stream_last) {
-    RECAP_TRY_GOTO(st, compute_ready(p, ids, n, &ready, &first_stream), done);
-    c.ready = ready;
-    c.first_stream = first_stream;
-  }
+  conflict_ctx c = {.buffers = plan->buffers,
+                    .ready = ready,
+                    .first_stream = first_stream,
+                    .num_streams = p->num_streams};
   size_t best = SIZE_MAX;
   uint64_t spent = 0; /* shared by the starts: the first gets the most */
   for (int o = 0; o < NUM_ORDERS && best > plan->max_live_bytes; o++) {
@@ -1055,6 +1267,7 @@ static recap_status finish(planner *p) {
     now += live[j];
     if (now > plan->max_live_bytes) plan->max_live_bytes = now;
   }
+  plan->live_at_one_op_bytes = plan->max_live_bytes;
   RECAP_TRY_GOTO(st, place_all(p, ids), done);
 
   for (int t = 0; t < p->num_tensors; t++) {
@@ -1089,6 +1302,8 @@ static void planner_free(planner *p) {
   free(p->readers);
   free(p->views);
   free(p->view_offset);
+  free(p->view_scratch);
+  free(p->offset_scratch);
   free(p->bytes);
   free(p->clock);
   free(p->work);
@@ -1096,23 +1311,99 @@ static void planner_free(planner *p) {
   free(p->stream_last);
 }
 
-recap_status recap__plan_build(const recap__ir *ir, recap__plan **out) {
+static recap__plan_options env_options(void) {
   const char *env = getenv("RECAP_ARENA");
-  recap__plan_options options = {.separate = env && strcmp(env, "0") == 0};
+  return (recap__plan_options){.separate = env && strcmp(env, "0") == 0};
+}
+
+/* Whether a smaller bucket's IR has the largest's tensors and ops (only shapes may differ),
+ * so that indices mean the same in both; its sizes must not overflow either. */
+static recap_status check_bucket(const recap__ir *largest, const recap__ir *ir, int b) {
+  if (ir->num_tensors != largest->num_tensors || ir->num_ops != largest->num_ops ||
+      (ir->num_tensors && !ir->tensors) || (ir->num_ops && !ir->ops))
+    return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
+                      "bucket %d's IR has %zu tensors and %zu ops but the largest bucket's has "
+                      "%zu and %zu",
+                      b, ir->num_tensors, ir->num_ops, largest->num_tensors, largest->num_ops);
+  for (size_t j = 0; j < ir->num_ops; j++) {
+    const recap__ir_op *a = &ir->ops[j], *z = &largest->ops[j];
+    bool same = a->def == z->def && a->stream == z->stream && a->num_inputs == z->num_inputs &&
+                a->num_outputs == z->num_outputs;
+    for (int i = 0; same && i < z->num_inputs && i < RECAP_OP_MAX_INPUTS; i++)
+      same = a->inputs[i] == z->inputs[i];
+    for (int o = 0; same && o < z->num_outputs && o < RECAP_OP_MAX_OUTPUTS; o++)
+      same = a->outputs[o] == z->outputs[o];
+    if (!same)
+      return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
+                        "op '%s' differs between bucket %d and the largest bucket (only shapes "
+                        "may)",
+                        op_name(largest, (int)j), b);
+  }
+  for (size_t t = 0; t < ir->num_tensors; t++) {
+    const recap__ir_tensor *a = &ir->tensors[t], *z = &largest->tensors[t];
+    if (a->role != z->role || a->is_output != z->is_output || a->alias_of != z->alias_of ||
+        a->producer != z->producer || a->dtype != z->dtype || a->ndim != z->ndim)
+      return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
+                        "tensor '%s' differs between bucket %d and the largest bucket (only "
+                        "shapes may)",
+                        tensor_name(largest, (int)t), b);
+    size_t bytes;
+    RECAP_TRY(tensor_bytes(ir, (int)t, &bytes));
+  }
+  return RECAP_OK;
+}
+
+static recap_status plan_irs(const recap__ir *const *irs, int num_buckets,
+                             const recap__plan_options *options, recap__plan **out);
+
+recap_status recap__plan_build(const recap__ir *ir, recap__plan **out) {
+  recap__plan_options options = env_options();
   return recap__plan_build_with(ir, &options, out);
 }
 
 recap_status recap__plan_build_with(const recap__ir *ir, const recap__plan_options *options,
                                     recap__plan **out) {
   RECAP_CHECK_ARG(ir && options && out);
+  return plan_irs(&ir, 1, options, out);
+}
+
+recap_status recap__plan_build_buckets(recap__ir *const *irs, size_t count,
+                                       const recap__plan_options *options, recap__plan **out) {
+  RECAP_CHECK_ARG(irs && count > 0 && out);
+  if (count > INT_MAX / 2)
+    return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "%zu buckets is too many", count);
+  recap__plan_options env = env_options();
+  const recap__ir **all = malloc(count * sizeof *all);
+  if (!all) return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory for %zu buckets", count);
+  recap_status st = RECAP_OK;
+  for (size_t b = 0; b < count; b++) {
+    all[b] = irs[b];
+    if (!irs[b]) st = RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "bucket %zu has no IR", b);
+  }
+  if (st == RECAP_OK) st = plan_irs(all, (int)count, options ? options : &env, out);
+  free(all);
+  return st;
+}
+
+/* Plans irs[num_buckets - 1] (the largest) for every bucket in irs. */
+static recap_status plan_irs(const recap__ir *const *irs, int num_buckets,
+                             const recap__plan_options *options, recap__plan **out) {
+  const recap__ir *ir = irs[num_buckets - 1];
+  RECAP_CHECK_ARG(ir);
   RECAP_CHECK_ARG(ir->num_tensors == 0 || ir->tensors);
   RECAP_CHECK_ARG(ir->num_ops == 0 || ir->ops);
   if (ir->num_ops > INT_MAX / 2 || ir->num_tensors > INT_MAX / 2)
     return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "%zu ops and %zu tensors is too many",
                       ir->num_ops, ir->num_tensors);
+  if (ir->num_tensors > SIZE_MAX / sizeof(recap_tensor) / (size_t)num_buckets)
+    return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "%zu tensors in %d buckets is too many",
+                      ir->num_tensors, num_buckets);
+  for (int b = 0; b + 1 < num_buckets; b++) RECAP_TRY(check_bucket(ir, irs[b], b));
   recap_status st = RECAP_OK;
   bool *written = NULL;
   planner p = {.ir = ir,
+               .irs = irs,
+               .num_buckets = num_buckets,
                .num_ops = (int)ir->num_ops,
                .num_tensors = (int)ir->num_tensors,
                .num_streams = ir->num_streams > 1 ? ir->num_streams : 1};
@@ -1127,20 +1418,26 @@ recap_status recap__plan_build_with(const recap__ir *ir, const recap__plan_optio
   plan->tensors = calloc(nt, sizeof *plan->tensors);
   plan->stream_last_op = malloc((size_t)p.num_streams * sizeof *plan->stream_last_op);
   plan->op_is_view = calloc(ir->num_ops ? ir->num_ops : 1, sizeof *plan->op_is_view);
+  plan->op_copies_for_buckets =
+      calloc(ir->num_ops ? ir->num_ops : 1, sizeof *plan->op_copies_for_buckets);
   p.alias = malloc(nt * sizeof *p.alias);
   p.root = malloc(nt * sizeof *p.root);
   p.producer = malloc(nt * sizeof *p.producer);
   p.last_consumer = malloc(nt * sizeof *p.last_consumer);
   p.readers = malloc(nt * sizeof *p.readers);
-  p.views = malloc(nt * sizeof *p.views);
-  p.view_offset = malloc(nt * sizeof *p.view_offset);
+  size_t nb = (size_t)num_buckets;
+  p.views = malloc(nb * nt * sizeof *p.views);
+  p.view_offset = malloc(nb * nt * sizeof *p.view_offset);
+  p.view_scratch = malloc(nb * RECAP_OP_MAX_OUTPUTS * sizeof *p.view_scratch);
+  p.offset_scratch = malloc(nb * RECAP_OP_MAX_OUTPUTS * sizeof *p.offset_scratch);
   p.bytes = malloc(nt * sizeof *p.bytes);
   p.work = calloc(nt, sizeof *p.work);
   p.buffer_of = malloc(nt * sizeof *p.buffer_of);
   written = malloc(nt * sizeof *written);
-  if (!plan->tensors || !plan->stream_last_op || !plan->op_is_view || !p.alias || !p.root ||
-      !p.producer || !p.last_consumer || !p.readers || !p.views || !p.view_offset || !p.bytes ||
-      !p.work || !p.buffer_of || !written) {
+  if (!plan->tensors || !plan->stream_last_op || !plan->op_is_view ||
+      !plan->op_copies_for_buckets || !p.alias || !p.root || !p.producer || !p.last_consumer ||
+      !p.readers || !p.views || !p.view_offset || !p.view_scratch || !p.offset_scratch ||
+      !p.bytes || !p.work || !p.buffer_of || !written) {
     st = RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory to plan %zu tensors", ir->num_tensors);
     goto fail;
   }
@@ -1182,6 +1479,10 @@ recap_status recap__plan_build_with(const recap__ir *ir, const recap__plan_optio
   for (int j = 0; j < p.num_ops && !plan->separate; j++)
     if (can_write_in_place(&p, j)) merge_in_place(&p, j);
   RECAP_TRY_GOTO(st, finish(&p), fail);
+  /* What the plan chose holds in every bucket by construction; this checks the sizes too (a
+   * tensor larger in a smaller bucket does not fit its bytes). */
+  for (int b = 0; b + 1 < num_buckets; b++)
+    RECAP_TRY_GOTO(st, recap__plan_check_fits(plan, irs[b]), fail);
   planner_free(&p);
   free(written);
   *out = plan;
@@ -1200,6 +1501,7 @@ void recap__plan_destroy(recap__plan *plan) {
   free(plan->waits);
   free(plan->stream_last_op);
   free(plan->op_is_view);
+  free(plan->op_copies_for_buckets);
   free(plan);
 }
 
@@ -1218,7 +1520,7 @@ recap_status recap__plan_check_fits(const recap__plan *largest, const recap__ir 
                             : x->role == RECAP_ROLE_INTERMEDIATE && !x->is_output
                                 ? RECAP_PLAN_ARENA
                                 : RECAP_PLAN_EXTERNAL;
-    recap__plan_kind planned = pt->kind == RECAP_PLAN_IN_PLACE                     ? RECAP_PLAN_ARENA
+    recap__plan_kind planned = pt->kind == RECAP_PLAN_IN_PLACE                   ? RECAP_PLAN_ARENA
                                : pt->kind == RECAP_PLAN_VIEW && pt->view_op >= 0 ? RECAP_PLAN_ARENA
                                                                                  : pt->kind;
     if (kind != planned)
@@ -1363,9 +1665,14 @@ recap_status recap__plan_format(const recap__ir *ir, const recap__plan *plan, ch
       plan->num_buffers);
   put(&b, "views: %zu shape op(s) planned as views (they launch nothing and copy nothing)\n",
       num_views);
+  for (size_t j = 0; j < plan->num_ops; j++)
+    if (plan->op_copies_for_buckets[j])
+      put(&b, "  '%s' copies: a view of it works in this bucket but not in a smaller one\n",
+          op_name(ir, (int)j));
   if (plan->separate)
-    put(&b, "arena planning: off (RECAP_ARENA=0): no reuse, every intermediate buffer is its "
-            "own allocation\n");
+    put(&b,
+        "arena planning: off (RECAP_ARENA=0): no reuse, every intermediate buffer is its "
+        "own allocation\n");
   put(&b, "%-24s %-12s %12s %12s %-11s %-6s %s\n", "tensor", "role", "bytes", "offset", "lifetime",
       "stream", "notes");
   for (size_t t = 0; t < plan->num_tensors; t++) {
@@ -1429,8 +1736,18 @@ recap_status recap__plan_format(const recap__ir *ir, const recap__plan *plan, ch
   put(&b, "arena:    %s\n", human(plan->arena_bytes, h1, sizeof h1));
   put(&b, "naive:    %s (every intermediate in its own allocation)\n",
       human(plan->naive_bytes, h2, sizeof h2));
-  put(&b, "max live: %s (lower bound for any placement)\n",
-      human(plan->max_live_bytes, h3, sizeof h3));
+  if (plan->live_at_one_op_bytes < plan->max_live_bytes) {
+    char h4[64];
+    put(&b,
+        "max live: %s (lower bound for any placement)\n"
+        "          with streams: buffers another stream may still use count too; by op index "
+        "alone, %s\n",
+        human(plan->max_live_bytes, h3, sizeof h3),
+        human(plan->live_at_one_op_bytes, h4, sizeof h4));
+  } else {
+    put(&b, "max live: %s (lower bound for any placement)\n",
+        human(plan->max_live_bytes, h3, sizeof h3));
+  }
   if (plan->naive_bytes)
     put(&b, "saved:    %.1f%% of naive; arena is %.3fx the lower bound\n",
         100.0 * (1.0 - (double)plan->arena_bytes / (double)plan->naive_bytes),

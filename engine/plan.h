@@ -7,11 +7,11 @@
  * of the pipeline's private pool and points every planned tensor at arena + offset.
  *
  *   recap__plan *plan;
- *   RECAP_TRY(recap__plan_build(largest_bucket_ir, &plan));
+ *   RECAP_TRY(recap__plan_build_buckets(irs, num_buckets, NULL, &plan));  // or _build(ir)
  *   ... arena = alloc(plan->arena_bytes); tensor t at arena + plan->tensors[t].offset when
- *       plan->tensors[t].buffer >= 0 ...
- *   for (each smaller bucket's ir) RECAP_TRY(recap__plan_check_fits(plan, ir));
- *   char *text; recap__plan_format(ir, plan, &text); puts(text); free(text);
+ *       plan->tensors[t].buffer >= 0; recap__plan_views(irs[b], ...) gives bucket b's
+ *       layouts ...
+ *   char *text; recap__plan_format(irs[num_buckets - 1], plan, &text); puts(text); free(text);
  *   recap__plan_destroy(plan);
  *
  * What lives where:
@@ -66,8 +66,8 @@
  * already implied by other waits and stream order are left out. The engine records an event
  * after op i on i's stream and makes j's stream wait for it before j. A shape op planned as a
  * view touches no memory: it neither waits nor is waited for, and readers of the view wait for
- * whoever wrote the memory underneath. In addition, the engine forks every side stream from the pipeline's
- * stream at the start (inputs are copied in there) and joins each side stream's last op
+ * whoever wrote the memory underneath. In addition, the engine forks every side stream from the
+ * pipeline's stream at the start (inputs are copied in there) and joins each side stream's last op
  * (stream_last_op) back into it at the end, so that copy-out and the next replay see
  * everything; those two are not in `waits`.
  *
@@ -89,10 +89,30 @@
  * 5000 intermediates plan in about 0.2 s. tests/plan_test.c checks the result against an exact
  * optimum on thousands of small random DAGs.
  *
- * Buckets. The engine plans the LARGEST bucket's IR; every bucket's graph uses the same
+ * Lower bound. With one stream, buffers conflict (must be apart) exactly when their lifetimes
+ * overlap, and the most bytes live at one op bounds every placement. With several streams a
+ * buffer also conflicts with any later one whose first op some access of it is not ordered
+ * before, which op indices alone do not show: in fork_join.yaml the branches' four buffers and
+ * their shared input all conflict pairwise (each branch may run ahead of the other), so no
+ * placement without added waits is smaller than their sum, while at most three of them are live
+ * at any one op index. The reported bound (max_live_bytes) is the heaviest set of pairwise
+ * conflicting buffers: "A before B" (every access of A happens before B's first op) is a
+ * partial order, such a set is an antichain of it, and the heaviest antichain is computed
+ * exactly as total bytes minus a max flow (weighted Dilworth). The placement stops searching
+ * once it reaches the bound, which it then has proved optimal.
+ *
+ * Buckets. The engine plans all buckets' IRs at once (recap__plan_build_buckets): sizes, offsets,
+ * lifetimes and waits come from the LARGEST bucket's IR, and every bucket's graph uses the same
  * arena and the same offsets. That is sound because every shape grows monotonically with the
  * bucketed dim, so each tensor of a smaller bucket fits the bytes planned for it, and the DAG
- * (hence every lifetime and wait) is the same; recap__plan_check_fits verifies it per bucket.
+ * (hence every lifetime and wait) is the same. What does depend on the shapes is decided over
+ * all buckets: a shape op becomes a view only if the view forms, is aligned and is accepted by
+ * its readers in every bucket (a split whose parts start 16-byte aligned at B = 8 may not at
+ * B = 2; a slice that is contiguous at the largest bucket may be strided, and no longer
+ * reshapeable without a copy, at a smaller one), and an op writes in place only if its input
+ * is contiguous and of its output's size in every bucket. Otherwise the op copies, in every
+ * bucket (one plan, one set of launches). recap__plan_check_fits verifies a bucket against a
+ * plan.
  *
  * Ownership: a plan owns all its arrays; it keeps no pointer into the IR.
  */
@@ -169,12 +189,21 @@ typedef struct recap__plan {
   int *stream_last_op; /* per stream, its last op (-1 if none): what the end joins */
   /* Per op: a shape op planned as a view (see above). The engine launches nothing for it. */
   bool *op_is_view;
-  bool separate; /* arena planning off: no reuse, each buffer its own allocation */
+  /* Per op: a shape op that would be a view in the largest bucket alone, but copies because a
+   * smaller bucket cannot form or use the view (see "Buckets"). */
+  bool *op_copies_for_buckets;
+  bool separate;      /* arena planning off: no reuse, each buffer its own allocation */
   size_t arena_bytes; /* the arena: max over buffers of offset + bytes */
   size_t naive_bytes; /* one rounded allocation per planned intermediate (no reuse at all) */
-  /* Max over ops of the rounded bytes of buffers live at that op: no placement of these
-   * buffers can use fewer bytes, so arena_bytes >= max_live_bytes always. */
+  /* The lower bound: the heaviest set of buffers (rounded bytes) that must pairwise be apart,
+   * so arena_bytes >= max_live_bytes always. With one stream, the buffers live at one op (the
+   * max over ops). With several, it also counts buffers that are apart because another stream
+   * may still use them: fork-join's two branches, each live on its own stream, while the op
+   * order says only one of them is (see "Lower bound" above). */
   size_t max_live_bytes;
+  /* Max over ops of the rounded bytes of buffers live at that op, by op index alone: equal to
+   * max_live_bytes with one stream; below it when streams overlap. */
+  size_t live_at_one_op_bytes;
 } recap__plan;
 
 /* Plans `ir` (for a bucketed spec: the largest bucket's IR). On success *out owns a new plan.
@@ -191,6 +220,17 @@ typedef struct {
 /* recap__plan_build with explicit options instead of the environment's. */
 recap_status recap__plan_build_with(const recap__ir *ir, const recap__plan_options *options,
                                     recap__plan **out);
+
+/* Plans a bucketed spec: irs[0..count) are its buckets' IRs in ascending order (after the same
+ * fusion pass), irs[count - 1] the largest, whose sizes the plan holds. A view or an in-place
+ * write is taken only where it works in EVERY bucket; elsewhere the shape op stays a copy
+ * (see "Buckets" above). Every smaller bucket then passes recap__plan_check_fits. options NULL:
+ * the environment's (RECAP_ARENA). Fails as recap__plan_build does, and with
+ * RECAP_STATUS_INVALID_ARGUMENT, naming the tensor or op, when the IRs differ in anything but
+ * shapes or a smaller bucket's tensor is larger than the largest's; *out is then untouched. The
+ * IRs are only read. */
+recap_status recap__plan_build_buckets(recap__ir *const *irs, size_t count,
+                                       const recap__plan_options *options, recap__plan **out);
 
 /* Every tensor's layout for `ir` (the planned IR or another bucket's: shapes come from ir):
  * views[t] gets ir's dtype, ndim and shape, and strides in elements (contiguous for anything

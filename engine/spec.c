@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "engine/names.h"
+#include "kernels/expr.h"
 #include "runtime/error.h"
 
 enum {
@@ -42,6 +43,9 @@ typedef struct {
   recap__names dims;    /* dim name -> index */
   recap__names tensors; /* tensor name -> index (declared and produced so far) */
   recap__names future;  /* op output name -> op index (all ops) */
+  /* The spec's text, to place errors inside an `expr:` string (NULL: at the string). */
+  const char *text;
+  size_t text_len;
 } loader;
 
 #define ERR(L, pos, ...) recap__diag_error((L)->diag, (pos), __VA_ARGS__)
@@ -716,6 +720,9 @@ static void parse_attr(loader *L, recap__spec_op *op, const recap_attr_def *a,
       }
       return;
     }
+    case RECAP_ATTR_EXPR:
+      /* Needs the op's input names: parse_expr, called by parse_op. */
+      return;
     case RECAP_ATTR_INT:
     case RECAP_ATTR_INT_LIST:
       break;
@@ -753,6 +760,103 @@ static void parse_attr(loader *L, recap__spec_op *op, const recap_attr_def *a,
     ia->count = (int)v->count;
   }
   op->num_int_attrs++;
+}
+
+/* ---- expressions ---------------------------------------------------------------------- */
+
+/* Bytes of UTF-8 that code point c takes. */
+static size_t utf8_length(unsigned long c) {
+  return c < 0x80 ? 1 : c < 0x800 ? 2 : c < 0x10000 ? 3 : 4;
+}
+
+static int hex_value(char c) {
+  return c >= '0' && c <= '9' ? c - '0'
+         : c >= 'a' && c <= 'f' ? c - 'a' + 10
+         : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                : -1;
+}
+
+/* Where byte `offset` of scalar v's (decoded) text is in the spec: the scalar's start plus the
+ * characters of its source up to there, decoding quotes and escapes on the way, so the column
+ * points INTO the string (columns count characters, as libyaml's do). Block scalars and
+ * scalars whose source spans lines before the offset (where folding changes the text) are
+ * placed at their start. */
+static recap__src_pos scalar_offset_pos(const loader *L, const recap__yaml_node *v, size_t offset) {
+  recap__src_pos pos = v->pos;
+  if (!L->text) return pos;
+  /* The source byte where the scalar starts. */
+  size_t r = 0;
+  int line = 1, col = 1;
+  while (r < L->text_len && (line < pos.line || (line == pos.line && col < pos.col))) {
+    char c = L->text[r++];
+    if (c == '\n') {
+      ++line;
+      col = 1;
+    } else if (((unsigned char)c & 0xc0) != 0x80) {
+      ++col;
+    }
+  }
+  if (line != pos.line || col != pos.col || r >= L->text_len) return pos;
+  const char *t = L->text;
+  const char quote = t[r] == '"' || t[r] == '\'' ? t[r] : 0;
+  if (t[r] == '|' || t[r] == '>') return pos;
+  const size_t start = r;
+  if (quote) ++r;
+  size_t decoded = 0;
+  while (decoded < offset && r < L->text_len) {
+    char c = t[r];
+    if (c == '\n' || c == '\r') return pos;
+    if (quote == '\'' && c == '\'' && r + 1 < L->text_len && t[r + 1] == '\'') {
+      r += 2;
+      decoded += 1;
+    } else if (quote == '"' && c == '\\' && r + 1 < L->text_len) {
+      char e = t[r + 1];
+      size_t digits = e == 'x' ? 2 : e == 'u' ? 4 : e == 'U' ? 8 : 0;
+      if (digits) {
+        unsigned long cp = 0;
+        for (size_t k = 0; k < digits && r + 2 + k < L->text_len; ++k) {
+          int h = hex_value(t[r + 2 + k]);
+          cp = cp * 16 + (unsigned long)(h < 0 ? 0 : h);
+        }
+        decoded += e == 'x' ? 1 : utf8_length(cp);
+        r += 2 + digits;
+      } else {
+        decoded += e == 'N' || e == '_' ? 2 : e == 'L' || e == 'P' ? 3 : 1;
+        r += 2;
+      }
+    } else {
+      r += 1;
+      decoded += 1;
+    }
+  }
+  for (size_t k = start; k < r && k < L->text_len; ++k)
+    if (((unsigned char)t[k] & 0xc0) != 0x80) ++pos.col;
+  return pos;
+}
+
+/* The `expr:` attribute: parsed over the op's input names into a program the spec owns. */
+static void parse_expr(loader *L, recap__spec_op *op, const recap__yaml_node *v, const char *what) {
+  char attr_what[MAX_NAME_BYTES + 160];
+  snprintf(attr_what, sizeof attr_what, "%s: attribute 'expr'", what);
+  const char *text;
+  if (!get_string(L, v, attr_what, &text)) {
+    op->ok = false;
+    return;
+  }
+  const char *names[RECAP_OP_MAX_INPUTS];
+  for (int i = 0; i < op->num_inputs; ++i) names[i] = op->inputs[i].name;
+  recap__expr_parse_error err;
+  recap_expr_program *program = NULL;
+  recap_status st = recap__expr_parse(text, v->len, names, op->num_inputs, NULL, &program, &err);
+  if (st == RECAP_STATUS_SPEC_ERROR) {
+    ERR(L, scalar_offset_pos(L, v, err.offset), "%s: %s", attr_what, err.message);
+    op->ok = false;
+  } else if (st != RECAP_OK) {
+    L->oom = true;
+    op->ok = false;
+  } else {
+    op->attrs.expr = program;
+  }
 }
 
 /* A list of tensor names, or one name. */
@@ -824,6 +928,7 @@ static void parse_op(loader *L, size_t index, const recap__yaml_node *v, recap__
   /* Keys: the op-level ones, then the def's attributes (`shape` and `dtype` are attributes
    * of the ops that have them, and checks of the output otherwise). */
   const recap_op_def *def = op->def;
+  const recap__yaml_node *expr_node = NULL;
   recap__op_attrs_set_defaults(def, &op->attrs);
   if (def) {
     for (const recap_attr_def *a = def->attrs; a && a->name; ++a)
@@ -846,7 +951,10 @@ static void parse_op(loader *L, size_t index, const recap__yaml_node *v, recap__
     const recap_attr_def *a = NULL;
     for (const recap_attr_def *x = def->attrs; x && x->name; ++x)
       if (strcmp(x->name, key) == 0) a = x;
-    if (a) {
+    if (a && a->kind == RECAP_ATTR_EXPR) {
+      /* Parsed once the input names are known (below). */
+      if (lookup_key(v, key) == v->keys[i]) expr_node = val;
+    } else if (a) {
       if (lookup_key(v, key) == v->keys[i]) parse_attr(L, op, a, val, what);
     } else if (!strcmp(key, "shape")) {
       op->check_shape_pos = val->pos;
@@ -886,7 +994,10 @@ static void parse_op(loader *L, size_t index, const recap__yaml_node *v, recap__
   op->stream = (int)stream;
 
   const recap__yaml_node *in = lookup(v, "in"), *out = lookup(v, "out");
-  if (in) op->num_inputs = parse_refs(L, in, "in", op->inputs, RECAP_OP_MAX_INPUTS, &op->ok);
+  bool refs_ok = true;
+  if (in) op->num_inputs = parse_refs(L, in, "in", op->inputs, RECAP_OP_MAX_INPUTS, &refs_ok);
+  if (!refs_ok) op->ok = false;
+  if (expr_node && refs_ok && op->num_inputs >= 1) parse_expr(L, op, expr_node, what);
   if (def && op->ok && (op->num_inputs < def->min_inputs || op->num_inputs > def->max_inputs)) {
     char names[256];
     join_names(def->input_names, names, sizeof names);
@@ -1244,7 +1355,7 @@ static recap_status load(const char *text, size_t len, const char *file, const c
     return st;
   }
   spec->file = spec->ast->file;
-  loader L = {.spec = spec, .diag = diag};
+  loader L = {.spec = spec, .diag = diag, .text = text, .text_len = len};
   parse_root(&L, spec->ast->root);
   if (!spec->name && !L.oom) {
     /* The file's base name without its extension. */
@@ -1366,6 +1477,8 @@ void recap__spec_destroy(recap__spec *spec) {
     free(spec->tensors[i].init.key);
   }
   free(spec->tensors);
+  for (size_t i = 0; spec->ops && i < spec->num_ops; ++i)
+    recap__expr_program_destroy((recap_expr_program *)spec->ops[i].attrs.expr);
   free(spec->ops);
   free(spec->outputs);
   free(spec->name_owned);

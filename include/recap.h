@@ -370,9 +370,18 @@ static inline void recap__nvtx_scope_end_(int *unused) {
  *
  * One caching allocator per device, created on first use and configured from the
  * RECAP_ALLOC_CONF environment variable (PyTorch's PYTORCH_CUDA_ALLOC_CONF syntax):
- *   backend:caching|native, max_split_size_mb:N (N > 20), garbage_collection_threshold:T
- *   (0 < T < 1, acts once a memory fraction is set), roundup_power2_divisions:D (a power of
- *   two) or roundup_power2_divisions:[256:1,512:2,>:8] (per power-of-two MiB interval).
+ *   backend:caching|native|cudaMallocAsync, max_split_size_mb:N (N > 20),
+ *   garbage_collection_threshold:T (0 < T < 1, acts once a memory fraction is set),
+ *   roundup_power2_divisions:D (a power of two) or roundup_power2_divisions:[256:1,512:2,>:8]
+ *   (per power-of-two MiB interval), expandable_segments:True|False.
+ * expandable_segments:True (backend:caching only): segments reserve address space and grow
+ * by mapping chunks (2 MiB small, 20 MiB large) at a stable base, so freed memory serves any
+ * later size; empty_cache unmaps only whole free chunks at a segment's end (or whole free
+ * segments), never memory of a live block or of a private pool still referenced. Such memory
+ * cannot be shared by IPC. backend:cudaMallocAsync uses the driver's stream-ordered pool:
+ * malloc, free, record_stream, empty_cache and recap_memory_allocated/reserved (and max_)
+ * work; the snapshot, summary, full stats, private pools (so recap_graph captures), the memory
+ * fraction and IPC return RECAP_STATUS_NOT_SUPPORTED. docs/ALLOCATOR.md has the details.
  * A bad setting makes every allocator call on that device fail with
  * RECAP_STATUS_INVALID_ARGUMENT naming the key.
  *
@@ -383,7 +392,8 @@ static inline void recap__nvtx_scope_end_(int *unused) {
  *   recap_free(p);              // reused once `stream` and `other` are past this point
  *
  * Blocks: requests are rounded up to 512 bytes (or the configured power-of-two division);
- * requests up to 1 MiB are packed into 2 MiB segments, 1-10 MiB into 20 MiB segments, larger
+ * requests up to 1 MiB are packed into 2 MiB segments, 1-10 MiB into 20 MiB segments (in a
+ * private pool: rounded up to 2 MiB, graph memory being one planned arena), larger
  * ones get a segment rounded up to 2 MiB. A block belongs to the stream it was allocated on and
  * is reused only by allocations on that stream, so work queued on the stream never races a
  * reuse. Freed neighbours merge; free segments stay reserved until recap_empty_cache.
@@ -476,7 +486,8 @@ RECAP_API recap_status recap_memory_summary(recap_device device, char **text);
 /* A JSON snapshot taken atomically: {"device", "segments": [{"address", "total_size",
  * "allocated_size", "active_size", "requested_size", "stream", "pool_id", "segment_type":
  * "small"|"large", "blocks": [{"address", "size", "requested_size", "state":
- * "active_allocated"|"active_pending_free"|"inactive"}]}], "pools": [{"id", "use_count",
+ * "active_allocated"|"active_pending_free"|"inactive"}], "expandable": bool,
+ * "reserved_address_space"}], "pools": [{"id", "use_count",
  * "reserved_bytes"}], "stats": {key: {"all"|"small"|"large": {"current", "peak", "allocated",
  * "freed"}}, "num_ooms": n, ...}}. The stats equal the sums over the segments. Addresses and
  * streams are integers. Release *json with free(). */
@@ -515,6 +526,53 @@ RECAP_API recap_status recap_pool_route_end(recap_device device, recap_stream *s
 /* Checks an allocator configuration string without applying it: RECAP_OK, or
  * RECAP_STATUS_INVALID_ARGUMENT with a message naming the bad key. */
 RECAP_API recap_status recap_alloc_conf_check(const char *conf);
+
+/* Interprocess memory (CUDA only): a 64-byte opaque handle (cudaIpcMemHandle_t) of the
+ * segment holding the block at `ptr` (a recap_malloc result), and the block's offset in it.
+ * RECAP_STATUS_NOT_SUPPORTED on the host backend, for blocks of expandable segments and under
+ * backend:cudaMallocAsync. The importer adds the offset to what recap_ipc_mem_open gives and
+ * calls recap_ipc_mem_close when done; the exporter keeps the block allocated meanwhile. */
+typedef struct {
+  unsigned char bytes[64];
+} recap_ipc_mem_handle;
+RECAP_API recap_status recap_ipc_mem_handle_get(void *ptr, recap_ipc_mem_handle *out,
+                                                size_t *offset);
+RECAP_API recap_status recap_ipc_mem_open(recap_device device, const recap_ipc_mem_handle *handle,
+                                          void **out);
+RECAP_API recap_status recap_ipc_mem_close(recap_device device, void *ptr);
+
+/* Pinned host memory for staging copies (PyTorch's CachingHostAllocator): page-locked
+ * (cudaHostAlloc, portable to every device) when a CUDA device is present, ordinary page-
+ * aligned memory otherwise. Freed blocks are cached by power-of-two size class; a block given
+ * to recap_host_record_stream is reused only after an event recorded at free time on each such
+ * stream has completed (so a queued copy never sees its buffer reused). Thread-safe.
+ *
+ *   void *staging;
+ *   recap_host_malloc(bytes, &staging);
+ *   ... fill it, memcpy_async to the device on `stream` ...
+ *   recap_host_record_stream(staging, stream);
+ *   recap_host_free(staging);                 // reused once `stream` passed the copy
+ */
+typedef struct {
+  recap_memory_stat allocated_bytes; /* blocks handed out (size classes) */
+  recap_memory_stat allocated_count;
+  recap_memory_stat reserved_bytes; /* held from the system (cudaHostAlloc) */
+  recap_memory_stat reserved_count;
+  int64_t waiting_count;  /* freed blocks whose copies may still run */
+  int64_t num_host_alloc; /* cudaHostAlloc (or aligned_alloc) calls */
+  int64_t num_host_free;
+  int pinned; /* 1 when the memory is page-locked (a CUDA device is present) */
+} recap_host_memory_stats;
+/* size 0 gives *out = NULL. RECAP_STATUS_OUT_OF_MEMORY when the system refuses. */
+RECAP_API recap_status recap_host_malloc(size_t size, void **out);
+/* RECAP_STATUS_INVALID_ARGUMENT for a pointer recap_host_malloc did not return (or already
+ * freed); NULL is accepted. */
+RECAP_API recap_status recap_host_free(void *ptr);
+/* Declares that the block containing ptr is used by work on `stream` (a copy). */
+RECAP_API recap_status recap_host_record_stream(void *ptr, recap_stream *stream);
+/* Releases every cached block whose copies have completed. */
+RECAP_API recap_status recap_host_empty_cache(void);
+RECAP_API recap_status recap_host_memory_stats_get(recap_host_memory_stats *out);
 
 /* ------------------------------------------------------------------------------------------
  * Graphs: capture any stream work into a CUDA graph and replay it (torch.cuda.CUDAGraph).
@@ -653,6 +711,9 @@ typedef struct {
    * ascending; at most one dim has buckets), NULL-terminated; NULL: none. The spec is checked
    * again with them (SPEC_ERROR with positions). Ignored by recap_pipeline_clone. */
   const char *const *dims;
+  /* Nonzero: no fusion pass (elementwise chains run op by op; RECAP_FUSION=0 in the
+   * environment does the same). Ignored by recap_pipeline_clone, which shares the model. */
+  int no_fusion;
 } recap_pipeline_options;
 
 typedef struct {
@@ -716,9 +777,11 @@ RECAP_API recap_status recap_pipeline_tensor(recap_pipeline *pipeline, const cha
  * bucketed tensor, `rows` (1 to the largest bucket) counts rows along the bucketed axis
  * (bytes must equal rows times the row size), laid out as the bucket that a run with `rows`
  * uses, and the rest of the buffer is zeroed; rows 0 copies the whole buffer (the largest
- * bucket's bytes). For other tensors rows is 0 and bytes the whole tensor. Waits for the copy
- * (the host buffer may be reused at once). RECAP_STATUS_INVALID_ARGUMENT for an unknown name,
- * another role, or sizes that do not match. */
+ * bucket's bytes). For other tensors rows is 0 and bytes the whole tensor. The data goes
+ * through pinned staging memory (recap_host_malloc): the host buffer may be reused at once, and
+ * the device copy is queued on the pipeline's stream, ordered before later runs, without
+ * waiting for earlier work. RECAP_STATUS_INVALID_ARGUMENT for an unknown name, another role, or
+ * sizes that do not match; RECAP_STATUS_OUT_OF_MEMORY when no staging memory is left. */
 RECAP_API recap_status recap_pipeline_copy_in(recap_pipeline *pipeline, const char *name,
                                               const void *host, size_t bytes, int64_t rows);
 /* Copies the first `rows` rows (or, rows = 0, all) of an output, state, input, scalar or param
@@ -737,6 +800,134 @@ RECAP_API recap_status recap_pipeline_stats_get(recap_pipeline *pipeline,
                                                 recap_pipeline_stats *out);
 /* The pipeline's stream (its own, or the one given in the options). */
 RECAP_API recap_stream *recap_pipeline_stream(recap_pipeline *pipeline);
+
+/* ------------------------------------------------------------------------------------------
+ * Communicators: collectives across GPUs through NCCL (libnccl.so.2, loaded at run time: recap
+ * runs without it, and these calls then fail with RECAP_STATUS_NOT_SUPPORTED naming libnccl).
+ *
+ *   // one process per GPU (recap launch starts them):
+ *   recap_comm *c;
+ *   recap_comm_init_rank(dev, world, rank, "file:///tmp/job/rendezvous", 60.0, &c);
+ *   recap_comm_all_reduce(c, buf, buf, n, RECAP_DTYPE_F32, RECAP_REDUCE_SUM, stream);
+ *   recap_comm_synchronize(c, stream);     // TIMEOUT (comm aborted) if a peer died
+ *   recap_comm_destroy(c);
+ *
+ * A device has at most one communicator at a time (torch.distributed's default group): the
+ * spec ops all_reduce, all_gather, reduce_scatter and broadcast use the communicator of the
+ * stream's device, and run as a world of 1 (a copy) on a device without one.
+ * The host backend supports a world of 1 only (a clear NOT_SUPPORTED error otherwise).
+ * NVLink multicast (NVLS) is kept off: NCCL_NVLS_ENABLE is set to 0 when unset, and a value
+ * other than 0 is refused (NOT_SUPPORTED), since multicast objects can take a shared host's
+ * GPUs out of service.
+ * Timeouts: init waits at most timeout_s for every rank; recap_comm_synchronize and
+ * recap_pipeline_run_dist abort the communicator and return RECAP_STATUS_TIMEOUT when the
+ * work has not finished timeout_s after it began (a dead or stuck peer), and report NCCL's
+ * asynchronous errors as RECAP_STATUS_LIBRARY_ERROR. An aborted communicator fails every
+ * later call; destroy it.
+ * Collectives are stream-ordered and capturable (a captured graph replays them); every rank
+ * must issue the same collectives in the same order.
+ * ---------------------------------------------------------------------------------------- */
+
+typedef struct recap_comm recap_comm;
+
+typedef enum {
+  RECAP_REDUCE_SUM = 0,
+  RECAP_REDUCE_PROD = 1,
+  RECAP_REDUCE_MAX = 2,
+  RECAP_REDUCE_MIN = 3,
+  RECAP_REDUCE_AVG = 4,
+} recap_reduce_op;
+
+/* Joins rank `rank` of a world of `world_size` processes on `device`. init_url: "file:///path"
+ * (rank 0 writes the NCCL id there atomically; the path must be fresh for each job) or
+ * "tcp://host:port" (rank 0 listens), either with an optional "?generation=N" that all ranks
+ * share; NULL or "" only for a world of 1. timeout_s > 0 bounds the rendezvous, the NCCL
+ * init and, later, every synchronize. BUSY when the device already has a communicator. */
+RECAP_API recap_status recap_comm_init_rank(recap_device device, int world_size, int rank,
+                                            const char *init_url, double timeout_s,
+                                            recap_comm **out);
+/* count communicators in this process, comms[i] being rank i on devices[i] (one NCCL clique:
+ * ncclCommInitAll). Used by the multi-device functions below. */
+RECAP_API recap_status recap_comm_init_devices(const recap_device *devices, int count,
+                                               double timeout_s, recap_comm **comms);
+/* Waits for nothing: the caller synchronizes first. NULL is accepted. */
+RECAP_API recap_status recap_comm_destroy(recap_comm *comm);
+/* Aborts outstanding collectives (they may never complete); the object must still be
+ * destroyed. */
+RECAP_API recap_status recap_comm_abort(recap_comm *comm);
+RECAP_API int recap_comm_rank(const recap_comm *comm);
+RECAP_API int recap_comm_world_size(const recap_comm *comm);
+RECAP_API recap_device recap_comm_device(const recap_comm *comm);
+/* RECAP_OK, or the asynchronous error NCCL reported (a peer's failure, an abort). */
+RECAP_API recap_status recap_comm_check(recap_comm *comm);
+/* Waits for `stream` under the communicator's timeout (see above). */
+RECAP_API recap_status recap_comm_synchronize(recap_comm *comm, recap_stream *stream);
+
+/* The collectives, on `stream` (of the communicator's device). count is in elements: of each
+ * buffer for all_reduce and broadcast, of `send` for all_gather (recv holds world * count),
+ * of `recv` for reduce_scatter (send holds world * count). send may equal recv (in place;
+ * for all_gather send may be recv's slice of this rank). */
+RECAP_API recap_status recap_comm_all_reduce(recap_comm *comm, const void *send, void *recv,
+                                             size_t count, recap_dtype dtype,
+                                             recap_reduce_op op, recap_stream *stream);
+RECAP_API recap_status recap_comm_all_gather(recap_comm *comm, const void *send, void *recv,
+                                             size_t count, recap_dtype dtype,
+                                             recap_stream *stream);
+RECAP_API recap_status recap_comm_reduce_scatter(recap_comm *comm, const void *send, void *recv,
+                                                 size_t count, recap_dtype dtype,
+                                                 recap_reduce_op op, recap_stream *stream);
+RECAP_API recap_status recap_comm_broadcast(recap_comm *comm, const void *send, void *recv,
+                                            size_t count, recap_dtype dtype, int root,
+                                            recap_stream *stream);
+/* Brackets collectives of several communicators issued by one thread (ncclGroupStart/End). */
+RECAP_API recap_status recap_comm_group_start(void);
+RECAP_API recap_status recap_comm_group_end(void);
+
+/* Several devices in one process: torch.cuda.comm's functions over comms from
+ * recap_comm_init_devices (comms[i] is rank i; streams[i] a stream of its device). Tensors are
+ * contiguous; dsts/outs are the caller's buffers. Splits are along the first axis.
+ *   broadcast:  src (on comms[root]'s device) copied to every dsts[i] (dsts[root] may be src).
+ *   reduce_add: out (on root) = sum of inputs[i] (one per device).
+ *   scatter:    chunks[i] (on device i) = rows of src (on root); the chunks' first dims sum to
+ *               src's.
+ *   gather:     dst (on root) = chunks[0..count) stacked along the first axis.
+ *   coalesced:  the same over num_tensors tensors in one NCCL group (dsts[i * num_tensors +
+ *               t] is tensor t on device i; inputs likewise). */
+RECAP_API recap_status recap_comm_broadcast_devices(recap_comm *const *comms, int count,
+                                                    int root, const recap_tensor *src,
+                                                    recap_tensor *dsts,
+                                                    recap_stream *const *streams);
+RECAP_API recap_status recap_comm_broadcast_coalesced(recap_comm *const *comms, int count,
+                                                      int root, const recap_tensor *srcs,
+                                                      int num_tensors, recap_tensor *dsts,
+                                                      recap_stream *const *streams);
+RECAP_API recap_status recap_comm_reduce_add(recap_comm *const *comms, int count, int root,
+                                             const recap_tensor *inputs, recap_tensor *out,
+                                             recap_stream *const *streams);
+RECAP_API recap_status recap_comm_reduce_add_coalesced(recap_comm *const *comms, int count,
+                                                       int root, const recap_tensor *inputs,
+                                                       int num_tensors, recap_tensor *outs,
+                                                       recap_stream *const *streams);
+RECAP_API recap_status recap_comm_scatter(recap_comm *const *comms, int count, int root,
+                                          const recap_tensor *src, recap_tensor *chunks,
+                                          recap_stream *const *streams);
+RECAP_API recap_status recap_comm_gather(recap_comm *const *comms, int count, int root,
+                                         const recap_tensor *chunks, recap_tensor *dst,
+                                         recap_stream *const *streams);
+/* cudaDeviceEnablePeerAccess; RECAP_OK when already enabled. NOT_SUPPORTED on host or when
+ * the pair cannot access each other. */
+RECAP_API recap_status recap_device_enable_peer_access(recap_device device, recap_device peer);
+
+/* A distributed run of a pipeline whose spec has collective ops, one rank per process (each
+ * pipeline created on its communicator's device). Rank 0 chooses the bucket from `batch`;
+ * the other ranks pass any batch (it is ignored). Before the graph launch rank 0 broadcasts a
+ * 32-byte header (batch, bucket, bucket count) and, unless RECAP_DIST_INPUTS_REPLICATED, every
+ * input tensor's buffer: every rank then replays the same bucket, in the same order, with
+ * rank 0's inputs, and no extra host round trip is made (the header travels with the inputs).
+ * Waits for the run under the communicator's timeout. */
+enum { RECAP_DIST_INPUTS_REPLICATED = 1, RECAP_DIST_EAGER = 2 };
+RECAP_API recap_status recap_pipeline_run_dist(recap_pipeline *pipeline, recap_comm *comm,
+                                               int64_t batch, unsigned flags);
 
 #ifdef __cplusplus
 }

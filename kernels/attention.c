@@ -121,6 +121,7 @@ const recap_op_def recap__op_attention = {
     .attrs = attention_attrs,
     .dtype_mask = RECAP__DTYPES_FLOAT,
     .in_place_input = -1,
+    .strided_output = true,
     .infer = attention_infer,
     .run_host = recap__host_attention,
     .launch_cuda = RECAP_CUDA_ENTRY(recap__cuda_attention),

@@ -76,7 +76,7 @@ enum {
   THREAD_STREAMS = 4,   /* streams a thread remembers the workspace of */
   THREAD_CHOICES = 16,  /* problems a thread remembers the choice of */
   MAX_HEURISTICS = 16,  /* cuBLASLt candidates asked for when tuning */
-  MAX_CANDIDATES = MAX_HEURISTICS + 9,
+  MAX_CANDIDATES = MAX_HEURISTICS + 11,
   TUNE_WARMUPS = 3,
   TUNE_REPS = 15,
 };
@@ -895,6 +895,12 @@ static recap_status tune_now(gemm_ctx *ctx, const recap__gemm_plan *p, lt_proble
         const choice c = {.kind = RECAP_TUNE_CAND_SKINNY, .warps = warps[w], .pipe = pipe};
         add_candidate(list, configs, &count, &c, NULL);
       }
+    /* The bulk-copy shapes (pipe 2: 16 rows x 512 columns x 3 stages, pipe 3: 32 x 1024 x 2;
+     * Hopper, else they run as pipe 1). */
+    for (int pipe = 2; pipe <= 3; ++pipe) {
+      const choice c = {.kind = RECAP_TUNE_CAND_SKINNY, .warps = 8, .pipe = pipe};
+      add_candidate(list, configs, &count, &c, NULL);
+    }
   }
 
   const size_t es = recap_dtype_size(p->dtype);

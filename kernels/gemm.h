@@ -119,12 +119,15 @@ recap_gemm_library recap__gemm_library(void);
 bool recap__cuda_gemm_skinny_fits(const recap__gemm_plan *p);
 recap_status recap__cuda_gemm_skinny(const recap__gemm_plan *p, int device, void *cuda_stream);
 /* The launch configuration recap__cuda_gemm_skinny uses for the plan on `device`: warps per
- * block (RECAP_GEMM_SKINNY_WARPS, else chosen for the shape) and pipelined loads (1, or 0 with
- * RECAP_GEMM_SKINNY_PIPE=0). A CUDA error status when the device cannot be asked. */
+ * block (RECAP_GEMM_SKINNY_WARPS, else chosen for the shape) and the load scheme `pipe`: 0 one
+ * register buffer (RECAP_GEMM_SKINNY_PIPE=0), 1 double-buffered registers, 2 and 3 bulk copies
+ * into a shared-memory ring (Hopper; m <= 4 and m 5-8 by default; docs/perf/skinny_gemm.md).
+ * A CUDA error status when the device cannot be asked. */
 recap_status recap__cuda_gemm_skinny_default(const recap__gemm_plan *p, int device, int *warps,
                                              int *pipe);
 /* recap__cuda_gemm_skinny with an explicit configuration (a tuning candidate): warps 1..16, a
- * power of two; pipe 0 or 1. RECAP_STATUS_INVALID_ARGUMENT otherwise. */
+ * power of two; pipe 0..3 (2 and 3 run as 1 before Hopper). RECAP_STATUS_INVALID_ARGUMENT
+ * otherwise. */
 recap_status recap__cuda_gemm_skinny_config(const recap__gemm_plan *p, int device,
                                             void *cuda_stream, int warps, int pipe);
 

@@ -2,7 +2,9 @@
  * gemm_skinny.cu: the skinny GEMM of the decode case, out[m, n] = act(alpha * x[m, :] .
  * W[n, :] + bias[n]) for m <= 16, f16 or bf16 (f32 accumulate), W stored [N, K] with unit
  * stride along K (a linear layer's weight). cuBLASLt streams W at ~65% of copy bandwidth
- * here, this kernel at 77-81% (measurements in docs/perf/skinny_gemm.md).
+ * here; two kernels follow (measurements in docs/perf/skinny_gemm.md): the register kernel
+ * (77-81%; the default at m > 8 and before Hopper) and, on Hopper at m <= 8, the bulk-copy
+ * kernel (83-90%), described above bulk_kernel.
  *
  * Shape of the work: one block per 16 rows of W, its warps taking groups of K steps in turn
  * (so together they read one contiguous stretch of the 16 rows at a time); per 32-wide step
@@ -260,6 +262,246 @@ __global__ void __launch_bounds__(kMaxWarps * 32) skinny_kernel(const skinny_arg
   }
 }
 
+/* ================================ bulk-copy variant ====================================== */
+
+/* The register-streaming kernel above holds every byte in flight in registers, which caps the
+ * loads per SM. This variant streams W through a ring of shared-memory stages filled by the
+ * bulk copy engine (cp.async.bulk, one copy per row chunk, completion counted in bytes on an
+ * mbarrier): one producer warp keeps S stages of KC columns of the block's W rows (and the
+ * same columns of x's m rows) in flight, the consumer warps read each stage with 16-byte
+ * shared loads into the same mma fragments as above and release it through a second
+ * mbarrier. Bytes in flight are bounded by shared memory, not registers, and a block uses few
+ * registers, so the next layer's blocks (programmatic dependent launch) can be resident and
+ * prefetching while this layer drains. */
+
+constexpr int kPad = 64; /* bytes after each staged row (see bulk_kernel's bank note) */
+
+/* Pipe codes 2.. of recap__cuda_gemm_skinny_config: RT 16-row tiles of W per block, KC
+ * columns per stage, S stages. Of the shapes measured on an H100 (skinny_gemm.md), these two
+ * won: 16 rows x 512 columns x 3 stages at m <= 4 (1 KB copies, 2 blocks per SM); 32 rows x
+ * 1024 x 2 at 4 < m <= 8 (x's L2-to-SM bytes halved, 2 KB copies, 128 blocks). Above m = 8
+ * the register kernel is faster (x's rows fill half of each stage). */
+struct bulk_shape {
+  int rt, kc, stages;
+};
+constexpr bulk_shape kBulkShapes[] = {{1, 512, 3}, {2, 1024, 2}};
+constexpr int kBulkFirst = 2, kBulkCount = (int)(sizeof kBulkShapes / sizeof kBulkShapes[0]);
+constexpr int kBulkSmallM = 4;      /* pipe 2 up to this m, pipe 3 above, up to 8 */
+constexpr int kBulkDefaultWarps = 8; /* consumer warps (4 and 16 measured slower) */
+
+__host__ __device__ constexpr int bulk_row_bytes(int kc) { return kc * 2 + kPad; }
+__host__ __device__ constexpr int bulk_stage_rows(int rt, int nt) { return kRows * rt + 8 * nt; }
+__host__ __device__ constexpr size_t bulk_smem(int rt, int nt, int kc, int stages) {
+  return (size_t)stages * bulk_stage_rows(rt, nt) * bulk_row_bytes(kc);
+}
+
+/* The bulk helpers exist for sm_90 passes only (an sm_80 pass would warn that they are unused). */
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
+__device__ __forceinline__ uint32_t smem_addr(const void *p) {
+  return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+
+/* Arrives once and adds `bytes` to the transactions the current phase waits for. */
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
+               : "memory");
+}
+
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+
+/* Waits until the phase of the given parity has completed. */
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  uint32_t done;
+  do {
+    asm volatile("{\n\t.reg .pred p;\n\t"
+                 "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
+                 "selp.u32 %0, 1, 0, p;\n\t}"
+                 : "=r"(done)
+                 : "r"(bar), "r"(parity)
+                 : "memory");
+  } while (!done);
+}
+
+/* bytes (a multiple of 16) from global src to shared dst (both 16-byte aligned); completion is
+ * counted on bar. */
+__device__ __forceinline__ void bulk_copy(uint32_t dst, const void *src, uint32_t bytes,
+                                          uint32_t bar, uint64_t policy) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
+               " [%0], [%1], %2, [%3], %4;" ::"r"(dst),
+               "l"(src), "r"(bytes), "r"(bar), "l"(policy)
+               : "memory");
+}
+
+__device__ __forceinline__ void bulk_prefetch_l2(const void *src, uint32_t bytes) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "r"(bytes) : "memory");
+}
+
+/* The same for x, which every block reads: no eviction hint. */
+__device__ __forceinline__ void bulk_copy(uint32_t dst, const void *src, uint32_t bytes,
+                                          uint32_t bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes"
+               " [%0], [%1], %2, [%3];" ::"r"(dst),
+               "l"(src), "r"(bytes), "r"(bar)
+               : "memory");
+}
+
+__device__ __forceinline__ uint4 lds128(uint32_t addr) {
+  uint4 v;
+  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "r"(addr));
+  return v;
+}
+#endif
+
+/* T: storage type. NT: 8-row tiles of x. RT: 16-row tiles of W per block. KC: K columns per
+ * stage. S: stages. Block: blockDim.x / 32 - 1 consumer warps, then the producer warp.
+ * Stage layout: rows [0, 16 RT) are W's, rows 16 RT + [0, m) are x's, each row KC elements
+ * plus kPad bytes: a row stride of 64 (mod 128) bytes puts a lane's rows g and g + 1 in
+ * opposite halves of the banks, so the 16-byte shared loads of a quarter warp never conflict.
+ * Dynamic shared memory: bulk_smem(RT, NT, KC, S) bytes. */
+template <typename T, int NT, int RT, int KC, int S>
+__global__ void __launch_bounds__((kMaxWarps + 1) * 32) bulk_kernel(const skinny_args a) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  constexpr int kRowBytes = bulk_row_bytes(KC), kStageRows = bulk_stage_rows(RT, NT);
+  constexpr int kStageBytes = kStageRows * kRowBytes, kSteps = KC / kStepK;
+  constexpr int kBlockRows = kRows * RT;
+  static_assert(KC % kStepK == 0 && (2 * KC) % 128 == 0, "stage rows must keep the bank pattern");
+  static_assert((size_t)kMaxWarps * kMaxM * (kBlockRows + 1) * sizeof(float) <=
+                    bulk_smem(RT, NT, KC, S),
+                "the partial sums reuse the ring");
+  extern __shared__ __align__(128) unsigned char ring[];
+  __shared__ __align__(8) uint64_t full[S], empty[S];
+  allow_next_grid();
+
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x >> 5) - 1;
+  const int64_t n0 = (int64_t)blockIdx.x * kBlockRows;
+  const int chunks = (a.k + KC - 1) / KC;
+  const uint32_t ring0 = smem_addr(ring);
+  const T *w = static_cast<const T *>(a.w);
+  const T *x = static_cast<const T *>(a.x);
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < S; ++s) {
+      mbar_init(smem_addr(&full[s]), 1);
+      mbar_init(smem_addr(&empty[s]), (uint32_t)warps);
+    }
+    /* Makes the initialized barriers visible to the copy engine. */
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  /* The producer lane of each W row; rows past N copy row 0 (valid memory, never stored). */
+  if (a.pdl && warp == warps) {
+    const int64_t first = (int64_t)(a.k < S * KC ? a.k : S * KC) * 2;
+    for (int r = lane; r < kBlockRows; r += 32) {
+      const int64_t n = n0 + r < a.n ? n0 + r : 0;
+      bulk_prefetch_l2(w + n * a.ldw, (uint32_t)first);
+    }
+  }
+  /* Every thread waits: the stores at the end must not overtake the previous kernel's reads. */
+  wait_for_previous_grid();
+  __syncthreads();
+
+  const int g = lane >> 2, tig = lane & 3;
+  float acc[RT][NT][4];
+#pragma unroll
+  for (int r = 0; r < RT; ++r)
+#pragma unroll
+    for (int t = 0; t < NT; ++t) acc[r][t][0] = acc[r][t][1] = acc[r][t][2] = acc[r][t][3] = 0.0f;
+  if (warp == warps) {
+    /* Producer: stage c % S takes columns [c KC, c KC + KC) once its previous use is released. */
+    const uint64_t w_policy = evict_first_policy();
+    const int rows = kBlockRows + a.m;
+    for (int c = 0; c < chunks; ++c) {
+      const int s = c % S;
+      if (c >= S) mbar_wait(smem_addr(&empty[s]), (uint32_t)((c / S - 1) & 1));
+      const int k0 = c * KC;
+      const uint32_t bytes = (uint32_t)((a.k - k0 < KC ? a.k - k0 : KC) * 2);
+      const uint32_t bar = smem_addr(&full[s]);
+      if (lane == 0) mbar_arrive_expect_tx(bar, bytes * (uint32_t)rows);
+      __syncwarp();
+      for (int r = lane; r < rows; r += 32) {
+        const uint32_t dst = ring0 + (uint32_t)(s * kStageBytes + r * kRowBytes);
+        if (r < kBlockRows) {
+          const int64_t n = n0 + r < a.n ? n0 + r : 0;
+          bulk_copy(dst, w + n * a.ldw + k0, bytes, bar, w_policy);
+        } else {
+          bulk_copy(dst, x + (int64_t)(r - kBlockRows) * a.ldx + k0, bytes, bar);
+        }
+      }
+    }
+  } else {
+    /* Consumers: warp takes the steps warp, warp + warps, ... of every stage. x rows past m
+     * are never copied: their stale words only reach output columns that are never stored. */
+    const uint4 zero = make_uint4(0, 0, 0, 0);
+    for (int c = 0; c < chunks; ++c) {
+      const int s = c % S;
+      mbar_wait(smem_addr(&full[s]), (uint32_t)((c / S) & 1));
+      const uint32_t base = ring0 + (uint32_t)(s * kStageBytes + g * kRowBytes + 16 * tig);
+#pragma unroll 2
+      for (int j = warp; j < kSteps; j += warps) {
+        /* K % 8 == 0, so a lane's 8 elements are all in or all out; out-of-range words are
+         * stale (or never written), so both operands become zeros. */
+        const bool in = c * KC + j * kStepK + 8 * tig < a.k;
+        const uint32_t at = base + (uint32_t)(j * kStepK * 2);
+        uint4 wa[RT], wb[RT], xv[NT];
+#pragma unroll
+        for (int r = 0; r < RT; ++r) {
+          wa[r] = in ? lds128(at + (uint32_t)(16 * r * kRowBytes)) : zero;
+          wb[r] = in ? lds128(at + (uint32_t)((16 * r + 8) * kRowBytes)) : zero;
+        }
+#pragma unroll
+        for (int t = 0; t < NT; ++t)
+          xv[t] = in ? lds128(at + (uint32_t)((kBlockRows + 8 * t) * kRowBytes)) : zero;
+#pragma unroll
+        for (int r = 0; r < RT; ++r)
+#pragma unroll
+          for (int t = 0; t < NT; ++t) {
+            mma16816<T>(acc[r][t], wa[r].x, wb[r].x, wa[r].y, wb[r].y, xv[t].x, xv[t].y);
+            mma16816<T>(acc[r][t], wa[r].z, wb[r].z, wa[r].w, wb[r].w, xv[t].z, xv[t].w);
+          }
+      }
+      __syncwarp();
+      if (lane == 0) mbar_arrive(smem_addr(&empty[s]));
+    }
+  }
+  /* Every consumer has waited on every stage, so every copy has landed: after the barrier the
+   * ring holds the partial sums [warp][x row][W row]. */
+  __syncthreads();
+  if (warp < warps) {
+    float *partial = reinterpret_cast<float *>(ring);
+#pragma unroll
+    for (int r = 0; r < RT; ++r)
+#pragma unroll
+      for (int t = 0; t < NT; ++t) {
+        const int b = 8 * t + 2 * tig, row = 16 * r + g;
+        float *p = partial + (size_t)warp * kMaxM * (kBlockRows + 1);
+        p[b * (kBlockRows + 1) + row] = acc[r][t][0];
+        p[(b + 1) * (kBlockRows + 1) + row] = acc[r][t][1];
+        p[b * (kBlockRows + 1) + row + 8] = acc[r][t][2];
+        p[(b + 1) * (kBlockRows + 1) + row + 8] = acc[r][t][3];
+      }
+  }
+  __syncthreads();
+  const float *partial = reinterpret_cast<const float *>(ring);
+  for (int i = threadIdx.x; i < a.m * kBlockRows; i += blockDim.x) {
+    const int b = i / kBlockRows, r = i % kBlockRows;
+    if (n0 + r >= a.n) continue;
+    float sum = 0.0f;
+    for (int wi = 0; wi < warps; ++wi) sum += partial[((size_t)wi * kMaxM + b) * (kBlockRows + 1) + r];
+    float v = a.alpha * sum;
+    if (a.bias) v += recap__to_float(static_cast<const T *>(a.bias)[n0 + r]);
+    static_cast<T *>(a.out)[(int64_t)b * a.n + n0 + r] =
+        recap__from_float<T>(recap__gemm_activate(a.act, v));
+  }
+#endif
+}
+
 /* ================================ launch plan ============================================ */
 
 /* Multiprocessor count and compute capability per device, read once (device attribute
@@ -298,11 +540,49 @@ int warps_for(int64_t blocks, int steps, int sms) {
 }
 
 /* The A/B switches (RECAP_GEMM_SKINNY_PDL, _PIPE, _WARPS) come from recap__gemm_env_get, read
- * once per process; tools/bench_skinny.c times them and the tuner (cuda_gemm.c) times the
- * warps and pipelining variants as candidates of their own. */
+ * once per process (RECAP_GEMM_SKINNY_PIPE=0: the single-buffer register kernel, never the
+ * bulk one); tools/bench_skinny.c times every configuration directly and the tuner
+ * (cuda_gemm.c) times the register kernel's as candidates of their own. */
 
+/* Above 48 KB a kernel's dynamic shared memory must be allowed explicitly, once per device
+ * (`done` is the kernel's per-device flag; racing threads set the same value). */
+template <typename Kernel>
+recap_status allow_smem(Kernel kernel, int device, size_t bytes, int (&done)[kMaxDevices]) {
+  if (bytes <= 48 * 1024 || __atomic_load_n(&done[device], __ATOMIC_ACQUIRE)) return RECAP_OK;
+  RECAP_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      (int)bytes));
+  __atomic_store_n(&done[device], 1, __ATOMIC_RELEASE);
+  return RECAP_OK;
+}
+
+template <typename T, int NT, int RT, int KC, int S>
+recap_status launch_bulk(const skinny_args &args, int device, int warps,
+                         cudaLaunchConfig_t config) {
+  static int smem_allowed[kMaxDevices];
+  const auto kernel = bulk_kernel<T, NT, RT, KC, S>;
+  const size_t smem = bulk_smem(RT, NT, KC, S);
+  RECAP_TRY(allow_smem(kernel, device, smem, smem_allowed));
+  config.gridDim = dim3((unsigned)RECAP_CEIL_DIV(args.n, (int64_t)kRows * RT));
+  config.blockDim = dim3((unsigned)(warps + 1) * 32); /* + the producer warp */
+  config.dynamicSmemBytes = smem;
+  RECAP_CUDA_TRY(cudaLaunchKernelEx(&config, kernel, args));
+  RECAP_CUDA_TRY(cudaGetLastError());
+  return RECAP_OK;
+}
+
+template <typename T, int I>
+recap_status launch_bulk_shape(const skinny_args &args, int device, int warps,
+                               const cudaLaunchConfig_t &config) {
+  constexpr bulk_shape b = kBulkShapes[I];
+  return args.m <= 8 ? launch_bulk<T, 1, b.rt, b.kc, b.stages>(args, device, warps, config)
+                     : launch_bulk<T, 2, b.rt, b.kc, b.stages>(args, device, warps, config);
+}
+
+/* pipe: 0 single register buffer, 1 two register buffers, kBulkFirst + i bulk shape i (the
+ * caller checked the range and the device). */
 template <typename T>
-recap_status launch(const skinny_args &args, int warps, bool pipe, bool pdl, cudaStream_t stream) {
+recap_status launch(const skinny_args &args, int device, int warps, int pipe, bool pdl,
+                    cudaStream_t stream) {
   const unsigned blocks = (unsigned)RECAP_CEIL_DIV(args.n, kRows);
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(blocks);
@@ -315,11 +595,17 @@ recap_status launch(const skinny_args &args, int warps, bool pipe, bool pdl, cud
     config.attrs = attr;
     config.numAttrs = 1;
   }
+  static_assert(kBulkCount == 2, "one case per bulk shape");
+  switch (pipe - kBulkFirst) {
+    case 0: return launch_bulk_shape<T, 0>(args, device, warps, config);
+    case 1: return launch_bulk_shape<T, 1>(args, device, warps, config);
+    default: break;
+  }
   if (args.m <= 8)
-    RECAP_CUDA_TRY(pipe ? cudaLaunchKernelEx(&config, skinny_kernel<T, 1, 4, true>, args)
+    RECAP_CUDA_TRY(pipe == 1 ? cudaLaunchKernelEx(&config, skinny_kernel<T, 1, 4, true>, args)
                                : cudaLaunchKernelEx(&config, skinny_kernel<T, 1, 8, false>, args));
   else
-    RECAP_CUDA_TRY(pipe ? cudaLaunchKernelEx(&config, skinny_kernel<T, 2, 2, true>, args)
+    RECAP_CUDA_TRY(pipe == 1 ? cudaLaunchKernelEx(&config, skinny_kernel<T, 2, 2, true>, args)
                                : cudaLaunchKernelEx(&config, skinny_kernel<T, 2, 4, false>, args));
   RECAP_CUDA_TRY(cudaGetLastError());
   return RECAP_OK;
@@ -349,9 +635,12 @@ extern "C" recap_status recap__cuda_gemm_skinny_default(const recap__gemm_plan *
   RECAP_TRY(device_facts_of(device, &f));
   const recap__gemm_env *env = recap__gemm_env_get();
   const int steps = (int)RECAP_CEIL_DIV(p->k, (int64_t)kStepK);
+  /* The bulk-copy variant needs Hopper (cp.async.bulk, mbarrier transaction counts). */
+  const bool bulk = env->skinny_pipe && f.major >= 9 && p->m <= 8;
+  *pipe = bulk ? (p->m <= kBulkSmallM ? kBulkFirst : kBulkFirst + 1) : env->skinny_pipe ? 1 : 0;
   *warps = env->skinny_warps ? env->skinny_warps
+           : bulk            ? kBulkDefaultWarps
                              : warps_for(RECAP_CEIL_DIV(p->n, (int64_t)kRows), steps, f.sms);
-  *pipe = env->skinny_pipe ? 1 : 0;
   return RECAP_OK;
 }
 
@@ -363,12 +652,15 @@ extern "C" recap_status recap__cuda_gemm_skinny_config(const recap__gemm_plan *p
                       "skinny gemm: the plan does not fit the kernel (m <= 16, f16/bf16, x rows "
                       "and W [N, K] rows 16-byte aligned with unit stride along K, K %% 8 == 0, "
                       "no batch, no c)");
-  if (warps < 1 || warps > kMaxWarps || (warps & (warps - 1)) != 0 || (pipe != 0 && pipe != 1))
+  if (warps < 1 || warps > kMaxWarps || (warps & (warps - 1)) != 0 || pipe < 0 ||
+      pipe >= kBulkFirst + kBulkCount)
     return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
-                      "skinny gemm: %d warps (1..%d, a power of two), pipe %d (0 or 1)", warps,
-                      kMaxWarps, pipe);
+                      "skinny gemm: %d warps (1..%d, a power of two), pipe %d (0..%d)", warps,
+                      kMaxWarps, pipe, kBulkFirst + kBulkCount - 1);
   device_facts f;
   RECAP_TRY(device_facts_of(device, &f));
+  /* Before Hopper the bulk shapes run as the double-buffered register kernel. */
+  if (pipe >= kBulkFirst && f.major < 9) pipe = 1;
   skinny_args args;
   args.x = p->a;
   args.w = p->b;
@@ -387,7 +679,7 @@ extern "C" recap_status recap__cuda_gemm_skinny_config(const recap__gemm_plan *p
   cudaStream_t stream = static_cast<cudaStream_t>(cuda_stream);
   return recap__cuda_dispatch_float(p->dtype, "skinny gemm", [&](auto tag) -> recap_status {
     using T = decltype(tag);
-    if constexpr (sizeof(T) == 2) return launch<T>(args, warps, pipe != 0, pdl, stream);
+    if constexpr (sizeof(T) == 2) return launch<T>(args, device, warps, pipe, pdl, stream);
     return RECAP_FAIL(RECAP_STATUS_NOT_SUPPORTED, "skinny gemm: f32 is not supported");
   });
 }

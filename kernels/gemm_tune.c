@@ -87,7 +87,7 @@ bool recap__tune_entry_valid(const recap__tune_entry *e) {
     for (int i = 0; i < RECAP_TUNE_CONFIG_MAX; ++i)
       if (c->config[i] < 0) return false;
   } else if (c->kind == RECAP_TUNE_CAND_SKINNY) {
-    if (!power_of_two_upto(c->config[0], 16) || (c->config[1] != 0 && c->config[1] != 1))
+    if (!power_of_two_upto(c->config[0], 16) || c->config[1] < 0 || c->config[1] > 3)
       return false;
   } else {
     return false;

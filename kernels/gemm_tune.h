@@ -77,7 +77,7 @@ typedef struct {
 /* A candidate. LT: a cuBLASLt algorithm, named by its 9 configuration attributes (ALGO_ID,
  * TILE_ID, STAGES_ID, SPLITK_NUM, REDUCTION_SCHEME, CTA_SWIZZLING, CUSTOM_OPTION,
  * INNER_SHAPE_ID, CLUSTER_SHAPE_ID); SKINNY: gemm_skinny.cu with config {warps per block,
- * pipelined (0/1)}. */
+ * load scheme pipe 0..3 (see recap__cuda_gemm_skinny_default)}. */
 typedef enum { RECAP_TUNE_CAND_LT = 1, RECAP_TUNE_CAND_SKINNY = 2 } recap__tune_kind;
 typedef struct {
   int32_t kind; /* recap__tune_kind */

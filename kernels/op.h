@@ -60,6 +60,10 @@ typedef struct {
   int num_sizes;
   recap_dtype dtype;    /* cast target / output dtype override */
   int64_t rope_base;    /* rotary embedding theta (e.g. 10000) */
+  /* expr (and fused elementwise chains): the compiled expression, kernels/expr.h. Owned by
+   * whoever built it (the spec, or the pipeline's fusion pass) and immutable, so graph copies
+   * of a call share the pointer. */
+  const struct recap_expr_program *expr;
 } recap_op_attrs;
 
 typedef struct recap_op_def recap_op_def;
@@ -82,7 +86,8 @@ typedef struct {
 
 /* What an attribute's offset points at in recap_op_attrs: FLOAT a double, INT an int64_t,
  * BOOL an int, INT_LIST the `sizes` array (its length goes to num_sizes), ACTIVATION a
- * recap_activation, DTYPE a recap_dtype. */
+ * recap_activation, DTYPE a recap_dtype, EXPR the `expr` pointer (the spec gives a string,
+ * parsed over the op's input names; kernels/expr.h). */
 typedef enum {
   RECAP_ATTR_FLOAT,
   RECAP_ATTR_INT,
@@ -90,6 +95,7 @@ typedef enum {
   RECAP_ATTR_INT_LIST,
   RECAP_ATTR_ACTIVATION,
   RECAP_ATTR_DTYPE,
+  RECAP_ATTR_EXPR,
 } recap_attr_kind;
 
 /* Describes one attribute for the spec parser and `recap ops`: name as written in a spec,
@@ -119,6 +125,12 @@ struct recap_op_def {
   /* The output index's shape/dtype may alias input `in_place_input` (-1: never). */
   int in_place_input;
   bool is_random; /* draws from the device's Philox generator */
+  /* Every backend writes output 0 through the strides it is given, any layout whose last dim
+   * has stride 1 (or size 1), not only the contiguous one infer describes. The planner then
+   * lets the op write straight into the layout a following permute, transpose or reshape
+   * wants, so that shape op copies nothing (engine/plan.h, backward views). Set it only when
+   * the host reference and the CUDA kernel both honour output strides. */
+  bool strided_output;
   /* Validates inputs and attributes and fills outputs' dtype/ndim/shape/strides (contiguous).
    * Errors name the op and the offending input or attribute. Host-only code. */
   recap_status (*infer)(recap_op_call *call);

@@ -23,6 +23,9 @@ extern const recap_op_def recap__op_reshape, recap__op_permute, recap__op_transp
 extern const recap_op_def recap__op_kv_append, recap__op_attention;
 extern const recap_op_def recap__op_random_uniform, recap__op_random_normal;
 extern const recap_op_def recap__op_matmul, recap__op_linear;
+extern const recap_op_def recap__op_all_reduce, recap__op_all_gather, recap__op_reduce_scatter,
+    recap__op_broadcast;
+extern const recap_op_def recap__op_expr;
 
 static const recap_op_def *const registry[] = {
     &recap__op_matmul,
@@ -43,6 +46,7 @@ static const recap_op_def *const registry[] = {
     &recap__op_sub,
     &recap__op_mul,
     &recap__op_div,
+    &recap__op_expr,
 
     &recap__op_softmax,
     &recap__op_layernorm,
@@ -66,6 +70,11 @@ static const recap_op_def *const registry[] = {
 
     &recap__op_random_uniform,
     &recap__op_random_normal,
+
+    &recap__op_all_reduce,
+    &recap__op_all_gather,
+    &recap__op_reduce_scatter,
+    &recap__op_broadcast,
 };
 
 enum { REGISTRY_SIZE = sizeof registry / sizeof registry[0] };
@@ -151,6 +160,7 @@ void recap__op_attrs_set_defaults(const recap_op_def *def, recap_op_attrs *attrs
         *(recap_dtype *)field = (recap_dtype)a->default_value;
         break;
       case RECAP_ATTR_INT_LIST:
+      case RECAP_ATTR_EXPR:
         break;
     }
   }

@@ -149,12 +149,20 @@ static void test_roundup_divisions_list_applies_per_interval(void) {
 }
 
 static void test_segment_size_follows_size_class(void) {
-  CU_ASSERT_EQUAL(recap__alloc_segment_size(512), 2 * MIB);
-  CU_ASSERT_EQUAL(recap__alloc_segment_size(MIB), 2 * MIB);
-  CU_ASSERT_EQUAL(recap__alloc_segment_size(MIB + 512), 20 * MIB);
-  CU_ASSERT_EQUAL(recap__alloc_segment_size(10 * MIB - 512), 20 * MIB);
-  CU_ASSERT_EQUAL(recap__alloc_segment_size(10 * MIB), 10 * MIB);
-  CU_ASSERT_EQUAL(recap__alloc_segment_size(11 * MIB), 12 * MIB);
+  CU_ASSERT_EQUAL(recap__alloc_segment_size(512, false), 2 * MIB);
+  CU_ASSERT_EQUAL(recap__alloc_segment_size(MIB, false), 2 * MIB);
+  CU_ASSERT_EQUAL(recap__alloc_segment_size(MIB + 512, false), 20 * MIB);
+  CU_ASSERT_EQUAL(recap__alloc_segment_size(10 * MIB - 512, false), 20 * MIB);
+  CU_ASSERT_EQUAL(recap__alloc_segment_size(10 * MIB, false), 10 * MIB);
+  CU_ASSERT_EQUAL(recap__alloc_segment_size(11 * MIB, false), 12 * MIB);
+}
+
+static void test_private_pool_segments_round_1_to_10_mib_up_to_2_mib(void) {
+  CU_ASSERT_EQUAL(recap__alloc_segment_size(512, true), 2 * MIB);
+  CU_ASSERT_EQUAL(recap__alloc_segment_size(MIB + 512, true), 2 * MIB);
+  CU_ASSERT_EQUAL(recap__alloc_segment_size(5 * MIB, true), 6 * MIB);
+  CU_ASSERT_EQUAL(recap__alloc_segment_size(10 * MIB - 512, true), 10 * MIB);
+  CU_ASSERT_EQUAL(recap__alloc_segment_size(11 * MIB, true), 12 * MIB);
 }
 
 /* ------------------------------------------------------------------------------------------
@@ -369,7 +377,7 @@ static void test_pool_grows_during_capture_without_invalidating_it(void) {
   CHECK_OK(recap__allocator_route_end(f.a, f.s1));
   recap_pool_stats ps;
   CHECK_OK(recap__allocator_pool_stats(f.a, pool, &ps));
-  CU_ASSERT_EQUAL(ps.reserved_bytes, 22 * MIB);
+  CU_ASSERT_EQUAL(ps.reserved_bytes, 6 * MIB); /* 4 MiB (a private pool's rounding) + 2 MiB */
   CU_ASSERT_EQUAL(ps.segment_count, 2);
   free_ok(&f, p);
   free_ok(&f, r);
@@ -451,6 +459,29 @@ static void test_pool_blocks_are_reused_only_inside_the_pool(void) {
   fx_close(&f);
 }
 
+/* specs/fork_join.yaml's 1.25 MiB arena: 2 MiB in a graph's pool (PyTorch reserves 8 MiB),
+ * while the default pool keeps the 20 MiB segment that 1-10 MiB requests share. */
+static void test_private_pool_reserves_2_mib_for_a_1_25_mib_request(void) {
+  fixture f;
+  fx_open(&f, NULL);
+  recap_pool_id pool;
+  CHECK_OK(recap__allocator_pool_create(f.a, &pool));
+  CHECK_OK(recap__allocator_route_begin(f.a, pool, f.s1));
+  void *arena = alloc_ok(&f, MIB + MIB / 4, f.s1);
+  CHECK_OK(recap__allocator_route_end(f.a, f.s1));
+  recap_pool_stats ps;
+  CHECK_OK(recap__allocator_pool_stats(f.a, pool, &ps));
+  CU_ASSERT_EQUAL(ps.reserved_bytes, 2 * MIB);
+  CU_ASSERT_EQUAL(ps.segment_count, 1);
+  CU_ASSERT_EQUAL(stats_of(&f).reserved_bytes[RECAP_STAT_ALL].current, 2 * MIB);
+  void *general = alloc_ok(&f, MIB + MIB / 4, f.s1);
+  CU_ASSERT_EQUAL(stats_of(&f).reserved_bytes[RECAP_STAT_ALL].current, 22 * MIB);
+  free_ok(&f, general);
+  free_ok(&f, arena);
+  CHECK_OK(recap__allocator_pool_release(f.a, pool));
+  fx_close(&f);
+}
+
 static void test_shared_pool_serves_two_scopes_from_the_same_memory(void) {
   fixture f;
   fx_open(&f, NULL);
@@ -468,8 +499,10 @@ static void test_shared_pool_serves_two_scopes_from_the_same_memory(void) {
   void *second = alloc_ok(&f, 3 * MIB, f.s1);
   CU_ASSERT_EQUAL(second, first);
   CHECK_OK(recap__allocator_pool_stats(f.a, pool, &ps));
-  CU_ASSERT_EQUAL(ps.reserved_bytes, 20 * MIB); /* one segment for both scopes */
-  CU_ASSERT_EQUAL(ps.allocated_bytes, 3 * MIB);
+  /* One segment for both scopes: 3 MiB rounded up to 2 MiB in a private pool, and the 1 MiB
+   * left is too small to split off a large block. */
+  CU_ASSERT_EQUAL(ps.reserved_bytes, 4 * MIB);
+  CU_ASSERT_EQUAL(ps.allocated_bytes, 4 * MIB);
   CU_ASSERT_EQUAL(ps.use_count, 3);
   CHECK_OK(recap__allocator_route_end(f.a, f.s1));
   free_ok(&f, second);
@@ -711,7 +744,9 @@ static void test_malformed_alloc_conf_is_rejected_naming_the_key(void) {
       {"backend:native,", "trailing comma"},
       {",backend:native", "empty setting"},
       {":4", "no key"},
-      {"expandable_segments:True", "expandable_segments"},
+      {"expandable_segments:Maybe", "expected True or False"},
+      {"backend:native,expandable_segments:True", "needs backend:caching"},
+      {"backend:lazy", "cudaMallocAsync"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     recap_clear_error();
@@ -856,6 +891,7 @@ int main(void) {
       T_(test_roundup_power2_divisions_rounds_84_mib_to_96_mib, false),
       T_(test_roundup_divisions_list_applies_per_interval, false),
       T_(test_segment_size_follows_size_class, false),
+      T_(test_private_pool_segments_round_1_to_10_mib_up_to_2_mib, false),
       T_(test_small_requests_are_packed_into_one_2_mib_segment, true),
       T_(test_freed_neighbours_merge_back_into_one_block, true),
       T_(test_best_fit_takes_the_smallest_block_that_fits, true),
@@ -868,6 +904,7 @@ int main(void) {
       T_(test_pool_grows_during_capture_without_invalidating_it, true),
       T_(test_oom_during_capture_fails_cleanly_without_retry, true),
       T_(test_pool_blocks_are_reused_only_inside_the_pool, true),
+      T_(test_private_pool_reserves_2_mib_for_a_1_25_mib_request, true),
       T_(test_shared_pool_serves_two_scopes_from_the_same_memory, true),
       T_(test_empty_cache_keeps_memory_of_referenced_pools, true),
       T_(test_released_pool_keeps_live_blocks_valid, true),

@@ -34,7 +34,7 @@ check_json() { # FILE: parses as JSON
 }
 
 # --help on every subcommand, usage errors.
-for cmd in info validate plan ops dot run bench serve-bench; do
+for cmd in info validate plan ops dot run bench bench-ops bench-capture serve-bench; do
   expect 0 "$cmd --help" -- "$recap" "$cmd" --help
   grep -q "usage: recap $cmd" "$tmp/out" || fail "$cmd --help prints no usage line"
 done
@@ -83,6 +83,14 @@ for word in "arena:" "naive:" "max live:"; do
   grep -q "$word" "$tmp/out" || fail "plan prints no '$word'"
 done
 expect 0 "plan of one bucket" -- "$recap" plan "$specs/mlp_decode.yaml" --dim B=2
+# plan shows what the fusion pass fused; --no-fusion and RECAP_FUSION=0 turn it off.
+expect 0 "plan fused" -- "$recap" plan "$specs/elementwise_chain.yaml"
+grep -q "100 spec ops became" "$tmp/out" || fail "plan shows no fused ops"
+grep -q "fused\[add,mul,tanh,scale," "$tmp/out" || fail "plan does not name the fused op"
+expect 0 "plan unfused" -- "$recap" plan "$specs/elementwise_chain.yaml" --no-fusion
+grep -q "fusion: off" "$tmp/out" || fail "plan --no-fusion still fuses"
+expect 0 "plan RECAP_FUSION=0" -- env RECAP_FUSION=0 "$recap" plan "$specs/elementwise_chain.yaml"
+grep -q "fusion: off" "$tmp/out" || fail "plan with RECAP_FUSION=0 still fuses"
 
 # dot: the DAG, and the captured graph.
 expect 0 "dot" -- "$recap" dot "$specs/fork_join.yaml"
@@ -150,12 +158,87 @@ for mode in ("eager", "graph"):
     for key in ("median_ms", "p10_ms", "p90_ms", "launches_per_iter"):
         assert key in d[mode], (mode, key)
     assert len(d[mode]["samples_ms"]) == 3
-assert d["eager"]["launches_per_iter"] == 100 and d["graph"]["launches_per_iter"] == 1
+# Fusion (on by default) makes the 100 ops one kernel.
+assert d["fused_ops"] == 100 and d["eager"]["launches_per_iter"] == 1, d["eager"]
+assert d["graph"]["launches_per_iter"] == 1
 for key in ("speedup", "setup", "memory"):
     assert key in d, key
 EOF
 head -c 4 "$tmp/bench.svg" | grep -q "<svg" || fail "the SVG does not start with <svg"
 grep -q "graph replay" "$tmp/bench.svg" || fail "the SVG has no labels"
+expect 0 "bench --no-fusion" -- "$recap" bench "$specs/elementwise_chain.yaml" --device host \
+  --iters 2 --warmup 1 --no-fusion --json "$tmp/bench_unfused.json"
+python3 - "$tmp/bench_unfused.json" <<'EOF' || fail "bench --no-fusion still fuses"
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["fused_ops"] == 0 and d["eager"]["launches_per_iter"] == 100, d["eager"]
+EOF
+
+# bench --rotate: K instances with their own params; auto follows tools/peer_torch.py's rule
+# (fork_join holds 32 MiB of params + inputs: 200 MB needs 6 copies).
+expect 0 "bench --rotate auto" -- "$recap" bench "$specs/fork_join.yaml" --device host --iters 4 \
+  --warmup 1 --rotate auto --json "$tmp/bench_rot.json"
+grep -q "rotation: 6 instances" "$tmp/out" || fail "bench --rotate auto does not say it rotates"
+python3 - "$tmp/bench_rot.json" <<'EOF' || fail "bench --rotate: wrong rotation or memory fields"
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["rotate"] == 6, d["rotate"]
+assert -(-200e6 // d["rotate_set_bytes"]) == 6, d["rotate_set_bytes"]
+m = d["memory"]
+assert m["graph_bytes"] == m["pool_reserved_bytes"] + m["output_bytes"] > 0, m
+assert d["graph_vs_eager"]["mismatches"] == 0
+EOF
+expect 0 "bench --rotate 2" -- "$recap" bench "$specs/elementwise_chain.yaml" --device host \
+  --iters 2 --warmup 0 --rotate 2 --json "$tmp/bench_rot2.json"
+python3 -c 'import json, sys; assert json.load(open(sys.argv[1]))["rotate"] == 2' \
+  "$tmp/bench_rot2.json" || fail "bench --rotate 2 did not rotate over 2 instances"
+expect 2 "bench --rotate 0" -- "$recap" bench "$specs/fork_join.yaml" --rotate 0
+expect 2 "bench --rotate x" -- "$recap" bench "$specs/fork_join.yaml" --rotate x
+
+# bench-ops and bench-capture: the host backend runs their CI-sized smoke modes.
+expect 0 "bench-ops" -- "$recap" bench-ops --device host --iters 2 --json "$tmp/ops.json"
+grep -q "smoke run" "$tmp/out" || fail "bench-ops does not say that the host run is a smoke run"
+python3 - "$tmp/ops.json" <<'EOF' || fail "bench-ops JSON lacks ops or fields"
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["smoke"] is True and d["device"] == "host" and d["iters"] == 2, d
+ops = {(r["op"], r["dtype"]): r for r in d["ops"]}
+for dt in ("f32", "bf16"):
+    for op in ("memcpy_d2d", "copy", "relu", "gelu", "silu", "add", "mul", "softmax",
+               "layernorm", "rmsnorm"):
+        r = ops[(op, dt)]
+        assert r["median_us"] > 0 and r["gbps"] > 0 and r["bytes"] > 0, r
+        assert r["ceiling_gbps"] == d["copy_gbps"][dt] > 0, r
+    assert ops[("relu", dt)]["kind"] == "bandwidth" and ops[("relu", dt)]["target_met"] is None
+gemms = {(g["dtype"], g["m"]) for g in d["gemm"]}
+assert gemms == {("bf16", 64), ("f16", 64), ("bf16", 128), ("f16", 128)}, gemms
+assert all(g["tflops"] > 0 and g["flops"] == 2 * g["m"] ** 3 for g in d["gemm"])
+assert d["summary"]["bandwidth_targets"] == 16
+EOF
+expect 0 "bench-ops --elements --gemm" -- "$recap" bench-ops --device host --elements 8192 \
+  --iters 1 --gemm 32
+expect 2 "bench-ops --elements not a multiple of 4096" -- "$recap" bench-ops --elements 5000
+expect 2 "bench-ops --gemm malformed" -- "$recap" bench-ops --gemm 32,,64
+expect 2 "bench-ops positional" -- "$recap" bench-ops "$specs/fork_join.yaml"
+expect 0 "bench-capture" -- "$recap" bench-capture --device host --ops 40 --repeats 2 \
+  --bucket-spec "$specs/transformer_block.yaml" --json "$tmp/capture.json"
+python3 - "$tmp/capture.json" <<'EOF' || fail "bench-capture JSON lacks fields or updates"
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["smoke"] is True and d["device"] == "host"
+c, u, b, cpu = d["capture"], d["update"], d["buckets"], d["cpu"]
+assert c["ops"] == 40 and c["graph_nodes"] == 40 and c["capture_ms"] > 0, c
+assert c["target"]["target_ms"] == 50 and isinstance(c["target"]["met"], bool), c
+# Every rebind was applied to the executable in place.
+assert u["rebinds"] == 4 and u["in_place_updates"] == 4 and u["reinstantiations"] == 0, u
+assert u["target"]["target_ms"] == 5, u
+assert b["buckets"] == 2 and b["captures"] == 2 and b["target"]["target_ms"] == 1000, b
+assert cpu["op_launch_us"] > 0 and cpu["eager_pipeline_per_op_us"] > 0, cpu
+assert cpu["replay_call_us"] > 0 and cpu["replay_graph_nodes"] == 40, cpu
+EOF
+expect 2 "bench-capture --ops 1" -- "$recap" bench-capture --ops 1
+expect 1 "bench-capture of a missing bucket spec" -- "$recap" bench-capture --device host \
+  --ops 4 --repeats 1 --bucket-spec "$tmp/no_such.yaml"
 
 # serve-bench: 4 workers, every result checked.
 expect 0 "serve-bench" -- "$recap" serve-bench "$specs/mlp_decode.yaml" --device host \
@@ -210,6 +293,42 @@ expect 1 "serve-bench of a spec reaching out of --base-dir" -- "$recap" serve-be
   "$tmp/base/specs/outside.yaml" --base-dir "$tmp/base" --requests 1
 expect 2 "--base-dir without a value" -- "$recap" validate "$tmp/base/specs/inside.yaml" \
   --base-dir
+
+# memviz: a real snapshot (run --memory-snapshot) drawn as an SVG with segments and a legend;
+# malformed snapshots exit 1 naming the problem.
+expect 0 "memviz --help" -- "$recap" memviz --help
+grep -q "usage: recap memviz" "$tmp/out" || fail "memviz --help prints no usage line"
+expect 0 "run --memory-snapshot" -- "$recap" run "$specs/fork_join.yaml" --iters 1 --warmup 0 \
+  --seed 1 --memory-snapshot "$tmp/snap.json"
+check_json "$tmp/snap.json"
+expect 0 "memviz --svg" -- "$recap" memviz "$tmp/snap.json" --svg "$tmp/snap.svg"
+grep -q "private pool" "$tmp/out" || fail "memviz prints no private pool (graph mode)"
+python3 - "$tmp/snap.svg" <<'PY' 2>>"$tmp/err" || fail "memviz SVG: $(tail -1 "$tmp/err")"
+import sys, xml.etree.ElementTree as ET
+root = ET.parse(sys.argv[1]).getroot()
+ns = "{http://www.w3.org/2000/svg}"
+segments = [g for g in root.iter(ns + "g") if g.get("class") == "segment"]
+assert len(segments) >= 2, f"{len(segments)} segments drawn"
+assert all(len(g.findall(ns + "rect")) >= 3 for g in segments), "a segment without blocks"
+legend = [g for g in root.iter(ns + "g") if g.get("id") == "legend"]
+text = "".join(legend[0].itertext()) if legend else ""
+for word in ("allocated", "free (cached)", "stream"):
+    assert word in text, f"legend lacks {word!r}"
+PY
+printf '{"device": {"backend": "cuda", "index": 0}, "segments": [' >"$tmp/trunc.json"
+expect 1 "memviz of truncated JSON" -- "$recap" memviz "$tmp/trunc.json" --svg "$tmp/x.svg"
+grep -q "trunc.json:1:.*not valid JSON" "$tmp/err" || fail "truncated JSON: $(head -1 "$tmp/err")"
+[ ! -e "$tmp/x.svg" ] || fail "memviz wrote an SVG for a malformed snapshot"
+python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); d["segments"][0]["blocks"][0]["size"]=-1
+json.dump(d, open(sys.argv[2], "w"))' "$tmp/snap.json" "$tmp/negative.json"
+expect 1 "memviz of a negative block size" -- "$recap" memviz "$tmp/negative.json"
+grep -q "segments\[0\].blocks\[0\].size: -1 is out of range" "$tmp/err" ||
+  fail "negative size: $(head -1 "$tmp/err")"
+echo '{"device": {"backend": "cuda", "index": 0}}' >"$tmp/nosegs.json"
+expect 1 "memviz without segments" -- "$recap" memviz "$tmp/nosegs.json"
+grep -q "segments: missing" "$tmp/err" || fail "no segments: $(head -1 "$tmp/err")"
+expect 1 "memviz of a missing file" -- "$recap" memviz "$tmp/no_such.json"
+expect 2 "memviz without a file" -- "$recap" memviz
 
 if [ "$failures" -ne 0 ]; then
   echo "$failures check(s) failed"

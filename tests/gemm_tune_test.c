@@ -209,7 +209,7 @@ static void test_tune_file_malformed_lines_are_ignored_with_a_warning_each(void)
 
 static void test_tune_file_unknown_candidates_are_ignored_with_a_warning(void) {
   static const char *const choices[] = {"cutlass:1,2", "lt:1,2,3", "lt:1,2,3,4,5,6,7,8,9,10",
-                                        "skinny:3,1", "skinny:8,2", "skinny:8", "lt:",
+                                        "skinny:3,1", "skinny:8,9", "skinny:8", "lt:",
                                         "lt:1,,3,4,5,6,7,8,9", "skinny:8,1,", "lt:a,b,c,d,e,f,g,h,i"};
   for (size_t i = 0; i < sizeof choices / sizeof choices[0]; ++i) {
     char text[2048];

@@ -680,8 +680,10 @@ teardown:
   p = NULL;
   if ((st = recap_free(buffer)) != RECAP_OK) goto broken;
   buffer = NULL;
-  /* Cached segments and their blocks' bookkeeping would look like leaks. */
+  /* Cached segments and their blocks' bookkeeping would look like leaks, and so would the
+   * pinned staging blocks copy_in caches. */
   if ((st = recap_empty_cache(HOST)) != RECAP_OK) goto broken;
+  if ((st = recap_host_empty_cache()) != RECAP_OK) goto broken;
   if (first != RECAP_OK) return recap__fail_plain(first, "%s", why);
   return RECAP_OK;
 
@@ -693,6 +695,7 @@ broken:
   recap_pipeline_destroy(p);
   recap_free(buffer);
   recap_empty_cache(HOST);
+  recap_host_empty_cache();
   return RECAP_FAIL(RECAP_STATUS_INTERNAL, "the pipeline was not usable after a failure");
 }
 

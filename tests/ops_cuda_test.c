@@ -52,7 +52,8 @@
 
 typedef recap_status (*cuda_entry)(const recap_op_call *, void *);
 
-/* The op -> entry point table of the kernels contract; NULL entry = host-only build. */
+/* The op -> entry point table of the kernels contract; NULL entry = host-only build or an op
+ * added after the contract (expr, the collectives), whose launcher is its own file's. */
 static cuda_entry expected_entry(const char *name) {
 #if RECAP_WITH_CUDA
   static const struct {
@@ -110,10 +111,12 @@ static void test_every_op_points_at_its_contract_cuda_entry(void) {
   for (size_t i = 0; i < count; ++i) {
     const recap_op_def *def = ops[i];
     cuda_entry want = expected_entry(def->name);
-    if ((cuda_entry)def->launch_cuda != want)
+    if (want && (cuda_entry)def->launch_cuda != want) {
       fprintf(stderr, "\n  op '%s': launch_cuda %s the contract's entry point\n", def->name,
               def->launch_cuda ? "is not" : "is NULL instead of");
-    CU_ASSERT_PTR_EQUAL((void *)(uintptr_t)def->launch_cuda, (void *)(uintptr_t)want);
+      CU_FAIL("an op does not launch through its contract entry point");
+    }
+    if (!RECAP_WITH_CUDA) CU_ASSERT_PTR_NULL((void *)(uintptr_t)def->launch_cuda);
     if (RECAP_WITH_CUDA) CU_ASSERT_PTR_NOT_NULL(def->launch_cuda);
   }
 }

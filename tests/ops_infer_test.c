@@ -78,7 +78,9 @@ static void test_op_list_holds_every_op_once_with_complete_defs(void) {
                                 "fill",         "embedding",
                                 "rope",         "kv_append",
                                 "attention",    "random_uniform",
-                                "random_normal"};
+                                "random_normal", "all_reduce",
+                                "all_gather",   "reduce_scatter",
+                                "broadcast",    "expr"};
   size_t count = 0;
   const recap_op_def *const *ops = recap__op_list(&count);
   CU_ASSERT_EQUAL(count, sizeof names / sizeof names[0]);

@@ -585,7 +585,12 @@ static void test_fork_join_on_side_streams_gives_the_sequential_result(void) {
  * warmup and the capture, the state a failing kernel launch leaves) must end and discard the
  * capture, name the op, and leave the pipeline running eagerly. */
 static void test_a_failed_capture_names_the_op_and_the_pipeline_runs_eagerly(void) {
-  recap_pipeline *p = make_mode(fork_spec, RECAP_MODE_GRAPH);
+  /* Unfused, so that op 4 is the spec's scale#4 (fusion would merge it with b1's silu). */
+  recap_pipeline_options po = opts_on(g_dev);
+  po.override_mode = 1;
+  po.mode = RECAP_MODE_GRAPH;
+  po.no_fusion = 1;
+  recap_pipeline *p = make(fork_spec, &po);
   recap_pipeline *ref = make_mode(fork_spec, RECAP_MODE_EAGER);
   CHECK_OK(recap__graph_warmup(p));
   size_t largest = p->model->num_buckets - 1, op = 4; /* b2 on side stream 2 */
@@ -687,6 +692,7 @@ static void test_another_threads_raw_allocation_during_a_global_capture_is_recov
   o.mode = RECAP_MODE_GRAPH;
   o.capture_mode_set = 1;
   o.capture_mode = RECAP_CAPTURE_MODE_GLOBAL;
+  o.no_fusion = 1; /* 2000 launches to capture, not one fused kernel: the window to land in */
   recap_pipeline *ref = make_mode(spec, RECAP_MODE_EAGER), *p = NULL;
   const recap__backend *be = recap__backend_get(g_dev.backend);
   CU_ASSERT_PTR_NOT_NULL_FATAL(be);

@@ -113,7 +113,10 @@ typedef struct {
   const recap__plan *plan;
   int alias[MAX_T];    /* the IR's alias_of, or the input of a reshape the plan made a view */
   bool written[MAX_T]; /* by IR aliases only: memory some kv_append writes */
-  uint64_t hb[64];     /* hb[j] bit i: op i ends before op j starts */
+  /* The plan's layout of each tensor is contiguous from the start of its memory: only such an
+   * input may be written over in place (element i of the output lands on element i). */
+  bool dense[MAX_T];
+  uint64_t hb[64]; /* hb[j] bit i: op i ends before op j starts */
 } checker;
 
 static int root_of(const checker *c, int t) {
@@ -167,6 +170,11 @@ static void checker_init(checker *c, const recap__ir *ir, const recap__plan *pla
     for (int o = 0; o < ir->ops[j].num_outputs; o++)
       if (writes_alias(ir, j, o)) c->written[ir_root_of(ir, ir->ops[j].outputs[o])] = true;
   for (int t = 0; t < (int)ir->num_tensors; t++) c->alias[t] = ir->tensors[t].alias_of;
+  static recap_tensor views[MAX_T];
+  static int64_t offsets[MAX_T];
+  CHECK_OK(recap__plan_views(ir, plan, views, offsets));
+  for (int t = 0; t < (int)ir->num_tensors; t++)
+    c->dense[t] = offsets[t] == 0 && recap__tensor_is_contiguous(&views[t]);
   for (int j = 0; j < n; j++) {
     const recap__ir_op *op = &ir->ops[j];
     int y = op->outputs[0], x = op->num_inputs ? op->inputs[0] : -1;
@@ -264,7 +272,15 @@ static bool all_accesses_before(const checker *c, int r, int j, int except) {
 
 /* Whether arena tensors t and u may occupy the same bytes (the rule check_plan enforces and
  * the exhaustive optimum respects). Views count as their root's memory. */
+static bool may_share_in(const checker *c, int t, int u, bool in_place);
+
 static bool may_share(const checker *c, int t, int u) {
+  return may_share_in(c, t, u, true);
+}
+
+/* may_share_in without in-place: buffers the plan kept apart could only have shared bytes one
+ * after the other. */
+static bool may_share_in(const checker *c, int t, int u, bool in_place) {
   const recap__ir *ir = c->ir;
   t = root_of(c, t);
   u = root_of(c, u);
@@ -282,13 +298,14 @@ static bool may_share(const checker *c, int t, int u) {
   }
   /* t starts first. Disjoint: every access of t ordered before u's writer. */
   if (lt < fu) return all_accesses_before(c, t, fu, -1);
+  if (!in_place) return false;
   /* Touching at one op: only op fu writing u in place over (a view of) t, with every other
    * access of t ordered before it. */
   if (lt != fu || ir->tensors[u].producer != fu) return false;
   const recap__ir_op *op = &ir->ops[fu];
   int k = op->def->in_place_input;
-  if (k < 0 || k >= op->num_inputs || op->outputs[0] != u ||
-      root_of(c, op->inputs[k]) != t || bytes_of(ir, u) != bytes_of(ir, op->inputs[k]))
+  if (k < 0 || k >= op->num_inputs || op->outputs[0] != u || root_of(c, op->inputs[k]) != t ||
+      bytes_of(ir, u) != bytes_of(ir, op->inputs[k]) || !c->dense[op->inputs[k]])
     return false;
   /* Another input reading the same memory would see it half overwritten. */
   for (int i = 0; i < op->num_inputs; i++)
@@ -302,6 +319,33 @@ static bool ranges_overlap(size_t a, size_t an, size_t b, size_t bn) {
 
 static size_t round_up(size_t n) {
   return (n + U - 1) / U * U;
+}
+
+/* Whether buffers a and b must be apart: some tensor of one may not share bytes with some
+ * tensor of the other (may_share, the happens-before oracle). */
+static bool buffers_conflict(const checker *c, int a, int b) {
+  const recap__plan *plan = c->plan;
+  for (int t = 0; t < (int)plan->num_tensors; t++)
+    for (int u = 0; u < (int)plan->num_tensors; u++)
+      if (plan->tensors[t].buffer == a && plan->tensors[u].buffer == b &&
+          !may_share_in(c, t, u, false))
+        return true;
+  return false;
+}
+
+/* The heaviest set of pairwise conflicting buffers among `candidates` (bit i: buffer i), by
+ * exhaustive search: no placement can be smaller than that set's sum. */
+static size_t heaviest_clique(const recap__plan *plan, const uint64_t *neighbours,
+                              uint64_t candidates) {
+  size_t best = 0;
+  for (int v = 0; v < 64 && candidates; v++) {
+    if (!((candidates >> v) & 1)) continue;
+    candidates &= ~(1ull << v);
+    size_t with =
+        plan->buffers[v].bytes + heaviest_clique(plan, neighbours, candidates & neighbours[v]);
+    if (with > best) best = with;
+  }
+  return best;
 }
 
 /* Checks everything plan.h promises about `plan` for `ir`. */
@@ -362,6 +406,8 @@ static void check_plan(const recap__ir *ir, const recap__plan *plan) {
 
   /* Every cross-stream data dependency is ordered: a read after every earlier write of that
    * memory, an aliasing write after every earlier read. */
+  static bool depends[64][64];
+  memset(depends, 0, sizeof depends);
   for (int j = 0; j < no; j++) {
     const recap__ir_op *op = &ir->ops[j];
     if (!op_runs(&c, j)) continue;
@@ -381,10 +427,20 @@ static void check_plan(const recap__ir *ir, const recap__plan *plan) {
         for (int a = 0; a < ir->ops[i].num_inputs; a++)
           if (root_of(&c, ir->ops[i].inputs[a]) == r) conflict = true;
       }
+      depends[j][i] = conflict;
       if (conflict && !hb_before(&c, i, j)) {
         fprintf(stderr, "\n  op %d depends on op %d but is not ordered after it\n", j, i);
         CU_FAIL("a cross-stream dependency has no wait");
       }
+    }
+  }
+  /* ... and nothing else waits: no wait is added to reuse memory, which would serialize the
+   * streams the spec meant to overlap. */
+  for (size_t w = 0; w < plan->num_waits; w++) {
+    int j = plan->waits[w].waiter, i = plan->waits[w].waited;
+    if (!depends[j][i]) {
+      fprintf(stderr, "\n  op %d waits for op %d but does not depend on it\n", j, i);
+      CU_FAIL("a wait that no data dependency needs");
     }
   }
 
@@ -411,8 +467,23 @@ static void check_plan(const recap__ir *ir, const recap__plan *plan) {
     if (plan->buffers[b].offset + plan->buffers[b].bytes > arena)
       arena = plan->buffers[b].offset + plan->buffers[b].bytes;
   CU_ASSERT_EQUAL(plan->naive_bytes, naive);
-  CU_ASSERT_EQUAL(plan->max_live_bytes, max_live);
+  CU_ASSERT_EQUAL(plan->live_at_one_op_bytes, max_live);
   CU_ASSERT_EQUAL(plan->arena_bytes, arena);
+  /* The lower bound is exactly the heaviest set of buffers that pairwise must be apart by the
+   * oracle: not below it (a bound that ignores the streams), not above (no longer a bound). */
+  CU_ASSERT_FATAL(plan->num_buffers <= 64);
+  uint64_t neighbours[64] = {0};
+  for (int a = 0; a < (int)plan->num_buffers; a++)
+    for (int b = 0; b < (int)plan->num_buffers; b++)
+      if (a != b && buffers_conflict(&c, a, b)) neighbours[a] |= 1ull << b;
+  uint64_t all = plan->num_buffers == 64 ? ~0ull : (1ull << plan->num_buffers) - 1;
+  size_t clique = heaviest_clique(plan, neighbours, all);
+  if (plan->max_live_bytes != clique)
+    fprintf(stderr, "\n  lower bound %zu but the heaviest conflicting set is %zu\n",
+            plan->max_live_bytes, clique);
+  CU_ASSERT_EQUAL(plan->max_live_bytes, clique);
+  CU_ASSERT_TRUE(plan->max_live_bytes >= plan->live_at_one_op_bytes);
+  if (ir->num_streams <= 1) CU_ASSERT_EQUAL(plan->max_live_bytes, plan->live_at_one_op_bytes);
 
   /* Each stream's last op, for the final join. */
   for (int s = 0; s < plan->num_streams; s++) {
@@ -825,6 +896,107 @@ static void test_aliasing_write_waits_for_readers_on_other_streams(void) {
   recap__plan_destroy(plan);
 }
 
+/* fork_join.yaml's shape: norm on stream 0, two branches of two ops on streams 1 and 2, a join.
+ * Each branch may run ahead of the other, so its buffers are never ordered against the other
+ * branch's, nor against the shared input the other branch still reads: all five buffers
+ * pairwise must be apart, though at most three are live at any one op index. */
+static void build_fork_join(graph *g, int64_t unit) {
+  graph_init(g, 3);
+  int x = tensor(g, "x", RECAP_ROLE_INPUT, unit);
+  int xn = OP(g, &def_plain, 0, "xn", unit, x);    /* 0 */
+  int a1 = OP(g, &def_plain, 1, "a1", unit, xn);   /* 1 */
+  int a2 = OP(g, &def_plain, 1, "a2", unit, a1);   /* 2 */
+  int b1 = OP(g, &def_plain, 2, "b1", unit, xn);   /* 3 */
+  int b2 = OP(g, &def_plain, 2, "b2", unit, b1);   /* 4 */
+  int y = OP(g, &def_plain, 0, "y", unit, a2, b2); /* 5 */
+  mark_output(g, y);
+}
+
+static void test_lower_bound_counts_buffers_of_concurrent_branches(void) {
+  graph g;
+  build_fork_join(&g, U);
+  recap__plan *plan = plan_checked(&g.ir);
+  CU_ASSERT_EQUAL(plan->num_buffers, 5);
+  CU_ASSERT_EQUAL(plan->live_at_one_op_bytes, 3 * U);
+  CU_ASSERT_EQUAL(plan->max_live_bytes, 5 * U);
+  CU_ASSERT_EQUAL(plan->arena_bytes, 5 * U); /* optimal, and proved so by the bound */
+  CU_ASSERT_EQUAL(plan->num_waits, 4);       /* fork x2, join x2: nothing added for memory */
+  char *text = NULL;
+  CHECK_OK(recap__plan_format(&g.ir, plan, &text));
+  CU_ASSERT_PTR_NOT_NULL_FATAL(text);
+  CU_ASSERT_PTR_NOT_NULL(strstr(text, "with streams: buffers another stream may still use"));
+  CU_ASSERT_PTR_NOT_NULL(strstr(text, "arena is 1.000x the lower bound"));
+  free(text);
+  recap__plan_destroy(plan);
+}
+
+/* Two fork-joins in a row: once the join orders the first pair of branches, the second pair
+ * reuses their bytes, on whichever streams. */
+static void test_second_fork_reuses_the_first_forks_buffers_after_the_join(void) {
+  graph g;
+  graph_init(&g, 3);
+  int x = tensor(&g, "x", RECAP_ROLE_INPUT, 4 * U);
+  int a = OP(&g, &def_plain, 1, "a", 4 * U, x);  /* 0 */
+  int b = OP(&g, &def_plain, 2, "b", 4 * U, x);  /* 1 */
+  int j1 = OP(&g, &def_plain, 0, "j1", U, a, b); /* 2: joins both */
+  int c = OP(&g, &def_plain, 2, "c", 4 * U, j1); /* 3: stream 2 after the join */
+  int d = OP(&g, &def_plain, 1, "d", 4 * U, j1); /* 4: stream 1 after the join */
+  int y = OP(&g, &def_plain, 0, "y", U, c, d);   /* 5 */
+  mark_output(&g, y);
+  recap__plan *plan = plan_checked(&g.ir);
+  CU_ASSERT_EQUAL(plan->max_live_bytes, 9 * U);
+  CU_ASSERT_EQUAL(plan->arena_bytes, 9 * U);
+  CU_ASSERT_TRUE(plan->arena_bytes < plan->naive_bytes);
+  /* c and d take a's and b's bytes (in some pairing). */
+  CU_ASSERT_TRUE((!disjoint(plan, c, a) || !disjoint(plan, c, b)) &&
+                 (!disjoint(plan, d, a) || !disjoint(plan, d, b)));
+  recap__plan_destroy(plan);
+}
+
+/* A branch that no join orders before the rest keeps its bytes to itself, however early its
+ * last access by op index: main-stream buffers produced later must not reuse them. */
+static void test_unjoined_side_branch_is_never_reused_by_later_main_stream_buffers(void) {
+  graph g;
+  graph_init(&g, 2);
+  int x = tensor(&g, "x", RECAP_ROLE_INPUT, 4 * U);
+  int s1 = OP(&g, &def_plain, 1, "s1", 4 * U, x);    /* 0: side */
+  int s2 = OP(&g, &def_plain, 1, "s2", 4 * U, s1);   /* 1: side, last read of s1 */
+  int m1 = OP(&g, &def_plain, 0, "m1", 4 * U, x);    /* 2: main */
+  int m2 = OP(&g, &def_plain, 0, "m2", 4 * U, m1);   /* 3: main */
+  int m3 = OP(&g, &def_plain, 0, "m3", 4 * U, m2);   /* 4: main */
+  int y = OP(&g, &def_plain, 0, "y", 4 * U, m3, s2); /* 5: joins the side stream */
+  mark_output(&g, y);
+  recap__plan *plan = plan_checked(&g.ir);
+  int side[] = {s1, s2}, main_[] = {m1, m2, m3};
+  for (int i = 0; i < 2; i++)
+    for (int k = 0; k < 3; k++) CU_ASSERT_TRUE(disjoint(plan, side[i], main_[k]));
+  CU_ASSERT_EQUAL(plan->num_waits, 1); /* only the join */
+  CU_ASSERT_EQUAL(plan->max_live_bytes, plan->arena_bytes);
+  recap__plan_destroy(plan);
+}
+
+/* Larger random DAGs on up to 4 streams than the exhaustive optimum can take: check_plan's
+ * happens-before oracle (stream order plus the plan's waits, nothing else) must allow every
+ * shared byte, every wait must be a data dependency, and the bound must be the exact heaviest
+ * conflicting set. */
+static void random_wide_graph(graph *g, uint64_t *state);
+
+static void test_random_multi_stream_dags_never_reuse_unordered_memory(void) {
+  const char *env = getenv("RECAP_TEST_SEED");
+  uint64_t state = env ? strtoull(env, NULL, 0) : 777;
+  if (!state) state = 1;
+  static graph g;
+  int reused = 0;
+  for (int k = 0; k < 300; k++) {
+    random_wide_graph(&g, &state);
+    recap__plan *plan = plan_checked(&g.ir);
+    CU_ASSERT_TRUE(plan->arena_bytes >= plan->max_live_bytes);
+    reused += plan->arena_bytes < plan->naive_bytes;
+    recap__plan_destroy(plan);
+  }
+  CU_ASSERT_TRUE(reused > 50); /* the cases reach reuse across streams, not just apart */
+}
+
 /* ---- buckets, text, bad IRs -------------------------------------------------------------- */
 
 static void build_bucket(graph *g, int64_t batch) {
@@ -852,6 +1024,35 @@ static void test_smaller_buckets_fit_the_largest_buckets_plan(void) {
   CHECK_STATUS(recap__plan_check_fits(plan, &small.ir), RECAP_STATUS_INVALID_ARGUMENT);
   CHECK_ERROR_MENTIONS("in place");
   recap__plan_destroy(plan);
+}
+
+/* Planned over all buckets, an in-place pair whose sizes part in a smaller bucket is simply not
+ * written in place (planning the largest alone would make that bucket unable to load). */
+static void test_planning_every_bucket_skips_in_place_that_a_smaller_bucket_breaks(void) {
+  static graph large, small;
+  build_bucket(&large, 8);
+  build_bucket(&small, 2);
+  small.tensors[3].shape[0] = 1; /* b, over a in the largest bucket */
+  recap__ir *irs[] = {&small.ir, &large.ir};
+  recap__plan *plan = NULL;
+  CHECK_OK(recap__plan_build_buckets(irs, 2, NULL, &plan));
+  CU_ASSERT_PTR_NOT_NULL_FATAL(plan);
+  check_plan(&large.ir, plan);
+  CU_ASSERT_EQUAL(plan->tensors[3].kind, RECAP_PLAN_ARENA);
+  CHECK_OK(recap__plan_check_fits(plan, &small.ir));
+  recap__plan_destroy(plan);
+  /* Buckets must differ in shapes only. */
+  build_bucket(&small, 2);
+  small.ops[1].def = &def_plain;
+  plan = NULL;
+  CHECK_STATUS(recap__plan_build_buckets(irs, 2, NULL, &plan), RECAP_STATUS_INVALID_ARGUMENT);
+  CHECK_ERROR_MENTIONS("relu#1");
+  CU_ASSERT_PTR_NULL(plan);
+  build_bucket(&small, 16); /* "smaller" but larger than the planned one */
+  CHECK_STATUS(recap__plan_build_buckets(irs, 2, NULL, &plan), RECAP_STATUS_INVALID_ARGUMENT);
+  CHECK_ERROR_MENTIONS("'x'");
+  CU_ASSERT_PTR_NULL(plan);
+  CHECK_STATUS(recap__plan_build_buckets(irs, 0, NULL, &plan), RECAP_STATUS_INVALID_ARGUMENT);
 }
 
 static void test_format_lists_every_tensor_the_waits_and_the_totals(void) {
@@ -884,7 +1085,8 @@ static void test_format_lists_every_tensor_the_waits_and_the_totals(void) {
 /* ---- strided views (real op definitions: their infer says which layouts they read) ----- */
 
 /* A tensor of dtype f16 and the given dims. */
-static int shaped(graph *g, const char *name, recap_tensor_role role, int ndim, const int64_t *dims) {
+static int shaped(graph *g, const char *name, recap_tensor_role role, int ndim,
+                  const int64_t *dims) {
   int t = tensor(g, name, role, 4);
   recap__ir_tensor *x = &g->tensors[t];
   x->dtype = RECAP_DTYPE_F16;
@@ -1026,6 +1228,54 @@ static void test_attention_block_runs_without_a_single_copy(void) {
   CU_ASSERT_PTR_NOT_NULL(strstr(text, "writes it in this layout"));
   CU_ASSERT_PTR_NOT_NULL(strstr(text, "strides [192,8,48,1]"));
   free(text);
+  recap__plan_destroy(plan);
+}
+
+/* A split of [4, 3B] f16 into three [4, B] parts, each read by relu: the parts start 2B bytes
+ * apart, 16-byte aligned at B = 8 but not at B = 4, so planned with both buckets the split
+ * copies (and says why), while the largest bucket alone would take the view. */
+static void build_split_bucket(graph *g, int64_t B) {
+  graph_init(g, 1);
+  int x = shaped(g, "x", RECAP_ROLE_INPUT, 2, (int64_t[]){4, 3 * B});
+  int a = shaped(g, "a", RECAP_ROLE_INTERMEDIATE, 2, (int64_t[]){4, 3 * B});
+  plain_into(g, x, a);
+  int parts[3];
+  for (int i = 0; i < 3; i++) {
+    char name[8];
+    snprintf(name, sizeof name, "p%d", i);
+    parts[i] = shaped(g, name, RECAP_ROLE_INTERMEDIATE, 2, (int64_t[]){4, B});
+  }
+  recap_op_attrs split = {.dim = 1, .num_sizes = 3, .sizes = {B, B, B}};
+  real_op(g, "split", &split, 1, &a, 3, parts);
+  int y = shaped(g, "y", RECAP_ROLE_INTERMEDIATE, 2, (int64_t[]){4, B});
+  real_op(g, "add", NULL, 2, (int[]){parts[0], parts[2]}, 1, &y);
+  mark_output(g, y);
+}
+
+static void test_a_view_misaligned_in_a_smaller_bucket_stays_a_copy(void) {
+  static graph large, small;
+  build_split_bucket(&large, 8);
+  build_split_bucket(&small, 4);
+  recap__plan *alone = plan_checked(&large.ir);
+  CU_ASSERT_TRUE(alone->op_is_view[1]);
+  /* What the engine did before it planned every bucket: the smaller one cannot run on it. */
+  CHECK_STATUS(recap__plan_check_fits(alone, &small.ir), RECAP_STATUS_INVALID_ARGUMENT);
+  recap__plan_destroy(alone);
+  recap__ir *irs[] = {&small.ir, &large.ir};
+  recap__plan *plan = NULL;
+  CHECK_OK(recap__plan_build_buckets(irs, 2, NULL, &plan));
+  CU_ASSERT_PTR_NOT_NULL_FATAL(plan);
+  check_plan(&large.ir, plan);
+  CU_ASSERT_FALSE(plan->op_is_view[1]);
+  CU_ASSERT_TRUE(plan->op_copies_for_buckets[1]);
+  CHECK_OK(recap__plan_check_fits(plan, &small.ir));
+  recap_tensor views[MAX_T];
+  int64_t offsets[MAX_T];
+  CHECK_OK(recap__plan_views(&small.ir, plan, views, offsets));
+  for (int t = 0; t < (int)small.ir.num_tensors; t++) {
+    CU_ASSERT_EQUAL(offsets[t], 0);
+    CU_ASSERT_TRUE(recap__tensor_is_contiguous(&views[t]));
+  }
   recap__plan_destroy(plan);
 }
 
@@ -1290,6 +1540,28 @@ static void random_graph(graph *g, uint64_t *state) {
   }
 }
 
+/* 10..20 plain or in-place ops on 2..4 streams, each reading one to three recent tensors. */
+static void random_wide_graph(graph *g, uint64_t *state) {
+  int streams = 2 + pick(state, 3);
+  graph_init(g, streams);
+  int avail[MAX_T], navail = 0;
+  avail[navail++] = tensor(g, "x", RECAP_ROLE_INPUT, 2 * U);
+  int nops = 10 + pick(state, 11);
+  for (int j = 0; j < nops; j++) {
+    char name[16];
+    snprintf(name, sizeof name, "t%d", j);
+    int stream = pick(state, streams), nin = 1 + pick(state, 3), in[3];
+    for (int i = 0; i < nin; i++) in[i] = avail[navail - 1 - pick(state, navail < 4 ? navail : 4)];
+    const recap_op_def *def = pick(state, 3) ? &def_plain : &def_inplace;
+    int64_t bytes = def == &def_inplace ? g->tensors[in[0]].shape[0] * 4 : (1 + pick(state, 4)) * U;
+    int y = nin == 1   ? OP(g, def, stream, name, bytes, in[0])
+            : nin == 2 ? OP(g, def, stream, name, bytes, in[0], in[1])
+                       : OP(g, def, stream, name, bytes, in[0], in[1], in[2]);
+    avail[navail++] = y;
+    if (j == nops - 1) mark_output(g, y);
+  }
+}
+
 static void test_random_dags_stay_within_ten_percent_of_the_optimum(void) {
   const char *env = getenv("RECAP_TEST_SEED");
   uint64_t seed = env ? strtoull(env, NULL, 0) : 20261122;
@@ -1352,7 +1624,13 @@ int main(void) {
   CU_ADD_TEST(s, test_waits_implied_by_stream_order_are_left_out);
   CU_ADD_TEST(s, test_in_place_across_streams_needs_the_other_reader_ordered);
   CU_ADD_TEST(s, test_aliasing_write_waits_for_readers_on_other_streams);
+  CU_ADD_TEST(s, test_lower_bound_counts_buffers_of_concurrent_branches);
+  CU_ADD_TEST(s, test_second_fork_reuses_the_first_forks_buffers_after_the_join);
+  CU_ADD_TEST(s, test_unjoined_side_branch_is_never_reused_by_later_main_stream_buffers);
+  CU_ADD_TEST(s, test_random_multi_stream_dags_never_reuse_unordered_memory);
   CU_ADD_TEST(s, test_smaller_buckets_fit_the_largest_buckets_plan);
+  CU_ADD_TEST(s, test_planning_every_bucket_skips_in_place_that_a_smaller_bucket_breaks);
+  CU_ADD_TEST(s, test_a_view_misaligned_in_a_smaller_bucket_stays_a_copy);
   CU_ADD_TEST(s, test_format_lists_every_tensor_the_waits_and_the_totals);
   CU_ADD_TEST(s, test_attention_block_runs_without_a_single_copy);
   CU_ADD_TEST(s, test_strided_view_stays_a_copy_where_a_reader_needs_contiguous_memory);

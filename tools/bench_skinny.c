@@ -3,7 +3,10 @@
  * linear [m, 4096] x [4096, 4096]^T + bias, erf gelu, bf16) on the GPU machine, eagerly and as
  * a captured graph, with the skinny kernel (programmatic dependent launch on and off) and
  * with cuBLASLt (RECAP_GEMM_SKINNY=0), for m = 1, 8, 16; and the device-to-device copy
- * bandwidth the floor is measured against, in the same run. See docs/perf/skinny_gemm.md.
+ * bandwidth the floor is measured against, in the same run. Variants named "regN" / "bulkPwN"
+ * launch one configuration of the kernel directly (recap__cuda_gemm_skinny_config: the
+ * register kernel, or bulk-copy shape P, with N warps); the others go through
+ * recap__op_launch and the routing. See docs/perf/skinny_gemm.md.
  *
  * The 8 layers' weights (256 MiB) exceed the 50 MB L2, so replays stream them from memory.
  * Each time is the median of ITERS intervals between events recorded around back-to-back
@@ -11,7 +14,7 @@
  * differs from cuBLASLt's by more than bf16 rounding allows).
  *
  *   bench_skinny                  # all variants
- *   bench_skinny --quick --m 8 --variant pipe+pdl   # one case (for a profiler)
+ *   bench_skinny --quick --m 8 --variant bulk2w4   # one case (for a profiler)
  */
 #include <cuda_runtime_api.h>
 #include <math.h>
@@ -64,6 +67,7 @@ static double median_us(cudaEvent_t *ev, int n) {
 typedef struct {
   void *w[LAYERS], *b[LAYERS], *act[LAYERS + 1];
   recap_op_call call[LAYERS];
+  recap__gemm_plan plan[LAYERS]; /* for direct launches of one kernel configuration */
 } mlp;
 
 static void fill_random_bf16(void *dev, size_t count, float scale, unsigned *seed) {
@@ -111,6 +115,7 @@ static void mlp_make(mlp *net, int m) {
                                   .shape = {H}, .strides = {1}};
     RECAP_OK_OR_DIE(recap__op_infer(c));
     c->outputs[0].data = net->act[i + 1];
+    RECAP_OK_OR_DIE(recap__gemm_plan_make(c, &net->plan[i]));
   }
 }
 
@@ -122,14 +127,20 @@ static void mlp_free(mlp *net) {
   }
 }
 
-static void mlp_launch(mlp *net, recap_stream *s) {
-  for (int i = 0; i < LAYERS; ++i) RECAP_OK_OR_DIE(recap__op_launch(&net->call[i], s));
-}
-
 typedef struct {
   const char *name, *skinny, *pdl, *pipe, *warps; /* environment values; NULL: unset */
-  bool sweep; /* only at m = 8, the target shape */
+  int cfg_warps, cfg_pipe; /* cfg_warps > 0: launch this configuration directly */
 } variant;
+
+static void mlp_launch(mlp *net, recap_stream *s, const variant *v) {
+  for (int i = 0; i < LAYERS; ++i) {
+    if (v->cfg_warps > 0)
+      RECAP_OK_OR_DIE(recap__cuda_gemm_skinny_config(&net->plan[i], 0, recap_stream_native(s),
+                                                     v->cfg_warps, v->cfg_pipe));
+    else
+      RECAP_OK_OR_DIE(recap__op_launch(&net->call[i], s));
+  }
+}
 
 static void set_env(const char *name, const char *value) {
   if (value) setenv(name, value, 1);
@@ -154,7 +165,7 @@ static result run_variant(mlp *net, int m, const variant *v, recap_stream *s,
   result r = {0};
 
   for (int i = 0; i < LAYERS; ++i) RECAP_OK_OR_DIE(recap__gemm_prepare(&net->call[i], s));
-  for (int w = 0; w < 5; ++w) mlp_launch(net, s);
+  for (int w = 0; w < 5; ++w) mlp_launch(net, s, v);
   CUDA_OK(cudaStreamSynchronize(cs));
   CUDA_OK(cudaMemcpy(out_host, net->act[LAYERS], (size_t)m * H * 2, cudaMemcpyDeviceToHost));
   if (reference) {
@@ -170,7 +181,7 @@ static result run_variant(mlp *net, int m, const variant *v, recap_stream *s,
 
   CUDA_OK(cudaEventRecord(ev[0], cs));
   for (int i = 0; i < iters; ++i) {
-    mlp_launch(net, s);
+    mlp_launch(net, s, v);
     CUDA_OK(cudaEventRecord(ev[i + 1], cs));
   }
   CUDA_OK(cudaStreamSynchronize(cs));
@@ -179,7 +190,7 @@ static result run_variant(mlp *net, int m, const variant *v, recap_stream *s,
   recap_graph *g = NULL;
   RECAP_OK_OR_DIE(recap_graph_create(&g));
   RECAP_OK_OR_DIE(recap_graph_capture_begin(g, s, NULL, RECAP_CAPTURE_MODE_THREAD_LOCAL));
-  mlp_launch(net, s);
+  mlp_launch(net, s, v);
   RECAP_OK_OR_DIE(recap_graph_capture_end(g));
   for (int w = 0; w < 20; ++w) RECAP_OK_OR_DIE(recap_graph_replay(g, s));
   CUDA_OK(cudaEventRecord(ev[0], cs));
@@ -200,6 +211,83 @@ static result run_variant(mlp *net, int m, const variant *v, recap_stream *s,
   RECAP_OK_OR_DIE(recap_graph_destroy(g));
   for (int i = 0; i <= iters; ++i) cudaEventDestroy(ev[i]);
   return r;
+}
+
+/* Every direct configuration on odd shapes (n = 1000: partial blocks of 16 and 32 rows;
+ * k = 520: a partial last stage and step), m = 1, 5, 8, 13, 16, bias and erf gelu, against
+ * cuBLASLt element by element (bf16 rounding of both: 1.6% of the larger value plus 0.8% of
+ * the peak). Returns the number of failing (configuration, m) pairs. */
+static int check_configs(recap_stream *s, const int (*cfg)[2], int ncfg) {
+  enum { N = 1000, K = 520 };
+  static const int ms[] = {1, 5, 8, 13, 16};
+  unsigned seed = 777u;
+  void *x, *w, *b, *out;
+  CUDA_OK(cudaMalloc(&x, (size_t)16 * K * 2));
+  CUDA_OK(cudaMalloc(&w, (size_t)N * K * 2));
+  CUDA_OK(cudaMalloc(&b, (size_t)N * 2));
+  CUDA_OK(cudaMalloc(&out, (size_t)16 * N * 2));
+  fill_random_bf16(x, (size_t)16 * K, 1.0f, &seed);
+  fill_random_bf16(w, (size_t)N * K, 1.0f / 16, &seed);
+  fill_random_bf16(b, N, 0.5f, &seed);
+  uint16_t *want = malloc((size_t)16 * N * 2), *got = malloc((size_t)16 * N * 2);
+  if (!want || !got) exit(1);
+  const recap_op_def *linear = recap__op_find("linear");
+  int failed = 0;
+  for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; ++mi) {
+    const int m = ms[mi];
+    recap_op_call c;
+    memset(&c, 0, sizeof c);
+    c.def = linear;
+    c.num_inputs = 3;
+    c.num_outputs = 1;
+    recap__op_attrs_set_defaults(linear, &c.attrs);
+    c.attrs.act = RECAP_ACT_GELU;
+    c.inputs[0] = tensor2(x, m, K);
+    c.inputs[1] = tensor2(w, N, K);
+    c.inputs[2] = (recap_tensor){.data = b, .dtype = RECAP_DTYPE_BF16, .ndim = 1,
+                                 .shape = {N}, .strides = {1}};
+    RECAP_OK_OR_DIE(recap__op_infer(&c));
+    c.outputs[0].data = out;
+    recap__gemm_plan plan;
+    RECAP_OK_OR_DIE(recap__gemm_plan_make(&c, &plan));
+    set_env("RECAP_GEMM_SKINNY", "0");
+    recap__gemm_env_reload();
+    RECAP_OK_OR_DIE(recap__gemm_prepare(&c, s));
+    RECAP_OK_OR_DIE(recap__op_launch(&c, s));
+    CUDA_OK(cudaStreamSynchronize((cudaStream_t)recap_stream_native(s)));
+    CUDA_OK(cudaMemcpy(want, out, (size_t)m * N * 2, cudaMemcpyDeviceToHost));
+    set_env("RECAP_GEMM_SKINNY", NULL);
+    recap__gemm_env_reload();
+    double peak = 0;
+    for (int i = 0; i < m * N; ++i) peak = fmax(peak, fabs((double)recap__bf16_to_f32(want[i])));
+    for (int ci = 0; ci < ncfg; ++ci) {
+      CUDA_OK(cudaMemset(out, 0xff, (size_t)16 * N * 2)); /* NaN: unwritten outputs show */
+      RECAP_OK_OR_DIE(recap__cuda_gemm_skinny_config(&plan, 0, recap_stream_native(s),
+                                                     cfg[ci][0], cfg[ci][1]));
+      CUDA_OK(cudaStreamSynchronize((cudaStream_t)recap_stream_native(s)));
+      CUDA_OK(cudaMemcpy(got, out, (size_t)m * N * 2, cudaMemcpyDeviceToHost));
+      int bad = 0;
+      for (int i = 0; i < m * N; ++i) {
+        const double a = recap__bf16_to_f32(got[i]), r = recap__bf16_to_f32(want[i]);
+        if (!(fabs(a - r) <= 1.6e-2 * fmax(fabs(a), fabs(r)) + 8e-3 * peak)) {
+          if (bad < 3)
+            fprintf(stderr, "check warps %d pipe %d m %d: out[%d][%d] = %g, cuBLASLt %g\n",
+                    cfg[ci][0], cfg[ci][1], m, i / N, i % N, a, r);
+          ++bad;
+        }
+      }
+      if (bad) ++failed;
+    }
+  }
+  printf("checked %d configurations x %zu values of m on %d x %d: %d failed\n", ncfg,
+         sizeof ms / sizeof ms[0], N, K, failed);
+  free(want);
+  free(got);
+  cudaFree(x);
+  cudaFree(w);
+  cudaFree(b);
+  cudaFree(out);
+  return failed;
 }
 
 /* Device-to-device copy bandwidth (bytes read + written per second) over 256 MiB. */
@@ -255,18 +343,34 @@ int main(int argc, char **argv) {
   printf("copy bandwidth %.0f GB/s; weights %.1f MiB per 8 layers; floor %.1f us\n", copy,
          weight_bytes / (1 << 20), floor_us);
 
+  /* Direct configurations: pipe 1 is the register kernel (double-buffered), 2.. the
+   * bulk-copy shapes of gemm_skinny.cu (kBulkShapes: W rows per block x columns per stage x
+   * stages: 2 = 16 x 512 x 3, 3 = 32 x 1024 x 2). */
   const variant variants[] = {
-      {"cublaslt", "0", NULL, NULL, NULL, false},
-      {"single", NULL, "0", "0", NULL, false},
-      {"single+pdl", NULL, NULL, "0", NULL, false},
-      {"pipe", NULL, "0", NULL, NULL, false},
-      {"pipe+pdl", NULL, NULL, NULL, NULL, false}, /* the default */
-      {"pipe+pdl w4", NULL, NULL, NULL, "4", true},
-      {"pipe+pdl again", NULL, NULL, NULL, NULL, true},
+      {"cublaslt", "0", NULL, NULL, NULL, 0, 0},
+      {"default", NULL, NULL, NULL, NULL, 0, 0}, /* recap__op_launch, routing's choice */
+      {"reg8", NULL, NULL, NULL, NULL, 8, 1},   /* the v3 kernel (pipe+pdl) */
+      {"reg8 nopdl", NULL, "0", NULL, NULL, 8, 1},
+      {"bulk2w4", NULL, NULL, NULL, NULL, 4, 2},
+      {"bulk2w8", NULL, NULL, NULL, NULL, 8, 2},
+      {"bulk2w8 nopdl", NULL, "0", NULL, NULL, 8, 2},
+      {"bulk3w8", NULL, NULL, NULL, NULL, 8, 3},
+      {"bulk3w16", NULL, NULL, NULL, NULL, 16, 3},
+      {"bulk3w8 nopdl", NULL, "0", NULL, NULL, 8, 3},
+      {"bulk2w8 again", NULL, NULL, NULL, NULL, 8, 2},
+      {"bulk3w8 again", NULL, NULL, NULL, NULL, 8, 3},
+      {"reg8 again", NULL, NULL, NULL, NULL, 8, 1},
+      {"default again", NULL, NULL, NULL, NULL, 0, 0},
   };
   const int nvar = (int)(sizeof variants / sizeof variants[0]);
   const int ms[3] = {1, 8, 16};
   int failed = 0;
+  {
+    int cfg[64][2], ncfg = 0;
+    for (int p = 0; p <= 3; ++p)
+      for (int w = 1; w <= 16; w *= 2) cfg[ncfg][0] = w, cfg[ncfg][1] = p, ++ncfg;
+    if (check_configs(s, cfg, ncfg)) failed = 1;
+  }
   printf("\n%-16s %3s %10s %10s %9s %7s %10s\n", "variant", "m", "eager_us", "graph_us",
          "GB/s", "%copy", "diff");
   for (int mi = 0; mi < 3; ++mi) {
@@ -276,8 +380,6 @@ int main(int argc, char **argv) {
     mlp_make(&net, m);
     uint16_t *reference = malloc((size_t)m * H * 2), *out = malloc((size_t)m * H * 2);
     for (int v = 0; v < nvar; ++v) {
-      /* The tuning sweep only at m = 8, the target shape. */
-      if (variants[v].sweep && m != 8) continue;
       if (v > 0 && only_variant && strcmp(only_variant, variants[v].name) != 0) continue;
       const result r = run_variant(&net, m, &variants[v], s, v == 0 ? NULL : reference,
                                    v == 0 ? reference : out);

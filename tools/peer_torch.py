@@ -5,6 +5,7 @@ the peer that recap's numbers are compared with (issue 6, "The peer harness").
     peer_torch.py SPEC --tensors RUN.safetensors [--iters N] [--warmup N] [--rotate K|auto]
                   [--json OUT] [--floors | --floors-from FLOORS.json] [--device cuda|cpu]
                   [--dim NAME=VALUE ...] [--attention sdpa|explicit] [--no-graph]
+                  [--compile | --compile-only]
     peer_torch.py --floors [--json OUT]          # the hardware floors only
 
 What it does, in order:
@@ -67,10 +68,22 @@ What this expects from `recap run --save-tensors FILE` (the lead reconciles the 
 
 The JSON it writes (--json) is read by tools/bench_report.py: keys spec, device, torch, cuda,
 dims, rotate, iters, eager_us {median, p10, p90, n}, graph_us {...} (null on cpu or
---no-graph), graph_pool_bytes (one graph), graph_pool_bytes_all (all K graphs), capture_ms,
+--no-graph), compile_us {...} (null unless --compile), compile {ok, error, compile_s, rotate},
+graph_pool_bytes (one graph), graph_pool_bytes_all (all K graphs), capture_ms,
 graph_nodes (kernel nodes in PyTorch's graph, null when the debug dump is unavailable),
 check {ok, outputs: {name: {max_abs_err, max_abs_ref, rel_err, tol, ok} or {skipped}}},
 work {ops, bytes_min, flops: {dtype: n}}, floors (when measured or given), floor (when floors).
+
+--compile adds a third PyTorch mode for issue 8 (fusion): the same pipeline function under
+torch.compile(mode="reduce-overhead") (inductor's fused kernels, replayed as CUDA graphs), called
+until it has compiled and recorded its graphs (5 warmup calls, each after
+torch.compiler.cudagraph_mark_step_begin()), then timed like the other modes. It runs on copy
+0 of the data only, with those tensors marked as static addresses (so the CUDA graphs read
+them in place instead of copying them in per call; rotating through K sets would record K
+graphs or copy every set in): its "rotate" is 1, noted in the report. A failure (compile
+error, unsupported op, graph break limits) is caught and recorded in "compile" rather than
+failing the spec. --compile-only checks the outputs and runs that mode alone (eager and
+CUDA-graph timings left out), so tools/bench_all.sh can give it its own time limit.
 
 On a machine without a GPU, --device cpu checks the op mapping only: eager runs, timed with
 time.perf_counter; f16/bf16 tensors are held in f32 and rounded to their type after every op
@@ -1019,7 +1032,8 @@ def run_spec(args):
               "torch": torch.__version__, "cuda": torch.version.cuda, "dims": dims,
               "attention": mode, "rotate": rotate, "iters": iters, "check": check,
               "work": work, "eager_us": None, "graph_us": None, "graph_pool_bytes": None,
-              "graph_pool_bytes_all": None, "capture_ms": None, "graph_nodes": None}
+              "graph_pool_bytes_all": None, "capture_ms": None, "graph_nodes": None,
+              "compile_us": None, "compile": None}
 
     def eager(i):
         pipe.run(dict(sets[i % rotate]))
@@ -1030,6 +1044,10 @@ def run_spec(args):
         result["eager_us"] = time_cpu(eager, iters)
         return result, spec
 
+    if args.compile_only:
+        result["compile_us"], result["compile"] = time_compiled(pipe, spec, sets[0], warmup,
+                                                                iters)
+        return result, spec
     main = torch.cuda.Stream(device=ctx.device)
     main.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(main):
@@ -1078,7 +1096,74 @@ def run_spec(args):
             graphs[i % rotate].replay()
         result["graph_us"] = time_cuda(lambda i: graphs[i % rotate].replay(), iters)
     torch.cuda.synchronize()
+    if args.compile:
+        del graphs, statics
+        gc.collect()
+        result["compile_us"], result["compile"] = time_compiled(pipe, spec, sets[0], warmup,
+                                                                iters)
     return result, spec
+
+
+def error_text(e):
+    """The first lines of an exception that say what went wrong (inductor's BackendCompilerFailed
+    puts the cause on the line after "raised:")."""
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    return ("%s: %s" % (type(e).__name__, " ".join(lines[:3])))[:300]
+
+
+def time_compiled(pipe, spec, data, warmup, iters):
+    """torch.compile(mode="reduce-overhead") of the pipeline on one data set: (timing or None,
+    {ok, error, compile_s, rotate, streams}). A pipeline with side streams that fails to compile
+    is compiled again with every op on one stream (dynamo/inductor do not compile stream
+    switches; inductor orders the kernels itself): "streams" says which ran."""
+    timing, info = compile_once(pipe, spec, data, warmup, iters)
+    if info["ok"] or pipe.schedule is None:
+        return timing, info
+    schedule, pipe.schedule = pipe.schedule, None
+    try:
+        torch._dynamo.reset()
+        timing, retry = compile_once(pipe, spec, data, warmup, iters)
+    finally:
+        pipe.schedule = schedule
+    retry["streams"] = "one (side streams dropped after: %s)" % info["error"]
+    return timing, retry
+
+
+def compile_once(pipe, spec, data, warmup, iters):
+    info = {"ok": False, "error": None, "compile_s": None, "rotate": 1,
+            "mode": "reduce-overhead", "streams": "as the spec"}
+    if not hasattr(torch, "compile"):
+        info["error"] = "torch.compile is not available"
+        return None, info
+    outputs = list(spec["outputs"])
+    try:
+        mark = getattr(torch._dynamo, "mark_static_address", None)
+        if mark:
+            for t in data.values():
+                mark(t)
+
+        def fn(env):
+            out = pipe.run(dict(env))
+            return tuple(out[n] for n in outputs)
+        compiled = torch.compile(fn, mode="reduce-overhead")
+        step = getattr(torch.compiler, "cudagraph_mark_step_begin", None)
+
+        def call(_i):
+            if step:
+                step()
+            compiled(data)
+        t0 = time.perf_counter()
+        for i in range(max(5, warmup)):
+            call(i)
+        torch.cuda.synchronize()
+        info["compile_s"] = time.perf_counter() - t0
+        timing = time_cuda(call, iters)
+        info["ok"] = True
+        return timing, info
+    except Exception as e:  # noqa: BLE001 - one spec's failure is a result, not a crash
+        info["error"] = error_text(e)
+        torch.cuda.synchronize()
+        return None, info
 
 
 def print_summary(res):
@@ -1101,6 +1186,11 @@ def print_summary(res):
         print("  PyTorch graph %s, pool %s bytes, capture %.2f ms, %s kernel nodes"
               % (fmt(res["graph_us"]), res["graph_pool_bytes"], res["capture_ms"],
                  res["graph_nodes"]))
+    if res.get("compile_us"):
+        print("  torch.compile (reduce-overhead) %s, compiled in %.1f s"
+              % (fmt(res["compile_us"]), res["compile"]["compile_s"]))
+    elif res.get("compile"):
+        print("  torch.compile failed: %s" % res["compile"]["error"])
     if res.get("floor"):
         fl = res["floor"]
         print("  floor %.1f us (%s-bound)" % (fl["us"], fl["bound"]))
@@ -1122,6 +1212,10 @@ def main(argv=None):
                     help="attention as F.scaled_dot_product_attention (default when it "
                          "exists) or as matmul, softmax, matmul")
     ap.add_argument("--no-graph", action="store_true", help="eager only")
+    ap.add_argument("--compile", action="store_true",
+                    help='also time torch.compile(mode="reduce-overhead") (CUDA only)')
+    ap.add_argument("--compile-only", action="store_true",
+                    help="the torch.compile mode alone (after the output check)")
     args = ap.parse_args(argv)
     if torch is None:
         print("peer_torch: PyTorch is not installed", file=sys.stderr)

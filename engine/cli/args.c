@@ -91,6 +91,9 @@ int cli_run_flag(const char *cmd, int argc, char **argv, int *i, cli_run_flags *
   } else if ((m = cli_flag(cmd, argc, argv, i, "--device", &f->device)) != 0 ||
              (m = cli_flag(cmd, argc, argv, i, "--base-dir", &f->base_dir)) != 0) {
     if (m < 0) return -1;
+  } else if ((m = cli_flag(cmd, argc, argv, i, "--no-fusion", NULL)) != 0) {
+    if (m < 0) return -1;
+    f->no_fusion = true;
   } else {
     return 0;
   }

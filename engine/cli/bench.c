@@ -7,16 +7,24 @@
 #include "engine/cli/cli.h"
 #include "engine/cli/svg.h"
 #include "engine/cli/tensors.h"
+#include "kernels/gemm_tune.h"
 
 static const char *const CMD = "bench";
 
 enum { HOST_ITERS_CAP = 20, HOST_WARMUP_CAP = 2 };
 
+/* Rotation (--rotate): tools/peer_torch.py's rule, so both sides rotate alike. A set of
+ * params + inputs + states + scalars between 1 MiB and 200 MB gets K copies with K x set >=
+ * 200 MB (four times the H100's 50 MB L2), at most 16; a smaller set is launch-bound and a
+ * larger one does not fit the L2 anyway. */
+enum { ROTATE_MAX = 16, ROTATE_MIN_SET = 1 << 20 };
+static const double ROTATE_TARGET_BYTES = 200e6;
+
 static void usage(FILE *out) {
   fprintf(out,
           "usage: recap bench SPEC [--iters N] [--warmup N] [--dim NAME=VALUE]\n"
           "                   [--device cuda|host] [--seed N] [--json FILE] [--svg FILE]\n"
-          "                   [--base-dir DIR]\n\n"
+          "                   [--base-dir DIR] [--rotate K|auto] [--no-fusion]\n\n"
           "Runs the pipeline eagerly (op by op) and as CUDA graph replays on the same inputs "
           "and\nweights, and compares them: per-iteration median, p10 and p90 from device "
           "events (one\nevent pair per iteration), the speedup, capture and instantiate time "
@@ -34,13 +42,20 @@ static void usage(FILE *out) {
           "  --seed N           seed of the random input data (default: a fresh one)\n"
           "  --json FILE        write the results as JSON\n"
           "  --svg FILE         write a bar chart (median, p10-p90 whiskers) as SVG\n"
+          "  --rotate K|auto    K pipeline instances with their own params, inputs and state "
+          "(not\n                     shared weights); iterations cycle through them so a "
+          "pipeline whose\n                     data fits the L2 cache is not timed L2-warm. auto: "
+          "K x (params +\n                     inputs + states) >= 200 MB when one set holds 1-200 "
+          "MB, K <= %d,\n                     else 1 (tools/peer_torch.py's rule). Default 1\n"
           "  --base-dir DIR     files the spec names (params) must lie under DIR (for specs "
-          "from\n                     untrusted sources)\n",
-          HOST_ITERS_CAP, HOST_WARMUP_CAP);
+          "from\n                     untrusted sources)\n"
+          "  --no-fusion        run every elementwise op as its own kernel (no fusion pass; "
+          "as\n                     RECAP_FUSION=0)\n",
+          HOST_ITERS_CAP, HOST_WARMUP_CAP, (int)ROTATE_MAX);
 }
 
 typedef struct {
-  const char *path, *json_path, *svg_path;
+  const char *path, *json_path, *svg_path, *rotate;
   cli_run_flags common;
 } bench_args;
 
@@ -50,7 +65,8 @@ static int parse_args(int argc, char **argv, bench_args *a) {
     if ((m = cli_run_flag(CMD, argc, argv, &i, &a->common)) != 0) {
       if (m < 0) return CLI_EXIT_USAGE;
     } else if ((m = cli_flag(CMD, argc, argv, &i, "--json", &a->json_path)) != 0 ||
-               (m = cli_flag(CMD, argc, argv, &i, "--svg", &a->svg_path)) != 0) {
+               (m = cli_flag(CMD, argc, argv, &i, "--svg", &a->svg_path)) != 0 ||
+               (m = cli_flag(CMD, argc, argv, &i, "--rotate", &a->rotate)) != 0) {
       if (m < 0) return CLI_EXIT_USAGE;
     } else if (!cli_positional(CMD, argv[i])) {
       return CLI_EXIT_USAGE;
@@ -66,7 +82,45 @@ static int parse_args(int argc, char **argv, bench_args *a) {
     return CLI_EXIT_USAGE;
   }
   if (!cli_run_flags_check(CMD, &a->common)) return CLI_EXIT_USAGE;
+  long long k;
+  if (a->rotate && strcmp(a->rotate, "auto") != 0 &&
+      !cli_parse_int(CMD, "--rotate", a->rotate, 1, ROTATE_MAX, &k))
+    return CLI_EXIT_USAGE;
   return CLI_EXIT_OK;
+}
+
+/* Bytes of one rotation set: every param, input, state and scalar (largest bucket). */
+static size_t rotation_set_bytes(const recap_pipeline *p) {
+  const recap__ir *ir = p->model->irs[p->model->num_buckets - 1];
+  size_t bytes = 0;
+  for (size_t t = 0; t < ir->num_tensors; t++) {
+    recap_tensor_role r = ir->tensors[t].role;
+    if (r == RECAP_ROLE_PARAM || r == RECAP_ROLE_INPUT || r == RECAP_ROLE_STATE ||
+        r == RECAP_ROLE_SCALAR)
+      bytes += (size_t)ir->tensors[t].bytes;
+  }
+  return bytes;
+}
+
+/* --rotate's K: the number given, or auto's rule above (1 without the flag). */
+static int rotation_count(const char *arg, size_t set_bytes) {
+  if (!arg) return 1;
+  if (strcmp(arg, "auto") != 0) return atoi(arg); /* checked by parse_args */
+  if (set_bytes < ROTATE_MIN_SET || (double)set_bytes >= ROTATE_TARGET_BYTES) return 1;
+  int k = (int)((ROTATE_TARGET_BYTES + (double)set_bytes - 1) / (double)set_bytes);
+  return k > ROTATE_MAX ? ROTATE_MAX : k;
+}
+
+/* Bytes of the pipeline's outputs: buffers of their own outside the private pool, where
+ * PyTorch's capture allocates its outputs inside its pool (see docs/BENCHMARKS.md). */
+static size_t output_bytes(const recap_pipeline *p) {
+  const recap__ir *ir = p->model->irs[p->model->num_buckets - 1];
+  size_t bytes = 0;
+  for (size_t o = 0; o < ir->num_outputs; o++) {
+    const recap__ir_tensor *t = &ir->tensors[ir->outputs[o]];
+    if (t->role == RECAP_ROLE_INTERMEDIATE) bytes += (size_t)t->bytes;
+  }
+  return bytes;
 }
 
 /* What one mode measured. */
@@ -76,13 +130,33 @@ typedef struct {
   size_t launches; /* launches submitted per iteration */
 } mode_result;
 
-static recap_status measure(recap_pipeline *p, int64_t batch, int warmup, int iters,
+/* Iteration i runs instance ps[i % k]: warmup (at least one round), then `iters` timed ones,
+ * each between two events on that instance's stream and waited for (cli_time_runs's method). */
+static recap_status measure(recap_pipeline **ps, int k, int64_t batch, int warmup, int iters,
                             mode_result *out) {
-  for (int i = 0; i < warmup; i++) {
-    recap_status st = recap_pipeline_run(p, batch);
-    if (st != RECAP_OK) return st;
+  recap_status st = RECAP_OK;
+  for (int i = 0; st == RECAP_OK && i < (k > 1 && warmup < k ? k : warmup); i++)
+    st = recap_pipeline_run(ps[i % k], batch);
+  if (st != RECAP_OK) return st;
+  if (k == 1) {
+    st = cli_time_runs(ps[0], batch, iters, out->ms);
+  } else {
+    recap_event *start = NULL, *end = NULL;
+    if ((st = recap_event_create(ps[0]->device, RECAP_EVENT_TIMING, &start)) == RECAP_OK)
+      st = recap_event_create(ps[0]->device, RECAP_EVENT_TIMING, &end);
+    for (int i = 0; st == RECAP_OK && i < iters; i++) {
+      recap_stream *s = recap_pipeline_stream(ps[i % k]);
+      float ms = 0;
+      if ((st = recap_event_record(start, s)) == RECAP_OK &&
+          (st = recap_pipeline_run_async(ps[i % k], batch, NULL)) == RECAP_OK &&
+          (st = recap_event_record(end, s)) == RECAP_OK &&
+          (st = recap_event_synchronize(end)) == RECAP_OK &&
+          (st = recap_event_elapsed_ms(start, end, &ms)) == RECAP_OK)
+        out->ms[i] = ms;
+    }
+    recap_event_destroy(end);
+    recap_event_destroy(start);
   }
-  recap_status st = cli_time_runs(p, batch, iters, out->ms);
   if (st == RECAP_OK) cli_summarize(out->ms, iters, &out->time);
   return st;
 }
@@ -122,6 +196,9 @@ int cli_bench_main(int argc, char **argv) {
   rc = CLI_EXIT_FAILURE;
   recap__spec *spec = NULL;
   recap_pipeline *graph = NULL, *eager = NULL;
+  /* Rotation instances: [0] is graph / eager; the others are destroyed separately. */
+  recap_pipeline *graphs[ROTATE_MAX] = {0}, *eagers[ROTATE_MAX] = {0};
+  int rotate = 1;
   cli_host_tensors inputs = {0}, out_eager = {0}, out_graph = {0};
   mode_result re = {0}, rg = {0};
   json_t *root = NULL;
@@ -136,7 +213,7 @@ int cli_bench_main(int argc, char **argv) {
   }
   recap_pipeline_options opts = {
       .override_device = 1, .override_mode = 1, .mode = RECAP_MODE_GRAPH,
-      .base_dir = a.common.base_dir};
+      .base_dir = a.common.base_dir, .no_fusion = a.common.no_fusion};
   if (!cli_pick_device(CMD, a.common.device, spec->device, &opts.device)) goto done;
   bool host = opts.device.backend == RECAP_BACKEND_HOST;
   int iters = a.common.iters_set ? (int)a.common.iters : spec->iters;
@@ -181,6 +258,27 @@ int cli_bench_main(int argc, char **argv) {
     cli_report_failure(CMD, "preparing the inputs", st);
     goto done;
   }
+  graphs[0] = graph;
+  eagers[0] = eager;
+  size_t set_bytes = rotation_set_bytes(graph);
+  rotate = rotation_count(a.rotate, set_bytes);
+  for (int k = 1; k < rotate; k++) {
+    /* A new pipeline, not a clone: its own params (the same values, other memory). */
+    if ((st = recap_pipeline_create_file(a.path, &opts, &graphs[k])) != RECAP_OK ||
+        (st = recap_pipeline_clone(graphs[k], &eager_opts, &eagers[k])) != RECAP_OK ||
+        (st = cli_inputs_copy_in(graphs[k], &inputs)) != RECAP_OK ||
+        (st = cli_inputs_copy_in(eagers[k], &inputs)) != RECAP_OK) {
+      cli_report_failure(CMD, "creating the rotation instances", st);
+      goto done;
+    }
+  }
+  if (rotate > 1) {
+    char b0[32];
+    printf("rotation: %d instances with their own params, inputs and state (%s each), cycled "
+           "per iteration\n",
+           rotate, cli_format_bytes(set_bytes, b0, sizeof b0));
+    fflush(stdout);
+  }
   if (!(re.ms = malloc((size_t)iters * sizeof *re.ms)) ||
       !(rg.ms = malloc((size_t)iters * sizeof *rg.ms))) {
     fprintf(stderr, "recap %s: out of memory\n", CMD);
@@ -188,7 +286,7 @@ int cli_bench_main(int argc, char **argv) {
   }
   re.launches = eager->launches;
   rg.launches = 1;
-  if ((st = measure(eager, batch, warmup, iters, &re)) != RECAP_OK) {
+  if ((st = measure(eagers, rotate, batch, warmup, iters, &re)) != RECAP_OK) {
     cli_report_failure(CMD, "eager runs", st);
     goto done;
   }
@@ -198,7 +296,12 @@ int cli_bench_main(int argc, char **argv) {
     goto done;
   }
   double capture_wall_ms = (cli_now() - t0) * 1e3;
-  if ((st = measure(graph, batch, warmup, iters, &rg)) != RECAP_OK) {
+  for (int k = 1; k < rotate; k++)
+    if ((st = recap_pipeline_capture(graphs[k])) != RECAP_OK) {
+      cli_report_failure(CMD, "capturing a rotation instance", st);
+      goto done;
+    }
+  if ((st = measure(graphs, rotate, batch, warmup, iters, &rg)) != RECAP_OK) {
     cli_report_failure(CMD, "graph replays", st);
     goto done;
   }
@@ -243,10 +346,18 @@ int cli_bench_main(int argc, char **argv) {
       create_ms, graph->timings.load_ms, graph->timings.bind_ms, gs.num_buckets,
       gs.num_buckets == 1 ? "" : "s", graph->timings.warmup_ms, graph->timings.capture_ms,
       graph->timings.instantiate_ms, capture_wall_ms);
-  printf("memory: graph pool %s reserved (arena %s), params %s shared by both instances\n",
+  /* Graph memory as docs/BENCHMARKS.md defines it for both sides: what graph mode holds
+   * beyond params, inputs, states and scalars. recap's intermediates and capture-time
+   * allocations are in the private pool; its outputs have buffers of their own. */
+  size_t outs = output_bytes(graph), graph_bytes = gs.pool_reserved_bytes + outs;
+  char b4[32], b5[32];
+  printf("memory: graph memory %s = private pool %s reserved (arena %s) + outputs %s; params "
+         "%s shared by graph and eager%s\n",
+         cli_format_bytes(graph_bytes, b4, sizeof b4),
          cli_format_bytes(gs.pool_reserved_bytes, b1, sizeof b1),
-         cli_format_bytes(gs.arena_bytes, b2, sizeof b2),
-         cli_format_bytes(gs.param_bytes, b3, sizeof b3));
+         cli_format_bytes(gs.arena_bytes, b2, sizeof b2), cli_format_bytes(outs, b5, sizeof b5),
+         cli_format_bytes(gs.param_bytes, b3, sizeof b3),
+         rotate > 1 ? " (per rotation instance)" : "");
   printf("launches per iteration: eager %zu op launches, graph 1 graph launch (%zu nodes)\n",
          re.launches, info.nodes);
   if (check)
@@ -266,6 +377,12 @@ int cli_bench_main(int argc, char **argv) {
     json_object_set_new(root, "iters", json_integer(iters));
     json_object_set_new(root, "warmup", json_integer(warmup));
     json_object_set_new(root, "seed", json_integer((json_int_t)seed));
+    /* Spec ops the fusion pass folded into fused ops (0 with --no-fusion). */
+    json_object_set_new(root, "fused_ops",
+                        json_integer((json_int_t)graph->model->irs[0]->fused_ops));
+    json_object_set_new(root, "rotate", json_integer(rotate));
+    json_object_set_new(root, "rotate_set_bytes", json_integer((json_int_t)set_bytes));
+    json_object_set_new(root, "spec_ops", json_integer((json_int_t)spec->num_ops));
     json_t *jg = mode_json(&rg, iters);
     json_object_set_new(jg, "graph_nodes", json_integer((json_int_t)info.nodes));
     json_object_set_new(root, "eager", mode_json(&re, iters));
@@ -284,6 +401,8 @@ int cli_bench_main(int argc, char **argv) {
                         json_integer((json_int_t)gs.pool_reserved_bytes));
     json_object_set_new(mem, "arena_bytes", json_integer((json_int_t)gs.arena_bytes));
     json_object_set_new(mem, "param_bytes", json_integer((json_int_t)gs.param_bytes));
+    json_object_set_new(mem, "output_bytes", json_integer((json_int_t)outs));
+    json_object_set_new(mem, "graph_bytes", json_integer((json_int_t)graph_bytes));
     json_object_set_new(root, "memory", mem);
     if (check) {
       json_t *c = json_object();
@@ -316,6 +435,8 @@ int cli_bench_main(int argc, char **argv) {
     if (!cli_svg_write_bars(a.svg_path, &chart)) goto done;
     printf("wrote %s\n", a.svg_path);
   }
+  /* One line on the GEMM tuner when RECAP_TUNE is set. */
+  recap__gemm_tune_print_stats(stderr);
   rc = check && mismatches ? CLI_EXIT_FAILURE : CLI_EXIT_OK;
 done:
   json_decref(root);
@@ -324,6 +445,10 @@ done:
   cli_host_tensors_free(&out_graph);
   cli_host_tensors_free(&out_eager);
   cli_host_tensors_free(&inputs);
+  for (int k = ROTATE_MAX - 1; k >= 1; k--) {
+    recap_pipeline_destroy(eagers[k]);
+    recap_pipeline_destroy(graphs[k]);
+  }
   recap_pipeline_destroy(eager);
   recap_pipeline_destroy(graph);
   recap__spec_destroy(spec);

@@ -23,6 +23,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "engine/ir.h"
+#include "engine/plan.h"
 #include "engine/spec.h"
 #include "include/recap.h"
 
@@ -41,7 +43,15 @@ int cli_ops_main(int argc, char **argv);
 int cli_dot_main(int argc, char **argv);
 int cli_run_main(int argc, char **argv);
 int cli_bench_main(int argc, char **argv);
+int cli_bench_ops_main(int argc, char **argv);
+int cli_bench_capture_main(int argc, char **argv);
 int cli_serve_bench_main(int argc, char **argv);
+/* memviz.c: `recap memviz SNAPSHOT.json --svg FILE`. */
+int cli_memviz_main(int argc, char **argv);
+/* launch.c: `recap launch`, and `recap run` with --world (cli_dist_requested). */
+int cli_launch_main(int argc, char **argv);
+int cli_run_dist_main(int argc, char **argv);
+bool cli_dist_requested(int argc, char **argv);
 
 /* Whether argv[i] is -h or --help for any i. */
 int cli_wants_help(int argc, char **argv);
@@ -77,7 +87,7 @@ bool cli_select_bucket(const char *cmd, const recap__spec *spec, const char *nam
 enum { CLI_MAX_DIMS = 16 };
 
 /* The flags `run` and `bench` share: --iters, --warmup, --dim (repeatable), --seed, --device,
- * --base-dir. */
+ * --base-dir, --no-fusion. */
 typedef struct {
   const char *device;
   const char *base_dir; /* --base-dir DIR: files the spec names must lie under DIR */
@@ -85,6 +95,7 @@ typedef struct {
   int num_dims;
   long long iters, warmup, seed;
   bool iters_set, warmup_set, seed_set;
+  bool no_fusion; /* --no-fusion: recap_pipeline_options.no_fusion */
 } cli_run_flags;
 
 /* Consumes argv[*i] (and its value) when it is one of the shared flags: 1 when consumed, 0 when
@@ -105,6 +116,17 @@ bool cli_resolve_dims(const char *cmd, const recap__spec *spec, const char *cons
  * line on stderr says so) and fails when the user asked for it. False with a message. */
 bool cli_pick_device(const char *cmd, const char *requested, recap_backend_kind spec_device,
                      recap_device *out);
+
+/* Every bucket's IR (fused when `fuse`) and the one plan the engine builds over them all
+ * (bucket_plan.c). irs[b] is bucket b's IR; the last is the largest. */
+typedef struct {
+  recap__ir **irs;
+  size_t count;
+  recap__plan *plan;
+} cli_bucket_plan;
+recap_status cli_bucket_plan_build(recap__spec *spec, bool fuse, cli_bucket_plan *out);
+/* Frees what cli_bucket_plan_build made; a zeroed struct is fine. */
+void cli_bucket_plan_free(cli_bucket_plan *bp);
 
 /* The first line of recap_last_error() after a failed call, prefixed for the user. */
 void cli_report_failure(const char *cmd, const char *what, recap_status status);

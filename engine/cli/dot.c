@@ -220,8 +220,7 @@ int cli_dot_main(int argc, char **argv) {
 
   int rc = CLI_EXIT_FAILURE;
   recap__spec *spec = NULL;
-  recap__ir *ir = NULL, *largest = NULL;
-  recap__plan *plan = NULL;
+  cli_bucket_plan bp = {0};
   FILE *out = stdout;
   recap_status st;
   if (cli_load_spec(path, base_dir, &spec) != RECAP_OK) goto done;
@@ -241,25 +240,21 @@ int cli_dot_main(int argc, char **argv) {
     rc = write_captured(out, path, base_dir, device, bucket);
     goto done;
   }
-  /* The engine plans the largest bucket and every bucket runs on that plan: its waits and
-   * views are the ones shown, over the chosen bucket's shapes. */
-  size_t last = recap__spec_num_buckets(spec) - 1;
-  if ((st = recap__ir_build(spec, last, &largest, NULL)) != RECAP_OK ||
-      (st = recap__plan_build(largest, &plan)) != RECAP_OK ||
-      (bucket != last && (st = recap__ir_build(spec, bucket, &ir, NULL)) != RECAP_OK)) {
+  /* The engine plans all buckets at once and every bucket runs on that plan: its waits and
+   * views are the ones shown, over the chosen bucket's shapes. The DAG is the spec's own, so
+   * it is shown unfused. */
+  if ((st = cli_bucket_plan_build(spec, false, &bp)) != RECAP_OK) {
     cli_report_failure(CMD, "planning", st);
     goto done;
   }
-  write_dag(out, ir ? ir : largest, plan);
+  write_dag(out, bp.irs[bucket], bp.plan);
   rc = CLI_EXIT_OK;
 done:
   if (out != stdout && fclose(out) != 0 && rc == CLI_EXIT_OK) {
     fprintf(stderr, "recap %s: writing %s failed\n", CMD, out_path);
     rc = CLI_EXIT_FAILURE;
   }
-  recap__plan_destroy(plan);
-  recap__ir_destroy(ir);
-  recap__ir_destroy(largest);
+  cli_bucket_plan_free(&bp);
   recap__spec_destroy(spec);
   return rc;
 }

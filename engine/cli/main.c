@@ -19,8 +19,16 @@ static const cli_command commands[] = {
     {"run", "run a pipeline: outputs, checksums, timing; --save-tensors", cli_run_main},
     {"bench", "eager vs graph replay: median/p10/p90, speedup, capture cost, JSON and SVG",
      cli_bench_main},
+    {"bench-ops", "single ops at large sizes: GB/s vs a device copy, GEMM TFLOP/s",
+     cli_bench_ops_main},
+    {"bench-capture", "capture, instantiate and update cost; host CPU time per launch",
+     cli_bench_capture_main},
     {"serve-bench", "an inference-server loop: N workers on shared weights, checked results",
      cli_serve_bench_main},
+    {"memviz", "check an allocator snapshot (run --memory-snapshot) and draw it as an SVG",
+     cli_memviz_main},
+    {"launch", "start N ranks of `recap run` on this machine's GPUs (NCCL); each rank's exit",
+     cli_launch_main},
 };
 
 int cli_wants_help(int argc, char **argv) {

@@ -14,6 +14,7 @@ static const char *kind_name(recap_attr_kind kind) {
     case RECAP_ATTR_INT_LIST: return "int list";
     case RECAP_ATTR_ACTIVATION: return "activation";
     case RECAP_ATTR_DTYPE: return "dtype";
+    case RECAP_ATTR_EXPR: return "expression";
   }
   return "?";
 }
@@ -47,6 +48,7 @@ static void format_default(const recap_attr_def *a, char *buf, size_t size) {
       return;
     }
     case RECAP_ATTR_INT_LIST:
+    case RECAP_ATTR_EXPR:
       break;
   }
   snprintf(buf, size, "(none)");

@@ -1,22 +1,28 @@
-/* plan.c: `recap plan SPEC [--dim B=8]`: where every tensor lives, and the arena's size. */
+/* plan.c: `recap plan SPEC [--dim B=8]`: what the fusion pass fused, where every tensor lives,
+ * and the arena's size. The IR is fused exactly as a pipeline's would be (same switch), so the
+ * plan shown is the one the engine uses. */
 #include <stdlib.h>
 
 #include "engine/cli/cli.h"
+#include "engine/fuse.h"
 #include "engine/plan.h"
 
 static const char *const CMD = "plan";
 
 static void usage(FILE *out) {
   fprintf(out,
-          "usage: recap plan SPEC [--dim NAME=VALUE] [--base-dir DIR]\n\n"
-          "Prints the memory plan of one bucket (default: the largest, which is the plan the "
-          "engine\nuses for every bucket): per tensor its role, bytes, arena offset, lifetime "
-          "in ops,\nstream and in-place/view notes; the cross-stream waits; then the arena "
-          "size, the naive\nsum (one allocation per intermediate) and the max-live lower "
-          "bound.\n\n"
+          "usage: recap plan SPEC [--dim NAME=VALUE] [--base-dir DIR] [--no-fusion]\n\n"
+          "Prints the fused ops (each with the spec ops it replaces, its inputs and its "
+          "expression),\nthen the memory plan of one bucket (default: the largest, which is "
+          "the plan the engine\nuses for every bucket): per tensor its role, bytes, arena "
+          "offset, lifetime in ops,\nstream and in-place/view notes; the cross-stream waits; "
+          "then the arena size, the naive\nsum (one allocation per intermediate) and the "
+          "max-live lower bound.\n\n"
           "  --dim NAME=VALUE   plan the bucket where the bucketed dim NAME is VALUE\n"
           "  --base-dir DIR     files the spec names (params) must lie under DIR (for specs "
-          "from\n                     untrusted sources)\n");
+          "from\n                     untrusted sources)\n"
+          "  --no-fusion        plan the spec's ops as written (no fusion pass; as "
+          "RECAP_FUSION=0)\n");
 }
 
 int cli_plan_main(int argc, char **argv) {
@@ -25,9 +31,11 @@ int cli_plan_main(int argc, char **argv) {
     return CLI_EXIT_OK;
   }
   const char *path = NULL, *dim_text = NULL, *base_dir = NULL;
+  bool no_fusion = false;
   for (int i = 0; i < argc; i++) {
     int m = cli_flag(CMD, argc, argv, &i, "--dim", &dim_text);
     if (m == 0) m = cli_flag(CMD, argc, argv, &i, "--base-dir", &base_dir);
+    if (m == 0 && (m = cli_flag(CMD, argc, argv, &i, "--no-fusion", NULL)) > 0) no_fusion = true;
     if (m < 0) return CLI_EXIT_USAGE;
     if (m > 0) continue;
     if (!cli_positional(CMD, argv[i])) return CLI_EXIT_USAGE;
@@ -48,9 +56,8 @@ int cli_plan_main(int argc, char **argv) {
 
   int rc = CLI_EXIT_FAILURE;
   recap__spec *spec = NULL;
-  recap__ir *ir = NULL;
-  recap__plan *plan = NULL;
-  char *text = NULL;
+  cli_bucket_plan bp = {0};
+  char *text = NULL, *fused = NULL;
   recap_status st;
   if (cli_load_spec(path, base_dir, &spec) != RECAP_OK) goto done;
   size_t bucket;
@@ -60,15 +67,17 @@ int cli_plan_main(int argc, char **argv) {
     rc = CLI_EXIT_USAGE;
     goto done;
   }
-  if ((st = recap__ir_build(spec, bucket, &ir, NULL)) != RECAP_OK) {
-    cli_report_failure(CMD, "building the IR", st);
-    goto done;
-  }
-  if ((st = recap__plan_build(ir, &plan)) != RECAP_OK) {
+  bool fuse = recap__fuse_enabled(no_fusion);
+  if ((st = cli_bucket_plan_build(spec, fuse, &bp)) != RECAP_OK) {
     cli_report_failure(CMD, "planning", st);
     goto done;
   }
-  if ((st = recap__plan_format(ir, plan, &text)) != RECAP_OK) {
+  const recap__ir *ir = bp.irs[bucket];
+  if ((st = recap__fuse_format(ir, fuse, &fused)) != RECAP_OK) {
+    cli_report_failure(CMD, "formatting the fused ops", st);
+    goto done;
+  }
+  if ((st = recap__plan_format(ir, bp.plan, &text)) != RECAP_OK) {
     cli_report_failure(CMD, "formatting the plan", st);
     goto done;
   }
@@ -79,12 +88,13 @@ int cli_plan_main(int argc, char **argv) {
     for (size_t b = 0; b < n; b++) printf(" %lld", (long long)recap__spec_bucket_value(spec, b));
     printf(")\n");
   }
+  fputs(fused, stdout);
   fputs(text, stdout);
   rc = CLI_EXIT_OK;
 done:
+  free(fused);
   free(text);
-  recap__plan_destroy(plan);
-  recap__ir_destroy(ir);
+  cli_bucket_plan_free(&bp);
   recap__spec_destroy(spec);
   return rc;
 }

@@ -7,6 +7,7 @@
 #include "engine/cli/cli.h"
 #include "engine/cli/safetensors.h"
 #include "engine/cli/tensors.h"
+#include "kernels/gemm_tune.h"
 
 static const char *const CMD = "run";
 
@@ -16,7 +17,8 @@ static void usage(FILE *out) {
   fprintf(out,
           "usage: recap run SPEC [--mode eager|graph] [--device cuda|host] [--iters N]\n"
           "                 [--warmup N] [--dim NAME=VALUE] [--seed N] [--json]\n"
-          "                 [--save-tensors FILE.safetensors] [--base-dir DIR]\n\n"
+          "                 [--save-tensors FILE.safetensors] [--base-dir DIR] [--no-fusion]\n"
+          "                 [--memory-snapshot FILE.json]\n\n"
           "Runs the pipeline: inputs get random data (uniform in [-1, 1), from a seeded "
           "generator;\nthe seed is printed), then warmup runs, then N timed runs (device "
           "events around each).\nPrints every output's shape, checksum and first values, and "
@@ -38,12 +40,17 @@ static void usage(FILE *out) {
           "  --save-tensors F   write params, inputs and outputs to F (.safetensors: loadable "
           "by\n                     safetensors.torch.load_file)\n"
           "  --base-dir DIR     files the spec names (params) must lie under DIR (for specs "
-          "from\n                     untrusted sources)\n",
+          "from\n                     untrusted sources)\n"
+          "  --no-fusion        run every elementwise op as its own kernel (no fusion pass; "
+          "as\n                     RECAP_FUSION=0)\n"
+          "  --memory-snapshot F  write the device allocator's snapshot (JSON) at the end of "
+          "the run,\n                     before the pipeline is destroyed (draw it with recap "
+          "memviz)\n",
           HOST_ITERS_CAP, HOST_WARMUP_CAP);
 }
 
 typedef struct {
-  const char *path, *mode, *save_path;
+  const char *path, *mode, *save_path, *snapshot_path;
   cli_run_flags common;
   bool json;
 } run_args;
@@ -57,7 +64,8 @@ static int parse_args(int argc, char **argv, run_args *a) {
     } else if ((m = cli_run_flag(CMD, argc, argv, &i, &a->common)) != 0) {
       if (m < 0) return CLI_EXIT_USAGE;
     } else if ((m = cli_flag(CMD, argc, argv, &i, "--mode", &a->mode)) != 0 ||
-               (m = cli_flag(CMD, argc, argv, &i, "--save-tensors", &a->save_path)) != 0) {
+               (m = cli_flag(CMD, argc, argv, &i, "--save-tensors", &a->save_path)) != 0 ||
+               (m = cli_flag(CMD, argc, argv, &i, "--memory-snapshot", &a->snapshot_path)) != 0) {
       if (m < 0) return CLI_EXIT_USAGE;
     } else if (!cli_positional(CMD, argv[i])) {
       return CLI_EXIT_USAGE;
@@ -146,11 +154,29 @@ static bool save_tensors(recap_pipeline *p, const char *path, const cli_host_ten
   return ok;
 }
 
+/* The allocator's state with the pipeline still alive (its arena, params and graph pools). */
+static bool write_snapshot(recap_device device, const char *path) {
+  char *json = NULL;
+  recap_status st = recap_memory_snapshot_json(device, &json);
+  if (st != RECAP_OK) {
+    cli_report_failure(CMD, "taking the memory snapshot", st);
+    return false;
+  }
+  FILE *f = fopen(path, "w");
+  bool ok = f && fputs(json, f) >= 0 && fputc('\n', f) != EOF;
+  if (f && fclose(f) != 0) ok = false;
+  free(json);
+  if (!ok) fprintf(stderr, "recap %s: cannot write %s\n", CMD, path);
+  return ok;
+}
+
 int cli_run_main(int argc, char **argv) {
   if (cli_wants_help(argc, argv)) {
     usage(stdout);
     return CLI_EXIT_OK;
   }
+  /* One rank of a distributed run (engine/cli/launch.c). */
+  if (cli_dist_requested(argc, argv)) return cli_run_dist_main(argc, argv);
   run_args a = {0};
   int rc = parse_args(argc, argv, &a);
   if (rc != CLI_EXIT_OK) return rc;
@@ -169,7 +195,8 @@ int cli_run_main(int argc, char **argv) {
     rc = CLI_EXIT_USAGE;
     goto done;
   }
-  recap_pipeline_options opts = {.override_device = 1, .base_dir = a.common.base_dir};
+  recap_pipeline_options opts = {
+      .override_device = 1, .base_dir = a.common.base_dir, .no_fusion = a.common.no_fusion};
   if (!cli_pick_device(CMD, a.common.device, spec->device, &opts.device)) goto done;
   bool host = opts.device.backend == RECAP_BACKEND_HOST;
   int iters = a.common.iters_set ? (int)a.common.iters : spec->iters;
@@ -250,6 +277,7 @@ int cli_run_main(int argc, char **argv) {
     json_object_set_new(root, "batch", json_integer(batch));
     json_object_set_new(root, "bucket", json_integer(p->model->bucket_values[bucket]));
     json_object_set_new(root, "seed", json_integer((json_int_t)seed));
+    json_object_set_new(root, "fused_ops", json_integer((json_int_t)p->model->irs[0]->fused_ops));
     json_object_set_new(root, "warmup", json_integer(warmup));
     json_object_set_new(root, "iters", json_integer(iters));
     json_t *timing = json_object(), *samples = json_array();
@@ -335,6 +363,12 @@ int cli_run_main(int argc, char **argv) {
     if (!save_tensors(p, a.save_path, &inputs, &outputs, seed, batch)) goto done;
     fprintf(a.json ? stderr : stdout, "saved params, inputs and outputs to %s\n", a.save_path);
   }
+  if (a.snapshot_path) {
+    if (!write_snapshot(opts.device, a.snapshot_path)) goto done;
+    fprintf(a.json ? stderr : stdout, "wrote the memory snapshot to %s\n", a.snapshot_path);
+  }
+  /* One line on the GEMM tuner when RECAP_TUNE is set (stderr: stdout may be JSON). */
+  recap__gemm_tune_print_stats(stderr);
   rc = CLI_EXIT_OK;
 done:
   json_decref(root);

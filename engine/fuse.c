@@ -1,0 +1,850 @@
+/*
+ * fuse.c: the fusion pass (fuse.h).
+ *
+ * Finding is one walk over the ops in order. Each fusable op v starts as a group of its own
+ * and then, slot by slot, absorbs the group of the producer of each input it may swallow,
+ * when the union still fits one kernel (parent[u] = v records it). A producer's group is
+ * complete by then: its output has v as its only reader, so nothing after v can extend it.
+ * The groups are therefore trees, and each is decided in one pass with no backtracking.
+ *
+ * Rewriting builds everything new first (programs, names, the renumbered op and tensor
+ * arrays) and only then swaps it into the IR, so a failure leaves the IR as it was.
+ */
+#include "engine/fuse.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/expr.h"
+#include "runtime/error.h"
+#include "runtime/nvrtc.h"
+
+enum { NO_ACT = -1 };
+enum { MAX_NAME_BYTES = 160 };
+
+typedef enum { KIND_OTHER, KIND_UNARY, KIND_BINARY, KIND_EXPR } op_kind;
+
+static op_kind kind_of(const recap_op_def *def) {
+  static const char *const unary[] = {"relu", "gelu", "gelu_tanh", "silu", "sigmoid",
+                                      "tanh", "exp",  "neg",       "scale", "cast"};
+  static const char *const binary[] = {"add", "sub", "mul", "div"};
+  if (!def || !def->name || def->is_random || def->num_outputs != 1) return KIND_OTHER;
+  for (size_t i = 0; i < sizeof unary / sizeof unary[0]; ++i)
+    if (strcmp(def->name, unary[i]) == 0) return KIND_UNARY;
+  for (size_t i = 0; i < sizeof binary / sizeof binary[0]; ++i)
+    if (strcmp(def->name, binary[i]) == 0) return KIND_BINARY;
+  if (strcmp(def->name, "expr") == 0) return KIND_EXPR;
+  return KIND_OTHER;
+}
+
+/* The activation of a linear that the fused kernel should apply instead: those cuBLASLt has
+ * no epilogue for, which kernels/gemm_epilogue.cu applies in a second pass. NO_ACT else. */
+static int movable_activation(const recap__ir_op *op) {
+  if (!op->def || strcmp(op->def->name, "linear") != 0) return NO_ACT;
+  switch (op->attrs.act) {
+    case RECAP_ACT_GELU:
+      return RECAP_EXPR_GELU;
+    case RECAP_ACT_SILU:
+      return RECAP_EXPR_SILU;
+    case RECAP_ACT_SIGMOID:
+      return RECAP_EXPR_SIGMOID;
+    case RECAP_ACT_TANH:
+      return RECAP_EXPR_TANH;
+    default:
+      return NO_ACT;
+  }
+}
+
+/* The nodes an `expr` op adds to a group (those reachable from its root, inputs excepted)
+ * and the levels it adds above its operands. False when the program is unusable here. */
+static bool expr_size(const recap_expr_program *q, int *nodes, int *levels) {
+  if (!q) return false;
+  int count = 0;
+  const recap__expr_node_data *d = recap__expr_nodes(q, &count);
+  int root = recap__expr_root(q);
+  if (!d || root < 0 || root >= count || count > RECAP_EXPR_MAX_NODES) return false;
+  bool reached[RECAP_EXPR_MAX_NODES] = {false};
+  reached[root] = true;
+  int n = 0;
+  for (int i = root; i >= 0; --i) {
+    if (!reached[i]) continue;
+    if (d[i].op != RECAP_EXPR_INPUT) n++;
+    const int32_t operands[3] = {d[i].a, d[i].b, d[i].c};
+    for (int k = 0; k < 3; ++k)
+      if (operands[k] >= 0 && operands[k] < i) reached[operands[k]] = true;
+  }
+  *nodes = n;
+  /* An operand substituted for an input leaf (depth 1) of depth k makes the tree at most
+   * k - 1 deeper. */
+  *levels = d[root].depth - 1;
+  return true;
+}
+
+typedef struct {
+  const recap__ir *ir;
+  int no, nt;
+  int *reader;     /* per tensor: the op of its only reading slot; -1 for none or several */
+  bool *hazard;    /* per tensor: some op writes its memory through an alias */
+  bool *fusable;   /* per op */
+  int *levels;     /* per fusable op: the levels it adds above its operands */
+  int *own_nodes;  /* per fusable op: the nodes it adds */
+  int *parent;     /* per op: the op whose group absorbed it, -1 */
+  int *act;        /* per tensor: the linear activation moved into its reader's group, NO_ACT */
+  bool *dissolved; /* per op: its group was given up (fuse.h: the output dtype) */
+  /* Per op, valid while it roots its group: external inputs, nodes other than inputs
+   * (members and moved activations), depth. */
+  int (*in)[RECAP_OP_MAX_INPUTS];
+  int *num_in, *body, *depth;
+} finder;
+
+static void finder_free(finder *f) {
+  free(f->reader);
+  free(f->hazard);
+  free(f->fusable);
+  free(f->levels);
+  free(f->own_nodes);
+  free(f->parent);
+  free(f->act);
+  free(f->dissolved);
+  free(f->in);
+  free(f->num_in);
+  free(f->body);
+  free(f->depth);
+}
+
+/* Whether op v's group may take the group of t's producer. */
+static bool swallowable(const finder *f, int t, int v) {
+  const recap__ir_tensor *x = &f->ir->tensors[t];
+  int u = x->producer;
+  return u >= 0 && u < v && f->fusable[u] && f->reader[t] == v &&
+         x->role == RECAP_ROLE_INTERMEDIATE && !x->is_output && x->alias_of < 0 &&
+         f->ir->ops[u].stream == f->ir->ops[v].stream;
+}
+
+/* The activation of t's producer that op v's group may apply itself, or NO_ACT. */
+static int movable_into(const finder *f, int t, int v) {
+  const recap__ir_tensor *x = &f->ir->tensors[t];
+  int u = x->producer;
+  if (u < 0 || u >= v || f->reader[t] != v || x->role != RECAP_ROLE_INTERMEDIATE ||
+      x->is_output || x->alias_of >= 0 || f->ir->ops[u].stream != f->ir->ops[v].stream)
+    return NO_ACT;
+  return movable_activation(&f->ir->ops[u]);
+}
+
+/* Tensors read through, and memory written by, ops: readers, and the alias roots written. */
+static recap_status scan(finder *f) {
+  const recap__ir *ir = f->ir;
+  int *slots = calloc((size_t)f->nt + 1, sizeof *slots);
+  bool *written = calloc((size_t)f->nt + 1, sizeof *written);
+  if (!slots || !written) {
+    free(slots);
+    free(written);
+    return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory for the fusion pass");
+  }
+  recap_status st = RECAP_OK;
+  for (int t = 0; t < f->nt; ++t) f->reader[t] = -1;
+  for (int v = 0; v < f->no && st == RECAP_OK; ++v) {
+    const recap__ir_op *op = &ir->ops[v];
+    if (op->num_inputs < 0 || op->num_inputs > RECAP_OP_MAX_INPUTS || op->num_outputs < 0 ||
+        op->num_outputs > RECAP_OP_MAX_OUTPUTS) {
+      st = RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "op '%s' has %d inputs and %d outputs",
+                      op->name, op->num_inputs, op->num_outputs);
+      break;
+    }
+    for (int i = 0; i < op->num_inputs + op->num_outputs; ++i) {
+      int t = i < op->num_inputs ? op->inputs[i] : op->outputs[i - op->num_inputs];
+      if (t < 0 || t >= f->nt) {
+        st = RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "op '%s' names tensor %d of %d", op->name,
+                        t, f->nt);
+        break;
+      }
+      if (i < op->num_inputs) {
+        f->reader[t] = slots[t]++ == 0 ? v : -1;
+        continue;
+      }
+      /* An output that is an alias writes the memory of its alias root. */
+      int r = t, hops = 0;
+      while (ir->tensors[r].alias_of >= 0 && ir->tensors[r].alias_of < f->nt && hops++ < f->nt)
+        r = ir->tensors[r].alias_of;
+      if (r != t) written[r] = true;
+    }
+  }
+  for (int t = 0; t < f->nt && st == RECAP_OK; ++t) {
+    int r = t, hops = 0;
+    while (ir->tensors[r].alias_of >= 0 && ir->tensors[r].alias_of < f->nt && hops++ < f->nt)
+      r = ir->tensors[r].alias_of;
+    f->hazard[t] = written[r];
+  }
+  free(slots);
+  free(written);
+  return st;
+}
+
+static bool decide_fusable(finder *f, int v) {
+  const recap__ir_op *op = &f->ir->ops[v];
+  op_kind k = kind_of(op->def);
+  if (k == KIND_OTHER || op->num_outputs != 1) return false;
+  for (int i = 0; i < op->num_inputs; ++i)
+    if (f->hazard[op->inputs[i]]) return false;
+  if (f->ir->tensors[op->outputs[0]].alias_of >= 0) return false;
+  if (k == KIND_EXPR)
+    return expr_size(op->attrs.expr, &f->own_nodes[v], &f->levels[v]) &&
+           recap__expr_num_inputs(op->attrs.expr) == op->num_inputs;
+  if (k == KIND_UNARY ? op->num_inputs != 1 : op->num_inputs != 2) return false;
+  f->own_nodes[v] = 1;
+  f->levels[v] = 1;
+  return true;
+}
+
+/* Adds tensor t to the set in[0..*n) unless present; false when the set is full. */
+static bool set_add(int *in, int *n, int cap, int t) {
+  for (int i = 0; i < *n; ++i)
+    if (in[i] == t) return true;
+  if (*n == cap) return false;
+  in[(*n)++] = t;
+  return true;
+}
+
+/* Op v starts its group and absorbs what fits of its producers' groups. */
+static void grow(finder *f, int v) {
+  const recap__ir_op *op = &f->ir->ops[v];
+  int operand_depth[RECAP_OP_MAX_INPUTS];
+  f->num_in[v] = 0;
+  f->body[v] = f->own_nodes[v];
+  for (int i = 0; i < op->num_inputs; ++i) {
+    int t = op->inputs[i];
+    set_add(f->in[v], &f->num_in[v], RECAP_OP_MAX_INPUTS, t);
+    operand_depth[i] = 1;
+    int a = movable_into(f, t, v);
+    if (a != NO_ACT) {
+      f->act[t] = a;
+      operand_depth[i] = 2;
+      f->body[v]++;
+    }
+  }
+  for (int i = 0; i < op->num_inputs; ++i) {
+    int t = op->inputs[i];
+    if (!swallowable(f, t, v)) continue;
+    int u = f->ir->tensors[t].producer;
+    /* Tentatively: t leaves the inputs, u's inputs join them. */
+    int merged[2 * RECAP_OP_MAX_INPUTS], n = 0;
+    for (int k = 0; k < f->num_in[v]; ++k)
+      if (f->in[v][k] != t) merged[n++] = f->in[v][k];
+    bool fits = true;
+    for (int k = 0; k < f->num_in[u] && fits; ++k)
+      fits = set_add(merged, &n, RECAP_OP_MAX_INPUTS, f->in[u][k]);
+    int body = f->body[v] + f->body[u];
+    if (!fits || body + n > RECAP_EXPR_MAX_NODES) continue;
+    int deepest = f->depth[u];
+    for (int k = 0; k < op->num_inputs; ++k)
+      if (k != i && operand_depth[k] > deepest) deepest = operand_depth[k];
+    if (f->levels[v] + deepest > RECAP_EXPR_MAX_BUILD_DEPTH) continue;
+    f->parent[u] = v;
+    memcpy(f->in[v], merged, (size_t)n * sizeof *merged);
+    f->num_in[v] = n;
+    f->body[v] = body;
+    operand_depth[i] = f->depth[u];
+  }
+  int deepest = 1;
+  for (int i = 0; i < op->num_inputs; ++i)
+    if (operand_depth[i] > deepest) deepest = operand_depth[i];
+  f->depth[v] = f->levels[v] + deepest;
+}
+
+/* ---- the members and inputs of a group, in the program's order ---- */
+
+typedef struct {
+  int *ops; /* members, in depth-first order (operands first) */
+  int num_ops;
+  int inputs[RECAP_OP_MAX_INPUTS];
+  int num_inputs;
+  int num_acts;
+  bool overflow; /* more inputs than a kernel takes: a bug of grow() */
+} walk;
+
+static void collect(const finder *f, int v, walk *w) {
+  const recap__ir_op *op = &f->ir->ops[v];
+  for (int i = 0; i < op->num_inputs; ++i) {
+    int t = op->inputs[i], u = f->ir->tensors[t].producer;
+    if (u >= 0 && f->parent[u] == v) {
+      collect(f, u, w);
+      continue;
+    }
+    if (!set_add(w->inputs, &w->num_inputs, RECAP_OP_MAX_INPUTS, t)) w->overflow = true;
+    if (f->act[t] != NO_ACT) w->num_acts++;
+  }
+  w->ops[w->num_ops++] = v;
+}
+
+static int cmp_int(const void *a, const void *b) {
+  int x = *(const int *)a, y = *(const int *)b;
+  return (x > y) - (x < y);
+}
+
+/* Until the expr op takes an explicit output dtype, a group's output must have the dtype the
+ * expr op infers from its inputs (their common one, else f32). A root whose group does not is
+ * left unfused, and its producers' groups are considered on their own. Roots are visited from
+ * the last op down, so a released producer group is checked after its consumer. */
+static void settle_dtypes(finder *f, int *scratch) {
+  const recap__ir *ir = f->ir;
+  for (int v = f->no - 1; v >= 0; --v) {
+    if (!f->fusable[v] || f->parent[v] >= 0 || f->dissolved[v]) continue;
+    walk w = {.ops = scratch};
+    collect(f, v, &w);
+    if (w.num_ops + w.num_acts < 2) continue;
+    recap_tensor in[RECAP_OP_MAX_INPUTS];
+    memset(in, 0, sizeof in);
+    for (int k = 0; k < w.num_inputs; ++k) in[k].dtype = ir->tensors[w.inputs[k]].dtype;
+    recap_dtype want = ir->tensors[ir->ops[v].outputs[0]].dtype;
+    if (recap__expr_result_dtype(in, w.num_inputs) == want) continue;
+    f->dissolved[v] = true;
+    const recap__ir_op *op = &ir->ops[v];
+    for (int i = 0; i < op->num_inputs; ++i) {
+      int t = op->inputs[i], u = ir->tensors[t].producer;
+      if (u >= 0 && f->parent[u] == v) f->parent[u] = -1;
+      f->act[t] = NO_ACT;
+    }
+  }
+}
+
+static recap_status find(const recap__ir *ir, finder *f) {
+  memset(f, 0, sizeof *f);
+  if (!ir) return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "no IR to fuse");
+  f->ir = ir;
+  f->no = (int)ir->num_ops;
+  f->nt = (int)ir->num_tensors;
+  size_t no = (size_t)f->no + 1, nt = (size_t)f->nt + 1;
+  f->reader = calloc(nt, sizeof *f->reader);
+  f->hazard = calloc(nt, sizeof *f->hazard);
+  f->act = calloc(nt, sizeof *f->act);
+  f->fusable = calloc(no, sizeof *f->fusable);
+  f->levels = calloc(no, sizeof *f->levels);
+  f->own_nodes = calloc(no, sizeof *f->own_nodes);
+  f->parent = calloc(no, sizeof *f->parent);
+  f->dissolved = calloc(no, sizeof *f->dissolved);
+  f->in = calloc(no, sizeof *f->in);
+  f->num_in = calloc(no, sizeof *f->num_in);
+  f->body = calloc(no, sizeof *f->body);
+  f->depth = calloc(no, sizeof *f->depth);
+  int *scratch = calloc(no, sizeof *scratch);
+  if (!f->reader || !f->hazard || !f->act || !f->fusable || !f->levels || !f->own_nodes ||
+      !f->parent || !f->dissolved || !f->in || !f->num_in || !f->body || !f->depth || !scratch) {
+    free(scratch);
+    finder_free(f);
+    return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory for the fusion pass");
+  }
+  recap_status st = scan(f);
+  if (st != RECAP_OK) {
+    free(scratch);
+    finder_free(f);
+    return st;
+  }
+  for (int t = 0; t < f->nt; ++t) f->act[t] = NO_ACT;
+  for (int v = 0; v < f->no; ++v) {
+    f->parent[v] = -1;
+    f->fusable[v] = decide_fusable(f, v);
+    if (f->fusable[v]) grow(f, v);
+  }
+  settle_dtypes(f, scratch);
+  free(scratch);
+  return RECAP_OK;
+}
+
+/* Whether op v roots a group that is rewritten; its walk in *w (w->ops has room for every
+ * op). */
+static bool rooted_group(const finder *f, int v, walk *w) {
+  if (!f->fusable[v] || f->parent[v] >= 0 || f->dissolved[v]) return false;
+  w->num_ops = w->num_inputs = w->num_acts = 0;
+  w->overflow = false;
+  collect(f, v, w);
+  return w->num_ops + w->num_acts >= 2;
+}
+
+void recap__fuse_groups_free(recap__fuse_groups *g) {
+  if (!g) return;
+  for (size_t i = 0; i < g->count; ++i) free(g->groups[i].ops);
+  free(g->groups);
+  g->groups = NULL;
+  g->count = 0;
+}
+
+recap_status recap__fuse_find(const recap__ir *ir, recap__fuse_groups *out) {
+  RECAP_CHECK_ARG(ir && out);
+  out->groups = NULL;
+  out->count = 0;
+  finder f;
+  RECAP_TRY(find(ir, &f));
+  recap_status st = RECAP_OK;
+  walk w = {.ops = calloc((size_t)f.no + 1, sizeof(int))};
+  recap__fuse_groups g = {.groups = calloc((size_t)f.no + 1, sizeof *g.groups)};
+  if (!w.ops || !g.groups) {
+    st = RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory for the fusion groups");
+    goto done;
+  }
+  for (int v = 0; v < f.no; ++v) {
+    if (!rooted_group(&f, v, &w)) continue;
+    recap__fuse_group *x = &g.groups[g.count];
+    x->ops = malloc((size_t)w.num_ops * sizeof *x->ops);
+    if (!x->ops) {
+      st = RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory for the fusion groups");
+      goto done;
+    }
+    g.count++;
+    memcpy(x->ops, w.ops, (size_t)w.num_ops * sizeof *x->ops);
+    qsort(x->ops, (size_t)w.num_ops, sizeof *x->ops, cmp_int);
+    x->num_ops = w.num_ops;
+    x->root = v;
+    memcpy(x->inputs, w.inputs, sizeof x->inputs);
+    x->num_inputs = w.num_inputs;
+    x->num_acts = w.num_acts;
+  }
+done:
+  free(w.ops);
+  finder_free(&f);
+  if (st != RECAP_OK) {
+    recap__fuse_groups_free(&g);
+    return st;
+  }
+  *out = g;
+  return RECAP_OK;
+}
+
+/* ---- building one group's program ---- */
+
+typedef struct {
+  const finder *f;
+  recap_expr_program *p;
+  const walk *w;
+  recap__expr_node input_node[RECAP_OP_MAX_INPUTS];
+} builder;
+
+static recap__expr_node leaf(builder *b, int t) {
+  int k = 0;
+  while (k < b->w->num_inputs && b->w->inputs[k] != t) ++k;
+  if (k == b->w->num_inputs) return RECAP_EXPR_NONE;
+  if (b->input_node[k] == RECAP_EXPR_NONE) b->input_node[k] = recap__expr_input(b->p, k);
+  recap__expr_node n = b->input_node[k];
+  int a = b->f->act[t];
+  return a == NO_ACT ? n : recap__expr_unary(b->p, (recap__expr_op)a, n);
+}
+
+/* Copies the nodes of an `expr` op's program that its root reaches, its inputs replaced by
+ * the operands. */
+static recap__expr_node inline_expr(builder *b, const recap_expr_program *q,
+                                    const recap__expr_node *operand, int num_operands) {
+  int count = 0;
+  const recap__expr_node_data *d = recap__expr_nodes(q, &count);
+  int root = recap__expr_root(q);
+  recap__expr_node map[RECAP_EXPR_MAX_NODES];
+  bool reached[RECAP_EXPR_MAX_NODES] = {false};
+  reached[root] = true;
+  for (int i = root; i >= 0; --i)
+    if (reached[i]) {
+      if (d[i].a >= 0) reached[d[i].a] = true;
+      if (d[i].b >= 0) reached[d[i].b] = true;
+      if (d[i].c >= 0) reached[d[i].c] = true;
+    }
+  for (int i = 0; i <= root; ++i) {
+    if (!reached[i]) continue;
+    const recap__expr_node_data *x = &d[i];
+    recap__expr_node a = x->a >= 0 ? map[x->a] : RECAP_EXPR_NONE;
+    recap__expr_node bb = x->b >= 0 ? map[x->b] : RECAP_EXPR_NONE;
+    recap__expr_node c = x->c >= 0 ? map[x->c] : RECAP_EXPR_NONE;
+    switch (x->op) {
+      case RECAP_EXPR_INPUT:
+        map[i] = x->index >= 0 && x->index < num_operands ? operand[x->index] : RECAP_EXPR_NONE;
+        break;
+      case RECAP_EXPR_CONST:
+        map[i] = recap__expr_const(b->p, x->value);
+        break;
+      case RECAP_EXPR_SCALE:
+        map[i] = recap__expr_scale(b->p, a, x->value);
+        break;
+      case RECAP_EXPR_CAST:
+        map[i] = recap__expr_cast(b->p, a, x->dtype);
+        break;
+      case RECAP_EXPR_SELECT:
+        map[i] = recap__expr_select(b->p, a, bb, c);
+        break;
+      default:
+        map[i] = x->op >= RECAP_EXPR_ADD ? recap__expr_binary(b->p, x->op, a, bb)
+                                         : recap__expr_unary(b->p, x->op, a);
+        break;
+    }
+  }
+  return map[root];
+}
+
+static recap__expr_node node_of(builder *b, int v) {
+  const recap__ir_op *op = &b->f->ir->ops[v];
+  recap__expr_node operand[RECAP_OP_MAX_INPUTS];
+  for (int i = 0; i < op->num_inputs; ++i) {
+    int t = op->inputs[i], u = b->f->ir->tensors[t].producer;
+    operand[i] = u >= 0 && b->f->parent[u] == v ? node_of(b, u) : leaf(b, t);
+  }
+  switch (kind_of(op->def)) {
+    case KIND_UNARY:
+      return recap__expr_from_unary_code(b->p, op->def->code, operand[0], &op->attrs);
+    case KIND_BINARY:
+      return recap__expr_from_binary_code(b->p, op->def->code, operand[0], operand[1]);
+    case KIND_EXPR:
+      return inline_expr(b, op->attrs.expr, operand, op->num_inputs);
+    default:
+      return RECAP_EXPR_NONE;
+  }
+}
+
+/* ---- text ---- */
+
+typedef struct {
+  char *data;
+  size_t len, cap;
+  bool failed;
+} text_buf;
+
+static void put(text_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void put(text_buf *b, const char *fmt, ...) {
+  if (b->failed) return;
+  for (;;) {
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(b->data ? b->data + b->len : NULL, b->data ? b->cap - b->len : 0, fmt, ap);
+    va_end(ap);
+    if (n < 0) {
+      b->failed = true;
+      return;
+    }
+    if (b->data && b->len + (size_t)n < b->cap) {
+      b->len += (size_t)n;
+      return;
+    }
+    size_t cap = b->cap ? b->cap : 256;
+    while (cap <= b->len + (size_t)n) cap *= 2;
+    char *grown = realloc(b->data, cap);
+    if (!grown) {
+      b->failed = true;
+      return;
+    }
+    b->data = grown;
+    b->cap = cap;
+  }
+}
+
+/* How an op appears in a fused op's name: its spec `name:`, or its kind when it has none. */
+static const char *member_label(const recap__ir_op *op) {
+  return strchr(op->name, '#') ? op->def->name : op->name;
+}
+
+/* "fused[add,mul,gelu]"; past MAX_NAME_BYTES the rest is counted ("fused[add,...,+96 more]").
+ * Members in op order, a moved activation just before the op that reads it. */
+static char *fused_name(const finder *f, const int *members, int count) {
+  text_buf b = {0};
+  put(&b, "fused[");
+  int shown = 0, total = 0;
+  for (int m = 0; m < count; ++m) {
+    const recap__ir_op *op = &f->ir->ops[members[m]];
+    const char *labels[RECAP_OP_MAX_INPUTS + 1];
+    int n = 0;
+    for (int i = 0; i < op->num_inputs; ++i) {
+      int t = op->inputs[i], u = f->ir->tensors[t].producer;
+      if (f->act[t] != NO_ACT && !(u >= 0 && f->parent[u] == members[m]))
+        labels[n++] = recap__expr_op_name((recap__expr_op)f->act[t]);
+    }
+    labels[n++] = member_label(op);
+    for (int k = 0; k < n; ++k, ++total) {
+      if (b.len + strlen(labels[k]) + 16 > MAX_NAME_BYTES) continue;
+      put(&b, "%s%s", shown ? "," : "", labels[k]);
+      shown++;
+    }
+  }
+  if (shown < total) put(&b, ",+%d more", total - shown);
+  put(&b, "]");
+  if (b.failed) {
+    free(b.data);
+    return NULL;
+  }
+  return b.data;
+}
+
+/* ---- rewriting ---- */
+
+/* What one group becomes: the fused op (not yet in the IR). */
+typedef struct {
+  int root;
+  recap__ir_op op;
+} fused_op;
+
+static void fused_op_free(fused_op *x) {
+  free(x->op.name);
+  free(x->op.fused_from);
+  recap__expr_program_destroy(x->op.program);
+}
+
+/* Builds the fused op of the group rooted at v and checks it against the group's output. */
+static recap_status make_fused(const finder *f, const recap_op_def *expr_def, int v, walk *w,
+                               fused_op *out) {
+  const recap__ir *ir = f->ir;
+  const recap__ir_op *root = &ir->ops[v];
+  memset(out, 0, sizeof *out);
+  out->root = v;
+  recap__ir_op *op = &out->op;
+  if (w->overflow)
+    return RECAP_FAIL(RECAP_STATUS_INTERNAL, "fusion: the group of op '%s' has too many inputs",
+                      root->name);
+  qsort(w->ops, (size_t)w->num_ops, sizeof *w->ops, cmp_int);
+  op->fused_from = malloc((size_t)w->num_ops * sizeof *op->fused_from);
+  op->name = fused_name(f, w->ops, w->num_ops);
+  if (!op->fused_from || !op->name) {
+    fused_op_free(out);
+    return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory for a fused op");
+  }
+  memcpy(op->fused_from, w->ops, (size_t)w->num_ops * sizeof *op->fused_from);
+  op->num_fused = w->num_ops;
+  recap_status st = recap__expr_program_create(w->num_inputs, &op->program);
+  if (st != RECAP_OK) {
+    fused_op_free(out);
+    return st;
+  }
+  builder b = {.f = f, .p = op->program, .w = w};
+  for (int k = 0; k < RECAP_OP_MAX_INPUTS; ++k) b.input_node[k] = RECAP_EXPR_NONE;
+  st = recap__expr_program_finish(op->program, node_of(&b, v));
+  if (st != RECAP_OK) {
+    fused_op_free(out);
+    return recap__error_context(st, "fusing the group of op '%s': ", root->name);
+  }
+  op->def = expr_def;
+  op->pos = root->pos;
+  op->stream = root->stream;
+  op->num_inputs = w->num_inputs;
+  memcpy(op->inputs, w->inputs, sizeof op->inputs);
+  op->num_outputs = 1;
+  op->outputs[0] = root->outputs[0];
+  recap__op_attrs_set_defaults(expr_def, &op->attrs);
+  op->attrs.expr = op->program;
+
+  /* The expr op must infer exactly the group's output: its shape is the broadcast of every
+   * input, which the group's output is too; a disagreement is a bug of this pass. */
+  recap_op_call call = {.def = expr_def, .num_inputs = op->num_inputs, .attrs = op->attrs};
+  for (int k = 0; k < op->num_inputs; ++k) {
+    const recap__ir_tensor *x = &ir->tensors[op->inputs[k]];
+    call.inputs[k].dtype = x->dtype;
+    call.inputs[k].ndim = x->ndim;
+    memcpy(call.inputs[k].shape, x->shape, sizeof x->shape);
+    recap__tensor_set_contiguous(&call.inputs[k]);
+  }
+  const recap__ir_tensor *y = &ir->tensors[op->outputs[0]];
+  st = recap__op_infer(&call);
+  bool same = st == RECAP_OK && call.num_outputs == 1 && call.outputs[0].dtype == y->dtype &&
+              call.outputs[0].ndim == y->ndim;
+  for (int d = 0; same && d < y->ndim; ++d) same = call.outputs[0].shape[d] == y->shape[d];
+  if (!same) {
+    char why[512];
+    snprintf(why, sizeof why, "%s", st == RECAP_OK ? "its output differs" : recap_last_error());
+    fused_op_free(out);
+    return RECAP_FAIL(RECAP_STATUS_INTERNAL,
+                      "fusion: the fused op for '%s' does not reproduce tensor '%s' (%s)",
+                      root->name, y->name, why);
+  }
+  return RECAP_OK;
+}
+
+/* Everything the rewrite allocates before it commits. */
+typedef struct {
+  fused_op *fused;
+  size_t num_fused;
+  int *op_map, *tensor_map; /* old index -> new, -1 when removed */
+  recap__ir_op *ops;
+  recap__ir_tensor *tensors;
+} rewrite;
+
+static void rewrite_free(rewrite *r) {
+  if (r->fused)
+    for (size_t i = 0; i < r->num_fused; ++i) fused_op_free(&r->fused[i]);
+  free(r->fused);
+  free(r->op_map);
+  free(r->tensor_map);
+  free(r->ops);
+  free(r->tensors);
+}
+
+static recap_status build_rewrite(const finder *f, rewrite *r) {
+  const recap__ir *ir = f->ir;
+  const recap_op_def *expr_def = recap__op_find("expr");
+  if (!expr_def)
+    return recap__error_context(RECAP_STATUS_INTERNAL, "fusion needs the expr op: ");
+  size_t no = (size_t)f->no + 1, nt = (size_t)f->nt + 1;
+  walk w = {.ops = calloc(no, sizeof(int))};
+  r->fused = calloc(no, sizeof *r->fused);
+  r->op_map = calloc(no, sizeof *r->op_map);
+  r->tensor_map = calloc(nt, sizeof *r->tensor_map);
+  if (!w.ops || !r->fused || !r->op_map || !r->tensor_map) {
+    free(w.ops);
+    return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory for the fusion pass");
+  }
+  /* Members other than roots disappear, with the intermediates they produce. */
+  for (int v = 0; v < f->no; ++v) r->op_map[v] = 0;
+  for (int t = 0; t < f->nt; ++t) r->tensor_map[t] = 0;
+  recap_status st = RECAP_OK;
+  for (int v = 0; v < f->no && st == RECAP_OK; ++v) {
+    if (!rooted_group(f, v, &w)) continue;
+    st = make_fused(f, expr_def, v, &w, &r->fused[r->num_fused]);
+    if (st != RECAP_OK) break;
+    r->num_fused++;
+    for (int m = 0; m < w.num_ops; ++m)
+      if (w.ops[m] != v) {
+        r->op_map[w.ops[m]] = -1;
+        r->tensor_map[ir->ops[w.ops[m]].outputs[0]] = -1;
+      }
+  }
+  free(w.ops);
+  if (st != RECAP_OK) return st;
+  int n = 0;
+  for (int v = 0; v < f->no; ++v) r->op_map[v] = r->op_map[v] < 0 ? -1 : n++;
+  int m = 0;
+  for (int t = 0; t < f->nt; ++t) r->tensor_map[t] = r->tensor_map[t] < 0 ? -1 : m++;
+  r->ops = calloc((size_t)n + 1, sizeof *r->ops);
+  r->tensors = calloc((size_t)m + 1, sizeof *r->tensors);
+  if (!r->ops || !r->tensors)
+    return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory for the fused IR");
+
+  size_t next_fused = 0;
+  for (int v = 0; v < f->no; ++v) {
+    int nv = r->op_map[v];
+    if (nv < 0) continue;
+    recap__ir_op *op = &r->ops[nv];
+    if (next_fused < r->num_fused && r->fused[next_fused].root == v) {
+      *op = r->fused[next_fused++].op; /* moved: the fused entry no longer owns it */
+      memset(&r->fused[next_fused - 1].op, 0, sizeof(recap__ir_op));
+    } else {
+      *op = ir->ops[v];
+      /* A linear whose activation moved into its consumer's group stops applying it. */
+      if (op->num_outputs == 1 && f->act[op->outputs[0]] != NO_ACT) op->attrs.act = RECAP_ACT_NONE;
+    }
+    for (int i = 0; i < op->num_inputs; ++i) op->inputs[i] = r->tensor_map[op->inputs[i]];
+    for (int o = 0; o < op->num_outputs; ++o) op->outputs[o] = r->tensor_map[op->outputs[o]];
+  }
+  for (int t = 0; t < f->nt; ++t) {
+    int nt2 = r->tensor_map[t];
+    if (nt2 < 0) continue;
+    recap__ir_tensor *x = &r->tensors[nt2];
+    *x = ir->tensors[t];
+    if (x->producer >= 0) x->producer = r->op_map[x->producer];
+    if (x->alias_of >= 0) x->alias_of = r->tensor_map[x->alias_of];
+    x->num_consumers = 0;
+  }
+  for (int v = 0; v < n; ++v)
+    for (int i = 0; i < r->ops[v].num_inputs; ++i) r->tensors[r->ops[v].inputs[i]].num_consumers++;
+  return RECAP_OK;
+}
+
+recap_status recap__fuse(recap__ir *ir) {
+  RECAP_CHECK_ARG(ir);
+  finder f;
+  RECAP_TRY(find(ir, &f));
+  rewrite r = {0};
+  recap_status st = build_rewrite(&f, &r);
+  if (st != RECAP_OK || r.num_fused == 0) {
+    rewrite_free(&r);
+    finder_free(&f);
+    return st;
+  }
+  /* Commit: free what the removed ops and tensors owned, then swap the arrays in. */
+  size_t fused_ops = 0, n = 0, m = 0;
+  for (size_t v = 0; v < ir->num_ops; ++v) {
+    if (r.op_map[v] >= 0) n++;
+    /* Every member's name (the root's too: the fused op has its own) goes. */
+    const recap__ir_op *nop = r.op_map[v] >= 0 ? &r.ops[r.op_map[v]] : NULL;
+    if (!nop || nop->program) free(ir->ops[v].name);
+  }
+  for (size_t t = 0; t < ir->num_tensors; ++t) {
+    if (r.tensor_map[t] >= 0) {
+      m++;
+      continue;
+    }
+    free(ir->tensors[t].name);
+    free(ir->tensors[t].init.path);
+    free(ir->tensors[t].init.key);
+  }
+  for (size_t o = 0; o < ir->num_outputs; ++o)
+    if (ir->outputs[o] >= 0) ir->outputs[o] = r.tensor_map[ir->outputs[o]];
+  for (size_t v = 0; v < n; ++v) fused_ops += (size_t)r.ops[v].num_fused;
+  free(ir->ops);
+  free(ir->tensors);
+  ir->ops = r.ops;
+  ir->tensors = r.tensors;
+  ir->num_ops = n;
+  ir->num_tensors = m;
+  ir->fused_ops = fused_ops;
+  r.ops = NULL;
+  r.tensors = NULL;
+  rewrite_free(&r);
+  finder_free(&f);
+  return RECAP_OK;
+}
+
+bool recap__fuse_enabled(bool option_off) {
+  if (option_off) return false;
+  const char *v = getenv("RECAP_FUSION");
+  return !(v && strcmp(v, "0") == 0);
+}
+
+bool recap__fuse_enabled_on(bool option_off, recap_backend_kind backend) {
+  if (!recap__fuse_enabled(option_off)) return false;
+  if (backend != RECAP_BACKEND_CUDA) return true;
+  int major = 0, minor = 0;
+  if (recap__nvrtc_version(&major, &minor) == RECAP_OK) return true;
+  fprintf(stderr, "recap: warning: fusion is off: the fused kernels need NVRTC (%s)\n",
+          recap_last_error());
+  return false;
+}
+
+/* "0-99", "3, 5, 7-9". */
+static void put_ranges(text_buf *b, const int *ops, int count) {
+  for (int i = 0; i < count;) {
+    int j = i;
+    while (j + 1 < count && ops[j + 1] == ops[j] + 1) ++j;
+    put(b, "%s%d", i ? ", " : "", ops[i]);
+    if (j > i) put(b, "-%d", ops[j]);
+    i = j + 1;
+  }
+}
+
+recap_status recap__fuse_format(const recap__ir *ir, bool enabled, char **text) {
+  RECAP_CHECK_ARG(ir && text);
+  text_buf b = {0};
+  size_t groups = 0;
+  for (size_t v = 0; v < ir->num_ops; ++v) groups += ir->ops[v].num_fused > 0;
+  if (!enabled)
+    put(&b, "fusion: off (RECAP_FUSION=0 or --no-fusion)\n");
+  else if (groups == 0)
+    put(&b, "fusion: on, nothing to fuse\n");
+  else
+    put(&b, "fusion: %zu spec op%s became %zu fused op%s (%zu ops in all now)\n", ir->fused_ops,
+        ir->fused_ops == 1 ? "" : "s", groups, groups == 1 ? "" : "s", ir->num_ops);
+  for (size_t v = 0; v < ir->num_ops; ++v) {
+    const recap__ir_op *op = &ir->ops[v];
+    if (op->num_fused == 0) continue;
+    put(&b, "  op %zu '%s' (stream %d): spec op%s ", v, op->name, op->stream,
+        op->num_fused == 1 ? "" : "s");
+    put_ranges(&b, op->fused_from, op->num_fused);
+    put(&b, " (%d)\n    in:", op->num_fused);
+    const char *names[RECAP_OP_MAX_INPUTS];
+    for (int i = 0; i < op->num_inputs; ++i) {
+      names[i] = ir->tensors[op->inputs[i]].name;
+      put(&b, "%s %s", i ? "," : "", names[i]);
+    }
+    const recap__ir_tensor *y = &ir->tensors[op->outputs[0]];
+    put(&b, "  out: %s %s\n", y->name, recap_dtype_name(y->dtype));
+    char expr[400];
+    recap__expr_format(op->program, names, expr, sizeof expr);
+    put(&b, "    = %s%s\n", expr, strlen(expr) + 1 >= sizeof expr ? "..." : "");
+  }
+  if (b.failed) {
+    free(b.data);
+    return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory for the fusion summary");
+  }
+  *text = b.data;
+  return RECAP_OK;
+}

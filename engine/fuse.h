@@ -1,0 +1,117 @@
+/*
+ * fuse.h: the fusion pass (internal to the engine): groups of elementwise ops become one
+ * generated kernel, an `expr` op whose program (kernels/expr.h) computes the whole group.
+ *
+ * It runs on each bucket's IR after checking and before planning (pipeline.c, `recap plan`),
+ * and rewrites the IR in place:
+ *
+ *   recap__ir *ir;  recap__ir_build(spec, bucket, &ir, &diag);
+ *   if (recap__fuse_enabled(options.no_fusion)) RECAP_TRY(recap__fuse(ir));
+ *   recap__plan_build(ir, &plan);
+ *
+ * What fuses. The elementwise ops (relu gelu gelu_tanh silu sigmoid tanh exp neg scale cast,
+ * add sub mul div with broadcasting, and `expr` ops) form a group through their intermediate
+ * tensors: op u's output is swallowed into its consumer v's group when
+ *   - the output is an intermediate (not a pipeline output, input, param, state or scalar, and
+ *     not an alias) read by exactly one input slot, v's;
+ *   - u and v run on the same stream;
+ *   - the group stays within the limits of one kernel: RECAP_OP_MAX_INPUTS distinct external
+ *     inputs, RECAP_EXPR_MAX_NODES nodes and RECAP_EXPR_MAX_DEPTH levels (kernels/expr.h).
+ *     Groups grow in op order, each op taking its producers' groups slot by slot while the
+ *     limits allow; a producer group that does not fit stays a group of its own (the cut).
+ * A group is a tree of ops whose root (its last op) produces the group's output; its external
+ * inputs are every tensor its members read that no member produces. Never fused: random ops,
+ * ops with several outputs, views and every other op kind, and any op that reads memory some
+ * op writes through an alias (a KV cache kv_append appends to): the fused op reads its inputs
+ * at the root's place in the op order, which must not move a read past such a write.
+ *
+ * Tails of GEMMs and norms. A norm, and a GEMM without a usable epilogue, simply feed a group
+ * (the group starts at their consumer). In addition, a linear whose activation cuBLASLt has no
+ * epilogue for (gelu in its erf form, silu, sigmoid, tanh: kernels/gemm_epilogue.cu applies
+ * those in a second pass over the output) and whose output's one consumer is fusable hands
+ * the activation to that consumer's group: the linear keeps its bias epilogue, and the
+ * activation becomes the first node of the fused kernel, saving the second pass. The
+ * numerics do not change: the GEMM's output was stored in its dtype before the activation in
+ * both cases.
+ *
+ * Numerics. The fused kernel loads each input as f32, computes every node in f32 and rounds
+ * only the group's output to its dtype. Intermediates are NOT rounded to their declared dtype
+ * (as torch.compile/inductor, whose default keeps fused intermediates in f32): for f32
+ * pipelines nothing changes (the unfused ops compute in f32 too), for f16/bf16 the fused
+ * result is the more accurate one and differs from the unfused pipeline by at most the
+ * intermediate roundings it skips (a few ulp of the storage type over a chain). An explicit
+ * `cast` op inside a group still rounds (RECAP_EXPR_CAST): a cast is the spec asking for that
+ * precision.
+ *
+ * A group is rewritten only when it saves a launch: at least two ops, or one op and a moved
+ * activation. The rewritten IR keeps every declared tensor at its index (they precede the op
+ * outputs in the IR; only swallowed intermediates are removed), so random initializations,
+ * keyed by tensor index, are the same with and without fusion. Every bucket's IR of a spec gets
+ * the same groups (they depend on the DAG, roles, streams and dtypes, never on sizes).
+ *
+ * The fused op is named "fused[<members>]" (each member by its spec `name:`, else its kind),
+ * for NVTX ranges and messages; recap__ir_op.fused_from lists the spec ops it replaces.
+ *
+ * Switch: on by default; RECAP_FUSION=0 in the environment, or recap_pipeline_options.no_fusion
+ * (the CLI's --no-fusion), turns it off.
+ */
+#ifndef RECAP_ENGINE_FUSE_H
+#define RECAP_ENGINE_FUSE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "engine/ir.h"
+#include "include/recap.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* One group found in an IR (indices into that IR). */
+typedef struct {
+  int root;                        /* the last op; its output is the group's output */
+  int *ops;                        /* members in ascending order (root last) */
+  int num_ops;
+  int inputs[RECAP_OP_MAX_INPUTS]; /* external input tensors, in the program's input order */
+  int num_inputs;
+  int num_acts; /* linear activations moved into the group */
+} recap__fuse_group;
+
+typedef struct {
+  recap__fuse_group *groups; /* in ascending order of root */
+  size_t count;
+} recap__fuse_groups;
+
+/* Whether the pass runs: false when `option_off` (recap_pipeline_options.no_fusion, --no-fusion)
+ * or when the environment has RECAP_FUSION=0; true otherwise. */
+bool recap__fuse_enabled(bool option_off);
+/* The same for a pipeline on `backend`: on CUDA the fused kernels are compiled at run time, so
+ * the pass also needs NVRTC (runtime/nvrtc.h); when it cannot be loaded, fusion is off and one
+ * line on stderr says why (the pipeline still runs, op by op). */
+bool recap__fuse_enabled_on(bool option_off, recap_backend_kind backend);
+
+/* The groups the pass would rewrite in `ir` (an IR fresh from recap__ir_build), without
+ * changing it. *out owns its arrays (recap__fuse_groups_free). OUT_OF_MEMORY, or
+ * INVALID_ARGUMENT for an IR that breaks ir.h's contract; *out is then empty. */
+recap_status recap__fuse_find(const recap__ir *ir, recap__fuse_groups *out);
+void recap__fuse_groups_free(recap__fuse_groups *groups);
+
+/* Rewrites `ir` in place: each group becomes one `expr` op at its root's place, owning its
+ * program; swallowed intermediates are removed and every index renumbered; ir->fused_ops counts
+ * the ops replaced. An IR with nothing to fuse is left as it is. On failure (OUT_OF_MEMORY;
+ * INTERNAL if a built program's inferred output disagrees with the group's: a bug) the IR is
+ * unchanged. */
+recap_status recap__fuse(recap__ir *ir);
+
+/* A summary for `recap plan`: per fused op its index, name, stream, the spec ops it replaces
+ * ("ops 3-5"), its inputs and output and the expression; or one line saying that nothing was
+ * fused. `enabled` says whether the pass ran. *text is malloc'd (the caller frees it);
+ * OUT_OF_MEMORY leaves it untouched. */
+recap_status recap__fuse_format(const recap__ir *ir, bool enabled, char **text);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,118 @@
+/*
+ * expr_op.c: the `expr` op: a custom elementwise op over 1..8 broadcasting inputs, computed by
+ * an expression program (kernels/expr.h) that the spec writes as text or the fusion pass
+ * builds. Definition, shape inference, host implementation, and the prepare step that
+ * compiles the CUDA kernel before anything is captured.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "kernels/cuda_ops.h"
+#include "kernels/expr_impl.h"
+#include "kernels/infer.h"
+
+static const char *const expr_inputs[] = {"in0",  "in1?", "in2?", "in3?", "in4?",
+                                          "in5?", "in6?", "in7?", NULL};
+
+static const recap_attr_def expr_attrs[] = {
+    {"expr", RECAP_ATTR_EXPR, offsetof(recap_op_attrs, expr), true, 0,
+     "the expression over the inputs' names, e.g. \"x * sigmoid(g) + 1.0\" (specs/README.md)"},
+    {.name = NULL},
+};
+
+/* numpy broadcasting over every input: right-aligned, each dimension equal or 1. */
+static recap_status expr_infer(recap_op_call *call) {
+  const recap_expr_program *p = call->attrs.expr;
+  if (!p || !p->finished) return RECAP_OP_FAIL(call, "attribute 'expr' is missing");
+  if (call->num_inputs != p->num_inputs)
+    return RECAP_OP_FAIL(call, "the expression reads %d inputs, the op has %d", p->num_inputs,
+                         call->num_inputs);
+  int ndim = 0;
+  for (int i = 0; i < call->num_inputs; ++i) {
+    const recap_tensor *t = &call->inputs[i];
+    if (t->dtype != RECAP_DTYPE_F32 && t->dtype != RECAP_DTYPE_F16 && t->dtype != RECAP_DTYPE_BF16)
+      return RECAP_OP_FAIL(call, "input %d has dtype %s; expressions read f32, f16 or bf16", i,
+                           recap__dtype_label(t->dtype).s);
+    if (t->ndim > ndim) ndim = t->ndim;
+  }
+  int64_t shape[RECAP_MAX_DIMS];
+  for (int d = 0; d < ndim; ++d) {
+    shape[d] = 1;
+    for (int i = 0; i < call->num_inputs; ++i) {
+      const recap_tensor *t = &call->inputs[i];
+      int td = d - (ndim - t->ndim);
+      int64_t s = td >= 0 ? t->shape[td] : 1;
+      if (s == 1) continue;
+      if (shape[d] != 1 && shape[d] != s)
+        return RECAP_OP_FAIL(call,
+                             "inputs are not broadcastable: input %d %s has %lld in dimension %d "
+                             "of the result, an earlier input %lld",
+                             i, recap__shape_label(t).s, (long long)s, d, (long long)shape[d]);
+      shape[d] = s;
+    }
+  }
+  recap__infer_output(call, 0, recap__expr_result_dtype(call->inputs, call->num_inputs), ndim,
+                      shape);
+  return RECAP_OK;
+}
+
+static recap_status expr_run_host(const recap_op_call *call) {
+  return recap__expr_eval_host(call->attrs.expr, call->inputs, call->num_inputs, &call->outputs[0]);
+}
+
+/* The output may overwrite input 0: each element is read before it is written, by the same
+ * thread. The planner allows it only when the two have the same bytes, which with the dtype
+ * rule above means the same dtype and shape. */
+const recap_op_def recap__op_expr = {
+    .name = "expr",
+    .summary =
+        "a custom elementwise function of 1 to 8 broadcasting inputs, from an expression "
+        "(compiled for the GPU at load)",
+    .input_names = expr_inputs,
+    .min_inputs = 1,
+    .max_inputs = RECAP_OP_MAX_INPUTS,
+    .num_outputs = 1,
+    .attrs = expr_attrs,
+    .dtype_mask = RECAP__DTYPES_FLOAT,
+    .in_place_input = 0,
+    .infer = expr_infer,
+    .run_host = expr_run_host,
+    .launch_cuda = RECAP_CUDA_ENTRY(recap__cuda_expr),
+};
+
+recap_status recap__expr_prepare_call(const recap_op_call *call, recap_device device) {
+  if (!call || !call->attrs.expr || device.backend != RECAP_BACKEND_CUDA) return RECAP_OK;
+  recap__expr_signature sig;
+  recap__expr_signature_of(call->inputs, call->num_inputs, &call->outputs[0], &sig);
+  return recap__expr_prepare_cuda(call->attrs.expr, &sig, device.index,
+                                  call->def ? call->def->name : "expr");
+}
+
+#if !RECAP_WITH_CUDA
+/* Host-only builds: nothing is compiled, and nothing is left to free. */
+void recap__expr_compiled_free(struct recap__expr_compiled *list) {
+  (void)list;
+}
+
+recap_status recap__expr_prepare_cuda(const recap_expr_program *p, const recap__expr_signature *sig,
+                                      int device, const char *op_name) {
+  (void)p;
+  (void)sig;
+  (void)device;
+  return RECAP_FAIL(RECAP_STATUS_NOT_SUPPORTED,
+                    "op '%s': this build has no CUDA, so expressions cannot be compiled for a GPU",
+                    op_name ? op_name : "expr");
+}
+
+recap_status recap__expr_launch_cuda(const recap_expr_program *p, const recap_tensor *inputs,
+                                     int num_inputs, const recap_tensor *out, const char *op_name,
+                                     void *cuda_stream) {
+  (void)p;
+  (void)inputs;
+  (void)num_inputs;
+  (void)out;
+  (void)cuda_stream;
+  return RECAP_FAIL(RECAP_STATUS_NOT_SUPPORTED, "op '%s': this build has no CUDA",
+                    op_name ? op_name : "expr");
+}
+#endif

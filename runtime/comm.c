@@ -1,0 +1,310 @@
+/*
+ * comm.c: the recap_comm object, the per-device registry, and the world-of-1 path
+ * (runtime/comm.h; public API in include/recap.h, "Communicators").
+ *
+ * A device has at most one communicator at a time, as a process has one default group in
+ * torch.distributed: the collective ops of a spec find it by their stream's device, so neither
+ * the spec nor the op's plain-data call needs to carry a handle. A device without one is a
+ * world of 1, where every collective is a copy (or nothing, in place); that is also all the
+ * host backend can do, and a larger world on it is refused at init with a message saying so.
+ * Everything NCCL does lives in cuda_comm.c.
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/backend.h"
+#include "runtime/comm.h"
+#include "runtime/error.h"
+
+enum { MAX_CUDA_DEVICES = 256 };
+
+static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
+static recap_comm *attached_cuda[MAX_CUDA_DEVICES];
+static recap_comm *attached_host;
+
+static recap_comm **slot_of(recap_device d) {
+  if (d.backend == RECAP_BACKEND_HOST) return d.index == 0 ? &attached_host : NULL;
+  return d.index >= 0 && d.index < MAX_CUDA_DEVICES ? &attached_cuda[d.index] : NULL;
+}
+
+recap_comm *recap__comm_for_device(recap_device device) {
+  pthread_mutex_lock(&registry_lock);
+  recap_comm **slot = slot_of(device);
+  recap_comm *c = slot ? *slot : NULL;
+  pthread_mutex_unlock(&registry_lock);
+  return c;
+}
+
+static recap_status attach(recap_comm *c) {
+  recap_status st = RECAP_OK;
+  pthread_mutex_lock(&registry_lock);
+  recap_comm **slot = slot_of(c->device);
+  if (!slot)
+    st = RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "device %s:%d cannot hold a communicator",
+                    recap_backend_name(c->device.backend), c->device.index);
+  else if (*slot)
+    st = RECAP_FAIL(RECAP_STATUS_BUSY,
+                    "%s:%d already has a communicator (rank %d of %d): destroy it first",
+                    recap_backend_name(c->device.backend), c->device.index, (*slot)->rank,
+                    (*slot)->world);
+  else
+    *slot = c;
+  pthread_mutex_unlock(&registry_lock);
+  return st;
+}
+
+static void detach(recap_comm *c) {
+  pthread_mutex_lock(&registry_lock);
+  recap_comm **slot = slot_of(c->device);
+  if (slot && *slot == c) *slot = NULL;
+  pthread_mutex_unlock(&registry_lock);
+}
+
+static recap_status check_timeout(double timeout_s) {
+  if (!(timeout_s > 0 && timeout_s < 1e7))
+    return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
+                      "timeout %g s: expected a positive number of seconds", timeout_s);
+  return RECAP_OK;
+}
+
+static recap_status new_comm(recap_device device, int world, int rank, double timeout_s,
+                             recap_comm **out) {
+  recap_comm *c = calloc(1, sizeof *c);
+  if (!c) return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory for a communicator");
+  c->device = device;
+  c->world = world;
+  c->rank = rank;
+  c->timeout_s = timeout_s;
+  recap_status st = attach(c);
+  if (st != RECAP_OK) {
+    free(c);
+    return st;
+  }
+  *out = c;
+  return RECAP_OK;
+}
+
+static void free_comm(recap_comm *c, bool abort) {
+  if (!c) return;
+  detach(c);
+#if RECAP_WITH_CUDA
+  if (c->nccl) recap__nccl_destroy(c, abort);
+#else
+  (void)abort;
+#endif
+  free(c);
+}
+
+recap_status recap_comm_init_rank(recap_device device, int world_size, int rank,
+                                  const char *init_url, double timeout_s, recap_comm **out) {
+  RECAP_CHECK_ARG(out);
+  const recap__backend *be;
+  RECAP_TRY(recap__device_backend(device, &be));
+  RECAP_TRY(check_timeout(timeout_s));
+  if (world_size < 1 || rank < 0 || rank >= world_size)
+    return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
+                      "rank %d of a world of %d (needs 0 <= rank < world)", rank, world_size);
+  if (be->kind == RECAP_BACKEND_HOST && world_size > 1)
+    return RECAP_FAIL(RECAP_STATUS_NOT_SUPPORTED,
+                      "the host backend runs a world of 1 only (it has one device and no NCCL); "
+                      "a world of %d needs CUDA devices (--device cuda)",
+                      world_size);
+  if (world_size > 1 && (!init_url || !init_url[0]))
+    return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
+                      "a world of %d needs an init URL (file:///path or tcp://host:port)",
+                      world_size);
+  recap_comm *c = NULL;
+  RECAP_TRY(new_comm(device, world_size, rank, timeout_s, &c));
+  if (world_size == 1) {
+    *out = c;
+    return RECAP_OK;
+  }
+#if RECAP_WITH_CUDA
+  recap_status st = recap__nccl_load();
+  uint8_t id[RECAP_RENDEZVOUS_MAX_PAYLOAD];
+  size_t len = 0;
+  if (st == RECAP_OK && rank == 0) st = recap__nccl_unique_id(id, &len);
+  if (st == RECAP_OK) st = recap__rendezvous(init_url, world_size, rank, timeout_s, id, &len, sizeof id);
+  if (st == RECAP_OK) st = recap__nccl_init(c, id, len);
+  if (st != RECAP_OK) {
+    free_comm(c, true);
+    return st;
+  }
+  *out = c;
+  return RECAP_OK;
+#else
+  free_comm(c, true);
+  return RECAP_FAIL(RECAP_STATUS_NOT_SUPPORTED, "this build has no CUDA backend");
+#endif
+}
+
+recap_status recap_comm_init_devices(const recap_device *devices, int count, double timeout_s,
+                                     recap_comm **comms) {
+  RECAP_CHECK_ARG(devices && comms && count >= 1 && count <= MAX_CUDA_DEVICES);
+  RECAP_TRY(check_timeout(timeout_s));
+  for (int i = 0; i < count; ++i) {
+    const recap__backend *be;
+    RECAP_TRY(recap__device_backend(devices[i], &be));
+    if (devices[i].backend != devices[0].backend)
+      return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "devices of one clique share a backend");
+    for (int j = 0; j < i; ++j)
+      if (devices[j].index == devices[i].index)
+        return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "device %d is listed twice",
+                          devices[i].index);
+  }
+  if (devices[0].backend == RECAP_BACKEND_HOST && count > 1)
+    return RECAP_FAIL(RECAP_STATUS_NOT_SUPPORTED, "the host backend has one device");
+  recap_comm **made = calloc((size_t)count, sizeof *made);
+  if (!made) return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory for communicators");
+  recap_status st = RECAP_OK;
+  for (int i = 0; i < count && st == RECAP_OK; ++i)
+    st = new_comm(devices[i], count, i, timeout_s, &made[i]);
+#if RECAP_WITH_CUDA
+  if (st == RECAP_OK && count > 1) st = recap__nccl_init_clique(made, count);
+#endif
+  if (st != RECAP_OK) {
+    for (int i = 0; i < count; ++i) free_comm(made[i], true);
+    free(made);
+    return st;
+  }
+  memcpy(comms, made, (size_t)count * sizeof *made);
+  free(made);
+  return RECAP_OK;
+}
+
+recap_status recap_comm_destroy(recap_comm *comm) {
+  free_comm(comm, false);
+  return RECAP_OK;
+}
+
+recap_status recap_comm_abort(recap_comm *comm) {
+  RECAP_CHECK_ARG(comm);
+#if RECAP_WITH_CUDA
+  if (comm->nccl) recap__nccl_abort(comm);
+#endif
+  return RECAP_OK;
+}
+
+int recap_comm_rank(const recap_comm *comm) { return comm ? comm->rank : -1; }
+
+int recap_comm_world_size(const recap_comm *comm) { return comm ? comm->world : 0; }
+
+recap_device recap_comm_device(const recap_comm *comm) {
+  return comm ? comm->device : (recap_device){RECAP_BACKEND_HOST, -1};
+}
+
+recap_status recap_comm_check(recap_comm *comm) {
+  RECAP_CHECK_ARG(comm);
+#if RECAP_WITH_CUDA
+  if (comm->nccl) return recap__nccl_check(comm);
+#endif
+  return RECAP_OK;
+}
+
+recap_status recap_comm_synchronize(recap_comm *comm, recap_stream *stream) {
+  RECAP_CHECK_ARG(comm && stream);
+#if RECAP_WITH_CUDA
+  if (comm->nccl) return recap__nccl_synchronize(comm, stream);
+#endif
+  return recap_stream_synchronize(stream);
+}
+
+void recap__comm_busy_begin(recap_comm *comm) {
+#if RECAP_WITH_CUDA
+  if (comm && comm->nccl) recap__nccl_busy_begin(comm);
+#else
+  (void)comm;
+#endif
+}
+
+void recap__comm_busy_end(recap_comm *comm) {
+#if RECAP_WITH_CUDA
+  if (comm && comm->nccl) recap__nccl_busy_end(comm);
+#else
+  (void)comm;
+#endif
+}
+
+/* Bytes of c's buffers in a world of 1. */
+recap_status recap__comm_run_local(recap_comm *comm, const recap__coll *c, recap_stream *stream) {
+  if (comm && comm->world != 1)
+    return RECAP_FAIL(RECAP_STATUS_INTERNAL, "a world of %d has no local path", comm->world);
+  if (c->kind == RECAP__COLL_SEND || c->kind == RECAP__COLL_RECV)
+    return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "send/recv need a peer: the world is 1");
+  if (c->root != 0)
+    return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "root %d outside a world of 1", c->root);
+  size_t bytes = c->count * recap_dtype_size(c->dtype);
+  if (bytes == 0 || c->send == c->recv) return RECAP_OK;
+  return stream->backend->memcpy_async(c->recv, c->send, bytes, stream);
+}
+
+static recap_status run(recap_comm *comm, const recap__coll *c, recap_stream *stream) {
+  RECAP_CHECK_ARG(comm && stream);
+  recap_device sd = recap_stream_device(stream);
+  if (sd.backend != comm->device.backend || sd.index != comm->device.index)
+    return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
+                      "the stream belongs to %s:%d, the communicator (rank %d) to %s:%d",
+                      recap_backend_name(sd.backend), sd.index, comm->rank,
+                      recap_backend_name(comm->device.backend), comm->device.index);
+  if (!recap_dtype_name(c->dtype))
+    return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "invalid dtype %d", (int)c->dtype);
+  if (c->op < RECAP_REDUCE_SUM || c->op > RECAP_REDUCE_AVG)
+    return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "invalid reduce op %d", (int)c->op);
+  if (c->count > 0 && (!c->recv || (!c->send && c->kind != RECAP__COLL_RECV &&
+                                    c->kind != RECAP__COLL_BROADCAST)))
+    return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "a buffer is NULL");
+  if (c->root < 0 || c->root >= comm->world)
+    return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "root/peer %d outside a world of %d",
+                      c->root, comm->world);
+#if RECAP_WITH_CUDA
+  if (comm->nccl) return recap__nccl_run(comm, c, recap_stream_native(stream));
+#endif
+  return recap__comm_run_local(comm, c, stream);
+}
+
+recap_status recap__comm_run(recap_comm *comm, const recap__coll *c, recap_stream *stream) {
+  return run(comm, c, stream);
+}
+
+recap_status recap_comm_all_reduce(recap_comm *comm, const void *send, void *recv, size_t count,
+                                   recap_dtype dtype, recap_reduce_op op, recap_stream *stream) {
+  recap__coll c = {RECAP__COLL_ALL_REDUCE, send, recv, count, dtype, op, 0};
+  return run(comm, &c, stream);
+}
+
+recap_status recap_comm_all_gather(recap_comm *comm, const void *send, void *recv, size_t count,
+                                   recap_dtype dtype, recap_stream *stream) {
+  recap__coll c = {RECAP__COLL_ALL_GATHER, send, recv, count, dtype, RECAP_REDUCE_SUM, 0};
+  return run(comm, &c, stream);
+}
+
+recap_status recap_comm_reduce_scatter(recap_comm *comm, const void *send, void *recv,
+                                       size_t count, recap_dtype dtype, recap_reduce_op op,
+                                       recap_stream *stream) {
+  recap__coll c = {RECAP__COLL_REDUCE_SCATTER, send, recv, count, dtype, op, 0};
+  return run(comm, &c, stream);
+}
+
+recap_status recap_comm_broadcast(recap_comm *comm, const void *send, void *recv, size_t count,
+                                  recap_dtype dtype, int root, recap_stream *stream) {
+  recap__coll c = {RECAP__COLL_BROADCAST, send, recv, count, dtype, RECAP_REDUCE_SUM, root};
+  return run(comm, &c, stream);
+}
+
+recap_status recap_comm_group_start(void) {
+#if RECAP_WITH_CUDA
+  return recap__nccl_group_start();
+#else
+  return RECAP_OK;
+#endif
+}
+
+recap_status recap_comm_group_end(void) {
+#if RECAP_WITH_CUDA
+  return recap__nccl_group_end();
+#else
+  return RECAP_OK;
+#endif
+}

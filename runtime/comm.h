@@ -1,0 +1,156 @@
+/*
+ * comm.h: communicators, rendezvous and the NCCL bridge (internal to recap).
+ *
+ * The public side is include/recap.h ("Communicators"). Layers:
+ *
+ *   comm_rendezvous.c  file:// and tcp:// rendezvous: rank 0 hands a small opaque payload
+ *                      (the NCCL unique id) to every other rank, with bounded, validated
+ *                      messages and a deadline on every wait. Plain POSIX: tested in CI.
+ *   comm.c             the recap_comm object, the per-device registry that collective ops
+ *                      read, the world-of-1 implementation (copies) used by the host backend
+ *                      and by CUDA devices without a communicator, and the public frontends.
+ *   multi_device.c     torch.cuda.comm's functions over a clique of in-process communicators.
+ *   cuda_comm.c        NCCL, loaded with dlopen (recap never links it): init with a deadline
+ *                      (non-blocking communicators), collectives on a stream, and a watchdog
+ *                      thread that aborts a communicator whose peer stopped answering.
+ *
+ *   uint8_t id[128]; size_t len = sizeof id;            // rank 0 fills id and len first
+ *   RECAP_TRY(recap__rendezvous("file:///tmp/x/rv", 2, rank, 30.0, id, &len, sizeof id));
+ *
+ * Failure: every function returns a status with a message naming the URL, the rank and what
+ * was wrong (a malformed message, a world-size mismatch, the deadline); nothing hangs past the
+ * deadline and nothing is left open.
+ */
+#ifndef RECAP_RUNTIME_COMM_H
+#define RECAP_RUNTIME_COMM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "include/recap.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- rendezvous (comm_rendezvous.c) ---- */
+
+/* The most payload bytes a rendezvous carries (an NCCL unique id is 128). */
+enum { RECAP_RENDEZVOUS_MAX_PAYLOAD = 512 };
+
+/* Exchanges `payload` from rank 0 to every rank of a world of `world` (2 .. 65536).
+ * url: "file:///abs/path[?generation=N]" or "tcp://host:port[?generation=N]"; ranks whose
+ * generation differs never pair (a stale file of an earlier run is ignored).
+ * Rank 0: payload[0..*len) is sent; it returns once every other rank has it (tcp) or once the
+ * file is in place (file). Other ranks: up to `capacity` bytes are received into payload and
+ * *len set. RECAP_STATUS_TIMEOUT when the deadline passes, RECAP_STATUS_IO_ERROR for a
+ * malformed or oversized message (its content is never trusted past the validation),
+ * RECAP_STATUS_INVALID_ARGUMENT for a bad URL or a world/rank mismatch. */
+recap_status recap__rendezvous(const char *url, int world, int rank, double timeout_s,
+                               void *payload, size_t *len, size_t capacity);
+
+/* The wire format, shared with the tests that forge bad messages. All integers are
+ * little-endian. A file holds one RECAP__RV_FILE record; tcp: the client sends a hello, the
+ * server answers with a reply. Every record ends with a FNV-1a 32-bit checksum of what
+ * precedes it. */
+#define RECAP__RV_MAGIC "RCPRDV01"
+enum {
+  RECAP__RV_HEADER_BYTES = 8 + 4 + 4 + 8 + 4, /* magic, kind, world, generation, payload len */
+  RECAP__RV_KIND_FILE = 1,
+  RECAP__RV_KIND_HELLO = 2, /* payload: the client's rank (4 bytes) */
+  RECAP__RV_KIND_REPLY = 3,
+};
+/* Encodes a record into buf (capacity bytes); returns its size, 0 if it does not fit. */
+size_t recap__rv_encode(uint32_t kind, uint32_t world, uint64_t generation, const void *payload,
+                        uint32_t len, uint8_t *buf, size_t capacity);
+/* Validates a record of exactly `size` bytes: magic, kind, world, generation, length bound and
+ * checksum; on success points *payload into buf and sets *len. Fails with IO_ERROR naming the
+ * defect (or INVALID_ARGUMENT for a world mismatch, TIMEOUT-free: pure). */
+recap_status recap__rv_decode(const uint8_t *buf, size_t size, uint32_t kind, uint32_t world,
+                              uint64_t generation, const uint8_t **payload, uint32_t *len);
+
+/* ---- communicators (comm.c) ---- */
+
+typedef enum {
+  RECAP__COLL_ALL_REDUCE,
+  RECAP__COLL_ALL_GATHER,
+  RECAP__COLL_REDUCE_SCATTER,
+  RECAP__COLL_BROADCAST,
+  RECAP__COLL_REDUCE,
+  RECAP__COLL_SEND,
+  RECAP__COLL_RECV,
+} recap__coll_kind;
+
+/* One collective as the ops and the frontends describe it. count: elements of `recv` for
+ * all_reduce, broadcast and reduce, of `send` for all_gather, of `recv` for reduce_scatter,
+ * of the message for send/recv. root: broadcast/reduce root, or the peer of send/recv. */
+typedef struct {
+  recap__coll_kind kind;
+  const void *send;
+  void *recv;
+  size_t count;
+  recap_dtype dtype;
+  recap_reduce_op op;
+  int root;
+} recap__coll;
+
+struct recap_comm {
+  recap_device device;
+  int rank, world;
+  double timeout_s;
+  void *nccl; /* cuda_comm.c's state; NULL on the host backend */
+};
+
+/* The communicator attached to a device (NULL when none: a world of 1). */
+recap_comm *recap__comm_for_device(recap_device device);
+/* Checks c against comm and the stream (same device) and runs it: NCCL, or the local path. */
+recap_status recap__comm_run(recap_comm *comm, const recap__coll *c, recap_stream *stream);
+/* Runs c on a communicator of the host backend or of world 1 (copies on `stream`). */
+recap_status recap__comm_run_local(recap_comm *comm, const recap__coll *c, recap_stream *stream);
+
+#if RECAP_WITH_CUDA
+/* ---- NCCL (cuda_comm.c; CUDA builds only) ---- */
+
+/* Loads libnccl.so.2 once and checks NCCL_NVLS_ENABLE (NOT_SUPPORTED when NCCL is absent or
+ * NVLink multicast is requested). */
+recap_status recap__nccl_load(void);
+/* The NCCL unique id (rank 0 makes it). */
+recap_status recap__nccl_unique_id(void *id, size_t *len);
+/* Creates comm->nccl for rank comm->rank of comm->world on comm->device from `id`, waiting at
+ * most comm->timeout_s. */
+recap_status recap__nccl_init(recap_comm *comm, const void *id, size_t len);
+/* Creates count communicators of one clique in this process (one thread, one NCCL group). */
+recap_status recap__nccl_init_clique(recap_comm *const *comms, int count);
+void recap__nccl_destroy(recap_comm *comm, bool abort);
+/* Aborts the communicator; it fails every later call until destroyed. */
+void recap__nccl_abort(recap_comm *comm);
+recap_status recap__nccl_check(recap_comm *comm);
+recap_status recap__nccl_run(recap_comm *comm, const recap__coll *c, void *native_stream);
+recap_status recap__nccl_group_start(void);
+recap_status recap__nccl_group_end(void);
+/* Waits for `stream` under the watchdog: a peer that stopped answering makes this return
+ * RECAP_STATUS_TIMEOUT (the communicator is aborted) instead of blocking forever. */
+recap_status recap__nccl_synchronize(recap_comm *comm, recap_stream *stream);
+/* Marks a stretch of work (a distributed run: broadcasts, warmup, capture, replay) that the
+ * watchdog bounds by the timeout; nestable. */
+void recap__nccl_busy_begin(recap_comm *comm);
+void recap__nccl_busy_end(recap_comm *comm);
+/* The device index of a cudaStream_t. */
+recap_status recap__cuda_stream_device(void *native_stream, int *device);
+/* A collective op's CUDA launch: the stream's device's communicator, or a world of 1. */
+recap_status recap__comm_launch_native(const recap__coll *c, int world_attr,
+                                       void *native_stream);
+recap_status recap__cuda_enable_peer_access(int device, int peer);
+#endif
+
+/* Whether a watchdog-bounded stretch is active is the NCCL layer's business; these wrap it
+ * for the engine (no-ops on the host backend). */
+void recap__comm_busy_begin(recap_comm *comm);
+void recap__comm_busy_end(recap_comm *comm);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,679 @@
+/*
+ * pipeline_fusion_test.c: the fusion pass (engine/fuse.h) on the host backend, and its results
+ * on CUDA (inactive without a GPU).
+ *
+ * Group detection on IRs of small specs (chains, diamonds, outputs, KV-cache writes, streams,
+ * the input limit, ops that never fuse, moved GEMM activations, mixed dtypes, broadcasting,
+ * expr ops inlined), then whole pipelines: every spec in specs/ computes the same with fusion
+ * on and off, eagerly and as graphs; the 100-op chain is one launch; RECAP_FUSION=0 and
+ * recap_pipeline_options.no_fusion turn the pass off; the summary `recap plan` prints.
+ */
+#include <dirent.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/fuse.h"
+#include "engine/pipeline.h"
+#include "kernels/expr.h"
+#include "kernels/half.h"
+#include "tests/test_util.h"
+
+static recap_device g_dev = {RECAP_BACKEND_HOST, 0};
+
+static int suite_host(void) {
+  g_dev = (recap_device){RECAP_BACKEND_HOST, 0};
+  return 0;
+}
+static int suite_cuda(void) {
+  g_dev = (recap_device){RECAP_BACKEND_CUDA, 0};
+  return 0;
+}
+
+/* ---- IR fixtures ---- */
+
+typedef struct {
+  recap__spec *spec;
+  recap__ir *ir; /* the largest bucket's, unfused */
+} fixture;
+
+static fixture load(const char *yaml) {
+  fixture f = {0};
+  recap__spec_options so = {0};
+  CHECK_OK(recap__spec_load_string(yaml, strlen(yaml), "<fusion>", &so, &f.spec, NULL));
+  CHECK_OK(recap__ir_build(f.spec, recap__spec_num_buckets(f.spec) - 1, &f.ir, NULL));
+  return f;
+}
+
+static void unload(fixture *f) {
+  recap__ir_destroy(f->ir);
+  recap__spec_destroy(f->spec);
+}
+
+static int tensor(const recap__ir *ir, const char *name) {
+  int t = recap__ir_find_tensor(ir, name);
+  CU_ASSERT_FATAL(t >= 0);
+  return t;
+}
+
+/* Whether group g has exactly the ops listed (ascending) and the inputs named (any order). */
+static int group_is(const recap__ir *ir, const recap__fuse_group *g, const int *ops, int num_ops,
+                    const char *const *inputs, int num_inputs) {
+  if (g->num_ops != num_ops || g->num_inputs != num_inputs || g->root != ops[num_ops - 1]) {
+    fprintf(stderr, "\n  group rooted at %d: %d ops, %d inputs (want root %d, %d ops, %d inputs)\n",
+            g->root, g->num_ops, g->num_inputs, ops[num_ops - 1], num_ops, num_inputs);
+    return 0;
+  }
+  for (int i = 0; i < num_ops; ++i)
+    if (g->ops[i] != ops[i]) return 0;
+  for (int i = 0; i < num_inputs; ++i) {
+    int t = tensor(ir, inputs[i]), found = 0;
+    for (int k = 0; k < g->num_inputs; ++k) found |= g->inputs[k] == t;
+    if (!found) {
+      fprintf(stderr, "\n  group rooted at %d lacks input '%s'\n", g->root, inputs[i]);
+      return 0;
+    }
+  }
+  return 1;
+}
+
+/* ---- group detection ---- */
+
+static const char chain_spec[] =
+    "name: chain\ndtype: f32\nseed: 3\n"
+    "tensors:\n"
+    "  x:    {shape: [64], role: input}\n"
+    "  bias: {shape: [64], role: param, init: uniform, low: -0.5, high: 0.5}\n"
+    "  gain: {shape: [64], role: param, init: uniform, low: 0.5, high: 1.5}\n"
+    "ops:\n"
+    "  - {op: add, in: [x, bias], out: h1}\n"
+    "  - {op: mul, in: [h1, gain], out: h2}\n"
+    "  - {op: tanh, in: [h2], out: h3}\n"
+    "  - {op: scale, in: [h3], out: y, scale: 1.5}\n"
+    "outputs: [y]\n";
+
+static void test_a_chain_is_one_group_with_its_distinct_external_inputs(void) {
+  fixture f = load(chain_spec);
+  recap__fuse_groups g;
+  CHECK_OK(recap__fuse_find(f.ir, &g));
+  CU_ASSERT_EQUAL_FATAL(g.count, 1);
+  const int ops[] = {0, 1, 2, 3};
+  const char *const in[] = {"x", "bias", "gain"};
+  CU_ASSERT_TRUE(group_is(f.ir, &g.groups[0], ops, 4, in, 3));
+  recap__fuse_groups_free(&g);
+
+  /* The rewrite: one expr op, named after its members, the intermediates gone, the declared
+   * tensors where they were (random inits are keyed by tensor index). */
+  int bias = tensor(f.ir, "bias");
+  CHECK_OK(recap__fuse(f.ir));
+  CU_ASSERT_EQUAL_FATAL(f.ir->num_ops, 1);
+  const recap__ir_op *op = &f.ir->ops[0];
+  CU_ASSERT_STRING_EQUAL(op->def->name, "expr");
+  CU_ASSERT_STRING_EQUAL(op->name, "fused[add,mul,tanh,scale]");
+  CU_ASSERT_EQUAL(op->num_fused, 4);
+  CU_ASSERT_EQUAL(f.ir->fused_ops, 4);
+  CU_ASSERT_PTR_NOT_NULL(op->program);
+  CU_ASSERT_PTR_EQUAL(op->attrs.expr, op->program);
+  CU_ASSERT_EQUAL(f.ir->num_tensors, 4); /* x, bias, gain, y */
+  CU_ASSERT_EQUAL(tensor(f.ir, "bias"), bias);
+  CU_ASSERT_EQUAL(recap__ir_find_tensor(f.ir, "h2"), -1);
+  int y = tensor(f.ir, "y");
+  CU_ASSERT_EQUAL(f.ir->tensors[y].producer, 0);
+  CU_ASSERT_EQUAL(f.ir->outputs[0], y);
+  CU_ASSERT_EQUAL(f.ir->tensors[bias].num_consumers, 1);
+  unload(&f);
+}
+
+/* a has two readers: the groups meet at it but do not cross it. */
+static void test_an_intermediate_with_two_readers_is_not_fused_across(void) {
+  fixture f = load(
+      "name: diamond\ndtype: f32\n"
+      "tensors:\n  x: {shape: [16], role: input}\n"
+      "ops:\n"
+      "  - {op: relu, in: [x], out: r}\n"
+      "  - {op: tanh, in: [r], out: a}\n"
+      "  - {op: exp, in: [a], out: b}\n"
+      "  - {op: neg, in: [a], out: c}\n"
+      "  - {op: add, in: [b, c], out: y}\n"
+      "outputs: [y]\n");
+  recap__fuse_groups g;
+  CHECK_OK(recap__fuse_find(f.ir, &g));
+  CU_ASSERT_EQUAL_FATAL(g.count, 2);
+  const int first[] = {0, 1}, second[] = {2, 3, 4};
+  const char *const in1[] = {"x"}, *const in2[] = {"a"};
+  CU_ASSERT_TRUE(group_is(f.ir, &g.groups[0], first, 2, in1, 1));
+  CU_ASSERT_TRUE(group_is(f.ir, &g.groups[1], second, 3, in2, 1));
+  recap__fuse_groups_free(&g);
+  unload(&f);
+}
+
+/* An output keeps its own buffer and value: it ends a group. An op reading one tensor twice
+ * (a square) ends one too. */
+static void test_outputs_and_tensors_read_twice_are_never_swallowed(void) {
+  fixture f = load(
+      "name: outs\ndtype: f32\n"
+      "tensors:\n  x: {shape: [16], role: input}\n  s: {shape: [16], role: state}\n"
+      "ops:\n"
+      "  - {op: add, in: [x, s], out: h1}\n"
+      "  - {op: tanh, in: [h1], out: h2}\n"
+      "  - {op: mul, in: [h2, h2], out: sq}\n"
+      "  - {op: scale, in: [sq], out: y, scale: 2.0}\n"
+      "outputs: [h1, y]\n");
+  recap__fuse_groups g;
+  CHECK_OK(recap__fuse_find(f.ir, &g));
+  CU_ASSERT_EQUAL_FATAL(g.count, 1);
+  const int ops[] = {2, 3};
+  const char *const in[] = {"h2"};
+  CU_ASSERT_TRUE(group_is(f.ir, &g.groups[0], ops, 2, in, 1));
+  recap__fuse_groups_free(&g);
+  unload(&f);
+}
+
+static const char cache_spec[] =
+    "name: cache\ndtype: f32\n"
+    "dims: {S: 4, D: 8}\n"
+    "tensors:\n"
+    "  cache: {shape: [1, S, 1, D], role: state, init: ones}\n"
+    "  rows:  {shape: [1, 1, 1, D], role: input}\n"
+    "  pos:   {role: scalar, value: 1}\n"
+    "ops:\n"
+    "  - {op: scale, in: [cache], out: before, scale: 2.0}\n"
+    "  - {op: kv_append, in: [cache, rows, pos], out: after}\n"
+    "  - {op: tanh, in: [before], out: y}\n"
+    "outputs: [y, after]\n";
+
+/* The fused op would read the cache at tanh's place, after kv_append wrote row 1: reads of
+ * memory written through an alias never fuse. */
+static void test_a_read_of_a_cache_written_later_is_not_moved_past_the_write(void) {
+  fixture f = load(cache_spec);
+  recap__fuse_groups g;
+  CHECK_OK(recap__fuse_find(f.ir, &g));
+  CU_ASSERT_EQUAL(g.count, 0);
+  recap__fuse_groups_free(&g);
+  unload(&f);
+
+  recap_pipeline_options o = {.override_device = 1, .device = g_dev};
+  recap_pipeline *p = NULL;
+  CHECK_OK(recap_pipeline_create_string(cache_spec, strlen(cache_spec), "<cache>", &o, &p));
+  float rows[8], y[32];
+  for (int i = 0; i < 8; ++i) rows[i] = 5.0f;
+  CHECK_OK(recap_pipeline_copy_in(p, "rows", rows, sizeof rows, 0));
+  CHECK_OK(recap_pipeline_run(p, 0));
+  CHECK_OK(recap_pipeline_copy_out(p, "y", y, sizeof y, 0));
+  for (int i = 0; i < 32; ++i) CU_ASSERT_DOUBLE_EQUAL(y[i], tanh(2.0), 1e-6);
+  CHECK_OK(recap_pipeline_destroy(p));
+}
+
+static void test_groups_stop_at_stream_boundaries(void) {
+  fixture f = load(
+      "name: streams\ndtype: f32\n"
+      "tensors:\n  x: {shape: [16], role: input}\n"
+      "ops:\n"
+      "  - {op: tanh, in: [x], out: a, stream: 1}\n"
+      "  - {op: exp, in: [a], out: b, stream: 1}\n"
+      "  - {op: neg, in: [b], out: c}\n"
+      "  - {op: scale, in: [c], out: y, scale: 3.0}\n"
+      "outputs: [y]\n");
+  recap__fuse_groups g;
+  CHECK_OK(recap__fuse_find(f.ir, &g));
+  CU_ASSERT_EQUAL_FATAL(g.count, 2);
+  const int first[] = {0, 1}, second[] = {2, 3};
+  const char *const in1[] = {"x"}, *const in2[] = {"b"};
+  CU_ASSERT_TRUE(group_is(f.ir, &g.groups[0], first, 2, in1, 1));
+  CU_ASSERT_TRUE(group_is(f.ir, &g.groups[1], second, 2, in2, 1));
+  recap__fuse_groups_free(&g);
+  CHECK_OK(recap__fuse(f.ir));
+  CU_ASSERT_EQUAL(f.ir->num_ops, 2);
+  CU_ASSERT_EQUAL(f.ir->ops[0].stream, 1);
+  CU_ASSERT_EQUAL(f.ir->ops[1].stream, 0);
+  unload(&f);
+}
+
+/* A chain adding ten params has eleven external inputs: it splits where the eighth would be
+ * exceeded. */
+static char *wide_chain_spec(void) {
+  size_t cap = 4096, n = 0;
+  char *y = malloc(cap);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(y);
+  n += (size_t)snprintf(y + n, cap - n,
+                        "name: wide\ndtype: f32\nseed: 4\ntensors:\n"
+                        "  x: {shape: [32], role: input}\n");
+  for (int i = 1; i <= 10; ++i)
+    n += (size_t)snprintf(y + n, cap - n,
+                          "  p%d: {shape: [32], role: param, init: uniform, low: -1, high: 1}\n", i);
+  n += (size_t)snprintf(y + n, cap - n, "ops:\n");
+  for (int i = 1; i <= 10; ++i) {
+    char in[16];
+    snprintf(in, sizeof in, i == 1 ? "x" : "h%d", i - 1);
+    n += (size_t)snprintf(y + n, cap - n, "  - {op: add, in: [%s, p%d], out: h%d}\n", in, i, i);
+  }
+  snprintf(y + n, cap - n, "outputs: [h10]\n");
+  return y;
+}
+
+static void test_a_group_with_more_than_eight_inputs_is_split(void) {
+  char *spec = wide_chain_spec();
+  fixture f = load(spec);
+  recap__fuse_groups g;
+  CHECK_OK(recap__fuse_find(f.ir, &g));
+  CU_ASSERT_EQUAL_FATAL(g.count, 2);
+  const int first[] = {0, 1, 2, 3, 4, 5, 6}, second[] = {7, 8, 9};
+  const char *const in1[] = {"x", "p1", "p2", "p3", "p4", "p5", "p6", "p7"};
+  const char *const in2[] = {"h7", "p8", "p9", "p10"};
+  CU_ASSERT_TRUE(group_is(f.ir, &g.groups[0], first, 7, in1, 8));
+  CU_ASSERT_TRUE(group_is(f.ir, &g.groups[1], second, 3, in2, 4));
+  recap__fuse_groups_free(&g);
+  unload(&f);
+  free(spec);
+}
+
+/* Random ops, views (reshape), several outputs (split) and lone ops stay as they are. */
+static void test_random_view_and_multi_output_ops_are_never_fused(void) {
+  fixture f = load(
+      "name: never\ndtype: f32\n"
+      "tensors:\n  x: {shape: [4, 8], role: input}\n"
+      "ops:\n"
+      "  - {op: random_uniform, out: r, shape: [4, 8], low: -1.0, high: 1.0}\n"
+      "  - {op: add, in: [x, r], out: h1}\n"
+      "  - {op: reshape, in: [h1], out: h2, shape: [32]}\n"
+      "  - {op: tanh, in: [h2], out: h3}\n"
+      "  - {op: split, in: [h3], out: [s1, s2], dim: 0, sizes: [16, 16]}\n"
+      "  - {op: exp, in: [s1], out: e1}\n"
+      "  - {op: neg, in: [e1], out: y1}\n"
+      "  - {op: neg, in: [s2], out: y2}\n"
+      "outputs: [y1, y2]\n");
+  recap__fuse_groups g;
+  CHECK_OK(recap__fuse_find(f.ir, &g));
+  CU_ASSERT_EQUAL_FATAL(g.count, 1);
+  const int ops[] = {5, 6};
+  const char *const in[] = {"s1"};
+  CU_ASSERT_TRUE(group_is(f.ir, &g.groups[0], ops, 2, in, 1));
+  recap__fuse_groups_free(&g);
+  unload(&f);
+}
+
+static const char tail_spec[] =
+    "name: tail\ndtype: f32\nseed: 5\n"
+    "dims: {B: [2, 4], D: 16}\n"
+    "tensors:\n"
+    "  x:    {shape: [B, D], role: input}\n"
+    "  gate: {shape: [B, D], role: input}\n"
+    "  w:    {shape: [D, D], role: param, init: normal, std: 0.3}\n"
+    "  b:    {shape: [D], role: param, init: normal, std: 0.1}\n"
+    "ops:\n"
+    "  - {op: linear, in: [x, w, b], out: h, act: gelu, name: fc}\n"
+    "  - {op: mul, in: [h, gate], out: y}\n"
+    "  - {op: linear, in: [y, w, b], out: z, act: gelu_tanh}\n"
+    "  - {op: add, in: [z, x], out: out, name: residual}\n"
+    "outputs: [out]\n";
+
+/* fc's erf gelu (no cuBLASLt epilogue) moves into the mul's group; the gelu_tanh linear keeps
+ * its epilogue, and the residual add alone is not worth a fused op. */
+static void test_a_linear_activation_without_epilogue_moves_into_its_tail(void) {
+  fixture f = load(tail_spec);
+  recap__fuse_groups g;
+  CHECK_OK(recap__fuse_find(f.ir, &g));
+  CU_ASSERT_EQUAL_FATAL(g.count, 1);
+  const int ops[] = {1};
+  const char *const in[] = {"h", "gate"};
+  CU_ASSERT_TRUE(group_is(f.ir, &g.groups[0], ops, 1, in, 2));
+  CU_ASSERT_EQUAL(g.groups[0].num_acts, 1);
+  recap__fuse_groups_free(&g);
+  CHECK_OK(recap__fuse(f.ir));
+  CU_ASSERT_EQUAL_FATAL(f.ir->num_ops, 4);
+  CU_ASSERT_EQUAL(f.ir->ops[0].attrs.act, RECAP_ACT_NONE);
+  CU_ASSERT_STRING_EQUAL(f.ir->ops[1].name, "fused[gelu,mul]");
+  CU_ASSERT_EQUAL(f.ir->ops[2].attrs.act, RECAP_ACT_GELU_TANH);
+  CU_ASSERT_STRING_EQUAL(f.ir->ops[3].name, "residual");
+  CU_ASSERT_EQUAL(f.ir->fused_ops, 1);
+  unload(&f);
+}
+
+/* f16 in, f32 math, f16 out: the group takes the casts in, except a last cast whose dtype
+ * the expr op would not produce from these inputs (fuse.h). */
+static void test_mixed_dtypes_fuse_through_casts(void) {
+  fixture f = load(
+      "name: mixed\ndtype: f32\nseed: 8\n"
+      "tensors:\n"
+      "  x: {shape: [4, 8], role: input, dtype: f16}\n"
+      "  p: {shape: [8], role: param, init: uniform, low: -1.0, high: 1.0}\n"
+      "ops:\n"
+      "  - {op: cast, in: [x], out: xf, dtype: f32}\n"
+      "  - {op: add, in: [xf, p], out: s}\n"
+      "  - {op: tanh, in: [s], out: t}\n"
+      "  - {op: cast, in: [t], out: y, dtype: f16}\n"
+      "outputs: [y]\n");
+  recap__fuse_groups g;
+  CHECK_OK(recap__fuse_find(f.ir, &g));
+  CU_ASSERT_EQUAL_FATAL(g.count, 1);
+  const int ops[] = {0, 1, 2};
+  const char *const in[] = {"x", "p"};
+  CU_ASSERT_TRUE(group_is(f.ir, &g.groups[0], ops, 3, in, 2));
+  recap__fuse_groups_free(&g);
+  unload(&f);
+}
+
+/* An `expr` op inside a chain is inlined: the fused program computes its expression with the
+ * chain around it. */
+static void test_an_expr_op_is_inlined_into_the_group(void) {
+  fixture f = load(
+      "name: inline\ndtype: f32\n"
+      "tensors:\n  x: {shape: [4, 8], role: input}\n  g: {shape: [8], role: input}\n"
+      "ops:\n"
+      "  - {op: neg, in: [x], out: nx}\n"
+      "  - {op: add, in: [nx, g], out: h}\n"
+      "  - {op: tanh, in: [h], out: y}\n"
+      "outputs: [y]\n");
+  /* Op 1 becomes expr "a * sigmoid(b) + 1.0" over the same inputs. */
+  const char *const names[] = {"a", "b"};
+  recap_expr_program *q = NULL;
+  recap__expr_parse_error err;
+  CHECK_OK(recap__expr_parse("a * sigmoid(b) + 1.0", SIZE_MAX, names, 2, NULL, &q, &err));
+  recap__ir_op *op = &f.ir->ops[1];
+  op->def = recap__op_find("expr");
+  CU_ASSERT_PTR_NOT_NULL_FATAL(op->def);
+  recap__op_attrs_set_defaults(op->def, &op->attrs);
+  op->attrs.expr = q;
+  CHECK_OK(recap__fuse(f.ir));
+  CU_ASSERT_EQUAL_FATAL(f.ir->num_ops, 1);
+  CU_ASSERT_EQUAL(f.ir->ops[0].num_fused, 3);
+  const recap_expr_program *p = f.ir->ops[0].program;
+  CU_ASSERT_PTR_NOT_NULL_FATAL(p);
+
+  float xv[32], gv[8], yv[32];
+  test_rng rng;
+  test_rng_init(&rng);
+  for (int i = 0; i < 32; ++i) xv[i] = (float)test_rng_uniform(&rng, -2, 2);
+  for (int i = 0; i < 8; ++i) gv[i] = (float)test_rng_uniform(&rng, -2, 2);
+  recap_tensor in[2] = {{.data = xv, .dtype = RECAP_DTYPE_F32, .ndim = 2, .shape = {4, 8}},
+                        {.data = gv, .dtype = RECAP_DTYPE_F32, .ndim = 1, .shape = {8}}};
+  recap__tensor_set_contiguous(&in[0]);
+  recap__tensor_set_contiguous(&in[1]);
+  /* The program's inputs are the group's, in its order. */
+  const recap__ir_op *fop = &f.ir->ops[0];
+  recap_tensor ordered[2];
+  for (int k = 0; k < 2; ++k)
+    ordered[k] = strcmp(f.ir->tensors[fop->inputs[k]].name, "x") == 0 ? in[0] : in[1];
+  recap_tensor out = {.data = yv, .dtype = RECAP_DTYPE_F32, .ndim = 2, .shape = {4, 8}};
+  recap__tensor_set_contiguous(&out);
+  CHECK_OK(recap__expr_eval_host(p, ordered, 2, &out));
+  for (int i = 0; i < 32; ++i) {
+    double a = -xv[i], b = gv[i % 8];
+    double want = tanh(a * (1.0 / (1.0 + exp(-b))) + 1.0);
+    CU_ASSERT_DOUBLE_EQUAL(yv[i], want, 1e-5);
+  }
+  unload(&f);
+  recap__expr_program_destroy(q);
+}
+
+/* ---- whole pipelines: fused vs unfused ---- */
+
+static void tolerance(recap_dtype dtype, double *atol, double *rtol) {
+  switch (dtype) {
+    case RECAP_DTYPE_F16:
+      *atol = *rtol = 1e-2;
+      break;
+    case RECAP_DTYPE_BF16:
+      *atol = *rtol = 3e-2;
+      break;
+    default:
+      *atol = *rtol = 1e-4;
+      break;
+  }
+}
+
+static int close_enough(const char *what, recap_dtype dtype, const void *a, const void *b,
+                        size_t bytes) {
+  double atol, rtol;
+  tolerance(dtype, &atol, &rtol);
+  size_t n = bytes / recap_dtype_size(dtype);
+  for (size_t i = 0; i < n; ++i) {
+    double x = recap__load_f32(a, dtype, (int64_t)i), y = recap__load_f32(b, dtype, (int64_t)i);
+    if (!(fabs(x - y) <= atol + rtol * fabs(y))) {
+      fprintf(stderr, "\n  %s: element %zu differs: %.8g vs %.8g\n", what, i, x, y);
+      return 0;
+    }
+  }
+  return 1;
+}
+
+static recap_pipeline *create(const char *path, const char *yaml, const char *const *dims,
+                              recap_device dev, recap_run_mode mode, int no_fusion) {
+  recap_pipeline_options o = {.override_device = 1, .device = dev, .override_mode = 1,
+                              .mode = mode, .dims = dims, .no_fusion = no_fusion};
+  recap_pipeline *p = NULL;
+  if (path)
+    CHECK_OK(recap_pipeline_create_file(path, &o, &p));
+  else
+    CHECK_OK(recap_pipeline_create_string(yaml, strlen(yaml), "<fusion>", &o, &p));
+  return p;
+}
+
+static const recap__ir *largest_ir(const recap_pipeline *p) {
+  return p->model->irs[p->model->num_buckets - 1];
+}
+
+/* Runs a spec fused and unfused, graph and eager (and, with `host_ref`, an unfused host
+ * pipeline as the reference), on the same inputs for every bucket: every output agrees with
+ * the unfused eager run. Returns the fused graph pipeline's fused_ops. */
+static size_t compare_fusion(const char *label, const char *path, const char *yaml,
+                             const char *const *dims, recap_device dev, int host_ref) {
+  recap_pipeline *p[5] = {
+      create(path, yaml, dims, dev, RECAP_MODE_EAGER, 1),
+      create(path, yaml, dims, dev, RECAP_MODE_EAGER, 0),
+      create(path, yaml, dims, dev, RECAP_MODE_GRAPH, 0),
+      create(path, yaml, dims, dev, RECAP_MODE_GRAPH, 1),
+      host_ref ? create(path, yaml, dims, (recap_device){RECAP_BACKEND_HOST, 0}, RECAP_MODE_EAGER,
+                        1)
+               : NULL,
+  };
+  static const char *const what[5] = {"unfused eager", "fused eager", "fused graph",
+                                      "unfused graph", "host unfused"};
+  const recap__model *m = p[0]->model;
+  const recap__ir *ir = largest_ir(p[0]);
+  test_rng rng;
+  test_rng_init(&rng);
+  for (size_t b = 0; b < m->num_buckets; ++b) {
+    int64_t batch = m->spec->bucket_dim >= 0 ? m->bucket_values[b] : 0;
+    for (size_t t = 0; t < ir->num_tensors; ++t) {
+      const recap__ir_tensor *tt = &ir->tensors[t];
+      if (tt->role != RECAP_ROLE_INPUT) continue;
+      int64_t rows = tt->bucket_axis == 0 ? batch : 0;
+      size_t bytes = rows ? (size_t)tt->bytes / (size_t)tt->shape[0] * (size_t)rows
+                          : (size_t)tt->bytes;
+      size_t n = bytes / recap_dtype_size(tt->dtype);
+      void *x = malloc(bytes ? bytes : 1);
+      CU_ASSERT_PTR_NOT_NULL_FATAL(x);
+      for (size_t i = 0; i < n; ++i)
+        recap__store_f32(x, tt->dtype, (int64_t)i, (float)test_rng_uniform(&rng, -1, 1));
+      for (int k = 0; k < 5; ++k)
+        if (p[k]) CHECK_OK(recap_pipeline_copy_in(p[k], tt->name, x, bytes, rows));
+      free(x);
+    }
+    for (int k = 0; k < 5; ++k)
+      if (p[k]) CHECK_OK(recap_pipeline_run(p[k], batch));
+    for (size_t i = 0; i < ir->num_outputs; ++i) {
+      const recap__ir_tensor *tt = &ir->tensors[ir->outputs[i]];
+      int64_t rows = tt->bucket_axis == 0 ? batch : 0;
+      size_t bytes = rows ? (size_t)tt->bytes / (size_t)tt->shape[0] * (size_t)rows
+                          : (size_t)tt->bytes;
+      void *ref = malloc(bytes ? bytes : 1), *got = malloc(bytes ? bytes : 1);
+      CU_ASSERT_PTR_NOT_NULL_FATAL(ref);
+      CU_ASSERT_PTR_NOT_NULL_FATAL(got);
+      CHECK_OK(recap_pipeline_copy_out(p[0], tt->name, ref, bytes, rows));
+      for (int k = 1; k < 5; ++k) {
+        if (!p[k]) continue;
+        CHECK_OK(recap_pipeline_copy_out(p[k], tt->name, got, bytes, rows));
+        char msg[256];
+        snprintf(msg, sizeof msg, "%s: %s, %s vs unfused eager (batch %lld)", label, tt->name,
+                 what[k], (long long)batch);
+        CU_ASSERT_TRUE(close_enough(msg, tt->dtype, got, ref, bytes));
+      }
+      free(ref);
+      free(got);
+    }
+  }
+  size_t fused = largest_ir(p[2])->fused_ops;
+  CU_ASSERT_EQUAL(largest_ir(p[0])->fused_ops, 0);
+  CU_ASSERT_EQUAL(largest_ir(p[1])->fused_ops, fused);
+  for (int k = 0; k < 5; ++k) CHECK_OK(recap_pipeline_destroy(p[k]));
+  return fused;
+}
+
+/* Dims that keep each example small (as in pipeline_test.c). */
+static const struct {
+  const char *file;
+  const char *dims[8];
+} small_dims[] = {
+    {"decode_step.yaml", {"B=1,2,4", "D=32", "H=2", "Dh=16", "Smax=8", NULL}},
+    {"fork_join.yaml", {"B=4", "D=32", NULL}},
+    {"mlp_decode.yaml", {"B=1,2,4", "H=32", NULL}},
+    {"mlp_large.yaml", {"B=8", "H=32", NULL}},
+    {"overlap_serial.yaml", {"D=2048", NULL}},
+    {"overlap_streams.yaml", {"D=2048", NULL}},
+    {"transformer_block.yaml", {"B=1", "S=8", "F=64", NULL}},
+};
+
+static const char *const *dims_for(const char *file) {
+  for (size_t i = 0; i < sizeof small_dims / sizeof small_dims[0]; ++i)
+    if (strcmp(small_dims[i].file, file) == 0) return small_dims[i].dims;
+  return NULL;
+}
+
+static void for_each_spec(int host_ref) {
+  DIR *dir = opendir("specs");
+  CU_ASSERT_PTR_NOT_NULL_FATAL(dir);
+  int ran = 0;
+  struct dirent *e;
+  while ((e = readdir(dir))) {
+    size_t n = strlen(e->d_name);
+    if (n < 5 || strcmp(e->d_name + n - 5, ".yaml") != 0) continue;
+    char path[512];
+    snprintf(path, sizeof path, "specs/%s", e->d_name);
+    compare_fusion(e->d_name, path, NULL, dims_for(e->d_name), g_dev, host_ref);
+    ran++;
+  }
+  closedir(dir);
+  CU_ASSERT_TRUE(ran >= 6);
+}
+
+static void test_every_spec_computes_the_same_fused_and_unfused_eager_and_as_graphs(void) {
+  for_each_spec(0);
+}
+
+static void test_every_spec_fused_on_cuda_matches_the_unfused_host_reference(void) {
+  for_each_spec(1);
+}
+
+static void test_the_small_specs_compute_the_same_fused_and_unfused(void) {
+  char *wide = wide_chain_spec();
+  const char *const specs[][2] = {{"chain", chain_spec},
+                                  {"tail", tail_spec},
+                                  {"wide", wide},
+                                  {"cache", cache_spec}};
+  for (size_t i = 0; i < sizeof specs / sizeof specs[0]; ++i)
+    compare_fusion(specs[i][0], NULL, specs[i][1], NULL, g_dev, g_dev.backend != RECAP_BACKEND_HOST);
+  CU_ASSERT_EQUAL(compare_fusion("chain", NULL, chain_spec, NULL, g_dev, 0), 4);
+  CU_ASSERT_EQUAL(compare_fusion("wide", NULL, wide, NULL, g_dev, 0), 10);
+  free(wide);
+}
+
+static void test_the_100_op_chain_is_one_launch(void) {
+  recap_pipeline *p =
+      create("specs/elementwise_chain.yaml", NULL, NULL, g_dev, RECAP_MODE_GRAPH, 0);
+  const recap__ir *ir = largest_ir(p);
+  CU_ASSERT_EQUAL(ir->fused_ops, 100);
+  CU_ASSERT_EQUAL(ir->num_ops, 1);
+  CU_ASSERT_EQUAL(p->launches, 1);
+  CU_ASSERT_EQUAL(strncmp(ir->ops[0].name, "fused[add,mul,tanh,scale,", 25), 0);
+  CU_ASSERT_PTR_NOT_NULL(strstr(ir->ops[0].name, "more]"));
+  recap_pipeline_stats s;
+  CHECK_OK(recap_pipeline_stats_get(p, &s));
+  CU_ASSERT_EQUAL(s.num_ops, 1);
+  CHECK_OK(recap_pipeline_destroy(p));
+}
+
+/* ---- the switch ---- */
+
+static void test_recap_fusion_0_and_the_no_fusion_option_turn_the_pass_off(void) {
+  const char *path = "specs/elementwise_chain.yaml";
+  CU_ASSERT_TRUE(recap__fuse_enabled(false));
+  CU_ASSERT_FALSE(recap__fuse_enabled(true));
+
+  setenv("RECAP_FUSION", "0", 1);
+  CU_ASSERT_FALSE(recap__fuse_enabled(false));
+  recap_pipeline *off = create(path, NULL, NULL, g_dev, RECAP_MODE_EAGER, 0);
+  unsetenv("RECAP_FUSION");
+  CU_ASSERT_EQUAL(largest_ir(off)->fused_ops, 0);
+  CU_ASSERT_EQUAL(off->launches, 100);
+  CHECK_OK(recap_pipeline_destroy(off));
+
+  setenv("RECAP_FUSION", "1", 1);
+  CU_ASSERT_TRUE(recap__fuse_enabled(false));
+  unsetenv("RECAP_FUSION");
+
+  recap_pipeline *opt = create(path, NULL, NULL, g_dev, RECAP_MODE_EAGER, 1);
+  CU_ASSERT_EQUAL(largest_ir(opt)->fused_ops, 0);
+  CU_ASSERT_EQUAL(opt->launches, 100);
+  CHECK_OK(recap_pipeline_destroy(opt));
+}
+
+/* `recap plan` prints this summary before the memory plan. */
+static void test_the_plan_summary_names_each_fused_op_and_the_spec_ops_it_replaces(void) {
+  fixture f = load(tail_spec);
+  char *text = NULL;
+  CHECK_OK(recap__fuse_format(f.ir, true, &text));
+  CU_ASSERT_PTR_NOT_NULL(strstr(text, "nothing to fuse"));
+  free(text);
+  CHECK_OK(recap__fuse(f.ir));
+  CHECK_OK(recap__fuse_format(f.ir, true, &text));
+  CU_ASSERT_PTR_NOT_NULL(strstr(text, "1 spec op became 1 fused op"));
+  CU_ASSERT_PTR_NOT_NULL(strstr(text, "op 1 'fused[gelu,mul]' (stream 0): spec op 1 (1)"));
+  CU_ASSERT_PTR_NOT_NULL(strstr(text, "in: h, gate"));
+  CU_ASSERT_PTR_NOT_NULL(strstr(text, "gelu(h) * gate"));
+  free(text);
+  CHECK_OK(recap__fuse_format(f.ir, false, &text));
+  CU_ASSERT_PTR_NOT_NULL(strstr(text, "fusion: off"));
+  free(text);
+  unload(&f);
+
+  char *wide = wide_chain_spec();
+  f = load(wide);
+  CHECK_OK(recap__fuse(f.ir));
+  CHECK_OK(recap__fuse_format(f.ir, true, &text));
+  CU_ASSERT_PTR_NOT_NULL(strstr(text, "10 spec ops became 2 fused ops"));
+  CU_ASSERT_PTR_NOT_NULL(strstr(text, "spec ops 0-6 (7)"));
+  CU_ASSERT_PTR_NOT_NULL(strstr(text, "spec ops 7-9 (3)"));
+  free(text);
+  unload(&f);
+  free(wide);
+}
+
+int main(void) {
+  CU_pSuite host = test_add_suite("fusion/host", suite_host, NULL);
+#define ADD_(t) CU_add_test(host, #t, t);
+  ADD_(test_a_chain_is_one_group_with_its_distinct_external_inputs)
+  ADD_(test_an_intermediate_with_two_readers_is_not_fused_across)
+  ADD_(test_outputs_and_tensors_read_twice_are_never_swallowed)
+  ADD_(test_a_read_of_a_cache_written_later_is_not_moved_past_the_write)
+  ADD_(test_groups_stop_at_stream_boundaries)
+  ADD_(test_a_group_with_more_than_eight_inputs_is_split)
+  ADD_(test_random_view_and_multi_output_ops_are_never_fused)
+  ADD_(test_a_linear_activation_without_epilogue_moves_into_its_tail)
+  ADD_(test_mixed_dtypes_fuse_through_casts)
+  ADD_(test_an_expr_op_is_inlined_into_the_group)
+  ADD_(test_every_spec_computes_the_same_fused_and_unfused_eager_and_as_graphs)
+  ADD_(test_the_small_specs_compute_the_same_fused_and_unfused)
+  ADD_(test_the_100_op_chain_is_one_launch)
+  ADD_(test_recap_fusion_0_and_the_no_fusion_option_turn_the_pass_off)
+  ADD_(test_the_plan_summary_names_each_fused_op_and_the_spec_ops_it_replaces)
+#undef ADD_
+  CU_pSuite cuda = test_add_cuda_suite("fusion/cuda", suite_cuda, NULL);
+#define ADD_(t) CU_add_test(cuda, #t, t);
+  ADD_(test_every_spec_fused_on_cuda_matches_the_unfused_host_reference)
+  ADD_(test_the_small_specs_compute_the_same_fused_and_unfused)
+  ADD_(test_the_100_op_chain_is_one_launch)
+  ADD_(test_a_read_of_a_cache_written_later_is_not_moved_past_the_write)
+#undef ADD_
+  return test_run_all();
+}
