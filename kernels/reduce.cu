@@ -47,64 +47,106 @@ constexpr int kWarpRowMaxManyRows = 8192;
 constexpr int kWarpRowThreads = 256; /* 8 rows per block in warp mode */
 constexpr int kBlockRowThreads = 512;
 
-/* The register kernels: at most kWarpSlots slots (of VEC elements) per thread, warps of
- * kRegWarpThreads / 32 rows per block, blocks of 128 to kMaxBlockThreads threads per row. The
- * block limit is also the launch bound: 256 threads leave a thread 255 registers, which 8 slots
- * and the parameter vectors need (at 512, ptxas capped them at 128 and spilled). */
-constexpr int kWarpSlots = 8;
+/* The register kernels: rows of up to kSubWarpSlots slots (of VEC elements) go to groups of
+ * 4, 8 or 16 lanes (several rows per warp, at most 2 slots a lane: a 128-half attention row
+ * would otherwise leave half of a warp idle), rows of up to 32 x kWarpSlots slots (4096
+ * halves, 2048 floats) to a warp, longer rows to a block of 128 to kMaxBlockThreads threads
+ * with kBlockSlots slots each. Groups of lanes run in blocks of kRegWarpThreads. */
+constexpr int kSubWarpSlots = 32;
+constexpr int kWarpSlots = 16;
+constexpr int kBlockSlots = 8;
 constexpr int kRegWarpThreads = 128;
 constexpr int kMaxBlockThreads = 256;
 
+/* The register kernels' launch bounds (minimum blocks of 128 threads per SM): 64 registers up
+ * to 2 slots, 80 at 4, 128 at 8, 168 at 16 (a slot is 4). Unbounded, the norm kernels took
+ * 110-128 registers at 4 slots (4 blocks per SM: too few rows in flight to cover the latency
+ * of each row's read-reduce-write chain); tighter bounds than these made ptxas spill.
+ * Blocks: 2 of 256 threads (128 registers). */
+constexpr int regs_threads(int lanes) {
+  return lanes ? kRegWarpThreads : kMaxBlockThreads;
+}
+constexpr int regs_min_blocks(int lanes, int vecs) {
+  return lanes == 0 ? 2 : vecs <= 2 ? 8 : vecs == 4 ? 6 : vecs == 8 ? 4 : 3;
+}
+
 /* ================================ kernels ================================================ */
 
-/* Which rows a thread works on and how its group reduces. kBlock: the whole block is one
- * group; otherwise each warp is. All members of a group see the same row sequence, so the
- * barriers inside block reductions are reached uniformly. */
-template <bool kBlock>
+/* Which rows a thread works on and how its group reduces. kLanes == 0: the whole block is one
+ * group; otherwise each run of kLanes (4, 8, 16 or 32) lanes of a warp is. All members of a
+ * group see the same row sequence, so the barriers inside block reductions are reached
+ * uniformly; groups of one warp may run different numbers of rows, so their shuffles name the
+ * group's lanes alone (xor offsets below kLanes stay inside the group). */
+template <int kLanes>
 struct row_group {
   int64_t first_row, row_stride;
   int rank, size;
+  unsigned mask;
 
   __device__ __forceinline__ row_group() {
-    if (kBlock) {
+    if constexpr (kLanes == 0) {
       first_row = blockIdx.x;
       row_stride = gridDim.x;
       rank = threadIdx.x;
       size = blockDim.x;
+      mask = 0xffffffffu;
     } else {
-      const int warps = blockDim.x >> 5;
-      first_row = (int64_t)blockIdx.x * warps + (threadIdx.x >> 5);
-      row_stride = (int64_t)gridDim.x * warps;
-      rank = threadIdx.x & 31;
-      size = 32;
+      const int groups = blockDim.x / kLanes;
+      first_row = (int64_t)blockIdx.x * groups + threadIdx.x / kLanes;
+      row_stride = (int64_t)gridDim.x * groups;
+      rank = threadIdx.x % kLanes;
+      size = kLanes;
+      mask = kLanes == 32 ? 0xffffffffu
+                          : ((1u << (kLanes % 32)) - 1u) << ((threadIdx.x & 31) & ~(kLanes - 1));
     }
   }
 
   __device__ __forceinline__ float sum(float v, float *scratch) const {
-    return kBlock ? recap__block_sum(v, scratch) : recap__warp_sum(v);
+    if constexpr (kLanes == 0) {
+      return recap__block_sum(v, scratch);
+    } else {
+#pragma unroll
+      for (int o = kLanes / 2; o > 0; o >>= 1) v += __shfl_xor_sync(mask, v, o);
+      return v;
+    }
   }
 
   __device__ __forceinline__ float max(float v, float *scratch) const {
-    return kBlock ? recap__block_max(v, scratch) : recap__warp_max(v);
+    if constexpr (kLanes == 0) {
+      return recap__block_max(v, scratch);
+    } else {
+#pragma unroll
+      for (int o = kLanes / 2; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(mask, v, o));
+      return v;
+    }
   }
 };
+
+/* The start of row r: r * row_stride when the leading dims merge into one stride (row_stride
+ * >= 0, found at launch), else the view's decomposition (three 64-bit divisions per row, which
+ * cost as much as the arithmetic of a short row). */
+__device__ __forceinline__ int64_t row_start(const recap__cuda_view4 &v, int64_t row_stride,
+                                             int64_t r) {
+  return row_stride >= 0 ? r * row_stride : recap__view4_offset(v, r);
+}
 
 /* ---- register-resident rows -------------------------------------------------------------- */
 
 /* A thread's share of one row: kVecs slots of VEC elements, kept in the storage type (8
  * halves take 4 registers; converted to f32 at each use, which costs less than the registers
- * that f32 copies would take). In vector mode slot k holds columns
- * [(k * size + rank) * VEC, + VEC), one 16-byte access; otherwise element e of slot k is
- * column (k * VEC + e) * size + rank, so each element access is coalesced across the group.
- * Columns at or past D (< 2^31 here) are padding and hold 0. */
+ * that f32 copies would take). Slot k holds columns [(k * size + rank) * VEC, + VEC), one
+ * 16-byte access, so D must be a multiple of VEC and every row start, output and parameter
+ * vector 16-byte aligned (other rows take the streaming kernels: an element-wise path here
+ * held a row in twice the registers, one per element, and made ptxas spill every kernel of
+ * the file past 4 slots). Slots at or past D (< 2^31 here) are padding and hold 0. */
 template <typename T, int kVecs>
 struct row_slots {
   static constexpr int VEC = 16 / sizeof(T);
   using V = recap__vec<T, VEC>;
   V raw[kVecs];
 
-  __device__ __forceinline__ static int col(bool vec, int k, int e, int rank, int size) {
-    return vec ? (k * size + rank) * VEC + e : (k * VEC + e) * size + rank;
+  __device__ __forceinline__ static int col(int k, int e, int rank, int size) {
+    return (k * size + rank) * VEC + e;
   }
 
   __device__ __forceinline__ float at(int k, int e) const {
@@ -112,58 +154,38 @@ struct row_slots {
   }
 
   /* Loads columns [0, d) of `src`. */
-  __device__ __forceinline__ void load(const T *__restrict__ src, int d, bool vec, int rank,
-                                       int size) {
+  __device__ __forceinline__ void load(const T *__restrict__ src, int d, int rank, int size) {
     const T zero = recap__from_float<T>(0.0f);
 #pragma unroll
     for (int k = 0; k < kVecs; ++k) {
-      if (vec) {
-        if (col(true, k, 0, rank, size) < d) {
-          raw[k] = reinterpret_cast<const V *>(src)[k * size + rank];
-        } else {
-#pragma unroll
-          for (int e = 0; e < VEC; ++e) raw[k].v[e] = zero;
-        }
+      if (col(k, 0, rank, size) < d) {
+        raw[k] = reinterpret_cast<const V *>(src)[k * size + rank];
       } else {
 #pragma unroll
-        for (int e = 0; e < VEC; ++e) {
-          const int c = col(false, k, e, rank, size);
-          raw[k].v[e] = c < d ? src[c] : zero;
-        }
+        for (int e = 0; e < VEC; ++e) raw[k].v[e] = zero;
       }
     }
   }
 
   /* Stores fn(c, x_c, pa[c], pb[c]) at each column c below d. pa and pb are parameter vectors
-   * of D elements read at the slots' columns (16-byte loads in vector mode); a NULL one reads
-   * as 0. */
+   * of D elements read at the slots' columns with 16-byte loads; a NULL one reads as 0. */
   template <typename Fn>
-  __device__ __forceinline__ void store(T *__restrict__ dst, int d, bool vec, int rank, int size,
+  __device__ __forceinline__ void store(T *__restrict__ dst, int d, int rank, int size,
                                         const T *__restrict__ pa, const T *__restrict__ pb,
                                         Fn &&fn) const {
 #pragma unroll
     for (int k = 0; k < kVecs; ++k) {
-      if (vec) {
-        const int c0 = col(true, k, 0, rank, size);
-        if (c0 >= d) continue;
-        const int slot = k * size + rank;
-        V a, b, out;
-        if (pa) a = reinterpret_cast<const V *>(pa)[slot];
-        if (pb) b = reinterpret_cast<const V *>(pb)[slot];
+      const int c0 = col(k, 0, rank, size);
+      if (c0 >= d) continue;
+      const int slot = k * size + rank;
+      V a, b, out;
+      if (pa) a = reinterpret_cast<const V *>(pa)[slot];
+      if (pb) b = reinterpret_cast<const V *>(pb)[slot];
 #pragma unroll
-        for (int e = 0; e < VEC; ++e)
-          out.v[e] = recap__from_float<T>(fn(c0 + e, at(k, e), pa ? recap__to_float(a.v[e]) : 0.0f,
-                                             pb ? recap__to_float(b.v[e]) : 0.0f));
-        reinterpret_cast<V *>(dst)[slot] = out;
-      } else {
-#pragma unroll
-        for (int e = 0; e < VEC; ++e) {
-          const int c = col(false, k, e, rank, size);
-          if (c < d)
-            dst[c] = recap__from_float<T>(fn(c, at(k, e), pa ? recap__to_float(pa[c]) : 0.0f,
-                                             pb ? recap__to_float(pb[c]) : 0.0f));
-        }
-      }
+      for (int e = 0; e < VEC; ++e)
+        out.v[e] = recap__from_float<T>(fn(c0 + e, at(k, e), pa ? recap__to_float(a.v[e]) : 0.0f,
+                                           pb ? recap__to_float(b.v[e]) : 0.0f));
+      reinterpret_cast<V *>(dst)[slot] = out;
     }
   }
 };
@@ -196,7 +218,7 @@ __global__ void softmax_kernel(const T *__restrict__ x, recap__cuda_view4 rows_v
                                bool causal, int64_t rows_per_matrix, int64_t causal_shift) {
   recap__pdl_begin();
   __shared__ float scratch_m[32], scratch_s[32];
-  const row_group<kBlock> g;
+  const row_group<kBlock ? 0 : 32> g;
   for (int64_t r = g.first_row; r < num_rows; r += g.row_stride) {
     const T *xr = x + recap__view4_offset(rows_view, r);
     T *yr = y + r * d;
@@ -244,7 +266,7 @@ __global__ void norm_kernel(const T *__restrict__ x, recap__cuda_view4 rows_view
                             T *__restrict__ y, int64_t num_rows, int64_t d, float eps) {
   recap__pdl_begin();
   __shared__ float scratch[32];
-  const row_group<kBlock> g;
+  const row_group<kBlock ? 0 : 32> g;
   const float inv_d = 1.0f / (float)d;
   for (int64_t r = g.first_row; r < num_rows; r += g.row_stride) {
     const T *xr = x + recap__view4_offset(rows_view, r);
@@ -271,16 +293,19 @@ __global__ void norm_kernel(const T *__restrict__ x, recap__cuda_view4 rows_view
 
 /* Softmax with the row in registers; causal as in softmax_kernel (columns at or past `limit`
  * are masked: no part in the maximum or the sum, and output 0). exp is taken twice (for the
- * sum and for the output) rather than kept: registers are what limit the row length. */
-template <typename T, bool kBlock, int kVecs>
-__global__ void __launch_bounds__(kMaxBlockThreads)
-    softmax_regs_kernel(const T *__restrict__ x, recap__cuda_view4 rows_view, T *__restrict__ y,
-                        int64_t num_rows, int64_t d64, float scale, bool causal,
-                        int64_t rows_per_matrix, int64_t causal_shift, bool vec) {
+ * sum and for the output) rather than kept: registers are what limit the row length. It is
+ * exp2 of x * scale * log2(e) - max, one FMA and the hardware's ex2 (expf costs ~4x the
+ * instructions, and at two per element the arithmetic rivalled the memory time of a row). */
+template <typename T, int kLanes, int kVecs>
+__global__ void __launch_bounds__(regs_threads(kLanes), regs_min_blocks(kLanes, kVecs))
+    softmax_regs_kernel(const T *__restrict__ x, recap__cuda_view4 rows_view, int64_t row_stride,
+                        T *__restrict__ y, int64_t num_rows, int64_t d64, float scale, bool causal,
+                        int64_t rows_per_matrix, int64_t causal_shift) {
   recap__pdl_begin();
   __shared__ float scratch[32];
-  const row_group<kBlock> g;
+  const row_group<kLanes> g;
   const int d = (int)d64;
+  const float scale2 = scale * 1.44269504088896341f;
   row_slots<T, kVecs> row;
   constexpr int VEC = row_slots<T, kVecs>::VEC;
   for (int64_t r = g.first_row; r < num_rows; r += g.row_stride) {
@@ -289,47 +314,48 @@ __global__ void __launch_bounds__(kMaxBlockThreads)
       const int64_t visible = r % rows_per_matrix + causal_shift + 1;
       limit = visible < 0 ? 0 : (visible < d ? (int)visible : d);
     }
-    row.load(x + recap__view4_offset(rows_view, r), d, vec, g.rank, g.size);
+    row.load(x + row_start(rows_view, row_stride, r), d, g.rank, g.size);
     float m = -INFINITY;
 #pragma unroll
     for (int k = 0; k < kVecs; ++k)
 #pragma unroll
       for (int e = 0; e < VEC; ++e)
-        if (row.col(vec, k, e, g.rank, g.size) < limit) m = fmaxf(m, row.at(k, e) * scale);
+        if (row.col(k, e, g.rank, g.size) < limit) m = fmaxf(m, row.at(k, e) * scale2);
     m = g.max(m, scratch);
-    /* m == -inf: every column masked (or -inf); no exp(-inf - -inf) is ever taken. */
+    /* m == -inf: every column masked (or -inf); no exp2(-inf - -inf) is ever taken. */
     const float shift = m == -INFINITY ? 0.0f : m;
     float s = 0.0f;
 #pragma unroll
     for (int k = 0; k < kVecs; ++k)
 #pragma unroll
       for (int e = 0; e < VEC; ++e)
-        if (row.col(vec, k, e, g.rank, g.size) < limit) s += expf(row.at(k, e) * scale - shift);
+        if (row.col(k, e, g.rank, g.size) < limit)
+          s += exp2f(fmaf(row.at(k, e), scale2, -shift));
     s = g.sum(s, scratch);
     const float inv = s > 0.0f ? 1.0f / s : 0.0f;
-    row.store(y + r * d64, d, vec, g.rank, g.size, nullptr, nullptr,
+    row.store(y + r * d64, d, g.rank, g.size, nullptr, nullptr,
               [&](int c, float v, float, float) {
-                return c < limit ? expf(v * scale - shift) * inv : 0.0f;
+                return c < limit ? exp2f(fmaf(v, scale2, -shift)) * inv : 0.0f;
               });
   }
 }
 
 /* LayerNorm (bias may be NULL) and RMSNorm (kRms: no mean, no bias) with the row in
  * registers; weight and bias are read at the slots' columns when the row is written. */
-template <typename T, bool kBlock, int kVecs, bool kRms>
-__global__ void __launch_bounds__(kMaxBlockThreads)
-    norm_regs_kernel(const T *__restrict__ x, recap__cuda_view4 rows_view,
+template <typename T, int kLanes, int kVecs, bool kRms>
+__global__ void __launch_bounds__(regs_threads(kLanes), regs_min_blocks(kLanes, kVecs))
+    norm_regs_kernel(const T *__restrict__ x, recap__cuda_view4 rows_view, int64_t row_stride,
                      const T *__restrict__ weight, const T *__restrict__ bias, T *__restrict__ y,
-                     int64_t num_rows, int64_t d64, float eps, bool vec) {
+                     int64_t num_rows, int64_t d64, float eps) {
   recap__pdl_begin();
   __shared__ float scratch[32];
-  const row_group<kBlock> g;
+  const row_group<kLanes> g;
   const int d = (int)d64;
   const float inv_d = 1.0f / (float)d;
   row_slots<T, kVecs> row;
   constexpr int VEC = row_slots<T, kVecs>::VEC;
   for (int64_t r = g.first_row; r < num_rows; r += g.row_stride) {
-    row.load(x + recap__view4_offset(rows_view, r), d, vec, g.rank, g.size);
+    row.load(x + row_start(rows_view, row_stride, r), d, g.rank, g.size);
     float mean = 0.0f;
     if (!kRms) {
       /* Padding holds 0 and adds nothing. */
@@ -346,11 +372,11 @@ __global__ void __launch_bounds__(kMaxBlockThreads)
 #pragma unroll
       for (int e = 0; e < VEC; ++e) {
         const float c = row.at(k, e) - mean;
-        if (row.col(vec, k, e, g.rank, g.size) < d) sq += c * c;
+        if (row.col(k, e, g.rank, g.size) < d) sq += c * c;
       }
     const float rstd = 1.0f / sqrtf(g.sum(sq, scratch) * inv_d + eps);
     /* The bias reads as 0 when absent (and for RMSNorm, which passes none). */
-    row.store(y + r * d64, d, vec, g.rank, g.size, weight, kRms ? nullptr : bias,
+    row.store(y + r * d64, d, g.rank, g.size, weight, kRms ? nullptr : bias,
               [&](int, float v, float w, float b) { return (v - mean) * rstd * w + b; });
   }
 }
@@ -361,7 +387,7 @@ __global__ void sum_kernel(const T *__restrict__ x, recap__cuda_view4 rows_view,
                            int64_t num_rows, int64_t d, float factor) {
   recap__pdl_begin();
   __shared__ float scratch[32];
-  const row_group<kBlock> g;
+  const row_group<kBlock ? 0 : 32> g;
   for (int64_t r = g.first_row; r < num_rows; r += g.row_stride) {
     const T *xr = x + recap__view4_offset(rows_view, r);
     float acc = 0.0f;
@@ -376,6 +402,7 @@ __global__ void sum_kernel(const T *__restrict__ x, recap__cuda_view4 rows_view,
 /* The row geometry of a last-dimension reduction over `x`. */
 struct rows_info {
   recap__cuda_view4 rows_view;
+  int64_t row_stride; /* >= 0: row r starts at r * row_stride; -1: use rows_view */
   int64_t num_rows, d;
   bool block_mode;
   unsigned grid, threads;
@@ -394,6 +421,20 @@ recap_status rows_setup(const recap_op_call *call, const recap_tensor *x, rows_i
   out->rows_view = recap__cuda_view4_of(x);
   out->rows_view.shape[3] = 1;
   out->rows_view.stride[3] = 0;
+  /* The leading dims merge into one stride when each is its inner neighbour's span apart. */
+  bool found = false, uniform = true;
+  int64_t stride = 0, span = 1;
+  for (int dim = 2; dim >= 0; --dim) {
+    if (out->rows_view.shape[dim] == 1) continue;
+    if (!found) {
+      stride = out->rows_view.stride[dim];
+      found = true;
+    } else if (out->rows_view.stride[dim] != stride * span) {
+      uniform = false;
+    }
+    span *= out->rows_view.shape[dim];
+  }
+  out->row_stride = uniform && stride >= 0 ? stride : -1;
   out->block_mode =
       out->d > kWarpRowMax && !(out->num_rows >= kManyRows && out->d <= kWarpRowMaxManyRows);
   if (out->block_mode) {
@@ -427,9 +468,9 @@ recap_status check_param(const recap_op_call *call, const recap_tensor *p, const
 
 /* The register kernels' geometry for rows of d elements of `elem` bytes. */
 struct regs_plan {
-  bool fits;  /* false: a row needs more than kMaxBlockThreads x kWarpSlots slots */
-  bool block; /* a block per row (else a warp) */
-  int kvecs;  /* slots per thread: 1, 2, 4 or 8 */
+  bool fits; /* false: a row needs more than kMaxBlockThreads x kBlockSlots slots */
+  int lanes; /* a group of 4, 8, 16 or 32 lanes per row, or 0: a block per row */
+  int kvecs; /* slots per thread: 1, 2, 4, 8 or 16 */
   unsigned threads, grid;
 };
 
@@ -437,20 +478,28 @@ regs_plan plan_regs(int64_t d, int64_t num_rows, size_t elem) {
   regs_plan p = {};
   const int64_t vec = (int64_t)(16 / elem), slots = RECAP_CEIL_DIV(d, vec);
   int64_t per_thread;
-  if (slots <= 32 * kWarpSlots) {
-    p.block = false;
+  if (slots <= kSubWarpSlots) {
+    /* The narrowest group that holds the row in 2 slots a lane (4 lanes at least). */
+    p.lanes = 4;
+    while (p.lanes < 16 && p.lanes * 2 < slots) p.lanes *= 2;
+    p.threads = kRegWarpThreads;
+    per_thread = RECAP_CEIL_DIV(slots, (int64_t)p.lanes);
+    p.grid = recap__cuda_grid_for(num_rows, kRegWarpThreads / p.lanes);
+  } else if (slots <= 32 * kWarpSlots) {
+    p.lanes = 32;
     p.threads = kRegWarpThreads;
     per_thread = RECAP_CEIL_DIV(slots, (int64_t)32);
     p.grid = recap__cuda_grid_for(num_rows, kRegWarpThreads / 32);
   } else {
-    /* The smallest block that holds the row in kWarpSlots slots per thread: more threads
+    /* The smallest block that holds the row in kBlockSlots slots per thread: more threads
      * with fewer slots would only add barrier width. */
-    p.block = true;
+    p.lanes = 0;
     int64_t threads = 128;
-    while (threads * kWarpSlots < slots && threads < kMaxBlockThreads) threads *= 2;
-    if (threads * kWarpSlots < slots) return p;
+    while (threads * kBlockSlots < slots && threads < kMaxBlockThreads) threads *= 2;
+    if (threads * kBlockSlots < slots) return p;
     p.threads = (unsigned)threads;
-    per_thread = RECAP_CEIL_DIV(slots, threads);
+    /* Always kBlockSlots: a row past a warp's 512 slots fills more than half of them. */
+    per_thread = kBlockSlots;
     p.grid = recap__cuda_grid_for(num_rows, 1);
   }
   p.kvecs = 1;
@@ -472,34 +521,47 @@ bool rows_vectorizable(const rows_info &ri, size_t elem, const void *x, const vo
   return true;
 }
 
-/* The register kernel for a plan: Kernel<kBlock, kVecs>::get(). */
-template <template <bool, int> class Kernel>
-auto regs_kernel_for(const regs_plan &p) -> decltype(Kernel<false, 1>::get()) {
-  switch (p.kvecs) {
-    case 1:
-      return p.block ? Kernel<true, 1>::get() : Kernel<false, 1>::get();
-    case 2:
-      return p.block ? Kernel<true, 2>::get() : Kernel<false, 2>::get();
+/* The register kernel for a plan: Kernel<kLanes, kVecs>::get(), for the (lanes, kvecs) pairs
+ * that plan_regs makes: groups of 4-16 lanes with 1 or 2 slots, warps with 2-16, blocks with
+ * kBlockSlots. */
+template <template <int, int> class Kernel>
+auto regs_kernel_for(const regs_plan &p) -> decltype(Kernel<32, 2>::get()) {
+  switch (p.lanes) {
     case 4:
-      return p.block ? Kernel<true, 4>::get() : Kernel<false, 4>::get();
+      return p.kvecs == 1 ? Kernel<4, 1>::get() : Kernel<4, 2>::get();
+    case 8:
+      return p.kvecs == 1 ? Kernel<8, 1>::get() : Kernel<8, 2>::get();
+    case 16:
+      return p.kvecs == 1 ? Kernel<16, 1>::get() : Kernel<16, 2>::get();
+    case 32:
+      switch (p.kvecs) {
+        case 2:
+          return Kernel<32, 2>::get();
+        case 4:
+          return Kernel<32, 4>::get();
+        case 8:
+          return Kernel<32, 8>::get();
+        default:
+          return Kernel<32, 16>::get();
+      }
     default:
-      return p.block ? Kernel<true, 8>::get() : Kernel<false, 8>::get();
+      return Kernel<0, kBlockSlots>::get();
   }
 }
 
 template <typename T>
 struct softmax_regs {
-  template <bool kBlock, int kVecs>
+  template <int kLanes, int kVecs>
   struct at {
-    static auto get() { return softmax_regs_kernel<T, kBlock, kVecs>; }
+    static auto get() { return softmax_regs_kernel<T, kLanes, kVecs>; }
   };
 };
 
 template <typename T, bool kRms>
 struct norm_regs {
-  template <bool kBlock, int kVecs>
+  template <int kLanes, int kVecs>
   struct at {
-    static auto get() { return norm_regs_kernel<T, kBlock, kVecs, kRms>; }
+    static auto get() { return norm_regs_kernel<T, kLanes, kVecs, kRms>; }
   };
 };
 
@@ -522,16 +584,18 @@ extern "C" recap_status recap__cuda_softmax(const recap_op_call *call, void *cud
     const T *xp = static_cast<const T *>(x->data);
     T *yp = static_cast<T *>(y->data);
     const regs_plan p = plan_regs(ri.d, ri.num_rows, sizeof(T));
-    if (p.fits) {
-      const bool vec = rows_vectorizable(ri, sizeof(T), xp, yp, nullptr, nullptr);
+    if (p.fits && rows_vectorizable(ri, sizeof(T), xp, yp, nullptr, nullptr)) {
       RECAP_CUDA_TRY(recap__cuda_launch(regs_kernel_for<softmax_regs<T>::template at>(p), p.grid,
-                                        p.threads, 0, stream, xp, ri.rows_view, yp, ri.num_rows,
-                                        ri.d, scale, causal, rows_per_matrix, causal_shift, vec));
+                                        p.threads, 0, stream, xp, ri.rows_view, ri.row_stride, yp,
+                                        ri.num_rows, ri.d, scale, causal, rows_per_matrix,
+                                        causal_shift));
       return RECAP_OK;
     }
-    /* A row too long for registers is longer than kWarpRowMaxManyRows: rows_setup gave it a
-     * block. */
-    RECAP_CUDA_TRY(recap__cuda_launch(softmax_kernel<T, true>, ri.grid, ri.threads, 0, stream, xp,
+    /* Rows too long for registers, or not 16-byte accessible: the streaming kernel, a warp or a
+     * block per row as rows_setup chose. */
+    RECAP_CUDA_TRY(recap__cuda_launch(ri.block_mode ? softmax_kernel<T, true>
+                                                    : softmax_kernel<T, false>,
+                                      ri.grid, ri.threads, 0, stream, xp,
                                       ri.rows_view, yp, ri.num_rows, ri.d, scale, causal,
                                       rows_per_matrix, causal_shift));
     return RECAP_OK;
@@ -559,15 +623,16 @@ static recap_status launch_norm(const recap_op_call *call, void *cuda_stream) {
     const T *b = has_bias ? static_cast<const T *>(call->inputs[2].data) : nullptr;
     T *yp = static_cast<T *>(y->data);
     const regs_plan p = plan_regs(ri.d, ri.num_rows, sizeof(T));
-    if (p.fits) {
-      const bool vec = rows_vectorizable(ri, sizeof(T), xp, yp, w, b);
+    if (p.fits && rows_vectorizable(ri, sizeof(T), xp, yp, w, b)) {
       RECAP_CUDA_TRY(recap__cuda_launch(regs_kernel_for<norm_regs<T, kRms>::template at>(p),
-                                        p.grid, p.threads, 0, stream, xp, ri.rows_view, w, b, yp,
-                                        ri.num_rows, ri.d, eps, vec));
+                                        p.grid, p.threads, 0, stream, xp, ri.rows_view,
+                                        ri.row_stride, w, b, yp, ri.num_rows, ri.d, eps));
       return RECAP_OK;
     }
-    /* Too long for registers, so rows_setup gave each row a block (as for softmax). */
-    RECAP_CUDA_TRY(recap__cuda_launch(norm_kernel<T, true, kRms>, ri.grid, ri.threads, 0, stream,
+    /* As for softmax: the streaming kernel in rows_setup's geometry. */
+    RECAP_CUDA_TRY(recap__cuda_launch(ri.block_mode ? norm_kernel<T, true, kRms>
+                                                    : norm_kernel<T, false, kRms>,
+                                      ri.grid, ri.threads, 0, stream,
                                       xp, ri.rows_view, w, b, yp, ri.num_rows, ri.d, eps));
     return RECAP_OK;
   });

@@ -547,7 +547,10 @@ recap_status recap__nccl_synchronize(recap_comm *c, recap_stream *stream) {
 }
 
 recap_status recap__cuda_stream_device(void *native_stream, int *device) {
-  RECAP_CUDA_TRY(cudaStreamGetDevice((cudaStream_t)native_stream, device));
+  /* cudaStreamGetDevice is refused on a capturing stream; ops launch with their stream's
+   * device current (kernels launched with <<<>>> rely on it too), so that device is asked. */
+  (void)native_stream;
+  RECAP_CUDA_TRY(cudaGetDevice(device));
   return RECAP_OK;
 }
 

@@ -872,6 +872,50 @@ static void test_row_ops_match_host_for_large_and_long_rows(void) {
   }
 }
 
+/* The register kernels' group shapes: several rows per warp (groups of 4-16 lanes; row counts
+ * that leave the last groups of a warp without a row), a warp of 16 slots per lane (rows of
+ * 2049-4096 halves), and leading dims that do not merge into one row stride (rows found by
+ * decomposing the view, 16-byte aligned so the register kernels still take them). */
+static void test_row_ops_match_host_for_every_group_shape(void) {
+  static const int64_t shapes[][2] = {{37, 128}, {1001, 64}, {13, 8},  {7, 24},
+                                      {5, 2560}, {67, 4096}, {9, 3072}, {3, 256}};
+  for (int t = 0; t < NUM_FLOAT_TYPES; ++t) {
+    const recap_dtype dtype = kFloatTypes[t];
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0] + 1; ++s) {
+      const bool strided = s == sizeof shapes / sizeof shapes[0];
+      const int64_t d = strided ? 64 : shapes[s][1];
+      for (int causal = 0; causal < 2; ++causal) {
+        op_case c = {.op = "softmax", .attrs = no_attrs(), .num_inputs = 1};
+        c.attrs.causal = causal;
+        c.attrs.scale = 0.25;
+        if (strided) {
+          const int64_t shape[] = {3, 5, d}, strides[] = {5 * (d + 8) + 16, d + 8, 1};
+          c.in[0] = make_input(dtype, 3, shape, strides, 0, FILL_UNIFORM, -4, 4);
+        } else {
+          c.in[0] = make_contiguous(dtype, 2, shapes[s], -4, 4);
+        }
+        run_case(&c);
+      }
+      for (int norm = 0; norm < 3; ++norm) {
+        /* 0: layernorm with bias, 1: layernorm without, 2: rmsnorm. */
+        op_case n = {.op = norm == 2 ? "rmsnorm" : "layernorm", .attrs = no_attrs(),
+                     .scale = SCALE_NORM, .num_inputs = norm == 0 ? 3 : 2};
+        n.attrs.eps = 1e-5;
+        if (strided) {
+          const int64_t shape[] = {3, 5, d}, strides[] = {5 * (d + 8) + 16, d + 8, 1};
+          n.in[0] = make_input(dtype, 3, shape, strides, 0, FILL_UNIFORM, -1, 3);
+        } else {
+          n.in[0] = make_contiguous(dtype, 2, shapes[s], -1, 3);
+        }
+        n.in[1] = make_contiguous(dtype, 1, &d, 0.5, 1.5);
+        if (norm == 0) n.in[2] = make_contiguous(dtype, 1, &d, -1, 1);
+        run_case(&n);
+      }
+      release_all();
+    }
+  }
+}
+
 static void test_sum_and_mean_match_host(void) {
   static const char *const ops[] = {"sum", "mean"};
   for (int t = 0; t < NUM_FLOAT_TYPES; ++t)
@@ -1773,6 +1817,7 @@ int main(int argc, char **argv) {
   CU_ADD_TEST(gpu, test_layernorm_and_rmsnorm_match_host);
   CU_ADD_TEST(gpu, test_row_ops_match_host_for_every_row_length);
   CU_ADD_TEST(gpu, test_row_ops_match_host_for_large_and_long_rows);
+  CU_ADD_TEST(gpu, test_row_ops_match_host_for_every_group_shape);
   CU_ADD_TEST(gpu, test_sum_and_mean_match_host);
   CU_ADD_TEST(gpu, test_copy_family_moves_every_element_exactly);
   CU_ADD_TEST(gpu, test_copy_fast_paths_move_every_element_exactly);

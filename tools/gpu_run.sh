@@ -82,19 +82,26 @@ ok=0
 [ "$c1" = 0 ] && [ "$c2" = 0 ] && [ -n "$r" ] && ok=$(less "$r" 0.75)
 check overlap "$ok" "graph median: two streams ${two:-?} ms, one stream ${one:-?} ms, ratio ${r:-?} (needs < 0.75; exits $c1 $c2)"
 
-# 2. serve-bench: 1 and 4 workers on the launch-bound chain; 8 on mlp_decode.
-cli serve_chain_t1.log serve-bench specs/elementwise_chain.yaml --device cuda --threads 1 \
-  --requests 2000 --seed 7 --json "$logs/serve_chain_t1.json"
+# 2. serve-bench: 1 and 4 workers on the launch-bound chain (unfused: fused, the chain is one
+#    kernel and no longer launch-bound); 8 on mlp_decode. The fused chain's numbers are logged
+#    as well (serve_fused_t1/t4), without a threshold.
+RECAP_FUSION=0 cli serve_chain_t1.log serve-bench specs/elementwise_chain.yaml --device cuda \
+  --threads 1 --requests 2000 --seed 7 --json "$logs/serve_chain_t1.json"
 c1=$?
-cli serve_chain_t4.log serve-bench specs/elementwise_chain.yaml --device cuda --threads 4 \
-  --requests 2000 --seed 7 --json "$logs/serve_chain_t4.json"
+RECAP_FUSION=0 cli serve_chain_t4.log serve-bench specs/elementwise_chain.yaml --device cuda \
+  --threads 4 --requests 2000 --seed 7 --json "$logs/serve_chain_t4.json"
 c2=$?
+for t in 1 4; do
+  cli serve_fused_t$t.log serve-bench specs/elementwise_chain.yaml --device cuda --threads $t \
+    --requests 2000 --seed 7 --json "$logs/serve_fused_t$t.json"
+done
+echo "serve-bench, fused chain: 1 worker $(json "$logs/serve_fused_t1.json" '"%.0f" % d["requests_per_s"]') req/s, 4 workers $(json "$logs/serve_fused_t4.json" '"%.0f" % d["requests_per_s"]') req/s"
 t1=$(json "$logs/serve_chain_t1.json" '"%.0f" % d["requests_per_s"]')
 t4=$(json "$logs/serve_chain_t4.json" '"%.0f" % d["requests_per_s"]')
 r=$(ratio "$t4" "$t1")
 ok=0
 [ "$c1" = 0 ] && [ "$c2" = 0 ] && [ -n "$r" ] && ok=$(less 1.5 "$r")
-check serve-4v1 "$ok" "elementwise_chain: 1 worker ${t1:-?} req/s, 4 workers ${t4:-?} req/s, ratio ${r:-?} (needs > 1.5; exits $c1 $c2)"
+check serve-4v1 "$ok" "elementwise_chain (unfused): 1 worker ${t1:-?} req/s, 4 workers ${t4:-?} req/s, ratio ${r:-?} (needs > 1.5; exits $c1 $c2)"
 cli serve_mlp_t8.log serve-bench specs/mlp_decode.yaml --device cuda --threads 8 --seed 7 \
   --json "$logs/serve_mlp_t8.json"
 c1=$?
