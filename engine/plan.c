@@ -378,7 +378,7 @@ static int64_t *offset_at(const planner *p, int b, int t) {
 
 /* Backward view (plan.h): op j's input becomes a view of its output, if that layout forms
  * and x's producer writes it in every bucket (largest first, as try_forward). */
-static bool try_backward(planner *p, int j, const bool *written) {
+static bool try_backward(planner *p, int j, const int *alias_write) {
   const recap__ir *ir = p->ir;
   const recap__ir_op *op = &ir->ops[j];
   shape_kind kind = shape_op(op->def);
@@ -387,10 +387,10 @@ static bool try_backward(planner *p, int j, const bool *written) {
   int x = op->inputs[0], y = op->outputs[0];
   const recap__ir_tensor *X = &ir->tensors[x], *Y = &ir->tensors[y];
   if (x == y || X->role != RECAP_ROLE_INTERMEDIATE || X->is_output || p->alias[x] >= 0 ||
-      p->readers[x] != 1 || written[x])
+      p->readers[x] != 1 || alias_write[x] >= 0)
     return false;
-  if (Y->role != RECAP_ROLE_INTERMEDIATE || Y->is_output || p->alias[y] >= 0 || written[y] ||
-      p->bytes[x] != p->bytes[y])
+  if (Y->role != RECAP_ROLE_INTERMEDIATE || Y->is_output || p->alias[y] >= 0 ||
+      alias_write[y] >= 0 || p->bytes[x] != p->bytes[y])
     return false;
   int w = p->producer[x];
   if (w < 0 || shape_op(ir->ops[w].def) != SHAPE_NONE || ir->ops[w].outputs[0] != x) return false;
@@ -427,19 +427,22 @@ static void swap_layouts(planner *p, const recap__ir_op *op, int b, recap_tensor
 
 /* Forward views (plan.h): op j's outputs become views of its input, if every part forms, is
  * aligned and is accepted by its readers in every bucket. Buckets are tried largest first, so
- * a refusal by a smaller one is known (p->refused_by_bucket). */
-static bool try_forward(planner *p, int j, const bool *written) {
+ * a refusal by a smaller one is known (p->refused_by_bucket). The input's memory may have been
+ * written in place before op j (a kv_append into a cache, then a permute of the cache for
+ * attention): the view then reads what a copy would have read. A write after op j would show
+ * through the view to its later readers, so that memory keeps the copy. */
+static bool try_forward(planner *p, int j, const int *alias_write) {
   const recap__ir *ir = p->ir;
   const recap__ir_op *op = &ir->ops[j];
   int n = op->num_outputs, B = p->num_buckets;
   if (op->num_inputs != 1 || n < 1 || n > RECAP_OP_MAX_OUTPUTS) return false;
   int x = op->inputs[0];
-  if (written[p->root[x]]) return false;
+  if (alias_write[p->root[x]] > j) return false;
   for (int o = 0; o < n; o++) {
     int y = op->outputs[o];
     const recap__ir_tensor *Y = &ir->tensors[y];
     if (y == x || p->alias[y] >= 0 || Y->is_output || Y->role != RECAP_ROLE_INTERMEDIATE ||
-        written[y])
+        alias_write[y] >= 0)
       return false;
   }
   /* Candidates per bucket and output: v[b * n + o]. Readers are checked with a bucket's new
@@ -481,11 +484,12 @@ static bool try_forward(planner *p, int j, const bool *written) {
 }
 
 /* Makes shape ops views where plan.h's rules allow, in op order (a view's layout derives from
- * its source's, decided earlier), backward first. */
-static recap_status choose_views(planner *p, bool *written) {
+ * its source's, decided earlier), backward first. alias_write[loc]: the last op that writes
+ * location loc in place (an alias over its input), or -1. */
+static recap_status choose_views(planner *p, int *alias_write) {
   const recap__ir *ir = p->ir;
   for (int t = 0; t < p->num_tensors; t++) {
-    written[t] = false;
+    alias_write[t] = -1;
     for (int b = 0; b < p->num_buckets; b++) {
       *view_at(p, b, t) = contiguous_layout(&p->irs[b]->tensors[t]);
       *offset_at(p, b, t) = 0;
@@ -495,11 +499,11 @@ static recap_status choose_views(planner *p, bool *written) {
   }
   for (int j = 0; j < p->num_ops; j++)
     for (int o = 0; o < ir->ops[j].num_outputs; o++)
-      if (writes_alias(p, j, o)) written[p->root[ir->ops[j].outputs[o]]] = true;
+      if (writes_alias(p, j, o)) alias_write[p->root[ir->ops[j].outputs[o]]] = j;
   for (int j = 0; j < p->num_ops; j++) {
     if (shape_op(ir->ops[j].def) == SHAPE_NONE) continue;
     p->refused_by_bucket = false;
-    if (!try_backward(p, j, written) && !try_forward(p, j, written))
+    if (!try_backward(p, j, alias_write) && !try_forward(p, j, alias_write))
       p->plan->op_copies_for_buckets[j] = p->refused_by_bucket;
   }
   return find_roots(p);
@@ -1400,7 +1404,7 @@ static recap_status plan_irs(const recap__ir *const *irs, int num_buckets,
                       ir->num_tensors, num_buckets);
   for (int b = 0; b + 1 < num_buckets; b++) RECAP_TRY(check_bucket(ir, irs[b], b));
   recap_status st = RECAP_OK;
-  bool *written = NULL;
+  int *alias_write = NULL;
   planner p = {.ir = ir,
                .irs = irs,
                .num_buckets = num_buckets,
@@ -1433,11 +1437,11 @@ static recap_status plan_irs(const recap__ir *const *irs, int num_buckets,
   p.bytes = malloc(nt * sizeof *p.bytes);
   p.work = calloc(nt, sizeof *p.work);
   p.buffer_of = malloc(nt * sizeof *p.buffer_of);
-  written = malloc(nt * sizeof *written);
+  alias_write = malloc(nt * sizeof *alias_write);
   if (!plan->tensors || !plan->stream_last_op || !plan->op_is_view ||
       !plan->op_copies_for_buckets || !p.alias || !p.root || !p.producer || !p.last_consumer ||
       !p.readers || !p.views || !p.view_offset || !p.view_scratch || !p.offset_scratch ||
-      !p.bytes || !p.work || !p.buffer_of || !written) {
+      !p.bytes || !p.work || !p.buffer_of || !alias_write) {
     st = RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory to plan %zu tensors", ir->num_tensors);
     goto fail;
   }
@@ -1459,7 +1463,7 @@ static recap_status plan_irs(const recap__ir *const *irs, int num_buckets,
   }
   RECAP_TRY_GOTO(st, check_ops(&p), fail);
   RECAP_TRY_GOTO(st, check_tensors(&p), fail);
-  RECAP_TRY_GOTO(st, choose_views(&p, written), fail);
+  RECAP_TRY_GOTO(st, choose_views(&p, alias_write), fail);
 
   for (int t = 0; t < p.num_tensors; t++) {
     const recap__ir_tensor *x = &ir->tensors[t];
@@ -1484,12 +1488,12 @@ static recap_status plan_irs(const recap__ir *const *irs, int num_buckets,
   for (int b = 0; b + 1 < num_buckets; b++)
     RECAP_TRY_GOTO(st, recap__plan_check_fits(plan, irs[b]), fail);
   planner_free(&p);
-  free(written);
+  free(alias_write);
   *out = plan;
   return RECAP_OK;
 fail:
   planner_free(&p);
-  free(written);
+  free(alias_write);
   recap__plan_destroy(plan);
   return st;
 }
