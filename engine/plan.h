@@ -46,8 +46,10 @@
  *     permute of an attention output back to [B, S, H, Dh] costs nothing). Preferred over
  *     forward: readers of the result then see contiguous memory.
  *   Neither when a result is a graph output (outputs keep their own contiguous buffer), when
- *   the input's or a result's memory is ever written through an IR alias (a view would see a
- *   kv_append's later write that the copy must not), or when a result is already an alias.
+ *   the input's memory is written through an IR alias AFTER the shape op (a view would see a
+ *   kv_append's later write that the copy must not; a write before it is what a copy would
+ *   read too, so a permute of a KV cache for attention is a view), when a result's memory is
+ *   ever written through an alias, or when a result is already an alias.
  *   split is a view only if all its parts are. A view of an arena intermediate keeps that
  *   buffer alive until the view's last consumer; a view of an external tensor is external too.
  *   A buffer's lifetime runs from the first real op that writes it (for a backward view's
