@@ -333,6 +333,11 @@ recap_status recap__bind_pipeline(recap_pipeline *p) {
   for (size_t b = 0; b < m->num_buckets; ++b)
     RECAP_TRY(recap__plan_views(m->irs[b], plan, &p->views[b * T], &p->view_offsets[b * T]));
 
+  /* The private pool that the graphs will share holds the arena and the op outputs the caller
+   * reads (what a capture produces, as in PyTorch's graph pools); inputs, states and scalars
+   * live outside it. */
+  RECAP_TRY(recap_pool_create(p->device, &p->pool));
+  p->has_pool = true;
   for (size_t t = 0; t < ir->num_tensors; ++t) {
     const recap__ir_tensor *tt = &ir->tensors[t];
     if (plan->tensors[t].kind != RECAP_PLAN_EXTERNAL) continue;
@@ -340,7 +345,13 @@ recap_status recap__bind_pipeline(recap_pipeline *p) {
       p->data[t] = m->param_data[t];
       continue;
     }
+    bool in_pool = tt->role == RECAP_ROLE_INTERMEDIATE;
+    if (in_pool) RECAP_TRY(recap_pool_route_begin(p->device, p->pool, p->stream));
     recap_status st = recap_malloc(p->device, (size_t)tt->bytes, p->stream, &p->owned[t]);
+    if (in_pool) {
+      recap_status end = recap_pool_route_end(p->device, p->stream);
+      if (st == RECAP_OK) st = end;
+    }
     if (st != RECAP_OK)
       return recap__error_context(st, "allocating tensor '%s' (%llu bytes): ", tt->name,
                                   (unsigned long long)tt->bytes);
@@ -349,9 +360,6 @@ recap_status recap__bind_pipeline(recap_pipeline *p) {
     RECAP_TRY(init_tensor(tt, (int)t, p->data[t], ir->seed, p->stream));
   }
 
-  /* The arena comes from the private pool that the graphs will share. */
-  RECAP_TRY(recap_pool_create(p->device, &p->pool));
-  p->has_pool = true;
   if (plan->arena_bytes > 0) {
     RECAP_TRY(recap_pool_route_begin(p->device, p->pool, p->stream));
     recap_status st = RECAP_OK;

@@ -291,11 +291,11 @@ def markdown(rows, floors, meta):
              "bytes. PyTorch: `torch.cuda.memory_reserved()` after the capture minus before "
              "it, after `gc.collect()` and `empty_cache()` (its outputs and intermediates are "
              "allocated inside the capture, in the graph's private pool). recap: its private "
-             "pool's reserved bytes (the planned arena of intermediates, allocated at bind, plus "
-             "anything allocated during capture) plus its output buffers, which recap "
-             "allocates at bind outside the pool. Both allocators round alike (PyTorch's rules: "
-             "requests <= 1 MiB share 2 MiB segments, 1-10 MiB requests get 20 MiB segments, "
-             "larger ones round to 2 MiB), so segment rounding is counted on both sides.")
+             "pool's reserved bytes: the planned arena of intermediates and the output buffers, "
+             "allocated at bind, plus anything allocated during capture. Segment rounding is "
+             "counted on both sides (PyTorch's pools: requests <= 1 MiB share 2 MiB segments, "
+             "1-10 MiB requests get 20 MiB segments, larger ones round to 2 MiB; recap's private "
+             "pools round 1-10 MiB requests to 2 MiB instead, docs/ALLOCATOR.md).")
     L.append("")
     L.append("| spec | recap eager | recap graph | PyTorch eager | PyTorch graph | torch.compile "
              "| ratio (graph) | fused | recap graph mem | PyTorch graph mem | floor "

@@ -111,18 +111,6 @@ static int rotation_count(const char *arg, size_t set_bytes) {
   return k > ROTATE_MAX ? ROTATE_MAX : k;
 }
 
-/* Bytes of the pipeline's outputs: buffers of their own outside the private pool, where
- * PyTorch's capture allocates its outputs inside its pool (see docs/BENCHMARKS.md). */
-static size_t output_bytes(const recap_pipeline *p) {
-  const recap__ir *ir = p->model->irs[p->model->num_buckets - 1];
-  size_t bytes = 0;
-  for (size_t o = 0; o < ir->num_outputs; o++) {
-    const recap__ir_tensor *t = &ir->tensors[ir->outputs[o]];
-    if (t->role == RECAP_ROLE_INTERMEDIATE) bytes += (size_t)t->bytes;
-  }
-  return bytes;
-}
-
 /* What one mode measured. */
 typedef struct {
   cli_summary time;
@@ -347,15 +335,13 @@ int cli_bench_main(int argc, char **argv) {
       gs.num_buckets == 1 ? "" : "s", graph->timings.warmup_ms, graph->timings.capture_ms,
       graph->timings.instantiate_ms, capture_wall_ms);
   /* Graph memory as docs/BENCHMARKS.md defines it for both sides: what graph mode holds
-   * beyond params, inputs, states and scalars. recap's intermediates and capture-time
-   * allocations are in the private pool; its outputs have buffers of their own. */
-  size_t outs = output_bytes(graph), graph_bytes = gs.pool_reserved_bytes + outs;
-  char b4[32], b5[32];
-  printf("memory: graph memory %s = private pool %s reserved (arena %s) + outputs %s; params "
+   * beyond params, inputs, states and scalars. recap's intermediates, outputs and
+   * capture-time allocations are all in the private pool. */
+  size_t graph_bytes = gs.pool_reserved_bytes;
+  printf("memory: graph memory %s = private pool reserved (arena %s, plus the outputs); params "
          "%s shared by graph and eager%s\n",
-         cli_format_bytes(graph_bytes, b4, sizeof b4),
-         cli_format_bytes(gs.pool_reserved_bytes, b1, sizeof b1),
-         cli_format_bytes(gs.arena_bytes, b2, sizeof b2), cli_format_bytes(outs, b5, sizeof b5),
+         cli_format_bytes(graph_bytes, b1, sizeof b1),
+         cli_format_bytes(gs.arena_bytes, b2, sizeof b2),
          cli_format_bytes(gs.param_bytes, b3, sizeof b3),
          rotate > 1 ? " (per rotation instance)" : "");
   printf("launches per iteration: eager %zu op launches, graph 1 graph launch (%zu nodes)\n",
@@ -401,7 +387,6 @@ int cli_bench_main(int argc, char **argv) {
                         json_integer((json_int_t)gs.pool_reserved_bytes));
     json_object_set_new(mem, "arena_bytes", json_integer((json_int_t)gs.arena_bytes));
     json_object_set_new(mem, "param_bytes", json_integer((json_int_t)gs.param_bytes));
-    json_object_set_new(mem, "output_bytes", json_integer((json_int_t)outs));
     json_object_set_new(mem, "graph_bytes", json_integer((json_int_t)graph_bytes));
     json_object_set_new(root, "memory", mem);
     if (check) {
