@@ -239,8 +239,8 @@ static char *wide_chain_spec(void) {
                         "name: wide\ndtype: f32\nseed: 4\ntensors:\n"
                         "  x: {shape: [32], role: input}\n");
   for (int i = 1; i <= 10; ++i)
-    n += (size_t)snprintf(y + n, cap - n,
-                          "  p%d: {shape: [32], role: param, init: uniform, low: -1, high: 1}\n", i);
+    n += (size_t)snprintf(
+        y + n, cap - n, "  p%d: {shape: [32], role: param, init: uniform, low: -1, high: 1}\n", i);
   n += (size_t)snprintf(y + n, cap - n, "ops:\n");
   for (int i = 1; i <= 10; ++i) {
     char in[16];
@@ -408,39 +408,14 @@ static void test_an_expr_op_is_inlined_into_the_group(void) {
 
 /* ---- whole pipelines: fused vs unfused ---- */
 
-static void tolerance(recap_dtype dtype, double *atol, double *rtol) {
-  switch (dtype) {
-    case RECAP_DTYPE_F16:
-      *atol = *rtol = 1e-2;
-      break;
-    case RECAP_DTYPE_BF16:
-      *atol = *rtol = 3e-2;
-      break;
-    default:
-      *atol = *rtol = 1e-4;
-      break;
-  }
-}
-
-static int close_enough(const char *what, recap_dtype dtype, const void *a, const void *b,
-                        size_t bytes) {
-  double atol, rtol;
-  tolerance(dtype, &atol, &rtol);
-  size_t n = bytes / recap_dtype_size(dtype);
-  for (size_t i = 0; i < n; ++i) {
-    double x = recap__load_f32(a, dtype, (int64_t)i), y = recap__load_f32(b, dtype, (int64_t)i);
-    if (!(fabs(x - y) <= atol + rtol * fabs(y))) {
-      fprintf(stderr, "\n  %s: element %zu differs: %.8g vs %.8g\n", what, i, x, y);
-      return 0;
-    }
-  }
-  return 1;
-}
-
 static recap_pipeline *create(const char *path, const char *yaml, const char *const *dims,
                               recap_device dev, recap_run_mode mode, int no_fusion) {
-  recap_pipeline_options o = {.override_device = 1, .device = dev, .override_mode = 1,
-                              .mode = mode, .dims = dims, .no_fusion = no_fusion};
+  recap_pipeline_options o = {.override_device = 1,
+                              .device = dev,
+                              .override_mode = 1,
+                              .mode = mode,
+                              .dims = dims,
+                              .no_fusion = no_fusion};
   recap_pipeline *p = NULL;
   if (path)
     CHECK_OK(recap_pipeline_create_file(path, &o, &p));
@@ -463,9 +438,9 @@ static size_t compare_fusion(const char *label, const char *path, const char *ya
       create(path, yaml, dims, dev, RECAP_MODE_EAGER, 0),
       create(path, yaml, dims, dev, RECAP_MODE_GRAPH, 0),
       create(path, yaml, dims, dev, RECAP_MODE_GRAPH, 1),
-      host_ref ? create(path, yaml, dims, (recap_device){RECAP_BACKEND_HOST, 0}, RECAP_MODE_EAGER,
-                        1)
-               : NULL,
+      host_ref
+          ? create(path, yaml, dims, (recap_device){RECAP_BACKEND_HOST, 0}, RECAP_MODE_EAGER, 1)
+          : NULL,
   };
   static const char *const what[5] = {"unfused eager", "fused eager", "fused graph",
                                       "unfused graph", "host unfused"};
@@ -479,8 +454,8 @@ static size_t compare_fusion(const char *label, const char *path, const char *ya
       const recap__ir_tensor *tt = &ir->tensors[t];
       if (tt->role != RECAP_ROLE_INPUT) continue;
       int64_t rows = tt->bucket_axis == 0 ? batch : 0;
-      size_t bytes = rows ? (size_t)tt->bytes / (size_t)tt->shape[0] * (size_t)rows
-                          : (size_t)tt->bytes;
+      size_t bytes =
+          rows ? (size_t)tt->bytes / (size_t)tt->shape[0] * (size_t)rows : (size_t)tt->bytes;
       size_t n = bytes / recap_dtype_size(tt->dtype);
       void *x = malloc(bytes ? bytes : 1);
       CU_ASSERT_PTR_NOT_NULL_FATAL(x);
@@ -495,8 +470,8 @@ static size_t compare_fusion(const char *label, const char *path, const char *ya
     for (size_t i = 0; i < ir->num_outputs; ++i) {
       const recap__ir_tensor *tt = &ir->tensors[ir->outputs[i]];
       int64_t rows = tt->bucket_axis == 0 ? batch : 0;
-      size_t bytes = rows ? (size_t)tt->bytes / (size_t)tt->shape[0] * (size_t)rows
-                          : (size_t)tt->bytes;
+      size_t bytes =
+          rows ? (size_t)tt->bytes / (size_t)tt->shape[0] * (size_t)rows : (size_t)tt->bytes;
       void *ref = malloc(bytes ? bytes : 1), *got = malloc(bytes ? bytes : 1);
       CU_ASSERT_PTR_NOT_NULL_FATAL(ref);
       CU_ASSERT_PTR_NOT_NULL_FATAL(got);
@@ -507,7 +482,7 @@ static size_t compare_fusion(const char *label, const char *path, const char *ya
         char msg[256];
         snprintf(msg, sizeof msg, "%s: %s, %s vs unfused eager (batch %lld)", label, tt->name,
                  what[k], (long long)batch);
-        CU_ASSERT_TRUE(close_enough(msg, tt->dtype, got, ref, bytes));
+        CU_ASSERT_TRUE(test_buffers_close(msg, tt->dtype, got, ref, bytes));
       }
       free(ref);
       free(got);
@@ -567,12 +542,11 @@ static void test_every_spec_fused_on_cuda_matches_the_unfused_host_reference(voi
 
 static void test_the_small_specs_compute_the_same_fused_and_unfused(void) {
   char *wide = wide_chain_spec();
-  const char *const specs[][2] = {{"chain", chain_spec},
-                                  {"tail", tail_spec},
-                                  {"wide", wide},
-                                  {"cache", cache_spec}};
+  const char *const specs[][2] = {
+      {"chain", chain_spec}, {"tail", tail_spec}, {"wide", wide}, {"cache", cache_spec}};
   for (size_t i = 0; i < sizeof specs / sizeof specs[0]; ++i)
-    compare_fusion(specs[i][0], NULL, specs[i][1], NULL, g_dev, g_dev.backend != RECAP_BACKEND_HOST);
+    compare_fusion(specs[i][0], NULL, specs[i][1], NULL, g_dev,
+                   g_dev.backend != RECAP_BACKEND_HOST);
   CU_ASSERT_EQUAL(compare_fusion("chain", NULL, chain_spec, NULL, g_dev, 0), 4);
   CU_ASSERT_EQUAL(compare_fusion("wide", NULL, wide, NULL, g_dev, 0), 10);
   free(wide);

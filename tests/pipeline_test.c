@@ -82,36 +82,6 @@ static void *random_data(test_rng *rng, recap_dtype dtype, size_t bytes) {
   return h;
 }
 
-static void tolerance(recap_dtype dtype, double *atol, double *rtol) {
-  switch (dtype) {
-    case RECAP_DTYPE_F16:
-      *atol = *rtol = 1e-2;
-      break;
-    case RECAP_DTYPE_BF16:
-      *atol = *rtol = 3e-2;
-      break;
-    default:
-      *atol = *rtol = 1e-4;
-      break;
-  }
-}
-
-/* Every element of a and b within the dtype's tolerance; names the first that is not. */
-static int close_enough(const char *what, recap_dtype dtype, const void *a, const void *b,
-                        size_t bytes) {
-  double atol, rtol;
-  tolerance(dtype, &atol, &rtol);
-  size_t n = bytes / recap_dtype_size(dtype);
-  for (size_t i = 0; i < n; ++i) {
-    double x = recap__load_f32(a, dtype, (int64_t)i), y = recap__load_f32(b, dtype, (int64_t)i);
-    if (!(fabs(x - y) <= atol + rtol * fabs(y))) {
-      fprintf(stderr, "\n  %s: element %zu differs: %.8g vs %.8g\n", what, i, x, y);
-      return 0;
-    }
-  }
-  return 1;
-}
-
 static void *out_copy(recap_pipeline *p, const char *name, int64_t rows) {
   size_t bytes = bytes_of(p, name, rows);
   void *h = malloc(bytes ? bytes : 1);
@@ -209,12 +179,12 @@ static void run_example(const char *path, const char *file, recap_device dev, in
       char what[256];
       snprintf(what, sizeof what, "%s %s graph vs eager (batch %lld)", file, tt->name,
                (long long)batch);
-      CU_ASSERT_TRUE(close_enough(what, tt->dtype, a, b, bytes_of(g, tt->name, rows)));
+      CU_ASSERT_TRUE(test_buffers_close(what, tt->dtype, a, b, bytes_of(g, tt->name, rows)));
       if (h) {
         void *c = out_copy(h, tt->name, rows);
         snprintf(what, sizeof what, "%s %s cuda vs host (batch %lld)", file, tt->name,
                  (long long)batch);
-        CU_ASSERT_TRUE(close_enough(what, tt->dtype, a, c, bytes_of(g, tt->name, rows)));
+        CU_ASSERT_TRUE(test_buffers_close(what, tt->dtype, a, c, bytes_of(g, tt->name, rows)));
         free(c);
       }
       free(a);
@@ -290,7 +260,8 @@ static void test_batch_3_runs_bucket_4_and_returns_3_rows_equal_to_a_batch_3_run
   CHECK_OK(recap_pipeline_run(p, 3));
   CHECK_OK(recap_pipeline_run(ref, 3));
   void *a = out_copy(p, "y", 3), *b = out_copy(ref, "y", 3);
-  CU_ASSERT_TRUE(close_enough("batch 3 in bucket 4 vs batch 3", RECAP_DTYPE_F32, a, b, bytes));
+  CU_ASSERT_TRUE(
+      test_buffers_close("batch 3 in bucket 4 vs batch 3", RECAP_DTYPE_F32, a, b, bytes));
   /* The params are the same in both: seeded by the spec, not by the generator's state. */
   recap_pipeline_stats s;
   CHECK_OK(recap_pipeline_stats_get(p, &s));
@@ -394,7 +365,8 @@ static void test_kv_decode_replays_many_positions_without_graph_work_and_padding
     float yg[3 * 16], ye[3 * 16];
     CHECK_OK(recap_pipeline_copy_out(g, "y", yg, sizeof yg, 3));
     CHECK_OK(recap_pipeline_copy_out(e, "y", ye, sizeof ye, 3));
-    CU_ASSERT_TRUE(close_enough("decode step graph vs eager", RECAP_DTYPE_F32, yg, ye, sizeof yg));
+    CU_ASSERT_TRUE(
+        test_buffers_close("decode step graph vs eager", RECAP_DTYPE_F32, yg, ye, sizeof yg));
   }
   recap_pipeline_stats after;
   CHECK_OK(recap_pipeline_stats_get(g, &after));
@@ -407,7 +379,7 @@ static void test_kv_decode_replays_many_positions_without_graph_work_and_padding
   static float kg[CACHE_FLOATS], ke[CACHE_FLOATS];
   CHECK_OK(recap_pipeline_copy_out(g, "k_cache", kg, sizeof kg, 0));
   CHECK_OK(recap_pipeline_copy_out(e, "k_cache", ke, sizeof ke, 0));
-  CU_ASSERT_TRUE(close_enough("k_cache graph vs eager", RECAP_DTYPE_F32, kg, ke, sizeof kg));
+  CU_ASSERT_TRUE(test_buffers_close("k_cache graph vs eager", RECAP_DTYPE_F32, kg, ke, sizeof kg));
   int padding_kept = 1, unwritten_kept = 1, written = 1;
   for (int b = 0; b < 4; ++b)
     for (int s = 0; s < 16; ++s)
@@ -450,7 +422,7 @@ static void test_rebind_updates_graphs_in_place_and_the_cap_falls_back_to_eager(
     CHECK_OK(recap_pipeline_run(p, 4));
     CHECK_OK(recap_pipeline_run(ref, 4));
     void *a = out_copy(p, "y", 4), *b = out_copy(ref, "y", 4);
-    CU_ASSERT_TRUE(close_enough("after rebind", RECAP_DTYPE_F32, a, b, bytes));
+    CU_ASSERT_TRUE(test_buffers_close("after rebind", RECAP_DTYPE_F32, a, b, bytes));
     free(a);
     free(b);
     recap_pipeline_stats s;
@@ -563,8 +535,8 @@ static void test_fork_join_on_side_streams_gives_the_sequential_result(void) {
       void *ref = out_copy(r, outs[o], batch);
       for (int k = 0; k < 2; ++k) {
         void *got = out_copy(all[k], outs[o], batch);
-        CU_ASSERT_TRUE(close_enough(k ? "eager streams vs sequential" : "graph vs sequential",
-                                    RECAP_DTYPE_F32, got, ref, bytes));
+        CU_ASSERT_TRUE(test_buffers_close(k ? "eager streams vs sequential" : "graph vs sequential",
+                                          RECAP_DTYPE_F32, got, ref, bytes));
         free(got);
       }
       free(ref);
@@ -613,7 +585,7 @@ static void test_a_failed_capture_names_the_op_and_the_pipeline_runs_eagerly(voi
   CHECK_OK(recap_pipeline_run(p, 4));
   CHECK_OK(recap_pipeline_run(ref, 4));
   void *a = out_copy(p, "y", 4), *b = out_copy(ref, "y", 4);
-  CU_ASSERT_TRUE(close_enough("eager after a failed capture", RECAP_DTYPE_F32, a, b, bytes));
+  CU_ASSERT_TRUE(test_buffers_close("eager after a failed capture", RECAP_DTYPE_F32, a, b, bytes));
   recap_pipeline_stats s;
   CHECK_OK(recap_pipeline_stats_get(p, &s));
   CU_ASSERT_EQUAL(s.eager_runs, 1);
@@ -660,8 +632,8 @@ static double seconds_now(void) {
 typedef struct {
   recap_stream *target;
   recap_device dev;
-  int landed;    /* the call was made while `target` was capturing */
-  int still;     /* ... and `target` was still capturing after it */
+  int landed; /* the call was made while `target` was capturing */
+  int still;  /* ... and `target` was still capturing after it */
   recap_status status;
   char message[512];
   void *ptr;
@@ -730,10 +702,11 @@ static void test_another_threads_raw_allocation_during_a_global_capture_is_recov
   /* The capture failed because of it; the message says which bucket, and the cause: the
    * host backend names the call; CUDA reports the capture invalidated, and names the refused
    * call when the end of the capture is what failed. */
-  CU_ASSERT_TRUE(st == RECAP_STATUS_CAPTURE_INVALIDATED || st == RECAP_STATUS_ILLEGAL_DURING_CAPTURE);
+  CU_ASSERT_TRUE(st == RECAP_STATUS_CAPTURE_INVALIDATED ||
+                 st == RECAP_STATUS_ILLEGAL_DURING_CAPTURE);
   CU_ASSERT_PTR_NOT_NULL(strstr(why, "capturing bucket"));
   CU_ASSERT_TRUE(strstr(why, call) != NULL || (g_dev.backend == RECAP_BACKEND_CUDA &&
-                                                strstr(why, "cudaErrorStreamCaptureInvalidated")));
+                                               strstr(why, "cudaErrorStreamCaptureInvalidated")));
   CU_ASSERT_FALSE(recap_stream_is_capturing(recap_pipeline_stream(p)));
   CU_ASSERT_TRUE(p->graphs_failed);
 
@@ -749,8 +722,8 @@ static void test_another_threads_raw_allocation_during_a_global_capture_is_recov
   char out[16];
   snprintf(out, sizeof out, "h%d", 2000);
   void *want = out_copy(ref, out, 0), *got = out_copy(p, out, 0);
-  CU_ASSERT_TRUE(close_enough("eager after the invalidated capture", RECAP_DTYPE_F32, got, want,
-                              bytes));
+  CU_ASSERT_TRUE(
+      test_buffers_close("eager after the invalidated capture", RECAP_DTYPE_F32, got, want, bytes));
   free(got);
   recap_pipeline_stats s;
   CHECK_OK(recap_pipeline_stats_get(p, &s));
@@ -765,7 +738,8 @@ static void test_another_threads_raw_allocation_during_a_global_capture_is_recov
   CHECK_OK(recap_pipeline_copy_in(fresh, "x", x, bytes, 0));
   CHECK_OK(recap_pipeline_run(fresh, 0));
   got = out_copy(fresh, out, 0);
-  CU_ASSERT_TRUE(close_enough("replay of a fresh instance", RECAP_DTYPE_F32, got, want, bytes));
+  CU_ASSERT_TRUE(
+      test_buffers_close("replay of a fresh instance", RECAP_DTYPE_F32, got, want, bytes));
   CHECK_OK(recap_pipeline_stats_get(fresh, &s));
   CU_ASSERT_EQUAL(s.captures, 1);
   CU_ASSERT_EQUAL(s.replays, 1);

@@ -1,9 +1,12 @@
-/* test_util.c: CUnit registry setup, CUDA-suite gating and the run summary. */
+/* test_util.c: CUnit registry setup, CUDA-suite gating, the run summary and shared checks. */
 #include "tests/test_util.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+#include "kernels/half.h"
 
 static int registry_ready;
 
@@ -37,10 +40,10 @@ CU_pSuite test_add_cuda_suite(const char *name, CU_InitializeFunc init, CU_Clean
   CU_pSuite suite = test_add_suite(name, init, cleanup);
   if (!test_have_cuda()) {
     CU_set_suite_active(suite, CU_FALSE);
-    printf("INACTIVE suite '%s': no CUDA device on this machine (%s); its tests did not run "
-           "and are not counted as passed\n",
-           name, recap_backend_compiled(RECAP_BACKEND_CUDA) ? "no driver or GPU"
-                                                              : "host-only build");
+    printf(
+        "INACTIVE suite '%s': no CUDA device on this machine (%s); its tests did not run "
+        "and are not counted as passed\n",
+        name, recap_backend_compiled(RECAP_BACKEND_CUDA) ? "no driver or GPU" : "host-only build");
   }
   return suite;
 }
@@ -94,4 +97,18 @@ uint64_t test_rng_next(test_rng *rng) {
 
 double test_rng_uniform(test_rng *rng, double lo, double hi) {
   return lo + (hi - lo) * (double)(test_rng_next(rng) >> 11) * (1.0 / 9007199254740992.0);
+}
+
+int test_buffers_close(const char *what, recap_dtype dtype, const void *a, const void *b,
+                       size_t bytes) {
+  double tol = dtype == RECAP_DTYPE_F16 ? 1e-2 : dtype == RECAP_DTYPE_BF16 ? 3e-2 : 1e-4;
+  size_t n = bytes / recap_dtype_size(dtype);
+  for (size_t i = 0; i < n; ++i) {
+    double x = recap__load_f32(a, dtype, (int64_t)i), y = recap__load_f32(b, dtype, (int64_t)i);
+    if (!(fabs(x - y) <= tol + tol * fabs(y))) {
+      fprintf(stderr, "\n  %s: element %zu differs: %.8g vs %.8g\n", what, i, x, y);
+      return 0;
+    }
+  }
+  return 1;
 }

@@ -24,33 +24,32 @@
 #include "include/recap.h"
 
 /* Asserts that a recap call succeeded; on failure prints the status and detail message. */
-#define CHECK_OK(expr)                                                                      \
-  do {                                                                                      \
-    recap_status check_status_ = (expr);                                                    \
-    if (check_status_ != RECAP_OK)                                                          \
-      fprintf(stderr, "\n  %s:%d: %s -> %s: %s\n", __FILE__, __LINE__, #expr,              \
-              recap_status_name(check_status_), recap_last_error());                        \
-    CU_ASSERT_EQUAL_FATAL(check_status_, RECAP_OK);                                         \
+#define CHECK_OK(expr)                                                        \
+  do {                                                                        \
+    recap_status check_status_ = (expr);                                      \
+    if (check_status_ != RECAP_OK)                                            \
+      fprintf(stderr, "\n  %s:%d: %s -> %s: %s\n", __FILE__, __LINE__, #expr, \
+              recap_status_name(check_status_), recap_last_error());          \
+    CU_ASSERT_EQUAL_FATAL(check_status_, RECAP_OK);                           \
   } while (0)
 
 /* Asserts that a recap call failed with `expected`. */
-#define CHECK_STATUS(expr, expected)                                                        \
-  do {                                                                                      \
-    recap_status check_status_ = (expr);                                                    \
-    if (check_status_ != (expected))                                                        \
-      fprintf(stderr, "\n  %s:%d: %s -> %s (expected %s): %s\n", __FILE__, __LINE__, #expr, \
-              recap_status_name(check_status_), recap_status_name(expected),                \
-              recap_last_error());                                                          \
-    CU_ASSERT_EQUAL(check_status_, (expected));                                             \
+#define CHECK_STATUS(expr, expected)                                                              \
+  do {                                                                                            \
+    recap_status check_status_ = (expr);                                                          \
+    if (check_status_ != (expected))                                                              \
+      fprintf(stderr, "\n  %s:%d: %s -> %s (expected %s): %s\n", __FILE__, __LINE__, #expr,       \
+              recap_status_name(check_status_), recap_status_name(expected), recap_last_error()); \
+    CU_ASSERT_EQUAL(check_status_, (expected));                                                   \
   } while (0)
 
 /* Asserts that this thread's detail message contains `needle`. */
-#define CHECK_ERROR_MENTIONS(needle)                                                        \
-  do {                                                                                      \
-    if (!strstr(recap_last_error(), (needle)))                                              \
+#define CHECK_ERROR_MENTIONS(needle)                                                         \
+  do {                                                                                       \
+    if (!strstr(recap_last_error(), (needle)))                                               \
       fprintf(stderr, "\n  %s:%d: message lacks \"%s\": %s\n", __FILE__, __LINE__, (needle), \
-              recap_last_error());                                                          \
-    CU_ASSERT_PTR_NOT_NULL(strstr(recap_last_error(), (needle)));                           \
+              recap_last_error());                                                           \
+    CU_ASSERT_PTR_NOT_NULL(strstr(recap_last_error(), (needle)));                            \
   } while (0)
 
 /* Starts CUnit's registry on first use. */
@@ -78,5 +77,11 @@ void test_rng_init(test_rng *rng);
 uint64_t test_rng_next(test_rng *rng);
 /* Uniform in [lo, hi). */
 double test_rng_uniform(test_rng *rng, double lo, double hi);
+
+/* Whether every element of a and b (bytes of dtype) agrees within the pipeline tests'
+ * tolerance for the dtype (|a - b| <= atol + rtol |b|: 1e-4 for f32, 1e-2 f16, 3e-2 bf16);
+ * prints `what` and the first element that does not. */
+int test_buffers_close(const char *what, recap_dtype dtype, const void *a, const void *b,
+                       size_t bytes);
 
 #endif

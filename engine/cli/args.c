@@ -69,6 +69,16 @@ bool cli_positional(const char *cmd, const char *arg) {
   return true;
 }
 
+bool cli_take_one(const char *cmd, const char *what, const char *arg, const char **slot) {
+  if (!cli_positional(cmd, arg)) return false;
+  if (*slot) {
+    fprintf(stderr, "recap %s: one %s at a time (got '%s' and '%s')\n", cmd, what, *slot, arg);
+    return false;
+  }
+  *slot = arg;
+  return true;
+}
+
 int cli_run_flag(const char *cmd, int argc, char **argv, int *i, cli_run_flags *f) {
   const char *v = NULL;
   int m;

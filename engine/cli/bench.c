@@ -68,13 +68,8 @@ static int parse_args(int argc, char **argv, bench_args *a) {
                (m = cli_flag(CMD, argc, argv, &i, "--svg", &a->svg_path)) != 0 ||
                (m = cli_flag(CMD, argc, argv, &i, "--rotate", &a->rotate)) != 0) {
       if (m < 0) return CLI_EXIT_USAGE;
-    } else if (!cli_positional(CMD, argv[i])) {
+    } else if (!cli_take_one(CMD, "spec", argv[i], &a->path)) {
       return CLI_EXIT_USAGE;
-    } else if (a->path) {
-      fprintf(stderr, "recap %s: one spec at a time (got '%s' and '%s')\n", CMD, a->path, argv[i]);
-      return CLI_EXIT_USAGE;
-    } else {
-      a->path = argv[i];
     }
   }
   if (!a->path) {
@@ -199,9 +194,11 @@ int cli_bench_main(int argc, char **argv) {
     rc = CLI_EXIT_USAGE;
     goto done;
   }
-  recap_pipeline_options opts = {
-      .override_device = 1, .override_mode = 1, .mode = RECAP_MODE_GRAPH,
-      .base_dir = a.common.base_dir, .no_fusion = a.common.no_fusion};
+  recap_pipeline_options opts = {.override_device = 1,
+                                 .override_mode = 1,
+                                 .mode = RECAP_MODE_GRAPH,
+                                 .base_dir = a.common.base_dir,
+                                 .no_fusion = a.common.no_fusion};
   if (!cli_pick_device(CMD, a.common.device, spec->device, &opts.device)) goto done;
   bool host = opts.device.backend == RECAP_BACKEND_HOST;
   int iters = a.common.iters_set ? (int)a.common.iters : spec->iters;
@@ -262,9 +259,10 @@ int cli_bench_main(int argc, char **argv) {
   }
   if (rotate > 1) {
     char b0[32];
-    printf("rotation: %d instances with their own params, inputs and state (%s each), cycled "
-           "per iteration\n",
-           rotate, cli_format_bytes(set_bytes, b0, sizeof b0));
+    printf(
+        "rotation: %d instances with their own params, inputs and state (%s each), cycled "
+        "per iteration\n",
+        rotate, cli_format_bytes(set_bytes, b0, sizeof b0));
     fflush(stdout);
   }
   if (!(re.ms = malloc((size_t)iters * sizeof *re.ms)) ||
@@ -338,12 +336,12 @@ int cli_bench_main(int argc, char **argv) {
    * beyond params, inputs, states and scalars. recap's intermediates, outputs and
    * capture-time allocations are all in the private pool. */
   size_t graph_bytes = gs.pool_reserved_bytes;
-  printf("memory: graph memory %s = private pool reserved (arena %s, plus the outputs); params "
-         "%s shared by graph and eager%s\n",
-         cli_format_bytes(graph_bytes, b1, sizeof b1),
-         cli_format_bytes(gs.arena_bytes, b2, sizeof b2),
-         cli_format_bytes(gs.param_bytes, b3, sizeof b3),
-         rotate > 1 ? " (per rotation instance)" : "");
+  printf(
+      "memory: graph memory %s = private pool reserved (arena %s, plus the outputs); params "
+      "%s shared by graph and eager%s\n",
+      cli_format_bytes(graph_bytes, b1, sizeof b1), cli_format_bytes(gs.arena_bytes, b2, sizeof b2),
+      cli_format_bytes(gs.param_bytes, b3, sizeof b3),
+      rotate > 1 ? " (per rotation instance)" : "");
   printf("launches per iteration: eager %zu op launches, graph 1 graph launch (%zu nodes)\n",
          re.launches, info.nodes);
   if (check)

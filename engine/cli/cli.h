@@ -69,6 +69,9 @@ bool cli_parse_int(const char *cmd, const char *flag, const char *text, long lon
 bool cli_parse_dim(const char *cmd, const char *text, char *name, size_t name_size, int64_t *value);
 /* Prints "recap CMD: unknown flag 'X'" for an argument that starts with '-'; false then. */
 bool cli_positional(const char *cmd, const char *arg);
+/* Takes `arg` as the subcommand's single positional argument (`what`: "spec", "snapshot")
+ * into *slot: false, with the usage error printed, for a flag or a second one. */
+bool cli_take_one(const char *cmd, const char *what, const char *arg, const char **slot);
 
 /* ---- specs and devices (spec_util.c) ---- */
 

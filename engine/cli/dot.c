@@ -44,22 +44,32 @@ static void put_shape(FILE *f, const recap__ir_tensor *t) {
 
 static const char *role_color(recap_tensor_role role) {
   switch (role) {
-    case RECAP_ROLE_INPUT: return "#cfe2ff";
-    case RECAP_ROLE_PARAM: return "#e9ecef";
-    case RECAP_ROLE_STATE: return "#fff3cd";
-    case RECAP_ROLE_SCALAR: return "#f8d7da";
-    case RECAP_ROLE_INTERMEDIATE: break;
+    case RECAP_ROLE_INPUT:
+      return "#cfe2ff";
+    case RECAP_ROLE_PARAM:
+      return "#e9ecef";
+    case RECAP_ROLE_STATE:
+      return "#fff3cd";
+    case RECAP_ROLE_SCALAR:
+      return "#f8d7da";
+    case RECAP_ROLE_INTERMEDIATE:
+      break;
   }
   return "#d1e7dd";
 }
 
 static const char *role_name(recap_tensor_role role) {
   switch (role) {
-    case RECAP_ROLE_INPUT: return "input";
-    case RECAP_ROLE_PARAM: return "param";
-    case RECAP_ROLE_STATE: return "state";
-    case RECAP_ROLE_SCALAR: return "scalar";
-    case RECAP_ROLE_INTERMEDIATE: break;
+    case RECAP_ROLE_INPUT:
+      return "input";
+    case RECAP_ROLE_PARAM:
+      return "param";
+    case RECAP_ROLE_STATE:
+      return "state";
+    case RECAP_ROLE_SCALAR:
+      return "scalar";
+    case RECAP_ROLE_INTERMEDIATE:
+      break;
   }
   return "output";
 }
@@ -67,8 +77,9 @@ static const char *role_name(recap_tensor_role role) {
 static void write_dag(FILE *f, const recap__ir *ir, const recap__plan *plan) {
   fprintf(f, "digraph \"");
   put_escaped(f, ir->name);
-  fprintf(f, "\" {\n  rankdir=TB;\n  node [fontname=\"Helvetica\", fontsize=10];\n"
-             "  edge [fontname=\"Helvetica\", fontsize=9];\n");
+  fprintf(f,
+          "\" {\n  rankdir=TB;\n  node [fontname=\"Helvetica\", fontsize=10];\n"
+          "  edge [fontname=\"Helvetica\", fontsize=9];\n");
   /* Tensors that no op produces, and outputs, are nodes; the rest are edge labels. */
   for (size_t t = 0; t < ir->num_tensors; t++) {
     const recap__ir_tensor *x = &ir->tensors[t];
@@ -81,8 +92,8 @@ static void write_dag(FILE *f, const recap__ir *ir, const recap__plan *plan) {
     fprintf(f, "\"];\n");
   }
   for (int s = 0; s < ir->num_streams; s++) {
-    fprintf(f, "  subgraph cluster_stream%d {\n    label=\"stream %d%s\";\n    style=rounded;\n",
-            s, s, s == 0 ? " (the pipeline's)" : "");
+    fprintf(f, "  subgraph cluster_stream%d {\n    label=\"stream %d%s\";\n    style=rounded;\n", s,
+            s, s == 0 ? " (the pipeline's)" : "");
     for (size_t o = 0; o < ir->num_ops; o++) {
       const recap__ir_op *op = &ir->ops[o];
       if (op->stream != s) continue;
@@ -118,7 +129,8 @@ static void write_dag(FILE *f, const recap__ir *ir, const recap__plan *plan) {
       if (ir->tensors[op->outputs[k]].is_output) fprintf(f, "  op%zu -> t%d;\n", o, op->outputs[k]);
   }
   for (size_t w = 0; w < plan->num_waits; w++)
-    fprintf(f, "  op%d -> op%d [style=dashed, color=\"#c0392b\", label=\"wait\", constraint=false];\n",
+    fprintf(f,
+            "  op%d -> op%d [style=dashed, color=\"#c0392b\", label=\"wait\", constraint=false];\n",
             plan->waits[w].waited, plan->waits[w].waiter);
   fprintf(f, "}\n");
 }
@@ -130,8 +142,8 @@ static int write_captured(FILE *out, const char *path, const char *base_dir,
   if (cli_load_spec(path, base_dir, &spec) != RECAP_OK) return CLI_EXIT_FAILURE;
   recap_backend_kind spec_device = spec->device;
   recap__spec_destroy(spec);
-  recap_pipeline_options opts = {.override_device = 1, .override_mode = 1,
-                                 .mode = RECAP_MODE_GRAPH, .base_dir = base_dir};
+  recap_pipeline_options opts = {
+      .override_device = 1, .override_mode = 1, .mode = RECAP_MODE_GRAPH, .base_dir = base_dir};
   if (!cli_pick_device(CMD, device_name, spec_device, &opts.device)) return CLI_EXIT_FAILURE;
 
   int rc = CLI_EXIT_FAILURE;
@@ -149,8 +161,10 @@ static int write_captured(FILE *out, const char *path, const char *base_dir,
     goto done;
   }
   if (!p->graphs || !p->graphs[bucket]) {
-    fprintf(stderr, "recap %s: bucket %zu was not captured (graphs are off: "
-                    "RECAP_DISABLE_GRAPHS?)\n", CMD, bucket);
+    fprintf(stderr,
+            "recap %s: bucket %zu was not captured (graphs are off: "
+            "RECAP_DISABLE_GRAPHS?)\n",
+            CMD, bucket);
     goto done;
   }
   if ((fd = mkstemp(tmp)) < 0) {
@@ -196,13 +210,8 @@ int cli_dot_main(int argc, char **argv) {
                (m = cli_flag(CMD, argc, argv, &i, "-o", &out_path)) != 0 ||
                (m = cli_flag(CMD, argc, argv, &i, "--base-dir", &base_dir)) != 0) {
       if (m < 0) return CLI_EXIT_USAGE;
-    } else if (!cli_positional(CMD, argv[i])) {
+    } else if (!cli_take_one(CMD, "spec", argv[i], &path)) {
       return CLI_EXIT_USAGE;
-    } else if (path) {
-      fprintf(stderr, "recap %s: one spec at a time (got '%s' and '%s')\n", CMD, path, argv[i]);
-      return CLI_EXIT_USAGE;
-    } else {
-      path = argv[i];
     }
   }
   if (!path) {
@@ -226,8 +235,7 @@ int cli_dot_main(int argc, char **argv) {
   if (cli_load_spec(path, base_dir, &spec) != RECAP_OK) goto done;
   size_t bucket;
   int64_t batch;
-  if (!cli_select_bucket(CMD, spec, dim_text ? dim_name : NULL, dim_value, true, &bucket,
-                         &batch)) {
+  if (!cli_select_bucket(CMD, spec, dim_text ? dim_name : NULL, dim_value, true, &bucket, &batch)) {
     rc = CLI_EXIT_USAGE;
     goto done;
   }

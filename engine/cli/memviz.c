@@ -30,13 +30,8 @@ int cli_memviz_main(int argc, char **argv) {
     int m;
     if ((m = cli_flag(CMD, argc, argv, &i, "--svg", &svg)) != 0) {
       if (m < 0) return CLI_EXIT_USAGE;
-    } else if (!cli_positional(CMD, argv[i])) {
+    } else if (!cli_take_one(CMD, "snapshot", argv[i], &path)) {
       return CLI_EXIT_USAGE;
-    } else if (path) {
-      fprintf(stderr, "recap %s: one snapshot at a time (got '%s' and '%s')\n", CMD, path, argv[i]);
-      return CLI_EXIT_USAGE;
-    } else {
-      path = argv[i];
     }
   }
   if (!path) {

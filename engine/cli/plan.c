@@ -1,11 +1,12 @@
 /* plan.c: `recap plan SPEC [--dim B=8]`: what the fusion pass fused, where every tensor lives,
  * and the arena's size. The IR is fused exactly as a pipeline's would be (same switch), so the
  * plan shown is the one the engine uses. */
+#include "engine/plan.h"
+
 #include <stdlib.h>
 
 #include "engine/cli/cli.h"
 #include "engine/fuse.h"
-#include "engine/plan.h"
 
 static const char *const CMD = "plan";
 
@@ -38,12 +39,7 @@ int cli_plan_main(int argc, char **argv) {
     if (m == 0 && (m = cli_flag(CMD, argc, argv, &i, "--no-fusion", NULL)) > 0) no_fusion = true;
     if (m < 0) return CLI_EXIT_USAGE;
     if (m > 0) continue;
-    if (!cli_positional(CMD, argv[i])) return CLI_EXIT_USAGE;
-    if (path) {
-      fprintf(stderr, "recap %s: one spec at a time (got '%s' and '%s')\n", CMD, path, argv[i]);
-      return CLI_EXIT_USAGE;
-    }
-    path = argv[i];
+    if (!cli_take_one(CMD, "spec", argv[i], &path)) return CLI_EXIT_USAGE;
   }
   if (!path) {
     usage(stderr);
@@ -62,8 +58,7 @@ int cli_plan_main(int argc, char **argv) {
   if (cli_load_spec(path, base_dir, &spec) != RECAP_OK) goto done;
   size_t bucket;
   int64_t batch;
-  if (!cli_select_bucket(CMD, spec, dim_text ? dim_name : NULL, dim_value, true, &bucket,
-                         &batch)) {
+  if (!cli_select_bucket(CMD, spec, dim_text ? dim_name : NULL, dim_value, true, &bucket, &batch)) {
     rc = CLI_EXIT_USAGE;
     goto done;
   }

@@ -67,13 +67,8 @@ static int parse_args(int argc, char **argv, run_args *a) {
                (m = cli_flag(CMD, argc, argv, &i, "--save-tensors", &a->save_path)) != 0 ||
                (m = cli_flag(CMD, argc, argv, &i, "--memory-snapshot", &a->snapshot_path)) != 0) {
       if (m < 0) return CLI_EXIT_USAGE;
-    } else if (!cli_positional(CMD, argv[i])) {
+    } else if (!cli_take_one(CMD, "spec", argv[i], &a->path)) {
       return CLI_EXIT_USAGE;
-    } else if (a->path) {
-      fprintf(stderr, "recap %s: one spec at a time (got '%s' and '%s')\n", CMD, a->path, argv[i]);
-      return CLI_EXIT_USAGE;
-    } else {
-      a->path = argv[i];
     }
   }
   if (!a->path) {

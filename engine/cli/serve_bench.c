@@ -50,7 +50,8 @@ static void usage(FILE *out) {
           "  --json FILE        also write the results as JSON (throughput, latencies, "
           "checks)\n"
           "  --base-dir DIR     files the spec names (params) must lie under DIR (for specs "
-          "from\n                     untrusted sources)\n"          "\n"
+          "from\n                     untrusted sources)\n"
+          "\n"
           "exit status: 0 when every result matches, 1 on any mismatch or failure, 3 on a "
           "device\nfault (the device context of this process is lost: restart the worker "
           "process).\n");
@@ -60,7 +61,7 @@ typedef struct {
   size_t id;
   int64_t batch;
   uint64_t seed;
-  cli_host_tensors inputs; /* made by the front end, freed by the worker once copied in */
+  cli_host_tensors inputs;  /* made by the front end, freed by the worker once copied in */
   cli_host_tensors outputs; /* the served result, kept until checked */
   double pushed, popped, finished;
 } request;
@@ -268,8 +269,7 @@ int cli_serve_bench_main(int argc, char **argv) {
         return CLI_EXIT_USAGE;
       batch_max_set = true;
     } else if ((m = cli_flag(CMD, argc, argv, &i, "--seed", &v)) != 0) {
-      if (m < 0 || !cli_parse_int(CMD, "--seed", v, 0, INT64_MAX, &seed_arg))
-        return CLI_EXIT_USAGE;
+      if (m < 0 || !cli_parse_int(CMD, "--seed", v, 0, INT64_MAX, &seed_arg)) return CLI_EXIT_USAGE;
       seed_set = true;
     } else if ((m = cli_flag(CMD, argc, argv, &i, "--dim", &v)) != 0) {
       if (m < 0) return CLI_EXIT_USAGE;
@@ -282,13 +282,8 @@ int cli_serve_bench_main(int argc, char **argv) {
                (m = cli_flag(CMD, argc, argv, &i, "--json", &json_path)) != 0 ||
                (m = cli_flag(CMD, argc, argv, &i, "--base-dir", &base_dir)) != 0) {
       if (m < 0) return CLI_EXIT_USAGE;
-    } else if (!cli_positional(CMD, argv[i])) {
+    } else if (!cli_take_one(CMD, "spec", argv[i], &path)) {
       return CLI_EXIT_USAGE;
-    } else if (path) {
-      fprintf(stderr, "recap %s: one spec at a time (got '%s' and '%s')\n", CMD, path, argv[i]);
-      return CLI_EXIT_USAGE;
-    } else {
-      path = argv[i];
     }
   }
   if (!path) {
@@ -318,8 +313,10 @@ int cli_serve_bench_main(int argc, char **argv) {
   }
   if (num_dims > 0 && spec->bucket_dim >= 0 &&
       largest != recap__spec_bucket_value(spec, recap__spec_num_buckets(spec) - 1)) {
-    fprintf(stderr, "recap %s: batch sizes are drawn per request: use --batch-max, not --dim "
-                    "%s=...\n", CMD, spec->dims[spec->bucket_dim].name);
+    fprintf(stderr,
+            "recap %s: batch sizes are drawn per request: use --batch-max, not --dim "
+            "%s=...\n",
+            CMD, spec->dims[spec->bucket_dim].name);
     rc = CLI_EXIT_USAGE;
     goto done;
   }
@@ -330,13 +327,15 @@ int cli_serve_bench_main(int argc, char **argv) {
   }
   if (!batch_max_set) batch_max = largest;
   if (batch_max > largest) {
-    fprintf(stderr, "recap %s: --batch-max %lld exceeds the largest bucket (%" PRId64 ")\n",
-            CMD, batch_max, largest);
+    fprintf(stderr, "recap %s: --batch-max %lld exceeds the largest bucket (%" PRId64 ")\n", CMD,
+            batch_max, largest);
     rc = CLI_EXIT_USAGE;
     goto done;
   }
-  recap_pipeline_options opts = {.override_device = 1, .override_mode = 1,
-                                 .mode = RECAP_MODE_GRAPH, .dims = overrides,
+  recap_pipeline_options opts = {.override_device = 1,
+                                 .override_mode = 1,
+                                 .mode = RECAP_MODE_GRAPH,
+                                 .dims = overrides,
                                  .base_dir = base_dir};
   if (!cli_pick_device(CMD, device, spec->device, &opts.device)) goto done;
   uint64_t seed = seed_set ? (uint64_t)seed_arg : cli_random_seed();
@@ -346,8 +345,10 @@ int cli_serve_bench_main(int argc, char **argv) {
     goto done;
   }
   if (base->model->has_random) {
-    fprintf(stderr, "recap %s: %s draws random numbers: an eager reference cannot reproduce "
-                    "a served result, so results cannot be checked\n", CMD, path);
+    fprintf(stderr,
+            "recap %s: %s draws random numbers: an eager reference cannot reproduce "
+            "a served result, so results cannot be checked\n",
+            CMD, path);
     goto done;
   }
   workers = calloc((size_t)threads, sizeof *workers);
@@ -399,8 +400,8 @@ int cli_serve_bench_main(int argc, char **argv) {
     printf(", batch 1..%lld of %s", batch_max, spec->dims[spec->bucket_dim].name);
   char bytes_text[32];
   printf("\nweights: %s, %s by the %lld instances; request seed %" PRIu64 "\n",
-         cli_format_bytes(bs.param_bytes, bytes_text, sizeof bytes_text), shared ? "shared (one copy)" : "NOT shared",
-         2 * threads + 1, seed);
+         cli_format_bytes(bs.param_bytes, bytes_text, sizeof bytes_text),
+         shared ? "shared (one copy)" : "NOT shared", 2 * threads + 1, seed);
   fflush(stdout);
   if (!shared) {
     fprintf(stderr, "recap %s: clones do not share the params\n", CMD);
@@ -410,7 +411,8 @@ int cli_serve_bench_main(int argc, char **argv) {
   if (pthread_mutex_init(&srv.queue.mu, NULL) != 0 ||
       pthread_cond_init(&srv.queue.not_empty, NULL) != 0 ||
       pthread_cond_init(&srv.queue.not_full, NULL) != 0 ||
-      pthread_mutex_init(&srv.ready.mu, NULL) != 0 || pthread_cond_init(&srv.ready.cond, NULL) != 0 ||
+      pthread_mutex_init(&srv.ready.mu, NULL) != 0 ||
+      pthread_cond_init(&srv.ready.cond, NULL) != 0 ||
       pthread_mutex_init(&srv.served.mu, NULL) != 0 ||
       pthread_cond_init(&srv.served.cond, NULL) != 0) {
     fprintf(stderr, "recap %s: cannot create the queue's locks\n", CMD);
@@ -462,8 +464,8 @@ int cli_serve_bench_main(int argc, char **argv) {
     bad_elements += w->bad_elements;
     if (w->max_diff > max_diff) max_diff = w->max_diff;
     for (size_t k = 0; k < w->bad_requests && k < MAX_REPORTED; k++)
-      fprintf(stderr, "recap %s: request %zu (worker %d) differs from its eager reference\n",
-              CMD, w->first_bad[k], i);
+      fprintf(stderr, "recap %s: request %zu (worker %d) differs from its eager reference\n", CMD,
+              w->first_bad[k], i);
   }
   size_t n = 0;
   for (long long i = 0; i < requests; i++)
@@ -483,9 +485,10 @@ int cli_serve_bench_main(int argc, char **argv) {
     printf("service (copy-in, run, copy-out): p50 %.3f ms, p99 %.3f ms\n", rank(service, n, 0.50),
            rank(service, n, 0.99));
   }
-  printf("checked %zu of %lld results against eager references: %zu mismatch%s "
-         "(max |diff| %.3g)\n",
-         checked, requests, bad, bad == 1 ? "" : "es", max_diff);
+  printf(
+      "checked %zu of %lld results against eager references: %zu mismatch%s "
+      "(max |diff| %.3g)\n",
+      checked, requests, bad, bad == 1 ? "" : "es", max_diff);
   if (bad) fprintf(stderr, "recap %s: %zu elements out of tolerance\n", CMD, bad_elements);
   rc = failed || bad || checked != (size_t)requests ? CLI_EXIT_FAILURE : CLI_EXIT_OK;
   if (json_path) {
@@ -525,8 +528,10 @@ int cli_serve_bench_main(int argc, char **argv) {
   }
 done:
   if (device_fault || st == RECAP_STATUS_DEVICE_ERROR) {
-    fprintf(stderr, "recap %s: device fault: the device context is lost; restart the worker "
-                    "process\n", CMD);
+    fprintf(stderr,
+            "recap %s: device fault: the device context is lost; restart the worker "
+            "process\n",
+            CMD);
     rc = EXIT_DEVICE_FAULT;
   }
   json_decref(root);
