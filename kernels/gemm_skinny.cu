@@ -3,8 +3,8 @@
  * W[n, :] + bias[n]) for m <= 16, f16 or bf16 (f32 accumulate), W stored [N, K] with unit
  * stride along K (a linear layer's weight). cuBLASLt streams W at ~65% of copy bandwidth
  * here; two kernels follow (measurements in docs/perf/skinny_gemm.md): the register kernel
- * (77-81%; the default at m > 8 and before Hopper) and, on Hopper at m <= 8, the bulk-copy
- * kernel (83-90%), described above bulk_kernel.
+ * (76-80%; the default before Hopper) and, on Hopper, the bulk-copy kernel (81-93%),
+ * described above bulk_kernel.
  *
  * Shape of the work: one block per 16 rows of W, its warps taking groups of K steps in turn
  * (so together they read one contiguous stretch of the 16 rows at a time); per 32-wide step
@@ -277,16 +277,20 @@ __global__ void __launch_bounds__(kMaxWarps * 32) skinny_kernel(const skinny_arg
 constexpr int kPad = 64; /* bytes after each staged row (see bulk_kernel's bank note) */
 
 /* Pipe codes 2.. of recap__cuda_gemm_skinny_config: RT 16-row tiles of W per block, KC
- * columns per stage, S stages. Of the shapes measured on an H100 (skinny_gemm.md), these two
- * won: 16 rows x 512 columns x 3 stages at m <= 4 (1 KB copies, 2 blocks per SM); 32 rows x
- * 1024 x 2 at 4 < m <= 8 (x's L2-to-SM bytes halved, 2 KB copies, 128 blocks). Above m = 8
- * the register kernel is faster (x's rows fill half of each stage). */
+ * columns per stage, S stages, and PF: the columns of each W row a block prefetches into L2
+ * before the grid dependency wait (programmatic dependent launch). Measured on an H100
+ * (skinny_gemm.md): 16 rows x 512 columns x 3 stages at m <= 4 (1 KB copies, 2 blocks per
+ * SM); 32 rows x 1024 x 2 at m > 4 (x's L2-to-SM bytes halved, 2 KB copies, 128 blocks; at
+ * m = 16 level with the register kernel or slightly ahead). The prefetch has an optimum:
+ * 768-1280 columns (6-10 MB per 4096 x 4096 layer) beat both less (memory idles while the
+ * blocks wait for the previous layer) and more (the previous layer's last blocks, which every
+ * block waits for, compete with it for memory) by 3-6%. */
 struct bulk_shape {
-  int rt, kc, stages;
+  int rt, kc, stages, prefetch;
 };
-constexpr bulk_shape kBulkShapes[] = {{1, 512, 3}, {2, 1024, 2}};
+constexpr bulk_shape kBulkShapes[] = {{1, 512, 3, 768}, {2, 1024, 2, 768}};
 constexpr int kBulkFirst = 2, kBulkCount = (int)(sizeof kBulkShapes / sizeof kBulkShapes[0]);
-constexpr int kBulkSmallM = 4;      /* pipe 2 up to this m, pipe 3 above, up to 8 */
+constexpr int kBulkSmallM = 4;      /* pipe 2 up to this m, pipe 3 above */
 constexpr int kBulkDefaultWarps = 8; /* consumer warps (4 and 16 measured slower) */
 
 __host__ __device__ constexpr int bulk_row_bytes(int kc) { return kc * 2 + kPad; }
@@ -361,28 +365,32 @@ __device__ __forceinline__ uint4 lds128(uint32_t addr) {
 #endif
 
 /* T: storage type. NT: 8-row tiles of x. RT: 16-row tiles of W per block. KC: K columns per
- * stage. S: stages. Block: blockDim.x / 32 - 1 consumer warps, then the producer warp.
- * Stage layout: rows [0, 16 RT) are W's, rows 16 RT + [0, m) are x's, each row KC elements
- * plus kPad bytes: a row stride of 64 (mod 128) bytes puts a lane's rows g and g + 1 in
+ * stage. S: stages. PF: columns prefetched (bulk_shape). Block: blockDim.x / 32 - 1 consumer
+ * warps, then the producer warp; block b takes W rows [16 RT b, 16 RT (b + 1)). Stage layout:
+ * rows [0, 16 RT) are W's, rows 16 RT + [0, m) are x's, each row KC elements plus kPad bytes: a row stride of 64 (mod 128) bytes puts a lane's rows g and g + 1 in
  * opposite halves of the banks, so the 16-byte shared loads of a quarter warp never conflict.
- * Dynamic shared memory: bulk_smem(RT, NT, KC, S) bytes. */
-template <typename T, int NT, int RT, int KC, int S>
+ * Only the block's own W rows and x's m rows are copied; the others hold stale words that
+ * reach only output rows and columns that are never stored (an mma's output row depends on
+ * its own A row only, a column on its own B column only). Dynamic shared memory:
+ * bulk_smem(RT, NT, KC, S) bytes. */
+template <typename T, int NT, int RT, int KC, int S, int PF>
 __global__ void __launch_bounds__((kMaxWarps + 1) * 32) bulk_kernel(const skinny_args a) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   constexpr int kRowBytes = bulk_row_bytes(KC), kStageRows = bulk_stage_rows(RT, NT);
   constexpr int kStageBytes = kStageRows * kRowBytes, kSteps = KC / kStepK;
   constexpr int kBlockRows = kRows * RT;
+  constexpr size_t kPartialFloats = (size_t)kMaxWarps * kMaxM * (kBlockRows + 1);
   static_assert(KC % kStepK == 0 && (2 * KC) % 128 == 0, "stage rows must keep the bank pattern");
-  static_assert((size_t)kMaxWarps * kMaxM * (kBlockRows + 1) * sizeof(float) <=
-                    bulk_smem(RT, NT, KC, S),
+  static_assert(kPartialFloats * sizeof(float) <= bulk_smem(RT, NT, KC, S),
                 "the partial sums reuse the ring");
   extern __shared__ __align__(128) unsigned char ring[];
   __shared__ __align__(8) uint64_t full[S], empty[S];
   allow_next_grid();
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x >> 5) - 1;
-  const int64_t n0 = (int64_t)blockIdx.x * kBlockRows;
   const int chunks = (a.k + KC - 1) / KC;
+  const int64_t n0 = (int64_t)blockIdx.x * kBlockRows;
+  const int rows = a.n - n0 < kBlockRows ? (int)(a.n - n0) : kBlockRows;
   const uint32_t ring0 = smem_addr(ring);
   const T *w = static_cast<const T *>(a.w);
   const T *x = static_cast<const T *>(a.x);
@@ -395,13 +403,10 @@ __global__ void __launch_bounds__((kMaxWarps + 1) * 32) bulk_kernel(const skinny
     /* Makes the initialized barriers visible to the copy engine. */
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
-  /* The producer lane of each W row; rows past N copy row 0 (valid memory, never stored). */
+  /* The producer lane of each W row prefetches the row's first PF columns. */
   if (a.pdl && warp == warps) {
-    const int64_t first = (int64_t)(a.k < S * KC ? a.k : S * KC) * 2;
-    for (int r = lane; r < kBlockRows; r += 32) {
-      const int64_t n = n0 + r < a.n ? n0 + r : 0;
-      bulk_prefetch_l2(w + n * a.ldw, (uint32_t)first);
-    }
+    const uint32_t first = (uint32_t)(a.k < PF ? a.k : PF) * 2;
+    for (int r = lane; r < rows; r += 32) bulk_prefetch_l2(w + (n0 + r) * a.ldw, first);
   }
   /* Every thread waits: the stores at the end must not overtake the previous kernel's reads. */
   wait_for_previous_grid();
@@ -416,28 +421,28 @@ __global__ void __launch_bounds__((kMaxWarps + 1) * 32) bulk_kernel(const skinny
   if (warp == warps) {
     /* Producer: stage c % S takes columns [c KC, c KC + KC) once its previous use is released. */
     const uint64_t w_policy = evict_first_policy();
-    const int rows = kBlockRows + a.m;
+    const int copies = rows + a.m;
     for (int c = 0; c < chunks; ++c) {
       const int s = c % S;
       if (c >= S) mbar_wait(smem_addr(&empty[s]), (uint32_t)((c / S - 1) & 1));
       const int k0 = c * KC;
       const uint32_t bytes = (uint32_t)((a.k - k0 < KC ? a.k - k0 : KC) * 2);
       const uint32_t bar = smem_addr(&full[s]);
-      if (lane == 0) mbar_arrive_expect_tx(bar, bytes * (uint32_t)rows);
+      if (lane == 0) mbar_arrive_expect_tx(bar, bytes * (uint32_t)copies);
       __syncwarp();
-      for (int r = lane; r < rows; r += 32) {
-        const uint32_t dst = ring0 + (uint32_t)(s * kStageBytes + r * kRowBytes);
-        if (r < kBlockRows) {
-          const int64_t n = n0 + r < a.n ? n0 + r : 0;
-          bulk_copy(dst, w + n * a.ldw + k0, bytes, bar, w_policy);
+      for (int i = lane; i < copies; i += 32) {
+        if (i < rows) {
+          const uint32_t dst = ring0 + (uint32_t)(s * kStageBytes + i * kRowBytes);
+          bulk_copy(dst, w + (n0 + i) * a.ldw + k0, bytes, bar, w_policy);
         } else {
-          bulk_copy(dst, x + (int64_t)(r - kBlockRows) * a.ldx + k0, bytes, bar);
+          const int b = i - rows;
+          const uint32_t dst = ring0 + (uint32_t)(s * kStageBytes + (kBlockRows + b) * kRowBytes);
+          bulk_copy(dst, x + (int64_t)b * a.ldx + k0, bytes, bar);
         }
       }
     }
   } else {
-    /* Consumers: warp takes the steps warp, warp + warps, ... of every stage. x rows past m
-     * are never copied: their stale words only reach output columns that are never stored. */
+    /* Consumers: warp takes the steps warp, warp + warps, ... of every stage. */
     const uint4 zero = make_uint4(0, 0, 0, 0);
     for (int c = 0; c < chunks; ++c) {
       const int s = c % S;
@@ -473,8 +478,8 @@ __global__ void __launch_bounds__((kMaxWarps + 1) * 32) bulk_kernel(const skinny
   /* Every consumer has waited on every stage, so every copy has landed: after the barrier the
    * ring holds the partial sums [warp][x row][W row]. */
   __syncthreads();
+  float *partial = reinterpret_cast<float *>(ring);
   if (warp < warps) {
-    float *partial = reinterpret_cast<float *>(ring);
 #pragma unroll
     for (int r = 0; r < RT; ++r)
 #pragma unroll
@@ -488,10 +493,8 @@ __global__ void __launch_bounds__((kMaxWarps + 1) * 32) bulk_kernel(const skinny
       }
   }
   __syncthreads();
-  const float *partial = reinterpret_cast<const float *>(ring);
-  for (int i = threadIdx.x; i < a.m * kBlockRows; i += blockDim.x) {
-    const int b = i / kBlockRows, r = i % kBlockRows;
-    if (n0 + r >= a.n) continue;
+  for (int i = threadIdx.x; i < a.m * rows; i += blockDim.x) {
+    const int b = i / rows, r = i % rows;
     float sum = 0.0f;
     for (int wi = 0; wi < warps; ++wi) sum += partial[((size_t)wi * kMaxM + b) * (kBlockRows + 1) + r];
     float v = a.alpha * sum;
@@ -555,11 +558,11 @@ recap_status allow_smem(Kernel kernel, int device, size_t bytes, int (&done)[kMa
   return RECAP_OK;
 }
 
-template <typename T, int NT, int RT, int KC, int S>
+template <typename T, int NT, int RT, int KC, int S, int PF>
 recap_status launch_bulk(const skinny_args &args, int device, int warps,
                          cudaLaunchConfig_t config) {
   static int smem_allowed[kMaxDevices];
-  const auto kernel = bulk_kernel<T, NT, RT, KC, S>;
+  const auto kernel = bulk_kernel<T, NT, RT, KC, S, PF>;
   const size_t smem = bulk_smem(RT, NT, KC, S);
   RECAP_TRY(allow_smem(kernel, device, smem, smem_allowed));
   config.gridDim = dim3((unsigned)RECAP_CEIL_DIV(args.n, (int64_t)kRows * RT));
@@ -574,8 +577,20 @@ template <typename T, int I>
 recap_status launch_bulk_shape(const skinny_args &args, int device, int warps,
                                const cudaLaunchConfig_t &config) {
   constexpr bulk_shape b = kBulkShapes[I];
-  return args.m <= 8 ? launch_bulk<T, 1, b.rt, b.kc, b.stages>(args, device, warps, config)
-                     : launch_bulk<T, 2, b.rt, b.kc, b.stages>(args, device, warps, config);
+  return args.m <= 8
+             ? launch_bulk<T, 1, b.rt, b.kc, b.stages, b.prefetch>(args, device, warps, config)
+             : launch_bulk<T, 2, b.rt, b.kc, b.stages, b.prefetch>(args, device, warps, config);
+}
+
+/* Launches bulk shape I if it is `shape`, else tries the next one. */
+template <typename T, int I = 0>
+recap_status launch_bulk_index(int shape, const skinny_args &args, int device, int warps,
+                               const cudaLaunchConfig_t &config) {
+  if constexpr (I < kBulkCount) {
+    if (shape == I) return launch_bulk_shape<T, I>(args, device, warps, config);
+    return launch_bulk_index<T, I + 1>(shape, args, device, warps, config);
+  }
+  return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "skinny gemm: no bulk shape %d", shape);
 }
 
 /* pipe: 0 single register buffer, 1 two register buffers, kBulkFirst + i bulk shape i (the
@@ -595,12 +610,8 @@ recap_status launch(const skinny_args &args, int device, int warps, int pipe, bo
     config.attrs = attr;
     config.numAttrs = 1;
   }
-  static_assert(kBulkCount == 2, "one case per bulk shape");
-  switch (pipe - kBulkFirst) {
-    case 0: return launch_bulk_shape<T, 0>(args, device, warps, config);
-    case 1: return launch_bulk_shape<T, 1>(args, device, warps, config);
-    default: break;
-  }
+  if (pipe >= kBulkFirst)
+    return launch_bulk_index<T>(pipe - kBulkFirst, args, device, warps, config);
   if (args.m <= 8)
     RECAP_CUDA_TRY(pipe == 1 ? cudaLaunchKernelEx(&config, skinny_kernel<T, 1, 4, true>, args)
                                : cudaLaunchKernelEx(&config, skinny_kernel<T, 1, 8, false>, args));
@@ -636,7 +647,7 @@ extern "C" recap_status recap__cuda_gemm_skinny_default(const recap__gemm_plan *
   const recap__gemm_env *env = recap__gemm_env_get();
   const int steps = (int)RECAP_CEIL_DIV(p->k, (int64_t)kStepK);
   /* The bulk-copy variant needs Hopper (cp.async.bulk, mbarrier transaction counts). */
-  const bool bulk = env->skinny_pipe && f.major >= 9 && p->m <= 8;
+  const bool bulk = env->skinny_pipe && f.major >= 9;
   *pipe = bulk ? (p->m <= kBulkSmallM ? kBulkFirst : kBulkFirst + 1) : env->skinny_pipe ? 1 : 0;
   *warps = env->skinny_warps ? env->skinny_warps
            : bulk            ? kBulkDefaultWarps

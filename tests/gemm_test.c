@@ -1010,6 +1010,53 @@ static void test_cuda_skinny_matmul_trans_b_with_alpha_matches_host(void) {
   }
 }
 
+/* Every launch configuration of the skinny kernel, not only the one the routing picks: pipes
+ * 0 and 1 (the register kernel, one and two buffers) and 2 and 3 (the bulk-copy shapes; run as
+ * pipe 1 before Hopper) with 1 to 16 warps, at m = 1, 5, 9 and 16 (one and two 8-row tiles of
+ * x), n = 257 (a partial last block) and k = 520 (a partial stage and step, shorter than the
+ * L2 prefetch) or 1560 (several stages, wrapping the ring). The output starts as NaN each
+ * time, so an element a configuration leaves unwritten shows. */
+static void test_cuda_skinny_every_configuration_matches_host(void) {
+  test_rng rng;
+  test_rng_init(&rng);
+  const int64_t ms[4] = {1, 5, 9, 16}, ks[2] = {520, 1560};
+  const int warps[4] = {1, 4, 8, 16};
+  for (size_t d = 0; d < 2; ++d) {
+    for (int mi = 0; mi < 4; ++mi) {
+      for (int ki = 0; ki < 2; ++ki) {
+        gcase g;
+        const int64_t xs[2] = {ms[mi], ks[ki]};
+        make_linear(&g, half_types[d], 2, xs, 257, true, RECAP_ACT_GELU, &rng);
+        case_run_host(&g);
+        dcase dc;
+        dcase_make(&g, &dc);
+        recap__gemm_plan plan;
+        CHECK_OK(recap__gemm_plan_make(&dc.call, &plan));
+        CU_ASSERT_TRUE(recap__cuda_gemm_skinny_fits(&plan));
+        const size_t bytes = (size_t)recap__tensor_numel(&g.call.outputs[0]) *
+                             recap_dtype_size(half_types[d]);
+        for (int pipe = 0; pipe <= 3; ++pipe) {
+          for (int wi = 0; wi < 4; ++wi) {
+            CU_ASSERT_EQUAL(cudaMemset(dc.call.outputs[0].data, 0xff, bytes), cudaSuccess);
+            CHECK_OK(recap__cuda_gemm_skinny_config(&plan, 0, recap_stream_native(cuda_stream),
+                                                    warps[wi], pipe));
+            CHECK_OK(recap_stream_synchronize(cuda_stream));
+            recap_tensor got = dcase_result(&g, &dc);
+            char what[96];
+            snprintf(what, sizeof what, "skinny pipe %d, %d warps, m %lld, k %lld", pipe,
+                     warps[wi], (long long)ms[mi], (long long)ks[ki]);
+            CU_ASSERT_EQUAL(count_bad(&got, g.ref, g.scale, cuda_tol(half_types[d], false),
+                                      what), 0);
+            free(got.data);
+          }
+        }
+        dcase_free(&dc);
+        case_free(&g);
+      }
+    }
+  }
+}
+
 /* A chain of skinny layers, each reading the previous one's output, launched back to back
  * (the kernel lets its successor start early and must make it wait for its output): eagerly
  * against the host layer by layer, then captured and replayed bit for bit. Every output
@@ -1130,6 +1177,7 @@ int main(void) {
   CU_ADD_TEST(cuda, test_cuda_skinny_refused_shapes_still_match_host);
   CU_ADD_TEST(cuda, test_cuda_skinny_every_activation_with_and_without_bias_matches_host);
   CU_ADD_TEST(cuda, test_cuda_skinny_matmul_trans_b_with_alpha_matches_host);
+  CU_ADD_TEST(cuda, test_cuda_skinny_every_configuration_matches_host);
   CU_ADD_TEST(cuda, test_cuda_skinny_chain_eager_and_replayed_matches_host);
 #else
                                        NULL, NULL);
