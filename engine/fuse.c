@@ -7,6 +7,9 @@
  * complete by then: its output has v as its only reader, so nothing after v can extend it.
  * The groups are therefore trees, and each is decided in one pass with no backtracking.
  *
+ * Residual folds (fuse.h) are decided in the same walk, before an add could start a group:
+ * an add that folds a linear in is never fusable itself.
+ *
  * Rewriting builds everything new first (programs, names, the renumbered op and tensor
  * arrays) and only then swaps it into the IR, so a failure leaves the IR as it was.
  */
@@ -93,6 +96,7 @@ typedef struct {
   int *parent;     /* per op: the op whose group absorbed it, -1 */
   int *act;        /* per tensor: the linear activation moved into its reader's group, NO_ACT */
   bool *dissolved; /* per op: its group was given up (fuse.h: the output dtype) */
+  int *fold;       /* per op: for an add, the linear folded into it as its residual; -1 */
   /* Per op, valid while it roots its group: external inputs, nodes other than inputs
    * (members and moved activations), depth. */
   int (*in)[RECAP_OP_MAX_INPUTS];
@@ -108,6 +112,7 @@ static void finder_free(finder *f) {
   free(f->parent);
   free(f->act);
   free(f->dissolved);
+  free(f->fold);
   free(f->in);
   free(f->num_in);
   free(f->body);
@@ -196,6 +201,40 @@ static bool decide_fusable(finder *f, int v) {
   f->own_nodes[v] = 1;
   f->levels[v] = 1;
   return true;
+}
+
+/* The linear that the add at v folds in (fuse.h, "Residual adds"), or -1. */
+static int fold_source(const finder *f, int v) {
+  const recap__ir *ir = f->ir;
+  const recap__ir_op *add = &ir->ops[v];
+  if (!add->def || strcmp(add->def->name, "add") != 0 || add->num_inputs != 2 ||
+      add->num_outputs != 1)
+    return -1;
+  const recap__ir_tensor *y = &ir->tensors[add->outputs[0]];
+  if (y->alias_of >= 0) return -1;
+  for (int s = 0; s < 2; ++s) {
+    const int t = add->inputs[s], r = add->inputs[1 - s];
+    const recap__ir_tensor *x = &ir->tensors[t], *res = &ir->tensors[r];
+    const int u = x->producer;
+    if (u < 0 || u >= v || f->reader[t] != v || x->role != RECAP_ROLE_INTERMEDIATE ||
+        x->is_output || x->alias_of >= 0)
+      continue;
+    const recap__ir_op *lin = &ir->ops[u];
+    if (!lin->def || strcmp(lin->def->name, "linear") != 0 || lin->num_inputs != 3 ||
+        lin->num_outputs != 1 || lin->attrs.act != RECAP_ACT_NONE || lin->stream != add->stream)
+      continue;
+    /* No broadcast, in any bucket: the same shape here and the bucketed dim on the same
+     * axes. */
+    if (res->dtype != x->dtype || y->dtype != x->dtype || res->ndim != x->ndim ||
+        res->bucket_axes != x->bucket_axes ||
+        memcmp(res->shape, x->shape, (size_t)x->ndim * sizeof x->shape[0]) != 0)
+      continue;
+    /* The folded linear runs at the add's place: none of its reads may move past a write. */
+    bool hazard = f->hazard[r];
+    for (int i = 0; i < lin->num_inputs; ++i) hazard = hazard || f->hazard[lin->inputs[i]];
+    if (!hazard) return u;
+  }
+  return -1;
 }
 
 /* Adds tensor t to the set in[0..*n) unless present; false when the set is full. */
@@ -324,13 +363,15 @@ static recap_status find(const recap__ir *ir, finder *f) {
   f->own_nodes = calloc(no, sizeof *f->own_nodes);
   f->parent = calloc(no, sizeof *f->parent);
   f->dissolved = calloc(no, sizeof *f->dissolved);
+  f->fold = calloc(no, sizeof *f->fold);
   f->in = calloc(no, sizeof *f->in);
   f->num_in = calloc(no, sizeof *f->num_in);
   f->body = calloc(no, sizeof *f->body);
   f->depth = calloc(no, sizeof *f->depth);
   int *scratch = calloc(no, sizeof *scratch);
   if (!f->reader || !f->hazard || !f->act || !f->fusable || !f->levels || !f->own_nodes ||
-      !f->parent || !f->dissolved || !f->in || !f->num_in || !f->body || !f->depth || !scratch) {
+      !f->parent || !f->dissolved || !f->fold || !f->in || !f->num_in || !f->body || !f->depth ||
+      !scratch) {
     free(scratch);
     finder_free(f);
     return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory for the fusion pass");
@@ -344,7 +385,8 @@ static recap_status find(const recap__ir *ir, finder *f) {
   for (int t = 0; t < f->nt; ++t) f->act[t] = NO_ACT;
   for (int v = 0; v < f->no; ++v) {
     f->parent[v] = -1;
-    f->fusable[v] = decide_fusable(f, v);
+    f->fold[v] = fold_source(f, v);
+    f->fusable[v] = f->fold[v] < 0 && decide_fusable(f, v);
     if (f->fusable[v]) grow(f, v);
   }
   settle_dtypes(f, scratch);
@@ -582,6 +624,32 @@ static void fused_op_free(fused_op *x) {
   recap__expr_program_destroy(x->op.program);
 }
 
+/* The fused op must infer exactly the output of the ops it replaces (an expr op: the
+ * broadcast of every input, which the group's output is too); a disagreement is a bug of this
+ * pass. */
+static recap_status check_output(const recap__ir *ir, const recap__ir_op *op,
+                                 const char *root_name) {
+  recap_op_call call = {.def = op->def, .num_inputs = op->num_inputs, .attrs = op->attrs};
+  for (int k = 0; k < op->num_inputs; ++k) {
+    const recap__ir_tensor *x = &ir->tensors[op->inputs[k]];
+    call.inputs[k].dtype = x->dtype;
+    call.inputs[k].ndim = x->ndim;
+    memcpy(call.inputs[k].shape, x->shape, sizeof x->shape);
+    recap__tensor_set_contiguous(&call.inputs[k]);
+  }
+  const recap__ir_tensor *y = &ir->tensors[op->outputs[0]];
+  recap_status st = recap__op_infer(&call);
+  bool same = st == RECAP_OK && call.num_outputs == 1 && call.outputs[0].dtype == y->dtype &&
+              call.outputs[0].ndim == y->ndim;
+  for (int d = 0; same && d < y->ndim; ++d) same = call.outputs[0].shape[d] == y->shape[d];
+  if (same) return RECAP_OK;
+  char why[512];
+  snprintf(why, sizeof why, "%s", st == RECAP_OK ? "its output differs" : recap_last_error());
+  return RECAP_FAIL(RECAP_STATUS_INTERNAL,
+                    "fusion: the fused op for '%s' does not reproduce tensor '%s' (%s)",
+                    root_name, y->name, why);
+}
+
 /* Builds the fused op of the group rooted at v and checks it against the group's output. */
 static recap_status make_fused(const finder *f, const recap_op_def *expr_def, int v, walk *w,
                                fused_op *out) {
@@ -624,30 +692,39 @@ static recap_status make_fused(const finder *f, const recap_op_def *expr_def, in
   recap__op_attrs_set_defaults(expr_def, &op->attrs);
   op->attrs.expr = op->program;
 
-  /* The expr op must infer exactly the group's output: its shape is the broadcast of every
-   * input, which the group's output is too; a disagreement is a bug of this pass. */
-  recap_op_call call = {.def = expr_def, .num_inputs = op->num_inputs, .attrs = op->attrs};
-  for (int k = 0; k < op->num_inputs; ++k) {
-    const recap__ir_tensor *x = &ir->tensors[op->inputs[k]];
-    call.inputs[k].dtype = x->dtype;
-    call.inputs[k].ndim = x->ndim;
-    memcpy(call.inputs[k].shape, x->shape, sizeof x->shape);
-    recap__tensor_set_contiguous(&call.inputs[k]);
-  }
-  const recap__ir_tensor *y = &ir->tensors[op->outputs[0]];
-  st = recap__op_infer(&call);
-  bool same = st == RECAP_OK && call.num_outputs == 1 && call.outputs[0].dtype == y->dtype &&
-              call.outputs[0].ndim == y->ndim;
-  for (int d = 0; same && d < y->ndim; ++d) same = call.outputs[0].shape[d] == y->shape[d];
-  if (!same) {
-    char why[512];
-    snprintf(why, sizeof why, "%s", st == RECAP_OK ? "its output differs" : recap_last_error());
+  st = check_output(ir, op, root->name);
+  if (st != RECAP_OK) fused_op_free(out);
+  return st;
+}
+
+/* Builds the linear that replaces the add at v and the linear it folds in: the add's place,
+ * stream and output; the linear's inputs, attributes and the add's other operand as its
+ * residual. */
+static recap_status make_fold(const finder *f, int v, fused_op *out) {
+  const recap__ir *ir = f->ir;
+  const recap__ir_op *add = &ir->ops[v];
+  const int u = f->fold[v], members[2] = {u, v};
+  const int t = ir->ops[u].outputs[0];
+  memset(out, 0, sizeof *out);
+  out->root = v;
+  recap__ir_op *op = &out->op;
+  *op = ir->ops[u];
+  op->program = NULL;
+  op->fused_from = malloc(sizeof members);
+  op->name = fused_name(f, members, 2);
+  if (!op->fused_from || !op->name) {
     fused_op_free(out);
-    return RECAP_FAIL(RECAP_STATUS_INTERNAL,
-                      "fusion: the fused op for '%s' does not reproduce tensor '%s' (%s)",
-                      root->name, y->name, why);
+    return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory for a fused op");
   }
-  return RECAP_OK;
+  memcpy(op->fused_from, members, sizeof members);
+  op->num_fused = 2;
+  op->pos = add->pos;
+  op->stream = add->stream;
+  op->inputs[op->num_inputs++] = add->inputs[0] == t ? add->inputs[1] : add->inputs[0];
+  op->outputs[0] = add->outputs[0];
+  recap_status st = check_output(ir, op, add->name);
+  if (st != RECAP_OK) fused_op_free(out);
+  return st;
 }
 
 /* Everything the rewrite allocates before it commits. */
@@ -688,6 +765,14 @@ static recap_status build_rewrite(const finder *f, rewrite *r) {
   for (int t = 0; t < f->nt; ++t) r->tensor_map[t] = 0;
   recap_status st = RECAP_OK;
   for (int v = 0; v < f->no && st == RECAP_OK; ++v) {
+    if (f->fold[v] >= 0) {
+      st = make_fold(f, v, &r->fused[r->num_fused]);
+      if (st != RECAP_OK) break;
+      r->num_fused++;
+      r->op_map[f->fold[v]] = -1;
+      r->tensor_map[ir->ops[f->fold[v]].outputs[0]] = -1;
+      continue;
+    }
     if (!rooted_group(f, v, &w)) continue;
     st = make_fused(f, expr_def, v, &w, &r->fused[r->num_fused]);
     if (st != RECAP_OK) break;
@@ -756,7 +841,7 @@ recap_status recap__fuse(recap__ir *ir) {
     if (r.op_map[v] >= 0) n++;
     /* Every member's name (the root's too: the fused op has its own) goes. */
     const recap__ir_op *nop = r.op_map[v] >= 0 ? &r.ops[r.op_map[v]] : NULL;
-    if (!nop || nop->program) free(ir->ops[v].name);
+    if (!nop || nop->num_fused > 0) free(ir->ops[v].name);
   }
   for (size_t t = 0; t < ir->num_tensors; ++t) {
     if (r.tensor_map[t] >= 0) {
@@ -837,6 +922,11 @@ recap_status recap__fuse_format(const recap__ir *ir, bool enabled, char **text) 
     }
     const recap__ir_tensor *y = &ir->tensors[op->outputs[0]];
     put(&b, "  out: %s %s\n", y->name, recap_dtype_name(y->dtype));
+    if (!op->program) { /* a residual fold */
+      put(&b, "    = linear(%s, %s, %s) + %s, the add in the GEMM's epilogue\n", names[0],
+          names[1], names[2], names[3]);
+      continue;
+    }
     char expr[400];
     recap__expr_format(op->program, names, expr, sizeof expr);
     put(&b, "    = %s%s\n", expr, strlen(expr) + 1 >= sizeof expr ? "..." : "");

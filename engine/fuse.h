@@ -43,6 +43,25 @@
  * `cast` op inside a group still rounds (RECAP_EXPR_CAST): a cast is the spec asking for that
  * precision.
  *
+ * Residual adds. An `add` of a linear's output and another tensor (a skip connection) folds
+ * into the linear as its residual input (kernels/gemm.h: out = x W^T + bias + residual, which
+ * cuBLASLt computes as D = A B + C + bias with beta = 1, so the add costs no pass of its own)
+ * when
+ *   - the linear has a bias and no activation (cuBLASLt adds C before its activation; a
+ *     linear with an erf-gelu etc. hands that to its consumer's group instead, above);
+ *   - its output is an intermediate read by the add alone (not an output, not an alias);
+ *   - the other operand has the same shape (no broadcast; the bucketed dim on the same axes,
+ *     so every bucket folds alike) and dtype as the output and the add's result;
+ *   - the linear and the add run on the same stream, and neither the linear's inputs nor the
+ *     other operand are memory written through an alias (the folded linear runs at the add's
+ *     place, later than the linear did).
+ * The add is then no group member. The folded op is a `linear` named
+ * "fused[<linear>,<add>]" with fused_from listing both spec ops, at the add's place, writing
+ * the add's output. Numerics: one rounding of x W^T + bias + residual instead of two (the
+ * linear's output was rounded to its dtype before the add): within the storage type's
+ * tolerance, as for groups. On the skinny-GEMM path (decode shapes) the residual is added by
+ * the GEMM epilogue kernel after the skinny kernel: the same two launches as unfused.
+ *
  * A group is rewritten only when it saves a launch: at least two ops, or one op and a moved
  * activation. The rewritten IR keeps every declared tensor at its index (they precede the op
  * outputs in the IR; only swallowed intermediates are removed), so random initializations,
@@ -51,6 +70,7 @@
  *
  * The fused op is named "fused[<members>]" (each member by its spec `name:`, else its kind),
  * for NVTX ranges and messages; recap__ir_op.fused_from lists the spec ops it replaces.
+ * `recap plan` prints both kinds (recap__fuse_format): a fold as "= linear(x, w, b) + r".
  *
  * Switch: on by default; RECAP_FUSION=0 in the environment, or recap_pipeline_options.no_fusion
  * (the CLI's --no-fusion), turns it off.
@@ -92,16 +112,17 @@ bool recap__fuse_enabled(bool option_off);
 bool recap__fuse_enabled_on(bool option_off, recap_backend_kind backend);
 
 /* The groups the pass would rewrite in `ir` (an IR fresh from recap__ir_build), without
- * changing it. *out owns its arrays (recap__fuse_groups_free). OUT_OF_MEMORY, or
- * INVALID_ARGUMENT for an IR that breaks ir.h's contract; *out is then empty. */
+ * changing it (residual folds are not groups; recap__fuse applies them as well). *out owns
+ * its arrays (recap__fuse_groups_free). OUT_OF_MEMORY, or INVALID_ARGUMENT for an IR that
+ * breaks ir.h's contract; *out is then empty. */
 recap_status recap__fuse_find(const recap__ir *ir, recap__fuse_groups *out);
 void recap__fuse_groups_free(recap__fuse_groups *groups);
 
 /* Rewrites `ir` in place: each group becomes one `expr` op at its root's place, owning its
- * program; swallowed intermediates are removed and every index renumbered; ir->fused_ops counts
- * the ops replaced. An IR with nothing to fuse is left as it is. On failure (OUT_OF_MEMORY;
- * INTERNAL if a built program's inferred output disagrees with the group's: a bug) the IR is
- * unchanged. */
+ * program, and each residual fold one `linear` at its add's place; swallowed intermediates are
+ * removed and every index renumbered; ir->fused_ops counts the ops replaced. An IR with
+ * nothing to fuse is left as it is. On failure (OUT_OF_MEMORY; INTERNAL if a built program's
+ * inferred output disagrees with the group's: a bug) the IR is unchanged. */
 recap_status recap__fuse(recap__ir *ir);
 
 /* A summary for `recap plan`: per fused op its index, name, stream, the spec ops it replaces

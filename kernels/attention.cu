@@ -34,6 +34,11 @@
  * step. The warps' states are merged
  * through shared memory at the end. Any Sk works (keys are streamed), any Dh works (dims beyond
  * one chunk go to more blocks, each recomputing the scores).
+ *
+ * flash_kernel and the unsplit attention_kernel launch with programmatic dependent launch
+ * (recap__cuda_launch, cuda_common.cuh) and wait in recap__pdl_begin before touching memory:
+ * in a graph their launch overlaps the end of the GEMM that produced q, k and v. The split
+ * kernel keeps a plain cluster launch (its recap__pdl_begin then returns at once).
  */
 #include <cooperative_groups.h>
 #include <cuda_runtime.h>
@@ -117,6 +122,7 @@ template <typename T, int DPL, int kKeysPerStep, bool kSplit>
 __global__ void __launch_bounds__(kMaxWarps * 32)
     attention_kernel(const T *__restrict__ q, const T *__restrict__ k, const T *__restrict__ v,
                      T *__restrict__ out, attention_params p) {
+  recap__pdl_begin();
   extern __shared__ float smem[];
   const int64_t sq = p.q.shape[2], dh = p.q.shape[3];
   const int64_t row = kSplit ? blockIdx.y : blockIdx.x;
@@ -404,6 +410,7 @@ __global__ void __launch_bounds__(kFlashThreads)
   constexpr int CHUNKS = DH / 8; /* 16-byte pieces of a row */
   constexpr int KSTEPS = DH / 16;
   constexpr int NT = kFlashKeys / 8; /* 8-key column tiles of S */
+  recap__pdl_begin();
   extern __shared__ __align__(16) unsigned char flash_smem[];
   T *s_q = reinterpret_cast<T *>(flash_smem);
   T *s_k = s_q + kFlashRows * LD; /* [2][kFlashKeys][LD] */
@@ -664,9 +671,14 @@ recap_status launch_attention(const recap_op_call *call, const attention_params 
   } else {
     const dim3 grid((unsigned)rows, (unsigned)chunks);
     if (decode)
-      attention_kernel<T, DPL, 4, false><<<grid, warps * 32, smem, stream>>>(q, k, v, out, p);
+      RECAP_CUDA_TRY(recap__cuda_launch(attention_kernel<T, DPL, 4, false>, grid,
+                                        dim3((unsigned)warps * 32), smem, stream, q, k, v, out,
+                                        p));
     else
-      attention_kernel<T, DPL, 1, false><<<grid, warps * 32, smem, stream>>>(q, k, v, out, p);
+      RECAP_CUDA_TRY(recap__cuda_launch(attention_kernel<T, DPL, 1, false>, grid,
+                                        dim3((unsigned)warps * 32), smem, stream, q, k, v, out,
+                                        p));
+    return RECAP_OK;
   }
   RECAP_CUDA_TRY(cudaGetLastError());
   return RECAP_OK;
@@ -711,10 +723,10 @@ recap_status launch_flash(const recap_op_call *call, const attention_params &p,
     return RECAP_FAIL(RECAP_STATUS_NOT_SUPPORTED, "op '%s': %lld query rows are too many",
                       call->def->name, (long long)p.q.shape[2]);
   const dim3 grid((unsigned)tiles, (unsigned)p.heads, (unsigned)p.q.shape[0]);
-  flash_kernel<T, DH><<<grid, kFlashThreads, smem, stream>>>(
+  RECAP_CUDA_TRY(recap__cuda_launch(
+      flash_kernel<T, DH>, grid, dim3(kFlashThreads), smem, stream,
       static_cast<const T *>(call->inputs[0].data), static_cast<const T *>(call->inputs[1].data),
-      static_cast<const T *>(call->inputs[2].data), static_cast<T *>(call->outputs[0].data), p);
-  RECAP_CUDA_TRY(cudaGetLastError());
+      static_cast<const T *>(call->inputs[2].data), static_cast<T *>(call->outputs[0].data), p));
   return RECAP_OK;
 }
 

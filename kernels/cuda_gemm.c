@@ -40,10 +40,13 @@
  * Epilogues: bias, relu(+bias) and gelu_tanh(+bias) fuse into cuBLASLt's epilogue (its GELU
  * is the tanh approximation). gelu (erf form, PyTorch's default), silu, sigmoid and tanh run
  * the bias epilogue and then our in-place kernel (gemm_epilogue.cu). The cuBLAS path runs
- * that kernel for bias and activation.
+ * that kernel for bias and activation. A linear's residual is cuBLASLt's C (beta = 1: D = A B
+ * + C + bias, one rounding) when there is no activation; after an activation, or after the
+ * skinny kernel or cuBLAS, the epilogue kernel adds it.
  *
  * Skinny GEMMs (the decode case: m <= 16, f16/bf16, x rows and W [N, K] rows with unit
- * stride along K and 16-byte aligned, K % 8 == 0, no batch, no c) run our own kernel
+ * stride along K and 16-byte aligned, K % 8 == 0, no batch, no c; a residual is added by the
+ * epilogue kernel after it) run our own kernel
  * (gemm_skinny.cu) with bias and every activation fused, when cuBLASLt is the chosen library:
  * cuBLASLt streams the weights at 70-75% of copy bandwidth there. Selecting plain cuBLAS
  * uses cuBLAS for every shape, and RECAP_GEMM_SKINNY=0 in the environment (read once per
@@ -486,13 +489,22 @@ static bool skinny_allowed(const recap__gemm_plan *p) {
 typedef struct {
   cublasLtMatmulDescOpaque_t desc;
   cublasLtMatrixLayoutOpaque_t la, lb, lcd;
-  bool needs_kernel; /* an activation cuBLASLt cannot fuse runs after it (gemm_epilogue.cu) */
+  /* An activation cuBLASLt cannot fuse, or a residual after an activation, runs after it
+   * (gemm_epilogue.cu). */
+  bool needs_kernel;
+  const void *c; /* cuBLASLt's C: matmul's c, or a linear's residual when no activation */
+  float beta;
   lt_key key;
 } lt_problem;
 
 static cublasLtEpilogue_t lt_epilogue(const recap__gemm_plan *p, bool *needs_kernel) {
   const bool bias = p->bias != NULL;
   *needs_kernel = false;
+  /* cuBLASLt adds C before its activation; the residual comes after. */
+  if (p->residual && p->act != RECAP_ACT_NONE) {
+    *needs_kernel = true;
+    return bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+  }
   switch (p->act) {
     case RECAP_ACT_NONE: return bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
     case RECAP_ACT_RELU: return bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU;
@@ -512,6 +524,9 @@ static recap_status lt_problem_init(const gemm_ctx *ctx, const recap_op_call *ca
   const colmajor_view v = view_of(p);
   const size_t es = recap_dtype_size(p->dtype);
   const cublasLtEpilogue_t epilogue = lt_epilogue(p, &pr->needs_kernel);
+  const bool residual_as_c = p->residual && p->act == RECAP_ACT_NONE;
+  pr->c = p->c ? p->c : residual_as_c ? p->residual : NULL;
+  pr->beta = p->c ? p->beta : residual_as_c ? 1.0f : 0.0f;
   /* Heuristics only read the bias pointer's alignment; before binding, assume 256 bytes. */
   const void *bias = p->bias                              ? p->bias
                      : (epilogue & CUBLASLT_EPILOGUE_BIAS) ? (const void *)(uintptr_t)256
@@ -548,11 +563,11 @@ static recap_status lt_problem_init(const gemm_ctx *ctx, const recap_op_call *ca
       .b_cols = (int64_t)v.b_cols, .ldb = v.ldb, .m = p->m, .n = p->n, .batch = p->batch[1],
       .stride_a = p->b_bs[1], .stride_b = p->a_bs[1], .stride_d = p->out_bs[1],
       .align_a = alignment_of(p->b, p->b_bs, es), .align_b = alignment_of(p->a, p->a_bs, es),
-      .align_c = alignment_of(p->c ? p->c : p->out, p->out_bs, es),
+      .align_c = alignment_of(pr->c ? pr->c : p->out, p->out_bs, es),
       .align_d = alignment_of(p->out, p->out_bs, es),
       .align_bias = bias ? alignment_of(bias, (const int64_t[2]){0, 0}, es) : 0,
       .op = call->def == &recap__op_linear ? RECAP_TUNE_OP_LINEAR : RECAP_TUNE_OP_MATMUL,
-      .has_c = p->c != NULL,
+      .has_c = pr->c != NULL,
   };
   return RECAP_OK;
 }
@@ -622,19 +637,21 @@ static recap_status lt_algo_config(const cublasLtMatmulAlgo_t *algo, int32_t con
 static recap_status lt_run(gemm_ctx *ctx, const recap__gemm_plan *p, lt_problem *pr,
                            const cublasLtMatmulAlgo_t *algo, void *out) {
   const size_t es = recap_dtype_size(p->dtype);
-  const float alpha = p->alpha, beta = p->c ? p->beta : 0.0f;
+  const float alpha = p->alpha, beta = pr->beta;
   for (int64_t ob = 0; ob < p->batch[0]; ++ob) {
     const char *a = (const char *)p->a + ob * p->a_bs[0] * (int64_t)es;
     const char *b = (const char *)p->b + ob * p->b_bs[0] * (int64_t)es;
     char *o = (char *)out + ob * p->out_bs[0] * (int64_t)es;
-    const char *c = p->c ? (const char *)p->c + ob * p->out_bs[0] * (int64_t)es : NULL;
+    const char *c = pr->c ? (const char *)pr->c + ob * p->out_bs[0] * (int64_t)es : NULL;
     RECAP_CUBLAS_TRY(cublasLtMatmul(ctx->handles->lt, &pr->desc, &alpha, b, &pr->la, a, &pr->lb,
                                     &beta, c ? c : o, &pr->lcd, o, &pr->lcd, algo, ctx->workspace,
                                     RECAP_GEMM_WORKSPACE_BYTES, ctx->stream));
   }
+  /* A residual that was not cuBLASLt's C comes after the activation, in the kernel. */
   if (pr->needs_kernel)
-    RECAP_TRY(recap__cuda_gemm_bias_act(out, NULL, p->dtype, p->m * p->batch[0] * p->batch[1],
-                                        p->n, p->act, ctx->stream));
+    RECAP_TRY(recap__cuda_gemm_bias_act(out, NULL, pr->c == p->residual ? NULL : p->residual,
+                                        p->dtype, p->m * p->batch[0] * p->batch[1], p->n, p->act,
+                                        ctx->stream));
   return RECAP_OK;
 }
 
@@ -644,7 +661,12 @@ static recap_status run_choice(gemm_ctx *ctx, const recap__gemm_plan *p, lt_prob
   if (ch->kind == RECAP_TUNE_CAND_SKINNY) {
     recap__gemm_plan q = *p;
     q.out = out;
-    return recap__cuda_gemm_skinny_config(&q, ctx->device, ctx->stream, ch->warps, ch->pipe);
+    q.residual = NULL; /* the kernel knows no residual: added after it */
+    RECAP_TRY(recap__cuda_gemm_skinny_config(&q, ctx->device, ctx->stream, ch->warps, ch->pipe));
+    if (p->residual)
+      RECAP_TRY(recap__cuda_gemm_bias_act(out, NULL, p->residual, p->dtype, p->m, p->n,
+                                          RECAP_ACT_NONE, ctx->stream));
+    return RECAP_OK;
   }
   return lt_run(ctx, p, pr, &ch->algo, out);
 }
@@ -818,7 +840,7 @@ static recap__tune_key tune_key_of(const recap__gemm_plan *p, const lt_problem *
       .compute = pr->key.compute == CUBLAS_COMPUTE_32F_FAST_TF32 ? RECAP_TUNE_COMPUTE_TF32
                                                                  : RECAP_TUNE_COMPUTE_F32,
       .trans_a = pr->key.op_a == CUBLAS_OP_T, .trans_b = pr->key.op_b == CUBLAS_OP_T,
-      .bias = p->bias != NULL, .act = p->act, .has_c = p->c != NULL, .align = (int32_t)align};
+      .bias = p->bias != NULL, .act = p->act, .has_c = pr->c != NULL, .align = (int32_t)align};
 }
 
 /* Tolerances of the check against the default's output: relative to each element, plus a
@@ -1207,9 +1229,9 @@ static recap_status blas_run(gemm_ctx *ctx, const recap__gemm_plan *p) {
     char *out = (char *)p->out + ob * p->out_bs[0] * (int64_t)es;
     RECAP_TRY(blas_matmul(ctx, p, a, b, out));
   }
-  if (p->bias || p->act != RECAP_ACT_NONE)
-    RECAP_TRY(recap__cuda_gemm_bias_act(p->out, p->bias, p->dtype, total_rows, p->n, p->act,
-                                        ctx->stream));
+  if (p->bias || p->act != RECAP_ACT_NONE || p->residual)
+    RECAP_TRY(recap__cuda_gemm_bias_act(p->out, p->bias, p->residual, p->dtype, total_rows, p->n,
+                                        p->act, ctx->stream));
   return RECAP_OK;
 }
 

@@ -16,7 +16,7 @@
 #include "runtime/backend.h"
 
 static const char *const matmul_inputs[] = {"a", "b", "c?", NULL};
-static const char *const linear_inputs[] = {"x", "weight", "bias?", NULL};
+static const char *const linear_inputs[] = {"x", "weight", "bias?", "residual?", NULL};
 
 static const recap_attr_def matmul_attrs[] = {
     {"alpha", RECAP_ATTR_FLOAT, offsetof(recap_op_attrs, alpha), false, 1,
@@ -181,6 +181,19 @@ static recap_status linear_infer(recap_op_call *call) {
   for (int d = 0; d < x->ndim - 1; ++d) shape[d] = x->shape[d];
   shape[x->ndim - 1] = n;
   recap__infer_output(call, 0, x->dtype, x->ndim, shape);
+  if (call->num_inputs > 3) {
+    /* Read element for element with the output, as matmul's c. */
+    const recap_tensor *r = &call->inputs[3];
+    RECAP_TRY(recap__infer_same_dtype(call, 3));
+    bool same = r->ndim == x->ndim;
+    for (int d = 0; same && d < x->ndim; ++d) same = r->shape[d] == shape[d];
+    if (!same)
+      return RECAP_OP_FAIL(call, "input 'residual' has shape %s, expected the output's %s",
+                           recap__shape_label(r).s, recap__shape_label(&call->outputs[0]).s);
+    if (!recap__tensor_is_contiguous(r))
+      return RECAP_OP_FAIL(call, "input 'residual' %s must be contiguous (copy it first)",
+                           recap__shape_label(r).s);
+  }
   return RECAP_OK;
 }
 
@@ -256,6 +269,7 @@ recap_status recap__gemm_plan_make(const recap_op_call *call, recap__gemm_plan *
     p.a = x->data;
     p.b = w->data;
     p.bias = call->num_inputs > 2 ? call->inputs[2].data : NULL;
+    p.residual = call->num_inputs > 3 ? call->inputs[3].data : NULL;
     p.alpha = 1.0f;
     p.act = call->attrs.act;
     /* The leading dims of x become rows when one stride steps through all of them (always
@@ -343,10 +357,10 @@ const recap_op_def recap__op_matmul = {
 
 const recap_op_def recap__op_linear = {
     .name = "linear",
-    .summary = "act(x weight^T + bias): weight [N, K], bias [N]",
+    .summary = "act(x weight^T + bias) + residual: weight [N, K], bias [N], residual as out",
     .input_names = linear_inputs,
     .min_inputs = 2,
-    .max_inputs = 3,
+    .max_inputs = 4,
     .num_outputs = 1,
     .attrs = linear_attrs,
     .dtype_mask = RECAP__DTYPES_FLOAT,

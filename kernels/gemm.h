@@ -10,8 +10,12 @@
  *     batch dims broadcast (numpy rules; 4 dims in all at most).
  *     out [batch..., M, N] = alpha * op(a) op(b) + beta * c. c (required when beta != 0,
  *     refused when beta == 0) has out's exact shape and is contiguous; out may alias it.
- *   linear: inputs x [..., K], weight [N, K], bias? [N]; attr act (none).
- *     out [..., N] = act(x weight^T + bias).
+ *   linear: inputs x [..., K], weight [N, K], bias? [N], residual? [..., N]; attr act (none).
+ *     out [..., N] = act(x weight^T + bias) + residual. The residual (a skip connection) has
+ *     out's exact shape, is contiguous, and comes after a bias (give zeros where there is
+ *     none); it never shares memory with out. The fusion pass (engine/fuse.h) folds `add`s of
+ *     a linear's output into it; cuBLASLt adds it as its C matrix (beta = 1) when there is no
+ *     activation, else the epilogue kernel adds it after the activation.
  * All tensors share one float dtype; products accumulate in f32. Each matrix (the last two
  * dims) must have a unit stride in one of its two dims (a transposed view is free); batch
  * dims may have any non-negative strides.
@@ -43,14 +47,16 @@ extern const recap_op_def recap__op_matmul, recap__op_linear;
 #define RECAP_GEMM_WORKSPACE_BYTES ((size_t)32 << 20)
 
 /* The work of one matmul or linear call, in row-major terms:
- *   out[i, j] = act(alpha * sum_p A(i, p) B(p, j) + beta * C(i, j) + bias[j])
+ *   out[i, j] = act(alpha * sum_p A(i, p) B(p, j) + beta * C(i, j) + bias[j]) + R(i, j)
  * for each batch index (outer, inner), with A(i, p) = a[i * a_rs + p * a_cs] (element
  * strides, transposes already applied) and likewise for B. Pointers are those of batch 0;
- * batch level l adds bs[l] elements per step. out and c are contiguous [.., m, n]. */
+ * batch level l adds bs[l] elements per step. out, c and residual (R) are contiguous
+ * [.., m, n] with out's batch strides. */
 typedef struct {
   recap_dtype dtype;
   int64_t m, n, k;
   const void *a, *b, *c, *bias; /* c, bias: NULL when absent */
+  const void *residual;         /* linear's residual, added after act; NULL when absent */
   void *out;
   int64_t a_rs, a_cs, b_rs, b_cs;
   int64_t batch[2]; /* outer, inner; merged into the inner level when one stride each does */
@@ -121,7 +127,7 @@ recap_status recap__cuda_gemm_skinny(const recap__gemm_plan *p, int device, void
 /* The launch configuration recap__cuda_gemm_skinny uses for the plan on `device`: warps per
  * block (RECAP_GEMM_SKINNY_WARPS, else chosen for the shape) and the load scheme `pipe`: 0 one
  * register buffer (RECAP_GEMM_SKINNY_PIPE=0), 1 double-buffered registers, 2 and 3 bulk copies
- * into a shared-memory ring (Hopper; m <= 4 and m 5-8 by default; docs/perf/skinny_gemm.md).
+ * into a shared-memory ring (Hopper; m <= 4 and m 5-16 by default; docs/perf/skinny_gemm.md).
  * A CUDA error status when the device cannot be asked. */
 recap_status recap__cuda_gemm_skinny_default(const recap__gemm_plan *p, int device, int *warps,
                                              int *pipe);
@@ -166,10 +172,12 @@ recap_status recap__cuda_gemm_tune_compare(const void *ref, const void *got, rec
                                            void *cuda_stream);
 
 /* In place over the contiguous [rows, cols] output of a GEMM: out[r, c] = act(out[r, c] +
- * bias[c]) (bias NULL: no bias), in f32 math, on `cuda_stream`. kernels/gemm_epilogue.cu. */
-recap_status recap__cuda_gemm_bias_act(void *out, const void *bias, recap_dtype dtype,
-                                       int64_t rows, int64_t cols, recap_activation act,
-                                       void *cuda_stream);
+ * bias[c]) + residual[r, c] (bias, residual NULL: none; residual is contiguous [rows, cols]
+ * and does not overlap out), in f32 math rounded once, on `cuda_stream`.
+ * kernels/gemm_epilogue.cu. */
+recap_status recap__cuda_gemm_bias_act(void *out, const void *bias, const void *residual,
+                                       recap_dtype dtype, int64_t rows, int64_t cols,
+                                       recap_activation act, void *cuda_stream);
 #endif
 
 /* ---- the activations, one definition for host and device code ---- */

@@ -1,9 +1,11 @@
 /*
  * gemm_epilogue.cu: the part of a GEMM epilogue that cuBLASLt cannot fuse, applied in place
- * to the GEMM's contiguous output: bias (cuBLAS path only) and the activations cuBLASLt has no
+ * to the GEMM's contiguous output: bias (cuBLAS path only), the activations cuBLASLt has no
  * epilogue for: gelu in its erf form (cuBLASLt's GELU is the tanh approximation), silu,
- * sigmoid and tanh. One extra pass over the output; math in f32 for every storage type, with
- * the same activation code as the host reference (recap__gemm_activate in gemm.h). The kernels
+ * sigmoid and tanh, and a linear's residual where it must come after the activation or the
+ * GEMM ran elsewhere (the skinny kernel, cuBLAS). One extra pass over the output; math in f32
+ * for every storage type, with the same activation code as the host reference
+ * (recap__gemm_activate in gemm.h), rounded once at the end. The kernels
  * start with recap__pdl_begin and are launched through recap__cuda_launch (cuda_common.cuh):
  * they wait for the GEMM before touching its output.
  *
@@ -37,43 +39,50 @@ union vec16 {
 /* One 16-byte vector per thread. The vector never straddles a row (cols % kN == 0), so its
  * bias is the one vector at column (first element % cols). */
 template <typename T, recap_activation kAct>
-__global__ void bias_act_vec_kernel(T *out, const T *bias, int64_t vectors, int64_t cols) {
+__global__ void bias_act_vec_kernel(T *out, const T *bias, const T *residual, int64_t vectors,
+                                    int64_t cols) {
   recap__pdl_begin();
   constexpr int kN = vec16<T>::kN;
   const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= vectors) return;
   uint4 *where = reinterpret_cast<uint4 *>(out) + i;
-  vec16<T> x, b;
+  vec16<T> x, b, r;
   x.raw = *where;
   if (bias) b.raw = __ldg(reinterpret_cast<const uint4 *>(bias + (i * kN) % cols));
+  if (residual) r.raw = __ldg(reinterpret_cast<const uint4 *>(residual) + i);
 #pragma unroll
   for (int j = 0; j < kN; ++j) {
     float f = recap__to_float(x.v[j]);
     if (bias) f += recap__to_float(b.v[j]);
-    x.v[j] = recap__from_float<T>(recap__gemm_activate(kAct, f));
+    f = recap__gemm_activate(kAct, f);
+    if (residual) f += recap__to_float(r.v[j]);
+    x.v[j] = recap__from_float<T>(f);
   }
   *where = x.raw;
 }
 
 template <typename T>
-__global__ void bias_act_kernel(T *out, const T *bias, int64_t total, int64_t cols,
-                                recap_activation act) {
+__global__ void bias_act_kernel(T *out, const T *bias, const T *residual, int64_t total,
+                                int64_t cols, recap_activation act) {
   recap__pdl_begin();
   const int64_t step = (int64_t)gridDim.x * blockDim.x;
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += step) {
     float v = recap__to_float(out[i]);
     if (bias) v += recap__to_float(bias[i % cols]);
-    out[i] = recap__from_float<T>(recap__gemm_activate(act, v));
+    v = recap__gemm_activate(act, v);
+    if (residual) v += recap__to_float(residual[i]);
+    out[i] = recap__from_float<T>(v);
   }
 }
 
 template <typename T, recap_activation kAct>
-recap_status launch_vec(T *out, const T *bias, int64_t total, int64_t cols, cudaStream_t stream) {
+recap_status launch_vec(T *out, const T *bias, const T *residual, int64_t total, int64_t cols,
+                        cudaStream_t stream) {
   const int64_t vectors = total / vec16<T>::kN;
   unsigned grid;
   RECAP_TRY(recap__cuda_grid_cover(vectors, kThreads, &grid));
   RECAP_CUDA_TRY(recap__cuda_launch(bias_act_vec_kernel<T, kAct>, grid, kThreads, 0, stream, out,
-                                    bias, vectors, cols));
+                                    bias, residual, vectors, cols));
   return RECAP_OK;
 }
 
@@ -83,7 +92,8 @@ bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
 /* ================================ launchers ============================================== */
 
-extern "C" recap_status recap__cuda_gemm_bias_act(void *out, const void *bias, recap_dtype dtype,
+extern "C" recap_status recap__cuda_gemm_bias_act(void *out, const void *bias,
+                                                  const void *residual, recap_dtype dtype,
                                                   int64_t rows, int64_t cols,
                                                   recap_activation act, void *cuda_stream) {
   recap__cuda_launch_range range("recap gemm epilogue");
@@ -97,20 +107,23 @@ extern "C" recap_status recap__cuda_gemm_bias_act(void *out, const void *bias, r
     using T = decltype(tag);
     T *o = static_cast<T *>(out);
     const T *b = static_cast<const T *>(bias);
-    if (cols % vec16<T>::kN == 0 && aligned16(out) && (!bias || aligned16(bias))) {
+    const T *r = static_cast<const T *>(residual);
+    if (cols % vec16<T>::kN == 0 && aligned16(out) && (!bias || aligned16(bias)) &&
+        (!residual || aligned16(residual))) {
       switch (act) {
-        case RECAP_ACT_NONE: return launch_vec<T, RECAP_ACT_NONE>(o, b, total, cols, stream);
-        case RECAP_ACT_RELU: return launch_vec<T, RECAP_ACT_RELU>(o, b, total, cols, stream);
-        case RECAP_ACT_GELU: return launch_vec<T, RECAP_ACT_GELU>(o, b, total, cols, stream);
+        case RECAP_ACT_NONE: return launch_vec<T, RECAP_ACT_NONE>(o, b, r, total, cols, stream);
+        case RECAP_ACT_RELU: return launch_vec<T, RECAP_ACT_RELU>(o, b, r, total, cols, stream);
+        case RECAP_ACT_GELU: return launch_vec<T, RECAP_ACT_GELU>(o, b, r, total, cols, stream);
         case RECAP_ACT_GELU_TANH:
-          return launch_vec<T, RECAP_ACT_GELU_TANH>(o, b, total, cols, stream);
-        case RECAP_ACT_SILU: return launch_vec<T, RECAP_ACT_SILU>(o, b, total, cols, stream);
-        case RECAP_ACT_SIGMOID: return launch_vec<T, RECAP_ACT_SIGMOID>(o, b, total, cols, stream);
-        case RECAP_ACT_TANH: return launch_vec<T, RECAP_ACT_TANH>(o, b, total, cols, stream);
+          return launch_vec<T, RECAP_ACT_GELU_TANH>(o, b, r, total, cols, stream);
+        case RECAP_ACT_SILU: return launch_vec<T, RECAP_ACT_SILU>(o, b, r, total, cols, stream);
+        case RECAP_ACT_SIGMOID:
+          return launch_vec<T, RECAP_ACT_SIGMOID>(o, b, r, total, cols, stream);
+        case RECAP_ACT_TANH: return launch_vec<T, RECAP_ACT_TANH>(o, b, r, total, cols, stream);
       }
     }
     RECAP_CUDA_TRY(recap__cuda_launch(bias_act_kernel<T>, recap__cuda_grid_for(total, kThreads),
-                                      kThreads, 0, stream, o, b, total, cols, act));
+                                      kThreads, 0, stream, o, b, r, total, cols, act));
     return RECAP_OK;
   });
 }

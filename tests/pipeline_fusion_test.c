@@ -4,9 +4,10 @@
  *
  * Group detection on IRs of small specs (chains, diamonds, outputs, KV-cache writes, streams,
  * the input limit, ops that never fuse, moved GEMM activations, mixed dtypes, broadcasting,
- * expr ops inlined), then whole pipelines: every spec in specs/ computes the same with fusion
- * on and off, eagerly and as graphs; the 100-op chain is one launch; RECAP_FUSION=0 and
- * recap_pipeline_options.no_fusion turn the pass off; the summary `recap plan` prints.
+ * expr ops inlined, residual adds folded into linears), then whole pipelines: every spec in specs/
+ * computes the same with fusion on and off, eagerly and as graphs; the 100-op chain is one launch;
+ * RECAP_FUSION=0 and recap_pipeline_options.no_fusion turn the pass off; the summary `recap plan`
+ * prints.
  */
 #include <dirent.h>
 #include <math.h>
@@ -495,6 +496,165 @@ static size_t compare_fusion(const char *label, const char *path, const char *ya
   return fused;
 }
 
+/* ---- residual adds folded into linears ---- */
+
+/* Two skip connections (operands in either order). B's buckets give the skinny GEMM's rows
+ * (2) and cuBLASLt's (64) on CUDA. */
+static const char resid_spec[] =
+    "name: resid\ndtype: f16\nseed: 6\n"
+    "dims: {B: [2, 64], D: 64}\n"
+    "tensors:\n"
+    "  x:  {shape: [B, D], role: input}\n"
+    "  w1: {shape: [D, D], role: param, init: normal, std: 0.1}\n"
+    "  b1: {shape: [D], role: param, init: normal, std: 0.1}\n"
+    "  w2: {shape: [D, D], role: param, init: normal, std: 0.1}\n"
+    "  b2: {shape: [D], role: param, init: normal, std: 0.1}\n"
+    "ops:\n"
+    "  - {op: linear, in: [x, w1, b1], out: h, name: proj}\n"
+    "  - {op: add, in: [x, h], out: r1, name: residual1}\n"
+    "  - {op: linear, in: [r1, w2, b2], out: g, name: up}\n"
+    "  - {op: add, in: [g, r1], out: y, name: residual2}\n"
+    "outputs: [y]\n";
+
+static void test_a_residual_add_folds_into_the_linear_before_it(void) {
+  fixture f = load(resid_spec);
+  recap__fuse_groups g;
+  CHECK_OK(recap__fuse_find(f.ir, &g));
+  CU_ASSERT_EQUAL(g.count, 0); /* folds are not groups */
+  recap__fuse_groups_free(&g);
+  const int x = tensor(f.ir, "x"), b1 = tensor(f.ir, "b1");
+  CHECK_OK(recap__fuse(f.ir));
+  CU_ASSERT_EQUAL_FATAL(f.ir->num_ops, 2);
+  CU_ASSERT_EQUAL(f.ir->fused_ops, 4);
+  const recap__ir_op *a = &f.ir->ops[0], *b = &f.ir->ops[1];
+  CU_ASSERT_STRING_EQUAL(a->def->name, "linear");
+  CU_ASSERT_STRING_EQUAL(a->name, "fused[proj,residual1]");
+  CU_ASSERT_EQUAL_FATAL(a->num_inputs, 4);
+  CU_ASSERT_EQUAL(a->inputs[0], x);
+  CU_ASSERT_EQUAL(a->inputs[2], b1);
+  CU_ASSERT_EQUAL(a->inputs[3], x);
+  CU_ASSERT_EQUAL(a->outputs[0], tensor(f.ir, "r1"));
+  CU_ASSERT_EQUAL_FATAL(a->num_fused, 2);
+  CU_ASSERT_EQUAL(a->fused_from[0], 0);
+  CU_ASSERT_EQUAL(a->fused_from[1], 1);
+  CU_ASSERT_PTR_NULL(a->program);
+  CU_ASSERT_STRING_EQUAL(b->name, "fused[up,residual2]");
+  CU_ASSERT_EQUAL_FATAL(b->num_inputs, 4);
+  CU_ASSERT_EQUAL(b->inputs[0], tensor(f.ir, "r1"));
+  CU_ASSERT_EQUAL(b->inputs[3], tensor(f.ir, "r1"));
+  CU_ASSERT_EQUAL(b->fused_from[0], 2);
+  CU_ASSERT_EQUAL(b->fused_from[1], 3);
+  CU_ASSERT_EQUAL(recap__ir_find_tensor(f.ir, "h"), -1);
+  CU_ASSERT_EQUAL(recap__ir_find_tensor(f.ir, "g"), -1);
+  CU_ASSERT_EQUAL(f.ir->tensors[tensor(f.ir, "r1")].producer, 0);
+  CU_ASSERT_EQUAL(f.ir->tensors[tensor(f.ir, "r1")].num_consumers, 2);
+  CU_ASSERT_EQUAL(f.ir->tensors[tensor(f.ir, "y")].producer, 1);
+
+  char *text = NULL;
+  CHECK_OK(recap__fuse_format(f.ir, true, &text));
+  CU_ASSERT_PTR_NOT_NULL(strstr(text, "4 spec ops became 2 fused ops"));
+  CU_ASSERT_PTR_NOT_NULL(strstr(text, "op 0 'fused[proj,residual1]' (stream 0): spec ops 0-1 (2)"));
+  CU_ASSERT_PTR_NOT_NULL(strstr(text, "= linear(x, w1, b1) + x, the add in the GEMM's epilogue"));
+  CU_ASSERT_PTR_NOT_NULL(strstr(text, "= linear(r1, w2, b2) + r1"));
+  free(text);
+  unload(&f);
+}
+
+/* What keeps an add out of the linear: no bias, an activation (cuBLASLt would add C before
+ * it), a broadcast operand, a second reader or an output, another stream, and an operand
+ * written through an alias (the folded linear would read it later than the add did). */
+static void test_a_residual_add_stays_when_the_fold_would_change_the_result(void) {
+  fixture f = load(
+      "name: nofold\ndtype: f32\n"
+      "dims: {S: 4, D: 8}\n"
+      "tensors:\n"
+      "  x:     {shape: [S, D], role: input}\n"
+      "  x4:    {shape: [1, S, 1, D], role: input}\n"
+      "  w:     {shape: [D, D], role: param, init: normal, std: 0.3}\n"
+      "  b:     {shape: [D], role: param, init: normal, std: 0.1}\n"
+      "  cache: {shape: [1, S, 1, D], role: state, init: ones}\n"
+      "  rows:  {shape: [1, 1, 1, D], role: input}\n"
+      "  pos:   {role: scalar, value: 1}\n"
+      "ops:\n"
+      "  - {op: linear, in: [x, w], out: h0}\n"
+      "  - {op: add, in: [h0, x], out: y0}\n"
+      "  - {op: linear, in: [x, w, b], out: h1, act: relu}\n"
+      "  - {op: add, in: [h1, x], out: y1}\n"
+      "  - {op: linear, in: [x, w, b], out: h2}\n"
+      "  - {op: add, in: [h2, b], out: y2}\n"
+      "  - {op: linear, in: [x, w, b], out: h3}\n"
+      "  - {op: add, in: [h3, x], out: y3}\n"
+      "  - {op: linear, in: [x, w, b], out: h4}\n"
+      "  - {op: add, in: [h4, x], out: y4, stream: 1}\n"
+      "  - {op: linear, in: [x, w, b], out: h6}\n"
+      "  - {op: add, in: [h6, x], out: y6}\n"
+      "  - {op: mul, in: [h6, x], out: y7}\n"
+      "  - {op: linear, in: [x4, w, b], out: h5}\n"
+      "  - {op: kv_append, in: [cache, rows, pos], out: after}\n"
+      "  - {op: add, in: [h5, cache], out: y5}\n"
+      "outputs: [y0, y1, y2, h3, y3, y4, y5, y6, y7, after]\n");
+  const size_t ops = f.ir->num_ops;
+  CHECK_OK(recap__fuse(f.ir));
+  CU_ASSERT_EQUAL(f.ir->num_ops, ops);
+  CU_ASSERT_EQUAL(f.ir->fused_ops, 0);
+  unload(&f);
+}
+
+/* The whole pipelines agree with the unfused ones (every element; both buckets). */
+static void test_folded_residuals_compute_the_same_as_the_unfused_adds(void) {
+  CU_ASSERT_EQUAL(
+      compare_fusion("resid", NULL, resid_spec, NULL, g_dev, g_dev.backend != RECAP_BACKEND_HOST),
+      4);
+}
+
+/* linear's residual input on its own: out = act(x W^T + b) + residual, the residual after
+ * the activation, checked against a double-precision reference for every element. */
+static void test_a_linear_residual_is_added_after_the_activation(void) {
+  static const char spec[] =
+      "name: lres\ndtype: f32\nseed: 9\n"
+      "dims: {M: 24, K: 32, N: 40}\n"
+      "tensors:\n"
+      "  x: {shape: [M, K], role: input}\n"
+      "  r: {shape: [M, N], role: input}\n"
+      "  w: {shape: [N, K], role: param, init: normal, std: 0.2}\n"
+      "  b: {shape: [N], role: param, init: normal, std: 0.5}\n"
+      "ops:\n"
+      "  - {op: linear, in: [x, w, b, r], out: y, act: relu}\n"
+      "  - {op: linear, in: [x, w, b, r], out: z, act: gelu}\n"
+      "  - {op: linear, in: [x, w, b, r], out: v}\n"
+      "outputs: [y, z, v]\n";
+  enum { M = 24, K = 32, N = 40 };
+  recap_pipeline *p = create(NULL, spec, NULL, g_dev, RECAP_MODE_GRAPH, 0);
+  static float x[M * K], r[M * N], w[N * K], b[N], y[M * N], z[M * N], v[M * N];
+  test_rng rng;
+  test_rng_init(&rng);
+  for (int i = 0; i < M * K; ++i) x[i] = (float)test_rng_uniform(&rng, -1, 1);
+  for (int i = 0; i < M * N; ++i) r[i] = (float)test_rng_uniform(&rng, -1, 1);
+  CHECK_OK(recap_pipeline_copy_in(p, "x", x, sizeof x, 0));
+  CHECK_OK(recap_pipeline_copy_in(p, "r", r, sizeof r, 0));
+  CHECK_OK(recap_pipeline_run(p, 0));
+  CHECK_OK(recap_pipeline_copy_out(p, "w", w, sizeof w, 0));
+  CHECK_OK(recap_pipeline_copy_out(p, "b", b, sizeof b, 0));
+  CHECK_OK(recap_pipeline_copy_out(p, "y", y, sizeof y, 0));
+  CHECK_OK(recap_pipeline_copy_out(p, "z", z, sizeof z, 0));
+  CHECK_OK(recap_pipeline_copy_out(p, "v", v, sizeof v, 0));
+  int bad = 0;
+  for (int i = 0; i < M; ++i)
+    for (int j = 0; j < N; ++j) {
+      double acc = b[j];
+      for (int k = 0; k < K; ++k) acc += (double)x[i * K + k] * w[j * K + k];
+      const double res = r[i * N + j];
+      const double want[3] = {(acc > 0 ? acc : 0) + res,
+                              0.5 * acc * (1.0 + erf(acc / sqrt(2.0))) + res, acc + res};
+      const float got[3] = {y[i * N + j], z[i * N + j], v[i * N + j]};
+      for (int o = 0; o < 3; ++o)
+        if (fabs(got[o] - want[o]) > 1e-4 * (1.0 + fabs(want[o])) && bad++ < 5)
+          fprintf(stderr, "\n  output %d [%d, %d]: %g, want %g", o, i, j, got[o], want[o]);
+    }
+  CU_ASSERT_EQUAL(bad, 0);
+  CHECK_OK(recap_pipeline_destroy(p));
+}
+
 /* Dims that keep each example small (as in pipeline_test.c). */
 static const struct {
   const char *file;
@@ -636,6 +796,10 @@ int main(void) {
   ADD_(test_a_linear_activation_without_epilogue_moves_into_its_tail)
   ADD_(test_mixed_dtypes_fuse_through_casts)
   ADD_(test_an_expr_op_is_inlined_into_the_group)
+  ADD_(test_a_residual_add_folds_into_the_linear_before_it)
+  ADD_(test_a_residual_add_stays_when_the_fold_would_change_the_result)
+  ADD_(test_folded_residuals_compute_the_same_as_the_unfused_adds)
+  ADD_(test_a_linear_residual_is_added_after_the_activation)
   ADD_(test_every_spec_computes_the_same_fused_and_unfused_eager_and_as_graphs)
   ADD_(test_the_small_specs_compute_the_same_fused_and_unfused)
   ADD_(test_the_100_op_chain_is_one_launch)
@@ -648,6 +812,8 @@ int main(void) {
   ADD_(test_the_small_specs_compute_the_same_fused_and_unfused)
   ADD_(test_the_100_op_chain_is_one_launch)
   ADD_(test_a_read_of_a_cache_written_later_is_not_moved_past_the_write)
+  ADD_(test_folded_residuals_compute_the_same_as_the_unfused_adds)
+  ADD_(test_a_linear_residual_is_added_after_the_activation)
 #undef ADD_
   return test_run_all();
 }
