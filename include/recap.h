@@ -850,10 +850,14 @@ RECAP_API recap_status recap_comm_init_rank(recap_device device, int world_size,
  * ncclCommInitAll). Used by the multi-device functions below. */
 RECAP_API recap_status recap_comm_init_devices(const recap_device *devices, int count,
                                                double timeout_s, recap_comm **comms);
-/* Waits for nothing: the caller synchronizes first. NULL is accepted. */
+/* Waits for nothing: the caller synchronizes first. NULL is accepted. After an abort it waits
+ * at most the communicator's timeout for NCCL's teardown, then leaves what remains to the
+ * process's exit (a warning on stderr) rather than hang. */
 RECAP_API recap_status recap_comm_destroy(recap_comm *comm);
-/* Aborts outstanding collectives (they may never complete); the object must still be
- * destroyed. */
+/* Aborts outstanding collectives (they may never complete) and returns at once: the watchdog
+ * thread carries out NCCL's abort, which can take many seconds when a peer died, and the
+ * aborted kernels return when it is done. Every later call on the communicator fails naming
+ * the cause. The object must still be destroyed. */
 RECAP_API recap_status recap_comm_abort(recap_comm *comm);
 RECAP_API int recap_comm_rank(const recap_comm *comm);
 RECAP_API int recap_comm_world_size(const recap_comm *comm);

@@ -131,8 +131,21 @@ recap_status recap__op_launch(recap_op_call *call, recap_stream *stream) {
     call->rng_slot_delta = philox.slot_delta;
   }
 
-  recap_status st = host ? stream->backend->launch_host(stream, host_trampoline, call, sizeof *call)
-                         : def->launch_cuda(call, recap_stream_native(stream));
+  recap_status st;
+  if (host) {
+    st = stream->backend->launch_host(stream, host_trampoline, call, sizeof *call);
+  } else {
+    /* The kernels launch on the current device, which must be the stream's: a process that
+     * drives several GPUs (a rank that sees every GPU, a pipeline per device) has another one
+     * current on this thread more often than not. */
+    int previous = 0;
+    const recap__backend *be = stream->backend;
+    st = be->device_enter ? be->device_enter(stream->device.index, &previous) : RECAP_OK;
+    if (st == RECAP_OK) {
+      st = def->launch_cuda(call, recap_stream_native(stream));
+      if (be->device_exit) be->device_exit(stream->device.index, previous);
+    }
+  }
   if (st != RECAP_OK) return recap__error_context(st, "op '%s': ", def->name);
   return RECAP_OK;
 }

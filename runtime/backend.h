@@ -117,6 +117,13 @@ struct recap__backend {
   /* Writes a Graphviz description of the graph (optional). */
   recap_status (*graph_debug_dot)(recap__graph *graph, const char *path);
 
+  /* Makes `device` the calling thread's current native device for the launches that follow
+   * (CUDA's <<<...>>> launches, and libraries such as NCCL, go to the current device, which must
+   * be the stream's), saving the previous one in *previous for device_exit (optional: a
+   * backend without a native current device leaves both NULL). */
+  recap_status (*device_enter)(int device, int *previous);
+  void (*device_exit)(int device, int previous);
+
   /* Runs fn(args) in stream order; args (args_size bytes) are copied, so a captured call
    * keeps its own copy, as kernel parameters are. On CUDA this is cudaLaunchHostFunc. */
   recap_status (*launch_host)(recap_stream *stream, recap__host_fn fn, const void *args,

@@ -78,6 +78,18 @@ static void guard_exit(const device_guard *guard) {
   if (guard->switched && cudaSetDevice(guard->previous) != cudaSuccess) (void)cudaGetLastError();
 }
 
+static recap_status cuda_device_enter(int device, int *previous) {
+  device_guard guard;
+  RECAP_TRY(guard_enter(&guard, device));
+  *previous = guard.previous;
+  return RECAP_OK;
+}
+
+static void cuda_device_exit(int device, int previous) {
+  device_guard guard = {previous, previous != device};
+  guard_exit(&guard);
+}
+
 /* ------------------------------------------------------------------------------------------
  * Failures of host functions, reported at the next synchronize (see the file comment).
  * ---------------------------------------------------------------------------------------- */
@@ -817,5 +829,7 @@ const recap__backend recap__cuda_backend = {
     .graph_destroy = cuda_graph_destroy,
     .graph_exec_destroy = cuda_graph_exec_destroy,
     .graph_debug_dot = cuda_graph_debug_dot,
+    .device_enter = cuda_device_enter,
+    .device_exit = cuda_device_exit,
     .launch_host = cuda_launch_host,
 };

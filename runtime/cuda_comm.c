@@ -169,22 +169,45 @@ typedef struct {
   atomic_int busy;          /* nested busy stretches */
   _Atomic double busy_since; /* when the outermost began */
   atomic_bool aborted;
+  atomic_bool watchdog_exited;
+  atomic_bool abort_issued; /* ncclCommAbort was called (issue_abort) */
   recap_status failure;     /* why it was aborted (set before `aborted`) */
   char reason[512];
 } nccl_state;
 
 static nccl_state *state_of(recap_comm *c) { return (nccl_state *)c->nccl; }
 
-/* Aborts under the lock, once, recording why. */
+/* Calls ncclCommAbort, once. */
+static void issue_abort(nccl_state *s) {
+  if (atomic_exchange(&s->abort_issued, true)) return;
+  double t0 = now_s();
+  nccl.CommAbort(s->comm);
+  double took = now_s() - t0;
+  if (took > 1.0)
+    fprintf(stderr, "recap: rank %d of %d: ncclCommAbort took %.1f s\n", s->owner->rank,
+            s->owner->world, took);
+}
+
+/* Aborts once, recording why. The state turns `aborted` under the lock, so no NCCL call on
+ * this communicator is under way or starts afterwards (each checks the flag under the lock).
+ * ncclCommAbort itself runs on the watchdog thread where there is one: with a dead peer whose
+ * connections were up it can take very long (measured on two H200s: over 20 s, tearing down
+ * the connections to the dead rank), and the failing thread must return its error at once so
+ * that its caller can report it and end. The aborted kernels return when it is done. */
 static void abort_with(nccl_state *s, recap_status why, const char *reason) {
   pthread_mutex_lock(&nccl_lock);
-  if (!atomic_load(&s->aborted)) {
+  bool first = !atomic_load(&s->aborted);
+  if (first) {
     s->failure = why;
     snprintf(s->reason, sizeof s->reason, "%s", reason);
     atomic_store(&s->aborted, true);
-    nccl.CommAbort(s->comm);
   }
   pthread_mutex_unlock(&nccl_lock);
+  if (!first) return;
+  fprintf(stderr, "recap: rank %d of %d: aborting the NCCL communicator: %s\n", s->owner->rank,
+          s->owner->world, reason);
+  bool on_watchdog = s->has_watchdog && pthread_equal(pthread_self(), s->watchdog);
+  if (!s->has_watchdog || on_watchdog || atomic_load(&s->watchdog_exited)) issue_abort(s);
 }
 
 static recap_status aborted_status(nccl_state *s) {
@@ -216,10 +239,19 @@ static recap_status poll_async(nccl_state *s) {
   return aborted_status(s);
 }
 
+/* The pause before the next poll of a wait that has polled `polls` times: none at first, since
+ * an enqueue that answered ncclInProgress usually completes within microseconds (a fixed 1 ms
+ * sleep here cost every distributed run a millisecond: the header broadcast's group end
+ * answers ncclInProgress each time), then a backoff to 1 ms for waits on a slow peer. */
+static void poll_backoff(long polls) {
+  if (polls < 200) return;
+  sleep_us(polls < 1000 ? 10 : polls < 2000 ? 100 : 1000);
+}
+
 /* Waits until the communicator leaves ncclInProgress, at most its timeout. */
 static recap_status wait_ready(nccl_state *s, const char *what) {
   double deadline = now_s() + s->owner->timeout_s;
-  for (;;) {
+  for (long polls = 0;; ++polls) {
     recap_status st = poll_async(s);
     if (st != RECAP_STATUS_NOT_READY) return st;
     if (now_s() > deadline) {
@@ -230,7 +262,7 @@ static recap_status wait_ready(nccl_state *s, const char *what) {
       abort_with(s, RECAP_STATUS_TIMEOUT, reason);
       return aborted_status(s);
     }
-    sleep_us(1000);
+    poll_backoff(polls);
   }
 }
 
@@ -250,6 +282,9 @@ static void *watchdog_main(void *arg) {
       abort_with(s, RECAP_STATUS_TIMEOUT, reason);
     }
   }
+  /* An abort asked for on another thread is carried out here (abort_with). */
+  if (atomic_load(&s->aborted)) issue_abort(s);
+  atomic_store(&s->watchdog_exited, true);
   return NULL;
 }
 
@@ -261,6 +296,8 @@ static recap_status new_state(recap_comm *c) {
   atomic_init(&s->busy, 0);
   atomic_init(&s->busy_since, 0.0);
   atomic_init(&s->aborted, false);
+  atomic_init(&s->watchdog_exited, false);
+  atomic_init(&s->abort_issued, false);
   c->nccl = s;
   return RECAP_OK;
 }
@@ -350,7 +387,25 @@ void recap__nccl_destroy(recap_comm *c, bool abort) {
   nccl_state *s = state_of(c);
   if (!s) return;
   atomic_store(&s->stop, true);
-  if (s->has_watchdog) pthread_join(s->watchdog, NULL);
+  if (s->has_watchdog) {
+    /* The watchdog may be inside an ncclCommAbort that a dead peer holds up: wait for it at
+     * most the communicator's timeout, then leave the thread and this state to the process's
+     * exit rather than hang the caller. */
+    double deadline = now_s() + c->timeout_s;
+    while (!atomic_load(&s->watchdog_exited) && now_s() < deadline) sleep_us(1000);
+    if (!atomic_load(&s->watchdog_exited)) {
+      fprintf(stderr,
+              "recap: rank %d of %d: the NCCL watchdog did not stop within %.1f s "
+              "(ncclCommAbort has not returned); leaving it to the process's exit\n",
+              c->rank, c->world, c->timeout_s);
+      pthread_detach(s->watchdog);
+      c->nccl = NULL;
+      return;
+    }
+    pthread_join(s->watchdog, NULL);
+  }
+  /* An abort recorded while the watchdog was already on its way out. */
+  if (s->comm && atomic_load(&s->aborted)) issue_abort(s);
   if (s->comm && !atomic_load(&s->aborted)) {
     bool clean = false;
     if (!abort) {
@@ -360,13 +415,12 @@ void recap__nccl_destroy(recap_comm *c, bool abort) {
       pthread_mutex_unlock(&nccl_lock);
       clean = (r == ncclSuccess || r == ncclInProgress) && wait_ready(s, "ncclCommFinalize") == RECAP_OK;
     }
-    if (!atomic_load(&s->aborted)) {
+    if (clean) {
       pthread_mutex_lock(&nccl_lock);
-      if (clean)
-        nccl.CommDestroy(s->comm);
-      else
-        nccl.CommAbort(s->comm);
+      nccl.CommDestroy(s->comm);
       pthread_mutex_unlock(&nccl_lock);
+    } else {
+      issue_abort(s);
     }
   }
   free(s);
@@ -536,8 +590,7 @@ recap_status recap__nccl_synchronize(recap_comm *c, recap_stream *stream) {
       st = aborted_status(s);
       break;
     }
-    /* Spin briefly (collectives usually finish in microseconds), then back off. */
-    if (spins > 1000) sleep_us(spins > 100000 ? 1000 : 50);
+    poll_backoff(spins);
   }
   recap__nccl_busy_end(c);
   if (st != RECAP_OK) return st;

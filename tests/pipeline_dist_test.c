@@ -398,6 +398,36 @@ static void test_dead_rank_fails_the_others_within_timeout(void) {
   CU_ASSERT(elapsed < 100);
 }
 
+/* Kernels launch on the current device, and nothing made the pipeline's device current: a
+ * pipeline on cuda:1 run eagerly from a thread where cuda:0 is current (as in a rank that sees
+ * every GPU) launched its kernels to the wrong device. Both devices' results must agree. */
+static void test_pipeline_on_second_gpu_runs_eagerly_while_first_is_current(void) {
+  static const char spec[] =
+      "name: second-gpu\ndevice: cuda\ndtype: f32\nseed: 3\n"
+      "tensors:\n  x: {shape: [64, 256], role: input}\n"
+      "  w: {shape: [128, 256], role: param, init: normal, std: 0.05}\n"
+      "ops:\n  - {op: linear, in: [x, w], out: h}\n  - {op: gelu, in: h, out: g}\n"
+      "  - {op: softmax, in: g, out: y}\noutputs: [y]\n";
+  static float x[64 * 256], want[64 * 128], got[64 * 128];
+  fill(x, 64 * 256, 5);
+  float *outs[2] = {want, got};
+  for (int dev = 0; dev < 2; ++dev) {
+    recap_pipeline_options o = {.override_device = 1,
+                                .device = {RECAP_BACKEND_CUDA, dev},
+                                .override_mode = 1,
+                                .mode = RECAP_MODE_EAGER};
+    recap_pipeline *p = NULL;
+    CHECK_OK(recap_pipeline_create_string(spec, sizeof spec - 1, "second-gpu.yaml", &o, &p));
+    if (!p) return;
+    CHECK_OK(recap_pipeline_copy_in(p, "x", x, sizeof x, 0));
+    CHECK_OK(recap_pipeline_run(p, 0));
+    CHECK_OK(recap_pipeline_copy_out(p, "y", outs[dev], sizeof got, 0));
+    CHECK_OK(recap_pipeline_destroy(p));
+  }
+  double worst;
+  CU_ASSERT_EQUAL(compare(got, want, 64 * 128, &worst), 0);
+}
+
 static int child_main(const char *spec) {
   char role[16];
   int rank = -1, n = 0;
@@ -424,6 +454,7 @@ int main(void) {
            "run and are not counted as passed\n",
            gpus);
   }
+  CU_ADD_TEST(cuda, test_pipeline_on_second_gpu_runs_eagerly_while_first_is_current);
   CU_ADD_TEST(cuda, test_tp_mlp_two_ranks_equals_single_gpu);
   CU_ADD_TEST(cuda, test_dead_rank_fails_the_others_within_timeout);
   return test_run_all();

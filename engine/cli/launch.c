@@ -242,9 +242,15 @@ done:
   free(ms);
   cli_host_tensors_free(&outputs);
   cli_host_tensors_free(&inputs);
-  /* After a failure the stream may hold collectives that never complete: aborting first lets
-   * the pipeline's final synchronize return. */
-  if (comm && rc != CLI_EXIT_OK) recap_comm_abort(comm);
+  if (comm && rc != CLI_EXIT_OK) {
+    /* After a failure the stream may hold collectives that wait on a dead peer, and NCCL's
+     * abort, running on the communicator's watchdog thread, can take long to tear down the
+     * connections to it. This rank has said why it failed, so the process ends here, at
+     * once: tearing down the pipeline would wait on that abort, and exit()'s handlers would
+     * unload CUDA and NCCL under it (seen on two H200s: SIGSEGV after the error). */
+    fflush(NULL);
+    _exit(rc);
+  }
   if (p && (st = recap_pipeline_destroy(p)) != RECAP_OK && rc == CLI_EXIT_OK) {
     cli_report_failure(who, "destroying the pipeline", st);
     rc = CLI_EXIT_FAILURE;
@@ -269,8 +275,8 @@ static void launch_usage(FILE *out) {
           "  --gpus N      ranks (1 to %d); with --device host only 1\n"
           "  --timeout S   passed to each rank: rendezvous, NCCL init and every wait (default "
           "120)\n"
-          "  --grace S     seconds before stopping the other ranks after a failure (default "
-          "15)\n"
+          "  --grace S     seconds before stopping the other ranks after a failure (default: "
+          "the timeout + 5)\n"
           "run flags with --world: --mode, --device, --iters, --warmup, --dim, --seed, --json,\n"
           "--base-dir (inputs come from rank 0, seed 1234 unless --seed). --dim of the bucketed\n"
           "dim above its largest bucket replaces the buckets with that size.\n",
@@ -316,7 +322,7 @@ int cli_launch_main(int argc, char **argv) {
     launch_usage(stdout);
     return CLI_EXIT_OK;
   }
-  long long gpus = 0, timeout = 120, grace = 15;
+  long long gpus = 0, timeout = 120, grace = -1;
   for (int i = 0; i < (sep < 0 ? argc : sep); i++) {
     const char *v = NULL;
     int m;
@@ -331,6 +337,9 @@ int cli_launch_main(int argc, char **argv) {
       return CLI_EXIT_USAGE;
     }
   }
+  /* By default the other ranks get as long as their own waits take to fail (a rank notices
+   * a dead peer within its timeout), and a little more. */
+  if (grace < 0) grace = timeout + 5;
   if (sep < 0 || gpus < 1 || sep + 1 >= argc || strcmp(argv[sep + 1], "run") != 0) {
     launch_usage(stderr);
     return CLI_EXIT_USAGE;
