@@ -3,19 +3,21 @@
  * layernorm, rmsnorm, sum and mean.
  *
  * Every kernel maps one ROW (the last dimension, D elements, stride 1) to one "group" of
- * threads, a warp or a whole block, and groups loop over rows with the grid's stride, so a
- * capped grid covers any number of rows. Rows may sit anywhere in a strided view (their start
- * is found by decomposing the row index over the leading dims); outputs are contiguous.
+ * threads (a few lanes, a warp or a whole block), and groups loop over rows with the grid's
+ * stride, so a capped grid covers any number of rows. Rows may sit anywhere in a strided view
+ * (their start is found by decomposing the row index over the leading dims); outputs are
+ * contiguous.
  *
- * softmax, layernorm and rmsnorm hold the row in registers (the *_regs kernels): the group
- * reads it once, with 16-byte loads when the rows, the output and the parameter vectors are
- * 16-byte aligned and D is a multiple of 8 halves / 4 floats (else element by element, still
- * coalesced), keeps kVecs slots of VEC elements per thread as f32, reduces from registers and
- * writes once: one pass over memory in each direction, which is what a bandwidth-bound op can
- * do at best. A warp per row up to kWarpSlots * 32 slots (2048 halves, 1024 floats; 4 rows per
- * 128-thread block, reductions by shuffles alone), a block of up to kMaxBlockThreads per row
- * up to that many times 8 slots (16384 halves, 8192 floats); longer rows use the streaming
- * kernels below, which re-read the row from L1/L2. sum and mean use the streaming kernel (one read, so nothing to keep).
+ * softmax, layernorm and rmsnorm hold the row in registers (the *_regs kernels) when it is
+ * 16-byte accessible (D a multiple of 8 halves / 4 floats; rows, output and parameter vectors
+ * 16-byte aligned) and at most 32768 halves / 16384 floats long: the group reads it once with
+ * 16-byte loads, keeps at most 4 slots of 16 bytes per thread in the storage type, reduces
+ * from registers and writes once with 16-byte stores: one pass over memory in each direction,
+ * which is what a bandwidth-bound op can do at best. Groups of 4-16 lanes for rows of up to
+ * 256 halves, a warp up to 1024, then a block of 64-1024 threads (4 slots each) per row (for
+ * floats, half those lengths).
+ * Other rows use the streaming kernels below, which re-read the row from L1/L2; sum and mean
+ * always do (one read, so nothing to keep).
  *
  * Numerics: all accumulation in f32. Register softmax takes the row's maximum, then the sum of
  * exp(x - max), then writes exp(x - max) / sum: never an overflow. The streaming softmax keeps
@@ -29,6 +31,8 @@
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
+
+#include <type_traits>
 
 #include "kernels/cuda_common.cuh"
 #include "kernels/cuda_ops.h"
@@ -47,48 +51,74 @@ constexpr int kWarpRowMaxManyRows = 8192;
 constexpr int kWarpRowThreads = 256; /* 8 rows per block in warp mode */
 constexpr int kBlockRowThreads = 512;
 
-/* The register kernels: rows of up to kSubWarpSlots slots (of VEC elements) go to groups of
- * 4, 8 or 16 lanes (several rows per warp, at most 2 slots a lane: a 128-half attention row
- * would otherwise leave half of a warp idle), rows of up to 32 x kWarpSlots slots (4096
- * halves, 2048 floats) to a warp, longer rows to a block of 128 to kMaxBlockThreads threads
- * with kBlockSlots slots each. Groups of lanes run in blocks of kRegWarpThreads. */
+/* The register kernels (docs/perf/kernels.md has the measurements behind these numbers):
+ * rows of up to kSubWarpSlots slots (of VEC elements, 16 bytes) go to groups of 4, 8 or 16
+ * lanes (several rows per warp, at most 2 slots a lane: a 128-half attention row would
+ * otherwise leave half of a warp idle), rows of up to 32 x kWarpSlots slots (1024 halves, 512
+ * floats) to a warp, longer rows to a block of 64 to kMaxBlockThreads threads with at most
+ * kBlockSlots slots each (32768 halves, 16384 floats). Groups of lanes run in blocks of
+ * kRegWarpThreads. Few slots a thread is the point: the per-element work of a row (~10
+ * instructions) is split over many threads, so a row's reduce-and-write phase is short, and
+ * the registers a thread holds stay small enough for many rows in flight per SM. */
 constexpr int kSubWarpSlots = 32;
-constexpr int kWarpSlots = 16;
-constexpr int kBlockSlots = 8;
+constexpr int kWarpSlots = 4;
+constexpr int kBlockSlots = 4;
 constexpr int kRegWarpThreads = 128;
-constexpr int kMaxBlockThreads = 256;
+constexpr int kMaxBlockThreads = 1024;
 
-/* The register kernels' launch bounds (minimum blocks of 128 threads per SM): 64 registers up
- * to 2 slots, 80 at 4, 128 at 8, 168 at 16 (a slot is 4). Unbounded, the norm kernels took
- * 110-128 registers at 4 slots (4 blocks per SM: too few rows in flight to cover the latency
- * of each row's read-reduce-write chain); tighter bounds than these made ptxas spill.
- * Blocks: 2 of 256 threads (128 registers). */
+/* Threads per block of a register kernel: kLanes <= 32 runs groups of lanes in blocks of
+ * kRegWarpThreads; kLanes > 32 is one group of kLanes threads, the whole block. */
 constexpr int regs_threads(int lanes) {
-  return lanes ? kRegWarpThreads : kMaxBlockThreads;
+  return lanes <= 32 ? kRegWarpThreads : lanes;
+}
+/* Launch bounds: the minimum resident blocks per SM that leaves each thread at most
+ * regs_cap(kVecs) registers, about 40 beyond the row it holds (4 per slot): tighter made
+ * ptxas spill, looser let it take registers that cost rows in flight (ptxas -v numbers in
+ * docs/perf/kernels.md). Blocks of 512 threads get 2 (64 registers, a few bytes of spill in
+ * the bf16 layernorm) rather than 1 row in flight per SM; never more than 2048 threads. */
+constexpr int regs_cap(int vecs) {
+  return 40 + 8 * vecs;
+}
+constexpr int regs_min_blocks_fit(int threads, int vecs) {
+  return 65536 / (threads * regs_cap(vecs)) < (threads <= 512 ? 2 : 1)
+             ? (threads <= 512 ? 2 : 1)
+             : 65536 / (threads * regs_cap(vecs));
 }
 constexpr int regs_min_blocks(int lanes, int vecs) {
-  return lanes == 0 ? 2 : vecs <= 2 ? 8 : vecs == 4 ? 6 : vecs == 8 ? 4 : 3;
+  return regs_min_blocks_fit(regs_threads(lanes), vecs) > 2048 / regs_threads(lanes)
+             ? 2048 / regs_threads(lanes)
+             : regs_min_blocks_fit(regs_threads(lanes), vecs);
 }
 
 /* ================================ kernels ================================================ */
 
-/* Which rows a thread works on and how its group reduces. kLanes == 0: the whole block is one
- * group; otherwise each run of kLanes (4, 8, 16 or 32) lanes of a warp is. All members of a
- * group see the same row sequence, so the barriers inside block reductions are reached
- * uniformly; groups of one warp may run different numbers of rows, so their shuffles name the
- * group's lanes alone (xor offsets below kLanes stay inside the group). */
+/* Which rows a thread works on and how its group reduces. kLanes <= 32: each run of kLanes
+ * (4, 8, 16 or 32) lanes of a warp is a group; otherwise the block (kLanes threads) is. All
+ * members of a group see the same row sequence, so the barriers inside block reductions are
+ * reached uniformly; groups of one warp may run different numbers of rows, so their shuffles
+ * name the group's lanes alone (xor offsets below kLanes stay inside the group).
+ *
+ * A block reduction takes one barrier: each warp's partial goes to shared memory, and after
+ * the barrier every thread combines all of them in the same order (so all agree bitwise).
+ * Reductions alternate between two scratch rows: a thread writes row p of reduction n + 2
+ * only after the barrier of reduction n + 1, which every thread reaches after its reads of
+ * reduction n. */
 template <int kLanes>
 struct row_group {
+  static constexpr bool kBlock = kLanes > 32;
   int64_t first_row, row_stride;
   int rank, size;
   unsigned mask;
+  float (*scratch)[32];
+  int phase;
 
-  __device__ __forceinline__ row_group() {
-    if constexpr (kLanes == 0) {
+  __device__ __forceinline__ explicit row_group(float (*scratch_rows)[32])
+      : scratch(scratch_rows), phase(0) {
+    if constexpr (kBlock) {
       first_row = blockIdx.x;
       row_stride = gridDim.x;
       rank = threadIdx.x;
-      size = blockDim.x;
+      size = kLanes;
       mask = 0xffffffffu;
     } else {
       const int groups = blockDim.x / kLanes;
@@ -101,24 +131,29 @@ struct row_group {
     }
   }
 
-  __device__ __forceinline__ float sum(float v, float *scratch) const {
-    if constexpr (kLanes == 0) {
-      return recap__block_sum(v, scratch);
-    } else {
+  template <typename Op>
+  __device__ __forceinline__ float reduce(float v, Op op) {
+    constexpr int width = kBlock ? 32 : kLanes;
 #pragma unroll
-      for (int o = kLanes / 2; o > 0; o >>= 1) v += __shfl_xor_sync(mask, v, o);
-      return v;
+    for (int o = width / 2; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(mask, v, o));
+    if constexpr (kBlock) {
+      float *buf = scratch[phase];
+      phase ^= 1;
+      if ((threadIdx.x & 31) == 0) buf[threadIdx.x >> 5] = v;
+      __syncthreads();
+      v = buf[0];
+#pragma unroll
+      for (int w = 1; w < kLanes / 32; ++w) v = op(v, buf[w]);
     }
+    return v;
   }
 
-  __device__ __forceinline__ float max(float v, float *scratch) const {
-    if constexpr (kLanes == 0) {
-      return recap__block_max(v, scratch);
-    } else {
-#pragma unroll
-      for (int o = kLanes / 2; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(mask, v, o));
-      return v;
-    }
+  __device__ __forceinline__ float sum(float v) {
+    return reduce(v, [](float a, float b) { return a + b; });
+  }
+
+  __device__ __forceinline__ float max(float v) {
+    return reduce(v, [](float a, float b) { return fmaxf(a, b); });
   }
 };
 
@@ -138,7 +173,9 @@ __device__ __forceinline__ int64_t row_start(const recap__cuda_view4 &v, int64_t
  * 16-byte access, so D must be a multiple of VEC and every row start, output and parameter
  * vector 16-byte aligned (other rows take the streaming kernels: an element-wise path here
  * held a row in twice the registers, one per element, and made ptxas spill every kernel of
- * the file past 4 slots). Slots at or past D (< 2^31 here) are padding and hold 0. */
+ * the file past 4 slots). Slots past the row's nslots = D / VEC (< 2^31 here) are padding:
+ * they hold 0, are never stored, and the callers skip them where 0 would count. Bounds are
+ * checked per slot, never per element. */
 template <typename T, int kVecs>
 struct row_slots {
   static constexpr int VEC = 16 / sizeof(T);
@@ -149,16 +186,32 @@ struct row_slots {
     return (k * size + rank) * VEC + e;
   }
 
-  __device__ __forceinline__ float at(int k, int e) const {
-    return recap__to_float(raw[k].v[e]);
+  __device__ __forceinline__ static bool valid(int k, int rank, int size, int nslots) {
+    return k * size + rank < nslots;
   }
 
-  /* Loads columns [0, d) of `src`. */
-  __device__ __forceinline__ void load(const T *__restrict__ src, int d, int rank, int size) {
+  /* Element e of slot k as f32. A bf16 is the high half of its f32, one shift or mask; the
+   * asm is volatile so that ptxas redoes it at each use instead of keeping 8 f32 copies of
+   * each slot live across the reductions (which made the bf16 layernorm spill). */
+  __device__ __forceinline__ float at(int k, int e) const {
+    if constexpr (std::is_same<T, __nv_bfloat16>::value) {
+      const uint32_t pair = reinterpret_cast<const uint32_t *>(raw[k].v)[e / 2];
+      uint32_t bits;
+      if (e % 2 == 0)
+        asm volatile("shl.b32 %0, %1, 16;" : "=r"(bits) : "r"(pair));
+      else
+        asm volatile("and.b32 %0, %1, 0xffff0000;" : "=r"(bits) : "r"(pair));
+      return __uint_as_float(bits);
+    } else {
+      return recap__to_float(raw[k].v[e]);
+    }
+  }
+
+  __device__ __forceinline__ void load(const T *__restrict__ src, int nslots, int rank, int size) {
     const T zero = recap__from_float<T>(0.0f);
 #pragma unroll
     for (int k = 0; k < kVecs; ++k) {
-      if (col(k, 0, rank, size) < d) {
+      if (valid(k, rank, size, nslots)) {
         raw[k] = reinterpret_cast<const V *>(src)[k * size + rank];
       } else {
 #pragma unroll
@@ -167,28 +220,68 @@ struct row_slots {
     }
   }
 
-  /* Stores fn(c, x_c, pa[c], pb[c]) at each column c below d. pa and pb are parameter vectors
-   * of D elements read at the slots' columns with 16-byte loads; a NULL one reads as 0. */
+  /* Stores fn(k, e, x, pa[c], pb[c]) for element e of slot k (column c) of every slot that is
+   * not padding. pa and pb are parameter vectors of D elements read at the slots' columns with
+   * 16-byte loads; a NULL one reads as 0. Elements are converted in pairs (one instruction
+   * per pair for halves). */
   template <typename Fn>
-  __device__ __forceinline__ void store(T *__restrict__ dst, int d, int rank, int size,
+  __device__ __forceinline__ void store(T *__restrict__ dst, int nslots, int rank, int size,
                                         const T *__restrict__ pa, const T *__restrict__ pb,
                                         Fn &&fn) const {
 #pragma unroll
     for (int k = 0; k < kVecs; ++k) {
-      const int c0 = col(k, 0, rank, size);
-      if (c0 >= d) continue;
+      if (!valid(k, rank, size, nslots)) continue;
       const int slot = k * size + rank;
       V a, b, out;
       if (pa) a = reinterpret_cast<const V *>(pa)[slot];
       if (pb) b = reinterpret_cast<const V *>(pb)[slot];
 #pragma unroll
-      for (int e = 0; e < VEC; ++e)
-        out.v[e] = recap__from_float<T>(fn(c0 + e, at(k, e), pa ? recap__to_float(a.v[e]) : 0.0f,
-                                           pb ? recap__to_float(b.v[e]) : 0.0f));
+      for (int e = 0; e < VEC; e += 2) {
+        const float y0 = fn(k, e, at(k, e), pa ? recap__to_float(a.v[e]) : 0.0f,
+                            pb ? recap__to_float(b.v[e]) : 0.0f);
+        const float y1 = fn(k, e + 1, at(k, e + 1), pa ? recap__to_float(a.v[e + 1]) : 0.0f,
+                            pb ? recap__to_float(b.v[e + 1]) : 0.0f);
+        put2(&out.v[e], y0, y1);
+      }
       reinterpret_cast<V *>(dst)[slot] = out;
     }
   }
+
+  __device__ __forceinline__ static void put2(float *p, float a, float b) {
+    p[0] = a;
+    p[1] = b;
+  }
+  __device__ __forceinline__ static void put2(__half *p, float a, float b) {
+    *reinterpret_cast<__half2 *>(p) = __floats2half2_rn(a, b);
+  }
+  __device__ __forceinline__ static void put2(__nv_bfloat16 *p, float a, float b) {
+    *reinterpret_cast<__nv_bfloat162 *>(p) = __floats2bfloat162_rn(a, b);
+  }
 };
+
+/* 2^x by the hardware's approximation (MUFU.EX2, relative error ~2^-22, subnormal results
+ * flushed to 0, far below the smallest f16 or bf16 and within the f32 tolerance): exp2f
+ * without fast math adds instructions to scale subnormals, and softmax takes two per element. */
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+/* Runs body(row, r) for each of the group's rows r, the row loaded into registers first. (A
+ * variant that loaded the next row before reducing the current one, to keep a load in flight
+ * through the compute, ran 5-15% slower on H100: its two rows of registers cost more rows in
+ * flight per SM than the overlap gained.) */
+template <typename T, int kVecs, typename G, typename Body>
+__device__ __forceinline__ void for_each_row(G &g, const T *__restrict__ x,
+                                             const recap__cuda_view4 &rows_view, int64_t row_stride,
+                                             int64_t num_rows, int nslots, Body &&body) {
+  for (int64_t r = g.first_row; r < num_rows; r += g.row_stride) {
+    row_slots<T, kVecs> row;
+    row.load(x + row_start(rows_view, row_stride, r), nslots, g.rank, g.size);
+    body(row, r);
+  }
+}
 
 /* Merges two online-softmax states (running max m, sum s of exp(x - m)). An empty state is
  * (-inf, 0); merging with it leaves the other unchanged and never computes inf - inf. */
@@ -217,8 +310,9 @@ __global__ void softmax_kernel(const T *__restrict__ x, recap__cuda_view4 rows_v
                                T *__restrict__ y, int64_t num_rows, int64_t d, float scale,
                                bool causal, int64_t rows_per_matrix, int64_t causal_shift) {
   recap__pdl_begin();
-  __shared__ float scratch_m[32], scratch_s[32];
-  const row_group<kBlock ? 0 : 32> g;
+  __shared__ float scratch[2][32];
+  row_group<kBlock ? kBlockRowThreads : 32> g(scratch);
+  float *scratch_m = scratch[0], *scratch_s = scratch[1];
   for (int64_t r = g.first_row; r < num_rows; r += g.row_stride) {
     const T *xr = x + recap__view4_offset(rows_view, r);
     T *yr = y + r * d;
@@ -265,8 +359,8 @@ __global__ void norm_kernel(const T *__restrict__ x, recap__cuda_view4 rows_view
                             const T *__restrict__ weight, const T *__restrict__ bias,
                             T *__restrict__ y, int64_t num_rows, int64_t d, float eps) {
   recap__pdl_begin();
-  __shared__ float scratch[32];
-  const row_group<kBlock ? 0 : 32> g;
+  __shared__ float scratch[2][32];
+  row_group<kBlock ? kBlockRowThreads : 32> g(scratch);
   const float inv_d = 1.0f / (float)d;
   for (int64_t r = g.first_row; r < num_rows; r += g.row_stride) {
     const T *xr = x + recap__view4_offset(rows_view, r);
@@ -275,14 +369,14 @@ __global__ void norm_kernel(const T *__restrict__ x, recap__cuda_view4 rows_view
     if (!kRms) {
       float acc = 0.0f;
       for (int64_t j = g.rank; j < d; j += g.size) acc += recap__to_float(xr[j]);
-      mean = g.sum(acc, scratch) * inv_d;
+      mean = g.sum(acc) * inv_d;
     }
     float sq = 0.0f;
     for (int64_t j = g.rank; j < d; j += g.size) {
       const float c = recap__to_float(xr[j]) - mean;
       sq += c * c;
     }
-    const float rstd = 1.0f / sqrtf(g.sum(sq, scratch) * inv_d + eps);
+    const float rstd = 1.0f / sqrtf(g.sum(sq) * inv_d + eps);
     for (int64_t j = g.rank; j < d; j += g.size) {
       float v = (recap__to_float(xr[j]) - mean) * rstd * recap__to_float(weight[j]);
       if (!kRms && bias) v += recap__to_float(bias[j]);
@@ -291,53 +385,65 @@ __global__ void norm_kernel(const T *__restrict__ x, recap__cuda_view4 rows_view
   }
 }
 
-/* Softmax with the row in registers; causal as in softmax_kernel (columns at or past `limit`
- * are masked: no part in the maximum or the sum, and output 0). exp is taken twice (for the
- * sum and for the output) rather than kept: registers are what limit the row length. It is
- * exp2 of x * scale * log2(e) - max, one FMA and the hardware's ex2 (expf costs ~4x the
- * instructions, and at two per element the arithmetic rivalled the memory time of a row). */
+/* One row of the register softmax; kMasked: columns at or past `limit` are masked (no part
+ * in the maximum or the sum, and output 0), checked per element only then. exp is taken twice
+ * (for the sum and for the output) rather than kept: registers are what bound the rows in
+ * flight. It is exp2 of x * scale * log2(e) - max: one FMA and one MUFU.EX2. */
+template <bool kMasked, typename T, int kVecs, typename G>
+__device__ __forceinline__ void softmax_row(const row_slots<T, kVecs> &row, G &g,
+                                            T *__restrict__ yr, int nslots, int limit,
+                                            float scale2) {
+  constexpr int VEC = row_slots<T, kVecs>::VEC;
+  const auto visible = [&](int k, int e) {
+    return !kMasked || row_slots<T, kVecs>::col(k, e, g.rank, g.size) < limit;
+  };
+  float m = -INFINITY;
+#pragma unroll
+  for (int k = 0; k < kVecs; ++k)
+    if (row.valid(k, g.rank, g.size, nslots))
+#pragma unroll
+      for (int e = 0; e < VEC; ++e)
+        if (visible(k, e)) m = fmaxf(m, row.at(k, e) * scale2);
+  m = g.max(m);
+  /* m == -inf: every column masked (or -inf); no exp2(-inf - -inf) is ever taken. */
+  const float shift = m == -INFINITY ? 0.0f : m;
+  float s = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kVecs; ++k)
+    if (row.valid(k, g.rank, g.size, nslots))
+#pragma unroll
+      for (int e = 0; e < VEC; ++e)
+        if (visible(k, e)) s += fast_exp2(fmaf(row.at(k, e), scale2, -shift));
+  s = g.sum(s);
+  const float inv = s > 0.0f ? 1.0f / s : 0.0f;
+  row.store(yr, nslots, g.rank, g.size, nullptr, nullptr, [&](int k, int e, float v, float, float) {
+    return visible(k, e) ? fast_exp2(fmaf(v, scale2, -shift)) * inv : 0.0f;
+  });
+}
+
+/* Softmax with the row in registers; causal as in softmax_kernel. */
 template <typename T, int kLanes, int kVecs>
 __global__ void __launch_bounds__(regs_threads(kLanes), regs_min_blocks(kLanes, kVecs))
     softmax_regs_kernel(const T *__restrict__ x, recap__cuda_view4 rows_view, int64_t row_stride,
                         T *__restrict__ y, int64_t num_rows, int64_t d64, float scale, bool causal,
                         int64_t rows_per_matrix, int64_t causal_shift) {
   recap__pdl_begin();
-  __shared__ float scratch[32];
-  const row_group<kLanes> g;
-  const int d = (int)d64;
+  __shared__ float scratch[2][32];
+  row_group<kLanes> g(scratch);
+  const int d = (int)d64, nslots = d / row_slots<T, kVecs>::VEC;
   const float scale2 = scale * 1.44269504088896341f;
-  row_slots<T, kVecs> row;
-  constexpr int VEC = row_slots<T, kVecs>::VEC;
-  for (int64_t r = g.first_row; r < num_rows; r += g.row_stride) {
-    int limit = d;
-    if (causal) {
-      const int64_t visible = r % rows_per_matrix + causal_shift + 1;
-      limit = visible < 0 ? 0 : (visible < d ? (int)visible : d);
-    }
-    row.load(x + row_start(rows_view, row_stride, r), d, g.rank, g.size);
-    float m = -INFINITY;
-#pragma unroll
-    for (int k = 0; k < kVecs; ++k)
-#pragma unroll
-      for (int e = 0; e < VEC; ++e)
-        if (row.col(k, e, g.rank, g.size) < limit) m = fmaxf(m, row.at(k, e) * scale2);
-    m = g.max(m, scratch);
-    /* m == -inf: every column masked (or -inf); no exp2(-inf - -inf) is ever taken. */
-    const float shift = m == -INFINITY ? 0.0f : m;
-    float s = 0.0f;
-#pragma unroll
-    for (int k = 0; k < kVecs; ++k)
-#pragma unroll
-      for (int e = 0; e < VEC; ++e)
-        if (row.col(k, e, g.rank, g.size) < limit)
-          s += exp2f(fmaf(row.at(k, e), scale2, -shift));
-    s = g.sum(s, scratch);
-    const float inv = s > 0.0f ? 1.0f / s : 0.0f;
-    row.store(y + r * d64, d, g.rank, g.size, nullptr, nullptr,
-              [&](int c, float v, float, float) {
-                return c < limit ? exp2f(fmaf(v, scale2, -shift)) * inv : 0.0f;
-              });
-  }
+  for_each_row<T, kVecs>(g, x, rows_view, row_stride, num_rows, nslots,
+                         [&](const row_slots<T, kVecs> &row, int64_t r) {
+                           int limit = d;
+                           if (causal) {
+                             const int64_t visible = r % rows_per_matrix + causal_shift + 1;
+                             limit = visible < 0 ? 0 : (visible < d ? (int)visible : d);
+                           }
+                           if (limit == d)
+                             softmax_row<false>(row, g, y + r * d64, nslots, limit, scale2);
+                           else
+                             softmax_row<true>(row, g, y + r * d64, nslots, limit, scale2);
+                         });
 }
 
 /* LayerNorm (bias may be NULL) and RMSNorm (kRms: no mean, no bias) with the row in
@@ -348,37 +454,38 @@ __global__ void __launch_bounds__(regs_threads(kLanes), regs_min_blocks(kLanes, 
                      const T *__restrict__ weight, const T *__restrict__ bias, T *__restrict__ y,
                      int64_t num_rows, int64_t d64, float eps) {
   recap__pdl_begin();
-  __shared__ float scratch[32];
-  const row_group<kLanes> g;
-  const int d = (int)d64;
-  const float inv_d = 1.0f / (float)d;
-  row_slots<T, kVecs> row;
+  __shared__ float scratch[2][32];
+  row_group<kLanes> g(scratch);
   constexpr int VEC = row_slots<T, kVecs>::VEC;
-  for (int64_t r = g.first_row; r < num_rows; r += g.row_stride) {
-    row.load(x + row_start(rows_view, row_stride, r), d, g.rank, g.size);
-    float mean = 0.0f;
-    if (!kRms) {
-      /* Padding holds 0 and adds nothing. */
-      float acc = 0.0f;
+  const int d = (int)d64, nslots = d / VEC;
+  const float inv_d = 1.0f / (float)d;
+  for_each_row<T, kVecs>(
+      g, x, rows_view, row_stride, num_rows, nslots,
+      [&](const row_slots<T, kVecs> &row, int64_t r) {
+        float mean = 0.0f;
+        if (!kRms) {
+          /* Padding holds 0 and adds nothing. */
+          float acc = 0.0f;
 #pragma unroll
-      for (int k = 0; k < kVecs; ++k)
+          for (int k = 0; k < kVecs; ++k)
 #pragma unroll
-        for (int e = 0; e < VEC; ++e) acc += row.at(k, e);
-      mean = g.sum(acc, scratch) * inv_d;
-    }
-    float sq = 0.0f;
+            for (int e = 0; e < VEC; ++e) acc += row.at(k, e);
+          mean = g.sum(acc) * inv_d;
+        }
+        float sq = 0.0f;
 #pragma unroll
-    for (int k = 0; k < kVecs; ++k)
+        for (int k = 0; k < kVecs; ++k)
+          if (row.valid(k, g.rank, g.size, nslots))
 #pragma unroll
-      for (int e = 0; e < VEC; ++e) {
-        const float c = row.at(k, e) - mean;
-        if (row.col(k, e, g.rank, g.size) < d) sq += c * c;
-      }
-    const float rstd = 1.0f / sqrtf(g.sum(sq, scratch) * inv_d + eps);
-    /* The bias reads as 0 when absent (and for RMSNorm, which passes none). */
-    row.store(y + r * d64, d, g.rank, g.size, weight, kRms ? nullptr : bias,
-              [&](int, float v, float w, float b) { return (v - mean) * rstd * w + b; });
-  }
+            for (int e = 0; e < VEC; ++e) {
+              const float c = row.at(k, e) - mean;
+              sq = fmaf(c, c, sq);
+            }
+        const float rstd = 1.0f / sqrtf(g.sum(sq) * inv_d + eps);
+        /* The bias reads as 0 when absent (and for RMSNorm, which passes none). */
+        row.store(y + r * d64, nslots, g.rank, g.size, weight, kRms ? nullptr : bias,
+                  [&](int, int, float v, float w, float b) { return (v - mean) * rstd * w + b; });
+      });
 }
 
 /* Sum of each row, times `factor` (1 for sum, 1/D for mean). */
@@ -386,13 +493,13 @@ template <typename T, bool kBlock>
 __global__ void sum_kernel(const T *__restrict__ x, recap__cuda_view4 rows_view, T *__restrict__ y,
                            int64_t num_rows, int64_t d, float factor) {
   recap__pdl_begin();
-  __shared__ float scratch[32];
-  const row_group<kBlock ? 0 : 32> g;
+  __shared__ float scratch[2][32];
+  row_group<kBlock ? kBlockRowThreads : 32> g(scratch);
   for (int64_t r = g.first_row; r < num_rows; r += g.row_stride) {
     const T *xr = x + recap__view4_offset(rows_view, r);
     float acc = 0.0f;
     for (int64_t j = g.rank; j < d; j += g.size) acc += recap__to_float(xr[j]);
-    acc = g.sum(acc, scratch);
+    acc = g.sum(acc);
     if (g.rank == 0) y[r] = recap__from_float<T>(acc * factor);
   }
 }
@@ -469,8 +576,8 @@ recap_status check_param(const recap_op_call *call, const recap_tensor *p, const
 /* The register kernels' geometry for rows of d elements of `elem` bytes. */
 struct regs_plan {
   bool fits; /* false: a row needs more than kMaxBlockThreads x kBlockSlots slots */
-  int lanes; /* a group of 4, 8, 16 or 32 lanes per row, or 0: a block per row */
-  int kvecs; /* slots per thread: 1, 2, 4, 8 or 16 */
+  int lanes; /* a group of 4, 8, 16 or 32 lanes per row, or a block of 64-1024 threads */
+  int kvecs; /* slots per thread: 1, 2 or 4 */
   unsigned threads, grid;
 };
 
@@ -482,26 +589,20 @@ regs_plan plan_regs(int64_t d, int64_t num_rows, size_t elem) {
     /* The narrowest group that holds the row in 2 slots a lane (4 lanes at least). */
     p.lanes = 4;
     while (p.lanes < 16 && p.lanes * 2 < slots) p.lanes *= 2;
-    p.threads = kRegWarpThreads;
     per_thread = RECAP_CEIL_DIV(slots, (int64_t)p.lanes);
-    p.grid = recap__cuda_grid_for(num_rows, kRegWarpThreads / p.lanes);
   } else if (slots <= 32 * kWarpSlots) {
     p.lanes = 32;
-    p.threads = kRegWarpThreads;
     per_thread = RECAP_CEIL_DIV(slots, (int64_t)32);
-    p.grid = recap__cuda_grid_for(num_rows, kRegWarpThreads / 32);
   } else {
-    /* The smallest block that holds the row in kBlockSlots slots per thread: more threads
-     * with fewer slots would only add barrier width. */
-    p.lanes = 0;
-    int64_t threads = 128;
+    /* The smallest block that holds the row in kBlockSlots slots per thread. */
+    int64_t threads = 64;
     while (threads * kBlockSlots < slots && threads < kMaxBlockThreads) threads *= 2;
     if (threads * kBlockSlots < slots) return p;
-    p.threads = (unsigned)threads;
-    /* Always kBlockSlots: a row past a warp's 512 slots fills more than half of them. */
-    per_thread = kBlockSlots;
-    p.grid = recap__cuda_grid_for(num_rows, 1);
+    p.lanes = (int)threads;
+    per_thread = RECAP_CEIL_DIV(slots, threads);
   }
+  p.threads = (unsigned)regs_threads(p.lanes);
+  p.grid = recap__cuda_grid_for(num_rows, p.lanes <= 32 ? kRegWarpThreads / p.lanes : 1);
   p.kvecs = 1;
   while (p.kvecs < per_thread) p.kvecs *= 2;
   p.fits = true;
@@ -522,8 +623,8 @@ bool rows_vectorizable(const rows_info &ri, size_t elem, const void *x, const vo
 }
 
 /* The register kernel for a plan: Kernel<kLanes, kVecs>::get(), for the (lanes, kvecs) pairs
- * that plan_regs makes: groups of 4-16 lanes with 1 or 2 slots, warps with 2-16, blocks with
- * kBlockSlots. */
+ * that plan_regs makes: groups of 4-16 lanes with 1 or 2 slots, warps with 2 or 4, blocks of
+ * 64-1024 threads with kBlockSlots. */
 template <template <int, int> class Kernel>
 auto regs_kernel_for(const regs_plan &p) -> decltype(Kernel<32, 2>::get()) {
   switch (p.lanes) {
@@ -534,18 +635,17 @@ auto regs_kernel_for(const regs_plan &p) -> decltype(Kernel<32, 2>::get()) {
     case 16:
       return p.kvecs == 1 ? Kernel<16, 1>::get() : Kernel<16, 2>::get();
     case 32:
-      switch (p.kvecs) {
-        case 2:
-          return Kernel<32, 2>::get();
-        case 4:
-          return Kernel<32, 4>::get();
-        case 8:
-          return Kernel<32, 8>::get();
-        default:
-          return Kernel<32, 16>::get();
-      }
+      return p.kvecs == 2 ? Kernel<32, 2>::get() : Kernel<32, kWarpSlots>::get();
+    case 64:
+      return Kernel<64, kBlockSlots>::get();
+    case 128:
+      return Kernel<128, kBlockSlots>::get();
+    case 256:
+      return Kernel<256, kBlockSlots>::get();
+    case 512:
+      return Kernel<512, kBlockSlots>::get();
     default:
-      return Kernel<0, kBlockSlots>::get();
+      return Kernel<1024, kBlockSlots>::get();
   }
 }
 
@@ -553,7 +653,9 @@ template <typename T>
 struct softmax_regs {
   template <int kLanes, int kVecs>
   struct at {
-    static auto get() { return softmax_regs_kernel<T, kLanes, kVecs>; }
+    static auto get() {
+      return softmax_regs_kernel<T, kLanes, kVecs>;
+    }
   };
 };
 
@@ -561,7 +663,9 @@ template <typename T, bool kRms>
 struct norm_regs {
   template <int kLanes, int kVecs>
   struct at {
-    static auto get() { return norm_regs_kernel<T, kLanes, kVecs, kRms>; }
+    static auto get() {
+      return norm_regs_kernel<T, kLanes, kVecs, kRms>;
+    }
   };
 };
 
@@ -593,11 +697,10 @@ extern "C" recap_status recap__cuda_softmax(const recap_op_call *call, void *cud
     }
     /* Rows too long for registers, or not 16-byte accessible: the streaming kernel, a warp or a
      * block per row as rows_setup chose. */
-    RECAP_CUDA_TRY(recap__cuda_launch(ri.block_mode ? softmax_kernel<T, true>
-                                                    : softmax_kernel<T, false>,
-                                      ri.grid, ri.threads, 0, stream, xp,
-                                      ri.rows_view, yp, ri.num_rows, ri.d, scale, causal,
-                                      rows_per_matrix, causal_shift));
+    RECAP_CUDA_TRY(
+        recap__cuda_launch(ri.block_mode ? softmax_kernel<T, true> : softmax_kernel<T, false>,
+                           ri.grid, ri.threads, 0, stream, xp, ri.rows_view, yp, ri.num_rows, ri.d,
+                           scale, causal, rows_per_matrix, causal_shift));
     return RECAP_OK;
   });
 }
@@ -624,16 +727,15 @@ static recap_status launch_norm(const recap_op_call *call, void *cuda_stream) {
     T *yp = static_cast<T *>(y->data);
     const regs_plan p = plan_regs(ri.d, ri.num_rows, sizeof(T));
     if (p.fits && rows_vectorizable(ri, sizeof(T), xp, yp, w, b)) {
-      RECAP_CUDA_TRY(recap__cuda_launch(regs_kernel_for<norm_regs<T, kRms>::template at>(p),
-                                        p.grid, p.threads, 0, stream, xp, ri.rows_view,
-                                        ri.row_stride, w, b, yp, ri.num_rows, ri.d, eps));
+      RECAP_CUDA_TRY(recap__cuda_launch(regs_kernel_for<norm_regs<T, kRms>::template at>(p), p.grid,
+                                        p.threads, 0, stream, xp, ri.rows_view, ri.row_stride, w, b,
+                                        yp, ri.num_rows, ri.d, eps));
       return RECAP_OK;
     }
     /* As for softmax: the streaming kernel in rows_setup's geometry. */
-    RECAP_CUDA_TRY(recap__cuda_launch(ri.block_mode ? norm_kernel<T, true, kRms>
-                                                    : norm_kernel<T, false, kRms>,
-                                      ri.grid, ri.threads, 0, stream,
-                                      xp, ri.rows_view, w, b, yp, ri.num_rows, ri.d, eps));
+    RECAP_CUDA_TRY(recap__cuda_launch(
+        ri.block_mode ? norm_kernel<T, true, kRms> : norm_kernel<T, false, kRms>, ri.grid,
+        ri.threads, 0, stream, xp, ri.rows_view, w, b, yp, ri.num_rows, ri.d, eps));
     return RECAP_OK;
   });
 }

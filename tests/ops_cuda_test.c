@@ -790,11 +790,11 @@ static void test_layernorm_and_rmsnorm_match_host(void) {
       }
 }
 
-/* Row lengths 1..4097 around every register-kernel boundary (slots per thread 1, 2, 4, 8; a
- * warp up to 2048 halves / 1024 floats, then blocks of 128-512 threads, then the streaming
- * kernel past 16384 halves / 8192 floats), rows at element offsets 0-3 of their storage
- * (16-byte accesses only at 0), and row-strided views whose stride is a multiple of the vector
- * (so the vector path runs on rows that are not adjacent). Softmax also causal. */
+/* Row lengths 1..4097 (slots per thread 1, 2, 4; groups of lanes, warps, blocks; lengths that
+ * are not a multiple of the vector take the streaming kernels), rows at element offsets 0-3 of
+ * their storage (16-byte accesses only at 0), and row-strided views whose stride is a multiple
+ * of the vector (so the vector path runs on rows that are not adjacent). Softmax also causal.
+ * test_row_ops_match_host_at_every_register_class_boundary covers each geometry switch. */
 static const int64_t kRowLengths[] = {1,   2,    3,    4,    5,    7,    8,    9,    15,   16,
                                       17,  31,   32,   33,   63,   64,   65,   127,  128,  129,
                                       255, 256,  257,  511,  512,  513,  1000, 1023, 1024, 1025,
@@ -909,6 +909,45 @@ static void test_row_ops_match_host_for_every_group_shape(void) {
         }
         n.in[1] = make_contiguous(dtype, 1, &d, 0.5, 1.5);
         if (norm == 0) n.in[2] = make_contiguous(dtype, 1, &d, -1, 1);
+        run_case(&n);
+      }
+      release_all();
+    }
+  }
+}
+
+/* The register kernels' size classes on the 16-byte path: row lengths 8 elements below, at
+ * and above the points where the geometry switches (halves: a warp up to 1024, then
+ * blocks of 64, 128, 256, 512, 1024 threads up to 2048, 4096, 8192, 16384, 32768, then the
+ * streaming kernel; floats switch at half those lengths), softmax plain and causal, layernorm
+ * with and without bias, rmsnorm; and, in f16, more rows of a block class than the grid has
+ * blocks (65535), so that blocks run several rows each (the block reductions' scratch is reused
+ * from row to row). */
+static void test_row_ops_match_host_at_every_register_class_boundary(void) {
+  static const int64_t lengths[] = {248,  256,  264,   504,   512,   520,   1016,  1024,
+                                    1032, 2040, 2048,  2056,  4088,  4096,  4104,  8184,
+                                    8192, 8200, 16376, 16384, 16392, 32760, 32768, 32776};
+  for (int t = 0; t < NUM_FLOAT_TYPES; ++t) {
+    const recap_dtype dtype = kFloatTypes[t];
+    const bool with_many = dtype == RECAP_DTYPE_F16;
+    for (size_t l = 0; l < sizeof lengths / sizeof lengths[0] + with_many; ++l) {
+      const bool many = l == sizeof lengths / sizeof lengths[0];
+      const int64_t shape[] = {many ? 65600 : 3, many ? 1032 : lengths[l]};
+      for (int causal = 0; causal < 2 - many; ++causal) {
+        op_case c = {.op = "softmax", .attrs = no_attrs(), .num_inputs = 1};
+        c.attrs.causal = causal;
+        c.attrs.scale = 0.5;
+        c.in[0] = make_contiguous(dtype, 2, shape, -4, 4);
+        run_case(&c);
+      }
+      for (int norm = 0; norm < 3; norm += 1 + many) {
+        /* 0: layernorm with bias, 1: layernorm without, 2: rmsnorm. */
+        op_case n = {.op = norm == 2 ? "rmsnorm" : "layernorm", .attrs = no_attrs(),
+                     .scale = SCALE_NORM, .num_inputs = norm == 0 ? 3 : 2};
+        n.attrs.eps = 1e-5;
+        n.in[0] = make_contiguous(dtype, 2, shape, -1, 3);
+        n.in[1] = make_contiguous(dtype, 1, &shape[1], 0.5, 1.5);
+        if (norm == 0) n.in[2] = make_contiguous(dtype, 1, &shape[1], -1, 1);
         run_case(&n);
       }
       release_all();
@@ -1818,6 +1857,7 @@ int main(int argc, char **argv) {
   CU_ADD_TEST(gpu, test_row_ops_match_host_for_every_row_length);
   CU_ADD_TEST(gpu, test_row_ops_match_host_for_large_and_long_rows);
   CU_ADD_TEST(gpu, test_row_ops_match_host_for_every_group_shape);
+  CU_ADD_TEST(gpu, test_row_ops_match_host_at_every_register_class_boundary);
   CU_ADD_TEST(gpu, test_sum_and_mean_match_host);
   CU_ADD_TEST(gpu, test_copy_family_moves_every_element_exactly);
   CU_ADD_TEST(gpu, test_copy_fast_paths_move_every_element_exactly);
