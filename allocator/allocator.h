@@ -225,6 +225,10 @@ recap_status recap__allocator_malloc(recap__allocator *a, size_t size, recap_str
 recap_status recap__allocator_free(recap__allocator *a, void *ptr);
 /* Whether ptr is the start of a block `a` has allocated (and not yet freed). */
 bool recap__allocator_owns(recap__allocator *a, void *ptr);
+/* recap__allocator_free when `a` owns ptr (*owned = true, the free's status); else nothing
+ * happens, *owned = false and RECAP_OK: recap_free asks each device's allocator in turn with
+ * one lock and one lookup each, not an owns-then-free pair. */
+recap_status recap__allocator_try_free(recap__allocator *a, void *ptr, bool *owned);
 recap_status recap__allocator_record_stream(recap__allocator *a, void *ptr, recap_stream *stream);
 recap_status recap__allocator_empty_cache(recap__allocator *a);
 recap_status recap__allocator_set_memory_fraction(recap__allocator *a, double fraction);

@@ -36,9 +36,9 @@ static int cmp_by_size(const recap__tnode *x, const recap__tnode *y) {
   return 0;
 }
 
-static int cmp_by_addr(const recap__tnode *x, const recap__tnode *y) {
-  const recap__block *a = RECAP__CONTAINER_OF(x, recap__block, by_addr);
-  const recap__block *b = RECAP__CONTAINER_OF(y, recap__block, by_addr);
+static int cmp_by_base(const recap__tnode *x, const recap__tnode *y) {
+  const recap__block *a = RECAP__CONTAINER_OF(x, recap__block, by_base);
+  const recap__block *b = RECAP__CONTAINER_OF(y, recap__block, by_base);
   if (a->addr != b->addr) return a->addr < b->addr ? -1 : 1;
   return 0;
 }
@@ -80,22 +80,53 @@ void recap__free_set_remove(recap__allocator *a, recap__block *b) {
   free_set_remove(a, b);
 }
 
-void recap__addr_index_insert(recap__allocator *a, recap__block *b) {
-  recap__treap_insert(&a->by_addr, &b->by_addr, cmp_by_addr);
+void recap__segment_index_insert(recap__allocator *a, recap__block *first) {
+  recap__treap_insert(&a->segments, &first->by_base, cmp_by_base);
 }
 
-void recap__addr_index_remove(recap__allocator *a, recap__block *b) {
-  recap__treap_remove(&a->by_addr, &b->by_addr, cmp_by_addr);
+void recap__segment_index_remove(recap__allocator *a, recap__block *first) {
+  recap__treap_remove(&a->segments, &first->by_base, cmp_by_base);
 }
 
-/* The block whose range contains ptr, or NULL. */
+/* The block whose range contains ptr, or NULL: the last segment starting at or below ptr,
+ * then its blocks in order. */
 static recap__block *find_block(recap__allocator *a, uintptr_t ptr) {
   recap__block key;
   key.addr = ptr;
-  recap__tnode *n = recap__treap_floor(a->by_addr, &key.by_addr, cmp_by_addr);
+  recap__tnode *n = recap__treap_floor(a->segments, &key.by_base, cmp_by_base);
   if (!n) return NULL;
-  recap__block *b = RECAP__CONTAINER_OF(n, recap__block, by_addr);
-  return ptr < b->addr + b->size ? b : NULL;
+  recap__block *b = RECAP__CONTAINER_OF(n, recap__block, by_base);
+  if (ptr >= b->segment->base + b->segment->size) return NULL;
+  while (b && ptr >= b->addr + b->size) b = b->next;
+  return b;
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Block records
+ *
+ * A cached malloc+free pair usually splits a block and merges it back: recycling the record
+ * keeps calloc and free (and their locks) off that path.
+ * ---------------------------------------------------------------------------------------- */
+
+recap__block *recap__block_new(recap__allocator *a) {
+  recap__block *b = a->spare_blocks;
+  if (!b) return calloc(1, sizeof *b);
+  a->spare_blocks = b->link;
+  a->spare_count--;
+  memset(b, 0, sizeof *b);
+  return b;
+}
+
+void recap__block_delete(recap__allocator *a, recap__block *b) {
+  free(b->uses);
+  if (a->spare_count == RECAP__SPARE_BLOCKS) {
+    free(b);
+    return;
+  }
+  b->uses = NULL;
+  b->link = a->spare_blocks;
+  a->spare_blocks = b;
+  a->spare_count++;
 }
 
 recap__block *recap__find_block(recap__allocator *a, uintptr_t ptr) {
@@ -194,17 +225,22 @@ recap_status recap__allocator_destroy(recap__allocator *a) {
   }
   /* Every block is free now, so every segment is one free block. A segment the raw backend
    * refuses to free is reported and forgotten: the allocator is going away either way. */
-  while (a->by_addr) {
-    recap__block *b = RECAP__CONTAINER_OF(a->by_addr, recap__block, by_addr);
+  while (a->segments) {
+    recap__block *b = RECAP__CONTAINER_OF(a->segments, recap__block, by_base);
     if (!release_segment_block(a, b)) {
       st = recap__error_context(RECAP_STATUS_DEVICE_ERROR, "releasing a segment: ");
       free_set_remove(a, b);
-      recap__treap_remove(&a->by_addr, &b->by_addr, cmp_by_addr);
-      free(b->uses);
+      recap__segment_index_remove(a, b);
       free(b->segment);
-      free(b);
+      recap__block_delete(a, b);
     }
   }
+  while (a->spare_blocks) {
+    recap__block *b = a->spare_blocks;
+    a->spare_blocks = b->link;
+    free(b);
+  }
+  recap__block_map_destroy(&a->live);
   recap__unsafe_exit();
   pthread_mutex_unlock(&a->lock);
 
@@ -271,17 +307,17 @@ static recap_status alloc_segment(recap__allocator *a, recap__pool *pool, recap_
                       "the memory fraction %.3f allows %zu bytes and %" PRId64 " are reserved",
                       a->fraction, a->allowed_bytes, reserved);
   recap__segment *seg = calloc(1, sizeof *seg);
-  recap__block *b = calloc(1, sizeof *b);
+  recap__block *b = recap__block_new(a);
   if (!seg || !b) {
     free(seg);
-    free(b);
+    if (b) recap__block_delete(a, b);
     return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no host memory for a segment record");
   }
   void *ptr = NULL;
   recap_status st = raw_alloc(a, bytes, &ptr);
   if (st != RECAP_OK) {
     free(seg);
-    free(b);
+    recap__block_delete(a, b);
     return st;
   }
   seg->base = (uintptr_t)ptr;
@@ -293,7 +329,7 @@ static recap_status alloc_segment(recap__allocator *a, recap__pool *pool, recap_
   b->size = bytes;
   b->segment = seg;
   b->state = RECAP__BLOCK_FREE;
-  recap__treap_insert(&a->by_addr, &b->by_addr, cmp_by_addr);
+  recap__segment_index_insert(a, b);
   pool->reserved_bytes += bytes;
   pool->segment_count++;
   recap__stat_add(a->stats.reserved_bytes, small, (int64_t)bytes);
@@ -311,15 +347,14 @@ static bool release_segment_block(recap__allocator *a, recap__block *b) {
   if (seg->expandable) return recap__expandable_release(a, b);
   if (a->raw.free(a->raw.ctx, (void *)seg->base) != RECAP_OK) return false;
   free_set_remove(a, b);
-  recap__treap_remove(&a->by_addr, &b->by_addr, cmp_by_addr);
+  recap__segment_index_remove(a, b);
   recap__pool *pool = seg->pool;
   pool->reserved_bytes -= seg->size;
   pool->segment_count--;
   recap__stat_add(a->stats.reserved_bytes, seg->small, -(int64_t)seg->size);
   recap__stat_add(a->stats.reserved_count, seg->small, -1);
   a->stats.num_device_free++;
-  free(b->uses);
-  free(b);
+  recap__block_delete(a, b);
   free(seg);
   if (pool->id != 0) recap__pool_maybe_destroy(a, pool);
   return true;
@@ -381,9 +416,7 @@ static void free_block(recap__allocator *a, recap__block *b) {
     prev->size += b->size;
     prev->next = b->next;
     if (b->next) b->next->prev = prev;
-    recap__treap_remove(&a->by_addr, &b->by_addr, cmp_by_addr);
-    free(b->uses);
-    free(b);
+    recap__block_delete(a, b);
     b = prev;
   }
   recap__block *next = b->next;
@@ -392,9 +425,7 @@ static void free_block(recap__allocator *a, recap__block *b) {
     b->size += next->size;
     b->next = next->next;
     if (next->next) next->next->prev = b;
-    recap__treap_remove(&a->by_addr, &next->by_addr, cmp_by_addr);
-    free(next->uses);
-    free(next);
+    recap__block_delete(a, next);
   }
   free_set_insert(a, b);
   if (a->config.native && pool->id == 0) a->native_release_pending = true;
@@ -533,7 +564,7 @@ static bool should_split(const recap__allocator *a, const recap__block *b, size_
 /* Cuts `b` (free, out of any set) to `size` bytes; the rest becomes a free block. Without host
  * memory for the new block record the block stays whole, which wastes space but is correct. */
 static void split_block(recap__allocator *a, recap__block *b, size_t size) {
-  recap__block *rest = calloc(1, sizeof *rest);
+  recap__block *rest = recap__block_new(a);
   if (!rest) return;
   rest->addr = b->addr + size;
   rest->size = b->size - size;
@@ -544,7 +575,6 @@ static void split_block(recap__allocator *a, recap__block *b, size_t size) {
   if (b->next) b->next->prev = rest;
   b->next = rest;
   b->size = size;
-  recap__treap_insert(&a->by_addr, &rest->by_addr, cmp_by_addr);
   free_set_insert(a, rest);
 }
 
@@ -629,6 +659,13 @@ recap_status recap__allocator_malloc(recap__allocator *a, size_t size, recap_str
   pthread_mutex_lock(&a->lock);
   bool retried = false;
   for (;;) {
+    /* Room in the live map first: once a block is taken, nothing may fail. Checked on every
+     * pass, since the out-of-memory retry drops the lock and other threads may use the room. */
+    recap_status room = recap__block_map_reserve(&a->live, 1);
+    if (room != RECAP_OK) {
+      pthread_mutex_unlock(&a->lock);
+      return room;
+    }
     process_pending_locked(a);
     recap__pool *pool = recap__route_lookup(a, stream);
     bool native = a->config.native && pool->id == 0;
@@ -687,6 +724,7 @@ recap_status recap__allocator_malloc(recap__allocator *a, size_t size, recap_str
     recap__stat_add(a->stats.requested_count, small, 1);
     pool->allocated_bytes += b->size;
     pool->active_bytes += b->size;
+    recap__block_map_insert(&a->live, b->addr, b);
     *out = (void *)b->addr;
     pthread_mutex_unlock(&a->lock);
     return RECAP_OK;
@@ -697,9 +735,9 @@ recap_status recap__allocator_malloc(recap__allocator *a, size_t size, recap_str
  * free, record_stream, empty_cache, memory fraction
  * ---------------------------------------------------------------------------------------- */
 
+/* The allocated block starting at ptr (the live map holds exactly those), or NULL. */
 static recap__block *find_allocated(recap__allocator *a, void *ptr) {
-  recap__block *b = find_block(a, (uintptr_t)ptr);
-  return b && b->addr == (uintptr_t)ptr && b->state == RECAP__BLOCK_ALLOCATED ? b : NULL;
+  return recap__block_map_find(&a->live, (uintptr_t)ptr);
 }
 
 bool recap__allocator_owns(recap__allocator *a, void *ptr) {
@@ -714,14 +752,30 @@ recap_status recap__allocator_free(recap__allocator *a, void *ptr) {
   RECAP_CHECK_ARG(a);
   if (!ptr) return RECAP_OK;
   if (a->config.async) return recap__async_free(a, ptr);
-  pthread_mutex_lock(&a->lock);
-  recap__block *b = find_allocated(a, ptr);
-  if (!b) {
-    pthread_mutex_unlock(&a->lock);
+  bool owned = false;
+  recap_status st = recap__allocator_try_free(a, ptr, &owned);
+  if (st == RECAP_OK && !owned)
     return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
                       "%p is not a block allocated by this allocator (or it was freed already)",
                       ptr);
+  return st;
+}
+
+recap_status recap__allocator_try_free(recap__allocator *a, void *ptr, bool *owned) {
+  RECAP_CHECK_ARG(a && ptr && owned);
+  *owned = false;
+  if (a->config.async) {
+    if (!recap__async_owns(a, ptr)) return RECAP_OK;
+    *owned = true;
+    return recap__async_free(a, ptr);
   }
+  pthread_mutex_lock(&a->lock);
+  recap__block *b = recap__block_map_remove(&a->live, (uintptr_t)ptr);
+  if (!b) {
+    pthread_mutex_unlock(&a->lock);
+    return RECAP_OK;
+  }
+  *owned = true;
   bool small = b->segment->small;
   recap__stat_add(a->stats.allocated_bytes, small, -(int64_t)b->size);
   recap__stat_add(a->stats.allocated_count, small, -1);
@@ -759,7 +813,9 @@ recap_status recap__allocator_record_stream(recap__allocator *a, void *ptr, reca
   if (a->config.async) return recap__async_record_stream(a, ptr, stream);
   pthread_mutex_lock(&a->lock);
   recap_status st = RECAP_OK;
-  recap__block *b = find_block(a, (uintptr_t)ptr);
+  /* Usually the block's own pointer (the live map); else an interior one. */
+  recap__block *b = find_allocated(a, ptr);
+  if (!b) b = find_block(a, (uintptr_t)ptr);
   if (!b || b->state != RECAP__BLOCK_ALLOCATED) {
     st = RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "%p lies in no allocated block", ptr);
     goto done;

@@ -49,9 +49,15 @@ static bool is_pow2(unsigned long long v) {
   return v != 0 && (v & (v - 1)) == 0;
 }
 
+/* By halving steps (6 of them), not bit by bit: every malloc rounds its size through here. */
 static unsigned log2_floor(unsigned long long v) {
   unsigned r = 0;
-  while (v >>= 1) r++;
+  for (unsigned shift = 32; shift > 0; shift /= 2) {
+    if (v >> shift) {
+      v >>= shift;
+      r += shift;
+    }
+  }
   return r;
 }
 

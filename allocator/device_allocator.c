@@ -6,6 +6,7 @@
  * context does), so a pointer from recap_malloc stays valid on any thread until recap_free.
  */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 
 #include "allocator/internal.h"
@@ -15,7 +16,8 @@
 enum { MAX_DEVICES = 64, BACKEND_KINDS = 2 };
 
 typedef struct {
-  recap__allocator *allocator;
+  /* Set once, under devices_lock; read without it (recap_malloc's fast path). */
+  recap__allocator *_Atomic allocator;
   recap__raw_runtime raw_state;
 } device_slot;
 
@@ -32,19 +34,32 @@ recap_status recap__allocator_for_device(recap_device device, recap__allocator *
     return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "no allocator for device %d:%d",
                       (int)device.backend, device.index);
   device_slot *slot = &devices[device.backend][device.index];
+  /* An allocator, once created, lives for the rest of the process: every call but the first
+   * finds it without the lock. The acquire pairs with the release below, so the allocator's
+   * contents are visible before its pointer is. */
+  recap__allocator *a = atomic_load_explicit(&slot->allocator, memory_order_acquire);
+  if (a) {
+    *out = a;
+    return RECAP_OK;
+  }
   pthread_mutex_lock(&devices_lock);
   recap_status st = RECAP_OK;
-  if (!slot->allocator) {
+  a = atomic_load_explicit(&slot->allocator, memory_order_relaxed);
+  if (!a) {
     recap__raw_backend raw;
     st = recap__raw_runtime_init(&slot->raw_state, device, &raw);
     if (st == RECAP_OK) {
       recap__allocator_options options = {
           .device = device, .raw = &raw, .conf = getenv("RECAP_ALLOC_CONF")};
-      st = recap__allocator_create(&options, &slot->allocator);
+      st = recap__allocator_create(&options, &a);
     }
-    if (st == RECAP_OK) created[created_count++] = slot->allocator;
+    if (st == RECAP_OK) {
+      created[created_count] = a;
+      created_count++;
+      atomic_store_explicit(&slot->allocator, a, memory_order_release);
+    }
   }
-  if (st == RECAP_OK) *out = slot->allocator;
+  if (st == RECAP_OK) *out = a;
   pthread_mutex_unlock(&devices_lock);
   return st;
 }
@@ -65,11 +80,14 @@ recap_status recap_malloc(recap_device device, size_t size, recap_stream *stream
 
 recap_status recap_free(void *ptr) {
   if (!ptr) return RECAP_OK;
-  recap__allocator *a = owner_of(ptr);
-  if (!a)
-    return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
-                      "%p was not returned by recap_malloc (or was freed already)", ptr);
-  return recap__allocator_free(a, ptr);
+  int n = created_count;
+  for (int i = 0; i < n; i++) {
+    bool owned = false;
+    recap_status st = recap__allocator_try_free(created[i], ptr, &owned);
+    if (owned || st != RECAP_OK) return st;
+  }
+  return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
+                    "%p was not returned by recap_malloc (or was freed already)", ptr);
 }
 
 recap_status recap_record_stream(void *ptr, recap_stream *stream) {

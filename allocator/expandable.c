@@ -44,7 +44,8 @@ static size_t round_up(size_t v, size_t unit) {
   return (v + unit - 1) / unit * unit;
 }
 
-/* The last block of a segment (the one ending at base + size). */
+/* The last block of a segment (the one ending at base + size). A walk of the segment's blocks:
+ * only growth (which maps memory) and trimming ask, never the cached malloc+free path. */
 static recap__block *tail_block(recap__allocator *a, const recap__segment *seg) {
   return recap__find_block(a, seg->base + seg->size - 1);
 }
@@ -138,13 +139,13 @@ static recap_status grow_segment(recap__allocator *a, recap__segment *seg, size_
   bool extend = tail->state == RECAP__BLOCK_FREE;
   recap__block *fresh = NULL;
   if (!extend) {
-    fresh = calloc(1, sizeof *fresh);
+    fresh = recap__block_new(a);
     if (!fresh) return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no host memory for a block record");
   }
   map_request r = {.addr = seg->base + seg->size, .bytes = grow, .chunk = seg->chunk};
   recap_status st = recap__raw_call_relaxed(a, map_chunks, &r);
   if (st != RECAP_OK) {
-    free(fresh);
+    if (fresh) recap__block_delete(a, fresh);
     return st;
   }
   if (extend) {
@@ -157,7 +158,6 @@ static recap_status grow_segment(recap__allocator *a, recap__segment *seg, size_
     fresh->state = RECAP__BLOCK_FREE;
     fresh->prev = tail;
     tail->next = fresh;
-    recap__addr_index_insert(a, fresh);
     tail = fresh;
   }
   seg->size += grow;
@@ -186,10 +186,10 @@ static recap_status new_segment(recap__allocator *a, recap__pool *pool, recap_st
   size_t first = round_up(rounded, chunk);
   RECAP_TRY(check_fraction(a, first));
   recap__segment *seg = calloc(1, sizeof *seg);
-  recap__block *b = calloc(1, sizeof *b);
+  recap__block *b = recap__block_new(a);
   if (!seg || !b) {
     free(seg);
-    free(b);
+    if (b) recap__block_delete(a, b);
     return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no host memory for a segment record");
   }
   reserve_request rr = {.bytes = va_bytes_for(a, first, chunk)};
@@ -212,7 +212,7 @@ static recap_status new_segment(recap__allocator *a, recap__pool *pool, recap_st
   b->size = first;
   b->segment = seg;
   b->state = RECAP__BLOCK_FREE;
-  recap__addr_index_insert(a, b);
+  recap__segment_index_insert(a, b);
   pool->reserved_bytes += first;
   pool->segment_count++;
   recap__stat_add(a->stats.reserved_bytes, small, (int64_t)first);
@@ -230,7 +230,7 @@ fail_release:
   }
 fail:
   free(seg);
-  free(b);
+  recap__block_delete(a, b);
   return st;
 }
 
@@ -275,9 +275,7 @@ void recap__expandable_trim(recap__allocator *a, recap__pool *pool) {
     if (tail->size == 0) {
       /* The free block began on a chunk boundary: it is gone with its chunks. */
       tail->prev->next = NULL;
-      recap__addr_index_remove(a, tail);
-      free(tail->uses);
-      free(tail);
+      recap__block_delete(a, tail);
     } else {
       recap__free_set_insert(a, tail);
     }
@@ -303,12 +301,11 @@ bool recap__expandable_release(recap__allocator *a, recap__block *b) {
     return false;
   }
   a->raw.vmm_release(a->raw.ctx, (void *)seg->base, seg->va_size);
-  recap__addr_index_remove(a, b);
+  recap__segment_index_remove(a, b);
   unlink_segment(pool, seg);
   pool->segment_count--;
   recap__stat_add(a->stats.reserved_count, seg->small, -1);
-  free(b->uses);
-  free(b);
+  recap__block_delete(a, b);
   free(seg);
   if (pool->id != 0) recap__pool_maybe_destroy(a, pool);
   return true;

@@ -3,9 +3,13 @@
  *
  * An allocator holds segments (raw allocations) cut into blocks. The blocks of a segment form
  * an address-ordered doubly linked list (prev/next), so freeing a block merges it with free
- * neighbours in O(1). Every block is also in the allocator's address index (interior
- * pointers, recap_free), and a free block is in its pool's free set for its size class,
- * ordered by (stream, size, address) so the best fit on a stream is one lower_bound.
+ * neighbours in O(1). Each segment's first block is in the allocator's segment index, ordered
+ * by address (interior pointers, the snapshot's walk); an allocated block is in the live map,
+ * a hash by start address (recap_free's lookup, O(1)); and a free block is in its pool's free
+ * set for its size class, ordered by (stream, size, address) so the best fit on a stream is
+ * one lower_bound. Splitting and merging blocks touches only the free sets: the cached
+ * malloc+free pair costs two hash operations and a few operations on a small free set, and
+ * allocates no host memory (block records are recycled).
  *
  * A pool is the default pool (id 0) or a private pool. Every segment belongs to one pool and
  * one stream for its whole life.
@@ -21,6 +25,7 @@
 #include <stdint.h>
 
 #include "allocator/allocator.h"
+#include "allocator/block_map.h"
 #include "allocator/treap.h"
 
 #define RECAP__CONTAINER_OF(ptr, type, member) \
@@ -49,7 +54,7 @@ typedef struct recap__segment {
 
 typedef struct recap__block {
   recap__tnode by_size; /* in the pool's free set while FREE */
-  recap__tnode by_addr; /* in the allocator's address index, always */
+  recap__tnode by_base; /* in the allocator's segment index while first in its segment */
   uintptr_t addr;
   size_t size;
   size_t requested; /* the unrounded size asked for; 0 unless ALLOCATED */
@@ -59,9 +64,10 @@ typedef struct recap__block {
   /* Streams other than the segment's that used the block (recap_record_stream). */
   recap_stream **uses;
   int use_count, use_capacity;
-  int event_count;           /* events recorded at free time, not yet complete */
-  uint64_t free_epoch;       /* the allocator's gc_epoch when the block last became free */
-  struct recap__block *link; /* the deferred list while PENDING; scratch while FREE */
+  int event_count;     /* events recorded at free time, not yet complete */
+  uint64_t free_epoch; /* the allocator's gc_epoch when the block last became free */
+  /* The deferred list while PENDING; scratch while FREE; the spare list once deleted. */
+  struct recap__block *link;
 } recap__block;
 
 struct recap__pool {
@@ -90,7 +96,12 @@ struct recap__allocator {
   recap__raw_backend raw;
   recap__alloc_config config;
 
-  recap__tnode *by_addr;
+  recap__tnode *segments; /* first blocks of segments, by address (by_base) */
+  recap__block_map live;  /* allocated blocks by start address */
+  /* Deleted block records kept for the next split (recap__block_new), at most
+   * RECAP__SPARE_BLOCKS of them: a malloc+free pair splits and merges one block. */
+  recap__block *spare_blocks;
+  size_t spare_count;
   recap__pool default_pool;
   recap__pool *private_pools;
 
@@ -120,18 +131,28 @@ struct recap__allocator {
   recap__tnode *async_live;
 };
 
+enum { RECAP__SPARE_BLOCKS = 64 };
+
 /* ---- caching.c ---- */
 /* Releases every free, unsplit segment of the default pool and of unreferenced private pools.
  * The caller holds the lock and is inside recap__unsafe_enter. */
 void recap__release_cached_locked(recap__allocator *a);
 
-/* The block whose range contains ptr, or NULL. */
+/* The block whose range contains ptr, or NULL: the segment index finds the segment, then its
+ * block list is walked (O(blocks in the segment); recap_free's exact lookup uses the live
+ * map instead). */
 recap__block *recap__find_block(recap__allocator *a, uintptr_t ptr);
-/* Free-set and address-index membership, with the inactive-split stats the free set keeps. */
+/* Free-set membership, with the inactive-split stats the free set keeps. */
 void recap__free_set_insert(recap__allocator *a, recap__block *b);
 void recap__free_set_remove(recap__allocator *a, recap__block *b);
-void recap__addr_index_insert(recap__allocator *a, recap__block *b);
-void recap__addr_index_remove(recap__allocator *a, recap__block *b);
+/* Segment-index membership of a segment's first block (when the segment is made and
+ * released: the first block of a segment never changes, merges absorb the blocks after it). */
+void recap__segment_index_insert(recap__allocator *a, recap__block *first);
+void recap__segment_index_remove(recap__allocator *a, recap__block *first);
+/* A zeroed block record (a recycled one when there is any), or NULL without host memory. */
+recap__block *recap__block_new(recap__allocator *a);
+/* Deletes a block record that is in no set or map (keeps it for reuse, or frees it). */
+void recap__block_delete(recap__allocator *a, recap__block *b);
 /* Calls a raw backend function that a capture forbids: directly when no capture is under way,
  * else under the relaxed capture mode (how pools grow inside a capture). */
 recap_status recap__raw_call_relaxed(recap__allocator *a,
@@ -171,9 +192,26 @@ void recap__pool_maybe_destroy(recap__allocator *a, recap__pool *pool);
 /* Frees every private pool (allocator destruction; segments already released). */
 void recap__pools_destroy_all(recap__allocator *a);
 
+/* ---- stats ---- */
+static inline void recap__stat_update(recap_memory_stat *s, int64_t delta) {
+  s->current += delta;
+  if (delta > 0) {
+    s->allocated += delta;
+    if (s->current > s->peak) s->peak = s->current;
+  } else {
+    s->freed -= delta;
+  }
+}
+
+/* Adds delta to the ALL entry and to the SMALL or LARGE entry of one stat array. Inline:
+ * malloc and free each update six of these under the lock they already hold. */
+static inline void recap__stat_add(recap_memory_stat stat[RECAP_STAT_TYPE_COUNT], bool small,
+                                   int64_t delta) {
+  recap__stat_update(&stat[RECAP_STAT_ALL], delta);
+  recap__stat_update(&stat[small ? RECAP_STAT_SMALL : RECAP_STAT_LARGE], delta);
+}
+
 /* ---- stats.c ---- */
-/* Adds delta to the ALL entry and to the SMALL or LARGE entry of one stat array. */
-void recap__stat_add(recap_memory_stat stat[RECAP_STAT_TYPE_COUNT], bool small, int64_t delta);
 void recap__stats_reset_peak(recap_memory_stats *stats);
 /* "1.50 MiB" into buf. */
 void recap__format_bytes(char *buf, size_t capacity, size_t bytes);

@@ -14,21 +14,6 @@
 #include "allocator/internal.h"
 #include "runtime/error.h"
 
-static void stat_update(recap_memory_stat *s, int64_t delta) {
-  s->current += delta;
-  if (delta > 0) {
-    s->allocated += delta;
-    if (s->current > s->peak) s->peak = s->current;
-  } else {
-    s->freed -= delta;
-  }
-}
-
-void recap__stat_add(recap_memory_stat stat[RECAP_STAT_TYPE_COUNT], bool small, int64_t delta) {
-  stat_update(&stat[RECAP_STAT_ALL], delta);
-  stat_update(&stat[small ? RECAP_STAT_SMALL : RECAP_STAT_LARGE], delta);
-}
-
 /* The stat arrays of recap_memory_stats, with PyTorch's names, for the summary and JSON. */
 typedef struct {
   const char *name;
@@ -265,9 +250,7 @@ static void segment_finish(snapshot_walk *w) {
   w->segment = w->blocks = NULL;
 }
 
-static void snapshot_block(recap__tnode *node, void *user) {
-  snapshot_walk *w = user;
-  recap__block *b = RECAP__CONTAINER_OF(node, recap__block, by_addr);
+static void snapshot_block(snapshot_walk *w, const recap__block *b) {
   if (w->failed) return;
   if (!b->prev) {
     segment_finish(w);
@@ -297,6 +280,12 @@ static void snapshot_block(recap__tnode *node, void *user) {
   if (!jb || json_array_append_new(w->blocks, jb) != 0) w->failed = true;
 }
 
+/* The segment index holds each segment's first block: its list gives the rest in order. */
+static void snapshot_segment(recap__tnode *node, void *user) {
+  for (const recap__block *b = RECAP__CONTAINER_OF(node, recap__block, by_base); b; b = b->next)
+    snapshot_block(user, b);
+}
+
 recap_status recap__allocator_snapshot_json(recap__allocator *a, char **out) {
   RECAP_CHECK_ARG(a && out);
   RECAP_TRY(no_blocks(a, "the memory snapshot"));
@@ -305,7 +294,7 @@ recap_status recap__allocator_snapshot_json(recap__allocator *a, char **out) {
   bool ok = root && w.segments && pools;
   pthread_mutex_lock(&a->lock);
   if (ok) {
-    recap__treap_walk(a->by_addr, snapshot_block, &w);
+    recap__treap_walk(a->segments, snapshot_segment, &w);
     segment_finish(&w);
     ok = !w.failed;
   }

@@ -1,8 +1,9 @@
 /*
  * treap.h: an intrusive ordered set (a treap), the allocator's index of blocks (internal).
  *
- * The allocator keeps free blocks ordered by (stream, size, address) for best fit, and every
- * block ordered by address so that a pointer into the middle of a block finds it. Both need
+ * The allocator keeps free blocks ordered by (stream, size, address) for best fit, and its
+ * segments (their first blocks) ordered by address so that a pointer into the middle of a
+ * block finds its segment (exact pointers go through block_map.h instead). Both need
  * "smallest element >= key" and "largest element <= key" in O(log n), which a hash map cannot
  * give and a sorted array gives only with O(n) inserts. A treap is the smallest balanced tree
  * that does: expected O(log n) per operation with no rebalancing cases.
@@ -11,8 +12,8 @@
  * the set never allocates, so no operation can fail. Keys must be unique under `cmp`.
  *
  *   recap__tnode *root = NULL;
- *   recap__treap_insert(&root, &b->by_addr, cmp_addr);
- *   recap__tnode *n = recap__treap_floor(root, &key.by_addr, cmp_addr);
+ *   recap__treap_insert(&root, &b->by_base, cmp_base);
+ *   recap__tnode *n = recap__treap_floor(root, &key.by_base, cmp_base);
  */
 #ifndef RECAP_ALLOCATOR_TREAP_H
 #define RECAP_ALLOCATOR_TREAP_H

@@ -4,7 +4,10 @@
 # and recap's tools/alloc_bench (built here by Bazel, passed as $1), and prints one markdown
 # table of both against raw cudaMalloc/cudaFree (docs/ALLOCATOR.md, "Benchmark").
 #
-#   tools/torch_alloc_bench.sh PATH/TO/alloc_bench [OUT.md]
+#   [ROUNDS=3] tools/torch_alloc_bench.sh PATH/TO/alloc_bench [OUT.md]
+#
+# Host timings on the shared GPU machine drift by up to 2x between runs a minute apart, so the
+# two programs run ROUNDS times, alternating, and each cell is the median over the rounds.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ours=${1:?usage: torch_alloc_bench.sh PATH/TO/alloc_bench [OUT.md]}
@@ -23,24 +26,32 @@ if ! g++ -O2 -std=c++17 -D_GLIBCXX_USE_CXX11_ABI="$abi" tools/torch_alloc_bench.
   echo "torch_alloc_bench: the C++ driver did not build; recap and cudaMalloc only" >&2
   torch_ok=0
 fi
-"$ours" | tee "$work/ours.txt" || exit 1
-if [ "$torch_ok" = 1 ]; then
-  "$work/torch_alloc_bench" | tee "$work/torch.txt" || torch_ok=0
-fi
+rounds=${ROUNDS:-3}
+: >"$work/ours.txt"
+: >"$work/torch.txt"
+for round in $(seq "$rounds"); do
+  echo "round $round of $rounds"
+  "$ours" | tee -a "$work/ours.txt" || exit 1
+  if [ "$torch_ok" = 1 ]; then
+    "$work/torch_alloc_bench" | tee -a "$work/torch.txt" || torch_ok=0
+  fi
+done
 [ "$torch_ok" = 1 ] || : >"$work/torch.txt"
 device=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1)
 torch_version=$(python3 -c 'import torch; print(torch.__version__)')
-python3 - "$work/ours.txt" "$work/torch.txt" "$device" "$torch_version" >"$out_md" <<'PY'
-import sys
-r = {}
+python3 - "$work/ours.txt" "$work/torch.txt" "$device" "$torch_version" "$rounds" >"$out_md" <<'PY'
+import statistics, sys
+runs = {}
 for path in sys.argv[1:3]:
     for line in open(path):
         p = line.split()
         if len(p) == 4 and p[0] == "RESULT":
-            r[(p[1], p[2])] = float(p[3])
+            runs.setdefault((p[1], p[2]), []).append(float(p[3]))
+r = {k: statistics.median(v) for k, v in runs.items()}
 cases = [c for (i, c) in r if i == "recap"]
 print(f"Device: {sys.argv[3]}; PyTorch {sys.argv[4]} (libtorch from C++, raw_alloc/raw_delete).")
-print("Nanoseconds per alloc+free pair (pair_*) or per operation (trace); median of 15 batches.\n")
+print("Nanoseconds per alloc+free pair (pair_*) or per operation (trace): the median over "
+      f"{sys.argv[5]} alternating runs of each program, each run the median of 15 batches.\n")
 print("| case | recap | PyTorch | cudaMalloc/cudaFree | recap vs cudaMalloc | recap vs PyTorch |")
 print("|---|---:|---:|---:|---:|---:|")
 for c in cases:
