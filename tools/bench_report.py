@@ -605,6 +605,14 @@ ALLOCATOR_LINES = [
     "(`tools/torch_alloc_bench.sh`).", ""]
 
 
+# The two-GPU checks and benchmarks (tensor-parallel speedup, all_reduce bus bandwidth) run on
+# another machine kind (tools/gpu_run_multi.sh) and live in docs/MULTI_GPU.md; likewise kept.
+MULTI_GPU_LINES = [
+    "## Multi-GPU", "",
+    "Tensor-parallel speedup at 2 GPUs and all_reduce bus bandwidth (2 x H200, NCCL): "
+    "[MULTI_GPU.md](MULTI_GPU.md) (`tools/gpu_run_multi.sh`).", ""]
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description="BENCHMARKS.md and benchmarks.svg from a "
                                              "bench_all.sh run")
@@ -621,7 +629,8 @@ def main(argv=None):
     with open(os.path.join(args.out, "BENCHMARKS.md"), "w", encoding="utf-8") as f:
         f.write(markdown(rows, floors, meta) + "\n" + "\n".join(compile_failures(rows) +
                                                                 ops_lines + cap_lines +
-                                                                ALLOCATOR_LINES))
+                                                                ALLOCATOR_LINES +
+                                                                MULTI_GPU_LINES))
     with open(os.path.join(args.out, "benchmarks.svg"), "w", encoding="utf-8") as f:
         f.write(svg(rows))
     print(summary(rows))
