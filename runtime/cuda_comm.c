@@ -15,8 +15,10 @@
  * whose busy stretch (recap__nccl_busy_begin/end: a distributed run, a synchronize) outlasts
  * the timeout: the aborted NCCL kernels then return, so a stream synchronize inside the engine
  * (warmup, capture) unblocks too, and the caller reports why. One recursive lock serializes
- * every NCCL call of this process with the watchdogs' aborts (ncclCommAbort must not race
- * another call on the same communicator); polling and waiting happen outside it.
+ * every NCCL call of this process; polling and waiting happen outside it. ncclCommAbort runs
+ * outside it too, on the watchdog thread (it can take many seconds with a dead peer), while
+ * a flag set under the lock keeps every other call off the aborted communicator and a count
+ * holds back calls on the others until it returns (abort_with, wait_for_aborts).
  */
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
@@ -162,7 +164,10 @@ static void sleep_us(long us) {
 
 typedef struct {
   ncclComm_t comm;
-  recap_comm *owner;
+  /* Copies of the owner's fields: a watchdog left behind by recap__nccl_destroy (an abort
+   * that outlasted the timeout) outlives the recap_comm. */
+  int rank, world, device;
+  double timeout_s;
   pthread_t watchdog;
   bool has_watchdog;
   atomic_bool stop;
@@ -177,15 +182,49 @@ typedef struct {
 
 static nccl_state *state_of(recap_comm *c) { return (nccl_state *)c->nccl; }
 
+/* ncclCommAbort calls under way in this process. They run outside nccl_lock (abort_with says
+ * why), and NCCL forbids operations on independent communicators of one device in parallel:
+ * so inits, collectives and groups wait for them (wait_for_aborts). Raised under the lock,
+ * lowered without it. */
+static atomic_int aborts_running;
+
+/* How long a group start waits for aborts (it cannot know its communicators' timeouts). */
+enum { GROUP_ABORT_WAIT_S = 60 };
+
+/* Called with nccl_lock held (returns with it held): waits until no ncclCommAbort runs, at
+ * most timeout_s. A recursive holder (inside a group) never waits: no abort can start while
+ * it holds the lock, and none ran when the group began. */
+static recap_status wait_for_aborts(double timeout_s) {
+  double deadline = now_s() + timeout_s;
+  while (atomic_load(&aborts_running) > 0) {
+    if (now_s() > deadline)
+      return RECAP_FAIL(RECAP_STATUS_TIMEOUT,
+                        "another communicator's ncclCommAbort has run for more than %.1f s "
+                        "(NCCL calls wait for it: NCCL forbids them in parallel with it)",
+                        timeout_s);
+    pthread_mutex_unlock(&nccl_lock);
+    sleep_us(1000);
+    pthread_mutex_lock(&nccl_lock);
+  }
+  return RECAP_OK;
+}
+
+/* Set on each watchdog thread, so that abort_with knows where it runs. */
+static _Thread_local bool on_watchdog_thread;
+
 /* Calls ncclCommAbort, once. */
 static void issue_abort(nccl_state *s) {
   if (atomic_exchange(&s->abort_issued, true)) return;
+  pthread_mutex_lock(&nccl_lock);
+  atomic_fetch_add(&aborts_running, 1);
+  pthread_mutex_unlock(&nccl_lock);
   double t0 = now_s();
   nccl.CommAbort(s->comm);
+  atomic_fetch_sub(&aborts_running, 1);
   double took = now_s() - t0;
   if (took > 1.0)
-    fprintf(stderr, "recap: rank %d of %d: ncclCommAbort took %.1f s\n", s->owner->rank,
-            s->owner->world, took);
+    fprintf(stderr, "recap: rank %d of %d: ncclCommAbort took %.1f s\n", s->rank,
+            s->world, took);
 }
 
 /* Aborts once, recording why. The state turns `aborted` under the lock, so no NCCL call on
@@ -204,15 +243,14 @@ static void abort_with(nccl_state *s, recap_status why, const char *reason) {
   }
   pthread_mutex_unlock(&nccl_lock);
   if (!first) return;
-  fprintf(stderr, "recap: rank %d of %d: aborting the NCCL communicator: %s\n", s->owner->rank,
-          s->owner->world, reason);
-  bool on_watchdog = s->has_watchdog && pthread_equal(pthread_self(), s->watchdog);
-  if (!s->has_watchdog || on_watchdog || atomic_load(&s->watchdog_exited)) issue_abort(s);
+  fprintf(stderr, "recap: rank %d of %d: aborting the NCCL communicator: %s\n", s->rank,
+          s->world, reason);
+  if (!s->has_watchdog || on_watchdog_thread || atomic_load(&s->watchdog_exited)) issue_abort(s);
 }
 
 static recap_status aborted_status(nccl_state *s) {
   return RECAP_FAIL(s->failure ? s->failure : RECAP_STATUS_LIBRARY_ERROR,
-                    "rank %d of %d: communicator aborted: %s", s->owner->rank, s->owner->world,
+                    "rank %d of %d: communicator aborted: %s", s->rank, s->world,
                     s->reason);
 }
 
@@ -250,7 +288,7 @@ static void poll_backoff(long polls) {
 
 /* Waits until the communicator leaves ncclInProgress, at most its timeout. */
 static recap_status wait_ready(nccl_state *s, const char *what) {
-  double deadline = now_s() + s->owner->timeout_s;
+  double deadline = now_s() + s->timeout_s;
   for (long polls = 0;; ++polls) {
     recap_status st = poll_async(s);
     if (st != RECAP_STATUS_NOT_READY) return st;
@@ -258,7 +296,7 @@ static recap_status wait_ready(nccl_state *s, const char *what) {
       char reason[512];
       snprintf(reason, sizeof reason,
                "%s did not complete within %.1f s (are all %d ranks running?)", what,
-               s->owner->timeout_s, s->owner->world);
+               s->timeout_s, s->world);
       abort_with(s, RECAP_STATUS_TIMEOUT, reason);
       return aborted_status(s);
     }
@@ -268,17 +306,21 @@ static recap_status wait_ready(nccl_state *s, const char *what) {
 
 static void *watchdog_main(void *arg) {
   nccl_state *s = arg;
+  on_watchdog_thread = true;
+  /* NCCL's calls from this thread (the async-error poll, the abort) save and restore the
+   * current device: with the communicator's own current, no context is made on device 0. */
+  if (cudaSetDevice(s->device) != cudaSuccess) (void)cudaGetLastError();
   while (!atomic_load(&s->stop) && !atomic_load(&s->aborted)) {
     sleep_us(10000);
     if (atomic_load(&s->stop)) break;
     /* Errors are recorded (and the communicator aborted) by poll_async itself. */
     if (poll_async(s) != RECAP_OK && atomic_load(&s->aborted)) break;
-    if (atomic_load(&s->busy) > 0 && now_s() - atomic_load(&s->busy_since) > s->owner->timeout_s) {
+    if (atomic_load(&s->busy) > 0 && now_s() - atomic_load(&s->busy_since) > s->timeout_s) {
       char reason[512];
       snprintf(reason, sizeof reason,
                "collectives made no progress for %.1f s: a peer rank died or stopped issuing "
                "the same collectives (a mismatch would hang NCCL)",
-               s->owner->timeout_s);
+               s->timeout_s);
       abort_with(s, RECAP_STATUS_TIMEOUT, reason);
     }
   }
@@ -291,7 +333,10 @@ static void *watchdog_main(void *arg) {
 static recap_status new_state(recap_comm *c) {
   nccl_state *s = calloc(1, sizeof *s);
   if (!s) return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory for an NCCL communicator");
-  s->owner = c;
+  s->rank = c->rank;
+  s->world = c->world;
+  s->device = c->device.index;
+  s->timeout_s = c->timeout_s;
   atomic_init(&s->stop, false);
   atomic_init(&s->busy, 0);
   atomic_init(&s->busy_since, 0.0);
@@ -334,8 +379,16 @@ recap_status recap__nccl_init(recap_comm *c, const void *id, size_t len) {
   RECAP_CUDA_TRY(cudaSetDevice(c->device.index));
   ncclConfig_t config = nonblocking_config();
   pthread_mutex_lock(&nccl_lock);
-  ncclResult_t r = nccl.CommInitRankConfig(&s->comm, c->world, u, c->rank, &config);
+  recap_status gate = wait_for_aborts(c->timeout_s);
+  ncclResult_t r =
+      gate == RECAP_OK ? nccl.CommInitRankConfig(&s->comm, c->world, u, c->rank, &config) : ncclSuccess;
   pthread_mutex_unlock(&nccl_lock);
+  if (gate != RECAP_OK) {
+    if (cudaSetDevice(previous) != cudaSuccess) (void)cudaGetLastError();
+    free(s);
+    c->nccl = NULL;
+    return gate;
+  }
   if (cudaSetDevice(previous) != cudaSuccess) (void)cudaGetLastError();
   if (r != ncclSuccess && r != ncclInProgress) {
     recap_status st = nccl_fail(r, s->comm, "ncclCommInitRankConfig");
@@ -347,9 +400,12 @@ recap_status recap__nccl_init(recap_comm *c, const void *id, size_t len) {
   char what[128];
   snprintf(what, sizeof what, "NCCL init of rank %d", c->rank);
   RECAP_TRY(wait_ready(s, what));
-  if (pthread_create(&s->watchdog, NULL, watchdog_main, s) != 0)
-    return RECAP_FAIL(RECAP_STATUS_INTERNAL, "cannot start the NCCL watchdog thread");
+  /* Set first: the thread reads it (abort_with). */
   s->has_watchdog = true;
+  if (pthread_create(&s->watchdog, NULL, watchdog_main, s) != 0) {
+    s->has_watchdog = false;
+    return RECAP_FAIL(RECAP_STATUS_INTERNAL, "cannot start the NCCL watchdog thread");
+  }
   return RECAP_OK;
 }
 
@@ -362,8 +418,12 @@ recap_status recap__nccl_init_clique(recap_comm *const *comms, int count) {
   int previous = 0;
   RECAP_CUDA_TRY(cudaGetDevice(&previous));
   ncclConfig_t config = nonblocking_config();
-  recap_status st = RECAP_OK;
   pthread_mutex_lock(&nccl_lock);
+  recap_status st = wait_for_aborts(comms[0]->timeout_s);
+  if (st != RECAP_OK) {
+    pthread_mutex_unlock(&nccl_lock);
+    return st;
+  }
   ncclResult_t r = nccl.GroupStart();
   for (int i = 0; i < count && (r == ncclSuccess || r == ncclInProgress); ++i) {
     if (cudaSetDevice(comms[i]->device.index) != cudaSuccess) {
@@ -479,6 +539,12 @@ recap_status recap__nccl_run(recap_comm *c, const recap__coll *k, void *native_s
     pthread_mutex_unlock(&nccl_lock);
     return aborted_status(s);
   }
+  recap_status gate = group_depth > 0 ? RECAP_OK : wait_for_aborts(s->timeout_s);
+  if (gate == RECAP_OK && atomic_load(&s->aborted)) gate = aborted_status(s);
+  if (gate != RECAP_OK) {
+    pthread_mutex_unlock(&nccl_lock);
+    return gate;
+  }
   switch (k->kind) {
     case RECAP__COLL_ALL_REDUCE:
       what = "ncclAllReduce";
@@ -528,6 +594,14 @@ recap_status recap__nccl_group_start(void) {
   pthread_once(&load_once, load);
   if (load_status != RECAP_OK) return RECAP_OK; /* no NCCL: nothing to group */
   pthread_mutex_lock(&nccl_lock); /* held until the matching group end */
+  if (group_depth == 0) {
+    /* A group's communicators are not known yet: any abort's default wait bound. */
+    recap_status gate = wait_for_aborts(GROUP_ABORT_WAIT_S);
+    if (gate != RECAP_OK) {
+      pthread_mutex_unlock(&nccl_lock);
+      return gate;
+    }
+  }
   ncclResult_t r = nccl.GroupStart();
   if (r != ncclSuccess) {
     pthread_mutex_unlock(&nccl_lock);
