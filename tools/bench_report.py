@@ -255,8 +255,13 @@ def compile_text(r):
         return fmt_us(r["torch_compile"]) + (" (1 stream)" if one else "")
     info = r.get("compile_info")
     if info and info.get("error"):
-        return "failed"
+        return "skipped" if is_budget_skip(info) else "failed"
     return "-"
+
+
+def is_budget_skip(info):
+    """bench_all.sh did not run torch.compile: its time budget was spent."""
+    return (info.get("error") or "").startswith("torch.compile skipped")
 
 
 def fused_text(r):
@@ -584,10 +589,14 @@ def summary(rows):
 
 def compile_failures(rows):
     out = []
-    bad = [(r["spec"], (r.get("compile_info") or {}).get("error")) for r in rows
-           if (r.get("compile_info") or {}).get("error")]
+    info = [(r["spec"], r.get("compile_info") or {}) for r in rows]
+    bad = [(spec, i["error"]) for spec, i in info if i.get("error") and not is_budget_skip(i)]
     if bad:
         out += ["torch.compile failures: " + "; ".join("%s: %s" % b for b in bad), ""]
+    skipped = [spec for spec, i in info if i.get("error") and is_budget_skip(i)]
+    if skipped:
+        out += ["torch.compile not run (bench_all.sh's COMPILE_BUDGET_S was spent): " +
+                ", ".join(skipped), ""]
     one = [(r["spec"], r["compile_info"]["streams"]) for r in rows
            if ((r.get("compile_info") or {}).get("streams") or "").startswith("one")]
     if one:
@@ -606,11 +615,23 @@ ALLOCATOR_LINES = [
 
 
 # The two-GPU checks and benchmarks (tensor-parallel speedup, all_reduce bus bandwidth) run on
-# another machine kind (tools/gpu_run_multi.sh) and live in docs/MULTI_GPU.md; likewise kept.
-MULTI_GPU_LINES = [
-    "## Multi-GPU", "",
-    "Tensor-parallel speedup at 2 GPUs and all_reduce bus bandwidth (2 x H200, NCCL): "
-    "[MULTI_GPU.md](MULTI_GPU.md) (`tools/gpu_run_multi.sh`).", ""]
+# another machine kind (tools/gpu_run_multi.sh) and live in docs/MULTI_GPU.md; likewise kept,
+# with that file's Benchmark section copied in when the report runs in a checkout.
+MULTI_GPU_DOC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "docs",
+                             "MULTI_GPU.md")
+
+
+def multi_gpu_lines():
+    out = ["## Multi-GPU", "",
+           "Tensor-parallel speedup at 2 GPUs and all_reduce bus bandwidth (2 x H200, NCCL), "
+           "from [MULTI_GPU.md](MULTI_GPU.md) (`tools/gpu_run_multi.sh`, another run):", ""]
+    try:
+        with open(MULTI_GPU_DOC, encoding="utf-8") as f:
+            text = f.read()
+    except OSError:
+        return out
+    m = re.search(r"^## Benchmark\n(.*?)(?=^## |\Z)", text, re.S | re.M)
+    return out + ([m.group(1).strip(), ""] if m else [])
 
 
 def main(argv=None):
@@ -630,7 +651,7 @@ def main(argv=None):
         f.write(markdown(rows, floors, meta) + "\n" + "\n".join(compile_failures(rows) +
                                                                 ops_lines + cap_lines +
                                                                 ALLOCATOR_LINES +
-                                                                MULTI_GPU_LINES))
+                                                                multi_gpu_lines()))
     with open(os.path.join(args.out, "benchmarks.svg"), "w", encoding="utf-8") as f:
         f.write(svg(rows))
     print(summary(rows))
