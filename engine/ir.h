@@ -121,9 +121,10 @@ typedef struct {
   int num_outputs;
   recap_op_attrs attrs;
   int stream; /* 0: the pipeline's stream; N > 0: side stream N */
-  /* Set by the fusion pass (fuse.h) on the `expr` op that replaces a group, else NULL/0:
-   * the indices of the spec's ops it computes (ascending), and the program it owns
-   * (attrs.expr points at it; recap__ir_destroy frees it). */
+  /* Set by the fusion pass (fuse.h) on the `expr` op that replaces a group and on the
+   * `linear` that absorbed a residual add, else NULL/0: the indices of the spec's ops it
+   * computes (ascending), and, for an `expr` op only, the program it owns (attrs.expr points
+   * at it; recap__ir_destroy frees it; NULL for a folded linear). */
   int *fused_from;
   int num_fused;
   struct recap_expr_program *program;
