@@ -16,8 +16,6 @@
 #include "kernels/half.h"
 #include "tests/test_util.h"
 
-static recap_device g_dev = {RECAP_BACKEND_HOST, 0};
-
 static recap_pipeline *make(const char *yaml, recap_run_mode mode, recap_device dev) {
   recap_pipeline_options o = {0};
   o.override_device = 1;
@@ -60,7 +58,7 @@ static void run_gated(recap_run_mode mode) {
   fill(x, N, &rng);
   fill(gate, N, &rng);
   fill(bias, C, &rng);
-  recap_pipeline *p = make(kGated, mode, g_dev);
+  recap_pipeline *p = make(kGated, mode, test_device);
   CHECK_OK(recap_pipeline_copy_in(p, "x", x, sizeof x, 0));
   CHECK_OK(recap_pipeline_copy_in(p, "gate", gate, sizeof gate, 0));
   CHECK_OK(recap_pipeline_copy_in(p, "bias", bias, sizeof bias, 0));
@@ -99,7 +97,7 @@ static void test_expr_mixed_dtypes_promote_to_f32(void) {
       "ops:\n"
       "  - {op: expr, in: [a, b], out: y, expr: a * b - 0.5, dtype: f32, shape: [2, 8]}\n"
       "outputs: [y]\n";
-  recap_pipeline *p = make(spec, RECAP_MODE_EAGER, g_dev);
+  recap_pipeline *p = make(spec, RECAP_MODE_EAGER, test_device);
   uint16_t a[16];
   float af[16], b[8], y[16];
   for (int i = 0; i < 16; ++i) {
@@ -118,7 +116,7 @@ static void test_expr_mixed_dtypes_promote_to_f32(void) {
 static void test_expr_example_spec_runs_on_host(void) {
   recap_pipeline_options o = {0};
   o.override_device = 1;
-  o.device = g_dev;
+  o.device = test_device;
   recap_pipeline *p = NULL;
   CHECK_OK(recap_pipeline_create_file("specs/expr_example.yaml", &o, &p));
   CHECK_OK(recap_pipeline_run(p, 8));
@@ -348,11 +346,6 @@ static void test_cuda_warm_cache_load_costs_at_most_20ms_more(void) {
   unsetenv("RECAP_CACHE_DIR");
 }
 
-static int suite_cuda(void) {
-  g_dev = (recap_device){RECAP_BACKEND_CUDA, 0};
-  return 0;
-}
-
 int main(void) {
   CU_pSuite host = test_add_suite("pipeline_expr/host", NULL, NULL);
   CU_ADD_TEST(host, test_expr_ops_run_eagerly);
@@ -363,7 +356,7 @@ int main(void) {
   CU_ADD_TEST(host, test_expr_spec_errors_without_positions_inside);
   CU_ADD_TEST(host, test_expr_tensor_names_that_are_not_identifiers_use_positions);
 
-  CU_pSuite cuda = test_add_cuda_suite("pipeline_expr/cuda", suite_cuda, NULL);
+  CU_pSuite cuda = test_add_cuda_suite("pipeline_expr/cuda", test_suite_use_cuda, NULL);
   CU_ADD_TEST(cuda, test_cuda_expr_pipeline_matches_host);
   CU_ADD_TEST(cuda, test_expr_ops_run_as_graphs);
   CU_ADD_TEST(cuda, test_expr_mixed_dtypes_promote_to_f32);

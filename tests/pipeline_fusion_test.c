@@ -9,7 +9,6 @@
  * RECAP_FUSION=0 and recap_pipeline_options.no_fusion turn the pass off; the summary `recap plan`
  * prints.
  */
-#include <dirent.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,17 +18,6 @@
 #include "kernels/expr.h"
 #include "kernels/half.h"
 #include "tests/test_util.h"
-
-static recap_device g_dev = {RECAP_BACKEND_HOST, 0};
-
-static int suite_host(void) {
-  g_dev = (recap_device){RECAP_BACKEND_HOST, 0};
-  return 0;
-}
-static int suite_cuda(void) {
-  g_dev = (recap_device){RECAP_BACKEND_CUDA, 0};
-  return 0;
-}
 
 /* ---- IR fixtures ---- */
 
@@ -193,7 +181,7 @@ static void test_a_read_of_a_cache_written_later_is_not_moved_past_the_write(voi
   recap__fuse_groups_free(&g);
   unload(&f);
 
-  recap_pipeline_options o = {.override_device = 1, .device = g_dev};
+  recap_pipeline_options o = {.override_device = 1, .device = test_device};
   recap_pipeline *p = NULL;
   CHECK_OK(recap_pipeline_create_string(cache_spec, strlen(cache_spec), "<cache>", &o, &p));
   float rows[8], y[32];
@@ -602,9 +590,9 @@ static void test_a_residual_add_stays_when_the_fold_would_change_the_result(void
 
 /* The whole pipelines agree with the unfused ones (every element; both buckets). */
 static void test_folded_residuals_compute_the_same_as_the_unfused_adds(void) {
-  CU_ASSERT_EQUAL(
-      compare_fusion("resid", NULL, resid_spec, NULL, g_dev, g_dev.backend != RECAP_BACKEND_HOST),
-      4);
+  CU_ASSERT_EQUAL(compare_fusion("resid", NULL, resid_spec, NULL, test_device,
+                                 test_device.backend != RECAP_BACKEND_HOST),
+                  4);
 }
 
 /* linear's residual input on its own: out = act(x W^T + b) + residual, the residual after
@@ -624,7 +612,7 @@ static void test_a_linear_residual_is_added_after_the_activation(void) {
       "  - {op: linear, in: [x, w, b, r], out: v}\n"
       "outputs: [y, z, v]\n";
   enum { M = 24, K = 32, N = 40 };
-  recap_pipeline *p = create(NULL, spec, NULL, g_dev, RECAP_MODE_GRAPH, 0);
+  recap_pipeline *p = create(NULL, spec, NULL, test_device, RECAP_MODE_GRAPH, 0);
   static float x[M * K], r[M * N], w[N * K], b[N], y[M * N], z[M * N], v[M * N];
   test_rng rng;
   test_rng_init(&rng);
@@ -655,41 +643,13 @@ static void test_a_linear_residual_is_added_after_the_activation(void) {
   CHECK_OK(recap_pipeline_destroy(p));
 }
 
-/* Dims that keep each example small (as in pipeline_test.c). */
-static const struct {
-  const char *file;
-  const char *dims[8];
-} small_dims[] = {
-    {"decode_step.yaml", {"B=1,2,4", "D=32", "H=2", "Dh=16", "Smax=8", NULL}},
-    {"fork_join.yaml", {"B=4", "D=32", NULL}},
-    {"mlp_decode.yaml", {"B=1,2,4", "H=32", NULL}},
-    {"mlp_large.yaml", {"B=8", "H=32", NULL}},
-    {"overlap_serial.yaml", {"D=2048", NULL}},
-    {"overlap_streams.yaml", {"D=2048", NULL}},
-    {"transformer_block.yaml", {"B=1", "S=8", "F=64", NULL}},
-};
-
-static const char *const *dims_for(const char *file) {
-  for (size_t i = 0; i < sizeof small_dims / sizeof small_dims[0]; ++i)
-    if (strcmp(small_dims[i].file, file) == 0) return small_dims[i].dims;
-  return NULL;
+/* The callback of test_for_each_yaml: ctx points to compare_fusion's host_ref. */
+static void compare_example(const char *path, const char *file, void *host_ref) {
+  compare_fusion(file, path, NULL, test_example_dims(file), test_device, *(const int *)host_ref);
 }
 
 static void for_each_spec(int host_ref) {
-  DIR *dir = opendir("specs");
-  CU_ASSERT_PTR_NOT_NULL_FATAL(dir);
-  int ran = 0;
-  struct dirent *e;
-  while ((e = readdir(dir))) {
-    size_t n = strlen(e->d_name);
-    if (n < 5 || strcmp(e->d_name + n - 5, ".yaml") != 0) continue;
-    char path[512];
-    snprintf(path, sizeof path, "specs/%s", e->d_name);
-    compare_fusion(e->d_name, path, NULL, dims_for(e->d_name), g_dev, host_ref);
-    ran++;
-  }
-  closedir(dir);
-  CU_ASSERT_TRUE(ran >= 6);
+  CU_ASSERT_TRUE(test_for_each_yaml("specs", compare_example, &host_ref) >= 6);
 }
 
 static void test_every_spec_computes_the_same_fused_and_unfused_eager_and_as_graphs(void) {
@@ -705,16 +665,16 @@ static void test_the_small_specs_compute_the_same_fused_and_unfused(void) {
   const char *const specs[][2] = {
       {"chain", chain_spec}, {"tail", tail_spec}, {"wide", wide}, {"cache", cache_spec}};
   for (size_t i = 0; i < sizeof specs / sizeof specs[0]; ++i)
-    compare_fusion(specs[i][0], NULL, specs[i][1], NULL, g_dev,
-                   g_dev.backend != RECAP_BACKEND_HOST);
-  CU_ASSERT_EQUAL(compare_fusion("chain", NULL, chain_spec, NULL, g_dev, 0), 4);
-  CU_ASSERT_EQUAL(compare_fusion("wide", NULL, wide, NULL, g_dev, 0), 10);
+    compare_fusion(specs[i][0], NULL, specs[i][1], NULL, test_device,
+                   test_device.backend != RECAP_BACKEND_HOST);
+  CU_ASSERT_EQUAL(compare_fusion("chain", NULL, chain_spec, NULL, test_device, 0), 4);
+  CU_ASSERT_EQUAL(compare_fusion("wide", NULL, wide, NULL, test_device, 0), 10);
   free(wide);
 }
 
 static void test_the_100_op_chain_is_one_launch(void) {
   recap_pipeline *p =
-      create("specs/elementwise_chain.yaml", NULL, NULL, g_dev, RECAP_MODE_GRAPH, 0);
+      create("specs/elementwise_chain.yaml", NULL, NULL, test_device, RECAP_MODE_GRAPH, 0);
   const recap__ir *ir = largest_ir(p);
   CU_ASSERT_EQUAL(ir->fused_ops, 100);
   CU_ASSERT_EQUAL(ir->num_ops, 1);
@@ -736,7 +696,7 @@ static void test_recap_fusion_0_and_the_no_fusion_option_turn_the_pass_off(void)
 
   setenv("RECAP_FUSION", "0", 1);
   CU_ASSERT_FALSE(recap__fuse_enabled(false));
-  recap_pipeline *off = create(path, NULL, NULL, g_dev, RECAP_MODE_EAGER, 0);
+  recap_pipeline *off = create(path, NULL, NULL, test_device, RECAP_MODE_EAGER, 0);
   unsetenv("RECAP_FUSION");
   CU_ASSERT_EQUAL(largest_ir(off)->fused_ops, 0);
   CU_ASSERT_EQUAL(off->launches, 100);
@@ -746,7 +706,7 @@ static void test_recap_fusion_0_and_the_no_fusion_option_turn_the_pass_off(void)
   CU_ASSERT_TRUE(recap__fuse_enabled(false));
   unsetenv("RECAP_FUSION");
 
-  recap_pipeline *opt = create(path, NULL, NULL, g_dev, RECAP_MODE_EAGER, 1);
+  recap_pipeline *opt = create(path, NULL, NULL, test_device, RECAP_MODE_EAGER, 1);
   CU_ASSERT_EQUAL(largest_ir(opt)->fused_ops, 0);
   CU_ASSERT_EQUAL(opt->launches, 100);
   CHECK_OK(recap_pipeline_destroy(opt));
@@ -784,7 +744,7 @@ static void test_the_plan_summary_names_each_fused_op_and_the_spec_ops_it_replac
 }
 
 int main(void) {
-  CU_pSuite host = test_add_suite("fusion/host", suite_host, NULL);
+  CU_pSuite host = test_add_suite("fusion/host", test_suite_use_host, NULL);
 #define ADD_(t) CU_add_test(host, #t, t);
   ADD_(test_a_chain_is_one_group_with_its_distinct_external_inputs)
   ADD_(test_an_intermediate_with_two_readers_is_not_fused_across)
@@ -806,7 +766,7 @@ int main(void) {
   ADD_(test_recap_fusion_0_and_the_no_fusion_option_turn_the_pass_off)
   ADD_(test_the_plan_summary_names_each_fused_op_and_the_spec_ops_it_replaces)
 #undef ADD_
-  CU_pSuite cuda = test_add_cuda_suite("fusion/cuda", suite_cuda, NULL);
+  CU_pSuite cuda = test_add_cuda_suite("fusion/cuda", test_suite_use_cuda, NULL);
 #define ADD_(t) CU_add_test(cuda, #t, t);
   ADD_(test_every_spec_fused_on_cuda_matches_the_unfused_host_reference)
   ADD_(test_the_small_specs_compute_the_same_fused_and_unfused)

@@ -12,7 +12,6 @@
  */
 #include "engine/pipeline.h"
 
-#include <dirent.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -24,18 +23,6 @@
 #include "runtime/backend.h"
 #include "tests/test_util.h"
 
-/* The device the current suite runs on. */
-static recap_device g_dev = {RECAP_BACKEND_HOST, 0};
-
-static int suite_host(void) {
-  g_dev = (recap_device){RECAP_BACKEND_HOST, 0};
-  return 0;
-}
-static int suite_cuda(void) {
-  g_dev = (recap_device){RECAP_BACKEND_CUDA, 0};
-  return 0;
-}
-
 static recap_pipeline_options opts_on(recap_device dev) {
   recap_pipeline_options o = {0};
   o.override_device = 1;
@@ -45,14 +32,14 @@ static recap_pipeline_options opts_on(recap_device dev) {
 
 static recap_pipeline *make(const char *yaml, recap_pipeline_options *o) {
   recap_pipeline *p = NULL;
-  recap_pipeline_options d = opts_on(g_dev);
+  recap_pipeline_options d = opts_on(test_device);
   if (!o) o = &d;
   CHECK_OK(recap_pipeline_create_string(yaml, strlen(yaml), "<test>", o, &p));
   return p;
 }
 
 static recap_pipeline *make_mode(const char *yaml, recap_run_mode mode) {
-  recap_pipeline_options o = opts_on(g_dev);
+  recap_pipeline_options o = opts_on(test_device);
   o.override_mode = 1;
   o.mode = mode;
   return make(yaml, &o);
@@ -104,32 +91,13 @@ static void to_device(recap_pipeline *p, void *dst, const void *src, size_t byte
 
 /* ---- every example spec ---- */
 
-/* Dims that make each example small enough for the host reference in a test. */
-static const struct {
-  const char *file;
-  const char *dims[8];
-} small_dims[] = {
-    {"decode_step.yaml", {"B=1,2,4", "D=32", "H=2", "Dh=16", "Smax=8", NULL}},
-    {"fork_join.yaml", {"B=4", "D=32", NULL}},
-    {"mlp_decode.yaml", {"B=1,2,4", "H=32", NULL}},
-    {"mlp_large.yaml", {"B=8", "H=32", NULL}},
-    {"overlap_serial.yaml", {"D=2048", NULL}},
-    {"overlap_streams.yaml", {"D=2048", NULL}},
-    /* w_qkv's 3072 rows are literal: D stays 1024, the rest shrinks. */
-    {"transformer_block.yaml", {"B=1", "S=8", "F=64", NULL}},
-};
-
-static const char *const *dims_for(const char *file) {
-  for (size_t i = 0; i < sizeof small_dims / sizeof small_dims[0]; ++i)
-    if (strcmp(small_dims[i].file, file) == 0) return small_dims[i].dims;
-  return NULL;
-}
-
-/* Runs one example on `dev` for every bucket (and one padded batch): eager and graph results
- * must agree; with `ref` (a host pipeline of the same spec), the results also agree with it. */
-static void run_example(const char *path, const char *file, recap_device dev, int check_host) {
-  recap_pipeline_options o = opts_on(dev);
-  o.dims = dims_for(file);
+/* Runs one example on test_device for every bucket (and one padded batch): eager and graph
+ * results must agree; with *check_host (an int), the results also agree with a host pipeline
+ * of the same spec. */
+static void run_example(const char *path, const char *file, void *check_host_flag) {
+  int check_host = *(const int *)check_host_flag;
+  recap_pipeline_options o = opts_on(test_device);
+  o.dims = test_example_dims(file);
   o.override_mode = 1;
   o.mode = RECAP_MODE_GRAPH;
   recap_pipeline *g = NULL, *e = NULL, *h = NULL;
@@ -202,20 +170,7 @@ static void run_example(const char *path, const char *file, recap_device dev, in
 }
 
 static void for_each_example(int check_host) {
-  DIR *dir = opendir("specs");
-  CU_ASSERT_PTR_NOT_NULL_FATAL(dir);
-  int ran = 0;
-  struct dirent *e;
-  while ((e = readdir(dir))) {
-    size_t n = strlen(e->d_name);
-    if (n < 5 || strcmp(e->d_name + n - 5, ".yaml") != 0) continue;
-    char path[512];
-    snprintf(path, sizeof path, "specs/%s", e->d_name);
-    run_example(path, e->d_name, g_dev, check_host);
-    ran++;
-  }
-  closedir(dir);
-  CU_ASSERT_TRUE(ran >= 6);
+  CU_ASSERT_TRUE(test_for_each_yaml("specs", run_example, &check_host) >= 6);
 }
 
 static void test_every_example_spec_gives_the_same_result_eager_and_as_graphs(void) {
@@ -245,7 +200,7 @@ static const char mlp_spec[] =
 
 static void test_batch_3_runs_bucket_4_and_returns_3_rows_equal_to_a_batch_3_run(void) {
   recap_pipeline *p = make_mode(mlp_spec, RECAP_MODE_GRAPH);
-  recap_pipeline_options o = opts_on(g_dev);
+  recap_pipeline_options o = opts_on(test_device);
   const char *three[] = {"B=3", NULL};
   o.dims = three;
   o.override_mode = 1;
@@ -288,7 +243,7 @@ static void test_batch_above_the_largest_bucket_runs_eagerly_or_fails_as_configu
   CU_ASSERT_EQUAL(s.replays, 0);
   CHECK_OK(recap_pipeline_destroy(p));
 
-  recap_pipeline_options o = opts_on(g_dev);
+  recap_pipeline_options o = opts_on(test_device);
   o.oversize = RECAP_OVERSIZE_FAIL;
   p = make(mlp_spec, &o);
   CHECK_STATUS(recap_pipeline_run(p, 5), RECAP_STATUS_INVALID_ARGUMENT);
@@ -332,7 +287,7 @@ enum { CACHE_FLOATS = 4 * 16 * 2 * 8, ROW_FLOATS = 16 * 2 * 8 };
 static void test_kv_decode_replays_many_positions_without_graph_work_and_padding_keeps_the_cache(
     void) {
   recap_pipeline *g = make_mode(decode_spec, RECAP_MODE_GRAPH);
-  recap_pipeline_options eo = opts_on(g_dev);
+  recap_pipeline_options eo = opts_on(test_device);
   eo.override_mode = 1;
   eo.mode = RECAP_MODE_EAGER;
   recap_pipeline *e = NULL;
@@ -399,7 +354,7 @@ static void test_kv_decode_replays_many_positions_without_graph_work_and_padding
 /* ---- rebind ---- */
 
 static void test_rebind_updates_graphs_in_place_and_the_cap_falls_back_to_eager(void) {
-  recap_pipeline_options o = opts_on(g_dev);
+  recap_pipeline_options o = opts_on(test_device);
   o.max_recaptures = 1;
   recap_pipeline *p = make(mlp_spec, &o);
   recap_pipeline *ref = make_mode(mlp_spec, RECAP_MODE_EAGER);
@@ -413,7 +368,7 @@ static void test_rebind_updates_graphs_in_place_and_the_cap_falls_back_to_eager(
 
   void *mem[2] = {NULL, NULL};
   for (int k = 0; k < 2; ++k) {
-    CHECK_OK(recap_malloc(g_dev, bytes, recap_pipeline_stream(p), &mem[k]));
+    CHECK_OK(recap_malloc(test_device, bytes, recap_pipeline_stream(p), &mem[k]));
     void *x = random_data(&rng, RECAP_DTYPE_F32, bytes);
     to_device(p, mem[k], x, bytes);
     CHECK_OK(recap_pipeline_copy_in(ref, "x", x, bytes, 4));
@@ -458,7 +413,7 @@ static void test_a_buffer_swapped_without_rebind_is_not_seen_by_the_replay(void)
   CHECK_OK(recap_pipeline_run(p, 4));
   void *y1 = out_copy(p, "y", 4);
   void *other = NULL;
-  CHECK_OK(recap_malloc(g_dev, bytes, recap_pipeline_stream(p), &other));
+  CHECK_OK(recap_malloc(test_device, bytes, recap_pipeline_stream(p), &other));
   to_device(p, other, x2, bytes);
   /* Point the tensor elsewhere behind the graph's back (what rebind does, minus the
    * re-capture): the replay still reads the captured address, an eager run the new one. */
@@ -558,7 +513,7 @@ static void test_fork_join_on_side_streams_gives_the_sequential_result(void) {
  * capture, name the op, and leave the pipeline running eagerly. */
 static void test_a_failed_capture_names_the_op_and_the_pipeline_runs_eagerly(void) {
   /* Unfused, so that op 4 is the spec's scale#4 (fusion would merge it with b1's silu). */
-  recap_pipeline_options po = opts_on(g_dev);
+  recap_pipeline_options po = opts_on(test_device);
   po.override_mode = 1;
   po.mode = RECAP_MODE_GRAPH;
   po.no_fusion = 1;
@@ -659,14 +614,14 @@ static void *intrude(void *arg) {
  * (the capture ended first); then the attempt is repeated with a new pipeline. */
 static void test_another_threads_raw_allocation_during_a_global_capture_is_recovered(void) {
   char *spec = long_chain_spec(2000);
-  recap_pipeline_options o = opts_on(g_dev);
+  recap_pipeline_options o = opts_on(test_device);
   o.override_mode = 1;
   o.mode = RECAP_MODE_GRAPH;
   o.capture_mode_set = 1;
   o.capture_mode = RECAP_CAPTURE_MODE_GLOBAL;
   o.no_fusion = 1; /* 2000 launches to capture, not one fused kernel: the window to land in */
   recap_pipeline *ref = make_mode(spec, RECAP_MODE_EAGER), *p = NULL;
-  const recap__backend *be = recap__backend_get(g_dev.backend);
+  const recap__backend *be = recap__backend_get(test_device.backend);
   CU_ASSERT_PTR_NOT_NULL_FATAL(be);
   recap_status st = RECAP_OK;
   char why[2048] = "";
@@ -674,7 +629,7 @@ static void test_another_threads_raw_allocation_during_a_global_capture_is_recov
   int attempts = 0, allowed = 0;
   for (; attempts < 50; ++attempts) {
     p = make(spec, &o);
-    in = (intruder){.target = recap_pipeline_stream(p), .dev = g_dev};
+    in = (intruder){.target = recap_pipeline_stream(p), .dev = test_device};
     pthread_t t;
     CU_ASSERT_EQUAL_FATAL(pthread_create(&t, NULL, intrude, &in), 0);
     st = recap_pipeline_capture(p);
@@ -685,7 +640,7 @@ static void test_another_threads_raw_allocation_during_a_global_capture_is_recov
      * succeeded while the capture went on would mean the rule is not enforced: counted. */
     CU_ASSERT_EQUAL(st, RECAP_OK);
     if (in.landed && in.still) allowed++;
-    if (in.landed) CHECK_OK(be->mem_free(g_dev.index, in.ptr));
+    if (in.landed) CHECK_OK(be->mem_free(test_device.index, in.ptr));
     CHECK_OK(recap_pipeline_destroy(p));
     p = NULL;
   }
@@ -697,7 +652,7 @@ static void test_another_threads_raw_allocation_during_a_global_capture_is_recov
   CU_ASSERT_PTR_NOT_NULL_FATAL(p); /* no attempt's call landed inside the capture */
   /* The call itself was refused as illegal during a capture, naming itself. */
   CU_ASSERT_EQUAL(in.status, RECAP_STATUS_ILLEGAL_DURING_CAPTURE);
-  const char *call = g_dev.backend == RECAP_BACKEND_CUDA ? "cudaMalloc" : "mem_alloc";
+  const char *call = test_device.backend == RECAP_BACKEND_CUDA ? "cudaMalloc" : "mem_alloc";
   CU_ASSERT_PTR_NOT_NULL(strstr(in.message, call));
   /* The capture failed because of it; the message says which bucket, and the cause: the
    * host backend names the call; CUDA reports the capture invalidated, and names the refused
@@ -705,7 +660,7 @@ static void test_another_threads_raw_allocation_during_a_global_capture_is_recov
   CU_ASSERT_TRUE(st == RECAP_STATUS_CAPTURE_INVALIDATED ||
                  st == RECAP_STATUS_ILLEGAL_DURING_CAPTURE);
   CU_ASSERT_PTR_NOT_NULL(strstr(why, "capturing bucket"));
-  CU_ASSERT_TRUE(strstr(why, call) != NULL || (g_dev.backend == RECAP_BACKEND_CUDA &&
+  CU_ASSERT_TRUE(strstr(why, call) != NULL || (test_device.backend == RECAP_BACKEND_CUDA &&
                                                strstr(why, "cudaErrorStreamCaptureInvalidated")));
   CU_ASSERT_FALSE(recap_stream_is_capturing(recap_pipeline_stream(p)));
   CU_ASSERT_TRUE(p->graphs_failed);
@@ -771,14 +726,14 @@ static void test_random_replays_draw_new_numbers_equal_to_consecutive_eager_runs
   enum { RUNS = 4 };
   for (int64_t batch = 2; batch <= 4; batch += 2) {
     recap_rng_state start;
-    CHECK_OK(recap_rng_get_state(g_dev, &start));
+    CHECK_OK(recap_rng_get_state(test_device, &start));
     float ye[RUNS][4 * 8], yg[RUNS][4 * 8];
     size_t bytes = bytes_of(g, "y", batch);
     for (int i = 0; i < RUNS; ++i) {
       CHECK_OK(recap_pipeline_run(e, batch));
       CHECK_OK(recap_pipeline_copy_out(e, "y", ye[i], bytes, batch));
     }
-    CHECK_OK(recap_rng_set_state(g_dev, &start));
+    CHECK_OK(recap_rng_set_state(test_device, &start));
     for (int i = 0; i < RUNS; ++i) {
       CHECK_OK(recap_pipeline_run(g, batch));
       CHECK_OK(recap_pipeline_copy_out(g, "y", yg[i], bytes, batch));
@@ -786,7 +741,7 @@ static void test_random_replays_draw_new_numbers_equal_to_consecutive_eager_runs
       if (i > 0) CU_ASSERT_NOT_EQUAL(memcmp(yg[i], yg[i - 1], bytes), 0);
     }
     recap_rng_state end;
-    CHECK_OK(recap_rng_get_state(g_dev, &end));
+    CHECK_OK(recap_rng_get_state(test_device, &end));
     CU_ASSERT_EQUAL(end.offset, start.offset + RUNS);
   }
   recap_pipeline_stats s;
@@ -800,15 +755,15 @@ static void test_random_replays_draw_new_numbers_equal_to_consecutive_eager_runs
 
 static void test_clones_share_the_params_and_compute_the_same(void) {
   /* Params large enough that a copy of them would show in the allocator's count. */
-  recap_pipeline_options o = opts_on(g_dev);
+  recap_pipeline_options o = opts_on(test_device);
   const char *dims[] = {"H=64", NULL};
   o.dims = dims;
   recap_pipeline *p = make(mlp_spec, &o);
   size_t before = 0, after = 0;
-  CHECK_OK(recap_memory_allocated(g_dev, &before));
+  CHECK_OK(recap_memory_allocated(test_device, &before));
   recap_pipeline *c = NULL;
   CHECK_OK(recap_pipeline_clone(p, NULL, &c));
-  CHECK_OK(recap_memory_allocated(g_dev, &after));
+  CHECK_OK(recap_memory_allocated(test_device, &after));
   recap_tensor w_p, w_c, x_p, x_c;
   CHECK_OK(recap_pipeline_tensor(p, "w1", &w_p));
   CHECK_OK(recap_pipeline_tensor(c, "w1", &w_c));
@@ -941,13 +896,13 @@ static void test_disable_graphs_environment_forces_eager_runs(void) {
 
 static void test_a_bad_spec_fails_with_positions_and_allocates_nothing(void) {
   size_t before = 0, after = 0;
-  CHECK_OK(recap_memory_allocated(g_dev, &before));
+  CHECK_OK(recap_memory_allocated(test_device, &before));
   static const char bad[] =
       "name: bad\ndtype: f32\n"
       "tensors:\n  x: {shape: [4], role: input}\n"
       "ops:\n  - {op: matmul, in: [x, missing], out: y}\n";
   recap_pipeline *p = NULL;
-  recap_pipeline_options o = opts_on(g_dev);
+  recap_pipeline_options o = opts_on(test_device);
   CHECK_STATUS(recap_pipeline_create_string(bad, strlen(bad), "bad.yaml", &o, &p),
                RECAP_STATUS_SPEC_ERROR);
   CHECK_ERROR_MENTIONS("bad.yaml:6:");
@@ -957,7 +912,7 @@ static void test_a_bad_spec_fails_with_positions_and_allocates_nothing(void) {
   CHECK_STATUS(recap_pipeline_create_string(mlp_spec, strlen(mlp_spec), "m", &o, &p),
                RECAP_STATUS_SPEC_ERROR);
   CHECK_ERROR_MENTIONS("Q=3");
-  CHECK_OK(recap_memory_allocated(g_dev, &after));
+  CHECK_OK(recap_memory_allocated(test_device, &after));
   CU_ASSERT_EQUAL(before, after);
 }
 
@@ -999,7 +954,7 @@ static const char file_spec_fmt[] =
 static recap_status make_file_pipeline(const char *wfile, recap_pipeline **out) {
   char yaml[1024];
   snprintf(yaml, sizeof yaml, file_spec_fmt, wfile);
-  recap_pipeline_options o = opts_on(g_dev);
+  recap_pipeline_options o = opts_on(test_device);
   o.base_dir = g_tmp;
   return recap_pipeline_create_string(yaml, strlen(yaml), "files.yaml", &o, out);
 }
@@ -1084,12 +1039,12 @@ static void test_params_load_from_raw_and_safetensors_files_with_every_length_ch
 #define LAST_TESTS(XX) XX(test_another_threads_raw_allocation_during_a_global_capture_is_recovered)
 
 int main(void) {
-  CU_pSuite host = test_add_suite("pipeline/host", suite_host, NULL);
+  CU_pSuite host = test_add_suite("pipeline/host", test_suite_use_host, NULL);
 #define ADD_(t) CU_add_test(host, #t, t);
   PIPELINE_TESTS(ADD_)
   LAST_TESTS(ADD_)
 #undef ADD_
-  CU_pSuite cuda = test_add_cuda_suite("pipeline/cuda", suite_cuda, NULL);
+  CU_pSuite cuda = test_add_cuda_suite("pipeline/cuda", test_suite_use_cuda, NULL);
 #define ADD_(t) CU_add_test(cuda, #t, t);
   PIPELINE_TESTS(ADD_)
 #undef ADD_

@@ -27,18 +27,6 @@ enum { CHECK_EVERY = 10000, WARMUP_CHECKS = 3, NUM_BATCHES = 3, MAX_ROWS = 4, D 
 static const int64_t BATCHES[NUM_BATCHES] = {1, 2, 4};
 static const char SPEC_PATH[] = "tests/data/serve_tiny.yaml";
 
-static recap_device g_dev;
-
-static int use_host(void) {
-  g_dev = (recap_device){RECAP_BACKEND_HOST, 0};
-  return 0;
-}
-
-static int use_cuda(void) {
-  g_dev = (recap_device){RECAP_BACKEND_CUDA, 0};
-  return 0;
-}
-
 typedef struct {
   long resident_pages;
   recap_memory_stats alloc;
@@ -58,9 +46,9 @@ static long resident_pages(void) {
 static void take(snapshot *s) {
   memset(s, 0, sizeof *s);
   s->resident_pages = resident_pages();
-  CHECK_OK(recap_memory_stats_get(g_dev, &s->alloc));
+  CHECK_OK(recap_memory_stats_get(test_device, &s->alloc));
   size_t total = 0;
-  CHECK_OK(recap_device_mem_get_info(g_dev, &s->device_free, &total));
+  CHECK_OK(recap_device_mem_get_info(test_device, &s->device_free, &total));
 }
 
 /* Compares what must not move: current and peak of every statistic (cumulative sums grow by
@@ -110,7 +98,7 @@ static double now(void) {
 static long long replays_wanted(void) {
   const char *env = getenv("RECAP_SOAK_REPLAYS");
   if (env && *env) return atoll(env);
-  return g_dev.backend == RECAP_BACKEND_CUDA ? 1000000 : 20000;
+  return test_device.backend == RECAP_BACKEND_CUDA ? 1000000 : 20000;
 }
 
 static void test_replays_keep_memory_and_every_checked_result_identical(void) {
@@ -118,7 +106,7 @@ static void test_replays_keep_memory_and_every_checked_result_identical(void) {
   CU_ASSERT_FATAL(replays >= CHECK_EVERY);
   recap_pipeline_options o = {0};
   o.override_device = 1;
-  o.device = g_dev;
+  o.device = test_device;
   o.override_mode = 1;
   o.mode = RECAP_MODE_GRAPH;
   recap_pipeline *p = NULL;
@@ -181,7 +169,7 @@ static void test_replays_keep_memory_and_every_checked_result_identical(void) {
       "\nsoak (%s): %lld replays in %.1f s (%.1f us each), %lld checked, %lld mismatched; "
       "%llu eager runs, %llu captures; resident %ld pages, device free %zu bytes, "
       "allocated %lld bytes in %lld blocks, reserved %lld bytes: %s\n",
-      recap_backend_name(g_dev.backend), (long long)(s1.replays - s0.replays), seconds,
+      recap_backend_name(test_device.backend), (long long)(s1.replays - s0.replays), seconds,
       1e6 * seconds / (double)replays, checked, mismatched,
       (unsigned long long)(s1.eager_runs - s0.eager_runs), (unsigned long long)s1.captures,
       after.resident_pages, after.device_free,
@@ -199,9 +187,9 @@ static void test_replays_keep_memory_and_every_checked_result_identical(void) {
 }
 
 int main(void) {
-  CU_pSuite host = test_add_suite("soak/host", use_host, NULL);
+  CU_pSuite host = test_add_suite("soak/host", test_suite_use_host, NULL);
   CU_ADD_TEST(host, test_replays_keep_memory_and_every_checked_result_identical);
-  CU_pSuite cuda = test_add_cuda_suite("soak/cuda", use_cuda, NULL);
+  CU_pSuite cuda = test_add_cuda_suite("soak/cuda", test_suite_use_cuda, NULL);
   CU_ADD_TEST(cuda, test_replays_keep_memory_and_every_checked_result_identical);
   return test_run_all();
 }

@@ -5,7 +5,6 @@
  */
 #include "engine/spec.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -587,37 +586,34 @@ static void test_load_file_that_does_not_exist_is_io_error(void) {
   CU_ASSERT_PTR_NULL(spec);
 }
 
-static void test_every_example_spec_loads_and_builds_every_bucket(void) {
-  DIR *dir = opendir("specs");
-  CU_ASSERT_PTR_NOT_NULL_FATAL(dir);
-  int loaded = 0;
-  struct dirent *e;
-  while ((e = readdir(dir))) {
-    size_t n = strlen(e->d_name);
-    if (n < 5 || strcmp(e->d_name + n - 5, ".yaml") != 0) continue;
-    char path[512];
-    snprintf(path, sizeof path, "specs/%s", e->d_name);
-    recap__spec *spec = NULL;
-    recap__diag diag = {0};
-    recap__spec_options opts = {.device_memory_bytes = 80ull << 30};
-    recap_status st = recap__spec_load_file(path, &opts, &spec, &diag);
-    if (st != RECAP_OK) {
-      fprintf(stderr, "\n  %s:\n", path);
-      dump(&diag);
-    }
-    CU_ASSERT_EQUAL(st, RECAP_OK);
-    for (size_t b = 0; spec && b < recap__spec_num_buckets(spec); ++b) {
-      recap__ir *ir = NULL;
-      CHECK_OK(recap__ir_build(spec, b, &ir, NULL));
-      CU_ASSERT_TRUE(ir && ir->num_ops > 0 && ir->num_outputs > 0);
-      for (size_t i = 0; ir && i < ir->num_tensors; ++i) CU_ASSERT_TRUE(ir->tensors[i].ndim > 0);
-      recap__ir_destroy(ir);
-    }
-    loaded += spec != NULL;
-    recap__spec_destroy(spec);
-    recap__diag_free(&diag);
+/* The callback of test_for_each_yaml: loads one example and builds every bucket's IR; counts
+ * it in *loaded (an int) when it loads. */
+static void load_example(const char *path, const char *file, void *loaded) {
+  (void)file;
+  recap__spec *spec = NULL;
+  recap__diag diag = {0};
+  recap__spec_options opts = {.device_memory_bytes = 80ull << 30};
+  recap_status st = recap__spec_load_file(path, &opts, &spec, &diag);
+  if (st != RECAP_OK) {
+    fprintf(stderr, "\n  %s:\n", path);
+    dump(&diag);
   }
-  closedir(dir);
+  CU_ASSERT_EQUAL(st, RECAP_OK);
+  for (size_t b = 0; spec && b < recap__spec_num_buckets(spec); ++b) {
+    recap__ir *ir = NULL;
+    CHECK_OK(recap__ir_build(spec, b, &ir, NULL));
+    CU_ASSERT_TRUE(ir && ir->num_ops > 0 && ir->num_outputs > 0);
+    for (size_t i = 0; ir && i < ir->num_tensors; ++i) CU_ASSERT_TRUE(ir->tensors[i].ndim > 0);
+    recap__ir_destroy(ir);
+  }
+  *(int *)loaded += spec != NULL;
+  recap__spec_destroy(spec);
+  recap__diag_free(&diag);
+}
+
+static void test_every_example_spec_loads_and_builds_every_bucket(void) {
+  int loaded = 0;
+  test_for_each_yaml("specs", load_example, &loaded);
   CU_ASSERT_TRUE(loaded >= 6);
 }
 

@@ -1,6 +1,7 @@
 /* test_util.c: CUnit registry setup, CUDA-suite gating, the run summary and shared checks. */
 #include "tests/test_util.h"
 
+#include <dirent.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -111,4 +112,42 @@ int test_buffers_close(const char *what, recap_dtype dtype, const void *a, const
     }
   }
   return 1;
+}
+
+int test_for_each_yaml(const char *dir, void (*fn)(const char *path, const char *file, void *ctx),
+                       void *ctx) {
+  DIR *d = opendir(dir);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(d);
+  int count = 0;
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    size_t n = strlen(e->d_name);
+    if (n < 5 || strcmp(e->d_name + n - 5, ".yaml") != 0) continue;
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+    fn(path, e->d_name, ctx);
+    count++;
+  }
+  closedir(d);
+  return count;
+}
+
+static const struct {
+  const char *file;
+  const char *dims[8];
+} example_dims[] = {
+    {"decode_step.yaml", {"B=1,2,4", "D=32", "H=2", "Dh=16", "Smax=8", NULL}},
+    {"fork_join.yaml", {"B=4", "D=32", NULL}},
+    {"mlp_decode.yaml", {"B=1,2,4", "H=32", NULL}},
+    {"mlp_large.yaml", {"B=8", "H=32", NULL}},
+    {"overlap_serial.yaml", {"D=2048", NULL}},
+    {"overlap_streams.yaml", {"D=2048", NULL}},
+    /* w_qkv's 3072 rows are literal: D stays 1024, the rest shrinks. */
+    {"transformer_block.yaml", {"B=1", "S=8", "F=64", NULL}},
+};
+
+const char *const *test_example_dims(const char *file) {
+  for (size_t i = 0; i < sizeof example_dims / sizeof example_dims[0]; ++i)
+    if (strcmp(example_dims[i].file, file) == 0) return example_dims[i].dims;
+  return NULL;
 }

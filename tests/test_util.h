@@ -84,4 +84,15 @@ double test_rng_uniform(test_rng *rng, double lo, double hi);
 int test_buffers_close(const char *what, recap_dtype dtype, const void *a, const void *b,
                        size_t bytes);
 
+/* Calls fn(path, file, ctx) for every .yaml file in dir (path is "dir/file") and returns how
+ * many there were, so that tests over every example spec cover a new one without a list to
+ * update. A missing dir is a fatal assertion. */
+int test_for_each_yaml(const char *dir, void (*fn)(const char *path, const char *file, void *ctx),
+                       void *ctx);
+
+/* The `dims` overrides (NULL-terminated) that make the example specs/<file> small enough for
+ * the host reference in a test, or NULL when its own dims are small already. One table for
+ * every test that runs all the examples. */
+const char *const *test_example_dims(const char *file);
+
 #endif

@@ -11,8 +11,6 @@
 
 static const char *const CMD = "bench";
 
-enum { HOST_ITERS_CAP = 20, HOST_WARMUP_CAP = 2 };
-
 /* Rotation (--rotate): tools/peer_torch.py's rule, so both sides rotate alike. A set of
  * params + inputs + states + scalars between 1 MiB and 200 MB gets K copies with K x set >=
  * 200 MB (four times the H100's 50 MB L2), at most 16; a smaller set is launch-bound and a
@@ -51,7 +49,7 @@ static void usage(FILE *out) {
           "from\n                     untrusted sources)\n"
           "  --no-fusion        run every elementwise op as its own kernel (no fusion pass; "
           "as\n                     RECAP_FUSION=0)\n",
-          HOST_ITERS_CAP, HOST_WARMUP_CAP, (int)ROTATE_MAX);
+          CLI_HOST_ITERS_CAP, CLI_HOST_WARMUP_CAP, (int)ROTATE_MAX);
 }
 
 typedef struct {
@@ -187,36 +185,20 @@ int cli_bench_main(int argc, char **argv) {
   json_t *root = NULL;
   recap_status st;
   if (cli_load_spec(a.path, a.common.base_dir, &spec) != RECAP_OK) goto done;
-  size_t bucket;
-  int64_t batch;
-  const char *overrides[CLI_MAX_DIMS + 1];
-  if (!cli_resolve_dims(CMD, spec, a.common.dims, a.common.num_dims, overrides, &bucket, &batch)) {
-    rc = CLI_EXIT_USAGE;
-    goto done;
-  }
-  recap_pipeline_options opts = {.override_device = 1,
-                                 .override_mode = 1,
-                                 .mode = RECAP_MODE_GRAPH,
-                                 .base_dir = a.common.base_dir,
-                                 .no_fusion = a.common.no_fusion};
-  if (!cli_pick_device(CMD, a.common.device, spec->device, &opts.device)) goto done;
+  recap_pipeline_options opts = {.override_mode = 1, .mode = RECAP_MODE_GRAPH};
+  cli_run_setup rs;
+  if ((rc = cli_run_setup_resolve(CMD, &a.common, spec, &opts, &rs)) != CLI_EXIT_OK) goto done;
+  rc = CLI_EXIT_FAILURE;
   bool host = opts.device.backend == RECAP_BACKEND_HOST;
-  int iters = a.common.iters_set ? (int)a.common.iters : spec->iters;
-  int warmup = a.common.warmup_set ? (int)a.common.warmup : spec->warmup;
-  bool capped = false;
-  if (host && !a.common.iters_set && iters > HOST_ITERS_CAP) iters = HOST_ITERS_CAP, capped = true;
-  if (host && !a.common.warmup_set && warmup > HOST_WARMUP_CAP) warmup = HOST_WARMUP_CAP;
-  opts.warmup = warmup; /* 0: the spec's */
-  opts.dims = overrides;
-  uint64_t seed = a.common.seed_set ? (uint64_t)a.common.seed : cli_random_seed();
 
   printf("%s (%s) on %s:%d", spec->name, a.path, recap_backend_name(opts.device.backend),
          opts.device.index);
-  if (spec->bucket_dim >= 0) printf(", %s=%" PRId64, spec->dims[spec->bucket_dim].name, batch);
+  if (spec->bucket_dim >= 0) printf(", %s=%" PRId64, spec->dims[spec->bucket_dim].name, rs.batch);
   printf(
       "\n%d timed iterations after %d warmup per mode%s; inputs uniform [-1, 1) from seed "
       "%" PRIu64 "\n",
-      iters, warmup, capped ? " (capped for the host backend; --iters sets it)" : "", seed);
+      rs.iters, rs.warmup, rs.iters_capped ? " (capped for the host backend; --iters sets it)" : "",
+      rs.seed);
   fflush(stdout);
 
   double t0 = cli_now();
@@ -237,7 +219,7 @@ int cli_bench_main(int argc, char **argv) {
     cli_report_failure(CMD, "cloning the pipeline", st);
     goto done;
   }
-  if ((st = cli_inputs_make(graph, batch, seed, &inputs)) != RECAP_OK ||
+  if ((st = cli_inputs_make(graph, rs.batch, rs.seed, &inputs)) != RECAP_OK ||
       (st = cli_inputs_copy_in(graph, &inputs)) != RECAP_OK ||
       (st = cli_inputs_copy_in(eager, &inputs)) != RECAP_OK) {
     cli_report_failure(CMD, "preparing the inputs", st);
@@ -265,14 +247,14 @@ int cli_bench_main(int argc, char **argv) {
         rotate, cli_format_bytes(set_bytes, b0, sizeof b0));
     fflush(stdout);
   }
-  if (!(re.ms = malloc((size_t)iters * sizeof *re.ms)) ||
-      !(rg.ms = malloc((size_t)iters * sizeof *rg.ms))) {
+  if (!(re.ms = malloc((size_t)rs.iters * sizeof *re.ms)) ||
+      !(rg.ms = malloc((size_t)rs.iters * sizeof *rg.ms))) {
     fprintf(stderr, "recap %s: out of memory\n", CMD);
     goto done;
   }
   re.launches = eager->launches;
   rg.launches = 1;
-  if ((st = measure(eagers, rotate, batch, warmup, iters, &re)) != RECAP_OK) {
+  if ((st = measure(eagers, rotate, rs.batch, rs.warmup, rs.iters, &re)) != RECAP_OK) {
     cli_report_failure(CMD, "eager runs", st);
     goto done;
   }
@@ -287,7 +269,7 @@ int cli_bench_main(int argc, char **argv) {
       cli_report_failure(CMD, "capturing a rotation instance", st);
       goto done;
     }
-  if ((st = measure(graphs, rotate, batch, warmup, iters, &rg)) != RECAP_OK) {
+  if ((st = measure(graphs, rotate, rs.batch, rs.warmup, rs.iters, &rg)) != RECAP_OK) {
     cli_report_failure(CMD, "graph replays", st);
     goto done;
   }
@@ -295,7 +277,7 @@ int cli_bench_main(int argc, char **argv) {
   recap_graph_info info = {0};
   if ((st = recap_pipeline_stats_get(graph, &gs)) != RECAP_OK ||
       (st = recap_pipeline_stats_get(eager, &es)) != RECAP_OK ||
-      (st = recap_graph_info_get(graph->graphs[bucket], &info)) != RECAP_OK) {
+      (st = recap_graph_info_get(graph->graphs[rs.bucket], &info)) != RECAP_OK) {
     cli_report_failure(CMD, "reading the stats", st);
     goto done;
   }
@@ -303,8 +285,8 @@ int cli_bench_main(int argc, char **argv) {
   size_t mismatches = 0;
   double max_diff = 0;
   if (check) {
-    if ((st = cli_outputs_copy_out(eager, batch, &out_eager)) != RECAP_OK ||
-        (st = cli_outputs_copy_out(graph, batch, &out_graph)) != RECAP_OK) {
+    if ((st = cli_outputs_copy_out(eager, rs.batch, &out_eager)) != RECAP_OK ||
+        (st = cli_outputs_copy_out(graph, rs.batch, &out_graph)) != RECAP_OK) {
       cli_report_failure(CMD, "copying the outputs", st);
       goto done;
     }
@@ -356,20 +338,20 @@ int cli_bench_main(int argc, char **argv) {
     json_object_set_new(root, "spec", json_string(a.path));
     json_object_set_new(root, "name", json_string(spec->name));
     json_object_set_new(root, "device", json_string(recap_backend_name(opts.device.backend)));
-    json_object_set_new(root, "batch", json_integer(batch));
-    json_object_set_new(root, "bucket", json_integer(graph->model->bucket_values[bucket]));
-    json_object_set_new(root, "iters", json_integer(iters));
-    json_object_set_new(root, "warmup", json_integer(warmup));
-    json_object_set_new(root, "seed", json_integer((json_int_t)seed));
+    json_object_set_new(root, "batch", json_integer(rs.batch));
+    json_object_set_new(root, "bucket", json_integer(graph->model->bucket_values[rs.bucket]));
+    json_object_set_new(root, "iters", json_integer(rs.iters));
+    json_object_set_new(root, "warmup", json_integer(rs.warmup));
+    json_object_set_new(root, "seed", json_integer((json_int_t)rs.seed));
     /* Spec ops the fusion pass folded into fused ops (0 with --no-fusion). */
     json_object_set_new(root, "fused_ops",
                         json_integer((json_int_t)graph->model->irs[0]->fused_ops));
     json_object_set_new(root, "rotate", json_integer(rotate));
     json_object_set_new(root, "rotate_set_bytes", json_integer((json_int_t)set_bytes));
     json_object_set_new(root, "spec_ops", json_integer((json_int_t)spec->num_ops));
-    json_t *jg = mode_json(&rg, iters);
+    json_t *jg = mode_json(&rg, rs.iters);
     json_object_set_new(jg, "graph_nodes", json_integer((json_int_t)info.nodes));
-    json_object_set_new(root, "eager", mode_json(&re, iters));
+    json_object_set_new(root, "eager", mode_json(&re, rs.iters));
     json_object_set_new(root, "graph", jg);
     json_object_set_new(root, "speedup", json_real(speedup));
     json_t *setup = json_object();
@@ -393,25 +375,21 @@ int cli_bench_main(int argc, char **argv) {
       json_object_set_new(c, "max_abs_diff", json_real(max_diff));
       json_object_set_new(root, "graph_vs_eager", c);
     }
-    if (json_dump_file(root, a.json_path, JSON_INDENT(2) | JSON_PRESERVE_ORDER) != 0) {
-      fprintf(stderr, "recap %s: cannot write %s\n", CMD, a.json_path);
-      goto done;
-    }
-    printf("wrote %s\n", a.json_path);
+    if (!cli_write_json(CMD, root, a.json_path)) goto done;
   }
   if (a.svg_path) {
     char title[256], subtitle[256], footer[256];
     snprintf(title, sizeof title, "%s: eager vs graph replay", spec->name);
     if (spec->bucket_dim >= 0)
       snprintf(subtitle, sizeof subtitle, "%s=%" PRId64 " on %s; speedup %.2fx; %zu launches vs 1",
-               spec->dims[spec->bucket_dim].name, batch, host ? "the host backend (CPU)" : "CUDA",
-               speedup, re.launches);
+               spec->dims[spec->bucket_dim].name, rs.batch,
+               host ? "the host backend (CPU)" : "CUDA", speedup, re.launches);
     else
       snprintf(subtitle, sizeof subtitle, "on %s; speedup %.2fx; %zu launches vs 1",
                host ? "the host backend (CPU)" : "CUDA", speedup, re.launches);
     snprintf(footer, sizeof footer,
              "bars: median; whiskers: p10-p90 of %d iterations (device events), after %d warmup",
-             iters, warmup);
+             rs.iters, rs.warmup);
     cli_bar bars[2] = {{"eager (op by op)", re.time.median, re.time.p10, re.time.p90, "#d9534f"},
                        {"graph replay", rg.time.median, rg.time.p10, rg.time.p90, "#3c8dbc"}};
     cli_chart chart = {title, subtitle, footer, bars, 2};

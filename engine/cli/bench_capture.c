@@ -502,11 +502,7 @@ int cli_bench_capture_main(int argc, char **argv) {
     json_object_set_new(cpu, "replay_graph_nodes", json_integer((json_int_t)cr.nodes));
     json_object_set_new(cpu, "clock", json_string("CLOCK_THREAD_CPUTIME_ID"));
     json_object_set_new(root, "cpu", cpu);
-    if (json_dump_file(root, a.json_path, JSON_INDENT(2) | JSON_PRESERVE_ORDER) != 0) {
-      fprintf(stderr, "recap %s: cannot write %s\n", CMD, a.json_path);
-      goto done;
-    }
-    printf("wrote %s\n", a.json_path);
+    if (!cli_write_json(CMD, root, a.json_path)) goto done;
   }
   rc = CLI_EXIT_OK;
 done:

@@ -464,11 +464,7 @@ int cli_bench_ops_main(int argc, char **argv) {
     json_object_set_new(sum, "bandwidth_targets_met", json_integer(met));
     json_object_set_new(sum, "bandwidth_targets", json_integer(targets));
     json_object_set_new(root, "summary", sum);
-    if (json_dump_file(root, a.json_path, JSON_INDENT(2) | JSON_PRESERVE_ORDER) != 0) {
-      fprintf(stderr, "recap %s: cannot write %s\n", CMD, a.json_path);
-      goto done;
-    }
-    printf("wrote %s\n", a.json_path);
+    if (!cli_write_json(CMD, root, a.json_path)) goto done;
   }
   rc = CLI_EXIT_OK;
 done:

@@ -19,6 +19,7 @@
 #ifndef RECAP_ENGINE_CLI_H
 #define RECAP_ENGINE_CLI_H
 
+#include <jansson.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -87,6 +88,13 @@ recap_status cli_load_spec(const char *path, const char *base_dir, recap__spec *
 bool cli_select_bucket(const char *cmd, const recap__spec *spec, const char *name, int64_t value,
                        bool exact, size_t *bucket, int64_t *batch);
 
+/* `plan` and `dot` show one bucket: checks dim_text ("NAME=VALUE", NULL: none) with
+ * cli_parse_dim, loads path with cli_load_spec and selects the bucket as cli_select_bucket with
+ * exact == true. CLI_EXIT_OK; CLI_EXIT_USAGE for a bad --dim; CLI_EXIT_FAILURE when the spec
+ * does not load (messages on stderr). *spec is the caller's to destroy, also on failure. */
+int cli_load_spec_bucket(const char *cmd, const char *path, const char *base_dir,
+                         const char *dim_text, recap__spec **spec, size_t *bucket, int64_t *batch);
+
 enum { CLI_MAX_DIMS = 16 };
 
 /* The flags `run` and `bench` share: --iters, --warmup, --dim (repeatable), --seed, --device,
@@ -106,6 +114,29 @@ typedef struct {
 int cli_run_flag(const char *cmd, int argc, char **argv, int *i, cli_run_flags *f);
 /* After parsing: checks --device's value; false (reported) when it is neither cuda nor host. */
 bool cli_run_flags_check(const char *cmd, const cli_run_flags *f);
+
+/* The host backend computes on the CPU: without --iters / --warmup, `run` and `bench` cap the
+ * spec's run.iters and run.warmup at these so that a GPU-sized spec stays a short smoke run. */
+enum { CLI_HOST_ITERS_CAP = 20, CLI_HOST_WARMUP_CAP = 2 };
+
+/* What `run` and `bench` resolve from their shared flags and the spec before they create a
+ * pipeline; one place so that both read the flags the same way. */
+typedef struct {
+  const char *overrides[CLI_MAX_DIMS + 1]; /* the pipeline options' dims point here */
+  size_t bucket;
+  int64_t batch;
+  int iters, warmup;
+  bool iters_capped; /* iters is CLI_HOST_ITERS_CAP, not the spec's */
+  uint64_t seed;     /* --seed, else a fresh random one */
+} cli_run_setup;
+
+/* Resolves f's --dim flags (cli_resolve_dims), the device (cli_pick_device), iters and warmup
+ * (the flag, else the spec's, capped on the host backend) and the seed into *out, and sets
+ * opts' device, warmup, dims (pointing into *out, which must outlive opts' use), base_dir and
+ * no_fusion. CLI_EXIT_OK; CLI_EXIT_USAGE for a bad --dim; CLI_EXIT_FAILURE when the device
+ * cannot be used (messages on stderr). */
+int cli_run_setup_resolve(const char *cmd, const cli_run_flags *f, const recap__spec *spec,
+                          recap_pipeline_options *opts, cli_run_setup *out);
 
 /* The --dim NAME=VALUE flags of run, bench and serve-bench: the spec's bucketed dim selects
  * the batch (as cli_select_bucket with exact == false); any other declared dim is copied to
@@ -133,6 +164,11 @@ void cli_bucket_plan_free(cli_bucket_plan *bp);
 
 /* The first line of recap_last_error() after a failed call, prefixed for the user. */
 void cli_report_failure(const char *cmd, const char *what, recap_status status);
+
+/* The --json FILE of the benchmarks: writes root to path (indented, keys in insertion order)
+ * and prints "wrote PATH" on stdout. False, with "recap CMD: cannot write PATH" on stderr, when
+ * the file cannot be written. */
+bool cli_write_json(const char *cmd, json_t *root, const char *path);
 
 /* "1.5 MiB", "12.0 KiB" or "300 B" into buf; returns buf. */
 const char *cli_format_bytes(size_t bytes, char *buf, size_t size);

@@ -218,27 +218,20 @@ int cli_dot_main(int argc, char **argv) {
     usage(stderr);
     return CLI_EXIT_USAGE;
   }
-  char dim_name[64];
-  int64_t dim_value = 0;
-  if (dim_text && !cli_parse_dim(CMD, dim_text, dim_name, sizeof dim_name, &dim_value))
-    return CLI_EXIT_USAGE;
   if (device && !graph) {
     fprintf(stderr, "recap %s: --device only applies with --graph\n", CMD);
     return CLI_EXIT_USAGE;
   }
 
-  int rc = CLI_EXIT_FAILURE;
   recap__spec *spec = NULL;
   cli_bucket_plan bp = {0};
   FILE *out = stdout;
   recap_status st;
-  if (cli_load_spec(path, base_dir, &spec) != RECAP_OK) goto done;
   size_t bucket;
   int64_t batch;
-  if (!cli_select_bucket(CMD, spec, dim_text ? dim_name : NULL, dim_value, true, &bucket, &batch)) {
-    rc = CLI_EXIT_USAGE;
-    goto done;
-  }
+  int rc = cli_load_spec_bucket(CMD, path, base_dir, dim_text, &spec, &bucket, &batch);
+  if (rc != CLI_EXIT_OK) goto done;
+  rc = CLI_EXIT_FAILURE;
   if (out_path && !(out = fopen(out_path, "w"))) {
     fprintf(stderr, "recap %s: cannot write %s\n", CMD, out_path);
     out = stdout;

@@ -11,7 +11,7 @@
 
 static const char *const CMD = "run";
 
-enum { FIRST_VALUES = 6, HOST_ITERS_CAP = 20, HOST_WARMUP_CAP = 2 };
+enum { FIRST_VALUES = 6 };
 
 static void usage(FILE *out) {
   fprintf(out,
@@ -46,7 +46,7 @@ static void usage(FILE *out) {
           "  --memory-snapshot F  write the device allocator's snapshot (JSON) at the end of "
           "the run,\n                     before the pipeline is destroyed (draw it with recap "
           "memviz)\n",
-          HOST_ITERS_CAP, HOST_WARMUP_CAP);
+          CLI_HOST_ITERS_CAP, CLI_HOST_WARMUP_CAP);
 }
 
 typedef struct {
@@ -183,36 +183,21 @@ int cli_run_main(int argc, char **argv) {
   json_t *root = NULL;
   recap_status st;
   if (cli_load_spec(a.path, a.common.base_dir, &spec) != RECAP_OK) goto done;
-  size_t bucket;
-  int64_t batch;
-  const char *overrides[CLI_MAX_DIMS + 1];
-  if (!cli_resolve_dims(CMD, spec, a.common.dims, a.common.num_dims, overrides, &bucket, &batch)) {
-    rc = CLI_EXIT_USAGE;
-    goto done;
-  }
-  recap_pipeline_options opts = {
-      .override_device = 1, .base_dir = a.common.base_dir, .no_fusion = a.common.no_fusion};
-  if (!cli_pick_device(CMD, a.common.device, spec->device, &opts.device)) goto done;
-  bool host = opts.device.backend == RECAP_BACKEND_HOST;
-  int iters = a.common.iters_set ? (int)a.common.iters : spec->iters;
-  int warmup = a.common.warmup_set ? (int)a.common.warmup : spec->warmup;
-  if (host && !a.common.iters_set && iters > HOST_ITERS_CAP) iters = HOST_ITERS_CAP;
-  if (host && !a.common.warmup_set && warmup > HOST_WARMUP_CAP) warmup = HOST_WARMUP_CAP;
+  recap_pipeline_options opts = {0};
   if (a.mode) {
     opts.override_mode = 1;
     opts.mode = strcmp(a.mode, "eager") == 0 ? RECAP_MODE_EAGER : RECAP_MODE_GRAPH;
   }
-  /* --warmup also sets the engine's eager runs before each capture (0 there: the spec's). */
-  opts.warmup = warmup;
-  opts.dims = overrides;
-  uint64_t seed = a.common.seed_set ? (uint64_t)a.common.seed : cli_random_seed();
+  cli_run_setup rs;
+  if ((rc = cli_run_setup_resolve(CMD, &a.common, spec, &opts, &rs)) != CLI_EXIT_OK) goto done;
+  rc = CLI_EXIT_FAILURE;
 
   if ((st = recap_pipeline_create_file(a.path, &opts, &p)) != RECAP_OK) {
     cli_report_failure(CMD, "creating the pipeline", st);
     goto done;
   }
   bool graph = p->mode == RECAP_MODE_GRAPH;
-  if ((st = cli_inputs_make(p, batch, seed, &inputs)) != RECAP_OK ||
+  if ((st = cli_inputs_make(p, rs.batch, rs.seed, &inputs)) != RECAP_OK ||
       (st = cli_inputs_copy_in(p, &inputs)) != RECAP_OK) {
     cli_report_failure(CMD, "preparing the inputs", st);
     goto done;
@@ -221,10 +206,10 @@ int cli_run_main(int argc, char **argv) {
     printf("%s (%s) on %s:%d, %s mode", spec->name, a.path, recap_backend_name(opts.device.backend),
            opts.device.index, graph ? "graph" : "eager");
     if (spec->bucket_dim >= 0)
-      printf(", %s=%" PRId64 " (bucket %" PRId64 ")", spec->dims[spec->bucket_dim].name, batch,
-             p->model->bucket_values[bucket]);
+      printf(", %s=%" PRId64 " (bucket %" PRId64 ")", spec->dims[spec->bucket_dim].name, rs.batch,
+             p->model->bucket_values[rs.bucket]);
     printf("\ninputs: uniform [-1, 1) from seed %" PRIu64 " (--seed %" PRIu64 " reproduces them)\n",
-           seed, seed);
+           rs.seed, rs.seed);
     for (size_t i = 0; i < inputs.count; i++) {
       printf("  %-12s ", inputs.items[i].info.name);
       print_shape(&inputs.items[i].info);
@@ -238,25 +223,25 @@ int cli_run_main(int argc, char **argv) {
     goto done;
   }
   double capture_wall_ms = (cli_now() - t0) * 1e3;
-  for (int i = 0; i < warmup; i++)
-    if ((st = recap_pipeline_run(p, batch)) != RECAP_OK) {
+  for (int i = 0; i < rs.warmup; i++)
+    if ((st = recap_pipeline_run(p, rs.batch)) != RECAP_OK) {
       cli_report_failure(CMD, "warmup run", st);
       goto done;
     }
-  if (!(ms = malloc((size_t)iters * sizeof *ms))) {
+  if (!(ms = malloc((size_t)rs.iters * sizeof *ms))) {
     fprintf(stderr, "recap %s: out of memory\n", CMD);
     goto done;
   }
-  if ((st = cli_time_runs(p, batch, iters, ms)) != RECAP_OK) {
+  if ((st = cli_time_runs(p, rs.batch, rs.iters, ms)) != RECAP_OK) {
     cli_report_failure(CMD, "running", st);
     goto done;
   }
-  if ((st = cli_outputs_copy_out(p, batch, &outputs)) != RECAP_OK) {
+  if ((st = cli_outputs_copy_out(p, rs.batch, &outputs)) != RECAP_OK) {
     cli_report_failure(CMD, "copying the outputs", st);
     goto done;
   }
   cli_summary sum;
-  cli_summarize(ms, iters, &sum);
+  cli_summarize(ms, rs.iters, &sum);
   recap_pipeline_stats stats;
   if ((st = recap_pipeline_stats_get(p, &stats)) != RECAP_OK) {
     cli_report_failure(CMD, "reading the stats", st);
@@ -269,12 +254,12 @@ int cli_run_main(int argc, char **argv) {
     json_object_set_new(root, "name", json_string(spec->name));
     json_object_set_new(root, "device", json_string(recap_backend_name(opts.device.backend)));
     json_object_set_new(root, "mode", json_string(graph ? "graph" : "eager"));
-    json_object_set_new(root, "batch", json_integer(batch));
-    json_object_set_new(root, "bucket", json_integer(p->model->bucket_values[bucket]));
-    json_object_set_new(root, "seed", json_integer((json_int_t)seed));
+    json_object_set_new(root, "batch", json_integer(rs.batch));
+    json_object_set_new(root, "bucket", json_integer(p->model->bucket_values[rs.bucket]));
+    json_object_set_new(root, "seed", json_integer((json_int_t)rs.seed));
     json_object_set_new(root, "fused_ops", json_integer((json_int_t)p->model->irs[0]->fused_ops));
-    json_object_set_new(root, "warmup", json_integer(warmup));
-    json_object_set_new(root, "iters", json_integer(iters));
+    json_object_set_new(root, "warmup", json_integer(rs.warmup));
+    json_object_set_new(root, "iters", json_integer(rs.iters));
     json_t *timing = json_object(), *samples = json_array();
     json_object_set_new(timing, "median_ms", json_real(sum.median));
     json_object_set_new(timing, "p10_ms", json_real(sum.p10));
@@ -282,7 +267,7 @@ int cli_run_main(int argc, char **argv) {
     json_object_set_new(timing, "mean_ms", json_real(sum.mean));
     json_object_set_new(timing, "min_ms", json_real(sum.min));
     json_object_set_new(timing, "max_ms", json_real(sum.max));
-    for (int i = 0; i < iters; i++) json_array_append_new(samples, json_real(ms[i]));
+    for (int i = 0; i < rs.iters; i++) json_array_append_new(samples, json_real(ms[i]));
     json_object_set_new(timing, "samples_ms", samples);
     json_object_set_new(root, "timing", timing);
     json_t *setup = json_object();
@@ -335,7 +320,8 @@ int cli_run_main(int argc, char **argv) {
     printf(
         "\ntiming: %d run%s after %d warmup (device events): median %.4f ms, p10 %.4f, "
         "p90 %.4f, min %.4f, max %.4f\n",
-        iters, iters == 1 ? "" : "s", warmup, sum.median, sum.p10, sum.p90, sum.min, sum.max);
+        rs.iters, rs.iters == 1 ? "" : "s", rs.warmup, sum.median, sum.p10, sum.p90, sum.min,
+        sum.max);
     printf("outputs:\n");
     for (size_t i = 0; i < outputs.count; i++) {
       const cli_host_tensor *h = &outputs.items[i];
@@ -355,7 +341,7 @@ int cli_run_main(int argc, char **argv) {
            stats.pool_reserved_bytes, stats.param_bytes);
   }
   if (a.save_path) {
-    if (!save_tensors(p, a.save_path, &inputs, &outputs, seed, batch)) goto done;
+    if (!save_tensors(p, a.save_path, &inputs, &outputs, rs.seed, rs.batch)) goto done;
     fprintf(a.json ? stderr : stdout, "saved params, inputs and outputs to %s\n", a.save_path);
   }
   if (a.snapshot_path) {

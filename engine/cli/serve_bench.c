@@ -519,12 +519,7 @@ int cli_serve_bench_main(int argc, char **argv) {
     json_object_set_new(root, "mismatches", json_integer((json_int_t)bad));
     json_object_set_new(root, "max_abs_diff", json_real(max_diff));
     json_object_set_new(root, "ok", json_boolean(rc == CLI_EXIT_OK));
-    if (json_dump_file(root, json_path, JSON_INDENT(2) | JSON_PRESERVE_ORDER) != 0) {
-      fprintf(stderr, "recap %s: cannot write %s\n", CMD, json_path);
-      rc = CLI_EXIT_FAILURE;
-    } else {
-      printf("wrote %s\n", json_path);
-    }
+    if (!cli_write_json(CMD, root, json_path)) rc = CLI_EXIT_FAILURE;
   }
 done:
   if (device_fault || st == RECAP_STATUS_DEVICE_ERROR) {

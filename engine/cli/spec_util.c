@@ -1,8 +1,10 @@
-/* spec_util.c: loading specs, choosing buckets and devices for the subcommands. */
+/* spec_util.c: loading specs, choosing buckets and devices, and the output helpers of the
+ * subcommands. */
 #include <string.h>
 #include <time.h>
 
 #include "engine/cli/cli.h"
+#include "engine/cli/tensors.h"
 
 recap_status cli_load_spec(const char *path, const char *base_dir, recap__spec **out) {
   recap__spec_options options = {.base_dir = base_dir};
@@ -56,6 +58,18 @@ bool cli_select_bucket(const char *cmd, const recap__spec *spec, const char *nam
   return false;
 }
 
+int cli_load_spec_bucket(const char *cmd, const char *path, const char *base_dir,
+                         const char *dim_text, recap__spec **spec, size_t *bucket, int64_t *batch) {
+  char dim_name[64];
+  int64_t dim_value = 0;
+  if (dim_text && !cli_parse_dim(cmd, dim_text, dim_name, sizeof dim_name, &dim_value))
+    return CLI_EXIT_USAGE;
+  if (cli_load_spec(path, base_dir, spec) != RECAP_OK) return CLI_EXIT_FAILURE;
+  if (!cli_select_bucket(cmd, *spec, dim_text ? dim_name : NULL, dim_value, true, bucket, batch))
+    return CLI_EXIT_USAGE;
+  return CLI_EXIT_OK;
+}
+
 bool cli_resolve_dims(const char *cmd, const recap__spec *spec, const char *const *dims,
                       int count, const char **overrides, size_t *bucket, int64_t *batch) {
   const char *batch_name = NULL;
@@ -106,10 +120,41 @@ bool cli_pick_device(const char *cmd, const char *requested, recap_backend_kind 
   return true;
 }
 
+int cli_run_setup_resolve(const char *cmd, const cli_run_flags *f, const recap__spec *spec,
+                          recap_pipeline_options *opts, cli_run_setup *out) {
+  if (!cli_resolve_dims(cmd, spec, f->dims, f->num_dims, out->overrides, &out->bucket, &out->batch))
+    return CLI_EXIT_USAGE;
+  opts->override_device = 1;
+  if (!cli_pick_device(cmd, f->device, spec->device, &opts->device)) return CLI_EXIT_FAILURE;
+  bool host = opts->device.backend == RECAP_BACKEND_HOST;
+  out->iters = f->iters_set ? (int)f->iters : spec->iters;
+  out->warmup = f->warmup_set ? (int)f->warmup : spec->warmup;
+  out->iters_capped = host && !f->iters_set && out->iters > CLI_HOST_ITERS_CAP;
+  if (out->iters_capped) out->iters = CLI_HOST_ITERS_CAP;
+  if (host && !f->warmup_set && out->warmup > CLI_HOST_WARMUP_CAP)
+    out->warmup = CLI_HOST_WARMUP_CAP;
+  out->seed = f->seed_set ? (uint64_t)f->seed : cli_random_seed();
+  /* --warmup also sets the engine's eager runs before each capture (0 there: the spec's). */
+  opts->warmup = out->warmup;
+  opts->dims = out->overrides;
+  opts->base_dir = f->base_dir;
+  opts->no_fusion = f->no_fusion;
+  return CLI_EXIT_OK;
+}
+
 void cli_report_failure(const char *cmd, const char *what, recap_status status) {
   const char *detail = recap_last_error();
   fprintf(stderr, "recap %s: %s failed: %s%s%s\n", cmd, what, recap_status_string(status),
           detail[0] ? "\n" : "", detail);
+}
+
+bool cli_write_json(const char *cmd, json_t *root, const char *path) {
+  if (json_dump_file(root, path, JSON_INDENT(2) | JSON_PRESERVE_ORDER) != 0) {
+    fprintf(stderr, "recap %s: cannot write %s\n", cmd, path);
+    return false;
+  }
+  printf("wrote %s\n", path);
+  return true;
 }
 
 const char *cli_format_bytes(size_t bytes, char *buf, size_t size) {
