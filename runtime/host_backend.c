@@ -39,7 +39,10 @@
 enum {
   HOST_ALIGNMENT = 256, /* as cudaMalloc: enough for any vector load */
   REASON_CAPACITY = 512,
-  LOCAL_ARGS_BYTES = 256,
+  /* A host function's arguments are copied here, on the stack, when they fit: an op's call
+   * (recap_op_call, about 1.2 KB) does, so running a host graph node allocates nothing (a
+   * malloc+free per node per replay also moved the heap under a steady replay loop). */
+  LOCAL_ARGS_BYTES = 2048,
   ALLOCATION_BUCKETS = 1024,
 };
 

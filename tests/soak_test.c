@@ -122,8 +122,11 @@ static void test_replays_keep_memory_and_every_checked_result_identical(void) {
   /* Warm-up: capture, then the very pattern of the soak (CHECK_EVERY replays queued before
    * each copy-out), so queues and staging buffers have reached their steady size. */
   for (int i = 1; i <= WARMUP_CHECKS * CHECK_EVERY; ++i) {
-    CHECK_OK(recap_pipeline_run_async(p, BATCHES[i % NUM_BATCHES], NULL));
-    if (i % CHECK_EVERY == 0) CHECK_OK(recap_pipeline_copy_out(p, "y", got, sizeof got, 0));
+    int b = i % NUM_BATCHES;
+    CHECK_OK(recap_pipeline_run_async(p, BATCHES[b], NULL));
+    if (i % CHECK_EVERY == 0)
+      CHECK_OK(recap_pipeline_copy_out(p, "y", got, (size_t)BATCHES[b] * D * sizeof(float),
+                                        BATCHES[b]));
   }
   for (int b = 0; b < NUM_BATCHES; ++b) {
     CHECK_OK(recap_pipeline_run(p, BATCHES[b]));
