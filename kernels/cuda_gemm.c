@@ -27,8 +27,9 @@
  *
  * Tuning (RECAP_TUNE=1, like PyTorch's TunableOp; kernels/gemm_tune.h, docs/perf/tuning.md):
  * the first eager launch of a problem outside capture looks the problem up in the tuning file
- * and, without an entry, times every candidate: cuBLASLt's heuristic list (up to 16) and the
- * skinny kernel's configurations where it applies. Each runs into scratch memory (allocated
+ * and, without an entry, times every candidate: cuBLASLt's heuristic list (up to 16), the
+ * variants of its first 8 results (CTA swizzle, custom option, cluster shape: lt_variants) and
+ * the skinny kernel's configurations where it applies. Each runs into scratch memory (allocated
  * outside any pool, freed after), is checked against the default's output, and is timed as
  * the median of TUNE_REPS launches between CUDA events on the op's stream; the fastest that
  * agrees wins, is saved to the file, and the op then runs for real. A capture only looks up:
@@ -79,7 +80,10 @@ enum {
   THREAD_STREAMS = 4,   /* streams a thread remembers the workspace of */
   THREAD_CHOICES = 16,  /* problems a thread remembers the choice of */
   MAX_HEURISTICS = 16,  /* cuBLASLt candidates asked for when tuning */
-  MAX_CANDIDATES = MAX_HEURISTICS + 11,
+  VARIANT_BASES = 8,    /* heuristic results whose variants are tuned (see lt_variants) */
+  VARIANT_CUSTOM = 8,   /* custom options 0..7 at most */
+  VARIANT_CLUSTERS = 4, /* see variant_clusters */
+  MAX_CANDIDATES = MAX_HEURISTICS + VARIANT_BASES * 2 * VARIANT_CUSTOM * VARIANT_CLUSTERS + 11,
   TUNE_WARMUPS = 3,
   TUNE_REPS = 15,
 };
@@ -632,6 +636,67 @@ static recap_status lt_algo_config(const cublasLtMatmulAlgo_t *algo, int32_t con
   return RECAP_OK;
 }
 
+/* Variants of a heuristic result: the same kernel tile and stages with another CTA swizzle,
+ * custom option or thread-block cluster shape. cuBLASLt's heuristic list names one of each
+ * per tile, and for the transformer block's GEMMs on an H100 another one was 4-12% faster
+ * (tools/bench_gemm_algos.c searched every configuration; docs/perf/transformer_block.md,
+ * section 5). Tuning times the variants of the first VARIANT_BASES results; a tuning-file
+ * entry naming one is rebuilt the same way (in the same order, from the same bases), so the
+ * file never needs more than the nine config fields, and every variant passes
+ * cublasLtMatmulAlgoCheck before it is used. */
+static const uint16_t variant_clusters[VARIANT_CLUSTERS] = {
+    CUBLASLT_CLUSTER_SHAPE_AUTO, CUBLASLT_CLUSTER_SHAPE_1x1x1, CUBLASLT_CLUSTER_SHAPE_2x1x1,
+    CUBLASLT_CLUSTER_SHAPE_1x2x1};
+
+/* Sets a 16- or 32-bit config attribute from a 32-bit value (by the size the library reports:
+ * on a little-endian machine the low bytes are the value). */
+static bool lt_config_set(cublasLtMatmulAlgo_t *algo, cublasLtMatmulAlgoConfigAttributes_t attr,
+                          uint32_t value) {
+  size_t size = 0;
+  if (cublasLtMatmulAlgoConfigGetAttribute(algo, attr, NULL, 0, &size) != CUBLAS_STATUS_SUCCESS ||
+      size == 0 || size > sizeof value)
+    return false;
+  return cublasLtMatmulAlgoConfigSetAttribute(algo, attr, &value, size) == CUBLAS_STATUS_SUCCESS;
+}
+
+/* Called per valid variant with its algorithm and config; returning true stops the walk. */
+typedef bool (*variant_fn)(void *arg, const cublasLtMatmulAlgo_t *algo, const int32_t *config);
+
+/* Walks the variants of results[0 .. min(found, VARIANT_BASES)) that cuBLASLt accepts for the
+ * problem (cublasLtMatmulAlgoCheck, workspace within ours), always in the same order. */
+static recap_status lt_variants(const gemm_ctx *ctx, lt_problem *pr,
+                                const cublasLtMatmulHeuristicResult_t *results, int found,
+                                variant_fn fn, void *arg) {
+  for (int i = 0; i < found && i < VARIANT_BASES; ++i) {
+    int32_t custom_max = 0;
+    size_t written = 0;
+    if (cublasLtMatmulAlgoCapGetAttribute(&results[i].algo, CUBLASLT_ALGO_CAP_CUSTOM_OPTION_MAX,
+                                          &custom_max, sizeof custom_max,
+                                          &written) != CUBLAS_STATUS_SUCCESS)
+      custom_max = 0;
+    if (custom_max > VARIANT_CUSTOM - 1) custom_max = VARIANT_CUSTOM - 1;
+    for (uint32_t swizzle = 0; swizzle <= 1; ++swizzle)
+      for (int32_t custom = 0; custom <= custom_max; ++custom)
+        for (int c = 0; c < VARIANT_CLUSTERS; ++c) {
+          cublasLtMatmulAlgo_t algo = results[i].algo;
+          if (!lt_config_set(&algo, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, swizzle) ||
+              !lt_config_set(&algo, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, (uint32_t)custom) ||
+              !lt_config_set(&algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, variant_clusters[c]))
+            continue;
+          cublasLtMatmulHeuristicResult_t check;
+          memset(&check, 0, sizeof check);
+          if (cublasLtMatmulAlgoCheck(ctx->handles->lt, &pr->desc, &pr->la, &pr->lb, &pr->lcd,
+                                      &pr->lcd, &algo, &check) != CUBLAS_STATUS_SUCCESS ||
+              check.workspaceSize > RECAP_GEMM_WORKSPACE_BYTES)
+            continue;
+          int32_t config[RECAP_TUNE_CONFIG_MAX];
+          RECAP_TRY(lt_algo_config(&algo, config));
+          if (fn(arg, &algo, config)) return RECAP_OK;
+        }
+  }
+  return RECAP_OK;
+}
+
 /* Runs the plan (all batches, then the activation kernel when needed) with `algo`, writing
  * `out` (the op's output, or scratch of its size while tuning). */
 static recap_status lt_run(gemm_ctx *ctx, const recap__gemm_plan *p, lt_problem *pr,
@@ -877,6 +942,19 @@ static void add_candidate(choice *list, int32_t (*configs)[RECAP_TUNE_CONFIG_MAX
   ++*count;
 }
 
+typedef struct {
+  choice *list;
+  int32_t (*configs)[RECAP_TUNE_CONFIG_MAX];
+  int count;
+} candidate_list;
+
+static bool add_variant(void *arg, const cublasLtMatmulAlgo_t *algo, const int32_t *config) {
+  candidate_list *l = arg;
+  const choice c = {.kind = RECAP_TUNE_CAND_LT, .algo = *algo};
+  add_candidate(l->list, l->configs, &l->count, &c, config);
+  return false;
+}
+
 static void choice_to_tune(const choice *c, const int32_t *config, recap__tune_choice *out) {
   memset(out, 0, sizeof *out);
   out->kind = c->kind;
@@ -888,43 +966,50 @@ static void choice_to_tune(const choice *c, const int32_t *config, recap__tune_c
   }
 }
 
-/* Times every candidate of the problem (the op's stream, scratch outputs) and returns the
- * fastest one that agrees with `def` (the default) in *best, its config in best_config.
- * Outside capture only; holds the capture registry throughout, so no capture begins while
- * scratch memory comes and goes. */
-static recap_status tune_now(gemm_ctx *ctx, const recap__gemm_plan *p, lt_problem *pr,
-                             const choice *def, choice *best, int32_t best_config[9],
-                             float *best_us) {
-  RECAP_NVTX_SCOPE("recap gemm tune");
-  choice list[MAX_CANDIDATES];
-  int32_t configs[MAX_CANDIDATES][RECAP_TUNE_CONFIG_MAX];
-  int count = 0;
+/* Lists the candidates of a problem: the default first, cuBLASLt's heuristic list, the
+ * variants of its first results, and the skinny kernel's configurations where it applies. */
+static recap_status tune_candidates(gemm_ctx *ctx, const recap__gemm_plan *p, lt_problem *pr,
+                                    const choice *def, candidate_list *l) {
   cublasLtMatmulHeuristicResult_t results[MAX_HEURISTICS];
   int found = 0;
   int32_t config[RECAP_TUNE_CONFIG_MAX];
   if (def->kind == RECAP_TUNE_CAND_LT) RECAP_TRY(lt_algo_config(&def->algo, config));
-  add_candidate(list, configs, &count, def, def->kind == RECAP_TUNE_CAND_LT ? config : NULL);
+  add_candidate(l->list, l->configs, &l->count, def,
+                def->kind == RECAP_TUNE_CAND_LT ? config : NULL);
   RECAP_TRY(lt_heuristics(ctx, p, pr, MAX_HEURISTICS, results, &found));
   for (int i = 0; i < found; ++i) {
     const choice c = {.kind = RECAP_TUNE_CAND_LT, .algo = results[i].algo};
     RECAP_TRY(lt_algo_config(&c.algo, config));
-    add_candidate(list, configs, &count, &c, config);
+    add_candidate(l->list, l->configs, &l->count, &c, config);
   }
+  RECAP_TRY(lt_variants(ctx, pr, results, found, add_variant, l));
   if (skinny_allowed(p)) {
     static const int warps[] = {2, 4, 8, 16};
     for (int w = 0; w < 4; ++w)
       for (int pipe = 1; pipe >= 0; --pipe) {
         const choice c = {.kind = RECAP_TUNE_CAND_SKINNY, .warps = warps[w], .pipe = pipe};
-        add_candidate(list, configs, &count, &c, NULL);
+        add_candidate(l->list, l->configs, &l->count, &c, NULL);
       }
     /* The bulk-copy shapes (pipe 2: 16 rows x 512 columns x 3 stages, pipe 3: 32 x 1024 x 2;
      * Hopper, else they run as pipe 1). */
     for (int pipe = 2; pipe <= 3; ++pipe) {
       const choice c = {.kind = RECAP_TUNE_CAND_SKINNY, .warps = 8, .pipe = pipe};
-      add_candidate(list, configs, &count, &c, NULL);
+      add_candidate(l->list, l->configs, &l->count, &c, NULL);
     }
   }
+  return RECAP_OK;
+}
 
+/* Times every candidate of `l` (the op's stream, scratch outputs) and returns the fastest one
+ * that agrees with `def` (the default, l's first) in *best, its config in best_config.
+ * Outside capture only; holds the capture registry throughout, so no capture begins while
+ * scratch memory comes and goes. */
+static recap_status tune_time(gemm_ctx *ctx, const recap__gemm_plan *p, lt_problem *pr,
+                              const choice *def, const candidate_list *l, choice *best,
+                              int32_t best_config[9], float *best_us) {
+  const choice *list = l->list;
+  int32_t(*configs)[RECAP_TUNE_CONFIG_MAX] = l->configs;
+  const int count = l->count;
   const size_t es = recap_dtype_size(p->dtype);
   const int64_t elems = p->m * p->n * p->batch[0] * p->batch[1];
   const size_t out_bytes = ((size_t)elems * es + 255) & ~(size_t)255;
@@ -1017,6 +1102,24 @@ done:
   return st;
 }
 
+/* Lists and times the candidates of a problem (see tune_candidates and tune_time). */
+static recap_status tune_now(gemm_ctx *ctx, const recap__gemm_plan *p, lt_problem *pr,
+                             const choice *def, choice *best, int32_t best_config[9],
+                             float *best_us) {
+  RECAP_NVTX_SCOPE("recap gemm tune");
+  /* ~540 candidates of ~120 bytes: on the heap, not on a pipeline thread's stack. */
+  candidate_list l = {malloc(MAX_CANDIDATES * sizeof *l.list),
+                      malloc(MAX_CANDIDATES * sizeof *l.configs), 0};
+  recap_status st = RECAP_OK;
+  if (!l.list || !l.configs)
+    st = RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "gemm: no memory for the tuning candidates");
+  if (st == RECAP_OK) st = tune_candidates(ctx, p, pr, def, &l);
+  if (st == RECAP_OK) st = tune_time(ctx, p, pr, def, &l, best, best_config, best_us);
+  free(l.list);
+  free(l.configs);
+  return st;
+}
+
 /* The default choice of a problem seen for the first time: the skinny kernel where it applies,
  * else cuBLASLt's first heuristic. Inside a capture only the skinny kernel can be chosen (a
  * heuristic query is left to warmups). */
@@ -1050,9 +1153,24 @@ static bool settled(const choice *c, const gemm_ctx *ctx, bool run) {
   return c->state == CHOICE_CONSULTED && !(mode == RECAP_TUNE_ON && run);
 }
 
+typedef struct {
+  const int32_t *want; /* a file entry's config */
+  bool found;
+  cublasLtMatmulAlgo_t algo;
+} variant_match;
+
+static bool match_variant(void *arg, const cublasLtMatmulAlgo_t *algo, const int32_t *config) {
+  variant_match *m = arg;
+  if (memcmp(config, m->want, RECAP_TUNE_CONFIG_MAX * sizeof *config) != 0) return false;
+  m->algo = *algo;
+  m->found = true;
+  return true;
+}
+
 /* A file entry's choice, if this problem can run it: a skinny configuration where the kernel
  * applies, or a cuBLASLt configuration in the library's heuristic list for this very problem
- * (so no value from the file ever reaches cuBLASLt unchecked). */
+ * or among the variants of its first results (so no value from the file ever reaches
+ * cuBLASLt unchecked: a variant is built from a heuristic result and passes AlgoCheck). */
 static recap_status from_file(gemm_ctx *ctx, const recap__gemm_plan *p, lt_problem *pr,
                               const recap__tune_choice *fc, choice *out, bool *usable) {
   *usable = false;
@@ -1074,6 +1192,13 @@ static recap_status from_file(gemm_ctx *ctx, const recap__gemm_plan *p, lt_probl
       *usable = true;
       return RECAP_OK;
     }
+  }
+  /* Else one of their variants, rebuilt as tuning built it (lt_variants). */
+  variant_match match = {.want = fc->config};
+  RECAP_TRY(lt_variants(ctx, pr, results, found, match_variant, &match));
+  if (match.found) {
+    *out = (choice){.kind = RECAP_TUNE_CAND_LT, .algo = match.algo, .state = CHOICE_FINAL};
+    *usable = true;
   }
   return RECAP_OK;
 }

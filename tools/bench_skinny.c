@@ -27,17 +27,9 @@
 #include "kernels/gemm.h"
 #include "kernels/half.h"
 #include "kernels/op.h"
+#include "tools/cuda_or_exit.h"
 
 enum { LAYERS = 8, H = 4096, MAX_ITERS = 200 };
-
-#define CUDA_OK(expr)                                                                      \
-  do {                                                                                     \
-    cudaError_t e_ = (expr);                                                               \
-    if (e_ != cudaSuccess) {                                                               \
-      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #expr, cudaGetErrorString(e_)); \
-      exit(1);                                                                             \
-    }                                                                                      \
-  } while (0)
 
 #define RECAP_OK_OR_DIE(expr)                                                              \
   do {                                                                                     \
