@@ -605,20 +605,42 @@ def compile_failures(rows):
     return out
 
 
-# The allocator's benchmark comes from its own run (tools/torch_alloc_bench.sh) and lives in
-# docs/ALLOCATOR.md; the report keeps the pointer to it when it rewrites this file.
-ALLOCATOR_LINES = [
-    "## Allocator", "",
-    "Cached alloc+free against PyTorch's caching allocator (libtorch from C++) and raw "
-    "cudaMalloc/cudaFree: [ALLOCATOR.md, Benchmark](ALLOCATOR.md#benchmark) "
-    "(`tools/torch_alloc_bench.sh`).", ""]
+DOCS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "docs")
 
 
-# The two-GPU checks and benchmarks (tensor-parallel speedup, all_reduce bus bandwidth) run on
-# another machine kind (tools/gpu_run_multi.sh) and live in docs/MULTI_GPU.md; likewise kept,
-# with that file's Benchmark section copied in when the report runs in a checkout.
-MULTI_GPU_DOC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "docs",
-                             "MULTI_GPU.md")
+def doc_table(name):
+    """The first markdown table of docs/NAME's "## Benchmark" section, with the lines just
+    before it (what it measures), when the report runs in a checkout; else nothing."""
+    try:
+        with open(os.path.join(DOCS, name), encoding="utf-8") as f:
+            text = f.read()
+    except OSError:
+        return []
+    m = re.search(r"^## Benchmark\n(.*?)(?=^## |\Z)", text, re.S | re.M)
+    if not m:
+        return []
+    lines = m.group(1).strip().splitlines()
+    first = next((i for i, ln in enumerate(lines) if ln.startswith("|")), None)
+    if first is None:
+        return []
+    end = first
+    while end < len(lines) and lines[end].startswith("|"):
+        end += 1
+    start = first
+    while start > 0 and lines[start - 1].strip():
+        start -= 1
+    return lines[start:end] + [""]
+
+
+# The allocator's and the two-GPU benchmarks come from their own runs
+# (tools/torch_alloc_bench.sh; tools/gpu_run_multi.sh on another machine kind) and live in
+# docs/ALLOCATOR.md and docs/MULTI_GPU.md; the report links them and copies their tables in.
+def allocator_lines():
+    return ["## Allocator", "",
+            "Cached alloc+free against PyTorch's caching allocator (libtorch from C++) and raw "
+            "cudaMalloc/cudaFree, from [ALLOCATOR.md, Benchmark](ALLOCATOR.md#benchmark) "
+            "(`tools/torch_alloc_bench.sh`, another run; nanoseconds per alloc+free pair, or "
+            "per operation for the trace):", ""] + doc_table("ALLOCATOR.md")
 
 
 def multi_gpu_lines():
@@ -626,7 +648,7 @@ def multi_gpu_lines():
            "Tensor-parallel speedup at 2 GPUs and all_reduce bus bandwidth (2 x H200, NCCL), "
            "from [MULTI_GPU.md](MULTI_GPU.md) (`tools/gpu_run_multi.sh`, another run):", ""]
     try:
-        with open(MULTI_GPU_DOC, encoding="utf-8") as f:
+        with open(os.path.join(DOCS, "MULTI_GPU.md"), encoding="utf-8") as f:
             text = f.read()
     except OSError:
         return out
@@ -650,7 +672,7 @@ def main(argv=None):
     with open(os.path.join(args.out, "BENCHMARKS.md"), "w", encoding="utf-8") as f:
         f.write(markdown(rows, floors, meta) + "\n" + "\n".join(compile_failures(rows) +
                                                                 ops_lines + cap_lines +
-                                                                ALLOCATOR_LINES +
+                                                                allocator_lines() +
                                                                 multi_gpu_lines()))
     with open(os.path.join(args.out, "benchmarks.svg"), "w", encoding="utf-8") as f:
         f.write(svg(rows))
