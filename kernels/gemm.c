@@ -231,6 +231,15 @@ static void batch_strides(const recap_tensor *t, int matrix_dims, const int64_t 
   }
 }
 
+/* Whether a linear's residual (contiguous, out's shape) and its output share any byte: every
+ * path but cuBLASLt's writes out before the epilogue reads the residual, so gemm.h forbids it
+ * and this turns a violation into an error instead of a wrong result. */
+static bool residual_overlaps_out(const recap_tensor *r, const recap_tensor *o) {
+  const size_t bytes = (size_t)recap__tensor_numel(o) * recap_dtype_size(o->dtype);
+  const uintptr_t r0 = (uintptr_t)r->data, o0 = (uintptr_t)o->data;
+  return bytes > 0 && r0 < o0 + bytes && o0 < r0 + bytes;
+}
+
 recap_status recap__gemm_plan_make(const recap_op_call *call, recap__gemm_plan *out) {
   RECAP_CHECK_ARG(call && call->def && out);
   const recap_tensor *o = &call->outputs[0];
@@ -270,6 +279,10 @@ recap_status recap__gemm_plan_make(const recap_op_call *call, recap__gemm_plan *
     p.b = w->data;
     p.bias = call->num_inputs > 2 ? call->inputs[2].data : NULL;
     p.residual = call->num_inputs > 3 ? call->inputs[3].data : NULL;
+    if (p.residual && residual_overlaps_out(&call->inputs[3], o))
+      return RECAP_OP_FAIL(call, "input 'residual' shares memory with the output (only the "
+                                 "cuBLASLt path could read it before writing: give another "
+                                 "buffer)");
     p.alpha = 1.0f;
     p.act = call->attrs.act;
     /* The leading dims of x become rows when one stride steps through all of them (always

@@ -19,6 +19,7 @@
 #include "runtime/backend.h"
 #include "runtime/capture.h"
 #include "runtime/error.h"
+#include "runtime/host_backend.h"
 #include "tests/test_util.h"
 
 #if RECAP_WITH_CUDA
@@ -477,6 +478,39 @@ static void test_linear_gelu_erf_and_tanh_differ_as_expected(void) {
 }
 
 /* ---- host: validation ---------------------------------------------------------------------- */
+
+/* gemm.h: a linear's residual never shares memory with its output (every path but cuBLASLt's
+ * writes the output before reading the residual); a call that breaks it is refused, naming
+ * the residual. On CUDA the launch returns INVALID_ARGUMENT; on the host the check runs in
+ * the host kernel, so it is a fault of the host device, as any failing kernel's (reset here
+ * so that the suite's other tests still run). */
+static void test_linear_residual_sharing_the_output_is_refused(void) {
+  test_rng rng;
+  test_rng_init(&rng);
+  const int64_t xs[2] = {4, 8}, ws[2] = {6, 8}, n = 6, rs[2] = {4, 6};
+  tbuf x = tb_make(RECAP_DTYPE_F32, 2, xs, &rng), w = tb_make(RECAP_DTYPE_F32, 2, ws, &rng);
+  tbuf b = tb_make(RECAP_DTYPE_F32, 1, &n, &rng), r = tb_make(RECAP_DTYPE_F32, 2, rs, &rng);
+  recap_op_call call = {.def = recap__op_find("linear"), .num_inputs = 4};
+  recap__op_attrs_set_defaults(call.def, &call.attrs);
+  call.inputs[0] = x.t;
+  call.inputs[1] = w.t;
+  call.inputs[2] = b.t;
+  call.inputs[3] = r.t;
+  CHECK_OK(recap__op_infer(&call));
+  void *const outs[2] = {(float *)r.t.data + 2, r.t.data}; /* its tail; exactly it */
+  for (int i = 0; i < 2; ++i) {
+    call.outputs[0].data = outs[i];
+    recap_status st = recap__op_launch(&call, host_stream);
+    if (st == RECAP_OK) st = recap_stream_synchronize(host_stream);
+    CU_ASSERT_NOT_EQUAL(st, RECAP_OK);
+    CHECK_ERROR_MENTIONS("'residual' shares memory with the output");
+    recap__host_backend_reset_fault_for_testing();
+  }
+  free(x.t.data);
+  free(w.t.data);
+  free(b.t.data);
+  free(r.t.data);
+}
 
 static recap_status infer_with(const char *op, int nin, const recap_tensor *in,
                                const recap_op_attrs *attrs) {
@@ -1157,6 +1191,7 @@ int main(void) {
   CU_ADD_TEST(host, test_linear_every_activation_matches_reference);
   CU_ADD_TEST(host, test_linear_any_rank_of_x_matches_reference);
   CU_ADD_TEST(host, test_linear_gelu_erf_and_tanh_differ_as_expected);
+  CU_ADD_TEST(host, test_linear_residual_sharing_the_output_is_refused);
   CU_ADD_TEST(host, test_bad_shapes_and_dtypes_are_rejected);
   CU_ADD_TEST(host, test_library_switch_rejects_unknown_values);
   CU_ADD_TEST(host, test_public_switches_reach_the_gemm_module);
