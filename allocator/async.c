@@ -162,20 +162,7 @@ recap_status recap__async_record_stream(recap__allocator *a, void *ptr, recap_st
     st = RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "%p lies in no allocated block", ptr);
     goto done;
   }
-  if (stream == b->stream) goto done;
-  for (int i = 0; i < b->use_count; i++)
-    if (b->uses[i] == stream) goto done;
-  if (b->use_count == b->use_capacity) {
-    int cap = b->use_capacity ? 2 * b->use_capacity : 2;
-    recap_stream **grown = realloc(b->uses, (size_t)cap * sizeof *grown);
-    if (!grown) {
-      st = RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory to record a stream use");
-      goto done;
-    }
-    b->uses = grown;
-    b->use_capacity = cap;
-  }
-  b->uses[b->use_count++] = stream;
+  st = recap__uses_add(&b->uses, &b->use_count, &b->use_capacity, b->stream, stream);
 done:
   pthread_mutex_unlock(&a->lock);
   return st;

@@ -761,6 +761,22 @@ recap_status recap__allocator_free(recap__allocator *a, void *ptr) {
   return st;
 }
 
+recap_status recap__uses_add(recap_stream ***uses, int *count, int *capacity,
+                             const recap_stream *owner, recap_stream *stream) {
+  if (stream == owner) return RECAP_OK;
+  for (int i = 0; i < *count; i++)
+    if ((*uses)[i] == stream) return RECAP_OK;
+  if (*count == *capacity) {
+    int cap = *capacity ? 2 * *capacity : 2;
+    recap_stream **grown = realloc(*uses, (size_t)cap * sizeof *grown);
+    if (!grown) return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory to record a stream use");
+    *uses = grown;
+    *capacity = cap;
+  }
+  (*uses)[(*count)++] = stream;
+  return RECAP_OK;
+}
+
 recap_status recap__allocator_try_free(recap__allocator *a, void *ptr, bool *owned) {
   RECAP_CHECK_ARG(a && ptr && owned);
   *owned = false;
@@ -820,20 +836,7 @@ recap_status recap__allocator_record_stream(recap__allocator *a, void *ptr, reca
     st = RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "%p lies in no allocated block", ptr);
     goto done;
   }
-  if (stream == b->segment->stream) goto done;
-  for (int i = 0; i < b->use_count; i++)
-    if (b->uses[i] == stream) goto done;
-  if (b->use_count == b->use_capacity) {
-    int cap = b->use_capacity ? 2 * b->use_capacity : 2;
-    recap_stream **grown = realloc(b->uses, (size_t)cap * sizeof *grown);
-    if (!grown) {
-      st = RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory to record a stream use");
-      goto done;
-    }
-    b->uses = grown;
-    b->use_capacity = cap;
-  }
-  b->uses[b->use_count++] = stream;
+  st = recap__uses_add(&b->uses, &b->use_count, &b->use_capacity, b->segment->stream, stream);
 done:
   pthread_mutex_unlock(&a->lock);
   return st;

@@ -151,6 +151,11 @@ void recap__segment_index_insert(recap__allocator *a, recap__block *first);
 void recap__segment_index_remove(recap__allocator *a, recap__block *first);
 /* A zeroed block record (a recycled one when there is any), or NULL without host memory. */
 recap__block *recap__block_new(recap__allocator *a);
+/* Adds `stream` to a block's other-stream uses (recap_record_stream) unless it is `owner` or
+ * already there, growing the array; OUT_OF_MEMORY leaves it as it was. Both the caching and
+ * the cudaMallocAsync allocator keep their uses this way. */
+recap_status recap__uses_add(recap_stream ***uses, int *count, int *capacity,
+                             const recap_stream *owner, recap_stream *stream);
 /* Deletes a block record that is in no set or map (keeps it for reuse, or frees it). */
 void recap__block_delete(recap__allocator *a, recap__block *b);
 /* Calls a raw backend function that a capture forbids: directly when no capture is under way,
