@@ -15,7 +15,6 @@
  */
 #include "engine/fuse.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +22,7 @@
 #include "kernels/expr.h"
 #include "runtime/error.h"
 #include "runtime/nvrtc.h"
+#include "runtime/text.h"
 
 enum { NO_ACT = -1 };
 enum { MAX_NAME_BYTES = 160 };
@@ -540,40 +540,6 @@ static recap__expr_node node_of(builder *b, int v) {
 
 /* ---- text ---- */
 
-typedef struct {
-  char *data;
-  size_t len, cap;
-  bool failed;
-} text_buf;
-
-static void put(text_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void put(text_buf *b, const char *fmt, ...) {
-  if (b->failed) return;
-  for (;;) {
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(b->data ? b->data + b->len : NULL, b->data ? b->cap - b->len : 0, fmt, ap);
-    va_end(ap);
-    if (n < 0) {
-      b->failed = true;
-      return;
-    }
-    if (b->data && b->len + (size_t)n < b->cap) {
-      b->len += (size_t)n;
-      return;
-    }
-    size_t cap = b->cap ? b->cap : 256;
-    while (cap <= b->len + (size_t)n) cap *= 2;
-    char *grown = realloc(b->data, cap);
-    if (!grown) {
-      b->failed = true;
-      return;
-    }
-    b->data = grown;
-    b->cap = cap;
-  }
-}
-
 /* How an op appears in a fused op's name: its spec `name:`, or its kind when it has none. */
 static const char *member_label(const recap__ir_op *op) {
   return strchr(op->name, '#') ? op->def->name : op->name;
@@ -582,8 +548,8 @@ static const char *member_label(const recap__ir_op *op) {
 /* "fused[add,mul,gelu]"; past MAX_NAME_BYTES the rest is counted ("fused[add,...,+96 more]").
  * Members in op order, a moved activation just before the op that reads it. */
 static char *fused_name(const finder *f, const int *members, int count) {
-  text_buf b = {0};
-  put(&b, "fused[");
+  recap__text b = {0};
+  recap__text_put(&b, "fused[");
   int shown = 0, total = 0;
   for (int m = 0; m < count; ++m) {
     const recap__ir_op *op = &f->ir->ops[members[m]];
@@ -597,12 +563,12 @@ static char *fused_name(const finder *f, const int *members, int count) {
     labels[n++] = member_label(op);
     for (int k = 0; k < n; ++k, ++total) {
       if (b.len + strlen(labels[k]) + 16 > MAX_NAME_BYTES) continue;
-      put(&b, "%s%s", shown ? "," : "", labels[k]);
+      recap__text_put(&b, "%s%s", shown ? "," : "", labels[k]);
       shown++;
     }
   }
-  if (shown < total) put(&b, ",+%d more", total - shown);
-  put(&b, "]");
+  if (shown < total) recap__text_put(&b, ",+%d more", total - shown);
+  recap__text_put(&b, "]");
   if (b.failed) {
     free(b.data);
     return NULL;
@@ -886,50 +852,51 @@ bool recap__fuse_enabled_on(bool option_off, recap_backend_kind backend) {
 }
 
 /* "0-99", "3, 5, 7-9". */
-static void put_ranges(text_buf *b, const int *ops, int count) {
+static void put_ranges(recap__text *b, const int *ops, int count) {
   for (int i = 0; i < count;) {
     int j = i;
     while (j + 1 < count && ops[j + 1] == ops[j] + 1) ++j;
-    put(b, "%s%d", i ? ", " : "", ops[i]);
-    if (j > i) put(b, "-%d", ops[j]);
+    recap__text_put(b, "%s%d", i ? ", " : "", ops[i]);
+    if (j > i) recap__text_put(b, "-%d", ops[j]);
     i = j + 1;
   }
 }
 
 recap_status recap__fuse_format(const recap__ir *ir, bool enabled, char **text) {
   RECAP_CHECK_ARG(ir && text);
-  text_buf b = {0};
+  recap__text b = {0};
   size_t groups = 0;
   for (size_t v = 0; v < ir->num_ops; ++v) groups += ir->ops[v].num_fused > 0;
   if (!enabled)
-    put(&b, "fusion: off (RECAP_FUSION=0 or --no-fusion)\n");
+    recap__text_put(&b, "fusion: off (RECAP_FUSION=0 or --no-fusion)\n");
   else if (groups == 0)
-    put(&b, "fusion: on, nothing to fuse\n");
+    recap__text_put(&b, "fusion: on, nothing to fuse\n");
   else
-    put(&b, "fusion: %zu spec op%s became %zu fused op%s (%zu ops in all now)\n", ir->fused_ops,
-        ir->fused_ops == 1 ? "" : "s", groups, groups == 1 ? "" : "s", ir->num_ops);
+    recap__text_put(&b, "fusion: %zu spec op%s became %zu fused op%s (%zu ops in all now)\n",
+                    ir->fused_ops, ir->fused_ops == 1 ? "" : "s", groups, groups == 1 ? "" : "s",
+                    ir->num_ops);
   for (size_t v = 0; v < ir->num_ops; ++v) {
     const recap__ir_op *op = &ir->ops[v];
     if (op->num_fused == 0) continue;
-    put(&b, "  op %zu '%s' (stream %d): spec op%s ", v, op->name, op->stream,
-        op->num_fused == 1 ? "" : "s");
+    recap__text_put(&b, "  op %zu '%s' (stream %d): spec op%s ", v, op->name, op->stream,
+                    op->num_fused == 1 ? "" : "s");
     put_ranges(&b, op->fused_from, op->num_fused);
-    put(&b, " (%d)\n    in:", op->num_fused);
+    recap__text_put(&b, " (%d)\n    in:", op->num_fused);
     const char *names[RECAP_OP_MAX_INPUTS];
     for (int i = 0; i < op->num_inputs; ++i) {
       names[i] = ir->tensors[op->inputs[i]].name;
-      put(&b, "%s %s", i ? "," : "", names[i]);
+      recap__text_put(&b, "%s %s", i ? "," : "", names[i]);
     }
     const recap__ir_tensor *y = &ir->tensors[op->outputs[0]];
-    put(&b, "  out: %s %s\n", y->name, recap_dtype_name(y->dtype));
+    recap__text_put(&b, "  out: %s %s\n", y->name, recap_dtype_name(y->dtype));
     if (!op->program) { /* a residual fold */
-      put(&b, "    = linear(%s, %s, %s) + %s, the add in the GEMM's epilogue\n", names[0],
-          names[1], names[2], names[3]);
+      recap__text_put(&b, "    = linear(%s, %s, %s) + %s, the add in the GEMM's epilogue\n",
+                      names[0], names[1], names[2], names[3]);
       continue;
     }
     char expr[400];
     recap__expr_format(op->program, names, expr, sizeof expr);
-    put(&b, "    = %s%s\n", expr, strlen(expr) + 1 >= sizeof expr ? "..." : "");
+    recap__text_put(&b, "    = %s%s\n", expr, strlen(expr) + 1 >= sizeof expr ? "..." : "");
   }
   if (b.failed) {
     free(b.data);

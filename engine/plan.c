@@ -2,13 +2,13 @@
 #include "engine/plan.h"
 
 #include <limits.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "runtime/error.h"
+#include "runtime/text.h"
 
 /* No tensor may exceed this many bytes: it keeps every sum of sizes below SIZE_MAX. */
 #define MAX_TENSOR_BYTES ((size_t)1 << 56)
@@ -1566,41 +1566,6 @@ recap_status recap__plan_check_fits(const recap__plan *largest, const recap__ir 
 
 /* ---- recap plan's text ----------------------------------------------------------------- */
 
-typedef struct {
-  char *data;
-  size_t len, cap;
-  bool failed;
-} text_buf;
-
-static void put(text_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-static void put(text_buf *b, const char *fmt, ...) {
-  if (b->failed) return;
-  va_list ap;
-  va_start(ap, fmt);
-  int n = vsnprintf(b->data ? b->data + b->len : NULL, b->data ? b->cap - b->len : 0, fmt, ap);
-  va_end(ap);
-  if (n < 0) {
-    b->failed = true;
-    return;
-  }
-  if (!b->data || b->len + (size_t)n >= b->cap) {
-    size_t cap = b->cap ? b->cap : 1024;
-    while (cap <= b->len + (size_t)n) cap *= 2;
-    char *grown = realloc(b->data, cap);
-    if (!grown) {
-      b->failed = true;
-      return;
-    }
-    b->data = grown;
-    b->cap = cap;
-    va_start(ap, fmt);
-    vsnprintf(b->data + b->len, b->cap - b->len, fmt, ap);
-    va_end(ap);
-  }
-  b->len += (size_t)n;
-}
-
 static const char *role_name(recap_tensor_role role) {
   switch (role) {
     case RECAP_ROLE_INPUT:
@@ -1639,7 +1604,7 @@ recap_status recap__plan_format(const recap__ir *ir, const recap__plan *plan, ch
     return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
                       "the plan was made for another IR (%zu/%zu tensors, %zu/%zu ops)",
                       plan->num_tensors, ir->num_tensors, plan->num_ops, ir->num_ops);
-  text_buf b = {0};
+  recap__text b = {0};
   char h1[64], h2[64], h3[64];
   size_t nt = plan->num_tensors ? plan->num_tensors : 1, num_views = 0;
   recap_tensor *views = malloc(nt * sizeof *views);
@@ -1664,21 +1629,24 @@ recap_status recap__plan_format(const recap__ir *ir, const recap__plan *plan, ch
     offsets = NULL;
   }
   for (size_t j = 0; j < plan->num_ops; j++) num_views += plan->op_is_view[j];
-  put(&b, "plan for '%s': %zu ops, %zu tensors, %d stream(s), %zu arena buffer(s)\n",
-      ir->name ? ir->name : "?", plan->num_ops, plan->num_tensors, plan->num_streams,
-      plan->num_buffers);
-  put(&b, "views: %zu shape op(s) planned as views (they launch nothing and copy nothing)\n",
+  recap__text_put(&b, "plan for '%s': %zu ops, %zu tensors, %d stream(s), %zu arena buffer(s)\n",
+                  ir->name ? ir->name : "?", plan->num_ops, plan->num_tensors, plan->num_streams,
+                  plan->num_buffers);
+  recap__text_put(
+      &b, "views: %zu shape op(s) planned as views (they launch nothing and copy nothing)\n",
       num_views);
   for (size_t j = 0; j < plan->num_ops; j++)
     if (plan->op_copies_for_buckets[j])
-      put(&b, "  '%s' copies: a view of it works in this bucket but not in a smaller one\n",
-          op_name(ir, (int)j));
+      recap__text_put(&b,
+                      "  '%s' copies: a view of it works in this bucket but not in a smaller one\n",
+                      op_name(ir, (int)j));
   if (plan->separate)
-    put(&b,
+    recap__text_put(
+        &b,
         "arena planning: off (RECAP_ARENA=0): no reuse, every intermediate buffer is its "
         "own allocation\n");
-  put(&b, "%-24s %-12s %12s %12s %-11s %-6s %s\n", "tensor", "role", "bytes", "offset", "lifetime",
-      "stream", "notes");
+  recap__text_put(&b, "%-24s %-12s %12s %12s %-11s %-6s %s\n", "tensor", "role", "bytes", "offset",
+                  "lifetime", "stream", "notes");
   for (size_t t = 0; t < plan->num_tensors; t++) {
     const recap__plan_tensor *pt = &plan->tensors[t];
     const recap__ir_tensor *x = &ir->tensors[t];
@@ -1691,69 +1659,72 @@ recap_status recap__plan_format(const recap__ir *ir, const recap__plan *plan, ch
         snprintf(life, sizeof life, "%d..%d", pt->first_op, pt->last_op);
       snprintf(stream, sizeof stream, "%d", ir->ops[pt->first_op].stream);
     }
-    put(&b, "%-24s %-12s %12zu %12s %-11s %-6s", tensor_name(ir, (int)t), role_name(x->role),
-        pt->bytes, offset, life, stream);
+    recap__text_put(&b, "%-24s %-12s %12zu %12s %-11s %-6s", tensor_name(ir, (int)t),
+                    role_name(x->role), pt->bytes, offset, life, stream);
     switch (pt->kind) {
       case RECAP_PLAN_EXTERNAL:
-        put(&b, " own buffer");
+        recap__text_put(&b, " own buffer");
         break;
       case RECAP_PLAN_ARENA:
-        put(&b, " buffer %d", pt->buffer);
+        recap__text_put(&b, " buffer %d", pt->buffer);
         break;
       case RECAP_PLAN_IN_PLACE:
-        put(&b, " buffer %d, in place over '%s'", pt->buffer, tensor_name(ir, pt->shares_with));
+        recap__text_put(&b, " buffer %d, in place over '%s'", pt->buffer,
+                        tensor_name(ir, pt->shares_with));
         break;
       case RECAP_PLAN_VIEW:
-        put(&b, " view of '%s'", tensor_name(ir, pt->shares_with));
+        recap__text_put(&b, " view of '%s'", tensor_name(ir, pt->shares_with));
         if (pt->view_op >= 0) {
           const recap__ir_op *op = &ir->ops[pt->view_op];
           bool backward = op->num_inputs > 0 && op->inputs[0] == (int)t;
-          put(&b, " (%s '%s', no copy", op->def->name ? op->def->name : "?",
-              op_name(ir, pt->view_op));
+          recap__text_put(&b, " (%s '%s', no copy", op->def->name ? op->def->name : "?",
+                          op_name(ir, pt->view_op));
           if (backward && x->producer >= 0)
-            put(&b, "; '%s' writes it in this layout", op_name(ir, x->producer));
-          put(&b, ")");
+            recap__text_put(&b, "; '%s' writes it in this layout", op_name(ir, x->producer));
+          recap__text_put(&b, ")");
         }
         if (views && offsets) {
-          put(&b, " strides [");
+          recap__text_put(&b, " strides [");
           for (int d = 0; d < views[t].ndim; d++)
-            put(&b, "%s%lld", d ? "," : "", (long long)views[t].strides[d]);
-          put(&b, "] at +%lld", (long long)offsets[t]);
+            recap__text_put(&b, "%s%lld", d ? "," : "", (long long)views[t].strides[d]);
+          recap__text_put(&b, "] at +%lld", (long long)offsets[t]);
         }
-        if (pt->buffer >= 0) put(&b, " (extends its buffer's lifetime)");
+        if (pt->buffer >= 0) recap__text_put(&b, " (extends its buffer's lifetime)");
         break;
     }
-    put(&b, "%s\n", x->is_output ? ", output" : "");
+    recap__text_put(&b, "%s\n", x->is_output ? ", output" : "");
   }
   if (plan->num_waits) {
-    put(&b, "waits (%zu):\n", plan->num_waits);
+    recap__text_put(&b, "waits (%zu):\n", plan->num_waits);
     for (size_t w = 0; w < plan->num_waits; w++) {
       int a = plan->waits[w].waiter, c = plan->waits[w].waited;
-      put(&b, "  op %d '%s' (stream %d) waits for op %d '%s' (stream %d)\n", a, op_name(ir, a),
-          ir->ops[a].stream, c, op_name(ir, c), ir->ops[c].stream);
+      recap__text_put(&b, "  op %d '%s' (stream %d) waits for op %d '%s' (stream %d)\n", a,
+                      op_name(ir, a), ir->ops[a].stream, c, op_name(ir, c), ir->ops[c].stream);
     }
   }
   for (int s = 1; s < plan->num_streams; s++)
     if (plan->stream_last_op[s] >= 0)
-      put(&b, "  end of pipeline joins stream %d after op %d '%s'\n", s, plan->stream_last_op[s],
-          op_name(ir, plan->stream_last_op[s]));
-  put(&b, "arena:    %s\n", human(plan->arena_bytes, h1, sizeof h1));
-  put(&b, "naive:    %s (every intermediate in its own allocation)\n",
-      human(plan->naive_bytes, h2, sizeof h2));
+      recap__text_put(&b, "  end of pipeline joins stream %d after op %d '%s'\n", s,
+                      plan->stream_last_op[s], op_name(ir, plan->stream_last_op[s]));
+  recap__text_put(&b, "arena:    %s\n", human(plan->arena_bytes, h1, sizeof h1));
+  recap__text_put(&b, "naive:    %s (every intermediate in its own allocation)\n",
+                  human(plan->naive_bytes, h2, sizeof h2));
   if (plan->live_at_one_op_bytes < plan->max_live_bytes) {
     char h4[64];
-    put(&b,
+    recap__text_put(
+        &b,
         "max live: %s (lower bound for any placement)\n"
         "          with streams: buffers another stream may still use count too; by op index "
         "alone, %s\n",
         human(plan->max_live_bytes, h3, sizeof h3),
         human(plan->live_at_one_op_bytes, h4, sizeof h4));
   } else {
-    put(&b, "max live: %s (lower bound for any placement)\n",
-        human(plan->max_live_bytes, h3, sizeof h3));
+    recap__text_put(&b, "max live: %s (lower bound for any placement)\n",
+                    human(plan->max_live_bytes, h3, sizeof h3));
   }
   if (plan->naive_bytes)
-    put(&b, "saved:    %.1f%% of naive; arena is %.3fx the lower bound\n",
+    recap__text_put(
+        &b, "saved:    %.1f%% of naive; arena is %.3fx the lower bound\n",
         100.0 * (1.0 - (double)plan->arena_bytes / (double)plan->naive_bytes),
         plan->max_live_bytes ? (double)plan->arena_bytes / (double)plan->max_live_bytes : 1.0);
   free(views);

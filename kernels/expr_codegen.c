@@ -17,47 +17,13 @@
  * Both start with the programmatic-dependent-launch preamble of kernels/cuda_common.cuh, so
  * the launcher may launch them as PDL kernels like the library's own.
  */
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kernels/expr_impl.h"
 #include "runtime/error.h"
-
-typedef struct {
-  char *data;
-  size_t len, cap;
-  bool oom;
-} sbuf;
-
-static void emit(sbuf *b, const char *fmt, ...) RECAP__PRINTF(2, 3);
-static void emit(sbuf *b, const char *fmt, ...) {
-  if (b->oom) return;
-  for (;;) {
-    va_list ap;
-    va_start(ap, fmt);
-    int w = vsnprintf(b->data ? b->data + b->len : NULL, b->data ? b->cap - b->len : 0, fmt, ap);
-    va_end(ap);
-    if (w < 0) {
-      b->oom = true;
-      return;
-    }
-    if (b->data && b->len + (size_t)w < b->cap) {
-      b->len += (size_t)w;
-      return;
-    }
-    size_t cap = b->cap ? b->cap : 4096;
-    while (cap <= b->len + (size_t)w) cap *= 2;
-    char *data = realloc(b->data, cap);
-    if (!data) {
-      b->oom = true;
-      return;
-    }
-    b->data = data;
-    b->cap = cap;
-  }
-}
+#include "runtime/text.h"
 
 static const char *type_of(recap_dtype d) {
   return d == RECAP_DTYPE_F32 ? "float" : "recap_u16";
@@ -132,45 +98,45 @@ static const char prelude[] =
     "};\n";
 
 /* The element function: f32 inputs in, the root's f32 value out. */
-static void emit_eval(sbuf *b, const recap_expr_program *p) {
-  emit(b, "\n__device__ __forceinline__ float recap_expr_eval(");
-  for (int i = 0; i < p->num_inputs; ++i) emit(b, "%sconst float x%d", i ? ", " : "", i);
-  emit(b, ") {\n");
+static void emit_eval(recap__text *b, const recap_expr_program *p) {
+  recap__text_put(b, "\n__device__ __forceinline__ float recap_expr_eval(");
+  for (int i = 0; i < p->num_inputs; ++i) recap__text_put(b, "%sconst float x%d", i ? ", " : "", i);
+  recap__text_put(b, ") {\n");
   for (int l = 0; l < p->num_live; ++l) {
     const int id = p->live[l];
     const recap__expr_node_data *n = &p->nodes[id];
-    emit(b, "  const float v%d = ", id);
+    recap__text_put(b, "  const float v%d = ", id);
     switch (n->op) {
       case RECAP_EXPR_INPUT:
-        emit(b, "x%d;\n", n->index);
+        recap__text_put(b, "x%d;\n", n->index);
         continue;
       case RECAP_EXPR_CONST:
-        emit(b, "__uint_as_float(0x%08xu);\n", (unsigned)f32_bits(n->value));
+        recap__text_put(b, "__uint_as_float(0x%08xu);\n", (unsigned)f32_bits(n->value));
         continue;
       case RECAP_EXPR_SCALE:
-        emit(b, "__uint_as_float(0x%08xu) * v%d;\n", (unsigned)f32_bits(n->value), n->a);
+        recap__text_put(b, "__uint_as_float(0x%08xu) * v%d;\n", (unsigned)f32_bits(n->value), n->a);
         continue;
       case RECAP_EXPR_CAST:
         if (n->dtype == RECAP_DTYPE_F32)
-          emit(b, "v%d;\n", n->a);
+          recap__text_put(b, "v%d;\n", n->a);
         else
-          emit(b, "recap_from_%s(recap_to_%s(v%d));\n", suffix_of(n->dtype), suffix_of(n->dtype),
-               n->a);
+          recap__text_put(b, "recap_from_%s(recap_to_%s(v%d));\n", suffix_of(n->dtype),
+                          suffix_of(n->dtype), n->a);
         continue;
       case RECAP_EXPR_SELECT:
-        emit(b, "v%d != 0.0f ? v%d : v%d;\n", n->a, n->b, n->c);
+        recap__text_put(b, "v%d != 0.0f ? v%d : v%d;\n", n->a, n->b, n->c);
         continue;
       case RECAP_EXPR_ADD:
-        emit(b, "v%d + v%d;\n", n->a, n->b);
+        recap__text_put(b, "v%d + v%d;\n", n->a, n->b);
         continue;
       case RECAP_EXPR_SUB:
-        emit(b, "v%d - v%d;\n", n->a, n->b);
+        recap__text_put(b, "v%d - v%d;\n", n->a, n->b);
         continue;
       case RECAP_EXPR_MUL:
-        emit(b, "v%d * v%d;\n", n->a, n->b);
+        recap__text_put(b, "v%d * v%d;\n", n->a, n->b);
         continue;
       case RECAP_EXPR_DIV:
-        emit(b, "v%d / v%d;\n", n->a, n->b);
+        recap__text_put(b, "v%d / v%d;\n", n->a, n->b);
         continue;
       case RECAP_EXPR_LT:
       case RECAP_EXPR_LE:
@@ -178,115 +144,122 @@ static void emit_eval(sbuf *b, const recap_expr_program *p) {
       case RECAP_EXPR_GE:
       case RECAP_EXPR_EQ:
       case RECAP_EXPR_NE:
-        emit(b, "v%d %s v%d ? 1.0f : 0.0f;\n", n->a, recap__expr_op_name(n->op), n->b);
+        recap__text_put(b, "v%d %s v%d ? 1.0f : 0.0f;\n", n->a, recap__expr_op_name(n->op), n->b);
         continue;
       default:
         /* The parameterless unary functions, by their fixed names. */
-        emit(b, "recap_%s(v%d);\n", recap__expr_op_name(n->op), n->a);
+        recap__text_put(b, "recap_%s(v%d);\n", recap__expr_op_name(n->op), n->a);
         continue;
     }
   }
-  emit(b, "  return v%d;\n}\n", p->root);
+  recap__text_put(b, "  return v%d;\n}\n", p->root);
 }
 
-static void emit_strided(sbuf *b, const recap_expr_program *p, const recap__expr_signature *sig,
-                         const bool *used) {
-  emit(b,
-       "\nextern \"C\" __global__ void __launch_bounds__(256)\n"
-       "recap_expr_strided(const recap_expr_params p) {\n"
-       "  recap_pdl_begin();\n"
-       "  const long long step = (long long)gridDim.x * blockDim.x;\n"
-       "  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < p.n; "
-       "i += step) {\n"
-       "    long long r = i;\n"
-       "    const long long c3 = r %% p.shape[3];\n"
-       "    r /= p.shape[3];\n"
-       "    const long long c2 = r %% p.shape[2];\n"
-       "    r /= p.shape[2];\n"
-       "    const long long c1 = r %% p.shape[1];\n"
-       "    const long long c0 = r / p.shape[1];\n");
+static void emit_strided(recap__text *b, const recap_expr_program *p,
+                         const recap__expr_signature *sig, const bool *used) {
+  recap__text_put(b,
+                  "\nextern \"C\" __global__ void __launch_bounds__(256)\n"
+                  "recap_expr_strided(const recap_expr_params p) {\n"
+                  "  recap_pdl_begin();\n"
+                  "  const long long step = (long long)gridDim.x * blockDim.x;\n"
+                  "  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < p.n; "
+                  "i += step) {\n"
+                  "    long long r = i;\n"
+                  "    const long long c3 = r %% p.shape[3];\n"
+                  "    r /= p.shape[3];\n"
+                  "    const long long c2 = r %% p.shape[2];\n"
+                  "    r /= p.shape[2];\n"
+                  "    const long long c1 = r %% p.shape[1];\n"
+                  "    const long long c0 = r / p.shape[1];\n");
   for (int i = 0; i < p->num_inputs; ++i) {
     if (!used[i]) continue;
-    emit(b,
-         "    const float x%d = recap_from_%s(((const %s *)p.in[%d])[c0 * p.in_strides[%d][0] + "
-         "c1 * p.in_strides[%d][1] + c2 * p.in_strides[%d][2] + c3 * p.in_strides[%d][3]]);\n",
-         i, suffix_of(sig->inputs[i]), type_of(sig->inputs[i]), i, i, i, i, i);
+    recap__text_put(
+        b,
+        "    const float x%d = recap_from_%s(((const %s *)p.in[%d])[c0 * p.in_strides[%d][0] + "
+        "c1 * p.in_strides[%d][1] + c2 * p.in_strides[%d][2] + c3 * p.in_strides[%d][3]]);\n",
+        i, suffix_of(sig->inputs[i]), type_of(sig->inputs[i]), i, i, i, i, i);
   }
-  emit(b,
-       "    ((%s *)p.out)[c0 * p.out_strides[0] + c1 * p.out_strides[1] + c2 * p.out_strides[2] "
-       "+ c3 * p.out_strides[3]] = recap_to_%s(recap_expr_eval(",
-       type_of(sig->output), suffix_of(sig->output));
+  recap__text_put(
+      b,
+      "    ((%s *)p.out)[c0 * p.out_strides[0] + c1 * p.out_strides[1] + c2 * p.out_strides[2] "
+      "+ c3 * p.out_strides[3]] = recap_to_%s(recap_expr_eval(",
+      type_of(sig->output), suffix_of(sig->output));
   for (int i = 0; i < p->num_inputs; ++i) {
     if (used[i])
-      emit(b, "%sx%d", i ? ", " : "", i);
+      recap__text_put(b, "%sx%d", i ? ", " : "", i);
     else
-      emit(b, "%s0.0f", i ? ", " : "");
+      recap__text_put(b, "%s0.0f", i ? ", " : "");
   }
-  emit(b, "));\n  }\n}\n");
+  recap__text_put(b, "));\n  }\n}\n");
 }
 
 /* Vector loads/stores of RECAP_EXPR_VEC (4) elements: a float4 for f32, a uint2 of four
  * 16-bit values otherwise. */
-static void emit_dense(sbuf *b, const recap_expr_program *p, const recap__expr_signature *sig,
-                       const bool *used) {
-  emit(b,
-       "\nextern \"C\" __global__ void __launch_bounds__(128)\n"
-       "recap_expr_dense(const recap_expr_params p) {\n"
-       "  recap_pdl_begin();\n"
-       "  const long long base = ((long long)blockIdx.x * blockDim.x + threadIdx.x) * 4;\n"
-       "  if (base >= p.n) return;\n"
-       "  if (base + 4 <= p.n) {\n");
+static void emit_dense(recap__text *b, const recap_expr_program *p,
+                       const recap__expr_signature *sig, const bool *used) {
+  recap__text_put(
+      b,
+      "\nextern \"C\" __global__ void __launch_bounds__(128)\n"
+      "recap_expr_dense(const recap_expr_params p) {\n"
+      "  recap_pdl_begin();\n"
+      "  const long long base = ((long long)blockIdx.x * blockDim.x + threadIdx.x) * 4;\n"
+      "  if (base >= p.n) return;\n"
+      "  if (base + 4 <= p.n) {\n");
   for (int i = 0; i < p->num_inputs; ++i) {
     if (!used[i]) continue;
-    emit(b, "    float x%d[4];\n", i);
+    recap__text_put(b, "    float x%d[4];\n", i);
     if (sig->inputs[i] == RECAP_DTYPE_F32) {
-      emit(b,
-           "    { const float4 w = *(const float4 *)((const float *)p.in[%d] + base);\n"
-           "      x%d[0] = w.x; x%d[1] = w.y; x%d[2] = w.z; x%d[3] = w.w; }\n",
-           i, i, i, i, i);
+      recap__text_put(b,
+                      "    { const float4 w = *(const float4 *)((const float *)p.in[%d] + base);\n"
+                      "      x%d[0] = w.x; x%d[1] = w.y; x%d[2] = w.z; x%d[3] = w.w; }\n",
+                      i, i, i, i, i);
     } else {
       const char *s = suffix_of(sig->inputs[i]);
-      emit(b,
-           "    { const uint2 w = *(const uint2 *)((const recap_u16 *)p.in[%d] + base);\n"
-           "      x%d[0] = recap_from_%s((recap_u16)(w.x & 0xffffu));\n"
-           "      x%d[1] = recap_from_%s((recap_u16)(w.x >> 16));\n"
-           "      x%d[2] = recap_from_%s((recap_u16)(w.y & 0xffffu));\n"
-           "      x%d[3] = recap_from_%s((recap_u16)(w.y >> 16)); }\n",
-           i, i, s, i, s, i, s, i, s);
+      recap__text_put(
+          b,
+          "    { const uint2 w = *(const uint2 *)((const recap_u16 *)p.in[%d] + base);\n"
+          "      x%d[0] = recap_from_%s((recap_u16)(w.x & 0xffffu));\n"
+          "      x%d[1] = recap_from_%s((recap_u16)(w.x >> 16));\n"
+          "      x%d[2] = recap_from_%s((recap_u16)(w.y & 0xffffu));\n"
+          "      x%d[3] = recap_from_%s((recap_u16)(w.y >> 16)); }\n",
+          i, i, s, i, s, i, s, i, s);
     }
   }
-  emit(b,
-       "    float y[4];\n#pragma unroll\n    for (int k = 0; k < 4; ++k) y[k] = recap_expr_eval(");
+  recap__text_put(
+      b,
+      "    float y[4];\n#pragma unroll\n    for (int k = 0; k < 4; ++k) y[k] = recap_expr_eval(");
   for (int i = 0; i < p->num_inputs; ++i) {
     if (used[i])
-      emit(b, "%sx%d[k]", i ? ", " : "", i);
+      recap__text_put(b, "%sx%d[k]", i ? ", " : "", i);
     else
-      emit(b, "%s0.0f", i ? ", " : "");
+      recap__text_put(b, "%s0.0f", i ? ", " : "");
   }
-  emit(b, ");\n");
+  recap__text_put(b, ");\n");
   if (sig->output == RECAP_DTYPE_F32) {
-    emit(b, "    *(float4 *)((float *)p.out + base) = make_float4(y[0], y[1], y[2], y[3]);\n");
+    recap__text_put(
+        b, "    *(float4 *)((float *)p.out + base) = make_float4(y[0], y[1], y[2], y[3]);\n");
   } else {
     const char *s = suffix_of(sig->output);
-    emit(b,
-         "    uint2 w;\n"
-         "    w.x = (unsigned)recap_to_%s(y[0]) | ((unsigned)recap_to_%s(y[1]) << 16);\n"
-         "    w.y = (unsigned)recap_to_%s(y[2]) | ((unsigned)recap_to_%s(y[3]) << 16);\n"
-         "    *(uint2 *)((recap_u16 *)p.out + base) = w;\n",
-         s, s, s, s);
+    recap__text_put(b,
+                    "    uint2 w;\n"
+                    "    w.x = (unsigned)recap_to_%s(y[0]) | ((unsigned)recap_to_%s(y[1]) << 16);\n"
+                    "    w.y = (unsigned)recap_to_%s(y[2]) | ((unsigned)recap_to_%s(y[3]) << 16);\n"
+                    "    *(uint2 *)((recap_u16 *)p.out + base) = w;\n",
+                    s, s, s, s);
   }
-  emit(b,
-       "  } else {\n    for (long long e = base; e < p.n; ++e)\n      ((%s *)p.out)[e] = "
-       "recap_to_%s(recap_expr_eval(",
-       type_of(sig->output), suffix_of(sig->output));
+  recap__text_put(
+      b,
+      "  } else {\n    for (long long e = base; e < p.n; ++e)\n      ((%s *)p.out)[e] = "
+      "recap_to_%s(recap_expr_eval(",
+      type_of(sig->output), suffix_of(sig->output));
   for (int i = 0; i < p->num_inputs; ++i) {
     if (used[i])
-      emit(b, "%srecap_from_%s(((const %s *)p.in[%d])[e])", i ? ", " : "",
-           suffix_of(sig->inputs[i]), type_of(sig->inputs[i]), i);
+      recap__text_put(b, "%srecap_from_%s(((const %s *)p.in[%d])[e])", i ? ", " : "",
+                      suffix_of(sig->inputs[i]), type_of(sig->inputs[i]), i);
     else
-      emit(b, "%s0.0f", i ? ", " : "");
+      recap__text_put(b, "%s0.0f", i ? ", " : "");
   }
-  emit(b, "));\n  }\n}\n");
+  recap__text_put(b, "));\n  }\n}\n");
 }
 
 static bool float_dtype(recap_dtype d) {
@@ -314,19 +287,21 @@ recap_status recap__expr_codegen_cuda(const recap_expr_program *p, const recap__
     if (n->op == RECAP_EXPR_INPUT) used[n->index] = true;
   }
 
-  sbuf b = {0};
-  emit(&b, "/* recap expression kernels, generated from an expression tree of %d nodes.\n",
-       p->num_live);
-  emit(&b, " * inputs:");
-  for (int i = 0; i < sig->num_inputs; ++i) emit(&b, " %s", suffix_of(sig->inputs[i]));
-  emit(&b, "; output: %s */\n", suffix_of(sig->output));
-  emit(&b, "%s", prelude);
-  emit(&b, "static_assert(sizeof(recap_expr_params) == %zu, \"recap__expr_params layout\");\n",
-       sizeof(recap__expr_params));
+  recap__text b = {0};
+  recap__text_put(&b,
+                  "/* recap expression kernels, generated from an expression tree of %d nodes.\n",
+                  p->num_live);
+  recap__text_put(&b, " * inputs:");
+  for (int i = 0; i < sig->num_inputs; ++i) recap__text_put(&b, " %s", suffix_of(sig->inputs[i]));
+  recap__text_put(&b, "; output: %s */\n", suffix_of(sig->output));
+  recap__text_put(&b, "%s", prelude);
+  recap__text_put(
+      &b, "static_assert(sizeof(recap_expr_params) == %zu, \"recap__expr_params layout\");\n",
+      sizeof(recap__expr_params));
   emit_eval(&b, p);
   emit_strided(&b, p, sig, used);
   emit_dense(&b, p, sig, used);
-  if (b.oom) {
+  if (b.failed) {
     free(b.data);
     return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory for an expression's CUDA source");
   }

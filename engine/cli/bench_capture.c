@@ -14,7 +14,6 @@
  */
 #include <inttypes.h>
 #include <jansson.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -23,6 +22,7 @@
 #include "engine/cli/tensors.h"
 #include "kernels/op.h"
 #include "runtime/backend.h"
+#include "runtime/text.h"
 
 static const char *const CMD = "bench-capture";
 
@@ -108,52 +108,25 @@ static double cpu_now(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* A growable string for the generated spec. */
-typedef struct {
-  char *text;
-  size_t len, cap;
-} strbuf;
-
-static bool sb_printf(strbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static bool sb_printf(strbuf *b, const char *fmt, ...) {
-  for (;;) {
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(b->text ? b->text + b->len : NULL, b->text ? b->cap - b->len : 0, fmt, ap);
-    va_end(ap);
-    if (n < 0) return false;
-    if (b->text && b->len + (size_t)n < b->cap) {
-      b->len += (size_t)n;
-      return true;
-    }
-    size_t cap = b->cap ? b->cap * 2 : 4096;
-    while (cap < b->len + (size_t)n + 1) cap *= 2;
-    char *t = realloc(b->text, cap);
-    if (!t) return false;
-    b->text = t;
-    b->cap = cap;
-  }
-}
-
 /* The N-op chain: t1 = x + bias, t2 = tanh(t1), t3 = t2 + bias, ... (f32, 4096 elements),
  * one kernel per op, so its graph has N kernel nodes. */
-static bool chain_spec(int ops, strbuf *b) {
-  bool ok = sb_printf(b,
-                      "name: capture-chain-%d\ndevice: cuda\ndtype: f32\nseed: 1\n"
-                      "dims: {N: %d}\ntensors:\n"
-                      "  x: {shape: [N], role: input}\n"
-                      "  bias: {shape: [N], role: param, init: normal, std: 0.02}\nops:\n",
-                      ops, CHAIN_ELEMENTS);
+static bool chain_spec(int ops, recap__text *b) {
+  bool ok = recap__text_put(b,
+                            "name: capture-chain-%d\ndevice: cuda\ndtype: f32\nseed: 1\n"
+                            "dims: {N: %d}\ntensors:\n"
+                            "  x: {shape: [N], role: input}\n"
+                            "  bias: {shape: [N], role: param, init: normal, std: 0.02}\nops:\n",
+                            ops, CHAIN_ELEMENTS);
   for (int i = 1; ok && i <= ops; i++) {
     const char *in = i == 1 ? "x" : NULL;
     char prev[32];
     snprintf(prev, sizeof prev, "t%d", i - 1);
     if (i % 2)
-      ok = sb_printf(b, "  - {op: add, in: [%s, bias], out: t%d}\n", in ? in : prev, i);
+      ok = recap__text_put(b, "  - {op: add, in: [%s, bias], out: t%d}\n", in ? in : prev, i);
     else
-      ok = sb_printf(b, "  - {op: tanh, in: [%s], out: t%d}\n", prev, i);
+      ok = recap__text_put(b, "  - {op: tanh, in: [%s], out: t%d}\n", prev, i);
   }
-  return ok && sb_printf(b, "outputs: [t%d]\nrun: {warmup: 1, iters: 10}\n", ops);
+  return ok && recap__text_put(b, "outputs: [t%d]\nrun: {warmup: 1, iters: 10}\n", ops);
 }
 
 static double median_of(double *v, int n) {
@@ -178,7 +151,7 @@ typedef struct {
 } chain_result;
 
 /* Creates the chain pipeline `repeats` times, capturing each; keeps the last in *keep. */
-static recap_status measure_capture(const strbuf *spec, const recap_pipeline_options *opts,
+static recap_status measure_capture(const recap__text *spec, const recap_pipeline_options *opts,
                                     int repeats, chain_result *r, recap_pipeline **keep) {
   double *v[5];
   recap_status st = RECAP_OK;
@@ -187,7 +160,7 @@ static recap_status measure_capture(const strbuf *spec, const recap_pipeline_opt
   for (int i = 0; st == RECAP_OK && i < repeats; i++) {
     recap_pipeline *p = NULL;
     double t0 = cli_now();
-    st = recap_pipeline_create_string(spec->text, spec->len, "capture-chain", opts, &p);
+    st = recap_pipeline_create_string(spec->data, spec->len, "capture-chain", opts, &p);
     double created = cli_now();
     if (st == RECAP_OK) st = recap_pipeline_capture(p);
     if (st == RECAP_OK && p->mode != RECAP_MODE_GRAPH) {
@@ -342,14 +315,14 @@ typedef struct {
 /* Captures every bucket of `path` with B = 1..buckets. */
 static recap_status measure_buckets(const char *path, recap_device dev, int buckets, bool host,
                                     bucket_result *r) {
-  strbuf dim = {0};
-  bool ok = sb_printf(&dim, "B=");
-  for (int b = 1; ok && b <= buckets; b++) ok = sb_printf(&dim, "%s%d", b > 1 ? "," : "", b);
+  recap__text dim = {0};
+  bool ok = recap__text_put(&dim, "B=");
+  for (int b = 1; ok && b <= buckets; b++) ok = recap__text_put(&dim, "%s%d", b > 1 ? "," : "", b);
   if (!ok) {
-    free(dim.text);
+    free(dim.data);
     return RECAP_STATUS_OUT_OF_MEMORY;
   }
-  const char *dims[3] = {dim.text, host ? HOST_BUCKET_DIMS : NULL, NULL};
+  const char *dims[3] = {dim.data, host ? HOST_BUCKET_DIMS : NULL, NULL};
   recap_pipeline_options opts = {.override_device = 1, .device = dev, .override_mode = 1,
                                  .mode = RECAP_MODE_GRAPH, .warmup = 1, .dims = dims};
   recap_pipeline *p = NULL;
@@ -369,7 +342,7 @@ static recap_status measure_buckets(const char *path, recap_device dev, int buck
     r->captures = stats.captures;
   }
   recap_pipeline_destroy(p);
-  free(dim.text);
+  free(dim.data);
   return st;
 }
 
@@ -390,7 +363,7 @@ int cli_bench_capture_main(int argc, char **argv) {
   int rc = parse_args(argc, argv, &a);
   if (rc != CLI_EXIT_OK) return rc;
   rc = CLI_EXIT_FAILURE;
-  strbuf spec = {0};
+  recap__text spec = {0};
   recap_pipeline *p = NULL;
   json_t *root = NULL;
   chain_result cr = {0};
@@ -508,6 +481,6 @@ int cli_bench_capture_main(int argc, char **argv) {
 done:
   json_decref(root);
   recap_pipeline_destroy(p);
-  free(spec.text);
+  free(spec.data);
   return rc;
 }
