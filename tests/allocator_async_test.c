@@ -19,24 +19,10 @@
 
 enum { MIB = 1024 * 1024 };
 
-typedef struct {
-  recap__raw_runtime runtime;
-  recap__raw_backend inner, raw;
-  recap__raw_failing *failing;
-  recap__allocator *a;
-  recap_stream *s1, *s2;
-} fixture;
+typedef allocator_fixture fixture;
 
 static void fx_open(fixture *f) {
-  memset(f, 0, sizeof *f);
-  CHECK_OK(recap__raw_runtime_init(&f->runtime, test_device, &f->inner));
-  CHECK_OK(recap__raw_failing_create(&f->inner, &f->failing));
-  recap__raw_failing_backend(f->failing, &f->raw);
-  recap__allocator_options options = {
-      .device = test_device, .raw = &f->raw, .conf = "backend:cudaMallocAsync"};
-  CHECK_OK(recap__allocator_create(&options, &f->a));
-  CHECK_OK(recap_stream_create(test_device, 0, RECAP_STREAM_NON_BLOCKING, &f->s1));
-  CHECK_OK(recap_stream_create(test_device, 0, RECAP_STREAM_NON_BLOCKING, &f->s2));
+  allocator_fixture_open(f, "backend:cudaMallocAsync", 0);
 }
 
 static void fx_close(fixture *f) {
@@ -204,11 +190,7 @@ static void test_async_conf_is_accepted_and_combinations_checked(void) {
 }
 
 int main(void) {
-  struct {
-    const char *name;
-    CU_TestFunc fn;
-    bool device_specific; /* re-run on CUDA */
-  } tests[] = {
+  static const test_case tests[] = {
 #define T_(fn, dev) {#fn, fn, dev}
       T_(test_async_allocates_usable_memory_and_counts_it, true),
       T_(test_async_refuses_block_level_calls_with_not_supported, true),
@@ -218,12 +200,6 @@ int main(void) {
       T_(test_async_conf_is_accepted_and_combinations_checked, false),
 #undef T_
   };
-  size_t n = sizeof tests / sizeof tests[0];
-  CU_pSuite host = test_add_suite("allocator_async/host", test_suite_use_host, NULL);
-  for (size_t i = 0; i < n; i++) CU_add_test(host, tests[i].name, tests[i].fn);
-  CU_pSuite cuda =
-      test_add_cuda_suite("allocator_async/cuda", test_suite_use_cuda, test_suite_use_host);
-  for (size_t i = 0; i < n; i++)
-    if (tests[i].device_specific) CU_add_test(cuda, tests[i].name, tests[i].fn);
+  test_add_host_and_cuda_suites("allocator_async", tests, sizeof tests / sizeof tests[0]);
   return test_run_all();
 }

@@ -83,23 +83,10 @@ static void test_block_map_remove_of_an_absent_key_changes_nothing(void) {
 
 enum { KIB = 1024, MIB = 1024 * 1024 };
 
-typedef struct {
-  recap__raw_runtime runtime;
-  recap__raw_backend inner, raw;
-  recap__raw_failing *failing;
-  recap__allocator *a;
-  recap_stream *s1, *s2;
-} fixture;
+typedef allocator_fixture fixture;
 
 static void fx_open(fixture *f) {
-  memset(f, 0, sizeof *f);
-  CHECK_OK(recap__raw_runtime_init(&f->runtime, test_device, &f->inner));
-  CHECK_OK(recap__raw_failing_create(&f->inner, &f->failing));
-  recap__raw_failing_backend(f->failing, &f->raw);
-  recap__allocator_options options = {.device = test_device, .raw = &f->raw, .conf = NULL};
-  CHECK_OK(recap__allocator_create(&options, &f->a));
-  CHECK_OK(recap_stream_create(test_device, 0, RECAP_STREAM_NON_BLOCKING, &f->s1));
-  CHECK_OK(recap_stream_create(test_device, 0, RECAP_STREAM_NON_BLOCKING, &f->s2));
+  allocator_fixture_open(f, NULL, 0);
 }
 
 /* Destroys the allocator (every block freed by then) and checks all raw memory came back. */

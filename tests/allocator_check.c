@@ -85,3 +85,15 @@ void allocator_check_consistent(recap__allocator *a) {
   }
   json_decref(root);
 }
+
+void allocator_fixture_open(allocator_fixture *f, const char *conf, size_t capacity) {
+  memset(f, 0, sizeof *f);
+  CHECK_OK(recap__raw_runtime_init(&f->runtime, test_device, &f->inner));
+  CHECK_OK(recap__raw_failing_create(&f->inner, &f->failing));
+  if (capacity > 0) recap__raw_failing_set_capacity(f->failing, capacity);
+  recap__raw_failing_backend(f->failing, &f->raw);
+  recap__allocator_options options = {.device = test_device, .raw = &f->raw, .conf = conf};
+  CHECK_OK(recap__allocator_create(&options, &f->a));
+  CHECK_OK(recap_stream_create(test_device, 0, RECAP_STREAM_NON_BLOCKING, &f->s1));
+  CHECK_OK(recap_stream_create(test_device, 0, RECAP_STREAM_NON_BLOCKING, &f->s2));
+}

@@ -1,7 +1,8 @@
 /*
- * allocator_check.h: checks the allocator tests share: the JSON snapshot, parsed, and the
- * invariant that every segment is tiled by its blocks and every stat equals the sum over the
- * snapshot (and the live stats).
+ * allocator_check.h: what the allocator tests share: their fixture (an allocator over a
+ * fault-injecting raw backend on test_device, and two streams), the JSON snapshot, parsed,
+ * and the invariant that every segment is tiled by its blocks and every stat equals the sum
+ * over the snapshot (and the live stats).
  */
 #ifndef RECAP_TESTS_ALLOCATOR_CHECK_H
 #define RECAP_TESTS_ALLOCATOR_CHECK_H
@@ -10,6 +11,19 @@
 #include <stdint.h>
 
 #include "allocator/allocator.h"
+
+typedef struct {
+  recap__raw_runtime runtime;
+  recap__raw_backend inner, raw;
+  recap__raw_failing *failing;
+  recap__allocator *a;
+  recap_stream *s1, *s2;
+} allocator_fixture;
+
+/* Creates the allocator with RECAP_ALLOC_CONF-syntax `conf` (NULL: the defaults) over raw
+ * memory capped at `capacity` bytes (0: the raw backend's own limit), and streams s1, s2
+ * (non-blocking). Each test closes it its own way (what it checks at the end differs). */
+void allocator_fixture_open(allocator_fixture *f, const char *conf, size_t capacity);
 
 /* The allocator's snapshot as parsed JSON (fails the test if it is not JSON). */
 json_t *allocator_snapshot(recap__allocator *a);

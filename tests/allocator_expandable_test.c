@@ -21,26 +21,12 @@
 
 enum { KIB = 1024, MIB = 1024 * 1024, CHUNK_LARGE = 20 * MIB, CHUNK_SMALL = 2 * MIB };
 
-typedef struct {
-  recap__raw_runtime runtime;
-  recap__raw_backend inner, raw;
-  recap__raw_failing *failing;
-  recap__allocator *a;
-  recap_stream *s1, *s2;
-} fixture;
+typedef allocator_fixture fixture;
 
 /* An allocator of our own over a failing backend (which counts every mapped chunk as a live
  * allocation) with a simulated capacity, which is also what each segment reserves. */
 static void fx_open(fixture *f, const char *conf, size_t capacity) {
-  memset(f, 0, sizeof *f);
-  CHECK_OK(recap__raw_runtime_init(&f->runtime, test_device, &f->inner));
-  CHECK_OK(recap__raw_failing_create(&f->inner, &f->failing));
-  recap__raw_failing_set_capacity(f->failing, capacity);
-  recap__raw_failing_backend(f->failing, &f->raw);
-  recap__allocator_options options = {.device = test_device, .raw = &f->raw, .conf = conf};
-  CHECK_OK(recap__allocator_create(&options, &f->a));
-  CHECK_OK(recap_stream_create(test_device, 0, RECAP_STREAM_NON_BLOCKING, &f->s1));
-  CHECK_OK(recap_stream_create(test_device, 0, RECAP_STREAM_NON_BLOCKING, &f->s2));
+  allocator_fixture_open(f, conf, capacity);
 }
 
 static recap__raw_failing_counts counts_of(fixture *f) {
@@ -486,11 +472,7 @@ int main(void) {
   /* The process-wide allocators of this binary use expandable segments (read at their first
    * use). */
   setenv("RECAP_ALLOC_CONF", "expandable_segments:True", 1);
-  struct {
-    const char *name;
-    CU_TestFunc fn;
-    bool device_specific; /* re-run on CUDA */
-  } tests[] = {
+  static const test_case tests[] = {
 #define T_(fn, dev) {#fn, fn, dev}
       T_(test_large_segment_grows_over_three_chunks_at_a_stable_base, true),
       T_(test_small_segment_grows_in_2_mib_chunks, true),
@@ -510,12 +492,6 @@ int main(void) {
       T_(test_host_vmm_map_follows_capture_rules, false),
 #undef T_
   };
-  size_t n = sizeof tests / sizeof tests[0];
-  CU_pSuite host = test_add_suite("allocator_expandable/host", test_suite_use_host, NULL);
-  for (size_t i = 0; i < n; i++) CU_add_test(host, tests[i].name, tests[i].fn);
-  CU_pSuite cuda =
-      test_add_cuda_suite("allocator_expandable/cuda", test_suite_use_cuda, test_suite_use_host);
-  for (size_t i = 0; i < n; i++)
-    if (tests[i].device_specific) CU_add_test(cuda, tests[i].name, tests[i].fn);
+  test_add_host_and_cuda_suites("allocator_expandable", tests, sizeof tests / sizeof tests[0]);
   return test_run_all();
 }

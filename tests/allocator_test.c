@@ -881,11 +881,7 @@ static void test_public_api_allocates_frees_and_reports(void) {
 }
 
 int main(void) {
-  struct {
-    const char *name;
-    CU_TestFunc fn;
-    bool device_specific; /* re-run on CUDA */
-  } tests[] = {
+  static const test_case tests[] = {
 #define T_(fn, dev) {#fn, fn, dev}
       T_(test_round_size_uses_512_byte_granularity, false),
       T_(test_roundup_power2_divisions_rounds_84_mib_to_96_mib, false),
@@ -922,11 +918,6 @@ int main(void) {
       T_(test_public_api_allocates_frees_and_reports, true),
 #undef T_
   };
-  size_t n = sizeof tests / sizeof tests[0];
-  CU_pSuite host = test_add_suite("allocator/host", test_suite_use_host, NULL);
-  for (size_t i = 0; i < n; i++) CU_add_test(host, tests[i].name, tests[i].fn);
-  CU_pSuite cuda = test_add_cuda_suite("allocator/cuda", test_suite_use_cuda, test_suite_use_host);
-  for (size_t i = 0; i < n; i++)
-    if (tests[i].device_specific) CU_add_test(cuda, tests[i].name, tests[i].fn);
+  test_add_host_and_cuda_suites("allocator", tests, sizeof tests / sizeof tests[0]);
   return test_run_all();
 }

@@ -74,6 +74,17 @@ int test_suite_use_cuda(void) {
   return 0;
 }
 
+void test_add_host_and_cuda_suites(const char *area, const test_case *tests, size_t count) {
+  char name[128];
+  snprintf(name, sizeof name, "%s/host", area);
+  CU_pSuite host = test_add_suite(name, test_suite_use_host, NULL);
+  for (size_t i = 0; i < count; i++) CU_add_test(host, tests[i].name, tests[i].fn);
+  snprintf(name, sizeof name, "%s/cuda", area);
+  CU_pSuite cuda = test_add_cuda_suite(name, test_suite_use_cuda, test_suite_use_host);
+  for (size_t i = 0; i < count; i++)
+    if (tests[i].device_specific) CU_add_test(cuda, tests[i].name, tests[i].fn);
+}
+
 void test_rng_init(test_rng *rng) {
   static uint64_t seed;
   if (!seed) {

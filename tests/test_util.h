@@ -18,6 +18,7 @@
 
 #include <CUnit/Basic.h>
 #include <CUnit/CUnit.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -67,6 +68,15 @@ int test_run_all(void);
 extern recap_device test_device;
 int test_suite_use_host(void);
 int test_suite_use_cuda(void);
+
+/* One body run on both backends: every test in "AREA/host", and those marked device-specific
+ * also in "AREA/cuda" (a CUDA suite: inactive, with a message, without a device). */
+typedef struct {
+  const char *name;
+  CU_TestFunc fn;
+  bool device_specific; /* re-run on CUDA */
+} test_case;
+void test_add_host_and_cuda_suites(const char *area, const test_case *tests, size_t count);
 
 /* A small deterministic generator for test data (xorshift64*), seeded per test from the
  * clock unless RECAP_TEST_SEED is set; the seed is printed so a failure can be replayed. */
