@@ -52,6 +52,13 @@
  * cuBLASLt streams the weights at 70-75% of copy bandwidth there. Selecting plain cuBLAS
  * uses cuBLAS for every shape, and RECAP_GEMM_SKINNY=0 in the environment (read once per
  * process, gemm.h) sends skinny shapes to cuBLASLt too.
+ *
+ * Hopper GEMMs with an activation cuBLASLt cannot fuse (erf gelu, silu, sigmoid, tanh) run our
+ * own wgmma kernel (gemm_hopper.cu) by default, on devices of compute capability 9.0, when the
+ * shape fits it (f16/bf16, both operands K-major, no batch, no C): the activation and the
+ * residual are in its epilogue, so there is no second pass over the output. Tuning times its
+ * tile configurations against cuBLASLt's for every shape it fits. RECAP_GEMM_HOPPER=0 sends
+ * everything to cuBLASLt.
  */
 #include <cublasLt.h>
 #include <cublas_v2.h>
@@ -122,6 +129,9 @@ typedef struct {
   int64_t stride_a, stride_b, stride_d;
   int64_t align_a, align_b, align_c, align_d, align_bias;
   int64_t op, has_c; /* which op (recap__tune_op) and whether beta * c is added */
+  /* The activation and the residual's alignment: cuBLASLt's epilogue does not tell gelu from
+   * silu (both run after it), but the Hopper kernel's fused epilogue is timed with one. */
+  int64_t act, align_residual;
 } lt_key;
 
 /* How far a choice has come (see resolve()). */
@@ -132,8 +142,9 @@ typedef enum {
 } choice_state;
 
 typedef struct {
-  int32_t kind; /* RECAP_TUNE_CAND_LT or RECAP_TUNE_CAND_SKINNY */
+  int32_t kind;        /* recap__tune_kind */
   int32_t warps, pipe; /* skinny */
+  int32_t config;      /* hopper */
   int32_t state;       /* choice_state */
   cublasLtMatmulAlgo_t algo; /* LT */
 } choice;
@@ -487,6 +498,11 @@ static bool skinny_allowed(const recap__gemm_plan *p) {
   return recap__gemm_env_get()->skinny && recap__cuda_gemm_skinny_fits(p);
 }
 
+/* Whether a plan may run our Hopper kernel on the device (see the top of this file). */
+static bool hopper_allowed(const recap__gemm_plan *p, int device) {
+  return recap__gemm_env_get()->hopper && recap__cuda_gemm_hopper_fits(p, device);
+}
+
 /* ---- the cuBLASLt problem ------------------------------------------------------------------- */
 
 /* Descriptors of one call, initialized in place (no allocation), and its key. */
@@ -561,17 +577,33 @@ static recap_status lt_problem_init(const gemm_ctx *ctx, const recap_op_call *ca
    * alignments cover every batch step of both levels, so one key serves the whole call. */
   memset(&pr->key, 0, sizeof pr->key);
   pr->key = (lt_key){
-      .device = ctx->device, .dtype = p->dtype, .compute = compute, .op_a = v.op_a,
-      .op_b = v.op_b, .epilogue = epilogue, .a_rows = (int64_t)v.a_rows,
-      .a_cols = (int64_t)v.a_cols, .lda = v.lda, .b_rows = (int64_t)v.b_rows,
-      .b_cols = (int64_t)v.b_cols, .ldb = v.ldb, .m = p->m, .n = p->n, .batch = p->batch[1],
-      .stride_a = p->b_bs[1], .stride_b = p->a_bs[1], .stride_d = p->out_bs[1],
-      .align_a = alignment_of(p->b, p->b_bs, es), .align_b = alignment_of(p->a, p->a_bs, es),
+      .device = ctx->device,
+      .dtype = p->dtype,
+      .compute = compute,
+      .op_a = v.op_a,
+      .op_b = v.op_b,
+      .epilogue = epilogue,
+      .a_rows = (int64_t)v.a_rows,
+      .a_cols = (int64_t)v.a_cols,
+      .lda = v.lda,
+      .b_rows = (int64_t)v.b_rows,
+      .b_cols = (int64_t)v.b_cols,
+      .ldb = v.ldb,
+      .m = p->m,
+      .n = p->n,
+      .batch = p->batch[1],
+      .stride_a = p->b_bs[1],
+      .stride_b = p->a_bs[1],
+      .stride_d = p->out_bs[1],
+      .align_a = alignment_of(p->b, p->b_bs, es),
+      .align_b = alignment_of(p->a, p->a_bs, es),
       .align_c = alignment_of(pr->c ? pr->c : p->out, p->out_bs, es),
       .align_d = alignment_of(p->out, p->out_bs, es),
       .align_bias = bias ? alignment_of(bias, (const int64_t[2]){0, 0}, es) : 0,
       .op = call->def == &recap__op_linear ? RECAP_TUNE_OP_LINEAR : RECAP_TUNE_OP_MATMUL,
       .has_c = pr->c != NULL,
+      .act = p->act,
+      .align_residual = p->residual ? alignment_of(p->residual, p->out_bs, es) : 0,
   };
   return RECAP_OK;
 }
@@ -723,6 +755,11 @@ static recap_status lt_run(gemm_ctx *ctx, const recap__gemm_plan *p, lt_problem 
 /* Runs the plan with a choice, writing `out`. */
 static recap_status run_choice(gemm_ctx *ctx, const recap__gemm_plan *p, lt_problem *pr,
                                const choice *ch, void *out) {
+  if (ch->kind == RECAP_TUNE_CAND_HOPPER) {
+    recap__gemm_plan q = *p;
+    q.out = out;
+    return recap__cuda_gemm_hopper(&q, ctx->device, ctx->stream, ch->config);
+  }
   if (ch->kind == RECAP_TUNE_CAND_SKINNY) {
     recap__gemm_plan q = *p;
     q.out = out;
@@ -932,6 +969,7 @@ static void add_candidate(choice *list, int32_t (*configs)[RECAP_TUNE_CONFIG_MAX
     if (list[i].kind != c->kind) continue;
     if (c->kind == RECAP_TUNE_CAND_SKINNY && list[i].warps == c->warps && list[i].pipe == c->pipe)
       return;
+    if (c->kind == RECAP_TUNE_CAND_HOPPER && list[i].config == c->config) return;
     if (c->kind == RECAP_TUNE_CAND_LT && memcmp(configs[i], config, sizeof configs[i]) == 0)
       return;
   }
@@ -961,13 +999,16 @@ static void choice_to_tune(const choice *c, const int32_t *config, recap__tune_c
   if (c->kind == RECAP_TUNE_CAND_SKINNY) {
     out->config[0] = c->warps;
     out->config[1] = c->pipe;
+  } else if (c->kind == RECAP_TUNE_CAND_HOPPER) {
+    out->config[0] = c->config;
   } else {
     memcpy(out->config, config, sizeof out->config);
   }
 }
 
 /* Lists the candidates of a problem: the default first, cuBLASLt's heuristic list, the
- * variants of its first results, and the skinny kernel's configurations where it applies. */
+ * variants of its first results, and the skinny and Hopper kernels' configurations where they
+ * apply. */
 static recap_status tune_candidates(gemm_ctx *ctx, const recap__gemm_plan *p, lt_problem *pr,
                                     const choice *def, candidate_list *l) {
   cublasLtMatmulHeuristicResult_t results[MAX_HEURISTICS];
@@ -997,6 +1038,11 @@ static recap_status tune_candidates(gemm_ctx *ctx, const recap__gemm_plan *p, lt
       add_candidate(l->list, l->configs, &l->count, &c, NULL);
     }
   }
+  if (hopper_allowed(p, ctx->device))
+    for (int config = 0; config < recap__cuda_gemm_hopper_configs(); ++config) {
+      const choice c = {.kind = RECAP_TUNE_CAND_HOPPER, .config = config};
+      add_candidate(l->list, l->configs, &l->count, &c, NULL);
+    }
   return RECAP_OK;
 }
 
@@ -1121,8 +1167,9 @@ static recap_status tune_now(gemm_ctx *ctx, const recap__gemm_plan *p, lt_proble
 }
 
 /* The default choice of a problem seen for the first time: the skinny kernel where it applies,
- * else cuBLASLt's first heuristic. Inside a capture only the skinny kernel can be chosen (a
- * heuristic query is left to warmups). */
+ * else the Hopper kernel where cuBLASLt would need a second pass, else cuBLASLt's first
+ * heuristic. Inside a capture only our kernels can be chosen (a heuristic query is left to
+ * warmups). */
 static recap_status make_default(gemm_ctx *ctx, const recap__gemm_plan *p, lt_problem *pr,
                                  choice *out) {
   *out = (choice){.kind = RECAP_TUNE_CAND_LT, .state = CHOICE_DEFAULT};
@@ -1130,6 +1177,13 @@ static recap_status make_default(gemm_ctx *ctx, const recap__gemm_plan *p, lt_pr
     int warps = 0, pipe = 0;
     RECAP_TRY(recap__cuda_gemm_skinny_default(p, ctx->device, &warps, &pipe));
     *out = (choice){.kind = RECAP_TUNE_CAND_SKINNY, .warps = warps, .pipe = pipe,
+                    .state = CHOICE_DEFAULT};
+    return RECAP_OK;
+  }
+  /* Where cuBLASLt would need a second pass for the activation, our kernel fuses it. */
+  if (pr->needs_kernel && hopper_allowed(p, ctx->device)) {
+    *out = (choice){.kind = RECAP_TUNE_CAND_HOPPER,
+                    .config = recap__cuda_gemm_hopper_default(p, ctx->device),
                     .state = CHOICE_DEFAULT};
     return RECAP_OK;
   }
@@ -1178,6 +1232,13 @@ static recap_status from_file(gemm_ctx *ctx, const recap__gemm_plan *p, lt_probl
     if (!skinny_allowed(p)) return RECAP_OK;
     *out = (choice){.kind = RECAP_TUNE_CAND_SKINNY, .warps = fc->config[0],
                     .pipe = fc->config[1], .state = CHOICE_FINAL};
+    *usable = true;
+    return RECAP_OK;
+  }
+  if (fc->kind == RECAP_TUNE_CAND_HOPPER) {
+    if (!hopper_allowed(p, ctx->device) || fc->config[0] >= recap__cuda_gemm_hopper_configs())
+      return RECAP_OK;
+    *out = (choice){.kind = RECAP_TUNE_CAND_HOPPER, .config = fc->config[0], .state = CHOICE_FINAL};
     *usable = true;
     return RECAP_OK;
   }

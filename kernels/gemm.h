@@ -86,11 +86,12 @@ recap_status recap__gemm_run_host(const recap_op_call *call);
  *   RECAP_GEMM_SKINNY_PDL=0    the skinny kernel without programmatic dependent launch
  *   RECAP_GEMM_SKINNY_PIPE=0   the skinny kernel without double-buffered loads
  *   RECAP_GEMM_SKINNY_WARPS=w  warps per block of the skinny kernel (1..16, power of two)
+ *   RECAP_GEMM_HOPPER=0        shapes that would run our Hopper GEMM go to cuBLASLt
  *   RECAP_TUNE=0|1|2           tuning off / tune / cache only (kernels/gemm_tune.h)
  *   RECAP_TUNE_FILE=path       the tuning cache (default ./recap_tune.txt)
  * Unknown values keep the default. */
 typedef struct {
-  bool skinny, skinny_pdl, skinny_pipe;
+  bool skinny, skinny_pdl, skinny_pipe, hopper;
   int skinny_warps; /* 0: chosen per shape */
   int tune;         /* recap__tune_mode */
   char tune_file[1024];
@@ -136,6 +137,18 @@ recap_status recap__cuda_gemm_skinny_default(const recap__gemm_plan *p, int devi
  * otherwise. */
 recap_status recap__cuda_gemm_skinny_config(const recap__gemm_plan *p, int device,
                                             void *cuda_stream, int warps, int pipe);
+
+/* Our Hopper GEMM (gemm_hopper.cu; sm_90a, devices of compute capability 9.0 only), with the
+ * bias, every activation and the residual in its epilogue. fits: whether the plan's dtype,
+ * shape, strides and (when bound) alignments suit it AND `device` can run it. configs: how
+ * many tile configurations there are (0..configs-1, the tuning file's value); default: the one
+ * chosen for the plan's shape on `device`. The launcher runs the plan on `cuda_stream`;
+ * RECAP_STATUS_INVALID_ARGUMENT for a plan or config that does not fit. */
+bool recap__cuda_gemm_hopper_fits(const recap__gemm_plan *p, int device);
+int recap__cuda_gemm_hopper_configs(void);
+int recap__cuda_gemm_hopper_default(const recap__gemm_plan *p, int device);
+recap_status recap__cuda_gemm_hopper(const recap__gemm_plan *p, int device, void *cuda_stream,
+                                     int config);
 
 /* Warmup for one GEMM call on `stream`: creates this thread's cuBLAS and cuBLASLt handles for
  * the stream's device, the stream's workspace, and (cuBLASLt) the algorithm for the call's

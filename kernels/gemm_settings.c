@@ -31,6 +31,7 @@ static bool switch_on(const char *name) {
 
 static void read_env(void) {
   recap__gemm_env e = {.skinny = switch_on("RECAP_GEMM_SKINNY"),
+                       .hopper = switch_on("RECAP_GEMM_HOPPER"),
                        .skinny_pdl = switch_on("RECAP_GEMM_SKINNY_PDL"),
                        .skinny_pipe = switch_on("RECAP_GEMM_SKINNY_PIPE")};
   const char *w = getenv("RECAP_GEMM_SKINNY_WARPS");

@@ -33,6 +33,7 @@
 
 #include "kernels/cuda_common.cuh"
 #include "kernels/gemm.h"
+#include "kernels/hopper_async.cuh"
 #include "runtime/cuda_check.h"
 
 namespace {
@@ -301,37 +302,6 @@ __host__ __device__ constexpr size_t bulk_smem(int rt, int nt, int kc, int stage
 
 /* The bulk helpers exist for sm_90 passes only (an sm_80 pass would warn that they are unused). */
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
-__device__ __forceinline__ uint32_t smem_addr(const void *p) {
-  return (uint32_t)__cvta_generic_to_shared(p);
-}
-
-__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
-}
-
-/* Arrives once and adds `bytes` to the transactions the current phase waits for. */
-__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
-               : "memory");
-}
-
-__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
-}
-
-/* Waits until the phase of the given parity has completed. */
-__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
-  uint32_t done;
-  do {
-    asm volatile("{\n\t.reg .pred p;\n\t"
-                 "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
-                 "selp.u32 %0, 1, 0, p;\n\t}"
-                 : "=r"(done)
-                 : "r"(bar), "r"(parity)
-                 : "memory");
-  } while (!done);
-}
-
 /* bytes (a multiple of 16) from global src to shared dst (both 16-byte aligned); completion is
  * counted on bar. */
 __device__ __forceinline__ void bulk_copy(uint32_t dst, const void *src, uint32_t bytes,
@@ -391,17 +361,16 @@ __global__ void __launch_bounds__((kMaxWarps + 1) * 32) bulk_kernel(const skinny
   const int chunks = (a.k + KC - 1) / KC;
   const int64_t n0 = (int64_t)blockIdx.x * kBlockRows;
   const int rows = a.n - n0 < kBlockRows ? (int)(a.n - n0) : kBlockRows;
-  const uint32_t ring0 = smem_addr(ring);
+  const uint32_t ring0 = recap__smem_addr(ring);
   const T *w = static_cast<const T *>(a.w);
   const T *x = static_cast<const T *>(a.x);
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < S; ++s) {
-      mbar_init(smem_addr(&full[s]), 1);
-      mbar_init(smem_addr(&empty[s]), (uint32_t)warps);
+      recap__mbar_init(recap__smem_addr(&full[s]), 1);
+      recap__mbar_init(recap__smem_addr(&empty[s]), (uint32_t)warps);
     }
-    /* Makes the initialized barriers visible to the copy engine. */
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    recap__mbar_init_fence();
   }
   /* The producer lane of each W row prefetches the row's first PF columns. */
   if (a.pdl && warp == warps) {
@@ -424,11 +393,11 @@ __global__ void __launch_bounds__((kMaxWarps + 1) * 32) bulk_kernel(const skinny
     const int copies = rows + a.m;
     for (int c = 0; c < chunks; ++c) {
       const int s = c % S;
-      if (c >= S) mbar_wait(smem_addr(&empty[s]), (uint32_t)((c / S - 1) & 1));
+      if (c >= S) recap__mbar_wait(recap__smem_addr(&empty[s]), (uint32_t)((c / S - 1) & 1));
       const int k0 = c * KC;
       const uint32_t bytes = (uint32_t)((a.k - k0 < KC ? a.k - k0 : KC) * 2);
-      const uint32_t bar = smem_addr(&full[s]);
-      if (lane == 0) mbar_arrive_expect_tx(bar, bytes * (uint32_t)copies);
+      const uint32_t bar = recap__smem_addr(&full[s]);
+      if (lane == 0) recap__mbar_arrive_expect_tx(bar, bytes * (uint32_t)copies);
       __syncwarp();
       for (int i = lane; i < copies; i += 32) {
         if (i < rows) {
@@ -446,7 +415,7 @@ __global__ void __launch_bounds__((kMaxWarps + 1) * 32) bulk_kernel(const skinny
     const uint4 zero = make_uint4(0, 0, 0, 0);
     for (int c = 0; c < chunks; ++c) {
       const int s = c % S;
-      mbar_wait(smem_addr(&full[s]), (uint32_t)((c / S) & 1));
+      recap__mbar_wait(recap__smem_addr(&full[s]), (uint32_t)((c / S) & 1));
       const uint32_t base = ring0 + (uint32_t)(s * kStageBytes + g * kRowBytes + 16 * tig);
 #pragma unroll 2
       for (int j = warp; j < kSteps; j += warps) {
@@ -472,7 +441,7 @@ __global__ void __launch_bounds__((kMaxWarps + 1) * 32) bulk_kernel(const skinny
           }
       }
       __syncwarp();
-      if (lane == 0) mbar_arrive(smem_addr(&empty[s]));
+      if (lane == 0) recap__mbar_arrive(recap__smem_addr(&empty[s]));
     }
   }
   /* Every consumer has waited on every stage, so every copy has landed: after the barrier the

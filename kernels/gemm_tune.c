@@ -48,6 +48,8 @@ int recap__tune_choice_values(int32_t kind) {
   switch (kind) {
     case RECAP_TUNE_CAND_LT: return RECAP_TUNE_CONFIG_MAX;
     case RECAP_TUNE_CAND_SKINNY: return 2;
+    case RECAP_TUNE_CAND_HOPPER:
+      return 1;
     default: return 0;
   }
 }
@@ -89,6 +91,8 @@ bool recap__tune_entry_valid(const recap__tune_entry *e) {
   } else if (c->kind == RECAP_TUNE_CAND_SKINNY) {
     if (!power_of_two_upto(c->config[0], 16) || c->config[1] < 0 || c->config[1] > 3)
       return false;
+  } else if (c->kind == RECAP_TUNE_CAND_HOPPER) {
+    if (c->config[0] < 0 || c->config[0] >= RECAP_TUNE_HOPPER_CONFIGS) return false;
   } else {
     return false;
   }
@@ -189,6 +193,8 @@ bool recap__tune_format_entry(const recap__tune_entry *e, char *buf, size_t size
     const int32_t *v = e->choice.config;
     c = snprintf(choice, sizeof choice, "lt:%d,%d,%d,%d,%d,%d,%d,%d,%d", v[0], v[1], v[2], v[3],
                  v[4], v[5], v[6], v[7], v[8]);
+  } else if (e->choice.kind == RECAP_TUNE_CAND_HOPPER) {
+    c = snprintf(choice, sizeof choice, "hopper:%d", e->choice.config[0]);
   } else {
     c = snprintf(choice, sizeof choice, "skinny:%d,%d", e->choice.config[0], e->choice.config[1]);
   }
@@ -366,7 +372,7 @@ static bool parse_dtype(const char *s, int32_t *out) {
   return true;
 }
 
-/* "lt:v0,...,v8" or "skinny:w,p". */
+/* "lt:v0,...,v8", "skinny:w,p" or "hopper:c". */
 static bool parse_choice(const char *s, recap__tune_choice *out) {
   memset(out, 0, sizeof *out);
   const char *colon = strchr(s, ':');
@@ -374,6 +380,8 @@ static bool parse_choice(const char *s, recap__tune_choice *out) {
   const size_t kind_len = (size_t)(colon - s);
   if (kind_len == 2 && strncmp(s, "lt", 2) == 0) out->kind = RECAP_TUNE_CAND_LT;
   else if (kind_len == 6 && strncmp(s, "skinny", 6) == 0) out->kind = RECAP_TUNE_CAND_SKINNY;
+  else if (kind_len == 6 && strncmp(s, "hopper", 6) == 0)
+    out->kind = RECAP_TUNE_CAND_HOPPER;
   else return false;
   const int want = recap__tune_choice_values(out->kind);
   const char *p = colon + 1;

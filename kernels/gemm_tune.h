@@ -77,8 +77,16 @@ typedef struct {
 /* A candidate. LT: a cuBLASLt algorithm, named by its 9 configuration attributes (ALGO_ID,
  * TILE_ID, STAGES_ID, SPLITK_NUM, REDUCTION_SCHEME, CTA_SWIZZLING, CUSTOM_OPTION,
  * INNER_SHAPE_ID, CLUSTER_SHAPE_ID); SKINNY: gemm_skinny.cu with config {warps per block,
- * load scheme pipe 0..3 (see recap__cuda_gemm_skinny_default)}. */
-typedef enum { RECAP_TUNE_CAND_LT = 1, RECAP_TUNE_CAND_SKINNY = 2 } recap__tune_kind;
+ * load scheme pipe 0..3 (see recap__cuda_gemm_skinny_default)}; HOPPER: gemm_hopper.cu with
+ * config {tile configuration 0..RECAP_TUNE_HOPPER_CONFIGS-1}. */
+typedef enum {
+  RECAP_TUNE_CAND_LT = 1,
+  RECAP_TUNE_CAND_SKINNY = 2,
+  RECAP_TUNE_CAND_HOPPER = 3
+} recap__tune_kind;
+/* An upper bound on the Hopper kernel's configurations, for validating file entries (the
+ * kernel checks the exact count when one is used). */
+#define RECAP_TUNE_HOPPER_CONFIGS 64
 typedef struct {
   int32_t kind; /* recap__tune_kind */
   int32_t config[RECAP_TUNE_CONFIG_MAX];
@@ -94,7 +102,8 @@ typedef struct recap__tune_table recap__tune_table;
 
 bool recap__tune_key_equal(const recap__tune_key *a, const recap__tune_key *b);
 bool recap__tune_choice_equal(const recap__tune_choice *a, const recap__tune_choice *b);
-/* The number of config values a kind uses (9 for LT, 2 for SKINNY, 0 for others). */
+/* The number of config values a kind uses (9 for LT, 2 for SKINNY, 1 for HOPPER, 0 for
+ * others). */
 int recap__tune_choice_values(int32_t kind);
 
 /* An empty table. RECAP_STATUS_OUT_OF_MEMORY. destroy(NULL) is fine. */

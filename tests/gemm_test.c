@@ -144,6 +144,11 @@ static void reference(const recap_op_call *call, double *ref, double *scale) {
       ref[e] = act_ref(call->attrs.act, sum + extra);
     }
     scale[e] = (mag + extra_mag) * (matmul ? 1.0 : act_slope(call->attrs.act));
+    if (!matmul && call->num_inputs > 3) { /* the residual, after the activation */
+      const double r = tb_at(&call->inputs[3], oi);
+      ref[e] += r;
+      scale[e] += fabs(r);
+    }
     (void)n;
   }
 }
@@ -182,7 +187,7 @@ static int64_t count_bad(const recap_tensor *out, const double *ref, const doubl
 
 typedef struct {
   recap_op_call call;
-  tbuf in[3];
+  tbuf in[4];
   double *ref, *scale;
 } gcase;
 
@@ -227,7 +232,7 @@ static void case_run_host(gcase *g) {
 static void case_free(gcase *g) {
   void *out = g->call.outputs[0].data;
   bool aliased = false;
-  for (int i = 0; i < 3; ++i) {
+  for (int i = 0; i < 4; ++i) {
     if (g->in[i].t.data == out) aliased = true;
     free(g->in[i].t.data);
   }
@@ -626,7 +631,7 @@ static recap_stream *cuda_stream;
 /* A device copy of a host case: inputs copied (their whole storage), output poisoned. */
 typedef struct {
   recap_op_call call;
-  void *dev[4];
+  void *dev[5]; /* the inputs, then the output */
 } dcase;
 
 static void dcase_make(const gcase *g, dcase *d) {
@@ -641,13 +646,13 @@ static void dcase_make(const gcase *g, dcase *d) {
   }
   const size_t out_bytes =
       (size_t)recap__tensor_numel(&g->call.outputs[0]) * recap_dtype_size(g->call.outputs[0].dtype);
-  CU_ASSERT_EQUAL_FATAL(cudaMalloc(&d->dev[3], out_bytes), cudaSuccess);
-  CU_ASSERT_EQUAL_FATAL(cudaMemset(d->dev[3], 0xff, out_bytes), cudaSuccess); /* NaN */
-  d->call.outputs[0].data = d->dev[3];
+  CU_ASSERT_EQUAL_FATAL(cudaMalloc(&d->dev[4], out_bytes), cudaSuccess);
+  CU_ASSERT_EQUAL_FATAL(cudaMemset(d->dev[4], 0xff, out_bytes), cudaSuccess); /* NaN */
+  d->call.outputs[0].data = d->dev[4];
 }
 
 static void dcase_free(dcase *d) {
-  for (int i = 0; i < 4; ++i) cudaFree(d->dev[i]);
+  for (int i = 0; i < 5; ++i) cudaFree(d->dev[i]);
 }
 
 /* Copies the device output back into a host tensor shaped like the host case's output. */
@@ -735,11 +740,27 @@ static void mk_linear_silu_nobias(gcase *g, recap_dtype dt, test_rng *rng) {
   const int64_t xs[2] = {16, 40};
   make_linear(g, dt, 2, xs, 24, false, RECAP_ACT_SILU, rng);
 }
+/* Large enough for the Hopper kernel by default (f16/bf16, an activation cuBLASLt cannot fuse,
+ * m over the skinny range), with partial tiles in every dimension and a residual. */
+static void mk_linear_gelu_residual(gcase *g, recap_dtype dt, test_rng *rng) {
+  const int64_t xs[2] = {200, 200}, rs[2] = {200, 136};
+  make_linear(g, dt, 2, xs, 136, true, RECAP_ACT_GELU, rng);
+  g->call.num_inputs = 4;
+  g->in[3] = tb_make(dt, 2, rs, rng);
+}
 
 static const case_maker cuda_cases[] = {
-    mk_odd,         mk_skinny,       mk_trans,        mk_beta,
-    mk_batched,     mk_strided_batch, mk_linear_relu, mk_linear_gelu,
-    mk_linear_gelu_tanh, mk_linear_silu_nobias,
+    mk_odd,
+    mk_skinny,
+    mk_trans,
+    mk_beta,
+    mk_batched,
+    mk_strided_batch,
+    mk_linear_relu,
+    mk_linear_gelu,
+    mk_linear_gelu_tanh,
+    mk_linear_silu_nobias,
+    mk_linear_gelu_residual,
 };
 
 static void run_all_cuda_cases(const char *what) {
@@ -1154,6 +1175,128 @@ static void test_cuda_skinny_chain_eager_and_replayed_matches_host(void) {
   }
 }
 
+/* ---- the Hopper kernel (gemm_hopper.cu) ---- */
+
+/* Whether device 0 runs the Hopper kernel (compute capability 9.0); the tests below check
+ * the routing either way and the kernel itself where it can run. */
+static bool device_is_hopper(void) {
+  int major = 0, minor = 0;
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0);
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0);
+  return major == 9 && minor == 0;
+}
+
+static void test_cuda_hopper_routing_accepts_only_shapes_it_supports(void) {
+  test_rng rng;
+  test_rng_init(&rng);
+  gcase g;
+  const int64_t xs[2] = {256, 64};
+  make_linear(&g, RECAP_DTYPE_F16, 2, xs, 128, true, RECAP_ACT_GELU, &rng);
+  for (int i = 0; i < g.call.num_inputs; ++i) g.call.inputs[i] = g.in[i].t;
+  CHECK_OK(recap__op_infer(&g.call));
+  recap__gemm_plan plan, p;
+  CHECK_OK(recap__gemm_plan_make(&g.call, &plan));
+  plan.a = plan.b = plan.out = NULL, plan.bias = NULL; /* host pointers: check the shape only */
+  const bool hopper = device_is_hopper();
+  CU_ASSERT_EQUAL(recap__cuda_gemm_hopper_fits(&plan, 0), hopper);
+  p = plan, p.dtype = RECAP_DTYPE_BF16;
+  CU_ASSERT_EQUAL(recap__cuda_gemm_hopper_fits(&p, 0), hopper);
+  p = plan, p.m = 1, p.n = 8, p.k = 8, p.a_rs = 8, p.b_cs = 8; /* partial tiles everywhere */
+  CU_ASSERT_EQUAL(recap__cuda_gemm_hopper_fits(&p, 0), hopper);
+  p = plan, p.dtype = RECAP_DTYPE_F32;
+  CU_ASSERT_FALSE(recap__cuda_gemm_hopper_fits(&p, 0));
+  p = plan, p.k = 60, p.a_rs = 60, p.b_cs = 60; /* rows not 16-byte multiples: no TMA */
+  CU_ASSERT_FALSE(recap__cuda_gemm_hopper_fits(&p, 0));
+  p = plan, p.n = 130; /* the epilogue stores 16-byte chunks */
+  CU_ASSERT_FALSE(recap__cuda_gemm_hopper_fits(&p, 0));
+  p = plan, p.a_rs = 1, p.a_cs = 256; /* x transposed */
+  CU_ASSERT_FALSE(recap__cuda_gemm_hopper_fits(&p, 0));
+  p = plan, p.b_rs = 128, p.b_cs = 1; /* W stored [K, N] */
+  CU_ASSERT_FALSE(recap__cuda_gemm_hopper_fits(&p, 0));
+  p = plan, p.a = (const char *)g.in[0].t.data + 2; /* misaligned x */
+  CU_ASSERT_FALSE(recap__cuda_gemm_hopper_fits(&p, 0));
+  p = plan, p.batch[1] = 2, p.a_bs[1] = 256 * 64, p.out_bs[1] = 256 * 128;
+  CU_ASSERT_FALSE(recap__cuda_gemm_hopper_fits(&p, 0));
+  p = plan, p.c = g.in[0].t.data, p.beta = 1.0f;
+  CU_ASSERT_FALSE(recap__cuda_gemm_hopper_fits(&p, 0));
+  CU_ASSERT_FALSE(recap__cuda_gemm_hopper_fits(&plan, 99)); /* no such device */
+  CU_ASSERT_TRUE(recap__cuda_gemm_hopper_configs() > 0);
+  case_free(&g);
+}
+
+/* Every tile configuration against the host on both 16-bit types: a shape with partial tiles
+ * in m, n and k (and k shorter than one stage), and one whose k wraps the ring several times;
+ * every activation the kernel fuses, with and without bias, with a residual. The output
+ * starts as NaN each time, so an element a configuration leaves unwritten shows. */
+static void test_cuda_hopper_every_configuration_matches_host(void) {
+  if (!device_is_hopper()) {
+    fprintf(stderr, "  (device 0 is not compute capability 9.0: the Hopper kernel is not run)\n");
+    return;
+  }
+  test_rng rng;
+  test_rng_init(&rng);
+  static const int64_t shapes[][3] = {{200, 136, 40}, {300, 520, 1096}};
+  static const recap_activation acts[] = {RECAP_ACT_GELU, RECAP_ACT_NONE, RECAP_ACT_SILU,
+                                          RECAP_ACT_TANH};
+  for (size_t d = 0; d < 2; ++d) {
+    for (int si = 0; si < 2; ++si) {
+      for (int ai = 0; ai < 4; ++ai) {
+        const int64_t m = shapes[si][0], n = shapes[si][1], k = shapes[si][2];
+        gcase g;
+        const int64_t xs[2] = {m, k}, rs[2] = {m, n};
+        make_linear(&g, half_types[d], 2, xs, n, ai != 2, acts[ai], &rng);
+        if (ai == 0) { /* gelu with a residual */
+          g.call.num_inputs = 4;
+          g.in[3] = tb_make(half_types[d], 2, rs, &rng);
+        }
+        case_run_host(&g);
+        dcase dc;
+        dcase_make(&g, &dc);
+        recap__gemm_plan plan;
+        CHECK_OK(recap__gemm_plan_make(&dc.call, &plan));
+        CU_ASSERT_TRUE_FATAL(recap__cuda_gemm_hopper_fits(&plan, 0));
+        const size_t bytes = (size_t)(m * n) * recap_dtype_size(half_types[d]);
+        for (int config = 0; config < recap__cuda_gemm_hopper_configs(); ++config) {
+          CU_ASSERT_EQUAL(cudaMemset(dc.call.outputs[0].data, 0xff, bytes), cudaSuccess);
+          CHECK_OK(recap__cuda_gemm_hopper(&plan, 0, recap_stream_native(cuda_stream), config));
+          CHECK_OK(recap_stream_synchronize(cuda_stream));
+          recap_tensor got = dcase_result(&g, &dc);
+          char what[112];
+          snprintf(what, sizeof what, "hopper config %d, %s, %lld x %lld x %lld, act %d", config,
+                   recap_dtype_name(half_types[d]), (long long)m, (long long)n, (long long)k,
+                   (int)acts[ai]);
+          CU_ASSERT_EQUAL(count_bad(&got, g.ref, g.scale, cuda_tol(half_types[d], false), what), 0);
+          free(got.data);
+        }
+        CU_ASSERT_EQUAL(recap__cuda_gemm_hopper(&plan, 0, recap_stream_native(cuda_stream),
+                                                recap__cuda_gemm_hopper_configs()),
+                        RECAP_STATUS_INVALID_ARGUMENT);
+        dcase_free(&dc);
+        case_free(&g);
+      }
+    }
+  }
+}
+
+/* The default routing sends a gelu linear to the Hopper kernel and RECAP_GEMM_HOPPER=0 sends
+ * it to cuBLASLt plus the epilogue pass; both match the host. */
+static void test_cuda_hopper_default_and_disabled_match_host(void) {
+  test_rng rng;
+  test_rng_init(&rng);
+  for (size_t d = 0; d < 2; ++d) {
+    gcase g;
+    mk_linear_gelu_residual(&g, half_types[d], &rng);
+    case_run_host(&g);
+    check_cuda_against_host(&g, false, "default routing");
+    setenv("RECAP_GEMM_HOPPER", "0", 1);
+    recap__gemm_env_reload();
+    check_cuda_against_host(&g, false, "RECAP_GEMM_HOPPER=0 (cuBLASLt)");
+    unsetenv("RECAP_GEMM_HOPPER");
+    recap__gemm_env_reload();
+    case_free(&g);
+  }
+}
+
 static int cuda_suite_init(void) {
   if (host_stream_open()) return 1;
   if (recap_stream_create((recap_device){RECAP_BACKEND_CUDA, 0}, 0, RECAP_STREAM_NON_BLOCKING,
@@ -1214,6 +1357,9 @@ int main(void) {
   CU_ADD_TEST(cuda, test_cuda_skinny_matmul_trans_b_with_alpha_matches_host);
   CU_ADD_TEST(cuda, test_cuda_skinny_every_configuration_matches_host);
   CU_ADD_TEST(cuda, test_cuda_skinny_chain_eager_and_replayed_matches_host);
+  CU_ADD_TEST(cuda, test_cuda_hopper_routing_accepts_only_shapes_it_supports);
+  CU_ADD_TEST(cuda, test_cuda_hopper_every_configuration_matches_host);
+  CU_ADD_TEST(cuda, test_cuda_hopper_default_and_disabled_match_host);
 #else
                                        NULL, NULL);
   (void)cuda;

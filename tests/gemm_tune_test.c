@@ -115,9 +115,12 @@ static void test_tune_file_round_trips_entries_through_save_and_load(void) {
   e3.key.act = RECAP_ACT_NONE;
   e3.key.batch = 12;
   e3.key.align = 4;
+  recap__tune_entry e4 = sample_entry(1024, false);
+  e4.choice = (recap__tune_choice){.kind = RECAP_TUNE_CAND_HOPPER, .config = {3}};
   CHECK_OK(recap__tune_table_put(t, &e1));
   CHECK_OK(recap__tune_table_put(t, &e2));
   CHECK_OK(recap__tune_table_put(t, &e3));
+  CHECK_OK(recap__tune_table_put(t, &e4));
   char path[512];
   tmp_path(path, sizeof path, "round_trip.txt");
   unlink(path);
@@ -125,11 +128,11 @@ static void test_tune_file_round_trips_entries_through_save_and_load(void) {
   recap__tune_load_report r;
   CHECK_OK(recap__tune_load(back, path, &host_versions, false, &r));
   CU_ASSERT_TRUE(r.found);
-  CU_ASSERT_EQUAL(r.loaded, 3);
+  CU_ASSERT_EQUAL(r.loaded, 4);
   CU_ASSERT_EQUAL(r.warnings, 0);
   CU_ASSERT_EQUAL(r.ignored, 0);
-  const recap__tune_entry *entries[3] = {&e1, &e2, &e3};
-  for (int i = 0; i < 3; ++i) {
+  const recap__tune_entry *entries[4] = {&e1, &e2, &e3, &e4};
+  for (int i = 0; i < 4; ++i) {
     const recap__tune_entry *got = recap__tune_table_find(back, &entries[i]->key);
     CU_ASSERT_PTR_NOT_NULL_FATAL(got);
     CU_ASSERT_TRUE(recap__tune_choice_equal(&got->choice, &entries[i]->choice));
@@ -208,9 +211,21 @@ static void test_tune_file_malformed_lines_are_ignored_with_a_warning_each(void)
 }
 
 static void test_tune_file_unknown_candidates_are_ignored_with_a_warning(void) {
-  static const char *const choices[] = {"cutlass:1,2", "lt:1,2,3", "lt:1,2,3,4,5,6,7,8,9,10",
-                                        "skinny:3,1", "skinny:8,9", "skinny:8", "lt:",
-                                        "lt:1,,3,4,5,6,7,8,9", "skinny:8,1,", "lt:a,b,c,d,e,f,g,h,i"};
+  static const char *const choices[] = {"cutlass:1,2",
+                                        "lt:1,2,3",
+                                        "lt:1,2,3,4,5,6,7,8,9,10",
+                                        "skinny:3,1",
+                                        "skinny:8,9",
+                                        "skinny:8",
+                                        "lt:",
+                                        "lt:1,,3,4,5,6,7,8,9",
+                                        "skinny:8,1,",
+                                        "lt:a,b,c,d,e,f,g,h,i",
+                                        "hopper:",
+                                        "hopper:-1",
+                                        "hopper:64",
+                                        "hopper:1,2",
+                                        "hopper:x"};
   for (size_t i = 0; i < sizeof choices / sizeof choices[0]; ++i) {
     char text[2048];
     const int n = snprintf(

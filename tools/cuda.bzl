@@ -6,7 +6,8 @@ path (through external/cuda/bin it cannot find cicc), with PATH set (Bazel actio
 empty one and gcc then cannot find `as`) and -ccbin pointing at the C toolchain's compiler.
 
 Target architectures come from --define=cuda_archs=80,90 (default); each entry emits SASS,
-and the highest also emits PTX so newer GPUs can JIT it.
+and the highest also emits PTX so newer GPUs can JIT it. A library whose code exists for one
+architecture only (sm_90a's wgmma) names it in `archs`, which replaces the define's list.
 """
 
 load("@bazel_tools//tools/cpp:toolchain_utils.bzl", "find_cpp_toolchain")
@@ -21,7 +22,7 @@ def _gencode_flags(archs):
 
 def _cuda_library_impl(ctx):
     cc_toolchain = find_cpp_toolchain(ctx)
-    archs = [a for a in ctx.var.get("cuda_archs", "80,90").split(",") if a]
+    archs = ctx.attr.archs or [a for a in ctx.var.get("cuda_archs", "80,90").split(",") if a]
     dep_cc = [d[CcInfo] for d in ctx.attr.deps]
     comp_ctx = cc_common.merge_cc_infos(cc_infos = dep_cc).compilation_context
 
@@ -94,6 +95,8 @@ cuda_library = rule(
         "deps": attr.label_list(providers = [CcInfo]),
         "defines": attr.string_list(),
         "copts": attr.string_list(),
+        # Overrides --define=cuda_archs for this library, e.g. ["90a"].
+        "archs": attr.string_list(),
         "alwayslink": attr.bool(default = False),
         "_cc_toolchain": attr.label(default = "@bazel_tools//tools/cpp:current_cc_toolchain"),
     },
