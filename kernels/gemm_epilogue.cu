@@ -4,16 +4,19 @@
  * epilogue for: gelu in its erf form (cuBLASLt's GELU is the tanh approximation), silu,
  * sigmoid and tanh, and a linear's residual where it must come after the activation or the
  * GEMM ran elsewhere (the skinny kernel, cuBLAS). One extra pass over the output; math in f32
- * for every storage type, with the same activation code as the host reference
- * (recap__gemm_activate in gemm.h), rounded once at the end. The kernels
+ * for every storage type, with the activation code of the host reference (recap__gemm_activate
+ * in gemm.h; its erf gelu has a cheaper device form there, as accurate as erff), rounded once
+ * at the end. The kernels
  * start with recap__pdl_begin and are launched through recap__cuda_launch (cuda_common.cuh):
  * they wait for the GEMM before touching its output.
  *
  * The pass is memory-bound, so the common case moves 16 bytes per load and store (8 halves or
  * 4 floats per thread, one vector each, no loop) with the activation a template parameter:
  * ncu showed the element-wise version at 22 us for 4M f16 elements (2-byte accesses, a 64-bit
- * modulo and a switch per element) where a bandwidth-bound pass takes ~6 us. Outputs whose
- * row length or addresses are not multiples of 16 bytes take the element-wise kernel.
+ * modulo and a switch per element) where a bandwidth-bound pass takes ~6 us. (Two or four
+ * vectors a thread measured slower, and with erff the gelu pass was bound by its
+ * instructions, not by memory: docs/perf/kernels.md.) Outputs whose row length or addresses
+ * are not multiples of 16 bytes take the element-wise kernel.
  */
 #include <cuda_runtime.h>
 #include <stdint.h>

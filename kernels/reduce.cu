@@ -15,7 +15,8 @@
  * from registers and writes once with 16-byte stores: one pass over memory in each direction,
  * which is what a bandwidth-bound op can do at best. Groups of 4-16 lanes for rows of up to
  * 256 halves, a warp up to 1024, then a block of 64-1024 threads (4 slots each) per row (for
- * floats, half those lengths).
+ * floats, half those lengths); the norms spread few rows of 264-2048 halves one slot a thread
+ * over a block of 64-256 (plan_norm).
  * Other rows use the streaming kernels below, which re-read the row from L1/L2; sum and mean
  * always do (one read, so nothing to keep).
  *
@@ -609,6 +610,29 @@ regs_plan plan_regs(int64_t d, int64_t num_rows, size_t elem) {
   return p;
 }
 
+/* The norms' geometry. Few rows (at most kSpreadThreads threads in all, about one wave of an
+ * H100, when each row is spread one slot a thread) of 33-256 slots go to a block of 64, 128 or
+ * 256 threads with one slot each instead of a warp with 2-4 slots or a block of 64 with 4:
+ * such a grid has about one row in flight per group, so the time is the latency of a row's
+ * read-reduce-write chain, which four times the threads per row shortens (the transformer
+ * block's [1024, 1024] f16 layernorm: 5.2 -> 4.3 us in ncu; docs/perf/kernels.md). Many rows
+ * keep plan_regs's geometry, which moves them at copy bandwidth (one slot a thread ran
+ * [65536, 1024] f16 11% slower). */
+constexpr int64_t kSpreadThreads = 1 << 18;
+
+regs_plan plan_norm(int64_t d, int64_t num_rows, size_t elem) {
+  regs_plan p = plan_regs(d, num_rows, elem);
+  const int64_t slots = RECAP_CEIL_DIV(d, (int64_t)(16 / elem));
+  if (!p.fits || slots <= kSubWarpSlots || slots > 256) return p;
+  const int64_t threads = slots <= 64 ? 64 : (slots <= 128 ? 128 : 256);
+  if (num_rows > kSpreadThreads / threads) return p;
+  p.lanes = (int)threads;
+  p.kvecs = 1;
+  p.threads = (unsigned)threads;
+  p.grid = recap__cuda_grid_for(num_rows, 1);
+  return p;
+}
+
 /* Whether the register kernels may use 16-byte accesses: D a multiple of the vector, every row
  * start (the leading dims' strides) and every pointer (NULL: absent) on a 16-byte boundary. */
 bool rows_vectorizable(const rows_info &ri, size_t elem, const void *x, const void *y,
@@ -725,11 +749,16 @@ static recap_status launch_norm(const recap_op_call *call, void *cuda_stream) {
     const T *w = static_cast<const T *>(call->inputs[1].data);
     const T *b = has_bias ? static_cast<const T *>(call->inputs[2].data) : nullptr;
     T *yp = static_cast<T *>(y->data);
-    const regs_plan p = plan_regs(ri.d, ri.num_rows, sizeof(T));
+    const regs_plan p = plan_norm(ri.d, ri.num_rows, sizeof(T));
     if (p.fits && rows_vectorizable(ri, sizeof(T), xp, yp, w, b)) {
-      RECAP_CUDA_TRY(recap__cuda_launch(regs_kernel_for<norm_regs<T, kRms>::template at>(p), p.grid,
-                                        p.threads, 0, stream, xp, ri.rows_view, ri.row_stride, w, b,
-                                        yp, ri.num_rows, ri.d, eps));
+      /* A block with one slot a thread comes from plan_norm's spread rows alone. */
+      const auto kernel = p.kvecs == 1 && p.lanes > 32
+                              ? (p.lanes == 64    ? norm_regs_kernel<T, 64, 1, kRms>
+                                 : p.lanes == 128 ? norm_regs_kernel<T, 128, 1, kRms>
+                                                  : norm_regs_kernel<T, 256, 1, kRms>)
+                              : regs_kernel_for<norm_regs<T, kRms>::template at>(p);
+      RECAP_CUDA_TRY(recap__cuda_launch(kernel, p.grid, p.threads, 0, stream, xp, ri.rows_view,
+                                        ri.row_stride, w, b, yp, ri.num_rows, ri.d, eps));
       return RECAP_OK;
     }
     /* As for softmax: the streaming kernel in rows_setup's geometry. */

@@ -36,6 +36,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "kernels/gemm.h"
 #include "kernels/half.h"
 #include "kernels/op.h"
 #include "runtime/backend.h"
@@ -955,6 +956,105 @@ static void test_row_ops_match_host_at_every_register_class_boundary(void) {
   }
 }
 
+/* The norms' row spread (kernels/reduce.cu plan_norm): few rows of 33-256 slots of 16 bytes run
+ * one slot a thread in a block of 64, 128 or 256 threads; more than 2^18 / threads rows keep
+ * the warp (33-128 slots) or the block of 64 x 4 slots (129-256). Row counts below, at and one
+ * past the switch, row lengths with and without padding slots in the block, rows of a strided
+ * view, three dtypes, every element against the host. */
+static void test_norms_match_host_on_both_sides_of_the_row_spread_switch(void) {
+  static const int64_t slot_counts[] = {33, 64, 100, 128, 200, 256};
+  for (int t = 0; t < NUM_FLOAT_TYPES; ++t) {
+    const recap_dtype dtype = kFloatTypes[t];
+    const int64_t vec = 16 / (int64_t)recap_dtype_size(dtype);
+    for (size_t l = 0; l < sizeof slot_counts / sizeof slot_counts[0]; ++l) {
+      const int64_t slots = slot_counts[l], d = slots * vec;
+      const int64_t limit = (1 << 18) / (slots <= 64 ? 64 : (slots <= 128 ? 128 : 256));
+      const int64_t row_counts[] = {7, limit, limit + 1};
+      for (size_t r = 0; r < sizeof row_counts / sizeof row_counts[0]; ++r) {
+        const bool few = r == 0;
+        for (int norm = 0; norm < 3; norm += few ? 1 : 2) {
+          /* 0: layernorm with bias, 1: layernorm without, 2: rmsnorm. */
+          op_case n = {.op = norm == 2 ? "rmsnorm" : "layernorm",
+                       .attrs = no_attrs(),
+                       .scale = SCALE_NORM,
+                       .num_inputs = norm == 0 ? 3 : 2};
+          n.attrs.eps = 1e-5;
+          n.in[0] = row_case_input(dtype, row_counts[r], d, few ? 2 : 0, -1, 3);
+          n.in[1] = make_contiguous(dtype, 1, &d, 0.5, 1.5);
+          if (norm == 0) n.in[2] = make_contiguous(dtype, 1, &d, -1, 1);
+          run_case(&n);
+        }
+        release_all();
+      }
+    }
+  }
+}
+
+#if RECAP_WITH_CUDA
+/* recap__cuda_gemm_bias_act (the pass after a GEMM: out = act(out + bias) + residual) against
+ * the host's recap__gemm_activate, for every activation and float dtype, with and without bias
+ * and residual, on the 16-byte kernel (rows of a multiple of 16 bytes) and the element kernel
+ * (other row lengths, an output one element off alignment). Inputs span [-8, 8], across the
+ * device gelu's cut-off at |x| = 5.6, plus NaN, +-inf, +-0 and large values. An element passes
+ * when |cuda - host| <= 1e-7 + rtol * (|x| + |bias| + |residual|) with the dtype's rtol: the
+ * size of the terms, because the host's erf gelu, 0.5 x (1 + erff(x / sqrt 2)), cancels for
+ * x < -2 and is then further from the exact value than the device's form is. NaN must give
+ * NaN; +inf gives +inf; -inf gives NaN on the host (inf * 0) and the limit 0 for the device
+ * gelu, which the test expects. */
+static void test_gemm_epilogue_matches_host_activation(void) {
+  static const int64_t shapes[][2] = {{3, 8}, {5, 24}, {64, 136}, {7, 13}, {2, 1}, {9, 4}};
+  static const float specials[] = {NAN, INFINITY, -INFINITY, 0.0f, -0.0f, 1e4f, -1e4f, 5.6f, -5.6f};
+  const int nspecial = (int)(sizeof specials / sizeof specials[0]);
+  for (int t = 0; t < NUM_FLOAT_TYPES; ++t) {
+    const recap_dtype dtype = kFloatTypes[t];
+    const size_t es = recap_dtype_size(dtype);
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; ++s)
+      for (int act = RECAP_ACT_NONE; act <= RECAP_ACT_TANH; ++act)
+        for (int v = 0; v < 5; ++v) {
+          const bool with_bias = v & 1, with_residual = v & 2, off = v == 4;
+          const int64_t rows = shapes[s][0], cols = shapes[s][1], n = rows * cols;
+          tbuf x = make_input(dtype, 2, shapes[s], NULL, off, FILL_UNIFORM, -8, 8);
+          tbuf b = make_contiguous(dtype, 1, &cols, -1, 1);
+          tbuf r = make_contiguous(dtype, 2, shapes[s], -1, 1);
+          for (int k = 0; k < nspecial && k < n; ++k)
+            recap__store_f32(x.host, dtype, off + k * 7 % n, specials[k]);
+          to_device(x.dev, x.host, (size_t)x.storage * es);
+          const char *xh = (const char *)x.host + off * (int64_t)es;
+          char *xd = (char *)x.dev + off * (int64_t)es;
+          CHECK_OK(recap__cuda_gemm_bias_act(
+              xd, with_bias ? b.dev : NULL, with_residual ? r.dev : NULL, dtype, rows, cols,
+              (recap_activation)act, recap_stream_native(cuda_stream)));
+          void *got = host_alloc((size_t)n * es);
+          to_host(got, xd, (size_t)n * es);
+          int64_t bad = 0;
+          for (int64_t i = 0; i < n; ++i) {
+            const float in = recap__load_f32(xh, dtype, i);
+            const float bi = with_bias ? recap__load_f32(b.host, dtype, i % cols) : 0.0f;
+            const float re = with_residual ? recap__load_f32(r.host, dtype, i) : 0.0f;
+            float want = recap__gemm_activate((recap_activation)act, in + bi) + re;
+            if (act == RECAP_ACT_GELU && isinf(in + bi) && in + bi < 0) want = 0.0f + re;
+            /* Rounded to the dtype, as the kernels store it (room for any dtype's element). */
+            int64_t rounded;
+            recap__store_f32(&rounded, dtype, 0, want);
+            const double g = recap__load_f32(got, dtype, i),
+                         w = recap__load_f32(&rounded, dtype, 0);
+            const double tol =
+                1e-7 + rtol_of(dtype) * (fabs((double)in) + fabs((double)bi) + fabs((double)re));
+            const bool ok = (isnan(g) && isnan(w)) || g == w || fabs(g - w) <= tol;
+            if (!ok && bad++ < 5)
+              fprintf(stderr,
+                      "\n  epilogue act %d [%s] %lldx%lld v%d: element %lld (x %.9g): cuda %.9g "
+                      "host %.9g",
+                      act, recap_dtype_name(dtype), (long long)rows, (long long)cols, v,
+                      (long long)i, (double)in, g, w);
+          }
+          CU_ASSERT_EQUAL(bad, 0);
+          release_all();
+        }
+  }
+}
+#endif
+
 static void test_sum_and_mean_match_host(void) {
   static const char *const ops[] = {"sum", "mean"};
   for (int t = 0; t < NUM_FLOAT_TYPES; ++t)
@@ -1858,6 +1958,10 @@ int main(int argc, char **argv) {
   CU_ADD_TEST(gpu, test_row_ops_match_host_for_large_and_long_rows);
   CU_ADD_TEST(gpu, test_row_ops_match_host_for_every_group_shape);
   CU_ADD_TEST(gpu, test_row_ops_match_host_at_every_register_class_boundary);
+  CU_ADD_TEST(gpu, test_norms_match_host_on_both_sides_of_the_row_spread_switch);
+#if RECAP_WITH_CUDA
+  CU_ADD_TEST(gpu, test_gemm_epilogue_matches_host_activation);
+#endif
   CU_ADD_TEST(gpu, test_sum_and_mean_match_host);
   CU_ADD_TEST(gpu, test_copy_family_moves_every_element_exactly);
   CU_ADD_TEST(gpu, test_copy_fast_paths_move_every_element_exactly);
