@@ -48,18 +48,22 @@ constexpr int kBK = 64;         /* K per stage: one 128-byte swizzle row of 16-b
 constexpr int kWarpgroup = 128; /* threads */
 constexpr int kMaxSmem = 227 * 1024;
 
-/* A tile configuration: consumer warpgroups (64 rows each), tile columns, ring stages. */
+/* A tile configuration: consumer warpgroups (64 rows each), tile columns, ring stages, and
+ * CTAs per cluster along M: with 2, the two CTAs of a cluster (same columns, adjacent rows)
+ * each load half of the W tile and multicast it to both, halving W's traffic from L2. */
 struct tile_config {
-  int consumers, bn, stages;
+  int consumers, bn, stages, cluster;
 };
 
 /* Indexed by the tuning file's config value: append only. */
 constexpr tile_config kConfigs[] = {
-    {2, 256, 4}, /* 128 x 256 */
-    {2, 192, 4}, /* 128 x 192 */
-    {2, 128, 6}, /* 128 x 128 */
-    {1, 256, 5}, /* 64 x 256 */
-    {1, 128, 8}, /* 64 x 128 */
+    {2, 256, 4, 1}, /* 128 x 256 */
+    {2, 192, 4, 1}, /* 128 x 192 */
+    {2, 128, 6, 1}, /* 128 x 128 */
+    {1, 256, 5, 1}, /* 64 x 256 */
+    {1, 128, 8, 1}, /* 64 x 128 */
+    {2, 256, 4, 2}, /* the same, in pairs sharing W */
+    {2, 192, 4, 2}, {2, 128, 6, 2}, {1, 256, 5, 2}, {1, 128, 8, 2},
 };
 constexpr int kConfigCount = (int)(sizeof kConfigs / sizeof kConfigs[0]);
 
@@ -134,52 +138,16 @@ __device__ __forceinline__ void write_tile(const float *tile, const epilogue_arg
   }
 }
 
-template <typename T, int kConsumers, int kBN, int kStages>
-__global__ void __launch_bounds__(kWarpgroup *(kConsumers + 1), 1)
-    gemm_hopper_kernel(const __grid_constant__ CUtensorMap x_map,
-                       const __grid_constant__ CUtensorMap w_map, epilogue_args e, int k) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+/* A consumer warpgroup: the mainloop over the ring, then the epilogue of its 64 rows. */
+template <typename T, int kConsumers, int kBN, int kStages, int kCluster>
+__device__ __forceinline__ void consume(uint8_t *ring, uint64_t *full, uint64_t *empty,
+                                        const epilogue_args &e, int k_steps, int consumer, int tid,
+                                        int m0, int n0) {
   constexpr int kBM = 64 * kConsumers;
   constexpr int kXBytes = kBM * kBK * 2, kStageBytes = stage_bytes(kConsumers, kBN);
   constexpr int kAcc = kBN / 2;
-  extern __shared__ uint8_t smem_raw[];
-  uint8_t *ring = reinterpret_cast<uint8_t *>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) &
-                                              ~static_cast<uintptr_t>(1023));
-  uint64_t *full = reinterpret_cast<uint64_t *>(ring + kStages * kStageBytes);
-  uint64_t *empty = full + kStages;
-  const int group = threadIdx.x / kWarpgroup, tid = threadIdx.x % kWarpgroup;
-  const int m0 = blockIdx.y * kBM, n0 = blockIdx.x * kBN;
-  const int k_steps = (k + kBK - 1) / kBK;
 
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < kStages; ++s) {
-      recap__mbar_init(recap__smem_addr(&full[s]), 1);
-      recap__mbar_init(recap__smem_addr(&empty[s]), kConsumers);
-    }
-    recap__mbar_init_fence();
-  }
-  __syncthreads();
-  /* x (and the residual) may be the previous kernel's output. */
-  recap__pdl_begin();
-
-  if (group == 0) {
-    /* The producer: one thread keeps the ring full. */
-    if (tid == 0) {
-      for (int step = 0; step < k_steps; ++step) {
-        const int s = step % kStages;
-        if (step >= kStages)
-          recap__mbar_wait(recap__smem_addr(&empty[s]), (uint32_t)((step / kStages + 1) & 1));
-        const uint32_t bar = recap__smem_addr(&full[s]);
-        const uint32_t dst = recap__smem_addr(ring + s * kStageBytes);
-        recap__mbar_arrive_expect_tx(bar, kStageBytes);
-        recap__tma_load_2d(dst, &x_map, bar, step * kBK, m0);
-        recap__tma_load_2d(dst + kXBytes, &w_map, bar, step * kBK, n0);
-      }
-    }
-    return;
-  }
-
-  const int consumer = group - 1;
   float acc[kAcc];
 #pragma unroll
   for (int i = 0; i < kAcc; ++i) acc[i] = 0.0f;
@@ -197,7 +165,15 @@ __global__ void __launch_bounds__(kWarpgroup *(kConsumers + 1), 1)
     recap__wgmma_commit();
     recap__wgmma_wait<1>();
     recap__wgmma_fence_operands(acc);
-    if (step > 0 && tid == 0) recap__mbar_arrive(recap__smem_addr(&empty[(step - 1) % kStages]));
+    if (step > 0 && tid == 0) {
+      const uint32_t bar = recap__smem_addr(&empty[(step - 1) % kStages]);
+      if (kCluster == 1) {
+        recap__mbar_arrive(bar);
+      } else {
+        recap__mbar_arrive_cluster(bar, 0);
+        recap__mbar_arrive_cluster(bar, 1);
+      }
+    }
   }
   recap__wgmma_wait<0>();
   recap__wgmma_fence_operands(acc);
@@ -244,6 +220,72 @@ __global__ void __launch_bounds__(kWarpgroup *(kConsumers + 1), 1)
       write_tile<T, RECAP_ACT_TANH, kBN>(tile, e, row0, n0, tid);
       break;
   }
+}
+#endif
+
+template <typename T, int kConsumers, int kBN, int kStages, int kCluster>
+__global__ void __launch_bounds__(kWarpgroup *(kConsumers + 1), 1)
+    gemm_hopper_kernel(const __grid_constant__ CUtensorMap x_map,
+                       const __grid_constant__ CUtensorMap w_map, epilogue_args e, int k) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr int kBM = 64 * kConsumers;
+  constexpr int kXBytes = kBM * kBK * 2, kStageBytes = stage_bytes(kConsumers, kBN);
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t *ring = reinterpret_cast<uint8_t *>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) &
+                                              ~static_cast<uintptr_t>(1023));
+  uint64_t *full = reinterpret_cast<uint64_t *>(ring + kStages * kStageBytes);
+  uint64_t *empty = full + kStages;
+  const int group = threadIdx.x / kWarpgroup, tid = threadIdx.x % kWarpgroup;
+  const int m0 = blockIdx.y * kBM, n0 = blockIdx.x * kBN;
+  const int k_steps = (k + kBK - 1) / kBK;
+
+  /* A stage is free again once every consumer of every CTA of the cluster is done with it
+   * (with pairs, this CTA's producer writes half of W into the other CTA too). */
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      recap__mbar_init(recap__smem_addr(&full[s]), 1);
+      recap__mbar_init(recap__smem_addr(&empty[s]), kConsumers * kCluster);
+    }
+    recap__mbar_init_fence();
+  }
+  /* With pairs, neither CTA may signal the other's barriers before they are initialized. */
+  if (kCluster > 1)
+    recap__cluster_sync();
+  else
+    __syncthreads();
+  /* x (and the residual) may be the previous kernel's output. */
+  recap__pdl_begin();
+  const uint32_t rank = kCluster > 1 ? recap__cluster_rank() : 0;
+
+  if (group == 0) {
+    /* The producer: one thread keeps the ring full. */
+    if (tid == 0) {
+      for (int step = 0; step < k_steps; ++step) {
+        const int s = step % kStages;
+        if (step >= kStages)
+          recap__mbar_wait(recap__smem_addr(&empty[s]), (uint32_t)((step / kStages + 1) & 1));
+        const uint32_t bar = recap__smem_addr(&full[s]);
+        const uint32_t dst = recap__smem_addr(ring + s * kStageBytes);
+        /* The whole stage lands here either way: x, W's half from this CTA and (pairs) the
+         * other half from the other CTA. */
+        recap__mbar_arrive_expect_tx(bar, kStageBytes);
+        recap__tma_load_2d(dst, &x_map, bar, step * kBK, m0);
+        if (kCluster == 1) {
+          recap__tma_load_2d(dst + kXBytes, &w_map, bar, step * kBK, n0);
+        } else {
+          constexpr int kHalf = kBN / 2;
+          recap__tma_load_2d_multicast(dst + kXBytes + rank * kHalf * 128, &w_map, bar, step * kBK,
+                                       n0 + (int)rank * kHalf, (uint16_t)0x3);
+        }
+      }
+    }
+  } else {
+    consume<T, kConsumers, kBN, kStages, kCluster>(ring, full, empty, e, k_steps, group - 1, tid,
+                                                   m0, n0);
+  }
+  /* With pairs, neither CTA may leave while the other can still write its shared memory or
+   * arrive on its barriers. */
+  if (kCluster > 1) recap__cluster_sync();
 #else
   /* Built for sm_90a only; the launcher never runs it elsewhere. */
   __trap();
@@ -316,24 +358,48 @@ recap_status make_map(CUtensorMap *map, const void *base, recap_dtype dtype, int
   return RECAP_OK;
 }
 
-template <typename T, int kConsumers, int kBN, int kStages>
+template <typename T, int kConsumers, int kBN, int kStages, int kCluster>
 recap_status launch(const recap__gemm_plan *p, cudaStream_t stream) {
   constexpr size_t smem = smem_bytes(kConsumers, kBN, kStages);
   static_assert(smem <= kMaxSmem, "tile configuration over the shared-memory limit");
   static_assert(kConsumers * 64 * tile_pitch<kBN>() * 4 <= kStages * stage_bytes(kConsumers, kBN),
                 "the epilogue's f32 tiles must fit in the ring");
-  auto kernel = gemm_hopper_kernel<T, kConsumers, kBN, kStages>;
+  auto kernel = gemm_hopper_kernel<T, kConsumers, kBN, kStages, kCluster>;
   /* Over the default 48 KiB: the kernel must opt in; allowed during a capture. */
   RECAP_CUDA_TRY(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
   CUtensorMap x_map, w_map;
   RECAP_TRY(make_map(&x_map, p->a, p->dtype, p->m, p->k, p->a_rs, 64 * kConsumers));
-  RECAP_TRY(make_map(&w_map, p->b, p->dtype, p->n, p->k, p->b_cs, kBN));
+  RECAP_TRY(make_map(&w_map, p->b, p->dtype, p->n, p->k, p->b_cs, kBN / kCluster));
   const epilogue_args e = {p->out, p->bias, p->residual, (int)p->m, (int)p->n, p->alpha, p->act};
-  const dim3 grid((unsigned)RECAP_CEIL_DIV(p->n, (int64_t)kBN),
-                  (unsigned)RECAP_CEIL_DIV(p->m, (int64_t)(64 * kConsumers)));
-  RECAP_CUDA_TRY(recap__cuda_launch(kernel, grid, dim3(kWarpgroup * (kConsumers + 1)), smem, stream,
-                                    x_map, w_map, e, (int)p->k));
+  /* Pairs need an even number of row tiles: a last CTA past m loads zeros (TMA) for its
+   * partner's sake and stores nothing. */
+  const int64_t row_tiles = RECAP_CEIL_DIV(p->m, (int64_t)(64 * kConsumers));
+  cudaLaunchConfig_t config;
+  memset(&config, 0, sizeof config);
+  config.gridDim = dim3((unsigned)RECAP_CEIL_DIV(p->n, (int64_t)kBN),
+                        (unsigned)(RECAP_CEIL_DIV(row_tiles, (int64_t)kCluster) * kCluster));
+  config.blockDim = dim3(kWarpgroup * (kConsumers + 1));
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  cudaLaunchAttribute attrs[2];
+  memset(attrs, 0, sizeof attrs);
+  unsigned count = 0;
+  if (kCluster > 1) {
+    attrs[count].id = cudaLaunchAttributeClusterDimension;
+    attrs[count].val.clusterDim.x = 1;
+    attrs[count].val.clusterDim.y = kCluster;
+    attrs[count].val.clusterDim.z = 1;
+    ++count;
+  }
+  if (recap__cuda_pdl_enabled()) {
+    attrs[count].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attrs[count].val.programmaticStreamSerializationAllowed = 1;
+    ++count;
+  }
+  config.attrs = attrs;
+  config.numAttrs = count;
+  RECAP_CUDA_TRY(cudaLaunchKernelEx(&config, kernel, x_map, w_map, e, (int)p->k));
   return RECAP_OK;
 }
 
@@ -341,15 +407,25 @@ template <typename T>
 recap_status launch_config(const recap__gemm_plan *p, int config, cudaStream_t stream) {
   switch (config) {
     case 0:
-      return launch<T, 2, 256, 4>(p, stream);
+      return launch<T, 2, 256, 4, 1>(p, stream);
     case 1:
-      return launch<T, 2, 192, 4>(p, stream);
+      return launch<T, 2, 192, 4, 1>(p, stream);
     case 2:
-      return launch<T, 2, 128, 6>(p, stream);
+      return launch<T, 2, 128, 6, 1>(p, stream);
     case 3:
-      return launch<T, 1, 256, 5>(p, stream);
+      return launch<T, 1, 256, 5, 1>(p, stream);
+    case 4:
+      return launch<T, 1, 128, 8, 1>(p, stream);
+    case 5:
+      return launch<T, 2, 256, 4, 2>(p, stream);
+    case 6:
+      return launch<T, 2, 192, 4, 2>(p, stream);
+    case 7:
+      return launch<T, 2, 128, 6, 2>(p, stream);
+    case 8:
+      return launch<T, 1, 256, 5, 2>(p, stream);
     default:
-      return launch<T, 1, 128, 8>(p, stream);
+      return launch<T, 1, 128, 8, 2>(p, stream);
   }
 }
 
@@ -384,10 +460,13 @@ extern "C" bool recap__cuda_gemm_hopper_fits(const recap__gemm_plan *p, int devi
 }
 
 /* The configuration that fills the SMs best: estimated time = waves x tile work / tile
- * efficiency (wider tiles reuse each loaded element more; measured order on H100 for the
- * transformer block's shapes, docs/perf/transformer_block.md). */
+ * efficiency (wider tiles reuse each loaded element more). Pairs sharing W pay for their
+ * cluster barriers in one wave and win from several (L2 holds less of W between waves):
+ * bench_hopper_gemm on the H100 measured the block's one-wave shapes 5-10% slower in pairs and
+ * 8192^3 14% faster (docs/perf/transformer_block.md). */
 extern "C" int recap__cuda_gemm_hopper_default(const recap__gemm_plan *p, int device) {
-  static const float kEfficiency[kConfigCount] = {1.0f, 0.97f, 0.9f, 0.85f, 0.75f};
+  static const float kEfficiency[kConfigCount] = {1.0f, 0.97f, 0.9f, 0.85f, 0.75f,
+                                                  1.0f, 0.97f, 0.9f, 0.85f, 0.75f};
   int sms = 132;
   if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
     (void)cudaGetLastError();
@@ -399,7 +478,8 @@ extern "C" int recap__cuda_gemm_hopper_default(const recap__gemm_plan *p, int de
     const int64_t bm = 64 * kConfigs[c].consumers, bn = kConfigs[c].bn;
     const int64_t tiles = RECAP_CEIL_DIV(p->m, bm) * RECAP_CEIL_DIV(p->n, bn);
     const int64_t waves = RECAP_CEIL_DIV(tiles, (int64_t)sms);
-    const float cost = (float)waves * (float)(bm * bn) / kEfficiency[c];
+    float cost = (float)waves * (float)(bm * bn) / kEfficiency[c];
+    if (kConfigs[c].cluster > 1) cost *= waves > 1 ? 0.9f : 1.05f;
     if (c == 0 || cost < best_cost) {
       best = c;
       best_cost = cost;

@@ -70,6 +70,41 @@ static __device__ __forceinline__ void recap__tma_load_2d(uint32_t dst, const vo
       : "memory");
 }
 
+/* recap__tma_load_2d into the same shared-memory offset of every CTA of the cluster in
+ * cta_mask, signalling the mbarrier at bar's offset in each of them. */
+static __device__ __forceinline__ void recap__tma_load_2d_multicast(uint32_t dst, const void *map,
+                                                                    uint32_t bar, int32_t c0,
+                                                                    int32_t c1, uint16_t cta_mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+      ".multicast::cluster [%0], [%1, {%3, %4}], [%2], %5;" ::"r"(dst),
+      "l"(map), "r"(bar), "r"(c0), "r"(c1), "h"(cta_mask)
+      : "memory");
+}
+
+/* This CTA's rank in its cluster. */
+static __device__ __forceinline__ uint32_t recap__cluster_rank() {
+  uint32_t rank;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
+  return rank;
+}
+
+/* Arrives once on the mbarrier at the shared-memory address `bar` of this CTA, as seen in the
+ * CTA of the given cluster rank (this one included). */
+static __device__ __forceinline__ void recap__mbar_arrive_cluster(uint32_t bar, uint32_t rank) {
+  asm volatile(
+      "{\n\t.reg .b32 remote;\n\t"
+      "mapa.shared::cluster.u32 remote, %0, %1;\n\t"
+      "mbarrier.arrive.shared::cluster.b64 _, [remote];\n\t}" ::"r"(bar),
+      "r"(rank)
+      : "memory");
+}
+
+/* Every thread of every CTA of the cluster arrives, then waits for all the others. */
+static __device__ __forceinline__ void recap__cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release;\n\tbarrier.cluster.wait.acquire;" ::: "memory");
+}
+
 #endif /* sm_90 */
 
 #endif /* RECAP_KERNELS_HOPPER_ASYNC_CUH */
