@@ -14,8 +14,11 @@
  *   block of 4 warps per (batch, head, tile of 64 query rows), each warp owning 16 rows. K and
  *   V tiles of 64 keys stream through shared memory by cp.async, double buffered; S = Q K^T and
  *   O += P V are mma.sync m16n8k16 with f32 accumulators, P rounded to the input type between
- *   them; the softmax is online, in registers. Causal key tiles past the tile's last query are
- *   never loaded; only tiles that straddle the diagonal or the length are masked.
+ *   them; the softmax is online, in registers, in base 2 on the special-function unit. Causal
+ *   key tiles past the tile's last query are never loaded, a warp skips what its rows do not
+ *   see (whole tiles, or the upper half of the diagonal one), and only tiles that straddle the
+ *   diagonal or the length are masked. The output leaves through shared memory in 16-byte
+ *   rows. Short causal grids run the heads' last query tiles first (launch_flash).
  * - attention_kernel split over keys (decode: few query rows, many keys, sm_90): one block per
  *   (query row, key split, dim chunk); the splits of a row form a thread-block CLUSTER, and the
  *   first block merges the others' partial (max, sum, accumulator) through distributed shared
@@ -45,6 +48,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <type_traits>
 
@@ -103,6 +107,11 @@ struct attention_params {
   int64_t heads, kv_group;   /* query head h reads kv head h / kv_group */
   float scale;
   bool causal;
+  /* flash_kernel only: the output's rows are 16-byte aligned (pointer and strides). */
+  bool o_vec16;
+  /* flash_kernel only: grid (H, B, query tiles) instead of (query tiles, H, B) (launch_flash
+   * says when). */
+  bool tiles_outer;
 };
 
 /* The valid length, read once by each block; out of [0, Sk] is a device fault. */
@@ -317,10 +326,12 @@ __global__ void __launch_bounds__(kMaxWarps * 32)
 
 /* ---- flash_kernel: tensor-core attention for prefill ----------------------------------- */
 
-constexpr int kFlashRows = 64;  /* query rows per block: 16 per warp */
-constexpr int kFlashKeys = 64;  /* keys per shared-memory tile */
+constexpr int kFlashRows = 64; /* query rows per block: 16 per warp */
+constexpr int kFlashKeys = 64; /* keys per shared-memory tile */
 constexpr int kFlashWarps = 4;
 constexpr int kFlashThreads = kFlashWarps * 32;
+/* Sequence positions in flash_kernel are ints, sums of two of them included. */
+constexpr int64_t kFlashMaxSeq = (int64_t)1 << 29;
 
 /* Shared-memory rows are padded by 16 bytes: eight ldmatrix row addresses 16 * (Dh + 8) bytes
  * apart then fall in eight different 16-byte bank groups instead of one. */
@@ -329,10 +340,11 @@ constexpr int flash_row() {
   return DH + 8;
 }
 
-/* Q tile, then two stages of (K tile, V tile), 16-bit elements. */
+/* The Q tile, then `stages` (K tile, V tile) pairs, 16-bit elements: one stage when the keys
+ * fit in one tile (nothing to prefetch), else two. */
 template <int DH>
-constexpr size_t flash_smem_bytes() {
-  return (size_t)(kFlashRows + 4 * kFlashKeys) * flash_row<DH>() * 2;
+constexpr size_t flash_smem_bytes(int stages) {
+  return (size_t)(kFlashRows + stages * 2 * kFlashKeys) * flash_row<DH>() * 2;
 }
 
 __device__ __forceinline__ uint32_t smem_u32(const void *p) {
@@ -398,71 +410,208 @@ __device__ __forceinline__ uint32_t pack2(float x, float y, __nv_bfloat16) {
   return *reinterpret_cast<const uint32_t *>(&h);
 }
 
-/* grid (query tiles, H, B), kFlashThreads threads. Warp w owns rows q0 + 16w .. q0 + 16w + 15;
- * in mma's fragment layout, lane (g = lane / 4, t = lane % 4) holds rows g and g + 8 of them,
- * columns 2t, 2t + 1 of every 8-wide tile. Query i of the Sq is at absolute position
- * len - Sq + i; with causal it sees keys j <= that position, and always j < len. */
+/* 2^x on the special-function unit alone (ex2.approx.ftz, relative error ~2^-22, 2^-inf = 0):
+ * exp2f adds a range fix for denormal results, which a softmax weight can drop. */
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+/* One warp's step over one K/V tile for its 16 query rows, in mma's fragment layout (lane
+ * g = lane / 4, t = lane % 4 holds rows g and g + 8, columns 2t, 2t + 1 of every 8-wide tile):
+ * S = Q K^T over the tile's first 8 NTA keys (NTA < 8 when the warp's rows see none past
+ * them), scale to log2 units, mask keys k >= vis[r] of row r where `masked`, the online
+ * softmax update of m_run, l_run (l_run a per-lane partial sum) and o, then O += P V. The Q
+ * fragments are qf when held (QF = Dh / 16), else read from shared memory at q_addr. */
+template <typename T, int DH, int NTA, int QF>
+__device__ __forceinline__ void flash_tile(const uint32_t (&qf)[QF][4], uint32_t q_addr,
+                                           const T *tk, const T *tv, int lane, bool masked,
+                                           const int (&vis)[2], float scale_log2,
+                                           float (&o)[DH / 8][4], float (&m_run)[2],
+                                           float (&l_run)[2]) {
+  constexpr int LD = flash_row<DH>();
+  constexpr int KSTEPS = DH / 16;
+  const int t4 = lane & 3;
+  /* S = Q K^T: K rows are B's columns, so plain ldmatrix gives B fragments of two 8-key tiles
+   * at once (matrices: keys +0 dims +0, keys +0 dims +8, keys +8 dims +0, +8 +8). */
+  float s[NTA][4];
+#pragma unroll
+  for (int n = 0; n < NTA; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) s[n][e] = 0.0f;
+#pragma unroll
+  for (int ks2 = 0; ks2 < KSTEPS; ++ks2) {
+    uint32_t a[4];
+    if constexpr (QF == KSTEPS) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) a[i] = qf[ks2][i];
+    } else {
+      ldmatrix_x4(a, q_addr + ks2 * 32);
+    }
+#pragma unroll
+    for (int np = 0; np < NTA / 2; ++np) {
+      uint32_t bk[4];
+      ldmatrix_x4(bk, smem_u32(tk + (np * 16 + (lane & 7) + (lane >> 4) * 8) * LD + ks2 * 16 +
+                               ((lane >> 3) & 1) * 8));
+      mma16816(s[2 * np], a, bk[0], bk[1], T{});
+      mma16816(s[2 * np + 1], a, bk[2], bk[3], T{});
+    }
+  }
+
+  float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+  for (int n = 0; n < NTA; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      float x = s[n][e] * scale_log2;
+      if (masked && n * 8 + 2 * t4 + (e & 1) >= vis[e >> 1]) x = -INFINITY;
+      s[n][e] = x;
+      mx[e >> 1] = fmaxf(mx[e >> 1], x);
+    }
+  float base[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    /* The four lanes of a quad hold one row between them. */
+    mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+    mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+    const float m_new = fmaxf(m_run[r], mx[r]);
+    /* A row with no visible key yet keeps m == -inf: exponents against 0 give p = 0. */
+    base[r] = m_new == -INFINITY ? 0.0f : m_new;
+    const float alpha = fast_exp2(m_run[r] - base[r]);
+    m_run[r] = m_new;
+    l_run[r] *= alpha;
+#pragma unroll
+    for (int n = 0; n < DH / 8; ++n) {
+      o[n][2 * r] *= alpha;
+      o[n][2 * r + 1] *= alpha;
+    }
+  }
+#pragma unroll
+  for (int n = 0; n < NTA; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const float pe = fast_exp2(s[n][e] - base[e >> 1]);
+      s[n][e] = pe;
+      l_run[e >> 1] += pe;
+    }
+
+#pragma unroll
+  for (int j = 0; j < NTA / 2; ++j) {
+    /* O += P V: the S accumulators of 8-key tiles 2j and 2j + 1 are exactly the A fragment of
+     * keys 16j..16j+15. V rows are B's rows, so ldmatrix.trans gives its fragments (matrices:
+     * keys +0 dims +0, keys +8 dims +0, keys +0 dims +8, keys +8 dims +8). */
+    uint32_t a[4];
+    a[0] = pack2(s[2 * j][0], s[2 * j][1], T{});
+    a[1] = pack2(s[2 * j][2], s[2 * j][3], T{});
+    a[2] = pack2(s[2 * j + 1][0], s[2 * j + 1][1], T{});
+    a[3] = pack2(s[2 * j + 1][2], s[2 * j + 1][3], T{});
+#pragma unroll
+    for (int dp = 0; dp < DH / 16; ++dp) {
+      uint32_t bv[4];
+      ldmatrix_x4_trans(bv, smem_u32(tv + (j * 16 + (lane & 15)) * LD + dp * 16 + (lane >> 4) * 8));
+      mma16816(o[2 * dp], a, bv[0], bv[1], T{});
+      mma16816(o[2 * dp + 1], a, bv[2], bv[3], T{});
+    }
+  }
+}
+
+/* grid (query tiles, H, B), or (H, B, query tiles) with p.tiles_outer; kFlashThreads threads.
+ * Warp w owns rows q0 + 16w .. q0 + 16w + 15. Key tiles stream through shared memory by
+ * cp.async, the next one loading while the current one is computed. Query i of the Sq is at
+ * absolute position len - Sq + i; with causal it sees keys j <= that position, and always
+ * j < len. Causal key tiles past the block's last query are never loaded, a warp skips the
+ * tiles (and the upper half of a tile) that none of its rows sees, and only tiles that
+ * straddle a row's limit are masked. */
 template <typename T, int DH>
-__global__ void __launch_bounds__(kFlashThreads)
+__global__ void __launch_bounds__(kFlashThreads, DH == 64 ? 4 : 1)
     flash_kernel(const T *__restrict__ q, const T *__restrict__ k, const T *__restrict__ v,
                  T *__restrict__ out, attention_params p) {
   constexpr int LD = flash_row<DH>();
-  constexpr int CHUNKS = DH / 8; /* 16-byte pieces of a row */
-  constexpr int KSTEPS = DH / 16;
-  constexpr int NT = kFlashKeys / 8; /* 8-key column tiles of S */
-  recap__pdl_begin();
+  constexpr int CHUNKS = DH / 8;        /* 16-byte pieces of a row */
+  constexpr int TILE = kFlashKeys * LD; /* elements of one K or V tile */
   extern __shared__ __align__(16) unsigned char flash_smem[];
   T *s_q = reinterpret_cast<T *>(flash_smem);
-  T *s_k = s_q + kFlashRows * LD; /* [2][kFlashKeys][LD] */
-  T *s_v = s_k + 2 * kFlashKeys * LD;
+  T *s_kv = s_q + kFlashRows * LD; /* [stage][K, V][kFlashKeys][LD] */
 
+  /* Everything up to recap__pdl_begin reads only parameters and registers, so in a graph it
+   * overlaps the end of the kernel that produced q, k and v. Positions fit an int
+   * (flash_fits): only addresses need 64 bits, and registers are what limits how many blocks
+   * are resident. */
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t4 = lane & 3;
-  const int64_t sq = p.q.shape[2];
+  const int sq = (int)p.q.shape[2];
   /* Causal tiles late in the sequence have the most keys: start them first. */
-  const int64_t tile = p.causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
-  const int64_t q0 = tile * kFlashRows;
-  const int64_t h = blockIdx.y, b = blockIdx.z, hk = h / p.kv_group;
-
-  const int64_t len = read_length(p);
-  /* Keys any row of the tile sees: [0, kend). Keys below kfull are seen by every row. */
-  int64_t kend = len, kfull = len;
-  if (p.causal) {
-    const int64_t last = q0 + kFlashRows < sq ? q0 + kFlashRows : sq;
-    kend = min(len, len - sq + last);
-    kfull = min(len, len - sq + q0 + 1);
-  }
-  if (kend < 0) kend = 0;
-  const int tiles = (int)((kend + kFlashKeys - 1) / kFlashKeys);
-
+  const int tile_n = p.tiles_outer ? gridDim.z : gridDim.x;
+  const int tile_i = p.tiles_outer ? blockIdx.z : blockIdx.x;
+  const int tile = p.causal ? tile_n - 1 - tile_i : tile_i;
+  const int q0 = tile * kFlashRows, wq0 = q0 + 16 * warp;
+  /* 32-bit division: heads fit a grid dimension (65535). */
+  const int h = p.tiles_outer ? blockIdx.x : blockIdx.y;
+  const int64_t b = p.tiles_outer ? blockIdx.y : blockIdx.z;
+  const int hk = h / (int)p.kv_group;
   const T *qb = q + b * p.q.stride[0] + h * p.q.stride[1];
   const T *kb = k + b * p.k.stride[0] + hk * p.k.stride[1];
   const T *vb = v + b * p.v.stride[0] + hk * p.v.stride[1];
-  const int64_t qs = p.q.stride[2], ks = p.k.stride[2], vs = p.v.stride[2];
+  const int64_t qs = p.q.stride[2], kst = p.k.stride[2], vst = p.v.stride[2];
+  /* Loads: thread tid moves 16-byte piece tid % CHUNKS of rows tid / CHUNKS + i STEP. Trip
+   * counts and slots are compile-time constants, so the address arithmetic is a few
+   * instructions per piece (general loops spent most of a short block's instructions there). */
+  constexpr int STEP = kFlashThreads / CHUNKS;
+  static_assert(kFlashThreads % CHUNKS == 0 && kFlashKeys % STEP == 0 && kFlashRows % STEP == 0,
+                "a pass of the block's threads covers whole rows of a tile");
+  const int prow = tid / CHUNKS, px = tid % CHUNKS * 8;
+  /* ldmatrix x4 lane address of the warp's 16x16 Q tiles: row lane % 16, column half
+   * lane / 16. At Dh 64 the Q fragments are read from shared memory at each tile rather than
+   * held, 16 registers fewer (more resident blocks); at Dh 128 they are held (QF = 8): blocks
+   * are bound by shared memory there, and a long sequence would pay the reloads on every tile
+   * (measured 3% slower at Sq = Sk = 1024). */
+  const uint32_t q_addr = smem_u32(s_q + (warp * 16 + (lane & 15)) * LD + (lane >> 4) * 8);
+  constexpr int QF = DH == 128 ? DH / 16 : 1;
+  uint32_t qf[QF][4];
+  const float scale_log2 = p.scale * 1.4426950408889634f; /* exp(x) = exp2(x log2 e) */
 
-  /* Rows past Sq and keys past kend are zero-filled: masked scores must meet finite V. */
-  for (int c = tid; c < kFlashRows * CHUNKS; c += kFlashThreads) {
-    const int r = c / CHUNKS, x = c % CHUNKS;
-    const bool ok = q0 + r < sq;
-    cp_async16(smem_u32(s_q + r * LD + x * 8), qb + (ok ? (q0 + r) * qs : 0) + x * 8, ok);
+  recap__pdl_begin();
+  const int len = (int)read_length(p);
+  /* Keys any row of the block sees: [0, kend); keys the warp's rows see: [0, wend), and keys
+   * below wfull are seen by all of them. A warp whose rows all lie past Sq sees none. */
+  int kend = len, wend = len, wfull = len;
+  if (p.causal) {
+    kend = min(len, len - sq + min(q0 + kFlashRows, sq));
+    wend = min(len, len - sq + min(wq0 + 16, sq));
+    wfull = min(len, len - sq + wq0 + 1);
   }
+  if (kend < 0) kend = 0;
+  if (wq0 >= sq) wend = 0;
+  const int tiles = (kend + kFlashKeys - 1) / kFlashKeys;
+
   auto load_kv = [&](int kt, int stage) {
-    const int64_t n0 = (int64_t)kt * kFlashKeys;
-    T *dk = s_k + stage * kFlashKeys * LD, *dv = s_v + stage * kFlashKeys * LD;
-    for (int c = tid; c < kFlashKeys * CHUNKS; c += kFlashThreads) {
-      const int r = c / CHUNKS, x = c % CHUNKS;
-      const bool ok = n0 + r < kend;
-      cp_async16(smem_u32(dk + r * LD + x * 8), kb + (ok ? (n0 + r) * ks : 0) + x * 8, ok);
-      cp_async16(smem_u32(dv + r * LD + x * 8), vb + (ok ? (n0 + r) * vs : 0) + x * 8, ok);
+    T *dk = s_kv + stage * 2 * TILE + prow * LD + px;
+#pragma unroll
+    for (int i = 0; i < kFlashKeys / STEP; ++i) {
+      const int n = kt * kFlashKeys + prow + i * STEP;
+      const bool ok = n < kend;
+      cp_async16(smem_u32(dk + i * STEP * LD), kb + (ok ? n * kst : 0) + px, ok);
+      cp_async16(smem_u32(dk + TILE + i * STEP * LD), vb + (ok ? n * vst : 0) + px, ok);
     }
   };
-  if (tiles > 0) load_kv(0, 0);
+  /* Rows past Sq and keys past kend are zero-filled: masked scores must meet finite V. With no
+   * key to see, nothing is loaded: the output rows are zeros, staged through the Q tile, and a
+   * load by another warp's thread must not land there afterwards. */
+  if (tiles > 0) {
+#pragma unroll
+    for (int i = 0; i < kFlashRows / STEP; ++i) {
+      const int r = prow + i * STEP;
+      const bool ok = q0 + r < sq;
+      cp_async16(smem_u32(s_q + r * LD + px), qb + (ok ? (q0 + r) * qs : 0) + px, ok);
+    }
+    load_kv(0, 0);
+  }
   cp_async_commit();
 
-  const float scale_log2 = p.scale * 1.4426950408889634f; /* exp(x) = exp2(x log2 e) */
-  int64_t lim[2];                                          /* keys j < lim[r] are visible */
+  int lim[2]; /* keys j < lim[r] are visible to row g + 8r */
   for (int r = 0; r < 2; ++r) {
-    const int64_t qi = q0 + warp * 16 + g + 8 * r;
+    const int qi = wq0 + g + 8 * r;
     lim[r] = p.causal ? min(len, len - sq + qi + 1) : len;
   }
   float o[DH / 8][4];
@@ -471,7 +620,6 @@ __global__ void __launch_bounds__(kFlashThreads)
 #pragma unroll
     for (int e = 0; e < 4; ++e) o[n][e] = 0.0f;
   float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};
-  uint32_t qf[KSTEPS][4];
 
   for (int kt = 0; kt < tiles; ++kt) {
     if (kt + 1 < tiles) {
@@ -482,111 +630,70 @@ __global__ void __launch_bounds__(kFlashThreads)
       cp_async_wait<0>();
     }
     __syncthreads();
-    if (kt == 0) {
-      /* ldmatrix x4 lane addresses for a 16x16 A tile: rows lane % 16, column half lane / 16. */
+    if (QF > 1 && kt == 0) {
 #pragma unroll
-      for (int ks2 = 0; ks2 < KSTEPS; ++ks2)
-        ldmatrix_x4(qf[ks2], smem_u32(s_q + (warp * 16 + (lane & 15)) * LD + ks2 * 16 +
-                                      (lane >> 4) * 8));
+      for (int ks2 = 0; ks2 < QF; ++ks2) ldmatrix_x4(qf[ks2], q_addr + ks2 * 32);
     }
-    const T *tk = s_k + (kt & 1) * kFlashKeys * LD, *tv = s_v + (kt & 1) * kFlashKeys * LD;
-
-    /* S = Q K^T: K rows are B's columns, so plain ldmatrix gives B fragments of two 8-key
-     * tiles at once (matrices: keys +0 dims +0, keys +0 dims +8, keys +8 dims +0, +8 +8). */
-    float s[NT][4];
+    const int n0 = kt * kFlashKeys;
+    if (n0 < wend) {
+      const T *tk = s_kv + (kt & 1) * 2 * TILE;
+      const bool masked = n0 + kFlashKeys > wfull;
+      int vis[2];
 #pragma unroll
-    for (int n = 0; n < NT; ++n)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) s[n][e] = 0.0f;
-#pragma unroll
-    for (int ks2 = 0; ks2 < KSTEPS; ++ks2)
-#pragma unroll
-      for (int np = 0; np < NT / 2; ++np) {
-        uint32_t bk[4];
-        ldmatrix_x4(bk, smem_u32(tk + (np * 16 + (lane & 7) + (lane >> 4) * 8) * LD + ks2 * 16 +
-                                 ((lane >> 3) & 1) * 8));
-        mma16816(s[2 * np], qf[ks2], bk[0], bk[1], T{});
-        mma16816(s[2 * np + 1], qf[ks2], bk[2], bk[3], T{});
-      }
-
-    /* Scale to log2 units, mask, and the online softmax update of each of the two rows. */
-    const int64_t n0 = (int64_t)kt * kFlashKeys;
-    const bool masked = n0 + kFlashKeys > kfull;
-    float mx[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-    for (int n = 0; n < NT; ++n)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        float x = s[n][e] * scale_log2;
-        if (masked && n0 + n * 8 + 2 * t4 + (e & 1) >= lim[e >> 1]) x = -INFINITY;
-        s[n][e] = x;
-        mx[e >> 1] = fmaxf(mx[e >> 1], x);
-      }
-    float base[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      /* The four lanes of a quad hold one row between them. */
-      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-      const float m_new = fmaxf(m_run[r], mx[r]);
-      /* A row with no visible key yet keeps m == -inf: exponents against 0 give p = 0. */
-      base[r] = m_new == -INFINITY ? 0.0f : m_new;
-      const float alpha = exp2f(m_run[r] - base[r]);
-      m_run[r] = m_new;
-      l_run[r] *= alpha;
-#pragma unroll
-      for (int n = 0; n < DH / 8; ++n) {
-        o[n][2 * r] *= alpha;
-        o[n][2 * r + 1] *= alpha;
-      }
-    }
-#pragma unroll
-    for (int n = 0; n < NT; ++n)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const float pe = exp2f(s[n][e] - base[e >> 1]);
-        s[n][e] = pe;
-        l_run[e >> 1] += pe;
-      }
-
-    /* O += P V: the S accumulators of 8-key tiles 2j and 2j + 1 are exactly the A fragment of
-     * keys 16j..16j+15. V rows are B's rows, so ldmatrix.trans gives its fragments (matrices:
-     * keys +0 dims +0, keys +8 dims +0, keys +0 dims +8, keys +8 dims +8). */
-#pragma unroll
-    for (int j = 0; j < kFlashKeys / 16; ++j) {
-      uint32_t a[4];
-      a[0] = pack2(s[2 * j][0], s[2 * j][1], T{});
-      a[1] = pack2(s[2 * j][2], s[2 * j][3], T{});
-      a[2] = pack2(s[2 * j + 1][0], s[2 * j + 1][1], T{});
-      a[3] = pack2(s[2 * j + 1][2], s[2 * j + 1][3], T{});
-#pragma unroll
-      for (int dp = 0; dp < DH / 16; ++dp) {
-        uint32_t bv[4];
-        ldmatrix_x4_trans(bv, smem_u32(tv + (j * 16 + (lane & 15)) * LD + dp * 16 +
-                                       (lane >> 4) * 8));
-        mma16816(o[2 * dp], a, bv[0], bv[1], T{});
-        mma16816(o[2 * dp + 1], a, bv[2], bv[3], T{});
-      }
+      for (int i = 0; i < 2; ++i) vis[i] = max(min(lim[i] - n0, kFlashKeys), -1);
+      /* The diagonal tile of the warps whose rows see at most half of it: half the work. */
+      if (wend - n0 > kFlashKeys / 2)
+        flash_tile<T, DH, kFlashKeys / 8>(qf, q_addr, tk, tk + TILE, lane, masked, vis, scale_log2,
+                                          o, m_run, l_run);
+      else
+        flash_tile<T, DH, kFlashKeys / 16>(qf, q_addr, tk, tk + TILE, lane, true, vis, scale_log2,
+                                           o, m_run, l_run);
     }
     /* The next iteration's loads overwrite the stage just read. */
-    __syncthreads();
+    if (kt + 1 < tiles) __syncthreads();
   }
   cp_async_wait<0>();
 
   T *ob = out + b * p.o.stride[0] + h * p.o.stride[1];
+  const int64_t os = p.o.stride[2];
+  float inv[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     float l = l_run[r];
     l += __shfl_xor_sync(0xffffffffu, l, 1);
     l += __shfl_xor_sync(0xffffffffu, l, 2);
     /* No visible key leaves l == 0: the output row is zeros. */
-    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-    const int64_t qi = q0 + warp * 16 + g + 8 * r;
+    inv[r] = l > 0.0f ? 1.0f / l : 0.0f;
+  }
+  if (p.o_vec16) {
+    /* Through the warp's own rows of the Q tile (no other warp reads them) and out in 16-byte
+     * pieces, a row per CHUNKS lanes: whole 32-byte sectors and a quarter of the stores,
+     * where the fragments' 4-byte pairs would write half sectors. */
+    T *stage = s_q + warp * 16 * LD;
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+#pragma unroll
+      for (int n = 0; n < DH / 8; ++n)
+        *reinterpret_cast<uint32_t *>(stage + (g + 8 * r) * LD + n * 8 + 2 * t4) =
+            pack2(o[n][2 * r] * inv[r], o[n][2 * r + 1] * inv[r], T{});
+    __syncwarp();
+#pragma unroll
+    for (int c = lane; c < 16 * CHUNKS; c += 32) {
+      const int row = c / CHUNKS, x = c % CHUNKS;
+      if (wq0 + row < sq)
+        *reinterpret_cast<uint4 *>(ob + (wq0 + row) * os + x * 8) =
+            *reinterpret_cast<const uint4 *>(stage + row * LD + x * 8);
+    }
+    return;
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int qi = wq0 + g + 8 * r;
     if (qi >= sq) continue;
 #pragma unroll
     for (int n = 0; n < DH / 8; ++n)
-      *reinterpret_cast<uint32_t *>(ob + qi * p.o.stride[2] + n * 8 + 2 * t4) =
-          pack2(o[n][2 * r] * inv, o[n][2 * r + 1] * inv, T{});
+      *reinterpret_cast<uint32_t *>(ob + qi * os + n * 8 + 2 * t4) =
+          pack2(o[n][2 * r] * inv[r], o[n][2 * r + 1] * inv[r], T{});
   }
 }
 
@@ -595,7 +702,8 @@ __global__ void __launch_bounds__(kFlashThreads)
 /* Tuning switches, read at each launch (a captured graph keeps what it captured), for timing
  * variants in one process (docs/perf/attention.md): RECAP_ATTENTION_SPLIT_WARPS=w (4, 8 or
  * 16) sets the warps of a split decode block; RECAP_ATTENTION_SPLITS=s (1, 2, 4 or 8) caps the
- * splits of a row (1: never split). Anything else is ignored. */
+ * splits of a row (1: never split); RECAP_ATTENTION_TILES_OUTER=1 or 0 forces flash_kernel's
+ * grid order (launch_flash). Anything else is ignored. */
 int env_pow2(const char *name, int lo, int hi, int fallback) {
   const char *v = getenv(name);
   if (!v) return fallback;
@@ -689,16 +797,17 @@ bool aligned16(const void *ptr) {
 }
 
 /* The tensor-core kernel needs 16-bit elements, a head dim it was built for, query rows enough
- * to use its 64-row tiles, 16-byte aligned input rows (cp.async moves 16 bytes: pointers and
- * strides in multiples of 8 elements), output rows it can store in 4-byte pairs (pointer 4-byte
- * aligned, even strides) and grid.y/z room. Anything else takes attention_kernel, which reads
- * and writes single elements at any strides. */
+ * to use its 64-row tiles, sequences whose positions fit its ints, 16-byte aligned input rows
+ * (cp.async moves 16 bytes: pointers and strides in multiples of 8 elements), output rows it
+ * can store in 4-byte pairs (pointer 4-byte aligned, even strides) and grid.y/z room. Anything
+ * else takes attention_kernel, which reads and writes single elements at any strides. */
 bool flash_fits(const recap_tensor *q, const recap_tensor *k, const recap_tensor *v,
                 const recap_tensor *out, const device_info &dev) {
   if (dev.major < 8 || (q->dtype != RECAP_DTYPE_F16 && q->dtype != RECAP_DTYPE_BF16)) return false;
   const int64_t dh = q->shape[3];
   if ((dh != 64 && dh != 128) || q->shape[2] < 16 || q->shape[0] > 65535 || q->shape[1] > 65535)
     return false;
+  if (q->shape[2] > kFlashMaxSeq || k->shape[2] > kFlashMaxSeq) return false;
   const recap_tensor *in[3] = {q, k, v};
   for (int t = 0; t < 3; ++t) {
     if (!aligned16(in[t]->data)) return false;
@@ -712,21 +821,37 @@ bool flash_fits(const recap_tensor *q, const recap_tensor *k, const recap_tensor
 
 template <typename T, int DH>
 recap_status launch_flash(const recap_op_call *call, const attention_params &p,
-                          cudaStream_t stream) {
-  constexpr size_t smem = flash_smem_bytes<DH>();
-  /* Over the default 48 KiB (Dh 128): the kernel must opt in; allowed during a capture. */
-  if (smem > 48 * 1024)
+                          const device_info &dev, cudaStream_t stream) {
+  const size_t smem = flash_smem_bytes<DH>(p.k.shape[2] > kFlashKeys ? 2 : 1);
+  /* Over the default 48 KiB (Dh 128): the kernel must opt in, to its largest use (a captured
+   * launch keeps its size); allowed during a capture. */
+  constexpr size_t most = flash_smem_bytes<DH>(2);
+  if (most > 48 * 1024)
     RECAP_CUDA_TRY(cudaFuncSetAttribute(flash_kernel<T, DH>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)most));
   const int64_t tiles = RECAP_CEIL_DIV(p.q.shape[2], (int64_t)kFlashRows);
-  if (tiles > INT32_MAX)
-    return RECAP_FAIL(RECAP_STATUS_NOT_SUPPORTED, "op '%s': %lld query rows are too many",
-                      call->def->name, (long long)p.q.shape[2]);
-  const dim3 grid((unsigned)tiles, (unsigned)p.heads, (unsigned)p.q.shape[0]);
+  const recap_tensor *out = &call->outputs[0];
+  attention_params pf = p;
+  pf.o_vec16 = aligned16(out->data) && out->strides[0] % 8 == 0 && out->strides[1] % 8 == 0 &&
+               out->strides[2] % 8 == 0;
+  /* A causal grid of about one wave (a short sequence) runs every head's last query tile
+   * first, then the ones before: blocks with the most keys then spread over the SMs instead
+   * of pairing up on some of them as the (tiles, H, B) order does (measured at B8 H16 S128:
+   * 6.7 us against 7.0). Otherwise a head's tiles stay together, where they meet its keys and
+   * values in the L2; tiles of equal work gain nothing from the other order. */
+  const int64_t blocks = tiles * p.heads * p.q.shape[0];
+  pf.tiles_outer = p.causal && blocks <= (int64_t)4 * dev.sms;
+  const char *order = getenv("RECAP_ATTENTION_TILES_OUTER");
+  if (order && (strcmp(order, "0") == 0 || strcmp(order, "1") == 0))
+    pf.tiles_outer = order[0] == '1';
+  if (pf.tiles_outer && tiles > 65535) pf.tiles_outer = false;
+  const dim3 grid = pf.tiles_outer
+                        ? dim3((unsigned)p.heads, (unsigned)p.q.shape[0], (unsigned)tiles)
+                        : dim3((unsigned)tiles, (unsigned)p.heads, (unsigned)p.q.shape[0]);
   RECAP_CUDA_TRY(recap__cuda_launch(
       flash_kernel<T, DH>, grid, dim3(kFlashThreads), smem, stream,
       static_cast<const T *>(call->inputs[0].data), static_cast<const T *>(call->inputs[1].data),
-      static_cast<const T *>(call->inputs[2].data), static_cast<T *>(call->outputs[0].data), p));
+      static_cast<const T *>(call->inputs[2].data), static_cast<T *>(out->data), pf));
   return RECAP_OK;
 }
 
@@ -810,6 +935,8 @@ extern "C" recap_status recap__cuda_attention(const recap_op_call *call, void *c
   p.kv_group = heads / kv_heads;
   p.scale = call->attrs.scale != 0.0 ? (float)call->attrs.scale : (float)(1.0 / sqrt((double)dh));
   p.causal = call->attrs.causal != 0;
+  p.o_vec16 = false;
+  p.tiles_outer = false;
   cudaStream_t stream = static_cast<cudaStream_t>(cuda_stream);
   device_info dev;
   RECAP_TRY(current_device_info(&dev));
@@ -817,8 +944,8 @@ extern "C" recap_status recap__cuda_attention(const recap_op_call *call, void *c
   return recap__cuda_dispatch_float(q->dtype, name, [&](auto tag) {
     using T = decltype(tag);
     if constexpr (!std::is_same<T, float>::value) {
-      if (flash && dh == 64) return launch_flash<T, 64>(call, p, stream);
-      if (flash && dh == 128) return launch_flash<T, 128>(call, p, stream);
+      if (flash && dh == 64) return launch_flash<T, 64>(call, p, dev, stream);
+      if (flash && dh == 128) return launch_flash<T, 128>(call, p, dev, stream);
     }
     if (dh <= 32) return launch_attention<T, 1>(call, p, dev, stream);
     if (dh <= 64) return launch_attention<T, 2>(call, p, dev, stream);

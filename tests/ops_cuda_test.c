@@ -1340,8 +1340,9 @@ typedef struct {
 } attention_case;
 
 /* Runs each case for every float dtype through run_case: every element against the host
- * reference, then capture and two bit-exact replays. */
-static void run_attention_cases(const attention_case *cases, size_t count) {
+ * reference, then capture and two bit-exact replays. The output starts out_offset elements
+ * into its allocation. */
+static void run_attention_cases(const attention_case *cases, size_t count, int64_t out_offset) {
   for (int t = 0; t < NUM_FLOAT_TYPES; ++t)
     for (size_t i = 0; i < count; ++i) {
       const attention_case *a = &cases[i];
@@ -1350,6 +1351,7 @@ static void run_attention_cases(const attention_case *cases, size_t count) {
           .op = "attention", .attrs = no_attrs(), .num_inputs = 3, .scale = SCALE_ATTENTION};
       c.attrs.causal = a->causal;
       c.attrs.scale = a->scale;
+      c.out_offset = out_offset;
       const int64_t qshape[] = {a->b, a->h, a->sq, a->dh};
       const int64_t qkv_row = 3 * a->h * a->dh;
       if (a->q_in_qkv)
@@ -1384,7 +1386,7 @@ static void test_attention_matches_host(void) {
       {2, 4, 2, 1, 600, 128, 1, 513, 0, false},  /* decode kernel shape (16 warps, 4 keys/step) */
       {1, 2, 1, 3, 300, 300, 1, 299, 0, false},  /* the same with two dim chunks */
   };
-  run_attention_cases(cases, sizeof cases / sizeof cases[0]);
+  run_attention_cases(cases, sizeof cases / sizeof cases[0], 0);
 }
 
 /* Shapes of the tensor-core prefill kernel (f16/bf16, Dh 64 or 128, Sq >= 16; f32 runs the
@@ -1403,7 +1405,38 @@ static void test_attention_prefill_tiles_match_host(void) {
       {1, 2, 2, 20, 64, 128, 0, 0, 0, false},      /* len == 0: all zeros */
       {1, 1, 1, 64, 4096, 64, 0, 3000, 0, false},  /* many key tiles through the pipeline */
   };
-  run_attention_cases(cases, sizeof cases / sizeof cases[0]);
+  run_attention_cases(cases, sizeof cases / sizeof cases[0], 0);
+}
+
+/* The tensor-core prefill kernel in both grid orders (RECAP_ATTENTION_TILES_OUTER, read at
+ * each launch; small causal grids run query tiles outermost unless forced): one tile of keys
+ * (nothing prefetched) and several, Sq and Sk off the tile sizes, causal and not, Sq != Sk both
+ * ways, warps that see half a tile or none of it, 16-byte and 4-byte output stores, f16 and
+ * bf16 (f32 takes the other kernel), Dh 64 and 128. */
+static void test_attention_prefill_grid_orders_match_host(void) {
+  static const attention_case cases[] = {
+      {2, 4, 2, 128, 128, 64, 1, -1, 0, true},     /* the transformer block's shape, GQA 2:1 */
+      {1, 2, 2, 100, 100, 128, 1, -1, 0, true},    /* causal, Sq = Sk = 100 */
+      {1, 2, 2, 70, 70, 64, 0, -1, 0, true},       /* not causal, partial tiles both ways */
+      {1, 2, 1, 40, 200, 64, 1, 190, 0, false},    /* causal, Sq < Sk, len < Sk */
+      {1, 1, 1, 17, 300, 128, 0, 250, 0.3, false}, /* keys end inside a tile, five tiles */
+      {1, 2, 2, 48, 20, 64, 1, -1, 0, false},      /* causal, Sk < Sq: early rows see none */
+      {1, 2, 2, 33, 64, 64, 1, 0, 0, false},       /* len == 0: all zeros */
+  };
+  /* Two elements (4 bytes) into its allocation: the output rows are not 16-byte aligned, so
+   * the kernel stores 4-byte pairs instead of staged 16-byte rows. */
+  static const attention_case unaligned[] = {{1, 2, 2, 70, 70, 128, 1, -1, 0, true}};
+  static const char *const orders[] = {"1", "0"};
+  for (size_t i = 0; i < sizeof orders / sizeof orders[0]; ++i) {
+    CU_ASSERT_EQUAL_FATAL(setenv("RECAP_ATTENTION_TILES_OUTER", orders[i], 1), 0);
+    const unsigned failures = CU_get_number_of_failures();
+    run_attention_cases(cases, sizeof cases / sizeof cases[0], 0);
+    run_attention_cases(unaligned, 1, 2);
+    if (CU_get_number_of_failures() != failures)
+      fprintf(stderr, "\n  (the failures above ran with RECAP_ATTENTION_TILES_OUTER=%s)\n",
+              orders[i]);
+  }
+  unsetenv("RECAP_ATTENTION_TILES_OUTER");
 }
 
 /* Shapes of the decode kernel split over keys by a cluster (few query rows, long caches):
@@ -1417,7 +1450,7 @@ static void test_attention_decode_splits_match_host(void) {
       {1, 2, 2, 1, 2048, 64, 1, 0, 0, false},     /* no key at all: zeros */
       {1, 4, 4, 1, 777, 40, 0, -1, 0.5, false},   /* head dim off the fast sizes */
   };
-  run_attention_cases(cases, sizeof cases / sizeof cases[0]);
+  run_attention_cases(cases, sizeof cases / sizeof cases[0], 0);
 }
 
 /* Host-side state of one kv_append + attention decode step sequence. */
@@ -1975,6 +2008,7 @@ int main(int argc, char **argv) {
   CU_ADD_TEST(gpu, test_rope_matches_host_for_both_position_forms);
   CU_ADD_TEST(gpu, test_attention_matches_host);
   CU_ADD_TEST(gpu, test_attention_prefill_tiles_match_host);
+  CU_ADD_TEST(gpu, test_attention_prefill_grid_orders_match_host);
   CU_ADD_TEST(gpu, test_attention_decode_splits_match_host);
   CU_ADD_TEST(gpu, test_kv_append_writes_rows_at_device_position);
   CU_ADD_TEST(gpu, test_captured_decode_step_replays_like_eager_for_moving_positions);
