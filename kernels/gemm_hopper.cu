@@ -359,15 +359,21 @@ recap_status make_map(CUtensorMap *map, const void *base, recap_dtype dtype, int
 }
 
 template <typename T, int kConsumers, int kBN, int kStages, int kCluster>
-recap_status launch(const recap__gemm_plan *p, cudaStream_t stream) {
+recap_status launch(const recap__gemm_plan *p, int device, cudaStream_t stream) {
   constexpr size_t smem = smem_bytes(kConsumers, kBN, kStages);
   static_assert(smem <= kMaxSmem, "tile configuration over the shared-memory limit");
   static_assert(kConsumers * 64 * tile_pitch<kBN>() * 4 <= kStages * stage_bytes(kConsumers, kBN),
                 "the epilogue's f32 tiles must fit in the ring");
   auto kernel = gemm_hopper_kernel<T, kConsumers, kBN, kStages, kCluster>;
-  /* Over the default 48 KiB: the kernel must opt in; allowed during a capture. */
-  RECAP_CUDA_TRY(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+  /* Over the default 48 KiB: the kernel must opt in, once per device (allowed during a
+   * capture; later launches skip the driver call). */
+  static std::atomic<uint64_t> opted_in{0};
+  const uint64_t bit = (uint64_t)1 << device;
+  if (!(opted_in.load(std::memory_order_acquire) & bit)) {
+    RECAP_CUDA_TRY(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    opted_in.fetch_or(bit, std::memory_order_release);
+  }
   CUtensorMap x_map, w_map;
   RECAP_TRY(make_map(&x_map, p->a, p->dtype, p->m, p->k, p->a_rs, 64 * kConsumers));
   RECAP_TRY(make_map(&w_map, p->b, p->dtype, p->n, p->k, p->b_cs, kBN / kCluster));
@@ -404,28 +410,29 @@ recap_status launch(const recap__gemm_plan *p, cudaStream_t stream) {
 }
 
 template <typename T>
-recap_status launch_config(const recap__gemm_plan *p, int config, cudaStream_t stream) {
+recap_status launch_config(const recap__gemm_plan *p, int config, int device,
+                           cudaStream_t stream) {
   switch (config) {
     case 0:
-      return launch<T, 2, 256, 4, 1>(p, stream);
+      return launch<T, 2, 256, 4, 1>(p, device, stream);
     case 1:
-      return launch<T, 2, 192, 4, 1>(p, stream);
+      return launch<T, 2, 192, 4, 1>(p, device, stream);
     case 2:
-      return launch<T, 2, 128, 6, 1>(p, stream);
+      return launch<T, 2, 128, 6, 1>(p, device, stream);
     case 3:
-      return launch<T, 1, 256, 5, 1>(p, stream);
+      return launch<T, 1, 256, 5, 1>(p, device, stream);
     case 4:
-      return launch<T, 1, 128, 8, 1>(p, stream);
+      return launch<T, 1, 128, 8, 1>(p, device, stream);
     case 5:
-      return launch<T, 2, 256, 4, 2>(p, stream);
+      return launch<T, 2, 256, 4, 2>(p, device, stream);
     case 6:
-      return launch<T, 2, 192, 4, 2>(p, stream);
+      return launch<T, 2, 192, 4, 2>(p, device, stream);
     case 7:
-      return launch<T, 2, 128, 6, 2>(p, stream);
+      return launch<T, 2, 128, 6, 2>(p, device, stream);
     case 8:
-      return launch<T, 1, 256, 5, 2>(p, stream);
+      return launch<T, 1, 256, 5, 2>(p, device, stream);
     default:
-      return launch<T, 1, 128, 8, 2>(p, stream);
+      return launch<T, 1, 128, 8, 2>(p, device, stream);
   }
 }
 
@@ -499,6 +506,6 @@ extern "C" recap_status recap__cuda_gemm_hopper(const recap__gemm_plan *p, int d
                       (long long)p->m, (long long)p->n, (long long)p->k, recap_dtype_name(p->dtype),
                       config, device);
   cudaStream_t stream = static_cast<cudaStream_t>(cuda_stream);
-  if (p->dtype == RECAP_DTYPE_BF16) return launch_config<__nv_bfloat16>(p, config, stream);
-  return launch_config<__half>(p, config, stream);
+  if (p->dtype == RECAP_DTYPE_BF16) return launch_config<__nv_bfloat16>(p, config, device, stream);
+  return launch_config<__half>(p, config, device, stream);
 }
