@@ -107,16 +107,17 @@ __host__ __device__ constexpr int tile_pitch() {
   return kBN + 8;
 }
 
-/* One consumer's 64 x kBN tile, f32 in shared memory, to out: alpha, bias, the activation,
- * the residual, one rounding; 8 columns (one 16-byte store) per thread and step. */
-template <typename T, recap_activation kAct, int kBN>
+/* The block's kRows x kBN tile, f32 in shared memory, to out, by all kThreads threads:
+ * alpha, bias, the activation, the residual, one rounding; 8 columns (one 16-byte store) per
+ * thread and step. */
+template <typename T, recap_activation kAct, int kBN, int kRows, int kThreads>
 __device__ __forceinline__ void write_tile(const float *tile, const epilogue_args &e, int row0,
-                                           int n0, int tid) {
+                                           int n0) {
   constexpr int kChunks = kBN / 8;
   const T *bias = static_cast<const T *>(e.bias);
   const T *residual = static_cast<const T *>(e.residual);
   T *out = static_cast<T *>(e.out);
-  for (int c = tid; c < 64 * kChunks; c += kWarpgroup) {
+  for (int c = threadIdx.x; c < kRows * kChunks; c += kThreads) {
     const int r = c / kChunks, col = n0 + (c % kChunks) * 8, row = row0 + r;
     if (row >= e.m || col >= e.n) continue;
     const float *src = tile + r * tile_pitch<kBN>() + (c % kChunks) * 8;
@@ -139,11 +140,11 @@ __device__ __forceinline__ void write_tile(const float *tile, const epilogue_arg
 }
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-/* A consumer warpgroup: the mainloop over the ring, then the epilogue of its 64 rows. */
+/* A consumer warpgroup: the mainloop over the ring, then its 64 rows of accumulators, f32, into
+ * shared memory (rows 64 consumer.. of the block's tile, pitch tile_pitch). */
 template <typename T, int kConsumers, int kBN, int kStages, int kCluster>
-__device__ __forceinline__ void consume(uint8_t *ring, uint64_t *full, uint64_t *empty,
-                                        const epilogue_args &e, int k_steps, int consumer, int tid,
-                                        int m0, int n0) {
+__device__ __forceinline__ void consume(uint8_t *ring, uint64_t *full, uint64_t *empty, int k_steps,
+                                        int consumer, int tid) {
   constexpr int kBM = 64 * kConsumers;
   constexpr int kXBytes = kBM * kBK * 2, kStageBytes = stage_bytes(kConsumers, kBN);
   constexpr int kAcc = kBN / 2;
@@ -179,10 +180,10 @@ __device__ __forceinline__ void consume(uint8_t *ring, uint64_t *full, uint64_t 
   recap__wgmma_fence_operands(acc);
 
   /* Every consumer is past its last wgmma: the ring may be overwritten. The accumulators go
-   * to shared memory as they are (a short unrolled loop), and a compact loop does the rest:
-   * unrolled over all 128 accumulators with the activation inlined, the epilogue was ~5k
-   * instructions of straight-line code that missed the instruction cache at every line (ncu:
-   * "no instruction" stalls, the kernel at 9% of the SM's throughput). */
+   * to shared memory as they are (a short unrolled loop), and a compact loop (write_tile) does
+   * the rest: unrolled over all 128 accumulators with the activation inlined, the epilogue was
+   * ~5k instructions of straight-line code that missed the instruction cache at every line
+   * (ncu: "no instruction" stalls, the kernel at 9% of the SM's throughput). */
   asm volatile("bar.sync 1, %0;" ::"n"(kWarpgroup * kConsumers) : "memory");
   float *tile = reinterpret_cast<float *>(ring) + consumer * 64 * tile_pitch<kBN>();
   {
@@ -195,29 +196,35 @@ __device__ __forceinline__ void consume(uint8_t *ring, uint64_t *full, uint64_t 
       *reinterpret_cast<float2 *>(row_hi + 8 * i) = make_float2(acc[4 * i + 2], acc[4 * i + 3]);
     }
   }
-  asm volatile("bar.sync %0, %1;" ::"r"(2 + consumer), "n"(kWarpgroup) : "memory");
-  const int row0 = m0 + consumer * 64;
+}
+
+/* The epilogue's second half, by every thread of the block (the producer warpgroup is idle by
+ * then: 12 warps instead of 8 for the activation, which is most of the epilogue's work). */
+template <typename T, int kConsumers, int kBN>
+__device__ __forceinline__ void write_block_tile(const float *tile, const epilogue_args &e, int m0,
+                                                 int n0) {
+  constexpr int kRows = 64 * kConsumers, kThreads = kWarpgroup * (kConsumers + 1);
   switch (e.act) {
     case RECAP_ACT_NONE:
-      write_tile<T, RECAP_ACT_NONE, kBN>(tile, e, row0, n0, tid);
+      write_tile<T, RECAP_ACT_NONE, kBN, kRows, kThreads>(tile, e, m0, n0);
       break;
     case RECAP_ACT_RELU:
-      write_tile<T, RECAP_ACT_RELU, kBN>(tile, e, row0, n0, tid);
+      write_tile<T, RECAP_ACT_RELU, kBN, kRows, kThreads>(tile, e, m0, n0);
       break;
     case RECAP_ACT_GELU:
-      write_tile<T, RECAP_ACT_GELU, kBN>(tile, e, row0, n0, tid);
+      write_tile<T, RECAP_ACT_GELU, kBN, kRows, kThreads>(tile, e, m0, n0);
       break;
     case RECAP_ACT_GELU_TANH:
-      write_tile<T, RECAP_ACT_GELU_TANH, kBN>(tile, e, row0, n0, tid);
+      write_tile<T, RECAP_ACT_GELU_TANH, kBN, kRows, kThreads>(tile, e, m0, n0);
       break;
     case RECAP_ACT_SILU:
-      write_tile<T, RECAP_ACT_SILU, kBN>(tile, e, row0, n0, tid);
+      write_tile<T, RECAP_ACT_SILU, kBN, kRows, kThreads>(tile, e, m0, n0);
       break;
     case RECAP_ACT_SIGMOID:
-      write_tile<T, RECAP_ACT_SIGMOID, kBN>(tile, e, row0, n0, tid);
+      write_tile<T, RECAP_ACT_SIGMOID, kBN, kRows, kThreads>(tile, e, m0, n0);
       break;
     case RECAP_ACT_TANH:
-      write_tile<T, RECAP_ACT_TANH, kBN>(tile, e, row0, n0, tid);
+      write_tile<T, RECAP_ACT_TANH, kBN, kRows, kThreads>(tile, e, m0, n0);
       break;
   }
 }
@@ -280,9 +287,12 @@ __global__ void __launch_bounds__(kWarpgroup *(kConsumers + 1), 1)
       }
     }
   } else {
-    consume<T, kConsumers, kBN, kStages, kCluster>(ring, full, empty, e, k_steps, group - 1, tid,
-                                                   m0, n0);
+    consume<T, kConsumers, kBN, kStages, kCluster>(ring, full, empty, k_steps, group - 1, tid);
   }
+  /* The consumers' f32 tiles (rows 64 c .. 64 c + 63 of the block's tile, one after the other)
+   * are in shared memory: everyone writes them out. */
+  asm volatile("barrier.sync 2, %0;" ::"n"(kWarpgroup * (kConsumers + 1)) : "memory");
+  write_block_tile<T, kConsumers, kBN>(reinterpret_cast<const float *>(ring), e, m0, n0);
   /* With pairs, neither CTA may leave while the other can still write its shared memory or
    * arrive on its barriers. */
   if (kCluster > 1) recap__cluster_sync();
