@@ -670,6 +670,10 @@ __global__ void __launch_bounds__(kFlashThreads, DH == 64 ? 4 : 1)
      * pieces, a row per CHUNKS lanes: whole 32-byte sectors and a quarter of the stores,
      * where the fragments' 4-byte pairs would write half sectors. */
     T *stage = s_q + warp * 16 * LD;
+    /* The warp's last ldmatrix reads of these rows come first for every lane: compute-sanitizer
+     * racecheck reported each lane's stage writes against the other lanes' reads (264 hazard
+     * warnings on the H100) without this. */
+    __syncwarp();
 #pragma unroll
     for (int r = 0; r < 2; ++r)
 #pragma unroll
