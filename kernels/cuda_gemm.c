@@ -130,8 +130,11 @@ typedef struct {
   int64_t align_a, align_b, align_c, align_d, align_bias;
   int64_t op, has_c; /* which op (recap__tune_op) and whether beta * c is added */
   /* The activation and the residual's alignment: cuBLASLt's epilogue does not tell gelu from
-   * silu (both run after it), but the Hopper kernel's fused epilogue is timed with one. */
-  int64_t act, align_residual;
+   * silu (both run after it), but the Hopper kernel's fused epilogue is timed with one. And
+   * whether the Hopper kernel fits the plan at all: the fields above do not decide it (a
+   * size-1 dimension's stride, a batch step folded into an alignment), and a choice of it must
+   * never be replayed on a plan it refuses. */
+  int64_t act, align_residual, hopper_fits;
 } lt_key;
 
 /* How far a choice has come (see resolve()). */
@@ -604,6 +607,7 @@ static recap_status lt_problem_init(const gemm_ctx *ctx, const recap_op_call *ca
       .has_c = pr->c != NULL,
       .act = p->act,
       .align_residual = p->residual ? alignment_of(p->residual, p->out_bs, es) : 0,
+      .hopper_fits = hopper_allowed(p, ctx->device),
   };
   return RECAP_OK;
 }
@@ -1078,8 +1082,19 @@ static recap_status tune_time(gemm_ctx *ctx, const recap__gemm_plan *p, lt_probl
   unsigned long long *mismatches = (unsigned long long *)(scratch + 2 * out_bytes + 8);
   for (; made <= TUNE_REPS; ++made) RECAP_CUDA_TRY_GOTO(st, cudaEventCreate(&events[made]), done);
 
+  /* The reference output: cuBLASLt's first heuristic (the list's first cuBLASLt candidate)
+   * when the default is one of our kernels, so that our kernel is checked like every other
+   * candidate rather than trusted (a broken one would otherwise reject all the others and win
+   * by elimination); else the default itself. */
+  int ref_index = 0;
+  if (def->kind != RECAP_TUNE_CAND_LT)
+    for (int i = 0; i < count; ++i)
+      if (list[i].kind == RECAP_TUNE_CAND_LT) {
+        ref_index = i;
+        break;
+      }
   RECAP_CUDA_TRY_GOTO(st, cudaMemsetAsync(max_bits, 0, sizeof *max_bits, ctx->stream), done);
-  RECAP_TRY_GOTO(st, run_choice(ctx, p, pr, def, ref), done);
+  RECAP_TRY_GOTO(st, run_choice(ctx, p, pr, &list[ref_index], ref), done);
   RECAP_TRY_GOTO(st, recap__cuda_gemm_tune_maxabs(ref, p->dtype, elems, max_bits, ctx->stream),
                  done);
 
@@ -1089,7 +1104,7 @@ static recap_status tune_time(gemm_ctx *ctx, const recap__gemm_plan *p, lt_probl
     recap_status run = RECAP_OK;
     for (int w = 0; w < TUNE_WARMUPS && run == RECAP_OK; ++w)
       run = run_choice(ctx, p, pr, &list[i], got);
-    if (run == RECAP_OK && i > 0) {
+    if (run == RECAP_OK && i != ref_index) {
       unsigned long long bad = ~0ull;
       RECAP_CUDA_TRY_GOTO(st, cudaMemsetAsync(mismatches, 0, sizeof *mismatches, ctx->stream),
                           done);

@@ -142,8 +142,9 @@ recap_status recap__cuda_gemm_skinny_config(const recap__gemm_plan *p, int devic
  * bias, every activation and the residual in its epilogue. fits: whether the plan's dtype,
  * shape, strides and (when bound) alignments suit it AND `device` can run it. configs: how
  * many tile configurations there are (0..configs-1, the tuning file's value); default: the one
- * chosen for the plan's shape on `device`. The launcher runs the plan on `cuda_stream`;
- * RECAP_STATUS_INVALID_ARGUMENT for a plan or config that does not fit. */
+ * chosen for the plan's shape on `device`. The launcher runs the plan on `cuda_stream` of
+ * `device`, which must be the current device; RECAP_STATUS_INVALID_ARGUMENT for a plan or
+ * config that does not fit. */
 bool recap__cuda_gemm_hopper_fits(const recap__gemm_plan *p, int device);
 int recap__cuda_gemm_hopper_configs(void);
 int recap__cuda_gemm_hopper_default(const recap__gemm_plan *p, int device);

@@ -360,8 +360,10 @@ recap_status make_map(CUtensorMap *map, const void *base, recap_dtype dtype, int
                      2, const_cast<void *>(base), dims, strides, box, element_strides,
                      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  /* What fits() admits encodes; a refusal here means the plan does not fit after all, which
+   * tuning treats as a refused candidate (a device error would end the tuning). */
   if (r != CUDA_SUCCESS)
-    return RECAP_FAIL(RECAP_STATUS_DEVICE_ERROR,
+    return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
                       "hopper gemm: cuTensorMapEncodeTiled failed (error %d) for a [%lld, %lld] "
                       "operand with row stride %lld",
                       (int)r, (long long)rows, (long long)k, (long long)ld);
@@ -419,30 +421,38 @@ recap_status launch(const recap__gemm_plan *p, int device, cudaStream_t stream) 
   return RECAP_OK;
 }
 
+/* Configuration I of kConfigs. */
+template <typename T, int I>
+recap_status launch_index(const recap__gemm_plan *p, int device, cudaStream_t stream) {
+  constexpr tile_config c = kConfigs[I];
+  return launch<T, c.consumers, c.bn, c.stages, c.cluster>(p, device, stream);
+}
+
 template <typename T>
 recap_status launch_config(const recap__gemm_plan *p, int config, int device,
                            cudaStream_t stream) {
+  static_assert(kConfigCount == 10, "one case per configuration below");
   switch (config) {
     case 0:
-      return launch<T, 2, 256, 4, 1>(p, device, stream);
+      return launch_index<T, 0>(p, device, stream);
     case 1:
-      return launch<T, 2, 192, 4, 1>(p, device, stream);
+      return launch_index<T, 1>(p, device, stream);
     case 2:
-      return launch<T, 2, 128, 6, 1>(p, device, stream);
+      return launch_index<T, 2>(p, device, stream);
     case 3:
-      return launch<T, 1, 256, 5, 1>(p, device, stream);
+      return launch_index<T, 3>(p, device, stream);
     case 4:
-      return launch<T, 1, 128, 8, 1>(p, device, stream);
+      return launch_index<T, 4>(p, device, stream);
     case 5:
-      return launch<T, 2, 256, 4, 2>(p, device, stream);
+      return launch_index<T, 5>(p, device, stream);
     case 6:
-      return launch<T, 2, 192, 4, 2>(p, device, stream);
+      return launch_index<T, 6>(p, device, stream);
     case 7:
-      return launch<T, 2, 128, 6, 2>(p, device, stream);
+      return launch_index<T, 7>(p, device, stream);
     case 8:
-      return launch<T, 1, 256, 5, 2>(p, device, stream);
+      return launch_index<T, 8>(p, device, stream);
     default:
-      return launch<T, 1, 128, 8, 2>(p, device, stream);
+      return launch_index<T, 9>(p, device, stream);
   }
 }
 
@@ -466,8 +476,11 @@ extern "C" bool recap__cuda_gemm_hopper_fits(const recap__gemm_plan *p, int devi
   if (p->batch[0] != 1 || p->batch[1] != 1 || p->c || p->beta != 0.0f) return false;
   if (p->k % 8 != 0 || p->n % 8 != 0 || p->m < 1 || p->k < 1) return false;
   if (p->m > INT32_MAX || p->n > INT32_MAX || p->k > INT32_MAX) return false;
-  /* TMA boxes address rows with 32-bit coordinates; the grid's y dimension counts row tiles. */
-  if (RECAP_CEIL_DIV(p->m, (int64_t)64) > 65535) return false;
+  /* TMA boxes address rows with 32-bit coordinates; the grid's y dimension counts row tiles
+   * (64 rows at the least, rounded up to pairs for the cluster configurations); TMA takes row
+   * strides below 2^40 bytes. */
+  if (RECAP_CEIL_DIV(p->m, (int64_t)64) > 65534) return false;
+  if (p->a_rs >= ((int64_t)1 << 39) || p->b_cs >= ((int64_t)1 << 39)) return false;
   /* Unbound plans (a prepare) fit on shape; bound ones also on alignment. */
   for (const void *ptr :
        {(const void *)p->a, (const void *)p->b, (const void *)p->out, p->residual})

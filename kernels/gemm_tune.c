@@ -534,8 +534,11 @@ static bool parse_entry(parse_ctx *p, char **tokens, int count, recap__tune_entr
   k->has_c = (int32_t)has_c;
   k->align = (int32_t)align;
   if (!parse_choice(v[15], &e->choice)) {
-    warn(p, "gemm entry: unknown candidate '%.40s' (want lt:9 numbers or skinny:warps,pipe); "
-         "entry ignored", v[15]);
+    warn(p,
+         "gemm entry: unknown candidate '%.40s' (want lt:9 numbers, skinny:warps,pipe or "
+         "hopper:config); "
+         "entry ignored",
+         v[15]);
     return false;
   }
   char *end = NULL;

@@ -1226,8 +1226,9 @@ static void test_cuda_hopper_routing_accepts_only_shapes_it_supports(void) {
 
 /* Every tile configuration against the host on both 16-bit types: a shape with partial tiles
  * in m, n and k (and k shorter than one stage), and one whose k wraps the ring several times;
- * every activation the kernel fuses, with and without bias, with a residual. The output
- * starts as NaN each time, so an element a configuration leaves unwritten shows. */
+ * every activation, with and without bias, with a residual; and a matmul with b transposed and
+ * alpha != 1. The output starts as NaN each time, so an element a configuration leaves
+ * unwritten shows. */
 static void test_cuda_hopper_every_configuration_matches_host(void) {
   if (!device_is_hopper()) {
     fprintf(stderr, "  (device 0 is not compute capability 9.0: the Hopper kernel is not run)\n");
@@ -1236,15 +1237,22 @@ static void test_cuda_hopper_every_configuration_matches_host(void) {
   test_rng rng;
   test_rng_init(&rng);
   static const int64_t shapes[][3] = {{200, 136, 40}, {300, 520, 1096}};
-  static const recap_activation acts[] = {RECAP_ACT_GELU, RECAP_ACT_NONE, RECAP_ACT_SILU,
-                                          RECAP_ACT_TANH};
+  static const recap_activation acts[] = {RECAP_ACT_GELU,     RECAP_ACT_NONE, RECAP_ACT_SILU,
+                                          RECAP_ACT_TANH,     RECAP_ACT_RELU, RECAP_ACT_SIGMOID,
+                                          RECAP_ACT_GELU_TANH};
+  enum { ACTS = sizeof acts / sizeof acts[0] };
   for (size_t d = 0; d < 2; ++d) {
     for (int si = 0; si < 2; ++si) {
-      for (int ai = 0; ai < 4; ++ai) {
+      for (int ai = 0; ai <= ACTS; ++ai) {
         const int64_t m = shapes[si][0], n = shapes[si][1], k = shapes[si][2];
         gcase g;
         const int64_t xs[2] = {m, k}, rs[2] = {m, n};
-        make_linear(&g, half_types[d], 2, xs, n, ai != 2, acts[ai], &rng);
+        if (ai == ACTS) { /* matmul, b [n, k] transposed, alpha 0.75 */
+          make_matmul(&g, half_types[d], m, n, k, 0, 1, false, &rng);
+          g.call.attrs.alpha = 0.75;
+        } else {
+          make_linear(&g, half_types[d], 2, xs, n, ai != 2, acts[ai], &rng);
+        }
         if (ai == 0) { /* gelu with a residual */
           g.call.num_inputs = 4;
           g.in[3] = tb_make(half_types[d], 2, rs, &rng);
@@ -1262,9 +1270,8 @@ static void test_cuda_hopper_every_configuration_matches_host(void) {
           CHECK_OK(recap_stream_synchronize(cuda_stream));
           recap_tensor got = dcase_result(&g, &dc);
           char what[112];
-          snprintf(what, sizeof what, "hopper config %d, %s, %lld x %lld x %lld, act %d", config,
-                   recap_dtype_name(half_types[d]), (long long)m, (long long)n, (long long)k,
-                   (int)acts[ai]);
+          snprintf(what, sizeof what, "hopper config %d, %s, %lld x %lld x %lld, case %d", config,
+                   recap_dtype_name(half_types[d]), (long long)m, (long long)n, (long long)k, ai);
           CU_ASSERT_EQUAL(count_bad(&got, g.ref, g.scale, cuda_tol(half_types[d], false), what), 0);
           free(got.data);
         }
