@@ -29,9 +29,11 @@
  * the first eager launch of a problem outside capture looks the problem up in the tuning file
  * and, without an entry, times every candidate: cuBLASLt's heuristic list (up to 16), the
  * variants of its first 8 results (CTA swizzle, custom option, cluster shape: lt_variants) and
- * the skinny kernel's configurations where it applies. Each runs into scratch memory (allocated
- * outside any pool, freed after), is checked against the default's output, and is timed as
- * the median of TUNE_REPS launches between CUDA events on the op's stream; the fastest that
+ * the skinny and Hopper kernels' configurations where they apply. Each runs into scratch memory
+ * (allocated outside any pool, freed after), is checked against a reference output (the
+ * default's, or cuBLASLt's first heuristic when the default is one of our kernels), and is
+ * timed as it runs in a replay: a few launches captured into a graph, the graph replayed
+ * TUNE_REPS times between CUDA events on the op's stream (time_in_graph); the fastest that
  * agrees wins, is saved to the file, and the op then runs for real. A capture only looks up:
  * it uses whatever choice exists (the default when untuned) and never times.
  *
@@ -90,9 +92,12 @@ enum {
   VARIANT_BASES = 8,    /* heuristic results whose variants are tuned (see lt_variants) */
   VARIANT_CUSTOM = 8,   /* custom options 0..7 at most */
   VARIANT_CLUSTERS = 4, /* see variant_clusters */
-  MAX_CANDIDATES = MAX_HEURISTICS + VARIANT_BASES * 2 * VARIANT_CUSTOM * VARIANT_CLUSTERS + 11,
+  /* the default, the lists above, the skinny kernel's 10 and the Hopper kernel's configs */
+  MAX_CANDIDATES = MAX_HEURISTICS + VARIANT_BASES * 2 * VARIANT_CUSTOM * VARIANT_CLUSTERS + 11 +
+                   RECAP_TUNE_HOPPER_CONFIGS,
   TUNE_WARMUPS = 3,
-  TUNE_REPS = 15,
+  TUNE_REPS = 15,          /* replays of a candidate's graph, timed */
+  TUNE_GRAPH_LAUNCHES = 4, /* launches of the candidate in that graph */
 };
 
 /* ---- versions ------------------------------------------------------------------------------ */
@@ -1050,6 +1055,55 @@ static recap_status tune_candidates(gemm_ctx *ctx, const recap__gemm_plan *p, lt
   return RECAP_OK;
 }
 
+/* A candidate's time per launch as it runs in a replay, in ms: TUNE_GRAPH_LAUNCHES launches of
+ * it captured into one graph (thread-local capture of the op's stream), the graph replayed
+ * TUNE_REPS times between `events`, the median divided by the launches. Timed eagerly, launch
+ * by launch, cuBLASLt + the separate epilogue pass ranked ahead of the fused Hopper kernel for
+ * the transformer block's fc1 while in the block's graph the fused kernel was the faster one
+ * (docs/perf/transformer_block.md, section 6). A candidate that cannot be captured or
+ * instantiated: RECAP_STATUS_NOT_SUPPORTED (the caller rejects it). */
+static recap_status time_in_graph(gemm_ctx *ctx, const recap__gemm_plan *p, lt_problem *pr,
+                                  const choice *c, void *out, cudaEvent_t *events,
+                                  float *median_ms) {
+  cudaGraph_t graph = NULL;
+  cudaGraphExec_t exec = NULL;
+  RECAP_CUDA_TRY(cudaStreamBeginCapture(ctx->stream, cudaStreamCaptureModeThreadLocal));
+  recap_status st = RECAP_OK;
+  for (int r = 0; r < TUNE_GRAPH_LAUNCHES && st == RECAP_OK; ++r)
+    st = run_choice(ctx, p, pr, c, out);
+  /* Always ended, so the stream never stays capturing. */
+  const cudaError_t ended = cudaStreamEndCapture(ctx->stream, &graph);
+  if (st == RECAP_OK && ended != cudaSuccess)
+    st = RECAP_FAIL(RECAP_STATUS_NOT_SUPPORTED,
+                    "gemm tuning: a candidate could not be captured "
+                    "(%s)",
+                    cudaGetErrorString(ended));
+  if (st == RECAP_OK && cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess)
+    st = RECAP_FAIL(RECAP_STATUS_NOT_SUPPORTED,
+                    "gemm tuning: a candidate's graph could not be "
+                    "instantiated");
+  (void)cudaGetLastError(); /* a refused capture leaves its error for this thread */
+  float times[TUNE_REPS];
+  if (st == RECAP_OK) {
+    /* One untimed replay first (the graph's first launch uploads it). */
+    RECAP_CUDA_TRY_GOTO(st, cudaGraphLaunch(exec, ctx->stream), done);
+    for (int r = 0; r < TUNE_REPS; ++r) {
+      RECAP_CUDA_TRY_GOTO(st, cudaEventRecord(events[r], ctx->stream), done);
+      RECAP_CUDA_TRY_GOTO(st, cudaGraphLaunch(exec, ctx->stream), done);
+    }
+    RECAP_CUDA_TRY_GOTO(st, cudaEventRecord(events[TUNE_REPS], ctx->stream), done);
+    RECAP_CUDA_TRY_GOTO(st, cudaEventSynchronize(events[TUNE_REPS]), done);
+    for (int r = 0; r < TUNE_REPS; ++r)
+      RECAP_CUDA_TRY_GOTO(st, cudaEventElapsedTime(&times[r], events[r], events[r + 1]), done);
+    qsort(times, TUNE_REPS, sizeof times[0], cmp_float);
+    *median_ms = times[TUNE_REPS / 2] / TUNE_GRAPH_LAUNCHES;
+  }
+done:
+  if (exec) cudaGraphExecDestroy(exec);
+  if (graph) cudaGraphDestroy(graph);
+  return st;
+}
+
 /* Times every candidate of `l` (the op's stream, scratch outputs) and returns the fastest one
  * that agrees with `def` (the default, l's first) in *best, its config in best_config.
  * Outside capture only; holds the capture registry throughout, so no capture begins while
@@ -1127,17 +1181,13 @@ static recap_status tune_time(gemm_ctx *ctx, const recap__gemm_plan *p, lt_probl
       recap__gemm_tune_count(RECAP_TUNE_STAT_REJECTED, 1);
       continue;
     }
-    float times[TUNE_REPS];
-    RECAP_CUDA_TRY_GOTO(st, cudaEventRecord(events[0], ctx->stream), done);
-    for (int r = 0; r < TUNE_REPS; ++r) {
-      RECAP_TRY_GOTO(st, run_choice(ctx, p, pr, &list[i], got), done);
-      RECAP_CUDA_TRY_GOTO(st, cudaEventRecord(events[r + 1], ctx->stream), done);
+    float median = 0.0f;
+    const recap_status timed = time_in_graph(ctx, p, pr, &list[i], got, events, &median);
+    if (timed == RECAP_STATUS_NOT_SUPPORTED) {
+      recap__gemm_tune_count(RECAP_TUNE_STAT_REJECTED, 1);
+      continue;
     }
-    RECAP_CUDA_TRY_GOTO(st, cudaEventSynchronize(events[TUNE_REPS]), done);
-    for (int r = 0; r < TUNE_REPS; ++r)
-      RECAP_CUDA_TRY_GOTO(st, cudaEventElapsedTime(&times[r], events[r], events[r + 1]), done);
-    qsort(times, TUNE_REPS, sizeof times[0], cmp_float);
-    const float median = times[TUNE_REPS / 2];
+    RECAP_TRY_GOTO(st, timed, done);
     recap__gemm_tune_count(RECAP_TUNE_STAT_CANDIDATES, 1);
     if (median < best_time) {
       best_time = median;
