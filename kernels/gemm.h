@@ -252,4 +252,41 @@ RECAP__GEMM_HD float recap__gemm_activate(recap_activation act, float x) {
 }
 #endif
 
+#if defined(__CUDACC__)
+#include <type_traits>
+
+/* Calls fn(std::integral_constant<recap_activation, A>{}) with A == act, so that a kernel or a
+ * launcher is instantiated per activation (a template parameter, constant-folded in
+ * recap__gemm_activate) from one switch; returns false without calling fn for a value outside
+ * the enum. Host and device code. */
+#pragma nv_exec_check_disable
+template <typename Fn>
+__host__ __device__ __forceinline__ bool recap__with_activation(recap_activation act, Fn &&fn) {
+  switch (act) {
+    case RECAP_ACT_NONE:
+      fn(std::integral_constant<recap_activation, RECAP_ACT_NONE>{});
+      return true;
+    case RECAP_ACT_RELU:
+      fn(std::integral_constant<recap_activation, RECAP_ACT_RELU>{});
+      return true;
+    case RECAP_ACT_GELU:
+      fn(std::integral_constant<recap_activation, RECAP_ACT_GELU>{});
+      return true;
+    case RECAP_ACT_GELU_TANH:
+      fn(std::integral_constant<recap_activation, RECAP_ACT_GELU_TANH>{});
+      return true;
+    case RECAP_ACT_SILU:
+      fn(std::integral_constant<recap_activation, RECAP_ACT_SILU>{});
+      return true;
+    case RECAP_ACT_SIGMOID:
+      fn(std::integral_constant<recap_activation, RECAP_ACT_SIGMOID>{});
+      return true;
+    case RECAP_ACT_TANH:
+      fn(std::integral_constant<recap_activation, RECAP_ACT_TANH>{});
+      return true;
+  }
+  return false;
+}
+#endif
+
 #endif

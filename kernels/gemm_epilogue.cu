@@ -113,17 +113,11 @@ extern "C" recap_status recap__cuda_gemm_bias_act(void *out, const void *bias,
     const T *r = static_cast<const T *>(residual);
     if (cols % vec16<T>::kN == 0 && aligned16(out) && (!bias || aligned16(bias)) &&
         (!residual || aligned16(residual))) {
-      switch (act) {
-        case RECAP_ACT_NONE: return launch_vec<T, RECAP_ACT_NONE>(o, b, r, total, cols, stream);
-        case RECAP_ACT_RELU: return launch_vec<T, RECAP_ACT_RELU>(o, b, r, total, cols, stream);
-        case RECAP_ACT_GELU: return launch_vec<T, RECAP_ACT_GELU>(o, b, r, total, cols, stream);
-        case RECAP_ACT_GELU_TANH:
-          return launch_vec<T, RECAP_ACT_GELU_TANH>(o, b, r, total, cols, stream);
-        case RECAP_ACT_SILU: return launch_vec<T, RECAP_ACT_SILU>(o, b, r, total, cols, stream);
-        case RECAP_ACT_SIGMOID:
-          return launch_vec<T, RECAP_ACT_SIGMOID>(o, b, r, total, cols, stream);
-        case RECAP_ACT_TANH: return launch_vec<T, RECAP_ACT_TANH>(o, b, r, total, cols, stream);
-      }
+      recap_status st = RECAP_OK;
+      if (recap__with_activation(act, [&](auto a) {
+            st = launch_vec<T, decltype(a)::value>(o, b, r, total, cols, stream);
+          }))
+        return st;
     }
     RECAP_CUDA_TRY(recap__cuda_launch(bias_act_kernel<T>, recap__cuda_grid_for(total, kThreads),
                                       kThreads, 0, stream, o, b, r, total, cols, act));

@@ -85,20 +85,6 @@ struct epilogue_args {
   recap_activation act;
 };
 
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-/* The wgmma of a tile kBN columns wide. */
-template <int kBN, typename T>
-__device__ __forceinline__ void wgmma_tile(float (&acc)[kBN / 2], uint64_t x_desc, uint64_t w_desc,
-                                           T type) {
-  if constexpr (kBN == 256)
-    recap__wgmma_m64n256k16(acc, x_desc, w_desc, type);
-  else if constexpr (kBN == 192)
-    recap__wgmma_m64n192k16(acc, x_desc, w_desc, type);
-  else
-    recap__wgmma_m64n128k16(acc, x_desc, w_desc, type);
-}
-#endif
-
 /* Floats per row of a consumer's f32 tile in shared memory: 8 of padding put the 8 rows a
  * warp's float2 stores touch at bank offsets 0, 8, 16, 24 (twice): two wavefronts, the least
  * for 256 bytes. */
@@ -161,8 +147,8 @@ __device__ __forceinline__ void consume(uint8_t *ring, uint64_t *full, uint64_t 
     recap__wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kBK / 16; ++kk)
-      wgmma_tile<kBN>(acc, recap__wgmma_desc_k128(x_tile + kk * 32),
-                      recap__wgmma_desc_k128(w_tile + kk * 32), T{});
+      recap__wgmma_m64k16<kBN, T>(acc, recap__wgmma_desc_k128(x_tile + kk * 32),
+                                  recap__wgmma_desc_k128(w_tile + kk * 32));
     recap__wgmma_commit();
     recap__wgmma_wait<1>();
     recap__wgmma_fence_operands(acc);
@@ -204,29 +190,9 @@ template <typename T, int kConsumers, int kBN>
 __device__ __forceinline__ void write_block_tile(const float *tile, const epilogue_args &e, int m0,
                                                  int n0) {
   constexpr int kRows = 64 * kConsumers, kThreads = kWarpgroup * (kConsumers + 1);
-  switch (e.act) {
-    case RECAP_ACT_NONE:
-      write_tile<T, RECAP_ACT_NONE, kBN, kRows, kThreads>(tile, e, m0, n0);
-      break;
-    case RECAP_ACT_RELU:
-      write_tile<T, RECAP_ACT_RELU, kBN, kRows, kThreads>(tile, e, m0, n0);
-      break;
-    case RECAP_ACT_GELU:
-      write_tile<T, RECAP_ACT_GELU, kBN, kRows, kThreads>(tile, e, m0, n0);
-      break;
-    case RECAP_ACT_GELU_TANH:
-      write_tile<T, RECAP_ACT_GELU_TANH, kBN, kRows, kThreads>(tile, e, m0, n0);
-      break;
-    case RECAP_ACT_SILU:
-      write_tile<T, RECAP_ACT_SILU, kBN, kRows, kThreads>(tile, e, m0, n0);
-      break;
-    case RECAP_ACT_SIGMOID:
-      write_tile<T, RECAP_ACT_SIGMOID, kBN, kRows, kThreads>(tile, e, m0, n0);
-      break;
-    case RECAP_ACT_TANH:
-      write_tile<T, RECAP_ACT_TANH, kBN, kRows, kThreads>(tile, e, m0, n0);
-      break;
-  }
+  recap__with_activation(e.act, [&](auto act) {
+    write_tile<T, decltype(act)::value, kBN, kRows, kThreads>(tile, e, m0, n0);
+  });
 }
 #endif
 
