@@ -42,7 +42,7 @@
 #include <time.h>
 
 #include "kernels/half.h"
-#include "tools/cuda_or_exit.h"
+#include "tools/bench_common.h"
 
 enum {
   MAX_HEURISTICS = 64,
@@ -130,23 +130,6 @@ static double now_s(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static int cmp_float(const void *a, const void *b) {
-  const float x = *(const float *)a, y = *(const float *)b;
-  return (x > y) - (x < y);
-}
-
-static void fill_random_f16(void *dev, size_t count, float scale, unsigned *seed) {
-  uint16_t *host = malloc(count * sizeof *host);
-  if (!host) exit(1);
-  for (size_t i = 0; i < count; ++i) {
-    *seed = *seed * 1664525u + 1013904223u;
-    const float u = (float)(*seed >> 8) / 16777216.0f * 2.0f - 1.0f; /* [-1, 1) */
-    host[i] = recap__f32_to_f16(u * scale);
-  }
-  CUDA_OK(cudaMemcpy(dev, host, count * sizeof *host, cudaMemcpyHostToDevice));
-  free(host);
-}
-
 /* ---- algorithm attributes: sizes differ (16 or 32 bits), so go by the size reported ----- */
 
 static void config_read(const cublasLtMatmulAlgo_t *algo, int32_t config[CONFIG_FIELDS]) {
@@ -222,11 +205,11 @@ static void bench_open(bench *b, const shape *s, cublasLtHandle_t lt, cudaStream
   CUDA_OK(cudaMalloc(&b->out, (size_t)(s->m * s->n) * es));
   CUDA_OK(cudaMalloc(&b->workspace, WORKSPACE_BYTES));
   unsigned seed = 12345u + (unsigned)s->n * 7u + (unsigned)s->k;
-  fill_random_f16(b->x, (size_t)(s->m * s->k), 1.0f, &seed);
+  fill_random_16bit(b->x, false, (size_t)(s->m * s->k), 1.0f, &seed);
   /* 1/sqrt(k) keeps the products O(1), as initialized weights do. */
-  fill_random_f16(b->w, (size_t)(s->n * s->k), 1.0f / sqrtf((float)s->k), &seed);
-  fill_random_f16(b->bias, (size_t)s->n, 0.5f, &seed);
-  fill_random_f16(b->res, (size_t)(s->m * s->n), 1.0f, &seed);
+  fill_random_16bit(b->w, false, (size_t)(s->n * s->k), 1.0f / sqrtf((float)s->k), &seed);
+  fill_random_16bit(b->bias, false, (size_t)s->n, 0.5f, &seed);
+  fill_random_16bit(b->res, false, (size_t)(s->m * s->n), 1.0f, &seed);
   b->beta = s->residual ? 1.0f : 0.0f;
 
   const cublasOperation_t op_a = CUBLAS_OP_T, op_b = CUBLAS_OP_N;

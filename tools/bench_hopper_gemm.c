@@ -21,18 +21,9 @@
 #include "kernels/gemm.h"
 #include "kernels/half.h"
 #include "kernels/op.h"
-#include "tools/cuda_or_exit.h"
+#include "tools/bench_common.h"
 
 enum { ITERS = 50 };
-
-#define RECAP_OK_OR_DIE(expr)                                                            \
-  do {                                                                                   \
-    recap_status st_ = (expr);                                                           \
-    if (st_ != RECAP_OK) {                                                               \
-      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #expr, recap_last_error()); \
-      exit(1);                                                                           \
-    }                                                                                    \
-  } while (0)
 
 typedef struct {
   const char *name;
@@ -51,23 +42,11 @@ static const shape shapes[] = {
     {"8192^3", 8192, 8192, 8192, RECAP_ACT_NONE, 0},
 };
 
-static int cmp_float(const void *a, const void *b) {
-  const float x = *(const float *)a, y = *(const float *)b;
-  return (x > y) - (x < y);
-}
-
+/* A device buffer of count random f16 values (bench_common.h). */
 static void *random_f16(size_t count, float scale, unsigned *seed) {
-  uint16_t *host = malloc(count * sizeof *host);
-  if (!host) exit(1);
-  for (size_t i = 0; i < count; ++i) {
-    *seed = *seed * 1664525u + 1013904223u;
-    const float u = (float)(*seed >> 8) / 16777216.0f * 2.0f - 1.0f;
-    host[i] = recap__f32_to_f16(u * scale);
-  }
   void *dev = NULL;
   CUDA_OK(cudaMalloc(&dev, count * 2));
-  CUDA_OK(cudaMemcpy(dev, host, count * 2, cudaMemcpyHostToDevice));
-  free(host);
+  fill_random_16bit(dev, false, count, scale, seed);
   return dev;
 }
 

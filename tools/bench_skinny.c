@@ -27,26 +27,11 @@
 #include "kernels/gemm.h"
 #include "kernels/half.h"
 #include "kernels/op.h"
-#include "tools/cuda_or_exit.h"
+#include "tools/bench_common.h"
 
 enum { LAYERS = 8, H = 4096, MAX_ITERS = 200 };
 
-#define RECAP_OK_OR_DIE(expr)                                                              \
-  do {                                                                                     \
-    recap_status s_ = (expr);                                                              \
-    if (s_ != RECAP_OK) {                                                                  \
-      fprintf(stderr, "%s:%d: %s: %s: %s\n", __FILE__, __LINE__, #expr,                   \
-              recap_status_name(s_), recap_last_error());                                  \
-      exit(1);                                                                             \
-    }                                                                                      \
-  } while (0)
-
 static int iters = MAX_ITERS;
-
-static int cmp_float(const void *a, const void *b) {
-  const float x = *(const float *)a, y = *(const float *)b;
-  return (x > y) - (x < y);
-}
 
 /* Median of the intervals between consecutive events, in microseconds. */
 static double median_us(cudaEvent_t *ev, int n) {
@@ -62,18 +47,6 @@ typedef struct {
   recap__gemm_plan plan[LAYERS]; /* for direct launches of one kernel configuration */
 } mlp;
 
-static void fill_random_bf16(void *dev, size_t count, float scale, unsigned *seed) {
-  uint16_t *host = malloc(count * sizeof *host);
-  if (!host) exit(1);
-  for (size_t i = 0; i < count; ++i) {
-    *seed = *seed * 1664525u + 1013904223u;
-    const float u = (float)(*seed >> 8) / 16777216.0f * 2.0f - 1.0f; /* [-1, 1) */
-    host[i] = recap__f32_to_bf16(u * scale);
-  }
-  CUDA_OK(cudaMemcpy(dev, host, count * sizeof *host, cudaMemcpyHostToDevice));
-  free(host);
-}
-
 static recap_tensor tensor2(void *data, int64_t rows, int64_t cols) {
   return (recap_tensor){.data = data, .dtype = RECAP_DTYPE_BF16, .ndim = 2,
                         .shape = {rows, cols}, .strides = {cols, 1}};
@@ -83,14 +56,14 @@ static void mlp_make(mlp *net, int m) {
   unsigned seed = 12345u;
   for (int i = 0; i <= LAYERS; ++i) {
     CUDA_OK(cudaMalloc(&net->act[i], (size_t)16 * H * 2));
-    if (i == 0) fill_random_bf16(net->act[i], (size_t)16 * H, 1.0f, &seed);
+    if (i == 0) fill_random_16bit(net->act[i], true, (size_t)16 * H, 1.0f, &seed);
   }
   for (int i = 0; i < LAYERS; ++i) {
     CUDA_OK(cudaMalloc(&net->w[i], (size_t)H * H * 2));
     CUDA_OK(cudaMalloc(&net->b[i], (size_t)H * 2));
     /* Weights of scale 1/64 keep the activations near 1 through the layers. */
-    fill_random_bf16(net->w[i], (size_t)H * H, 1.0f / 64, &seed);
-    fill_random_bf16(net->b[i], H, 0.1f, &seed);
+    fill_random_16bit(net->w[i], true, (size_t)H * H, 1.0f / 64, &seed);
+    fill_random_16bit(net->b[i], true, H, 0.1f, &seed);
   }
   const recap_op_def *linear = recap__op_find("linear");
   for (int i = 0; i < LAYERS; ++i) {
@@ -218,9 +191,9 @@ static int check_configs(recap_stream *s, const int (*cfg)[2], int ncfg) {
   CUDA_OK(cudaMalloc(&w, (size_t)N * K * 2));
   CUDA_OK(cudaMalloc(&b, (size_t)N * 2));
   CUDA_OK(cudaMalloc(&out, (size_t)16 * N * 2));
-  fill_random_bf16(x, (size_t)16 * K, 1.0f, &seed);
-  fill_random_bf16(w, (size_t)N * K, 1.0f / 16, &seed);
-  fill_random_bf16(b, N, 0.5f, &seed);
+  fill_random_16bit(x, true, (size_t)16 * K, 1.0f, &seed);
+  fill_random_16bit(w, true, (size_t)N * K, 1.0f / 16, &seed);
+  fill_random_16bit(b, true, N, 0.5f, &seed);
   uint16_t *want = malloc((size_t)16 * N * 2), *got = malloc((size_t)16 * N * 2);
   if (!want || !got) exit(1);
   const recap_op_def *linear = recap__op_find("linear");
