@@ -1047,7 +1047,7 @@ static recap_status tune_candidates(gemm_ctx *ctx, const recap__gemm_plan *p, lt
       add_candidate(l->list, l->configs, &l->count, &c, NULL);
     }
   }
-  if (hopper_allowed(p, ctx->device))
+  if (pr->key.hopper_fits)
     for (int config = 0; config < recap__cuda_gemm_hopper_configs(); ++config) {
       const choice c = {.kind = RECAP_TUNE_CAND_HOPPER, .config = config};
       add_candidate(l->list, l->configs, &l->count, &c, NULL);
@@ -1246,7 +1246,7 @@ static recap_status make_default(gemm_ctx *ctx, const recap__gemm_plan *p, lt_pr
     return RECAP_OK;
   }
   /* Where cuBLASLt would need a second pass for the activation, our kernel fuses it. */
-  if (pr->needs_kernel && hopper_allowed(p, ctx->device)) {
+  if (pr->needs_kernel && pr->key.hopper_fits) {
     *out = (choice){.kind = RECAP_TUNE_CAND_HOPPER,
                     .config = recap__cuda_gemm_hopper_default(p, ctx->device),
                     .state = CHOICE_DEFAULT};
@@ -1301,7 +1301,7 @@ static recap_status from_file(gemm_ctx *ctx, const recap__gemm_plan *p, lt_probl
     return RECAP_OK;
   }
   if (fc->kind == RECAP_TUNE_CAND_HOPPER) {
-    if (!hopper_allowed(p, ctx->device) || fc->config[0] >= recap__cuda_gemm_hopper_configs())
+    if (!pr->key.hopper_fits || fc->config[0] >= recap__cuda_gemm_hopper_configs())
       return RECAP_OK;
     *out = (choice){.kind = RECAP_TUNE_CAND_HOPPER, .config = fc->config[0], .state = CHOICE_FINAL};
     *usable = true;
