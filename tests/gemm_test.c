@@ -1230,12 +1230,26 @@ static void test_cuda_hopper_routing_accepts_only_shapes_it_supports(void) {
  * alpha != 1. The output starts as NaN each time, so an element a configuration leaves
  * unwritten shows. */
 static void test_cuda_hopper_every_configuration_matches_host(void) {
-  if (!device_is_hopper()) {
-    fprintf(stderr, "  (device 0 is not compute capability 9.0: the Hopper kernel is not run)\n");
-    return;
-  }
   test_rng rng;
   test_rng_init(&rng);
+  if (!device_is_hopper()) {
+    /* Elsewhere the launcher must refuse every configuration rather than launch sm_90a code. */
+    fprintf(stderr, "  (device 0 is not compute capability 9.0: the launcher must refuse)\n");
+    gcase g;
+    const int64_t xs[2] = {256, 64};
+    make_linear(&g, RECAP_DTYPE_F16, 2, xs, 128, true, RECAP_ACT_GELU, &rng);
+    case_run_host(&g);
+    dcase dc;
+    dcase_make(&g, &dc);
+    recap__gemm_plan plan;
+    CHECK_OK(recap__gemm_plan_make(&dc.call, &plan));
+    for (int config = 0; config < recap__cuda_gemm_hopper_configs(); ++config)
+      CU_ASSERT_EQUAL(recap__cuda_gemm_hopper(&plan, 0, recap_stream_native(cuda_stream), config),
+                      RECAP_STATUS_INVALID_ARGUMENT);
+    dcase_free(&dc);
+    case_free(&g);
+    return;
+  }
   static const int64_t shapes[][3] = {{200, 136, 40}, {300, 520, 1096}};
   static const recap_activation acts[] = {RECAP_ACT_GELU,     RECAP_ACT_NONE, RECAP_ACT_SILU,
                                           RECAP_ACT_TANH,     RECAP_ACT_RELU, RECAP_ACT_SIGMOID,
