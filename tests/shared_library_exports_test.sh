@@ -1,17 +1,30 @@
 #!/usr/bin/env bash
-# librecap.so must export the public API and nothing else (no recap__ internals, no CUDA
-# runtime symbols that could clash with an embedding program's own cudart).
+# librecap.so must export exactly the public API: every function recap.h declares RECAP_API, and
+# nothing else (no recap__ internals, no CUDA runtime symbols that could clash with an embedding
+# program's own cudart).
 set -euo pipefail
 lib=$1
-exported=$(nm -D --defined-only "$lib" | awk '{print $3}')
-count=$(grep -c . <<<"$exported" || true)
-stray=$(grep -v '^recap_[a-z]' <<<"$exported" || true)
-for required in recap_version recap_stream_create recap_malloc recap_graph_replay; do
-  grep -qx "$required" <<<"$exported" || { echo "FAIL: $required is not exported"; exit 1; }
-done
-if [ -n "$stray" ]; then
-  echo "FAIL: librecap.so exports symbols outside the public API:"
-  echo "$stray" | head -20
+header=$2
+exported=$(nm -D --defined-only "$lib" | awk '{print $3}' | sort -u)
+# The preprocessor drops comments and macros and turns RECAP_API into the visibility attribute;
+# declarations may span lines, so join them and take the name before each declaration's "(".
+declared=$(${CC:-cc} -E -P -x c "$header" | tr '\n' ' ' |
+  grep -oE 'visibility *\( *"default" *\) *\) *\) [^;{}]*\(' |
+  grep -oE '[A-Za-z_][A-Za-z0-9_]*[[:space:]]*\($' | tr -d '( ' | sort -u)
+count=$(grep -c . <<<"$declared" || true)
+if [ "$count" -lt 100 ]; then
+  echo "FAIL: found only $count RECAP_API declarations in $header (the parser is broken)"
   exit 1
 fi
-echo "librecap.so exports $count symbols, all recap_*"
+missing=$(comm -23 <(echo "$declared") <(echo "$exported"))
+extra=$(comm -13 <(echo "$declared") <(echo "$exported"))
+if [ -n "$missing" ]; then
+  echo "FAIL: $(grep -c . <<<"$missing") RECAP_API functions are not exported by librecap.so:"
+  echo "$missing" | head -40
+fi
+if [ -n "$extra" ]; then
+  echo "FAIL: librecap.so exports symbols that recap.h does not declare RECAP_API:"
+  echo "$extra" | head -40
+fi
+[ -z "$missing$extra" ] || exit 1
+echo "librecap.so exports the $count RECAP_API functions of recap.h and nothing else"

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Compiles, links and runs an embedding program (tests/embed/pipeline_embed.c) as a user would:
+# the system C compiler, recap.h and librecap.so, nothing else of recap. The program builds a
+# pipeline from a string and runs it in graph mode on the host backend, checking its outputs.
+set -euo pipefail
+lib=$(realpath "$1")
+header=$(realpath "$2")
+program=$(realpath "$3")
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+mkdir "$work/include" "$work/lib"
+cp "$header" "$work/include/recap.h"
+cp "$lib" "$work/lib/librecap.so"
+# A sanitizer build of the library needs the same sanitizer runtime in the program.
+flags=()
+if nm -D --undefined-only "$lib" | grep -q '__asan_'; then
+  flags+=(-fsanitize=address,undefined)
+fi
+${CC:-cc} -std=c11 -Wall -Wextra -Werror "${flags[@]}" -I "$work/include" "$program" \
+  -L "$work/lib" -lrecap -lm -o "$work/embed"
+# The CUDA build's librecap.so needs libcublas: from the toolkit, as an embedder's loader path.
+export LD_LIBRARY_PATH="$work/lib:${CUDA_PATH:-/usr/local/cuda}/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+needed=$(readelf -d "$work/embed" | grep NEEDED | grep -c 'librecap' || true)
+[ "$needed" -eq 1 ] || { echo "FAIL: the program does not link librecap.so"; exit 1; }
+"$work/embed"
