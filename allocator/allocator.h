@@ -216,6 +216,12 @@ recap_status recap__allocator_destroy(recap__allocator *allocator);
  * RECAP_ALLOC_CONF; a bad value fails here, every time, with the parser's message). */
 recap_status recap__allocator_for_device(recap_device device, recap__allocator **out);
 
+/* Whether `device`'s allocator has private pools: false under backend:cudaMallocAsync, whose
+ * driver pool recap does not partition. Graphs and pipelines then capture without a pool (an
+ * allocation inside such a capture is refused). True when the allocator cannot be created,
+ * so that the pool call that follows reports why. */
+bool recap__allocator_has_pools(recap_device device);
+
 /* The instance forms of the public functions; they behave as documented in recap.h. Under
  * backend:cudaMallocAsync, stats, summary, snapshot and pool calls return
  * RECAP_STATUS_NOT_SUPPORTED (recap__allocator_stats is the exception: it has no status and

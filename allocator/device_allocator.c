@@ -176,6 +176,15 @@ recap_status recap_memory_snapshot_json(recap_device device, char **json) {
   return recap__allocator_snapshot_json(a, json);
 }
 
+bool recap__allocator_has_pools(recap_device device) {
+  recap__allocator *a;
+  if (recap__allocator_for_device(device, &a) != RECAP_OK) {
+    recap_clear_error();
+    return true;
+  }
+  return !a->config.async;
+}
+
 recap_status recap_pool_create(recap_device device, recap_pool_id *out) {
   recap__allocator *a;
   RECAP_TRY(recap__allocator_for_device(device, &a));

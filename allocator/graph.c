@@ -9,6 +9,10 @@
  *          executable in place when only parameters changed -> upload.
  * Every failure unwinds what was done before it, so the stream leaves capture mode, the pool
  * stays consistent, and the graph object can capture again.
+ *
+ * Under backend:cudaMallocAsync there are no private pools: a graph captured without one
+ * (pool NULL) has none, and an allocation on the capturing stream is refused by that backend.
+ * Work that allocates everything before the capture (the engine's pipelines) captures as usual.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,7 +26,8 @@
 struct recap_graph {
   recap_device device;
   const recap__backend *backend;
-  bool has_pool;
+  bool bound;    /* device and backend are set: from the first capture_begin to a reset */
+  bool has_pool; /* bound with a private pool (always, unless the allocator has none) */
   recap_pool_id pool;
   recap_stream *capture_stream; /* non-NULL while capturing */
   recap_stream *home_stream;    /* the stream of the last successful capture */
@@ -57,6 +62,7 @@ recap_status recap_graph_reset(recap_graph *g) {
   recap_status st = RECAP_OK;
   if (g->has_pool) st = recap_pool_release(g->device, g->pool);
   g->has_pool = false;
+  g->bound = false;
   g->home_stream = NULL;
   return st;
 }
@@ -77,7 +83,7 @@ recap_status recap_graph_capture_begin(recap_graph *g, recap_stream *stream,
     return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "the graph is already capturing");
   if (recap_stream_is_capturing(stream))
     return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "the stream is already capturing");
-  if (g->has_pool &&
+  if (g->bound &&
       (stream->device.backend != g->device.backend || stream->device.index != g->device.index))
     return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
                       "the graph's pool belongs to %s:%d, the stream to %s:%d; reset the graph "
@@ -92,19 +98,21 @@ recap_status recap_graph_capture_begin(recap_graph *g, recap_stream *stream,
   recap_device device = stream->device;
   bool acquired_pool = false;
   recap_status st = RECAP_OK;
-  if (!g->has_pool) {
+  if (!g->bound) {
     if (pool) {
       RECAP_TRY(recap_pool_retain(device, *pool));
       g->pool = *pool;
-    } else {
+      g->has_pool = true;
+    } else if (recap__allocator_has_pools(device)) {
       RECAP_TRY(recap_pool_create(device, &g->pool));
+      g->has_pool = true;
     }
-    g->has_pool = true;
+    g->bound = true;
     g->device = device;
     g->backend = stream->backend;
     acquired_pool = true;
   }
-  RECAP_TRY_GOTO(st, recap_pool_route_begin(device, g->pool, stream), fail_pool);
+  if (g->has_pool) RECAP_TRY_GOTO(st, recap_pool_route_begin(device, g->pool, stream), fail_pool);
   RECAP_TRY_GOTO(st, recap__rng_capture_begin(stream), fail_route);
   RECAP_TRY_GOTO(st, recap__capture_begin(stream, mode), fail_rng);
   g->capture_stream = stream;
@@ -113,11 +121,12 @@ recap_status recap_graph_capture_begin(recap_graph *g, recap_stream *stream,
 fail_rng:
   recap__rng_capture_abort(stream);
 fail_route:
-  recap_pool_route_end(device, stream);
+  if (g->has_pool) recap_pool_route_end(device, stream);
 fail_pool:
   if (acquired_pool) {
-    recap_pool_release(device, g->pool);
+    if (g->has_pool) recap_pool_release(device, g->pool);
     g->has_pool = false;
+    g->bound = false;
   }
   return st;
 }
@@ -126,7 +135,7 @@ recap_status recap_graph_capture_join(recap_graph *g, recap_stream *side) {
   RECAP_CHECK_ARG(g && side);
   if (!g->capture_stream)
     return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "the graph is not capturing");
-  RECAP_TRY(recap__pool_route_add_stream(g->device, g->capture_stream, side));
+  if (g->has_pool) RECAP_TRY(recap__pool_route_add_stream(g->device, g->capture_stream, side));
   return recap__rng_capture_attach(g->capture_stream, side);
 }
 
@@ -167,7 +176,7 @@ recap_status recap_graph_capture_end(recap_graph *g) {
     return st;
   }
   g->capture_stream = NULL;
-  recap_status route_st = recap_pool_route_end(g->device, stream);
+  recap_status route_st = g->has_pool ? recap_pool_route_end(g->device, stream) : RECAP_OK;
   if (st != RECAP_OK) {
     recap__rng_capture_abort(stream);
     return recap__error_context(st, "graph capture discarded: ");
@@ -218,8 +227,9 @@ recap_status recap_graph_pool(const recap_graph *g, recap_pool_id *out) {
   RECAP_CHECK_ARG(g && out);
   if (!g->has_pool)
     return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
-                      "the graph has no pool before its first "
-                      "capture_begin");
+                      g->bound ? "the graph has no pool: backend:cudaMallocAsync has no private "
+                                 "pools"
+                               : "the graph has no pool before its first capture_begin");
   *out = g->pool;
   return RECAP_OK;
 }

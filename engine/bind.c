@@ -19,10 +19,12 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "allocator/allocator.h"
 #include "engine/pipeline.h"
 #include "engine/safetensors_reader.h"
 #include "runtime/backend.h"
 #include "runtime/error.h"
+#include "runtime/file.h"
 
 /* Host memory staged per copy when loading a file. */
 enum { STAGE_BYTES = 16 << 20 };
@@ -82,20 +84,6 @@ static recap_status fill_with_op(const char *op_name, const recap_op_attrs *extr
   call.rng_seed = seed;
   call.rng_offset = offset;
   return launch_seeded(&call, stream);
-}
-
-/* Opens a regular file for reading and returns its size. */
-static recap_status open_regular(const char *path, FILE **out, uint64_t *size) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return RECAP_FAIL(RECAP_STATUS_IO_ERROR, "cannot open '%s': %s", path, strerror(errno));
-  struct stat st;
-  if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
-    fclose(f);
-    return RECAP_FAIL(RECAP_STATUS_IO_ERROR, "'%s' is not a regular file", path);
-  }
-  *out = f;
-  *size = (uint64_t)st.st_size;
-  return RECAP_OK;
 }
 
 /* Copies `bytes` bytes of `f` from `offset` into device memory `dst`, through a bounded host
@@ -161,7 +149,7 @@ static recap_status load_file(const recap__ir_tensor *t, void *dst, recap_stream
   if (!path) return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "tensor '%s' has no file", t->name);
   FILE *f = NULL;
   uint64_t size = 0;
-  RECAP_TRY(open_regular(path, &f, &size));
+  RECAP_TRY(recap__file_open_regular(path, "param file", &f, &size));
   recap_status st = RECAP_OK;
   uint64_t offset = 0;
   if (t->init.key || has_suffix(path, ".safetensors")) {
@@ -215,8 +203,10 @@ static recap_status init_tensor(const recap__ir_tensor *t, int index, void *data
 
 /* ---- params ---- */
 
-recap_status recap__bind_params(recap__model *m, recap_stream *stream) {
+recap_status recap__bind_params(recap__model *m) {
   const recap__ir *ir = largest_ir(m);
+  RECAP_TRY(recap_stream_create(m->device, 0, RECAP_STREAM_NON_BLOCKING, &m->param_stream));
+  recap_stream *stream = m->param_stream;
   m->param_data = calloc(ir->num_tensors ? ir->num_tensors : 1, sizeof *m->param_data);
   if (!m->param_data) return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory for param table");
   size_t total = 0;
@@ -255,6 +245,8 @@ recap_status recap__bind_params(recap__model *m, recap_stream *stream) {
 void recap__unbind_params(recap__model *m) {
   if (m->param_block) recap_free(m->param_block);
   m->param_block = NULL;
+  if (m->param_stream) recap_stream_destroy(m->param_stream);
+  m->param_stream = NULL;
   free(m->param_data);
   m->param_data = NULL;
 }
@@ -335,9 +327,12 @@ recap_status recap__bind_pipeline(recap_pipeline *p) {
 
   /* The private pool that the graphs will share holds the arena and the op outputs the caller
    * reads (what a capture produces, as in PyTorch's graph pools); inputs, states and scalars
-   * live outside it. */
-  RECAP_TRY(recap_pool_create(p->device, &p->pool));
-  p->has_pool = true;
+   * live outside it. backend:cudaMallocAsync has no private pools: everything is then
+   * allocated from the driver's pool before any capture, and the graphs allocate nothing. */
+  if (recap__allocator_has_pools(p->device)) {
+    RECAP_TRY(recap_pool_create(p->device, &p->pool));
+    p->has_pool = true;
+  }
   for (size_t t = 0; t < ir->num_tensors; ++t) {
     const recap__ir_tensor *tt = &ir->tensors[t];
     if (plan->tensors[t].kind != RECAP_PLAN_EXTERNAL) continue;
@@ -345,7 +340,7 @@ recap_status recap__bind_pipeline(recap_pipeline *p) {
       p->data[t] = m->param_data[t];
       continue;
     }
-    bool in_pool = tt->role == RECAP_ROLE_INTERMEDIATE;
+    bool in_pool = p->has_pool && tt->role == RECAP_ROLE_INTERMEDIATE;
     if (in_pool) RECAP_TRY(recap_pool_route_begin(p->device, p->pool, p->stream));
     recap_status st = recap_malloc(p->device, (size_t)tt->bytes, p->stream, &p->owned[t]);
     if (in_pool) {
@@ -361,7 +356,7 @@ recap_status recap__bind_pipeline(recap_pipeline *p) {
   }
 
   if (plan->arena_bytes > 0) {
-    RECAP_TRY(recap_pool_route_begin(p->device, p->pool, p->stream));
+    if (p->has_pool) RECAP_TRY(recap_pool_route_begin(p->device, p->pool, p->stream));
     recap_status st = RECAP_OK;
     if (!plan->separate) {
       st = recap_malloc(p->device, plan->arena_bytes, p->stream, &p->arena);
@@ -379,7 +374,7 @@ recap_status recap__bind_pipeline(recap_pipeline *p) {
                                     ir->tensors[root].name, (size_t)plan->buffers[b].bytes);
       }
     }
-    recap_status end = recap_pool_route_end(p->device, p->stream);
+    recap_status end = p->has_pool ? recap_pool_route_end(p->device, p->stream) : RECAP_OK;
     RECAP_TRY(st);
     RECAP_TRY(end);
   }

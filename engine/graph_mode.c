@@ -161,7 +161,8 @@ static recap_status capture_bucket(recap_pipeline *p, size_t b) {
   RECAP_TRY(recap_graph_info_get(g, &before));
   double t0 = now_ms();
   pthread_rwlock_rdlock(&warmup_lock);
-  recap_status st = recap_graph_capture_begin(g, p->stream, &p->pool, p->capture_mode);
+  recap_status st = recap_graph_capture_begin(g, p->stream, p->has_pool ? &p->pool : NULL,
+                                              p->capture_mode);
   if (st != RECAP_OK) {
     pthread_rwlock_unlock(&warmup_lock);
     return st;

@@ -228,7 +228,7 @@ static recap_status pipeline_new(recap__model *m, const recap_pipeline_options *
   }
   if (bind_params) {
     double t0 = now_ms();
-    RECAP_TRY_GOTO(st, recap__bind_params(m, p->stream), fail);
+    RECAP_TRY_GOTO(st, recap__bind_params(m), fail);
     p->timings.bind_ms += now_ms() - t0;
   }
   double t0 = now_ms();

@@ -53,6 +53,10 @@ typedef struct recap__model {
   size_t num_buckets;     /* 1 for specs without buckets */
   int64_t *bucket_values; /* per bucket: the bucketed dim's value (0 without buckets) */
   recap__plan *plan;      /* of irs[num_buckets - 1] (read-only) */
+  /* The stream the params are allocated and loaded on. The model owns it: the params outlive
+   * the pipeline that created the model (its clones keep them), and a block is freed on the
+   * stream it was allocated on (backend:cudaMallocAsync frees in that stream's order). */
+  recap_stream *param_stream;
   void *param_block;      /* every param, carved at 256-byte offsets (recap_malloc) */
   size_t param_bytes;     /* the block's size */
   void **param_data;      /* per tensor index: the param's memory, NULL for other roles */
@@ -122,9 +126,11 @@ struct recap_pipeline {
 
 /* ---- bind.c ---- */
 
-/* Allocates and initializes the params of `model` (on `stream`, waited for). */
-recap_status recap__bind_params(recap__model *model, recap_stream *stream);
-/* Frees the params (the model's last reference is gone and no work uses them). */
+/* Creates the model's param stream, then allocates and initializes the params on it (waited
+ * for). On failure the caller still calls recap__unbind_params. */
+recap_status recap__bind_params(recap__model *model);
+/* Frees the params and destroys their stream (the model's last reference is gone and no work
+ * uses them). */
 void recap__unbind_params(recap__model *model);
 /* Gives the pipeline its buffers: inputs, state, scalars and outputs (initialized as the spec
  * says), the arena from the private pool, the rows scalar, and builds views and calls. */

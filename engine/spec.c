@@ -21,6 +21,7 @@
 #include "engine/names.h"
 #include "kernels/expr.h"
 #include "runtime/error.h"
+#include "runtime/file.h"
 
 enum {
   DEFAULT_MAX_TENSORS = 100000,
@@ -1417,27 +1418,22 @@ recap_status recap__spec_load_file(const char *path, const recap__spec_options *
   RECAP_CHECK_ARG(path && out);
   recap__spec_options opts = options ? *options : (recap__spec_options){0};
   recap__yaml_limits_resolve(&opts.yaml);
-  FILE *f = fopen(path, "rb");
-  if (!f)
-    return RECAP_FAIL(RECAP_STATUS_IO_ERROR, "cannot open spec '%s': %s", path, strerror(errno));
-  struct stat st;
-  if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
-    fclose(f);
-    return RECAP_FAIL(RECAP_STATUS_IO_ERROR, "spec '%s' is not a regular file", path);
-  }
+  FILE *f;
+  uint64_t file_bytes;
+  RECAP_TRY(recap__file_open_regular(path, "spec", &f, &file_bytes));
   /* Refuse an oversized file before reading any of it. */
-  if ((uint64_t)st.st_size > opts.yaml.max_file_bytes) {
+  if (file_bytes > opts.yaml.max_file_bytes) {
     fclose(f);
     recap__diag local = {0};
     recap__diag *d = diag ? diag : &local;
     recap__diag_error(d, (recap__src_pos){path, 1, 1},
-                      "the spec is %lld bytes, larger than the limit of %zu bytes",
-                      (long long)st.st_size, opts.yaml.max_file_bytes);
+                      "the spec is %llu bytes, larger than the limit of %zu bytes",
+                      (unsigned long long)file_bytes, opts.yaml.max_file_bytes);
     recap_status rs = report(d);
     recap__diag_free(&local);
     return rs;
   }
-  size_t size = (size_t)st.st_size;
+  size_t size = (size_t)file_bytes;
   char *text = malloc(size ? size : 1);
   if (!text) {
     fclose(f);

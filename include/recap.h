@@ -380,8 +380,10 @@ static inline void recap__nvtx_scope_end_(int *unused) {
  * segments), never memory of a live block or of a private pool still referenced. Such memory
  * cannot be shared by IPC. backend:cudaMallocAsync uses the driver's stream-ordered pool:
  * malloc, free, record_stream, empty_cache and recap_memory_allocated/reserved (and max_)
- * work; the snapshot, summary, full stats, private pools (so recap_graph captures), the memory
- * fraction and IPC return RECAP_STATUS_NOT_SUPPORTED. docs/ALLOCATOR.md has the details.
+ * work, and so do recap_graph captures and pipelines' graph mode, without a private pool (an
+ * allocation on a capturing stream is refused); the snapshot, summary, full stats, private
+ * pools (recap_pool_*, or a pool passed to recap_graph_capture_begin), the memory fraction and
+ * IPC return RECAP_STATUS_NOT_SUPPORTED. docs/ALLOCATOR.md has the details.
  * A bad setting makes every allocator call on that device fail with
  * RECAP_STATUS_INVALID_ARGUMENT naming the key.
  *
@@ -619,8 +621,9 @@ RECAP_API recap_status recap_graph_create(recap_graph **out);
 /* RECAP_STATUS_BUSY while capturing (end the capture first). Drops the graph's pool
  * reference. NULL is accepted. */
 RECAP_API recap_status recap_graph_destroy(recap_graph *graph);
-/* Begins capturing `stream`'s work. pool: NULL creates a new private pool; otherwise the
- * graph shares that pool (of the stream's device). If the graph already holds an executable,
+/* Begins capturing `stream`'s work. pool: NULL creates a new private pool (none under
+ * backend:cudaMallocAsync: the capture must then not allocate); otherwise the graph shares
+ * that pool (of the stream's device). If the graph already holds an executable,
  * the new capture replaces it: capture_end then updates the executable in place when the
  * topology is unchanged (cudaGraphExecUpdate) and re-instantiates only when it must.
  * Fails with RECAP_STATUS_INVALID_ARGUMENT on a stream that is already capturing. */

@@ -30,6 +30,7 @@
 
 #include "kernels/gemm.h"
 #include "runtime/error.h"
+#include "runtime/file.h"
 
 enum { FORMAT_VERSION = 1, MAX_TOKENS = 24 };
 
@@ -684,12 +685,16 @@ recap_status recap__tune_load(recap__tune_table *table, const char *path,
                               recap__tune_load_report *report) {
   RECAP_CHECK_ARG(table && path && current && report);
   memset(report, 0, sizeof *report);
-  const int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    if (errno != ENOENT && !quiet)
-      fprintf(stderr, "recap: warning: %s: cannot read the GEMM tuning cache (%s); starting "
-              "empty\n", path, strerror(errno));
-    if (errno != ENOENT) report->warnings = 1;
+  int fd;
+  uint64_t file_bytes;
+  if (recap__file_open_regular_fd(path, "GEMM tuning cache", &fd, &file_bytes) != RECAP_OK) {
+    /* A missing cache is the first run; anything else (unreadable, a FIFO) is warned about. */
+    const bool missing = access(path, F_OK) != 0 && errno == ENOENT;
+    if (!missing && !quiet)
+      fprintf(stderr, "recap: warning: %s; starting with an empty tuning cache\n",
+              recap_last_error());
+    if (!missing) report->warnings = 1;
+    recap_clear_error();
     return RECAP_OK;
   }
   /* One byte more than the limit tells a file at the limit from a larger one. */

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "runtime/error.h"
+#include "runtime/file.h"
 
 typedef int nvrtc_result; /* NVRTC_SUCCESS == 0 */
 typedef void *nvrtc_program;
@@ -353,19 +354,25 @@ typedef enum { READ_MISS, READ_HIT, READ_CORRUPT } read_result;
 /* Looks the key up. A file that exists but cannot be used says why in *why. */
 static read_result cache_read(const char *path, const char *key, size_t key_len, char **cubin,
                               size_t *size, const char **why) {
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return READ_MISS;
+  int fd;
+  uint64_t file_bytes;
+  if (recap__file_open_regular_fd(path, "kernel cache file", &fd, &file_bytes) != RECAP_OK) {
+    /* Missing is a miss; anything else (a FIFO left in the cache folder) is unusable. */
+    bool missing = access(path, F_OK) != 0;
+    recap_clear_error();
+    *why = "not a regular file";
+    return missing ? READ_MISS : READ_CORRUPT;
+  }
   read_result result = READ_CORRUPT;
   char *stored_key = NULL, *data = NULL;
   file_header h;
-  struct stat sb;
   *why = "truncated";
-  if (fstat(fd, &sb) != 0 || !read_all(fd, &h, sizeof h)) goto done;
+  if (!read_all(fd, &h, sizeof h)) goto done;
   *why = "not a recap cubin cache file";
   if (memcmp(h.magic, MAGIC, sizeof MAGIC) != 0) goto done;
   *why = "truncated";
-  if (h.key_len > (uint64_t)sb.st_size || h.cubin_len > (uint64_t)sb.st_size ||
-      sizeof h + h.key_len + h.cubin_len != (uint64_t)sb.st_size)
+  if (h.key_len > file_bytes || h.cubin_len > file_bytes ||
+      sizeof h + h.key_len + h.cubin_len != file_bytes)
     goto done;
   *why = "for another key";
   if (h.key_len != key_len || h.cubin_len == 0) goto done;

@@ -58,6 +58,39 @@ expect 1 "validate a bad spec" -- "$recap" validate "$bad_specs/dim_zero.yaml"
 grep -qE "dim_zero.yaml:[0-9]+:[0-9]+: error: " "$tmp/err" || fail "no FILE:LINE:COL error"
 expect 1 "validate a missing file" -- "$recap" validate "$tmp/no_such.yaml"
 
+# A FIFO where a file is expected is refused at once (opening one to read blocks until a writer
+# comes): a spec, a param file named by a spec, a memory snapshot, bench-capture's spec.
+mkfifo "$tmp/fifo.yaml" "$tmp/param.fifo"
+printf 'name: fifo-param\ndevice: host\ndtype: f32\ntensors:\n  x: {shape: [4], role: input}\n  w: {shape: [4], role: param, path: param.fifo}\nops:\n  - {op: add, in: [x, w], out: y}\noutputs: [y]\n' >"$tmp/fifo_param.yaml"
+for args in "validate $tmp/fifo.yaml" "plan $tmp/fifo.yaml" "run $tmp/fifo.yaml --device host" \
+  "memviz $tmp/fifo.yaml" "bench-capture --device host --bucket-spec $tmp/fifo.yaml" \
+  "validate $tmp/fifo_param.yaml" "run $tmp/fifo_param.yaml"; do
+  # shellcheck disable=SC2086
+  expect 1 "a FIFO ($args)" -- timeout 30 "$recap" $args
+  grep -qE "FIFO|not a regular file" "$tmp/err" || fail "$args: the FIFO is not named as the cause"
+done
+
+# backend:cudaMallocAsync (no private pools): every command that creates a pipeline works, in
+# graph mode, and computes what the caching allocator computes.
+for cmd in "run --iters 2" "bench --iters 3" "serve-bench --threads 2 --requests 8" "dot --graph"; do
+  # shellcheck disable=SC2086
+  expect 0 "$cmd under backend:cudaMallocAsync" -- env RECAP_ALLOC_CONF=backend:cudaMallocAsync \
+    "$recap" $cmd "$specs/fork_join.yaml" --device host
+done
+expect 0 "bench-capture under backend:cudaMallocAsync" -- \
+  env RECAP_ALLOC_CONF=backend:cudaMallocAsync "$recap" bench-capture --device host
+expect 0 "run, caching allocator" -- "$recap" run "$specs/fork_join.yaml" --device host --seed 9 \
+  --iters 2 --json
+mv "$tmp/out" "$tmp/caching.json"
+expect 0 "run, cudaMallocAsync" -- env RECAP_ALLOC_CONF=backend:cudaMallocAsync "$recap" run \
+  "$specs/fork_join.yaml" --device host --seed 9 --iters 2 --json
+python3 - "$tmp/caching.json" "$tmp/out" <<'PY' || fail "cudaMallocAsync changed the outputs"
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:])
+assert a["outputs"] == b["outputs"], (a["outputs"], b["outputs"])
+assert b["stats"]["replays"] > 0 and b["stats"]["eager_runs"] == 0, b["stats"]
+PY
+
 # The overlap pair, which tools/gpu_run.sh times against each other on the GPU, must stay one
 # computation: the same file apart from the comments, the name and the `stream:` keys, with
 # the branches on streams 1 and 2 in one and everything on stream 0 in the other.

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "runtime/error.h"
+#include "runtime/file.h"
 
 /* Addresses and sizes above this are not memory any device has (and sums of two never
  * overflow). */
@@ -316,8 +317,9 @@ done:
 
 recap_status cli_memviz_load(const char *path, cli_memviz_model **out) {
   RECAP_CHECK_ARG(path && out);
-  FILE *f = fopen(path, "rb");
-  if (!f) return recap__fail_plain(RECAP_STATUS_IO_ERROR, "%s: %s", path, strerror(errno));
+  FILE *f;
+  uint64_t file_bytes;
+  RECAP_TRY(recap__file_open_regular(path, "snapshot", &f, &file_bytes));
   /* One byte more than allowed tells a too-large file from one exactly at the limit. */
   char *text = malloc((size_t)CLI_MEMVIZ_MAX_BYTES + 1);
   if (!text) {

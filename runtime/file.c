@@ -1,0 +1,70 @@
+/*
+ * file.c: the non-blocking open of the files recap reads (see file.h).
+ */
+#include "runtime/file.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "runtime/error.h"
+
+static const char *kind_of(mode_t mode) {
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISCHR(mode) || S_ISBLK(mode)) return "a device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
+}
+
+recap_status recap__file_open_regular_fd(const char *path, const char *what, int *fd,
+                                         uint64_t *size) {
+  RECAP_CHECK_ARG(path && what && fd && size);
+  *fd = -1;
+  int d = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (d < 0)
+    return recap__fail_plain(RECAP_STATUS_IO_ERROR, "cannot open %s '%s': %s", what, path,
+                             strerror(errno));
+  struct stat st;
+  if (fstat(d, &st) != 0) {
+    int e = errno;
+    close(d);
+    return recap__fail_plain(RECAP_STATUS_IO_ERROR, "cannot stat %s '%s': %s", what, path,
+                             strerror(e));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    close(d);
+    return recap__fail_plain(RECAP_STATUS_IO_ERROR, "%s '%s' is %s, not a regular file", what,
+                             path, kind_of(st.st_mode));
+  }
+  /* Regular files never block; clearing the flag keeps later reads plain anyway. */
+  int flags = fcntl(d, F_GETFL);
+  if (flags < 0 || fcntl(d, F_SETFL, flags & ~O_NONBLOCK) != 0) {
+    int e = errno;
+    close(d);
+    return recap__fail_plain(RECAP_STATUS_IO_ERROR, "cannot read %s '%s': %s", what, path,
+                             strerror(e));
+  }
+  *fd = d;
+  *size = (uint64_t)st.st_size;
+  return RECAP_OK;
+}
+
+recap_status recap__file_open_regular(const char *path, const char *what, FILE **out,
+                                      uint64_t *size) {
+  RECAP_CHECK_ARG(out);
+  *out = NULL;
+  int fd;
+  RECAP_TRY(recap__file_open_regular_fd(path, what, &fd, size));
+  FILE *f = fdopen(fd, "rb");
+  if (!f) {
+    int e = errno;
+    close(fd);
+    return recap__fail_plain(RECAP_STATUS_IO_ERROR, "cannot read %s '%s': %s", what, path,
+                             strerror(e));
+  }
+  *out = f;
+  return RECAP_OK;
+}

@@ -1,0 +1,42 @@
+/*
+ * file.h: opening the files recap reads (specs, param files, checkpoints, allocator
+ * snapshots, tuning and kernel caches) without ever blocking (internal).
+ *
+ *   FILE *f;
+ *   uint64_t size;
+ *   RECAP_TRY(recap__file_open_regular(path, "spec", &f, &size));
+ *   ...
+ *   fclose(f);
+ *
+ * A plain open() of a FIFO waits for a writer, forever if there is none, so the regular-file
+ * check must come after an open that cannot block: the path is opened with O_NONBLOCK,
+ * anything but a regular file (a FIFO, a device, a directory, a socket) is refused, and the
+ * descriptor is then switched back to blocking reads.
+ */
+#ifndef RECAP_RUNTIME_FILE_H
+#define RECAP_RUNTIME_FILE_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "include/recap.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Opens `path` for reading as a descriptor and gives its size. `what` names the file in the
+ * message ("spec", "param file"). RECAP_STATUS_IO_ERROR if it cannot be opened or is not a
+ * regular file; *fd is then -1. The caller closes the descriptor. */
+recap_status recap__file_open_regular_fd(const char *path, const char *what, int *fd,
+                                         uint64_t *size);
+
+/* The same as a stdio stream ("rb"); *out is NULL on failure. The caller fcloses it. */
+recap_status recap__file_open_regular(const char *path, const char *what, FILE **out,
+                                      uint64_t *size);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
