@@ -120,7 +120,7 @@ static void test_file_rendezvous_times_out_without_rank0(void) {
   size_t len = 0;
   double t0 = now_s();
   CHECK_STATUS(recap__rendezvous(url, 2, 1, 0.3, got, &len, sizeof got), RECAP_STATUS_TIMEOUT);
-  CU_ASSERT(now_s() - t0 < 3.0);
+  CU_ASSERT(now_s() - t0 < test_scaled_seconds(3.0)); /* returned, not hung */
   CHECK_ERROR_MENTIONS("rank 0");
 }
 
@@ -226,7 +226,7 @@ static void test_tcp_rendezvous_delivers_payload(void) {
     snprintf(jobs[r].url, sizeof jobs[r].url, "tcp://127.0.0.1:%d?generation=3", port);
     jobs[r].world = 3;
     jobs[r].rank = r;
-    jobs[r].timeout = 10;
+    jobs[r].timeout = test_scaled_seconds(10);
   }
   for (int i = 0; i < 128; ++i) jobs[0].payload[i] = (uint8_t)(255 - i);
   jobs[0].len = 128;
@@ -250,7 +250,7 @@ static void test_tcp_client_times_out_without_server(void) {
   size_t len = 0;
   double t0 = now_s();
   CHECK_STATUS(recap__rendezvous(url, 2, 1, 0.5, got, &len, sizeof got), RECAP_STATUS_TIMEOUT);
-  CU_ASSERT(now_s() - t0 < 5.0);
+  CU_ASSERT(now_s() - t0 < test_scaled_seconds(5.0)); /* returned, not hung */
   CHECK_ERROR_MENTIONS("rank 0");
 }
 
@@ -269,7 +269,7 @@ static int connect_retry(int port) {
 
 static void test_tcp_server_drops_bad_hellos_and_serves_real_rank(void) {
   int port = free_port();
-  rv_job server = {.world = 2, .rank = 0, .timeout = 10, .len = 4};
+  rv_job server = {.world = 2, .rank = 0, .timeout = test_scaled_seconds(10), .len = 4};
   snprintf(server.url, sizeof server.url, "tcp://127.0.0.1:%d", port);
   memcpy(server.payload, "abcd", 4);
   pthread_t th;
@@ -290,7 +290,7 @@ static void test_tcp_server_drops_bad_hellos_and_serves_real_rank(void) {
   send(fd, hello, n - 5, 0);
   close(fd);
   /* The real rank 1 still gets the payload. */
-  rv_job client = {.world = 2, .rank = 1, .timeout = 10};
+  rv_job client = {.world = 2, .rank = 1, .timeout = test_scaled_seconds(10)};
   snprintf(client.url, sizeof client.url, "tcp://127.0.0.1:%d", port);
   rv_thread(&client);
   pthread_join(th, NULL);
@@ -302,7 +302,7 @@ static void test_tcp_server_drops_bad_hellos_and_serves_real_rank(void) {
 
 static void test_tcp_server_times_out_naming_missing_ranks(void) {
   int port = free_port();
-  rv_job server = {.world = 3, .rank = 0, .timeout = 0.6, .len = 2};
+  rv_job server = {.world = 3, .rank = 0, .timeout = test_scaled_seconds(0.6), .len = 2};
   snprintf(server.url, sizeof server.url, "tcp://127.0.0.1:%d", port);
   pthread_t th;
   pthread_create(&th, NULL, rv_thread, &server);
@@ -385,7 +385,7 @@ static void test_tcp_client_rejects_bad_replies(void) {
   CHECK_ERROR_MENTIONS("magic");
   double t0 = now_s();
   CHECK_STATUS(client_against(NULL, 0, 1500, 0.5), RECAP_STATUS_TIMEOUT); /* silent server */
-  CU_ASSERT(now_s() - t0 < 5.0);
+  CU_ASSERT(now_s() - t0 < test_scaled_seconds(5.0)); /* returned, not hung */
 }
 
 /* ---- host communicators ---- */

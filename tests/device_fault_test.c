@@ -94,7 +94,7 @@ static recap_status copy_inputs(recap_pipeline *p, int32_t id, int32_t pos) {
 }
 
 static int run_child(const char *backend, const char *case_name) {
-  alarm(CHILD_ALARM_S);
+  alarm((unsigned)test_scaled_seconds(CHILD_ALARM_S));
   const fault_case *c = NULL;
   for (int i = 0; i < NUM_CASES; ++i)
     if (strcmp(CASES[i].name, case_name) == 0) c = &CASES[i];
@@ -201,11 +201,11 @@ static bool run_case(const fault_case *c) {
   struct timespec tick = {0, 20 * 1000 * 1000};
   pid_t got = 0;
   for (int waited = 0; (got = waitpid(pid, &wstatus, WNOHANG)) == 0; ++waited) {
-    if (waited * 20 >= PARENT_DEADLINE_S * 1000) {
+    if (waited * 0.02 >= test_scaled_seconds(PARENT_DEADLINE_S)) {
       kill(pid, SIGKILL);
       waitpid(pid, &wstatus, 0);
-      fprintf(stderr, "\n  %s/%s: child hung; killed after %d s\n", g_backend, c->name,
-              PARENT_DEADLINE_S);
+      fprintf(stderr, "\n  %s/%s: child hung; killed after %.0f s\n", g_backend, c->name,
+              test_scaled_seconds(PARENT_DEADLINE_S));
       return false;
     }
     nanosleep(&tick, NULL);

@@ -632,10 +632,11 @@ static void run_native_child(const char *backend) {
   struct timespec tick = {0, 20 * 1000 * 1000};
   pid_t got = 0;
   for (long waited = 0; (got = waitpid(pid, &wstatus, WNOHANG)) == 0; ++waited) {
-    if (waited * 20 >= CHILD_DEADLINE_S * 1000L) {
+    if (waited * 0.02 >= test_scaled_seconds(CHILD_DEADLINE_S)) {
       kill(pid, SIGKILL);
       waitpid(pid, &wstatus, 0);
-      fprintf(stderr, "\n  native/%s: child hung; killed after %d s\n", backend, CHILD_DEADLINE_S);
+      fprintf(stderr, "\n  native/%s: child hung; killed after %.0f s\n", backend,
+              test_scaled_seconds(CHILD_DEADLINE_S));
       CU_FAIL("the child hung");
       return;
     }

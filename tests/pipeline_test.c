@@ -597,7 +597,7 @@ typedef struct {
 static void *intrude(void *arg) {
   intruder *in = arg;
   const recap__backend *be = recap__backend_get(in->dev.backend);
-  double deadline = seconds_now() + 10;
+  double deadline = seconds_now() + test_scaled_seconds(10);
   while (!recap_stream_is_capturing(in->target))
     if (seconds_now() > deadline) return NULL;
   in->landed = 1;

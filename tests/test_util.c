@@ -49,6 +49,21 @@ CU_pSuite test_add_cuda_suite(const char *name, CU_InitializeFunc init, CU_Clean
   return suite;
 }
 
+double test_scaled_seconds(double seconds) {
+  static double scale = 0;
+  if (scale == 0) {
+    const char *text = getenv("RECAP_TEST_TIME_SCALE");
+    char *end = NULL;
+    double v = text ? strtod(text, &end) : 1;
+    if (text && (end == text || *end || !isfinite(v) || v < 1)) {
+      fprintf(stderr, "warning: RECAP_TEST_TIME_SCALE='%s' is not a number >= 1; using 1\n", text);
+      v = 1;
+    }
+    scale = v;
+  }
+  return seconds * scale;
+}
+
 int test_run_all(void) {
   ensure_registry();
   CU_basic_set_mode(CU_BRM_VERBOSE);

@@ -59,6 +59,12 @@ CU_pSuite test_add_suite(const char *name, CU_InitializeFunc init, CU_CleanupFun
 CU_pSuite test_add_cuda_suite(const char *name, CU_InitializeFunc init, CU_CleanupFunc cleanup);
 /* Whether a CUDA device is present (computed once). */
 int test_have_cuda(void);
+/* `seconds` times RECAP_TEST_TIME_SCALE (default 1; a number >= 1, anything else is warned
+ * about and ignored). For the timeouts a test gives recap and for the deadlines after which it
+ * calls a run hung, which must hold on loaded machines and under sanitizers (.bazelrc's asan
+ * and tsan configs and tools/gpu_sanitize.sh set the scale); never for speed targets, which
+ * are benchmarks. */
+double test_scaled_seconds(double seconds);
 /* Runs every suite, prints the summary, returns the process exit code (0 only if all ran
  * tests passed and at least one test ran). */
 int test_run_all(void);

@@ -29,7 +29,11 @@
 # A run passes when it reports no error outside the deliberate traps AND its exit code is 0:
 # the program's own (every test passed, the CLI run succeeded), or, for the runs that have no
 # deliberate trap, the tool's --error-exitcode 99 when it found an error. One summary line per
-# run, then "N passed, N failed" over the runs.
+# run, then "N passed, N failed" over the runs. The tests' timeouts and hang deadlines are
+# stretched 8 times (RECAP_TEST_TIME_SCALE): the tools slow the host side too (NCCL's init of a
+# rank took over 8 s under memcheck). With two GPUs the two-GPU suites run too (the dead-rank
+# and tensor-parallel runs of pipeline_dist_test, the cross-device tests of runtime_cuda_test);
+# each summary line of a binary that has two-GPU tests says whether they ran.
 #   bash stage/run.sh tools/gpu_sanitize.sh [BUDGET_SECONDS]   (SANITIZE_JOBS=N: runs at once)
 set -uo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -41,6 +45,8 @@ rm -rf "$logs"
 mkdir -p "$out" "$logs"
 export LD_LIBRARY_PATH="/usr/local/cuda/lib64:$here/bin:${LD_LIBRARY_PATH:-}"
 export RECAP_ALLOC_CONF=backend:native
+export RECAP_TEST_TIME_SCALE=${RECAP_TEST_TIME_SCALE:-8}
+gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 "$cs" --version | tail -1
 cd "$here"
@@ -100,6 +106,14 @@ sanitize() {
     grep -v 'not printed' | tail -1)
   result=$(grep -E '^ +tests ' "$run.out" | awk '{print "tests: "$3" run, "$4" passed, "$5" failed"}')
   [ -n "$result" ] || result="program: $(grep -m1 -oE 'error: .*' "$run.out" || echo "no error printed")"
+  # CUnit names each suite it runs; test_util names those it left inactive for want of GPUs.
+  local two_gpu=""
+  if grep -q "needs 2 CUDA devices" "$run.out"; then
+    two_gpu="; two-GPU tests not run ($gpus GPU)"
+  elif grep -qE "^Suite: dist/cuda2|Test: test_elapsed_across_devices" "$run.out"; then
+    two_gpu="; two-GPU tests ran"
+  fi
+  result="$result$two_gpu"
   local ok=0
   [ "$code" -eq 0 ] && [ "$errors" -eq 0 ] && ok=1
   local verdict=FAIL
@@ -175,7 +189,8 @@ done
 tar czf "$out/sanitize_logs.tgz" --exclude="*.tmp" -C "$logs" .
 echo
 echo "=== compute-sanitizer summary (RECAP_ALLOC_CONF=$RECAP_ALLOC_CONF except allocator_test;" \
-  "budget ${budget} s per run, $jobs_max at once; $(($(date +%s) - script_start)) s in all) ==="
+  "budget ${budget} s per run, $jobs_max at once; $(($(date +%s) - script_start)) s in all;" \
+  "$gpus GPU(s); test time scale $RECAP_TEST_TIME_SCALE) ==="
 for id in "${ids[@]}"; do cat "$logs/$id.summary"; done
 [ ${#skipped[@]} -eq 0 ] || printf '%s\n' "${skipped[@]}"
 echo "sanitizer errors (deliberate traps excluded): $tool_errors"
