@@ -11,10 +11,14 @@ trap 'rm -rf "$work"' EXIT
 mkdir "$work/include" "$work/lib"
 cp "$header" "$work/include/recap.h"
 cp "$lib" "$work/lib/librecap.so"
-# A sanitizer build of the library needs the same sanitizer runtime in the program.
+# A sanitizer build of the library needs the same sanitizer runtime in the program, loaded
+# before every other library (the test's environment preloads nothing).
 flags=()
-if nm -D --undefined-only "$lib" | grep -q '__asan_'; then
+preload=""
+undefined=$(nm -D --undefined-only "$lib")
+if grep -q '__asan_' <<<"$undefined"; then
   flags+=(-fsanitize=address,undefined)
+  preload=$(${CC:-cc} -print-file-name=libasan.so)
 fi
 ${CC:-cc} -std=c11 -Wall -Wextra -Werror "${flags[@]}" -I "$work/include" "$program" \
   -L "$work/lib" -lrecap -lm -o "$work/embed"
@@ -22,4 +26,4 @@ ${CC:-cc} -std=c11 -Wall -Wextra -Werror "${flags[@]}" -I "$work/include" "$prog
 export LD_LIBRARY_PATH="$work/lib:${CUDA_PATH:-/usr/local/cuda}/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 needed=$(readelf -d "$work/embed" | grep NEEDED | grep -c 'librecap' || true)
 [ "$needed" -eq 1 ] || { echo "FAIL: the program does not link librecap.so"; exit 1; }
-"$work/embed"
+LD_PRELOAD="$preload" "$work/embed"
