@@ -8,6 +8,9 @@
 #   serve-bench  4 workers > 1.5 x the throughput of 1 on the launch-bound elementwise chain;
 #                8 workers on mlp_decode with every result checked against eager references
 #   dot --graph  the captured CUDA graph of fork_join.yaml as Graphviz (cudaGraphDebugDotPrint)
+#   async-*      fork_join and mlp_decode in graph mode under backend:cudaMallocAsync give the
+#                caching allocator's outputs
+#   bench-capt   every `recap bench-capture` target met (the expr-load budget among them)
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 out=${OUT:-/tmp/recap_gpu_out}
@@ -117,6 +120,35 @@ ok=0
 [ "$c1" = 0 ] && grep -q digraph "$logs/fork_join_graph.dot" 2>/dev/null && ok=1
 nodes=$(grep -c -- '->' "$logs/fork_join_graph.dot" 2>/dev/null)
 check dot-graph "$ok" "fork_join.yaml: $(wc -c <"$logs/fork_join_graph.dot" 2>/dev/null || echo 0) bytes, ${nodes:-0} edges, digraph $([ "$ok" = 1 ] && echo found || echo MISSING) (exit $c1)"
+# 4. backend:cudaMallocAsync: pipelines capture without a private pool. The same seeded runs
+#    (graph mode, side streams, GEMMs) give the caching allocator's outputs, and no eager run.
+same_outputs() {
+  python3 - "$1" "$2" <<'PY' 2>/dev/null
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:])
+ok = a["outputs"] == b["outputs"] and b["stats"]["replays"] > 0 and b["stats"]["eager_runs"] == 0
+print("%d %d replays, pool %d B" % (ok, b["stats"]["replays"], b["stats"]["pool_reserved_bytes"]))
+PY
+}
+for spec in fork_join mlp_decode; do
+  for conf in caching cudaMallocAsync; do
+    (cd "$here" && RECAP_ALLOC_CONF=backend:$conf timeout 240 "$recap" run "specs/$spec.yaml" \
+      --device cuda --seed 3 --iters 5 --json) >"$logs/async_${conf}_$spec.json" \
+      2>"$logs/async_${conf}_$spec.log"
+  done
+  c1=$?
+  verdict=$(same_outputs "$logs/async_caching_$spec.json" "$logs/async_cudaMallocAsync_$spec.json")
+  check "async-$spec" "$([ "$c1" = 0 ] && echo "${verdict%% *}" || echo 0)" \
+    "RECAP_ALLOC_CONF=backend:cudaMallocAsync run, graph mode: outputs as the caching allocator's: ${verdict#* } (exit $c1)"
+done
+
+# 5. bench-capture's targets, the expr-load budget among them (a ratio of two loads here).
+cli bench_capture.log bench-capture --device cuda --json "$logs/bench_capture.json"
+c1=$?
+grep -E "target" "$logs/bench_capture.log"
+met=$(json "$logs/bench_capture.json" 'int(all(d[k]["target"]["met"] for k in ("capture", "update", "buckets", "expr_load")))')
+check bench-capt "$([ "$c1" = 0 ] && echo "${met:-0}" || echo 0)" \
+  "every bench-capture target met: ${met:-?} (exit $c1; lines above)"
 for f in "$logs"/bench_*.log "$logs"/serve_*.log "$logs"/dot_graph.log; do
   code_line=$(grep -m1 -E "error|FAIL|failed" "$f" 2>/dev/null) && echo "$(basename "$f"): $code_line"
 done
