@@ -147,6 +147,46 @@ worst = max(abs(a - b) for a, b in zip(h, y))
 assert worst < 1e-4, f"y differs from the recomputation by {worst}"
 EOF
 
+# A bucketed param loads from a raw file that holds the largest bucket's rows; a smaller batch
+# runs on its first rows.
+mkdir -p "$tmp/bucketed_file"
+python3 -c 'import struct, sys
+open(sys.argv[1], "wb").write(struct.pack("<12f", *[0.5 * i + 1 for i in range(12)]))' \
+  "$tmp/bucketed_file/w.bin"
+cat >"$tmp/bucketed_file/spec.yaml" <<'EOF'
+name: bucketed-file
+device: host
+dims: {B: [1, 2, 4]}
+tensors:
+  x: {shape: [B, 3], role: input}
+  w: {shape: [B, 3], role: param, path: w.bin}
+ops:
+  - {op: add, in: [x, w], out: y}
+outputs: [y]
+EOF
+for batch in 2 4; do
+  expect 0 "run a bucketed param from a file, B=$batch" -- "$recap" run \
+    "$tmp/bucketed_file/spec.yaml" --iters 1 --warmup 0 --dim B=$batch \
+    --save-tensors "$tmp/bucketed_file/$batch.safetensors"
+  python3 - "$tmp/bucketed_file/$batch.safetensors" "$tmp/bucketed_file/w.bin" $batch <<'EOF' ||
+import json, struct, sys
+blob = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", blob[:8])[0]
+header, data = json.loads(blob[8:8 + n]), blob[8 + n:]
+def tensor(name):
+    b, e = header[name]["data_offsets"]
+    return header[name]["shape"], struct.unpack(f"<{(e - b) // 4}f", data[b:e])
+rows = int(sys.argv[3])
+w_file = struct.unpack("<12f", open(sys.argv[2], "rb").read())
+shape, w = tensor("w")
+assert shape == [rows, 3] and w == w_file[:3 * rows], (shape, w)
+_, x = tensor("x")
+_, y = tensor("y")
+assert all(abs(a - (b + c)) < 1e-6 for a, b, c in zip(y, x, w)), (y, x, w)
+EOF
+    fail "a bucketed param from a file, B=$batch: wrong rows or result"
+done
+
 # bench with JSON and SVG.
 expect 0 "bench" -- "$recap" bench "$specs/elementwise_chain.yaml" --device host --iters 3 \
   --warmup 1 --json "$tmp/bench.json" --svg "$tmp/bench.svg"

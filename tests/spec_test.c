@@ -578,6 +578,42 @@ static void test_files_resolve_relative_to_the_spec_and_check_size(void) {
   recap__diag_free(&diag);
 }
 
+/* A param with the bucketed dim is allocated once, for the largest bucket (the smaller
+ * buckets' params are its first rows): its raw file holds the largest bucket's elements, and
+ * a file of another size is reported once, for that bucket. */
+static void test_bucketed_param_file_holds_the_largest_bucket(void) {
+  make_tmp_dir();
+  float w[4 * 3] = {0};
+  char path[700], text[1024];
+  snprintf(path, sizeof path, "%s/w.bin", tmp_dir);
+  static const char fmt[] =
+      "dims: {B: [1, 2, 4]}\n"
+      "tensors:\n"
+      "  x: {shape: [B, 3], role: input}\n"
+      "  w: {shape: [B, 3], role: param, path: %s}\n"
+      "ops:\n  - {op: add, in: [x, w], out: y}\n";
+  snprintf(text, sizeof text, fmt, path);
+  write_file(path, w, sizeof w);
+  recap__spec *spec = NULL;
+  recap__diag diag = {0};
+  CHECK_OK(load(text, NULL, &spec, &diag));
+  recap__spec_destroy(spec);
+  spec = NULL;
+  recap__diag_free(&diag);
+  /* Two rows: the size of bucket 2, not of the largest. */
+  write_file(path, w, 2 * 3 * sizeof(float));
+  CHECK_STATUS(load(text, NULL, &spec, &diag), RECAP_STATUS_SPEC_ERROR);
+  int found = has_error(&diag, "t.yaml:4:41: error: ",
+                        "has 24 bytes, but tensor 'w' [4, 3] f32 needs 48 (raw little-endian) "
+                        "(with B = 4)");
+  if (!found || diag.count != 1) dump(&diag);
+  CU_ASSERT_TRUE(found);
+  CU_ASSERT_EQUAL(diag.count, 1);
+  recap__diag_free(&diag);
+  unlink(path);
+  rmdir(tmp_dir);
+}
+
 static void test_load_file_that_does_not_exist_is_io_error(void) {
   recap__spec *spec = NULL;
   CHECK_STATUS(recap__spec_load_file("/nonexistent/spec.yaml", NULL, &spec, NULL),
@@ -644,6 +680,7 @@ int main(void) {
   CU_ADD_TEST(s, test_limit_scalar_length_and_node_count);
   CU_ADD_TEST(s, test_limit_file_size_tensor_and_op_counts);
   CU_ADD_TEST(s, test_files_resolve_relative_to_the_spec_and_check_size);
+  CU_ADD_TEST(s, test_bucketed_param_file_holds_the_largest_bucket);
   CU_ADD_TEST(s, test_load_file_that_does_not_exist_is_io_error);
   CU_ADD_TEST(s, test_every_example_spec_loads_and_builds_every_bucket);
   return test_run_all();
