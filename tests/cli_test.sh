@@ -187,6 +187,68 @@ EOF
     fail "a bucketed param from a file, B=$batch: wrong rows or result"
 done
 
+# Inputs get what their init says: value, zeros and file as the library binds them (a file of a
+# bucketed input holds the largest bucket; a smaller batch takes its first rows), uniform and
+# normal drawn from the input seed with their bounds, and an integer input without init zeros.
+# The data is checked against the spec's numbers and the outputs recomputed from it.
+mkdir -p "$tmp/inits"
+python3 -c 'import struct, sys
+open(sys.argv[1], "wb").write(struct.pack("<32f", *[0.25 * i - 3 for i in range(32)]))' \
+  "$tmp/inits/f.bin"
+cat >"$tmp/inits/inits.yaml" <<'EOF'
+name: input-inits
+device: host
+dims: {B: [2, 4]}
+tensors:
+  table: {shape: [16, 8], role: param, init: uniform}
+  ids:   {shape: [B], role: input, dtype: i32}
+  tok:   {shape: [B], role: input, dtype: i32, init: value, value: 3}
+  c:     {shape: [B, 8], role: input, value: 2.5}
+  z:     {shape: [B, 8], role: input, init: zeros}
+  f:     {shape: [B, 8], role: input, path: f.bin}
+  u:     {shape: [B, 8], role: input, init: uniform, low: 5, high: 6}
+  n:     {shape: [B, 8], role: input, init: normal, mean: 100, std: 0.5}
+ops:
+  - {op: embedding, in: [table, ids], out: e0}
+  - {op: embedding, in: [table, tok], out: e3}
+  - {op: add, in: [c, z], out: cz}
+  - {op: add, in: [f, u], out: fu}
+  - {op: add, in: [cz, n], out: czn}
+outputs: [e0, e3, fu, czn]
+EOF
+expect 0 "run honours input inits" -- "$recap" run "$tmp/inits/inits.yaml" --iters 1 --warmup 0 \
+  --dim B=3 --seed 4 --save-tensors "$tmp/inits.safetensors"
+grep -q "u .*uniform \[5, 6)" "$tmp/out" || fail "run does not say how it filled input u"
+python3 - "$tmp/inits.safetensors" "$tmp/inits/f.bin" <<'EOF' || fail "run: inputs ignore their init"
+import json, struct, sys
+blob = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", blob[:8])[0]
+header, data = json.loads(blob[8:8 + n]), blob[8 + n:]
+def tensor(name):
+    h = header[name]
+    b, e = h["data_offsets"]
+    code = {"F32": "f", "I32": "i"}[h["dtype"]]
+    return h["shape"], struct.unpack(f"<{(e - b) // 4}{code}", data[b:e])
+f_file = struct.unpack("<32f", open(sys.argv[2], "rb").read())
+shape, ids = tensor("ids"); assert shape == [3] and ids == (0, 0, 0), ids
+_, tok = tensor("tok"); assert tok == (3, 3, 3), tok
+_, c = tensor("c"); assert c == (2.5,) * 24, c
+_, z = tensor("z"); assert z == (0.0,) * 24, z
+shape, f = tensor("f"); assert shape == [3, 8] and f == f_file[:24], f
+_, u = tensor("u"); assert all(5 <= v < 6 for v in u) and len(set(u)) > 20, u
+_, nn = tensor("n"); assert all(97.5 < v < 102.5 for v in nn) and len(set(nn)) > 20, nn
+assert abs(sum(nn) / 24 - 100) < 0.5, sum(nn) / 24
+_, table = tensor("table")
+_, e0 = tensor("e0"); assert e0 == table[0:8] * 3, e0
+_, e3 = tensor("e3"); assert e3 == table[24:32] * 3, e3
+_, fu = tensor("fu"); assert all(abs(a - (x + y)) < 1e-5 for a, x, y in zip(fu, f, u)), fu
+_, czn = tensor("czn"); assert all(abs(a - (2.5 + x)) < 1e-4 for a, x in zip(czn, nn)), czn
+EOF
+expect 0 "bench with input inits" -- "$recap" bench "$tmp/inits/inits.yaml" --iters 2 --warmup 1 \
+  --dim B=3
+expect 0 "serve-bench with input inits" -- "$recap" serve-bench "$tmp/inits/inits.yaml" \
+  --threads 2 --requests 20 --seed 2
+
 # bench with JSON and SVG.
 expect 0 "bench" -- "$recap" bench "$specs/elementwise_chain.yaml" --device host --iters 3 \
   --warmup 1 --json "$tmp/bench.json" --svg "$tmp/bench.svg"

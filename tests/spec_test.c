@@ -138,6 +138,23 @@ static void test_spec_defaults_apply_when_keys_are_absent(void) {
   recap__spec_destroy(spec);
 }
 
+/* An integer input (token ids, positions) without init starts at zeros: a normal draw is no
+ * integer, and zero is a valid id for any table. */
+static void test_spec_integer_input_without_init_starts_at_zeros(void) {
+  recap__spec *spec = NULL;
+  const char *text =
+      "tensors:\n  table: {shape: [16, 8], role: param}\n"
+      "  ids: {shape: [4], role: input, dtype: i32}\n"
+      "  pos: {shape: [4], role: input, dtype: i64}\n"
+      "ops:\n  - {op: embedding, in: [table, ids], out: a}\n"
+      "  - {op: embedding, in: [table, pos], out: b}\n";
+  CHECK_OK(load(text, NULL, &spec, NULL));
+  if (!spec) return;
+  CU_ASSERT_EQUAL(spec->tensors[1].init.kind, RECAP_INIT_ZEROS);
+  CU_ASSERT_EQUAL(spec->tensors[2].init.kind, RECAP_INIT_ZEROS);
+  recap__spec_destroy(spec);
+}
+
 static void test_spec_anchors_and_aliases_within_limits_work(void) {
   const char *text =
       "tensors:\n  a: {shape: &s [4, 4], role: input}\n  b: {shape: *s, role: input}\n"
@@ -657,6 +674,7 @@ int main(void) {
   CU_pSuite s = test_add_suite("spec", NULL, NULL);
   CU_ADD_TEST(s, test_spec_parses_every_top_level_key);
   CU_ADD_TEST(s, test_spec_defaults_apply_when_keys_are_absent);
+  CU_ADD_TEST(s, test_spec_integer_input_without_init_starts_at_zeros);
   CU_ADD_TEST(s, test_spec_anchors_and_aliases_within_limits_work);
   CU_ADD_TEST(s, test_ir_infers_shapes_dtypes_and_graph_facts);
   CU_ADD_TEST(s, test_ir_bucket_out_of_range_is_invalid_argument);

@@ -37,7 +37,7 @@ static void usage(FILE *out) {
           "(repeatable)\n"
           "  --device D         cuda or host (default: the spec's; host when there is no "
           "GPU)\n"
-          "  --seed N           seed of the random input data (default: a fresh one)\n"
+          "  --seed N           seed of the random inputs (default: a fresh one)\n"
           "  --json FILE        write the results as JSON\n"
           "  --svg FILE         write a bar chart (median, p10-p90 whiskers) as SVG\n"
           "  --rotate K|auto    K pipeline instances with their own params, inputs and state "
@@ -180,7 +180,7 @@ int cli_bench_main(int argc, char **argv) {
   /* Rotation instances: [0] is graph / eager; the others are destroyed separately. */
   recap_pipeline *graphs[ROTATE_MAX] = {0}, *eagers[ROTATE_MAX] = {0};
   int rotate = 1;
-  cli_host_tensors inputs = {0}, out_eager = {0}, out_graph = {0};
+  cli_host_tensors bound = {0}, inputs = {0}, out_eager = {0}, out_graph = {0};
   mode_result re = {0}, rg = {0};
   json_t *root = NULL;
   recap_status st;
@@ -195,8 +195,8 @@ int cli_bench_main(int argc, char **argv) {
          opts.device.index);
   if (spec->bucket_dim >= 0) printf(", %s=%" PRId64, spec->dims[spec->bucket_dim].name, rs.batch);
   printf(
-      "\n%d timed iterations after %d warmup per mode%s; inputs uniform [-1, 1) from seed "
-      "%" PRIu64 "\n",
+      "\n%d timed iterations after %d warmup per mode%s; inputs as their init says, random "
+      "ones from seed %" PRIu64 "\n",
       rs.iters, rs.warmup, rs.iters_capped ? " (capped for the host backend; --iters sets it)" : "",
       rs.seed);
   fflush(stdout);
@@ -219,7 +219,8 @@ int cli_bench_main(int argc, char **argv) {
     cli_report_failure(CMD, "cloning the pipeline", st);
     goto done;
   }
-  if ((st = cli_inputs_make(graph, rs.batch, rs.seed, &inputs)) != RECAP_OK ||
+  if ((st = cli_inputs_read_bound(graph, &bound)) != RECAP_OK ||
+      (st = cli_inputs_make(graph, &bound, rs.batch, rs.seed, &inputs)) != RECAP_OK ||
       (st = cli_inputs_copy_in(graph, &inputs)) != RECAP_OK ||
       (st = cli_inputs_copy_in(eager, &inputs)) != RECAP_OK) {
     cli_report_failure(CMD, "preparing the inputs", st);
@@ -406,6 +407,7 @@ done:
   cli_host_tensors_free(&out_graph);
   cli_host_tensors_free(&out_eager);
   cli_host_tensors_free(&inputs);
+  cli_host_tensors_free(&bound);
   for (int k = ROTATE_MAX - 1; k >= 1; k--) {
     recap_pipeline_destroy(eagers[k]);
     recap_pipeline_destroy(graphs[k]);

@@ -106,7 +106,7 @@ int cli_run_dist_main(int argc, char **argv) {
   recap__spec *spec = NULL;
   recap_comm *comm = NULL;
   recap_pipeline *p = NULL;
-  cli_host_tensors inputs = {0}, outputs = {0};
+  cli_host_tensors bound = {0}, inputs = {0}, outputs = {0};
   double *ms = NULL;
   recap_status st;
   char who[32];
@@ -171,7 +171,8 @@ int cli_run_dist_main(int argc, char **argv) {
     goto done;
   }
   uint64_t seed = a.common.seed_set ? (uint64_t)a.common.seed : 1234;
-  if (a.rank == 0 && ((st = cli_inputs_make(p, batch, seed, &inputs)) != RECAP_OK ||
+  if (a.rank == 0 && ((st = cli_inputs_read_bound(p, &bound)) != RECAP_OK ||
+                      (st = cli_inputs_make(p, &bound, batch, seed, &inputs)) != RECAP_OK ||
                       (st = cli_inputs_copy_in(p, &inputs)) != RECAP_OK)) {
     cli_report_failure(who, "preparing the inputs", st);
     goto done;
@@ -242,6 +243,7 @@ done:
   free(ms);
   cli_host_tensors_free(&outputs);
   cli_host_tensors_free(&inputs);
+  cli_host_tensors_free(&bound);
   if (comm && rc != CLI_EXIT_OK) {
     /* After a failure the stream may hold collectives that wait on a dead peer, and NCCL's
      * abort, running on the communicator's watchdog thread, can take long to tear down the

@@ -19,10 +19,10 @@ static void usage(FILE *out) {
           "                 [--warmup N] [--dim NAME=VALUE] [--seed N] [--json]\n"
           "                 [--save-tensors FILE.safetensors] [--base-dir DIR] [--no-fusion]\n"
           "                 [--memory-snapshot FILE.json]\n\n"
-          "Runs the pipeline: inputs get random data (uniform in [-1, 1), from a seeded "
-          "generator;\nthe seed is printed), then warmup runs, then N timed runs (device "
-          "events around each).\nPrints every output's shape, checksum and first values, and "
-          "the timing.\n\n"
+          "Runs the pipeline: inputs get what their init says (normal and uniform drawn from "
+          "a seeded\ngenerator; the seed is printed), then warmup runs, then N timed runs "
+          "(device events around\neach). Prints every output's shape, checksum and first "
+          "values, and the timing.\n\n"
           "  --mode M           graph (default: capture each bucket, replay) or eager (op by "
           "op)\n"
           "  --device D         cuda or host (default: the spec's; the host backend when there "
@@ -35,7 +35,7 @@ static void usage(FILE *out) {
           "  --dim NAME=VALUE   for the bucketed dim: a batch of VALUE real rows (default: the "
           "largest\n                     bucket; runs the smallest bucket >= VALUE); for any "
           "other dim: replaces\n                     the spec's value (repeatable)\n"
-          "  --seed N           seed of the input data (default: a fresh random seed)\n"
+          "  --seed N           seed of the random inputs (default: a fresh random seed)\n"
           "  --json             print one JSON object instead of text\n"
           "  --save-tensors F   write params, inputs and outputs to F (.safetensors: loadable "
           "by\n                     safetensors.torch.load_file)\n"
@@ -178,7 +178,7 @@ int cli_run_main(int argc, char **argv) {
   rc = CLI_EXIT_FAILURE;
   recap__spec *spec = NULL;
   recap_pipeline *p = NULL;
-  cli_host_tensors inputs = {0}, outputs = {0};
+  cli_host_tensors bound = {0}, inputs = {0}, outputs = {0};
   double *ms = NULL;
   json_t *root = NULL;
   recap_status st;
@@ -197,7 +197,8 @@ int cli_run_main(int argc, char **argv) {
     goto done;
   }
   bool graph = p->mode == RECAP_MODE_GRAPH;
-  if ((st = cli_inputs_make(p, rs.batch, rs.seed, &inputs)) != RECAP_OK ||
+  if ((st = cli_inputs_read_bound(p, &bound)) != RECAP_OK ||
+      (st = cli_inputs_make(p, &bound, rs.batch, rs.seed, &inputs)) != RECAP_OK ||
       (st = cli_inputs_copy_in(p, &inputs)) != RECAP_OK) {
     cli_report_failure(CMD, "preparing the inputs", st);
     goto done;
@@ -208,12 +209,15 @@ int cli_run_main(int argc, char **argv) {
     if (spec->bucket_dim >= 0)
       printf(", %s=%" PRId64 " (bucket %" PRId64 ")", spec->dims[spec->bucket_dim].name, rs.batch,
              p->model->bucket_values[rs.bucket]);
-    printf("\ninputs: uniform [-1, 1) from seed %" PRIu64 " (--seed %" PRIu64 " reproduces them)\n",
+    printf("\ninputs (random ones from seed %" PRIu64 "; --seed %" PRIu64 " reproduces them):\n",
            rs.seed, rs.seed);
+    const recap__ir *ir = p->model->irs[p->model->num_buckets - 1];
     for (size_t i = 0; i < inputs.count; i++) {
+      char init[512];
       printf("  %-12s ", inputs.items[i].info.name);
       print_shape(&inputs.items[i].info);
-      printf("\n");
+      printf("  %s\n",
+             cli_init_describe(&ir->tensors[inputs.items[i].info.index].init, init, sizeof init));
     }
     fflush(stdout);
   }
@@ -356,6 +360,7 @@ done:
   free(ms);
   cli_host_tensors_free(&outputs);
   cli_host_tensors_free(&inputs);
+  cli_host_tensors_free(&bound);
   if (p && (st = recap_pipeline_destroy(p)) != RECAP_OK) {
     cli_report_failure(CMD, "destroying the pipeline", st);
     rc = CLI_EXIT_FAILURE;

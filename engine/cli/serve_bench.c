@@ -3,14 +3,14 @@
  *
  * One pipeline loads the weights; N workers each get a clone (shared weights, own buffers,
  * stream and graphs) that they capture on their own thread, all at once. The main thread is
- * the front end: it draws M requests (a random batch size up to --batch-max, random input
- * data from a per-request seed) and pushes them into a bounded queue (mutex + condition
- * variables); workers pop, copy in, run, copy out. Latency is measured from the push to the
+ * the front end: it draws M requests (a random batch size up to --batch-max, inputs as their
+ * init says with the random ones drawn from a per-request seed) and pushes them into a bounded
+ * queue (mutex + condition variables); workers pop, copy in, run, copy out. Latency is measured from the push to the
  * copied-out result (queueing included) and from the pop (service only).
  *
  * Every result is checked, after the timed phase so that checking does not slow the server:
  * each worker replays its own requests, in the order it served them, on an eager clone of its
- * own (regenerating the inputs from the request's seed) and compares the outputs within the
+ * own (making the inputs again from the request's seed) and compares the outputs within the
  * dtype's tolerance. Per-worker order matters for specs with state (a KV cache): the
  * reference sees the same sequence of updates as the served instance.
  */
@@ -37,9 +37,9 @@ static void usage(FILE *out) {
           "                         [--json FILE] [--base-dir DIR]\n\n"
           "An inference-server loop: a request queue, N worker threads each with its own "
           "pipeline\n(a clone sharing the weights, captured on its thread), M requests of "
-          "random batch size\n<= B with random inputs. Prints throughput and p50/p99 "
-          "latency, then checks every\nresult against an eager reference run of the same "
-          "request.\n\n"
+          "random batch size\n<= B with inputs as their init says (the random ones from a "
+          "per-request seed).\nPrints throughput and p50/p99 latency, then checks every result "
+          "against an eager\nreference run of the same request.\n\n"
           "  --threads N        workers (default 4)\n"
           "  --requests M       requests (default 200)\n"
           "  --batch-max B      largest batch drawn (default: the largest bucket)\n"
@@ -88,6 +88,7 @@ typedef struct {
   request_queue queue;
   gate ready;  /* every worker has captured */
   gate served; /* every worker has drained the queue: the timed phase is over */
+  cli_host_tensors bound; /* inputs with a fixed init, read once (cli_inputs_read_bound) */
 } server;
 
 typedef struct worker {
@@ -185,7 +186,8 @@ static void check_all(worker *w) {
     request *r = w->done[i];
     cli_host_tensors in = {0}, want = {0};
     recap_status st;
-    if ((st = cli_inputs_make(w->reference, r->batch, r->seed, &in)) != RECAP_OK ||
+    if ((st = cli_inputs_make(w->reference, &w->srv->bound, r->batch, r->seed, &in)) !=
+            RECAP_OK ||
         (st = cli_inputs_copy_in(w->reference, &in)) != RECAP_OK ||
         (st = recap_pipeline_run_eager(w->reference, r->batch)) != RECAP_OK ||
         (st = cli_outputs_copy_out(w->reference, r->batch, &want)) != RECAP_OK) {
@@ -344,6 +346,10 @@ int cli_serve_bench_main(int argc, char **argv) {
     cli_report_failure(CMD, "creating the pipeline", st);
     goto done;
   }
+  if ((st = cli_inputs_read_bound(base, &srv.bound)) != RECAP_OK) {
+    cli_report_failure(CMD, "reading the inputs", st);
+    goto done;
+  }
   if (base->model->has_random) {
     fprintf(stderr,
             "recap %s: %s draws random numbers: an eager reference cannot reproduce "
@@ -435,7 +441,7 @@ int cli_serve_bench_main(int argc, char **argv) {
     r->id = (size_t)i;
     r->batch = spec->bucket_dim >= 0 ? 1 + (int64_t)(cli_rng_next(&rng) % (uint64_t)batch_max) : 0;
     r->seed = cli_rng_next(&rng);
-    if ((st = cli_inputs_make(base, r->batch, r->seed, &r->inputs)) != RECAP_OK) {
+    if ((st = cli_inputs_make(base, &srv.bound, r->batch, r->seed, &r->inputs)) != RECAP_OK) {
       cli_report_failure(CMD, "making a request", st);
       break;
     }
@@ -549,6 +555,7 @@ done:
     free(workers[i].done);
   }
   free(srv.queue.slots);
+  cli_host_tensors_free(&srv.bound);
   free(service);
   free(latency);
   free(reqs);
