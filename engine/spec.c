@@ -1268,6 +1268,7 @@ static void parse_root(loader *L, const recap__yaml_node *root) {
   }
   if ((n = lookup(root, "dtype"))) get_dtype(L, n, "dtype", true, &spec->dtype);
   if ((n = lookup(root, "seed"))) {
+    spec->seed_given = true;
     int64_t v;
     if (parse_int(n, &v) == INT_OVERFLOW && n->text[0] != '-') {
       /* Seeds use all 64 bits. */

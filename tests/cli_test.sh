@@ -118,6 +118,58 @@ for x, y in zip(a["outputs"], b["outputs"]):
     assert x["shape"] == y["shape"] and abs(x["sum"] - y["sum"]) <= 1e-3 * max(1, abs(y["sum"])), (x, y)
 EOF
 
+# Seeds: --seed takes the whole range a spec's seed: takes (0 .. 2^64 - 1), so every printed
+# seed is accepted back, and JSON carries seeds as decimal strings (exact beyond 2^53).
+expect 0 "run --seed 2^64-1" -- "$recap" run "$specs/fork_join.yaml" --device host --iters 1 \
+  --warmup 0 --seed 18446744073709551615 --json
+cp "$tmp/out" "$tmp/seed_max.json"
+expect 2 "run --seed 2^64" -- "$recap" run "$specs/fork_join.yaml" --seed 18446744073709551616
+expect 2 "run --seed -1" -- "$recap" run "$specs/fork_join.yaml" --seed -1
+# Without seed: in the spec nor --seed, a fresh seed, printed.
+grep -v "^seed:" "$specs/fork_join.yaml" >"$tmp/unseeded.yaml"
+expect 0 "run with a fresh seed" -- "$recap" run "$tmp/unseeded.yaml" --device host --iters 1 \
+  --warmup 0 --json
+cp "$tmp/out" "$tmp/seed_fresh.json"
+fresh=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["seed"])' "$tmp/seed_fresh.json")
+expect 0 "run --seed with the printed seed" -- "$recap" run "$tmp/unseeded.yaml" --device host \
+  --iters 1 --warmup 0 --json --seed "$fresh"
+cp "$tmp/out" "$tmp/seed_again.json"
+expect 0 "bench --seed 2^64-1" -- "$recap" bench "$specs/elementwise_chain.yaml" --device host \
+  --iters 1 --warmup 0 --seed 18446744073709551615 --json "$tmp/seed_bench.json"
+expect 0 "serve-bench --seed 2^64-1" -- "$recap" serve-bench "$specs/fork_join.yaml" --device host \
+  --threads 1 --requests 2 --seed 18446744073709551615 --json "$tmp/seed_serve.json"
+python3 - "$tmp" <<'EOF' || fail "seeds: not one range, or not exact in JSON"
+import json, sys
+d = lambda name: json.load(open(f"{sys.argv[1]}/{name}.json"))
+for name in ("seed_max", "seed_bench", "seed_serve"):
+    assert d(name)["seed"] == "18446744073709551615", (name, d(name)["seed"])
+assert d("seed_max")["seed_from"] == "--seed", d("seed_max")
+fresh, again = d("seed_fresh"), d("seed_again")
+assert isinstance(fresh["seed"], str) and fresh["seed_from"] == "random", fresh["seed"]
+assert again["seed"] == fresh["seed"], (again["seed"], fresh["seed"])
+assert [o["sum"] for o in again["outputs"]] == [o["sum"] for o in fresh["outputs"]]
+EOF
+# A spec's seed: (fork_join's is 11) also seeds the CLI's inputs, so a run without flags is
+# reproducible; --seed overrides it.
+for k in 1 2 flag11 flag8; do
+  flags=()
+  case $k in flag11) flags=(--seed 11) ;; flag8) flags=(--seed 8) ;; esac
+  expect 0 "run a seeded spec ($k)" -- "$recap" run "$specs/fork_join.yaml" --device host --iters 1 \
+    --warmup 0 --json "${flags[@]}"
+  cp "$tmp/out" "$tmp/seeded_$k.json"
+done
+python3 - "$tmp" <<'EOF' || fail "a spec's seed: does not seed the CLI's inputs"
+import json, sys
+d = lambda k: json.load(open(f"{sys.argv[1]}/seeded_{k}.json"))
+sums = lambda k: [o["sum"] for o in d(k)["outputs"]]
+assert d(1)["seed"] == d(2)["seed"] == "11" and d(1)["seed_from"] == "spec", d(1)
+assert sums(1) == sums(2) == sums("flag11"), (sums(1), sums(2), sums("flag11"))
+assert d("flag8")["seed"] == "8" and sums("flag8") != sums(1)
+EOF
+expect 0 "run a seeded spec (text)" -- "$recap" run "$specs/fork_join.yaml" --device host \
+  --iters 1 --warmup 0
+grep -q "from seed 11 (the spec's seed:" "$tmp/out" || fail "run does not say the seed is the spec's"
+
 # --save-tensors: a valid .safetensors file whose data reproduces the output.
 expect 0 "run --save-tensors" -- "$recap" run "$specs/elementwise_chain.yaml" --device host \
   --iters 1 --warmup 0 --seed 9 --save-tensors "$tmp/chain.safetensors"

@@ -83,6 +83,7 @@ static void test_spec_parses_every_top_level_key(void) {
   CU_ASSERT_EQUAL(spec->device, RECAP_BACKEND_HOST);
   CU_ASSERT_EQUAL(spec->dtype, RECAP_DTYPE_BF16);
   CU_ASSERT_EQUAL(spec->seed, 1234u);
+  CU_ASSERT_TRUE(spec->seed_given);
   CU_ASSERT_EQUAL(spec->warmup, 2);
   CU_ASSERT_EQUAL(spec->iters, 50);
   CU_ASSERT_EQUAL(spec->num_dims, 1);
@@ -122,6 +123,8 @@ static void test_spec_defaults_apply_when_keys_are_absent(void) {
   CU_ASSERT_STRING_EQUAL(spec->name, "pipe");
   CU_ASSERT_EQUAL(spec->device, RECAP_BACKEND_CUDA);
   CU_ASSERT_EQUAL(spec->dtype, RECAP_DTYPE_F32);
+  CU_ASSERT_EQUAL(spec->seed, 0u);
+  CU_ASSERT_FALSE(spec->seed_given);
   CU_ASSERT_EQUAL(spec->warmup, 3);
   CU_ASSERT_EQUAL(spec->iters, 100);
   CU_ASSERT_EQUAL(spec->bucket_dim, -1);

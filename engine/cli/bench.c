@@ -37,7 +37,8 @@ static void usage(FILE *out) {
           "(repeatable)\n"
           "  --device D         cuda or host (default: the spec's; host when there is no "
           "GPU)\n"
-          "  --seed N           seed of the random inputs (default: a fresh one)\n"
+          "  --seed N           seed of the random inputs, 0 to 2^64-1 (default: the spec's "
+          "seed:,\n                     else a fresh random seed)\n"
           "  --json FILE        write the results as JSON\n"
           "  --svg FILE         write a bar chart (median, p10-p90 whiskers) as SVG\n"
           "  --rotate K|auto    K pipeline instances with their own params, inputs and state "
@@ -196,9 +197,10 @@ int cli_bench_main(int argc, char **argv) {
   if (spec->bucket_dim >= 0) printf(", %s=%" PRId64, spec->dims[spec->bucket_dim].name, rs.batch);
   printf(
       "\n%d timed iterations after %d warmup per mode%s; inputs as their init says, random "
-      "ones from seed %" PRIu64 "\n",
+      "ones from seed %" PRIu64 " (%s)\n",
       rs.iters, rs.warmup, rs.iters_capped ? " (capped for the host backend; --iters sets it)" : "",
-      rs.seed);
+      rs.seed,
+      strcmp(rs.seed_from, "spec") == 0 ? "the spec's seed:" : rs.seed_from);
   fflush(stdout);
 
   double t0 = cli_now();
@@ -343,7 +345,8 @@ int cli_bench_main(int argc, char **argv) {
     json_object_set_new(root, "bucket", json_integer(graph->model->bucket_values[rs.bucket]));
     json_object_set_new(root, "iters", json_integer(rs.iters));
     json_object_set_new(root, "warmup", json_integer(rs.warmup));
-    json_object_set_new(root, "seed", json_integer((json_int_t)rs.seed));
+    json_object_set_new(root, "seed", cli_seed_json(rs.seed));
+    json_object_set_new(root, "seed_from", json_string(rs.seed_from));
     /* Spec ops the fusion pass folded into fused ops (0 with --no-fusion). */
     json_object_set_new(root, "fused_ops",
                         json_integer((json_int_t)graph->model->irs[0]->fused_ops));

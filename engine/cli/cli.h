@@ -66,6 +66,8 @@ int cli_flag(const char *cmd, int argc, char **argv, int *i, const char *name, c
 /* Parses a whole decimal integer in [lo, hi]. False (message names the flag) otherwise. */
 bool cli_parse_int(const char *cmd, const char *flag, const char *text, long long lo, long long hi,
                    long long *out);
+/* Parses a whole decimal integer in [0, 2^64 - 1] (the range of seeds). */
+bool cli_parse_u64(const char *cmd, const char *flag, const char *text, uint64_t *out);
 /* Parses "NAME=VALUE" (VALUE a positive integer). */
 bool cli_parse_dim(const char *cmd, const char *text, char *name, size_t name_size, int64_t *value);
 /* Prints "recap CMD: unknown flag 'X'" for an argument that starts with '-'; false then. */
@@ -104,7 +106,8 @@ typedef struct {
   const char *base_dir; /* --base-dir DIR: files the spec names must lie under DIR */
   const char *dims[CLI_MAX_DIMS];
   int num_dims;
-  long long iters, warmup, seed;
+  long long iters, warmup;
+  uint64_t seed;
   bool iters_set, warmup_set, seed_set;
   bool no_fusion; /* --no-fusion: recap_pipeline_options.no_fusion */
 } cli_run_flags;
@@ -127,8 +130,16 @@ typedef struct {
   int64_t batch;
   int iters, warmup;
   bool iters_capped; /* iters is CLI_HOST_ITERS_CAP, not the spec's */
-  uint64_t seed;     /* --seed, else a fresh random one */
+  uint64_t seed;     /* cli_input_seed's */
+  const char *seed_from;
 } cli_run_setup;
+
+/* The seed of the CLI's random inputs: --seed (flag_set), else the spec's seed: when it has
+ * one (so a run is reproducible without flags), else a fresh random one. *from gets "--seed",
+ * "spec" or "random". */
+uint64_t cli_input_seed(bool flag_set, uint64_t flag, const recap__spec *spec, const char **from);
+/* The input seed in JSON: a decimal string, exact beyond 2^53 where JSON numbers are not. */
+json_t *cli_seed_json(uint64_t seed);
 
 /* Resolves f's --dim flags (cli_resolve_dims), the device (cli_pick_device), iters and warmup
  * (the flag, else the spec's, capped on the host backend) and the seed into *out, and sets

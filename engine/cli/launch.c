@@ -170,7 +170,8 @@ int cli_run_dist_main(int argc, char **argv) {
     cli_report_failure(who, "creating the pipeline", st);
     goto done;
   }
-  uint64_t seed = a.common.seed_set ? (uint64_t)a.common.seed : 1234;
+  /* A fixed default rather than a fresh seed: a distributed run is reproducible without flags. */
+  uint64_t seed = a.common.seed_set ? a.common.seed : spec->seed_given ? spec->seed : 1234;
   if (a.rank == 0 && ((st = cli_inputs_read_bound(p, &bound)) != RECAP_OK ||
                       (st = cli_inputs_make(p, &bound, batch, seed, &inputs)) != RECAP_OK ||
                       (st = cli_inputs_copy_in(p, &inputs)) != RECAP_OK)) {
@@ -280,8 +281,9 @@ static void launch_usage(FILE *out) {
           "  --grace S     seconds before stopping the other ranks after a failure (default: "
           "the timeout + 5)\n"
           "run flags with --world: --mode, --device, --iters, --warmup, --dim, --seed, --json,\n"
-          "--base-dir (inputs come from rank 0, seed 1234 unless --seed). --dim of the bucketed\n"
-          "dim above its largest bucket replaces the buckets with that size.\n",
+          "--base-dir (inputs come from rank 0; seed: --seed, else the spec's seed:, else 1234).\n"
+          "--dim of the bucketed dim above its largest bucket replaces the buckets with that "
+          "size.\n",
           MAX_RANKS);
 }
 

@@ -35,7 +35,8 @@ static void usage(FILE *out) {
           "  --dim NAME=VALUE   for the bucketed dim: a batch of VALUE real rows (default: the "
           "largest\n                     bucket; runs the smallest bucket >= VALUE); for any "
           "other dim: replaces\n                     the spec's value (repeatable)\n"
-          "  --seed N           seed of the random inputs (default: a fresh random seed)\n"
+          "  --seed N           seed of the random inputs, 0 to 2^64-1 (default: the spec's "
+          "seed:,\n                     else a fresh random seed)\n"
           "  --json             print one JSON object instead of text\n"
           "  --save-tensors F   write params, inputs and outputs to F (.safetensors: loadable "
           "by\n                     safetensors.torch.load_file)\n"
@@ -209,8 +210,13 @@ int cli_run_main(int argc, char **argv) {
     if (spec->bucket_dim >= 0)
       printf(", %s=%" PRId64 " (bucket %" PRId64 ")", spec->dims[spec->bucket_dim].name, rs.batch,
              p->model->bucket_values[rs.bucket]);
-    printf("\ninputs (random ones from seed %" PRIu64 "; --seed %" PRIu64 " reproduces them):\n",
-           rs.seed, rs.seed);
+    printf("\ninputs, the random ones from seed %" PRIu64, rs.seed);
+    if (strcmp(rs.seed_from, "spec") == 0)
+      printf(" (the spec's seed:; --seed N overrides it):\n");
+    else if (strcmp(rs.seed_from, "random") == 0)
+      printf(" (fresh; --seed %" PRIu64 " reproduces them):\n", rs.seed);
+    else
+      printf(" (--seed):\n");
     const recap__ir *ir = p->model->irs[p->model->num_buckets - 1];
     for (size_t i = 0; i < inputs.count; i++) {
       char init[512];
@@ -260,7 +266,8 @@ int cli_run_main(int argc, char **argv) {
     json_object_set_new(root, "mode", json_string(graph ? "graph" : "eager"));
     json_object_set_new(root, "batch", json_integer(rs.batch));
     json_object_set_new(root, "bucket", json_integer(p->model->bucket_values[rs.bucket]));
-    json_object_set_new(root, "seed", json_integer((json_int_t)rs.seed));
+    json_object_set_new(root, "seed", cli_seed_json(rs.seed));
+    json_object_set_new(root, "seed_from", json_string(rs.seed_from));
     json_object_set_new(root, "fused_ops", json_integer((json_int_t)p->model->irs[0]->fused_ops));
     json_object_set_new(root, "warmup", json_integer(rs.warmup));
     json_object_set_new(root, "iters", json_integer(rs.iters));

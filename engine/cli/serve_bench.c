@@ -46,7 +46,8 @@ static void usage(FILE *out) {
           "  --device D         cuda or host (default: the spec's; host when there is no "
           "GPU)\n"
           "  --dim NAME=VALUE   replaces a (non-bucketed) dim's value (repeatable)\n"
-          "  --seed N           seed of the request sizes and data (default: a fresh one)\n"
+          "  --seed N           seed of the request sizes and random inputs, 0 to 2^64-1\n"
+          "                     (default: the spec's seed:, else a fresh random seed)\n"
           "  --json FILE        also write the results as JSON (throughput, latencies, "
           "checks)\n"
           "  --base-dir DIR     files the spec names (params) must lie under DIR (for specs "
@@ -255,7 +256,8 @@ int cli_serve_bench_main(int argc, char **argv) {
   const char *path = NULL, *device = NULL, *json_path = NULL, *base_dir = NULL;
   const char *dims[CLI_MAX_DIMS];
   int num_dims = 0;
-  long long threads = 4, requests = 200, batch_max = 0, seed_arg = 0;
+  long long threads = 4, requests = 200, batch_max = 0;
+  uint64_t seed_arg = 0;
   bool batch_max_set = false, seed_set = false;
   for (int i = 0; i < argc; i++) {
     const char *v = NULL;
@@ -271,7 +273,7 @@ int cli_serve_bench_main(int argc, char **argv) {
         return CLI_EXIT_USAGE;
       batch_max_set = true;
     } else if ((m = cli_flag(CMD, argc, argv, &i, "--seed", &v)) != 0) {
-      if (m < 0 || !cli_parse_int(CMD, "--seed", v, 0, INT64_MAX, &seed_arg)) return CLI_EXIT_USAGE;
+      if (m < 0 || !cli_parse_u64(CMD, "--seed", v, &seed_arg)) return CLI_EXIT_USAGE;
       seed_set = true;
     } else if ((m = cli_flag(CMD, argc, argv, &i, "--dim", &v)) != 0) {
       if (m < 0) return CLI_EXIT_USAGE;
@@ -340,7 +342,8 @@ int cli_serve_bench_main(int argc, char **argv) {
                                  .dims = overrides,
                                  .base_dir = base_dir};
   if (!cli_pick_device(CMD, device, spec->device, &opts.device)) goto done;
-  uint64_t seed = seed_set ? (uint64_t)seed_arg : cli_random_seed();
+  const char *seed_from;
+  uint64_t seed = cli_input_seed(seed_set, seed_arg, spec, &seed_from);
 
   if ((st = recap_pipeline_create_file(path, &opts, &base)) != RECAP_OK) {
     cli_report_failure(CMD, "creating the pipeline", st);
@@ -405,9 +408,10 @@ int cli_serve_bench_main(int argc, char **argv) {
   if (spec->bucket_dim >= 0)
     printf(", batch 1..%lld of %s", batch_max, spec->dims[spec->bucket_dim].name);
   char bytes_text[32];
-  printf("\nweights: %s, %s by the %lld instances; request seed %" PRIu64 "\n",
+  printf("\nweights: %s, %s by the %lld instances; request seed %" PRIu64 " (%s)\n",
          cli_format_bytes(bs.param_bytes, bytes_text, sizeof bytes_text),
-         shared ? "shared (one copy)" : "NOT shared", 2 * threads + 1, seed);
+         shared ? "shared (one copy)" : "NOT shared", 2 * threads + 1, seed,
+         strcmp(seed_from, "spec") == 0 ? "the spec's seed:" : seed_from);
   fflush(stdout);
   if (!shared) {
     fprintf(stderr, "recap %s: clones do not share the params\n", CMD);
@@ -506,7 +510,8 @@ int cli_serve_bench_main(int argc, char **argv) {
     json_object_set_new(root, "threads", json_integer(threads));
     json_object_set_new(root, "requests", json_integer(requests));
     json_object_set_new(root, "batch_max", json_integer(spec->bucket_dim >= 0 ? batch_max : 0));
-    json_object_set_new(root, "seed", json_integer((json_int_t)seed));
+    json_object_set_new(root, "seed", cli_seed_json(seed));
+    json_object_set_new(root, "seed_from", json_string(seed_from));
     json_object_set_new(root, "capture_ms", json_real(capture_ms));
     json_object_set_new(root, "served", json_integer((json_int_t)served));
     json_object_set_new(root, "wall_s", json_real(wall));

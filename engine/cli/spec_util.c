@@ -1,5 +1,6 @@
 /* spec_util.c: loading specs, choosing buckets and devices, and the output helpers of the
  * subcommands. */
+#include <inttypes.h>
 #include <string.h>
 #include <time.h>
 
@@ -133,13 +134,32 @@ int cli_run_setup_resolve(const char *cmd, const cli_run_flags *f, const recap__
   if (out->iters_capped) out->iters = CLI_HOST_ITERS_CAP;
   if (host && !f->warmup_set && out->warmup > CLI_HOST_WARMUP_CAP)
     out->warmup = CLI_HOST_WARMUP_CAP;
-  out->seed = f->seed_set ? (uint64_t)f->seed : cli_random_seed();
+  out->seed = cli_input_seed(f->seed_set, f->seed, spec, &out->seed_from);
   /* --warmup also sets the engine's eager runs before each capture (0 there: the spec's). */
   opts->warmup = out->warmup;
   opts->dims = out->overrides;
   opts->base_dir = f->base_dir;
   opts->no_fusion = f->no_fusion;
   return CLI_EXIT_OK;
+}
+
+uint64_t cli_input_seed(bool flag_set, uint64_t flag, const recap__spec *spec, const char **from) {
+  if (flag_set) {
+    *from = "--seed";
+    return flag;
+  }
+  if (spec->seed_given) {
+    *from = "spec";
+    return spec->seed;
+  }
+  *from = "random";
+  return cli_random_seed();
+}
+
+json_t *cli_seed_json(uint64_t seed) {
+  char text[32];
+  snprintf(text, sizeof text, "%" PRIu64, seed);
+  return json_string(text);
 }
 
 void cli_report_failure(const char *cmd, const char *what, recap_status status) {
