@@ -118,6 +118,43 @@ for x, y in zip(a["outputs"], b["outputs"]):
     assert x["shape"] == y["shape"] and abs(x["sum"] - y["sum"]) <= 1e-3 * max(1, abs(y["sum"])), (x, y)
 EOF
 
+# Non-finite outputs stay visible: run --json writes NaN and infinities as "nan", "inf" and
+# "-inf" (JSON has no such numbers) and counts them per output; the text says so too.
+mkdir -p "$tmp/nonfinite"
+python3 -c 'import struct, sys
+open(sys.argv[1], "wb").write(struct.pack("<4f", 1, 0, -1, 2))' "$tmp/nonfinite/m.bin"
+cat >"$tmp/nonfinite/spec.yaml" <<'EOF'
+name: nonfinite
+device: host
+tensors:
+  big: {shape: [4], role: input, value: 100}
+  m:   {shape: [4], role: input, path: m.bin}
+ops:
+  - {op: exp, in: [big], out: pos_inf}
+  - {op: neg, in: [pos_inf], out: neg_inf}
+  - {op: div, in: [m, m], out: one_nan}
+  - {op: add, in: [m, m], out: finite}
+outputs: [pos_inf, neg_inf, one_nan, finite]
+EOF
+expect 0 "run --json with non-finite outputs" -- "$recap" run "$tmp/nonfinite/spec.yaml" --iters 1 \
+  --warmup 0 --json
+cp "$tmp/out" "$tmp/nonfinite.json"
+python3 - "$tmp/nonfinite.json" <<'EOF' || fail "run --json hides non-finite outputs"
+import json, sys
+outs = {o["name"]: o for o in json.load(open(sys.argv[1]))["outputs"]}
+o = outs["pos_inf"]
+assert (o["sum"], o["abs_sum"], o["first"], o["nonfinite"]) == ("inf", "inf", ["inf"] * 4, 4), o
+o = outs["neg_inf"]
+assert (o["sum"], o["abs_sum"], o["first"], o["nonfinite"]) == ("-inf", "inf", ["-inf"] * 4, 4), o
+o = outs["one_nan"]
+assert (o["sum"], o["abs_sum"], o["first"], o["nonfinite"]) == ("nan", "nan", [1, "nan", 1, 1], 1), o
+o = outs["finite"]
+assert (o["sum"], o["abs_sum"], o["first"], o["nonfinite"]) == (4, 8, [2, 0, -2, 4], 0), o
+EOF
+expect 0 "run with non-finite outputs" -- "$recap" run "$tmp/nonfinite/spec.yaml" --iters 1 \
+  --warmup 0
+grep -q "one_nan .*1 non-finite" "$tmp/out" || fail "run's text does not count non-finite elements"
+
 # Seeds: --seed takes the whole range a spec's seed: takes (0 .. 2^64 - 1), so every printed
 # seed is accepted back, and JSON carries seeds as decimal strings (exact beyond 2^53).
 expect 0 "run --seed 2^64-1" -- "$recap" run "$specs/fork_join.yaml" --device host --iters 1 \

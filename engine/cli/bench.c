@@ -376,7 +376,7 @@ int cli_bench_main(int argc, char **argv) {
     if (check) {
       json_t *c = json_object();
       json_object_set_new(c, "mismatches", json_integer((json_int_t)mismatches));
-      json_object_set_new(c, "max_abs_diff", json_real(max_diff));
+      json_object_set_new(c, "max_abs_diff", cli_json_number(max_diff));
       json_object_set_new(root, "graph_vs_eager", c);
     }
     if (!cli_write_json(CMD, root, a.json_path)) goto done;

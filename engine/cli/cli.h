@@ -138,6 +138,9 @@ typedef struct {
  * one (so a run is reproducible without flags), else a fresh random one. *from gets "--seed",
  * "spec" or "random". */
 uint64_t cli_input_seed(bool flag_set, uint64_t flag, const recap__spec *spec, const char **from);
+/* A number in JSON, which has no NaN or infinity: those become the strings "nan", "inf" and
+ * "-inf" (jansson refuses them as reals, and the key would silently go missing). */
+json_t *cli_json_number(double v);
 /* The input seed in JSON: a decimal string, exact beyond 2^53 where JSON numbers are not. */
 json_t *cli_seed_json(uint64_t seed);
 

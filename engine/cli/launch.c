@@ -97,6 +97,15 @@ static int parse_dist(int argc, char **argv, dist_args *a) {
 
 static double now_ms(void) { return cli_now() * 1e3; }
 
+/* v as cli_json_number writes it (NaN and infinities as strings), 9 significant digits. */
+static void print_json_number(double v) {
+  json_t *j = cli_json_number(v);
+  char *text = j ? json_dumps(j, JSON_ENCODE_ANY | JSON_REAL_PRECISION(9)) : NULL;
+  printf("%s", text ? text : "null");
+  free(text);
+  json_decref(j);
+}
+
 int cli_run_dist_main(int argc, char **argv) {
   dist_args a;
   memset(&a, 0, sizeof a);
@@ -226,12 +235,18 @@ int cli_run_dist_main(int argc, char **argv) {
     const cli_host_tensor *h = &outputs.items[i];
     size_t n = h->info.bytes / recap_dtype_size(h->info.dtype);
     double s, abs_s;
-    cli_checksum(h->host, h->info.dtype, n, &s, &abs_s);
+    size_t nonfinite;
+    cli_checksum(h->host, h->info.dtype, n, &s, &abs_s, &nonfinite);
     if (a.json) {
-      printf("%s{\"name\": \"%s\", \"sum\": %.9g, \"abs_sum\": %.9g}", i ? ", " : "",
-             h->info.name, s, abs_s);
+      printf("%s{\"name\": \"%s\", \"sum\": ", i ? ", " : "", h->info.name);
+      print_json_number(s);
+      printf(", \"abs_sum\": ");
+      print_json_number(abs_s);
+      printf(", \"nonfinite\": %zu}", nonfinite);
     } else {
-      printf("  %-12s sum %.6g  abs sum %.6g  first:", h->info.name, s, abs_s);
+      printf("  %-12s sum %.6g  abs sum %.6g", h->info.name, s, abs_s);
+      if (nonfinite) printf("  (%zu non-finite)", nonfinite);
+      printf("  first:");
       for (size_t j = 0; j < n && j < FIRST_VALUES; j++)
         printf(" %.6g", cli_value(h->host, h->info.dtype, j));
       printf("\n");

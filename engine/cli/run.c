@@ -294,15 +294,17 @@ int cli_run_main(int argc, char **argv) {
       const cli_host_tensor *h = &outputs.items[i];
       size_t n = h->info.bytes / recap_dtype_size(h->info.dtype);
       double s, abs_s;
-      cli_checksum(h->host, h->info.dtype, n, &s, &abs_s);
+      size_t nonfinite;
+      cli_checksum(h->host, h->info.dtype, n, &s, &abs_s, &nonfinite);
       json_t *o = json_object(), *first = json_array();
       json_object_set_new(o, "name", json_string(h->info.name));
       json_object_set_new(o, "dtype", json_string(recap_dtype_name(h->info.dtype)));
       json_object_set_new(o, "shape", shape_json(&h->info));
-      json_object_set_new(o, "sum", json_real(s));
-      json_object_set_new(o, "abs_sum", json_real(abs_s));
+      json_object_set_new(o, "sum", cli_json_number(s));
+      json_object_set_new(o, "abs_sum", cli_json_number(abs_s));
+      json_object_set_new(o, "nonfinite", json_integer((json_int_t)nonfinite));
       for (size_t j = 0; j < n && j < FIRST_VALUES; j++)
-        json_array_append_new(first, json_real(cli_value(h->host, h->info.dtype, j)));
+        json_array_append_new(first, cli_json_number(cli_value(h->host, h->info.dtype, j)));
       json_object_set_new(o, "first", first);
       json_array_append_new(outs, o);
     }
@@ -338,10 +340,13 @@ int cli_run_main(int argc, char **argv) {
       const cli_host_tensor *h = &outputs.items[i];
       size_t n = h->info.bytes / recap_dtype_size(h->info.dtype);
       double s, abs_s;
-      cli_checksum(h->host, h->info.dtype, n, &s, &abs_s);
+      size_t nonfinite;
+      cli_checksum(h->host, h->info.dtype, n, &s, &abs_s, &nonfinite);
       printf("  %-12s ", h->info.name);
       print_shape(&h->info);
-      printf("  sum %.6g  abs sum %.6g\n               first:", s, abs_s);
+      printf("  sum %.6g  abs sum %.6g", s, abs_s);
+      if (nonfinite) printf("  (%zu non-finite element%s)", nonfinite, nonfinite == 1 ? "" : "s");
+      printf("\n               first:");
       for (size_t j = 0; j < n && j < FIRST_VALUES; j++)
         printf(" %.6g", cli_value(h->host, h->info.dtype, j));
       printf("%s\n", n > FIRST_VALUES ? " ..." : "");

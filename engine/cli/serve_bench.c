@@ -528,7 +528,7 @@ int cli_serve_bench_main(int argc, char **argv) {
     }
     json_object_set_new(root, "checked", json_integer((json_int_t)checked));
     json_object_set_new(root, "mismatches", json_integer((json_int_t)bad));
-    json_object_set_new(root, "max_abs_diff", json_real(max_diff));
+    json_object_set_new(root, "max_abs_diff", cli_json_number(max_diff));
     json_object_set_new(root, "ok", json_boolean(rc == CLI_EXIT_OK));
     if (!cli_write_json(CMD, root, json_path)) rc = CLI_EXIT_FAILURE;
   }

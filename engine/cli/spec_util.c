@@ -1,6 +1,7 @@
 /* spec_util.c: loading specs, choosing buckets and devices, and the output helpers of the
  * subcommands. */
 #include <inttypes.h>
+#include <math.h>
 #include <string.h>
 #include <time.h>
 
@@ -154,6 +155,12 @@ uint64_t cli_input_seed(bool flag_set, uint64_t flag, const recap__spec *spec, c
   }
   *from = "random";
   return cli_random_seed();
+}
+
+json_t *cli_json_number(double v) {
+  if (isnan(v)) return json_string("nan");
+  if (isinf(v)) return json_string(v > 0 ? "inf" : "-inf");
+  return json_real(v);
 }
 
 json_t *cli_seed_json(uint64_t seed) {

@@ -229,15 +229,18 @@ double cli_value(const void *host, recap_dtype dtype, size_t i) {
 }
 
 void cli_checksum(const void *host, recap_dtype dtype, size_t count, double *sum,
-                  double *abs_sum) {
+                  double *abs_sum, size_t *nonfinite) {
   double s = 0, a = 0;
+  size_t bad = 0;
   for (size_t i = 0; i < count; i++) {
     double v = cli_value(host, dtype, i);
     s += v;
     a += fabs(v);
+    bad += !isfinite(v);
   }
   *sum = s;
   *abs_sum = a;
+  *nonfinite = bad;
 }
 
 size_t cli_compare(const void *got, const void *want, recap_dtype dtype, size_t count,

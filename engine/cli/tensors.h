@@ -82,9 +82,10 @@ uint64_t cli_rng_next(uint64_t *state);
 
 /* Element i as a double. */
 double cli_value(const void *host, recap_dtype dtype, size_t i);
-/* Sum and sum of absolute values over `count` elements. */
+/* Sum and sum of absolute values over `count` elements, and how many of them are NaN or
+ * infinite (which make the sums non-finite too). */
 void cli_checksum(const void *host, recap_dtype dtype, size_t count, double *sum,
-                  double *abs_sum);
+                  double *abs_sum, size_t *nonfinite);
 /* Elements of `got` farther from `want` than the dtype's tolerance (|d| <= atol + rtol*|want|:
  * f32 1e-5 + 1e-4, f16 1e-3 + 1e-2, bf16 1e-2 + 2e-2; integers exact); *max_abs gets the
  * largest difference. NaN in either counts as a mismatch unless both are NaN. */
