@@ -338,6 +338,47 @@ expect 0 "bench with input inits" -- "$recap" bench "$tmp/inits/inits.yaml" --it
 expect 0 "serve-bench with input inits" -- "$recap" serve-bench "$tmp/inits/inits.yaml" \
   --threads 2 --requests 20 --seed 2
 
+# --save-tensors of a spec with state and scalars (a KV cache, a position) holds them as the
+# last run read them, so the file alone reproduces the outputs: here y = 2 * (the cache with
+# row pos replaced by x).
+cat >"$tmp/save_state.yaml" <<'EOF'
+name: save-state
+device: host
+dims: {B: [1, 2]}
+tensors:
+  x:     {shape: [B, 1, 1, 4], role: input}
+  pos:   {role: scalar, value: 2}
+  cache: {shape: [B, 4, 1, 4], role: state, init: uniform}
+ops:
+  - {op: kv_append, in: [cache, x, pos], out: all}
+  - {op: scale, in: [all], out: y, scale: 2}
+outputs: [y]
+EOF
+expect 0 "run --save-tensors with state" -- "$recap" run "$tmp/save_state.yaml" --iters 1 \
+  --warmup 0 --dim B=1 --save-tensors "$tmp/save_state.safetensors"
+python3 - "$tmp/save_state.safetensors" <<'EOF' || fail "--save-tensors: states or scalars missing or wrong"
+import json, struct, sys
+blob = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", blob[:8])[0]
+header, data = json.loads(blob[8:8 + n]), blob[8 + n:]
+def tensor(name):
+    h = header[name]
+    b, e = h["data_offsets"]
+    code = {"F32": "f", "I32": "i"}[h["dtype"]]
+    return h["shape"], list(struct.unpack(f"<{(e - b) // 4}{code}", data[b:e]))
+shape, pos = tensor("pos")
+assert shape == [1] and pos == [2], (shape, pos)
+shape, cache = tensor("cache")
+assert shape == [1, 4, 1, 4] and len(set(cache)) == 16, (shape, cache)
+_, x = tensor("x")
+_, y = tensor("y")
+# The cache as the run read it: before its append (no warmup, one run).
+assert cache[8:12] != x, "the cache was saved after the run wrote it"
+want = cache[:8] + x + cache[12:]
+assert all(abs(a - 2 * b) < 1e-6 for a, b in zip(y, want)), (y, want)
+assert "before the last run" in header["__metadata__"]["states"], header["__metadata__"]
+EOF
+
 # bench with JSON and SVG.
 expect 0 "bench" -- "$recap" bench "$specs/elementwise_chain.yaml" --device host --iters 3 \
   --warmup 1 --json "$tmp/bench.json" --svg "$tmp/bench.svg"

@@ -38,7 +38,8 @@ static void usage(FILE *out) {
           "  --seed N           seed of the random inputs, 0 to 2^64-1 (default: the spec's "
           "seed:,\n                     else a fresh random seed)\n"
           "  --json             print one JSON object instead of text\n"
-          "  --save-tensors F   write params, inputs and outputs to F (.safetensors: loadable "
+          "  --save-tensors F   write params, inputs, states and scalars (as the last run read "
+          "them)\n                     and outputs to F (.safetensors: loadable "
           "by\n                     safetensors.torch.load_file)\n"
           "  --base-dir DIR     files the spec names (params) must lie under DIR (for specs "
           "from\n                     untrusted sources)\n"
@@ -96,11 +97,14 @@ static void print_shape(const cli_tensor *t) {
   printf("]");
 }
 
-/* Params (read back from the device), inputs and outputs in one file. */
+/* Params (read back from the device), inputs, states and scalars (as the last run read them)
+ * and outputs in one file: what it takes to reproduce the outputs. A tensor in two of these
+ * sets (a state listed in outputs) is written once, from the first. */
 static bool save_tensors(recap_pipeline *p, const char *path, const cli_host_tensors *inputs,
-                         const cli_host_tensors *outputs, uint64_t seed, int64_t batch) {
+                         const cli_host_tensors *states, const cli_host_tensors *outputs,
+                         uint64_t seed, int64_t batch) {
   const recap__ir *ir = p->model->irs[p->model->num_buckets - 1];
-  size_t n = inputs->count + outputs->count;
+  size_t n = inputs->count + states->count + outputs->count;
   for (size_t t = 0; t < ir->num_tensors; t++) n += ir->tensors[t].role == RECAP_ROLE_PARAM;
   cli_safetensor *entries = calloc(n ? n : 1, sizeof *entries);
   cli_tensor *params = calloc(n ? n : 1, sizeof *params);
@@ -126,19 +130,32 @@ static bool save_tensors(recap_pipeline *p, const char *path, const cli_host_ten
                                     info->shape, param_host[np], info->bytes};
     np++;
   }
-  const cli_host_tensors *sets[2] = {inputs, outputs};
-  for (int s = 0; ok && s < 2; s++)
+  const cli_host_tensors *sets[3] = {inputs, states, outputs};
+  for (int s = 0; ok && s < 3; s++)
     for (size_t i = 0; i < sets[s]->count; i++) {
       const cli_host_tensor *h = &sets[s]->items[i];
+      bool seen = false;
+      for (size_t j = 0; j < k && !seen; j++) seen = strcmp(entries[j].name, h->info.name) == 0;
+      if (seen) continue;
       entries[k++] = (cli_safetensor){h->info.name,  h->info.dtype, h->info.ndim,
                                       h->info.shape, h->host,       h->info.bytes};
     }
   char seed_text[32], batch_text[32];
   snprintf(seed_text, sizeof seed_text, "%" PRIu64, seed);
   snprintf(batch_text, sizeof batch_text, "%" PRId64, batch);
-  const char *meta[] = {
-      "format",     "pt",      "producer", "recap run", "spec", p->model->spec->name,
-      "input_seed", seed_text, "batch",    batch_text,  NULL};
+  const char *meta[] = {"format",
+                        "pt",
+                        "producer",
+                        "recap run",
+                        "spec",
+                        p->model->spec->name,
+                        "input_seed",
+                        seed_text,
+                        "batch",
+                        batch_text,
+                        "states",
+                        "states and scalars as before the last run (the one that made the outputs)",
+                        NULL};
   if (ok)
     ok = cli_safetensors_write(path, entries, k, meta);
   else if (!entries || !params || !param_host)
@@ -179,7 +196,7 @@ int cli_run_main(int argc, char **argv) {
   rc = CLI_EXIT_FAILURE;
   recap__spec *spec = NULL;
   recap_pipeline *p = NULL;
-  cli_host_tensors bound = {0}, inputs = {0}, outputs = {0};
+  cli_host_tensors bound = {0}, inputs = {0}, states = {0}, outputs = {0};
   double *ms = NULL;
   json_t *root = NULL;
   recap_status st;
@@ -242,7 +259,12 @@ int cli_run_main(int argc, char **argv) {
     fprintf(stderr, "recap %s: out of memory\n", CMD);
     goto done;
   }
-  if ((st = cli_time_runs(p, rs.batch, rs.iters, ms)) != RECAP_OK) {
+  /* Runs update states in place: --save-tensors keeps them as the last run reads them, taken
+   * between two timed runs (each run is timed on its own, so the copy is not in any time). */
+  int before_last = a.save_path ? rs.iters - 1 : rs.iters;
+  if ((st = cli_time_runs(p, rs.batch, before_last, ms)) != RECAP_OK ||
+      (a.save_path && (st = cli_states_copy_out(p, rs.batch, &states)) != RECAP_OK) ||
+      (st = cli_time_runs(p, rs.batch, rs.iters - before_last, ms + before_last)) != RECAP_OK) {
     cli_report_failure(CMD, "running", st);
     goto done;
   }
@@ -357,8 +379,9 @@ int cli_run_main(int argc, char **argv) {
            stats.pool_reserved_bytes, stats.param_bytes);
   }
   if (a.save_path) {
-    if (!save_tensors(p, a.save_path, &inputs, &outputs, rs.seed, rs.batch)) goto done;
-    fprintf(a.json ? stderr : stdout, "saved params, inputs and outputs to %s\n", a.save_path);
+    if (!save_tensors(p, a.save_path, &inputs, &states, &outputs, rs.seed, rs.batch)) goto done;
+    fprintf(a.json ? stderr : stdout, "saved params, inputs, states, scalars and outputs to %s\n",
+            a.save_path);
   }
   if (a.snapshot_path) {
     if (!write_snapshot(opts.device, a.snapshot_path)) goto done;
@@ -371,6 +394,7 @@ done:
   json_decref(root);
   free(ms);
   cli_host_tensors_free(&outputs);
+  cli_host_tensors_free(&states);
   cli_host_tensors_free(&inputs);
   cli_host_tensors_free(&bound);
   if (p && (st = recap_pipeline_destroy(p)) != RECAP_OK) {

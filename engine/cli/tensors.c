@@ -35,18 +35,30 @@ void cli_tensor_describe(const recap_pipeline *p, int t, int64_t batch, cli_tens
   out->bytes = (size_t)(numel * recap_dtype_size(out->dtype));
 }
 
-/* Collects the tensors of the largest IR that `want` accepts. */
-static recap_status collect(const recap_pipeline *p, int64_t batch, bool outputs,
+typedef enum { INPUTS, OUTPUTS, STATES_AND_SCALARS } tensor_set;
+
+static bool in_set(const recap__ir_tensor *t, tensor_set which) {
+  switch (which) {
+    case INPUTS:
+      return t->role == RECAP_ROLE_INPUT;
+    case OUTPUTS:
+      return t->is_output;
+    case STATES_AND_SCALARS:
+      break;
+  }
+  return t->role == RECAP_ROLE_STATE || t->role == RECAP_ROLE_SCALAR;
+}
+
+/* Allocates host memory for the tensors of the largest IR in `which`, shaped for `batch`. */
+static recap_status collect(const recap_pipeline *p, int64_t batch, tensor_set which,
                             cli_host_tensors *out) {
   const recap__ir *ir = p->model->irs[p->model->num_buckets - 1];
   size_t n = 0;
-  for (size_t t = 0; t < ir->num_tensors; t++)
-    n += outputs ? ir->tensors[t].is_output : ir->tensors[t].role == RECAP_ROLE_INPUT;
+  for (size_t t = 0; t < ir->num_tensors; t++) n += in_set(&ir->tensors[t], which);
   cli_host_tensors set = {calloc(n ? n : 1, sizeof *set.items), 0};
   if (!set.items) return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory for %zu tensors", n);
   for (size_t t = 0; t < ir->num_tensors; t++) {
-    bool want = outputs ? ir->tensors[t].is_output : ir->tensors[t].role == RECAP_ROLE_INPUT;
-    if (!want) continue;
+    if (!in_set(&ir->tensors[t], which)) continue;
     cli_host_tensor *h = &set.items[set.count++];
     cli_tensor_describe(p, (int)t, batch, &h->info);
     if (!(h->host = malloc(h->info.bytes ? h->info.bytes : 1))) {
@@ -154,7 +166,7 @@ static void take_rows(const recap_pipeline *p, const cli_host_tensor *src, cli_h
 
 recap_status cli_inputs_make(const recap_pipeline *p, const cli_host_tensors *bound,
                              int64_t batch, uint64_t seed, cli_host_tensors *out) {
-  recap_status st = collect(p, batch, false, out);
+  recap_status st = collect(p, batch, INPUTS, out);
   if (st != RECAP_OK) return st;
   const recap__ir *ir = p->model->irs[p->model->num_buckets - 1];
   uint64_t rng = seed;
@@ -188,8 +200,9 @@ recap_status cli_inputs_copy_in(recap_pipeline *p, const cli_host_tensors *input
   return RECAP_OK;
 }
 
-recap_status cli_outputs_copy_out(recap_pipeline *p, int64_t batch, cli_host_tensors *out) {
-  recap_status st = collect(p, batch, true, out);
+static recap_status copy_out_set(recap_pipeline *p, int64_t batch, tensor_set which,
+                                 cli_host_tensors *out) {
+  recap_status st = collect(p, batch, which, out);
   if (st != RECAP_OK) return st;
   for (size_t i = 0; i < out->count; i++) {
     cli_host_tensor *h = &out->items[i];
@@ -200,6 +213,14 @@ recap_status cli_outputs_copy_out(recap_pipeline *p, int64_t batch, cli_host_ten
     }
   }
   return RECAP_OK;
+}
+
+recap_status cli_outputs_copy_out(recap_pipeline *p, int64_t batch, cli_host_tensors *out) {
+  return copy_out_set(p, batch, OUTPUTS, out);
+}
+
+recap_status cli_states_copy_out(recap_pipeline *p, int64_t batch, cli_host_tensors *out) {
+  return copy_out_set(p, batch, STATES_AND_SCALARS, out);
 }
 
 void cli_host_tensors_free(cli_host_tensors *set) {

@@ -72,6 +72,8 @@ recap_status cli_inputs_make(const recap_pipeline *p, const cli_host_tensors *bo
 recap_status cli_inputs_copy_in(recap_pipeline *p, const cli_host_tensors *inputs);
 /* Allocates *out and copies every output's `batch` rows out (waits for the runs). */
 recap_status cli_outputs_copy_out(recap_pipeline *p, int64_t batch, cli_host_tensors *out);
+/* The same for every state and scalar (as the next run will read them). */
+recap_status cli_states_copy_out(recap_pipeline *p, int64_t batch, cli_host_tensors *out);
 /* Frees the host copies; a zeroed set is fine. */
 void cli_host_tensors_free(cli_host_tensors *set);
 
