@@ -562,18 +562,27 @@ grep -q "segments: missing" "$tmp/err" || fail "no segments: $(head -1 "$tmp/err
 expect 1 "memviz of a missing file" -- "$recap" memviz "$tmp/no_such.json"
 expect 2 "memviz without a file" -- "$recap" memviz
 
-# launch: one rank on the host backend runs the spec and reports its exit; a world of 2 on
-# the host is a clear failure of both ranks (reported, not hung); launch's own flags.
+# launch: one rank on the host backend runs the spec and reports its exit; a world of 2 asked
+# for on the host is a usage error before any rank starts, and one that falls back to the host
+# (no GPU) a clear failure of both ranks (reported, not hung); launch's own flags.
 expect 0 "launch --help" -- "$recap" launch --help
 grep -q "the timeout + 5" "$tmp/out" || fail "launch --help does not give --grace's default"
 expect 0 "launch 1 host rank" -- "$recap" launch --gpus 1 -- run "$specs/tp_mlp.yaml" \
   --device host --iters 2 --warmup 1
 grep -q "rank 0: exit 0" "$tmp/out" || fail "launch did not report rank 0's exit"
 grep -q "rank 0 of 1" "$tmp/out" || fail "the rank printed no summary"
-expect 1 "launch 2 host ranks" -- "$recap" launch --gpus 2 --timeout 20 -- run \
-  "$specs/tp_mlp.yaml" --device host --iters 2
-grep -q "rank 1: exit 1" "$tmp/out" || fail "launch did not report rank 1's failure"
-grep -qi "host" "$tmp/err" || fail "no message says the host backend is a world of 1"
+for device in "--device host" "--device=host"; do
+  expect 2 "launch 2 ranks with $device" -- "$recap" launch --gpus 2 --timeout 20 -- run \
+    "$specs/tp_mlp.yaml" $device --iters 2
+  grep -q "rank" "$tmp/out" && fail "launch with $device started ranks"
+  grep -q "host backend is a world of 1" "$tmp/err" || fail "launch with $device: no reason given"
+done
+if ! "$recap" info | grep -q "^  cuda:0"; then
+  expect 1 "launch 2 ranks falling back to the host" -- "$recap" launch --gpus 2 --timeout 20 \
+    -- run "$specs/tp_mlp.yaml" --iters 2
+  grep -q "rank 1: exit 1" "$tmp/out" || fail "launch did not report rank 1's failure"
+  grep -qi "host" "$tmp/err" || fail "no message says the host backend is a world of 1"
+fi
 expect 2 "launch without run" -- "$recap" launch --gpus 1
 expect 2 "launch setting --rank" -- "$recap" launch --gpus 1 -- run "$specs/tp_mlp.yaml" --rank 0
 

@@ -290,7 +290,7 @@ static void launch_usage(FILE *out) {
           "list), waits for them and prints every rank's exit. When a rank fails the others get\n"
           "--grace seconds to fail on their own (their collectives time out), then SIGTERM,\n"
           "then SIGKILL.\n\n"
-          "  --gpus N      ranks (1 to %d); with --device host only 1\n"
+          "  --gpus N      ranks (1 to %d); with --device host only 1 (more is a usage error)\n"
           "  --timeout S   passed to each rank: rendezvous, NCCL init and every wait (default "
           "120)\n"
           "  --grace S     seconds before stopping the other ranks after a failure (default: "
@@ -370,6 +370,19 @@ int cli_launch_main(int argc, char **argv) {
       fprintf(stderr, "recap launch: %s is set by launch itself\n", argv[i]);
       return CLI_EXIT_USAGE;
     }
+  /* Every rank would refuse the world at its first step: say so before starting any. */
+  for (int i = sep + 2; gpus > 1 && i < argc; i++) {
+    const char *device = NULL;
+    int k = i, m = cli_flag(LAUNCH, argc, argv, &k, "--device", &device);
+    if (m < 0) return CLI_EXIT_USAGE; /* --device without a value: reported */
+    if (m > 0 && strcmp(device, "host") == 0) {
+      fprintf(stderr,
+              "recap launch: --gpus %lld with --device host: the host backend is a world of 1 "
+              "(one device, no NCCL); use --gpus 1 or CUDA devices\n",
+              gpus);
+      return CLI_EXIT_USAGE;
+    }
+  }
   char self[PATH_MAX];
   ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
   if (n <= 0) {
