@@ -48,7 +48,7 @@ grep -q -- "--iters" "$tmp/err" || fail "the bad number's flag is not named"
 expect 2 "negative number" -- "$recap" run "$specs/fork_join.yaml" --iters -1
 expect 2 "missing value" -- "$recap" run "$specs/fork_join.yaml" --iters
 expect 2 "bad mode" -- "$recap" run "$specs/fork_join.yaml" --mode fast
-expect 2 "bad dim" -- "$recap" plan "$specs/mlp_decode.yaml" --dim B=3
+expect 2 "bad dim" -- "$recap" plan "$specs/mlp_decode.yaml" --dim B=9
 expect 2 "unknown dim" -- "$recap" run "$specs/mlp_decode.yaml" --dim Q=3
 expect 2 "no spec" -- "$recap" validate
 
@@ -83,6 +83,30 @@ for word in "arena:" "naive:" "max live:"; do
   grep -q "$word" "$tmp/out" || fail "plan prints no '$word'"
 done
 expect 0 "plan of one bucket" -- "$recap" plan "$specs/mlp_decode.yaml" --dim B=2
+# --dim means what it means to run: a batch of the bucketed dim shows the bucket that holds it,
+# any other dim is replaced (mlp_decode: x [B, H] and w1 [H, H], bf16; buckets 1 2 4 8; the
+# plan's bytes are the largest bucket's, which every bucket shares).
+bytes_of() { awk -v t="$1" '$1 == t { print $3 }' "$tmp/out"; }
+expect 0 "plan --dim B=3" -- "$recap" plan "$specs/mlp_decode.yaml" --dim B=3
+grep -q "B=3 runs in bucket B=4" "$tmp/out" || fail "plan --dim B=3 does not name bucket 4"
+expect 0 "plan --dim H=1024 --dim B=3" -- "$recap" plan "$specs/mlp_decode.yaml" --dim H=1024 \
+  --dim B=3
+[ "$(bytes_of w1)" = $((1024 * 1024 * 2)) ] && [ "$(bytes_of x)" = $((8 * 1024 * 2)) ] ||
+  fail "plan --dim H=1024: w1 $(bytes_of w1) B, x $(bytes_of x) B"
+grep -q "H=1024" "$tmp/out" || fail "plan does not say which dims it replaced"
+expect 2 "plan --dim of an unknown dim" -- "$recap" plan "$specs/mlp_decode.yaml" --dim Q=3
+expect 0 "dot --dim B=3 --dim H=1024" -- "$recap" dot "$specs/mlp_decode.yaml" --dim B=3 \
+  --dim H=1024
+grep -qF 'label="x\ninput bf16 [4, 1024]"' "$tmp/out" || fail "dot --dim: x is not [4, 1024]"
+grep -qF 'label="w1\nparam bf16 [1024, 1024]"' "$tmp/out" || fail "dot --dim: w1 is not [1024, 1024]"
+expect 0 "dot --graph --dim H=1024" -- "$recap" dot "$specs/mlp_decode.yaml" --graph --device host \
+  --dim H=1024 --dim B=1
+# A replaced dim that breaks a shape is a spec error at its position (transformer_block splits
+# D into heads of Dh).
+expect 1 "plan --dim that breaks a shape" -- "$recap" plan "$specs/transformer_block.yaml" \
+  --dim D=1000
+grep -qE "transformer_block.yaml:[0-9]+:[0-9]+: error: " "$tmp/err" ||
+  fail "plan --dim D=1000: no positioned error (got: $(head -1 "$tmp/err"))"
 # plan shows what the fusion pass fused; --no-fusion and RECAP_FUSION=0 turn it off.
 expect 0 "plan fused" -- "$recap" plan "$specs/elementwise_chain.yaml"
 grep -q "100 spec ops became" "$tmp/out" || fail "plan shows no fused ops"

@@ -78,6 +78,9 @@ bool cli_take_one(const char *cmd, const char *what, const char *arg, const char
 
 /* ---- specs and devices (spec_util.c) ---- */
 
+/* Prints diag's FILE:LINE:COL errors to stderr (and how many more were dropped). */
+void cli_print_diag(const char *path, const recap__diag *diag);
+
 /* Loads and checks a spec, printing every FILE:LINE:COL error (or the I/O failure) to stderr.
  * base_dir (NULL: no restriction) confines the files the spec names (params, safetensors) to
  * that directory, as recap_pipeline_options.base_dir does. RECAP_OK, or the loader's status. */
@@ -90,12 +93,16 @@ recap_status cli_load_spec(const char *path, const char *base_dir, recap__spec *
 bool cli_select_bucket(const char *cmd, const recap__spec *spec, const char *name, int64_t value,
                        bool exact, size_t *bucket, int64_t *batch);
 
-/* `plan` and `dot` show one bucket: checks dim_text ("NAME=VALUE", NULL: none) with
- * cli_parse_dim, loads path with cli_load_spec and selects the bucket as cli_select_bucket with
- * exact == true. CLI_EXIT_OK; CLI_EXIT_USAGE for a bad --dim; CLI_EXIT_FAILURE when the spec
- * does not load (messages on stderr). *spec is the caller's to destroy, also on failure. */
+/* `plan` and `dot` show one bucket, with --dim meaning what it means to `run`: loads path with
+ * cli_load_spec, resolves the dims[] flags with cli_resolve_dims (a batch of the bucketed dim
+ * selects the bucket that holds it; *batch gets the batch) and writes every other dim's new
+ * value into the loaded spec (overrides[] gets those flags, for a pipeline's options). The IRs
+ * built from the spec then check the new values (cli_bucket_plan_build). CLI_EXIT_OK;
+ * CLI_EXIT_USAGE for a bad --dim; CLI_EXIT_FAILURE when the spec does not load (messages on
+ * stderr). *spec is the caller's to destroy, also on failure. */
 int cli_load_spec_bucket(const char *cmd, const char *path, const char *base_dir,
-                         const char *dim_text, recap__spec **spec, size_t *bucket, int64_t *batch);
+                         const char *const *dims, int num_dims, recap__spec **spec,
+                         const char **overrides, size_t *bucket, int64_t *batch);
 
 enum { CLI_MAX_DIMS = 16 };
 
@@ -166,7 +173,9 @@ bool cli_pick_device(const char *cmd, const char *requested, recap_backend_kind 
                      recap_device *out);
 
 /* Every bucket's IR (fused when `fuse`) and the one plan the engine builds over them all
- * (bucket_plan.c). irs[b] is bucket b's IR; the last is the largest. */
+ * (bucket_plan.c). irs[b] is bucket b's IR; the last is the largest. A spec whose dims were
+ * replaced (cli_load_spec_bucket) may not hold: RECAP_STATUS_SPEC_ERROR, with every
+ * FILE:LINE:COL error printed to stderr. */
 typedef struct {
   recap__ir **irs;
   size_t count;

@@ -8,13 +8,17 @@
 #include "engine/cli/cli.h"
 #include "engine/cli/tensors.h"
 
+void cli_print_diag(const char *path, const recap__diag *diag) {
+  for (size_t i = 0; i < diag->count; i++) fprintf(stderr, "%s\n", diag->messages[i]);
+  if (diag->dropped > 0) fprintf(stderr, "%s: %zu more errors not shown\n", path, diag->dropped);
+}
+
 recap_status cli_load_spec(const char *path, const char *base_dir, recap__spec **out) {
   recap__spec_options options = {.base_dir = base_dir};
   recap__diag diag = {0};
   recap_status st = recap__spec_load_file(path, &options, out, &diag);
   if (st == RECAP_STATUS_SPEC_ERROR && diag.count > 0) {
-    for (size_t i = 0; i < diag.count; i++) fprintf(stderr, "%s\n", diag.messages[i]);
-    if (diag.dropped > 0) fprintf(stderr, "%s: %zu more errors not shown\n", path, diag.dropped);
+    cli_print_diag(path, &diag);
   } else if (st != RECAP_OK) {
     fprintf(stderr, "%s: error: %s\n", path, recap_last_error());
   }
@@ -61,14 +65,20 @@ bool cli_select_bucket(const char *cmd, const recap__spec *spec, const char *nam
 }
 
 int cli_load_spec_bucket(const char *cmd, const char *path, const char *base_dir,
-                         const char *dim_text, recap__spec **spec, size_t *bucket, int64_t *batch) {
-  char dim_name[64];
-  int64_t dim_value = 0;
-  if (dim_text && !cli_parse_dim(cmd, dim_text, dim_name, sizeof dim_name, &dim_value))
-    return CLI_EXIT_USAGE;
+                         const char *const *dims, int num_dims, recap__spec **spec,
+                         const char **overrides, size_t *bucket, int64_t *batch) {
   if (cli_load_spec(path, base_dir, spec) != RECAP_OK) return CLI_EXIT_FAILURE;
-  if (!cli_select_bucket(cmd, *spec, dim_text ? dim_name : NULL, dim_value, true, bucket, batch))
+  if (!cli_resolve_dims(cmd, *spec, dims, num_dims, overrides, bucket, batch))
     return CLI_EXIT_USAGE;
+  /* The same replacement recap_pipeline_options.dims makes: overrides name declared dims
+   * without buckets (cli_resolve_dims), each with one value. */
+  for (const char *const *o = overrides; *o; o++) {
+    char name[64];
+    int64_t value;
+    (void)cli_parse_dim(cmd, *o, name, sizeof name, &value); /* checked by cli_resolve_dims */
+    for (size_t d = 0; d < (*spec)->num_dims; d++)
+      if (strcmp((*spec)->dims[d].name, name) == 0) (*spec)->dims[d].values[0] = value;
+  }
   return CLI_EXIT_OK;
 }
 
