@@ -34,9 +34,15 @@ check_json() { # FILE: parses as JSON
 }
 
 # --help on every subcommand, usage errors.
-for cmd in info validate plan ops dot run bench bench-ops bench-capture serve-bench; do
+for cmd in info validate plan ops dot run bench bench-ops bench-capture serve-bench memviz launch; do
   expect 0 "$cmd --help" -- "$recap" "$cmd" --help
   grep -q "usage: recap $cmd" "$tmp/out" || fail "$cmd --help prints no usage line"
+  # Help speaks for itself: no references into an issue tracker the user cannot see.
+  grep -qiE "issue ?#?[0-9]" "$tmp/out" && fail "$cmd --help refers to an issue number"
+done
+expect 0 "run --help" -- "$recap" run --help
+for flag in --world --rank --init --timeout; do
+  grep -q -- "$flag" "$tmp/out" || fail "run --help does not list $flag"
 done
 expect 0 "recap --help" -- "$recap" --help
 expect 2 "no command" -- "$recap"

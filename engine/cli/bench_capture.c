@@ -1,6 +1,6 @@
 /* bench_capture.c: `recap bench-capture`: what graphs cost to make and to launch.
  *
- * Issue 6's capture-cost targets, measured on pipelines generated here:
+ * The capture-cost targets recap holds itself to, measured on pipelines generated here:
  *   1. capture + instantiate of a 1000-op pipeline (a chain of add and tanh on a small tensor,
  *      built as spec text and loaded with recap_pipeline_create_string, fusion off so that
  *      each op is one kernel node): <= 50 ms;
@@ -45,7 +45,7 @@ static void usage(FILE *out) {
   fprintf(out,
           "usage: recap bench-capture [--device cuda|host] [--ops N] [--buckets N]\n"
           "                           [--bucket-spec FILE] [--repeats N] [--json FILE]\n\n"
-          "Measures what graphs cost on the host and checks issue 6's targets:\n"
+          "Measures what graphs cost on the host and checks them against targets:\n"
           "  capture + instantiate of a generated N-op pipeline (default %d)   <= %.0f ms\n"
           "  an update of its instantiated graph (rebind -> re-capture -> exec update)  <= "
           "%.0f ms\n"

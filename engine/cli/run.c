@@ -18,7 +18,8 @@ static void usage(FILE *out) {
           "usage: recap run SPEC [--mode eager|graph] [--device cuda|host] [--iters N]\n"
           "                 [--warmup N] [--dim NAME=VALUE] [--seed N] [--json]\n"
           "                 [--save-tensors FILE.safetensors] [--base-dir DIR] [--no-fusion]\n"
-          "                 [--memory-snapshot FILE.json]\n\n"
+          "                 [--memory-snapshot FILE.json]\n"
+          "       recap run SPEC --world N --rank R [--init URL] [--timeout S] [flags]\n\n"
           "Runs the pipeline: inputs get what their init says (normal and uniform drawn from "
           "a seeded\ngenerator; the seed is printed), then warmup runs, then N timed runs "
           "(device events around\neach). Prints every output's shape, checksum and first "
@@ -47,7 +48,17 @@ static void usage(FILE *out) {
           "as\n                     RECAP_FUSION=0)\n"
           "  --memory-snapshot F  write the device allocator's snapshot (JSON) at the end of "
           "the run,\n                     before the pipeline is destroyed (draw it with recap "
-          "memviz)\n",
+          "memviz)\n\n"
+          "One rank of a distributed run (recap launch starts every rank with these):\n"
+          "  --world N          ranks in all (1 to 64); rank 0's inputs and batch go to every "
+          "rank\n"
+          "  --rank R           this process's rank, 0 <= R < N\n"
+          "  --init URL         the rendezvous, file:///PATH or tcp://HOST:PORT (needed when N > "
+          "1)\n"
+          "  --timeout S        seconds for the rendezvous, NCCL init and every wait (default "
+          "120)\n"
+          "  with --world, run takes --mode, --device, --iters, --warmup, --dim, --seed, --json "
+          "and\n  --base-dir (see recap launch --help)\n",
           CLI_HOST_ITERS_CAP, CLI_HOST_WARMUP_CAP);
 }
 
