@@ -122,6 +122,20 @@ grep -q "fusion: off" "$tmp/out" || fail "plan --no-fusion still fuses"
 expect 0 "plan RECAP_FUSION=0" -- env RECAP_FUSION=0 "$recap" plan "$specs/elementwise_chain.yaml"
 grep -q "fusion: off" "$tmp/out" || fail "plan with RECAP_FUSION=0 still fuses"
 
+# plan counts the streams the ops use (not the highest index + 1) and says how many waits it
+# lists: fork_join with its second branch on stream 63 uses 3 streams, with 4 waits between
+# ops and 2 joins at the end of the pipeline.
+sed 's/stream: 2/stream: 63/' "$specs/fork_join.yaml" >"$tmp/fork_join_63.yaml"
+expect 0 "plan with stream 63" -- "$recap" plan "$tmp/fork_join_63.yaml"
+grep -q "6 ops, 12 tensors, 3 streams (0, 1, 63)," "$tmp/out" ||
+  fail "plan miscounts the streams: $(grep '^plan for' "$tmp/out")"
+grep -q "^waits (4 between ops, 2 end-of-pipeline joins):$" "$tmp/out" ||
+  fail "plan's waits header: $(grep '^waits' "$tmp/out")"
+[ "$(grep -c -e "^  op .* waits for op" -e "^  end of pipeline joins" "$tmp/out")" = 6 ] ||
+  fail "plan does not list 6 waits and joins"
+expect 0 "dot with stream 63" -- "$recap" dot "$tmp/fork_join_63.yaml"
+[ "$(grep -c "subgraph cluster_stream" "$tmp/out")" = 3 ] || fail "dot draws clusters of unused streams"
+
 # dot: the DAG, and the captured graph.
 expect 0 "dot" -- "$recap" dot "$specs/fork_join.yaml"
 grep -q "^digraph" "$tmp/out" || fail "dot prints no digraph"

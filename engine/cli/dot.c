@@ -94,6 +94,10 @@ static void write_dag(FILE *f, const recap__ir *ir, const recap__plan *plan) {
     fprintf(f, "\"];\n");
   }
   for (int s = 0; s < ir->num_streams; s++) {
+    /* Streams are the spec's numbers (0 to 63): draw only those with ops. */
+    bool used = false;
+    for (size_t o = 0; o < ir->num_ops && !used; o++) used = ir->ops[o].stream == s;
+    if (!used) continue;
     fprintf(f, "  subgraph cluster_stream%d {\n    label=\"stream %d%s\";\n    style=rounded;\n", s,
             s, s == 0 ? " (the pipeline's)" : "");
     for (size_t o = 0; o < ir->num_ops; o++) {
