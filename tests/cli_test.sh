@@ -512,6 +512,15 @@ assert b["buckets"] == 2 and b["captures"] == 2 and b["target"]["target_ms"] == 
 assert cpu["op_launch_us"] > 0 and cpu["eager_pipeline_per_op_us"] > 0, cpu
 assert cpu["replay_call_us"] > 0 and cpu["replay_graph_nodes"] == 40, cpu
 EOF
+# Its default bucket spec is built in: it runs from any folder.
+recap_abs=$(cd "$(dirname "$recap")" && pwd)/$(basename "$recap")
+expect 0 "bench-capture from another folder" -- env -C "$tmp" "$recap_abs" bench-capture \
+  --device host --ops 4 --repeats 1 --json "$tmp/capture_default.json"
+python3 - "$tmp/capture_default.json" <<'EOF' || fail "bench-capture's default bucket spec"
+import json, sys
+b = json.load(open(sys.argv[1]))["buckets"]
+assert b["spec"] == "specs/transformer_block.yaml (built in)" and b["buckets"] == 2, b
+EOF
 expect 2 "bench-capture --ops 1" -- "$recap" bench-capture --ops 1
 expect 1 "bench-capture of a missing bucket spec" -- "$recap" bench-capture --device host \
   --ops 4 --repeats 1 --bucket-spec "$tmp/no_such.yaml"
