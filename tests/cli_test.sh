@@ -251,6 +251,20 @@ expect 0 "run a seeded spec (text)" -- "$recap" run "$specs/fork_join.yaml" --de
   --iters 1 --warmup 0
 grep -q "from seed 11 (the spec's seed:" "$tmp/out" || fail "run does not say the seed is the spec's"
 
+# --warmup 0 means no warmup runs, also none before the capture: warmup time is then far below
+# one run's time, where --warmup 1 spends about one run per bucket (fork_join has one).
+for w in 0 1; do
+  expect 0 "run --warmup $w" -- "$recap" run "$specs/fork_join.yaml" --device host --iters 2 \
+    --warmup $w --json
+  cp "$tmp/out" "$tmp/warmup_$w.json"
+done
+python3 - "$tmp/warmup_0.json" "$tmp/warmup_1.json" <<'EOF' || fail "--warmup 0 still warms up"
+import json, sys
+zero, one = (json.load(open(p)) for p in sys.argv[1:3])
+assert zero["warmup"] == 0 and zero["setup"]["warmup_ms"] < 0.2 * zero["timing"]["min_ms"], zero
+assert one["setup"]["warmup_ms"] > 0.5 * one["timing"]["min_ms"], one
+EOF
+
 # --save-tensors: a valid .safetensors file whose data reproduces the output.
 expect 0 "run --save-tensors" -- "$recap" run "$specs/elementwise_chain.yaml" --device host \
   --iters 1 --warmup 0 --seed 9 --save-tensors "$tmp/chain.safetensors"

@@ -30,8 +30,8 @@ static void usage(FILE *out) {
           "  --iters N          timed iterations per mode (default: the spec's run.iters, at "
           "most %d\n                     on the host backend)\n"
           "  --warmup N         untimed iterations per mode first, also the engine's warmups "
-          "before\n                     capture (default: the spec's run.warmup, at most %d "
-          "on host)\n"
+          "before\n                     capture; 0: none (default: the spec's run.warmup, at "
+          "most %d on host)\n"
           "  --dim NAME=VALUE   for the bucketed dim: a batch of VALUE real rows (default: the "
           "largest\n                     bucket); for any other dim: replaces the spec's value "
           "(repeatable)\n"
@@ -112,12 +112,13 @@ typedef struct {
   size_t launches; /* launches submitted per iteration */
 } mode_result;
 
-/* Iteration i runs instance ps[i % k]: warmup (at least one round), then `iters` timed ones,
- * each between two events on that instance's stream and waited for (cli_time_runs's method). */
+/* Iteration i runs instance ps[i % k]: warmup (rounded up to whole rounds, so that every
+ * instance gets as many; none for 0), then `iters` timed ones, each between two events on
+ * that instance's stream and waited for (cli_time_runs's method). */
 static recap_status measure(recap_pipeline **ps, int k, int64_t batch, int warmup, int iters,
                             mode_result *out) {
   recap_status st = RECAP_OK;
-  for (int i = 0; st == RECAP_OK && i < (k > 1 && warmup < k ? k : warmup); i++)
+  for (int i = 0; st == RECAP_OK && i < (warmup + k - 1) / k * k; i++)
     st = recap_pipeline_run(ps[i % k], batch);
   if (st != RECAP_OK) return st;
   if (k == 1) {
@@ -215,8 +216,10 @@ int cli_bench_main(int argc, char **argv) {
     goto done;
   }
   /* The eager instance shares the weights: one copy of the params, identical values. */
-  recap_pipeline_options eager_opts = {
-      .override_mode = 1, .mode = RECAP_MODE_EAGER, .warmup = opts.warmup};
+  recap_pipeline_options eager_opts = {.override_mode = 1,
+                                       .mode = RECAP_MODE_EAGER,
+                                       .warmup = opts.warmup,
+                                       .warmup_set = opts.warmup_set};
   if ((st = recap_pipeline_clone(graph, &eager_opts, &eager)) != RECAP_OK) {
     cli_report_failure(CMD, "cloning the pipeline", st);
     goto done;

@@ -174,6 +174,7 @@ int cli_run_dist_main(int argc, char **argv) {
   int iters = a.common.iters_set ? (int)a.common.iters : spec->iters;
   int warmup = a.common.warmup_set ? (int)a.common.warmup : spec->warmup;
   opts.warmup = warmup;
+  opts.warmup_set = 1;
   opts.dims = overrides;
   if ((st = recap_pipeline_create_file(a.path, &opts, &p)) != RECAP_OK) {
     cli_report_failure(who, "creating the pipeline", st);

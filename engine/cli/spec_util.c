@@ -146,8 +146,9 @@ int cli_run_setup_resolve(const char *cmd, const cli_run_flags *f, const recap__
   if (host && !f->warmup_set && out->warmup > CLI_HOST_WARMUP_CAP)
     out->warmup = CLI_HOST_WARMUP_CAP;
   out->seed = cli_input_seed(f->seed_set, f->seed, spec, &out->seed_from);
-  /* --warmup also sets the engine's eager runs before each capture (0 there: the spec's). */
+  /* --warmup also sets the engine's eager runs before each capture, 0 included. */
   opts->warmup = out->warmup;
+  opts->warmup_set = 1;
   opts->dims = out->overrides;
   opts->base_dir = f->base_dir;
   opts->no_fusion = f->no_fusion;
