@@ -251,6 +251,26 @@ expect 0 "run a seeded spec (text)" -- "$recap" run "$specs/fork_join.yaml" --de
   --iters 1 --warmup 0
 grep -q "from seed 11 (the spec's seed:" "$tmp/out" || fail "run does not say the seed is the spec's"
 
+# A pipeline far too large for the CPU is announced before anything is allocated: run and bench
+# of mlp_large (4 linear layers of 2 B H^2 FLOPs) warn with the work per run. A 1 MiB device
+# cap then makes the pipeline fail at once, after the warning. Small specs get no warning.
+for cmd in run bench; do
+  expect 1 "$cmd of a very large spec on the host" -- env RECAP_HOST_MEMORY_BYTES=1048576 \
+    "$recap" "$cmd" "$specs/mlp_large.yaml" --device host
+  python3 - "$specs/mlp_large.yaml" "$tmp/err" <<'EOF' || fail "$cmd: no work estimate for mlp_large"
+import re, sys
+spec, err = open(sys.argv[1]).read(), open(sys.argv[2]).read()
+b, h = (int(re.search(rf"^  {d}: (\d+)$", spec, re.M).group(1)) for d in "BH")
+flops = spec.count("op: linear") * 2 * b * h * h
+m = re.search(r"warning: .*? ([0-9.]+) TFLOP per run", err)
+assert m, err
+assert abs(float(m.group(1)) * 1e12 - flops) < 0.03 * flops, (m.group(1), flops)
+assert re.search(r"its [0-9]+ runs", err) and "--iters" in err and "--dim" in err, err
+EOF
+done
+expect 0 "run of a small spec" -- "$recap" run "$specs/fork_join.yaml" --device host --iters 1
+grep -q "warning" "$tmp/err" && fail "a small spec gets a size warning"
+
 # --warmup 0 means no warmup runs, also none before the capture: warmup time is then far below
 # one run's time, where --warmup 1 spends about one run per bucket (fork_join has one).
 for w in 0 1; do

@@ -192,6 +192,12 @@ int cli_bench_main(int argc, char **argv) {
   if ((rc = cli_run_setup_resolve(CMD, &a.common, spec, &opts, &rs)) != CLI_EXIT_OK) goto done;
   rc = CLI_EXIT_FAILURE;
   bool host = opts.device.backend == RECAP_BACKEND_HOST;
+  /* Before anything is allocated: a spec sized for a GPU can take hours on the CPU. Each mode
+   * runs warmup + iters, and the capture warms every bucket first. */
+  if (host)
+    cli_warn_host_work(CMD, a.path, spec, rs.bucket,
+                       2 * (rs.warmup + rs.iters) +
+                           rs.warmup * (int)recap__spec_num_buckets(spec));
 
   printf("%s (%s) on %s:%d", spec->name, a.path, recap_backend_name(opts.device.backend),
          opts.device.index);

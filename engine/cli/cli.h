@@ -154,13 +154,17 @@ json_t *cli_json_number(double v);
 /* The input seed in JSON: a decimal string, exact beyond 2^53 where JSON numbers are not. */
 json_t *cli_seed_json(uint64_t seed);
 
-/* Resolves f's --dim flags (cli_resolve_dims), the device (cli_pick_device), iters and warmup
- * (the flag, else the spec's, capped on the host backend) and the seed into *out, and sets
- * opts' device, warmup, dims (pointing into *out, which must outlive opts' use), base_dir and
- * no_fusion. CLI_EXIT_OK; CLI_EXIT_USAGE for a bad --dim; CLI_EXIT_FAILURE when the device
+/* Resolves f's --dim flags (cli_resolve_dims; the replaced dims are written into spec too,
+ * cli_spec_replace_dims), the device (cli_pick_device), iters and warmup (the flag, else the
+ * spec's, capped on the host backend) and the seed into *out, and sets opts' device, warmup,
+ * dims (pointing into *out, which must outlive opts' use), base_dir and no_fusion. CLI_EXIT_OK; CLI_EXIT_USAGE for a bad --dim; CLI_EXIT_FAILURE when the device
  * cannot be used (messages on stderr). */
-int cli_run_setup_resolve(const char *cmd, const cli_run_flags *f, const recap__spec *spec,
+int cli_run_setup_resolve(const char *cmd, const cli_run_flags *f, recap__spec *spec,
                           recap_pipeline_options *opts, cli_run_setup *out);
+/* Writes the values of overrides[] ("NAME=VALUE" of dims without buckets, as cli_resolve_dims
+ * returns them; NULL-terminated) into a loaded spec, as recap_pipeline_options.dims does in
+ * the pipeline's own copy: the IRs built from it then have the new sizes. */
+void cli_spec_replace_dims(const char *cmd, recap__spec *spec, const char *const *overrides);
 
 /* The --dim NAME=VALUE flags of run, bench and serve-bench: the spec's bucketed dim selects
  * the batch (as cli_select_bucket with exact == false); any other declared dim is copied to
@@ -187,6 +191,19 @@ typedef struct {
 recap_status cli_bucket_plan_build(recap__spec *spec, bool fuse, cli_bucket_plan *out);
 /* Frees what cli_bucket_plan_build made; a zeroed struct is fine. */
 void cli_bucket_plan_free(cli_bucket_plan *bp);
+
+/* How much one run computes, estimated from an IR (work.c): GEMMs and attention by their
+ * multiply-adds (2 FLOPs each), other ops one FLOP per element; bytes are every op's inputs
+ * and outputs. */
+typedef struct {
+  double flops, bytes;
+} cli_work;
+void cli_work_estimate(const recap__ir *ir, cli_work *out);
+/* Before a host-backend run: estimates `runs` runs of bucket `bucket` of spec and, when they
+ * would take over a minute on the CPU, prints a warning with the work per run and how to
+ * shrink it. Whether it warned. */
+bool cli_warn_host_work(const char *cmd, const char *path, const recap__spec *spec, size_t bucket,
+                        int runs);
 
 /* The first line of recap_last_error() after a failed call, prefixed for the user. */
 void cli_report_failure(const char *cmd, const char *what, recap_status status);

@@ -178,6 +178,19 @@ static bool save_tensors(recap_pipeline *p, const char *path, const cli_host_ten
   return ok;
 }
 
+/* Times runs [from, to) of `total` into ms[from..to) (cli_time_runs); with `progress`, one
+ * at a time with a line each on stderr, so that a long host run shows it is moving. */
+static recap_status time_runs(recap_pipeline *p, int64_t batch, int from, int to, int total,
+                              double *ms, bool progress) {
+  if (!progress) return cli_time_runs(p, batch, to - from, ms + from);
+  for (int i = from; i < to; i++) {
+    recap_status st = cli_time_runs(p, batch, 1, ms + i);
+    if (st != RECAP_OK) return st;
+    fprintf(stderr, "recap %s: timed run %d of %d: %.1f s\n", CMD, i + 1, total, ms[i] / 1e3);
+  }
+  return RECAP_OK;
+}
+
 /* The allocator's state with the pipeline still alive (its arena, params and graph pools). */
 static bool write_snapshot(recap_device device, const char *path) {
   char *json = NULL;
@@ -220,6 +233,12 @@ int cli_run_main(int argc, char **argv) {
   cli_run_setup rs;
   if ((rc = cli_run_setup_resolve(CMD, &a.common, spec, &opts, &rs)) != CLI_EXIT_OK) goto done;
   rc = CLI_EXIT_FAILURE;
+  /* Before anything is allocated: a spec sized for a GPU can take hours on the CPU. */
+  bool eager_mode = opts.override_mode && opts.mode == RECAP_MODE_EAGER;
+  int engine_warmups = eager_mode ? 0 : rs.warmup * (int)recap__spec_num_buckets(spec);
+  bool slow = opts.device.backend == RECAP_BACKEND_HOST &&
+              cli_warn_host_work(CMD, a.path, spec, rs.bucket,
+                                 engine_warmups + rs.warmup + rs.iters);
 
   if ((st = recap_pipeline_create_file(a.path, &opts, &p)) != RECAP_OK) {
     cli_report_failure(CMD, "creating the pipeline", st);
@@ -256,16 +275,21 @@ int cli_run_main(int argc, char **argv) {
     fflush(stdout);
   }
   double t0 = cli_now();
+  if (slow && graph)
+    fprintf(stderr, "recap %s: capturing, after %d warmup run%s per bucket...\n", CMD, rs.warmup,
+            rs.warmup == 1 ? "" : "s");
   if (graph && (st = recap_pipeline_capture(p)) != RECAP_OK) {
     cli_report_failure(CMD, "capturing", st);
     goto done;
   }
   double capture_wall_ms = (cli_now() - t0) * 1e3;
-  for (int i = 0; i < rs.warmup; i++)
+  for (int i = 0; i < rs.warmup; i++) {
     if ((st = recap_pipeline_run(p, rs.batch)) != RECAP_OK) {
       cli_report_failure(CMD, "warmup run", st);
       goto done;
     }
+    if (slow) fprintf(stderr, "recap %s: warmup run %d of %d done\n", CMD, i + 1, rs.warmup);
+  }
   if (!(ms = malloc((size_t)rs.iters * sizeof *ms))) {
     fprintf(stderr, "recap %s: out of memory\n", CMD);
     goto done;
@@ -273,9 +297,9 @@ int cli_run_main(int argc, char **argv) {
   /* Runs update states in place: --save-tensors keeps them as the last run reads them, taken
    * between two timed runs (each run is timed on its own, so the copy is not in any time). */
   int before_last = a.save_path ? rs.iters - 1 : rs.iters;
-  if ((st = cli_time_runs(p, rs.batch, before_last, ms)) != RECAP_OK ||
+  if ((st = time_runs(p, rs.batch, 0, before_last, rs.iters, ms, slow)) != RECAP_OK ||
       (a.save_path && (st = cli_states_copy_out(p, rs.batch, &states)) != RECAP_OK) ||
-      (st = cli_time_runs(p, rs.batch, rs.iters - before_last, ms + before_last)) != RECAP_OK) {
+      (st = time_runs(p, rs.batch, before_last, rs.iters, rs.iters, ms, slow)) != RECAP_OK) {
     cli_report_failure(CMD, "running", st);
     goto done;
   }

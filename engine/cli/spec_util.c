@@ -70,16 +70,19 @@ int cli_load_spec_bucket(const char *cmd, const char *path, const char *base_dir
   if (cli_load_spec(path, base_dir, spec) != RECAP_OK) return CLI_EXIT_FAILURE;
   if (!cli_resolve_dims(cmd, *spec, dims, num_dims, overrides, bucket, batch))
     return CLI_EXIT_USAGE;
-  /* The same replacement recap_pipeline_options.dims makes: overrides name declared dims
-   * without buckets (cli_resolve_dims), each with one value. */
+  cli_spec_replace_dims(cmd, *spec, overrides);
+  return CLI_EXIT_OK;
+}
+
+void cli_spec_replace_dims(const char *cmd, recap__spec *spec, const char *const *overrides) {
+  /* overrides name declared dims without buckets (cli_resolve_dims), each with one value. */
   for (const char *const *o = overrides; *o; o++) {
     char name[64];
     int64_t value;
     (void)cli_parse_dim(cmd, *o, name, sizeof name, &value); /* checked by cli_resolve_dims */
-    for (size_t d = 0; d < (*spec)->num_dims; d++)
-      if (strcmp((*spec)->dims[d].name, name) == 0) (*spec)->dims[d].values[0] = value;
+    for (size_t d = 0; d < spec->num_dims; d++)
+      if (strcmp(spec->dims[d].name, name) == 0) spec->dims[d].values[0] = value;
   }
-  return CLI_EXIT_OK;
 }
 
 bool cli_resolve_dims(const char *cmd, const recap__spec *spec, const char *const *dims,
@@ -132,10 +135,11 @@ bool cli_pick_device(const char *cmd, const char *requested, recap_backend_kind 
   return true;
 }
 
-int cli_run_setup_resolve(const char *cmd, const cli_run_flags *f, const recap__spec *spec,
+int cli_run_setup_resolve(const char *cmd, const cli_run_flags *f, recap__spec *spec,
                           recap_pipeline_options *opts, cli_run_setup *out) {
   if (!cli_resolve_dims(cmd, spec, f->dims, f->num_dims, out->overrides, &out->bucket, &out->batch))
     return CLI_EXIT_USAGE;
+  cli_spec_replace_dims(cmd, spec, out->overrides);
   opts->override_device = 1;
   if (!cli_pick_device(cmd, f->device, spec->device, &opts->device)) return CLI_EXIT_FAILURE;
   bool host = opts->device.backend == RECAP_BACKEND_HOST;
