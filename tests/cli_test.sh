@@ -58,6 +58,32 @@ expect 2 "bad dim" -- "$recap" plan "$specs/mlp_decode.yaml" --dim B=9
 expect 2 "unknown dim" -- "$recap" run "$specs/mlp_decode.yaml" --dim Q=3
 expect 2 "no spec" -- "$recap" validate
 
+# info: the host device's memory is its capacity (physical memory, or the
+# RECAP_HOST_MEMORY_BYTES cap), what recap has allocated from it (nothing, in `info` itself) and
+# what the system has available; not a "free" equal to the total.
+expect 0 "info" -- "$recap" info
+cp "$tmp/out" "$tmp/info.txt"
+expect 0 "info with a host memory cap" -- env RECAP_HOST_MEMORY_BYTES=1073741824 "$recap" info
+cp "$tmp/out" "$tmp/info_cap.txt"
+python3 - "$tmp/info.txt" "$tmp/info_cap.txt" <<'EOF' || fail "info: host memory"
+import re, sys
+meminfo = {l.split(":")[0]: int(l.split()[1]) * 1024 for l in open("/proc/meminfo")}
+def host(path):
+    text = open(path).read()
+    section = text[text.index("  host:0"):]
+    get = lambda label: re.search(rf"^    {label} +([0-9.]+) GiB(.*)$", section, re.M)
+    return get("memory capacity"), get("allocated by recap"), get("memory available"), section
+cap, used, avail, section = host(sys.argv[1])
+assert "memory free" not in section, section
+assert abs(float(cap.group(1)) * 2**30 - meminfo["MemTotal"]) < 0.01 * 2**30, (cap.group(0), meminfo)
+assert "physical memory" in cap.group(2), cap.group(0)
+assert float(used.group(1)) == 0, used.group(0)
+assert abs(float(avail.group(1)) * 2**30 - meminfo["MemAvailable"]) < 0.1 * meminfo["MemTotal"]
+cap, used, avail, section = host(sys.argv[2])
+assert cap.group(1) == "1.00" and "RECAP_HOST_MEMORY_BYTES" in cap.group(2), cap.group(0)
+assert float(avail.group(1)) <= 1.0, avail.group(0)
+EOF
+
 # validate: every example is valid; a bad spec fails with positioned errors.
 expect 0 "validate specs" -- "$recap" validate "$specs"/*.yaml
 expect 1 "validate a bad spec" -- "$recap" validate "$bad_specs/dim_zero.yaml"
