@@ -1643,8 +1643,7 @@ recap_status recap__plan_format(const recap__ir *ir, const recap__plan *plan, ch
   recap__text_put(&b, "plan for '%s': %zu ops, %zu tensors, %d stream%s", ir->name ? ir->name : "?",
                   plan->num_ops, plan->num_tensors, used, used == 1 ? "" : "s");
   for (int s = 0, listed = 0; used > 1 && s < plan->num_streams; s++)
-    if (stream_used(ir, plan, s))
-      recap__text_put(&b, "%s%d", listed++ ? ", " : " (", s);
+    if (stream_used(ir, plan, s)) recap__text_put(&b, "%s%d", listed++ ? ", " : " (", s);
   recap__text_put(&b, "%s, %zu arena buffer(s)\n", used > 1 ? ")" : "", plan->num_buffers);
   recap__text_put(
       &b, "views: %zu shape op(s) planned as views (they launch nothing and copy nothing)\n",

@@ -196,8 +196,7 @@ int cli_bench_main(int argc, char **argv) {
    * runs warmup + iters, and the capture warms every bucket first. */
   if (host)
     cli_warn_host_work(CMD, a.path, spec, rs.bucket,
-                       2 * (rs.warmup + rs.iters) +
-                           rs.warmup * (int)recap__spec_num_buckets(spec));
+                       2 * (rs.warmup + rs.iters) + rs.warmup * (int)recap__spec_num_buckets(spec));
 
   printf("%s (%s) on %s:%d", spec->name, a.path, recap_backend_name(opts.device.backend),
          opts.device.index);
@@ -206,8 +205,7 @@ int cli_bench_main(int argc, char **argv) {
       "\n%d timed iterations after %d warmup per mode%s; inputs as their init says, random "
       "ones from seed %" PRIu64 " (%s)\n",
       rs.iters, rs.warmup, rs.iters_capped ? " (capped for the host backend; --iters sets it)" : "",
-      rs.seed,
-      strcmp(rs.seed_from, "spec") == 0 ? "the spec's seed:" : rs.seed_from);
+      rs.seed, strcmp(rs.seed_from, "spec") == 0 ? "the spec's seed:" : rs.seed_from);
   fflush(stdout);
 
   double t0 = cli_now();

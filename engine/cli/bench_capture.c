@@ -327,10 +327,10 @@ static recap_status measure_buckets(const char *path, recap_device dev, int buck
   recap_pipeline_options opts = {.override_device = 1, .device = dev, .override_mode = 1,
                                  .mode = RECAP_MODE_GRAPH, .warmup = 1, .dims = dims};
   recap_pipeline *p = NULL;
-  recap_status st = path ? recap_pipeline_create_file(path, &opts, &p)
-                        : recap_pipeline_create_string(cli_bench_capture_spec,
-                                                       strlen(cli_bench_capture_spec),
-                                                       DEFAULT_BUCKET_SPEC, &opts, &p);
+  recap_status st =
+      path ? recap_pipeline_create_file(path, &opts, &p)
+           : recap_pipeline_create_string(cli_bench_capture_spec, strlen(cli_bench_capture_spec),
+                                          DEFAULT_BUCKET_SPEC, &opts, &p);
   double t0 = cli_now();
   if (st == RECAP_OK) st = recap_pipeline_capture(p);
   double wall = (cli_now() - t0) * 1e3;

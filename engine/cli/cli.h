@@ -156,9 +156,10 @@ json_t *cli_seed_json(uint64_t seed);
 
 /* Resolves f's --dim flags (cli_resolve_dims; the replaced dims are written into spec too,
  * cli_spec_replace_dims), the device (cli_pick_device), iters and warmup (the flag, else the
- * spec's, capped on the host backend) and the seed into *out, and sets opts' device, warmup,
- * dims (pointing into *out, which must outlive opts' use), base_dir and no_fusion. CLI_EXIT_OK; CLI_EXIT_USAGE for a bad --dim; CLI_EXIT_FAILURE when the device
- * cannot be used (messages on stderr). */
+ * spec's, capped on the host backend) and the seed into *out, and sets opts' device, warmup
+ * (with warmup_set, so that 0 means none), dims (pointing into *out, which must outlive opts'
+ * use), base_dir and no_fusion. CLI_EXIT_OK; CLI_EXIT_USAGE for a bad --dim; CLI_EXIT_FAILURE
+ * when the device cannot be used (messages on stderr). */
 int cli_run_setup_resolve(const char *cmd, const cli_run_flags *f, recap__spec *spec,
                           recap_pipeline_options *opts, cli_run_setup *out);
 /* Writes the values of overrides[] ("NAME=VALUE" of dims without buckets, as cli_resolve_dims

@@ -148,9 +148,11 @@ static int write_captured(FILE *out, const char *path, const char *base_dir,
   if (cli_load_spec(path, base_dir, &spec) != RECAP_OK) return CLI_EXIT_FAILURE;
   recap_backend_kind spec_device = spec->device;
   recap__spec_destroy(spec);
-  recap_pipeline_options opts = {
-      .override_device = 1, .override_mode = 1, .mode = RECAP_MODE_GRAPH, .base_dir = base_dir,
-      .dims = overrides};
+  recap_pipeline_options opts = {.override_device = 1,
+                                 .override_mode = 1,
+                                 .mode = RECAP_MODE_GRAPH,
+                                 .base_dir = base_dir,
+                                 .dims = overrides};
   if (!cli_pick_device(CMD, device_name, spec_device, &opts.device)) return CLI_EXIT_FAILURE;
 
   int rc = CLI_EXIT_FAILURE;
@@ -245,8 +247,8 @@ int cli_dot_main(int argc, char **argv) {
   size_t bucket;
   int64_t batch;
   const char *overrides[CLI_MAX_DIMS + 1];
-  int rc = cli_load_spec_bucket(CMD, path, base_dir, dims, num_dims, &spec, overrides, &bucket,
-                                &batch);
+  int rc =
+      cli_load_spec_bucket(CMD, path, base_dir, dims, num_dims, &spec, overrides, &bucket, &batch);
   if (rc != CLI_EXIT_OK) goto done;
   rc = CLI_EXIT_FAILURE;
   if (out_path && !(out = fopen(out_path, "w"))) {

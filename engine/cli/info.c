@@ -38,7 +38,8 @@ static void print_host_memory(size_t free_bytes, size_t total_bytes) {
   size_t available;
   if (system_available(&available))
     printf("    %-22s %.2f GiB (the system's MemAvailable, within the capacity)\n",
-           "memory available", (double)(available < free_bytes ? available : free_bytes) / (1 << 30));
+           "memory available",
+           (double)(available < free_bytes ? available : free_bytes) / (1 << 30));
 }
 
 static void print_device(recap_device device) {

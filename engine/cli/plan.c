@@ -63,8 +63,8 @@ int cli_plan_main(int argc, char **argv) {
   size_t bucket;
   int64_t batch;
   const char *overrides[CLI_MAX_DIMS + 1];
-  int rc = cli_load_spec_bucket(CMD, path, base_dir, dims, num_dims, &spec, overrides, &bucket,
-                                &batch);
+  int rc =
+      cli_load_spec_bucket(CMD, path, base_dir, dims, num_dims, &spec, overrides, &bucket, &batch);
   if (rc != CLI_EXIT_OK) goto done;
   rc = CLI_EXIT_FAILURE;
   bool fuse = recap__fuse_enabled(no_fusion);

@@ -154,19 +154,14 @@ static bool save_tensors(recap_pipeline *p, const char *path, const cli_host_ten
   char seed_text[32], batch_text[32];
   snprintf(seed_text, sizeof seed_text, "%" PRIu64, seed);
   snprintf(batch_text, sizeof batch_text, "%" PRId64, batch);
-  const char *meta[] = {"format",
-                        "pt",
-                        "producer",
-                        "recap run",
-                        "spec",
-                        p->model->spec->name,
-                        "input_seed",
-                        seed_text,
-                        "batch",
-                        batch_text,
-                        "states",
-                        "states and scalars as before the last run (the one that made the outputs)",
-                        NULL};
+  const char *meta[] = {
+      "format",     "pt",
+      "producer",   "recap run",
+      "spec",       p->model->spec->name,
+      "input_seed", seed_text,
+      "batch",      batch_text,
+      "states",     "states and scalars as before the last run (the one that made the outputs)",
+      NULL};
   if (ok)
     ok = cli_safetensors_write(path, entries, k, meta);
   else if (!entries || !params || !param_host)
@@ -236,9 +231,9 @@ int cli_run_main(int argc, char **argv) {
   /* Before anything is allocated: a spec sized for a GPU can take hours on the CPU. */
   bool eager_mode = opts.override_mode && opts.mode == RECAP_MODE_EAGER;
   int engine_warmups = eager_mode ? 0 : rs.warmup * (int)recap__spec_num_buckets(spec);
-  bool slow = opts.device.backend == RECAP_BACKEND_HOST &&
-              cli_warn_host_work(CMD, a.path, spec, rs.bucket,
-                                 engine_warmups + rs.warmup + rs.iters);
+  bool slow =
+      opts.device.backend == RECAP_BACKEND_HOST &&
+      cli_warn_host_work(CMD, a.path, spec, rs.bucket, engine_warmups + rs.warmup + rs.iters);
 
   if ((st = recap_pipeline_create_file(a.path, &opts, &p)) != RECAP_OK) {
     cli_report_failure(CMD, "creating the pipeline", st);

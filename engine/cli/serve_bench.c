@@ -5,8 +5,8 @@
  * stream and graphs) that they capture on their own thread, all at once. The main thread is
  * the front end: it draws M requests (a random batch size up to --batch-max, inputs as their
  * init says with the random ones drawn from a per-request seed) and pushes them into a bounded
- * queue (mutex + condition variables); workers pop, copy in, run, copy out. Latency is measured from the push to the
- * copied-out result (queueing included) and from the pop (service only).
+ * queue (mutex + condition variables); workers pop, copy in, run, copy out. Latency is measured
+ * from the push to the copied-out result (queueing included) and from the pop (service only).
  *
  * Every result is checked, after the timed phase so that checking does not slow the server:
  * each worker replays its own requests, in the order it served them, on an eager clone of its
@@ -187,8 +187,7 @@ static void check_all(worker *w) {
     request *r = w->done[i];
     cli_host_tensors in = {0}, want = {0};
     recap_status st;
-    if ((st = cli_inputs_make(w->reference, &w->srv->bound, r->batch, r->seed, &in)) !=
-            RECAP_OK ||
+    if ((st = cli_inputs_make(w->reference, &w->srv->bound, r->batch, r->seed, &in)) != RECAP_OK ||
         (st = cli_inputs_copy_in(w->reference, &in)) != RECAP_OK ||
         (st = recap_pipeline_run_eager(w->reference, r->batch)) != RECAP_OK ||
         (st = cli_outputs_copy_out(w->reference, r->batch, &want)) != RECAP_OK) {

@@ -129,7 +129,9 @@ recap_status cli_inputs_read_bound(recap_pipeline *p, cli_host_tensors *out) {
 }
 
 /* A uniform double in [0, 1) from the top 53 bits. */
-static double rng_unit(uint64_t *state) { return (double)(cli_rng_next(state) >> 11) * 0x1p-53; }
+static double rng_unit(uint64_t *state) {
+  return (double)(cli_rng_next(state) >> 11) * 0x1p-53;
+}
 
 /* Fills `count` elements of a float dtype from a normal or uniform init, rounded to the
  * dtype once. Normal values come from Box-Muller, one value per pair of draws. */
@@ -164,8 +166,8 @@ static void take_rows(const recap_pipeline *p, const cli_host_tensor *src, cli_h
     memcpy((char *)dst->host + o * want, (const char *)src->host + o * have, want);
 }
 
-recap_status cli_inputs_make(const recap_pipeline *p, const cli_host_tensors *bound,
-                             int64_t batch, uint64_t seed, cli_host_tensors *out) {
+recap_status cli_inputs_make(const recap_pipeline *p, const cli_host_tensors *bound, int64_t batch,
+                             uint64_t seed, cli_host_tensors *out) {
   recap_status st = collect(p, batch, INPUTS, out);
   if (st != RECAP_OK) return st;
   const recap__ir *ir = p->model->irs[p->model->num_buckets - 1];
@@ -249,8 +251,8 @@ double cli_value(const void *host, recap_dtype dtype, size_t i) {
   return (double)recap__load_f32(host, dtype, (int64_t)i);
 }
 
-void cli_checksum(const void *host, recap_dtype dtype, size_t count, double *sum,
-                  double *abs_sum, size_t *nonfinite) {
+void cli_checksum(const void *host, recap_dtype dtype, size_t count, double *sum, double *abs_sum,
+                  size_t *nonfinite) {
   double s = 0, a = 0;
   size_t bad = 0;
   for (size_t i = 0; i < count; i++) {

@@ -66,8 +66,8 @@ recap_status cli_inputs_read_bound(recap_pipeline *p, cli_host_tensors *out);
  * data), every other init takes the first `batch` rows of its contents in `bound`
  * (cli_inputs_read_bound of p or of a pipeline of the same spec). RECAP_STATUS_OUT_OF_MEMORY
  * (nothing kept) if allocation fails. */
-recap_status cli_inputs_make(const recap_pipeline *p, const cli_host_tensors *bound,
-                             int64_t batch, uint64_t seed, cli_host_tensors *out);
+recap_status cli_inputs_make(const recap_pipeline *p, const cli_host_tensors *bound, int64_t batch,
+                             uint64_t seed, cli_host_tensors *out);
 /* recap_pipeline_copy_in of each. */
 recap_status cli_inputs_copy_in(recap_pipeline *p, const cli_host_tensors *inputs);
 /* Allocates *out and copies every output's `batch` rows out (waits for the runs). */
@@ -86,8 +86,8 @@ uint64_t cli_rng_next(uint64_t *state);
 double cli_value(const void *host, recap_dtype dtype, size_t i);
 /* Sum and sum of absolute values over `count` elements, and how many of them are NaN or
  * infinite (which make the sums non-finite too). */
-void cli_checksum(const void *host, recap_dtype dtype, size_t count, double *sum,
-                  double *abs_sum, size_t *nonfinite);
+void cli_checksum(const void *host, recap_dtype dtype, size_t count, double *sum, double *abs_sum,
+                  size_t *nonfinite);
 /* Elements of `got` farther from `want` than the dtype's tolerance (|d| <= atol + rtol*|want|:
  * f32 1e-5 + 1e-4, f16 1e-3 + 1e-2, bf16 1e-2 + 2e-2; integers exact); *max_abs gets the
  * largest difference. NaN in either counts as a mismatch unless both are NaN. */

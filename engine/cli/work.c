@@ -31,7 +31,7 @@ void cli_work_estimate(const recap__ir *ir, cli_work *out) {
     if (in0 && (!strcmp(kind, "linear") || !strcmp(kind, "matmul"))) {
       /* A multiply and an add per element of the product's inner dimension. */
       int64_t k = op->attrs.trans_a && !strcmp(kind, "matmul") ? in0->shape[in0->ndim - 2]
-                                                                : in0->shape[in0->ndim - 1];
+                                                               : in0->shape[in0->ndim - 1];
       flops = 2 * numel(out0) * (double)k;
     } else if (!strcmp(kind, "attention") && op->num_inputs > 1) {
       /* q k^T and the weighted sum of v: 2 Sk Dh each per query row and head. */
@@ -62,7 +62,6 @@ bool cli_warn_host_work(const char *cmd, const char *path, const recap__spec *sp
           "%.0f %s or more. --iters N, --warmup N and --dim (a smaller batch or width) shrink "
           "it.\n",
           cmd, path, w.flops / (tera ? 1e12 : 1e9), tera ? "TFLOP" : "GFLOP", w.bytes / 1e9,
-          HOST_FLOPS_PER_S / 1e9, runs, hours ? seconds / 3600 : seconds / 60,
-          hours ? "h" : "min");
+          HOST_FLOPS_PER_S / 1e9, runs, hours ? seconds / 3600 : seconds / 60, hours ? "h" : "min");
   return true;
 }
