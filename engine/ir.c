@@ -225,7 +225,13 @@ static recap__ir *build(builder *b, const int64_t *values, size_t bucket) {
       continue;
     }
     persistent += t->bytes;
-    if (t->init.kind == RECAP_INIT_FILE && t->init.path) {
+    /* A tensor with the bucketed dim is allocated and loaded once, for the largest bucket (a
+     * smaller bucket's tensor is its first rows): its file holds the largest bucket's data. */
+    bool bucketed = false;
+    for (int d = 0; d < st->ndim; ++d)
+      if (st->shape[d].dim >= 0 && st->shape[d].dim == spec->bucket_dim) bucketed = true;
+    bool largest = bucket + 1 == recap__spec_num_buckets(spec);
+    if ((largest || !bucketed) && t->init.kind == RECAP_INIT_FILE && t->init.path) {
       size_t n = strlen(t->init.path);
       struct stat fs;
       bool safetensors = n >= 12 && strcmp(t->init.path + n - 12, ".safetensors") == 0;

@@ -207,7 +207,7 @@ static recap_status pipeline_new(recap__model *m, const recap_pipeline_options *
   p->mode = o->override_mode ? o->mode : RECAP_MODE_GRAPH;
   if (env_disables_graphs()) p->mode = RECAP_MODE_EAGER;
   p->capture_mode = o->capture_mode_set ? o->capture_mode : RECAP_CAPTURE_MODE_THREAD_LOCAL;
-  p->warmup = o->warmup > 0 ? o->warmup : m->spec->warmup;
+  p->warmup = o->warmup_set || o->warmup > 0 ? o->warmup : m->spec->warmup;
   p->max_recaptures = o->max_recaptures > 0 ? o->max_recaptures : DEFAULT_MAX_RECAPTURES;
   p->oversize = o->oversize;
   recap_status st = RECAP_OK;

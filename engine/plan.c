@@ -1598,6 +1598,14 @@ static const char *human(size_t bytes, char *out, size_t cap) {
   return out;
 }
 
+/* Whether some op runs on stream s; stream 0, the pipeline's, counts always (the side streams
+ * join it). */
+static bool stream_used(const recap__ir *ir, const recap__plan *plan, int s) {
+  for (size_t j = 0; s > 0 && j < plan->num_ops; j++)
+    if (ir->ops[j].stream == s) return true;
+  return s == 0;
+}
+
 recap_status recap__plan_format(const recap__ir *ir, const recap__plan *plan, char **text) {
   RECAP_CHECK_ARG(ir && plan && text);
   if (ir->num_tensors != plan->num_tensors || ir->num_ops != plan->num_ops)
@@ -1629,9 +1637,14 @@ recap_status recap__plan_format(const recap__ir *ir, const recap__plan *plan, ch
     offsets = NULL;
   }
   for (size_t j = 0; j < plan->num_ops; j++) num_views += plan->op_is_view[j];
-  recap__text_put(&b, "plan for '%s': %zu ops, %zu tensors, %d stream(s), %zu arena buffer(s)\n",
-                  ir->name ? ir->name : "?", plan->num_ops, plan->num_tensors, plan->num_streams,
-                  plan->num_buffers);
+  /* Streams are numbered by the spec (0 to 63): count the ones in use, not the highest + 1. */
+  int used = 0;
+  for (int s = 0; s < plan->num_streams; s++) used += stream_used(ir, plan, s);
+  recap__text_put(&b, "plan for '%s': %zu ops, %zu tensors, %d stream%s", ir->name ? ir->name : "?",
+                  plan->num_ops, plan->num_tensors, used, used == 1 ? "" : "s");
+  for (int s = 0, listed = 0; used > 1 && s < plan->num_streams; s++)
+    if (stream_used(ir, plan, s)) recap__text_put(&b, "%s%d", listed++ ? ", " : " (", s);
+  recap__text_put(&b, "%s, %zu arena buffer(s)\n", used > 1 ? ")" : "", plan->num_buffers);
   recap__text_put(
       &b, "views: %zu shape op(s) planned as views (they launch nothing and copy nothing)\n",
       num_views);
@@ -1694,13 +1707,15 @@ recap_status recap__plan_format(const recap__ir *ir, const recap__plan *plan, ch
     }
     recap__text_put(&b, "%s\n", x->is_output ? ", output" : "");
   }
-  if (plan->num_waits) {
-    recap__text_put(&b, "waits (%zu):\n", plan->num_waits);
-    for (size_t w = 0; w < plan->num_waits; w++) {
-      int a = plan->waits[w].waiter, c = plan->waits[w].waited;
-      recap__text_put(&b, "  op %d '%s' (stream %d) waits for op %d '%s' (stream %d)\n", a,
-                      op_name(ir, a), ir->ops[a].stream, c, op_name(ir, c), ir->ops[c].stream);
-    }
+  int joins = 0;
+  for (int s = 1; s < plan->num_streams; s++) joins += plan->stream_last_op[s] >= 0;
+  if (plan->num_waits || joins)
+    recap__text_put(&b, "waits (%zu between ops, %d end-of-pipeline join%s):\n", plan->num_waits,
+                    joins, joins == 1 ? "" : "s");
+  for (size_t w = 0; w < plan->num_waits; w++) {
+    int a = plan->waits[w].waiter, c = plan->waits[w].waited;
+    recap__text_put(&b, "  op %d '%s' (stream %d) waits for op %d '%s' (stream %d)\n", a,
+                    op_name(ir, a), ir->ops[a].stream, c, op_name(ir, c), ir->ops[c].stream);
   }
   for (int s = 1; s < plan->num_streams; s++)
     if (plan->stream_last_op[s] >= 0)

@@ -561,7 +561,9 @@ static void parse_tensor(loader *L, const recap__yaml_node *k, const recap__yaml
         init->kind = RECAP_INIT_NORMAL;
         break;
       case RECAP_ROLE_INPUT:
-        init->kind = RECAP_INIT_NORMAL;
+        /* Integer inputs are ids and positions: zero is valid for every one of them, and a
+         * normal draw is not an integer. */
+        init->kind = recap_dtype_is_float(t->dtype) ? RECAP_INIT_NORMAL : RECAP_INIT_ZEROS;
         break;
       case RECAP_ROLE_STATE:
         init->kind = RECAP_INIT_ZEROS;
@@ -1267,6 +1269,7 @@ static void parse_root(loader *L, const recap__yaml_node *root) {
   }
   if ((n = lookup(root, "dtype"))) get_dtype(L, n, "dtype", true, &spec->dtype);
   if ((n = lookup(root, "seed"))) {
+    spec->seed_given = true;
     int64_t v;
     if (parse_int(n, &v) == INT_OVERFLOW && n->text[0] != '-') {
       /* Seeds use all 64 bits. */

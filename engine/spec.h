@@ -130,6 +130,7 @@ typedef struct recap__spec {
   recap_backend_kind device;
   recap_dtype dtype;
   uint64_t seed;
+  bool seed_given; /* `seed:` is in the spec (the CLI then seeds its inputs with it too) */
   int warmup, iters;
   recap__spec_dim *dims;
   size_t num_dims;

@@ -706,6 +706,7 @@ typedef struct {
   int capture_mode_set;         /* nonzero: use capture_mode (default THREAD_LOCAL) */
   recap_capture_mode capture_mode;
   int warmup;                   /* warmup iterations before capture; 0: the spec's run.warmup */
+  int warmup_set;               /* nonzero: use warmup even when it is 0 (no warmup runs) */
   int max_recaptures;           /* re-captures allowed after the first capture; 0: 16 */
   recap_oversize_policy oversize;
   const char *base_dir;         /* when set, files the spec names must lie under it */

@@ -34,9 +34,15 @@ check_json() { # FILE: parses as JSON
 }
 
 # --help on every subcommand, usage errors.
-for cmd in info validate plan ops dot run bench bench-ops bench-capture serve-bench; do
+for cmd in info validate plan ops dot run bench bench-ops bench-capture serve-bench memviz launch; do
   expect 0 "$cmd --help" -- "$recap" "$cmd" --help
   grep -q "usage: recap $cmd" "$tmp/out" || fail "$cmd --help prints no usage line"
+  # Help speaks for itself: no references into an issue tracker the user cannot see.
+  grep -qiE "issue ?#?[0-9]" "$tmp/out" && fail "$cmd --help refers to an issue number"
+done
+expect 0 "run --help" -- "$recap" run --help
+for flag in --world --rank --init --timeout; do
+  grep -q -- "$flag" "$tmp/out" || fail "run --help does not list $flag"
 done
 expect 0 "recap --help" -- "$recap" --help
 expect 2 "no command" -- "$recap"
@@ -48,9 +54,35 @@ grep -q -- "--iters" "$tmp/err" || fail "the bad number's flag is not named"
 expect 2 "negative number" -- "$recap" run "$specs/fork_join.yaml" --iters -1
 expect 2 "missing value" -- "$recap" run "$specs/fork_join.yaml" --iters
 expect 2 "bad mode" -- "$recap" run "$specs/fork_join.yaml" --mode fast
-expect 2 "bad dim" -- "$recap" plan "$specs/mlp_decode.yaml" --dim B=3
+expect 2 "bad dim" -- "$recap" plan "$specs/mlp_decode.yaml" --dim B=9
 expect 2 "unknown dim" -- "$recap" run "$specs/mlp_decode.yaml" --dim Q=3
 expect 2 "no spec" -- "$recap" validate
+
+# info: the host device's memory is its capacity (physical memory, or the
+# RECAP_HOST_MEMORY_BYTES cap), what recap has allocated from it (nothing, in `info` itself) and
+# what the system has available; not a "free" equal to the total.
+expect 0 "info" -- "$recap" info
+cp "$tmp/out" "$tmp/info.txt"
+expect 0 "info with a host memory cap" -- env RECAP_HOST_MEMORY_BYTES=1073741824 "$recap" info
+cp "$tmp/out" "$tmp/info_cap.txt"
+python3 - "$tmp/info.txt" "$tmp/info_cap.txt" <<'EOF' || fail "info: host memory"
+import re, sys
+meminfo = {l.split(":")[0]: int(l.split()[1]) * 1024 for l in open("/proc/meminfo")}
+def host(path):
+    text = open(path).read()
+    section = text[text.index("  host:0"):]
+    get = lambda label: re.search(rf"^    {label} +([0-9.]+) GiB(.*)$", section, re.M)
+    return get("memory capacity"), get("allocated by recap"), get("memory available"), section
+cap, used, avail, section = host(sys.argv[1])
+assert "memory free" not in section, section
+assert abs(float(cap.group(1)) * 2**30 - meminfo["MemTotal"]) < 0.01 * 2**30, (cap.group(0), meminfo)
+assert "physical memory" in cap.group(2), cap.group(0)
+assert float(used.group(1)) == 0, used.group(0)
+assert abs(float(avail.group(1)) * 2**30 - meminfo["MemAvailable"]) < 0.1 * meminfo["MemTotal"]
+cap, used, avail, section = host(sys.argv[2])
+assert cap.group(1) == "1.00" and "RECAP_HOST_MEMORY_BYTES" in cap.group(2), cap.group(0)
+assert float(avail.group(1)) <= 1.0, avail.group(0)
+EOF
 
 # validate: every example is valid; a bad spec fails with positioned errors.
 expect 0 "validate specs" -- "$recap" validate "$specs"/*.yaml
@@ -116,6 +148,30 @@ for word in "arena:" "naive:" "max live:"; do
   grep -q "$word" "$tmp/out" || fail "plan prints no '$word'"
 done
 expect 0 "plan of one bucket" -- "$recap" plan "$specs/mlp_decode.yaml" --dim B=2
+# --dim means what it means to run: a batch of the bucketed dim shows the bucket that holds it,
+# any other dim is replaced (mlp_decode: x [B, H] and w1 [H, H], bf16; buckets 1 2 4 8; the
+# plan's bytes are the largest bucket's, which every bucket shares).
+bytes_of() { awk -v t="$1" '$1 == t { print $3 }' "$tmp/out"; }
+expect 0 "plan --dim B=3" -- "$recap" plan "$specs/mlp_decode.yaml" --dim B=3
+grep -q "B=3 runs in bucket B=4" "$tmp/out" || fail "plan --dim B=3 does not name bucket 4"
+expect 0 "plan --dim H=1024 --dim B=3" -- "$recap" plan "$specs/mlp_decode.yaml" --dim H=1024 \
+  --dim B=3
+[ "$(bytes_of w1)" = $((1024 * 1024 * 2)) ] && [ "$(bytes_of x)" = $((8 * 1024 * 2)) ] ||
+  fail "plan --dim H=1024: w1 $(bytes_of w1) B, x $(bytes_of x) B"
+grep -q "H=1024" "$tmp/out" || fail "plan does not say which dims it replaced"
+expect 2 "plan --dim of an unknown dim" -- "$recap" plan "$specs/mlp_decode.yaml" --dim Q=3
+expect 0 "dot --dim B=3 --dim H=1024" -- "$recap" dot "$specs/mlp_decode.yaml" --dim B=3 \
+  --dim H=1024
+grep -qF 'label="x\ninput bf16 [4, 1024]"' "$tmp/out" || fail "dot --dim: x is not [4, 1024]"
+grep -qF 'label="w1\nparam bf16 [1024, 1024]"' "$tmp/out" || fail "dot --dim: w1 is not [1024, 1024]"
+expect 0 "dot --graph --dim H=1024" -- "$recap" dot "$specs/mlp_decode.yaml" --graph --device host \
+  --dim H=1024 --dim B=1
+# A replaced dim that breaks a shape is a spec error at its position (transformer_block splits
+# D into heads of Dh).
+expect 1 "plan --dim that breaks a shape" -- "$recap" plan "$specs/transformer_block.yaml" \
+  --dim D=1000
+grep -qE "transformer_block.yaml:[0-9]+:[0-9]+: error: " "$tmp/err" ||
+  fail "plan --dim D=1000: no positioned error (got: $(head -1 "$tmp/err"))"
 # plan shows what the fusion pass fused; --no-fusion and RECAP_FUSION=0 turn it off.
 expect 0 "plan fused" -- "$recap" plan "$specs/elementwise_chain.yaml"
 grep -q "100 spec ops became" "$tmp/out" || fail "plan shows no fused ops"
@@ -124,6 +180,20 @@ expect 0 "plan unfused" -- "$recap" plan "$specs/elementwise_chain.yaml" --no-fu
 grep -q "fusion: off" "$tmp/out" || fail "plan --no-fusion still fuses"
 expect 0 "plan RECAP_FUSION=0" -- env RECAP_FUSION=0 "$recap" plan "$specs/elementwise_chain.yaml"
 grep -q "fusion: off" "$tmp/out" || fail "plan with RECAP_FUSION=0 still fuses"
+
+# plan counts the streams the ops use (not the highest index + 1) and says how many waits it
+# lists: fork_join with its second branch on stream 63 uses 3 streams, with 4 waits between
+# ops and 2 joins at the end of the pipeline.
+sed 's/stream: 2/stream: 63/' "$specs/fork_join.yaml" >"$tmp/fork_join_63.yaml"
+expect 0 "plan with stream 63" -- "$recap" plan "$tmp/fork_join_63.yaml"
+grep -q "6 ops, 12 tensors, 3 streams (0, 1, 63)," "$tmp/out" ||
+  fail "plan miscounts the streams: $(grep '^plan for' "$tmp/out")"
+grep -q "^waits (4 between ops, 2 end-of-pipeline joins):$" "$tmp/out" ||
+  fail "plan's waits header: $(grep '^waits' "$tmp/out")"
+[ "$(grep -c -e "^  op .* waits for op" -e "^  end of pipeline joins" "$tmp/out")" = 6 ] ||
+  fail "plan does not list 6 waits and joins"
+expect 0 "dot with stream 63" -- "$recap" dot "$tmp/fork_join_63.yaml"
+[ "$(grep -c "subgraph cluster_stream" "$tmp/out")" = 3 ] || fail "dot draws clusters of unused streams"
 
 # dot: the DAG, and the captured graph.
 expect 0 "dot" -- "$recap" dot "$specs/fork_join.yaml"
@@ -149,6 +219,129 @@ a, b = (json.load(open(p)) for p in sys.argv[1:3])
 assert a["mode"] == "graph" and b["mode"] == "eager"
 for x, y in zip(a["outputs"], b["outputs"]):
     assert x["shape"] == y["shape"] and abs(x["sum"] - y["sum"]) <= 1e-3 * max(1, abs(y["sum"])), (x, y)
+EOF
+
+# Non-finite outputs stay visible: run --json writes NaN and infinities as "nan", "inf" and
+# "-inf" (JSON has no such numbers) and counts them per output; the text says so too.
+mkdir -p "$tmp/nonfinite"
+python3 -c 'import struct, sys
+open(sys.argv[1], "wb").write(struct.pack("<4f", 1, 0, -1, 2))' "$tmp/nonfinite/m.bin"
+cat >"$tmp/nonfinite/spec.yaml" <<'EOF'
+name: nonfinite
+device: host
+tensors:
+  big: {shape: [4], role: input, value: 100}
+  m:   {shape: [4], role: input, path: m.bin}
+ops:
+  - {op: exp, in: [big], out: pos_inf}
+  - {op: neg, in: [pos_inf], out: neg_inf}
+  - {op: div, in: [m, m], out: one_nan}
+  - {op: add, in: [m, m], out: finite}
+outputs: [pos_inf, neg_inf, one_nan, finite]
+EOF
+expect 0 "run --json with non-finite outputs" -- "$recap" run "$tmp/nonfinite/spec.yaml" --iters 1 \
+  --warmup 0 --json
+cp "$tmp/out" "$tmp/nonfinite.json"
+python3 - "$tmp/nonfinite.json" <<'EOF' || fail "run --json hides non-finite outputs"
+import json, sys
+outs = {o["name"]: o for o in json.load(open(sys.argv[1]))["outputs"]}
+o = outs["pos_inf"]
+assert (o["sum"], o["abs_sum"], o["first"], o["nonfinite"]) == ("inf", "inf", ["inf"] * 4, 4), o
+o = outs["neg_inf"]
+assert (o["sum"], o["abs_sum"], o["first"], o["nonfinite"]) == ("-inf", "inf", ["-inf"] * 4, 4), o
+o = outs["one_nan"]
+assert (o["sum"], o["abs_sum"], o["first"], o["nonfinite"]) == ("nan", "nan", [1, "nan", 1, 1], 1), o
+o = outs["finite"]
+assert (o["sum"], o["abs_sum"], o["first"], o["nonfinite"]) == (4, 8, [2, 0, -2, 4], 0), o
+EOF
+expect 0 "run with non-finite outputs" -- "$recap" run "$tmp/nonfinite/spec.yaml" --iters 1 \
+  --warmup 0
+grep -q "one_nan .*1 non-finite" "$tmp/out" || fail "run's text does not count non-finite elements"
+
+# Seeds: --seed takes the whole range a spec's seed: takes (0 .. 2^64 - 1), so every printed
+# seed is accepted back, and JSON carries seeds as decimal strings (exact beyond 2^53).
+expect 0 "run --seed 2^64-1" -- "$recap" run "$specs/fork_join.yaml" --device host --iters 1 \
+  --warmup 0 --seed 18446744073709551615 --json
+cp "$tmp/out" "$tmp/seed_max.json"
+expect 2 "run --seed 2^64" -- "$recap" run "$specs/fork_join.yaml" --seed 18446744073709551616
+expect 2 "run --seed -1" -- "$recap" run "$specs/fork_join.yaml" --seed -1
+# Without seed: in the spec nor --seed, a fresh seed, printed.
+grep -v "^seed:" "$specs/fork_join.yaml" >"$tmp/unseeded.yaml"
+expect 0 "run with a fresh seed" -- "$recap" run "$tmp/unseeded.yaml" --device host --iters 1 \
+  --warmup 0 --json
+cp "$tmp/out" "$tmp/seed_fresh.json"
+fresh=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["seed"])' "$tmp/seed_fresh.json")
+expect 0 "run --seed with the printed seed" -- "$recap" run "$tmp/unseeded.yaml" --device host \
+  --iters 1 --warmup 0 --json --seed "$fresh"
+cp "$tmp/out" "$tmp/seed_again.json"
+expect 0 "bench --seed 2^64-1" -- "$recap" bench "$specs/elementwise_chain.yaml" --device host \
+  --iters 1 --warmup 0 --seed 18446744073709551615 --json "$tmp/seed_bench.json"
+expect 0 "serve-bench --seed 2^64-1" -- "$recap" serve-bench "$specs/fork_join.yaml" --device host \
+  --threads 1 --requests 2 --seed 18446744073709551615 --json "$tmp/seed_serve.json"
+python3 - "$tmp" <<'EOF' || fail "seeds: not one range, or not exact in JSON"
+import json, sys
+d = lambda name: json.load(open(f"{sys.argv[1]}/{name}.json"))
+for name in ("seed_max", "seed_bench", "seed_serve"):
+    assert d(name)["seed"] == "18446744073709551615", (name, d(name)["seed"])
+assert d("seed_max")["seed_from"] == "--seed", d("seed_max")
+fresh, again = d("seed_fresh"), d("seed_again")
+assert isinstance(fresh["seed"], str) and fresh["seed_from"] == "random", fresh["seed"]
+assert again["seed"] == fresh["seed"], (again["seed"], fresh["seed"])
+assert [o["sum"] for o in again["outputs"]] == [o["sum"] for o in fresh["outputs"]]
+EOF
+# A spec's seed: (fork_join's is 11) also seeds the CLI's inputs, so a run without flags is
+# reproducible; --seed overrides it.
+for k in 1 2 flag11 flag8; do
+  flags=()
+  case $k in flag11) flags=(--seed 11) ;; flag8) flags=(--seed 8) ;; esac
+  expect 0 "run a seeded spec ($k)" -- "$recap" run "$specs/fork_join.yaml" --device host --iters 1 \
+    --warmup 0 --json "${flags[@]}"
+  cp "$tmp/out" "$tmp/seeded_$k.json"
+done
+python3 - "$tmp" <<'EOF' || fail "a spec's seed: does not seed the CLI's inputs"
+import json, sys
+d = lambda k: json.load(open(f"{sys.argv[1]}/seeded_{k}.json"))
+sums = lambda k: [o["sum"] for o in d(k)["outputs"]]
+assert d(1)["seed"] == d(2)["seed"] == "11" and d(1)["seed_from"] == "spec", d(1)
+assert sums(1) == sums(2) == sums("flag11"), (sums(1), sums(2), sums("flag11"))
+assert d("flag8")["seed"] == "8" and sums("flag8") != sums(1)
+EOF
+expect 0 "run a seeded spec (text)" -- "$recap" run "$specs/fork_join.yaml" --device host \
+  --iters 1 --warmup 0
+grep -q "from seed 11 (the spec's seed:" "$tmp/out" || fail "run does not say the seed is the spec's"
+
+# A pipeline far too large for the CPU is announced before anything is allocated: run and bench
+# of mlp_large (4 linear layers of 2 B H^2 FLOPs) warn with the work per run. A 1 MiB device
+# cap then makes the pipeline fail at once, after the warning. Small specs get no warning.
+for cmd in run bench; do
+  expect 1 "$cmd of a very large spec on the host" -- env RECAP_HOST_MEMORY_BYTES=1048576 \
+    "$recap" "$cmd" "$specs/mlp_large.yaml" --device host
+  python3 - "$specs/mlp_large.yaml" "$tmp/err" <<'EOF' || fail "$cmd: no work estimate for mlp_large"
+import re, sys
+spec, err = open(sys.argv[1]).read(), open(sys.argv[2]).read()
+b, h = (int(re.search(rf"^  {d}: (\d+)$", spec, re.M).group(1)) for d in "BH")
+flops = spec.count("op: linear") * 2 * b * h * h
+m = re.search(r"warning: .*? ([0-9.]+) TFLOP per run", err)
+assert m, err
+assert abs(float(m.group(1)) * 1e12 - flops) < 0.03 * flops, (m.group(1), flops)
+assert re.search(r"its [0-9]+ runs", err) and "--iters" in err and "--dim" in err, err
+EOF
+done
+expect 0 "run of a small spec" -- "$recap" run "$specs/fork_join.yaml" --device host --iters 1
+grep -q "warning" "$tmp/err" && fail "a small spec gets a size warning"
+
+# --warmup 0 means no warmup runs, also none before the capture: warmup time is then far below
+# one run's time, where --warmup 1 spends about one run per bucket (fork_join has one).
+for w in 0 1; do
+  expect 0 "run --warmup $w" -- "$recap" run "$specs/fork_join.yaml" --device host --iters 2 \
+    --warmup $w --json
+  cp "$tmp/out" "$tmp/warmup_$w.json"
+done
+python3 - "$tmp/warmup_0.json" "$tmp/warmup_1.json" <<'EOF' || fail "--warmup 0 still warms up"
+import json, sys
+zero, one = (json.load(open(p)) for p in sys.argv[1:3])
+assert zero["warmup"] == 0 and zero["setup"]["warmup_ms"] < 0.2 * zero["timing"]["min_ms"], zero
+assert one["setup"]["warmup_ms"] > 0.5 * one["timing"]["min_ms"], one
 EOF
 
 # --save-tensors: a valid .safetensors file whose data reproduces the output.
@@ -178,6 +371,149 @@ for step in range(25):  # the spec: (add bias, mul gain, tanh, scale 1.5) x 25
     h = [1.5 * math.tanh((v + b) * g) for v, b, g in zip(h, bias, gain)]
 worst = max(abs(a - b) for a, b in zip(h, y))
 assert worst < 1e-4, f"y differs from the recomputation by {worst}"
+EOF
+
+# A bucketed param loads from a raw file that holds the largest bucket's rows; a smaller batch
+# runs on its first rows.
+mkdir -p "$tmp/bucketed_file"
+python3 -c 'import struct, sys
+open(sys.argv[1], "wb").write(struct.pack("<12f", *[0.5 * i + 1 for i in range(12)]))' \
+  "$tmp/bucketed_file/w.bin"
+cat >"$tmp/bucketed_file/spec.yaml" <<'EOF'
+name: bucketed-file
+device: host
+dims: {B: [1, 2, 4]}
+tensors:
+  x: {shape: [B, 3], role: input}
+  w: {shape: [B, 3], role: param, path: w.bin}
+ops:
+  - {op: add, in: [x, w], out: y}
+outputs: [y]
+EOF
+for batch in 2 4; do
+  expect 0 "run a bucketed param from a file, B=$batch" -- "$recap" run \
+    "$tmp/bucketed_file/spec.yaml" --iters 1 --warmup 0 --dim B=$batch \
+    --save-tensors "$tmp/bucketed_file/$batch.safetensors"
+  python3 - "$tmp/bucketed_file/$batch.safetensors" "$tmp/bucketed_file/w.bin" $batch <<'EOF' ||
+import json, struct, sys
+blob = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", blob[:8])[0]
+header, data = json.loads(blob[8:8 + n]), blob[8 + n:]
+def tensor(name):
+    b, e = header[name]["data_offsets"]
+    return header[name]["shape"], struct.unpack(f"<{(e - b) // 4}f", data[b:e])
+rows = int(sys.argv[3])
+w_file = struct.unpack("<12f", open(sys.argv[2], "rb").read())
+shape, w = tensor("w")
+assert shape == [rows, 3] and w == w_file[:3 * rows], (shape, w)
+_, x = tensor("x")
+_, y = tensor("y")
+assert all(abs(a - (b + c)) < 1e-6 for a, b, c in zip(y, x, w)), (y, x, w)
+EOF
+    fail "a bucketed param from a file, B=$batch: wrong rows or result"
+done
+
+# Inputs get what their init says: value, zeros and file as the library binds them (a file of a
+# bucketed input holds the largest bucket; a smaller batch takes its first rows), uniform and
+# normal drawn from the input seed with their bounds, and an integer input without init zeros.
+# The data is checked against the spec's numbers and the outputs recomputed from it.
+mkdir -p "$tmp/inits"
+python3 -c 'import struct, sys
+open(sys.argv[1], "wb").write(struct.pack("<32f", *[0.25 * i - 3 for i in range(32)]))' \
+  "$tmp/inits/f.bin"
+cat >"$tmp/inits/inits.yaml" <<'EOF'
+name: input-inits
+device: host
+dims: {B: [2, 4]}
+tensors:
+  table: {shape: [16, 8], role: param, init: uniform}
+  ids:   {shape: [B], role: input, dtype: i32}
+  tok:   {shape: [B], role: input, dtype: i32, init: value, value: 3}
+  c:     {shape: [B, 8], role: input, value: 2.5}
+  z:     {shape: [B, 8], role: input, init: zeros}
+  f:     {shape: [B, 8], role: input, path: f.bin}
+  u:     {shape: [B, 8], role: input, init: uniform, low: 5, high: 6}
+  n:     {shape: [B, 8], role: input, init: normal, mean: 100, std: 0.5}
+ops:
+  - {op: embedding, in: [table, ids], out: e0}
+  - {op: embedding, in: [table, tok], out: e3}
+  - {op: add, in: [c, z], out: cz}
+  - {op: add, in: [f, u], out: fu}
+  - {op: add, in: [cz, n], out: czn}
+outputs: [e0, e3, fu, czn]
+EOF
+expect 0 "run honours input inits" -- "$recap" run "$tmp/inits/inits.yaml" --iters 1 --warmup 0 \
+  --dim B=3 --seed 4 --save-tensors "$tmp/inits.safetensors"
+grep -q "u .*uniform \[5, 6)" "$tmp/out" || fail "run does not say how it filled input u"
+python3 - "$tmp/inits.safetensors" "$tmp/inits/f.bin" <<'EOF' || fail "run: inputs ignore their init"
+import json, struct, sys
+blob = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", blob[:8])[0]
+header, data = json.loads(blob[8:8 + n]), blob[8 + n:]
+def tensor(name):
+    h = header[name]
+    b, e = h["data_offsets"]
+    code = {"F32": "f", "I32": "i"}[h["dtype"]]
+    return h["shape"], struct.unpack(f"<{(e - b) // 4}{code}", data[b:e])
+f_file = struct.unpack("<32f", open(sys.argv[2], "rb").read())
+shape, ids = tensor("ids"); assert shape == [3] and ids == (0, 0, 0), ids
+_, tok = tensor("tok"); assert tok == (3, 3, 3), tok
+_, c = tensor("c"); assert c == (2.5,) * 24, c
+_, z = tensor("z"); assert z == (0.0,) * 24, z
+shape, f = tensor("f"); assert shape == [3, 8] and f == f_file[:24], f
+_, u = tensor("u"); assert all(5 <= v < 6 for v in u) and len(set(u)) > 20, u
+_, nn = tensor("n"); assert all(97.5 < v < 102.5 for v in nn) and len(set(nn)) > 20, nn
+assert abs(sum(nn) / 24 - 100) < 0.5, sum(nn) / 24
+_, table = tensor("table")
+_, e0 = tensor("e0"); assert e0 == table[0:8] * 3, e0
+_, e3 = tensor("e3"); assert e3 == table[24:32] * 3, e3
+_, fu = tensor("fu"); assert all(abs(a - (x + y)) < 1e-5 for a, x, y in zip(fu, f, u)), fu
+_, czn = tensor("czn"); assert all(abs(a - (2.5 + x)) < 1e-4 for a, x in zip(czn, nn)), czn
+EOF
+expect 0 "bench with input inits" -- "$recap" bench "$tmp/inits/inits.yaml" --iters 2 --warmup 1 \
+  --dim B=3
+expect 0 "serve-bench with input inits" -- "$recap" serve-bench "$tmp/inits/inits.yaml" \
+  --threads 2 --requests 20 --seed 2
+
+# --save-tensors of a spec with state and scalars (a KV cache, a position) holds them as the
+# last run read them, so the file alone reproduces the outputs: here y = 2 * (the cache with
+# row pos replaced by x).
+cat >"$tmp/save_state.yaml" <<'EOF'
+name: save-state
+device: host
+dims: {B: [1, 2]}
+tensors:
+  x:     {shape: [B, 1, 1, 4], role: input}
+  pos:   {role: scalar, value: 2}
+  cache: {shape: [B, 4, 1, 4], role: state, init: uniform}
+ops:
+  - {op: kv_append, in: [cache, x, pos], out: all}
+  - {op: scale, in: [all], out: y, scale: 2}
+outputs: [y]
+EOF
+expect 0 "run --save-tensors with state" -- "$recap" run "$tmp/save_state.yaml" --iters 1 \
+  --warmup 0 --dim B=1 --save-tensors "$tmp/save_state.safetensors"
+python3 - "$tmp/save_state.safetensors" <<'EOF' || fail "--save-tensors: states or scalars missing or wrong"
+import json, struct, sys
+blob = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", blob[:8])[0]
+header, data = json.loads(blob[8:8 + n]), blob[8 + n:]
+def tensor(name):
+    h = header[name]
+    b, e = h["data_offsets"]
+    code = {"F32": "f", "I32": "i"}[h["dtype"]]
+    return h["shape"], list(struct.unpack(f"<{(e - b) // 4}{code}", data[b:e]))
+shape, pos = tensor("pos")
+assert shape == [1] and pos == [2], (shape, pos)
+shape, cache = tensor("cache")
+assert shape == [1, 4, 1, 4] and len(set(cache)) == 16, (shape, cache)
+_, x = tensor("x")
+_, y = tensor("y")
+# The cache as the run read it: before its append (no warmup, one run).
+assert cache[8:12] != x, "the cache was saved after the run wrote it"
+want = cache[:8] + x + cache[12:]
+assert all(abs(a - 2 * b) < 1e-6 for a, b in zip(y, want)), (y, want)
+assert "before the last run" in header["__metadata__"]["states"], header["__metadata__"]
 EOF
 
 # bench with JSON and SVG.
@@ -268,6 +604,15 @@ assert u["target"]["target_ms"] == 5, u
 assert b["buckets"] == 2 and b["captures"] == 2 and b["target"]["target_ms"] == 1000, b
 assert cpu["op_launch_us"] > 0 and cpu["eager_pipeline_per_op_us"] > 0, cpu
 assert cpu["replay_call_us"] > 0 and cpu["replay_graph_nodes"] == 40, cpu
+EOF
+# Its default bucket spec is built in: it runs from any folder.
+recap_abs=$(cd "$(dirname "$recap")" && pwd)/$(basename "$recap")
+expect 0 "bench-capture from another folder" -- env -C "$tmp" "$recap_abs" bench-capture \
+  --device host --ops 4 --repeats 1 --json "$tmp/capture_default.json"
+python3 - "$tmp/capture_default.json" <<'EOF' || fail "bench-capture's default bucket spec"
+import json, sys
+b = json.load(open(sys.argv[1]))["buckets"]
+assert b["spec"] == "specs/transformer_block.yaml (built in)" and b["buckets"] == 2, b
 EOF
 expect 2 "bench-capture --ops 1" -- "$recap" bench-capture --ops 1
 expect 1 "bench-capture of a missing bucket spec" -- "$recap" bench-capture --device host \
@@ -363,18 +708,27 @@ grep -q "segments: missing" "$tmp/err" || fail "no segments: $(head -1 "$tmp/err
 expect 1 "memviz of a missing file" -- "$recap" memviz "$tmp/no_such.json"
 expect 2 "memviz without a file" -- "$recap" memviz
 
-# launch: one rank on the host backend runs the spec and reports its exit; a world of 2 on
-# the host is a clear failure of both ranks (reported, not hung); launch's own flags.
+# launch: one rank on the host backend runs the spec and reports its exit; a world of 2 asked
+# for on the host is a usage error before any rank starts, and one that falls back to the host
+# (no GPU) a clear failure of both ranks (reported, not hung); launch's own flags.
 expect 0 "launch --help" -- "$recap" launch --help
 grep -q "the timeout + 5" "$tmp/out" || fail "launch --help does not give --grace's default"
 expect 0 "launch 1 host rank" -- "$recap" launch --gpus 1 -- run "$specs/tp_mlp.yaml" \
   --device host --iters 2 --warmup 1
 grep -q "rank 0: exit 0" "$tmp/out" || fail "launch did not report rank 0's exit"
 grep -q "rank 0 of 1" "$tmp/out" || fail "the rank printed no summary"
-expect 1 "launch 2 host ranks" -- "$recap" launch --gpus 2 --timeout 20 -- run \
-  "$specs/tp_mlp.yaml" --device host --iters 2
-grep -q "rank 1: exit 1" "$tmp/out" || fail "launch did not report rank 1's failure"
-grep -qi "host" "$tmp/err" || fail "no message says the host backend is a world of 1"
+for device in "--device host" "--device=host"; do
+  expect 2 "launch 2 ranks with $device" -- "$recap" launch --gpus 2 --timeout 20 -- run \
+    "$specs/tp_mlp.yaml" $device --iters 2
+  grep -q "rank" "$tmp/out" && fail "launch with $device started ranks"
+  grep -q "host backend is a world of 1" "$tmp/err" || fail "launch with $device: no reason given"
+done
+if ! "$recap" info | grep -q "^  cuda:0"; then
+  expect 1 "launch 2 ranks falling back to the host" -- "$recap" launch --gpus 2 --timeout 20 \
+    -- run "$specs/tp_mlp.yaml" --iters 2
+  grep -q "rank 1: exit 1" "$tmp/out" || fail "launch did not report rank 1's failure"
+  grep -qi "host" "$tmp/err" || fail "no message says the host backend is a world of 1"
+fi
 expect 2 "launch without run" -- "$recap" launch --gpus 1
 expect 2 "launch setting --rank" -- "$recap" launch --gpus 1 -- run "$specs/tp_mlp.yaml" --rank 0
 

@@ -83,6 +83,7 @@ static void test_spec_parses_every_top_level_key(void) {
   CU_ASSERT_EQUAL(spec->device, RECAP_BACKEND_HOST);
   CU_ASSERT_EQUAL(spec->dtype, RECAP_DTYPE_BF16);
   CU_ASSERT_EQUAL(spec->seed, 1234u);
+  CU_ASSERT_TRUE(spec->seed_given);
   CU_ASSERT_EQUAL(spec->warmup, 2);
   CU_ASSERT_EQUAL(spec->iters, 50);
   CU_ASSERT_EQUAL(spec->num_dims, 1);
@@ -122,6 +123,8 @@ static void test_spec_defaults_apply_when_keys_are_absent(void) {
   CU_ASSERT_STRING_EQUAL(spec->name, "pipe");
   CU_ASSERT_EQUAL(spec->device, RECAP_BACKEND_CUDA);
   CU_ASSERT_EQUAL(spec->dtype, RECAP_DTYPE_F32);
+  CU_ASSERT_EQUAL(spec->seed, 0u);
+  CU_ASSERT_FALSE(spec->seed_given);
   CU_ASSERT_EQUAL(spec->warmup, 3);
   CU_ASSERT_EQUAL(spec->iters, 100);
   CU_ASSERT_EQUAL(spec->bucket_dim, -1);
@@ -135,6 +138,23 @@ static void test_spec_defaults_apply_when_keys_are_absent(void) {
   /* Without outputs:, the outputs are what nothing reads; kv_append's result is not one. */
   CU_ASSERT_EQUAL(spec->num_outputs, 1);
   CU_ASSERT_STRING_EQUAL(spec->outputs[0].name, "y");
+  recap__spec_destroy(spec);
+}
+
+/* An integer input (token ids, positions) without init starts at zeros: a normal draw is no
+ * integer, and zero is a valid id for any table. */
+static void test_spec_integer_input_without_init_starts_at_zeros(void) {
+  recap__spec *spec = NULL;
+  const char *text =
+      "tensors:\n  table: {shape: [16, 8], role: param}\n"
+      "  ids: {shape: [4], role: input, dtype: i32}\n"
+      "  pos: {shape: [4], role: input, dtype: i64}\n"
+      "ops:\n  - {op: embedding, in: [table, ids], out: a}\n"
+      "  - {op: embedding, in: [table, pos], out: b}\n";
+  CHECK_OK(load(text, NULL, &spec, NULL));
+  if (!spec) return;
+  CU_ASSERT_EQUAL(spec->tensors[1].init.kind, RECAP_INIT_ZEROS);
+  CU_ASSERT_EQUAL(spec->tensors[2].init.kind, RECAP_INIT_ZEROS);
   recap__spec_destroy(spec);
 }
 
@@ -578,6 +598,42 @@ static void test_files_resolve_relative_to_the_spec_and_check_size(void) {
   recap__diag_free(&diag);
 }
 
+/* A param with the bucketed dim is allocated once, for the largest bucket (the smaller
+ * buckets' params are its first rows): its raw file holds the largest bucket's elements, and
+ * a file of another size is reported once, for that bucket. */
+static void test_bucketed_param_file_holds_the_largest_bucket(void) {
+  make_tmp_dir();
+  float w[4 * 3] = {0};
+  char path[700], text[1024];
+  snprintf(path, sizeof path, "%s/w.bin", tmp_dir);
+  static const char fmt[] =
+      "dims: {B: [1, 2, 4]}\n"
+      "tensors:\n"
+      "  x: {shape: [B, 3], role: input}\n"
+      "  w: {shape: [B, 3], role: param, path: %s}\n"
+      "ops:\n  - {op: add, in: [x, w], out: y}\n";
+  snprintf(text, sizeof text, fmt, path);
+  write_file(path, w, sizeof w);
+  recap__spec *spec = NULL;
+  recap__diag diag = {0};
+  CHECK_OK(load(text, NULL, &spec, &diag));
+  recap__spec_destroy(spec);
+  spec = NULL;
+  recap__diag_free(&diag);
+  /* Two rows: the size of bucket 2, not of the largest. */
+  write_file(path, w, 2 * 3 * sizeof(float));
+  CHECK_STATUS(load(text, NULL, &spec, &diag), RECAP_STATUS_SPEC_ERROR);
+  int found = has_error(&diag, "t.yaml:4:41: error: ",
+                        "has 24 bytes, but tensor 'w' [4, 3] f32 needs 48 (raw little-endian) "
+                        "(with B = 4)");
+  if (!found || diag.count != 1) dump(&diag);
+  CU_ASSERT_TRUE(found);
+  CU_ASSERT_EQUAL(diag.count, 1);
+  recap__diag_free(&diag);
+  unlink(path);
+  rmdir(tmp_dir);
+}
+
 static void test_load_file_that_does_not_exist_is_io_error(void) {
   recap__spec *spec = NULL;
   CHECK_STATUS(recap__spec_load_file("/nonexistent/spec.yaml", NULL, &spec, NULL),
@@ -621,6 +677,7 @@ int main(void) {
   CU_pSuite s = test_add_suite("spec", NULL, NULL);
   CU_ADD_TEST(s, test_spec_parses_every_top_level_key);
   CU_ADD_TEST(s, test_spec_defaults_apply_when_keys_are_absent);
+  CU_ADD_TEST(s, test_spec_integer_input_without_init_starts_at_zeros);
   CU_ADD_TEST(s, test_spec_anchors_and_aliases_within_limits_work);
   CU_ADD_TEST(s, test_ir_infers_shapes_dtypes_and_graph_facts);
   CU_ADD_TEST(s, test_ir_bucket_out_of_range_is_invalid_argument);
@@ -644,6 +701,7 @@ int main(void) {
   CU_ADD_TEST(s, test_limit_scalar_length_and_node_count);
   CU_ADD_TEST(s, test_limit_file_size_tensor_and_op_counts);
   CU_ADD_TEST(s, test_files_resolve_relative_to_the_spec_and_check_size);
+  CU_ADD_TEST(s, test_bucketed_param_file_holds_the_largest_bucket);
   CU_ADD_TEST(s, test_load_file_that_does_not_exist_is_io_error);
   CU_ADD_TEST(s, test_every_example_spec_loads_and_builds_every_bucket);
   return test_run_all();

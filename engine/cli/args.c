@@ -1,5 +1,6 @@
 /* args.c: strict command-line parsing shared by the subcommands. */
 #include <errno.h>
+#include <inttypes.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,6 +44,20 @@ bool cli_parse_int(const char *cmd, const char *flag, const char *text, long lon
     return false;
   }
   *out = v;
+  return true;
+}
+
+bool cli_parse_u64(const char *cmd, const char *flag, const char *text, uint64_t *out) {
+  char *end = NULL;
+  errno = 0;
+  unsigned long long v = strtoull(text, &end, 10);
+  /* strtoull accepts blanks and a sign (and negates a '-'): digits only here. */
+  if (text[0] < '0' || text[0] > '9' || *end != '\0' || errno == ERANGE) {
+    fprintf(stderr, "recap %s: %s expects an integer in [0, %" PRIu64 "], got '%s'\n", cmd, flag,
+            UINT64_MAX, text);
+    return false;
+  }
+  *out = (uint64_t)v;
   return true;
 }
 
@@ -96,7 +111,7 @@ int cli_run_flag(const char *cmd, int argc, char **argv, int *i, cli_run_flags *
     }
     f->dims[f->num_dims++] = v;
   } else if ((m = cli_flag(cmd, argc, argv, i, "--seed", &v)) != 0) {
-    if (m < 0 || !cli_parse_int(cmd, "--seed", v, 0, INT64_MAX, &f->seed)) return -1;
+    if (m < 0 || !cli_parse_u64(cmd, "--seed", v, &f->seed)) return -1;
     f->seed_set = true;
   } else if ((m = cli_flag(cmd, argc, argv, i, "--device", &f->device)) != 0 ||
              (m = cli_flag(cmd, argc, argv, i, "--base-dir", &f->base_dir)) != 0) {

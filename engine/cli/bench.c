@@ -30,14 +30,15 @@ static void usage(FILE *out) {
           "  --iters N          timed iterations per mode (default: the spec's run.iters, at "
           "most %d\n                     on the host backend)\n"
           "  --warmup N         untimed iterations per mode first, also the engine's warmups "
-          "before\n                     capture (default: the spec's run.warmup, at most %d "
-          "on host)\n"
+          "before\n                     capture; 0: none (default: the spec's run.warmup, at "
+          "most %d on host)\n"
           "  --dim NAME=VALUE   for the bucketed dim: a batch of VALUE real rows (default: the "
           "largest\n                     bucket); for any other dim: replaces the spec's value "
           "(repeatable)\n"
           "  --device D         cuda or host (default: the spec's; host when there is no "
           "GPU)\n"
-          "  --seed N           seed of the random input data (default: a fresh one)\n"
+          "  --seed N           seed of the random inputs, 0 to 2^64-1 (default: the spec's "
+          "seed:,\n                     else a fresh random seed)\n"
           "  --json FILE        write the results as JSON\n"
           "  --svg FILE         write a bar chart (median, p10-p90 whiskers) as SVG\n"
           "  --rotate K|auto    K pipeline instances with their own params, inputs and state "
@@ -111,12 +112,13 @@ typedef struct {
   size_t launches; /* launches submitted per iteration */
 } mode_result;
 
-/* Iteration i runs instance ps[i % k]: warmup (at least one round), then `iters` timed ones,
- * each between two events on that instance's stream and waited for (cli_time_runs's method). */
+/* Iteration i runs instance ps[i % k]: warmup (rounded up to whole rounds, so that every
+ * instance gets as many; none for 0), then `iters` timed ones, each between two events on
+ * that instance's stream and waited for (cli_time_runs's method). */
 static recap_status measure(recap_pipeline **ps, int k, int64_t batch, int warmup, int iters,
                             mode_result *out) {
   recap_status st = RECAP_OK;
-  for (int i = 0; st == RECAP_OK && i < (k > 1 && warmup < k ? k : warmup); i++)
+  for (int i = 0; st == RECAP_OK && i < (warmup + k - 1) / k * k; i++)
     st = recap_pipeline_run(ps[i % k], batch);
   if (st != RECAP_OK) return st;
   if (k == 1) {
@@ -180,7 +182,7 @@ int cli_bench_main(int argc, char **argv) {
   /* Rotation instances: [0] is graph / eager; the others are destroyed separately. */
   recap_pipeline *graphs[ROTATE_MAX] = {0}, *eagers[ROTATE_MAX] = {0};
   int rotate = 1;
-  cli_host_tensors inputs = {0}, out_eager = {0}, out_graph = {0};
+  cli_host_tensors bound = {0}, inputs = {0}, out_eager = {0}, out_graph = {0};
   mode_result re = {0}, rg = {0};
   json_t *root = NULL;
   recap_status st;
@@ -190,15 +192,20 @@ int cli_bench_main(int argc, char **argv) {
   if ((rc = cli_run_setup_resolve(CMD, &a.common, spec, &opts, &rs)) != CLI_EXIT_OK) goto done;
   rc = CLI_EXIT_FAILURE;
   bool host = opts.device.backend == RECAP_BACKEND_HOST;
+  /* Before anything is allocated: a spec sized for a GPU can take hours on the CPU. Each mode
+   * runs warmup + iters, and the capture warms every bucket first. */
+  if (host)
+    cli_warn_host_work(CMD, a.path, spec, rs.bucket,
+                       2 * (rs.warmup + rs.iters) + rs.warmup * (int)recap__spec_num_buckets(spec));
 
   printf("%s (%s) on %s:%d", spec->name, a.path, recap_backend_name(opts.device.backend),
          opts.device.index);
   if (spec->bucket_dim >= 0) printf(", %s=%" PRId64, spec->dims[spec->bucket_dim].name, rs.batch);
   printf(
-      "\n%d timed iterations after %d warmup per mode%s; inputs uniform [-1, 1) from seed "
-      "%" PRIu64 "\n",
+      "\n%d timed iterations after %d warmup per mode%s; inputs as their init says, random "
+      "ones from seed %" PRIu64 " (%s)\n",
       rs.iters, rs.warmup, rs.iters_capped ? " (capped for the host backend; --iters sets it)" : "",
-      rs.seed);
+      rs.seed, strcmp(rs.seed_from, "spec") == 0 ? "the spec's seed:" : rs.seed_from);
   fflush(stdout);
 
   double t0 = cli_now();
@@ -213,13 +220,16 @@ int cli_bench_main(int argc, char **argv) {
     goto done;
   }
   /* The eager instance shares the weights: one copy of the params, identical values. */
-  recap_pipeline_options eager_opts = {
-      .override_mode = 1, .mode = RECAP_MODE_EAGER, .warmup = opts.warmup};
+  recap_pipeline_options eager_opts = {.override_mode = 1,
+                                       .mode = RECAP_MODE_EAGER,
+                                       .warmup = opts.warmup,
+                                       .warmup_set = opts.warmup_set};
   if ((st = recap_pipeline_clone(graph, &eager_opts, &eager)) != RECAP_OK) {
     cli_report_failure(CMD, "cloning the pipeline", st);
     goto done;
   }
-  if ((st = cli_inputs_make(graph, rs.batch, rs.seed, &inputs)) != RECAP_OK ||
+  if ((st = cli_inputs_read_bound(graph, &bound)) != RECAP_OK ||
+      (st = cli_inputs_make(graph, &bound, rs.batch, rs.seed, &inputs)) != RECAP_OK ||
       (st = cli_inputs_copy_in(graph, &inputs)) != RECAP_OK ||
       (st = cli_inputs_copy_in(eager, &inputs)) != RECAP_OK) {
     cli_report_failure(CMD, "preparing the inputs", st);
@@ -342,7 +352,8 @@ int cli_bench_main(int argc, char **argv) {
     json_object_set_new(root, "bucket", json_integer(graph->model->bucket_values[rs.bucket]));
     json_object_set_new(root, "iters", json_integer(rs.iters));
     json_object_set_new(root, "warmup", json_integer(rs.warmup));
-    json_object_set_new(root, "seed", json_integer((json_int_t)rs.seed));
+    json_object_set_new(root, "seed", cli_seed_json(rs.seed));
+    json_object_set_new(root, "seed_from", json_string(rs.seed_from));
     /* Spec ops the fusion pass folded into fused ops (0 with --no-fusion). */
     json_object_set_new(root, "fused_ops",
                         json_integer((json_int_t)graph->model->irs[0]->fused_ops));
@@ -372,7 +383,7 @@ int cli_bench_main(int argc, char **argv) {
     if (check) {
       json_t *c = json_object();
       json_object_set_new(c, "mismatches", json_integer((json_int_t)mismatches));
-      json_object_set_new(c, "max_abs_diff", json_real(max_diff));
+      json_object_set_new(c, "max_abs_diff", cli_json_number(max_diff));
       json_object_set_new(root, "graph_vs_eager", c);
     }
     if (!cli_write_json(CMD, root, a.json_path)) goto done;
@@ -406,6 +417,7 @@ done:
   cli_host_tensors_free(&out_graph);
   cli_host_tensors_free(&out_eager);
   cli_host_tensors_free(&inputs);
+  cli_host_tensors_free(&bound);
   for (int k = ROTATE_MAX - 1; k >= 1; k--) {
     recap_pipeline_destroy(eagers[k]);
     recap_pipeline_destroy(graphs[k]);

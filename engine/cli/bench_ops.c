@@ -3,7 +3,7 @@
  * Each memory-bound op (unary and binary elementwise, softmax, layernorm, rmsnorm, the copy
  * op) runs on tensors far past the L2 cache, and its achieved bandwidth (bytes it must read
  * and write over its median time) is compared with a device-to-device cudaMemcpyAsync of the
- * same tensor measured in the same run: issue 6 asks for >= 80% of that. GEMMs report
+ * same tensor measured in the same run: the target is >= 80% of that. GEMMs report
  * TFLOP/s. Every sample is one launch between two device events, waited for before the next
  * launch (the method of `recap bench` and tools/peer_torch_ops.py), so both sides pay the
  * same launch latency. The ops are launched directly from the registry (kernels/op.h), as
@@ -22,7 +22,7 @@
 static const char *const CMD = "bench-ops";
 
 enum { ROW_COLS = 4096, WARMUP = 3, MAX_GEMMS = 8 };
-/* Issue 6's target for memory-bound ops: this share of the copy ceiling. */
+/* The target for memory-bound ops: this share of the copy ceiling. */
 static const double TARGET_PCT = 80.0;
 
 /* Sizes: the GPU default is 64M elements (256 MiB of f32 per tensor, five times the H100's

@@ -21,16 +21,21 @@ recap_status cli_bucket_plan_build(recap__spec *spec, bool fuse, cli_bucket_plan
   out->irs = calloc(n, sizeof *out->irs);
   if (!out->irs) return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory for %zu IRs", n);
   recap_status st = RECAP_OK;
+  recap__diag diag = {0};
   for (; out->count < n; out->count++) {
-    RECAP_TRY_GOTO(st, recap__ir_build(spec, out->count, &out->irs[out->count], NULL), fail);
+    st = recap__ir_build(spec, out->count, &out->irs[out->count], &diag);
+    if (st == RECAP_STATUS_SPEC_ERROR) cli_print_diag(spec->file, &diag);
+    if (st != RECAP_OK) goto fail;
     /* The same groups in every bucket, as the engine fuses them. */
     if (fuse) RECAP_TRY_GOTO(st, recap__fuse(out->irs[out->count]), fail_built);
   }
   RECAP_TRY_GOTO(st, recap__plan_build_buckets(out->irs, n, NULL, &out->plan), fail);
+  recap__diag_free(&diag);
   return RECAP_OK;
 fail_built:
   out->count++;
 fail:
+  recap__diag_free(&diag);
   cli_bucket_plan_free(out);
   return st;
 }

@@ -20,7 +20,9 @@ static void usage(FILE *out) {
           "planner inserts (dashed).\n\n"
           "  --graph            capture the pipeline and write the captured graph instead "
           "(the\n                     backend's dump: cudaGraphDebugDotPrint on CUDA)\n"
-          "  --dim NAME=VALUE   the bucket to show (default: the largest)\n"
+          "  --dim NAME=VALUE   for the bucketed dim: show the bucket that runs a batch of VALUE "
+          "(default:\n                     the largest); for any other dim: replaces the "
+          "spec's value (repeatable;\n                     as in recap run)\n"
           "  --device D         cuda or host, for --graph (default: the spec's; host when "
           "there is\n                     no GPU)\n"
           "  -o FILE            write to FILE instead of standard output\n"
@@ -92,6 +94,10 @@ static void write_dag(FILE *f, const recap__ir *ir, const recap__plan *plan) {
     fprintf(f, "\"];\n");
   }
   for (int s = 0; s < ir->num_streams; s++) {
+    /* Streams are the spec's numbers (0 to 63): draw only those with ops. */
+    bool used = false;
+    for (size_t o = 0; o < ir->num_ops && !used; o++) used = ir->ops[o].stream == s;
+    if (!used) continue;
     fprintf(f, "  subgraph cluster_stream%d {\n    label=\"stream %d%s\";\n    style=rounded;\n", s,
             s, s == 0 ? " (the pipeline's)" : "");
     for (size_t o = 0; o < ir->num_ops; o++) {
@@ -137,13 +143,16 @@ static void write_dag(FILE *f, const recap__ir *ir, const recap__plan *plan) {
 
 /* Captures the pipeline and copies the backend's dump of bucket `bucket` to `out`. */
 static int write_captured(FILE *out, const char *path, const char *base_dir,
-                          const char *device_name, size_t bucket) {
+                          const char *device_name, const char *const *overrides, size_t bucket) {
   recap__spec *spec = NULL;
   if (cli_load_spec(path, base_dir, &spec) != RECAP_OK) return CLI_EXIT_FAILURE;
   recap_backend_kind spec_device = spec->device;
   recap__spec_destroy(spec);
-  recap_pipeline_options opts = {
-      .override_device = 1, .override_mode = 1, .mode = RECAP_MODE_GRAPH, .base_dir = base_dir};
+  recap_pipeline_options opts = {.override_device = 1,
+                                 .override_mode = 1,
+                                 .mode = RECAP_MODE_GRAPH,
+                                 .base_dir = base_dir,
+                                 .dims = overrides};
   if (!cli_pick_device(CMD, device_name, spec_device, &opts.device)) return CLI_EXIT_FAILURE;
 
   int rc = CLI_EXIT_FAILURE;
@@ -198,15 +207,23 @@ int cli_dot_main(int argc, char **argv) {
     usage(stdout);
     return CLI_EXIT_OK;
   }
-  const char *path = NULL, *dim_text = NULL, *device = NULL, *out_path = NULL, *base_dir = NULL;
+  const char *path = NULL, *device = NULL, *out_path = NULL, *base_dir = NULL, *dim = NULL;
+  const char *dims[CLI_MAX_DIMS];
+  int num_dims = 0;
   bool graph = false;
   for (int i = 0; i < argc; i++) {
     int m;
     if ((m = cli_flag(CMD, argc, argv, &i, "--graph", NULL)) != 0) {
       if (m < 0) return CLI_EXIT_USAGE;
       graph = true;
-    } else if ((m = cli_flag(CMD, argc, argv, &i, "--dim", &dim_text)) != 0 ||
-               (m = cli_flag(CMD, argc, argv, &i, "--device", &device)) != 0 ||
+    } else if ((m = cli_flag(CMD, argc, argv, &i, "--dim", &dim)) != 0) {
+      if (m < 0) return CLI_EXIT_USAGE;
+      if (num_dims == CLI_MAX_DIMS) {
+        fprintf(stderr, "recap %s: at most %d --dim flags\n", CMD, CLI_MAX_DIMS);
+        return CLI_EXIT_USAGE;
+      }
+      dims[num_dims++] = dim;
+    } else if ((m = cli_flag(CMD, argc, argv, &i, "--device", &device)) != 0 ||
                (m = cli_flag(CMD, argc, argv, &i, "-o", &out_path)) != 0 ||
                (m = cli_flag(CMD, argc, argv, &i, "--base-dir", &base_dir)) != 0) {
       if (m < 0) return CLI_EXIT_USAGE;
@@ -229,7 +246,9 @@ int cli_dot_main(int argc, char **argv) {
   recap_status st;
   size_t bucket;
   int64_t batch;
-  int rc = cli_load_spec_bucket(CMD, path, base_dir, dim_text, &spec, &bucket, &batch);
+  const char *overrides[CLI_MAX_DIMS + 1];
+  int rc =
+      cli_load_spec_bucket(CMD, path, base_dir, dims, num_dims, &spec, overrides, &bucket, &batch);
   if (rc != CLI_EXIT_OK) goto done;
   rc = CLI_EXIT_FAILURE;
   if (out_path && !(out = fopen(out_path, "w"))) {
@@ -238,14 +257,15 @@ int cli_dot_main(int argc, char **argv) {
     goto done;
   }
   if (graph) {
-    rc = write_captured(out, path, base_dir, device, bucket);
+    rc = write_captured(out, path, base_dir, device, overrides, bucket);
     goto done;
   }
   /* The engine plans all buckets at once and every bucket runs on that plan: its waits and
    * views are the ones shown, over the chosen bucket's shapes. The DAG is the spec's own, so
    * it is shown unfused. */
   if ((st = cli_bucket_plan_build(spec, false, &bp)) != RECAP_OK) {
-    cli_report_failure(CMD, "planning", st);
+    /* Spec errors of replaced dims are printed with their positions already. */
+    if (st != RECAP_STATUS_SPEC_ERROR) cli_report_failure(CMD, "planning", st);
     goto done;
   }
   write_dag(out, bp.irs[bucket], bp.plan);

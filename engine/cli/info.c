@@ -1,5 +1,6 @@
 /* info.c: `recap info`: what this machine offers recap. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "engine/cli/cli.h"
@@ -7,6 +8,38 @@
 
 static void print_bytes_line(const char *label, double bytes) {
   printf("    %-22s %.2f GiB\n", label, bytes / (1024.0 * 1024.0 * 1024.0));
+}
+
+/* MemAvailable of /proc/meminfo (what the kernel could give without swapping); false where
+ * there is none. */
+static bool system_available(size_t *bytes) {
+  FILE *f = fopen("/proc/meminfo", "r");
+  if (!f) return false;
+  char line[256];
+  unsigned long long kib = 0;
+  bool found = false;
+  while (!found && fgets(line, sizeof line, f))
+    found = sscanf(line, "MemAvailable: %llu kB", &kib) == 1;
+  fclose(f);
+  *bytes = (size_t)kib * 1024;
+  return found;
+}
+
+/* The host backend's "device memory" is the process's heap under a capacity: physical memory,
+ * or RECAP_HOST_MEMORY_BYTES. Its free is that capacity minus recap's own allocations, which
+ * says nothing about the machine, so the system's available memory is shown as well. */
+static void print_host_memory(size_t free_bytes, size_t total_bytes) {
+  const char *cap = getenv("RECAP_HOST_MEMORY_BYTES");
+  bool capped = cap && cap[0];
+  printf("    %-22s %.2f GiB (%s)\n", "memory capacity", (double)total_bytes / (1 << 30),
+         capped ? "RECAP_HOST_MEMORY_BYTES" : "physical memory; RECAP_HOST_MEMORY_BYTES caps it");
+  printf("    %-22s %.2f GiB (this process's host-backend allocations)\n", "allocated by recap",
+         (double)(total_bytes - free_bytes) / (1 << 30));
+  size_t available;
+  if (system_available(&available))
+    printf("    %-22s %.2f GiB (the system's MemAvailable, within the capacity)\n",
+           "memory available",
+           (double)(available < free_bytes ? available : free_bytes) / (1 << 30));
 }
 
 static void print_device(recap_device device) {
@@ -29,7 +62,11 @@ static void print_device(recap_device device) {
     printf("    %-22s %d\n", "logical CPUs", p.multiprocessor_count);
   }
   size_t free_bytes = 0, total_bytes = 0;
-  if (recap_device_mem_get_info(device, &free_bytes, &total_bytes) == RECAP_OK) {
+  if (recap_device_mem_get_info(device, &free_bytes, &total_bytes) != RECAP_OK) {
+    printf("    %-22s not available (%s)\n", "memory", recap_last_error());
+  } else if (device.backend == RECAP_BACKEND_HOST) {
+    print_host_memory(free_bytes, total_bytes);
+  } else {
     print_bytes_line("memory total", (double)total_bytes);
     print_bytes_line("memory free", (double)free_bytes);
   }

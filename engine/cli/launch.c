@@ -97,6 +97,15 @@ static int parse_dist(int argc, char **argv, dist_args *a) {
 
 static double now_ms(void) { return cli_now() * 1e3; }
 
+/* v as cli_json_number writes it (NaN and infinities as strings), 9 significant digits. */
+static void print_json_number(double v) {
+  json_t *j = cli_json_number(v);
+  char *text = j ? json_dumps(j, JSON_ENCODE_ANY | JSON_REAL_PRECISION(9)) : NULL;
+  printf("%s", text ? text : "null");
+  free(text);
+  json_decref(j);
+}
+
 int cli_run_dist_main(int argc, char **argv) {
   dist_args a;
   memset(&a, 0, sizeof a);
@@ -106,7 +115,7 @@ int cli_run_dist_main(int argc, char **argv) {
   recap__spec *spec = NULL;
   recap_comm *comm = NULL;
   recap_pipeline *p = NULL;
-  cli_host_tensors inputs = {0}, outputs = {0};
+  cli_host_tensors bound = {0}, inputs = {0}, outputs = {0};
   double *ms = NULL;
   recap_status st;
   char who[32];
@@ -165,13 +174,16 @@ int cli_run_dist_main(int argc, char **argv) {
   int iters = a.common.iters_set ? (int)a.common.iters : spec->iters;
   int warmup = a.common.warmup_set ? (int)a.common.warmup : spec->warmup;
   opts.warmup = warmup;
+  opts.warmup_set = 1;
   opts.dims = overrides;
   if ((st = recap_pipeline_create_file(a.path, &opts, &p)) != RECAP_OK) {
     cli_report_failure(who, "creating the pipeline", st);
     goto done;
   }
-  uint64_t seed = a.common.seed_set ? (uint64_t)a.common.seed : 1234;
-  if (a.rank == 0 && ((st = cli_inputs_make(p, batch, seed, &inputs)) != RECAP_OK ||
+  /* A fixed default rather than a fresh seed: a distributed run is reproducible without flags. */
+  uint64_t seed = a.common.seed_set ? a.common.seed : spec->seed_given ? spec->seed : 1234;
+  if (a.rank == 0 && ((st = cli_inputs_read_bound(p, &bound)) != RECAP_OK ||
+                      (st = cli_inputs_make(p, &bound, batch, seed, &inputs)) != RECAP_OK ||
                       (st = cli_inputs_copy_in(p, &inputs)) != RECAP_OK)) {
     cli_report_failure(who, "preparing the inputs", st);
     goto done;
@@ -224,12 +236,18 @@ int cli_run_dist_main(int argc, char **argv) {
     const cli_host_tensor *h = &outputs.items[i];
     size_t n = h->info.bytes / recap_dtype_size(h->info.dtype);
     double s, abs_s;
-    cli_checksum(h->host, h->info.dtype, n, &s, &abs_s);
+    size_t nonfinite;
+    cli_checksum(h->host, h->info.dtype, n, &s, &abs_s, &nonfinite);
     if (a.json) {
-      printf("%s{\"name\": \"%s\", \"sum\": %.9g, \"abs_sum\": %.9g}", i ? ", " : "",
-             h->info.name, s, abs_s);
+      printf("%s{\"name\": \"%s\", \"sum\": ", i ? ", " : "", h->info.name);
+      print_json_number(s);
+      printf(", \"abs_sum\": ");
+      print_json_number(abs_s);
+      printf(", \"nonfinite\": %zu}", nonfinite);
     } else {
-      printf("  %-12s sum %.6g  abs sum %.6g  first:", h->info.name, s, abs_s);
+      printf("  %-12s sum %.6g  abs sum %.6g", h->info.name, s, abs_s);
+      if (nonfinite) printf("  (%zu non-finite)", nonfinite);
+      printf("  first:");
       for (size_t j = 0; j < n && j < FIRST_VALUES; j++)
         printf(" %.6g", cli_value(h->host, h->info.dtype, j));
       printf("\n");
@@ -242,6 +260,7 @@ done:
   free(ms);
   cli_host_tensors_free(&outputs);
   cli_host_tensors_free(&inputs);
+  cli_host_tensors_free(&bound);
   if (comm && rc != CLI_EXIT_OK) {
     /* After a failure the stream may hold collectives that wait on a dead peer, and NCCL's
      * abort, running on the communicator's watchdog thread, can take long to tear down the
@@ -272,14 +291,15 @@ static void launch_usage(FILE *out) {
           "list), waits for them and prints every rank's exit. When a rank fails the others get\n"
           "--grace seconds to fail on their own (their collectives time out), then SIGTERM,\n"
           "then SIGKILL.\n\n"
-          "  --gpus N      ranks (1 to %d); with --device host only 1\n"
+          "  --gpus N      ranks (1 to %d); with --device host only 1 (more is a usage error)\n"
           "  --timeout S   passed to each rank: rendezvous, NCCL init and every wait (default "
           "120)\n"
           "  --grace S     seconds before stopping the other ranks after a failure (default: "
           "the timeout + 5)\n"
           "run flags with --world: --mode, --device, --iters, --warmup, --dim, --seed, --json,\n"
-          "--base-dir (inputs come from rank 0, seed 1234 unless --seed). --dim of the bucketed\n"
-          "dim above its largest bucket replaces the buckets with that size.\n",
+          "--base-dir (inputs come from rank 0; seed: --seed, else the spec's seed:, else 1234).\n"
+          "--dim of the bucketed dim above its largest bucket replaces the buckets with that "
+          "size.\n",
           MAX_RANKS);
 }
 
@@ -351,6 +371,19 @@ int cli_launch_main(int argc, char **argv) {
       fprintf(stderr, "recap launch: %s is set by launch itself\n", argv[i]);
       return CLI_EXIT_USAGE;
     }
+  /* Every rank would refuse the world at its first step: say so before starting any. */
+  for (int i = sep + 2; gpus > 1 && i < argc; i++) {
+    const char *device = NULL;
+    int k = i, m = cli_flag(LAUNCH, argc, argv, &k, "--device", &device);
+    if (m < 0) return CLI_EXIT_USAGE; /* --device without a value: reported */
+    if (m > 0 && strcmp(device, "host") == 0) {
+      fprintf(stderr,
+              "recap launch: --gpus %lld with --device host: the host backend is a world of 1 "
+              "(one device, no NCCL); use --gpus 1 or CUDA devices\n",
+              gpus);
+      return CLI_EXIT_USAGE;
+    }
+  }
   char self[PATH_MAX];
   ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
   if (n <= 0) {

@@ -19,7 +19,9 @@ static void usage(FILE *out) {
           "offset, lifetime in ops,\nstream and in-place/view notes; the cross-stream waits; "
           "then the arena size, the naive\nsum (one allocation per intermediate) and the "
           "max-live lower bound.\n\n"
-          "  --dim NAME=VALUE   plan the bucket where the bucketed dim NAME is VALUE\n"
+          "  --dim NAME=VALUE   for the bucketed dim: plan the bucket that runs a batch of VALUE "
+          "(the\n                     smallest bucket >= VALUE); for any other dim: replaces "
+          "the spec's\n                     value (repeatable; as in recap run)\n"
           "  --base-dir DIR     files the spec names (params) must lie under DIR (for specs "
           "from\n                     untrusted sources)\n"
           "  --no-fusion        plan the spec's ops as written (no fusion pass; as "
@@ -31,10 +33,18 @@ int cli_plan_main(int argc, char **argv) {
     usage(stdout);
     return CLI_EXIT_OK;
   }
-  const char *path = NULL, *dim_text = NULL, *base_dir = NULL;
+  const char *path = NULL, *base_dir = NULL;
+  const char *dims[CLI_MAX_DIMS];
+  int num_dims = 0;
   bool no_fusion = false;
   for (int i = 0; i < argc; i++) {
-    int m = cli_flag(CMD, argc, argv, &i, "--dim", &dim_text);
+    const char *dim = NULL;
+    int m = cli_flag(CMD, argc, argv, &i, "--dim", &dim);
+    if (m > 0 && num_dims == CLI_MAX_DIMS) {
+      fprintf(stderr, "recap %s: at most %d --dim flags\n", CMD, CLI_MAX_DIMS);
+      return CLI_EXIT_USAGE;
+    }
+    if (m > 0) dims[num_dims++] = dim;
     if (m == 0) m = cli_flag(CMD, argc, argv, &i, "--base-dir", &base_dir);
     if (m == 0 && (m = cli_flag(CMD, argc, argv, &i, "--no-fusion", NULL)) > 0) no_fusion = true;
     if (m < 0) return CLI_EXIT_USAGE;
@@ -52,12 +62,15 @@ int cli_plan_main(int argc, char **argv) {
   recap_status st;
   size_t bucket;
   int64_t batch;
-  int rc = cli_load_spec_bucket(CMD, path, base_dir, dim_text, &spec, &bucket, &batch);
+  const char *overrides[CLI_MAX_DIMS + 1];
+  int rc =
+      cli_load_spec_bucket(CMD, path, base_dir, dims, num_dims, &spec, overrides, &bucket, &batch);
   if (rc != CLI_EXIT_OK) goto done;
   rc = CLI_EXIT_FAILURE;
   bool fuse = recap__fuse_enabled(no_fusion);
   if ((st = cli_bucket_plan_build(spec, fuse, &bp)) != RECAP_OK) {
-    cli_report_failure(CMD, "planning", st);
+    /* Spec errors of replaced dims are printed with their positions already. */
+    if (st != RECAP_STATUS_SPEC_ERROR) cli_report_failure(CMD, "planning", st);
     goto done;
   }
   const recap__ir *ir = bp.irs[bucket];
@@ -71,10 +84,19 @@ int cli_plan_main(int argc, char **argv) {
   }
   if (spec->bucket_dim >= 0) {
     size_t n = recap__spec_num_buckets(spec);
-    printf("%s: bucket %s=%lld (%s of %zu buckets:", path, spec->dims[spec->bucket_dim].name,
-           (long long)batch, bucket + 1 == n ? "the largest" : "one", n);
+    const char *name = spec->dims[spec->bucket_dim].name;
+    int64_t value = recap__spec_bucket_value(spec, bucket);
+    printf("%s: ", path);
+    if (batch != value) printf("%s=%lld runs in ", name, (long long)batch);
+    printf("bucket %s=%lld (%s of %zu buckets:", name, (long long)value,
+           bucket + 1 == n ? "the largest" : "one", n);
     for (size_t b = 0; b < n; b++) printf(" %lld", (long long)recap__spec_bucket_value(spec, b));
     printf(")\n");
+  }
+  if (overrides[0]) {
+    printf("%s: dims replaced:", path);
+    for (const char *const *o = overrides; *o; o++) printf(" %s", *o);
+    printf("\n");
   }
   fputs(fused, stdout);
   fputs(text, stdout);

@@ -18,26 +18,29 @@ static void usage(FILE *out) {
           "usage: recap run SPEC [--mode eager|graph] [--device cuda|host] [--iters N]\n"
           "                 [--warmup N] [--dim NAME=VALUE] [--seed N] [--json]\n"
           "                 [--save-tensors FILE.safetensors] [--base-dir DIR] [--no-fusion]\n"
-          "                 [--memory-snapshot FILE.json]\n\n"
-          "Runs the pipeline: inputs get random data (uniform in [-1, 1), from a seeded "
-          "generator;\nthe seed is printed), then warmup runs, then N timed runs (device "
-          "events around each).\nPrints every output's shape, checksum and first values, and "
-          "the timing.\n\n"
+          "                 [--memory-snapshot FILE.json]\n"
+          "       recap run SPEC --world N --rank R [--init URL] [--timeout S] [flags]\n\n"
+          "Runs the pipeline: inputs get what their init says (normal and uniform drawn from "
+          "a seeded\ngenerator; the seed is printed), then warmup runs, then N timed runs "
+          "(device events around\neach). Prints every output's shape, checksum and first "
+          "values, and the timing.\n\n"
           "  --mode M           graph (default: capture each bucket, replay) or eager (op by "
           "op)\n"
           "  --device D         cuda or host (default: the spec's; the host backend when there "
           "is no GPU)\n"
           "  --iters N          timed runs (default: the spec's run.iters, at most %d on "
           "host)\n"
-          "  --warmup N         runs before timing; in graph mode also the warmups before "
-          "capture\n"
-          "                     (default: the spec's run.warmup, at most %d on host)\n"
+          "  --warmup N         runs before timing; in graph mode also the warmups of each "
+          "bucket\n                     before capture; 0: none (default: the spec's "
+          "run.warmup, at most %d\n                     on host)\n"
           "  --dim NAME=VALUE   for the bucketed dim: a batch of VALUE real rows (default: the "
           "largest\n                     bucket; runs the smallest bucket >= VALUE); for any "
           "other dim: replaces\n                     the spec's value (repeatable)\n"
-          "  --seed N           seed of the input data (default: a fresh random seed)\n"
+          "  --seed N           seed of the random inputs, 0 to 2^64-1 (default: the spec's "
+          "seed:,\n                     else a fresh random seed)\n"
           "  --json             print one JSON object instead of text\n"
-          "  --save-tensors F   write params, inputs and outputs to F (.safetensors: loadable "
+          "  --save-tensors F   write params, inputs, states and scalars (as the last run read "
+          "them)\n                     and outputs to F (.safetensors: loadable "
           "by\n                     safetensors.torch.load_file)\n"
           "  --base-dir DIR     files the spec names (params) must lie under DIR (for specs "
           "from\n                     untrusted sources)\n"
@@ -45,7 +48,17 @@ static void usage(FILE *out) {
           "as\n                     RECAP_FUSION=0)\n"
           "  --memory-snapshot F  write the device allocator's snapshot (JSON) at the end of "
           "the run,\n                     before the pipeline is destroyed (draw it with recap "
-          "memviz)\n",
+          "memviz)\n\n"
+          "One rank of a distributed run (recap launch starts every rank with these):\n"
+          "  --world N          ranks in all (1 to 64); rank 0's inputs and batch go to every "
+          "rank\n"
+          "  --rank R           this process's rank, 0 <= R < N\n"
+          "  --init URL         the rendezvous, file:///PATH or tcp://HOST:PORT (needed when N > "
+          "1)\n"
+          "  --timeout S        seconds for the rendezvous, NCCL init and every wait (default "
+          "120)\n"
+          "  with --world, run takes --mode, --device, --iters, --warmup, --dim, --seed, --json "
+          "and\n  --base-dir (see recap launch --help)\n",
           CLI_HOST_ITERS_CAP, CLI_HOST_WARMUP_CAP);
 }
 
@@ -95,11 +108,14 @@ static void print_shape(const cli_tensor *t) {
   printf("]");
 }
 
-/* Params (read back from the device), inputs and outputs in one file. */
+/* Params (read back from the device), inputs, states and scalars (as the last run read them)
+ * and outputs in one file: what it takes to reproduce the outputs. A tensor in two of these
+ * sets (a state listed in outputs) is written once, from the first. */
 static bool save_tensors(recap_pipeline *p, const char *path, const cli_host_tensors *inputs,
-                         const cli_host_tensors *outputs, uint64_t seed, int64_t batch) {
+                         const cli_host_tensors *states, const cli_host_tensors *outputs,
+                         uint64_t seed, int64_t batch) {
   const recap__ir *ir = p->model->irs[p->model->num_buckets - 1];
-  size_t n = inputs->count + outputs->count;
+  size_t n = inputs->count + states->count + outputs->count;
   for (size_t t = 0; t < ir->num_tensors; t++) n += ir->tensors[t].role == RECAP_ROLE_PARAM;
   cli_safetensor *entries = calloc(n ? n : 1, sizeof *entries);
   cli_tensor *params = calloc(n ? n : 1, sizeof *params);
@@ -125,10 +141,13 @@ static bool save_tensors(recap_pipeline *p, const char *path, const cli_host_ten
                                     info->shape, param_host[np], info->bytes};
     np++;
   }
-  const cli_host_tensors *sets[2] = {inputs, outputs};
-  for (int s = 0; ok && s < 2; s++)
+  const cli_host_tensors *sets[3] = {inputs, states, outputs};
+  for (int s = 0; ok && s < 3; s++)
     for (size_t i = 0; i < sets[s]->count; i++) {
       const cli_host_tensor *h = &sets[s]->items[i];
+      bool seen = false;
+      for (size_t j = 0; j < k && !seen; j++) seen = strcmp(entries[j].name, h->info.name) == 0;
+      if (seen) continue;
       entries[k++] = (cli_safetensor){h->info.name,  h->info.dtype, h->info.ndim,
                                       h->info.shape, h->host,       h->info.bytes};
     }
@@ -136,8 +155,13 @@ static bool save_tensors(recap_pipeline *p, const char *path, const cli_host_ten
   snprintf(seed_text, sizeof seed_text, "%" PRIu64, seed);
   snprintf(batch_text, sizeof batch_text, "%" PRId64, batch);
   const char *meta[] = {
-      "format",     "pt",      "producer", "recap run", "spec", p->model->spec->name,
-      "input_seed", seed_text, "batch",    batch_text,  NULL};
+      "format",     "pt",
+      "producer",   "recap run",
+      "spec",       p->model->spec->name,
+      "input_seed", seed_text,
+      "batch",      batch_text,
+      "states",     "states and scalars as before the last run (the one that made the outputs)",
+      NULL};
   if (ok)
     ok = cli_safetensors_write(path, entries, k, meta);
   else if (!entries || !params || !param_host)
@@ -147,6 +171,19 @@ static bool save_tensors(recap_pipeline *p, const char *path, const cli_host_ten
   free(params);
   free(entries);
   return ok;
+}
+
+/* Times runs [from, to) of `total` into ms[from..to) (cli_time_runs); with `progress`, one
+ * at a time with a line each on stderr, so that a long host run shows it is moving. */
+static recap_status time_runs(recap_pipeline *p, int64_t batch, int from, int to, int total,
+                              double *ms, bool progress) {
+  if (!progress) return cli_time_runs(p, batch, to - from, ms + from);
+  for (int i = from; i < to; i++) {
+    recap_status st = cli_time_runs(p, batch, 1, ms + i);
+    if (st != RECAP_OK) return st;
+    fprintf(stderr, "recap %s: timed run %d of %d: %.1f s\n", CMD, i + 1, total, ms[i] / 1e3);
+  }
+  return RECAP_OK;
 }
 
 /* The allocator's state with the pipeline still alive (its arena, params and graph pools). */
@@ -178,7 +215,7 @@ int cli_run_main(int argc, char **argv) {
   rc = CLI_EXIT_FAILURE;
   recap__spec *spec = NULL;
   recap_pipeline *p = NULL;
-  cli_host_tensors inputs = {0}, outputs = {0};
+  cli_host_tensors bound = {0}, inputs = {0}, states = {0}, outputs = {0};
   double *ms = NULL;
   json_t *root = NULL;
   recap_status st;
@@ -191,13 +228,20 @@ int cli_run_main(int argc, char **argv) {
   cli_run_setup rs;
   if ((rc = cli_run_setup_resolve(CMD, &a.common, spec, &opts, &rs)) != CLI_EXIT_OK) goto done;
   rc = CLI_EXIT_FAILURE;
+  /* Before anything is allocated: a spec sized for a GPU can take hours on the CPU. */
+  bool eager_mode = opts.override_mode && opts.mode == RECAP_MODE_EAGER;
+  int engine_warmups = eager_mode ? 0 : rs.warmup * (int)recap__spec_num_buckets(spec);
+  bool slow =
+      opts.device.backend == RECAP_BACKEND_HOST &&
+      cli_warn_host_work(CMD, a.path, spec, rs.bucket, engine_warmups + rs.warmup + rs.iters);
 
   if ((st = recap_pipeline_create_file(a.path, &opts, &p)) != RECAP_OK) {
     cli_report_failure(CMD, "creating the pipeline", st);
     goto done;
   }
   bool graph = p->mode == RECAP_MODE_GRAPH;
-  if ((st = cli_inputs_make(p, rs.batch, rs.seed, &inputs)) != RECAP_OK ||
+  if ((st = cli_inputs_read_bound(p, &bound)) != RECAP_OK ||
+      (st = cli_inputs_make(p, &bound, rs.batch, rs.seed, &inputs)) != RECAP_OK ||
       (st = cli_inputs_copy_in(p, &inputs)) != RECAP_OK) {
     cli_report_failure(CMD, "preparing the inputs", st);
     goto done;
@@ -208,31 +252,49 @@ int cli_run_main(int argc, char **argv) {
     if (spec->bucket_dim >= 0)
       printf(", %s=%" PRId64 " (bucket %" PRId64 ")", spec->dims[spec->bucket_dim].name, rs.batch,
              p->model->bucket_values[rs.bucket]);
-    printf("\ninputs: uniform [-1, 1) from seed %" PRIu64 " (--seed %" PRIu64 " reproduces them)\n",
-           rs.seed, rs.seed);
+    printf("\ninputs, the random ones from seed %" PRIu64, rs.seed);
+    if (strcmp(rs.seed_from, "spec") == 0)
+      printf(" (the spec's seed:; --seed N overrides it):\n");
+    else if (strcmp(rs.seed_from, "random") == 0)
+      printf(" (fresh; --seed %" PRIu64 " reproduces them):\n", rs.seed);
+    else
+      printf(" (--seed):\n");
+    const recap__ir *ir = p->model->irs[p->model->num_buckets - 1];
     for (size_t i = 0; i < inputs.count; i++) {
+      char init[512];
       printf("  %-12s ", inputs.items[i].info.name);
       print_shape(&inputs.items[i].info);
-      printf("\n");
+      printf("  %s\n",
+             cli_init_describe(&ir->tensors[inputs.items[i].info.index].init, init, sizeof init));
     }
     fflush(stdout);
   }
   double t0 = cli_now();
+  if (slow && graph)
+    fprintf(stderr, "recap %s: capturing, after %d warmup run%s per bucket...\n", CMD, rs.warmup,
+            rs.warmup == 1 ? "" : "s");
   if (graph && (st = recap_pipeline_capture(p)) != RECAP_OK) {
     cli_report_failure(CMD, "capturing", st);
     goto done;
   }
   double capture_wall_ms = (cli_now() - t0) * 1e3;
-  for (int i = 0; i < rs.warmup; i++)
+  for (int i = 0; i < rs.warmup; i++) {
     if ((st = recap_pipeline_run(p, rs.batch)) != RECAP_OK) {
       cli_report_failure(CMD, "warmup run", st);
       goto done;
     }
+    if (slow) fprintf(stderr, "recap %s: warmup run %d of %d done\n", CMD, i + 1, rs.warmup);
+  }
   if (!(ms = malloc((size_t)rs.iters * sizeof *ms))) {
     fprintf(stderr, "recap %s: out of memory\n", CMD);
     goto done;
   }
-  if ((st = cli_time_runs(p, rs.batch, rs.iters, ms)) != RECAP_OK) {
+  /* Runs update states in place: --save-tensors keeps them as the last run reads them, taken
+   * between two timed runs (each run is timed on its own, so the copy is not in any time). */
+  int before_last = a.save_path ? rs.iters - 1 : rs.iters;
+  if ((st = time_runs(p, rs.batch, 0, before_last, rs.iters, ms, slow)) != RECAP_OK ||
+      (a.save_path && (st = cli_states_copy_out(p, rs.batch, &states)) != RECAP_OK) ||
+      (st = time_runs(p, rs.batch, before_last, rs.iters, rs.iters, ms, slow)) != RECAP_OK) {
     cli_report_failure(CMD, "running", st);
     goto done;
   }
@@ -256,7 +318,8 @@ int cli_run_main(int argc, char **argv) {
     json_object_set_new(root, "mode", json_string(graph ? "graph" : "eager"));
     json_object_set_new(root, "batch", json_integer(rs.batch));
     json_object_set_new(root, "bucket", json_integer(p->model->bucket_values[rs.bucket]));
-    json_object_set_new(root, "seed", json_integer((json_int_t)rs.seed));
+    json_object_set_new(root, "seed", cli_seed_json(rs.seed));
+    json_object_set_new(root, "seed_from", json_string(rs.seed_from));
     json_object_set_new(root, "fused_ops", json_integer((json_int_t)p->model->irs[0]->fused_ops));
     json_object_set_new(root, "warmup", json_integer(rs.warmup));
     json_object_set_new(root, "iters", json_integer(rs.iters));
@@ -283,15 +346,17 @@ int cli_run_main(int argc, char **argv) {
       const cli_host_tensor *h = &outputs.items[i];
       size_t n = h->info.bytes / recap_dtype_size(h->info.dtype);
       double s, abs_s;
-      cli_checksum(h->host, h->info.dtype, n, &s, &abs_s);
+      size_t nonfinite;
+      cli_checksum(h->host, h->info.dtype, n, &s, &abs_s, &nonfinite);
       json_t *o = json_object(), *first = json_array();
       json_object_set_new(o, "name", json_string(h->info.name));
       json_object_set_new(o, "dtype", json_string(recap_dtype_name(h->info.dtype)));
       json_object_set_new(o, "shape", shape_json(&h->info));
-      json_object_set_new(o, "sum", json_real(s));
-      json_object_set_new(o, "abs_sum", json_real(abs_s));
+      json_object_set_new(o, "sum", cli_json_number(s));
+      json_object_set_new(o, "abs_sum", cli_json_number(abs_s));
+      json_object_set_new(o, "nonfinite", json_integer((json_int_t)nonfinite));
       for (size_t j = 0; j < n && j < FIRST_VALUES; j++)
-        json_array_append_new(first, json_real(cli_value(h->host, h->info.dtype, j)));
+        json_array_append_new(first, cli_json_number(cli_value(h->host, h->info.dtype, j)));
       json_object_set_new(o, "first", first);
       json_array_append_new(outs, o);
     }
@@ -327,10 +392,13 @@ int cli_run_main(int argc, char **argv) {
       const cli_host_tensor *h = &outputs.items[i];
       size_t n = h->info.bytes / recap_dtype_size(h->info.dtype);
       double s, abs_s;
-      cli_checksum(h->host, h->info.dtype, n, &s, &abs_s);
+      size_t nonfinite;
+      cli_checksum(h->host, h->info.dtype, n, &s, &abs_s, &nonfinite);
       printf("  %-12s ", h->info.name);
       print_shape(&h->info);
-      printf("  sum %.6g  abs sum %.6g\n               first:", s, abs_s);
+      printf("  sum %.6g  abs sum %.6g", s, abs_s);
+      if (nonfinite) printf("  (%zu non-finite element%s)", nonfinite, nonfinite == 1 ? "" : "s");
+      printf("\n               first:");
       for (size_t j = 0; j < n && j < FIRST_VALUES; j++)
         printf(" %.6g", cli_value(h->host, h->info.dtype, j));
       printf("%s\n", n > FIRST_VALUES ? " ..." : "");
@@ -341,8 +409,9 @@ int cli_run_main(int argc, char **argv) {
            stats.pool_reserved_bytes, stats.param_bytes);
   }
   if (a.save_path) {
-    if (!save_tensors(p, a.save_path, &inputs, &outputs, rs.seed, rs.batch)) goto done;
-    fprintf(a.json ? stderr : stdout, "saved params, inputs and outputs to %s\n", a.save_path);
+    if (!save_tensors(p, a.save_path, &inputs, &states, &outputs, rs.seed, rs.batch)) goto done;
+    fprintf(a.json ? stderr : stdout, "saved params, inputs, states, scalars and outputs to %s\n",
+            a.save_path);
   }
   if (a.snapshot_path) {
     if (!write_snapshot(opts.device, a.snapshot_path)) goto done;
@@ -355,7 +424,9 @@ done:
   json_decref(root);
   free(ms);
   cli_host_tensors_free(&outputs);
+  cli_host_tensors_free(&states);
   cli_host_tensors_free(&inputs);
+  cli_host_tensors_free(&bound);
   if (p && (st = recap_pipeline_destroy(p)) != RECAP_OK) {
     cli_report_failure(CMD, "destroying the pipeline", st);
     rc = CLI_EXIT_FAILURE;

@@ -3,14 +3,14 @@
  *
  * One pipeline loads the weights; N workers each get a clone (shared weights, own buffers,
  * stream and graphs) that they capture on their own thread, all at once. The main thread is
- * the front end: it draws M requests (a random batch size up to --batch-max, random input
- * data from a per-request seed) and pushes them into a bounded queue (mutex + condition
- * variables); workers pop, copy in, run, copy out. Latency is measured from the push to the
- * copied-out result (queueing included) and from the pop (service only).
+ * the front end: it draws M requests (a random batch size up to --batch-max, inputs as their
+ * init says with the random ones drawn from a per-request seed) and pushes them into a bounded
+ * queue (mutex + condition variables); workers pop, copy in, run, copy out. Latency is measured
+ * from the push to the copied-out result (queueing included) and from the pop (service only).
  *
  * Every result is checked, after the timed phase so that checking does not slow the server:
  * each worker replays its own requests, in the order it served them, on an eager clone of its
- * own (regenerating the inputs from the request's seed) and compares the outputs within the
+ * own (making the inputs again from the request's seed) and compares the outputs within the
  * dtype's tolerance. Per-worker order matters for specs with state (a KV cache): the
  * reference sees the same sequence of updates as the served instance.
  */
@@ -37,16 +37,17 @@ static void usage(FILE *out) {
           "                         [--json FILE] [--base-dir DIR]\n\n"
           "An inference-server loop: a request queue, N worker threads each with its own "
           "pipeline\n(a clone sharing the weights, captured on its thread), M requests of "
-          "random batch size\n<= B with random inputs. Prints throughput and p50/p99 "
-          "latency, then checks every\nresult against an eager reference run of the same "
-          "request.\n\n"
+          "random batch size\n<= B with inputs as their init says (the random ones from a "
+          "per-request seed).\nPrints throughput and p50/p99 latency, then checks every result "
+          "against an eager\nreference run of the same request.\n\n"
           "  --threads N        workers (default 4)\n"
           "  --requests M       requests (default 200)\n"
           "  --batch-max B      largest batch drawn (default: the largest bucket)\n"
           "  --device D         cuda or host (default: the spec's; host when there is no "
           "GPU)\n"
           "  --dim NAME=VALUE   replaces a (non-bucketed) dim's value (repeatable)\n"
-          "  --seed N           seed of the request sizes and data (default: a fresh one)\n"
+          "  --seed N           seed of the request sizes and random inputs, 0 to 2^64-1\n"
+          "                     (default: the spec's seed:, else a fresh random seed)\n"
           "  --json FILE        also write the results as JSON (throughput, latencies, "
           "checks)\n"
           "  --base-dir DIR     files the spec names (params) must lie under DIR (for specs "
@@ -88,6 +89,7 @@ typedef struct {
   request_queue queue;
   gate ready;  /* every worker has captured */
   gate served; /* every worker has drained the queue: the timed phase is over */
+  cli_host_tensors bound; /* inputs with a fixed init, read once (cli_inputs_read_bound) */
 } server;
 
 typedef struct worker {
@@ -185,7 +187,7 @@ static void check_all(worker *w) {
     request *r = w->done[i];
     cli_host_tensors in = {0}, want = {0};
     recap_status st;
-    if ((st = cli_inputs_make(w->reference, r->batch, r->seed, &in)) != RECAP_OK ||
+    if ((st = cli_inputs_make(w->reference, &w->srv->bound, r->batch, r->seed, &in)) != RECAP_OK ||
         (st = cli_inputs_copy_in(w->reference, &in)) != RECAP_OK ||
         (st = recap_pipeline_run_eager(w->reference, r->batch)) != RECAP_OK ||
         (st = cli_outputs_copy_out(w->reference, r->batch, &want)) != RECAP_OK) {
@@ -253,7 +255,8 @@ int cli_serve_bench_main(int argc, char **argv) {
   const char *path = NULL, *device = NULL, *json_path = NULL, *base_dir = NULL;
   const char *dims[CLI_MAX_DIMS];
   int num_dims = 0;
-  long long threads = 4, requests = 200, batch_max = 0, seed_arg = 0;
+  long long threads = 4, requests = 200, batch_max = 0;
+  uint64_t seed_arg = 0;
   bool batch_max_set = false, seed_set = false;
   for (int i = 0; i < argc; i++) {
     const char *v = NULL;
@@ -269,7 +272,7 @@ int cli_serve_bench_main(int argc, char **argv) {
         return CLI_EXIT_USAGE;
       batch_max_set = true;
     } else if ((m = cli_flag(CMD, argc, argv, &i, "--seed", &v)) != 0) {
-      if (m < 0 || !cli_parse_int(CMD, "--seed", v, 0, INT64_MAX, &seed_arg)) return CLI_EXIT_USAGE;
+      if (m < 0 || !cli_parse_u64(CMD, "--seed", v, &seed_arg)) return CLI_EXIT_USAGE;
       seed_set = true;
     } else if ((m = cli_flag(CMD, argc, argv, &i, "--dim", &v)) != 0) {
       if (m < 0) return CLI_EXIT_USAGE;
@@ -338,10 +341,15 @@ int cli_serve_bench_main(int argc, char **argv) {
                                  .dims = overrides,
                                  .base_dir = base_dir};
   if (!cli_pick_device(CMD, device, spec->device, &opts.device)) goto done;
-  uint64_t seed = seed_set ? (uint64_t)seed_arg : cli_random_seed();
+  const char *seed_from;
+  uint64_t seed = cli_input_seed(seed_set, seed_arg, spec, &seed_from);
 
   if ((st = recap_pipeline_create_file(path, &opts, &base)) != RECAP_OK) {
     cli_report_failure(CMD, "creating the pipeline", st);
+    goto done;
+  }
+  if ((st = cli_inputs_read_bound(base, &srv.bound)) != RECAP_OK) {
+    cli_report_failure(CMD, "reading the inputs", st);
     goto done;
   }
   if (base->model->has_random) {
@@ -399,9 +407,10 @@ int cli_serve_bench_main(int argc, char **argv) {
   if (spec->bucket_dim >= 0)
     printf(", batch 1..%lld of %s", batch_max, spec->dims[spec->bucket_dim].name);
   char bytes_text[32];
-  printf("\nweights: %s, %s by the %lld instances; request seed %" PRIu64 "\n",
+  printf("\nweights: %s, %s by the %lld instances; request seed %" PRIu64 " (%s)\n",
          cli_format_bytes(bs.param_bytes, bytes_text, sizeof bytes_text),
-         shared ? "shared (one copy)" : "NOT shared", 2 * threads + 1, seed);
+         shared ? "shared (one copy)" : "NOT shared", 2 * threads + 1, seed,
+         strcmp(seed_from, "spec") == 0 ? "the spec's seed:" : seed_from);
   fflush(stdout);
   if (!shared) {
     fprintf(stderr, "recap %s: clones do not share the params\n", CMD);
@@ -435,7 +444,7 @@ int cli_serve_bench_main(int argc, char **argv) {
     r->id = (size_t)i;
     r->batch = spec->bucket_dim >= 0 ? 1 + (int64_t)(cli_rng_next(&rng) % (uint64_t)batch_max) : 0;
     r->seed = cli_rng_next(&rng);
-    if ((st = cli_inputs_make(base, r->batch, r->seed, &r->inputs)) != RECAP_OK) {
+    if ((st = cli_inputs_make(base, &srv.bound, r->batch, r->seed, &r->inputs)) != RECAP_OK) {
       cli_report_failure(CMD, "making a request", st);
       break;
     }
@@ -500,7 +509,8 @@ int cli_serve_bench_main(int argc, char **argv) {
     json_object_set_new(root, "threads", json_integer(threads));
     json_object_set_new(root, "requests", json_integer(requests));
     json_object_set_new(root, "batch_max", json_integer(spec->bucket_dim >= 0 ? batch_max : 0));
-    json_object_set_new(root, "seed", json_integer((json_int_t)seed));
+    json_object_set_new(root, "seed", cli_seed_json(seed));
+    json_object_set_new(root, "seed_from", json_string(seed_from));
     json_object_set_new(root, "capture_ms", json_real(capture_ms));
     json_object_set_new(root, "served", json_integer((json_int_t)served));
     json_object_set_new(root, "wall_s", json_real(wall));
@@ -517,7 +527,7 @@ int cli_serve_bench_main(int argc, char **argv) {
     }
     json_object_set_new(root, "checked", json_integer((json_int_t)checked));
     json_object_set_new(root, "mismatches", json_integer((json_int_t)bad));
-    json_object_set_new(root, "max_abs_diff", json_real(max_diff));
+    json_object_set_new(root, "max_abs_diff", cli_json_number(max_diff));
     json_object_set_new(root, "ok", json_boolean(rc == CLI_EXIT_OK));
     if (!cli_write_json(CMD, root, json_path)) rc = CLI_EXIT_FAILURE;
   }
@@ -549,6 +559,7 @@ done:
     free(workers[i].done);
   }
   free(srv.queue.slots);
+  cli_host_tensors_free(&srv.bound);
   free(service);
   free(latency);
   free(reqs);

@@ -1,18 +1,24 @@
 /* spec_util.c: loading specs, choosing buckets and devices, and the output helpers of the
  * subcommands. */
+#include <inttypes.h>
+#include <math.h>
 #include <string.h>
 #include <time.h>
 
 #include "engine/cli/cli.h"
 #include "engine/cli/tensors.h"
 
+void cli_print_diag(const char *path, const recap__diag *diag) {
+  for (size_t i = 0; i < diag->count; i++) fprintf(stderr, "%s\n", diag->messages[i]);
+  if (diag->dropped > 0) fprintf(stderr, "%s: %zu more errors not shown\n", path, diag->dropped);
+}
+
 recap_status cli_load_spec(const char *path, const char *base_dir, recap__spec **out) {
   recap__spec_options options = {.base_dir = base_dir};
   recap__diag diag = {0};
   recap_status st = recap__spec_load_file(path, &options, out, &diag);
   if (st == RECAP_STATUS_SPEC_ERROR && diag.count > 0) {
-    for (size_t i = 0; i < diag.count; i++) fprintf(stderr, "%s\n", diag.messages[i]);
-    if (diag.dropped > 0) fprintf(stderr, "%s: %zu more errors not shown\n", path, diag.dropped);
+    cli_print_diag(path, &diag);
   } else if (st != RECAP_OK) {
     fprintf(stderr, "%s: error: %s\n", path, recap_last_error());
   }
@@ -59,15 +65,24 @@ bool cli_select_bucket(const char *cmd, const recap__spec *spec, const char *nam
 }
 
 int cli_load_spec_bucket(const char *cmd, const char *path, const char *base_dir,
-                         const char *dim_text, recap__spec **spec, size_t *bucket, int64_t *batch) {
-  char dim_name[64];
-  int64_t dim_value = 0;
-  if (dim_text && !cli_parse_dim(cmd, dim_text, dim_name, sizeof dim_name, &dim_value))
-    return CLI_EXIT_USAGE;
+                         const char *const *dims, int num_dims, recap__spec **spec,
+                         const char **overrides, size_t *bucket, int64_t *batch) {
   if (cli_load_spec(path, base_dir, spec) != RECAP_OK) return CLI_EXIT_FAILURE;
-  if (!cli_select_bucket(cmd, *spec, dim_text ? dim_name : NULL, dim_value, true, bucket, batch))
+  if (!cli_resolve_dims(cmd, *spec, dims, num_dims, overrides, bucket, batch))
     return CLI_EXIT_USAGE;
+  cli_spec_replace_dims(cmd, *spec, overrides);
   return CLI_EXIT_OK;
+}
+
+void cli_spec_replace_dims(const char *cmd, recap__spec *spec, const char *const *overrides) {
+  /* overrides name declared dims without buckets (cli_resolve_dims), each with one value. */
+  for (const char *const *o = overrides; *o; o++) {
+    char name[64];
+    int64_t value;
+    (void)cli_parse_dim(cmd, *o, name, sizeof name, &value); /* checked by cli_resolve_dims */
+    for (size_t d = 0; d < spec->num_dims; d++)
+      if (strcmp(spec->dims[d].name, name) == 0) spec->dims[d].values[0] = value;
+  }
 }
 
 bool cli_resolve_dims(const char *cmd, const recap__spec *spec, const char *const *dims,
@@ -120,10 +135,11 @@ bool cli_pick_device(const char *cmd, const char *requested, recap_backend_kind 
   return true;
 }
 
-int cli_run_setup_resolve(const char *cmd, const cli_run_flags *f, const recap__spec *spec,
+int cli_run_setup_resolve(const char *cmd, const cli_run_flags *f, recap__spec *spec,
                           recap_pipeline_options *opts, cli_run_setup *out) {
   if (!cli_resolve_dims(cmd, spec, f->dims, f->num_dims, out->overrides, &out->bucket, &out->batch))
     return CLI_EXIT_USAGE;
+  cli_spec_replace_dims(cmd, spec, out->overrides);
   opts->override_device = 1;
   if (!cli_pick_device(cmd, f->device, spec->device, &opts->device)) return CLI_EXIT_FAILURE;
   bool host = opts->device.backend == RECAP_BACKEND_HOST;
@@ -133,13 +149,39 @@ int cli_run_setup_resolve(const char *cmd, const cli_run_flags *f, const recap__
   if (out->iters_capped) out->iters = CLI_HOST_ITERS_CAP;
   if (host && !f->warmup_set && out->warmup > CLI_HOST_WARMUP_CAP)
     out->warmup = CLI_HOST_WARMUP_CAP;
-  out->seed = f->seed_set ? (uint64_t)f->seed : cli_random_seed();
-  /* --warmup also sets the engine's eager runs before each capture (0 there: the spec's). */
+  out->seed = cli_input_seed(f->seed_set, f->seed, spec, &out->seed_from);
+  /* --warmup also sets the engine's eager runs before each capture, 0 included. */
   opts->warmup = out->warmup;
+  opts->warmup_set = 1;
   opts->dims = out->overrides;
   opts->base_dir = f->base_dir;
   opts->no_fusion = f->no_fusion;
   return CLI_EXIT_OK;
+}
+
+uint64_t cli_input_seed(bool flag_set, uint64_t flag, const recap__spec *spec, const char **from) {
+  if (flag_set) {
+    *from = "--seed";
+    return flag;
+  }
+  if (spec->seed_given) {
+    *from = "spec";
+    return spec->seed;
+  }
+  *from = "random";
+  return cli_random_seed();
+}
+
+json_t *cli_json_number(double v) {
+  if (isnan(v)) return json_string("nan");
+  if (isinf(v)) return json_string(v > 0 ? "inf" : "-inf");
+  return json_real(v);
+}
+
+json_t *cli_seed_json(uint64_t seed) {
+  char text[32];
+  snprintf(text, sizeof text, "%" PRIu64, seed);
+  return json_string(text);
 }
 
 void cli_report_failure(const char *cmd, const char *what, recap_status status) {

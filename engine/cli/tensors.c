@@ -2,6 +2,7 @@
 #include "engine/cli/tensors.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -34,18 +35,30 @@ void cli_tensor_describe(const recap_pipeline *p, int t, int64_t batch, cli_tens
   out->bytes = (size_t)(numel * recap_dtype_size(out->dtype));
 }
 
-/* Collects the tensors of the largest IR that `want` accepts. */
-static recap_status collect(const recap_pipeline *p, int64_t batch, bool outputs,
+typedef enum { INPUTS, OUTPUTS, STATES_AND_SCALARS } tensor_set;
+
+static bool in_set(const recap__ir_tensor *t, tensor_set which) {
+  switch (which) {
+    case INPUTS:
+      return t->role == RECAP_ROLE_INPUT;
+    case OUTPUTS:
+      return t->is_output;
+    case STATES_AND_SCALARS:
+      break;
+  }
+  return t->role == RECAP_ROLE_STATE || t->role == RECAP_ROLE_SCALAR;
+}
+
+/* Allocates host memory for the tensors of the largest IR in `which`, shaped for `batch`. */
+static recap_status collect(const recap_pipeline *p, int64_t batch, tensor_set which,
                             cli_host_tensors *out) {
   const recap__ir *ir = p->model->irs[p->model->num_buckets - 1];
   size_t n = 0;
-  for (size_t t = 0; t < ir->num_tensors; t++)
-    n += outputs ? ir->tensors[t].is_output : ir->tensors[t].role == RECAP_ROLE_INPUT;
+  for (size_t t = 0; t < ir->num_tensors; t++) n += in_set(&ir->tensors[t], which);
   cli_host_tensors set = {calloc(n ? n : 1, sizeof *set.items), 0};
   if (!set.items) return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory for %zu tensors", n);
   for (size_t t = 0; t < ir->num_tensors; t++) {
-    bool want = outputs ? ir->tensors[t].is_output : ir->tensors[t].role == RECAP_ROLE_INPUT;
-    if (!want) continue;
+    if (!in_set(&ir->tensors[t], which)) continue;
     cli_host_tensor *h = &set.items[set.count++];
     cli_tensor_describe(p, (int)t, batch, &h->info);
     if (!(h->host = malloc(h->info.bytes ? h->info.bytes : 1))) {
@@ -58,14 +71,125 @@ static recap_status collect(const recap_pipeline *p, int64_t batch, bool outputs
   return RECAP_OK;
 }
 
-recap_status cli_inputs_make(const recap_pipeline *p, int64_t batch, uint64_t seed,
-                             cli_host_tensors *out) {
-  recap_status st = collect(p, batch, false, out);
+bool cli_init_is_random(const recap__ir_init *init) {
+  return init->kind == RECAP_INIT_NORMAL || init->kind == RECAP_INIT_UNIFORM;
+}
+
+const char *cli_init_describe(const recap__ir_init *init, char *buf, size_t size) {
+  switch (init->kind) {
+    case RECAP_INIT_NONE:
+    case RECAP_INIT_ZEROS:
+      snprintf(buf, size, "zeros");
+      break;
+    case RECAP_INIT_ONES:
+      snprintf(buf, size, "ones");
+      break;
+    case RECAP_INIT_NORMAL:
+      snprintf(buf, size, "normal (mean %g, std %g)", init->mean, init->std);
+      break;
+    case RECAP_INIT_UNIFORM:
+      snprintf(buf, size, "uniform [%g, %g)", init->low, init->high);
+      break;
+    case RECAP_INIT_FILE:
+      snprintf(buf, size, "file %s%s%s", init->path ? init->path : "?", init->key ? ", key " : "",
+               init->key ? init->key : "");
+      break;
+    case RECAP_INIT_VALUE:
+      snprintf(buf, size, "value %g", init->value);
+      break;
+  }
+  return buf;
+}
+
+recap_status cli_inputs_read_bound(recap_pipeline *p, cli_host_tensors *out) {
+  const recap__ir *ir = p->model->irs[p->model->num_buckets - 1];
+  size_t n = 0;
+  for (size_t t = 0; t < ir->num_tensors; t++)
+    n += ir->tensors[t].role == RECAP_ROLE_INPUT && !cli_init_is_random(&ir->tensors[t].init);
+  cli_host_tensors set = {calloc(n ? n : 1, sizeof *set.items), 0};
+  if (!set.items) return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory for %zu tensors", n);
+  for (size_t t = 0; t < ir->num_tensors; t++) {
+    const recap__ir_tensor *x = &ir->tensors[t];
+    if (x->role != RECAP_ROLE_INPUT || cli_init_is_random(&x->init)) continue;
+    cli_host_tensor *h = &set.items[set.count++];
+    cli_tensor_describe(p, (int)t, 0, &h->info);
+    recap_status st = RECAP_OK;
+    if (!(h->host = malloc(h->info.bytes ? h->info.bytes : 1)))
+      st = RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no host memory for tensor '%s' (%zu bytes)",
+                      x->name, h->info.bytes);
+    else
+      st = recap_pipeline_copy_out(p, x->name, h->host, h->info.bytes, 0);
+    if (st != RECAP_OK) {
+      cli_host_tensors_free(&set);
+      return st;
+    }
+  }
+  *out = set;
+  return RECAP_OK;
+}
+
+/* A uniform double in [0, 1) from the top 53 bits. */
+static double rng_unit(uint64_t *state) {
+  return (double)(cli_rng_next(state) >> 11) * 0x1p-53;
+}
+
+/* Fills `count` elements of a float dtype from a normal or uniform init, rounded to the
+ * dtype once. Normal values come from Box-Muller, one value per pair of draws. */
+static void fill_random(void *host, recap_dtype dtype, size_t count, const recap__ir_init *init,
+                        uint64_t *state) {
+  for (size_t i = 0; i < count; i++) {
+    double v;
+    if (init->kind == RECAP_INIT_NORMAL) {
+      double u1 = 1.0 - rng_unit(state), u2 = rng_unit(state); /* u1 in (0, 1]: log is finite */
+      v = init->mean + init->std * sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2);
+    } else {
+      v = init->low + (init->high - init->low) * rng_unit(state);
+    }
+    recap__store_f32(host, dtype, (int64_t)i, (float)v);
+  }
+}
+
+/* The first `dst->rows` rows of `src` (a whole tensor, the largest bucket) along its bucketed
+ * axis, in dst's layout; the whole tensor when it has no bucketed axis. */
+static void take_rows(const recap_pipeline *p, const cli_host_tensor *src, cli_host_tensor *dst) {
+  const recap__ir_tensor *x = &p->model->irs[p->model->num_buckets - 1]->tensors[src->info.index];
+  if (dst->info.rows == 0 || x->bucket_axis < 0) {
+    memcpy(dst->host, src->host, dst->info.bytes);
+    return;
+  }
+  int a = x->bucket_axis;
+  size_t outer = 1, inner = recap_dtype_size(x->dtype);
+  for (int d = 0; d < a; d++) outer *= (size_t)x->shape[d];
+  for (int d = a + 1; d < x->ndim; d++) inner *= (size_t)x->shape[d];
+  size_t want = (size_t)dst->info.shape[a] * inner, have = (size_t)x->shape[a] * inner;
+  for (size_t o = 0; o < outer; o++)
+    memcpy((char *)dst->host + o * want, (const char *)src->host + o * have, want);
+}
+
+recap_status cli_inputs_make(const recap_pipeline *p, const cli_host_tensors *bound, int64_t batch,
+                             uint64_t seed, cli_host_tensors *out) {
+  recap_status st = collect(p, batch, INPUTS, out);
   if (st != RECAP_OK) return st;
+  const recap__ir *ir = p->model->irs[p->model->num_buckets - 1];
   uint64_t rng = seed;
-  for (size_t i = 0; i < out->count; i++)
-    cli_fill_random(out->items[i].host, out->items[i].info.dtype,
-                    out->items[i].info.bytes / recap_dtype_size(out->items[i].info.dtype), &rng);
+  for (size_t i = 0; i < out->count; i++) {
+    cli_host_tensor *h = &out->items[i];
+    const recap__ir_init *init = &ir->tensors[h->info.index].init;
+    if (cli_init_is_random(init)) {
+      fill_random(h->host, h->info.dtype, h->info.bytes / recap_dtype_size(h->info.dtype), init,
+                  &rng);
+      continue;
+    }
+    const cli_host_tensor *src = NULL;
+    for (size_t k = 0; k < bound->count && !src; k++)
+      if (bound->items[k].info.index == h->info.index) src = &bound->items[k];
+    if (!src) {
+      cli_host_tensors_free(out);
+      return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
+                        "input '%s' has no bound contents (cli_inputs_read_bound)", h->info.name);
+    }
+    take_rows(p, src, h);
+  }
   return RECAP_OK;
 }
 
@@ -78,8 +202,9 @@ recap_status cli_inputs_copy_in(recap_pipeline *p, const cli_host_tensors *input
   return RECAP_OK;
 }
 
-recap_status cli_outputs_copy_out(recap_pipeline *p, int64_t batch, cli_host_tensors *out) {
-  recap_status st = collect(p, batch, true, out);
+static recap_status copy_out_set(recap_pipeline *p, int64_t batch, tensor_set which,
+                                 cli_host_tensors *out) {
+  recap_status st = collect(p, batch, which, out);
   if (st != RECAP_OK) return st;
   for (size_t i = 0; i < out->count; i++) {
     cli_host_tensor *h = &out->items[i];
@@ -90,6 +215,14 @@ recap_status cli_outputs_copy_out(recap_pipeline *p, int64_t batch, cli_host_ten
     }
   }
   return RECAP_OK;
+}
+
+recap_status cli_outputs_copy_out(recap_pipeline *p, int64_t batch, cli_host_tensors *out) {
+  return copy_out_set(p, batch, OUTPUTS, out);
+}
+
+recap_status cli_states_copy_out(recap_pipeline *p, int64_t batch, cli_host_tensors *out) {
+  return copy_out_set(p, batch, STATES_AND_SCALARS, out);
 }
 
 void cli_host_tensors_free(cli_host_tensors *set) {
@@ -114,34 +247,23 @@ uint64_t cli_rng_next(uint64_t *state) {
   return z ^ (z >> 31);
 }
 
-void cli_fill_random(void *host, recap_dtype dtype, size_t count, uint64_t *state) {
-  if (!recap_dtype_is_float(dtype)) {
-    /* Integer inputs are indices (embedding ids, positions) whose valid range the spec does
-     * not state; 0 is valid for all of them. */
-    memset(host, 0, count * recap_dtype_size(dtype));
-    return;
-  }
-  for (size_t i = 0; i < count; i++) {
-    /* The top 24 bits give a float in [0, 1) exactly. */
-    float u = (float)(cli_rng_next(state) >> 40) * 0x1p-24f;
-    recap__store_f32(host, dtype, (int64_t)i, 2.0f * u - 1.0f);
-  }
-}
-
 double cli_value(const void *host, recap_dtype dtype, size_t i) {
   return (double)recap__load_f32(host, dtype, (int64_t)i);
 }
 
-void cli_checksum(const void *host, recap_dtype dtype, size_t count, double *sum,
-                  double *abs_sum) {
+void cli_checksum(const void *host, recap_dtype dtype, size_t count, double *sum, double *abs_sum,
+                  size_t *nonfinite) {
   double s = 0, a = 0;
+  size_t bad = 0;
   for (size_t i = 0; i < count; i++) {
     double v = cli_value(host, dtype, i);
     s += v;
     a += fabs(v);
+    bad += !isfinite(v);
   }
   *sum = s;
   *abs_sum = a;
+  *nonfinite = bad;
 }
 
 size_t cli_compare(const void *got, const void *want, recap_dtype dtype, size_t count,

@@ -3,12 +3,10 @@
  * which external tensors a pipeline has and their shapes for a batch, seeded random inputs,
  * checksums, comparisons, device reads, and timing a pipeline with device events.
  *
- *   cli_tensor x;
- *   cli_tensor_describe(p, recap__ir_find_tensor(ir, "x"), batch, &x);
- *   void *host = malloc(x.bytes);
- *   uint64_t rng = seed;
- *   cli_fill_random(host, x.dtype, x.bytes / recap_dtype_size(x.dtype), &rng);
- *   recap_pipeline_copy_in(p, x.name, host, x.bytes, x.rows);
+ *   cli_host_tensors bound = {0}, inputs = {0};
+ *   cli_inputs_read_bound(p, &bound);        // once, before anything is copied in
+ *   cli_inputs_make(p, &bound, batch, seed, &inputs);
+ *   cli_inputs_copy_in(p, &inputs);
  *   double ms[100];
  *   cli_time_runs(p, batch, 100, ms);       // one event pair per run
  *   cli_summary s; cli_summarize(ms, 100, &s);
@@ -52,15 +50,30 @@ typedef struct {
   size_t count;
 } cli_host_tensors;
 
-/* Host data for every input of p with `batch` rows, drawn with cli_fill_random from a
- * generator seeded with `seed` (inputs in spec order), so a seed reproduces the data.
- * RECAP_STATUS_OUT_OF_MEMORY (nothing kept) if allocation fails. */
-recap_status cli_inputs_make(const recap_pipeline *p, int64_t batch, uint64_t seed,
-                             cli_host_tensors *out);
+/* Whether an init draws random numbers (normal, uniform): the CLI draws those itself, from its
+ * input seed; every other init (zeros, ones, value, file) is what the library wrote. */
+bool cli_init_is_random(const recap__ir_init *init);
+/* "normal (mean 0, std 1)", "uniform [5, 6)", "value 2.5", "file PATH"...: how an input is
+ * filled, into buf; returns buf. */
+const char *cli_init_describe(const recap__ir_init *init, char *buf, size_t size);
+
+/* Every input of p whose init is not random, whole (the largest bucket), as the library
+ * initialized it when it bound p: read once, before anything is copied into p, so that each
+ * run's inputs take their rows from it. The random ones are left out. */
+recap_status cli_inputs_read_bound(recap_pipeline *p, cli_host_tensors *out);
+/* Host data for every input of p with `batch` rows, as its init says: normal and uniform
+ * inits draw from one generator seeded with `seed` (in spec order: a seed reproduces the
+ * data), every other init takes the first `batch` rows of its contents in `bound`
+ * (cli_inputs_read_bound of p or of a pipeline of the same spec). RECAP_STATUS_OUT_OF_MEMORY
+ * (nothing kept) if allocation fails. */
+recap_status cli_inputs_make(const recap_pipeline *p, const cli_host_tensors *bound, int64_t batch,
+                             uint64_t seed, cli_host_tensors *out);
 /* recap_pipeline_copy_in of each. */
 recap_status cli_inputs_copy_in(recap_pipeline *p, const cli_host_tensors *inputs);
 /* Allocates *out and copies every output's `batch` rows out (waits for the runs). */
 recap_status cli_outputs_copy_out(recap_pipeline *p, int64_t batch, cli_host_tensors *out);
+/* The same for every state and scalar (as the next run will read them). */
+recap_status cli_states_copy_out(recap_pipeline *p, int64_t batch, cli_host_tensors *out);
 /* Frees the host copies; a zeroed set is fine. */
 void cli_host_tensors_free(cli_host_tensors *set);
 
@@ -68,14 +81,13 @@ void cli_host_tensors_free(cli_host_tensors *set);
 uint64_t cli_random_seed(void);
 /* splitmix64: a small, fast, seedable generator; the same seed gives the same data. */
 uint64_t cli_rng_next(uint64_t *state);
-/* Fills `count` elements: floats uniform in [-1, 1) (rounded to the dtype), integers 0. */
-void cli_fill_random(void *host, recap_dtype dtype, size_t count, uint64_t *state);
 
 /* Element i as a double. */
 double cli_value(const void *host, recap_dtype dtype, size_t i);
-/* Sum and sum of absolute values over `count` elements. */
-void cli_checksum(const void *host, recap_dtype dtype, size_t count, double *sum,
-                  double *abs_sum);
+/* Sum and sum of absolute values over `count` elements, and how many of them are NaN or
+ * infinite (which make the sums non-finite too). */
+void cli_checksum(const void *host, recap_dtype dtype, size_t count, double *sum, double *abs_sum,
+                  size_t *nonfinite);
 /* Elements of `got` farther from `want` than the dtype's tolerance (|d| <= atol + rtol*|want|:
  * f32 1e-5 + 1e-4, f16 1e-3 + 1e-2, bf16 1e-2 + 2e-2; integers exact); *max_abs gets the
  * largest difference. NaN in either counts as a mismatch unless both are NaN. */

@@ -1,0 +1,67 @@
+/* work.c: how much a pipeline computes per run, estimated from its IR, and the warning that
+ * run and bench give before a host-backend run that would take very long. */
+#include <stdio.h>
+#include <string.h>
+
+#include "engine/cli/cli.h"
+#include "kernels/op.h"
+
+/* Rough host-backend rates, measured on the 2-core build machine (mlp_large at H=1024:
+ * 55 GFLOP/s; the transformer block: 30; mlp_decode's weight-bound GEMMs: about 3 GB/s). An
+ * estimate only has to say minutes or hours, not seconds. */
+static const double HOST_FLOPS_PER_S = 50e9, HOST_BYTES_PER_S = 3e9;
+/* Above this many estimated seconds for all runs, the CLI warns before it starts. */
+static const double HOST_WARN_SECONDS = 60;
+
+static double numel(const recap__ir_tensor *t) {
+  double n = 1;
+  for (int d = 0; d < t->ndim; d++) n *= (double)t->shape[d];
+  return n;
+}
+
+void cli_work_estimate(const recap__ir *ir, cli_work *out) {
+  *out = (cli_work){0, 0};
+  for (size_t o = 0; o < ir->num_ops; o++) {
+    const recap__ir_op *op = &ir->ops[o];
+    const recap__ir_tensor *in0 = op->num_inputs > 0 ? &ir->tensors[op->inputs[0]] : NULL;
+    const recap__ir_tensor *out0 = &ir->tensors[op->outputs[0]];
+    const char *kind = op->def->name;
+    double flops = numel(out0);
+    if (in0 && numel(in0) > flops) flops = numel(in0); /* reductions read more than they write */
+    if (in0 && (!strcmp(kind, "linear") || !strcmp(kind, "matmul"))) {
+      /* A multiply and an add per element of the product's inner dimension. */
+      int64_t k = op->attrs.trans_a && !strcmp(kind, "matmul") ? in0->shape[in0->ndim - 2]
+                                                               : in0->shape[in0->ndim - 1];
+      flops = 2 * numel(out0) * (double)k;
+    } else if (!strcmp(kind, "attention") && op->num_inputs > 1) {
+      /* q k^T and the weighted sum of v: 2 Sk Dh each per query row and head. */
+      const recap__ir_tensor *k = &ir->tensors[op->inputs[1]];
+      flops = 4 * numel(out0) * (double)k->shape[k->ndim - 2];
+    }
+    out->flops += flops;
+    for (int i = 0; i < op->num_inputs; i++) out->bytes += (double)ir->tensors[op->inputs[i]].bytes;
+    for (int i = 0; i < op->num_outputs; i++)
+      out->bytes += (double)ir->tensors[op->outputs[i]].bytes;
+  }
+}
+
+bool cli_warn_host_work(const char *cmd, const char *path, const recap__spec *spec, size_t bucket,
+                        int runs) {
+  recap__ir *ir = NULL;
+  /* A spec the dims broke is reported by the pipeline that is created next. */
+  if (recap__ir_build(spec, bucket, &ir, NULL) != RECAP_OK) return false;
+  cli_work w;
+  cli_work_estimate(ir, &w);
+  recap__ir_destroy(ir);
+  double seconds = runs * (w.flops / HOST_FLOPS_PER_S + w.bytes / HOST_BYTES_PER_S);
+  if (seconds < HOST_WARN_SECONDS) return false;
+  bool tera = w.flops >= 1e12, hours = seconds >= 2 * 3600;
+  fprintf(stderr,
+          "recap %s: warning: %s does about %.3g %s per run and moves %.3g GB; the host "
+          "backend (CPU) computes some %.0f GFLOP/s, so its %d runs (warmups included) may take "
+          "%.0f %s or more. --iters N, --warmup N and --dim (a smaller batch or width) shrink "
+          "it.\n",
+          cmd, path, w.flops / (tera ? 1e12 : 1e9), tera ? "TFLOP" : "GFLOP", w.bytes / 1e9,
+          HOST_FLOPS_PER_S / 1e9, runs, hours ? seconds / 3600 : seconds / 60, hours ? "h" : "min");
+  return true;
+}
