@@ -729,6 +729,16 @@ if ! "$recap" info | grep -q "^  cuda:0"; then
   grep -q "rank 1: exit 1" "$tmp/out" || fail "launch did not report rank 1's failure"
   grep -qi "host" "$tmp/err" || fail "no message says the host backend is a world of 1"
 fi
+# run --world honours --no-fusion (the fusion pass folds elementwise_chain's ops otherwise).
+for flag in "" --no-fusion; do
+  # shellcheck disable=SC2086
+  expect 0 "run --world 1 $flag" -- "$recap" run "$specs/elementwise_chain.yaml" --world 1 \
+    --rank 0 --device host --iters 1 --json $flag
+  fused=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["fused_ops"])' \
+    "$tmp/out" 2>/dev/null)
+  if [ -z "$flag" ]; then [ "${fused:-0}" -gt 0 ] || fail "run --world fused nothing"; fi
+  if [ -n "$flag" ]; then [ "${fused:-1}" = 0 ] || fail "run --world --no-fusion still fused ($fused)"; fi
+done
 expect 2 "launch without run" -- "$recap" launch --gpus 1
 expect 2 "launch setting --rank" -- "$recap" launch --gpus 1 -- run "$specs/tp_mlp.yaml" --rank 0
 

@@ -156,7 +156,8 @@ int cli_run_dist_main(int argc, char **argv) {
     overrides[n + 1] = NULL;
     batch = resize_value;
   }
-  recap_pipeline_options opts = {.override_device = 1, .base_dir = a.common.base_dir};
+  recap_pipeline_options opts = {
+      .override_device = 1, .base_dir = a.common.base_dir, .no_fusion = a.common.no_fusion};
   if (!cli_pick_device(RUN, a.common.device, spec->device, &opts.device)) goto done;
   /* recap launch gives each rank one visible GPU; without it, rank r takes GPU r mod count. */
   int count = 0;
@@ -221,9 +222,9 @@ int cli_run_dist_main(int argc, char **argv) {
   if (a.json) {
     printf("{\"rank\": %lld, \"world\": %lld, \"mode\": \"%s\", \"batch\": %" PRId64
            ", \"iters\": %d, \"median_ms\": %.6f, \"p10_ms\": %.6f, \"p90_ms\": %.6f, "
-           "\"first_run_ms\": %.3f, \"outputs\": [",
+           "\"first_run_ms\": %.3f, \"fused_ops\": %zu, \"outputs\": [",
            a.rank, a.world, graph ? "graph" : "eager", batch, iters, sum.median, sum.p10, sum.p90,
-           first_ms);
+           first_ms, p->model->irs[0]->fused_ops);
   } else {
     printf("rank %lld of %lld: %s on %s:%d, %s mode, batch %" PRId64
            "\ntiming: %d runs (host wall clock, run_dist incl. header broadcast): median %.4f "
