@@ -21,6 +21,7 @@
 #include "engine/fuse.h"
 #include "kernels/expr.h"
 #include "runtime/backend.h"
+#include "runtime/env.h"
 #include "runtime/error.h"
 
 enum { DEFAULT_MAX_RECAPTURES = 16 };
@@ -192,8 +193,7 @@ fail:
 /* ---- pipelines ---- */
 
 static bool env_disables_graphs(void) {
-  const char *v = getenv("RECAP_DISABLE_GRAPHS");
-  return v && strcmp(v, "1") == 0;
+  return recap__env_bool("RECAP_DISABLE_GRAPHS", 0) == 1;
 }
 
 /* A new pipeline over `m` (which it takes a reference of) with `o`'s settings. */

@@ -91,6 +91,13 @@ expect 0 "plan unfused" -- "$recap" plan "$specs/elementwise_chain.yaml" --no-fu
 grep -q "fusion: off" "$tmp/out" || fail "plan --no-fusion still fuses"
 expect 0 "plan RECAP_FUSION=0" -- env RECAP_FUSION=0 "$recap" plan "$specs/elementwise_chain.yaml"
 grep -q "fusion: off" "$tmp/out" || fail "plan with RECAP_FUSION=0 still fuses"
+# Boolean switches take 1/0, true/false, yes/no, on/off; anything else warns, naming the variable.
+expect 0 "plan RECAP_FUSION=off" -- env RECAP_FUSION=off "$recap" plan "$specs/elementwise_chain.yaml"
+grep -q "fusion: off" "$tmp/out" || fail "plan with RECAP_FUSION=off still fuses"
+expect 0 "plan RECAP_FUSION=maybe" -- env RECAP_FUSION=maybe "$recap" plan "$specs/elementwise_chain.yaml"
+grep -q "100 spec ops became" "$tmp/out" || fail "RECAP_FUSION=maybe did not keep the default (on)"
+[ "$(grep -c "RECAP_FUSION='maybe'" "$tmp/err")" = 1 ] ||
+  fail "RECAP_FUSION=maybe: no single warning naming the variable"
 
 # dot: the DAG, and the captured graph.
 expect 0 "dot" -- "$recap" dot "$specs/fork_join.yaml"

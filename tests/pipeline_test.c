@@ -880,18 +880,23 @@ static void test_copy_arguments_that_do_not_fit_are_rejected(void) {
   CHECK_OK(recap_pipeline_destroy(p));
 }
 
+/* Every spelling of "on" that the boolean switches accept (runtime/env.h). */
 static void test_disable_graphs_environment_forces_eager_runs(void) {
-  setenv("RECAP_DISABLE_GRAPHS", "1", 1);
-  recap_pipeline *p = make(mlp_spec, NULL);
-  unsetenv("RECAP_DISABLE_GRAPHS");
-  CHECK_OK(recap_pipeline_capture(p));
-  CHECK_OK(recap_pipeline_run(p, 2));
-  recap_pipeline_stats s;
-  CHECK_OK(recap_pipeline_stats_get(p, &s));
-  CU_ASSERT_EQUAL(s.eager_runs, 1);
-  CU_ASSERT_EQUAL(s.replays, 0);
-  CU_ASSERT_EQUAL(s.captures, 0);
-  CHECK_OK(recap_pipeline_destroy(p));
+  static const char *const on[] = {"1", "true", "YES", "On"};
+  for (size_t i = 0; i < sizeof on / sizeof on[0]; ++i) {
+    setenv("RECAP_DISABLE_GRAPHS", on[i], 1);
+    recap_pipeline *p = make(mlp_spec, NULL);
+    unsetenv("RECAP_DISABLE_GRAPHS");
+    CHECK_OK(recap_pipeline_capture(p));
+    CHECK_OK(recap_pipeline_run(p, 2));
+    recap_pipeline_stats s;
+    CHECK_OK(recap_pipeline_stats_get(p, &s));
+    if (s.eager_runs != 1) fprintf(stderr, "\n  RECAP_DISABLE_GRAPHS=%s kept graphs\n", on[i]);
+    CU_ASSERT_EQUAL(s.eager_runs, 1);
+    CU_ASSERT_EQUAL(s.replays, 0);
+    CU_ASSERT_EQUAL(s.captures, 0);
+    CHECK_OK(recap_pipeline_destroy(p));
+  }
 }
 
 static void test_a_bad_spec_fails_with_positions_and_allocates_nothing(void) {
