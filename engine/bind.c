@@ -43,6 +43,17 @@ static recap_tensor full_view(const recap__ir_tensor *t, void *data) {
   return v;
 }
 
+/* Prepends "FILE:LINE:COL: error: <what> tensor 'name': " to a failure about tensor t at pos
+ * in its spec, as the loader writes its errors: a bad weights file or a tensor too large to
+ * allocate is then found in the spec, not only by its name. */
+static recap_status tensor_failure(recap_status st, const recap__ir_tensor *t, recap__src_pos pos,
+                                   const char *what) {
+  if (pos.file && pos.line > 0)
+    return recap__error_context(st, "%s:%d:%d: error: %s tensor '%s': ", pos.file, pos.line,
+                                pos.col, what, t->name);
+  return recap__error_context(st, "%s tensor '%s': ", what, t->name);
+}
+
 /* ---- initial contents ---- */
 
 static recap_status run_host_call(void *args) {
@@ -209,7 +220,7 @@ static recap_status init_tensor(const recap__ir_tensor *t, int index, void *data
       st = load_file(t, data, stream);
       break;
   }
-  if (st != RECAP_OK) return recap__error_context(st, "initializing tensor '%s': ", t->name);
+  if (st != RECAP_OK) return tensor_failure(st, t, t->init_pos, "initializing");
   return RECAP_OK;
 }
 
@@ -233,11 +244,11 @@ recap_status recap__bind_params(recap__model *m, recap_stream *stream) {
           (ir->tensors[largest].role != RECAP_ROLE_PARAM ||
            ir->tensors[t].bytes > ir->tensors[largest].bytes))
         largest = t;
-    return recap__error_context(st,
-                                "allocating the params (%zu bytes; the largest is tensor '%s', "
-                                "%llu bytes): ",
-                                total, ir->tensors[largest].name,
-                                (unsigned long long)ir->tensors[largest].bytes);
+    const recap__ir_tensor *big = &ir->tensors[largest];
+    char what[96];
+    snprintf(what, sizeof what, "allocating the params (%zu bytes); the largest (%llu bytes) is",
+             total, (unsigned long long)big->bytes);
+    return tensor_failure(st, big, big->pos, what);
   }
   size_t offset = 0;
   for (size_t t = 0; t < ir->num_tensors; ++t) {
@@ -352,9 +363,11 @@ recap_status recap__bind_pipeline(recap_pipeline *p) {
       recap_status end = recap_pool_route_end(p->device, p->stream);
       if (st == RECAP_OK) st = end;
     }
-    if (st != RECAP_OK)
-      return recap__error_context(st, "allocating tensor '%s' (%llu bytes): ", tt->name,
-                                  (unsigned long long)tt->bytes);
+    if (st != RECAP_OK) {
+      char what[64];
+      snprintf(what, sizeof what, "allocating %llu bytes for", (unsigned long long)tt->bytes);
+      return tensor_failure(st, tt, tt->pos, what);
+    }
     p->data[t] = p->owned[t];
     /* Op outputs start zeroed, so copy_out before the first run returns defined bytes. */
     RECAP_TRY(init_tensor(tt, (int)t, p->data[t], ir->seed, p->stream));

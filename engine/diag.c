@@ -132,36 +132,3 @@ void recap__diag_merge_new_positions(recap__diag *dst, const recap__diag *src) {
   }
   dst->dropped += src->dropped;
 }
-
-static bool is_ident(char c) {
-  return c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
-}
-
-/* Length of a "name (file.c:123): " marker at s, or 0. */
-static size_t marker_length(const char *s) {
-  const char *p = s;
-  while (is_ident(*p)) ++p;
-  if (p == s || p[0] != ' ' || p[1] != '(') return 0;
-  p += 2;
-  const char *file = p;
-  while (is_ident(*p) || *p == '.' || *p == '/' || *p == '-') ++p;
-  if (p == file || *p != ':') return 0;
-  const char *digits = ++p;
-  while (*p >= '0' && *p <= '9') ++p;
-  if (p == digits || strncmp(p, "): ", 3) != 0) return 0;
-  return (size_t)(p + 3 - s);
-}
-
-void recap__strip_code_locations(const char *in, char *out, size_t size) {
-  if (!size) return;
-  size_t used = 0;
-  for (size_t i = 0; in[i] && used + 1 < size;) {
-    size_t skip = (i == 0 || in[i - 1] == ' ') ? marker_length(in + i) : 0;
-    if (skip) {
-      i += skip;
-      continue;
-    }
-    out[used++] = in[i++];
-  }
-  out[used] = '\0';
-}

@@ -198,6 +198,7 @@ static recap__ir *build(builder *b, const int64_t *values, size_t bucket) {
     recap__ir_tensor *t = &ir->tensors[i];
     t->name = dup_or_flag(b, st->name);
     t->pos = in_ir(ir, st->pos);
+    t->init_pos = in_ir(ir, st->producer >= 0 ? st->pos : st->init_pos);
     t->role = st->role;
     t->producer = st->producer;
     t->alias_of = -1;
@@ -298,8 +299,7 @@ static recap__ir *build(builder *b, const int64_t *values, size_t bucket) {
     char label[MAX_LABEL_BYTES];
     op_label(op, label, sizeof label);
     if (recap__op_infer(&call) != RECAP_OK) {
-      char message[1024];
-      recap__strip_code_locations(recap_last_error(), message, sizeof message);
+      const char *message = recap_last_error();
       /* The registry names the op by its kind; say which op of the spec it is. */
       char kind[96];
       snprintf(kind, sizeof kind, "op '%s': ", sop->def->name);

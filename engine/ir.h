@@ -57,9 +57,6 @@ size_t recap__diag_errors(const recap__diag *diag);
 /* Appends each message of src whose "FILE:LINE:COL:" position has no message in dst yet: one
  * report per place, when the same mistake shows up in several buckets' IRs. */
 void recap__diag_merge_new_positions(recap__diag *dst, const recap__diag *src);
-/* Copies a recap error message without the "function (file.c:123): " markers that say where
- * in recap a check lives: a spec's author needs the text, not our source lines. */
-void recap__strip_code_locations(const char *in, char *out, size_t size);
 
 typedef enum {
   RECAP_ROLE_INPUT,        /* bound by the caller; a static buffer */
@@ -102,6 +99,9 @@ typedef struct {
   int bucket_axis;
   unsigned bucket_axes;
   recap__ir_init init;
+  /* Where the spec says how the tensor starts: its `path:` for files, else its `init:` key,
+   * else the tensor's name (bind errors point here). */
+  recap__src_pos init_pos;
   int producer;      /* op index; -1 for tensors not produced by an op */
   int num_consumers; /* input slots reading it (an op reading it twice counts twice) */
   bool is_output;

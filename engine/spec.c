@@ -909,9 +909,7 @@ static void parse_op(loader *L, size_t index, const recap__yaml_node *v, recap__
   } else {
     op->def = recap__op_find(opn->text);
     if (!op->def) {
-      char message[1024];
-      recap__strip_code_locations(recap_last_error(), message, sizeof message);
-      ERR(L, opn->pos, "%s", message);
+      ERR(L, opn->pos, "%s", recap_last_error());
       op->ok = false;
     } else {
       snprintf(what, sizeof what, "op '%s'", op->def->name);

@@ -15,7 +15,8 @@
  * Conventions:
  * - Every fallible function returns recap_status (RECAP_OK == 0, errors are negative). On
  *   failure the thread-local recap_last_error() says which call failed and why (the CUDA
- *   expression, file:line, device, op or spec position); out-parameters are left untouched.
+ *   expression, device, op or spec position; RECAP_ERROR_LOCATIONS=1 in the environment adds
+ *   the recap function and source line that noticed); out-parameters are left untouched.
  * - Objects are opaque handles with create/destroy pairs; destroy accepts NULL. Destroying
  *   something still in use (a stream mid-capture, a pool with live blocks) returns
  *   RECAP_STATUS_BUSY and leaves the object intact.

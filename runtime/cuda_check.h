@@ -3,9 +3,9 @@
  * builds only).
  *
  * Each macro evaluates a call once; on failure it maps the library's error to a recap_status,
- * records "<expr> failed: <error name> (<error text>) [device N]" prefixed with the function
- * and file:line (recap__fail_at), and RETURNS that status from the enclosing function. Nothing
- * aborts. The _GOTO forms set a status variable and jump to the function's one cleanup label.
+ * records "<expr> failed: <error name> (<error text>) [device N]" (with the function and
+ * file:line in front under RECAP_ERROR_LOCATIONS=1: recap__fail_at), and RETURNS that status
+ * from the enclosing function. Nothing aborts. The _GOTO forms set a status variable and jump to the function's one cleanup label.
  *
  *   recap_status copy(void *dst, const void *src, size_t n, cudaStream_t s) {
  *     RECAP_CUDA_TRY(cudaMemcpyAsync(dst, src, n, cudaMemcpyDefault, s));

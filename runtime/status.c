@@ -1,8 +1,10 @@
 /* status.c: status names and texts, the thread-local detail message, the version. */
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "runtime/env.h"
 #include "runtime/error.h"
 
 enum { ERROR_MESSAGE_CAPACITY = 2048 };
@@ -37,12 +39,21 @@ void recap_clear_error(void) { last_error[0] = '\0'; }
 
 const char *recap_version(void) { return "0.1.0"; }
 
+/* Read at every failure rather than once, so that a test or an embedding program can turn it
+ * on and off while running; failures are not a hot path. */
+static bool locations_wanted(void) {
+  return recap__env_bool("RECAP_ERROR_LOCATIONS", 0) == 1;
+}
+
 recap_status recap__fail_at(recap_status status, const char *file, int line, const char *func,
                             const char *fmt, ...) {
-  const char *base = strrchr(file, '/');
-  int n = snprintf(last_error, sizeof last_error, "%s (%s:%d): ", func, base ? base + 1 : file,
-                   line);
-  if (n < 0 || (size_t)n >= sizeof last_error) n = 0;
+  int n = 0;
+  if (locations_wanted()) {
+    const char *base = strrchr(file, '/');
+    n = snprintf(last_error, sizeof last_error, "%s (%s:%d): ", func, base ? base + 1 : file,
+                 line);
+    if (n < 0 || (size_t)n >= sizeof last_error) n = 0;
+  }
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(last_error + n, sizeof last_error - (size_t)n, fmt, ap);

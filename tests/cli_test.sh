@@ -57,6 +57,13 @@ expect 0 "validate specs" -- "$recap" validate "$specs"/*.yaml
 expect 1 "validate a bad spec" -- "$recap" validate "$bad_specs/dim_zero.yaml"
 grep -qE "dim_zero.yaml:[0-9]+:[0-9]+: error: " "$tmp/err" || fail "no FILE:LINE:COL error"
 expect 1 "validate a missing file" -- "$recap" validate "$tmp/no_such.yaml"
+# Messages speak of the spec, not of recap's source: no function names or recap file:line,
+# unless a developer asks for them with RECAP_ERROR_LOCATIONS=1.
+grep -q "cannot open spec" "$tmp/err" || fail "validate of a missing file does not say why"
+grep -qE "recap__|\.c:[0-9]+\)" "$tmp/err" && fail "a user-facing error names recap's code: $(cat "$tmp/err")"
+expect 1 "validate a missing file, locations on" -- env RECAP_ERROR_LOCATIONS=1 "$recap" validate "$tmp/no_such.yaml"
+grep -qE "recap__spec_load_file \(spec\.c:[0-9]+\): cannot open spec" "$tmp/err" ||
+  fail "RECAP_ERROR_LOCATIONS=1 does not show where the error was raised"
 
 # The overlap pair, which tools/gpu_run.sh times against each other on the GPU, must stay one
 # computation: the same file apart from the comments, the name and the `stream:` keys, with

@@ -984,7 +984,7 @@ static void test_params_load_from_raw_and_safetensors_files_with_every_length_ch
   CU_ASSERT_EQUAL(memcmp(gotb, bias, sizeof bias), 0);
   CHECK_OK(recap_pipeline_destroy(p));
 
-  /* Each broken file fails cleanly at creation, naming the problem. */
+  /* Each broken file fails cleanly at creation, naming the problem at the spec's `path:`. */
   static const struct {
     const char *header;
     const char *mention;
@@ -1002,6 +1002,7 @@ static void test_params_load_from_raw_and_safetensors_files_with_every_length_ch
     p = NULL;
     CHECK_STATUS(make_file_pipeline("bad.safetensors", &p), RECAP_STATUS_IO_ERROR);
     CHECK_ERROR_MENTIONS(bad[i].mention);
+    CHECK_ERROR_MENTIONS("files.yaml:5:53: error: ");
     CU_ASSERT_PTR_NULL(p);
   }
   /* A header length beyond the file. */
@@ -1009,6 +1010,7 @@ static void test_params_load_from_raw_and_safetensors_files_with_every_length_ch
   write_file("bad.safetensors", huge, sizeof huge);
   CHECK_STATUS(make_file_pipeline("bad.safetensors", &p), RECAP_STATUS_IO_ERROR);
   CHECK_ERROR_MENTIONS("header length");
+  CHECK_ERROR_MENTIONS("files.yaml:5:53: error: ");
   /* A raw file of the wrong size: the spec check already sees it. */
   write_file("w.bin", w, sizeof w - 4);
   CHECK_STATUS(make_file_pipeline("w.bin", &p), RECAP_STATUS_SPEC_ERROR);

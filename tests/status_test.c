@@ -1,4 +1,6 @@
 /* status_test.c: status names and texts, detail messages, backend names, device lookup. */
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "runtime/error.h"
@@ -31,12 +33,27 @@ static void test_unknown_status_has_generic_name(void) {
   CU_ASSERT_STRING_EQUAL(recap_status_string((recap_status)-999), "unknown status");
 }
 
-static void test_fail_records_location_and_message(void) {
+/* By default a message is what the user reads: no recap function or source line in it. */
+static void test_fail_records_the_message_without_code_location_by_default(void) {
+  unsetenv("RECAP_ERROR_LOCATIONS");
   recap_status st = RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "bad %s %d", "size", 7);
   CU_ASSERT_EQUAL(st, RECAP_STATUS_INVALID_ARGUMENT);
-  CHECK_ERROR_MENTIONS("bad size 7");
-  CHECK_ERROR_MENTIONS("status_test.c:");
-  CHECK_ERROR_MENTIONS("test_fail_records_location_and_message");
+  CU_ASSERT_STRING_EQUAL(recap_last_error(), "bad size 7");
+  setenv("RECAP_ERROR_LOCATIONS", "0", 1);
+  RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "bad %s %d", "size", 8);
+  CU_ASSERT_STRING_EQUAL(recap_last_error(), "bad size 8");
+  unsetenv("RECAP_ERROR_LOCATIONS");
+}
+
+/* RECAP_ERROR_LOCATIONS=1: the function and file:line that failed come first, for developers. */
+static void test_fail_records_location_and_message_when_asked(void) {
+  setenv("RECAP_ERROR_LOCATIONS", "1", 1);
+  recap_status st = RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "bad %s %d", "size", 7);
+  unsetenv("RECAP_ERROR_LOCATIONS");
+  CU_ASSERT_EQUAL(st, RECAP_STATUS_INVALID_ARGUMENT);
+  char want[256];
+  snprintf(want, sizeof want, "%s (status_test.c:%d): bad size 7", __func__, __LINE__ - 4);
+  CU_ASSERT_STRING_EQUAL(recap_last_error(), want);
   recap__error_context(st, "op '%s': ", "ffn1");
   CU_ASSERT_EQUAL(strncmp(recap_last_error(), "op 'ffn1': ", 11), 0);
   CHECK_ERROR_MENTIONS("bad size 7");
@@ -109,7 +126,8 @@ int main(void) {
   CU_pSuite s = test_add_suite("status", NULL, NULL);
   CU_ADD_TEST(s, test_every_status_has_a_distinct_name_and_text);
   CU_ADD_TEST(s, test_unknown_status_has_generic_name);
-  CU_ADD_TEST(s, test_fail_records_location_and_message);
+  CU_ADD_TEST(s, test_fail_records_the_message_without_code_location_by_default);
+  CU_ADD_TEST(s, test_fail_records_location_and_message_when_asked);
   CU_ADD_TEST(s, test_long_messages_are_truncated_not_overflowed);
   CU_ADD_TEST(s, test_backend_names_parse_both_ways);
   CU_ADD_TEST(s, test_host_backend_always_available);
