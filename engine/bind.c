@@ -141,32 +141,6 @@ static bool has_suffix(const char *s, const char *suffix) {
   return n >= k && strcmp(s + n - k, suffix) == 0;
 }
 
-/* Reads the safetensors header of `f` and finds `key` (safetensors_reader.h bounds every
- * length and offset): its data's offset in the file. */
-static recap_status safetensors_locate(FILE *f, const char *path, uint64_t file_size,
-                                       const char *key, const recap__ir_tensor *t,
-                                       uint64_t *data_offset) {
-  unsigned char prefix[8] = {0};
-  uint64_t header_len = 0;
-  if (file_size >= 8 && fread(prefix, 1, 8, f) != 8)
-    return RECAP_FAIL(RECAP_STATUS_IO_ERROR, "cannot read the header length of '%s'", path);
-  RECAP_TRY(recap__safetensors_header_length(prefix, file_size, path, &header_len));
-  char *text = malloc((size_t)header_len);
-  if (!text)
-    return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory for the header of '%s'", path);
-  recap_status st;
-  if (fread(text, 1, (size_t)header_len, f) != header_len) {
-    st = RECAP_FAIL(RECAP_STATUS_IO_ERROR, "'%s' ended inside its safetensors header", path);
-  } else {
-    recap__safetensors_want want = {
-        .dtype = t->dtype, .ndim = t->ndim, .shape = t->shape, .bytes = t->bytes};
-    st =
-        recap__safetensors_find(text, (size_t)header_len, file_size, path, key, &want, data_offset);
-  }
-  free(text);
-  return st;
-}
-
 static recap_status load_file(const recap__ir_tensor *t, void *dst, recap_stream *stream) {
   const char *path = t->init.path;
   if (!path) return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "tensor '%s' has no file", t->name);
@@ -176,7 +150,10 @@ static recap_status load_file(const recap__ir_tensor *t, void *dst, recap_stream
   recap_status st = RECAP_OK;
   uint64_t offset = 0;
   if (t->init.key || has_suffix(path, ".safetensors")) {
-    st = safetensors_locate(f, path, size, t->init.key ? t->init.key : t->name, t, &offset);
+    recap__safetensors_want want = {
+        .dtype = t->dtype, .ndim = t->ndim, .shape = t->shape, .bytes = t->bytes};
+    st = recap__safetensors_locate(f, path, size, t->init.key ? t->init.key : t->name, &want,
+                                   &offset);
   } else if (size != t->bytes) {
     st = RECAP_FAIL(RECAP_STATUS_IO_ERROR,
                     "'%s' has %llu bytes; tensor '%s' needs exactly %llu (raw little-endian)", path,

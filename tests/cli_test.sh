@@ -65,6 +65,44 @@ expect 1 "validate a missing file, locations on" -- env RECAP_ERROR_LOCATIONS=1 
 grep -qE "recap__spec_load_file \(spec\.c:[0-9]+\): cannot open spec" "$tmp/err" ||
   fail "RECAP_ERROR_LOCATIONS=1 does not show where the error was raised"
 
+# validate reads weight files' headers (not their data) and checks sizes against the spec's
+# device when it knows its memory, and says what it could not check.
+mkdir -p "$tmp/val"
+python3 - "$tmp/val" <<'EOF'
+import json, struct, sys
+h = json.dumps({"w": {"dtype": "F32", "shape": [1024, 1024], "data_offsets": [0, 4 << 20]}}).encode()
+open(sys.argv[1] + "/good.safetensors", "wb").write(struct.pack("<Q", len(h)) + h + bytes(4 << 20))
+open(sys.argv[1] + "/corrupt.safetensors", "wb").write(struct.pack("<Q", 1 << 20) + b"{")
+EOF
+for f in good corrupt; do
+  cat >"$tmp/val/$f.yaml" <<EOF
+device: host
+tensors:
+  x: {shape: [1, 1024], role: input}
+  w: {shape: [1024, 1024], role: param, path: $f.safetensors}
+ops:
+  - {op: linear, in: [x, w], out: y}
+EOF
+done
+expect 0 "validate a spec with a weights file" -- "$recap" validate "$tmp/val/good.yaml"
+grep -q "sizes checked against host:0's" "$tmp/out" || fail "validate: no memory check reported"
+grep -q "not checked: the data of 1 file" "$tmp/out" ||
+  fail "validate: the file's data is not listed as unchecked"
+expect 1 "validate a corrupt safetensors file" -- "$recap" validate "$tmp/val/corrupt.yaml"
+grep -q "corrupt.yaml:4:47: error: .*safetensors header length" "$tmp/err" ||
+  fail "validate: the corrupt header is not reported at the path (got: $(head -1 "$tmp/err"))"
+# 4 MiB of params on a host capped at 1 MiB can never run.
+expect 1 "validate params beyond the host cap" -- env RECAP_HOST_MEMORY_BYTES=1048576 \
+  "$recap" validate "$tmp/val/good.yaml"
+grep -q "good.yaml:4:3: error: tensor 'w' \[1024, 1024\] f32 needs 4194304 bytes, more than the device memory (1048576" \
+  "$tmp/err" || fail "validate: params beyond the host cap not refused (got: $(head -1 "$tmp/err"))"
+# A CUDA spec on a machine without a GPU: the sizes cannot be checked, and validate says so.
+if ! "$recap" info 2>/dev/null | grep -qE "^ *cuda:0 "; then
+  expect 0 "validate a CUDA spec without a GPU" -- "$recap" validate "$specs/mlp_decode.yaml"
+  grep -q "not checked: the sizes against cuda memory" "$tmp/out" ||
+    fail "validate: unchecked device memory is not said"
+fi
+
 # The overlap pair, which tools/gpu_run.sh times against each other on the GPU, must stay one
 # computation: the same file apart from the comments, the name and the `stream:` keys, with
 # the branches on streams 1 and 2 in one and everything on stream 0 in the other.

@@ -984,7 +984,9 @@ static void test_params_load_from_raw_and_safetensors_files_with_every_length_ch
   CU_ASSERT_EQUAL(memcmp(gotb, bias, sizeof bias), 0);
   CHECK_OK(recap_pipeline_destroy(p));
 
-  /* Each broken file fails cleanly at creation, naming the problem at the spec's `path:`. */
+  /* Each broken file fails cleanly at creation, naming the problem at the spec's `path:`: the
+   * spec check reads the header (not the data), so it is a spec error before anything is
+   * allocated. */
   static const struct {
     const char *header;
     const char *mention;
@@ -1000,7 +1002,7 @@ static void test_params_load_from_raw_and_safetensors_files_with_every_length_ch
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; ++i) {
     write_safetensors("bad.safetensors", bad[i].header, w, sizeof w);
     p = NULL;
-    CHECK_STATUS(make_file_pipeline("bad.safetensors", &p), RECAP_STATUS_IO_ERROR);
+    CHECK_STATUS(make_file_pipeline("bad.safetensors", &p), RECAP_STATUS_SPEC_ERROR);
     CHECK_ERROR_MENTIONS(bad[i].mention);
     CHECK_ERROR_MENTIONS("files.yaml:5:53: error: ");
     CU_ASSERT_PTR_NULL(p);
@@ -1008,7 +1010,7 @@ static void test_params_load_from_raw_and_safetensors_files_with_every_length_ch
   /* A header length beyond the file. */
   unsigned char huge[16] = {0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0};
   write_file("bad.safetensors", huge, sizeof huge);
-  CHECK_STATUS(make_file_pipeline("bad.safetensors", &p), RECAP_STATUS_IO_ERROR);
+  CHECK_STATUS(make_file_pipeline("bad.safetensors", &p), RECAP_STATUS_SPEC_ERROR);
   CHECK_ERROR_MENTIONS("header length");
   CHECK_ERROR_MENTIONS("files.yaml:5:53: error: ");
   /* A raw file of the wrong size: the spec check already sees it. */

@@ -578,6 +578,105 @@ static void test_files_resolve_relative_to_the_spec_and_check_size(void) {
   recap__diag_free(&diag);
 }
 
+/* A safetensors file: 8-byte little-endian header length, the JSON header, then `bytes` of
+ * data (a NaN pattern: the check must not look at the values). */
+static void write_safetensors(const char *path, const char *header, size_t bytes) {
+  size_t hl = strlen(header);
+  unsigned char *buf = malloc(8 + hl + bytes);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(buf);
+  for (int i = 0; i < 8; ++i) buf[i] = (unsigned char)((uint64_t)hl >> (8 * i));
+  memcpy(buf + 8, header, hl);
+  memset(buf + 8 + hl, 0xff, bytes);
+  write_file(path, buf, 8 + hl + bytes);
+  free(buf);
+}
+
+/* The header of a .safetensors file is read when the spec is loaded: the key, dtype, shape and
+ * data offsets the binder would use; each problem is an error at the spec's `path:`. */
+static void test_safetensors_headers_are_checked_at_load_at_the_path(void) {
+  make_tmp_dir();
+  char path[700], text[1024];
+  snprintf(path, sizeof path, "%s/w.safetensors", tmp_dir);
+  const char *spec_fmt =
+      "tensors:\n  w: {shape: [4, 4], role: param, path: %s/w.safetensors%s}\n"
+      "ops:\n  - {op: relu, in: [w], out: y}\n";
+  recap__spec *spec = NULL;
+  recap__diag diag = {0};
+  write_safetensors(path,
+                    "{\"w\":{\"dtype\":\"F32\",\"shape\":[4,4],\"data_offsets\":[0,64]},"
+                    "\"v\":{\"dtype\":\"F16\",\"shape\":[4,4],\"data_offsets\":[64,96]}}",
+                    96);
+  snprintf(text, sizeof text, spec_fmt, tmp_dir, "");
+  CHECK_OK(recap__spec_load_string(text, strlen(text), "s", NULL, &spec, &diag));
+  recap__spec_destroy(spec);
+  spec = NULL;
+  /* `key:` picks another tensor of the file, checked against this tensor's dtype. */
+  snprintf(text, sizeof text, spec_fmt, tmp_dir, ", key: v");
+  CHECK_STATUS(recap__spec_load_string(text, strlen(text), "s", NULL, &spec, &diag),
+               RECAP_STATUS_SPEC_ERROR);
+  CU_ASSERT_TRUE(has_error(&diag, "s:2:41: error: ", "tensor 'v' has dtype F16, the spec says f32"));
+  recap__diag_free(&diag);
+
+  static const struct {
+    const char *header;
+    const char *mention;
+  } bad[] = {
+      {"{\"v\":{\"dtype\":\"F32\",\"shape\":[4,4],\"data_offsets\":[0,64]}}", "no tensor 'w'"},
+      {"{\"w\":{\"dtype\":\"BF16\",\"shape\":[4,4],\"data_offsets\":[0,32]}}",
+       "has dtype BF16, the spec says f32"},
+      {"{\"w\":{\"dtype\":\"F32\",\"shape\":[2,8],\"data_offsets\":[0,64]}}", "another shape"},
+      {"{\"w\":{\"dtype\":\"F32\",\"shape\":[4,4],\"data_offsets\":[0,128]}}", "data_offsets"},
+      {"{\"w\": not json", "not a JSON object"},
+  };
+  snprintf(text, sizeof text, spec_fmt, tmp_dir, "");
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; ++i) {
+    write_safetensors(path, bad[i].header, 64);
+    CHECK_STATUS(recap__spec_load_string(text, strlen(text), "s", NULL, &spec, &diag),
+                 RECAP_STATUS_SPEC_ERROR);
+    if (!has_error(&diag, "s:2:41: error: ", bad[i].mention)) dump(&diag);
+    CU_ASSERT_TRUE(has_error(&diag, "s:2:41: error: ", bad[i].mention));
+    recap__diag_free(&diag);
+  }
+  /* A header length that runs past the end of the file. */
+  unsigned char huge[16] = {0xff, 0xff, 0, 0, 0, 0, 0, 0};
+  write_file(path, huge, sizeof huge);
+  CHECK_STATUS(recap__spec_load_string(text, strlen(text), "s", NULL, &spec, &diag),
+               RECAP_STATUS_SPEC_ERROR);
+  CU_ASSERT_TRUE(has_error(&diag, "s:2:41: error: ", "header length 65535 is outside the file"));
+  recap__diag_free(&diag);
+  unlink(path);
+}
+
+/* A param whose first axis is the bucketed dim is allocated, and read from its file, with the
+ * largest bucket's shape: the file must match that one, not every bucket. */
+static void test_a_bucketed_param_file_is_checked_against_the_largest_bucket(void) {
+  make_tmp_dir();
+  char path[700], text[1024];
+  snprintf(path, sizeof path, "%s/w.bin", tmp_dir);
+  float w[8] = {0};
+  write_file(path, w, sizeof w); /* [2, 4] f32: the bucket B = 2 */
+  snprintf(text, sizeof text,
+           "dims: {B: [1, 2]}\n"
+           "tensors:\n  w: {shape: [B, 4], role: param, path: %s}\n"
+           "ops:\n  - {op: relu, in: [w], out: y}\n",
+           path);
+  recap__spec *spec = NULL;
+  recap__diag diag = {0};
+  CHECK_OK(recap__spec_load_string(text, strlen(text), "s", NULL, &spec, &diag));
+  if (diag.count) dump(&diag);
+  recap__spec_destroy(spec);
+  spec = NULL;
+  write_file(path, w, sizeof w / 2); /* [1, 4]: only the smaller bucket's */
+  CHECK_STATUS(recap__spec_load_string(text, strlen(text), "s", NULL, &spec, &diag),
+               RECAP_STATUS_SPEC_ERROR);
+  CU_ASSERT_TRUE(has_error(&diag, "s:3:41: error: ",
+                           "has 16 bytes, but tensor 'w' [2, 4] f32 needs 32 (raw little-endian) "
+                           "(with B = 2)"));
+  CU_ASSERT_EQUAL(diag.count, 1);
+  recap__diag_free(&diag);
+  unlink(path);
+}
+
 static void test_load_file_that_does_not_exist_is_io_error(void) {
   recap__spec *spec = NULL;
   CHECK_STATUS(recap__spec_load_file("/nonexistent/spec.yaml", NULL, &spec, NULL),
@@ -644,6 +743,8 @@ int main(void) {
   CU_ADD_TEST(s, test_limit_scalar_length_and_node_count);
   CU_ADD_TEST(s, test_limit_file_size_tensor_and_op_counts);
   CU_ADD_TEST(s, test_files_resolve_relative_to_the_spec_and_check_size);
+  CU_ADD_TEST(s, test_safetensors_headers_are_checked_at_load_at_the_path);
+  CU_ADD_TEST(s, test_a_bucketed_param_file_is_checked_against_the_largest_bucket);
   CU_ADD_TEST(s, test_load_file_that_does_not_exist_is_io_error);
   CU_ADD_TEST(s, test_every_example_spec_loads_and_builds_every_bucket);
   return test_run_all();
