@@ -13,6 +13,7 @@
  */
 #include "engine/pipeline.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,17 +65,33 @@ static recap_status apply_dim(recap__spec *spec, const char *text) {
   if (index < 0)
     return RECAP_FAIL(RECAP_STATUS_SPEC_ERROR,
                       "dim override '%s': expected NAME=VALUE with a dim the spec declares", text);
-  int64_t values[64];
+  /* The same rules, limits and messages as dims in a spec (spec.c). */
+  size_t given = 1;
+  for (const char *c = eq + 1; *c; ++c) given += *c == ',';
+  if (given > RECAP_MAX_BUCKETS)
+    return RECAP_FAIL(RECAP_STATUS_SPEC_ERROR,
+                      "dim override for '%s' has %zu buckets, more than the limit of %d",
+                      spec->dims[index].name, given, RECAP_MAX_BUCKETS);
+  int64_t values[RECAP_MAX_BUCKETS];
   size_t count = 0;
   for (const char *s = eq + 1;;) {
     char *end;
+    errno = 0;
     long long v = strtoll(s, &end, 10);
-    if (end == s || v < 1 || v > ((int64_t)1 << 40) || count == 64 ||
-        (count > 0 && v <= values[count - 1]) || (*end != ',' && *end != '\0'))
+    if (end == s || (*end != ',' && *end != '\0'))
       return RECAP_FAIL(RECAP_STATUS_SPEC_ERROR,
-                        "dim override '%s': values must be positive integers, ascending, at "
-                        "most 64",
+                        "dim override '%s': expected NAME=VALUE or NAME=V1,V2,... with decimal "
+                        "integers",
                         text);
+    if (errno == ERANGE || v < 1 || v >= RECAP__SPEC_MAX_SIZE)
+      return RECAP_FAIL(RECAP_STATUS_SPEC_ERROR,
+                        "dim override '%s': %.*s is not a positive integer below 2^62", text,
+                        (int)(end - s), s);
+    if (count > 0 && v <= values[count - 1])
+      return RECAP_FAIL(RECAP_STATUS_SPEC_ERROR,
+                        "dim override '%s': bucket values must be strictly ascending (%lld "
+                        "follows %lld)",
+                        text, v, (long long)values[count - 1]);
     values[count++] = v;
     if (*end == '\0') break;
     s = end + 1;

@@ -25,7 +25,6 @@
 enum {
   DEFAULT_MAX_TENSORS = 100000,
   DEFAULT_MAX_OPS = 100000,
-  MAX_BUCKETS = 256,
   MAX_STREAMS = 64,
   MAX_NAME_BYTES = 256,
   MAX_WARMUP = 10000,
@@ -33,8 +32,7 @@ enum {
   /* How much of the joined messages recap_last_error() gets (its buffer holds 2 KiB). */
   LAST_ERROR_BUDGET = 1800,
 };
-/* Dims and literal sizes stay below 2^62, as the op registry's element counts do. */
-#define MAX_SIZE ((int64_t)1 << 62)
+#define MAX_SIZE RECAP__SPEC_MAX_SIZE
 
 typedef struct {
   recap__spec *spec;
@@ -321,8 +319,9 @@ static void parse_dims(loader *L, const recap__yaml_node *node) {
     d->bucketed = v->kind == RECAP_YAML_SEQUENCE;
     if (d->bucketed && count == 0) {
       ERR(L, v->pos, "%s: a bucket list needs at least one value", what);
-    } else if (count > MAX_BUCKETS) {
-      ERR(L, v->pos, "%s has %zu buckets, more than the limit of %d", what, count, MAX_BUCKETS);
+    } else if (count > RECAP_MAX_BUCKETS) {
+      ERR(L, v->pos, "%s has %zu buckets, more than the limit of %d", what, count,
+          RECAP_MAX_BUCKETS);
     } else if (v->kind == RECAP_YAML_MAPPING) {
       ERR(L, v->pos,
           "%s: expected a positive integer or a list of them (buckets), got a "

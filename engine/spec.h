@@ -40,6 +40,9 @@
 extern "C" {
 #endif
 
+/* Dims and literal sizes stay below 2^62, as the op registry's element counts do. */
+#define RECAP__SPEC_MAX_SIZE ((int64_t)1 << 62)
+
 typedef struct {
   recap__yaml_limits yaml; /* file size, depth, aliases, scalar length, node count */
   size_t max_tensors;      /* declared tensors plus op outputs (0: 100,000) */

@@ -685,6 +685,9 @@ RECAP_API recap_status recap_graph_debug_dump(const recap_graph *graph, const ch
 
 typedef struct recap_pipeline recap_pipeline;
 
+/* The most values a bucketed dim may have, in a spec or in recap_pipeline_options.dims. */
+enum { RECAP_MAX_BUCKETS = 256 };
+
 typedef enum {
   RECAP_MODE_GRAPH = 0, /* warmup, capture each bucket, replay (default) */
   RECAP_MODE_EAGER = 1, /* op by op; also forced by RECAP_DISABLE_GRAPHS=1 */
@@ -708,8 +711,9 @@ typedef struct {
   recap_oversize_policy oversize;
   const char *base_dir;         /* when set, files the spec names must lie under it */
   recap_stream *stream;         /* run on the caller's stream; NULL: the pipeline's own */
-  /* Dim values replacing the spec's, as "NAME=V" or "NAME=V1,V2,..." (a list makes buckets,
-   * ascending; at most one dim has buckets), NULL-terminated; NULL: none. The spec is checked
+  /* Dim values replacing the spec's, as "NAME=V" or "NAME=V1,V2,..." (positive, below 2^62; a
+   * list makes buckets: ascending, at most RECAP_MAX_BUCKETS, and at most one dim has
+   * buckets), NULL-terminated; NULL: none. The spec is checked
    * again with them (SPEC_ERROR with positions). Ignored by recap_pipeline_clone. */
   const char *const *dims;
   /* Nonzero: no fusion pass (elementwise chains run op by op; RECAP_FUSION=0 in the

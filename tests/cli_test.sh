@@ -289,6 +289,10 @@ assert cpu["op_launch_us"] > 0 and cpu["eager_pipeline_per_op_us"] > 0, cpu
 assert cpu["replay_call_us"] > 0 and cpu["replay_graph_nodes"] == 40, cpu
 EOF
 expect 2 "bench-capture --ops 1" -- "$recap" bench-capture --ops 1
+# Buckets: the engine's one limit (RECAP_MAX_BUCKETS, 256), refused as a usage error up front.
+expect 2 "bench-capture --buckets 257" -- "$recap" bench-capture --device host --buckets 257
+grep -q -- "--buckets" "$tmp/err" && grep -q "256" "$tmp/err" ||
+  fail "bench-capture --buckets 257: the flag and the limit are not named ($(cat "$tmp/err"))"
 expect 1 "bench-capture of a missing bucket spec" -- "$recap" bench-capture --device host \
   --ops 4 --repeats 1 --bucket-spec "$tmp/no_such.yaml"
 

@@ -921,6 +921,56 @@ static void test_a_bad_spec_fails_with_positions_and_allocates_nothing(void) {
   CU_ASSERT_EQUAL(before, after);
 }
 
+/* Dim overrides take as many buckets as a spec may have (RECAP_MAX_BUCKETS), and each way to
+ * get them wrong says what is wrong with the value given and the limit. */
+static void test_dim_overrides_take_the_spec_bucket_limit_and_name_what_is_wrong(void) {
+  static const char tiny[] =
+      "name: tiny\ndtype: f32\ndims: {B: [1, 2]}\n"
+      "tensors:\n  x: {shape: [B, 4], role: input}\n"
+      "ops:\n  - {op: relu, in: [x], out: y}\n";
+  char list[RECAP_MAX_BUCKETS * 8 + 16];
+  size_t used = (size_t)snprintf(list, sizeof list, "B=1");
+  for (int v = 2; v <= RECAP_MAX_BUCKETS + 1; ++v)
+    used += (size_t)snprintf(list + used, sizeof list - used, ",%d", v);
+  /* list is B=1,...,257; cut after 256 for the largest accepted list. */
+  char *at_limit = strdup(list);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(at_limit);
+  *strrchr(at_limit, ',') = '\0';
+  recap_pipeline_options o = opts_on(test_device);
+  o.override_mode = 1;
+  o.mode = RECAP_MODE_EAGER;
+  const char *dims[] = {at_limit, NULL};
+  o.dims = dims;
+  recap_pipeline *p = NULL;
+  CHECK_OK(recap_pipeline_create_string(tiny, strlen(tiny), "tiny.yaml", &o, &p));
+  recap_pipeline_stats s;
+  if (p) {
+    CHECK_OK(recap_pipeline_stats_get(p, &s));
+    CU_ASSERT_EQUAL(s.num_buckets, RECAP_MAX_BUCKETS);
+    CHECK_OK(recap_pipeline_destroy(p));
+  }
+  free(at_limit);
+
+  static const struct {
+    const char *dim;
+    const char *message;
+  } bad[] = {
+      {NULL, "dim override for 'B' has 257 buckets, more than the limit of 256"},
+      {"B=1,2,4611686018427387904", "4611686018427387904 is not a positive integer below 2^62"},
+      {"B=1,0", "0 is not a positive integer below 2^62"},
+      {"B=2,1", "must be strictly ascending (1 follows 2)"},
+      {"B=1,x", "expected NAME=VALUE or NAME=V1,V2,..."},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; ++i) {
+    dims[0] = bad[i].dim ? bad[i].dim : list;
+    p = NULL;
+    CHECK_STATUS(recap_pipeline_create_string(tiny, strlen(tiny), "tiny.yaml", &o, &p),
+                 RECAP_STATUS_SPEC_ERROR);
+    CHECK_ERROR_MENTIONS(bad[i].message);
+    CU_ASSERT_PTR_NULL(p);
+  }
+}
+
 /* ---- weights from files ---- */
 
 static char g_tmp[256];
@@ -1041,7 +1091,8 @@ static void test_params_load_from_raw_and_safetensors_files_with_every_length_ch
   XX(test_copy_arguments_that_do_not_fit_are_rejected)                                     \
   XX(test_disable_graphs_environment_forces_eager_runs)                                    \
   XX(test_a_bad_spec_fails_with_positions_and_allocates_nothing)                           \
-  XX(test_params_load_from_raw_and_safetensors_files_with_every_length_checked)
+  XX(test_params_load_from_raw_and_safetensors_files_with_every_length_checked)             \
+  XX(test_dim_overrides_take_the_spec_bucket_limit_and_name_what_is_wrong)
 
 /* Last in each suite: a global-mode capture that another thread breaks is process-wide, so
  * nothing else runs after it in a state it might have disturbed. */
