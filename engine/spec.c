@@ -1255,7 +1255,12 @@ static void parse_root(loader *L, const recap__yaml_node *root) {
   check_keys(L, root, keys, "the spec");
 
   const recap__yaml_node *n;
-  if ((n = lookup(root, "name"))) get_string(L, n, "name", &spec->name);
+  if ((n = lookup(root, "name")) && get_string(L, n, "name", &spec->name) &&
+      strpbrk(spec->name, "\t\n")) {
+    /* It heads one-line outputs (validate, plan, bench) and NVTX ranges. */
+    ERR(L, n->pos, "name: must be one line of text (no tab or newline)");
+    spec->name = NULL;
+  }
   if ((n = lookup(root, "device"))) {
     if (!is_scalar(n) || recap_backend_parse(n->text, &spec->device) != RECAP_OK)
       ERR(L, n->pos, "device: expected cuda or host, got %s%s%.64s%s", recap__yaml_describe(n),

@@ -96,6 +96,14 @@ expect 1 "validate params beyond the host cap" -- env RECAP_HOST_MEMORY_BYTES=10
   "$recap" validate "$tmp/val/good.yaml"
 grep -q "good.yaml:4:3: error: tensor 'w' \[1024, 1024\] f32 needs 4194304 bytes, more than the device memory (1048576" \
   "$tmp/err" || fail "validate: params beyond the host cap not refused (got: $(head -1 "$tmp/err"))"
+# A YAML escape that decodes to a terminal control sequence is refused at the string, and
+# never printed raw.
+printf '%s\n' 'name: "\e[2J\e[31mowned"' 'device: host' 'tensors: {x: {shape: [4], role: input}}' \
+  'ops: [{op: relu, in: x, out: y}]' >"$tmp/val/escape.yaml"
+expect 1 "validate a name with an escape sequence" -- "$recap" validate "$tmp/val/escape.yaml"
+grep -q "escape.yaml:1:7: error: .*control character U+001B" "$tmp/err" ||
+  fail "validate: the control character is not reported at the name"
+cat "$tmp/out" "$tmp/err" | grep -q $'\e' && fail "validate printed a raw ESC byte"
 # A CUDA spec on a machine without a GPU: the sizes cannot be checked, and validate says so.
 if ! "$recap" info 2>/dev/null | grep -qE "^ *cuda:0 "; then
   expect 0 "validate a CUDA spec without a GPU" -- "$recap" validate "$specs/mlp_decode.yaml"

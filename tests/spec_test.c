@@ -417,6 +417,25 @@ static void test_spec_non_utf8_byte_is_positioned(void) {
       "3:11", "invalid leading UTF-8 octet (byte 0xff)");
 }
 
+/* Escapes that decode to control characters are refused at the string (any string may be
+ * printed); tab and newline stay allowed, except in the one-line `name:`. */
+static void test_spec_escaped_control_characters_are_refused_at_the_string(void) {
+  expect_error("name: \"x\\e[2Jy\"\nops: []\n", "1:7", "control character U+001B");
+  expect_error("name: \"x\\by\"\nops: []\n", "1:7", "control character U+0008");
+  expect_error("name: \"x\\u0085y\"\nops: []\n", "1:7", "control character U+0085");
+  expect_error("name: \"x\\x7fy\"\nops: []\n", "1:7", "control character U+007F");
+  expect_error("ops:\n  - {op: relu, in: x, out: \"y\\ry\"}\n", "2:28",
+               "control character U+000D");
+  expect_error("name: \"a\\tb\"\nops: []\n", "1:7", "name: must be one line of text");
+  /* Tab and newline inside an expression are whitespace. */
+  const char *text =
+      "name: tabs\ntensors:\n  x: {shape: [4], role: input}\n"
+      "ops:\n  - {op: expr, in: [x], out: y, expr: \"x *\\t2.0\\n+ 1.0\"}\n";
+  recap__spec *spec = NULL;
+  CHECK_OK(load(text, NULL, &spec, NULL));
+  recap__spec_destroy(spec);
+}
+
 /* ---- limits ---- */
 
 static void test_limit_nesting_depth(void) {
@@ -737,6 +756,7 @@ int main(void) {
   CU_ADD_TEST(s, test_spec_element_count_and_device_memory_limits);
   CU_ADD_TEST(s, test_spec_empty_text_is_an_error);
   CU_ADD_TEST(s, test_spec_non_utf8_byte_is_positioned);
+  CU_ADD_TEST(s, test_spec_escaped_control_characters_are_refused_at_the_string);
   CU_ADD_TEST(s, test_limit_nesting_depth);
   CU_ADD_TEST(s, test_limit_alias_bomb_fails_fast);
   CU_ADD_TEST(s, test_limit_alias_count);
