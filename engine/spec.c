@@ -20,6 +20,7 @@
 
 #include "engine/names.h"
 #include "kernels/expr.h"
+#include "kernels/infer.h"
 #include "runtime/error.h"
 
 enum {
@@ -601,10 +602,16 @@ static void parse_tensor(loader *L, const recap__yaml_node *k, const recap__yaml
     if (slot) {
       char key_what[MAX_NAME_BYTES + 48];
       snprintf(key_what, sizeof key_what, "%s: %s", what, owned[i].key);
+      char why[128];
       if (!get_float(L, vn, key_what, slot)) {
         ok = false;
       } else if (!isfinite(*slot)) {
         ERR(L, vn->pos, "%s must be finite", key_what);
+        ok = false;
+      } else if ((slot == &init->value || recap_dtype_is_float(t->dtype)) &&
+                 !recap__value_fits_dtype(*slot, t->dtype, why, sizeof why)) {
+        /* Checked in the tensor's type, not in double: 1e10 is finite, its f16 is inf. */
+        ERR(L, vn->pos, "%s: %g %s", key_what, *slot, why);
         ok = false;
       }
     }

@@ -351,11 +351,9 @@ static recap_status fill_infer(recap_op_call *call) {
   int64_t shape[RECAP_MAX_DIMS];
   RECAP_TRY(recap__infer_shape_attr(call, "shape", &ndim, shape));
   double v = a->value;
-  if (a->dtype == RECAP_DTYPE_I32 && !(v == floor(v) && v >= -2147483648.0 && v <= 2147483647.0))
-    return RECAP_OP_FAIL(call, "attribute 'value' = %g is not an i32 value", v);
-  /* 2^63 is exactly representable; every integral double below it fits in an int64_t. */
-  if (a->dtype == RECAP_DTYPE_I64 && !(v == floor(v) && v >= -0x1p63 && v < 0x1p63))
-    return RECAP_OP_FAIL(call, "attribute 'value' = %g is not an i64 value", v);
+  char why[128];
+  if (!recap__value_fits_dtype(v, a->dtype, why, sizeof why))
+    return RECAP_OP_FAIL(call, "attribute 'value' = %g %s", v, why);
   if (recap_dtype_is_float(a->dtype) && isnan(v))
     return RECAP_OP_FAIL(call, "attribute 'value' is NaN");
   recap__infer_output(call, 0, a->dtype, ndim, shape);

@@ -417,6 +417,39 @@ static void test_spec_non_utf8_byte_is_positioned(void) {
       "3:11", "invalid leading UTF-8 octet (byte 0xff)");
 }
 
+/* Init values are checked in the tensor's dtype, not in double: 1e10 is finite, its f16 is
+ * inf. f16's largest finite value is 65504; 65520 is where rounding reaches 2^16 (inf). */
+static void test_spec_init_values_must_stay_finite_in_the_tensor_dtype(void) {
+  expect_error("tensors:\n  w: {shape: [4], role: param, dtype: f16, value: 1.0e10}\n"
+               "ops: [{op: relu, in: w, out: y}]\n",
+               "2:51", "value: 1e+10 becomes inf in f16 (its largest finite value is 65504)");
+  expect_error("tensors:\n  w: {shape: [4], role: param, dtype: f16, value: -65520}\n"
+               "ops: [{op: relu, in: w, out: y}]\n",
+               "2:51", "becomes -inf in f16");
+  expect_error("tensors:\n  w: {shape: [4], role: param, dtype: bf16, init: normal, "
+               "mean: 3.4e38}\nops: [{op: relu, in: w, out: y}]\n",
+               "2:65", "mean: 3.4e+38 becomes inf in bf16");
+  expect_error("tensors:\n  w: {shape: [4], role: param, dtype: f16, init: uniform, low: 0, "
+               "high: 1e5}\nops: [{op: relu, in: w, out: y}]\n",
+               "2:73", "high: 100000 becomes inf in f16");
+  expect_error("tensors:\n  p: {role: scalar, value: 3000000000}\n"
+               "ops: [{op: relu, in: p, out: y}]\n",
+               "2:28", "value: 3e+09 is not an i32 value");
+  expect_error("tensors:\n  p: {role: scalar, value: 1.5}\n"
+               "ops: [{op: relu, in: p, out: y}]\n",
+               "2:28", "value: 1.5 is not an i32 value");
+  recap__spec *spec = NULL;
+  const char *ok =
+      "tensors:\n  w: {shape: [4], role: param, dtype: f16, value: 65519}\n"
+      "  p: {role: scalar, value: -2147483648}\n"
+      "ops: [{op: relu, in: w, out: y}, {op: copy, in: p, out: z}]\n";
+  recap__diag diag = {0};
+  CHECK_OK(load(ok, NULL, &spec, &diag));
+  if (diag.count) dump(&diag);
+  recap__spec_destroy(spec);
+  recap__diag_free(&diag);
+}
+
 /* Escapes that decode to control characters are refused at the string (any string may be
  * printed); tab and newline stay allowed, except in the one-line `name:`. */
 static void test_spec_escaped_control_characters_are_refused_at_the_string(void) {
@@ -757,6 +790,7 @@ int main(void) {
   CU_ADD_TEST(s, test_spec_empty_text_is_an_error);
   CU_ADD_TEST(s, test_spec_non_utf8_byte_is_positioned);
   CU_ADD_TEST(s, test_spec_escaped_control_characters_are_refused_at_the_string);
+  CU_ADD_TEST(s, test_spec_init_values_must_stay_finite_in_the_tensor_dtype);
   CU_ADD_TEST(s, test_limit_nesting_depth);
   CU_ADD_TEST(s, test_limit_alias_bomb_fails_fast);
   CU_ADD_TEST(s, test_limit_alias_count);
