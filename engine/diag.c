@@ -12,8 +12,13 @@
 #include <string.h>
 
 #include "engine/ir.h"
+#include "runtime/error.h"
 
-enum { DEFAULT_MAX_MESSAGES = 100 };
+enum {
+  DEFAULT_MAX_MESSAGES = 100,
+  /* How much of the joined messages recap_last_error() gets (its buffer holds 2 KiB). */
+  LAST_ERROR_BUDGET = 1800,
+};
 
 static char *format_message(recap__src_pos pos, const char *fmt, va_list ap) {
   char prefix[512];
@@ -131,4 +136,25 @@ void recap__diag_merge_new_positions(recap__diag *dst, const recap__diag *src) {
     add_text(dst, strdup(m));
   }
   dst->dropped += src->dropped;
+}
+
+recap_status recap__diag_report(const recap__diag *diag) {
+  /* recap_last_error(): whole lines, as many as fit. */
+  char text[LAST_ERROR_BUDGET + 64];
+  size_t used = 0, shown = 0;
+  text[0] = '\0';
+  for (; shown < diag->count; ++shown) {
+    size_t n = strlen(diag->messages[shown]);
+    if (used + n + 1 > LAST_ERROR_BUDGET && shown > 0) break;
+    int w = snprintf(text + used, sizeof text - used, "%s%.*s", shown ? "\n" : "",
+                     (int)(LAST_ERROR_BUDGET - used - 1), diag->messages[shown]);
+    if (w < 0) break;
+    used += (size_t)w < sizeof text - used ? (size_t)w : sizeof text - used - 1;
+  }
+  size_t rest = diag->count - shown + diag->dropped;
+  if (rest) snprintf(text + used, sizeof text - used, "\n(and %zu more errors)", rest);
+  recap_status st = recap__fail_plain(RECAP_STATUS_SPEC_ERROR, "%s", text);
+  /* recap_last_error_full(): all of them, when they did not fit. */
+  if (rest) recap__set_full_error(recap__diag_join(diag));
+  return st;
 }

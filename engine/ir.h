@@ -51,6 +51,10 @@ void recap__diag_error(recap__diag *diag, recap__src_pos pos, const char *fmt, .
     __attribute__((format(printf, 3, 4)));
 /* All messages joined by newlines (malloc'd, caller frees); NULL when none. */
 char *recap__diag_join(const recap__diag *diag);
+/* Records the failure of a spec check: recap_last_error() gets the first messages (whole
+ * lines within its 2 KiB, then "(and N more errors)"), recap_last_error_full() all of them.
+ * Returns RECAP_STATUS_SPEC_ERROR. */
+recap_status recap__diag_report(const recap__diag *diag);
 void recap__diag_free(recap__diag *diag);
 /* Number of errors recorded (stored and dropped). */
 size_t recap__diag_errors(const recap__diag *diag);

@@ -184,12 +184,11 @@ static recap_status build_model(recap__spec *spec, recap_device device, bool fus
     recap_status bs = recap__ir_build(spec, b, &m->irs[b], &diag);
     if (bs != RECAP_OK && st == RECAP_OK) st = bs;
   }
-  if (st != RECAP_OK) {
-    char *text = recap__diag_join(&diag);
-    if (text) recap__fail_plain(st, "%s", text);
-    free(text);
+  if (st == RECAP_STATUS_SPEC_ERROR) {
+    st = recap__diag_report(&diag);
     goto fail;
   }
+  if (st != RECAP_OK) goto fail;
   /* Every bucket gets the same groups (fuse.h), so the largest bucket's plan fits them all. */
   for (size_t b = 0; fuse && b < m->num_buckets; ++b)
     RECAP_TRY_GOTO(st, recap__fuse(m->irs[b]), fail);

@@ -30,8 +30,6 @@ enum {
   MAX_NAME_BYTES = 256,
   MAX_WARMUP = 10000,
   MAX_ITERS = 10000000,
-  /* How much of the joined messages recap_last_error() gets (its buffer holds 2 KiB). */
-  LAST_ERROR_BUDGET = 1800,
 };
 #define MAX_SIZE RECAP__SPEC_MAX_SIZE
 
@@ -1315,24 +1313,6 @@ static void parse_root(loader *L, const recap__yaml_node *root) {
   if (spec->num_ops) check_usage(L);
 }
 
-/* recap_last_error(): whole lines of the joined messages, as many as fit. */
-static recap_status report(const recap__diag *diag) {
-  char text[LAST_ERROR_BUDGET + 64];
-  size_t used = 0, shown = 0;
-  text[0] = '\0';
-  for (; shown < diag->count; ++shown) {
-    size_t n = strlen(diag->messages[shown]);
-    if (used + n + 1 > LAST_ERROR_BUDGET && shown > 0) break;
-    int w = snprintf(text + used, sizeof text - used, "%s%.*s", shown ? "\n" : "",
-                     (int)(LAST_ERROR_BUDGET - used - 1), diag->messages[shown]);
-    if (w < 0) break;
-    used += (size_t)w < sizeof text - used ? (size_t)w : sizeof text - used - 1;
-  }
-  size_t rest = diag->count - shown + diag->dropped;
-  if (rest) snprintf(text + used, sizeof text - used, "\n(and %zu more errors)", rest);
-  return recap__fail_plain(RECAP_STATUS_SPEC_ERROR, "%s", text);
-}
-
 static recap_status load(const char *text, size_t len, const char *file, const char *dir,
                          const recap__spec_options *options, recap__spec **out,
                          recap__diag *user_diag) {
@@ -1359,7 +1339,7 @@ static recap_status load(const char *text, size_t len, const char *file, const c
   recap_status st = recap__yaml_parse(text, len, file, &spec->options.yaml, &spec->ast, diag);
   if (st != RECAP_OK) {
     recap__spec_destroy(spec);
-    if (st == RECAP_STATUS_SPEC_ERROR) st = report(diag);
+    if (st == RECAP_STATUS_SPEC_ERROR) st = recap__diag_report(diag);
     recap__diag_free(&local);
     return st;
   }
@@ -1403,7 +1383,7 @@ static recap_status load(const char *text, size_t len, const char *file, const c
     return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "out of memory loading %s", file);
   }
   if (recap__diag_errors(diag) > errors_before) {
-    st = report(diag);
+    st = recap__diag_report(diag);
     recap__spec_destroy(spec);
     recap__diag_free(&local);
     return st;
@@ -1442,7 +1422,7 @@ recap_status recap__spec_load_file(const char *path, const recap__spec_options *
     recap__diag_error(d, (recap__src_pos){path, 1, 1},
                       "the spec is %lld bytes, larger than the limit of %zu bytes",
                       (long long)st.st_size, opts.yaml.max_file_bytes);
-    recap_status rs = report(d);
+    recap_status rs = recap__diag_report(d);
     recap__diag_free(&local);
     return rs;
   }

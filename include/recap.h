@@ -78,10 +78,17 @@ typedef enum {
 RECAP_API const char *recap_status_name(recap_status status);
 /* "out of memory"; a generic text for unknown values. Never NULL. */
 RECAP_API const char *recap_status_string(recap_status status);
-/* The detail message of the last failure on this thread ("" if none). Valid until the next
+/* The detail message of the last failure on this thread ("" if none), at most 2 KiB: a spec
+ * that fails its check (RECAP_STATUS_SPEC_ERROR) puts there as many of its
+ * "FILE:LINE:COL: error: ..." lines as fit, then "(and N more errors)". Valid until the next
  * recap call on this thread. */
 RECAP_API const char *recap_last_error(void);
-/* Forgets this thread's detail message. */
+/* The same failure's complete text: for a spec that failed its check, every error line (the
+ * loader keeps the first 100 and counts the rest in a last "(and N more errors)" line); for
+ * any other failure the same as recap_last_error(). Never NULL; valid until the next recap call
+ * on this thread. */
+RECAP_API const char *recap_last_error_full(void);
+/* Forgets this thread's detail message (and its complete text). */
 RECAP_API void recap_clear_error(void);
 
 /* "0.1.0". */
@@ -654,7 +661,7 @@ RECAP_API recap_status recap_graph_debug_dump(const recap_graph *graph, const ch
  *
  *   recap_pipeline *p;
  *   if (recap_pipeline_create_file("specs/mlp_decode.yaml", NULL, &p) != RECAP_OK) {
- *     fprintf(stderr, "%s\n", recap_last_error());     // FILE:LINE:COL: error: ... lines
+ *     fprintf(stderr, "%s\n", recap_last_error_full());  // FILE:LINE:COL: error: ... lines
  *     return 1;
  *   }
  *   recap_pipeline_copy_in(p, "x", host_x, 3 * 4096 * 2, 3);  // 3 rows (batch 3)
@@ -739,7 +746,8 @@ typedef struct {
 
 /* Loads, checks, plans and binds a spec (params are initialized; nothing is captured yet:
  * the first graph-mode run, or recap_pipeline_capture, does that). Spec errors return
- * RECAP_STATUS_SPEC_ERROR with every problem as FILE:LINE:COL lines in recap_last_error(). */
+ * RECAP_STATUS_SPEC_ERROR with every problem as a FILE:LINE:COL line in
+ * recap_last_error_full() (recap_last_error() holds the first 2 KiB of them). */
 RECAP_API recap_status recap_pipeline_create_file(const char *path,
                                                   const recap_pipeline_options *options,
                                                   recap_pipeline **out);

@@ -35,7 +35,13 @@ recap_status recap__fail_at(recap_status status, const char *file, int line, con
                             const char *fmt, ...) RECAP__PRINTF(5, 6);
 /* Records the message as given (no location) and returns status. */
 recap_status recap__fail_plain(recap_status status, const char *fmt, ...) RECAP__PRINTF(2, 3);
-/* Prepends formatted context to this thread's current message and returns status. */
+/* Gives the failure just recorded its complete text (malloc'd; ownership passes, NULL: none),
+ * for when the message holds only the start of it: the loader records the first spec errors
+ * that fit and attaches all of them here. recap_last_error_full() returns it until the next
+ * failure on this thread (or recap_clear_error). */
+void recap__set_full_error(char *text);
+/* Prepends formatted context to this thread's current message (and to its complete text, if
+ * it has one) and returns status. */
 recap_status recap__error_context(recap_status status, const char *fmt, ...)
     RECAP__PRINTF(2, 3);
 

@@ -921,6 +921,45 @@ static void test_a_bad_spec_fails_with_positions_and_allocates_nothing(void) {
   CU_ASSERT_EQUAL(before, after);
 }
 
+/* A spec with more errors than recap_last_error() holds: it gets the first lines and a count,
+ * recap_last_error_full() every error the loader kept (the first 100, then a count). */
+static void test_every_spec_error_reaches_the_caller_through_last_error_full(void) {
+  enum { OPS = 150, KEPT = 100 };
+  char *yaml = malloc(OPS * 64 + 128);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(yaml);
+  size_t used = (size_t)sprintf(yaml, "name: many\ntensors: {x: {shape: [4], role: input}}\nops:\n");
+  for (int i = 0; i < OPS; ++i)
+    used += (size_t)sprintf(yaml + used, "  - {op: add, in: [x, nope%d], out: y%d}\n", i, i);
+  recap_pipeline_options o = opts_on(test_device);
+  recap_pipeline *p = NULL;
+  CHECK_STATUS(recap_pipeline_create_string(yaml, used, "many.yaml", &o, &p),
+               RECAP_STATUS_SPEC_ERROR);
+  CU_ASSERT_PTR_NULL(p);
+  const char *first = recap_last_error(), *full = recap_last_error_full();
+  CU_ASSERT_TRUE(strlen(first) < 2048);
+  CU_ASSERT_PTR_NOT_NULL(strstr(first, "many.yaml:4:")); /* op 0 is on line 4 */
+  CU_ASSERT_PTR_NULL(strstr(first, "'nope99'"));
+  CU_ASSERT_PTR_NOT_NULL(strstr(first, "more errors)"));
+  /* Op i is on line 4 + i; its second input starts at column 23 ("  - {op: add, in: [x, "). */
+  int found = 0;
+  for (int i = 0; i < OPS; ++i) {
+    char want[96];
+    snprintf(want, sizeof want, "many.yaml:%d:23: error: op 'add#%d': unknown tensor 'nope%d'",
+             4 + i, i, i);
+    found += strstr(full, want) != NULL;
+  }
+  if (found != KEPT) fprintf(stderr, "\n  %d of %d errors found in:\n%s\n", found, KEPT, full);
+  CU_ASSERT_EQUAL(found, KEPT);
+  CU_ASSERT_PTR_NOT_NULL(strstr(full, "(and 50 more errors)"));
+  free(yaml);
+  /* The next failure replaces it: then both say the same. */
+  CHECK_STATUS(recap_pipeline_create_file("/nonexistent/spec.yaml", &o, &p),
+               RECAP_STATUS_IO_ERROR);
+  CU_ASSERT_STRING_EQUAL(recap_last_error_full(), recap_last_error());
+  recap_clear_error();
+  CU_ASSERT_STRING_EQUAL(recap_last_error_full(), "");
+}
+
 /* Dim overrides take as many buckets as a spec may have (RECAP_MAX_BUCKETS), and each way to
  * get them wrong says what is wrong with the value given and the limit. */
 static void test_dim_overrides_take_the_spec_bucket_limit_and_name_what_is_wrong(void) {
@@ -1092,7 +1131,8 @@ static void test_params_load_from_raw_and_safetensors_files_with_every_length_ch
   XX(test_disable_graphs_environment_forces_eager_runs)                                    \
   XX(test_a_bad_spec_fails_with_positions_and_allocates_nothing)                           \
   XX(test_params_load_from_raw_and_safetensors_files_with_every_length_checked)             \
-  XX(test_dim_overrides_take_the_spec_bucket_limit_and_name_what_is_wrong)
+  XX(test_dim_overrides_take_the_spec_bucket_limit_and_name_what_is_wrong)                  \
+  XX(test_every_spec_error_reaches_the_caller_through_last_error_full)
 
 /* Last in each suite: a global-mode capture that another thread breaks is process-wide, so
  * nothing else runs after it in a state it might have disturbed. */
