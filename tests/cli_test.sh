@@ -127,6 +127,14 @@ for op in matmul softmax linear attention; do
   grep -q "^$op\$" "$tmp/out" || fail "ops does not list $op"
 done
 grep -q "causal" "$tmp/out" || fail "ops shows no attributes"
+# What a spec gets: an optional dtype attribute defaults to the spec's dtype, not f32; rope's
+# positions and attention's len say their shapes and edge cases.
+expect 0 "ops fill rope attention" -- "$recap" ops fill random_normal rope attention
+[ "$(grep -cE "^ +dtype +dtype +spec's " "$tmp/out")" = 2 ] ||
+  fail "ops: fill's and random_normal's dtype default is not the spec's"
+grep -q "\[1\], a start" "$tmp/out" || fail "ops rope: the [1] form of positions is undocumented"
+grep -q "len 0" "$tmp/out" && grep -q "is zeros" "$tmp/out" ||
+  fail "ops attention: len 0 is undocumented"
 expect 1 "ops with an unknown op" -- "$recap" ops sofmax
 grep -q "softmax" "$tmp/err" || fail "no suggestion for a misspelt op"
 
