@@ -121,7 +121,9 @@ grep -q "stream: 1" "$specs/overlap_streams.yaml" && grep -q "stream: 2" "$specs
   fail "overlap_streams.yaml does not use side streams 1 and 2"
 grep -v "^#" "$specs/overlap_serial.yaml" | grep -q "stream:" && fail "overlap_serial.yaml uses a side stream"
 
-# ops lists the registry.
+# ops lists the registry, without cuBLAS: the binary does not link it (it is opened on the
+# first GEMM on a GPU; kernels/cuda_blas.h).
+ldd "$recap" | grep -q cublas && fail "recap links cuBLAS: $(ldd "$recap" | grep cublas)"
 expect 0 "ops" -- "$recap" ops
 for op in matmul softmax linear attention; do
   grep -q "^$op\$" "$tmp/out" || fail "ops does not list $op"
