@@ -45,6 +45,17 @@ static recap_tensor full_view(const recap__ir_tensor *t, void *data) {
   return v;
 }
 
+/* Prepends "FILE:LINE:COL: error: <what> tensor 'name': " to a failure about tensor t at pos
+ * in its spec, as the loader writes its errors: a bad weights file or a tensor too large to
+ * allocate is then found in the spec, not only by its name. */
+static recap_status tensor_failure(recap_status st, const recap__ir_tensor *t, recap__src_pos pos,
+                                   const char *what) {
+  if (pos.file && pos.line > 0)
+    return recap__error_context(st, "%s:%d:%d: error: %s tensor '%s': ", pos.file, pos.line,
+                                pos.col, what, t->name);
+  return recap__error_context(st, "%s tensor '%s': ", what, t->name);
+}
+
 /* ---- initial contents ---- */
 
 static recap_status run_host_call(void *args) {
@@ -118,32 +129,6 @@ static bool has_suffix(const char *s, const char *suffix) {
   return n >= k && strcmp(s + n - k, suffix) == 0;
 }
 
-/* Reads the safetensors header of `f` and finds `key` (safetensors_reader.h bounds every
- * length and offset): its data's offset in the file. */
-static recap_status safetensors_locate(FILE *f, const char *path, uint64_t file_size,
-                                       const char *key, const recap__ir_tensor *t,
-                                       uint64_t *data_offset) {
-  unsigned char prefix[8] = {0};
-  uint64_t header_len = 0;
-  if (file_size >= 8 && fread(prefix, 1, 8, f) != 8)
-    return RECAP_FAIL(RECAP_STATUS_IO_ERROR, "cannot read the header length of '%s'", path);
-  RECAP_TRY(recap__safetensors_header_length(prefix, file_size, path, &header_len));
-  char *text = malloc((size_t)header_len);
-  if (!text)
-    return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory for the header of '%s'", path);
-  recap_status st;
-  if (fread(text, 1, (size_t)header_len, f) != header_len) {
-    st = RECAP_FAIL(RECAP_STATUS_IO_ERROR, "'%s' ended inside its safetensors header", path);
-  } else {
-    recap__safetensors_want want = {
-        .dtype = t->dtype, .ndim = t->ndim, .shape = t->shape, .bytes = t->bytes};
-    st =
-        recap__safetensors_find(text, (size_t)header_len, file_size, path, key, &want, data_offset);
-  }
-  free(text);
-  return st;
-}
-
 static recap_status load_file(const recap__ir_tensor *t, void *dst, recap_stream *stream) {
   const char *path = t->init.path;
   if (!path) return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "tensor '%s' has no file", t->name);
@@ -153,7 +138,10 @@ static recap_status load_file(const recap__ir_tensor *t, void *dst, recap_stream
   recap_status st = RECAP_OK;
   uint64_t offset = 0;
   if (t->init.key || has_suffix(path, ".safetensors")) {
-    st = safetensors_locate(f, path, size, t->init.key ? t->init.key : t->name, t, &offset);
+    recap__safetensors_want want = {
+        .dtype = t->dtype, .ndim = t->ndim, .shape = t->shape, .bytes = t->bytes};
+    st = recap__safetensors_locate(f, path, size, t->init.key ? t->init.key : t->name, &want,
+                                   &offset);
   } else if (size != t->bytes) {
     st = RECAP_FAIL(RECAP_STATUS_IO_ERROR,
                     "'%s' has %llu bytes; tensor '%s' needs exactly %llu (raw little-endian)", path,
@@ -197,7 +185,7 @@ static recap_status init_tensor(const recap__ir_tensor *t, int index, void *data
       st = load_file(t, data, stream);
       break;
   }
-  if (st != RECAP_OK) return recap__error_context(st, "initializing tensor '%s': ", t->name);
+  if (st != RECAP_OK) return tensor_failure(st, t, t->init_pos, "initializing");
   return RECAP_OK;
 }
 
@@ -223,11 +211,11 @@ recap_status recap__bind_params(recap__model *m) {
           (ir->tensors[largest].role != RECAP_ROLE_PARAM ||
            ir->tensors[t].bytes > ir->tensors[largest].bytes))
         largest = t;
-    return recap__error_context(st,
-                                "allocating the params (%zu bytes; the largest is tensor '%s', "
-                                "%llu bytes): ",
-                                total, ir->tensors[largest].name,
-                                (unsigned long long)ir->tensors[largest].bytes);
+    const recap__ir_tensor *big = &ir->tensors[largest];
+    char what[96];
+    snprintf(what, sizeof what, "allocating the params (%zu bytes); the largest (%llu bytes) is",
+             total, (unsigned long long)big->bytes);
+    return tensor_failure(st, big, big->pos, what);
   }
   size_t offset = 0;
   for (size_t t = 0; t < ir->num_tensors; ++t) {
@@ -347,9 +335,11 @@ recap_status recap__bind_pipeline(recap_pipeline *p) {
       recap_status end = recap_pool_route_end(p->device, p->stream);
       if (st == RECAP_OK) st = end;
     }
-    if (st != RECAP_OK)
-      return recap__error_context(st, "allocating tensor '%s' (%llu bytes): ", tt->name,
-                                  (unsigned long long)tt->bytes);
+    if (st != RECAP_OK) {
+      char what[64];
+      snprintf(what, sizeof what, "allocating %llu bytes for", (unsigned long long)tt->bytes);
+      return tensor_failure(st, tt, tt->pos, what);
+    }
     p->data[t] = p->owned[t];
     /* Op outputs start zeroed, so copy_out before the first run returns defined bytes. */
     RECAP_TRY(init_tensor(tt, (int)t, p->data[t], ir->seed, p->stream));

@@ -12,8 +12,13 @@
 #include <string.h>
 
 #include "engine/ir.h"
+#include "runtime/error.h"
 
-enum { DEFAULT_MAX_MESSAGES = 100 };
+enum {
+  DEFAULT_MAX_MESSAGES = 100,
+  /* How much of the joined messages recap_last_error() gets (its buffer holds 2 KiB). */
+  LAST_ERROR_BUDGET = 1800,
+};
 
 static char *format_message(recap__src_pos pos, const char *fmt, va_list ap) {
   char prefix[512];
@@ -133,35 +138,23 @@ void recap__diag_merge_new_positions(recap__diag *dst, const recap__diag *src) {
   dst->dropped += src->dropped;
 }
 
-static bool is_ident(char c) {
-  return c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
-}
-
-/* Length of a "name (file.c:123): " marker at s, or 0. */
-static size_t marker_length(const char *s) {
-  const char *p = s;
-  while (is_ident(*p)) ++p;
-  if (p == s || p[0] != ' ' || p[1] != '(') return 0;
-  p += 2;
-  const char *file = p;
-  while (is_ident(*p) || *p == '.' || *p == '/' || *p == '-') ++p;
-  if (p == file || *p != ':') return 0;
-  const char *digits = ++p;
-  while (*p >= '0' && *p <= '9') ++p;
-  if (p == digits || strncmp(p, "): ", 3) != 0) return 0;
-  return (size_t)(p + 3 - s);
-}
-
-void recap__strip_code_locations(const char *in, char *out, size_t size) {
-  if (!size) return;
-  size_t used = 0;
-  for (size_t i = 0; in[i] && used + 1 < size;) {
-    size_t skip = (i == 0 || in[i - 1] == ' ') ? marker_length(in + i) : 0;
-    if (skip) {
-      i += skip;
-      continue;
-    }
-    out[used++] = in[i++];
+recap_status recap__diag_report(const recap__diag *diag) {
+  /* recap_last_error(): whole lines, as many as fit. */
+  char text[LAST_ERROR_BUDGET + 64];
+  size_t used = 0, shown = 0;
+  text[0] = '\0';
+  for (; shown < diag->count; ++shown) {
+    size_t n = strlen(diag->messages[shown]);
+    if (used + n + 1 > LAST_ERROR_BUDGET && shown > 0) break;
+    int w = snprintf(text + used, sizeof text - used, "%s%.*s", shown ? "\n" : "",
+                     (int)(LAST_ERROR_BUDGET - used - 1), diag->messages[shown]);
+    if (w < 0) break;
+    used += (size_t)w < sizeof text - used ? (size_t)w : sizeof text - used - 1;
   }
-  out[used] = '\0';
+  size_t rest = diag->count - shown + diag->dropped;
+  if (rest) snprintf(text + used, sizeof text - used, "\n(and %zu more errors)", rest);
+  recap_status st = recap__fail_plain(RECAP_STATUS_SPEC_ERROR, "%s", text);
+  /* recap_last_error_full(): all of them, when they did not fit. */
+  if (rest) recap__set_full_error(recap__diag_join(diag));
+  return st;
 }

@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "kernels/expr.h"
+#include "runtime/env.h"
 #include "runtime/error.h"
 #include "runtime/nvrtc.h"
 #include "runtime/text.h"
@@ -837,8 +838,7 @@ recap_status recap__fuse(recap__ir *ir) {
 
 bool recap__fuse_enabled(bool option_off) {
   if (option_off) return false;
-  const char *v = getenv("RECAP_FUSION");
-  return !(v && strcmp(v, "0") == 0);
+  return recap__env_bool("RECAP_FUSION", 1) == 1;
 }
 
 bool recap__fuse_enabled_on(bool option_off, recap_backend_kind backend) {

@@ -13,15 +13,18 @@
  * broadcasts alike, with no per-op propagation rules. Only which input axes an op reduces
  * over is per op (reduced_axes below).
  */
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
+#include "engine/safetensors_reader.h"
 #include "engine/spec.h"
 #include "kernels/expr.h"
 #include "runtime/error.h"
+#include "runtime/file.h"
 
 #define MAX_NUMEL ((int64_t)1 << 62)
 enum { MAX_LABEL_BYTES = 320 };
@@ -128,6 +131,41 @@ static bool size_tensor(builder *b, recap__ir_tensor *t, recap__src_pos pos) {
   return true;
 }
 
+/* A tensor's file, checked as the binder will read it but without reading its data: a raw
+ * file's size; a .safetensors file's header (the tensor's key, dtype, shape and data offsets,
+ * which must lie inside the file). Errors go at the spec's `path:`. */
+static void check_init_file(builder *b, const recap__ir_tensor *t) {
+  const char *path = t->init.path;
+  size_t n = strlen(path);
+  bool safetensors = t->init.key || (n >= 12 && strcmp(path + n - 12, ".safetensors") == 0);
+  FILE *f;
+  uint64_t file_bytes;
+  if (recap__file_open_regular(path, "file", &f, &file_bytes) != RECAP_OK) {
+    error_at(b, t->init_pos, "tensor '%s': %s", t->name, recap_last_error());
+    return;
+  }
+  if (safetensors) {
+    recap__safetensors_want want = {
+        .dtype = t->dtype, .ndim = t->ndim, .shape = t->shape, .bytes = t->bytes};
+    uint64_t offset = 0;
+    recap_status st = recap__safetensors_locate(f, path, file_bytes,
+                                                t->init.key ? t->init.key : t->name, &want,
+                                                &offset);
+    if (st == RECAP_STATUS_OUT_OF_MEMORY)
+      b->oom = true;
+    else if (st != RECAP_OK)
+      error_at(b, t->init_pos, "%s", recap_last_error()); /* it names the file and key */
+  } else if (file_bytes != t->bytes) {
+    char shape[128];
+    shape_text(t->ndim, t->shape, shape, sizeof shape);
+    error_at(b, t->init_pos,
+             "file '%s' has %llu bytes, but tensor '%s' %s %s needs %llu (raw little-endian)",
+             path, (unsigned long long)file_bytes, t->name, shape, recap_dtype_name(t->dtype),
+             (unsigned long long)t->bytes);
+  }
+  fclose(f);
+}
+
 static char *dup_or_flag(builder *b, const char *s) {
   if (!s) return NULL;
   char *copy = strdup(s);
@@ -198,6 +236,7 @@ static recap__ir *build(builder *b, const int64_t *values, size_t bucket) {
     recap__ir_tensor *t = &ir->tensors[i];
     t->name = dup_or_flag(b, st->name);
     t->pos = in_ir(ir, st->pos);
+    t->init_pos = in_ir(ir, st->producer >= 0 ? st->pos : st->init_pos);
     t->role = st->role;
     t->producer = st->producer;
     t->alias_of = -1;
@@ -225,26 +264,11 @@ static recap__ir *build(builder *b, const int64_t *values, size_t bucket) {
       continue;
     }
     persistent += t->bytes;
-    /* A tensor with the bucketed dim is allocated and loaded once, for the largest bucket (a
-     * smaller bucket's tensor is its first rows): its file holds the largest bucket's data. */
-    bool bucketed = false;
-    for (int d = 0; d < st->ndim; ++d)
-      if (st->shape[d].dim >= 0 && st->shape[d].dim == spec->bucket_dim) bucketed = true;
-    bool largest = bucket + 1 == recap__spec_num_buckets(spec);
-    if ((largest || !bucketed) && t->init.kind == RECAP_INIT_FILE && t->init.path) {
-      size_t n = strlen(t->init.path);
-      struct stat fs;
-      bool safetensors = n >= 12 && strcmp(t->init.path + n - 12, ".safetensors") == 0;
-      if (!safetensors && stat(t->init.path, &fs) == 0 && (uint64_t)fs.st_size != t->bytes) {
-        char shape[128];
-        shape_text(t->ndim, t->shape, shape, sizeof shape);
-        error_at(b, in_ir(ir, st->init_pos),
-                 "file '%s' has %lld bytes, but tensor '%s' %s %s "
-                 "needs %llu (raw little-endian)",
-                 t->init.path, (long long)fs.st_size, t->name, shape, recap_dtype_name(t->dtype),
-                 (unsigned long long)t->bytes);
-      }
-    }
+    /* Files are read with the largest bucket's shapes (a smaller bucket's tensor is a prefix
+     * of it), so only its IR checks them; the probe build (no diag) does not. */
+    if (t->init.kind == RECAP_INIT_FILE && t->init.path && b->diag &&
+        bucket + 1 == recap__spec_num_buckets(spec))
+      check_init_file(b, t);
   }
   uint64_t cap = spec->options.device_memory_bytes;
   if (cap && persistent_known && persistent > cap)
@@ -304,8 +328,7 @@ static recap__ir *build(builder *b, const int64_t *values, size_t bucket) {
     char label[MAX_LABEL_BYTES];
     op_label(op, label, sizeof label);
     if (recap__op_infer(&call) != RECAP_OK) {
-      char message[1024];
-      recap__strip_code_locations(recap_last_error(), message, sizeof message);
+      const char *message = recap_last_error();
       /* The registry names the op by its kind; say which op of the spec it is. */
       char kind[96];
       snprintf(kind, sizeof kind, "op '%s': ", sop->def->name);

@@ -51,15 +51,16 @@ void recap__diag_error(recap__diag *diag, recap__src_pos pos, const char *fmt, .
     __attribute__((format(printf, 3, 4)));
 /* All messages joined by newlines (malloc'd, caller frees); NULL when none. */
 char *recap__diag_join(const recap__diag *diag);
+/* Records the failure of a spec check: recap_last_error() gets the first messages (whole
+ * lines within its 2 KiB, then "(and N more errors)"), recap_last_error_full() all of them.
+ * Returns RECAP_STATUS_SPEC_ERROR. */
+recap_status recap__diag_report(const recap__diag *diag);
 void recap__diag_free(recap__diag *diag);
 /* Number of errors recorded (stored and dropped). */
 size_t recap__diag_errors(const recap__diag *diag);
 /* Appends each message of src whose "FILE:LINE:COL:" position has no message in dst yet: one
  * report per place, when the same mistake shows up in several buckets' IRs. */
 void recap__diag_merge_new_positions(recap__diag *dst, const recap__diag *src);
-/* Copies a recap error message without the "function (file.c:123): " markers that say where
- * in recap a check lives: a spec's author needs the text, not our source lines. */
-void recap__strip_code_locations(const char *in, char *out, size_t size);
 
 typedef enum {
   RECAP_ROLE_INPUT,        /* bound by the caller; a static buffer */
@@ -102,6 +103,9 @@ typedef struct {
   int bucket_axis;
   unsigned bucket_axes;
   recap__ir_init init;
+  /* Where the spec says how the tensor starts: its `path:` for files, else its `init:` key,
+   * else the tensor's name (bind errors point here). */
+  recap__src_pos init_pos;
   int producer;      /* op index; -1 for tensors not produced by an op */
   int num_consumers; /* input slots reading it (an op reading it twice counts twice) */
   bool is_output;

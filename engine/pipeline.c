@@ -13,6 +13,7 @@
  */
 #include "engine/pipeline.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +22,7 @@
 #include "engine/fuse.h"
 #include "kernels/expr.h"
 #include "runtime/backend.h"
+#include "runtime/env.h"
 #include "runtime/error.h"
 
 enum { DEFAULT_MAX_RECAPTURES = 16 };
@@ -63,17 +65,33 @@ static recap_status apply_dim(recap__spec *spec, const char *text) {
   if (index < 0)
     return RECAP_FAIL(RECAP_STATUS_SPEC_ERROR,
                       "dim override '%s': expected NAME=VALUE with a dim the spec declares", text);
-  int64_t values[64];
+  /* The same rules, limits and messages as dims in a spec (spec.c). */
+  size_t given = 1;
+  for (const char *c = eq + 1; *c; ++c) given += *c == ',';
+  if (given > RECAP_MAX_BUCKETS)
+    return RECAP_FAIL(RECAP_STATUS_SPEC_ERROR,
+                      "dim override for '%s' has %zu buckets, more than the limit of %d",
+                      spec->dims[index].name, given, RECAP_MAX_BUCKETS);
+  int64_t values[RECAP_MAX_BUCKETS];
   size_t count = 0;
   for (const char *s = eq + 1;;) {
     char *end;
+    errno = 0;
     long long v = strtoll(s, &end, 10);
-    if (end == s || v < 1 || v > ((int64_t)1 << 40) || count == 64 ||
-        (count > 0 && v <= values[count - 1]) || (*end != ',' && *end != '\0'))
+    if (end == s || (*end != ',' && *end != '\0'))
       return RECAP_FAIL(RECAP_STATUS_SPEC_ERROR,
-                        "dim override '%s': values must be positive integers, ascending, at "
-                        "most 64",
+                        "dim override '%s': expected NAME=VALUE or NAME=V1,V2,... with decimal "
+                        "integers",
                         text);
+    if (errno == ERANGE || v < 1 || v >= RECAP__SPEC_MAX_SIZE)
+      return RECAP_FAIL(RECAP_STATUS_SPEC_ERROR,
+                        "dim override '%s': %.*s is not a positive integer below 2^62", text,
+                        (int)(end - s), s);
+    if (count > 0 && v <= values[count - 1])
+      return RECAP_FAIL(RECAP_STATUS_SPEC_ERROR,
+                        "dim override '%s': bucket values must be strictly ascending (%lld "
+                        "follows %lld)",
+                        text, v, (long long)values[count - 1]);
     values[count++] = v;
     if (*end == '\0') break;
     s = end + 1;
@@ -166,12 +184,11 @@ static recap_status build_model(recap__spec *spec, recap_device device, bool fus
     recap_status bs = recap__ir_build(spec, b, &m->irs[b], &diag);
     if (bs != RECAP_OK && st == RECAP_OK) st = bs;
   }
-  if (st != RECAP_OK) {
-    char *text = recap__diag_join(&diag);
-    if (text) recap__fail_plain(st, "%s", text);
-    free(text);
+  if (st == RECAP_STATUS_SPEC_ERROR) {
+    st = recap__diag_report(&diag);
     goto fail;
   }
+  if (st != RECAP_OK) goto fail;
   /* Every bucket gets the same groups (fuse.h), so the largest bucket's plan fits them all. */
   for (size_t b = 0; fuse && b < m->num_buckets; ++b)
     RECAP_TRY_GOTO(st, recap__fuse(m->irs[b]), fail);
@@ -192,8 +209,7 @@ fail:
 /* ---- pipelines ---- */
 
 static bool env_disables_graphs(void) {
-  const char *v = getenv("RECAP_DISABLE_GRAPHS");
-  return v && strcmp(v, "1") == 0;
+  return recap__env_bool("RECAP_DISABLE_GRAPHS", 0) == 1;
 }
 
 /* A new pipeline over `m` (which it takes a reference of) with `o`'s settings. */

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/env.h"
 #include "runtime/error.h"
 #include "runtime/text.h"
 
@@ -1316,8 +1317,7 @@ static void planner_free(planner *p) {
 }
 
 static recap__plan_options env_options(void) {
-  const char *env = getenv("RECAP_ARENA");
-  return (recap__plan_options){.separate = env && strcmp(env, "0") == 0};
+  return (recap__plan_options){.separate = recap__env_bool("RECAP_ARENA", 1) == 0};
 }
 
 /* Whether a smaller bucket's IR has the largest's tensors and ops (only shapes may differ),

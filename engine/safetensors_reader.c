@@ -4,6 +4,7 @@
 
 #include <jansson.h>
 #include <stdbool.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "runtime/error.h"
@@ -113,5 +114,26 @@ recap_status recap__safetensors_find(const char *header, size_t header_len, uint
   *data_offset = 8 + header_len + (uint64_t)begin;
 done:
   json_decref(root);
+  return st;
+}
+
+recap_status recap__safetensors_locate(FILE *f, const char *path, uint64_t file_size,
+                                       const char *key, const recap__safetensors_want *want,
+                                       uint64_t *data_offset) {
+  unsigned char prefix[8] = {0};
+  uint64_t header_len = 0;
+  if (file_size >= 8 && fread(prefix, 1, 8, f) != 8)
+    return RECAP_FAIL(RECAP_STATUS_IO_ERROR, "cannot read the header length of '%s'", path);
+  RECAP_TRY(recap__safetensors_header_length(prefix, file_size, path, &header_len));
+  char *text = malloc((size_t)header_len);
+  if (!text)
+    return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory for the header of '%s'", path);
+  recap_status st;
+  if (fread(text, 1, (size_t)header_len, f) != header_len)
+    st = RECAP_FAIL(RECAP_STATUS_IO_ERROR, "'%s' ended inside its safetensors header", path);
+  else
+    st = recap__safetensors_find(text, (size_t)header_len, file_size, path, key, want,
+                                 data_offset);
+  free(text);
   return st;
 }

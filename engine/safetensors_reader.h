@@ -5,15 +5,20 @@
  * mapping tensor names to {"dtype", "shape", "data_offsets": [begin, end]}, plus an optional
  * "__metadata__" entry), then the data; offsets count from the start of the data. Every length
  * and offset comes from a file someone else wrote, so these functions bound each one before it
- * is used. They are pure (no I/O): the binder reads the bytes, and the fuzz target
- * (tests/fuzz/safetensors_fuzz.c) feeds them arbitrary ones.
+ * is used. The first two are pure (no I/O), so the fuzz target (tests/fuzz/safetensors_fuzz.c)
+ * feeds them arbitrary bytes; recap__safetensors_locate reads a header with them, for the spec
+ * check (which reads no data) and the binder (which then reads the data at the offset).
+ *
+ *   recap__safetensors_want want = {RECAP_DTYPE_F32, 2, shape, 64};
+ *   uint64_t at;   // the tensor's first byte, counted from the start of the file
+ *   RECAP_TRY(recap__safetensors_locate(f, path, file_size, "w", &want, &at));
+ *
+ * which is, spelled out:
  *
  *   unsigned char prefix[8];  fread(prefix, 1, 8, f);
  *   uint64_t header_len;
  *   RECAP_TRY(recap__safetensors_header_length(prefix, file_size, path, &header_len));
  *   ... read header_len bytes into `header` ...
- *   recap__safetensors_want want = {RECAP_DTYPE_F32, 2, shape, 64};
- *   uint64_t at;   // the tensor's first byte, counted from the start of the file
  *   RECAP_TRY(recap__safetensors_find(header, header_len, file_size, path, "w", &want, &at));
  *
  * Failures return RECAP_STATUS_IO_ERROR with a detail message naming `path` (used in messages
@@ -24,6 +29,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "include/recap.h"
 
@@ -59,6 +65,13 @@ recap_status recap__safetensors_header_length(const unsigned char prefix[8], uin
 recap_status recap__safetensors_find(const char *header, size_t header_len, uint64_t file_size,
                                      const char *path, const char *key,
                                      const recap__safetensors_want *want, uint64_t *data_offset);
+
+/* Reads the header of `f` (a regular file of `file_size` bytes, positioned at its start) and
+ * finds `key` as recap__safetensors_find does. Also RECAP_STATUS_IO_ERROR when the file ends
+ * inside its header. The file position is left after the header. */
+recap_status recap__safetensors_locate(FILE *f, const char *path, uint64_t file_size,
+                                       const char *key, const recap__safetensors_want *want,
+                                       uint64_t *data_offset);
 
 #ifdef __cplusplus
 }

@@ -20,22 +20,19 @@
 
 #include "engine/names.h"
 #include "kernels/expr.h"
+#include "kernels/infer.h"
 #include "runtime/error.h"
 #include "runtime/file.h"
 
 enum {
   DEFAULT_MAX_TENSORS = 100000,
   DEFAULT_MAX_OPS = 100000,
-  MAX_BUCKETS = 256,
   MAX_STREAMS = 64,
   MAX_NAME_BYTES = 256,
   MAX_WARMUP = 10000,
   MAX_ITERS = 10000000,
-  /* How much of the joined messages recap_last_error() gets (its buffer holds 2 KiB). */
-  LAST_ERROR_BUDGET = 1800,
 };
-/* Dims and literal sizes stay below 2^62, as the op registry's element counts do. */
-#define MAX_SIZE ((int64_t)1 << 62)
+#define MAX_SIZE RECAP__SPEC_MAX_SIZE
 
 typedef struct {
   recap__spec *spec;
@@ -322,8 +319,9 @@ static void parse_dims(loader *L, const recap__yaml_node *node) {
     d->bucketed = v->kind == RECAP_YAML_SEQUENCE;
     if (d->bucketed && count == 0) {
       ERR(L, v->pos, "%s: a bucket list needs at least one value", what);
-    } else if (count > MAX_BUCKETS) {
-      ERR(L, v->pos, "%s has %zu buckets, more than the limit of %d", what, count, MAX_BUCKETS);
+    } else if (count > RECAP_MAX_BUCKETS) {
+      ERR(L, v->pos, "%s has %zu buckets, more than the limit of %d", what, count,
+          RECAP_MAX_BUCKETS);
     } else if (v->kind == RECAP_YAML_MAPPING) {
       ERR(L, v->pos,
           "%s: expected a positive integer or a list of them (buckets), got a "
@@ -605,10 +603,16 @@ static void parse_tensor(loader *L, const recap__yaml_node *k, const recap__yaml
     if (slot) {
       char key_what[MAX_NAME_BYTES + 48];
       snprintf(key_what, sizeof key_what, "%s: %s", what, owned[i].key);
+      char why[128];
       if (!get_float(L, vn, key_what, slot)) {
         ok = false;
       } else if (!isfinite(*slot)) {
         ERR(L, vn->pos, "%s must be finite", key_what);
+        ok = false;
+      } else if ((slot == &init->value || recap_dtype_is_float(t->dtype)) &&
+                 !recap__value_fits_dtype(*slot, t->dtype, why, sizeof why)) {
+        /* Checked in the tensor's type, not in double: 1e10 is finite, its f16 is inf. */
+        ERR(L, vn->pos, "%s: %g %s", key_what, *slot, why);
         ok = false;
       }
     }
@@ -912,9 +916,7 @@ static void parse_op(loader *L, size_t index, const recap__yaml_node *v, recap__
   } else {
     op->def = recap__op_find(opn->text);
     if (!op->def) {
-      char message[1024];
-      recap__strip_code_locations(recap_last_error(), message, sizeof message);
-      ERR(L, opn->pos, "%s", message);
+      ERR(L, opn->pos, "%s", recap_last_error());
       op->ok = false;
     } else {
       snprintf(what, sizeof what, "op '%s'", op->def->name);
@@ -1261,7 +1263,12 @@ static void parse_root(loader *L, const recap__yaml_node *root) {
   check_keys(L, root, keys, "the spec");
 
   const recap__yaml_node *n;
-  if ((n = lookup(root, "name"))) get_string(L, n, "name", &spec->name);
+  if ((n = lookup(root, "name")) && get_string(L, n, "name", &spec->name) &&
+      strpbrk(spec->name, "\t\n")) {
+    /* It heads one-line outputs (validate, plan, bench) and NVTX ranges. */
+    ERR(L, n->pos, "name: must be one line of text (no tab or newline)");
+    spec->name = NULL;
+  }
   if ((n = lookup(root, "device"))) {
     if (!is_scalar(n) || recap_backend_parse(n->text, &spec->device) != RECAP_OK)
       ERR(L, n->pos, "device: expected cuda or host, got %s%s%.64s%s", recap__yaml_describe(n),
@@ -1310,24 +1317,6 @@ static void parse_root(loader *L, const recap__yaml_node *root) {
   if (spec->num_ops) check_usage(L);
 }
 
-/* recap_last_error(): whole lines of the joined messages, as many as fit. */
-static recap_status report(const recap__diag *diag) {
-  char text[LAST_ERROR_BUDGET + 64];
-  size_t used = 0, shown = 0;
-  text[0] = '\0';
-  for (; shown < diag->count; ++shown) {
-    size_t n = strlen(diag->messages[shown]);
-    if (used + n + 1 > LAST_ERROR_BUDGET && shown > 0) break;
-    int w = snprintf(text + used, sizeof text - used, "%s%.*s", shown ? "\n" : "",
-                     (int)(LAST_ERROR_BUDGET - used - 1), diag->messages[shown]);
-    if (w < 0) break;
-    used += (size_t)w < sizeof text - used ? (size_t)w : sizeof text - used - 1;
-  }
-  size_t rest = diag->count - shown + diag->dropped;
-  if (rest) snprintf(text + used, sizeof text - used, "\n(and %zu more errors)", rest);
-  return recap__fail_plain(RECAP_STATUS_SPEC_ERROR, "%s", text);
-}
-
 static recap_status load(const char *text, size_t len, const char *file, const char *dir,
                          const recap__spec_options *options, recap__spec **out,
                          recap__diag *user_diag) {
@@ -1354,7 +1343,7 @@ static recap_status load(const char *text, size_t len, const char *file, const c
   recap_status st = recap__yaml_parse(text, len, file, &spec->options.yaml, &spec->ast, diag);
   if (st != RECAP_OK) {
     recap__spec_destroy(spec);
-    if (st == RECAP_STATUS_SPEC_ERROR) st = report(diag);
+    if (st == RECAP_STATUS_SPEC_ERROR) st = recap__diag_report(diag);
     recap__diag_free(&local);
     return st;
   }
@@ -1398,7 +1387,7 @@ static recap_status load(const char *text, size_t len, const char *file, const c
     return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "out of memory loading %s", file);
   }
   if (recap__diag_errors(diag) > errors_before) {
-    st = report(diag);
+    st = recap__diag_report(diag);
     recap__spec_destroy(spec);
     recap__diag_free(&local);
     return st;
@@ -1432,7 +1421,7 @@ recap_status recap__spec_load_file(const char *path, const recap__spec_options *
     recap__diag_error(d, (recap__src_pos){path, 1, 1},
                       "the spec is %llu bytes, larger than the limit of %zu bytes",
                       (unsigned long long)file_bytes, opts.yaml.max_file_bytes);
-    recap_status rs = report(d);
+    recap_status rs = recap__diag_report(d);
     recap__diag_free(&local);
     return rs;
   }

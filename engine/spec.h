@@ -15,7 +15,8 @@
  *   recap__spec_destroy(spec); recap__diag_free(&diag);
  *
  * Loading is the whole check: YAML syntax and limits, every key's type, names, the DAG, and
- * every bucket's IR (shapes, dtypes, sizes, bucketed dims that an op reduces over). Every
+ * every bucket's IR (shapes, dtypes, sizes, bucketed dims that an op reduces over, and the
+ * files of `init: file` tensors: a raw file's size, a .safetensors header; no data is read). Every
  * problem found is recorded in `diag` as "FILE:LINE:COL: error: message" (one pass; a YAML
  * syntax error or a limit stops the parse, as the rest cannot be read reliably); the call then
  * returns RECAP_STATUS_SPEC_ERROR and recap_last_error() holds the first messages joined by
@@ -38,6 +39,9 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* Dims and literal sizes stay below 2^62, as the op registry's element counts do. */
+#define RECAP__SPEC_MAX_SIZE ((int64_t)1 << 62)
 
 typedef struct {
   recap__yaml_limits yaml; /* file size, depth, aliases, scalar length, node count */
@@ -160,7 +164,9 @@ size_t recap__spec_num_buckets(const recap__spec *spec);
 /* The bucketed dim's value for bucket b (0 when no dim has buckets). */
 int64_t recap__spec_bucket_value(const recap__spec *spec, size_t bucket);
 
-/* Builds the IR of one bucket (ir.c). diag may be NULL. RECAP_STATUS_SPEC_ERROR with
+/* Builds the IR of one bucket (ir.c). The largest bucket's build (with a diag) also checks the
+ * files of `init: file` tensors as the binder will read them (opening each, reading a
+ * safetensors header, never the data). diag may be NULL. RECAP_STATUS_SPEC_ERROR with
  * positioned errors when the spec does not hold for this bucket, RECAP_STATUS_OUT_OF_MEMORY,
  * RECAP_STATUS_INVALID_ARGUMENT for a bucket out of range. */
 recap_status recap__ir_build(const recap__spec *spec, size_t bucket, recap__ir **out,

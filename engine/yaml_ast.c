@@ -241,6 +241,22 @@ static void register_anchor(builder *b, const char *name, recap__yaml_node *node
   b->anchors[b->num_anchors++] = (anchor_entry){copy, node, expanded};
 }
 
+/* The first control character of a decoded scalar (C0 other than NUL, tab and newline; DEL;
+ * C1, U+0080..U+009F) as a code point, or 0. libyaml refuses them in the text itself, but
+ * escapes ("\e[31m", "\x07", "\u009b", "\r") decode to them; since any string of a spec
+ * may be printed (names, paths, the values an error quotes), one of them would reach the
+ * terminal raw. NUL is left to the callers, which refuse it where a string must be a name. */
+static unsigned control_character(const char *text, size_t len) {
+  for (size_t i = 0; i < len; ++i) {
+    unsigned char c = (unsigned char)text[i];
+    if ((c >= 0x01 && c < 0x20 && c != '\t' && c != '\n') || c == 0x7F) return c;
+    if (c == 0xC2 && i + 1 < len && (unsigned char)text[i + 1] >= 0x80 &&
+        (unsigned char)text[i + 1] <= 0x9F)
+      return (unsigned char)text[i + 1];
+  }
+  return 0;
+}
+
 static void on_scalar(builder *b, const yaml_event_t *ev) {
   if (!check_tag(b, ev->data.scalar.tag, ev->start_mark)) return;
   if (ev->data.scalar.length > b->limits->max_scalar_bytes) {
@@ -257,6 +273,14 @@ static void on_scalar(builder *b, const yaml_event_t *ev) {
     return;
   }
   n->plain = ev->data.scalar.style == YAML_PLAIN_SCALAR_STYLE;
+  unsigned control = control_character(n->text, n->len);
+  if (control) {
+    FAIL_AT(b, n->pos,
+            "a string holds control character U+%04X (from an escape); strings may hold "
+            "printable text, tabs and newlines only",
+            control);
+    return;
+  }
   if (ev->data.scalar.anchor) register_anchor(b, (const char *)ev->data.scalar.anchor, n, 1);
   if (!b->failed && !b->oom) attach(b, n, 1);
 }

@@ -15,7 +15,8 @@
  * Conventions:
  * - Every fallible function returns recap_status (RECAP_OK == 0, errors are negative). On
  *   failure the thread-local recap_last_error() says which call failed and why (the CUDA
- *   expression, file:line, device, op or spec position); out-parameters are left untouched.
+ *   expression, device, op or spec position; RECAP_ERROR_LOCATIONS=1 in the environment adds
+ *   the recap function and source line that noticed); out-parameters are left untouched.
  * - Objects are opaque handles with create/destroy pairs; destroy accepts NULL. Destroying
  *   something still in use (a stream mid-capture, a pool with live blocks) returns
  *   RECAP_STATUS_BUSY and leaves the object intact.
@@ -77,10 +78,17 @@ typedef enum {
 RECAP_API const char *recap_status_name(recap_status status);
 /* "out of memory"; a generic text for unknown values. Never NULL. */
 RECAP_API const char *recap_status_string(recap_status status);
-/* The detail message of the last failure on this thread ("" if none). Valid until the next
+/* The detail message of the last failure on this thread ("" if none), at most 2 KiB: a spec
+ * that fails its check (RECAP_STATUS_SPEC_ERROR) puts there as many of its
+ * "FILE:LINE:COL: error: ..." lines as fit, then "(and N more errors)". Valid until the next
  * recap call on this thread. */
 RECAP_API const char *recap_last_error(void);
-/* Forgets this thread's detail message. */
+/* The same failure's complete text: for a spec that failed its check, every error line (the
+ * loader keeps the first 100 and counts the rest in a last "(and N more errors)" line); for
+ * any other failure the same as recap_last_error(). Never NULL; valid until the next recap call
+ * on this thread. */
+RECAP_API const char *recap_last_error_full(void);
+/* Forgets this thread's detail message (and its complete text). */
 RECAP_API void recap_clear_error(void);
 
 /* "0.1.0". */
@@ -656,7 +664,7 @@ RECAP_API recap_status recap_graph_debug_dump(const recap_graph *graph, const ch
  *
  *   recap_pipeline *p;
  *   if (recap_pipeline_create_file("specs/mlp_decode.yaml", NULL, &p) != RECAP_OK) {
- *     fprintf(stderr, "%s\n", recap_last_error());     // FILE:LINE:COL: error: ... lines
+ *     fprintf(stderr, "%s\n", recap_last_error_full());  // FILE:LINE:COL: error: ... lines
  *     return 1;
  *   }
  *   recap_pipeline_copy_in(p, "x", host_x, 3 * 4096 * 2, 3);  // 3 rows (batch 3)
@@ -687,6 +695,9 @@ RECAP_API recap_status recap_graph_debug_dump(const recap_graph *graph, const ch
 
 typedef struct recap_pipeline recap_pipeline;
 
+/* The most values a bucketed dim may have, in a spec or in recap_pipeline_options.dims. */
+enum { RECAP_MAX_BUCKETS = 256 };
+
 typedef enum {
   RECAP_MODE_GRAPH = 0, /* warmup, capture each bucket, replay (default) */
   RECAP_MODE_EAGER = 1, /* op by op; also forced by RECAP_DISABLE_GRAPHS=1 */
@@ -711,8 +722,9 @@ typedef struct {
   recap_oversize_policy oversize;
   const char *base_dir;         /* when set, files the spec names must lie under it */
   recap_stream *stream;         /* run on the caller's stream; NULL: the pipeline's own */
-  /* Dim values replacing the spec's, as "NAME=V" or "NAME=V1,V2,..." (a list makes buckets,
-   * ascending; at most one dim has buckets), NULL-terminated; NULL: none. The spec is checked
+  /* Dim values replacing the spec's, as "NAME=V" or "NAME=V1,V2,..." (positive, below 2^62; a
+   * list makes buckets: ascending, at most RECAP_MAX_BUCKETS, and at most one dim has
+   * buckets), NULL-terminated; NULL: none. The spec is checked
    * again with them (SPEC_ERROR with positions). Ignored by recap_pipeline_clone. */
   const char *const *dims;
   /* Nonzero: no fusion pass (elementwise chains run op by op; RECAP_FUSION=0 in the
@@ -738,7 +750,8 @@ typedef struct {
 
 /* Loads, checks, plans and binds a spec (params are initialized; nothing is captured yet:
  * the first graph-mode run, or recap_pipeline_capture, does that). Spec errors return
- * RECAP_STATUS_SPEC_ERROR with every problem as FILE:LINE:COL lines in recap_last_error(). */
+ * RECAP_STATUS_SPEC_ERROR with every problem as a FILE:LINE:COL line in
+ * recap_last_error_full() (recap_last_error() holds the first 2 KiB of them). */
 RECAP_API recap_status recap_pipeline_create_file(const char *path,
                                                   const recap_pipeline_options *options,
                                                   recap_pipeline **out);

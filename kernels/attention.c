@@ -113,7 +113,10 @@ const recap_op_def recap__op_attention = {
     .name = "attention",
     .summary =
         "softmax(q k^T * scale [+ causal mask]) v over heads of q [B, H, Sq, Dh] and "
-        "k, v [B, Hkv, Sk, Dh], with an optional valid length len (i32 [1], device)",
+        "k, v [B, Hkv, Sk, Dh], with an optional valid length len (i32 [1] in device memory, "
+        "read when the op runs): only keys [0, len) take part, len from 0 to Sk (outside it "
+        "the host backend fails and a GPU kernel traps); a query row that sees no key (len 0, "
+        "or, causal, a row before the first key) is zeros",
     .input_names = attention_inputs,
     .min_inputs = 3,
     .max_inputs = 4,

@@ -55,6 +55,7 @@
 #include "kernels/cuda_common.cuh"
 #include "kernels/cuda_ops.h"
 #include "runtime/cuda_check.h"
+#include "runtime/env.h"
 
 namespace {
 
@@ -706,8 +707,8 @@ __global__ void __launch_bounds__(kFlashThreads, DH == 64 ? 4 : 1)
 /* Tuning switches, read at each launch (a captured graph keeps what it captured), for timing
  * variants in one process (docs/perf/attention.md): RECAP_ATTENTION_SPLIT_WARPS=w (4, 8 or
  * 16) sets the warps of a split decode block; RECAP_ATTENTION_SPLITS=s (1, 2, 4 or 8) caps the
- * splits of a row (1: never split); RECAP_ATTENTION_TILES_OUTER=1 or 0 forces flash_kernel's
- * grid order (launch_flash). Anything else is ignored. */
+ * splits of a row (1: never split); RECAP_ATTENTION_TILES_OUTER, a boolean switch (env.h),
+ * forces flash_kernel's grid order (launch_flash). Other values are ignored. */
 int env_pow2(const char *name, int lo, int hi, int fallback) {
   const char *v = getenv(name);
   if (!v) return fallback;
@@ -845,9 +846,8 @@ recap_status launch_flash(const recap_op_call *call, const attention_params &p,
    * values in the L2; tiles of equal work gain nothing from the other order. */
   const int64_t blocks = tiles * p.heads * p.q.shape[0];
   pf.tiles_outer = p.causal && blocks <= (int64_t)4 * dev.sms;
-  const char *order = getenv("RECAP_ATTENTION_TILES_OUTER");
-  if (order && (strcmp(order, "0") == 0 || strcmp(order, "1") == 0))
-    pf.tiles_outer = order[0] == '1';
+  const int order = recap__env_bool("RECAP_ATTENTION_TILES_OUTER", -1);
+  if (order >= 0) pf.tiles_outer = order == 1;
   if (pf.tiles_outer && tiles > 65535) pf.tiles_outer = false;
   const dim3 grid = pf.tiles_outer
                         ? dim3((unsigned)p.heads, (unsigned)p.q.shape[0], (unsigned)tiles)

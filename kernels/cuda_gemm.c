@@ -62,8 +62,6 @@
  * tile configurations against cuBLASLt's for every shape it fits. RECAP_GEMM_HOPPER=0 sends
  * everything to cuBLASLt.
  */
-#include <cublasLt.h>
-#include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 #include <limits.h>
 #include <math.h>
@@ -73,6 +71,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/cuda_blas.h"
 #include "kernels/cuda_ops.h"
 #include "kernels/gemm.h"
 #include "kernels/gemm_tune.h"
@@ -102,15 +101,17 @@ enum {
 
 /* ---- versions ------------------------------------------------------------------------------ */
 
+/* Asking the versions opens the libraries (cuda_blas.h): `recap info` reports them, while a
+ * process that runs no GEMM on a GPU never maps them. */
 void recap__gemm_blas_versions(int *cublas, int *cublaslt) {
+  *cublas = *cublaslt = 0;
+  if (!recap__blas_try_load()) return;
   int major = 0, minor = 0, patch = 0;
-  if (cublasGetProperty(MAJOR_VERSION, &major) == CUBLAS_STATUS_SUCCESS &&
-      cublasGetProperty(MINOR_VERSION, &minor) == CUBLAS_STATUS_SUCCESS &&
-      cublasGetProperty(PATCH_LEVEL, &patch) == CUBLAS_STATUS_SUCCESS)
+  if (recap__blas.cublasGetProperty(MAJOR_VERSION, &major) == CUBLAS_STATUS_SUCCESS &&
+      recap__blas.cublasGetProperty(MINOR_VERSION, &minor) == CUBLAS_STATUS_SUCCESS &&
+      recap__blas.cublasGetProperty(PATCH_LEVEL, &patch) == CUBLAS_STATUS_SUCCESS)
     *cublas = major * 10000 + minor * 100 + patch;
-  else
-    *cublas = 0;
-  *cublaslt = (int)cublasLtGetVersion();
+  *cublaslt = (int)recap__blas.cublasLtGetVersion();
 }
 
 /* A destroyed stream's handle may come back for the next stream: drop its workspace. */
@@ -205,8 +206,9 @@ static void destroy_thread_state(void *ptr) {
   for (int d = 0; d < MAX_DEVICES; ++d) {
     if (!t->dev[d].blas && !t->dev[d].lt) continue;
     cudaSetDevice(d);
-    if (t->dev[d].blas) cublasDestroy(t->dev[d].blas);
-    if (t->dev[d].lt) cublasLtDestroy(t->dev[d].lt);
+    /* A handle exists only if the libraries were loaded. */
+    if (t->dev[d].blas) recap__blas.cublasDestroy(t->dev[d].blas);
+    if (t->dev[d].lt) recap__blas.cublasLtDestroy(t->dev[d].lt);
   }
   if (prev >= 0) cudaSetDevice(prev);
   cudaGetLastError();
@@ -328,14 +330,17 @@ static recap_status ensure_handles(gemm_ctx *ctx) {
   if (h->blas && h->lt) return RECAP_OK;
   RECAP_TRY(enter_creation(ctx, "cuBLASLt handle"));
   recap_status st = RECAP_OK;
-  if (!h->lt) RECAP_CUBLAS_TRY_GOTO(st, cublasLtCreate(&h->lt), done);
+  /* The first handles of the process open cuBLAS (cuda_blas.h); every later call into it
+   * comes after this. */
+  RECAP_TRY_GOTO(st, recap__blas_load(), done);
+  if (!h->lt) RECAP_CUBLAS_TRY_GOTO(st, recap__blas.cublasLtCreate(&h->lt), done);
   if (!h->blas) {
-    RECAP_CUBLAS_TRY_GOTO(st, cublasCreate(&h->blas), done);
+    RECAP_CUBLAS_TRY_GOTO(st, recap__blas.cublasCreate(&h->blas), done);
     /* f16/bf16 products must reduce in f32 (the host reference does), not in half. */
     RECAP_CUBLAS_TRY_GOTO(
         st,
-        cublasSetMathMode(h->blas,
-                          CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION),
+        recap__blas.cublasSetMathMode(
+            h->blas, CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION),
         done);
   }
 done:
@@ -543,7 +548,9 @@ static cublasLtEpilogue_t lt_epilogue(const recap__gemm_plan *p, bool *needs_ker
   }
 }
 
-#define LT_SET(fn, obj, attr, value) RECAP_CUBLAS_TRY(fn(obj, attr, &(value), sizeof(value)))
+/* fn: a cuBLASLt *SetAttribute function, called through recap__blas (cuda_blas.h). */
+#define LT_SET(fn, obj, attr, value) \
+  RECAP_CUBLAS_TRY(recap__blas.fn(obj, attr, &(value), sizeof(value)))
 
 static recap_status lt_problem_init(const gemm_ctx *ctx, const recap_op_call *call,
                                     const recap__gemm_plan *p, lt_problem *pr) {
@@ -560,15 +567,18 @@ static recap_status lt_problem_init(const gemm_ctx *ctx, const recap_op_call *ca
                      : (epilogue & CUBLASLT_EPILOGUE_BIAS) ? (const void *)(uintptr_t)256
                                                            : NULL;
   cublasLtMatmulDesc_t desc = &pr->desc;
-  RECAP_CUBLAS_TRY(cublasLtMatmulDescInit(desc, compute, CUDA_R_32F));
+  RECAP_CUBLAS_TRY(
+      recap__blas.cublasLtMatmulDescInit_internal(desc, sizeof *desc, compute, CUDA_R_32F));
   LT_SET(cublasLtMatmulDescSetAttribute, desc, CUBLASLT_MATMUL_DESC_TRANSA, v.op_a);
   LT_SET(cublasLtMatmulDescSetAttribute, desc, CUBLASLT_MATMUL_DESC_TRANSB, v.op_b);
   LT_SET(cublasLtMatmulDescSetAttribute, desc, CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue);
   if (bias) LT_SET(cublasLtMatmulDescSetAttribute, desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
-  RECAP_CUBLAS_TRY(cublasLtMatrixLayoutInit(&pr->la, type, v.a_rows, v.a_cols, v.lda));
-  RECAP_CUBLAS_TRY(cublasLtMatrixLayoutInit(&pr->lb, type, v.b_rows, v.b_cols, v.ldb));
-  RECAP_CUBLAS_TRY(
-      cublasLtMatrixLayoutInit(&pr->lcd, type, (uint64_t)p->n, (uint64_t)p->m, p->n));
+  RECAP_CUBLAS_TRY(recap__blas.cublasLtMatrixLayoutInit_internal(&pr->la, sizeof pr->la, type,
+                                                                 v.a_rows, v.a_cols, v.lda));
+  RECAP_CUBLAS_TRY(recap__blas.cublasLtMatrixLayoutInit_internal(&pr->lb, sizeof pr->lb, type,
+                                                                 v.b_rows, v.b_cols, v.ldb));
+  RECAP_CUBLAS_TRY(recap__blas.cublasLtMatrixLayoutInit_internal(
+      &pr->lcd, sizeof pr->lcd, type, (uint64_t)p->n, (uint64_t)p->m, p->n));
   if (p->batch[1] > 1) {
     const int32_t count = (int32_t)p->batch[1];
     LT_SET(cublasLtMatrixLayoutSetAttribute, &pr->la, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, count);
@@ -625,7 +635,7 @@ static recap_status lt_heuristics(const gemm_ctx *ctx, const recap__gemm_plan *p
   const uint64_t ws_bytes = RECAP_GEMM_WORKSPACE_BYTES;
   const uint32_t al_a = (uint32_t)pr->key.align_a, al_b = (uint32_t)pr->key.align_b,
                  al_c = (uint32_t)pr->key.align_c, al_d = (uint32_t)pr->key.align_d;
-  RECAP_CUBLAS_TRY(cublasLtMatmulPreferenceInit(pref));
+  RECAP_CUBLAS_TRY(recap__blas.cublasLtMatmulPreferenceInit_internal(pref, sizeof *pref));
   LT_SET(cublasLtMatmulPreferenceSetAttribute, pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
          ws_bytes);
   LT_SET(cublasLtMatmulPreferenceSetAttribute, pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
@@ -643,9 +653,9 @@ static recap_status lt_heuristics(const gemm_ctx *ctx, const recap__gemm_plan *p
            mask);
   }
   *found = 0;
-  RECAP_CUBLAS_TRY(cublasLtMatmulAlgoGetHeuristic(ctx->handles->lt, &pr->desc, &pr->la, &pr->lb,
-                                                  &pr->lcd, &pr->lcd, pref, want, results,
-                                                  found));
+  RECAP_CUBLAS_TRY(recap__blas.cublasLtMatmulAlgoGetHeuristic(ctx->handles->lt, &pr->desc, &pr->la,
+                                                              &pr->lb, &pr->lcd, &pr->lcd, pref,
+                                                              want, results, found));
   if (*found < 1)
     return RECAP_FAIL(RECAP_STATUS_NOT_SUPPORTED,
                       "gemm: cuBLASLt has no algorithm for m=%lld n=%lld k=%lld batch=%lld %s",
@@ -666,12 +676,14 @@ static recap_status lt_algo_config(const cublasLtMatmulAlgo_t *algo, int32_t con
     /* The attributes are 16- or 32-bit; read into a zeroed 32-bit word with the size the
      * library reports, so the value is the same on every little-endian machine. */
     size_t size = 0;
-    RECAP_CUBLAS_TRY(cublasLtMatmulAlgoConfigGetAttribute(algo, attrs[i], NULL, 0, &size));
+    RECAP_CUBLAS_TRY(
+        recap__blas.cublasLtMatmulAlgoConfigGetAttribute(algo, attrs[i], NULL, 0, &size));
     uint32_t value = 0;
     if (size > sizeof value)
       return RECAP_FAIL(RECAP_STATUS_NOT_SUPPORTED, "gemm: cuBLASLt algorithm attribute %d has "
                         "%zu bytes", (int)attrs[i], size);
-    RECAP_CUBLAS_TRY(cublasLtMatmulAlgoConfigGetAttribute(algo, attrs[i], &value, size, &size));
+    RECAP_CUBLAS_TRY(
+        recap__blas.cublasLtMatmulAlgoConfigGetAttribute(algo, attrs[i], &value, size, &size));
     config[i] = (int32_t)(value & 0x7fffffffu);
   }
   return RECAP_OK;
@@ -694,10 +706,12 @@ static const uint16_t variant_clusters[VARIANT_CLUSTERS] = {
 static bool lt_config_set(cublasLtMatmulAlgo_t *algo, cublasLtMatmulAlgoConfigAttributes_t attr,
                           uint32_t value) {
   size_t size = 0;
-  if (cublasLtMatmulAlgoConfigGetAttribute(algo, attr, NULL, 0, &size) != CUBLAS_STATUS_SUCCESS ||
+  if (recap__blas.cublasLtMatmulAlgoConfigGetAttribute(algo, attr, NULL, 0, &size) !=
+          CUBLAS_STATUS_SUCCESS ||
       size == 0 || size > sizeof value)
     return false;
-  return cublasLtMatmulAlgoConfigSetAttribute(algo, attr, &value, size) == CUBLAS_STATUS_SUCCESS;
+  return recap__blas.cublasLtMatmulAlgoConfigSetAttribute(algo, attr, &value, size) ==
+         CUBLAS_STATUS_SUCCESS;
 }
 
 /* Called per valid variant with its algorithm and config; returning true stops the walk. */
@@ -711,9 +725,9 @@ static recap_status lt_variants(const gemm_ctx *ctx, lt_problem *pr,
   for (int i = 0; i < found && i < VARIANT_BASES; ++i) {
     int32_t custom_max = 0;
     size_t written = 0;
-    if (cublasLtMatmulAlgoCapGetAttribute(&results[i].algo, CUBLASLT_ALGO_CAP_CUSTOM_OPTION_MAX,
-                                          &custom_max, sizeof custom_max,
-                                          &written) != CUBLAS_STATUS_SUCCESS)
+    if (recap__blas.cublasLtMatmulAlgoCapGetAttribute(
+            &results[i].algo, CUBLASLT_ALGO_CAP_CUSTOM_OPTION_MAX, &custom_max, sizeof custom_max,
+            &written) != CUBLAS_STATUS_SUCCESS)
       custom_max = 0;
     if (custom_max > VARIANT_CUSTOM - 1) custom_max = VARIANT_CUSTOM - 1;
     for (uint32_t swizzle = 0; swizzle <= 1; ++swizzle)
@@ -726,8 +740,9 @@ static recap_status lt_variants(const gemm_ctx *ctx, lt_problem *pr,
             continue;
           cublasLtMatmulHeuristicResult_t check;
           memset(&check, 0, sizeof check);
-          if (cublasLtMatmulAlgoCheck(ctx->handles->lt, &pr->desc, &pr->la, &pr->lb, &pr->lcd,
-                                      &pr->lcd, &algo, &check) != CUBLAS_STATUS_SUCCESS ||
+          if (recap__blas.cublasLtMatmulAlgoCheck(ctx->handles->lt, &pr->desc, &pr->la, &pr->lb,
+                                                  &pr->lcd, &pr->lcd, &algo,
+                                                  &check) != CUBLAS_STATUS_SUCCESS ||
               check.workspaceSize > RECAP_GEMM_WORKSPACE_BYTES)
             continue;
           int32_t config[RECAP_TUNE_CONFIG_MAX];
@@ -749,9 +764,9 @@ static recap_status lt_run(gemm_ctx *ctx, const recap__gemm_plan *p, lt_problem 
     const char *b = (const char *)p->b + ob * p->b_bs[0] * (int64_t)es;
     char *o = (char *)out + ob * p->out_bs[0] * (int64_t)es;
     const char *c = pr->c ? (const char *)pr->c + ob * p->out_bs[0] * (int64_t)es : NULL;
-    RECAP_CUBLAS_TRY(cublasLtMatmul(ctx->handles->lt, &pr->desc, &alpha, b, &pr->la, a, &pr->lb,
-                                    &beta, c ? c : o, &pr->lcd, o, &pr->lcd, algo, ctx->workspace,
-                                    RECAP_GEMM_WORKSPACE_BYTES, ctx->stream));
+    RECAP_CUBLAS_TRY(recap__blas.cublasLtMatmul(
+        ctx->handles->lt, &pr->desc, &alpha, b, &pr->la, a, &pr->lb, &beta, c ? c : o, &pr->lcd, o,
+        &pr->lcd, algo, ctx->workspace, RECAP_GEMM_WORKSPACE_BYTES, ctx->stream));
   }
   /* A residual that was not cuBLASLt's C comes after the activation, in the kernel. */
   if (pr->needs_kernel)
@@ -876,7 +891,7 @@ static recap_status versions_of(int device, recap__tune_versions *out) {
   recap_status st = RECAP_OK;
   if (!slot->known) {
     struct cudaDeviceProp prop;
-    recap__tune_versions v = {.cublaslt = (int)cublasLtGetVersion()};
+    recap__tune_versions v = {.cublaslt = (int)recap__blas.cublasLtGetVersion()};
     RECAP_CUDA_TRY_GOTO(st, cudaRuntimeGetVersion(&v.cudart), done);
     RECAP_CUDA_TRY_GOTO(st, cudaGetDeviceProperties(&prop, device), done);
     /* The name is NUL-terminated within its 256 bytes; keep what fits. */
@@ -1440,9 +1455,10 @@ static recap_status blas_matmul(gemm_ctx *ctx, const recap__gemm_plan *p, const 
                                 const void *b, void *out) {
   device_handles *h = ctx->handles;
   if (h->blas_stream != ctx->stream || h->blas_workspace != ctx->workspace) {
-    RECAP_CUBLAS_TRY(cublasSetStream(h->blas, ctx->stream));
+    RECAP_CUBLAS_TRY(recap__blas.cublasSetStream(h->blas, ctx->stream));
     /* cublasSetStream just reset the workspace to cuBLAS's own: give it ours again. */
-    RECAP_CUBLAS_TRY(cublasSetWorkspace(h->blas, ctx->workspace, RECAP_GEMM_WORKSPACE_BYTES));
+    RECAP_CUBLAS_TRY(
+        recap__blas.cublasSetWorkspace(h->blas, ctx->workspace, RECAP_GEMM_WORKSPACE_BYTES));
     h->blas_stream = ctx->stream;
     h->blas_workspace = ctx->workspace;
   }
@@ -1456,11 +1472,11 @@ static recap_status blas_matmul(gemm_ctx *ctx, const recap__gemm_plan *p, const 
   const float alpha = p->alpha, beta = p->c ? p->beta : 0.0f;
   const int m = (int)p->n, n = (int)p->m, k = (int)p->k;
   if (p->batch[1] == 1) {
-    RECAP_CUBLAS_TRY(cublasGemmEx(h->blas, v.op_a, v.op_b, m, n, k, &alpha, b, type, (int)v.lda,
-                                  a, type, (int)v.ldb, &beta, out, type, m,
-                                  compute_type(p->dtype), CUBLAS_GEMM_DEFAULT));
+    RECAP_CUBLAS_TRY(recap__blas.cublasGemmEx(h->blas, v.op_a, v.op_b, m, n, k, &alpha, b, type,
+                                              (int)v.lda, a, type, (int)v.ldb, &beta, out, type, m,
+                                              compute_type(p->dtype), CUBLAS_GEMM_DEFAULT));
   } else {
-    RECAP_CUBLAS_TRY(cublasGemmStridedBatchedEx(
+    RECAP_CUBLAS_TRY(recap__blas.cublasGemmStridedBatchedEx(
         h->blas, v.op_a, v.op_b, m, n, k, &alpha, b, type, (int)v.lda, p->b_bs[1], a, type,
         (int)v.ldb, p->a_bs[1], &beta, out, type, m, p->out_bs[1], (int)p->batch[1],
         compute_type(p->dtype), CUBLAS_GEMM_DEFAULT));

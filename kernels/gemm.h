@@ -89,7 +89,8 @@ recap_status recap__gemm_run_host(const recap_op_call *call);
  *   RECAP_GEMM_HOPPER=0        shapes that would run our Hopper GEMM go to cuBLASLt
  *   RECAP_TUNE=0|1|2           tuning off / tune / cache only (kernels/gemm_tune.h)
  *   RECAP_TUNE_FILE=path       the tuning cache (default ./recap_tune.txt)
- * Unknown values keep the default. */
+ * The =0 switches are boolean switches (runtime/env.h: false, no and off work too). Unknown
+ * values keep the default. */
 typedef struct {
   bool skinny, skinny_pdl, skinny_pipe, hopper;
   int skinny_warps; /* 0: chosen per shape */

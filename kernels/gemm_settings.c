@@ -7,6 +7,7 @@
 
 #include "kernels/gemm.h"
 #include "kernels/gemm_tune.h"
+#include "runtime/env.h"
 
 void recap_gemm_set_allow_tf32(int allow) { recap__gemm_set_allow_tf32(allow != 0); }
 
@@ -23,10 +24,9 @@ recap_gemm_library recap_gemm_library_get(void) { return recap__gemm_library(); 
 static recap__gemm_env env;
 static pthread_once_t env_once = PTHREAD_ONCE_INIT;
 
-/* "0" turns a default-on switch off; anything else (or unset) leaves it on. */
+/* A default-on switch: off only when set to an off value (env.h). */
 static bool switch_on(const char *name) {
-  const char *v = getenv(name);
-  return !(v && strcmp(v, "0") == 0);
+  return recap__env_bool(name, 1) == 1;
 }
 
 static void read_env(void) {

@@ -3,8 +3,11 @@
  */
 #include "kernels/infer.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
+
+#include "kernels/half.h"
 
 recap__label recap__shape_label(const recap_tensor *t) {
   recap__label label;
@@ -133,4 +136,34 @@ void recap__infer_output(recap_op_call *call, int index, recap_dtype dtype, int 
   for (int d = 0; d < RECAP_MAX_DIMS; ++d) out->shape[d] = dims[d];
   for (int d = 0; d < RECAP_MAX_DIMS; ++d) out->strides[d] = 0;
   recap__tensor_set_contiguous(out);
+}
+
+bool recap__value_fits_dtype(double value, recap_dtype dtype, char *why, size_t size) {
+  switch (dtype) {
+    case RECAP_DTYPE_I32:
+      if (value == floor(value) && value >= -2147483648.0 && value <= 2147483647.0) return true;
+      break;
+    case RECAP_DTYPE_I64:
+      /* 2^63 is exactly representable; every integral double below it fits in an int64_t. */
+      if (value == floor(value) && value >= -0x1p63 && value < 0x1p63) return true;
+      break;
+    default: {
+      if (!isfinite(value)) return true;
+      /* The largest finite value of each float type, to say why. */
+      float f = (float)value, largest = 3.40282347e38f;
+      if (dtype == RECAP_DTYPE_F16) {
+        f = recap__f16_to_f32(recap__f32_to_f16(f));
+        largest = 65504.0f;
+      } else if (dtype == RECAP_DTYPE_BF16) {
+        f = recap__bf16_to_f32(recap__f32_to_bf16(f));
+        largest = 3.38953139e38f;
+      }
+      if (isfinite(f)) return true;
+      snprintf(why, size, "becomes %sinf in %s (its largest finite value is %.8g)",
+               value < 0 ? "-" : "", recap_dtype_name(dtype), (double)largest);
+      return false;
+    }
+  }
+  snprintf(why, size, "is not an %s value", recap_dtype_name(dtype));
+  return false;
 }

@@ -63,6 +63,14 @@ recap_status recap__infer_float_attr(const recap_op_call *call, const char *attr
 recap_status recap__infer_shape_attr(const recap_op_call *call, const char *attr, int *ndim,
                                      int64_t shape[RECAP_MAX_DIMS]);
 
+/* Whether a finite `value` survives being stored as `dtype` the way fill and the inits store
+ * it (rounded to float, then to f16 or bf16; converted to an integer): false, with the reason
+ * after the value in `why` ("is not an i32 value", "becomes inf in f16 (its largest finite
+ * value is 65504)"), when a float type would turn it infinite or an integer type cannot hold
+ * it exactly (converting such a double is undefined in C). Infinite and NaN values are the
+ * caller's to judge for float types (a fill of -inf is a mask); integer types refuse them. */
+bool recap__value_fits_dtype(double value, recap_dtype dtype, char *why, size_t size);
+
 /* Describes output `index` as a contiguous tensor of the given dtype and shape; its data
  * pointer is left as the caller bound it. */
 void recap__infer_output(recap_op_call *call, int index, recap_dtype dtype, int ndim,

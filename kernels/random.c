@@ -16,7 +16,7 @@ static const char *const no_inputs[] = {NULL};
 static const recap_attr_def uniform_attrs[] = {
     {"shape", RECAP_ATTR_INT_LIST, offsetof(recap_op_attrs, sizes), true, 0, "output shape"},
     {"dtype", RECAP_ATTR_DTYPE, offsetof(recap_op_attrs, dtype), false, RECAP_DTYPE_F32,
-     "output element type (f32, f16 or bf16)"},
+     "output element type, f32, f16 or bf16 (default: the spec's dtype)"},
     {"low", RECAP_ATTR_FLOAT, offsetof(recap_op_attrs, low), false, 0, "lower bound (included)"},
     {"high", RECAP_ATTR_FLOAT, offsetof(recap_op_attrs, high), false, 1,
      "upper bound (excluded before rounding to the output type)"},
@@ -25,7 +25,7 @@ static const recap_attr_def uniform_attrs[] = {
 static const recap_attr_def normal_attrs[] = {
     {"shape", RECAP_ATTR_INT_LIST, offsetof(recap_op_attrs, sizes), true, 0, "output shape"},
     {"dtype", RECAP_ATTR_DTYPE, offsetof(recap_op_attrs, dtype), false, RECAP_DTYPE_F32,
-     "output element type (f32, f16 or bf16)"},
+     "output element type, f32, f16 or bf16 (default: the spec's dtype)"},
     {"mean", RECAP_ATTR_FLOAT, offsetof(recap_op_attrs, mean), false, 0, "mean"},
     {"std", RECAP_ATTR_FLOAT, offsetof(recap_op_attrs, std), false, 1, "standard deviation"},
     {.name = NULL},

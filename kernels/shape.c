@@ -65,7 +65,7 @@ static const recap_attr_def concat_attrs[] = {
 static const recap_attr_def fill_attrs[] = {
     {"shape", RECAP_ATTR_INT_LIST, offsetof(recap_op_attrs, sizes), true, 0, "output shape"},
     {"dtype", RECAP_ATTR_DTYPE, offsetof(recap_op_attrs, dtype), false, RECAP_DTYPE_F32,
-     "output element type"},
+     "output element type (default: the spec's dtype)"},
     {"value", RECAP_ATTR_FLOAT, offsetof(recap_op_attrs, value), false, 0, "the value"},
     {.name = NULL},
 };
@@ -351,11 +351,9 @@ static recap_status fill_infer(recap_op_call *call) {
   int64_t shape[RECAP_MAX_DIMS];
   RECAP_TRY(recap__infer_shape_attr(call, "shape", &ndim, shape));
   double v = a->value;
-  if (a->dtype == RECAP_DTYPE_I32 && !(v == floor(v) && v >= -2147483648.0 && v <= 2147483647.0))
-    return RECAP_OP_FAIL(call, "attribute 'value' = %g is not an i32 value", v);
-  /* 2^63 is exactly representable; every integral double below it fits in an int64_t. */
-  if (a->dtype == RECAP_DTYPE_I64 && !(v == floor(v) && v >= -0x1p63 && v < 0x1p63))
-    return RECAP_OP_FAIL(call, "attribute 'value' = %g is not an i64 value", v);
+  char why[128];
+  if (!recap__value_fits_dtype(v, a->dtype, why, sizeof why))
+    return RECAP_OP_FAIL(call, "attribute 'value' = %g %s", v, why);
   if (recap_dtype_is_float(a->dtype) && isnan(v))
     return RECAP_OP_FAIL(call, "attribute 'value' is NaN");
   recap__infer_output(call, 0, a->dtype, ndim, shape);
@@ -436,7 +434,11 @@ static recap_status rope_infer(recap_op_call *call) {
 
 const recap_op_def recap__op_rope = {
     .name = "rope",
-    .summary = "rotary position embedding (rotate-half) of x [B, S, H, Dh] or [S, H, Dh]",
+    .summary = "rotary position embedding (rotate-half) of x [B, S, H, Dh] or [S, H, Dh] (Dh "
+               "even) at positions, i32 in device memory read when the op runs: [S], row s's "
+               "position (the same for every batch row), or [1], a start (row s at "
+               "positions[0] + s); a negative position fails the host backend and traps a GPU "
+               "kernel",
     .input_names = rope_inputs,
     .min_inputs = 2,
     .max_inputs = 2,

@@ -216,11 +216,33 @@ recap_status recap__cuda_fail_at(cudaError_t error, const char *expr, const char
   return status;
 }
 
-recap_status recap__cublas_fail_at(int status, const char *name, const char *expr, const char *file,
-                                   int line, const char *func) {
+/* cublasGetStatusName's answers, without calling into libcublas (which is loaded only on
+ * first use, kernels/cuda_blas.h, and may not be when this runs). */
+static const char *cublas_status_name(int status) {
+  switch (status) {
+#define NAME_(s) \
+  case s:        \
+    return #s;
+    NAME_(CUBLAS_STATUS_SUCCESS)
+    NAME_(CUBLAS_STATUS_NOT_INITIALIZED)
+    NAME_(CUBLAS_STATUS_ALLOC_FAILED)
+    NAME_(CUBLAS_STATUS_INVALID_VALUE)
+    NAME_(CUBLAS_STATUS_ARCH_MISMATCH)
+    NAME_(CUBLAS_STATUS_MAPPING_ERROR)
+    NAME_(CUBLAS_STATUS_EXECUTION_FAILED)
+    NAME_(CUBLAS_STATUS_INTERNAL_ERROR)
+    NAME_(CUBLAS_STATUS_NOT_SUPPORTED)
+    NAME_(CUBLAS_STATUS_LICENSE_ERROR)
+#undef NAME_
+  }
+  return "unknown cuBLAS status";
+}
+
+recap_status recap__cublas_fail_at(int status, const char *expr, const char *file, int line,
+                                   const char *func) {
   recap_status mapped = recap__cublas_status(status);
   recap__fail_at(mapped, file, line, func, "%s failed: %s (cublasStatus_t %d) [device %d]", expr,
-                 name ? name : "unknown cuBLAS status", status, current_device());
+                 cublas_status_name(status), status, current_device());
   return mapped;
 }
 

@@ -3,9 +3,9 @@
  * builds only).
  *
  * Each macro evaluates a call once; on failure it maps the library's error to a recap_status,
- * records "<expr> failed: <error name> (<error text>) [device N]" prefixed with the function
- * and file:line (recap__fail_at), and RETURNS that status from the enclosing function. Nothing
- * aborts. The _GOTO forms set a status variable and jump to the function's one cleanup label.
+ * records "<expr> failed: <error name> (<error text>) [device N]" (with the function and
+ * file:line in front under RECAP_ERROR_LOCATIONS=1: recap__fail_at), and RETURNS that status
+ * from the enclosing function. Nothing aborts. The _GOTO forms set a status variable and jump to the function's one cleanup label.
  *
  *   recap_status copy(void *dst, const void *src, size_t n, cudaStream_t s) {
  *     RECAP_CUDA_TRY(cudaMemcpyAsync(dst, src, n, cudaMemcpyDefault, s));
@@ -53,9 +53,9 @@ recap_status recap__cu_status(int result);
  * Used by the macros below. */
 recap_status recap__cuda_fail_at(cudaError_t error, const char *expr, const char *file, int line,
                                  const char *func);
-/* As above for cuBLAS; `name` is cublasGetStatusName(status), evaluated at the call site. */
-recap_status recap__cublas_fail_at(int status, const char *name, const char *expr, const char *file,
-                                   int line, const char *func);
+/* As above for cuBLAS (the status is named without calling into cuBLAS). */
+recap_status recap__cublas_fail_at(int status, const char *expr, const char *file, int line,
+                                   const char *func);
 /* As above for the driver API; the error's name comes from cuGetErrorName, found through
  * cudaGetDriverEntryPointByVersion (recap does not link libcuda). */
 recap_status recap__cu_fail_at(int result, const char *expr, const char *file, int line,
@@ -85,22 +85,22 @@ uint64_t recap__cuda_last_refusal(char *buf, size_t size);
     }                                                                                   \
   } while (0)
 
-#define RECAP_CUBLAS_TRY(expr)                                                                   \
-  do {                                                                                           \
-    cublasStatus_t recap_cublas_st_ = (expr);                                                    \
-    if (recap_cublas_st_ != CUBLAS_STATUS_SUCCESS)                                               \
-      return recap__cublas_fail_at((int)recap_cublas_st_, cublasGetStatusName(recap_cublas_st_), \
-                                   #expr, __FILE__, __LINE__, __func__);                         \
+#define RECAP_CUBLAS_TRY(expr)                                                            \
+  do {                                                                                    \
+    cublasStatus_t recap_cublas_st_ = (expr);                                             \
+    if (recap_cublas_st_ != CUBLAS_STATUS_SUCCESS)                                        \
+      return recap__cublas_fail_at((int)recap_cublas_st_, #expr, __FILE__, __LINE__,     \
+                                   __func__);                                             \
   } while (0)
 
-#define RECAP_CUBLAS_TRY_GOTO(st, expr, label)                                                   \
-  do {                                                                                           \
-    cublasStatus_t recap_cublas_st_ = (expr);                                                    \
-    if (recap_cublas_st_ != CUBLAS_STATUS_SUCCESS) {                                             \
-      (st) = recap__cublas_fail_at((int)recap_cublas_st_, cublasGetStatusName(recap_cublas_st_), \
-                                   #expr, __FILE__, __LINE__, __func__);                         \
-      goto label;                                                                                \
-    }                                                                                            \
+#define RECAP_CUBLAS_TRY_GOTO(st, expr, label)                                            \
+  do {                                                                                    \
+    cublasStatus_t recap_cublas_st_ = (expr);                                             \
+    if (recap_cublas_st_ != CUBLAS_STATUS_SUCCESS) {                                      \
+      (st) = recap__cublas_fail_at((int)recap_cublas_st_, #expr, __FILE__, __LINE__,      \
+                                   __func__);                                             \
+      goto label;                                                                         \
+    }                                                                                     \
   } while (0)
 
 #define RECAP_CU_TRY(expr)                                                               \

@@ -10,6 +10,7 @@
 
 #include "runtime/backend.h"
 #include "runtime/capture.h"
+#include "runtime/env.h"
 #include "runtime/error.h"
 
 enum { SYNC_DEBUG_OFF = 0, SYNC_DEBUG_WARN = 1, SYNC_DEBUG_ERROR = 2 };
@@ -27,16 +28,7 @@ static bool env_is(const char *value, const char *expected) {
 }
 
 static void env_load(void) {
-  const char *blocking = getenv("RECAP_LAUNCH_BLOCKING");
-  bool blocking_on = false;
-  if (blocking && env_is(blocking, "1")) {
-    blocking_on = true;
-  } else if (blocking && !env_is(blocking, "0") && !env_is(blocking, "")) {
-    fprintf(stderr,
-            "recap: warning: ignoring RECAP_LAUNCH_BLOCKING='%s' (expected 1 or 0); launches "
-            "stay asynchronous\n",
-            blocking);
-  }
+  bool blocking_on = recap__env_bool("RECAP_LAUNCH_BLOCKING", 0) == 1;
 
   const char *sync = getenv("RECAP_SYNC_DEBUG");
   int mode = SYNC_DEBUG_OFF;

@@ -14,9 +14,10 @@
  *
  *   RECAP_TRY(recap__sync_debug_check("recap_stream_synchronize"));
  *
- * Accepted values: RECAP_LAUNCH_BLOCKING 1 (on), 0 or empty (off). RECAP_SYNC_DEBUG warn,
- * error, off or empty. Any other value leaves that mode off and prints one warning on stderr
- * naming the variable and the value. The variables are read on first use, once per process
+ * Accepted values: RECAP_LAUNCH_BLOCKING is a boolean switch (runtime/env.h: 1, true, yes,
+ * on or 0, false, no, off; empty is off). RECAP_SYNC_DEBUG warn, error, off or empty. Any
+ * other value leaves that mode off and prints a warning on stderr naming the variable and
+ * the value. The variables are read on first use, once per process
  * (thread-safe), and again by recap__debug_reload_env.
  */
 #ifndef RECAP_RUNTIME_DEBUG_H

@@ -7,9 +7,12 @@
  *   if (bytes == 0) return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "size is zero");
  *   RECAP_TRY(recap_stream_synchronize(s));        // propagate, keeping the callee's message
  *
- * RECAP_FAIL prefixes the message with the function name and file:line, so a message read by
- * a user always says where it came from. recap__error_context() prepends caller context
- * ("op 'ffn1': ") to the message of a failure that is being propagated.
+ * The message is what a user reads: it says what failed and why, in the user's terms (the op,
+ * the tensor, the spec's FILE:LINE:COL), never which recap function noticed. For developers,
+ * RECAP_ERROR_LOCATIONS=1 in the environment makes RECAP_FAIL prefix it with the function
+ * name and recap's file:line ("recap__spec_load_file (spec.c:1422): ..."); the variable is read
+ * at each failure. recap__error_context() prepends caller context ("op 'ffn1': ") to the
+ * message of a failure that is being propagated.
  */
 #ifndef RECAP_RUNTIME_ERROR_H
 #define RECAP_RUNTIME_ERROR_H
@@ -26,12 +29,19 @@
 extern "C" {
 #endif
 
-/* Records "func (file:line): message" and returns status. */
+/* Records the message, prefixed "func (file:line): " under RECAP_ERROR_LOCATIONS=1, and
+ * returns status. */
 recap_status recap__fail_at(recap_status status, const char *file, int line, const char *func,
                             const char *fmt, ...) RECAP__PRINTF(5, 6);
 /* Records the message as given (no location) and returns status. */
 recap_status recap__fail_plain(recap_status status, const char *fmt, ...) RECAP__PRINTF(2, 3);
-/* Prepends formatted context to this thread's current message and returns status. */
+/* Gives the failure just recorded its complete text (malloc'd; ownership passes, NULL: none),
+ * for when the message holds only the start of it: the loader records the first spec errors
+ * that fit and attaches all of them here. recap_last_error_full() returns it until the next
+ * failure on this thread (or recap_clear_error). */
+void recap__set_full_error(char *text);
+/* Prepends formatted context to this thread's current message (and to its complete text, if
+ * it has one) and returns status. */
 recap_status recap__error_context(recap_status status, const char *fmt, ...)
     RECAP__PRINTF(2, 3);
 

@@ -89,6 +89,59 @@ expect 0 "validate specs" -- "$recap" validate "$specs"/*.yaml
 expect 1 "validate a bad spec" -- "$recap" validate "$bad_specs/dim_zero.yaml"
 grep -qE "dim_zero.yaml:[0-9]+:[0-9]+: error: " "$tmp/err" || fail "no FILE:LINE:COL error"
 expect 1 "validate a missing file" -- "$recap" validate "$tmp/no_such.yaml"
+# Messages speak of the spec, not of recap's source: no function names or recap file:line,
+# unless a developer asks for them with RECAP_ERROR_LOCATIONS=1.
+grep -q "cannot open spec" "$tmp/err" || fail "validate of a missing file does not say why"
+grep -qE "recap__|\.c:[0-9]+\)" "$tmp/err" && fail "a user-facing error names recap's code: $(cat "$tmp/err")"
+expect 1 "validate a missing file, locations on" -- env RECAP_ERROR_LOCATIONS=1 "$recap" validate "$tmp/no_such.yaml"
+grep -qE "recap__spec_load_file \(spec\.c:[0-9]+\): cannot open spec" "$tmp/err" ||
+  fail "RECAP_ERROR_LOCATIONS=1 does not show where the error was raised"
+
+# validate reads weight files' headers (not their data) and checks sizes against the spec's
+# device when it knows its memory, and says what it could not check.
+mkdir -p "$tmp/val"
+python3 - "$tmp/val" <<'EOF'
+import json, struct, sys
+h = json.dumps({"w": {"dtype": "F32", "shape": [1024, 1024], "data_offsets": [0, 4 << 20]}}).encode()
+open(sys.argv[1] + "/good.safetensors", "wb").write(struct.pack("<Q", len(h)) + h + bytes(4 << 20))
+open(sys.argv[1] + "/corrupt.safetensors", "wb").write(struct.pack("<Q", 1 << 20) + b"{")
+EOF
+for f in good corrupt; do
+  cat >"$tmp/val/$f.yaml" <<EOF
+device: host
+tensors:
+  x: {shape: [1, 1024], role: input}
+  w: {shape: [1024, 1024], role: param, path: $f.safetensors}
+ops:
+  - {op: linear, in: [x, w], out: y}
+EOF
+done
+expect 0 "validate a spec with a weights file" -- "$recap" validate "$tmp/val/good.yaml"
+grep -q "sizes checked against host:0's" "$tmp/out" || fail "validate: no memory check reported"
+grep -q "not checked: the data of 1 file" "$tmp/out" ||
+  fail "validate: the file's data is not listed as unchecked"
+expect 1 "validate a corrupt safetensors file" -- "$recap" validate "$tmp/val/corrupt.yaml"
+grep -q "corrupt.yaml:4:47: error: .*safetensors header length" "$tmp/err" ||
+  fail "validate: the corrupt header is not reported at the path (got: $(head -1 "$tmp/err"))"
+# 4 MiB of params on a host capped at 1 MiB can never run.
+expect 1 "validate params beyond the host cap" -- env RECAP_HOST_MEMORY_BYTES=1048576 \
+  "$recap" validate "$tmp/val/good.yaml"
+grep -q "good.yaml:4:3: error: tensor 'w' \[1024, 1024\] f32 needs 4194304 bytes, more than the device memory (1048576" \
+  "$tmp/err" || fail "validate: params beyond the host cap not refused (got: $(head -1 "$tmp/err"))"
+# A YAML escape that decodes to a terminal control sequence is refused at the string, and
+# never printed raw.
+printf '%s\n' 'name: "\e[2J\e[31mowned"' 'device: host' 'tensors: {x: {shape: [4], role: input}}' \
+  'ops: [{op: relu, in: x, out: y}]' >"$tmp/val/escape.yaml"
+expect 1 "validate a name with an escape sequence" -- "$recap" validate "$tmp/val/escape.yaml"
+grep -q "escape.yaml:1:7: error: .*control character U+001B" "$tmp/err" ||
+  fail "validate: the control character is not reported at the name"
+cat "$tmp/out" "$tmp/err" | grep -q $'\e' && fail "validate printed a raw ESC byte"
+# A CUDA spec on a machine without a GPU: the sizes cannot be checked, and validate says so.
+if ! "$recap" info 2>/dev/null | grep -qE "^ *cuda:0 "; then
+  expect 0 "validate a CUDA spec without a GPU" -- "$recap" validate "$specs/mlp_decode.yaml"
+  grep -q "not checked: the sizes against cuda memory" "$tmp/out" ||
+    fail "validate: unchecked device memory is not said"
+fi
 
 # A FIFO where a file is expected is refused at once (opening one to read blocks until a writer
 # comes): a spec, a param file named by a spec, a memory snapshot, bench-capture's spec.
@@ -133,12 +186,22 @@ grep -q "stream: 1" "$specs/overlap_streams.yaml" && grep -q "stream: 2" "$specs
   fail "overlap_streams.yaml does not use side streams 1 and 2"
 grep -v "^#" "$specs/overlap_serial.yaml" | grep -q "stream:" && fail "overlap_serial.yaml uses a side stream"
 
-# ops lists the registry.
+# ops lists the registry, without cuBLAS: the binary does not link it (it is opened on the
+# first GEMM on a GPU; kernels/cuda_blas.h).
+ldd "$recap" | grep -q cublas && fail "recap links cuBLAS: $(ldd "$recap" | grep cublas)"
 expect 0 "ops" -- "$recap" ops
 for op in matmul softmax linear attention; do
   grep -q "^$op\$" "$tmp/out" || fail "ops does not list $op"
 done
 grep -q "causal" "$tmp/out" || fail "ops shows no attributes"
+# What a spec gets: an optional dtype attribute defaults to the spec's dtype, not f32; rope's
+# positions and attention's len say their shapes and edge cases.
+expect 0 "ops fill rope attention" -- "$recap" ops fill random_normal rope attention
+[ "$(grep -cE "^ +dtype +dtype +spec's " "$tmp/out")" = 2 ] ||
+  fail "ops: fill's and random_normal's dtype default is not the spec's"
+grep -q "\[1\], a start" "$tmp/out" || fail "ops rope: the [1] form of positions is undocumented"
+grep -q "len 0" "$tmp/out" && grep -q "is zeros" "$tmp/out" ||
+  fail "ops attention: len 0 is undocumented"
 expect 1 "ops with an unknown op" -- "$recap" ops sofmax
 grep -q "softmax" "$tmp/err" || fail "no suggestion for a misspelt op"
 
@@ -180,6 +243,13 @@ expect 0 "plan unfused" -- "$recap" plan "$specs/elementwise_chain.yaml" --no-fu
 grep -q "fusion: off" "$tmp/out" || fail "plan --no-fusion still fuses"
 expect 0 "plan RECAP_FUSION=0" -- env RECAP_FUSION=0 "$recap" plan "$specs/elementwise_chain.yaml"
 grep -q "fusion: off" "$tmp/out" || fail "plan with RECAP_FUSION=0 still fuses"
+# Boolean switches take 1/0, true/false, yes/no, on/off; anything else warns, naming the variable.
+expect 0 "plan RECAP_FUSION=off" -- env RECAP_FUSION=off "$recap" plan "$specs/elementwise_chain.yaml"
+grep -q "fusion: off" "$tmp/out" || fail "plan with RECAP_FUSION=off still fuses"
+expect 0 "plan RECAP_FUSION=maybe" -- env RECAP_FUSION=maybe "$recap" plan "$specs/elementwise_chain.yaml"
+grep -q "100 spec ops became" "$tmp/out" || fail "RECAP_FUSION=maybe did not keep the default (on)"
+[ "$(grep -c "RECAP_FUSION='maybe'" "$tmp/err")" = 1 ] ||
+  fail "RECAP_FUSION=maybe: no single warning naming the variable"
 
 # plan counts the streams the ops use (not the highest index + 1) and says how many waits it
 # lists: fork_join with its second branch on stream 63 uses 3 streams, with 4 waits between
@@ -615,6 +685,10 @@ b = json.load(open(sys.argv[1]))["buckets"]
 assert b["spec"] == "specs/transformer_block.yaml (built in)" and b["buckets"] == 2, b
 EOF
 expect 2 "bench-capture --ops 1" -- "$recap" bench-capture --ops 1
+# Buckets: the engine's one limit (RECAP_MAX_BUCKETS, 256), refused as a usage error up front.
+expect 2 "bench-capture --buckets 257" -- "$recap" bench-capture --device host --buckets 257
+grep -q -- "--buckets" "$tmp/err" && grep -q "256" "$tmp/err" ||
+  fail "bench-capture --buckets 257: the flag and the limit are not named ($(cat "$tmp/err"))"
 expect 1 "bench-capture of a missing bucket spec" -- "$recap" bench-capture --device host \
   --ops 4 --repeats 1 --bucket-spec "$tmp/no_such.yaml"
 

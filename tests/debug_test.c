@@ -132,13 +132,17 @@ static void launch_failing(recap_stream *s) {
 
 /* ---- RECAP_LAUNCH_BLOCKING ---- */
 
+/* With each spelling of "on" that boolean switches accept (runtime/env.h). */
 static void test_launch_blocking_waits_for_the_launched_work(void) {
-  debug_env("1", NULL);
-  atomic_int done = 0;
-  CHECK_OK(launch_slow(stream, &done));
-  CHECK_OK(recap__after_launch(stream, "slow_op"));
-  CU_ASSERT_EQUAL(atomic_load(&done), 1);
-  CHECK_OK(recap_stream_synchronize(stream));
+  static const char *const on[] = {"1", "true", "yes", "ON"};
+  for (size_t i = 0; i < sizeof on / sizeof on[0]; ++i) {
+    debug_env(on[i], NULL);
+    atomic_int done = 0;
+    CHECK_OK(launch_slow(stream, &done));
+    CHECK_OK(recap__after_launch(stream, "slow_op"));
+    CU_ASSERT_EQUAL(atomic_load(&done), 1);
+    CHECK_OK(recap_stream_synchronize(stream));
+  }
 }
 
 static void test_launch_blocking_names_the_failing_op(void) {
@@ -197,9 +201,9 @@ static void test_launch_blocking_rejects_a_null_stream(void) {
 
 static void test_launch_blocking_bad_value_warns_and_stays_off(void) {
   stderr_capture_begin();
-  debug_env("yes", NULL);
+  debug_env("maybe", NULL); /* yes/no, true/false and on/off are accepted (runtime/env.h) */
   char *text = stderr_capture_end();
-  CU_ASSERT_EQUAL(count_occurrences(text, "RECAP_LAUNCH_BLOCKING='yes'"), 1);
+  CU_ASSERT_EQUAL(count_occurrences(text, "RECAP_LAUNCH_BLOCKING='maybe'"), 1);
   CU_ASSERT_EQUAL(count_occurrences(text, "\n"), 1);
   free(text);
   launch_failing(stream);

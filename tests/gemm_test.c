@@ -924,12 +924,40 @@ static void test_cuda_two_streams_use_different_workspaces(void) {
   case_free(&g);
 }
 
+#if RECAP_WITH_CUDA
+/* Whether a shared object whose path contains `name` is mapped into this process. */
+static bool mapped(const char *name) {
+  FILE *f = fopen("/proc/self/maps", "r");
+  CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+  char line[4096];
+  bool found = false;
+  while (!found && fgets(line, sizeof line, f)) found = strstr(line, name) != NULL;
+  fclose(f);
+  return found;
+}
+
+/* cuBLAS and cuBLASLt (about 220 MB mapped) are opened on first use (kernels/cuda_blas.h),
+ * not when the process starts: before this test nothing here has run a GEMM on a GPU or asked
+ * the libraries' versions. Asking the versions opens them, with every function resolved.
+ * Needs no GPU. */
+static void test_cublas_is_mapped_only_once_it_is_needed(void) {
+  CU_ASSERT_FALSE(mapped("libcublas"));
+  recap_library_versions v;
+  CHECK_OK(recap_library_versions_get(&v));
+  CU_ASSERT_TRUE(mapped("libcublasLt.so."));
+  CU_ASSERT_TRUE(mapped("libcublas.so."));
+  /* Opened by the soname of the headers' major version (libcublas.so.<major>). */
+  CU_ASSERT_EQUAL(v.cublas_version / 10000, CUBLAS_VER_MAJOR);
+  CU_ASSERT_EQUAL(v.cublaslt_version / 10000, CUBLAS_VER_MAJOR);
+}
+#endif
+
 static void test_cuda_blas_versions_are_reported(void) {
   recap_library_versions v;
   CHECK_OK(recap_library_versions_get(&v));
   CU_ASSERT(v.cublas_version >= 120000);
   CU_ASSERT(v.cublaslt_version >= 120000);
-  /* The libraries are linked by soname (libcublas.so.<major>), so the versions they report
+  /* The libraries are opened by soname (libcublas.so.<major>), so the versions they report
    * carry the major version of the headers this test was built with. */
   CU_ASSERT_EQUAL(v.cublas_version / 10000, CUBLAS_VER_MAJOR);
   CU_ASSERT_EQUAL(v.cublaslt_version / 10000, CUBLAS_VER_MAJOR);
@@ -1343,6 +1371,11 @@ static int host_suite_init(void) { return host_stream_open(); }
 static int host_suite_cleanup(void) { return host_stream_close(); }
 
 int main(void) {
+#if RECAP_WITH_CUDA
+  /* First: it checks that nothing before it opened cuBLAS. */
+  CU_pSuite loading = test_add_suite("gemm/cublas loading", NULL, NULL);
+  CU_ADD_TEST(loading, test_cublas_is_mapped_only_once_it_is_needed);
+#endif
   CU_pSuite host = test_add_suite("gemm/host", host_suite_init, host_suite_cleanup);
   CU_ADD_TEST(host, test_matmul_odd_shapes_match_reference);
   CU_ADD_TEST(host, test_matmul_skinny_m_1_to_16_matches_reference);

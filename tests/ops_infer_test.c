@@ -408,6 +408,30 @@ static void test_fill_value_must_fit_an_integer_dtype(void) {
   expect_rejected(&call, "'shape' entry 1 is 0");
 }
 
+/* A finite value that the output's float type would turn into inf is refused (f16's largest
+ * finite value is 65504, and 65520 is where rounding to nearest reaches 2^16 = inf); an
+ * explicit infinity stays allowed, as a mask is written. */
+static void test_fill_value_must_stay_finite_in_a_float_dtype(void) {
+  recap_op_call call = new_call("fill");
+  set_sizes(&call.attrs, SHAPE(3));
+  call.attrs.dtype = RECAP_DTYPE_F16;
+  call.attrs.value = 1e10;
+  expect_rejected(&call, "'value' = 1e+10 becomes inf in f16 (its largest finite value is 65504)");
+  call.attrs.value = -65520;
+  expect_rejected(&call, "becomes -inf in f16");
+  call.attrs.value = 65519;
+  CHECK_OK(recap__op_infer(&call));
+  call.attrs.value = -INFINITY;
+  CHECK_OK(recap__op_infer(&call));
+  call.attrs.dtype = RECAP_DTYPE_BF16;
+  call.attrs.value = 3.4e38; /* finite in f32 (up to 3.4028e38), past bf16's 3.3895e38 */
+  expect_rejected(&call, "becomes inf in bf16");
+  call.attrs.dtype = RECAP_DTYPE_F32;
+  CHECK_OK(recap__op_infer(&call));
+  call.attrs.value = 1e39;
+  expect_rejected(&call, "becomes inf in f32");
+}
+
 static void test_embedding_needs_integer_ids_and_a_2d_table(void) {
   recap_op_call call = new_call("embedding");
   add(&call, F32(10, 4));
@@ -531,6 +555,7 @@ int main(void) {
   CU_ADD_TEST(s, test_split_sizes_must_sum_to_the_dim);
   CU_ADD_TEST(s, test_concat_needs_matching_dims);
   CU_ADD_TEST(s, test_fill_value_must_fit_an_integer_dtype);
+  CU_ADD_TEST(s, test_fill_value_must_stay_finite_in_a_float_dtype);
   CU_ADD_TEST(s, test_embedding_needs_integer_ids_and_a_2d_table);
   CU_ADD_TEST(s, test_rope_needs_even_head_dim_and_matching_positions);
   CU_ADD_TEST(s, test_kv_append_checks_cache_rows_and_position);

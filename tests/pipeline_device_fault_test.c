@@ -581,7 +581,8 @@ static void fails_beyond_free_memory(const char *role) {
          (unsigned long long)d, (unsigned long long)d, (unsigned long long)(d * d * 4),
          free_bytes, total, recap_status_name(st), recap_last_error());
   CHECK_STATUS(st, RECAP_STATUS_OUT_OF_MEMORY);
-  CHECK_ERROR_MENTIONS("'wide'");
+  CHECK_ERROR_MENTIONS("tensor 'wide'");
+  CHECK_ERROR_MENTIONS("too_wide.yaml:6:3: error: "); /* where the spec declares it */
   CU_ASSERT_PTR_NULL(p);
   recap_pipeline_destroy(p);
   CHECK_OK(recap_free(held));

@@ -704,6 +704,14 @@ static void test_recap_fusion_0_and_the_no_fusion_option_turn_the_pass_off(void)
 
   setenv("RECAP_FUSION", "1", 1);
   CU_ASSERT_TRUE(recap__fuse_enabled(false));
+  /* The other spellings of the boolean switches (runtime/env.h). */
+  static const char *const off_words[] = {"false", "off", "no", "OFF"};
+  for (size_t i = 0; i < sizeof off_words / sizeof off_words[0]; ++i) {
+    setenv("RECAP_FUSION", off_words[i], 1);
+    CU_ASSERT_FALSE(recap__fuse_enabled(false));
+  }
+  setenv("RECAP_FUSION", "yes", 1);
+  CU_ASSERT_TRUE(recap__fuse_enabled(false));
   unsetenv("RECAP_FUSION");
 
   recap_pipeline *opt = create(path, NULL, NULL, test_device, RECAP_MODE_EAGER, 1);

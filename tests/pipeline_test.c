@@ -880,18 +880,23 @@ static void test_copy_arguments_that_do_not_fit_are_rejected(void) {
   CHECK_OK(recap_pipeline_destroy(p));
 }
 
+/* Every spelling of "on" that the boolean switches accept (runtime/env.h). */
 static void test_disable_graphs_environment_forces_eager_runs(void) {
-  setenv("RECAP_DISABLE_GRAPHS", "1", 1);
-  recap_pipeline *p = make(mlp_spec, NULL);
-  unsetenv("RECAP_DISABLE_GRAPHS");
-  CHECK_OK(recap_pipeline_capture(p));
-  CHECK_OK(recap_pipeline_run(p, 2));
-  recap_pipeline_stats s;
-  CHECK_OK(recap_pipeline_stats_get(p, &s));
-  CU_ASSERT_EQUAL(s.eager_runs, 1);
-  CU_ASSERT_EQUAL(s.replays, 0);
-  CU_ASSERT_EQUAL(s.captures, 0);
-  CHECK_OK(recap_pipeline_destroy(p));
+  static const char *const on[] = {"1", "true", "YES", "On"};
+  for (size_t i = 0; i < sizeof on / sizeof on[0]; ++i) {
+    setenv("RECAP_DISABLE_GRAPHS", on[i], 1);
+    recap_pipeline *p = make(mlp_spec, NULL);
+    unsetenv("RECAP_DISABLE_GRAPHS");
+    CHECK_OK(recap_pipeline_capture(p));
+    CHECK_OK(recap_pipeline_run(p, 2));
+    recap_pipeline_stats s;
+    CHECK_OK(recap_pipeline_stats_get(p, &s));
+    if (s.eager_runs != 1) fprintf(stderr, "\n  RECAP_DISABLE_GRAPHS=%s kept graphs\n", on[i]);
+    CU_ASSERT_EQUAL(s.eager_runs, 1);
+    CU_ASSERT_EQUAL(s.replays, 0);
+    CU_ASSERT_EQUAL(s.captures, 0);
+    CHECK_OK(recap_pipeline_destroy(p));
+  }
 }
 
 static void test_a_bad_spec_fails_with_positions_and_allocates_nothing(void) {
@@ -914,6 +919,95 @@ static void test_a_bad_spec_fails_with_positions_and_allocates_nothing(void) {
   CHECK_ERROR_MENTIONS("Q=3");
   CHECK_OK(recap_memory_allocated(test_device, &after));
   CU_ASSERT_EQUAL(before, after);
+}
+
+/* A spec with more errors than recap_last_error() holds: it gets the first lines and a count,
+ * recap_last_error_full() every error the loader kept (the first 100, then a count). */
+static void test_every_spec_error_reaches_the_caller_through_last_error_full(void) {
+  enum { OPS = 150, KEPT = 100 };
+  char *yaml = malloc(OPS * 64 + 128);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(yaml);
+  size_t used = (size_t)sprintf(yaml, "name: many\ntensors: {x: {shape: [4], role: input}}\nops:\n");
+  for (int i = 0; i < OPS; ++i)
+    used += (size_t)sprintf(yaml + used, "  - {op: add, in: [x, nope%d], out: y%d}\n", i, i);
+  recap_pipeline_options o = opts_on(test_device);
+  recap_pipeline *p = NULL;
+  CHECK_STATUS(recap_pipeline_create_string(yaml, used, "many.yaml", &o, &p),
+               RECAP_STATUS_SPEC_ERROR);
+  CU_ASSERT_PTR_NULL(p);
+  const char *first = recap_last_error(), *full = recap_last_error_full();
+  CU_ASSERT_TRUE(strlen(first) < 2048);
+  CU_ASSERT_PTR_NOT_NULL(strstr(first, "many.yaml:4:")); /* op 0 is on line 4 */
+  CU_ASSERT_PTR_NULL(strstr(first, "'nope99'"));
+  CU_ASSERT_PTR_NOT_NULL(strstr(first, "more errors)"));
+  /* Op i is on line 4 + i; its second input starts at column 23 ("  - {op: add, in: [x, "). */
+  int found = 0;
+  for (int i = 0; i < OPS; ++i) {
+    char want[96];
+    snprintf(want, sizeof want, "many.yaml:%d:23: error: op 'add#%d': unknown tensor 'nope%d'",
+             4 + i, i, i);
+    found += strstr(full, want) != NULL;
+  }
+  if (found != KEPT) fprintf(stderr, "\n  %d of %d errors found in:\n%s\n", found, KEPT, full);
+  CU_ASSERT_EQUAL(found, KEPT);
+  CU_ASSERT_PTR_NOT_NULL(strstr(full, "(and 50 more errors)"));
+  free(yaml);
+  /* The next failure replaces it: then both say the same. */
+  CHECK_STATUS(recap_pipeline_create_file("/nonexistent/spec.yaml", &o, &p),
+               RECAP_STATUS_IO_ERROR);
+  CU_ASSERT_STRING_EQUAL(recap_last_error_full(), recap_last_error());
+  recap_clear_error();
+  CU_ASSERT_STRING_EQUAL(recap_last_error_full(), "");
+}
+
+/* Dim overrides take as many buckets as a spec may have (RECAP_MAX_BUCKETS), and each way to
+ * get them wrong says what is wrong with the value given and the limit. */
+static void test_dim_overrides_take_the_spec_bucket_limit_and_name_what_is_wrong(void) {
+  static const char tiny[] =
+      "name: tiny\ndtype: f32\ndims: {B: [1, 2]}\n"
+      "tensors:\n  x: {shape: [B, 4], role: input}\n"
+      "ops:\n  - {op: relu, in: [x], out: y}\n";
+  char list[RECAP_MAX_BUCKETS * 8 + 16];
+  size_t used = (size_t)snprintf(list, sizeof list, "B=1");
+  for (int v = 2; v <= RECAP_MAX_BUCKETS + 1; ++v)
+    used += (size_t)snprintf(list + used, sizeof list - used, ",%d", v);
+  /* list is B=1,...,257; cut after 256 for the largest accepted list. */
+  char *at_limit = strdup(list);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(at_limit);
+  *strrchr(at_limit, ',') = '\0';
+  recap_pipeline_options o = opts_on(test_device);
+  o.override_mode = 1;
+  o.mode = RECAP_MODE_EAGER;
+  const char *dims[] = {at_limit, NULL};
+  o.dims = dims;
+  recap_pipeline *p = NULL;
+  CHECK_OK(recap_pipeline_create_string(tiny, strlen(tiny), "tiny.yaml", &o, &p));
+  recap_pipeline_stats s;
+  if (p) {
+    CHECK_OK(recap_pipeline_stats_get(p, &s));
+    CU_ASSERT_EQUAL(s.num_buckets, RECAP_MAX_BUCKETS);
+    CHECK_OK(recap_pipeline_destroy(p));
+  }
+  free(at_limit);
+
+  static const struct {
+    const char *dim;
+    const char *message;
+  } bad[] = {
+      {NULL, "dim override for 'B' has 257 buckets, more than the limit of 256"},
+      {"B=1,2,4611686018427387904", "4611686018427387904 is not a positive integer below 2^62"},
+      {"B=1,0", "0 is not a positive integer below 2^62"},
+      {"B=2,1", "must be strictly ascending (1 follows 2)"},
+      {"B=1,x", "expected NAME=VALUE or NAME=V1,V2,..."},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; ++i) {
+    dims[0] = bad[i].dim ? bad[i].dim : list;
+    p = NULL;
+    CHECK_STATUS(recap_pipeline_create_string(tiny, strlen(tiny), "tiny.yaml", &o, &p),
+                 RECAP_STATUS_SPEC_ERROR);
+    CHECK_ERROR_MENTIONS(bad[i].message);
+    CU_ASSERT_PTR_NULL(p);
+  }
 }
 
 /* ---- weights from files ---- */
@@ -979,7 +1073,9 @@ static void test_params_load_from_raw_and_safetensors_files_with_every_length_ch
   CU_ASSERT_EQUAL(memcmp(gotb, bias, sizeof bias), 0);
   CHECK_OK(recap_pipeline_destroy(p));
 
-  /* Each broken file fails cleanly at creation, naming the problem. */
+  /* Each broken file fails cleanly at creation, naming the problem at the spec's `path:`: the
+   * spec check reads the header (not the data), so it is a spec error before anything is
+   * allocated. */
   static const struct {
     const char *header;
     const char *mention;
@@ -995,15 +1091,17 @@ static void test_params_load_from_raw_and_safetensors_files_with_every_length_ch
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; ++i) {
     write_safetensors("bad.safetensors", bad[i].header, w, sizeof w);
     p = NULL;
-    CHECK_STATUS(make_file_pipeline("bad.safetensors", &p), RECAP_STATUS_IO_ERROR);
+    CHECK_STATUS(make_file_pipeline("bad.safetensors", &p), RECAP_STATUS_SPEC_ERROR);
     CHECK_ERROR_MENTIONS(bad[i].mention);
+    CHECK_ERROR_MENTIONS("files.yaml:5:53: error: ");
     CU_ASSERT_PTR_NULL(p);
   }
   /* A header length beyond the file. */
   unsigned char huge[16] = {0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0};
   write_file("bad.safetensors", huge, sizeof huge);
-  CHECK_STATUS(make_file_pipeline("bad.safetensors", &p), RECAP_STATUS_IO_ERROR);
+  CHECK_STATUS(make_file_pipeline("bad.safetensors", &p), RECAP_STATUS_SPEC_ERROR);
   CHECK_ERROR_MENTIONS("header length");
+  CHECK_ERROR_MENTIONS("files.yaml:5:53: error: ");
   /* A raw file of the wrong size: the spec check already sees it. */
   write_file("w.bin", w, sizeof w - 4);
   CHECK_STATUS(make_file_pipeline("w.bin", &p), RECAP_STATUS_SPEC_ERROR);
@@ -1032,7 +1130,9 @@ static void test_params_load_from_raw_and_safetensors_files_with_every_length_ch
   XX(test_copy_arguments_that_do_not_fit_are_rejected)                                     \
   XX(test_disable_graphs_environment_forces_eager_runs)                                    \
   XX(test_a_bad_spec_fails_with_positions_and_allocates_nothing)                           \
-  XX(test_params_load_from_raw_and_safetensors_files_with_every_length_checked)
+  XX(test_params_load_from_raw_and_safetensors_files_with_every_length_checked)             \
+  XX(test_dim_overrides_take_the_spec_bucket_limit_and_name_what_is_wrong)                  \
+  XX(test_every_spec_error_reaches_the_caller_through_last_error_full)
 
 /* Last in each suite: a global-mode capture that another thread breaks is process-wide, so
  * nothing else runs after it in a state it might have disturbed. */

@@ -93,13 +93,21 @@ static recap_status call_planted_failure(void) {
   return RECAP_OK;
 }
 
+/* The place in recap's source only under RECAP_ERROR_LOCATIONS=1 (runtime/error.h). */
 static void test_cuda_try_returns_status_and_names_call_error_and_place(void) {
+  unsetenv("RECAP_ERROR_LOCATIONS");
   CHECK_STATUS(call_planted_failure(), RECAP_STATUS_DEVICE_ERROR);
   CHECK_ERROR_MENTIONS("planted_illegal_address()");
   CHECK_ERROR_MENTIONS("cudaErrorIllegalAddress");
+  CHECK_ERROR_MENTIONS("[device ");
+  CU_ASSERT_PTR_NULL(strstr(recap_last_error(), "runtime_cuda_test.c:"));
+  CU_ASSERT_PTR_NULL(strstr(recap_last_error(), "call_planted_failure"));
+  setenv("RECAP_ERROR_LOCATIONS", "1", 1);
+  CHECK_STATUS(call_planted_failure(), RECAP_STATUS_DEVICE_ERROR);
+  unsetenv("RECAP_ERROR_LOCATIONS");
+  CHECK_ERROR_MENTIONS("planted_illegal_address()");
   CHECK_ERROR_MENTIONS("call_planted_failure");
   CHECK_ERROR_MENTIONS("runtime_cuda_test.c:");
-  CHECK_ERROR_MENTIONS("[device ");
 }
 
 static void test_compiled_archs_list_sass_and_ptx(void) {

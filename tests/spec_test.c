@@ -437,6 +437,58 @@ static void test_spec_non_utf8_byte_is_positioned(void) {
       "3:11", "invalid leading UTF-8 octet (byte 0xff)");
 }
 
+/* Init values are checked in the tensor's dtype, not in double: 1e10 is finite, its f16 is
+ * inf. f16's largest finite value is 65504; 65520 is where rounding reaches 2^16 (inf). */
+static void test_spec_init_values_must_stay_finite_in_the_tensor_dtype(void) {
+  expect_error("tensors:\n  w: {shape: [4], role: param, dtype: f16, value: 1.0e10}\n"
+               "ops: [{op: relu, in: w, out: y}]\n",
+               "2:51", "value: 1e+10 becomes inf in f16 (its largest finite value is 65504)");
+  expect_error("tensors:\n  w: {shape: [4], role: param, dtype: f16, value: -65520}\n"
+               "ops: [{op: relu, in: w, out: y}]\n",
+               "2:51", "becomes -inf in f16");
+  expect_error("tensors:\n  w: {shape: [4], role: param, dtype: bf16, init: normal, "
+               "mean: 3.4e38}\nops: [{op: relu, in: w, out: y}]\n",
+               "2:65", "mean: 3.4e+38 becomes inf in bf16");
+  expect_error("tensors:\n  w: {shape: [4], role: param, dtype: f16, init: uniform, low: 0, "
+               "high: 1e5}\nops: [{op: relu, in: w, out: y}]\n",
+               "2:73", "high: 100000 becomes inf in f16");
+  expect_error("tensors:\n  p: {role: scalar, value: 3000000000}\n"
+               "ops: [{op: relu, in: p, out: y}]\n",
+               "2:28", "value: 3e+09 is not an i32 value");
+  expect_error("tensors:\n  p: {role: scalar, value: 1.5}\n"
+               "ops: [{op: relu, in: p, out: y}]\n",
+               "2:28", "value: 1.5 is not an i32 value");
+  recap__spec *spec = NULL;
+  const char *ok =
+      "tensors:\n  w: {shape: [4], role: param, dtype: f16, value: 65519}\n"
+      "  p: {role: scalar, value: -2147483648}\n"
+      "ops: [{op: relu, in: w, out: y}, {op: copy, in: p, out: z}]\n";
+  recap__diag diag = {0};
+  CHECK_OK(load(ok, NULL, &spec, &diag));
+  if (diag.count) dump(&diag);
+  recap__spec_destroy(spec);
+  recap__diag_free(&diag);
+}
+
+/* Escapes that decode to control characters are refused at the string (any string may be
+ * printed); tab and newline stay allowed, except in the one-line `name:`. */
+static void test_spec_escaped_control_characters_are_refused_at_the_string(void) {
+  expect_error("name: \"x\\e[2Jy\"\nops: []\n", "1:7", "control character U+001B");
+  expect_error("name: \"x\\by\"\nops: []\n", "1:7", "control character U+0008");
+  expect_error("name: \"x\\u0085y\"\nops: []\n", "1:7", "control character U+0085");
+  expect_error("name: \"x\\x7fy\"\nops: []\n", "1:7", "control character U+007F");
+  expect_error("ops:\n  - {op: relu, in: x, out: \"y\\ry\"}\n", "2:28",
+               "control character U+000D");
+  expect_error("name: \"a\\tb\"\nops: []\n", "1:7", "name: must be one line of text");
+  /* Tab and newline inside an expression are whitespace. */
+  const char *text =
+      "name: tabs\ntensors:\n  x: {shape: [4], role: input}\n"
+      "ops:\n  - {op: expr, in: [x], out: y, expr: \"x *\\t2.0\\n+ 1.0\"}\n";
+  recap__spec *spec = NULL;
+  CHECK_OK(load(text, NULL, &spec, NULL));
+  recap__spec_destroy(spec);
+}
+
 /* ---- limits ---- */
 
 static void test_limit_nesting_depth(void) {
@@ -598,40 +650,103 @@ static void test_files_resolve_relative_to_the_spec_and_check_size(void) {
   recap__diag_free(&diag);
 }
 
-/* A param with the bucketed dim is allocated once, for the largest bucket (the smaller
- * buckets' params are its first rows): its raw file holds the largest bucket's elements, and
- * a file of another size is reported once, for that bucket. */
-static void test_bucketed_param_file_holds_the_largest_bucket(void) {
+/* A safetensors file: 8-byte little-endian header length, the JSON header, then `bytes` of
+ * data (a NaN pattern: the check must not look at the values). */
+static void write_safetensors(const char *path, const char *header, size_t bytes) {
+  size_t hl = strlen(header);
+  unsigned char *buf = malloc(8 + hl + bytes);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(buf);
+  for (int i = 0; i < 8; ++i) buf[i] = (unsigned char)((uint64_t)hl >> (8 * i));
+  memcpy(buf + 8, header, hl);
+  memset(buf + 8 + hl, 0xff, bytes);
+  write_file(path, buf, 8 + hl + bytes);
+  free(buf);
+}
+
+/* The header of a .safetensors file is read when the spec is loaded: the key, dtype, shape and
+ * data offsets the binder would use; each problem is an error at the spec's `path:`. */
+static void test_safetensors_headers_are_checked_at_load_at_the_path(void) {
   make_tmp_dir();
-  float w[4 * 3] = {0};
   char path[700], text[1024];
-  snprintf(path, sizeof path, "%s/w.bin", tmp_dir);
-  static const char fmt[] =
-      "dims: {B: [1, 2, 4]}\n"
-      "tensors:\n"
-      "  x: {shape: [B, 3], role: input}\n"
-      "  w: {shape: [B, 3], role: param, path: %s}\n"
-      "ops:\n  - {op: add, in: [x, w], out: y}\n";
-  snprintf(text, sizeof text, fmt, path);
-  write_file(path, w, sizeof w);
+  snprintf(path, sizeof path, "%s/w.safetensors", tmp_dir);
+  const char *spec_fmt =
+      "tensors:\n  w: {shape: [4, 4], role: param, path: %s/w.safetensors%s}\n"
+      "ops:\n  - {op: relu, in: [w], out: y}\n";
   recap__spec *spec = NULL;
   recap__diag diag = {0};
-  CHECK_OK(load(text, NULL, &spec, &diag));
+  write_safetensors(path,
+                    "{\"w\":{\"dtype\":\"F32\",\"shape\":[4,4],\"data_offsets\":[0,64]},"
+                    "\"v\":{\"dtype\":\"F16\",\"shape\":[4,4],\"data_offsets\":[64,96]}}",
+                    96);
+  snprintf(text, sizeof text, spec_fmt, tmp_dir, "");
+  CHECK_OK(recap__spec_load_string(text, strlen(text), "s", NULL, &spec, &diag));
   recap__spec_destroy(spec);
   spec = NULL;
+  /* `key:` picks another tensor of the file, checked against this tensor's dtype. */
+  snprintf(text, sizeof text, spec_fmt, tmp_dir, ", key: v");
+  CHECK_STATUS(recap__spec_load_string(text, strlen(text), "s", NULL, &spec, &diag),
+               RECAP_STATUS_SPEC_ERROR);
+  CU_ASSERT_TRUE(has_error(&diag, "s:2:41: error: ", "tensor 'v' has dtype F16, the spec says f32"));
   recap__diag_free(&diag);
-  /* Two rows: the size of bucket 2, not of the largest. */
-  write_file(path, w, 2 * 3 * sizeof(float));
-  CHECK_STATUS(load(text, NULL, &spec, &diag), RECAP_STATUS_SPEC_ERROR);
-  int found = has_error(&diag, "t.yaml:4:41: error: ",
-                        "has 24 bytes, but tensor 'w' [4, 3] f32 needs 48 (raw little-endian) "
-                        "(with B = 4)");
-  if (!found || diag.count != 1) dump(&diag);
-  CU_ASSERT_TRUE(found);
+
+  static const struct {
+    const char *header;
+    const char *mention;
+  } bad[] = {
+      {"{\"v\":{\"dtype\":\"F32\",\"shape\":[4,4],\"data_offsets\":[0,64]}}", "no tensor 'w'"},
+      {"{\"w\":{\"dtype\":\"BF16\",\"shape\":[4,4],\"data_offsets\":[0,32]}}",
+       "has dtype BF16, the spec says f32"},
+      {"{\"w\":{\"dtype\":\"F32\",\"shape\":[2,8],\"data_offsets\":[0,64]}}", "another shape"},
+      {"{\"w\":{\"dtype\":\"F32\",\"shape\":[4,4],\"data_offsets\":[0,128]}}", "data_offsets"},
+      {"{\"w\": not json", "not a JSON object"},
+  };
+  snprintf(text, sizeof text, spec_fmt, tmp_dir, "");
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; ++i) {
+    write_safetensors(path, bad[i].header, 64);
+    CHECK_STATUS(recap__spec_load_string(text, strlen(text), "s", NULL, &spec, &diag),
+                 RECAP_STATUS_SPEC_ERROR);
+    if (!has_error(&diag, "s:2:41: error: ", bad[i].mention)) dump(&diag);
+    CU_ASSERT_TRUE(has_error(&diag, "s:2:41: error: ", bad[i].mention));
+    recap__diag_free(&diag);
+  }
+  /* A header length that runs past the end of the file. */
+  unsigned char huge[16] = {0xff, 0xff, 0, 0, 0, 0, 0, 0};
+  write_file(path, huge, sizeof huge);
+  CHECK_STATUS(recap__spec_load_string(text, strlen(text), "s", NULL, &spec, &diag),
+               RECAP_STATUS_SPEC_ERROR);
+  CU_ASSERT_TRUE(has_error(&diag, "s:2:41: error: ", "header length 65535 is outside the file"));
+  recap__diag_free(&diag);
+  unlink(path);
+}
+
+/* A param whose first axis is the bucketed dim is allocated, and read from its file, with the
+ * largest bucket's shape: the file must match that one, not every bucket. */
+static void test_a_bucketed_param_file_is_checked_against_the_largest_bucket(void) {
+  make_tmp_dir();
+  char path[700], text[1024];
+  snprintf(path, sizeof path, "%s/w.bin", tmp_dir);
+  float w[8] = {0};
+  write_file(path, w, sizeof w); /* [2, 4] f32: the bucket B = 2 */
+  snprintf(text, sizeof text,
+           "dims: {B: [1, 2]}\n"
+           "tensors:\n  w: {shape: [B, 4], role: param, path: %s}\n"
+           "ops:\n  - {op: relu, in: [w], out: y}\n",
+           path);
+  recap__spec *spec = NULL;
+  recap__diag diag = {0};
+  CHECK_OK(recap__spec_load_string(text, strlen(text), "s", NULL, &spec, &diag));
+  if (diag.count) dump(&diag);
+  recap__spec_destroy(spec);
+  spec = NULL;
+  write_file(path, w, sizeof w / 2); /* [1, 4]: only the smaller bucket's */
+  CHECK_STATUS(recap__spec_load_string(text, strlen(text), "s", NULL, &spec, &diag),
+               RECAP_STATUS_SPEC_ERROR);
+  CU_ASSERT_TRUE(has_error(&diag, "s:3:41: error: ",
+                           "has 16 bytes, but tensor 'w' [2, 4] f32 needs 32 (raw little-endian) "
+                           "(with B = 2)"));
   CU_ASSERT_EQUAL(diag.count, 1);
   recap__diag_free(&diag);
   unlink(path);
-  rmdir(tmp_dir);
 }
 
 static void test_load_file_that_does_not_exist_is_io_error(void) {
@@ -695,13 +810,16 @@ int main(void) {
   CU_ADD_TEST(s, test_spec_element_count_and_device_memory_limits);
   CU_ADD_TEST(s, test_spec_empty_text_is_an_error);
   CU_ADD_TEST(s, test_spec_non_utf8_byte_is_positioned);
+  CU_ADD_TEST(s, test_spec_escaped_control_characters_are_refused_at_the_string);
+  CU_ADD_TEST(s, test_spec_init_values_must_stay_finite_in_the_tensor_dtype);
   CU_ADD_TEST(s, test_limit_nesting_depth);
   CU_ADD_TEST(s, test_limit_alias_bomb_fails_fast);
   CU_ADD_TEST(s, test_limit_alias_count);
   CU_ADD_TEST(s, test_limit_scalar_length_and_node_count);
   CU_ADD_TEST(s, test_limit_file_size_tensor_and_op_counts);
   CU_ADD_TEST(s, test_files_resolve_relative_to_the_spec_and_check_size);
-  CU_ADD_TEST(s, test_bucketed_param_file_holds_the_largest_bucket);
+  CU_ADD_TEST(s, test_safetensors_headers_are_checked_at_load_at_the_path);
+  CU_ADD_TEST(s, test_a_bucketed_param_file_is_checked_against_the_largest_bucket);
   CU_ADD_TEST(s, test_load_file_that_does_not_exist_is_io_error);
   CU_ADD_TEST(s, test_every_example_spec_loads_and_builds_every_bucket);
   return test_run_all();

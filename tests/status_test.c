@@ -1,4 +1,7 @@
 /* status_test.c: status names and texts, detail messages, backend names, device lookup. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "runtime/error.h"
@@ -31,17 +34,66 @@ static void test_unknown_status_has_generic_name(void) {
   CU_ASSERT_STRING_EQUAL(recap_status_string((recap_status)-999), "unknown status");
 }
 
-static void test_fail_records_location_and_message(void) {
+/* By default a message is what the user reads: no recap function or source line in it. */
+static void test_fail_records_the_message_without_code_location_by_default(void) {
+  unsetenv("RECAP_ERROR_LOCATIONS");
   recap_status st = RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "bad %s %d", "size", 7);
   CU_ASSERT_EQUAL(st, RECAP_STATUS_INVALID_ARGUMENT);
-  CHECK_ERROR_MENTIONS("bad size 7");
-  CHECK_ERROR_MENTIONS("status_test.c:");
-  CHECK_ERROR_MENTIONS("test_fail_records_location_and_message");
+  CU_ASSERT_STRING_EQUAL(recap_last_error(), "bad size 7");
+  setenv("RECAP_ERROR_LOCATIONS", "0", 1);
+  RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "bad %s %d", "size", 8);
+  CU_ASSERT_STRING_EQUAL(recap_last_error(), "bad size 8");
+  unsetenv("RECAP_ERROR_LOCATIONS");
+}
+
+/* RECAP_ERROR_LOCATIONS=1: the function and file:line that failed come first, for developers. */
+static void test_fail_records_location_and_message_when_asked(void) {
+  setenv("RECAP_ERROR_LOCATIONS", "1", 1);
+  recap_status st = RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "bad %s %d", "size", 7);
+  unsetenv("RECAP_ERROR_LOCATIONS");
+  CU_ASSERT_EQUAL(st, RECAP_STATUS_INVALID_ARGUMENT);
+  char want[256];
+  snprintf(want, sizeof want, "%s (status_test.c:%d): bad size 7", __func__, __LINE__ - 4);
+  CU_ASSERT_STRING_EQUAL(recap_last_error(), want);
   recap__error_context(st, "op '%s': ", "ffn1");
   CU_ASSERT_EQUAL(strncmp(recap_last_error(), "op 'ffn1': ", 11), 0);
   CHECK_ERROR_MENTIONS("bad size 7");
   recap_clear_error();
   CU_ASSERT_STRING_EQUAL(recap_last_error(), "");
+}
+
+/* A failure whose complete text does not fit the message (a spec's whole error list) keeps it
+ * for recap_last_error_full() until the next failure, with the same context in front. */
+static void *fail_with_full_text(void *unused) {
+  (void)unused;
+  recap__fail_plain(RECAP_STATUS_SPEC_ERROR, "first");
+  recap__set_full_error(strdup("first\nsecond")); /* freed when this thread exits */
+  return strcmp(recap_last_error_full(), "first\nsecond") == 0 ? (void *)1 : NULL;
+}
+
+static void test_full_text_of_a_failure_is_kept_until_the_next_failure(void) {
+  recap__fail_plain(RECAP_STATUS_SPEC_ERROR, "a.yaml:1:1: error: one");
+  CU_ASSERT_STRING_EQUAL(recap_last_error_full(), "a.yaml:1:1: error: one");
+  recap__set_full_error(strdup("a.yaml:1:1: error: one\na.yaml:2:1: error: two"));
+  CU_ASSERT_STRING_EQUAL(recap_last_error(), "a.yaml:1:1: error: one");
+  CU_ASSERT_STRING_EQUAL(recap_last_error_full(),
+                         "a.yaml:1:1: error: one\na.yaml:2:1: error: two");
+  recap__error_context(RECAP_STATUS_SPEC_ERROR, "loading '%s': ", "a.yaml");
+  CU_ASSERT_STRING_EQUAL(recap_last_error(), "loading 'a.yaml': a.yaml:1:1: error: one");
+  CU_ASSERT_STRING_EQUAL(recap_last_error_full(),
+                         "loading 'a.yaml': a.yaml:1:1: error: one\na.yaml:2:1: error: two");
+  /* Per thread: another thread's text is its own. */
+  pthread_t thread;
+  void *ok = NULL;
+  CU_ASSERT_EQUAL_FATAL(pthread_create(&thread, NULL, fail_with_full_text, NULL), 0);
+  pthread_join(thread, &ok);
+  CU_ASSERT_PTR_NOT_NULL(ok);
+  CU_ASSERT_PTR_NOT_NULL(strstr(recap_last_error_full(), "two"));
+  RECAP_FAIL(RECAP_STATUS_IO_ERROR, "other");
+  CU_ASSERT_STRING_EQUAL(recap_last_error_full(), "other");
+  recap__set_full_error(strdup("other, in full"));
+  recap_clear_error();
+  CU_ASSERT_STRING_EQUAL(recap_last_error_full(), "");
 }
 
 static void test_long_messages_are_truncated_not_overflowed(void) {
@@ -109,7 +161,9 @@ int main(void) {
   CU_pSuite s = test_add_suite("status", NULL, NULL);
   CU_ADD_TEST(s, test_every_status_has_a_distinct_name_and_text);
   CU_ADD_TEST(s, test_unknown_status_has_generic_name);
-  CU_ADD_TEST(s, test_fail_records_location_and_message);
+  CU_ADD_TEST(s, test_fail_records_the_message_without_code_location_by_default);
+  CU_ADD_TEST(s, test_fail_records_location_and_message_when_asked);
+  CU_ADD_TEST(s, test_full_text_of_a_failure_is_kept_until_the_next_failure);
   CU_ADD_TEST(s, test_long_messages_are_truncated_not_overflowed);
   CU_ADD_TEST(s, test_backend_names_parse_both_ways);
   CU_ADD_TEST(s, test_host_backend_always_available);

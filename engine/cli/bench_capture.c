@@ -60,7 +60,7 @@ static void usage(FILE *out) {
           "buckets, %s).\n\n"
           "  --device D         cuda or host (default: cuda when there is a GPU)\n"
           "  --ops N            ops in the generated chain\n"
-          "  --buckets N        buckets of the bucketed spec: B = 1, 2, ..., N\n"
+          "  --buckets N        buckets of the bucketed spec: B = 1, 2, ..., N (N <= %d)\n"
           "  --bucket-spec F    the spec captured with N buckets (its batch dim must be B; "
           "default:\n                     the built-in copy of %s)\n"
           "  --repeats N        pipelines created and captured for the first measurement "
@@ -68,7 +68,8 @@ static void usage(FILE *out) {
           "host)\n"
           "  --json FILE        write the results as JSON\n",
           CUDA_OPS, TARGET_CAPTURE_MS, TARGET_UPDATE_MS, CUDA_BUCKETS, TARGET_BUCKETS_MS, HOST_OPS,
-          HOST_BUCKETS, HOST_BUCKET_DIMS, DEFAULT_BUCKET_SPEC, CUDA_REPEATS, HOST_REPEATS);
+          HOST_BUCKETS, HOST_BUCKET_DIMS, RECAP_MAX_BUCKETS, DEFAULT_BUCKET_SPEC, CUDA_REPEATS,
+          HOST_REPEATS);
 }
 
 typedef struct {
@@ -89,7 +90,7 @@ static int parse_args(int argc, char **argv, capture_args *a) {
       if (m < 0 || !cli_parse_int(CMD, "--ops", v, 2, 100000, &a->ops)) return CLI_EXIT_USAGE;
       a->ops_set = true;
     } else if ((m = cli_flag(CMD, argc, argv, &i, "--buckets", &v)) != 0) {
-      if (m < 0 || !cli_parse_int(CMD, "--buckets", v, 1, 1024, &a->buckets))
+      if (m < 0 || !cli_parse_int(CMD, "--buckets", v, 1, RECAP_MAX_BUCKETS, &a->buckets))
         return CLI_EXIT_USAGE;
       a->buckets_set = true;
     } else if ((m = cli_flag(CMD, argc, argv, &i, "--repeats", &v)) != 0) {

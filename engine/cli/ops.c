@@ -43,6 +43,11 @@ static void format_default(const recap_attr_def *a, char *buf, size_t size) {
       return;
     }
     case RECAP_ATTR_DTYPE: {
+      /* The loader gives every optional dtype attribute the spec's dtype (spec.c). */
+      if (!a->required) {
+        snprintf(buf, size, "spec's");
+        return;
+      }
       const char *name = recap_dtype_name((recap_dtype)(int)a->default_value);
       snprintf(buf, size, "%s", name ? name : "?");
       return;
@@ -72,7 +77,8 @@ static void print_wrapped(const char *text, int indent, int width) {
 }
 
 static void print_op(const recap_op_def *def) {
-  printf("%s\n  %s\n", def->name, def->summary);
+  printf("%s\n ", def->name);
+  print_wrapped(def->summary, 1, 100);
   printf("  inputs:     ");
   int n = 0;
   for (const char *const *in = def->input_names; in && *in; in++, n++) {
