@@ -573,9 +573,12 @@ static void parse_tensor(loader *L, const recap__yaml_node *k, const recap__yaml
   }
   init->std = t->role == RECAP_ROLE_PARAM ? 0.02 : 1.0;
   init->high = 1.0;
-  if (init->kind == RECAP_INIT_NORMAL && !recap_dtype_is_float(t->dtype)) {
-    ERR(L, in ? in->pos : t->pos, "%s: init normal needs a float dtype, not %s", what,
-        recap_dtype_name(t->dtype));
+  /* The random fills draw floats; integer tensors take zeros, ones, value or a file. */
+  if ((init->kind == RECAP_INIT_NORMAL || init->kind == RECAP_INIT_UNIFORM) &&
+      !recap_dtype_is_float(t->dtype)) {
+    ERR(L, in ? in->pos : t->pos,
+        "%s: init %s needs a float dtype, not %s (integer tensors: zeros, ones, value or file)",
+        what, init->kind == RECAP_INIT_NORMAL ? "normal" : "uniform", recap_dtype_name(t->dtype));
     ok = false;
   }
   static const struct {

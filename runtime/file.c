@@ -25,27 +25,25 @@ recap_status recap__file_open_regular_fd(const char *path, const char *what, int
   *fd = -1;
   int d = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (d < 0)
-    return recap__fail_plain(RECAP_STATUS_IO_ERROR, "cannot open %s '%s': %s", what, path,
-                             strerror(errno));
+    return RECAP_FAIL(RECAP_STATUS_IO_ERROR, "cannot open %s '%s': %s", what, path,
+                      strerror(errno));
   struct stat st;
   if (fstat(d, &st) != 0) {
     int e = errno;
     close(d);
-    return recap__fail_plain(RECAP_STATUS_IO_ERROR, "cannot stat %s '%s': %s", what, path,
-                             strerror(e));
+    return RECAP_FAIL(RECAP_STATUS_IO_ERROR, "cannot stat %s '%s': %s", what, path, strerror(e));
   }
   if (!S_ISREG(st.st_mode)) {
     close(d);
-    return recap__fail_plain(RECAP_STATUS_IO_ERROR, "%s '%s' is %s, not a regular file", what,
-                             path, kind_of(st.st_mode));
+    return RECAP_FAIL(RECAP_STATUS_IO_ERROR, "%s '%s' is %s, not a regular file", what, path,
+                      kind_of(st.st_mode));
   }
   /* Regular files never block; clearing the flag keeps later reads plain anyway. */
   int flags = fcntl(d, F_GETFL);
   if (flags < 0 || fcntl(d, F_SETFL, flags & ~O_NONBLOCK) != 0) {
     int e = errno;
     close(d);
-    return recap__fail_plain(RECAP_STATUS_IO_ERROR, "cannot read %s '%s': %s", what, path,
-                             strerror(e));
+    return RECAP_FAIL(RECAP_STATUS_IO_ERROR, "cannot read %s '%s': %s", what, path, strerror(e));
   }
   *fd = d;
   *size = (uint64_t)st.st_size;
@@ -62,8 +60,7 @@ recap_status recap__file_open_regular(const char *path, const char *what, FILE *
   if (!f) {
     int e = errno;
     close(fd);
-    return recap__fail_plain(RECAP_STATUS_IO_ERROR, "cannot read %s '%s': %s", what, path,
-                             strerror(e));
+    return RECAP_FAIL(RECAP_STATUS_IO_ERROR, "cannot read %s '%s': %s", what, path, strerror(e));
   }
   *out = f;
   return RECAP_OK;

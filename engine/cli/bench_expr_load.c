@@ -2,20 +2,21 @@
  * bench-capture`.
  *
  * Eight expr ops (each in0 * sigmoid(g) + k) against a chain of the same shape written as 24
- * library ops (sigmoid, mul, scale) run unfused: creating the expr pipeline with a warm disk cache of compiled
- * kernels may cost at most 20 ms more than creating the library-op one (issue 7's budget;
- * it was a unit test until a sanitizer run showed it is a speed target, not behaviour). The
+ * library ops (sigmoid, mul, scale) run unfused: creating the expr pipeline with a warm disk cache
+ * of compiled kernels may cost at most 20 ms more than creating the library-op one (issue 7's
+ * budget; it was a unit test until a sanitizer run showed it is a speed target, not behaviour). The
  * cache lives in a fresh folder (RECAP_CACHE_DIR) for the measurement, so the first create
  * is truly cold; the folder is removed afterwards. tests/pipeline_expr_test.c checks the
  * behaviour behind it: a warm create compiles nothing.
  */
+#include "engine/cli/bench_expr_load.h"
+
 #include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "engine/cli/bench_expr_load.h"
 #include "engine/cli/cli.h"
 #include "runtime/text.h"
 
@@ -33,9 +34,9 @@ static bool load_specs(recap__text *exprs, recap__text *ops) {
   for (int k = 0; ok && k < EXPR_OPS; ++k) {
     char in[16] = "x";
     if (k > 0) snprintf(in, sizeof in, "h%d", k - 1);
-    ok = recap__text_put(exprs,
-                         "  - {op: expr, in: [%s, g], out: h%d, expr: \"in0 * sigmoid(g) + %d.0\"}\n",
-                         in, k, k) &&
+    ok = recap__text_put(
+             exprs, "  - {op: expr, in: [%s, g], out: h%d, expr: \"in0 * sigmoid(g) + %d.0\"}\n",
+             in, k, k) &&
          recap__text_put(ops,
                          "  - {op: sigmoid, in: [g], out: s%d}\n"
                          "  - {op: mul, in: [%s, s%d], out: m%d}\n"
