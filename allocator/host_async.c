@@ -30,14 +30,18 @@ recap_status recap__host_async_alloc(void *ctx, size_t bytes, recap_stream *stre
   if (bytes == 0 || bytes > SIZE_MAX / 2)
     return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "stream-ordered allocation of %zu bytes",
                       bytes);
-  /* The device's capacity applies as to any allocation. */
+  /* The device's capacity applies as to any allocation, and what the pool holds counts
+   * against it: the backend's free bytes know only its own allocations. */
   size_t free_bytes = 0, total = 0;
   RECAP_TRY(rt->backend->mem_get_info(rt->device, &free_bytes, &total));
   size_t size = rounded(bytes);
-  if (size > free_bytes)
+  size_t pooled = atomic_load(&reserved_now);
+  size_t available = free_bytes > pooled ? free_bytes - pooled : 0;
+  if (size > available)
     return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY,
-                      "stream-ordered allocation of %zu bytes: %zu bytes free on the host device",
-                      bytes, free_bytes);
+                      "stream-ordered allocation of %zu bytes: %zu bytes free on the host device "
+                      "(%zu of its %zu bytes held by the stream-ordered pool)",
+                      bytes, available, pooled, total);
   char *p = aligned_alloc(ALIGNMENT, size + ALIGNMENT);
   if (!p)
     return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "stream-ordered allocation of %zu bytes", bytes);
