@@ -418,23 +418,21 @@ EOF
 expect 0 "run --save-tensors" -- "$recap" run "$specs/elementwise_chain.yaml" --device host \
   --iters 1 --warmup 0 --seed 9 --save-tensors "$tmp/chain.safetensors"
 python3 - "$tmp/chain.safetensors" <<'EOF' || fail "--save-tensors: bad file or wrong data"
-import json, math, struct, sys
-blob = open(sys.argv[1], "rb").read()
-n = struct.unpack("<Q", blob[:8])[0]
-header = json.loads(blob[8:8 + n])
-data = blob[8 + n:]
+import math, os
+import sys
+sys.path.insert(0, "tests")
+from safetensors_tensors import load
+header, tensor = load(sys.argv[1])
 entries = sorted((v["data_offsets"], k) for k, v in header.items() if k != "__metadata__")
 pos = 0
 for (begin, end), name in entries:
     assert begin == pos, f"{name} starts at {begin}, expected {pos}"
     pos = end
-assert pos == len(data), f"data_offsets cover {pos} bytes of {len(data)}"
+data_bytes = os.path.getsize(sys.argv[1]) - 8 - int.from_bytes(open(sys.argv[1], "rb").read(8), "little")
+assert pos == data_bytes, f"data_offsets cover {pos} bytes of {data_bytes}"
 for k in ("x", "bias", "gain", "y"):
     assert header[k]["dtype"] == "F32" and header[k]["shape"] == [4096], header[k]
-def tensor(name):
-    b, e = header[name]["data_offsets"]
-    return struct.unpack(f"<{(e - b) // 4}f", data[b:e])
-x, bias, gain, y = (tensor(k) for k in ("x", "bias", "gain", "y"))
+x, bias, gain, y = (tensor(k)[1] for k in ("x", "bias", "gain", "y"))
 assert any(v != 0 for v in x), "inputs are all zero"
 h = list(x)
 for step in range(25):  # the spec: (add bias, mul gain, tanh, scale 1.5) x 25
@@ -465,15 +463,13 @@ for batch in 2 4; do
     "$tmp/bucketed_file/spec.yaml" --iters 1 --warmup 0 --dim B=$batch \
     --save-tensors "$tmp/bucketed_file/$batch.safetensors"
   python3 - "$tmp/bucketed_file/$batch.safetensors" "$tmp/bucketed_file/w.bin" $batch <<'EOF' ||
-import json, struct, sys
-blob = open(sys.argv[1], "rb").read()
-n = struct.unpack("<Q", blob[:8])[0]
-header, data = json.loads(blob[8:8 + n]), blob[8 + n:]
-def tensor(name):
-    b, e = header[name]["data_offsets"]
-    return header[name]["shape"], struct.unpack(f"<{(e - b) // 4}f", data[b:e])
+import struct
+import sys
+sys.path.insert(0, "tests")
+from safetensors_tensors import load
+header, tensor = load(sys.argv[1])
 rows = int(sys.argv[3])
-w_file = struct.unpack("<12f", open(sys.argv[2], "rb").read())
+w_file = list(struct.unpack("<12f", open(sys.argv[2], "rb").read()))
 shape, w = tensor("w")
 assert shape == [rows, 3] and w == w_file[:3 * rows], (shape, w)
 _, x = tensor("x")
@@ -516,20 +512,16 @@ expect 0 "run honours input inits" -- "$recap" run "$tmp/inits/inits.yaml" --ite
   --dim B=3 --seed 4 --save-tensors "$tmp/inits.safetensors"
 grep -q "u .*uniform \[5, 6)" "$tmp/out" || fail "run does not say how it filled input u"
 python3 - "$tmp/inits.safetensors" "$tmp/inits/f.bin" <<'EOF' || fail "run: inputs ignore their init"
-import json, struct, sys
-blob = open(sys.argv[1], "rb").read()
-n = struct.unpack("<Q", blob[:8])[0]
-header, data = json.loads(blob[8:8 + n]), blob[8 + n:]
-def tensor(name):
-    h = header[name]
-    b, e = h["data_offsets"]
-    code = {"F32": "f", "I32": "i"}[h["dtype"]]
-    return h["shape"], struct.unpack(f"<{(e - b) // 4}{code}", data[b:e])
-f_file = struct.unpack("<32f", open(sys.argv[2], "rb").read())
-shape, ids = tensor("ids"); assert shape == [3] and ids == (0, 0, 0), ids
-_, tok = tensor("tok"); assert tok == (3, 3, 3), tok
-_, c = tensor("c"); assert c == (2.5,) * 24, c
-_, z = tensor("z"); assert z == (0.0,) * 24, z
+import struct
+import sys
+sys.path.insert(0, "tests")
+from safetensors_tensors import load
+header, tensor = load(sys.argv[1])
+f_file = list(struct.unpack("<32f", open(sys.argv[2], "rb").read()))
+shape, ids = tensor("ids"); assert shape == [3] and ids == [0, 0, 0], ids
+_, tok = tensor("tok"); assert tok == [3, 3, 3], tok
+_, c = tensor("c"); assert c == [2.5] * 24, c
+_, z = tensor("z"); assert z == [0.0] * 24, z
 shape, f = tensor("f"); assert shape == [3, 8] and f == f_file[:24], f
 _, u = tensor("u"); assert all(5 <= v < 6 for v in u) and len(set(u)) > 20, u
 _, nn = tensor("n"); assert all(97.5 < v < 102.5 for v in nn) and len(set(nn)) > 20, nn
@@ -564,15 +556,10 @@ EOF
 expect 0 "run --save-tensors with state" -- "$recap" run "$tmp/save_state.yaml" --iters 1 \
   --warmup 0 --dim B=1 --save-tensors "$tmp/save_state.safetensors"
 python3 - "$tmp/save_state.safetensors" <<'EOF' || fail "--save-tensors: states or scalars missing or wrong"
-import json, struct, sys
-blob = open(sys.argv[1], "rb").read()
-n = struct.unpack("<Q", blob[:8])[0]
-header, data = json.loads(blob[8:8 + n]), blob[8 + n:]
-def tensor(name):
-    h = header[name]
-    b, e = h["data_offsets"]
-    code = {"F32": "f", "I32": "i"}[h["dtype"]]
-    return h["shape"], list(struct.unpack(f"<{(e - b) // 4}{code}", data[b:e]))
+import sys
+sys.path.insert(0, "tests")
+from safetensors_tensors import load
+header, tensor = load(sys.argv[1])
 shape, pos = tensor("pos")
 assert shape == [1] and pos == [2], (shape, pos)
 shape, cache = tensor("cache")

@@ -57,47 +57,6 @@ static void debug_env(const char *launch_blocking, const char *sync_debug) {
   recap__debug_reload_env();
 }
 
-/* ---- stderr capture ---- */
-
-static char capture_path[PATH_MAX];
-static int saved_stderr = -1;
-
-static void stderr_capture_begin(void) {
-  const char *dir = getenv("TEST_TMPDIR");
-  snprintf(capture_path, sizeof capture_path, "%s/debug_stderr.XXXXXX", dir && *dir ? dir : "/tmp");
-  int fd = mkstemp(capture_path);
-  CU_ASSERT_FATAL(fd >= 0);
-  fflush(stderr);
-  saved_stderr = dup(STDERR_FILENO);
-  CU_ASSERT_FATAL(saved_stderr >= 0);
-  CU_ASSERT_FATAL(dup2(fd, STDERR_FILENO) >= 0);
-  close(fd);
-}
-
-/* Restores stderr and returns what was written to it (caller frees). */
-static char *stderr_capture_end(void) {
-  fflush(stderr);
-  dup2(saved_stderr, STDERR_FILENO);
-  close(saved_stderr);
-  saved_stderr = -1;
-  FILE *f = fopen(capture_path, "r");
-  CU_ASSERT_PTR_NOT_NULL_FATAL(f);
-  size_t cap = 1 << 16, n = 0;
-  char *text = malloc(cap);
-  CU_ASSERT_PTR_NOT_NULL_FATAL(text);
-  n = fread(text, 1, cap - 1, f);
-  text[n] = '\0';
-  fclose(f);
-  unlink(capture_path);
-  return text;
-}
-
-static int count_occurrences(const char *text, const char *needle) {
-  int count = 0;
-  for (const char *p = strstr(text, needle); p; p = strstr(p + 1, needle)) count++;
-  return count;
-}
-
 /* ---- host "kernels" ---- */
 
 typedef struct {
@@ -200,11 +159,11 @@ static void test_launch_blocking_rejects_a_null_stream(void) {
 }
 
 static void test_launch_blocking_bad_value_warns_and_stays_off(void) {
-  stderr_capture_begin();
+  test_stderr_capture_begin();
   debug_env("maybe", NULL); /* yes/no, true/false and on/off are accepted (runtime/env.h) */
-  char *text = stderr_capture_end();
-  CU_ASSERT_EQUAL(count_occurrences(text, "RECAP_LAUNCH_BLOCKING='maybe'"), 1);
-  CU_ASSERT_EQUAL(count_occurrences(text, "\n"), 1);
+  char *text = test_stderr_capture_end();
+  CU_ASSERT_EQUAL(test_count_occurrences(text, "RECAP_LAUNCH_BLOCKING='maybe'"), 1);
+  CU_ASSERT_EQUAL(test_count_occurrences(text, "\n"), 1);
   free(text);
   launch_failing(stream);
   CHECK_OK(recap__after_launch(stream, "ffn1")); /* off: no wait, so no fault reported */
@@ -215,9 +174,9 @@ static void test_launch_blocking_bad_value_warns_and_stays_off(void) {
 
 static void test_sync_debug_off_prints_nothing(void) {
   debug_env(NULL, NULL);
-  stderr_capture_begin();
+  test_stderr_capture_begin();
   recap_status st = recap_stream_synchronize(stream);
-  char *text = stderr_capture_end();
+  char *text = test_stderr_capture_end();
   CHECK_OK(st);
   CU_ASSERT_STRING_EQUAL(text, "");
   free(text);
@@ -228,11 +187,11 @@ static void test_sync_debug_warn_names_each_synchronizing_call(void) {
   recap_event *event = NULL;
   CHECK_OK(recap_event_create(host0, RECAP_EVENT_DEFAULT, &event));
   CHECK_OK(recap_event_record(event, stream));
-  stderr_capture_begin();
+  test_stderr_capture_begin();
   recap_status stream_st = recap_stream_synchronize(stream);
   recap_status event_st = recap_event_synchronize(event);
   recap_status device_st = recap_device_synchronize(host0);
-  char *text = stderr_capture_end();
+  char *text = test_stderr_capture_end();
   CHECK_OK(stream_st);
   CHECK_OK(event_st);
   CHECK_OK(device_st);
@@ -246,14 +205,14 @@ static void test_sync_debug_warn_names_each_synchronizing_call(void) {
 
 static void test_sync_debug_warn_stops_after_100_warnings(void) {
   debug_env(NULL, "warn");
-  stderr_capture_begin();
+  test_stderr_capture_begin();
   recap_status st = RECAP_OK;
   for (int i = 0; i < 250 && st == RECAP_OK; i++) st = recap__sync_debug_check("loop_copy");
-  char *text = stderr_capture_end();
+  char *text = test_stderr_capture_end();
   CHECK_OK(st);
-  CU_ASSERT_EQUAL(count_occurrences(text, "synchronizing call loop_copy\n"), 100);
-  CU_ASSERT_EQUAL(count_occurrences(text, "further warnings are suppressed"), 1);
-  CU_ASSERT_EQUAL(count_occurrences(text, "\n"), 101);
+  CU_ASSERT_EQUAL(test_count_occurrences(text, "synchronizing call loop_copy\n"), 100);
+  CU_ASSERT_EQUAL(test_count_occurrences(text, "further warnings are suppressed"), 1);
+  CU_ASSERT_EQUAL(test_count_occurrences(text, "\n"), 101);
   free(text);
 }
 
@@ -273,13 +232,13 @@ static void test_sync_debug_error_refuses_and_names_the_call(void) {
 }
 
 static void test_sync_debug_bad_value_warns_once_and_stays_off(void) {
-  stderr_capture_begin();
+  test_stderr_capture_begin();
   debug_env(NULL, "loud");
   recap_status st = recap_stream_synchronize(stream);
-  char *text = stderr_capture_end();
+  char *text = test_stderr_capture_end();
   CHECK_OK(st);
-  CU_ASSERT_EQUAL(count_occurrences(text, "RECAP_SYNC_DEBUG='loud'"), 1);
-  CU_ASSERT_EQUAL(count_occurrences(text, "\n"), 1); /* and no sync warning */
+  CU_ASSERT_EQUAL(test_count_occurrences(text, "RECAP_SYNC_DEBUG='loud'"), 1);
+  CU_ASSERT_EQUAL(test_count_occurrences(text, "\n"), 1); /* and no sync warning */
   free(text);
 }
 

@@ -18,44 +18,6 @@
 /* Variable names no recap code reads, so the tests cannot change recap's behaviour. */
 #define VAR "RECAP_ENV_TEST_SWITCH"
 
-static char capture_path[PATH_MAX];
-static int saved_stderr = -1;
-
-static void stderr_capture_begin(void) {
-  const char *dir = getenv("TEST_TMPDIR");
-  snprintf(capture_path, sizeof capture_path, "%s/env_stderr.XXXXXX", dir && *dir ? dir : "/tmp");
-  int fd = mkstemp(capture_path);
-  CU_ASSERT_FATAL(fd >= 0);
-  fflush(stderr);
-  saved_stderr = dup(STDERR_FILENO);
-  CU_ASSERT_FATAL(saved_stderr >= 0);
-  CU_ASSERT_FATAL(dup2(fd, STDERR_FILENO) >= 0);
-  close(fd);
-}
-
-/* Restores stderr and returns what was written to it (caller frees). */
-static char *stderr_capture_end(void) {
-  fflush(stderr);
-  dup2(saved_stderr, STDERR_FILENO);
-  close(saved_stderr);
-  saved_stderr = -1;
-  FILE *f = fopen(capture_path, "r");
-  CU_ASSERT_PTR_NOT_NULL_FATAL(f);
-  char *text = calloc(1, 1 << 16);
-  CU_ASSERT_PTR_NOT_NULL_FATAL(text);
-  size_t n = fread(text, 1, (1 << 16) - 1, f);
-  text[n] = '\0';
-  fclose(f);
-  unlink(capture_path);
-  return text;
-}
-
-static int count_occurrences(const char *text, const char *needle) {
-  int count = 0;
-  for (const char *p = strstr(text, needle); p; p = strstr(p + 1, needle)) count++;
-  return count;
-}
-
 static void test_every_accepted_spelling_parses_in_any_case(void) {
   static const struct {
     const char *value;
@@ -63,7 +25,7 @@ static void test_every_accepted_spelling_parses_in_any_case(void) {
   } cases[] = {{"1", 1},    {"true", 1},  {"TRUE", 1}, {"True", 1}, {"yes", 1},
                {"YES", 1},  {"on", 1},    {"On", 1},   {"0", 0},    {"false", 0},
                {"False", 0}, {"no", 0},   {"NO", 0},   {"off", 0},  {"OFF", 0}};
-  stderr_capture_begin();
+  test_stderr_capture_begin();
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
     setenv(VAR, cases[i].value, 1);
     /* The default is the opposite of the answer, and -1, so it cannot pass by accident. */
@@ -75,13 +37,13 @@ static void test_every_accepted_spelling_parses_in_any_case(void) {
     CU_ASSERT_EQUAL(got_unset, cases[i].want);
   }
   unsetenv(VAR);
-  char *text = stderr_capture_end();
+  char *text = test_stderr_capture_end();
   CU_ASSERT_STRING_EQUAL(text, ""); /* accepted values print nothing */
   free(text);
 }
 
 static void test_unset_and_empty_give_the_default_silently(void) {
-  stderr_capture_begin();
+  test_stderr_capture_begin();
   unsetenv(VAR);
   CU_ASSERT_EQUAL(recap__env_bool(VAR, 1), 1);
   CU_ASSERT_EQUAL(recap__env_bool(VAR, 0), 0);
@@ -90,13 +52,13 @@ static void test_unset_and_empty_give_the_default_silently(void) {
   CU_ASSERT_EQUAL(recap__env_bool(VAR, 1), 1);
   CU_ASSERT_EQUAL(recap__env_bool(VAR, -1), -1);
   unsetenv(VAR);
-  char *text = stderr_capture_end();
+  char *text = test_stderr_capture_end();
   CU_ASSERT_STRING_EQUAL(text, "");
   free(text);
 }
 
 static void test_unknown_value_gives_the_default_and_warns_once_naming_the_variable(void) {
-  stderr_capture_begin();
+  test_stderr_capture_begin();
   setenv(VAR "_BAD", "maybe", 1);
   CU_ASSERT_EQUAL(recap__env_bool(VAR "_BAD", 1), 1);
   CU_ASSERT_EQUAL(recap__env_bool(VAR "_BAD", 0), 0);
@@ -106,10 +68,10 @@ static void test_unknown_value_gives_the_default_and_warns_once_naming_the_varia
   CU_ASSERT_EQUAL(recap__env_bool(VAR "_OTHER", 0), 0);
   unsetenv(VAR "_BAD");
   unsetenv(VAR "_OTHER");
-  char *text = stderr_capture_end();
-  CU_ASSERT_EQUAL(count_occurrences(text, "recap: warning: "), 2);
-  CU_ASSERT_EQUAL(count_occurrences(text, VAR "_BAD='maybe'"), 1);
-  CU_ASSERT_EQUAL(count_occurrences(text, VAR "_OTHER='enable'"), 1);
+  char *text = test_stderr_capture_end();
+  CU_ASSERT_EQUAL(test_count_occurrences(text, "recap: warning: "), 2);
+  CU_ASSERT_EQUAL(test_count_occurrences(text, VAR "_BAD='maybe'"), 1);
+  CU_ASSERT_EQUAL(test_count_occurrences(text, VAR "_OTHER='enable'"), 1);
   CU_ASSERT_PTR_NOT_NULL(strstr(text, "expected 1/0, true/false, yes/no or on/off"));
   free(text);
 }

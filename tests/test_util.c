@@ -2,10 +2,12 @@
 #include "tests/test_util.h"
 
 #include <dirent.h>
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "kernels/half.h"
 
@@ -47,6 +49,44 @@ CU_pSuite test_add_cuda_suite(const char *name, CU_InitializeFunc init, CU_Clean
         name, recap_backend_compiled(RECAP_BACKEND_CUDA) ? "no driver or GPU" : "host-only build");
   }
   return suite;
+}
+
+static char capture_path[PATH_MAX];
+static int saved_stderr = -1;
+
+void test_stderr_capture_begin(void) {
+  const char *dir = getenv("TEST_TMPDIR");
+  snprintf(capture_path, sizeof capture_path, "%s/stderr.XXXXXX", dir && *dir ? dir : "/tmp");
+  int fd = mkstemp(capture_path);
+  CU_ASSERT_FATAL(fd >= 0);
+  fflush(stderr);
+  saved_stderr = dup(STDERR_FILENO);
+  CU_ASSERT_FATAL(saved_stderr >= 0);
+  CU_ASSERT_FATAL(dup2(fd, STDERR_FILENO) >= 0);
+  close(fd);
+}
+
+char *test_stderr_capture_end(void) {
+  fflush(stderr);
+  dup2(saved_stderr, STDERR_FILENO);
+  close(saved_stderr);
+  saved_stderr = -1;
+  FILE *f = fopen(capture_path, "r");
+  CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+  const size_t cap = 1 << 16;
+  char *text = malloc(cap);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(text);
+  size_t n = fread(text, 1, cap - 1, f);
+  text[n] = '\0';
+  fclose(f);
+  unlink(capture_path);
+  return text;
+}
+
+int test_count_occurrences(const char *text, const char *needle) {
+  int count = 0;
+  for (const char *p = strstr(text, needle); p; p = strstr(p + 1, needle)) count++;
+  return count;
 }
 
 double test_scaled_seconds(double seconds) {

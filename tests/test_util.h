@@ -59,6 +59,13 @@ CU_pSuite test_add_suite(const char *name, CU_InitializeFunc init, CU_CleanupFun
 CU_pSuite test_add_cuda_suite(const char *name, CU_InitializeFunc init, CU_CleanupFunc cleanup);
 /* Whether a CUDA device is present (computed once). */
 int test_have_cuda(void);
+/* Sends this process's stderr to a temporary file until test_stderr_capture_end, which
+ * restores it and returns what was written (at most 64 KiB; the caller frees it). For
+ * checking recap's warnings. Not nestable. */
+void test_stderr_capture_begin(void);
+char *test_stderr_capture_end(void);
+/* How many times `needle` occurs in `text` (overlapping occurrences count). */
+int test_count_occurrences(const char *text, const char *needle);
 /* `seconds` times RECAP_TEST_TIME_SCALE (default 1; a number >= 1, anything else is warned
  * about and ignored). For the timeouts a test gives recap and for the deadlines after which it
  * calls a run hung, which must hold on loaded machines and under sanitizers (.bazelrc's asan
