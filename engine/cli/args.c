@@ -30,6 +30,18 @@ int cli_flag(const char *cmd, int argc, char **argv, int *i, const char *name, c
   return 1;
 }
 
+int cli_dim_flag(const char *cmd, int argc, char **argv, int *i, const char **dims, int *num_dims) {
+  const char *v = NULL;
+  int m = cli_flag(cmd, argc, argv, i, "--dim", &v);
+  if (m <= 0) return m;
+  if (*num_dims == CLI_MAX_DIMS) {
+    fprintf(stderr, "recap %s: at most %d --dim flags\n", cmd, CLI_MAX_DIMS);
+    return -1;
+  }
+  dims[(*num_dims)++] = v;
+  return 1;
+}
+
 bool cli_parse_int(const char *cmd, const char *flag, const char *text, long long lo, long long hi,
                    long long *out) {
   char *end = NULL;
@@ -103,13 +115,8 @@ int cli_run_flag(const char *cmd, int argc, char **argv, int *i, cli_run_flags *
   } else if ((m = cli_flag(cmd, argc, argv, i, "--warmup", &v)) != 0) {
     if (m < 0 || !cli_parse_int(cmd, "--warmup", v, 0, 1000000, &f->warmup)) return -1;
     f->warmup_set = true;
-  } else if ((m = cli_flag(cmd, argc, argv, i, "--dim", &v)) != 0) {
+  } else if ((m = cli_dim_flag(cmd, argc, argv, i, f->dims, &f->num_dims)) != 0) {
     if (m < 0) return -1;
-    if (f->num_dims == CLI_MAX_DIMS) {
-      fprintf(stderr, "recap %s: at most %d --dim flags\n", cmd, CLI_MAX_DIMS);
-      return -1;
-    }
-    f->dims[f->num_dims++] = v;
   } else if ((m = cli_flag(cmd, argc, argv, i, "--seed", &v)) != 0) {
     if (m < 0 || !cli_parse_u64(cmd, "--seed", v, &f->seed)) return -1;
     f->seed_set = true;

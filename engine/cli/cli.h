@@ -66,6 +66,9 @@ int cli_wants_help(int argc, char **argv);
  * the value), 0 when it is another argument, -1 (message printed) when the value is missing.
  * value may be NULL for a flag without a value ("--json"); "--json=x" is then an error. */
 int cli_flag(const char *cmd, int argc, char **argv, int *i, const char *name, const char **value);
+/* cli_flag for "--dim NAME=VALUE", which may repeat: appends the value to dims[*num_dims]
+ * (CLI_MAX_DIMS at most; one more is -1, message printed). */
+int cli_dim_flag(const char *cmd, int argc, char **argv, int *i, const char **dims, int *num_dims);
 /* Parses a whole decimal integer in [lo, hi]. False (message names the flag) otherwise. */
 bool cli_parse_int(const char *cmd, const char *flag, const char *text, long long lo, long long hi,
                    long long *out);

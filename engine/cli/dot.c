@@ -207,7 +207,7 @@ int cli_dot_main(int argc, char **argv) {
     usage(stdout);
     return CLI_EXIT_OK;
   }
-  const char *path = NULL, *device = NULL, *out_path = NULL, *base_dir = NULL, *dim = NULL;
+  const char *path = NULL, *device = NULL, *out_path = NULL, *base_dir = NULL;
   const char *dims[CLI_MAX_DIMS];
   int num_dims = 0;
   bool graph = false;
@@ -216,13 +216,8 @@ int cli_dot_main(int argc, char **argv) {
     if ((m = cli_flag(CMD, argc, argv, &i, "--graph", NULL)) != 0) {
       if (m < 0) return CLI_EXIT_USAGE;
       graph = true;
-    } else if ((m = cli_flag(CMD, argc, argv, &i, "--dim", &dim)) != 0) {
+    } else if ((m = cli_dim_flag(CMD, argc, argv, &i, dims, &num_dims)) != 0) {
       if (m < 0) return CLI_EXIT_USAGE;
-      if (num_dims == CLI_MAX_DIMS) {
-        fprintf(stderr, "recap %s: at most %d --dim flags\n", CMD, CLI_MAX_DIMS);
-        return CLI_EXIT_USAGE;
-      }
-      dims[num_dims++] = dim;
     } else if ((m = cli_flag(CMD, argc, argv, &i, "--device", &device)) != 0 ||
                (m = cli_flag(CMD, argc, argv, &i, "-o", &out_path)) != 0 ||
                (m = cli_flag(CMD, argc, argv, &i, "--base-dir", &base_dir)) != 0) {

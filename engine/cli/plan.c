@@ -38,13 +38,7 @@ int cli_plan_main(int argc, char **argv) {
   int num_dims = 0;
   bool no_fusion = false;
   for (int i = 0; i < argc; i++) {
-    const char *dim = NULL;
-    int m = cli_flag(CMD, argc, argv, &i, "--dim", &dim);
-    if (m > 0 && num_dims == CLI_MAX_DIMS) {
-      fprintf(stderr, "recap %s: at most %d --dim flags\n", CMD, CLI_MAX_DIMS);
-      return CLI_EXIT_USAGE;
-    }
-    if (m > 0) dims[num_dims++] = dim;
+    int m = cli_dim_flag(CMD, argc, argv, &i, dims, &num_dims);
     if (m == 0) m = cli_flag(CMD, argc, argv, &i, "--base-dir", &base_dir);
     if (m == 0 && (m = cli_flag(CMD, argc, argv, &i, "--no-fusion", NULL)) > 0) no_fusion = true;
     if (m < 0) return CLI_EXIT_USAGE;

@@ -274,13 +274,8 @@ int cli_serve_bench_main(int argc, char **argv) {
     } else if ((m = cli_flag(CMD, argc, argv, &i, "--seed", &v)) != 0) {
       if (m < 0 || !cli_parse_u64(CMD, "--seed", v, &seed_arg)) return CLI_EXIT_USAGE;
       seed_set = true;
-    } else if ((m = cli_flag(CMD, argc, argv, &i, "--dim", &v)) != 0) {
+    } else if ((m = cli_dim_flag(CMD, argc, argv, &i, dims, &num_dims)) != 0) {
       if (m < 0) return CLI_EXIT_USAGE;
-      if (num_dims == CLI_MAX_DIMS) {
-        fprintf(stderr, "recap %s: at most %d --dim flags\n", CMD, CLI_MAX_DIMS);
-        return CLI_EXIT_USAGE;
-      }
-      dims[num_dims++] = v;
     } else if ((m = cli_flag(CMD, argc, argv, &i, "--device", &device)) != 0 ||
                (m = cli_flag(CMD, argc, argv, &i, "--json", &json_path)) != 0 ||
                (m = cli_flag(CMD, argc, argv, &i, "--base-dir", &base_dir)) != 0) {
