@@ -22,13 +22,16 @@ fail() {
   failures=$((failures + 1))
 }
 
-# run NAME CMD...: runs a serve-bench command bounded by 120 s; sets $code and $out.
+# run NAME CMD...: runs a serve-bench command bounded by 120 s (times RECAP_TEST_TIME_SCALE,
+# as in tests/test_util.h); sets $code and $out.
+scale=${RECAP_TEST_TIME_SCALE:-1}
+limit=$((120 * ${scale%%.*}))
 run() {
   out=$tmp/$1.out
   shift
-  timeout 120 "$@" >"$out" 2>&1
+  timeout "$limit" "$@" >"$out" 2>&1
   code=$?
-  [ "$code" -eq 124 ] && echo "(hung: killed after 120 s)" >>"$out"
+  [ "$code" -eq 124 ] && echo "(hung: killed after $limit s)" >>"$out"
   cat "$out"
 }
 

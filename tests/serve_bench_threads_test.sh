@@ -13,13 +13,16 @@ spec=$2
 fault_spec=$3
 requests=${4:-100000}
 out=${TEST_TMPDIR:-/tmp}/serve_bench_threads.out
+# Hang deadlines stretch with RECAP_TEST_TIME_SCALE (sanitizer runs), as in tests/test_util.h.
+scale=${RECAP_TEST_TIME_SCALE:-1}
+limit=$((600 * ${scale%%.*}))
 start=$(date +%s)
-timeout 600 "$recap" serve-bench "$spec" --device host --threads 8 --requests "$requests" \
+timeout "$limit" "$recap" serve-bench "$spec" --device host --threads 8 --requests "$requests" \
   --seed 12345 >"$out" 2>&1
 code=$?
 cat "$out"
 echo "serve-bench took $(($(date +%s) - start)) s (exit $code)"
-[ "$code" -eq 124 ] && echo "FAIL: serve-bench hung (killed after 600 s)"
+[ "$code" -eq 124 ] && echo "FAIL: serve-bench hung (killed after $limit s)"
 if [ "$code" -ne 0 ]; then
   echo "FAIL: serve-bench exited with $code"
   exit 1
@@ -35,7 +38,7 @@ if grep -q "ThreadSanitizer" "$out"; then
 fi
 echo "PASS: 8 threads x $requests requests, every result checked"
 
-timeout 120 "$recap" serve-bench "$fault_spec" --device host --threads 8 --requests 100 \
+timeout $((120 * ${scale%%.*})) "$recap" serve-bench "$fault_spec" --device host --threads 8 --requests 100 \
   --seed 1 >"$out" 2>&1
 code=$?
 cat "$out"
