@@ -44,7 +44,7 @@ static op_kind kind_of(const recap_op_def *def) {
 }
 
 /* The activation of a linear that the fused kernel should apply instead: those cuBLASLt has
- * no epilogue for, which kernels/gemm_epilogue.cu applies in a second pass. NO_ACT else. */
+ * no epilogue for, which kernels/gemm/epilogue.cu applies in a second pass. NO_ACT else. */
 static int movable_activation(const recap__ir_op *op) {
   if (!op->def || strcmp(op->def->name, "linear") != 0) return NO_ACT;
   switch (op->attrs.act) {

@@ -27,7 +27,7 @@
  *
  * Tails of GEMMs and norms. A norm, and a GEMM without a usable epilogue, simply feed a group
  * (the group starts at their consumer). In addition, a linear whose activation cuBLASLt has no
- * epilogue for (gelu in its erf form, silu, sigmoid, tanh: kernels/gemm_epilogue.cu applies
+ * epilogue for (gelu in its erf form, silu, sigmoid, tanh: kernels/gemm/epilogue.cu applies
  * those in a second pass over the output) and whose output's one consumer is fusable hands
  * the activation to that consumer's group: the linear keeps its bias epilogue, and the
  * activation becomes the first node of the fused kernel, saving the second pass. The
@@ -44,7 +44,7 @@
  * precision.
  *
  * Residual adds. An `add` of a linear's output and another tensor (a skip connection) folds
- * into the linear as its residual input (kernels/gemm.h: out = x W^T + bias + residual, which
+ * into the linear as its residual input (kernels/gemm/gemm.h: out = x W^T + bias + residual, which
  * cuBLASLt computes as D = A B + C + bias with beta = 1, so the add costs no pass of its own)
  * when
  *   - the linear has a bias and no activation (cuBLASLt adds C before its activation; a

@@ -22,7 +22,7 @@
 #include <time.h>
 
 #include "engine/pipeline.h"
-#include "kernels/gemm.h"
+#include "kernels/gemm/gemm.h"
 #include "runtime/backend.h"
 #include "runtime/error.h"
 

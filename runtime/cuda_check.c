@@ -217,7 +217,7 @@ recap_status recap__cuda_fail_at(cudaError_t error, const char *expr, const char
 }
 
 /* cublasGetStatusName's answers, without calling into libcublas (which is loaded only on
- * first use, kernels/cuda_blas.h, and may not be when this runs). */
+ * first use, kernels/gemm/cuda_blas.h, and may not be when this runs). */
 static const char *cublas_status_name(int status) {
   switch (status) {
 #define NAME_(s) \

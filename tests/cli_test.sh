@@ -187,7 +187,7 @@ grep -q "stream: 1" "$specs/overlap_streams.yaml" && grep -q "stream: 2" "$specs
 grep -v "^#" "$specs/overlap_serial.yaml" | grep -q "stream:" && fail "overlap_serial.yaml uses a side stream"
 
 # ops lists the registry, without cuBLAS: the binary does not link it (it is opened on the
-# first GEMM on a GPU; kernels/cuda_blas.h).
+# first GEMM on a GPU; kernels/gemm/cuda_blas.h).
 ldd "$recap" | grep -q cublas && fail "recap links cuBLAS: $(ldd "$recap" | grep cublas)"
 expect 0 "ops" -- "$recap" ops
 for op in matmul softmax linear attention; do

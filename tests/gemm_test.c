@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/gemm.h"
+#include "kernels/gemm/gemm.h"
 #include "kernels/half.h"
 #include "kernels/op.h"
 #include "runtime/backend.h"
@@ -936,7 +936,7 @@ static bool mapped(const char *name) {
   return found;
 }
 
-/* cuBLAS and cuBLASLt (about 220 MB mapped) are opened on first use (kernels/cuda_blas.h),
+/* cuBLAS and cuBLASLt (about 220 MB mapped) are opened on first use (kernels/gemm/cuda_blas.h),
  * not when the process starts: before this test nothing here has run a GEMM on a GPU or asked
  * the libraries' versions. Asking the versions opens them, with every function resolved.
  * Needs no GPU. */
@@ -963,7 +963,7 @@ static void test_cuda_blas_versions_are_reported(void) {
   CU_ASSERT_EQUAL(v.cublaslt_version / 10000, CUBLAS_VER_MAJOR);
 }
 
-/* ---- CUDA: the skinny kernel (gemm_skinny.cu) ---------------------------------------------- */
+/* ---- CUDA: the skinny kernel (gemm/skinny.cu) ---------------------------------------------- */
 
 static const recap_dtype half_types[] = {RECAP_DTYPE_BF16, RECAP_DTYPE_F16};
 
@@ -1203,7 +1203,7 @@ static void test_cuda_skinny_chain_eager_and_replayed_matches_host(void) {
   }
 }
 
-/* ---- the Hopper kernel (gemm_hopper.cu) ---- */
+/* ---- the Hopper kernel (gemm/hopper.cu) ---- */
 
 /* Whether device 0 runs the Hopper kernel (compute capability 9.0); the tests below check
  * the routing either way and the kernel itself where it can run. */

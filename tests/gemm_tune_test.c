@@ -1,5 +1,5 @@
 /*
- * gemm_tune_test.c: the GEMM tuning cache (kernels/gemm_tune.h). On the host: the file's
+ * gemm_tune_test.c: the GEMM tuning cache (kernels/gemm/tune.h). On the host: the file's
  * round trip, and every kind of damage (corrupt, oversized, truncated, binary garbage, other
  * versions, unknown candidates) ignored with a warning naming file:line, never a crash; the
  * atomic write. With a GPU (RECAP_TUNE=1, kernels/cuda_gemm.c): the first run times every
@@ -14,8 +14,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "kernels/gemm.h"
-#include "kernels/gemm_tune.h"
+#include "kernels/gemm/gemm.h"
+#include "kernels/gemm/tune.h"
 #include "kernels/half.h"
 #include "kernels/op.h"
 #include "runtime/backend.h"

@@ -36,7 +36,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "kernels/gemm.h"
+#include "kernels/gemm/gemm.h"
 #include "kernels/half.h"
 #include "kernels/op.h"
 #include "runtime/backend.h"

@@ -1,7 +1,7 @@
 /*
  * bench_gemm_algos.c: searches cuBLASLt's configuration space beyond its heuristic list for
  * the four GEMMs of specs/transformer_block.yaml (B8 S128 D1024 F4096, fp16 in and out, f32
- * compute), laid out exactly as kernels/cuda_gemm.c calls them, and times every valid
+ * compute), laid out exactly as kernels/gemm/cuda_gemm.c calls them, and times every valid
  * configuration against the heuristic's first choice (the one recap runs). See
  * docs/perf/transformer_block.md, section 5.
  *

@@ -1,5 +1,5 @@
 /*
- * bench_hopper_gemm.c: times our Hopper GEMM (kernels/gemm_hopper.cu), every tile
+ * bench_hopper_gemm.c: times our Hopper GEMM (kernels/gemm/hopper.cu), every tile
  * configuration, against what recap runs without it (cuBLASLt, plus the epilogue pass for an
  * activation it cannot fuse), on the transformer block's four linears (fp16, B8 S128 D1024
  * F4096) and on large squares. GPU machine, CUDA builds only; see
@@ -18,7 +18,7 @@
 #include <string.h>
 
 #include "include/recap.h"
-#include "kernels/gemm.h"
+#include "kernels/gemm/gemm.h"
 #include "kernels/half.h"
 #include "kernels/op.h"
 #include "tools/bench_common.h"

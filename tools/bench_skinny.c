@@ -24,7 +24,7 @@
 #include <string.h>
 
 #include "include/recap.h"
-#include "kernels/gemm.h"
+#include "kernels/gemm/gemm.h"
 #include "kernels/half.h"
 #include "kernels/op.h"
 #include "tools/bench_common.h"
@@ -335,7 +335,7 @@ int main(int argc, char **argv) {
          weight_bytes / (1 << 20), floor_us);
 
   /* Direct configurations: pipe 1 is the register kernel (double-buffered), 2.. the
-   * bulk-copy shapes of gemm_skinny.cu (kBulkShapes: W rows per block x columns per stage x
+   * bulk-copy shapes of gemm/skinny.cu (kBulkShapes: W rows per block x columns per stage x
    * stages, columns of each W row prefetched into L2 under PDL: 2 = 16 x 512 x 3, 3 = 32 x
    * 1024 x 2, both 768). Each timed twice. */
   const variant variants[] = {

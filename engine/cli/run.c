@@ -7,7 +7,7 @@
 #include "engine/cli/cli.h"
 #include "engine/cli/safetensors.h"
 #include "engine/cli/tensors.h"
-#include "kernels/gemm_tune.h"
+#include "kernels/gemm/tune.h"
 
 static const char *const CMD = "run";
 

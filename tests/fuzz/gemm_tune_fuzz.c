@@ -1,6 +1,6 @@
 /*
  * gemm_tune_fuzz.c: libFuzzer target for the GEMM tuning cache's parser (recap__tune_parse,
- * kernels/gemm_tune.c), which reads a file others may edit or corrupt.
+ * kernels/gemm/tune_file.c), which reads a file others may edit or corrupt.
  *
  * Checked besides "no crash, no leak, no hang": parsing never fails on content (only on
  * memory); every loaded entry is valid, formats back to a line within the limit, and parses
@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/gemm_tune.h"
+#include "kernels/gemm/tune.h"
 #include "runtime/error.h"
 
 #define REQUIRE(cond, ...)                                               \

@@ -2,7 +2,7 @@
  * gemm.h: matmul and linear, the GEMM half of the op library (internal to kernels/).
  *
  * Two ops (gemm.c), one resolved description of the work (recap__gemm_plan), two backends:
- * gemm_host.c (a cache-blocked f32-accumulating loop, the reference) and cuda_gemm.c
+ * host.c (a cache-blocked f32-accumulating loop, the reference) and cuda_gemm.c
  * (cuBLASLt or cuBLAS, CUDA builds only).
  *
  *   matmul: inputs a, b, c?; attrs alpha (1), beta (0), trans_a, trans_b.
@@ -78,7 +78,7 @@ bool recap__gemm_operand_layout(int64_t rows, int64_t cols, int64_t rs, int64_t 
 /* The host reference (the defs' run_host): runs the plan on the calling thread. */
 recap_status recap__gemm_run_host(const recap_op_call *call);
 
-/* ---- environment settings (gemm_settings.c) ---- */
+/* ---- environment settings (settings.c) ---- */
 
 /* The GEMM environment variables, read ONCE (pthread_once) at the first GEMM, so the launch
  * path never calls getenv:
@@ -87,7 +87,7 @@ recap_status recap__gemm_run_host(const recap_op_call *call);
  *   RECAP_GEMM_SKINNY_PIPE=0   the skinny kernel without double-buffered loads
  *   RECAP_GEMM_SKINNY_WARPS=w  warps per block of the skinny kernel (1..16, power of two)
  *   RECAP_GEMM_HOPPER=0        shapes that would run our Hopper GEMM go to cuBLASLt
- *   RECAP_TUNE=0|1|2           tuning off / tune / cache only (kernels/gemm_tune.h)
+ *   RECAP_TUNE=0|1|2           tuning off / tune / cache only (tune.h)
  *   RECAP_TUNE_FILE=path       the tuning cache (default ./recap_tune.txt)
  * The =0 switches are boolean switches (runtime/env.h: false, no and off work too). Unknown
  * values keep the default. */
@@ -105,7 +105,7 @@ const recap__gemm_env *recap__gemm_env_get(void);
  * Not while GEMMs launch on other threads; a captured graph keeps what it captured. */
 void recap__gemm_env_reload(void);
 
-/* ---- switches (process-wide, read at each launch; public wrappers in gemm_settings.c) ---- */
+/* ---- switches (process-wide, read at each launch; public wrappers in settings.c) ---- */
 
 /* TF32 tensor-core math for f32 GEMMs on CUDA (off by default, like PyTorch's allow_tf32):
  * products round their inputs to 10 mantissa bits, so results differ from the host by ~1e-3
@@ -120,7 +120,7 @@ recap_gemm_library recap__gemm_library(void);
 
 /* ---- CUDA (cuda_gemm.c) ---- */
 
-/* The skinny kernel (gemm_skinny.cu). fits: whether the plan's shape, dtype, strides and
+/* The skinny kernel (skinny.cu). fits: whether the plan's shape, dtype, strides and
  * (when bound) alignments suit it. The launcher runs the plan on `cuda_stream` of `device`;
  * RECAP_STATUS_INVALID_ARGUMENT for a plan that does not fit, a CUDA error status when the
  * launch fails. */
@@ -139,7 +139,7 @@ recap_status recap__cuda_gemm_skinny_default(const recap__gemm_plan *p, int devi
 recap_status recap__cuda_gemm_skinny_config(const recap__gemm_plan *p, int device,
                                             void *cuda_stream, int warps, int pipe);
 
-/* Our Hopper GEMM (gemm_hopper.cu; sm_90a, devices of compute capability 9.0 only), with the
+/* Our Hopper GEMM (hopper.cu; sm_90a, devices of compute capability 9.0 only), with the
  * bias, every activation and the residual in its epilogue. fits: whether the plan's dtype,
  * shape, strides and (when bound) alignments suit it AND `device` can run it. configs: how
  * many tile configurations there are (0..configs-1, the tuning file's value); default: the one
@@ -174,7 +174,7 @@ recap_status recap__gemm_release_stream(void *cuda_stream);
  * that cannot be asked. Registered with the runtime (runtime/versions.h) at load. */
 void recap__gemm_blas_versions(int *cublas, int *cublaslt);
 
-/* Tuning checks (kernels/gemm_tune.cu), on `cuda_stream`: atomically raises *max_bits (the
+/* Tuning checks (tune_check.cu), on `cuda_stream`: atomically raises *max_bits (the
  * bits of a non-negative float, 0 to start) to the largest finite |x[i]| of `count` elements;
  * and adds to *mismatches the number of elements where got and ref differ by more than
  * rtol * max(|ref|, |got|) + atol_frac * max|ref| (read from *max_bits). NaN matches NaN and an
@@ -189,7 +189,7 @@ recap_status recap__cuda_gemm_tune_compare(const void *ref, const void *got, rec
 /* In place over the contiguous [rows, cols] output of a GEMM: out[r, c] = act(out[r, c] +
  * bias[c]) + residual[r, c] (bias, residual NULL: none; residual is contiguous [rows, cols]
  * and does not overlap out), in f32 math rounded once, on `cuda_stream`.
- * kernels/gemm_epilogue.cu. */
+ * kernels/gemm/epilogue.cu. */
 recap_status recap__cuda_gemm_bias_act(void *out, const void *bias, const void *residual,
                                        recap_dtype dtype, int64_t rows, int64_t cols,
                                        recap_activation act, void *cuda_stream);

@@ -25,7 +25,7 @@
  * bumps. cuBLASLt descriptors live on the stack (the *Init functions), not the heap. A miss
  * takes one lock (the process-wide table) and refills the thread's table.
  *
- * Tuning (RECAP_TUNE=1, like PyTorch's TunableOp; kernels/gemm_tune.h, docs/perf/tuning.md):
+ * Tuning (RECAP_TUNE=1, like PyTorch's TunableOp; kernels/gemm/tune.h, docs/perf/tuning.md):
  * the first eager launch of a problem outside capture looks the problem up in the tuning file
  * and, without an entry, times every candidate: cuBLASLt's heuristic list (up to 16), the
  * variants of its first 8 results (CTA swizzle, custom option, cluster shape: lt_variants) and
@@ -42,7 +42,7 @@
  *
  * Epilogues: bias, relu(+bias) and gelu_tanh(+bias) fuse into cuBLASLt's epilogue (its GELU
  * is the tanh approximation). gelu (erf form, PyTorch's default), silu, sigmoid and tanh run
- * the bias epilogue and then our in-place kernel (gemm_epilogue.cu). The cuBLAS path runs
+ * the bias epilogue and then our in-place kernel (epilogue.cu). The cuBLAS path runs
  * that kernel for bias and activation. A linear's residual is cuBLASLt's C (beta = 1: D = A B
  * + C + bias, one rounding) when there is no activation; after an activation, or after the
  * skinny kernel or cuBLAS, the epilogue kernel adds it.
@@ -50,13 +50,13 @@
  * Skinny GEMMs (the decode case: m <= 16, f16/bf16, x rows and W [N, K] rows with unit
  * stride along K and 16-byte aligned, K % 8 == 0, no batch, no c; a residual is added by the
  * epilogue kernel after it) run our own kernel
- * (gemm_skinny.cu) with bias and every activation fused, when cuBLASLt is the chosen library:
+ * (skinny.cu) with bias and every activation fused, when cuBLASLt is the chosen library:
  * cuBLASLt streams the weights at 70-75% of copy bandwidth there. Selecting plain cuBLAS
  * uses cuBLAS for every shape, and RECAP_GEMM_SKINNY=0 in the environment (read once per
  * process, gemm.h) sends skinny shapes to cuBLASLt too.
  *
  * Hopper GEMMs with an activation cuBLASLt cannot fuse (erf gelu, silu, sigmoid, tanh) run our
- * own wgmma kernel (gemm_hopper.cu) by default, on devices of compute capability 9.0, when the
+ * own wgmma kernel (hopper.cu) by default, on devices of compute capability 9.0, when the
  * shape fits it (f16/bf16, both operands K-major, no batch, no C): the activation and the
  * residual are in its epilogue, so there is no second pass over the output. Tuning times its
  * tile configurations against cuBLASLt's for every shape it fits. RECAP_GEMM_HOPPER=0 sends
@@ -71,10 +71,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/cuda_blas.h"
+#include "kernels/gemm/cuda_blas.h"
 #include "kernels/cuda_ops.h"
-#include "kernels/gemm.h"
-#include "kernels/gemm_tune.h"
+#include "kernels/gemm/gemm.h"
+#include "kernels/gemm/tune.h"
 #include "kernels/infer.h"
 #include "runtime/backend.h"
 #include "runtime/capture.h"
@@ -523,7 +523,7 @@ typedef struct {
   cublasLtMatmulDescOpaque_t desc;
   cublasLtMatrixLayoutOpaque_t la, lb, lcd;
   /* An activation cuBLASLt cannot fuse, or a residual after an activation, runs after it
-   * (gemm_epilogue.cu). */
+   * (epilogue.cu). */
   bool needs_kernel;
   const void *c; /* cuBLASLt's C: matmul's c, or a linear's residual when no activation */
   float beta;

@@ -1,5 +1,5 @@
 /* cuda_blas.c: opening cuBLAS and cuBLASLt on first use (cuda_blas.h). */
-#include "kernels/cuda_blas.h"
+#include "kernels/gemm/cuda_blas.h"
 
 #include <dlfcn.h>
 #include <limits.h>

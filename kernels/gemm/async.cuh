@@ -1,9 +1,9 @@
 /*
- * hopper_async.cuh: the sm_90 asynchronous-copy primitives our kernels share: mbarriers (a
+ * async.cuh: the sm_90 asynchronous-copy primitives our kernels share: mbarriers (a
  * shared-memory barrier whose phase completes when its arrivals AND the bytes it expects from
  * asynchronous copies have all come in), 1-D bulk copies and 2-D tensor (TMA) copies into
- * shared memory. The producer/consumer rings of the skinny GEMM (gemm_skinny.cu) and the
- * Hopper GEMM (gemm_hopper.cu) are built from these.
+ * shared memory. The producer/consumer rings of the skinny GEMM (skinny.cu) and the
+ * Hopper GEMM (hopper.cu) are built from these.
  *
  * Every function is a thin wrapper over one PTX instruction; the rules that matter are the
  * hardware's: an mbarrier's phase parity flips each time it completes, so a ring slot used for

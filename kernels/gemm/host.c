@@ -1,5 +1,5 @@
 /*
- * gemm_host.c: the host GEMM behind matmul and linear (the reference the CUDA path is tested
+ * host.c: the host GEMM behind matmul and linear (the reference the CUDA path is tested
  * against, and what host pipelines run).
  *
  * A cache-blocked loop in the GotoBLAS shape: for each block of NC output columns and MC rows,
@@ -21,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/gemm.h"
+#include "kernels/gemm/gemm.h"
 #include "kernels/half.h"
 #include "kernels/infer.h"
 #include "runtime/error.h"

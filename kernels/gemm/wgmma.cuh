@@ -1,5 +1,5 @@
 /*
- * hopper_wgmma.cuh: the sm_90a warpgroup matrix multiply (wgmma) that gemm_hopper.cu runs:
+ * wgmma.cuh: the sm_90a warpgroup matrix multiply (wgmma) that hopper.cu runs:
  * shared-memory matrix descriptors, the fence / commit / wait that order it, and
  * wgmma.mma_async m64nNk16 with f32 accumulators (recap__wgmma_m64k16<N, T>).
  *

@@ -3,9 +3,9 @@
  * backends run (recap__gemm_plan, see gemm.h), and the process-wide GEMM switches.
  *
  * Host-only C: the engine and the sanitizer builds use it without CUDA. The CUDA plumbing is
- * in cuda_gemm.c, the host loop in gemm_host.c.
+ * in cuda_gemm.c, the host loop in host.c.
  */
-#include "kernels/gemm.h"
+#include "kernels/gemm/gemm.h"
 
 #include <math.h>
 #include <stdatomic.h>

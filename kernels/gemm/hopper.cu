@@ -1,5 +1,5 @@
 /*
- * gemm_hopper.cu: our own GEMM for Hopper (sm_90a), for the shapes where cuBLASLt would need a
+ * hopper.cu: our own GEMM for Hopper (sm_90a), for the shapes where cuBLASLt would need a
  * second pass: out = act(alpha * x W^T + bias) + residual with the activation cuBLASLt has no
  * epilogue for (gelu in its erf form, silu, sigmoid, tanh) fused in, so the output is written
  * once instead of written, read and written again (docs/perf/transformer_block.md: the erf
@@ -37,9 +37,9 @@
 #include <atomic>
 
 #include "kernels/cuda_common.cuh"
-#include "kernels/gemm.h"
-#include "kernels/hopper_async.cuh"
-#include "kernels/hopper_wgmma.cuh"
+#include "kernels/gemm/gemm.h"
+#include "kernels/gemm/async.cuh"
+#include "kernels/gemm/wgmma.cuh"
 #include "runtime/cuda_check.h"
 
 namespace {

@@ -1,12 +1,12 @@
-/* gemm_settings.c: the public GEMM switches (include/recap.h), over the GEMM module's own, and
+/* settings.c: the public GEMM switches (include/recap.h), over the GEMM module's own, and
  * the GEMM environment variables (gemm.h), read once. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/gemm.h"
-#include "kernels/gemm_tune.h"
+#include "kernels/gemm/gemm.h"
+#include "kernels/gemm/tune.h"
 #include "runtime/env.h"
 
 void recap_gemm_set_allow_tf32(int allow) { recap__gemm_set_allow_tf32(allow != 0); }

@@ -1,6 +1,6 @@
 /*
- * gemm_tune.c: the GEMM tuning cache's table, file format, bounded parser, atomic writer and
- * counters (gemm_tune.h). Plain C: it builds and is tested without CUDA.
+ * tune_file.c: the GEMM tuning cache's table, file format, bounded parser, atomic writer and
+ * counters (tune.h). Plain C: it builds and is tested without CUDA.
  *
  * The file is text, one record per line (docs/perf/tuning.md has the full description):
  *
@@ -17,7 +17,7 @@
  * count under a versions line equal to the process's own: a new cuBLASLt, CUDA runtime or
  * GPU makes the old measurements meaningless.
  */
-#include "kernels/gemm_tune.h"
+#include "kernels/gemm/tune.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -28,7 +28,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "kernels/gemm.h"
+#include "kernels/gemm/gemm.h"
 #include "runtime/error.h"
 #include "runtime/file.h"
 

@@ -1,5 +1,5 @@
 /*
- * gemm_epilogue.cu: the part of a GEMM epilogue that cuBLASLt cannot fuse, applied in place
+ * epilogue.cu: the part of a GEMM epilogue that cuBLASLt cannot fuse, applied in place
  * to the GEMM's contiguous output: bias (cuBLAS path only), the activations cuBLASLt has no
  * epilogue for: gelu in its erf form (cuBLASLt's GELU is the tanh approximation), silu,
  * sigmoid and tanh, and a linear's residual where it must come after the activation or the
@@ -22,7 +22,7 @@
 #include <stdint.h>
 
 #include "kernels/cuda_common.cuh"
-#include "kernels/gemm.h"
+#include "kernels/gemm/gemm.h"
 #include "runtime/cuda_check.h"
 
 namespace {

@@ -1,5 +1,5 @@
 /*
- * gemm_skinny.cu: the skinny GEMM of the decode case, out[m, n] = act(alpha * x[m, :] .
+ * skinny.cu: the skinny GEMM of the decode case, out[m, n] = act(alpha * x[m, :] .
  * W[n, :] + bias[n]) for m <= 16, f16 or bf16 (f32 accumulate), W stored [N, K] with unit
  * stride along K (a linear layer's weight). cuBLASLt streams W at ~65% of copy bandwidth
  * here; two kernels follow (measurements in docs/perf/skinny_gemm.md): the register kernel
@@ -32,8 +32,8 @@
 #include <stdint.h>
 
 #include "kernels/cuda_common.cuh"
-#include "kernels/gemm.h"
-#include "kernels/hopper_async.cuh"
+#include "kernels/gemm/gemm.h"
+#include "kernels/gemm/async.cuh"
 #include "runtime/cuda_check.h"
 
 namespace {

@@ -1,5 +1,5 @@
 /*
- * gemm_tune.h: the GEMM tuning cache (internal to kernels/): what RECAP_TUNE chose for each
+ * tune.h: the GEMM tuning cache (internal to kernels/): what RECAP_TUNE chose for each
  * GEMM problem, kept in memory and in a text file that survives the process.
  *
  * This half is plain C and builds everywhere (the file format, its bounded parser and atomic
@@ -76,8 +76,8 @@ typedef struct {
 
 /* A candidate. LT: a cuBLASLt algorithm, named by its 9 configuration attributes (ALGO_ID,
  * TILE_ID, STAGES_ID, SPLITK_NUM, REDUCTION_SCHEME, CTA_SWIZZLING, CUSTOM_OPTION,
- * INNER_SHAPE_ID, CLUSTER_SHAPE_ID); SKINNY: gemm_skinny.cu with config {warps per block,
- * load scheme pipe 0..3 (see recap__cuda_gemm_skinny_default)}; HOPPER: gemm_hopper.cu with
+ * INNER_SHAPE_ID, CLUSTER_SHAPE_ID); SKINNY: skinny.cu with config {warps per block,
+ * load scheme pipe 0..3 (see recap__cuda_gemm_skinny_default)}; HOPPER: hopper.cu with
  * config {tile configuration 0..RECAP_TUNE_HOPPER_CONFIGS-1}. */
 typedef enum {
   RECAP_TUNE_CAND_LT = 1,
