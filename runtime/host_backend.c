@@ -21,7 +21,8 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* pthread, clock_gettime, sysconf(_SC_LEVEL2_...) under -std=c11 */
 #endif
-#include "runtime/host_backend.h"
+#include "runtime/host_fault.h"
+#include "runtime/host_graph.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -39,67 +40,10 @@
 enum {
   HOST_ALIGNMENT = 256, /* as cudaMalloc: enough for any vector load */
   REASON_CAPACITY = 512,
-  /* A host function's arguments are copied here, on the stack, when they fit: an op's call
-   * (recap_op_call, about 1.2 KB) does, so running a host graph node allocates nothing (a
-   * malloc+free per node per replay also moved the heap under a steady replay loop). */
-  LOCAL_ARGS_BYTES = 2048,
   ALLOCATION_BUCKETS = 1024,
 };
 
 static const char *const memory_env = "RECAP_HOST_MEMORY_BYTES";
-
-/* ------------------------------------------------------------------------------------------
- * Sticky fault
- * ---------------------------------------------------------------------------------------- */
-
-static pthread_mutex_t fault_lock = PTHREAD_MUTEX_INITIALIZER;
-static atomic_bool faulted;
-/* Written once, under fault_lock, before `faulted` is set; read only after it is seen set. */
-static char fault_message[1024];
-
-recap_status recap__host_check_fault(void) {
-  if (!atomic_load_explicit(&faulted, memory_order_acquire)) return RECAP_OK;
-  return recap__fail_plain(RECAP_STATUS_DEVICE_ERROR,
-                           "a host kernel failed earlier: %s; the host device is unusable, as a "
-                           "CUDA context is after a fault",
-                           fault_message);
-}
-
-static recap_status raise_fault(recap__host_fn fn, recap_status status) {
-  pthread_mutex_lock(&fault_lock);
-  if (!atomic_load_explicit(&faulted, memory_order_relaxed)) {
-    snprintf(fault_message, sizeof fault_message, "host function 0x%jx returned %s: %s",
-             (uintmax_t)(uintptr_t)fn, recap_status_name(status), recap_last_error());
-    atomic_store_explicit(&faulted, true, memory_order_release);
-  }
-  pthread_mutex_unlock(&fault_lock);
-  return recap__host_check_fault();
-}
-
-void recap__host_backend_reset_fault_for_testing(void) {
-  pthread_mutex_lock(&fault_lock);
-  atomic_store(&faulted, false);
-  fault_message[0] = '\0';
-  pthread_mutex_unlock(&fault_lock);
-}
-
-recap_status recap__host_run_fn(recap__host_fn fn, const void *args, size_t args_size) {
-  union {
-    max_align_t align;
-    unsigned char bytes[LOCAL_ARGS_BYTES];
-  } local;
-  void *copy = NULL;
-  if (args_size > 0) {
-    copy = args_size <= sizeof local.bytes ? local.bytes : malloc(args_size);
-    if (!copy)
-      return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory to copy %zu argument bytes",
-                        args_size);
-    memcpy(copy, args, args_size);
-  }
-  recap_status st = fn(copy);
-  if (copy != local.bytes) free(copy);
-  return st == RECAP_OK ? RECAP_OK : raise_fault(fn, st);
-}
 
 /* ------------------------------------------------------------------------------------------
  * Device

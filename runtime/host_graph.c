@@ -1,4 +1,4 @@
-/* host_graph.c: the host backend's captured graphs and instantiated execs (see host_backend.h). */
+/* host_graph.c: the host backend's captured graphs and instantiated execs (see host_graph.h). */
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -6,7 +6,8 @@
 #include <string.h>
 
 #include "runtime/error.h"
-#include "runtime/host_backend.h"
+#include "runtime/host_fault.h"
+#include "runtime/host_graph.h"
 
 static const char *kind_name(recap__host_node_kind kind) {
   switch (kind) {

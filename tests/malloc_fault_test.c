@@ -32,7 +32,8 @@
 #include "runtime/backend.h"
 #include "runtime/capture.h"
 #include "runtime/error.h"
-#include "runtime/host_backend.h"
+#include "runtime/host_fault.h"
+#include "runtime/host_graph.h"
 #include "tests/test_util.h"
 
 /* ------------------------------------------------------------------------------------------

@@ -1,9 +1,10 @@
 /*
- * host_backend.h: internals shared by the host (CPU) backend's two files (internal).
+ * host_graph.h: the host (CPU) backend's captured graphs (internal).
  *
- * host_backend.c holds the device, memory, streams, events, stream capture and the sticky
- * fault; host_graph.c holds the captured graph (a node list) and what can be done with one
- * without touching capture state: copy, run, compare topologies, update, count, print.
+ * host_backend.c holds the device, memory, streams, events and stream capture, which records
+ * into these graphs; host_graph.c holds the captured graph (a node list) and what can be done
+ * with one without touching capture state: copy, run, compare topologies, update, count,
+ * print. Both run host functions through host_fault.h, below them.
  *
  * A graph's nodes are stored in submission order and every dependency points to an earlier
  * node, so submission order is always a valid topological order: replay runs nodes in index
@@ -14,8 +15,8 @@
  * owns a deep copy of the graph it was instantiated from (so the caller may destroy the graph
  * right after instantiating, as with CUDA).
  */
-#ifndef RECAP_RUNTIME_HOST_BACKEND_H
-#define RECAP_RUNTIME_HOST_BACKEND_H
+#ifndef RECAP_RUNTIME_HOST_GRAPH_H
+#define RECAP_RUNTIME_HOST_GRAPH_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -72,8 +73,6 @@ struct recap__graph_exec {
   recap__graph graph;
 };
 
-/* ---- host_graph.c ---- */
-
 /* An empty graph; NULL (with a message) when out of memory. */
 recap__graph *recap__host_graph_new(void);
 /* Appends *node (its deps must name earlier nodes) and takes ownership of its args and
@@ -98,18 +97,6 @@ recap_status recap__host_graph_exec_update(recap__graph_exec *exec, recap__graph
 void recap__host_graph_destroy(recap__graph *graph);
 void recap__host_graph_exec_destroy(recap__graph_exec *exec);
 recap_status recap__host_graph_debug_dot(recap__graph *graph, const char *path);
-
-/* ---- host_backend.c ---- */
-
-/* Runs fn on a private copy of args (so fn cannot change the caller's or a graph's bytes, as
- * kernel parameters are copied per launch). A failure becomes the sticky fault and the
- * return value is RECAP_STATUS_DEVICE_ERROR naming it. */
-recap_status recap__host_run_fn(recap__host_fn fn, const void *args, size_t args_size);
-/* RECAP_OK, or RECAP_STATUS_DEVICE_ERROR (with the first fault's message) after a fault. */
-recap_status recap__host_check_fault(void);
-/* Clears the sticky fault so one test's planted fault does not fail the tests after it.
- * Tests only: a real process stays faulted, as a CUDA context does. */
-void recap__host_backend_reset_fault_for_testing(void);
 
 #ifdef __cplusplus
 }
