@@ -87,32 +87,3 @@ recap_status recap__expr_prepare_call(const recap_op_call *call, recap_device de
   return recap__expr_prepare_cuda(call->attrs.expr, &sig, device.index,
                                   call->def ? call->def->name : "expr");
 }
-
-#if !RECAP_WITH_CUDA
-/* Host-only builds: nothing is compiled, and nothing is left to free. */
-void recap__expr_compiled_free(struct recap__expr_compiled *list) {
-  (void)list;
-}
-
-recap_status recap__expr_prepare_cuda(const recap_expr_program *p, const recap__expr_signature *sig,
-                                      int device, const char *op_name) {
-  (void)p;
-  (void)sig;
-  (void)device;
-  return RECAP_FAIL(RECAP_STATUS_NOT_SUPPORTED,
-                    "op '%s': this build has no CUDA, so expressions cannot be compiled for a GPU",
-                    op_name ? op_name : "expr");
-}
-
-recap_status recap__expr_launch_cuda(const recap_expr_program *p, const recap_tensor *inputs,
-                                     int num_inputs, const recap_tensor *out, const char *op_name,
-                                     void *cuda_stream) {
-  (void)p;
-  (void)inputs;
-  (void)num_inputs;
-  (void)out;
-  (void)cuda_stream;
-  return RECAP_FAIL(RECAP_STATUS_NOT_SUPPORTED, "op '%s': this build has no CUDA",
-                    op_name ? op_name : "expr");
-}
-#endif
