@@ -1,6 +1,6 @@
 /*
- * caching.c: the caching allocator: blocks, size classes, streams, split and merge, deferred
- * frees, out-of-memory handling.
+ * caching.c: the caching allocator's policy over the block store (blocks.c): size classes,
+ * streams, split and merge, deferred frees, out-of-memory handling.
  *
  * The design follows PyTorch's CUDA caching allocator (see include/recap.h for the contract).
  * Three rules shape the code:
@@ -21,117 +21,6 @@
 #include "allocator/internal.h"
 #include "runtime/capture.h"
 #include "runtime/error.h"
-
-/* ------------------------------------------------------------------------------------------
- * Ordering of the two block indexes
- * ---------------------------------------------------------------------------------------- */
-
-static int cmp_by_size(const recap__tnode *x, const recap__tnode *y) {
-  const recap__block *a = RECAP__CONTAINER_OF(x, recap__block, by_size);
-  const recap__block *b = RECAP__CONTAINER_OF(y, recap__block, by_size);
-  if (a->segment->stream != b->segment->stream)
-    return (uintptr_t)a->segment->stream < (uintptr_t)b->segment->stream ? -1 : 1;
-  if (a->size != b->size) return a->size < b->size ? -1 : 1;
-  if (a->addr != b->addr) return a->addr < b->addr ? -1 : 1;
-  return 0;
-}
-
-static int cmp_by_base(const recap__tnode *x, const recap__tnode *y) {
-  const recap__block *a = RECAP__CONTAINER_OF(x, recap__block, by_base);
-  const recap__block *b = RECAP__CONTAINER_OF(y, recap__block, by_base);
-  if (a->addr != b->addr) return a->addr < b->addr ? -1 : 1;
-  return 0;
-}
-
-static recap__tnode **free_set(recap__block *b) {
-  recap__pool *pool = b->segment->pool;
-  return b->segment->small ? &pool->free_small : &pool->free_large;
-}
-
-static bool is_split(const recap__block *b) {
-  return b->prev || b->next;
-}
-
-static void free_set_insert(recap__allocator *a, recap__block *b) {
-  recap__treap_insert(free_set(b), &b->by_size, cmp_by_size);
-  b->free_epoch = a->gc_epoch;
-  if (is_split(b)) {
-    recap__stat_add(a->stats.inactive_split_bytes, b->segment->small, (int64_t)b->size);
-    recap__stat_add(a->stats.inactive_split_count, b->segment->small, 1);
-  }
-}
-
-/* A free block's split status cannot change while it is in the set: its neighbours are
- * allocated or pending (free neighbours are always merged), and those never split or vanish
- * without first merging with it. So removal undoes exactly what insertion counted. */
-static void free_set_remove(recap__allocator *a, recap__block *b) {
-  recap__treap_remove(free_set(b), &b->by_size, cmp_by_size);
-  if (is_split(b)) {
-    recap__stat_add(a->stats.inactive_split_bytes, b->segment->small, -(int64_t)b->size);
-    recap__stat_add(a->stats.inactive_split_count, b->segment->small, -1);
-  }
-}
-
-void recap__free_set_insert(recap__allocator *a, recap__block *b) {
-  free_set_insert(a, b);
-}
-
-void recap__free_set_remove(recap__allocator *a, recap__block *b) {
-  free_set_remove(a, b);
-}
-
-void recap__segment_index_insert(recap__allocator *a, recap__block *first) {
-  recap__treap_insert(&a->segments, &first->by_base, cmp_by_base);
-}
-
-void recap__segment_index_remove(recap__allocator *a, recap__block *first) {
-  recap__treap_remove(&a->segments, &first->by_base, cmp_by_base);
-}
-
-/* The block whose range contains ptr, or NULL: the last segment starting at or below ptr,
- * then its blocks in order. */
-static recap__block *find_block(recap__allocator *a, uintptr_t ptr) {
-  recap__block key;
-  key.addr = ptr;
-  recap__tnode *n = recap__treap_floor(a->segments, &key.by_base, cmp_by_base);
-  if (!n) return NULL;
-  recap__block *b = RECAP__CONTAINER_OF(n, recap__block, by_base);
-  if (ptr >= b->segment->base + b->segment->size) return NULL;
-  while (b && ptr >= b->addr + b->size) b = b->next;
-  return b;
-}
-
-/* ------------------------------------------------------------------------------------------
- * Block records
- *
- * A cached malloc+free pair usually splits a block and merges it back: recycling the record
- * keeps calloc and free (and their locks) off that path.
- * ---------------------------------------------------------------------------------------- */
-
-recap__block *recap__block_new(recap__allocator *a) {
-  recap__block *b = a->spare_blocks;
-  if (!b) return calloc(1, sizeof *b);
-  a->spare_blocks = b->link;
-  a->spare_count--;
-  memset(b, 0, sizeof *b);
-  return b;
-}
-
-void recap__block_delete(recap__allocator *a, recap__block *b) {
-  free(b->uses);
-  if (a->spare_count == RECAP__SPARE_BLOCKS) {
-    free(b);
-    return;
-  }
-  b->uses = NULL;
-  b->link = a->spare_blocks;
-  a->spare_blocks = b;
-  a->spare_count++;
-}
-
-recap__block *recap__find_block(recap__allocator *a, uintptr_t ptr) {
-  return find_block(a, ptr);
-}
 
 static bool same_device(recap_device x, recap_device y) {
   return x.backend == y.backend && x.index == y.index;
@@ -229,7 +118,7 @@ recap_status recap__allocator_destroy(recap__allocator *a) {
     recap__block *b = RECAP__CONTAINER_OF(a->segments, recap__block, by_base);
     if (!release_segment_block(a, b)) {
       st = recap__error_context(RECAP_STATUS_DEVICE_ERROR, "releasing a segment: ");
-      free_set_remove(a, b);
+      recap__free_set_remove(a, b);
       recap__segment_index_remove(a, b);
       free(b->segment);
       recap__block_delete(a, b);
@@ -265,24 +154,6 @@ recap_status recap__allocator_destroy(recap__allocator *a) {
 /* ------------------------------------------------------------------------------------------
  * Segments: raw memory
  * ---------------------------------------------------------------------------------------- */
-
-/* Reserves raw memory. During a capture the raw backend is called under the relaxed capture
- * mode, as PyTorch does: cudaMalloc is then legal, and the pool can grow inside a capture. */
-recap_status recap__raw_call_relaxed(recap__allocator *a,
-                                     recap_status (*fn)(recap__allocator *a, void *arg),
-                                     void *arg) {
-  if (recap__unsafe_enter()) {
-    recap_status st = fn(a, arg);
-    recap__unsafe_exit();
-    return st;
-  }
-  if (!a->raw.exchange_capture_mode) return fn(a, arg);
-  recap_capture_mode mode = RECAP_CAPTURE_MODE_RELAXED;
-  RECAP_TRY(a->raw.exchange_capture_mode(a->raw.ctx, &mode));
-  recap_status st = fn(a, arg);
-  a->raw.exchange_capture_mode(a->raw.ctx, &mode);
-  return st;
-}
 
 static recap_status raw_alloc(recap__allocator *a, size_t bytes, void **out) {
   if (recap__unsafe_enter()) {
@@ -346,7 +217,7 @@ static bool release_segment_block(recap__allocator *a, recap__block *b) {
   recap__segment *seg = b->segment;
   if (seg->expandable) return recap__expandable_release(a, b);
   if (a->raw.free(a->raw.ctx, (void *)seg->base) != RECAP_OK) return false;
-  free_set_remove(a, b);
+  recap__free_set_remove(a, b);
   recap__segment_index_remove(a, b);
   recap__pool *pool = seg->pool;
   pool->reserved_bytes -= seg->size;
@@ -368,7 +239,7 @@ static bool pool_releasable(const recap__pool *pool) {
 static void collect_whole(recap__tnode *node, void *user) {
   recap__block *b = RECAP__CONTAINER_OF(node, recap__block, by_size);
   recap__block **list = user;
-  if (!is_split(b)) {
+  if (!recap__block_is_split(b)) {
     b->link = *list;
     *list = b;
   }
@@ -412,7 +283,7 @@ static void free_block(recap__allocator *a, recap__block *b) {
   b->use_count = 0;
   recap__block *prev = b->prev;
   if (prev && prev->state == RECAP__BLOCK_FREE) {
-    free_set_remove(a, prev);
+    recap__free_set_remove(a, prev);
     prev->size += b->size;
     prev->next = b->next;
     if (b->next) b->next->prev = prev;
@@ -421,13 +292,13 @@ static void free_block(recap__allocator *a, recap__block *b) {
   }
   recap__block *next = b->next;
   if (next && next->state == RECAP__BLOCK_FREE) {
-    free_set_remove(a, next);
+    recap__free_set_remove(a, next);
     b->size += next->size;
     b->next = next->next;
     if (next->next) next->next->prev = b;
     recap__block_delete(a, next);
   }
-  free_set_insert(a, b);
+  recap__free_set_insert(a, b);
   if (a->config.native && pool->id == 0) a->native_release_pending = true;
 }
 
@@ -532,11 +403,8 @@ static void process_pending_locked(recap__allocator *a) {
  * miss. */
 static recap__block *take_free_block(recap__allocator *a, recap__pool *pool, bool small,
                                      recap_stream *stream, size_t size) {
-  recap__segment key_segment = {.stream = stream};
-  recap__block key = {.segment = &key_segment, .size = size, .addr = 0};
-  recap__tnode *root = small ? pool->free_small : pool->free_large;
-  recap__tnode *n = recap__treap_lower_bound(root, &key.by_size, cmp_by_size);
-  recap__block *b = n ? RECAP__CONTAINER_OF(n, recap__block, by_size) : NULL;
+  recap__block *b =
+      recap__free_set_lower_bound(small ? pool->free_small : pool->free_large, stream, size);
   size_t max_split = a->config.max_split_size;
   if (b && b->segment->stream != stream) b = NULL;
   /* An unsplittable (oversize) block is not handed to a request that could be served from
@@ -550,7 +418,7 @@ static recap__block *take_free_block(recap__allocator *a, recap__pool *pool, boo
     a->gc_epoch++;
     return NULL;
   }
-  free_set_remove(a, b);
+  recap__free_set_remove(a, b);
   return b;
 }
 
@@ -575,7 +443,7 @@ static void split_block(recap__allocator *a, recap__block *b, size_t size) {
   if (b->next) b->next->prev = rest;
   b->next = rest;
   b->size = size;
-  free_set_insert(a, rest);
+  recap__free_set_insert(a, rest);
 }
 
 /* PyTorch's garbage collection: once reserved memory passes the threshold of the allowed
@@ -761,22 +629,6 @@ recap_status recap__allocator_free(recap__allocator *a, void *ptr) {
   return st;
 }
 
-recap_status recap__uses_add(recap_stream ***uses, int *count, int *capacity,
-                             const recap_stream *owner, recap_stream *stream) {
-  if (stream == owner) return RECAP_OK;
-  for (int i = 0; i < *count; i++)
-    if ((*uses)[i] == stream) return RECAP_OK;
-  if (*count == *capacity) {
-    int cap = *capacity ? 2 * *capacity : 2;
-    recap_stream **grown = realloc(*uses, (size_t)cap * sizeof *grown);
-    if (!grown) return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory to record a stream use");
-    *uses = grown;
-    *capacity = cap;
-  }
-  (*uses)[(*count)++] = stream;
-  return RECAP_OK;
-}
-
 recap_status recap__allocator_try_free(recap__allocator *a, void *ptr, bool *owned) {
   RECAP_CHECK_ARG(a && ptr && owned);
   *owned = false;
@@ -831,7 +683,7 @@ recap_status recap__allocator_record_stream(recap__allocator *a, void *ptr, reca
   recap_status st = RECAP_OK;
   /* Usually the block's own pointer (the live map); else an interior one. */
   recap__block *b = find_allocated(a, ptr);
-  if (!b) b = find_block(a, (uintptr_t)ptr);
+  if (!b) b = recap__find_block(a, (uintptr_t)ptr);
   if (!b || b->state != RECAP__BLOCK_ALLOCATED) {
     st = RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "%p lies in no allocated block", ptr);
     goto done;
@@ -885,8 +737,8 @@ recap_status recap__allocator_set_memory_fraction(recap__allocator *a, double fr
  * IPC
  * ---------------------------------------------------------------------------------------- */
 
-recap_status recap__allocator_ipc_handle(recap__allocator *a, void *ptr,
-                                         recap_ipc_mem_handle *out, size_t *offset) {
+recap_status recap__allocator_ipc_handle(recap__allocator *a, void *ptr, recap_ipc_mem_handle *out,
+                                         size_t *offset) {
   RECAP_CHECK_ARG(a && ptr && out && offset);
   if (a->config.async)
     return RECAP_FAIL(RECAP_STATUS_NOT_SUPPORTED,
@@ -895,7 +747,7 @@ recap_status recap__allocator_ipc_handle(recap__allocator *a, void *ptr,
                       "memory shared with other processes");
   pthread_mutex_lock(&a->lock);
   recap_status st = RECAP_OK;
-  recap__block *b = find_block(a, (uintptr_t)ptr);
+  recap__block *b = recap__find_block(a, (uintptr_t)ptr);
   if (!b || b->state != RECAP__BLOCK_ALLOCATED) {
     st = RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "%p lies in no allocated block", ptr);
   } else if (b->segment->expandable) {

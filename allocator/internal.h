@@ -149,6 +149,11 @@ void recap__free_set_remove(recap__allocator *a, recap__block *b);
  * released: the first block of a segment never changes, merges absorb the blocks after it). */
 void recap__segment_index_insert(recap__allocator *a, recap__block *first);
 void recap__segment_index_remove(recap__allocator *a, recap__block *first);
+/* Whether b is one part of a split segment (it has a neighbour block). */
+bool recap__block_is_split(const recap__block *b);
+/* The first block of the free set `set` on `stream` whose size is at least `size` (ordered by
+ * stream, size, address), or NULL; the caller checks the block's stream. */
+recap__block *recap__free_set_lower_bound(recap__tnode *set, recap_stream *stream, size_t size);
 /* A zeroed block record (a recycled one when there is any), or NULL without host memory. */
 recap__block *recap__block_new(recap__allocator *a);
 /* Adds `stream` to a block's other-stream uses (recap_record_stream) unless it is `owner` or
