@@ -8,7 +8,6 @@
 #include "kernels/gemm/gemm.h"
 
 #include <math.h>
-#include <stdatomic.h>
 #include <stddef.h>
 
 #include "kernels/cuda_ops.h"
@@ -321,25 +320,7 @@ recap_status recap__gemm_plan_make(const recap_op_call *call, recap__gemm_plan *
   return RECAP_OK;
 }
 
-/* ---- switches ---------------------------------------------------------------------------- */
-
-static atomic_bool allow_tf32;
-static atomic_int preferred_library = RECAP_GEMM_LIBRARY_CUBLASLT;
-
-void recap__gemm_set_allow_tf32(bool allow) { atomic_store(&allow_tf32, allow); }
-bool recap__gemm_allow_tf32(void) { return atomic_load(&allow_tf32); }
-
-recap_status recap__gemm_set_library(recap_gemm_library library) {
-  if (library != RECAP_GEMM_LIBRARY_CUBLASLT && library != RECAP_GEMM_LIBRARY_CUBLAS)
-    return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
-                      "unknown GEMM library %d (0 = cuBLASLt, 1 = cuBLAS)", (int)library);
-  atomic_store(&preferred_library, (int)library);
-  return RECAP_OK;
-}
-
-recap_gemm_library recap__gemm_library(void) {
-  return (recap_gemm_library)atomic_load(&preferred_library);
-}
+/* ---- prepare ----------------------------------------------------------------------------- */
 
 recap_status recap__gemm_prepare(const recap_op_call *call, recap_stream *stream) {
   RECAP_CHECK_ARG(call && call->def && stream && stream->backend);

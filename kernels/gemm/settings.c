@@ -1,6 +1,8 @@
-/* settings.c: the public GEMM switches (include/recap.h), over the GEMM module's own, and
- * the GEMM environment variables (gemm.h), read once. */
+/* settings.c: the GEMM switches (tf32, the preferred library) and their public wrappers
+ * (include/recap.h), and the GEMM environment variables (gemm.h), read once. It calls nothing
+ * else of the GEMM module, so everything in it may read settings. */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,16 +10,47 @@
 #include "kernels/gemm/gemm.h"
 #include "kernels/gemm/tune.h"
 #include "runtime/env.h"
+#include "runtime/error.h"
 
-void recap_gemm_set_allow_tf32(int allow) { recap__gemm_set_allow_tf32(allow != 0); }
+/* ---- switches (process-wide, read at each launch) -------------------------------------- */
 
-int recap_gemm_allow_tf32(void) { return recap__gemm_allow_tf32(); }
+static atomic_bool allow_tf32;
+static atomic_int preferred_library = RECAP_GEMM_LIBRARY_CUBLASLT;
+
+void recap__gemm_set_allow_tf32(bool allow) {
+  atomic_store(&allow_tf32, allow);
+}
+bool recap__gemm_allow_tf32(void) {
+  return atomic_load(&allow_tf32);
+}
+
+recap_status recap__gemm_set_library(recap_gemm_library library) {
+  if (library != RECAP_GEMM_LIBRARY_CUBLASLT && library != RECAP_GEMM_LIBRARY_CUBLAS)
+    return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
+                      "unknown GEMM library %d (0 = cuBLASLt, 1 = cuBLAS)", (int)library);
+  atomic_store(&preferred_library, (int)library);
+  return RECAP_OK;
+}
+
+recap_gemm_library recap__gemm_library(void) {
+  return (recap_gemm_library)atomic_load(&preferred_library);
+}
+
+void recap_gemm_set_allow_tf32(int allow) {
+  recap__gemm_set_allow_tf32(allow != 0);
+}
+
+int recap_gemm_allow_tf32(void) {
+  return recap__gemm_allow_tf32();
+}
 
 recap_status recap_gemm_set_library(recap_gemm_library library) {
   return recap__gemm_set_library(library);
 }
 
-recap_gemm_library recap_gemm_library_get(void) { return recap__gemm_library(); }
+recap_gemm_library recap_gemm_library_get(void) {
+  return recap__gemm_library();
+}
 
 /* ---- environment ------------------------------------------------------------------------- */
 
@@ -43,8 +76,11 @@ static void read_env(void) {
   if (t && (strcmp(t, "1") == 0 || strcmp(t, "2") == 0)) e.tune = t[0] - '0';
   const char *f = getenv("RECAP_TUNE_FILE");
   if (!f || !f[0] || strlen(f) >= sizeof e.tune_file) {
-    if (f && f[0]) fprintf(stderr, "recap: warning: RECAP_TUNE_FILE is longer than %zu bytes; "
-                           "using recap_tune.txt\n", sizeof e.tune_file - 1);
+    if (f && f[0])
+      fprintf(stderr,
+              "recap: warning: RECAP_TUNE_FILE is longer than %zu bytes; "
+              "using recap_tune.txt\n",
+              sizeof e.tune_file - 1);
     f = "recap_tune.txt";
   }
   snprintf(e.tune_file, sizeof e.tune_file, "%s", f);
