@@ -33,6 +33,7 @@
 
 #include "runtime/comm.h"
 #include "runtime/error.h"
+#include "runtime/file.h"
 
 enum {
   RECORD_MAX = RECAP__RV_HEADER_BYTES + RECAP_RENDEZVOUS_MAX_PAYLOAD + 4,
@@ -246,12 +247,16 @@ static recap_status file_publish(const rv_url *u, int world, const void *payload
  * or a definite failure. */
 static recap_status file_try_read(const rv_url *u, int world, void *payload, size_t *len,
                                   size_t capacity) {
-  int fd = open(u->path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    if (errno == ENOENT) return RECAP_FAIL(RECAP_STATUS_NOT_READY, "no file at %s yet", u->path);
-    return RECAP_FAIL(RECAP_STATUS_IO_ERROR, "rendezvous: cannot open %s: %s", u->path,
-                      strerror(errno));
+  /* Opened without blocking: a FIFO at the path would otherwise hold this rank past its
+   * deadline (it is refused as not a regular file). */
+  int fd;
+  uint64_t file_bytes;
+  if (recap__file_open_regular_fd(u->path, "rendezvous file", &fd, &file_bytes) != RECAP_OK) {
+    if (access(u->path, F_OK) != 0 && errno == ENOENT)
+      return RECAP_FAIL(RECAP_STATUS_NOT_READY, "no file at %s yet", u->path);
+    return recap__error_context(RECAP_STATUS_IO_ERROR, "rendezvous: ");
   }
+  (void)file_bytes; /* the read below is bounded by the record size */
   /* One byte more than a record may have: an oversized file is then seen as such. */
   uint8_t rec[RECORD_MAX + 1];
   size_t size = 0;

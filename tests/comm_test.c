@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -110,6 +111,24 @@ static void test_file_rendezvous_delivers_payload(void) {
     CU_ASSERT_EQUAL(glen, sizeof id);
     CU_ASSERT_EQUAL(memcmp(got, id, sizeof id), 0);
   }
+}
+
+/* A FIFO where the rendezvous file should be is refused at once, not waited on forever (an
+ * open of a FIFO for reading blocks until a writer comes, past any deadline). */
+static void test_file_rendezvous_refuses_a_fifo(void) {
+  char dir[256], path[400], url[512];
+  temp_dir(dir, sizeof dir);
+  snprintf(path, sizeof path, "%s/rv", dir);
+  CU_ASSERT_EQUAL_FATAL(mkfifo(path, 0600), 0);
+  snprintf(url, sizeof url, "file://%s", path);
+  uint8_t got[256];
+  size_t len = 0;
+  double t0 = now_s();
+  CHECK_STATUS(recap__rendezvous(url, 2, 1, test_scaled_seconds(30), got, &len, sizeof got),
+               RECAP_STATUS_IO_ERROR);
+  CU_ASSERT(now_s() - t0 < test_scaled_seconds(5.0)); /* refused, not waited out */
+  CHECK_ERROR_MENTIONS("FIFO");
+  unlink(path);
 }
 
 static void test_file_rendezvous_times_out_without_rank0(void) {
@@ -664,6 +683,7 @@ int main(void) {
   CU_ADD_TEST(rv, test_record_rejects_every_defect);
   CU_ADD_TEST(rv, test_file_rendezvous_delivers_payload);
   CU_ADD_TEST(rv, test_file_rendezvous_times_out_without_rank0);
+  CU_ADD_TEST(rv, test_file_rendezvous_refuses_a_fifo);
   CU_ADD_TEST(rv, test_file_rendezvous_rejects_malformed_files);
   CU_ADD_TEST(rv, test_file_rendezvous_ignores_stale_generation);
   CU_ADD_TEST(rv, test_rendezvous_rejects_bad_urls_and_ranks);
