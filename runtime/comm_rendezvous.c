@@ -252,7 +252,7 @@ static recap_status file_try_read(const rv_url *u, int world, void *payload, siz
   int fd;
   uint64_t file_bytes;
   if (recap__file_open_regular_fd(u->path, "rendezvous file", &fd, &file_bytes) != RECAP_OK) {
-    if (access(u->path, F_OK) != 0 && errno == ENOENT)
+    if (errno == ENOENT)
       return RECAP_FAIL(RECAP_STATUS_NOT_READY, "no file at %s yet", u->path);
     return recap__error_context(RECAP_STATUS_IO_ERROR, "rendezvous: ");
   }

@@ -19,31 +19,42 @@ static const char *kind_of(mode_t mode) {
   return "not a regular file";
 }
 
+/* Returns st with errno set to e: formatting the message may change errno, and callers read
+ * it (ENOENT: the file is missing, which caches and rendezvous treat as "not yet"). */
+static recap_status with_errno(int e, recap_status st) {
+  errno = e;
+  return st;
+}
+
 recap_status recap__file_open_regular_fd(const char *path, const char *what, int *fd,
                                          uint64_t *size) {
   RECAP_CHECK_ARG(path && what && fd && size);
   *fd = -1;
   int d = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  if (d < 0)
-    return RECAP_FAIL(RECAP_STATUS_IO_ERROR, "cannot open %s '%s': %s", what, path,
-                      strerror(errno));
+  if (d < 0) {
+    int e = errno;
+    return with_errno(
+        e, RECAP_FAIL(RECAP_STATUS_IO_ERROR, "cannot open %s '%s': %s", what, path, strerror(e)));
+  }
   struct stat st;
   if (fstat(d, &st) != 0) {
     int e = errno;
     close(d);
-    return RECAP_FAIL(RECAP_STATUS_IO_ERROR, "cannot stat %s '%s': %s", what, path, strerror(e));
+    return with_errno(
+        e, RECAP_FAIL(RECAP_STATUS_IO_ERROR, "cannot stat %s '%s': %s", what, path, strerror(e)));
   }
   if (!S_ISREG(st.st_mode)) {
     close(d);
-    return RECAP_FAIL(RECAP_STATUS_IO_ERROR, "%s '%s' is %s, not a regular file", what, path,
-                      kind_of(st.st_mode));
+    return with_errno(EINVAL, RECAP_FAIL(RECAP_STATUS_IO_ERROR, "%s '%s' is %s, not a regular file",
+                                         what, path, kind_of(st.st_mode)));
   }
   /* Regular files never block; clearing the flag keeps later reads plain anyway. */
   int flags = fcntl(d, F_GETFL);
   if (flags < 0 || fcntl(d, F_SETFL, flags & ~O_NONBLOCK) != 0) {
     int e = errno;
     close(d);
-    return RECAP_FAIL(RECAP_STATUS_IO_ERROR, "cannot read %s '%s': %s", what, path, strerror(e));
+    return with_errno(
+        e, RECAP_FAIL(RECAP_STATUS_IO_ERROR, "cannot read %s '%s': %s", what, path, strerror(e)));
   }
   *fd = d;
   *size = (uint64_t)st.st_size;
@@ -60,7 +71,8 @@ recap_status recap__file_open_regular(const char *path, const char *what, FILE *
   if (!f) {
     int e = errno;
     close(fd);
-    return RECAP_FAIL(RECAP_STATUS_IO_ERROR, "cannot read %s '%s': %s", what, path, strerror(e));
+    return with_errno(
+        e, RECAP_FAIL(RECAP_STATUS_IO_ERROR, "cannot read %s '%s': %s", what, path, strerror(e)));
   }
   *out = f;
   return RECAP_OK;

@@ -27,7 +27,9 @@ extern "C" {
 
 /* Opens `path` for reading as a descriptor and gives its size. `what` names the file in the
  * message ("spec", "param file"). RECAP_STATUS_IO_ERROR if it cannot be opened or is not a
- * regular file; *fd is then -1. The caller closes the descriptor. */
+ * regular file; *fd is then -1 and errno says why (ENOENT: no such file; EINVAL: not a regular
+ * file), so a caller that treats a missing file as "not yet" needs no second look. The caller
+ * closes the descriptor. */
 recap_status recap__file_open_regular_fd(const char *path, const char *what, int *fd,
                                          uint64_t *size);
 

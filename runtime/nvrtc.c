@@ -357,11 +357,12 @@ static read_result cache_read(const char *path, const char *key, size_t key_len,
   int fd;
   uint64_t file_bytes;
   if (recap__file_open_regular_fd(path, "kernel cache file", &fd, &file_bytes) != RECAP_OK) {
-    /* Missing is a miss; anything else (a FIFO left in the cache folder) is unusable. */
-    bool missing = access(path, F_OK) != 0;
+    /* A file that cannot be opened is a miss, as before; one that is not a regular file (a
+     * FIFO left in the cache folder) is unusable. */
+    bool irregular = errno == EINVAL;
     recap_clear_error();
     *why = "not a regular file";
-    return missing ? READ_MISS : READ_CORRUPT;
+    return irregular ? READ_CORRUPT : READ_MISS;
   }
   read_result result = READ_CORRUPT;
   char *stored_key = NULL, *data = NULL;

@@ -689,7 +689,7 @@ recap_status recap__tune_load(recap__tune_table *table, const char *path,
   uint64_t file_bytes;
   if (recap__file_open_regular_fd(path, "GEMM tuning cache", &fd, &file_bytes) != RECAP_OK) {
     /* A missing cache is the first run; anything else (unreadable, a FIFO) is warned about. */
-    const bool missing = access(path, F_OK) != 0 && errno == ENOENT;
+    const bool missing = errno == ENOENT;
     if (!missing && !quiet)
       fprintf(stderr, "recap: warning: %s; starting with an empty tuning cache\n",
               recap_last_error());
