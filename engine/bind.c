@@ -275,9 +275,9 @@ void recap__bind_views(recap_pipeline *p) {
       c->num_outputs = op->num_outputs;
       for (int i = 0; i < op->num_inputs; ++i) c->inputs[i] = p->views[b * T + op->inputs[i]];
       for (int i = 0; i < op->num_outputs; ++i) c->outputs[i] = p->views[b * T + op->outputs[i]];
-      /* kv_append's optional `rows` input: padding rows of a bucket must not reach the
-       * cache. The engine owns it; a spec that passes its own keeps it. */
-      if (p->rows_device && strcmp(op->def->name, "kv_append") == 0 && c->num_inputs == 3) {
+      /* An op's optional `rows` input (kv_append's): padding rows of a bucket must not reach
+       * state. The engine owns it; a spec that passes its own keeps it. */
+      if (p->rows_device && op->def->takes_rows && c->num_inputs == op->def->max_inputs - 1) {
         recap_tensor rows = {.data = p->rows_device, .dtype = RECAP_DTYPE_I32, .ndim = 1};
         rows.shape[0] = 1;
         rows.strides[0] = 1;
@@ -291,7 +291,8 @@ static bool needs_rows(const recap__model *m) {
   if (m->spec->bucket_dim < 0) return false;
   const recap__ir *ir = largest_ir(m);
   for (size_t o = 0; o < ir->num_ops; ++o)
-    if (strcmp(ir->ops[o].def->name, "kv_append") == 0 && ir->ops[o].num_inputs == 3) return true;
+    if (ir->ops[o].def->takes_rows && ir->ops[o].num_inputs == ir->ops[o].def->max_inputs - 1)
+      return true;
   return false;
 }
 
@@ -351,8 +352,8 @@ recap_status recap__bind_pipeline(recap_pipeline *p) {
     if (!plan->separate) {
       st = recap_malloc(p->device, plan->arena_bytes, p->stream, &p->arena);
       if (st != RECAP_OK)
-        st = recap__error_context(st, "allocating the arena of intermediates (%zu bytes): ",
-                                  plan->arena_bytes);
+        st = recap__error_context(
+            st, "allocating the arena of intermediates (%zu bytes): ", plan->arena_bytes);
     } else {
       /* Arena planning off: one allocation per buffer (its root tensor owns it), so an
        * out-of-bounds access between two intermediates leaves an allocation. */

@@ -5,13 +5,14 @@
  * several places (each bucket's IR, say); an error identical to one already recorded is
  * dropped, which keeps the report to one line per problem.
  */
+#include "engine/diag.h"
+
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/ir.h"
 #include "runtime/error.h"
 
 enum {

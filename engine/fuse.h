@@ -5,7 +5,7 @@
  * It runs on each bucket's IR after checking and before planning (pipeline.c, `recap plan`),
  * and rewrites the IR in place:
  *
- *   recap__ir *ir;  recap__ir_build(spec, bucket, &ir, &diag);
+ *   recap__ir *ir;  recap__ir_build(spec, bucket, 0, &ir, &diag);
  *   if (recap__fuse_enabled(options.no_fusion)) RECAP_TRY(recap__fuse(ir));
  *   recap__plan_build(ir, &plan);
  *
@@ -90,8 +90,8 @@ extern "C" {
 
 /* One group found in an IR (indices into that IR). */
 typedef struct {
-  int root;                        /* the last op; its output is the group's output */
-  int *ops;                        /* members in ascending order (root last) */
+  int root; /* the last op; its output is the group's output */
+  int *ops; /* members in ascending order (root last) */
   int num_ops;
   int inputs[RECAP_OP_MAX_INPUTS]; /* external input tensors, in the program's input order */
   int num_inputs;

@@ -8,32 +8,28 @@
  *
  * Bucketed dims: padding rows are garbage as far as the result is concerned, so no op may
  * reduce or contract over an axis that carries the bucketed dim (a softmax over it, a GEMM's
- * K...). Which axes carry it is found by building the IR a second time with another value of
- * the dim: an axis whose extent changes carries it, through reshapes, permutes and
- * broadcasts alike, with no per-op propagation rules. Only which input axes an op reduces
- * over is per op (reduced_axes below).
+ * K...). Which axes carry it is found by comparing two IRs at different values of the dim
+ * (two buckets, or one probe when the dim has one value): an axis whose extent changes carries
+ * it, through reshapes, permutes and broadcasts alike, with no per-op propagation rules. Only
+ * which input axes an op reduces over is per op (reduced_axes below).
  */
+#include "engine/ir.h"
+
 #include <errno.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
 #include "engine/safetensors_reader.h"
-#include "engine/spec.h"
 #include "kernels/expr.h"
 #include "runtime/error.h"
 #include "runtime/file.h"
 
 #define MAX_NUMEL ((int64_t)1 << 62)
 enum { MAX_LABEL_BYTES = 320 };
-
-int recap__ir_output_alias(const recap_op_def *def, int output) {
-  /* kv_append writes its new rows into the cache and returns the cache itself. */
-  if (def && output == 0 && strcmp(def->name, "kv_append") == 0) return 0;
-  return -1;
-}
 
 /* Which (input, axis) pairs an op reduces or contracts over; axes < 0 count from the end.
  * Ops not listed reduce over nothing. */
@@ -68,9 +64,18 @@ static int reduced_axes(const recap_op_def *def, const recap_op_attrs *a, int in
 typedef struct {
   const recap__spec *spec;
   recap__diag *diag;
-  char suffix[96]; /* " (with B = 4)" in bucketed specs */
+  uint64_t capacity; /* bytes of device memory sizes are checked against (0: unchecked) */
+  bool check_files;  /* the largest bucket's build checks `init: file` tensors' files */
+  char suffix[96];   /* " (with B = 4)" in bucketed specs */
   bool oom;
 } builder;
+
+/* Every IR built in this process: the load path's test counts them. */
+static atomic_size_t builds;
+
+size_t recap__ir_builds(void) {
+  return atomic_load(&builds);
+}
 
 static void error_at(builder *b, recap__src_pos pos, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -119,7 +124,7 @@ static bool size_tensor(builder *b, recap__ir_tensor *t, recap__src_pos pos) {
     n *= t->shape[d];
   }
   t->bytes = (uint64_t)n * recap_dtype_size(t->dtype);
-  uint64_t cap = b->spec->options.device_memory_bytes;
+  uint64_t cap = b->capacity;
   if (cap && t->bytes > cap) {
     error_at(b, pos,
              "tensor '%s' %s %s needs %llu bytes, more than the device memory (%llu "
@@ -148,9 +153,8 @@ static void check_init_file(builder *b, const recap__ir_tensor *t) {
     recap__safetensors_want want = {
         .dtype = t->dtype, .ndim = t->ndim, .shape = t->shape, .bytes = t->bytes};
     uint64_t offset = 0;
-    recap_status st = recap__safetensors_locate(f, path, file_bytes,
-                                                t->init.key ? t->init.key : t->name, &want,
-                                                &offset);
+    recap_status st = recap__safetensors_locate(
+        f, path, file_bytes, t->init.key ? t->init.key : t->name, &want, &offset);
     if (st == RECAP_STATUS_OUT_OF_MEMORY)
       b->oom = true;
     else if (st != RECAP_OK)
@@ -159,8 +163,8 @@ static void check_init_file(builder *b, const recap__ir_tensor *t) {
     char shape[128];
     shape_text(t->ndim, t->shape, shape, sizeof shape);
     error_at(b, t->init_pos,
-             "file '%s' has %llu bytes, but tensor '%s' %s %s needs %llu (raw little-endian)",
-             path, (unsigned long long)file_bytes, t->name, shape, recap_dtype_name(t->dtype),
+             "file '%s' has %llu bytes, but tensor '%s' %s %s needs %llu (raw little-endian)", path,
+             (unsigned long long)file_bytes, t->name, shape, recap_dtype_name(t->dtype),
              (unsigned long long)t->bytes);
   }
   fclose(f);
@@ -266,11 +270,9 @@ static recap__ir *build(builder *b, const int64_t *values, size_t bucket) {
     persistent += t->bytes;
     /* Files are read with the largest bucket's shapes (a smaller bucket's tensor is a prefix
      * of it), so only its IR checks them; the probe build (no diag) does not. */
-    if (t->init.kind == RECAP_INIT_FILE && t->init.path && b->diag &&
-        bucket + 1 == recap__spec_num_buckets(spec))
-      check_init_file(b, t);
+    if (t->init.kind == RECAP_INIT_FILE && t->init.path && b->check_files) check_init_file(b, t);
   }
-  uint64_t cap = spec->options.device_memory_bytes;
+  uint64_t cap = b->capacity;
   if (cap && persistent_known && persistent > cap)
     error_at(b, in_ir(ir, spec->pos),
              "inputs, params, states and scalars need %llu bytes "
@@ -352,8 +354,7 @@ static recap__ir *build(builder *b, const int64_t *values, size_t bucket) {
       t->dtype = y->dtype;
       memcpy(t->shape, y->shape, sizeof t->shape);
       t->ndim = y->ndim;
-      int alias = recap__ir_output_alias(sop->def, o);
-      if (alias >= 0) t->alias_of = sop->inputs[alias].index;
+      if (o == 0 && sop->def->output_is_input0) t->alias_of = sop->inputs[0].index;
       if (!size_tensor(b, t, in_ir(ir, sop->outputs[o].pos))) {
         t->ndim = 0;
         continue;
@@ -395,23 +396,105 @@ static recap__ir *build(builder *b, const int64_t *values, size_t bucket) {
   return ir;
 }
 
-/* Marks the axes that carry the bucketed dim (those whose extent differs in `probe`) and
- * reports ops that reduce over one. */
-static void check_bucketed_axes(builder *b, recap__ir *ir, const recap__ir *probe) {
-  const recap__spec *spec = b->spec;
+/* The result of a build: *out, or the status its errors and allocations make. */
+static recap_status finish_build(builder *b, size_t errors_before, recap__ir *ir, recap__ir **out) {
+  recap_status st = RECAP_OK;
+  if (b->oom)
+    st = RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "out of memory building the IR of %s",
+                    b->spec->file);
+  else if (recap__diag_errors(b->diag) > errors_before)
+    /* An error whose message could not be allocated is only counted: no message to show. */
+    st = recap__fail_plain(RECAP_STATUS_SPEC_ERROR, "%s",
+                           b->diag->count ? b->diag->messages[b->diag->count - 1]
+                                          : "the spec has errors (out of memory for their text)");
+  if (st != RECAP_OK) {
+    recap__ir_destroy(ir);
+    return st;
+  }
+  *out = ir;
+  return RECAP_OK;
+}
+
+/* The dims' values with the bucketed dim at `value` (ignored without one); NULL when out of
+ * memory. */
+static int64_t *dim_values(const recap__spec *spec, int64_t value) {
+  int64_t *values = calloc(spec->num_dims + 1, sizeof *values);
+  for (size_t d = 0; values && d < spec->num_dims; ++d) {
+    const recap__spec_dim *sd = &spec->dims[d];
+    values[d] = sd->count == 0 ? 0 : (int)d == spec->bucket_dim ? value : sd->values[0];
+  }
+  return values;
+}
+
+recap_status recap__ir_build(const recap__spec *spec, size_t bucket, uint64_t capacity,
+                             recap__ir **out, recap__diag *diag) {
+  RECAP_CHECK_ARG(spec && out);
+  size_t n = recap__spec_num_buckets(spec);
+  if (bucket >= n)
+    return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
+                      "bucket %zu of spec '%s' does not exist (it has %zu)", bucket, spec->file, n);
+  recap__diag local = {0};
+  builder b = {.spec = spec,
+               .diag = diag ? diag : &local,
+               .capacity = capacity,
+               .check_files = bucket + 1 == n};
+  size_t before = recap__diag_errors(b.diag);
+  int64_t value = recap__spec_bucket_value(spec, bucket);
+  int64_t *values = dim_values(spec, value);
+  if (!values) return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "out of memory building the IR");
+  if (spec->bucket_dim >= 0)
+    snprintf(b.suffix, sizeof b.suffix, " (with %s = %lld)", spec->dims[spec->bucket_dim].name,
+             (long long)value);
+  atomic_fetch_add(&builds, 1);
+  recap__ir *ir = build(&b, values, bucket);
+  free(values);
+  recap_status st = finish_build(&b, before, ir, out);
+  recap__diag_free(&local);
+  return st;
+}
+
+recap_status recap__ir_build_probe(const recap__spec *spec, recap__ir **out) {
+  RECAP_CHECK_ARG(spec && out && spec->bucket_dim >= 0);
+  const recap__spec_dim *sd = &spec->dims[spec->bucket_dim];
+  RECAP_CHECK_ARG(sd->count > 0);
+  int64_t *values = dim_values(spec, sd->values[sd->count - 1] + 1);
+  if (!values) return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "out of memory building the IR");
+  /* Its errors are not the user's (a size that only fits the spec's own values): tensors it
+   * could not infer keep ndim 0 and are left out of the comparison. */
+  builder b = {.spec = spec};
+  atomic_fetch_add(&builds, 1);
+  recap__ir *ir = build(&b, values, sd->count - 1);
+  free(values);
+  if (b.oom) {
+    recap__ir_destroy(ir);
+    return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "out of memory building the IR");
+  }
+  *out = ir;
+  return RECAP_OK;
+}
+
+recap_status recap__ir_mark_bucket_axes(recap__ir *ir, const recap__ir *other, recap__diag *diag) {
+  RECAP_CHECK_ARG(ir && other && ir->bucket_dim >= 0 && other->num_tensors == ir->num_tensors);
   for (size_t i = 0; i < ir->num_tensors; ++i) {
     recap__ir_tensor *t = &ir->tensors[i];
-    const recap__ir_tensor *p = &probe->tensors[i];
+    const recap__ir_tensor *p = &other->tensors[i];
+    t->bucket_axes = 0;
+    t->bucket_axis = -1;
     if (t->ndim == 0 || p->ndim != t->ndim) continue;
     for (int d = 0; d < t->ndim; ++d)
       if (t->shape[d] != p->shape[d]) t->bucket_axes |= 1u << d;
     for (int d = t->ndim - 1; d >= 0; --d)
       if (t->bucket_axes & (1u << d)) t->bucket_axis = d;
   }
-  const char *dim = spec->dims[spec->bucket_dim].name;
+  recap__diag local = {0};
+  builder b = {.diag = diag ? diag : &local};
+  size_t before = recap__diag_errors(b.diag);
+  const char *dim = ir->dims[ir->bucket_dim].name;
+  snprintf(b.suffix, sizeof b.suffix, " (with %s = %lld)", dim,
+           (long long)ir->dim_values[ir->bucket_dim]);
   for (size_t i = 0; i < ir->num_ops; ++i) {
     const recap__ir_op *op = &ir->ops[i];
-    if (!op->def || !spec->ops[i].ok) continue;
+    if (!op->def) continue;
     int input[4], axis[4];
     int n = reduced_axes(op->def, &op->attrs, input, axis);
     for (int k = 0; k < n; ++k) {
@@ -424,69 +507,20 @@ static void check_bucketed_axes(builder *b, recap__ir *ir, const recap__ir *prob
       if (a < 0 || !(t->bucket_axes & (1u << a))) continue;
       char label[MAX_LABEL_BYTES], shape[128];
       shape_text(t->ndim, t->shape, shape, sizeof shape);
-      error_at(b, op->pos,
+      error_at(&b, op->pos,
                "op %s reduces over axis %d of tensor '%s' %s, which carries the "
                "bucketed dim '%s' (padding rows would change the result)",
                op_label(op, label, sizeof label), a, t->name, shape, dim);
       break;
     }
   }
-}
-
-recap_status recap__ir_build(const recap__spec *spec, size_t bucket, recap__ir **out,
-                             recap__diag *diag) {
-  RECAP_CHECK_ARG(spec && out);
-  if (bucket >= recap__spec_num_buckets(spec))
-    return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
-                      "bucket %zu of spec '%s' does not exist "
-                      "(it has %zu)",
-                      bucket, spec->file, recap__spec_num_buckets(spec));
-  recap__diag local = {0};
-  builder b = {.spec = spec, .diag = diag ? diag : &local};
-  size_t before = recap__diag_errors(b.diag);
-  int64_t *values = calloc(spec->num_dims + 1, sizeof *values);
-  if (!values) return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "out of memory building the IR");
-  for (size_t d = 0; d < spec->num_dims; ++d) {
-    const recap__spec_dim *sd = &spec->dims[d];
-    values[d] = sd->count == 0               ? 0
-                : (int)d == spec->bucket_dim ? sd->values[bucket]
-                                             : sd->values[0];
-  }
-  if (spec->bucket_dim >= 0)
-    snprintf(b.suffix, sizeof b.suffix, " (with %s = %lld)", spec->dims[spec->bucket_dim].name,
-             (long long)values[spec->bucket_dim]);
-  recap__ir *ir = build(&b, values, bucket);
-
-  if (!b.oom && ir && spec->bucket_dim >= 0) {
-    const recap__spec_dim *sd = &spec->dims[spec->bucket_dim];
-    int64_t v = values[spec->bucket_dim];
-    values[spec->bucket_dim] =
-        sd->count >= 2 ? sd->values[bucket + 1 < sd->count ? bucket + 1 : bucket - 1] : v + 1;
-    /* The probe's own errors are not the user's: another bucket's build reports them. */
-    builder pb = {.spec = spec, .diag = NULL};
-    recap__ir *probe = build(&pb, values, bucket);
-    if (pb.oom)
-      b.oom = true;
-    else
-      check_bucketed_axes(&b, ir, probe);
-    recap__ir_destroy(probe);
-  }
-  free(values);
-  recap_status st = RECAP_OK;
-  if (b.oom)
-    st = RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "out of memory building the IR of %s", spec->file);
-  else if (recap__diag_errors(b.diag) > before)
-    /* An error whose message could not be allocated is only counted: no message to show. */
-    st = recap__fail_plain(RECAP_STATUS_SPEC_ERROR, "%s",
-                           b.diag->count ? b.diag->messages[b.diag->count - 1]
-                                         : "the spec has errors (out of memory for their text)");
+  recap_status st = recap__diag_errors(b.diag) > before
+                        ? recap__fail_plain(RECAP_STATUS_SPEC_ERROR, "%s",
+                                            b.diag->count ? b.diag->messages[b.diag->count - 1]
+                                                          : "op reduces over the bucketed dim")
+                        : RECAP_OK;
   recap__diag_free(&local);
-  if (st != RECAP_OK) {
-    recap__ir_destroy(ir);
-    return st;
-  }
-  *out = ir;
-  return RECAP_OK;
+  return st;
 }
 
 int recap__ir_find_tensor(const recap__ir *ir, const char *name) {

@@ -1,17 +1,18 @@
 /*
- * ir.h: a pipeline after its spec has been checked (internal to the engine).
+ * ir.h: one bucket of a checked spec, with every size known (internal to the engine).
  *
- * spec.c turns YAML into a positioned AST (spec.h); ir.c resolves names, substitutes one
- * value for every symbolic dim (one IR per bucket), infers shapes and dtypes through the op
- * registry (kernels/op.h) and checks the DAG. Every tensor and op keeps the spec position it
- * came from, so later stages (planning, capture) can still report FILE:LINE:COL.
+ * spec.c checks what the text says (spec.h); ir.c substitutes one value for every symbolic
+ * dim (one IR per bucket), infers shapes and dtypes through the op contract (kernels/op.h) and
+ * checks sizes against the device's memory. Every tensor and op keeps the spec position it
+ * came from, so later stages (planning, capture) can still report FILE:LINE:COL. The load
+ * path (load.h) is the one caller that matters:
  *
- *   recap__spec *spec;  recap__diag diag = {0};     // diag collects every error
- *   recap__spec_load_file("mlp.yaml", &options, &spec, &diag);   // spec.h: checks it all
- *   recap__ir *ir;
- *   recap__ir_build(spec, bucket, &ir, &diag);  // bucket: index into the bucketed dim's values
- *   ... recap__plan_build(ir, &plan) ...
- *   recap__ir_destroy(ir); recap__spec_destroy(spec); recap__diag_free(&diag);
+ *   recap__ir *ir[n];
+ *   for (b = 0; b < n; ++b) recap__ir_build(spec, b, capacity, &ir[b], &diag);
+ *   for (b = 0; b < n; ++b) recap__ir_mark_bucket_axes(ir[b], ir[b + 1 < n ? b + 1 : b - 1],
+ * &diag);
+ *   ... fuse, plan ...
+ *   recap__ir_destroy(ir[b]) ...
  *
  * An IR owns all its strings (positions point at its own copy of the file name), so it may
  * outlive the spec it was built from.
@@ -23,69 +24,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "engine/diag.h"
+#include "engine/spec.h"
 #include "include/recap.h"
 #include "kernels/op.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-/* A position in a spec file (1-based line and column; 0 when not from a file). */
-typedef struct {
-  const char *file; /* owned by the spec */
-  int line, col;
-} recap__src_pos;
-
-/* Collected errors, each "FILE:LINE:COL: error: message" (an error identical to a recorded one
- * is not recorded twice). Zero-initialize; release with recap__diag_free. */
-typedef struct {
-  char **messages;
-  size_t count, capacity;
-  size_t max_messages; /* further errors are counted, not stored (0: 100) */
-  size_t dropped;
-} recap__diag;
-
-/* Records one error at pos (printf-style). Never fails: on allocation failure the error is
- * counted in `dropped`. */
-void recap__diag_error(recap__diag *diag, recap__src_pos pos, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-/* All messages joined by newlines (malloc'd, caller frees); NULL when none. */
-char *recap__diag_join(const recap__diag *diag);
-/* Records the failure of a spec check: recap_last_error() gets the first messages (whole
- * lines within its 2 KiB, then "(and N more errors)"), recap_last_error_full() all of them.
- * Returns RECAP_STATUS_SPEC_ERROR. */
-recap_status recap__diag_report(const recap__diag *diag);
-void recap__diag_free(recap__diag *diag);
-/* Number of errors recorded (stored and dropped). */
-size_t recap__diag_errors(const recap__diag *diag);
-/* Appends each message of src whose "FILE:LINE:COL:" position has no message in dst yet: one
- * report per place, when the same mistake shows up in several buckets' IRs. */
-void recap__diag_merge_new_positions(recap__diag *dst, const recap__diag *src);
-
-typedef enum {
-  RECAP_ROLE_INPUT,        /* bound by the caller; a static buffer */
-  RECAP_ROLE_PARAM,        /* allocated and initialized once; shareable between instances */
-  RECAP_ROLE_STATE,        /* persistent across replays, updated in place (a KV cache) */
-  RECAP_ROLE_SCALAR,       /* a device-resident value kernels read (a position, a length) */
-  RECAP_ROLE_INTERMEDIATE, /* produced by an op; planned into the arena */
-} recap_tensor_role;
-
-typedef enum {
-  RECAP_INIT_NONE,
-  RECAP_INIT_ZEROS,
-  RECAP_INIT_ONES,
-  RECAP_INIT_NORMAL,  /* mean, std */
-  RECAP_INIT_UNIFORM, /* low, high */
-  RECAP_INIT_FILE,    /* raw little-endian, or .safetensors (path, key) */
-  RECAP_INIT_VALUE,   /* every element = value (a scalar's default, value 0) */
-} recap_init_kind;
-
-typedef struct {
-  recap_init_kind kind;
-  double mean, std, low, high, value;
-  char *path; /* resolved relative to the spec's folder (and checked against base_dir) */
-  char *key;  /* tensor name inside a .safetensors file (default: the tensor's name) */
-} recap__ir_init;
 
 typedef struct {
   char *name;
@@ -96,13 +42,14 @@ typedef struct {
   int64_t shape[RECAP_MAX_DIMS];
   uint64_t bytes; /* numel * element size */
   /* Which axis, if any, carries the bucketed (batch) dim: padding rows live there. -1: none.
-   * Found by building the IR again with another value of the bucketed dim: the axes whose
-   * extent changes carry it (bucket_axes has a bit per such axis; bucket_axis is the first).
+   * Found by comparing with an IR of another value of the bucketed dim: the axes whose extent
+   * changes carry it (bucket_axes has a bit per such axis; bucket_axis is the first;
+   * recap__ir_mark_bucket_axes).
    * For declared states and params it is axis 0 or none (the loader enforces it), so a
    * smaller bucket's tensor is a prefix of the largest bucket's. */
   int bucket_axis;
   unsigned bucket_axes;
-  recap__ir_init init;
+  recap__tensor_init init;
   /* Where the spec says how the tensor starts: its `path:` for files, else its `init:` key,
    * else the tensor's name (bind errors point here). */
   recap__src_pos init_pos;
@@ -161,13 +108,29 @@ typedef struct {
   size_t num_ops;
   int *outputs; /* tensor indices */
   size_t num_outputs;
-  int num_streams; /* 1 + highest side stream used */
+  int num_streams;  /* 1 + highest side stream used */
   size_t fused_ops; /* spec ops the fusion pass replaced by fused ops (0: none, or no pass) */
 } recap__ir;
 
-/* Whether output `output` of an op is, by the op's nature, the memory of one of its inputs
- * (kv_append writes into the cache it returns); that input's index, or -1. */
-int recap__ir_output_alias(const recap_op_def *def, int output);
+/* Builds the IR of one bucket: sizes substituted, shapes and dtypes inferred, sizes checked
+ * against `capacity` bytes of device memory (0: not checked). The largest bucket's build also
+ * checks the files of `init: file` tensors as the binder will read them (opening each, reading
+ * a safetensors header, never the data). Errors go to diag (NULL: recap_last_error() only):
+ * RECAP_STATUS_SPEC_ERROR with positioned errors when the spec does not hold for this bucket,
+ * RECAP_STATUS_OUT_OF_MEMORY, RECAP_STATUS_INVALID_ARGUMENT for a bucket out of range. The
+ * bucketed axes are not marked yet (recap__ir_mark_bucket_axes). */
+recap_status recap__ir_build(const recap__spec *spec, size_t bucket, uint64_t capacity,
+                             recap__ir **out, recap__diag *diag);
+/* The IR with the bucketed dim one above its largest value, for a spec whose bucketed dim has
+ * one value: the other side of recap__ir_mark_bucket_axes. Reports no errors of its own. */
+recap_status recap__ir_build_probe(const recap__spec *spec, recap__ir **out);
+/* Marks the axes of ir's tensors that carry the bucketed dim (those whose extent differs in
+ * `other`, an IR of the same spec at another value of it), then reports every op that reduces
+ * or contracts over such an axis: padding rows would change its result.
+ * RECAP_STATUS_SPEC_ERROR when there is one. */
+recap_status recap__ir_mark_bucket_axes(recap__ir *ir, const recap__ir *other, recap__diag *diag);
+/* IRs built so far in this process (probes included): the load path builds one per bucket. */
+size_t recap__ir_builds(void);
 
 /* Index of a tensor by name; -1 if none. */
 int recap__ir_find_tensor(const recap__ir *ir, const char *name);

@@ -13,7 +13,6 @@
  */
 #include "engine/pipeline.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,169 +40,11 @@ void recap__model_retain(recap__model *m) {
 
 static void model_free(recap__model *m) {
   recap__unbind_params(m);
-  recap__plan_destroy(m->plan);
-  if (m->irs)
-    for (size_t b = 0; b < m->num_buckets; ++b) recap__ir_destroy(m->irs[b]);
-  free(m->irs);
-  free(m->bucket_values);
-  recap__spec_destroy(m->spec);
-  free(m);
+  recap__model_free_loaded(m);
 }
 
 void recap__model_release(recap__model *m) {
   if (m && atomic_fetch_sub(&m->refs, 1) == 1) model_free(m);
-}
-
-/* Applies one "NAME=V[,V...]" override to the loaded spec. */
-static recap_status apply_dim(recap__spec *spec, const char *text) {
-  const char *eq = strchr(text, '=');
-  size_t n = eq ? (size_t)(eq - text) : 0;
-  int index = -1;
-  for (size_t i = 0; eq && i < spec->num_dims; ++i)
-    if (strlen(spec->dims[i].name) == n && strncmp(spec->dims[i].name, text, n) == 0)
-      index = (int)i;
-  if (index < 0)
-    return RECAP_FAIL(RECAP_STATUS_SPEC_ERROR,
-                      "dim override '%s': expected NAME=VALUE with a dim the spec declares", text);
-  /* The same rules, limits and messages as dims in a spec (spec.c). */
-  size_t given = 1;
-  for (const char *c = eq + 1; *c; ++c) given += *c == ',';
-  if (given > RECAP_MAX_BUCKETS)
-    return RECAP_FAIL(RECAP_STATUS_SPEC_ERROR,
-                      "dim override for '%s' has %zu buckets, more than the limit of %d",
-                      spec->dims[index].name, given, RECAP_MAX_BUCKETS);
-  int64_t values[RECAP_MAX_BUCKETS];
-  size_t count = 0;
-  for (const char *s = eq + 1;;) {
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (end == s || (*end != ',' && *end != '\0'))
-      return RECAP_FAIL(RECAP_STATUS_SPEC_ERROR,
-                        "dim override '%s': expected NAME=VALUE or NAME=V1,V2,... with decimal "
-                        "integers",
-                        text);
-    if (errno == ERANGE || v < 1 || v >= RECAP__SPEC_MAX_SIZE)
-      return RECAP_FAIL(RECAP_STATUS_SPEC_ERROR,
-                        "dim override '%s': %.*s is not a positive integer below 2^62", text,
-                        (int)(end - s), s);
-    if (count > 0 && v <= values[count - 1])
-      return RECAP_FAIL(RECAP_STATUS_SPEC_ERROR,
-                        "dim override '%s': bucket values must be strictly ascending (%lld "
-                        "follows %lld)",
-                        text, v, (long long)values[count - 1]);
-    values[count++] = v;
-    if (*end == '\0') break;
-    s = end + 1;
-  }
-  if (count > 1 && spec->bucket_dim >= 0 && spec->bucket_dim != index)
-    return RECAP_FAIL(RECAP_STATUS_SPEC_ERROR,
-                      "dim override '%s': dim '%s' already has buckets (one dim at most)", text,
-                      spec->dims[spec->bucket_dim].name);
-  int64_t *copy = calloc(count, sizeof *copy);
-  if (!copy) return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory for a dim override");
-  memcpy(copy, values, count * sizeof *copy);
-  recap__spec_dim *d = &spec->dims[index];
-  free(d->values);
-  d->values = copy;
-  d->count = count;
-  if (count > 1) {
-    d->bucketed = true;
-    spec->bucket_dim = index;
-  }
-  return RECAP_OK;
-}
-
-static recap_status load_spec(const char *path, const char *yaml, size_t length, const char *name,
-                              const recap_pipeline_options *o, recap__spec **out) {
-  recap__spec_options so = {.base_dir = o->base_dir};
-  recap__spec *spec = NULL;
-  recap_device device = o->device;
-  bool know_device = o->override_device != 0;
-  /* With dim overrides the spec's own sizes do not matter (a spec too large for the device
-   * may be shrunk to fit): it is loaded without the capacity check, which the IRs of
-   * build_model then make with the overridden dims. */
-  bool overrides = o->dims && o->dims[0];
-  uint64_t capacity = 0;
-  recap_status st = RECAP_OK;
-  /* The capacity check needs the device, which the spec itself may name: then load once
-   * to read it, and again with the capacity. */
-  for (int pass = 0; pass < 2; ++pass) {
-    if (know_device && !overrides) {
-      size_t free_bytes = 0, total = 0;
-      RECAP_TRY_GOTO(st, recap_device_mem_get_info(device, &free_bytes, &total), fail);
-      so.device_memory_bytes = capacity = total;
-    }
-    recap__spec_destroy(spec);
-    spec = NULL;
-    RECAP_TRY_GOTO(st,
-                   path ? recap__spec_load_file(path, &so, &spec, NULL)
-                        : recap__spec_load_string(yaml, length, name, &so, &spec, NULL),
-                   fail);
-    if (know_device || overrides) break;
-    device = (recap_device){spec->device, 0};
-    know_device = true;
-  }
-  if (overrides) {
-    size_t free_bytes = 0, total = 0;
-    if (!know_device) device = (recap_device){spec->device, 0};
-    RECAP_TRY_GOTO(st, recap_device_mem_get_info(device, &free_bytes, &total), fail);
-    capacity = total;
-  }
-  for (const char *const *d = o->dims; d && *d; ++d) RECAP_TRY_GOTO(st, apply_dim(spec, *d), fail);
-  spec->options.device_memory_bytes = capacity;
-  *out = spec;
-  return RECAP_OK;
-fail:
-  recap__spec_destroy(spec);
-  return st;
-}
-
-/* IRs per bucket (checked again: the dims may have been overridden) and the plan. */
-static recap_status build_model(recap__spec *spec, recap_device device, bool fuse,
-                                recap__model **out) {
-  recap__model *m = calloc(1, sizeof *m);
-  if (!m) {
-    recap__spec_destroy(spec);
-    return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory for a pipeline model");
-  }
-  atomic_init(&m->refs, 1);
-  m->device = device;
-  m->spec = spec;
-  m->num_buckets = recap__spec_num_buckets(spec);
-  m->irs = calloc(m->num_buckets, sizeof *m->irs);
-  m->bucket_values = calloc(m->num_buckets, sizeof *m->bucket_values);
-  recap_status st = RECAP_OK;
-  recap__diag diag = {0};
-  if (!m->irs || !m->bucket_values) {
-    st = RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory for a pipeline model");
-    goto fail;
-  }
-  for (size_t b = 0; b < m->num_buckets; ++b) {
-    m->bucket_values[b] = recap__spec_bucket_value(spec, b);
-    recap_status bs = recap__ir_build(spec, b, &m->irs[b], &diag);
-    if (bs != RECAP_OK && st == RECAP_OK) st = bs;
-  }
-  if (st == RECAP_STATUS_SPEC_ERROR) {
-    st = recap__diag_report(&diag);
-    goto fail;
-  }
-  if (st != RECAP_OK) goto fail;
-  /* Every bucket gets the same groups (fuse.h), so the largest bucket's plan fits them all. */
-  for (size_t b = 0; fuse && b < m->num_buckets; ++b)
-    RECAP_TRY_GOTO(st, recap__fuse(m->irs[b]), fail);
-  const recap__ir *largest = m->irs[m->num_buckets - 1];
-  /* Planned over every bucket: a view that a smaller bucket cannot form stays a copy. */
-  RECAP_TRY_GOTO(st, recap__plan_build_buckets(m->irs, m->num_buckets, NULL, &m->plan), fail);
-  for (size_t o = 0; o < largest->num_ops; ++o)
-    if (largest->ops[o].def->is_random) m->has_random = true;
-  recap__diag_free(&diag);
-  *out = m;
-  return RECAP_OK;
-fail:
-  recap__diag_free(&diag);
-  model_free(m);
-  return st;
 }
 
 /* ---- pipelines ---- */
@@ -268,32 +109,43 @@ fail:
   return st;
 }
 
+static recap_status check_options(const recap_pipeline_options *o) {
+  RECAP_CHECK_ARG(o->mode == RECAP_MODE_GRAPH || o->mode == RECAP_MODE_EAGER);
+  RECAP_CHECK_ARG(o->oversize == RECAP_OVERSIZE_EAGER || o->oversize == RECAP_OVERSIZE_FAIL);
+  RECAP_CHECK_ARG(o->warmup >= 0 && o->max_recaptures >= 0);
+  return RECAP_OK;
+}
+
+recap_status recap__pipeline_create_model(recap__model *m, const recap_pipeline_options *options,
+                                          recap_pipeline **out) {
+  RECAP_CHECK_ARG(m && out);
+  recap_pipeline_options o = options ? *options : (recap_pipeline_options){0};
+  RECAP_TRY(check_options(&o));
+  /* The spec's seed drives its random ops, as torch.manual_seed at the top of a script. */
+  if (m->has_random) RECAP_TRY(recap_rng_manual_seed(m->device, m->spec->seed));
+  RECAP_TRY(pipeline_new(m, &o, true, out));
+  (*out)->timings.load_ms = m->load_ms;
+  return RECAP_OK;
+}
+
 static recap_status create(const char *path, const char *yaml, size_t length, const char *name,
                            const recap_pipeline_options *options, recap_pipeline **out) {
   RECAP_CHECK_ARG(out);
-  recap_pipeline_options o = {0};
-  if (options) o = *options;
-  RECAP_CHECK_ARG(o.mode == RECAP_MODE_GRAPH || o.mode == RECAP_MODE_EAGER);
-  RECAP_CHECK_ARG(o.oversize == RECAP_OVERSIZE_EAGER || o.oversize == RECAP_OVERSIZE_FAIL);
-  RECAP_CHECK_ARG(o.warmup >= 0 && o.max_recaptures >= 0);
-  double t0 = now_ms();
-  recap__spec *spec = NULL;
-  RECAP_TRY(load_spec(path, yaml, length, name, &o, &spec));
-  recap_device device = o.override_device ? o.device : (recap_device){spec->device, 0};
+  recap_pipeline_options o = options ? *options : (recap_pipeline_options){0};
+  RECAP_TRY(check_options(&o));
+  recap__load_options lo = {
+      .spec = {.base_dir = o.base_dir, .dims = o.dims},
+      .device = o.device,
+      .device_given = o.override_device != 0,
+      .capacity = RECAP__CAPACITY_REQUIRED,
+      .no_fusion = o.no_fusion != 0,
+  };
   recap__model *m = NULL;
-  bool fuse = recap__fuse_enabled_on(o.no_fusion != 0, device.backend);
-  RECAP_TRY(build_model(spec, device, fuse, &m)); /* takes the spec */
-  double load_ms = now_ms() - t0;
-  /* The spec's seed drives its random ops, as torch.manual_seed at the top of a script. */
-  recap_status st = RECAP_OK;
-  if (m->has_random) st = recap_rng_manual_seed(device, m->spec->seed);
-  recap_pipeline *p = NULL;
-  if (st == RECAP_OK) st = pipeline_new(m, &o, true, &p);
+  RECAP_TRY(path ? recap__load_file(path, &lo, &m, NULL)
+                 : recap__load_string(yaml, length, name, &lo, &m, NULL));
+  recap_status st = recap__pipeline_create_model(m, &o, out);
   recap__model_release(m); /* the pipeline holds its own reference */
-  RECAP_TRY(st);
-  p->timings.load_ms = load_ms;
-  *out = p;
-  return RECAP_OK;
+  return st;
 }
 
 recap_status recap_pipeline_create_file(const char *path, const recap_pipeline_options *options,
@@ -501,11 +353,11 @@ recap_status recap_pipeline_copy_out(recap_pipeline *p, const char *name, void *
   recap_status st = RECAP_OK;
   recap__graph_exclusive_begin();
   for (size_t o = 0; o < l.outer; ++o)
-    RECAP_TRY_GOTO(st,
-                   be->memcpy_async((char *)host + o * l.src_stride,
-                                    (const char *)memory_of(p, t) + o * l.dst_stride, l.copy,
-                                    p->stream),
-                   done);
+    RECAP_TRY_GOTO(
+        st,
+        be->memcpy_async((char *)host + o * l.src_stride,
+                         (const char *)memory_of(p, t) + o * l.dst_stride, l.copy, p->stream),
+        done);
   st = recap_stream_synchronize(p->stream);
 done:
   recap__graph_exclusive_end();

@@ -34,6 +34,7 @@
 #include <stdint.h>
 
 #include "engine/ir.h"
+#include "engine/load.h"
 #include "engine/plan.h"
 #include "engine/spec.h"
 #include "include/recap.h"
@@ -42,31 +43,6 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-/* What clones share, immutable after creation except the reference count: the checked spec,
- * one IR per bucket, the plan of the largest bucket, and the params (weights) in one block. */
-typedef struct recap__model {
-  atomic_int refs;
-  recap_device device;
-  recap__spec *spec;
-  recap__ir **irs;        /* per bucket, ascending bucket value (read-only) */
-  size_t num_buckets;     /* 1 for specs without buckets */
-  int64_t *bucket_values; /* per bucket: the bucketed dim's value (0 without buckets) */
-  recap__plan *plan;      /* of irs[num_buckets - 1] (read-only) */
-  /* The stream the params are allocated and loaded on. The model owns it: the params outlive
-   * the pipeline that created the model (its clones keep them), and a block is freed on the
-   * stream it was allocated on (backend:cudaMallocAsync frees in that stream's order). */
-  recap_stream *param_stream;
-  void *param_block;      /* every param, carved at 256-byte offsets (recap_malloc) */
-  size_t param_bytes;     /* the block's size */
-  void **param_data;      /* per tensor index: the param's memory, NULL for other roles */
-  bool has_random;        /* some op draws random numbers */
-} recap__model;
-
-/* Adds a reference. */
-void recap__model_retain(recap__model *model);
-/* Drops a reference; the last one frees params, plan, IRs and spec. NULL is accepted. */
-void recap__model_release(recap__model *model);
 
 /* Timings of the one-off work, in milliseconds of host wall-clock time (read-only). */
 typedef struct {
@@ -98,11 +74,11 @@ struct recap_pipeline {
 
   recap_pool_id pool; /* the private pool: the arena and every graph's memory */
   bool has_pool;
-  void *arena;         /* plan->arena_bytes from the pool */
-  void **data;         /* per tensor: memory of an external root (input, param, state,
-                          scalar, output), else NULL; rebind changes an entry */
-  void **owned;        /* per tensor: the buffer this pipeline allocated for it, else NULL */
-  recap_tensor *views; /* views[bucket * num_tensors + t]: every tensor of every bucket */
+  void *arena;           /* plan->arena_bytes from the pool */
+  void **data;           /* per tensor: memory of an external root (input, param, state,
+                            scalar, output), else NULL; rebind changes an entry */
+  void **owned;          /* per tensor: the buffer this pipeline allocated for it, else NULL */
+  recap_tensor *views;   /* views[bucket * num_tensors + t]: every tensor of every bucket */
   int64_t *view_offsets; /* same indexing: elements from the alias root's start (plan views) */
   size_t num_tensors;
   recap_op_call *calls; /* calls[bucket * num_ops + op]: bound, ready to launch */

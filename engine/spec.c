@@ -12,6 +12,7 @@
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,6 +39,9 @@ typedef struct {
   recap__spec *spec;
   recap__diag *diag;
   bool oom;
+  /* The first problem with the caller's dim overrides (options.dims): an invalid argument, not
+   * an error in the spec, so it is reported alone and nothing else is checked. */
+  char bad_override[320];
   recap__names dims;    /* dim name -> index */
   recap__names tensors; /* tensor name -> index (declared and produced so far) */
   recap__names future;  /* op output name -> op index (all ops) */
@@ -363,6 +367,91 @@ static void parse_dims(loader *L, const recap__yaml_node *node) {
   }
 }
 
+#define OVERRIDE_ERR(L, ...) snprintf((L)->bad_override, sizeof(L)->bad_override, __VA_ARGS__)
+
+/* Applies one "NAME=V[,V...]" from outside the spec (options.dims), with the rules and limits
+ * of dims written in the spec. */
+static void override_dim(loader *L, const char *text) {
+  recap__spec *spec = L->spec;
+  const char *eq = strchr(text, '=');
+  size_t n = eq ? (size_t)(eq - text) : 0;
+  int index = -1;
+  for (size_t i = 0; eq && i < spec->num_dims; ++i)
+    if (strlen(spec->dims[i].name) == n && strncmp(spec->dims[i].name, text, n) == 0)
+      index = (int)i;
+  if (!eq) {
+    OVERRIDE_ERR(L, "dim override '%s': expected NAME=VALUE", text);
+    return;
+  }
+  if (index < 0) {
+    char names[256] = "";
+    size_t used = 0;
+    for (size_t i = 0; i < spec->num_dims && used < sizeof names - 64; ++i)
+      used += (size_t)snprintf(names + used, sizeof names - used, "%s%s", i ? ", " : "",
+                               spec->dims[i].name);
+    OVERRIDE_ERR(L, "dim override '%s': the spec declares no dim '%.*s' (its dims: %s)", text,
+                 (int)n, text, spec->num_dims ? names : "none");
+    return;
+  }
+  recap__spec_dim *d = &spec->dims[index];
+  size_t given = 1;
+  for (const char *c = eq + 1; *c; ++c) given += *c == ',';
+  if (given > RECAP_MAX_BUCKETS) {
+    OVERRIDE_ERR(L, "dim override for '%s' has %zu buckets, more than the limit of %d", d->name,
+                 given, RECAP_MAX_BUCKETS);
+    return;
+  }
+  int64_t values[RECAP_MAX_BUCKETS];
+  size_t count = 0;
+  for (const char *v = eq + 1;;) {
+    char *end;
+    errno = 0;
+    long long x = strtoll(v, &end, 10);
+    if (end == v || (*end != ',' && *end != '\0')) {
+      OVERRIDE_ERR(L,
+                   "dim override '%s': expected NAME=VALUE or NAME=V1,V2,... with decimal integers",
+                   text);
+      return;
+    }
+    if (errno == ERANGE || x < 1 || x >= MAX_SIZE) {
+      OVERRIDE_ERR(L, "dim override '%s': %.*s is not a positive integer below 2^62", text,
+                   (int)(end - v), v);
+      return;
+    }
+    if (count > 0 && x <= values[count - 1]) {
+      OVERRIDE_ERR(
+          L, "dim override '%s': bucket values must be strictly ascending (%lld follows %lld)",
+          text, x, (long long)values[count - 1]);
+      return;
+    }
+    values[count++] = x;
+    if (*end == '\0') break;
+    v = end + 1;
+  }
+  if (spec->options.select_batch && count == 1 && index == spec->bucket_dim) {
+    spec->run_batch = values[0];
+    if (!spec->options.grow_batch || values[0] <= d->values[d->count - 1]) return;
+  }
+  if (count > 1 && spec->bucket_dim >= 0 && spec->bucket_dim != index) {
+    OVERRIDE_ERR(L, "dim override '%s': dim '%s' already has buckets (one dim at most)", text,
+                 spec->dims[spec->bucket_dim].name);
+    return;
+  }
+  int64_t *copy = calloc(count, sizeof *copy);
+  if (!copy) {
+    L->oom = true;
+    return;
+  }
+  memcpy(copy, values, count * sizeof *copy);
+  free(d->values);
+  d->values = copy;
+  d->count = count;
+  if (count > 1) {
+    d->bucketed = true;
+    spec->bucket_dim = index;
+  }
+}
+
 static const char *const role_names[] = {"input", "param", "state", "scalar", NULL};
 static const char *const init_names[] = {"zeros", "ones",  "normal", "uniform",
                                          "file",  "value", NULL};
@@ -535,7 +624,7 @@ static void parse_tensor(loader *L, const recap__yaml_node *k, const recap__yaml
   }
 
   /* init: the kind, then the keys that belong to it. */
-  recap__ir_init *init = &t->init;
+  recap__tensor_init *init = &t->init;
   const recap__yaml_node *in = lookup(v, "init");
   t->init_pos = in ? in->pos : t->pos;
   if (in) {
@@ -780,7 +869,7 @@ static size_t utf8_length(unsigned long c) {
 }
 
 static int hex_value(char c) {
-  return c >= '0' && c <= '9' ? c - '0'
+  return c >= '0' && c <= '9'   ? c - '0'
          : c >= 'a' && c <= 'f' ? c - 'a' + 10
          : c >= 'A' && c <= 'F' ? c - 'A' + 10
                                 : -1;
@@ -1217,7 +1306,7 @@ static void check_usage(loader *L) {
     while (op->outputs[out].index != (int)i) ++out;
     /* An op that writes into an input (kv_append into its cache) has done its work even if
      * nothing reads the result. */
-    if (op->def && recap__ir_output_alias(op->def, out) >= 0) continue;
+    if (op->def && out == 0 && op->def->output_is_input0) continue;
     if (spec->outputs_given)
       ERR(L, t->pos,
           "tensor '%s' is computed but never used (no later op reads it and "
@@ -1237,7 +1326,7 @@ static void check_usage(loader *L) {
         const recap__spec_op *op = &spec->ops[t->producer];
         int out = 0;
         while (op->outputs[out].index != (int)i) ++out;
-        if (op->def && recap__ir_output_alias(op->def, out) >= 0) continue;
+        if (op->def && out == 0 && op->def->output_is_input0) continue;
         spec->outputs[spec->num_outputs++] = (recap__spec_ref){t->name, t->pos, (int)i};
       }
     }
@@ -1297,7 +1386,10 @@ static void parse_root(loader *L, const recap__yaml_node *root) {
     }
   }
   if ((n = lookup(root, "dims"))) parse_dims(L, n);
-  if (L->oom) return;
+  /* Before any shape is read: a tensor is checked against the dims the caller runs with. */
+  for (const char *const *d = spec->options.dims; d && *d && !L->oom && !L->bad_override[0]; ++d)
+    override_dim(L, *d);
+  if (L->oom || L->bad_override[0]) return;
 
   const recap__yaml_node *tensors = lookup(root, "tensors"), *ops = lookup(root, "ops");
   size_t declared = tensors && tensors->kind == RECAP_YAML_MAPPING ? tensors->count : 0;
@@ -1320,9 +1412,17 @@ static void parse_root(loader *L, const recap__yaml_node *root) {
   if (spec->num_ops) check_usage(L);
 }
 
+/* Every spec text parsed in this process: the load path's test counts them. */
+static atomic_size_t parses;
+
+size_t recap__spec_parses(void) {
+  return atomic_load(&parses);
+}
+
 static recap_status load(const char *text, size_t len, const char *file, const char *dir,
                          const recap__spec_options *options, recap__spec **out,
                          recap__diag *user_diag) {
+  atomic_fetch_add(&parses, 1);
   recap__diag local = {0};
   recap__diag *diag = user_diag ? user_diag : &local;
   size_t errors_before = recap__diag_errors(diag);
@@ -1372,22 +1472,15 @@ static recap_status load(const char *text, size_t len, const char *file, const c
   recap__names_free(&L.tensors);
   recap__names_free(&L.future);
 
-  /* Every bucket's IR: shapes, dtypes, sizes. A mistake that shows in several buckets is
-   * reported once, at its first bucket. */
-  for (size_t b = 0; !L.oom && spec->num_ops && b < recap__spec_num_buckets(spec); ++b) {
-    recap__diag bucket_diag = {0};
-    recap__ir *ir = NULL;
-    st = recap__ir_build(spec, b, &ir, &bucket_diag);
-    recap__ir_destroy(ir);
-    recap__diag_merge_new_positions(diag, &bucket_diag);
-    recap__diag_free(&bucket_diag);
-    if (st == RECAP_STATUS_OUT_OF_MEMORY) L.oom = true;
-  }
-
   if (L.oom) {
     recap__spec_destroy(spec);
     recap__diag_free(&local);
     return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "out of memory loading %s", file);
+  }
+  if (L.bad_override[0]) {
+    recap__spec_destroy(spec);
+    recap__diag_free(&local);
+    return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "%s", L.bad_override);
   }
   if (recap__diag_errors(diag) > errors_before) {
     st = recap__diag_report(diag);

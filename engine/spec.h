@@ -1,28 +1,26 @@
 /*
- * spec.h: loading a pipeline spec (YAML) and checking it completely (internal to the engine).
+ * spec.h: a pipeline spec (YAML) read and checked (internal to the engine).
  *
- *   recap__spec_options opts = {.device_memory_bytes = total_memory};  // zeros: defaults
+ *   recap__spec_options opts = {.dims = overrides};   // zeros: defaults
  *   recap__diag diag = {0};
  *   recap__spec *spec = NULL;
  *   recap_status st = recap__spec_load_file("specs/mlp.yaml", &opts, &spec, &diag);
  *   if (st == RECAP_STATUS_SPEC_ERROR) print recap__diag_join(&diag) (or recap_last_error());
- *   for (size_t b = 0; b < recap__spec_num_buckets(spec); ++b) {
- *     recap__ir *ir;
- *     recap__ir_build(spec, b, &ir, NULL);     // cannot fail on a spec that loaded, except OOM
- *     ... plan ...
- *     recap__ir_destroy(ir);
- *   }
+ *   ... recap__ir_build(spec, b, ...) for each bucket (ir.h) ...
  *   recap__spec_destroy(spec); recap__diag_free(&diag);
  *
- * Loading is the whole check: YAML syntax and limits, every key's type, names, the DAG, and
- * every bucket's IR (shapes, dtypes, sizes, bucketed dims that an op reduces over, and the
- * files of `init: file` tensors: a raw file's size, a .safetensors header; no data is read). Every
- * problem found is recorded in `diag` as "FILE:LINE:COL: error: message" (one pass; a YAML
- * syntax error or a limit stops the parse, as the rest cannot be read reliably); the call then
- * returns RECAP_STATUS_SPEC_ERROR and recap_last_error() holds the first messages joined by
- * newlines. RECAP_STATUS_IO_ERROR when the file cannot be read, RECAP_STATUS_OUT_OF_MEMORY when
- * an allocation fails. Nothing is allocated on any device. On failure *out is untouched.
- * `diag` may be NULL when only recap_last_error() is wanted.
+ * This is the first half of a load (engine/load.h runs the whole path: spec, every bucket's
+ * IR once, fusion, plan). It checks what the text alone says: YAML syntax and limits, every
+ * key's type, the dims (with the caller's overrides applied first, so they are checked as if
+ * the spec said them), names, ops and their attributes, the DAG, the files `init: file`
+ * tensors name (they must exist inside base_dir). Shapes, dtypes and sizes need a bucket's
+ * values and are the IR's check (ir.h). Every problem found is recorded in `diag` as
+ * "FILE:LINE:COL: error: message" (one pass; a YAML syntax error or a limit stops the parse,
+ * as the rest cannot be read reliably); the call then returns RECAP_STATUS_SPEC_ERROR and
+ * recap_last_error() holds the first messages joined by newlines. RECAP_STATUS_IO_ERROR when
+ * the file cannot be read, RECAP_STATUS_OUT_OF_MEMORY when an allocation fails. Nothing is
+ * allocated on any device. On failure *out is untouched. `diag` may be NULL when only
+ * recap_last_error() is wanted.
  *
  * The spec format, the defaults and the limits are documented in specs/README.md.
  */
@@ -33,12 +31,39 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "engine/ir.h"
+#include "engine/diag.h"
 #include "engine/yaml_ast.h"
+#include "include/recap.h"
+#include "kernels/op.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+typedef enum {
+  RECAP_ROLE_INPUT,        /* bound by the caller; a static buffer */
+  RECAP_ROLE_PARAM,        /* allocated and initialized once; shareable between instances */
+  RECAP_ROLE_STATE,        /* persistent across replays, updated in place (a KV cache) */
+  RECAP_ROLE_SCALAR,       /* a device-resident value kernels read (a position, a length) */
+  RECAP_ROLE_INTERMEDIATE, /* produced by an op; planned into the arena */
+} recap_tensor_role;
+
+typedef enum {
+  RECAP_INIT_NONE,
+  RECAP_INIT_ZEROS,
+  RECAP_INIT_ONES,
+  RECAP_INIT_NORMAL,  /* mean, std */
+  RECAP_INIT_UNIFORM, /* low, high */
+  RECAP_INIT_FILE,    /* raw little-endian, or .safetensors (path, key) */
+  RECAP_INIT_VALUE,   /* every element = value (a scalar's default, value 0) */
+} recap_init_kind;
+
+typedef struct {
+  recap_init_kind kind;
+  double mean, std, low, high, value;
+  char *path; /* resolved relative to the spec's folder (and checked against base_dir) */
+  char *key;  /* tensor name inside a .safetensors file (default: the tensor's name) */
+} recap__tensor_init;
 
 /* Dims and literal sizes stay below 2^62, as the op registry's element counts do. */
 #define RECAP__SPEC_MAX_SIZE ((int64_t)1 << 62)
@@ -51,9 +76,17 @@ typedef struct {
    * symbolic links). NULL: no restriction. Specs loaded from a string resolve relative paths
    * against it (or the current directory when NULL). */
   const char *base_dir;
-  /* Bytes of device memory: a tensor larger than this, or persistent tensors (inputs,
-   * params, states, scalars) that together exceed it, are errors. 0: no limit. */
-  uint64_t device_memory_bytes;
+  /* Dim values from outside the spec, each "NAME=V" or "NAME=V1,V2,..." (NULL-terminated;
+   * NULL: none). They replace the spec's values before anything is checked, under the same
+   * rules (positive, ascending, one bucketed dim at most); a list makes the dim bucketed. A
+   * malformed one, or one naming no declared dim, fails the load with
+   * RECAP_STATUS_INVALID_ARGUMENT (it is the caller's mistake, not the spec's). */
+  const char *const *dims;
+  /* With select_batch, a single value given for the dim that has buckets keeps the buckets
+   * and picks the batch to run instead (recap__spec.run_batch): the CLI's --dim. With
+   * grow_batch too, a value above the largest bucket replaces the buckets with that one value
+   * (a distributed benchmark at a size the spec does not list). */
+  bool select_batch, grow_batch;
 } recap__spec_options;
 
 /* A size in a shape or an integer attribute: a literal, or a dim's value. */
@@ -87,7 +120,7 @@ typedef struct {
   recap_dtype dtype;
   int ndim; /* 0: the shape had errors (already reported) */
   recap__spec_size shape[RECAP_MAX_DIMS];
-  recap__ir_init init; /* path: resolved (malloc'd); key: malloc'd */
+  recap__tensor_init init; /* path: resolved (malloc'd); key: malloc'd */
   recap__src_pos init_pos;
   int producer; /* op index for op outputs; -1 for declared tensors */
   int consumers;
@@ -146,6 +179,8 @@ typedef struct recap__spec {
   recap__spec_ref *outputs;
   size_t num_outputs;
   bool outputs_given;
+  /* The value select_batch picked for the bucketed dim (0: none given). */
+  int64_t run_batch;
   char *name_owned;     /* the default name (from the file name), when name: is absent */
   recap__yaml_ast *ast; /* owns the strings above */
 } recap__spec;
@@ -157,20 +192,14 @@ recap_status recap__spec_load_string(const char *text, size_t len, const char *n
                                      const recap__spec_options *options, recap__spec **out,
                                      recap__diag *diag);
 void recap__spec_destroy(recap__spec *spec);
+/* Spec texts parsed so far in this process (the load path parses each spec once). */
+size_t recap__spec_parses(void);
 
 /* The number of buckets (1 when no dim has buckets); bucket b uses the bucketed dim's b-th
  * value. */
 size_t recap__spec_num_buckets(const recap__spec *spec);
 /* The bucketed dim's value for bucket b (0 when no dim has buckets). */
 int64_t recap__spec_bucket_value(const recap__spec *spec, size_t bucket);
-
-/* Builds the IR of one bucket (ir.c). The largest bucket's build (with a diag) also checks the
- * files of `init: file` tensors as the binder will read them (opening each, reading a
- * safetensors header, never the data). diag may be NULL. RECAP_STATUS_SPEC_ERROR with
- * positioned errors when the spec does not hold for this bucket, RECAP_STATUS_OUT_OF_MEMORY,
- * RECAP_STATUS_INVALID_ARGUMENT for a bucket out of range. */
-recap_status recap__ir_build(const recap__spec *spec, size_t bucket, recap__ir **out,
-                             recap__diag *diag);
 
 #ifdef __cplusplus
 }

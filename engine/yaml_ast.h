@@ -21,7 +21,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "engine/ir.h"
+#include "engine/diag.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -48,21 +48,21 @@ extern "C" {
  * ---------------------------------------------------------------------------------------- */
 
 /* XX(name, value, description). Values are stable: append, never renumber. */
-#define RECAP_STATUS_MAP(XX)                                                                 \
-  XX(OK, 0, "success")                                                                       \
-  XX(INVALID_ARGUMENT, -1, "invalid argument")                                               \
-  XX(OUT_OF_MEMORY, -2, "out of memory")                                                     \
-  XX(NO_DEVICE, -3, "no device available")                                                   \
-  XX(DEVICE_ERROR, -4, "device error")                                                       \
-  XX(NOT_SUPPORTED, -5, "operation not supported")                                           \
-  XX(BUSY, -6, "resource busy")                                                              \
-  XX(ILLEGAL_DURING_CAPTURE, -7, "operation not permitted while a stream is capturing")      \
-  XX(CAPTURE_INVALIDATED, -8, "stream capture was invalidated")                              \
-  XX(SPEC_ERROR, -9, "invalid pipeline spec")                                                \
-  XX(IO_ERROR, -10, "input/output error")                                                    \
-  XX(NOT_READY, -11, "work not yet complete")                                                \
-  XX(LIBRARY_ERROR, -12, "error in a CUDA library (cuBLAS, cuBLASLt, NVRTC, NCCL)")          \
-  XX(INTERNAL, -13, "internal error")                                                        \
+#define RECAP_STATUS_MAP(XX)                                                            \
+  XX(OK, 0, "success")                                                                  \
+  XX(INVALID_ARGUMENT, -1, "invalid argument")                                          \
+  XX(OUT_OF_MEMORY, -2, "out of memory")                                                \
+  XX(NO_DEVICE, -3, "no device available")                                              \
+  XX(DEVICE_ERROR, -4, "device error")                                                  \
+  XX(NOT_SUPPORTED, -5, "operation not supported")                                      \
+  XX(BUSY, -6, "resource busy")                                                         \
+  XX(ILLEGAL_DURING_CAPTURE, -7, "operation not permitted while a stream is capturing") \
+  XX(CAPTURE_INVALIDATED, -8, "stream capture was invalidated")                         \
+  XX(SPEC_ERROR, -9, "invalid pipeline spec")                                           \
+  XX(IO_ERROR, -10, "input/output error")                                               \
+  XX(NOT_READY, -11, "work not yet complete")                                           \
+  XX(LIBRARY_ERROR, -12, "error in a CUDA library (cuBLAS, cuBLASLt, NVRTC, NCCL)")     \
+  XX(INTERNAL, -13, "internal error")                                                   \
   XX(TIMEOUT, -14, "timed out")
 
 typedef enum {
@@ -117,15 +117,15 @@ typedef struct {
 
 typedef struct {
   char name[256];
-  int major, minor;                 /* compute capability; 0.0 on host */
-  int multiprocessor_count;         /* SMs; logical CPUs on host */
-  size_t total_memory;              /* bytes */
+  int major, minor;         /* compute capability; 0.0 on host */
+  int multiprocessor_count; /* SMs; logical CPUs on host */
+  size_t total_memory;      /* bytes */
   size_t l2_cache_bytes;
-  int clock_khz;                    /* SM clock; 0 if unknown */
-  int memory_clock_khz;             /* 0 if unknown */
-  int memory_bus_width_bits;        /* 0 if unknown */
-  size_t max_shared_memory_per_block;        /* default limit */
-  size_t max_shared_memory_per_block_optin;  /* limit after cudaFuncSetAttribute */
+  int clock_khz;                            /* SM clock; 0 if unknown */
+  int memory_clock_khz;                     /* 0 if unknown */
+  int memory_bus_width_bits;                /* 0 if unknown */
+  size_t max_shared_memory_per_block;       /* default limit */
+  size_t max_shared_memory_per_block_optin; /* limit after cudaFuncSetAttribute */
   int warp_size;
   int max_threads_per_block;
   int pci_bus_id;
@@ -221,8 +221,7 @@ RECAP_API recap_status recap_stream_synchronize(recap_stream *stream);
 /* Makes `stream` wait for `other`'s currently submitted work (records an internal event). */
 RECAP_API recap_status recap_stream_wait_stream(recap_stream *stream, recap_stream *other);
 /* Whether the stream is capturing; never makes a call that would invalidate a capture. */
-RECAP_API recap_status recap_stream_capture_status(recap_stream *stream,
-                                                   recap_capture_status *out);
+RECAP_API recap_status recap_stream_capture_status(recap_stream *stream, recap_capture_status *out);
 RECAP_API int recap_stream_is_capturing(recap_stream *stream);
 
 /* ------------------------------------------------------------------------------------------
@@ -238,8 +237,7 @@ enum {
   RECAP_EVENT_INTERPROCESS = 4, /* shareable with other processes; requires no TIMING */
 };
 
-RECAP_API recap_status recap_event_create(recap_device device, unsigned flags,
-                                          recap_event **out);
+RECAP_API recap_status recap_event_create(recap_device device, unsigned flags, recap_event **out);
 RECAP_API recap_status recap_event_destroy(recap_event *event);
 RECAP_API recap_status recap_event_record(recap_event *event, recap_stream *stream);
 /* RECAP_OK if complete (a never-recorded event is complete), RECAP_STATUS_NOT_READY if not.
@@ -249,8 +247,7 @@ RECAP_API recap_status recap_event_synchronize(recap_event *event);
 RECAP_API recap_status recap_stream_wait_event(recap_stream *stream, recap_event *event);
 /* Milliseconds between two completed timing events of one device. RECAP_STATUS_INVALID_ARGUMENT
  * across devices or without RECAP_EVENT_TIMING; RECAP_STATUS_NOT_READY if either is pending. */
-RECAP_API recap_status recap_event_elapsed_ms(recap_event *start, recap_event *end,
-                                              float *out_ms);
+RECAP_API recap_status recap_event_elapsed_ms(recap_event *start, recap_event *end, float *out_ms);
 
 /* Interprocess events (CUDA only): a 64-byte opaque handle. */
 typedef struct {
@@ -300,18 +297,18 @@ RECAP_API recap_status recap_rng_set_state(recap_device device, const recap_rng_
  * Element types and tensor views
  * ---------------------------------------------------------------------------------------- */
 
-#define RECAP_DTYPE_MAP(XX)      \
-  XX(F32, "f32", 4, 1)           \
-  XX(F16, "f16", 2, 1)           \
-  XX(BF16, "bf16", 2, 1)         \
-  XX(I32, "i32", 4, 0)           \
+#define RECAP_DTYPE_MAP(XX) \
+  XX(F32, "f32", 4, 1)      \
+  XX(F16, "f16", 2, 1)      \
+  XX(BF16, "bf16", 2, 1)    \
+  XX(I32, "i32", 4, 0)      \
   XX(I64, "i64", 8, 0)
 
 typedef enum {
 #define RECAP_DTYPE_ENUM_(name, text, size, is_float) RECAP_DTYPE_##name,
   RECAP_DTYPE_MAP(RECAP_DTYPE_ENUM_)
 #undef RECAP_DTYPE_ENUM_
-  RECAP_DTYPE_COUNT
+      RECAP_DTYPE_COUNT
 } recap_dtype;
 
 /* "f32", ...; NULL for an invalid value. */
@@ -367,9 +364,9 @@ static inline void recap__nvtx_scope_end_(int *unused) {
 }
 #define RECAP_NVTX_CAT2_(a, b) a##b
 #define RECAP_NVTX_CAT_(a, b) RECAP_NVTX_CAT2_(a, b)
-#define RECAP_NVTX_SCOPE(message)                                                           \
-  int RECAP_NVTX_CAT_(recap_nvtx_scope_, __LINE__)                                          \
-      __attribute__((cleanup(recap__nvtx_scope_end_), unused)) =                            \
+#define RECAP_NVTX_SCOPE(message)                                \
+  int RECAP_NVTX_CAT_(recap_nvtx_scope_, __LINE__)               \
+      __attribute__((cleanup(recap__nvtx_scope_end_), unused)) = \
           (recap_nvtx_range_push(message), 0)
 #endif
 
@@ -442,19 +439,19 @@ typedef struct {
 typedef struct {
   recap_memory_stat allocated_bytes[RECAP_STAT_TYPE_COUNT]; /* blocks handed out, not freed */
   recap_memory_stat allocated_count[RECAP_STAT_TYPE_COUNT];
-  recap_memory_stat reserved_bytes[RECAP_STAT_TYPE_COUNT];  /* segments from the device */
+  recap_memory_stat reserved_bytes[RECAP_STAT_TYPE_COUNT]; /* segments from the device */
   recap_memory_stat reserved_count[RECAP_STAT_TYPE_COUNT];
-  recap_memory_stat active_bytes[RECAP_STAT_TYPE_COUNT];    /* allocated or freed but still
-                                                               waiting on other streams */
+  recap_memory_stat active_bytes[RECAP_STAT_TYPE_COUNT]; /* allocated or freed but still
+                                                            waiting on other streams */
   recap_memory_stat active_count[RECAP_STAT_TYPE_COUNT];
   recap_memory_stat inactive_split_bytes[RECAP_STAT_TYPE_COUNT]; /* free parts of segments
                                                                     that are split */
   recap_memory_stat inactive_split_count[RECAP_STAT_TYPE_COUNT];
   recap_memory_stat requested_bytes[RECAP_STAT_TYPE_COUNT]; /* sizes as requested */
   recap_memory_stat requested_count[RECAP_STAT_TYPE_COUNT];
-  int64_t num_alloc_retries;    /* out-of-memory retries after releasing the cache */
-  int64_t num_ooms;             /* RECAP_STATUS_OUT_OF_MEMORY returned */
-  int64_t num_device_alloc;     /* raw allocations (cudaMalloc) */
+  int64_t num_alloc_retries; /* out-of-memory retries after releasing the cache */
+  int64_t num_ooms;          /* RECAP_STATUS_OUT_OF_MEMORY returned */
+  int64_t num_device_alloc;  /* raw allocations (cudaMalloc) */
   int64_t num_device_free;
   int64_t num_sync_all_streams; /* device synchronizations before a retry */
 } recap_memory_stats;
@@ -513,7 +510,7 @@ typedef struct {
   size_t allocated_bytes; /* blocks handed out from it */
   size_t active_bytes;    /* allocated or waiting on other streams */
   size_t segment_count;
-  int use_count;          /* references: handles and routes (graphs hold one each) */
+  int use_count; /* references: handles and routes (graphs hold one each) */
 } recap_pool_stats;
 
 /* Creates a pool holding one reference for the caller. */
@@ -618,11 +615,11 @@ RECAP_API recap_status recap_host_memory_stats_get(recap_host_memory_stats *out)
 typedef struct recap_graph recap_graph;
 
 typedef struct {
-  uint64_t captures;         /* successful capture_end calls */
-  uint64_t instantiations;   /* executable graphs built from scratch */
-  uint64_t updates;          /* recaptures applied to the existing executable in place */
+  uint64_t captures;       /* successful capture_end calls */
+  uint64_t instantiations; /* executable graphs built from scratch */
+  uint64_t updates;        /* recaptures applied to the existing executable in place */
   uint64_t replays;
-  size_t nodes;              /* nodes of the last captured graph */
+  size_t nodes; /* nodes of the last captured graph */
 } recap_graph_info;
 
 RECAP_API recap_status recap_graph_create(recap_graph **out);
@@ -710,22 +707,24 @@ typedef enum {
 
 /* All zero = defaults. */
 typedef struct {
-  int override_device;          /* nonzero: use `device` instead of the spec's */
+  int override_device; /* nonzero: use `device` instead of the spec's */
   recap_device device;
-  int override_mode;            /* nonzero: use `mode` */
+  int override_mode; /* nonzero: use `mode` */
   recap_run_mode mode;
-  int capture_mode_set;         /* nonzero: use capture_mode (default THREAD_LOCAL) */
+  int capture_mode_set; /* nonzero: use capture_mode (default THREAD_LOCAL) */
   recap_capture_mode capture_mode;
-  int warmup;                   /* warmup iterations before capture; 0: the spec's run.warmup */
-  int warmup_set;               /* nonzero: use warmup even when it is 0 (no warmup runs) */
-  int max_recaptures;           /* re-captures allowed after the first capture; 0: 16 */
+  int warmup;         /* warmup iterations before capture; 0: the spec's run.warmup */
+  int warmup_set;     /* nonzero: use warmup even when it is 0 (no warmup runs) */
+  int max_recaptures; /* re-captures allowed after the first capture; 0: 16 */
   recap_oversize_policy oversize;
-  const char *base_dir;         /* when set, files the spec names must lie under it */
-  recap_stream *stream;         /* run on the caller's stream; NULL: the pipeline's own */
+  const char *base_dir; /* when set, files the spec names must lie under it */
+  recap_stream *stream; /* run on the caller's stream; NULL: the pipeline's own */
   /* Dim values replacing the spec's, as "NAME=V" or "NAME=V1,V2,..." (positive, below 2^62; a
    * list makes buckets: ascending, at most RECAP_MAX_BUCKETS, and at most one dim has
-   * buckets), NULL-terminated; NULL: none. The spec is checked
-   * again with them (SPEC_ERROR with positions). Ignored by recap_pipeline_clone. */
+   * buckets), NULL-terminated; NULL: none. They are applied before the spec is checked, so the
+   * check sees them (SPEC_ERROR with positions when the spec does not hold with them); a
+   * malformed one, or one naming no dim of the spec, is RECAP_STATUS_INVALID_ARGUMENT. Ignored
+   * by recap_pipeline_clone. */
   const char *const *dims;
   /* Nonzero: no fusion pass (elementwise chains run op by op; RECAP_FUSION=0 in the
    * environment does the same). Ignored by recap_pipeline_clone, which shares the model. */
@@ -733,19 +732,19 @@ typedef struct {
 } recap_pipeline_options;
 
 typedef struct {
-  uint64_t eager_runs;        /* runs executed op by op (mode eager, oversize, fallback) */
+  uint64_t eager_runs; /* runs executed op by op (mode eager, oversize, fallback) */
   uint64_t replays;
-  uint64_t captures;          /* graphs captured (one per bucket, plus re-captures) */
-  uint64_t updates;           /* re-captures applied to an executable in place */
-  uint64_t instantiations;    /* executables built from scratch */
-  uint64_t oversize_eager;    /* runs above the largest bucket, run eagerly */
+  uint64_t captures;           /* graphs captured (one per bucket, plus re-captures) */
+  uint64_t updates;            /* re-captures applied to an executable in place */
+  uint64_t instantiations;     /* executables built from scratch */
+  uint64_t oversize_eager;     /* runs above the largest bucket, run eagerly */
   uint64_t recaptures_refused; /* rebinds past max_recaptures: the pipeline went eager */
-  size_t arena_bytes;         /* planned intermediates, shared by every bucket */
-  size_t pool_reserved_bytes; /* the private pool: arena + workspaces + graph memory */
-  size_t param_bytes;         /* shared with clones */
+  size_t arena_bytes;          /* planned intermediates, shared by every bucket */
+  size_t pool_reserved_bytes;  /* the private pool: arena + workspaces + graph memory */
+  size_t param_bytes;          /* shared with clones */
   size_t num_buckets;
   size_t num_ops;
-  uint64_t capture_failures;  /* captures that failed: the pipeline then runs eagerly */
+  uint64_t capture_failures; /* captures that failed: the pipeline then runs eagerly */
 } recap_pipeline_stats;
 
 /* Loads, checks, plans and binds a spec (params are initialized; nothing is captured yet:
@@ -889,11 +888,10 @@ RECAP_API recap_status recap_comm_synchronize(recap_comm *comm, recap_stream *st
  * of `recv` for reduce_scatter (send holds world * count). send may equal recv (in place;
  * for all_gather send may be recv's slice of this rank). */
 RECAP_API recap_status recap_comm_all_reduce(recap_comm *comm, const void *send, void *recv,
-                                             size_t count, recap_dtype dtype,
-                                             recap_reduce_op op, recap_stream *stream);
-RECAP_API recap_status recap_comm_all_gather(recap_comm *comm, const void *send, void *recv,
-                                             size_t count, recap_dtype dtype,
+                                             size_t count, recap_dtype dtype, recap_reduce_op op,
                                              recap_stream *stream);
+RECAP_API recap_status recap_comm_all_gather(recap_comm *comm, const void *send, void *recv,
+                                             size_t count, recap_dtype dtype, recap_stream *stream);
 RECAP_API recap_status recap_comm_reduce_scatter(recap_comm *comm, const void *send, void *recv,
                                                  size_t count, recap_dtype dtype,
                                                  recap_reduce_op op, recap_stream *stream);
@@ -914,13 +912,12 @@ RECAP_API recap_status recap_comm_group_end(void);
  *   gather:     dst (on root) = chunks[0..count) stacked along the first axis.
  *   coalesced:  the same over num_tensors tensors in one NCCL group (dsts[i * num_tensors +
  *               t] is tensor t on device i; inputs likewise). */
-RECAP_API recap_status recap_comm_broadcast_devices(recap_comm *const *comms, int count,
-                                                    int root, const recap_tensor *src,
-                                                    recap_tensor *dsts,
+RECAP_API recap_status recap_comm_broadcast_devices(recap_comm *const *comms, int count, int root,
+                                                    const recap_tensor *src, recap_tensor *dsts,
                                                     recap_stream *const *streams);
-RECAP_API recap_status recap_comm_broadcast_coalesced(recap_comm *const *comms, int count,
-                                                      int root, const recap_tensor *srcs,
-                                                      int num_tensors, recap_tensor *dsts,
+RECAP_API recap_status recap_comm_broadcast_coalesced(recap_comm *const *comms, int count, int root,
+                                                      const recap_tensor *srcs, int num_tensors,
+                                                      recap_tensor *dsts,
                                                       recap_stream *const *streams);
 RECAP_API recap_status recap_comm_reduce_add(recap_comm *const *comms, int count, int root,
                                              const recap_tensor *inputs, recap_tensor *out,

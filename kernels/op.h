@@ -58,8 +58,8 @@ typedef struct {
   int64_t start, end;   /* slice bounds */
   int64_t sizes[RECAP_MAX_DIMS]; /* reshape target / permute order / split sizes */
   int num_sizes;
-  recap_dtype dtype;    /* cast target / output dtype override */
-  int64_t rope_base;    /* rotary embedding theta (e.g. 10000) */
+  recap_dtype dtype; /* cast target / output dtype override */
+  int64_t rope_base; /* rotary embedding theta (e.g. 10000) */
   /* expr (and fused elementwise chains): the compiled expression, kernels/expr.h. Owned by
    * whoever built it (the spec, or the pipeline's fusion pass) and immutable, so graph copies
    * of a call share the pointer. */
@@ -125,6 +125,15 @@ struct recap_op_def {
   /* The output index's shape/dtype may alias input `in_place_input` (-1: never). */
   int in_place_input;
   bool is_random; /* draws from the device's Philox generator */
+  /* Output 0 IS input 0's memory: the op writes into its input and returns it (kv_append's
+   * cache). Unlike in_place_input, which the planner may take or not, this aliasing is the op's
+   * meaning: the output is never planned a buffer of its own, and the op has done its work
+   * even when nothing reads its output. */
+  bool output_is_input0;
+  /* Its last input (max_inputs - 1, optional) is the run's real row count, an i32 device
+   * scalar that the engine binds itself when the spec leaves it out, so that a bucket's padding
+   * rows never reach state (kv_append's `rows`). */
+  bool takes_rows;
   /* Every backend writes output 0 through the strides it is given, any layout whose last dim
    * has stride 1 (or size 1), not only the contiguous one infer describes. The planner then
    * lets the op write straight into the layout a following permute, transpose or reshape

@@ -257,36 +257,21 @@ static unsigned long inject_host(const char *what, recap_status (*run)(const voi
  * Spec loading, IR building, planning
  * ---------------------------------------------------------------------------------------- */
 
-/* Everything the engine does with a spec before touching a device: load (which builds every
- * bucket's IR), build each bucket's IR, plan the largest, check the others fit, format. */
+/* Everything the engine does with a spec before touching a device: the load path (every
+ * bucket's IR, fusion, the plan over every bucket), a check that each bucket fits the plan,
+ * and the plan's text. */
 static recap_status load_and_plan(const void *ctx) {
   const char *path = ctx;
-  recap__spec_options opts = {.device_memory_bytes = 80ull << 30};
+  recap__load_options opts = {.device_memory_bytes = 80ull << 30};
   recap__diag diag = {0};
-  recap__spec *spec = NULL;
-  recap__ir *largest = NULL;
-  recap__plan *plan = NULL;
+  recap__model *m = NULL;
   char *text = NULL;
-  recap_status st = recap__spec_load_file(path, &opts, &spec, &diag);
-  if (st != RECAP_OK) goto done;
-  size_t buckets = recap__spec_num_buckets(spec);
-  st = recap__ir_build(spec, buckets - 1, &largest, &diag);
-  if (st != RECAP_OK) goto done;
-  st = recap__plan_build(largest, &plan);
-  if (st != RECAP_OK) goto done;
-  for (size_t b = 0; b + 1 < buckets && st == RECAP_OK; ++b) {
-    recap__ir *ir = NULL;
-    st = recap__ir_build(spec, b, &ir, &diag);
-    if (st == RECAP_OK) st = recap__plan_check_fits(plan, ir);
-    recap__ir_destroy(ir);
-  }
-  if (st != RECAP_OK) goto done;
-  st = recap__plan_format(largest, plan, &text);
-done:
+  recap_status st = recap__load_file(path, &opts, &m, &diag);
+  for (size_t b = 0; st == RECAP_OK && b < m->num_buckets; ++b)
+    st = recap__plan_check_fits(m->plan, m->irs[b]);
+  if (st == RECAP_OK) st = recap__plan_format(m->irs[m->num_buckets - 1], m->plan, &text);
   free(text);
-  recap__plan_destroy(plan);
-  recap__ir_destroy(largest);
-  recap__spec_destroy(spec);
+  recap__model_free_loaded(m);
   recap__diag_free(&diag);
   return st;
 }
@@ -324,12 +309,12 @@ static void test_every_host_allocation_of_loading_and_planning_every_spec_fails_
 /* A malformed spec, loaded as a server loads untrusted ones (files restricted to its folder):
  * the error paths must clean up under allocation failure as well as the success path. */
 static recap_status load_bad(const void *ctx) {
-  recap__spec_options opts = {.base_dir = "tests/data/bad_specs",
+  recap__load_options opts = {.spec = {.base_dir = "tests/data/bad_specs"},
                               .device_memory_bytes = 80ull << 30};
-  recap__spec *spec = NULL;
+  recap__model *m = NULL;
   recap__diag diag = {0};
-  recap_status st = recap__spec_load_file(ctx, &opts, &spec, &diag);
-  recap__spec_destroy(spec);
+  recap_status st = recap__load_file(ctx, &opts, &m, &diag);
+  recap__model_free_loaded(m);
   recap__diag_free(&diag);
   return st;
 }
@@ -621,8 +606,7 @@ static recap_status feed_run_check(pipe_ctx *ctx, recap_pipeline *p, const char 
 static recap_status pipeline_life(const void *ctx_in) {
   pipe_ctx *ctx = (pipe_ctx *)ctx_in;
   const pipe_case *c = ctx->c;
-  recap_pipeline_options o = {
-      .override_device = 1, .device = HOST, .warmup = 1, .dims = c->dims};
+  recap_pipeline_options o = {.override_device = 1, .device = HOST, .warmup = 1, .dims = c->dims};
   recap_pipeline *p = NULL, *clone = NULL;
   void *buffer = NULL;
   recap_status st = RECAP_OK, first = RECAP_OK;
@@ -677,8 +661,7 @@ failed:
   if (st == RECAP_STATUS_INTERNAL) goto teardown; /* a wrong result: reported as it is */
   /* Usable once faults stop. */
   if (p && (st = feed_run_check(ctx, p, "recovery of the pipeline")) != RECAP_OK) goto broken;
-  if (clone && (st = feed_run_check(ctx, clone, "recovery of the clone")) != RECAP_OK)
-    goto broken;
+  if (clone && (st = feed_run_check(ctx, clone, "recovery of the clone")) != RECAP_OK) goto broken;
 
 teardown:
   if ((st = recap_pipeline_destroy(clone)) != RECAP_OK) goto broken;
@@ -837,8 +820,8 @@ static void test_every_device_allocation_of_a_pipelines_life_fails_cleanly(void)
       recap_status st = pipeline_life(&ctx);
       unsetenv(CAPACITY_ENV);
       CHECK_OK(recap_memory_stats_get(HOST, &after));
-      bool retried = after.num_alloc_retries > before.num_alloc_retries ||
-                     after.num_ooms > before.num_ooms;
+      bool retried =
+          after.num_alloc_retries > before.num_alloc_retries || after.num_ooms > before.num_ooms;
       if (!ctx.failed && !retried) {
         CHECK_OK(st);
         done = true;

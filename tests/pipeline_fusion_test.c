@@ -22,21 +22,20 @@
 /* ---- IR fixtures ---- */
 
 typedef struct {
-  recap__spec *spec;
+  recap__model *model;
   recap__ir *ir; /* the largest bucket's, unfused */
 } fixture;
 
 static fixture load(const char *yaml) {
   fixture f = {0};
-  recap__spec_options so = {0};
-  CHECK_OK(recap__spec_load_string(yaml, strlen(yaml), "<fusion>", &so, &f.spec, NULL));
-  CHECK_OK(recap__ir_build(f.spec, recap__spec_num_buckets(f.spec) - 1, &f.ir, NULL));
+  recap__load_options o = {.no_fusion = true};
+  CHECK_OK(recap__load_string(yaml, strlen(yaml), "<fusion>", &o, &f.model, NULL));
+  if (f.model) f.ir = f.model->irs[f.model->num_buckets - 1];
   return f;
 }
 
 static void unload(fixture *f) {
-  recap__ir_destroy(f->ir);
-  recap__spec_destroy(f->spec);
+  recap__model_free_loaded(f->model);
 }
 
 static int tensor(const recap__ir *ir, const char *name) {

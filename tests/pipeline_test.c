@@ -915,7 +915,7 @@ static void test_a_bad_spec_fails_with_positions_and_allocates_nothing(void) {
   const char *dims[] = {"Q=3", NULL};
   o.dims = dims;
   CHECK_STATUS(recap_pipeline_create_string(mlp_spec, strlen(mlp_spec), "m", &o, &p),
-               RECAP_STATUS_SPEC_ERROR);
+               RECAP_STATUS_INVALID_ARGUMENT);
   CHECK_ERROR_MENTIONS("Q=3");
   CHECK_OK(recap_memory_allocated(test_device, &after));
   CU_ASSERT_EQUAL(before, after);
@@ -927,7 +927,8 @@ static void test_every_spec_error_reaches_the_caller_through_last_error_full(voi
   enum { OPS = 150, KEPT = 100 };
   char *yaml = malloc(OPS * 64 + 128);
   CU_ASSERT_PTR_NOT_NULL_FATAL(yaml);
-  size_t used = (size_t)sprintf(yaml, "name: many\ntensors: {x: {shape: [4], role: input}}\nops:\n");
+  size_t used =
+      (size_t)sprintf(yaml, "name: many\ntensors: {x: {shape: [4], role: input}}\nops:\n");
   for (int i = 0; i < OPS; ++i)
     used += (size_t)sprintf(yaml + used, "  - {op: add, in: [x, nope%d], out: y%d}\n", i, i);
   recap_pipeline_options o = opts_on(test_device);
@@ -953,8 +954,7 @@ static void test_every_spec_error_reaches_the_caller_through_last_error_full(voi
   CU_ASSERT_PTR_NOT_NULL(strstr(full, "(and 50 more errors)"));
   free(yaml);
   /* The next failure replaces it: then both say the same. */
-  CHECK_STATUS(recap_pipeline_create_file("/nonexistent/spec.yaml", &o, &p),
-               RECAP_STATUS_IO_ERROR);
+  CHECK_STATUS(recap_pipeline_create_file("/nonexistent/spec.yaml", &o, &p), RECAP_STATUS_IO_ERROR);
   CU_ASSERT_STRING_EQUAL(recap_last_error_full(), recap_last_error());
   recap_clear_error();
   CU_ASSERT_STRING_EQUAL(recap_last_error_full(), "");
@@ -1004,7 +1004,7 @@ static void test_dim_overrides_take_the_spec_bucket_limit_and_name_what_is_wrong
     dims[0] = bad[i].dim ? bad[i].dim : list;
     p = NULL;
     CHECK_STATUS(recap_pipeline_create_string(tiny, strlen(tiny), "tiny.yaml", &o, &p),
-                 RECAP_STATUS_SPEC_ERROR);
+                 RECAP_STATUS_INVALID_ARGUMENT);
     CHECK_ERROR_MENTIONS(bad[i].message);
     CU_ASSERT_PTR_NULL(p);
   }
@@ -1130,8 +1130,8 @@ static void test_params_load_from_raw_and_safetensors_files_with_every_length_ch
   XX(test_copy_arguments_that_do_not_fit_are_rejected)                                     \
   XX(test_disable_graphs_environment_forces_eager_runs)                                    \
   XX(test_a_bad_spec_fails_with_positions_and_allocates_nothing)                           \
-  XX(test_params_load_from_raw_and_safetensors_files_with_every_length_checked)             \
-  XX(test_dim_overrides_take_the_spec_bucket_limit_and_name_what_is_wrong)                  \
+  XX(test_params_load_from_raw_and_safetensors_files_with_every_length_checked)            \
+  XX(test_dim_overrides_take_the_spec_bucket_limit_and_name_what_is_wrong)                 \
   XX(test_every_spec_error_reaches_the_caller_through_last_error_full)
 
 /* Last in each suite: a global-mode capture that another thread breaks is process-wide, so

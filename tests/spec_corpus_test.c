@@ -17,7 +17,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "engine/spec.h"
+#include "engine/load.h"
 #include "tests/test_util.h"
 
 #define CORPUS "tests/data/bad_specs"
@@ -66,10 +66,11 @@ static int check_file(const char *name) {
     fprintf(stderr, "\n  %s: first line is not '# expect: LINE:COL: text': %s\n", path, first);
   const char *needle = header ? first + used : "";
 
-  recap__spec_options opts = {.base_dir = corpus_copy, .device_memory_bytes = 80ull << 30};
+  recap__load_options opts = {
+      .spec = {.base_dir = corpus_copy}, .device_memory_bytes = 80ull << 30, .no_fusion = true};
   recap__diag diag = {0};
-  recap__spec *spec = NULL;
-  recap_status st = recap__spec_load_file(path, &opts, &spec, &diag);
+  recap__model *spec = NULL;
+  recap_status st = recap__load_file(path, &opts, &spec, &diag);
   char prefix[800];
   snprintf(prefix, sizeof prefix, "%s:%d:%d: error: ", path, line, col);
   int found = 0;
@@ -83,7 +84,7 @@ static int check_file(const char *name) {
             recap_status_name(st));
     for (size_t i = 0; i < diag.count; ++i) fprintf(stderr, "    | %s\n", diag.messages[i]);
   }
-  recap__spec_destroy(spec);
+  recap__model_free_loaded(spec);
   recap__diag_free(&diag);
   return ok;
 }

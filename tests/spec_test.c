@@ -3,8 +3,6 @@
  * defaults, every kind of error with its exact FILE:LINE:COL, all errors in one pass, the
  * limits, file paths, buckets, and every example in specs/.
  */
-#include "engine/spec.h"
-
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,13 +11,38 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "engine/load.h"
 #include "tests/test_util.h"
 
 /* ---- helpers ---- */
 
+/* The whole load path over text, unfused (every bucket's IR checks shapes and sizes), with
+ * the spec options and the memory limit given; the models's IRs and plan are dropped and its
+ * spec kept in *spec. */
+static recap_status load_as(const char *text, const char *name, const recap__spec_options *opts,
+                            uint64_t memory, recap__spec **spec, recap__diag *diag) {
+  recap__load_options lo = {.device_memory_bytes = memory, .no_fusion = true};
+  if (opts) lo.spec = *opts;
+  recap__model *m = NULL;
+  recap_status st = recap__load_string(text, strlen(text), name, &lo, &m, diag);
+  if (st != RECAP_OK) return st;
+  *spec = m->spec;
+  m->spec = NULL;
+  recap__model_free_loaded(m);
+  return RECAP_OK;
+}
+
 static recap_status load(const char *text, const recap__spec_options *opts, recap__spec **spec,
                          recap__diag *diag) {
-  return recap__spec_load_string(text, strlen(text), "t.yaml", opts, spec, diag);
+  return load_as(text, "t.yaml", opts, 0, spec, diag);
+}
+
+/* The loaded model of text (unfused), for the IR's tests. */
+static recap__model *load_model(const char *text) {
+  recap__load_options lo = {.no_fusion = true};
+  recap__model *m = NULL;
+  CHECK_OK(recap__load_string(text, strlen(text), "t.yaml", &lo, &m, NULL));
+  return m;
 }
 
 /* Whether some message of diag starts with prefix and contains needle. */
@@ -173,13 +196,11 @@ static void test_spec_anchors_and_aliases_within_limits_work(void) {
 /* ---- the IR ---- */
 
 static void test_ir_infers_shapes_dtypes_and_graph_facts(void) {
-  recap__spec *spec = NULL;
-  CHECK_OK(load(MLP, NULL, &spec, NULL));
-  if (!spec) return;
-  recap__ir *ir = NULL;
-  CHECK_OK(recap__ir_build(spec, 2, &ir, NULL));
-  recap__spec_destroy(spec); /* the IR owns its strings */
-  if (!ir) return;
+  recap__model *m = load_model(MLP);
+  if (!m) return;
+  recap__ir *ir = m->irs[2];
+  m->irs[2] = NULL;
+  recap__model_free_loaded(m); /* the IR owns its strings */
   CU_ASSERT_EQUAL(ir->bucket, 2);
   CU_ASSERT_EQUAL(ir->dim_values[0], 4);
   int h1 = recap__ir_find_tensor(ir, "h1"), y = recap__ir_find_tensor(ir, "y");
@@ -217,7 +238,7 @@ static void test_ir_bucket_out_of_range_is_invalid_argument(void) {
   recap__spec *spec = NULL;
   CHECK_OK(load(MLP, NULL, &spec, NULL));
   recap__ir *ir = NULL;
-  CHECK_STATUS(recap__ir_build(spec, 4, &ir, NULL), RECAP_STATUS_INVALID_ARGUMENT);
+  CHECK_STATUS(recap__ir_build(spec, 4, 0, &ir, NULL), RECAP_STATUS_INVALID_ARGUMENT);
   CU_ASSERT_PTR_NULL(ir);
   recap__spec_destroy(spec);
 }
@@ -231,7 +252,7 @@ static void test_ir_kv_append_output_aliases_the_cache(void) {
   recap__spec *spec = NULL;
   CHECK_OK(load(text, NULL, &spec, NULL));
   recap__ir *ir = NULL;
-  if (spec) CHECK_OK(recap__ir_build(spec, 0, &ir, NULL));
+  if (spec) CHECK_OK(recap__ir_build(spec, 0, 0, &ir, NULL));
   if (ir) {
     int c2 = recap__ir_find_tensor(ir, "c2");
     CU_ASSERT_EQUAL(ir->tensors[c2].alias_of, recap__ir_find_tensor(ir, "c"));
@@ -410,17 +431,15 @@ static void test_spec_element_count_and_device_memory_limits(void) {
       "tensors:\n  x: {shape: [4294967296, 4294967296, 4], role: input}\n"
       "ops:\n  - {op: relu, in: [x], out: y}\n",
       "2:3", "the element count overflows");
-  recap__spec_options opts = {.device_memory_bytes = 1 << 20};
   recap__diag diag = {0};
   recap__spec *spec = NULL;
   const char *text =
       "tensors:\n  x: {shape: [1024, 1024], role: input}\nops:\n  - {op: relu, in: [x], out: y}\n";
-  CHECK_STATUS(load(text, &opts, &spec, &diag), RECAP_STATUS_SPEC_ERROR);
+  CHECK_STATUS(load_as(text, "t.yaml", NULL, 1 << 20, &spec, &diag), RECAP_STATUS_SPEC_ERROR);
   CU_ASSERT_TRUE(has_error(&diag, "t.yaml:2:3: error: ",
                            "needs 4194304 bytes, more than the device memory (1048576 bytes)"));
   recap__diag_free(&diag);
-  opts.device_memory_bytes = 0; /* no limit */
-  CHECK_OK(load(text, &opts, &spec, NULL));
+  CHECK_OK(load_as(text, "t.yaml", NULL, 0, &spec, NULL)); /* 0: no limit */
   recap__spec_destroy(spec);
 }
 
@@ -440,24 +459,30 @@ static void test_spec_non_utf8_byte_is_positioned(void) {
 /* Init values are checked in the tensor's dtype, not in double: 1e10 is finite, its f16 is
  * inf. f16's largest finite value is 65504; 65520 is where rounding reaches 2^16 (inf). */
 static void test_spec_init_values_must_stay_finite_in_the_tensor_dtype(void) {
-  expect_error("tensors:\n  w: {shape: [4], role: param, dtype: f16, value: 1.0e10}\n"
-               "ops: [{op: relu, in: w, out: y}]\n",
-               "2:51", "value: 1e+10 becomes inf in f16 (its largest finite value is 65504)");
-  expect_error("tensors:\n  w: {shape: [4], role: param, dtype: f16, value: -65520}\n"
-               "ops: [{op: relu, in: w, out: y}]\n",
-               "2:51", "becomes -inf in f16");
-  expect_error("tensors:\n  w: {shape: [4], role: param, dtype: bf16, init: normal, "
-               "mean: 3.4e38}\nops: [{op: relu, in: w, out: y}]\n",
-               "2:65", "mean: 3.4e+38 becomes inf in bf16");
-  expect_error("tensors:\n  w: {shape: [4], role: param, dtype: f16, init: uniform, low: 0, "
-               "high: 1e5}\nops: [{op: relu, in: w, out: y}]\n",
-               "2:73", "high: 100000 becomes inf in f16");
-  expect_error("tensors:\n  p: {role: scalar, value: 3000000000}\n"
-               "ops: [{op: relu, in: p, out: y}]\n",
-               "2:28", "value: 3e+09 is not an i32 value");
-  expect_error("tensors:\n  p: {role: scalar, value: 1.5}\n"
-               "ops: [{op: relu, in: p, out: y}]\n",
-               "2:28", "value: 1.5 is not an i32 value");
+  expect_error(
+      "tensors:\n  w: {shape: [4], role: param, dtype: f16, value: 1.0e10}\n"
+      "ops: [{op: relu, in: w, out: y}]\n",
+      "2:51", "value: 1e+10 becomes inf in f16 (its largest finite value is 65504)");
+  expect_error(
+      "tensors:\n  w: {shape: [4], role: param, dtype: f16, value: -65520}\n"
+      "ops: [{op: relu, in: w, out: y}]\n",
+      "2:51", "becomes -inf in f16");
+  expect_error(
+      "tensors:\n  w: {shape: [4], role: param, dtype: bf16, init: normal, "
+      "mean: 3.4e38}\nops: [{op: relu, in: w, out: y}]\n",
+      "2:65", "mean: 3.4e+38 becomes inf in bf16");
+  expect_error(
+      "tensors:\n  w: {shape: [4], role: param, dtype: f16, init: uniform, low: 0, "
+      "high: 1e5}\nops: [{op: relu, in: w, out: y}]\n",
+      "2:73", "high: 100000 becomes inf in f16");
+  expect_error(
+      "tensors:\n  p: {role: scalar, value: 3000000000}\n"
+      "ops: [{op: relu, in: p, out: y}]\n",
+      "2:28", "value: 3e+09 is not an i32 value");
+  expect_error(
+      "tensors:\n  p: {role: scalar, value: 1.5}\n"
+      "ops: [{op: relu, in: p, out: y}]\n",
+      "2:28", "value: 1.5 is not an i32 value");
   recap__spec *spec = NULL;
   const char *ok =
       "tensors:\n  w: {shape: [4], role: param, dtype: f16, value: 65519}\n"
@@ -477,8 +502,7 @@ static void test_spec_escaped_control_characters_are_refused_at_the_string(void)
   expect_error("name: \"x\\by\"\nops: []\n", "1:7", "control character U+0008");
   expect_error("name: \"x\\u0085y\"\nops: []\n", "1:7", "control character U+0085");
   expect_error("name: \"x\\x7fy\"\nops: []\n", "1:7", "control character U+007F");
-  expect_error("ops:\n  - {op: relu, in: x, out: \"y\\ry\"}\n", "2:28",
-               "control character U+000D");
+  expect_error("ops:\n  - {op: relu, in: x, out: \"y\\ry\"}\n", "2:28", "control character U+000D");
   expect_error("name: \"a\\tb\"\nops: []\n", "1:7", "name: must be one line of text");
   /* Tab and newline inside an expression are whitespace. */
   const char *text =
@@ -613,8 +637,7 @@ static void test_files_resolve_relative_to_the_spec_and_check_size(void) {
            "tensors:\n  w: {shape: [4, 4], role: param, init: file, path: %s/w.bin}\n"
            "ops:\n  - {op: relu, in: [w], out: y}\n",
            tmp_dir);
-  CHECK_STATUS(recap__spec_load_string(abs_text, strlen(abs_text), "s", &opts, &spec, &diag),
-               RECAP_STATUS_SPEC_ERROR);
+  CHECK_STATUS(load_as(abs_text, "s", &opts, 0, &spec, &diag), RECAP_STATUS_SPEC_ERROR);
   CU_ASSERT_TRUE(has_error(&diag, "s:2:53: error: ", "escapes the base directory"));
   recap__diag_free(&diag);
 
@@ -626,8 +649,7 @@ static void test_files_resolve_relative_to_the_spec_and_check_size(void) {
   const char *link_text =
       "tensors:\n  w: {shape: [4, 4], role: param, path: link.bin}\n"
       "ops:\n  - {op: relu, in: [w], out: y}\n";
-  CHECK_STATUS(recap__spec_load_string(link_text, strlen(link_text), "s", &opts, &spec, &diag),
-               RECAP_STATUS_SPEC_ERROR);
+  CHECK_STATUS(load_as(link_text, "s", &opts, 0, &spec, &diag), RECAP_STATUS_SPEC_ERROR);
   CU_ASSERT_TRUE(has_error(&diag, "s:2:41: error: ", "escapes the base directory"));
   recap__diag_free(&diag);
 
@@ -635,16 +657,14 @@ static void test_files_resolve_relative_to_the_spec_and_check_size(void) {
   const char *missing =
       "tensors:\n  w: {shape: [4, 4], role: param, path: nope.bin}\n"
       "ops:\n  - {op: relu, in: [w], out: y}\n";
-  CHECK_STATUS(recap__spec_load_string(missing, strlen(missing), "s", &opts, &spec, &diag),
-               RECAP_STATUS_SPEC_ERROR);
+  CHECK_STATUS(load_as(missing, "s", &opts, 0, &spec, &diag), RECAP_STATUS_SPEC_ERROR);
   CU_ASSERT_TRUE(has_error(&diag, "s:2:41: error: ", "No such file or directory"));
   recap__diag_free(&diag);
   snprintf(abs_text, sizeof abs_text,
            "tensors:\n  w: {shape: [4, 5], role: param, path: %s/w.bin}\n"
            "ops:\n  - {op: relu, in: [w], out: y}\n",
            tmp_dir);
-  CHECK_STATUS(recap__spec_load_string(abs_text, strlen(abs_text), "s", NULL, &spec, &diag),
-               RECAP_STATUS_SPEC_ERROR);
+  CHECK_STATUS(load_as(abs_text, "s", NULL, 0, &spec, &diag), RECAP_STATUS_SPEC_ERROR);
   CU_ASSERT_TRUE(
       has_error(&diag, "s:2:41: error: ", "has 64 bytes, but tensor 'w' [4, 5] f32 needs 80"));
   recap__diag_free(&diag);
@@ -679,14 +699,14 @@ static void test_safetensors_headers_are_checked_at_load_at_the_path(void) {
                     "\"v\":{\"dtype\":\"F16\",\"shape\":[4,4],\"data_offsets\":[64,96]}}",
                     96);
   snprintf(text, sizeof text, spec_fmt, tmp_dir, "");
-  CHECK_OK(recap__spec_load_string(text, strlen(text), "s", NULL, &spec, &diag));
+  CHECK_OK(load_as(text, "s", NULL, 0, &spec, &diag));
   recap__spec_destroy(spec);
   spec = NULL;
   /* `key:` picks another tensor of the file, checked against this tensor's dtype. */
   snprintf(text, sizeof text, spec_fmt, tmp_dir, ", key: v");
-  CHECK_STATUS(recap__spec_load_string(text, strlen(text), "s", NULL, &spec, &diag),
-               RECAP_STATUS_SPEC_ERROR);
-  CU_ASSERT_TRUE(has_error(&diag, "s:2:41: error: ", "tensor 'v' has dtype F16, the spec says f32"));
+  CHECK_STATUS(load_as(text, "s", NULL, 0, &spec, &diag), RECAP_STATUS_SPEC_ERROR);
+  CU_ASSERT_TRUE(
+      has_error(&diag, "s:2:41: error: ", "tensor 'v' has dtype F16, the spec says f32"));
   recap__diag_free(&diag);
 
   static const struct {
@@ -703,8 +723,7 @@ static void test_safetensors_headers_are_checked_at_load_at_the_path(void) {
   snprintf(text, sizeof text, spec_fmt, tmp_dir, "");
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; ++i) {
     write_safetensors(path, bad[i].header, 64);
-    CHECK_STATUS(recap__spec_load_string(text, strlen(text), "s", NULL, &spec, &diag),
-                 RECAP_STATUS_SPEC_ERROR);
+    CHECK_STATUS(load_as(text, "s", NULL, 0, &spec, &diag), RECAP_STATUS_SPEC_ERROR);
     if (!has_error(&diag, "s:2:41: error: ", bad[i].mention)) dump(&diag);
     CU_ASSERT_TRUE(has_error(&diag, "s:2:41: error: ", bad[i].mention));
     recap__diag_free(&diag);
@@ -712,8 +731,7 @@ static void test_safetensors_headers_are_checked_at_load_at_the_path(void) {
   /* A header length that runs past the end of the file. */
   unsigned char huge[16] = {0xff, 0xff, 0, 0, 0, 0, 0, 0};
   write_file(path, huge, sizeof huge);
-  CHECK_STATUS(recap__spec_load_string(text, strlen(text), "s", NULL, &spec, &diag),
-               RECAP_STATUS_SPEC_ERROR);
+  CHECK_STATUS(load_as(text, "s", NULL, 0, &spec, &diag), RECAP_STATUS_SPEC_ERROR);
   CU_ASSERT_TRUE(has_error(&diag, "s:2:41: error: ", "header length 65535 is outside the file"));
   recap__diag_free(&diag);
   unlink(path);
@@ -734,13 +752,12 @@ static void test_a_bucketed_param_file_is_checked_against_the_largest_bucket(voi
            path);
   recap__spec *spec = NULL;
   recap__diag diag = {0};
-  CHECK_OK(recap__spec_load_string(text, strlen(text), "s", NULL, &spec, &diag));
+  CHECK_OK(load_as(text, "s", NULL, 0, &spec, &diag));
   if (diag.count) dump(&diag);
   recap__spec_destroy(spec);
   spec = NULL;
   write_file(path, w, sizeof w / 2); /* [1, 4]: only the smaller bucket's */
-  CHECK_STATUS(recap__spec_load_string(text, strlen(text), "s", NULL, &spec, &diag),
-               RECAP_STATUS_SPEC_ERROR);
+  CHECK_STATUS(load_as(text, "s", NULL, 0, &spec, &diag), RECAP_STATUS_SPEC_ERROR);
   CU_ASSERT_TRUE(has_error(&diag, "s:3:41: error: ",
                            "has 16 bytes, but tensor 'w' [2, 4] f32 needs 32 (raw little-endian) "
                            "(with B = 2)"));
@@ -761,24 +778,22 @@ static void test_load_file_that_does_not_exist_is_io_error(void) {
  * it in *loaded (an int) when it loads. */
 static void load_example(const char *path, const char *file, void *loaded) {
   (void)file;
-  recap__spec *spec = NULL;
+  recap__model *m = NULL;
   recap__diag diag = {0};
-  recap__spec_options opts = {.device_memory_bytes = 80ull << 30};
-  recap_status st = recap__spec_load_file(path, &opts, &spec, &diag);
+  recap__load_options opts = {.device_memory_bytes = 80ull << 30, .no_fusion = true};
+  recap_status st = recap__load_file(path, &opts, &m, &diag);
   if (st != RECAP_OK) {
     fprintf(stderr, "\n  %s:\n", path);
     dump(&diag);
   }
   CU_ASSERT_EQUAL(st, RECAP_OK);
-  for (size_t b = 0; spec && b < recap__spec_num_buckets(spec); ++b) {
-    recap__ir *ir = NULL;
-    CHECK_OK(recap__ir_build(spec, b, &ir, NULL));
+  for (size_t b = 0; m && b < m->num_buckets; ++b) {
+    const recap__ir *ir = m->irs[b];
     CU_ASSERT_TRUE(ir && ir->num_ops > 0 && ir->num_outputs > 0);
     for (size_t i = 0; ir && i < ir->num_tensors; ++i) CU_ASSERT_TRUE(ir->tensors[i].ndim > 0);
-    recap__ir_destroy(ir);
   }
-  *(int *)loaded += spec != NULL;
-  recap__spec_destroy(spec);
+  *(int *)loaded += m != NULL;
+  recap__model_free_loaded(m);
   recap__diag_free(&diag);
 }
 

@@ -177,7 +177,7 @@ int cli_bench_main(int argc, char **argv) {
   int rc = parse_args(argc, argv, &a);
   if (rc != CLI_EXIT_OK) return rc;
   rc = CLI_EXIT_FAILURE;
-  recap__spec *spec = NULL;
+  recap__model *model = NULL;
   recap_pipeline *graph = NULL, *eager = NULL;
   /* Rotation instances: [0] is graph / eager; the others are destroyed separately. */
   recap_pipeline *graphs[ROTATE_MAX] = {0}, *eagers[ROTATE_MAX] = {0};
@@ -186,17 +186,28 @@ int cli_bench_main(int argc, char **argv) {
   mode_result re = {0}, rg = {0};
   json_t *root = NULL;
   recap_status st;
-  if (cli_load_spec(a.path, a.common.base_dir, &spec) != RECAP_OK) goto done;
+  cli_load_request load = {.path = a.path,
+                           .base_dir = a.common.base_dir,
+                           .dims = a.common.dims,
+                           .num_dims = a.common.num_dims,
+                           .device = a.common.device,
+                           .capacity = RECAP__CAPACITY_REQUIRED,
+                           .no_fusion = a.common.no_fusion};
+  size_t bucket;
+  int64_t batch;
+  double t0 = cli_now();
+  if ((rc = cli_load(CMD, &load, &model, &bucket, &batch)) != CLI_EXIT_OK) goto done;
+  rc = CLI_EXIT_FAILURE;
+  const recap__spec *spec = model->spec;
   recap_pipeline_options opts = {.override_mode = 1, .mode = RECAP_MODE_GRAPH};
   cli_run_setup rs;
-  if ((rc = cli_run_setup_resolve(CMD, &a.common, spec, &opts, &rs)) != CLI_EXIT_OK) goto done;
-  rc = CLI_EXIT_FAILURE;
+  cli_run_setup_resolve(&a.common, model, bucket, batch, &opts, &rs);
   bool host = opts.device.backend == RECAP_BACKEND_HOST;
   /* Before anything is allocated: a spec sized for a GPU can take hours on the CPU. Each mode
    * runs warmup + iters, and the capture warms every bucket first. */
   if (host)
-    cli_warn_host_work(CMD, a.path, spec, rs.bucket,
-                       2 * (rs.warmup + rs.iters) + rs.warmup * (int)recap__spec_num_buckets(spec));
+    cli_warn_host_work(CMD, a.path, model->irs[rs.bucket],
+                       2 * (rs.warmup + rs.iters) + rs.warmup * (int)model->num_buckets);
 
   printf("%s (%s) on %s:%d", spec->name, a.path, recap_backend_name(opts.device.backend),
          opts.device.index);
@@ -208,8 +219,7 @@ int cli_bench_main(int argc, char **argv) {
       rs.seed, strcmp(rs.seed_from, "spec") == 0 ? "the spec's seed:" : rs.seed_from);
   fflush(stdout);
 
-  double t0 = cli_now();
-  if ((st = recap_pipeline_create_file(a.path, &opts, &graph)) != RECAP_OK) {
+  if ((st = recap__pipeline_create_model(model, &opts, &graph)) != RECAP_OK) {
     cli_report_failure(CMD, "creating the pipeline", st);
     goto done;
   }
@@ -240,8 +250,14 @@ int cli_bench_main(int argc, char **argv) {
   size_t set_bytes = rotation_set_bytes(graph);
   rotate = rotation_count(a.rotate, set_bytes);
   for (int k = 1; k < rotate; k++) {
-    /* A new pipeline, not a clone: its own params (the same values, other memory). */
-    if ((st = recap_pipeline_create_file(a.path, &opts, &graphs[k])) != RECAP_OK ||
+    /* A new model, not a clone: its own params (the same values, other memory). */
+    recap__model *own = NULL;
+    size_t same_bucket;
+    int64_t same_batch;
+    if (cli_load(CMD, &load, &own, &same_bucket, &same_batch) != CLI_EXIT_OK) goto done;
+    st = recap__pipeline_create_model(own, &opts, &graphs[k]);
+    recap__model_release(own);
+    if (st != RECAP_OK ||
         (st = recap_pipeline_clone(graphs[k], &eager_opts, &eagers[k])) != RECAP_OK ||
         (st = cli_inputs_copy_in(graphs[k], &inputs)) != RECAP_OK ||
         (st = cli_inputs_copy_in(eagers[k], &inputs)) != RECAP_OK) {
@@ -424,6 +440,6 @@ done:
   }
   recap_pipeline_destroy(eager);
   recap_pipeline_destroy(graph);
-  recap__spec_destroy(spec);
+  recap__model_release(model);
   return rc;
 }

@@ -24,9 +24,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "engine/ir.h"
-#include "engine/plan.h"
-#include "engine/spec.h"
+#include "engine/load.h"
 #include "include/recap.h"
 
 enum { CLI_EXIT_OK = 0, CLI_EXIT_FAILURE = 1, CLI_EXIT_USAGE = 2 };
@@ -87,11 +85,6 @@ bool cli_take_one(const char *cmd, const char *what, const char *arg, const char
 /* Prints diag's FILE:LINE:COL errors to stderr (and how many more were dropped). */
 void cli_print_diag(const char *path, const recap__diag *diag);
 
-/* Loads and checks a spec, printing every FILE:LINE:COL error (or the I/O failure) to stderr.
- * base_dir (NULL: no restriction) confines the files the spec names (params, safetensors) to
- * that directory, as recap_pipeline_options.base_dir does. RECAP_OK, or the loader's status. */
-recap_status cli_load_spec(const char *path, const char *base_dir, recap__spec **out);
-
 /* The bucket index a "--dim NAME=VALUE" selects: NAME must be the spec's bucketed dim and VALUE
  * one of its buckets (exact == true) or any positive value up to the largest (exact == false,
  * *batch gets VALUE and *bucket the smallest bucket >= VALUE). Without a --dim (name NULL):
@@ -99,16 +92,30 @@ recap_status cli_load_spec(const char *path, const char *base_dir, recap__spec *
 bool cli_select_bucket(const char *cmd, const recap__spec *spec, const char *name, int64_t value,
                        bool exact, size_t *bucket, int64_t *batch);
 
-/* `plan` and `dot` show one bucket, with --dim meaning what it means to `run`: loads path with
- * cli_load_spec, resolves the dims[] flags with cli_resolve_dims (a batch of the bucketed dim
- * selects the bucket that holds it; *batch gets the batch) and writes every other dim's new
- * value into the loaded spec (overrides[] gets those flags, for a pipeline's options). The IRs
- * built from the spec then check the new values (cli_bucket_plan_build). CLI_EXIT_OK;
- * CLI_EXIT_USAGE for a bad --dim; CLI_EXIT_FAILURE when the spec does not load (messages on
- * stderr). *spec is the caller's to destroy, also on failure. */
-int cli_load_spec_bucket(const char *cmd, const char *path, const char *base_dir,
-                         const char *const *dims, int num_dims, recap__spec **spec,
-                         const char **overrides, size_t *bucket, int64_t *batch);
+/* What a subcommand loads (cli_load). */
+typedef struct {
+  const char *path;
+  const char *base_dir;    /* --base-dir: files the spec names must lie under it (NULL: any) */
+  const char *const *dims; /* the --dim NAME=VALUE flags */
+  int num_dims;
+  /* --device (NULL: the spec's device, or the host when this machine does not have it, with a
+   * note on stderr) */
+  const char *device;
+  int device_ordinal; /* a rank's device (recap__load_options.device_ordinal) */
+  recap__load_capacity capacity;
+  bool no_fusion;  /* --no-fusion */
+  bool grow_batch; /* a batch above the largest bucket replaces the buckets (dist runs) */
+} cli_load_request;
+
+/* Loads r->path through the engine's one load path (engine/load.h), once: the spec read and
+ * checked with the --dim flags applied first (the bucketed dim's value picks the batch; any
+ * other dim's replaces the spec's), every bucket's IR, fusion and the plan. Prints every
+ * FILE:LINE:COL error (or the I/O failure) to stderr. *bucket and *batch get the batch the
+ * flags select (cli_select_bucket; the largest bucket without one). CLI_EXIT_OK with *out (one
+ * reference: recap__model_release); CLI_EXIT_USAGE for a malformed --dim or a batch above the
+ * buckets; CLI_EXIT_FAILURE otherwise (*out NULL). */
+int cli_load(const char *cmd, const cli_load_request *r, recap__model **out, size_t *bucket,
+             int64_t *batch);
 
 enum { CLI_MAX_DIMS = 16 };
 
@@ -135,10 +142,9 @@ bool cli_run_flags_check(const char *cmd, const cli_run_flags *f);
  * spec's run.iters and run.warmup at these so that a GPU-sized spec stays a short smoke run. */
 enum { CLI_HOST_ITERS_CAP = 20, CLI_HOST_WARMUP_CAP = 2 };
 
-/* What `run` and `bench` resolve from their shared flags and the spec before they create a
- * pipeline; one place so that both read the flags the same way. */
+/* What `run` and `bench` resolve from their shared flags and the loaded spec before they
+ * create a pipeline; one place so that both read the flags the same way. */
 typedef struct {
-  const char *overrides[CLI_MAX_DIMS + 1]; /* the pipeline options' dims point here */
   size_t bucket;
   int64_t batch;
   int iters, warmup;
@@ -157,44 +163,18 @@ json_t *cli_json_number(double v);
 /* The input seed in JSON: a decimal string, exact beyond 2^53 where JSON numbers are not. */
 json_t *cli_seed_json(uint64_t seed);
 
-/* Resolves f's --dim flags (cli_resolve_dims; the replaced dims are written into spec too,
- * cli_spec_replace_dims), the device (cli_pick_device), iters and warmup (the flag, else the
- * spec's, capped on the host backend) and the seed into *out, and sets opts' device, warmup
- * (with warmup_set, so that 0 means none), dims (pointing into *out, which must outlive opts'
- * use), base_dir and no_fusion. CLI_EXIT_OK; CLI_EXIT_USAGE for a bad --dim; CLI_EXIT_FAILURE
- * when the device cannot be used (messages on stderr). */
-int cli_run_setup_resolve(const char *cmd, const cli_run_flags *f, recap__spec *spec,
-                          recap_pipeline_options *opts, cli_run_setup *out);
-/* Writes the values of overrides[] ("NAME=VALUE" of dims without buckets, as cli_resolve_dims
- * returns them; NULL-terminated) into a loaded spec, as recap_pipeline_options.dims does in
- * the pipeline's own copy: the IRs built from it then have the new sizes. */
-void cli_spec_replace_dims(const char *cmd, recap__spec *spec, const char *const *overrides);
-
-/* The --dim NAME=VALUE flags of run, bench and serve-bench: the spec's bucketed dim selects
- * the batch (as cli_select_bucket with exact == false); any other declared dim is copied to
- * overrides[] (NULL-terminated, for recap_pipeline_options.dims: the engine re-checks the spec
- * with the new value). False with a message on stderr (a usage error). */
-bool cli_resolve_dims(const char *cmd, const recap__spec *spec, const char *const *dims, int count,
-                      const char **overrides, size_t *bucket, int64_t *batch);
-
-/* The device to run on: `requested` ("cuda" or "host", NULL: the spec's). A CUDA request that
- * this build or machine cannot serve falls back to the host when it came from the spec (a
- * line on stderr says so) and fails when the user asked for it. False with a message. */
-bool cli_pick_device(const char *cmd, const char *requested, recap_backend_kind spec_device,
+/* The device to run on: `requested` ("cuda" or "host", NULL: `fallback`, the spec's or the
+ * command's). A CUDA request that this build or machine cannot serve falls back to the host
+ * when it came from `fallback` (a line on stderr says so) and fails when the user asked for
+ * it. False with a message. */
+bool cli_pick_device(const char *cmd, const char *requested, recap_backend_kind fallback,
                      recap_device *out);
 
-/* Every bucket's IR (fused when `fuse`) and the one plan the engine builds over them all
- * (bucket_plan.c). irs[b] is bucket b's IR; the last is the largest. A spec whose dims were
- * replaced (cli_load_spec_bucket) may not hold: RECAP_STATUS_SPEC_ERROR, with every
- * FILE:LINE:COL error printed to stderr. */
-typedef struct {
-  recap__ir **irs;
-  size_t count;
-  recap__plan *plan;
-} cli_bucket_plan;
-recap_status cli_bucket_plan_build(recap__spec *spec, bool fuse, cli_bucket_plan *out);
-/* Frees what cli_bucket_plan_build made; a zeroed struct is fine. */
-void cli_bucket_plan_free(cli_bucket_plan *bp);
+/* Resolves iters and warmup (the flag, else the spec's, capped on the host backend) and the
+ * seed into *out, with the bucket and batch cli_load selected, and sets opts' device (the
+ * model's) and warmup (with warmup_set, so that 0 means none). CLI_EXIT_OK. */
+int cli_run_setup_resolve(const cli_run_flags *f, const recap__model *m, size_t bucket,
+                          int64_t batch, recap_pipeline_options *opts, cli_run_setup *out);
 
 /* How much one run computes, estimated from an IR (work.c): GEMMs and attention by their
  * multiply-adds (2 FLOPs each), other ops one FLOP per element; bytes are every op's inputs
@@ -203,11 +183,10 @@ typedef struct {
   double flops, bytes;
 } cli_work;
 void cli_work_estimate(const recap__ir *ir, cli_work *out);
-/* Before a host-backend run: estimates `runs` runs of bucket `bucket` of spec and, when they
- * would take over a minute on the CPU, prints a warning with the work per run and how to
+/* Before a host-backend run: estimates `runs` runs of the bucket whose IR is `ir` and, when
+ * they would take over a minute on the CPU, prints a warning with the work per run and how to
  * shrink it. Whether it warned. */
-bool cli_warn_host_work(const char *cmd, const char *path, const recap__spec *spec, size_t bucket,
-                        int runs);
+bool cli_warn_host_work(const char *cmd, const char *path, const recap__ir *ir, int runs);
 
 /* The first line of recap_last_error() after a failed call, prefixed for the user. */
 void cli_report_failure(const char *cmd, const char *what, recap_status status);

@@ -141,27 +141,18 @@ static void write_dag(FILE *f, const recap__ir *ir, const recap__plan *plan) {
   fprintf(f, "}\n");
 }
 
-/* Captures the pipeline and copies the backend's dump of bucket `bucket` to `out`. */
-static int write_captured(FILE *out, const char *path, const char *base_dir,
-                          const char *device_name, const char *const *overrides, size_t bucket) {
-  recap__spec *spec = NULL;
-  if (cli_load_spec(path, base_dir, &spec) != RECAP_OK) return CLI_EXIT_FAILURE;
-  recap_backend_kind spec_device = spec->device;
-  recap__spec_destroy(spec);
-  recap_pipeline_options opts = {.override_device = 1,
-                                 .override_mode = 1,
-                                 .mode = RECAP_MODE_GRAPH,
-                                 .base_dir = base_dir,
-                                 .dims = overrides};
-  if (!cli_pick_device(CMD, device_name, spec_device, &opts.device)) return CLI_EXIT_FAILURE;
-
+/* Captures a pipeline of the model and copies the backend's dump of bucket `bucket` to
+ * `out`. */
+static int write_captured(FILE *out, recap__model *model, size_t bucket) {
+  recap_pipeline_options opts = {
+      .override_device = 1, .device = model->device, .override_mode = 1, .mode = RECAP_MODE_GRAPH};
   int rc = CLI_EXIT_FAILURE;
   recap_pipeline *p = NULL;
   char tmp[] = "/tmp/recap_dot_XXXXXX";
   int fd = -1;
   FILE *in = NULL;
   recap_status st;
-  if ((st = recap_pipeline_create_file(path, &opts, &p)) != RECAP_OK) {
+  if ((st = recap__pipeline_create_model(model, &opts, &p)) != RECAP_OK) {
     cli_report_failure(CMD, "creating the pipeline", st);
     goto done;
   }
@@ -235,15 +226,21 @@ int cli_dot_main(int argc, char **argv) {
     return CLI_EXIT_USAGE;
   }
 
-  recap__spec *spec = NULL;
-  cli_bucket_plan bp = {0};
+  recap__model *model = NULL;
   FILE *out = stdout;
-  recap_status st;
   size_t bucket;
   int64_t batch;
-  const char *overrides[CLI_MAX_DIMS + 1];
-  int rc =
-      cli_load_spec_bucket(CMD, path, base_dir, dims, num_dims, &spec, overrides, &bucket, &batch);
+  /* The DAG is the spec's own, so it is shown unfused; a captured graph is what the engine
+   * runs, fused. The engine plans all buckets at once and every bucket runs on that plan: its
+   * waits and views are the ones shown, over the chosen bucket's shapes. */
+  cli_load_request load = {.path = path,
+                           .base_dir = base_dir,
+                           .dims = dims,
+                           .num_dims = num_dims,
+                           .device = device,
+                           .capacity = graph ? RECAP__CAPACITY_REQUIRED : RECAP__CAPACITY_OFF,
+                           .no_fusion = !graph};
+  int rc = cli_load(CMD, &load, &model, &bucket, &batch);
   if (rc != CLI_EXIT_OK) goto done;
   rc = CLI_EXIT_FAILURE;
   if (out_path && !(out = fopen(out_path, "w"))) {
@@ -252,25 +249,16 @@ int cli_dot_main(int argc, char **argv) {
     goto done;
   }
   if (graph) {
-    rc = write_captured(out, path, base_dir, device, overrides, bucket);
+    rc = write_captured(out, model, bucket);
     goto done;
   }
-  /* The engine plans all buckets at once and every bucket runs on that plan: its waits and
-   * views are the ones shown, over the chosen bucket's shapes. The DAG is the spec's own, so
-   * it is shown unfused. */
-  if ((st = cli_bucket_plan_build(spec, false, &bp)) != RECAP_OK) {
-    /* Spec errors of replaced dims are printed with their positions already. */
-    if (st != RECAP_STATUS_SPEC_ERROR) cli_report_failure(CMD, "planning", st);
-    goto done;
-  }
-  write_dag(out, bp.irs[bucket], bp.plan);
+  write_dag(out, model->irs[bucket], model->plan);
   rc = CLI_EXIT_OK;
 done:
   if (out != stdout && fclose(out) != 0 && rc == CLI_EXIT_OK) {
     fprintf(stderr, "recap %s: writing %s failed\n", CMD, out_path);
     rc = CLI_EXIT_FAILURE;
   }
-  cli_bucket_plan_free(&bp);
-  recap__spec_destroy(spec);
+  recap__model_release(model);
   return rc;
 }

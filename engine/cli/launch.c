@@ -53,9 +53,11 @@ static int parse_dist(int argc, char **argv, dist_args *a) {
     const char *v = NULL;
     int m;
     if ((m = cli_flag(RUN, argc, argv, &i, "--world", &v)) != 0) {
-      if (m < 0 || !cli_parse_int(RUN, "--world", v, 1, MAX_RANKS, &a->world)) return CLI_EXIT_USAGE;
+      if (m < 0 || !cli_parse_int(RUN, "--world", v, 1, MAX_RANKS, &a->world))
+        return CLI_EXIT_USAGE;
     } else if ((m = cli_flag(RUN, argc, argv, &i, "--rank", &v)) != 0) {
-      if (m < 0 || !cli_parse_int(RUN, "--rank", v, 0, MAX_RANKS - 1, &a->rank)) return CLI_EXIT_USAGE;
+      if (m < 0 || !cli_parse_int(RUN, "--rank", v, 0, MAX_RANKS - 1, &a->rank))
+        return CLI_EXIT_USAGE;
     } else if ((m = cli_flag(RUN, argc, argv, &i, "--timeout", &v)) != 0) {
       long long t;
       if (m < 0 || !cli_parse_int(RUN, "--timeout", v, 1, 86400, &t)) return CLI_EXIT_USAGE;
@@ -69,8 +71,9 @@ static int parse_dist(int argc, char **argv, dist_args *a) {
     } else if ((m = cli_run_flag(RUN, argc, argv, &i, &a->common)) != 0) {
       if (m < 0) return CLI_EXIT_USAGE;
     } else if (!cli_positional(RUN, argv[i])) {
-      fprintf(stderr, "recap run: (flags not listed by 'recap launch --help' are not supported "
-                      "with --world)\n");
+      fprintf(stderr,
+              "recap run: (flags not listed by 'recap launch --help' are not supported "
+              "with --world)\n");
       return CLI_EXIT_USAGE;
     } else if (a->path) {
       fprintf(stderr, "recap run: one spec at a time\n");
@@ -95,7 +98,9 @@ static int parse_dist(int argc, char **argv, dist_args *a) {
   return cli_run_flags_check(RUN, &a->common) ? CLI_EXIT_OK : CLI_EXIT_USAGE;
 }
 
-static double now_ms(void) { return cli_now() * 1e3; }
+static double now_ms(void) {
+  return cli_now() * 1e3;
+}
 
 /* v as cli_json_number writes it (NaN and infinities as strings), 9 significant digits. */
 static void print_json_number(double v) {
@@ -112,7 +117,7 @@ int cli_run_dist_main(int argc, char **argv) {
   int rc = parse_dist(argc, argv, &a);
   if (rc != CLI_EXIT_OK) return rc;
   rc = CLI_EXIT_FAILURE;
-  recap__spec *spec = NULL;
+  recap__model *model = NULL;
   recap_comm *comm = NULL;
   recap_pipeline *p = NULL;
   cli_host_tensors bound = {0}, inputs = {0}, outputs = {0};
@@ -120,50 +125,25 @@ int cli_run_dist_main(int argc, char **argv) {
   recap_status st;
   char who[32];
   snprintf(who, sizeof who, "run (rank %lld)", a.rank);
-  if (cli_load_spec(a.path, a.common.base_dir, &spec) != RECAP_OK) goto done;
-  size_t bucket;
-  int64_t batch;
   /* A --dim of the bucketed dim above its largest bucket replaces the buckets with that one
    * value: a benchmark at a size the spec does not list (the plain `run` selects a batch
-   * within the buckets only). */
-  const char *plain[CLI_MAX_DIMS], *resize = NULL;
-  int num_plain = 0;
-  int64_t resize_value = 0;
-  for (int i = 0; i < a.common.num_dims; i++) {
-    char name[64];
-    int64_t value;
-    if (!cli_parse_dim(RUN, a.common.dims[i], name, sizeof name, &value)) {
-      rc = CLI_EXIT_USAGE;
-      goto done;
-    }
-    const recap__spec_dim *bd = spec->bucket_dim >= 0 ? &spec->dims[spec->bucket_dim] : NULL;
-    if (bd && strcmp(bd->name, name) == 0 && value > bd->values[bd->count - 1]) {
-      resize = a.common.dims[i];
-      resize_value = value;
-    } else {
-      plain[num_plain++] = a.common.dims[i];
-    }
-  }
-  const char *overrides[CLI_MAX_DIMS + 1];
-  if (!cli_resolve_dims(RUN, spec, plain, num_plain, overrides, &bucket, &batch)) {
-    rc = CLI_EXIT_USAGE;
-    goto done;
-  }
-  if (resize) {
-    int n = 0;
-    while (overrides[n]) n++;
-    overrides[n] = resize;
-    overrides[n + 1] = NULL;
-    batch = resize_value;
-  }
-  recap_pipeline_options opts = {
-      .override_device = 1, .base_dir = a.common.base_dir, .no_fusion = a.common.no_fusion};
-  if (!cli_pick_device(RUN, a.common.device, spec->device, &opts.device)) goto done;
-  /* recap launch gives each rank one visible GPU; without it, rank r takes GPU r mod count. */
-  int count = 0;
-  if (opts.device.backend == RECAP_BACKEND_CUDA &&
-      recap_device_count(RECAP_BACKEND_CUDA, &count) == RECAP_OK && count > 0)
-    opts.device.index = (int)(a.rank % count);
+   * within the buckets only). recap launch gives each rank one visible GPU; without it, rank r
+   * takes GPU r mod count. */
+  cli_load_request load = {.path = a.path,
+                           .base_dir = a.common.base_dir,
+                           .dims = a.common.dims,
+                           .num_dims = a.common.num_dims,
+                           .device = a.common.device,
+                           .device_ordinal = (int)a.rank,
+                           .capacity = RECAP__CAPACITY_REQUIRED,
+                           .no_fusion = a.common.no_fusion,
+                           .grow_batch = true};
+  size_t bucket;
+  int64_t batch;
+  if ((rc = cli_load(RUN, &load, &model, &bucket, &batch)) != CLI_EXIT_OK) goto done;
+  rc = CLI_EXIT_FAILURE;
+  const recap__spec *spec = model->spec;
+  recap_pipeline_options opts = {.override_device = 1, .device = model->device};
   if ((st = recap_comm_init_rank(opts.device, (int)a.world, (int)a.rank, a.init, a.timeout_s,
                                  &comm)) != RECAP_OK) {
     cli_report_failure(who, "joining the communicator", st);
@@ -176,8 +156,7 @@ int cli_run_dist_main(int argc, char **argv) {
   int warmup = a.common.warmup_set ? (int)a.common.warmup : spec->warmup;
   opts.warmup = warmup;
   opts.warmup_set = 1;
-  opts.dims = overrides;
-  if ((st = recap_pipeline_create_file(a.path, &opts, &p)) != RECAP_OK) {
+  if ((st = recap__pipeline_create_model(model, &opts, &p)) != RECAP_OK) {
     cli_report_failure(who, "creating the pipeline", st);
     goto done;
   }
@@ -276,7 +255,7 @@ done:
     rc = CLI_EXIT_FAILURE;
   }
   recap_comm_destroy(comm);
-  recap__spec_destroy(spec);
+  recap__model_release(model);
   return rc;
 }
 
@@ -350,7 +329,8 @@ int cli_launch_main(int argc, char **argv) {
     if ((m = cli_flag(LAUNCH, argc, argv, &i, "--gpus", &v)) != 0) {
       if (m < 0 || !cli_parse_int(LAUNCH, "--gpus", v, 1, MAX_RANKS, &gpus)) return CLI_EXIT_USAGE;
     } else if ((m = cli_flag(LAUNCH, argc, argv, &i, "--timeout", &v)) != 0) {
-      if (m < 0 || !cli_parse_int(LAUNCH, "--timeout", v, 1, 86400, &timeout)) return CLI_EXIT_USAGE;
+      if (m < 0 || !cli_parse_int(LAUNCH, "--timeout", v, 1, 86400, &timeout))
+        return CLI_EXIT_USAGE;
     } else if ((m = cli_flag(LAUNCH, argc, argv, &i, "--grace", &v)) != 0) {
       if (m < 0 || !cli_parse_int(LAUNCH, "--grace", v, 0, 3600, &grace)) return CLI_EXIT_USAGE;
     } else {

@@ -4,6 +4,7 @@
 #include "engine/plan.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #include "engine/cli/cli.h"
 #include "engine/fuse.h"
@@ -50,29 +51,27 @@ int cli_plan_main(int argc, char **argv) {
     return CLI_EXIT_USAGE;
   }
 
-  recap__spec *spec = NULL;
-  cli_bucket_plan bp = {0};
+  recap__model *model = NULL;
   char *text = NULL, *fused = NULL;
   recap_status st;
   size_t bucket;
   int64_t batch;
-  const char *overrides[CLI_MAX_DIMS + 1];
-  int rc =
-      cli_load_spec_bucket(CMD, path, base_dir, dims, num_dims, &spec, overrides, &bucket, &batch);
+  cli_load_request load = {.path = path,
+                           .base_dir = base_dir,
+                           .dims = dims,
+                           .num_dims = num_dims,
+                           .capacity = RECAP__CAPACITY_OFF,
+                           .no_fusion = no_fusion};
+  int rc = cli_load(CMD, &load, &model, &bucket, &batch);
   if (rc != CLI_EXIT_OK) goto done;
   rc = CLI_EXIT_FAILURE;
-  bool fuse = recap__fuse_enabled(no_fusion);
-  if ((st = cli_bucket_plan_build(spec, fuse, &bp)) != RECAP_OK) {
-    /* Spec errors of replaced dims are printed with their positions already. */
-    if (st != RECAP_STATUS_SPEC_ERROR) cli_report_failure(CMD, "planning", st);
-    goto done;
-  }
-  const recap__ir *ir = bp.irs[bucket];
-  if ((st = recap__fuse_format(ir, fuse, &fused)) != RECAP_OK) {
+  const recap__spec *spec = model->spec;
+  const recap__ir *ir = model->irs[bucket];
+  if ((st = recap__fuse_format(ir, model->fused, &fused)) != RECAP_OK) {
     cli_report_failure(CMD, "formatting the fused ops", st);
     goto done;
   }
-  if ((st = recap__plan_format(ir, bp.plan, &text)) != RECAP_OK) {
+  if ((st = recap__plan_format(ir, model->plan, &text)) != RECAP_OK) {
     cli_report_failure(CMD, "formatting the plan", st);
     goto done;
   }
@@ -87,18 +86,23 @@ int cli_plan_main(int argc, char **argv) {
     for (size_t b = 0; b < n; b++) printf(" %lld", (long long)recap__spec_bucket_value(spec, b));
     printf(")\n");
   }
-  if (overrides[0]) {
-    printf("%s: dims replaced:", path);
-    for (const char *const *o = overrides; *o; o++) printf(" %s", *o);
-    printf("\n");
+  /* The --dim flags that replaced a dim's value (the others picked the batch). */
+  const char *bucketed = spec->bucket_dim >= 0 ? spec->dims[spec->bucket_dim].name : NULL;
+  bool replaced = false;
+  for (int i = 0; i < num_dims; i++) {
+    size_t n = bucketed ? strlen(bucketed) : 0;
+    if (spec->run_batch && strncmp(dims[i], bucketed, n) == 0 && dims[i][n] == '=') continue;
+    if (!replaced) printf("%s: dims replaced:", path);
+    printf(" %s", dims[i]);
+    replaced = true;
   }
+  if (replaced) printf("\n");
   fputs(fused, stdout);
   fputs(text, stdout);
   rc = CLI_EXIT_OK;
 done:
   free(fused);
   free(text);
-  cli_bucket_plan_free(&bp);
-  recap__spec_destroy(spec);
+  recap__model_release(model);
   return rc;
 }

@@ -213,29 +213,39 @@ int cli_run_main(int argc, char **argv) {
   int rc = parse_args(argc, argv, &a);
   if (rc != CLI_EXIT_OK) return rc;
   rc = CLI_EXIT_FAILURE;
-  recap__spec *spec = NULL;
+  recap__model *model = NULL;
   recap_pipeline *p = NULL;
   cli_host_tensors bound = {0}, inputs = {0}, states = {0}, outputs = {0};
   double *ms = NULL;
   json_t *root = NULL;
   recap_status st;
-  if (cli_load_spec(a.path, a.common.base_dir, &spec) != RECAP_OK) goto done;
+  cli_load_request load = {.path = a.path,
+                           .base_dir = a.common.base_dir,
+                           .dims = a.common.dims,
+                           .num_dims = a.common.num_dims,
+                           .device = a.common.device,
+                           .capacity = RECAP__CAPACITY_REQUIRED,
+                           .no_fusion = a.common.no_fusion};
+  size_t bucket;
+  int64_t batch;
+  if ((rc = cli_load(CMD, &load, &model, &bucket, &batch)) != CLI_EXIT_OK) goto done;
+  const recap__spec *spec = model->spec;
   recap_pipeline_options opts = {0};
   if (a.mode) {
     opts.override_mode = 1;
     opts.mode = strcmp(a.mode, "eager") == 0 ? RECAP_MODE_EAGER : RECAP_MODE_GRAPH;
   }
   cli_run_setup rs;
-  if ((rc = cli_run_setup_resolve(CMD, &a.common, spec, &opts, &rs)) != CLI_EXIT_OK) goto done;
+  cli_run_setup_resolve(&a.common, model, bucket, batch, &opts, &rs);
   rc = CLI_EXIT_FAILURE;
   /* Before anything is allocated: a spec sized for a GPU can take hours on the CPU. */
   bool eager_mode = opts.override_mode && opts.mode == RECAP_MODE_EAGER;
-  int engine_warmups = eager_mode ? 0 : rs.warmup * (int)recap__spec_num_buckets(spec);
+  int engine_warmups = eager_mode ? 0 : rs.warmup * (int)model->num_buckets;
   bool slow =
       opts.device.backend == RECAP_BACKEND_HOST &&
-      cli_warn_host_work(CMD, a.path, spec, rs.bucket, engine_warmups + rs.warmup + rs.iters);
+      cli_warn_host_work(CMD, a.path, model->irs[rs.bucket], engine_warmups + rs.warmup + rs.iters);
 
-  if ((st = recap_pipeline_create_file(a.path, &opts, &p)) != RECAP_OK) {
+  if ((st = recap__pipeline_create_model(model, &opts, &p)) != RECAP_OK) {
     cli_report_failure(CMD, "creating the pipeline", st);
     goto done;
   }
@@ -431,6 +441,6 @@ done:
     cli_report_failure(CMD, "destroying the pipeline", st);
     rc = CLI_EXIT_FAILURE;
   }
-  recap__spec_destroy(spec);
+  recap__model_release(model);
   return rc;
 }

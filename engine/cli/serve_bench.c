@@ -87,8 +87,8 @@ typedef struct {
 
 typedef struct {
   request_queue queue;
-  gate ready;  /* every worker has captured */
-  gate served; /* every worker has drained the queue: the timed phase is over */
+  gate ready;             /* every worker has captured */
+  gate served;            /* every worker has drained the queue: the timed phase is over */
   cli_host_tensors bound; /* inputs with a fixed init, read once (cli_inputs_read_bound) */
 } server;
 
@@ -290,7 +290,7 @@ int cli_serve_bench_main(int argc, char **argv) {
   }
 
   int rc = CLI_EXIT_FAILURE;
-  recap__spec *spec = NULL;
+  recap__model *model = NULL;
   recap_pipeline *base = NULL;
   worker *workers = NULL;
   request *reqs = NULL;
@@ -301,16 +301,18 @@ int cli_serve_bench_main(int argc, char **argv) {
   int started = 0;
   bool device_fault = false;
   recap_status st = RECAP_OK;
-  if (cli_load_spec(path, base_dir, &spec) != RECAP_OK) goto done;
+  cli_load_request load = {.path = path,
+                           .base_dir = base_dir,
+                           .dims = dims,
+                           .num_dims = num_dims,
+                           .device = device,
+                           .capacity = RECAP__CAPACITY_REQUIRED};
   size_t bucket;
   int64_t largest;
-  const char *overrides[CLI_MAX_DIMS + 1];
-  if (!cli_resolve_dims(CMD, spec, dims, num_dims, overrides, &bucket, &largest)) {
-    rc = CLI_EXIT_USAGE;
-    goto done;
-  }
-  if (num_dims > 0 && spec->bucket_dim >= 0 &&
-      largest != recap__spec_bucket_value(spec, recap__spec_num_buckets(spec) - 1)) {
+  if ((rc = cli_load(CMD, &load, &model, &bucket, &largest)) != CLI_EXIT_OK) goto done;
+  rc = CLI_EXIT_FAILURE;
+  const recap__spec *spec = model->spec;
+  if (spec->run_batch && largest != model->bucket_values[model->num_buckets - 1]) {
     fprintf(stderr,
             "recap %s: batch sizes are drawn per request: use --batch-max, not --dim "
             "%s=...\n",
@@ -330,16 +332,12 @@ int cli_serve_bench_main(int argc, char **argv) {
     rc = CLI_EXIT_USAGE;
     goto done;
   }
-  recap_pipeline_options opts = {.override_device = 1,
-                                 .override_mode = 1,
-                                 .mode = RECAP_MODE_GRAPH,
-                                 .dims = overrides,
-                                 .base_dir = base_dir};
-  if (!cli_pick_device(CMD, device, spec->device, &opts.device)) goto done;
+  recap_pipeline_options opts = {
+      .override_device = 1, .device = model->device, .override_mode = 1, .mode = RECAP_MODE_GRAPH};
   const char *seed_from;
   uint64_t seed = cli_input_seed(seed_set, seed_arg, spec, &seed_from);
 
-  if ((st = recap_pipeline_create_file(path, &opts, &base)) != RECAP_OK) {
+  if ((st = recap__pipeline_create_model(model, &opts, &base)) != RECAP_OK) {
     cli_report_failure(CMD, "creating the pipeline", st);
     goto done;
   }
@@ -560,6 +558,6 @@ done:
   free(reqs);
   free(workers);
   recap_pipeline_destroy(base);
-  recap__spec_destroy(spec);
+  recap__model_release(model);
   return rc;
 }

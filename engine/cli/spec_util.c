@@ -13,21 +13,62 @@ void cli_print_diag(const char *path, const recap__diag *diag) {
   if (diag->dropped > 0) fprintf(stderr, "%s: %zu more errors not shown\n", path, diag->dropped);
 }
 
-recap_status cli_load_spec(const char *path, const char *base_dir, recap__spec **out) {
-  recap__spec_options options = {.base_dir = base_dir};
-  recap__diag diag = {0};
-  recap_status st = recap__spec_load_file(path, &options, out, &diag);
-  if (st == RECAP_STATUS_SPEC_ERROR && diag.count > 0) {
-    cli_print_diag(path, &diag);
-  } else if (st != RECAP_OK) {
-    fprintf(stderr, "%s: error: %s\n", path, recap_last_error());
+int cli_load(const char *cmd, const cli_load_request *r, recap__model **out, size_t *bucket,
+             int64_t *batch) {
+  *out = NULL;
+  const char *dims[CLI_MAX_DIMS + 1];
+  for (int i = 0; i < r->num_dims; i++) {
+    char name[64];
+    int64_t value;
+    if (!cli_parse_dim(cmd, r->dims[i], name, sizeof name, &value)) return CLI_EXIT_USAGE;
+    dims[i] = r->dims[i];
   }
+  dims[r->num_dims] = NULL;
+  recap__load_options o = {
+      .spec = {.base_dir = r->base_dir,
+               .dims = dims,
+               .select_batch = true,
+               .grow_batch = r->grow_batch},
+      .host_if_unavailable = true,
+      .device_ordinal = r->device_ordinal,
+      .capacity = r->capacity,
+      .no_fusion = r->no_fusion,
+  };
+  if (r->device) {
+    /* A device asked for must be here: no fallback. */
+    if (!cli_pick_device(cmd, r->device, RECAP_BACKEND_HOST, &o.device)) return CLI_EXIT_FAILURE;
+    int count = 0;
+    if (r->device_ordinal > 0 && recap_device_count(o.device.backend, &count) == RECAP_OK &&
+        count > 0)
+      o.device.index = r->device_ordinal % count;
+    o.device_given = true;
+  }
+  recap__diag diag = {0};
+  recap_status st = recap__load_file(r->path, &o, out, &diag);
+  if (st == RECAP_STATUS_SPEC_ERROR && diag.count > 0)
+    cli_print_diag(r->path, &diag);
+  else if (st == RECAP_STATUS_INVALID_ARGUMENT) /* a --dim the spec cannot take */
+    fprintf(stderr, "recap %s: --dim: %s\n", cmd, recap_last_error());
+  else if (st != RECAP_OK)
+    fprintf(stderr, "%s: error: %s\n", r->path, recap_last_error());
   recap__diag_free(&diag);
-  return st;
+  if (st != RECAP_OK)
+    return st == RECAP_STATUS_INVALID_ARGUMENT ? CLI_EXIT_USAGE : CLI_EXIT_FAILURE;
+  const recap__spec *spec = (*out)->spec;
+  if (!r->device && (*out)->device.backend != spec->device)
+    /* On stderr, so that --json output on stdout stays pure JSON. */
+    fprintf(stderr, "note: %s: running on the host backend (CPU)\n",
+            recap_backend_compiled(spec->device) ? "no CUDA GPU on this machine"
+                                                 : "this build has no CUDA backend");
+  const char *name = spec->run_batch ? spec->dims[spec->bucket_dim].name : NULL;
+  if (cli_select_bucket(cmd, spec, name, spec->run_batch, false, bucket, batch)) return CLI_EXIT_OK;
+  recap__model_release(*out);
+  *out = NULL;
+  return CLI_EXIT_USAGE;
 }
 
-bool cli_select_bucket(const char *cmd, const recap__spec *spec, const char *name,
-                       int64_t value, bool exact, size_t *bucket, int64_t *batch) {
+bool cli_select_bucket(const char *cmd, const recap__spec *spec, const char *name, int64_t value,
+                       bool exact, size_t *bucket, int64_t *batch) {
   size_t n = recap__spec_num_buckets(spec);
   if (!name) {
     *bucket = n - 1;
@@ -64,65 +105,16 @@ bool cli_select_bucket(const char *cmd, const recap__spec *spec, const char *nam
   return false;
 }
 
-int cli_load_spec_bucket(const char *cmd, const char *path, const char *base_dir,
-                         const char *const *dims, int num_dims, recap__spec **spec,
-                         const char **overrides, size_t *bucket, int64_t *batch) {
-  if (cli_load_spec(path, base_dir, spec) != RECAP_OK) return CLI_EXIT_FAILURE;
-  if (!cli_resolve_dims(cmd, *spec, dims, num_dims, overrides, bucket, batch))
-    return CLI_EXIT_USAGE;
-  cli_spec_replace_dims(cmd, *spec, overrides);
-  return CLI_EXIT_OK;
-}
-
-void cli_spec_replace_dims(const char *cmd, recap__spec *spec, const char *const *overrides) {
-  /* overrides name declared dims without buckets (cli_resolve_dims), each with one value. */
-  for (const char *const *o = overrides; *o; o++) {
-    char name[64];
-    int64_t value;
-    (void)cli_parse_dim(cmd, *o, name, sizeof name, &value); /* checked by cli_resolve_dims */
-    for (size_t d = 0; d < spec->num_dims; d++)
-      if (strcmp(spec->dims[d].name, name) == 0) spec->dims[d].values[0] = value;
-  }
-}
-
-bool cli_resolve_dims(const char *cmd, const recap__spec *spec, const char *const *dims,
-                      int count, const char **overrides, size_t *bucket, int64_t *batch) {
-  const char *batch_name = NULL;
-  int64_t batch_value = 0;
-  int n = 0;
-  for (int i = 0; i < count; i++) {
-    char name[64];
-    int64_t value;
-    if (!cli_parse_dim(cmd, dims[i], name, sizeof name, &value)) return false;
-    int found = -1;
-    for (size_t d = 0; d < spec->num_dims; d++)
-      if (strcmp(spec->dims[d].name, name) == 0) found = (int)d;
-    if (found < 0) {
-      fprintf(stderr, "recap %s: --dim %s: the spec declares no dim '%s'\n", cmd, dims[i], name);
-      return false;
-    }
-    if (found == spec->bucket_dim) {
-      batch_name = spec->dims[found].name;
-      batch_value = value;
-    } else {
-      overrides[n++] = dims[i];
-    }
-  }
-  overrides[n] = NULL;
-  return cli_select_bucket(cmd, spec, batch_name, batch_value, false, bucket, batch);
-}
-
-bool cli_pick_device(const char *cmd, const char *requested, recap_backend_kind spec_device,
+bool cli_pick_device(const char *cmd, const char *requested, recap_backend_kind fallback,
                      recap_device *out) {
-  recap_backend_kind kind = spec_device;
+  recap_backend_kind kind = fallback;
   if (requested && recap_backend_parse(requested, &kind) != RECAP_OK) {
     fprintf(stderr, "recap %s: --device expects cuda or host, got '%s'\n", cmd, requested);
     return false;
   }
   if (kind == RECAP_BACKEND_CUDA && !recap_device_is_available(RECAP_BACKEND_CUDA)) {
-    const char *why = recap_backend_compiled(RECAP_BACKEND_CUDA)
-                          ? "no CUDA GPU on this machine"
-                          : "this build has no CUDA backend";
+    const char *why = recap_backend_compiled(RECAP_BACKEND_CUDA) ? "no CUDA GPU on this machine"
+                                                                 : "this build has no CUDA backend";
     if (requested) {
       fprintf(stderr, "recap %s: --device cuda: %s\n", cmd, why);
       return false;
@@ -135,13 +127,13 @@ bool cli_pick_device(const char *cmd, const char *requested, recap_backend_kind 
   return true;
 }
 
-int cli_run_setup_resolve(const char *cmd, const cli_run_flags *f, recap__spec *spec,
-                          recap_pipeline_options *opts, cli_run_setup *out) {
-  if (!cli_resolve_dims(cmd, spec, f->dims, f->num_dims, out->overrides, &out->bucket, &out->batch))
-    return CLI_EXIT_USAGE;
-  cli_spec_replace_dims(cmd, spec, out->overrides);
+int cli_run_setup_resolve(const cli_run_flags *f, const recap__model *m, size_t bucket,
+                          int64_t batch, recap_pipeline_options *opts, cli_run_setup *out) {
+  const recap__spec *spec = m->spec;
+  out->bucket = bucket;
+  out->batch = batch;
   opts->override_device = 1;
-  if (!cli_pick_device(cmd, f->device, spec->device, &opts->device)) return CLI_EXIT_FAILURE;
+  opts->device = m->device;
   bool host = opts->device.backend == RECAP_BACKEND_HOST;
   out->iters = f->iters_set ? (int)f->iters : spec->iters;
   out->warmup = f->warmup_set ? (int)f->warmup : spec->warmup;
@@ -153,9 +145,6 @@ int cli_run_setup_resolve(const char *cmd, const cli_run_flags *f, recap__spec *
   /* --warmup also sets the engine's eager runs before each capture, 0 included. */
   opts->warmup = out->warmup;
   opts->warmup_set = 1;
-  opts->dims = out->overrides;
-  opts->base_dir = f->base_dir;
-  opts->no_fusion = f->no_fusion;
   return CLI_EXIT_OK;
 }
 

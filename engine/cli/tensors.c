@@ -71,11 +71,11 @@ static recap_status collect(const recap_pipeline *p, int64_t batch, tensor_set w
   return RECAP_OK;
 }
 
-bool cli_init_is_random(const recap__ir_init *init) {
+bool cli_init_is_random(const recap__tensor_init *init) {
   return init->kind == RECAP_INIT_NORMAL || init->kind == RECAP_INIT_UNIFORM;
 }
 
-const char *cli_init_describe(const recap__ir_init *init, char *buf, size_t size) {
+const char *cli_init_describe(const recap__tensor_init *init, char *buf, size_t size) {
   switch (init->kind) {
     case RECAP_INIT_NONE:
     case RECAP_INIT_ZEROS:
@@ -135,7 +135,7 @@ static double rng_unit(uint64_t *state) {
 
 /* Fills `count` elements of a float dtype from a normal or uniform init, rounded to the
  * dtype once. Normal values come from Box-Muller, one value per pair of draws. */
-static void fill_random(void *host, recap_dtype dtype, size_t count, const recap__ir_init *init,
+static void fill_random(void *host, recap_dtype dtype, size_t count, const recap__tensor_init *init,
                         uint64_t *state) {
   for (size_t i = 0; i < count; i++) {
     double v;
@@ -174,7 +174,7 @@ recap_status cli_inputs_make(const recap_pipeline *p, const cli_host_tensors *bo
   uint64_t rng = seed;
   for (size_t i = 0; i < out->count; i++) {
     cli_host_tensor *h = &out->items[i];
-    const recap__ir_init *init = &ir->tensors[h->info.index].init;
+    const recap__tensor_init *init = &ir->tensors[h->info.index].init;
     if (cli_init_is_random(init)) {
       fill_random(h->host, h->info.dtype, h->info.bytes / recap_dtype_size(h->info.dtype), init,
                   &rng);
@@ -270,10 +270,17 @@ size_t cli_compare(const void *got, const void *want, recap_dtype dtype, size_t 
                    double *max_abs) {
   double atol = 0, rtol = 0;
   switch (dtype) {
-    case RECAP_DTYPE_F32: atol = 1e-5, rtol = 1e-4; break;
-    case RECAP_DTYPE_F16: atol = 1e-3, rtol = 1e-2; break;
-    case RECAP_DTYPE_BF16: atol = 1e-2, rtol = 2e-2; break;
-    default: break;
+    case RECAP_DTYPE_F32:
+      atol = 1e-5, rtol = 1e-4;
+      break;
+    case RECAP_DTYPE_F16:
+      atol = 1e-3, rtol = 1e-2;
+      break;
+    case RECAP_DTYPE_BF16:
+      atol = 1e-2, rtol = 2e-2;
+      break;
+    default:
+      break;
   }
   size_t bad = 0;
   double worst = 0;

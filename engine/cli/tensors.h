@@ -23,7 +23,7 @@
 
 /* One tensor as the CLI moves it, shaped for `batch` real rows. */
 typedef struct {
-  int index; /* in the pipeline's IRs */
+  int index;        /* in the pipeline's IRs */
   const char *name; /* owned by the pipeline's model */
   recap_tensor_role role;
   bool is_output;
@@ -52,10 +52,10 @@ typedef struct {
 
 /* Whether an init draws random numbers (normal, uniform): the CLI draws those itself, from its
  * input seed; every other init (zeros, ones, value, file) is what the library wrote. */
-bool cli_init_is_random(const recap__ir_init *init);
+bool cli_init_is_random(const recap__tensor_init *init);
 /* "normal (mean 0, std 1)", "uniform [5, 6)", "value 2.5", "file PATH"...: how an input is
  * filled, into buf; returns buf. */
-const char *cli_init_describe(const recap__ir_init *init, char *buf, size_t size);
+const char *cli_init_describe(const recap__tensor_init *init, char *buf, size_t size);
 
 /* Every input of p whose init is not random, whole (the largest bucket), as the library
  * initialized it when it bound p: read once, before anything is copied into p, so that each

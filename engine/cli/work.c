@@ -45,14 +45,9 @@ void cli_work_estimate(const recap__ir *ir, cli_work *out) {
   }
 }
 
-bool cli_warn_host_work(const char *cmd, const char *path, const recap__spec *spec, size_t bucket,
-                        int runs) {
-  recap__ir *ir = NULL;
-  /* A spec the dims broke is reported by the pipeline that is created next. */
-  if (recap__ir_build(spec, bucket, &ir, NULL) != RECAP_OK) return false;
+bool cli_warn_host_work(const char *cmd, const char *path, const recap__ir *ir, int runs) {
   cli_work w;
   cli_work_estimate(ir, &w);
-  recap__ir_destroy(ir);
   double seconds = runs * (w.flops / HOST_FLOPS_PER_S + w.bytes / HOST_BYTES_PER_S);
   if (seconds < HOST_WARN_SECONDS) return false;
   bool tera = w.flops >= 1e12, hours = seconds >= 2 * 3600;

@@ -1,5 +1,5 @@
 /*
- * spec_fuzz.c: libFuzzer target for the spec loader: arbitrary bytes -> recap__spec_load_string
+ * spec_fuzz.c: libFuzzer target for the load path: arbitrary bytes -> recap__load_string
  * -> every bucket's IR -> the memory plan, then everything destroyed.
  *
  * Besides "no crash, no leak, no hang" (ASan, LSan and libFuzzer's timeout watch those), the
@@ -21,8 +21,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "engine/plan.h"
-#include "engine/spec.h"
+#include "engine/load.h"
 
 /* Larger inputs only make each run slower: the loader's size limit is tested by
  * spec_corpus_test, and every other limit is reachable well below this. */
@@ -72,46 +71,31 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     }                                                              \
   } while (0)
 
-/* Builds every bucket's IR and plans the largest; each smaller bucket is checked against
- * that plan as the engine does. */
-static void check_loaded(const recap__spec *spec) {
-  size_t buckets = recap__spec_num_buckets(spec);
-  recap__ir *largest = NULL;
-  recap_status st = recap__ir_build(spec, buckets - 1, &largest, NULL);
-  if (st == RECAP_STATUS_OUT_OF_MEMORY) return;
-  REQUIRE(st == RECAP_OK, "the largest bucket's IR of a loaded spec fails: %s",
-          recap_status_name(st));
-  recap__plan *plan = NULL;
-  st = recap__plan_build(largest, &plan);
-  REQUIRE(st == RECAP_OK || st == RECAP_STATUS_OUT_OF_MEMORY, "the plan of a loaded spec fails: %s",
-          recap_status_name(st));
-  if (plan) {
-    char *text = NULL;
-    st = recap__plan_format(largest, plan, &text);
-    REQUIRE(st == RECAP_OK || st == RECAP_STATUS_OUT_OF_MEMORY,
-            "formatting the plan of a loaded spec fails: %s", recap_status_name(st));
-    free(text);
+/* A loaded model's plan holds every bucket and formats, as the engine and `recap plan` use
+ * it. */
+static void check_loaded(const recap__model *m) {
+  for (size_t b = 0; b < m->num_buckets; ++b) {
+    recap_status st = recap__plan_check_fits(m->plan, m->irs[b]);
+    REQUIRE(st == RECAP_OK, "bucket %zu does not fit the plan of its own load: %s", b,
+            recap_status_name(st));
   }
-  for (size_t b = 0; b + 1 < buckets; ++b) {
-    recap__ir *ir = NULL;
-    st = recap__ir_build(spec, b, &ir, NULL);
-    REQUIRE(st == RECAP_OK || st == RECAP_STATUS_OUT_OF_MEMORY,
-            "bucket %zu's IR of a loaded spec fails: %s", b, recap_status_name(st));
-    /* A refusal here is a clean error the engine reports, not a contract break. */
-    if (plan && ir) (void)recap__plan_check_fits(plan, ir);
-    recap__ir_destroy(ir);
-  }
-  recap__plan_destroy(plan);
-  recap__ir_destroy(largest);
+  char *text = NULL;
+  recap_status st = recap__plan_format(m->irs[m->num_buckets - 1], m->plan, &text);
+  REQUIRE(st == RECAP_OK || st == RECAP_STATUS_OUT_OF_MEMORY,
+          "formatting the plan of a loaded spec fails: %s", recap_status_name(st));
+  free(text);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size > MAX_INPUT) return 0;
-  recap__spec_options options = {.base_dir = base_dir, .device_memory_bytes = 80ull << 30};
+  /* On the host backend: fusion runs too, without NVRTC. */
+  recap__load_options options = {.spec = {.base_dir = base_dir},
+                                 .device = {RECAP_BACKEND_HOST, 0},
+                                 .device_given = true,
+                                 .device_memory_bytes = 80ull << 30};
   recap__diag diag = {0};
-  recap__spec *spec = NULL;
-  recap_status st =
-      recap__spec_load_string((const char *)data, size, "<fuzz>", &options, &spec, &diag);
+  recap__model *spec = NULL;
+  recap_status st = recap__load_string((const char *)data, size, "<fuzz>", &options, &spec, &diag);
   if (st == RECAP_OK) {
     REQUIRE(spec != NULL, "RECAP_OK without a spec");
     REQUIRE(recap__diag_errors(&diag) == 0, "RECAP_OK with %zu errors recorded",
@@ -130,7 +114,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
               diag.messages[i]);
     }
   }
-  recap__spec_destroy(spec);
+  recap__model_free_loaded(spec);
   recap__diag_free(&diag);
   return 0;
 }
