@@ -1,15 +1,12 @@
 /*
- * comm.c: the recap_comm object, the per-device registry, and the world-of-1 path
- * (runtime/comm.h; public API in include/recap.h, "Communicators").
+ * comm.c: the recap_comm object and the world-of-1 path (runtime/comm.h; public API in
+ * include/recap.h, "Communicators").
  *
- * A device has at most one communicator at a time, as a process has one default group in
- * torch.distributed: the collective ops of a spec find it by their stream's device, so neither
- * the spec nor the op's plain-data call needs to carry a handle. A device without one is a
- * world of 1, where every collective is a copy (or nothing, in place); that is also all the
- * host backend can do, and a larger world on it is refused at init with a message saying so.
- * Everything NCCL does lives in cuda_comm.c.
+ * A device has at most one communicator at a time (comm_registry.c says why). A device
+ * without one is a world of 1, where every collective is a copy (or nothing, in place); that
+ * is also all the host backend can do, and a larger world on it is refused at init with a
+ * message saying so. Everything NCCL does lives in cuda_comm.c.
  */
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,50 +14,6 @@
 #include "runtime/backend.h"
 #include "runtime/comm.h"
 #include "runtime/error.h"
-
-enum { MAX_CUDA_DEVICES = 256 };
-
-static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
-static recap_comm *attached_cuda[MAX_CUDA_DEVICES];
-static recap_comm *attached_host;
-
-static recap_comm **slot_of(recap_device d) {
-  if (d.backend == RECAP_BACKEND_HOST) return d.index == 0 ? &attached_host : NULL;
-  return d.index >= 0 && d.index < MAX_CUDA_DEVICES ? &attached_cuda[d.index] : NULL;
-}
-
-recap_comm *recap__comm_for_device(recap_device device) {
-  pthread_mutex_lock(&registry_lock);
-  recap_comm **slot = slot_of(device);
-  recap_comm *c = slot ? *slot : NULL;
-  pthread_mutex_unlock(&registry_lock);
-  return c;
-}
-
-static recap_status attach(recap_comm *c) {
-  recap_status st = RECAP_OK;
-  pthread_mutex_lock(&registry_lock);
-  recap_comm **slot = slot_of(c->device);
-  if (!slot)
-    st = RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "device %s:%d cannot hold a communicator",
-                    recap_backend_name(c->device.backend), c->device.index);
-  else if (*slot)
-    st = RECAP_FAIL(RECAP_STATUS_BUSY,
-                    "%s:%d already has a communicator (rank %d of %d): destroy it first",
-                    recap_backend_name(c->device.backend), c->device.index, (*slot)->rank,
-                    (*slot)->world);
-  else
-    *slot = c;
-  pthread_mutex_unlock(&registry_lock);
-  return st;
-}
-
-static void detach(recap_comm *c) {
-  pthread_mutex_lock(&registry_lock);
-  recap_comm **slot = slot_of(c->device);
-  if (slot && *slot == c) *slot = NULL;
-  pthread_mutex_unlock(&registry_lock);
-}
 
 static recap_status check_timeout(double timeout_s) {
   if (!(timeout_s > 0 && timeout_s < 1e7))
@@ -77,7 +30,7 @@ static recap_status new_comm(recap_device device, int world, int rank, double ti
   c->world = world;
   c->rank = rank;
   c->timeout_s = timeout_s;
-  recap_status st = attach(c);
+  recap_status st = recap__comm_attach(c);
   if (st != RECAP_OK) {
     free(c);
     return st;
@@ -88,7 +41,7 @@ static recap_status new_comm(recap_device device, int world, int rank, double ti
 
 static void free_comm(recap_comm *c, bool abort) {
   if (!c) return;
-  detach(c);
+  recap__comm_detach(c);
 #if RECAP_WITH_CUDA
   if (c->nccl) recap__nccl_destroy(c, abort);
 #else
@@ -142,7 +95,7 @@ recap_status recap_comm_init_rank(recap_device device, int world_size, int rank,
 
 recap_status recap_comm_init_devices(const recap_device *devices, int count, double timeout_s,
                                      recap_comm **comms) {
-  RECAP_CHECK_ARG(devices && comms && count >= 1 && count <= MAX_CUDA_DEVICES);
+  RECAP_CHECK_ARG(devices && comms && count >= 1 && count <= RECAP__COMM_MAX_CUDA_DEVICES);
   RECAP_TRY(check_timeout(timeout_s));
   for (int i = 0; i < count; ++i) {
     const recap__backend *be;

@@ -6,9 +6,11 @@
  *   comm_rendezvous.c  file:// and tcp:// rendezvous: rank 0 hands a small opaque payload
  *                      (the NCCL unique id) to every other rank, with bounded, validated
  *                      messages and a deadline on every wait. Plain POSIX: tested in CI.
- *   comm.c             the recap_comm object, the per-device registry that collective ops
- *                      read, the world-of-1 implementation (copies) used by the host backend
- *                      and by CUDA devices without a communicator, and the public frontends.
+ *   comm_registry.c    the per-device registry that collective ops read (below comm.c and
+ *                      cuda_comm.c, which both use it).
+ *   comm.c             the recap_comm object, the world-of-1 implementation (copies) used
+ *                      by the host backend and by CUDA devices without a communicator, and
+ *                      the public frontends.
  *   multi_device.c     torch.cuda.comm's functions over a clique of in-process communicators.
  *   cuda_comm.c        NCCL, loaded with dlopen (recap never links it): init with a deadline
  *                      (non-blocking communicators), collectives on a stream, and a watchdog
@@ -102,8 +104,22 @@ struct recap_comm {
   void *nccl; /* cuda_comm.c's state; NULL on the host backend */
 };
 
+/* ---- the per-device registry (comm_registry.c) ---- */
+
+/* The CUDA device indices a communicator can be attached to (0 .. this - 1), which also bounds
+ * the size of an in-process clique. */
+enum { RECAP__COMM_MAX_CUDA_DEVICES = 256 };
+
 /* The communicator attached to a device (NULL when none: a world of 1). */
 recap_comm *recap__comm_for_device(recap_device device);
+/* Attaches comm to comm->device: INVALID_ARGUMENT for a device that cannot hold one, BUSY when
+ * the device has one already. */
+recap_status recap__comm_attach(recap_comm *comm);
+/* Detaches comm from its device, if it is the one attached there. */
+void recap__comm_detach(recap_comm *comm);
+
+/* ---- communicators (comm.c) ---- */
+
 /* Checks c against comm and the stream (same device) and runs it: NCCL, or the local path. */
 recap_status recap__comm_run(recap_comm *comm, const recap__coll *c, recap_stream *stream);
 /* Runs c on a communicator of the host backend or of world 1 (copies on `stream`). */
