@@ -1,65 +1,31 @@
 /*
- * comm.c: the recap_comm object, the per-device registry, and the world-of-1 path
- * (runtime/comm.h; public API in include/recap.h, "Communicators").
+ * comm.c: the recap_comm object and the world-of-1 path (runtime/comm.h; public API in
+ * include/recap.h, "Communicators").
  *
- * A device has at most one communicator at a time, as a process has one default group in
- * torch.distributed: the collective ops of a spec find it by their stream's device, so neither
- * the spec nor the op's plain-data call needs to carry a handle. A device without one is a
- * world of 1, where every collective is a copy (or nothing, in place); that is also all the
- * host backend can do, and a larger world on it is refused at init with a message saying so.
- * Everything NCCL does lives in cuda_comm.c.
+ * A device has at most one communicator at a time (comm_registry.c says why). A device
+ * without one is a world of 1, where every collective is a copy (or nothing, in place); that
+ * is also all the host backend can do, and a larger world on it is refused at init with a
+ * message saying so. A larger world runs through a recap__comm_backend (comm_backend.h):
+ * NCCL, whose code all lives in cuda_comm.c and which this file reaches only through that
+ * table.
  */
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "runtime/backend.h"
 #include "runtime/comm.h"
+#include "runtime/comm_backend.h"
 #include "runtime/error.h"
 
-enum { MAX_CUDA_DEVICES = 256 };
-
-static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
-static recap_comm *attached_cuda[MAX_CUDA_DEVICES];
-static recap_comm *attached_host;
-
-static recap_comm **slot_of(recap_device d) {
-  if (d.backend == RECAP_BACKEND_HOST) return d.index == 0 ? &attached_host : NULL;
-  return d.index >= 0 && d.index < MAX_CUDA_DEVICES ? &attached_cuda[d.index] : NULL;
-}
-
-recap_comm *recap__comm_for_device(recap_device device) {
-  pthread_mutex_lock(&registry_lock);
-  recap_comm **slot = slot_of(device);
-  recap_comm *c = slot ? *slot : NULL;
-  pthread_mutex_unlock(&registry_lock);
-  return c;
-}
-
-static recap_status attach(recap_comm *c) {
-  recap_status st = RECAP_OK;
-  pthread_mutex_lock(&registry_lock);
-  recap_comm **slot = slot_of(c->device);
-  if (!slot)
-    st = RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "device %s:%d cannot hold a communicator",
-                    recap_backend_name(c->device.backend), c->device.index);
-  else if (*slot)
-    st = RECAP_FAIL(RECAP_STATUS_BUSY,
-                    "%s:%d already has a communicator (rank %d of %d): destroy it first",
-                    recap_backend_name(c->device.backend), c->device.index, (*slot)->rank,
-                    (*slot)->world);
-  else
-    *slot = c;
-  pthread_mutex_unlock(&registry_lock);
-  return st;
-}
-
-static void detach(recap_comm *c) {
-  pthread_mutex_lock(&registry_lock);
-  recap_comm **slot = slot_of(c->device);
-  if (slot && *slot == c) *slot = NULL;
-  pthread_mutex_unlock(&registry_lock);
+/* The backend that runs a world larger than 1: NCCL in CUDA builds; a hostonly build has none
+ * (its only devices are the host backend's, a world of 1). */
+static const recap__comm_backend *world_backend(void) {
+#if RECAP_WITH_CUDA
+  return &recap__nccl_comm_backend;
+#else
+  return NULL;
+#endif
 }
 
 static recap_status check_timeout(double timeout_s) {
@@ -77,7 +43,7 @@ static recap_status new_comm(recap_device device, int world, int rank, double ti
   c->world = world;
   c->rank = rank;
   c->timeout_s = timeout_s;
-  recap_status st = attach(c);
+  recap_status st = recap__comm_attach(c);
   if (st != RECAP_OK) {
     free(c);
     return st;
@@ -88,12 +54,8 @@ static recap_status new_comm(recap_device device, int world, int rank, double ti
 
 static void free_comm(recap_comm *c, bool abort) {
   if (!c) return;
-  detach(c);
-#if RECAP_WITH_CUDA
-  if (c->nccl) recap__nccl_destroy(c, abort);
-#else
-  (void)abort;
-#endif
+  recap__comm_detach(c);
+  if (c->state) c->backend->destroy(c, abort);
   free(c);
 }
 
@@ -121,28 +83,29 @@ recap_status recap_comm_init_rank(recap_device device, int world_size, int rank,
     *out = c;
     return RECAP_OK;
   }
-#if RECAP_WITH_CUDA
-  recap_status st = recap__nccl_load();
+  const recap__comm_backend *be_world = world_backend();
+  if (!be_world) {
+    free_comm(c, true);
+    return RECAP_FAIL(RECAP_STATUS_NOT_SUPPORTED, "this build has no CUDA backend");
+  }
+  c->backend = be_world;
+  recap_status st = be_world->load();
   uint8_t id[RECAP_RENDEZVOUS_MAX_PAYLOAD];
   size_t len = 0;
-  if (st == RECAP_OK && rank == 0) st = recap__nccl_unique_id(id, &len);
+  if (st == RECAP_OK && rank == 0) st = be_world->unique_id(id, &len);
   if (st == RECAP_OK) st = recap__rendezvous(init_url, world_size, rank, timeout_s, id, &len, sizeof id);
-  if (st == RECAP_OK) st = recap__nccl_init(c, id, len);
+  if (st == RECAP_OK) st = be_world->init(c, id, len);
   if (st != RECAP_OK) {
     free_comm(c, true);
     return st;
   }
   *out = c;
   return RECAP_OK;
-#else
-  free_comm(c, true);
-  return RECAP_FAIL(RECAP_STATUS_NOT_SUPPORTED, "this build has no CUDA backend");
-#endif
 }
 
 recap_status recap_comm_init_devices(const recap_device *devices, int count, double timeout_s,
                                      recap_comm **comms) {
-  RECAP_CHECK_ARG(devices && comms && count >= 1 && count <= MAX_CUDA_DEVICES);
+  RECAP_CHECK_ARG(devices && comms && count >= 1 && count <= RECAP__COMM_MAX_CUDA_DEVICES);
   RECAP_TRY(check_timeout(timeout_s));
   for (int i = 0; i < count; ++i) {
     const recap__backend *be;
@@ -161,9 +124,11 @@ recap_status recap_comm_init_devices(const recap_device *devices, int count, dou
   recap_status st = RECAP_OK;
   for (int i = 0; i < count && st == RECAP_OK; ++i)
     st = new_comm(devices[i], count, i, timeout_s, &made[i]);
-#if RECAP_WITH_CUDA
-  if (st == RECAP_OK && count > 1) st = recap__nccl_init_clique(made, count);
-#endif
+  const recap__comm_backend *be_world = world_backend();
+  if (st == RECAP_OK && count > 1 && be_world) {
+    for (int i = 0; i < count; ++i) made[i]->backend = be_world;
+    st = be_world->init_clique(made, count);
+  }
   if (st != RECAP_OK) {
     for (int i = 0; i < count; ++i) free_comm(made[i], true);
     free(made);
@@ -181,9 +146,7 @@ recap_status recap_comm_destroy(recap_comm *comm) {
 
 recap_status recap_comm_abort(recap_comm *comm) {
   RECAP_CHECK_ARG(comm);
-#if RECAP_WITH_CUDA
-  if (comm->nccl) recap__nccl_abort(comm);
-#endif
+  if (comm->state) comm->backend->abort(comm);
   return RECAP_OK;
 }
 
@@ -197,34 +160,22 @@ recap_device recap_comm_device(const recap_comm *comm) {
 
 recap_status recap_comm_check(recap_comm *comm) {
   RECAP_CHECK_ARG(comm);
-#if RECAP_WITH_CUDA
-  if (comm->nccl) return recap__nccl_check(comm);
-#endif
+  if (comm->state) return comm->backend->check(comm);
   return RECAP_OK;
 }
 
 recap_status recap_comm_synchronize(recap_comm *comm, recap_stream *stream) {
   RECAP_CHECK_ARG(comm && stream);
-#if RECAP_WITH_CUDA
-  if (comm->nccl) return recap__nccl_synchronize(comm, stream);
-#endif
+  if (comm->state) return comm->backend->synchronize(comm, stream);
   return recap_stream_synchronize(stream);
 }
 
 void recap__comm_busy_begin(recap_comm *comm) {
-#if RECAP_WITH_CUDA
-  if (comm && comm->nccl) recap__nccl_busy_begin(comm);
-#else
-  (void)comm;
-#endif
+  if (comm && comm->state) comm->backend->busy_begin(comm);
 }
 
 void recap__comm_busy_end(recap_comm *comm) {
-#if RECAP_WITH_CUDA
-  if (comm && comm->nccl) recap__nccl_busy_end(comm);
-#else
-  (void)comm;
-#endif
+  if (comm && comm->state) comm->backend->busy_end(comm);
 }
 
 /* Bytes of c's buffers in a world of 1. */
@@ -258,9 +209,7 @@ static recap_status run(recap_comm *comm, const recap__coll *c, recap_stream *st
   if (c->root < 0 || c->root >= comm->world)
     return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "root/peer %d outside a world of %d",
                       c->root, comm->world);
-#if RECAP_WITH_CUDA
-  if (comm->nccl) return recap__nccl_run(comm, c, recap_stream_native(stream));
-#endif
+  if (comm->state) return comm->backend->run(comm, c, recap_stream_native(stream));
   return recap__comm_run_local(comm, c, stream);
 }
 
@@ -294,17 +243,11 @@ recap_status recap_comm_broadcast(recap_comm *comm, const void *send, void *recv
 }
 
 recap_status recap_comm_group_start(void) {
-#if RECAP_WITH_CUDA
-  return recap__nccl_group_start();
-#else
-  return RECAP_OK;
-#endif
+  const recap__comm_backend *be_world = world_backend();
+  return be_world ? be_world->group_start() : RECAP_OK;
 }
 
 recap_status recap_comm_group_end(void) {
-#if RECAP_WITH_CUDA
-  return recap__nccl_group_end();
-#else
-  return RECAP_OK;
-#endif
+  const recap__comm_backend *be_world = world_backend();
+  return be_world ? be_world->group_end() : RECAP_OK;
 }

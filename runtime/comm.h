@@ -6,13 +6,17 @@
  *   comm_rendezvous.c  file:// and tcp:// rendezvous: rank 0 hands a small opaque payload
  *                      (the NCCL unique id) to every other rank, with bounded, validated
  *                      messages and a deadline on every wait. Plain POSIX: tested in CI.
- *   comm.c             the recap_comm object, the per-device registry that collective ops
- *                      read, the world-of-1 implementation (copies) used by the host backend
- *                      and by CUDA devices without a communicator, and the public frontends.
+ *   comm_registry.c    the per-device registry that collective ops read (below comm.c and
+ *                      cuda_comm.c, which both use it).
+ *   comm.c             the recap_comm object, the world-of-1 implementation (copies) used
+ *                      by the host backend and by CUDA devices without a communicator, and
+ *                      the public frontends.
+ *   comm_backend.h     the table of functions through which comm.c runs a larger world.
  *   multi_device.c     torch.cuda.comm's functions over a clique of in-process communicators.
- *   cuda_comm.c        NCCL, loaded with dlopen (recap never links it): init with a deadline
- *                      (non-blocking communicators), collectives on a stream, and a watchdog
- *                      thread that aborts a communicator whose peer stopped answering.
+ *   cuda_comm.c        NCCL behind that table, loaded with dlopen (recap never links it):
+ *                      init with a deadline (non-blocking communicators), collectives on a
+ *                      stream, and a watchdog thread that aborts a communicator whose peer
+ *                      stopped answering.
  *
  *   uint8_t id[128]; size_t len = sizeof id;            // rank 0 fills id and len first
  *   RECAP_TRY(recap__rendezvous("file:///tmp/x/rv", 2, rank, 30.0, id, &len, sizeof id));
@@ -95,47 +99,42 @@ typedef struct {
   int root;
 } recap__coll;
 
+typedef struct recap__comm_backend recap__comm_backend; /* runtime/comm_backend.h */
+
 struct recap_comm {
   recap_device device;
   int rank, world;
   double timeout_s;
-  void *nccl; /* cuda_comm.c's state; NULL on the host backend */
+  /* The backend that runs a world larger than 1 (NCCL) and its state; state is NULL for a
+   * world of 1 and on the host backend, where comm.c runs the local path itself. */
+  const recap__comm_backend *backend;
+  void *state;
 };
+
+/* ---- the per-device registry (comm_registry.c) ---- */
+
+/* The CUDA device indices a communicator can be attached to (0 .. this - 1), which also bounds
+ * the size of an in-process clique. */
+enum { RECAP__COMM_MAX_CUDA_DEVICES = 256 };
 
 /* The communicator attached to a device (NULL when none: a world of 1). */
 recap_comm *recap__comm_for_device(recap_device device);
+/* Attaches comm to comm->device: INVALID_ARGUMENT for a device that cannot hold one, BUSY when
+ * the device has one already. */
+recap_status recap__comm_attach(recap_comm *comm);
+/* Detaches comm from its device, if it is the one attached there. */
+void recap__comm_detach(recap_comm *comm);
+
+/* ---- communicators (comm.c) ---- */
+
 /* Checks c against comm and the stream (same device) and runs it: NCCL, or the local path. */
 recap_status recap__comm_run(recap_comm *comm, const recap__coll *c, recap_stream *stream);
 /* Runs c on a communicator of the host backend or of world 1 (copies on `stream`). */
 recap_status recap__comm_run_local(recap_comm *comm, const recap__coll *c, recap_stream *stream);
 
 #if RECAP_WITH_CUDA
-/* ---- NCCL (cuda_comm.c; CUDA builds only) ---- */
+/* ---- CUDA builds only (cuda_comm.c; NCCL itself is behind comm_backend.h) ---- */
 
-/* Loads libnccl.so.2 once and checks NCCL_NVLS_ENABLE (NOT_SUPPORTED when NCCL is absent or
- * NVLink multicast is requested). */
-recap_status recap__nccl_load(void);
-/* The NCCL unique id (rank 0 makes it). */
-recap_status recap__nccl_unique_id(void *id, size_t *len);
-/* Creates comm->nccl for rank comm->rank of comm->world on comm->device from `id`, waiting at
- * most comm->timeout_s. */
-recap_status recap__nccl_init(recap_comm *comm, const void *id, size_t len);
-/* Creates count communicators of one clique in this process (one thread, one NCCL group). */
-recap_status recap__nccl_init_clique(recap_comm *const *comms, int count);
-void recap__nccl_destroy(recap_comm *comm, bool abort);
-/* Aborts the communicator; it fails every later call until destroyed. */
-void recap__nccl_abort(recap_comm *comm);
-recap_status recap__nccl_check(recap_comm *comm);
-recap_status recap__nccl_run(recap_comm *comm, const recap__coll *c, void *native_stream);
-recap_status recap__nccl_group_start(void);
-recap_status recap__nccl_group_end(void);
-/* Waits for `stream` under the watchdog: a peer that stopped answering makes this return
- * RECAP_STATUS_TIMEOUT (the communicator is aborted) instead of blocking forever. */
-recap_status recap__nccl_synchronize(recap_comm *comm, recap_stream *stream);
-/* Marks a stretch of work (a distributed run: broadcasts, warmup, capture, replay) that the
- * watchdog bounds by the timeout; nestable. */
-void recap__nccl_busy_begin(recap_comm *comm);
-void recap__nccl_busy_end(recap_comm *comm);
 /* The device index of a cudaStream_t. */
 recap_status recap__cuda_stream_device(void *native_stream, int *device);
 /* A collective op's CUDA launch: the stream's device's communicator, or a world of 1. */
@@ -144,8 +143,8 @@ recap_status recap__comm_launch_native(const recap__coll *c, int world_attr,
 recap_status recap__cuda_enable_peer_access(int device, int peer);
 #endif
 
-/* Whether a watchdog-bounded stretch is active is the NCCL layer's business; these wrap it
- * for the engine (no-ops on the host backend). */
+/* Whether a watchdog-bounded stretch is active is the backend's business (busy_begin/end);
+ * these wrap it for the engine (no-ops on a world of 1 and on the host backend). */
 void recap__comm_busy_begin(recap_comm *comm);
 void recap__comm_busy_end(recap_comm *comm);
 

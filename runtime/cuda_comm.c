@@ -1,5 +1,8 @@
 /*
- * cuda_comm.c: NCCL behind recap_comm (runtime/comm.h), CUDA builds only.
+ * cuda_comm.c: NCCL behind recap_comm, CUDA builds only: the communicator backend
+ * recap__nccl_comm_backend (runtime/comm_backend.h), which comm.c calls through, and the
+ * collective ops' native launch (recap__comm_launch_native). Nothing here calls comm.c: the
+ * launch finds its communicator in the registry (comm_registry.c).
  *
  * Loading: libnccl.so.2 is opened with dlopen on first use, never linked, so recap starts on
  * machines without it; its absence is a NOT_SUPPORTED error naming the library. The types and
@@ -12,7 +15,7 @@
  * answers ncclInProgress are polled with ncclCommGetAsyncError against the timeout instead of
  * blocking inside NCCL; a timeout aborts the communicator. A watchdog thread per communicator
  * (PyTorch's NCCL watchdog, in small) polls for asynchronous errors and aborts a communicator
- * whose busy stretch (recap__nccl_busy_begin/end: a distributed run, a synchronize) outlasts
+ * whose busy stretch (nccl_busy_begin/end: a distributed run, a synchronize) outlasts
  * the timeout: the aborted NCCL kernels then return, so a stream synchronize inside the engine
  * (warmup, capture) unblocks too, and the caller reports why. One recursive lock serializes
  * every NCCL call of this process; polling and waiting happen outside it. ncclCommAbort runs
@@ -32,6 +35,7 @@
 
 #include "runtime/backend.h"
 #include "runtime/comm.h"
+#include "runtime/comm_backend.h"
 #include "runtime/cuda_check.h"
 #include "runtime/error.h"
 
@@ -133,7 +137,7 @@ static void load(void) {
   load_status = RECAP_OK;
 }
 
-recap_status recap__nccl_load(void) {
+static recap_status nccl_load(void) {
   pthread_once(&load_once, load);
   if (load_status != RECAP_OK) return RECAP_FAIL(load_status, "%s", load_error);
   return RECAP_OK;
@@ -164,7 +168,7 @@ static void sleep_us(long us) {
 
 typedef struct {
   ncclComm_t comm;
-  /* Copies of the owner's fields: a watchdog left behind by recap__nccl_destroy (an abort
+  /* Copies of the owner's fields: a watchdog left behind by nccl_destroy (an abort
    * that outlasted the timeout) outlives the recap_comm. */
   int rank, world, device;
   double timeout_s;
@@ -180,7 +184,7 @@ typedef struct {
   char reason[512];
 } nccl_state;
 
-static nccl_state *state_of(recap_comm *c) { return (nccl_state *)c->nccl; }
+static nccl_state *state_of(recap_comm *c) { return (nccl_state *)c->state; }
 
 /* ncclCommAbort calls under way in this process. They run outside nccl_lock (abort_with says
  * why), and NCCL forbids operations on independent communicators of one device in parallel:
@@ -343,7 +347,7 @@ static recap_status new_state(recap_comm *c) {
   atomic_init(&s->aborted, false);
   atomic_init(&s->watchdog_exited, false);
   atomic_init(&s->abort_issued, false);
-  c->nccl = s;
+  c->state = s;
   return RECAP_OK;
 }
 
@@ -353,8 +357,8 @@ static ncclConfig_t nonblocking_config(void) {
   return config;
 }
 
-recap_status recap__nccl_unique_id(void *id, size_t *len) {
-  RECAP_TRY(recap__nccl_load());
+static recap_status nccl_unique_id(void *id, size_t *len) {
+  RECAP_TRY(nccl_load());
   ncclUniqueId u;
   pthread_mutex_lock(&nccl_lock);
   ncclResult_t r = nccl.GetUniqueId(&u);
@@ -365,8 +369,8 @@ recap_status recap__nccl_unique_id(void *id, size_t *len) {
   return RECAP_OK;
 }
 
-recap_status recap__nccl_init(recap_comm *c, const void *id, size_t len) {
-  RECAP_TRY(recap__nccl_load());
+static recap_status nccl_init(recap_comm *c, const void *id, size_t len) {
+  RECAP_TRY(nccl_load());
   if (len != sizeof(ncclUniqueId))
     return RECAP_FAIL(RECAP_STATUS_IO_ERROR, "the NCCL id from rank 0 has %zu bytes, expected %zu",
                       len, sizeof(ncclUniqueId));
@@ -386,7 +390,7 @@ recap_status recap__nccl_init(recap_comm *c, const void *id, size_t len) {
   if (gate != RECAP_OK) {
     if (cudaSetDevice(previous) != cudaSuccess) (void)cudaGetLastError();
     free(s);
-    c->nccl = NULL;
+    c->state = NULL;
     return gate;
   }
   if (cudaSetDevice(previous) != cudaSuccess) (void)cudaGetLastError();
@@ -394,7 +398,7 @@ recap_status recap__nccl_init(recap_comm *c, const void *id, size_t len) {
     recap_status st = nccl_fail(r, s->comm, "ncclCommInitRankConfig");
     if (s->comm) nccl.CommAbort(s->comm);
     free(s);
-    c->nccl = NULL;
+    c->state = NULL;
     return st;
   }
   char what[128];
@@ -409,11 +413,11 @@ recap_status recap__nccl_init(recap_comm *c, const void *id, size_t len) {
   return RECAP_OK;
 }
 
-recap_status recap__nccl_init_clique(recap_comm *const *comms, int count) {
-  RECAP_TRY(recap__nccl_load());
+static recap_status nccl_init_clique(recap_comm *const *comms, int count) {
+  RECAP_TRY(nccl_load());
   ncclUniqueId u;
   size_t len;
-  RECAP_TRY(recap__nccl_unique_id(&u, &len));
+  RECAP_TRY(nccl_unique_id(&u, &len));
   for (int i = 0; i < count; ++i) RECAP_TRY(new_state(comms[i]));
   int previous = 0;
   RECAP_CUDA_TRY(cudaGetDevice(&previous));
@@ -443,7 +447,7 @@ recap_status recap__nccl_init_clique(recap_comm *const *comms, int count) {
   return st;
 }
 
-void recap__nccl_destroy(recap_comm *c, bool abort) {
+static void nccl_destroy(recap_comm *c, bool abort) {
   nccl_state *s = state_of(c);
   if (!s) return;
   atomic_store(&s->stop, true);
@@ -459,7 +463,7 @@ void recap__nccl_destroy(recap_comm *c, bool abort) {
               "(ncclCommAbort has not returned); leaving it to the process's exit\n",
               c->rank, c->world, c->timeout_s);
       pthread_detach(s->watchdog);
-      c->nccl = NULL;
+      c->state = NULL;
       return;
     }
     pthread_join(s->watchdog, NULL);
@@ -484,14 +488,14 @@ void recap__nccl_destroy(recap_comm *c, bool abort) {
     }
   }
   free(s);
-  c->nccl = NULL;
+  c->state = NULL;
 }
 
-void recap__nccl_abort(recap_comm *c) {
+static void nccl_abort(recap_comm *c) {
   abort_with(state_of(c), RECAP_STATUS_LIBRARY_ERROR, "recap_comm_abort was called");
 }
 
-recap_status recap__nccl_check(recap_comm *c) {
+static recap_status nccl_check(recap_comm *c) {
   recap_status st = poll_async(state_of(c));
   return st == RECAP_STATUS_NOT_READY ? RECAP_OK : st;
 }
@@ -526,7 +530,7 @@ static _Thread_local nccl_state *group_members[GROUP_MAX];
 static _Thread_local int group_count;
 static _Thread_local bool group_overflow;
 
-recap_status recap__nccl_run(recap_comm *c, const recap__coll *k, void *native_stream) {
+static recap_status nccl_run(recap_comm *c, const recap__coll *k, void *native_stream) {
   nccl_state *s = state_of(c);
   ncclDataType_t t = ncclFloat32;
   RECAP_TRY(to_nccl_type(k->dtype, &t));
@@ -590,7 +594,7 @@ recap_status recap__nccl_run(recap_comm *c, const recap__coll *k, void *native_s
   return r == ncclInProgress ? wait_ready(s, what) : RECAP_OK;
 }
 
-recap_status recap__nccl_group_start(void) {
+static recap_status nccl_group_start(void) {
   pthread_once(&load_once, load);
   if (load_status != RECAP_OK) return RECAP_OK; /* no NCCL: nothing to group */
   pthread_mutex_lock(&nccl_lock); /* held until the matching group end */
@@ -614,7 +618,7 @@ recap_status recap__nccl_group_start(void) {
   return RECAP_OK;
 }
 
-recap_status recap__nccl_group_end(void) {
+static recap_status nccl_group_end(void) {
   if (load_status != RECAP_OK) return RECAP_OK;
   if (group_depth == 0)
     return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "recap_comm_group_end without a start");
@@ -630,18 +634,18 @@ recap_status recap__nccl_group_end(void) {
   return RECAP_OK;
 }
 
-void recap__nccl_busy_begin(recap_comm *c) {
+static void nccl_busy_begin(recap_comm *c) {
   nccl_state *s = state_of(c);
   if (atomic_fetch_add(&s->busy, 1) == 0) atomic_store(&s->busy_since, now_s());
 }
 
-void recap__nccl_busy_end(recap_comm *c) { atomic_fetch_sub(&state_of(c)->busy, 1); }
+static void nccl_busy_end(recap_comm *c) { atomic_fetch_sub(&state_of(c)->busy, 1); }
 
-recap_status recap__nccl_synchronize(recap_comm *c, recap_stream *stream) {
+static recap_status nccl_synchronize(recap_comm *c, recap_stream *stream) {
   nccl_state *s = state_of(c);
   cudaStream_t native = (cudaStream_t)recap_stream_native(stream);
   double deadline = now_s() + c->timeout_s;
-  recap__nccl_busy_begin(c);
+  nccl_busy_begin(c);
   recap_status st = RECAP_OK;
   for (long spins = 0;; ++spins) {
     cudaError_t e = cudaStreamQuery(native);
@@ -650,7 +654,7 @@ recap_status recap__nccl_synchronize(recap_comm *c, recap_stream *stream) {
       st = recap__cuda_fail_at(e, "cudaStreamQuery(stream)", __FILE__, __LINE__, __func__);
       break;
     }
-    if (atomic_load(&s->aborted) || (st = recap__nccl_check(c)) != RECAP_OK) {
+    if (atomic_load(&s->aborted) || (st = nccl_check(c)) != RECAP_OK) {
       st = aborted_status(s);
       break;
     }
@@ -666,7 +670,7 @@ recap_status recap__nccl_synchronize(recap_comm *c, recap_stream *stream) {
     }
     poll_backoff(spins);
   }
-  recap__nccl_busy_end(c);
+  nccl_busy_end(c);
   if (st != RECAP_OK) return st;
   if (atomic_load(&s->aborted)) return aborted_status(s);
   /* Picks up what the backend reports at a synchronize (failed host functions). */
@@ -691,7 +695,7 @@ recap_status recap__comm_launch_native(const recap__coll *k, int world_attr, voi
                       "the op was planned for a world of %d but cuda:%d's communicator has %d "
                       "ranks%s",
                       world_attr, dev, world, c ? "" : " (none: run with --world)");
-  if (c && c->world > 1) return recap__nccl_run(c, k, native_stream);
+  if (c && c->world > 1) return nccl_run(c, k, native_stream);
   size_t bytes = k->count * recap_dtype_size(k->dtype);
   if (bytes == 0 || k->send == k->recv) return RECAP_OK;
   RECAP_CUDA_TRY(cudaMemcpyAsync(k->recv, k->send, bytes, cudaMemcpyDeviceToDevice,
@@ -719,3 +723,20 @@ recap_status recap__cuda_enable_peer_access(int device, int peer) {
   if (cudaSetDevice(previous) != cudaSuccess) (void)cudaGetLastError();
   return st;
 }
+
+const recap__comm_backend recap__nccl_comm_backend = {
+    .name = "nccl",
+    .load = nccl_load,
+    .unique_id = nccl_unique_id,
+    .init = nccl_init,
+    .init_clique = nccl_init_clique,
+    .destroy = nccl_destroy,
+    .abort = nccl_abort,
+    .check = nccl_check,
+    .run = nccl_run,
+    .group_start = nccl_group_start,
+    .group_end = nccl_group_end,
+    .synchronize = nccl_synchronize,
+    .busy_begin = nccl_busy_begin,
+    .busy_end = nccl_busy_end,
+};
