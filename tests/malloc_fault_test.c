@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include "allocator/allocator.h"
+#include "engine/cli/plan_text.h"
 #include "engine/pipeline.h"
 #include "engine/plan.h"
 #include "engine/spec.h"
@@ -281,7 +282,7 @@ static recap_status load_and_plan(const void *ctx) {
     recap__ir_destroy(ir);
   }
   if (st != RECAP_OK) goto done;
-  st = recap__plan_format(largest, plan, &text);
+  st = cli_plan_format(largest, plan, &text);
 done:
   free(text);
   recap__plan_destroy(plan);

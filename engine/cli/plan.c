@@ -1,11 +1,10 @@
 /* plan.c: `recap plan SPEC [--dim B=8]`: what the fusion pass fused, where every tensor lives,
  * and the arena's size. The IR is fused exactly as a pipeline's would be (same switch), so the
  * plan shown is the one the engine uses. */
-#include "engine/plan.h"
-
 #include <stdlib.h>
 
 #include "engine/cli/cli.h"
+#include "engine/cli/plan_text.h"
 #include "engine/fuse.h"
 
 static const char *const CMD = "plan";
@@ -68,11 +67,11 @@ int cli_plan_main(int argc, char **argv) {
     goto done;
   }
   const recap__ir *ir = bp.irs[bucket];
-  if ((st = recap__fuse_format(ir, fuse, &fused)) != RECAP_OK) {
+  if ((st = cli_fuse_format(ir, fuse, &fused)) != RECAP_OK) {
     cli_report_failure(CMD, "formatting the fused ops", st);
     goto done;
   }
-  if ((st = recap__plan_format(ir, bp.plan, &text)) != RECAP_OK) {
+  if ((st = cli_plan_format(ir, bp.plan, &text)) != RECAP_OK) {
     cli_report_failure(CMD, "formatting the plan", st);
     goto done;
   }

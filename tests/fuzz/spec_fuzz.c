@@ -21,6 +21,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "engine/cli/plan_text.h"
 #include "engine/plan.h"
 #include "engine/spec.h"
 
@@ -87,7 +88,7 @@ static void check_loaded(const recap__spec *spec) {
           recap_status_name(st));
   if (plan) {
     char *text = NULL;
-    st = recap__plan_format(largest, plan, &text);
+    st = cli_plan_format(largest, plan, &text);
     REQUIRE(st == RECAP_OK || st == RECAP_STATUS_OUT_OF_MEMORY,
             "formatting the plan of a loaded spec fails: %s", recap_status_name(st));
     free(text);
