@@ -70,7 +70,8 @@
  *
  * The fused op is named "fused[<members>]" (each member by its spec `name:`, else its kind),
  * for NVTX ranges and messages; recap__ir_op.fused_from lists the spec ops it replaces.
- * `recap plan` prints both kinds (recap__fuse_format): a fold as "= linear(x, w, b) + r".
+ * `recap plan` prints both kinds (cli_fuse_format, engine/cli/plan_text.h): a fold as
+ * "= linear(x, w, b) + r".
  *
  * Switch: on by default; RECAP_FUSION=0 in the environment, or recap_pipeline_options.no_fusion
  * (the CLI's --no-fusion), turns it off.
@@ -124,12 +125,6 @@ void recap__fuse_groups_free(recap__fuse_groups *groups);
  * nothing to fuse is left as it is. On failure (OUT_OF_MEMORY; INTERNAL if a built program's
  * inferred output disagrees with the group's: a bug) the IR is unchanged. */
 recap_status recap__fuse(recap__ir *ir);
-
-/* A summary for `recap plan`: per fused op its index, name, stream, the spec ops it replaces
- * ("ops 3-5"), its inputs and output and the expression; or one line saying that nothing was
- * fused. `enabled` says whether the pass ran. *text is malloc'd (the caller frees it);
- * OUT_OF_MEMORY leaves it untouched. */
-recap_status recap__fuse_format(const recap__ir *ir, bool enabled, char **text);
 
 #ifdef __cplusplus
 }

@@ -16,7 +16,7 @@
  *
  *   recap_pipeline *p;  recap_pipeline_create_file(path, &opts, &p);
  *   const recap__ir *ir = p->model->irs[p->model->num_buckets - 1];   // largest bucket
- *   recap__plan_format(ir, p->model->plan, &text);
+ *   cli_plan_format(ir, p->model->plan, &text);                       // cli/plan_text.h
  *   recap_pipeline_capture(p);
  *   printf("capture %.3f ms\n", p->timings.capture_ms);
  *   recap_graph_debug_dump(p->graphs[0], "g.dot");                    // after a capture

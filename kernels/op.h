@@ -137,7 +137,7 @@ struct recap_op_def {
   /* Every backend writes output 0 through the strides it is given, any layout whose last dim
    * has stride 1 (or size 1), not only the contiguous one infer describes. The planner then
    * lets the op write straight into the layout a following permute, transpose or reshape
-   * wants, so that shape op copies nothing (engine/plan.h, backward views). Set it only when
+   * wants, so that shape op copies nothing (docs/PLANNER.md, backward views). Set it only when
    * the host reference and the CUDA kernel both honour output strides. */
   bool strided_output;
   /* Validates inputs and attributes and fills outputs' dtype/ndim/shape/strides (contiguous).

@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include "allocator/allocator.h"
+#include "engine/cli/plan_text.h"
 #include "engine/pipeline.h"
 #include "engine/plan.h"
 #include "engine/spec.h"
@@ -269,7 +270,7 @@ static recap_status load_and_plan(const void *ctx) {
   recap_status st = recap__load_file(path, &opts, &m, &diag);
   for (size_t b = 0; st == RECAP_OK && b < m->num_buckets; ++b)
     st = recap__plan_check_fits(m->plan, m->irs[b]);
-  if (st == RECAP_OK) st = recap__plan_format(m->irs[m->num_buckets - 1], m->plan, &text);
+  if (st == RECAP_OK) st = cli_plan_format(m->irs[m->num_buckets - 1], m->plan, &text);
   free(text);
   recap__model_free_loaded(m);
   recap__diag_free(&diag);

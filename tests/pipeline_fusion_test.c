@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/cli/plan_text.h"
 #include "engine/fuse.h"
 #include "engine/pipeline.h"
 #include "kernels/expr.h"
@@ -538,7 +539,7 @@ static void test_a_residual_add_folds_into_the_linear_before_it(void) {
   CU_ASSERT_EQUAL(f.ir->tensors[tensor(f.ir, "y")].producer, 1);
 
   char *text = NULL;
-  CHECK_OK(recap__fuse_format(f.ir, true, &text));
+  CHECK_OK(cli_fuse_format(f.ir, true, &text));
   CU_ASSERT_PTR_NOT_NULL(strstr(text, "4 spec ops became 2 fused ops"));
   CU_ASSERT_PTR_NOT_NULL(strstr(text, "op 0 'fused[proj,residual1]' (stream 0): spec ops 0-1 (2)"));
   CU_ASSERT_PTR_NOT_NULL(strstr(text, "= linear(x, w1, b1) + x, the add in the GEMM's epilogue"));
@@ -723,17 +724,17 @@ static void test_recap_fusion_0_and_the_no_fusion_option_turn_the_pass_off(void)
 static void test_the_plan_summary_names_each_fused_op_and_the_spec_ops_it_replaces(void) {
   fixture f = load(tail_spec);
   char *text = NULL;
-  CHECK_OK(recap__fuse_format(f.ir, true, &text));
+  CHECK_OK(cli_fuse_format(f.ir, true, &text));
   CU_ASSERT_PTR_NOT_NULL(strstr(text, "nothing to fuse"));
   free(text);
   CHECK_OK(recap__fuse(f.ir));
-  CHECK_OK(recap__fuse_format(f.ir, true, &text));
+  CHECK_OK(cli_fuse_format(f.ir, true, &text));
   CU_ASSERT_PTR_NOT_NULL(strstr(text, "1 spec op became 1 fused op"));
   CU_ASSERT_PTR_NOT_NULL(strstr(text, "op 1 'fused[gelu,mul]' (stream 0): spec op 1 (1)"));
   CU_ASSERT_PTR_NOT_NULL(strstr(text, "in: h, gate"));
   CU_ASSERT_PTR_NOT_NULL(strstr(text, "gelu(h) * gate"));
   free(text);
-  CHECK_OK(recap__fuse_format(f.ir, false, &text));
+  CHECK_OK(cli_fuse_format(f.ir, false, &text));
   CU_ASSERT_PTR_NOT_NULL(strstr(text, "fusion: off"));
   free(text);
   unload(&f);
@@ -741,7 +742,7 @@ static void test_the_plan_summary_names_each_fused_op_and_the_spec_ops_it_replac
   char *wide = wide_chain_spec();
   f = load(wide);
   CHECK_OK(recap__fuse(f.ir));
-  CHECK_OK(recap__fuse_format(f.ir, true, &text));
+  CHECK_OK(cli_fuse_format(f.ir, true, &text));
   CU_ASSERT_PTR_NOT_NULL(strstr(text, "10 spec ops became 2 fused ops"));
   CU_ASSERT_PTR_NOT_NULL(strstr(text, "spec ops 0-6 (7)"));
   CU_ASSERT_PTR_NOT_NULL(strstr(text, "spec ops 7-9 (3)"));

@@ -1,7 +1,7 @@
 /*
  * pipeline_plan_buckets_test.c: a bucketed spec whose views work in the largest bucket but not
  * in a smaller one loads, plans those shape ops as copies, and computes the right values in
- * every bucket (engine/plan.h, "Buckets"), on the host backend.
+ * every bucket (docs/PLANNER.md, "Buckets"), on the host backend.
  *
  * The spec has B in {2, 8}:
  * - a row slice of a [2, B] f32 tensor starts B * 4 bytes in: 16-byte aligned at B = 8, not at
@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/cli/plan_text.h"
 #include "engine/pipeline.h"
 #include "include/recap.h"
 #include "tests/test_util.h"
@@ -135,7 +136,7 @@ static void test_the_largest_bucket_alone_takes_every_view(void) {
 static void test_plan_text_names_the_ops_a_smaller_bucket_keeps_as_copies(void) {
   recap_pipeline *p = create(RECAP_MODE_EAGER, 1, NULL);
   char *text = NULL;
-  CHECK_OK(recap__plan_format(p->model->irs[p->model->num_buckets - 1], p->model->plan, &text));
+  CHECK_OK(cli_plan_format(p->model->irs[p->model->num_buckets - 1], p->model->plan, &text));
   CU_ASSERT_PTR_NOT_NULL_FATAL(text);
   const recap__ir *ir = p->model->irs[p->model->num_buckets - 1];
   char needle[128];

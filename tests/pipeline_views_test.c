@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/cli/plan_text.h"
 #include "engine/pipeline.h"
 #include "include/recap.h"
 #include "tests/test_util.h"
@@ -132,7 +133,7 @@ static void test_arena_off_computes_the_same_with_separate_allocations(void) {
   for (size_t t = 0; t < plan->num_tensors; t++)
     CU_ASSERT_NOT_EQUAL(plan->tensors[t].kind, RECAP_PLAN_IN_PLACE);
   char *text = NULL;
-  CHECK_OK(recap__plan_format(p->model->irs[0], plan, &text));
+  CHECK_OK(cli_plan_format(p->model->irs[0], plan, &text));
   CU_ASSERT_PTR_NOT_NULL(text && strstr(text, "arena planning: off"));
   free(text);
   CHECK_OK(recap_pipeline_destroy(p));

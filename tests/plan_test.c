@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/cli/plan_text.h"
 #include "tests/test_util.h"
 
 enum { MAX_T = 48, MAX_OPS = 24, U = RECAP_PLAN_ALIGNMENT };
@@ -145,7 +146,7 @@ static size_t bytes_of(const recap__ir *ir, int t) {
 }
 
 /* Stream order plus the plan's waits, and the memory each tensor really uses. Also checks
- * that the plan made exactly the reshapes views that may be (plan.h's rule). */
+ * that the plan made exactly the reshapes views that may be (docs/PLANNER.md's rule). */
 static void checker_init(checker *c, const recap__ir *ir, const recap__plan *plan) {
   memset(c, 0, sizeof *c);
   c->ir = ir;
@@ -929,7 +930,7 @@ static void test_lower_bound_counts_buffers_of_concurrent_branches(void) {
   CU_ASSERT_EQUAL(plan->arena_bytes, 5 * U); /* optimal, and proved so by the bound */
   CU_ASSERT_EQUAL(plan->num_waits, 4);       /* fork x2, join x2: nothing added for memory */
   char *text = NULL;
-  CHECK_OK(recap__plan_format(&g.ir, plan, &text));
+  CHECK_OK(cli_plan_format(&g.ir, plan, &text));
   CU_ASSERT_PTR_NOT_NULL_FATAL(text);
   CU_ASSERT_PTR_NOT_NULL(strstr(text, "with streams: buffers another stream may still use"));
   CU_ASSERT_PTR_NOT_NULL(strstr(text, "arena is 1.000x the lower bound"));
@@ -1073,7 +1074,7 @@ static void test_format_lists_every_tensor_the_waits_and_the_totals(void) {
   mark_output(&g, y);
   recap__plan *plan = plan_checked(&g.ir);
   char *text = NULL;
-  CHECK_OK(recap__plan_format(&g.ir, plan, &text));
+  CHECK_OK(cli_plan_format(&g.ir, plan, &text));
   CU_ASSERT_PTR_NOT_NULL_FATAL(text);
   const char *needles[] = {"hidden",        "act",
                            "flat",          "in place over 'hidden'",
@@ -1088,7 +1089,7 @@ static void test_format_lists_every_tensor_the_waits_and_the_totals(void) {
   free(text);
   graph other;
   graph_init(&other, 1);
-  CHECK_STATUS(recap__plan_format(&other.ir, plan, &text), RECAP_STATUS_INVALID_ARGUMENT);
+  CHECK_STATUS(cli_plan_format(&other.ir, plan, &text), RECAP_STATUS_INVALID_ARGUMENT);
   recap__plan_destroy(plan);
 }
 
@@ -1232,7 +1233,7 @@ static void test_attention_block_runs_without_a_single_copy(void) {
   CHECK_OK(recap__plan_check_fits(plan, &g.ir));
 
   char *text = NULL;
-  CHECK_OK(recap__plan_format(&g.ir, plan, &text));
+  CHECK_OK(cli_plan_format(&g.ir, plan, &text));
   CU_ASSERT_PTR_NOT_NULL_FATAL(text);
   CU_ASSERT_PTR_NOT_NULL(strstr(text, "views: 9 shape op(s)"));
   CU_ASSERT_PTR_NOT_NULL(strstr(text, "writes it in this layout"));
@@ -1377,7 +1378,7 @@ static void test_arena_planning_off_gives_every_intermediate_its_own_bytes(void)
   for (int i = 0; i < 4; i++)
     for (int k = i + 1; k < 4; k++) CU_ASSERT_TRUE(disjoint(plan, arena[i], arena[k]));
   char *text = NULL;
-  CHECK_OK(recap__plan_format(&g.ir, plan, &text));
+  CHECK_OK(cli_plan_format(&g.ir, plan, &text));
   CU_ASSERT_PTR_NOT_NULL_FATAL(text);
   CU_ASSERT_PTR_NOT_NULL(strstr(text, "arena planning: off"));
   free(text);
@@ -1593,7 +1594,7 @@ static void test_random_dags_stay_within_ten_percent_of_the_optimum(void) {
     if (plan->arena_bytes * 10 > best * 11) {
       worse++;
       char *text = NULL;
-      if (recap__plan_format(&g.ir, plan, &text) == RECAP_OK)
+      if (cli_plan_format(&g.ir, plan, &text) == RECAP_OK)
         fprintf(stderr, "\n  case %d: arena %zu > 1.10 x optimum %zu\n%s", k, plan->arena_bytes,
                 best, text);
       free(text);

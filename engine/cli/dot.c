@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include "engine/cli/cli.h"
+#include "engine/cli/plan_text.h"
 #include "engine/pipeline.h"
 #include "engine/plan.h"
 
@@ -60,22 +61,6 @@ static const char *role_color(recap_tensor_role role) {
   return "#d1e7dd";
 }
 
-static const char *role_name(recap_tensor_role role) {
-  switch (role) {
-    case RECAP_ROLE_INPUT:
-      return "input";
-    case RECAP_ROLE_PARAM:
-      return "param";
-    case RECAP_ROLE_STATE:
-      return "state";
-    case RECAP_ROLE_SCALAR:
-      return "scalar";
-    case RECAP_ROLE_INTERMEDIATE:
-      break;
-  }
-  return "output";
-}
-
 static void write_dag(FILE *f, const recap__ir *ir, const recap__plan *plan) {
   fprintf(f, "digraph \"");
   put_escaped(f, ir->name);
@@ -89,7 +74,7 @@ static void write_dag(FILE *f, const recap__ir *ir, const recap__plan *plan) {
     fprintf(f, "  t%zu [shape=ellipse, style=filled, fillcolor=\"%s\", label=\"", t,
             x->is_output ? role_color(RECAP_ROLE_INTERMEDIATE) : role_color(x->role));
     put_escaped(f, x->name);
-    fprintf(f, "\\n%s ", x->is_output ? "output" : role_name(x->role));
+    fprintf(f, "\\n%s ", x->is_output ? "output" : cli_role_name(x->role));
     put_shape(f, x);
     fprintf(f, "\"];\n");
   }

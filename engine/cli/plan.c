@@ -1,13 +1,11 @@
 /* plan.c: `recap plan SPEC [--dim B=8]`: what the fusion pass fused, where every tensor lives,
  * and the arena's size. The IR is fused exactly as a pipeline's would be (same switch), so the
  * plan shown is the one the engine uses. */
-#include "engine/plan.h"
-
 #include <stdlib.h>
 #include <string.h>
 
 #include "engine/cli/cli.h"
-#include "engine/fuse.h"
+#include "engine/cli/plan_text.h"
 
 static const char *const CMD = "plan";
 
@@ -67,11 +65,11 @@ int cli_plan_main(int argc, char **argv) {
   rc = CLI_EXIT_FAILURE;
   const recap__spec *spec = model->spec;
   const recap__ir *ir = model->irs[bucket];
-  if ((st = recap__fuse_format(ir, model->fused, &fused)) != RECAP_OK) {
+  if ((st = cli_fuse_format(ir, model->fused, &fused)) != RECAP_OK) {
     cli_report_failure(CMD, "formatting the fused ops", st);
     goto done;
   }
-  if ((st = recap__plan_format(ir, model->plan, &text)) != RECAP_OK) {
+  if ((st = cli_plan_format(ir, model->plan, &text)) != RECAP_OK) {
     cli_report_failure(CMD, "formatting the plan", st);
     goto done;
   }

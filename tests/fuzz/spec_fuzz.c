@@ -21,6 +21,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "engine/cli/plan_text.h"
 #include "engine/load.h"
 
 /* Larger inputs only make each run slower: the loader's size limit is tested by
@@ -80,7 +81,7 @@ static void check_loaded(const recap__model *m) {
             recap_status_name(st));
   }
   char *text = NULL;
-  recap_status st = recap__plan_format(m->irs[m->num_buckets - 1], m->plan, &text);
+  recap_status st = cli_plan_format(m->irs[m->num_buckets - 1], m->plan, &text);
   REQUIRE(st == RECAP_OK || st == RECAP_STATUS_OUT_OF_MEMORY,
           "formatting the plan of a loaded spec fails: %s", recap_status_name(st));
   free(text);
