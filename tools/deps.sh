@@ -13,6 +13,8 @@ command -v clang-14 >/dev/null 2>&1 || need+=(clang-14)
 ls /usr/lib/llvm-14/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a >/dev/null 2>&1 ||
   need+=(libclang-rt-14-dev)
 command -v ld.lld-14 >/dev/null 2>&1 || need+=(lld-14)
+# scripts/check_layers.py (.ci/run's layering check): python3, standard library only.
+command -v python3 >/dev/null 2>&1 || need+=(python3)
 if [ ${#need[@]} -gt 0 ]; then
   echo "recap: installing ${need[*]}" >&2
   sudo_cmd=""

@@ -1,0 +1,394 @@
+#!/usr/bin/env python3
+"""Layering check (issue 17): fails on a forbidden #include or call between layers, a file
+circle, or a public-looking `recap_` name declared in an internal header.
+
+Usage: scripts/check_layers.py [ROOT]     (ROOT defaults to the repository this script is in)
+
+Prints one line per violation, `RULE path:line: message`, then one line per rule family and
+an "N passed, N failed" line (one check per family) that .ci/run counts. Exits 1 on any
+violation. There is deliberately no allowlist: a violation is fixed, not recorded.
+
+Rules (docs: /work/shared/notes/layout.md, "Layers, lowest first"):
+  INCLUDE  a file includes headers of its own layer or lower ones only; include/recap.h is
+           for everyone. Clients (cli, bench) include only the public header, the engine's
+           entry header and client headers: they are clients of the library, not parts of it.
+  CALL     a .c/.cu file calls (or takes the address of) functions defined in its own layer
+           or lower ones only; a client calls into the library only through public names.
+  CIRCLE   no two files call each other, directly or round a loop (the file graph of CALL).
+  NAME     an internal header (.h/.cuh outside include/) declares no `recap_x` name (a
+           function, typedef, struct/enum/union tag, global or lower-case macro) that
+           include/recap.h does not declare: `recap_` is public, `recap__` is internal.
+The calls are found from the text, not a compiler: a function is "defined" in a file when a
+recap_ name is followed by a parameter list and `{` at file scope; a file "uses" every such
+name of another file that appears in it outside comments and strings. Conditional
+compilation is ignored (both sides of an #if count), which errs towards reporting.
+"""
+import bisect
+import os
+import re
+import sys
+
+# ---------------------------------------------------------------------------------------------
+# THE TABLE. Where each file belongs, by longest matching path prefix (a folder ends in "/").
+# It covers today's paths and the target layout's, so moving a file into its target folder
+# needs no edit here; once the old paths are gone, their rows can go too.
+LAYERS = {  # layer -> rank, lowest first. Equal ranks are siblings: neither may use the other.
+    "runtime": 0, "comm": 1, "allocator": 1, "graph": 2, "kernels": 3, "engine": 4,
+    "cli": 5, "bench": 6,
+}
+CLIENTS = {"cli", "bench"}  # clients of the public header + the entry header
+TABLE = [
+    # target folders
+    ("runtime/", "runtime"),           # incl. runtime/host/, runtime/cuda/
+    ("comm/", "comm"),
+    ("allocator/", "allocator"),
+    ("graph/", "graph"),
+    ("kernels/", "kernels"),           # incl. kernels/cuda/, kernels/gemm/, kernels/expr/
+    ("engine/", "engine"),
+    ("cli/", "cli"),
+    ("bench/", "bench"),
+    # today's paths that belong to another layer than their folder says
+    ("runtime/comm", "comm"),          # comm.c comm.h comm_rendezvous.c
+    ("runtime/cuda_comm.c", "comm"),   # -> comm/nccl.c
+    ("runtime/multi_device.c", "comm"),
+    ("allocator/graph.c", "graph"),    # the public recap_graph -> graph/graph.c
+    ("engine/cli/", "cli"),
+    ("engine/cli/bench", "bench"),     # bench.c bench_ops.c bench_capture.c bench_expr_load.*
+    ("engine/cli/serve_bench.c", "bench"),
+]
+PUBLIC_HEADER = "include/recap.h"     # anyone may include it
+ENTRY_HEADERS = {"engine/load.h"}     # the one engine entry header the clients may include
+EXCLUDED = [  # not checked: not part of the layered library
+    "tests/",                          # tests and fuzz targets (tests/fuzz/)
+    "tools/",                          # stand-alone C benchmarks (and scripts) of today
+    "docs/",                           # lab notes, e.g. docs/perf/launch_ubench.cu
+    "third_party/", "bazel-", ".git/", "scripts/", "specs/",
+    # the stand-alone benchmark programs once they move from tools/ and docs/ into bench/
+    "bench/alloc_bench.c", "bench/skinny.c", "bench/gemm_algos.c", "bench/hopper_gemm.c",
+    "bench/common.h", "bench/launch_ubench.cu", "bench/peer/", "bench/report/",
+]
+SOURCE_EXT = (".c", ".cu")
+HEADER_EXT = (".h", ".cuh")
+# ---------------------------------------------------------------------------------------------
+
+IDENT = re.compile(r"[A-Za-z_]\w*")
+RECAP_NAME = re.compile(r"recap_\w+")
+PUBLIC_LOOKING = re.compile(r"recap_[A-Za-z0-9]\w*")  # recap_ + non-underscore
+LITERAL = r'"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\''
+COMMENT_OR_LITERAL = re.compile(r"/\*.*?\*/|//[^\n]*|" + LITERAL, re.S)
+INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"([^"]+)"', re.M)
+# Braces that open no scope for C: extern "C" { ... } and C++ namespaces in .cu files.
+TRANSPARENT_BRACE = re.compile(r'(extern\s*"[^"]*"|namespace(\s+\w+)?)\s*$')
+
+
+def layer_of(path):
+    """The layer of a repository-relative path, or None when it is excluded or outside."""
+    if any(path.startswith(p) for p in EXCLUDED):
+        return None
+    best = max((p for p, _ in TABLE if path.startswith(p)), key=len, default=None)
+    return dict(TABLE)[best] if best else None
+
+
+def strip_comments(text):
+    """Blanks comments, keeping newlines so that offsets map to the same lines. Literals are
+    matched in the same pass so that a "/*" inside a string opens no comment."""
+    return COMMENT_OR_LITERAL.sub(lambda m: blank(m) if m.group(0)[0] == "/" else m.group(0),
+                                  text)
+
+
+def blank(match):
+    return re.sub(r"[^\n]", " ", match.group(0))
+
+
+def strip_strings(text):
+    """Blanks the contents of string and character literals (they hold names like "recap_x")."""
+    return re.sub(LITERAL, lambda m: m.group(0)[0] + " " * (len(m.group(0)) - 2) + m.group(0)[-1],
+                  text)
+
+
+def strip_preprocessor(text):
+    """Blanks preprocessor lines (with their continuations): macro bodies define nothing."""
+    return re.sub(r"^[ \t]*#(?:[^\n]*\\\n)*[^\n]*", blank, text, flags=re.M)
+
+
+class Source:
+    """One file, read once: its layer, text variants, includes and line lookup."""
+
+    def __init__(self, root, path):
+        self.path = path
+        self.layer = layer_of(path)
+        with open(os.path.join(root, path), encoding="utf-8", errors="replace") as f:
+            raw = f.read()
+        self.nocomment = strip_comments(raw)
+        self.code = strip_strings(self.nocomment)           # for uses (macro bodies call too)
+        self.decls = strip_preprocessor(self.code)          # for definitions and declarations
+        self.newlines = [i for i, c in enumerate(raw) if c == "\n"]
+
+    def line(self, offset):
+        return bisect.bisect_right(self.newlines, offset - 1) + 1
+
+
+def file_scope_tokens(code):
+    """Yields (offset, identifier, brace depth, paren depth) with extern "C"/namespace braces
+    not counted, so that depth 0 means file scope in C, C++ and CUDA alike."""
+    depth, paren, stack = 0, 0, []
+    for m in re.finditer(r"[A-Za-z_]\w*|[{}()]", code):
+        t = m.group(0)
+        if t == "{":
+            transparent = bool(TRANSPARENT_BRACE.search(code[max(0, m.start() - 40):m.start()]))
+            stack.append(transparent)
+            depth += 0 if transparent else 1
+        elif t == "}":
+            depth -= 0 if (stack and stack.pop()) else 1
+        elif t == "(":
+            paren += 1
+        elif t == ")":
+            paren = max(0, paren - 1)
+        else:
+            yield m.start(), t, depth, paren
+
+
+def matching_paren(code, i):
+    """Offset just past the ")" that closes the "(" at i, or -1."""
+    level = 0
+    for j in range(i, len(code)):
+        if code[j] == "(":
+            level += 1
+        elif code[j] == ")":
+            level -= 1
+            if level == 0:
+                return j + 1
+    return -1
+
+
+def definitions(src):
+    """{name: (offset, is_static)} for every recap_ function defined at file scope."""
+    code, found = src.decls, {}
+    for off, name, depth, paren in file_scope_tokens(code):
+        if depth or paren or not name.startswith("recap_"):
+            continue
+        m = re.compile(r"\s*\(").match(code, off + len(name))
+        if not m:
+            continue
+        end = matching_paren(code, m.end() - 1)
+        if end < 0 or not re.compile(r"\s*\{").match(code, end):
+            continue
+        # The statement starts after the previous ";" or "}" (or the file's start).
+        start = max(code.rfind(";", 0, off), code.rfind("}", 0, off)) + 1
+        found.setdefault(name, (off, re.search(r"\bstatic\b", code[start:off]) is not None))
+    return found
+
+
+def uses(src):
+    """{name: first offset} for recap_ identifiers in src, not counting struct members."""
+    found = {}
+    for m in RECAP_NAME.finditer(src.code):  # #include paths are strings, blanked already
+        prev = src.code[max(0, m.start() - 2):m.start()]
+        if prev.endswith((".", "_")) or prev[-1:].isalnum() or prev == "->":
+            continue  # a member (x.recap_f, p->recap_f) or the tail of a longer word
+        found.setdefault(m.group(0), m.start())
+    return found
+
+
+def header_declarations(src):
+    """[(offset, name, what)] for recap_ names that this header declares."""
+    code, out = src.decls, []
+    for off, name, depth, paren in file_scope_tokens(code):
+        if depth or not name.startswith("recap_"):
+            continue
+        before = code[max(0, off - 40):off]
+        after = code[off + len(name):off + len(name) + 40].lstrip()
+        if re.search(r"\b(struct|enum|union)\s+$", before):
+            if after[:1] in "{;":  # a tag being defined or forward-declared, not just used
+                out.append((off, name, "tag"))
+        elif paren == 0 and after[:1] == "(":
+            out.append((off, name, "function"))
+        elif paren == 0 and after[:1] in ";,[=":
+            out.append((off, name, "typedef or global"))
+        elif paren == 1 and re.search(r"\(\s*\*\s*$", before) and after[:1] == ")":
+            out.append((off, name, "function pointer typedef or global"))
+    for m in re.finditer(r"^[ \t]*#[ \t]*define[ \t]+(recap_\w+)", src.code, re.M):
+        out.append((m.start(1), m.group(1), "macro"))
+    return out
+
+
+def resolve_include(root, path, target):
+    """The repository path an #include "target" names, or None (system or generated)."""
+    for cand in (target, os.path.normpath(os.path.join(os.path.dirname(path), target))):
+        if os.path.isfile(os.path.join(root, cand)):
+            return cand.replace(os.sep, "/")
+    return None
+
+
+def may_use(user, used):
+    """May layer `user` depend on layer `used`? Same layer, or a strictly lower rank."""
+    return used == user or LAYERS[used] < LAYERS[user]
+
+
+def direction(user, used):
+    kind = "sideways" if LAYERS[used] == LAYERS[user] else "up"
+    return "%s (%s -> %s)" % (kind, user, used)
+
+
+def check_includes(root, files):
+    out = []
+    for src in files.values():
+        for m in INCLUDE.finditer(src.nocomment):
+            target = resolve_include(root, src.path, m.group(1))
+            if target is None or target == PUBLIC_HEADER or target in ENTRY_HEADERS:
+                continue
+            tl = layer_of(target)
+            if tl is None:
+                continue
+            if src.layer in CLIENTS and tl not in CLIENTS:
+                why = "a client includes only %s and the entry header" % PUBLIC_HEADER
+            elif not may_use(src.layer, tl):
+                why = direction(src.layer, tl)
+            else:
+                continue
+            out.append(("INCLUDE", src.path, src.line(m.start()), "includes %s: %s"
+                        % (target, why)))
+    return out
+
+
+def call_graph(files):
+    """{(user, definer): {name: first offset in user}} over the .c/.cu files."""
+    defs = {p: definitions(s) for p, s in files.items() if p.endswith(SOURCE_EXT)}
+    definers = {}
+    for path, names in defs.items():
+        for name, (_, static) in names.items():
+            if not static:  # a static function is invisible to other files
+                definers.setdefault(name, []).append(path)
+    edges = {}
+    for path in defs:
+        for name, off in uses(files[path]).items():
+            if name in defs[path]:
+                continue  # its own (or a static of the same name)
+            for definer in definers.get(name, []):
+                edges.setdefault((path, definer), {})[name] = off
+    return edges
+
+
+def check_calls(files, edges, public):
+    out = []
+    for (user, definer), names in sorted(edges.items()):
+        ul, dl = files[user].layer, files[definer].layer
+        if not may_use(ul, dl):
+            why, bad = direction(ul, dl), names
+        elif ul in CLIENTS and dl not in CLIENTS:
+            why = "a client calls the library only through %s" % PUBLIC_HEADER
+            bad = {n: o for n, o in names.items() if n not in public}
+        else:
+            continue
+        if bad:
+            out.append(("CALL", user, files[user].line(min(bad.values())), "calls %s of %s: %s"
+                        % (", ".join(sorted(bad)), definer, why)))
+    return out
+
+
+def strongly_connected(succ):
+    """Tarjan's algorithm over {node: successors}; returns the components, each sorted."""
+    sys.setrecursionlimit(max(1000, 4 * len(succ) + 100))
+    index, low, on, stack, comps = {}, {}, set(), [], []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(succ.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while not comp or comp[-1] != v:
+                comp.append(stack.pop())
+                on.discard(comp[-1])
+            comps.append(sorted(comp))
+
+    for v in sorted(succ):
+        if v not in index:
+            visit(v)
+    return comps
+
+
+def check_circles(files, edges):
+    succ = {}
+    for user, definer in edges:
+        succ.setdefault(user, set()).add(definer)
+    out = []
+    for comp in strongly_connected(succ):
+        if len(comp) < 2:
+            continue
+        members = set(comp)
+        ties = ["%s -> %s (%s)" % (u, d, ", ".join(sorted(names)))
+                for (u, d), names in sorted(edges.items()) if u in members and d in members]
+        first = comp[0]  # reported at its first use of another member
+        line = min(o for (u, d), names in edges.items() if u == first and d in members
+                   for o in names.values())
+        out.append(("CIRCLE", first, files[first].line(line), "file circle of %d files {%s}: %s"
+                    % (len(comp), ", ".join(comp), "; ".join(ties))))
+    return out
+
+
+def check_names(files, public):
+    out = []
+    for src in files.values():
+        if not src.path.endswith(HEADER_EXT):
+            continue
+        seen = set()
+        for off, name, what in header_declarations(src):
+            if name in public or name in seen or not PUBLIC_LOOKING.fullmatch(name):
+                continue
+            seen.add(name)
+            out.append(("NAME", src.path, src.line(off), "internal header declares %s %s: "
+                        "not in %s (internal names are recap__)" % (what, name, PUBLIC_HEADER)))
+    return out
+
+
+def collect(root):
+    files = {}
+    for folder, dirs, names in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if not d.startswith((".", "bazel-")))
+        for name in sorted(names):
+            path = os.path.relpath(os.path.join(folder, name), root).replace(os.sep, "/")
+            if path.endswith(SOURCE_EXT + HEADER_EXT) and layer_of(path):
+                files[path] = Source(root, path)
+    return files
+
+
+def run(root):
+    """All violations as (rule, path, line, message), in report order."""
+    files = collect(root)
+    public = set()
+    if os.path.isfile(os.path.join(root, PUBLIC_HEADER)):
+        pub = Source(root, PUBLIC_HEADER)
+        public = set(RECAP_NAME.findall(pub.code))
+        for entry in ENTRY_HEADERS:  # names of the entry header are the clients' to call too
+            if os.path.isfile(os.path.join(root, entry)):
+                public |= set(RECAP_NAME.findall(Source(root, entry).code))
+    edges = call_graph(files)
+    found = (check_includes(root, files) + check_calls(files, edges, public)
+             + check_circles(files, edges) + check_names(files, public))
+    return sorted(found, key=lambda v: (["INCLUDE", "CALL", "CIRCLE", "NAME"].index(v[0]),
+                                        v[1], v[2]))
+
+
+def main(argv):
+    root = argv[1] if len(argv) > 1 else os.path.join(os.path.dirname(__file__), "..")
+    violations = run(os.path.abspath(root))
+    for rule, path, line, message in violations:
+        print("%s %s:%d: %s" % (rule, path, line, message))
+    failed = 0
+    for rule in ("INCLUDE", "CALL", "CIRCLE", "NAME"):
+        n = sum(1 for v in violations if v[0] == rule)
+        failed += n > 0
+        print("check %-7s %s" % (rule, "ok" if n == 0 else "FAILED: %d violation(s)" % n))
+    print("%d passed, %d failed" % (4 - failed, failed))
+    return 1 if violations else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
