@@ -22,7 +22,7 @@
 #include <time.h>
 
 #include "engine/pipeline.h"
-#include "kernels/gemm/gemm.h"
+#include "kernels/op.h"
 #include "runtime/backend.h"
 #include "runtime/error.h"
 
@@ -120,13 +120,15 @@ recap_status recap__graph_warmup(recap_pipeline *p) {
 static recap_status warmup_locked(recap_pipeline *p) {
   const recap__model *m = p->model;
   double t0 = now_ms();
-  /* GEMM algorithm choice and handles, for every bucket's shapes on the streams they use. */
+  /* Each launched op's first-time work (GEMM handles and algorithm choice), for every
+   * bucket's shapes on the streams they use; views launch nothing. */
   for (size_t b = 0; b < m->num_buckets; ++b)
     for (size_t o = 0; o < p->num_ops; ++o) {
+      if (m->plan->op_is_view[o]) continue;
       const recap__ir_op *op = &m->irs[b]->ops[o];
-      if (op->def != &recap__op_matmul && op->def != &recap__op_linear) continue;
       recap_stream *s = op->stream == 0 ? p->stream : p->side[op->stream - 1];
-      recap_status st = recap__gemm_prepare(&p->calls[b * p->num_ops + o], s);
+      recap_status st = recap__op_prepare(&p->calls[b * p->num_ops + o], s);
+      /* recap__op_prepare names the op's kind; the spec's name says which. */
       if (st != RECAP_OK) return recap__error_context(st, "op '%s': ", op->name);
     }
   recap_rng_state rng;

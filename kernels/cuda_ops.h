@@ -138,7 +138,8 @@ recap_status recap__cuda_attention(const recap_op_call *call, void *cuda_stream)
  * then rounded to the output dtype (runtime/philox.h). */
 recap_status recap__cuda_random(const recap_op_call *call, void *cuda_stream);
 
-/* matmul and linear: implemented by the GEMM half (kernels/cuda_gemm.c); see kernels/gemm/gemm.h. */
+/* matmul and linear: implemented by the GEMM half (kernels/gemm/choose.c); see
+ * kernels/gemm/gemm.h. */
 recap_status recap__cuda_gemm(const recap_op_call *call, void *cuda_stream);
 
 #endif /* RECAP_WITH_CUDA */

@@ -1,11 +1,13 @@
 /*
- * launch.c: the op library's two entry points, recap__op_infer and recap__op_launch.
+ * launch.c: the op library's entry points, recap__op_infer, recap__op_launch and
+ * recap__op_prepare.
  *
  * Infer checks what every op shares (input counts, well-formed tensors, the dtype mask, a
  * bounded element count) so each def's infer checks only what is particular to it. Launch
  * picks the backend from the stream: host ops go through the backend's launch_host, so a
  * host stream capture records them as graph nodes exactly as CUDA records kernels; CUDA
- * ops call the def's CUDA entry point on the stream's cudaStream_t.
+ * ops call the def's CUDA entry point on the stream's cudaStream_t. Prepare runs an op's
+ * first-time work before capture, for the ops that have any.
  */
 #include <stdio.h>
 #include <string.h>
@@ -147,5 +149,13 @@ recap_status recap__op_launch(recap_op_call *call, recap_stream *stream) {
     }
   }
   if (st != RECAP_OK) return recap__error_context(st, "op '%s': ", def->name);
+  return RECAP_OK;
+}
+
+recap_status recap__op_prepare(const recap_op_call *call, recap_stream *stream) {
+  RECAP_CHECK_ARG(call && call->def && stream && stream->backend);
+  if (!call->def->prepare) return RECAP_OK;
+  recap_status st = call->def->prepare(call, stream);
+  if (st != RECAP_OK) return recap__error_context(st, "op '%s': ", call->def->name);
   return RECAP_OK;
 }

@@ -150,6 +150,12 @@ struct recap_op_def {
   /* The CUDA implementation: launches on `stream` (a cudaStream_t), never synchronizes.
    * NULL in host-only builds. */
   recap_status (*launch_cuda)(const recap_op_call *call, void *cuda_stream);
+  /* First-time work for the call on `stream` (optional; NULL means none), run once per call
+   * at warmup, before anything is captured: what the first launch would otherwise do lazily
+   * and a capture must not see (GEMMs create handles and a workspace and choose their
+   * algorithm, which may synchronize). Inside a capture it succeeds only when nothing is left
+   * to do, else RECAP_STATUS_ILLEGAL_DURING_CAPTURE, never invalidating the capture. */
+  recap_status (*prepare)(const recap_op_call *call, recap_stream *stream);
 };
 
 /* Looks an op up by name; NULL (with a message listing close names) if unknown. */
@@ -167,6 +173,9 @@ recap_status recap__op_infer(recap_op_call *call);
 /* Runs the op on `stream`'s backend: on host through the backend's launch_host (so captures
  * record it), on CUDA through def->launch_cuda. Random ops get their Philox parameters here. */
 recap_status recap__op_launch(recap_op_call *call, recap_stream *stream);
+/* Runs def->prepare for the call on `stream` (RECAP_OK when the op has none); errors name the
+ * op. The engine calls it for every launched call during warmup, before capturing. */
+recap_status recap__op_prepare(const recap_op_call *call, recap_stream *stream);
 
 /* Helpers shared by ops. */
 int64_t recap__tensor_numel(const recap_tensor *t);

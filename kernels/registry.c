@@ -2,7 +2,7 @@
  * registry.c: the table of every op definition, lookup by name, and attribute defaults.
  *
  * Each family file (elementwise.c, reduce.c, shape.c, attention.c, random.c, and the GEMM
- * half's gemm.c) defines its ops as `const recap_op_def recap__op_<name>`; this table is the
+ * half's gemm/ops.c) defines its ops as `const recap_op_def recap__op_<name>`; this table is the
  * one place that lists them, in the order `recap ops` prints them.
  */
 #include <stdio.h>

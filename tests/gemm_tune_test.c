@@ -2,7 +2,7 @@
  * gemm_tune_test.c: the GEMM tuning cache (kernels/gemm/tune.h). On the host: the file's
  * round trip, and every kind of damage (corrupt, oversized, truncated, binary garbage, other
  * versions, unknown candidates) ignored with a warning naming file:line, never a crash; the
- * atomic write. With a GPU (RECAP_TUNE=1, kernels/cuda_gemm.c): the first run times every
+ * atomic write. With a GPU (RECAP_TUNE=1, kernels/gemm/choose.c): the first run times every
  * candidate (>= 8) of a 4096^3 bf16 GEMM and of a skinny decode layer, the tuned results equal
  * the untuned ones element by element, a second run (in-memory state reset) does no timing,
  * a changed version invalidates the file's entries, and a capture never tunes.

@@ -17,6 +17,7 @@
 #include "kernels/op.h"
 #include "runtime/backend.h"
 #include "runtime/capture.h"
+#include "runtime/error.h"
 #include "runtime/host_fault.h"
 #include "runtime/host_graph.h"
 #include "runtime/philox.h"
@@ -1192,6 +1193,45 @@ static void test_launch_refuses_unbound_tensors(void) {
   CHECK_ERROR_MENTIONS("output 0 is not bound");
 }
 
+static int prepares;
+
+/* A prepare step that does its work once and then refuses, to see both outcomes. */
+static recap_status prepare_once(const recap_op_call *call, recap_stream *s) {
+  (void)call;
+  (void)s;
+  return ++prepares == 1 ? RECAP_OK
+                         : RECAP_FAIL(RECAP_STATUS_NOT_SUPPORTED, "second prepare refused");
+}
+
+static void test_prepare_runs_the_defs_slot_and_names_the_op(void) {
+  free_tracked();
+  recap_op_call call = new_call("relu");
+  add_input(&call, tensor(RECAP_DTYPE_F32, SHAPE(4), CONTIGUOUS));
+  CHECK_OK(recap__op_infer(&call));
+  CHECK_OK(recap__op_prepare(&call, stream)); /* relu has no prepare step */
+  recap_op_def with_prepare = *call.def;
+  with_prepare.prepare = prepare_once;
+  call.def = &with_prepare;
+  prepares = 0;
+  CHECK_OK(recap__op_prepare(&call, stream));
+  CU_ASSERT_EQUAL(prepares, 1);
+  CHECK_STATUS(recap__op_prepare(&call, stream), RECAP_STATUS_NOT_SUPPORTED);
+  CU_ASSERT_EQUAL(prepares, 2);
+  CHECK_ERROR_MENTIONS("op 'relu': ");
+  CHECK_ERROR_MENTIONS("second prepare refused");
+}
+
+static void test_gemm_ops_have_a_prepare_step_a_host_stream_skips(void) {
+  free_tracked();
+  CU_ASSERT_PTR_NOT_NULL(recap__op_find("linear")->prepare);
+  recap_op_call call = new_call("matmul");
+  CU_ASSERT_PTR_NOT_NULL(call.def->prepare);
+  add_input(&call, tensor(RECAP_DTYPE_F32, SHAPE(3, 5), CONTIGUOUS));
+  add_input(&call, tensor(RECAP_DTYPE_F32, SHAPE(5, 2), CONTIGUOUS));
+  CHECK_OK(recap__op_infer(&call));
+  CHECK_OK(recap__op_prepare(&call, stream));
+}
+
 static int suite_init(void) {
   return recap_stream_create(host0, 0, RECAP_STREAM_NON_BLOCKING, &stream) == RECAP_OK ? 0 : 1;
 }
@@ -1228,5 +1268,7 @@ int main(void) {
   CU_ADD_TEST(s, test_random_op_replays_draw_fresh_numbers);
   CU_ADD_TEST(s, test_captured_op_keeps_its_call);
   CU_ADD_TEST(s, test_launch_refuses_unbound_tensors);
+  CU_ADD_TEST(s, test_prepare_runs_the_defs_slot_and_names_the_op);
+  CU_ADD_TEST(s, test_gemm_ops_have_a_prepare_step_a_host_stream_skips);
   return test_run_all();
 }

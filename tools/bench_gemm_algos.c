@@ -1,7 +1,7 @@
 /*
  * bench_gemm_algos.c: searches cuBLASLt's configuration space beyond its heuristic list for
  * the four GEMMs of specs/transformer_block.yaml (B8 S128 D1024 F4096, fp16 in and out, f32
- * compute), laid out exactly as kernels/gemm/cuda_gemm.c calls them, and times every valid
+ * compute), laid out exactly as kernels/gemm/cublaslt.c calls them, and times every valid
  * configuration against the heuristic's first choice (the one recap runs). See
  * docs/perf/transformer_block.md, section 5.
  *
@@ -9,7 +9,7 @@
  * product out^T = W x^T: cuBLAS's A is W (k x n, ld k, op T), its B is x (k x m, ld k, op N),
  * C and D are n x m with ld n; bias in the epilogue (CUBLASLT_EPILOGUE_BIAS) and, for
  * out_proj and fc2, the residual as C with beta = 1. Workspace 32 MiB, every pointer 256-byte
- * aligned (fresh allocations), split-K reduction never in the output type (as cuda_gemm.c
+ * aligned (fresh allocations), split-K reduction never in the output type (as cublaslt.c
  * asks). C and D are separate buffers.
  *
  * Candidates per shape:
@@ -72,7 +72,7 @@ static const size_t WORKSPACE_BYTES = (size_t)32 << 20; /* RECAP_GEMM_WORKSPACE_
     }                                                                                      \
   } while (0)
 
-/* The order of the tuning file's config fields (cuda_gemm.c's lt_algo_config). */
+/* The order of the tuning file's config fields (cublaslt.c's recap__lt_algo_config). */
 static const cublasLtMatmulAlgoConfigAttributes_t CONFIG_ATTRS[CONFIG_FIELDS] = {
     CUBLASLT_ALGO_CONFIG_ID,           CUBLASLT_ALGO_CONFIG_TILE_ID,
     CUBLASLT_ALGO_CONFIG_STAGES_ID,    CUBLASLT_ALGO_CONFIG_SPLITK_NUM,
@@ -372,7 +372,7 @@ static bool try_add(bench *b, const cublasLtMatmulAlgo_t *algo, char source) {
 static void pref_init(cublasLtMatmulPreference_t pref) {
   const uint64_t ws = WORKSPACE_BYTES;
   const uint32_t align = 256;
-  /* Split-K partial sums stay in f32 (cuda_gemm.c asks the same). */
+  /* Split-K partial sums stay in f32 (cublaslt.c asks the same). */
   const uint32_t mask = CUBLASLT_REDUCTION_SCHEME_MASK & ~CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE;
   LT_OK(cublasLtMatmulPreferenceInit(pref));
   LT_OK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,

@@ -1,9 +1,10 @@
 /*
  * gemm.h: matmul and linear, the GEMM half of the op library (internal to kernels/).
  *
- * Two ops (gemm.c), one resolved description of the work (recap__gemm_plan), two backends:
- * host.c (a cache-blocked f32-accumulating loop, the reference) and cuda_gemm.c
- * (cuBLASLt or cuBLAS, CUDA builds only).
+ * Two ops (ops.c), one resolved description of the work (recap__gemm_plan, plan.c), two
+ * backends: host.c (a cache-blocked f32-accumulating loop, the reference) and the CUDA path
+ * (CUDA builds only): choose.c picks what runs a problem (our kernels or a cuBLASLt
+ * algorithm, tuned or not) and cublaslt.c runs it through cuBLASLt or cuBLAS.
  *
  *   matmul: inputs a, b, c?; attrs alpha (1), beta (0), trans_a, trans_b.
  *     a [..., M, K] ([..., K, M] with trans_a), b [..., K, N] ([..., N, K] with trans_b);
@@ -23,9 +24,10 @@
  *   recap__gemm_plan plan;
  *   RECAP_TRY(recap__gemm_plan_make(call, &plan));   // after recap__op_infer, data bound
  *
- * CUDA usage (the engine): run recap__gemm_prepare for every GEMM call on its stream during
- * warmup, then capture. Outside a capture recap__cuda_gemm also prepares lazily; inside one,
- * anything missing fails with RECAP_STATUS_ILLEGAL_DURING_CAPTURE instead of invalidating it.
+ * CUDA usage (the engine): run recap__op_prepare (the defs' prepare slot, recap__gemm_prepare)
+ * for every GEMM call on its stream during warmup, then capture. Outside a capture
+ * recap__cuda_gemm also prepares lazily; inside one, anything missing fails with
+ * RECAP_STATUS_ILLEGAL_DURING_CAPTURE instead of invalidating it.
  */
 #ifndef RECAP_KERNELS_GEMM_H
 #define RECAP_KERNELS_GEMM_H
@@ -42,6 +44,10 @@ extern "C" {
 #endif
 
 extern const recap_op_def recap__op_matmul, recap__op_linear;
+
+/* Which of the two ops a call is: the defs' `code` (recap_op_def.code), copied into the plan,
+ * so that the plan and the backends tell matmul from linear without naming a def. */
+typedef enum { RECAP__GEMM_MATMUL, RECAP__GEMM_LINEAR } recap__gemm_op;
 
 /* Bytes of the workspace each CUDA stream gets for cuBLAS/cuBLASLt. */
 #define RECAP_GEMM_WORKSPACE_BYTES ((size_t)32 << 20)
@@ -63,10 +69,12 @@ typedef struct {
   int64_t a_bs[2], b_bs[2], out_bs[2]; /* c's batch strides are out's */
   float alpha, beta;
   recap_activation act;
+  recap__gemm_op op; /* the tuning file keys on it */
 } recap__gemm_plan;
 
-/* Builds the plan of a call that passed recap__op_infer (matmul or linear). Data pointers may
- * be NULL (prepare before binding). RECAP_STATUS_INVALID_ARGUMENT naming the op otherwise. */
+/* Builds the plan of a call that passed recap__op_infer (matmul or linear: its def's code says
+ * which). Data pointers may be NULL (prepare before binding). RECAP_STATUS_INVALID_ARGUMENT
+ * naming the op otherwise. */
 recap_status recap__gemm_plan_make(const recap_op_call *call, recap__gemm_plan *out);
 
 /* How a [rows, cols] matrix with element strides (rs, cs) looks to a column-major BLAS: with
@@ -118,7 +126,7 @@ bool recap__gemm_allow_tf32(void);
 recap_status recap__gemm_set_library(recap_gemm_library library);
 recap_gemm_library recap__gemm_library(void);
 
-/* ---- CUDA (cuda_gemm.c) ---- */
+/* ---- CUDA (choose.c, cublaslt.c and the kernels) ---- */
 
 /* The skinny kernel (skinny.cu). fits: whether the plan's shape, dtype, strides and
  * (when bound) alignments suit it. The launcher runs the plan on `cuda_stream` of `device`;
@@ -152,11 +160,11 @@ int recap__cuda_gemm_hopper_default(const recap__gemm_plan *p, int device);
 recap_status recap__cuda_gemm_hopper(const recap__gemm_plan *p, int device, void *cuda_stream,
                                      int config);
 
-/* Warmup for one GEMM call on `stream`: creates this thread's cuBLAS and cuBLASLt handles for
- * the stream's device, the stream's workspace, and (cuBLASLt) the algorithm for the call's
- * shape, so the same call can then be captured. A host stream needs nothing: RECAP_OK.
- * Inside a capture it succeeds only if everything already exists (then it does nothing),
- * else RECAP_STATUS_ILLEGAL_DURING_CAPTURE. Errors: the plan's, OUT_OF_MEMORY for the
+/* The defs' prepare slot (ops.c): the warmup for one GEMM call on `stream`. Creates this
+ * thread's cuBLAS and cuBLASLt handles for the stream's device, the stream's workspace, and
+ * (cuBLASLt) the algorithm for the call's shape, so the same call can then be captured. A
+ * host stream needs nothing: RECAP_OK. Inside a capture it succeeds only if everything
+ * already exists (then it does nothing), else RECAP_STATUS_ILLEGAL_DURING_CAPTURE. Errors: the plan's, OUT_OF_MEMORY for the
  * workspace, LIBRARY_ERROR from cuBLAS. */
 recap_status recap__gemm_prepare(const recap_op_call *call, recap_stream *stream);
 

@@ -24,7 +24,7 @@
  *   applies alpha, bias, the activation and the residual (one rounding, as the host
  *   reference) and writes the tile with coalesced 16-byte stores.
  * Tile configurations (rows x columns, stages) are a table; the default picks the one that
- * fills the SMs best, and tuning (RECAP_TUNE=1) times them all (kernels/cuda_gemm.c).
+ * fills the SMs best, and tuning (RECAP_TUNE=1) times them all (kernels/gemm/choose.c).
  *
  * Built for sm_90a only (kernels/BUILD); the host side checks the device is 9.0 before any
  * launch, so other GPUs never see these kernels.

@@ -3,7 +3,7 @@
  * GEMM problem, kept in memory and in a text file that survives the process.
  *
  * This half is plain C and builds everywhere (the file format, its bounded parser and atomic
- * writer, the counters); cuda_gemm.c does the timing and decides when to look up. The file
+ * writer, the counters); choose.c does the timing and decides when to look up. The file
  * format, its limits and the RECAP_TUNE modes are documented in docs/perf/tuning.md.
  *
  *   recap__tune_versions v = {...};              // the process's library and device
@@ -17,7 +17,7 @@
  *   RECAP_TRY(recap__tune_save(t, "recap_tune.txt", &v));   // temp file + rename
  *   recap__tune_table_destroy(t);
  *
- * Nothing here is thread-safe by itself: cuda_gemm.c serializes access to its table.
+ * Nothing here is thread-safe by itself: choose.c serializes access to its table.
  */
 #ifndef RECAP_KERNELS_GEMM_TUNE_H
 #define RECAP_KERNELS_GEMM_TUNE_H
@@ -195,7 +195,7 @@ void recap__gemm_tune_print_stats(FILE *out);
 
 /* Forgets every in-memory choice (the next GEMM of each problem resolves again, from the file
  * or by timing) and clears the counters: a second run's state within one process, for tests.
- * cuda_gemm.c's implementation; the host-only build has no state and only clears counters.
+ * choose.c's implementation; the host-only build has no state and only clears counters.
  * Not while GEMMs launch on other threads. */
 void recap__gemm_tune_reset(void);
 

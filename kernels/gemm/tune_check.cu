@@ -1,5 +1,5 @@
 /*
- * tune_check.cu: the checks the GEMM tuner (cuda_gemm.c) runs on each candidate's output: the
+ * tune_check.cu: the checks the GEMM tuner (choose.c) runs on each candidate's output: the
  * largest |x| of the default's output (the scale of the absolute tolerance), then a count of
  * the elements where a candidate disagrees with the default. Both stay on the device, so a
  * 4096 x 4096 output costs two passes over memory instead of copies to the host.
