@@ -44,18 +44,20 @@ typedef enum {
 /* The shape ops the planner can make views of (kernels/shape.c defines them; their attrs are
  * normalized by infer, so axes and bounds are non-negative here). */
 static shape_kind shape_op(const recap_op_def *def) {
-  static const struct {
-    const char *name;
-    shape_kind kind;
-  } table[] = {{"reshape", SHAPE_RESHAPE},
-               {"permute", SHAPE_PERMUTE},
-               {"transpose", SHAPE_TRANSPOSE},
-               {"slice", SHAPE_SLICE},
-               {"split", SHAPE_SPLIT}};
-  const char *name = def && def->name ? def->name : "";
-  for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
-    if (strcmp(name, table[i].name) == 0) return table[i].kind;
-  return SHAPE_NONE;
+  switch (def ? def->copy_view : RECAP__COPY_NONE) {
+    case RECAP__COPY_RESHAPE:
+      return SHAPE_RESHAPE;
+    case RECAP__COPY_PERMUTE:
+      return SHAPE_PERMUTE;
+    case RECAP__COPY_TRANSPOSE:
+      return SHAPE_TRANSPOSE;
+    case RECAP__COPY_SLICE:
+      return SHAPE_SLICE;
+    case RECAP__COPY_SPLIT:
+      return SHAPE_SPLIT;
+    default: /* an explicit copy stays a copy */
+      return SHAPE_NONE;
+  }
 }
 
 /* Whether op `def` writes its output 0 through the strides of `view` on every backend: the

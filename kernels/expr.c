@@ -38,7 +38,7 @@ recap_status recap__expr_program_create(int num_inputs, recap_expr_program **out
 
 void recap__expr_program_destroy(recap_expr_program *p) {
   if (!p) return;
-  recap__expr_compiled_free(p->compiled);
+  if (p->compiled) p->free_compiled(p->compiled);
   pthread_mutex_destroy(&p->lock);
   free(p->nodes);
   free(p->live);

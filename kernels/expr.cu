@@ -35,6 +35,17 @@ struct recap__expr_compiled {
 
 namespace {
 
+/* A program's compiled kernels, freed with the program (its free_compiled). Teardown cannot
+ * report: a failed unload leaves the module to the context's end. */
+void free_compiled(struct recap__expr_compiled *list) {
+  while (list) {
+    recap__expr_compiled *next = list->next;
+    if (cudaLibraryUnload(list->library) != cudaSuccess) (void)cudaGetLastError();
+    free(list);
+    list = next;
+  }
+}
+
 constexpr int kStridedThreads = 256; /* __launch_bounds__ of the generated kernels */
 constexpr int kDenseThreads = 128;
 
@@ -101,6 +112,7 @@ recap_status compile_locked(const recap_expr_program *p, int device,
       attrs.maxThreadsPerBlock < kDenseThreads ? attrs.maxThreadsPerBlock : kDenseThreads;
   c->next = p->compiled;
   const_cast<recap_expr_program *>(p)->compiled = c;
+  const_cast<recap_expr_program *>(p)->free_compiled = free_compiled;
   *out = c;
   free(source);
   free(cubin);
@@ -138,16 +150,6 @@ bool aligned16(const void *ptr) {
 }
 
 }  // namespace
-
-extern "C" void recap__expr_compiled_free(struct recap__expr_compiled *list) {
-  while (list) {
-    recap__expr_compiled *next = list->next;
-    /* Teardown cannot report: a failed unload leaves the module to the context's end. */
-    if (cudaLibraryUnload(list->library) != cudaSuccess) (void)cudaGetLastError();
-    free(list);
-    list = next;
-  }
-}
 
 extern "C" recap_status recap__expr_prepare_cuda(const recap_expr_program *p,
                                                  const recap__expr_signature *sig, int device,

@@ -30,13 +30,12 @@ struct recap_expr_program {
   /* The nodes reachable from root, operands first: what evaluation and codegen visit. */
   int32_t *live;
   int num_live;
-  /* Write-once cache of compiled kernels (expr.cu), guarded by `lock`. */
+  /* Write-once cache of compiled kernels (expr.cu), guarded by `lock`. Whoever fills it sets
+   * free_compiled with it, so that destroying a program never calls up into the CUDA half. */
   pthread_mutex_t lock;
   struct recap__expr_compiled *compiled;
+  void (*free_compiled)(struct recap__expr_compiled *list);
 };
-
-/* Frees the compiled-kernel list (expr.cu; a no-op without CUDA). */
-void recap__expr_compiled_free(struct recap__expr_compiled *list);
 
 /* Sets the program's limits (the parser lowers them to its own). */
 void recap__expr_program_set_limits(recap_expr_program *p, int max_nodes, int max_depth);

@@ -6,11 +6,6 @@
 #include "runtime/error.h"
 
 #if !RECAP_WITH_CUDA
-/* Host-only builds: nothing is compiled, and nothing is left to free. */
-void recap__expr_compiled_free(struct recap__expr_compiled *list) {
-  (void)list;
-}
-
 recap_status recap__expr_prepare_cuda(const recap_expr_program *p, const recap__expr_signature *sig,
                                       int device, const char *op_name) {
   (void)p;

@@ -66,6 +66,17 @@ typedef struct {
   const struct recap_expr_program *expr;
 } recap_op_attrs;
 
+/* How a copy-family op's source view is made from input 0 (recap__view_for_copy). */
+typedef enum {
+  RECAP__COPY_NONE = 0,   /* not a copy-family op */
+  RECAP__COPY_RESHAPE,    /* the input as it is, under the output's shape */
+  RECAP__COPY_PERMUTE,    /* dims reordered by attrs.sizes */
+  RECAP__COPY_TRANSPOSE,  /* dims attrs.sizes[0] and [1] swapped */
+  RECAP__COPY_SLICE,      /* [attrs.start, attrs.end) of attrs.dim */
+  RECAP__COPY_SPLIT,      /* output o's part of attrs.dim (attrs.sizes) */
+  RECAP__COPY_CONTIGUOUS, /* the input as it is: an explicit copy, never planned as a view */
+} recap__copy_view;
+
 typedef struct recap_op_def recap_op_def;
 
 /* One invocation: inputs, outputs, attributes, workspace. The launch functions receive it
@@ -125,6 +136,9 @@ struct recap_op_def {
   /* The output index's shape/dtype may alias input `in_place_input` (-1: never). */
   int in_place_input;
   bool is_random; /* draws from the device's Philox generator */
+  /* A copy-family op: its output is a strided copy of a view of input 0 (view.h), made as this
+   * says, which the planner may turn into a real view that copies nothing. NONE for the rest. */
+  recap__copy_view copy_view;
   /* Output 0 IS input 0's memory: the op writes into its input and returns it (kv_append's
    * cache). Unlike in_place_input, which the planner may take or not, this aliasing is the op's
    * meaning: the output is never planned a buffer of its own, and the op has done its work

@@ -6,7 +6,7 @@
  * reshape, permute, transpose, slice, split and copy are one strided copy from a view of the
  * input. Infer validates the attributes (normalizing negative axes and bounds in the call's
  * attrs, so the launchers read them as given) and describes contiguous outputs;
- * recap__view_for_copy builds the view from the bound pointer at launch.
+ * recap__view_for_copy (view.c) builds the view from the bound pointer at launch.
  */
 #include <math.h>
 #include <stddef.h>
@@ -16,9 +16,6 @@
 #include "kernels/host/host_ops.h"
 #include "kernels/infer.h"
 #include "kernels/view.h"
-
-/* How a copy-family op's source view is made (its def's code). */
-enum { VIEW_SELF, VIEW_PERMUTE, VIEW_TRANSPOSE, VIEW_SLICE, VIEW_SPLIT };
 
 static const char *const no_inputs[] = {NULL};
 static const char *const x_inputs[] = {"x", NULL};
@@ -212,57 +209,11 @@ static recap_status split_infer(recap_op_call *call) {
   return RECAP_OK;
 }
 
-recap_status recap__view_for_copy(const recap_op_call *call, int output_index, recap_tensor *view) {
-  RECAP_CHECK_ARG(call && call->def && view);
-  const recap_op_def *def = call->def;
-  if (def->run_host != recap__host_copy_strided)
-    return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "op '%s' is not a strided copy", def->name);
-  if (output_index < 0 || output_index >= call->num_outputs || call->num_inputs < 1)
-    return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "op '%s': no output %d", def->name,
-                      output_index);
-  const recap_tensor *x = &call->inputs[0];
-  if (!x->data)
-    return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "op '%s': input 'x' is not bound", def->name);
-  const recap_op_attrs *a = &call->attrs;
-  recap_tensor v = *x;
-  int64_t offset = 0;
-  switch (def->code) {
-    case VIEW_PERMUTE:
-      for (int d = 0; d < x->ndim; ++d) {
-        v.shape[d] = x->shape[a->sizes[d]];
-        v.strides[d] = x->strides[a->sizes[d]];
-      }
-      break;
-    case VIEW_TRANSPOSE:
-      v.shape[a->sizes[0]] = x->shape[a->sizes[1]];
-      v.strides[a->sizes[0]] = x->strides[a->sizes[1]];
-      v.shape[a->sizes[1]] = x->shape[a->sizes[0]];
-      v.strides[a->sizes[1]] = x->strides[a->sizes[0]];
-      break;
-    case VIEW_SLICE:
-      v.shape[a->dim] = a->end - a->start;
-      offset = a->start * x->strides[a->dim];
-      break;
-    case VIEW_SPLIT: {
-      int64_t start = 0;
-      for (int i = 0; i < output_index; ++i) start += a->sizes[i];
-      v.shape[a->dim] = a->sizes[output_index];
-      offset = start * x->strides[a->dim];
-      break;
-    }
-    default: /* VIEW_SELF: reshape and copy read the input as it is */
-      break;
-  }
-  v.data = (char *)x->data + offset * (int64_t)recap_dtype_size(x->dtype);
-  *view = v;
-  return RECAP_OK;
-}
-
-#define COPY_DEF(ident, view_code, op_summary, op_attrs, op_infer) \
+#define COPY_DEF(ident, view_kind, op_summary, op_attrs, op_infer) \
   const recap_op_def recap__op_##ident = {                         \
       .name = #ident,                                              \
       .summary = op_summary,                                       \
-      .code = view_code,                                           \
+      .copy_view = view_kind,                                      \
       .input_names = x_inputs,                                     \
       .min_inputs = 1,                                             \
       .max_inputs = 1,                                             \
@@ -275,18 +226,20 @@ recap_status recap__view_for_copy(const recap_op_call *call, int output_index, r
       .launch_cuda = RECAP_CUDA_ENTRY(recap__cuda_copy_strided),   \
   }
 
-COPY_DEF(reshape, VIEW_SELF, "the elements in row-major order under a new shape", reshape_attrs,
-         reshape_infer);
-COPY_DEF(permute, VIEW_PERMUTE, "reorders the dimensions", permute_attrs, permute_infer);
-COPY_DEF(transpose, VIEW_TRANSPOSE, "swaps two dimensions", transpose_attrs, transpose_infer);
-COPY_DEF(slice, VIEW_SLICE, "the range [start, end) of one dimension", slice_attrs, slice_infer);
-COPY_DEF(copy, VIEW_SELF, "a contiguous copy", no_attrs, copy_infer);
+COPY_DEF(reshape, RECAP__COPY_RESHAPE, "the elements in row-major order under a new shape",
+         reshape_attrs, reshape_infer);
+COPY_DEF(permute, RECAP__COPY_PERMUTE, "reorders the dimensions", permute_attrs, permute_infer);
+COPY_DEF(transpose, RECAP__COPY_TRANSPOSE, "swaps two dimensions", transpose_attrs,
+         transpose_infer);
+COPY_DEF(slice, RECAP__COPY_SLICE, "the range [start, end) of one dimension", slice_attrs,
+         slice_infer);
+COPY_DEF(copy, RECAP__COPY_CONTIGUOUS, "a contiguous copy", no_attrs, copy_infer);
 
 /* split has up to RECAP_OP_MAX_OUTPUTS outputs; its infer sets how many. */
 const recap_op_def recap__op_split = {
     .name = "split",
     .summary = "splits one dimension into parts of the given sizes",
-    .code = VIEW_SPLIT,
+    .copy_view = RECAP__COPY_SPLIT,
     .input_names = x_inputs,
     .min_inputs = 1,
     .max_inputs = 1,
@@ -434,11 +387,12 @@ static recap_status rope_infer(recap_op_call *call) {
 
 const recap_op_def recap__op_rope = {
     .name = "rope",
-    .summary = "rotary position embedding (rotate-half) of x [B, S, H, Dh] or [S, H, Dh] (Dh "
-               "even) at positions, i32 in device memory read when the op runs: [S], row s's "
-               "position (the same for every batch row), or [1], a start (row s at "
-               "positions[0] + s); a negative position fails the host backend and traps a GPU "
-               "kernel",
+    .summary =
+        "rotary position embedding (rotate-half) of x [B, S, H, Dh] or [S, H, Dh] (Dh "
+        "even) at positions, i32 in device memory read when the op runs: [S], row s's "
+        "position (the same for every batch row), or [1], a start (row s at "
+        "positions[0] + s); a negative position fails the host backend and traps a GPU "
+        "kernel",
     .input_names = rope_inputs,
     .min_inputs = 2,
     .max_inputs = 2,

@@ -10,7 +10,7 @@
  *   recap_tensor view;
  *   RECAP_TRY(recap__view_for_copy(call, o, &view));   // then copy view -> call->outputs[o]
  *
- * Host-only C (kernels/shape.c), safe to call from a .cu launcher on the host side.
+ * Host-only C (kernels/view.c), safe to call from a .cu launcher on the host side.
  */
 #ifndef RECAP_KERNELS_VIEW_H
 #define RECAP_KERNELS_VIEW_H
@@ -21,14 +21,14 @@
 extern "C" {
 #endif
 
-/* Fills *view with the source of output `output_index` of a reshape/permute/transpose/
- * slice/split/copy call that passed recap__op_infer:
+/* Fills *view with the source of output `output_index` of a copy-family call (its def's
+ * copy_view, op.h) that passed recap__op_infer:
  *   reshape, copy:      inputs[0] itself;
  *   permute, transpose: inputs[0] with shape and strides reordered;
  *   slice:              inputs[0] narrowed along attrs.dim to [attrs.start, attrs.end);
  *   split:              inputs[0] narrowed along attrs.dim to the output's part.
  * view->data is inputs[0].data advanced by the view's element offset. Returns
- * RECAP_STATUS_INVALID_ARGUMENT (naming the op) for another op, an output index out of range
+ * RECAP_STATUS_INVALID_ARGUMENT (naming the op) for an op that is not a copy, an output index out of range
  * or an unbound (NULL) input; *view is then untouched. */
 recap_status recap__view_for_copy(const recap_op_call *call, int output_index, recap_tensor *view);
 

@@ -24,11 +24,14 @@
 
 enum { MAX_T = 48, MAX_OPS = 24, U = RECAP_PLAN_ALIGNMENT };
 
-/* Op definitions the planner reads: only in_place_input matters to it. */
+/* Op definitions the planner reads: their contract (in_place_input, copy_view,
+ * output_is_input0), never their names. */
 static const recap_op_def def_plain = {.name = "matmul", .in_place_input = -1};
 static const recap_op_def def_inplace = {.name = "relu", .in_place_input = 0};
-static const recap_op_def def_view = {.name = "reshape", .in_place_input = -1};
-static const recap_op_def def_append = {.name = "kv_append", .in_place_input = 0};
+static const recap_op_def def_view = {
+    .name = "reshape", .in_place_input = -1, .copy_view = RECAP__COPY_RESHAPE};
+static const recap_op_def def_append = {
+    .name = "kv_append", .in_place_input = 0, .output_is_input0 = true};
 
 typedef struct {
   recap__ir ir;
@@ -112,7 +115,7 @@ static void mark_output(graph *g, int t) {
 typedef struct {
   const recap__ir *ir;
   const recap__plan *plan;
-  int alias[MAX_T];    /* the IR's alias_of, or the input of a reshape the plan made a view */
+  int alias[MAX_T];      /* the IR's alias_of, or the input of a reshape the plan made a view */
   int last_write[MAX_T]; /* by IR aliases only: the last op (a kv_append) writing it, or -1 */
   /* The plan's layout of each tensor is contiguous from the start of its memory: only such an
    * input may be written over in place (element i of the output lands on element i). */
@@ -184,8 +187,8 @@ static void checker_init(checker *c, const recap__ir *ir, const recap__plan *pla
      * Tests of the strided views (real op definitions) state their expectations themselves. */
     if (op->def == &def_view) {
       bool may_view = x >= 0 && ir->tensors[y].alias_of < 0 && !ir->tensors[y].is_output &&
-                      bytes_of(ir, x) == bytes_of(ir, y) &&
-                      c->last_write[ir_root_of(ir, x)] <= j && c->last_write[y] < 0;
+                      bytes_of(ir, x) == bytes_of(ir, y) && c->last_write[ir_root_of(ir, x)] <= j &&
+                      c->last_write[y] < 0;
       CU_ASSERT_EQUAL(plan->op_is_view[j], may_view);
     }
     if (!plan->op_is_view[j]) continue;
@@ -788,7 +791,7 @@ static void test_reshape_of_kv_append_memory_copies_before_the_append_and_views_
   int before = RESHAPE(&g, 0, "before", k); /* must keep the rows from before the append */
   int kv = APPEND(&g, 0, "kv", k, x);
   int w = tensor(&g, "w", RECAP_ROLE_PARAM, 8 * U);
-  int wv = RESHAPE(&g, 0, "wv", w); /* a param nobody writes: a view */
+  int wv = RESHAPE(&g, 0, "wv", w);        /* a param nobody writes: a view */
   int after = RESHAPE(&g, 0, "after", kv); /* the cache after its last append: a view */
   int y = OP(&g, &def_plain, 0, "y", U, before, kv, wv, after);
   mark_output(&g, y);

@@ -55,10 +55,10 @@ enum {
   MAX_HEURISTICS = 16, /* cuBLASLt candidates asked for when tuning */
   /* the default, the heuristic list, its variants (2 CTA swizzles each: cublaslt.h), the
    * skinny kernel's 10 and the Hopper kernel's configs */
-  MAX_CANDIDATES = MAX_HEURISTICS +
-                   RECAP__LT_VARIANT_BASES * 2 * RECAP__LT_VARIANT_CUSTOM *
-                       RECAP__LT_VARIANT_CLUSTERS +
-                   11 + RECAP_TUNE_HOPPER_CONFIGS,
+  MAX_CANDIDATES =
+      MAX_HEURISTICS +
+      RECAP__LT_VARIANT_BASES * 2 * RECAP__LT_VARIANT_CUSTOM * RECAP__LT_VARIANT_CLUSTERS + 11 +
+      RECAP_TUNE_HOPPER_CONFIGS,
   TUNE_WARMUPS = 3,
   TUNE_REPS = 15,          /* replays of a candidate's graph, timed */
   TUNE_GRAPH_LAUNCHES = 4, /* launches of the candidate in that graph */
@@ -66,9 +66,9 @@ enum {
 
 /* How far a choice has come (see resolve()). */
 typedef enum {
-  CHOICE_DEFAULT,    /* the default; the tuning file not consulted yet */
-  CHOICE_CONSULTED,  /* the default; the file had nothing usable; timing waits for a run */
-  CHOICE_FINAL,      /* from the file, timed, or left on the default for good */
+  CHOICE_DEFAULT,   /* the default; the tuning file not consulted yet */
+  CHOICE_CONSULTED, /* the default; the file had nothing usable; timing waits for a run */
+  CHOICE_FINAL,     /* from the file, timed, or left on the default for good */
 } choice_state;
 
 /* Bumped when choices are forgotten or changed: every thread's remembered copies older than
@@ -245,13 +245,23 @@ static recap__tune_key tune_key_of(const recap__gemm_plan *p, const recap__lt_pr
   for (int i = 0; i < 4; ++i)
     if (others[i] < align) align = others[i];
   if (align > 16) align = 16;
-  return (recap__tune_key){
-      .m = p->m, .n = p->n, .k = p->k, .batch = p->batch[0] * p->batch[1],
-      .op = (int32_t)pr->key.op, .a_type = p->dtype, .b_type = p->dtype, .c_type = p->dtype,
-      .compute = pr->key.compute == CUBLAS_COMPUTE_32F_FAST_TF32 ? RECAP_TUNE_COMPUTE_TF32
-                                                                 : RECAP_TUNE_COMPUTE_F32,
-      .trans_a = pr->key.op_a == CUBLAS_OP_T, .trans_b = pr->key.op_b == CUBLAS_OP_T,
-      .bias = p->bias != NULL, .act = p->act, .has_c = pr->c != NULL, .align = (int32_t)align};
+  return (recap__tune_key){.m = p->m,
+                           .n = p->n,
+                           .k = p->k,
+                           .batch = p->batch[0] * p->batch[1],
+                           .op = (int32_t)pr->key.op,
+                           .a_type = p->dtype,
+                           .b_type = p->dtype,
+                           .c_type = p->dtype,
+                           .compute = pr->key.compute == CUBLAS_COMPUTE_32F_FAST_TF32
+                                          ? RECAP_TUNE_COMPUTE_TF32
+                                          : RECAP_TUNE_COMPUTE_F32,
+                           .trans_a = pr->key.op_a == CUBLAS_OP_T,
+                           .trans_b = pr->key.op_b == CUBLAS_OP_T,
+                           .bias = p->bias != NULL,
+                           .act = p->act,
+                           .has_c = pr->c != NULL,
+                           .align = (int32_t)align};
 }
 
 /* Tolerances of the check against the default's output: relative to each element, plus a
@@ -260,9 +270,15 @@ static recap__tune_key tune_key_of(const recap__gemm_plan *p, const recap__lt_pr
  * type, tight enough that a wrong product, bias or epilogue fails. */
 static void tune_tolerance(const recap__gemm_plan *p, bool tf32, float *rtol, float *atol_frac) {
   switch (p->dtype) {
-    case RECAP_DTYPE_BF16: *rtol = 1.6e-2f, *atol_frac = 8e-3f; break;
-    case RECAP_DTYPE_F16: *rtol = 4e-3f, *atol_frac = 2e-3f; break;
-    default: *rtol = *atol_frac = tf32 ? 5e-3f : 1e-3f; break;
+    case RECAP_DTYPE_BF16:
+      *rtol = 1.6e-2f, *atol_frac = 8e-3f;
+      break;
+    case RECAP_DTYPE_F16:
+      *rtol = 4e-3f, *atol_frac = 2e-3f;
+      break;
+    default:
+      *rtol = *atol_frac = tf32 ? 5e-3f : 1e-3f;
+      break;
   }
 }
 
@@ -279,13 +295,14 @@ static void add_candidate(recap__gemm_choice *list, int32_t (*configs)[RECAP_TUN
     if (c->kind == RECAP_TUNE_CAND_SKINNY && list[i].warps == c->warps && list[i].pipe == c->pipe)
       return;
     if (c->kind == RECAP_TUNE_CAND_HOPPER && list[i].config == c->config) return;
-    if (c->kind == RECAP_TUNE_CAND_LT && memcmp(configs[i], config, sizeof configs[i]) == 0)
-      return;
+    if (c->kind == RECAP_TUNE_CAND_LT && memcmp(configs[i], config, sizeof configs[i]) == 0) return;
   }
   if (*count >= MAX_CANDIDATES) return;
   list[*count] = *c;
-  if (config) memcpy(configs[*count], config, sizeof configs[*count]);
-  else memset(configs[*count], 0, sizeof configs[*count]);
+  if (config)
+    memcpy(configs[*count], config, sizeof configs[*count]);
+  else
+    memset(configs[*count], 0, sizeof configs[*count]);
   ++*count;
 }
 
@@ -432,9 +449,8 @@ static recap_status tune_time(recap__gemm_ctx *ctx, const recap__gemm_plan *p,
   cudaEvent_t events[TUNE_REPS + 1] = {0};
   int made = 0;
   /* [ref out][candidate out][max bits (4 bytes), mismatches (8 bytes)] */
-  RECAP_TRY_GOTO(st, recap__cuda_backend.mem_alloc(ctx->device, 2 * out_bytes + 256,
-                                                   (void **)&scratch),
-                 done);
+  RECAP_TRY_GOTO(
+      st, recap__cuda_backend.mem_alloc(ctx->device, 2 * out_bytes + 256, (void **)&scratch), done);
   void *ref = scratch, *got = scratch + out_bytes;
   unsigned *max_bits = (unsigned *)(scratch + 2 * out_bytes);
   unsigned long long *mismatches = (unsigned long long *)(scratch + 2 * out_bytes + 8);
@@ -466,12 +482,13 @@ static recap_status tune_time(recap__gemm_ctx *ctx, const recap__gemm_plan *p,
       unsigned long long bad = ~0ull;
       RECAP_CUDA_TRY_GOTO(st, cudaMemsetAsync(mismatches, 0, sizeof *mismatches, ctx->stream),
                           done);
-      RECAP_TRY_GOTO(st, recap__cuda_gemm_tune_compare(ref, got, p->dtype, elems, max_bits, rtol,
-                                                       atol_frac, mismatches, ctx->stream),
+      RECAP_TRY_GOTO(st,
+                     recap__cuda_gemm_tune_compare(ref, got, p->dtype, elems, max_bits, rtol,
+                                                   atol_frac, mismatches, ctx->stream),
                      done);
-      RECAP_CUDA_TRY_GOTO(st, cudaMemcpyAsync(&bad, mismatches, sizeof bad,
-                                              cudaMemcpyDeviceToHost, ctx->stream),
-                          done);
+      RECAP_CUDA_TRY_GOTO(
+          st, cudaMemcpyAsync(&bad, mismatches, sizeof bad, cudaMemcpyDeviceToHost, ctx->stream),
+          done);
       RECAP_CUDA_TRY_GOTO(st, cudaStreamSynchronize(ctx->stream), done);
       if (bad != 0) run = RECAP_STATUS_INTERNAL;
     }
@@ -499,8 +516,10 @@ static recap_status tune_time(recap__gemm_ctx *ctx, const recap__gemm_plan *p,
     }
   }
   if (!isfinite(best_time)) {
-    st = RECAP_FAIL(RECAP_STATUS_INTERNAL, "gemm: tuning timed no candidate (m=%lld n=%lld "
-                    "k=%lld)", (long long)p->m, (long long)p->n, (long long)p->k);
+    st = RECAP_FAIL(RECAP_STATUS_INTERNAL,
+                    "gemm: tuning timed no candidate (m=%lld n=%lld "
+                    "k=%lld)",
+                    (long long)p->m, (long long)p->n, (long long)p->k);
     goto done;
   }
   *best = list[winner];
@@ -545,15 +564,15 @@ static recap_status make_default(recap__gemm_ctx *ctx, const recap__gemm_plan *p
   if (skinny_allowed(p)) {
     int warps = 0, pipe = 0;
     RECAP_TRY(recap__cuda_gemm_skinny_default(p, ctx->device, &warps, &pipe));
-    *out = (recap__gemm_choice){.kind = RECAP_TUNE_CAND_SKINNY, .warps = warps, .pipe = pipe,
-                    .state = CHOICE_DEFAULT};
+    *out = (recap__gemm_choice){
+        .kind = RECAP_TUNE_CAND_SKINNY, .warps = warps, .pipe = pipe, .state = CHOICE_DEFAULT};
     return RECAP_OK;
   }
   /* Where cuBLASLt would need a second pass for the activation, our kernel fuses it. */
   if (pr->needs_kernel && pr->key.hopper_fits) {
     *out = (recap__gemm_choice){.kind = RECAP_TUNE_CAND_HOPPER,
-                    .config = recap__cuda_gemm_hopper_default(p, ctx->device),
-                    .state = CHOICE_DEFAULT};
+                                .config = recap__cuda_gemm_hopper_default(p, ctx->device),
+                                .state = CHOICE_DEFAULT};
     return RECAP_OK;
   }
   if (ctx->capturing)
@@ -600,14 +619,15 @@ static recap_status from_file(recap__gemm_ctx *ctx, const recap__gemm_plan *p,
   *usable = false;
   if (fc->kind == RECAP_TUNE_CAND_SKINNY) {
     if (!skinny_allowed(p)) return RECAP_OK;
-    *out = (recap__gemm_choice){.kind = RECAP_TUNE_CAND_SKINNY, .warps = fc->config[0],
-                    .pipe = fc->config[1], .state = CHOICE_FINAL};
+    *out = (recap__gemm_choice){.kind = RECAP_TUNE_CAND_SKINNY,
+                                .warps = fc->config[0],
+                                .pipe = fc->config[1],
+                                .state = CHOICE_FINAL};
     *usable = true;
     return RECAP_OK;
   }
   if (fc->kind == RECAP_TUNE_CAND_HOPPER) {
-    if (!pr->key.hopper_fits || fc->config[0] >= recap__cuda_gemm_hopper_configs())
-      return RECAP_OK;
+    if (!pr->key.hopper_fits || fc->config[0] >= recap__cuda_gemm_hopper_configs()) return RECAP_OK;
     *out = (recap__gemm_choice){
         .kind = RECAP_TUNE_CAND_HOPPER, .config = fc->config[0], .state = CHOICE_FINAL};
     *usable = true;
@@ -657,9 +677,10 @@ static recap_status advance(recap__gemm_ctx *ctx, const recap__gemm_plan *p, rec
         return RECAP_OK;
       }
       recap__gemm_tune_count(RECAP_TUNE_STAT_STALE, 1);
-      fprintf(stderr, "recap: warning: %s: the entry for m=%lld n=%lld k=%lld names a candidate "
-              "this problem cannot use here; %s\n", recap__gemm_env_get()->tune_file,
-              (long long)p->m, (long long)p->n, (long long)p->k,
+      fprintf(stderr,
+              "recap: warning: %s: the entry for m=%lld n=%lld k=%lld names a candidate "
+              "this problem cannot use here; %s\n",
+              recap__gemm_env_get()->tune_file, (long long)p->m, (long long)p->n, (long long)p->k,
               mode == RECAP_TUNE_ON ? "tuning again" : "using the default");
     }
     ch->state = CHOICE_CONSULTED;
@@ -676,8 +697,10 @@ static recap_status advance(recap__gemm_ctx *ctx, const recap__gemm_plan *p, rec
   const recap_status st = tune_now(ctx, p, pr, ch, &best, config, &us);
   if (st == RECAP_STATUS_DEVICE_ERROR) return st;
   if (st != RECAP_OK) {
-    fprintf(stderr, "recap: warning: GEMM tuning of m=%lld n=%lld k=%lld failed (%s); using the "
-            "default\n", (long long)p->m, (long long)p->n, (long long)p->k, recap_last_error());
+    fprintf(stderr,
+            "recap: warning: GEMM tuning of m=%lld n=%lld k=%lld failed (%s); using the "
+            "default\n",
+            (long long)p->m, (long long)p->n, (long long)p->k, recap_last_error());
     ch->state = CHOICE_FINAL;
     recap__gemm_tune_count(RECAP_TUNE_STAT_UNTIMED, 1);
     return RECAP_OK;
@@ -713,9 +736,9 @@ static recap_status resolve(recap__gemm_ctx *ctx, const recap__gemm_plan *p, rec
     changed = changed || memcmp(&before, &ch, sizeof ch) != 0;
   }
   if (changed) RECAP_TRY(cache_store(&pr->key, &ch));
-  thread_choice_store(ctx->thread, &pr->key, &ch,
-                      changed ? atomic_load_explicit(&choice_generation, memory_order_acquire)
-                              : gen);
+  thread_choice_store(
+      ctx->thread, &pr->key, &ch,
+      changed ? atomic_load_explicit(&choice_generation, memory_order_acquire) : gen);
   *out = ch;
   return RECAP_OK;
 }

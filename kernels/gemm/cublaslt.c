@@ -192,7 +192,6 @@ static void thread_stream_store(recap__gemm_thread *t, const workspace_entry *e,
 
 /* ---- one launch's context -------------------------------------------------------------------- */
 
-
 static recap_status not_prepared(const char *what) {
   return RECAP_FAIL(RECAP_STATUS_ILLEGAL_DURING_CAPTURE,
                     "gemm: %s not created before capture; run a warmup first", what);
@@ -208,7 +207,8 @@ static recap_status enter_creation(const recap__gemm_ctx *ctx, const char *what)
   if (!recap__unsafe_enter_wait())
     return RECAP_FAIL(RECAP_STATUS_ILLEGAL_DURING_CAPTURE,
                       "gemm: %s must be created but this thread is capturing; run a warmup "
-                      "before the capture begins", what);
+                      "before the capture begins",
+                      what);
   return RECAP_OK;
 }
 
@@ -347,9 +347,12 @@ void recap__gemm_ctx_close(recap__gemm_ctx *ctx) {
 
 static cudaDataType_t cuda_type(recap_dtype dtype) {
   switch (dtype) {
-    case RECAP_DTYPE_F16: return CUDA_R_16F;
-    case RECAP_DTYPE_BF16: return CUDA_R_16BF;
-    default: return CUDA_R_32F;
+    case RECAP_DTYPE_F16:
+      return CUDA_R_16F;
+    case RECAP_DTYPE_BF16:
+      return CUDA_R_16BF;
+    default:
+      return CUDA_R_32F;
   }
 }
 
@@ -409,9 +412,12 @@ static cublasLtEpilogue_t lt_epilogue(const recap__gemm_plan *p, bool *needs_ker
     return bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
   }
   switch (p->act) {
-    case RECAP_ACT_NONE: return bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
-    case RECAP_ACT_RELU: return bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU;
-    case RECAP_ACT_GELU_TANH: return bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
+    case RECAP_ACT_NONE:
+      return bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+    case RECAP_ACT_RELU:
+      return bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU;
+    case RECAP_ACT_GELU_TANH:
+      return bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
     default:
       *needs_kernel = true;
       return bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
@@ -433,7 +439,7 @@ recap_status recap__lt_problem_init(const recap__gemm_ctx *ctx, const recap__gem
   pr->c = p->c ? p->c : residual_as_c ? p->residual : NULL;
   pr->beta = p->c ? p->beta : residual_as_c ? 1.0f : 0.0f;
   /* Heuristics only read the bias pointer's alignment; before binding, assume 256 bytes. */
-  const void *bias = p->bias                              ? p->bias
+  const void *bias = p->bias                               ? p->bias
                      : (epilogue & CUBLASLT_EPILOGUE_BIAS) ? (const void *)(uintptr_t)256
                                                            : NULL;
   cublasLtMatmulDesc_t desc = &pr->desc;
@@ -536,10 +542,14 @@ recap_status recap__lt_heuristics(const recap__gemm_ctx *ctx, const recap__gemm_
 
 recap_status recap__lt_algo_config(const cublasLtMatmulAlgo_t *algo, int32_t config[9]) {
   static const cublasLtMatmulAlgoConfigAttributes_t attrs[9] = {
-      CUBLASLT_ALGO_CONFIG_ID,           CUBLASLT_ALGO_CONFIG_TILE_ID,
-      CUBLASLT_ALGO_CONFIG_STAGES_ID,    CUBLASLT_ALGO_CONFIG_SPLITK_NUM,
-      CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING,
-      CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, CUBLASLT_ALGO_CONFIG_INNER_SHAPE_ID,
+      CUBLASLT_ALGO_CONFIG_ID,
+      CUBLASLT_ALGO_CONFIG_TILE_ID,
+      CUBLASLT_ALGO_CONFIG_STAGES_ID,
+      CUBLASLT_ALGO_CONFIG_SPLITK_NUM,
+      CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME,
+      CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING,
+      CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION,
+      CUBLASLT_ALGO_CONFIG_INNER_SHAPE_ID,
       CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID};
   for (int i = 0; i < 9; ++i) {
     /* The attributes are 16- or 32-bit; read into a zeroed 32-bit word with the size the
@@ -549,8 +559,10 @@ recap_status recap__lt_algo_config(const cublasLtMatmulAlgo_t *algo, int32_t con
         recap__blas.cublasLtMatmulAlgoConfigGetAttribute(algo, attrs[i], NULL, 0, &size));
     uint32_t value = 0;
     if (size > sizeof value)
-      return RECAP_FAIL(RECAP_STATUS_NOT_SUPPORTED, "gemm: cuBLASLt algorithm attribute %d has "
-                        "%zu bytes", (int)attrs[i], size);
+      return RECAP_FAIL(RECAP_STATUS_NOT_SUPPORTED,
+                        "gemm: cuBLASLt algorithm attribute %d has "
+                        "%zu bytes",
+                        (int)attrs[i], size);
     RECAP_CUBLAS_TRY(
         recap__blas.cublasLtMatmulAlgoConfigGetAttribute(algo, attrs[i], &value, size, &size));
     config[i] = (int32_t)(value & 0x7fffffffu);
@@ -680,7 +692,8 @@ static recap_status blas_matmul(recap__gemm_ctx *ctx, const recap__gemm_plan *p,
       p->batch[1] > INT_MAX)
     return RECAP_FAIL(RECAP_STATUS_NOT_SUPPORTED,
                       "gemm: dimensions beyond 2^31 need the cuBLASLt path (m=%lld n=%lld "
-                      "k=%lld)", (long long)p->m, (long long)p->n, (long long)p->k);
+                      "k=%lld)",
+                      (long long)p->m, (long long)p->n, (long long)p->k);
   const cudaDataType_t type = cuda_type(p->dtype);
   const float alpha = p->alpha, beta = p->c ? p->beta : 0.0f;
   const int m = (int)p->n, n = (int)p->m, k = (int)p->k;

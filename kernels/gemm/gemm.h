@@ -80,8 +80,8 @@ recap_status recap__gemm_plan_make(const recap_op_call *call, recap__gemm_plan *
 /* How a [rows, cols] matrix with element strides (rs, cs) looks to a column-major BLAS: with
  * *row_major set it is stored row by row with leading dimension *ld (>= cols), else column
  * by column (*ld >= rows). false when neither stride is unit (or rows overlap). */
-bool recap__gemm_operand_layout(int64_t rows, int64_t cols, int64_t rs, int64_t cs,
-                                bool *row_major, int64_t *ld);
+bool recap__gemm_operand_layout(int64_t rows, int64_t cols, int64_t rs, int64_t cs, bool *row_major,
+                                int64_t *ld);
 
 /* The host reference (the defs' run_host): runs the plan on the calling thread. */
 recap_status recap__gemm_run_host(const recap_op_call *call);
@@ -108,9 +108,12 @@ typedef struct {
 
 /* The settings (never NULL; read from the environment on the first call). */
 const recap__gemm_env *recap__gemm_env_get(void);
+/* Reads the environment again (settings.c). */
+void recap__gemm_env_reread(void);
 /* Reads the environment again and forgets every GEMM choice made under the old settings
- * (recap__gemm_tune_reset): for tests and benchmarks that change the variables between runs.
- * Not while GEMMs launch on other threads; a captured graph keeps what it captured. */
+ * (recap__gemm_tune_reset; reload.c, above both): for tests and benchmarks that change the
+ * variables between runs. Not while GEMMs launch on other threads; a captured graph keeps what
+ * it captured. */
 void recap__gemm_env_reload(void);
 
 /* ---- switches (process-wide, read at each launch; public wrappers in settings.c) ---- */
@@ -164,8 +167,8 @@ recap_status recap__cuda_gemm_hopper(const recap__gemm_plan *p, int device, void
  * thread's cuBLAS and cuBLASLt handles for the stream's device, the stream's workspace, and
  * (cuBLASLt) the algorithm for the call's shape, so the same call can then be captured. A
  * host stream needs nothing: RECAP_OK. Inside a capture it succeeds only if everything
- * already exists (then it does nothing), else RECAP_STATUS_ILLEGAL_DURING_CAPTURE. Errors: the plan's, OUT_OF_MEMORY for the
- * workspace, LIBRARY_ERROR from cuBLAS. */
+ * already exists (then it does nothing), else RECAP_STATUS_ILLEGAL_DURING_CAPTURE. Errors: the
+ * plan's, OUT_OF_MEMORY for the workspace, LIBRARY_ERROR from cuBLAS. */
 recap_status recap__gemm_prepare(const recap_op_call *call, recap_stream *stream);
 
 #if RECAP_WITH_CUDA
@@ -241,19 +244,25 @@ __device__ __forceinline__ float recap__gelu_erf_device(float x) {
 
 RECAP__GEMM_HD float recap__gemm_activate(recap_activation act, float x) {
   switch (act) {
-    case RECAP_ACT_RELU: return x > 0.0f ? x : 0.0f;
+    case RECAP_ACT_RELU:
+      return x > 0.0f ? x : 0.0f;
 #if defined(__CUDA_ARCH__)
     case RECAP_ACT_GELU:
       return recap__gelu_erf_device(x);
 #else
-    case RECAP_ACT_GELU: return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
+    case RECAP_ACT_GELU:
+      return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
 #endif
     case RECAP_ACT_GELU_TANH:
       return 0.5f * x * (1.0f + tanhf(0.79788456080286536f * (x + 0.044715f * x * x * x)));
-    case RECAP_ACT_SILU: return x / (1.0f + expf(-x));
-    case RECAP_ACT_SIGMOID: return 1.0f / (1.0f + expf(-x));
-    case RECAP_ACT_TANH: return tanhf(x);
-    default: return x;
+    case RECAP_ACT_SILU:
+      return x / (1.0f + expf(-x));
+    case RECAP_ACT_SIGMOID:
+      return 1.0f / (1.0f + expf(-x));
+    case RECAP_ACT_TANH:
+      return tanhf(x);
+    default:
+      return x;
   }
 }
 

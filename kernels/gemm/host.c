@@ -44,12 +44,12 @@ static inline float load_elem(const void *base, recap_dtype dtype, int64_t index
  * through memcpy so no alignment is assumed. The AVX2 clone is chosen by an ifunc resolver
  * that runs during relocation, before ThreadSanitizer's runtime is up: under TSan it would
  * crash every binary at start, so TSan builds use the portable version. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
-    !defined(__SANITIZE_THREAD__)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__)
 __attribute__((target_clones("arch=x86-64-v3", "default")))
 #endif
-static void micro_kernel(int kc, const float *restrict ap, const float *restrict bp,
-                         float *restrict acc, int ldc) {
+static void
+micro_kernel(int kc, const float *restrict ap, const float *restrict bp, float *restrict acc,
+             int ldc) {
   vec8 c00 = {0}, c01 = {0}, c10 = {0}, c11 = {0}, c20 = {0}, c21 = {0}, c30 = {0}, c31 = {0};
   for (int p = 0; p < kc; ++p) {
     vec8 b0, b1;
@@ -84,28 +84,28 @@ static void micro_kernel(int kc, const float *restrict ap, const float *restrict
  * innermost so reads stay sequential whichever way the operand is stored, and each dtype
  * gets its own loop (the conversion inlined) because packing is most of the work when M is
  * small. */
-#define PACK_LOOPS(T, CONVERT)                                                              \
-  do {                                                                                      \
-    const T *src = (const T *)x;                                                            \
-    for (int s = 0; s < padded; s += width) {                                               \
-      float *sliver = dst + (size_t)s * (size_t)kc;                                         \
-      if (ps == 1 || rs != 1) {                                                             \
-        for (int r = 0; r < width; ++r) {                                                   \
-          if (s + r >= rows) {                                                              \
-            for (int p = 0; p < kc; ++p) sliver[p * width + r] = 0.0f;                      \
-            continue;                                                                       \
-          }                                                                                 \
-          const T *row = src + (r0 + s + r) * rs + p0 * ps;                                 \
-          for (int p = 0; p < kc; ++p) sliver[p * width + r] = CONVERT(row[p * ps]);        \
-        }                                                                                   \
-      } else {                                                                              \
-        for (int p = 0; p < kc; ++p) {                                                      \
-          const T *col = src + (p0 + p) * ps + r0 + s;                                      \
-          for (int r = 0; r < width; ++r)                                                   \
-            sliver[p * width + r] = s + r < rows ? CONVERT(col[r]) : 0.0f;                  \
-        }                                                                                   \
-      }                                                                                     \
-    }                                                                                       \
+#define PACK_LOOPS(T, CONVERT)                                                       \
+  do {                                                                               \
+    const T *src = (const T *)x;                                                     \
+    for (int s = 0; s < padded; s += width) {                                        \
+      float *sliver = dst + (size_t)s * (size_t)kc;                                  \
+      if (ps == 1 || rs != 1) {                                                      \
+        for (int r = 0; r < width; ++r) {                                            \
+          if (s + r >= rows) {                                                       \
+            for (int p = 0; p < kc; ++p) sliver[p * width + r] = 0.0f;               \
+            continue;                                                                \
+          }                                                                          \
+          const T *row = src + (r0 + s + r) * rs + p0 * ps;                          \
+          for (int p = 0; p < kc; ++p) sliver[p * width + r] = CONVERT(row[p * ps]); \
+        }                                                                            \
+      } else {                                                                       \
+        for (int p = 0; p < kc; ++p) {                                               \
+          const T *col = src + (p0 + p) * ps + r0 + s;                               \
+          for (int r = 0; r < width; ++r)                                            \
+            sliver[p * width + r] = s + r < rows ? CONVERT(col[r]) : 0.0f;           \
+        }                                                                            \
+      }                                                                              \
+    }                                                                                \
   } while (0)
 
 #define PACK_AS_IS(v) (v)
@@ -114,9 +114,15 @@ static void pack(const void *x, recap_dtype dtype, int64_t rs, int64_t ps, int64
                  int64_t p0, int kc, int width, float *dst) {
   const int padded = (rows + width - 1) / width * width;
   switch (dtype) {
-    case RECAP_DTYPE_F16: PACK_LOOPS(uint16_t, recap__f16_to_f32); break;
-    case RECAP_DTYPE_BF16: PACK_LOOPS(uint16_t, recap__bf16_to_f32); break;
-    default: PACK_LOOPS(float, PACK_AS_IS); break;
+    case RECAP_DTYPE_F16:
+      PACK_LOOPS(uint16_t, recap__f16_to_f32);
+      break;
+    case RECAP_DTYPE_BF16:
+      PACK_LOOPS(uint16_t, recap__bf16_to_f32);
+      break;
+    default:
+      PACK_LOOPS(float, PACK_AS_IS);
+      break;
   }
 }
 
@@ -146,8 +152,7 @@ static void gemm_2d(const recap__gemm_plan *p, const void *a, const void *b, con
         for (int jr = 0; jr < ncp; jr += NR)
           for (int ir = 0; ir < mcp; ir += MR)
             micro_kernel(kc, s->a_block + (size_t)ir * (size_t)kc,
-                         s->b_panel + (size_t)jr * (size_t)kc, s->acc + (size_t)ir * ncp + jr,
-                         ncp);
+                         s->b_panel + (size_t)jr * (size_t)kc, s->acc + (size_t)ir * ncp + jr, ncp);
       }
       for (int i = 0; i < mc; ++i) {
         const int64_t row = (i0 + i) * p->n;
@@ -179,9 +184,9 @@ recap_status recap__gemm_run_host(const recap_op_call *call) {
   };
   recap_status st = RECAP_OK;
   if (!s.a_block || !s.b_panel || !s.acc) {
-    st = recap__error_context(RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY,
-                                         "no host memory for the GEMM's packing buffers"),
-                              "op '%s': ", call->def->name);
+    st = recap__error_context(
+        RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no host memory for the GEMM's packing buffers"),
+        "op '%s': ", call->def->name);
     goto done;
   }
   const size_t es = recap_dtype_size(p.dtype);

@@ -6,12 +6,11 @@
  * backends: the host loop (host.c) and the CUDA path (choose.c); all of them run the plan
  * (plan.c), which tells the two ops apart by the defs' `code` (recap__gemm_op).
  */
-#include "kernels/gemm/gemm.h"
-
 #include <math.h>
 #include <stddef.h>
 
 #include "kernels/cuda_ops.h"
+#include "kernels/gemm/gemm.h"
 #include "kernels/infer.h"
 #include "runtime/backend.h"
 
@@ -38,8 +37,8 @@ static const recap_attr_def linear_attrs[] = {
     {.name = NULL},
 };
 
-static recap_status check_matrix(const recap_op_call *call, int index, int64_t rows,
-                                 int64_t cols, int64_t rs, int64_t cs) {
+static recap_status check_matrix(const recap_op_call *call, int index, int64_t rows, int64_t cols,
+                                 int64_t rs, int64_t cs) {
   const recap_tensor *t = &call->inputs[index];
   for (int d = 0; d < t->ndim; ++d)
     if (t->strides[d] < 0)
@@ -63,10 +62,13 @@ static recap_status check_alpha_beta(recap_op_call *call) {
                          call->attrs.alpha, call->attrs.beta);
   bool has_c = call->num_inputs > 2;
   if (call->attrs.beta != 0 && !has_c)
-    return RECAP_OP_FAIL(call, "attribute 'beta' = %g needs input 'c' (out = alpha * a b + "
-                         "beta * c)", call->attrs.beta);
+    return RECAP_OP_FAIL(call,
+                         "attribute 'beta' = %g needs input 'c' (out = alpha * a b + "
+                         "beta * c)",
+                         call->attrs.beta);
   if (call->attrs.beta == 0 && has_c)
-    return RECAP_OP_FAIL(call, "input 'c' is given but attribute 'beta' is 0, so it would be "
+    return RECAP_OP_FAIL(call,
+                         "input 'c' is given but attribute 'beta' is 0, so it would be "
                          "ignored; set beta (1 adds c) or drop c");
   return RECAP_OK;
 }
@@ -84,8 +86,7 @@ static recap_status matmul_infer(recap_op_call *call) {
   const int64_t br = b->shape[b->ndim - 2], bc = b->shape[b->ndim - 1];
   const int64_t m = ta ? ac : ar, ka = ta ? ar : ac, kb = tb ? bc : br, n = tb ? br : bc;
   if (ka != kb)
-    return RECAP_OP_FAIL(call,
-                         "inner dimensions differ: a %s%s has K = %lld, b %s%s has K = %lld",
+    return RECAP_OP_FAIL(call, "inner dimensions differ: a %s%s has K = %lld, b %s%s has K = %lld",
                          recap__shape_label(a).s, ta ? " (trans_a)" : "", (long long)ka,
                          recap__shape_label(b).s, tb ? " (trans_b)" : "", (long long)kb);
   RECAP_TRY(check_matrix(call, 0, ar, ac, a->strides[a->ndim - 2], a->strides[a->ndim - 1]));

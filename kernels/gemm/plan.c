@@ -14,8 +14,8 @@
 
 /* ---- matrix layouts -------------------------------------------------------------------- */
 
-bool recap__gemm_operand_layout(int64_t rows, int64_t cols, int64_t rs, int64_t cs,
-                                bool *row_major, int64_t *ld) {
+bool recap__gemm_operand_layout(int64_t rows, int64_t cols, int64_t rs, int64_t cs, bool *row_major,
+                                int64_t *ld) {
   /* A dimension of size 1 never steps, so its stride is free: pick the one a BLAS accepts. */
   if ((cs == 1 || cols == 1) && (rows == 1 || rs >= cols)) {
     *row_major = true;
@@ -78,8 +78,7 @@ recap_status recap__gemm_plan_make(const recap_op_call *call, recap__gemm_plan *
   const recap_tensor *o = &call->outputs[0];
   /* The def's code says which op it is, so the plan needs no op definition (ops.c, above). */
   const recap__gemm_op op = (recap__gemm_op)call->def->code;
-  recap__gemm_plan p = {
-      .dtype = call->inputs[0].dtype, .batch = {1, 1}, .out = o->data, .op = op};
+  recap__gemm_plan p = {.dtype = call->inputs[0].dtype, .batch = {1, 1}, .out = o->data, .op = op};
   if (op == RECAP__GEMM_MATMUL) {
     const recap_tensor *a = &call->inputs[0], *b = &call->inputs[1];
     const int64_t as0 = a->strides[a->ndim - 2], as1 = a->strides[a->ndim - 1];
@@ -92,8 +91,8 @@ recap_status recap__gemm_plan_make(const recap_op_call *call, recap__gemm_plan *
     p.b_rs = call->attrs.trans_b ? bs1 : bs0;
     p.b_cs = call->attrs.trans_b ? bs0 : bs1;
     const int nb = o->ndim - 2;
-    if (nb > 2) return RECAP_OP_FAIL(call, "at most 2 batch dims (output %s)",
-                                     recap__shape_label(o).s);
+    if (nb > 2)
+      return RECAP_OP_FAIL(call, "at most 2 batch dims (output %s)", recap__shape_label(o).s);
     for (int d = 0; d < nb; ++d) p.batch[2 - nb + d] = o->shape[d];
     batch_strides(a, 2, o->shape, nb, p.a_bs);
     batch_strides(b, 2, o->shape, nb, p.b_bs);
@@ -116,9 +115,10 @@ recap_status recap__gemm_plan_make(const recap_op_call *call, recap__gemm_plan *
     p.bias = call->num_inputs > 2 ? call->inputs[2].data : NULL;
     p.residual = call->num_inputs > 3 ? call->inputs[3].data : NULL;
     if (p.residual && residual_overlaps_out(&call->inputs[3], o))
-      return RECAP_OP_FAIL(call, "input 'residual' shares memory with the output (only the "
-                                 "cuBLASLt path could read it before writing: give another "
-                                 "buffer)");
+      return RECAP_OP_FAIL(call,
+                           "input 'residual' shares memory with the output (only the "
+                           "cuBLASLt path could read it before writing: give another "
+                           "buffer)");
     p.alpha = 1.0f;
     p.act = call->attrs.act;
     /* The leading dims of x become rows when one stride steps through all of them (always
@@ -128,8 +128,10 @@ recap_status recap__gemm_plan_make(const recap_op_call *call, recap__gemm_plan *
     bool collapse = true;
     for (int d = lead - 1; d >= 0; --d) {
       if (x->shape[d] == 1) continue;
-      if (rows == 1) row_stride = x->strides[d];
-      else if (x->strides[d] != row_stride * rows) collapse = false;
+      if (rows == 1)
+        row_stride = x->strides[d];
+      else if (x->strides[d] != row_stride * rows)
+        collapse = false;
       rows *= x->shape[d];
     }
     if (collapse || lead < 2) {
@@ -150,7 +152,8 @@ recap_status recap__gemm_plan_make(const recap_op_call *call, recap__gemm_plan *
   int64_t ld;
   if (!recap__gemm_operand_layout(p.m, p.k, p.a_rs, p.a_cs, &row_major, &ld) ||
       !recap__gemm_operand_layout(p.k, p.n, p.b_rs, p.b_cs, &row_major, &ld))
-    return RECAP_OP_FAIL(call, "an operand's rows overlap or have no unit stride (copy it "
+    return RECAP_OP_FAIL(call,
+                         "an operand's rows overlap or have no unit stride (copy it "
                          "first)");
   merge_batch_levels(&p);
   *out = p;

@@ -8,7 +8,6 @@
 #include <string.h>
 
 #include "kernels/gemm/gemm.h"
-#include "kernels/gemm/tune.h"
 #include "runtime/env.h"
 #include "runtime/error.h"
 
@@ -92,8 +91,7 @@ const recap__gemm_env *recap__gemm_env_get(void) {
   return &env;
 }
 
-void recap__gemm_env_reload(void) {
+void recap__gemm_env_reread(void) {
   pthread_once(&env_once, read_env);
   read_env();
-  recap__gemm_tune_reset();
 }

@@ -17,8 +17,6 @@
  * count under a versions line equal to the process's own: a new cuBLASLt, CUDA runtime or
  * GPU makes the old measurements meaningless.
  */
-#include "kernels/gemm/tune.h"
-
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -29,6 +27,7 @@
 #include <unistd.h>
 
 #include "kernels/gemm/gemm.h"
+#include "kernels/gemm/tune.h"
 #include "runtime/error.h"
 #include "runtime/file.h"
 
@@ -47,11 +46,14 @@ bool recap__tune_key_equal(const recap__tune_key *a, const recap__tune_key *b) {
 
 int recap__tune_choice_values(int32_t kind) {
   switch (kind) {
-    case RECAP_TUNE_CAND_LT: return RECAP_TUNE_CONFIG_MAX;
-    case RECAP_TUNE_CAND_SKINNY: return 2;
+    case RECAP_TUNE_CAND_LT:
+      return RECAP_TUNE_CONFIG_MAX;
+    case RECAP_TUNE_CAND_SKINNY:
+      return 2;
     case RECAP_TUNE_CAND_HOPPER:
       return 1;
-    default: return 0;
+    default:
+      return 0;
   }
 }
 
@@ -78,8 +80,8 @@ bool recap__tune_entry_valid(const recap__tune_entry *e) {
   if (k->m < 1 || k->m > MAX_DIM || k->n < 1 || k->n > MAX_DIM || k->k < 1 || k->k > MAX_DIM ||
       k->batch < 1 || k->batch > INT32_MAX)
     return false;
-  if ((k->op != RECAP_TUNE_OP_MATMUL && k->op != RECAP_TUNE_OP_LINEAR) ||
-      !gemm_dtype(k->a_type) || !gemm_dtype(k->b_type) || !gemm_dtype(k->c_type) ||
+  if ((k->op != RECAP_TUNE_OP_MATMUL && k->op != RECAP_TUNE_OP_LINEAR) || !gemm_dtype(k->a_type) ||
+      !gemm_dtype(k->b_type) || !gemm_dtype(k->c_type) ||
       (k->compute != RECAP_TUNE_COMPUTE_F32 && k->compute != RECAP_TUNE_COMPUTE_TF32) ||
       (k->trans_a != 0 && k->trans_a != 1) || (k->trans_b != 0 && k->trans_b != 1) ||
       (k->bias != 0 && k->bias != 1) || k->act < RECAP_ACT_NONE || k->act > RECAP_ACT_TANH ||
@@ -90,8 +92,7 @@ bool recap__tune_entry_valid(const recap__tune_entry *e) {
     for (int i = 0; i < RECAP_TUNE_CONFIG_MAX; ++i)
       if (c->config[i] < 0) return false;
   } else if (c->kind == RECAP_TUNE_CAND_SKINNY) {
-    if (!power_of_two_upto(c->config[0], 16) || c->config[1] < 0 || c->config[1] > 3)
-      return false;
+    if (!power_of_two_upto(c->config[0], 16) || c->config[1] < 0 || c->config[1] > 3) return false;
   } else if (c->kind == RECAP_TUNE_CAND_HOPPER) {
     if (c->config[0] < 0 || c->config[0] >= RECAP_TUNE_HOPPER_CONFIGS) return false;
   } else {
@@ -124,7 +125,9 @@ void recap__tune_table_clear(recap__tune_table *table) {
   if (table) table->count = 0;
 }
 
-size_t recap__tune_table_count(const recap__tune_table *table) { return table ? table->count : 0; }
+size_t recap__tune_table_count(const recap__tune_table *table) {
+  return table ? table->count : 0;
+}
 
 static recap__tune_entry *find_mutable(const recap__tune_table *table, const recap__tune_key *key) {
   for (size_t i = 0; i < table->count; ++i)
@@ -144,17 +147,21 @@ const recap__tune_entry *recap__tune_table_at(const recap__tune_table *table, si
 recap_status recap__tune_table_put(recap__tune_table *table, const recap__tune_entry *entry) {
   RECAP_CHECK_ARG(table && entry);
   if (!recap__tune_entry_valid(entry))
-    return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "gemm tuning: an entry with fields out of "
-                      "range (m=%lld n=%lld k=%lld, choice kind %d)", (long long)entry->key.m,
-                      (long long)entry->key.n, (long long)entry->key.k, (int)entry->choice.kind);
+    return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
+                      "gemm tuning: an entry with fields out of "
+                      "range (m=%lld n=%lld k=%lld, choice kind %d)",
+                      (long long)entry->key.m, (long long)entry->key.n, (long long)entry->key.k,
+                      (int)entry->choice.kind);
   recap__tune_entry *same = find_mutable(table, &entry->key);
   if (same) {
     *same = *entry;
     return RECAP_OK;
   }
   if (table->count >= RECAP_TUNE_MAX_ENTRIES)
-    return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "gemm tuning: the table holds %d entries, "
-                      "the most a tuning file may", RECAP_TUNE_MAX_ENTRIES);
+    return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
+                      "gemm tuning: the table holds %d entries, "
+                      "the most a tuning file may",
+                      RECAP_TUNE_MAX_ENTRIES);
   if (table->count == table->capacity) {
     size_t cap = table->capacity ? table->capacity * 2 : 16;
     if (cap > RECAP_TUNE_MAX_ENTRIES) cap = RECAP_TUNE_MAX_ENTRIES;
@@ -169,17 +176,21 @@ recap_status recap__tune_table_put(recap__tune_table *table, const recap__tune_e
 
 /* ---- names in the file ----------------------------------------------------------------------- */
 
-static const char *const act_names[] = {"none", "relu", "gelu", "gelu_tanh", "silu", "sigmoid",
-                                        "tanh"};
+static const char *const act_names[] = {"none", "relu",    "gelu", "gelu_tanh",
+                                        "silu", "sigmoid", "tanh"};
 static const char *const op_names[] = {"matmul", "linear"};
 static const char *const compute_names[] = {"f32", "tf32"};
 
 static const char *dtype_text(int32_t t) {
   switch (t) {
-    case RECAP_DTYPE_F32: return "f32";
-    case RECAP_DTYPE_F16: return "f16";
-    case RECAP_DTYPE_BF16: return "bf16";
-    default: return "?";
+    case RECAP_DTYPE_F32:
+      return "f32";
+    case RECAP_DTYPE_F16:
+      return "f16";
+    case RECAP_DTYPE_BF16:
+      return "bf16";
+    default:
+      return "?";
   }
 }
 
@@ -206,8 +217,8 @@ bool recap__tune_format_entry(const recap__tune_entry *e, char *buf, size_t size
       "act=%s beta=%d align=%d choice=%s us=%.2f",
       op_names[k->op], dtype_text(k->a_type), dtype_text(k->b_type), dtype_text(k->c_type),
       compute_names[k->compute], k->trans_a ? 'T' : 'N', k->trans_b ? 'T' : 'N', (long long)k->m,
-      (long long)k->n, (long long)k->k, (long long)k->batch, k->bias, act_names[k->act],
-      k->has_c, k->align, choice, (double)e->us);
+      (long long)k->n, (long long)k->k, (long long)k->batch, k->bias, act_names[k->act], k->has_c,
+      k->align, choice, (double)e->us);
   return n >= 0 && (size_t)n < size && n < RECAP_TUNE_MAX_LINE;
 }
 
@@ -239,8 +250,8 @@ static recap_status write_all(int fd, const char *text, size_t n, const char *pa
     const ssize_t w = write(fd, text, n);
     if (w < 0 && errno == EINTR) continue;
     if (w <= 0)
-      return RECAP_FAIL(RECAP_STATUS_IO_ERROR, "gemm tuning: writing a temp file for %s: %s",
-                        path, strerror(errno));
+      return RECAP_FAIL(RECAP_STATUS_IO_ERROR, "gemm tuning: writing a temp file for %s: %s", path,
+                        strerror(errno));
     text += w;
     n -= (size_t)w;
   }
@@ -379,11 +390,14 @@ static bool parse_choice(const char *s, recap__tune_choice *out) {
   const char *colon = strchr(s, ':');
   if (!colon) return false;
   const size_t kind_len = (size_t)(colon - s);
-  if (kind_len == 2 && strncmp(s, "lt", 2) == 0) out->kind = RECAP_TUNE_CAND_LT;
-  else if (kind_len == 6 && strncmp(s, "skinny", 6) == 0) out->kind = RECAP_TUNE_CAND_SKINNY;
+  if (kind_len == 2 && strncmp(s, "lt", 2) == 0)
+    out->kind = RECAP_TUNE_CAND_LT;
+  else if (kind_len == 6 && strncmp(s, "skinny", 6) == 0)
+    out->kind = RECAP_TUNE_CAND_SKINNY;
   else if (kind_len == 6 && strncmp(s, "hopper", 6) == 0)
     out->kind = RECAP_TUNE_CAND_HOPPER;
-  else return false;
+  else
+    return false;
   const int want = recap__tune_choice_values(out->kind);
   const char *p = colon + 1;
   for (int i = 0; i < want; ++i) {
@@ -455,12 +469,13 @@ static bool parse_versions(parse_ctx *p, char **tokens, int count, recap__tune_v
     return false;
   }
   bool dup = false;
-  const char *lt = field(tokens, count, "cublaslt", &dup), *rt = field(tokens, count, "cudart", &dup),
+  const char *lt = field(tokens, count, "cublaslt", &dup),
+             *rt = field(tokens, count, "cudart", &dup),
              *dev = field(tokens, count, "device", &dup), *sms = field(tokens, count, "sms", &dup),
              *cc = field(tokens, count, "cc", &dup);
   int32_t ilt, irt, isms, icc;
-  if (dup || !lt || !rt || !dev || !sms || !cc || !parse_int32(lt, &ilt) || !parse_int32(rt, &irt) ||
-      !parse_int32(sms, &isms) || !parse_int32(cc, &icc) || !dev[0] ||
+  if (dup || !lt || !rt || !dev || !sms || !cc || !parse_int32(lt, &ilt) ||
+      !parse_int32(rt, &irt) || !parse_int32(sms, &isms) || !parse_int32(cc, &icc) || !dev[0] ||
       strlen(dev) >= RECAP_TUNE_DEVICE_NAME) {
     warn(p, "malformed versions line (want cublaslt=N cudart=N device=NAME sms=N cc=N)");
     return false;
@@ -483,9 +498,9 @@ static bool versions_equal(const recap__tune_versions *file, const recap__tune_v
 
 /* Parses a gemm line into *e; on failure warns with the reason and returns false. */
 static bool parse_entry(parse_ctx *p, char **tokens, int count, recap__tune_entry *e) {
-  static const char *const keys[] = {"op", "a", "b", "c", "compute", "ta", "tb", "m", "n",
-                                     "k", "batch", "bias", "act", "beta", "align", "choice",
-                                     "us"};
+  static const char *const keys[] = {"op",  "a",    "b",     "c",      "compute", "ta",
+                                     "tb",  "m",    "n",     "k",      "batch",   "bias",
+                                     "act", "beta", "align", "choice", "us"};
   enum { NKEYS = sizeof keys / sizeof keys[0] };
   const char *bad = unknown_field(tokens, count, keys, NKEYS);
   if (bad) {
@@ -510,14 +525,14 @@ static bool parse_entry(parse_ctx *p, char **tokens, int count, recap__tune_entr
   int64_t dims[4], bias, has_c, align;
   const int op = name_index(v[0], op_names, 2), compute = name_index(v[4], compute_names, 2),
             act = name_index(v[12], act_names, 7);
-  const bool ok =
-      op >= 0 && parse_dtype(v[1], &k->a_type) && parse_dtype(v[2], &k->b_type) &&
-      parse_dtype(v[3], &k->c_type) && compute >= 0 &&
-      (strcmp(v[5], "N") == 0 || strcmp(v[5], "T") == 0) &&
-      (strcmp(v[6], "N") == 0 || strcmp(v[6], "T") == 0) && parse_uint(v[7], MAX_DIM, &dims[0]) &&
-      parse_uint(v[8], MAX_DIM, &dims[1]) && parse_uint(v[9], MAX_DIM, &dims[2]) &&
-      parse_uint(v[10], INT32_MAX, &dims[3]) && parse_uint(v[11], 1, &bias) && act >= 0 &&
-      parse_uint(v[13], 1, &has_c) && parse_uint(v[14], 16, &align);
+  const bool ok = op >= 0 && parse_dtype(v[1], &k->a_type) && parse_dtype(v[2], &k->b_type) &&
+                  parse_dtype(v[3], &k->c_type) && compute >= 0 &&
+                  (strcmp(v[5], "N") == 0 || strcmp(v[5], "T") == 0) &&
+                  (strcmp(v[6], "N") == 0 || strcmp(v[6], "T") == 0) &&
+                  parse_uint(v[7], MAX_DIM, &dims[0]) && parse_uint(v[8], MAX_DIM, &dims[1]) &&
+                  parse_uint(v[9], MAX_DIM, &dims[2]) && parse_uint(v[10], INT32_MAX, &dims[3]) &&
+                  parse_uint(v[11], 1, &bias) && act >= 0 && parse_uint(v[13], 1, &has_c) &&
+                  parse_uint(v[14], 16, &align);
   if (!ok) {
     warn(p, "gemm entry: a field's value is malformed or out of range; entry ignored");
     return false;
@@ -636,9 +651,10 @@ recap_status recap__tune_parse(recap__tune_table *table, const char *text, size_
       } else if (versions_equal(&v, current)) {
         state = MATCHING;
       } else {
-        warn(&p, "entries below were measured with cublaslt=%d cudart=%d device=%.40s sms=%d "
-             "cc=%d; this process differs; they are ignored", v.cublaslt, v.cudart, v.device,
-             v.sms, v.cc);
+        warn(&p,
+             "entries below were measured with cublaslt=%d cudart=%d device=%.40s sms=%d "
+             "cc=%d; this process differs; they are ignored",
+             v.cublaslt, v.cudart, v.device, v.sms, v.cc);
         state = STALE;
       }
       continue;
@@ -664,15 +680,18 @@ recap_status recap__tune_parse(recap__tune_table *table, const char *text, size_
     }
     if (!recap__tune_table_find(table, &e.key) &&
         recap__tune_table_count(table) >= RECAP_TUNE_MAX_ENTRIES) {
-      if (!full_warned) warn(&p, "more than %d entries; the rest are ignored", RECAP_TUNE_MAX_ENTRIES);
+      if (!full_warned)
+        warn(&p, "more than %d entries; the rest are ignored", RECAP_TUNE_MAX_ENTRIES);
       full_warned = true;
       ++report->ignored;
       continue;
     }
     const recap_status st = recap__tune_table_put(table, &e);
     if (st == RECAP_STATUS_OUT_OF_MEMORY) return st;
-    if (st == RECAP_OK) ++report->loaded;
-    else ++report->ignored;
+    if (st == RECAP_OK)
+      ++report->loaded;
+    else
+      ++report->ignored;
   }
   if (!quiet && report->warnings > RECAP_TUNE_MAX_WARNINGS)
     fprintf(stderr, "recap: warning: %s: %zu more warnings not shown\n", p.name,
@@ -717,8 +736,10 @@ recap_status recap__tune_load(recap__tune_table *table, const char *path,
   recap_status st = RECAP_OK;
   if (read_failed) {
     if (!quiet)
-      fprintf(stderr, "recap: warning: %s: reading the GEMM tuning cache failed; starting "
-              "empty\n", path);
+      fprintf(stderr,
+              "recap: warning: %s: reading the GEMM tuning cache failed; starting "
+              "empty\n",
+              path);
     report->warnings = 1;
     goto done;
   }
@@ -787,5 +808,7 @@ void recap__gemm_tune_print_stats(FILE *out) {
 
 #if !RECAP_WITH_CUDA
 /* Without CUDA there are no choices to forget, only counters. */
-void recap__gemm_tune_reset(void) { recap__gemm_tune_stats_clear(); }
+void recap__gemm_tune_reset(void) {
+  recap__gemm_tune_stats_clear();
+}
 #endif
