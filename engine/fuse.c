@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "kernels/expr.h"
+#include "kernels/op_codes.h"
 #include "runtime/env.h"
 #include "runtime/error.h"
 #include "runtime/nvrtc.h"
@@ -28,25 +29,25 @@
 enum { NO_ACT = -1 };
 enum { MAX_NAME_BYTES = 160 };
 
-typedef enum { KIND_OTHER, KIND_UNARY, KIND_BINARY, KIND_EXPR } op_kind;
-
-static op_kind kind_of(const recap_op_def *def) {
-  static const char *const unary[] = {"relu", "gelu", "gelu_tanh", "silu", "sigmoid",
-                                      "tanh", "exp",  "neg",       "scale", "cast"};
-  static const char *const binary[] = {"add", "sub", "mul", "div"};
-  if (!def || !def->name || def->is_random || def->num_outputs != 1) return KIND_OTHER;
-  for (size_t i = 0; i < sizeof unary / sizeof unary[0]; ++i)
-    if (strcmp(def->name, unary[i]) == 0) return KIND_UNARY;
-  for (size_t i = 0; i < sizeof binary / sizeof binary[0]; ++i)
-    if (strcmp(def->name, binary[i]) == 0) return KIND_BINARY;
-  if (strcmp(def->name, "expr") == 0) return KIND_EXPR;
-  return KIND_OTHER;
+/* How an op joins a fused kernel: its contract's fuse_form (op.h), for a deterministic op
+ * with one output. */
+static recap__fuse_form form_of(const recap_op_def *def) {
+  if (!def || def->is_random || def->num_outputs != 1) return RECAP__FUSE_NONE;
+  return def->fuse_form;
 }
 
-/* The activation of a linear that the fused kernel should apply instead: those cuBLASLt has
- * no epilogue for, which kernels/gemm/epilogue.cu applies in a second pass. NO_ACT else. */
+/* Whether the op has an activation attribute, which it applies last, to its output. */
+static bool has_activation(const recap_op_def *def) {
+  for (const recap_attr_def *a = def ? def->attrs : NULL; a && a->name; ++a)
+    if (a->kind == RECAP_ATTR_ACTIVATION) return true;
+  return false;
+}
+
+/* The activation of an op (a linear) that the fused kernel should apply instead: those
+ * cuBLASLt has no epilogue for, which kernels/gemm/epilogue.cu applies in a second pass.
+ * NO_ACT else. */
 static int movable_activation(const recap__ir_op *op) {
-  if (!op->def || strcmp(op->def->name, "linear") != 0) return NO_ACT;
+  if (!has_activation(op->def)) return NO_ACT;
   switch (op->attrs.act) {
     case RECAP_ACT_GELU:
       return RECAP_EXPR_GELU;
@@ -133,8 +134,8 @@ static bool swallowable(const finder *f, int t, int v) {
 static int movable_into(const finder *f, int t, int v) {
   const recap__ir_tensor *x = &f->ir->tensors[t];
   int u = x->producer;
-  if (u < 0 || u >= v || f->reader[t] != v || x->role != RECAP_ROLE_INTERMEDIATE ||
-      x->is_output || x->alias_of >= 0 || f->ir->ops[u].stream != f->ir->ops[v].stream)
+  if (u < 0 || u >= v || f->reader[t] != v || x->role != RECAP_ROLE_INTERMEDIATE || x->is_output ||
+      x->alias_of >= 0 || f->ir->ops[u].stream != f->ir->ops[v].stream)
     return NO_ACT;
   return movable_activation(&f->ir->ops[u]);
 }
@@ -162,8 +163,8 @@ static recap_status scan(finder *f) {
     for (int i = 0; i < op->num_inputs + op->num_outputs; ++i) {
       int t = i < op->num_inputs ? op->inputs[i] : op->outputs[i - op->num_inputs];
       if (t < 0 || t >= f->nt) {
-        st = RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "op '%s' names tensor %d of %d", op->name,
-                        t, f->nt);
+        st = RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "op '%s' names tensor %d of %d", op->name, t,
+                        f->nt);
         break;
       }
       if (i < op->num_inputs) {
@@ -190,15 +191,15 @@ static recap_status scan(finder *f) {
 
 static bool decide_fusable(finder *f, int v) {
   const recap__ir_op *op = &f->ir->ops[v];
-  op_kind k = kind_of(op->def);
-  if (k == KIND_OTHER || op->num_outputs != 1) return false;
+  recap__fuse_form k = form_of(op->def);
+  if (k == RECAP__FUSE_NONE || op->num_outputs != 1) return false;
   for (int i = 0; i < op->num_inputs; ++i)
     if (f->hazard[op->inputs[i]]) return false;
   if (f->ir->tensors[op->outputs[0]].alias_of >= 0) return false;
-  if (k == KIND_EXPR)
+  if (k == RECAP__FUSE_PROGRAM)
     return expr_size(op->attrs.expr, &f->own_nodes[v], &f->levels[v]) &&
            recap__expr_num_inputs(op->attrs.expr) == op->num_inputs;
-  if (k == KIND_UNARY ? op->num_inputs != 1 : op->num_inputs != 2) return false;
+  if (k == RECAP__FUSE_UNARY ? op->num_inputs != 1 : op->num_inputs != 2) return false;
   f->own_nodes[v] = 1;
   f->levels[v] = 1;
   return true;
@@ -208,8 +209,8 @@ static bool decide_fusable(finder *f, int v) {
 static int fold_source(const finder *f, int v) {
   const recap__ir *ir = f->ir;
   const recap__ir_op *add = &ir->ops[v];
-  if (!add->def || strcmp(add->def->name, "add") != 0 || add->num_inputs != 2 ||
-      add->num_outputs != 1)
+  if (form_of(add->def) != RECAP__FUSE_BINARY || add->def->code != RECAP_BINARY_ADD ||
+      add->num_inputs != 2)
     return -1;
   const recap__ir_tensor *y = &ir->tensors[add->outputs[0]];
   if (y->alias_of >= 0) return -1;
@@ -221,7 +222,8 @@ static int fold_source(const finder *f, int v) {
         x->is_output || x->alias_of >= 0)
       continue;
     const recap__ir_op *lin = &ir->ops[u];
-    if (!lin->def || strcmp(lin->def->name, "linear") != 0 || lin->num_inputs != 3 ||
+    /* Every input but the residual (its last) given, and no activation in the way. */
+    if (!lin->def || !lin->def->folds_residual || lin->num_inputs != lin->def->max_inputs - 1 ||
         lin->num_outputs != 1 || lin->attrs.act != RECAP_ACT_NONE || lin->stream != add->stream)
       continue;
     /* No broadcast, in any bucket: the same shape here and the bucketed dim on the same
@@ -527,12 +529,12 @@ static recap__expr_node node_of(builder *b, int v) {
     int t = op->inputs[i], u = b->f->ir->tensors[t].producer;
     operand[i] = u >= 0 && b->f->parent[u] == v ? node_of(b, u) : leaf(b, t);
   }
-  switch (kind_of(op->def)) {
-    case KIND_UNARY:
+  switch (form_of(op->def)) {
+    case RECAP__FUSE_UNARY:
       return recap__expr_from_unary_code(b->p, op->def->code, operand[0], &op->attrs);
-    case KIND_BINARY:
+    case RECAP__FUSE_BINARY:
       return recap__expr_from_binary_code(b->p, op->def->code, operand[0], operand[1]);
-    case KIND_EXPR:
+    case RECAP__FUSE_PROGRAM:
       return inline_expr(b, op->attrs.expr, operand, op->num_inputs);
     default:
       return RECAP_EXPR_NONE;
@@ -613,8 +615,8 @@ static recap_status check_output(const recap__ir *ir, const recap__ir_op *op,
   char why[512];
   snprintf(why, sizeof why, "%s", st == RECAP_OK ? "its output differs" : recap_last_error());
   return RECAP_FAIL(RECAP_STATUS_INTERNAL,
-                    "fusion: the fused op for '%s' does not reproduce tensor '%s' (%s)",
-                    root_name, y->name, why);
+                    "fusion: the fused op for '%s' does not reproduce tensor '%s' (%s)", root_name,
+                    y->name, why);
 }
 
 /* Builds the fused op of the group rooted at v and checks it against the group's output. */
@@ -716,8 +718,7 @@ static void rewrite_free(rewrite *r) {
 static recap_status build_rewrite(const finder *f, rewrite *r) {
   const recap__ir *ir = f->ir;
   const recap_op_def *expr_def = recap__op_find("expr");
-  if (!expr_def)
-    return recap__error_context(RECAP_STATUS_INTERNAL, "fusion needs the expr op: ");
+  if (!expr_def) return recap__error_context(RECAP_STATUS_INTERNAL, "fusion needs the expr op: ");
   size_t no = (size_t)f->no + 1, nt = (size_t)f->nt + 1;
   walk w = {.ops = calloc(no, sizeof(int))};
   r->fused = calloc(no, sizeof *r->fused);

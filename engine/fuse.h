@@ -9,9 +9,10 @@
  *   if (recap__fuse_enabled(options.no_fusion)) RECAP_TRY(recap__fuse(ir));
  *   recap__plan_build(ir, &plan);
  *
- * What fuses. The elementwise ops (relu gelu gelu_tanh silu sigmoid tanh exp neg scale cast,
- * add sub mul div with broadcasting, and `expr` ops) form a group through their intermediate
- * tensors: op u's output is swallowed into its consumer v's group when
+ * What fuses. The elementwise ops, those whose op contract has a fuse_form (kernels/op.h: today
+ * relu gelu gelu_tanh silu sigmoid tanh exp neg scale cast, add sub mul div with broadcasting,
+ * and `expr` ops), form a group through their intermediate tensors: op u's output is swallowed
+ * into its consumer v's group when
  *   - the output is an intermediate (not a pipeline output, input, param, state or scalar, and
  *     not an alias) read by exactly one input slot, v's;
  *   - u and v run on the same stream;
@@ -44,9 +45,9 @@
  * precision.
  *
  * Residual adds. An `add` of a linear's output and another tensor (a skip connection) folds
- * into the linear as its residual input (kernels/gemm/gemm.h: out = x W^T + bias + residual, which
- * cuBLASLt computes as D = A B + C + bias with beta = 1, so the add costs no pass of its own)
- * when
+ * into the linear (an op whose contract says folds_residual) as its residual input
+ * (kernels/gemm/gemm.h: out = x W^T + bias + residual, which cuBLASLt computes as D = A B + C +
+ * bias with beta = 1, so the add costs no pass of its own) when
  *   - the linear has a bias and no activation (cuBLASLt adds C before its activation; a
  *     linear with an erf-gelu etc. hands that to its consumer's group instead, above);
  *   - its output is an intermediate read by the add alone (not an output, not an alias);

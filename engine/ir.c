@@ -11,7 +11,7 @@
  * K...). Which axes carry it is found by comparing two IRs at different values of the dim
  * (two buckets, or one probe when the dim has one value): an axis whose extent changes carries
  * it, through reshapes, permutes and broadcasts alike, with no per-op propagation rules. Only
- * which input axes an op reduces over is per op (reduced_axes below).
+ * which input axes an op reduces over is per op (its contract's reduced_axes, op.h).
  */
 #include "engine/ir.h"
 
@@ -30,36 +30,6 @@
 
 #define MAX_NUMEL ((int64_t)1 << 62)
 enum { MAX_LABEL_BYTES = 320 };
-
-/* Which (input, axis) pairs an op reduces or contracts over; axes < 0 count from the end.
- * Ops not listed reduce over nothing. */
-static int reduced_axes(const recap_op_def *def, const recap_op_attrs *a, int input[4],
-                        int axis[4]) {
-  const char *n = def->name;
-  if (!strcmp(n, "softmax") || !strcmp(n, "layernorm") || !strcmp(n, "rmsnorm") ||
-      !strcmp(n, "sum") || !strcmp(n, "mean")) {
-    input[0] = 0, axis[0] = -1;
-    return 1;
-  }
-  if (!strcmp(n, "linear")) {
-    input[0] = 0, axis[0] = -1; /* x's K */
-    input[1] = 1, axis[1] = -1; /* weight [N, K] */
-    return 2;
-  }
-  if (!strcmp(n, "matmul")) {
-    input[0] = 0, axis[0] = a->trans_a ? -2 : -1;
-    input[1] = 1, axis[1] = a->trans_b ? -1 : -2;
-    return 2;
-  }
-  if (!strcmp(n, "attention")) {
-    input[0] = 0, axis[0] = -1; /* q . k over head_dim */
-    input[1] = 1, axis[1] = -1;
-    input[2] = 1, axis[2] = -2; /* softmax over keys, weighted sum of values */
-    input[3] = 2, axis[3] = -2;
-    return 4;
-  }
-  return 0;
-}
 
 typedef struct {
   const recap__spec *spec;
@@ -496,7 +466,7 @@ recap_status recap__ir_mark_bucket_axes(recap__ir *ir, const recap__ir *other, r
     const recap__ir_op *op = &ir->ops[i];
     if (!op->def) continue;
     int input[4], axis[4];
-    int n = reduced_axes(op->def, &op->attrs, input, axis);
+    int n = op->def->reduced_axes ? op->def->reduced_axes(&op->attrs, input, axis) : 0;
     for (int k = 0; k < n; ++k) {
       if (input[k] >= op->num_inputs) continue;
       int idx = op->inputs[input[k]];

@@ -111,6 +111,22 @@ static recap_status attention_infer(recap_op_call *call) {
 
 /* Composed or fused is the CUDA half's choice (see attention.cu); the host reference is a
  * direct loop in double. */
+/* q . k over head_dim; the softmax over the keys and the weighted sum of the values. */
+static int attention_reduced_axes(const recap_op_attrs *attrs, int input[4], int axis[4]) {
+  (void)attrs;
+  input[0] = 0, axis[0] = -1;
+  input[1] = 1, axis[1] = -1;
+  input[2] = 1, axis[2] = -2;
+  input[3] = 2, axis[3] = -2;
+  return 4;
+}
+
+/* q k^T and the weighted sum of v: 2 Sk Dh multiply-adds each per query row and head. */
+static double attention_flops(const recap_op_call *call) {
+  const recap_tensor *out = &call->outputs[0], *k = &call->inputs[1];
+  return 4.0 * (double)recap__tensor_numel(out) * (double)k->shape[k->ndim - 2];
+}
+
 const recap_op_def recap__op_attention = {
     .name = "attention",
     .summary =
@@ -127,6 +143,8 @@ const recap_op_def recap__op_attention = {
     .dtype_mask = RECAP__DTYPES_FLOAT,
     .in_place_input = -1,
     .strided_output = true,
+    .reduced_axes = attention_reduced_axes,
+    .flops = attention_flops,
     .infer = attention_infer,
     .run_host = recap__host_attention,
     .launch_cuda = RECAP_CUDA_ENTRY(recap__cuda_attention),

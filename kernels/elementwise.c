@@ -66,6 +66,7 @@ static recap_status binary_infer(recap_op_call *call) {
       .name = #ident,                                             \
       .summary = op_summary,                                      \
       .code = op_code,                                            \
+      .fuse_form = RECAP__FUSE_UNARY,                             \
       .input_names = unary_inputs,                                \
       .min_inputs = 1,                                            \
       .max_inputs = 1,                                            \
@@ -99,6 +100,7 @@ UNARY_DEF(cast, RECAP_UNARY_CAST, "x converted to another float type (round to n
       .name = #ident,                                      \
       .summary = op_summary,                               \
       .code = op_code,                                     \
+      .fuse_form = RECAP__FUSE_BINARY,                     \
       .input_names = binary_inputs,                        \
       .min_inputs = 2,                                     \
       .max_inputs = 2,                                     \

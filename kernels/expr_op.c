@@ -65,6 +65,7 @@ static recap_status expr_run_host(const recap_op_call *call) {
  * rule above means the same dtype and shape. */
 const recap_op_def recap__op_expr = {
     .name = "expr",
+    .fuse_form = RECAP__FUSE_PROGRAM,
     .summary =
         "a custom elementwise function of 1 to 8 broadcasting inputs, from an expression "
         "(compiled for the GPU at load)",

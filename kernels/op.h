@@ -77,6 +77,16 @@ typedef enum {
   RECAP__COPY_CONTIGUOUS, /* the input as it is: an explicit copy, never planned as a view */
 } recap__copy_view;
 
+/* How the fusion pass may write an elementwise op into one generated kernel (kernels/expr.h):
+ * as the expression language's unary or binary function of the def's `code` (op_codes.h), or
+ * as the op's own program (attrs.expr). */
+typedef enum {
+  RECAP__FUSE_NONE = 0, /* never fused */
+  RECAP__FUSE_UNARY,
+  RECAP__FUSE_BINARY,
+  RECAP__FUSE_PROGRAM,
+} recap__fuse_form;
+
 typedef struct recap_op_def recap_op_def;
 
 /* One invocation: inputs, outputs, attributes, workspace. The launch functions receive it
@@ -154,6 +164,18 @@ struct recap_op_def {
    * wants, so that shape op copies nothing (docs/PLANNER.md, backward views). Set it only when
    * the host reference and the CUDA kernel both honour output strides. */
   bool strided_output;
+  /* Elementwise and fusable, and how (engine/fuse.h). */
+  recap__fuse_form fuse_form;
+  /* An `add` of output 0 and a tensor of its shape may run in the op's epilogue instead
+   * (out = op(...) + residual: linear's accumulate into C). */
+  bool folds_residual;
+  /* The (input, axis) pairs the op reduces or contracts over, at most 4 (axes < 0 count from
+   * the end); returns how many. NULL: none. The loader refuses such an axis that carries the
+   * bucketed dim: a bucket's padding rows would change the result. */
+  int (*reduced_axes)(const recap_op_attrs *attrs, int input[4], int axis[4]);
+  /* Floating-point operations of one call at its shapes, for work estimates (NULL: one per
+   * element of the larger of input 0 and output 0, as elementwise ops and reductions). */
+  double (*flops)(const recap_op_call *call);
   /* Validates inputs and attributes and fills outputs' dtype/ndim/shape/strides (contiguous).
    * Errors name the op and the offending input or attribute. Host-only code. */
   recap_status (*infer)(recap_op_call *call);

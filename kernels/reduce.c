@@ -79,6 +79,13 @@ static recap_status reduce_last_infer(recap_op_call *call) {
   return RECAP_OK;
 }
 
+/* Every op here reduces over the last dimension of its input x. */
+static int reduces_last_axis(const recap_op_attrs *attrs, int input[4], int axis[4]) {
+  (void)attrs;
+  input[0] = 0, axis[0] = -1;
+  return 1;
+}
+
 const recap_op_def recap__op_softmax = {
     .name = "softmax",
     .summary = "softmax over the last dimension, with optional scale and causal mask",
@@ -89,6 +96,7 @@ const recap_op_def recap__op_softmax = {
     .attrs = softmax_attrs,
     .dtype_mask = RECAP__DTYPES_FLOAT,
     .in_place_input = 0,
+    .reduced_axes = reduces_last_axis,
     .infer = softmax_infer,
     .run_host = recap__host_softmax,
     .launch_cuda = RECAP_CUDA_ENTRY(recap__cuda_softmax),
@@ -104,6 +112,7 @@ const recap_op_def recap__op_layernorm = {
     .attrs = layernorm_attrs,
     .dtype_mask = RECAP__DTYPES_FLOAT,
     .in_place_input = 0,
+    .reduced_axes = reduces_last_axis,
     .infer = norm_infer,
     .run_host = recap__host_layernorm,
     .launch_cuda = RECAP_CUDA_ENTRY(recap__cuda_layernorm),
@@ -119,6 +128,7 @@ const recap_op_def recap__op_rmsnorm = {
     .attrs = rmsnorm_attrs,
     .dtype_mask = RECAP__DTYPES_FLOAT,
     .in_place_input = 0,
+    .reduced_axes = reduces_last_axis,
     .infer = norm_infer,
     .run_host = recap__host_rmsnorm,
     .launch_cuda = RECAP_CUDA_ENTRY(recap__cuda_rmsnorm),
@@ -135,6 +145,7 @@ const recap_op_def recap__op_sum = {
     .attrs = no_attrs,
     .dtype_mask = RECAP__DTYPES_FLOAT,
     .in_place_input = -1,
+    .reduced_axes = reduces_last_axis,
     .infer = reduce_last_infer,
     .run_host = recap__host_reduce_last,
     .launch_cuda = RECAP_CUDA_ENTRY(recap__cuda_reduce_last),
@@ -151,6 +162,7 @@ const recap_op_def recap__op_mean = {
     .attrs = no_attrs,
     .dtype_mask = RECAP__DTYPES_FLOAT,
     .in_place_input = -1,
+    .reduced_axes = reduces_last_axis,
     .infer = reduce_last_infer,
     .run_host = recap__host_reduce_last,
     .launch_cuda = RECAP_CUDA_ENTRY(recap__cuda_reduce_last),

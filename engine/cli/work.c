@@ -1,7 +1,6 @@
 /* work.c: how much a pipeline computes per run, estimated from its IR, and the warning that
  * run and bench give before a host-backend run that would take very long. */
 #include <stdio.h>
-#include <string.h>
 
 #include "engine/cli/cli.h"
 #include "kernels/op.h"
@@ -13,6 +12,11 @@ static const double HOST_FLOPS_PER_S = 50e9, HOST_BYTES_PER_S = 3e9;
 /* Above this many estimated seconds for all runs, the CLI warns before it starts. */
 static const double HOST_WARN_SECONDS = 60;
 
+static void shape_of(const recap__ir_tensor *t, recap_tensor *out) {
+  *out = (recap_tensor){.dtype = t->dtype, .ndim = t->ndim};
+  for (int d = 0; d < t->ndim; d++) out->shape[d] = t->shape[d];
+}
+
 static double numel(const recap__ir_tensor *t) {
   double n = 1;
   for (int d = 0; d < t->ndim; d++) n *= (double)t->shape[d];
@@ -23,22 +27,23 @@ void cli_work_estimate(const recap__ir *ir, cli_work *out) {
   *out = (cli_work){0, 0};
   for (size_t o = 0; o < ir->num_ops; o++) {
     const recap__ir_op *op = &ir->ops[o];
-    const recap__ir_tensor *in0 = op->num_inputs > 0 ? &ir->tensors[op->inputs[0]] : NULL;
-    const recap__ir_tensor *out0 = &ir->tensors[op->outputs[0]];
-    const char *kind = op->def->name;
-    double flops = numel(out0);
-    if (in0 && numel(in0) > flops) flops = numel(in0); /* reductions read more than they write */
-    if (in0 && (!strcmp(kind, "linear") || !strcmp(kind, "matmul"))) {
-      /* A multiply and an add per element of the product's inner dimension. */
-      int64_t k = op->attrs.trans_a && !strcmp(kind, "matmul") ? in0->shape[in0->ndim - 2]
-                                                               : in0->shape[in0->ndim - 1];
-      flops = 2 * numel(out0) * (double)k;
-    } else if (!strcmp(kind, "attention") && op->num_inputs > 1) {
-      /* q k^T and the weighted sum of v: 2 Sk Dh each per query row and head. */
-      const recap__ir_tensor *k = &ir->tensors[op->inputs[1]];
-      flops = 4 * numel(out0) * (double)k->shape[k->ndim - 2];
+    /* The op's shapes as a call (no data): what its contract's flops reads. */
+    recap_op_call call = {.def = op->def,
+                          .num_inputs = op->num_inputs,
+                          .num_outputs = op->num_outputs,
+                          .attrs = op->attrs};
+    for (int i = 0; i < op->num_inputs; i++) shape_of(&ir->tensors[op->inputs[i]], &call.inputs[i]);
+    for (int i = 0; i < op->num_outputs; i++)
+      shape_of(&ir->tensors[op->outputs[i]], &call.outputs[i]);
+    if (op->def->flops) {
+      out->flops += op->def->flops(&call);
+    } else {
+      /* One per element; reductions read more than they write. */
+      double n = numel(&ir->tensors[op->outputs[0]]);
+      if (op->num_inputs > 0 && numel(&ir->tensors[op->inputs[0]]) > n)
+        n = numel(&ir->tensors[op->inputs[0]]);
+      out->flops += n;
     }
-    out->flops += flops;
     for (int i = 0; i < op->num_inputs; i++) out->bytes += (double)ir->tensors[op->inputs[i]].bytes;
     for (int i = 0; i < op->num_outputs; i++)
       out->bytes += (double)ir->tensors[op->outputs[i]].bytes;

@@ -194,6 +194,29 @@ recap_status recap__gemm_prepare(const recap_op_call *call, recap_stream *stream
 
 /* ---- the defs ---------------------------------------------------------------------------- */
 
+/* The inner dimension K: a multiply and an add per element of the product and step of K. */
+static double gemm_flops(const recap_op_call *call) {
+  const recap_tensor *a = &call->inputs[0];
+  bool trans_a = call->def->code == RECAP__GEMM_MATMUL && call->attrs.trans_a;
+  int64_t k = trans_a ? a->shape[a->ndim - 2] : a->shape[a->ndim - 1];
+  return 2.0 * (double)recap__tensor_numel(&call->outputs[0]) * (double)k;
+}
+
+/* K of both operands: a's (op(a)'s columns) and b's (op(b)'s rows). */
+static int matmul_reduced_axes(const recap_op_attrs *attrs, int input[4], int axis[4]) {
+  input[0] = 0, axis[0] = attrs->trans_a ? -2 : -1;
+  input[1] = 1, axis[1] = attrs->trans_b ? -1 : -2;
+  return 2;
+}
+
+/* K of x and of weight [N, K]. */
+static int linear_reduced_axes(const recap_op_attrs *attrs, int input[4], int axis[4]) {
+  (void)attrs;
+  input[0] = 0, axis[0] = -1;
+  input[1] = 1, axis[1] = -1;
+  return 2;
+}
+
 const recap_op_def recap__op_matmul = {
     .name = "matmul",
     .code = RECAP__GEMM_MATMUL,
@@ -205,6 +228,8 @@ const recap_op_def recap__op_matmul = {
     .attrs = matmul_attrs,
     .dtype_mask = RECAP__DTYPES_FLOAT,
     .in_place_input = 2,
+    .reduced_axes = matmul_reduced_axes,
+    .flops = gemm_flops,
     .infer = matmul_infer,
     .run_host = recap__gemm_run_host,
     .launch_cuda = RECAP_CUDA_ENTRY(recap__cuda_gemm),
@@ -222,6 +247,10 @@ const recap_op_def recap__op_linear = {
     .attrs = linear_attrs,
     .dtype_mask = RECAP__DTYPES_FLOAT,
     .in_place_input = -1,
+    /* Its last input, the residual, is what a folded add supplies (engine/fuse.h). */
+    .folds_residual = true,
+    .reduced_axes = linear_reduced_axes,
+    .flops = gemm_flops,
     .infer = linear_infer,
     .run_host = recap__gemm_run_host,
     .launch_cuda = RECAP_CUDA_ENTRY(recap__cuda_gemm),
