@@ -1,0 +1,348 @@
+/* spec_tensors.c: the `tensors:` mapping: roles, dtypes, shapes over dims, initializers and the
+ * files they name, resolved inside base_dir (spec_internal.h). */
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "engine/spec_internal.h"
+#include "kernels/expr.h"
+#include "kernels/infer.h"
+#include "runtime/error.h"
+#include "runtime/file.h"
+
+static const char *const role_names[] = {"input", "param", "state", "scalar", NULL};
+static const char *const init_names[] = {"zeros", "ones",  "normal", "uniform",
+                                         "file",  "value", NULL};
+static const recap_init_kind init_kinds[] = {RECAP_INIT_ZEROS,   RECAP_INIT_ONES, RECAP_INIT_NORMAL,
+                                             RECAP_INIT_UNIFORM, RECAP_INIT_FILE, RECAP_INIT_VALUE};
+
+int recap__spec_find_word(const char *const *words, const char *s) {
+  for (int i = 0; words[i]; ++i)
+    if (strcmp(words[i], s) == 0) return i;
+  return -1;
+}
+
+/* ---- file paths ------------------------------------------------------------------------ */
+
+/* Collapses "." and ".." and repeated '/' of an absolute path in place. */
+static void normalize_path(char *path) {
+  char *out = path;
+  const char *p = path;
+  while (*p) {
+    while (*p == '/') ++p;
+    const char *seg = p;
+    while (*p && *p != '/') ++p;
+    size_t n = (size_t)(p - seg);
+    if (n == 0 || (n == 1 && seg[0] == '.')) continue;
+    if (n == 2 && seg[0] == '.' && seg[1] == '.') {
+      while (out > path && *--out != '/') {
+      }
+      continue;
+    }
+    *out++ = '/';
+    memmove(out, seg, n);
+    out += n;
+  }
+  if (out == path) *out++ = '/';
+  *out = '\0';
+}
+
+static bool inside(const char *path, const char *base) {
+  size_t n = strlen(base);
+  if (n == 1 && base[0] == '/') return true;
+  return strncmp(path, base, n) == 0 && (path[n] == '/' || path[n] == '\0');
+}
+
+/* Resolves `path` against the spec's folder, checks it against base_dir and that it names a
+ * readable regular file. Returns a malloc'd absolute path, or NULL (error reported). */
+static char *resolve_file(loader *L, const recap__yaml_node *n, const char *path) {
+  const recap__spec *spec = L->spec;
+  char *dir = realpath(spec->dir, NULL);
+  if (!dir) {
+    ERR(L, n->pos, "cannot resolve the spec's folder '%s': %s", spec->dir, strerror(errno));
+    return NULL;
+  }
+  size_t len = strlen(dir) + strlen(path) + 2;
+  char *full = malloc(len);
+  if (!full) {
+    free(dir);
+    L->oom = true;
+    return NULL;
+  }
+  if (path[0] == '/')
+    snprintf(full, len, "%s", path);
+  else
+    snprintf(full, len, "%s/%s", dir, path);
+  free(dir);
+  normalize_path(full);
+
+  if (spec->options.base_dir) {
+    char *base = realpath(spec->options.base_dir, NULL);
+    if (!base) {
+      ERR(L, n->pos, "cannot resolve the base directory '%s': %s", spec->options.base_dir,
+          strerror(errno));
+      free(full);
+      return NULL;
+    }
+    bool ok = inside(full, base);
+    /* A symbolic link inside the base may still point outside it. */
+    char *real = ok ? realpath(full, NULL) : NULL;
+    if (ok && real) ok = inside(real, base);
+    free(real);
+    if (!ok) {
+      ERR(L, n->pos, "path '%.200s' escapes the base directory '%s'", path, base);
+      free(base);
+      free(full);
+      return NULL;
+    }
+    free(base);
+  }
+  struct stat st;
+  if (stat(full, &st) != 0) {
+    ERR(L, n->pos, "cannot read file '%.200s' (%s): %s", path, full, strerror(errno));
+    free(full);
+    return NULL;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ERR(L, n->pos, "file '%.200s' (%s) is not a regular file", path, full);
+    free(full);
+    return NULL;
+  }
+  return full;
+}
+
+/* ---- tensors --------------------------------------------------------------------------- */
+
+static void parse_tensor(loader *L, const recap__yaml_node *k, const recap__yaml_node *v,
+                         recap__spec_tensor *t) {
+  static const char *const keys[] = {"shape", "role", "dtype", "init", "mean", "std",
+                                     "low",   "high", "value", "path", "key",  NULL};
+  const recap__spec *spec = L->spec;
+  char what[MAX_NAME_BYTES + 32];
+  snprintf(what, sizeof what, "tensor '%s'", t->name);
+  t->pos = k->pos;
+  t->producer = -1;
+  t->dtype = spec->dtype;
+  if (!recap__spec_expect_kind(L, v, RECAP_YAML_MAPPING, what)) return;
+  recap__spec_check_keys(L, v, keys, what);
+  bool ok = true;
+
+  const recap__yaml_node *role = recap__spec_lookup(v, "role");
+  if (!role) {
+    ERR(L, v->pos, "%s needs a role (input, param, state or scalar)", what);
+    ok = false;
+  } else if (!recap__spec_is_scalar(role) || recap__spec_find_word(role_names, role->text) < 0) {
+    ERR(L, role->pos, "%s: role must be input, param, state or scalar, got %s%s%.64s%s", what,
+        recap__yaml_describe(role), recap__spec_is_scalar(role) ? " '" : "",
+        recap__spec_is_scalar(role) ? role->text : "", recap__spec_is_scalar(role) ? "'" : "");
+    ok = false;
+  } else {
+    static const recap_tensor_role roles[] = {RECAP_ROLE_INPUT, RECAP_ROLE_PARAM, RECAP_ROLE_STATE,
+                                              RECAP_ROLE_SCALAR};
+    t->role = roles[recap__spec_find_word(role_names, role->text)];
+  }
+  bool scalar = ok && t->role == RECAP_ROLE_SCALAR;
+  if (scalar) t->dtype = RECAP_DTYPE_I32;
+
+  const recap__yaml_node *dt = recap__spec_lookup(v, "dtype");
+  if (dt && !recap__spec_get_dtype(L, dt, what, false, &t->dtype)) ok = false;
+
+  const recap__yaml_node *shape = recap__spec_lookup(v, "shape");
+  int ndim = 0;
+  if (!shape) {
+    if (scalar) {
+      ndim = 1;
+      t->shape[0] = (recap__spec_size){.value = 1, .dim = -1, .pos = t->pos};
+    } else {
+      ERR(L, v->pos, "%s needs a shape (a list of 1 to %d sizes)", what, RECAP_MAX_DIMS);
+      ok = false;
+    }
+  } else if (!recap__spec_expect_kind(L, shape, RECAP_YAML_SEQUENCE, what)) {
+    ok = false;
+  } else if (shape->count < 1 || shape->count > RECAP_MAX_DIMS) {
+    ERR(L, shape->pos, "%s: a shape has 1 to %d sizes, got %zu", what, RECAP_MAX_DIMS,
+        shape->count);
+    ok = false;
+  } else {
+    for (size_t i = 0; i < shape->count; ++i)
+      if (!recap__spec_get_size(L, shape->items[i], what, 1, &t->shape[i])) ok = false;
+    ndim = (int)shape->count;
+    /* Persistent tensors are allocated once, for the largest bucket: a smaller bucket's
+     * tensor must be a prefix of it, so the bucketed dim may only lead. */
+    if (ok && role && (t->role == RECAP_ROLE_PARAM || t->role == RECAP_ROLE_STATE)) {
+      for (int i = 1; i < ndim; ++i)
+        if (t->shape[i].dim >= 0 && t->shape[i].dim == spec->bucket_dim) {
+          ERR(L, t->shape[i].pos,
+              "%s: the bucketed dim '%s' may only be the first axis of a "
+              "%s",
+              what, spec->dims[spec->bucket_dim].name, role->text);
+          ok = false;
+        }
+    }
+  }
+
+  /* init: the kind, then the keys that belong to it. */
+  recap__tensor_init *init = &t->init;
+  const recap__yaml_node *in = recap__spec_lookup(v, "init");
+  t->init_pos = in ? in->pos : t->pos;
+  if (in) {
+    int w = recap__spec_is_scalar(in) ? recap__spec_find_word(init_names, in->text) : -1;
+    if (w < 0) {
+      ERR(L, in->pos,
+          "%s: init must be zeros, ones, normal, uniform, file or value, got %s%s%.64s%s", what,
+          recap__yaml_describe(in), recap__spec_is_scalar(in) ? " '" : "",
+          recap__spec_is_scalar(in) ? in->text : "", recap__spec_is_scalar(in) ? "'" : "");
+      ok = false;
+    } else {
+      init->kind = init_kinds[w];
+    }
+  } else if (recap__spec_lookup(v, "path")) {
+    init->kind = RECAP_INIT_FILE;
+  } else if (recap__spec_lookup(v, "value")) {
+    init->kind = RECAP_INIT_VALUE;
+  } else if (role && ok) {
+    switch (t->role) {
+      case RECAP_ROLE_PARAM:
+        init->kind = RECAP_INIT_NORMAL;
+        break;
+      case RECAP_ROLE_INPUT:
+        /* Integer inputs are ids and positions: zero is valid for every one of them, and a
+         * normal draw is not an integer. */
+        init->kind = recap_dtype_is_float(t->dtype) ? RECAP_INIT_NORMAL : RECAP_INIT_ZEROS;
+        break;
+      case RECAP_ROLE_STATE:
+        init->kind = RECAP_INIT_ZEROS;
+        break;
+      default:
+        init->kind = RECAP_INIT_VALUE;
+        break;
+    }
+  }
+  init->std = t->role == RECAP_ROLE_PARAM ? 0.02 : 1.0;
+  init->high = 1.0;
+  /* The random fills draw floats; integer tensors take zeros, ones, value or a file. */
+  if ((init->kind == RECAP_INIT_NORMAL || init->kind == RECAP_INIT_UNIFORM) &&
+      !recap_dtype_is_float(t->dtype)) {
+    ERR(L, in ? in->pos : t->pos,
+        "%s: init %s needs a float dtype, not %s (integer tensors: zeros, ones, value or file)",
+        what, init->kind == RECAP_INIT_NORMAL ? "normal" : "uniform", recap_dtype_name(t->dtype));
+    ok = false;
+  }
+  static const struct {
+    const char *key;
+    recap_init_kind kind;
+  } owned[] = {{"mean", RECAP_INIT_NORMAL}, {"std", RECAP_INIT_NORMAL},
+               {"low", RECAP_INIT_UNIFORM}, {"high", RECAP_INIT_UNIFORM},
+               {"value", RECAP_INIT_VALUE}, {"path", RECAP_INIT_FILE},
+               {"key", RECAP_INIT_FILE}};
+  for (size_t i = 0; i < sizeof owned / sizeof owned[0]; ++i) {
+    const recap__yaml_node *kn = recap__spec_lookup_key(v, owned[i].key),
+                           *vn = recap__spec_lookup(v, owned[i].key);
+    if (!kn) continue;
+    if (init->kind != owned[i].kind) {
+      ERR(L, kn->pos, "%s: key '%s' belongs to init: %s", what, owned[i].key,
+          init_names[owned[i].kind - RECAP_INIT_ZEROS]);
+      ok = false;
+      continue;
+    }
+    double *slot = NULL;
+    if (!strcmp(owned[i].key, "mean")) slot = &init->mean;
+    if (!strcmp(owned[i].key, "std")) slot = &init->std;
+    if (!strcmp(owned[i].key, "low")) slot = &init->low;
+    if (!strcmp(owned[i].key, "high")) slot = &init->high;
+    if (!strcmp(owned[i].key, "value")) slot = &init->value;
+    if (slot) {
+      char key_what[MAX_NAME_BYTES + 48];
+      snprintf(key_what, sizeof key_what, "%s: %s", what, owned[i].key);
+      char why[128];
+      if (!recap__spec_get_float(L, vn, key_what, slot)) {
+        ok = false;
+      } else if (!isfinite(*slot)) {
+        ERR(L, vn->pos, "%s must be finite", key_what);
+        ok = false;
+      } else if ((slot == &init->value || recap_dtype_is_float(t->dtype)) &&
+                 !recap__value_fits_dtype(*slot, t->dtype, why, sizeof why)) {
+        /* Checked in the tensor's type, not in double: 1e10 is finite, its f16 is inf. */
+        ERR(L, vn->pos, "%s: %g %s", key_what, *slot, why);
+        ok = false;
+      }
+    }
+  }
+  if (init->kind == RECAP_INIT_NORMAL && init->std < 0) {
+    ERR(L, recap__spec_lookup(v, "std")->pos, "%s: std must be >= 0, got %g", what, init->std);
+    ok = false;
+  }
+  if (init->kind == RECAP_INIT_UNIFORM && !(init->low < init->high)) {
+    ERR(L, (recap__spec_lookup(v, "low") ? recap__spec_lookup(v, "low") : v)->pos,
+        "%s: uniform needs low < high, got low %g, high %g", what, init->low, init->high);
+    ok = false;
+  }
+  if (init->kind == RECAP_INIT_FILE) {
+    const recap__yaml_node *p = recap__spec_lookup(v, "path"), *key = recap__spec_lookup(v, "key");
+    const char *path = NULL, *key_text = NULL;
+    if (p) t->init_pos = p->pos;
+    if (!p) {
+      ERR(L, v->pos, "%s: init file needs a path", what);
+      ok = false;
+    } else if (recap__spec_get_string(L, p, what, &path)) {
+      if (!path[0]) {
+        ERR(L, p->pos, "%s: path is empty", what);
+        ok = false;
+      } else {
+        init->path = resolve_file(L, p, path);
+        if (!init->path) ok = false;
+      }
+    } else {
+      ok = false;
+    }
+    if (key && recap__spec_get_string(L, key, what, &key_text)) {
+      size_t n = path ? strlen(path) : 0;
+      if (n < 12 || strcmp(path + n - 12, ".safetensors") != 0) {
+        ERR(L, key->pos,
+            "%s: key names a tensor inside a .safetensors file; '%.200s' is a raw "
+            "file",
+            what, path ? path : "");
+        ok = false;
+      } else if (!(init->key = strdup(key_text))) {
+        L->oom = true;
+      }
+    } else if (key) {
+      ok = false;
+    }
+  }
+  if (ok) t->ndim = ndim;
+}
+
+void recap__spec_parse_tensors(loader *L, const recap__yaml_node *node) {
+  recap__spec *spec = L->spec;
+  if (!recap__spec_expect_kind(L, node, RECAP_YAML_MAPPING, "tensors")) return;
+  size_t max = spec->options.max_tensors;
+  if (node->count > max) {
+    ERR(L, node->pos, "the spec declares %zu tensors, more than the limit of %zu", node->count,
+        max);
+    return;
+  }
+  recap__spec_check_keys(L, node, NULL, "tensors");
+  for (size_t i = 0; i < node->count; ++i) {
+    const recap__yaml_node *k = node->keys[i];
+    recap__spec_tensor *t = &spec->tensors[spec->num_tensors];
+    if (!recap__spec_get_name(L, k, "tensor name", &t->name)) continue;
+    int previous;
+    if (!recap__names_put(&L->tensors, t->name, (int)spec->num_tensors, &previous)) {
+      L->oom = true;
+      return;
+    }
+    if (previous >= 0) continue; /* duplicate key: reported */
+    spec->num_tensors++;
+    parse_tensor(L, k, node->items[i], t);
+    if (L->oom) return;
+  }
+  spec->num_declared = spec->num_tensors;
+}
