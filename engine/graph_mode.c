@@ -151,7 +151,7 @@ static recap_status warmup_locked(recap_pipeline *p) {
     recap_status rs = recap_rng_set_state(p->device, &rng);
     if (st == RECAP_OK) st = rs;
   }
-  p->timings.warmup_ms += now_ms() - t0;
+  p->stats.warmup_ms += now_ms() - t0;
   return st;
 }
 
@@ -176,8 +176,8 @@ static recap_status capture_bucket(recap_pipeline *p, size_t b) {
   char *why = st != RECAP_OK ? strdup(recap_last_error()) : NULL;
   recap_status end = recap_graph_capture_end(g);
   pthread_rwlock_unlock(&warmup_lock);
-  p->timings.capture_ms += t1 - t0;
-  p->timings.instantiate_ms += now_ms() - t1;
+  p->stats.capture_ms += t1 - t0;
+  p->stats.instantiate_ms += now_ms() - t1;
   if (st != RECAP_OK) {
     if (why) recap__fail_plain(st, "%s", why);
     free(why);

@@ -86,7 +86,7 @@ static recap_status pipeline_new(recap__model *m, const recap_pipeline_options *
   if (bind_params) {
     double t0 = now_ms();
     RECAP_TRY_GOTO(st, recap__bind_params(m), fail);
-    p->timings.bind_ms += now_ms() - t0;
+    p->stats.bind_ms += now_ms() - t0;
   }
   double t0 = now_ms();
   p->graphs = calloc(m->num_buckets, sizeof *p->graphs);
@@ -101,7 +101,7 @@ static recap_status pipeline_new(recap__model *m, const recap_pipeline_options *
   for (size_t c = 0; c < m->num_buckets * p->num_ops; ++c)
     RECAP_TRY_GOTO(st, recap__expr_prepare_call(&p->calls[c], p->device), fail);
   RECAP_TRY_GOTO(st, recap__exec_synchronize(p), fail);
-  p->timings.bind_ms += now_ms() - t0;
+  p->stats.bind_ms += now_ms() - t0;
   *out = p;
   return RECAP_OK;
 fail:
@@ -124,7 +124,7 @@ recap_status recap__pipeline_create_model(recap__model *m, const recap_pipeline_
   /* The spec's seed drives its random ops, as torch.manual_seed at the top of a script. */
   if (m->has_random) RECAP_TRY(recap_rng_manual_seed(m->device, m->spec->seed));
   RECAP_TRY(pipeline_new(m, &o, true, out));
-  (*out)->timings.load_ms = m->load_ms;
+  (*out)->stats.load_ms = m->load_ms;
   return RECAP_OK;
 }
 

@@ -1,8 +1,8 @@
 /*
- * pipeline.h: what a recap_pipeline is made of (internal to the engine; the CLI reads it).
+ * pipeline.h: what a recap_pipeline is made of (internal to the engine).
  *
- * The public functions (include/recap.h, "Pipelines") live in pipeline.c; this header lets
- * the executor files and the CLI share the structure:
+ * The public functions (include/recap.h, "Pipelines") live in pipeline.c and pipeline_info.c;
+ * this header lets the executor files share the structure:
  *
  *   bind.c        params (once per model, shared by clones), the other external buffers, the
  *                 arena in the pipeline's private pool, every tensor's view per bucket.
@@ -11,15 +11,9 @@
  *   graph_mode.c  warmup, one graph per bucket (largest first, one pool), replay, rebind and
  *                 re-capture, the eager fallbacks and their counters.
  *
- * The CLI may read (never write) every field documented "read-only" below, between calls on
- * the same thread that uses the pipeline:
- *
- *   recap_pipeline *p;  recap_pipeline_create_file(path, &opts, &p);
- *   const recap__ir *ir = p->model->irs[p->model->num_buckets - 1];   // largest bucket
- *   cli_plan_format(ir, p->model->plan, &text);                       // cli/plan_text.h
- *   recap_pipeline_capture(p);
- *   printf("capture %.3f ms\n", p->timings.capture_ms);
- *   recap_graph_debug_dump(p->graphs[0], "g.dot");                    // after a capture
+ * Nothing outside the engine reads these fields: tools (the CLI) go through the public calls
+ * (recap_pipeline_info_get, recap_pipeline_tensor_info_get, recap_pipeline_stats_get,
+ * recap_pipeline_graph; pipeline_info.c).
  *
  * Ownership: a pipeline owns everything except its model, which is reference counted and
  * shared with its clones (recap__model_release when the last one goes), and a caller's
@@ -43,16 +37,6 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-/* Timings of the one-off work, in milliseconds of host wall-clock time (read-only). */
-typedef struct {
-  double load_ms;        /* spec load and check, IRs and plan (0 for a clone) */
-  double bind_ms;        /* allocations and param initialization, waited for (0 for a clone's
-                            params, which it shares) */
-  double warmup_ms;      /* the eager warmup runs before the captures, all buckets */
-  double capture_ms;     /* from capture begin to just before capture end, all buckets */
-  double instantiate_ms; /* capture end: instantiate or update, and upload, all buckets */
-} recap__pipeline_timings;
 
 struct recap_pipeline {
   recap__model *model; /* shared with clones (read-only) */
@@ -92,12 +76,11 @@ struct recap_pipeline {
   int32_t *rows_device;
   int32_t *rows_host;
 
-  recap_graph **graphs;            /* per bucket; NULL entries until captured (read-only) */
-  bool captured;                   /* every bucket has a graph */
-  bool graphs_failed;              /* a capture failed: graph mode is off, runs are eager */
-  int recaptures;                  /* re-captures after rebinds so far */
-  recap_pipeline_stats stats;      /* counters (read with recap_pipeline_stats_get) */
-  recap__pipeline_timings timings; /* (read-only) */
+  recap_graph **graphs;       /* per bucket; NULL entries until captured (read-only) */
+  bool captured;              /* every bucket has a graph */
+  bool graphs_failed;         /* a capture failed: graph mode is off, runs are eager */
+  int recaptures;             /* re-captures after rebinds so far */
+  recap_pipeline_stats stats; /* counters and setup times (read with recap_pipeline_stats_get) */
 };
 
 /* ---- bind.c ---- */

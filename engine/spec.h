@@ -40,24 +40,8 @@
 extern "C" {
 #endif
 
-typedef enum {
-  RECAP_ROLE_INPUT,        /* bound by the caller; a static buffer */
-  RECAP_ROLE_PARAM,        /* allocated and initialized once; shareable between instances */
-  RECAP_ROLE_STATE,        /* persistent across replays, updated in place (a KV cache) */
-  RECAP_ROLE_SCALAR,       /* a device-resident value kernels read (a position, a length) */
-  RECAP_ROLE_INTERMEDIATE, /* produced by an op; planned into the arena */
-} recap_tensor_role;
-
-typedef enum {
-  RECAP_INIT_NONE,
-  RECAP_INIT_ZEROS,
-  RECAP_INIT_ONES,
-  RECAP_INIT_NORMAL,  /* mean, std */
-  RECAP_INIT_UNIFORM, /* low, high */
-  RECAP_INIT_FILE,    /* raw little-endian, or .safetensors (path, key) */
-  RECAP_INIT_VALUE,   /* every element = value (a scalar's default, value 0) */
-} recap_init_kind;
-
+/* A tensor's init as the spec writes it, owning its strings (recap_tensor_role and
+ * recap_init_kind are public: recap_pipeline_tensor_info_get reports them). */
 typedef struct {
   recap_init_kind kind;
   double mean, std, low, high, value;

@@ -581,6 +581,23 @@ RECAP_API recap_status recap_host_record_stream(void *ptr, recap_stream *stream)
 RECAP_API recap_status recap_host_empty_cache(void);
 RECAP_API recap_status recap_host_memory_stats_get(recap_host_memory_stats *out);
 
+/* Copies `bytes` bytes from src to dst in `stream`'s order (stream may not be NULL). Each
+ * pointer is memory of the stream's device (recap_malloc, a pipeline's tensors) or host
+ * memory; the direction follows from the addresses (unified addressing: cudaMemcpyDefault).
+ * bytes 0 does nothing; overlapping ranges are RECAP_STATUS_INVALID_ARGUMENT (CUDA leaves
+ * them undefined). The call returns once the copy is queued: keep both buffers alive, the
+ * source unchanged and the destination unread, until the stream passes the copy (a
+ * synchronize, an event, or recap_host_record_stream before recap_host_free). Host memory
+ * from recap_host_malloc is page-locked when a CUDA device is present, which makes the copy a
+ * true asynchronous DMA. With pageable memory CUDA stages the data: a copy to pageable memory
+ * returns when it is done, and one from it may return once the source is staged; the host
+ * backend makes every copy before returning. Code that runs on both relies on neither.
+ * On a capturing stream the copy is recorded, not made (on both backends): each replay copies
+ * what the source holds at that point of the replay, so the buffers must outlive the graph.
+ * A stream whose capture was invalidated refuses it with RECAP_STATUS_CAPTURE_INVALIDATED. */
+RECAP_API recap_status recap_memcpy_async(void *dst, const void *src, size_t bytes,
+                                          recap_stream *stream);
+
 /* ------------------------------------------------------------------------------------------
  * Graphs: capture any stream work into a CUDA graph and replay it (torch.cuda.CUDAGraph).
  *
@@ -705,6 +722,51 @@ typedef enum {
   RECAP_OVERSIZE_FAIL = 1,  /* ... or fails with RECAP_STATUS_INVALID_ARGUMENT */
 } recap_oversize_policy;
 
+/* What a spec tensor is for (specs/README.md, "tensors"). Outputs are not a role: an output is
+ * an intermediate or a state listed in `outputs:` (recap_tensor_info.is_output). */
+typedef enum {
+  RECAP_ROLE_INPUT,        /* bound by the caller; a static buffer */
+  RECAP_ROLE_PARAM,        /* allocated and initialized once; shared between clones */
+  RECAP_ROLE_STATE,        /* persistent across replays, updated in place (a KV cache) */
+  RECAP_ROLE_SCALAR,       /* a device-resident value kernels read (a position, a length) */
+  RECAP_ROLE_INTERMEDIATE, /* produced by an op; planned into the arena */
+} recap_tensor_role;
+
+/* How a tensor starts out (the spec's `init:`). */
+typedef enum {
+  RECAP_INIT_NONE, /* none given (op outputs); an external tensor without one starts zeroed */
+  RECAP_INIT_ZEROS,
+  RECAP_INIT_ONES,
+  RECAP_INIT_NORMAL,  /* mean, std */
+  RECAP_INIT_UNIFORM, /* low, high */
+  RECAP_INIT_FILE,    /* raw little-endian, or .safetensors (path, key) */
+  RECAP_INIT_VALUE,   /* every element = value (a scalar's default, value 0) */
+} recap_init_kind;
+
+typedef struct {
+  recap_init_kind kind;
+  double mean, std, low, high, value; /* read only those the kind names above */
+  const char *path; /* RECAP_INIT_FILE: resolved against the spec's folder; else NULL */
+  const char *key;  /* a .safetensors file's tensor name, when the spec gives one; else NULL */
+} recap_tensor_init;
+
+/* One tensor of a pipeline as recap_pipeline_tensor_info_get describes it. Strings are owned by
+ * the pipeline (shared with its clones) and live until the last of them is destroyed. */
+typedef struct {
+  const char *name;
+  recap_tensor_role role;
+  int is_output; /* listed in the spec's outputs (recap_pipeline_copy_out reads it) */
+  recap_dtype dtype;
+  int ndim;
+  int64_t shape[RECAP_MAX_DIMS]; /* the largest bucket's */
+  size_t bytes;                  /* the largest bucket's */
+  /* The axis carrying the bucketed dim (its padding rows live there), -1 for none. Its extent
+   * is a multiple of the bucket value (a reshape may fold the batch into a wider axis): a run
+   * with `rows` real rows uses shape[bucket_axis] / largest bucket value * rows of it. */
+  int bucket_axis;
+  recap_tensor_init init;
+} recap_tensor_info;
+
 /* All zero = defaults. */
 typedef struct {
   int override_device; /* nonzero: use `device` instead of the spec's */
@@ -745,7 +807,32 @@ typedef struct {
   size_t num_buckets;
   size_t num_ops;
   uint64_t capture_failures; /* captures that failed: the pipeline then runs eagerly */
+  /* Host wall-clock milliseconds of the one-off work, summed over every bucket: */
+  double load_ms;        /* spec load and check, IRs, fusion and plan (0 for a clone) */
+  double bind_ms;        /* allocations and initialization, waited for (a clone's params are
+                            its source's, so they are not counted again) */
+  double warmup_ms;      /* the eager warmup runs before the captures */
+  double capture_ms;     /* from capture begin to just before capture end */
+  double instantiate_ms; /* capture end: instantiate or update, and upload */
 } recap_pipeline_stats;
+
+/* What a pipeline is, for tools that print or size it. Strings and bucket_values are owned by
+ * the pipeline (shared with its clones) and live until the last of them is destroyed. */
+typedef struct {
+  const char *name; /* the spec's name: (or the file name without .yaml) */
+  recap_device device;
+  recap_run_mode mode; /* after the options and RECAP_DISABLE_GRAPHS; a failed capture makes
+                          runs eager without changing it (stats' capture_failures says so) */
+  size_t num_buckets;  /* 1 for a spec without buckets */
+  const int64_t *bucket_values; /* num_buckets values, ascending; {0} without buckets */
+  const char *bucket_dim;       /* the bucketed dim's name; NULL without buckets */
+  size_t launches;              /* kernel launches of one eager run (views launch nothing); a replay
+                                   is one graph launch */
+  size_t num_ops;               /* ops after fusion */
+  size_t fused_ops;   /* spec ops the fusion pass replaced by fused ops (0: none, or off) */
+  int draws_random;   /* some op draws random numbers: runs differ from one another */
+  size_t num_tensors; /* indices for recap_pipeline_tensor_info_get */
+} recap_pipeline_info;
 
 /* Loads, checks, plans and binds a spec (params are initialized; nothing is captured yet:
  * the first graph-mode run, or recap_pipeline_capture, does that). Spec errors return
@@ -814,6 +901,18 @@ RECAP_API recap_status recap_pipeline_rebind(recap_pipeline *pipeline, const cha
                                              void *device_memory);
 RECAP_API recap_status recap_pipeline_stats_get(recap_pipeline *pipeline,
                                                 recap_pipeline_stats *out);
+RECAP_API recap_status recap_pipeline_info_get(recap_pipeline *pipeline, recap_pipeline_info *out);
+/* Tensor `index` (0 to info.num_tensors - 1: declared tensors in spec order, then op outputs;
+ * fused intermediates are gone) as the largest bucket has it. RECAP_STATUS_INVALID_ARGUMENT
+ * for an index out of range. */
+RECAP_API recap_status recap_pipeline_tensor_info_get(recap_pipeline *pipeline, size_t index,
+                                                      recap_tensor_info *out);
+/* The graph captured for bucket `bucket` (an index into info.bucket_values), for
+ * recap_graph_info_get and recap_graph_debug_dump; *out = NULL while it has none (eager mode,
+ * not captured yet, or graphs turned off by a failure). Valid until the next call on the
+ * pipeline. RECAP_STATUS_INVALID_ARGUMENT for a bucket out of range. */
+RECAP_API recap_status recap_pipeline_graph(recap_pipeline *pipeline, size_t bucket,
+                                            const recap_graph **out);
 /* The pipeline's stream (its own, or the one given in the options). */
 RECAP_API recap_stream *recap_pipeline_stream(recap_pipeline *pipeline);
 

@@ -1,7 +1,8 @@
 /*
  * graph_test.c: the graph API (capture any stream work with a private pool, replay), run on
  * the host backend in CI and on CUDA where a GPU is present. The work is backend-neutral:
- * fills, copies and random draws, so one body serves both backends.
+ * fills, copies (recap_memcpy_async, tested here too) and random draws, so one body serves
+ * both backends.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,13 +32,15 @@ static int done(void) {
   return st != RECAP_OK;
 }
 
-static const recap__backend *backend(void) { return recap__backend_get(device.backend); }
+static const recap__backend *backend(void) {
+  return recap__backend_get(device.backend);
+}
 
 /* Copies n bytes of device memory to a fresh host buffer (caller frees). */
 static unsigned char *download(const void *src, size_t n) {
   unsigned char *host = malloc(n);
   CU_ASSERT_PTR_NOT_NULL_FATAL(host);
-  CHECK_OK(backend()->memcpy_async(host, src, n, stream));
+  CHECK_OK(recap_memcpy_async(host, src, n, stream));
   CHECK_OK(recap_stream_synchronize(stream));
   return host;
 }
@@ -49,10 +52,10 @@ static void submit_work(void *out, void *out2, size_t n, int value, void **tmp_a
   void *tmp = NULL, *tmp2 = NULL;
   CHECK_OK(recap_malloc(device, n, stream, &tmp));
   CHECK_OK(backend()->memset_async(tmp, value, n, stream));
-  CHECK_OK(backend()->memcpy_async(out, tmp, n, stream));
+  CHECK_OK(recap_memcpy_async(out, tmp, n, stream));
   CHECK_OK(recap_malloc(device, n, stream, &tmp2));
   CHECK_OK(backend()->memset_async(tmp2, value + 1, n, stream));
-  CHECK_OK(backend()->memcpy_async(out2, tmp2, n, stream));
+  CHECK_OK(recap_memcpy_async(out2, tmp2, n, stream));
   if (tmp_addr) tmp_addr[0] = tmp, tmp_addr[1] = tmp2;
   CHECK_OK(recap_free(tmp));
   CHECK_OK(recap_free(tmp2));
@@ -186,6 +189,8 @@ static void test_illegal_call_discards_capture_and_next_capture_works(void) {
   CHECK_OK(recap_graph_capture_begin(g, stream, NULL, RECAP_CAPTURE_MODE_GLOBAL));
   CHECK_OK(backend()->memset_async(out, 1, n, stream));
   CHECK_STATUS(recap_stream_synchronize(stream), RECAP_STATUS_ILLEGAL_DURING_CAPTURE);
+  /* Until the capture ends, the stream refuses work (a copy here), as CUDA does. */
+  CHECK_STATUS(recap_memcpy_async(out2, out, n, stream), RECAP_STATUS_CAPTURE_INVALIDATED);
   CHECK_STATUS(recap_graph_capture_end(g), RECAP_STATUS_CAPTURE_INVALIDATED);
   CHECK_ERROR_MENTIONS("discarded");
   CU_ASSERT_FALSE(recap_stream_is_capturing(stream));
@@ -213,8 +218,7 @@ static void test_out_of_memory_inside_capture_fails_cleanly(void) {
   CHECK_OK(recap_graph_capture_begin(g, stream, NULL, RECAP_CAPTURE_MODE_GLOBAL));
   void *huge = NULL;
   /* Twice the device's capacity: the pool cannot grow that far. */
-  CHECK_STATUS(recap_malloc(device, total_bytes * 2, stream, &huge),
-               RECAP_STATUS_OUT_OF_MEMORY);
+  CHECK_STATUS(recap_malloc(device, total_bytes * 2, stream, &huge), RECAP_STATUS_OUT_OF_MEMORY);
   CU_ASSERT_PTR_NULL(huge);
   CHECK_ERROR_MENTIONS("tried to allocate");
   /* The capture survived the refusal: a small allocation still works and the graph ends. */
@@ -329,7 +333,7 @@ static void test_side_stream_joined_by_event_is_captured_and_pooled(void) {
   CHECK_OK(recap_pool_stats_get(device, pool, &ps));
   CU_ASSERT(ps.allocated_bytes >= n); /* the side stream's block came from the pool */
   CHECK_OK(backend()->memset_async(tmp, 77, n, side));
-  CHECK_OK(backend()->memcpy_async(out2, tmp, n, side));
+  CHECK_OK(recap_memcpy_async(out2, tmp, n, side));
   CHECK_OK(backend()->memset_async(out, 66, n, stream));
   CHECK_OK(recap_stream_wait_stream(stream, side)); /* join */
   CHECK_OK(recap_free(tmp));
@@ -382,6 +386,79 @@ static void test_misuse_is_rejected_with_a_reason(void) {
   CHECK_OK(recap_graph_destroy(NULL));
 }
 
+/* recap_memcpy_async moves data host -> device -> device -> host in stream order; the host
+ * buffers come from recap_host_malloc (pinned where CUDA is), as the header recommends. */
+static void test_memcpy_async_copies_in_stream_order(void) {
+  enum { N = 4096 };
+  unsigned char *in = NULL, *out = NULL;
+  void *a = NULL, *b = NULL;
+  CHECK_OK(recap_host_malloc(N, (void **)&in));
+  CHECK_OK(recap_host_malloc(N, (void **)&out));
+  CHECK_OK(recap_malloc(device, N, stream, &a));
+  CHECK_OK(recap_malloc(device, N, stream, &b));
+  for (int i = 0; i < N; i++) in[i] = (unsigned char)(i * 7 + 3);
+  memset(out, 0, N);
+  CHECK_OK(recap_memcpy_async(a, in, N, stream));
+  CHECK_OK(recap_memcpy_async(b, a, N, stream));
+  CHECK_OK(recap_memcpy_async(out, b, N, stream));
+  CHECK_OK(recap_stream_synchronize(stream));
+  CU_ASSERT_EQUAL(memcmp(in, out, N), 0);
+  /* Nothing to copy is a no-op, whatever the pointers. */
+  CHECK_OK(recap_memcpy_async(NULL, NULL, 0, stream));
+  CHECK_OK(recap_host_free(out));
+  CHECK_OK(recap_host_free(in));
+  CHECK_OK(recap_free(b));
+  CHECK_OK(recap_free(a));
+}
+
+static void test_memcpy_async_misuse_is_rejected(void) {
+  enum { N = 256 };
+  void *a = NULL;
+  unsigned char host[N] = {0};
+  CHECK_OK(recap_malloc(device, N, stream, &a));
+  CHECK_STATUS(recap_memcpy_async(a, host, N, NULL), RECAP_STATUS_INVALID_ARGUMENT);
+  CHECK_STATUS(recap_memcpy_async(NULL, host, N, stream), RECAP_STATUS_INVALID_ARGUMENT);
+  CHECK_STATUS(recap_memcpy_async(a, NULL, N, stream), RECAP_STATUS_INVALID_ARGUMENT);
+  /* Overlap is refused on both backends (CUDA would leave it undefined). */
+  CHECK_STATUS(recap_memcpy_async((char *)a + 8, a, 64, stream), RECAP_STATUS_INVALID_ARGUMENT);
+  CHECK_ERROR_MENTIONS("overlap");
+  CHECK_STATUS(recap_memcpy_async(a, a, 64, stream), RECAP_STATUS_INVALID_ARGUMENT);
+  /* Adjacent ranges do not overlap. */
+  CHECK_OK(recap_memcpy_async((char *)a + 64, a, 64, stream));
+  CHECK_OK(recap_stream_synchronize(stream));
+  CHECK_OK(recap_free(a));
+}
+
+/* Captured, a copy is recorded and made by every replay, reading the source as it is then:
+ * the host backend defers it exactly as CUDA's graph does. */
+static void test_memcpy_async_in_capture_copies_at_each_replay(void) {
+  enum { N = 1024 };
+  unsigned char *host = NULL;
+  void *src = NULL; /* and dst after it: one block */
+  CHECK_OK(recap_host_malloc(N, (void **)&host));
+  CHECK_OK(recap_malloc(device, 2 * N, stream, &src));
+  char *dst = (char *)src + N;
+  CHECK_OK(backend()->memset_async(src, 5, N, stream));
+  CHECK_OK(backend()->memset_async(dst, 0, N, stream));
+  recap_graph *g;
+  CHECK_OK(recap_graph_create(&g));
+  CHECK_OK(recap_graph_capture_begin(g, stream, NULL, RECAP_CAPTURE_MODE_THREAD_LOCAL));
+  CHECK_OK(recap_memcpy_async(dst, src, N, stream));
+  CHECK_OK(recap_graph_capture_end(g));
+  unsigned char *h = download(dst, N);
+  CU_ASSERT(all_bytes_equal(h, N, 0)); /* recorded, not made */
+  free(h);
+  memset(host, 9, N);
+  CHECK_OK(recap_memcpy_async(src, host, N, stream));
+  CHECK_OK(recap_graph_replay(g, stream));
+  h = download(dst, N);
+  CU_ASSERT(all_bytes_equal(h, N, 9)); /* the source as the replay found it */
+  free(h);
+  CHECK_OK(recap_graph_destroy(g));
+  CHECK_OK(recap_host_free(host));
+  CHECK_OK(recap_free(src));
+}
+
 static void add_cases(CU_pSuite s) {
   CU_ADD_TEST(s, test_replay_reproduces_eager_results_with_stable_pool_memory);
   CU_ADD_TEST(s, test_graphs_sharing_a_pool_reserve_less_than_separate_pools);
@@ -391,6 +468,9 @@ static void add_cases(CU_pSuite s) {
   CU_ADD_TEST(s, test_recapture_updates_the_executable_in_place);
   CU_ADD_TEST(s, test_side_stream_joined_by_event_is_captured_and_pooled);
   CU_ADD_TEST(s, test_misuse_is_rejected_with_a_reason);
+  CU_ADD_TEST(s, test_memcpy_async_copies_in_stream_order);
+  CU_ADD_TEST(s, test_memcpy_async_misuse_is_rejected);
+  CU_ADD_TEST(s, test_memcpy_async_in_capture_copies_at_each_replay);
 }
 
 int main(void) {

@@ -84,16 +84,16 @@ static int parse_args(int argc, char **argv, bench_args *a) {
 }
 
 /* Bytes of one rotation set: every param, input, state and scalar (largest bucket). */
-static size_t rotation_set_bytes(const recap_pipeline *p) {
-  const recap__ir *ir = p->model->irs[p->model->num_buckets - 1];
+static recap_status rotation_set_bytes(recap_pipeline *p, size_t num_tensors, size_t *out) {
   size_t bytes = 0;
-  for (size_t t = 0; t < ir->num_tensors; t++) {
-    recap_tensor_role r = ir->tensors[t].role;
-    if (r == RECAP_ROLE_PARAM || r == RECAP_ROLE_INPUT || r == RECAP_ROLE_STATE ||
-        r == RECAP_ROLE_SCALAR)
-      bytes += (size_t)ir->tensors[t].bytes;
+  for (size_t t = 0; t < num_tensors; t++) {
+    recap_tensor_info x;
+    recap_status st = recap_pipeline_tensor_info_get(p, t, &x);
+    if (st != RECAP_OK) return st;
+    if (x.role != RECAP_ROLE_INTERMEDIATE) bytes += x.bytes;
   }
-  return bytes;
+  *out = bytes;
+  return RECAP_OK;
 }
 
 /* --rotate's K: the number given, or auto's rule above (1 without the flag). */
@@ -125,8 +125,9 @@ static recap_status measure(recap_pipeline **ps, int k, int64_t batch, int warmu
     st = cli_time_runs(ps[0], batch, iters, out->ms);
   } else {
     recap_event *start = NULL, *end = NULL;
-    if ((st = recap_event_create(ps[0]->device, RECAP_EVENT_TIMING, &start)) == RECAP_OK)
-      st = recap_event_create(ps[0]->device, RECAP_EVENT_TIMING, &end);
+    recap_device device = recap_stream_device(recap_pipeline_stream(ps[0]));
+    if ((st = recap_event_create(device, RECAP_EVENT_TIMING, &start)) == RECAP_OK)
+      st = recap_event_create(device, RECAP_EVENT_TIMING, &end);
     for (int i = 0; st == RECAP_OK && i < iters; i++) {
       recap_stream *s = recap_pipeline_stream(ps[i % k]);
       float ms = 0;
@@ -160,12 +161,15 @@ static json_t *mode_json(const mode_result *r, int iters) {
 
 /* Whether eager and graph outputs can be compared: state tensors and random draws advance
  * with every run, and the two instances ran different numbers of times. */
-static bool comparable(const recap_pipeline *p) {
-  const recap__ir *ir = p->model->irs[p->model->num_buckets - 1];
-  if (p->model->has_random) return false;
-  for (size_t t = 0; t < ir->num_tensors; t++)
-    if (ir->tensors[t].role == RECAP_ROLE_STATE) return false;
-  return true;
+static recap_status comparable(recap_pipeline *p, const recap_pipeline_info *info, bool *out) {
+  *out = !info->draws_random;
+  for (size_t t = 0; *out && t < info->num_tensors; t++) {
+    recap_tensor_info x;
+    recap_status st = recap_pipeline_tensor_info_get(p, t, &x);
+    if (st != RECAP_OK) return st;
+    if (x.role == RECAP_ROLE_STATE) *out = false;
+  }
+  return RECAP_OK;
 }
 
 int cli_bench_main(int argc, char **argv) {
@@ -224,7 +228,12 @@ int cli_bench_main(int argc, char **argv) {
     goto done;
   }
   double create_ms = (cli_now() - t0) * 1e3;
-  if (graph->mode != RECAP_MODE_GRAPH) {
+  recap_pipeline_info gi, ei;
+  if ((st = recap_pipeline_info_get(graph, &gi)) != RECAP_OK) {
+    cli_report_failure(CMD, "reading the pipeline", st);
+    goto done;
+  }
+  if (gi.mode != RECAP_MODE_GRAPH) {
     fprintf(stderr, "recap %s: graphs are disabled (RECAP_DISABLE_GRAPHS): nothing to compare\n",
             CMD);
     goto done;
@@ -247,7 +256,12 @@ int cli_bench_main(int argc, char **argv) {
   }
   graphs[0] = graph;
   eagers[0] = eager;
-  size_t set_bytes = rotation_set_bytes(graph);
+  size_t set_bytes;
+  if ((st = recap_pipeline_info_get(eager, &ei)) != RECAP_OK ||
+      (st = rotation_set_bytes(graph, gi.num_tensors, &set_bytes)) != RECAP_OK) {
+    cli_report_failure(CMD, "reading the pipeline", st);
+    goto done;
+  }
   rotate = rotation_count(a.rotate, set_bytes);
   for (int k = 1; k < rotate; k++) {
     /* A new model, not a clone: its own params (the same values, other memory). */
@@ -278,7 +292,7 @@ int cli_bench_main(int argc, char **argv) {
     fprintf(stderr, "recap %s: out of memory\n", CMD);
     goto done;
   }
-  re.launches = eager->launches;
+  re.launches = ei.launches;
   rg.launches = 1;
   if ((st = measure(eagers, rotate, rs.batch, rs.warmup, rs.iters, &re)) != RECAP_OK) {
     cli_report_failure(CMD, "eager runs", st);
@@ -301,13 +315,16 @@ int cli_bench_main(int argc, char **argv) {
   }
   recap_pipeline_stats gs, es;
   recap_graph_info info = {0};
+  const recap_graph *captured = NULL;
+  bool check = false;
   if ((st = recap_pipeline_stats_get(graph, &gs)) != RECAP_OK ||
       (st = recap_pipeline_stats_get(eager, &es)) != RECAP_OK ||
-      (st = recap_graph_info_get(graph->graphs[rs.bucket], &info)) != RECAP_OK) {
+      (st = recap_pipeline_graph(graph, rs.bucket, &captured)) != RECAP_OK ||
+      (st = recap_graph_info_get(captured, &info)) != RECAP_OK ||
+      (st = comparable(graph, &gi, &check)) != RECAP_OK) {
     cli_report_failure(CMD, "reading the stats", st);
     goto done;
   }
-  bool check = comparable(graph);
   size_t mismatches = 0;
   double max_diff = 0;
   if (check) {
@@ -337,9 +354,8 @@ int cli_bench_main(int argc, char **argv) {
   printf(
       "setup (host clock): create %.1f ms (load %.1f, bind %.1f); %zu bucket%s: warmup %.1f "
       "ms, capture %.2f ms, instantiate+upload %.2f ms (%.1f ms in all)\n",
-      create_ms, graph->timings.load_ms, graph->timings.bind_ms, gs.num_buckets,
-      gs.num_buckets == 1 ? "" : "s", graph->timings.warmup_ms, graph->timings.capture_ms,
-      graph->timings.instantiate_ms, capture_wall_ms);
+      create_ms, gs.load_ms, gs.bind_ms, gs.num_buckets, gs.num_buckets == 1 ? "" : "s",
+      gs.warmup_ms, gs.capture_ms, gs.instantiate_ms, capture_wall_ms);
   /* Graph memory as docs/BENCHMARKS.md defines it for both sides: what graph mode holds
    * beyond params, inputs, states and scalars. recap's intermediates, outputs and
    * capture-time allocations are all in the private pool. */
@@ -365,14 +381,13 @@ int cli_bench_main(int argc, char **argv) {
     json_object_set_new(root, "name", json_string(spec->name));
     json_object_set_new(root, "device", json_string(recap_backend_name(opts.device.backend)));
     json_object_set_new(root, "batch", json_integer(rs.batch));
-    json_object_set_new(root, "bucket", json_integer(graph->model->bucket_values[rs.bucket]));
+    json_object_set_new(root, "bucket", json_integer(gi.bucket_values[rs.bucket]));
     json_object_set_new(root, "iters", json_integer(rs.iters));
     json_object_set_new(root, "warmup", json_integer(rs.warmup));
     json_object_set_new(root, "seed", cli_seed_json(rs.seed));
     json_object_set_new(root, "seed_from", json_string(rs.seed_from));
     /* Spec ops the fusion pass folded into fused ops (0 with --no-fusion). */
-    json_object_set_new(root, "fused_ops",
-                        json_integer((json_int_t)graph->model->irs[0]->fused_ops));
+    json_object_set_new(root, "fused_ops", json_integer((json_int_t)gi.fused_ops));
     json_object_set_new(root, "rotate", json_integer(rotate));
     json_object_set_new(root, "rotate_set_bytes", json_integer((json_int_t)set_bytes));
     json_object_set_new(root, "spec_ops", json_integer((json_int_t)spec->num_ops));
@@ -383,9 +398,9 @@ int cli_bench_main(int argc, char **argv) {
     json_object_set_new(root, "speedup", json_real(speedup));
     json_t *setup = json_object();
     json_object_set_new(setup, "create_ms", json_real(create_ms));
-    json_object_set_new(setup, "warmup_ms", json_real(graph->timings.warmup_ms));
-    json_object_set_new(setup, "capture_ms", json_real(graph->timings.capture_ms));
-    json_object_set_new(setup, "instantiate_ms", json_real(graph->timings.instantiate_ms));
+    json_object_set_new(setup, "warmup_ms", json_real(gs.warmup_ms));
+    json_object_set_new(setup, "capture_ms", json_real(gs.capture_ms));
+    json_object_set_new(setup, "instantiate_ms", json_real(gs.instantiate_ms));
     json_object_set_new(setup, "capture_total_wall_ms", json_real(capture_wall_ms));
     json_object_set_new(setup, "buckets", json_integer((json_int_t)gs.num_buckets));
     json_object_set_new(root, "setup", setup);

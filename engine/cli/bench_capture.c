@@ -24,7 +24,6 @@
 #include "engine/cli/cli.h"
 #include "engine/cli/tensors.h"
 #include "kernels/op.h"
-#include "runtime/backend.h"
 #include "runtime/text.h"
 
 static const char *const CMD = "bench-capture";
@@ -168,18 +167,24 @@ static recap_status measure_capture(const recap__text *spec, const recap_pipelin
     st = recap_pipeline_create_string(spec->data, spec->len, "capture-chain", opts, &p);
     double created = cli_now();
     if (st == RECAP_OK) st = recap_pipeline_capture(p);
-    if (st == RECAP_OK && p->mode != RECAP_MODE_GRAPH) {
+    recap_pipeline_info info;
+    if (st == RECAP_OK) st = recap_pipeline_info_get(p, &info);
+    if (st == RECAP_OK && info.mode != RECAP_MODE_GRAPH) {
       fprintf(stderr, "recap %s: graphs are disabled (RECAP_DISABLE_GRAPHS)\n", CMD);
       st = RECAP_STATUS_NOT_SUPPORTED;
     }
+    recap_pipeline_stats stats;
+    if (st == RECAP_OK) st = recap_pipeline_stats_get(p, &stats);
     if (st == RECAP_OK) {
       v[0][i] = (created - t0) * 1e3;
-      v[1][i] = p->timings.warmup_ms;
-      v[2][i] = p->timings.capture_ms;
-      v[3][i] = p->timings.instantiate_ms;
-      v[4][i] = p->timings.capture_ms + p->timings.instantiate_ms;
-      recap_graph_info info;
-      if (recap_graph_info_get(p->graphs[0], &info) == RECAP_OK) r->nodes = info.nodes;
+      v[1][i] = stats.warmup_ms;
+      v[2][i] = stats.capture_ms;
+      v[3][i] = stats.instantiate_ms;
+      v[4][i] = stats.capture_ms + stats.instantiate_ms;
+      const recap_graph *g = NULL;
+      recap_graph_info gi;
+      if (recap_pipeline_graph(p, 0, &g) == RECAP_OK && recap_graph_info_get(g, &gi) == RECAP_OK)
+        r->nodes = gi.nodes;
     }
     if (st == RECAP_OK && i == repeats - 1)
       *keep = p;
@@ -210,8 +215,8 @@ static recap_status measure_update(recap_pipeline *p, int rebinds, chain_result 
   recap_status st = ms ? RECAP_OK : RECAP_STATUS_OUT_OF_MEMORY;
   if (st == RECAP_OK) st = recap_pipeline_tensor(p, "x", &x);
   if (st == RECAP_OK)
-    st = recap_malloc(p->device, CHAIN_ELEMENTS * sizeof(float), recap_pipeline_stream(p),
-                      &other);
+    st = recap_malloc(recap_stream_device(recap_pipeline_stream(p)), CHAIN_ELEMENTS * sizeof(float),
+                      recap_pipeline_stream(p), &other);
   if (st == RECAP_OK) st = recap_pipeline_stats_get(p, &before);
   for (int i = 0; st == RECAP_OK && i < rebinds; i++) {
     double t0 = cli_now();
@@ -250,7 +255,8 @@ static recap_status measure_op_launch(recap_pipeline *p, int launches, chain_res
       (st = recap_pipeline_tensor(p, "bias", &bias)) != RECAP_OK)
     return st;
   void *dst = NULL;
-  if ((st = recap_malloc(p->device, CHAIN_ELEMENTS * sizeof(float), s, &dst)) != RECAP_OK)
+  if ((st = recap_malloc(recap_stream_device(s), CHAIN_ELEMENTS * sizeof(float), s, &dst)) !=
+      RECAP_OK)
     return st;
   recap_op_call call = {.def = recap__op_find("add"), .num_inputs = 2, .num_outputs = 1};
   call.inputs[0] = x;
@@ -288,12 +294,14 @@ static recap_status measure_run_cpu(recap_pipeline *p, int repeats, chain_result
   recap_status st = recap_pipeline_clone(p, &eo, &eager);
   double *v = calloc(REPLAYS, sizeof *v);
   if (st == RECAP_OK && !v) st = RECAP_STATUS_OUT_OF_MEMORY;
+  recap_pipeline_info info;
+  if (st == RECAP_OK) st = recap_pipeline_info_get(eager, &info);
   if (st == RECAP_OK) st = recap_pipeline_run(eager, 0); /* first-use work, not timed */
   int n = repeats < REPLAYS ? repeats : REPLAYS;
   for (int i = 0; st == RECAP_OK && i < n; i++) {
     double t0 = cpu_now();
     st = recap_pipeline_run_async(eager, 0, NULL);
-    v[i] = (cpu_now() - t0) * 1e6 / (double)eager->launches;
+    v[i] = (cpu_now() - t0) * 1e6 / (double)info.launches;
     if (st == RECAP_OK) st = recap_stream_synchronize(recap_pipeline_stream(eager));
   }
   if (st == RECAP_OK) r->eager_op_us = median_of(v, n);
@@ -343,9 +351,9 @@ static recap_status measure_buckets(const char *path, recap_device dev, int buck
   if (st == RECAP_OK) {
     r->spec = path ? path : DEFAULT_BUCKET_SPEC " (built in)";
     r->buckets = (int)stats.num_buckets;
-    r->warmup_ms = p->timings.warmup_ms;
-    r->capture_ms = p->timings.capture_ms;
-    r->instantiate_ms = p->timings.instantiate_ms;
+    r->warmup_ms = stats.warmup_ms;
+    r->capture_ms = stats.capture_ms;
+    r->instantiate_ms = stats.instantiate_ms;
     r->wall_ms = wall;
     r->captures = stats.captures;
   }

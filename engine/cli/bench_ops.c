@@ -17,7 +17,6 @@
 #include "engine/cli/cli.h"
 #include "engine/cli/tensors.h"
 #include "kernels/op.h"
-#include "runtime/backend.h"
 
 static const char *const CMD = "bench-ops";
 
@@ -128,8 +127,7 @@ typedef struct {
 } launch_item;
 
 static recap_status launch(bench_ctx *c, launch_item *it) {
-  if (!it->call.def) return c->stream->backend->memcpy_async(it->dst, it->src, it->copy_bytes,
-                                                             c->stream);
+  if (!it->call.def) return recap_memcpy_async(it->dst, it->src, it->copy_bytes, c->stream);
   return recap__op_launch(&it->call, c->stream);
 }
 

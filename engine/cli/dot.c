@@ -5,7 +5,6 @@
 
 #include "engine/cli/cli.h"
 #include "engine/cli/plan_text.h"
-#include "engine/pipeline.h"
 #include "engine/plan.h"
 
 static const char *const CMD = "dot";
@@ -145,7 +144,12 @@ static int write_captured(FILE *out, recap__model *model, size_t bucket) {
     cli_report_failure(CMD, "capturing", st);
     goto done;
   }
-  if (!p->graphs || !p->graphs[bucket]) {
+  const recap_graph *g = NULL;
+  if ((st = recap_pipeline_graph(p, bucket, &g)) != RECAP_OK) {
+    cli_report_failure(CMD, "finding the graph", st);
+    goto done;
+  }
+  if (!g) {
     fprintf(stderr,
             "recap %s: bucket %zu was not captured (graphs are off: "
             "RECAP_DISABLE_GRAPHS?)\n",
@@ -156,7 +160,7 @@ static int write_captured(FILE *out, recap__model *model, size_t bucket) {
     perror("recap dot: mkstemp");
     goto done;
   }
-  if ((st = recap_graph_debug_dump(p->graphs[bucket], tmp)) != RECAP_OK) {
+  if ((st = recap_graph_debug_dump(g, tmp)) != RECAP_OK) {
     cli_report_failure(CMD, "dumping the graph", st);
     goto done;
   }

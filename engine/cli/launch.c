@@ -24,7 +24,6 @@
 
 #include "engine/cli/cli.h"
 #include "engine/cli/tensors.h"
-#include "engine/pipeline.h"
 
 enum { MAX_RANKS = 64, FIRST_VALUES = 4 };
 
@@ -156,7 +155,9 @@ int cli_run_dist_main(int argc, char **argv) {
   int warmup = a.common.warmup_set ? (int)a.common.warmup : spec->warmup;
   opts.warmup = warmup;
   opts.warmup_set = 1;
-  if ((st = recap__pipeline_create_model(model, &opts, &p)) != RECAP_OK) {
+  recap_pipeline_info info;
+  if ((st = recap__pipeline_create_model(model, &opts, &p)) != RECAP_OK ||
+      (st = recap_pipeline_info_get(p, &info)) != RECAP_OK) {
     cli_report_failure(who, "creating the pipeline", st);
     goto done;
   }
@@ -203,7 +204,7 @@ int cli_run_dist_main(int argc, char **argv) {
            ", \"iters\": %d, \"median_ms\": %.6f, \"p10_ms\": %.6f, \"p90_ms\": %.6f, "
            "\"first_run_ms\": %.3f, \"fused_ops\": %zu, \"outputs\": [",
            a.rank, a.world, graph ? "graph" : "eager", batch, iters, sum.median, sum.p10, sum.p90,
-           first_ms, p->model->irs[0]->fused_ops);
+           first_ms, info.fused_ops);
   } else {
     printf("rank %lld of %lld: %s on %s:%d, %s mode, batch %" PRId64
            "\ntiming: %d runs (host wall clock, run_dist incl. header broadcast): median %.4f "

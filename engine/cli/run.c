@@ -114,20 +114,24 @@ static void print_shape(const cli_tensor *t) {
 static bool save_tensors(recap_pipeline *p, const char *path, const cli_host_tensors *inputs,
                          const cli_host_tensors *states, const cli_host_tensors *outputs,
                          uint64_t seed, int64_t batch) {
-  const recap__ir *ir = p->model->irs[p->model->num_buckets - 1];
-  size_t n = inputs->count + states->count + outputs->count;
-  for (size_t t = 0; t < ir->num_tensors; t++) n += ir->tensors[t].role == RECAP_ROLE_PARAM;
+  recap_pipeline_info pi;
+  recap_status st = recap_pipeline_info_get(p, &pi);
+  if (st != RECAP_OK) {
+    cli_report_failure(CMD, "reading the pipeline", st);
+    return false;
+  }
+  size_t n = inputs->count + states->count + outputs->count + pi.num_tensors;
   cli_safetensor *entries = calloc(n ? n : 1, sizeof *entries);
   cli_tensor *params = calloc(n ? n : 1, sizeof *params);
   void **param_host = calloc(n ? n : 1, sizeof *param_host);
   bool ok = entries && params && param_host;
   size_t k = 0, np = 0;
-  for (size_t t = 0; ok && t < ir->num_tensors; t++) {
-    if (ir->tensors[t].role != RECAP_ROLE_PARAM) continue;
+  for (size_t t = 0; ok && t < pi.num_tensors; t++) {
     cli_tensor *info = &params[np];
-    cli_tensor_describe(p, (int)t, batch, info);
+    if ((st = cli_tensor_describe(p, t, batch, info)) == RECAP_OK && info->role != RECAP_ROLE_PARAM)
+      continue;
     recap_tensor dev;
-    recap_status st = recap_pipeline_tensor(p, info->name, &dev);
+    if (st == RECAP_OK) st = recap_pipeline_tensor(p, info->name, &dev);
     if (st == RECAP_OK && !(param_host[np] = malloc(info->bytes ? info->bytes : 1)))
       st = RECAP_STATUS_OUT_OF_MEMORY;
     if (st == RECAP_OK) st = cli_read_device(p, dev.data, param_host[np], info->bytes);
@@ -157,7 +161,7 @@ static bool save_tensors(recap_pipeline *p, const char *path, const cli_host_ten
   const char *meta[] = {
       "format",     "pt",
       "producer",   "recap run",
-      "spec",       p->model->spec->name,
+      "spec",       pi.name,
       "input_seed", seed_text,
       "batch",      batch_text,
       "states",     "states and scalars as before the last run (the one that made the outputs)",
@@ -249,7 +253,12 @@ int cli_run_main(int argc, char **argv) {
     cli_report_failure(CMD, "creating the pipeline", st);
     goto done;
   }
-  bool graph = p->mode == RECAP_MODE_GRAPH;
+  recap_pipeline_info pi;
+  if ((st = recap_pipeline_info_get(p, &pi)) != RECAP_OK) {
+    cli_report_failure(CMD, "reading the pipeline", st);
+    goto done;
+  }
+  bool graph = pi.mode == RECAP_MODE_GRAPH;
   if ((st = cli_inputs_read_bound(p, &bound)) != RECAP_OK ||
       (st = cli_inputs_make(p, &bound, rs.batch, rs.seed, &inputs)) != RECAP_OK ||
       (st = cli_inputs_copy_in(p, &inputs)) != RECAP_OK) {
@@ -261,7 +270,7 @@ int cli_run_main(int argc, char **argv) {
            opts.device.index, graph ? "graph" : "eager");
     if (spec->bucket_dim >= 0)
       printf(", %s=%" PRId64 " (bucket %" PRId64 ")", spec->dims[spec->bucket_dim].name, rs.batch,
-             p->model->bucket_values[rs.bucket]);
+             pi.bucket_values[rs.bucket]);
     printf("\ninputs, the random ones from seed %" PRIu64, rs.seed);
     if (strcmp(rs.seed_from, "spec") == 0)
       printf(" (the spec's seed:; --seed N overrides it):\n");
@@ -269,13 +278,11 @@ int cli_run_main(int argc, char **argv) {
       printf(" (fresh; --seed %" PRIu64 " reproduces them):\n", rs.seed);
     else
       printf(" (--seed):\n");
-    const recap__ir *ir = p->model->irs[p->model->num_buckets - 1];
     for (size_t i = 0; i < inputs.count; i++) {
       char init[512];
       printf("  %-12s ", inputs.items[i].info.name);
       print_shape(&inputs.items[i].info);
-      printf("  %s\n",
-             cli_init_describe(&ir->tensors[inputs.items[i].info.index].init, init, sizeof init));
+      printf("  %s\n", cli_init_describe(&inputs.items[i].info.init, init, sizeof init));
     }
     fflush(stdout);
   }
@@ -327,10 +334,10 @@ int cli_run_main(int argc, char **argv) {
     json_object_set_new(root, "device", json_string(recap_backend_name(opts.device.backend)));
     json_object_set_new(root, "mode", json_string(graph ? "graph" : "eager"));
     json_object_set_new(root, "batch", json_integer(rs.batch));
-    json_object_set_new(root, "bucket", json_integer(p->model->bucket_values[rs.bucket]));
+    json_object_set_new(root, "bucket", json_integer(pi.bucket_values[rs.bucket]));
     json_object_set_new(root, "seed", cli_seed_json(rs.seed));
     json_object_set_new(root, "seed_from", json_string(rs.seed_from));
-    json_object_set_new(root, "fused_ops", json_integer((json_int_t)p->model->irs[0]->fused_ops));
+    json_object_set_new(root, "fused_ops", json_integer((json_int_t)pi.fused_ops));
     json_object_set_new(root, "warmup", json_integer(rs.warmup));
     json_object_set_new(root, "iters", json_integer(rs.iters));
     json_t *timing = json_object(), *samples = json_array();
@@ -344,11 +351,11 @@ int cli_run_main(int argc, char **argv) {
     json_object_set_new(timing, "samples_ms", samples);
     json_object_set_new(root, "timing", timing);
     json_t *setup = json_object();
-    json_object_set_new(setup, "load_ms", json_real(p->timings.load_ms));
-    json_object_set_new(setup, "bind_ms", json_real(p->timings.bind_ms));
-    json_object_set_new(setup, "warmup_ms", json_real(p->timings.warmup_ms));
-    json_object_set_new(setup, "capture_ms", json_real(p->timings.capture_ms));
-    json_object_set_new(setup, "instantiate_ms", json_real(p->timings.instantiate_ms));
+    json_object_set_new(setup, "load_ms", json_real(stats.load_ms));
+    json_object_set_new(setup, "bind_ms", json_real(stats.bind_ms));
+    json_object_set_new(setup, "warmup_ms", json_real(stats.warmup_ms));
+    json_object_set_new(setup, "capture_ms", json_real(stats.capture_ms));
+    json_object_set_new(setup, "instantiate_ms", json_real(stats.instantiate_ms));
     json_object_set_new(setup, "capture_total_wall_ms", json_real(capture_wall_ms));
     json_object_set_new(root, "setup", setup);
     json_t *outs = json_array();
@@ -375,7 +382,7 @@ int cli_run_main(int argc, char **argv) {
     json_object_set_new(js, "eager_runs", json_integer((json_int_t)stats.eager_runs));
     json_object_set_new(js, "replays", json_integer((json_int_t)stats.replays));
     json_object_set_new(js, "captures", json_integer((json_int_t)stats.captures));
-    json_object_set_new(js, "launches_per_eager_run", json_integer((json_int_t)p->launches));
+    json_object_set_new(js, "launches_per_eager_run", json_integer((json_int_t)pi.launches));
     json_object_set_new(js, "arena_bytes", json_integer((json_int_t)stats.arena_bytes));
     json_object_set_new(js, "pool_reserved_bytes",
                         json_integer((json_int_t)stats.pool_reserved_bytes));
@@ -387,11 +394,11 @@ int cli_run_main(int argc, char **argv) {
     }
     printf("\n");
   } else {
-    printf("setup: load %.1f ms, bind %.1f ms", p->timings.load_ms, p->timings.bind_ms);
+    printf("setup: load %.1f ms, bind %.1f ms", stats.load_ms, stats.bind_ms);
     if (graph)
       printf(", warmup %.1f ms, capture %.1f ms, instantiate %.1f ms (%zu bucket%s)",
-             p->timings.warmup_ms, p->timings.capture_ms, p->timings.instantiate_ms,
-             stats.num_buckets, stats.num_buckets == 1 ? "" : "s");
+             stats.warmup_ms, stats.capture_ms, stats.instantiate_ms, stats.num_buckets,
+             stats.num_buckets == 1 ? "" : "s");
     printf(
         "\ntiming: %d run%s after %d warmup (device events): median %.4f ms, p10 %.4f, "
         "p90 %.4f, min %.4f, max %.4f\n",
@@ -415,7 +422,7 @@ int cli_run_main(int argc, char **argv) {
     }
     printf("stats: %" PRIu64 " replays, %" PRIu64 " eager runs (%zu launches each), %" PRIu64
            " captures; arena %zu B, pool %zu B, params %zu B\n",
-           stats.replays, stats.eager_runs, p->launches, stats.captures, stats.arena_bytes,
+           stats.replays, stats.eager_runs, pi.launches, stats.captures, stats.arena_bytes,
            stats.pool_reserved_bytes, stats.param_bytes);
   }
   if (a.save_path) {

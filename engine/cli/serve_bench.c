@@ -345,7 +345,12 @@ int cli_serve_bench_main(int argc, char **argv) {
     cli_report_failure(CMD, "reading the inputs", st);
     goto done;
   }
-  if (base->model->has_random) {
+  recap_pipeline_info info;
+  if ((st = recap_pipeline_info_get(base, &info)) != RECAP_OK) {
+    cli_report_failure(CMD, "reading the pipeline", st);
+    goto done;
+  }
+  if (info.draws_random) {
     fprintf(stderr,
             "recap %s: %s draws random numbers: an eager reference cannot reproduce "
             "a served result, so results cannot be checked\n",
@@ -379,14 +384,17 @@ int cli_serve_bench_main(int argc, char **argv) {
     }
   }
   /* Clones must share the weights, not copy them: check one param's memory. */
-  const recap__ir *ir = base->model->irs[base->model->num_buckets - 1];
   bool shared = true;
-  for (size_t t = 0; t < ir->num_tensors; t++) {
-    if (ir->tensors[t].role != RECAP_ROLE_PARAM) continue;
+  for (size_t t = 0; t < info.num_tensors; t++) {
+    recap_tensor_info x;
+    if (recap_pipeline_tensor_info_get(base, t, &x) != RECAP_OK) {
+      shared = false;
+      break;
+    }
+    if (x.role != RECAP_ROLE_PARAM) continue;
     recap_tensor a, b;
-    if (recap_pipeline_tensor(base, ir->tensors[t].name, &a) != RECAP_OK ||
-        recap_pipeline_tensor(workers[0].serve, ir->tensors[t].name, &b) != RECAP_OK ||
-        a.data != b.data)
+    if (recap_pipeline_tensor(base, x.name, &a) != RECAP_OK ||
+        recap_pipeline_tensor(workers[0].serve, x.name, &b) != RECAP_OK || a.data != b.data)
       shared = false;
     break;
   }

@@ -9,38 +9,45 @@
 #include <time.h>
 
 #include "kernels/half.h"
-#include "runtime/backend.h"
 #include "runtime/error.h"
 
-void cli_tensor_describe(const recap_pipeline *p, int t, int64_t batch, cli_tensor *out) {
-  const recap__model *m = p->model;
-  const recap__ir *ir = m->irs[m->num_buckets - 1];
-  const recap__ir_tensor *x = &ir->tensors[t];
+recap_status cli_tensor_describe(recap_pipeline *p, size_t t, int64_t batch, cli_tensor *out) {
+  recap_pipeline_info info;
+  recap_tensor_info x;
+  recap_status st;
+  if ((st = recap_pipeline_info_get(p, &info)) != RECAP_OK ||
+      (st = recap_pipeline_tensor_info_get(p, t, &x)) != RECAP_OK)
+    return st;
   memset(out, 0, sizeof *out);
   out->index = t;
-  out->name = x->name;
-  out->role = x->role;
-  out->is_output = x->is_output;
-  out->dtype = x->dtype;
-  out->ndim = x->ndim;
-  memcpy(out->shape, x->shape, sizeof out->shape);
-  int64_t largest = m->bucket_values[m->num_buckets - 1];
-  if (x->bucket_axis >= 0 && batch > 0 && largest > 0) {
+  out->name = x.name;
+  out->role = x.role;
+  out->is_output = x.is_output;
+  out->dtype = x.dtype;
+  out->ndim = x.ndim;
+  memcpy(out->shape, x.shape, sizeof out->shape);
+  out->bucket_axis = x.bucket_axis;
+  out->init = x.init;
+  int64_t largest = info.bucket_values[info.num_buckets - 1];
+  if (x.bucket_axis >= 0 && batch > 0 && largest > 0) {
     /* A reshape may fold the batch into a wider axis ([B * S, D]): keep its multiple. */
-    out->shape[x->bucket_axis] = x->shape[x->bucket_axis] / largest * batch;
+    out->shape[x.bucket_axis] = x.shape[x.bucket_axis] / largest * batch;
     out->rows = batch;
   }
   uint64_t numel = 1;
   for (int d = 0; d < out->ndim; d++) numel *= (uint64_t)out->shape[d];
   out->bytes = (size_t)(numel * recap_dtype_size(out->dtype));
+  return RECAP_OK;
 }
 
-typedef enum { INPUTS, OUTPUTS, STATES_AND_SCALARS } tensor_set;
+typedef enum { INPUTS, BOUND_INPUTS, OUTPUTS, STATES_AND_SCALARS } tensor_set;
 
-static bool in_set(const recap__ir_tensor *t, tensor_set which) {
+static bool in_set(const recap_tensor_info *t, tensor_set which) {
   switch (which) {
     case INPUTS:
       return t->role == RECAP_ROLE_INPUT;
+    case BOUND_INPUTS:
+      return t->role == RECAP_ROLE_INPUT && !cli_init_is_random(&t->init);
     case OUTPUTS:
       return t->is_output;
     case STATES_AND_SCALARS:
@@ -49,33 +56,39 @@ static bool in_set(const recap__ir_tensor *t, tensor_set which) {
   return t->role == RECAP_ROLE_STATE || t->role == RECAP_ROLE_SCALAR;
 }
 
-/* Allocates host memory for the tensors of the largest IR in `which`, shaped for `batch`. */
-static recap_status collect(const recap_pipeline *p, int64_t batch, tensor_set which,
+/* Allocates host memory for the pipeline's tensors in `which`, shaped for `batch`. */
+static recap_status collect(recap_pipeline *p, int64_t batch, tensor_set which,
                             cli_host_tensors *out) {
-  const recap__ir *ir = p->model->irs[p->model->num_buckets - 1];
+  recap_pipeline_info info;
+  recap_tensor_info x;
+  recap_status st = recap_pipeline_info_get(p, &info);
   size_t n = 0;
-  for (size_t t = 0; t < ir->num_tensors; t++) n += in_set(&ir->tensors[t], which);
+  for (size_t t = 0; st == RECAP_OK && t < info.num_tensors; t++)
+    if ((st = recap_pipeline_tensor_info_get(p, t, &x)) == RECAP_OK) n += in_set(&x, which);
+  if (st != RECAP_OK) return st;
   cli_host_tensors set = {calloc(n ? n : 1, sizeof *set.items), 0};
   if (!set.items) return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory for %zu tensors", n);
-  for (size_t t = 0; t < ir->num_tensors; t++) {
-    if (!in_set(&ir->tensors[t], which)) continue;
+  for (size_t t = 0; st == RECAP_OK && t < info.num_tensors; t++) {
+    if ((st = recap_pipeline_tensor_info_get(p, t, &x)) != RECAP_OK || !in_set(&x, which)) continue;
     cli_host_tensor *h = &set.items[set.count++];
-    cli_tensor_describe(p, (int)t, batch, &h->info);
-    if (!(h->host = malloc(h->info.bytes ? h->info.bytes : 1))) {
-      cli_host_tensors_free(&set);
-      return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no host memory for tensor '%s' (%zu bytes)",
-                        ir->tensors[t].name, h->info.bytes);
-    }
+    if ((st = cli_tensor_describe(p, t, batch, &h->info)) == RECAP_OK &&
+        !(h->host = malloc(h->info.bytes ? h->info.bytes : 1)))
+      st = RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no host memory for tensor '%s' (%zu bytes)",
+                      x.name, h->info.bytes);
+  }
+  if (st != RECAP_OK) {
+    cli_host_tensors_free(&set);
+    return st;
   }
   *out = set;
   return RECAP_OK;
 }
 
-bool cli_init_is_random(const recap__tensor_init *init) {
+bool cli_init_is_random(const recap_tensor_init *init) {
   return init->kind == RECAP_INIT_NORMAL || init->kind == RECAP_INIT_UNIFORM;
 }
 
-const char *cli_init_describe(const recap__tensor_init *init, char *buf, size_t size) {
+const char *cli_init_describe(const recap_tensor_init *init, char *buf, size_t size) {
   switch (init->kind) {
     case RECAP_INIT_NONE:
     case RECAP_INIT_ZEROS:
@@ -102,30 +115,13 @@ const char *cli_init_describe(const recap__tensor_init *init, char *buf, size_t 
 }
 
 recap_status cli_inputs_read_bound(recap_pipeline *p, cli_host_tensors *out) {
-  const recap__ir *ir = p->model->irs[p->model->num_buckets - 1];
-  size_t n = 0;
-  for (size_t t = 0; t < ir->num_tensors; t++)
-    n += ir->tensors[t].role == RECAP_ROLE_INPUT && !cli_init_is_random(&ir->tensors[t].init);
-  cli_host_tensors set = {calloc(n ? n : 1, sizeof *set.items), 0};
-  if (!set.items) return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory for %zu tensors", n);
-  for (size_t t = 0; t < ir->num_tensors; t++) {
-    const recap__ir_tensor *x = &ir->tensors[t];
-    if (x->role != RECAP_ROLE_INPUT || cli_init_is_random(&x->init)) continue;
-    cli_host_tensor *h = &set.items[set.count++];
-    cli_tensor_describe(p, (int)t, 0, &h->info);
-    recap_status st = RECAP_OK;
-    if (!(h->host = malloc(h->info.bytes ? h->info.bytes : 1)))
-      st = RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no host memory for tensor '%s' (%zu bytes)",
-                      x->name, h->info.bytes);
-    else
-      st = recap_pipeline_copy_out(p, x->name, h->host, h->info.bytes, 0);
-    if (st != RECAP_OK) {
-      cli_host_tensors_free(&set);
-      return st;
-    }
+  recap_status st = collect(p, 0, BOUND_INPUTS, out);
+  for (size_t i = 0; st == RECAP_OK && i < out->count; i++) {
+    cli_host_tensor *h = &out->items[i];
+    st = recap_pipeline_copy_out(p, h->info.name, h->host, h->info.bytes, 0);
   }
-  *out = set;
-  return RECAP_OK;
+  if (st != RECAP_OK) cli_host_tensors_free(out);
+  return st;
 }
 
 /* A uniform double in [0, 1) from the top 53 bits. */
@@ -135,7 +131,7 @@ static double rng_unit(uint64_t *state) {
 
 /* Fills `count` elements of a float dtype from a normal or uniform init, rounded to the
  * dtype once. Normal values come from Box-Muller, one value per pair of draws. */
-static void fill_random(void *host, recap_dtype dtype, size_t count, const recap__tensor_init *init,
+static void fill_random(void *host, recap_dtype dtype, size_t count, const recap_tensor_init *init,
                         uint64_t *state) {
   for (size_t i = 0; i < count; i++) {
     double v;
@@ -151,8 +147,8 @@ static void fill_random(void *host, recap_dtype dtype, size_t count, const recap
 
 /* The first `dst->rows` rows of `src` (a whole tensor, the largest bucket) along its bucketed
  * axis, in dst's layout; the whole tensor when it has no bucketed axis. */
-static void take_rows(const recap_pipeline *p, const cli_host_tensor *src, cli_host_tensor *dst) {
-  const recap__ir_tensor *x = &p->model->irs[p->model->num_buckets - 1]->tensors[src->info.index];
+static void take_rows(const cli_host_tensor *src, cli_host_tensor *dst) {
+  const cli_tensor *x = &src->info;
   if (dst->info.rows == 0 || x->bucket_axis < 0) {
     memcpy(dst->host, src->host, dst->info.bytes);
     return;
@@ -166,18 +162,16 @@ static void take_rows(const recap_pipeline *p, const cli_host_tensor *src, cli_h
     memcpy((char *)dst->host + o * want, (const char *)src->host + o * have, want);
 }
 
-recap_status cli_inputs_make(const recap_pipeline *p, const cli_host_tensors *bound, int64_t batch,
+recap_status cli_inputs_make(recap_pipeline *p, const cli_host_tensors *bound, int64_t batch,
                              uint64_t seed, cli_host_tensors *out) {
   recap_status st = collect(p, batch, INPUTS, out);
   if (st != RECAP_OK) return st;
-  const recap__ir *ir = p->model->irs[p->model->num_buckets - 1];
   uint64_t rng = seed;
   for (size_t i = 0; i < out->count; i++) {
     cli_host_tensor *h = &out->items[i];
-    const recap__tensor_init *init = &ir->tensors[h->info.index].init;
-    if (cli_init_is_random(init)) {
-      fill_random(h->host, h->info.dtype, h->info.bytes / recap_dtype_size(h->info.dtype), init,
-                  &rng);
+    if (cli_init_is_random(&h->info.init)) {
+      fill_random(h->host, h->info.dtype, h->info.bytes / recap_dtype_size(h->info.dtype),
+                  &h->info.init, &rng);
       continue;
     }
     const cli_host_tensor *src = NULL;
@@ -188,7 +182,7 @@ recap_status cli_inputs_make(const recap_pipeline *p, const cli_host_tensors *bo
       return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
                         "input '%s' has no bound contents (cli_inputs_read_bound)", h->info.name);
     }
-    take_rows(p, src, h);
+    take_rows(src, h);
   }
   return RECAP_OK;
 }
@@ -300,8 +294,8 @@ size_t cli_compare(const void *got, const void *want, recap_dtype dtype, size_t 
 
 recap_status cli_read_device(recap_pipeline *p, const void *device, void *host, size_t bytes) {
   recap_stream *s = recap_pipeline_stream(p);
-  /* memcpy_async takes host or device pointers; the copy is ordered after the runs. */
-  recap_status st = s->backend->memcpy_async(host, device, bytes, s);
+  /* Ordered after the runs on the pipeline's stream. */
+  recap_status st = recap_memcpy_async(host, device, bytes, s);
   if (st != RECAP_OK) return st;
   return recap_stream_synchronize(s);
 }
@@ -310,8 +304,9 @@ recap_status cli_time_runs(recap_pipeline *p, int64_t batch, int iters, double *
   recap_stream *s = recap_pipeline_stream(p);
   recap_event *start = NULL, *end = NULL;
   recap_status st;
-  if ((st = recap_event_create(p->device, RECAP_EVENT_TIMING, &start)) != RECAP_OK) goto fail;
-  if ((st = recap_event_create(p->device, RECAP_EVENT_TIMING, &end)) != RECAP_OK) goto fail;
+  recap_device device = recap_stream_device(s);
+  if ((st = recap_event_create(device, RECAP_EVENT_TIMING, &start)) != RECAP_OK) goto fail;
+  if ((st = recap_event_create(device, RECAP_EVENT_TIMING, &end)) != RECAP_OK) goto fail;
   for (int i = 0; i < iters; i++) {
     if ((st = recap_event_record(start, s)) != RECAP_OK) goto fail;
     if ((st = recap_pipeline_run_async(p, batch, NULL)) != RECAP_OK) goto fail;

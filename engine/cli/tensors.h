@@ -18,26 +18,27 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "engine/pipeline.h"
 #include "include/recap.h"
 
 /* One tensor as the CLI moves it, shaped for `batch` real rows. */
 typedef struct {
-  int index;        /* in the pipeline's IRs */
-  const char *name; /* owned by the pipeline's model */
+  size_t index;     /* recap_pipeline_tensor_info_get's */
+  const char *name; /* owned by the pipeline */
   recap_tensor_role role;
   bool is_output;
   recap_dtype dtype;
   int ndim;
   int64_t shape[RECAP_MAX_DIMS];
+  int bucket_axis; /* -1: none */
+  recap_tensor_init init;
   int64_t rows; /* copy_in/copy_out's `rows`: batch for a bucketed tensor, else 0 */
   size_t bytes; /* of those rows */
 } cli_tensor;
 
-/* Describes tensor `t` of `p` for a run with `batch` rows (0 for specs without buckets).
+/* Describes tensor `t` of `p` for a run with `batch` rows (0: the largest bucket whole).
  * A tensor whose extent along the bucketed axis is k times the bucket value keeps k * batch
  * entries there. */
-void cli_tensor_describe(const recap_pipeline *p, int t, int64_t batch, cli_tensor *out);
+recap_status cli_tensor_describe(recap_pipeline *p, size_t t, int64_t batch, cli_tensor *out);
 
 /* Host copies of a pipeline's inputs or outputs for one batch. */
 typedef struct {
@@ -52,10 +53,10 @@ typedef struct {
 
 /* Whether an init draws random numbers (normal, uniform): the CLI draws those itself, from its
  * input seed; every other init (zeros, ones, value, file) is what the library wrote. */
-bool cli_init_is_random(const recap__tensor_init *init);
+bool cli_init_is_random(const recap_tensor_init *init);
 /* "normal (mean 0, std 1)", "uniform [5, 6)", "value 2.5", "file PATH"...: how an input is
  * filled, into buf; returns buf. */
-const char *cli_init_describe(const recap__tensor_init *init, char *buf, size_t size);
+const char *cli_init_describe(const recap_tensor_init *init, char *buf, size_t size);
 
 /* Every input of p whose init is not random, whole (the largest bucket), as the library
  * initialized it when it bound p: read once, before anything is copied into p, so that each
@@ -66,7 +67,7 @@ recap_status cli_inputs_read_bound(recap_pipeline *p, cli_host_tensors *out);
  * data), every other init takes the first `batch` rows of its contents in `bound`
  * (cli_inputs_read_bound of p or of a pipeline of the same spec). RECAP_STATUS_OUT_OF_MEMORY
  * (nothing kept) if allocation fails. */
-recap_status cli_inputs_make(const recap_pipeline *p, const cli_host_tensors *bound, int64_t batch,
+recap_status cli_inputs_make(recap_pipeline *p, const cli_host_tensors *bound, int64_t batch,
                              uint64_t seed, cli_host_tensors *out);
 /* recap_pipeline_copy_in of each. */
 recap_status cli_inputs_copy_in(recap_pipeline *p, const cli_host_tensors *inputs);
