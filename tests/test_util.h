@@ -73,7 +73,8 @@ int test_count_occurrences(const char *text, const char *needle);
  * are benchmarks. */
 double test_scaled_seconds(double seconds);
 /* Runs every suite, prints the summary, returns the process exit code (0 only if all ran
- * tests passed and at least one test ran). */
+ * tests passed and at least one test ran, or, in a binary of CUDA suites only, when every
+ * suite is inactive for want of a device). */
 int test_run_all(void);
 
 /* The device a suite runs on, for test files that run one body on both backends: pass

@@ -3,11 +3,11 @@
 # binaries and over every spec in specs/ run by the CLI, many runs at once (each is bound by
 # the CPU work of the tool; the machine has the cores), each within a time budget (default
 # 240 s; the whole script stays under about 5 minutes on an H100):
-#   - memcheck over ops_cuda_test, runtime_cuda_test and graph_test with
+#   - memcheck over the ops_cuda_*_test binaries, runtime_cuda_test and graph_test with
 #     RECAP_ALLOC_CONF=backend:native: every block is its own cudaMalloc, so an access past a
 #     block is outside any allocation and memcheck sees it (the caching allocator would hide it
 #     inside a larger segment); and over allocator_test (see below);
-#   - racecheck, synccheck and initcheck over ops_cuda_test (our kernels);
+#   - racecheck, synccheck and initcheck over the ops_cuda_*_test binaries (our kernels);
 #   - memcheck over the engine's tests (pipeline_*test) and over `recap run SPEC --mode graph`
 #     and `--mode eager` for every spec in specs/ (one warmup, one timed run), each twice: with
 #     RECAP_ARENA=0 (arena planning off: every intermediate its own allocation, so with
@@ -17,7 +17,7 @@
 #     are spec_*test, which make no CUDA call (compute-sanitizer then exits 255, "terminated
 #     before first instrumented API call"). Each run gets its own TEST_TMPDIR: two runs of one
 #     binary at once must not share temporary files.
-# ops_cuda_test runs its deliberate device faults (out-of-range ids and positions that
+# ops_cuda_fault_test runs its deliberate device faults (out-of-range ids and positions that
 # __trap()) in child processes (this binary re-executed). Every process is sanitized
 # (--target-processes all; leaving the children out made them hang) and compute-sanitizer
 # reports them in one log with one summary, so each report is classified by its host
@@ -134,10 +134,16 @@ queue() {
 }
 
 # The kernels and the runtime (as before), arena not involved.
-queue memcheck.ops_cuda_test memcheck 1 - -- tests/ops_cuda_test
-queue racecheck.ops_cuda_test racecheck 1 - -- tests/ops_cuda_test
-queue synccheck.ops_cuda_test synccheck 1 - -- tests/ops_cuda_test
-queue initcheck.ops_cuda_test initcheck 1 - -- tests/ops_cuda_test
+# Only ops_cuda_fault_test has deliberate traps (its fault children).
+for t in tests/ops_cuda_*_test; do
+  [ -x "$t" ] || continue
+  name=$(basename "$t")
+  traps=0
+  [ "$name" = ops_cuda_fault_test ] && traps=1
+  for tool in memcheck racecheck synccheck initcheck; do
+    queue "$tool.$name" "$tool" "$traps" - -- "$t"
+  done
+done
 queue memcheck.runtime_cuda_test memcheck 0 - -- tests/runtime_cuda_test
 queue memcheck.graph_test memcheck 0 - -- tests/graph_test
 queue memcheck.allocator_test memcheck 0 - -- tests/allocator_test
