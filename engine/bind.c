@@ -59,13 +59,13 @@ static recap_status tensor_failure(recap_status st, const recap__ir_tensor *t, r
 /* ---- initial contents ---- */
 
 static recap_status run_host_call(void *args) {
-  const recap_op_call *call = args;
+  const recap__op_call *call = args;
   return call->def->run_host(call);
 }
 
 /* Launches a random op with an explicit Philox (seed, offset) instead of the device
  * generator's, as recap__op_launch would otherwise (it takes the next offset). */
-static recap_status launch_seeded(recap_op_call *call, recap_stream *stream) {
+static recap_status launch_seeded(recap__op_call *call, recap_stream *stream) {
   if (stream->backend->kind == RECAP_BACKEND_HOST)
     return stream->backend->launch_host(stream, run_host_call, call, sizeof *call);
   if (!call->def->launch_cuda)
@@ -75,10 +75,10 @@ static recap_status launch_seeded(recap_op_call *call, recap_stream *stream) {
 }
 
 /* Fills `view` by running the fill or random op `op_name` over it. */
-static recap_status fill_with_op(const char *op_name, const recap_op_attrs *extra,
+static recap_status fill_with_op(const char *op_name, const recap__op_attrs *extra,
                                  recap_tensor view, uint64_t seed, uint64_t offset,
                                  recap_stream *stream) {
-  recap_op_call call = {.def = recap__op_find(op_name), .num_inputs = 0};
+  recap__op_call call = {.def = recap__op_find(op_name), .num_inputs = 0};
   if (!call.def) return RECAP_FAIL(RECAP_STATUS_INTERNAL, "op %s is not registered", op_name);
   recap__op_attrs_set_defaults(call.def, &call.attrs);
   call.attrs.value = extra->value;
@@ -157,11 +157,11 @@ static recap_status load_file(const recap__ir_tensor *t, void *dst, recap_stream
 static recap_status init_tensor(const recap__ir_tensor *t, int index, void *data, uint64_t seed,
                                 recap_stream *stream) {
   recap_tensor view = full_view(t, data);
-  recap_op_attrs a = {.value = t->init.value,
-                      .mean = t->init.mean,
-                      .std = t->init.std,
-                      .low = t->init.low,
-                      .high = t->init.high};
+  recap__op_attrs a = {.value = t->init.value,
+                       .mean = t->init.mean,
+                       .std = t->init.std,
+                       .low = t->init.low,
+                       .high = t->init.high};
   recap_status st = RECAP_OK;
   switch (t->init.kind) {
     case RECAP_INIT_NONE:
@@ -267,7 +267,7 @@ void recap__bind_views(recap_pipeline *p) {
     }
     for (size_t o = 0; o < O; ++o) {
       const recap__ir_op *op = &ir->ops[o];
-      recap_op_call *c = &p->calls[b * O + o];
+      recap__op_call *c = &p->calls[b * O + o];
       memset(c, 0, sizeof *c);
       c->def = op->def;
       c->attrs = op->attrs;

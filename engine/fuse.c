@@ -31,14 +31,14 @@ enum { MAX_NAME_BYTES = 160 };
 
 /* How an op joins a fused kernel: its contract's fuse_form (op.h), for a deterministic op
  * with one output. */
-static recap__fuse_form form_of(const recap_op_def *def) {
+static recap__fuse_form form_of(const recap__op_def *def) {
   if (!def || def->is_random || def->num_outputs != 1) return RECAP__FUSE_NONE;
   return def->fuse_form;
 }
 
 /* Whether the op has an activation attribute, which it applies last, to its output. */
-static bool has_activation(const recap_op_def *def) {
-  for (const recap_attr_def *a = def ? def->attrs : NULL; a && a->name; ++a)
+static bool has_activation(const recap__op_def *def) {
+  for (const recap__attr_def *a = def ? def->attrs : NULL; a && a->name; ++a)
     if (a->kind == RECAP_ATTR_ACTIVATION) return true;
   return false;
 }
@@ -64,7 +64,7 @@ static int movable_activation(const recap__ir_op *op) {
 
 /* The nodes an `expr` op adds to a group (those reachable from its root, inputs excepted)
  * and the levels it adds above its operands. False when the program is unusable here. */
-static bool expr_size(const recap_expr_program *q, int *nodes, int *levels) {
+static bool expr_size(const recap__expr_program *q, int *nodes, int *levels) {
   if (!q) return false;
   int count = 0;
   const recap__expr_node_data *d = recap__expr_nodes(q, &count);
@@ -460,7 +460,7 @@ done:
 
 typedef struct {
   const finder *f;
-  recap_expr_program *p;
+  recap__expr_program *p;
   const walk *w;
   recap__expr_node input_node[RECAP_OP_MAX_INPUTS];
 } builder;
@@ -477,7 +477,7 @@ static recap__expr_node leaf(builder *b, int t) {
 
 /* Copies the nodes of an `expr` op's program that its root reaches, its inputs replaced by
  * the operands. */
-static recap__expr_node inline_expr(builder *b, const recap_expr_program *q,
+static recap__expr_node inline_expr(builder *b, const recap__expr_program *q,
                                     const recap__expr_node *operand, int num_operands) {
   int count = 0;
   const recap__expr_node_data *d = recap__expr_nodes(q, &count);
@@ -598,7 +598,7 @@ static void fused_op_free(fused_op *x) {
  * pass. */
 static recap_status check_output(const recap__ir *ir, const recap__ir_op *op,
                                  const char *root_name) {
-  recap_op_call call = {.def = op->def, .num_inputs = op->num_inputs, .attrs = op->attrs};
+  recap__op_call call = {.def = op->def, .num_inputs = op->num_inputs, .attrs = op->attrs};
   for (int k = 0; k < op->num_inputs; ++k) {
     const recap__ir_tensor *x = &ir->tensors[op->inputs[k]];
     call.inputs[k].dtype = x->dtype;
@@ -620,7 +620,7 @@ static recap_status check_output(const recap__ir *ir, const recap__ir_op *op,
 }
 
 /* Builds the fused op of the group rooted at v and checks it against the group's output. */
-static recap_status make_fused(const finder *f, const recap_op_def *expr_def, int v, walk *w,
+static recap_status make_fused(const finder *f, const recap__op_def *expr_def, int v, walk *w,
                                fused_op *out) {
   const recap__ir *ir = f->ir;
   const recap__ir_op *root = &ir->ops[v];
@@ -717,7 +717,7 @@ static void rewrite_free(rewrite *r) {
 
 static recap_status build_rewrite(const finder *f, rewrite *r) {
   const recap__ir *ir = f->ir;
-  const recap_op_def *expr_def = recap__op_find("expr");
+  const recap__op_def *expr_def = recap__op_find("expr");
   if (!expr_def) return recap__error_context(RECAP_STATUS_INTERNAL, "fusion needs the expr op: ");
   size_t no = (size_t)f->no + 1, nt = (size_t)f->nt + 1;
   walk w = {.ops = calloc(no, sizeof(int))};

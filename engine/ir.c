@@ -288,7 +288,7 @@ static recap__ir *build(builder *b, const int64_t *values, size_t bucket) {
     if (!ready) continue;
     for (int j = 0; j < sop->num_inputs; ++j) ir->tensors[sop->inputs[j].index].num_consumers++;
 
-    recap_op_call call = {.def = sop->def, .num_inputs = sop->num_inputs, .attrs = op->attrs};
+    recap__op_call call = {.def = sop->def, .num_inputs = sop->num_inputs, .attrs = op->attrs};
     for (int j = 0; j < sop->num_inputs; ++j) {
       const recap__ir_tensor *t = &ir->tensors[sop->inputs[j].index];
       recap_tensor *x = &call.inputs[j];

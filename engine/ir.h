@@ -63,14 +63,14 @@ typedef struct {
 } recap__ir_tensor;
 
 typedef struct {
-  const recap_op_def *def;
+  const recap__op_def *def;
   char *name; /* the spec's `name:`, else "<op>#<index>" */
   recap__src_pos pos;
   int inputs[RECAP_OP_MAX_INPUTS];
   int num_inputs;
   int outputs[RECAP_OP_MAX_OUTPUTS];
   int num_outputs;
-  recap_op_attrs attrs;
+  recap__op_attrs attrs;
   int stream; /* 0: the pipeline's stream; N > 0: side stream N */
   /* Set by the fusion pass (fuse.h) on the `expr` op that replaces a group and on the
    * `linear` that absorbed a residual add, else NULL/0: the indices of the spec's ops it
@@ -78,7 +78,7 @@ typedef struct {
    * at it; recap__ir_destroy frees it; NULL for a folded linear). */
   int *fused_from;
   int num_fused;
-  struct recap_expr_program *program;
+  struct recap__expr_program *program;
 } recap__ir_op;
 
 typedef struct {

@@ -65,7 +65,7 @@ struct recap_pipeline {
   recap_tensor *views;   /* views[bucket * num_tensors + t]: every tensor of every bucket */
   int64_t *view_offsets; /* same indexing: elements from the alias root's start (plan views) */
   size_t num_tensors;
-  recap_op_call *calls; /* calls[bucket * num_ops + op]: bound, ready to launch */
+  recap__op_call *calls; /* calls[bucket * num_ops + op]: bound, ready to launch */
   size_t num_ops;
   size_t launches; /* ops that launch work per run (views launch nothing) (read-only) */
 

@@ -43,7 +43,7 @@ typedef enum {
 
 /* The shape ops the planner can make views of (kernels/shape.c defines them; their attrs are
  * normalized by infer, so axes and bounds are non-negative here). */
-static shape_kind shape_op(const recap_op_def *def) {
+static shape_kind shape_op(const recap__op_def *def) {
   switch (def ? def->copy_view : RECAP__COPY_NONE) {
     case RECAP__COPY_RESHAPE:
       return SHAPE_RESHAPE;
@@ -62,7 +62,7 @@ static shape_kind shape_op(const recap_op_def *def) {
 
 /* Whether op `def` writes its output 0 through the strides of `view` on every backend: the
  * op says it does (op.h, strided_output) for layouts whose last dim is unit-stride. */
-static bool writes_strided_output(const recap_op_def *def, const recap_tensor *view) {
+static bool writes_strided_output(const recap__op_def *def, const recap_tensor *view) {
   if (!def || !def->strided_output || view->ndim < 1) return false;
   int last = view->ndim - 1;
   return view->shape[last] == 1 || view->strides[last] == 1;
@@ -115,7 +115,7 @@ static bool reshape_strides(const recap_tensor *src, int ndim, const int64_t *sh
 static bool derive_forward(const recap__ir *ir, int j, int o, const recap_tensor *in,
                            int64_t in_off, recap_tensor *out, int64_t *out_off) {
   const recap__ir_op *op = &ir->ops[j];
-  const recap_op_attrs *a = &op->attrs;
+  const recap__op_attrs *a = &op->attrs;
   const recap__ir_tensor *y = &ir->tensors[op->outputs[o]];
   recap_tensor v = contiguous_layout(y);
   int64_t off = in_off;
@@ -164,7 +164,7 @@ static bool derive_forward(const recap__ir *ir, int j, int o, const recap_tensor
 static bool derive_backward(const recap__ir *ir, int j, const recap_tensor *out, int64_t off,
                             recap_tensor *in, int64_t *in_off) {
   const recap__ir_op *op = &ir->ops[j];
-  const recap_op_attrs *a = &op->attrs;
+  const recap__op_attrs *a = &op->attrs;
   const recap__ir_tensor *x = &ir->tensors[op->inputs[0]];
   recap_tensor v = contiguous_layout(x);
   int n = x->ndim;
@@ -210,10 +210,10 @@ static bool readers_accept(const recap__ir *ir, const recap_tensor *views, int t
     for (int i = 0; i < op->num_inputs; i++) reads |= op->inputs[i] == t;
     if (!reads || shape_op(op->def) != SHAPE_NONE) continue;
     if (!op->def->infer) return false;
-    recap_op_call call = {.def = op->def,
-                          .num_inputs = op->num_inputs,
-                          .num_outputs = op->num_outputs,
-                          .attrs = op->attrs};
+    recap__op_call call = {.def = op->def,
+                           .num_inputs = op->num_inputs,
+                           .num_outputs = op->num_outputs,
+                           .attrs = op->attrs};
     for (int i = 0; i < op->num_inputs; i++) call.inputs[i] = views[op->inputs[i]];
     if (recap__op_infer(&call) != RECAP_OK) return false;
   }

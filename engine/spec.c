@@ -427,7 +427,7 @@ void recap__spec_destroy(recap__spec *spec) {
   }
   free(spec->tensors);
   for (size_t i = 0; spec->ops && i < spec->num_ops; ++i)
-    recap__expr_program_destroy((recap_expr_program *)spec->ops[i].attrs.expr);
+    recap__expr_program_destroy((recap__expr_program *)spec->ops[i].attrs.expr);
   free(spec->ops);
   free(spec->outputs);
   free(spec->name_owned);

@@ -112,7 +112,7 @@ typedef struct {
 
 /* An INT or INT_LIST attribute as written (entries may name dims). */
 typedef struct {
-  const recap_attr_def *def;
+  const recap__attr_def *def;
   recap__spec_size values[RECAP_MAX_DIMS];
   int count;
   recap__src_pos pos;
@@ -121,14 +121,14 @@ typedef struct {
 enum { RECAP__SPEC_MAX_INT_ATTRS = 8 };
 
 typedef struct {
-  const recap_op_def *def; /* NULL: unknown op (reported); the op is skipped */
-  const char *name;        /* the spec's name:, else NULL */
+  const recap__op_def *def; /* NULL: unknown op (reported); the op is skipped */
+  const char *name;         /* the spec's name:, else NULL */
   recap__src_pos pos;
   recap__spec_ref inputs[RECAP_OP_MAX_INPUTS];
   int num_inputs;
   recap__spec_ref outputs[RECAP_OP_MAX_OUTPUTS];
   int num_outputs;
-  recap_op_attrs attrs; /* defaults, then the float/bool/activation/dtype attributes given */
+  recap__op_attrs attrs; /* defaults, then the float/bool/activation/dtype attributes given */
   recap__spec_int_attr int_attrs[RECAP__SPEC_MAX_INT_ATTRS];
   int num_int_attrs;
   int stream;

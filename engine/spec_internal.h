@@ -70,7 +70,7 @@ void recap__spec_join_names(const char *const *names, char *buf, size_t size);
 /* Reports keys that are not in `allowed` (NULL-terminated) and keys given twice. */
 void recap__spec_check_keys(loader *L, const recap__yaml_node *map, const char *const *allowed,
                             const char *context);
-bool recap__spec_expect_kind(loader *L, const recap__yaml_node *n, recap_yaml_kind kind,
+bool recap__spec_expect_kind(loader *L, const recap__yaml_node *n, recap__yaml_kind kind,
                              const char *what);
 /* The index of s in the NULL-terminated words, or -1 (spec_tensors.c). */
 int recap__spec_find_word(const char *const *words, const char *s);

@@ -21,7 +21,7 @@
 
 static const char *const op_keys[] = {"op", "in", "out", "name", "stream", "shape", "dtype", NULL};
 
-static void parse_attr(loader *L, recap__spec_op *op, const recap_attr_def *a,
+static void parse_attr(loader *L, recap__spec_op *op, const recap__attr_def *a,
                        const recap__yaml_node *v, const char *what) {
   char *field = (char *)&op->attrs + a->offset;
   char attr_what[MAX_NAME_BYTES + 160];
@@ -39,7 +39,7 @@ static void parse_attr(loader *L, recap__spec_op *op, const recap_attr_def *a,
     case RECAP_ATTR_ACTIVATION: {
       static const char *const acts[] = {"none", "relu",    "gelu", "gelu_tanh",
                                          "silu", "sigmoid", "tanh", NULL};
-      static const recap_activation values[] = {
+      static const recap__activation values[] = {
           RECAP_ACT_NONE, RECAP_ACT_RELU,    RECAP_ACT_GELU, RECAP_ACT_GELU_TANH,
           RECAP_ACT_SILU, RECAP_ACT_SIGMOID, RECAP_ACT_TANH};
       int w = recap__spec_is_scalar(v) ? recap__spec_find_word(acts, v->text) : -1;
@@ -51,7 +51,7 @@ static void parse_attr(loader *L, recap__spec_op *op, const recap_attr_def *a,
             recap__spec_is_scalar(v) ? v->text : "", recap__spec_is_scalar(v) ? "'" : "");
         op->ok = false;
       } else {
-        *(recap_activation *)field = values[w];
+        *(recap__activation *)field = values[w];
       }
       return;
     }
@@ -181,7 +181,7 @@ static void parse_expr(loader *L, recap__spec_op *op, const recap__yaml_node *v,
   const char *names[RECAP_OP_MAX_INPUTS];
   for (int i = 0; i < op->num_inputs; ++i) names[i] = op->inputs[i].name;
   recap__expr_parse_error err;
-  recap_expr_program *program = NULL;
+  recap__expr_program *program = NULL;
   recap_status st = recap__expr_parse(text, v->len, names, op->num_inputs, NULL, &program, &err);
   if (st == RECAP_STATUS_SPEC_ERROR) {
     ERR(L, scalar_offset_pos(L, v, err.offset), "%s: %s", attr_what, err.message);
@@ -261,18 +261,18 @@ static void parse_op(loader *L, size_t index, const recap__yaml_node *v, recap__
 
   /* Keys: the op-level ones, then the def's attributes (`shape` and `dtype` are attributes
    * of the ops that have them, and checks of the output otherwise). */
-  const recap_op_def *def = op->def;
+  const recap__op_def *def = op->def;
   const recap__yaml_node *expr_node = NULL;
   recap__op_attrs_set_defaults(def, &op->attrs);
   if (def) {
-    for (const recap_attr_def *a = def->attrs; a && a->name; ++a)
+    for (const recap__attr_def *a = def->attrs; a && a->name; ++a)
       if (a->kind == RECAP_ATTR_DTYPE && !a->required)
         *(recap_dtype *)((char *)&op->attrs + a->offset) = spec->dtype;
   }
   const char *accepted[32];
   size_t na = 0;
   for (size_t i = 0; op_keys[i]; ++i) accepted[na++] = op_keys[i];
-  for (const recap_attr_def *a = def ? def->attrs : NULL; a && a->name && na < 31; ++a)
+  for (const recap__attr_def *a = def ? def->attrs : NULL; a && a->name && na < 31; ++a)
     if (strcmp(a->name, "shape") && strcmp(a->name, "dtype")) accepted[na++] = a->name;
   accepted[na] = NULL;
   char context[MAX_NAME_BYTES + 64];
@@ -282,8 +282,8 @@ static void parse_op(loader *L, size_t index, const recap__yaml_node *v, recap__
   for (size_t i = 0; def && i < v->count; ++i) {
     const char *key = v->keys[i]->text;
     const recap__yaml_node *val = v->items[i];
-    const recap_attr_def *a = NULL;
-    for (const recap_attr_def *x = def->attrs; x && x->name; ++x)
+    const recap__attr_def *a = NULL;
+    for (const recap__attr_def *x = def->attrs; x && x->name; ++x)
       if (strcmp(x->name, key) == 0) a = x;
     if (a && a->kind == RECAP_ATTR_EXPR) {
       /* Parsed once the input names are known (below). */
@@ -316,7 +316,7 @@ static void parse_op(loader *L, size_t index, const recap__yaml_node *v, recap__
         op->ok = false;
     }
   }
-  for (const recap_attr_def *a = def ? def->attrs : NULL; a && a->name; ++a)
+  for (const recap__attr_def *a = def ? def->attrs : NULL; a && a->name; ++a)
     if (a->required && !recap__spec_lookup(v, a->name)) {
       ERR(L, v->pos, "%s needs attribute '%s' (%s)", what, a->name, a->doc ? a->doc : "");
       op->ok = false;

@@ -257,7 +257,7 @@ void recap__spec_check_keys(loader *L, const recap__yaml_node *map, const char *
   recap__names_free(&seen);
 }
 
-bool recap__spec_expect_kind(loader *L, const recap__yaml_node *n, recap_yaml_kind kind,
+bool recap__spec_expect_kind(loader *L, const recap__yaml_node *n, recap__yaml_kind kind,
                              const char *what) {
   if (n && n->kind == kind) return true;
   ERR(L, n->pos, "%s: expected %s, got %s", what,

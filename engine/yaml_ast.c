@@ -169,7 +169,7 @@ static void report_parser_error(builder *b, const yaml_parser_t *p) {
     FAIL_AT(b, pos, "YAML syntax error: %s", problem);
 }
 
-static recap__yaml_node *new_node(builder *b, recap_yaml_kind kind, yaml_mark_t mark) {
+static recap__yaml_node *new_node(builder *b, recap__yaml_kind kind, yaml_mark_t mark) {
   if (++b->nodes > b->limits->max_nodes) {
     FAIL_AT(b, mark_pos(b, mark), "the spec has more than %zu YAML nodes (the limit)",
             b->limits->max_nodes);
@@ -307,7 +307,7 @@ static void on_alias(builder *b, const yaml_event_t *ev) {
   FAIL_AT(b, pos, "YAML alias '*%s' refers to no anchor defined before it", name);
 }
 
-static void on_collection_start(builder *b, const yaml_event_t *ev, recap_yaml_kind kind) {
+static void on_collection_start(builder *b, const yaml_event_t *ev, recap__yaml_kind kind) {
   const yaml_char_t *tag =
       kind == RECAP_YAML_MAPPING ? ev->data.mapping_start.tag : ev->data.sequence_start.tag;
   const yaml_char_t *anchor =

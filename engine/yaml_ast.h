@@ -44,11 +44,11 @@ typedef enum {
   RECAP_YAML_SCALAR,
   RECAP_YAML_SEQUENCE,
   RECAP_YAML_MAPPING,
-} recap_yaml_kind;
+} recap__yaml_kind;
 
 typedef struct recap__yaml_node recap__yaml_node;
 struct recap__yaml_node {
-  recap_yaml_kind kind;
+  recap__yaml_kind kind;
   recap__src_pos pos;
   /* Scalars: NUL-terminated text (len bytes; may hold NULs from escapes, which callers treat
    * as invalid names) and whether it was plain (unquoted), which decides whether `1` is a

@@ -17,17 +17,17 @@
 static const char *const kv_append_inputs[] = {"cache", "new", "pos", "rows?", NULL};
 static const char *const attention_inputs[] = {"q", "k", "v", "len?", NULL};
 
-static const recap_attr_def no_attrs[] = {{.name = NULL}};
-static const recap_attr_def attention_attrs[] = {
-    {"scale", RECAP_ATTR_FLOAT, offsetof(recap_op_attrs, scale), false, 0,
+static const recap__attr_def no_attrs[] = {{.name = NULL}};
+static const recap__attr_def attention_attrs[] = {
+    {"scale", RECAP_ATTR_FLOAT, offsetof(recap__op_attrs, scale), false, 0,
      "multiplies q . k (0: 1 / sqrt(head_dim))"},
-    {"causal", RECAP_ATTR_BOOL, offsetof(recap_op_attrs, causal), false, 0,
+    {"causal", RECAP_ATTR_BOOL, offsetof(recap__op_attrs, causal), false, 0,
      "query i (at position len - Sq + i) sees keys at positions <= its own"},
     {.name = NULL},
 };
 
 /* A device-resident i32 scalar: shape [1], dtype i32. */
-static recap_status check_scalar(const recap_op_call *call, int index) {
+static recap_status check_scalar(const recap__op_call *call, int index) {
   const recap_tensor *t = &call->inputs[index];
   RECAP_TRY(recap__infer_dtype_is(call, index, RECAP_DTYPE_I32));
   if (t->ndim != 1 || t->shape[0] != 1)
@@ -36,7 +36,7 @@ static recap_status check_scalar(const recap_op_call *call, int index) {
   return RECAP_OK;
 }
 
-static recap_status kv_append_infer(recap_op_call *call) {
+static recap_status kv_append_infer(recap__op_call *call) {
   const recap_tensor *cache = &call->inputs[0], *rows = &call->inputs[1];
   RECAP_TRY(recap__infer_ndim(call, 0, 4, 4));
   RECAP_TRY(recap__infer_ndim(call, 1, 4, 4));
@@ -61,7 +61,7 @@ static recap_status kv_append_infer(recap_op_call *call) {
   return RECAP_OK;
 }
 
-const recap_op_def recap__op_kv_append = {
+const recap__op_def recap__op_kv_append = {
     .name = "kv_append",
     .summary =
         "writes new [B, T, H, Dh] into cache [B, Smax, H, Dh] at rows pos..pos+T-1, pos "
@@ -81,7 +81,7 @@ const recap_op_def recap__op_kv_append = {
     .launch_cuda = RECAP_CUDA_ENTRY(recap__cuda_kv_append),
 };
 
-static recap_status attention_infer(recap_op_call *call) {
+static recap_status attention_infer(recap__op_call *call) {
   const recap_tensor *q = &call->inputs[0], *k = &call->inputs[1], *v = &call->inputs[2];
   for (int i = 0; i < 3; ++i) {
     RECAP_TRY(recap__infer_ndim(call, i, 4, 4));
@@ -112,7 +112,7 @@ static recap_status attention_infer(recap_op_call *call) {
 /* Composed or fused is the CUDA half's choice (see attention.cu); the host reference is a
  * direct loop in double. */
 /* q . k over head_dim; the softmax over the keys and the weighted sum of the values. */
-static int attention_reduced_axes(const recap_op_attrs *attrs, int input[4], int axis[4]) {
+static int attention_reduced_axes(const recap__op_attrs *attrs, int input[4], int axis[4]) {
   (void)attrs;
   input[0] = 0, axis[0] = -1;
   input[1] = 1, axis[1] = -1;
@@ -122,12 +122,12 @@ static int attention_reduced_axes(const recap_op_attrs *attrs, int input[4], int
 }
 
 /* q k^T and the weighted sum of v: 2 Sk Dh multiply-adds each per query row and head. */
-static double attention_flops(const recap_op_call *call) {
+static double attention_flops(const recap__op_call *call) {
   const recap_tensor *out = &call->outputs[0], *k = &call->inputs[1];
   return 4.0 * (double)recap__tensor_numel(out) * (double)k->shape[k->ndim - 2];
 }
 
-const recap_op_def recap__op_attention = {
+const recap__op_def recap__op_attention = {
     .name = "attention",
     .summary =
         "softmax(q k^T * scale [+ causal mask]) v over heads of q [B, H, Sq, Dh] and "

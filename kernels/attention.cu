@@ -85,8 +85,8 @@ __global__ void kv_append_kernel(T *__restrict__ cache, recap__cuda_view4 cv,
                                  const int32_t *__restrict__ pos_ptr,
                                  const int32_t *__restrict__ real_ptr) {
   const int64_t t_count = rv.shape[1], heads = rv.shape[2], dh = rv.shape[3];
-  const int64_t batch = real_ptr ? min(max((int64_t)*real_ptr, (int64_t)0), rv.shape[0])
-                                 : rv.shape[0];
+  const int64_t batch =
+      real_ptr ? min(max((int64_t)*real_ptr, (int64_t)0), rv.shape[0]) : rv.shape[0];
   const int64_t n = batch * t_count * heads * dh;
   const int64_t pos = *pos_ptr;
   if (pos < 0 || pos + t_count > cv.shape[1]) __trap();
@@ -104,8 +104,8 @@ struct attention_params {
   /* The output [B, H, Sq, Dh], last-dim stride 1, any other strides: the planner makes it a
    * view of the [B, Sq, H, Dh] tensor its permute produces, so that permute costs nothing. */
   recap__cuda_view4 o;
-  const int32_t *len;        /* valid key count in device memory, or NULL for Sk */
-  int64_t heads, kv_group;   /* query head h reads kv head h / kv_group */
+  const int32_t *len;      /* valid key count in device memory, or NULL for Sk */
+  int64_t heads, kv_group; /* query head h reads kv head h / kv_group */
   float scale;
   bool causal;
   /* flash_kernel only: the output's rows are 16-byte aligned (pointer and strides). */
@@ -729,7 +729,7 @@ recap_status current_device_info(device_info *info) {
 }
 
 template <typename T, int DPL>
-recap_status launch_attention(const recap_op_call *call, const attention_params &p,
+recap_status launch_attention(const recap__op_call *call, const attention_params &p,
                               const device_info &dev, cudaStream_t stream) {
   const int64_t dh = p.q.shape[3], sk = p.k.shape[2];
   const int64_t rows = p.q.shape[0] * p.heads * p.q.shape[2];
@@ -754,8 +754,7 @@ recap_status launch_attention(const recap_op_call *call, const attention_params 
     if (splits > 1) warps = env_pow2("RECAP_ATTENTION_SPLIT_WARPS", 4, kMaxWarps, kSplitWarps);
   }
   const size_t part = splits > 1 ? sizeof(float) * (2 + 32 * (size_t)DPL) : 0;
-  const size_t smem =
-      sizeof(float) * ((size_t)dh + 2 * warps + (size_t)warps * 32 * DPL) + part;
+  const size_t smem = sizeof(float) * ((size_t)dh + 2 * warps + (size_t)warps * 32 * DPL) + part;
   /* 48 KiB is the default dynamic shared memory limit: Dh up to ~11000 fits. */
   if (smem > 48 * 1024 || rows > INT32_MAX)
     return RECAP_FAIL(RECAP_STATUS_NOT_SUPPORTED,
@@ -779,18 +778,15 @@ recap_status launch_attention(const recap_op_call *call, const attention_params 
     attr[0].val.clusterDim.z = 1;
     config.attrs = attr;
     config.numAttrs = 1;
-    RECAP_CUDA_TRY(
-        cudaLaunchKernelEx(&config, attention_kernel<T, DPL, 4, true>, q, k, v, out, p));
+    RECAP_CUDA_TRY(cudaLaunchKernelEx(&config, attention_kernel<T, DPL, 4, true>, q, k, v, out, p));
   } else {
     const dim3 grid((unsigned)rows, (unsigned)chunks);
     if (decode)
       RECAP_CUDA_TRY(recap__cuda_launch(attention_kernel<T, DPL, 4, false>, grid,
-                                        dim3((unsigned)warps * 32), smem, stream, q, k, v, out,
-                                        p));
+                                        dim3((unsigned)warps * 32), smem, stream, q, k, v, out, p));
     else
       RECAP_CUDA_TRY(recap__cuda_launch(attention_kernel<T, DPL, 1, false>, grid,
-                                        dim3((unsigned)warps * 32), smem, stream, q, k, v, out,
-                                        p));
+                                        dim3((unsigned)warps * 32), smem, stream, q, k, v, out, p));
     return RECAP_OK;
   }
   RECAP_CUDA_TRY(cudaGetLastError());
@@ -825,7 +821,7 @@ bool flash_fits(const recap_tensor *q, const recap_tensor *k, const recap_tensor
 }
 
 template <typename T, int DH>
-recap_status launch_flash(const recap_op_call *call, const attention_params &p,
+recap_status launch_flash(const recap__op_call *call, const attention_params &p,
                           const device_info &dev, cudaStream_t stream) {
   const size_t smem = flash_smem_bytes<DH>(p.k.shape[2] > kFlashKeys ? 2 : 1);
   /* Over the default 48 KiB (Dh 128): the kernel must opt in, to its largest use (a captured
@@ -861,7 +857,7 @@ recap_status launch_flash(const recap_op_call *call, const attention_params &p,
 
 }  // namespace
 
-extern "C" recap_status recap__cuda_kv_append(const recap_op_call *call, void *cuda_stream) {
+extern "C" recap_status recap__cuda_kv_append(const recap__op_call *call, void *cuda_stream) {
   recap__cuda_launch_range range(call->def->name);
   const recap_tensor *cache = &call->inputs[0], *rows = &call->inputs[1], *pos = &call->inputs[2];
   const recap_tensor *out = &call->outputs[0];
@@ -899,7 +895,7 @@ extern "C" recap_status recap__cuda_kv_append(const recap_op_call *call, void *c
   });
 }
 
-extern "C" recap_status recap__cuda_attention(const recap_op_call *call, void *cuda_stream) {
+extern "C" recap_status recap__cuda_attention(const recap__op_call *call, void *cuda_stream) {
   recap__cuda_launch_range range(call->def->name);
   const recap_tensor *q = &call->inputs[0], *k = &call->inputs[1], *v = &call->inputs[2];
   const recap_tensor *out = &call->outputs[0];

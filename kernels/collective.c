@@ -9,7 +9,7 @@
  * attribute gives it (a dim name such as W, overridden per run), and the launch checks it
  * against the communicator.
  *
- * Attribute slots: recap_op_attrs is one struct for every op, copied into every call, so these
+ * Attribute slots: recap__op_attrs is one struct for every op, copied into every call, so these
  * ops reuse its integer slots rather than grow it: `world` is attrs.dim, `root` attrs.start,
  * `average` attrs.causal. The attribute table keeps the spec-facing names.
  */
@@ -24,45 +24,45 @@
 
 static const char *const one_input[] = {"x", NULL};
 
-static const recap_attr_def all_reduce_attrs[] = {
-    {"average", RECAP_ATTR_BOOL, offsetof(recap_op_attrs, causal), false, 0,
+static const recap__attr_def all_reduce_attrs[] = {
+    {"average", RECAP_ATTR_BOOL, offsetof(recap__op_attrs, causal), false, 0,
      "divide the sum by the world size"},
     {.name = NULL},
 };
-static const recap_attr_def gather_attrs[] = {
-    {"world", RECAP_ATTR_INT, offsetof(recap_op_attrs, dim), false, 1,
+static const recap__attr_def gather_attrs[] = {
+    {"world", RECAP_ATTR_INT, offsetof(recap__op_attrs, dim), false, 1,
      "ranks in the world (the output's first axis is world x the input's)"},
     {.name = NULL},
 };
-static const recap_attr_def reduce_scatter_attrs[] = {
-    {"world", RECAP_ATTR_INT, offsetof(recap_op_attrs, dim), false, 1,
+static const recap__attr_def reduce_scatter_attrs[] = {
+    {"world", RECAP_ATTR_INT, offsetof(recap__op_attrs, dim), false, 1,
      "ranks in the world (the input's first axis is world x the output's)"},
-    {"average", RECAP_ATTR_BOOL, offsetof(recap_op_attrs, causal), false, 0,
+    {"average", RECAP_ATTR_BOOL, offsetof(recap__op_attrs, causal), false, 0,
      "divide the sum by the world size"},
     {.name = NULL},
 };
-static const recap_attr_def broadcast_attrs[] = {
-    {"root", RECAP_ATTR_INT, offsetof(recap_op_attrs, start), false, 0,
+static const recap__attr_def broadcast_attrs[] = {
+    {"root", RECAP_ATTR_INT, offsetof(recap__op_attrs, start), false, 0,
      "the rank whose tensor every rank receives"},
     {.name = NULL},
 };
 
 enum { CODE_ALL_REDUCE, CODE_ALL_GATHER, CODE_REDUCE_SCATTER, CODE_BROADCAST };
 
-static recap_status check_common(recap_op_call *call) {
+static recap_status check_common(recap__op_call *call) {
   if (!recap__tensor_is_contiguous(&call->inputs[0]))
     return RECAP_OP_FAIL(call, "input 'x' must be contiguous (collectives move whole buffers)");
   return RECAP_OK;
 }
 
-static recap_status check_world(recap_op_call *call) {
+static recap_status check_world(recap__op_call *call) {
   if (call->attrs.dim < 1 || call->attrs.dim > 65536)
     return RECAP_OP_FAIL(call, "attribute 'world' = %lld: expected 1 to 65536",
                          (long long)call->attrs.dim);
   return RECAP_OK;
 }
 
-static recap_status same_infer(recap_op_call *call) {
+static recap_status same_infer(recap__op_call *call) {
   RECAP_TRY(check_common(call));
   if (call->def->code == CODE_BROADCAST && (call->attrs.start < 0 || call->attrs.start >= 65536))
     return RECAP_OP_FAIL(call, "attribute 'root' = %lld is not a rank",
@@ -72,7 +72,7 @@ static recap_status same_infer(recap_op_call *call) {
   return RECAP_OK;
 }
 
-static recap_status all_gather_infer(recap_op_call *call) {
+static recap_status all_gather_infer(recap__op_call *call) {
   RECAP_TRY(check_common(call));
   RECAP_TRY(check_world(call));
   const recap_tensor *x = &call->inputs[0];
@@ -85,7 +85,7 @@ static recap_status all_gather_infer(recap_op_call *call) {
   return RECAP_OK;
 }
 
-static recap_status reduce_scatter_infer(recap_op_call *call) {
+static recap_status reduce_scatter_infer(recap__op_call *call) {
   RECAP_TRY(check_common(call));
   RECAP_TRY(check_world(call));
   const recap_tensor *x = &call->inputs[0];
@@ -100,10 +100,15 @@ static recap_status reduce_scatter_infer(recap_op_call *call) {
 }
 
 /* The collective of a bound call. */
-static recap__coll describe(const recap_op_call *call, int *world_attr) {
+static recap__coll describe(const recap__op_call *call, int *world_attr) {
   const recap_tensor *x = &call->inputs[0], *y = &call->outputs[0];
-  recap__coll c = {RECAP__COLL_ALL_REDUCE, x->data, y->data, (size_t)recap__tensor_numel(y),
-                   x->dtype, call->attrs.causal ? RECAP_REDUCE_AVG : RECAP_REDUCE_SUM, 0};
+  recap__coll c = {RECAP__COLL_ALL_REDUCE,
+                   x->data,
+                   y->data,
+                   (size_t)recap__tensor_numel(y),
+                   x->dtype,
+                   call->attrs.causal ? RECAP_REDUCE_AVG : RECAP_REDUCE_SUM,
+                   0};
   *world_attr = 0; /* any world */
   switch (call->def->code) {
     case CODE_ALL_GATHER:
@@ -126,43 +131,44 @@ static recap__coll describe(const recap_op_call *call, int *world_attr) {
 }
 
 /* The host backend is a world of 1: every collective is a copy. */
-static recap_status collective_run_host(const recap_op_call *call) {
+static recap_status collective_run_host(const recap__op_call *call) {
   int world_attr;
   recap__coll c = describe(call, &world_attr);
   if ((world_attr > 1) || c.root != 0)
     return RECAP_OP_FAIL(call,
                          "the host backend is a world of 1 (this op was planned for %s %d); run "
                          "on CUDA devices with --world",
-                         world_attr > 1 ? "a world of" : "root", world_attr > 1 ? world_attr : c.root);
-  size_t bytes = (size_t)recap__tensor_numel(&call->outputs[0]) *
-                 recap_dtype_size(call->outputs[0].dtype);
+                         world_attr > 1 ? "a world of" : "root",
+                         world_attr > 1 ? world_attr : c.root);
+  size_t bytes =
+      (size_t)recap__tensor_numel(&call->outputs[0]) * recap_dtype_size(call->outputs[0].dtype);
   if (c.send != c.recv) memmove(c.recv, c.send, bytes);
   return RECAP_OK;
 }
 
 #if RECAP_WITH_CUDA
-static recap_status collective_launch_cuda(const recap_op_call *call, void *stream) {
+static recap_status collective_launch_cuda(const recap__op_call *call, void *stream) {
   int world_attr;
   recap__coll c = describe(call, &world_attr);
   return recap__comm_launch_native(&c, world_attr, stream);
 }
 #endif
 
-#define COLLECTIVE_DEF(op, code_, summary_, attrs_, infer_, in_place)                        \
-  const recap_op_def recap__op_##op = {                                                       \
-      .name = #op,                                                                            \
-      .summary = summary_,                                                                    \
-      .code = code_,                                                                          \
-      .input_names = one_input,                                                               \
-      .min_inputs = 1,                                                                        \
-      .max_inputs = 1,                                                                        \
-      .num_outputs = 1,                                                                       \
-      .attrs = attrs_,                                                                        \
-      .dtype_mask = RECAP__DTYPES_ALL,                                                        \
-      .in_place_input = in_place,                                                             \
-      .infer = infer_,                                                                        \
-      .run_host = collective_run_host,                                                        \
-      .launch_cuda = RECAP_CUDA_ENTRY(collective_launch_cuda),                                \
+#define COLLECTIVE_DEF(op, code_, summary_, attrs_, infer_, in_place) \
+  const recap__op_def recap__op_##op = {                              \
+      .name = #op,                                                    \
+      .summary = summary_,                                            \
+      .code = code_,                                                  \
+      .input_names = one_input,                                       \
+      .min_inputs = 1,                                                \
+      .max_inputs = 1,                                                \
+      .num_outputs = 1,                                               \
+      .attrs = attrs_,                                                \
+      .dtype_mask = RECAP__DTYPES_ALL,                                \
+      .in_place_input = in_place,                                     \
+      .infer = infer_,                                                \
+      .run_host = collective_run_host,                                \
+      .launch_cuda = RECAP_CUDA_ENTRY(collective_launch_cuda),        \
   }
 
 COLLECTIVE_DEF(all_reduce, CODE_ALL_REDUCE,

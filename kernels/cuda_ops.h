@@ -3,9 +3,9 @@
  *
  * Each op definition (kernels/<family>.c) points its `launch_cuda` slot at one of these; they
  * are implemented in kernels/<family>.cu (extern "C") and exist only in CUDA builds. Every
- * entry point has the signature of recap_op_def.launch_cuda:
+ * entry point has the signature of recap__op_def.launch_cuda:
  *
- *   recap_status fn(const recap_op_call *call, void *cuda_stream);
+ *   recap_status fn(const recap__op_call *call, void *cuda_stream);
  *
  * The call has passed recap__op_infer (shapes, dtypes, attributes and the constraints below
  * are already checked) and its tensors' data pointers are bound to device memory. An entry
@@ -38,37 +38,37 @@ extern "C" {
 
 #if RECAP_WITH_CUDA
 
-/* Unary elementwise, def->code is a recap_unary_code. inputs[0] any strides (f32/f16/bf16);
+/* Unary elementwise, def->code is a recap__unary_code. inputs[0] any strides (f32/f16/bf16);
  * outputs[0] contiguous, same shape; same dtype except CAST (attrs.dtype, a float type).
  * SCALE: out = attrs.scale * x. GELU is the erf form, GELU_TANH the tanh approximation.
  * May run in place (output data == input data, both contiguous). */
-recap_status recap__cuda_unary(const recap_op_call *call, void *cuda_stream);
+recap_status recap__cuda_unary(const recap__op_call *call, void *cuda_stream);
 
-/* Binary elementwise with numpy broadcasting, def->code is a recap_binary_code. inputs[0]
+/* Binary elementwise with numpy broadcasting, def->code is a recap__binary_code. inputs[0]
  * and inputs[1] have one float dtype and any strides; shapes are right-aligned and a
  * dimension of size 1 broadcasts. outputs[0] contiguous, the broadcast shape, same dtype.
  * May run in place on input 0 when its shape equals the output's and it is contiguous. */
-recap_status recap__cuda_binary(const recap_op_call *call, void *cuda_stream);
+recap_status recap__cuda_binary(const recap__op_call *call, void *cuda_stream);
 
 /* Softmax over the last dimension of inputs[0] (last-dim stride 1; other dims any strides).
  * out = softmax(x * s) with s = attrs.scale, or 1 when attrs.scale == 0. attrs.causal: with
  * rows = shape[ndim-2] (1 for a 1-D input) and cols = shape[ndim-1], element (i, j) of each
  * [rows, cols] matrix is masked when j > i + (cols - rows); masked elements output 0, and a
  * row with every element masked outputs all 0. Accumulate in f32. */
-recap_status recap__cuda_softmax(const recap_op_call *call, void *cuda_stream);
+recap_status recap__cuda_softmax(const recap__op_call *call, void *cuda_stream);
 
 /* LayerNorm over the last dimension D: inputs x [..., D] (last-dim stride 1), weight [D],
  * bias [D] (optional: num_inputs == 2 means none), all one dtype, weight/bias contiguous.
  * out = (x - mean) / sqrt(var + attrs.eps) * weight + bias, var the biased (1/D) variance. */
-recap_status recap__cuda_layernorm(const recap_op_call *call, void *cuda_stream);
+recap_status recap__cuda_layernorm(const recap__op_call *call, void *cuda_stream);
 
 /* RMSNorm over the last dimension D: inputs x [..., D] (last-dim stride 1), weight [D]
  * (contiguous), one dtype. out = x / sqrt(mean(x^2) + attrs.eps) * weight. */
-recap_status recap__cuda_rmsnorm(const recap_op_call *call, void *cuda_stream);
+recap_status recap__cuda_rmsnorm(const recap__op_call *call, void *cuda_stream);
 
 /* Sum (def->code 0) or mean (def->code 1) over the last dimension of inputs[0] (last-dim
  * stride 1). outputs[0] drops the last dimension (a 1-D input gives shape [1]); same dtype. */
-recap_status recap__cuda_reduce_last(const recap_op_call *call, void *cuda_stream);
+recap_status recap__cuda_reduce_last(const recap__op_call *call, void *cuda_stream);
 
 /* reshape, permute, transpose, slice, split, copy. For each output o in
  * [0, call->num_outputs): build the source view with recap__view_for_copy(call, o, &view)
@@ -76,23 +76,23 @@ recap_status recap__cuda_reduce_last(const recap_op_call *call, void *cuda_strea
  * row-major order over view.shape, to element k, in row-major order over
  * outputs[o].shape (contiguous). The element counts are equal; shapes may differ (reshape).
  * Any dtype (f32/f16/bf16/i32/i64): a copy of recap_dtype_size(dtype) bytes per element. */
-recap_status recap__cuda_copy_strided(const recap_op_call *call, void *cuda_stream);
+recap_status recap__cuda_copy_strided(const recap__op_call *call, void *cuda_stream);
 
 /* Concatenation of inputs[0..num_inputs) (one dtype, any strides, equal shapes except along
  * dim) along d = attrs.dim (already normalized to [0, ndim) by infer) into contiguous
  * outputs[0]. Any dtype. */
-recap_status recap__cuda_concat(const recap_op_call *call, void *cuda_stream);
+recap_status recap__cuda_concat(const recap__op_call *call, void *cuda_stream);
 
 /* Fills contiguous outputs[0] with attrs.value converted to its dtype (any dtype; for
  * integer dtypes infer has checked that the value is an integer in range). */
-recap_status recap__cuda_fill(const recap_op_call *call, void *cuda_stream);
+recap_status recap__cuda_fill(const recap__op_call *call, void *cuda_stream);
 
 /* Row gather: inputs[0] table [V, D] (float dtype, any strides), inputs[1] ids (i32 or i64,
  * any shape up to 3 dims, any strides). outputs[0] [ids..., D] contiguous, table's dtype:
  * out[n, :] = table[ids[n], :]. An id outside [0, V) is a device fault: the host reference
  * returns an error, which the host backend makes a sticky fault; the CUDA kernel must not
  * read out of bounds (trap, like a device-side assert, so the fault is sticky there too). */
-recap_status recap__cuda_embedding(const recap_op_call *call, void *cuda_stream);
+recap_status recap__cuda_embedding(const recap__op_call *call, void *cuda_stream);
 
 /* Rotary position embedding, rotate-half convention (Llama / PyTorch):
  * inputs[0] x [B, S, H, Dh] or [S, H, Dh] (float dtype, any strides, Dh even),
@@ -106,7 +106,7 @@ recap_status recap__cuda_embedding(const recap_op_call *call, void *cuda_stream)
  * angles lose ~1e-4: compute the angle (or reduce it modulo 2 pi) in double on CUDA too.
  * outputs[0] contiguous, x's shape and dtype. May run in place (each pair is read before
  * it is written). A negative position is a device fault (as embedding ids). */
-recap_status recap__cuda_rope(const recap_op_call *call, void *cuda_stream);
+recap_status recap__cuda_rope(const recap__op_call *call, void *cuda_stream);
 
 /* KV-cache append: inputs[0] cache [B, Smax, H, Dh] (any strides), inputs[1] new rows
  * [B, T, H, Dh] (any strides, the cache's dtype, any float dtype), inputs[2] pos i32 [1]
@@ -114,7 +114,7 @@ recap_status recap__cuda_rope(const recap_op_call *call, void *cuda_stream);
  * device holds at replay time). Writes cache[b, pos + t, h, :] = new[b, t, h, :] for
  * t < T. outputs[0] IS the cache: same descriptor, same data pointer (checked by the
  * launcher). pos < 0 or pos + T > Smax is a device fault (host: error status). */
-recap_status recap__cuda_kv_append(const recap_op_call *call, void *cuda_stream);
+recap_status recap__cuda_kv_append(const recap__op_call *call, void *cuda_stream);
 
 /* Attention for a group of heads: inputs q [B, H, Sq, Dh], k [B, Hkv, Sk, Dh],
  * v [B, Hkv, Sk, Dh] (one float dtype; last-dim stride 1, other dims any strides;
@@ -125,7 +125,7 @@ recap_status recap__cuda_kv_append(const recap_op_call *call, void *cuda_stream)
  * visible keys: j < L, and with attrs.causal also j <= L - Sq + i (query i's absolute
  * position). A query that sees no key outputs 0. outputs[0] [B, H, Sq, Dh] contiguous,
  * q's dtype. Accumulate in f32. */
-recap_status recap__cuda_attention(const recap_op_call *call, void *cuda_stream);
+recap_status recap__cuda_attention(const recap__op_call *call, void *cuda_stream);
 
 /* random_uniform (def->code 0) / random_normal (def->code 1) into contiguous outputs[0]
  * (float dtype). The Philox parameters are call->rng_seed/rng_offset, or, when
@@ -136,11 +136,11 @@ recap_status recap__cuda_attention(const recap_op_call *call, void *cuda_stream)
  *   uniform: recap__philox_uniform(w.v[i % 4], (float)attrs.low, (float)attrs.high)
  *   normal:  recap__philox_normal4(w, (float)attrs.mean, (float)attrs.std, out4)[i % 4]
  * then rounded to the output dtype (runtime/philox.h). */
-recap_status recap__cuda_random(const recap_op_call *call, void *cuda_stream);
+recap_status recap__cuda_random(const recap__op_call *call, void *cuda_stream);
 
 /* matmul and linear: implemented by the GEMM half (kernels/gemm/choose.c); see
  * kernels/gemm/gemm.h. */
-recap_status recap__cuda_gemm(const recap_op_call *call, void *cuda_stream);
+recap_status recap__cuda_gemm(const recap__op_call *call, void *cuda_stream);
 
 #endif /* RECAP_WITH_CUDA */
 

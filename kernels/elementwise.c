@@ -15,19 +15,19 @@
 static const char *const unary_inputs[] = {"x", NULL};
 static const char *const binary_inputs[] = {"a", "b", NULL};
 
-static const recap_attr_def no_attrs[] = {{.name = NULL}};
-static const recap_attr_def scale_attrs[] = {
-    {"scale", RECAP_ATTR_FLOAT, offsetof(recap_op_attrs, scale), true, 0,
+static const recap__attr_def no_attrs[] = {{.name = NULL}};
+static const recap__attr_def scale_attrs[] = {
+    {"scale", RECAP_ATTR_FLOAT, offsetof(recap__op_attrs, scale), true, 0,
      "the factor: out = scale * x"},
     {.name = NULL},
 };
-static const recap_attr_def cast_attrs[] = {
-    {"dtype", RECAP_ATTR_DTYPE, offsetof(recap_op_attrs, dtype), true, 0,
+static const recap__attr_def cast_attrs[] = {
+    {"dtype", RECAP_ATTR_DTYPE, offsetof(recap__op_attrs, dtype), true, 0,
      "the output element type (f32, f16 or bf16)"},
     {.name = NULL},
 };
 
-static recap_status unary_infer(recap_op_call *call) {
+static recap_status unary_infer(recap__op_call *call) {
   const recap_tensor *x = &call->inputs[0];
   recap_dtype dtype = x->dtype;
   if (call->def->code == RECAP_UNARY_CAST) {
@@ -41,7 +41,7 @@ static recap_status unary_infer(recap_op_call *call) {
 }
 
 /* numpy broadcasting: shapes right-aligned; each dimension pair equal or one of them 1. */
-static recap_status binary_infer(recap_op_call *call) {
+static recap_status binary_infer(recap__op_call *call) {
   const recap_tensor *a = &call->inputs[0], *b = &call->inputs[1];
   RECAP_TRY(recap__infer_same_dtype(call, 1));
   int ndim = a->ndim > b->ndim ? a->ndim : b->ndim;
@@ -62,7 +62,7 @@ static recap_status binary_infer(recap_op_call *call) {
 }
 
 #define UNARY_DEF(ident, op_code, op_summary, op_attrs, in_place) \
-  const recap_op_def recap__op_##ident = {                        \
+  const recap__op_def recap__op_##ident = {                       \
       .name = #ident,                                             \
       .summary = op_summary,                                      \
       .code = op_code,                                            \
@@ -96,7 +96,7 @@ UNARY_DEF(cast, RECAP_UNARY_CAST, "x converted to another float type (round to n
           cast_attrs, -1);
 
 #define BINARY_DEF(ident, op_code, op_summary)             \
-  const recap_op_def recap__op_##ident = {                 \
+  const recap__op_def recap__op_##ident = {                \
       .name = #ident,                                      \
       .summary = op_summary,                               \
       .code = op_code,                                     \

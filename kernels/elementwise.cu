@@ -290,15 +290,13 @@ recap_status launch_unary(const recap_tensor *x, const recap_tensor *y, int64_t 
       nvec = (n - head) / VEC;
     }
     unsigned grid;
-    RECAP_TRY(
-        recap__cuda_grid_cover(RECAP_CEIL_DIV(nvec, (int64_t)kUnroll), kDenseThreads, &grid));
+    RECAP_TRY(recap__cuda_grid_cover(RECAP_CEIL_DIV(nvec, (int64_t)kUnroll), kDenseThreads, &grid));
     if (head >= 0)
       RECAP_CUDA_TRY(recap__cuda_launch(unary_dense_kernel<Code, Tin, Tout, VEC>, grid,
                                         kDenseThreads, 0, stream, xp, yp, head, nvec, n, scale));
     else
-      RECAP_CUDA_TRY(recap__cuda_launch(unary_dense_kernel<Code, Tin, Tout, 1>, grid,
-                                        kDenseThreads, 0, stream, xp, yp, (int64_t)0, n, n,
-                                        scale));
+      RECAP_CUDA_TRY(recap__cuda_launch(unary_dense_kernel<Code, Tin, Tout, 1>, grid, kDenseThreads,
+                                        0, stream, xp, yp, (int64_t)0, n, n, scale));
   } else {
     RECAP_CUDA_TRY(recap__cuda_launch(
         unary_strided_kernel<Code, Tin, Tout>, recap__cuda_grid_for(n, kThreads), kThreads, 0,
@@ -338,8 +336,8 @@ recap_status launch_binary_dense(const T *a, const T *b, T *y, int64_t n, cudaSt
   unsigned grid;
   RECAP_TRY(recap__cuda_grid_cover(RECAP_CEIL_DIV(nvec, (int64_t)kUnroll), kDenseThreads, &grid));
   if (head >= 0)
-    RECAP_CUDA_TRY(recap__cuda_launch(binary_dense_kernel<Code, T, VEC, kMode>, grid,
-                                      kDenseThreads, 0, stream, a, b, y, head, nvec, n));
+    RECAP_CUDA_TRY(recap__cuda_launch(binary_dense_kernel<Code, T, VEC, kMode>, grid, kDenseThreads,
+                                      0, stream, a, b, y, head, nvec, n));
   else
     RECAP_CUDA_TRY(recap__cuda_launch(binary_dense_kernel<Code, T, 1, kMode>, grid, kDenseThreads,
                                       0, stream, a, b, y, (int64_t)0, n, n));
@@ -402,8 +400,8 @@ recap_status launch_binary(const recap_tensor *a, const recap_tensor *b, const r
     av.shape[d] = bv.shape[d] = yv.shape[d];
   }
   RECAP_CUDA_TRY(recap__cuda_launch(binary_strided_kernel<Code, T>,
-                                    recap__cuda_grid_for(n, kThreads), kThreads, 0, stream, ap,
-                                    av, bp, bv, yp, yv, n));
+                                    recap__cuda_grid_for(n, kThreads), kThreads, 0, stream, ap, av,
+                                    bp, bv, yp, yv, n));
   return RECAP_OK;
 }
 
@@ -426,7 +424,7 @@ recap_status check_broadcast(const recap_tensor *in, const recap_tensor *out, co
 
 }  // namespace
 
-extern "C" recap_status recap__cuda_unary(const recap_op_call *call, void *cuda_stream) {
+extern "C" recap_status recap__cuda_unary(const recap__op_call *call, void *cuda_stream) {
   recap__cuda_launch_range range(call->def->name);
   const recap_tensor *x = &call->inputs[0], *y = &call->outputs[0];
   const int code = call->def->code;
@@ -486,7 +484,7 @@ extern "C" recap_status recap__cuda_unary(const recap_op_call *call, void *cuda_
   });
 }
 
-extern "C" recap_status recap__cuda_binary(const recap_op_call *call, void *cuda_stream) {
+extern "C" recap_status recap__cuda_binary(const recap__op_call *call, void *cuda_stream) {
   recap__cuda_launch_range range(call->def->name);
   const recap_tensor *a = &call->inputs[0], *b = &call->inputs[1], *y = &call->outputs[0];
   const char *name = call->def->name;

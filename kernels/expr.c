@@ -17,12 +17,12 @@
 #include "kernels/op_codes.h"
 #include "runtime/error.h"
 
-recap_status recap__expr_program_create(int num_inputs, recap_expr_program **out) {
+recap_status recap__expr_program_create(int num_inputs, recap__expr_program **out) {
   RECAP_CHECK_ARG(out);
   if (num_inputs < 1 || num_inputs > RECAP_OP_MAX_INPUTS)
     return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "an expression takes 1 to %d inputs, not %d",
                       RECAP_OP_MAX_INPUTS, num_inputs);
-  recap_expr_program *p = calloc(1, sizeof *p);
+  recap__expr_program *p = calloc(1, sizeof *p);
   if (!p) return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory for an expression");
   if (pthread_mutex_init(&p->lock, NULL) != 0) {
     free(p);
@@ -36,7 +36,7 @@ recap_status recap__expr_program_create(int num_inputs, recap_expr_program **out
   return RECAP_OK;
 }
 
-void recap__expr_program_destroy(recap_expr_program *p) {
+void recap__expr_program_destroy(recap__expr_program *p) {
   if (!p) return;
   if (p->compiled) p->free_compiled(p->compiled);
   pthread_mutex_destroy(&p->lock);
@@ -45,15 +45,15 @@ void recap__expr_program_destroy(recap_expr_program *p) {
   free(p);
 }
 
-void recap__expr_program_set_limits(recap_expr_program *p, int max_nodes, int max_depth) {
+void recap__expr_program_set_limits(recap__expr_program *p, int max_nodes, int max_depth) {
   if (max_nodes > 0 && max_nodes < p->max_nodes) p->max_nodes = max_nodes;
   if (max_depth > 0 && max_depth < p->max_depth) p->max_depth = max_depth;
 }
 
 /* Records the program's first error (later ones are consequences) and returns NONE. */
-static recap__expr_node fail(recap_expr_program *p, recap_status status, const char *fmt, ...)
+static recap__expr_node fail(recap__expr_program *p, recap_status status, const char *fmt, ...)
     RECAP__PRINTF(3, 4);
-static recap__expr_node fail(recap_expr_program *p, recap_status status, const char *fmt, ...) {
+static recap__expr_node fail(recap__expr_program *p, recap_status status, const char *fmt, ...) {
   if (p->error == RECAP_OK) {
     va_list ap;
     va_start(ap, fmt);
@@ -73,7 +73,7 @@ bool recap__expr_is_binary(recap__expr_op op) {
 }
 
 /* Appends a node whose operands (-1: unused) were checked by the caller's validity test. */
-static recap__expr_node add_node(recap_expr_program *p, recap__expr_node_data node) {
+static recap__expr_node add_node(recap__expr_program *p, recap__expr_node_data node) {
   if (p->finished)
     return fail(p, RECAP_STATUS_INVALID_ARGUMENT, "the expression is already finished");
   if (p->error != RECAP_OK) return RECAP_EXPR_NONE;
@@ -111,7 +111,7 @@ static recap__expr_node_data blank(recap__expr_op op) {
 
 /* An operand that is NONE means an earlier constructor failed: propagate quietly (its error
  * is recorded), or record one when the caller passed NONE without an earlier failure. */
-static bool operands_ok(recap_expr_program *p, recap__expr_op op, int n, recap__expr_node a,
+static bool operands_ok(recap__expr_program *p, recap__expr_op op, int n, recap__expr_node a,
                         recap__expr_node b, recap__expr_node c) {
   const recap__expr_node operands[3] = {a, b, c};
   for (int k = 0; k < n; ++k)
@@ -123,7 +123,7 @@ static bool operands_ok(recap_expr_program *p, recap__expr_op op, int n, recap__
   return true;
 }
 
-recap__expr_node recap__expr_input(recap_expr_program *p, int index) {
+recap__expr_node recap__expr_input(recap__expr_program *p, int index) {
   if (!p) return RECAP_EXPR_NONE;
   if (index < 0 || index >= p->num_inputs)
     return fail(p, RECAP_STATUS_INVALID_ARGUMENT, "input %d does not exist (the expression has %d)",
@@ -133,7 +133,7 @@ recap__expr_node recap__expr_input(recap_expr_program *p, int index) {
   return add_node(p, n);
 }
 
-recap__expr_node recap__expr_const(recap_expr_program *p, double value) {
+recap__expr_node recap__expr_const(recap__expr_program *p, double value) {
   if (!p) return RECAP_EXPR_NONE;
   if (!isfinite(value) || !isfinite((float)value))
     return fail(p, RECAP_STATUS_INVALID_ARGUMENT, "constant %g is not a finite f32 value", value);
@@ -142,7 +142,7 @@ recap__expr_node recap__expr_const(recap_expr_program *p, double value) {
   return add_node(p, n);
 }
 
-recap__expr_node recap__expr_unary(recap_expr_program *p, recap__expr_op op, recap__expr_node a) {
+recap__expr_node recap__expr_unary(recap__expr_program *p, recap__expr_op op, recap__expr_node a) {
   if (!p) return RECAP_EXPR_NONE;
   if (!recap__expr_is_unary_fn(op))
     return fail(p, RECAP_STATUS_INVALID_ARGUMENT, "op %d is not a unary function", (int)op);
@@ -152,7 +152,7 @@ recap__expr_node recap__expr_unary(recap_expr_program *p, recap__expr_op op, rec
   return add_node(p, n);
 }
 
-recap__expr_node recap__expr_scale(recap_expr_program *p, recap__expr_node a, double factor) {
+recap__expr_node recap__expr_scale(recap__expr_program *p, recap__expr_node a, double factor) {
   if (!p) return RECAP_EXPR_NONE;
   if (!isfinite(factor) || !isfinite((float)factor))
     return fail(p, RECAP_STATUS_INVALID_ARGUMENT, "scale factor %g is not a finite f32 value",
@@ -165,7 +165,7 @@ recap__expr_node recap__expr_scale(recap_expr_program *p, recap__expr_node a, do
   return add_node(p, n);
 }
 
-recap__expr_node recap__expr_cast(recap_expr_program *p, recap__expr_node a, recap_dtype dtype) {
+recap__expr_node recap__expr_cast(recap__expr_program *p, recap__expr_node a, recap_dtype dtype) {
   if (!p) return RECAP_EXPR_NONE;
   if (dtype != RECAP_DTYPE_F32 && dtype != RECAP_DTYPE_F16 && dtype != RECAP_DTYPE_BF16)
     return fail(p, RECAP_STATUS_INVALID_ARGUMENT, "cast to %s: only f32, f16 and bf16",
@@ -177,7 +177,7 @@ recap__expr_node recap__expr_cast(recap_expr_program *p, recap__expr_node a, rec
   return add_node(p, n);
 }
 
-recap__expr_node recap__expr_binary(recap_expr_program *p, recap__expr_op op, recap__expr_node a,
+recap__expr_node recap__expr_binary(recap__expr_program *p, recap__expr_op op, recap__expr_node a,
                                     recap__expr_node b) {
   if (!p) return RECAP_EXPR_NONE;
   if (!recap__expr_is_binary(op))
@@ -189,7 +189,7 @@ recap__expr_node recap__expr_binary(recap_expr_program *p, recap__expr_op op, re
   return add_node(p, n);
 }
 
-recap__expr_node recap__expr_select(recap_expr_program *p, recap__expr_node cond,
+recap__expr_node recap__expr_select(recap__expr_program *p, recap__expr_node cond,
                                     recap__expr_node if_true, recap__expr_node if_false) {
   if (!p) return RECAP_EXPR_NONE;
   if (!operands_ok(p, RECAP_EXPR_SELECT, 3, cond, if_true, if_false)) return RECAP_EXPR_NONE;
@@ -200,8 +200,8 @@ recap__expr_node recap__expr_select(recap_expr_program *p, recap__expr_node cond
   return add_node(p, n);
 }
 
-recap__expr_node recap__expr_from_unary_code(recap_expr_program *p, int unary_code,
-                                             recap__expr_node a, const recap_op_attrs *attrs) {
+recap__expr_node recap__expr_from_unary_code(recap__expr_program *p, int unary_code,
+                                             recap__expr_node a, const recap__op_attrs *attrs) {
   if (!p) return RECAP_EXPR_NONE;
   switch (unary_code) {
     case RECAP_UNARY_RELU:
@@ -231,7 +231,7 @@ recap__expr_node recap__expr_from_unary_code(recap_expr_program *p, int unary_co
   }
 }
 
-recap__expr_node recap__expr_from_binary_code(recap_expr_program *p, int binary_code,
+recap__expr_node recap__expr_from_binary_code(recap__expr_program *p, int binary_code,
                                               recap__expr_node a, recap__expr_node b) {
   if (!p) return RECAP_EXPR_NONE;
   switch (binary_code) {
@@ -248,7 +248,7 @@ recap__expr_node recap__expr_from_binary_code(recap_expr_program *p, int binary_
   }
 }
 
-recap_status recap__expr_program_finish(recap_expr_program *p, recap__expr_node root) {
+recap_status recap__expr_program_finish(recap__expr_program *p, recap__expr_node root) {
   RECAP_CHECK_ARG(p);
   if (p->finished)
     return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "the expression is already finished");
@@ -282,16 +282,16 @@ recap_status recap__expr_program_finish(recap_expr_program *p, recap__expr_node 
   return RECAP_OK;
 }
 
-int recap__expr_num_inputs(const recap_expr_program *p) {
+int recap__expr_num_inputs(const recap__expr_program *p) {
   return p ? p->num_inputs : 0;
 }
 
-const recap__expr_node_data *recap__expr_nodes(const recap_expr_program *p, int *count) {
+const recap__expr_node_data *recap__expr_nodes(const recap__expr_program *p, int *count) {
   if (count) *count = p ? p->count : 0;
   return p ? p->nodes : NULL;
 }
 
-recap__expr_node recap__expr_root(const recap_expr_program *p) {
+recap__expr_node recap__expr_root(const recap__expr_program *p) {
   return p && p->finished ? p->root : RECAP_EXPR_NONE;
 }
 
@@ -354,7 +354,7 @@ static void put_number(out_buf *o, double v) {
 }
 
 /* Recursion depth is bounded by the program's depth limit. */
-static void format_node(const recap_expr_program *p, int i, const char *const *names, out_buf *o) {
+static void format_node(const recap__expr_program *p, int i, const char *const *names, out_buf *o) {
   const recap__expr_node_data *n = &p->nodes[i];
   switch (n->op) {
     case RECAP_EXPR_INPUT:
@@ -403,7 +403,7 @@ static void format_node(const recap_expr_program *p, int i, const char *const *n
   }
 }
 
-void recap__expr_format(const recap_expr_program *p, const char *const *names, char *buf,
+void recap__expr_format(const recap__expr_program *p, const char *const *names, char *buf,
                         size_t size) {
   if (!buf || size == 0) return;
   buf[0] = '\0';

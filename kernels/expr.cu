@@ -57,14 +57,14 @@ bool same_signature(const recap__expr_signature &a, const recap__expr_signature 
 }
 
 /* Holds the program's lock. */
-recap__expr_compiled *find_locked(const recap_expr_program *p, int device,
+recap__expr_compiled *find_locked(const recap__expr_program *p, int device,
                                   const recap__expr_signature &sig) {
   for (recap__expr_compiled *c = p->compiled; c; c = c->next)
     if (c->device == device && same_signature(c->sig, sig)) return c;
   return nullptr;
 }
 
-recap__expr_compiled *find(const recap_expr_program *p, int device,
+recap__expr_compiled *find(const recap__expr_program *p, int device,
                            const recap__expr_signature &sig) {
   pthread_mutex_t *lock = const_cast<pthread_mutex_t *>(&p->lock);
   pthread_mutex_lock(lock);
@@ -74,7 +74,7 @@ recap__expr_compiled *find(const recap_expr_program *p, int device,
 }
 
 /* Generates, compiles and loads the kernels for (device, sig). Holds the program's lock. */
-recap_status compile_locked(const recap_expr_program *p, int device,
+recap_status compile_locked(const recap__expr_program *p, int device,
                             const recap__expr_signature &sig, const char *op_name,
                             recap__expr_compiled **out) {
   recap_status st = RECAP_OK;
@@ -111,8 +111,8 @@ recap_status compile_locked(const recap_expr_program *p, int device,
   c->dense_threads =
       attrs.maxThreadsPerBlock < kDenseThreads ? attrs.maxThreadsPerBlock : kDenseThreads;
   c->next = p->compiled;
-  const_cast<recap_expr_program *>(p)->compiled = c;
-  const_cast<recap_expr_program *>(p)->free_compiled = free_compiled;
+  const_cast<recap__expr_program *>(p)->compiled = c;
+  const_cast<recap__expr_program *>(p)->free_compiled = free_compiled;
   *out = c;
   free(source);
   free(cubin);
@@ -127,7 +127,7 @@ fail:
 }
 
 /* Compiles for `device` (-1: the current one), making it current meanwhile. */
-recap_status prepare(const recap_expr_program *p, const recap__expr_signature &sig, int device,
+recap_status prepare(const recap__expr_program *p, const recap__expr_signature &sig, int device,
                      const char *op_name, recap__expr_compiled **out) {
   int current = 0;
   RECAP_CUDA_TRY(cudaGetDevice(&current));
@@ -151,14 +151,14 @@ bool aligned16(const void *ptr) {
 
 }  // namespace
 
-extern "C" recap_status recap__expr_prepare_cuda(const recap_expr_program *p,
+extern "C" recap_status recap__expr_prepare_cuda(const recap__expr_program *p,
                                                  const recap__expr_signature *sig, int device,
                                                  const char *op_name) {
   RECAP_CHECK_ARG(p && sig);
   return prepare(p, *sig, device, op_name ? op_name : "expr", nullptr);
 }
 
-extern "C" recap_status recap__expr_launch_cuda(const recap_expr_program *p,
+extern "C" recap_status recap__expr_launch_cuda(const recap__expr_program *p,
                                                 const recap_tensor *inputs, int num_inputs,
                                                 const recap_tensor *out, const char *op_name,
                                                 void *cuda_stream) {
@@ -232,7 +232,7 @@ extern "C" recap_status recap__expr_launch_cuda(const recap_expr_program *p,
   return RECAP_OK;
 }
 
-extern "C" recap_status recap__cuda_expr(const recap_op_call *call, void *cuda_stream) {
+extern "C" recap_status recap__cuda_expr(const recap__op_call *call, void *cuda_stream) {
   if (call->num_outputs != 1)
     return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "op 'expr': expects one output, got %d",
                       call->num_outputs);

@@ -5,7 +5,7 @@
  *
  * Building a program by hand (the fusion pass does this):
  *
- *   recap_expr_program *p;
+ *   recap__expr_program *p;
  *   RECAP_TRY(recap__expr_program_create(2, &p));          // two inputs: 0 and 1
  *   recap__expr_node a = recap__expr_input(p, 0), b = recap__expr_input(p, 1);
  *   recap__expr_node r = recap__expr_binary(p, RECAP_EXPR_ADD,
@@ -35,7 +35,7 @@
  * that give 0 along its broadcast dimensions (numpy rules, right-aligned, up to 4 dims).
  *
  * Ownership and threads: a finished program is immutable and may be shared by threads and by
- * copies of op calls (recap_op_attrs.expr points at it; whoever created it destroys it after
+ * copies of op calls (recap__op_attrs.expr points at it; whoever created it destroys it after
  * every call using it is gone: the spec for parsed programs, the fusion pass's pipeline for
  * built ones). The compiled kernels hang off the program in a write-once cache guarded by a
  * lock, filled by recap__expr_prepare_cuda (at load/warmup), freed by program_destroy.
@@ -116,51 +116,51 @@ typedef struct recap__expr_node_data {
   int depth;         /* 1 for leaves */
 } recap__expr_node_data;
 
-typedef struct recap_expr_program recap_expr_program;
+typedef struct recap__expr_program recap__expr_program;
 
 /* ---- building ----------------------------------------------------------------------------- */
 
 /* An empty program over `num_inputs` inputs (1..RECAP_OP_MAX_INPUTS). */
-recap_status recap__expr_program_create(int num_inputs, recap_expr_program **out);
+recap_status recap__expr_program_create(int num_inputs, recap__expr_program **out);
 /* Frees the program and its compiled kernels (which must no longer be running). NULL is fine. */
-void recap__expr_program_destroy(recap_expr_program *program);
+void recap__expr_program_destroy(recap__expr_program *program);
 
-recap__expr_node recap__expr_input(recap_expr_program *p, int index);
-recap__expr_node recap__expr_const(recap_expr_program *p, double value);
+recap__expr_node recap__expr_input(recap__expr_program *p, int index);
+recap__expr_node recap__expr_const(recap__expr_program *p, double value);
 /* op is RECAP_EXPR_RELU .. RECAP_EXPR_NEG (the parameterless unary functions). */
-recap__expr_node recap__expr_unary(recap_expr_program *p, recap__expr_op op, recap__expr_node a);
-recap__expr_node recap__expr_scale(recap_expr_program *p, recap__expr_node a, double factor);
-recap__expr_node recap__expr_cast(recap_expr_program *p, recap__expr_node a, recap_dtype dtype);
+recap__expr_node recap__expr_unary(recap__expr_program *p, recap__expr_op op, recap__expr_node a);
+recap__expr_node recap__expr_scale(recap__expr_program *p, recap__expr_node a, double factor);
+recap__expr_node recap__expr_cast(recap__expr_program *p, recap__expr_node a, recap_dtype dtype);
 /* op is RECAP_EXPR_ADD .. RECAP_EXPR_NE. */
-recap__expr_node recap__expr_binary(recap_expr_program *p, recap__expr_op op, recap__expr_node a,
+recap__expr_node recap__expr_binary(recap__expr_program *p, recap__expr_op op, recap__expr_node a,
                                     recap__expr_node b);
-recap__expr_node recap__expr_select(recap_expr_program *p, recap__expr_node cond,
+recap__expr_node recap__expr_select(recap__expr_program *p, recap__expr_node cond,
                                     recap__expr_node if_true, recap__expr_node if_false);
 
 /* Helpers for the fusion pass: the node for an op library unary op (def->code, a
- * recap_unary_code from op_codes.h, with its attrs.scale / attrs.dtype) or binary op
- * (a recap_binary_code). */
-recap__expr_node recap__expr_from_unary_code(recap_expr_program *p, int unary_code,
-                                             recap__expr_node a, const recap_op_attrs *attrs);
-recap__expr_node recap__expr_from_binary_code(recap_expr_program *p, int binary_code,
+ * recap__unary_code from op_codes.h, with its attrs.scale / attrs.dtype) or binary op
+ * (a recap__binary_code). */
+recap__expr_node recap__expr_from_unary_code(recap__expr_program *p, int unary_code,
+                                             recap__expr_node a, const recap__op_attrs *attrs);
+recap__expr_node recap__expr_from_binary_code(recap__expr_program *p, int binary_code,
                                               recap__expr_node a, recap__expr_node b);
 
 /* Makes `root` the program's result and freezes it. Returns the first error a constructor
  * recorded, or INVALID_ARGUMENT when root is RECAP_EXPR_NONE or the program is already
  * finished. Nodes not reachable from root are kept but never evaluated or generated. */
-recap_status recap__expr_program_finish(recap_expr_program *p, recap__expr_node root);
+recap_status recap__expr_program_finish(recap__expr_program *p, recap__expr_node root);
 
 /* ---- reading ------------------------------------------------------------------------------ */
 
-int recap__expr_num_inputs(const recap_expr_program *p);
+int recap__expr_num_inputs(const recap__expr_program *p);
 /* The nodes, in construction order (operands before users), and the root. */
-const recap__expr_node_data *recap__expr_nodes(const recap_expr_program *p, int *count);
-recap__expr_node recap__expr_root(const recap_expr_program *p);
+const recap__expr_node_data *recap__expr_nodes(const recap__expr_program *p, int *count);
+recap__expr_node recap__expr_root(const recap__expr_program *p);
 /* The spelling of an op in expression text ("sigmoid", "+", "<", "select"...). */
 const char *recap__expr_op_name(recap__expr_op op);
 /* Writes the program as expression text with inputs named in0, in1... (or `names`, when not
  * NULL), fully parenthesized; for messages and `recap plan`. Truncates to `size`. */
-void recap__expr_format(const recap_expr_program *p, const char *const *names, char *buf,
+void recap__expr_format(const recap__expr_program *p, const char *const *names, char *buf,
                         size_t size);
 
 /* ---- parsing ------------------------------------------------------------------------------ */
@@ -194,7 +194,7 @@ typedef struct {
  * *out is a finished program the caller destroys. */
 recap_status recap__expr_parse(const char *text, size_t len, const char *const *names,
                                int num_inputs, const recap__expr_limits *limits,
-                               recap_expr_program **out, recap__expr_parse_error *err);
+                               recap__expr_program **out, recap__expr_parse_error *err);
 
 /* ---- host evaluation ---------------------------------------------------------------------- */
 
@@ -205,7 +205,7 @@ recap_dtype recap__expr_result_dtype(const recap_tensor *inputs, int num_inputs)
 /* out = program(inputs) on host memory. inputs[i] (f32/f16/bf16, any strides) broadcast to
  * out's shape by numpy rules; out (f32/f16/bf16) any strides. INVALID_ARGUMENT when counts,
  * dtypes or shapes do not fit. Allocates nothing. */
-recap_status recap__expr_eval_host(const recap_expr_program *p, const recap_tensor *inputs,
+recap_status recap__expr_eval_host(const recap__expr_program *p, const recap_tensor *inputs,
                                    int num_inputs, const recap_tensor *out);
 
 /* ---- CUDA source -------------------------------------------------------------------------- */
@@ -244,8 +244,8 @@ enum { RECAP_EXPR_VEC = 4, RECAP_EXPR_DENSE_ALIGN = 16 };
  * only: no text of the spec appears in it, constants are written as exact bit patterns, and
  * the same program and signature always give the same bytes. INVALID_ARGUMENT for an
  * unfinished program or a bad signature; OUT_OF_MEMORY. */
-recap_status recap__expr_codegen_cuda(const recap_expr_program *p, const recap__expr_signature *sig,
-                                      char **source);
+recap_status recap__expr_codegen_cuda(const recap__expr_program *p,
+                                      const recap__expr_signature *sig, char **source);
 
 /* ---- compiling and launching (CUDA builds; kernels/expr_cuda.c) --------------------------- */
 
@@ -255,13 +255,14 @@ recap_status recap__expr_codegen_cuda(const recap_expr_program *p, const recap__
  * NOT_SUPPORTED naming libnvrtc when NVRTC cannot be loaded (host-only builds: NOT_SUPPORTED
  * too). `op_name` names the op in messages. Called at pipeline load (recap__expr_prepare_call),
  * never needed inside a capture. */
-recap_status recap__expr_prepare_cuda(const recap_expr_program *p, const recap__expr_signature *sig,
-                                      int device, const char *op_name);
+recap_status recap__expr_prepare_cuda(const recap__expr_program *p,
+                                      const recap__expr_signature *sig, int device,
+                                      const char *op_name);
 
 /* Launches the prepared kernels for the call's tensors on `cuda_stream` (a cudaStream_t).
  * When they are not loaded yet it compiles them first, unless the stream is capturing: then
  * it fails (ILLEGAL_DURING_CAPTURE, naming the op) rather than compile inside a capture. */
-recap_status recap__expr_launch_cuda(const recap_expr_program *p, const recap_tensor *inputs,
+recap_status recap__expr_launch_cuda(const recap__expr_program *p, const recap_tensor *inputs,
                                      int num_inputs, const recap_tensor *out, const char *op_name,
                                      void *cuda_stream);
 
@@ -269,11 +270,11 @@ recap_status recap__expr_launch_cuda(const recap_expr_program *p, const recap_te
  * before anything is captured (at load): for a call whose attrs.expr is set (an expr op, or a
  * fused chain) on a CUDA device, compiles and loads its kernel there
  * (recap__expr_prepare_cuda); otherwise does nothing and returns OK. */
-recap_status recap__expr_prepare_call(const recap_op_call *call, recap_device device);
+recap_status recap__expr_prepare_call(const recap__op_call *call, recap_device device);
 
 #if RECAP_WITH_CUDA
-/* The expr op's CUDA entry point (recap_op_def.launch_cuda; kernels/expr.cu). */
-recap_status recap__cuda_expr(const recap_op_call *call, void *cuda_stream);
+/* The expr op's CUDA entry point (recap__op_def.launch_cuda; kernels/expr.cu). */
+recap_status recap__cuda_expr(const recap__op_call *call, void *cuda_stream);
 #endif
 
 /* The signature of a call's tensors (inputs[0..num_inputs) and out). */

@@ -98,7 +98,7 @@ static const char prelude[] =
     "};\n";
 
 /* The element function: f32 inputs in, the root's f32 value out. */
-static void emit_eval(recap__text *b, const recap_expr_program *p) {
+static void emit_eval(recap__text *b, const recap__expr_program *p) {
   recap__text_put(b, "\n__device__ __forceinline__ float recap_expr_eval(");
   for (int i = 0; i < p->num_inputs; ++i) recap__text_put(b, "%sconst float x%d", i ? ", " : "", i);
   recap__text_put(b, ") {\n");
@@ -155,7 +155,7 @@ static void emit_eval(recap__text *b, const recap_expr_program *p) {
   recap__text_put(b, "  return v%d;\n}\n", p->root);
 }
 
-static void emit_strided(recap__text *b, const recap_expr_program *p,
+static void emit_strided(recap__text *b, const recap__expr_program *p,
                          const recap__expr_signature *sig, const bool *used) {
   recap__text_put(b,
                   "\nextern \"C\" __global__ void __launch_bounds__(256)\n"
@@ -195,7 +195,7 @@ static void emit_strided(recap__text *b, const recap_expr_program *p,
 
 /* Vector loads/stores of RECAP_EXPR_VEC (4) elements: a float4 for f32, a uint2 of four
  * 16-bit values otherwise. */
-static void emit_dense(recap__text *b, const recap_expr_program *p,
+static void emit_dense(recap__text *b, const recap__expr_program *p,
                        const recap__expr_signature *sig, const bool *used) {
   recap__text_put(
       b,
@@ -266,8 +266,8 @@ static bool float_dtype(recap_dtype d) {
   return d == RECAP_DTYPE_F32 || d == RECAP_DTYPE_F16 || d == RECAP_DTYPE_BF16;
 }
 
-recap_status recap__expr_codegen_cuda(const recap_expr_program *p, const recap__expr_signature *sig,
-                                      char **source) {
+recap_status recap__expr_codegen_cuda(const recap__expr_program *p,
+                                      const recap__expr_signature *sig, char **source) {
   RECAP_CHECK_ARG(p && sig && source);
   if (!p->finished)
     return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "the expression is not finished");

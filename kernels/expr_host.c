@@ -75,7 +75,7 @@ static bool is_float(recap_dtype d) {
   return d == RECAP_DTYPE_F32 || d == RECAP_DTYPE_F16 || d == RECAP_DTYPE_BF16;
 }
 
-recap_status recap__expr_eval_host(const recap_expr_program *p, const recap_tensor *inputs,
+recap_status recap__expr_eval_host(const recap__expr_program *p, const recap_tensor *inputs,
                                    int num_inputs, const recap_tensor *out) {
   RECAP_CHECK_ARG(p && out && (inputs || num_inputs == 0));
   if (!p->finished)

@@ -17,7 +17,7 @@ extern "C" {
  * program; defined and freed by the CUDA half (expr.cu). */
 struct recap__expr_compiled;
 
-struct recap_expr_program {
+struct recap__expr_program {
   int num_inputs;
   recap__expr_node_data *nodes;
   int count, capacity;
@@ -38,7 +38,7 @@ struct recap_expr_program {
 };
 
 /* Sets the program's limits (the parser lowers them to its own). */
-void recap__expr_program_set_limits(recap_expr_program *p, int max_nodes, int max_depth);
+void recap__expr_program_set_limits(recap__expr_program *p, int max_nodes, int max_depth);
 
 /* Whether op is a parameterless unary function, a binary operator, or a comparison. */
 bool recap__expr_is_unary_fn(recap__expr_op op);

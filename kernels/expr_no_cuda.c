@@ -6,8 +6,9 @@
 #include "runtime/error.h"
 
 #if !RECAP_WITH_CUDA
-recap_status recap__expr_prepare_cuda(const recap_expr_program *p, const recap__expr_signature *sig,
-                                      int device, const char *op_name) {
+recap_status recap__expr_prepare_cuda(const recap__expr_program *p,
+                                      const recap__expr_signature *sig, int device,
+                                      const char *op_name) {
   (void)p;
   (void)sig;
   (void)device;
@@ -16,7 +17,7 @@ recap_status recap__expr_prepare_cuda(const recap_expr_program *p, const recap__
                     op_name ? op_name : "expr");
 }
 
-recap_status recap__expr_launch_cuda(const recap_expr_program *p, const recap_tensor *inputs,
+recap_status recap__expr_launch_cuda(const recap__expr_program *p, const recap_tensor *inputs,
                                      int num_inputs, const recap_tensor *out, const char *op_name,
                                      void *cuda_stream) {
   (void)p;

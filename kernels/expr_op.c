@@ -14,15 +14,15 @@
 static const char *const expr_inputs[] = {"in0",  "in1?", "in2?", "in3?", "in4?",
                                           "in5?", "in6?", "in7?", NULL};
 
-static const recap_attr_def expr_attrs[] = {
-    {"expr", RECAP_ATTR_EXPR, offsetof(recap_op_attrs, expr), true, 0,
+static const recap__attr_def expr_attrs[] = {
+    {"expr", RECAP_ATTR_EXPR, offsetof(recap__op_attrs, expr), true, 0,
      "the expression over the inputs' names, e.g. \"x * sigmoid(g) + 1.0\" (specs/README.md)"},
     {.name = NULL},
 };
 
 /* numpy broadcasting over every input: right-aligned, each dimension equal or 1. */
-static recap_status expr_infer(recap_op_call *call) {
-  const recap_expr_program *p = call->attrs.expr;
+static recap_status expr_infer(recap__op_call *call) {
+  const recap__expr_program *p = call->attrs.expr;
   if (!p || !p->finished) return RECAP_OP_FAIL(call, "attribute 'expr' is missing");
   if (call->num_inputs != p->num_inputs)
     return RECAP_OP_FAIL(call, "the expression reads %d inputs, the op has %d", p->num_inputs,
@@ -56,14 +56,14 @@ static recap_status expr_infer(recap_op_call *call) {
   return RECAP_OK;
 }
 
-static recap_status expr_run_host(const recap_op_call *call) {
+static recap_status expr_run_host(const recap__op_call *call) {
   return recap__expr_eval_host(call->attrs.expr, call->inputs, call->num_inputs, &call->outputs[0]);
 }
 
 /* The output may overwrite input 0: each element is read before it is written, by the same
  * thread. The planner allows it only when the two have the same bytes, which with the dtype
  * rule above means the same dtype and shape. */
-const recap_op_def recap__op_expr = {
+const recap__op_def recap__op_expr = {
     .name = "expr",
     .fuse_form = RECAP__FUSE_PROGRAM,
     .summary =
@@ -81,7 +81,7 @@ const recap_op_def recap__op_expr = {
     .launch_cuda = RECAP_CUDA_ENTRY(recap__cuda_expr),
 };
 
-recap_status recap__expr_prepare_call(const recap_op_call *call, recap_device device) {
+recap_status recap__expr_prepare_call(const recap__op_call *call, recap_device device) {
   if (!call || !call->attrs.expr || device.backend != RECAP_BACKEND_CUDA) return RECAP_OK;
   recap__expr_signature sig;
   recap__expr_signature_of(call->inputs, call->num_inputs, &call->outputs[0], &sig);

@@ -50,7 +50,7 @@ typedef struct {
   const char *const *names;
   int num_inputs;
   int depth, max_depth;
-  recap_expr_program *program;
+  recap__expr_program *program;
   recap__expr_parse_error *err;
   bool failed;
 } parser;
@@ -480,7 +480,7 @@ static recap__expr_node parse_compare(parser *P) {
 
 recap_status recap__expr_parse(const char *text, size_t len, const char *const *names,
                                int num_inputs, const recap__expr_limits *limits,
-                               recap_expr_program **out, recap__expr_parse_error *err) {
+                               recap__expr_program **out, recap__expr_parse_error *err) {
   recap__expr_parse_error local;
   if (!err) err = &local;
   memset(err, 0, sizeof *err);
@@ -500,7 +500,7 @@ recap_status recap__expr_parse(const char *text, size_t len, const char *const *
     return recap__fail_plain(RECAP_STATUS_SPEC_ERROR, "expression: offset %zu: %s", err->offset,
                              err->message);
   }
-  recap_expr_program *program = NULL;
+  recap__expr_program *program = NULL;
   RECAP_TRY(recap__expr_program_create(num_inputs, &program));
   recap__expr_program_set_limits(program, max_nodes, max_depth);
   parser P = {.text = text,

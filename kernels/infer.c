@@ -24,7 +24,7 @@ recap__label recap__shape_label(const recap_tensor *t) {
   return label;
 }
 
-recap__label recap__input_label(const recap_op_def *def, int index) {
+recap__label recap__input_label(const recap__op_def *def, int index) {
   recap__label label;
   const char *name = NULL;
   for (int i = 0; def->input_names && def->input_names[i]; ++i)
@@ -49,7 +49,7 @@ recap__label recap__dtype_label(recap_dtype dtype) {
   return label;
 }
 
-recap_status recap__infer_axis(const recap_op_call *call, const char *attr, int64_t axis, int ndim,
+recap_status recap__infer_axis(const recap__op_call *call, const char *attr, int64_t axis, int ndim,
                                int64_t *out) {
   if (axis < -ndim || axis >= ndim)
     return RECAP_OP_FAIL(call,
@@ -59,7 +59,7 @@ recap_status recap__infer_axis(const recap_op_call *call, const char *attr, int6
   return RECAP_OK;
 }
 
-recap_status recap__infer_dtype_is(const recap_op_call *call, int index, recap_dtype dtype) {
+recap_status recap__infer_dtype_is(const recap__op_call *call, int index, recap_dtype dtype) {
   if (call->inputs[index].dtype != dtype)
     return RECAP_OP_FAIL(
         call, "input '%s' has dtype %s, expected %s", recap__input_label(call->def, index).s,
@@ -67,7 +67,7 @@ recap_status recap__infer_dtype_is(const recap_op_call *call, int index, recap_d
   return RECAP_OK;
 }
 
-recap_status recap__infer_same_dtype(const recap_op_call *call, int index) {
+recap_status recap__infer_same_dtype(const recap__op_call *call, int index) {
   if (call->inputs[index].dtype != call->inputs[0].dtype)
     return RECAP_OP_FAIL(
         call, "input '%s' has dtype %s, but input '%s' has %s (they must match)",
@@ -76,7 +76,7 @@ recap_status recap__infer_same_dtype(const recap_op_call *call, int index) {
   return RECAP_OK;
 }
 
-recap_status recap__infer_ndim(const recap_op_call *call, int index, int min_dims, int max_dims) {
+recap_status recap__infer_ndim(const recap__op_call *call, int index, int min_dims, int max_dims) {
   int nd = call->inputs[index].ndim;
   if (nd < min_dims || nd > max_dims) {
     if (min_dims == max_dims)
@@ -90,7 +90,7 @@ recap_status recap__infer_ndim(const recap_op_call *call, int index, int min_dim
   return RECAP_OK;
 }
 
-recap_status recap__infer_last_dim_contiguous(const recap_op_call *call, int index) {
+recap_status recap__infer_last_dim_contiguous(const recap__op_call *call, int index) {
   const recap_tensor *t = &call->inputs[index];
   int last = t->ndim - 1;
   if (t->shape[last] != 1 && t->strides[last] != 1)
@@ -101,7 +101,7 @@ recap_status recap__infer_last_dim_contiguous(const recap_op_call *call, int ind
   return RECAP_OK;
 }
 
-recap_status recap__infer_float_attr(const recap_op_call *call, const char *attr,
+recap_status recap__infer_float_attr(const recap__op_call *call, const char *attr,
                                      recap_dtype dtype) {
   if (!recap_dtype_is_float(dtype))
     return RECAP_OP_FAIL(call, "attribute '%s' = %s is not a float type (f32, f16 or bf16)", attr,
@@ -109,9 +109,9 @@ recap_status recap__infer_float_attr(const recap_op_call *call, const char *attr
   return RECAP_OK;
 }
 
-recap_status recap__infer_shape_attr(const recap_op_call *call, const char *attr, int *ndim,
+recap_status recap__infer_shape_attr(const recap__op_call *call, const char *attr, int *ndim,
                                      int64_t shape[RECAP_MAX_DIMS]) {
-  const recap_op_attrs *a = &call->attrs;
+  const recap__op_attrs *a = &call->attrs;
   if (a->num_sizes < 1 || a->num_sizes > RECAP_MAX_DIMS)
     return RECAP_OP_FAIL(call, "attribute '%s' has %d entries, expected 1 to %d", attr,
                          a->num_sizes, RECAP_MAX_DIMS);
@@ -125,7 +125,7 @@ recap_status recap__infer_shape_attr(const recap_op_call *call, const char *attr
   return RECAP_OK;
 }
 
-void recap__infer_output(recap_op_call *call, int index, recap_dtype dtype, int ndim,
+void recap__infer_output(recap__op_call *call, int index, recap_dtype dtype, int ndim,
                          const int64_t *shape) {
   /* `shape` may point into the output itself (or an input being replaced): copy it first. */
   int64_t dims[RECAP_MAX_DIMS] = {0};

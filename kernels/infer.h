@@ -21,7 +21,7 @@
 extern "C" {
 #endif
 
-/* Element-type masks for recap_op_def.dtype_mask. */
+/* Element-type masks for recap__op_def.dtype_mask. */
 #define RECAP__DTYPES_FLOAT \
   ((1u << RECAP_DTYPE_F32) | (1u << RECAP_DTYPE_F16) | (1u << RECAP_DTYPE_BF16))
 #define RECAP__DTYPES_ALL (RECAP__DTYPES_FLOAT | (1u << RECAP_DTYPE_I32) | (1u << RECAP_DTYPE_I64))
@@ -39,28 +39,28 @@ typedef struct {
 /* "[3, 4]". */
 recap__label recap__shape_label(const recap_tensor *t);
 /* The def's name of input `index` without the optional marker: "bias". */
-recap__label recap__input_label(const recap_op_def *def, int index);
+recap__label recap__input_label(const recap__op_def *def, int index);
 /* "f32", or "dtype(7)" for an invalid value. */
 recap__label recap__dtype_label(recap_dtype dtype);
 
 /* Normalizes an axis attribute (negative counts from the end, as in numpy) for a tensor of
  * `ndim` dims; fails naming the attribute when it is outside [-ndim, ndim). */
-recap_status recap__infer_axis(const recap_op_call *call, const char *attr, int64_t axis, int ndim,
+recap_status recap__infer_axis(const recap__op_call *call, const char *attr, int64_t axis, int ndim,
                                int64_t *out);
 /* Fails unless input `index` has dtype `dtype`. */
-recap_status recap__infer_dtype_is(const recap_op_call *call, int index, recap_dtype dtype);
+recap_status recap__infer_dtype_is(const recap__op_call *call, int index, recap_dtype dtype);
 /* Fails unless input `index` has dtype equal to input 0's. */
-recap_status recap__infer_same_dtype(const recap_op_call *call, int index);
+recap_status recap__infer_same_dtype(const recap__op_call *call, int index);
 /* Fails unless input `index` has between min_dims and max_dims dims. */
-recap_status recap__infer_ndim(const recap_op_call *call, int index, int min_dims, int max_dims);
+recap_status recap__infer_ndim(const recap__op_call *call, int index, int min_dims, int max_dims);
 /* Fails unless input `index`'s last dimension is unit-stride (or of size 1). */
-recap_status recap__infer_last_dim_contiguous(const recap_op_call *call, int index);
+recap_status recap__infer_last_dim_contiguous(const recap__op_call *call, int index);
 /* Fails unless the dtype attribute `attr` is a float type. */
-recap_status recap__infer_float_attr(const recap_op_call *call, const char *attr,
+recap_status recap__infer_float_attr(const recap__op_call *call, const char *attr,
                                      recap_dtype dtype);
 /* Reads attrs.sizes[0..num_sizes) as a shape (each entry >= 1, 1 to RECAP_MAX_DIMS entries)
  * for the attribute named `attr`. */
-recap_status recap__infer_shape_attr(const recap_op_call *call, const char *attr, int *ndim,
+recap_status recap__infer_shape_attr(const recap__op_call *call, const char *attr, int *ndim,
                                      int64_t shape[RECAP_MAX_DIMS]);
 
 /* Whether a finite `value` survives being stored as `dtype` the way fill and the inits store
@@ -73,7 +73,7 @@ bool recap__value_fits_dtype(double value, recap_dtype dtype, char *why, size_t 
 
 /* Describes output `index` as a contiguous tensor of the given dtype and shape; its data
  * pointer is left as the caller bound it. */
-void recap__infer_output(recap_op_call *call, int index, recap_dtype dtype, int ndim,
+void recap__infer_output(recap__op_call *call, int index, recap_dtype dtype, int ndim,
                          const int64_t *shape);
 
 #ifdef __cplusplus

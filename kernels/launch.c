@@ -19,7 +19,7 @@
 #include "runtime/rng.h"
 
 /* "1 input (x)" or "2 to 3 inputs (x, weight, bias?)" for count errors. */
-static recap__label expected_inputs(const recap_op_def *def) {
+static recap__label expected_inputs(const recap__op_def *def) {
   recap__label label;
   size_t n = 0;
   int w =
@@ -52,9 +52,9 @@ static recap__label dtype_list(unsigned mask) {
   return label;
 }
 
-recap_status recap__op_infer(recap_op_call *call) {
+recap_status recap__op_infer(recap__op_call *call) {
   RECAP_CHECK_ARG(call && call->def && call->def->infer);
-  const recap_op_def *def = call->def;
+  const recap__op_def *def = call->def;
   if (call->num_inputs < def->min_inputs || call->num_inputs > def->max_inputs ||
       call->num_inputs > RECAP_OP_MAX_INPUTS)
     return RECAP_OP_FAIL(call, "takes %s, got %d", expected_inputs(def).s, call->num_inputs);
@@ -99,13 +99,13 @@ recap_status recap__op_infer(recap_op_call *call) {
 /* The host "kernel": launch_host hands it its own copy of the call, so a captured node keeps
  * the parameters it was launched with (as a CUDA kernel node keeps its arguments). */
 static recap_status host_trampoline(void *args) {
-  const recap_op_call *call = args;
+  const recap__op_call *call = args;
   return call->def->run_host(call);
 }
 
-recap_status recap__op_launch(recap_op_call *call, recap_stream *stream) {
+recap_status recap__op_launch(recap__op_call *call, recap_stream *stream) {
   RECAP_CHECK_ARG(call && call->def && stream && stream->backend);
-  const recap_op_def *def = call->def;
+  const recap__op_def *def = call->def;
   if (call->num_inputs < 0 || call->num_inputs > RECAP_OP_MAX_INPUTS || call->num_outputs < 0 ||
       call->num_outputs > RECAP_OP_MAX_OUTPUTS)
     return RECAP_OP_FAIL(call,
@@ -152,7 +152,7 @@ recap_status recap__op_launch(recap_op_call *call, recap_stream *stream) {
   return RECAP_OK;
 }
 
-recap_status recap__op_prepare(const recap_op_call *call, recap_stream *stream) {
+recap_status recap__op_prepare(const recap__op_call *call, recap_stream *stream) {
   RECAP_CHECK_ARG(call && call->def && stream && stream->backend);
   if (!call->def->prepare) return RECAP_OK;
   recap_status st = call->def->prepare(call, stream);

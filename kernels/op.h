@@ -1,20 +1,20 @@
 /*
  * op.h: the op library's contract (internal to recap; the engine and `recap ops` read it).
  *
- * Each op is a recap_op_def in the registry (registry.c): its inputs and attributes, shape
+ * Each op is a recap__op_def in the registry (registry.c): its inputs and attributes, shape
  * and dtype inference (host-only code, usable without CUDA), whether its output may alias an
  * input (in-place), its workspace size, and one launch function per backend. Launchers never
  * allocate, synchronize or touch the legacy default stream, so every op is capturable.
  *
- *   const recap_op_def *def = recap__op_find("softmax");
- *   recap_op_call call = {.def = def, .num_inputs = 1, .num_outputs = 1};
+ *   const recap__op_def *def = recap__op_find("softmax");
+ *   recap__op_call call = {.def = def, .num_inputs = 1, .num_outputs = 1};
  *   call.inputs[0] = x_desc;                       // shapes/dtypes; data may still be NULL
  *   call.attrs.scale = 0.125; call.attrs.causal = 1;
  *   RECAP_TRY(recap__op_infer(&call));            // fills call.outputs[*] shapes/dtypes
  *   ... bind call.inputs[i].data / call.outputs[i].data to device memory ...
  *   RECAP_TRY(recap__op_launch(&call, stream));    // host or CUDA by the stream's backend
  *
- * recap_op_call is plain data of fixed size: the host backend copies it into a captured
+ * recap__op_call is plain data of fixed size: the host backend copies it into a captured
  * graph node, exactly as CUDA copies kernel parameters.
  */
 #ifndef RECAP_KERNELS_OP_H
@@ -41,21 +41,21 @@ typedef enum {
   RECAP_ACT_SILU,
   RECAP_ACT_SIGMOID,
   RECAP_ACT_TANH,
-} recap_activation;
+} recap__activation;
 
 /* Every attribute any op takes; each op reads the ones its definition lists. Plain data. */
 typedef struct {
-  double alpha, beta;   /* matmul: out = alpha * op(a) op(b) + beta * out */
-  double eps;           /* layernorm, rmsnorm */
-  double scale;         /* softmax/attention scale (0 = none given), unary `scale` factor */
-  double value;         /* fill */
-  double mean, std;     /* random normal */
-  double low, high;     /* random uniform */
-  recap_activation act; /* linear epilogue; unary activation op */
-  int causal;           /* softmax/attention mask */
-  int trans_a, trans_b; /* matmul */
-  int64_t dim;          /* split/concat/slice axis */
-  int64_t start, end;   /* slice bounds */
+  double alpha, beta;    /* matmul: out = alpha * op(a) op(b) + beta * out */
+  double eps;            /* layernorm, rmsnorm */
+  double scale;          /* softmax/attention scale (0 = none given), unary `scale` factor */
+  double value;          /* fill */
+  double mean, std;      /* random normal */
+  double low, high;      /* random uniform */
+  recap__activation act; /* linear epilogue; unary activation op */
+  int causal;            /* softmax/attention mask */
+  int trans_a, trans_b;  /* matmul */
+  int64_t dim;           /* split/concat/slice axis */
+  int64_t start, end;    /* slice bounds */
   int64_t sizes[RECAP_MAX_DIMS]; /* reshape target / permute order / split sizes */
   int num_sizes;
   recap_dtype dtype; /* cast target / output dtype override */
@@ -63,8 +63,8 @@ typedef struct {
   /* expr (and fused elementwise chains): the compiled expression, kernels/expr.h. Owned by
    * whoever built it (the spec, or the pipeline's fusion pass) and immutable, so graph copies
    * of a call share the pointer. */
-  const struct recap_expr_program *expr;
-} recap_op_attrs;
+  const struct recap__expr_program *expr;
+} recap__op_attrs;
 
 /* How a copy-family op's source view is made from input 0 (recap__view_for_copy). */
 typedef enum {
@@ -87,27 +87,27 @@ typedef enum {
   RECAP__FUSE_PROGRAM,
 } recap__fuse_form;
 
-typedef struct recap_op_def recap_op_def;
+typedef struct recap__op_def recap__op_def;
 
 /* One invocation: inputs, outputs, attributes, workspace. The launch functions receive it
  * by pointer; the host backend copies it by value into graphs. */
 typedef struct {
-  const recap_op_def *def;
+  const recap__op_def *def;
   int num_inputs, num_outputs;
   recap_tensor inputs[RECAP_OP_MAX_INPUTS];
   recap_tensor outputs[RECAP_OP_MAX_OUTPUTS];
-  recap_op_attrs attrs;
+  recap__op_attrs attrs;
   void *workspace;
   size_t workspace_bytes;
   /* Philox parameters for random ops, filled by recap__op_launch from the runtime. */
   uint64_t rng_seed, rng_offset;
   const uint64_t *rng_slot; /* device {seed, offset} during a capture, else NULL */
   uint64_t rng_slot_delta;
-} recap_op_call;
+} recap__op_call;
 
-/* What an attribute's offset points at in recap_op_attrs: FLOAT a double, INT an int64_t,
+/* What an attribute's offset points at in recap__op_attrs: FLOAT a double, INT an int64_t,
  * BOOL an int, INT_LIST the `sizes` array (its length goes to num_sizes), ACTIVATION a
- * recap_activation, DTYPE a recap_dtype, EXPR the `expr` pointer (the spec gives a string,
+ * recap__activation, DTYPE a recap_dtype, EXPR the `expr` pointer (the spec gives a string,
  * parsed over the op's input names; kernels/expr.h). */
 typedef enum {
   RECAP_ATTR_FLOAT,
@@ -117,20 +117,20 @@ typedef enum {
   RECAP_ATTR_ACTIVATION,
   RECAP_ATTR_DTYPE,
   RECAP_ATTR_EXPR,
-} recap_attr_kind;
+} recap__attr_kind;
 
 /* Describes one attribute for the spec parser and `recap ops`: name as written in a spec,
- * its kind, where it lands in recap_op_attrs (offsetof), whether required, default, doc. */
+ * its kind, where it lands in recap__op_attrs (offsetof), whether required, default, doc. */
 typedef struct {
   const char *name;
-  recap_attr_kind kind;
+  recap__attr_kind kind;
   size_t offset;
   bool required;
   double default_value;
   const char *doc;
-} recap_attr_def;
+} recap__attr_def;
 
-struct recap_op_def {
+struct recap__op_def {
   const char *name;
   const char *summary;
   int code; /* which member of a family (e.g. which unary function) the shared launcher runs */
@@ -139,7 +139,7 @@ struct recap_op_def {
   /* Outputs the op produces; for ops with a variable count (split) the most it produces, and
    * infer sets call->num_outputs. */
   int num_outputs;
-  const recap_attr_def *attrs; /* terminated by an entry with name == NULL */
+  const recap__attr_def *attrs; /* terminated by an entry with name == NULL */
   /* Supported element types (1u << dtype) of the main input: inputs[0], or attrs.dtype for
    * ops without inputs (fill, random). */
   unsigned dtype_mask;
@@ -172,46 +172,46 @@ struct recap_op_def {
   /* The (input, axis) pairs the op reduces or contracts over, at most 4 (axes < 0 count from
    * the end); returns how many. NULL: none. The loader refuses such an axis that carries the
    * bucketed dim: a bucket's padding rows would change the result. */
-  int (*reduced_axes)(const recap_op_attrs *attrs, int input[4], int axis[4]);
+  int (*reduced_axes)(const recap__op_attrs *attrs, int input[4], int axis[4]);
   /* Floating-point operations of one call at its shapes, for work estimates (NULL: one per
    * element of the larger of input 0 and output 0, as elementwise ops and reductions). */
-  double (*flops)(const recap_op_call *call);
+  double (*flops)(const recap__op_call *call);
   /* Validates inputs and attributes and fills outputs' dtype/ndim/shape/strides (contiguous).
    * Errors name the op and the offending input or attribute. Host-only code. */
-  recap_status (*infer)(recap_op_call *call);
+  recap_status (*infer)(recap__op_call *call);
   /* Workspace bytes for the bound shapes on a backend (optional; NULL means 0). */
-  size_t (*workspace_bytes)(const recap_op_call *call, recap_backend_kind backend);
+  size_t (*workspace_bytes)(const recap__op_call *call, recap_backend_kind backend);
   /* The host reference implementation: computes in float (f64 for sums where it matters). */
-  recap_status (*run_host)(const recap_op_call *call);
+  recap_status (*run_host)(const recap__op_call *call);
   /* The CUDA implementation: launches on `stream` (a cudaStream_t), never synchronizes.
    * NULL in host-only builds. */
-  recap_status (*launch_cuda)(const recap_op_call *call, void *cuda_stream);
+  recap_status (*launch_cuda)(const recap__op_call *call, void *cuda_stream);
   /* First-time work for the call on `stream` (optional; NULL means none), run once per call
    * at warmup, before anything is captured: what the first launch would otherwise do lazily
    * and a capture must not see (GEMMs create handles and a workspace and choose their
    * algorithm, which may synchronize). Inside a capture it succeeds only when nothing is left
    * to do, else RECAP_STATUS_ILLEGAL_DURING_CAPTURE, never invalidating the capture. */
-  recap_status (*prepare)(const recap_op_call *call, recap_stream *stream);
+  recap_status (*prepare)(const recap__op_call *call, recap_stream *stream);
 };
 
 /* Looks an op up by name; NULL (with a message listing close names) if unknown. */
-const recap_op_def *recap__op_find(const char *name);
+const recap__op_def *recap__op_find(const char *name);
 /* All ops, in registry order; *count receives the number. */
-const recap_op_def *const *recap__op_list(size_t *count);
+const recap__op_def *const *recap__op_list(size_t *count);
 
 /* Writes the default_value of every attribute of `def` that is not required (and not an
  * INT_LIST, which has no default) into *attrs. Callers that build a call by hand start from
  * this, as the spec parser does, so an unset optional attribute means its default. */
-void recap__op_attrs_set_defaults(const recap_op_def *def, recap_op_attrs *attrs);
+void recap__op_attrs_set_defaults(const recap__op_def *def, recap__op_attrs *attrs);
 
 /* Checks counts and the dtype mask, then calls def->infer. */
-recap_status recap__op_infer(recap_op_call *call);
+recap_status recap__op_infer(recap__op_call *call);
 /* Runs the op on `stream`'s backend: on host through the backend's launch_host (so captures
  * record it), on CUDA through def->launch_cuda. Random ops get their Philox parameters here. */
-recap_status recap__op_launch(recap_op_call *call, recap_stream *stream);
+recap_status recap__op_launch(recap__op_call *call, recap_stream *stream);
 /* Runs def->prepare for the call on `stream` (RECAP_OK when the op has none); errors name the
  * op. The engine calls it for every launched call during warmup, before capturing. */
-recap_status recap__op_prepare(const recap_op_call *call, recap_stream *stream);
+recap_status recap__op_prepare(const recap__op_call *call, recap_stream *stream);
 
 /* Helpers shared by ops. */
 int64_t recap__tensor_numel(const recap_tensor *t);

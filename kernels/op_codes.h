@@ -1,5 +1,5 @@
 /*
- * op_codes.h: which member of an op family a shared launcher runs (recap_op_def.code).
+ * op_codes.h: which member of an op family a shared launcher runs (recap__op_def.code).
  *
  * The elementwise ops share one host loop and one CUDA entry point per family
  * (recap__cuda_unary, recap__cuda_binary); the def's `code` picks the function. Host and CUDA
@@ -8,7 +8,7 @@
 #ifndef RECAP_KERNELS_OP_CODES_H
 #define RECAP_KERNELS_OP_CODES_H
 
-enum recap_unary_code {
+enum recap__unary_code {
   RECAP_UNARY_RELU,
   RECAP_UNARY_GELU,      /* erf form */
   RECAP_UNARY_GELU_TANH, /* tanh approximation */
@@ -21,7 +21,7 @@ enum recap_unary_code {
   RECAP_UNARY_CAST,  /* out = x converted to attrs.dtype */
 };
 
-enum recap_binary_code {
+enum recap__binary_code {
   RECAP_BINARY_ADD,
   RECAP_BINARY_SUB,
   RECAP_BINARY_MUL,

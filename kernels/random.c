@@ -13,27 +13,27 @@
 
 static const char *const no_inputs[] = {NULL};
 
-static const recap_attr_def uniform_attrs[] = {
-    {"shape", RECAP_ATTR_INT_LIST, offsetof(recap_op_attrs, sizes), true, 0, "output shape"},
-    {"dtype", RECAP_ATTR_DTYPE, offsetof(recap_op_attrs, dtype), false, RECAP_DTYPE_F32,
+static const recap__attr_def uniform_attrs[] = {
+    {"shape", RECAP_ATTR_INT_LIST, offsetof(recap__op_attrs, sizes), true, 0, "output shape"},
+    {"dtype", RECAP_ATTR_DTYPE, offsetof(recap__op_attrs, dtype), false, RECAP_DTYPE_F32,
      "output element type, f32, f16 or bf16 (default: the spec's dtype)"},
-    {"low", RECAP_ATTR_FLOAT, offsetof(recap_op_attrs, low), false, 0, "lower bound (included)"},
-    {"high", RECAP_ATTR_FLOAT, offsetof(recap_op_attrs, high), false, 1,
+    {"low", RECAP_ATTR_FLOAT, offsetof(recap__op_attrs, low), false, 0, "lower bound (included)"},
+    {"high", RECAP_ATTR_FLOAT, offsetof(recap__op_attrs, high), false, 1,
      "upper bound (excluded before rounding to the output type)"},
     {.name = NULL},
 };
-static const recap_attr_def normal_attrs[] = {
-    {"shape", RECAP_ATTR_INT_LIST, offsetof(recap_op_attrs, sizes), true, 0, "output shape"},
-    {"dtype", RECAP_ATTR_DTYPE, offsetof(recap_op_attrs, dtype), false, RECAP_DTYPE_F32,
+static const recap__attr_def normal_attrs[] = {
+    {"shape", RECAP_ATTR_INT_LIST, offsetof(recap__op_attrs, sizes), true, 0, "output shape"},
+    {"dtype", RECAP_ATTR_DTYPE, offsetof(recap__op_attrs, dtype), false, RECAP_DTYPE_F32,
      "output element type, f32, f16 or bf16 (default: the spec's dtype)"},
-    {"mean", RECAP_ATTR_FLOAT, offsetof(recap_op_attrs, mean), false, 0, "mean"},
-    {"std", RECAP_ATTR_FLOAT, offsetof(recap_op_attrs, std), false, 1, "standard deviation"},
+    {"mean", RECAP_ATTR_FLOAT, offsetof(recap__op_attrs, mean), false, 0, "mean"},
+    {"std", RECAP_ATTR_FLOAT, offsetof(recap__op_attrs, std), false, 1, "standard deviation"},
     {.name = NULL},
 };
 
 /* The bounds are used as floats (as the kernels see them), so they are checked as floats. */
-static recap_status random_infer(recap_op_call *call) {
-  const recap_op_attrs *a = &call->attrs;
+static recap_status random_infer(recap__op_call *call) {
+  const recap__op_attrs *a = &call->attrs;
   int ndim;
   int64_t shape[RECAP_MAX_DIMS];
   RECAP_TRY(recap__infer_shape_attr(call, "shape", &ndim, shape));
@@ -56,7 +56,7 @@ static recap_status random_infer(recap_op_call *call) {
   return RECAP_OK;
 }
 
-const recap_op_def recap__op_random_uniform = {
+const recap__op_def recap__op_random_uniform = {
     .name = "random_uniform",
     .summary = "uniform values in [low, high) from the device's Philox generator",
     .code = 0,
@@ -73,7 +73,7 @@ const recap_op_def recap__op_random_uniform = {
     .launch_cuda = RECAP_CUDA_ENTRY(recap__cuda_random),
 };
 
-const recap_op_def recap__op_random_normal = {
+const recap__op_def recap__op_random_normal = {
     .name = "random_normal",
     .summary = "normal values (mean, std) from the device's Philox generator (Box-Muller)",
     .code = 1,

@@ -52,7 +52,7 @@ __global__ void random_kernel(T *__restrict__ out, int64_t n, float a, float b,
 
 /* ================================ launchers ============================================== */
 
-extern "C" recap_status recap__cuda_random(const recap_op_call *call, void *cuda_stream) {
+extern "C" recap_status recap__cuda_random(const recap__op_call *call, void *cuda_stream) {
   recap__cuda_launch_range range(call->def->name);
   const recap_tensor *out = &call->outputs[0];
   const char *name = call->def->name;

@@ -16,25 +16,25 @@ static const char *const x_inputs[] = {"x", NULL};
 static const char *const layernorm_inputs[] = {"x", "weight", "bias?", NULL};
 static const char *const rmsnorm_inputs[] = {"x", "weight", NULL};
 
-static const recap_attr_def no_attrs[] = {{.name = NULL}};
-static const recap_attr_def softmax_attrs[] = {
-    {"scale", RECAP_ATTR_FLOAT, offsetof(recap_op_attrs, scale), false, 0,
+static const recap__attr_def no_attrs[] = {{.name = NULL}};
+static const recap__attr_def softmax_attrs[] = {
+    {"scale", RECAP_ATTR_FLOAT, offsetof(recap__op_attrs, scale), false, 0,
      "multiplies x before the softmax (0: no scaling)"},
-    {"causal", RECAP_ATTR_BOOL, offsetof(recap_op_attrs, causal), false, 0,
+    {"causal", RECAP_ATTR_BOOL, offsetof(recap__op_attrs, causal), false, 0,
      "masks column j of row i when j > i + (cols - rows)"},
     {.name = NULL},
 };
-static const recap_attr_def layernorm_attrs[] = {
-    {"eps", RECAP_ATTR_FLOAT, offsetof(recap_op_attrs, eps), false, 1e-5, "added to the variance"},
+static const recap__attr_def layernorm_attrs[] = {
+    {"eps", RECAP_ATTR_FLOAT, offsetof(recap__op_attrs, eps), false, 1e-5, "added to the variance"},
     {.name = NULL},
 };
-static const recap_attr_def rmsnorm_attrs[] = {
-    {"eps", RECAP_ATTR_FLOAT, offsetof(recap_op_attrs, eps), false, 1e-6,
+static const recap__attr_def rmsnorm_attrs[] = {
+    {"eps", RECAP_ATTR_FLOAT, offsetof(recap__op_attrs, eps), false, 1e-6,
      "added to the mean square"},
     {.name = NULL},
 };
 
-static recap_status softmax_infer(recap_op_call *call) {
+static recap_status softmax_infer(recap__op_call *call) {
   const recap_tensor *x = &call->inputs[0];
   RECAP_TRY(recap__infer_last_dim_contiguous(call, 0));
   if (!isfinite(call->attrs.scale))
@@ -44,7 +44,7 @@ static recap_status softmax_infer(recap_op_call *call) {
 }
 
 /* weight and bias: 1-D of x's last dimension, x's dtype, unit stride. */
-static recap_status check_param(recap_op_call *call, int index) {
+static recap_status check_param(recap__op_call *call, int index) {
   const recap_tensor *x = &call->inputs[0], *p = &call->inputs[index];
   int64_t d = x->shape[x->ndim - 1];
   RECAP_TRY(recap__infer_same_dtype(call, index));
@@ -57,7 +57,7 @@ static recap_status check_param(recap_op_call *call, int index) {
   return recap__infer_last_dim_contiguous(call, index);
 }
 
-static recap_status norm_infer(recap_op_call *call) {
+static recap_status norm_infer(recap__op_call *call) {
   const recap_tensor *x = &call->inputs[0];
   RECAP_TRY(recap__infer_last_dim_contiguous(call, 0));
   for (int i = 1; i < call->num_inputs; ++i) RECAP_TRY(check_param(call, i));
@@ -68,7 +68,7 @@ static recap_status norm_infer(recap_op_call *call) {
 }
 
 /* The output drops the last dimension; a 1-D input reduces to shape [1]. */
-static recap_status reduce_last_infer(recap_op_call *call) {
+static recap_status reduce_last_infer(recap__op_call *call) {
   const recap_tensor *x = &call->inputs[0];
   RECAP_TRY(recap__infer_last_dim_contiguous(call, 0));
   static const int64_t one[1] = {1};
@@ -80,13 +80,13 @@ static recap_status reduce_last_infer(recap_op_call *call) {
 }
 
 /* Every op here reduces over the last dimension of its input x. */
-static int reduces_last_axis(const recap_op_attrs *attrs, int input[4], int axis[4]) {
+static int reduces_last_axis(const recap__op_attrs *attrs, int input[4], int axis[4]) {
   (void)attrs;
   input[0] = 0, axis[0] = -1;
   return 1;
 }
 
-const recap_op_def recap__op_softmax = {
+const recap__op_def recap__op_softmax = {
     .name = "softmax",
     .summary = "softmax over the last dimension, with optional scale and causal mask",
     .input_names = x_inputs,
@@ -102,7 +102,7 @@ const recap_op_def recap__op_softmax = {
     .launch_cuda = RECAP_CUDA_ENTRY(recap__cuda_softmax),
 };
 
-const recap_op_def recap__op_layernorm = {
+const recap__op_def recap__op_layernorm = {
     .name = "layernorm",
     .summary = "(x - mean) / sqrt(var + eps) * weight + bias over the last dimension",
     .input_names = layernorm_inputs,
@@ -118,7 +118,7 @@ const recap_op_def recap__op_layernorm = {
     .launch_cuda = RECAP_CUDA_ENTRY(recap__cuda_layernorm),
 };
 
-const recap_op_def recap__op_rmsnorm = {
+const recap__op_def recap__op_rmsnorm = {
     .name = "rmsnorm",
     .summary = "x / sqrt(mean(x^2) + eps) * weight over the last dimension",
     .input_names = rmsnorm_inputs,
@@ -134,7 +134,7 @@ const recap_op_def recap__op_rmsnorm = {
     .launch_cuda = RECAP_CUDA_ENTRY(recap__cuda_rmsnorm),
 };
 
-const recap_op_def recap__op_sum = {
+const recap__op_def recap__op_sum = {
     .name = "sum",
     .summary = "sum over the last dimension (which the output drops)",
     .code = 0,
@@ -151,7 +151,7 @@ const recap_op_def recap__op_sum = {
     .launch_cuda = RECAP_CUDA_ENTRY(recap__cuda_reduce_last),
 };
 
-const recap_op_def recap__op_mean = {
+const recap__op_def recap__op_mean = {
     .name = "mean",
     .summary = "mean over the last dimension (which the output drops)",
     .code = 1,

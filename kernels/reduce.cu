@@ -516,7 +516,7 @@ struct rows_info {
   unsigned grid, threads;
 };
 
-recap_status rows_setup(const recap_op_call *call, const recap_tensor *x, rows_info *out) {
+recap_status rows_setup(const recap__op_call *call, const recap_tensor *x, rows_info *out) {
   const char *name = call->def->name;
   if (x->ndim < 1 || x->ndim > RECAP_MAX_DIMS)
     return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "op '%s': input has %d dims", name, x->ndim);
@@ -555,7 +555,7 @@ recap_status rows_setup(const recap_op_call *call, const recap_tensor *x, rows_i
   return RECAP_OK;
 }
 
-recap_status check_same(const recap_op_call *call, const recap_tensor *x, const recap_tensor *y) {
+recap_status check_same(const recap__op_call *call, const recap_tensor *x, const recap_tensor *y) {
   if (x->dtype != y->dtype || recap__tensor_numel(x) != recap__tensor_numel(y) ||
       !recap__tensor_is_contiguous(y))
     return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
@@ -565,7 +565,7 @@ recap_status check_same(const recap_op_call *call, const recap_tensor *x, const 
 }
 
 /* A parameter vector (weight, bias): D elements, contiguous, the input's dtype. */
-recap_status check_param(const recap_op_call *call, const recap_tensor *p, const recap_tensor *x,
+recap_status check_param(const recap__op_call *call, const recap_tensor *p, const recap_tensor *x,
                          int64_t d, const char *which) {
   if (p->dtype != x->dtype || recap__tensor_numel(p) != d || !recap__tensor_is_contiguous(p))
     return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
@@ -695,7 +695,7 @@ struct norm_regs {
 
 }  // namespace
 
-extern "C" recap_status recap__cuda_softmax(const recap_op_call *call, void *cuda_stream) {
+extern "C" recap_status recap__cuda_softmax(const recap__op_call *call, void *cuda_stream) {
   recap__cuda_launch_range range(call->def->name);
   const recap_tensor *x = &call->inputs[0], *y = &call->outputs[0];
   rows_info ri = {};
@@ -731,7 +731,7 @@ extern "C" recap_status recap__cuda_softmax(const recap_op_call *call, void *cud
 
 /* LayerNorm and RMSNorm share the launcher; kRms selects the kernel and the inputs. */
 template <bool kRms>
-static recap_status launch_norm(const recap_op_call *call, void *cuda_stream) {
+static recap_status launch_norm(const recap__op_call *call, void *cuda_stream) {
   recap__cuda_launch_range range(call->def->name);
   const recap_tensor *x = &call->inputs[0], *y = &call->outputs[0];
   rows_info ri = {};
@@ -769,15 +769,15 @@ static recap_status launch_norm(const recap_op_call *call, void *cuda_stream) {
   });
 }
 
-extern "C" recap_status recap__cuda_layernorm(const recap_op_call *call, void *cuda_stream) {
+extern "C" recap_status recap__cuda_layernorm(const recap__op_call *call, void *cuda_stream) {
   return launch_norm<false>(call, cuda_stream);
 }
 
-extern "C" recap_status recap__cuda_rmsnorm(const recap_op_call *call, void *cuda_stream) {
+extern "C" recap_status recap__cuda_rmsnorm(const recap__op_call *call, void *cuda_stream) {
   return launch_norm<true>(call, cuda_stream);
 }
 
-extern "C" recap_status recap__cuda_reduce_last(const recap_op_call *call, void *cuda_stream) {
+extern "C" recap_status recap__cuda_reduce_last(const recap__op_call *call, void *cuda_stream) {
   recap__cuda_launch_range range(call->def->name);
   const recap_tensor *x = &call->inputs[0], *y = &call->outputs[0];
   rows_info ri = {};

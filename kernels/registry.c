@@ -2,7 +2,7 @@
  * registry.c: the table of every op definition, lookup by name, and attribute defaults.
  *
  * Each family file (elementwise.c, reduce.c, shape.c, attention.c, random.c, and the GEMM
- * half's gemm/ops.c) defines its ops as `const recap_op_def recap__op_<name>`; this table is the
+ * half's gemm/ops.c) defines its ops as `const recap__op_def recap__op_<name>`; this table is the
  * one place that lists them, in the order `recap ops` prints them.
  */
 #include <stdio.h>
@@ -11,23 +11,23 @@
 #include "kernels/op.h"
 #include "runtime/error.h"
 
-extern const recap_op_def recap__op_relu, recap__op_gelu, recap__op_gelu_tanh, recap__op_silu,
+extern const recap__op_def recap__op_relu, recap__op_gelu, recap__op_gelu_tanh, recap__op_silu,
     recap__op_sigmoid, recap__op_tanh, recap__op_exp, recap__op_neg, recap__op_scale,
     recap__op_cast;
-extern const recap_op_def recap__op_add, recap__op_sub, recap__op_mul, recap__op_div;
-extern const recap_op_def recap__op_softmax, recap__op_layernorm, recap__op_rmsnorm, recap__op_sum,
+extern const recap__op_def recap__op_add, recap__op_sub, recap__op_mul, recap__op_div;
+extern const recap__op_def recap__op_softmax, recap__op_layernorm, recap__op_rmsnorm, recap__op_sum,
     recap__op_mean;
-extern const recap_op_def recap__op_reshape, recap__op_permute, recap__op_transpose,
+extern const recap__op_def recap__op_reshape, recap__op_permute, recap__op_transpose,
     recap__op_slice, recap__op_split, recap__op_concat, recap__op_copy, recap__op_fill,
     recap__op_embedding, recap__op_rope;
-extern const recap_op_def recap__op_kv_append, recap__op_attention;
-extern const recap_op_def recap__op_random_uniform, recap__op_random_normal;
-extern const recap_op_def recap__op_matmul, recap__op_linear;
-extern const recap_op_def recap__op_all_reduce, recap__op_all_gather, recap__op_reduce_scatter,
+extern const recap__op_def recap__op_kv_append, recap__op_attention;
+extern const recap__op_def recap__op_random_uniform, recap__op_random_normal;
+extern const recap__op_def recap__op_matmul, recap__op_linear;
+extern const recap__op_def recap__op_all_reduce, recap__op_all_gather, recap__op_reduce_scatter,
     recap__op_broadcast;
-extern const recap_op_def recap__op_expr;
+extern const recap__op_def recap__op_expr;
 
-static const recap_op_def *const registry[] = {
+static const recap__op_def *const registry[] = {
     &recap__op_matmul,
     &recap__op_linear,
 
@@ -79,7 +79,7 @@ static const recap_op_def *const registry[] = {
 
 enum { REGISTRY_SIZE = sizeof registry / sizeof registry[0] };
 
-const recap_op_def *const *recap__op_list(size_t *count) {
+const recap__op_def *const *recap__op_list(size_t *count) {
   if (count) *count = REGISTRY_SIZE;
   return registry;
 }
@@ -106,7 +106,7 @@ static size_t edit_distance(const char *a, const char *b) {
   return row[lb];
 }
 
-const recap_op_def *recap__op_find(const char *name) {
+const recap__op_def *recap__op_find(const char *name) {
   if (!name) {
     RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "no op name given");
     return NULL;
@@ -138,9 +138,9 @@ const recap_op_def *recap__op_find(const char *name) {
   return NULL;
 }
 
-void recap__op_attrs_set_defaults(const recap_op_def *def, recap_op_attrs *attrs) {
+void recap__op_attrs_set_defaults(const recap__op_def *def, recap__op_attrs *attrs) {
   if (!def || !attrs || !def->attrs) return;
-  for (const recap_attr_def *a = def->attrs; a->name; ++a) {
+  for (const recap__attr_def *a = def->attrs; a->name; ++a) {
     if (a->required) continue;
     char *field = (char *)attrs + a->offset;
     switch (a->kind) {
@@ -154,7 +154,7 @@ void recap__op_attrs_set_defaults(const recap_op_def *def, recap_op_attrs *attrs
         *(int *)field = a->default_value != 0;
         break;
       case RECAP_ATTR_ACTIVATION:
-        *(recap_activation *)field = (recap_activation)a->default_value;
+        *(recap__activation *)field = (recap__activation)a->default_value;
         break;
       case RECAP_ATTR_DTYPE:
         *(recap_dtype *)field = (recap_dtype)a->default_value;

@@ -24,59 +24,59 @@ static const char *const concat_inputs[] = {"x0",  "x1",  "x2?", "x3?", "x4?",
 static const char *const embedding_inputs[] = {"table", "ids", NULL};
 static const char *const rope_inputs[] = {"x", "positions", NULL};
 
-static const recap_attr_def no_attrs[] = {{.name = NULL}};
-static const recap_attr_def reshape_attrs[] = {
-    {"shape", RECAP_ATTR_INT_LIST, offsetof(recap_op_attrs, sizes), true, 0,
+static const recap__attr_def no_attrs[] = {{.name = NULL}};
+static const recap__attr_def reshape_attrs[] = {
+    {"shape", RECAP_ATTR_INT_LIST, offsetof(recap__op_attrs, sizes), true, 0,
      "the new shape; one entry may be -1 (inferred from the element count)"},
     {.name = NULL},
 };
-static const recap_attr_def permute_attrs[] = {
-    {"dims", RECAP_ATTR_INT_LIST, offsetof(recap_op_attrs, sizes), true, 0,
+static const recap__attr_def permute_attrs[] = {
+    {"dims", RECAP_ATTR_INT_LIST, offsetof(recap__op_attrs, sizes), true, 0,
      "output dimension i is input dimension dims[i]"},
     {.name = NULL},
 };
-static const recap_attr_def transpose_attrs[] = {
-    {"dim0", RECAP_ATTR_INT, offsetof(recap_op_attrs, sizes), false, -2, "first axis to swap"},
-    {"dim1", RECAP_ATTR_INT, offsetof(recap_op_attrs, sizes) + sizeof(int64_t), false, -1,
+static const recap__attr_def transpose_attrs[] = {
+    {"dim0", RECAP_ATTR_INT, offsetof(recap__op_attrs, sizes), false, -2, "first axis to swap"},
+    {"dim1", RECAP_ATTR_INT, offsetof(recap__op_attrs, sizes) + sizeof(int64_t), false, -1,
      "second axis to swap"},
     {.name = NULL},
 };
-static const recap_attr_def slice_attrs[] = {
-    {"dim", RECAP_ATTR_INT, offsetof(recap_op_attrs, dim), false, 0, "axis to slice"},
-    {"start", RECAP_ATTR_INT, offsetof(recap_op_attrs, start), true, 0,
+static const recap__attr_def slice_attrs[] = {
+    {"dim", RECAP_ATTR_INT, offsetof(recap__op_attrs, dim), false, 0, "axis to slice"},
+    {"start", RECAP_ATTR_INT, offsetof(recap__op_attrs, start), true, 0,
      "first index kept (negative counts from the end)"},
-    {"end", RECAP_ATTR_INT, offsetof(recap_op_attrs, end), true, 0,
+    {"end", RECAP_ATTR_INT, offsetof(recap__op_attrs, end), true, 0,
      "one past the last index kept (negative counts from the end)"},
     {.name = NULL},
 };
-static const recap_attr_def split_attrs[] = {
-    {"dim", RECAP_ATTR_INT, offsetof(recap_op_attrs, dim), false, 0, "axis to split"},
-    {"sizes", RECAP_ATTR_INT_LIST, offsetof(recap_op_attrs, sizes), true, 0,
+static const recap__attr_def split_attrs[] = {
+    {"dim", RECAP_ATTR_INT, offsetof(recap__op_attrs, dim), false, 0, "axis to split"},
+    {"sizes", RECAP_ATTR_INT_LIST, offsetof(recap__op_attrs, sizes), true, 0,
      "the parts' sizes along dim (1 to 4 parts, summing to its length)"},
     {.name = NULL},
 };
-static const recap_attr_def concat_attrs[] = {
-    {"dim", RECAP_ATTR_INT, offsetof(recap_op_attrs, dim), false, 0, "axis to join along"},
+static const recap__attr_def concat_attrs[] = {
+    {"dim", RECAP_ATTR_INT, offsetof(recap__op_attrs, dim), false, 0, "axis to join along"},
     {.name = NULL},
 };
-static const recap_attr_def fill_attrs[] = {
-    {"shape", RECAP_ATTR_INT_LIST, offsetof(recap_op_attrs, sizes), true, 0, "output shape"},
-    {"dtype", RECAP_ATTR_DTYPE, offsetof(recap_op_attrs, dtype), false, RECAP_DTYPE_F32,
+static const recap__attr_def fill_attrs[] = {
+    {"shape", RECAP_ATTR_INT_LIST, offsetof(recap__op_attrs, sizes), true, 0, "output shape"},
+    {"dtype", RECAP_ATTR_DTYPE, offsetof(recap__op_attrs, dtype), false, RECAP_DTYPE_F32,
      "output element type (default: the spec's dtype)"},
-    {"value", RECAP_ATTR_FLOAT, offsetof(recap_op_attrs, value), false, 0, "the value"},
+    {"value", RECAP_ATTR_FLOAT, offsetof(recap__op_attrs, value), false, 0, "the value"},
     {.name = NULL},
 };
-static const recap_attr_def rope_attrs[] = {
-    {"base", RECAP_ATTR_INT, offsetof(recap_op_attrs, rope_base), false, 10000,
+static const recap__attr_def rope_attrs[] = {
+    {"base", RECAP_ATTR_INT, offsetof(recap__op_attrs, rope_base), false, 10000,
      "theta: frequency i is base^(-2i/head_dim)"},
     {.name = NULL},
 };
 
 /* ---- reshape, permute, transpose, slice, split, copy ---- */
 
-static recap_status reshape_infer(recap_op_call *call) {
+static recap_status reshape_infer(recap__op_call *call) {
   const recap_tensor *x = &call->inputs[0];
-  const recap_op_attrs *a = &call->attrs;
+  const recap__op_attrs *a = &call->attrs;
   if (a->num_sizes < 1 || a->num_sizes > RECAP_MAX_DIMS)
     return RECAP_OP_FAIL(call, "attribute 'shape' has %d entries, expected 1 to %d", a->num_sizes,
                          RECAP_MAX_DIMS);
@@ -115,15 +115,15 @@ static recap_status reshape_infer(recap_op_call *call) {
   return RECAP_OK;
 }
 
-static recap_status copy_infer(recap_op_call *call) {
+static recap_status copy_infer(recap__op_call *call) {
   const recap_tensor *x = &call->inputs[0];
   recap__infer_output(call, 0, x->dtype, x->ndim, x->shape);
   return RECAP_OK;
 }
 
-static recap_status permute_infer(recap_op_call *call) {
+static recap_status permute_infer(recap__op_call *call) {
   const recap_tensor *x = &call->inputs[0];
-  recap_op_attrs *a = &call->attrs;
+  recap__op_attrs *a = &call->attrs;
   if (a->num_sizes != x->ndim)
     return RECAP_OP_FAIL(call, "attribute 'dims' has %d entries, input 'x' %s has %d dims",
                          a->num_sizes, recap__shape_label(x).s, x->ndim);
@@ -141,9 +141,9 @@ static recap_status permute_infer(recap_op_call *call) {
   return RECAP_OK;
 }
 
-static recap_status transpose_infer(recap_op_call *call) {
+static recap_status transpose_infer(recap__op_call *call) {
   const recap_tensor *x = &call->inputs[0];
-  recap_op_attrs *a = &call->attrs;
+  recap__op_attrs *a = &call->attrs;
   RECAP_TRY(recap__infer_axis(call, "dim0", a->sizes[0], x->ndim, &a->sizes[0]));
   RECAP_TRY(recap__infer_axis(call, "dim1", a->sizes[1], x->ndim, &a->sizes[1]));
   int64_t shape[RECAP_MAX_DIMS];
@@ -154,9 +154,9 @@ static recap_status transpose_infer(recap_op_call *call) {
   return RECAP_OK;
 }
 
-static recap_status slice_infer(recap_op_call *call) {
+static recap_status slice_infer(recap__op_call *call) {
   const recap_tensor *x = &call->inputs[0];
-  recap_op_attrs *a = &call->attrs;
+  recap__op_attrs *a = &call->attrs;
   RECAP_TRY(recap__infer_axis(call, "dim", a->dim, x->ndim, &a->dim));
   int64_t n = x->shape[a->dim];
   int64_t start = a->start < 0 ? a->start + n : a->start;
@@ -176,9 +176,9 @@ static recap_status slice_infer(recap_op_call *call) {
   return RECAP_OK;
 }
 
-static recap_status split_infer(recap_op_call *call) {
+static recap_status split_infer(recap__op_call *call) {
   const recap_tensor *x = &call->inputs[0];
-  recap_op_attrs *a = &call->attrs;
+  recap__op_attrs *a = &call->attrs;
   RECAP_TRY(recap__infer_axis(call, "dim", a->dim, x->ndim, &a->dim));
   if (a->num_sizes < 1 || a->num_sizes > RECAP_OP_MAX_OUTPUTS)
     return RECAP_OP_FAIL(call, "attribute 'sizes' has %d entries, expected 1 to %d", a->num_sizes,
@@ -210,7 +210,7 @@ static recap_status split_infer(recap_op_call *call) {
 }
 
 #define COPY_DEF(ident, view_kind, op_summary, op_attrs, op_infer) \
-  const recap_op_def recap__op_##ident = {                         \
+  const recap__op_def recap__op_##ident = {                        \
       .name = #ident,                                              \
       .summary = op_summary,                                       \
       .copy_view = view_kind,                                      \
@@ -236,7 +236,7 @@ COPY_DEF(slice, RECAP__COPY_SLICE, "the range [start, end) of one dimension", sl
 COPY_DEF(copy, RECAP__COPY_CONTIGUOUS, "a contiguous copy", no_attrs, copy_infer);
 
 /* split has up to RECAP_OP_MAX_OUTPUTS outputs; its infer sets how many. */
-const recap_op_def recap__op_split = {
+const recap__op_def recap__op_split = {
     .name = "split",
     .summary = "splits one dimension into parts of the given sizes",
     .copy_view = RECAP__COPY_SPLIT,
@@ -254,9 +254,9 @@ const recap_op_def recap__op_split = {
 
 /* ---- concat ---- */
 
-static recap_status concat_infer(recap_op_call *call) {
+static recap_status concat_infer(recap__op_call *call) {
   const recap_tensor *x0 = &call->inputs[0];
-  recap_op_attrs *a = &call->attrs;
+  recap__op_attrs *a = &call->attrs;
   RECAP_TRY(recap__infer_axis(call, "dim", a->dim, x0->ndim, &a->dim));
   int64_t shape[RECAP_MAX_DIMS];
   memcpy(shape, x0->shape, sizeof shape);
@@ -281,7 +281,7 @@ static recap_status concat_infer(recap_op_call *call) {
   return RECAP_OK;
 }
 
-const recap_op_def recap__op_concat = {
+const recap__op_def recap__op_concat = {
     .name = "concat",
     .summary = "joins 2 to 8 tensors along one dimension",
     .input_names = concat_inputs,
@@ -298,8 +298,8 @@ const recap_op_def recap__op_concat = {
 
 /* ---- fill ---- */
 
-static recap_status fill_infer(recap_op_call *call) {
-  const recap_op_attrs *a = &call->attrs;
+static recap_status fill_infer(recap__op_call *call) {
+  const recap__op_attrs *a = &call->attrs;
   int ndim;
   int64_t shape[RECAP_MAX_DIMS];
   RECAP_TRY(recap__infer_shape_attr(call, "shape", &ndim, shape));
@@ -313,7 +313,7 @@ static recap_status fill_infer(recap_op_call *call) {
   return RECAP_OK;
 }
 
-const recap_op_def recap__op_fill = {
+const recap__op_def recap__op_fill = {
     .name = "fill",
     .summary = "a new tensor of the given shape and dtype holding one value",
     .input_names = no_inputs,
@@ -330,7 +330,7 @@ const recap_op_def recap__op_fill = {
 
 /* ---- embedding ---- */
 
-static recap_status embedding_infer(recap_op_call *call) {
+static recap_status embedding_infer(recap__op_call *call) {
   const recap_tensor *table = &call->inputs[0], *ids = &call->inputs[1];
   RECAP_TRY(recap__infer_ndim(call, 0, 2, 2));
   RECAP_TRY(recap__infer_ndim(call, 1, 1, RECAP_MAX_DIMS - 1));
@@ -344,7 +344,7 @@ static recap_status embedding_infer(recap_op_call *call) {
   return RECAP_OK;
 }
 
-const recap_op_def recap__op_embedding = {
+const recap__op_def recap__op_embedding = {
     .name = "embedding",
     .summary = "gathers rows of table [V, D] by ids (i32/i64); an id outside [0, V) faults",
     .input_names = embedding_inputs,
@@ -361,7 +361,7 @@ const recap_op_def recap__op_embedding = {
 
 /* ---- rope ---- */
 
-static recap_status rope_infer(recap_op_call *call) {
+static recap_status rope_infer(recap__op_call *call) {
   const recap_tensor *x = &call->inputs[0], *pos = &call->inputs[1];
   RECAP_TRY(recap__infer_ndim(call, 0, 3, 4));
   RECAP_TRY(recap__infer_ndim(call, 1, 1, 1));
@@ -385,7 +385,7 @@ static recap_status rope_infer(recap_op_call *call) {
   return RECAP_OK;
 }
 
-const recap_op_def recap__op_rope = {
+const recap__op_def recap__op_rope = {
     .name = "rope",
     .summary =
         "rotary position embedding (rotate-half) of x [B, S, H, Dh] or [S, H, Dh] (Dh "

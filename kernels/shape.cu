@@ -409,7 +409,7 @@ recap_status copy_view(const recap_tensor *src, const recap_tensor *dst, int64_t
 
 }  // namespace
 
-extern "C" recap_status recap__cuda_copy_strided(const recap_op_call *call, void *cuda_stream) {
+extern "C" recap_status recap__cuda_copy_strided(const recap__op_call *call, void *cuda_stream) {
   recap__cuda_launch_range range(call->def->name);
   cudaStream_t stream = static_cast<cudaStream_t>(cuda_stream);
   for (int o = 0; o < call->num_outputs; ++o) {
@@ -428,7 +428,7 @@ extern "C" recap_status recap__cuda_copy_strided(const recap_op_call *call, void
   return RECAP_OK;
 }
 
-extern "C" recap_status recap__cuda_concat(const recap_op_call *call, void *cuda_stream) {
+extern "C" recap_status recap__cuda_concat(const recap__op_call *call, void *cuda_stream) {
   recap__cuda_launch_range range(call->def->name);
   const recap_tensor *out = &call->outputs[0];
   const int dim = (int)call->attrs.dim;
@@ -462,7 +462,7 @@ extern "C" recap_status recap__cuda_concat(const recap_op_call *call, void *cuda
   return RECAP_OK;
 }
 
-extern "C" recap_status recap__cuda_fill(const recap_op_call *call, void *cuda_stream) {
+extern "C" recap_status recap__cuda_fill(const recap__op_call *call, void *cuda_stream) {
   recap__cuda_launch_range range(call->def->name);
   const recap_tensor *out = &call->outputs[0];
   if (!recap__tensor_is_contiguous(out))
@@ -484,7 +484,7 @@ extern "C" recap_status recap__cuda_fill(const recap_op_call *call, void *cuda_s
   });
 }
 
-extern "C" recap_status recap__cuda_embedding(const recap_op_call *call, void *cuda_stream) {
+extern "C" recap_status recap__cuda_embedding(const recap__op_call *call, void *cuda_stream) {
   recap__cuda_launch_range range(call->def->name);
   const recap_tensor *table = &call->inputs[0], *ids = &call->inputs[1], *out = &call->outputs[0];
   if (table->ndim != 2 || (ids->dtype != RECAP_DTYPE_I32 && ids->dtype != RECAP_DTYPE_I64) ||
@@ -512,7 +512,7 @@ extern "C" recap_status recap__cuda_embedding(const recap_op_call *call, void *c
   });
 }
 
-extern "C" recap_status recap__cuda_rope(const recap_op_call *call, void *cuda_stream) {
+extern "C" recap_status recap__cuda_rope(const recap__op_call *call, void *cuda_stream) {
   recap__cuda_launch_range range(call->def->name);
   const recap_tensor *x = &call->inputs[0], *pos = &call->inputs[1], *out = &call->outputs[0];
   const char *name = call->def->name;

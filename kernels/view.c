@@ -4,9 +4,10 @@
 
 #include "runtime/error.h"
 
-recap_status recap__view_for_copy(const recap_op_call *call, int output_index, recap_tensor *view) {
+recap_status recap__view_for_copy(const recap__op_call *call, int output_index,
+                                  recap_tensor *view) {
   RECAP_CHECK_ARG(call && call->def && view);
-  const recap_op_def *def = call->def;
+  const recap__op_def *def = call->def;
   if (def->copy_view == RECAP__COPY_NONE)
     return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "op '%s' is not a strided copy", def->name);
   if (output_index < 0 || output_index >= call->num_outputs || call->num_inputs < 1)
@@ -15,7 +16,7 @@ recap_status recap__view_for_copy(const recap_op_call *call, int output_index, r
   const recap_tensor *x = &call->inputs[0];
   if (!x->data)
     return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "op '%s': input 'x' is not bound", def->name);
-  const recap_op_attrs *a = &call->attrs;
+  const recap__op_attrs *a = &call->attrs;
   recap_tensor v = *x;
   int64_t offset = 0;
   switch (def->copy_view) {

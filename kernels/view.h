@@ -28,9 +28,9 @@ extern "C" {
  *   slice:              inputs[0] narrowed along attrs.dim to [attrs.start, attrs.end);
  *   split:              inputs[0] narrowed along attrs.dim to the output's part.
  * view->data is inputs[0].data advanced by the view's element offset. Returns
- * RECAP_STATUS_INVALID_ARGUMENT (naming the op) for an op that is not a copy, an output index out of range
- * or an unbound (NULL) input; *view is then untouched. */
-recap_status recap__view_for_copy(const recap_op_call *call, int output_index, recap_tensor *view);
+ * RECAP_STATUS_INVALID_ARGUMENT (naming the op) for an op that is not a copy, an output index out
+ * of range or an unbound (NULL) input; *view is then untouched. */
+recap_status recap__view_for_copy(const recap__op_call *call, int output_index, recap_tensor *view);
 
 #ifdef __cplusplus
 }

@@ -15,7 +15,7 @@
 #include "runtime/error.h"
 
 /* A host function's arguments are copied here, on the stack, when they fit: an op's call
- * (recap_op_call, about 1.2 KB) does, so running a host graph node allocates nothing (a
+ * (recap__op_call, about 1.2 KB) does, so running a host graph node allocates nothing (a
  * malloc+free per node per replay also moved the heap under a steady replay loop). */
 enum { LOCAL_ARGS_BYTES = 2048 };
 

@@ -119,7 +119,7 @@ static void run_cuda_case(const cuda_case *c) {
   recap_tensor dt = hout;
   dt.data = dout;
 
-  recap_expr_program *p = parse_ok(c->text, c->num_inputs);
+  recap__expr_program *p = parse_ok(c->text, c->num_inputs);
   CHECK_OK(recap__expr_eval_host(p, hin, c->num_inputs, &hout));
   recap__expr_signature sig;
   recap__expr_signature_of(din, c->num_inputs, &dt, &sig);
@@ -239,7 +239,7 @@ static void test_cuda_mixed_dtypes_match_host(void) {
 /* A kernel not compiled yet cannot be compiled inside a capture: the launch fails, naming the
  * op, and the capture ends cleanly. */
 static void test_cuda_compile_during_capture_is_refused(void) {
-  recap_expr_program *p = parse_ok("a * 3 + 0.0625", 1);
+  recap__expr_program *p = parse_ok("a * 3 + 0.0625", 1);
   float *d = NULL;
   CHECK_OK(cuda->mem_alloc(0, 64 * sizeof(float), (void **)&d));
   recap_tensor t = tensor(d, RECAP_DTYPE_F32, 1, (const int64_t[]){64}, NULL);

@@ -28,7 +28,7 @@ static void test_host_every_function_matches_double_reference_on_every_element(v
                         tensor(b, RECAP_DTYPE_F32, 1, shape, NULL)};
   recap_tensor o = tensor(out, RECAP_DTYPE_F32, 1, shape, NULL);
   for (int f = 0; f < NUM_FUNCTIONS; ++f) {
-    recap_expr_program *p = parse_ok(kFunctions[f].text, 2);
+    recap__expr_program *p = parse_ok(kFunctions[f].text, 2);
     CHECK_OK(recap__expr_eval_host(p, in, 2, &o));
     int bad = 0;
     for (int i = 0; i < N; ++i) {
@@ -50,7 +50,7 @@ static void test_host_ieee_special_values(void) {
   recap_tensor in[2] = {tensor(a, RECAP_DTYPE_F32, 1, shape, NULL),
                         tensor(b, RECAP_DTYPE_F32, 1, shape, NULL)};
   recap_tensor o = tensor(out, RECAP_DTYPE_F32, 1, shape, NULL);
-  recap_expr_program *p = parse_ok("a / b", 2);
+  recap__expr_program *p = parse_ok("a / b", 2);
   CHECK_OK(recap__expr_eval_host(p, in, 2, &o));
   CU_ASSERT(isinf(out[0]) && out[0] > 0);
   CU_ASSERT(isinf(out[1]) && out[1] < 0);
@@ -78,7 +78,7 @@ static void test_host_broadcasts_inputs_numpy_style(void) {
                         tensor(b, RECAP_DTYPE_F32, 1, (const int64_t[]){K}, NULL),
                         tensor(c, RECAP_DTYPE_F32, 2, (const int64_t[]){J, 1}, NULL)};
   recap_tensor o = tensor(out, RECAP_DTYPE_F32, 3, (const int64_t[]){I, J, K}, NULL);
-  recap_expr_program *p = parse_ok("a * b - c", 3);
+  recap__expr_program *p = parse_ok("a * b - c", 3);
   CHECK_OK(recap__expr_eval_host(p, in, 3, &o));
   for (int i = 0; i < I; ++i)
     for (int j = 0; j < J; ++j)
@@ -110,7 +110,7 @@ static void test_host_reads_and_writes_strided_views(void) {
       tensor(storage, RECAP_DTYPE_F32, 2, (const int64_t[]){C, R}, (const int64_t[]){1, C});
   recap_tensor o =
       tensor(out, RECAP_DTYPE_F32, 2, (const int64_t[]){C, R}, (const int64_t[]){2 * R, 2});
-  recap_expr_program *p = parse_ok("a * 10", 1);
+  recap__expr_program *p = parse_ok("a * 10", 1);
   CHECK_OK(recap__expr_eval_host(p, &in, 1, &o));
   for (int i = 0; i < C; ++i)
     for (int j = 0; j < R; ++j) {
@@ -137,7 +137,7 @@ static void test_host_f16_bf16_and_mixed_dtypes(void) {
                         tensor(bb, RECAP_DTYPE_BF16, 1, shape, NULL)};
   CU_ASSERT_EQUAL(recap__expr_result_dtype(in, 2), RECAP_DTYPE_F32);
   CU_ASSERT_EQUAL(recap__expr_result_dtype(in, 1), RECAP_DTYPE_F16);
-  recap_expr_program *p = parse_ok("a * sigmoid(b) + 1.0", 2);
+  recap__expr_program *p = parse_ok("a * sigmoid(b) + 1.0", 2);
   /* Mixed f16 x bf16 -> f32 output. */
   recap_tensor o = tensor(of, RECAP_DTYPE_F32, 1, shape, NULL);
   CHECK_OK(recap__expr_eval_host(p, in, 2, &o));
@@ -176,7 +176,7 @@ static void test_host_f16_bf16_and_mixed_dtypes(void) {
 
 static void test_codegen_contains_no_expression_text(void) {
   static const char *const names[] = {"gate_projection_zq", "upper_x7"};
-  recap_expr_program *p = NULL;
+  recap__expr_program *p = NULL;
   recap__expr_parse_error err;
   const char *text = "gate_projection_zq * sigmoid(upper_x7) + 1.2345678 - scale(upper_x7, 0.3125)";
   CHECK_OK(recap__expr_parse(text, SIZE_MAX, names, 2, NULL, &p, &err));
@@ -201,7 +201,7 @@ static void test_codegen_contains_no_expression_text(void) {
 
 static void test_codegen_is_deterministic_and_depends_only_on_tree_and_dtypes(void) {
   static const char *const n1[] = {"x", "y"}, *const n2[] = {"first", "second"};
-  recap_expr_program *p1 = NULL, *p2 = NULL, *p3 = NULL;
+  recap__expr_program *p1 = NULL, *p2 = NULL, *p3 = NULL;
   recap__expr_parse_error err;
   CHECK_OK(recap__expr_parse("x*sigmoid(y)+1", SIZE_MAX, n1, 2, NULL, &p1, &err));
   CHECK_OK(

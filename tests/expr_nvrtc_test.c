@@ -42,7 +42,7 @@ static const char kEveryKind[] =
 /* The CUDA source of kEveryKind (every node kind) over mixed dtypes; NULL on failure. Plain
  * code without CUnit asserts, for the probe process too. */
 static char *every_kind_source_or_null(void) {
-  recap_expr_program *p = NULL;
+  recap__expr_program *p = NULL;
   recap__expr_parse_error err;
   if (recap__expr_parse(kEveryKind, SIZE_MAX, kNames, 3, NULL, &p, &err) != RECAP_OK) return NULL;
   recap__expr_signature sig = sig_of(3, RECAP_DTYPE_F32, RECAP_DTYPE_BF16);

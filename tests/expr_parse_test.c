@@ -16,7 +16,7 @@
 
 /* Parses text over inputs a, b, c (and one named exp) and returns its formatting. */
 static void parse_format(const char *text, int num_inputs, char *buf, size_t size) {
-  recap_expr_program *p = NULL;
+  recap__expr_program *p = NULL;
   recap__expr_parse_error err;
   recap_status st = recap__expr_parse(text, SIZE_MAX, kNames, num_inputs, NULL, &p, &err);
   if (st != RECAP_OK)
@@ -77,7 +77,7 @@ typedef struct {
 } bad_case;
 
 static void check_error(const char *text, size_t len, size_t offset, const char *mentions) {
-  recap_expr_program *p = NULL;
+  recap__expr_program *p = NULL;
   recap__expr_parse_error err;
   recap_status st = recap__expr_parse(text, len, kNames, 3, NULL, &p, &err);
   if (st != RECAP_STATUS_SPEC_ERROR || err.offset != offset || !strstr(err.message, mentions))
@@ -178,7 +178,7 @@ static void test_parse_limits_are_enforced_with_positions(void) {
 
   /* Node count, with a lowered limit: 6 inputs and 5 additions are 11 nodes. */
   recap__expr_limits limits = {.max_nodes = 10};
-  recap_expr_program *p = NULL;
+  recap__expr_program *p = NULL;
   recap__expr_parse_error err;
   CU_ASSERT_EQUAL(recap__expr_parse("(a+a)+(a+a)+(a+a)", SIZE_MAX, kNames, 3, &limits, &p, &err),
                   RECAP_STATUS_SPEC_ERROR);
@@ -210,7 +210,7 @@ static void test_parse_node_limit_default(void) {
     free(level);
     level = next;
   }
-  recap_expr_program *p = NULL;
+  recap__expr_program *p = NULL;
   recap__expr_parse_error err;
   CHECK_OK(recap__expr_parse(level, SIZE_MAX, kNames, 3, NULL, &p, &err));
   int count = 0;
@@ -235,7 +235,7 @@ static void test_parse_node_limit_default(void) {
  * ---------------------------------------------------------------------------------------- */
 
 static void test_build_by_hand_matches_the_parsed_program(void) {
-  recap_expr_program *p = NULL;
+  recap__expr_program *p = NULL;
   CHECK_OK(recap__expr_program_create(2, &p));
   recap__expr_node a = recap__expr_input(p, 0), b = recap__expr_input(p, 1);
   recap__expr_node r = recap__expr_binary(
@@ -257,9 +257,9 @@ static void test_build_by_hand_matches_the_parsed_program(void) {
 }
 
 static void test_build_from_op_codes(void) {
-  recap_expr_program *p = NULL;
+  recap__expr_program *p = NULL;
   CHECK_OK(recap__expr_program_create(2, &p));
-  recap_op_attrs attrs;
+  recap__op_attrs attrs;
   memset(&attrs, 0, sizeof attrs);
   attrs.scale = 0.25;
   attrs.dtype = RECAP_DTYPE_BF16;
@@ -288,7 +288,7 @@ static void test_build_errors_are_sticky_and_reported_at_finish(void) {
       {"is missing", RECAP_STATUS_INVALID_ARGUMENT},
   };
   for (int k = 0; k < 6; ++k) {
-    recap_expr_program *p = NULL;
+    recap__expr_program *p = NULL;
     CHECK_OK(recap__expr_program_create(2, &p));
     recap__expr_node a = recap__expr_input(p, 0), bad = RECAP_EXPR_NONE;
     switch (k) {
@@ -319,7 +319,7 @@ static void test_build_errors_are_sticky_and_reported_at_finish(void) {
     CHECK_ERROR_MENTIONS(expected[k].mentions);
     recap__expr_program_destroy(p);
   }
-  recap_expr_program *p = NULL;
+  recap__expr_program *p = NULL;
   CHECK_STATUS(recap__expr_program_create(0, &p), RECAP_STATUS_INVALID_ARGUMENT);
   CHECK_STATUS(recap__expr_program_create(RECAP_OP_MAX_INPUTS + 1, &p),
                RECAP_STATUS_INVALID_ARGUMENT);
@@ -331,7 +331,7 @@ static void test_build_errors_are_sticky_and_reported_at_finish(void) {
 /* Built programs (the fusion pass's chains) nest as deep as their node count allows, past the
  * parser's 64 levels, and no further. */
 static void test_build_enforces_the_depth_limit(void) {
-  recap_expr_program *p = NULL;
+  recap__expr_program *p = NULL;
   CHECK_OK(recap__expr_program_create(1, &p));
   recap__expr_node n = recap__expr_input(p, 0);
   for (int d = 1; d < RECAP_EXPR_MAX_BUILD_DEPTH; ++d) n = recap__expr_unary(p, RECAP_EXPR_RELU, n);

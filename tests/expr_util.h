@@ -7,8 +7,6 @@
 #ifndef RECAP_TESTS_EXPR_UTIL_H
 #define RECAP_TESTS_EXPR_UTIL_H
 
-#include "kernels/expr.h"
-
 #include <dlfcn.h>
 #include <math.h>
 #include <stdbool.h>
@@ -19,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "kernels/expr.h"
 #include "kernels/half.h"
 #include "kernels/op_codes.h"
 #include "runtime/backend.h"
@@ -51,8 +50,8 @@ static inline recap_tensor tensor(void *data, recap_dtype dtype, int ndim, const
   return t;
 }
 
-static inline recap_expr_program *parse_ok(const char *text, int num_inputs) {
-  recap_expr_program *p = NULL;
+static inline recap__expr_program *parse_ok(const char *text, int num_inputs) {
+  recap__expr_program *p = NULL;
   recap__expr_parse_error err;
   recap_status st = recap__expr_parse(text, SIZE_MAX, kNames, num_inputs, NULL, &p, &err);
   if (st != RECAP_OK) fprintf(stderr, "\n  \"%s\": %s\n", text, err.message);

@@ -66,7 +66,7 @@ static void test_cuda_tf32_on_stays_within_tf32_tolerance(void) {
 }
 
 /* Captures one launch of d->call on `s` and returns the instantiated graph. */
-static recap_status capture_once(recap_stream *s, recap_op_call *call, recap__graph_exec **exec) {
+static recap_status capture_once(recap_stream *s, recap__op_call *call, recap__graph_exec **exec) {
   recap__graph *graph = NULL;
   recap_status st = recap__capture_begin(s, RECAP_CAPTURE_MODE_THREAD_LOCAL);
   if (st != RECAP_OK) return st;
@@ -125,8 +125,8 @@ static void test_cuda_capture_without_warmup_fails_cleanly_then_works(void) {
   test_rng rng;
   test_rng_init(&rng);
   recap_stream *fresh = NULL;
-  CHECK_OK(recap_stream_create((recap_device){RECAP_BACKEND_CUDA, 0}, 0,
-                               RECAP_STREAM_NON_BLOCKING, &fresh));
+  CHECK_OK(recap_stream_create((recap_device){RECAP_BACKEND_CUDA, 0}, 0, RECAP_STREAM_NON_BLOCKING,
+                               &fresh));
   gcase g;
   make_matmul(&g, RECAP_DTYPE_F16, 37, 29, 45, 0, 1, false, &rng); /* a shape no test used */
   case_run_host(&g);
@@ -144,8 +144,7 @@ static void test_cuda_capture_without_warmup_fails_cleanly_then_works(void) {
   CHECK_OK(fresh->backend->graph_launch(exec, fresh));
   CHECK_OK(recap_stream_synchronize(fresh));
   recap_tensor got = dcase_result(&g, &d);
-  CU_ASSERT_EQUAL(count_bad(&got, g.ref, g.scale, cuda_tol(RECAP_DTYPE_F16, false), "replay"),
-                  0);
+  CU_ASSERT_EQUAL(count_bad(&got, g.ref, g.scale, cuda_tol(RECAP_DTYPE_F16, false), "replay"), 0);
   free(got.data);
   fresh->backend->graph_exec_destroy(exec);
   CHECK_OK(recap__gemm_release_stream(recap_stream_native(fresh)));

@@ -58,8 +58,8 @@ static void test_matmul_column_major_views_match_reference(void) {
   test_rng_init(&rng);
   gcase g;
   case_init(&g, "matmul", 2);
-  const int64_t as[2] = {9, 20}, a_strides[2] = {1, 9};  /* [9, 20] stored column by column */
-  const int64_t bs[2] = {20, 5}, b_strides[2] = {8, 1};  /* rows padded to 8 */
+  const int64_t as[2] = {9, 20}, a_strides[2] = {1, 9}; /* [9, 20] stored column by column */
+  const int64_t bs[2] = {20, 5}, b_strides[2] = {8, 1}; /* rows padded to 8 */
   g.in[0] = tb_view(RECAP_DTYPE_F32, 2, as, a_strides, &rng);
   g.in[1] = tb_view(RECAP_DTYPE_F32, 2, bs, b_strides, &rng);
   check_host(&g, "matmul views");
@@ -92,8 +92,8 @@ static void test_matmul_in_place_on_c_matches_reference(void) {
   reference(&g.call, g.ref, g.scale);
   CHECK_OK(recap__op_launch(&g.call, host_stream));
   CHECK_OK(recap_stream_synchronize(host_stream));
-  CU_ASSERT_EQUAL(count_bad(&g.call.outputs[0], g.ref, g.scale, host_tol(RECAP_DTYPE_F32),
-                            "in place"), 0);
+  CU_ASSERT_EQUAL(
+      count_bad(&g.call.outputs[0], g.ref, g.scale, host_tol(RECAP_DTYPE_F32), "in place"), 0);
   case_free(&g);
 }
 
@@ -148,7 +148,7 @@ static void test_linear_every_activation_matches_reference(void) {
       for (int bias = 0; bias < 2; ++bias) {
         gcase g;
         const int64_t xs[2] = {7, 65};
-        make_linear(&g, float_types[d], 2, xs, 33, bias, (recap_activation)act, &rng);
+        make_linear(&g, float_types[d], 2, xs, 33, bias, (recap__activation)act, &rng);
         check_host(&g, "linear activation");
         case_free(&g);
       }
@@ -224,7 +224,7 @@ static void test_linear_residual_sharing_the_output_is_refused(void) {
   const int64_t xs[2] = {4, 8}, ws[2] = {6, 8}, n = 6, rs[2] = {4, 6};
   tbuf x = tb_make(RECAP_DTYPE_F32, 2, xs, &rng), w = tb_make(RECAP_DTYPE_F32, 2, ws, &rng);
   tbuf b = tb_make(RECAP_DTYPE_F32, 1, &n, &rng), r = tb_make(RECAP_DTYPE_F32, 2, rs, &rng);
-  recap_op_call call = {.def = recap__op_find("linear"), .num_inputs = 4};
+  recap__op_call call = {.def = recap__op_find("linear"), .num_inputs = 4};
   recap__op_attrs_set_defaults(call.def, &call.attrs);
   call.inputs[0] = x.t;
   call.inputs[1] = w.t;
@@ -247,8 +247,8 @@ static void test_linear_residual_sharing_the_output_is_refused(void) {
 }
 
 static recap_status infer_with(const char *op, int nin, const recap_tensor *in,
-                               const recap_op_attrs *attrs) {
-  recap_op_call call = {.def = recap__op_find(op), .num_inputs = nin};
+                               const recap__op_attrs *attrs) {
+  recap__op_call call = {.def = recap__op_find(op), .num_inputs = nin};
   recap__op_attrs_set_defaults(call.def, &call.attrs);
   if (attrs) call.attrs = *attrs;
   for (int i = 0; i < nin; ++i) call.inputs[i] = in[i];
@@ -288,7 +288,7 @@ static void test_bad_shapes_and_dtypes_are_rejected(void) {
   /* beta without c, c without beta, c of the wrong shape. */
   in[0] = desc(f32, 2, 4, 5, 0);
   in[1] = desc(f32, 2, 5, 6, 0);
-  recap_op_attrs attrs = {.alpha = 1, .beta = 1};
+  recap__op_attrs attrs = {.alpha = 1, .beta = 1};
   CHECK_STATUS(infer_with("matmul", 2, in, &attrs), RECAP_STATUS_INVALID_ARGUMENT);
   CHECK_ERROR_MENTIONS("needs input 'c'");
   in[2] = desc(f32, 2, 4, 6, 0);
@@ -325,7 +325,7 @@ static void test_bad_shapes_and_dtypes_are_rejected(void) {
   /* And the good case infers [4, 6]. */
   in[1] = desc(f32, 2, 6, 5, 0);
   in[2] = desc(f32, 1, 6, 0, 0);
-  recap_op_call call = {.def = recap__op_find("linear"), .num_inputs = 3};
+  recap__op_call call = {.def = recap__op_find("linear"), .num_inputs = 3};
   for (int i = 0; i < 3; ++i) call.inputs[i] = in[i];
   CHECK_OK(recap__op_infer(&call));
   CU_ASSERT_EQUAL(call.outputs[0].ndim, 2);

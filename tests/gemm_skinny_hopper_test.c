@@ -117,7 +117,7 @@ static void test_cuda_skinny_every_activation_with_and_without_bias_matches_host
       for (int bias = 0; bias < 2; ++bias) {
         gcase g;
         const int64_t xs[2] = {7, 264};
-        make_linear(&g, half_types[d], 2, xs, 131, bias, (recap_activation)act, &rng);
+        make_linear(&g, half_types[d], 2, xs, 131, bias, (recap__activation)act, &rng);
         case_run_host(&g);
         check_skinny_and_fallback(&g, "skinny activation");
         case_free(&g);
@@ -163,8 +163,8 @@ static void test_cuda_skinny_every_configuration_matches_host(void) {
         recap__gemm_plan plan;
         CHECK_OK(recap__gemm_plan_make(&dc.call, &plan));
         CU_ASSERT_TRUE(recap__cuda_gemm_skinny_fits(&plan));
-        const size_t bytes = (size_t)recap__tensor_numel(&g.call.outputs[0]) *
-                             recap_dtype_size(half_types[d]);
+        const size_t bytes =
+            (size_t)recap__tensor_numel(&g.call.outputs[0]) * recap_dtype_size(half_types[d]);
         for (int pipe = 0; pipe <= 3; ++pipe) {
           for (int wi = 0; wi < 4; ++wi) {
             CU_ASSERT_EQUAL(cudaMemset(dc.call.outputs[0].data, 0xff, bytes), cudaSuccess);
@@ -173,10 +173,10 @@ static void test_cuda_skinny_every_configuration_matches_host(void) {
             CHECK_OK(recap_stream_synchronize(cuda_stream));
             recap_tensor got = dcase_result(&g, &dc);
             char what[96];
-            snprintf(what, sizeof what, "skinny pipe %d, %d warps, m %lld, k %lld", pipe,
-                     warps[wi], (long long)ms[mi], (long long)ks[ki]);
-            CU_ASSERT_EQUAL(count_bad(&got, g.ref, g.scale, cuda_tol(half_types[d], false),
-                                      what), 0);
+            snprintf(what, sizeof what, "skinny pipe %d, %d warps, m %lld, k %lld", pipe, warps[wi],
+                     (long long)ms[mi], (long long)ks[ki]);
+            CU_ASSERT_EQUAL(count_bad(&got, g.ref, g.scale, cuda_tol(half_types[d], false), what),
+                            0);
             free(got.data);
           }
         }
@@ -216,8 +216,9 @@ static void test_cuda_skinny_chain_eager_and_replayed_matches_host(void) {
       memcpy(g[i].in[0].t.data, eager[i - 1].data,
              (size_t)M * H * recap_dtype_size(RECAP_DTYPE_BF16));
     case_run_host(&g[i]);
-    CU_ASSERT_EQUAL(count_bad(&eager[i], g[i].ref, g[i].scale,
-                              cuda_tol(RECAP_DTYPE_BF16, false), "skinny chain"), 0);
+    CU_ASSERT_EQUAL(count_bad(&eager[i], g[i].ref, g[i].scale, cuda_tol(RECAP_DTYPE_BF16, false),
+                              "skinny chain"),
+                    0);
   }
 
   recap__graph *graph = NULL;
@@ -326,9 +327,9 @@ static void test_cuda_hopper_every_configuration_matches_host(void) {
     return;
   }
   static const int64_t shapes[][3] = {{200, 136, 40}, {300, 520, 1096}};
-  static const recap_activation acts[] = {RECAP_ACT_GELU,     RECAP_ACT_NONE, RECAP_ACT_SILU,
-                                          RECAP_ACT_TANH,     RECAP_ACT_RELU, RECAP_ACT_SIGMOID,
-                                          RECAP_ACT_GELU_TANH};
+  static const recap__activation acts[] = {RECAP_ACT_GELU,     RECAP_ACT_NONE, RECAP_ACT_SILU,
+                                           RECAP_ACT_TANH,     RECAP_ACT_RELU, RECAP_ACT_SIGMOID,
+                                           RECAP_ACT_GELU_TANH};
   enum { ACTS = sizeof acts / sizeof acts[0] };
   for (size_t d = 0; d < 2; ++d) {
     for (int si = 0; si < 2; ++si) {

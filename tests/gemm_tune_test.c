@@ -65,12 +65,22 @@ static char *read_text(const char *path, size_t *len) {
 }
 
 static recap__tune_entry sample_entry(int64_t m, bool skinny) {
-  recap__tune_entry e = {
-      .key = {.m = m, .n = 4096, .k = 4096, .batch = 1, .op = RECAP_TUNE_OP_LINEAR,
-              .a_type = RECAP_DTYPE_BF16, .b_type = RECAP_DTYPE_BF16, .c_type = RECAP_DTYPE_BF16,
-              .compute = RECAP_TUNE_COMPUTE_F32, .trans_a = 1, .trans_b = 0, .bias = 1,
-              .act = RECAP_ACT_GELU, .has_c = 0, .align = 16},
-      .us = 12.5f};
+  recap__tune_entry e = {.key = {.m = m,
+                                 .n = 4096,
+                                 .k = 4096,
+                                 .batch = 1,
+                                 .op = RECAP_TUNE_OP_LINEAR,
+                                 .a_type = RECAP_DTYPE_BF16,
+                                 .b_type = RECAP_DTYPE_BF16,
+                                 .c_type = RECAP_DTYPE_BF16,
+                                 .compute = RECAP_TUNE_COMPUTE_F32,
+                                 .trans_a = 1,
+                                 .trans_b = 0,
+                                 .bias = 1,
+                                 .act = RECAP_ACT_GELU,
+                                 .has_c = 0,
+                                 .align = 16},
+                         .us = 12.5f};
   if (skinny) {
     e.choice.kind = RECAP_TUNE_CAND_SKINNY;
     e.choice.config[0] = 8;
@@ -175,23 +185,23 @@ static void test_tune_file_missing_is_an_empty_cache_without_warning(void) {
 static void test_tune_file_malformed_lines_are_ignored_with_a_warning_each(void) {
   static const char *const bad_lines[] = {
       "gemm op=conv a=bf16 b=bf16 c=bf16 compute=f32 ta=T tb=N m=8 n=4096 k=4096 batch=1 bias=1 "
-      "act=gelu beta=0 align=16 choice=skinny:8,1 us=1\n",             /* unknown op */
+      "act=gelu beta=0 align=16 choice=skinny:8,1 us=1\n", /* unknown op */
       "gemm op=linear a=bf16 b=bf16 c=bf16 compute=f32 ta=T tb=N m=-8 n=4096 k=4096 batch=1 "
-      "bias=1 act=gelu beta=0 align=16 choice=skinny:8,1 us=1\n",      /* negative m */
+      "bias=1 act=gelu beta=0 align=16 choice=skinny:8,1 us=1\n", /* negative m */
       "gemm op=linear a=bf16 b=bf16 c=bf16 compute=f32 ta=T tb=N m=99999999999999999999999 "
       "n=4096 k=4096 batch=1 bias=1 act=gelu beta=0 align=16 choice=skinny:8,1 us=1\n", /* huge */
       "gemm op=linear a=bf16 b=bf16 c=bf16 compute=f32 ta=T tb=N m=8 n=4096 k=4096 batch=1 "
-      "bias=1 act=gelu beta=0 align=16 us=1\n",                        /* choice missing */
+      "bias=1 act=gelu beta=0 align=16 us=1\n", /* choice missing */
       "gemm op=linear a=bf16 b=bf16 c=bf16 compute=f32 ta=T tb=N m=8 n=4096 k=4096 batch=1 "
       "bias=1 act=gelu beta=0 align=16 choice=skinny:8,1 us=1 color=red\n", /* unknown field */
       "gemm op=linear a=bf16 b=bf16 c=bf16 compute=f32 ta=T tb=N m=8 m=9 n=4096 k=4096 batch=1 "
-      "bias=1 act=gelu beta=0 align=16 choice=skinny:8,1 us=1\n",      /* duplicate field */
+      "bias=1 act=gelu beta=0 align=16 choice=skinny:8,1 us=1\n", /* duplicate field */
       "gemm op=linear a=bf16 b=bf16 c=bf16 compute=f32 ta=T tb=N m=8 n=4096 k=4096 batch=1 "
-      "bias=1 act=gelu beta=0 align=12 choice=skinny:8,1 us=1\n",      /* align not 2^i */
+      "bias=1 act=gelu beta=0 align=12 choice=skinny:8,1 us=1\n", /* align not 2^i */
       "gemm op=linear a=bf16 b=bf16 c=bf16 compute=f32 ta=T tb=N m=8 n=4096 k=4096 batch=1 "
-      "bias=1 act=gelu beta=0 align=16 choice=skinny:8,1 us=nan\n",    /* bad time */
-      "frobnicate 1 2 3\n",                                            /* unknown record */
-      "gemm\n",                                                        /* empty entry */
+      "bias=1 act=gelu beta=0 align=16 choice=skinny:8,1 us=nan\n", /* bad time */
+      "frobnicate 1 2 3\n",                                         /* unknown record */
+      "gemm\n",                                                     /* empty entry */
       "= = = = =\n",
   };
   for (size_t i = 0; i < sizeof bad_lines / sizeof bad_lines[0]; ++i) {
@@ -202,7 +212,7 @@ static void test_tune_file_malformed_lines_are_ignored_with_a_warning_each(void)
     const recap__tune_load_report r = parse_text(t, text, (size_t)n);
     if (r.warnings != 1 || r.loaded != 1)
       fprintf(stderr, "\n  bad line %zu: %zu warnings, %zu loaded (%s)", i, r.warnings, r.loaded,
-                      r.first_warning);
+              r.first_warning);
     CU_ASSERT_EQUAL(r.warnings, 1);
     CU_ASSERT_EQUAL(r.ignored, 1);
     CU_ASSERT_EQUAL(r.loaded, 1);
@@ -471,8 +481,10 @@ static void test_tune_save_is_atomic_and_merges_with_the_file(void) {
   free(after);
   /* A stale file is replaced by the current versions, not merged. */
   char text[2048];
-  const int n = snprintf(text, sizeof text, "recap-gemm-tune 1\nversions cublaslt=1 cudart=1 "
-                         "device=old sms=1 cc=10\n%s", good_entry);
+  const int n = snprintf(text, sizeof text,
+                         "recap-gemm-tune 1\nversions cublaslt=1 cudart=1 "
+                         "device=old sms=1 cc=10\n%s",
+                         good_entry);
   write_text(path, text, (size_t)n);
   CHECK_OK(recap__tune_save(a, path, &host_versions));
   recap__tune_table_clear(back);
@@ -516,7 +528,7 @@ static char cache_path[600];
 
 /* A GEMM on the device: inputs random in [-1, 1), output poisoned (NaN). */
 typedef struct {
-  recap_op_call call;
+  recap__op_call call;
   void *dev[4];
   size_t out_elems;
 } dgemm;
@@ -588,8 +600,10 @@ static size_t count_disagreements(const uint16_t *want, const uint16_t *got, siz
 }
 
 static void set_tuning(const char *mode) {
-  if (mode) setenv("RECAP_TUNE", mode, 1);
-  else unsetenv("RECAP_TUNE");
+  if (mode)
+    setenv("RECAP_TUNE", mode, 1);
+  else
+    unsetenv("RECAP_TUNE");
   setenv("RECAP_TUNE_FILE", cache_path, 1);
   recap__gemm_env_reload(); /* also forgets every in-memory choice and the counters */
 }
@@ -666,8 +680,8 @@ static void test_cuda_first_run_times_every_candidate_and_matches_untuned(void) 
   CU_ASSERT_EQUAL(s2.tunings, 2);
   CU_ASSERT(s2.candidates_timed - s.candidates_timed >= 8);
   CU_ASSERT_EQUAL(count_disagreements(p.big_untuned, big, p.big.out_elems, "tuned big"), 0);
-  CU_ASSERT_EQUAL(
-      count_disagreements(p.skinny_untuned, skinny, p.skinny.out_elems, "tuned skinny"), 0);
+  CU_ASSERT_EQUAL(count_disagreements(p.skinny_untuned, skinny, p.skinny.out_elems, "tuned skinny"),
+                  0);
   /* Later launches in the same process time nothing. */
   problems_check(&p, "tuned again");
   CU_ASSERT_EQUAL(stats().tunings, 2);
@@ -849,7 +863,9 @@ static void add_cuda_tests(CU_pSuite suite) {
 }
 #endif /* RECAP_WITH_CUDA */
 
-static int host_suite_init(void) { return make_tmp_dir(); }
+static int host_suite_init(void) {
+  return make_tmp_dir();
+}
 
 int main(void) {
   CU_pSuite host = test_add_suite("gemm_tune/host", host_suite_init, NULL);

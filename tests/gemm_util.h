@@ -39,8 +39,7 @@ typedef struct {
 } tbuf;
 
 static inline tbuf tb_view(recap_dtype dtype, int ndim, const int64_t *shape,
-                           const int64_t *strides,
-                           test_rng *rng) {
+                           const int64_t *strides, test_rng *rng) {
   tbuf b = {.t = {.dtype = dtype, .ndim = ndim}};
   size_t span = 1;
   int64_t stride = 1;
@@ -69,20 +68,27 @@ static inline double tb_at(const recap_tensor *t, const int64_t *index) {
 
 /* ---- the float64 reference ----------------------------------------------------------------- */
 
-static inline double act_ref(recap_activation act, double x) {
+static inline double act_ref(recap__activation act, double x) {
   switch (act) {
-    case RECAP_ACT_RELU: return x > 0 ? x : 0;
-    case RECAP_ACT_GELU: return 0.5 * x * (1.0 + erf(x / sqrt(2.0)));
+    case RECAP_ACT_RELU:
+      return x > 0 ? x : 0;
+    case RECAP_ACT_GELU:
+      return 0.5 * x * (1.0 + erf(x / sqrt(2.0)));
     case RECAP_ACT_GELU_TANH:
-      return 0.5 * x * (1.0 + tanh(sqrt(2.0 / 3.14159265358979323846) * (x + 0.044715 * x * x * x)));
-    case RECAP_ACT_SILU: return x / (1.0 + exp(-x));
-    case RECAP_ACT_SIGMOID: return 1.0 / (1.0 + exp(-x));
-    case RECAP_ACT_TANH: return tanh(x);
-    default: return x;
+      return 0.5 * x *
+             (1.0 + tanh(sqrt(2.0 / 3.14159265358979323846) * (x + 0.044715 * x * x * x)));
+    case RECAP_ACT_SILU:
+      return x / (1.0 + exp(-x));
+    case RECAP_ACT_SIGMOID:
+      return 1.0 / (1.0 + exp(-x));
+    case RECAP_ACT_TANH:
+      return tanh(x);
+    default:
+      return x;
   }
 }
 
-static inline double act_slope(recap_activation act) {
+static inline double act_slope(recap__activation act) {
   return act == RECAP_ACT_GELU || act == RECAP_ACT_GELU_TANH ? 1.13 : 1.0;
 }
 
@@ -96,7 +102,7 @@ static inline void operand_index(const recap_tensor *t, const int64_t *out_index
 }
 
 /* ref[i] and scale[i] for every output element (row-major over call->outputs[0]). */
-static inline void reference(const recap_op_call *call, double *ref, double *scale) {
+static inline void reference(const recap__op_call *call, double *ref, double *scale) {
   const recap_tensor *o = &call->outputs[0];
   const int64_t total = recap__tensor_numel(o);
   const bool matmul = call->def == &recap__op_matmul;
@@ -115,10 +121,14 @@ static inline void reference(const recap_op_call *call, double *ref, double *sca
       const int64_t k = call->attrs.trans_a ? a->shape[a->ndim - 2] : a->shape[a->ndim - 1];
       for (int64_t p = 0; p < k; ++p) {
         int64_t ia[RECAP_MAX_DIMS], ib[RECAP_MAX_DIMS];
-        if (call->attrs.trans_a) operand_index(a, oi, o->ndim, p, i, ia);
-        else operand_index(a, oi, o->ndim, i, p, ia);
-        if (call->attrs.trans_b) operand_index(b, oi, o->ndim, j, p, ib);
-        else operand_index(b, oi, o->ndim, p, j, ib);
+        if (call->attrs.trans_a)
+          operand_index(a, oi, o->ndim, p, i, ia);
+        else
+          operand_index(a, oi, o->ndim, i, p, ia);
+        if (call->attrs.trans_b)
+          operand_index(b, oi, o->ndim, j, p, ib);
+        else
+          operand_index(b, oi, o->ndim, p, j, ib);
         const double prod = tb_at(a, ia) * tb_at(b, ib);
         sum += prod;
         mag += fabs(prod);
@@ -164,9 +174,12 @@ typedef struct {
 
 static inline tolerance host_tol(recap_dtype dtype) {
   switch (dtype) {
-    case RECAP_DTYPE_F16: return (tolerance){1e-5, 2e-3};
-    case RECAP_DTYPE_BF16: return (tolerance){1e-5, 1e-2};
-    default: return (tolerance){1e-6, 1e-5};
+    case RECAP_DTYPE_F16:
+      return (tolerance){1e-5, 2e-3};
+    case RECAP_DTYPE_BF16:
+      return (tolerance){1e-5, 1e-2};
+    default:
+      return (tolerance){1e-6, 1e-5};
   }
 }
 
@@ -191,7 +204,7 @@ static inline int64_t count_bad(const recap_tensor *out, const double *ref, cons
 /* ---- calls --------------------------------------------------------------------------------- */
 
 typedef struct {
-  recap_op_call call;
+  recap__op_call call;
   tbuf in[4];
   double *ref, *scale;
 } gcase;
@@ -202,8 +215,7 @@ typedef struct {
 static recap_stream *host_stream;
 
 static inline int host_stream_open(void) {
-  return recap_stream_create((recap_device){RECAP_BACKEND_HOST, 0}, 0, 0, &host_stream) !=
-         RECAP_OK;
+  return recap_stream_create((recap_device){RECAP_BACKEND_HOST, 0}, 0, 0, &host_stream) != RECAP_OK;
 }
 
 static inline int host_stream_close(void) {
@@ -248,16 +260,15 @@ static inline void case_free(gcase *g) {
 
 static inline void check_host(gcase *g, const char *what) {
   case_run_host(g);
-  CU_ASSERT_EQUAL(count_bad(&g->call.outputs[0], g->ref, g->scale,
-                            host_tol(g->call.inputs[0].dtype), what), 0);
+  CU_ASSERT_EQUAL(
+      count_bad(&g->call.outputs[0], g->ref, g->scale, host_tol(g->call.inputs[0].dtype), what), 0);
 }
 
 static const recap_dtype float_types[] = {RECAP_DTYPE_F32, RECAP_DTYPE_F16, RECAP_DTYPE_BF16};
 
 /* a [m, k] (or [k, m]) x b [k, n] (or [n, k]); optional c. */
 static inline void make_matmul(gcase *g, recap_dtype dt, int64_t m, int64_t n, int64_t k, int ta,
-                               int tb,
-                               bool with_c, test_rng *rng) {
+                               int tb, bool with_c, test_rng *rng) {
   case_init(g, "matmul", with_c ? 3 : 2);
   g->call.attrs.trans_a = ta;
   g->call.attrs.trans_b = tb;
@@ -273,8 +284,7 @@ static inline void make_matmul(gcase *g, recap_dtype dt, int64_t m, int64_t n, i
 }
 
 static inline void make_linear(gcase *g, recap_dtype dt, int xdims, const int64_t *xshape,
-                               int64_t n,
-                               bool bias, recap_activation act, test_rng *rng) {
+                               int64_t n, bool bias, recap__activation act, test_rng *rng) {
   case_init(g, "linear", bias ? 3 : 2);
   g->call.attrs.act = act;
   const int64_t k = xshape[xdims - 1];
@@ -291,7 +301,7 @@ static recap_stream *cuda_stream;
 
 /* A device copy of a host case: inputs copied (their whole storage), output poisoned. */
 typedef struct {
-  recap_op_call call;
+  recap__op_call call;
   void *dev[5]; /* the inputs, then the output */
 } dcase;
 
@@ -344,8 +354,7 @@ static inline void check_cuda_against_host(gcase *g, bool tf32, const char *what
   CU_ASSERT_EQUAL(count_bad(&got, g->ref, g->scale, tol, what), 0);
   const int64_t total = recap__tensor_numel(&got);
   double *host_out = malloc(sizeof(double) * (size_t)total);
-  for (int64_t e = 0; e < total; ++e)
-    host_out[e] = recap__load_f32(g->call.outputs[0].data, dt, e);
+  for (int64_t e = 0; e < total; ++e) host_out[e] = recap__load_f32(g->call.outputs[0].data, dt, e);
   tol.atol *= 2;
   tol.rtol *= 2;
   CU_ASSERT_EQUAL(count_bad(&got, host_out, g->scale, tol, "cuda vs host"), 0);
@@ -431,8 +440,12 @@ static inline int cuda_suite_cleanup(void) {
 }
 #endif /* RECAP_WITH_CUDA */
 
-static inline int host_suite_init(void) { return host_stream_open(); }
+static inline int host_suite_init(void) {
+  return host_stream_open();
+}
 
-static inline int host_suite_cleanup(void) { return host_stream_close(); }
+static inline int host_suite_cleanup(void) {
+  return host_stream_close();
+}
 
 #endif /* RECAP_TESTS_GEMM_UTIL_H */

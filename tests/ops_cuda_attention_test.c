@@ -50,9 +50,9 @@ static void run_attention_cases(const attention_case *cases, size_t count, int64
       const int64_t qshape[] = {a->b, a->h, a->sq, a->dh};
       const int64_t qkv_row = 3 * a->h * a->dh;
       if (a->q_in_qkv)
-        c.in[0] = make_input(dtype, 4, qshape,
-                             (const int64_t[]){a->sq * qkv_row, a->dh, qkv_row, 1}, 0,
-                             FILL_UNIFORM, -2, 2);
+        c.in[0] =
+            make_input(dtype, 4, qshape, (const int64_t[]){a->sq * qkv_row, a->dh, qkv_row, 1}, 0,
+                       FILL_UNIFORM, -2, 2);
       else
         c.in[0] = make_contiguous(dtype, 4, qshape, -2, 2);
       const int64_t kvshape[] = {a->b, a->hkv, a->sk, a->dh};
@@ -153,9 +153,9 @@ typedef struct {
   int64_t b, h, hkv, smax, t, dh;
 } kv_dims;
 
-static recap_op_call kv_append_call(const kv_dims *d, void *cache, void *rows, void *pos,
-                                    recap_dtype dtype) {
-  recap_op_call call;
+static recap__op_call kv_append_call(const kv_dims *d, void *cache, void *rows, void *pos,
+                                     recap_dtype dtype) {
+  recap__op_call call;
   memset(&call, 0, sizeof call);
   call.def = recap__op_find("kv_append");
   call.num_inputs = 3;
@@ -169,9 +169,9 @@ static recap_op_call kv_append_call(const kv_dims *d, void *cache, void *rows, v
   return call;
 }
 
-static recap_op_call attention_call(const kv_dims *d, void *q, void *kcache, void *vcache,
-                                    void *len, void *out, recap_dtype dtype) {
-  recap_op_call call;
+static recap__op_call attention_call(const kv_dims *d, void *q, void *kcache, void *vcache,
+                                     void *len, void *out, recap_dtype dtype) {
+  recap__op_call call;
   memset(&call, 0, sizeof call);
   call.def = recap__op_find("attention");
   call.num_inputs = 4;
@@ -199,8 +199,8 @@ static void test_kv_append_writes_rows_at_device_position(void) {
     tbuf rows = make_contiguous(dtype, 4, rshape, -1, 1);
     for (int32_t p = 0; p + d.t <= d.smax; p += 15) {
       tbuf pos = scalar_i32(p);
-      recap_op_call dc = kv_append_call(&d, cache.dev, rows.dev, pos.dev, dtype);
-      recap_op_call hc = kv_append_call(&d, cache.host, rows.host, pos.host, dtype);
+      recap__op_call dc = kv_append_call(&d, cache.dev, rows.dev, pos.dev, dtype);
+      recap__op_call hc = kv_append_call(&d, cache.host, rows.host, pos.host, dtype);
       CHECK_OK(recap__op_launch(&dc, cuda_stream));
       CHECK_OK(recap__op_launch(&hc, host_stream));
       CHECK_OK(recap_stream_synchronize(host_stream));
@@ -239,15 +239,15 @@ static void test_captured_decode_step_replays_like_eager_for_moving_positions(vo
     void *out_eager = dev_alloc(out_bytes), *out_graph = dev_alloc(out_bytes);
     void *host_out = host_alloc(out_bytes);
 
-    recap_op_call ek = kv_append_call(&d, k0.dev, nk.dev, pos.dev, dtype);
-    recap_op_call ev = kv_append_call(&d, v0.dev, nv.dev, pos.dev, dtype);
-    recap_op_call ea = attention_call(&d, q.dev, k0.dev, v0.dev, len.dev, out_eager, dtype);
-    recap_op_call gk = kv_append_call(&d, kg, nk.dev, pos.dev, dtype);
-    recap_op_call gv = kv_append_call(&d, vg, nv.dev, pos.dev, dtype);
-    recap_op_call ga = attention_call(&d, q.dev, kg, vg, len.dev, out_graph, dtype);
-    recap_op_call hk = kv_append_call(&d, k0.host, nk.host, pos.host, dtype);
-    recap_op_call hv = kv_append_call(&d, v0.host, nv.host, pos.host, dtype);
-    recap_op_call ha = attention_call(&d, q.host, k0.host, v0.host, len.host, host_out, dtype);
+    recap__op_call ek = kv_append_call(&d, k0.dev, nk.dev, pos.dev, dtype);
+    recap__op_call ev = kv_append_call(&d, v0.dev, nv.dev, pos.dev, dtype);
+    recap__op_call ea = attention_call(&d, q.dev, k0.dev, v0.dev, len.dev, out_eager, dtype);
+    recap__op_call gk = kv_append_call(&d, kg, nk.dev, pos.dev, dtype);
+    recap__op_call gv = kv_append_call(&d, vg, nv.dev, pos.dev, dtype);
+    recap__op_call ga = attention_call(&d, q.dev, kg, vg, len.dev, out_graph, dtype);
+    recap__op_call hk = kv_append_call(&d, k0.host, nk.host, pos.host, dtype);
+    recap__op_call hv = kv_append_call(&d, v0.host, nv.host, pos.host, dtype);
+    recap__op_call ha = attention_call(&d, q.host, k0.host, v0.host, len.host, host_out, dtype);
 
     recap__graph *graph = NULL;
     recap__graph_exec *exec = NULL;
@@ -323,8 +323,8 @@ static void test_captured_decode_step_replays_like_eager_for_moving_positions(vo
 }
 
 int main(void) {
-  CU_pSuite gpu = test_add_cuda_suite("ops_cuda_attention/vs_host", cuda_suite_init,
-                                      cuda_suite_cleanup);
+  CU_pSuite gpu =
+      test_add_cuda_suite("ops_cuda_attention/vs_host", cuda_suite_init, cuda_suite_cleanup);
   CU_ADD_TEST(gpu, test_attention_matches_host);
   CU_ADD_TEST(gpu, test_attention_prefill_tiles_match_host);
   CU_ADD_TEST(gpu, test_attention_prefill_grid_orders_match_host);

@@ -33,7 +33,7 @@ static int run_fault_child(const char *op) {
     return 2;
   }
   static const float data[64] = {0.5f};
-  recap_op_call call;
+  recap__op_call call;
   memset(&call, 0, sizeof call);
   call.def = recap__op_find(op);
   if (!call.def) return 2;

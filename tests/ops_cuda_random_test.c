@@ -40,7 +40,7 @@ static void test_captured_random_op_draws_fresh_numbers_each_replay(void) {
   for (int t = 0; t < NUM_FLOAT_TYPES; ++t)
     for (int o = 0; o < 2; ++o) {
       recap_dtype dtype = kFloatTypes[t];
-      recap_op_call call;
+      recap__op_call call;
       memset(&call, 0, sizeof call);
       call.def = recap__op_find(ops[o]);
       call.attrs.dtype = dtype;
@@ -52,7 +52,7 @@ static void test_captured_random_op_draws_fresh_numbers_each_replay(void) {
       CHECK_OK(recap__op_infer(&call));
       size_t bytes = tensor_bytes(&call.outputs[0]);
       int64_t n = recap__tensor_numel(&call.outputs[0]);
-      recap_op_call dev_call = call, host_call = call;
+      recap__op_call dev_call = call, host_call = call;
       void *dev = dev_alloc(bytes);
       dev_call.outputs[0].data = dev;
       void *ref = host_alloc(bytes), *got = host_alloc(bytes), *prev = host_alloc(bytes);
@@ -96,8 +96,8 @@ static void test_captured_random_op_draws_fresh_numbers_each_replay(void) {
 }
 
 int main(void) {
-  CU_pSuite gpu = test_add_cuda_suite("ops_cuda_random/vs_host", cuda_suite_init,
-                                      cuda_suite_cleanup);
+  CU_pSuite gpu =
+      test_add_cuda_suite("ops_cuda_random/vs_host", cuda_suite_init, cuda_suite_cleanup);
   CU_ADD_TEST(gpu, test_random_ops_draw_the_host_numbers);
   CU_ADD_TEST(gpu, test_captured_random_op_draws_fresh_numbers_each_replay);
   return test_run_all();

@@ -13,7 +13,7 @@
  * Registry: CUDA entry points
  * ---------------------------------------------------------------------------------------- */
 
-typedef recap_status (*cuda_entry)(const recap_op_call *, void *);
+typedef recap_status (*cuda_entry)(const recap__op_call *, void *);
 
 /* The op -> entry point table of the kernels contract; NULL entry = host-only build or an op
  * added after the contract (expr, the collectives), whose launcher is its own file's. */
@@ -69,10 +69,10 @@ static cuda_entry expected_entry(const char *name) {
 
 static void test_every_op_points_at_its_contract_cuda_entry(void) {
   size_t count = 0;
-  const recap_op_def *const *ops = recap__op_list(&count);
+  const recap__op_def *const *ops = recap__op_list(&count);
   CU_ASSERT_TRUE_FATAL(count > 0);
   for (size_t i = 0; i < count; ++i) {
-    const recap_op_def *def = ops[i];
+    const recap__op_def *def = ops[i];
     cuda_entry want = expected_entry(def->name);
     if (want && (cuda_entry)def->launch_cuda != want) {
       fprintf(stderr, "\n  op '%s': launch_cuda %s the contract's entry point\n", def->name,
@@ -95,7 +95,7 @@ static void test_every_contract_op_is_in_the_registry(void) {
                                       "rope",         "kv_append", "attention", "random_uniform",
                                       "random_normal"};
   for (size_t i = 0; i < sizeof names / sizeof names[0]; ++i) {
-    const recap_op_def *def = recap__op_find(names[i]);
+    const recap__op_def *def = recap__op_find(names[i]);
     if (!def) fprintf(stderr, "\n  op '%s' missing: %s\n", names[i], recap_last_error());
     CU_ASSERT_PTR_NOT_NULL(def);
   }
@@ -119,9 +119,9 @@ static int env_int(const char *name, int fallback) {
 }
 
 /* One benchmark case: `op` on contiguous inputs of `dtype` with the given shapes. */
-static void bench_case(const char *label, const char *op, recap_op_attrs attrs, recap_dtype dtype,
+static void bench_case(const char *label, const char *op, recap__op_attrs attrs, recap_dtype dtype,
                        int num_inputs, const int *ndims, const int64_t (*shapes)[4]) {
-  recap_op_call call;
+  recap__op_call call;
   memset(&call, 0, sizeof call);
   call.def = recap__op_find(op);
   if (!call.def) {
@@ -152,7 +152,7 @@ static void bench_case(const char *label, const char *op, recap_op_attrs attrs, 
   sets = env_int("RECAP_BENCH_SETS", sets);
   const int reps = env_int("RECAP_BENCH_REPS", 20);
   enum { MAX_SETS = 64 };
-  recap_op_call calls[MAX_SETS];
+  recap__op_call calls[MAX_SETS];
   if (sets > MAX_SETS) sets = MAX_SETS;
   for (int i = 0; i < num_inputs; ++i) {
     size_t bytes = tensor_bytes(&call.inputs[i]);
@@ -199,8 +199,7 @@ static void bench_case(const char *label, const char *op, recap_op_attrs attrs, 
   CHECK_OK(recap_event_elapsed_ms(t0, t1, &ms));
   const double us = ms * 1e3 / ((double)reps * sets);
   printf("bench %-34s %-5s %9.2f us/op %8.1f GB/s  (%.2f MiB moved, %d sets)\n", label,
-         recap_dtype_name(dtype), us, (double)moved / (us * 1e3), (double)moved / (1 << 20),
-         sets);
+         recap_dtype_name(dtype), us, (double)moved / (us * 1e3), (double)moved / (1 << 20), sets);
   fflush(stdout);
   recap_event_destroy(t0);
   recap_event_destroy(t1);
@@ -212,8 +211,8 @@ static void bench_case(const char *label, const char *op, recap_op_attrs attrs, 
 /* Run as the only test of its suite, so that the harness's assertions have a test to fail. */
 static void bench_all_cases(void) {
   const recap_dtype h = RECAP_DTYPE_F16, f = RECAP_DTYPE_F32;
-  recap_op_attrs none = no_attrs(), ln = no_attrs(), split3 = no_attrs(), perm = no_attrs(),
-                 tr = no_attrs();
+  recap__op_attrs none = no_attrs(), ln = no_attrs(), split3 = no_attrs(), perm = no_attrs(),
+                  tr = no_attrs();
   ln.eps = 1e-5;
   split3.dim = 1;
   set_sizes(&split3, 3, (const int64_t[]){1024, 1024, 1024});

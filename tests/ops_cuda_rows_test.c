@@ -90,9 +90,9 @@ static void test_layernorm_and_rmsnorm_match_host(void) {
  * their storage (16-byte accesses only at 0), and row-strided views whose stride is a multiple
  * of the vector (so the vector path runs on rows that are not adjacent). Softmax also causal.
  * test_row_ops_match_host_at_every_register_class_boundary covers each geometry switch. */
-static const int64_t kRowLengths[] = {1,   2,    3,    4,    5,    7,    8,    9,    15,   16,
-                                      17,  31,   32,   33,   63,   64,   65,   127,  128,  129,
-                                      255, 256,  257,  511,  512,  513,  1000, 1023, 1024, 1025,
+static const int64_t kRowLengths[] = {1,    2,    3,    4,    5,    7,    8,    9,    15,   16,
+                                      17,   31,   32,   33,   63,   64,   65,   127,  128,  129,
+                                      255,  256,  257,  511,  512,  513,  1000, 1023, 1024, 1025,
                                       1536, 2047, 2048, 2049, 3000, 4095, 4096, 4097};
 
 static tbuf row_case_input(recap_dtype dtype, int64_t rows, int64_t d, int variant, double lo,
@@ -125,8 +125,10 @@ static void test_row_ops_match_host_for_every_row_length(void) {
 
         for (int norm = 0; norm < 3; ++norm) {
           /* 0: layernorm with bias, 1: layernorm without, 2: rmsnorm. */
-          op_case n = {.op = norm == 2 ? "rmsnorm" : "layernorm", .attrs = no_attrs(),
-                       .scale = SCALE_NORM, .num_inputs = norm == 0 ? 3 : 2};
+          op_case n = {.op = norm == 2 ? "rmsnorm" : "layernorm",
+                       .attrs = no_attrs(),
+                       .scale = SCALE_NORM,
+                       .num_inputs = norm == 0 ? 3 : 2};
           n.attrs.eps = 1e-5;
           n.in[0] = row_case_input(dtype, rows, d, variant, -1, 3);
           n.in[1] = make_contiguous(dtype, 1, &d, 0.5, 1.5);
@@ -172,7 +174,7 @@ static void test_row_ops_match_host_for_large_and_long_rows(void) {
  * 2049-4096 halves), and leading dims that do not merge into one row stride (rows found by
  * decomposing the view, 16-byte aligned so the register kernels still take them). */
 static void test_row_ops_match_host_for_every_group_shape(void) {
-  static const int64_t shapes[][2] = {{37, 128}, {1001, 64}, {13, 8},  {7, 24},
+  static const int64_t shapes[][2] = {{37, 128}, {1001, 64}, {13, 8},   {7, 24},
                                       {5, 2560}, {67, 4096}, {9, 3072}, {3, 256}};
   for (int t = 0; t < NUM_FLOAT_TYPES; ++t) {
     const recap_dtype dtype = kFloatTypes[t];
@@ -193,8 +195,10 @@ static void test_row_ops_match_host_for_every_group_shape(void) {
       }
       for (int norm = 0; norm < 3; ++norm) {
         /* 0: layernorm with bias, 1: layernorm without, 2: rmsnorm. */
-        op_case n = {.op = norm == 2 ? "rmsnorm" : "layernorm", .attrs = no_attrs(),
-                     .scale = SCALE_NORM, .num_inputs = norm == 0 ? 3 : 2};
+        op_case n = {.op = norm == 2 ? "rmsnorm" : "layernorm",
+                     .attrs = no_attrs(),
+                     .scale = SCALE_NORM,
+                     .num_inputs = norm == 0 ? 3 : 2};
         n.attrs.eps = 1e-5;
         if (strided) {
           const int64_t shape[] = {3, 5, d}, strides[] = {5 * (d + 8) + 16, d + 8, 1};
@@ -237,8 +241,10 @@ static void test_row_ops_match_host_at_every_register_class_boundary(void) {
       }
       for (int norm = 0; norm < 3; norm += 1 + many) {
         /* 0: layernorm with bias, 1: layernorm without, 2: rmsnorm. */
-        op_case n = {.op = norm == 2 ? "rmsnorm" : "layernorm", .attrs = no_attrs(),
-                     .scale = SCALE_NORM, .num_inputs = norm == 0 ? 3 : 2};
+        op_case n = {.op = norm == 2 ? "rmsnorm" : "layernorm",
+                     .attrs = no_attrs(),
+                     .scale = SCALE_NORM,
+                     .num_inputs = norm == 0 ? 3 : 2};
         n.attrs.eps = 1e-5;
         n.in[0] = make_contiguous(dtype, 2, shape, -1, 3);
         n.in[1] = make_contiguous(dtype, 1, &shape[1], 0.5, 1.5);
@@ -320,7 +326,7 @@ static void test_gemm_epilogue_matches_host_activation(void) {
           char *xd = (char *)x.dev + off * (int64_t)es;
           CHECK_OK(recap__cuda_gemm_bias_act(
               xd, with_bias ? b.dev : NULL, with_residual ? r.dev : NULL, dtype, rows, cols,
-              (recap_activation)act, recap_stream_native(cuda_stream)));
+              (recap__activation)act, recap_stream_native(cuda_stream)));
           void *got = host_alloc((size_t)n * es);
           to_host(got, xd, (size_t)n * es);
           int64_t bad = 0;
@@ -328,7 +334,7 @@ static void test_gemm_epilogue_matches_host_activation(void) {
             const float in = recap__load_f32(xh, dtype, i);
             const float bi = with_bias ? recap__load_f32(b.host, dtype, i % cols) : 0.0f;
             const float re = with_residual ? recap__load_f32(r.host, dtype, i) : 0.0f;
-            float want = recap__gemm_activate((recap_activation)act, in + bi) + re;
+            float want = recap__gemm_activate((recap__activation)act, in + bi) + re;
             if (act == RECAP_ACT_GELU && isinf(in + bi) && in + bi < 0) want = 0.0f + re;
             /* Rounded to the dtype, as the kernels store it (room for any dtype's element). */
             int64_t rounded;

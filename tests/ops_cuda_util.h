@@ -129,8 +129,8 @@ typedef enum {
 } fill_mode;
 
 static inline tbuf make_input(recap_dtype dtype, int ndim, const int64_t *shape,
-                              const int64_t *strides,
-                              int64_t offset, fill_mode mode, double lo, double hi) {
+                              const int64_t *strides, int64_t offset, fill_mode mode, double lo,
+                              double hi) {
   tbuf b;
   memset(&b, 0, sizeof b);
   b.view.dtype = dtype;
@@ -244,7 +244,7 @@ typedef enum {
 
 typedef struct {
   const char *op;
-  recap_op_attrs attrs;
+  recap__op_attrs attrs;
   int num_inputs;
   tbuf in[RECAP_OP_MAX_INPUTS];
   scale_kind scale;
@@ -263,7 +263,7 @@ static inline double load_view(const recap_tensor *t, int64_t k) {
 }
 
 /* The per-element scale of output `o` (n elements) for kinds other than SCALE_REF. */
-static inline double *make_scale(const op_case *c, const recap_op_call *host_call, int o) {
+static inline double *make_scale(const op_case *c, const recap__op_call *host_call, int o) {
   const recap_tensor *x = &host_call->inputs[0], *out = &host_call->outputs[o];
   int64_t n = recap__tensor_numel(out);
   double *s = host_alloc((size_t)n * sizeof *s);
@@ -310,7 +310,7 @@ static inline double *make_scale(const op_case *c, const recap_op_call *host_cal
     }
     case SCALE_ATTENTION: {
       /* The host attention on |v| gives sum_j p_j |v_jd| exactly as the reference weighs. */
-      recap_op_call abs_call = *host_call;
+      recap__op_call abs_call = *host_call;
       const recap_tensor *v = &host_call->inputs[2];
       int64_t vn = recap__tensor_numel(v);
       recap_tensor vabs = *v;
@@ -355,7 +355,7 @@ static inline size_t tensor_bytes(const recap_tensor *t) {
 
 /* Captures one launch of `call` on the CUDA stream, replays it twice on poisoned outputs and
  * checks each replay against `eager` (per output, bit for bit). */
-static inline void check_graph_replay(const char *label, recap_op_call *call, void *const *dev_out,
+static inline void check_graph_replay(const char *label, recap__op_call *call, void *const *dev_out,
                                       void *const *eager) {
   recap__graph *graph = NULL;
   recap__graph_exec *exec = NULL;
@@ -395,7 +395,7 @@ static inline void run_case(const op_case *c) {
            c->num_inputs ? recap_dtype_name(c->in[0].view.dtype) : recap_dtype_name(c->attrs.dtype),
            c->num_inputs ? (long long)recap__tensor_numel(&c->in[0].view) : 0LL,
            c->num_inputs ? (long long)c->in[0].offset : 0LL, (long long)c->out_offset);
-  recap_op_call call;
+  recap__op_call call;
   memset(&call, 0, sizeof call);
   call.def = recap__op_find(c->op);
   CU_ASSERT_PTR_NOT_NULL_FATAL(call.def);
@@ -404,7 +404,7 @@ static inline void run_case(const op_case *c) {
   for (int i = 0; i < c->num_inputs; ++i) call.inputs[i] = bind(&c->in[i], false);
   CHECK_OK(recap__op_infer(&call));
 
-  recap_op_call host_call = call, dev_call = call;
+  recap__op_call host_call = call, dev_call = call;
   void *host_out[RECAP_OP_MAX_OUTPUTS], *dev_out[RECAP_OP_MAX_OUTPUTS];
   void *cuda_out[RECAP_OP_MAX_OUTPUTS];
   for (int o = 0; o < call.num_outputs; ++o) {
@@ -438,8 +438,8 @@ static inline void run_case(const op_case *c) {
   if (!call.def->is_random) check_graph_replay(label, &dev_call, dev_out, cuda_out);
 }
 
-static inline recap_op_attrs no_attrs(void) {
-  recap_op_attrs a;
+static inline recap__op_attrs no_attrs(void) {
+  recap__op_attrs a;
   memset(&a, 0, sizeof a);
   return a;
 }
@@ -447,7 +447,7 @@ static inline recap_op_attrs no_attrs(void) {
 static const recap_dtype kFloatTypes[] = {RECAP_DTYPE_F32, RECAP_DTYPE_F16, RECAP_DTYPE_BF16};
 enum { NUM_FLOAT_TYPES = 3 };
 
-static inline void set_sizes(recap_op_attrs *a, int n, const int64_t *v) {
+static inline void set_sizes(recap__op_attrs *a, int n, const int64_t *v) {
   a->num_sizes = n;
   for (int i = 0; i < n; ++i) a->sizes[i] = v[i];
 }

@@ -36,7 +36,7 @@ static void test_kv_append_writes_rows_at_device_position(void) {
       int64_t inner = k % 24, s = k / 24 % 11, b = k / 264;
       ref[k] = s >= 4 && s < 7 ? get(&rows, (b * 3 + s - 4) * 24 + inner) : get(&cache, k);
     }
-    recap_op_call call = new_call("kv_append");
+    recap__op_call call = new_call("kv_append");
     add_input(&call, cache);
     add_input(&call, rows);
     add_input(&call, pos);
@@ -64,7 +64,7 @@ static void test_kv_append_captured_once_replays_at_new_positions(void) {
   recap_tensor row = tensor(RECAP_DTYPE_F32, SHAPE(1, 1, 2, 3), CONTIGUOUS);
   recap_tensor pos = tensor(RECAP_DTYPE_I32, SHAPE(1), CONTIGUOUS);
   set(&pos, 0, 0);
-  recap_op_call call = new_call("kv_append");
+  recap__op_call call = new_call("kv_append");
   add_input(&call, cache);
   add_input(&call, row);
   add_input(&call, pos);
@@ -93,7 +93,7 @@ static void attention_case(test_rng *rng, recap_dtype dt, int64_t batch, int64_t
   recap_tensor q = random_tensor(rng, dt, SHAPE(batch, heads, sq, hd), q_layout, -1.5, 1.5);
   recap_tensor k = random_tensor(rng, dt, SHAPE(batch, kv_heads, sk, hd), PADDED, -1.5, 1.5);
   recap_tensor v = random_tensor(rng, dt, SHAPE(batch, kv_heads, sk, hd), CONTIGUOUS, -2, 2);
-  recap_op_call call = new_call("attention");
+  recap__op_call call = new_call("attention");
   add_input(&call, q);
   add_input(&call, k);
   add_input(&call, v);
@@ -169,7 +169,7 @@ static void test_attention_length_beyond_keys_faults(void) {
   recap_tensor kv = random_tensor(&rng, RECAP_DTYPE_F32, SHAPE(1, 1, 5, 4), CONTIGUOUS, -1, 1);
   recap_tensor len = tensor(RECAP_DTYPE_I32, SHAPE(1), CONTIGUOUS);
   set(&len, 0, 6);
-  recap_op_call call = new_call("attention");
+  recap__op_call call = new_call("attention");
   add_input(&call, q);
   add_input(&call, kv);
   add_input(&call, kv);

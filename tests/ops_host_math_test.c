@@ -89,7 +89,7 @@ static void test_unary_ops_match_reference(void) {
   for (size_t o = 0; o < sizeof ops / sizeof ops[0]; ++o)
     for (size_t dt = 0; dt < 3; ++dt)
       for (size_t c = 0; c < sizeof cases / sizeof cases[0]; ++c) {
-        recap_op_call call = new_call(ops[o]);
+        recap__op_call call = new_call(ops[o]);
         recap_tensor x = random_tensor(&rng, float_types[dt], cases[c].ndim, cases[c].shape,
                                        cases[c].lay, -3, 3);
         add_input(&call, x);
@@ -111,7 +111,7 @@ static void test_unary_runs_in_place(void) {
   free_tracked();
   test_rng rng;
   test_rng_init(&rng);
-  recap_op_call call = new_call("silu");
+  recap__op_call call = new_call("silu");
   CU_ASSERT_EQUAL(call.def->in_place_input, 0);
   recap_tensor x = random_tensor(&rng, RECAP_DTYPE_F32, SHAPE(7, 1023), CONTIGUOUS, -3, 3);
   double *ref = doubles(numel(&x));
@@ -145,7 +145,7 @@ static void test_binary_ops_broadcast_and_match_reference(void) {
   for (size_t o = 0; o < 4; ++o)
     for (size_t dt = 0; dt < 3; ++dt)
       for (size_t c = 0; c < sizeof cases / sizeof cases[0]; ++c) {
-        recap_op_call call = new_call(ops[o]);
+        recap__op_call call = new_call(ops[o]);
         recap_tensor a =
             random_tensor(&rng, float_types[dt], cases[c].na, cases[c].a, cases[c].la, -3, 3);
         recap_tensor b = tensor(float_types[dt], cases[c].nb, cases[c].b, cases[c].lb);
@@ -203,7 +203,7 @@ static void test_softmax_with_scale_and_causal_mask_matches_reference(void) {
   };
   for (size_t dt = 0; dt < 3; ++dt)
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; ++c) {
-      recap_op_call call = new_call("softmax");
+      recap__op_call call = new_call("softmax");
       recap_tensor x =
           random_tensor(&rng, float_types[dt], cases[c].ndim, cases[c].shape, cases[c].lay, -4, 4);
       add_input(&call, x);
@@ -239,7 +239,7 @@ static void test_softmax_with_scale_and_causal_mask_matches_reference(void) {
 
 static void norm_case(test_rng *rng, recap_dtype dt, int ndim, const int64_t *shape, layout lay,
                       bool layernorm, bool bias) {
-  recap_op_call call = new_call(layernorm ? "layernorm" : "rmsnorm");
+  recap__op_call call = new_call(layernorm ? "layernorm" : "rmsnorm");
   recap_tensor x = random_tensor(rng, dt, ndim, shape, lay, -2, 3);
   int64_t d = shape[ndim - 1];
   recap_tensor w = random_tensor(rng, dt, SHAPE(d), CONTIGUOUS, -2, 2);
@@ -311,7 +311,7 @@ static void test_sum_and_mean_over_last_dim_match_reference(void) {
   for (int mean = 0; mean < 2; ++mean)
     for (size_t dt = 0; dt < 3; ++dt)
       for (size_t c = 0; c < sizeof cases / sizeof cases[0]; ++c) {
-        recap_op_call call = new_call(mean ? "mean" : "sum");
+        recap__op_call call = new_call(mean ? "mean" : "sum");
         recap_tensor x = random_tensor(&rng, float_types[dt], cases[c].ndim, cases[c].shape,
                                        cases[c].lay, -3, 3);
         add_input(&call, x);

@@ -23,7 +23,7 @@ static void test_reshape_copies_in_row_major_order(void) {
   test_rng rng;
   test_rng_init(&rng);
   for (size_t dt = 0; dt < 5; ++dt) {
-    recap_op_call call = new_call("reshape");
+    recap__op_call call = new_call("reshape");
     recap_tensor x = integer_tensor(&rng, all_types[dt], SHAPE(3, 4, 5), CONTIGUOUS);
     add_input(&call, x);
     set_sizes(&call.attrs, SHAPE(5, -1));
@@ -34,7 +34,7 @@ static void test_reshape_copies_in_row_major_order(void) {
     check_exact("reshape", &call.outputs[0], ref);
 
     /* A transposed (non-contiguous) input reshaped: elements in the view's row-major order. */
-    recap_op_call call2 = new_call("reshape");
+    recap__op_call call2 = new_call("reshape");
     recap_tensor y = integer_tensor(&rng, all_types[dt], SHAPE(7, 13), TRANSPOSED);
     add_input(&call2, y);
     set_sizes(&call2.attrs, SHAPE(91));
@@ -51,7 +51,7 @@ static void test_permute_and_transpose_reorder_dims(void) {
   test_rng_init(&rng);
   for (size_t dt = 0; dt < 5; ++dt) {
     recap_tensor x = integer_tensor(&rng, all_types[dt], SHAPE(2, 3, 4, 5), PADDED);
-    recap_op_call call = new_call("permute");
+    recap__op_call call = new_call("permute");
     add_input(&call, x);
     set_sizes(&call.attrs, SHAPE(3, 1, 0, -2)); /* -2 is axis 2 */
     run(&call);
@@ -66,7 +66,7 @@ static void test_permute_and_transpose_reorder_dims(void) {
     }
     check_exact("permute", out, ref);
 
-    recap_op_call t = new_call("transpose"); /* defaults: the last two dims */
+    recap__op_call t = new_call("transpose"); /* defaults: the last two dims */
     recap_tensor y = integer_tensor(&rng, all_types[dt], SHAPE(3, 7, 5), TRANSPOSED);
     add_input(&t, y);
     run(&t);
@@ -86,7 +86,7 @@ static void test_slice_and_split_take_ranges(void) {
   test_rng_init(&rng);
   for (size_t dt = 0; dt < 5; ++dt) {
     recap_tensor x = integer_tensor(&rng, all_types[dt], SHAPE(2, 9, 3), PADDED);
-    recap_op_call call = new_call("slice");
+    recap__op_call call = new_call("slice");
     add_input(&call, x);
     call.attrs.dim = -2;
     call.attrs.start = 2;
@@ -101,7 +101,7 @@ static void test_slice_and_split_take_ranges(void) {
     check_exact("slice", &call.outputs[0], ref);
 
     recap_tensor y = integer_tensor(&rng, all_types[dt], SHAPE(7, 10), TRANSPOSED);
-    recap_op_call s = new_call("split");
+    recap__op_call s = new_call("split");
     add_input(&s, y);
     s.attrs.dim = 1;
     set_sizes(&s.attrs, SHAPE(3, 1, 6));
@@ -124,7 +124,7 @@ static void test_copy_makes_contiguous_copy(void) {
   test_rng_init(&rng);
   for (size_t dt = 0; dt < 5; ++dt) {
     recap_tensor x = integer_tensor(&rng, all_types[dt], SHAPE(3, 1023), TRANSPOSED);
-    recap_op_call call = new_call("copy");
+    recap__op_call call = new_call("copy");
     add_input(&call, x);
     run(&call);
     double *ref = doubles(3 * 1023);
@@ -141,7 +141,7 @@ static void test_concat_joins_along_dim(void) {
     recap_tensor a = integer_tensor(&rng, all_types[dt], SHAPE(2, 3, 4), CONTIGUOUS);
     recap_tensor b = integer_tensor(&rng, all_types[dt], SHAPE(2, 1, 4), PADDED);
     recap_tensor c = integer_tensor(&rng, all_types[dt], SHAPE(2, 7, 4), TRANSPOSED);
-    recap_op_call call = new_call("concat");
+    recap__op_call call = new_call("concat");
     add_input(&call, a);
     add_input(&call, b);
     add_input(&call, c);
@@ -157,7 +157,7 @@ static void test_concat_joins_along_dim(void) {
     }
     check_exact("concat", &call.outputs[0], ref);
 
-    recap_op_call last = new_call("concat"); /* along the last dim, negative axis */
+    recap__op_call last = new_call("concat"); /* along the last dim, negative axis */
     recap_tensor d = integer_tensor(&rng, all_types[dt], SHAPE(5, 1), CONTIGUOUS);
     recap_tensor e = integer_tensor(&rng, all_types[dt], SHAPE(5, 1023), CONTIGUOUS);
     add_input(&last, d);
@@ -176,7 +176,7 @@ static void test_fill_writes_value_in_every_dtype(void) {
   test_rng rng;
   test_rng_init(&rng);
   for (size_t dt = 0; dt < 5; ++dt) {
-    recap_op_call call = new_call("fill");
+    recap__op_call call = new_call("fill");
     set_sizes(&call.attrs, SHAPE(7, 1023));
     call.attrs.dtype = all_types[dt];
     call.attrs.value = recap_dtype_is_float(all_types[dt]) ? draw(&rng, -100, 100)
@@ -201,7 +201,7 @@ static void test_embedding_gathers_rows(void) {
       recap_tensor ids = i64 ? tensor(RECAP_DTYPE_I64, SHAPE(1023), CONTIGUOUS)
                              : tensor(RECAP_DTYPE_I32, SHAPE(3, 5), TRANSPOSED);
       for (int64_t k = 0; k < numel(&ids); ++k) set(&ids, k, (double)(test_rng_next(&rng) % 37));
-      recap_op_call call = new_call("embedding");
+      recap__op_call call = new_call("embedding");
       add_input(&call, table);
       add_input(&call, ids);
       run(&call);
@@ -222,7 +222,7 @@ static void test_embedding_out_of_range_id_faults(void) {
   recap_tensor table = random_tensor(&rng, RECAP_DTYPE_F32, SHAPE(5, 3), CONTIGUOUS, -1, 1);
   recap_tensor ids = tensor(RECAP_DTYPE_I32, SHAPE(4), CONTIGUOUS);
   for (int k = 0; k < 4; ++k) set(&ids, k, k == 2 ? 5 : k);
-  recap_op_call call = new_call("embedding");
+  recap__op_call call = new_call("embedding");
   add_input(&call, table);
   add_input(&call, ids);
   CHECK_OK(recap__op_infer(&call));
@@ -245,7 +245,7 @@ static void rope_case(test_rng *rng, recap_dtype dt, int ndim, const int64_t *sh
   int64_t batch = ndim == 4 ? shape[0] : 1;
   recap_tensor pos = tensor(RECAP_DTYPE_I32, SHAPE(start_form ? 1 : seq), CONTIGUOUS);
   for (int64_t k = 0; k < numel(&pos); ++k) set(&pos, k, (double)(test_rng_next(rng) % 4096));
-  recap_op_call call = new_call("rope");
+  recap__op_call call = new_call("rope");
   add_input(&call, x);
   add_input(&call, pos);
   run(&call);

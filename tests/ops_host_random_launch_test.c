@@ -28,10 +28,10 @@ static void test_random_ops_draw_the_philox_sequence(void) {
     for (size_t dt = 0; dt < 3; ++dt) {
       uint64_t seed = test_rng_next(&rng);
       CHECK_OK(recap_rng_manual_seed(host0, seed));
-      recap_op_call skip = new_call("random_uniform"); /* one draw first: offset 1 */
+      recap__op_call skip = new_call("random_uniform"); /* one draw first: offset 1 */
       set_sizes(&skip.attrs, SHAPE(3));
       run(&skip);
-      recap_op_call call = new_call(normal ? "random_normal" : "random_uniform");
+      recap__op_call call = new_call(normal ? "random_normal" : "random_uniform");
       set_sizes(&call.attrs, SHAPE(7, 1023));
       call.attrs.dtype = float_types[dt];
       if (normal) {
@@ -76,7 +76,7 @@ static void test_random_op_replays_draw_fresh_numbers(void) {
   test_rng_init(&rng);
   uint64_t seed = test_rng_next(&rng);
   CHECK_OK(recap_rng_manual_seed(host0, seed));
-  recap_op_call call = new_call("random_uniform");
+  recap__op_call call = new_call("random_uniform");
   set_sizes(&call.attrs, SHAPE(9));
   CHECK_OK(recap__op_infer(&call));
   float out[9];
@@ -113,7 +113,7 @@ static void test_captured_op_keeps_its_call(void) {
   test_rng rng;
   test_rng_init(&rng);
   recap_tensor x = random_tensor(&rng, RECAP_DTYPE_F32, SHAPE(3, 7), CONTIGUOUS, -2, 2);
-  recap_op_call call = new_call("scale");
+  recap__op_call call = new_call("scale");
   add_input(&call, x);
   call.attrs.scale = 2;
   CHECK_OK(recap__op_infer(&call));
@@ -136,7 +136,7 @@ static void test_captured_op_keeps_its_call(void) {
 
 static void test_launch_refuses_unbound_tensors(void) {
   free_tracked();
-  recap_op_call call = new_call("relu");
+  recap__op_call call = new_call("relu");
   recap_tensor x = tensor(RECAP_DTYPE_F32, SHAPE(4), CONTIGUOUS);
   add_input(&call, x);
   CHECK_OK(recap__op_infer(&call));
@@ -147,7 +147,7 @@ static void test_launch_refuses_unbound_tensors(void) {
 static int prepares;
 
 /* A prepare step that does its work once and then refuses, to see both outcomes. */
-static recap_status prepare_once(const recap_op_call *call, recap_stream *s) {
+static recap_status prepare_once(const recap__op_call *call, recap_stream *s) {
   (void)call;
   (void)s;
   return ++prepares == 1 ? RECAP_OK
@@ -156,11 +156,11 @@ static recap_status prepare_once(const recap_op_call *call, recap_stream *s) {
 
 static void test_prepare_runs_the_defs_slot_and_names_the_op(void) {
   free_tracked();
-  recap_op_call call = new_call("relu");
+  recap__op_call call = new_call("relu");
   add_input(&call, tensor(RECAP_DTYPE_F32, SHAPE(4), CONTIGUOUS));
   CHECK_OK(recap__op_infer(&call));
   CHECK_OK(recap__op_prepare(&call, stream)); /* relu has no prepare step */
-  recap_op_def with_prepare = *call.def;
+  recap__op_def with_prepare = *call.def;
   with_prepare.prepare = prepare_once;
   call.def = &with_prepare;
   prepares = 0;
@@ -175,7 +175,7 @@ static void test_prepare_runs_the_defs_slot_and_names_the_op(void) {
 static void test_gemm_ops_have_a_prepare_step_a_host_stream_skips(void) {
   free_tracked();
   CU_ASSERT_PTR_NOT_NULL(recap__op_find("linear")->prepare);
-  recap_op_call call = new_call("matmul");
+  recap__op_call call = new_call("matmul");
   CU_ASSERT_PTR_NOT_NULL(call.def->prepare);
   add_input(&call, tensor(RECAP_DTYPE_F32, SHAPE(3, 5), CONTIGUOUS));
   add_input(&call, tensor(RECAP_DTYPE_F32, SHAPE(5, 2), CONTIGUOUS));

@@ -220,8 +220,7 @@ static inline double draw(test_rng *rng, double lo, double hi) {
 }
 
 static inline recap_tensor random_tensor(test_rng *rng, recap_dtype dt, int ndim,
-                                         const int64_t *shape,
-                                         layout lay, double lo, double hi) {
+                                         const int64_t *shape, layout lay, double lo, double hi) {
   recap_tensor t = tensor(dt, ndim, shape, lay);
   for (int64_t k = 0; k < numel(&t); ++k) set(&t, k, draw(rng, lo, hi));
   return t;
@@ -270,8 +269,8 @@ static inline void check(const char *what, const recap_tensor *out, const double
 
 /* ---- calls ---- */
 
-static inline recap_op_call new_call(const char *op) {
-  recap_op_call call;
+static inline recap__op_call new_call(const char *op) {
+  recap__op_call call;
   memset(&call, 0, sizeof call);
   call.def = recap__op_find(op);
   if (!call.def) fprintf(stderr, "\n  %s\n", recap_last_error());
@@ -280,12 +279,12 @@ static inline recap_op_call new_call(const char *op) {
   return call;
 }
 
-static inline void add_input(recap_op_call *call, recap_tensor t) {
+static inline void add_input(recap__op_call *call, recap_tensor t) {
   call->inputs[call->num_inputs++] = t;
 }
 
 /* Infers, binds poisoned contiguous outputs, launches on the host stream. */
-static inline void run(recap_op_call *call) {
+static inline void run(recap__op_call *call) {
   CHECK_OK(recap__op_infer(call));
   for (int o = 0; o < call->num_outputs; ++o) {
     recap_tensor *out = &call->outputs[o];
@@ -295,7 +294,7 @@ static inline void run(recap_op_call *call) {
   CHECK_OK(recap__op_launch(call, stream));
 }
 
-static inline void set_sizes(recap_op_attrs *a, int n, const int64_t *sizes) {
+static inline void set_sizes(recap__op_attrs *a, int n, const int64_t *sizes) {
   a->num_sizes = n;
   for (int i = 0; i < n; ++i) a->sizes[i] = sizes[i];
 }
@@ -307,8 +306,7 @@ static const recap_dtype all_types[] = {RECAP_DTYPE_F32, RECAP_DTYPE_F16, RECAP_
 
 /* Random values exactly representable in every dtype: integers in [-200, 200] \ {0}. */
 static inline recap_tensor integer_tensor(test_rng *rng, recap_dtype dt, int ndim,
-                                          const int64_t *shape,
-                                          layout lay) {
+                                          const int64_t *shape, layout lay) {
   recap_tensor t = tensor(dt, ndim, shape, lay);
   for (int64_t k = 0; k < numel(&t); ++k) {
     int64_t v = (int64_t)(test_rng_next(rng) % 200) + 1;

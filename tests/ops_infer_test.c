@@ -30,8 +30,8 @@ static recap_tensor desc(recap_dtype dt, int ndim, const int64_t *shape) {
 #define F32(...) desc(RECAP_DTYPE_F32, SHAPE(__VA_ARGS__))
 #define I32(...) desc(RECAP_DTYPE_I32, SHAPE(__VA_ARGS__))
 
-static recap_op_call new_call(const char *op) {
-  recap_op_call call;
+static recap__op_call new_call(const char *op) {
+  recap__op_call call;
   memset(&call, 0, sizeof call);
   call.def = recap__op_find(op);
   if (!call.def) fprintf(stderr, "\n  %s\n", recap_last_error());
@@ -40,17 +40,17 @@ static recap_op_call new_call(const char *op) {
   return call;
 }
 
-static void add(recap_op_call *call, recap_tensor t) {
+static void add(recap__op_call *call, recap_tensor t) {
   call->inputs[call->num_inputs++] = t;
 }
 
-static void set_sizes(recap_op_attrs *a, int n, const int64_t *sizes) {
+static void set_sizes(recap__op_attrs *a, int n, const int64_t *sizes) {
   a->num_sizes = n;
   for (int i = 0; i < n; ++i) a->sizes[i] = sizes[i];
 }
 
 /* Infer must fail with INVALID_ARGUMENT and a message naming the op and `needle`. */
-static void expect_rejected(recap_op_call *call, const char *needle) {
+static void expect_rejected(recap__op_call *call, const char *needle) {
   CHECK_STATUS(recap__op_infer(call), RECAP_STATUS_INVALID_ARGUMENT);
   char op[64];
   snprintf(op, sizeof op, "op '%s'", call->def->name);
@@ -61,28 +61,28 @@ static void expect_rejected(recap_op_call *call, const char *needle) {
 /* ---- registry ---- */
 
 static void test_op_list_holds_every_op_once_with_complete_defs(void) {
-  static const char *names[] = {"matmul",       "linear",
-                                "relu",         "gelu",
-                                "gelu_tanh",    "silu",
-                                "sigmoid",      "tanh",
-                                "exp",          "neg",
-                                "scale",        "cast",
-                                "add",          "sub",
-                                "mul",          "div",
-                                "softmax",      "layernorm",
-                                "rmsnorm",      "sum",
-                                "mean",         "reshape",
-                                "permute",      "transpose",
-                                "slice",        "split",
-                                "concat",       "copy",
-                                "fill",         "embedding",
-                                "rope",         "kv_append",
-                                "attention",    "random_uniform",
+  static const char *names[] = {"matmul",        "linear",
+                                "relu",          "gelu",
+                                "gelu_tanh",     "silu",
+                                "sigmoid",       "tanh",
+                                "exp",           "neg",
+                                "scale",         "cast",
+                                "add",           "sub",
+                                "mul",           "div",
+                                "softmax",       "layernorm",
+                                "rmsnorm",       "sum",
+                                "mean",          "reshape",
+                                "permute",       "transpose",
+                                "slice",         "split",
+                                "concat",        "copy",
+                                "fill",          "embedding",
+                                "rope",          "kv_append",
+                                "attention",     "random_uniform",
                                 "random_normal", "all_reduce",
-                                "all_gather",   "reduce_scatter",
-                                "broadcast",    "expr"};
+                                "all_gather",    "reduce_scatter",
+                                "broadcast",     "expr"};
   size_t count = 0;
-  const recap_op_def *const *ops = recap__op_list(&count);
+  const recap__op_def *const *ops = recap__op_list(&count);
   CU_ASSERT_EQUAL(count, sizeof names / sizeof names[0]);
   for (size_t i = 0; i < sizeof names / sizeof names[0]; ++i) {
     int found = 0;
@@ -91,7 +91,7 @@ static void test_op_list_holds_every_op_once_with_complete_defs(void) {
     CU_ASSERT_EQUAL(found, 1);
   }
   for (size_t j = 0; j < count; ++j) {
-    const recap_op_def *d = ops[j];
+    const recap__op_def *d = ops[j];
     CU_ASSERT_PTR_EQUAL(recap__op_find(d->name), d);
     CU_ASSERT_PTR_NOT_NULL(d->summary);
     CU_ASSERT_PTR_NOT_NULL(d->input_names);
@@ -118,7 +118,7 @@ static void test_op_find_unknown_name_returns_null_with_message(void) {
 }
 
 static void test_attr_defaults_are_applied(void) {
-  recap_op_attrs a;
+  recap__op_attrs a;
   memset(&a, 0, sizeof a);
   recap__op_attrs_set_defaults(recap__op_find("layernorm"), &a);
   CU_ASSERT_DOUBLE_EQUAL(a.eps, 1e-5, 0);
@@ -167,55 +167,55 @@ static void test_dtype_names_sizes_and_parse(void) {
 /* ---- checks every op shares (recap__op_infer) ---- */
 
 static void test_wrong_input_count_is_rejected(void) {
-  recap_op_call call = new_call("softmax");
+  recap__op_call call = new_call("softmax");
   add(&call, F32(3, 4));
   add(&call, F32(3, 4));
   expect_rejected(&call, "takes 1 input (x), got 2");
-  recap_op_call ln = new_call("layernorm");
+  recap__op_call ln = new_call("layernorm");
   add(&ln, F32(3, 4));
   expect_rejected(&ln, "takes 2 to 3 inputs");
 }
 
 static void test_unsupported_dtype_is_rejected(void) {
-  recap_op_call call = new_call("softmax");
+  recap__op_call call = new_call("softmax");
   add(&call, I32(3, 4));
   expect_rejected(&call, "input 'x' has dtype i32");
   CHECK_ERROR_MENTIONS("supported: f32, f16, bf16");
-  recap_op_call r = new_call("random_normal");
+  recap__op_call r = new_call("random_normal");
   set_sizes(&r.attrs, SHAPE(4));
   r.attrs.dtype = RECAP_DTYPE_I64;
   expect_rejected(&r, "'dtype' = i64");
-  recap_op_call bad = new_call("relu");
+  recap__op_call bad = new_call("relu");
   add(&bad, F32(3));
   bad.inputs[0].dtype = (recap_dtype)42;
   expect_rejected(&bad, "invalid dtype");
 }
 
 static void test_malformed_input_shapes_are_rejected(void) {
-  recap_op_call zero = new_call("relu");
+  recap__op_call zero = new_call("relu");
   add(&zero, F32(3, 0));
   expect_rejected(&zero, "input 'x' [3, 0]");
   CHECK_ERROR_MENTIONS("size 0");
-  recap_op_call no_dims = new_call("relu");
+  recap__op_call no_dims = new_call("relu");
   add(&no_dims, F32(3));
   no_dims.inputs[0].ndim = 0;
   expect_rejected(&no_dims, "0 dims");
-  recap_op_call five = new_call("relu");
+  recap__op_call five = new_call("relu");
   add(&five, F32(3));
   five.inputs[0].ndim = 5;
   expect_rejected(&five, "5 dims");
 }
 
 static void test_element_count_overflow_is_rejected(void) {
-  recap_op_call call = new_call("relu");
+  recap__op_call call = new_call("relu");
   add(&call, F32((int64_t)1 << 31, (int64_t)1 << 31)); /* 2^62 elements */
   expect_rejected(&call, "input 'x'");
   CHECK_ERROR_MENTIONS("2^62");
-  recap_op_call ok = new_call("relu");
+  recap__op_call ok = new_call("relu");
   add(&ok, F32((int64_t)1 << 31, ((int64_t)1 << 31) - 1));
   CHECK_OK(recap__op_infer(&ok));
   /* An output built from attributes is bounded too. */
-  recap_op_call fill = new_call("fill");
+  recap__op_call fill = new_call("fill");
   set_sizes(&fill.attrs, SHAPE((int64_t)1 << 21, (int64_t)1 << 21, (int64_t)1 << 21));
   expect_rejected(&fill, "output 0");
   CHECK_ERROR_MENTIONS("2^62");
@@ -224,12 +224,12 @@ static void test_element_count_overflow_is_rejected(void) {
 /* ---- elementwise ---- */
 
 static void test_binary_shapes_must_broadcast(void) {
-  recap_op_call call = new_call("add");
+  recap__op_call call = new_call("add");
   add(&call, F32(3, 4));
   add(&call, F32(5));
   expect_rejected(&call, "inputs 'a' [3, 4] and 'b' [5] are not broadcastable");
 
-  recap_op_call good = new_call("mul");
+  recap__op_call good = new_call("mul");
   add(&good, F32(2, 1, 4, 1));
   add(&good, F32(3, 1, 5));
   CHECK_OK(recap__op_infer(&good));
@@ -238,14 +238,14 @@ static void test_binary_shapes_must_broadcast(void) {
   CU_ASSERT_EQUAL(memcmp(good.outputs[0].shape, expect, sizeof expect), 0);
   CU_ASSERT_EQUAL(memcmp(good.outputs[0].strides, strides, sizeof strides), 0);
 
-  recap_op_call mixed = new_call("sub");
+  recap__op_call mixed = new_call("sub");
   add(&mixed, F32(3));
   add(&mixed, desc(RECAP_DTYPE_F16, SHAPE(3)));
   expect_rejected(&mixed, "input 'b' has dtype f16");
 }
 
 static void test_cast_needs_a_float_target(void) {
-  recap_op_call call = new_call("cast");
+  recap__op_call call = new_call("cast");
   add(&call, F32(3));
   call.attrs.dtype = RECAP_DTYPE_I32;
   expect_rejected(&call, "attribute 'dtype' = i32");
@@ -258,7 +258,7 @@ static void test_cast_needs_a_float_target(void) {
 /* ---- reductions ---- */
 
 static void test_reductions_need_unit_stride_last_dim(void) {
-  recap_op_call call = new_call("softmax");
+  recap__op_call call = new_call("softmax");
   recap_tensor x = F32(4, 3);
   x.strides[0] = 1; /* a transposed view: the last dim has stride 4 */
   x.strides[1] = 4;
@@ -267,33 +267,33 @@ static void test_reductions_need_unit_stride_last_dim(void) {
 }
 
 static void test_layernorm_weight_must_match_last_dim(void) {
-  recap_op_call call = new_call("layernorm");
+  recap__op_call call = new_call("layernorm");
   add(&call, F32(2, 4));
   add(&call, F32(5));
   expect_rejected(&call, "input 'weight' has shape [5], expected [4]");
-  recap_op_call bias = new_call("layernorm");
+  recap__op_call bias = new_call("layernorm");
   add(&bias, F32(2, 4));
   add(&bias, F32(4));
   add(&bias, F32(1, 4));
   expect_rejected(&bias, "input 'bias' has shape [1, 4]");
-  recap_op_call eps = new_call("rmsnorm");
+  recap__op_call eps = new_call("rmsnorm");
   add(&eps, F32(2, 4));
   add(&eps, F32(4));
   eps.attrs.eps = -1;
   expect_rejected(&eps, "'eps'");
-  recap_op_call dtype = new_call("rmsnorm");
+  recap__op_call dtype = new_call("rmsnorm");
   add(&dtype, F32(2, 4));
   add(&dtype, desc(RECAP_DTYPE_BF16, SHAPE(4)));
   expect_rejected(&dtype, "input 'weight' has dtype bf16");
 }
 
 static void test_sum_drops_the_last_dim(void) {
-  recap_op_call call = new_call("sum");
+  recap__op_call call = new_call("sum");
   add(&call, F32(2, 3, 5));
   CHECK_OK(recap__op_infer(&call));
   CU_ASSERT_EQUAL(call.outputs[0].ndim, 2);
   CU_ASSERT_EQUAL(call.outputs[0].shape[1], 3);
-  recap_op_call one = new_call("mean");
+  recap__op_call one = new_call("mean");
   add(&one, F32(7));
   CHECK_OK(recap__op_infer(&one));
   CU_ASSERT_EQUAL(one.outputs[0].ndim, 1);
@@ -303,7 +303,7 @@ static void test_sum_drops_the_last_dim(void) {
 /* ---- shape ops ---- */
 
 static void test_reshape_checks_element_count(void) {
-  recap_op_call call = new_call("reshape");
+  recap__op_call call = new_call("reshape");
   add(&call, F32(3, 4));
   set_sizes(&call.attrs, SHAPE(5, 2));
   expect_rejected(&call, "attribute 'shape' has 10 elements, input 'x' [3, 4] has 12");
@@ -319,7 +319,7 @@ static void test_reshape_checks_element_count(void) {
 }
 
 static void test_permute_needs_a_permutation(void) {
-  recap_op_call call = new_call("permute");
+  recap__op_call call = new_call("permute");
   add(&call, F32(2, 3, 4));
   set_sizes(&call.attrs, SHAPE(0, 1));
   expect_rejected(&call, "'dims' has 2 entries");
@@ -330,13 +330,13 @@ static void test_permute_needs_a_permutation(void) {
   set_sizes(&call.attrs, SHAPE(2, 0, 1));
   CHECK_OK(recap__op_infer(&call));
   CU_ASSERT_EQUAL(call.outputs[0].shape[0], 4);
-  recap_op_call t = new_call("transpose");
+  recap__op_call t = new_call("transpose");
   add(&t, F32(5));
   expect_rejected(&t, "'dim0' = -2 is out of range");
 }
 
 static void test_slice_out_of_range_is_rejected(void) {
-  recap_op_call call = new_call("slice");
+  recap__op_call call = new_call("slice");
   add(&call, F32(2, 7));
   call.attrs.dim = 1;
   call.attrs.start = 5;
@@ -357,7 +357,7 @@ static void test_slice_out_of_range_is_rejected(void) {
 }
 
 static void test_split_sizes_must_sum_to_the_dim(void) {
-  recap_op_call call = new_call("split");
+  recap__op_call call = new_call("split");
   add(&call, F32(6, 2));
   set_sizes(&call.attrs, SHAPE(2, 3));
   expect_rejected(&call, "sums to 5");
@@ -373,19 +373,19 @@ static void test_split_sizes_must_sum_to_the_dim(void) {
 }
 
 static void test_concat_needs_matching_dims(void) {
-  recap_op_call call = new_call("concat");
+  recap__op_call call = new_call("concat");
   add(&call, F32(2, 4));
   add(&call, F32(2, 5));
   call.attrs.dim = 0;
   expect_rejected(&call, "input 'x1' [2, 5] does not match input 'x0' [2, 4] in dimension 1");
-  recap_op_call rank = new_call("concat");
+  recap__op_call rank = new_call("concat");
   add(&rank, F32(2, 4));
   add(&rank, F32(2, 4, 1));
   expect_rejected(&rank, "input 'x1' [2, 4, 1] has 3 dims");
-  recap_op_call one = new_call("concat");
+  recap__op_call one = new_call("concat");
   add(&one, F32(2, 4));
   expect_rejected(&one, "takes 2 to 8 inputs");
-  recap_op_call good = new_call("concat");
+  recap__op_call good = new_call("concat");
   add(&good, F32(2, 4));
   add(&good, F32(2, 5));
   add(&good, F32(2, 1));
@@ -395,7 +395,7 @@ static void test_concat_needs_matching_dims(void) {
 }
 
 static void test_fill_value_must_fit_an_integer_dtype(void) {
-  recap_op_call call = new_call("fill");
+  recap__op_call call = new_call("fill");
   set_sizes(&call.attrs, SHAPE(3));
   call.attrs.dtype = RECAP_DTYPE_I32;
   call.attrs.value = 1.5;
@@ -412,7 +412,7 @@ static void test_fill_value_must_fit_an_integer_dtype(void) {
  * finite value is 65504, and 65520 is where rounding to nearest reaches 2^16 = inf); an
  * explicit infinity stays allowed, as a mask is written. */
 static void test_fill_value_must_stay_finite_in_a_float_dtype(void) {
-  recap_op_call call = new_call("fill");
+  recap__op_call call = new_call("fill");
   set_sizes(&call.attrs, SHAPE(3));
   call.attrs.dtype = RECAP_DTYPE_F16;
   call.attrs.value = 1e10;
@@ -433,15 +433,15 @@ static void test_fill_value_must_stay_finite_in_a_float_dtype(void) {
 }
 
 static void test_embedding_needs_integer_ids_and_a_2d_table(void) {
-  recap_op_call call = new_call("embedding");
+  recap__op_call call = new_call("embedding");
   add(&call, F32(10, 4));
   add(&call, F32(3));
   expect_rejected(&call, "input 'ids' has dtype f32, expected i32 or i64");
-  recap_op_call table = new_call("embedding");
+  recap__op_call table = new_call("embedding");
   add(&table, F32(10, 4, 2));
   add(&table, I32(3));
   expect_rejected(&table, "input 'table' has 3 dims");
-  recap_op_call good = new_call("embedding");
+  recap__op_call good = new_call("embedding");
   add(&good, F32(10, 4));
   add(&good, desc(RECAP_DTYPE_I64, SHAPE(2, 3)));
   CHECK_OK(recap__op_infer(&good));
@@ -450,39 +450,39 @@ static void test_embedding_needs_integer_ids_and_a_2d_table(void) {
 }
 
 static void test_rope_needs_even_head_dim_and_matching_positions(void) {
-  recap_op_call call = new_call("rope");
+  recap__op_call call = new_call("rope");
   add(&call, F32(2, 5, 3, 7));
   add(&call, I32(5));
   expect_rejected(&call, "odd head dimension 7");
-  recap_op_call pos = new_call("rope");
+  recap__op_call pos = new_call("rope");
   add(&pos, F32(2, 5, 3, 8));
   add(&pos, I32(4));
   expect_rejected(&pos, "input 'positions' [4] must be [5]");
-  recap_op_call dt = new_call("rope");
+  recap__op_call dt = new_call("rope");
   add(&dt, F32(5, 3, 8));
   add(&dt, desc(RECAP_DTYPE_I64, SHAPE(5)));
   expect_rejected(&dt, "input 'positions' has dtype i64, expected i32");
 }
 
 static void test_kv_append_checks_cache_rows_and_position(void) {
-  recap_op_call call = new_call("kv_append");
+  recap__op_call call = new_call("kv_append");
   add(&call, F32(1, 16, 4, 8));
   add(&call, F32(1, 2, 3, 8));
   add(&call, I32(1));
   expect_rejected(&call,
                   "input 'new' [1, 2, 3, 8] does not match input 'cache' [1, 16, 4, 8] "
                   "in dimension 2");
-  recap_op_call pos = new_call("kv_append");
+  recap__op_call pos = new_call("kv_append");
   add(&pos, F32(1, 16, 4, 8));
   add(&pos, F32(1, 2, 4, 8));
   add(&pos, I32(2));
   expect_rejected(&pos, "input 'pos' has shape [2], expected [1]");
-  recap_op_call big = new_call("kv_append");
+  recap__op_call big = new_call("kv_append");
   add(&big, F32(1, 16, 4, 8));
   add(&big, F32(1, 17, 4, 8));
   add(&big, I32(1));
   expect_rejected(&big, "more rows");
-  recap_op_call good = new_call("kv_append");
+  recap__op_call good = new_call("kv_append");
   add(&good, F32(1, 16, 4, 8));
   add(&good, F32(1, 2, 4, 8));
   add(&good, I32(1));
@@ -492,22 +492,22 @@ static void test_kv_append_checks_cache_rows_and_position(void) {
 }
 
 static void test_attention_checks_heads_and_kv_shapes(void) {
-  recap_op_call call = new_call("attention");
+  recap__op_call call = new_call("attention");
   add(&call, F32(1, 6, 3, 8));
   add(&call, F32(1, 4, 5, 8));
   add(&call, F32(1, 4, 5, 8));
   expect_rejected(&call, "6 heads, not a multiple of the 4 heads");
-  recap_op_call kv = new_call("attention");
+  recap__op_call kv = new_call("attention");
   add(&kv, F32(1, 4, 3, 8));
   add(&kv, F32(1, 4, 5, 8));
   add(&kv, F32(1, 4, 6, 8));
   expect_rejected(&kv, "inputs 'k' [1, 4, 5, 8] and 'v' [1, 4, 6, 8]");
-  recap_op_call hd = new_call("attention");
+  recap__op_call hd = new_call("attention");
   add(&hd, F32(1, 4, 3, 8));
   add(&hd, F32(1, 4, 5, 16));
   add(&hd, F32(1, 4, 5, 16));
   expect_rejected(&hd, "batch or head_dim");
-  recap_op_call len = new_call("attention");
+  recap__op_call len = new_call("attention");
   add(&len, F32(1, 4, 3, 8));
   add(&len, F32(1, 2, 5, 8));
   add(&len, F32(1, 2, 5, 8));
@@ -519,18 +519,18 @@ static void test_attention_checks_heads_and_kv_shapes(void) {
 }
 
 static void test_random_checks_bounds(void) {
-  recap_op_call call = new_call("random_uniform");
+  recap__op_call call = new_call("random_uniform");
   set_sizes(&call.attrs, SHAPE(4, 4));
   call.attrs.low = 2;
   call.attrs.high = 2;
   expect_rejected(&call, "'low' = 2 and 'high' = 2");
   call.attrs.high = INFINITY;
   expect_rejected(&call, "finite");
-  recap_op_call normal = new_call("random_normal");
+  recap__op_call normal = new_call("random_normal");
   set_sizes(&normal.attrs, SHAPE(4));
   normal.attrs.std = -1;
   expect_rejected(&normal, "'std' = -1");
-  recap_op_call shape = new_call("random_normal");
+  recap__op_call shape = new_call("random_normal");
   expect_rejected(&shape, "'shape' has 0 entries");
 }
 

@@ -355,7 +355,7 @@ static void test_an_expr_op_is_inlined_into_the_group(void) {
       "outputs: [y]\n");
   /* Op 1 becomes expr "a * sigmoid(b) + 1.0" over the same inputs. */
   const char *const names[] = {"a", "b"};
-  recap_expr_program *q = NULL;
+  recap__expr_program *q = NULL;
   recap__expr_parse_error err;
   CHECK_OK(recap__expr_parse("a * sigmoid(b) + 1.0", SIZE_MAX, names, 2, NULL, &q, &err));
   recap__ir_op *op = &f.ir->ops[1];
@@ -366,7 +366,7 @@ static void test_an_expr_op_is_inlined_into_the_group(void) {
   CHECK_OK(recap__fuse(f.ir));
   CU_ASSERT_EQUAL_FATAL(f.ir->num_ops, 1);
   CU_ASSERT_EQUAL(f.ir->ops[0].num_fused, 3);
-  const recap_expr_program *p = f.ir->ops[0].program;
+  const recap__expr_program *p = f.ir->ops[0].program;
   CU_ASSERT_PTR_NOT_NULL_FATAL(p);
 
   float xv[32], gv[8], yv[32];

@@ -406,7 +406,7 @@ static void test_a_failed_capture_names_the_op_and_the_pipeline_runs_eagerly(voi
   recap_pipeline *ref = make_mode(fork_spec, RECAP_MODE_EAGER);
   CHECK_OK(recap__graph_warmup(p));
   size_t largest = p->model->num_buckets - 1, op = 4; /* b2 on side stream 2 */
-  recap_op_call *call = &p->calls[largest * p->num_ops + op];
+  recap__op_call *call = &p->calls[largest * p->num_ops + op];
   void *saved = call->inputs[0].data;
   call->inputs[0].data = NULL;
   CU_ASSERT_NOT_EQUAL(recap__graph_capture_buckets(p), RECAP_OK);

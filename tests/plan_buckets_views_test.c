@@ -82,7 +82,7 @@ static int shaped(graph *g, const char *name, recap_tensor_role role, int ndim,
 
 /* Op `name` (from the registry) with attrs, reading inputs[0..ni) and producing no outputs'
  * tensors given as outs[0..no) (created by the caller with shaped()). */
-static int real_op(graph *g, const char *name, const recap_op_attrs *attrs, int ni,
+static int real_op(graph *g, const char *name, const recap__op_attrs *attrs, int ni,
                    const int *inputs, int no, const int *outs) {
   int j = (int)g->ir.num_ops++;
   CU_ASSERT_FATAL(j < MAX_OPS);
@@ -141,10 +141,10 @@ static void test_attention_block_runs_without_a_single_copy(void) {
     snprintf(name, sizeof name, "flat%d", i);
     flat[i] = shaped(&g, name, RECAP_ROLE_INTERMEDIATE, 3, (int64_t[]){B, S, D});
   }
-  recap_op_attrs split = {.dim = 2, .num_sizes = 3, .sizes = {D, D, D}};
+  recap__op_attrs split = {.dim = 2, .num_sizes = 3, .sizes = {D, D, D}};
   int split_op = real_op(&g, "split", &split, 1, &qkv, 3, flat);
-  recap_op_attrs to_heads = {.num_sizes = 4, .sizes = {B, S, H, Dh}};
-  recap_op_attrs swap = {.num_sizes = 4, .sizes = {0, 2, 1, 3}};
+  recap__op_attrs to_heads = {.num_sizes = 4, .sizes = {B, S, H, Dh}};
+  recap__op_attrs swap = {.num_sizes = 4, .sizes = {0, 2, 1, 3}};
   for (int i = 0; i < 3; i++) {
     char name[16];
     snprintf(name, sizeof name, "bshd%d", i);
@@ -158,12 +158,12 @@ static void test_attention_block_runs_without_a_single_copy(void) {
     real_op(&g, "permute", &swap, 1, &bshd[i], 1, &bhsd[i]);
   }
   int attn = shaped(&g, "attn", RECAP_ROLE_INTERMEDIATE, 4, (int64_t[]){B, H, S, Dh});
-  recap_op_attrs causal = {.causal = 1};
+  recap__op_attrs causal = {.causal = 1};
   real_op(&g, "attention", &causal, 3, bhsd, 1, &attn);
   int back = shaped(&g, "back", RECAP_ROLE_INTERMEDIATE, 4, (int64_t[]){B, S, H, Dh});
   int back_op = real_op(&g, "permute", &swap, 1, &attn, 1, &back);
   int merged = shaped(&g, "merged", RECAP_ROLE_INTERMEDIATE, 3, (int64_t[]){B, S, D});
-  recap_op_attrs to_rows = {.num_sizes = 3, .sizes = {B, S, D}};
+  recap__op_attrs to_rows = {.num_sizes = 3, .sizes = {B, S, D}};
   real_op(&g, "reshape", &to_rows, 1, &back, 1, &merged);
   int y = shaped(&g, "y", RECAP_ROLE_INTERMEDIATE, 3, (int64_t[]){B, S, D});
   int last = plain_into(&g, merged, y);
@@ -226,7 +226,7 @@ static void build_split_bucket(graph *g, int64_t B) {
     snprintf(name, sizeof name, "p%d", i);
     parts[i] = shaped(g, name, RECAP_ROLE_INTERMEDIATE, 2, (int64_t[]){4, B});
   }
-  recap_op_attrs split = {.dim = 1, .num_sizes = 3, .sizes = {B, B, B}};
+  recap__op_attrs split = {.dim = 1, .num_sizes = 3, .sizes = {B, B, B}};
   real_op(g, "split", &split, 1, &a, 3, parts);
   int y = shaped(g, "y", RECAP_ROLE_INTERMEDIATE, 2, (int64_t[]){4, B});
   real_op(g, "add", NULL, 2, (int[]){parts[0], parts[2]}, 1, &y);
@@ -269,14 +269,14 @@ static void test_strided_view_stays_a_copy_where_a_reader_needs_contiguous_memor
   int a = shaped(&g, "a", RECAP_ROLE_INTERMEDIATE, 2, (int64_t[]){4, 8});
   plain_into(&g, x, a);
   int at = shaped(&g, "at", RECAP_ROLE_INTERMEDIATE, 2, (int64_t[]){8, 4});
-  recap_op_attrs swap = {.num_sizes = 2, .sizes = {1, 0}};
+  recap__op_attrs swap = {.num_sizes = 2, .sizes = {1, 0}};
   int permute_op = real_op(&g, "permute", &swap, 1, &a, 1, &at);
   int b = shaped(&g, "b", RECAP_ROLE_INTERMEDIATE, 2, (int64_t[]){8, 4});
   plain_into(&g, at, b); /* no infer: contiguous only */
   int bt = shaped(&g, "bt", RECAP_ROLE_INTERMEDIATE, 2, (int64_t[]){4, 8});
   int permute2 = real_op(&g, "permute", &swap, 1, &b, 1, &bt);
   int flat = shaped(&g, "flat", RECAP_ROLE_INTERMEDIATE, 1, (int64_t[]){32});
-  recap_op_attrs to_flat = {.num_sizes = 1, .sizes = {32}};
+  recap__op_attrs to_flat = {.num_sizes = 1, .sizes = {32}};
   int reshape_op = real_op(&g, "reshape", &to_flat, 1, &bt, 1, &flat);
   int y = shaped(&g, "y", RECAP_ROLE_INTERMEDIATE, 1, (int64_t[]){32});
   plain_into(&g, flat, y);
@@ -302,7 +302,7 @@ static void test_no_in_place_over_a_strided_view(void) {
   plain_into(&g, x, a);
   int parts[2] = {shaped(&g, "p0", RECAP_ROLE_INTERMEDIATE, 2, (int64_t[]){4, 8}),
                   shaped(&g, "p1", RECAP_ROLE_INTERMEDIATE, 2, (int64_t[]){4, 8})};
-  recap_op_attrs split = {.dim = 1, .num_sizes = 2, .sizes = {8, 8}};
+  recap__op_attrs split = {.dim = 1, .num_sizes = 2, .sizes = {8, 8}};
   int split_op = real_op(&g, "split", &split, 1, &a, 2, parts);
   int r1 = shaped(&g, "r1", RECAP_ROLE_INTERMEDIATE, 2, (int64_t[]){4, 8});
   real_op(&g, "relu", NULL, 1, &parts[1], 1, &r1);

@@ -13,23 +13,23 @@
 #ifndef RECAP_TESTS_PLAN_CHECK_H
 #define RECAP_TESTS_PLAN_CHECK_H
 
-#include "engine/plan.h"
-
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "engine/plan.h"
 #include "tests/test_util.h"
 
 enum { MAX_T = 48, MAX_OPS = 24, U = RECAP_PLAN_ALIGNMENT };
 
 /* Op definitions the planner reads: their contract (in_place_input, copy_view,
  * output_is_input0), never their names. */
-static const recap_op_def def_plain = {.name = "matmul", .in_place_input = -1};
-static const recap_op_def def_inplace = {.name = "relu", .in_place_input = 0};
-static const recap_op_def def_view = {
+static const recap__op_def def_plain = {.name = "matmul", .in_place_input = -1};
+static const recap__op_def def_inplace = {.name = "relu", .in_place_input = 0};
+static const recap__op_def def_view = {
     .name = "reshape", .in_place_input = -1, .copy_view = RECAP__COPY_RESHAPE};
-static const recap_op_def def_append = {
+static const recap__op_def def_append = {
     .name = "kv_append", .in_place_input = 0, .output_is_input0 = true};
 
 typedef struct {
@@ -69,9 +69,8 @@ static inline int tensor(graph *g, const char *name, recap_tensor_role role, int
 
 /* An op on `stream` reading the n tensors that follow, producing a new intermediate `out` of
  * `bytes` bytes (an alias of `alias` when alias >= 0). Returns the new tensor. */
-static inline int op_alias(graph *g, const recap_op_def *def, int stream, const char *out,
-                           int64_t bytes,
-                           int alias, int n, ...) {
+static inline int op_alias(graph *g, const recap__op_def *def, int stream, const char *out,
+                           int64_t bytes, int alias, int n, ...) {
   int j = (int)g->ir.num_ops++;
   CU_ASSERT_FATAL(j < MAX_OPS);
   int y = tensor(g, out, RECAP_ROLE_INTERMEDIATE, bytes);
@@ -115,7 +114,7 @@ static inline void mark_output(graph *g, int t) {
 typedef struct {
   const recap__ir *ir;
   const recap__plan *plan;
-  int alias[MAX_T];    /* the IR's alias_of, or the input of a reshape the plan made a view */
+  int alias[MAX_T];      /* the IR's alias_of, or the input of a reshape the plan made a view */
   int last_write[MAX_T]; /* by IR aliases only: the last op (a kv_append) writing it, or -1 */
   /* The plan's layout of each tensor is contiguous from the start of its memory: only such an
    * input may be written over in place (element i of the output lands on element i). */
@@ -187,8 +186,8 @@ static inline void checker_init(checker *c, const recap__ir *ir, const recap__pl
      * Tests of the strided views (real op definitions) state their expectations themselves. */
     if (op->def == &def_view) {
       bool may_view = x >= 0 && ir->tensors[y].alias_of < 0 && !ir->tensors[y].is_output &&
-                      bytes_of(ir, x) == bytes_of(ir, y) &&
-                      c->last_write[ir_root_of(ir, x)] <= j && c->last_write[y] < 0;
+                      bytes_of(ir, x) == bytes_of(ir, y) && c->last_write[ir_root_of(ir, x)] <= j &&
+                      c->last_write[y] < 0;
       CU_ASSERT_EQUAL(plan->op_is_view[j], may_view);
     }
     if (!plan->op_is_view[j]) continue;
@@ -601,7 +600,7 @@ static inline void random_wide_graph(graph *g, uint64_t *state) {
     snprintf(name, sizeof name, "t%d", j);
     int stream = pick(state, streams), nin = 1 + pick(state, 3), in[3];
     for (int i = 0; i < nin; i++) in[i] = avail[navail - 1 - pick(state, navail < 4 ? navail : 4)];
-    const recap_op_def *def = pick(state, 3) ? &def_plain : &def_inplace;
+    const recap__op_def *def = pick(state, 3) ? &def_plain : &def_inplace;
     int64_t bytes = def == &def_inplace ? g->tensors[in[0]].shape[0] * 4 : (1 + pick(state, 4)) * U;
     int y = nin == 1   ? OP(g, def, stream, name, bytes, in[0])
             : nin == 2 ? OP(g, def, stream, name, bytes, in[0], in[1])

@@ -28,7 +28,7 @@ enum { ITERS = 50 };
 typedef struct {
   const char *name;
   int64_t m, n, k;
-  recap_activation act;
+  recap__activation act;
   int residual;
 } shape;
 
@@ -63,7 +63,7 @@ static recap_tensor tensor(void *data, int ndim, int64_t rows, int64_t cols) {
 }
 
 /* -1: cuBLASLt (recap's routing with RECAP_GEMM_HOPPER=0); else a Hopper configuration. */
-static float time_us(recap_op_call *call, const recap__gemm_plan *plan, int config,
+static float time_us(recap__op_call *call, const recap__gemm_plan *plan, int config,
                      recap_stream *s) {
   cudaStream_t native = recap_stream_native(s);
   cudaEvent_t ev[ITERS + 1];
@@ -121,8 +121,8 @@ int main(void) {
     void *r = sh->residual ? random_f16((size_t)(sh->m * sh->n), 1.0f, &seed) : NULL;
     void *out = NULL;
     CUDA_OK(cudaMalloc(&out, (size_t)(sh->m * sh->n) * 2));
-    const recap_op_def *linear = recap__op_find("linear");
-    recap_op_call call;
+    const recap__op_def *linear = recap__op_find("linear");
+    recap__op_call call;
     memset(&call, 0, sizeof call);
     call.def = linear;
     call.num_inputs = sh->residual ? 4 : 3;

@@ -43,13 +43,16 @@ static double median_us(cudaEvent_t *ev, int n) {
 
 typedef struct {
   void *w[LAYERS], *b[LAYERS], *act[LAYERS + 1];
-  recap_op_call call[LAYERS];
+  recap__op_call call[LAYERS];
   recap__gemm_plan plan[LAYERS]; /* for direct launches of one kernel configuration */
 } mlp;
 
 static recap_tensor tensor2(void *data, int64_t rows, int64_t cols) {
-  return (recap_tensor){.data = data, .dtype = RECAP_DTYPE_BF16, .ndim = 2,
-                        .shape = {rows, cols}, .strides = {cols, 1}};
+  return (recap_tensor){.data = data,
+                        .dtype = RECAP_DTYPE_BF16,
+                        .ndim = 2,
+                        .shape = {rows, cols},
+                        .strides = {cols, 1}};
 }
 
 static void mlp_make(mlp *net, int m) {
@@ -65,9 +68,9 @@ static void mlp_make(mlp *net, int m) {
     fill_random_16bit(net->w[i], true, (size_t)H * H, 1.0f / 64, &seed);
     fill_random_16bit(net->b[i], true, H, 0.1f, &seed);
   }
-  const recap_op_def *linear = recap__op_find("linear");
+  const recap__op_def *linear = recap__op_find("linear");
   for (int i = 0; i < LAYERS; ++i) {
-    recap_op_call *c = &net->call[i];
+    recap__op_call *c = &net->call[i];
     memset(c, 0, sizeof *c);
     c->def = linear;
     c->num_inputs = 3;
@@ -76,8 +79,8 @@ static void mlp_make(mlp *net, int m) {
     c->attrs.act = RECAP_ACT_GELU;
     c->inputs[0] = tensor2(net->act[i], m, H);
     c->inputs[1] = tensor2(net->w[i], H, H);
-    c->inputs[2] = (recap_tensor){.data = net->b[i], .dtype = RECAP_DTYPE_BF16, .ndim = 1,
-                                  .shape = {H}, .strides = {1}};
+    c->inputs[2] = (recap_tensor){
+        .data = net->b[i], .dtype = RECAP_DTYPE_BF16, .ndim = 1, .shape = {H}, .strides = {1}};
     RECAP_OK_OR_DIE(recap__op_infer(c));
     c->outputs[0].data = net->act[i + 1];
     RECAP_OK_OR_DIE(recap__gemm_plan_make(c, &net->plan[i]));
@@ -108,8 +111,10 @@ static void mlp_launch(mlp *net, recap_stream *s, const variant *v) {
 }
 
 static void set_env(const char *name, const char *value) {
-  if (value) setenv(name, value, 1);
-  else unsetenv(name);
+  if (value)
+    setenv(name, value, 1);
+  else
+    unsetenv(name);
 }
 
 typedef struct {
@@ -196,11 +201,11 @@ static int check_configs(recap_stream *s, const int (*cfg)[2], int ncfg) {
   fill_random_16bit(b, true, N, 0.5f, &seed);
   uint16_t *want = malloc((size_t)16 * N * 2), *got = malloc((size_t)16 * N * 2);
   if (!want || !got) exit(1);
-  const recap_op_def *linear = recap__op_find("linear");
+  const recap__op_def *linear = recap__op_find("linear");
   int failed = 0;
   for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; ++mi) {
     const int m = ms[mi];
-    recap_op_call c;
+    recap__op_call c;
     memset(&c, 0, sizeof c);
     c.def = linear;
     c.num_inputs = 3;
@@ -209,8 +214,8 @@ static int check_configs(recap_stream *s, const int (*cfg)[2], int ncfg) {
     c.attrs.act = RECAP_ACT_GELU;
     c.inputs[0] = tensor2(x, m, K);
     c.inputs[1] = tensor2(w, N, K);
-    c.inputs[2] = (recap_tensor){.data = b, .dtype = RECAP_DTYPE_BF16, .ndim = 1,
-                                 .shape = {N}, .strides = {1}};
+    c.inputs[2] = (recap_tensor){
+        .data = b, .dtype = RECAP_DTYPE_BF16, .ndim = 1, .shape = {N}, .strides = {1}};
     RECAP_OK_OR_DIE(recap__op_infer(&c));
     c.outputs[0].data = out;
     recap__gemm_plan plan;
@@ -227,8 +232,8 @@ static int check_configs(recap_stream *s, const int (*cfg)[2], int ncfg) {
     for (int i = 0; i < m * N; ++i) peak = fmax(peak, fabs((double)recap__bf16_to_f32(want[i])));
     for (int ci = 0; ci < ncfg; ++ci) {
       CUDA_OK(cudaMemset(out, 0xff, (size_t)16 * N * 2)); /* NaN: unwritten outputs show */
-      RECAP_OK_OR_DIE(recap__cuda_gemm_skinny_config(&plan, 0, recap_stream_native(s),
-                                                     cfg[ci][0], cfg[ci][1]));
+      RECAP_OK_OR_DIE(
+          recap__cuda_gemm_skinny_config(&plan, 0, recap_stream_native(s), cfg[ci][0], cfg[ci][1]));
       CUDA_OK(cudaStreamSynchronize((cudaStream_t)recap_stream_native(s)));
       CUDA_OK(cudaMemcpy(got, out, (size_t)m * N * 2, cudaMemcpyDeviceToHost));
       int bad = 0;
@@ -260,7 +265,7 @@ static int check_configs(recap_stream *s, const int (*cfg)[2], int ncfg) {
 static int pipe_count(recap_stream *s) {
   void *buf;
   CUDA_OK(cudaMalloc(&buf, (size_t)64 * 64 * 2 * 3));
-  recap_op_call c;
+  recap__op_call c;
   memset(&c, 0, sizeof c);
   c.def = recap__op_find("linear");
   c.num_inputs = 2;
@@ -273,8 +278,8 @@ static int pipe_count(recap_stream *s) {
   recap__gemm_plan plan;
   RECAP_OK_OR_DIE(recap__gemm_plan_make(&c, &plan));
   int p = 0;
-  while (p < 64 && recap__cuda_gemm_skinny_config(&plan, 0, recap_stream_native(s), 8, p) ==
-                       RECAP_OK)
+  while (p < 64 &&
+         recap__cuda_gemm_skinny_config(&plan, 0, recap_stream_native(s), 8, p) == RECAP_OK)
     ++p;
   CUDA_OK(cudaStreamSynchronize((cudaStream_t)recap_stream_native(s)));
   cudaFree(buf);
@@ -322,8 +327,8 @@ int main(int argc, char **argv) {
     }
   }
   recap_stream *s = NULL;
-  RECAP_OK_OR_DIE(recap_stream_create((recap_device){RECAP_BACKEND_CUDA, 0}, 0,
-                                      RECAP_STREAM_NON_BLOCKING, &s));
+  RECAP_OK_OR_DIE(
+      recap_stream_create((recap_device){RECAP_BACKEND_CUDA, 0}, 0, RECAP_STREAM_NON_BLOCKING, &s));
   struct cudaDeviceProp prop;
   CUDA_OK(cudaGetDeviceProperties(&prop, 0));
   const double copy = copy_gbps(s);
@@ -341,7 +346,7 @@ int main(int argc, char **argv) {
   const variant variants[] = {
       {"cublaslt", "0", NULL, NULL, NULL, 0, 0},
       {"default", NULL, NULL, NULL, NULL, 0, 0}, /* recap__op_launch, routing's choice */
-      {"reg8", NULL, NULL, NULL, NULL, 8, 1},   /* the v3 kernel (pipe+pdl) */
+      {"reg8", NULL, NULL, NULL, NULL, 8, 1},    /* the v3 kernel (pipe+pdl) */
       {"bulk2w8", NULL, NULL, NULL, NULL, 8, 2},
       {"bulk3w8", NULL, NULL, NULL, NULL, 8, 3},
       {"bulk3w16", NULL, NULL, NULL, NULL, 16, 3},
@@ -363,8 +368,8 @@ int main(int argc, char **argv) {
       for (int w = 1; w <= 16; w *= 2) cfg[ncfg][0] = w, cfg[ncfg][1] = p, ++ncfg;
     if (check_configs(s, cfg, ncfg)) failed = 1;
   }
-  printf("\n%-18s %3s %10s %10s %9s %7s %10s\n", "variant", "m", "eager_us", "graph_us",
-         "GB/s", "%copy", "diff");
+  printf("\n%-18s %3s %10s %10s %9s %7s %10s\n", "variant", "m", "eager_us", "graph_us", "GB/s",
+         "%copy", "diff");
   for (int mi = 0; mi < 3; ++mi) {
     const int m = ms[mi];
     if (only_m && m != only_m) continue;

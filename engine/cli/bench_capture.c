@@ -31,11 +31,15 @@ static const char *const CMD = "bench-capture";
 static const double TARGET_CAPTURE_MS = 50, TARGET_UPDATE_MS = 5, TARGET_BUCKETS_MS = 1000;
 enum {
   CHAIN_ELEMENTS = 4096,
-  CUDA_OPS = 1000, HOST_OPS = 100,
-  CUDA_BUCKETS = 64, HOST_BUCKETS = 2,
-  CUDA_REPEATS = 5, HOST_REPEATS = 2,
+  CUDA_OPS = 1000,
+  HOST_OPS = 100,
+  CUDA_BUCKETS = 64,
+  HOST_BUCKETS = 2,
+  CUDA_REPEATS = 5,
+  HOST_REPEATS = 2,
   LAUNCH_BATCH = 100, /* eager launches per CPU-time sample, then a wait (not counted) */
-  CUDA_LAUNCHES = 10000, HOST_LAUNCHES = 1000,
+  CUDA_LAUNCHES = 10000,
+  HOST_LAUNCHES = 1000,
   REPLAYS = 50,
 };
 /* The name of the built-in default (cli_bench_capture_spec). */
@@ -93,8 +97,7 @@ static int parse_args(int argc, char **argv, capture_args *a) {
         return CLI_EXIT_USAGE;
       a->buckets_set = true;
     } else if ((m = cli_flag(CMD, argc, argv, &i, "--repeats", &v)) != 0) {
-      if (m < 0 || !cli_parse_int(CMD, "--repeats", v, 1, 1000, &a->repeats))
-        return CLI_EXIT_USAGE;
+      if (m < 0 || !cli_parse_int(CMD, "--repeats", v, 1, 1000, &a->repeats)) return CLI_EXIT_USAGE;
       a->repeats_set = true;
     } else {
       if (cli_positional(CMD, argv[i]))
@@ -258,7 +261,7 @@ static recap_status measure_op_launch(recap_pipeline *p, int launches, chain_res
   if ((st = recap_malloc(recap_stream_device(s), CHAIN_ELEMENTS * sizeof(float), s, &dst)) !=
       RECAP_OK)
     return st;
-  recap_op_call call = {.def = recap__op_find("add"), .num_inputs = 2, .num_outputs = 1};
+  recap__op_call call = {.def = recap__op_find("add"), .num_inputs = 2, .num_outputs = 1};
   call.inputs[0] = x;
   call.inputs[1] = bias;
   if (!call.def) st = RECAP_STATUS_INVALID_ARGUMENT;
@@ -336,8 +339,12 @@ static recap_status measure_buckets(const char *path, recap_device dev, int buck
     return RECAP_STATUS_OUT_OF_MEMORY;
   }
   const char *dims[3] = {dim.data, host ? HOST_BUCKET_DIMS : NULL, NULL};
-  recap_pipeline_options opts = {.override_device = 1, .device = dev, .override_mode = 1,
-                                 .mode = RECAP_MODE_GRAPH, .warmup = 1, .dims = dims};
+  recap_pipeline_options opts = {.override_device = 1,
+                                 .device = dev,
+                                 .override_mode = 1,
+                                 .mode = RECAP_MODE_GRAPH,
+                                 .warmup = 1,
+                                 .dims = dims};
   recap_pipeline *p = NULL;
   recap_status st =
       path ? recap_pipeline_create_file(path, &opts, &p)
@@ -402,38 +409,42 @@ int cli_bench_capture_main(int argc, char **argv) {
 
   /* Enough recaptures for every rebind below (the default allows 16). Fusion off: the chain
    * is there to be captured as N kernel nodes, and the fusion pass would merge it into a few. */
-  recap_pipeline_options opts = {.override_device = 1, .device = dev, .override_mode = 1,
-                                 .mode = RECAP_MODE_GRAPH, .warmup = 1,
-                                 .max_recaptures = 2 * repeats + 2, .no_fusion = 1};
+  recap_pipeline_options opts = {.override_device = 1,
+                                 .device = dev,
+                                 .override_mode = 1,
+                                 .mode = RECAP_MODE_GRAPH,
+                                 .warmup = 1,
+                                 .max_recaptures = 2 * repeats + 2,
+                                 .no_fusion = 1};
   if ((st = measure_capture(&spec, &opts, repeats, &cr, &p)) != RECAP_OK) {
     cli_report_failure(CMD, "capturing the generated chain", st);
     goto done;
   }
-  printf("%d-op chain (%zu graph nodes), median of %d: capture %.2f ms + instantiate %.2f ms = "
-         "%.2f ms (target <= %.0f ms: %s); create %.1f ms, warmup %.1f ms\n",
-         ops, cr.nodes, repeats, cr.capture_ms, cr.instantiate_ms, cr.total_ms,
-         TARGET_CAPTURE_MS, cr.total_ms <= TARGET_CAPTURE_MS ? "met" : "MISSED", cr.create_ms,
-         cr.warmup_ms);
+  printf(
+      "%d-op chain (%zu graph nodes), median of %d: capture %.2f ms + instantiate %.2f ms = "
+      "%.2f ms (target <= %.0f ms: %s); create %.1f ms, warmup %.1f ms\n",
+      ops, cr.nodes, repeats, cr.capture_ms, cr.instantiate_ms, cr.total_ms, TARGET_CAPTURE_MS,
+      cr.total_ms <= TARGET_CAPTURE_MS ? "met" : "MISSED", cr.create_ms, cr.warmup_ms);
   fflush(stdout);
   if ((st = measure_update(p, 2 * repeats, &cr)) != RECAP_OK) {
     cli_report_failure(CMD, "rebinding (graph update)", st);
     goto done;
   }
-  printf("update after a rebind (re-capture + exec update), median of %d: %.2f ms (max %.2f; "
-         "target <= %.0f ms: %s); %" PRIu64 " in-place updates, %" PRIu64
-         " re-instantiations\n",
-         cr.rebinds, cr.update_ms, cr.update_max_ms, TARGET_UPDATE_MS,
-         cr.update_ms <= TARGET_UPDATE_MS ? "met" : "MISSED", cr.updates, cr.instantiations);
+  printf(
+      "update after a rebind (re-capture + exec update), median of %d: %.2f ms (max %.2f; "
+      "target <= %.0f ms: %s); %" PRIu64 " in-place updates, %" PRIu64 " re-instantiations\n",
+      cr.rebinds, cr.update_ms, cr.update_max_ms, TARGET_UPDATE_MS,
+      cr.update_ms <= TARGET_UPDATE_MS ? "met" : "MISSED", cr.updates, cr.instantiations);
   fflush(stdout);
   if ((st = measure_op_launch(p, host ? HOST_LAUNCHES : CUDA_LAUNCHES, &cr)) != RECAP_OK ||
       (st = measure_run_cpu(p, repeats, &cr)) != RECAP_OK) {
     cli_report_failure(CMD, "measuring launch CPU time", st);
     goto done;
   }
-  printf("host CPU time: eager op launch %.2f us (%d launches of add[%d]), eager pipeline run "
-         "%.2f us per op, replay call %.2f us (%zu-node graph)\n",
-         cr.op_launch_us, cr.launches, CHAIN_ELEMENTS, cr.eager_op_us, cr.replay_call_us,
-         cr.nodes);
+  printf(
+      "host CPU time: eager op launch %.2f us (%d launches of add[%d]), eager pipeline run "
+      "%.2f us per op, replay call %.2f us (%zu-node graph)\n",
+      cr.op_launch_us, cr.launches, CHAIN_ELEMENTS, cr.eager_op_us, cr.replay_call_us, cr.nodes);
   fflush(stdout);
   recap_pipeline_destroy(p);
   p = NULL;
@@ -442,21 +453,22 @@ int cli_bench_capture_main(int argc, char **argv) {
     goto done;
   }
   double bucket_ms = br.capture_ms + br.instantiate_ms;
-  printf("%s with B: [1..%d]: %d buckets, capture %.1f ms + instantiate %.1f ms = %.1f ms "
-         "(target < %.0f ms: %s); eager warmup before it %.1f ms, %.1f ms wall in all\n",
-         br.spec, buckets, br.buckets, br.capture_ms, br.instantiate_ms, bucket_ms,
-         TARGET_BUCKETS_MS, bucket_ms < TARGET_BUCKETS_MS ? "met" : "MISSED", br.warmup_ms,
-         br.wall_ms);
+  printf(
+      "%s with B: [1..%d]: %d buckets, capture %.1f ms + instantiate %.1f ms = %.1f ms "
+      "(target < %.0f ms: %s); eager warmup before it %.1f ms, %.1f ms wall in all\n",
+      br.spec, buckets, br.buckets, br.capture_ms, br.instantiate_ms, bucket_ms, TARGET_BUCKETS_MS,
+      bucket_ms < TARGET_BUCKETS_MS ? "met" : "MISSED", br.warmup_ms, br.wall_ms);
   fflush(stdout);
   cli_expr_load_result el;
   if ((st = cli_measure_expr_load(dev, &el)) != RECAP_OK) {
     cli_report_failure(CMD, "loading the expr pipelines", st);
     goto done;
   }
-  printf("%d expr ops, load with a warm kernel cache: %.1f ms vs %.1f ms for %d library ops "
-         "(+%.1f ms; target <= +%.0f ms: %s); cold %.1f ms\n",
-         el.expr_ops, el.warm_ms, el.library_ms, 3 * el.expr_ops, el.warm_ms - el.library_ms,
-         el.target_ms, el.met ? "met" : "MISSED", el.cold_ms);
+  printf(
+      "%d expr ops, load with a warm kernel cache: %.1f ms vs %.1f ms for %d library ops "
+      "(+%.1f ms; target <= +%.0f ms: %s); cold %.1f ms\n",
+      el.expr_ops, el.warm_ms, el.library_ms, 3 * el.expr_ops, el.warm_ms - el.library_ms,
+      el.target_ms, el.met ? "met" : "MISSED", el.cold_ms);
 
   if (a.json_path) {
     root = json_object();
@@ -497,8 +509,7 @@ int cli_bench_capture_main(int argc, char **argv) {
     json_object_set_new(e, "cold_ms", json_real(el.cold_ms));
     json_object_set_new(e, "library_ops_ms", json_real(el.library_ms));
     json_object_set_new(e, "warm_ms", json_real(el.warm_ms));
-    json_object_set_new(e, "target",
-                        target_json(el.warm_ms - el.library_ms, el.target_ms, false));
+    json_object_set_new(e, "target", target_json(el.warm_ms - el.library_ms, el.target_ms, false));
     json_object_set_new(root, "expr_load", e);
     json_t *cpu = json_object();
     json_object_set_new(cpu, "op_launch_us", json_real(cr.op_launch_us));

@@ -120,7 +120,7 @@ typedef struct {
 
 /* What is timed: a registry op, or (call.def NULL) a device-to-device memcpy. */
 typedef struct {
-  recap_op_call call;
+  recap__op_call call;
   void *dst;
   const void *src;
   size_t copy_bytes;
@@ -164,7 +164,7 @@ static recap_tensor tensor1(void *data, recap_dtype dtype, int64_t n) {
 
 /* A call of `name` on `inputs`, output into `out` (shapes inferred). */
 static recap_status make_call(const char *name, const recap_tensor *inputs, int num_inputs,
-                              void *out, recap_op_call *call) {
+                              void *out, recap__op_call *call) {
   memset(call, 0, sizeof *call);
   call->def = recap__op_find(name);
   if (!call->def) return RECAP_STATUS_INVALID_ARGUMENT;
@@ -181,7 +181,7 @@ static recap_status make_call(const char *name, const recap_tensor *inputs, int 
 /* Fills rows x cols elements at `data` with uniform [-1, 1) numbers on the device. */
 static recap_status fill_random(bench_ctx *c, void *data, recap_dtype dtype, int64_t rows,
                                 int64_t cols) {
-  recap_op_call call = {0};
+  recap__op_call call = {0};
   call.def = recap__op_find("random_uniform");
   if (!call.def) return RECAP_STATUS_INVALID_ARGUMENT;
   recap__op_attrs_set_defaults(call.def, &call.attrs);
@@ -200,7 +200,7 @@ static recap_status fill_random(bench_ctx *c, void *data, recap_dtype dtype, int
 
 /* One result row. */
 typedef struct {
-  bool smoke; /* host backend: the targets do not apply */
+  bool smoke;            /* host backend: the targets do not apply */
   const char *op, *kind; /* kind: ceiling, bandwidth (target applies), info, gemm */
   recap_dtype dtype;
   int64_t rows, cols, m, n, k;
@@ -260,9 +260,8 @@ static json_t *row_json(const op_row *r, double ceiling_gbps) {
 }
 
 /* The memory-bound ops of one dtype: their rows are appended to rows[*n]. */
-static recap_status bench_dtype(bench_ctx *c, recap_dtype dt, int64_t elements, void *x,
-                                void *y, void *z, void *w, void *b, op_row *rows, int *n,
-                                double *ceiling) {
+static recap_status bench_dtype(bench_ctx *c, recap_dtype dt, int64_t elements, void *x, void *y,
+                                void *z, void *w, void *b, op_row *rows, int *n, double *ceiling) {
   const size_t es = recap_dtype_size(dt);
   const int64_t R = elements / ROW_COLS, C = ROW_COLS;
   recap_status st;
@@ -305,8 +304,12 @@ static recap_status bench_dtype(bench_ctx *c, recap_dtype dt, int64_t elements, 
       if ((st = make_call(cases[i].op, in, k, z, &it.call)) != RECAP_OK) return st;
     }
     op_row *r = &rows[(*n)++];
-    *r = (op_row){.smoke = c->dev.backend == RECAP_BACKEND_HOST, .op = cases[i].op,
-                  .kind = cases[i].kind, .dtype = dt, .rows = R, .cols = C,
+    *r = (op_row){.smoke = c->dev.backend == RECAP_BACKEND_HOST,
+                  .op = cases[i].op,
+                  .kind = cases[i].kind,
+                  .dtype = dt,
+                  .rows = R,
+                  .cols = C,
                   .bytes = cases[i].bytes};
     if ((st = time_item(c, &it, &r->t)) != RECAP_OK) {
       (*n)--;
@@ -330,7 +333,12 @@ static recap_status bench_gemm(bench_ctx *c, recap_dtype dt, int64_t size, void 
   recap_tensor in[2] = {tensor2(a, dt, size, size), tensor2(bm, dt, size, size)};
   launch_item it = {0};
   if ((st = make_call("matmul", in, 2, out, &it.call)) != RECAP_OK) return st;
-  *r = (op_row){.op = "matmul", .kind = "gemm", .dtype = dt, .m = size, .n = size, .k = size,
+  *r = (op_row){.op = "matmul",
+                .kind = "gemm",
+                .dtype = dt,
+                .m = size,
+                .n = size,
+                .k = size,
                 .flops = 2.0 * (double)size * (double)size * (double)size};
   if ((st = time_item(c, &it, &r->t)) != RECAP_OK) return st;
   r->tflops = r->t.median > 0 ? r->flops / (r->t.median * 1e-3) / 1e12 : 0;
@@ -395,10 +403,10 @@ int cli_bench_ops_main(int argc, char **argv) {
       goto done;
     }
 
-  printf("bench-ops on %s:%d (%s)%s\n", recap_backend_name(c.dev.backend), c.dev.index,
-         props.name,
+  printf("bench-ops on %s:%d (%s)%s\n", recap_backend_name(c.dev.backend), c.dev.index, props.name,
          host ? "\nhost backend: a CI-sized smoke run (small sizes), not a benchmark" : "");
-  printf("%" PRId64 " elements per tensor (rows of %d), %d timed launches per op after %d "
+  printf("%" PRId64
+         " elements per tensor (rows of %d), %d timed launches per op after %d "
          "warmup, median of\none device event pair per launch; bandwidth = bytes read + written "
          "/ time\n",
          elements, ROW_COLS, c.iters, WARMUP);
@@ -416,8 +424,8 @@ int cli_bench_ops_main(int argc, char **argv) {
   const recap_dtype gemm_dtypes[2] = {RECAP_DTYPE_BF16, RECAP_DTYPE_F16};
   for (int g = 0; g < num_gemms; g++)
     for (int d = 0; d < 2; d++)
-      if ((st = bench_gemm(&c, gemm_dtypes[d], gemms[g], buf[0], buf[1], buf[2],
-                           &rows[nrows])) != RECAP_OK) {
+      if ((st = bench_gemm(&c, gemm_dtypes[d], gemms[g], buf[0], buf[1], buf[2], &rows[nrows])) !=
+          RECAP_OK) {
         cli_report_failure(CMD, "timing the GEMMs", st);
         goto done;
       } else {
@@ -443,8 +451,9 @@ int cli_bench_ops_main(int argc, char **argv) {
     json_object_set_new(root, "row_cols", json_integer(ROW_COLS));
     json_object_set_new(root, "iters", json_integer(c.iters));
     json_object_set_new(root, "warmup", json_integer(WARMUP));
-    json_object_set_new(root, "timing", json_string("one device event pair per launch, "
-                                                    "waited for; median"));
+    json_object_set_new(root, "timing",
+                        json_string("one device event pair per launch, "
+                                    "waited for; median"));
     json_t *ceil = json_object();
     for (int d = 0; d < 2; d++)
       json_object_set_new(ceil, recap_dtype_name(dtypes[d]), json_real(ceilings[d]));

@@ -6,22 +6,29 @@
 
 static const char *const CMD = "ops";
 
-static const char *kind_name(recap_attr_kind kind) {
+static const char *kind_name(recap__attr_kind kind) {
   switch (kind) {
-    case RECAP_ATTR_FLOAT: return "float";
-    case RECAP_ATTR_INT: return "int";
-    case RECAP_ATTR_BOOL: return "bool";
-    case RECAP_ATTR_INT_LIST: return "int list";
-    case RECAP_ATTR_ACTIVATION: return "activation";
-    case RECAP_ATTR_DTYPE: return "dtype";
-    case RECAP_ATTR_EXPR: return "expression";
+    case RECAP_ATTR_FLOAT:
+      return "float";
+    case RECAP_ATTR_INT:
+      return "int";
+    case RECAP_ATTR_BOOL:
+      return "bool";
+    case RECAP_ATTR_INT_LIST:
+      return "int list";
+    case RECAP_ATTR_ACTIVATION:
+      return "activation";
+    case RECAP_ATTR_DTYPE:
+      return "dtype";
+    case RECAP_ATTR_EXPR:
+      return "expression";
   }
   return "?";
 }
 
 /* The default as a spec would write it. */
-static void format_default(const recap_attr_def *a, char *buf, size_t size) {
-  static const char *const acts[] = {"none", "relu", "gelu", "gelu_tanh",
+static void format_default(const recap__attr_def *a, char *buf, size_t size) {
+  static const char *const acts[] = {"none", "relu",    "gelu", "gelu_tanh",
                                      "silu", "sigmoid", "tanh"};
   if (a->required) {
     snprintf(buf, size, "required");
@@ -76,7 +83,7 @@ static void print_wrapped(const char *text, int indent, int width) {
   printf("\n");
 }
 
-static void print_op(const recap_op_def *def) {
+static void print_op(const recap__op_def *def) {
   printf("%s\n ", def->name);
   print_wrapped(def->summary, 1, 100);
   printf("  inputs:     ");
@@ -107,7 +114,7 @@ static void print_op(const recap_op_def *def) {
     return;
   }
   printf("  attributes:\n");
-  for (const recap_attr_def *a = def->attrs; a->name; a++) {
+  for (const recap__attr_def *a = def->attrs; a->name; a++) {
     char dflt[64];
     format_default(a, dflt, sizeof dflt);
     printf("    %-10s %-10s %-9s", a->name, kind_name(a->kind), dflt);
@@ -118,10 +125,11 @@ static void print_op(const recap_op_def *def) {
 
 int cli_ops_main(int argc, char **argv) {
   if (cli_wants_help(argc, argv)) {
-    printf("usage: recap ops [OP...]\n\n"
-           "Lists every op a spec may use (or only the ones named): its inputs (optional ones "
-           "marked),\noutputs, supported dtypes and attributes with kind, default and meaning. "
-           "Any op also\naccepts the spec keys op, in, out, name, stream, shape and dtype.\n");
+    printf(
+        "usage: recap ops [OP...]\n\n"
+        "Lists every op a spec may use (or only the ones named): its inputs (optional ones "
+        "marked),\noutputs, supported dtypes and attributes with kind, default and meaning. "
+        "Any op also\naccepts the spec keys op, in, out, name, stream, shape and dtype.\n");
     return CLI_EXIT_OK;
   }
   for (int i = 0; i < argc; i++)
@@ -129,7 +137,7 @@ int cli_ops_main(int argc, char **argv) {
   if (argc > 0) {
     int rc = CLI_EXIT_OK;
     for (int i = 0; i < argc; i++) {
-      const recap_op_def *def = recap__op_find(argv[i]);
+      const recap__op_def *def = recap__op_find(argv[i]);
       if (!def) {
         fprintf(stderr, "recap %s: %s\n", CMD, recap_last_error());
         rc = CLI_EXIT_FAILURE;
@@ -140,7 +148,7 @@ int cli_ops_main(int argc, char **argv) {
     return rc;
   }
   size_t count = 0;
-  const recap_op_def *const *all = recap__op_list(&count);
+  const recap__op_def *const *all = recap__op_list(&count);
   printf("%zu ops\n\n", count);
   for (size_t i = 0; i < count; i++) print_op(all[i]);
   return CLI_EXIT_OK;

@@ -7,8 +7,8 @@
 static const char *const CMD = "validate";
 
 /* Whether an op takes an expression (compiled with NVRTC when a pipeline loads on the GPU). */
-static bool takes_expression(const recap_op_def *def) {
-  for (const recap_attr_def *a = def ? def->attrs : NULL; a && a->name; a++)
+static bool takes_expression(const recap__op_def *def) {
+  for (const recap__attr_def *a = def ? def->attrs : NULL; a && a->name; a++)
     if (a->kind == RECAP_ATTR_EXPR) return true;
   return false;
 }

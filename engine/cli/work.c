@@ -28,10 +28,10 @@ void cli_work_estimate(const recap__ir *ir, cli_work *out) {
   for (size_t o = 0; o < ir->num_ops; o++) {
     const recap__ir_op *op = &ir->ops[o];
     /* The op's shapes as a call (no data): what its contract's flops reads. */
-    recap_op_call call = {.def = op->def,
-                          .num_inputs = op->num_inputs,
-                          .num_outputs = op->num_outputs,
-                          .attrs = op->attrs};
+    recap__op_call call = {.def = op->def,
+                           .num_inputs = op->num_inputs,
+                           .num_outputs = op->num_outputs,
+                           .attrs = op->attrs};
     for (int i = 0; i < op->num_inputs; i++) shape_of(&ir->tensors[op->inputs[i]], &call.inputs[i]);
     for (int i = 0; i < op->num_outputs; i++)
       shape_of(&ir->tensors[op->outputs[i]], &call.outputs[i]);

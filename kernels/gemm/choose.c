@@ -766,7 +766,7 @@ void recap__gemm_tune_reset(void) {
 
 /* ---- entry points -------------------------------------------------------------------------- */
 
-static recap_status gemm_run(const recap_op_call *call, void *cuda_stream, bool run) {
+static recap_status gemm_run(const recap__op_call *call, void *cuda_stream, bool run) {
   recap__gemm_plan p;
   RECAP_TRY(recap__gemm_plan_make(call, &p));
   if (run && (!p.a || !p.b || !p.out))
@@ -792,10 +792,10 @@ done:
   return st;
 }
 
-recap_status recap__cuda_gemm(const recap_op_call *call, void *cuda_stream) {
+recap_status recap__cuda_gemm(const recap__op_call *call, void *cuda_stream) {
   return gemm_run(call, cuda_stream, true);
 }
 
-recap_status recap__cuda_gemm_prepare(const recap_op_call *call, void *cuda_stream) {
+recap_status recap__cuda_gemm_prepare(const recap__op_call *call, void *cuda_stream) {
   return gemm_run(call, cuda_stream, false);
 }

@@ -41,7 +41,7 @@ union vec16 {
 
 /* One 16-byte vector per thread. The vector never straddles a row (cols % kN == 0), so its
  * bias is the one vector at column (first element % cols). */
-template <typename T, recap_activation kAct>
+template <typename T, recap__activation kAct>
 __global__ void bias_act_vec_kernel(T *out, const T *bias, const T *residual, int64_t vectors,
                                     int64_t cols) {
   recap__pdl_begin();
@@ -66,7 +66,7 @@ __global__ void bias_act_vec_kernel(T *out, const T *bias, const T *residual, in
 
 template <typename T>
 __global__ void bias_act_kernel(T *out, const T *bias, const T *residual, int64_t total,
-                                int64_t cols, recap_activation act) {
+                                int64_t cols, recap__activation act) {
   recap__pdl_begin();
   const int64_t step = (int64_t)gridDim.x * blockDim.x;
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += step) {
@@ -78,7 +78,7 @@ __global__ void bias_act_kernel(T *out, const T *bias, const T *residual, int64_
   }
 }
 
-template <typename T, recap_activation kAct>
+template <typename T, recap__activation kAct>
 recap_status launch_vec(T *out, const T *bias, const T *residual, int64_t total, int64_t cols,
                         cudaStream_t stream) {
   const int64_t vectors = total / vec16<T>::kN;
@@ -89,16 +89,17 @@ recap_status launch_vec(T *out, const T *bias, const T *residual, int64_t total,
   return RECAP_OK;
 }
 
-bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+bool aligned16(const void *p) {
+  return ((uintptr_t)p & 15u) == 0;
+}
 
 }  // namespace
 
 /* ================================ launchers ============================================== */
 
-extern "C" recap_status recap__cuda_gemm_bias_act(void *out, const void *bias,
-                                                  const void *residual, recap_dtype dtype,
-                                                  int64_t rows, int64_t cols,
-                                                  recap_activation act, void *cuda_stream) {
+extern "C" recap_status recap__cuda_gemm_bias_act(void *out, const void *bias, const void *residual,
+                                                  recap_dtype dtype, int64_t rows, int64_t cols,
+                                                  recap__activation act, void *cuda_stream) {
   recap__cuda_launch_range range("recap gemm epilogue");
   if (!out || rows < 1 || cols < 1 || !cuda_stream)
     return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,

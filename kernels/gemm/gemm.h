@@ -43,9 +43,9 @@
 extern "C" {
 #endif
 
-extern const recap_op_def recap__op_matmul, recap__op_linear;
+extern const recap__op_def recap__op_matmul, recap__op_linear;
 
-/* Which of the two ops a call is: the defs' `code` (recap_op_def.code), copied into the plan,
+/* Which of the two ops a call is: the defs' `code` (recap__op_def.code), copied into the plan,
  * so that the plan and the backends tell matmul from linear without naming a def. */
 typedef enum { RECAP__GEMM_MATMUL, RECAP__GEMM_LINEAR } recap__gemm_op;
 
@@ -68,14 +68,14 @@ typedef struct {
   int64_t batch[2]; /* outer, inner; merged into the inner level when one stride each does */
   int64_t a_bs[2], b_bs[2], out_bs[2]; /* c's batch strides are out's */
   float alpha, beta;
-  recap_activation act;
+  recap__activation act;
   recap__gemm_op op; /* the tuning file keys on it */
 } recap__gemm_plan;
 
 /* Builds the plan of a call that passed recap__op_infer (matmul or linear: its def's code says
  * which). Data pointers may be NULL (prepare before binding). RECAP_STATUS_INVALID_ARGUMENT
  * naming the op otherwise. */
-recap_status recap__gemm_plan_make(const recap_op_call *call, recap__gemm_plan *out);
+recap_status recap__gemm_plan_make(const recap__op_call *call, recap__gemm_plan *out);
 
 /* How a [rows, cols] matrix with element strides (rs, cs) looks to a column-major BLAS: with
  * *row_major set it is stored row by row with leading dimension *ld (>= cols), else column
@@ -84,7 +84,7 @@ bool recap__gemm_operand_layout(int64_t rows, int64_t cols, int64_t rs, int64_t 
                                 int64_t *ld);
 
 /* The host reference (the defs' run_host): runs the plan on the calling thread. */
-recap_status recap__gemm_run_host(const recap_op_call *call);
+recap_status recap__gemm_run_host(const recap__op_call *call);
 
 /* ---- environment settings (settings.c) ---- */
 
@@ -169,11 +169,11 @@ recap_status recap__cuda_gemm_hopper(const recap__gemm_plan *p, int device, void
  * host stream needs nothing: RECAP_OK. Inside a capture it succeeds only if everything
  * already exists (then it does nothing), else RECAP_STATUS_ILLEGAL_DURING_CAPTURE. Errors: the
  * plan's, OUT_OF_MEMORY for the workspace, LIBRARY_ERROR from cuBLAS. */
-recap_status recap__gemm_prepare(const recap_op_call *call, recap_stream *stream);
+recap_status recap__gemm_prepare(const recap__op_call *call, recap_stream *stream);
 
 #if RECAP_WITH_CUDA
 /* recap__gemm_prepare for a CUDA stream (a cudaStream_t). */
-recap_status recap__cuda_gemm_prepare(const recap_op_call *call, void *cuda_stream);
+recap_status recap__cuda_gemm_prepare(const recap__op_call *call, void *cuda_stream);
 /* The workspace recap uses for GEMMs on `cuda_stream` (a cudaStream_t), or NULL when none was
  * created yet. For tests: two streams never share one. */
 void *recap__gemm_stream_workspace(void *cuda_stream);
@@ -203,7 +203,7 @@ recap_status recap__cuda_gemm_tune_compare(const void *ref, const void *got, rec
  * kernels/gemm/epilogue.cu. */
 recap_status recap__cuda_gemm_bias_act(void *out, const void *bias, const void *residual,
                                        recap_dtype dtype, int64_t rows, int64_t cols,
-                                       recap_activation act, void *cuda_stream);
+                                       recap__activation act, void *cuda_stream);
 #endif
 
 /* ---- the activations, one definition for host and device code ---- */
@@ -242,7 +242,7 @@ __device__ __forceinline__ float recap__gelu_erf_device(float x) {
 }
 #endif
 
-RECAP__GEMM_HD float recap__gemm_activate(recap_activation act, float x) {
+RECAP__GEMM_HD float recap__gemm_activate(recap__activation act, float x) {
   switch (act) {
     case RECAP_ACT_RELU:
       return x > 0.0f ? x : 0.0f;
@@ -273,34 +273,34 @@ RECAP__GEMM_HD float recap__gemm_activate(recap_activation act, float x) {
 #if defined(__CUDACC__)
 #include <type_traits>
 
-/* Calls fn(std::integral_constant<recap_activation, A>{}) with A == act, so that a kernel or a
+/* Calls fn(std::integral_constant<recap__activation, A>{}) with A == act, so that a kernel or a
  * launcher is instantiated per activation (a template parameter, constant-folded in
  * recap__gemm_activate) from one switch; returns false without calling fn for a value outside
  * the enum. Host and device code. */
 #pragma nv_exec_check_disable
 template <typename Fn>
-__host__ __device__ __forceinline__ bool recap__with_activation(recap_activation act, Fn &&fn) {
+__host__ __device__ __forceinline__ bool recap__with_activation(recap__activation act, Fn &&fn) {
   switch (act) {
     case RECAP_ACT_NONE:
-      fn(std::integral_constant<recap_activation, RECAP_ACT_NONE>{});
+      fn(std::integral_constant<recap__activation, RECAP_ACT_NONE>{});
       return true;
     case RECAP_ACT_RELU:
-      fn(std::integral_constant<recap_activation, RECAP_ACT_RELU>{});
+      fn(std::integral_constant<recap__activation, RECAP_ACT_RELU>{});
       return true;
     case RECAP_ACT_GELU:
-      fn(std::integral_constant<recap_activation, RECAP_ACT_GELU>{});
+      fn(std::integral_constant<recap__activation, RECAP_ACT_GELU>{});
       return true;
     case RECAP_ACT_GELU_TANH:
-      fn(std::integral_constant<recap_activation, RECAP_ACT_GELU_TANH>{});
+      fn(std::integral_constant<recap__activation, RECAP_ACT_GELU_TANH>{});
       return true;
     case RECAP_ACT_SILU:
-      fn(std::integral_constant<recap_activation, RECAP_ACT_SILU>{});
+      fn(std::integral_constant<recap__activation, RECAP_ACT_SILU>{});
       return true;
     case RECAP_ACT_SIGMOID:
-      fn(std::integral_constant<recap_activation, RECAP_ACT_SIGMOID>{});
+      fn(std::integral_constant<recap__activation, RECAP_ACT_SIGMOID>{});
       return true;
     case RECAP_ACT_TANH:
-      fn(std::integral_constant<recap_activation, RECAP_ACT_TANH>{});
+      fn(std::integral_constant<recap__activation, RECAP_ACT_TANH>{});
       return true;
   }
   return false;

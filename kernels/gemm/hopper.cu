@@ -37,8 +37,8 @@
 #include <atomic>
 
 #include "kernels/cuda_common.cuh"
-#include "kernels/gemm/gemm.h"
 #include "kernels/gemm/async.cuh"
+#include "kernels/gemm/gemm.h"
 #include "kernels/gemm/wgmma.cuh"
 #include "runtime/cuda_check.h"
 
@@ -82,7 +82,7 @@ struct epilogue_args {
   const void *bias, *residual;
   int m, n;
   float alpha;
-  recap_activation act;
+  recap__activation act;
 };
 
 /* Floats per row of a consumer's f32 tile in shared memory: 8 of padding put the 8 rows a
@@ -96,7 +96,7 @@ __host__ __device__ constexpr int tile_pitch() {
 /* The block's kRows x kBN tile, f32 in shared memory, to out, by all kThreads threads:
  * alpha, bias, the activation, the residual, one rounding; 8 columns (one 16-byte store) per
  * thread and step. */
-template <typename T, recap_activation kAct, int kBN, int kRows, int kThreads>
+template <typename T, recap__activation kAct, int kBN, int kRows, int kThreads>
 __device__ __forceinline__ void write_tile(const float *tile, const epilogue_args &e, int row0,
                                            int n0) {
   constexpr int kChunks = kBN / 8;
@@ -395,8 +395,7 @@ recap_status launch_index(const recap__gemm_plan *p, int device, cudaStream_t st
 }
 
 template <typename T>
-recap_status launch_config(const recap__gemm_plan *p, int config, int device,
-                           cudaStream_t stream) {
+recap_status launch_config(const recap__gemm_plan *p, int config, int device, cudaStream_t stream) {
   static_assert(kConfigCount == 10, "one case per configuration below");
   switch (config) {
     case 0:

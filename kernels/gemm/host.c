@@ -171,7 +171,7 @@ static void gemm_2d(const recap__gemm_plan *p, const void *a, const void *b, con
   }
 }
 
-recap_status recap__gemm_run_host(const recap_op_call *call) {
+recap_status recap__gemm_run_host(const recap__op_call *call) {
   recap__gemm_plan p;
   RECAP_TRY(recap__gemm_plan_make(call, &p));
   bool bound = p.a && p.b && p.out;

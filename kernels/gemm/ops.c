@@ -17,27 +17,27 @@
 static const char *const matmul_inputs[] = {"a", "b", "c?", NULL};
 static const char *const linear_inputs[] = {"x", "weight", "bias?", "residual?", NULL};
 
-static const recap_attr_def matmul_attrs[] = {
-    {"alpha", RECAP_ATTR_FLOAT, offsetof(recap_op_attrs, alpha), false, 1,
+static const recap__attr_def matmul_attrs[] = {
+    {"alpha", RECAP_ATTR_FLOAT, offsetof(recap__op_attrs, alpha), false, 1,
      "scales the product: out = alpha * op(a) op(b) + beta * c"},
-    {"beta", RECAP_ATTR_FLOAT, offsetof(recap_op_attrs, beta), false, 0,
+    {"beta", RECAP_ATTR_FLOAT, offsetof(recap__op_attrs, beta), false, 0,
      "scales input c (required when beta != 0)"},
-    {"trans_a", RECAP_ATTR_BOOL, offsetof(recap_op_attrs, trans_a), false, 0,
+    {"trans_a", RECAP_ATTR_BOOL, offsetof(recap__op_attrs, trans_a), false, 0,
      "a is stored [..., K, M]: use its transpose"},
-    {"trans_b", RECAP_ATTR_BOOL, offsetof(recap_op_attrs, trans_b), false, 0,
+    {"trans_b", RECAP_ATTR_BOOL, offsetof(recap__op_attrs, trans_b), false, 0,
      "b is stored [..., N, K]: use its transpose"},
     {.name = NULL},
 };
 
-static const recap_attr_def linear_attrs[] = {
-    {"act", RECAP_ATTR_ACTIVATION, offsetof(recap_op_attrs, act), false, RECAP_ACT_NONE,
+static const recap__attr_def linear_attrs[] = {
+    {"act", RECAP_ATTR_ACTIVATION, offsetof(recap__op_attrs, act), false, RECAP_ACT_NONE,
      "activation applied after the bias (none, relu, gelu (erf), gelu_tanh, silu, sigmoid, "
      "tanh); relu and gelu_tanh fuse into cuBLASLt's epilogue, the others run as a kernel "
      "after it"},
     {.name = NULL},
 };
 
-static recap_status check_matrix(const recap_op_call *call, int index, int64_t rows, int64_t cols,
+static recap_status check_matrix(const recap__op_call *call, int index, int64_t rows, int64_t cols,
                                  int64_t rs, int64_t cs) {
   const recap_tensor *t = &call->inputs[index];
   for (int d = 0; d < t->ndim; ++d)
@@ -56,7 +56,7 @@ static recap_status check_matrix(const recap_op_call *call, int index, int64_t r
   return RECAP_OK;
 }
 
-static recap_status check_alpha_beta(recap_op_call *call) {
+static recap_status check_alpha_beta(recap__op_call *call) {
   if (!isfinite(call->attrs.alpha) || !isfinite(call->attrs.beta))
     return RECAP_OP_FAIL(call, "attributes 'alpha' (%g) and 'beta' (%g) must be finite",
                          call->attrs.alpha, call->attrs.beta);
@@ -75,7 +75,7 @@ static recap_status check_alpha_beta(recap_op_call *call) {
 
 /* ---- matmul ------------------------------------------------------------------------------ */
 
-static recap_status matmul_infer(recap_op_call *call) {
+static recap_status matmul_infer(recap__op_call *call) {
   const recap_tensor *a = &call->inputs[0], *b = &call->inputs[1];
   RECAP_TRY(recap__infer_ndim(call, 0, 2, RECAP_MAX_DIMS));
   RECAP_TRY(recap__infer_ndim(call, 1, 2, RECAP_MAX_DIMS));
@@ -126,7 +126,7 @@ static recap_status matmul_infer(recap_op_call *call) {
 
 /* ---- linear ------------------------------------------------------------------------------ */
 
-static recap_status linear_infer(recap_op_call *call) {
+static recap_status linear_infer(recap__op_call *call) {
   const recap_tensor *x = &call->inputs[0], *w = &call->inputs[1];
   RECAP_TRY(recap__infer_ndim(call, 0, 1, RECAP_MAX_DIMS));
   RECAP_TRY(recap__infer_ndim(call, 1, 2, 2));
@@ -182,7 +182,7 @@ static recap_status linear_infer(recap_op_call *call) {
 
 /* ---- prepare ----------------------------------------------------------------------------- */
 
-recap_status recap__gemm_prepare(const recap_op_call *call, recap_stream *stream) {
+recap_status recap__gemm_prepare(const recap__op_call *call, recap_stream *stream) {
   RECAP_CHECK_ARG(call && call->def && stream && stream->backend);
   if (stream->backend->kind == RECAP_BACKEND_HOST) return RECAP_OK;
 #if RECAP_WITH_CUDA
@@ -195,7 +195,7 @@ recap_status recap__gemm_prepare(const recap_op_call *call, recap_stream *stream
 /* ---- the defs ---------------------------------------------------------------------------- */
 
 /* The inner dimension K: a multiply and an add per element of the product and step of K. */
-static double gemm_flops(const recap_op_call *call) {
+static double gemm_flops(const recap__op_call *call) {
   const recap_tensor *a = &call->inputs[0];
   bool trans_a = call->def->code == RECAP__GEMM_MATMUL && call->attrs.trans_a;
   int64_t k = trans_a ? a->shape[a->ndim - 2] : a->shape[a->ndim - 1];
@@ -203,21 +203,21 @@ static double gemm_flops(const recap_op_call *call) {
 }
 
 /* K of both operands: a's (op(a)'s columns) and b's (op(b)'s rows). */
-static int matmul_reduced_axes(const recap_op_attrs *attrs, int input[4], int axis[4]) {
+static int matmul_reduced_axes(const recap__op_attrs *attrs, int input[4], int axis[4]) {
   input[0] = 0, axis[0] = attrs->trans_a ? -2 : -1;
   input[1] = 1, axis[1] = attrs->trans_b ? -1 : -2;
   return 2;
 }
 
 /* K of x and of weight [N, K]. */
-static int linear_reduced_axes(const recap_op_attrs *attrs, int input[4], int axis[4]) {
+static int linear_reduced_axes(const recap__op_attrs *attrs, int input[4], int axis[4]) {
   (void)attrs;
   input[0] = 0, axis[0] = -1;
   input[1] = 1, axis[1] = -1;
   return 2;
 }
 
-const recap_op_def recap__op_matmul = {
+const recap__op_def recap__op_matmul = {
     .name = "matmul",
     .code = RECAP__GEMM_MATMUL,
     .summary = "alpha * op(a) op(b) + beta * c, batched with broadcast batch dims",
@@ -236,7 +236,7 @@ const recap_op_def recap__op_matmul = {
     .prepare = recap__gemm_prepare,
 };
 
-const recap_op_def recap__op_linear = {
+const recap__op_def recap__op_linear = {
     .name = "linear",
     .code = RECAP__GEMM_LINEAR,
     .summary = "act(x weight^T + bias) + residual: weight [N, K], bias [N], residual as out",

@@ -73,7 +73,7 @@ static bool residual_overlaps_out(const recap_tensor *r, const recap_tensor *o) 
   return bytes > 0 && r0 < o0 + bytes && o0 < r0 + bytes;
 }
 
-recap_status recap__gemm_plan_make(const recap_op_call *call, recap__gemm_plan *out) {
+recap_status recap__gemm_plan_make(const recap__op_call *call, recap__gemm_plan *out) {
   RECAP_CHECK_ARG(call && call->def && out);
   const recap_tensor *o = &call->outputs[0];
   /* The def's code says which op it is, so the plan needs no op definition (ops.c, above). */

@@ -32,8 +32,8 @@
 #include <stdint.h>
 
 #include "kernels/cuda_common.cuh"
-#include "kernels/gemm/gemm.h"
 #include "kernels/gemm/async.cuh"
+#include "kernels/gemm/gemm.h"
 #include "runtime/cuda_check.h"
 
 namespace {
@@ -51,7 +51,7 @@ struct skinny_args {
   int m, n, k;
   int64_t ldx, ldw; /* elements between rows of x and of W */
   float alpha;
-  recap_activation act;
+  recap__activation act;
   int pdl; /* launched as a programmatic dependent: prefetch W into L2 before waiting */
 };
 
@@ -112,7 +112,8 @@ template <>
 __device__ __forceinline__ void mma16816<__nv_bfloat16>(float (&d)[4], uint32_t a0, uint32_t a1,
                                                         uint32_t a2, uint32_t a3, uint32_t b0,
                                                         uint32_t b1) {
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
       "{%8, %9}, {%0, %1, %2, %3};"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
@@ -122,7 +123,8 @@ template <>
 __device__ __forceinline__ void mma16816<__half>(float (&d)[4], uint32_t a0, uint32_t a1,
                                                  uint32_t a2, uint32_t a3, uint32_t b0,
                                                  uint32_t b1) {
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
       "{%8, %9}, {%0, %1, %2, %3};"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
@@ -172,10 +174,8 @@ __device__ __forceinline__ void mma_group(float (&acc)[NT][4], const group_regs<
 #pragma unroll
     for (int t = 0; t < NT; ++t) {
       /* Elements 0-3 of the lane's 8 are the first mma's k pairs, 4-7 the second's. */
-      mma16816<T>(acc[t], r.wa[u].x, r.wb[u].x, r.wa[u].y, r.wb[u].y, r.xv[t][u].x,
-                  r.xv[t][u].y);
-      mma16816<T>(acc[t], r.wa[u].z, r.wb[u].z, r.wa[u].w, r.wb[u].w, r.xv[t][u].z,
-                  r.xv[t][u].w);
+      mma16816<T>(acc[t], r.wa[u].x, r.wb[u].x, r.wa[u].y, r.wb[u].y, r.xv[t][u].x, r.xv[t][u].y);
+      mma16816<T>(acc[t], r.wa[u].z, r.wb[u].z, r.wa[u].w, r.wb[u].w, r.xv[t][u].z, r.xv[t][u].w);
     }
   }
 }
@@ -291,11 +291,15 @@ struct bulk_shape {
 };
 constexpr bulk_shape kBulkShapes[] = {{1, 512, 3, 768}, {2, 1024, 2, 768}};
 constexpr int kBulkFirst = 2, kBulkCount = (int)(sizeof kBulkShapes / sizeof kBulkShapes[0]);
-constexpr int kBulkSmallM = 4;      /* pipe 2 up to this m, pipe 3 above */
+constexpr int kBulkSmallM = 4;       /* pipe 2 up to this m, pipe 3 above */
 constexpr int kBulkDefaultWarps = 8; /* consumer warps (4 and 16 measured slower) */
 
-__host__ __device__ constexpr int bulk_row_bytes(int kc) { return kc * 2 + kPad; }
-__host__ __device__ constexpr int bulk_stage_rows(int rt, int nt) { return kRows * rt + 8 * nt; }
+__host__ __device__ constexpr int bulk_row_bytes(int kc) {
+  return kc * 2 + kPad;
+}
+__host__ __device__ constexpr int bulk_stage_rows(int rt, int nt) {
+  return kRows * rt + 8 * nt;
+}
 __host__ __device__ constexpr size_t bulk_smem(int rt, int nt, int kc, int stages) {
   return (size_t)stages * bulk_stage_rows(rt, nt) * bulk_row_bytes(kc);
 }
@@ -306,10 +310,11 @@ __host__ __device__ constexpr size_t bulk_smem(int rt, int nt, int kc, int stage
  * counted on bar. */
 __device__ __forceinline__ void bulk_copy(uint32_t dst, const void *src, uint32_t bytes,
                                           uint32_t bar, uint64_t policy) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
-               " [%0], [%1], %2, [%3], %4;" ::"r"(dst),
-               "l"(src), "r"(bytes), "r"(bar), "l"(policy)
-               : "memory");
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
+      " [%0], [%1], %2, [%3], %4;" ::"r"(dst),
+      "l"(src), "r"(bytes), "r"(bar), "l"(policy)
+      : "memory");
 }
 
 __device__ __forceinline__ void bulk_prefetch_l2(const void *src, uint32_t bytes) {
@@ -319,10 +324,11 @@ __device__ __forceinline__ void bulk_prefetch_l2(const void *src, uint32_t bytes
 /* The same for x, which every block reads: no eviction hint. */
 __device__ __forceinline__ void bulk_copy(uint32_t dst, const void *src, uint32_t bytes,
                                           uint32_t bar) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes"
-               " [%0], [%1], %2, [%3];" ::"r"(dst),
-               "l"(src), "r"(bytes), "r"(bar)
-               : "memory");
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes"
+      " [%0], [%1], %2, [%3];" ::"r"(dst),
+      "l"(src), "r"(bytes), "r"(bar)
+      : "memory");
 }
 
 __device__ __forceinline__ uint4 lds128(uint32_t addr) {
@@ -337,12 +343,12 @@ __device__ __forceinline__ uint4 lds128(uint32_t addr) {
 /* T: storage type. NT: 8-row tiles of x. RT: 16-row tiles of W per block. KC: K columns per
  * stage. S: stages. PF: columns prefetched (bulk_shape). Block: blockDim.x / 32 - 1 consumer
  * warps, then the producer warp; block b takes W rows [16 RT b, 16 RT (b + 1)). Stage layout:
- * rows [0, 16 RT) are W's, rows 16 RT + [0, m) are x's, each row KC elements plus kPad bytes: a row stride of 64 (mod 128) bytes puts a lane's rows g and g + 1 in
- * opposite halves of the banks, so the 16-byte shared loads of a quarter warp never conflict.
- * Only the block's own W rows and x's m rows are copied; the others hold stale words that
- * reach only output rows and columns that are never stored (an mma's output row depends on
- * its own A row only, a column on its own B column only). Dynamic shared memory:
- * bulk_smem(RT, NT, KC, S) bytes. */
+ * rows [0, 16 RT) are W's, rows 16 RT + [0, m) are x's, each row KC elements plus kPad bytes: a row
+ * stride of 64 (mod 128) bytes puts a lane's rows g and g + 1 in opposite halves of the banks, so
+ * the 16-byte shared loads of a quarter warp never conflict. Only the block's own W rows and x's m
+ * rows are copied; the others hold stale words that reach only output rows and columns that are
+ * never stored (an mma's output row depends on its own A row only, a column on its own B column
+ * only). Dynamic shared memory: bulk_smem(RT, NT, KC, S) bytes. */
 template <typename T, int NT, int RT, int KC, int S, int PF>
 __global__ void __launch_bounds__((kMaxWarps + 1) * 32) bulk_kernel(const skinny_args a) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -465,7 +471,8 @@ __global__ void __launch_bounds__((kMaxWarps + 1) * 32) bulk_kernel(const skinny
   for (int i = threadIdx.x; i < a.m * rows; i += blockDim.x) {
     const int b = i / rows, r = i % rows;
     float sum = 0.0f;
-    for (int wi = 0; wi < warps; ++wi) sum += partial[((size_t)wi * kMaxM + b) * (kBlockRows + 1) + r];
+    for (int wi = 0; wi < warps; ++wi)
+      sum += partial[((size_t)wi * kMaxM + b) * (kBlockRows + 1) + r];
     float v = a.alpha * sum;
     if (a.bias) v += recap__to_float(static_cast<const T *>(a.bias)[n0 + r]);
     static_cast<T *>(a.out)[(int64_t)b * a.n + n0 + r] =
@@ -486,8 +493,10 @@ device_facts facts_cache[kMaxDevices];
 
 recap_status device_facts_of(int device, device_facts *out) {
   if (device < 0 || device >= kMaxDevices)
-    return RECAP_FAIL(RECAP_STATUS_NOT_SUPPORTED, "skinny gemm: device %d is beyond the %d "
-                      "supported", device, kMaxDevices);
+    return RECAP_FAIL(RECAP_STATUS_NOT_SUPPORTED,
+                      "skinny gemm: device %d is beyond the %d "
+                      "supported",
+                      device, kMaxDevices);
   /* Two threads racing here store the same values; int stores do not tear. */
   device_facts f = {__atomic_load_n(&facts_cache[device].sms, __ATOMIC_ACQUIRE),
                     __atomic_load_n(&facts_cache[device].major, __ATOMIC_RELAXED)};
@@ -521,8 +530,8 @@ int warps_for(int64_t blocks, int steps, int sms) {
 template <typename Kernel>
 recap_status allow_smem(Kernel kernel, int device, size_t bytes, int (&done)[kMaxDevices]) {
   if (bytes <= 48 * 1024 || __atomic_load_n(&done[device], __ATOMIC_ACQUIRE)) return RECAP_OK;
-  RECAP_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      (int)bytes));
+  RECAP_CUDA_TRY(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
   __atomic_store_n(&done[device], 1, __ATOMIC_RELEASE);
   return RECAP_OK;
 }
@@ -583,15 +592,17 @@ recap_status launch(const skinny_args &args, int device, int warps, int pipe, bo
     return launch_bulk_index<T>(pipe - kBulkFirst, args, device, warps, config);
   if (args.m <= 8)
     RECAP_CUDA_TRY(pipe == 1 ? cudaLaunchKernelEx(&config, skinny_kernel<T, 1, 4, true>, args)
-                               : cudaLaunchKernelEx(&config, skinny_kernel<T, 1, 8, false>, args));
+                             : cudaLaunchKernelEx(&config, skinny_kernel<T, 1, 8, false>, args));
   else
     RECAP_CUDA_TRY(pipe == 1 ? cudaLaunchKernelEx(&config, skinny_kernel<T, 2, 2, true>, args)
-                               : cudaLaunchKernelEx(&config, skinny_kernel<T, 2, 4, false>, args));
+                             : cudaLaunchKernelEx(&config, skinny_kernel<T, 2, 4, false>, args));
   RECAP_CUDA_TRY(cudaGetLastError());
   return RECAP_OK;
 }
 
-bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+bool aligned16(const void *p) {
+  return ((uintptr_t)p & 15u) == 0;
+}
 
 }  // namespace
 
@@ -608,7 +619,7 @@ extern "C" bool recap__cuda_gemm_skinny_fits(const recap__gemm_plan *p) {
 }
 
 extern "C" recap_status recap__cuda_gemm_skinny_default(const recap__gemm_plan *p, int device,
-                                                       int *warps, int *pipe) {
+                                                        int *warps, int *pipe) {
   if (!p || !warps || !pipe)
     return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "skinny gemm: NULL argument");
   device_facts f;
@@ -625,7 +636,7 @@ extern "C" recap_status recap__cuda_gemm_skinny_default(const recap__gemm_plan *
 }
 
 extern "C" recap_status recap__cuda_gemm_skinny_config(const recap__gemm_plan *p, int device,
-                                                      void *cuda_stream, int warps, int pipe) {
+                                                       void *cuda_stream, int warps, int pipe) {
   recap__cuda_launch_range range("recap gemm skinny");
   if (!p || !cuda_stream || !p->a || !p->b || !p->out || !recap__cuda_gemm_skinny_fits(p))
     return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
@@ -665,7 +676,7 @@ extern "C" recap_status recap__cuda_gemm_skinny_config(const recap__gemm_plan *p
 }
 
 extern "C" recap_status recap__cuda_gemm_skinny(const recap__gemm_plan *p, int device,
-                                               void *cuda_stream) {
+                                                void *cuda_stream) {
   int warps = 0, pipe = 0;
   if (p && recap__cuda_gemm_skinny_fits(p))
     RECAP_TRY(recap__cuda_gemm_skinny_default(p, device, &warps, &pipe));

@@ -49,11 +49,11 @@ enum {
  * process's is ignored (its entries are stale). device holds only [A-Za-z0-9._-] (the writer
  * replaces other bytes with '_'). */
 typedef struct {
-  int cublaslt;   /* cublasLtGetVersion() */
-  int cudart;     /* cudaRuntimeGetVersion() */
+  int cublaslt; /* cublasLtGetVersion() */
+  int cudart;   /* cudaRuntimeGetVersion() */
   char device[RECAP_TUNE_DEVICE_NAME];
-  int sms;        /* multiprocessor count */
-  int cc;         /* compute capability, major * 10 + minor */
+  int sms; /* multiprocessor count */
+  int cc;  /* compute capability, major * 10 + minor */
 } recap__tune_versions;
 
 typedef enum { RECAP_TUNE_OP_MATMUL = 0, RECAP_TUNE_OP_LINEAR = 1 } recap__tune_op;
@@ -68,10 +68,10 @@ typedef struct {
   int32_t a_type, b_type, c_type; /* recap_dtype */
   int32_t compute;                /* recap__tune_compute */
   int32_t trans_a, trans_b;
-  int32_t bias;                   /* 0 or 1 */
-  int32_t act;                    /* recap_activation */
-  int32_t has_c;                  /* beta * c is added: 0 or 1 */
-  int32_t align;                  /* 2, 4, 8 or 16 */
+  int32_t bias;  /* 0 or 1 */
+  int32_t act;   /* recap__activation */
+  int32_t has_c; /* beta * c is added: 0 or 1 */
+  int32_t align; /* 2, 4, 8 or 16 */
 } recap__tune_key;
 
 /* A candidate. LT: a cuBLASLt algorithm, named by its 9 configuration attributes (ALGO_ID,
@@ -126,11 +126,11 @@ bool recap__tune_entry_valid(const recap__tune_entry *entry);
 /* What a load found. Warnings go to stderr as "recap: warning: FILE:LINE: what" (at most
  * RECAP_TUNE_MAX_WARNINGS lines, then one line counting the rest), unless quiet. */
 typedef struct {
-  size_t loaded;    /* entries added to the table */
-  size_t ignored;   /* malformed or unknown lines, and entries beyond the limit */
-  size_t stale;     /* entries written by other library or device versions */
-  size_t warnings;  /* warning lines (printed or, when quiet, not) */
-  bool found;       /* the file existed and could be read */
+  size_t loaded;           /* entries added to the table */
+  size_t ignored;          /* malformed or unknown lines, and entries beyond the limit */
+  size_t stale;            /* entries written by other library or device versions */
+  size_t warnings;         /* warning lines (printed or, when quiet, not) */
+  bool found;              /* the file existed and could be read */
   char first_warning[160]; /* the first warning's text ("" when none) */
 } recap__tune_load_report;
 

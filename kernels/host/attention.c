@@ -14,7 +14,7 @@
 #include "kernels/host/strided.h"
 #include "kernels/infer.h"
 
-recap_status recap__host_kv_append(const recap_op_call *call) {
+recap_status recap__host_kv_append(const recap__op_call *call) {
   const recap_tensor *cache = &call->inputs[0], *rows = &call->inputs[1];
   if (call->outputs[0].data != cache->data)
     return RECAP_OP_FAIL(call, "the output must be the cache itself (same memory)");
@@ -60,7 +60,7 @@ static double dot(const recap_tensor *q, int64_t qo, const recap_tensor *k, int6
 
 enum { CHUNK = 64 };
 
-recap_status recap__host_attention(const recap_op_call *call) {
+recap_status recap__host_attention(const recap__op_call *call) {
   const recap_tensor *q = &call->inputs[0], *k = &call->inputs[1], *v = &call->inputs[2];
   const recap_tensor *out = &call->outputs[0];
   int64_t batch = q->shape[0], heads = q->shape[1], sq = q->shape[2], head_dim = q->shape[3];

@@ -38,7 +38,7 @@ static double unary_value(int code, double x, double scale) {
   }
 }
 
-recap_status recap__host_unary(const recap_op_call *call) {
+recap_status recap__host_unary(const recap__op_call *call) {
   const recap_tensor *x = &call->inputs[0], *out = &call->outputs[0];
   int64_t n = recap__tensor_numel(out);
   recap__strided_iter it;
@@ -61,7 +61,7 @@ static void broadcast_strides(const recap_tensor *t, const recap_tensor *out,
   }
 }
 
-recap_status recap__host_binary(const recap_op_call *call) {
+recap_status recap__host_binary(const recap__op_call *call) {
   const recap_tensor *a = &call->inputs[0], *b = &call->inputs[1], *out = &call->outputs[0];
   int64_t sa[RECAP_MAX_DIMS], sb[RECAP_MAX_DIMS];
   broadcast_strides(a, out, sa);

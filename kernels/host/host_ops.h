@@ -1,5 +1,5 @@
 /*
- * host_ops.h: the host reference implementations (recap_op_def.run_host) of the non-GEMM
+ * host_ops.h: the host reference implementations (recap__op_def.run_host) of the non-GEMM
  * ops (internal to kernels/).
  *
  * Each runs synchronously on the calling thread (the host backend's launch_host calls it, in
@@ -18,23 +18,23 @@
 
 #include "kernels/op.h"
 
-recap_status recap__host_unary(const recap_op_call *call);
-recap_status recap__host_binary(const recap_op_call *call);
+recap_status recap__host_unary(const recap__op_call *call);
+recap_status recap__host_binary(const recap__op_call *call);
 
-recap_status recap__host_softmax(const recap_op_call *call);
-recap_status recap__host_layernorm(const recap_op_call *call);
-recap_status recap__host_rmsnorm(const recap_op_call *call);
-recap_status recap__host_reduce_last(const recap_op_call *call);
+recap_status recap__host_softmax(const recap__op_call *call);
+recap_status recap__host_layernorm(const recap__op_call *call);
+recap_status recap__host_rmsnorm(const recap__op_call *call);
+recap_status recap__host_reduce_last(const recap__op_call *call);
 
-recap_status recap__host_copy_strided(const recap_op_call *call);
-recap_status recap__host_concat(const recap_op_call *call);
-recap_status recap__host_fill(const recap_op_call *call);
-recap_status recap__host_embedding(const recap_op_call *call);
-recap_status recap__host_rope(const recap_op_call *call);
+recap_status recap__host_copy_strided(const recap__op_call *call);
+recap_status recap__host_concat(const recap__op_call *call);
+recap_status recap__host_fill(const recap__op_call *call);
+recap_status recap__host_embedding(const recap__op_call *call);
+recap_status recap__host_rope(const recap__op_call *call);
 
-recap_status recap__host_kv_append(const recap_op_call *call);
-recap_status recap__host_attention(const recap_op_call *call);
+recap_status recap__host_kv_append(const recap__op_call *call);
+recap_status recap__host_attention(const recap__op_call *call);
 
-recap_status recap__host_random(const recap_op_call *call);
+recap_status recap__host_random(const recap__op_call *call);
 
 #endif

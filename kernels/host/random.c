@@ -7,7 +7,7 @@
 #include "kernels/host/host_ops.h"
 #include "runtime/philox.h"
 
-recap_status recap__host_random(const recap_op_call *call) {
+recap_status recap__host_random(const recap__op_call *call) {
   const recap_tensor *out = &call->outputs[0];
   /* Resolved here, at run time: in a replayed capture the slot holds this replay's offset. */
   recap__philox_args args = {call->rng_seed, call->rng_offset, call->rng_slot,
@@ -15,7 +15,7 @@ recap_status recap__host_random(const recap_op_call *call) {
   uint64_t seed, offset;
   recap__philox_resolve(&args, &seed, &offset);
   int64_t n = recap__tensor_numel(out);
-  const recap_op_attrs *a = &call->attrs;
+  const recap__op_attrs *a = &call->attrs;
   for (int64_t block = 0; block * 4 < n; ++block) {
     recap__philox4x32 w = recap__philox_draw(seed, offset, (uint64_t)block);
     float values[4];

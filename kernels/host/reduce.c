@@ -18,7 +18,7 @@ static int64_t row_count(const recap_tensor *x) {
   return recap__tensor_numel(x) / x->shape[x->ndim - 1];
 }
 
-recap_status recap__host_softmax(const recap_op_call *call) {
+recap_status recap__host_softmax(const recap__op_call *call) {
   const recap_tensor *x = &call->inputs[0], *out = &call->outputs[0];
   int64_t cols = x->shape[x->ndim - 1];
   int64_t rows_per_matrix = x->ndim >= 2 ? x->shape[x->ndim - 2] : 1;
@@ -52,7 +52,7 @@ recap_status recap__host_softmax(const recap_op_call *call) {
 }
 
 /* layernorm (with mean subtraction and optional bias) and rmsnorm share the row loop. */
-static recap_status normalize(const recap_op_call *call, bool center) {
+static recap_status normalize(const recap__op_call *call, bool center) {
   const recap_tensor *x = &call->inputs[0], *w = &call->inputs[1], *out = &call->outputs[0];
   const recap_tensor *b = center && call->num_inputs > 2 ? &call->inputs[2] : NULL;
   int64_t d = x->shape[x->ndim - 1];
@@ -81,15 +81,15 @@ static recap_status normalize(const recap_op_call *call, bool center) {
   return RECAP_OK;
 }
 
-recap_status recap__host_layernorm(const recap_op_call *call) {
+recap_status recap__host_layernorm(const recap__op_call *call) {
   return normalize(call, true);
 }
 
-recap_status recap__host_rmsnorm(const recap_op_call *call) {
+recap_status recap__host_rmsnorm(const recap__op_call *call) {
   return normalize(call, false);
 }
 
-recap_status recap__host_reduce_last(const recap_op_call *call) {
+recap_status recap__host_reduce_last(const recap__op_call *call) {
   const recap_tensor *x = &call->inputs[0], *out = &call->outputs[0];
   int64_t d = x->shape[x->ndim - 1];
   int64_t rows = row_count(x);

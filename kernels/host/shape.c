@@ -25,7 +25,7 @@ static void copy_elements(const recap_tensor *src, const recap_tensor *dst) {
     memcpy(d + id.offset * (int64_t)esize, s + is.offset * (int64_t)esize, esize);
 }
 
-recap_status recap__host_copy_strided(const recap_op_call *call) {
+recap_status recap__host_copy_strided(const recap__op_call *call) {
   for (int o = 0; o < call->num_outputs; ++o) {
     recap_tensor view;
     RECAP_TRY(recap__view_for_copy(call, o, &view));
@@ -34,7 +34,7 @@ recap_status recap__host_copy_strided(const recap_op_call *call) {
   return RECAP_OK;
 }
 
-recap_status recap__host_concat(const recap_op_call *call) {
+recap_status recap__host_concat(const recap__op_call *call) {
   const recap_tensor *out = &call->outputs[0];
   int64_t dim = call->attrs.dim, start = 0;
   size_t esize = recap_dtype_size(out->dtype);
@@ -49,7 +49,7 @@ recap_status recap__host_concat(const recap_op_call *call) {
   return RECAP_OK;
 }
 
-recap_status recap__host_fill(const recap_op_call *call) {
+recap_status recap__host_fill(const recap__op_call *call) {
   const recap_tensor *out = &call->outputs[0];
   int64_t n = recap__tensor_numel(out);
   double v = call->attrs.value;
@@ -72,7 +72,7 @@ static int64_t load_index(const recap_tensor *t, int64_t offset) {
                                      : ((const int32_t *)t->data)[offset];
 }
 
-recap_status recap__host_embedding(const recap_op_call *call) {
+recap_status recap__host_embedding(const recap__op_call *call) {
   const recap_tensor *table = &call->inputs[0], *ids = &call->inputs[1];
   const recap_tensor *out = &call->outputs[0];
   int64_t vocab = table->shape[0], dim = table->shape[1], n = recap__tensor_numel(ids);
@@ -99,7 +99,7 @@ recap_status recap__host_embedding(const recap_op_call *call) {
   return RECAP_OK;
 }
 
-recap_status recap__host_rope(const recap_op_call *call) {
+recap_status recap__host_rope(const recap__op_call *call) {
   const recap_tensor *x = &call->inputs[0], *pos = &call->inputs[1];
   const recap_tensor *out = &call->outputs[0];
   /* A 3-D x [S, H, Dh] is a batch of one: index it as 4-D with a leading size-1 dim. */

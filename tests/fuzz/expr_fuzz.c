@@ -33,13 +33,13 @@ static void broken(const char *what, const uint8_t *data, size_t size) {
 }
 
 /* Formatting, re-parsed, must format the same. */
-static void check_round_trip(const recap_expr_program *p, int num_inputs, const uint8_t *data,
+static void check_round_trip(const recap__expr_program *p, int num_inputs, const uint8_t *data,
                              size_t size) {
   static char first[RECAP_EXPR_MAX_TEXT + 2], second[RECAP_EXPR_MAX_TEXT + 2];
   recap__expr_format(p, kNames, first, sizeof first);
   size_t len = strlen(first);
   if (len > RECAP_EXPR_MAX_TEXT) return; /* longer than the text limit (or truncated) */
-  recap_expr_program *again = NULL;
+  recap__expr_program *again = NULL;
   recap__expr_parse_error err;
   recap_status st = recap__expr_parse(first, len, kNames, num_inputs, NULL, &again, &err);
   if (st == RECAP_STATUS_OUT_OF_MEMORY) return;
@@ -54,7 +54,7 @@ static void check_round_trip(const recap_expr_program *p, int num_inputs, const 
 }
 
 /* Evaluates over inputs of shapes [2, 3] and [3] (alternating), in f32, f16 and bf16. */
-static void check_eval(const recap_expr_program *p, int num_inputs, const uint8_t *data,
+static void check_eval(const recap__expr_program *p, int num_inputs, const uint8_t *data,
                        size_t size) {
   static const recap_dtype dtypes[3] = {RECAP_DTYPE_F32, RECAP_DTYPE_F16, RECAP_DTYPE_BF16};
   float storage[RECAP_OP_MAX_INPUTS][6], out[6];
@@ -87,7 +87,7 @@ static void check_eval(const recap_expr_program *p, int num_inputs, const uint8_
     broken("host evaluation of a parsed expression failed", data, size);
 }
 
-static void check_codegen(const recap_expr_program *p, int num_inputs, const uint8_t *data,
+static void check_codegen(const recap__expr_program *p, int num_inputs, const uint8_t *data,
                           size_t size) {
   recap__expr_signature sig;
   memset(&sig, 0, sizeof sig);
@@ -108,7 +108,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   const int num_inputs = 1 + data[0] % RECAP_OP_MAX_INPUTS;
   const char *text = (const char *)data + 1;
   const size_t len = size - 1;
-  recap_expr_program *p = NULL;
+  recap__expr_program *p = NULL;
   recap__expr_parse_error err;
   recap_status st = recap__expr_parse(text, len, kNames, num_inputs, NULL, &p, &err);
   switch (st) {
