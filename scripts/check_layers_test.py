@@ -89,8 +89,37 @@ class CheckLayersTest(unittest.TestCase):
 
     def test_client_includes_internal_header(self):
         v = self.check({"engine/cli/run.c": '#include "include/recap.h"\n'
-                                            '#include "runtime/error.h"\n'})
-        self.assertOnly(v, "INCLUDE", "engine/cli/run.c:2:", "a client includes only")
+                                            '#include "runtime/error.h"\n'
+                                            '#include "kernels/op.h"\n'
+                                            '#include "engine/pipeline.h"\n',
+                        "engine/pipeline.h": '#include "include/recap.h"\n'})
+        self.assertOnly(v, "INCLUDE", "engine/cli/run.c:3: includes kernels/op.h: a client "
+                        "includes only", "engine/cli/run.c:4: includes engine/pipeline.h")
+        self.assertEqual(len(v), 2, v)  # runtime/error.h is a client header
+
+    def test_client_uses_client_headers(self):
+        # The entry header, the model's types and the runtime's utilities: includes and calls
+        # of what they declare pass; a call they do not declare (kernels/) still fails.
+        v = self.check({"engine/load.h": '#include "engine/plan.h"\n'
+                                         "int recap__load_file(const char *path);\n",
+                        "engine/plan.h": "int recap__plan_views(void);\n",
+                        "engine/load.c": "int recap__load_file(const char *p) { return 0; }\n",
+                        "engine/plan_views.c": "int recap__plan_views(void) { return 0; }\n",
+                        "engine/cli/plan.c": '#include "engine/load.h"\n'
+                                             '#include "engine/plan.h"\n'
+                                             '#include "runtime/error.h"\n'
+                                             "int plan(void) {\n"
+                                             '  return recap__load_file("x") + recap__plan_views()'
+                                             " + recap__fail(0);\n}\n"
+                                             "int more(void) { return recap__op_count(); }\n"})
+        self.assertOnly(v, "CALL", "CALL engine/cli/plan.c:7: calls recap__op_count of "
+                        "kernels/registry.c")
+        self.assertEqual(len(v), 1, v)
+
+    def test_client_headers_are_no_exception_for_lower_layers(self):
+        v = self.check({"engine/load.h": '#include "include/recap.h"\n',
+                        "kernels/shape.c": '#include "engine/load.h"\n'})
+        self.assertOnly(v, "INCLUDE", "kernels/shape.c:1:", "up (kernels -> engine)")
 
     def test_sideways_include_between_siblings(self):
         v = self.check({"comm/comm.h": '#include "allocator/internal.h"\n',
