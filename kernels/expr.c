@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "kernels/expr_impl.h"
-#include "kernels/half.h"
+#include "runtime/half.h"
 #include "kernels/op_codes.h"
 #include "runtime/error.h"
 

@@ -12,7 +12,7 @@
 #include <math.h>
 
 #include "kernels/expr_impl.h"
-#include "kernels/half.h"
+#include "runtime/half.h"
 #include "kernels/host/strided.h"
 #include "runtime/error.h"
 

@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "kernels/half.h"
+#include "runtime/half.h"
 
 recap__label recap__shape_label(const recap_tensor *t) {
   recap__label label;

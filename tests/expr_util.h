@@ -18,7 +18,7 @@
 #include <unistd.h>
 
 #include "kernels/expr.h"
-#include "kernels/half.h"
+#include "runtime/half.h"
 #include "kernels/op_codes.h"
 #include "runtime/backend.h"
 #include "runtime/capture.h"

@@ -16,7 +16,7 @@
 
 #include "kernels/gemm/gemm.h"
 #include "kernels/gemm/tune.h"
-#include "kernels/half.h"
+#include "runtime/half.h"
 #include "kernels/op.h"
 #include "runtime/backend.h"
 #include "runtime/capture.h"

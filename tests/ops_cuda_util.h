@@ -28,7 +28,7 @@
 #include <unistd.h>
 
 #include "kernels/gemm/gemm.h"
-#include "kernels/half.h"
+#include "runtime/half.h"
 #include "kernels/op.h"
 #include "runtime/backend.h"
 #include "runtime/capture.h"

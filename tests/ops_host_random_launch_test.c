@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/half.h"
+#include "runtime/half.h"
 #include "kernels/op.h"
 #include "runtime/backend.h"
 #include "runtime/capture.h"

@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "engine/pipeline.h"
-#include "kernels/half.h"
+#include "runtime/half.h"
 #include "runtime/nvrtc.h"
 #include "tests/test_util.h"
 

@@ -17,7 +17,7 @@
 #include "engine/fuse.h"
 #include "engine/pipeline.h"
 #include "kernels/expr.h"
-#include "kernels/half.h"
+#include "runtime/half.h"
 #include "tests/test_util.h"
 
 /* ---- IR fixtures ---- */

@@ -15,7 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "kernels/half.h"
+#include "runtime/half.h"
 #include "runtime/backend.h"
 #include "tests/test_util.h"
 

@@ -9,7 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "kernels/half.h"
+#include "runtime/half.h"
 
 static int registry_ready;
 

@@ -15,7 +15,7 @@
 #include <stdlib.h>
 
 #include "include/recap.h"
-#include "kernels/half.h"
+#include "runtime/half.h"
 
 #define CUDA_OK(expr)                                                                        \
   do {                                                                                       \

@@ -41,7 +41,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "kernels/half.h"
+#include "runtime/half.h"
 #include "tools/bench_common.h"
 
 enum {

@@ -25,7 +25,7 @@
 
 #include "include/recap.h"
 #include "kernels/gemm/gemm.h"
-#include "kernels/half.h"
+#include "runtime/half.h"
 #include "kernels/op.h"
 #include "tools/bench_common.h"
 

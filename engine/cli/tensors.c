@@ -8,7 +8,7 @@
 #include <sys/random.h>
 #include <time.h>
 
-#include "kernels/half.h"
+#include "runtime/half.h"
 #include "runtime/error.h"
 
 recap_status cli_tensor_describe(recap_pipeline *p, size_t t, int64_t batch, cli_tensor *out) {

@@ -22,7 +22,7 @@
 #include <string.h>
 
 #include "kernels/gemm/gemm.h"
-#include "kernels/half.h"
+#include "runtime/half.h"
 #include "kernels/infer.h"
 #include "runtime/error.h"
 

@@ -9,7 +9,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "kernels/half.h"
+#include "runtime/half.h"
 #include "kernels/host/host_ops.h"
 #include "kernels/host/strided.h"
 #include "kernels/infer.h"

@@ -6,7 +6,7 @@
  */
 #include <math.h>
 
-#include "kernels/half.h"
+#include "runtime/half.h"
 #include "kernels/host/host_ops.h"
 #include "kernels/host/strided.h"
 #include "kernels/op_codes.h"

@@ -3,7 +3,7 @@
  * runtime/philox.h functions the CUDA kernel uses, so uniform draws are bit-identical across
  * backends and normal draws agree to a few ulp (see philox.h).
  */
-#include "kernels/half.h"
+#include "runtime/half.h"
 #include "kernels/host/host_ops.h"
 #include "runtime/philox.h"
 

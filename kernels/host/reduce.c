@@ -4,7 +4,7 @@
  */
 #include <math.h>
 
-#include "kernels/half.h"
+#include "runtime/half.h"
 #include "kernels/host/host_ops.h"
 #include "kernels/host/strided.h"
 
