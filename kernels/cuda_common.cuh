@@ -3,7 +3,7 @@
  * files include it).
  *
  * - Element access: f16/bf16/f32 storage is loaded as float and stored from float (round to
- *   nearest even, as kernels/half.h does on the host), so every kernel computes in f32.
+ *   nearest even, as runtime/half.h does on the host), so every kernel computes in f32.
  * - recap__cuda_view4: a recap_tensor's shape and strides right-aligned to 4 dimensions, so a
  *   kernel turns a linear element index into a strided offset the same way for any rank.
  * - recap__fast_div: division by a launch-time constant without a hardware divide, for index

@@ -7,7 +7,7 @@
  * same program and signature always produce the same bytes (which is what the disk cache's
  * key relies on). It needs no headers (NVRTC then needs no include path): f16 and bf16 are
  * handled as 16-bit integers with PTX conversions (f16) and the integer round-to-nearest-even
- * of kernels/half.h (bf16), so host and device round identically.
+ * of runtime/half.h (bf16), so host and device round identically.
  *
  * Two kernels per source, sharing one element function:
  *   recap_expr_strided  grid-stride loop; each element's 4-D index is decomposed once and

@@ -12,8 +12,8 @@
  *   float x = recap__load_f32(t.data, t.dtype, i);
  *   recap__store_f32(out.data, out.dtype, i, x);
  */
-#ifndef RECAP_KERNELS_HALF_H
-#define RECAP_KERNELS_HALF_H
+#ifndef RECAP_RUNTIME_HALF_H
+#define RECAP_RUNTIME_HALF_H
 
 #include <stdint.h>
 #include <string.h>

@@ -1,6 +1,6 @@
 /*
  * ops_host_math_test.c: the host backend's arithmetic ops against a float64 reference:
- * f16/bf16 conversions (kernels/half.h: every value round-trips, midpoints tie to even),
+ * f16/bf16 conversions (runtime/half.h: every value round-trips, midpoints tie to even),
  * unary ops and cast (also in place), binary ops with broadcasting, softmax with scale and
  * causal mask, layernorm and rmsnorm, sum and mean over the last dim (helpers and the
  * tolerances: ops_host_util.h).

@@ -1,7 +1,7 @@
 /*
  * ops_host_util.h: what the host op tests (ops_host_*_test.c) share: the host stream and its
  * suite init/cleanup, tracked buffers, element encoding written from the dtypes' definitions
- * (f16/bf16 decoded with ldexp, independent of kernels/half.h), tensors in several layouts
+ * (f16/bf16 decoded with ldexp, independent of runtime/half.h), tensors in several layouts
  * with random values, the per-dtype tolerances and the every-element check, and op calls.
  *
  * Every test draws fresh random inputs (never zeros; seed printed, RECAP_TEST_SEED replays),
@@ -51,7 +51,7 @@ static inline void *track(size_t bytes) {
   return p;
 }
 
-/* ---- element encoding, independent of kernels/half.h ---- */
+/* ---- element encoding, independent of runtime/half.h ---- */
 
 static inline double f16_decode(uint16_t h) {
   int e = (h >> 10) & 31, m = h & 1023;

@@ -5,7 +5,7 @@
  * Each runs synchronously on the calling thread (the host backend's launch_host calls it, in
  * stream order or from a graph replay), on a call that passed recap__op_infer and has its
  * tensors bound to host memory. They compute in float with double accumulators for sums and
- * norms, and read and write f16/bf16 through kernels/half.h. The semantics documented per
+ * norms, and read and write f16/bf16 through runtime/half.h. The semantics documented per
  * entry point in kernels/cuda_ops.h are what these compute.
  *
  * Failure: a bad value found in device memory at run time (an embedding id or a KV-cache
