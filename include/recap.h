@@ -348,6 +348,29 @@ RECAP_API int recap_gemm_allow_tf32(void);
 RECAP_API recap_status recap_gemm_set_library(recap_gemm_library library);
 RECAP_API recap_gemm_library recap_gemm_library_get(void);
 
+/* The GEMM tuner (RECAP_TUNE, RECAP_TUNE_FILE: docs/gemm_tuning.md) and its counters since the
+ * environment was last read, process-wide. `recap run` and `recap bench` print them as one
+ * line when the tuner is on.
+ *
+ *   recap_gemm_tune_stats s;
+ *   recap_gemm_tune_stats_get(&s);
+ *   if (s.mode) printf("%llu problems timed\n", (unsigned long long)s.tunings);
+ */
+typedef struct {
+  int mode;                  /* RECAP_TUNE: 0 off (nothing counted), 1 tune, 2 cache only */
+  char tune_file[1024];      /* the tuning file read and written (RECAP_TUNE_FILE) */
+  uint64_t tunings;          /* problems timed */
+  uint64_t candidates_timed; /* candidates timed over all of them */
+  uint64_t rejected;         /* candidates that failed to run or disagreed with the default */
+  uint64_t cache_hits;       /* problems resolved from the tuning cache without timing */
+  uint64_t untimed_defaults; /* problems left on the default: cache-only mode or tuning failed */
+  uint64_t stale;            /* cached choices the library no longer offers for the problem */
+  uint64_t file_warnings;    /* warnings from reading the tuning file */
+} recap_gemm_tune_stats;
+
+/* RECAP_STATUS_INVALID_ARGUMENT for a NULL out. */
+RECAP_API recap_status recap_gemm_tune_stats_get(recap_gemm_tune_stats *out);
+
 /* ------------------------------------------------------------------------------------------
  * NVTX (no cost without a profiler; compiled out with -DRECAP_NO_NVTX)
  * ---------------------------------------------------------------------------------------- */

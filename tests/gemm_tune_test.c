@@ -16,11 +16,11 @@
 
 #include "kernels/gemm/gemm.h"
 #include "kernels/gemm/tune.h"
-#include "runtime/half.h"
 #include "kernels/op.h"
 #include "runtime/backend.h"
 #include "runtime/capture.h"
 #include "runtime/error.h"
+#include "runtime/half.h"
 #include "tests/test_util.h"
 
 #if RECAP_WITH_CUDA
@@ -608,9 +608,9 @@ static void set_tuning(const char *mode) {
   recap__gemm_env_reload(); /* also forgets every in-memory choice and the counters */
 }
 
-static recap__gemm_tune_stats stats(void) {
-  recap__gemm_tune_stats s;
-  recap__gemm_tune_stats_get(&s);
+static recap_gemm_tune_stats stats(void) {
+  recap_gemm_tune_stats s;
+  CU_ASSERT_EQUAL(recap_gemm_tune_stats_get(&s), RECAP_STATUS_OK);
   return s;
 }
 
@@ -663,7 +663,7 @@ static void test_cuda_first_run_times_every_candidate_and_matches_untuned(void) 
   unlink(cache_path);
   set_tuning("1");
   uint16_t *big = dgemm_run(&p.big);
-  recap__gemm_tune_stats s = stats();
+  recap_gemm_tune_stats s = stats();
   fprintf(stderr, "\n  4096^3 bf16: %llu candidates timed, %llu rejected",
           (unsigned long long)s.candidates_timed, (unsigned long long)s.rejected);
   CU_ASSERT_EQUAL(s.tunings, 1);
@@ -673,7 +673,7 @@ static void test_cuda_first_run_times_every_candidate_and_matches_untuned(void) 
   CU_ASSERT(s.candidates_timed + s.rejected > 17);
   CU_ASSERT_EQUAL(s.cache_hits, 0);
   uint16_t *skinny = dgemm_run(&p.skinny);
-  const recap__gemm_tune_stats s2 = stats();
+  const recap_gemm_tune_stats s2 = stats();
   fprintf(stderr, "\n  skinny 8 x 4096 x 4096: %llu candidates timed, %llu rejected",
           (unsigned long long)(s2.candidates_timed - s.candidates_timed),
           (unsigned long long)(s2.rejected - s.rejected));
@@ -703,7 +703,7 @@ static void test_cuda_second_run_does_no_timing_and_hits_the_cache(void) {
   /* A second run: no in-memory state, the file alone. */
   set_tuning("1");
   problems_check(&p, "second run");
-  const recap__gemm_tune_stats s = stats();
+  const recap_gemm_tune_stats s = stats();
   CU_ASSERT_EQUAL(s.tunings, 0);
   CU_ASSERT_EQUAL(s.candidates_timed, 0);
   CU_ASSERT_EQUAL(s.cache_hits, 2);
@@ -740,7 +740,7 @@ static void test_cuda_changed_version_invalidates_the_entries(void) {
   free(text);
   set_tuning("1");
   problems_check(&p, "after a version change");
-  const recap__gemm_tune_stats s = stats();
+  const recap_gemm_tune_stats s = stats();
   CU_ASSERT_EQUAL(s.cache_hits, 0);
   CU_ASSERT_EQUAL(s.tunings, 2);
   CU_ASSERT_EQUAL(s.file_warnings, 1);
@@ -779,7 +779,7 @@ static void test_cuda_corrupt_file_and_unknown_algorithm_are_survived(void) {
   write_text(cache_path, bad, n + sizeof garbage - 1);
   set_tuning("1");
   problems_check(&p, "corrupt file");
-  const recap__gemm_tune_stats s = stats();
+  const recap_gemm_tune_stats s = stats();
   CU_ASSERT(s.file_warnings >= 2);
   CU_ASSERT(s.stale >= 1);
   CU_ASSERT_EQUAL(s.tunings, s.stale);
@@ -867,6 +867,44 @@ static int host_suite_init(void) {
   return make_tmp_dir();
 }
 
+/* The public stats: the mode and file the environment gave, and each counter in its own
+ * field, cleared when the environment is read again. */
+static void test_tune_stats_get_reports_mode_file_and_each_counter(void) {
+  CU_ASSERT_EQUAL(recap_gemm_tune_stats_get(NULL), RECAP_STATUS_INVALID_ARGUMENT);
+  setenv("RECAP_TUNE", "2", 1);
+  setenv("RECAP_TUNE_FILE", "/nonexistent/stats.txt", 1);
+  recap__gemm_env_reload();
+  recap__gemm_tune_count(RECAP_TUNE_STAT_TUNINGS, 1);
+  recap__gemm_tune_count(RECAP_TUNE_STAT_CANDIDATES, 2);
+  recap__gemm_tune_count(RECAP_TUNE_STAT_REJECTED, 3);
+  recap__gemm_tune_count(RECAP_TUNE_STAT_HITS, 4);
+  recap__gemm_tune_count(RECAP_TUNE_STAT_UNTIMED, 5);
+  recap__gemm_tune_count(RECAP_TUNE_STAT_STALE, 6);
+  recap__gemm_tune_count(RECAP_TUNE_STAT_FILE_WARNINGS, 7);
+  recap__gemm_tune_count(RECAP_TUNE_STAT_HITS, 10);
+  recap_gemm_tune_stats s;
+  memset(&s, 0xff, sizeof s);
+  CU_ASSERT_EQUAL_FATAL(recap_gemm_tune_stats_get(&s), RECAP_STATUS_OK);
+  CU_ASSERT_EQUAL(s.mode, 2);
+  CU_ASSERT_STRING_EQUAL(s.tune_file, "/nonexistent/stats.txt");
+  CU_ASSERT_EQUAL(s.tunings, 1);
+  CU_ASSERT_EQUAL(s.candidates_timed, 2);
+  CU_ASSERT_EQUAL(s.rejected, 3);
+  CU_ASSERT_EQUAL(s.cache_hits, 14);
+  CU_ASSERT_EQUAL(s.untimed_defaults, 5);
+  CU_ASSERT_EQUAL(s.stale, 6);
+  CU_ASSERT_EQUAL(s.file_warnings, 7);
+  unsetenv("RECAP_TUNE");
+  unsetenv("RECAP_TUNE_FILE");
+  recap__gemm_env_reload();
+  CU_ASSERT_EQUAL_FATAL(recap_gemm_tune_stats_get(&s), RECAP_STATUS_OK);
+  CU_ASSERT_EQUAL(s.mode, 0);
+  CU_ASSERT_STRING_EQUAL(s.tune_file, "recap_tune.txt");
+  CU_ASSERT_EQUAL(s.tunings + s.candidates_timed + s.rejected + s.cache_hits + s.untimed_defaults +
+                      s.stale + s.file_warnings,
+                  0);
+}
+
 int main(void) {
   CU_pSuite host = test_add_suite("gemm_tune/host", host_suite_init, NULL);
   CU_ADD_TEST(host, test_tune_file_round_trips_entries_through_save_and_load);
@@ -882,6 +920,7 @@ int main(void) {
   CU_ADD_TEST(host, test_tune_file_oversized_file_lines_and_entry_counts_are_bounded);
   CU_ADD_TEST(host, test_tune_save_is_atomic_and_merges_with_the_file);
   CU_ADD_TEST(host, test_tune_env_is_read_once_until_reloaded);
+  CU_ADD_TEST(host, test_tune_stats_get_reports_mode_file_and_each_counter);
 
   CU_pSuite cuda = test_add_cuda_suite("gemm_tune/cuda",
 #if RECAP_WITH_CUDA

@@ -7,7 +7,6 @@
 #include "engine/cli/cli.h"
 #include "engine/cli/svg.h"
 #include "engine/cli/tensors.h"
-#include "kernels/gemm/tune.h"
 
 static const char *const CMD = "bench";
 
@@ -439,7 +438,7 @@ int cli_bench_main(int argc, char **argv) {
     printf("wrote %s\n", a.svg_path);
   }
   /* One line on the GEMM tuner when RECAP_TUNE is set. */
-  recap__gemm_tune_print_stats(stderr);
+  cli_print_gemm_tune_stats(stderr);
   rc = check && mismatches ? CLI_EXIT_FAILURE : CLI_EXIT_OK;
 done:
   json_decref(root);

@@ -191,6 +191,11 @@ bool cli_warn_host_work(const char *cmd, const char *path, const recap__ir *ir, 
 /* The first line of recap_last_error() after a failed call, prefixed for the user. */
 void cli_report_failure(const char *cmd, const char *what, recap_status status);
 
+/* One line "gemm tuning (RECAP_TUNE=1, FILE): N problems timed (C candidates, R rejected),
+ * H cache hits, ..." to `out` when RECAP_TUNE is 1 or 2 (recap_gemm_tune_stats_get); nothing
+ * otherwise. For `recap run` and `recap bench`. */
+void cli_print_gemm_tune_stats(FILE *out);
+
 /* The --json FILE of the benchmarks: writes root to path (indented, keys in insertion order)
  * and prints "wrote PATH" on stdout. False, with "recap CMD: cannot write PATH" on stderr, when
  * the file cannot be written. */

@@ -7,7 +7,6 @@
 #include "engine/cli/cli.h"
 #include "engine/cli/safetensors.h"
 #include "engine/cli/tensors.h"
-#include "kernels/gemm/tune.h"
 
 static const char *const CMD = "run";
 
@@ -435,7 +434,7 @@ int cli_run_main(int argc, char **argv) {
     fprintf(a.json ? stderr : stdout, "wrote the memory snapshot to %s\n", a.snapshot_path);
   }
   /* One line on the GEMM tuner when RECAP_TUNE is set (stderr: stdout may be JSON). */
-  recap__gemm_tune_print_stats(stderr);
+  cli_print_gemm_tune_stats(stderr);
   rc = CLI_EXIT_OK;
 done:
   json_decref(root);

@@ -203,3 +203,16 @@ double cli_now(void) {
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
+
+void cli_print_gemm_tune_stats(FILE *out) {
+  recap_gemm_tune_stats s;
+  if (!out || recap_gemm_tune_stats_get(&s) != RECAP_STATUS_OK || s.mode == 0) return;
+  fprintf(out,
+          "gemm tuning (RECAP_TUNE=%d, %s): %llu problems timed (%llu candidates, %llu "
+          "rejected), %llu cache hits, %llu left on the default, %llu stale entries, %llu file "
+          "warnings\n",
+          s.mode, s.tune_file, (unsigned long long)s.tunings,
+          (unsigned long long)s.candidates_timed, (unsigned long long)s.rejected,
+          (unsigned long long)s.cache_hits, (unsigned long long)s.untimed_defaults,
+          (unsigned long long)s.stale, (unsigned long long)s.file_warnings);
+}

@@ -163,17 +163,6 @@ bool recap__tune_format_entry(const recap__tune_entry *entry, char *buf, size_t 
  * cache only: look entries up, never time, never write. */
 typedef enum { RECAP_TUNE_OFF = 0, RECAP_TUNE_ON = 1, RECAP_TUNE_CACHE_ONLY = 2 } recap__tune_mode;
 
-/* The tuner's counters since the last recap__gemm_tune_reset (process-wide, atomic). */
-typedef struct {
-  uint64_t tunings;          /* problems timed */
-  uint64_t candidates_timed; /* candidates timed over all of them */
-  uint64_t rejected;         /* candidates that failed to run or disagreed with the default */
-  uint64_t cache_hits;       /* problems resolved from the tuning cache without timing */
-  uint64_t untimed_defaults; /* problems left on the default: cache-only mode or tuning failed */
-  uint64_t stale;            /* cached choices the library no longer offers for the problem */
-  uint64_t file_warnings;    /* warnings from reading the tuning file */
-} recap__gemm_tune_stats;
-
 typedef enum {
   RECAP_TUNE_STAT_TUNINGS,
   RECAP_TUNE_STAT_CANDIDATES,
@@ -185,13 +174,10 @@ typedef enum {
   RECAP_TUNE_STAT_COUNT_
 } recap__tune_stat;
 
-void recap__gemm_tune_stats_get(recap__gemm_tune_stats *out);
+/* The tuner's counters since the last recap__gemm_tune_reset (process-wide, atomic): read
+ * them with the public recap_gemm_tune_stats_get. */
 void recap__gemm_tune_count(recap__tune_stat which, uint64_t n);
 void recap__gemm_tune_stats_clear(void);
-/* One line "gemm tuning (RECAP_TUNE=1, FILE): N problems timed (C candidates, R rejected),
- * H cache hits, ..." to `out` when RECAP_TUNE is 1 or 2; nothing otherwise. For `recap run`
- * and `recap bench`. */
-void recap__gemm_tune_print_stats(FILE *out);
 
 /* Forgets every in-memory choice (the next GEMM of each problem resolves again, from the file
  * or by timing) and clears the counters: a second run's state within one process, for tests.

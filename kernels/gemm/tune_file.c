@@ -780,8 +780,14 @@ void recap__gemm_tune_stats_clear(void) {
   for (int i = 0; i < RECAP_TUNE_STAT_COUNT_; ++i) atomic_store(&counters[i], 0);
 }
 
-void recap__gemm_tune_stats_get(recap__gemm_tune_stats *out) {
-  if (!out) return;
+recap_status recap_gemm_tune_stats_get(recap_gemm_tune_stats *out) {
+  if (!out)
+    return recap__fail_plain(RECAP_STATUS_INVALID_ARGUMENT,
+                             "recap_gemm_tune_stats_get: out is NULL");
+  const recap__gemm_env *env = recap__gemm_env_get();
+  memset(out, 0, sizeof *out);
+  out->mode = env->tune;
+  snprintf(out->tune_file, sizeof out->tune_file, "%s", env->tune_file);
   out->tunings = atomic_load(&counters[RECAP_TUNE_STAT_TUNINGS]);
   out->candidates_timed = atomic_load(&counters[RECAP_TUNE_STAT_CANDIDATES]);
   out->rejected = atomic_load(&counters[RECAP_TUNE_STAT_REJECTED]);
@@ -789,21 +795,7 @@ void recap__gemm_tune_stats_get(recap__gemm_tune_stats *out) {
   out->untimed_defaults = atomic_load(&counters[RECAP_TUNE_STAT_UNTIMED]);
   out->stale = atomic_load(&counters[RECAP_TUNE_STAT_STALE]);
   out->file_warnings = atomic_load(&counters[RECAP_TUNE_STAT_FILE_WARNINGS]);
-}
-
-void recap__gemm_tune_print_stats(FILE *out) {
-  const recap__gemm_env *env = recap__gemm_env_get();
-  if (!out || env->tune == RECAP_TUNE_OFF) return;
-  recap__gemm_tune_stats s;
-  recap__gemm_tune_stats_get(&s);
-  fprintf(out,
-          "gemm tuning (RECAP_TUNE=%d, %s): %llu problems timed (%llu candidates, %llu "
-          "rejected), %llu cache hits, %llu left on the default, %llu stale entries, %llu file "
-          "warnings\n",
-          env->tune, env->tune_file, (unsigned long long)s.tunings,
-          (unsigned long long)s.candidates_timed, (unsigned long long)s.rejected,
-          (unsigned long long)s.cache_hits, (unsigned long long)s.untimed_defaults,
-          (unsigned long long)s.stale, (unsigned long long)s.file_warnings);
+  return RECAP_STATUS_OK;
 }
 
 #if !RECAP_WITH_CUDA
