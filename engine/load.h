@@ -109,6 +109,14 @@ void recap__model_retain(recap__model *model);
 /* Drops a reference; the last one frees params, plan, IRs and spec. NULL is accepted. */
 void recap__model_release(recap__model *model);
 
+/* How much one run of bucket `bucket` computes (work.c), estimated from its IR: each op's
+ * contract gives its FLOPs (a GEMM 2 per multiply-add), other ops count one per element of
+ * their larger side; *bytes is every op's inputs and outputs. An estimate for warnings and
+ * reports, not a measurement. RECAP_STATUS_INVALID_ARGUMENT for a NULL or a bucket out of
+ * range. */
+recap_status recap__model_work(const recap__model *model, size_t bucket, double *flops,
+                               double *bytes);
+
 /* A pipeline over a loaded model (pipeline.c), which it takes a reference of: what
  * recap_pipeline_create_file does after loading. options->dims, base_dir and no_fusion were
  * the load's business and are ignored here. */

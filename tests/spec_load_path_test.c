@@ -110,11 +110,37 @@ static void test_overrides_are_checked_with_the_spec_in_one_pass(void) {
   recap__diag_free(&diag);
 }
 
+/* A run's work per bucket, by hand: linear [B,8]x[8,8] is 2*B*8*8 FLOPs, relu one per element
+ * of [B,8]; bytes are each op's inputs and outputs (f32: x and y 32*B, w 256). */
+static void test_model_work_counts_each_bucket(void) {
+  static const char text[] =
+      "name: w\ndevice: host\ndtype: f32\n"
+      "dims: {B: [2, 4]}\n"
+      "tensors:\n  x: {shape: [B, 8], role: input}\n  w: {shape: [8, 8], role: param}\n"
+      "ops:\n  - {op: linear, in: [x, w], out: h}\n  - {op: relu, in: [h], out: y}\n";
+  recap__load_options lo = {.capacity = RECAP__CAPACITY_OFF, .no_fusion = true};
+  recap__model *m = NULL;
+  CHECK_OK(recap__load_string(text, strlen(text), "w.yaml", &lo, &m, NULL));
+  if (!m) return;
+  CU_ASSERT_EQUAL_FATAL(m->num_buckets, 2);
+  double flops = -1, bytes = -1;
+  CHECK_OK(recap__model_work(m, 0, &flops, &bytes));
+  CU_ASSERT_DOUBLE_EQUAL(flops, 2.0 * 2 * 8 * 8 + 2 * 8, 0);
+  CU_ASSERT_DOUBLE_EQUAL(bytes, (64 + 256 + 64) + (64 + 64), 0);
+  CHECK_OK(recap__model_work(m, 1, &flops, &bytes));
+  CU_ASSERT_DOUBLE_EQUAL(flops, 2.0 * 4 * 8 * 8 + 4 * 8, 0);
+  CU_ASSERT_DOUBLE_EQUAL(bytes, (128 + 256 + 128) + (128 + 128), 0);
+  CHECK_STATUS(recap__model_work(m, 2, &flops, &bytes), RECAP_STATUS_INVALID_ARGUMENT);
+  CHECK_STATUS(recap__model_work(NULL, 0, &flops, &bytes), RECAP_STATUS_INVALID_ARGUMENT);
+  recap__model_release(m);
+}
+
 int main(void) {
   CU_pSuite s = test_add_suite("load_path", NULL, NULL);
   CU_ADD_TEST(s, test_public_create_reads_the_spec_once_and_builds_each_bucket_once);
   CU_ADD_TEST(s, test_the_cli_path_reads_the_spec_once_and_builds_each_bucket_once);
   CU_ADD_TEST(s, test_a_single_bucket_value_costs_one_probe);
   CU_ADD_TEST(s, test_overrides_are_checked_with_the_spec_in_one_pass);
+  CU_ADD_TEST(s, test_model_work_counts_each_bucket);
   return test_run_all();
 }

@@ -209,7 +209,7 @@ int cli_bench_main(int argc, char **argv) {
   /* Before anything is allocated: a spec sized for a GPU can take hours on the CPU. Each mode
    * runs warmup + iters, and the capture warms every bucket first. */
   if (host)
-    cli_warn_host_work(CMD, a.path, model->irs[rs.bucket],
+    cli_warn_host_work(CMD, a.path, model, rs.bucket,
                        2 * (rs.warmup + rs.iters) + rs.warmup * (int)model->num_buckets);
 
   printf("%s (%s) on %s:%d", spec->name, a.path, recap_backend_name(opts.device.backend),

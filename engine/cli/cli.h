@@ -176,17 +176,11 @@ bool cli_pick_device(const char *cmd, const char *requested, recap_backend_kind 
 int cli_run_setup_resolve(const cli_run_flags *f, const recap__model *m, size_t bucket,
                           int64_t batch, recap_pipeline_options *opts, cli_run_setup *out);
 
-/* How much one run computes, estimated from an IR (work.c): GEMMs and attention by their
- * multiply-adds (2 FLOPs each), other ops one FLOP per element; bytes are every op's inputs
- * and outputs. */
-typedef struct {
-  double flops, bytes;
-} cli_work;
-void cli_work_estimate(const recap__ir *ir, cli_work *out);
-/* Before a host-backend run: estimates `runs` runs of the bucket whose IR is `ir` and, when
- * they would take over a minute on the CPU, prints a warning with the work per run and how to
- * shrink it. Whether it warned. */
-bool cli_warn_host_work(const char *cmd, const char *path, const recap__ir *ir, int runs);
+/* Before a host-backend run (work.c): estimates `runs` runs of the model's bucket
+ * (recap__model_work) and, when they would take over a minute on the CPU, prints a warning
+ * with the work per run and how to shrink it. Whether it warned. */
+bool cli_warn_host_work(const char *cmd, const char *path, const recap__model *model, size_t bucket,
+                        int runs);
 
 /* The first line of recap_last_error() after a failed call, prefixed for the user. */
 void cli_report_failure(const char *cmd, const char *what, recap_status status);

@@ -246,7 +246,7 @@ int cli_run_main(int argc, char **argv) {
   int engine_warmups = eager_mode ? 0 : rs.warmup * (int)model->num_buckets;
   bool slow =
       opts.device.backend == RECAP_BACKEND_HOST &&
-      cli_warn_host_work(CMD, a.path, model->irs[rs.bucket], engine_warmups + rs.warmup + rs.iters);
+      cli_warn_host_work(CMD, a.path, model, rs.bucket, engine_warmups + rs.warmup + rs.iters);
 
   if ((st = recap__pipeline_create_model(model, &opts, &p)) != RECAP_OK) {
     cli_report_failure(CMD, "creating the pipeline", st);
