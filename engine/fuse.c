@@ -851,3 +851,24 @@ bool recap__fuse_enabled_on(bool option_off, recap_backend_kind backend) {
           recap_last_error());
   return false;
 }
+
+recap_status recap__fuse_expression_text(const recap__ir *ir, const recap__ir_op *op, char **text) {
+  RECAP_CHECK_ARG(ir && op && text && op->num_inputs <= RECAP_OP_MAX_INPUTS);
+  *text = NULL;
+  if (!op->program)
+    return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "op '%s' is no fused expression",
+                      op->name ? op->name : "?");
+  const char *names[RECAP_OP_MAX_INPUTS];
+  for (int i = 0; i < op->num_inputs; ++i) names[i] = ir->tensors[op->inputs[i]].name;
+  /* recap__expr_format truncates: grow until the text fits with room to spare. */
+  for (size_t size = 256;; size *= 2) {
+    char *buf = malloc(size);
+    if (!buf) return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory for an expression");
+    recap__expr_format(op->program, names, buf, size);
+    if (strlen(buf) + 1 < size) {
+      *text = buf;
+      return RECAP_OK;
+    }
+    free(buf);
+  }
+}

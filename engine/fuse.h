@@ -127,6 +127,11 @@ void recap__fuse_groups_free(recap__fuse_groups *groups);
  * inferred output disagrees with the group's: a bug) the IR is unchanged. */
 recap_status recap__fuse(recap__ir *ir);
 
+/* The expression a fused `expr` op of `ir` computes, its inputs named by their tensors, fully
+ * parenthesized: "relu((x + b))". *text is the caller's to free(). INVALID_ARGUMENT for an op
+ * with no program (a residual fold or an unfused op), OUT_OF_MEMORY. For `recap plan`. */
+recap_status recap__fuse_expression_text(const recap__ir *ir, const recap__ir_op *op, char **text);
+
 #ifdef __cplusplus
 }
 #endif

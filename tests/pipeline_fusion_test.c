@@ -734,6 +734,14 @@ static void test_the_plan_summary_names_each_fused_op_and_the_spec_ops_it_replac
   CU_ASSERT_PTR_NOT_NULL(strstr(text, "in: h, gate"));
   CU_ASSERT_PTR_NOT_NULL(strstr(text, "gelu(h) * gate"));
   free(text);
+  /* The engine's text of that op, which the summary prints, and none for an unfused op. */
+  CHECK_OK(recap__fuse_expression_text(f.ir, &f.ir->ops[1], &text));
+  CU_ASSERT_STRING_EQUAL(text, "(gelu(h) * gate)");
+  free(text);
+  text = NULL;
+  CHECK_STATUS(recap__fuse_expression_text(f.ir, &f.ir->ops[0], &text),
+               RECAP_STATUS_INVALID_ARGUMENT);
+  CU_ASSERT_PTR_NULL(text);
   CHECK_OK(cli_fuse_format(f.ir, false, &text));
   CU_ASSERT_PTR_NOT_NULL(strstr(text, "fusion: off"));
   free(text);

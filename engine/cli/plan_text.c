@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/expr.h"
+#include "engine/fuse.h"
 #include "runtime/error.h"
 #include "runtime/text.h"
 
@@ -60,9 +60,15 @@ recap_status cli_fuse_format(const recap__ir *ir, bool enabled, char **text) {
                       names[0], names[1], names[2], names[3]);
       continue;
     }
-    char expr[400];
-    recap__expr_format(op->program, names, expr, sizeof expr);
-    recap__text_put(&b, "    = %s%s\n", expr, strlen(expr) + 1 >= sizeof expr ? "..." : "");
+    char *expr = NULL;
+    recap_status st = recap__fuse_expression_text(ir, op, &expr);
+    if (st != RECAP_OK) {
+      free(b.data);
+      return st;
+    }
+    /* At most 399 characters, as before: an expression is a line, not a page. */
+    recap__text_put(&b, "    = %.399s%s\n", expr, strlen(expr) > 398 ? "..." : "");
+    free(expr);
   }
   if (b.failed) {
     free(b.data);
