@@ -696,6 +696,73 @@ RECAP_API recap_status recap_graph_info_get(const recap_graph *graph, recap_grap
 RECAP_API recap_status recap_graph_debug_dump(const recap_graph *graph, const char *path);
 
 /* ------------------------------------------------------------------------------------------
+ * Ops: the registry a spec's `op:` names (`recap ops` lists it), and single ops launched on a
+ * stream without a spec.
+ *
+ *   for (size_t i = 0; i < recap_op_count(); i++) {
+ *     recap_op_info op;
+ *     recap_op_info_get(i, &op);
+ *     for (size_t a = 0; a < op.num_attrs; a++) {
+ *       recap_op_attr_info attr;
+ *       recap_op_attr_info_get(i, a, &attr);   // attr.name, attr.kind, attr.default_text
+ *     }
+ *   }
+ * ---------------------------------------------------------------------------------------- */
+
+/* How a spec writes an attribute's value. */
+typedef enum {
+  RECAP_OP_ATTR_FLOAT = 0,  /* a number: eps: 1e-5 */
+  RECAP_OP_ATTR_INT,        /* an integer: dim: 1 */
+  RECAP_OP_ATTR_BOOL,       /* true or false */
+  RECAP_OP_ATTR_INT_LIST,   /* integers: sizes: [4, 8] */
+  RECAP_OP_ATTR_ACTIVATION, /* none, relu, gelu, gelu_tanh, silu, sigmoid or tanh */
+  RECAP_OP_ATTR_DTYPE,      /* f32, f16, bf16, i32 or i64 */
+  RECAP_OP_ATTR_EXPR,       /* an expression over the op's input names: x * 2 + y */
+} recap_op_attr_kind;
+
+/* One op of the registry. Its strings are the library's and live as long as the process. */
+typedef struct {
+  size_t index; /* in registry order: recap_op_info_get(index) */
+  const char *name;
+  const char *summary;
+  /* NULL-terminated, in input order; a name ending in '?' is an optional input. */
+  const char *const *input_names;
+  int min_inputs, max_inputs;
+  int num_outputs;     /* for ops with a variable count (split): the most */
+  unsigned dtype_mask; /* bit (1u << dtype): accepted for input 0 (ops without inputs: for
+                          their dtype attribute) */
+  int in_place_input;  /* the input the output may be written over; -1: none */
+  int is_random;       /* draws from the device's Philox generator */
+  size_t num_attrs;    /* recap_op_attr_info_get(index, 0 .. num_attrs - 1) */
+} recap_op_info;
+
+/* One attribute of an op. */
+typedef struct {
+  const char *name; /* as a spec writes it */
+  recap_op_attr_kind kind;
+  int required;
+  /* The default when not required: FLOAT, INT and BOOL (0 or 1) its value, ACTIVATION its
+   * index in the list of RECAP_OP_ATTR_ACTIVATION (0: none); 0 otherwise. */
+  double default_value;
+  /* The default as a spec writes it: "1e-05", "true", "none"; "required", "(none)" for a list
+   * or expression without one, and "spec's" for an optional dtype (a spec's ops take the
+   * spec's dtype). */
+  char default_text[32];
+  const char *doc;
+} recap_op_attr_info;
+
+/* How many ops the registry has. */
+RECAP_API size_t recap_op_count(void);
+/* RECAP_STATUS_INVALID_ARGUMENT for an index >= recap_op_count() or a NULL out. */
+RECAP_API recap_status recap_op_info_get(size_t index, recap_op_info *out);
+/* By name; RECAP_STATUS_INVALID_ARGUMENT for an unknown name, with a message (recap_last_error)
+ * that suggests close names. */
+RECAP_API recap_status recap_op_info_find(const char *name, recap_op_info *out);
+/* Attribute attr_index of op op_index; RECAP_STATUS_INVALID_ARGUMENT when out of range. */
+RECAP_API recap_status recap_op_attr_info_get(size_t op_index, size_t attr_index,
+                                              recap_op_attr_info *out);
+
+/* ------------------------------------------------------------------------------------------
  * Pipelines: a YAML spec (specs/README.md) loaded, planned, bound to memory, run eagerly or
  * captured into one graph per bucket and replayed.
  *

@@ -2,68 +2,27 @@
 #include <string.h>
 
 #include "engine/cli/cli.h"
-#include "kernels/op.h"
 
 static const char *const CMD = "ops";
 
-static const char *kind_name(recap__attr_kind kind) {
+static const char *kind_name(recap_op_attr_kind kind) {
   switch (kind) {
-    case RECAP_ATTR_FLOAT:
+    case RECAP_OP_ATTR_FLOAT:
       return "float";
-    case RECAP_ATTR_INT:
+    case RECAP_OP_ATTR_INT:
       return "int";
-    case RECAP_ATTR_BOOL:
+    case RECAP_OP_ATTR_BOOL:
       return "bool";
-    case RECAP_ATTR_INT_LIST:
+    case RECAP_OP_ATTR_INT_LIST:
       return "int list";
-    case RECAP_ATTR_ACTIVATION:
+    case RECAP_OP_ATTR_ACTIVATION:
       return "activation";
-    case RECAP_ATTR_DTYPE:
+    case RECAP_OP_ATTR_DTYPE:
       return "dtype";
-    case RECAP_ATTR_EXPR:
+    case RECAP_OP_ATTR_EXPR:
       return "expression";
   }
   return "?";
-}
-
-/* The default as a spec would write it. */
-static void format_default(const recap__attr_def *a, char *buf, size_t size) {
-  static const char *const acts[] = {"none", "relu",    "gelu", "gelu_tanh",
-                                     "silu", "sigmoid", "tanh"};
-  if (a->required) {
-    snprintf(buf, size, "required");
-    return;
-  }
-  switch (a->kind) {
-    case RECAP_ATTR_FLOAT:
-      snprintf(buf, size, "%g", a->default_value);
-      return;
-    case RECAP_ATTR_INT:
-      snprintf(buf, size, "%lld", (long long)a->default_value);
-      return;
-    case RECAP_ATTR_BOOL:
-      snprintf(buf, size, "%s", a->default_value != 0 ? "true" : "false");
-      return;
-    case RECAP_ATTR_ACTIVATION: {
-      int v = (int)a->default_value;
-      snprintf(buf, size, "%s", v >= 0 && v < (int)(sizeof acts / sizeof acts[0]) ? acts[v] : "?");
-      return;
-    }
-    case RECAP_ATTR_DTYPE: {
-      /* The loader gives every optional dtype attribute the spec's dtype (spec.c). */
-      if (!a->required) {
-        snprintf(buf, size, "spec's");
-        return;
-      }
-      const char *name = recap_dtype_name((recap_dtype)(int)a->default_value);
-      snprintf(buf, size, "%s", name ? name : "?");
-      return;
-    }
-    case RECAP_ATTR_INT_LIST:
-    case RECAP_ATTR_EXPR:
-      break;
-  }
-  snprintf(buf, size, "(none)");
 }
 
 /* Prints text from column `indent` (where the cursor is), wrapping at `width`. */
@@ -83,12 +42,12 @@ static void print_wrapped(const char *text, int indent, int width) {
   printf("\n");
 }
 
-static void print_op(const recap__op_def *def) {
+static void print_op(const recap_op_info *def) {
   printf("%s\n ", def->name);
   print_wrapped(def->summary, 1, 100);
   printf("  inputs:     ");
   int n = 0;
-  for (const char *const *in = def->input_names; in && *in; in++, n++) {
+  for (const char *const *in = def->input_names; *in; in++, n++) {
     size_t len = strlen(*in);
     bool optional = len > 0 && (*in)[len - 1] == '?';
     printf("%s%.*s%s", n ? ", " : "", (int)(optional ? len - 1 : len), *in,
@@ -109,16 +68,16 @@ static void print_op(const recap__op_def *def) {
            (int)(len > 0 && in[len - 1] == '?' ? len - 1 : len), in);
   }
   if (def->is_random) printf("  notes:      draws from the device's Philox generator\n");
-  if (!def->attrs || !def->attrs[0].name) {
+  if (def->num_attrs == 0) {
     printf("  attributes: none\n\n");
     return;
   }
   printf("  attributes:\n");
-  for (const recap__attr_def *a = def->attrs; a->name; a++) {
-    char dflt[64];
-    format_default(a, dflt, sizeof dflt);
-    printf("    %-10s %-10s %-9s", a->name, kind_name(a->kind), dflt);
-    print_wrapped(a->doc ? a->doc : "", 36, 100);
+  for (size_t i = 0; i < def->num_attrs; i++) {
+    recap_op_attr_info a;
+    if (recap_op_attr_info_get(def->index, i, &a) != RECAP_OK) continue;
+    printf("    %-10s %-10s %-9s", a.name, kind_name(a.kind), a.default_text);
+    print_wrapped(a.doc, 36, 100);
   }
   printf("\n");
 }
@@ -137,19 +96,21 @@ int cli_ops_main(int argc, char **argv) {
   if (argc > 0) {
     int rc = CLI_EXIT_OK;
     for (int i = 0; i < argc; i++) {
-      const recap__op_def *def = recap__op_find(argv[i]);
-      if (!def) {
+      recap_op_info def;
+      if (recap_op_info_find(argv[i], &def) != RECAP_OK) {
         fprintf(stderr, "recap %s: %s\n", CMD, recap_last_error());
         rc = CLI_EXIT_FAILURE;
         continue;
       }
-      print_op(def);
+      print_op(&def);
     }
     return rc;
   }
-  size_t count = 0;
-  const recap__op_def *const *all = recap__op_list(&count);
+  size_t count = recap_op_count();
   printf("%zu ops\n\n", count);
-  for (size_t i = 0; i < count; i++) print_op(all[i]);
+  for (size_t i = 0; i < count; i++) {
+    recap_op_info def;
+    if (recap_op_info_get(i, &def) == RECAP_OK) print_op(&def);
+  }
   return CLI_EXIT_OK;
 }
