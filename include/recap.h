@@ -742,11 +742,12 @@ typedef struct {
   recap_op_attr_kind kind;
   int required;
   /* The default when not required: FLOAT, INT and BOOL (0 or 1) its value, ACTIVATION its
-   * index in the list of RECAP_OP_ATTR_ACTIVATION (0: none); 0 otherwise. */
+   * index in the list of RECAP_OP_ATTR_ACTIVATION (0: none), DTYPE the recap_dtype a single op
+   * (recap_op_create) takes; 0 otherwise. */
   double default_value;
   /* The default as a spec writes it: "1e-05", "true", "none"; "required", "(none)" for a list
    * or expression without one, and "spec's" for an optional dtype (a spec's ops take the
-   * spec's dtype). */
+   * spec's dtype; a single op default_value). */
   char default_text[32];
   const char *doc;
 } recap_op_attr_info;
@@ -761,6 +762,69 @@ RECAP_API recap_status recap_op_info_find(const char *name, recap_op_info *out);
 /* Attribute attr_index of op op_index; RECAP_STATUS_INVALID_ARGUMENT when out of range. */
 RECAP_API recap_status recap_op_attr_info_get(size_t op_index, size_t attr_index,
                                               recap_op_attr_info *out);
+
+/* One op launched on a stream without a spec (benchmarks, tests, embedders' own loops): the
+ * inputs and outputs are the caller's tensors (recap_tensor views of device memory, or of host
+ * memory on the host backend), the attributes given by name as a spec writes their values.
+ *
+ *   recap_tensor in[2] = {x, y}, out = {.data = z};   // z: room for the result
+ *   recap_op_args args = {.inputs = in, .num_inputs = 2, .outputs = &out, .num_outputs = 1};
+ *   recap_op_run("add", &args, stream);                // out now has z's shape: x's
+ *
+ *   recap_op_attr attrs[] = {{"act", "relu"}};
+ *   args.attrs = attrs, args.num_attrs = 1;           // linear(x, w, b) then relu
+ *   recap_op *op;
+ *   recap_op_create("linear", &args, &op);             // checks and infers once
+ *   for (...) recap_op_launch(op, stream);             // launches only
+ *   recap_op_destroy(op);
+ *
+ * An attribute not given takes its default (recap_op_attr_info); a required one must be given.
+ * Values: FLOAT and INT a number, BOOL true or false, INT_LIST "[4, 8]" (or "4, 8"),
+ * ACTIVATION and DTYPE a name, EXPR an expression over the inputs named in0, in1, ... in
+ * order ("in0 * sigmoid(in1)"). A launch is ordered on the stream like any kernel and may be
+ * captured into a graph (recap_graph_capture_begin); random ops draw from the stream's
+ * device generator. */
+typedef struct {
+  const char *name;  /* as recap_op_attr_info names it */
+  const char *value; /* as a spec writes it: "1e-5", "true", "gelu", "f16", "[4, 8]" */
+} recap_op_attr;
+
+typedef struct {
+  const recap_tensor *inputs; /* in the op's input order (recap_op_info.input_names) */
+  int num_inputs;
+  /* The caller's output tensors: only `data` is read. recap_op_create and recap_op_run write
+   * each output's dtype, ndim, shape and (contiguous) strides as the op infers them, so data
+   * may be NULL to learn the shapes first (recap_op_launch then refuses). An op whose output
+   * is its input 0's memory (kv_append) writes through input 0; output 0's data is ignored.
+   * num_outputs: the op's (recap_op_info.num_outputs; split: at most that many). */
+  recap_tensor *outputs;
+  int num_outputs;
+  const recap_op_attr *attrs;
+  int num_attrs;
+} recap_op_args;
+
+/* A checked op with its tensors and attributes, ready to launch any number of times. */
+typedef struct recap_op recap_op;
+
+/* Looks the op up, applies the attributes over their defaults and infers the outputs (written
+ * to args->outputs). RECAP_STATUS_INVALID_ARGUMENT, with a message naming the op and the
+ * offending input or attribute, for an unknown op or attribute, a value that does not parse,
+ * a missing required attribute, or inputs the op refuses (counts, dtypes, shapes);
+ * RECAP_STATUS_SPEC_ERROR for an expression that does not parse; OUT_OF_MEMORY. The op keeps
+ * copies of the tensors (not of their memory), so args may go after the call. */
+RECAP_API recap_status recap_op_create(const char *name, const recap_op_args *args, recap_op **out);
+/* Launches the op on `stream`'s backend. The first launch also does the op's first-time work
+ * (a GEMM's handles and algorithm choice), which a capture must not see: launch once before
+ * capturing. RECAP_STATUS_INVALID_ARGUMENT when an output has no memory. */
+RECAP_API recap_status recap_op_launch(recap_op *op, recap_stream *stream);
+/* After the stream finished its launches and any graph that captured them is destroyed (an
+ * EXPR attribute's program lives in the op). NULL is accepted. */
+RECAP_API void recap_op_destroy(recap_op *op);
+/* recap_op_create, recap_op_launch and recap_op_destroy in one call. Not for an op with an
+ * EXPR attribute, whose program the launch reads later: RECAP_STATUS_INVALID_ARGUMENT (create,
+ * launch and destroy it once the stream is done). */
+RECAP_API recap_status recap_op_run(const char *name, const recap_op_args *args,
+                                    recap_stream *stream);
 
 /* ------------------------------------------------------------------------------------------
  * Pipelines: a YAML spec (specs/README.md) loaded, planned, bound to memory, run eagerly or

@@ -122,8 +122,7 @@ recap_status recap_op_attr_info_get(size_t op_index, size_t attr_index, recap_op
                               .kind = public_kind(a->kind),
                               .required = a->required,
                               .doc = a->doc ? a->doc : ""};
-  if (!a->required && a->kind != RECAP_ATTR_INT_LIST && a->kind != RECAP_ATTR_EXPR &&
-      a->kind != RECAP_ATTR_DTYPE)
+  if (!a->required && a->kind != RECAP_ATTR_INT_LIST && a->kind != RECAP_ATTR_EXPR)
     out->default_value = a->default_value;
   format_default(a, out->default_text, sizeof out->default_text);
   return RECAP_OK;

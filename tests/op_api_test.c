@@ -1,5 +1,7 @@
 /* The public op API of include/recap.h: the registry's info (recap_op_info, recap_op_attr_info)
- * checked against the contracts of a few ops by hand. Uses recap.h only, as an embedder would. */
+ * checked against the contracts of a few ops by hand, and single ops run on the host backend
+ * (recap_op_run, recap_op_create/launch) against hand-computed values. Uses recap.h only, as an
+ * embedder would. */
 #include <string.h>
 
 #include "include/recap.h"
@@ -98,11 +100,176 @@ static void test_random_ops_and_unknown_names(void) {
   CHECK_STATUS(recap_op_info_find(NULL, &op), RECAP_STATUS_INVALID_ARGUMENT);
 }
 
+/* ---- single ops on the host backend ---- */
+
+static recap_stream *host_stream(void) {
+  recap_stream *s = NULL;
+  recap_device dev = {.backend = RECAP_BACKEND_HOST};
+  CHECK_OK(recap_stream_create(dev, 0, RECAP_STREAM_NON_BLOCKING, &s));
+  return s;
+}
+
+static recap_tensor f32(float *data, int64_t rows, int64_t cols) {
+  return (recap_tensor){.data = data,
+                        .dtype = RECAP_DTYPE_F32,
+                        .ndim = 2,
+                        .shape = {rows, cols},
+                        .strides = {cols, 1}};
+}
+
+static void expect_floats(const float *got, const float *want, int n) {
+  for (int i = 0; i < n; i++) CU_ASSERT_DOUBLE_EQUAL(got[i], want[i], 1e-6);
+}
+
+/* add and relu, one call each: values, and the output's inferred shape written back. */
+static void test_run_add_and_relu(void) {
+  recap_stream *s = host_stream();
+  float x[6] = {1, -2, 3, -4, 5, -6}, y[6] = {10, 20, 30, 40, 50, 60}, z[6] = {0}, r[6] = {0};
+  recap_tensor in[2] = {f32(x, 2, 3), f32(y, 2, 3)}, out = {.data = z};
+  recap_op_args args = {.inputs = in, .num_inputs = 2, .outputs = &out, .num_outputs = 1};
+  CHECK_OK(recap_op_run("add", &args, s));
+  CU_ASSERT_EQUAL(out.dtype, RECAP_DTYPE_F32);
+  CU_ASSERT_EQUAL(out.ndim, 2);
+  CU_ASSERT_EQUAL(out.shape[0], 2);
+  CU_ASSERT_EQUAL(out.shape[1], 3);
+  CU_ASSERT_EQUAL(out.strides[0], 3);
+  CU_ASSERT_EQUAL(out.strides[1], 1);
+  CU_ASSERT_PTR_EQUAL(out.data, z);
+  recap_tensor relu_out = {.data = r};
+  args = (recap_op_args){.inputs = in, .num_inputs = 1, .outputs = &relu_out, .num_outputs = 1};
+  CHECK_OK(recap_op_run("relu", &args, s));
+  CHECK_OK(recap_stream_synchronize(s));
+  expect_floats(z, (const float[]){11, 18, 33, 36, 55, 54}, 6);
+  expect_floats(r, (const float[]){1, 0, 3, 0, 5, 0}, 6);
+  CHECK_OK(recap_stream_destroy(s));
+}
+
+/* Attributes by name: linear's act, matmul's alpha and trans_b, an expression. */
+static void test_attributes_are_given_by_name(void) {
+  recap_stream *s = host_stream();
+  /* linear: [1, -2] x [[1, 2], [3, 4]]^T = [-3, -5]; + bias [1, 10] = [-2, 5]; relu: [0, 5]. */
+  float x[2] = {1, -2}, w[4] = {1, 2, 3, 4}, b[2] = {1, 10}, y[2] = {-1, -1};
+  recap_tensor in[3] = {
+      f32(x, 1, 2),
+      f32(w, 2, 2),
+      {.data = b, .dtype = RECAP_DTYPE_F32, .ndim = 1, .shape = {2}, .strides = {1}}};
+  recap_tensor out = {.data = y};
+  recap_op_attr relu[] = {{"act", "relu"}};
+  recap_op_args args = {.inputs = in,
+                        .num_inputs = 3,
+                        .outputs = &out,
+                        .num_outputs = 1,
+                        .attrs = relu,
+                        .num_attrs = 1};
+  CHECK_OK(recap_op_run("linear", &args, s));
+  /* matmul: 2 * [1, 2] x [[1, 1], [2, 0]]^T = 2 * [3, 2] = [6, 4]. */
+  float a[2] = {1, 2}, bm[4] = {1, 1, 2, 0}, m[2] = {0};
+  recap_tensor min[2] = {f32(a, 1, 2), f32(bm, 2, 2)}, mout = {.data = m};
+  recap_op_attr mattrs[] = {{"trans_b", "true"}, {"alpha", "2"}};
+  args = (recap_op_args){.inputs = min,
+                         .num_inputs = 2,
+                         .outputs = &mout,
+                         .num_outputs = 1,
+                         .attrs = mattrs,
+                         .num_attrs = 2};
+  CHECK_OK(recap_op_run("matmul", &args, s));
+  /* expr: in0 * 2 + in1 = [1 * 2 + 3, 2 * 2 + 4]. */
+  float p[2] = {1, 2}, q[2] = {3, 4}, e[2] = {0};
+  recap_tensor ein[2] = {f32(p, 1, 2), f32(q, 1, 2)}, eout = {.data = e};
+  recap_op_attr expr[] = {{"expr", "in0 * 2 + in1"}};
+  args = (recap_op_args){.inputs = ein,
+                         .num_inputs = 2,
+                         .outputs = &eout,
+                         .num_outputs = 1,
+                         .attrs = expr,
+                         .num_attrs = 1};
+  CHECK_STATUS(recap_op_run("expr", &args, s), RECAP_STATUS_INVALID_ARGUMENT);
+  recap_op *op = NULL;
+  CHECK_OK(recap_op_create("expr", &args, &op));
+  CHECK_OK(recap_op_launch(op, s));
+  CHECK_OK(recap_stream_synchronize(s));
+  recap_op_destroy(op);
+  expect_floats(y, (const float[]){0, 5}, 2);
+  expect_floats(m, (const float[]){6, 4}, 2);
+  expect_floats(e, (const float[]){5, 8}, 2);
+  CHECK_OK(recap_stream_destroy(s));
+}
+
+/* An op without inputs: its shape and bounds as attributes, its dtype the default (f32). */
+static void test_random_uniform_takes_shape_and_bounds(void) {
+  recap_stream *s = host_stream();
+  float v[6] = {0};
+  recap_tensor out = {.data = v};
+  recap_op_attr attrs[] = {{"shape", "[2, 3]"}, {"low", "5"}, {"high", "6"}};
+  recap_op_args args = {.outputs = &out, .num_outputs = 1, .attrs = attrs, .num_attrs = 3};
+  CHECK_OK(recap_op_run("random_uniform", &args, s));
+  CHECK_OK(recap_stream_synchronize(s));
+  CU_ASSERT_EQUAL(out.dtype, RECAP_DTYPE_F32);
+  CU_ASSERT_EQUAL(out.ndim, 2);
+  CU_ASSERT_EQUAL(out.shape[0], 2);
+  CU_ASSERT_EQUAL(out.shape[1], 3);
+  for (int i = 0; i < 6; i++) CU_ASSERT_TRUE(v[i] >= 5 && v[i] < 6);
+  attrs[0].value = "[2, x]";
+  CHECK_STATUS(recap_op_run("random_uniform", &args, s), RECAP_STATUS_INVALID_ARGUMENT);
+  CHECK_OK(recap_stream_destroy(s));
+}
+
+/* Created once (shapes learned with no output memory), launched twice; the errors. */
+static void test_create_once_launch_many_and_errors(void) {
+  recap_stream *s = host_stream();
+  float x[4] = {-1, 2, -3, 4}, y[4] = {0};
+  recap_tensor in = f32(x, 2, 2), out = {0};
+  recap_op_args args = {.inputs = &in, .num_inputs = 1, .outputs = &out, .num_outputs = 1};
+  recap_op *op = NULL;
+  CHECK_OK(recap_op_create("neg", &args, &op));
+  CU_ASSERT_EQUAL(out.shape[0], 2);
+  CU_ASSERT_EQUAL(out.shape[1], 2);
+  CHECK_STATUS(recap_op_launch(op, s), RECAP_STATUS_INVALID_ARGUMENT); /* no output memory */
+  recap_op_destroy(op);
+  out.data = y;
+  CHECK_OK(recap_op_create("neg", &args, &op));
+  CHECK_OK(recap_op_launch(op, s));
+  CHECK_OK(recap_op_launch(op, s));
+  CHECK_OK(recap_stream_synchronize(s));
+  expect_floats(y, (const float[]){1, -2, 3, -4}, 4);
+  recap_op_destroy(op);
+  recap_op_destroy(NULL);
+
+  CHECK_STATUS(recap_op_create("nope", &args, &op), RECAP_STATUS_INVALID_ARGUMENT);
+  CU_ASSERT_PTR_NULL(op);
+  recap_op_attr unknown[] = {{"alpha", "2"}};
+  args.attrs = unknown, args.num_attrs = 1;
+  CHECK_STATUS(recap_op_create("neg", &args, &op), RECAP_STATUS_INVALID_ARGUMENT);
+  CU_ASSERT_PTR_NOT_NULL(strstr(recap_last_error(), "no attribute 'alpha'"));
+  recap_tensor two[2] = {in, in};
+  args = (recap_op_args){.inputs = two,
+                         .num_inputs = 2,
+                         .outputs = &out,
+                         .num_outputs = 1,
+                         .attrs = (recap_op_attr[]){{"alpha", "two"}},
+                         .num_attrs = 1};
+  CHECK_STATUS(recap_op_create("matmul", &args, &op), RECAP_STATUS_INVALID_ARGUMENT);
+  CU_ASSERT_PTR_NOT_NULL(strstr(recap_last_error(), "attribute 'alpha'"));
+  args.num_attrs = 0;
+  CHECK_STATUS(recap_op_create("expr", &args, &op), RECAP_STATUS_INVALID_ARGUMENT);
+  CU_ASSERT_PTR_NOT_NULL(strstr(recap_last_error(), "'expr' is required"));
+  args.attrs = (recap_op_attr[]){{"expr", "in0 +"}}, args.num_attrs = 1;
+  CHECK_STATUS(recap_op_create("expr", &args, &op), RECAP_STATUS_SPEC_ERROR);
+  args.attrs = NULL, args.num_attrs = 0, args.num_outputs = 0;
+  CHECK_STATUS(recap_op_create("add", &args, &op), RECAP_STATUS_INVALID_ARGUMENT);
+  CHECK_OK(recap_stream_destroy(s));
+}
+
 int main(void) {
   CU_pSuite s = test_add_suite("op_api/info", NULL, NULL);
   CU_ADD_TEST(s, test_every_op_is_listed_once_and_found_by_its_name);
   CU_ADD_TEST(s, test_linear_is_described_as_its_contract_says);
   CU_ADD_TEST(s, test_matmul_attributes_have_their_defaults);
   CU_ADD_TEST(s, test_random_ops_and_unknown_names);
+  CU_pSuite run = test_add_suite("op_api/run_host", NULL, NULL);
+  CU_ADD_TEST(run, test_run_add_and_relu);
+  CU_ADD_TEST(run, test_attributes_are_given_by_name);
+  CU_ADD_TEST(run, test_random_uniform_takes_shape_and_bounds);
+  CU_ADD_TEST(run, test_create_once_launch_many_and_errors);
   return test_run_all();
 }

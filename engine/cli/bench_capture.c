@@ -23,7 +23,6 @@
 #include "engine/cli/bench_expr_load.h"
 #include "engine/cli/cli.h"
 #include "engine/cli/tensors.h"
-#include "kernels/op.h"
 #include "runtime/text.h"
 
 static const char *const CMD = "bench-capture";
@@ -247,9 +246,9 @@ static recap_status measure_update(recap_pipeline *p, int rebinds, chain_result 
   return st;
 }
 
-/* CPU time of `launches` launches of one small add straight from the registry, in batches
- * with a wait between them that is not counted (so the device queue never fills and blocks
- * the thread). */
+/* CPU time of `launches` launches of one small add (recap_op_launch of an op created once), in
+ * batches with a wait between them that is not counted (so the device queue never fills and
+ * blocks the thread). */
 static recap_status measure_op_launch(recap_pipeline *p, int launches, chain_result *r) {
   recap_stream *s = recap_pipeline_stream(p);
   recap_tensor x, bias, out;
@@ -261,22 +260,18 @@ static recap_status measure_op_launch(recap_pipeline *p, int launches, chain_res
   if ((st = recap_malloc(recap_stream_device(s), CHAIN_ELEMENTS * sizeof(float), s, &dst)) !=
       RECAP_OK)
     return st;
-  recap__op_call call = {.def = recap__op_find("add"), .num_inputs = 2, .num_outputs = 1};
-  call.inputs[0] = x;
-  call.inputs[1] = bias;
-  if (!call.def) st = RECAP_STATUS_INVALID_ARGUMENT;
-  if (st == RECAP_OK) recap__op_attrs_set_defaults(call.def, &call.attrs);
-  if (st == RECAP_OK) st = recap__op_infer(&call);
-  out = call.outputs[0];
-  out.data = dst;
-  call.outputs[0] = out;
-  for (int i = 0; st == RECAP_OK && i < LAUNCH_BATCH; i++) st = recap__op_launch(&call, s);
+  recap_tensor in[2] = {x, bias};
+  out = (recap_tensor){.data = dst};
+  recap_op_args args = {.inputs = in, .num_inputs = 2, .outputs = &out, .num_outputs = 1};
+  recap_op *op = NULL;
+  st = recap_op_create("add", &args, &op);
+  for (int i = 0; st == RECAP_OK && i < LAUNCH_BATCH; i++) st = recap_op_launch(op, s);
   if (st == RECAP_OK) st = recap_stream_synchronize(s);
   double cpu = 0;
   int done = 0;
   while (st == RECAP_OK && done < launches) {
     double t0 = cpu_now();
-    for (int i = 0; st == RECAP_OK && i < LAUNCH_BATCH; i++) st = recap__op_launch(&call, s);
+    for (int i = 0; st == RECAP_OK && i < LAUNCH_BATCH; i++) st = recap_op_launch(op, s);
     cpu += cpu_now() - t0;
     done += LAUNCH_BATCH;
     if (st == RECAP_OK) st = recap_stream_synchronize(s);
@@ -286,6 +281,7 @@ static recap_status measure_op_launch(recap_pipeline *p, int launches, chain_res
     r->op_launch_us = cpu / done * 1e6;
   }
   recap_stream_synchronize(s);
+  recap_op_destroy(op);
   recap_free(dst);
   return st;
 }

@@ -6,8 +6,9 @@
  * same tensor measured in the same run: the target is >= 80% of that. GEMMs report
  * TFLOP/s. Every sample is one launch between two device events, waited for before the next
  * launch (the method of `recap bench` and tools/peer_torch_ops.py), so both sides pay the
- * same launch latency. The ops are launched directly from the registry (kernels/op.h), as
- * the engine's eager mode launches them, without a pipeline around them.
+ * same launch latency. The ops are launched one by one through the public single-op API
+ * (recap_op_create, recap_op_launch), as the engine's eager mode launches them, without a
+ * pipeline around them.
  */
 #include <inttypes.h>
 #include <jansson.h>
@@ -16,7 +17,6 @@
 
 #include "engine/cli/cli.h"
 #include "engine/cli/tensors.h"
-#include "kernels/op.h"
 
 static const char *const CMD = "bench-ops";
 
@@ -118,17 +118,17 @@ typedef struct {
   double *ms; /* iters samples */
 } bench_ctx;
 
-/* What is timed: a registry op, or (call.def NULL) a device-to-device memcpy. */
+/* What is timed: an op, or (op NULL) a device-to-device memcpy. */
 typedef struct {
-  recap__op_call call;
+  recap_op *op;
   void *dst;
   const void *src;
   size_t copy_bytes;
 } launch_item;
 
 static recap_status launch(bench_ctx *c, launch_item *it) {
-  if (!it->call.def) return recap_memcpy_async(it->dst, it->src, it->copy_bytes, c->stream);
-  return recap__op_launch(&it->call, c->stream);
+  if (!it->op) return recap_memcpy_async(it->dst, it->src, it->copy_bytes, c->stream);
+  return recap_op_launch(it->op, c->stream);
 }
 
 /* WARMUP untimed launches, then c->iters timed ones; *out summarizes them in ms. */
@@ -151,51 +151,33 @@ static recap_status time_item(bench_ctx *c, launch_item *it, cli_summary *out) {
 }
 
 static recap_tensor tensor2(void *data, recap_dtype dtype, int64_t rows, int64_t cols) {
-  recap_tensor t = {.data = data, .dtype = dtype, .ndim = 2, .shape = {rows, cols}};
-  recap__tensor_set_contiguous(&t);
-  return t;
+  return (recap_tensor){
+      .data = data, .dtype = dtype, .ndim = 2, .shape = {rows, cols}, .strides = {cols, 1}};
 }
 
 static recap_tensor tensor1(void *data, recap_dtype dtype, int64_t n) {
-  recap_tensor t = {.data = data, .dtype = dtype, .ndim = 1, .shape = {n}};
-  recap__tensor_set_contiguous(&t);
-  return t;
+  return (recap_tensor){.data = data, .dtype = dtype, .ndim = 1, .shape = {n}, .strides = {1}};
 }
 
-/* A call of `name` on `inputs`, output into `out` (shapes inferred). */
-static recap_status make_call(const char *name, const recap_tensor *inputs, int num_inputs,
-                              void *out, recap__op_call *call) {
-  memset(call, 0, sizeof *call);
-  call->def = recap__op_find(name);
-  if (!call->def) return RECAP_STATUS_INVALID_ARGUMENT;
-  recap__op_attrs_set_defaults(call->def, &call->attrs);
-  call->num_inputs = num_inputs;
-  call->num_outputs = call->def->num_outputs;
-  for (int i = 0; i < num_inputs; i++) call->inputs[i] = inputs[i];
-  recap_status st = recap__op_infer(call);
-  if (st != RECAP_OK) return st;
-  call->outputs[0].data = out;
-  return RECAP_OK;
+/* `name` on `inputs`, output into `out` (its shape inferred), attributes at their defaults. */
+static recap_status make_op(const char *name, const recap_tensor *inputs, int num_inputs, void *out,
+                            recap_op **op) {
+  recap_tensor output = {.data = out};
+  recap_op_args args = {
+      .inputs = inputs, .num_inputs = num_inputs, .outputs = &output, .num_outputs = 1};
+  return recap_op_create(name, &args, op);
 }
 
 /* Fills rows x cols elements at `data` with uniform [-1, 1) numbers on the device. */
 static recap_status fill_random(bench_ctx *c, void *data, recap_dtype dtype, int64_t rows,
                                 int64_t cols) {
-  recap__op_call call = {0};
-  call.def = recap__op_find("random_uniform");
-  if (!call.def) return RECAP_STATUS_INVALID_ARGUMENT;
-  recap__op_attrs_set_defaults(call.def, &call.attrs);
-  call.attrs.sizes[0] = rows;
-  call.attrs.sizes[1] = cols;
-  call.attrs.num_sizes = 2;
-  call.attrs.dtype = dtype;
-  call.attrs.low = -1;
-  call.attrs.high = 1;
-  call.num_outputs = 1;
-  recap_status st = recap__op_infer(&call);
-  if (st != RECAP_OK) return st;
-  call.outputs[0].data = data;
-  return recap__op_launch(&call, c->stream);
+  char sizes[64];
+  snprintf(sizes, sizeof sizes, "[%" PRId64 ", %" PRId64 "]", rows, cols);
+  recap_op_attr attrs[] = {
+      {"shape", sizes}, {"dtype", recap_dtype_name(dtype)}, {"low", "-1"}, {"high", "1"}};
+  recap_tensor out = {.data = data};
+  recap_op_args args = {.outputs = &out, .num_outputs = 1, .attrs = attrs, .num_attrs = 4};
+  return recap_op_run("random_uniform", &args, c->stream);
 }
 
 /* One result row. */
@@ -301,7 +283,7 @@ static recap_status bench_dtype(bench_ctx *c, recap_dtype dt, int64_t elements, 
       if (cases[i].inputs == 2) in[k++] = ty;
       if (cases[i].inputs >= 3) in[k++] = tw;
       if (cases[i].inputs == 4) in[k++] = tb;
-      if ((st = make_call(cases[i].op, in, k, z, &it.call)) != RECAP_OK) return st;
+      if ((st = make_op(cases[i].op, in, k, z, &it.op)) != RECAP_OK) return st;
     }
     op_row *r = &rows[(*n)++];
     *r = (op_row){.smoke = c->dev.backend == RECAP_BACKEND_HOST,
@@ -311,7 +293,9 @@ static recap_status bench_dtype(bench_ctx *c, recap_dtype dt, int64_t elements, 
                   .rows = R,
                   .cols = C,
                   .bytes = cases[i].bytes};
-    if ((st = time_item(c, &it, &r->t)) != RECAP_OK) {
+    st = time_item(c, &it, &r->t);
+    recap_op_destroy(it.op); /* time_item waited for its last launch */
+    if (st != RECAP_OK) {
       (*n)--;
       return st;
     }
@@ -332,7 +316,7 @@ static recap_status bench_gemm(bench_ctx *c, recap_dtype dt, int64_t size, void 
     return st;
   recap_tensor in[2] = {tensor2(a, dt, size, size), tensor2(bm, dt, size, size)};
   launch_item it = {0};
-  if ((st = make_call("matmul", in, 2, out, &it.call)) != RECAP_OK) return st;
+  if ((st = make_op("matmul", in, 2, out, &it.op)) != RECAP_OK) return st;
   *r = (op_row){.op = "matmul",
                 .kind = "gemm",
                 .dtype = dt,
@@ -340,7 +324,9 @@ static recap_status bench_gemm(bench_ctx *c, recap_dtype dt, int64_t size, void 
                 .n = size,
                 .k = size,
                 .flops = 2.0 * (double)size * (double)size * (double)size};
-  if ((st = time_item(c, &it, &r->t)) != RECAP_OK) return st;
+  st = time_item(c, &it, &r->t);
+  recap_op_destroy(it.op);
+  if (st != RECAP_OK) return st;
   r->tflops = r->t.median > 0 ? r->flops / (r->t.median * 1e-3) / 1e12 : 0;
   print_row(r);
   fflush(stdout);
