@@ -13,9 +13,9 @@
 #include <string.h>
 
 #include "kernels/expr_impl.h"
-#include "runtime/half.h"
 #include "kernels/op_codes.h"
 #include "runtime/error.h"
+#include "runtime/half.h"
 
 recap_status recap__expr_program_create(int num_inputs, recap__expr_program **out) {
   RECAP_CHECK_ARG(out);

@@ -12,9 +12,9 @@
 #include <math.h>
 
 #include "kernels/expr_impl.h"
-#include "runtime/half.h"
 #include "kernels/host/strided.h"
 #include "runtime/error.h"
+#include "runtime/half.h"
 
 static float node_value(const recap__expr_node_data *n, const float *v, const float *in) {
   const double a = n->a >= 0 ? v[n->a] : 0, b = n->b >= 0 ? v[n->b] : 0;

@@ -18,10 +18,10 @@
 #include <unistd.h>
 
 #include "kernels/expr.h"
-#include "runtime/half.h"
 #include "kernels/op_codes.h"
 #include "runtime/backend.h"
 #include "runtime/capture.h"
+#include "runtime/half.h"
 #include "runtime/nvrtc.h"
 #include "tests/test_util.h"
 

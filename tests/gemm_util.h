@@ -17,11 +17,11 @@
 #include <string.h>
 
 #include "kernels/gemm/gemm.h"
-#include "runtime/half.h"
 #include "kernels/op.h"
 #include "runtime/backend.h"
 #include "runtime/capture.h"
 #include "runtime/error.h"
+#include "runtime/half.h"
 #include "runtime/host_fault.h"
 #include "runtime/host_graph.h"
 #include "tests/test_util.h"

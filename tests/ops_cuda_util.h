@@ -28,10 +28,10 @@
 #include <unistd.h>
 
 #include "kernels/gemm/gemm.h"
-#include "runtime/half.h"
 #include "kernels/op.h"
 #include "runtime/backend.h"
 #include "runtime/capture.h"
+#include "runtime/half.h"
 #include "runtime/rng.h"
 #include "tests/test_util.h"
 #if RECAP_WITH_CUDA

@@ -18,10 +18,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/half.h"
 #include "kernels/op.h"
 #include "runtime/backend.h"
 #include "runtime/capture.h"
+#include "runtime/half.h"
 #include "runtime/host_fault.h"
 #include "runtime/host_graph.h"
 #include "runtime/philox.h"

@@ -19,8 +19,8 @@
 
 #include "include/recap.h"
 #include "kernels/gemm/gemm.h"
-#include "runtime/half.h"
 #include "kernels/op.h"
+#include "runtime/half.h"
 #include "tools/bench_common.h"
 
 enum { ITERS = 50 };

@@ -25,8 +25,8 @@
 
 #include "include/recap.h"
 #include "kernels/gemm/gemm.h"
-#include "runtime/half.h"
 #include "kernels/op.h"
+#include "runtime/half.h"
 #include "tools/bench_common.h"
 
 enum { LAYERS = 8, H = 4096, MAX_ITERS = 200 };

@@ -8,8 +8,8 @@
 #include <sys/random.h>
 #include <time.h>
 
-#include "runtime/half.h"
 #include "runtime/error.h"
+#include "runtime/half.h"
 
 recap_status cli_tensor_describe(recap_pipeline *p, size_t t, int64_t batch, cli_tensor *out) {
   recap_pipeline_info info;

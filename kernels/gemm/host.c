@@ -22,9 +22,9 @@
 #include <string.h>
 
 #include "kernels/gemm/gemm.h"
-#include "runtime/half.h"
 #include "kernels/infer.h"
 #include "runtime/error.h"
+#include "runtime/half.h"
 
 enum {
   MR = 4,   /* micro-tile rows */

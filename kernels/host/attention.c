@@ -9,10 +9,10 @@
 #include <math.h>
 #include <string.h>
 
-#include "runtime/half.h"
 #include "kernels/host/host_ops.h"
 #include "kernels/host/strided.h"
 #include "kernels/infer.h"
+#include "runtime/half.h"
 
 recap_status recap__host_kv_append(const recap__op_call *call) {
   const recap_tensor *cache = &call->inputs[0], *rows = &call->inputs[1];

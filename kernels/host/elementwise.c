@@ -6,10 +6,10 @@
  */
 #include <math.h>
 
-#include "runtime/half.h"
 #include "kernels/host/host_ops.h"
 #include "kernels/host/strided.h"
 #include "kernels/op_codes.h"
+#include "runtime/half.h"
 
 static double unary_value(int code, double x, double scale) {
   switch (code) {

@@ -3,8 +3,8 @@
  * runtime/philox.h functions the CUDA kernel uses, so uniform draws are bit-identical across
  * backends and normal draws agree to a few ulp (see philox.h).
  */
-#include "runtime/half.h"
 #include "kernels/host/host_ops.h"
+#include "runtime/half.h"
 #include "runtime/philox.h"
 
 recap_status recap__host_random(const recap__op_call *call) {

@@ -4,9 +4,9 @@
  */
 #include <math.h>
 
-#include "runtime/half.h"
 #include "kernels/host/host_ops.h"
 #include "kernels/host/strided.h"
+#include "runtime/half.h"
 
 /* Iterates the rows of x: the leading dimensions (all but the last) with x's strides. The
  * row's elements are then x.data[offset + j] (the last dimension is unit-stride). */

@@ -5,11 +5,11 @@
 #include <math.h>
 #include <string.h>
 
-#include "runtime/half.h"
 #include "kernels/host/host_ops.h"
 #include "kernels/host/strided.h"
 #include "kernels/infer.h"
 #include "kernels/view.h"
+#include "runtime/half.h"
 
 /* Copies src's elements (row-major over src's shape) to dst's (row-major over dst's shape);
  * both have the same element count and dtype, any strides. */
