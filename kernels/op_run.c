@@ -144,7 +144,9 @@ static recap_status check_required(const recap__op_def *def, const recap_op_args
   for (const recap__attr_def *a = def->attrs; a && a->name; a++) {
     if (!a->required) continue;
     int i = 0;
-    while (i < args->num_attrs && strcmp(args->attrs[i].name, a->name) != 0) i++;
+    while (i < args->num_attrs &&
+           !(args->attrs[i].name && strcmp(args->attrs[i].name, a->name) == 0))
+      i++;
     if (i == args->num_attrs)
       return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "op '%s': attribute '%s' is required",
                         def->name, a->name);

@@ -250,6 +250,8 @@ static void test_create_once_launch_many_and_errors(void) {
                          .num_attrs = 1};
   CHECK_STATUS(recap_op_create("matmul", &args, &op), RECAP_STATUS_INVALID_ARGUMENT);
   CU_ASSERT_PTR_NOT_NULL(strstr(recap_last_error(), "attribute 'alpha'"));
+  args.attrs = (recap_op_attr[]){{NULL, "1"}};
+  CHECK_STATUS(recap_op_create("matmul", &args, &op), RECAP_STATUS_INVALID_ARGUMENT);
   args.num_attrs = 0;
   CHECK_STATUS(recap_op_create("expr", &args, &op), RECAP_STATUS_INVALID_ARGUMENT);
   CU_ASSERT_PTR_NOT_NULL(strstr(recap_last_error(), "'expr' is required"));
