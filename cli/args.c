@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/cli/cli.h"
+#include "cli/cli.h"
 
 int cli_flag(const char *cmd, int argc, char **argv, int *i, const char *name, const char **value) {
   const char *arg = argv[*i];

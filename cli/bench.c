@@ -4,9 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/cli/cli.h"
-#include "engine/cli/svg.h"
-#include "engine/cli/tensors.h"
+#include "cli/cli.h"
+#include "cli/svg.h"
+#include "cli/tensors.h"
 #include "kernels/gemm/tune.h"
 
 static const char *const CMD = "bench";

@@ -20,9 +20,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "engine/cli/bench_expr_load.h"
-#include "engine/cli/cli.h"
-#include "engine/cli/tensors.h"
+#include "cli/bench_expr_load.h"
+#include "cli/cli.h"
+#include "cli/tensors.h"
 #include "kernels/op.h"
 #include "runtime/text.h"
 

@@ -9,7 +9,7 @@
  * is truly cold; the folder is removed afterwards. tests/pipeline_expr_test.c checks the
  * behaviour behind it: a warm create compiles nothing.
  */
-#include "engine/cli/bench_expr_load.h"
+#include "cli/bench_expr_load.h"
 
 #include <dirent.h>
 #include <stdio.h>
@@ -17,7 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "engine/cli/cli.h"
+#include "cli/cli.h"
 #include "runtime/text.h"
 
 enum { EXPR_OPS = 8, WARM_REPEATS = 5 };

@@ -1,6 +1,6 @@
 /* bench_expr_load.h: the load cost of generated kernels with a warm cache (bench-capture). */
-#ifndef RECAP_ENGINE_CLI_BENCH_EXPR_LOAD_H
-#define RECAP_ENGINE_CLI_BENCH_EXPR_LOAD_H
+#ifndef RECAP_CLI_BENCH_EXPR_LOAD_H
+#define RECAP_CLI_BENCH_EXPR_LOAD_H
 
 #include <stdbool.h>
 

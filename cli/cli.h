@@ -16,8 +16,8 @@
  *       CLI_EXIT_USAGE; } else if (!cli_positional(CMD, argv[i])) return CLI_EXIT_USAGE; ...
  *   }
  */
-#ifndef RECAP_ENGINE_CLI_H
-#define RECAP_ENGINE_CLI_H
+#ifndef RECAP_CLI_H
+#define RECAP_CLI_H
 
 #include <jansson.h>
 #include <stdbool.h>

@@ -3,8 +3,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "engine/cli/cli.h"
-#include "engine/cli/plan_text.h"
+#include "cli/cli.h"
+#include "cli/plan_text.h"
 #include "engine/plan.h"
 
 static const char *const CMD = "dot";

@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/cli/cli.h"
+#include "cli/cli.h"
 #include "include/recap.h"
 
 static void print_bytes_line(const char *label, double bytes) {

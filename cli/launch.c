@@ -22,8 +22,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "engine/cli/cli.h"
-#include "engine/cli/tensors.h"
+#include "cli/cli.h"
+#include "cli/tensors.h"
 
 enum { MAX_RANKS = 64, FIRST_VALUES = 4 };
 

@@ -4,7 +4,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "engine/cli/cli.h"
+#include "cli/cli.h"
 #include "include/recap.h"
 
 static const cli_command commands[] = {

@@ -4,8 +4,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "engine/cli/cli.h"
-#include "engine/cli/memviz_model.h"
+#include "cli/cli.h"
+#include "cli/memviz_model.h"
 
 static const char *const CMD = "memviz";
 

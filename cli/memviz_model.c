@@ -3,7 +3,7 @@
  * (memviz_model.h lists the rules). Every check names the JSON path of what it refused, so a
  * person can find the problem in the file.
  */
-#include "engine/cli/memviz_model.h"
+#include "cli/memviz_model.h"
 
 #include <errno.h>
 #include <inttypes.h>

@@ -19,8 +19,8 @@
  *   fclose(f);
  *   cli_memviz_model_free(m);
  */
-#ifndef RECAP_ENGINE_CLI_MEMVIZ_MODEL_H
-#define RECAP_ENGINE_CLI_MEMVIZ_MODEL_H
+#ifndef RECAP_CLI_MEMVIZ_MODEL_H
+#define RECAP_CLI_MEMVIZ_MODEL_H
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/cli/memviz_model.h"
+#include "cli/memviz_model.h"
 #include "runtime/error.h"
 
 enum {

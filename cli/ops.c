@@ -1,7 +1,7 @@
 /* ops.c: `recap ops [OP...]`: the op registry as a spec author needs it. */
 #include <string.h>
 
-#include "engine/cli/cli.h"
+#include "cli/cli.h"
 #include "kernels/op.h"
 
 static const char *const CMD = "ops";

@@ -4,8 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/cli/cli.h"
-#include "engine/cli/plan_text.h"
+#include "cli/cli.h"
+#include "cli/plan_text.h"
 
 static const char *const CMD = "plan";
 

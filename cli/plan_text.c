@@ -1,6 +1,6 @@
 /* plan_text.c: the text `recap plan` prints: the fused ops, then the memory plan (see
  * plan_text.h). Only the CLI shows it, so it lives here and not in the engine. */
-#include "engine/cli/plan_text.h"
+#include "cli/plan_text.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -10,8 +10,8 @@
  * Both return a malloc'd string that the caller frees; on failure *text is untouched and
  * recap_last_error() says why.
  */
-#ifndef RECAP_ENGINE_CLI_PLAN_TEXT_H
-#define RECAP_ENGINE_CLI_PLAN_TEXT_H
+#ifndef RECAP_CLI_PLAN_TEXT_H
+#define RECAP_CLI_PLAN_TEXT_H
 
 #include <stdbool.h>
 

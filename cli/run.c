@@ -4,9 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/cli/cli.h"
-#include "engine/cli/safetensors.h"
-#include "engine/cli/tensors.h"
+#include "cli/cli.h"
+#include "cli/safetensors.h"
+#include "cli/tensors.h"
 #include "kernels/gemm/tune.h"
 
 static const char *const CMD = "run";
@@ -211,7 +211,7 @@ int cli_run_main(int argc, char **argv) {
     usage(stdout);
     return CLI_EXIT_OK;
   }
-  /* One rank of a distributed run (engine/cli/launch.c). */
+  /* One rank of a distributed run (cli/launch.c). */
   if (cli_dist_requested(argc, argv)) return cli_run_dist_main(argc, argv);
   run_args a = {0};
   int rc = parse_args(argc, argv, &a);

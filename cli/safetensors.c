@@ -1,5 +1,5 @@
 /* safetensors.c: the .safetensors writer behind --save-tensors (header built with jansson). */
-#include "engine/cli/safetensors.h"
+#include "cli/safetensors.h"
 
 #include <jansson.h>
 #include <stdio.h>

@@ -11,8 +11,8 @@
  *   const char *meta[] = {"seed", "42", NULL};
  *   if (!cli_safetensors_write("run.safetensors", t, 1, meta)) ... message on stderr ...
  */
-#ifndef RECAP_ENGINE_CLI_SAFETENSORS_H
-#define RECAP_ENGINE_CLI_SAFETENSORS_H
+#ifndef RECAP_CLI_SAFETENSORS_H
+#define RECAP_CLI_SAFETENSORS_H
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -20,8 +20,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/cli/cli.h"
-#include "engine/cli/tensors.h"
+#include "cli/cli.h"
+#include "cli/tensors.h"
 
 static const char *const CMD = "serve-bench";
 

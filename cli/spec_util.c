@@ -5,8 +5,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "engine/cli/cli.h"
-#include "engine/cli/tensors.h"
+#include "cli/cli.h"
+#include "cli/tensors.h"
 
 void cli_print_diag(const char *path, const recap__diag *diag) {
   for (size_t i = 0; i < diag->count; i++) fprintf(stderr, "%s\n", diag->messages[i]);

@@ -1,5 +1,5 @@
 /* svg.c: the bench chart: vertical bars (median) with p10-p90 whiskers, axis, labels. */
-#include "engine/cli/svg.h"
+#include "cli/svg.h"
 
 #include <math.h>
 #include <stdio.h>

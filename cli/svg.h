@@ -8,8 +8,8 @@
  *
  * Values are milliseconds; the axis switches to microseconds when every value is below 1 ms.
  */
-#ifndef RECAP_ENGINE_CLI_SVG_H
-#define RECAP_ENGINE_CLI_SVG_H
+#ifndef RECAP_CLI_SVG_H
+#define RECAP_CLI_SVG_H
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -1,5 +1,5 @@
 /* tensors.c: host-side tensor data and timing for the subcommands that run pipelines. */
-#include "engine/cli/tensors.h"
+#include "cli/tensors.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -11,8 +11,8 @@
  *   cli_time_runs(p, batch, 100, ms);       // one event pair per run
  *   cli_summary s; cli_summarize(ms, 100, &s);
  */
-#ifndef RECAP_ENGINE_CLI_TENSORS_H
-#define RECAP_ENGINE_CLI_TENSORS_H
+#ifndef RECAP_CLI_TENSORS_H
+#define RECAP_CLI_TENSORS_H
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -2,7 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "engine/cli/cli.h"
+#include "cli/cli.h"
 
 static const char *const CMD = "validate";
 

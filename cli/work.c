@@ -2,7 +2,7 @@
  * run and bench give before a host-backend run that would take very long. */
 #include <stdio.h>
 
-#include "engine/cli/cli.h"
+#include "cli/cli.h"
 #include "kernels/op.h"
 
 /* Rough host-backend rates, measured on the 2-core build machine (mlp_large at H=1024:

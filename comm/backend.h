@@ -4,7 +4,7 @@
  * comm.c owns the recap_comm object, checks arguments, runs a world of 1 itself (copies) and
  * calls through a recap__comm_backend for anything larger, as device.c and stream.c call through
  * a recap__backend (runtime/backend.h). One implementation today: NCCL
- * (recap__nccl_comm_backend, runtime/cuda_comm.c, CUDA builds only); a hostonly build has none
+ * (recap__nccl_comm_backend, comm/nccl.c, CUDA builds only); a hostonly build has none
  * and refuses a world larger than 1. The table lets comm.c reach NCCL without calling into
  * cuda_comm.c by name, so the two files do not call each other (cuda_comm.c reaches the
  * per-device registry in comm_registry.c, below both).
@@ -20,13 +20,13 @@
  *   if (rank == 0) RECAP_TRY(be->unique_id(id, &len));     // then a rendezvous hands id out
  *   RECAP_TRY(be->init(comm, id, len));                     // comm->state is set from here
  */
-#ifndef RECAP_RUNTIME_COMM_BACKEND_H
-#define RECAP_RUNTIME_COMM_BACKEND_H
+#ifndef RECAP_COMM_BACKEND_H
+#define RECAP_COMM_BACKEND_H
 
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "runtime/comm.h"
+#include "comm/comm.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -1,5 +1,5 @@
 /*
- * comm.c: the recap_comm object and the world-of-1 path (runtime/comm.h; public API in
+ * comm.c: the recap_comm object and the world-of-1 path (comm/comm.h; public API in
  * include/recap.h, "Communicators").
  *
  * A device has at most one communicator at a time (comm_registry.c says why). A device
@@ -14,8 +14,8 @@
 #include <string.h>
 
 #include "runtime/backend.h"
-#include "runtime/comm.h"
-#include "runtime/comm_backend.h"
+#include "comm/comm.h"
+#include "comm/backend.h"
 #include "runtime/error.h"
 
 /* The backend that runs a world larger than 1: NCCL in CUDA builds; a hostonly build has none

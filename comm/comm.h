@@ -25,8 +25,8 @@
  * was wrong (a malformed message, a world-size mismatch, the deadline); nothing hangs past the
  * deadline and nothing is left open.
  */
-#ifndef RECAP_RUNTIME_COMM_H
-#define RECAP_RUNTIME_COMM_H
+#ifndef RECAP_COMM_H
+#define RECAP_COMM_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -99,7 +99,7 @@ typedef struct {
   int root;
 } recap__coll;
 
-typedef struct recap__comm_backend recap__comm_backend; /* runtime/comm_backend.h */
+typedef struct recap__comm_backend recap__comm_backend; /* comm/backend.h */
 
 struct recap_comm {
   recap_device device;

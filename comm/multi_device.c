@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "runtime/backend.h"
-#include "runtime/comm.h"
+#include "comm/comm.h"
 #include "runtime/error.h"
 
 static size_t numel_of(const recap_tensor *t) {

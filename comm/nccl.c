@@ -1,6 +1,6 @@
 /*
  * cuda_comm.c: NCCL behind recap_comm, CUDA builds only: the communicator backend
- * recap__nccl_comm_backend (runtime/comm_backend.h), which comm.c calls through, and the
+ * recap__nccl_comm_backend (comm/backend.h), which comm.c calls through, and the
  * collective ops' native launch (recap__comm_launch_native). Nothing here calls comm.c: the
  * launch finds its communicator in the registry (comm_registry.c).
  *
@@ -34,8 +34,8 @@
 #include <time.h>
 
 #include "runtime/backend.h"
-#include "runtime/comm.h"
-#include "runtime/comm_backend.h"
+#include "comm/comm.h"
+#include "comm/backend.h"
 #include "runtime/cuda_check.h"
 #include "runtime/error.h"
 

@@ -1,5 +1,5 @@
 /*
- * comm_registry.c: which communicator each device has (runtime/comm.h).
+ * comm_registry.c: which communicator each device has (comm/comm.h).
  *
  * A device has at most one communicator at a time, as a process has one default group in
  * torch.distributed: the collective ops of a spec find it by their stream's device, so neither
@@ -9,7 +9,7 @@
  */
 #include <pthread.h>
 
-#include "runtime/comm.h"
+#include "comm/comm.h"
 #include "runtime/error.h"
 
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;

@@ -1,6 +1,6 @@
 /*
  * comm_rendezvous.c: rank 0 hands a small payload (the NCCL unique id) to every other rank
- * (runtime/comm.h).
+ * (comm/comm.h).
  *
  * Both transports carry the same record: magic, kind, world size, generation, payload length,
  * payload, FNV-1a checksum. A reader never trusts a length it has not bounded: records are at
@@ -31,7 +31,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "runtime/comm.h"
+#include "comm/comm.h"
 #include "runtime/error.h"
 #include "runtime/file.h"
 

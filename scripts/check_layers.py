@@ -49,12 +49,12 @@ TABLE = [
     ("bench/", "bench"),
     # today's paths that belong to another layer than their folder says
     ("runtime/comm", "comm"),          # comm.c comm.h comm_rendezvous.c
-    ("runtime/cuda_comm.c", "comm"),   # -> comm/nccl.c
-    ("runtime/multi_device.c", "comm"),
-    ("allocator/graph.c", "graph"),    # the public recap_graph -> graph/graph.c
-    ("engine/cli/", "cli"),
-    ("engine/cli/bench", "bench"),     # bench.c bench_ops.c bench_capture.c bench_expr_load.*
-    ("engine/cli/serve_bench.c", "bench"),
+    ("comm/nccl.c", "comm"),   # -> comm/nccl.c
+    ("comm/multi_device.c", "comm"),
+    ("graph/graph.c", "graph"),    # the public recap_graph -> graph/graph.c
+    ("cli/", "cli"),
+    ("cli/bench", "bench"),     # bench.c bench_ops.c bench_capture.c bench_expr_load.*
+    ("cli/serve_bench.c", "bench"),
 ]
 PUBLIC_HEADER = "include/recap.h"     # anyone may include it
 ENTRY_HEADERS = {"engine/load.h"}     # the one engine entry header the clients may include
