@@ -27,7 +27,7 @@
 
 #include "engine/pipeline.h"
 #include "runtime/backend.h"
-#include "runtime/comm.h"
+#include "comm/comm.h"
 #include "runtime/error.h"
 
 #define DIST_MAGIC ((int64_t)0x5243505f44495354LL) /* "RCP_DIST" */

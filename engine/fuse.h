@@ -71,7 +71,7 @@
  *
  * The fused op is named "fused[<members>]" (each member by its spec `name:`, else its kind),
  * for NVTX ranges and messages; recap__ir_op.fused_from lists the spec ops it replaces.
- * `recap plan` prints both kinds (cli_fuse_format, engine/cli/plan_text.h): a fold as
+ * `recap plan` prints both kinds (cli_fuse_format, cli/plan_text.h): a fold as
  * "= linear(x, w, b) + r".
  *
  * Switch: on by default; RECAP_FUSION=0 in the environment, or recap_pipeline_options.no_fusion

@@ -13,7 +13,7 @@
  *   recap__plan_destroy(plan);
  *
  * The rules (what lives where, views, in place, waits, placement, the lower bound, buckets)
- * are in docs/PLANNER.md; `recap plan` prints a plan (engine/cli/plan_text.h). A plan owns
+ * are in docs/PLANNER.md; `recap plan` prints a plan (cli/plan_text.h). A plan owns
  * all its arrays; it keeps no pointer into the IR.
  */
 #ifndef RECAP_ENGINE_PLAN_H

@@ -1,7 +1,7 @@
 /*
  * collective.c: the collective ops: all_reduce, all_gather, reduce_scatter, broadcast.
  *
- * They run on the communicator of their stream's device (runtime/comm.h): NCCL on CUDA,
+ * They run on the communicator of their stream's device (comm/comm.h): NCCL on CUDA,
  * enqueued on the op's stream, so a capture records them as graph nodes; a device without a
  * communicator, and the host backend, are a world of 1, where each op is a copy (or nothing,
  * when the planner ran it in place). all_gather and reduce_scatter change the first axis by
@@ -19,7 +19,7 @@
 #include "kernels/cuda_ops.h"
 #include "kernels/infer.h"
 #include "kernels/op.h"
-#include "runtime/comm.h"
+#include "comm/comm.h"
 #include "runtime/error.h"
 
 static const char *const one_input[] = {"x", NULL};

@@ -88,13 +88,13 @@ class CheckLayersTest(unittest.TestCase):
                         "up (runtime -> kernels)")
 
     def test_client_includes_internal_header(self):
-        v = self.check({"engine/cli/run.c": '#include "include/recap.h"\n'
+        v = self.check({"cli/run.c": '#include "include/recap.h"\n'
                                             '#include "runtime/error.h"\n'
                                             '#include "kernels/op.h"\n'
                                             '#include "engine/pipeline.h"\n',
                         "engine/pipeline.h": '#include "include/recap.h"\n'})
-        self.assertOnly(v, "INCLUDE", "engine/cli/run.c:3: includes kernels/op.h: a client "
-                        "includes only", "engine/cli/run.c:4: includes engine/pipeline.h")
+        self.assertOnly(v, "INCLUDE", "cli/run.c:3: includes kernels/op.h: a client "
+                        "includes only", "cli/run.c:4: includes engine/pipeline.h")
         self.assertEqual(len(v), 2, v)  # runtime/error.h is a client header
 
     def test_client_uses_client_headers(self):
@@ -105,14 +105,14 @@ class CheckLayersTest(unittest.TestCase):
                         "engine/plan.h": "int recap__plan_views(void);\n",
                         "engine/load.c": "int recap__load_file(const char *p) { return 0; }\n",
                         "engine/plan_views.c": "int recap__plan_views(void) { return 0; }\n",
-                        "engine/cli/plan.c": '#include "engine/load.h"\n'
+                        "cli/plan.c": '#include "engine/load.h"\n'
                                              '#include "engine/plan.h"\n'
                                              '#include "runtime/error.h"\n'
                                              "int plan(void) {\n"
                                              '  return recap__load_file("x") + recap__plan_views()'
                                              " + recap__fail(0);\n}\n"
                                              "int more(void) { return recap__op_count(); }\n"})
-        self.assertOnly(v, "CALL", "CALL engine/cli/plan.c:7: calls recap__op_count of "
+        self.assertOnly(v, "CALL", "CALL cli/plan.c:7: calls recap__op_count of "
                         "kernels/registry.c")
         self.assertEqual(len(v), 1, v)
 
@@ -129,10 +129,10 @@ class CheckLayersTest(unittest.TestCase):
     def test_upward_call(self):
         # runtime/comm*.c is the comm layer today: calling the allocator is sideways, and a
         # function pointer to an engine function is an upward dependency like a call.
-        v = self.check({"runtime/comm.c": "int recap__comm_init(void) {\n"
+        v = self.check({"comm/comm.c": "int recap__comm_init(void) {\n"
                                           "  return recap__blocks_count();\n}\n",
                         "runtime/stream.c": "void *hook = &recap__engine_run;\n"})
-        self.assertOnly(v, "CALL", "CALL runtime/comm.c:2: calls recap__blocks_count of "
+        self.assertOnly(v, "CALL", "CALL comm/comm.c:2: calls recap__blocks_count of "
                         "allocator/blocks.c: sideways (comm -> allocator)",
                         "CALL runtime/stream.c:1: calls recap__engine_run of engine/exec.c: "
                         "up (runtime -> engine)")

@@ -1,5 +1,5 @@
 /*
- * comm_test.c: communicators (runtime/comm*.c, runtime/multi_device.c, runtime/cuda_comm.c).
+ * comm_test.c: communicators (runtime/comm*.c, comm/multi_device.c, comm/nccl.c).
  *
  * Host suites (CI): the rendezvous record and both transports, with forged malformed,
  * oversized and truncated messages and deadlines; the world-of-1 communicator of the host
@@ -18,7 +18,7 @@
 #include <unistd.h>
 
 #include "runtime/backend.h"
-#include "runtime/comm.h"
+#include "comm/comm.h"
 #include "runtime/error.h"
 #include "tests/test_util.h"
 

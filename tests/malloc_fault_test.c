@@ -26,7 +26,7 @@
 #include <string.h>
 
 #include "allocator/allocator.h"
-#include "engine/cli/plan_text.h"
+#include "cli/plan_text.h"
 #include "engine/pipeline.h"
 #include "engine/plan.h"
 #include "engine/spec.h"

@@ -291,7 +291,7 @@ static void create_on_cuda(const char *yaml) {
 
 /* With a warm disk cache, loading a pipeline of expr ops compiles nothing: every kernel comes
  * from the cache (counted). What that saves in time is a benchmark
- * target, measured by `recap bench-capture` (engine/cli/bench_expr_load.c). */
+ * target, measured by `recap bench-capture` (cli/bench_expr_load.c). */
 static void test_cuda_warm_cache_load_compiles_nothing(void) {
   char dir[512];
   const char *tmp = getenv("TEST_TMPDIR");

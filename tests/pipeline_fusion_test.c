@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/cli/plan_text.h"
+#include "cli/plan_text.h"
 #include "engine/fuse.h"
 #include "engine/pipeline.h"
 #include "kernels/expr.h"

@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/cli/plan_text.h"
+#include "cli/plan_text.h"
 #include "engine/pipeline.h"
 #include "include/recap.h"
 #include "tests/test_util.h"

@@ -2,7 +2,7 @@
  * plan_arena_test.c: the memory planner (engine/plan.h) on IRs built by hand, one stream:
  * lifetimes and sizes, writing in place over dying inputs (and where it must not), views
  * sharing their source's buffer, outputs apart from everything live after them, arena
- * planning off, the plan text (engine/cli/plan_text.h), and broken IRs rejected with the
+ * planning off, the plan text (cli/plan_text.h), and broken IRs rejected with the
  * culprit named. Every plan goes through check_plan (plan_check.h).
  */
 #include <stdarg.h>
@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/cli/plan_text.h"
+#include "cli/plan_text.h"
 #include "tests/plan_check.h"
 
 /* ---- lifetimes --------------------------------------------------------------------------- */

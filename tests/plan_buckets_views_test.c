@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/cli/plan_text.h"
+#include "cli/plan_text.h"
 #include "tests/plan_check.h"
 
 /* ---- buckets ------------------------------------------------------------------------------- */

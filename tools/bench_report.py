@@ -12,7 +12,7 @@ benchmarks.svg to --out and prints the summary last on stdout: one line per tabl
 line per target (met / MISSED / not measured).
 
 `recap bench --json` is read defensively, since its field names were not fixed when this was
-written. As of engine/cli/bench.c today it writes {"name", "batch", "bucket", "eager": {"median_ms",
+written. As of cli/bench.c today it writes {"name", "batch", "bucket", "eager": {"median_ms",
 "p10_ms", "p90_ms", "launches_per_iter", ...}, "graph": {..., "graph_nodes"}, "setup":
 {"capture_ms", "instantiate_ms", ...}, "memory": {"pool_reserved_bytes", ...}}, which the
 patterns below match. What it looks for (first match wins; units from the key's suffix _us,

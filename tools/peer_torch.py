@@ -54,7 +54,7 @@ pairs its mask leaves visible.
 What this expects from `recap run --save-tensors FILE` (the lead reconciles the names):
   - a standard .safetensors file (8-byte little-endian header length, JSON header, data);
   - every param and input under its spec name, holding the values the run used (what
-    engine/cli/run.c writes today); scalars and states it leaves out start from their spec
+    cli/run.c writes today); scalars and states it leaves out start from their spec
     init (value / zeros / ones; a random init is an error). A state saved in the file is used
     as the state before the run (after it also works when the run is idempotent, e.g.
     kv_append at a fixed pos);
@@ -757,7 +757,7 @@ def percentiles(times_us):
 
 def time_cuda(fn, iters):
     """One event pair per call on the current stream, waiting for the second event before the
-    next call: recap bench's method (engine/cli/tensors.h, cli_time_runs), so each sample is
+    next call: recap bench's method (cli/tensors.h, cli_time_runs), so each sample is
     one iteration from an idle GPU, launch latency included, on both sides."""
     pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
              for _ in range(iters)]

@@ -1,6 +1,6 @@
 /*
  * memviz_fuzz.c: libFuzzer target for `recap memviz`'s reader and drawing
- * (engine/cli/memviz_model.h): arbitrary bytes are a whole snapshot file. An accepted snapshot
+ * (cli/memviz_model.h): arbitrary bytes are a whole snapshot file. An accepted snapshot
  * is then drawn into memory, as `recap memviz --svg` does.
  *
  * Besides crashes, leaks and hangs, the target aborts when the reader's contract breaks:
@@ -23,7 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/cli/memviz_model.h"
+#include "cli/memviz_model.h"
 
 enum { MAX_INPUT = 1 << 20 };
 

@@ -21,7 +21,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "engine/cli/plan_text.h"
+#include "cli/plan_text.h"
 #include "engine/load.h"
 
 /* Larger inputs only make each run slower: the loader's size limit is tested by

@@ -1,0 +1,141 @@
+/* args.c: strict command-line parsing shared by the subcommands. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+
+int cli_flag(const char *cmd, int argc, char **argv, int *i, const char *name, const char **value) {
+  const char *arg = argv[*i];
+  size_t n = strlen(name);
+  if (strncmp(arg, name, n) != 0) return 0;
+  if (arg[n] == '\0') {
+    if (!value) return 1;
+    if (*i + 1 >= argc) {
+      fprintf(stderr, "recap %s: %s needs a value\n", cmd, name);
+      return -1;
+    }
+    *value = argv[++*i];
+    return 1;
+  }
+  if (arg[n] != '=') return 0; /* "--iterations" is not "--iters" */
+  if (!value) {
+    fprintf(stderr, "recap %s: %s takes no value\n", cmd, name);
+    return -1;
+  }
+  *value = arg + n + 1;
+  return 1;
+}
+
+int cli_dim_flag(const char *cmd, int argc, char **argv, int *i, const char **dims, int *num_dims) {
+  const char *v = NULL;
+  int m = cli_flag(cmd, argc, argv, i, "--dim", &v);
+  if (m <= 0) return m;
+  if (*num_dims == CLI_MAX_DIMS) {
+    fprintf(stderr, "recap %s: at most %d --dim flags\n", cmd, CLI_MAX_DIMS);
+    return -1;
+  }
+  dims[(*num_dims)++] = v;
+  return 1;
+}
+
+bool cli_parse_int(const char *cmd, const char *flag, const char *text, long long lo, long long hi,
+                   long long *out) {
+  char *end = NULL;
+  errno = 0;
+  long long v = strtoll(text, &end, 10);
+  /* strtoll accepts leading blanks and a sign; a number here is digits only (with an
+   * optional '-'), so "8x", " 8" and "" are rejected rather than half-read. */
+  bool digits = text[0] != '\0' && (text[0] == '-' || (text[0] >= '0' && text[0] <= '9'));
+  if (!digits || end == text || *end != '\0' || errno == ERANGE || v < lo || v > hi) {
+    fprintf(stderr, "recap %s: %s expects an integer in [%lld, %lld], got '%s'\n", cmd, flag, lo,
+            hi, text);
+    return false;
+  }
+  *out = v;
+  return true;
+}
+
+bool cli_parse_u64(const char *cmd, const char *flag, const char *text, uint64_t *out) {
+  char *end = NULL;
+  errno = 0;
+  unsigned long long v = strtoull(text, &end, 10);
+  /* strtoull accepts blanks and a sign (and negates a '-'): digits only here. */
+  if (text[0] < '0' || text[0] > '9' || *end != '\0' || errno == ERANGE) {
+    fprintf(stderr, "recap %s: %s expects an integer in [0, %" PRIu64 "], got '%s'\n", cmd, flag,
+            UINT64_MAX, text);
+    return false;
+  }
+  *out = (uint64_t)v;
+  return true;
+}
+
+bool cli_parse_dim(const char *cmd, const char *text, char *name, size_t name_size,
+                   int64_t *value) {
+  const char *eq = strchr(text, '=');
+  if (!eq || eq == text || (size_t)(eq - text) >= name_size) {
+    fprintf(stderr, "recap %s: --dim expects NAME=VALUE (e.g. B=8), got '%s'\n", cmd, text);
+    return false;
+  }
+  long long v;
+  if (!cli_parse_int(cmd, "--dim", eq + 1, 1, INT64_MAX, &v)) return false;
+  memcpy(name, text, (size_t)(eq - text));
+  name[eq - text] = '\0';
+  *value = v;
+  return true;
+}
+
+bool cli_positional(const char *cmd, const char *arg) {
+  if (arg[0] == '-' && arg[1] != '\0') {
+    fprintf(stderr, "recap %s: unknown flag '%s' (see 'recap %s --help')\n", cmd, arg, cmd);
+    return false;
+  }
+  return true;
+}
+
+bool cli_take_one(const char *cmd, const char *what, const char *arg, const char **slot) {
+  if (!cli_positional(cmd, arg)) return false;
+  if (*slot) {
+    fprintf(stderr, "recap %s: one %s at a time (got '%s' and '%s')\n", cmd, what, *slot, arg);
+    return false;
+  }
+  *slot = arg;
+  return true;
+}
+
+int cli_run_flag(const char *cmd, int argc, char **argv, int *i, cli_run_flags *f) {
+  const char *v = NULL;
+  int m;
+  if ((m = cli_flag(cmd, argc, argv, i, "--iters", &v)) != 0) {
+    if (m < 0 || !cli_parse_int(cmd, "--iters", v, 1, 10000000, &f->iters)) return -1;
+    f->iters_set = true;
+  } else if ((m = cli_flag(cmd, argc, argv, i, "--warmup", &v)) != 0) {
+    if (m < 0 || !cli_parse_int(cmd, "--warmup", v, 0, 1000000, &f->warmup)) return -1;
+    f->warmup_set = true;
+  } else if ((m = cli_dim_flag(cmd, argc, argv, i, f->dims, &f->num_dims)) != 0) {
+    if (m < 0) return -1;
+  } else if ((m = cli_flag(cmd, argc, argv, i, "--seed", &v)) != 0) {
+    if (m < 0 || !cli_parse_u64(cmd, "--seed", v, &f->seed)) return -1;
+    f->seed_set = true;
+  } else if ((m = cli_flag(cmd, argc, argv, i, "--device", &f->device)) != 0 ||
+             (m = cli_flag(cmd, argc, argv, i, "--base-dir", &f->base_dir)) != 0) {
+    if (m < 0) return -1;
+  } else if ((m = cli_flag(cmd, argc, argv, i, "--no-fusion", NULL)) != 0) {
+    if (m < 0) return -1;
+    f->no_fusion = true;
+  } else {
+    return 0;
+  }
+  return 1;
+}
+
+bool cli_run_flags_check(const char *cmd, const cli_run_flags *f) {
+  if (f->device && strcmp(f->device, "cuda") != 0 && strcmp(f->device, "host") != 0) {
+    fprintf(stderr, "recap %s: --device expects cuda or host, got '%s'\n", cmd, f->device);
+    return false;
+  }
+  return true;
+}

@@ -1,0 +1,106 @@
+/* plan.c: `recap plan SPEC [--dim B=8]`: what the fusion pass fused, where every tensor lives,
+ * and the arena's size. The IR is fused exactly as a pipeline's would be (same switch), so the
+ * plan shown is the one the engine uses. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "cli/plan_text.h"
+
+static const char *const CMD = "plan";
+
+static void usage(FILE *out) {
+  fprintf(out,
+          "usage: recap plan SPEC [--dim NAME=VALUE] [--base-dir DIR] [--no-fusion]\n\n"
+          "Prints the fused ops (each with the spec ops it replaces, its inputs and its "
+          "expression),\nthen the memory plan of one bucket (default: the largest, which is "
+          "the plan the engine\nuses for every bucket): per tensor its role, bytes, arena "
+          "offset, lifetime in ops,\nstream and in-place/view notes; the cross-stream waits; "
+          "then the arena size, the naive\nsum (one allocation per intermediate) and the "
+          "max-live lower bound.\n\n"
+          "  --dim NAME=VALUE   for the bucketed dim: plan the bucket that runs a batch of VALUE "
+          "(the\n                     smallest bucket >= VALUE); for any other dim: replaces "
+          "the spec's\n                     value (repeatable; as in recap run)\n"
+          "  --base-dir DIR     files the spec names (params) must lie under DIR (for specs "
+          "from\n                     untrusted sources)\n"
+          "  --no-fusion        plan the spec's ops as written (no fusion pass; as "
+          "RECAP_FUSION=0)\n");
+}
+
+int cli_plan_main(int argc, char **argv) {
+  if (cli_wants_help(argc, argv)) {
+    usage(stdout);
+    return CLI_EXIT_OK;
+  }
+  const char *path = NULL, *base_dir = NULL;
+  const char *dims[CLI_MAX_DIMS];
+  int num_dims = 0;
+  bool no_fusion = false;
+  for (int i = 0; i < argc; i++) {
+    int m = cli_dim_flag(CMD, argc, argv, &i, dims, &num_dims);
+    if (m == 0) m = cli_flag(CMD, argc, argv, &i, "--base-dir", &base_dir);
+    if (m == 0 && (m = cli_flag(CMD, argc, argv, &i, "--no-fusion", NULL)) > 0) no_fusion = true;
+    if (m < 0) return CLI_EXIT_USAGE;
+    if (m > 0) continue;
+    if (!cli_take_one(CMD, "spec", argv[i], &path)) return CLI_EXIT_USAGE;
+  }
+  if (!path) {
+    usage(stderr);
+    return CLI_EXIT_USAGE;
+  }
+
+  recap__model *model = NULL;
+  char *text = NULL, *fused = NULL;
+  recap_status st;
+  size_t bucket;
+  int64_t batch;
+  cli_load_request load = {.path = path,
+                           .base_dir = base_dir,
+                           .dims = dims,
+                           .num_dims = num_dims,
+                           .capacity = RECAP__CAPACITY_OFF,
+                           .no_fusion = no_fusion};
+  int rc = cli_load(CMD, &load, &model, &bucket, &batch);
+  if (rc != CLI_EXIT_OK) goto done;
+  rc = CLI_EXIT_FAILURE;
+  const recap__spec *spec = model->spec;
+  const recap__ir *ir = model->irs[bucket];
+  if ((st = cli_fuse_format(ir, model->fused, &fused)) != RECAP_OK) {
+    cli_report_failure(CMD, "formatting the fused ops", st);
+    goto done;
+  }
+  if ((st = cli_plan_format(ir, model->plan, &text)) != RECAP_OK) {
+    cli_report_failure(CMD, "formatting the plan", st);
+    goto done;
+  }
+  if (spec->bucket_dim >= 0) {
+    size_t n = recap__spec_num_buckets(spec);
+    const char *name = spec->dims[spec->bucket_dim].name;
+    int64_t value = recap__spec_bucket_value(spec, bucket);
+    printf("%s: ", path);
+    if (batch != value) printf("%s=%lld runs in ", name, (long long)batch);
+    printf("bucket %s=%lld (%s of %zu buckets:", name, (long long)value,
+           bucket + 1 == n ? "the largest" : "one", n);
+    for (size_t b = 0; b < n; b++) printf(" %lld", (long long)recap__spec_bucket_value(spec, b));
+    printf(")\n");
+  }
+  /* The --dim flags that replaced a dim's value (the others picked the batch). */
+  const char *bucketed = spec->bucket_dim >= 0 ? spec->dims[spec->bucket_dim].name : NULL;
+  bool replaced = false;
+  for (int i = 0; i < num_dims; i++) {
+    size_t n = bucketed ? strlen(bucketed) : 0;
+    if (spec->run_batch && strncmp(dims[i], bucketed, n) == 0 && dims[i][n] == '=') continue;
+    if (!replaced) printf("%s: dims replaced:", path);
+    printf(" %s", dims[i]);
+    replaced = true;
+  }
+  if (replaced) printf("\n");
+  fputs(fused, stdout);
+  fputs(text, stdout);
+  rc = CLI_EXIT_OK;
+done:
+  free(fused);
+  free(text);
+  recap__model_release(model);
+  return rc;
+}

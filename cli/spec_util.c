@@ -1,0 +1,218 @@
+/* spec_util.c: loading specs, choosing buckets and devices, and the output helpers of the
+ * subcommands. */
+#include <inttypes.h>
+#include <math.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli/cli.h"
+#include "cli/tensors.h"
+
+void cli_print_diag(const char *path, const recap__diag *diag) {
+  for (size_t i = 0; i < diag->count; i++) fprintf(stderr, "%s\n", diag->messages[i]);
+  if (diag->dropped > 0) fprintf(stderr, "%s: %zu more errors not shown\n", path, diag->dropped);
+}
+
+int cli_load(const char *cmd, const cli_load_request *r, recap__model **out, size_t *bucket,
+             int64_t *batch) {
+  *out = NULL;
+  const char *dims[CLI_MAX_DIMS + 1];
+  for (int i = 0; i < r->num_dims; i++) {
+    char name[64];
+    int64_t value;
+    if (!cli_parse_dim(cmd, r->dims[i], name, sizeof name, &value)) return CLI_EXIT_USAGE;
+    dims[i] = r->dims[i];
+  }
+  dims[r->num_dims] = NULL;
+  recap__load_options o = {
+      .spec = {.base_dir = r->base_dir,
+               .dims = dims,
+               .select_batch = true,
+               .grow_batch = r->grow_batch},
+      .host_if_unavailable = true,
+      .device_ordinal = r->device_ordinal,
+      .capacity = r->capacity,
+      .no_fusion = r->no_fusion,
+  };
+  if (r->device) {
+    /* A device asked for must be here: no fallback. */
+    if (!cli_pick_device(cmd, r->device, RECAP_BACKEND_HOST, &o.device)) return CLI_EXIT_FAILURE;
+    int count = 0;
+    if (r->device_ordinal > 0 && recap_device_count(o.device.backend, &count) == RECAP_OK &&
+        count > 0)
+      o.device.index = r->device_ordinal % count;
+    o.device_given = true;
+  }
+  recap__diag diag = {0};
+  recap_status st = recap__load_file(r->path, &o, out, &diag);
+  if (st == RECAP_STATUS_SPEC_ERROR && diag.count > 0)
+    cli_print_diag(r->path, &diag);
+  else if (st == RECAP_STATUS_INVALID_ARGUMENT) /* a --dim the spec cannot take */
+    fprintf(stderr, "recap %s: --dim: %s\n", cmd, recap_last_error());
+  else if (st != RECAP_OK)
+    fprintf(stderr, "%s: error: %s\n", r->path, recap_last_error());
+  recap__diag_free(&diag);
+  if (st != RECAP_OK)
+    return st == RECAP_STATUS_INVALID_ARGUMENT ? CLI_EXIT_USAGE : CLI_EXIT_FAILURE;
+  const recap__spec *spec = (*out)->spec;
+  if (!r->device && (*out)->device.backend != spec->device)
+    /* On stderr, so that --json output on stdout stays pure JSON. */
+    fprintf(stderr, "note: %s: running on the host backend (CPU)\n",
+            recap_backend_compiled(spec->device) ? "no CUDA GPU on this machine"
+                                                 : "this build has no CUDA backend");
+  const char *name = spec->run_batch ? spec->dims[spec->bucket_dim].name : NULL;
+  if (cli_select_bucket(cmd, spec, name, spec->run_batch, false, bucket, batch)) return CLI_EXIT_OK;
+  recap__model_release(*out);
+  *out = NULL;
+  return CLI_EXIT_USAGE;
+}
+
+bool cli_select_bucket(const char *cmd, const recap__spec *spec, const char *name, int64_t value,
+                       bool exact, size_t *bucket, int64_t *batch) {
+  size_t n = recap__spec_num_buckets(spec);
+  if (!name) {
+    *bucket = n - 1;
+    *batch = recap__spec_bucket_value(spec, n - 1);
+    return true;
+  }
+  if (spec->bucket_dim < 0) {
+    fprintf(stderr,
+            "recap %s: --dim %s: this spec has no bucketed dim (only a dim given as a list "
+            "of values can be chosen)\n",
+            cmd, name);
+    return false;
+  }
+  const recap__spec_dim *dim = &spec->dims[spec->bucket_dim];
+  if (strcmp(dim->name, name) != 0) {
+    fprintf(stderr, "recap %s: --dim %s: the bucketed dim is '%s'\n", cmd, name, dim->name);
+    return false;
+  }
+  for (size_t b = 0; b < n; b++) {
+    int64_t v = recap__spec_bucket_value(spec, b);
+    if (v == value || (!exact && v > value)) {
+      *bucket = b;
+      *batch = value;
+      return true;
+    }
+  }
+  char list[256] = "";
+  size_t used = 0;
+  for (size_t b = 0; b < n && used < sizeof list - 24; b++)
+    used += (size_t)snprintf(list + used, sizeof list - used, "%s%lld", b ? ", " : "",
+                             (long long)recap__spec_bucket_value(spec, b));
+  fprintf(stderr, "recap %s: --dim %s=%lld: %s %s\n", cmd, name, (long long)value,
+          exact ? "not a bucket; buckets are" : "above the largest bucket; buckets are", list);
+  return false;
+}
+
+bool cli_pick_device(const char *cmd, const char *requested, recap_backend_kind fallback,
+                     recap_device *out) {
+  recap_backend_kind kind = fallback;
+  if (requested && recap_backend_parse(requested, &kind) != RECAP_OK) {
+    fprintf(stderr, "recap %s: --device expects cuda or host, got '%s'\n", cmd, requested);
+    return false;
+  }
+  if (kind == RECAP_BACKEND_CUDA && !recap_device_is_available(RECAP_BACKEND_CUDA)) {
+    const char *why = recap_backend_compiled(RECAP_BACKEND_CUDA) ? "no CUDA GPU on this machine"
+                                                                 : "this build has no CUDA backend";
+    if (requested) {
+      fprintf(stderr, "recap %s: --device cuda: %s\n", cmd, why);
+      return false;
+    }
+    /* On stderr, so that --json output on stdout stays pure JSON. */
+    fprintf(stderr, "note: %s: running on the host backend (CPU)\n", why);
+    kind = RECAP_BACKEND_HOST;
+  }
+  *out = (recap_device){kind, 0};
+  return true;
+}
+
+int cli_run_setup_resolve(const cli_run_flags *f, const recap__model *m, size_t bucket,
+                          int64_t batch, recap_pipeline_options *opts, cli_run_setup *out) {
+  const recap__spec *spec = m->spec;
+  out->bucket = bucket;
+  out->batch = batch;
+  opts->override_device = 1;
+  opts->device = m->device;
+  bool host = opts->device.backend == RECAP_BACKEND_HOST;
+  out->iters = f->iters_set ? (int)f->iters : spec->iters;
+  out->warmup = f->warmup_set ? (int)f->warmup : spec->warmup;
+  out->iters_capped = host && !f->iters_set && out->iters > CLI_HOST_ITERS_CAP;
+  if (out->iters_capped) out->iters = CLI_HOST_ITERS_CAP;
+  if (host && !f->warmup_set && out->warmup > CLI_HOST_WARMUP_CAP)
+    out->warmup = CLI_HOST_WARMUP_CAP;
+  out->seed = cli_input_seed(f->seed_set, f->seed, spec, &out->seed_from);
+  /* --warmup also sets the engine's eager runs before each capture, 0 included. */
+  opts->warmup = out->warmup;
+  opts->warmup_set = 1;
+  return CLI_EXIT_OK;
+}
+
+uint64_t cli_input_seed(bool flag_set, uint64_t flag, const recap__spec *spec, const char **from) {
+  if (flag_set) {
+    *from = "--seed";
+    return flag;
+  }
+  if (spec->seed_given) {
+    *from = "spec";
+    return spec->seed;
+  }
+  *from = "random";
+  return cli_random_seed();
+}
+
+json_t *cli_json_number(double v) {
+  if (isnan(v)) return json_string("nan");
+  if (isinf(v)) return json_string(v > 0 ? "inf" : "-inf");
+  return json_real(v);
+}
+
+json_t *cli_seed_json(uint64_t seed) {
+  char text[32];
+  snprintf(text, sizeof text, "%" PRIu64, seed);
+  return json_string(text);
+}
+
+void cli_report_failure(const char *cmd, const char *what, recap_status status) {
+  const char *detail = recap_last_error();
+  fprintf(stderr, "recap %s: %s failed: %s%s%s\n", cmd, what, recap_status_string(status),
+          detail[0] ? "\n" : "", detail);
+}
+
+bool cli_write_json(const char *cmd, json_t *root, const char *path) {
+  if (json_dump_file(root, path, JSON_INDENT(2) | JSON_PRESERVE_ORDER) != 0) {
+    fprintf(stderr, "recap %s: cannot write %s\n", cmd, path);
+    return false;
+  }
+  printf("wrote %s\n", path);
+  return true;
+}
+
+const char *cli_format_bytes(size_t bytes, char *buf, size_t size) {
+  if (bytes >= (1u << 20))
+    snprintf(buf, size, "%.1f MiB", (double)bytes / (1 << 20));
+  else if (bytes >= (1u << 10))
+    snprintf(buf, size, "%.1f KiB", (double)bytes / (1 << 10));
+  else
+    snprintf(buf, size, "%zu B", bytes);
+  return buf;
+}
+
+double cli_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+void cli_print_gemm_tune_stats(FILE *out) {
+  recap_gemm_tune_stats s;
+  if (!out || recap_gemm_tune_stats_get(&s) != RECAP_STATUS_OK || s.mode == 0) return;
+  fprintf(out,
+          "gemm tuning (RECAP_TUNE=%d, %s): %llu problems timed (%llu candidates, %llu "
+          "rejected), %llu cache hits, %llu left on the default, %llu stale entries, %llu file "
+          "warnings\n",
+          s.mode, s.tune_file, (unsigned long long)s.tunings,
+          (unsigned long long)s.candidates_timed, (unsigned long long)s.rejected,
+          (unsigned long long)s.cache_hits, (unsigned long long)s.untimed_defaults,
+          (unsigned long long)s.stale, (unsigned long long)s.file_warnings);
+}
