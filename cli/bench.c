@@ -189,13 +189,7 @@ int cli_bench_main(int argc, char **argv) {
   mode_result re = {0}, rg = {0};
   json_t *root = NULL;
   recap_status st;
-  cli_load_request load = {.path = a.path,
-                           .base_dir = a.common.base_dir,
-                           .dims = a.common.dims,
-                           .num_dims = a.common.num_dims,
-                           .device = a.common.device,
-                           .capacity = RECAP__CAPACITY_REQUIRED,
-                           .no_fusion = a.common.no_fusion};
+  cli_load_request load = cli_run_load_request(a.path, &a.common);
   size_t bucket;
   int64_t batch;
   double t0 = cli_now();

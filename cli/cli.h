@@ -137,6 +137,9 @@ typedef struct {
 int cli_run_flag(const char *cmd, int argc, char **argv, int *i, cli_run_flags *f);
 /* After parsing: checks --device's value; false (reported) when it is neither cuda nor host. */
 bool cli_run_flags_check(const char *cmd, const cli_run_flags *f);
+/* What `run`, `bench` and a distributed run load: `path` with the shared flags' --dim,
+ * --device, --base-dir and --no-fusion, the sizes checked against the device's memory. */
+cli_load_request cli_run_load_request(const char *path, const cli_run_flags *f);
 
 /* The host backend computes on the CPU: without --iters / --warmup, `run` and `bench` cap the
  * spec's run.iters and run.warmup at these so that a GPU-sized spec stays a short smoke run. */

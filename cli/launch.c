@@ -128,15 +128,9 @@ int cli_run_dist_main(int argc, char **argv) {
    * value: a benchmark at a size the spec does not list (the plain `run` selects a batch
    * within the buckets only). recap launch gives each rank one visible GPU; without it, rank r
    * takes GPU r mod count. */
-  cli_load_request load = {.path = a.path,
-                           .base_dir = a.common.base_dir,
-                           .dims = a.common.dims,
-                           .num_dims = a.common.num_dims,
-                           .device = a.common.device,
-                           .device_ordinal = (int)a.rank,
-                           .capacity = RECAP__CAPACITY_REQUIRED,
-                           .no_fusion = a.common.no_fusion,
-                           .grow_batch = true};
+  cli_load_request load = cli_run_load_request(a.path, &a.common);
+  load.device_ordinal = (int)a.rank;
+  load.grow_batch = true;
   size_t bucket;
   int64_t batch;
   if ((rc = cli_load(RUN, &load, &model, &bucket, &batch)) != CLI_EXIT_OK) goto done;

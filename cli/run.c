@@ -222,13 +222,7 @@ int cli_run_main(int argc, char **argv) {
   double *ms = NULL;
   json_t *root = NULL;
   recap_status st;
-  cli_load_request load = {.path = a.path,
-                           .base_dir = a.common.base_dir,
-                           .dims = a.common.dims,
-                           .num_dims = a.common.num_dims,
-                           .device = a.common.device,
-                           .capacity = RECAP__CAPACITY_REQUIRED,
-                           .no_fusion = a.common.no_fusion};
+  cli_load_request load = cli_run_load_request(a.path, &a.common);
   size_t bucket;
   int64_t batch;
   if ((rc = cli_load(CMD, &load, &model, &bucket, &batch)) != CLI_EXIT_OK) goto done;

@@ -13,6 +13,16 @@ void cli_print_diag(const char *path, const recap__diag *diag) {
   if (diag->dropped > 0) fprintf(stderr, "%s: %zu more errors not shown\n", path, diag->dropped);
 }
 
+cli_load_request cli_run_load_request(const char *path, const cli_run_flags *f) {
+  return (cli_load_request){.path = path,
+                            .base_dir = f->base_dir,
+                            .dims = f->dims,
+                            .num_dims = f->num_dims,
+                            .device = f->device,
+                            .capacity = RECAP__CAPACITY_REQUIRED,
+                            .no_fusion = f->no_fusion};
+}
+
 int cli_load(const char *cmd, const cli_load_request *r, recap__model **out, size_t *bucket,
              int64_t *batch) {
   *out = NULL;
