@@ -1,7 +1,7 @@
 /*
  * ir.h: one bucket of a checked spec, with every size known (internal to the engine).
  *
- * spec.c checks what the text says (spec.h); ir.c substitutes one value for every symbolic
+ * spec_*.c check what the text says (spec.h); ir.c substitutes one value for every symbolic
  * dim (one IR per bucket), infers shapes and dtypes through the op contract (kernels/op.h) and
  * checks sizes against the device's memory. Every tensor and op keeps the spec position it
  * came from, so later stages (planning, capture) can still report FILE:LINE:COL. The load

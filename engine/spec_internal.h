@@ -2,7 +2,7 @@
  * spec_internal.h: the spec checker's working state and the helpers its files share
  * (internal to engine/spec*.c).
  *
- *   spec.c          the top-level keys (dims and their overrides, run), the whole spec, load
+ *   spec_root.c     the top-level keys (dims and their overrides, run), the whole spec, load
  *   spec_values.c   scalars and mappings: typed reads of YAML values with positioned errors
  *   spec_tensors.c  tensors: roles, shapes, initializers, the files they name
  *   spec_ops.c      ops: attributes, expressions, references, outputs, what is never used

@@ -52,7 +52,7 @@ static void format_default(const recap__attr_def *a, char *buf, size_t size) {
       return;
     }
     case RECAP_ATTR_DTYPE:
-      /* The loader gives every optional dtype attribute the spec's dtype (spec.c). */
+      /* The loader gives every optional dtype attribute the spec's dtype (spec_ops.c). */
       snprintf(buf, size, "spec's");
       return;
     case RECAP_ATTR_INT_LIST:

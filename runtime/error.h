@@ -10,7 +10,7 @@
  * The message is what a user reads: it says what failed and why, in the user's terms (the op,
  * the tensor, the spec's FILE:LINE:COL), never which recap function noticed. For developers,
  * RECAP_ERROR_LOCATIONS=1 in the environment makes RECAP_FAIL prefix it with the function
- * name and recap's file:line ("recap__spec_load_file (spec.c:1422): ..."); the variable is read
+ * name and recap's file:line ("recap__spec_load_file (spec_root.c:1422): ..."); the variable is read
  * at each failure. recap__error_context() prepends caller context ("op 'ffn1': ") to the
  * message of a failure that is being propagated.
  */
