@@ -10,7 +10,7 @@
 
 static const char *const CMD = "bench";
 
-/* Rotation (--rotate): tools/peer_torch.py's rule, so both sides rotate alike. A set of
+/* Rotation (--rotate): bench/peer/peer_torch.py's rule, so both sides rotate alike. A set of
  * params + inputs + states + scalars between 1 MiB and 200 MB gets K copies with K x set >=
  * 200 MB (four times the H100's 50 MB L2), at most 16; a smaller set is launch-bound and a
  * larger one does not fit the L2 anyway. */
@@ -44,7 +44,7 @@ static void usage(FILE *out) {
           "(not\n                     shared weights); iterations cycle through them so a "
           "pipeline whose\n                     data fits the L2 cache is not timed L2-warm. auto: "
           "K x (params +\n                     inputs + states) >= 200 MB when one set holds 1-200 "
-          "MB, K <= %d,\n                     else 1 (tools/peer_torch.py's rule). Default 1\n"
+          "MB, K <= %d,\n                     else 1 (bench/peer/peer_torch.py's rule). Default 1\n"
           "  --base-dir DIR     files the spec names (params) must lie under DIR (for specs "
           "from\n                     untrusted sources)\n"
           "  --no-fusion        run every elementwise op as its own kernel (no fusion pass; "

@@ -10,7 +10,7 @@
  *   4. eight expr ops loaded with a warm kernel cache: <= 20 ms more than the same chain of
  *      library ops (bench_expr_load.c);
  * and the host CPU time (CLOCK_THREAD_CPUTIME_ID) of one eager op launch, of one op of an
- * eager pipeline run, and of one replay call, which tools/peer_torch_ops.py puts next to
+ * eager pipeline run, and of one replay call, which bench/peer/peer_torch_ops.py puts next to
  * PyTorch's per-op eager overhead. Wall times are host clock (capture is host work: the
  * device is idle while the stream records).
  */

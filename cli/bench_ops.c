@@ -5,7 +5,7 @@
  * and write over its median time) is compared with a device-to-device cudaMemcpyAsync of the
  * same tensor measured in the same run: the target is >= 80% of that. GEMMs report
  * TFLOP/s. Every sample is one launch between two device events, waited for before the next
- * launch (the method of `recap bench` and tools/peer_torch_ops.py), so both sides pay the
+ * launch (the method of `recap bench` and bench/peer/peer_torch_ops.py), so both sides pay the
  * same launch latency. The ops are launched one by one through the public single-op API
  * (recap_op_create, recap_op_launch), as the engine's eager mode launches them, without a
  * pipeline around them.

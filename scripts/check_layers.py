@@ -71,12 +71,12 @@ CLIENT_HEADERS = [
 ]
 EXCLUDED = [  # not checked: not part of the layered library
     "tests/",                          # tests and fuzz targets (tests/fuzz/)
-    "tools/",                          # stand-alone C benchmarks (and scripts) of today
     "docs/",                           # lab notes, e.g. docs/perf/launch_ubench.cu
-    "third_party/", "bazel-", ".git/", "scripts/", "specs/",
-    # the stand-alone benchmark programs once they move from tools/ and docs/ into bench/
-    "bench/alloc_bench.c", "bench/skinny.c", "bench/gemm_algos.c", "bench/hopper_gemm.c",
-    "bench/common.h", "bench/launch_ubench.cu", "bench/peer/", "bench/report/",
+    "third_party/", "bazel-", ".git/", "scripts/", "specs/", "bazel/",
+    # stand-alone GPU benchmark programs: each measures one internal piece (a kernel, the
+    # allocator, cuBLASLt's configurations) against its peer, so they may reach inside
+    "bench/alloc_bench.c", "bench/bench_skinny.c", "bench/bench_gemm_algos.c",
+    "bench/bench_hopper_gemm.c", "bench/bench_common.h", "bench/peer/", "bench/report/",
 ]
 SOURCE_EXT = (".c", ".cu")
 HEADER_EXT = (".h", ".cuh")

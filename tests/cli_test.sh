@@ -3,7 +3,7 @@
 # 2 usage), --help everywhere, strict flags, validate's FILE:LINE:COL errors, plan, ops, dot,
 # run's JSON and .safetensors output (with the data checked by recomputing a spec in Python),
 # bench's JSON and SVG, serve-bench with 4 workers and its JSON, and that the overlap pair of
-# specs (timed against each other on the GPU by tools/gpu_run.sh) stays one computation.
+# specs (timed against each other on the GPU by scripts/gpu/gpu_run.sh) stays one computation.
 set -uo pipefail
 recap=$1
 specs=specs # //specs:all, in the runfiles tree the test starts in
@@ -176,7 +176,7 @@ assert a["outputs"] == b["outputs"], (a["outputs"], b["outputs"])
 assert b["stats"]["replays"] > 0 and b["stats"]["eager_runs"] == 0, b["stats"]
 PY
 
-# The overlap pair, which tools/gpu_run.sh times against each other on the GPU, must stay one
+# The overlap pair, which scripts/gpu/gpu_run.sh times against each other on the GPU, must stay one
 # computation: the same file apart from the comments, the name and the `stream:` keys, with
 # the branches on streams 1 and 2 in one and everything on stream 0 in the other.
 same_ops() { grep -v -e '^#' -e '^name:' "$1" | sed 's/, stream: [0-9]*//'; }
@@ -604,7 +604,7 @@ d = json.load(open(sys.argv[1]))
 assert d["fused_ops"] == 0 and d["eager"]["launches_per_iter"] == 100, d["eager"]
 EOF
 
-# bench --rotate: K instances with their own params; auto follows tools/peer_torch.py's rule
+# bench --rotate: K instances with their own params; auto follows bench/peer/peer_torch.py's rule
 # (fork_join holds 32 MiB of params + inputs: 200 MB needs 6 copies).
 expect 0 "bench --rotate auto" -- "$recap" bench "$specs/fork_join.yaml" --device host --iters 4 \
   --warmup 1 --rotate auto --json "$tmp/bench_rot.json"

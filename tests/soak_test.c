@@ -11,7 +11,7 @@
  * the warm-up. At the end the snapshot must be identical.
  *
  * Not run by `bazel test //tests/...` (tagged manual: a million replays are a soak, not a unit
- * test); tools/gpu_soak.sh runs it on the GPU machine. Run from the repository (or stage)
+ * test); scripts/gpu/gpu_soak.sh runs it on the GPU machine. Run from the repository (or stage)
  * root, where tests/data/ lies.
  */
 #define _POSIX_C_SOURCE 200809L

@@ -69,7 +69,7 @@ int test_count_occurrences(const char *text, const char *needle);
 /* `seconds` times RECAP_TEST_TIME_SCALE (default 1; a number >= 1, anything else is warned
  * about and ignored). For the timeouts a test gives recap and for the deadlines after which it
  * calls a run hung, which must hold on loaded machines and under sanitizers (.bazelrc's asan
- * and tsan configs and tools/gpu_sanitize.sh set the scale); never for speed targets, which
+ * and tsan configs and scripts/gpu/gpu_sanitize.sh set the scale); never for speed targets, which
  * are benchmarks. */
 double test_scaled_seconds(double seconds);
 /* Runs every suite, prints the summary, returns the process exit code (0 only if all ran

@@ -573,7 +573,7 @@ recap_status recap__lt_algo_config(const cublasLtMatmulAlgo_t *algo, int32_t con
 /* Variants of a heuristic result: the same kernel tile and stages with another CTA swizzle,
  * custom option or thread-block cluster shape. cuBLASLt's heuristic list names one of each
  * per tile, and for the transformer block's GEMMs on an H100 another one was 4-12% faster
- * (tools/bench_gemm_algos.c searched every configuration; docs/perf/transformer_block.md,
+ * (bench/bench_gemm_algos.c searched every configuration; docs/perf/transformer_block.md,
  * section 5). Tuning times the variants of the first RECAP__LT_VARIANT_BASES results; a tuning-file
  * entry naming one is rebuilt the same way (in the same order, from the same bases), so the
  * file never needs more than the nine config fields, and every variant passes

@@ -522,7 +522,7 @@ int warps_for(int64_t blocks, int steps, int sms) {
 
 /* The A/B switches (RECAP_GEMM_SKINNY_PDL, _PIPE, _WARPS) come from recap__gemm_env_get, read
  * once per process (RECAP_GEMM_SKINNY_PIPE=0: the single-buffer register kernel, never the
- * bulk one); tools/bench_skinny.c times every configuration directly and the tuner
+ * bulk one); bench/bench_skinny.c times every configuration directly and the tuner
  * (choose.c) times the register kernel's as candidates of their own. */
 
 /* Above 48 KB a kernel's dynamic shared memory must be allowed explicitly, once per device

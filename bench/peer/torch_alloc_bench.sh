@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# On the GPU machine: builds tools/torch_alloc_bench.cpp with g++ against the torch package's
+# On the GPU machine: builds bench/peer/torch_alloc_bench.cpp with g++ against the torch package's
 # libtorch (headers and libraries inside the Python package; no Python at run time), runs it
-# and recap's tools/alloc_bench (built here by Bazel, passed as $1), and prints one markdown
+# and recap's bench/alloc_bench (built here by Bazel, passed as $1), and prints one markdown
 # table of both against raw cudaMalloc/cudaFree (docs/ALLOCATOR.md, "Benchmark").
 #
-#   [ROUNDS=3] tools/torch_alloc_bench.sh PATH/TO/alloc_bench [OUT.md]
+#   [ROUNDS=3] bench/peer/torch_alloc_bench.sh PATH/TO/alloc_bench [OUT.md]
 #
 # Host timings on the shared GPU machine drift by up to 2x between runs a minute apart, so the
 # two programs run ROUNDS times, alternating, and each cell is the median over the rounds.
@@ -19,7 +19,7 @@ torch_dir=$(python3 -c 'import torch, os; print(os.path.dirname(torch.__file__))
 abi=$(python3 -c 'import torch; print(int(torch._C._GLIBCXX_USE_CXX11_ABI))') || exit 1
 cuda_inc=$(dirname "$(dirname "$(command -v nvcc)")")/include
 torch_ok=1
-if ! g++ -O2 -std=c++17 -D_GLIBCXX_USE_CXX11_ABI="$abi" tools/torch_alloc_bench.cpp \
+if ! g++ -O2 -std=c++17 -D_GLIBCXX_USE_CXX11_ABI="$abi" bench/peer/torch_alloc_bench.cpp \
   -I"$torch_dir/include" -I"$torch_dir/include/torch/csrc/api/include" -I"$cuda_inc" \
   -L"$torch_dir/lib" -Wl,--no-as-needed -ltorch -ltorch_cuda -ltorch_cpu -lc10_cuda -lc10 \
   -Wl,--as-needed -Wl,-rpath,"$torch_dir/lib" -o "$work/torch_alloc_bench"; then

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Runs on the GPU machine over the staged folder (tools/stage_gpu.sh puts this script, the
+# Runs on the GPU machine over the staged folder (scripts/gpu/stage_gpu.sh puts this script, the
 # peer and the report in stage/tools/, the CLI in stage/bin/, the specs in stage/specs/):
 # for every spec, `recap run --save-tensors` (the exact params, inputs and outputs),
-# tools/peer_torch.py (the same pipeline in PyTorch, checked against recap's outputs, eager
+# bench/peer/peer_torch.py (the same pipeline in PyTorch, checked against recap's outputs, eager
 # and CUDA-graph timings, graph memory) and `recap bench --json`, all after one measurement of
-# the hardware floors; then tools/bench_report.py writes BENCHMARKS.md (copy it to docs/) and
+# the hardware floors; then bench/report/bench_report.py writes BENCHMARKS.md (copy it to docs/) and
 # benchmarks.svg to $OUT and prints a one-line summary last. From the device tool:
 #   run(command="bash stage/run.sh tools/bench_all.sh", carry=["stage"])
 # Arguments: spec files to run (default: every stage/specs/*.yaml). Per-spec JSON and logs come
@@ -13,7 +13,7 @@
 # "--iters 50"; "--device cpu" for a dry run of this script without a GPU). PEER_COMPILE=0
 # leaves out the torch.compile column (on by default; its runs share COMPILE_BUDGET_S, default
 # 210 s, and a spec past it shows "-").
-# After the specs: `recap bench-ops` and tools/peer_torch_ops.py (single ops at 64M elements,
+# After the specs: `recap bench-ops` and bench/peer/peer_torch_ops.py (single ops at 64M elements,
 # GEMMs 4096^3 and 8192^3, PyTorch's host overhead), then `recap bench-capture` (capture,
 # update and bucket costs). The last lines printed are the targets, met or MISSED.
 set -uo pipefail

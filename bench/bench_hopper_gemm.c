@@ -21,7 +21,7 @@
 #include "kernels/gemm/gemm.h"
 #include "kernels/op.h"
 #include "runtime/half.h"
-#include "tools/bench_common.h"
+#include "bench/bench_common.h"
 
 enum { ITERS = 50 };
 

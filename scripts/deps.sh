@@ -9,7 +9,7 @@ command -v bazel >/dev/null 2>&1 || need+=(bazel-bootstrap)
 [ -f /usr/lib/x86_64-linux-gnu/libyaml.a ] || need+=(libyaml-dev)
 [ -f /usr/lib/x86_64-linux-gnu/libjansson.a ] || need+=(libjansson-dev)
 command -v clang-14 >/dev/null 2>&1 || need+=(clang-14)
-# tools/fuzz.sh: libFuzzer's runtime and the lld linker (.bazelrc's --config=fuzz).
+# scripts/fuzz.sh: libFuzzer's runtime and the lld linker (.bazelrc's --config=fuzz).
 ls /usr/lib/llvm-14/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a >/dev/null 2>&1 ||
   need+=(libclang-rt-14-dev)
 command -v ld.lld-14 >/dev/null 2>&1 || need+=(lld-14)

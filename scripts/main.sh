@@ -2,7 +2,7 @@
 # The main job: builds recap and runs it (on the host backend when there is no GPU).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-tools/deps.sh
+scripts/deps.sh
 bazel build --noshow_progress --ui_event_filters=-info //:recap_cli
 # The bazel-bin symlink may point at another configuration's tree; ask Bazel where it is.
 bin=$(bazel info bazel-bin 2>/dev/null)

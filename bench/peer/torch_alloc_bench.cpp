@@ -1,7 +1,7 @@
 // torch_alloc_bench.cpp: PyTorch's CUDA caching allocator driven from C++ (libtorch, no
 // Python) through c10::cuda::CUDACachingAllocator::raw_alloc / raw_delete, on the same two
-// workloads as tools/alloc_bench.c (the same sizes, repetitions and trace generator), so
-// tools/torch_alloc_bench.sh can put both in one table. Prints "RESULT torch <case> <ns>".
+// workloads as bench/alloc_bench.c (the same sizes, repetitions and trace generator), so
+// bench/peer/torch_alloc_bench.sh can put both in one table. Prints "RESULT torch <case> <ns>".
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 
@@ -23,7 +23,7 @@ double now_ns() {
       .count();
 }
 
-// The trace generator of tools/alloc_bench.c.
+// The trace generator of bench/alloc_bench.c.
 uint64_t trace_next(uint64_t *x) {
   *x = *x * 6364136223846793005ULL + 1442695040888963407ULL;
   return *x >> 33;

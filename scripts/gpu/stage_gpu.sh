@@ -8,14 +8,14 @@
 #   run(command="bash stage/run.sh tools/bench_all.sh", carry=["stage"])   # benchmarks
 # Arguments: test names to stage (default: every cc_test under //tests).
 set -euo pipefail
-cd "$(dirname "$0")/.."
-tools/deps.sh
+cd "$(dirname "$0")/../.."
+scripts/deps.sh
 if [ $# -gt 0 ]; then
   tests=("$@")
 else
   mapfile -t tests < <(bazel query 'kind(cc_test, //tests:all)' 2>/dev/null | sed 's|//tests:||')
 fi
-bazel build --config=stage "${tests[@]/#/\/\/tests:}" //:recap_cli //:recap_shared //tools:alloc_bench
+bazel build --config=stage "${tests[@]/#/\/\/tests:}" //:recap_cli //:recap_shared //bench:alloc_bench
 # The output folder itself, not the bazel-bin link (another Bazel run may have moved it).
 bin=$(bazel info --config=stage bazel-bin 2>/dev/null)
 rm -rf stage
@@ -30,27 +30,27 @@ cp -L "$bin/engine/recap" stage/bin/recap
 cp -L "$bin/librecap.so" stage/bin/librecap.so
 [ -d tests/data ] && cp -r tests/data stage/tests/data
 [ -d specs ] && cp -r specs stage/specs
-cp tools/gpu_run.sh stage/gpu_run.sh
+cp scripts/gpu/gpu_run.sh stage/gpu_run.sh
 # Two-GPU checks and the NCCL benchmark (issue 10): bash stage/run.sh gpu_run_multi.sh on an
 # nvidia-h200-x2 machine.
-cp tools/gpu_run_multi.sh stage/gpu_run_multi.sh
+cp scripts/gpu/gpu_run_multi.sh stage/gpu_run_multi.sh
 # The benchmark run (issue 6): bash stage/tools/bench_all.sh runs the CLI, the PyTorch peer and
 # the report over stage/specs.
 mkdir -p stage/tools
-cp tools/bench_all.sh tools/peer_torch.py tools/peer_torch_ops.py tools/bench_report.py stage/tools/
+cp bench/report/bench_all.sh bench/peer/peer_torch.py bench/peer/peer_torch_ops.py bench/report/bench_report.py stage/tools/
 # Reliability runs (issue 7): bash stage/run.sh tools/gpu_soak.sh (stage soak_test) and
-# tools/gpu_sanitize.sh (compute-sanitizer over the GPU tests).
-cp tools/gpu_soak.sh tools/gpu_sanitize.sh stage/tools/
+# tools/gpu_sanitize.sh (compute-sanitizer over the GPU tests), inside the bundle.
+cp scripts/gpu/gpu_soak.sh scripts/gpu/gpu_sanitize.sh stage/tools/
 # The allocator benchmark (issue 9): bash stage/run.sh tools/torch_alloc_bench.sh bin/alloc_bench
 # (builds the libtorch driver there with g++; prints the table for docs/ALLOCATOR.md).
-cp -L "$bin/tools/alloc_bench" stage/bin/alloc_bench
-cp tools/torch_alloc_bench.sh tools/torch_alloc_bench.cpp stage/tools/
+cp -L "$bin/bench/alloc_bench" stage/bin/alloc_bench
+cp bench/peer/torch_alloc_bench.sh bench/peer/torch_alloc_bench.cpp stage/tools/
 chmod -R u+w stage
 unpacked_kib=$(du -sk stage | cut -f1)
 tar cf - -C stage . | xz -9 -T2 >bundle.tar.xz.tmp
 find stage -mindepth 1 -delete
 mv bundle.tar.xz.tmp stage/bundle.tar.xz
-cp tools/stage_run.sh stage/run.sh
+cp scripts/gpu/stage_run.sh stage/run.sh
 size_kib=$(du -sk stage | cut -f1)
 echo "staged ${#tests[@]} tests and the CLI: $((unpacked_kib / 1024)) MiB, packed $((size_kib / 1024)) MiB"
 if [ "$size_kib" -gt $((48 * 1024)) ]; then

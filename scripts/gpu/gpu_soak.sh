@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs on the GPU machine over the staged folder (tools/stage_gpu.sh ... soak_test): the soak
+# Runs on the GPU machine over the staged folder (scripts/gpu/stage_gpu.sh ... soak_test): the soak
 # and the GPU half of the concurrency test, each with a time limit; logs go to $OUT.
 #   1. tests/soak_test: 1,000,000 graph replays of tests/data/serve_tiny.yaml; process RSS,
 #      allocator statistics and device free memory identical before and after (after a

@@ -6,7 +6,7 @@
 
 Runs the ops of `recap bench-ops` on the same shapes, timed the same way: every sample is one
 launch between two CUDA events on the current stream, waited for before the next launch
-(tools/peer_torch.py's time_cuda, recap's method), median of --iters after 3 warmups.
+(bench/peer/peer_torch.py's time_cuda, recap's method), median of --iters after 3 warmups.
   - memory-bound ops on [N / 4096, 4096] in f32 and bf16: the ceiling (dst.copy_(src): a
     device-to-device cudaMemcpyAsync), x.clone(), relu, gelu (erf), silu, add, mul, softmax
     over the last dim, layer_norm (weight, bias, eps 1e-5), rms_norm (weight, eps 1e-6);
@@ -20,7 +20,7 @@ launch between two CUDA events on the current stream, waited for before the next
     and tanh alternating, recap bench-capture's generated chain), with the chain's capture +
     instantiate wall time (torch.cuda.graph's exit instantiates).
 
-JSON (--json), read by tools/bench_report.py: device, torch, cuda, elements, iters, ops: [{op,
+JSON (--json), read by bench/report/bench_report.py: device, torch, cuda, elements, iters, ops: [{op,
 dtype, shape, bytes, median_us, p10_us, p90_us, gbps}], gemm: [{op, dtype, m, n, k,
 median_us, tflops}], copy_gbps: {dtype: GB/s}, matmul_bf16_8192_tflops, overhead:
 {eager_op_cpu_us, eager_op_launches, replay_call_cpu_us, replay_graph_nodes,

@@ -42,7 +42,7 @@
 #include <time.h>
 
 #include "runtime/half.h"
-#include "tools/bench_common.h"
+#include "bench/bench_common.h"
 
 enum {
   MAX_HEURISTICS = 64,

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs on the GPU machine over the staged folder (tools/stage_gpu.sh): every test binary,
+# Runs on the GPU machine over the staged folder (scripts/gpu/stage_gpu.sh): every test binary,
 # then the CLI, each with a time limit; full logs go to $OUT, and a summary table comes last.
 # The CLI checks are the GPU-side claims of the engine that only a measurement can prove,
 # each a ratio of two runs made here, one summary line each:
@@ -26,7 +26,7 @@ summary=()
 failed=0
 for t in "$here"/tests/*_test; do
   name=$(basename "$t")
-  # A million replays: tools/gpu_soak.sh runs it when it is staged.
+  # A million replays: scripts/gpu/gpu_soak.sh runs it when it is staged.
   [ "$name" = soak_test ] && continue
   log="$logs/$name.log"
   args=()

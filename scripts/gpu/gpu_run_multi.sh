@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs on a machine with 2 GPUs (nvidia-h200-x2) over the staged folder (tools/stage_gpu.sh):
+# Runs on a machine with 2 GPUs (nvidia-h200-x2) over the staged folder (scripts/gpu/stage_gpu.sh):
 #   1. tests/comm_test          NCCL collectives and torch.cuda.comm's functions over two GPUs
 #                               in one process, every element checked
 #   2. tests/pipeline_dist_test the tensor-parallel MLP on 2 ranks (one process each) equals the

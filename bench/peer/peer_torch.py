@@ -66,7 +66,7 @@ What this expects from `recap run --save-tensors FILE` (the lead reconciles the 
     its largest value, recap's default). `recap run --dim B=3` saves 3 rows and runs bucket
     4: the peer then runs B=3.
 
-The JSON it writes (--json) is read by tools/bench_report.py: keys spec, device, torch, cuda,
+The JSON it writes (--json) is read by bench/report/bench_report.py: keys spec, device, torch, cuda,
 dims, rotate, iters, eager_us {median, p10, p90, n}, graph_us {...} (null on cpu or
 --no-graph), compile_us {...} (null unless --compile), compile {ok, error, compile_s, rotate},
 graph_pool_bytes (one graph), graph_pool_bytes_all (all K graphs), capture_ms,
@@ -83,7 +83,7 @@ them in place instead of copying them in per call; rotating through K sets would
 graphs or copy every set in): its "rotate" is 1, noted in the report. A failure (compile
 error, unsupported op, graph break limits) is caught and recorded in "compile" rather than
 failing the spec. --compile-only checks the outputs and runs that mode alone (eager and
-CUDA-graph timings left out), so tools/bench_all.sh can give it its own time limit.
+CUDA-graph timings left out), so bench/report/bench_all.sh can give it its own time limit.
 
 On a machine without a GPU, --device cpu checks the op mapping only: eager runs, timed with
 time.perf_counter; f16/bf16 tensors are held in f32 and rounded to their type after every op

@@ -6,7 +6,7 @@
 # into tests/fuzz/regressions/<target>/, where the ordinary test build replays it from then
 # on. Fails if any target found something.
 #
-#   tools/fuzz.sh [SECONDS]      BAZEL="bazel --output_base=/tmp/mine" tools/fuzz.sh 600
+#   scripts/fuzz.sh [SECONDS]      BAZEL="bazel --output_base=/tmp/mine" scripts/fuzz.sh 600
 #
 # Prints each target's executions, and ends with "1 passed, 0 failed" or "0 passed, 1 failed"
 # (the whole fuzz run is one test for .ci/run's count).
@@ -25,7 +25,7 @@ fail() {
   exit 1
 }
 
-tools/deps.sh || fail "dependencies missing"
+scripts/deps.sh || fail "dependencies missing"
 [ ${#targets[@]} -gt 0 ] || fail "no FUZZ_TARGETS found in tests/fuzz/BUILD"
 labels=()
 for t in "${targets[@]}"; do labels+=("//tests/fuzz:${t}_fuzz"); done

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs on the GPU machine: unpacks stage/bundle.tar.xz (made by tools/stage_gpu.sh) into a
+# Runs on the GPU machine: unpacks stage/bundle.tar.xz (made by scripts/gpu/stage_gpu.sh) into a
 # scratch folder and runs one of its scripts there, e.g. `bash stage/run.sh gpu_run.sh`.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)

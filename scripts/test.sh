@@ -6,7 +6,7 @@
 # `bazel test` (e.g. --config=asan).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-tools/deps.sh || exit 1
+scripts/deps.sh || exit 1
 log=$(mktemp)
 # --test_summary=short lists every test run, which the inactive count below reads.
 bazel test --test_summary=short "$@" //tests/... 2>&1 | tee "$log"

@@ -27,7 +27,7 @@
 #include "kernels/gemm/gemm.h"
 #include "kernels/op.h"
 #include "runtime/half.h"
-#include "tools/bench_common.h"
+#include "bench/bench_common.h"
 
 enum { LAYERS = 8, H = 4096, MAX_ITERS = 200 };
 

@@ -1,7 +1,7 @@
 /*
  * alloc_bench.c: the caching allocator's host-side cost on the GPU machine, against raw
- * cudaMalloc/cudaFree in the same run (tools/torch_alloc_bench.sh runs it next to PyTorch's
- * caching allocator driven from C++ by tools/torch_alloc_bench.cpp, and writes the table in
+ * cudaMalloc/cudaFree in the same run (bench/peer/torch_alloc_bench.sh runs it next to PyTorch's
+ * caching allocator driven from C++ by bench/peer/torch_alloc_bench.cpp, and writes the table in
  * docs/ALLOCATOR.md). Two workloads, the same in both programs:
  *
  * - pair: recap_malloc + recap_free of one size, again and again (the cache hit); the median
@@ -64,7 +64,7 @@ static double median(double *v, int n) {
   return v[n / 2];
 }
 
-/* The trace generator (a 64-bit LCG; tools/torch_alloc_bench.cpp has the same). */
+/* The trace generator (a 64-bit LCG; bench/peer/torch_alloc_bench.cpp has the same). */
 static uint64_t trace_next(uint64_t *x) {
   *x = *x * 6364136223846793005ULL + 1442695040888963407ULL;
   return *x >> 33;

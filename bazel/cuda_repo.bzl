@@ -2,7 +2,7 @@
 
 The repository exposes headers (include and include/cccl, which cuda_fp16.h needs for
 <nv/target>), static cudart, shared cuBLAS/cuBLASLt, and the absolute nvcc path that
-tools/cuda.bzl must call (through external/cuda/bin nvcc cannot find cicc).
+bazel/cuda.bzl must call (through external/cuda/bin nvcc cannot find cicc).
 """
 
 def _cuda_repo_impl(ctx):

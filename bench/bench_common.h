@@ -1,5 +1,5 @@
 /*
- * bench_common.h: what the GPU measuring programs in tools/ (bench_skinny, bench_gemm_algos,
+ * bench_common.h: what the GPU measuring programs in bench/ (bench_skinny, bench_gemm_algos,
  * bench_hopper_gemm) share. They are stand-alone programs, not library code: a failing CUDA or
  * recap call leaves nothing worth measuring, so CUDA_OK and RECAP_OK_OR_DIE print where and
  * why, and exit. Medians come from qsort with cmp_float; operands are uniform random 16-bit
