@@ -13,6 +13,18 @@ void cli_print_diag(const char *path, const recap__diag *diag) {
   if (diag->dropped > 0) fprintf(stderr, "%s: %zu more errors not shown\n", path, diag->dropped);
 }
 
+/* Why CUDA cannot run here. */
+static const char *cuda_missing_why(void) {
+  return recap_backend_compiled(RECAP_BACKEND_CUDA) ? "no CUDA GPU on this machine"
+                                                    : "this build has no CUDA backend";
+}
+
+/* The note when a spec's CUDA device falls back to the host backend; on stderr, so that --json
+ * output on stdout stays pure JSON. */
+static void note_host_fallback(void) {
+  fprintf(stderr, "note: %s: running on the host backend (CPU)\n", cuda_missing_why());
+}
+
 cli_load_request cli_run_load_request(const char *path, const cli_run_flags *f) {
   return (cli_load_request){.path = path,
                             .base_dir = f->base_dir,
@@ -65,11 +77,7 @@ int cli_load(const char *cmd, const cli_load_request *r, recap__model **out, siz
   if (st != RECAP_OK)
     return st == RECAP_STATUS_INVALID_ARGUMENT ? CLI_EXIT_USAGE : CLI_EXIT_FAILURE;
   const recap__spec *spec = (*out)->spec;
-  if (!r->device && (*out)->device.backend != spec->device)
-    /* On stderr, so that --json output on stdout stays pure JSON. */
-    fprintf(stderr, "note: %s: running on the host backend (CPU)\n",
-            recap_backend_compiled(spec->device) ? "no CUDA GPU on this machine"
-                                                 : "this build has no CUDA backend");
+  if (!r->device && (*out)->device.backend != spec->device) note_host_fallback();
   const char *name = spec->run_batch ? spec->dims[spec->bucket_dim].name : NULL;
   if (cli_select_bucket(cmd, spec, name, spec->run_batch, false, bucket, batch)) return CLI_EXIT_OK;
   recap__model_release(*out);
@@ -123,14 +131,11 @@ bool cli_pick_device(const char *cmd, const char *requested, recap_backend_kind 
     return false;
   }
   if (kind == RECAP_BACKEND_CUDA && !recap_device_is_available(RECAP_BACKEND_CUDA)) {
-    const char *why = recap_backend_compiled(RECAP_BACKEND_CUDA) ? "no CUDA GPU on this machine"
-                                                                 : "this build has no CUDA backend";
     if (requested) {
-      fprintf(stderr, "recap %s: --device cuda: %s\n", cmd, why);
+      fprintf(stderr, "recap %s: --device cuda: %s\n", cmd, cuda_missing_why());
       return false;
     }
-    /* On stderr, so that --json output on stdout stays pure JSON. */
-    fprintf(stderr, "note: %s: running on the host backend (CPU)\n", why);
+    note_host_fallback();
     kind = RECAP_BACKEND_HOST;
   }
   *out = (recap_device){kind, 0};
