@@ -121,7 +121,8 @@ int cli_run_flag(const char *cmd, int argc, char **argv, int *i, cli_run_flags *
     if (m < 0 || !cli_parse_u64(cmd, "--seed", v, &f->seed)) return -1;
     f->seed_set = true;
   } else if ((m = cli_flag(cmd, argc, argv, i, "--device", &f->device)) != 0 ||
-             (m = cli_flag(cmd, argc, argv, i, "--base-dir", &f->base_dir)) != 0) {
+             (m = cli_flag(cmd, argc, argv, i, "--base-dir", &f->base_dir)) != 0 ||
+             (m = cli_flag(cmd, argc, argv, i, "--entry", &f->entry)) != 0) {
     if (m < 0) return -1;
   } else if ((m = cli_flag(cmd, argc, argv, i, "--no-fusion", NULL)) != 0) {
     if (m < 0) return -1;

@@ -19,7 +19,7 @@ static const double ROTATE_TARGET_BYTES = 200e6;
 
 static void usage(FILE *out) {
   fprintf(out,
-          "usage: recap bench SPEC [--iters N] [--warmup N] [--dim NAME=VALUE]\n"
+          "usage: recap bench SPEC [--iters N] [--warmup N] [--dim NAME=VALUE] [--entry NAME]\n"
           "                   [--device cuda|host] [--seed N] [--json FILE] [--svg FILE]\n"
           "                   [--base-dir DIR] [--rotate K|auto] [--no-fusion]\n\n"
           "Runs the pipeline eagerly (op by op) and as CUDA graph replays on the same inputs "
@@ -34,6 +34,8 @@ static void usage(FILE *out) {
           "  --dim NAME=VALUE   for the bucketed dim: a batch of VALUE real rows (default: the "
           "largest\n                     bucket); for any other dim: replaces the spec's value "
           "(repeatable)\n"
+          "  --entry NAME       use the dims of the spec's entry NAME (`entries:`), before "
+          "--dim\n"
           "  --device D         cuda or host (default: the spec's; host when there is no "
           "GPU)\n"
           "  --seed N           seed of the random inputs, 0 to 2^64-1 (default: the spec's "

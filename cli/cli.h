@@ -98,6 +98,7 @@ typedef struct {
   const char *base_dir;    /* --base-dir: files the spec names must lie under it (NULL: any) */
   const char *const *dims; /* the --dim NAME=VALUE flags */
   int num_dims;
+  const char *entry; /* --entry NAME: the spec entry whose dims apply (NULL: none) */
   /* --device (NULL: the spec's device, or the host when this machine does not have it, with a
    * note on stderr) */
   const char *device;
@@ -119,13 +120,14 @@ int cli_load(const char *cmd, const cli_load_request *r, recap__model **out, siz
 
 enum { CLI_MAX_DIMS = 16 };
 
-/* The flags `run` and `bench` share: --iters, --warmup, --dim (repeatable), --seed, --device,
- * --base-dir, --no-fusion. */
+/* The flags `run` and `bench` share: --iters, --warmup, --dim (repeatable), --entry, --seed,
+ * --device, --base-dir, --no-fusion. */
 typedef struct {
   const char *device;
   const char *base_dir; /* --base-dir DIR: files the spec names must lie under DIR */
   const char *dims[CLI_MAX_DIMS];
   int num_dims;
+  const char *entry; /* --entry NAME */
   long long iters, warmup;
   uint64_t seed;
   bool iters_set, warmup_set, seed_set;

@@ -13,7 +13,7 @@ static void usage(FILE *out) {
   fprintf(out,
           "usage: recap dot SPEC [--graph] [--dim NAME=VALUE] [--device cuda|host] "
           "[-o FILE]\n"
-          "               [--base-dir DIR]\n\n"
+          "               [--entry NAME] [--base-dir DIR]\n\n"
           "Writes the pipeline as Graphviz (render with `dot -Tsvg`). By default the DAG of "
           "the\nspec: ops grouped by stream, tensors that are not produced by an op as "
           "nodes, data edges\nlabelled with tensor and shape, and the cross-stream waits the "
@@ -23,6 +23,8 @@ static void usage(FILE *out) {
           "  --dim NAME=VALUE   for the bucketed dim: show the bucket that runs a batch of VALUE "
           "(default:\n                     the largest); for any other dim: replaces the "
           "spec's value (repeatable;\n                     as in recap run)\n"
+          "  --entry NAME       use the dims of the spec's entry NAME (`entries:`), before "
+          "--dim\n"
           "  --device D         cuda or host, for --graph (default: the spec's; host when "
           "there is\n                     no GPU)\n"
           "  -o FILE            write to FILE instead of standard output\n"
@@ -187,7 +189,7 @@ int cli_dot_main(int argc, char **argv) {
     usage(stdout);
     return CLI_EXIT_OK;
   }
-  const char *path = NULL, *device = NULL, *out_path = NULL, *base_dir = NULL;
+  const char *path = NULL, *device = NULL, *out_path = NULL, *base_dir = NULL, *entry = NULL;
   const char *dims[CLI_MAX_DIMS];
   int num_dims = 0;
   bool graph = false;
@@ -200,7 +202,8 @@ int cli_dot_main(int argc, char **argv) {
       if (m < 0) return CLI_EXIT_USAGE;
     } else if ((m = cli_flag(CMD, argc, argv, &i, "--device", &device)) != 0 ||
                (m = cli_flag(CMD, argc, argv, &i, "-o", &out_path)) != 0 ||
-               (m = cli_flag(CMD, argc, argv, &i, "--base-dir", &base_dir)) != 0) {
+               (m = cli_flag(CMD, argc, argv, &i, "--base-dir", &base_dir)) != 0 ||
+               (m = cli_flag(CMD, argc, argv, &i, "--entry", &entry)) != 0) {
       if (m < 0) return CLI_EXIT_USAGE;
     } else if (!cli_take_one(CMD, "spec", argv[i], &path)) {
       return CLI_EXIT_USAGE;
@@ -226,6 +229,7 @@ int cli_dot_main(int argc, char **argv) {
                            .base_dir = base_dir,
                            .dims = dims,
                            .num_dims = num_dims,
+                           .entry = entry,
                            .device = device,
                            .capacity = graph ? RECAP__CAPACITY_REQUIRED : RECAP__CAPACITY_OFF,
                            .no_fusion = !graph};

@@ -10,21 +10,24 @@
 static const char *const CMD = "plan";
 
 static void usage(FILE *out) {
-  fprintf(out,
-          "usage: recap plan SPEC [--dim NAME=VALUE] [--base-dir DIR] [--no-fusion]\n\n"
-          "Prints the fused ops (each with the spec ops it replaces, its inputs and its "
-          "expression),\nthen the memory plan of one bucket (default: the largest, which is "
-          "the plan the engine\nuses for every bucket): per tensor its role, bytes, arena "
-          "offset, lifetime in ops,\nstream and in-place/view notes; the cross-stream waits; "
-          "then the arena size, the naive\nsum (one allocation per intermediate) and the "
-          "max-live lower bound.\n\n"
-          "  --dim NAME=VALUE   for the bucketed dim: plan the bucket that runs a batch of VALUE "
-          "(the\n                     smallest bucket >= VALUE); for any other dim: replaces "
-          "the spec's\n                     value (repeatable; as in recap run)\n"
-          "  --base-dir DIR     files the spec names (params) must lie under DIR (for specs "
-          "from\n                     untrusted sources)\n"
-          "  --no-fusion        plan the spec's ops as written (no fusion pass; as "
-          "RECAP_FUSION=0)\n");
+  fprintf(
+      out,
+      "usage: recap plan SPEC [--dim NAME=VALUE] [--entry NAME] [--base-dir DIR] [--no-fusion]\n\n"
+      "Prints the fused ops (each with the spec ops it replaces, its inputs and its "
+      "expression),\nthen the memory plan of one bucket (default: the largest, which is "
+      "the plan the engine\nuses for every bucket): per tensor its role, bytes, arena "
+      "offset, lifetime in ops,\nstream and in-place/view notes; the cross-stream waits; "
+      "then the arena size, the naive\nsum (one allocation per intermediate) and the "
+      "max-live lower bound.\n\n"
+      "  --dim NAME=VALUE   for the bucketed dim: plan the bucket that runs a batch of VALUE "
+      "(the\n                     smallest bucket >= VALUE); for any other dim: replaces "
+      "the spec's\n                     value (repeatable; as in recap run)\n"
+      "  --entry NAME       use the dims of the spec's entry NAME (`entries:`), before "
+      "--dim\n"
+      "  --base-dir DIR     files the spec names (params) must lie under DIR (for specs "
+      "from\n                     untrusted sources)\n"
+      "  --no-fusion        plan the spec's ops as written (no fusion pass; as "
+      "RECAP_FUSION=0)\n");
 }
 
 int cli_plan_main(int argc, char **argv) {
@@ -32,13 +35,14 @@ int cli_plan_main(int argc, char **argv) {
     usage(stdout);
     return CLI_EXIT_OK;
   }
-  const char *path = NULL, *base_dir = NULL;
+  const char *path = NULL, *base_dir = NULL, *entry = NULL;
   const char *dims[CLI_MAX_DIMS];
   int num_dims = 0;
   bool no_fusion = false;
   for (int i = 0; i < argc; i++) {
     int m = cli_dim_flag(CMD, argc, argv, &i, dims, &num_dims);
     if (m == 0) m = cli_flag(CMD, argc, argv, &i, "--base-dir", &base_dir);
+    if (m == 0) m = cli_flag(CMD, argc, argv, &i, "--entry", &entry);
     if (m == 0 && (m = cli_flag(CMD, argc, argv, &i, "--no-fusion", NULL)) > 0) no_fusion = true;
     if (m < 0) return CLI_EXIT_USAGE;
     if (m > 0) continue;
@@ -58,6 +62,7 @@ int cli_plan_main(int argc, char **argv) {
                            .base_dir = base_dir,
                            .dims = dims,
                            .num_dims = num_dims,
+                           .entry = entry,
                            .capacity = RECAP__CAPACITY_OFF,
                            .no_fusion = no_fusion};
   int rc = cli_load(CMD, &load, &model, &bucket, &batch);

@@ -15,7 +15,7 @@ enum { FIRST_VALUES = 6 };
 static void usage(FILE *out) {
   fprintf(out,
           "usage: recap run SPEC [--mode eager|graph] [--device cuda|host] [--iters N]\n"
-          "                 [--warmup N] [--dim NAME=VALUE] [--seed N] [--json]\n"
+          "                 [--warmup N] [--dim NAME=VALUE] [--entry NAME] [--seed N] [--json]\n"
           "                 [--save-tensors FILE.safetensors] [--base-dir DIR] [--no-fusion]\n"
           "                 [--memory-snapshot FILE.json]\n"
           "       recap run SPEC --world N --rank R [--init URL] [--timeout S] [flags]\n\n"
@@ -35,6 +35,8 @@ static void usage(FILE *out) {
           "  --dim NAME=VALUE   for the bucketed dim: a batch of VALUE real rows (default: the "
           "largest\n                     bucket; runs the smallest bucket >= VALUE); for any "
           "other dim: replaces\n                     the spec's value (repeatable)\n"
+          "  --entry NAME       use the dims of the spec's entry NAME (`entries:`), before "
+          "--dim\n"
           "  --seed N           seed of the random inputs, 0 to 2^64-1 (default: the spec's "
           "seed:,\n                     else a fresh random seed)\n"
           "  --json             print one JSON object instead of text\n"

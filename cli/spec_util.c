@@ -30,6 +30,7 @@ cli_load_request cli_run_load_request(const char *path, const cli_run_flags *f) 
                             .base_dir = f->base_dir,
                             .dims = f->dims,
                             .num_dims = f->num_dims,
+                            .entry = f->entry,
                             .device = f->device,
                             .capacity = RECAP__CAPACITY_REQUIRED,
                             .no_fusion = f->no_fusion};
@@ -50,7 +51,8 @@ int cli_load(const char *cmd, const cli_load_request *r, recap__model **out, siz
       .spec = {.base_dir = r->base_dir,
                .dims = dims,
                .select_batch = true,
-               .grow_batch = r->grow_batch},
+               .grow_batch = r->grow_batch,
+               .entry = r->entry},
       .host_if_unavailable = true,
       .device_ordinal = r->device_ordinal,
       .capacity = r->capacity,
@@ -69,8 +71,10 @@ int cli_load(const char *cmd, const cli_load_request *r, recap__model **out, siz
   recap_status st = recap__load_file(r->path, &o, out, &diag);
   if (st == RECAP_STATUS_SPEC_ERROR && diag.count > 0)
     cli_print_diag(r->path, &diag);
-  else if (st == RECAP_STATUS_INVALID_ARGUMENT) /* a --dim the spec cannot take */
-    fprintf(stderr, "recap %s: --dim: %s\n", cmd, recap_last_error());
+  else if (st == RECAP_STATUS_INVALID_ARGUMENT) /* a --dim or --entry the spec cannot take */
+    fprintf(stderr, "recap %s: %s: %s\n", cmd,
+            strncmp(recap_last_error(), "dim override", 12) == 0 ? "--dim" : "--entry",
+            recap_last_error());
   else if (st != RECAP_OK)
     fprintf(stderr, "%s: error: %s\n", r->path, recap_last_error());
   recap__diag_free(&diag);

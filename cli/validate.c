@@ -16,17 +16,41 @@ static bool takes_expression(const recap__op_def *def) {
 /* One spec, through the engine's load path with its sizes checked against the memory of
  * the spec's device when this machine has it. Prints the ok line and what the check could not
  * cover. */
-static bool validate_one(const char *path, const char *base_dir) {
-  recap__load_options o = {.spec = {.base_dir = base_dir}, .capacity = RECAP__CAPACITY_IF_KNOWN};
+static recap__model *load(const char *path, const char *base_dir, const char *entry) {
+  recap__load_options o = {.spec = {.base_dir = base_dir, .entry = entry},
+                           .capacity = RECAP__CAPACITY_IF_KNOWN};
   recap__diag diag = {0};
   recap__model *model = NULL;
   recap_status st = recap__load_file(path, &o, &model, &diag);
   if (st == RECAP_STATUS_SPEC_ERROR && diag.count > 0)
     cli_print_diag(path, &diag);
   else if (st != RECAP_OK)
-    fprintf(stderr, "%s: error: %s\n", path, recap_last_error());
+    fprintf(stderr, "%s: error: %s%s%s%s\n", path, entry ? "entry '" : "", entry ? entry : "",
+            entry ? "': " : "", recap_last_error());
   recap__diag_free(&diag);
-  if (st != RECAP_OK) return false;
+  return st == RECAP_OK ? model : NULL;
+}
+
+/* Each entry builds other IRs (its dims): shapes that hold for the spec's own dims may not
+ * hold for an entry's. */
+static bool validate_entries(const char *path, const char *base_dir, const recap__spec *spec) {
+  bool ok = true;
+  for (size_t e = 0; e < spec->num_entries; e++) {
+    recap__model *m = load(path, base_dir, spec->entries[e].name);
+    if (!m) {
+      ok = false;
+      continue;
+    }
+    printf("  entry '%s': ok (%zu ops, %zu bucket%s)\n", spec->entries[e].name, m->spec->num_ops,
+           m->num_buckets, m->num_buckets == 1 ? "" : "s");
+    recap__model_release(m);
+  }
+  return ok;
+}
+
+static bool validate_one(const char *path, const char *base_dir) {
+  recap__model *model = load(path, base_dir, NULL);
+  if (!model) return false;
   const recap__spec *spec = model->spec;
   size_t files = 0, exprs = 0;
   for (size_t t = 0; t < spec->num_declared; t++)
@@ -54,8 +78,9 @@ static bool validate_one(const char *path, const char *base_dir) {
         "  not checked: compiling %zu expr op%s with NVRTC (done when a pipeline loads on "
         "the GPU)\n",
         exprs, exprs == 1 ? "" : "s");
+  bool ok = validate_entries(path, base_dir, spec);
   recap__model_release(model);
-  return true;
+  return ok;
 }
 
 int cli_validate_main(int argc, char **argv) {

@@ -191,15 +191,27 @@ static recap_status init_tensor(const recap__ir_tensor *t, int index, void *data
 
 /* ---- params ---- */
 
-recap_status recap__bind_params(recap__model *m) {
+recap_status recap__bind_params(recap__model *m, const recap_pipeline *share) {
   const recap__ir *ir = largest_ir(m);
   RECAP_TRY(recap_stream_create(m->device, 0, RECAP_STREAM_NON_BLOCKING, &m->param_stream));
   recap_stream *stream = m->param_stream;
   m->param_data = calloc(ir->num_tensors ? ir->num_tensors : 1, sizeof *m->param_data);
   if (!m->param_data) return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory for param table");
+  /* Params the shared pipeline has are its memory: neither allocated nor loaded again. */
+  bool shares_any = false;
+  for (size_t t = 0; share && t < ir->num_tensors; ++t) {
+    if (ir->tensors[t].role != RECAP_ROLE_PARAM) continue;
+    RECAP_TRY(recap__share_find(share, m->spec->name, &ir->tensors[t], &m->param_data[t]));
+    shares_any |= m->param_data[t] != NULL;
+  }
+  if (shares_any) {
+    recap__model_retain(share->model);
+    m->param_source = share->model;
+  }
   size_t total = 0;
   for (size_t t = 0; t < ir->num_tensors; ++t)
-    if (ir->tensors[t].role == RECAP_ROLE_PARAM) total += align_up((size_t)ir->tensors[t].bytes);
+    if (ir->tensors[t].role == RECAP_ROLE_PARAM && !m->param_data[t])
+      total += align_up((size_t)ir->tensors[t].bytes);
   m->param_bytes = total;
   if (total == 0) return RECAP_OK;
   recap_status st = recap_malloc(m->device, total, stream, &m->param_block);
@@ -207,8 +219,8 @@ recap_status recap__bind_params(recap__model *m) {
     /* The params share one block: name the largest, the likely reason. */
     size_t largest = 0;
     for (size_t t = 0; t < ir->num_tensors; ++t)
-      if (ir->tensors[t].role == RECAP_ROLE_PARAM &&
-          (ir->tensors[largest].role != RECAP_ROLE_PARAM ||
+      if (ir->tensors[t].role == RECAP_ROLE_PARAM && !m->param_data[t] &&
+          (ir->tensors[largest].role != RECAP_ROLE_PARAM || m->param_data[largest] ||
            ir->tensors[t].bytes > ir->tensors[largest].bytes))
         largest = t;
     const recap__ir_tensor *big = &ir->tensors[largest];
@@ -220,7 +232,7 @@ recap_status recap__bind_params(recap__model *m) {
   size_t offset = 0;
   for (size_t t = 0; t < ir->num_tensors; ++t) {
     const recap__ir_tensor *tt = &ir->tensors[t];
-    if (tt->role != RECAP_ROLE_PARAM) continue;
+    if (tt->role != RECAP_ROLE_PARAM || m->param_data[t]) continue;
     m->param_data[t] = (char *)m->param_block + offset;
     offset += align_up((size_t)tt->bytes);
     RECAP_TRY(init_tensor(tt, (int)t, m->param_data[t], ir->seed, stream));
@@ -237,6 +249,8 @@ void recap__unbind_params(recap__model *m) {
   m->param_stream = NULL;
   free(m->param_data);
   m->param_data = NULL;
+  recap__model_release(m->param_source);
+  m->param_source = NULL;
 }
 
 /* ---- per pipeline ---- */
@@ -296,7 +310,36 @@ static bool needs_rows(const recap__model *m) {
   return false;
 }
 
-recap_status recap__bind_pipeline(recap_pipeline *p) {
+/* The state tensors: the shared pipeline's memory where it has them, else blocks of this
+ * pipeline's state set, allocated on the model's param stream (share.h says why) and
+ * initialized as the spec says before the pipeline's stream uses them. */
+static recap_status bind_state(recap_pipeline *p, const recap_pipeline *share) {
+  recap__model *m = p->model;
+  const recap__ir *ir = largest_ir(m);
+  RECAP_TRY(recap__state_set_create(m, share ? share->state : NULL, &p->state));
+  bool allocated = false;
+  for (size_t t = 0; t < ir->num_tensors; ++t) {
+    const recap__ir_tensor *tt = &ir->tensors[t];
+    if (tt->role != RECAP_ROLE_STATE || m->plan->tensors[t].kind != RECAP_PLAN_EXTERNAL) continue;
+    if (share) RECAP_TRY(recap__share_find(share, m->spec->name, tt, &p->data[t]));
+    if (p->data[t]) continue;
+    recap_status st =
+        recap_malloc(p->device, (size_t)tt->bytes, m->param_stream, &p->state->blocks[t]);
+    if (st != RECAP_OK) {
+      char what[64];
+      snprintf(what, sizeof what, "allocating %llu bytes for", (unsigned long long)tt->bytes);
+      return tensor_failure(st, tt, tt->pos, what);
+    }
+    p->data[t] = p->state->blocks[t];
+    RECAP_TRY(init_tensor(tt, (int)t, p->data[t], ir->seed, m->param_stream));
+    allocated = true;
+  }
+  /* Stream-ordered allocators hand out a block in the param stream's order: it is the
+   * pipeline stream's to use once that stream has run. */
+  return allocated ? recap_stream_synchronize(m->param_stream) : RECAP_OK;
+}
+
+recap_status recap__bind_pipeline(recap_pipeline *p, const recap_pipeline *share) {
   const recap__model *m = p->model;
   const recap__ir *ir = largest_ir(m);
   const recap__plan *plan = m->plan;
@@ -329,6 +372,7 @@ recap_status recap__bind_pipeline(recap_pipeline *p) {
       p->data[t] = m->param_data[t];
       continue;
     }
+    if (tt->role == RECAP_ROLE_STATE) continue; /* bind_state's */
     bool in_pool = p->has_pool && tt->role == RECAP_ROLE_INTERMEDIATE;
     if (in_pool) RECAP_TRY(recap_pool_route_begin(p->device, p->pool, p->stream));
     recap_status st = recap_malloc(p->device, (size_t)tt->bytes, p->stream, &p->owned[t]);
@@ -345,6 +389,8 @@ recap_status recap__bind_pipeline(recap_pipeline *p) {
     /* Op outputs start zeroed, so copy_out before the first run returns defined bytes. */
     RECAP_TRY(init_tensor(tt, (int)t, p->data[t], ir->seed, p->stream));
   }
+
+  RECAP_TRY(bind_state(p, share));
 
   if (plan->arena_bytes > 0) {
     if (p->has_pool) RECAP_TRY(recap_pool_route_begin(p->device, p->pool, p->stream));
@@ -395,6 +441,8 @@ void recap__unbind_pipeline(recap_pipeline *p) {
   if (p->rows_device) recap_free(p->rows_device);
   if (p->arena) recap_free(p->arena);
   if (p->has_pool) recap_pool_release(p->device, p->pool);
+  recap__state_set_release(p->state);
+  p->state = NULL;
   free(p->rows_host);
   free(p->owned);
   free(p->data);

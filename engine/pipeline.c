@@ -83,9 +83,19 @@ static recap_status pipeline_new(recap__model *m, const recap_pipeline_options *
                    fail);
     p->owns_stream = true;
   }
+  if (o->share && (o->share->device.backend != p->device.backend ||
+                   o->share->device.index != p->device.index)) {
+    st = RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
+                    "pipeline '%s' is on %s:%d, the pipeline it shares params and state with "
+                    "('%s') on %s:%d",
+                    m->spec->name, recap_backend_name(p->device.backend), p->device.index,
+                    o->share->model->spec->name, recap_backend_name(o->share->device.backend),
+                    o->share->device.index);
+    goto fail;
+  }
   if (bind_params) {
     double t0 = now_ms();
-    RECAP_TRY_GOTO(st, recap__bind_params(m), fail);
+    RECAP_TRY_GOTO(st, recap__bind_params(m, o->share), fail);
     p->stats.bind_ms += now_ms() - t0;
   }
   double t0 = now_ms();
@@ -95,7 +105,7 @@ static recap_status pipeline_new(recap__model *m, const recap_pipeline_options *
     goto fail;
   }
   RECAP_TRY_GOTO(st, recap__exec_create_streams(p), fail);
-  RECAP_TRY_GOTO(st, recap__bind_pipeline(p), fail);
+  RECAP_TRY_GOTO(st, recap__bind_pipeline(p, o->share), fail);
   /* Generated kernels (expr ops, fused chains) are compiled and loaded now: never inside a
    * capture, and a missing NVRTC is reported at load, naming the op. */
   for (size_t c = 0; c < m->num_buckets * p->num_ops; ++c)
@@ -133,10 +143,13 @@ static recap_status create(const char *path, const char *yaml, size_t length, co
   RECAP_CHECK_ARG(out);
   recap_pipeline_options o = options ? *options : (recap_pipeline_options){0};
   RECAP_TRY(check_options(&o));
+  /* A pipeline sharing another's params and state runs on its device unless told otherwise
+   * (pipeline_new refuses two different devices). */
+  bool device_given = o.override_device != 0 || o.share;
   recap__load_options lo = {
-      .spec = {.base_dir = o.base_dir, .dims = o.dims},
-      .device = o.device,
-      .device_given = o.override_device != 0,
+      .spec = {.base_dir = o.base_dir, .dims = o.dims, .entry = o.entry},
+      .device = o.override_device || !o.share ? o.device : o.share->device,
+      .device_given = device_given,
       .capacity = RECAP__CAPACITY_REQUIRED,
       .no_fusion = o.no_fusion != 0,
   };

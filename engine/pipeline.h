@@ -30,6 +30,7 @@
 #include "engine/ir.h"
 #include "engine/load.h"
 #include "engine/plan.h"
+#include "engine/share.h"
 #include "engine/spec.h"
 #include "include/recap.h"
 #include "kernels/op.h"
@@ -59,6 +60,7 @@ struct recap_pipeline {
   recap_pool_id pool; /* the private pool: the arena and every graph's memory */
   bool has_pool;
   void *arena;           /* plan->arena_bytes from the pool */
+  recap__state_set *state; /* the state tensors it allocated; pipelines sharing them retain it */
   void **data;           /* per tensor: memory of an external root (input, param, state,
                             scalar, output), else NULL; rebind changes an entry */
   void **owned;          /* per tensor: the buffer this pipeline allocated for it, else NULL */
@@ -86,14 +88,16 @@ struct recap_pipeline {
 /* ---- bind.c ---- */
 
 /* Creates the model's param stream, then allocates and initializes the params on it (waited
- * for). On failure the caller still calls recap__unbind_params. */
-recap_status recap__bind_params(recap__model *model);
+ * for); a param that `share` (NULL: none) also has uses its memory instead (share.h). On
+ * failure the caller still calls recap__unbind_params. */
+recap_status recap__bind_params(recap__model *model, const recap_pipeline *share);
 /* Frees the params and destroys their stream (the model's last reference is gone and no work
  * uses them). */
 void recap__unbind_params(recap__model *model);
 /* Gives the pipeline its buffers: inputs, state, scalars and outputs (initialized as the spec
- * says), the arena from the private pool, the rows scalar, and builds views and calls. */
-recap_status recap__bind_pipeline(recap_pipeline *p);
+ * says; a state that `share` also has is its memory, share.h), the arena from the private
+ * pool, the rows scalar, and builds views and calls. */
+recap_status recap__bind_pipeline(recap_pipeline *p, const recap_pipeline *share);
 /* Rebuilds every view and call after p->data changed (a rebind). */
 void recap__bind_views(recap_pipeline *p);
 /* Frees what recap__bind_pipeline allocated (the streams must be idle). */

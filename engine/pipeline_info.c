@@ -33,6 +33,7 @@ recap_status recap_pipeline_info_get(recap_pipeline *p, recap_pipeline_info *out
       .fused_ops = m->irs[0]->fused_ops,
       .draws_random = m->has_random,
       .num_tensors = largest_ir(p)->num_tensors,
+      .entry = m->spec->entry,
   };
   return RECAP_OK;
 }

@@ -71,6 +71,10 @@ typedef struct {
    * grow_batch too, a value above the largest bucket replaces the buckets with that one value
    * (a distributed benchmark at a size the spec does not list). */
   bool select_batch, grow_batch;
+  /* An entry of the spec's `entries:` (NULL: none): its dims replace the spec's before the
+   * caller's `dims` apply. A name the spec does not declare fails the load with
+   * RECAP_STATUS_INVALID_ARGUMENT listing the entries. */
+  const char *entry;
 } recap__spec_options;
 
 /* A size in a shape or an integer attribute: a literal, or a dim's value. */
@@ -79,6 +83,12 @@ typedef struct {
   int dim;       /* index into spec->dims, or -1 */
   recap__src_pos pos;
 } recap__spec_size;
+
+/* One of `entries:`: a name for a set of dim values (prefill and decode of one model). */
+typedef struct {
+  const char *name;
+  recap__src_pos pos;
+} recap__spec_entry;
 
 typedef struct {
   const char *name;
@@ -163,6 +173,9 @@ typedef struct recap__spec {
   recap__spec_ref *outputs;
   size_t num_outputs;
   bool outputs_given;
+  recap__spec_entry *entries; /* `entries:` in spec order */
+  size_t num_entries;
+  const char *entry; /* the entry whose dims were applied (options.entry), else NULL */
   /* The value select_batch picked for the bucketed dim (0: none given). */
   int64_t run_batch;
   char *name_owned;     /* the default name (from the file name), when name: is absent */

@@ -7,8 +7,6 @@
  * each bucket's IR's to check (ir.c, from the load path: load.c). This file holds the
  * top-level keys and the whole; spec_internal.h lists the others.
  */
-#include "engine/spec.h"
-
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -20,6 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "engine/spec.h"
 #include "engine/spec_internal.h"
 #include "kernels/expr.h"
 #include "kernels/infer.h"
@@ -27,6 +26,57 @@
 #include "runtime/file.h"
 
 /* ---- top-level keys -------------------------------------------------------------------- */
+
+/* A dim's value as the spec writes it: a positive integer, or a list of them (buckets:
+ * strictly ascending, at most RECAP_MAX_BUCKETS). False, with errors at the values, when it
+ * is not; *values is then NULL. */
+static bool read_dim_values(loader *L, const recap__yaml_node *v, const char *what,
+                            int64_t **values, size_t *count, bool *bucketed) {
+  *values = NULL;
+  *count = 0;
+  *bucketed = v->kind == RECAP_YAML_SEQUENCE;
+  size_t n = *bucketed ? v->count : 1;
+  if (*bucketed && n == 0) {
+    ERR(L, v->pos, "%s: a bucket list needs at least one value", what);
+    return false;
+  }
+  if (n > RECAP_MAX_BUCKETS) {
+    ERR(L, v->pos, "%s has %zu buckets, more than the limit of %d", what, n, RECAP_MAX_BUCKETS);
+    return false;
+  }
+  if (v->kind == RECAP_YAML_MAPPING) {
+    ERR(L, v->pos, "%s: expected a positive integer or a list of them (buckets), got a mapping",
+        what);
+    return false;
+  }
+  int64_t *out = calloc(n, sizeof *out);
+  if (!out) {
+    L->oom = true;
+    return false;
+  }
+  bool ok = true;
+  for (size_t j = 0; j < n; ++j) {
+    const recap__yaml_node *e = *bucketed ? v->items[j] : v;
+    int64_t x;
+    if (!recap__spec_get_int(L, e, what, 1, MAX_SIZE - 1, &x)) {
+      ok = false;
+      continue;
+    }
+    if (j > 0 && ok && x <= out[j - 1]) {
+      ERR(L, e->pos, "%s: bucket values must be strictly ascending (%lld follows %lld)", what,
+          (long long)x, (long long)out[j - 1]);
+      ok = false;
+    }
+    out[j] = x;
+  }
+  if (!ok) {
+    free(out);
+    return false;
+  }
+  *values = out;
+  *count = n;
+  return true;
+}
 
 static void parse_dims(loader *L, const recap__yaml_node *node) {
   recap__spec *spec = L->spec;
@@ -50,42 +100,7 @@ static void parse_dims(loader *L, const recap__yaml_node *node) {
     d->pos = k->pos;
     char what[MAX_NAME_BYTES + 32];
     snprintf(what, sizeof what, "dim '%s'", d->name);
-    size_t count = v->kind == RECAP_YAML_SEQUENCE ? v->count : 1;
-    d->bucketed = v->kind == RECAP_YAML_SEQUENCE;
-    if (d->bucketed && count == 0) {
-      ERR(L, v->pos, "%s: a bucket list needs at least one value", what);
-    } else if (count > RECAP_MAX_BUCKETS) {
-      ERR(L, v->pos, "%s has %zu buckets, more than the limit of %d", what, count,
-          RECAP_MAX_BUCKETS);
-    } else if (v->kind == RECAP_YAML_MAPPING) {
-      ERR(L, v->pos,
-          "%s: expected a positive integer or a list of them (buckets), got a "
-          "mapping",
-          what);
-    } else {
-      d->values = calloc(count, sizeof *d->values);
-      if (!d->values) {
-        L->oom = true;
-        return;
-      }
-      bool ok = true;
-      for (size_t j = 0; j < count; ++j) {
-        const recap__yaml_node *e = d->bucketed ? v->items[j] : v;
-        int64_t x;
-        if (!recap__spec_get_int(L, e, what, 1, MAX_SIZE - 1, &x)) {
-          ok = false;
-          continue;
-        }
-        if (j > 0 && ok && x <= d->values[j - 1]) {
-          ERR(L, e->pos, "%s: bucket values must be strictly ascending (%lld follows %lld)", what,
-              (long long)x, (long long)d->values[j - 1]);
-          ok = false;
-        }
-        d->values[j] = x;
-      }
-      if (ok) d->count = count;
-    }
-    if (d->bucketed && d->count) {
+    if (read_dim_values(L, v, what, &d->values, &d->count, &d->bucketed) && d->bucketed) {
       if (spec->bucket_dim >= 0)
         ERR(L, k->pos,
             "dim '%s' has buckets, but dim '%s' already does (one bucketed dim per "
@@ -94,7 +109,108 @@ static void parse_dims(loader *L, const recap__yaml_node *node) {
       else
         spec->bucket_dim = (int)spec->num_dims;
     }
-    spec->num_dims++;
+    spec->num_dims++; /* counted even on running out of memory: destroy frees its values */
+    if (L->oom) return;
+  }
+}
+
+/* One entry's `dims:`: checked like the spec's own (declared names, valid values, one
+ * bucketed dim at most once applied); applied when `apply` (the entry the caller chose). */
+static void entry_dims(loader *L, const char *entry, const recap__yaml_node *dims, bool apply) {
+  recap__spec *spec = L->spec;
+  char context[MAX_NAME_BYTES + 32];
+  snprintf(context, sizeof context, "entry '%s': dims", entry);
+  if (!recap__spec_expect_kind(L, dims, RECAP_YAML_MAPPING, context)) return;
+  recap__spec_check_keys(L, dims, NULL, context);
+  /* Which dims hold buckets once the entry's values replace the spec's. */
+  bool *bucketed = calloc(spec->num_dims ? spec->num_dims : 1, sizeof *bucketed);
+  if (!bucketed) {
+    L->oom = true;
+    return;
+  }
+  for (size_t d = 0; d < spec->num_dims; ++d) bucketed[d] = spec->dims[d].bucketed;
+  bool ok = true;
+  for (size_t i = 0; i < dims->count && !L->oom; ++i) {
+    const char *name;
+    if (!recap__spec_get_name(L, dims->keys[i], "dim name", &name)) {
+      ok = false;
+      continue;
+    }
+    int d = recap__names_get(&L->dims, name);
+    if (d < 0) {
+      ERR(L, dims->keys[i]->pos,
+          "entry '%s': the spec declares no dim '%s' (entries set dims "
+          "declared under dims:)",
+          entry, name);
+      ok = false;
+      continue;
+    }
+    char what[2 * MAX_NAME_BYTES + 32];
+    snprintf(what, sizeof what, "entry '%s': dim '%s'", entry, name);
+    int64_t *values;
+    size_t count;
+    bool list;
+    if (!read_dim_values(L, dims->items[i], what, &values, &count, &list)) {
+      ok = false;
+      continue;
+    }
+    bucketed[d] = list;
+    if (apply) {
+      free(spec->dims[d].values);
+      spec->dims[d].values = values;
+      spec->dims[d].count = count;
+      spec->dims[d].bucketed = list;
+    } else {
+      free(values);
+    }
+  }
+  int first = -1;
+  for (size_t d = 0; d < spec->num_dims && ok; ++d) {
+    if (!bucketed[d]) continue;
+    if (first >= 0) {
+      ERR(L, dims->pos, "entry '%s': dims '%s' and '%s' would both have buckets (one at most)",
+          entry, spec->dims[first].name, spec->dims[d].name);
+      ok = false;
+    }
+    first = (int)d;
+  }
+  if (apply && ok) spec->bucket_dim = first;
+  free(bucketed);
+}
+
+/* `entries:` name -> {dims: {DIM: value or list}}: named sets of dim values, one pipeline
+ * each, that may share params and state (prefill and decode of one model; specs/README.md).
+ * Every entry is checked; options.entry's dims replace the spec's. */
+static void parse_entries(loader *L, const recap__yaml_node *node) {
+  static const char *const keys[] = {"dims", NULL};
+  recap__spec *spec = L->spec;
+  if (!recap__spec_expect_kind(L, node, RECAP_YAML_MAPPING, "entries")) return;
+  recap__spec_check_keys(L, node, NULL, "entries");
+  spec->entries = calloc(node->count ? node->count : 1, sizeof *spec->entries);
+  if (!spec->entries) {
+    L->oom = true;
+    return;
+  }
+  for (size_t i = 0; i < node->count && !L->oom; ++i) {
+    const recap__yaml_node *k = node->keys[i], *v = node->items[i];
+    const char *name;
+    if (!recap__spec_get_name(L, k, "entry name", &name)) continue;
+    bool again = false;
+    for (size_t e = 0; e < spec->num_entries; ++e)
+      again |= strcmp(spec->entries[e].name, name) == 0;
+    if (again) continue; /* check_keys reported it */
+    char what[MAX_NAME_BYTES + 16];
+    snprintf(what, sizeof what, "entry '%s'", name);
+    if (!recap__spec_expect_kind(L, v, RECAP_YAML_MAPPING, what)) continue;
+    recap__spec_check_keys(L, v, keys, what);
+    const recap__yaml_node *dims = recap__spec_lookup(v, "dims");
+    bool chosen = spec->options.entry && strcmp(spec->options.entry, name) == 0;
+    if (!dims)
+      ERR(L, v->pos, "entry '%s' needs `dims:` (the dim values it runs with)", name);
+    else
+      entry_dims(L, name, dims, chosen);
+    if (chosen) spec->entry = name;
+    spec->entries[spec->num_entries++] = (recap__spec_entry){name, k->pos};
   }
 }
 
@@ -199,7 +315,7 @@ static void parse_run(loader *L, const recap__yaml_node *node) {
 /* ---- the whole spec -------------------------------------------------------------------- */
 
 static void parse_root(loader *L, const recap__yaml_node *root) {
-  static const char *const keys[] = {"name",    "device", "dtype",   "seed", "dims",
+  static const char *const keys[] = {"name",    "device", "dtype",   "seed", "dims", "entries",
                                      "tensors", "ops",    "outputs", "run",  NULL};
   recap__spec *spec = L->spec;
   if (!root || recap__yaml_is_null(root)) {
@@ -250,6 +366,17 @@ static void parse_root(loader *L, const recap__yaml_node *root) {
     }
   }
   if ((n = recap__spec_lookup(root, "dims"))) parse_dims(L, n);
+  if ((n = recap__spec_lookup(root, "entries"))) parse_entries(L, n);
+  if (L->oom) return;
+  if (spec->options.entry && !spec->entry) {
+    char names[256] = "";
+    const char *list[33] = {0};
+    for (size_t e = 0; e < spec->num_entries && e < 32; ++e) list[e] = spec->entries[e].name;
+    recap__spec_join_names(list, names, sizeof names);
+    OVERRIDE_ERR(L, "the spec has no entry '%.200s' (its entries: %s)", spec->options.entry,
+                 spec->num_entries ? names : "none; `entries:` declares them");
+    return;
+  }
   /* Before any shape is read: a tensor is checked against the dims the caller runs with. */
   for (const char *const *d = spec->options.dims; d && *d && !L->oom && !L->bad_override[0]; ++d)
     override_dim(L, *d);
@@ -421,6 +548,7 @@ void recap__spec_destroy(recap__spec *spec) {
   if (!spec) return;
   for (size_t i = 0; i < spec->num_dims; ++i) free(spec->dims[i].values);
   free(spec->dims);
+  free(spec->entries);
   for (size_t i = 0; i < spec->num_tensors; ++i) {
     free(spec->tensors[i].init.path);
     free(spec->tensors[i].init.key);

@@ -945,6 +945,22 @@ typedef struct {
   /* Nonzero: no fusion pass (elementwise chains run op by op; RECAP_FUSION=0 in the
    * environment does the same). Ignored by recap_pipeline_clone, which shares the model. */
   int no_fusion;
+  /* An entry of the spec's `entries:` (specs/README.md, "Entries"): its dim values replace the
+   * spec's before `dims` apply. NULL: the spec's own dims. A name the spec does not declare is
+   * RECAP_STATUS_INVALID_ARGUMENT listing its entries. Ignored by recap_pipeline_clone. */
+  const char *entry;
+  /* Another pipeline whose params and state this one uses (prefill and decode over one set of
+   * weights and one KV cache): every param and state tensor whose name `share` also has is
+   * bound to `share`'s memory when this pipeline is created, before any capture, and is not
+   * allocated or initialized again; the rest are this pipeline's own. Matching names must
+   * match in role, dtype and shape (the largest bucket's), else RECAP_STATUS_INVALID_ARGUMENT
+   * naming the tensor. The pipeline runs on `share`'s device (another device given in the
+   * options is refused). Inputs, scalars and outputs are never shared. The two may be destroyed
+   * in either order. They are two pipelines on two streams: the caller orders their runs
+   * (recap_pipeline_run returns when done; with run_async, wait for its event). A clone given
+   * `share` takes the state from it too; without it, a clone has its own state as always.
+   * NULL: nothing shared. */
+  recap_pipeline *share;
 } recap_pipeline_options;
 
 typedef struct {
@@ -986,6 +1002,7 @@ typedef struct {
   size_t fused_ops;   /* spec ops the fusion pass replaced by fused ops (0: none, or off) */
   int draws_random;   /* some op draws random numbers: runs differ from one another */
   size_t num_tensors; /* indices for recap_pipeline_tensor_info_get */
+  const char *entry;  /* the spec entry it was built for (options.entry), NULL for none */
 } recap_pipeline_info;
 
 /* Loads, checks, plans and binds a spec (params are initialized; nothing is captured yet:

@@ -215,6 +215,7 @@ static const struct {
   const char *dims[8];
 } example_dims[] = {
     {"decode_step.yaml", {"B=1,2,4", "D=32", "H=2", "Dh=16", "Smax=8", NULL}},
+    {"prefill_decode.yaml", {"B=1,2", "D=32", "H=2", "Dh=16", "Smax=32", NULL}},
     {"fork_join.yaml", {"B=4", "D=32", NULL}},
     {"mlp_decode.yaml", {"B=1,2,4", "H=32", NULL}},
     {"mlp_large.yaml", {"B=8", "H=32", NULL}},
