@@ -167,8 +167,8 @@ static recap__src_pos in_ir(builder *b, recap__ir *ir, recap__src_pos pos) {
     char *copy = strdup(pos.instance);
     int previous;
     if (grown) ir->instances = grown;
-    if (!grown || !copy || !recap__names_put(&b->instances, copy, (int)ir->num_instances,
-                                             &previous)) {
+    if (!grown || !copy ||
+        !recap__names_put(&b->instances, copy, (int)ir->num_instances, &previous)) {
       free(copy);
       b->oom = true;
       pos.instance = NULL;

@@ -66,7 +66,7 @@ typedef struct {
   block *blocks;
   size_t num_blocks;
   recap__names block_names; /* -> index into blocks */
-  bool failed;              /* an instance could not be made (error reported) */
+  bool failed;              /* a bad index template (reported): the expansion fails */
 } expander;
 
 static const char *const block_keys[] = {"input", "output", "tensors", "ops", NULL};
@@ -156,8 +156,8 @@ static void collect_op(expander *E, block *b, size_t k, recap__names *produced) 
   snprintf(what, sizeof what, "block '%s': op #%zu", b->name, k);
   const recap__yaml_node *nested = recap__spec_lookup_key(op, "block"), *name, *out;
   if (nested)
-    ERR(L, nested->pos, "%s uses a block; blocks do not nest (use both blocks in the top-level ops:)",
-        what);
+    ERR(L, nested->pos,
+        "%s uses a block; blocks do not nest (use both blocks in the top-level ops:)", what);
   const char *text;
   if ((name = recap__spec_lookup(op, "name"))) recap__spec_get_name(L, name, "op name", &text);
   if (!(out = recap__spec_lookup(op, "out"))) return; /* reported by the op check */
@@ -267,30 +267,32 @@ static void parse_blocks(expander *E, const recap__yaml_node *node) {
 
 /* ---- uses -------------------------------------------------------------------------------- */
 
-static void parse_count(expander *E, const recap__yaml_node *v, const char *what, use *u) {
+/* False when the count is not valid (reported, or the dim it names had errors of its own). */
+static bool parse_count(expander *E, const recap__yaml_node *v, const char *what, use *u) {
   loader *L = E->L;
   int64_t n;
   if (recap__spec_parse_int(v, &n) != INT_OK && recap__spec_is_scalar(v) &&
       recap__names_get(&L->dims, v->text) >= 0) {
     /* A dim, so that --dim L=2 runs a smaller model. */
     const recap__spec_dim *d = &L->spec->dims[recap__names_get(&L->dims, v->text)];
-    if (d->count == 0) return; /* its values had errors (reported) */
+    if (d->count == 0) return false;
     if (d->count > 1 || d->bucketed) {
       ERR(L, v->pos, "%s: count: dim '%s' has buckets; a count needs one value", what, d->name);
-      return;
+      return false;
     }
     n = d->values[0];
     if (n > MAX_BLOCK_COUNT) {
       ERR(L, v->pos, "%s: count: dim '%s' is %lld, more than the limit of %d instances", what,
           d->name, (long long)n, MAX_BLOCK_COUNT);
-      return;
+      return false;
     }
   } else {
     char count_what[MAX_NAME_BYTES + 128];
     snprintf(count_what, sizeof count_what, "%s: count (an integer or a dim's name)", what);
-    if (!recap__spec_get_int(L, v, count_what, 1, MAX_BLOCK_COUNT, &n)) return;
+    if (!recap__spec_get_int(L, v, count_what, 1, MAX_BLOCK_COUNT, &n)) return false;
   }
   u->instances = (size_t)n;
+  return true;
 }
 
 /* One entry of ops: that has a `block:` key. False on an error (reported). */
@@ -301,7 +303,8 @@ static bool parse_use(expander *E, size_t index, const recap__yaml_node *v, use 
   char what[MAX_NAME_BYTES + 64];
   snprintf(what, sizeof what, "block use (op #%zu)", index);
   recap__spec_check_keys(L, v, use_keys, what);
-  const recap__yaml_node *bn = recap__spec_lookup(v, "block"), *name = recap__spec_lookup(v, "name");
+  const recap__yaml_node *bn = recap__spec_lookup(v, "block"),
+                         *name = recap__spec_lookup(v, "name");
   int b = recap__spec_is_scalar(bn) ? recap__names_get(&E->block_names, bn->text) : -1;
   if (b < 0) {
     char names[256] = "";
@@ -331,35 +334,39 @@ static bool parse_use(expander *E, size_t index, const recap__yaml_node *v, use 
         "%s: the name '%s' is already used by the block use at op #%d (give each use its own "
         "name:)",
         what, u->name, previous);
-  if (!(u->count = recap__spec_lookup(v, "count")))
+  bool ok = true;
+  if (!(u->count = recap__spec_lookup(v, "count"))) {
     ERR(L, v->pos, "%s needs `count:`, how many instances of block '%s' it makes", what,
         u->block->name);
-  else
-    parse_count(E, u->count, what, u);
+  } else {
+    ok = parse_count(E, u->count, what, u);
+  }
   const recap__yaml_node *ports[2] = {recap__spec_lookup(v, "in"), recap__spec_lookup(v, "out")};
   const char *port_keys[2] = {"in", "out"};
   for (int side = 0; side < 2; ++side) {
     char port_what[MAX_NAME_BYTES + 80];
     snprintf(port_what, sizeof port_what, "%s: %s", what, port_keys[side]);
     if (!ports[side]) {
-      ERR(L, v->pos, "%s needs `%s:` (%d tensor name%s, as block '%s' has %d %s)", what,
-          port_keys[side], u->block->num_ports, u->block->num_ports == 1 ? "" : "s",
-          u->block->name, u->block->num_ports, side ? "outputs" : "inputs");
+      ERR(L, v->pos, "%s needs `%s:`, naming block '%s''s %s (%d tensor%s)", what, port_keys[side],
+          u->block->name, side ? "outputs" : "inputs", u->block->num_ports,
+          u->block->num_ports == 1 ? "" : "s");
       continue;
     }
     int n = get_ports(E, ports[side], port_what, side ? u->out : u->in);
     if (n >= 0 && n != u->block->num_ports)
-      ERR(L, ports[side]->pos, "%s names %d tensor%s, but block '%s' has %d %s", port_what, n,
-          n == 1 ? "" : "s", u->block->name, u->block->num_ports, side ? "outputs" : "inputs");
+      ERR(L, ports[side]->pos, "%s names %d tensor%s, but block '%s' has %d %s%s", port_what, n,
+          n == 1 ? "" : "s", u->block->name, u->block->num_ports, side ? "output" : "input",
+          u->block->num_ports == 1 ? "" : "s");
   }
-  return recap__diag_errors(L->diag) == errors && !L->oom;
+  return ok && recap__diag_errors(L->diag) == errors && !L->oom;
 }
 
 /* Whether the expanded spec stays within the loader's limits on ops, tensors and YAML nodes,
  * checked before any copy is made; the error points at the count of the use that crosses one. */
-static bool check_bounds(expander *E, const use *uses, size_t count, size_t declared) {
+static bool check_bounds(expander *E, const use *uses, size_t count, size_t declared,
+                         const recap__yaml_node *root) {
   const recap__spec_options *o = &E->L->spec->options;
-  size_t ops = 0, tensors = declared, nodes = 0;
+  size_t ops = 0, tensors = declared, nodes = count_nodes(root);
   for (size_t i = 0; i < count; ++i) {
     const use *u = &uses[i];
     if (!u->block) {
@@ -372,8 +379,8 @@ static bool check_bounds(expander *E, const use *uses, size_t count, size_t decl
     ops += u->instances * b->num_ops;
     tensors += u->instances * (b->num_tensors + b->num_op_outputs);
     nodes += u->instances * b->num_nodes;
-    const char *what = ops > o->max_ops           ? "ops"
-                       : tensors > o->max_tensors ? "tensors (declared and op outputs)"
+    const char *what = ops > o->max_ops            ? "ops"
+                       : tensors > o->max_tensors  ? "tensors (declared and op outputs)"
                        : nodes > o->yaml.max_nodes ? "YAML nodes"
                                                    : NULL;
     if (!what) continue;
@@ -392,8 +399,9 @@ static bool check_bounds(expander *E, const use *uses, size_t count, size_t decl
 
 /* ---- instances --------------------------------------------------------------------------- */
 
-/* n's text with each {i} replaced by the instance's index and each {{ by {; NULL, with an error
- * at the brace, when a { starts anything else. */
+/* n's text with each {i} replaced by the instance's index and each {{ by {. A { that starts
+ * anything else is an error at the brace: the text stays as written and the expansion goes on
+ * (to report every bad template) but fails in the end. NULL when out of memory. */
 static const char *substitute(expander *E, const recap__yaml_node *n, const instance *in) {
   const char *s = n->text;
   if (!memchr(s, '{', n->len)) return s;
@@ -417,7 +425,7 @@ static const char *substitute(expander *E, const recap__yaml_node *n, const inst
           "literal '{')",
           s);
       E->failed = true;
-      return NULL;
+      return s;
     }
   }
   char *out = tree_alloc(E, size);
@@ -444,7 +452,7 @@ static void set_text(recap__yaml_node *n, const char *text) {
 }
 
 /* A copy of n that belongs to the instance, with {i} replaced in its scalars if `templated`.
- * NULL when out of memory or on a bad template (reported). */
+ * NULL when out of memory. */
 static recap__yaml_node *copy_node(expander *E, const recap__yaml_node *n, const instance *in,
                                    bool templated) {
   recap__yaml_node *c = tree_alloc(E, sizeof *c);
@@ -534,7 +542,7 @@ static recap__yaml_node *copy_op(expander *E, const recap__yaml_node *n, const i
 }
 
 /* Instance `index` of use u: its tensors appended to *tensors and its ops to *ops (with their
- * origins). False when a copy failed (out of memory, or a bad template: reported). */
+ * origins). False when out of memory. */
 static bool instantiate(expander *E, const use *u, size_t index, recap__yaml_node *tensors,
                         recap__yaml_node *ops, recap__spec_op_origin *origins) {
   const block *b = u->block;
@@ -556,8 +564,8 @@ static bool instantiate(expander *E, const use *u, size_t index, recap__yaml_nod
         written->kind == RECAP_YAML_MAPPING ? recap__spec_lookup(written, "op") : NULL;
     recap__spec_op_origin *origin = &origins[ops->count];
     origin->written = written;
-    origin->label = tree_format(E, "%s.%s#%zu", in.prefix,
-                                recap__spec_is_scalar(kind) ? kind->text : "op", k);
+    origin->label =
+        tree_format(E, "%s.%s#%zu", in.prefix, recap__spec_is_scalar(kind) ? kind->text : "op", k);
     if (!(ops->items[ops->count++] = copy_op(E, written, &in)) || !origin->label) return false;
   }
   return !E->L->oom;
@@ -576,7 +584,8 @@ static bool expand(expander *E, const use *uses, const recap__yaml_node *root,
   recap__yaml_node *t = tree_alloc(E, sizeof *t), *o = tree_alloc(E, sizeof *o);
   recap__spec_op_origin *origins = tree_alloc(E, num_ops * sizeof *origins);
   if (!t || !o || !origins) return false;
-  *t = (recap__yaml_node){.kind = RECAP_YAML_MAPPING, .pos = (top_tensors ? top_tensors : root)->pos};
+  *t = (recap__yaml_node){.kind = RECAP_YAML_MAPPING,
+                          .pos = (top_tensors ? top_tensors : root)->pos};
   *o = *top_ops;
   o->count = 0;
   t->keys = tree_alloc(E, (num_tensors ? num_tensors : 1) * sizeof *t->keys);
@@ -618,14 +627,16 @@ bool recap__spec_expand_blocks(loader *L, const recap__yaml_node *root,
   use *uses = has_ops ? calloc(top_ops->count ? top_ops->count : 1, sizeof *uses) : NULL;
   recap__names use_names = {0};
   if (has_ops && !uses) L->oom = true;
+  bool uses_ok = true;
   for (size_t i = 0; uses && i < top_ops->count && !L->oom; ++i) {
     const recap__yaml_node *v = top_ops->items[i];
     uses[i].node = v;
-    if (v->kind == RECAP_YAML_MAPPING && recap__spec_lookup(v, "block"))
-      parse_use(&E, i, v, &uses[i], &use_names);
+    if (v->kind == RECAP_YAML_MAPPING && recap__spec_lookup(v, "block") &&
+        !parse_use(&E, i, v, &uses[i], &use_names))
+      uses_ok = false;
   }
   if (*tensors && has_uses) recap__spec_expect_kind(L, *tensors, RECAP_YAML_MAPPING, "tensors");
-  bool ok = recap__diag_errors(L->diag) == errors && !L->oom;
+  bool ok = uses_ok && recap__diag_errors(L->diag) == errors && !L->oom;
   /* Unused blocks are errors, as unused tensors are (most likely a use was meant and left
    * out), but the rest of the spec can be checked without them. */
   for (size_t i = 0; has_ops && i < E.num_blocks; ++i)
@@ -634,7 +645,7 @@ bool recap__spec_expand_blocks(loader *L, const recap__yaml_node *root,
           "block '%s' is declared but never used (no op has `block: %s`)", E.blocks[i].name,
           E.blocks[i].name);
   size_t declared = *tensors ? (*tensors)->count : 0;
-  if (ok && has_uses) ok = check_bounds(&E, uses, top_ops->count, declared);
+  if (ok && has_uses) ok = check_bounds(&E, uses, top_ops->count, declared, root);
   if (ok && has_uses) ok = expand(&E, uses, root, tensors, ops) && !E.failed;
   recap__names_free(&use_names);
   free(uses);

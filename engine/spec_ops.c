@@ -116,7 +116,7 @@ static void parse_expr(loader *L, recap__spec_op *op, const recap__spec_op_origi
                                         : NULL;
   const char *names[RECAP_OP_MAX_INPUTS];
   for (int i = 0; i < op->num_inputs; ++i)
-    names[i] = !written                                ? op->inputs[i].name
+    names[i] = !written                               ? op->inputs[i].name
                : written->kind == RECAP_YAML_SEQUENCE ? written->items[i]->text
                                                       : written->text;
   recap__expr_parse_error err;

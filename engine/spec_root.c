@@ -7,8 +7,6 @@
  * each bucket's IR's to check (ir.c, from the load path: load.c). This file holds the
  * top-level keys and the whole; spec_internal.h lists the others.
  */
-#include "engine/spec.h"
-
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -20,6 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "engine/spec.h"
 #include "engine/spec_internal.h"
 #include "kernels/expr.h"
 #include "kernels/infer.h"
@@ -199,8 +198,8 @@ static void parse_run(loader *L, const recap__yaml_node *node) {
 /* ---- the whole spec -------------------------------------------------------------------- */
 
 static void parse_root(loader *L, const recap__yaml_node *root) {
-  static const char *const keys[] = {"name", "device",  "dtype",   "seed", "dims", "blocks",
-                                     "tensors", "ops", "outputs", "run", NULL};
+  static const char *const keys[] = {"name",    "device", "dtype",   "seed", "dims", "blocks",
+                                     "tensors", "ops",    "outputs", "run",  NULL};
   recap__spec *spec = L->spec;
   if (!root || recap__yaml_is_null(root)) {
     ERR(L, ((recap__src_pos){.file = spec->file, .line = 1, .col = 1}),

@@ -124,7 +124,8 @@ static size_t add_sat(size_t a, size_t b) {
 }
 
 static recap__src_pos mark_pos(const builder *b, yaml_mark_t mark) {
-  return (recap__src_pos){.file = b->ast->file, .line = (int)mark.line + 1, .col = (int)mark.column + 1};
+  return (recap__src_pos){
+      .file = b->ast->file, .line = (int)mark.line + 1, .col = (int)mark.column + 1};
 }
 
 /* libyaml reports reader errors (bad UTF-8, control characters) as a byte offset: count
