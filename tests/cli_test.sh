@@ -274,11 +274,11 @@ grep -q "digraph" "$tmp/out" || fail "dot --graph prints no digraph"
 
 # Blocks: plan, dot and errors show the instances' names; the layer count is a dim.
 expect 0 "plan of a blocked spec" -- "$recap" plan "$specs/decoder_blocks.yaml"
-grep -q "^plan for 'decoder-blocks': 91 ops," "$tmp/out" || fail "plan: decoder_blocks is not 91 ops"
+grep -q "^plan for 'decoder-blocks': 90 ops," "$tmp/out" || fail "plan: decoder_blocks is not 90 ops"
 grep -q "^layers.3.wqkv " "$tmp/out" || fail "plan shows no layers.3.wqkv"
 grep -q "'layers.3.attention' writes it" "$tmp/out" || fail "plan does not name op layers.3.attention"
 expect 0 "plan of a blocked spec --dim L=2" -- "$recap" plan "$specs/decoder_blocks.yaml" --dim L=2
-grep -q "^plan for 'decoder-blocks': 47 ops," "$tmp/out" && ! grep -q "^layers.2\." "$tmp/out" ||
+grep -q "^plan for 'decoder-blocks': 46 ops," "$tmp/out" && ! grep -q "^layers.2\." "$tmp/out" ||
   fail "plan --dim L=2 does not make two layers"
 expect 0 "dot of a blocked spec" -- "$recap" dot "$specs/decoder_blocks.yaml"
 grep -qF 'label="layers.3.attention\nattention"' "$tmp/out" || fail "dot does not name layers.3.attention"
