@@ -50,9 +50,11 @@ static recap_tensor full_view(const recap__ir_tensor *t, void *data) {
  * allocate is then found in the spec, not only by its name. */
 static recap_status tensor_failure(recap_status st, const recap__ir_tensor *t, recap__src_pos pos,
                                    const char *what) {
-  if (pos.file && pos.line > 0)
-    return recap__error_context(st, "%s:%d:%d: error: %s tensor '%s': ", pos.file, pos.line,
-                                pos.col, what, t->name);
+  if (pos.file && pos.line > 0) {
+    char head[1024];
+    recap__src_pos_head(pos, head, sizeof head);
+    return recap__error_context(st, "%s%s tensor '%s': ", head, what, t->name);
+  }
   return recap__error_context(st, "%s tensor '%s': ", what, t->name);
 }
 

@@ -3,7 +3,9 @@
  *
  * The loader reports every problem it finds in one pass, so one mistake can be seen from
  * several places (each bucket's IR, say); an error identical to one already recorded is
- * dropped, which keeps the report to one line per problem.
+ * dropped, which keeps the report to one line per problem. So is an error inside a block's
+ * instance at a place where another instance already has one: the text of a block is
+ * instantiated many times, and one mistake in it would otherwise be reported once per layer.
  */
 #include "engine/diag.h"
 
@@ -21,14 +23,21 @@ enum {
   LAST_ERROR_BUDGET = 1800,
 };
 
-static char *format_message(recap__src_pos pos, const char *fmt, va_list ap) {
-  char prefix[512];
+void recap__src_pos_head(recap__src_pos pos, char *buf, size_t size) {
+  int used;
   if (pos.file && pos.line > 0)
-    snprintf(prefix, sizeof prefix, "%s:%d:%d: error: ", pos.file, pos.line, pos.col);
+    used = snprintf(buf, size, "%s:%d:%d: error: ", pos.file, pos.line, pos.col);
   else if (pos.file)
-    snprintf(prefix, sizeof prefix, "%s: error: ", pos.file);
+    used = snprintf(buf, size, "%s: error: ", pos.file);
   else
-    snprintf(prefix, sizeof prefix, "error: ");
+    used = snprintf(buf, size, "error: ");
+  if (pos.instance && used >= 0 && (size_t)used < size)
+    snprintf(buf + used, size - (size_t)used, "in %s: ", pos.instance);
+}
+
+static char *format_message(recap__src_pos pos, const char *fmt, va_list ap) {
+  char prefix[1024];
+  recap__src_pos_head(pos, prefix, sizeof prefix);
   va_list copy;
   va_copy(copy, ap);
   int body = vsnprintf(NULL, 0, fmt, copy);
@@ -74,8 +83,24 @@ static void add_text(recap__diag *diag, char *text) {
   diag->messages[diag->count++] = text;
 }
 
+/* Whether diag holds an error at pos (inside a block) about another instance of the block. */
+static bool other_instance_reported(const recap__diag *diag, recap__src_pos pos) {
+  if (!pos.instance || !pos.file || pos.line <= 0) return false;
+  char place[1024];
+  recap__src_pos_head((recap__src_pos){.file = pos.file, .line = pos.line, .col = pos.col}, place,
+                      sizeof place);
+  size_t n = strlen(place), own = strlen(pos.instance);
+  for (size_t i = 0; i < diag->count; ++i) {
+    const char *m = diag->messages[i];
+    if (strncmp(m, place, n) != 0 || strncmp(m + n, "in ", 3) != 0) continue;
+    if (strncmp(m + n + 3, pos.instance, own) != 0 || strncmp(m + n + 3 + own, ": ", 2) != 0)
+      return true;
+  }
+  return false;
+}
+
 void recap__diag_error(recap__diag *diag, recap__src_pos pos, const char *fmt, ...) {
-  if (!diag) return;
+  if (!diag || other_instance_reported(diag, pos)) return;
   va_list ap;
   va_start(ap, fmt);
   char *text = format_message(pos, fmt, ap);

@@ -27,10 +27,21 @@ extern "C" {
 typedef struct {
   const char *file; /* owned by the spec */
   int line, col;
+  /* For text inside a block that the spec instantiates several times (spec_blocks.c): which
+   * instance this is, e.g. "layers.3 (block 'layer', i = 3)", since one place in the file
+   * then stands for many tensors and ops. NULL elsewhere. Owned like file. */
+  const char *instance;
 } recap__src_pos;
 
+/* The head of every positioned error: "FILE:LINE:COL: error: " ("FILE: error: " without a
+ * line, "error: " without a file), then "in INSTANCE: " for a position inside a block's
+ * instance. Truncated to size. */
+void recap__src_pos_head(recap__src_pos pos, char *buf, size_t size);
+
 /* Collected errors, each "FILE:LINE:COL: error: message" (an error identical to a recorded one
- * is not recorded twice). Zero-initialize; release with recap__diag_free. */
+ * is not recorded twice, nor one inside a block's instance at a place where another instance
+ * already has an error: a mistake in a block's text is reported once, for the first instance
+ * that shows it). Zero-initialize; release with recap__diag_free. */
 typedef struct {
   char **messages;
   size_t count, capacity;

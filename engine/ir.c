@@ -23,6 +23,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "engine/names.h"
 #include "engine/safetensors_reader.h"
 #include "kernels/expr.h"
 #include "runtime/error.h"
@@ -38,6 +39,7 @@ typedef struct {
   bool check_files;  /* the largest bucket's build checks `init: file` tensors' files */
   char suffix[96];   /* " (with B = 4)" in bucketed specs */
   bool oom;
+  recap__names instances; /* the IR's copy of each block instance's label -> its index */
 } builder;
 
 /* Every IR built in this process: the load path's test counts them. */
@@ -153,8 +155,29 @@ static bool resolve(const recap__spec_size *s, const int64_t *values, int64_t *o
   return s->dim < 0 || values[s->dim] > 0;
 }
 
-static recap__src_pos in_ir(const recap__ir *ir, recap__src_pos pos) {
+/* A spec position as the IR keeps it: pointing at the IR's own copies of the file name and of
+ * the block instance's label, one copy per label. */
+static recap__src_pos in_ir(builder *b, recap__ir *ir, recap__src_pos pos) {
   pos.file = ir->file;
+  if (b->oom) pos.instance = NULL;
+  if (!pos.instance) return pos;
+  int index = recap__names_get(&b->instances, pos.instance);
+  if (index < 0) {
+    char **grown = realloc(ir->instances, (ir->num_instances + 1) * sizeof *grown);
+    char *copy = strdup(pos.instance);
+    int previous;
+    if (grown) ir->instances = grown;
+    if (!grown || !copy ||
+        !recap__names_put(&b->instances, copy, (int)ir->num_instances, &previous)) {
+      free(copy);
+      b->oom = true;
+      pos.instance = NULL;
+      return pos;
+    }
+    index = (int)ir->num_instances;
+    ir->instances[ir->num_instances++] = copy;
+  }
+  pos.instance = ir->instances[index];
   return pos;
 }
 
@@ -189,7 +212,7 @@ static recap__ir *build(builder *b, const int64_t *values, size_t bucket) {
     const recap__spec_dim *sd = &spec->dims[d];
     recap__ir_dim *id = &ir->dims[ir->num_dims++];
     id->name = dup_or_flag(b, sd->name);
-    id->pos = in_ir(ir, sd->pos);
+    id->pos = in_ir(b, ir, sd->pos);
     id->values = calloc(sd->count ? sd->count : 1, sizeof *id->values);
     if (!id->values) {
       b->oom = true;
@@ -209,8 +232,8 @@ static recap__ir *build(builder *b, const int64_t *values, size_t bucket) {
     const recap__spec_tensor *st = &spec->tensors[i];
     recap__ir_tensor *t = &ir->tensors[i];
     t->name = dup_or_flag(b, st->name);
-    t->pos = in_ir(ir, st->pos);
-    t->init_pos = in_ir(ir, st->producer >= 0 ? st->pos : st->init_pos);
+    t->pos = in_ir(b, ir, st->pos);
+    t->init_pos = in_ir(b, ir, st->producer >= 0 ? st->pos : st->init_pos);
     t->role = st->role;
     t->producer = st->producer;
     t->alias_of = -1;
@@ -244,7 +267,7 @@ static recap__ir *build(builder *b, const int64_t *values, size_t bucket) {
   }
   uint64_t cap = b->capacity;
   if (cap && persistent_known && persistent > cap)
-    error_at(b, in_ir(ir, spec->pos),
+    error_at(b, in_ir(b, ir, spec->pos),
              "inputs, params, states and scalars need %llu bytes "
              "together, more than the device memory (%llu bytes)",
              (unsigned long long)persistent, (unsigned long long)cap);
@@ -255,7 +278,7 @@ static recap__ir *build(builder *b, const int64_t *values, size_t bucket) {
     const recap__spec_op *sop = &spec->ops[i];
     recap__ir_op *op = &ir->ops[i];
     op->def = sop->def;
-    op->pos = in_ir(ir, sop->pos);
+    op->pos = in_ir(b, ir, sop->pos);
     op->stream = sop->stream;
     op->attrs = sop->attrs;
     if (sop->name) {
@@ -325,7 +348,7 @@ static recap__ir *build(builder *b, const int64_t *values, size_t bucket) {
       memcpy(t->shape, y->shape, sizeof t->shape);
       t->ndim = y->ndim;
       if (o == 0 && sop->def->output_is_input0) t->alias_of = sop->inputs[0].index;
-      if (!size_tensor(b, t, in_ir(ir, sop->outputs[o].pos))) {
+      if (!size_tensor(b, t, in_ir(b, ir, sop->outputs[o].pos))) {
         t->ndim = 0;
         continue;
       }
@@ -343,14 +366,14 @@ static recap__ir *build(builder *b, const int64_t *values, size_t bucket) {
         if (ok && !same) {
           shape_text(t->ndim, t->shape, got, sizeof got);
           shape_text(sop->check_ndim, dims, want, sizeof want);
-          error_at(b, in_ir(ir, sop->check_shape_pos),
+          error_at(b, in_ir(b, ir, sop->check_shape_pos),
                    "op %s: output '%s' has shape %s, but "
                    "shape: says %s",
                    label, t->name, got, want);
         }
       }
       if (sop->check_dtype && sop->check_dtype_value != t->dtype)
-        error_at(b, in_ir(ir, sop->check_dtype_pos),
+        error_at(b, in_ir(b, ir, sop->check_dtype_pos),
                  "op %s: output '%s' has dtype %s, but "
                  "dtype: says %s",
                  label, t->name, recap_dtype_name(t->dtype),
@@ -417,6 +440,7 @@ recap_status recap__ir_build(const recap__spec *spec, size_t bucket, uint64_t ca
              (long long)value);
   atomic_fetch_add(&builds, 1);
   recap__ir *ir = build(&b, values, bucket);
+  recap__names_free(&b.instances);
   free(values);
   recap_status st = finish_build(&b, before, ir, out);
   recap__diag_free(&local);
@@ -434,6 +458,7 @@ recap_status recap__ir_build_probe(const recap__spec *spec, recap__ir **out) {
   builder b = {.spec = spec};
   atomic_fetch_add(&builds, 1);
   recap__ir *ir = build(&b, values, sd->count - 1);
+  recap__names_free(&b.instances);
   free(values);
   if (b.oom) {
     recap__ir_destroy(ir);
@@ -521,6 +546,8 @@ void recap__ir_destroy(recap__ir *ir) {
   }
   free(ir->ops);
   free(ir->outputs);
+  for (size_t i = 0; i < ir->num_instances; ++i) free(ir->instances[i]);
+  free(ir->instances);
   free(ir->name);
   free(ir->file);
   free(ir);

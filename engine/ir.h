@@ -100,6 +100,8 @@ typedef struct {
   int bucket_dim;      /* the dim with buckets, or -1 */
   size_t bucket;       /* which of its values this IR uses (0 without buckets) */
   char *file;          /* the spec's file name; every pos.file points here */
+  char **instances;    /* the labels of the block instances positions name (pos.instance) */
+  size_t num_instances;
   recap__ir_tensor *tensors;
   size_t num_tensors;
   /* In spec order, which is a valid topological order; after the fusion pass a fused op

@@ -132,7 +132,9 @@ enum { RECAP__SPEC_MAX_INT_ATTRS = 8 };
 
 typedef struct {
   const recap__op_def *def; /* NULL: unknown op (reported); the op is skipped */
-  const char *name;         /* the spec's name:, else NULL */
+  /* The spec's name: (a block's "<use>.<i>.name"); for a block's op without one, its label
+   * "<use>.<i>.<op>#<k>"; else NULL. */
+  const char *name;
   recap__src_pos pos;
   recap__spec_ref inputs[RECAP_OP_MAX_INPUTS];
   int num_inputs;

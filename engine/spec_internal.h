@@ -6,6 +6,7 @@
  *   spec_values.c   scalars and mappings: typed reads of YAML values with positioned errors
  *   spec_tensors.c  tensors: roles, shapes, initializers, the files they name
  *   spec_ops.c      ops: attributes, expressions, references, outputs, what is never used
+ *   spec_blocks.c   blocks: a block's tensors and ops, instantiated in place of its uses
  */
 #ifndef RECAP_ENGINE_SPEC_INTERNAL_H
 #define RECAP_ENGINE_SPEC_INTERNAL_H
@@ -27,6 +28,14 @@ enum {
 };
 #define MAX_SIZE RECAP__SPEC_MAX_SIZE
 
+/* Where an op of the spec's (expanded) op list comes from, for the ops of a block's instance. */
+typedef struct {
+  const recap__yaml_node *written; /* the op as the block's text writes it */
+  /* "<use>.<i>.<op>#<k>" (the block's k-th op): the name of an op without `name:`, and how
+   * errors call it until its name is known. */
+  const char *label;
+} recap__spec_op_origin;
+
 typedef struct recap__spec_loader {
   recap__spec *spec;
   recap__diag *diag;
@@ -40,6 +49,9 @@ typedef struct recap__spec_loader {
   /* The spec's text, to place errors inside an `expr:` string (NULL: at the string). */
   const char *text;
   size_t text_len;
+  /* Per op of the expanded op list: its origin, or written NULL for a top-level op (NULL: the
+   * spec uses no block). */
+  const recap__spec_op_origin *op_origins;
 } loader;
 
 #define ERR(L, pos, ...) recap__diag_error((L)->diag, (pos), __VA_ARGS__)
@@ -62,6 +74,13 @@ bool recap__spec_get_dtype(loader *L, const recap__yaml_node *n, const char *wha
 /* A size: a literal integer (>= min) or a dim's name. */
 bool recap__spec_get_size(loader *L, const recap__yaml_node *n, const char *what, int64_t min,
                           recap__spec_size *out);
+/* Where byte `offset` of scalar v's (decoded) text is in the spec: the scalar's start plus the
+ * characters of its source up to there, decoding quotes and escapes on the way, so the column
+ * points INTO the string (columns count characters, as libyaml's do). Block scalars and
+ * scalars whose source spans lines before the offset (where folding changes the text) are
+ * placed at their start. */
+recap__src_pos recap__spec_scalar_offset_pos(const loader *L, const recap__yaml_node *v,
+                                             size_t offset);
 /* Mappings (spec_values.c). */
 const recap__yaml_node *recap__spec_lookup(const recap__yaml_node *map, const char *key);
 const recap__yaml_node *recap__spec_lookup_key(const recap__yaml_node *map, const char *key);
@@ -74,6 +93,13 @@ bool recap__spec_expect_kind(loader *L, const recap__yaml_node *n, recap__yaml_k
                              const char *what);
 /* The index of s in the NULL-terminated words, or -1 (spec_tensors.c). */
 int recap__spec_find_word(const char *const *words, const char *s);
+/* `blocks:` and the ops that use them (spec_blocks.c): *tensors and *ops become the spec's
+ * `tensors:` and `ops:` with every block instance's tensors and ops in place (L->op_origins
+ * says which op came from where), or stay as given when the spec uses no block. False when
+ * the blocks or their uses have errors (reported): the ops cannot be expanded, and the tensors
+ * and ops are not checked. */
+bool recap__spec_expand_blocks(loader *L, const recap__yaml_node *root,
+                               const recap__yaml_node **tensors, const recap__yaml_node **ops);
 /* `tensors:` (spec_tensors.c). */
 void recap__spec_parse_tensors(loader *L, const recap__yaml_node *node);
 /* `ops:`, growing spec->tensors (of *tensor_capacity) by each op's outputs (spec_ops.c). */

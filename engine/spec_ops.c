@@ -99,78 +99,9 @@ static void parse_attr(loader *L, recap__spec_op *op, const recap__attr_def *a,
 
 /* ---- expressions ---------------------------------------------------------------------- */
 
-/* Bytes of UTF-8 that code point c takes. */
-static size_t utf8_length(unsigned long c) {
-  return c < 0x80 ? 1 : c < 0x800 ? 2 : c < 0x10000 ? 3 : 4;
-}
-
-static int hex_value(char c) {
-  return c >= '0' && c <= '9'   ? c - '0'
-         : c >= 'a' && c <= 'f' ? c - 'a' + 10
-         : c >= 'A' && c <= 'F' ? c - 'A' + 10
-                                : -1;
-}
-
-/* Where byte `offset` of scalar v's (decoded) text is in the spec: the scalar's start plus the
- * characters of its source up to there, decoding quotes and escapes on the way, so the column
- * points INTO the string (columns count characters, as libyaml's do). Block scalars and
- * scalars whose source spans lines before the offset (where folding changes the text) are
- * placed at their start. */
-static recap__src_pos scalar_offset_pos(const loader *L, const recap__yaml_node *v, size_t offset) {
-  recap__src_pos pos = v->pos;
-  if (!L->text) return pos;
-  /* The source byte where the scalar starts. */
-  size_t r = 0;
-  int line = 1, col = 1;
-  while (r < L->text_len && (line < pos.line || (line == pos.line && col < pos.col))) {
-    char c = L->text[r++];
-    if (c == '\n') {
-      ++line;
-      col = 1;
-    } else if (((unsigned char)c & 0xc0) != 0x80) {
-      ++col;
-    }
-  }
-  if (line != pos.line || col != pos.col || r >= L->text_len) return pos;
-  const char *t = L->text;
-  const char quote = t[r] == '"' || t[r] == '\'' ? t[r] : 0;
-  if (t[r] == '|' || t[r] == '>') return pos;
-  const size_t start = r;
-  if (quote) ++r;
-  size_t decoded = 0;
-  while (decoded < offset && r < L->text_len) {
-    char c = t[r];
-    if (c == '\n' || c == '\r') return pos;
-    if (quote == '\'' && c == '\'' && r + 1 < L->text_len && t[r + 1] == '\'') {
-      r += 2;
-      decoded += 1;
-    } else if (quote == '"' && c == '\\' && r + 1 < L->text_len) {
-      char e = t[r + 1];
-      size_t digits = e == 'x' ? 2 : e == 'u' ? 4 : e == 'U' ? 8 : 0;
-      if (digits) {
-        unsigned long cp = 0;
-        for (size_t k = 0; k < digits && r + 2 + k < L->text_len; ++k) {
-          int h = hex_value(t[r + 2 + k]);
-          cp = cp * 16 + (unsigned long)(h < 0 ? 0 : h);
-        }
-        decoded += e == 'x' ? 1 : utf8_length(cp);
-        r += 2 + digits;
-      } else {
-        decoded += e == 'N' || e == '_' ? 2 : e == 'L' || e == 'P' ? 3 : 1;
-        r += 2;
-      }
-    } else {
-      r += 1;
-      decoded += 1;
-    }
-  }
-  for (size_t k = start; k < r && k < L->text_len; ++k)
-    if (((unsigned char)t[k] & 0xc0) != 0x80) ++pos.col;
-  return pos;
-}
-
 /* The `expr:` attribute: parsed over the op's input names into a program the spec owns. */
-static void parse_expr(loader *L, recap__spec_op *op, const recap__yaml_node *v, const char *what) {
+static void parse_expr(loader *L, recap__spec_op *op, const recap__spec_op_origin *origin,
+                       const recap__yaml_node *v, const char *what) {
   char attr_what[MAX_NAME_BYTES + 160];
   snprintf(attr_what, sizeof attr_what, "%s: attribute 'expr'", what);
   const char *text;
@@ -178,13 +109,21 @@ static void parse_expr(loader *L, recap__spec_op *op, const recap__yaml_node *v,
     op->ok = false;
     return;
   }
+  /* Inside a block, the expression names inputs as the block's text does (`x`, not the
+   * instance's `layers.3.x`). */
+  const recap__yaml_node *written = origin && origin->written->kind == RECAP_YAML_MAPPING
+                                        ? recap__spec_lookup(origin->written, "in")
+                                        : NULL;
   const char *names[RECAP_OP_MAX_INPUTS];
-  for (int i = 0; i < op->num_inputs; ++i) names[i] = op->inputs[i].name;
+  for (int i = 0; i < op->num_inputs; ++i)
+    names[i] = !written                               ? op->inputs[i].name
+               : written->kind == RECAP_YAML_SEQUENCE ? written->items[i]->text
+                                                      : written->text;
   recap__expr_parse_error err;
   recap__expr_program *program = NULL;
   recap_status st = recap__expr_parse(text, v->len, names, op->num_inputs, NULL, &program, &err);
   if (st == RECAP_STATUS_SPEC_ERROR) {
-    ERR(L, scalar_offset_pos(L, v, err.offset), "%s: %s", attr_what, err.message);
+    ERR(L, recap__spec_scalar_offset_pos(L, v, err.offset), "%s: %s", attr_what, err.message);
     op->ok = false;
   } else if (st != RECAP_OK) {
     L->oom = true;
@@ -227,8 +166,13 @@ static int parse_refs(loader *L, const recap__yaml_node *v, const char *what, re
 
 static void parse_op(loader *L, size_t index, const recap__yaml_node *v, recap__spec_op *op) {
   recap__spec *spec = L->spec;
+  const recap__spec_op_origin *origin =
+      L->op_origins && L->op_origins[index].written ? &L->op_origins[index] : NULL;
   char what[MAX_NAME_BYTES + 64];
-  snprintf(what, sizeof what, "op #%zu", index);
+  if (origin)
+    snprintf(what, sizeof what, "op '%s'", origin->label);
+  else
+    snprintf(what, sizeof what, "op #%zu", index);
   op->pos = v->pos;
   op->ok = true;
   if (!recap__spec_expect_kind(L, v, RECAP_YAML_MAPPING, what)) {
@@ -247,7 +191,7 @@ static void parse_op(loader *L, size_t index, const recap__yaml_node *v, recap__
     if (!op->def) {
       ERR(L, opn->pos, "%s", recap_last_error());
       op->ok = false;
-    } else {
+    } else if (!origin) {
       snprintf(what, sizeof what, "op '%s'", op->def->name);
     }
   }
@@ -257,6 +201,8 @@ static void parse_op(loader *L, size_t index, const recap__yaml_node *v, recap__
       snprintf(what, sizeof what, "op '%s'", op->name);
     else
       op->ok = false;
+  } else if (origin) {
+    op->name = origin->label;
   }
 
   /* Keys: the op-level ones, then the def's attributes (`shape` and `dtype` are attributes
@@ -331,7 +277,7 @@ static void parse_op(loader *L, size_t index, const recap__yaml_node *v, recap__
   bool refs_ok = true;
   if (in) op->num_inputs = parse_refs(L, in, "in", op->inputs, RECAP_OP_MAX_INPUTS, &refs_ok);
   if (!refs_ok) op->ok = false;
-  if (expr_node && refs_ok && op->num_inputs >= 1) parse_expr(L, op, expr_node, what);
+  if (expr_node && refs_ok && op->num_inputs >= 1) parse_expr(L, op, origin, expr_node, what);
   if (def && op->ok && (op->num_inputs < def->min_inputs || op->num_inputs > def->max_inputs)) {
     char names[256];
     recap__spec_join_names(def->input_names, names, sizeof names);

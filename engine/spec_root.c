@@ -315,11 +315,11 @@ static void parse_run(loader *L, const recap__yaml_node *node) {
 /* ---- the whole spec -------------------------------------------------------------------- */
 
 static void parse_root(loader *L, const recap__yaml_node *root) {
-  static const char *const keys[] = {"name",    "device", "dtype",   "seed", "dims", "entries",
-                                     "tensors", "ops",    "outputs", "run",  NULL};
+  static const char *const keys[] = {"name",   "device",  "dtype", "seed",    "dims", "entries",
+                                     "blocks", "tensors", "ops",   "outputs", "run",  NULL};
   recap__spec *spec = L->spec;
   if (!root || recap__yaml_is_null(root)) {
-    ERR(L, ((recap__src_pos){spec->file, 1, 1}),
+    ERR(L, ((recap__src_pos){.file = spec->file, .line = 1, .col = 1}),
         "the spec is empty (expected a mapping with at "
         "least an `ops:` list)");
     return;
@@ -384,6 +384,8 @@ static void parse_root(loader *L, const recap__yaml_node *root) {
 
   const recap__yaml_node *tensors = recap__spec_lookup(root, "tensors"),
                          *ops = recap__spec_lookup(root, "ops");
+  /* From here on the spec reads as if every block instance had been written out. */
+  if (!recap__spec_expand_blocks(L, root, &tensors, &ops) || L->oom) return;
   size_t declared = tensors && tensors->kind == RECAP_YAML_MAPPING ? tensors->count : 0;
   size_t capacity = declared + 16;
   spec->tensors = calloc(capacity, sizeof *spec->tensors);
@@ -506,7 +508,7 @@ recap_status recap__spec_load_file(const char *path, const recap__spec_options *
     fclose(f);
     recap__diag local = {0};
     recap__diag *d = diag ? diag : &local;
-    recap__diag_error(d, (recap__src_pos){path, 1, 1},
+    recap__diag_error(d, (recap__src_pos){.file = path, .line = 1, .col = 1},
                       "the spec is %llu bytes, larger than the limit of %zu bytes",
                       (unsigned long long)file_bytes, opts.yaml.max_file_bytes);
     recap_status rs = recap__diag_report(d);

@@ -206,6 +206,73 @@ bool recap__spec_get_size(loader *L, const recap__yaml_node *n, const char *what
   return false;
 }
 
+/* Bytes of UTF-8 that code point c takes. */
+static size_t utf8_length(unsigned long c) {
+  return c < 0x80 ? 1 : c < 0x800 ? 2 : c < 0x10000 ? 3 : 4;
+}
+
+static int hex_value(char c) {
+  return c >= '0' && c <= '9'   ? c - '0'
+         : c >= 'a' && c <= 'f' ? c - 'a' + 10
+         : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                : -1;
+}
+
+/* Walks the source from the scalar's start (see spec_internal.h). */
+recap__src_pos recap__spec_scalar_offset_pos(const loader *L, const recap__yaml_node *v,
+                                             size_t offset) {
+  recap__src_pos pos = v->pos;
+  if (!L->text) return pos;
+  /* The source byte where the scalar starts. */
+  size_t r = 0;
+  int line = 1, col = 1;
+  while (r < L->text_len && (line < pos.line || (line == pos.line && col < pos.col))) {
+    char c = L->text[r++];
+    if (c == '\n') {
+      ++line;
+      col = 1;
+    } else if (((unsigned char)c & 0xc0) != 0x80) {
+      ++col;
+    }
+  }
+  if (line != pos.line || col != pos.col || r >= L->text_len) return pos;
+  const char *t = L->text;
+  const char quote = t[r] == '"' || t[r] == '\'' ? t[r] : 0;
+  if (t[r] == '|' || t[r] == '>') return pos;
+  const size_t start = r;
+  if (quote) ++r;
+  size_t decoded = 0;
+  while (decoded < offset && r < L->text_len) {
+    char c = t[r];
+    if (c == '\n' || c == '\r') return pos;
+    if (quote == '\'' && c == '\'' && r + 1 < L->text_len && t[r + 1] == '\'') {
+      r += 2;
+      decoded += 1;
+    } else if (quote == '"' && c == '\\' && r + 1 < L->text_len) {
+      char e = t[r + 1];
+      size_t digits = e == 'x' ? 2 : e == 'u' ? 4 : e == 'U' ? 8 : 0;
+      if (digits) {
+        unsigned long cp = 0;
+        for (size_t k = 0; k < digits && r + 2 + k < L->text_len; ++k) {
+          int h = hex_value(t[r + 2 + k]);
+          cp = cp * 16 + (unsigned long)(h < 0 ? 0 : h);
+        }
+        decoded += e == 'x' ? 1 : utf8_length(cp);
+        r += 2 + digits;
+      } else {
+        decoded += e == 'N' || e == '_' ? 2 : e == 'L' || e == 'P' ? 3 : 1;
+        r += 2;
+      }
+    } else {
+      r += 1;
+      decoded += 1;
+    }
+  }
+  for (size_t k = start; k < r && k < L->text_len; ++k)
+    if (((unsigned char)t[k] & 0xc0) != 0x80) ++pos.col;
+  return pos;
+}
+
 /* ---- mappings -------------------------------------------------------------------------- */
 
 const recap__yaml_node *recap__spec_lookup(const recap__yaml_node *map, const char *key) {

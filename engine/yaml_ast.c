@@ -74,6 +74,10 @@ static char *arena_strndup(recap__yaml_ast *ast, const char *s, size_t len) {
   return copy;
 }
 
+void *recap__yaml_ast_alloc(recap__yaml_ast *ast, size_t size) {
+  return arena_alloc(ast, size ? size : 1);
+}
+
 void recap__yaml_ast_destroy(recap__yaml_ast *ast) {
   if (!ast) return;
   struct recap__yaml_chunk *c = ast->chunks;
@@ -120,7 +124,8 @@ static size_t add_sat(size_t a, size_t b) {
 }
 
 static recap__src_pos mark_pos(const builder *b, yaml_mark_t mark) {
-  return (recap__src_pos){b->ast->file, (int)mark.line + 1, (int)mark.column + 1};
+  return (recap__src_pos){
+      .file = b->ast->file, .line = (int)mark.line + 1, .col = (int)mark.column + 1};
 }
 
 /* libyaml reports reader errors (bad UTF-8, control characters) as a byte offset: count
@@ -136,7 +141,7 @@ static recap__src_pos offset_pos(const builder *b, size_t offset) {
       ++col;
     }
   }
-  return (recap__src_pos){b->ast->file, line, col};
+  return (recap__src_pos){.file = b->ast->file, .line = line, .col = col};
 }
 
 #define FAIL_AT(b, pos, ...)                          \
@@ -389,7 +394,7 @@ recap_status recap__yaml_parse(const char *text, size_t len, const char *file,
     return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "out of memory parsing %s", file);
   }
   if (len > limits.max_file_bytes) {
-    recap__diag_error(diag, (recap__src_pos){ast->file, 1, 1},
+    recap__diag_error(diag, (recap__src_pos){.file = ast->file, .line = 1, .col = 1},
                       "the spec is %zu bytes, larger than the limit of %zu bytes", len,
                       limits.max_file_bytes);
     recap__yaml_ast_destroy(ast);

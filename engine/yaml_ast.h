@@ -78,6 +78,9 @@ recap_status recap__yaml_parse(const char *text, size_t len, const char *file,
                                const recap__yaml_limits *limits, recap__yaml_ast **out,
                                recap__diag *diag);
 void recap__yaml_ast_destroy(recap__yaml_ast *ast);
+/* `size` bytes (aligned for any type) that live as long as the tree: for nodes and strings made
+ * after parsing (the instances of a spec's blocks). NULL when out of memory. */
+void *recap__yaml_ast_alloc(recap__yaml_ast *ast, size_t size);
 
 /* Scalar helpers. A plain `~`, `null`, `Null`, `NULL` or empty scalar is null. */
 bool recap__yaml_is_null(const recap__yaml_node *node);

@@ -272,6 +272,25 @@ grep -q "wait" "$tmp/out" || fail "dot shows no cross-stream wait for fork_join"
 expect 0 "dot --graph" -- "$recap" dot "$specs/elementwise_chain.yaml" --graph --device host
 grep -q "digraph" "$tmp/out" || fail "dot --graph prints no digraph"
 
+# Blocks: plan, dot and errors show the instances' names; the layer count is a dim.
+expect 0 "plan of a blocked spec" -- "$recap" plan "$specs/decoder_blocks.yaml"
+grep -q "^plan for 'decoder-blocks': 90 ops," "$tmp/out" || fail "plan: decoder_blocks is not 90 ops"
+grep -q "^layers.3.wqkv " "$tmp/out" || fail "plan shows no layers.3.wqkv"
+grep -q "'layers.3.attention' writes it" "$tmp/out" || fail "plan does not name op layers.3.attention"
+expect 0 "plan of a blocked spec --dim L=2" -- "$recap" plan "$specs/decoder_blocks.yaml" --dim L=2
+grep -q "^plan for 'decoder-blocks': 46 ops," "$tmp/out" && ! grep -q "^layers.2\." "$tmp/out" ||
+  fail "plan --dim L=2 does not make two layers"
+expect 0 "dot of a blocked spec" -- "$recap" dot "$specs/decoder_blocks.yaml"
+grep -qF 'label="layers.3.attention\nattention"' "$tmp/out" || fail "dot does not name layers.3.attention"
+# Layer 3's output projection gets a width of its own (W3), which does not fit.
+sed -e 's/wo:    {shape: \[D, D\]/wo:    {shape: [D, "W{i}"]/' \
+  -e 's/^  L: 4 .*/&\n  W0: 256\n  W1: 256\n  W2: 256\n  W3: 128/' \
+  "$specs/decoder_blocks.yaml" >"$tmp/blocks_bad.yaml"
+expect 1 "validate a block with a bad shape in layer 3" -- "$recap" validate "$tmp/blocks_bad.yaml"
+grep -qE "blocks_bad.yaml:[0-9]+:[0-9]+: error: in layers.3 \(block 'layer', i = 3\): op 'layers.3.out_proj'" \
+  "$tmp/err" && [ "$(grep -c error: "$tmp/err")" = 1 ] ||
+  fail "a block's error does not name layer 3 once (got: $(cat "$tmp/err"))"
+
 # run with JSON on the small specs.
 for spec in elementwise_chain fork_join; do
   expect 0 "run $spec" -- "$recap" run "$specs/$spec.yaml" --device host --iters 2 --warmup 1 \
