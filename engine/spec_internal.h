@@ -34,9 +34,10 @@ typedef struct recap__spec_loader {
   /* The first problem with the caller's dim overrides (options.dims): an invalid argument, not
    * an error in the spec, so it is reported alone and nothing else is checked. */
   char bad_override[320];
-  recap__names dims;    /* dim name -> index */
-  recap__names tensors; /* tensor name -> index (declared and produced so far) */
-  recap__names future;  /* op output name -> op index (all ops) */
+  recap__names dims;     /* dim name -> index */
+  recap__names tensors;  /* tensor name -> index (declared and produced so far) */
+  recap__names future;   /* op output name -> op index (all ops) */
+  bool checkpoint_given; /* `checkpoint:` is in the spec (it may have failed to open) */
   /* The spec's text, to place errors inside an `expr:` string (NULL: at the string). */
   const char *text;
   size_t text_len;
@@ -74,6 +75,8 @@ bool recap__spec_expect_kind(loader *L, const recap__yaml_node *n, recap__yaml_k
                              const char *what);
 /* The index of s in the NULL-terminated words, or -1 (spec_tensors.c). */
 int recap__spec_find_word(const char *const *words, const char *s);
+/* The top-level `checkpoint:`, opened for the tensors to read by key (spec_tensors.c). */
+void recap__spec_parse_checkpoint(loader *L, const recap__yaml_node *node);
 /* `tensors:` (spec_tensors.c). */
 void recap__spec_parse_tensors(loader *L, const recap__yaml_node *node);
 /* `ops:`, growing spec->tensors (of *tensor_capacity) by each op's outputs (spec_ops.c). */
