@@ -13,7 +13,9 @@
  * IR once, fusion, plan). It checks what the text alone says: YAML syntax and limits, every
  * key's type, the dims (with the caller's overrides applied first, so they are checked as if
  * the spec said them), names, ops and their attributes, the DAG, the files `init: file`
- * tensors name (they must exist inside base_dir). Shapes, dtypes and sizes need a bucket's
+ * tensors name (they must exist inside base_dir) and the checkpoints they read: each one is
+ * opened once and every file header in it parsed once (checkpoint.h), and every key must be
+ * in it with a dtype recap has; no tensor data is read. Shapes, dtypes and sizes need a bucket's
  * values and are the IR's check (ir.h). Every problem found is recorded in `diag` as
  * "FILE:LINE:COL: error: message" (one pass; a YAML syntax error or a limit stops the parse,
  * as the rest cannot be read reliably); the call then returns RECAP_STATUS_SPEC_ERROR and
