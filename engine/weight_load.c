@@ -289,6 +289,9 @@ static recap_status run_image(worker *w, const task *t) {
 static void *work(void *arg) {
   worker *w = arg;
   loader *L = w->L;
+  /* A new thread's current device is device 0; copies and events go to the stream's. */
+  recap_status set = recap_device_set(recap_stream_device(w->stream));
+  if (set != RECAP_OK) record_failure(L, set, L->tasks[0].job);
   while (!atomic_load(&L->stop)) {
     size_t i = atomic_fetch_add(&L->next, 1);
     if (i >= L->num_tasks) break;
