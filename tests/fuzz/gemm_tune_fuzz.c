@@ -17,13 +17,13 @@
 #include "kernels/gemm/tune.h"
 #include "runtime/error.h"
 
-#define REQUIRE(cond, ...)                                              \
-  do {                                                                  \
-    if (!(cond)) {                                                      \
-      fprintf(stderr, "gemm_tune_fuzz: contract broken: " __VA_ARGS__); \
-      fprintf(stderr, "\n");                                            \
-      abort();                                                          \
-    }                                                                   \
+#define REQUIRE(cond, ...)                                               \
+  do {                                                                   \
+    if (!(cond)) {                                                       \
+      fprintf(stderr, "gemm_tune_fuzz: contract broken: " __VA_ARGS__);  \
+      fprintf(stderr, "\n");                                             \
+      abort();                                                           \
+    }                                                                    \
   } while (0)
 
 /* The versions the corpus files were written for. */
