@@ -12,22 +12,15 @@
  * the tensor's index, without touching the device generator: the same spec gives the same
  * params on every backend and in every process, whatever else has drawn before.
  */
-#include <errno.h>
-#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "allocator/allocator.h"
 #include "engine/pipeline.h"
-#include "engine/safetensors_reader.h"
+#include "engine/weight_load.h"
 #include "runtime/backend.h"
 #include "runtime/error.h"
-#include "runtime/file.h"
-
-/* Host memory staged per copy when loading a file. */
-enum { STAGE_BYTES = 16 << 20 };
 
 static size_t align_up(size_t n) {
   return (n + RECAP_PLAN_ALIGNMENT - 1) / RECAP_PLAN_ALIGNMENT * RECAP_PLAN_ALIGNMENT;
@@ -99,59 +92,15 @@ static recap_status fill_with_op(const char *op_name, const recap__op_attrs *ext
   return launch_seeded(&call, stream);
 }
 
-/* Copies `bytes` bytes of `f` from `offset` into device memory `dst`, through a bounded host
- * staging buffer (each chunk is waited for before the buffer is refilled). */
-static recap_status copy_file_range_to(FILE *f, const char *path, uint64_t offset, size_t bytes,
-                                       void *dst, recap_stream *stream) {
-  if (bytes == 0) return RECAP_OK;
-  if (offset > (uint64_t)LONG_MAX || fseek(f, (long)offset, SEEK_SET) != 0)
-    return RECAP_FAIL(RECAP_STATUS_IO_ERROR, "cannot seek in '%s'", path);
-  size_t chunk = bytes < STAGE_BYTES ? bytes : STAGE_BYTES;
-  char *stage = malloc(chunk);
-  if (!stage) return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory to stage '%s'", path);
-  recap_status st = RECAP_OK;
-  for (size_t done = 0; done < bytes;) {
-    size_t n = bytes - done < chunk ? bytes - done : chunk;
-    if (fread(stage, 1, n, f) != n) {
-      st = RECAP_FAIL(RECAP_STATUS_IO_ERROR, "'%s' ended early (read %zu of %zu bytes)", path, done,
-                      bytes);
-      break;
-    }
-    st = stream->backend->memcpy_async((char *)dst + done, stage, n, stream);
-    if (st == RECAP_OK) st = recap_stream_synchronize(stream);
-    if (st != RECAP_OK) break;
-    done += n;
-  }
-  free(stage);
-  return st;
-}
-
-static bool has_suffix(const char *s, const char *suffix) {
-  size_t n = strlen(s), k = strlen(suffix);
-  return n >= k && strcmp(s + n - k, suffix) == 0;
-}
-
-static recap_status load_file(const recap__ir_tensor *t, void *dst, recap_stream *stream) {
-  const char *path = t->init.path;
-  if (!path) return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "tensor '%s' has no file", t->name);
-  FILE *f = NULL;
-  uint64_t size = 0;
-  RECAP_TRY(recap__file_open_regular(path, "param file", &f, &size));
-  recap_status st = RECAP_OK;
-  uint64_t offset = 0;
-  if (t->init.key || has_suffix(path, ".safetensors")) {
-    recap__safetensors_want want = {
-        .dtype = t->dtype, .ndim = t->ndim, .shape = t->shape, .bytes = t->bytes};
-    st = recap__safetensors_locate(f, path, size, t->init.key ? t->init.key : t->name, &want,
-                                   &offset);
-  } else if (size != t->bytes) {
-    st = RECAP_FAIL(RECAP_STATUS_IO_ERROR,
-                    "'%s' has %llu bytes; tensor '%s' needs exactly %llu (raw little-endian)", path,
-                    (unsigned long long)size, t->name, (unsigned long long)t->bytes);
-  }
-  if (st == RECAP_OK) st = copy_file_range_to(f, path, offset, (size_t)t->bytes, dst, stream);
-  fclose(f);
-  return st;
+/* Reads file-initialized tensors (jobs[i] for tensor indices[i] of ir) into device memory;
+ * a failure names the tensor's `path:` in the spec. */
+static recap_status load_files(const recap__ir *ir, const recap__weight_job *jobs,
+                               const size_t *indices, size_t count, recap_stream *stream) {
+  size_t failed = 0;
+  recap_status st = recap__weights_load(jobs, count, stream, NULL, &failed);
+  if (st == RECAP_OK || count == 0) return st;
+  const recap__ir_tensor *t = &ir->tensors[indices[failed]];
+  return tensor_failure(st, t, t->init_pos, "initializing");
 }
 
 /* Writes a tensor's initial contents as its spec says (the tensor's index is its Philox
@@ -183,9 +132,15 @@ static recap_status init_tensor(const recap__ir_tensor *t, int index, void *data
     case RECAP_INIT_UNIFORM:
       st = fill_with_op("random_uniform", &a, view, seed, (uint64_t)index, stream);
       break;
-    case RECAP_INIT_FILE:
-      st = load_file(t, data, stream);
+    case RECAP_INIT_FILE: {
+      /* Only the largest bucket's IR has plans, and the binder reads only that IR. */
+      if (!t->weights)
+        return RECAP_FAIL(RECAP_STATUS_INTERNAL, "tensor '%s' has no checked file plan", t->name);
+      recap__weight_job job = {t->weights, data, t->name};
+      size_t failed;
+      st = recap__weights_load(&job, 1, stream, NULL, &failed);
       break;
+    }
   }
   if (st != RECAP_OK) return tensor_failure(st, t, t->init_pos, "initializing");
   return RECAP_OK;
@@ -231,16 +186,34 @@ recap_status recap__bind_params(recap__model *m, const recap_pipeline *share) {
              total, (unsigned long long)big->bytes);
     return tensor_failure(st, big, big->pos, what);
   }
+  /* Params from files are loaded together, on parallel threads (weight_load.h); the others
+   * are filled on the stream. */
+  recap__weight_job *jobs = calloc(ir->num_tensors, sizeof *jobs);
+  size_t *indices = calloc(ir->num_tensors, sizeof *indices), count = 0;
+  if (!jobs || !indices) {
+    free(jobs);
+    free(indices);
+    return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory for the param table");
+  }
   size_t offset = 0;
-  for (size_t t = 0; t < ir->num_tensors; ++t) {
+  for (size_t t = 0; t < ir->num_tensors && st == RECAP_OK; ++t) {
     const recap__ir_tensor *tt = &ir->tensors[t];
     if (tt->role != RECAP_ROLE_PARAM || m->param_data[t]) continue;
     m->param_data[t] = (char *)m->param_block + offset;
     offset += align_up((size_t)tt->bytes);
-    RECAP_TRY(init_tensor(tt, (int)t, m->param_data[t], ir->seed, stream));
+    if (tt->init.kind == RECAP_INIT_FILE && tt->weights) {
+      jobs[count] = (recap__weight_job){tt->weights, m->param_data[t], tt->name};
+      indices[count++] = t;
+    } else {
+      st = init_tensor(tt, (int)t, m->param_data[t], ir->seed, stream);
+    }
   }
+  if (st == RECAP_OK) st = load_files(ir, jobs, indices, count, stream);
+  free(jobs);
+  free(indices);
+  RECAP_TRY(st);
   /* The params are shared with clones on other streams: they must be complete before any
-   * pipeline uses them, and the staging of file loads must be done. */
+   * pipeline uses them. */
   return recap_stream_synchronize(stream);
 }
 

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/weight_plan.h"
 #include "kernels/expr.h"
 #include "kernels/op_codes.h"
 #include "runtime/env.h"
@@ -819,6 +820,7 @@ recap_status recap__fuse(recap__ir *ir) {
     free(ir->tensors[t].name);
     free(ir->tensors[t].init.path);
     free(ir->tensors[t].init.key);
+    recap__weight_plan_destroy(ir->tensors[t].weights);
   }
   for (size_t o = 0; o < ir->num_outputs; ++o)
     if (ir->outputs[o] >= 0) ir->outputs[o] = r.tensor_map[ir->outputs[o]];

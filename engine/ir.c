@@ -21,13 +21,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "engine/names.h"
-#include "engine/safetensors_reader.h"
+#include "engine/weight_plan.h"
 #include "kernels/expr.h"
 #include "runtime/error.h"
-#include "runtime/file.h"
 
 #define MAX_NUMEL ((int64_t)1 << 62)
 enum { MAX_LABEL_BYTES = 320 };
@@ -108,40 +106,6 @@ static bool size_tensor(builder *b, recap__ir_tensor *t, recap__src_pos pos) {
   return true;
 }
 
-/* A tensor's file, checked as the binder will read it but without reading its data: a raw
- * file's size; a .safetensors file's header (the tensor's key, dtype, shape and data offsets,
- * which must lie inside the file). Errors go at the spec's `path:`. */
-static void check_init_file(builder *b, const recap__ir_tensor *t) {
-  const char *path = t->init.path;
-  size_t n = strlen(path);
-  bool safetensors = t->init.key || (n >= 12 && strcmp(path + n - 12, ".safetensors") == 0);
-  FILE *f;
-  uint64_t file_bytes;
-  if (recap__file_open_regular(path, "file", &f, &file_bytes) != RECAP_OK) {
-    error_at(b, t->init_pos, "tensor '%s': %s", t->name, recap_last_error());
-    return;
-  }
-  if (safetensors) {
-    recap__safetensors_want want = {
-        .dtype = t->dtype, .ndim = t->ndim, .shape = t->shape, .bytes = t->bytes};
-    uint64_t offset = 0;
-    recap_status st = recap__safetensors_locate(
-        f, path, file_bytes, t->init.key ? t->init.key : t->name, &want, &offset);
-    if (st == RECAP_STATUS_OUT_OF_MEMORY)
-      b->oom = true;
-    else if (st != RECAP_OK)
-      error_at(b, t->init_pos, "%s", recap_last_error()); /* it names the file and key */
-  } else if (file_bytes != t->bytes) {
-    char shape[128];
-    shape_text(t->ndim, t->shape, shape, sizeof shape);
-    error_at(b, t->init_pos,
-             "file '%s' has %llu bytes, but tensor '%s' %s %s needs %llu (raw little-endian)", path,
-             (unsigned long long)file_bytes, t->name, shape, recap_dtype_name(t->dtype),
-             (unsigned long long)t->bytes);
-  }
-  fclose(f);
-}
-
 static char *dup_or_flag(builder *b, const char *s) {
   if (!s) return NULL;
   char *copy = strdup(s);
@@ -179,6 +143,22 @@ static recap__src_pos in_ir(builder *b, recap__ir *ir, recap__src_pos pos) {
   }
   pos.instance = ir->instances[index];
   return pos;
+}
+
+/* A tensor's file(s), checked as the binder will read them but without reading their data
+ * (the headers were parsed by the spec check): the plan the binder follows. Errors go at the
+ * spec's `path:` (or `key:`), or at the key that is wrong. */
+static void plan_weights(builder *b, recap__ir *ir, const recap__spec_tensor *st,
+                         recap__ir_tensor *t, const int64_t *values) {
+  char why[1024];
+  recap__src_pos where = st->init_pos;
+  recap_status rs =
+      recap__weight_plan_build(&st->weights, t->init.path, st->init_pos, t->name, t->dtype, t->ndim,
+                               t->shape, values, &t->weights, why, sizeof why, &where);
+  if (rs == RECAP_STATUS_OUT_OF_MEMORY)
+    b->oom = true;
+  else if (rs != RECAP_OK)
+    error_at(b, in_ir(b, ir, where), "%s", why);
 }
 
 /* Builds the IR for one value per dim (0: the dim is invalid). Tensors that could not be
@@ -263,7 +243,8 @@ static recap__ir *build(builder *b, const int64_t *values, size_t bucket) {
     persistent += t->bytes;
     /* Files are read with the largest bucket's shapes (a smaller bucket's tensor is a prefix
      * of it), so only its IR checks them; the probe build (no diag) does not. */
-    if (t->init.kind == RECAP_INIT_FILE && t->init.path && b->check_files) check_init_file(b, t);
+    if (t->init.kind == RECAP_INIT_FILE && t->init.path && b->check_files)
+      plan_weights(b, ir, st, t, values);
   }
   uint64_t cap = b->capacity;
   if (cap && persistent_known && persistent > cap)
@@ -537,6 +518,7 @@ void recap__ir_destroy(recap__ir *ir) {
     free(ir->tensors[i].name);
     free(ir->tensors[i].init.path);
     free(ir->tensors[i].init.key);
+    recap__weight_plan_destroy(ir->tensors[i].weights);
   }
   free(ir->tensors);
   for (size_t i = 0; i < ir->num_ops; ++i) {

@@ -50,6 +50,9 @@ typedef struct {
   int bucket_axis;
   unsigned bucket_axes;
   recap__tensor_init init;
+  /* For `init: file` in the largest bucket's IR: what the binder reads (weight_plan.h; owned);
+   * NULL otherwise. */
+  struct recap__weight_plan *weights;
   /* Where the spec says how the tensor starts: its `path:` for files, else its `init:` key,
    * else the tensor's name (bind errors point here). */
   recap__src_pos init_pos;

@@ -13,7 +13,9 @@
  * IR once, fusion, plan). It checks what the text alone says: YAML syntax and limits, every
  * key's type, the dims (with the caller's overrides applied first, so they are checked as if
  * the spec said them), names, ops and their attributes, the DAG, the files `init: file`
- * tensors name (they must exist inside base_dir). Shapes, dtypes and sizes need a bucket's
+ * tensors name (they must exist inside base_dir) and the checkpoints they read: each one is
+ * opened once and every file header in it parsed once (checkpoint.h), and every key must be
+ * in it with a dtype recap has; no tensor data is read. Shapes, dtypes and sizes need a bucket's
  * values and are the IR's check (ir.h). Every problem found is recorded in `diag` as
  * "FILE:LINE:COL: error: message" (one pass; a YAML syntax error or a limit stops the parse,
  * as the rest cannot be read reliably); the call then returns RECAP_STATUS_SPEC_ERROR and
@@ -107,6 +109,22 @@ typedef struct {
   int index;
 } recap__spec_ref;
 
+/* Where an `init: file` tensor's data comes from and how it is reshaped on the way
+ * (specs/README.md, "Checkpoints"). Strings are the spec's (its AST's); the checkpoint is the
+ * spec's too (recap__spec.checkpoints). Ranges and the concat axis are checked against the
+ * file's shapes by each IR (ir.c), once dims have values. */
+typedef struct {
+  const struct recap__checkpoint *checkpoint; /* NULL: a raw file (init.path) */
+  const char **keys; /* num_keys names in the checkpoint (default: the tensor's name) */
+  recap__src_pos *key_pos;
+  int num_keys;
+  int concat;           /* the axis the keys are concatenated along; negative: from the end */
+  bool transpose, cast; /* `transpose: true`, `cast: true` */
+  bool has_rows, has_cols;
+  recap__spec_size rows[2], cols[2]; /* [begin, end) of the file tensor's first / last axis */
+  recap__src_pos transpose_pos, cast_pos, rows_pos, cols_pos, concat_pos;
+} recap__spec_weights;
+
 typedef struct {
   const char *name;
   recap__src_pos pos;
@@ -114,7 +132,8 @@ typedef struct {
   recap_dtype dtype;
   int ndim; /* 0: the shape had errors (already reported) */
   recap__spec_size shape[RECAP_MAX_DIMS];
-  recap__tensor_init init; /* path: resolved (malloc'd); key: malloc'd */
+  recap__tensor_init init;     /* path: resolved (malloc'd); key: malloc'd (the first key) */
+  recap__spec_weights weights; /* init: file only */
   recap__src_pos init_pos;
   int producer; /* op index for op outputs; -1 for declared tensors */
   int consumers;
@@ -180,6 +199,12 @@ typedef struct recap__spec {
   const char *entry; /* the entry whose dims were applied (options.entry), else NULL */
   /* The value select_batch picked for the bucketed dim (0: none given). */
   int64_t run_batch;
+  /* Every checkpoint the spec names (its `checkpoint:` and each distinct path of a folder, an
+   * index or a .safetensors file), opened once: each file's header is parsed once however
+   * many tensors read it. `checkpoint` is the top-level one (NULL: none). */
+  struct recap__checkpoint **checkpoints;
+  size_t num_checkpoints;
+  const struct recap__checkpoint *checkpoint;
   char *name_owned;     /* the default name (from the file name), when name: is absent */
   recap__yaml_ast *ast; /* owns the strings above */
 } recap__spec;

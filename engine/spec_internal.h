@@ -43,9 +43,10 @@ typedef struct recap__spec_loader {
   /* The first problem with the caller's dim overrides (options.dims): an invalid argument, not
    * an error in the spec, so it is reported alone and nothing else is checked. */
   char bad_override[320];
-  recap__names dims;    /* dim name -> index */
-  recap__names tensors; /* tensor name -> index (declared and produced so far) */
-  recap__names future;  /* op output name -> op index (all ops) */
+  recap__names dims;     /* dim name -> index */
+  recap__names tensors;  /* tensor name -> index (declared and produced so far) */
+  recap__names future;   /* op output name -> op index (all ops) */
+  bool checkpoint_given; /* `checkpoint:` is in the spec (it may have failed to open) */
   /* The spec's text, to place errors inside an `expr:` string (NULL: at the string). */
   const char *text;
   size_t text_len;
@@ -100,6 +101,8 @@ int recap__spec_find_word(const char *const *words, const char *s);
  * and ops are not checked. */
 bool recap__spec_expand_blocks(loader *L, const recap__yaml_node *root,
                                const recap__yaml_node **tensors, const recap__yaml_node **ops);
+/* The top-level `checkpoint:`, opened for the tensors to read by key (spec_tensors.c). */
+void recap__spec_parse_checkpoint(loader *L, const recap__yaml_node *node);
 /* `tensors:` (spec_tensors.c). */
 void recap__spec_parse_tensors(loader *L, const recap__yaml_node *node);
 /* `ops:`, growing spec->tensors (of *tensor_capacity) by each op's outputs (spec_ops.c). */

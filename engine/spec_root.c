@@ -18,6 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "engine/checkpoint.h"
 #include "engine/spec.h"
 #include "engine/spec_internal.h"
 #include "kernels/expr.h"
@@ -315,8 +316,9 @@ static void parse_run(loader *L, const recap__yaml_node *node) {
 /* ---- the whole spec -------------------------------------------------------------------- */
 
 static void parse_root(loader *L, const recap__yaml_node *root) {
-  static const char *const keys[] = {"name",   "device",  "dtype", "seed",    "dims", "entries",
-                                     "blocks", "tensors", "ops",   "outputs", "run",  NULL};
+  static const char *const keys[] = {"name",    "device", "dtype",      "seed",    "dims",
+                                     "entries", "blocks", "checkpoint", "tensors", "ops",
+                                     "outputs", "run",    NULL};
   recap__spec *spec = L->spec;
   if (!root || recap__yaml_is_null(root)) {
     ERR(L, ((recap__src_pos){.file = spec->file, .line = 1, .col = 1}),
@@ -393,6 +395,8 @@ static void parse_root(loader *L, const recap__yaml_node *root) {
     L->oom = true;
     return;
   }
+  if ((n = recap__spec_lookup(root, "checkpoint"))) recap__spec_parse_checkpoint(L, n);
+  if (L->oom) return;
   if (tensors) recap__spec_parse_tensors(L, tensors);
   if (L->oom) return;
   if (!ops)
@@ -554,8 +558,13 @@ void recap__spec_destroy(recap__spec *spec) {
   for (size_t i = 0; i < spec->num_tensors; ++i) {
     free(spec->tensors[i].init.path);
     free(spec->tensors[i].init.key);
+    free(spec->tensors[i].weights.keys);
+    free(spec->tensors[i].weights.key_pos);
   }
   free(spec->tensors);
+  for (size_t i = 0; i < spec->num_checkpoints; ++i)
+    recap__checkpoint_destroy(spec->checkpoints[i]);
+  free(spec->checkpoints);
   for (size_t i = 0; spec->ops && i < spec->num_ops; ++i)
     recap__expr_program_destroy((recap__expr_program *)spec->ops[i].attrs.expr);
   free(spec->ops);

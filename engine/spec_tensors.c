@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "engine/checkpoint.h"
 #include "engine/spec_internal.h"
 #include "kernels/expr.h"
 #include "kernels/infer.h"
@@ -54,15 +55,10 @@ static void normalize_path(char *path) {
   *out = '\0';
 }
 
-static bool inside(const char *path, const char *base) {
-  size_t n = strlen(base);
-  if (n == 1 && base[0] == '/') return true;
-  return strncmp(path, base, n) == 0 && (path[n] == '/' || path[n] == '\0');
-}
-
 /* Resolves `path` against the spec's folder, checks it against base_dir and that it names a
- * readable regular file. Returns a malloc'd absolute path, or NULL (error reported). */
-static char *resolve_file(loader *L, const recap__yaml_node *n, const char *path) {
+ * readable regular file (or, with folder_ok, a folder). Returns a malloc'd absolute path, or
+ * NULL (error reported). */
+static char *resolve_file(loader *L, const recap__yaml_node *n, const char *path, bool folder_ok) {
   const recap__spec *spec = L->spec;
   char *dir = realpath(spec->dir, NULL);
   if (!dir) {
@@ -91,10 +87,10 @@ static char *resolve_file(loader *L, const recap__yaml_node *n, const char *path
       free(full);
       return NULL;
     }
-    bool ok = inside(full, base);
+    bool ok = recap__path_is_inside(full, base);
     /* A symbolic link inside the base may still point outside it. */
     char *real = ok ? realpath(full, NULL) : NULL;
-    if (ok && real) ok = inside(real, base);
+    if (ok && real) ok = recap__path_is_inside(real, base);
     free(real);
     if (!ok) {
       ERR(L, n->pos, "path '%.200s' escapes the base directory '%s'", path, base);
@@ -110,20 +106,230 @@ static char *resolve_file(loader *L, const recap__yaml_node *n, const char *path
     free(full);
     return NULL;
   }
-  if (!S_ISREG(st.st_mode)) {
-    ERR(L, n->pos, "file '%.200s' (%s) is not a regular file", path, full);
+  if (!S_ISREG(st.st_mode) && !(folder_ok && S_ISDIR(st.st_mode))) {
+    ERR(L, n->pos, "file '%.200s' (%s) is not a regular file%s", path, full,
+        folder_ok ? " or a checkpoint folder" : "");
     free(full);
     return NULL;
   }
   return full;
 }
 
+/* ---- checkpoints ----------------------------------------------------------------------- */
+
+/* Whether a resolved path names a checkpoint (a folder, an index, a .safetensors file) rather
+ * than a raw file. */
+static bool is_checkpoint_path(const char *full) {
+  struct stat st;
+  size_t n = strlen(full);
+  return (stat(full, &st) == 0 && S_ISDIR(st.st_mode)) ||
+         (n >= 12 && strcmp(full + n - 12, ".safetensors") == 0) ||
+         (n >= 5 && strcmp(full + n - 5, ".json") == 0);
+}
+
+/* The spec's checkpoint at the resolved path `full`, opened on first use (each file's header
+ * is then parsed once per spec, however many tensors read it). NULL: error reported at n. */
+static const recap__checkpoint *open_checkpoint(loader *L, const recap__yaml_node *n,
+                                                const char *full) {
+  recap__spec *spec = L->spec;
+  for (size_t i = 0; i < spec->num_checkpoints; ++i)
+    if (strcmp(spec->checkpoints[i]->path, full) == 0) return spec->checkpoints[i];
+  recap__checkpoint **grown =
+      realloc(spec->checkpoints, (spec->num_checkpoints + 1) * sizeof *grown);
+  if (!grown) {
+    L->oom = true;
+    return NULL;
+  }
+  spec->checkpoints = grown;
+  recap__checkpoint *c = NULL;
+  recap_status st = recap__checkpoint_open(full, &c);
+  if (st == RECAP_STATUS_OUT_OF_MEMORY) {
+    L->oom = true;
+    return NULL;
+  }
+  if (st != RECAP_OK) {
+    ERR(L, n->pos, "%s", recap_last_error()); /* it names the file */
+    return NULL;
+  }
+  spec->checkpoints[spec->num_checkpoints++] = c;
+  return c;
+}
+
+void recap__spec_parse_checkpoint(loader *L, const recap__yaml_node *node) {
+  const char *path;
+  L->checkpoint_given = true;
+  if (!recap__spec_get_string(L, node, "checkpoint", &path)) return;
+  if (!path[0]) {
+    ERR(L, node->pos, "checkpoint: the path is empty");
+    return;
+  }
+  char *full = resolve_file(L, node, path, true);
+  if (full) L->spec->checkpoint = open_checkpoint(L, node, full);
+  free(full);
+}
+
 /* ---- tensors --------------------------------------------------------------------------- */
+
+/* Most keys one tensor may concatenate (q/k/v, gate/up, a few experts). */
+enum { MAX_KEYS = 64 };
+
+/* The keys that say how a file is read (checked against the file's shapes by the IR). */
+static bool parse_file_transforms(loader *L, const recap__yaml_node *v, const char *what,
+                                  const recap__yaml_node *key, recap__spec_weights *w) {
+  bool ok = true;
+  const recap__yaml_node *n;
+  int flag;
+  if ((n = recap__spec_lookup(v, "transpose"))) {
+    w->transpose_pos = n->pos;
+    if (recap__spec_get_bool(L, n, "transpose", &flag))
+      w->transpose = flag;
+    else
+      ok = false;
+  }
+  if ((n = recap__spec_lookup(v, "cast"))) {
+    w->cast_pos = n->pos;
+    if (recap__spec_get_bool(L, n, "cast", &flag))
+      w->cast = flag;
+    else
+      ok = false;
+  }
+  if ((n = recap__spec_lookup(v, "concat"))) {
+    int64_t axis;
+    w->concat_pos = n->pos;
+    if (!key || key->kind != RECAP_YAML_SEQUENCE) {
+      ERR(L, n->pos, "%s: concat needs a list of keys to concatenate", what);
+      ok = false;
+    } else if (recap__spec_get_int(L, n, "concat", -RECAP_MAX_DIMS, RECAP_MAX_DIMS - 1, &axis)) {
+      w->concat = (int)axis;
+    } else {
+      ok = false;
+    }
+  }
+  static const char *const range_keys[] = {"rows", "cols"};
+  for (int r = 0; r < 2; ++r) {
+    if (!(n = recap__spec_lookup(v, range_keys[r]))) continue;
+    char range_what[MAX_NAME_BYTES + 48];
+    snprintf(range_what, sizeof range_what, "%s: %s", what, range_keys[r]);
+    recap__spec_size *range = r ? w->cols : w->rows;
+    if (r)
+      w->has_cols = true, w->cols_pos = n->pos;
+    else
+      w->has_rows = true, w->rows_pos = n->pos;
+    if (n->kind != RECAP_YAML_SEQUENCE || n->count != 2) {
+      ERR(L, n->pos, "%s: expected [begin, end] (integers or dim names), got %s", range_what,
+          recap__yaml_describe(n));
+      ok = false;
+      continue;
+    }
+    for (int i = 0; i < 2; ++i)
+      if (!recap__spec_get_size(L, n->items[i], range_what, 0, &range[i])) ok = false;
+  }
+  return ok;
+}
+
+/* `key:` (a name or a list of names; default: the tensor's name), each looked up in the
+ * checkpoint when there is one. */
+static bool parse_file_keys(loader *L, const recap__yaml_node *key, recap__spec_tensor *t,
+                            const char *what) {
+  recap__spec_weights *w = &t->weights;
+  size_t count = !key ? 1 : key->kind == RECAP_YAML_SEQUENCE ? key->count : 1;
+  if (key && key->kind == RECAP_YAML_SEQUENCE && (count < 1 || count > MAX_KEYS)) {
+    ERR(L, key->pos, "%s: key lists 1 to %d names, got %zu", what, MAX_KEYS, count);
+    return false;
+  }
+  w->keys = calloc(count, sizeof *w->keys);
+  w->key_pos = calloc(count, sizeof *w->key_pos);
+  if (!w->keys || !w->key_pos) {
+    L->oom = true;
+    return false;
+  }
+  bool ok = true;
+  for (size_t i = 0; i < count; ++i) {
+    const recap__yaml_node *k = !key                               ? NULL
+                                : key->kind == RECAP_YAML_SEQUENCE ? key->items[i]
+                                                                   : key;
+    if (k && !recap__spec_get_string(L, k, what, &w->keys[i])) {
+      ok = false;
+      continue;
+    }
+    if (!k) w->keys[i] = t->name;
+    /* Errors about a key the spec did not write go where the file is named. */
+    w->key_pos[i] = k ? k->pos : t->init_pos;
+    w->num_keys++;
+    const recap__checkpoint *c = w->checkpoint;
+    const recap__checkpoint_tensor *found = c ? recap__checkpoint_find(c, w->keys[i]) : NULL;
+    if (c && !found) {
+      ERR(L, w->key_pos[i], "'%s' has no tensor '%.200s'", c->path, w->keys[i]);
+      ok = false;
+    } else if (found && found->entry->dtype < 0) {
+      ERR(L, w->key_pos[i],
+          "'%s': tensor '%.200s': dtype %s is not supported by recap (F32, F16, BF16, I32, I64)",
+          c->files[found->file].path, w->keys[i], found->entry->dtype_name);
+      ok = false;
+    }
+  }
+  if (ok && key && !(t->init.key = strdup(w->keys[0]))) L->oom = true;
+  return ok;
+}
+
+/* `init: file`: the path (a raw file, a .safetensors file, an index, a folder) or the spec's
+ * checkpoint, the keys and the transforms. */
+static bool parse_file_init(loader *L, const recap__yaml_node *v, recap__spec_tensor *t,
+                            const char *what) {
+  recap__spec_weights *w = &t->weights;
+  const recap__yaml_node *p = recap__spec_lookup(v, "path"), *key = recap__spec_lookup(v, "key");
+  if (p)
+    t->init_pos = p->pos;
+  else if (key)
+    t->init_pos = key->pos;
+  const char *path = NULL;
+  bool ok = true;
+  if (!p && !L->spec->checkpoint) {
+    /* A `checkpoint:` that failed to open was reported once, there. */
+    if (!L->checkpoint_given)
+      ERR(L, v->pos, "%s: init file needs a path (or a key into the spec's checkpoint:)", what);
+    return false;
+  }
+  if (p) {
+    if (!recap__spec_get_string(L, p, what, &path)) return false;
+    if (!path[0]) {
+      ERR(L, p->pos, "%s: path is empty", what);
+      return false;
+    }
+    if (!(t->init.path = resolve_file(L, p, path, true))) return false;
+    if (is_checkpoint_path(t->init.path) && !(w->checkpoint = open_checkpoint(L, p, t->init.path)))
+      return false;
+  } else {
+    w->checkpoint = L->spec->checkpoint;
+    if (!(t->init.path = strdup(w->checkpoint->path))) {
+      L->oom = true;
+      return false;
+    }
+  }
+  if (!parse_file_transforms(L, v, what, key, w)) ok = false;
+  if (!w->checkpoint) {
+    /* A raw file has no names, dtypes or shapes to read it by. */
+    static const char *const needs_header[] = {"key",  "transpose", "cast", "concat",
+                                               "rows", "cols",      NULL};
+    for (int i = 0; needs_header[i]; ++i) {
+      const recap__yaml_node *kn = recap__spec_lookup(v, needs_header[i]);
+      if (!kn) continue;
+      ERR(L, kn->pos,
+          "%s: %s %s a tensor inside a .safetensors file (or a checkpoint index or folder); "
+          "'%.200s' is a raw file",
+          what, needs_header[i], i == 0 ? "names" : "applies to", path);
+      ok = false;
+    }
+    return ok;
+  }
+  return parse_file_keys(L, key, t, what) && ok;
+}
 
 static void parse_tensor(loader *L, const recap__yaml_node *k, const recap__yaml_node *v,
                          recap__spec_tensor *t) {
-  static const char *const keys[] = {"shape", "role", "dtype", "init", "mean", "std",
-                                     "low",   "high", "value", "path", "key",  NULL};
+  static const char *const keys[] = {"shape", "role",   "dtype", "init", "mean", "std",
+                                     "low",   "high",   "value", "path", "key",  "transpose",
+                                     "cast",  "concat", "rows",  "cols", NULL};
   const recap__spec *spec = L->spec;
   char what[MAX_NAME_BYTES + 32];
   snprintf(what, sizeof what, "tensor '%s'", t->name);
@@ -203,7 +409,7 @@ static void parse_tensor(loader *L, const recap__yaml_node *k, const recap__yaml
     } else {
       init->kind = init_kinds[w];
     }
-  } else if (recap__spec_lookup(v, "path")) {
+  } else if (recap__spec_lookup(v, "path") || recap__spec_lookup(v, "key")) {
     init->kind = RECAP_INIT_FILE;
   } else if (recap__spec_lookup(v, "value")) {
     init->kind = RECAP_INIT_VALUE;
@@ -238,10 +444,11 @@ static void parse_tensor(loader *L, const recap__yaml_node *k, const recap__yaml
   static const struct {
     const char *key;
     recap_init_kind kind;
-  } owned[] = {{"mean", RECAP_INIT_NORMAL}, {"std", RECAP_INIT_NORMAL},
-               {"low", RECAP_INIT_UNIFORM}, {"high", RECAP_INIT_UNIFORM},
-               {"value", RECAP_INIT_VALUE}, {"path", RECAP_INIT_FILE},
-               {"key", RECAP_INIT_FILE}};
+  } owned[] = {
+      {"mean", RECAP_INIT_NORMAL},  {"std", RECAP_INIT_NORMAL},     {"low", RECAP_INIT_UNIFORM},
+      {"high", RECAP_INIT_UNIFORM}, {"value", RECAP_INIT_VALUE},    {"path", RECAP_INIT_FILE},
+      {"key", RECAP_INIT_FILE},     {"transpose", RECAP_INIT_FILE}, {"cast", RECAP_INIT_FILE},
+      {"concat", RECAP_INIT_FILE},  {"rows", RECAP_INIT_FILE},      {"cols", RECAP_INIT_FILE}};
   for (size_t i = 0; i < sizeof owned / sizeof owned[0]; ++i) {
     const recap__yaml_node *kn = recap__spec_lookup_key(v, owned[i].key),
                            *vn = recap__spec_lookup(v, owned[i].key);
@@ -284,39 +491,7 @@ static void parse_tensor(loader *L, const recap__yaml_node *k, const recap__yaml
         "%s: uniform needs low < high, got low %g, high %g", what, init->low, init->high);
     ok = false;
   }
-  if (init->kind == RECAP_INIT_FILE) {
-    const recap__yaml_node *p = recap__spec_lookup(v, "path"), *key = recap__spec_lookup(v, "key");
-    const char *path = NULL, *key_text = NULL;
-    if (p) t->init_pos = p->pos;
-    if (!p) {
-      ERR(L, v->pos, "%s: init file needs a path", what);
-      ok = false;
-    } else if (recap__spec_get_string(L, p, what, &path)) {
-      if (!path[0]) {
-        ERR(L, p->pos, "%s: path is empty", what);
-        ok = false;
-      } else {
-        init->path = resolve_file(L, p, path);
-        if (!init->path) ok = false;
-      }
-    } else {
-      ok = false;
-    }
-    if (key && recap__spec_get_string(L, key, what, &key_text)) {
-      size_t n = path ? strlen(path) : 0;
-      if (n < 12 || strcmp(path + n - 12, ".safetensors") != 0) {
-        ERR(L, key->pos,
-            "%s: key names a tensor inside a .safetensors file; '%.200s' is a raw "
-            "file",
-            what, path ? path : "");
-        ok = false;
-      } else if (!(init->key = strdup(key_text))) {
-        L->oom = true;
-      }
-    } else if (key) {
-      ok = false;
-    }
-  }
+  if (init->kind == RECAP_INIT_FILE && !parse_file_init(L, v, t, what)) ok = false;
   if (ok) t->ndim = ndim;
 }
 

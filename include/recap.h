@@ -893,7 +893,7 @@ typedef enum {
   RECAP_INIT_ONES,
   RECAP_INIT_NORMAL,  /* mean, std */
   RECAP_INIT_UNIFORM, /* low, high */
-  RECAP_INIT_FILE,    /* raw little-endian, or .safetensors (path, key) */
+  RECAP_INIT_FILE,    /* raw little-endian, or a checkpoint: .safetensors, index, folder */
   RECAP_INIT_VALUE,   /* every element = value (a scalar's default, value 0) */
 } recap_init_kind;
 
@@ -901,7 +901,8 @@ typedef struct {
   recap_init_kind kind;
   double mean, std, low, high, value; /* read only those the kind names above */
   const char *path; /* RECAP_INIT_FILE: resolved against the spec's folder; else NULL */
-  const char *key;  /* a .safetensors file's tensor name, when the spec gives one; else NULL */
+  const char *key;  /* a checkpoint's tensor name, when the spec gives one (the first of a
+                       list); else NULL */
 } recap_tensor_init;
 
 /* One tensor of a pipeline as recap_pipeline_tensor_info_get describes it. Strings are owned by

@@ -77,3 +77,26 @@ recap_status recap__file_open_regular(const char *path, const char *what, FILE *
   *out = f;
   return RECAP_OK;
 }
+
+recap_status recap__file_read_at(int fd, const char *path, void *buf, size_t bytes,
+                                 uint64_t offset) {
+  size_t done = 0;
+  while (done < bytes) {
+    ssize_t n = pread(fd, (char *)buf + done, bytes - done, (off_t)(offset + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0)
+      return RECAP_FAIL(RECAP_STATUS_IO_ERROR, "cannot read '%s' at byte %llu: %s", path,
+                        (unsigned long long)(offset + done), strerror(errno));
+    if (n == 0)
+      return RECAP_FAIL(RECAP_STATUS_IO_ERROR, "'%s' ended at byte %llu (expected %llu)", path,
+                        (unsigned long long)(offset + done), (unsigned long long)(offset + bytes));
+    done += (size_t)n;
+  }
+  return RECAP_OK;
+}
+
+bool recap__path_is_inside(const char *path, const char *base) {
+  size_t n = strlen(base);
+  if (n == 1 && base[0] == '/') return true;
+  return strncmp(path, base, n) == 0 && (path[n] == '/' || path[n] == '\0');
+}

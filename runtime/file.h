@@ -16,6 +16,7 @@
 #ifndef RECAP_RUNTIME_FILE_H
 #define RECAP_RUNTIME_FILE_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -36,6 +37,19 @@ recap_status recap__file_open_regular_fd(const char *path, const char *what, int
 /* The same as a stdio stream ("rb"); *out is NULL on failure. The caller fcloses it. */
 recap_status recap__file_open_regular(const char *path, const char *what, FILE **out,
                                       uint64_t *size);
+
+/* Whether the absolute, normalized `path` is `base` or lies below it (both without trailing
+ * '/', except the root "/", which holds everything). Compares text only: resolve links first
+ * (realpath) when they matter. */
+bool recap__path_is_inside(const char *path, const char *base);
+
+/* Reads `bytes` bytes at `offset` of descriptor fd (pread: no shared file position, so
+ * threads may read one descriptor at once), retrying short and interrupted reads. A file that
+ * ends early is RECAP_STATUS_IO_ERROR "'<path>' ended at byte N (expected M)" (a file truncated
+ * after its size was checked gives this, never a signal); a failing read names errno's text.
+ * `path` is for messages only. */
+recap_status recap__file_read_at(int fd, const char *path, void *buf, size_t bytes,
+                                 uint64_t offset);
 
 #ifdef __cplusplus
 }

@@ -77,6 +77,8 @@ EXCLUDED = [  # not checked: not part of the layered library
     # allocator, cuBLASLt's configurations) against its peer, so they may reach inside
     "bench/alloc_bench.c", "bench/bench_skinny.c", "bench/bench_gemm_algos.c",
     "bench/bench_hopper_gemm.c", "bench/bench_common.h", "bench/peer/", "bench/report/",
+    # the checkpoint loader (engine/weight_load.h) timed against the pinned copy bandwidth
+    "bench/weight_load_bench.c",
 ]
 SOURCE_EXT = (".c", ".cu")
 HEADER_EXT = (".h", ".cuh")

@@ -1,15 +1,18 @@
 /*
  * safetensors_fuzz.c: libFuzzer target for the .safetensors reader (engine/safetensors_reader.h):
- * arbitrary bytes are a whole params file; the target reads its header length, then looks up
- * tensor "w" (and two other keys) with each of a few expectations, as the binder does.
+ * arbitrary bytes are a whole params file; the target reads its header length, parses the
+ * header into its table and looks a few names up in it, as engine/checkpoint.c does.
  *
  * The header is copied into a buffer of exactly its length, so a read past it is an ASan
  * error. Besides crashes, leaks and hangs, the target aborts when the reader's contract breaks:
  * - a status other than RECAP_OK, RECAP_STATUS_IO_ERROR or RECAP_STATUS_OUT_OF_MEMORY;
  * - an IO_ERROR whose message does not name the file;
  * - an output written on failure;
- * - an accepted tensor whose byte range does not lie inside the data section (its bytes are
- *   then read, so ASan sees any range past the input as well).
+ * - a table not sorted by name, or holding a name twice or "__metadata__";
+ * - an entry whose byte range does not lie inside the data section, or, for one of recap's
+ *   dtypes, does not span its element count times its element size (its bytes are then read,
+ *   so ASan sees any range past the input as well);
+ * - a lookup that misses a name of the table.
  *
  * Built with --config=fuzz it links libFuzzer's main; in every other build it links
  * replay_main.c and runs the checked-in corpus and regressions as an ordinary test.
@@ -59,34 +62,45 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (!header) return 0;
   memcpy(header, data + 8, (size_t)header_len);
 
-  static const int64_t shape_2x3[] = {2, 3}, shape_4[] = {4}, shape_1111[] = {1, 1, 1, 1},
-                       shape_0[] = {0};
-  static const recap__safetensors_want wants[] = {
-      {RECAP_DTYPE_F32, 2, shape_2x3, 24}, {RECAP_DTYPE_F16, 1, shape_4, 8},
-      {RECAP_DTYPE_BF16, 0, NULL, 2},      {RECAP_DTYPE_I64, 4, shape_1111, 8},
-      {RECAP_DTYPE_I32, 1, shape_0, 0},
-  };
-  static const char *const keys[] = {"w", "__metadata__", ""};
-  uint64_t data_size = size - 8 - header_len;
-  for (size_t k = 0; k < sizeof keys / sizeof keys[0]; ++k)
-    for (size_t i = 0; i < sizeof wants / sizeof wants[0]; ++i) {
-      uint64_t at = UINT64_MAX;
-      st = recap__safetensors_find(header, (size_t)header_len, size, PATH, keys[k], &wants[i], &at);
-      if (st != RECAP_OK) {
-        check_failure(st);
-        REQUIRE(at == UINT64_MAX, "offset written on failure");
-        continue;
-      }
-      REQUIRE(at >= 8 + header_len && at - 8 - header_len <= data_size &&
-                  wants[i].bytes <= data_size - (at - 8 - header_len),
-              "tensor '%s' accepted at [%llu, +%llu) outside the data [%llu, %zu)", keys[k],
-              (unsigned long long)at, (unsigned long long)wants[i].bytes,
-              (unsigned long long)(8 + header_len), size);
-      /* Touch the accepted range: ASan flags any byte outside the input. */
-      volatile uint8_t sum = 0;
-      for (uint64_t b = 0; b < wants[i].bytes; ++b) sum ^= data[at + b];
-      (void)sum;
+  recap__safetensors_header table = {.count = SIZE_MAX};
+  st = recap__safetensors_parse(header, (size_t)header_len, size, PATH, &table);
+  if (st != RECAP_OK) {
+    check_failure(st);
+    REQUIRE(table.count == SIZE_MAX && table.entries == NULL, "table written on failure");
+    free(header);
+    return 0;
+  }
+  uint64_t data_start = 8 + header_len;
+  for (size_t i = 0; i < table.count; ++i) {
+    const recap__safetensors_entry *e = &table.entries[i];
+    REQUIRE(e->name && strcmp(e->name, "__metadata__") != 0, "entry %zu has a bad name", i);
+    REQUIRE(i == 0 || strcmp(table.entries[i - 1].name, e->name) < 0,
+            "entries %zu and %zu are not sorted and distinct", i - 1, i);
+    REQUIRE(recap__safetensors_lookup(&table, e->name) == e, "lookup misses '%s'", e->name);
+    REQUIRE(e->offset >= data_start && e->offset <= size && e->bytes <= size - e->offset,
+            "tensor '%s' accepted at [%llu, +%llu) outside the data [%llu, %zu)", e->name,
+            (unsigned long long)e->offset, (unsigned long long)e->bytes,
+            (unsigned long long)data_start, size);
+    REQUIRE(e->ndim >= 0 && e->ndim <= RECAP__SAFETENSORS_MAX_NDIM, "ndim %d", e->ndim);
+    if (e->dtype >= 0) {
+      uint64_t numel = 1;
+      for (int d = 0; d < e->ndim && d < RECAP_MAX_DIMS; ++d) numel *= (uint64_t)e->shape[d];
+      if (e->ndim <= RECAP_MAX_DIMS)
+        REQUIRE(numel * recap_dtype_size((recap_dtype)e->dtype) == e->bytes,
+                "tensor '%s' spans %llu bytes for %llu elements of %s", e->name,
+                (unsigned long long)e->bytes, (unsigned long long)numel, e->dtype_name);
     }
+    /* Touch the accepted range: ASan flags any byte outside the input. */
+    volatile uint8_t sum = 0;
+    for (uint64_t b = 0; b < e->bytes; ++b) sum ^= data[e->offset + b];
+    (void)sum;
+  }
+  static const char *const keys[] = {"w", "__metadata__", ""};
+  for (size_t k = 0; k < sizeof keys / sizeof keys[0]; ++k) {
+    const recap__safetensors_entry *e = recap__safetensors_lookup(&table, keys[k]);
+    REQUIRE(!e || strcmp(e->name, keys[k]) == 0, "lookup of '%s' found '%s'", keys[k], e->name);
+  }
+  recap__safetensors_header_free(&table);
   free(header);
   return 0;
 }
