@@ -154,16 +154,11 @@ recap_status recap__bind_params(recap__model *m, const recap_pipeline *share) {
   recap_stream *stream = m->param_stream;
   m->param_data = calloc(ir->num_tensors ? ir->num_tensors : 1, sizeof *m->param_data);
   if (!m->param_data) return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory for param table");
-  /* Params the shared pipeline has are its memory: neither allocated nor loaded again. */
-  bool shares_any = false;
+  /* Params the shared pipeline has are its memory (m->param_source keeps it): neither
+   * allocated nor loaded again. */
   for (size_t t = 0; share && t < ir->num_tensors; ++t) {
     if (ir->tensors[t].role != RECAP_ROLE_PARAM) continue;
     RECAP_TRY(recap__share_find(share, m->spec->name, &ir->tensors[t], &m->param_data[t]));
-    shares_any |= m->param_data[t] != NULL;
-  }
-  if (shares_any) {
-    recap__model_retain(share->model);
-    m->param_source = share->model;
   }
   size_t total = 0;
   for (size_t t = 0; t < ir->num_tensors; ++t)
@@ -224,8 +219,6 @@ void recap__unbind_params(recap__model *m) {
   m->param_stream = NULL;
   free(m->param_data);
   m->param_data = NULL;
-  recap__model_release(m->param_source);
-  m->param_source = NULL;
 }
 
 /* ---- per pipeline ---- */
@@ -286,12 +279,11 @@ static bool needs_rows(const recap__model *m) {
 }
 
 /* The state tensors: the shared pipeline's memory where it has them, else blocks of this
- * pipeline's state set, allocated on the model's param stream (share.h says why) and
- * initialized as the spec says before the pipeline's stream uses them. */
+ * pipeline's state set (created by pipeline.c), allocated on the model's param stream (share.h says
+ * why) and initialized as the spec says before the pipeline's stream uses them. */
 static recap_status bind_state(recap_pipeline *p, const recap_pipeline *share) {
   recap__model *m = p->model;
   const recap__ir *ir = largest_ir(m);
-  RECAP_TRY(recap__state_set_create(m, share ? share->state : NULL, &p->state));
   bool allocated = false;
   for (size_t t = 0; t < ir->num_tensors; ++t) {
     const recap__ir_tensor *tt = &ir->tensors[t];
@@ -416,8 +408,6 @@ void recap__unbind_pipeline(recap_pipeline *p) {
   if (p->rows_device) recap_free(p->rows_device);
   if (p->arena) recap_free(p->arena);
   if (p->has_pool) recap_pool_release(p->device, p->pool);
-  recap__state_set_release(p->state);
-  p->state = NULL;
   free(p->rows_host);
   free(p->owned);
   free(p->data);

@@ -88,8 +88,8 @@ typedef struct recap__model {
   void *param_block;  /* every param, carved at 256-byte offsets (recap_malloc) */
   size_t param_bytes; /* the block's size */
   void **param_data;  /* per tensor index: the param's memory, NULL for other roles */
-  /* Retained: the model whose params some of param_data points at (the first pipeline was
-   * created with options.share; share.h), or NULL. */
+  /* Retained: the model of the pipeline given as options.share when the first pipeline was
+   * created, whose params some of param_data may point at (share.h), or NULL. */
   struct recap__model *param_source;
 } recap__model;
 

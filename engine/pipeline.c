@@ -40,11 +40,51 @@ void recap__model_retain(recap__model *m) {
 
 static void model_free(recap__model *m) {
   recap__unbind_params(m);
+  recap__model *source = m->param_source;
   recap__model_free_loaded(m);
+  recap__model_release(source);
 }
 
 void recap__model_release(recap__model *m) {
   if (m && atomic_fetch_sub(&m->refs, 1) == 1) model_free(m);
+}
+
+/* ---- state sets (share.h) ---- */
+
+/* A set for the tensors of `p`'s model (all NULL), one reference, retaining the model (whose
+ * param stream allocates the blocks) and `source` (the shared pipeline's set, or NULL). */
+static recap_status state_set_create(recap_pipeline *p, recap__state_set *source) {
+  const recap__ir *ir = p->model->irs[p->model->num_buckets - 1];
+  recap__state_set *set = calloc(1, sizeof *set);
+  void **blocks = calloc(ir->num_tensors ? ir->num_tensors : 1, sizeof *blocks);
+  if (!set || !blocks) {
+    free(set);
+    free(blocks);
+    return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory for a pipeline's state table");
+  }
+  atomic_init(&set->refs, 1);
+  recap__model_retain(p->model);
+  set->model = p->model;
+  set->blocks = blocks;
+  set->count = ir->num_tensors;
+  if (source) atomic_fetch_add(&source->refs, 1);
+  set->source = source;
+  p->state = set;
+  return RECAP_OK;
+}
+
+/* Drops a reference; the last frees the blocks (every pipeline using them has synchronized its
+ * streams before letting go) and releases the model and the source set. */
+static void state_set_release(recap__state_set *set) {
+  while (set && atomic_fetch_sub(&set->refs, 1) == 1) {
+    for (size_t t = 0; t < set->count; ++t)
+      if (set->blocks[t]) recap_free(set->blocks[t]);
+    free(set->blocks);
+    recap__model_release(set->model);
+    recap__state_set *source = set->source;
+    free(set);
+    set = source; /* a chain of sharers is released without recursion */
+  }
 }
 
 /* ---- pipelines ---- */
@@ -95,6 +135,10 @@ static recap_status pipeline_new(recap__model *m, const recap_pipeline_options *
   }
   if (bind_params) {
     double t0 = now_ms();
+    if (o->share) {
+      recap__model_retain(o->share->model);
+      m->param_source = o->share->model;
+    }
     RECAP_TRY_GOTO(st, recap__bind_params(m, o->share), fail);
     p->stats.bind_ms += now_ms() - t0;
   }
@@ -105,6 +149,7 @@ static recap_status pipeline_new(recap__model *m, const recap_pipeline_options *
     goto fail;
   }
   RECAP_TRY_GOTO(st, recap__exec_create_streams(p), fail);
+  RECAP_TRY_GOTO(st, state_set_create(p, o->share ? o->share->state : NULL), fail);
   RECAP_TRY_GOTO(st, recap__bind_pipeline(p, o->share), fail);
   /* Generated kernels (expr ops, fused chains) are compiled and loaded now: never inside a
    * capture, and a missing NVRTC is reported at load, naming the op. */
@@ -203,6 +248,7 @@ recap_status recap_pipeline_destroy(recap_pipeline *p) {
   recap__graph_destroy_all(p);
   free(p->graphs);
   recap__unbind_pipeline(p);
+  state_set_release(p->state);
   recap__exec_destroy_streams(p);
   if (p->owns_stream) recap_stream_destroy(p->stream);
   recap__model_release(p->model);

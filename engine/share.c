@@ -8,39 +8,6 @@
 #include "engine/pipeline.h"
 #include "runtime/error.h"
 
-recap_status recap__state_set_create(recap__model *model, recap__state_set *source,
-                                     recap__state_set **out) {
-  const recap__ir *ir = model->irs[model->num_buckets - 1];
-  recap__state_set *set = calloc(1, sizeof *set);
-  void **blocks = calloc(ir->num_tensors ? ir->num_tensors : 1, sizeof *blocks);
-  if (!set || !blocks) {
-    free(set);
-    free(blocks);
-    return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory for a pipeline's state table");
-  }
-  atomic_init(&set->refs, 1);
-  recap__model_retain(model);
-  set->model = model;
-  set->blocks = blocks;
-  set->count = ir->num_tensors;
-  if (source) atomic_fetch_add(&source->refs, 1);
-  set->source = source;
-  *out = set;
-  return RECAP_OK;
-}
-
-void recap__state_set_release(recap__state_set *set) {
-  while (set && atomic_fetch_sub(&set->refs, 1) == 1) {
-    for (size_t t = 0; t < set->count; ++t)
-      if (set->blocks[t]) recap_free(set->blocks[t]);
-    free(set->blocks);
-    recap__model_release(set->model);
-    recap__state_set *source = set->source;
-    free(set);
-    set = source; /* a chain of sharers releases iteratively */
-  }
-}
-
 static const char *role_name(recap_tensor_role role) {
   switch (role) {
     case RECAP_ROLE_PARAM:

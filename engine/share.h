@@ -12,7 +12,8 @@
  * Lifetimes: pipelines may be destroyed in any order. The params stay alive through the
  * model reference (recap__model.param_source), the state through a reference-counted set
  * (recap__state_set) that every pipeline owns for the state it allocated and that sharers
- * retain.
+ * retain. pipeline.c holds those references (it owns every lifetime: models, pipelines);
+ * bind.c fills the sets; this file only matches tensors.
  */
 #ifndef RECAP_ENGINE_SHARE_H
 #define RECAP_ENGINE_SHARE_H
@@ -38,13 +39,6 @@ typedef struct recap__state_set {
   size_t count;
   struct recap__state_set *source; /* retained: the set shared state came from, or NULL */
 } recap__state_set;
-
-/* A set for `model`'s tensors (all NULL), one reference, retaining the model and `source`
- * (NULL: none). */
-recap_status recap__state_set_create(recap__model *model, recap__state_set *source,
-                                     recap__state_set **out);
-/* Drops a reference; the last frees the blocks and releases the model and the source. */
-void recap__state_set_release(recap__state_set *set);
 
 /* Where `share` keeps the tensor named like `t` (a param or a state of this pipeline): *memory
  * is its memory, or NULL when `share` has no param or state of that name (then this pipeline

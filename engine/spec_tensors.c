@@ -127,13 +127,43 @@ static bool is_checkpoint_path(const char *full) {
          (n >= 5 && strcmp(full + n - 5, ".json") == 0);
 }
 
+/* The file a checkpoint path reads first, links resolved: a folder's index (or its
+ * model.safetensors), else the path itself. A folder and its index named in two places of a
+ * spec are then one checkpoint. malloc'd; NULL when it cannot be resolved (the open reports
+ * why). */
+static char *checkpoint_identity(const char *full) {
+  struct stat st;
+  if (stat(full, &st) != 0 || !S_ISDIR(st.st_mode)) return realpath(full, NULL);
+  size_t n = strlen(full) + sizeof RECAP__CHECKPOINT_INDEX_NAME + 2;
+  char *inside = malloc(n);
+  if (!inside) return NULL;
+  snprintf(inside, n, "%s/%s", full, RECAP__CHECKPOINT_INDEX_NAME);
+  if (stat(inside, &st) != 0) snprintf(inside, n, "%s/%s", full, RECAP__CHECKPOINT_FILE_NAME);
+  char *real = realpath(inside, NULL);
+  free(inside);
+  return real;
+}
+
 /* The spec's checkpoint at the resolved path `full`, opened on first use (each file's header
- * is then parsed once per spec, however many tensors read it). NULL: error reported at n. */
+ * is then parsed once per spec, however many tensors read it, and whether they name the
+ * folder or its index). NULL: error reported at n. */
 static const recap__checkpoint *open_checkpoint(loader *L, const recap__yaml_node *n,
                                                 const char *full) {
   recap__spec *spec = L->spec;
-  for (size_t i = 0; i < spec->num_checkpoints; ++i)
-    if (strcmp(spec->checkpoints[i]->path, full) == 0) return spec->checkpoints[i];
+  char *identity = checkpoint_identity(full);
+  for (size_t i = 0; i < spec->num_checkpoints; ++i) {
+    bool same = strcmp(spec->checkpoints[i]->path, full) == 0;
+    if (!same && identity) {
+      char *other = checkpoint_identity(spec->checkpoints[i]->path);
+      same = other && strcmp(other, identity) == 0;
+      free(other);
+    }
+    if (same) {
+      free(identity);
+      return spec->checkpoints[i];
+    }
+  }
+  free(identity);
   recap__checkpoint **grown =
       realloc(spec->checkpoints, (spec->num_checkpoints + 1) * sizeof *grown);
   if (!grown) {

@@ -14,7 +14,12 @@
 #include "runtime/file.h"
 #include "runtime/half.h"
 
-enum { DEFAULT_CHUNK = 16 << 20, MIN_CHUNK = 64 << 10, MAX_THREADS = 8, SLOTS = 2 };
+/* Measured on the H100 machine (16 cores, 2.6 GB bf16 in 4 shards, warm page cache; best of 3
+ * against 55 GB/s pinned): 8 threads x 16 MiB reached 0.41-0.49 of the pinned bandwidth, 16 x 16
+ * MiB 0.71, 16 x 4 MiB 0.77-0.80, 16 x 2 MiB 0.78, 24 x 4 MiB 0.78. Reading from the page cache
+ * is the bound, so every core reads, and small chunks keep each thread's copy overlapping its
+ * next read. */
+enum { DEFAULT_CHUNK = 4 << 20, MIN_CHUNK = 64 << 10, MAX_THREADS = 16, SLOTS = 2 };
 
 /* ---- element conversion ---------------------------------------------------------------- */
 

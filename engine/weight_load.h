@@ -48,8 +48,8 @@ typedef struct {
 } recap__weight_job;
 
 typedef struct {
-  int threads;        /* worker threads (0: min(8, online cores)) */
-  size_t chunk_bytes; /* staging slot size (0: 16 MiB; at least 64 KiB) */
+  int threads;        /* worker threads (0: min(16, online cores)) */
+  size_t chunk_bytes; /* staging slot size (0: 4 MiB; at least 64 KiB) */
 } recap__weight_load_options;
 
 /* Loads every job. options may be NULL (defaults). `stream` is the destinations' stream:

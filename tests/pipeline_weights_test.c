@@ -200,9 +200,8 @@ static void test_sharded_checkpoint_loads_through_its_index(void) {
   size_t parses = recap__safetensors_parses();
   recap_pipeline *p;
   CHECK_OK(create("checkpoint: .\n", params, "l0, l1, h", &p));
-  /* Two shards, each parsed once, though the folder and the index are named separately (the
-   * index opened twice parses each shard again: 4 at most). */
-  CU_ASSERT_TRUE(recap__safetensors_parses() - parses <= 4);
+  /* Two shards, each parsed once, though the folder and its index are named separately. */
+  CU_ASSERT_EQUAL(recap__safetensors_parses() - parses, 2);
   expect_bytes(p, "l0", w1, sizeof w1);
   expect_bytes(p, "l1", w2, sizeof w2);
   expect_bytes(p, "h", w3, sizeof w3);
@@ -613,6 +612,67 @@ static void test_index_parser_lists_shards_once_and_keys_by_shard(void) {
                RECAP_STATUS_IO_ERROR);
 }
 
+/* A block reads each layer's weight by a key with the layer index ({i}), transposed at load:
+ * two layers give x F0 F1 (the linear's weight is F^T). A layer whose file tensor has another
+ * shape is an error naming that layer. */
+static void test_block_layers_read_their_own_keys(void) {
+  make_dir();
+  float f0[16], f1[16], f1_bad[12];
+  fill_f32(f0, 16, 0.125f);
+  fill_f32(f1, 16, -0.0625f);
+  fill_f32(f1_bad, 12, 1.0f);
+  const st_tensor good[] = {{"model.layers.0.w", "F32", 2, {4, 4}, f0, sizeof f0},
+                            {"model.layers.1.w", "F32", 2, {4, 4}, f1, sizeof f1}};
+  write_st("model.safetensors", good, 2);
+  static const char yaml[] =
+      "name: layers\ndtype: f32\ncheckpoint: .\n"
+      "dims: {D: 4}\n"
+      "blocks:\n"
+      "  layer:\n"
+      "    input: x\n"
+      "    output: y\n"
+      "    tensors:\n"
+      "      w: {shape: [D, D], role: param, key: \"model.layers.{i}.w\", transpose: true}\n"
+      "    ops:\n"
+      "      - {op: linear, in: [x, w], out: y}\n"
+      "tensors:\n"
+      "  x: {shape: [1, D], role: input, init: value, value: 1}\n"
+      "ops:\n"
+      "  - {block: layer, count: 2, in: x, out: h, name: layers}\n"
+      "outputs: [h]\n";
+  recap_pipeline_options o = opts_on(test_device);
+  o.base_dir = g_dir;
+  recap_pipeline *p = NULL;
+  CHECK_OK(recap_pipeline_create_string(yaml, strlen(yaml), "l.yaml", &o, &p));
+  float x[4] = {1, -2, 0.5f, 3}, h[4];
+  double mid[4], want[4];
+  for (int n = 0; n < 4; ++n) {
+    mid[n] = 0;
+    for (int k = 0; k < 4; ++k) mid[n] += (double)x[k] * f0[k * 4 + n];
+  }
+  for (int n = 0; n < 4; ++n) {
+    want[n] = 0;
+    for (int k = 0; k < 4; ++k) want[n] += mid[k] * f1[k * 4 + n];
+  }
+  CHECK_OK(recap_pipeline_copy_in(p, "x", x, sizeof x, 0));
+  CHECK_OK(recap_pipeline_run(p, 0));
+  CHECK_OK(recap_pipeline_copy_out(p, "h", h, sizeof h, 0));
+  for (int n = 0; n < 4; ++n) CU_ASSERT_DOUBLE_EQUAL(h[n], want[n], 1e-4);
+  recap_tensor t;
+  CHECK_OK(recap_pipeline_tensor(p, "layers.1.w", &t));
+  CHECK_OK(recap_pipeline_destroy(p));
+
+  const st_tensor bad[] = {{"model.layers.0.w", "F32", 2, {4, 4}, f0, sizeof f0},
+                           {"model.layers.1.w", "F32", 2, {4, 3}, f1_bad, sizeof f1_bad}};
+  write_st("model.safetensors", bad, 2);
+  CHECK_STATUS(recap_pipeline_create_string(yaml, strlen(yaml), "l.yaml", &o, &p),
+               RECAP_STATUS_SPEC_ERROR);
+  CHECK_ERROR_MENTIONS("l.yaml:10:");
+  CHECK_ERROR_MENTIONS("in layers.1");
+  CHECK_ERROR_MENTIONS("model.layers.1.w");
+  remove_dir();
+}
+
 int main(void) {
   static const test_case tests[] = {
       {"every_dtype_round_trips_with_one_header_parse",
@@ -635,6 +695,7 @@ int main(void) {
        test_hostile_index_files_and_shards_are_refused, false},
       {"index_parser_lists_shards_once_and_keys_by_shard",
        test_index_parser_lists_shards_once_and_keys_by_shard, false},
+      {"block_layers_read_their_own_keys", test_block_layers_read_their_own_keys, true},
   };
   test_add_host_and_cuda_suites("pipeline_weights", tests, sizeof tests / sizeof tests[0]);
   return test_run_all();
