@@ -76,7 +76,13 @@ static void print_op(const recap_op_info *def) {
   for (size_t i = 0; i < def->num_attrs; i++) {
     recap_op_attr_info a;
     if (recap_op_attr_info_get(def->index, i, &a) != RECAP_OK) continue;
-    printf("    %-10s %-10s %-9s", a.name, kind_name(a.kind), a.default_text);
+    /* A name wider than its column gets a line of its own, so kind, default and meaning stay
+     * in their columns. */
+    if (strlen(a.name) > 10)
+      printf("    %s\n    %-10s", a.name, "");
+    else
+      printf("    %-10s", a.name);
+    printf(" %-10s %-9s", kind_name(a.kind), a.default_text);
     print_wrapped(a.doc, 36, 100);
   }
   printf("\n");

@@ -99,11 +99,12 @@ recap_status recap__cuda_embedding(const recap__op_call *call, void *cuda_stream
  * inputs[1] positions i32, contiguous, either [S] (position of sequence row s, shared by
  * the batch) or [1] when S > 1 (a start position read from device memory: row s has
  * position pos[0] + s; with S == 1 both forms agree). With half = Dh / 2, for i < half:
- *   inv_freq = attrs.rope_base ^ (-2 i / Dh), angle = position * inv_freq,
+ *   inv_freq = theta ^ (-2 i / Dh) (Llama 3 scaled with attrs.rope_llama3), angle =
+ *   position * inv_freq,
  *   out[i]        = x[i] * cos(angle) - x[i + half] * sin(angle)
  *   out[i + half] = x[i + half] * cos(angle) + x[i] * sin(angle)
- * The host computes angle, cos and sin in double. Positions reach thousands, where float
- * angles lose ~1e-4: compute the angle (or reduce it modulo 2 pi) in double on CUDA too.
+ * cos and sin are recap__rope_cos_sin (kernels/rope.h), the host's own f32 steps, which
+ * follow transformers; the rotation is computed in double from them and rounded once.
  * outputs[0] contiguous, x's shape and dtype. May run in place (each pair is read before
  * it is written). A negative position is a device fault (as embedding ids). */
 recap_status recap__cuda_rope(const recap__op_call *call, void *cuda_stream);

@@ -59,7 +59,13 @@ typedef struct {
   int64_t sizes[RECAP_MAX_DIMS]; /* reshape target / permute order / split sizes */
   int num_sizes;
   recap_dtype dtype; /* cast target / output dtype override */
-  int64_t rope_base; /* rotary embedding theta (e.g. 10000) */
+  /* rope (kernels/rope.h): theta as the older integer `base` or the float `theta` (0: not
+   * given), and Llama 3 frequency scaling with its four parameters (0: not given). */
+  int64_t rope_base;
+  double rope_theta;
+  int rope_llama3;
+  double rope_factor, rope_low_freq_factor, rope_high_freq_factor;
+  int64_t rope_original_max;
   /* expr (and fused elementwise chains): the compiled expression, kernels/expr.h. Owned by
    * whoever built it (the spec, or the pipeline's fusion pass) and immutable, so graph copies
    * of a call share the pointer. */

@@ -31,6 +31,7 @@
 
 #include "kernels/cuda_common.cuh"
 #include "kernels/cuda_ops.h"
+#include "kernels/rope.h"
 #include "runtime/cuda_check.h"
 
 namespace {
@@ -197,12 +198,12 @@ __global__ void embedding_kernel(const T *__restrict__ table, int64_t table_row_
 
 /* Rotary embedding, rotate-half form: one thread per (b, s, h, i < half) pair. x is viewed as
  * [B, S, H, Dh] (B = 1 for a 3-D input); out is contiguous. positions: per row s when
- * `per_row`, else a start position (row s has pos[0] + s). The angle and its cosine and sine
- * are computed in double, as the host reference does: positions reach thousands of radians,
- * where a float angle is off by ~1e-4. */
+ * `per_row`, else a start position (row s has pos[0] + s). cos and sin come from
+ * kernels/rope.h, the host reference's own f32 steps; the rotation is computed in double from
+ * them, as the host does, and rounded once. */
 template <typename T>
 __global__ void rope_kernel(const T *x, recap__cuda_view4 xv, const int32_t *__restrict__ pos,
-                            bool per_row, T *out, double base) {
+                            bool per_row, T *out, recap__rope_freqs freqs) {
   recap__pdl_begin();
   const int64_t seq = xv.shape[1], heads = xv.shape[2], dh = xv.shape[3], half = dh / 2;
   const int64_t n = xv.shape[0] * seq * heads * half;
@@ -212,9 +213,9 @@ __global__ void rope_kernel(const T *x, recap__cuda_view4 xv, const int32_t *__r
     const int64_t h = row % heads, s = (row / heads) % seq, b = row / (heads * seq);
     const int64_t position = per_row ? (int64_t)pos[s] : (int64_t)pos[0] + s;
     if (position < 0) __trap();
-    const double inv_freq = pow(base, -(double)(2 * i) / (double)dh);
-    double sn, cs;
-    sincos((double)position * inv_freq, &sn, &cs);
+    float cf, sf;
+    recap__rope_cos_sin(&freqs, i, dh, position, &cf, &sf);
+    const double cs = cf, sn = sf;
     const int64_t base = b * xv.stride[0] + s * xv.stride[1] + h * xv.stride[2];
     const double x0 = recap__to_float(x[base + i * xv.stride[3]]);
     const double x1 = recap__to_float(x[base + (i + half) * xv.stride[3]]);
@@ -530,8 +531,9 @@ extern "C" recap_status recap__cuda_rope(const recap__op_call *call, void *cuda_
       !recap__tensor_is_contiguous(out))
     return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
                       "op '%s': the output must be contiguous with x's size and dtype", name);
-  if (call->attrs.rope_base <= 0)
-    return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "op '%s': rope_base must be positive", name);
+  const recap__rope_freqs freqs = recap__rope_freqs_of(&call->attrs);
+  if (!(freqs.theta > 1.0f))
+    return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "op '%s': theta must be > 1", name);
   const int64_t pairs = recap__tensor_numel(x) / 2;
   if (pairs == 0) return RECAP_OK;
   const bool per_row = npos == seq;
@@ -541,7 +543,7 @@ extern "C" recap_status recap__cuda_rope(const recap__op_call *call, void *cuda_
     RECAP_CUDA_TRY(recap__cuda_launch(rope_kernel<T>, recap__cuda_grid_for(pairs, kThreads),
                                       kThreads, 0, stream, static_cast<const T *>(x->data), xv,
                                       static_cast<const int32_t *>(pos->data), per_row,
-                                      static_cast<T *>(out->data), (double)call->attrs.rope_base));
+                                      static_cast<T *>(out->data), freqs));
     return RECAP_OK;
   });
 }

@@ -1,7 +1,7 @@
 /*
  * ops_cuda_movement_test.c: shape and data movement ops on CUDA against the host reference
  * (ops_cuda_util.h), bit for bit: the copy family and its fast paths, concat, fill in every
- * dtype, embedding, and rope for both position forms.
+ * dtype, embedding, and rope for both position forms, float theta and Llama 3 scaling.
  *
  * The CUDA suite is inactive on a machine without a GPU.
  */
@@ -245,13 +245,38 @@ static void test_rope_matches_host_for_both_position_forms(void) {
     c.in[1] =
         make_input(RECAP_DTYPE_I32, 1, (const int64_t[]){5}, NULL, 0, FILL_INTEGERS, 0, 100000);
     run_case(&c);
+    /* A float theta (Qwen's 1e6 plus a fraction), Dh = 128. */
+    c.attrs = no_attrs();
+    c.attrs.rope_theta = 1000000.5;
+    c.in[0] = make_contiguous(dtype, 4, (const int64_t[]){1, 11, 4, 128}, -2, 2);
+    c.in[1] =
+        make_input(RECAP_DTYPE_I32, 1, (const int64_t[]){11}, NULL, 0, FILL_INTEGERS, 0, 40000);
+    run_case(&c);
+    /* Llama 3.2's scaling, every band of Dh = 64 and 128 (theta 500000: pairs below about
+     * 0.44 Dh/2 keep their frequency, above about 0.55 Dh/2 are divided, the rest blend): the
+     * same f32 steps on both sides (kernels/rope.h), so the angles agree bit for bit. */
+    c.attrs = no_attrs();
+    c.attrs.rope_theta = 500000.0;
+    c.attrs.rope_llama3 = 1;
+    c.attrs.rope_factor = 32;
+    c.attrs.rope_low_freq_factor = 1;
+    c.attrs.rope_high_freq_factor = 4;
+    c.attrs.rope_original_max = 8192;
+    c.in[0] = make_contiguous(dtype, 4, (const int64_t[]){2, 13, 3, 64}, -2, 2);
+    c.in[1] =
+        make_input(RECAP_DTYPE_I32, 1, (const int64_t[]){13}, NULL, 0, FILL_INTEGERS, 0, 131072);
+    run_case(&c);
+    c.in[0] = make_contiguous(dtype, 3, (const int64_t[]){9, 2, 128}, -2, 2);
+    c.in[1] =
+        make_input(RECAP_DTYPE_I32, 1, (const int64_t[]){1}, NULL, 0, FILL_INTEGERS, 1000, 9000);
+    run_case(&c);
     release_all();
   }
 }
 
 int main(void) {
-  CU_pSuite gpu = test_add_cuda_suite("ops_cuda_movement/vs_host", cuda_suite_init,
-                                      cuda_suite_cleanup);
+  CU_pSuite gpu =
+      test_add_cuda_suite("ops_cuda_movement/vs_host", cuda_suite_init, cuda_suite_cleanup);
   CU_ADD_TEST(gpu, test_copy_family_moves_every_element_exactly);
   CU_ADD_TEST(gpu, test_copy_fast_paths_move_every_element_exactly);
   CU_ADD_TEST(gpu, test_concat_matches_host);

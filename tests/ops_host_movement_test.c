@@ -1,8 +1,9 @@
 /*
  * ops_host_movement_test.c: the host backend's data movement ops, which must be exact in every
  * dtype: reshape, permute and transpose, slice and split, copy, concat, fill, embedding (and
- * its out-of-range id fault), and rope (position-rotated halves, against a float64
- * reference). Helpers: ops_host_util.h.
+ * its out-of-range id fault), and rope (position-rotated halves, against the f32 angles its
+ * description promises; Llama 3 frequency scaling against a hand computation; base and
+ * theta). Helpers: ops_host_util.h.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -238,14 +239,26 @@ static void test_embedding_out_of_range_id_faults(void) {
 
 /* ---- rope ---- */
 
+/* The angle the op promises without scaling, written from its description (`recap ops rope`):
+ * transformers' f32 steps, each rounded once. An exact angle differs from it by up to
+ * position x 2^-24 radians, ~2e-4 at the positions below, twenty times the f32 tolerance of
+ * check(): these cases fail an op that computes the angle any other way. */
+static double f32_angle(double theta, int64_t i, int64_t head_dim, double position) {
+  float e = (float)(2 * i) / (float)head_dim;
+  float inv_freq = 1.0f / (float)pow((double)(float)theta, (double)e);
+  return (double)(inv_freq * (float)position);
+}
+
+/* theta 0: the op's default, 10000. */
 static void rope_case(test_rng *rng, recap_dtype dt, int ndim, const int64_t *shape, layout lay,
-                      bool start_form) {
+                      bool start_form, double theta) {
   recap_tensor x = random_tensor(rng, dt, ndim, shape, lay, -2, 2);
   int64_t seq = shape[ndim - 3], heads = shape[ndim - 2], hd = shape[ndim - 1];
   int64_t batch = ndim == 4 ? shape[0] : 1;
   recap_tensor pos = tensor(RECAP_DTYPE_I32, SHAPE(start_form ? 1 : seq), CONTIGUOUS);
   for (int64_t k = 0; k < numel(&pos); ++k) set(&pos, k, (double)(test_rng_next(rng) % 4096));
   recap__op_call call = new_call("rope");
+  call.attrs.rope_theta = theta;
   add_input(&call, x);
   add_input(&call, pos);
   run(&call);
@@ -257,12 +270,13 @@ static void rope_case(test_rng *rng, recap_dtype dt, int ndim, const int64_t *sh
         double p = start_form ? get(&pos, 0) + s : get(&pos, s);
         int64_t row = ((b * seq + s) * heads + h) * hd;
         for (int64_t i = 0; i < half; ++i) {
-          double theta = p / pow(10000.0, (2.0 * i) / hd);
+          double angle = f32_angle(theta != 0 ? theta : 10000, i, hd, p);
+          double c = (float)cos(angle), sn = (float)sin(angle);
           double x1 = get(&x, row + i), x2 = get(&x, row + i + half);
-          ref[row + i] = x1 * cos(theta) - x2 * sin(theta);
-          ref[row + i + half] = x2 * cos(theta) + x1 * sin(theta);
-          scale[row + i] = fabs(x1 * cos(theta)) + fabs(x2 * sin(theta));
-          scale[row + i + half] = fabs(x2 * cos(theta)) + fabs(x1 * sin(theta));
+          ref[row + i] = x1 * c - x2 * sn;
+          ref[row + i + half] = x2 * c + x1 * sn;
+          scale[row + i] = fabs(x1 * c) + fabs(x2 * sn);
+          scale[row + i + half] = fabs(x2 * c) + fabs(x1 * sn);
         }
       }
   check(start_form ? "rope from a start position" : "rope", &call.outputs[0], ref, scale);
@@ -273,11 +287,105 @@ static void test_rope_rotates_halves_by_position(void) {
   test_rng rng;
   test_rng_init(&rng);
   for (size_t dt = 0; dt < 3; ++dt) {
-    rope_case(&rng, float_types[dt], SHAPE(2, 7, 3, 16), CONTIGUOUS, false);
-    rope_case(&rng, float_types[dt], SHAPE(5, 2, 8), PADDED, true);
-    rope_case(&rng, float_types[dt], SHAPE(1, 1, 1, 2), CONTIGUOUS, false);
-    rope_case(&rng, float_types[dt], SHAPE(3, 9, 4, 6), TRANSPOSED, true);
+    rope_case(&rng, float_types[dt], SHAPE(2, 7, 3, 16), CONTIGUOUS, false, 0);
+    rope_case(&rng, float_types[dt], SHAPE(5, 2, 8), PADDED, true, 0);
+    rope_case(&rng, float_types[dt], SHAPE(1, 1, 1, 2), CONTIGUOUS, false, 0);
+    rope_case(&rng, float_types[dt], SHAPE(3, 9, 4, 6), TRANSPOSED, true, 0);
+    /* Real checkpoints' thetas, and one that no integer attribute could give. */
+    rope_case(&rng, float_types[dt], SHAPE(2, 5, 2, 64), CONTIGUOUS, false, 500000.0);
+    rope_case(&rng, float_types[dt], SHAPE(6, 2, 128), PADDED, true, 1000000.0);
+    rope_case(&rng, float_types[dt], SHAPE(1, 4, 3, 32), TRANSPOSED, false, 10000.5);
   }
+}
+
+/* Runs rope on x [P, 1, Dh] whose first half is 1 and second half 0, at positions[P]: row p's
+ * element i is cos and element Dh/2 + i sin of pair i's angle at positions[p]. */
+static recap_tensor rope_unit_rows(recap_dtype dt, recap__op_attrs attrs, int64_t head_dim,
+                                   int num_positions, const int32_t *positions) {
+  recap_tensor x = tensor(dt, SHAPE(num_positions, 1, head_dim), CONTIGUOUS);
+  for (int64_t k = 0; k < numel(&x); ++k) set(&x, k, k % head_dim < head_dim / 2 ? 1 : 0);
+  recap_tensor pos = tensor(RECAP_DTYPE_I32, SHAPE(num_positions), CONTIGUOUS);
+  for (int p = 0; p < num_positions; ++p) set(&pos, p, positions[p]);
+  recap__op_call call = new_call("rope");
+  call.attrs = attrs;
+  add_input(&call, x);
+  add_input(&call, pos);
+  run(&call);
+  return call.outputs[0];
+}
+
+/* Llama 3 scaling by hand, in double from transformers' formula (not its f32 steps), at Llama
+ * 3.2's parameters: theta 500000, Dh 128, factor 32, low_freq_factor 1, high_freq_factor 4,
+ * original_max_positions 8192. Wavelength 2 pi / inv_freq; high-frequency pairs (wavelength
+ * under 8192 / 4 = 2048: i <= 28) keep inv_freq, low-frequency ones (over 8192 / 1: i >= 35,
+ * wavelength 8225 at i = 35) are divided by 32, and between them inv_freq is interpolated with
+ * s = (8192 / wavelength - 1) / (4 - 1). */
+static void test_rope_llama3_scales_each_band_like_transformers(void) {
+  free_tracked();
+  static const struct {
+    int64_t i;
+    int band; /* 0 high (kept), 1 between (interpolated), 2 low (divided) */
+  } pairs[] = {{0, 0}, {5, 0}, {28, 0}, {29, 1}, {31, 1}, {34, 1}, {35, 2}, {50, 2}, {63, 2}};
+  static const int32_t positions[] = {0, 1, 7, 1000, 5000, 100000};
+  enum { NPOS = 6, DH = 128 };
+  recap__op_attrs attrs;
+  memset(&attrs, 0, sizeof attrs);
+  recap__op_attrs_set_defaults(recap__op_find("rope"), &attrs);
+  attrs.rope_theta = 500000.0;
+  attrs.rope_llama3 = 1;
+  attrs.rope_factor = 32;
+  attrs.rope_low_freq_factor = 1;
+  attrs.rope_high_freq_factor = 4;
+  attrs.rope_original_max = 8192;
+  for (size_t dt = 0; dt < 3; ++dt) {
+    recap_tensor out = rope_unit_rows(float_types[dt], attrs, DH, NPOS, positions);
+    for (size_t k = 0; k < sizeof pairs / sizeof pairs[0]; ++k) {
+      const int64_t i = pairs[k].i;
+      const double inv = pow(500000.0, -2.0 * (double)i / DH), wavelen = 2 * M_PI / inv;
+      const double s = (8192 / wavelen - 1) / (4.0 - 1.0);
+      const int want_band = wavelen < 2048 ? 0 : wavelen > 8192 ? 2 : 1;
+      CU_ASSERT_EQUAL(want_band, pairs[k].band); /* the cases are where the comment says */
+      const double scaled = pairs[k].band == 0   ? inv
+                            : pairs[k].band == 2 ? inv / 32
+                                                 : (1 - s) * inv / 32 + s * inv;
+      for (int p = 0; p < NPOS; ++p) {
+        const double angle = scaled * positions[p];
+        /* The op's f32 steps each round once (a few 2^-24 of the angle), and the cos and sin
+         * round to the output's dtype: a wrong band is off by a factor up to 32. */
+        const double tol = 1e-6 * angle + 1e-6 + rtol_of(float_types[dt]);
+        const double c = get(&out, p * DH + i), sn = get(&out, p * DH + DH / 2 + i);
+        if (!(fabs(c - cos(angle)) <= tol && fabs(sn - sin(angle)) <= tol)) {
+          fprintf(stderr,
+                  "\n  llama3 rope (%s): pair %lld at position %d: cos %.9g sin %.9g, "
+                  "expected %.9g %.9g",
+                  recap_dtype_name(float_types[dt]), (long long)i, positions[p], c, sn, cos(angle),
+                  sin(angle));
+          CU_FAIL("llama3 rope angle");
+        }
+      }
+    }
+  }
+}
+
+/* `base` is theta as an integer: base 500000 gives theta 500000.0's bits; neither gives
+ * 10000's. */
+static void test_rope_base_is_theta_as_an_integer(void) {
+  free_tracked();
+  static const int32_t positions[] = {3, 4095};
+  recap__op_attrs attrs;
+  memset(&attrs, 0, sizeof attrs);
+  recap__op_attrs_set_defaults(recap__op_find("rope"), &attrs);
+  recap__op_attrs by_base = attrs, by_theta = attrs, ten_thousand = attrs;
+  by_base.rope_base = 500000;
+  by_theta.rope_theta = 500000.0;
+  ten_thousand.rope_theta = 10000.0;
+  recap_tensor a = rope_unit_rows(RECAP_DTYPE_F32, by_base, 64, 2, positions);
+  recap_tensor b = rope_unit_rows(RECAP_DTYPE_F32, by_theta, 64, 2, positions);
+  CU_ASSERT_EQUAL(memcmp(a.data, b.data, (size_t)numel(&a) * sizeof(float)), 0);
+  recap_tensor d = rope_unit_rows(RECAP_DTYPE_F32, attrs, 64, 2, positions);
+  recap_tensor e = rope_unit_rows(RECAP_DTYPE_F32, ten_thousand, 64, 2, positions);
+  CU_ASSERT_EQUAL(memcmp(d.data, e.data, (size_t)numel(&d) * sizeof(float)), 0);
+  CU_ASSERT_NOT_EQUAL(memcmp(a.data, d.data, (size_t)numel(&a) * sizeof(float)), 0);
 }
 
 int main(void) {
@@ -291,5 +399,7 @@ int main(void) {
   CU_ADD_TEST(s, test_embedding_gathers_rows);
   CU_ADD_TEST(s, test_embedding_out_of_range_id_faults);
   CU_ADD_TEST(s, test_rope_rotates_halves_by_position);
+  CU_ADD_TEST(s, test_rope_llama3_scales_each_band_like_transformers);
+  CU_ADD_TEST(s, test_rope_base_is_theta_as_an_integer);
   return test_run_all();
 }

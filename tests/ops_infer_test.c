@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "kernels/op.h"
+#include "kernels/rope.h"
 #include "tests/test_util.h"
 
 /* ---- helpers ---- */
@@ -125,8 +126,13 @@ static void test_attr_defaults_are_applied(void) {
   recap__op_attrs_set_defaults(recap__op_find("transpose"), &a);
   CU_ASSERT_EQUAL(a.sizes[0], -2);
   CU_ASSERT_EQUAL(a.sizes[1], -1);
+  /* rope's theta and base default to "not given" (then 10000, kernels/rope.h), so that giving
+   * both can be refused; llama3 scaling is off. */
   recap__op_attrs_set_defaults(recap__op_find("rope"), &a);
-  CU_ASSERT_EQUAL(a.rope_base, 10000);
+  CU_ASSERT_EQUAL(a.rope_base, 0);
+  CU_ASSERT_DOUBLE_EQUAL(a.rope_theta, 0, 0);
+  CU_ASSERT_EQUAL(a.rope_llama3, 0);
+  CU_ASSERT_DOUBLE_EQUAL(recap__rope_theta(&a), 10000, 0);
   recap__op_attrs_set_defaults(recap__op_find("random_uniform"), &a);
   CU_ASSERT_DOUBLE_EQUAL(a.high, 1, 0);
   CU_ASSERT_EQUAL(a.dtype, RECAP_DTYPE_F32);
@@ -464,6 +470,85 @@ static void test_rope_needs_even_head_dim_and_matching_positions(void) {
   expect_rejected(&dt, "input 'positions' has dtype i64, expected i32");
 }
 
+static recap__op_call rope_call(void) {
+  recap__op_call call = new_call("rope");
+  add(&call, F32(1, 4, 2, 8));
+  add(&call, I32(1));
+  return call;
+}
+
+static recap__op_call llama3_call(double factor, double low, double high, int64_t original) {
+  recap__op_call call = rope_call();
+  call.attrs.rope_theta = 500000.0;
+  call.attrs.rope_llama3 = 1;
+  call.attrs.rope_factor = factor;
+  call.attrs.rope_low_freq_factor = low;
+  call.attrs.rope_high_freq_factor = high;
+  call.attrs.rope_original_max = original;
+  return call;
+}
+
+static void test_rope_theta_and_base_give_one_theta(void) {
+  recap__op_call theta = rope_call();
+  theta.attrs.rope_theta = 10000.5;
+  CHECK_OK(recap__op_infer(&theta));
+  CU_ASSERT_DOUBLE_EQUAL(recap__rope_theta(&theta.attrs), 10000.5, 0);
+  recap__op_call base = rope_call();
+  base.attrs.rope_base = 1000000;
+  CHECK_OK(recap__op_infer(&base));
+  CU_ASSERT_DOUBLE_EQUAL(recap__rope_theta(&base.attrs), 1e6, 0);
+
+  recap__op_call both = rope_call();
+  both.attrs.rope_theta = 500000.0;
+  both.attrs.rope_base = 10000;
+  expect_rejected(&both, "attributes 'theta' (500000) and 'base' (10000) are both given");
+  recap__op_call one = rope_call();
+  one.attrs.rope_theta = 1.0;
+  expect_rejected(&one, "attribute 'theta' = 1 must be > 1");
+  recap__op_call nan_theta = rope_call();
+  nan_theta.attrs.rope_theta = NAN;
+  expect_rejected(&nan_theta, "attribute 'theta' = nan must be > 1");
+  recap__op_call huge = rope_call();
+  huge.attrs.rope_theta = 1e300; /* no f32 holds it */
+  expect_rejected(&huge, "attribute 'theta' = 1e+300 must be > 1 (and a finite f32)");
+  recap__op_call low_base = rope_call();
+  low_base.attrs.rope_base = 1;
+  expect_rejected(&low_base, "attribute 'base' = 1 must be >= 2");
+}
+
+static void test_rope_llama3_needs_valid_parameters(void) {
+  recap__op_call good = llama3_call(32, 1, 4, 8192);
+  CHECK_OK(recap__op_infer(&good));
+
+  recap__op_call missing = llama3_call(8, 1, 4, 8192);
+  missing.attrs.rope_factor = 0;
+  expect_rejected(&missing, "attribute 'factor' = 0 must be > 0");
+  CHECK_ERROR_MENTIONS(
+      "llama3 needs factor, low_freq_factor, high_freq_factor and "
+      "original_max_positions");
+  recap__op_call negative = llama3_call(-8, 1, 4, 8192);
+  expect_rejected(&negative, "attribute 'factor' = -8 must be > 0");
+  recap__op_call low = llama3_call(8, 0, 4, 8192);
+  expect_rejected(&low, "attribute 'low_freq_factor' = 0 must be > 0");
+  recap__op_call order = llama3_call(8, 4, 4, 8192);
+  expect_rejected(&order,
+                  "attribute 'high_freq_factor' = 4 must be greater than 'low_freq_factor' = 4");
+  recap__op_call swapped = llama3_call(8, 4, 1, 8192);
+  expect_rejected(&swapped, "attribute 'high_freq_factor' = 1 must be greater than");
+  recap__op_call original = llama3_call(8, 1, 4, -1);
+  expect_rejected(&original, "attribute 'original_max_positions' = -1 must be > 0");
+  recap__op_call nan_high = llama3_call(8, 1, NAN, 8192);
+  expect_rejected(&nan_high, "attribute 'high_freq_factor' = nan must be > 0");
+
+  /* The scaling's parameters without llama3 would be ignored: refused instead. */
+  recap__op_call stray = rope_call();
+  stray.attrs.rope_factor = 8;
+  expect_rejected(&stray, "attribute 'factor' applies only with llama3: true");
+  recap__op_call stray_max = rope_call();
+  stray_max.attrs.rope_original_max = 8192;
+  expect_rejected(&stray_max, "attribute 'original_max_positions' applies only with llama3: true");
+}
+
 static void test_kv_append_checks_cache_rows_and_position(void) {
   recap__op_call call = new_call("kv_append");
   add(&call, F32(1, 16, 4, 8));
@@ -558,6 +643,8 @@ int main(void) {
   CU_ADD_TEST(s, test_fill_value_must_stay_finite_in_a_float_dtype);
   CU_ADD_TEST(s, test_embedding_needs_integer_ids_and_a_2d_table);
   CU_ADD_TEST(s, test_rope_needs_even_head_dim_and_matching_positions);
+  CU_ADD_TEST(s, test_rope_theta_and_base_give_one_theta);
+  CU_ADD_TEST(s, test_rope_llama3_needs_valid_parameters);
   CU_ADD_TEST(s, test_kv_append_checks_cache_rows_and_position);
   CU_ADD_TEST(s, test_attention_checks_heads_and_kv_shapes);
   CU_ADD_TEST(s, test_random_checks_bounds);

@@ -401,6 +401,36 @@ static void test_spec_unknown_attribute_lists_the_op_keys(void) {
       "4:5", "op 'slice' needs attribute 'start'");
 }
 
+/* rope as a checkpoint's config needs it: a float theta and Llama 3 scaling; theta and the
+ * older integer base together are refused at the op, as is a scaling parameter without
+ * llama3. */
+#define ROPE_SPEC                                                                     \
+  "tensors:\n  x: {shape: [1, 4, 2, 8], role: input}\n"                               \
+  "  pos: {shape: [1], role: input, dtype: i32}\nops:\n  - {op: rope, in: [x, pos], " \
+  "out: y, "
+
+static void test_spec_rope_takes_float_theta_and_llama3_scaling(void) {
+  const char *text = ROPE_SPEC
+      "theta: 500000.0, llama3: true, factor: 32, low_freq_factor: 1,\n"
+      "      high_freq_factor: 4, original_max_positions: 8192}\n";
+  recap__spec *spec = NULL;
+  CHECK_OK(load(text, NULL, &spec, NULL));
+  if (!spec) return;
+  const recap__op_attrs *a = &spec->ops[0].attrs;
+  CU_ASSERT_DOUBLE_EQUAL(a->rope_theta, 500000.0, 0);
+  CU_ASSERT_EQUAL(a->rope_base, 0);
+  CU_ASSERT_EQUAL(a->rope_llama3, 1);
+  CU_ASSERT_DOUBLE_EQUAL(a->rope_factor, 32, 0);
+  CU_ASSERT_DOUBLE_EQUAL(a->rope_low_freq_factor, 1, 0);
+  CU_ASSERT_DOUBLE_EQUAL(a->rope_high_freq_factor, 4, 0);
+  recap__spec_destroy(spec);
+  expect_error(ROPE_SPEC "theta: 10000.5, base: 10000}\n", "5:5",
+               "attributes 'theta' (10000.5) and 'base' (10000) are both given");
+  expect_error(ROPE_SPEC "factor: 8}\n", "5:5", "attribute 'factor' applies only with llama3");
+  expect_error(ROPE_SPEC "llama3: true, factor: 8, low_freq_factor: 1, high_freq_factor: 4}\n",
+               "5:5", "attribute 'original_max_positions' = 0 must be > 0");
+}
+
 static void test_spec_bucketed_dim_reduced_over_is_rejected(void) {
   /* softmax over the last axis, which is B after the permute. */
   expect_error(
@@ -820,6 +850,7 @@ int main(void) {
   CU_ADD_TEST(s, test_spec_duplicates_are_reported_at_the_second_definition);
   CU_ADD_TEST(s, test_spec_unused_op_output_is_an_error_when_outputs_are_listed);
   CU_ADD_TEST(s, test_spec_unknown_attribute_lists_the_op_keys);
+  CU_ADD_TEST(s, test_spec_rope_takes_float_theta_and_llama3_scaling);
   CU_ADD_TEST(s, test_spec_bucketed_dim_reduced_over_is_rejected);
   CU_ADD_TEST(s, test_spec_error_in_one_bucket_names_the_bucket);
   CU_ADD_TEST(s, test_spec_element_count_and_device_memory_limits);

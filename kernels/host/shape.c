@@ -8,6 +8,7 @@
 #include "kernels/host/host_ops.h"
 #include "kernels/host/strided.h"
 #include "kernels/infer.h"
+#include "kernels/rope.h"
 #include "kernels/view.h"
 #include "runtime/half.h"
 
@@ -117,16 +118,17 @@ recap_status recap__host_rope(const recap__op_call *call) {
                            (long long)s, (long long)position);
   }
   int64_t half = head_dim / 2;
-  double base = (double)call->attrs.rope_base;
+  const recap__rope_freqs freqs = recap__rope_freqs_of(&call->attrs);
   for (int64_t b = 0; b < batch; ++b)
     for (int64_t s = 0; s < seq; ++s) {
-      double position = (double)(start_form ? (int64_t)p[0] + s : p[s]);
+      int64_t position = start_form ? (int64_t)p[0] + s : p[s];
       for (int64_t h = 0; h < heads; ++h) {
         int64_t in = b * sb + s * ss + h * sh;
         int64_t o = ((b * seq + s) * heads + h) * head_dim;
         for (int64_t i = 0; i < half; ++i) {
-          double angle = position * pow(base, -2.0 * (double)i / (double)head_dim);
-          double c = cos(angle), sn = sin(angle);
+          float cf, sf;
+          recap__rope_cos_sin(&freqs, i, head_dim, position, &cf, &sf);
+          double c = cf, sn = sf;
           double x1 = recap__load_f32(x->data, x->dtype, in + i * sd);
           double x2 = recap__load_f32(x->data, x->dtype, in + (i + half) * sd);
           recap__store_f32(out->data, out->dtype, o + i, (float)(x1 * c - x2 * sn));

@@ -1,0 +1,137 @@
+/*
+ * rope.h: the rotary embedding's frequencies and angles, one definition for the host reference
+ * (kernels/host/shape.c) and the CUDA kernel (kernels/shape.cu), so that both compute the same
+ * f32 angle bit for bit (internal).
+ *
+ * Why f32 and not exact: a model made from a checkpoint is compared with transformers, whose
+ * rotary embedding computes its angles in f32 whatever the model's dtype (its float64
+ * reference too: it casts inv_freq and the positions to f32 before the product). An exact
+ * angle differs from that by up to position x 2^-24 radians (about 1e-4 at position 2000),
+ * which would show in every layer, so recap repeats transformers' f32 steps, each rounded
+ * once as PyTorch's CPU kernels round them:
+ *
+ *   e = f32(2i) / f32(Dh);   inv_freq = 1 / f32(theta)^e   (the power computed in double and
+ *                                                          rounded once: PyTorch's own f32
+ *                                                          pow may differ by an ulp)
+ *   Llama 3 scaling (transformers' rope_type "llama3"), with orig = original_max_positions,
+ *   low/high = low_freq_factor/high_freq_factor, and the thresholds divided in double and
+ *   rounded to f32, as Python computes them and PyTorch receives them:
+ *     wavelen = (1 / inv_freq) * f32(2 pi)   (PyTorch evaluates `c / t` as reciprocal(t) * c)
+ *     wavelen < f32(orig / high):  inv_freq unchanged (high frequencies)
+ *     wavelen > f32(orig / low):   inv_freq / factor  (low frequencies)
+ *     otherwise, s = ((1 / wavelen) * orig - low) / f32(high - low) and
+ *                inv_freq = ((1 - s) * inv_freq) / factor + s * inv_freq
+ *   angle = inv_freq * f32(position), in f32; cos and sin of it rounded to f32.
+ *
+ * The device code writes each f32 operation as an _rn intrinsic, so that nvcc cannot fuse a
+ * multiply and an add into one FMA; the host build is C11, where GCC contracts nothing.
+ */
+#ifndef RECAP_KERNELS_ROPE_H
+#define RECAP_KERNELS_ROPE_H
+
+#include <math.h>
+#include <stdint.h>
+
+#include "kernels/op.h"
+
+#if defined(__CUDACC__)
+#define RECAP__ROPE_FN static __host__ __device__ __forceinline__
+#else
+#define RECAP__ROPE_FN static inline
+#endif
+
+/* theta when neither `theta` nor `base` is given. */
+#define RECAP__ROPE_DEFAULT_THETA 10000.0
+
+/* The per-call constants of the angles, in the f32 values the steps above use. */
+typedef struct {
+  float theta;
+  int llama3;
+  float factor, low_freq_factor, original_max;
+  float low_freq_wavelen, high_freq_wavelen, smooth_range, two_pi;
+} recap__rope_freqs;
+
+/* theta: the attribute `theta` if given, else `base` if given, else 10000 (rope_infer refuses
+ * both). */
+static inline double recap__rope_theta(const recap__op_attrs *a) {
+  if (a->rope_theta != 0) return a->rope_theta;
+  return a->rope_base != 0 ? (double)a->rope_base : RECAP__ROPE_DEFAULT_THETA;
+}
+
+/* From attributes that rope_infer accepted (so every value below fits an f32). */
+static inline recap__rope_freqs recap__rope_freqs_of(const recap__op_attrs *a) {
+  recap__rope_freqs f;
+  f.theta = (float)recap__rope_theta(a);
+  f.llama3 = a->rope_llama3;
+  f.factor = f.low_freq_factor = f.original_max = 0;
+  f.low_freq_wavelen = f.high_freq_wavelen = f.smooth_range = f.two_pi = 0;
+  if (a->rope_llama3) {
+    f.factor = (float)a->rope_factor;
+    f.low_freq_factor = (float)a->rope_low_freq_factor;
+    f.original_max = (float)a->rope_original_max;
+    f.low_freq_wavelen = (float)((double)a->rope_original_max / a->rope_low_freq_factor);
+    f.high_freq_wavelen = (float)((double)a->rope_original_max / a->rope_high_freq_factor);
+    f.smooth_range = (float)(a->rope_high_freq_factor - a->rope_low_freq_factor);
+    f.two_pi = (float)6.283185307179586;
+  }
+  return f;
+}
+
+RECAP__ROPE_FN float recap__rope_mul(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+
+RECAP__ROPE_FN float recap__rope_div(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fdiv_rn(a, b);
+#else
+  return a / b;
+#endif
+}
+
+RECAP__ROPE_FN float recap__rope_add(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+
+RECAP__ROPE_FN float recap__rope_sub(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fsub_rn(a, b);
+#else
+  return a - b;
+#endif
+}
+
+/* inv_freq of pair i (0 <= i < head_dim / 2). */
+RECAP__ROPE_FN float recap__rope_inv_freq(const recap__rope_freqs *f, int64_t i, int64_t head_dim) {
+  const float e = recap__rope_div((float)(2 * i), (float)head_dim);
+  const float inv = recap__rope_div(1.0f, (float)pow((double)f->theta, (double)e));
+  if (!f->llama3) return inv;
+  const float wavelen = recap__rope_mul(recap__rope_div(1.0f, inv), f->two_pi);
+  if (wavelen < f->high_freq_wavelen) return inv;
+  if (wavelen > f->low_freq_wavelen) return recap__rope_div(inv, f->factor);
+  const float ratio = recap__rope_mul(recap__rope_div(1.0f, wavelen), f->original_max);
+  const float s = recap__rope_div(recap__rope_sub(ratio, f->low_freq_factor), f->smooth_range);
+  const float scaled = recap__rope_div(recap__rope_mul(recap__rope_sub(1.0f, s), inv), f->factor);
+  return recap__rope_add(scaled, recap__rope_mul(s, inv));
+}
+
+/* cos and sin of pair i's angle at `position`. */
+RECAP__ROPE_FN void recap__rope_cos_sin(const recap__rope_freqs *f, int64_t i, int64_t head_dim,
+                                        int64_t position, float *c, float *s) {
+  const double angle =
+      (double)recap__rope_mul(recap__rope_inv_freq(f, i, head_dim), (float)position);
+  double sn, cs;
+  sincos(angle, &sn, &cs); /* one range reduction for both (glibc's and CUDA's) */
+  *c = (float)cs;
+  *s = (float)sn;
+}
+
+#endif
