@@ -288,17 +288,8 @@ static recap_status open_index(recap__checkpoint *c, const char *index) {
   free(text);
   RECAP_TRY(st);
   /* Shards are confined to the folder the index was named in, its links resolved. */
-  char *folder = NULL, *dir = strdup(index);
-  if (dir) {
-    char *slash = strrchr(dir, '/');
-    if (slash == dir)
-      slash[1] = '\0';
-    else if (slash)
-      *slash = '\0';
-    else
-      strcpy(dir, ".");
-    folder = realpath(dir, NULL);
-  }
+  char *folder = NULL, *dir = recap__path_folder(index);
+  if (dir) folder = realpath(dir, NULL);
   c->files = calloc(ix.num_shards ? ix.num_shards : 1, sizeof *c->files);
   if (!dir || !c->files)
     st = RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory for checkpoint '%s'", index);

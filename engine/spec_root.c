@@ -532,18 +532,11 @@ recap_status recap__spec_load_file(const char *path, const recap__spec_options *
     free(text);
     return RECAP_FAIL(RECAP_STATUS_IO_ERROR, "cannot read spec '%s'", path);
   }
-  char *dir = strdup(path);
+  char *dir = recap__path_folder(path);
   if (!dir) {
     free(text);
     return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "out of memory reading %s", path);
   }
-  char *slash = strrchr(dir, '/');
-  if (slash == dir)
-    slash[1] = '\0';
-  else if (slash)
-    *slash = '\0';
-  else
-    strcpy(dir, ".");
   recap_status rs = load(text, size, path, dir, &opts, out, diag);
   free(dir);
   free(text);

@@ -100,3 +100,16 @@ bool recap__path_is_inside(const char *path, const char *base) {
   if (n == 1 && base[0] == '/') return true;
   return strncmp(path, base, n) == 0 && (path[n] == '/' || path[n] == '\0');
 }
+
+char *recap__path_folder(const char *path) {
+  char *dir = strdup(path);
+  if (!dir) return NULL;
+  char *slash = strrchr(dir, '/');
+  if (slash == dir)
+    slash[1] = '\0';
+  else if (slash)
+    *slash = '\0';
+  else
+    strcpy(dir, ".");
+  return dir;
+}

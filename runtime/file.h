@@ -38,6 +38,10 @@ recap_status recap__file_open_regular_fd(const char *path, const char *what, int
 recap_status recap__file_open_regular(const char *path, const char *what, FILE **out,
                                       uint64_t *size);
 
+/* The folder of `path` as a new string (malloc'd; NULL when out of memory): "a/b" -> "a",
+ * "/b" -> "/", "b" -> ".". */
+char *recap__path_folder(const char *path);
+
 /* Whether the absolute, normalized `path` is `base` or lies below it (both without trailing
  * '/', except the root "/", which holds everything). Compares text only: resolve links first
  * (realpath) when they matter. */
