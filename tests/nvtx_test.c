@@ -207,6 +207,35 @@ static void test_calls_without_tool_are_harmless_and_record_nothing(void) {
   unlink(child_record);
 }
 
+/* An eager run's op ranges carry the ops' names, a block's expanded ones included. */
+static void test_pipeline_op_ranges_carry_expanded_block_names(void) {
+  static const char yaml[] =
+      "name: ranges\ndevice: host\ndims: {D: 4}\n"
+      "blocks:\n"
+      "  layer: {input: x, output: y, ops: [{op: relu, in: [x], out: y, name: act}]}\n"
+      "tensors: {x0: {shape: [D], role: input}}\n"
+      "ops:\n"
+      "  - {block: layer, count: 2, in: x0, out: h, name: layers}\n"
+      "  - {op: neg, in: [h], out: out, name: last}\n";
+  recap_pipeline_options o = {.override_mode = 1, .mode = RECAP_MODE_EAGER, .no_fusion = 1};
+  recap_pipeline *p = NULL;
+  CU_ASSERT_EQUAL_FATAL(recap_pipeline_create_string(yaml, sizeof yaml - 1, "r.yaml", &o, &p),
+                        RECAP_OK);
+  char skipped[4096];
+  record_read_new(skipped, sizeof skipped); /* whatever creating the pipeline recorded */
+  CU_ASSERT_EQUAL(recap_pipeline_run(p, 0), RECAP_OK);
+  CHECK_RECORDED(
+      "recap: push ranges eager bucket 0\n"
+      "recap: push layers.0.act\n"
+      "recap: pop\n"
+      "recap: push layers.1.act\n"
+      "recap: pop\n"
+      "recap: push last\n"
+      "recap: pop\n"
+      "recap: pop\n");
+  CU_ASSERT_EQUAL(recap_pipeline_destroy(p), RECAP_OK);
+}
+
 int main(int argc, char **argv) {
   if (argc > 1 && strcmp(argv[1], "--without-tool") == 0) return run_without_tool();
   if (argc != 2) {
@@ -233,6 +262,7 @@ int main(int argc, char **argv) {
   CU_ADD_TEST(tool, test_scope_pops_at_end_of_block);
   CU_ADD_TEST(tool, test_scope_pops_on_early_return_and_continue);
   CU_ADD_TEST(tool, test_null_message_reaches_tool_as_empty_text);
+  CU_ADD_TEST(tool, test_pipeline_op_ranges_carry_expanded_block_names);
   CU_pSuite none = test_add_suite("nvtx/no tool", NULL, NULL);
   CU_ADD_TEST(none, test_calls_without_tool_are_harmless_and_record_nothing);
   int code = test_run_all();
