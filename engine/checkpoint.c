@@ -249,10 +249,35 @@ static recap_status read_index_text(const char *path, char **text, size_t *len) 
   return RECAP_OK;
 }
 
-/* The shard's path, symbolic links resolved, if it lies inside `folder` (resolved); `index`
- * names the file that gave the name, for messages. */
-static recap_status confine_shard(const char *index, const char *folder, const char *shard,
-                                  char **out) {
+/* Where the files of the checkpoint in `folder` (resolved) may lead: the folder itself, or,
+ * for a Hugging Face cache snapshot (<cache>/models--org--name/snapshots/<revision>, whose files
+ * are links to ../../blobs/<hash>), the model's cache entry models--org--name, which holds the
+ * blobs and nothing of another model. malloc'd; NULL when out of memory. */
+static char *confinement_root(const char *folder) {
+  char *revision_parent = recap__path_folder(folder);
+  char *entry = revision_parent ? recap__path_folder(revision_parent) : NULL;
+  const char *last = revision_parent ? strrchr(revision_parent, '/') : NULL;
+  bool snapshot = false;
+  if (entry && last && strcmp(last + 1, "snapshots") == 0 && strcmp(entry, "/") != 0) {
+    size_t n = strlen(entry) + sizeof "/blobs";
+    char *blobs = malloc(n);
+    struct stat st;
+    if (blobs) {
+      snprintf(blobs, n, "%s/blobs", entry);
+      snapshot = lstat(blobs, &st) == 0 && S_ISDIR(st.st_mode);
+      free(blobs);
+    }
+  }
+  free(revision_parent);
+  if (snapshot) return entry;
+  free(entry);
+  return strdup(folder);
+}
+
+/* The shard's path, symbolic links resolved, if it lies inside `root` (confinement_root of
+ * `folder`, both resolved); `index` names the file that gave the name, for messages. */
+static recap_status confine_shard(const char *index, const char *folder, const char *root,
+                                  const char *shard, char **out) {
   size_t n = strlen(folder) + strlen(shard) + 2;
   char *full = malloc(n);
   if (!full) return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory for shard '%s'", shard);
@@ -267,11 +292,11 @@ static recap_status confine_shard(const char *index, const char *folder, const c
     return st;
   }
   free(full);
-  if (!recap__path_is_inside(real, folder)) {
+  if (!recap__path_is_inside(real, root)) {
     recap_status st = RECAP_FAIL(RECAP_STATUS_IO_ERROR,
                                  "'%s': shard '%s' leads out of the checkpoint's folder "
                                  "'%s' (to '%s')",
-                                 index, shard, folder, real);
+                                 index, shard, root, real);
     free(real);
     return st;
   }
@@ -288,17 +313,19 @@ static recap_status open_index(recap__checkpoint *c, const char *index) {
   free(text);
   RECAP_TRY(st);
   /* Shards are confined to the folder the index was named in, its links resolved. */
-  char *folder = NULL, *dir = recap__path_folder(index);
+  char *folder = NULL, *root = NULL, *dir = recap__path_folder(index);
   if (dir) folder = realpath(dir, NULL);
+  int resolve_errno = errno;
+  if (folder) root = confinement_root(folder);
   c->files = calloc(ix.num_shards ? ix.num_shards : 1, sizeof *c->files);
-  if (!dir || !c->files)
+  if (!dir || !c->files || (folder && !root))
     st = RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory for checkpoint '%s'", index);
   else if (!folder)
     st = RECAP_FAIL(RECAP_STATUS_IO_ERROR, "cannot resolve the folder of index '%s': %s", index,
-                    strerror(errno));
+                    strerror(resolve_errno));
   for (size_t s = 0; st == RECAP_OK && s < ix.num_shards; ++s) {
     char *shard = NULL;
-    st = confine_shard(index, folder, ix.shards[s], &shard);
+    st = confine_shard(index, folder, root, ix.shards[s], &shard);
     if (st == RECAP_OK) st = read_file(shard, &c->files[c->num_files]);
     if (st == RECAP_OK) c->num_files++;
     free(shard);
@@ -311,6 +338,7 @@ static recap_status open_index(recap__checkpoint *c, const char *index) {
                       "index '%s' puts tensor '%.200s' in shard '%s', which does not hold it",
                       index, ix.keys[k], ix.shards[ix.key_shard[k]]);
   }
+  free(root);
   free(folder);
   free(dir);
   recap__checkpoint_index_free(&ix);
@@ -326,12 +354,17 @@ static recap_status open_file(recap__checkpoint *c, const char *path) {
 }
 
 /* A folder: its index if it has one, else its model.safetensors; either must lie inside the
- * folder once links are resolved, as shards do. */
+ * folder (or its Hugging Face cache entry) once links are resolved, as shards do. */
 static recap_status open_folder(recap__checkpoint *c, const char *path) {
   char *folder = realpath(path, NULL);
   if (!folder)
     return RECAP_FAIL(RECAP_STATUS_IO_ERROR, "cannot resolve checkpoint folder '%s': %s", path,
                       strerror(errno));
+  char *root = confinement_root(folder);
+  if (!root) {
+    free(folder);
+    return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory for '%s'", path);
+  }
   const char *names[] = {RECAP__CHECKPOINT_INDEX_NAME, RECAP__CHECKPOINT_FILE_NAME};
   recap_status rs = RECAP_OK;
   bool found = false;
@@ -345,11 +378,12 @@ static recap_status open_folder(recap__checkpoint *c, const char *path) {
     snprintf(full, n, "%s/%s", folder, names[i]);
     struct stat st;
     found = lstat(full, &st) == 0;
-    if (found) rs = confine_shard(path, folder, names[i], &real);
+    if (found) rs = confine_shard(path, folder, root, names[i], &real);
     if (found && rs == RECAP_OK) rs = i == 0 ? open_index(c, full) : open_file(c, real);
     free(real);
     free(full);
   }
+  free(root);
   free(folder);
   if (!found && rs == RECAP_OK)
     rs = RECAP_FAIL(RECAP_STATUS_IO_ERROR, "checkpoint folder '%s' holds neither %s nor %s", path,

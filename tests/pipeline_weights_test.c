@@ -612,6 +612,54 @@ static void test_index_parser_lists_shards_once_and_keys_by_shard(void) {
                RECAP_STATUS_IO_ERROR);
 }
 
+/* A Hugging Face cache snapshot links its files to ../../blobs/<hash>: they stay inside the
+ * model's cache entry, so the snapshot folder loads; a link out of the entry is still refused,
+ * and so is the same layout without a blobs folder. */
+static void test_hugging_face_cache_snapshots_load_and_stay_confined(void) {
+  make_dir();
+  float w[4] = {1, 2, 3, 4};
+  const st_tensor t[] = {{"w", "F32", 1, {4}, w, sizeof w}};
+  char path[512], link[512];
+  const char *dirs[] = {"hub",
+                        "hub/models--org--m",
+                        "hub/models--org--m/blobs",
+                        "hub/models--org--m/snapshots",
+                        "hub/models--org--m/snapshots/rev",
+                        "other",
+                        "other/snapshots",
+                        "other/snapshots/rev"};
+  for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; ++i) {
+    path_in(path, sizeof path, dirs[i]);
+    CU_ASSERT_EQUAL_FATAL(mkdir(path, 0755), 0);
+  }
+  write_st("hub/models--org--m/blobs/0123abcd", t, 1);
+  path_in(link, sizeof link, "hub/models--org--m/snapshots/rev/model.safetensors");
+  CU_ASSERT_EQUAL_FATAL(symlink("../../blobs/0123abcd", link), 0);
+  recap_pipeline *p;
+  CHECK_OK(create("checkpoint: hub/models--org--m/snapshots/rev\n",
+                  "  w: {shape: [4], role: param, key: w}\n", "w", &p));
+  expect_bytes(p, "w", w, sizeof w);
+  CHECK_OK(recap_pipeline_destroy(p));
+
+  /* A snapshot link leading out of the model's entry. */
+  write_st("outside.safetensors", t, 1);
+  CU_ASSERT_EQUAL(unlink(link), 0);
+  CU_ASSERT_EQUAL_FATAL(symlink("../../../../outside.safetensors", link), 0);
+  CHECK_STATUS(create("checkpoint: hub/models--org--m/snapshots/rev\n",
+                      "  w: {shape: [4], role: param, key: w}\n", "w", &p),
+               RECAP_STATUS_SPEC_ERROR);
+  CHECK_ERROR_MENTIONS("leads out of the checkpoint's folder");
+  /* snapshots/<rev> with no blobs folder beside it is an ordinary folder. */
+  write_st("other/blob", t, 1);
+  path_in(link, sizeof link, "other/snapshots/rev/model.safetensors");
+  CU_ASSERT_EQUAL_FATAL(symlink("../../blob", link), 0);
+  CHECK_STATUS(create("checkpoint: other/snapshots/rev\n",
+                      "  w: {shape: [4], role: param, key: w}\n", "w", &p),
+               RECAP_STATUS_SPEC_ERROR);
+  CHECK_ERROR_MENTIONS("leads out of the checkpoint's folder");
+  remove_dir();
+}
+
 /* A block reads each layer's weight by a key with the layer index ({i}), transposed at load:
  * two layers give x F0 F1 (the linear's weight is F^T). A layer whose file tensor has another
  * shape is an error naming that layer. */
@@ -696,6 +744,8 @@ int main(void) {
       {"index_parser_lists_shards_once_and_keys_by_shard",
        test_index_parser_lists_shards_once_and_keys_by_shard, false},
       {"block_layers_read_their_own_keys", test_block_layers_read_their_own_keys, true},
+      {"hugging_face_cache_snapshots_load_and_stay_confined",
+       test_hugging_face_cache_snapshots_load_and_stay_confined, false},
   };
   test_add_host_and_cuda_suites("pipeline_weights", tests, sizeof tests / sizeof tests[0]);
   return test_run_all();
