@@ -336,6 +336,7 @@ bool cli_hf_config_read(const char *dir, cli_hf_config *out, char *err, size_t e
        get_bool(&r, root, "tie_word_embeddings", out->arch->tied_default, &out->tied) &&
        (out->arch->gpt2 ? read_gpt2(&r, root, out) : read_llama_style(&r, root, out));
   json_decref(root);
+  snprintf(out->path, sizeof out->path, "%s", r.path);
   return ok;
 }
 
@@ -343,15 +344,15 @@ bool cli_hf_check_window(const cli_hf_config *c, int64_t max_seq, char *err, siz
   if (!c->sliding_used || c->sliding_window >= max_seq) return true;
   if (c->sliding_window < 0)
     snprintf(err, err_size,
-             "config.json: sliding-window attention is on (%s) with no sliding_window: recap's "
+             "%s: sliding-window attention is on (%s) with no sliding_window: recap's "
              "attention has no window",
-             c->sliding_reason);
+             c->path, c->sliding_reason);
   else
     snprintf(err, err_size,
-             "config.json: sliding-window attention is on (%s) with a window of %lld tokens, "
+             "%s: sliding-window attention is on (%s) with a window of %lld tokens, "
              "shorter than --max-seq %lld: recap's attention has no window (a --max-seq at most "
              "%lld is full attention)",
-             c->sliding_reason, (long long)c->sliding_window, (long long)max_seq,
+             c->path, c->sliding_reason, (long long)c->sliding_window, (long long)max_seq,
              (long long)c->sliding_window);
   return false;
 }

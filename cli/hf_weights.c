@@ -144,9 +144,10 @@ static bool check_key(const recap__checkpoint *ckpt, cli_hf_weight *w, int k, in
   expand(w->keys[k], layer, key, sizeof key);
   shape_text(w->key_shape[k], w->key_ndim[k], expected, sizeof expected);
   const recap__checkpoint_tensor *t = recap__checkpoint_find(ckpt, key);
-  if (!t)
-    return fail(err, err_size, "tensor '%s' is missing from %s (expected shape %s)", key,
-                ckpt->path, expected);
+  if (!t) /* in which file: the only one, else the checkpoint's shards */
+    return fail(err, err_size, "tensor '%s' is missing from %s%s (expected shape %s)", key,
+                ckpt->num_files == 1 ? ckpt->files[0].path : ckpt->path,
+                ckpt->num_files == 1 ? "" : " (none of its shards has it)", expected);
   const recap__safetensors_entry *e = t->entry;
   const char *file = ckpt->files[t->file].path;
   if (e->dtype != RECAP_DTYPE_F32 && e->dtype != RECAP_DTYPE_F16 && e->dtype != RECAP_DTYPE_BF16)

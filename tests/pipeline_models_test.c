@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "cli/hf_import.h"
+#include "engine/checkpoint.h"
 #include "tests/pipeline_util.h"
 
 static const char *const MODELS[] = {"llama", "llama_tied", "mistral", "qwen2", "qwen3", "gpt2"};
@@ -249,9 +250,210 @@ static void test_fixtures_match_transformers(void) {
   remove_dir();
 }
 
+/* ---- refusals ---- */
+
+/* g_dir/<name>/: a copy of fixture `model` with its config.json changed by edit (may be NULL). */
+static void edited_fixture(const char *model, const char *name, void (*edit)(json_t *config),
+                           char *out, size_t size) {
+  fixture_copy(model, "config.json", name, out, size);
+  if (!edit) return;
+  char path[512];
+  snprintf(path, sizeof path, "%s/config.json", out);
+  json_t *config = json_load_file(path, 0, NULL);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(config);
+  edit(config);
+  CU_ASSERT_EQUAL(json_dump_file(config, path, JSON_INDENT(2)), 0);
+  json_decref(config);
+}
+
+/* Rewrites dir/model.safetensors with its JSON header changed by edit (the data stays). */
+static void edit_header(const char *dir, void (*edit)(json_t *header)) {
+  char path[512];
+  snprintf(path, sizeof path, "%s/model.safetensors", dir);
+  FILE *f = fopen(path, "rb");
+  CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+  CU_ASSERT_EQUAL_FATAL(fseek(f, 0, SEEK_END), 0);
+  long size = ftell(f);
+  rewind(f);
+  unsigned char *bytes = malloc((size_t)size);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(bytes);
+  CU_ASSERT_EQUAL_FATAL(fread(bytes, 1, (size_t)size, f), (size_t)size);
+  fclose(f);
+  uint64_t header_len = 0;
+  for (int i = 7; i >= 0; i--) header_len = header_len << 8 | bytes[i];
+  json_t *header = json_loadb((const char *)bytes + 8, header_len, 0, NULL);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(header);
+  edit(header);
+  char *text = json_dumps(header, JSON_COMPACT);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(text);
+  size_t len = strlen(text), padded = (len + 7) / 8 * 8;
+  unsigned char prefix[8];
+  for (int i = 0; i < 8; i++) prefix[i] = (unsigned char)((uint64_t)padded >> (8 * i));
+  f = fopen(path, "wb");
+  CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+  fwrite(prefix, 1, 8, f);
+  fwrite(text, 1, len, f);
+  for (size_t i = len; i < padded; i++) fputc(' ', f);
+  fwrite(bytes + 8 + header_len, 1, (size_t)size - 8 - header_len, f);
+  CU_ASSERT_EQUAL(fclose(f), 0);
+  free(text);
+  json_decref(header);
+  free(bytes);
+}
+
+/* Imports dir (max_seq 0: the default) and expects a refusal whose message holds every
+ * needle (NULL-terminated). */
+static void expect_refusal(const char *dir, int64_t max_seq, const char *const *needles) {
+  cli_hf_import_options o = {.model_dir = dir, .max_seq = max_seq};
+  cli_hf_import_result r;
+  CU_ASSERT_FALSE_FATAL(cli_hf_import(&o, &r));
+  for (const char *const *n = needles; *n; n++) {
+    if (!strstr(r.error, *n)) fprintf(stderr, "\n  message lacks \"%s\": %s\n", *n, r.error);
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.error, *n));
+  }
+}
+
+static void unknown_architecture(json_t *c) {
+  json_object_set_new(c, "architectures", json_pack("[s]", "FalconForCausalLM"));
+}
+static void rope_yarn(json_t *c) {
+  json_object_set_new(json_object_get(c, "rope_parameters"), "rope_type", json_string("yarn"));
+}
+static void rope_per_layer_type(json_t *c) {
+  json_object_set_new(c, "rope_parameters",
+                      json_pack("{s{sf}s{sf}}", "full_attention", "rope_theta", 1e6,
+                                "sliding_attention", "rope_theta", 1e4));
+}
+static void window_64(json_t *c) {
+  json_object_set_new(c, "sliding_window", json_integer(64));
+}
+static void sliding_layer(json_t *c) {
+  json_object_set_new(c, "layer_types", json_pack("[ss]", "full_attention", "sliding_attention"));
+  json_object_set_new(c, "sliding_window", json_integer(32));
+}
+static void inverse_layer_scaling(json_t *c) {
+  json_object_set_new(c, "scale_attn_by_inverse_layer_idx", json_true());
+}
+static void no_hidden_size(json_t *c) {
+  json_object_del(c, "hidden_size");
+}
+static void tied(json_t *c) {
+  json_object_set_new(c, "tie_word_embeddings", json_true());
+}
+static void rename_k_proj(json_t *h) {
+  const char *key = "model.layers.1.self_attn.k_proj.weight";
+  json_object_set(h, "model.layers.1.self_attn.k_proj.renamed", json_object_get(h, key));
+  json_object_del(h, key);
+}
+static void reshape_q_proj(json_t *h) {
+  json_object_set_new(json_object_get(h, "model.layers.0.self_attn.q_proj.weight"), "shape",
+                      json_pack("[ii]", 64, 128));
+}
+
+static void test_refusals_name_their_cause(void) {
+  make_dir();
+  char dir[256], path[512];
+  edited_fixture("llama", "arch", unknown_architecture, dir, sizeof dir);
+  expect_refusal(dir, 0, (const char *[]){"FalconForCausalLM", "not supported", NULL});
+
+  edited_fixture("llama", "missing", NULL, dir, sizeof dir);
+  edit_header(dir, rename_k_proj);
+  expect_refusal(dir, 0,
+                 (const char *[]){"'model.layers.1.self_attn.k_proj.weight' is missing",
+                                  "missing/model.safetensors", "expected shape [32, 64]", NULL});
+
+  edited_fixture("qwen3", "misshaped", NULL, dir, sizeof dir);
+  edit_header(dir, reshape_q_proj);
+  expect_refusal(
+      dir, 0,
+      (const char *[]){"'model.layers.0.self_attn.q_proj.weight'", "misshaped/model.safetensors",
+                       "shape [64, 128], expected "
+                       "[128, 64]",
+                       NULL});
+
+  edited_fixture("llama", "yarn", rope_yarn, dir, sizeof dir);
+  expect_refusal(dir, 0, (const char *[]){"RoPE type 'yarn' is not supported", NULL});
+  edited_fixture("qwen3", "rope_per_layer", rope_per_layer_type, dir, sizeof dir);
+  expect_refusal(dir, 0, (const char *[]){"rope_parameters", "per layer type", NULL});
+
+  /* A window shorter than the cache is refused; one at least that long is full attention. */
+  edited_fixture("mistral", "window", window_64, dir, sizeof dir);
+  expect_refusal(dir, 0,
+                 (const char *[]){"sliding-window", "sliding_window is not null", "64 tokens",
+                                  "--max-seq 128", NULL});
+  cli_hf_import_options o = {.model_dir = dir, .max_seq = 64};
+  cli_hf_import_result r;
+  CU_ASSERT_TRUE(cli_hf_import(&o, &r));
+  cli_hf_import_result_free(&r);
+  edited_fixture("qwen2", "sliding_layer", sliding_layer, dir, sizeof dir);
+  expect_refusal(dir, 0, (const char *[]){"\"sliding_attention\"", "32 tokens", NULL});
+
+  edited_fixture("gpt2", "gpt2_scaling", inverse_layer_scaling, dir, sizeof dir);
+  expect_refusal(dir, 0, (const char *[]){"scale_attn_by_inverse_layer_idx", NULL});
+  edited_fixture("llama", "no_hidden", no_hidden_size, dir, sizeof dir);
+  expect_refusal(dir, 0, (const char *[]){"'hidden_size' is missing", NULL});
+
+  edited_fixture("llama", "malformed", NULL, dir, sizeof dir);
+  snprintf(path, sizeof path, "%s/config.json", dir);
+  FILE *f = fopen(path, "w");
+  CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+  fputs("{\"architectures\": [\"LlamaForCausalLM\"],\n \"hidden_size\": 64,,\n}", f);
+  fclose(f);
+  expect_refusal(dir, 0,
+                 (const char *[]){"malformed/config.json", "line 2", "not valid JSON", NULL});
+
+  /* An index naming a shard that is not there. */
+  edited_fixture("llama", "absent_shard", NULL, dir, sizeof dir);
+  snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
+  f = fopen(path, "w");
+  CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+  fputs("{\"weight_map\": {\"model.norm.weight\": \"model-00002-of-00002.safetensors\"}}", f);
+  fclose(f);
+  expect_refusal(dir, 0, (const char *[]){"model-00002-of-00002.safetensors", NULL});
+  remove_dir();
+}
+
+/* Tied embeddings with an lm_head.weight present: the note, and the LM head is the embedding.
+ * A sharded checkpoint is read through its index. */
+static void test_tied_head_and_sharded_checkpoint(void) {
+  make_dir();
+  char dir[256], path[512];
+  edited_fixture("llama", "tied", tied, dir, sizeof dir);
+  cli_hf_import_options o = {.model_dir = dir};
+  cli_hf_import_result r;
+  CU_ASSERT_TRUE_FATAL(cli_hf_import(&o, &r));
+  CU_ASSERT_PTR_NOT_NULL(strstr(r.notes, "lm_head.weight in the checkpoint is ignored"));
+  CU_ASSERT_PTR_NOT_NULL(strstr(r.spec, "in: [hf, embed], out: logits"));
+  CU_ASSERT_PTR_NULL(strstr(r.spec, "lm_head.weight"));
+  cli_hf_import_result_free(&r);
+
+  /* Every tensor of the fixture listed in an index (one shard, the same file). */
+  edited_fixture("llama", "sharded", NULL, dir, sizeof dir);
+  snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
+  recap__checkpoint *ckpt = NULL;
+  CHECK_OK(recap__checkpoint_open(dir, &ckpt));
+  json_t *map = json_object();
+  for (size_t i = 0; i < ckpt->num_tensors; i++)
+    json_object_set_new(map, ckpt->tensors[i].entry->name, json_string("model.safetensors"));
+  recap__checkpoint_destroy(ckpt);
+  json_t *index = json_pack("{so}", "weight_map", map);
+  CU_ASSERT_EQUAL(json_dump_file(index, path, 0), 0);
+  json_decref(index);
+  reference ref;
+  load_reference("llama", &ref);
+  snprintf(path, sizeof path, "%s/sharded.yaml", g_dir);
+  import_model(dir, path);
+  check_model("llama (sharded)", path, &ref);
+  printf("\n");
+  free(ref.logits);
+  remove_dir();
+}
+
 int main(void) {
   static const test_case tests[] = {
       {"fixtures_match_transformers", test_fixtures_match_transformers, true},
+      {"refusals_name_their_cause", test_refusals_name_their_cause, false},
+      {"tied_head_and_sharded_checkpoint", test_tied_head_and_sharded_checkpoint, false},
   };
   test_add_host_and_cuda_suites("pipeline_models", tests, sizeof tests / sizeof tests[0]);
   return test_run_all();
