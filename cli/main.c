@@ -17,6 +17,8 @@ static const cli_command commands[] = {
     {"dot", "the pipeline DAG (or, with --graph, the captured graph) as Graphviz", cli_dot_main},
     {"import-hf", "a Hugging Face checkpoint folder (Llama, Mistral, Qwen2/3, GPT-2) as a spec",
      cli_import_hf_main},
+    {"generate", "greedy tokens from an imported model's prefill and decode entries",
+     cli_generate_main},
     {"run", "run a pipeline: outputs, checksums, timing; --save-tensors", cli_run_main},
     {"bench", "eager vs graph replay: median/p10/p90, speedup, capture cost, JSON and SVG",
      cli_bench_main},
