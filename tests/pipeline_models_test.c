@@ -16,7 +16,8 @@
  * older-style config_old_style.json (rope_theta + rope_scaling, torch_dtype).
  *
  * Then the refusals, on modified copies of a fixture in a temporary folder: each message must
- * name its cause.
+ * name its cause; and a tied model with an lm_head.weight (ignored, with a note), a checkpoint
+ * read through an index, and GPT-2 keys without the "transformer." prefix (both run as above).
  */
 #include <jansson.h>
 #include <math.h>
@@ -350,6 +351,19 @@ static void reshape_q_proj(json_t *h) {
                       json_pack("[ii]", 64, 128));
 }
 
+/* GPT2Model's keys: the same tensors without the "transformer." prefix. */
+static void strip_transformer_prefix(json_t *h) {
+  json_t *copy = json_deep_copy(h);
+  const char *key;
+  json_t *value;
+  json_object_foreach(copy, key, value) {
+    if (strncmp(key, "transformer.", 12) != 0) continue;
+    json_object_set(h, key + 12, value);
+    json_object_del(h, key);
+  }
+  json_decref(copy);
+}
+
 static void test_refusals_name_their_cause(void) {
   make_dir();
   char dir[256], path[512];
@@ -414,8 +428,9 @@ static void test_refusals_name_their_cause(void) {
 }
 
 /* Tied embeddings with an lm_head.weight present: the note, and the LM head is the embedding.
- * A sharded checkpoint is read through its index. */
-static void test_tied_head_and_sharded_checkpoint(void) {
+ * A sharded checkpoint is read through its index; GPT-2's keys with or without the
+ * "transformer." prefix. */
+static void test_tied_head_sharded_index_and_bare_gpt2_keys(void) {
   make_dir();
   char dir[256], path[512];
   edited_fixture("llama", "tied", tied, dir, sizeof dir);
@@ -444,6 +459,14 @@ static void test_tied_head_and_sharded_checkpoint(void) {
   snprintf(path, sizeof path, "%s/sharded.yaml", g_dir);
   import_model(dir, path);
   check_model("llama (sharded)", path, &ref);
+  free(ref.logits);
+
+  edited_fixture("gpt2", "bare_gpt2", NULL, dir, sizeof dir);
+  edit_header(dir, strip_transformer_prefix);
+  load_reference("gpt2", &ref);
+  snprintf(path, sizeof path, "%s/bare_gpt2.yaml", g_dir);
+  import_model(dir, path);
+  check_model("gpt2 (bare keys)", path, &ref);
   printf("\n");
   free(ref.logits);
   remove_dir();
@@ -453,7 +476,8 @@ int main(void) {
   static const test_case tests[] = {
       {"fixtures_match_transformers", test_fixtures_match_transformers, true},
       {"refusals_name_their_cause", test_refusals_name_their_cause, false},
-      {"tied_head_and_sharded_checkpoint", test_tied_head_and_sharded_checkpoint, false},
+      {"tied_head_sharded_index_and_bare_gpt2_keys",
+       test_tied_head_sharded_index_and_bare_gpt2_keys, false},
   };
   test_add_host_and_cuda_suites("pipeline_models", tests, sizeof tests / sizeof tests[0]);
   return test_run_all();
