@@ -38,7 +38,7 @@ typedef struct {
 typedef struct {
   const cli_hf_arch *arch;
   char path[4096]; /* config.json's, for messages */
-  char name[64]; /* model_type, reduced to [A-Za-z0-9_.-] (the spec's name) */
+  char name[64];   /* model_type, reduced to [A-Za-z0-9_.-] (the spec's name) */
   int64_t hidden, layers, heads, kv_heads, head_dim, intermediate, vocab, max_positions;
   double norm_eps;
   bool tied;              /* the LM head is the token embedding */
