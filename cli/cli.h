@@ -41,6 +41,10 @@ int cli_plan_main(int argc, char **argv);
 int cli_ops_main(int argc, char **argv);
 int cli_dot_main(int argc, char **argv);
 int cli_run_main(int argc, char **argv);
+/* import_hf.c: `recap import-hf DIR -o SPEC` (cli/hf_import.h). */
+int cli_import_hf_main(int argc, char **argv);
+/* generate.c: `recap generate SPEC --prompt-ids ...`, greedy decoding with an imported spec. */
+int cli_generate_main(int argc, char **argv);
 int cli_bench_main(int argc, char **argv);
 int cli_bench_ops_main(int argc, char **argv);
 int cli_bench_capture_main(int argc, char **argv);

@@ -2,8 +2,9 @@
 # The `recap` command line end to end on the host backend: exit codes (0 ok, 1 failure,
 # 2 usage), --help everywhere, strict flags, validate's FILE:LINE:COL errors, plan, ops, dot,
 # run's JSON and .safetensors output (with the data checked by recomputing a spec in Python),
-# bench's JSON and SVG, serve-bench with 4 workers and its JSON, and that the overlap pair of
-# specs (timed against each other on the GPU by scripts/gpu/gpu_run.sh) stays one computation.
+# bench's JSON and SVG, import-hf of a checkpoint (validated, run, and generating transformers'
+# greedy tokens), serve-bench with 4 workers and its JSON, and that the overlap pair of specs
+# (timed against each other on the GPU by scripts/gpu/gpu_run.sh) stays one computation.
 set -uo pipefail
 recap=$1
 specs=specs # //specs:all, in the runfiles tree the test starts in
@@ -34,7 +35,8 @@ check_json() { # FILE: parses as JSON
 }
 
 # --help on every subcommand, usage errors.
-for cmd in info validate plan ops dot run bench bench-ops bench-capture serve-bench memviz launch; do
+for cmd in info validate plan ops dot run bench bench-ops bench-capture serve-bench memviz launch \
+  import-hf generate; do
   expect 0 "$cmd --help" -- "$recap" "$cmd" --help
   grep -q "usage: recap $cmd" "$tmp/out" || fail "$cmd --help prints no usage line"
   # Help speaks for itself: no references into an issue tracker the user cannot see.
@@ -825,6 +827,37 @@ for flag in "" --no-fusion; do
 done
 expect 2 "launch without run" -- "$recap" launch --gpus 1
 expect 2 "launch setting --rank" -- "$recap" launch --gpus 1 -- run "$specs/tp_mlp.yaml" --rank 0
+
+# import-hf: a fixture checkpoint as a spec (docs/MODELS.md), validated and run. The copy is a
+# real folder: a checkpoint's files must lie inside it, and the runfiles are links.
+mkdir -p "$tmp/qwen2" && cp -L tests/data/models/qwen2/config.json \
+  tests/data/models/qwen2/model.safetensors "$tmp/qwen2/"
+expect 0 "import-hf" -- "$recap" import-hf "$tmp/qwen2" -o "$tmp/qwen2.yaml" --prefill 12 \
+  --batch 1,2
+grep -q "KV cache: 64.0 KiB per sequence" "$tmp/out" || fail "import-hf prints no KV bytes"
+grep -q '^checkpoint: "qwen2"$' "$tmp/qwen2.yaml" ||
+  fail "import-hf does not name the checkpoint relative to the spec"
+expect 0 "validate an imported spec" -- "$recap" validate "$tmp/qwen2.yaml"
+grep -q "entry 'decode': ok" "$tmp/out" || fail "the imported spec's decode entry is not checked"
+expect 0 "run an imported spec" -- "$recap" run "$tmp/qwen2.yaml" --entry prefill --device host \
+  --iters 1
+grep -q "logits *f32 \[2, 12, 256\]" "$tmp/out" || fail "the imported spec's logits are missing"
+expect 0 "import-hf to stdout" -- "$recap" import-hf "$tmp/qwen2" -o - --dtype bf16
+grep -q "^dtype: bf16" "$tmp/out" && grep -q "cast: true" "$tmp/out" ||
+  fail "import-hf --dtype bf16 does not cast the f32 checkpoint"
+# generate: transformers' own greedy tokens for the fixture's prompt (expected.json).
+greedy=$(python3 -c 'import json, sys; e = json.load(open(sys.argv[1]))
+p = e["prompt_length"]; print(",".join(map(str, e["tokens"][:p])), " ".join(map(str, e["tokens"][p:])))' \
+  tests/data/models/qwen2/expected.json)
+expect 0 "generate" -- "$recap" generate "$tmp/qwen2.yaml" --prompt-ids "${greedy%% *}" \
+  --max-new 16 --device host
+grep -q "^generated: ${greedy#* }$" "$tmp/out" ||
+  fail "generate does not reproduce transformers' greedy tokens: $(head -1 "$tmp/out")"
+expect 2 "generate without a prompt" -- "$recap" generate "$tmp/qwen2.yaml"
+expect 2 "import-hf without -o" -- "$recap" import-hf "$tmp/qwen2"
+expect 2 "import-hf bad dtype" -- "$recap" import-hf "$tmp/qwen2" -o - --dtype i32
+expect 1 "import-hf of a folder without a model" -- "$recap" import-hf "$tmp" -o -
+grep -q "config.json" "$tmp/err" || fail "import-hf does not name the missing config.json"
 
 if [ "$failures" -ne 0 ]; then
   echo "$failures check(s) failed"

@@ -1,0 +1,162 @@
+/* hf_import.c: config -> checked weights -> spec (hf_model.h's three steps), with the choices
+ * the options leave open: dtype, max sequence length, prefill length, batch buckets. */
+#include "cli/hf_import.h"
+
+#include <inttypes.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/hf_model.h"
+
+enum { DEFAULT_MAX_SEQ = 4096, DEFAULT_PREFILL = 128 };
+
+static bool fail(cli_hf_import_result *r, const char *fmt, ...) RECAP__PRINTF(2, 3);
+static bool fail(cli_hf_import_result *r, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(r->error, sizeof r->error, fmt, ap);
+  va_end(ap);
+  return false;
+}
+
+/* `target` (a folder) as seen from the folder holding `spec_path`: relative when both resolve,
+ * else absolute, else as given. */
+static void checkpoint_path(const char *target, const char *spec_path, char *out, size_t size) {
+  char from[PATH_MAX], to[PATH_MAX], folder[PATH_MAX];
+  snprintf(out, size, "%s", target);
+  if (!realpath(target, to)) return;
+  snprintf(out, size, "%s", to);
+  if (!spec_path) return;
+  snprintf(folder, sizeof folder, "%s", spec_path);
+  char *slash = strrchr(folder, '/');
+  if (slash == folder)
+    folder[1] = '\0';
+  else if (slash)
+    *slash = '\0';
+  else
+    snprintf(folder, sizeof folder, ".");
+  if (!realpath(folder, from) || strcmp(from, "/") == 0) return;
+  /* The longest common run of whole components, then one ".." per component of `from` left. */
+  size_t common = 0;
+  for (size_t i = 0;; i++) {
+    bool end_from = from[i] == '\0' || from[i] == '/', end_to = to[i] == '\0' || to[i] == '/';
+    if (end_from && end_to) common = i;
+    if (from[i] != to[i] || from[i] == '\0') break;
+  }
+  char relative[PATH_MAX] = "";
+  size_t n = 0;
+  for (const char *p = from + common; *p; p++)
+    if (*p == '/') n += (size_t)snprintf(relative + n, sizeof relative - n, "../");
+  const char *rest = to + common + (to[common] == '/');
+  if (n + strlen(rest) + 2 > sizeof relative) return; /* absolute, then */
+  if (*rest)
+    strcat(relative, rest);
+  else if (n)
+    relative[n - 1] = '\0'; /* "../.." rather than "../../" */
+  else
+    strcat(relative, ".");
+  snprintf(out, size, "%s", relative);
+}
+
+/* The spec's dtype: the option, else the config's, else the token embedding's in the file. */
+static recap_dtype pick_dtype(const cli_hf_import_options *o, const cli_hf_config *c,
+                              const recap__checkpoint *ckpt) {
+  if (o->dtype_given) return o->dtype;
+  if (c->dtype_given) return c->dtype;
+  const char *keys[] = {"model.embed_tokens.weight", "transformer.wte.weight", "wte.weight"};
+  for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+    const recap__checkpoint_tensor *t = recap__checkpoint_find(ckpt, keys[i]);
+    if (t && (t->entry->dtype == RECAP_DTYPE_F16 || t->entry->dtype == RECAP_DTYPE_BF16))
+      return (recap_dtype)t->entry->dtype;
+  }
+  return RECAP_DTYPE_F32;
+}
+
+static bool pick_sizes(const cli_hf_import_options *o, const cli_hf_config *c,
+                       cli_hf_import_result *r, recap__text *notes) {
+  r->max_seq = o->max_seq
+                   ? o->max_seq
+                   : (c->max_positions < DEFAULT_MAX_SEQ ? c->max_positions : DEFAULT_MAX_SEQ);
+  if (r->max_seq < 1) return fail(r, "--max-seq must be positive");
+  if (r->max_seq > c->max_positions) {
+    /* Learned positions end with their table; RoPE goes on, untrained. */
+    if (c->arch->gpt2)
+      return fail(r,
+                  "--max-seq %" PRId64 " is above n_positions %" PRId64 " (GPT-2's position table)",
+                  r->max_seq, c->max_positions);
+    recap__text_put(notes,
+                    "note: --max-seq %" PRId64 " is above max_position_embeddings %" PRId64
+                    ": the model was not trained at those positions\n",
+                    r->max_seq, c->max_positions);
+  }
+  r->prefill =
+      o->prefill ? o->prefill : (r->max_seq < DEFAULT_PREFILL ? r->max_seq : DEFAULT_PREFILL);
+  if (r->prefill < 1 || r->prefill > r->max_seq)
+    return fail(r, "--prefill %" PRId64 " must be from 1 to --max-seq (%" PRId64 ")", r->prefill,
+                r->max_seq);
+  for (size_t i = 0; i < o->num_batches; i++)
+    if (o->batches[i] < 1 || (i > 0 && o->batches[i] <= o->batches[i - 1]))
+      return fail(r, "batch sizes must be positive and ascending");
+  if (o->num_batches > CLI_HF_MAX_BATCHES)
+    return fail(r, "at most %d batch sizes", CLI_HF_MAX_BATCHES);
+  r->max_batch = o->num_batches ? o->batches[o->num_batches - 1] : 1;
+  return true;
+}
+
+static bool import(const cli_hf_import_options *o, const cli_hf_config *c,
+                   const recap__checkpoint *ckpt, cli_hf_import_result *r, recap__text *notes,
+                   recap__text *spec) {
+  snprintf(r->architecture, sizeof r->architecture, "%s", c->arch->architecture);
+  r->dtype = pick_dtype(o, c, ckpt);
+  r->layers = c->layers;
+  if (!pick_sizes(o, c, r, notes) || !cli_hf_check_window(c, r->max_seq, r->error, sizeof r->error))
+    return false;
+  cli_hf_weights w;
+  if (!cli_hf_weights_find(c, ckpt, r->dtype, &w, notes, r->error, sizeof r->error)) return false;
+  r->param_bytes = cli_hf_weights_bytes(c, &w, r->dtype);
+  r->kv_bytes_per_sequence = 2 * (uint64_t)c->layers * (uint64_t)r->max_seq *
+                             (uint64_t)c->kv_heads * (uint64_t)c->head_dim *
+                             recap_dtype_size(r->dtype);
+  char path[PATH_MAX];
+  checkpoint_path(o->model_dir, o->spec_path, path, sizeof path);
+  for (const char *p = path; *p; p++)
+    if ((unsigned char)*p < 0x20 || *p == 0x7f)
+      return fail(r, "the model folder's path has a control character");
+  static const int64_t one = 1;
+  cli_hf_spec_options so = {.checkpoint = path,
+                            .dtype = r->dtype,
+                            .batches = o->num_batches ? o->batches : &one,
+                            .num_batches = o->num_batches ? o->num_batches : 1,
+                            .max_seq = r->max_seq,
+                            .prefill = r->prefill};
+  if (!cli_hf_spec_write(c, &w, &so, spec)) return fail(r, "out of memory");
+  return true;
+}
+
+bool cli_hf_import(const cli_hf_import_options *o, cli_hf_import_result *r) {
+  *r = (cli_hf_import_result){0};
+  cli_hf_config c;
+  if (!cli_hf_config_read(o->model_dir, &c, r->error, sizeof r->error)) return false;
+  recap__checkpoint *ckpt = NULL;
+  if (recap__checkpoint_open(o->model_dir, &ckpt) != RECAP_OK)
+    return fail(r, "%s", recap_last_error());
+  recap__text notes = {0}, spec = {0};
+  bool ok = import(o, &c, ckpt, r, &notes, &spec);
+  recap__checkpoint_destroy(ckpt);
+  if (ok && notes.failed) ok = fail(r, "out of memory");
+  if (ok && notes.data) snprintf(r->notes, sizeof r->notes, "%s", notes.data);
+  free(notes.data);
+  if (ok)
+    r->spec = spec.data;
+  else
+    free(spec.data);
+  return ok;
+}
+
+void cli_hf_import_result_free(cli_hf_import_result *r) {
+  free(r->spec);
+  r->spec = NULL;
+}

@@ -1,0 +1,55 @@
+/*
+ * hf_import.h: a Hugging Face checkpoint folder (config.json + safetensors) as a recap spec
+ * (`recap import-hf`, docs/MODELS.md). A library of the CLI's so that the model tests
+ * (tests/pipeline_models_test.c) import exactly what the command does.
+ *
+ *   cli_hf_import_options o = {.model_dir = "models/llama", .spec_path = "llama.yaml"};
+ *   cli_hf_import_result r;
+ *   if (!cli_hf_import(&o, &r)) fprintf(stderr, "%s\n", r.error);
+ *   else ... write r.spec to o.spec_path; r.notes, r.kv_bytes_per_sequence ...
+ *   cli_hf_import_result_free(&r);
+ *
+ * Nothing is written: the caller writes r.spec where spec_path says (the checkpoint is named
+ * relative to that file's folder).
+ */
+#ifndef RECAP_CLI_HF_IMPORT_H
+#define RECAP_CLI_HF_IMPORT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "include/recap.h"
+
+enum { CLI_HF_MAX_BATCHES = 64 };
+
+typedef struct {
+  const char *model_dir; /* holds config.json and model.safetensors or its index */
+  /* Where the spec will be written: its `checkpoint:` is model_dir relative to this file's
+   * folder (absolute when they share no root). NULL: model_dir as given. */
+  const char *spec_path;
+  int64_t max_seq;        /* KV cache rows per sequence; 0: min(the config's, 4096) */
+  int64_t prefill;        /* tokens per prefill step; 0: min(128, max_seq) */
+  const int64_t *batches; /* ascending batch buckets; NULL: {1} */
+  size_t num_batches;
+  bool dtype_given; /* else the config's dtype, else the checkpoint's embedding's */
+  recap_dtype dtype;
+} cli_hf_import_options;
+
+typedef struct {
+  char *spec; /* the YAML (malloc'd) */
+  char architecture[64];
+  recap_dtype dtype;
+  int64_t max_seq, prefill, max_batch, layers;
+  uint64_t param_bytes;           /* every weight in the spec's dtype */
+  uint64_t kv_bytes_per_sequence; /* K and V of every layer for max_seq tokens */
+  char notes[1024];               /* lines for the user ("note: ..."), may be empty */
+  char error[1024];               /* why cli_hf_import failed */
+} cli_hf_import_result;
+
+/* Reads the config and the checkpoint's headers, checks every tensor the spec will read and
+ * writes the spec's text into r. False with r->error naming the cause. */
+bool cli_hf_import(const cli_hf_import_options *o, cli_hf_import_result *r);
+void cli_hf_import_result_free(cli_hf_import_result *r);
+
+#endif

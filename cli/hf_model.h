@@ -1,0 +1,118 @@
+/*
+ * hf_model.h: a Hugging Face causal language model as `recap import-hf` sees it (internal to
+ * the importer, cli/hf_*.c).
+ *
+ * Three steps, one file each, joined by cli/hf_import.c:
+ *   hf_config.c   config.json -> cli_hf_config (the architecture, sizes, RoPE, what is refused)
+ *   hf_weights.c  cli_hf_config + the checkpoint -> the weights the spec reads, each checked
+ *                 against the checkpoint (present, a float dtype, the expected shape)
+ *   hf_spec.c     cli_hf_config + weights -> the spec's YAML
+ * Every failure writes one message naming its cause (the key, the file, what was expected)
+ * into the caller's buffer and returns false.
+ */
+#ifndef RECAP_CLI_HF_MODEL_H
+#define RECAP_CLI_HF_MODEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/checkpoint.h"
+#include "include/recap.h"
+#include "runtime/text.h"
+
+/* What an architecture's layers are made of (the table in hf_config.c). */
+typedef struct {
+  const char *architecture; /* config.json's "architectures"[0], e.g. "LlamaForCausalLM" */
+  /* GPT-2: learned positions (wpe), LayerNorm with bias, Conv1D weights stored [in, out],
+   * q, k and v in one c_attn, a plain MLP; otherwise a Llama-style decoder (RMSNorm, RoPE,
+   * separate q/k/v projections, gated MLP). */
+  bool gpt2;
+  bool qkv_bias;            /* q, k and v projections always have biases (Qwen2) */
+  bool qk_norm;             /* per-head RMSNorm of q and k before RoPE (Qwen3) */
+  bool tied_default;        /* tie_word_embeddings when the config does not say */
+  int64_t head_dim_default; /* head_dim when the config has none; 0: hidden / heads */
+  bool sliding_window_key;  /* a non-null sliding_window alone means it is used (Mistral) */
+} cli_hf_arch;
+
+typedef struct {
+  const cli_hf_arch *arch;
+  char path[4096]; /* config.json's, for messages */
+  char name[64];   /* model_type, reduced to [A-Za-z0-9_.-] (the spec's name) */
+  int64_t hidden, layers, heads, kv_heads, head_dim, intermediate, vocab, max_positions;
+  double norm_eps;
+  bool tied;              /* the LM head is the token embedding */
+  bool attention_bias;    /* q, k, v and o projections have biases (Llama, Qwen3's config) */
+  bool mlp_bias;          /* gate, up and down projections have biases (Llama's config) */
+  const char *act;        /* the MLP's activation as recap names it: silu, gelu_tanh, gelu, relu */
+  double attention_scale; /* 0: 1 / sqrt(head_dim); GPT-2 without scale_attn_weights: 1 */
+  /* RoPE (not GPT-2) */
+  double rope_theta;
+  bool llama3;
+  double llama3_factor, llama3_low_freq_factor, llama3_high_freq_factor;
+  int64_t llama3_original_max_positions;
+  /* Sliding-window attention the config turns on (checked against the spec's max sequence
+   * length by cli_hf_check_window: a window at least that long is full attention). */
+  bool sliding_used;
+  const char *sliding_reason; /* which config key turns it on */
+  int64_t sliding_window;     /* -1: null */
+  /* The config's dtype or torch_dtype, when recap has it. */
+  bool dtype_given;
+  recap_dtype dtype;
+} cli_hf_config;
+
+/* Reads DIR/config.json. False with a message in err. */
+bool cli_hf_config_read(const char *dir, cli_hf_config *out, char *err, size_t err_size);
+/* Refuses a sliding window shorter than max_seq (recap's attention has no window). */
+bool cli_hf_check_window(const cli_hf_config *c, int64_t max_seq, char *err, size_t err_size);
+
+enum { CLI_HF_MAX_KEYS = 3, CLI_HF_MAX_WEIGHTS = 24, CLI_HF_KEY_SIZE = 160 };
+
+/* One param of the spec, read from the checkpoint: its keys are concatenated along axis 0
+ * (after the transpose, for GPT-2's Conv1D). */
+typedef struct {
+  char name[32];  /* the spec's tensor name (a block's tensor when per_layer) */
+  char shape[48]; /* the spec's shape, in dim names: "[QKV, D]" */
+  bool per_layer; /* the keys hold "{i}", the layer index */
+  int num_keys;
+  char keys[CLI_HF_MAX_KEYS][CLI_HF_KEY_SIZE];
+  int key_ndim[CLI_HF_MAX_KEYS];
+  int64_t key_shape[CLI_HF_MAX_KEYS][2]; /* each key's shape in the file */
+  bool transpose;                        /* the file holds [in, out] (Conv1D) */
+  bool cast;                             /* the file's dtype is not the spec's (hf_weights.c) */
+} cli_hf_weight;
+
+typedef struct {
+  cli_hf_weight top[CLI_HF_MAX_WEIGHTS]; /* embeddings, final norm, LM head */
+  size_t num_top;
+  cli_hf_weight layer[CLI_HF_MAX_WEIGHTS]; /* one layer's, keys with "{i}" */
+  size_t num_layer;
+  const char *embedding; /* the token embedding's spec name */
+  const char *lm_head;   /* the LM head's spec name: the embedding's when tied */
+} cli_hf_weights;
+
+/* The weights the spec reads, with their keys and expected file shapes, each checked in the
+ * checkpoint for every layer: present, a float dtype, that shape; cast set where the file's
+ * dtype is not `dtype`. With tied embeddings a present lm_head.weight is ignored and a line
+ * saying so is appended to notes. False with a message naming the key, the file and the
+ * expected shape. */
+bool cli_hf_weights_find(const cli_hf_config *c, const recap__checkpoint *ckpt, recap_dtype dtype,
+                         cli_hf_weights *out, recap__text *notes, char *err, size_t err_size);
+/* Bytes the weights take in `dtype` (every layer's). */
+uint64_t cli_hf_weights_bytes(const cli_hf_config *c, const cli_hf_weights *w, recap_dtype dtype);
+
+/* What the spec is built for. */
+typedef struct {
+  const char *checkpoint; /* the spec's checkpoint: value, relative to the spec's folder */
+  const char *source;     /* the model folder as the user gave it (the spec's comment) */
+  recap_dtype dtype;
+  const int64_t *batches; /* ascending; more than one makes B bucketed */
+  size_t num_batches;
+  int64_t max_seq, prefill;
+} cli_hf_spec_options;
+
+/* Appends the spec's YAML to out. False when out ran out of memory. */
+bool cli_hf_spec_write(const cli_hf_config *c, const cli_hf_weights *w,
+                       const cli_hf_spec_options *o, recap__text *out);
+
+#endif

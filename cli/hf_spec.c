@@ -1,0 +1,254 @@
+/* hf_spec.c: the YAML of an imported model (specs/README.md's format): one block for the
+ * layers, with each layer's KV caches as state inside it, and `prefill` and `decode` entries
+ * over the same ops, so that a decode pipeline created with .share = the prefill one reads
+ * the caches prefill wrote. Every architecture gets the same interface (docs/MODELS.md): ids
+ * [B, S] and positions [S] in, scalars pos and len, f32 logits [B, S, V] out. */
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/hf_model.h"
+
+/* The shortest decimal that reads back as v, always with a '.' so YAML reads a float; whole
+ * numbers such as a RoPE theta without an exponent (500000.0). */
+static const char *number(double v, char *buf, size_t size) {
+  if (v == floor(v) && fabs(v) < 1e15) {
+    snprintf(buf, size, "%.1f", v);
+    return buf;
+  }
+  for (int digits = 1; digits <= 17; digits++) {
+    snprintf(buf, size, "%.*g", digits, v);
+    if (strtod(buf, NULL) == v) break;
+  }
+  char *e = strchr(buf, 'e');
+  if (e && !memchr(buf, '.', (size_t)(e - buf))) { /* 1e-05 -> 1.0e-05 */
+    char exponent[16];
+    snprintf(exponent, sizeof exponent, "%s", e);
+    snprintf(e, size - (size_t)(e - buf), ".0%s", exponent);
+  }
+  return buf;
+}
+
+/* A YAML double-quoted string (the caller refused control characters). */
+static void put_quoted(recap__text *t, const char *s) {
+  recap__text_put(t, "\"");
+  for (; *s; s++) recap__text_put(t, "%s%c", (*s == '"' || *s == '\\') ? "\\" : "", *s);
+  recap__text_put(t, "\"");
+}
+
+static void put_weight(recap__text *t, const char *indent, const cli_hf_weight *w) {
+  recap__text_put(t, "%s%s: {shape: %s, role: param, key: ", indent, w->name, w->shape);
+  if (w->num_keys == 1) {
+    put_quoted(t, w->keys[0]);
+  } else {
+    recap__text_put(t, "[");
+    for (int k = 0; k < w->num_keys; k++) {
+      recap__text_put(t, "%s", k ? ", " : "");
+      put_quoted(t, w->keys[k]);
+    }
+    recap__text_put(t, "]");
+  }
+  recap__text_put(t, "%s%s}\n", w->transpose ? ", transpose: true" : "",
+                  w->cast ? ", cast: true" : "");
+}
+
+static bool has_weight(const cli_hf_weight *list, size_t count, const char *name) {
+  for (size_t i = 0; i < count; i++)
+    if (strcmp(list[i].name, name) == 0) return true;
+  return false;
+}
+
+/* `with_comma` (", NAME") when the layer has the weight NAME (an optional bias), else "". */
+static const char *optional(const cli_hf_weights *w, const char *with_comma) {
+  return has_weight(w->layer, w->num_layer, with_comma + 2) ? with_comma : "";
+}
+
+static void put_dim(recap__text *t, const char *name, int64_t value, const char *comment) {
+  recap__text_put(t, "  %-5s %-8" PRId64 "%s%s\n", name, value, comment ? "# " : "",
+                  comment ? comment : "");
+}
+
+static void put_dims(recap__text *t, const cli_hf_config *c, const cli_hf_spec_options *o) {
+  recap__text_put(t, "dims:\n");
+  if (o->num_batches == 1) {
+    put_dim(t, "B:", o->batches[0], "sequences per step");
+  } else {
+    recap__text_put(t, "  B:    ");
+    for (size_t i = 0; i < o->num_batches; i++)
+      recap__text_put(t, "%s%" PRId64, i ? ", " : "[", o->batches[i]);
+    recap__text_put(t, "]  # sequences per step: the batch buckets\n");
+  }
+  int64_t q = c->heads * c->head_dim, kv = c->kv_heads * c->head_dim;
+  put_dim(t, "S:", 1, "tokens per sequence per step: the entries set it");
+  put_dim(t, "Smax:", o->max_seq, "KV cache rows per sequence (--max-seq)");
+  put_dim(t, "D:", c->hidden, "hidden size");
+  put_dim(t, "H:", c->heads, "attention heads");
+  put_dim(t, "Hkv:", c->kv_heads, "key/value heads");
+  put_dim(t, "Dh:", c->head_dim, "head size");
+  put_dim(t, "Q:", q, "H x Dh");
+  put_dim(t, "KV:", kv, "Hkv x Dh");
+  put_dim(t, "QKV:", q + 2 * kv, "Q + 2 KV");
+  put_dim(t, "F:", c->intermediate, "MLP size");
+  if (!c->arch->gpt2) put_dim(t, "F2:", 2 * c->intermediate, "2 F: gate and up");
+  put_dim(t, "V:", c->vocab, "vocabulary");
+  if (c->arch->gpt2) put_dim(t, "P:", c->max_positions, "learned positions");
+  put_dim(t, "L:", c->layers, "layers");
+  recap__text_put(t, "entries:\n  prefill: {dims: {S: %" PRId64 "}}\n  decode: {dims: {S: 1}}\n",
+                  o->prefill);
+}
+
+static void put_norm(recap__text *t, const cli_hf_config *c, const char *in, const char *weight,
+                     const char *out) {
+  char eps[40];
+  if (c->arch->gpt2)
+    recap__text_put(t, "      - {op: layernorm, in: [%s, %s, %s_bias], out: %s, eps: %s}\n", in,
+                    weight, weight, out, number(c->norm_eps, eps, sizeof eps));
+  else
+    recap__text_put(t, "      - {op: rmsnorm, in: [%s, %s], out: %s, eps: %s}\n", in, weight, out,
+                    number(c->norm_eps, eps, sizeof eps));
+}
+
+/* RoPE of `in` [B, S, heads, Dh] at `positions` into `out`. */
+static void put_rope(recap__text *t, const cli_hf_config *c, const char *in, const char *out) {
+  char theta[40], factor[40], low[40], high[40];
+  recap__text_put(t, "      - {op: rope, in: [%s, positions], out: %s, theta: %s", in, out,
+                  number(c->rope_theta, theta, sizeof theta));
+  if (c->llama3)
+    recap__text_put(t,
+                    ", llama3: true, factor: %s, low_freq_factor: %s, high_freq_factor: %s, "
+                    "original_max_positions: %" PRId64,
+                    number(c->llama3_factor, factor, sizeof factor),
+                    number(c->llama3_low_freq_factor, low, sizeof low),
+                    number(c->llama3_high_freq_factor, high, sizeof high),
+                    c->llama3_original_max_positions);
+  recap__text_put(t, "}\n");
+}
+
+/* x -> h: norm, q/k/v, (q/k norm,) RoPE, the caches, attention, output projection, residual. */
+static void put_attention(recap__text *t, const cli_hf_config *c, const cli_hf_weights *w) {
+  put_norm(t, c, "x", "attn_norm", "xn");
+  recap__text_put(t, "      - {op: linear, in: [xn, wqkv%s], out: qkv, name: qkv}\n",
+                  optional(w, ", bqkv"));
+  recap__text_put(t,
+                  "      - {op: split, in: [qkv], out: [q_flat, k_flat, v_flat], dim: -1, "
+                  "sizes: [Q, KV, KV]}\n");
+  recap__text_put(t, "      - {op: reshape, in: [q_flat], out: q_heads, shape: [B, S, H, Dh]}\n");
+  recap__text_put(t, "      - {op: reshape, in: [k_flat], out: k_heads, shape: [B, S, Hkv, Dh]}\n");
+  recap__text_put(t, "      - {op: reshape, in: [v_flat], out: v_rows, shape: [B, S, Hkv, Dh]}\n");
+  const char *q = "q_heads", *k = "k_heads";
+  if (c->arch->qk_norm) {
+    put_norm(t, c, q, "q_norm", "q_normed");
+    put_norm(t, c, k, "k_norm", "k_normed");
+    q = "q_normed";
+    k = "k_normed";
+  }
+  if (!c->arch->gpt2) {
+    put_rope(t, c, q, "q_rows");
+    put_rope(t, c, k, "k_rows");
+    q = "q_rows";
+    k = "k_rows";
+  }
+  recap__text_put(t, "      - {op: kv_append, in: [k_cache, %s, pos], out: k_all}\n", k);
+  recap__text_put(t, "      - {op: kv_append, in: [v_cache, v_rows, pos], out: v_all}\n");
+  recap__text_put(t, "      - {op: permute, in: [%s], out: q, dims: [0, 2, 1, 3]}\n", q);
+  recap__text_put(t, "      - {op: permute, in: [k_all], out: k, dims: [0, 2, 1, 3]}\n");
+  recap__text_put(t, "      - {op: permute, in: [v_all], out: v, dims: [0, 2, 1, 3]}\n");
+  char scale[40] = "";
+  if (c->attention_scale > 0) {
+    char s[32];
+    snprintf(scale, sizeof scale, ", scale: %s", number(c->attention_scale, s, sizeof s));
+  }
+  recap__text_put(t,
+                  "      - {op: attention, in: [q, k, v, len], out: attn, causal: true%s, "
+                  "name: attention}\n",
+                  scale);
+  recap__text_put(t, "      - {op: permute, in: [attn], out: attn_rows, dims: [0, 2, 1, 3]}\n");
+  recap__text_put(t, "      - {op: reshape, in: [attn_rows], out: attn_flat, shape: [B, S, Q]}\n");
+  recap__text_put(t, "      - {op: linear, in: [attn_flat, wo%s], out: proj, name: out_proj}\n",
+                  optional(w, ", bo"));
+  recap__text_put(t, "      - {op: add, in: [x, proj], out: h}\n");
+}
+
+/* h -> y: norm, MLP, residual. */
+static void put_mlp(recap__text *t, const cli_hf_config *c, const cli_hf_weights *w) {
+  put_norm(t, c, "h", "mlp_norm", "hn");
+  if (c->arch->gpt2) {
+    recap__text_put(t, "      - {op: linear, in: [hn, wfc, bfc], out: act, act: %s, name: fc}\n",
+                    c->act);
+  } else {
+    recap__text_put(t, "      - {op: linear, in: [hn, wgate_up%s], out: gate_up, name: gate_up}\n",
+                    optional(w, ", bgate_up"));
+    recap__text_put(
+        t, "      - {op: split, in: [gate_up], out: [gate, up], dim: -1, sizes: [F, F]}\n");
+    recap__text_put(t, "      - {op: expr, in: [gate, up], out: act, expr: \"%s(gate) * up\"}\n",
+                    c->act);
+  }
+  recap__text_put(t, "      - {op: linear, in: [act, wdown%s], out: down, name: down}\n",
+                  optional(w, ", bdown"));
+  recap__text_put(t, "      - {op: add, in: [h, down], out: y}\n");
+}
+
+bool cli_hf_spec_write(const cli_hf_config *c, const cli_hf_weights *w,
+                       const cli_hf_spec_options *o, recap__text *t) {
+  const char *dtype = recap_dtype_name(o->dtype);
+  recap__text_put(t,
+                  "# %s imported by `recap import-hf` (docs/MODELS.md). The weights are read from "
+                  "the checkpoint by key.\n"
+                  "# Inputs: ids [B, S] (i32 token ids) and positions [S] (each row's position); "
+                  "scalars pos (the\n"
+                  "# first row's position: where this step's keys and values go in the caches) "
+                  "and len (valid\n"
+                  "# cache rows after this step: pos + S). Output: logits [B, S, V], f32. Run "
+                  "a prompt with the\n"
+                  "# `prefill` entry (S tokens at a time), then one token per step with "
+                  "`decode`, created with\n"
+                  "# recap_pipeline_options.share = the prefill pipeline (specs/README.md, "
+                  "\"Entries\").\n",
+                  c->arch->architecture);
+  recap__text_put(t, "name: %s\ndevice: cuda\ndtype: %s\ncheckpoint: ", c->name, dtype);
+  put_quoted(t, o->checkpoint);
+  recap__text_put(t, "\n");
+  put_dims(t, c, o);
+
+  recap__text_put(t, "blocks:\n  layer:\n    input: x\n    output: y\n    tensors:\n");
+  recap__text_put(t, "      k_cache: {shape: [B, Smax, Hkv, Dh], role: state}\n");
+  recap__text_put(t, "      v_cache: {shape: [B, Smax, Hkv, Dh], role: state}\n");
+  for (size_t i = 0; i < w->num_layer; i++) put_weight(t, "      ", &w->layer[i]);
+  recap__text_put(t, "    ops:\n");
+  put_attention(t, c, w);
+  put_mlp(t, c, w);
+
+  recap__text_put(t, "tensors:\n");
+  recap__text_put(t, "  ids: {shape: [B, S], dtype: i32, role: input}\n");
+  recap__text_put(t, "  positions: {shape: [S], dtype: i32, role: input}\n");
+  recap__text_put(t, "  pos: {role: scalar, value: 0}\n");
+  recap__text_put(t, "  len: {role: scalar, value: %" PRId64 "}\n", o->prefill);
+  for (size_t i = 0; i < w->num_top; i++) put_weight(t, "  ", &w->top[i]);
+
+  recap__text_put(t, "ops:\n");
+  if (c->arch->gpt2) {
+    recap__text_put(t, "  - {op: embedding, in: [wte, ids], out: token_rows}\n");
+    recap__text_put(t, "  - {op: embedding, in: [wpe, positions], out: position_rows}\n");
+    recap__text_put(t, "  - {op: add, in: [token_rows, position_rows], out: h0}\n");
+  } else {
+    recap__text_put(t, "  - {op: embedding, in: [%s, ids], out: h0}\n", w->embedding);
+  }
+  recap__text_put(t, "  - {block: layer, count: L, in: h0, out: hL, name: layers}\n");
+  char eps[40];
+  number(c->norm_eps, eps, sizeof eps);
+  if (c->arch->gpt2)
+    recap__text_put(t,
+                    "  - {op: layernorm, in: [hL, final_norm, final_norm_bias], out: hf, eps: "
+                    "%s}\n",
+                    eps);
+  else
+    recap__text_put(t, "  - {op: rmsnorm, in: [hL, final_norm], out: hf, eps: %s}\n", eps);
+  bool f32 = o->dtype == RECAP_DTYPE_F32;
+  recap__text_put(t, "  - {op: linear, in: [hf, %s], out: %s, name: lm_head}\n", w->lm_head,
+                  f32 ? "logits" : "logits_raw");
+  if (!f32) recap__text_put(t, "  - {op: cast, in: [logits_raw], out: logits, dtype: f32}\n");
+  recap__text_put(t, "outputs: [logits]\n");
+  return !t->failed;
+}

@@ -1,0 +1,210 @@
+/* hf_weights.c: the checkpoint tensors an imported spec reads, by architecture, each checked in
+ * the checkpoint before a spec names it: a wrong or missing tensor is an error naming the key,
+ * the file and the shape expected, never a spec that fails later or a silently wrong model. */
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/hf_model.h"
+
+typedef struct {
+  cli_hf_weight *list;
+  size_t *count;
+} weight_list;
+
+/* A new weight at the end of the list (the lists' capacity holds every architecture's). */
+static cli_hf_weight *add(weight_list l, bool per_layer, const char *name, const char *shape) {
+  cli_hf_weight *w = &l.list[(*l.count)++];
+  *w = (cli_hf_weight){.per_layer = per_layer};
+  snprintf(w->name, sizeof w->name, "%s", name);
+  snprintf(w->shape, sizeof w->shape, "%s", shape);
+  return w;
+}
+
+/* One key of w: prefix + key, of shape [d0] (d1 == 0) or [d0, d1] in the file. */
+static void add_key(cli_hf_weight *w, const char *prefix, const char *key, int64_t d0, int64_t d1) {
+  int k = w->num_keys++;
+  snprintf(w->keys[k], sizeof w->keys[k], "%s%s", prefix, key);
+  w->key_ndim[k] = d1 ? 2 : 1;
+  w->key_shape[k][0] = d0;
+  w->key_shape[k][1] = d1;
+}
+
+static void llama_style(const cli_hf_config *c, cli_hf_weights *out) {
+  bool tied = c->tied;
+  weight_list top = {out->top, &out->num_top}, layer = {out->layer, &out->num_layer};
+  int64_t d = c->hidden, q = c->heads * c->head_dim, kv = c->kv_heads * c->head_dim;
+  int64_t f = c->intermediate;
+  add_key(add(top, false, "embed", "[V, D]"), "", "model.embed_tokens.weight", c->vocab, d);
+  add_key(add(top, false, "final_norm", "[D]"), "", "model.norm.weight", d, 0);
+  if (!tied) add_key(add(top, false, "lm_head", "[V, D]"), "", "lm_head.weight", c->vocab, d);
+  out->embedding = "embed";
+  out->lm_head = tied ? "embed" : "lm_head";
+
+  const char *p = "model.layers.{i}.";
+  add_key(add(layer, true, "attn_norm", "[D]"), p, "input_layernorm.weight", d, 0);
+  cli_hf_weight *w = add(layer, true, "wqkv", "[QKV, D]");
+  add_key(w, p, "self_attn.q_proj.weight", q, d);
+  add_key(w, p, "self_attn.k_proj.weight", kv, d);
+  add_key(w, p, "self_attn.v_proj.weight", kv, d);
+  if (c->arch->qkv_bias || c->attention_bias) {
+    w = add(layer, true, "bqkv", "[QKV]");
+    add_key(w, p, "self_attn.q_proj.bias", q, 0);
+    add_key(w, p, "self_attn.k_proj.bias", kv, 0);
+    add_key(w, p, "self_attn.v_proj.bias", kv, 0);
+  }
+  if (c->arch->qk_norm) {
+    add_key(add(layer, true, "q_norm", "[Dh]"), p, "self_attn.q_norm.weight", c->head_dim, 0);
+    add_key(add(layer, true, "k_norm", "[Dh]"), p, "self_attn.k_norm.weight", c->head_dim, 0);
+  }
+  add_key(add(layer, true, "wo", "[D, Q]"), p, "self_attn.o_proj.weight", d, q);
+  if (c->attention_bias) add_key(add(layer, true, "bo", "[D]"), p, "self_attn.o_proj.bias", d, 0);
+  add_key(add(layer, true, "mlp_norm", "[D]"), p, "post_attention_layernorm.weight", d, 0);
+  w = add(layer, true, "wgate_up", "[F2, D]");
+  add_key(w, p, "mlp.gate_proj.weight", f, d);
+  add_key(w, p, "mlp.up_proj.weight", f, d);
+  if (c->mlp_bias) {
+    w = add(layer, true, "bgate_up", "[F2]");
+    add_key(w, p, "mlp.gate_proj.bias", f, 0);
+    add_key(w, p, "mlp.up_proj.bias", f, 0);
+  }
+  add_key(add(layer, true, "wdown", "[D, F]"), p, "mlp.down_proj.weight", d, f);
+  if (c->mlp_bias) add_key(add(layer, true, "bdown", "[D]"), p, "mlp.down_proj.bias", d, 0);
+}
+
+/* GPT-2's Conv1D weights are stored [in, out]: each is read transposed into linear's
+ * [out, in]. c_attn holds q, k and v side by side ([D, 3D]): one linear, then a split. */
+static void gpt2(const cli_hf_config *c, const char *prefix, cli_hf_weights *out) {
+  bool tied = c->tied;
+  weight_list top = {out->top, &out->num_top}, layer = {out->layer, &out->num_layer};
+  int64_t d = c->hidden, f = c->intermediate;
+  add_key(add(top, false, "wte", "[V, D]"), prefix, "wte.weight", c->vocab, d);
+  add_key(add(top, false, "wpe", "[P, D]"), prefix, "wpe.weight", c->max_positions, d);
+  add_key(add(top, false, "final_norm", "[D]"), prefix, "ln_f.weight", d, 0);
+  add_key(add(top, false, "final_norm_bias", "[D]"), prefix, "ln_f.bias", d, 0);
+  if (!tied) add_key(add(top, false, "lm_head", "[V, D]"), "", "lm_head.weight", c->vocab, d);
+  out->embedding = "wte";
+  out->lm_head = tied ? "wte" : "lm_head";
+
+  char p[64];
+  snprintf(p, sizeof p, "%sh.{i}.", prefix);
+  add_key(add(layer, true, "attn_norm", "[D]"), p, "ln_1.weight", d, 0);
+  add_key(add(layer, true, "attn_norm_bias", "[D]"), p, "ln_1.bias", d, 0);
+  cli_hf_weight *w = add(layer, true, "wqkv", "[QKV, D]");
+  add_key(w, p, "attn.c_attn.weight", d, 3 * d);
+  w->transpose = true;
+  add_key(add(layer, true, "bqkv", "[QKV]"), p, "attn.c_attn.bias", 3 * d, 0);
+  w = add(layer, true, "wo", "[D, Q]");
+  add_key(w, p, "attn.c_proj.weight", d, d);
+  w->transpose = true;
+  add_key(add(layer, true, "bo", "[D]"), p, "attn.c_proj.bias", d, 0);
+  add_key(add(layer, true, "mlp_norm", "[D]"), p, "ln_2.weight", d, 0);
+  add_key(add(layer, true, "mlp_norm_bias", "[D]"), p, "ln_2.bias", d, 0);
+  w = add(layer, true, "wfc", "[F, D]");
+  add_key(w, p, "mlp.c_fc.weight", d, f);
+  w->transpose = true;
+  add_key(add(layer, true, "bfc", "[F]"), p, "mlp.c_fc.bias", f, 0);
+  w = add(layer, true, "wdown", "[D, F]");
+  add_key(w, p, "mlp.c_proj.weight", f, d);
+  w->transpose = true;
+  add_key(add(layer, true, "bdown", "[D]"), p, "mlp.c_proj.bias", d, 0);
+}
+
+static bool fail(char *err, size_t err_size, const char *fmt, ...) RECAP__PRINTF(3, 4);
+static bool fail(char *err, size_t err_size, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err, err_size, fmt, ap);
+  va_end(ap);
+  return false;
+}
+
+static void shape_text(const int64_t *shape, int ndim, char *buf, size_t size) {
+  int n = snprintf(buf, size, "[");
+  for (int i = 0; i < ndim && n > 0 && (size_t)n < size; i++)
+    n += snprintf(buf + n, size - (size_t)n, "%s%" PRId64, i ? ", " : "", shape[i]);
+  if (n > 0 && (size_t)n < size) snprintf(buf + n, size - (size_t)n, "]");
+}
+
+/* `key` with "{i}" replaced by the layer index. */
+static void expand(const char *key, int64_t layer, char *out, size_t size) {
+  const char *at = strstr(key, "{i}");
+  if (!at) {
+    snprintf(out, size, "%s", key);
+    return;
+  }
+  snprintf(out, size, "%.*s%" PRId64 "%s", (int)(at - key), key, layer, at + 3);
+}
+
+/* Key k of w at layer `layer` in the checkpoint: present, float, the expected shape. */
+static bool check_key(const recap__checkpoint *ckpt, cli_hf_weight *w, int k, int64_t layer,
+                      recap_dtype dtype, char *err, size_t err_size) {
+  char key[CLI_HF_KEY_SIZE + 24], expected[64], found[64];
+  expand(w->keys[k], layer, key, sizeof key);
+  shape_text(w->key_shape[k], w->key_ndim[k], expected, sizeof expected);
+  const recap__checkpoint_tensor *t = recap__checkpoint_find(ckpt, key);
+  if (!t) /* in which file: the only one, else the checkpoint's shards */
+    return fail(err, err_size, "tensor '%s' is missing from %s%s (expected shape %s)", key,
+                ckpt->num_files == 1 ? ckpt->files[0].path : ckpt->path,
+                ckpt->num_files == 1 ? "" : " (none of its shards has it)", expected);
+  const recap__safetensors_entry *e = t->entry;
+  const char *file = ckpt->files[t->file].path;
+  if (e->dtype != RECAP_DTYPE_F32 && e->dtype != RECAP_DTYPE_F16 && e->dtype != RECAP_DTYPE_BF16)
+    return fail(err, err_size,
+                "tensor '%s' in %s has dtype %s, not a float dtype recap reads "
+                "(F32, F16, BF16)",
+                key, file, e->dtype_name);
+  bool same = e->ndim == w->key_ndim[k];
+  for (int i = 0; same && i < e->ndim; i++) same = e->shape[i] == w->key_shape[k][i];
+  if (!same) {
+    shape_text(e->shape, e->ndim < RECAP_MAX_DIMS ? e->ndim : RECAP_MAX_DIMS, found, sizeof found);
+    return fail(err, err_size, "tensor '%s' in %s has shape %s, expected %s", key, file, found,
+                expected);
+  }
+  if (e->dtype != (int)dtype) w->cast = true;
+  return true;
+}
+
+static bool check_all(const cli_hf_config *c, const recap__checkpoint *ckpt, cli_hf_weight *list,
+                      size_t count, recap_dtype dtype, char *err, size_t err_size) {
+  for (size_t i = 0; i < count; i++) {
+    cli_hf_weight *w = &list[i];
+    for (int64_t layer = 0; layer < (w->per_layer ? c->layers : 1); layer++)
+      for (int k = 0; k < w->num_keys; k++)
+        if (!check_key(ckpt, w, k, layer, dtype, err, err_size)) return false;
+  }
+  return true;
+}
+
+bool cli_hf_weights_find(const cli_hf_config *c, const recap__checkpoint *ckpt, recap_dtype dtype,
+                         cli_hf_weights *out, recap__text *notes, char *err, size_t err_size) {
+  *out = (cli_hf_weights){0};
+  if (c->tied && recap__checkpoint_find(ckpt, "lm_head.weight"))
+    recap__text_put(notes,
+                    "note: tie_word_embeddings is true: lm_head.weight in the checkpoint is "
+                    "ignored, the LM head is the token embedding\n");
+  if (c->arch->gpt2) {
+    /* GPT2LMHeadModel saves its body under "transformer."; a bare GPT2Model does not. */
+    bool prefixed = recap__checkpoint_find(ckpt, "transformer.wte.weight") != NULL;
+    gpt2(c, prefixed ? "transformer." : "", out);
+  } else {
+    llama_style(c, out);
+  }
+  return check_all(c, ckpt, out->top, out->num_top, dtype, err, err_size) &&
+         check_all(c, ckpt, out->layer, out->num_layer, dtype, err, err_size);
+}
+
+static uint64_t numel(const cli_hf_weight *w) {
+  uint64_t n = 0;
+  for (int k = 0; k < w->num_keys; k++)
+    n += (uint64_t)w->key_shape[k][0] * (uint64_t)(w->key_ndim[k] == 2 ? w->key_shape[k][1] : 1);
+  return n;
+}
+
+uint64_t cli_hf_weights_bytes(const cli_hf_config *c, const cli_hf_weights *w, recap_dtype dtype) {
+  uint64_t elements = 0;
+  for (size_t i = 0; i < w->num_top; i++) elements += numel(&w->top[i]);
+  for (size_t i = 0; i < w->num_layer; i++) elements += numel(&w->layer[i]) * (uint64_t)c->layers;
+  return elements * recap_dtype_size(dtype);
+}

@@ -1,0 +1,127 @@
+/* import_hf.c: `recap import-hf DIR -o SPEC`: a Hugging Face checkpoint folder as a spec
+ * (cli/hf_import.h does the work; docs/MODELS.md). */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "cli/hf_import.h"
+
+static const char *const CMD = "import-hf";
+
+static void usage(void) {
+  printf(
+      "usage: recap import-hf DIR -o SPEC [--max-seq N] [--prefill N] [--batch 1,2,4,8]\n"
+      "                       [--dtype f32|f16|bf16]\n\n"
+      "Writes a spec that runs the Hugging Face causal LM in DIR (config.json and\n"
+      "model.safetensors or model.safetensors.index.json): LlamaForCausalLM,\n"
+      "MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM or GPT2LMHeadModel. The spec\n"
+      "reads the weights from DIR by key (nothing is copied) and has two entries over one set\n"
+      "of per-layer KV caches: `prefill` (--prefill tokens per step) and `decode` (one token\n"
+      "per step). Every tensor it reads is checked first; an unsupported architecture, RoPE\n"
+      "type or sliding window, or a missing or misshaped tensor, is an error naming it.\n\n"
+      "  -o, --output SPEC   the spec to write ('-': stdout); DIR is named relative to its folder\n"
+      "  --max-seq N         KV cache rows per sequence (default: min(the config's, 4096))\n"
+      "  --prefill N         tokens per prefill step (default: min(128, max-seq)); longer\n"
+      "                      prompts run in several steps, the rest one token at a time\n"
+      "  --batch LIST        batch buckets, ascending (default 1): the caches hold the largest\n"
+      "  --dtype DTYPE       f32, f16 or bf16 (default: the config's dtype, else the\n"
+      "                      checkpoint's); weights of another dtype are cast as they load\n\n"
+      "Prints the weights' and the KV cache's sizes. docs/MODELS.md has the details.\n"
+      "exit status: 0 when the spec was written, 1 on an error, 2 on a usage error.\n");
+}
+
+/* "1,2,4,8" into batches. */
+static bool parse_batches(const char *text, int64_t *batches, size_t *count) {
+  *count = 0;
+  for (const char *p = text;;) {
+    char item[24];
+    size_t n = strcspn(p, ",");
+    long long v;
+    if (*count == CLI_HF_MAX_BATCHES || n == 0 || n >= sizeof item) {
+      fprintf(stderr, "recap %s: --batch expects up to %d sizes like 1,2,4,8, got '%s'\n", CMD,
+              CLI_HF_MAX_BATCHES, text);
+      return false;
+    }
+    memcpy(item, p, n);
+    item[n] = '\0';
+    if (!cli_parse_int(CMD, "--batch", item, 1, 1 << 20, &v)) return false;
+    batches[(*count)++] = v;
+    if (p[n] == '\0') return true;
+    p += n + 1;
+  }
+}
+
+static bool write_spec(const char *path, const char *text) {
+  if (strcmp(path, "-") == 0) return fputs(text, stdout) >= 0;
+  FILE *f = fopen(path, "w");
+  bool ok = f && fputs(text, f) >= 0;
+  if (f && fclose(f) != 0) ok = false;
+  if (!ok) fprintf(stderr, "recap %s: cannot write %s\n", CMD, path);
+  return ok;
+}
+
+int cli_import_hf_main(int argc, char **argv) {
+  if (cli_wants_help(argc, argv)) {
+    usage();
+    return CLI_EXIT_OK;
+  }
+  const char *dir = NULL, *out = NULL, *v = NULL;
+  int64_t batches[CLI_HF_MAX_BATCHES];
+  cli_hf_import_options o = {0};
+  for (int i = 0; i < argc; i++) {
+    int m;
+    long long n;
+    if ((m = cli_flag(CMD, argc, argv, &i, "-o", &out)) != 0 ||
+        (m = cli_flag(CMD, argc, argv, &i, "--output", &out)) != 0) {
+      if (m < 0) return CLI_EXIT_USAGE;
+    } else if ((m = cli_flag(CMD, argc, argv, &i, "--max-seq", &v)) != 0) {
+      if (m < 0 || !cli_parse_int(CMD, "--max-seq", v, 1, 1 << 24, &n)) return CLI_EXIT_USAGE;
+      o.max_seq = n;
+    } else if ((m = cli_flag(CMD, argc, argv, &i, "--prefill", &v)) != 0) {
+      if (m < 0 || !cli_parse_int(CMD, "--prefill", v, 1, 1 << 24, &n)) return CLI_EXIT_USAGE;
+      o.prefill = n;
+    } else if ((m = cli_flag(CMD, argc, argv, &i, "--batch", &v)) != 0) {
+      if (m < 0 || !parse_batches(v, batches, &o.num_batches)) return CLI_EXIT_USAGE;
+      o.batches = batches;
+    } else if ((m = cli_flag(CMD, argc, argv, &i, "--dtype", &v)) != 0) {
+      if (m < 0) return CLI_EXIT_USAGE;
+      if (recap_dtype_parse(v, &o.dtype) != RECAP_OK || !recap_dtype_is_float(o.dtype)) {
+        fprintf(stderr, "recap %s: --dtype expects f32, f16 or bf16, got '%s'\n", CMD, v);
+        return CLI_EXIT_USAGE;
+      }
+      o.dtype_given = true;
+    } else if (!cli_take_one(CMD, "model folder", argv[i], &dir)) {
+      return CLI_EXIT_USAGE;
+    }
+  }
+  if (!dir || !out) {
+    fprintf(stderr, "recap %s: usage: recap import-hf DIR -o SPEC (see --help)\n", CMD);
+    return CLI_EXIT_USAGE;
+  }
+  o.model_dir = dir;
+  o.spec_path = strcmp(out, "-") == 0 ? NULL : out;
+  cli_hf_import_result r;
+  if (!cli_hf_import(&o, &r)) {
+    fprintf(stderr, "recap %s: %s\n", CMD, r.error);
+    return CLI_EXIT_FAILURE;
+  }
+  fputs(r.notes, stderr);
+  bool ok = write_spec(out, r.spec);
+  cli_hf_import_result_free(&r);
+  if (!ok) return CLI_EXIT_FAILURE;
+  char params[32], kv[32], kv_all[32];
+  /* The summary goes to stderr when the spec itself is on stdout. */
+  FILE *info = strcmp(out, "-") == 0 ? stderr : stdout;
+  fprintf(info, "%s: %s, %" PRId64 " layers, %s, max-seq %" PRId64 ", prefill %" PRId64 "\n",
+          strcmp(out, "-") == 0 ? "spec" : out, r.architecture, r.layers, recap_dtype_name(r.dtype),
+          r.max_seq, r.prefill);
+  fprintf(info, "weights: %s; KV cache: %s per sequence, %s for batch %" PRId64 "\n",
+          cli_format_bytes((size_t)r.param_bytes, params, sizeof params),
+          cli_format_bytes((size_t)r.kv_bytes_per_sequence, kv, sizeof kv),
+          cli_format_bytes((size_t)(r.kv_bytes_per_sequence * (uint64_t)r.max_batch), kv_all,
+                           sizeof kv_all),
+          r.max_batch);
+  return CLI_EXIT_OK;
+}
