@@ -3,6 +3,7 @@
  * (docs/MODELS.md, "The spec"). A small driver to try a model, not a serving loop: the prefill
  * pipeline is built for the prompt's length (its S), the decode pipeline shares its weights
  * and caches, and each step takes the argmax of the last row's logits. */
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,7 +17,7 @@ enum { MAX_PROMPT = 65536 };
 static void usage(void) {
   printf(
       "usage: recap generate SPEC --prompt-ids 1,2,3 [--max-new N] [--device cuda|host]\n"
-      "                      [--base-dir DIR]\n\n"
+      "                      [--base-dir DIR] [--logits-out FILE]\n\n"
       "Greedy decoding of one sequence with a spec from `recap import-hf` (entries prefill\n"
       "and decode; inputs ids, positions; scalars pos, len; output logits): the prompt in one\n"
       "prefill step, then --max-new tokens (default 16) one at a time through decode, which\n"
@@ -25,7 +26,10 @@ static void usage(void) {
       "  --prompt-ids LIST   the prompt's token ids, comma-separated\n"
       "  --max-new N         tokens to generate (default 16)\n"
       "  --device DEVICE     cuda or host (default cuda, else the host with a note)\n"
-      "  --base-dir DIR      files the spec names must lie under DIR\n\n"
+      "  --base-dir DIR      files the spec names must lie under DIR\n"
+      "  --logits-out FILE   write the logits of every position run, little-endian f32 rows\n"
+      "                      of the vocabulary size: the prompt's rows, then one per decode\n"
+      "                      step (prompt + N - 1 rows)\n\n"
       "exit status: 0 ok, 1 on a failure, 2 on a usage error.\n");
 }
 
@@ -54,7 +58,7 @@ static bool parse_ids(const char *text, int32_t **ids, int *count) {
 /* One sequence's step: `count` ids at positions first .. first + count - 1; the last row's
  * argmax into *next. A bucketed spec takes one row of its batch; others are batch 1. */
 static recap_status step(recap_pipeline *p, const int32_t *ids, int first, int count,
-                         float *row_logits, int64_t vocab, int32_t *next) {
+                         float *row_logits, int64_t vocab, int32_t *next, FILE *logits_out) {
   recap_pipeline_info info;
   recap_status st = recap_pipeline_info_get(p, &info);
   int64_t rows = info.bucket_dim ? 1 : 0;
@@ -71,6 +75,11 @@ static recap_status step(recap_pipeline *p, const int32_t *ids, int first, int c
   if (st == RECAP_OK) st = recap_pipeline_run(p, rows);
   if (st == RECAP_OK)
     st = recap_pipeline_copy_out(p, "logits", logits, sizeof(float) * count * (size_t)vocab, rows);
+  if (st == RECAP_OK && logits_out &&
+      fwrite(logits, sizeof(float) * (size_t)vocab, (size_t)count, logits_out) != (size_t)count) {
+    fprintf(stderr, "recap %s: cannot write the logits: %s\n", CMD, strerror(errno));
+    st = RECAP_STATUS_IO_ERROR;
+  }
   if (st == RECAP_OK) {
     memcpy(row_logits, &logits[(size_t)(count - 1) * (size_t)vocab], sizeof(float) * vocab);
     int32_t best = 0;
@@ -89,12 +98,14 @@ int cli_generate_main(int argc, char **argv) {
     return CLI_EXIT_OK;
   }
   const char *path = NULL, *ids_text = NULL, *device = NULL, *base_dir = NULL, *v = NULL;
+  const char *logits_path = NULL;
   long long max_new = 16;
   for (int i = 0; i < argc; i++) {
     int m;
     if ((m = cli_flag(CMD, argc, argv, &i, "--prompt-ids", &ids_text)) != 0 ||
         (m = cli_flag(CMD, argc, argv, &i, "--device", &device)) != 0 ||
-        (m = cli_flag(CMD, argc, argv, &i, "--base-dir", &base_dir)) != 0) {
+        (m = cli_flag(CMD, argc, argv, &i, "--base-dir", &base_dir)) != 0 ||
+        (m = cli_flag(CMD, argc, argv, &i, "--logits-out", &logits_path)) != 0) {
       if (m < 0) return CLI_EXIT_USAGE;
     } else if ((m = cli_flag(CMD, argc, argv, &i, "--max-new", &v)) != 0) {
       if (m < 0 || !cli_parse_int(CMD, "--max-new", v, 1, MAX_PROMPT, &max_new))
@@ -115,6 +126,12 @@ int cli_generate_main(int argc, char **argv) {
   }
   int rc = CLI_EXIT_FAILURE;
   recap_pipeline *prefill = NULL, *decode = NULL;
+  FILE *logits_out = NULL;
+  if (logits_path && !(logits_out = fopen(logits_path, "wb"))) {
+    fprintf(stderr, "recap %s: cannot write %s: %s\n", CMD, logits_path, strerror(errno));
+    free(tokens);
+    return CLI_EXIT_FAILURE;
+  }
   float *row = NULL;
   int32_t *all = realloc(tokens, sizeof(int32_t) * (size_t)(prompt + max_new + 1));
   if (!all) goto done;
@@ -145,13 +162,14 @@ int cli_generate_main(int argc, char **argv) {
   int64_t vocab = logits.shape[2];
   if (!(row = malloc(sizeof(float) * (size_t)vocab))) goto done;
   double t0 = cli_now();
-  if ((st = step(prefill, tokens, 0, prompt, row, vocab, &tokens[prompt])) != RECAP_OK) {
+  if ((st = step(prefill, tokens, 0, prompt, row, vocab, &tokens[prompt], logits_out)) !=
+      RECAP_OK) {
     cli_report_failure(CMD, "the prompt", st);
     goto done;
   }
   double t1 = cli_now();
   for (int t = prompt; t < prompt + max_new - 1; t++)
-    if ((st = step(decode, &tokens[t], t, 1, row, vocab, &tokens[t + 1])) != RECAP_OK) {
+    if ((st = step(decode, &tokens[t], t, 1, row, vocab, &tokens[t + 1], logits_out)) != RECAP_OK) {
       cli_report_failure(CMD, "a decode step", st);
       goto done;
     }
@@ -165,6 +183,10 @@ int cli_generate_main(int argc, char **argv) {
       max_new > 1 ? (t2 - t1) * 1e3 / (double)(max_new - 1) : 0.0);
   rc = CLI_EXIT_OK;
 done:
+  if (logits_out && fclose(logits_out) != 0 && rc == CLI_EXIT_OK) {
+    fprintf(stderr, "recap %s: cannot write %s: %s\n", CMD, logits_path, strerror(errno));
+    rc = CLI_EXIT_FAILURE;
+  }
   free(row);
   free(tokens);
   recap_pipeline_destroy(decode);

@@ -41,14 +41,15 @@ def run(cmd):
 
 
 def recap_logits(recap, spec, prompt, out, vocab):
-    """recap's tokens (prompt + new) and logits [positions, vocab] (f32)."""
+    """recap's tokens (prompt + generated) and the logits of every position it ran, f32
+    [prompt + NEW_TOKENS - 1, vocab]."""
     ids = ",".join(str(t) for t in prompt)
     text = run([recap, "generate", spec, "--device", "cuda", "--prompt-ids", ids, "--max-new",
                 str(NEW_TOKENS), "--logits-out", out])
+    line = next(l for l in text.splitlines() if l.startswith("generated:"))
+    generated = [int(t) for t in line.split(":")[1].split()]
     logits = np.fromfile(out, dtype=np.float32).reshape(-1, vocab)
-    new = json.loads(text.strip().splitlines()[-1])["tokens"] if text.strip().startswith("{") \
-        else None
-    return logits, new
+    return logits, list(prompt) + generated[:NEW_TOKENS - 1]
 
 
 def hf_logits(model, tokens, dtype, device):
@@ -80,6 +81,7 @@ def judge(name, got, ref, own, dtype):
 
 
 def tiny(args):
+    import transformers as tf
     ok = True
     for name in sorted(os.listdir(FIXTURES)):
         folder = os.path.join(FIXTURES, name)
@@ -88,14 +90,16 @@ def tiny(args):
         run([args.recap, "import-hf", folder, "-o", spec, "--dtype", "f32", "--batch", "1"])
         prompt = expected["tokens"][:expected["prompt_length"]]
         config = json.load(open(os.path.join(folder, "config.json")))
-        got, _ = recap_logits(args.recap, spec, prompt, os.path.join(args.work, name + ".f32"),
-                              config["vocab_size"])
-        tokens = expected["tokens"][:expected["prompt_length"] + NEW_TOKENS - 1]
-        ref = torch.tensor(expected["logits"], dtype=torch.float64)[:len(tokens)]
-        import transformers as tf
+        got, tokens = recap_logits(args.recap, spec, prompt,
+                                   os.path.join(args.work, name + ".f32"), config["vocab_size"])
         model = tf.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
         own = hf_logits(model, tokens, torch.float32, "cuda")
+        ref = hf_logits(model, tokens, torch.float64, "cpu")
         ok &= judge("%s f32 (cuda)" % name, got, ref, own, torch.float32)
+        print("      greedy %s transformers' %s" % (
+            "equals" if tokens[len(prompt):] == expected["tokens"][len(prompt):NEW_TOKENS - 1 +
+                                                                    len(prompt)]
+            else "differs from", expected["tokens"][len(prompt):len(prompt) + NEW_TOKENS - 1]))
     return ok
 
 
@@ -122,22 +126,24 @@ def large(args):
         torch.cuda.empty_cache()
     model = tf.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
     rng = np.random.default_rng(3)
+    torch.backends.cuda.matmul.fp32_precision = "ieee"
     ok = True
     for dtype, flag in ((torch.bfloat16, "bf16"), (torch.float32, "f32")):
         spec = os.path.join(args.work, "llama-1b-%s.yaml" % flag)
         run([args.recap, "import-hf", folder, "-o", spec, "--dtype", flag, "--batch", "1",
-             "--max-seq", "1100"])
+             "--max-seq", "1100", "--prefill", "1000"])
         for length in (7, 64, 300, 1000):
             prompt = [int(t) for t in rng.integers(0, 128256, size=length)]
-            got, _ = recap_logits(args.recap, spec, prompt,
-                                  os.path.join(args.work, "l.%s.%d" % (flag, length)), 128256)
-            tokens = prompt  # the prompt rows: teacher-forced on the reference's own input
-            got = got[:length]
+            got, tokens = recap_logits(args.recap, spec, prompt,
+                                       os.path.join(args.work, "l.%s.%d" % (flag, length)), 128256)
             ref = hf_logits(model, tokens, torch.float64, "cuda")
-            torch.backends.cuda.matmul.fp32_precision = "ieee"
-            own = hf_logits(model, tokens, dtype, "cuda")
+            ref32 = hf_logits(model, tokens, torch.float32, "cuda")
+            own = ref32 if dtype == torch.float32 else hf_logits(model, tokens, dtype, "cuda")
             ok &= judge("1B-shape %s prompt %d" % (flag, length), got, ref, own, dtype)
+            print("      against f32 (TF32 off) instead: max|err| %.3e" %
+                  (torch.from_numpy(got).double()[:ref32.shape[0]] - ref32).abs().max().item())
             model.to(torch.float32)
+            torch.cuda.empty_cache()
     return ok
 
 
