@@ -32,7 +32,8 @@ static const recap__attr_def matmul_attrs[] = {
 static const recap__attr_def linear_attrs[] = {
     {"act", RECAP_ATTR_ACTIVATION, offsetof(recap__op_attrs, act), false, RECAP_ACT_NONE,
      "activation applied after the bias (none, relu, gelu (erf), gelu_tanh, silu, sigmoid, "
-     "tanh); relu and gelu_tanh fuse into cuBLASLt's epilogue, the others run as a kernel "
+     "tanh); relu (and gelu_tanh in f16/bf16) fuse into cuBLASLt's epilogue, the others run as a "
+     "kernel "
      "after it"},
     {.name = NULL},
 };

@@ -52,10 +52,16 @@ def recap_logits(recap, spec, prompt, out, vocab):
     return logits, list(prompt) + generated[:NEW_TOKENS - 1]
 
 
-def hf_logits(model, tokens, dtype, device):
-    m = model.to(device=device, dtype=dtype).eval()
+def hf_logits(folder, tokens, dtype, device):
+    """transformers' logits for `tokens`, from a model loaded fresh at `dtype`: converting one
+    model between dtypes would also round its RoPE frequencies (a float buffer) for good."""
+    import transformers as tf
+    m = tf.AutoModelForCausalLM.from_pretrained(folder, dtype=dtype).to(device).eval()
     with torch.no_grad():
-        return m(torch.tensor([tokens], device=device)).logits[0].double().cpu()
+        out = m(torch.tensor([tokens], device=device)).logits[0].double().cpu()
+    del m
+    torch.cuda.empty_cache()
+    return out
 
 
 def judge(name, got, ref, own, dtype):
@@ -72,11 +78,13 @@ def judge(name, got, ref, own, dtype):
     decided = margin > need
     agree = (got.argmax(-1) == ref.argmax(-1))
     wrong = int((decided & ~agree).sum())
+    own_wrong = int((decided & (own.argmax(-1) != ref.argmax(-1))).sum())
     under = int((~decided).sum())
     ok = err <= bound and wrong == 0
     print("%-5s %-34s positions %4d  max|err| %.3e  bound %.3e (transformers %.3e)  "
-          "argmax wrong %d, under the margin %d" % ("PASS" if ok else "FAIL", name, n, err, bound,
-                                                    own_err, wrong, under), flush=True)
+          "argmax wrong %d (transformers at this dtype: %d), under the margin %d" %
+          ("PASS" if ok else "FAIL", name, n, err, bound, own_err, wrong, own_wrong, under),
+          flush=True)
     return ok
 
 
@@ -92,9 +100,8 @@ def tiny(args):
         config = json.load(open(os.path.join(folder, "config.json")))
         got, tokens = recap_logits(args.recap, spec, prompt,
                                    os.path.join(args.work, name + ".f32"), config["vocab_size"])
-        model = tf.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
-        own = hf_logits(model, tokens, torch.float32, "cuda")
-        ref = hf_logits(model, tokens, torch.float64, "cpu")
+        own = hf_logits(folder, tokens, torch.float32, "cuda")
+        ref = hf_logits(folder, tokens, torch.float64, "cpu")
         ok &= judge("%s f32 (cuda)" % name, got, ref, own, torch.float32)
         print("      greedy %s transformers' %s" % (
             "equals" if tokens[len(prompt):] == expected["tokens"][len(prompt):NEW_TOKENS - 1 +
@@ -124,7 +131,6 @@ def large(args):
         model.to(torch.bfloat16).save_pretrained(folder, safe_serialization=True)
         del model
         torch.cuda.empty_cache()
-    model = tf.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
     rng = np.random.default_rng(3)
     torch.backends.cuda.matmul.fp32_precision = "ieee"
     ok = True
@@ -136,14 +142,12 @@ def large(args):
             prompt = [int(t) for t in rng.integers(0, 128256, size=length)]
             got, tokens = recap_logits(args.recap, spec, prompt,
                                        os.path.join(args.work, "l.%s.%d" % (flag, length)), 128256)
-            ref = hf_logits(model, tokens, torch.float64, "cuda")
-            ref32 = hf_logits(model, tokens, torch.float32, "cuda")
-            own = ref32 if dtype == torch.float32 else hf_logits(model, tokens, dtype, "cuda")
+            ref = hf_logits(folder, tokens, torch.float64, "cuda")
+            ref32 = hf_logits(folder, tokens, torch.float32, "cuda")
+            own = ref32 if dtype == torch.float32 else hf_logits(folder, tokens, dtype, "cuda")
             ok &= judge("1B-shape %s prompt %d" % (flag, length), got, ref, own, dtype)
             print("      against f32 (TF32 off) instead: max|err| %.3e" %
                   (torch.from_numpy(got).double()[:ref32.shape[0]] - ref32).abs().max().item())
-            model.to(torch.float32)
-            torch.cuda.empty_cache()
     return ok
 
 
