@@ -6,9 +6,11 @@
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli/hf_model.h"
+#include "runtime/file.h"
 
 static const cli_hf_arch ARCHITECTURES[] = {
     {.architecture = "LlamaForCausalLM"},
@@ -321,22 +323,49 @@ static bool read_gpt2(const reader *r, json_t *root, cli_hf_config *c) {
   return true;
 }
 
-bool cli_hf_config_read(const char *dir, cli_hf_config *out, char *err, size_t err_size) {
+bool cli_hf_config_parse(const char *text, size_t len, const char *path, cli_hf_config *out,
+                         char *err, size_t err_size) {
   reader r = {.err = err, .err_size = err_size};
-  snprintf(r.path, sizeof r.path, "%s/config.json", dir);
+  snprintf(r.path, sizeof r.path, "%s", path);
   *out = (cli_hf_config){0};
+  snprintf(out->path, sizeof out->path, "%s", r.path);
   json_error_t jerr;
-  json_t *root = json_load_file(r.path, JSON_REJECT_DUPLICATES, &jerr);
-  if (!root) {
-    if (jerr.line < 0) return fail(&r, "cannot read: %s", jerr.text);
+  json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
+  if (!root)
     return fail(&r, "line %d, column %d: not valid JSON: %s", jerr.line, jerr.column, jerr.text);
-  }
   bool ok = json_is_object(root) || fail(&r, "not a JSON object");
   ok = ok && read_architecture(&r, root, out) && read_dtype(&r, root, out) &&
        get_bool(&r, root, "tie_word_embeddings", out->arch->tied_default, &out->tied) &&
        (out->arch->gpt2 ? read_gpt2(&r, root, out) : read_llama_style(&r, root, out));
   json_decref(root);
-  snprintf(out->path, sizeof out->path, "%s", r.path);
+  return ok;
+}
+
+bool cli_hf_config_read(const char *dir, cli_hf_config *out, char *err, size_t err_size) {
+  char path[sizeof out->path];
+  snprintf(path, sizeof path, "%s/config.json", dir);
+  FILE *f;
+  uint64_t size;
+  if (recap__file_open_regular(path, "config", &f, &size) != RECAP_OK) {
+    snprintf(err, err_size, "%s: cannot read: %s", path, recap_last_error());
+    return false;
+  }
+  if (size > CLI_HF_MAX_CONFIG_BYTES) {
+    fclose(f);
+    snprintf(err, err_size, "%s: %llu bytes, more than a config's %d", path,
+             (unsigned long long)size, CLI_HF_MAX_CONFIG_BYTES);
+    return false;
+  }
+  char *text = malloc(size ? (size_t)size : 1);
+  bool ok = text && fread(text, 1, (size_t)size, f) == size;
+  fclose(f);
+  if (!ok) {
+    free(text);
+    snprintf(err, err_size, "%s: cannot read", path);
+    return false;
+  }
+  ok = cli_hf_config_parse(text, (size_t)size, path, out, err, err_size);
+  free(text);
   return ok;
 }
 

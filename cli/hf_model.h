@@ -61,8 +61,14 @@ typedef struct {
   recap_dtype dtype;
 } cli_hf_config;
 
+/* A config.json larger than this is refused before it is read. */
+enum { CLI_HF_MAX_CONFIG_BYTES = 16 << 20 };
 /* Reads DIR/config.json. False with a message in err. */
 bool cli_hf_config_read(const char *dir, cli_hf_config *out, char *err, size_t err_size);
+/* The same from `len` bytes of JSON (untrusted; the fuzz target's entry point); `path` names
+ * it in messages. */
+bool cli_hf_config_parse(const char *text, size_t len, const char *path, cli_hf_config *out,
+                         char *err, size_t err_size);
 /* Refuses a sliding window shorter than max_seq (recap's attention has no window). */
 bool cli_hf_check_window(const cli_hf_config *c, int64_t max_seq, char *err, size_t err_size);
 

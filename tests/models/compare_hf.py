@@ -11,7 +11,8 @@ dtype recap ran. The rule:
   - max |recap - reference| <= 2 x max |transformers at that dtype - reference| + 1e-6 max|logit|
   - argmax equal wherever the reference's top-1/top-2 margin exceeds 1e-3 (f32) or 3e-2 (bf16)
     x max|logit|; positions under the margin are counted and reported, not failed.
---tiny: the committed fixtures (tests/data/models), reference float64 on the CPU.
+--tiny: the committed fixtures (tests/data/models), prompts of 12 (the committed one), 3 and 60
+    tokens, reference float64 on the CPU.
 --large: a model at Llama 3.2 1B's shape (hidden 2048, 16 layers, 32 heads, 8 KV heads,
     intermediate 8192, vocabulary 128256, tied embeddings, llama3 RoPE), weights re-drawn at the
     rule's scale and saved in bf16; recap in bf16 and in f32; prompts of 7, 64, 300 and 1000
@@ -89,24 +90,29 @@ def judge(name, got, ref, own, dtype):
 
 
 def tiny(args):
-    import transformers as tf
     ok = True
+    rng = np.random.default_rng(5)
     for name in sorted(os.listdir(FIXTURES)):
         folder = os.path.join(FIXTURES, name)
         expected = json.load(open(os.path.join(folder, "expected.json")))
         spec = os.path.join(args.work, name + ".yaml")
         run([args.recap, "import-hf", folder, "-o", spec, "--dtype", "f32", "--batch", "1"])
-        prompt = expected["tokens"][:expected["prompt_length"]]
         config = json.load(open(os.path.join(folder, "config.json")))
-        got, tokens = recap_logits(args.recap, spec, prompt,
-                                   os.path.join(args.work, name + ".f32"), config["vocab_size"])
-        own = hf_logits(folder, tokens, torch.float32, "cuda")
-        ref = hf_logits(folder, tokens, torch.float64, "cpu")
-        ok &= judge("%s f32 (cuda)" % name, got, ref, own, torch.float32)
-        print("      greedy %s transformers' %s" % (
-            "equals" if tokens[len(prompt):] == expected["tokens"][len(prompt):NEW_TOKENS - 1 +
-                                                                    len(prompt)]
-            else "differs from", expected["tokens"][len(prompt):len(prompt) + NEW_TOKENS - 1]))
+        vocab = config["vocab_size"]
+        committed = expected["tokens"][:expected["prompt_length"]]
+        for prompt in (committed, [int(t) for t in rng.integers(0, vocab, size=3)],
+                       [int(t) for t in rng.integers(0, vocab, size=60)]):
+            got, tokens = recap_logits(args.recap, spec, prompt,
+                                       os.path.join(args.work, name + ".f32"), vocab)
+            own = hf_logits(folder, tokens, torch.float32, "cuda")
+            ref = hf_logits(folder, tokens, torch.float64, "cpu")
+            ok &= judge("%s f32 (cuda) prompt %d" % (name, len(prompt)), got, ref, own,
+                        torch.float32)
+            if prompt is committed:
+                same = tokens[len(prompt):] == expected["tokens"][len(prompt):len(tokens)]
+                print("      greedy %s transformers' %s" % (
+                    "equals" if same else "differs from",
+                    expected["tokens"][len(prompt):len(tokens)]))
     return ok
 
 
