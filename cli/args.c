@@ -140,3 +140,23 @@ bool cli_run_flags_check(const char *cmd, const cli_run_flags *f) {
   }
   return true;
 }
+
+bool cli_parse_int_list(const char *cmd, const char *flag, const char *text, long long lo,
+                        long long hi, long long *out, size_t max, size_t *count,
+                        const char *example) {
+  *count = 0;
+  for (const char *p = text;;) {
+    char item[24];
+    size_t n = strcspn(p, ",");
+    if (*count == max || n == 0 || n >= sizeof item) {
+      fprintf(stderr, "recap %s: %s expects up to %zu values like %s, got '%.40s'\n", cmd, flag,
+              max, example, text);
+      return false;
+    }
+    memcpy(item, p, n);
+    item[n] = '\0';
+    if (!cli_parse_int(cmd, flag, item, lo, hi, &out[(*count)++])) return false;
+    if (p[n] == '\0') return true;
+    p += n + 1;
+  }
+}

@@ -74,6 +74,11 @@ int cli_dim_flag(const char *cmd, int argc, char **argv, int *i, const char **di
 /* Parses a whole decimal integer in [lo, hi]. False (message names the flag) otherwise. */
 bool cli_parse_int(const char *cmd, const char *flag, const char *text, long long lo, long long hi,
                    long long *out);
+/* Parses "A,B,C" (decimal integers in [lo, hi], at most `max` of them) into out[0..*count).
+ * False with a message naming `flag` and showing `example` (e.g. "1,2,4,8"). */
+bool cli_parse_int_list(const char *cmd, const char *flag, const char *text, long long lo,
+                        long long hi, long long *out, size_t max, size_t *count,
+                        const char *example);
 /* Parses a whole decimal integer in [0, 2^64 - 1] (the range of seeds). */
 bool cli_parse_u64(const char *cmd, const char *flag, const char *text, uint64_t *out);
 /* Parses "NAME=VALUE" (VALUE a positive integer). */

@@ -33,26 +33,18 @@ static void usage(void) {
       "exit status: 0 ok, 1 on a failure, 2 on a usage error.\n");
 }
 
+/* The prompt's ids, comma-separated, into a new array (the caller frees it). */
 static bool parse_ids(const char *text, int32_t **ids, int *count) {
-  *count = 0;
+  long long *values = malloc(sizeof(long long) * MAX_PROMPT);
   *ids = malloc(sizeof(int32_t) * MAX_PROMPT);
-  if (!*ids) return false;
-  for (const char *p = text;;) {
-    char item[24];
-    size_t n = strcspn(p, ",");
-    long long v;
-    if (*count == MAX_PROMPT || n == 0 || n >= sizeof item) {
-      fprintf(stderr, "recap %s: --prompt-ids expects up to %d ids like 1,2,3, got '%.40s'\n", CMD,
-              MAX_PROMPT, text);
-      return false;
-    }
-    memcpy(item, p, n);
-    item[n] = '\0';
-    if (!cli_parse_int(CMD, "--prompt-ids", item, 0, INT32_MAX, &v)) return false;
-    (*ids)[(*count)++] = (int32_t)v;
-    if (p[n] == '\0') return true;
-    p += n + 1;
-  }
+  size_t n = 0;
+  bool ok =
+      values && *ids &&
+      cli_parse_int_list(CMD, "--prompt-ids", text, 0, INT32_MAX, values, MAX_PROMPT, &n, "1,2,3");
+  for (size_t i = 0; ok && i < n; ++i) (*ids)[i] = (int32_t)values[i];
+  *count = (int)n;
+  free(values);
+  return ok;
 }
 
 /* One sequence's step: `count` ids at positions first .. first + count - 1; the last row's

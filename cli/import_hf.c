@@ -34,23 +34,12 @@ static void usage(void) {
 
 /* "1,2,4,8" into batches. */
 static bool parse_batches(const char *text, int64_t *batches, size_t *count) {
-  *count = 0;
-  for (const char *p = text;;) {
-    char item[24];
-    size_t n = strcspn(p, ",");
-    long long v;
-    if (*count == CLI_HF_MAX_BATCHES || n == 0 || n >= sizeof item) {
-      fprintf(stderr, "recap %s: --batch expects up to %d sizes like 1,2,4,8, got '%s'\n", CMD,
-              CLI_HF_MAX_BATCHES, text);
-      return false;
-    }
-    memcpy(item, p, n);
-    item[n] = '\0';
-    if (!cli_parse_int(CMD, "--batch", item, 1, 1 << 20, &v)) return false;
-    batches[(*count)++] = v;
-    if (p[n] == '\0') return true;
-    p += n + 1;
-  }
+  long long values[CLI_HF_MAX_BATCHES];
+  if (!cli_parse_int_list(CMD, "--batch", text, 1, 1 << 20, values, CLI_HF_MAX_BATCHES, count,
+                          "1,2,4,8"))
+    return false;
+  for (size_t i = 0; i < *count; ++i) batches[i] = values[i];
+  return true;
 }
 
 static bool write_spec(const char *path, const char *text) {

@@ -212,7 +212,7 @@ static recap_status plan_checkpoint(const recap__spec_weights *w, recap__src_pos
     char file_shape[128];
     shape_text(s->ndim, s->shape, file_shape, sizeof file_shape);
     bool transformed = w->num_keys > 1 || w->has_rows || w->has_cols || w->transpose;
-    char reads[200] = "";
+    char reads[sizeof got + 80] = "";
     if (transformed)
       snprintf(reads, sizeof reads,
                "; with the spec's key list, rows, cols and transpose that gives %s", got);
