@@ -71,10 +71,8 @@ int cli_load(const char *cmd, const cli_load_request *r, recap__model **out, siz
   recap_status st = recap__load_file(r->path, &o, out, &diag);
   if (st == RECAP_STATUS_SPEC_ERROR && diag.count > 0)
     cli_print_diag(r->path, &diag);
-  else if (st == RECAP_STATUS_INVALID_ARGUMENT) /* a --dim or --entry the spec cannot take */
-    fprintf(stderr, "recap %s: %s: %s\n", cmd,
-            strncmp(recap_last_error(), "dim override", 12) == 0 ? "--dim" : "--entry",
-            recap_last_error());
+  else if (st == RECAP_STATUS_INVALID_ARGUMENT) /* a --dim or --entry the spec cannot take; */
+    fprintf(stderr, "recap %s: %s\n", cmd, recap_last_error()); /* the message says which */
   else if (st != RECAP_OK)
     fprintf(stderr, "%s: error: %s\n", r->path, recap_last_error());
   recap__diag_free(&diag);

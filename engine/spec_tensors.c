@@ -150,14 +150,15 @@ static char *checkpoint_identity(const char *full) {
 static const recap__checkpoint *open_checkpoint(loader *L, const recap__yaml_node *n,
                                                 const char *full) {
   recap__spec *spec = L->spec;
+  /* The same text is the common case (every tensor of one `checkpoint:`): no file system
+   * lookups. Only a new path pays for resolving links against the open ones. */
+  for (size_t i = 0; i < spec->num_checkpoints; ++i)
+    if (strcmp(spec->checkpoints[i]->path, full) == 0) return spec->checkpoints[i];
   char *identity = checkpoint_identity(full);
-  for (size_t i = 0; i < spec->num_checkpoints; ++i) {
-    bool same = strcmp(spec->checkpoints[i]->path, full) == 0;
-    if (!same && identity) {
-      char *other = checkpoint_identity(spec->checkpoints[i]->path);
-      same = other && strcmp(other, identity) == 0;
-      free(other);
-    }
+  for (size_t i = 0; identity && i < spec->num_checkpoints; ++i) {
+    char *other = checkpoint_identity(spec->checkpoints[i]->path);
+    bool same = other && strcmp(other, identity) == 0;
+    free(other);
     if (same) {
       free(identity);
       return spec->checkpoints[i];
