@@ -331,6 +331,47 @@ typedef struct {
 } recap_tensor;
 
 /* ------------------------------------------------------------------------------------------
+ * Per-sequence step metadata for serving (the paged ops: seq_positions, paged_kv_write,
+ * paged_attention, sample, decode_advance; docs/SERVING_OPS.md)
+ *
+ * One step runs T tokens packed from up to Bs sequences. What each sequence does in the step is
+ * one row of an i32 tensor `seqs` [Bs, RECAP_SEQ_BLOCKS + MB] in device memory, read by the
+ * kernels when they run, so one captured graph serves any mix of sequences and lengths. The
+ * host fills the rows (one copy per step; after a decode step the decode_advance op updates
+ * them on the device). An all-zero row is an unused slot: it owns no token, writes nothing and
+ * samples nothing.
+ *
+ *   RECAP_SEQ_LEN          keys of the sequence in the KV cache once this step's tokens are
+ *                          written (its context length after the step)
+ *   RECAP_SEQ_Q_START      its first token in the step's packed tokens [0, T)
+ *   RECAP_SEQ_Q_LEN        its tokens in the step (0: none); they sit at positions
+ *                          LEN - Q_LEN .. LEN - 1. Rows with tokens are packed in row order:
+ *                          each Q_START is the previous rows' Q_START + Q_LEN
+ *   RECAP_SEQ_OUT_INDEX    index, in the request's output, of the token this step samples
+ *   RECAP_SEQ_SEED_LO/_HI  the request's 64-bit sampling seed
+ *   RECAP_SEQ_TOP_K        keep the K most likely tokens (0: all)
+ *   RECAP_SEQ_TEMPERATURE  f32 bits; 0: greedy (argmax, ties to the lowest id)
+ *   RECAP_SEQ_TOP_P        f32 bits; keep the most likely tokens up to this mass (0 or 1: all)
+ *   RECAP_SEQ_MIN_P        f32 bits; keep tokens of probability >= MIN_P x the largest (0: all)
+ *   RECAP_SEQ_BLOCKS + j   the KV block holding positions [j x BS, (j + 1) x BS), BS being the
+ *                          cache's block size; MB = the row width - RECAP_SEQ_BLOCKS
+ * Columns between RECAP_SEQ_MIN_P and RECAP_SEQ_BLOCKS are reserved (write 0).
+ * ---------------------------------------------------------------------------------------- */
+enum {
+  RECAP_SEQ_LEN = 0,
+  RECAP_SEQ_Q_START = 1,
+  RECAP_SEQ_Q_LEN = 2,
+  RECAP_SEQ_OUT_INDEX = 3,
+  RECAP_SEQ_SEED_LO = 4,
+  RECAP_SEQ_SEED_HI = 5,
+  RECAP_SEQ_TOP_K = 6,
+  RECAP_SEQ_TEMPERATURE = 7,
+  RECAP_SEQ_TOP_P = 8,
+  RECAP_SEQ_MIN_P = 9,
+  RECAP_SEQ_BLOCKS = 16,
+};
+
+/* ------------------------------------------------------------------------------------------
  * GEMM settings (process-wide; read at each launch, so a captured graph keeps what it
  * captured: change them before warmup)
  * ---------------------------------------------------------------------------------------- */
