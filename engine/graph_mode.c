@@ -57,28 +57,37 @@ void recap__graph_destroy_all(recap_pipeline *p) {
   p->captured = false;
 }
 
-/* Copies of the state tensors, so warmup runs leave no trace in them. */
+/* Copies of the state and input tensors, so warmup runs leave no trace in them. */
 typedef struct {
   void **copies;
   size_t count;
 } state_backup;
 
+/* Saves every state tensor and every input, then zeroes the inputs: warmup runs each bucket
+ * on zeroed inputs, not on what the caller last wrote for one batch size (the step metadata a
+ * server wrote for 8 sequences is not valid for bucket 1; all-zero metadata describes no
+ * sequence, so the paged ops write nothing), and ops that write their inputs in place
+ * (decode_advance) leave nothing behind. */
 static recap_status backup_states(recap_pipeline *p, state_backup *bk) {
   const recap__ir *ir = p->model->irs[p->model->num_buckets - 1];
   bk->count = ir->num_tensors;
   bk->copies = calloc(bk->count ? bk->count : 1, sizeof *bk->copies);
   if (!bk->copies) return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory for state backups");
   for (size_t t = 0; t < ir->num_tensors; ++t) {
-    if (ir->tensors[t].role != RECAP_ROLE_STATE || ir->tensors[t].bytes == 0) continue;
+    recap_tensor_role role = ir->tensors[t].role;
+    if ((role != RECAP_ROLE_STATE && role != RECAP_ROLE_INPUT) || ir->tensors[t].bytes == 0)
+      continue;
     size_t bytes = (size_t)ir->tensors[t].bytes;
     RECAP_TRY(recap_malloc(p->device, bytes, p->stream, &bk->copies[t]));
     RECAP_TRY(p->stream->backend->memcpy_async(bk->copies[t], p->data[t], bytes, p->stream));
+    if (role == RECAP_ROLE_INPUT)
+      RECAP_TRY(p->stream->backend->memset_async(p->data[t], 0, bytes, p->stream));
   }
   return RECAP_OK;
 }
 
-/* Puts the states back and frees the copies; stream-ordered, so the copies are reused only
- * after the copy back. */
+/* Puts the states and inputs back and frees the copies; stream-ordered, so the copies are
+ * reused only after the copy back. */
 static recap_status restore_states(recap_pipeline *p, state_backup *bk) {
   const recap__ir *ir = p->model->irs[p->model->num_buckets - 1];
   recap_status st = RECAP_OK;

@@ -139,6 +139,15 @@ recap_status recap__cuda_attention(const recap__op_call *call, void *cuda_stream
  * then rounded to the output dtype (runtime/philox.h). */
 recap_status recap__cuda_random(const recap__op_call *call, void *cuda_stream);
 
+/* decode_advance (kernels/decode_advance.c): inputs ids [T], seqs [Bs, W] (W >
+ * RECAP_SEQ_BLOCKS, row stride any, columns contiguous), tokens [Bs], all i32; output 0 is
+ * ids. attrs.start is the KV block size. Rows with Q_LEN > 0 in order: one whose next
+ * position LEN has no block (column LEN / block size past the table or below 0) gets Q_LEN 0
+ * and Q_START 0; the others get Q_START = their rank among such rows, Q_LEN 1, LEN + 1,
+ * OUT_INDEX + 1, and ids[rank] = tokens[row]. A row with tokens and a negative token or LEN
+ * traps. */
+recap_status recap__cuda_decode_advance(const recap__op_call *call, void *cuda_stream);
+
 /* matmul and linear: implemented by the GEMM half (kernels/gemm/choose.c); see
  * kernels/gemm/gemm.h. */
 recap_status recap__cuda_gemm(const recap__op_call *call, void *cuda_stream);
