@@ -11,7 +11,12 @@
 
 #include "cli/hf_model.h"
 
-enum { DEFAULT_MAX_SEQ = 4096, DEFAULT_PREFILL = 128 };
+enum {
+  DEFAULT_MAX_SEQ = 4096,
+  DEFAULT_PREFILL = 128,
+  DEFAULT_BLOCK_SIZE = 16,
+  DEFAULT_PREFILL_SEQS = 8
+};
 
 static bool fail(cli_hf_import_result *r, const char *fmt, ...) RECAP__PRINTF(2, 3);
 static bool fail(cli_hf_import_result *r, const char *fmt, ...) {
@@ -94,6 +99,7 @@ static bool pick_sizes(const cli_hf_import_options *o, const cli_hf_config *c,
   }
   r->prefill =
       o->prefill ? o->prefill : (r->max_seq < DEFAULT_PREFILL ? r->max_seq : DEFAULT_PREFILL);
+  if (o->paged && o->num_prefill_tokens) r->prefill = o->prefill_tokens[o->num_prefill_tokens - 1];
   if (r->prefill < 1 || r->prefill > r->max_seq)
     return fail(r, "--prefill %" PRId64 " must be from 1 to --max-seq (%" PRId64 ")", r->prefill,
                 r->max_seq);
@@ -103,6 +109,33 @@ static bool pick_sizes(const cli_hf_import_options *o, const cli_hf_config *c,
   if (o->num_batches > CLI_HF_MAX_BATCHES)
     return fail(r, "at most %d batch sizes", CLI_HF_MAX_BATCHES);
   r->max_batch = o->num_batches ? o->batches[o->num_batches - 1] : 1;
+  if (!o->paged) {
+    if (o->num_prefill_tokens > 1)
+      return fail(r,
+                  "several prefill sizes need --paged (the contiguous layout buckets the batch)");
+    return true;
+  }
+  for (size_t i = 0; i < o->num_prefill_tokens; i++)
+    if (o->prefill_tokens[i] < 1 || (i > 0 && o->prefill_tokens[i] <= o->prefill_tokens[i - 1]))
+      return fail(r, "prefill sizes must be positive and ascending");
+  if (o->num_prefill_tokens > CLI_HF_MAX_BATCHES)
+    return fail(r, "at most %d prefill sizes", CLI_HF_MAX_BATCHES);
+  int64_t smallest = o->num_prefill_tokens ? o->prefill_tokens[0] : r->prefill;
+  r->block_size = o->block_size ? o->block_size : DEFAULT_BLOCK_SIZE;
+  if (r->block_size < 1 || r->block_size > r->max_seq)
+    return fail(r, "--block-size %" PRId64 " must be from 1 to --max-seq (%" PRId64 ")",
+                r->block_size, r->max_seq);
+  int64_t blocks_per_seq = (r->max_seq + r->block_size - 1) / r->block_size;
+  r->kv_blocks = o->kv_blocks ? o->kv_blocks : r->max_batch * blocks_per_seq;
+  if (r->kv_blocks < 1) return fail(r, "--kv-blocks must be positive");
+  r->prefill_seqs = o->prefill_seqs
+                        ? o->prefill_seqs
+                        : (smallest < DEFAULT_PREFILL_SEQS ? smallest : DEFAULT_PREFILL_SEQS);
+  /* decode_advance gives each sequence of a step one slot of ids. */
+  if (r->prefill_seqs < 1 || r->prefill_seqs > smallest)
+    return fail(
+        r, "--prefill-seqs %" PRId64 " must be from 1 to the smallest prefill size (%" PRId64 ")",
+        r->prefill_seqs, smallest);
   return true;
 }
 
@@ -126,12 +159,19 @@ static bool import(const cli_hf_import_options *o, const cli_hf_config *c,
     if ((unsigned char)*p < 0x20 || *p == 0x7f)
       return fail(r, "the model folder's path has a control character");
   static const int64_t one = 1;
-  cli_hf_spec_options so = {.checkpoint = path,
-                            .dtype = r->dtype,
-                            .batches = o->num_batches ? o->batches : &one,
-                            .num_batches = o->num_batches ? o->num_batches : 1,
-                            .max_seq = r->max_seq,
-                            .prefill = r->prefill};
+  cli_hf_spec_options so = {
+      .checkpoint = path,
+      .dtype = r->dtype,
+      .batches = o->num_batches ? o->batches : &one,
+      .num_batches = o->num_batches ? o->num_batches : 1,
+      .max_seq = r->max_seq,
+      .prefill = r->prefill,
+      .paged = o->paged,
+      .block_size = r->block_size,
+      .kv_blocks = r->kv_blocks,
+      .prefill_seqs = r->prefill_seqs,
+      .prefill_tokens = o->num_prefill_tokens ? o->prefill_tokens : &r->prefill,
+      .num_prefill_tokens = o->num_prefill_tokens ? o->num_prefill_tokens : 1};
   if (!cli_hf_spec_write(c, &w, &so, spec)) return fail(r, "out of memory");
   return true;
 }

@@ -34,6 +34,14 @@ typedef struct {
   size_t num_batches;
   bool dtype_given; /* else the config's dtype, else the checkpoint's embedding's */
   recap_dtype dtype;
+  /* The serving layout (paged KV pool, packed steps, sampling in the graph); batches are then
+   * the decode entry's token buckets. */
+  bool paged;
+  int64_t block_size;            /* rows per KV block; 0: 16 */
+  int64_t kv_blocks;             /* blocks per layer's pool; 0: every slot at max_seq */
+  const int64_t *prefill_tokens; /* the prefill entry's token buckets; NULL: {prefill} */
+  size_t num_prefill_tokens;
+  int64_t prefill_seqs; /* sequences per prefill step; 0: min(8, smallest prefill bucket) */
 } cli_hf_import_options;
 
 typedef struct {
@@ -43,6 +51,8 @@ typedef struct {
   int64_t max_seq, prefill, max_batch, layers;
   uint64_t param_bytes;           /* every weight in the spec's dtype */
   uint64_t kv_bytes_per_sequence; /* K and V of every layer for max_seq tokens */
+  int64_t block_size, kv_blocks;  /* the serving layout's pool (0 otherwise) */
+  int64_t prefill_seqs;           /* the serving layout's sequences per prefill step */
   char notes[1024];               /* lines for the user ("note: ..."), may be empty */
   char error[1024];               /* why cli_hf_import failed */
 } cli_hf_import_result;

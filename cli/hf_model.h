@@ -115,6 +115,14 @@ typedef struct {
   const int64_t *batches; /* ascending; more than one makes B bucketed */
   size_t num_batches;
   int64_t max_seq, prefill;
+  /* The serving layout (docs/MODELS.md, "Paged serving specs"): T tokens per step packed from
+   * Bs sequences, per-sequence metadata `seqs`, a paged KV pool of kv_blocks blocks of
+   * block_size rows, sampling and decode_advance in the graph. Then `batches` are the decode
+   * entry's token buckets, `prefill_tokens` the prefill entry's, and prefill_seqs its Bs. */
+  bool paged;
+  int64_t block_size, kv_blocks, prefill_seqs;
+  const int64_t *prefill_tokens;
+  size_t num_prefill_tokens;
 } cli_hf_spec_options;
 
 /* Appends the spec's YAML to out. False when out ran out of memory. */

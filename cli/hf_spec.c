@@ -70,9 +70,38 @@ static void put_dim(recap__text *t, const char *name, int64_t value, const char 
                   comment ? comment : "");
 }
 
+/* "[1, 2, 4]" (or "8" for one value) into buf. */
+static const char *list_text(const int64_t *values, size_t count, char *buf, size_t size) {
+  size_t used = 0;
+  buf[0] = 0;
+  for (size_t i = 0; i < count && used < size; i++)
+    used += (size_t)snprintf(buf + used, size - used, "%s%" PRId64,
+                             count == 1 ? ""
+                             : i        ? ", "
+                                        : "[",
+                             values[i]);
+  if (count > 1 && used < size) snprintf(buf + used, size - used, "]");
+  return buf;
+}
+
+/* The serving layout's step dims: T tokens from Bs sequences, the pool and the metadata rows. */
+static void put_paged_step_dims(recap__text *t, const cli_hf_spec_options *o) {
+  char decode[1024];
+  list_text(o->batches, o->num_batches, decode, sizeof decode);
+  int64_t blocks_per_seq = (o->max_seq + o->block_size - 1) / o->block_size;
+  recap__text_put(t, "  T:    %-8s # tokens per step (decode: one per sequence)\n", decode);
+  recap__text_put(t, "  Bs:   T        # sequence slots per step: rows of seqs\n");
+  put_dim(t, "BS:", o->block_size, "rows per KV block (--block-size)");
+  put_dim(t, "NB:", o->kv_blocks, "KV blocks in each layer's pool (--kv-blocks)");
+  put_dim(t, "W:", 16 + blocks_per_seq,
+          "seqs row: 16 fields + one block id per BS positions of --max-seq");
+}
+
 static void put_dims(recap__text *t, const cli_hf_config *c, const cli_hf_spec_options *o) {
   recap__text_put(t, "dims:\n");
-  if (o->num_batches == 1) {
+  if (o->paged) {
+    put_paged_step_dims(t, o);
+  } else if (o->num_batches == 1) {
     put_dim(t, "B:", o->batches[0], "sequences per step");
   } else {
     recap__text_put(t, "  B:    ");
@@ -81,8 +110,10 @@ static void put_dims(recap__text *t, const cli_hf_config *c, const cli_hf_spec_o
     recap__text_put(t, "]  # sequences per step: the batch buckets\n");
   }
   int64_t q = c->heads * c->head_dim, kv = c->kv_heads * c->head_dim;
-  put_dim(t, "S:", 1, "tokens per sequence per step: the entries set it");
-  put_dim(t, "Smax:", o->max_seq, "KV cache rows per sequence (--max-seq)");
+  if (!o->paged) {
+    put_dim(t, "S:", 1, "tokens per sequence per step: the entries set it");
+    put_dim(t, "Smax:", o->max_seq, "KV cache rows per sequence (--max-seq)");
+  }
   put_dim(t, "D:", c->hidden, "hidden size");
   put_dim(t, "H:", c->heads, "attention heads");
   put_dim(t, "Hkv:", c->kv_heads, "key/value heads");
@@ -95,8 +126,17 @@ static void put_dims(recap__text *t, const cli_hf_config *c, const cli_hf_spec_o
   put_dim(t, "V:", c->vocab, "vocabulary");
   if (c->arch->gpt2) put_dim(t, "P:", c->max_positions, "learned positions");
   put_dim(t, "L:", c->layers, "layers");
-  recap__text_put(t, "entries:\n  prefill: {dims: {S: %" PRId64 "}}\n  decode: {dims: {S: 1}}\n",
-                  o->prefill);
+  if (o->paged) {
+    char decode[1024], prefill[1024];
+    recap__text_put(t,
+                    "entries:\n  prefill: {dims: {T: %s, Bs: %" PRId64
+                    "}}\n  decode: {dims: {T: %s, Bs: T}}\n",
+                    list_text(o->prefill_tokens, o->num_prefill_tokens, prefill, sizeof prefill),
+                    o->prefill_seqs, list_text(o->batches, o->num_batches, decode, sizeof decode));
+  } else {
+    recap__text_put(t, "entries:\n  prefill: {dims: {S: %" PRId64 "}}\n  decode: {dims: {S: 1}}\n",
+                    o->prefill);
+  }
 }
 
 static void put_norm(recap__text *t, const cli_hf_config *c, const char *in, const char *weight,
@@ -127,16 +167,21 @@ static void put_rope(recap__text *t, const cli_hf_config *c, const char *in, con
 }
 
 /* x -> h: norm, q/k/v, (q/k norm,) RoPE, the caches, attention, output projection, residual. */
-static void put_attention(recap__text *t, const cli_hf_config *c, const cli_hf_weights *w) {
+static void put_attention(recap__text *t, const cli_hf_config *c, const cli_hf_weights *w,
+                          const cli_hf_spec_options *o) {
   put_norm(t, c, "x", "attn_norm", "xn");
   recap__text_put(t, "      - {op: linear, in: [xn, wqkv%s], out: qkv, name: qkv}\n",
                   optional(w, ", bqkv"));
   recap__text_put(t,
                   "      - {op: split, in: [qkv], out: [q_flat, k_flat, v_flat], dim: -1, "
                   "sizes: [Q, KV, KV]}\n");
-  recap__text_put(t, "      - {op: reshape, in: [q_flat], out: q_heads, shape: [B, S, H, Dh]}\n");
-  recap__text_put(t, "      - {op: reshape, in: [k_flat], out: k_heads, shape: [B, S, Hkv, Dh]}\n");
-  recap__text_put(t, "      - {op: reshape, in: [v_flat], out: v_rows, shape: [B, S, Hkv, Dh]}\n");
+  const char *rows = o->paged ? "T" : "B, S";
+  recap__text_put(t, "      - {op: reshape, in: [q_flat], out: q_heads, shape: [%s, H, Dh]}\n",
+                  rows);
+  recap__text_put(t, "      - {op: reshape, in: [k_flat], out: k_heads, shape: [%s, Hkv, Dh]}\n",
+                  rows);
+  recap__text_put(t, "      - {op: reshape, in: [v_flat], out: v_rows, shape: [%s, Hkv, Dh]}\n",
+                  rows);
   const char *q = "q_heads", *k = "k_heads";
   if (c->arch->qk_norm) {
     put_norm(t, c, q, "q_norm", "q_normed");
@@ -150,22 +195,33 @@ static void put_attention(recap__text *t, const cli_hf_config *c, const cli_hf_w
     q = "q_rows";
     k = "k_rows";
   }
-  recap__text_put(t, "      - {op: kv_append, in: [k_cache, %s, pos], out: k_all}\n", k);
-  recap__text_put(t, "      - {op: kv_append, in: [v_cache, v_rows, pos], out: v_all}\n");
-  recap__text_put(t, "      - {op: permute, in: [%s], out: q, dims: [0, 2, 1, 3]}\n", q);
-  recap__text_put(t, "      - {op: permute, in: [k_all], out: k, dims: [0, 2, 1, 3]}\n");
-  recap__text_put(t, "      - {op: permute, in: [v_all], out: v, dims: [0, 2, 1, 3]}\n");
   char scale[40] = "";
   if (c->attention_scale > 0) {
     char s[32];
     snprintf(scale, sizeof scale, ", scale: %s", number(c->attention_scale, s, sizeof s));
   }
-  recap__text_put(t,
-                  "      - {op: attention, in: [q, k, v, len], out: attn, causal: true%s, "
-                  "name: attention}\n",
-                  scale);
-  recap__text_put(t, "      - {op: permute, in: [attn], out: attn_rows, dims: [0, 2, 1, 3]}\n");
-  recap__text_put(t, "      - {op: reshape, in: [attn_rows], out: attn_flat, shape: [B, S, Q]}\n");
+  if (o->paged) {
+    recap__text_put(t, "      - {op: paged_kv_write, in: [k_cache, %s, seqs], out: k_all}\n", k);
+    recap__text_put(t, "      - {op: paged_kv_write, in: [v_cache, v_rows, seqs], out: v_all}\n");
+    recap__text_put(t,
+                    "      - {op: paged_attention, in: [%s, k_all, v_all, seqs], out: attn%s, "
+                    "name: attention}\n",
+                    q, scale);
+    recap__text_put(t, "      - {op: reshape, in: [attn], out: attn_flat, shape: [T, Q]}\n");
+  } else {
+    recap__text_put(t, "      - {op: kv_append, in: [k_cache, %s, pos], out: k_all}\n", k);
+    recap__text_put(t, "      - {op: kv_append, in: [v_cache, v_rows, pos], out: v_all}\n");
+    recap__text_put(t, "      - {op: permute, in: [%s], out: q, dims: [0, 2, 1, 3]}\n", q);
+    recap__text_put(t, "      - {op: permute, in: [k_all], out: k, dims: [0, 2, 1, 3]}\n");
+    recap__text_put(t, "      - {op: permute, in: [v_all], out: v, dims: [0, 2, 1, 3]}\n");
+    recap__text_put(t,
+                    "      - {op: attention, in: [q, k, v, len], out: attn, causal: true%s, "
+                    "name: attention}\n",
+                    scale);
+    recap__text_put(t, "      - {op: permute, in: [attn], out: attn_rows, dims: [0, 2, 1, 3]}\n");
+    recap__text_put(t,
+                    "      - {op: reshape, in: [attn_rows], out: attn_flat, shape: [B, S, Q]}\n");
+  }
   recap__text_put(t, "      - {op: linear, in: [attn_flat, wo%s], out: proj, name: out_proj}\n",
                   optional(w, ", bo"));
   recap__text_put(t, "      - {op: add, in: [x, proj], out: h}\n");
@@ -190,44 +246,56 @@ static void put_mlp(recap__text *t, const cli_hf_config *c, const cli_hf_weights
   recap__text_put(t, "      - {op: add, in: [h, down], out: y}\n");
 }
 
-bool cli_hf_spec_write(const cli_hf_config *c, const cli_hf_weights *w,
-                       const cli_hf_spec_options *o, recap__text *t) {
-  const char *dtype = recap_dtype_name(o->dtype);
+static void put_header(recap__text *t, const cli_hf_config *c, const cli_hf_spec_options *o) {
   recap__text_put(t,
                   "# %s imported by `recap import-hf` (docs/MODELS.md). The weights are read from "
-                  "the checkpoint by key.\n"
-                  "# Inputs: ids [B, S] (i32 token ids) and positions [S] (each row's position); "
-                  "scalars pos (the\n"
-                  "# first row's position: where this step's keys and values go in the caches) "
-                  "and len (valid\n"
-                  "# cache rows after this step: pos + S). Output: logits [B, S, V], f32. Run "
-                  "a prompt with the\n"
-                  "# `prefill` entry (S tokens at a time), then one token per step with "
-                  "`decode`, created with\n"
-                  "# recap_pipeline_options.share = the prefill pipeline (specs/README.md, "
-                  "\"Entries\").\n",
+                  "the checkpoint by key.\n",
                   c->arch->architecture);
-  recap__text_put(t, "name: %s\ndevice: cuda\ndtype: %s\ncheckpoint: ", c->name, dtype);
-  put_quoted(t, o->checkpoint);
-  recap__text_put(t, "\n");
-  put_dims(t, c, o);
+  if (o->paged)
+    recap__text_put(t,
+                    "# Serving layout: each step runs T tokens packed from Bs sequences. Inputs: "
+                    "ids [T] (i32) and\n"
+                    "# seqs [Bs, W] (i32, one row per sequence: include/recap.h, RECAP_SEQ_*). "
+                    "Outputs: logits [Bs, V]\n"
+                    "# (f32) at each sequence's last token and tokens [Bs] (i32), sampled as each "
+                    "row asks. decode_advance\n"
+                    "# then moves every running row one position on and writes its token into "
+                    "ids, so decode steps\n"
+                    "# replay with no host copy. `prefill` packs prompt chunks, `decode` runs one "
+                    "token per sequence;\n"
+                    "# both over the paged KV pools (create one with "
+                    "recap_pipeline_options.share = the other).\n");
+  else
+    recap__text_put(t,
+                    "# Inputs: ids [B, S] (i32 token ids) and positions [S] (each row's position); "
+                    "scalars pos (the\n"
+                    "# first row's position: where this step's keys and values go in the caches) "
+                    "and len (valid\n"
+                    "# cache rows after this step: pos + S). Output: logits [B, S, V], f32. Run "
+                    "a prompt with the\n"
+                    "# `prefill` entry (S tokens at a time), then one token per step with "
+                    "`decode`, created with\n"
+                    "# recap_pipeline_options.share = the prefill pipeline (specs/README.md, "
+                    "\"Entries\").\n");
+}
 
-  recap__text_put(t, "blocks:\n  layer:\n    input: x\n    output: y\n    tensors:\n");
-  recap__text_put(t, "      k_cache: {shape: [B, Smax, Hkv, Dh], role: state}\n");
-  recap__text_put(t, "      v_cache: {shape: [B, Smax, Hkv, Dh], role: state}\n");
-  for (size_t i = 0; i < w->num_layer; i++) put_weight(t, "      ", &w->layer[i]);
-  recap__text_put(t, "    ops:\n");
-  put_attention(t, c, w);
-  put_mlp(t, c, w);
-
-  recap__text_put(t, "tensors:\n");
-  recap__text_put(t, "  ids: {shape: [B, S], dtype: i32, role: input}\n");
-  recap__text_put(t, "  positions: {shape: [S], dtype: i32, role: input}\n");
-  recap__text_put(t, "  pos: {role: scalar, value: 0}\n");
-  recap__text_put(t, "  len: {role: scalar, value: %" PRId64 "}\n", o->prefill);
+/* The step's inputs and the top-level ops that read them, up to the layers' input h0. */
+static void put_inputs(recap__text *t, const cli_hf_config *c, const cli_hf_weights *w,
+                       const cli_hf_spec_options *o) {
+  if (o->paged) {
+    recap__text_put(t, "  ids: {shape: [T], dtype: i32, role: input}\n");
+    recap__text_put(t, "  seqs: {shape: [Bs, W], dtype: i32, role: input}\n");
+  } else {
+    recap__text_put(t, "  ids: {shape: [B, S], dtype: i32, role: input}\n");
+    recap__text_put(t, "  positions: {shape: [S], dtype: i32, role: input}\n");
+    recap__text_put(t, "  pos: {role: scalar, value: 0}\n");
+    recap__text_put(t, "  len: {role: scalar, value: %" PRId64 "}\n", o->prefill);
+  }
   for (size_t i = 0; i < w->num_top; i++) put_weight(t, "  ", &w->top[i]);
 
   recap__text_put(t, "ops:\n");
+  if (o->paged)
+    recap__text_put(t, "  - {op: seq_positions, in: [seqs], out: positions, tokens: T}\n");
   if (c->arch->gpt2) {
     recap__text_put(t, "  - {op: embedding, in: [wte, ids], out: token_rows}\n");
     recap__text_put(t, "  - {op: embedding, in: [wpe, positions], out: position_rows}\n");
@@ -235,20 +303,57 @@ bool cli_hf_spec_write(const cli_hf_config *c, const cli_hf_weights *w,
   } else {
     recap__text_put(t, "  - {op: embedding, in: [%s, ids], out: h0}\n", w->embedding);
   }
+}
+
+bool cli_hf_spec_write(const cli_hf_config *c, const cli_hf_weights *w,
+                       const cli_hf_spec_options *o, recap__text *t) {
+  const char *dtype = recap_dtype_name(o->dtype);
+  put_header(t, c, o);
+  recap__text_put(t, "name: %s\ndevice: cuda\ndtype: %s\ncheckpoint: ", c->name, dtype);
+  put_quoted(t, o->checkpoint);
+  recap__text_put(t, "\n");
+  put_dims(t, c, o);
+
+  recap__text_put(t, "blocks:\n  layer:\n    input: x\n    output: y\n    tensors:\n");
+  const char *cache = o->paged ? "[NB, BS, Hkv, Dh]" : "[B, Smax, Hkv, Dh]";
+  recap__text_put(t, "      k_cache: {shape: %s, role: state}\n", cache);
+  recap__text_put(t, "      v_cache: {shape: %s, role: state}\n", cache);
+  for (size_t i = 0; i < w->num_layer; i++) put_weight(t, "      ", &w->layer[i]);
+  recap__text_put(t, "    ops:\n");
+  put_attention(t, c, w, o);
+  put_mlp(t, c, w);
+
+  recap__text_put(t, "tensors:\n");
+  put_inputs(t, c, w, o);
   recap__text_put(t, "  - {block: layer, count: L, in: h0, out: hL, name: layers}\n");
+  /* The serving layout computes logits at each sequence's last token only. */
+  const char *last = "hL";
+  if (o->paged) {
+    recap__text_put(t, "  - {op: seq_last_tokens, in: [seqs], out: last}\n");
+    recap__text_put(t, "  - {op: embedding, in: [hL, last], out: h_last}\n");
+    last = "h_last";
+  }
   char eps[40];
   number(c->norm_eps, eps, sizeof eps);
   if (c->arch->gpt2)
     recap__text_put(t,
-                    "  - {op: layernorm, in: [hL, final_norm, final_norm_bias], out: hf, eps: "
+                    "  - {op: layernorm, in: [%s, final_norm, final_norm_bias], out: hf, eps: "
                     "%s}\n",
-                    eps);
+                    last, eps);
   else
-    recap__text_put(t, "  - {op: rmsnorm, in: [hL, final_norm], out: hf, eps: %s}\n", eps);
+    recap__text_put(t, "  - {op: rmsnorm, in: [%s, final_norm], out: hf, eps: %s}\n", last, eps);
   bool f32 = o->dtype == RECAP_DTYPE_F32;
   recap__text_put(t, "  - {op: linear, in: [hf, %s], out: %s, name: lm_head}\n", w->lm_head,
                   f32 ? "logits" : "logits_raw");
   if (!f32) recap__text_put(t, "  - {op: cast, in: [logits_raw], out: logits, dtype: f32}\n");
-  recap__text_put(t, "outputs: [logits]\n");
+  if (o->paged) {
+    recap__text_put(t, "  - {op: sample, in: [logits, seqs], out: tokens}\n");
+    recap__text_put(t,
+                    "  - {op: decode_advance, in: [ids, seqs, tokens], out: ids_next, "
+                    "block_size: BS}\n");
+    recap__text_put(t, "outputs: [logits, tokens]\n");
+  } else {
+    recap__text_put(t, "outputs: [logits]\n");
+  }
   return !t->failed;
 }

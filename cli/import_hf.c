@@ -13,7 +13,8 @@ static const char *const CMD = "import-hf";
 static void usage(void) {
   printf(
       "usage: recap import-hf DIR -o SPEC [--max-seq N] [--prefill N] [--batch 1,2,4,8]\n"
-      "                       [--dtype f32|f16|bf16]\n\n"
+      "                       [--dtype f32|f16|bf16] [--paged [--block-size N] [--kv-blocks N]\n"
+      "                       [--prefill-seqs N]]\n\n"
       "Writes a spec that runs the Hugging Face causal LM in DIR (config.json and\n"
       "model.safetensors or model.safetensors.index.json): LlamaForCausalLM,\n"
       "MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM or GPT2LMHeadModel. The spec\n"
@@ -27,7 +28,16 @@ static void usage(void) {
       "                      prompts run in several steps, the rest one token at a time\n"
       "  --batch LIST        batch buckets, ascending (default 1): the caches hold the largest\n"
       "  --dtype DTYPE       f32, f16 or bf16 (default: the config's dtype, else the\n"
-      "                      checkpoint's); weights of another dtype are cast as they load\n\n"
+      "                      checkpoint's); weights of another dtype are cast as they load\n"
+      "  --paged             the serving layout: steps of T tokens packed from many sequences\n"
+      "                      at their own positions (per-sequence metadata), a paged KV pool,\n"
+      "                      sampling and the decode step's update in the graph. --batch then\n"
+      "                      lists the decode token buckets and --prefill may list several\n"
+      "                      prefill token buckets (64,256,1024)\n"
+      "  --block-size N      rows per KV block (default 16)\n"
+      "  --kv-blocks N       KV blocks per layer (default: the largest batch at --max-seq)\n"
+      "  --prefill-seqs N    sequences one prefill step packs (default: min(8, smallest\n"
+      "                      prefill bucket))\n\n"
       "Prints the weights' and the KV cache's sizes. docs/MODELS.md has the details.\n"
       "exit status: 0 when the spec was written, 1 on an error, 2 on a usage error.\n");
 }
@@ -57,7 +67,7 @@ int cli_import_hf_main(int argc, char **argv) {
     return CLI_EXIT_OK;
   }
   const char *dir = NULL, *out = NULL, *v = NULL;
-  int64_t batches[CLI_HF_MAX_BATCHES];
+  int64_t batches[CLI_HF_MAX_BATCHES], prefill_tokens[CLI_HF_MAX_BATCHES];
   cli_hf_import_options o = {0};
   for (int i = 0; i < argc; i++) {
     int m;
@@ -69,8 +79,24 @@ int cli_import_hf_main(int argc, char **argv) {
       if (m < 0 || !cli_parse_int(CMD, "--max-seq", v, 1, 1 << 24, &n)) return CLI_EXIT_USAGE;
       o.max_seq = n;
     } else if ((m = cli_flag(CMD, argc, argv, &i, "--prefill", &v)) != 0) {
-      if (m < 0 || !cli_parse_int(CMD, "--prefill", v, 1, 1 << 24, &n)) return CLI_EXIT_USAGE;
-      o.prefill = n;
+      long long values[CLI_HF_MAX_BATCHES];
+      if (m < 0 || !cli_parse_int_list(CMD, "--prefill", v, 1, 1 << 24, values, CLI_HF_MAX_BATCHES,
+                                       &o.num_prefill_tokens, "128"))
+        return CLI_EXIT_USAGE;
+      for (size_t k = 0; k < o.num_prefill_tokens; ++k) prefill_tokens[k] = values[k];
+      o.prefill_tokens = prefill_tokens;
+      o.prefill = prefill_tokens[0];
+    } else if (strcmp(argv[i], "--paged") == 0) {
+      o.paged = true;
+    } else if ((m = cli_flag(CMD, argc, argv, &i, "--block-size", &v)) != 0) {
+      if (m < 0 || !cli_parse_int(CMD, "--block-size", v, 1, 1 << 20, &n)) return CLI_EXIT_USAGE;
+      o.block_size = n;
+    } else if ((m = cli_flag(CMD, argc, argv, &i, "--kv-blocks", &v)) != 0) {
+      if (m < 0 || !cli_parse_int(CMD, "--kv-blocks", v, 1, 1 << 30, &n)) return CLI_EXIT_USAGE;
+      o.kv_blocks = n;
+    } else if ((m = cli_flag(CMD, argc, argv, &i, "--prefill-seqs", &v)) != 0) {
+      if (m < 0 || !cli_parse_int(CMD, "--prefill-seqs", v, 1, 1 << 20, &n)) return CLI_EXIT_USAGE;
+      o.prefill_seqs = n;
     } else if ((m = cli_flag(CMD, argc, argv, &i, "--batch", &v)) != 0) {
       if (m < 0 || !parse_batches(v, batches, &o.num_batches)) return CLI_EXIT_USAGE;
       o.batches = batches;
@@ -106,6 +132,18 @@ int cli_import_hf_main(int argc, char **argv) {
   fprintf(info, "%s: %s, %" PRId64 " layers, %s, max-seq %" PRId64 ", prefill %" PRId64 "\n",
           strcmp(out, "-") == 0 ? "spec" : out, r.architecture, r.layers, recap_dtype_name(r.dtype),
           r.max_seq, r.prefill);
+  if (r.kv_blocks) {
+    fprintf(
+        info,
+        "KV pool: %" PRId64 " blocks of %" PRId64 " rows per layer = %" PRId64
+        " tokens, %s (%s per token); %" PRId64 " sequences per prefill step\n",
+        r.kv_blocks, r.block_size, r.kv_blocks * r.block_size,
+        cli_format_bytes((size_t)(r.kv_bytes_per_sequence / (uint64_t)r.max_seq *
+                                  (uint64_t)(r.kv_blocks * r.block_size)),
+                         kv_all, sizeof kv_all),
+        cli_format_bytes((size_t)(r.kv_bytes_per_sequence / (uint64_t)r.max_seq), kv, sizeof kv),
+        r.prefill_seqs);
+  }
   fprintf(info, "weights: %s; KV cache: %s per sequence, %s for batch %" PRId64 "\n",
           cli_format_bytes((size_t)r.param_bytes, params, sizeof params),
           cli_format_bytes((size_t)r.kv_bytes_per_sequence, kv, sizeof kv),
