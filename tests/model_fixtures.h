@@ -112,7 +112,7 @@ static inline void copy_file(const char *from, const char *to) {
 static inline void fixture_copy(const char *model, const char *config, const char *name, char *out,
                                 size_t size) {
   char from[512], to[512];
-  snprintf(out, size, "%s/%s", g_dir, name);
+  CU_ASSERT_FATAL(snprintf(out, size, "%s/%s", g_dir, name) < (int)size);
   CU_ASSERT_EQUAL_FATAL(mkdir(out, 0755), 0);
   snprintf(from, sizeof from, "tests/data/models/%s/model.safetensors", model);
   snprintf(to, sizeof to, "%s/model.safetensors", out);

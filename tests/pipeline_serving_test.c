@@ -222,7 +222,7 @@ static void run_schedule(server *s, const reference *ref, int only, verdict *j, 
     give_blocks(&seqs[n], i);
     n++;
   }
-  int vocab = ref->vocab, first[NUM_SEQS] = {0}, count[NUM_SEQS];
+  int vocab = ref->vocab, first[NUM_SEQS] = {0}, count[NUM_SEQS] = {0};
   float logits[NUM_SEQS * 512];
   *rows = 0;
   for (int k = 0; k < n; k++) count[k] = prompt[slot[k]];
