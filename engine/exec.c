@@ -89,7 +89,7 @@ recap_status recap__exec_set_rows(recap_pipeline *p, int64_t rows) {
 /* Launches op o after its waits. *wait is the cursor into plan->waits, which is sorted by
  * waiter, so a run visits each wait once. */
 static recap_status launch_op(recap_pipeline *p, size_t bucket, size_t o, bool capturing,
-                              size_t *wait) {
+                              size_t *wait, const recap__exec_timing *timing) {
   const recap__ir_op *op = &p->model->irs[bucket]->ops[o];
   const recap__plan *plan = p->model->plan;
   recap_stream *s = stream_of(p, op->stream);
@@ -102,9 +102,11 @@ static recap_status launch_op(recap_pipeline *p, size_t bucket, size_t o, bool c
                                   p->model->irs[bucket]->ops[plan->waits[w].waited].name);
   }
   if (!plan->op_is_view[o]) {
+    if (timing) RECAP_TRY(recap_event_record(timing->starts[o], s));
     recap_nvtx_range_push(op->name);
     recap_status st = recap__op_launch(&p->calls[bucket * p->num_ops + o], s);
     recap_nvtx_range_pop();
+    if (st == RECAP_OK && timing) st = recap_event_record(timing->ends[o], s);
     /* recap__op_launch names the op's kind ("op 'linear': "); the spec's name says which. */
     if (st != RECAP_OK) return recap__error_context(st, "op '%s': ", op->name);
     if (!capturing) RECAP_TRY(recap__after_launch(s, op->name));
@@ -117,6 +119,11 @@ static recap_status launch_op(recap_pipeline *p, size_t bucket, size_t o, bool c
 }
 
 recap_status recap__exec_run(recap_pipeline *p, size_t bucket, recap_graph *graph) {
+  return recap__exec_run_timed(p, bucket, graph, NULL);
+}
+
+recap_status recap__exec_run_timed(recap_pipeline *p, size_t bucket, recap_graph *graph,
+                                   const recap__exec_timing *timing) {
   const recap__plan *plan = p->model->plan;
   char label[160];
   snprintf(label, sizeof label, "%s %s bucket %lld", p->model->spec->name,
@@ -135,7 +142,7 @@ recap_status recap__exec_run(recap_pipeline *p, size_t bucket, recap_graph *grap
   }
   size_t wait = 0;
   for (size_t o = 0; o < plan->num_ops; ++o)
-    RECAP_TRY_GOTO(st, launch_op(p, bucket, o, graph != NULL, &wait), done);
+    RECAP_TRY_GOTO(st, launch_op(p, bucket, o, graph != NULL, &wait, timing), done);
   for (int s = 1; s < p->num_streams; ++s) {
     if (!p->side[s - 1]) continue;
     RECAP_TRY_GOTO(st, recap_event_record(p->joins[s], p->side[s - 1]), done);

@@ -116,6 +116,13 @@ recap_status recap__exec_set_rows(recap_pipeline *p, int64_t rows);
  * begun on stream 0, `graph` is the capturing graph (side streams join it); NULL otherwise.
  * A failing launch's message names the op ("op 'layer3': ..."). */
 recap_status recap__exec_run(recap_pipeline *p, size_t bucket, recap_graph *graph);
+/* Events recorded on an op's stream right before and after its launch (views: none). */
+typedef struct {
+  recap_event **starts, **ends; /* one per op of the plan */
+} recap__exec_timing;
+/* recap__exec_run with `timing` (NULL: none) around every launch. */
+recap_status recap__exec_run_timed(recap_pipeline *p, size_t bucket, recap_graph *graph,
+                                   const recap__exec_timing *timing);
 
 /* ---- graph_mode.c ---- */
 

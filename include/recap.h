@@ -1085,6 +1085,24 @@ RECAP_API recap_status recap_pipeline_run_async(recap_pipeline *pipeline, int64_
 /* One eager run regardless of mode (the reference for checks). */
 RECAP_API recap_status recap_pipeline_run_eager(recap_pipeline *pipeline, int64_t batch);
 
+/* One op's device time in recap_pipeline_profile. Strings are owned by the pipeline. */
+typedef struct {
+  const char *name; /* the op's name in the expanded spec ("layers.3.qkv") */
+  const char *op;   /* what it runs: "linear", "paged_attention", ... */
+  double ms;        /* device time between events around its launch; 0 for a view */
+  int is_view;      /* the planner made it a view: it launches nothing */
+} recap_op_profile;
+
+/* Where a run's device time goes, op by op: runs the bucket for `batch` eagerly twice (the
+ * first run untimed, for first-use work), the second with an event pair around each launch,
+ * waits, and writes one entry per op (info.num_ops of them, in run order) to out; *count gets
+ * the number of ops even when capacity is smaller (then RECAP_STATUS_INVALID_ARGUMENT). The
+ * runs have the effects of two eager runs (state written, inputs that ops update in place).
+ * Events between launches add a little time that a graph replay does not spend. */
+RECAP_API recap_status recap_pipeline_profile(recap_pipeline *pipeline, int64_t batch,
+                                              recap_op_profile *out, size_t capacity,
+                                              size_t *count);
+
 /* The device buffer of a named input, param, state, scalar or output, as a view with the
  * largest bucket's shape. Valid until the pipeline is destroyed or the tensor is rebound. */
 RECAP_API recap_status recap_pipeline_tensor(recap_pipeline *pipeline, const char *name,

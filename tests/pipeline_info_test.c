@@ -70,6 +70,30 @@ static void test_info_of_a_bucketed_spec(void) {
   CHECK_OK(recap_pipeline_destroy(p));
 }
 
+/* The profile lists every op in run order with its kind and a device time, and says how many
+ * entries it needs when given too few. */
+static void test_profile_lists_every_op(void) {
+  recap_pipeline *p = create(kBucketed, RECAP_MODE_GRAPH, 1);
+  recap_op_profile ops[3];
+  size_t count = 0;
+  CHECK_STATUS(recap_pipeline_profile(p, 2, ops, 2, &count), RECAP_STATUS_INVALID_ARGUMENT);
+  CU_ASSERT_EQUAL(count, 3);
+  CHECK_OK(recap_pipeline_profile(p, 2, ops, 3, &count));
+  CU_ASSERT_EQUAL_FATAL(count, 3);
+  const char *kinds[3] = {"linear", "add", "tanh"};
+  for (int o = 0; o < 3; ++o) {
+    CU_ASSERT_STRING_EQUAL(ops[o].op, kinds[o]);
+    CU_ASSERT_PTR_NOT_NULL(ops[o].name);
+    CU_ASSERT_FALSE(ops[o].is_view);
+    CU_ASSERT(ops[o].ms >= 0);
+  }
+  recap_pipeline_stats stats;
+  CHECK_OK(recap_pipeline_stats_get(p, &stats));
+  CU_ASSERT_EQUAL(stats.eager_runs, 2);
+  CHECK_STATUS(recap_pipeline_profile(p, -1, ops, 3, &count), RECAP_STATUS_INVALID_ARGUMENT);
+  CHECK_OK(recap_pipeline_destroy(p));
+}
+
 static void test_fusion_is_counted(void) {
   recap_pipeline *p = create(kBucketed, RECAP_MODE_GRAPH, 0);
   recap_pipeline_info info;
@@ -208,6 +232,7 @@ static void test_graphs_and_setup_times(void) {
 static const test_case kTests[] = {
     {"info_of_a_bucketed_spec", test_info_of_a_bucketed_spec, false},
     {"fusion_is_counted", test_fusion_is_counted, false},
+    {"profile_lists_every_op", test_profile_lists_every_op, false},
     {"tensors_of_a_bucketed_spec", test_tensors_of_a_bucketed_spec, false},
     {"spec_without_buckets", test_spec_without_buckets, false},
     {"graphs_and_setup_times", test_graphs_and_setup_times, false},
