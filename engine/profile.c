@@ -18,7 +18,7 @@ static recap_status create_events(recap_device device, size_t n, recap_event ***
   *out = calloc(n ? n : 1, sizeof **out);
   if (!*out) return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory for profiling events");
   for (size_t i = 0; i < n; ++i)
-    RECAP_TRY(recap_event_create(device, RECAP_EVENT_DEFAULT, &(*out)[i]));
+    RECAP_TRY(recap_event_create(device, RECAP_EVENT_TIMING, &(*out)[i]));
   return RECAP_OK;
 }
 
