@@ -332,7 +332,7 @@ typedef struct {
 
 /* ------------------------------------------------------------------------------------------
  * Per-sequence step metadata for serving (the paged ops: seq_positions, paged_kv_write,
- * paged_attention, sample, decode_advance; docs/SERVING_OPS.md)
+ * paged_attention, sample, decode_advance; docs/SERVING.md)
  *
  * One step runs T tokens packed from up to Bs sequences. What each sequence does in the step is
  * one row of an i32 tensor `seqs` [Bs, RECAP_SEQ_BLOCKS + MB] in device memory, read by the

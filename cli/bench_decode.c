@@ -1,0 +1,375 @@
+/* bench_decode.c: `recap bench-decode SPEC`: the decode step of a paged serving spec
+ * (`recap import-hf --paged`) at several batch sizes, every sequence at the same context.
+ *
+ * Each batch's sequences get blocks of their own and a context of --context keys (what the
+ * keys hold does not change the work, so no prefill runs); then --tokens decode steps run back
+ * to back with no host copy between them (decode_advance moves every row on and feeds the
+ * greedy token back on the device), between two device events: step time = elapsed / tokens,
+ * for graph replays and for eager runs of the same entry (sharing weights and pools). A step
+ * must read every weight once (a tied LM head counts once) and each sequence's keys and
+ * values: bytes per step over the step time, against a device-to-device copy measured in the
+ * same run, is the fraction of the bandwidth ceiling the step reaches. One profiled eager run
+ * splits the step's device time between GEMMs (linear, matmul) and the rest. Every timing is
+ * repeated --repeats times; the median is reported with the spread. */
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "cli/tensors.h"
+
+static const char *const CMD = "bench-decode";
+
+enum { MAX_BATCHES = 16, COPY_REPEATS = 10 };
+static const long long DEFAULT_BATCHES[] = {1, 8, 32, 64};
+static const size_t COPY_BYTES_CUDA = 512u << 20, COPY_BYTES_HOST = 4u << 20;
+
+static void usage(void) {
+  printf(
+      "usage: recap bench-decode SPEC [--batch 1,8,32,64] [--context N] [--tokens N]\n"
+      "                          [--repeats N] [--device cuda|host] [--base-dir DIR]\n"
+      "                          [--json FILE]\n\n"
+      "Times the decode entry of a paged serving spec (`recap import-hf --paged`): per batch\n"
+      "size, --tokens steps back to back after a context of --context keys per sequence, with\n"
+      "no host copy between steps. Prints the step time (graph replay and eager), tokens/s\n"
+      "(batch / step time), the bytes a step must read (weights once, plus each sequence's\n"
+      "keys and values) over the step time as a fraction of a device-to-device copy measured\n"
+      "in the same run, the kernels per step, and the share of GEMMs in a profiled eager step.\n\n"
+      "  --batch LIST     batch sizes (default 1,8,32,64; at most the decode entry's largest\n"
+      "                   bucket)\n"
+      "  --context N      keys per sequence before the first timed step (default 512)\n"
+      "  --tokens N       decode steps per timing (default 128)\n"
+      "  --repeats N      timings per batch and mode; the median is reported (default 5)\n"
+      "  --device D       cuda or host (default cuda, else the host with a note)\n"
+      "  --base-dir DIR   files the spec names must lie under DIR\n"
+      "  --json FILE      write the results as JSON\n\n"
+      "exit status: 0 ok, 1 on a failure, 2 on a usage error.\n");
+}
+
+typedef struct {
+  const char *path, *device, *base_dir, *json_path;
+  long long batches[MAX_BATCHES];
+  size_t num_batches;
+  long long context, tokens, repeats;
+} decode_args;
+
+static int parse_args(int argc, char **argv, decode_args *a) {
+  *a = (decode_args){.context = 512, .tokens = 128, .repeats = 5};
+  a->num_batches = sizeof DEFAULT_BATCHES / sizeof DEFAULT_BATCHES[0];
+  memcpy(a->batches, DEFAULT_BATCHES, sizeof DEFAULT_BATCHES);
+  for (int i = 0; i < argc; i++) {
+    int m;
+    const char *v;
+    if ((m = cli_flag(CMD, argc, argv, &i, "--device", &a->device)) != 0 ||
+        (m = cli_flag(CMD, argc, argv, &i, "--base-dir", &a->base_dir)) != 0 ||
+        (m = cli_flag(CMD, argc, argv, &i, "--json", &a->json_path)) != 0) {
+      if (m < 0) return CLI_EXIT_USAGE;
+    } else if ((m = cli_flag(CMD, argc, argv, &i, "--batch", &v)) != 0) {
+      if (m < 0 || !cli_parse_int_list(CMD, "--batch", v, 1, 1 << 20, a->batches, MAX_BATCHES,
+                                       &a->num_batches, "1,8,32,64"))
+        return CLI_EXIT_USAGE;
+    } else if ((m = cli_flag(CMD, argc, argv, &i, "--context", &v)) != 0) {
+      if (m < 0 || !cli_parse_int(CMD, "--context", v, 1, 1 << 24, &a->context))
+        return CLI_EXIT_USAGE;
+    } else if ((m = cli_flag(CMD, argc, argv, &i, "--tokens", &v)) != 0) {
+      if (m < 0 || !cli_parse_int(CMD, "--tokens", v, 1, 1 << 20, &a->tokens))
+        return CLI_EXIT_USAGE;
+    } else if ((m = cli_flag(CMD, argc, argv, &i, "--repeats", &v)) != 0) {
+      if (m < 0 || !cli_parse_int(CMD, "--repeats", v, 1, 1000, &a->repeats)) return CLI_EXIT_USAGE;
+    } else if (!cli_take_one(CMD, "spec", argv[i], &a->path)) {
+      return CLI_EXIT_USAGE;
+    }
+  }
+  if (!a->path) {
+    fprintf(stderr, "recap %s: usage: recap bench-decode SPEC (see --help)\n", CMD);
+    return CLI_EXIT_USAGE;
+  }
+  return CLI_EXIT_OK;
+}
+
+/* What the bench reads from the decode pipeline's tensors. */
+typedef struct {
+  int64_t max_batch, width, vocab;
+  int64_t pool_blocks, block_size; /* of the KV pools (4-D state tensors) */
+  uint64_t kv_bytes_per_token;     /* every pool's bytes for one position of one sequence */
+} decode_shape;
+
+static bool read_shape(recap_pipeline *p, decode_shape *s) {
+  *s = (decode_shape){0};
+  recap_tensor seqs, logits;
+  if (recap_pipeline_tensor(p, "seqs", &seqs) != RECAP_OK || seqs.ndim != 2 ||
+      seqs.shape[1] <= RECAP_SEQ_BLOCKS ||
+      recap_pipeline_tensor(p, "logits", &logits) != RECAP_OK || logits.ndim != 2) {
+    fprintf(stderr,
+            "recap %s: the spec is not a paged serving spec (inputs ids [T] and seqs [Bs, W], "
+            "output logits [Bs, V]: `recap import-hf --paged`)\n",
+            CMD);
+    return false;
+  }
+  s->max_batch = seqs.shape[0];
+  s->width = seqs.shape[1];
+  s->vocab = logits.shape[1];
+  recap_pipeline_info info;
+  if (recap_pipeline_info_get(p, &info) != RECAP_OK) return false;
+  for (size_t i = 0; i < info.num_tensors; i++) {
+    recap_tensor_info t;
+    if (recap_pipeline_tensor_info_get(p, i, &t) != RECAP_OK) return false;
+    if (t.role != RECAP_ROLE_STATE || t.ndim != 4) continue;
+    s->pool_blocks = t.shape[0];
+    s->block_size = t.shape[1];
+    s->kv_bytes_per_token += (uint64_t)(t.shape[2] * t.shape[3]) * recap_dtype_size(t.dtype);
+  }
+  if (!s->pool_blocks) {
+    fprintf(stderr, "recap %s: the spec has no paged KV pool (a state [NB, BS, Hkv, Dh])\n", CMD);
+    return false;
+  }
+  return true;
+}
+
+/* Writes the metadata of `batch` sequences at `context` keys, each about to take one token
+ * (LEN = context + 1), greedy, with blocks [b x need, (b + 1) x need) of the pools. */
+static recap_status write_metadata(recap_pipeline *p, const decode_shape *s, int64_t batch,
+                                   int64_t context, int64_t need) {
+  int32_t *rows = calloc((size_t)(batch * s->width), sizeof *rows);
+  int32_t *ids = malloc(sizeof *ids * (size_t)batch);
+  recap_status st = rows && ids ? RECAP_OK : RECAP_STATUS_OUT_OF_MEMORY;
+  for (int64_t b = 0; st == RECAP_OK && b < batch; b++) {
+    int32_t *row = &rows[b * s->width];
+    row[RECAP_SEQ_LEN] = (int32_t)(context + 1);
+    row[RECAP_SEQ_Q_START] = (int32_t)b;
+    row[RECAP_SEQ_Q_LEN] = 1;
+    for (int64_t j = 0; j < s->width - RECAP_SEQ_BLOCKS; j++)
+      row[RECAP_SEQ_BLOCKS + j] = j < need ? (int32_t)(b * need + j) : -1;
+    ids[b] = (int32_t)((b * 7919 + 13) % s->vocab);
+  }
+  if (st == RECAP_OK)
+    st = recap_pipeline_copy_in(p, "ids", ids, sizeof *ids * (size_t)batch, batch);
+  if (st == RECAP_OK)
+    st = recap_pipeline_copy_in(p, "seqs", rows, sizeof *rows * (size_t)(batch * s->width), batch);
+  free(rows);
+  free(ids);
+  return st;
+}
+
+/* `tokens` back-to-back runs between two events, `repeats` times, each from fresh metadata;
+ * ms per step into per_step[repeats]. */
+static recap_status time_steps(recap_pipeline *p, const decode_shape *s, int64_t batch,
+                               const decode_args *a, int64_t need, double *per_step) {
+  recap_stream *stream = recap_pipeline_stream(p);
+  recap_pipeline_info info;
+  recap_event *start = NULL, *end = NULL;
+  recap_status st = recap_pipeline_info_get(p, &info);
+  if (st == RECAP_OK) st = recap_event_create(info.device, RECAP_EVENT_TIMING, &start);
+  if (st == RECAP_OK) st = recap_event_create(info.device, RECAP_EVENT_TIMING, &end);
+  /* The first run captures (graph mode) or does first-use work (eager). */
+  if (st == RECAP_OK) st = write_metadata(p, s, batch, a->context, need);
+  if (st == RECAP_OK) st = recap_pipeline_run(p, batch);
+  for (long long r = 0; st == RECAP_OK && r < a->repeats; r++) {
+    st = write_metadata(p, s, batch, a->context, need);
+    if (st == RECAP_OK) st = recap_event_record(start, stream);
+    for (long long t = 0; st == RECAP_OK && t < a->tokens; t++)
+      st = recap_pipeline_run_async(p, batch, NULL);
+    if (st == RECAP_OK) st = recap_event_record(end, stream);
+    if (st == RECAP_OK) st = recap_event_synchronize(end);
+    float ms = 0;
+    if (st == RECAP_OK) st = recap_event_elapsed_ms(start, end, &ms);
+    per_step[r] = ms / (double)a->tokens;
+  }
+  recap_event_destroy(start);
+  recap_event_destroy(end);
+  return st;
+}
+
+/* Device-to-device copy bandwidth (bytes read + written per second), median of COPY_REPEATS. */
+static recap_status copy_bandwidth(recap_pipeline *p, double *gbps) {
+  recap_pipeline_info info;
+  recap_status st = recap_pipeline_info_get(p, &info);
+  if (st != RECAP_OK) return st;
+  recap_stream *stream = recap_pipeline_stream(p);
+  size_t bytes = info.device.backend == RECAP_BACKEND_CUDA ? COPY_BYTES_CUDA : COPY_BYTES_HOST;
+  void *src = NULL, *dst = NULL;
+  recap_event *start = NULL, *end = NULL;
+  double ms[COPY_REPEATS];
+  st = recap_malloc(info.device, bytes, stream, &src);
+  if (st == RECAP_OK) st = recap_malloc(info.device, bytes, stream, &dst);
+  if (st == RECAP_OK) st = recap_event_create(info.device, RECAP_EVENT_TIMING, &start);
+  if (st == RECAP_OK) st = recap_event_create(info.device, RECAP_EVENT_TIMING, &end);
+  if (st == RECAP_OK) st = recap_memcpy_async(dst, src, bytes, stream); /* untimed */
+  for (int r = 0; st == RECAP_OK && r < COPY_REPEATS; r++) {
+    float t = 0;
+    st = recap_event_record(start, stream);
+    if (st == RECAP_OK) st = recap_memcpy_async(dst, src, bytes, stream);
+    if (st == RECAP_OK) st = recap_event_record(end, stream);
+    if (st == RECAP_OK) st = recap_event_synchronize(end);
+    if (st == RECAP_OK) st = recap_event_elapsed_ms(start, end, &t);
+    ms[r] = t;
+  }
+  if (st == RECAP_OK) {
+    cli_summary sum;
+    cli_summarize(ms, COPY_REPEATS, &sum);
+    *gbps = 2.0 * (double)bytes / (sum.median * 1e-3) / 1e9;
+  }
+  recap_stream_synchronize(stream);
+  recap_free(src);
+  recap_free(dst);
+  recap_event_destroy(start);
+  recap_event_destroy(end);
+  return st;
+}
+
+/* One profiled eager step: the GEMMs' share of the device time and the launches. */
+static recap_status gemm_share(recap_pipeline *eager, const decode_shape *s, int64_t batch,
+                               const decode_args *a, int64_t need, double *gemm_ms,
+                               double *total_ms) {
+  recap_pipeline_info info;
+  recap_status st = recap_pipeline_info_get(eager, &info);
+  if (st != RECAP_OK) return st;
+  recap_op_profile *ops = calloc(info.num_ops ? info.num_ops : 1, sizeof *ops);
+  if (!ops) return RECAP_STATUS_OUT_OF_MEMORY;
+  size_t count = 0;
+  st = write_metadata(eager, s, batch, a->context, need);
+  if (st == RECAP_OK) st = recap_pipeline_profile(eager, batch, ops, info.num_ops, &count);
+  *gemm_ms = *total_ms = 0;
+  for (size_t o = 0; st == RECAP_OK && o < count; o++) {
+    *total_ms += ops[o].ms;
+    if (strcmp(ops[o].op, "linear") == 0 || strcmp(ops[o].op, "matmul") == 0) *gemm_ms += ops[o].ms;
+  }
+  free(ops);
+  return st;
+}
+
+typedef struct {
+  int64_t batch;
+  cli_summary graph, eager;
+  double bytes, gemm_ms, profiled_ms;
+  size_t kernels;
+} decode_result;
+
+static json_t *result_json(const decode_result *r, double copy_gbps) {
+  double gbps = r->bytes / (r->graph.median * 1e-3) / 1e9;
+  return json_pack("{sI sf sf sf sf sf sf sf sf sI sf sf}", "batch", (json_int_t)r->batch,
+                   "graph_ms_per_step", r->graph.median, "graph_ms_p10", r->graph.p10,
+                   "graph_ms_p90", r->graph.p90, "eager_ms_per_step", r->eager.median,
+                   "tokens_per_s", (double)r->batch / (r->graph.median * 1e-3), "bytes_per_step",
+                   r->bytes, "gb_per_s", gbps, "fraction_of_copy", gbps / copy_gbps, "kernels",
+                   (json_int_t)r->kernels, "gemm_ms", r->gemm_ms, "profiled_ms", r->profiled_ms);
+}
+
+static int run_batches(const decode_args *a, recap_pipeline *graph, recap_pipeline *eager,
+                       const decode_shape *s) {
+  recap_pipeline_stats stats;
+  recap_pipeline_info info;
+  double copy_gbps = 0;
+  recap_status st = recap_pipeline_stats_get(graph, &stats);
+  if (st == RECAP_OK) st = recap_pipeline_info_get(graph, &info);
+  if (st == RECAP_OK) st = copy_bandwidth(graph, &copy_gbps);
+  if (st != RECAP_OK) {
+    cli_report_failure(CMD, "the copy ceiling", st);
+    return CLI_EXIT_FAILURE;
+  }
+  int64_t positions = a->context + a->tokens;
+  int64_t need = (positions + s->block_size - 1) / s->block_size;
+  char weights[32], kv[32];
+  printf("%s: weights %s, KV %s per token; context %lld, %lld steps per timing, median of %lld\n",
+         a->path, cli_format_bytes(stats.param_bytes, weights, sizeof weights),
+         cli_format_bytes((size_t)s->kv_bytes_per_token, kv, sizeof kv), a->context, a->tokens,
+         a->repeats);
+  printf("device-to-device copy: %.1f GB/s (read + write)\n\n", copy_gbps);
+  printf("%6s %12s %10s %10s %12s %8s %12s %8s %8s %6s\n", "batch", "graph ms", "p10-p90 %",
+         "tokens/s", "GB/s", "of copy", "eager ms", "speedup", "kernels", "GEMM");
+  json_t *rows = json_array();
+  double *samples = malloc(sizeof(double) * (size_t)a->repeats);
+  int rc = rows && samples ? CLI_EXIT_OK : CLI_EXIT_FAILURE;
+  for (size_t i = 0; rc == CLI_EXIT_OK && i < a->num_batches; i++) {
+    int64_t batch = a->batches[i];
+    if (batch > s->max_batch || need > s->width - RECAP_SEQ_BLOCKS ||
+        batch * need > s->pool_blocks) {
+      fprintf(stderr,
+              "recap %s: batch %" PRId64 " at %" PRId64
+              " positions does not fit the spec: at "
+              "most %" PRId64 " sequences, %" PRId64 " positions each, %" PRId64
+              " blocks of %" PRId64
+              " in the pool (import with a larger --batch, --max-seq or "
+              "--kv-blocks)\n",
+              CMD, batch, positions, s->max_batch, (s->width - RECAP_SEQ_BLOCKS) * s->block_size,
+              s->pool_blocks, s->block_size);
+      rc = CLI_EXIT_FAILURE;
+      break;
+    }
+    decode_result r = {.batch = batch};
+    st = time_steps(graph, s, batch, a, need, samples);
+    if (st == RECAP_OK) cli_summarize(samples, (int)a->repeats, &r.graph);
+    if (st == RECAP_OK) st = time_steps(eager, s, batch, a, need, samples);
+    if (st == RECAP_OK) cli_summarize(samples, (int)a->repeats, &r.eager);
+    if (st == RECAP_OK) st = gemm_share(eager, s, batch, a, need, &r.gemm_ms, &r.profiled_ms);
+    size_t bucket = 0;
+    while (bucket + 1 < info.num_buckets && info.bucket_values[bucket] < batch) bucket++;
+    const recap_graph *g = NULL;
+    recap_graph_info gi = {0};
+    if (st == RECAP_OK) st = recap_pipeline_graph(graph, bucket, &g);
+    if (st == RECAP_OK && g) st = recap_graph_info_get(g, &gi);
+    if (st != RECAP_OK) {
+      cli_report_failure(CMD, "the decode steps", st);
+      rc = CLI_EXIT_FAILURE;
+      break;
+    }
+    r.kernels = gi.nodes;
+    r.bytes = (double)stats.param_bytes + (double)batch *
+                                              ((double)a->context + (double)a->tokens / 2) *
+                                              (double)s->kv_bytes_per_token;
+    double gbps = r.bytes / (r.graph.median * 1e-3) / 1e9;
+    double spread = 100.0 * (r.graph.p90 - r.graph.p10) / r.graph.median;
+    printf("%6" PRId64 " %12.4f %10.1f %10.0f %12.1f %7.1f%% %12.4f %7.2fx %8zu %5.0f%%\n", batch,
+           r.graph.median, spread, (double)batch / (r.graph.median * 1e-3), gbps,
+           100.0 * gbps / copy_gbps, r.eager.median, r.eager.median / r.graph.median, r.kernels,
+           r.profiled_ms > 0 ? 100.0 * r.gemm_ms / r.profiled_ms : 0.0);
+    json_array_append_new(rows, result_json(&r, copy_gbps));
+  }
+  if (rc == CLI_EXIT_OK && a->json_path) {
+    json_t *root =
+        json_pack("{ss sI sI sf so}", "spec", a->path, "context", (json_int_t)a->context, "tokens",
+                  (json_int_t)a->tokens, "copy_gb_per_s", copy_gbps, "results", rows);
+    rows = NULL;
+    if (!cli_write_json(CMD, root, a->json_path)) rc = CLI_EXIT_FAILURE;
+  }
+  json_decref(rows);
+  free(samples);
+  return rc;
+}
+
+int cli_bench_decode_main(int argc, char **argv) {
+  if (cli_wants_help(argc, argv)) {
+    usage();
+    return CLI_EXIT_OK;
+  }
+  decode_args a;
+  int rc = parse_args(argc, argv, &a);
+  if (rc != CLI_EXIT_OK) return rc;
+  recap_pipeline_options go = {.entry = "decode",
+                               .base_dir = a.base_dir,
+                               .override_device = 1,
+                               .override_mode = 1,
+                               .mode = RECAP_MODE_GRAPH,
+                               .oversize = RECAP_OVERSIZE_FAIL};
+  if (!cli_pick_device(CMD, a.device, RECAP_BACKEND_CUDA, &go.device)) return CLI_EXIT_USAGE;
+  recap_pipeline *graph = NULL, *eager = NULL;
+  recap_status st = recap_pipeline_create_file(a.path, &go, &graph);
+  if (st != RECAP_OK) {
+    cli_report_failure(CMD, "the decode entry", st);
+    return CLI_EXIT_FAILURE;
+  }
+  recap_pipeline_options eo = go;
+  eo.mode = RECAP_MODE_EAGER;
+  eo.share = graph;
+  eo.override_device = 0;
+  decode_shape s;
+  rc = CLI_EXIT_FAILURE;
+  if ((st = recap_pipeline_create_file(a.path, &eo, &eager)) != RECAP_OK)
+    cli_report_failure(CMD, "the eager decode entry", st);
+  else if (read_shape(graph, &s))
+    rc = run_batches(&a, graph, eager, &s);
+  recap_pipeline_destroy(eager);
+  recap_pipeline_destroy(graph);
+  return rc;
+}
