@@ -35,8 +35,8 @@ check_json() { # FILE: parses as JSON
 }
 
 # --help on every subcommand, usage errors.
-for cmd in info validate plan ops dot run bench bench-ops bench-capture serve-bench memviz launch \
-  import-hf generate; do
+for cmd in info validate plan ops dot run bench bench-ops bench-capture bench-decode serve-bench \
+  memviz launch import-hf generate; do
   expect 0 "$cmd --help" -- "$recap" "$cmd" --help
   grep -q "usage: recap $cmd" "$tmp/out" || fail "$cmd --help prints no usage line"
   # Help speaks for itself: no references into an issue tracker the user cannot see.
@@ -858,6 +858,27 @@ expect 2 "import-hf without -o" -- "$recap" import-hf "$tmp/qwen2"
 expect 2 "import-hf bad dtype" -- "$recap" import-hf "$tmp/qwen2" -o - --dtype i32
 expect 1 "import-hf of a folder without a model" -- "$recap" import-hf "$tmp" -o -
 grep -q "config.json" "$tmp/err" || fail "import-hf does not name the missing config.json"
+# import-hf --paged: the serving layout, validated (both entries), and its decode step timed on
+# the host backend (a smoke run of bench-decode: every column printed, JSON written).
+expect 0 "import-hf --paged" -- "$recap" import-hf "$tmp/qwen2" -o "$tmp/qwen2_paged.yaml" \
+  --paged --batch 1,2,4 --prefill 16,32 --max-seq 64 --block-size 8 --kv-blocks 32
+grep -q "KV pool: 32 blocks of 8 rows per layer = 256 tokens" "$tmp/out" ||
+  fail "import-hf --paged does not print the KV pool"
+expect 0 "validate a paged spec" -- "$recap" validate "$tmp/qwen2_paged.yaml"
+grep -q "entry 'prefill': ok" "$tmp/out" && grep -q "entry 'decode': ok" "$tmp/out" ||
+  fail "the paged spec's entries are not both checked"
+expect 0 "bench-decode" -- "$recap" bench-decode "$tmp/qwen2_paged.yaml" --device host \
+  --batch 1,4 --context 8 --tokens 4 --repeats 2 --json "$tmp/decode.json"
+grep -qE "^ +4 .*x +[0-9]+ +[0-9]+%$" "$tmp/out" || fail "bench-decode prints no row for batch 4"
+check_json "$tmp/decode.json"
+expect 1 "bench-decode past the pool" -- "$recap" bench-decode "$tmp/qwen2_paged.yaml" \
+  --device host --batch 4 --context 60 --tokens 4
+grep -q "does not fit the spec" "$tmp/err" || fail "bench-decode does not say the batch does not fit"
+expect 1 "bench-decode of a contiguous spec" -- "$recap" bench-decode "$tmp/qwen2.yaml" --device host
+grep -q "not a paged serving spec" "$tmp/err" || fail "bench-decode accepts a contiguous spec"
+expect 1 "import-hf --paged with too many prefill sequences" -- "$recap" import-hf "$tmp/qwen2" \
+  -o - --paged --prefill 16 --prefill-seqs 17
+grep -q "prefill-seqs 17" "$tmp/err" || fail "import-hf does not refuse --prefill-seqs 17"
 
 if [ "$failures" -ne 0 ]; then
   echo "$failures check(s) failed"

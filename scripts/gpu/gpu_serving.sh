@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine from the staged bundle (bash stage/run.sh gpu_serving.sh): the serving
+# benchmarks of docs/SERVING.md.
+#  1. A checkpoint at the shape of Llama 3.2 1B (random bf16 weights: the work does not depend
+#     on them), imported in the paged serving layout, and `recap bench-decode` at batch 1, 8,
+#     32 and 64 with 512-token contexts, decode tokens 1-128 (step time, tokens/s, the bytes a
+#     step must read against a device-to-device copy measured in the same run, kernels per step,
+#     GEMM share).
+#  2. The sampler against PyTorch's sort-based path captured in a CUDA graph, same run.
+# Results go to $OUT when the device tool sets it.
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+out=${OUT:-/tmp/recap_serving_out}
+mkdir -p "$out"
+work=/tmp/recap_serving
+mkdir -p "$work"
+status=0
+if [ ! -f "$work/llama-1b-shape/model.safetensors" ]; then
+  python3 "$here/tools/make_bench_checkpoint.py" "$work/llama-1b-shape" || status=1
+fi
+"$here/bin/recap" import-hf "$work/llama-1b-shape" -o "$work/llama-1b-paged.yaml" --paged \
+  --dtype bf16 --batch 1,2,4,8,16,32,64 --max-seq 1024 --prefill 512 || status=1
+"$here/bin/recap" bench-decode "$work/llama-1b-paged.yaml" --batch 1,8,32,64 --context 512 \
+  --tokens 128 --repeats 5 --json "$out/bench_decode.json" || status=1
+if [ -x "$here/bin/sampler_bench" ]; then
+  "$here/bin/sampler_bench" --json "$out/sampler_recap.json" || status=1
+fi
+if [ -f "$here/tools/sampler_torch.py" ]; then
+  python3 "$here/tools/sampler_torch.py" --json "$out/sampler_torch.json" || status=1
+fi
+exit $status
