@@ -73,19 +73,17 @@ bool cli_parse_u64(const char *cmd, const char *flag, const char *text, uint64_t
   return true;
 }
 
-bool cli_parse_dim(const char *cmd, const char *text, char *name, size_t name_size,
-                   int64_t *value) {
+bool cli_check_dim(const char *cmd, const char *text) {
   const char *eq = strchr(text, '=');
-  if (!eq || eq == text || (size_t)(eq - text) >= name_size) {
-    fprintf(stderr, "recap %s: --dim expects NAME=VALUE (e.g. B=8), got '%s'\n", cmd, text);
+  if (!eq || eq == text) {
+    fprintf(stderr, "recap %s: --dim expects NAME=VALUE (e.g. B=8 or Bs=T), got '%s'\n", cmd, text);
     return false;
   }
+  /* Another dim's name: the loader checks that the spec declares it. */
+  char c = eq[1];
+  if (c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')) return true;
   long long v;
-  if (!cli_parse_int(cmd, "--dim", eq + 1, 1, INT64_MAX, &v)) return false;
-  memcpy(name, text, (size_t)(eq - text));
-  name[eq - text] = '\0';
-  *value = v;
-  return true;
+  return cli_parse_int(cmd, "--dim", eq + 1, 1, INT64_MAX, &v);
 }
 
 bool cli_positional(const char *cmd, const char *arg) {

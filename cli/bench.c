@@ -33,7 +33,7 @@ static void usage(FILE *out) {
           "most %d on host)\n"
           "  --dim NAME=VALUE   for the bucketed dim: a batch of VALUE real rows (default: the "
           "largest\n                     bucket); for any other dim: replaces the spec's value "
-          "(repeatable)\n"
+          "(repeatable;\n                     VALUE may be another dim's name: an alias of it)\n"
           "  --entry NAME       use the dims of the spec's entry NAME (`entries:`), before "
           "--dim\n"
           "  --device D         cuda or host (default: the spec's; host when there is no "

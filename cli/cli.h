@@ -82,8 +82,9 @@ bool cli_parse_int_list(const char *cmd, const char *flag, const char *text, lon
                         const char *example);
 /* Parses a whole decimal integer in [0, 2^64 - 1] (the range of seeds). */
 bool cli_parse_u64(const char *cmd, const char *flag, const char *text, uint64_t *out);
-/* Parses "NAME=VALUE" (VALUE a positive integer). */
-bool cli_parse_dim(const char *cmd, const char *text, char *name, size_t name_size, int64_t *value);
+/* Checks the form of "NAME=VALUE": VALUE a positive integer, or another dim's name (an alias of
+ * it; the loader checks the names). False, with a message, otherwise. */
+bool cli_check_dim(const char *cmd, const char *text);
 /* Prints "recap CMD: unknown flag 'X'" for an argument that starts with '-'; false then. */
 bool cli_positional(const char *cmd, const char *arg);
 /* Takes `arg` as the subcommand's single positional argument (`what`: "spec", "snapshot")
@@ -94,6 +95,12 @@ bool cli_take_one(const char *cmd, const char *what, const char *arg, const char
 
 /* Prints diag's FILE:LINE:COL errors to stderr (and how many more were dropped). */
 void cli_print_diag(const char *path, const recap__diag *diag);
+/* The spec's dim aliases as "Bs = T (64), C = D (8)" into buf (truncated to fit), each with its
+ * value in `values` (one IR's dim_values), or with NULL the value of a dim without buckets (the
+ * alias of a bucketed dim has one per bucket: "Bs = T"). Returns how many there are (0: buf
+ * is ""). */
+size_t cli_format_dim_aliases(const recap__spec *spec, const int64_t *values, char *buf,
+                              size_t size);
 
 /* The bucket index a "--dim NAME=VALUE" selects: NAME must be the spec's bucketed dim and VALUE
  * one of its buckets (exact == true) or any positive value up to the largest (exact == false,

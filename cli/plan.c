@@ -89,6 +89,9 @@ int cli_plan_main(int argc, char **argv) {
     for (size_t b = 0; b < n; b++) printf(" %lld", (long long)recap__spec_bucket_value(spec, b));
     printf(")\n");
   }
+  char aliases[512];
+  if (cli_format_dim_aliases(spec, ir->dim_values, aliases, sizeof aliases))
+    printf("%s: dim aliases: %s\n", path, aliases);
   /* The --dim flags that replaced a dim's value (the others picked the batch). */
   const char *bucketed = spec->bucket_dim >= 0 ? spec->dims[spec->bucket_dim].name : NULL;
   bool replaced = false;

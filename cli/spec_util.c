@@ -13,6 +13,28 @@ void cli_print_diag(const char *path, const recap__diag *diag) {
   if (diag->dropped > 0) fprintf(stderr, "%s: %zu more errors not shown\n", path, diag->dropped);
 }
 
+size_t cli_format_dim_aliases(const recap__spec *spec, const int64_t *values, char *buf,
+                              size_t size) {
+  size_t count = 0, used = 0;
+  buf[0] = '\0';
+  for (size_t d = 0; d < spec->num_dims; d++) {
+    const recap__spec_dim *dim = &spec->dims[d];
+    if (dim->alias < 0) continue;
+    char value[32] = "";
+    if (values)
+      snprintf(value, sizeof value, " (%lld)", (long long)values[d]);
+    else if (!dim->bucketed && dim->count == 1)
+      snprintf(value, sizeof value, " (%lld)", (long long)dim->values[0]);
+    if (used < size) {
+      int w = snprintf(buf + used, size - used, "%s%s = %s%s", count ? ", " : "", dim->name,
+                       spec->dims[dim->alias].name, value);
+      used = w < 0 ? size : used + (size_t)w;
+    }
+    count++;
+  }
+  return count;
+}
+
 /* Why CUDA cannot run here. */
 static const char *cuda_missing_why(void) {
   return recap_backend_compiled(RECAP_BACKEND_CUDA) ? "no CUDA GPU on this machine"
@@ -41,9 +63,7 @@ int cli_load(const char *cmd, const cli_load_request *r, recap__model **out, siz
   *out = NULL;
   const char *dims[CLI_MAX_DIMS + 1];
   for (int i = 0; i < r->num_dims; i++) {
-    char name[64];
-    int64_t value;
-    if (!cli_parse_dim(cmd, r->dims[i], name, sizeof name, &value)) return CLI_EXIT_USAGE;
+    if (!cli_check_dim(cmd, r->dims[i])) return CLI_EXIT_USAGE;
     dims[i] = r->dims[i];
   }
   dims[r->num_dims] = NULL;

@@ -41,8 +41,11 @@ static bool validate_entries(const char *path, const char *base_dir, const recap
       ok = false;
       continue;
     }
-    printf("  entry '%s': ok (%zu ops, %zu bucket%s)\n", spec->entries[e].name, m->spec->num_ops,
-           m->num_buckets, m->num_buckets == 1 ? "" : "s");
+    char aliases[512];
+    bool any = cli_format_dim_aliases(m->spec, NULL, aliases, sizeof aliases) > 0;
+    printf("  entry '%s': ok (%zu ops, %zu bucket%s%s%s)\n", spec->entries[e].name,
+           m->spec->num_ops, m->num_buckets, m->num_buckets == 1 ? "" : "s", any ? "; " : "",
+           aliases);
     recap__model_release(m);
   }
   return ok;
@@ -63,8 +66,11 @@ static bool validate_one(const char *path, const char *base_dir) {
     snprintf(memory, sizeof memory, "; sizes checked against %s:0's %s", device,
              cli_format_bytes((size_t)model->capacity, bytes, sizeof bytes));
   }
-  printf("%s: ok (%s: %zu ops, %zu tensors, %zu bucket%s%s)\n", path, spec->name, spec->num_ops,
-         spec->num_tensors, model->num_buckets, model->num_buckets == 1 ? "" : "s", memory);
+  char aliases[512];
+  bool any = cli_format_dim_aliases(spec, NULL, aliases, sizeof aliases) > 0;
+  printf("%s: ok (%s: %zu ops, %zu tensors, %zu bucket%s%s%s%s)\n", path, spec->name, spec->num_ops,
+         spec->num_tensors, model->num_buckets, model->num_buckets == 1 ? "" : "s", any ? "; " : "",
+         aliases, memory);
   /* What only a real run finds out, so that "ok" is not read as "will run". */
   if (!model->capacity)
     printf("  not checked: the sizes against %s memory (%s)\n", device, model->capacity_note);

@@ -201,6 +201,7 @@ static recap__ir *build(builder *b, const int64_t *values, size_t bucket) {
     /* A dim whose values were invalid has none (and a NULL array memcpy must not see). */
     if (sd->count) memcpy(id->values, sd->values, sd->count * sizeof *id->values);
     id->count = sd->count;
+    id->alias = sd->alias;
     ir->dim_values[d] = values[d];
   }
 
@@ -389,13 +390,15 @@ static recap_status finish_build(builder *b, size_t errors_before, recap__ir *ir
   return RECAP_OK;
 }
 
-/* The dims' values with the bucketed dim at `value` (ignored without one); NULL when out of
- * memory. */
+/* The dims' values with the bucketed dim, and its aliases, at `value` (ignored without one);
+ * NULL when out of memory. */
 static int64_t *dim_values(const recap__spec *spec, int64_t value) {
   int64_t *values = calloc(spec->num_dims + 1, sizeof *values);
   for (size_t d = 0; values && d < spec->num_dims; ++d) {
     const recap__spec_dim *sd = &spec->dims[d];
-    values[d] = sd->count == 0 ? 0 : (int)d == spec->bucket_dim ? value : sd->values[0];
+    bool bucketed =
+        spec->bucket_dim >= 0 && ((int)d == spec->bucket_dim || sd->alias == spec->bucket_dim);
+    values[d] = sd->count == 0 ? 0 : bucketed ? value : sd->values[0];
   }
   return values;
 }
@@ -468,6 +471,17 @@ recap_status recap__ir_mark_bucket_axes(recap__ir *ir, const recap__ir *other, r
   const char *dim = ir->dims[ir->bucket_dim].name;
   snprintf(b.suffix, sizeof b.suffix, " (with %s = %lld)", dim,
            (long long)ir->dim_values[ir->bucket_dim]);
+  /* The axis may have its extent through an alias of the dim: the message names them too. */
+  char aliases[200] = "";
+  size_t used = 0, count = 0;
+  for (size_t d = 0; d < ir->num_dims; ++d) {
+    if (ir->dims[d].alias != ir->bucket_dim) continue;
+    size_t room = sizeof aliases - used;
+    int w = snprintf(aliases + used, room, "%s'%s'", count ? ", " : "", ir->dims[d].name);
+    if (w < 0 || (size_t)w >= room) break;
+    used += (size_t)w;
+    count++;
+  }
   for (size_t i = 0; i < ir->num_ops; ++i) {
     const recap__ir_op *op = &ir->ops[i];
     if (!op->def) continue;
@@ -485,8 +499,9 @@ recap_status recap__ir_mark_bucket_axes(recap__ir *ir, const recap__ir *other, r
       shape_text(t->ndim, t->shape, shape, sizeof shape);
       error_at(&b, op->pos,
                "op %s reduces over axis %d of tensor '%s' %s, which carries the "
-               "bucketed dim '%s' (padding rows would change the result)",
-               op_label(op, label, sizeof label), a, t->name, shape, dim);
+               "bucketed dim '%s'%s%s (padding rows would change the result)",
+               op_label(op, label, sizeof label), a, t->name, shape, dim,
+               count ? (count == 1 ? " or its alias " : " or its aliases ") : "", aliases);
       break;
     }
   }

@@ -89,6 +89,7 @@ typedef struct {
   int64_t *values; /* one value: a plain dim; several: buckets, ascending */
   size_t count;
   recap__src_pos pos;
+  int alias; /* the dim whose value this one has in every bucket (spec.h), or -1 */
 } recap__ir_dim;
 
 typedef struct {
@@ -99,8 +100,8 @@ typedef struct {
   int warmup, iters;
   recap__ir_dim *dims;
   size_t num_dims;
-  int64_t *dim_values; /* this IR's value for each dim */
-  int bucket_dim;      /* the dim with buckets, or -1 */
+  int64_t *dim_values; /* this IR's value for each dim (an alias's: its dim's) */
+  int bucket_dim;      /* the dim with buckets, or -1 (its aliases carry them too) */
   size_t bucket;       /* which of its values this IR uses (0 without buckets) */
   char *file;          /* the spec's file name; every pos.file points here */
   char **instances;    /* the labels of the block instances positions name (pos.instance) */

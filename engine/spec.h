@@ -62,10 +62,11 @@ typedef struct {
    * symbolic links). NULL: no restriction. Specs loaded from a string resolve relative paths
    * against it (or the current directory when NULL). */
   const char *base_dir;
-  /* Dim values from outside the spec, each "NAME=V" or "NAME=V1,V2,..." (NULL-terminated;
-   * NULL: none). They replace the spec's values before anything is checked, under the same
-   * rules (positive, ascending, one bucketed dim at most); a list makes the dim bucketed. A
-   * malformed one, or one naming no declared dim, fails the load with
+  /* Dim values from outside the spec, each "NAME=V", "NAME=V1,V2,..." or "NAME=OTHER" (an
+   * alias of dim OTHER) (NULL-terminated; NULL: none). They replace the spec's values before
+   * anything is checked, under the same rules (positive, ascending, one bucketed dim at most,
+   * aliases without cycles); a list makes the dim bucketed. A malformed one, one naming no
+   * declared dim, or aliases that end in a cycle fail the load with
    * RECAP_STATUS_INVALID_ARGUMENT (it is the caller's mistake, not the spec's). */
   const char *const *dims;
   /* With select_batch, a single value given for the dim that has buckets keeps the buckets
@@ -92,12 +93,15 @@ typedef struct {
   recap__src_pos pos;
 } recap__spec_entry;
 
+/* A dim. One given as another dim's name (`Bs: T`) is an alias of it: it has that dim's value in
+ * every bucket, and carries the buckets when that dim does. */
 typedef struct {
   const char *name;
   recap__src_pos pos;
-  int64_t *values; /* ascending; several = buckets */
+  int64_t *values; /* ascending; several = buckets (an alias's: a copy of its dim's) */
   size_t count;
-  bool bucketed; /* written as a list (even of one value) */
+  bool bucketed; /* written as a list (even of one value), or an alias of such a dim */
+  int alias;     /* the dim this one is an alias of (chains followed to the end), or -1 */
 } recap__spec_dim;
 
 /* A tensor named by an op, resolved to its index in the spec's tensor numbering (declared
@@ -186,7 +190,9 @@ typedef struct recap__spec {
   int warmup, iters;
   recap__spec_dim *dims;
   size_t num_dims;
-  int bucket_dim;              /* the dim with buckets, or -1 (at most one dim has buckets) */
+  /* The dim with buckets, or -1 (at most one dim has buckets; its aliases share them and are
+   * not counted). */
+  int bucket_dim;
   recap__spec_tensor *tensors; /* declared, then op outputs */
   size_t num_tensors, num_declared;
   recap__spec_op *ops;

@@ -36,6 +36,13 @@ typedef struct {
   const char *label;
 } recap__spec_op_origin;
 
+/* A dim given as another dim's name, while the spec's, the entry's and the caller's values are
+ * applied in turn. */
+typedef struct {
+  const char *name;   /* the dim it names (NULL: the dim has values of its own) */
+  recap__src_pos pos; /* where the spec says it; file NULL for a caller's override */
+} recap__spec_dim_alias;
+
 typedef struct recap__spec_loader {
   recap__spec *spec;
   recap__diag *diag;
@@ -44,6 +51,8 @@ typedef struct recap__spec_loader {
    * an error in the spec, so it is reported alone and nothing else is checked. */
   char bad_override[320];
   recap__names dims;     /* dim name -> index */
+  /* Per dim: its alias until the dims are final (then recap__spec_dim.alias says it). */
+  recap__spec_dim_alias *dim_aliases;
   recap__names tensors;  /* tensor name -> index (declared and produced so far) */
   recap__names future;   /* op output name -> op index (all ops) */
   bool checkpoint_given; /* `checkpoint:` is in the spec (it may have failed to open) */
@@ -62,6 +71,8 @@ typedef enum { INT_OK, INT_NOT_INT, INT_OVERFLOW } int_parse;
 /* Typed reads of YAML values (spec_values.c): false, with an error at the value, when it is not
  * what `what` needs. */
 bool recap__spec_is_scalar(const recap__yaml_node *n);
+/* A name: letters, digits and _ . - / :, starting with a letter or _, at most MAX_NAME_BYTES. */
+bool recap__spec_is_name(const recap__yaml_node *n);
 bool recap__spec_get_name(loader *L, const recap__yaml_node *n, const char *what, const char **out);
 bool recap__spec_get_string(loader *L, const recap__yaml_node *n, const char *what,
                             const char **out);

@@ -79,12 +79,157 @@ static bool read_dim_values(loader *L, const recap__yaml_node *v, const char *wh
   return true;
 }
 
+/* Whether a dim's value is another dim's name (an alias) rather than numbers. */
+static bool names_a_dim(const recap__yaml_node *v) {
+  int64_t unused;
+  return recap__spec_parse_int(v, &unused) == INT_NOT_INT && recap__spec_is_name(v);
+}
+
+#define OVERRIDE_ERR(L, ...) snprintf((L)->bad_override, sizeof(L)->bad_override, __VA_ARGS__)
+
+/* An alias's problem: at its place in the spec, or as the overrides' error for a caller's
+ * override (which has no place; the first such problem is the one reported). */
+static void alias_error(loader *L, recap__src_pos pos, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void alias_error(loader *L, recap__src_pos pos, const char *fmt, ...) {
+  char text[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(text, sizeof text, fmt, ap);
+  va_end(ap);
+  if (pos.file)
+    ERR(L, pos, "%s", text);
+  else if (!L->bad_override[0])
+    OVERRIDE_ERR(L, "dim overrides: %.300s", text);
+}
+
+/* Reports a cycle of aliases (members[0] names members[1], ..., the last names members[0]) at
+ * its first member in `fresh`, listing it from there; silent when none is fresh (it was
+ * reported where those aliases were set). */
+static void report_cycle(loader *L, const char *context, const recap__spec_dim_alias *aliases,
+                         const bool *fresh, const int *members, size_t count) {
+  const recap__spec *spec = L->spec;
+  size_t at = count;
+  for (size_t i = 0; i < count && at == count; ++i)
+    if (!fresh || fresh[members[i]]) at = i;
+  if (at == count) return;
+  char chain[640] = "";
+  size_t used = 0;
+  for (size_t i = 0; i < count; ++i) {
+    const recap__spec_dim *d = &spec->dims[members[(at + i) % count]];
+    const char *named = aliases[members[(at + i) % count]].name;
+    size_t room = sizeof chain - used;
+    int w = snprintf(chain + used, room, "%s%s = %s", i ? ", " : "", d->name, named);
+    if (w < 0 || (size_t)w >= room) {
+      snprintf(chain + (sizeof chain - 5), 5, "...");
+      break;
+    }
+    used += (size_t)w;
+  }
+  alias_error(L, aliases[members[at]].pos,
+              "%sdim '%s' is an alias in a cycle (%s): one of these dims needs a value of its own",
+              context, spec->dims[members[at]].name, chain);
+}
+
+/* Follows the aliases of one set of dim values (the spec's, or with an entry's or the
+ * caller's applied): root[d] is the dim whose values dim d has, d itself for a dim with values
+ * of its own, -1 where the chain breaks (a name no dim has, a dim naming itself, a cycle).
+ * A break is reported, with `context` ahead, when a dim in `fresh` (the ones these values set;
+ * NULL: all) takes part; the others were reported where they were set. Linear in the dims:
+ * each one is walked once. */
+static void resolve_aliases(loader *L, const char *context, const recap__spec_dim_alias *aliases,
+                            const bool *fresh, int *root) {
+  enum { OWN_VALUES = -1, BROKEN = -2 };
+  const recap__spec *spec = L->spec;
+  size_t n = spec->num_dims;
+  int *next = calloc(n ? n : 1, sizeof *next), *path = calloc(n ? n : 1, sizeof *path);
+  unsigned char *state = calloc(n ? n : 1, 1); /* 0: not seen, 1: on the walk, 2: resolved */
+  if (!next || !path || !state) {
+    L->oom = true;
+    goto done;
+  }
+  for (size_t d = 0; d < n; ++d) {
+    const recap__spec_dim_alias *a = &aliases[d];
+    bool report = !fresh || fresh[d];
+    next[d] = a->name ? recap__names_get(&L->dims, a->name) : OWN_VALUES;
+    if (a->name && next[d] < 0) {
+      if (report)
+        alias_error(L, a->pos,
+                    "%sdim '%s' is given as '%.256s', but the spec declares no dim '%.256s'",
+                    context, spec->dims[d].name, a->name, a->name);
+      next[d] = BROKEN;
+    } else if (next[d] == (int)d) {
+      if (report)
+        alias_error(L, a->pos,
+                    "%sdim '%s' is given as itself (a dim's value is a positive integer, a list of "
+                    "them, or another dim's name)",
+                    context, spec->dims[d].name);
+      next[d] = BROKEN;
+    }
+  }
+  for (size_t d = 0; d < n; ++d) {
+    if (state[d]) continue;
+    size_t len = 0;
+    int cur = (int)d;
+    while (state[cur] == 0 && next[cur] >= 0) {
+      state[cur] = 1;
+      path[len++] = cur;
+      cur = next[cur];
+    }
+    int r;
+    if (state[cur] == 2) {
+      r = root[cur];
+    } else if (state[cur] == 1) {
+      size_t start = 0;
+      while (path[start] != cur) ++start;
+      report_cycle(L, context, aliases, fresh, path + start, len - start);
+      r = -1;
+    } else {
+      r = next[cur] == OWN_VALUES ? cur : -1;
+      root[cur] = r;
+      state[cur] = 2;
+    }
+    for (size_t i = 0; i < len; ++i) {
+      root[path[i]] = r;
+      state[path[i]] = 2;
+    }
+  }
+done:
+  free(next);
+  free(path);
+  free(state);
+}
+
+/* Checks one set of dim values' aliases (see resolve_aliases) when the roots are not needed. */
+static void check_aliases(loader *L, const char *context, const recap__spec_dim_alias *aliases,
+                          const bool *fresh) {
+  int *root = calloc(L->spec->num_dims ? L->spec->num_dims : 1, sizeof *root);
+  if (!root) {
+    L->oom = true;
+    return;
+  }
+  resolve_aliases(L, context, aliases, fresh, root);
+  free(root);
+}
+
+/* Makes dim d an alias: it has no values of its own until the dims are final. */
+static void set_alias(loader *L, int d, recap__spec_dim_alias alias) {
+  recap__spec_dim *dim = &L->spec->dims[d];
+  free(dim->values);
+  dim->values = NULL;
+  dim->count = 0;
+  dim->bucketed = false;
+  if (L->spec->bucket_dim == d) L->spec->bucket_dim = -1;
+  L->dim_aliases[d] = alias;
+}
+
 static void parse_dims(loader *L, const recap__yaml_node *node) {
   recap__spec *spec = L->spec;
   if (!recap__spec_expect_kind(L, node, RECAP_YAML_MAPPING, "dims")) return;
   recap__spec_check_keys(L, node, NULL, "dims");
   spec->dims = calloc(node->count ? node->count : 1, sizeof *spec->dims);
-  if (!spec->dims) {
+  L->dim_aliases = calloc(node->count ? node->count : 1, sizeof *L->dim_aliases);
+  if (!spec->dims || !L->dim_aliases) {
     L->oom = true;
     return;
   }
@@ -99,9 +244,13 @@ static void parse_dims(loader *L, const recap__yaml_node *node) {
     }
     if (previous >= 0) continue; /* check_keys reported it */
     d->pos = k->pos;
+    d->alias = -1;
     char what[MAX_NAME_BYTES + 32];
     snprintf(what, sizeof what, "dim '%s'", d->name);
-    if (read_dim_values(L, v, what, &d->values, &d->count, &d->bucketed) && d->bucketed) {
+    if (names_a_dim(v)) {
+      /* The dim it names may come later: aliases are followed once every dim is read. */
+      L->dim_aliases[spec->num_dims] = (recap__spec_dim_alias){v->text, v->pos};
+    } else if (read_dim_values(L, v, what, &d->values, &d->count, &d->bucketed) && d->bucketed) {
       if (spec->bucket_dim >= 0)
         ERR(L, k->pos,
             "dim '%s' has buckets, but dim '%s' already does (one bucketed dim per "
@@ -113,23 +262,42 @@ static void parse_dims(loader *L, const recap__yaml_node *node) {
     spec->num_dims++; /* counted even on running out of memory: destroy frees its values */
     if (L->oom) return;
   }
+  check_aliases(L, "", L->dim_aliases, NULL);
 }
 
-/* One entry's `dims:`: checked like the spec's own (declared names, valid values, one
- * bucketed dim at most once applied); applied when `apply` (the entry the caller chose). */
-static void entry_dims(loader *L, const char *entry, const recap__yaml_node *dims, bool apply) {
+/* Which dims have buckets and which are aliases: the spec's own, which every entry is checked
+ * against whichever entry is applied (the chosen one is applied as it is read). */
+typedef struct {
+  bool *bucketed;
+  recap__spec_dim_alias *aliases;
+} dim_settings;
+
+/* One entry's `dims:`: checked like the spec's own (declared names, valid values, aliases, one
+ * bucketed dim at most once applied over `own`, the spec's); applied when `apply` (the entry
+ * the caller chose). */
+static void entry_dims(loader *L, const char *entry, const recap__yaml_node *dims, bool apply,
+                       const dim_settings *own) {
   recap__spec *spec = L->spec;
   char context[MAX_NAME_BYTES + 32];
   snprintf(context, sizeof context, "entry '%s': dims", entry);
   if (!recap__spec_expect_kind(L, dims, RECAP_YAML_MAPPING, context)) return;
   recap__spec_check_keys(L, dims, NULL, context);
-  /* Which dims hold buckets once the entry's values replace the spec's. */
-  bool *bucketed = calloc(spec->num_dims ? spec->num_dims : 1, sizeof *bucketed);
-  if (!bucketed) {
+  /* Which dims hold buckets, and which are aliases, once the entry's values replace the
+   * spec's; `given`: the dims the entry sets (its aliases' problems are its own). */
+  size_t n = spec->num_dims ? spec->num_dims : 1;
+  bool *bucketed = calloc(n, sizeof *bucketed), *given = calloc(n, sizeof *given);
+  recap__spec_dim_alias *aliases = calloc(n, sizeof *aliases);
+  if (!bucketed || !given || !aliases) {
+    free(bucketed);
+    free(given);
+    free(aliases);
     L->oom = true;
     return;
   }
-  for (size_t d = 0; d < spec->num_dims; ++d) bucketed[d] = spec->dims[d].bucketed;
+  if (spec->num_dims) {
+    memcpy(bucketed, own->bucketed, spec->num_dims * sizeof *bucketed);
+    memcpy(aliases, own->aliases, spec->num_dims * sizeof *aliases);
+  }
   bool ok = true;
   for (size_t i = 0; i < dims->count && !L->oom; ++i) {
     const char *name;
@@ -146,25 +314,38 @@ static void entry_dims(loader *L, const char *entry, const recap__yaml_node *dim
       ok = false;
       continue;
     }
+    given[d] = true;
+    const recap__yaml_node *v = dims->items[i];
+    if (names_a_dim(v)) {
+      aliases[d] = (recap__spec_dim_alias){v->text, v->pos};
+      bucketed[d] = false;
+      if (apply) set_alias(L, d, aliases[d]);
+      continue;
+    }
     char what[2 * MAX_NAME_BYTES + 32];
     snprintf(what, sizeof what, "entry '%s': dim '%s'", entry, name);
     int64_t *values;
     size_t count;
     bool list;
-    if (!read_dim_values(L, dims->items[i], what, &values, &count, &list)) {
+    if (!read_dim_values(L, v, what, &values, &count, &list)) {
       ok = false;
       continue;
     }
+    aliases[d].name = NULL;
     bucketed[d] = list;
     if (apply) {
       free(spec->dims[d].values);
       spec->dims[d].values = values;
       spec->dims[d].count = count;
       spec->dims[d].bucketed = list;
+      L->dim_aliases[d].name = NULL;
     } else {
       free(values);
     }
   }
+  char prefix[MAX_NAME_BYTES + 16];
+  snprintf(prefix, sizeof prefix, "entry '%s': ", entry);
+  if (!L->oom) check_aliases(L, prefix, aliases, given);
   int first = -1;
   for (size_t d = 0; d < spec->num_dims && ok; ++d) {
     if (!bucketed[d]) continue;
@@ -177,6 +358,8 @@ static void entry_dims(loader *L, const char *entry, const recap__yaml_node *dim
   }
   if (apply && ok) spec->bucket_dim = first;
   free(bucketed);
+  free(given);
+  free(aliases);
 }
 
 /* `entries:` name -> {dims: {DIM: value or list}}: named sets of dim values, one pipeline
@@ -188,9 +371,17 @@ static void parse_entries(loader *L, const recap__yaml_node *node) {
   if (!recap__spec_expect_kind(L, node, RECAP_YAML_MAPPING, "entries")) return;
   recap__spec_check_keys(L, node, NULL, "entries");
   spec->entries = calloc(node->count ? node->count : 1, sizeof *spec->entries);
-  if (!spec->entries) {
+  size_t n = spec->num_dims ? spec->num_dims : 1;
+  dim_settings own = {calloc(n, sizeof *own.bucketed), calloc(n, sizeof *own.aliases)};
+  if (!spec->entries || !own.bucketed || !own.aliases) {
+    free(own.bucketed);
+    free(own.aliases);
     L->oom = true;
     return;
+  }
+  for (size_t d = 0; d < spec->num_dims; ++d) {
+    own.bucketed[d] = spec->dims[d].bucketed;
+    own.aliases[d] = L->dim_aliases[d];
   }
   for (size_t i = 0; i < node->count && !L->oom; ++i) {
     const recap__yaml_node *k = node->keys[i], *v = node->items[i];
@@ -209,17 +400,27 @@ static void parse_entries(loader *L, const recap__yaml_node *node) {
     if (!dims)
       ERR(L, v->pos, "entry '%s' needs `dims:` (the dim values it runs with)", name);
     else
-      entry_dims(L, name, dims, chosen);
+      entry_dims(L, name, dims, chosen, &own);
     if (chosen) spec->entry = name;
     spec->entries[spec->num_entries++] = (recap__spec_entry){name, k->pos};
   }
+  free(own.bucketed);
+  free(own.aliases);
 }
 
-#define OVERRIDE_ERR(L, ...) snprintf((L)->bad_override, sizeof(L)->bad_override, __VA_ARGS__)
+/* "a, b, c": the spec's dims, for a message that names one it does not declare. */
+static void dim_names(const recap__spec *spec, char *names, size_t size) {
+  size_t used = 0;
+  names[0] = '\0';
+  for (size_t i = 0; i < spec->num_dims && used + 64 < size; ++i)
+    used += (size_t)snprintf(names + used, size - used, "%s%s", i ? ", " : "", spec->dims[i].name);
+  if (!spec->num_dims) snprintf(names, size, "none");
+}
 
-/* Applies one "NAME=V[,V...]" from outside the spec (options.dims), with the rules and limits
- * of dims written in the spec. */
-static void override_dim(loader *L, const char *text) {
+/* Applies one "NAME=V[,V...]" or "NAME=OTHER" from outside the spec (options.dims), with the
+ * rules and limits of dims written in the spec; marks `aliased[NAME]` for an alias (a cycle it
+ * makes is found once every override is in). */
+static void override_dim(loader *L, const char *text, bool *aliased) {
   recap__spec *spec = L->spec;
   const char *eq = strchr(text, '=');
   size_t n = eq ? (size_t)(eq - text) : 0;
@@ -231,17 +432,29 @@ static void override_dim(loader *L, const char *text) {
     OVERRIDE_ERR(L, "dim override '%s': expected NAME=VALUE", text);
     return;
   }
+  char names[256];
   if (index < 0) {
-    char names[256] = "";
-    size_t used = 0;
-    for (size_t i = 0; i < spec->num_dims && used < sizeof names - 64; ++i)
-      used += (size_t)snprintf(names + used, sizeof names - used, "%s%s", i ? ", " : "",
-                               spec->dims[i].name);
+    dim_names(spec, names, sizeof names);
     OVERRIDE_ERR(L, "dim override '%s': the spec declares no dim '%.*s' (its dims: %s)", text,
-                 (int)n, text, spec->num_dims ? names : "none");
+                 (int)n, text, names);
     return;
   }
   recap__spec_dim *d = &spec->dims[index];
+  if (eq[1] == '_' || (eq[1] >= 'a' && eq[1] <= 'z') || (eq[1] >= 'A' && eq[1] <= 'Z')) {
+    /* Another dim's name: an alias of it. */
+    int target = recap__names_get(&L->dims, eq + 1);
+    if (target < 0) {
+      dim_names(spec, names, sizeof names);
+      OVERRIDE_ERR(L, "dim override '%.64s': the spec declares no dim '%.64s' (its dims: %.120s)",
+                   text, eq + 1, names);
+    } else if (target == index) {
+      OVERRIDE_ERR(L, "dim override '%s': a dim cannot be an alias of itself", text);
+    } else {
+      set_alias(L, index, (recap__spec_dim_alias){.name = eq + 1});
+      aliased[index] = true;
+    }
+    return;
+  }
   size_t given = 1;
   for (const char *c = eq + 1; *c; ++c) given += *c == ',';
   if (given > RECAP_MAX_BUCKETS) {
@@ -257,7 +470,8 @@ static void override_dim(loader *L, const char *text) {
     long long x = strtoll(v, &end, 10);
     if (end == v || (*end != ',' && *end != '\0')) {
       OVERRIDE_ERR(L,
-                   "dim override '%s': expected NAME=VALUE or NAME=V1,V2,... with decimal integers",
+                   "dim override '%s': expected NAME=VALUE, NAME=V1,V2,... with decimal integers, "
+                   "or NAME=OTHER (an alias of dim OTHER)",
                    text);
       return;
     }
@@ -294,10 +508,40 @@ static void override_dim(loader *L, const char *text) {
   free(d->values);
   d->values = copy;
   d->count = count;
+  L->dim_aliases[index].name = NULL;
   if (count > 1) {
     d->bucketed = true;
     spec->bucket_dim = index;
   }
+}
+
+/* Once the spec's, the entry's and the caller's values are all applied: each alias gets the
+ * values of the dim it names (a copy), and `alias` says which. A cycle only the overrides made
+ * is theirs to report (`aliased`: the dims they made aliases); the spec's and the entry's own
+ * problems were reported where they were read. */
+static void finish_dims(loader *L, const bool *aliased) {
+  recap__spec *spec = L->spec;
+  int *root = calloc(spec->num_dims ? spec->num_dims : 1, sizeof *root);
+  if (!root) {
+    L->oom = true;
+    return;
+  }
+  resolve_aliases(L, "", L->dim_aliases, aliased, root);
+  for (size_t d = 0; d < spec->num_dims && !L->oom; ++d) {
+    recap__spec_dim *dim = &spec->dims[d];
+    if (!L->dim_aliases[d].name || root[d] < 0) continue;
+    const recap__spec_dim *of = &spec->dims[root[d]];
+    dim->values = calloc(of->count ? of->count : 1, sizeof *dim->values);
+    if (!dim->values) {
+      L->oom = true;
+      break;
+    }
+    if (of->count) memcpy(dim->values, of->values, of->count * sizeof *dim->values);
+    dim->count = of->count;
+    dim->bucketed = of->bucketed;
+    dim->alias = root[d];
+  }
+  free(root);
 }
 
 static void parse_run(loader *L, const recap__yaml_node *node) {
@@ -380,8 +624,15 @@ static void parse_root(loader *L, const recap__yaml_node *root) {
     return;
   }
   /* Before any shape is read: a tensor is checked against the dims the caller runs with. */
+  bool *aliased = calloc(spec->num_dims ? spec->num_dims : 1, sizeof *aliased);
+  if (!aliased) {
+    L->oom = true;
+    return;
+  }
   for (const char *const *d = spec->options.dims; d && *d && !L->oom && !L->bad_override[0]; ++d)
-    override_dim(L, *d);
+    override_dim(L, *d, aliased);
+  if (!L->oom && !L->bad_override[0]) finish_dims(L, aliased);
+  free(aliased);
   if (L->oom || L->bad_override[0]) return;
 
   const recap__yaml_node *tensors = recap__spec_lookup(root, "tensors"),
@@ -467,6 +718,7 @@ static recap_status load(const char *text, size_t len, const char *file, const c
     }
   }
   recap__names_free(&L.dims);
+  free(L.dim_aliases);
   recap__names_free(&L.tensors);
   recap__names_free(&L.future);
 

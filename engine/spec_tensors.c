@@ -412,16 +412,23 @@ static void parse_tensor(loader *L, const recap__yaml_node *k, const recap__yaml
       if (!recap__spec_get_size(L, shape->items[i], what, 1, &t->shape[i])) ok = false;
     ndim = (int)shape->count;
     /* Persistent tensors are allocated once, for the largest bucket: a smaller bucket's
-     * tensor must be a prefix of it, so the bucketed dim may only lead. */
-    if (ok && role && (t->role == RECAP_ROLE_PARAM || t->role == RECAP_ROLE_STATE)) {
-      for (int i = 1; i < ndim; ++i)
-        if (t->shape[i].dim >= 0 && t->shape[i].dim == spec->bucket_dim) {
-          ERR(L, t->shape[i].pos,
-              "%s: the bucketed dim '%s' may only be the first axis of a "
-              "%s",
-              what, spec->dims[spec->bucket_dim].name, role->text);
-          ok = false;
-        }
+     * tensor must be a prefix of it, so the bucketed dim (or an alias of it) may only lead. */
+    if (ok && role && spec->bucket_dim >= 0 &&
+        (t->role == RECAP_ROLE_PARAM || t->role == RECAP_ROLE_STATE)) {
+      for (int i = 1; i < ndim; ++i) {
+        int dim = t->shape[i].dim;
+        if (dim < 0 || (dim != spec->bucket_dim && spec->dims[dim].alias != spec->bucket_dim))
+          continue;
+        char which[2 * MAX_NAME_BYTES + 32];
+        if (dim == spec->bucket_dim)
+          snprintf(which, sizeof which, "'%s'", spec->dims[dim].name);
+        else
+          snprintf(which, sizeof which, "'%s' (an alias of '%s')", spec->dims[dim].name,
+                   spec->dims[spec->bucket_dim].name);
+        ERR(L, t->shape[i].pos, "%s: the bucketed dim %s may only be the first axis of a %s", what,
+            which, role->text);
+        ok = false;
+      }
     }
   }
 

@@ -23,8 +23,7 @@ bool recap__spec_is_scalar(const recap__yaml_node *n) {
   return n && n->kind == RECAP_YAML_SCALAR && !recap__yaml_is_null(n);
 }
 
-/* A name: letters, digits and _ . - / :, starting with a letter or _. */
-static bool valid_name(const recap__yaml_node *n) {
+bool recap__spec_is_name(const recap__yaml_node *n) {
   if (!recap__spec_is_scalar(n) || n->len == 0 || n->len > MAX_NAME_BYTES ||
       strlen(n->text) != n->len)
     return false;
@@ -41,7 +40,7 @@ static bool valid_name(const recap__yaml_node *n) {
 
 bool recap__spec_get_name(loader *L, const recap__yaml_node *n, const char *what,
                           const char **out) {
-  if (!valid_name(n)) {
+  if (!recap__spec_is_name(n)) {
     if (recap__spec_is_scalar(n))
       ERR(L, n->pos,
           "%s '%.64s' is not a valid name (letters, digits, '_', '.', '-', '/', ':', "
@@ -190,7 +189,7 @@ bool recap__spec_get_size(loader *L, const recap__yaml_node *n, const char *what
     ERR(L, n->pos, "%s: %.64s does not fit in 64 bits", what, n->text);
     return false;
   }
-  if (valid_name(n)) {
+  if (recap__spec_is_name(n)) {
     int d = recap__names_get(&L->dims, n->text);
     if (d < 0) {
       ERR(L, n->pos, "%s: unknown dim '%s' (declare it under dims:)", what, n->text);

@@ -979,10 +979,12 @@ typedef struct {
   recap_stream *stream; /* run on the caller's stream; NULL: the pipeline's own */
   /* Dim values replacing the spec's, as "NAME=V" or "NAME=V1,V2,..." (positive, below 2^62; a
    * list makes buckets: ascending, at most RECAP_MAX_BUCKETS, and at most one dim has
-   * buckets), NULL-terminated; NULL: none. They are applied before the spec is checked, so the
-   * check sees them (SPEC_ERROR with positions when the spec does not hold with them); a
-   * malformed one, or one naming no dim of the spec, is RECAP_STATUS_INVALID_ARGUMENT. Ignored
-   * by recap_pipeline_clone. */
+   * buckets), or "NAME=OTHER": NAME becomes an alias of dim OTHER (its value in every bucket;
+   * specs/README.md, "Dims and buckets"); NULL-terminated; NULL: none. They are applied in
+   * order before the spec is checked, so the check sees them (SPEC_ERROR with positions when
+   * the spec does not hold with them); a malformed one, one naming no dim of the spec, or
+   * aliases that form a cycle is RECAP_STATUS_INVALID_ARGUMENT. Ignored by
+   * recap_pipeline_clone. */
   const char *const *dims;
   /* Nonzero: no fusion pass (elementwise chains run op by op; RECAP_FUSION=0 in the
    * environment does the same). Ignored by recap_pipeline_clone, which shares the model. */

@@ -237,6 +237,36 @@ expect 1 "plan --dim that breaks a shape" -- "$recap" plan "$specs/transformer_b
   --dim D=1000
 grep -qE "transformer_block.yaml:[0-9]+:[0-9]+: error: " "$tmp/err" ||
   fail "plan --dim D=1000: no positioned error (got: $(head -1 "$tmp/err"))"
+# Dim aliases (`Bs: T`): validate and plan say what an alias stands for; --dim sets one.
+cat >"$tmp/serve.yaml" <<'EOF'
+device: host
+dims: {T: [4, 8], Bs: 2, W: 4}
+entries:
+  prefill: {dims: {T: [4, 8], Bs: 2}}
+  decode:  {dims: {T: [1, 2, 4, 8], Bs: T}}
+tensors:
+  x: {shape: [T, W], role: input}
+  s: {shape: [Bs, W], role: input}
+ops:
+  - {op: relu, in: [x], out: y}
+  - {op: relu, in: [s], out: z}
+EOF
+expect 0 "validate a spec with an aliased dim" -- "$recap" validate "$tmp/serve.yaml"
+grep -q "entry 'decode': ok (2 ops, 4 buckets; Bs = T)" "$tmp/out" ||
+  fail "validate does not show the decode entry's alias (got: $(cat "$tmp/out"))"
+expect 0 "plan an entry with an alias" -- "$recap" plan "$tmp/serve.yaml" --entry decode --dim T=3
+grep -q "dim aliases: Bs = T (4)" "$tmp/out" || fail "plan does not show Bs = T (4)"
+[ "$(bytes_of s)" = $((8 * 4 * 4)) ] || fail "plan --entry decode: s is $(bytes_of s) B"
+expect 0 "plan --dim Bs=T" -- "$recap" plan "$tmp/serve.yaml" --dim Bs=T
+grep -q "dim aliases: Bs = T (8)" "$tmp/out" || fail "plan --dim Bs=T does not alias Bs"
+expect 0 "run an entry with an alias" -- "$recap" run "$tmp/serve.yaml" --entry decode --dim T=3 \
+  --iters 2 --warmup 1
+expect 2 "plan --dim alias of an unknown dim" -- "$recap" plan "$tmp/serve.yaml" --dim Bs=Q
+grep -q "no dim 'Q'" "$tmp/err" || fail "--dim Bs=Q: the unknown dim is not named"
+expect 2 "plan --dim aliases in a cycle" -- "$recap" plan "$tmp/serve.yaml" --entry decode \
+  --dim T=Bs
+grep -q "cycle (T = Bs, Bs = T)" "$tmp/err" || fail "--dim T=Bs: the cycle is not named"
+
 # plan shows what the fusion pass fused; --no-fusion and RECAP_FUSION=0 turn it off.
 expect 0 "plan fused" -- "$recap" plan "$specs/elementwise_chain.yaml"
 grep -q "100 spec ops became" "$tmp/out" || fail "plan shows no fused ops"

@@ -261,7 +261,7 @@ static void test_dim_overrides_take_the_spec_bucket_limit_and_name_what_is_wrong
       {"B=1,2,4611686018427387904", "4611686018427387904 is not a positive integer below 2^62"},
       {"B=1,0", "0 is not a positive integer below 2^62"},
       {"B=2,1", "must be strictly ascending (1 follows 2)"},
-      {"B=1,x", "expected NAME=VALUE or NAME=V1,V2,..."},
+      {"B=1,x", "expected NAME=VALUE, NAME=V1,V2,..."},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; ++i) {
     dims[0] = bad[i].dim ? bad[i].dim : list;

@@ -261,6 +261,9 @@ static void test_entry_errors_are_positioned(void) {
   expect_spec_error(yaml, "a", "<e>:6:14: error: entry 'b': the spec declares no dim 'Q'");
   snprintf(yaml, sizeof yaml, "%sentries:\n  a: {dims: {S: [1, 2]}}\n", head);
   expect_spec_error(yaml, NULL, "<e>:5:13: error: entry 'a': dims 'B' and 'S' would both have");
+  /* Every entry is checked over the spec's own dims, not over the chosen entry's. */
+  snprintf(yaml, sizeof yaml, "%sentries:\n  a: {dims: {B: 2}}\n  b: {dims: {S: [1, 2]}}\n", head);
+  expect_spec_error(yaml, "a", "<e>:6:13: error: entry 'b': dims 'B' and 'S' would both have");
   snprintf(yaml, sizeof yaml, "%sentries:\n  a: {dims: {S: [2, 1]}}\n", head);
   expect_spec_error(yaml, "a", "<e>:5:21: error: entry 'a': dim 'S': bucket values must be");
   snprintf(yaml, sizeof yaml, "%sentries:\n  a: {dim: {S: 2}}\n", head);
