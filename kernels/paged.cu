@@ -135,7 +135,7 @@ __global__ void __launch_bounds__(kScanThreads) seq_last_tokens_kernel(seq_meta 
   const int r = blockIdx.x * blockDim.x + threadIdx.x;
   if (r >= m.rows) return;
   const seq_row s = load_row(m, r);
-  out[r] = s.count > 0 ? s.start + s.count - 1 : 0;
+  out[r] = s.count > 0 ? (int32_t)((int64_t)s.start + s.count - 1) : 0;
 }
 
 /* Element strides of a pool [NB, BS, Hkv, Dh] (the last is 1) and of new [T, Hkv, Dh]. */

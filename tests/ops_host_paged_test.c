@@ -560,6 +560,17 @@ static void test_each_metadata_rule_fails_naming_the_row(void) {
   CHECK_STATUS(recap__op_launch(&last, stream), RECAP_STATUS_DEVICE_ERROR);
   CHECK_ERROR_MENTIONS("row 1: Q_START 2, expected 1");
   recap__host_backend_reset_fault_for_testing();
+  /* Without a token count, the tokens must still end by the largest i32 index. */
+  seqs = strict_seqs();
+  set_row(&seqs, 0, INT32_MAX, 0, INT32_MAX, NULL, 0);
+  set_row(&seqs, 1, 3, INT32_MAX, 1, NULL, 0);
+  last = new_call("seq_last_tokens");
+  add_input(&last, seqs);
+  CHECK_OK(recap__op_infer(&last));
+  last.outputs[0].data = track(bytes_of(&last.outputs[0]));
+  CHECK_STATUS(recap__op_launch(&last, stream), RECAP_STATUS_DEVICE_ERROR);
+  CHECK_ERROR_MENTIONS("row 1: its tokens [2147483647, 2147483648) run past the step's 2147483647");
+  recap__host_backend_reset_fault_for_testing();
   recap__op_call positions = new_call("seq_positions");
   add_input(&positions, strict_seqs());
   positions.attrs.dim = 3;

@@ -102,12 +102,14 @@ recap_status recap__seqs_check(const recap__op_call *call, int index,
                              "are packed in row order, the first at token 0)",
                              name.s, (long long)r, (long long)start, (long long)next);
       next = start + count;
-      if (rules->tokens >= 0 && next > rules->tokens)
+      /* Without a token count, token indices must still be i32s, as the outputs are. */
+      const int64_t limit = rules->tokens >= 0 ? rules->tokens : INT32_MAX;
+      if (next > limit)
         return RECAP_OP_FAIL(call,
                              "input '%s' row %lld: its tokens [%lld, %lld) run past the step's "
                              "%lld tokens",
                              name.s, (long long)r, (long long)start, (long long)next,
-                             (long long)rules->tokens);
+                             (long long)limit);
     }
     int64_t lo, hi;
     checked_positions(row, rules->blocks, &lo, &hi);

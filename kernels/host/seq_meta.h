@@ -40,7 +40,8 @@ typedef enum {
 } recap__seqs_blocks;
 
 typedef struct {
-  int64_t tokens;     /* T, the step's token count; -1 when the op has none (seq_last_tokens) */
+  int64_t tokens;     /* T, the step's token count; -1 when the op has none (seq_last_tokens: then
+                       * the rows' tokens must end by INT32_MAX, the largest token index) */
   int64_t block_size; /* BS of the cache (then LEN <= MB * BS); 0 when the op has no cache */
   int64_t num_blocks; /* NB of the cache */
   recap__seqs_blocks blocks;
