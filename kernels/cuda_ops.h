@@ -128,6 +128,47 @@ recap_status recap__cuda_kv_append(const recap__op_call *call, void *cuda_stream
  * q's dtype. Accumulate in f32. */
 recap_status recap__cuda_attention(const recap__op_call *call, void *cuda_stream);
 
+/* The paged serving ops (kernels/paged.c; inputs and outputs as their infer describes:
+ * seqs i32 [Bs, W] contiguous, W = RECAP_SEQ_BLOCKS + MB; pools [NB, BS, Hkv, Dh] and q/new
+ * with unit-stride last dims). Every kernel reads `seqs` when it runs, never the launcher, so
+ * a captured graph serves any metadata; the grids depend on shapes only. A token that no row
+ * owns writes nothing to state and outputs 0.
+ *
+ * Bad metadata on the GPU: a kernel never reads or writes out of bounds; it TRAPS (a sticky
+ * device fault, as attention's bad len and embedding's bad id are, and as the host reference's
+ * error is on the host backend) when a row it scans has Q_LEN < 0 or Q_LEN > LEN, tokens
+ * outside [0, T) (Q_START < 0 or Q_START + Q_LEN > T, rows with Q_LEN > 0; seq_last_tokens has
+ * no T and checks Q_START >= 0 only), LEN > MB * BS (ops with a pool), or when a block id it
+ * needs (a position its token reads or writes) is outside [0, NB). What takes more than one
+ * row to see is not checked on the GPU: rows that are not packed (a token two rows claim goes
+ * to one of them, in bounds) and two tokens writing one cache row (they race). The host
+ * reference checks all of it (kernels/host/seq_meta.h). */
+
+/* seq_positions: outputs[0] i32 [T] (T = attrs.dim): token Q_START + t of a row gets
+ * LEN - Q_LEN + t, tokens no row owns 0. */
+recap_status recap__cuda_seq_positions(const recap__op_call *call, void *cuda_stream);
+
+/* seq_last_tokens: outputs[0] i32 [Bs]: Q_START + Q_LEN - 1 for a row with tokens, else 0. */
+recap_status recap__cuda_seq_last_tokens(const recap__op_call *call, void *cuda_stream);
+
+/* paged_kv_write: inputs cache [NB, BS, Hkv, Dh] (any strides, last 1), new [T, Hkv, Dh] (the
+ * cache's dtype, any strides, last 1), seqs. Token i = Q_START + t of a row, at position
+ * p = LEN - Q_LEN + t, is copied to cache[seqs[row][RECAP_SEQ_BLOCKS + p / BS], p % BS].
+ * outputs[0] IS the cache (same data pointer, checked). Bit-exact copy. */
+recap_status recap__cuda_paged_kv_write(const recap__op_call *call, void *cuda_stream);
+
+/* paged_attention: inputs q [T, H, Dh] (any strides, last 1), k_cache and v_cache
+ * [NB, BS, Hkv, Dh] (q's dtype), seqs; H % Hkv == 0, query head h reads KV head h / (H / Hkv).
+ * Token i = Q_START + t of a row sits at p = LEN - Q_LEN + t and attends to its sequence's key
+ * positions 0..p (causal), position j at row j % BS of block seqs[row][RECAP_SEQ_BLOCKS + j /
+ * BS] of the pools: out[i, h] = sum_j softmax_j(q_i,h . k_j * scale) v_j, scale = attrs.scale
+ * or 1/sqrt(Dh) when 0; accumulate in f32. outputs[0] [T, H, Dh] contiguous. When
+ * recap__paged_attention_plan (kernels/paged.h) splits the keys, call->workspace must hold
+ * recap__paged_attention_workspace bytes (else INVALID_ARGUMENT). CUDA takes Dh up to 256
+ * that fills whole 16-byte vectors (a multiple of 8 elements for f16/bf16, of 4 for f32) and
+ * pools whose rows are 16-byte aligned; other shapes are NOT_SUPPORTED. */
+recap_status recap__cuda_paged_attention(const recap__op_call *call, void *cuda_stream);
+
 /* random_uniform (def->code 0) / random_normal (def->code 1) into contiguous outputs[0]
  * (float dtype). The Philox parameters are call->rng_seed/rng_offset, or, when
  * call->rng_slot != NULL (a capture), the slot read IN THE KERNEL:

@@ -164,6 +164,10 @@ struct recap__op_def {
    * scalar that the engine binds itself when the spec leaves it out, so that a bucket's padding
    * rows never reach state (kv_append's `rows`). */
   bool takes_rows;
+  /* With every input zero (an all-zero `seqs`: no sequence owns a token) the op writes nothing
+   * to state, so warmup runs on zeroed inputs need no backup of the state it writes (a KV pool
+   * can be most of the device's memory). */
+  bool zero_meta_writes_nothing;
   /* Every backend writes output 0 through the strides it is given, any layout whose last dim
    * has stride 1 (or size 1), not only the contiguous one infer describes. The planner then
    * lets the op write straight into the layout a following permute, transpose or reshape

@@ -54,6 +54,11 @@ static cuda_entry expected_entry(const char *name) {
       {"rope", recap__cuda_rope},
       {"kv_append", recap__cuda_kv_append},
       {"attention", recap__cuda_attention},
+      {"seq_positions", recap__cuda_seq_positions},
+      {"seq_last_tokens", recap__cuda_seq_last_tokens},
+      {"paged_kv_write", recap__cuda_paged_kv_write},
+      {"paged_attention", recap__cuda_paged_attention},
+      {"decode_advance", recap__cuda_decode_advance},
       {"random_uniform", recap__cuda_random},
       {"random_normal", recap__cuda_random},
       {"matmul", recap__cuda_gemm},
@@ -93,7 +98,8 @@ static void test_every_contract_op_is_in_the_registry(void) {
                                       "permute",      "transpose", "slice",     "split",
                                       "copy",         "concat",    "fill",      "embedding",
                                       "rope",         "kv_append", "attention", "random_uniform",
-                                      "random_normal"};
+                                      "random_normal", "seq_positions", "seq_last_tokens",
+                                      "paged_kv_write", "paged_attention", "decode_advance"};
   for (size_t i = 0; i < sizeof names / sizeof names[0]; ++i) {
     const recap__op_def *def = recap__op_find(names[i]);
     if (!def) fprintf(stderr, "\n  op '%s' missing: %s\n", names[i], recap_last_error());

@@ -9,9 +9,10 @@
  * entry point in kernels/cuda_ops.h are what these compute.
  *
  * Failure: a bad value found in device memory at run time (an embedding id or a KV-cache
- * position out of range) returns RECAP_STATUS_INVALID_ARGUMENT naming the op and the value,
- * which the host backend turns into a sticky device fault, as a trapped CUDA kernel does.
- * Nothing is written to the output in that case.
+ * position out of range, a row of the paged ops' step metadata that breaks its rules) returns
+ * RECAP_STATUS_INVALID_ARGUMENT naming the op and the value, which the host backend turns into a
+ * sticky device fault, as a trapped CUDA kernel does. Nothing is written to the output in that
+ * case.
  */
 #ifndef RECAP_KERNELS_HOST_HOST_OPS_H
 #define RECAP_KERNELS_HOST_HOST_OPS_H
@@ -35,6 +36,11 @@ recap_status recap__host_rope(const recap__op_call *call);
 recap_status recap__host_kv_append(const recap__op_call *call);
 recap_status recap__host_attention(const recap__op_call *call);
 recap_status recap__host_decode_advance(const recap__op_call *call);
+
+recap_status recap__host_seq_positions(const recap__op_call *call);
+recap_status recap__host_seq_last_tokens(const recap__op_call *call);
+recap_status recap__host_paged_kv_write(const recap__op_call *call);
+recap_status recap__host_paged_attention(const recap__op_call *call);
 
 recap_status recap__host_random(const recap__op_call *call);
 

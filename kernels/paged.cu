@@ -1,0 +1,674 @@
+/*
+ * paged.cu: the paged serving ops on CUDA (kernels/paged.c defines them; cuda_ops.h states
+ * what each computes and what a kernel does with bad metadata: it traps).
+ *
+ * Every kernel reads the step metadata `seqs` itself when it runs. The grids depend on shapes
+ * only, so one captured graph serves every step, whatever its sequences, lengths and block
+ * tables. A kernel finds the row that owns its token by scanning the rows (Bs is small: a few
+ * loads per row, from L2), validating each row it reads.
+ *
+ * paged_attention (flash-decoding). One CTA of 4 warps serves one token, one KV head and all
+ * the query heads of that KV head's group (up to 8; kernels/paged.h), so each key and value
+ * row is loaded once per group. Its keys may be split over `splits` CTAs (a count fixed at
+ * launch from the shapes: enough CTAs to fill the GPU when tokens x KV heads alone do not,
+ * as in decode). A split's key range is cut when the kernel runs from the token's real key
+ * count: ceil(keys / splits), at least RECAP__PAGED_MIN_KEYS_PER_SPLIT, so a short context
+ * leaves the last splits empty rather than spreading a few keys thin. Inside a CTA the warps
+ * take steps of keys in turn; a key's row of Dh elements is read as 16-byte vectors by
+ * LP = Dh * sizeof(T) / 16 lanes (up to 32), so a warp reads 32 / LP keys per load and U such
+ * loads per step, all issued before any is used. Scores are reduced over the LP lanes by
+ * shuffles, the softmax is online in base 2 (q is scaled by scale * log2 e once) with f32
+ * state, then the lanes that read different keys and the warps are merged. Unsplit, the CTA
+ * writes the output row; split, it writes its partial (max, sum, unnormalized row) to the
+ * workspace (an empty split writes max = -inf and nothing else), and a combine kernel (one
+ * warp per token and head) merges the splits and writes the row.
+ *
+ * Prefill takes the same kernel: one CTA per (token, KV head), every token of a prompt chunk
+ * reading its own prefix. Consecutive tokens of a row are consecutive CTAs, so the keys they
+ * share come from L2, but each is read once per token: prefill costs O(T^2) L2 traffic and
+ * CUDA-core FLOPs where a tiled kernel costs O(T). A faster prefill needs tiles of consecutive
+ * query tokens of one row per CTA with tensor-core mma (as attention.cu's flash_kernel), and a
+ * (row, tile) work list built on the device from `seqs` by a small kernel into the workspace,
+ * its grid sized for the worst case (ceil(T / tile) + Bs tiles) with idle CTAs returning.
+ *
+ * All kernels launch with programmatic dependent launch (recap__cuda_launch) and start with
+ * recap__pdl_begin.
+ */
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+
+#include <type_traits>
+
+#include "kernels/cuda_common.cuh"
+#include "kernels/cuda_ops.h"
+#include "kernels/paged.h"
+#include "runtime/cuda_check.h"
+
+namespace {
+
+constexpr int kWarps = 4;
+constexpr int kThreads = kWarps * 32;
+/* Threads of the small metadata kernels (seq_positions, seq_last_tokens). */
+constexpr int kScanThreads = 256;
+/* The largest head dim of the attention kernel: a lane then holds 8 f32 per head. */
+constexpr int kMaxHeadDim = 256;
+constexpr double kLog2e = 1.4426950408889634;
+
+/* ================================ metadata ================================================ */
+
+/* Where the metadata is and what bounds its rows must keep (cuda_ops.h). */
+struct seq_meta {
+  const int32_t *data;
+  int rows, width;
+  int64_t tokens;   /* T; -1: the op has none */
+  int64_t capacity; /* MB * BS; -1: the op has no pool */
+};
+
+struct seq_row {
+  int len, start, count;
+};
+
+/* Row r's step fields. Traps on a row no valid step has: counts outside 0 <= Q_LEN <= LEN,
+ * tokens before 0 or past T, more keys than the block table holds. */
+__device__ __forceinline__ seq_row load_row(const seq_meta &m, int r) {
+  const int32_t *row = m.data + (int64_t)r * m.width;
+  const seq_row s = {row[RECAP_SEQ_LEN], row[RECAP_SEQ_Q_START], row[RECAP_SEQ_Q_LEN]};
+  bool bad = s.count < 0 || s.count > s.len || (m.capacity >= 0 && s.len > m.capacity);
+  if (s.count > 0)
+    bad = bad || s.start < 0 || (m.tokens >= 0 && (int64_t)s.start + s.count > m.tokens);
+  if (bad) __trap();
+  return s;
+}
+
+__device__ __forceinline__ bool owns(const seq_row &s, int64_t token) {
+  return s.count > 0 && token >= s.start && token - s.start < s.count;
+}
+
+/* The row owning `token`, or -1 (padding), found by the CTA's threads together; every thread
+ * of the CTA must call it, and gets the answer. Rows that are not packed may both claim a
+ * token: it then goes to one of them. */
+__device__ int find_owner(const seq_meta &m, int64_t token, int *s_owner) {
+  if (threadIdx.x == 0) *s_owner = -1;
+  __syncthreads();
+  for (int r = threadIdx.x; r < m.rows; r += blockDim.x)
+    if (owns(load_row(m, r), token)) *s_owner = r;
+  __syncthreads();
+  return *s_owner;
+}
+
+/* Block-table column `col` of a row: a block id of the pool, else a trap. */
+__device__ __forceinline__ int64_t block_at(const int32_t *table, int64_t col, int64_t blocks) {
+  const int32_t id = table[col];
+  if (id < 0 || id >= blocks) __trap();
+  return id;
+}
+
+/* ================================ kernels ================================================= */
+
+/* One thread per token; the CTA's threads load the rows a chunk at a time into shared memory,
+ * each validating the row it loads, and each thread looks for its token among them. */
+__global__ void __launch_bounds__(kScanThreads) seq_positions_kernel(seq_meta m, int32_t *out) {
+  recap__pdl_begin();
+  __shared__ int s_start[kScanThreads], s_count[kScanThreads], s_first[kScanThreads];
+  const int64_t token = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  int32_t pos = 0;
+  for (int r0 = 0; r0 < m.rows; r0 += kScanThreads) {
+    if (r0 + (int)threadIdx.x < m.rows) {
+      const seq_row s = load_row(m, r0 + threadIdx.x);
+      s_start[threadIdx.x] = s.start;
+      s_count[threadIdx.x] = s.count;
+      s_first[threadIdx.x] = s.len - s.count;
+    }
+    __syncthreads();
+    const int n = min(kScanThreads, m.rows - r0);
+    for (int k = 0; k < n; ++k)
+      if (s_count[k] > 0 && token >= s_start[k] && token - s_start[k] < s_count[k])
+        pos = s_first[k] + (int32_t)(token - s_start[k]);
+    __syncthreads();
+  }
+  if (token < m.tokens) out[token] = pos;
+}
+
+__global__ void __launch_bounds__(kScanThreads) seq_last_tokens_kernel(seq_meta m, int32_t *out) {
+  recap__pdl_begin();
+  const int r = blockIdx.x * blockDim.x + threadIdx.x;
+  if (r >= m.rows) return;
+  const seq_row s = load_row(m, r);
+  out[r] = s.count > 0 ? (int32_t)((int64_t)s.start + s.count - 1) : 0;
+}
+
+/* Element strides of a pool [NB, BS, Hkv, Dh] (the last is 1) and of new [T, Hkv, Dh]. */
+struct pool_strides {
+  int64_t block, row, head;
+};
+struct token_strides {
+  int64_t token, head;
+};
+
+/* One CTA per token; its threads copy the token's Hkv rows of Dh in chunks of N elements (16
+ * bytes when the rows are aligned). A token no row owns writes nothing. */
+template <typename T, int N>
+__global__ void paged_kv_write_kernel(T *__restrict__ cache, pool_strides cs, int64_t block_size,
+                                      int64_t num_blocks, const T *__restrict__ rows,
+                                      token_strides rs, int kv_heads, int head_dim, seq_meta m) {
+  recap__pdl_begin();
+  __shared__ int s_owner;
+  const int64_t token = blockIdx.x;
+  const int r = find_owner(m, token, &s_owner);
+  if (r < 0) return;
+  const seq_row s = load_row(m, r);
+  const int64_t pos = (int64_t)s.len - s.count + (token - s.start);
+  const int32_t *table = m.data + (int64_t)r * m.width + RECAP_SEQ_BLOCKS;
+  /* pos < LEN <= MB * BS (load_row): the column is in the row. */
+  const int64_t block = block_at(table, pos / block_size, num_blocks);
+  T *dst = cache + block * cs.block + pos % block_size * cs.row;
+  const T *src = rows + token * rs.token;
+  const int per_head = head_dim / N;
+  for (int c = threadIdx.x; c < kv_heads * per_head; c += blockDim.x) {
+    const int h = c / per_head, d = (c - h * per_head) * N;
+    *reinterpret_cast<recap__vec<T, N> *>(dst + h * cs.head + d) =
+        *reinterpret_cast<const recap__vec<T, N> *>(src + h * rs.head + d);
+  }
+}
+
+/* Sixteen bytes of T as floats. */
+template <typename T>
+__device__ __forceinline__ void unpack16(const uint4 &u, float *f) {
+  if constexpr (std::is_same<T, float>::value) {
+    f[0] = __uint_as_float(u.x);
+    f[1] = __uint_as_float(u.y);
+    f[2] = __uint_as_float(u.z);
+    f[3] = __uint_as_float(u.w);
+  } else {
+    const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      float2 x;
+      if constexpr (std::is_same<T, __half>::value)
+        x = __half22float2(*reinterpret_cast<const __half2 *>(&w[i]));
+      else
+        x = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&w[i]));
+      f[2 * i] = x.x;
+      f[2 * i + 1] = x.y;
+    }
+  }
+}
+
+struct attention_params {
+  seq_meta meta;
+  token_strides q, o;
+  pool_strides k, v;
+  int64_t num_blocks;
+  recap__fast_div block_size;
+  int heads, kv_group, head_chunks, head_dim, splits;
+  float scale_log2; /* the score scale times log2(e): the softmax runs in base 2 */
+  /* Split calls: the workspace, (max, sum) of every (token, head, split), then their rows. */
+  float *part;
+};
+
+/* The combine's view of the workspace: (max, sum) pairs first, then the rows. */
+__device__ __forceinline__ float *part_rows(const attention_params &p, int64_t tokens) {
+  return p.part + tokens * p.heads * p.splits * 2;
+}
+
+/* grid (T * head_chunks, Hkv, splits), kThreads threads. GC: query heads per CTA (a power of
+ * two; heads past the group are computed on zeros and never written). DH: the largest head dim
+ * the lanes' registers hold (p.head_dim <= DH, a multiple of 16 bytes). */
+template <typename T, int DH, int GC>
+__global__ void __launch_bounds__(kThreads)
+    paged_attention_kernel(const T *__restrict__ q, const T *__restrict__ kc,
+                           const T *__restrict__ vc, T *__restrict__ out, attention_params p) {
+  constexpr int E = 16 / sizeof(T);         /* elements per 16-byte vector */
+  constexpr int VECS = DH / E;              /* vectors in a row of DH */
+  constexpr int LP = VECS < 32 ? VECS : 32; /* lanes reading one key */
+  constexpr int NV = VECS / LP;             /* vectors per lane */
+  constexpr int KW = 32 / LP;               /* keys per warp load */
+  /* Key loads per lane per step: about four vectors of K (and of V) in flight, two when eight
+   * query heads already fill the registers. */
+  constexpr int kLoads = GC >= 8 ? 2 : 4;
+  constexpr int U = kLoads / NV > 0 ? kLoads / NV : 1;
+  constexpr int kStep = KW * U; /* keys per warp step */
+  static_assert(VECS % LP == 0 && 32 % LP == 0, "head dims of whole power-of-two lanes");
+
+  recap__pdl_begin();
+  __shared__ int s_owner;
+  __shared__ float s_m[kWarps][GC], s_l[kWarps][GC];
+  __shared__ float s_acc[kWarps][GC][DH];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t token = blockIdx.x / p.head_chunks;
+  const int chunk = blockIdx.x % p.head_chunks, kv_head = blockIdx.y, split = blockIdx.z;
+  const int head0 = kv_head * p.kv_group + chunk * GC;
+  const int heads_here = min(GC, p.kv_group - chunk * GC);
+
+  /* This split's key positions [kbeg, kend) of the owning sequence (none for padding). */
+  const int r = find_owner(p.meta, token, &s_owner);
+  int64_t kbeg = 0, kend = 0;
+  const int32_t *table = nullptr;
+  if (r >= 0) {
+    const seq_row s = load_row(p.meta, r);
+    const int64_t visible = (int64_t)s.len - s.count + (token - s.start) + 1;
+    int64_t per = visible;
+    if (p.splits > 1) {
+      per = (visible + p.splits - 1) / p.splits;
+      if (per < RECAP__PAGED_MIN_KEYS_PER_SPLIT) per = RECAP__PAGED_MIN_KEYS_PER_SPLIT;
+    }
+    kbeg = min((int64_t)split * per, visible);
+    kend = min(kbeg + per, visible);
+    table = p.meta.data + (int64_t)r * p.meta.width + RECAP_SEQ_BLOCKS;
+  }
+
+  /* The lane's vectors of each query row, pre-scaled. Lanes past the head dim hold zeros. */
+  const int key_lane = lane / LP, vec_lane = lane % LP, vecs = p.head_dim / E;
+  float qf[GC][NV][E];
+#pragma unroll
+  for (int g = 0; g < GC; ++g)
+#pragma unroll
+    for (int n = 0; n < NV; ++n) {
+      const int vi = vec_lane + n * LP;
+      const T *qr = q + token * p.q.token + (int64_t)(head0 + g) * p.q.head + vi * E;
+#pragma unroll
+      for (int e = 0; e < E; ++e)
+        qf[g][n][e] = g < heads_here && vi < vecs ? recap__to_float(qr[e]) * p.scale_log2 : 0.0f;
+    }
+
+  float m[GC], l[GC], acc[GC][NV][E];
+#pragma unroll
+  for (int g = 0; g < GC; ++g) {
+    m[g] = -INFINITY;
+    l[g] = 0.0f;
+#pragma unroll
+    for (int n = 0; n < NV; ++n)
+#pragma unroll
+      for (int e = 0; e < E; ++e) acc[g][n][e] = 0.0f;
+  }
+
+  for (int64_t base = kbeg + (int64_t)warp * kStep; base < kend; base += (int64_t)kWarps * kStep) {
+    /* Every block id first, then every K and V vector of the step, then the math: the loads of
+     * a step are in flight together. A lane past kend reads the step's first key (valid) and
+     * weighs it 0. */
+    int64_t koff[U], voff[U];
+    bool valid[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      int64_t j = base + u * KW + key_lane;
+      valid[u] = j < kend;
+      if (!valid[u]) j = base;
+      const uint32_t col = recap__fast_div_q(p.block_size, (uint32_t)j);
+      const int64_t row = j - (int64_t)col * p.block_size.d;
+      const int64_t block = block_at(table, col, p.num_blocks);
+      koff[u] = block * p.k.block + row * p.k.row + kv_head * p.k.head;
+      voff[u] = block * p.v.block + row * p.v.row + kv_head * p.v.head;
+    }
+    uint4 kr[U][NV], vr[U][NV];
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+#pragma unroll
+      for (int n = 0; n < NV; ++n) {
+        const int vi = vec_lane + n * LP;
+        kr[u][n] = vi < vecs ? __ldg(reinterpret_cast<const uint4 *>(kc + koff[u] + vi * E))
+                             : make_uint4(0, 0, 0, 0);
+        vr[u][n] = vi < vecs ? __ldg(reinterpret_cast<const uint4 *>(vc + voff[u] + vi * E))
+                             : make_uint4(0, 0, 0, 0);
+      }
+    float score[U][GC];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+#pragma unroll
+      for (int g = 0; g < GC; ++g) score[u][g] = 0.0f;
+#pragma unroll
+      for (int n = 0; n < NV; ++n) {
+        float kf[E];
+        unpack16<T>(kr[u][n], kf);
+#pragma unroll
+        for (int g = 0; g < GC; ++g)
+#pragma unroll
+          for (int e = 0; e < E; ++e) score[u][g] += qf[g][n][e] * kf[e];
+      }
+#pragma unroll
+      for (int g = 0; g < GC; ++g) {
+#pragma unroll
+        for (int o = LP / 2; o > 0; o >>= 1)
+          score[u][g] += __shfl_xor_sync(0xffffffffu, score[u][g], o);
+        if (!valid[u]) score[u][g] = -INFINITY;
+      }
+    }
+#pragma unroll
+    for (int g = 0; g < GC; ++g) {
+      float top = m[g];
+#pragma unroll
+      for (int u = 0; u < U; ++u) top = fmaxf(top, score[u][g]);
+      /* Nothing seen yet (top == -inf): weights must come out 0, not NaN. */
+      const float ref = top == -INFINITY ? 0.0f : top;
+      const float alpha = exp2f(m[g] - ref);
+      l[g] *= alpha;
+#pragma unroll
+      for (int n = 0; n < NV; ++n)
+#pragma unroll
+        for (int e = 0; e < E; ++e) acc[g][n][e] *= alpha;
+      m[g] = top;
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+#pragma unroll
+      for (int n = 0; n < NV; ++n) {
+        float vf[E];
+        unpack16<T>(vr[u][n], vf);
+#pragma unroll
+        for (int g = 0; g < GC; ++g) {
+          const float w = exp2f(score[u][g] - (m[g] == -INFINITY ? 0.0f : m[g]));
+          if (n == 0) l[g] += w;
+#pragma unroll
+          for (int e = 0; e < E; ++e) acc[g][n][e] += w * vf[e];
+        }
+      }
+  }
+
+  /* Merge the lanes that read different keys (same vectors, other key_lane) ... */
+#pragma unroll
+  for (int o = LP; o < 32; o <<= 1)
+#pragma unroll
+    for (int g = 0; g < GC; ++g) {
+      const float m_o = __shfl_xor_sync(0xffffffffu, m[g], o);
+      const float l_o = __shfl_xor_sync(0xffffffffu, l[g], o);
+      const float top = fmaxf(m[g], m_o), ref = top == -INFINITY ? 0.0f : top;
+      const float a = exp2f(m[g] - ref), b = exp2f(m_o - ref);
+      l[g] = l[g] * a + l_o * b;
+#pragma unroll
+      for (int n = 0; n < NV; ++n)
+#pragma unroll
+        for (int e = 0; e < E; ++e)
+          acc[g][n][e] = acc[g][n][e] * a + __shfl_xor_sync(0xffffffffu, acc[g][n][e], o) * b;
+      m[g] = top;
+    }
+  /* ... then the warps, through shared memory. */
+  if (lane == 0)
+#pragma unroll
+    for (int g = 0; g < GC; ++g) {
+      s_m[warp][g] = m[g];
+      s_l[warp][g] = l[g];
+    }
+  if (key_lane == 0)
+#pragma unroll
+    for (int g = 0; g < GC; ++g)
+#pragma unroll
+      for (int n = 0; n < NV; ++n)
+#pragma unroll
+        for (int e = 0; e < E; ++e) s_acc[warp][g][(vec_lane + n * LP) * E + e] = acc[g][n][e];
+  __syncthreads();
+
+  for (int c = threadIdx.x; c < heads_here * p.head_dim; c += kThreads) {
+    const int g = c / p.head_dim, d = c - g * p.head_dim;
+    float top = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) top = fmaxf(top, s_m[w][g]);
+    const float ref = top == -INFINITY ? 0.0f : top;
+    float sum = 0.0f, o = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      const float a = exp2f(s_m[w][g] - ref);
+      sum += s_l[w][g] * a;
+      o += s_acc[w][g][d] * a;
+    }
+    const int64_t h = head0 + g;
+    if (p.splits == 1) {
+      /* No key (padding) leaves sum == 0: the row is zeros. */
+      out[token * p.o.token + h * p.o.head + d] = recap__from_float<T>(sum > 0.0f ? o / sum : 0.0f);
+      continue;
+    }
+    const int64_t state = (token * p.heads + h) * p.splits + split;
+    if (d == 0) {
+      p.part[2 * state] = top;
+      p.part[2 * state + 1] = sum;
+    }
+    /* An empty split's row is never read: the combine skips max == -inf. */
+    if (top != -INFINITY) part_rows(p, p.meta.tokens)[state * p.head_dim + d] = o;
+  }
+}
+
+/* One warp per (token, head): the splits' partial states, weighted by exp2(max_s - max), into
+ * the output row. kThreads threads; grid ceil(T * H / kWarps). */
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    paged_combine_kernel(T *__restrict__ out, attention_params p, int64_t tokens) {
+  recap__pdl_begin();
+  __shared__ float s_w[kWarps][RECAP__PAGED_MAX_SPLITS];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t pair = (int64_t)blockIdx.x * kWarps + warp;
+  if (pair >= tokens * p.heads) return;
+  const float *ml = p.part + pair * p.splits * 2;
+  const float *rows = part_rows(p, tokens) + pair * p.splits * p.head_dim;
+  float top = -INFINITY;
+  for (int s = lane; s < p.splits; s += 32) top = fmaxf(top, ml[2 * s]);
+  top = recap__warp_max(top);
+  float sum = 0.0f;
+  for (int s = lane; s < p.splits; s += 32) {
+    const float ms = ml[2 * s];
+    const float w = ms == -INFINITY ? 0.0f : exp2f(ms - top);
+    s_w[warp][s] = w;
+    if (w > 0.0f) sum += w * ml[2 * s + 1];
+  }
+  sum = recap__warp_sum(sum);
+  __syncwarp();
+  const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+  const int64_t token = pair / p.heads, h = pair - token * p.heads;
+  for (int d = lane; d < p.head_dim; d += 32) {
+    float o = 0.0f;
+    for (int s = 0; s < p.splits; ++s) {
+      const float w = s_w[warp][s];
+      if (w > 0.0f) o += w * rows[(int64_t)s * p.head_dim + d];
+    }
+    out[token * p.o.token + h * p.o.head + d] = recap__from_float<T>(o * inv);
+  }
+}
+
+/* ================================ launchers =============================================== */
+
+/* The metadata tensor's view; INVALID_ARGUMENT for what infer would have refused, so a
+ * hand-built call cannot reach a kernel with a shape it indexes wrongly. */
+recap_status meta_of(const recap__op_call *call, int index, int64_t tokens, int64_t capacity,
+                     seq_meta *m) {
+  const recap_tensor *seqs = &call->inputs[index];
+  if (seqs->dtype != RECAP_DTYPE_I32 || seqs->ndim != 2 || seqs->shape[1] <= RECAP_SEQ_BLOCKS ||
+      !recap__tensor_is_contiguous(seqs) || seqs->shape[0] > INT32_MAX ||
+      seqs->shape[1] > INT32_MAX || !seqs->data)
+    return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
+                      "op '%s': seqs must be a contiguous i32 [Bs, W] in device memory with W > "
+                      "%d",
+                      call->def->name, RECAP_SEQ_BLOCKS);
+  m->data = static_cast<const int32_t *>(seqs->data);
+  m->rows = (int)seqs->shape[0];
+  m->width = (int)seqs->shape[1];
+  m->tokens = tokens;
+  m->capacity = capacity;
+  return RECAP_OK;
+}
+
+bool aligned16(const void *ptr) {
+  return ((uintptr_t)ptr & 15u) == 0;
+}
+
+/* Whether a pool's rows can be read in 16-byte vectors of `elems` elements. */
+bool pool_vectorizable(const recap_tensor *t, int64_t elems) {
+  return aligned16(t->data) && t->shape[3] % elems == 0 && t->strides[0] % elems == 0 &&
+         t->strides[1] % elems == 0 && t->strides[2] % elems == 0;
+}
+
+template <typename T, int DH, int GC>
+recap_status launch_attention(const recap__op_call *call, const attention_params &p,
+                              const recap__paged_attention_grid &g, cudaStream_t stream) {
+  const int64_t tokens = call->inputs[0].shape[0];
+  const T *q = static_cast<const T *>(call->inputs[0].data);
+  const T *kc = static_cast<const T *>(call->inputs[1].data);
+  const T *vc = static_cast<const T *>(call->inputs[2].data);
+  T *out = static_cast<T *>(call->outputs[0].data);
+  const dim3 grid((unsigned)(tokens * g.head_chunks), (unsigned)call->inputs[1].shape[2],
+                  (unsigned)g.splits);
+  RECAP_CUDA_TRY(recap__cuda_launch(paged_attention_kernel<T, DH, GC>, grid, dim3(kThreads), 0,
+                                    stream, q, kc, vc, out, p));
+  if (g.splits > 1) {
+    const int64_t pairs = tokens * p.heads;
+    RECAP_CUDA_TRY(recap__cuda_launch(paged_combine_kernel<T>,
+                                      dim3((unsigned)RECAP_CEIL_DIV(pairs, (int64_t)kWarps)),
+                                      dim3(kThreads), 0, stream, out, p, tokens));
+  }
+  return RECAP_OK;
+}
+
+template <typename T, int DH>
+recap_status launch_attention_dh(const recap__op_call *call, const attention_params &p,
+                                 const recap__paged_attention_grid &g, cudaStream_t stream) {
+  switch (g.heads_per_cta) {
+    case 1:
+      return launch_attention<T, DH, 1>(call, p, g, stream);
+    case 2:
+      return launch_attention<T, DH, 2>(call, p, g, stream);
+    case 4:
+      return launch_attention<T, DH, 4>(call, p, g, stream);
+    default:
+      return launch_attention<T, DH, 8>(call, p, g, stream);
+  }
+}
+
+}  // namespace
+
+extern "C" recap_status recap__cuda_seq_positions(const recap__op_call *call, void *cuda_stream) {
+  recap__cuda_launch_range range(call->def->name);
+  const recap_tensor *out = &call->outputs[0];
+  if (out->dtype != RECAP_DTYPE_I32 || out->ndim != 1 || out->shape[0] != call->attrs.dim ||
+      out->shape[0] > INT32_MAX)
+    return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
+                      "op '%s': the output must be i32 [T] with T the 'tokens' attribute",
+                      call->def->name);
+  seq_meta m;
+  RECAP_TRY(meta_of(call, 0, out->shape[0], -1, &m));
+  const unsigned blocks = (unsigned)RECAP_CEIL_DIV(out->shape[0], (int64_t)kScanThreads);
+  RECAP_CUDA_TRY(recap__cuda_launch(seq_positions_kernel, dim3(blocks), dim3(kScanThreads), 0,
+                                    static_cast<cudaStream_t>(cuda_stream), m,
+                                    static_cast<int32_t *>(out->data)));
+  return RECAP_OK;
+}
+
+extern "C" recap_status recap__cuda_seq_last_tokens(const recap__op_call *call, void *cuda_stream) {
+  recap__cuda_launch_range range(call->def->name);
+  const recap_tensor *out = &call->outputs[0];
+  seq_meta m;
+  RECAP_TRY(meta_of(call, 0, -1, -1, &m));
+  if (out->dtype != RECAP_DTYPE_I32 || out->ndim != 1 || out->shape[0] != m.rows)
+    return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "op '%s': the output must be i32 [Bs]",
+                      call->def->name);
+  const unsigned blocks = (unsigned)RECAP_CEIL_DIV((int64_t)m.rows, (int64_t)kScanThreads);
+  RECAP_CUDA_TRY(recap__cuda_launch(seq_last_tokens_kernel, dim3(blocks), dim3(kScanThreads), 0,
+                                    static_cast<cudaStream_t>(cuda_stream), m,
+                                    static_cast<int32_t *>(out->data)));
+  return RECAP_OK;
+}
+
+extern "C" recap_status recap__cuda_paged_kv_write(const recap__op_call *call, void *cuda_stream) {
+  recap__cuda_launch_range range(call->def->name);
+  const recap_tensor *cache = &call->inputs[0], *rows = &call->inputs[1];
+  const char *name = call->def->name;
+  if (cache->ndim != 4 || rows->ndim != 3 || rows->dtype != cache->dtype ||
+      rows->shape[1] != cache->shape[2] || rows->shape[2] != cache->shape[3] ||
+      (cache->shape[3] > 1 && (cache->strides[3] != 1 || rows->strides[2] != 1)) ||
+      rows->shape[0] > INT32_MAX || cache->shape[2] * cache->shape[3] > INT32_MAX)
+    return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
+                      "op '%s': needs cache [NB, BS, Hkv, Dh] and new [T, Hkv, Dh] of one dtype "
+                      "with unit-stride last dims",
+                      name);
+  /* The op writes the pool in place: an output elsewhere would be left unwritten. */
+  if (call->outputs[0].data != cache->data)
+    return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
+                      "op '%s': the output must be the cache itself (same data pointer)", name);
+  const int64_t max_blocks = call->inputs[2].shape[1] - RECAP_SEQ_BLOCKS;
+  seq_meta m;
+  RECAP_TRY(meta_of(call, 2, rows->shape[0], max_blocks * cache->shape[1], &m));
+  const pool_strides cs = {cache->strides[0], cache->strides[1], cache->strides[2]};
+  const token_strides rs = {rows->strides[0], rows->strides[1]};
+  const int kv_heads = (int)cache->shape[2], head_dim = (int)cache->shape[3];
+  cudaStream_t stream = static_cast<cudaStream_t>(cuda_stream);
+  return recap__cuda_dispatch_float(cache->dtype, name, [&](auto tag) {
+    using T = decltype(tag);
+    constexpr int N = 16 / sizeof(T);
+    const bool vec = head_dim % N == 0 && aligned16(cache->data) && aligned16(rows->data) &&
+                     cs.block % N == 0 && cs.row % N == 0 && cs.head % N == 0 &&
+                     rs.token % N == 0 && rs.head % N == 0;
+    const int chunks = kv_heads * (vec ? head_dim / N : head_dim);
+    const int threads = (int)RECAP_CEIL_DIV(chunks < 256 ? chunks : 256, 32) * 32;
+    const dim3 grid((unsigned)rows->shape[0]);
+    T *dst = static_cast<T *>(cache->data);
+    const T *src = static_cast<const T *>(rows->data);
+    if (vec)
+      RECAP_CUDA_TRY(recap__cuda_launch(paged_kv_write_kernel<T, N>, grid, dim3(threads), 0, stream,
+                                        dst, cs, cache->shape[1], cache->shape[0], src, rs,
+                                        kv_heads, head_dim, m));
+    else
+      RECAP_CUDA_TRY(recap__cuda_launch(paged_kv_write_kernel<T, 1>, grid, dim3(threads), 0, stream,
+                                        dst, cs, cache->shape[1], cache->shape[0], src, rs,
+                                        kv_heads, head_dim, m));
+    return RECAP_OK;
+  });
+}
+
+extern "C" recap_status recap__cuda_paged_attention(const recap__op_call *call, void *cuda_stream) {
+  recap__cuda_launch_range range(call->def->name);
+  const recap_tensor *q = &call->inputs[0], *k = &call->inputs[1], *v = &call->inputs[2];
+  const recap_tensor *out = &call->outputs[0];
+  const char *name = call->def->name;
+  bool ok = q->ndim == 3 && k->ndim == 4 && v->ndim == 4 && out->ndim == 3 &&
+            k->dtype == q->dtype && v->dtype == q->dtype && out->dtype == q->dtype;
+  for (int d = 0; ok && d < 4; ++d) ok = k->shape[d] == v->shape[d];
+  for (int d = 0; ok && d < 3; ++d) ok = out->shape[d] == q->shape[d];
+  ok = ok && q->shape[2] == k->shape[3] && q->shape[1] % k->shape[2] == 0 &&
+       q->shape[0] <= INT32_MAX && q->shape[1] <= INT32_MAX && k->shape[2] <= 65535 &&
+       k->shape[1] < INT32_MAX && (q->shape[2] == 1 || q->strides[2] == 1) &&
+       (k->shape[3] == 1 || (k->strides[3] == 1 && v->strides[3] == 1)) &&
+       (out->shape[2] == 1 || out->strides[2] == 1);
+  if (!ok)
+    return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
+                      "op '%s': needs q [T, H, Dh], k_cache and v_cache [NB, BS, Hkv, Dh] and an "
+                      "output shaped like q, of one dtype, with H %% Hkv == 0 and unit-stride "
+                      "last dims",
+                      name);
+  const int64_t head_dim = q->shape[2], elems = 16 / (int64_t)recap_dtype_size(q->dtype);
+  if (head_dim > kMaxHeadDim || head_dim % elems != 0 || !pool_vectorizable(k, elems) ||
+      !pool_vectorizable(v, elems))
+    return RECAP_FAIL(RECAP_STATUS_NOT_SUPPORTED,
+                      "op '%s': the CUDA kernel needs a head dim of at most %d that is a multiple "
+                      "of %lld (16-byte vectors) and 16-byte aligned pool rows; got head dim %lld",
+                      name, kMaxHeadDim, (long long)elems, (long long)head_dim);
+  const int64_t max_blocks = call->inputs[3].shape[1] - RECAP_SEQ_BLOCKS;
+  attention_params p;
+  RECAP_TRY(meta_of(call, 3, q->shape[0], max_blocks * k->shape[1], &p.meta));
+  const recap__paged_attention_grid g = recap__paged_attention_plan(call);
+  const size_t need = recap__paged_attention_workspace(call);
+  if (need > call->workspace_bytes || (need > 0 && !call->workspace))
+    return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
+                      "op '%s': its %lld key splits need a workspace of %zu bytes "
+                      "(workspace_bytes), the call has %zu",
+                      name, (long long)g.splits, need, call->workspace ? call->workspace_bytes : 0);
+  if (q->shape[0] * g.head_chunks > INT32_MAX)
+    return RECAP_FAIL(RECAP_STATUS_NOT_SUPPORTED, "op '%s': %lld tokens exceed the CUDA grid", name,
+                      (long long)q->shape[0]);
+  p.q = {q->strides[0], q->strides[1]};
+  p.o = {out->strides[0], out->strides[1]};
+  p.k = {k->strides[0], k->strides[1], k->strides[2]};
+  p.v = {v->strides[0], v->strides[1], v->strides[2]};
+  p.num_blocks = k->shape[0];
+  p.block_size = recap__fast_div_make((uint32_t)k->shape[1]);
+  p.heads = (int)q->shape[1];
+  p.kv_group = (int)(q->shape[1] / k->shape[2]);
+  p.head_chunks = (int)g.head_chunks;
+  p.head_dim = (int)head_dim;
+  p.splits = (int)g.splits;
+  const double scale = call->attrs.scale != 0.0 ? call->attrs.scale : 1.0 / sqrt((double)head_dim);
+  p.scale_log2 = (float)(scale * kLog2e);
+  p.part = static_cast<float *>(call->workspace);
+  cudaStream_t stream = static_cast<cudaStream_t>(cuda_stream);
+  return recap__cuda_dispatch_float(q->dtype, name, [&](auto tag) {
+    using T = decltype(tag);
+    if (head_dim <= 64) return launch_attention_dh<T, 64>(call, p, g, stream);
+    if (head_dim <= 128) return launch_attention_dh<T, 128>(call, p, g, stream);
+    return launch_attention_dh<T, kMaxHeadDim>(call, p, g, stream);
+  });
+}
