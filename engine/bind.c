@@ -265,6 +265,10 @@ void recap__bind_views(recap_pipeline *p) {
         rows.strides[0] = 1;
         c->inputs[c->num_inputs++] = rows;
       }
+      if (p->workspaces && op->def->workspace_bytes) {
+        c->workspace_bytes = op->def->workspace_bytes(c, p->device.backend);
+        c->workspace = c->workspace_bytes ? p->workspaces[op->stream] : NULL;
+      }
     }
   }
 }
@@ -304,6 +308,43 @@ static recap_status bind_state(recap_pipeline *p, const recap_pipeline *share) {
   /* Stream-ordered allocators hand out a block in the param stream's order: it is the
    * pipeline stream's to use once that stream has run. */
   return allocated ? recap_stream_synchronize(m->param_stream) : RECAP_OK;
+}
+
+/* Sizes each stream's workspace from the calls recap__bind_views built (shapes only), takes
+ * it from the private pool before anything is captured (a graph replays with the addresses it
+ * captured), and binds the calls to it. */
+static recap_status bind_workspaces(recap_pipeline *p) {
+  const recap__model *m = p->model;
+  size_t streams = m->plan->num_streams > 0 ? (size_t)m->plan->num_streams : 1;
+  p->workspaces = calloc(streams, sizeof *p->workspaces);
+  p->workspace_sizes = calloc(streams, sizeof *p->workspace_sizes);
+  if (!p->workspaces || !p->workspace_sizes)
+    return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory for the op workspaces' table");
+  p->num_workspaces = streams;
+  bool any = false;
+  for (size_t b = 0; b < m->num_buckets; ++b)
+    for (size_t o = 0; o < p->num_ops; ++o) {
+      const recap__ir_op *op = &m->irs[b]->ops[o];
+      if (!op->def->workspace_bytes || m->plan->op_is_view[o]) continue;
+      size_t need = op->def->workspace_bytes(&p->calls[b * p->num_ops + o], p->device.backend);
+      if (need > p->workspace_sizes[op->stream]) p->workspace_sizes[op->stream] = need;
+      any = any || need > 0;
+    }
+  if (!any) return RECAP_OK;
+  if (p->has_pool) RECAP_TRY(recap_pool_route_begin(p->device, p->pool, p->stream));
+  recap_status st = RECAP_OK;
+  for (size_t s = 0; s < streams && st == RECAP_OK; ++s)
+    if (p->workspace_sizes[s]) {
+      st = recap_malloc(p->device, p->workspace_sizes[s], p->stream, &p->workspaces[s]);
+      if (st != RECAP_OK)
+        st = recap__error_context(st, "allocating the op workspace of stream %zu (%zu bytes): ", s,
+                                  p->workspace_sizes[s]);
+    }
+  recap_status end = p->has_pool ? recap_pool_route_end(p->device, p->stream) : RECAP_OK;
+  RECAP_TRY(st);
+  RECAP_TRY(end);
+  recap__bind_views(p);
+  return RECAP_OK;
 }
 
 recap_status recap__bind_pipeline(recap_pipeline *p, const recap_pipeline *share) {
@@ -398,6 +439,7 @@ recap_status recap__bind_pipeline(recap_pipeline *p, const recap_pipeline *share
   for (size_t o = 0; o < ir->num_ops; ++o)
     if (!plan->op_is_view[o]) p->launches++;
   recap__bind_views(p);
+  RECAP_TRY(bind_workspaces(p));
   return RECAP_OK;
 }
 
@@ -405,6 +447,12 @@ void recap__unbind_pipeline(recap_pipeline *p) {
   if (p->owned)
     for (size_t t = 0; t < p->num_tensors; ++t)
       if (p->owned[t]) recap_free(p->owned[t]);
+  for (size_t s = 0; p->workspaces && s < p->num_workspaces; ++s)
+    if (p->workspaces[s]) recap_free(p->workspaces[s]);
+  free(p->workspaces);
+  free(p->workspace_sizes);
+  p->workspaces = NULL;
+  p->workspace_sizes = NULL;
   if (p->rows_device) recap_free(p->rows_device);
   if (p->arena) recap_free(p->arena);
   if (p->has_pool) recap_pool_release(p->device, p->pool);

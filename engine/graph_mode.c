@@ -68,6 +68,23 @@ typedef struct {
  * server wrote for 8 sequences is not valid for bucket 1; all-zero metadata describes no
  * sequence, so the paged ops write nothing), and ops that write their inputs in place
  * (decode_advance) leave nothing behind. */
+/* Whether a warmup run on zeroed inputs may write state tensor t: some op writes it in place
+ * (output_is_input0, reached directly or through a view of it) without promising to write
+ * nothing when its inputs are zero. A paged KV pool, written only by paged_kv_write, needs no
+ * copy then, which matters: it can be most of the device's memory. */
+static bool warmup_may_write(const recap__model *m, const recap__ir *ir, size_t t) {
+  for (size_t o = 0; o < ir->num_ops; ++o) {
+    const recap__ir_op *op = &ir->ops[o];
+    if (!op->def->output_is_input0 || op->def->zero_meta_writes_nothing || op->num_inputs < 1)
+      continue;
+    int x = op->inputs[0];
+    const recap__plan_tensor *pt = &m->plan->tensors[x];
+    if (pt->kind == RECAP_PLAN_VIEW && pt->shares_with >= 0) x = pt->shares_with;
+    if ((size_t)x == t) return true;
+  }
+  return false;
+}
+
 static recap_status backup_states(recap_pipeline *p, state_backup *bk) {
   const recap__ir *ir = p->model->irs[p->model->num_buckets - 1];
   bk->count = ir->num_tensors;
@@ -77,6 +94,7 @@ static recap_status backup_states(recap_pipeline *p, state_backup *bk) {
     recap_tensor_role role = ir->tensors[t].role;
     if ((role != RECAP_ROLE_STATE && role != RECAP_ROLE_INPUT) || ir->tensors[t].bytes == 0)
       continue;
+    if (role == RECAP_ROLE_STATE && !warmup_may_write(p->model, ir, t)) continue;
     size_t bytes = (size_t)ir->tensors[t].bytes;
     RECAP_TRY(recap_malloc(p->device, bytes, p->stream, &bk->copies[t]));
     RECAP_TRY(p->stream->backend->memcpy_async(bk->copies[t], p->data[t], bytes, p->stream));

@@ -60,6 +60,12 @@ struct recap_pipeline {
   recap_pool_id pool; /* the private pool: the arena and every graph's memory */
   bool has_pool;
   void *arena;           /* plan->arena_bytes from the pool */
+  /* Op workspaces (recap__op_def.workspace_bytes), one per stream of the plan, each as large as
+   * the largest need of that stream's ops over every bucket: ops of one stream run one after
+   * another, so they can share it. From the pool, like the arena; NULL where none is needed. */
+  void **workspaces;
+  size_t *workspace_sizes;
+  size_t num_workspaces;
   recap__state_set *state; /* the state tensors it allocated; pipelines sharing them retain it */
   void **data;           /* per tensor: memory of an external root (input, param, state,
                             scalar, output), else NULL; rebind changes an entry */

@@ -66,6 +66,8 @@ const recap__op_def recap__op_decode_advance = {
     .dtype_mask = 1u << RECAP_DTYPE_I32,
     .in_place_input = 0,
     .output_is_input0 = true,
+    /* All-zero seqs: no row has tokens, nothing moves. */
+    .zero_meta_writes_nothing = true,
     .infer = decode_advance_infer,
     .run_host = recap__host_decode_advance,
     .launch_cuda = RECAP_CUDA_ENTRY(recap__cuda_decode_advance),
