@@ -1,9 +1,9 @@
 /*
  * registry.c: the table of every op definition, lookup by name, and attribute defaults.
  *
- * Each family file (elementwise.c, reduce.c, shape.c, attention.c, random.c, and the GEMM
- * half's gemm/ops.c) defines its ops as `const recap__op_def recap__op_<name>`; this table is the
- * one place that lists them, in the order `recap ops` prints them.
+ * Each family file (elementwise.c, reduce.c, shape.c, attention.c, sample.c, random.c, and the
+ * GEMM half's gemm/ops.c) defines its ops as `const recap__op_def recap__op_<name>`; this table
+ * is the one place that lists them, in the order `recap ops` prints them.
  */
 #include <stdio.h>
 #include <string.h>
@@ -21,6 +21,7 @@ extern const recap__op_def recap__op_reshape, recap__op_permute, recap__op_trans
     recap__op_slice, recap__op_split, recap__op_concat, recap__op_copy, recap__op_fill,
     recap__op_embedding, recap__op_rope;
 extern const recap__op_def recap__op_kv_append, recap__op_attention;
+extern const recap__op_def recap__op_argmax, recap__op_sample;
 extern const recap__op_def recap__op_random_uniform, recap__op_random_normal;
 extern const recap__op_def recap__op_matmul, recap__op_linear;
 extern const recap__op_def recap__op_all_reduce, recap__op_all_gather, recap__op_reduce_scatter,
@@ -67,6 +68,9 @@ static const recap__op_def *const registry[] = {
 
     &recap__op_kv_append,
     &recap__op_attention,
+
+    &recap__op_argmax,
+    &recap__op_sample,
 
     &recap__op_random_uniform,
     &recap__op_random_normal,

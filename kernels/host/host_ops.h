@@ -35,6 +35,9 @@ recap_status recap__host_rope(const recap__op_call *call);
 recap_status recap__host_kv_append(const recap__op_call *call);
 recap_status recap__host_attention(const recap__op_call *call);
 
+recap_status recap__host_argmax(const recap__op_call *call);
+recap_status recap__host_sample(const recap__op_call *call);
+
 recap_status recap__host_random(const recap__op_call *call);
 
 #endif
