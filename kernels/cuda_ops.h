@@ -158,7 +158,7 @@ recap_status recap__cuda_argmax(const recap__op_call *call, void *cuda_stream);
  * K and M exactly as the host does (they compare logits); its weights are f32 exponentials
  * held as 64-bit fixed point, so P's crossing and the inverse CDF may pick a neighbouring
  * token where the host's sums come within ~1e-6 relative of a boundary: rare (tests count
- * such rows). No workspace: one block per row. */
+ * such rows). No workspace: one block per row; rows of at most 2^30 logits. */
 recap_status recap__cuda_sample(const recap__op_call *call, void *cuda_stream);
 
 /* random_uniform (def->code 0) / random_normal (def->code 1) into contiguous outputs[0]

@@ -289,14 +289,18 @@ __global__ void __launch_bounds__(kThreads)
     sm.count[2 * tid] = sm.count[2 * tid + 1] = 0;
     __syncthreads();
   }
-  const int first_shift = a.shift[0];
-  u64 top = 0; /* below every rank key: no logit has order key 0 */
+  /* A thread meets its tokens in increasing id order, so keeping the first of its largest
+   * order keys (32-bit compares) keeps its top rank; the block then compares rank keys. Key 0
+   * is below every logit's. The first digit of a rank key is the top of its order key. */
+  const int first_shift = a.shift[0] - 32;
+  uint32_t best_key = 0;
+  int best = 0;
   in.each(0, vocab, tid, kThreads, [&](int i, float x) {
-    const u64 c = rank_of(x, i, vocab);
-    top = c > top ? c : top;
-    if (top_k_on) atomicAdd(&sm.count[c >> first_shift], 1u);
+    const uint32_t k = recap__sample_order_key(x);
+    if (k > best_key) best_key = k, best = i;
+    if (top_k_on) atomicAdd(&sm.count[k >> first_shift], 1u);
   });
-  top = block_max_u64(top, sm.scratch);
+  const u64 top = block_max_u64(recap__sample_rank(best_key, best, vocab), sm.scratch);
   const uint32_t top_key = (uint32_t)(top >> 32);
   const int top_index = (int)recap__sample_rank_index(top, vocab);
   if (greedy || top_key == RECAP__SAMPLE_NAN_KEY) {
@@ -418,9 +422,11 @@ recap_status launch_rows(const recap__op_call *call, const int32_t *seqs, int64_
                          int32_t *tokens, float *logprobs, cudaStream_t stream) {
   const recap_tensor *x = &call->inputs[0];
   const int64_t rows = x->shape[0], vocab = x->shape[1];
-  if (rows > INT32_MAX || vocab > INT32_MAX)
+  /* Rows index the grid; 2^30 logits a row keep the draw's segment arithmetic in int. */
+  if (rows > INT32_MAX || vocab > (1 << 30))
     return RECAP_FAIL(RECAP_STATUS_NOT_SUPPORTED,
-                      "op '%s': %lld rows of %lld logits exceed the CUDA kernel's limits",
+                      "op '%s': %lld rows of %lld logits exceed the CUDA kernel's limits (2^31 - 1 "
+                      "rows, 2^30 logits a row)",
                       call->def->name, (long long)rows, (long long)vocab);
   sample_args a;
   a.seqs = seqs;

@@ -12,7 +12,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/sample.h"
 #include "tests/ops_host_util.h"
 #include "tests/sample_util.h"
 
@@ -375,54 +374,17 @@ static void test_sample_same_seed_and_out_index_give_the_same_token_in_any_batch
   CU_ASSERT(set != 0 && (set & (set - 1)) != 0);
 }
 
-/* The distributions of the chi-square tests: twelve logits whose id order is not their rank
- * order, and the parameters of each case (every kept token is expected >= 100 times in 10^5
- * draws; no top-p or min-p boundary lies within 1% of a token's probability). */
-static const float kTwelve[] = {0.7f,  -1.0f, 2.0f,  0.1f, -3.0f, 1.2f,
-                                -0.3f, 1.5f,  -2.0f, 0.5f, 1.0f,  -0.5f};
-static const struct {
-  const char *name;
-  sample_row row;
-} kCases[] = {
-    {"temperature 0.8", {.temperature = 0.8f, .seed = 1}},
-    {"top_k 5", {.temperature = 1, .top_k = 5, .seed = 2}},
-    {"top_p 0.7", {.temperature = 1.2f, .top_p = 0.7f, .seed = 3}},
-    {"min_p 0.1", {.temperature = 0.9f, .min_p = 0.1f, .seed = 4}},
-    {"top_k 8, top_p 0.85 (binds), min_p 0.05",
-     {.temperature = 1.5f, .top_k = 8, .top_p = 0.85f, .min_p = 0.05f, .seed = 5}},
-    {"top_k 8, top_p 0.9, min_p 0.3 (binds)",
-     {.temperature = 1.5f, .top_k = 8, .top_p = 0.9f, .min_p = 0.3f, .seed = 6}},
-    {"top_k 4 (binds), top_p 0.95, min_p 0.05",
-     {.temperature = 2, .top_k = 4, .top_p = 0.95f, .min_p = 0.05f, .seed = 7}},
-};
-enum { DRAWS = 100000 };
-
-/* The token an inverse CDF in id order over p gives for the row's uniform at OUT_INDEX i: the
- * draw of a sampler written here, from the distribution alone. */
-static int inverse_cdf(const double *p, int vocab, uint64_t seed, int32_t i) {
-  const double u = (double)recap__sample_u53(seed, i) * 0x1p-53;
-  double run = 0;
-  int last = 0;
-  for (int t = 0; t < vocab; ++t) {
-    if (p[t] == 0) continue;
-    run += p[t];
-    last = t;
-    if (run > u) return t;
-  }
-  return last;
-}
-
 static void test_sample_draws_fit_the_expected_distributions(void) {
-  for (size_t c = 0; c < sizeof kCases / sizeof kCases[0]; ++c) {
+  for (size_t c = 0; c < sizeof kSampleCases / sizeof kSampleCases[0]; ++c) {
     free_tracked();
-    const sample_row *s = &kCases[c].row;
-    double p[12];
-    const int support = expected_distribution(kTwelve, 12, s, 0, p);
-    int64_t counts[12];
-    draw_counts(RECAP_DTYPE_F32, kTwelve, 12, s, DRAWS, counts);
+    const sample_row *s = &kSampleCases[c].row;
+    double p[SAMPLE_VOCAB];
+    const int support = expected_distribution(kSampleLogits, SAMPLE_VOCAB, s, 0, p);
+    int64_t counts[SAMPLE_VOCAB];
+    draw_counts(RECAP_DTYPE_F32, kSampleLogits, SAMPLE_VOCAB, s, SAMPLE_DRAWS, counts);
     int ok = 1;
-    const double pvalue = chi_square_pvalue(counts, p, 12, DRAWS, &ok);
-    printf("\n  %-42s %2d tokens kept, chi-square p = %.3g", kCases[c].name, support, pvalue);
+    const double pvalue = chi_square_pvalue(counts, p, SAMPLE_VOCAB, SAMPLE_DRAWS, &ok);
+    printf("\n  %-42s %2d tokens kept, chi-square p = %.3g", kSampleCases[c].name, support, pvalue);
     CU_ASSERT(ok);
     CU_ASSERT(support >= 2);
     CU_ASSERT(pvalue >= kRejectBelow);
@@ -433,18 +395,21 @@ static void test_sample_draws_fit_the_expected_distributions(void) {
  * the same uniforms, draw for draw (they differ only where u lands within rounding of a CDF
  * step: none expected in 10^5 draws of double sums). */
 static void test_sample_draws_match_an_independent_inverse_cdf(void) {
-  for (size_t c = 0; c < sizeof kCases / sizeof kCases[0]; ++c) {
+  for (size_t c = 0; c < sizeof kSampleCases / sizeof kSampleCases[0]; ++c) {
     free_tracked();
-    const sample_row *s = &kCases[c].row;
-    double p[12];
-    expected_distribution(kTwelve, 12, s, 0, p);
-    recap_tensor x = logits_rows(RECAP_DTYPE_F32, DRAWS, 12, kTwelve, CONTIGUOUS);
-    recap_tensor seqs = seqs_rows(DRAWS);
-    for (int r = 0; r < DRAWS; ++r) sample_row_write(seqs_row(&seqs, r), WIDTH, s, r);
+    const sample_row *s = &kSampleCases[c].row;
+    double p[SAMPLE_VOCAB];
+    expected_distribution(kSampleLogits, SAMPLE_VOCAB, s, 0, p);
+    recap_tensor x =
+        logits_rows(RECAP_DTYPE_F32, SAMPLE_DRAWS, SAMPLE_VOCAB, kSampleLogits, CONTIGUOUS);
+    recap_tensor seqs = seqs_rows(SAMPLE_DRAWS);
+    for (int r = 0; r < SAMPLE_DRAWS; ++r) sample_row_write(seqs_row(&seqs, r), WIDTH, s, r);
     recap__op_call call = run_sample(x, seqs, false);
     int differ = 0;
-    for (int r = 0; r < DRAWS; ++r) differ += tokens_of(&call)[r] != inverse_cdf(p, 12, s->seed, r);
-    if (differ) fprintf(stderr, "\n  %s: %d of %d draws differ", kCases[c].name, differ, DRAWS);
+    for (int r = 0; r < SAMPLE_DRAWS; ++r)
+      differ += tokens_of(&call)[r] != inverse_cdf(p, SAMPLE_VOCAB, s->seed, r);
+    if (differ)
+      fprintf(stderr, "\n  %s: %d of %d draws differ", kSampleCases[c].name, differ, SAMPLE_DRAWS);
     CU_ASSERT(differ <= 1);
   }
 }
@@ -453,23 +418,24 @@ static void test_sample_draws_match_an_independent_inverse_cdf(void) {
  * from the same uniforms) must fail the chi-square test the op passes, and the op's draws must
  * fail against that sampler's distribution. */
 static void test_sample_chi_square_rejects_top_p_keeping_one_token_too_many(void) {
-  static const size_t top_p_cases[] = {2, 4};
-  for (size_t k = 0; k < 2; ++k) {
+  for (size_t k = 0; k < sizeof kSampleTopPCases / sizeof kSampleTopPCases[0]; ++k) {
     free_tracked();
-    const sample_row *s = &kCases[top_p_cases[k]].row;
-    double right[12], wrong[12];
-    const int kept = expected_distribution(kTwelve, 12, s, 0, right);
-    CU_ASSERT_EQUAL(expected_distribution(kTwelve, 12, s, 1, wrong), kept + 1);
-    int64_t wrong_counts[12] = {0}, op_counts[12];
-    for (int i = 0; i < DRAWS; ++i) ++wrong_counts[inverse_cdf(wrong, 12, s->seed, i)];
-    draw_counts(RECAP_DTYPE_F32, kTwelve, 12, s, DRAWS, op_counts);
+    const sample_row *s = &kSampleCases[kSampleTopPCases[k]].row;
+    double right[SAMPLE_VOCAB], wrong[SAMPLE_VOCAB];
+    const int kept = expected_distribution(kSampleLogits, SAMPLE_VOCAB, s, 0, right);
+    CU_ASSERT_EQUAL(expected_distribution(kSampleLogits, SAMPLE_VOCAB, s, 1, wrong), kept + 1);
+    int64_t wrong_counts[SAMPLE_VOCAB] = {0}, op_counts[SAMPLE_VOCAB];
+    for (int i = 0; i < SAMPLE_DRAWS; ++i)
+      ++wrong_counts[inverse_cdf(wrong, SAMPLE_VOCAB, s->seed, i)];
+    draw_counts(RECAP_DTYPE_F32, kSampleLogits, SAMPLE_VOCAB, s, SAMPLE_DRAWS, op_counts);
     int ok = 1;
-    const double wrong_vs_right = chi_square_pvalue(wrong_counts, right, 12, DRAWS, &ok);
-    const double op_vs_wrong = chi_square_pvalue(op_counts, wrong, 12, DRAWS, &ok);
-    const double op_vs_right = chi_square_pvalue(op_counts, right, 12, DRAWS, &ok);
+    const double wrong_vs_right =
+        chi_square_pvalue(wrong_counts, right, SAMPLE_VOCAB, SAMPLE_DRAWS, &ok);
+    const double op_vs_wrong = chi_square_pvalue(op_counts, wrong, SAMPLE_VOCAB, SAMPLE_DRAWS, &ok);
+    const double op_vs_right = chi_square_pvalue(op_counts, right, SAMPLE_VOCAB, SAMPLE_DRAWS, &ok);
     printf(
         "\n  %s: wrong sampler p = %.3g, op against the wrong distribution p = %.3g, op p = %.3g",
-        kCases[top_p_cases[k]].name, wrong_vs_right, op_vs_wrong, op_vs_right);
+        kSampleCases[kSampleTopPCases[k]].name, wrong_vs_right, op_vs_wrong, op_vs_right);
     CU_ASSERT(wrong_vs_right < kRejectBelow);
     CU_ASSERT(op_vs_wrong < kRejectBelow);
     CU_ASSERT(op_vs_right >= kRejectBelow);

@@ -8,7 +8,11 @@
  *   sample_row_write(seqs + r * width, &row, out_index);
  *   double p[V];
  *   expected_distribution(logits, V, &row, 0, p);      // 1: top-p keeps one token too many
- *   double pvalue = chi_square_pvalue(counts, p, V, draws);
+ *   double pvalue = chi_square_pvalue(counts, p, V, draws, &ok);
+ *
+ * kSampleCases are the chi-square tests' distributions over kSampleLogits; inverse_cdf is a
+ * sampler written from a distribution alone, for draw-for-draw checks and the negative
+ * control.
  */
 #ifndef RECAP_TESTS_SAMPLE_UTIL_H
 #define RECAP_TESTS_SAMPLE_UTIL_H
@@ -19,6 +23,7 @@
 #include <string.h>
 
 #include "include/recap.h"
+#include "kernels/sample.h"
 
 /* The sampling parameters of one request (the seqs columns a test sets). */
 typedef struct {
@@ -157,6 +162,45 @@ static inline double chi_square_pvalue(const int64_t *counts, const double *p, i
   }
   if (cells < 2) return 1;
   return upper_gamma_q(0.5 * (cells - 1), 0.5 * stat);
+}
+
+/* The distributions of the chi-square tests: twelve logits whose id order is not their rank
+ * order, and the parameters of each case (every kept token is expected >= 100 times in
+ * SAMPLE_DRAWS draws; no top-p or min-p boundary lies within 1% of a token's probability). */
+static const float kSampleLogits[] = {0.7f,  -1.0f, 2.0f,  0.1f, -3.0f, 1.2f,
+                                      -0.3f, 1.5f,  -2.0f, 0.5f, 1.0f,  -0.5f};
+enum { SAMPLE_VOCAB = 12, SAMPLE_DRAWS = 100000 };
+static const struct {
+  const char *name;
+  sample_row row;
+} kSampleCases[] = {
+    {"temperature 0.8", {.temperature = 0.8f, .seed = 1}},
+    {"top_k 5", {.temperature = 1, .top_k = 5, .seed = 2}},
+    {"top_p 0.7", {.temperature = 1.2f, .top_p = 0.7f, .seed = 3}},
+    {"min_p 0.1", {.temperature = 0.9f, .min_p = 0.1f, .seed = 4}},
+    {"top_k 8, top_p 0.85 (binds), min_p 0.05",
+     {.temperature = 1.5f, .top_k = 8, .top_p = 0.85f, .min_p = 0.05f, .seed = 5}},
+    {"top_k 8, top_p 0.9, min_p 0.3 (binds)",
+     {.temperature = 1.5f, .top_k = 8, .top_p = 0.9f, .min_p = 0.3f, .seed = 6}},
+    {"top_k 4 (binds), top_p 0.95, min_p 0.05",
+     {.temperature = 2, .top_k = 4, .top_p = 0.95f, .min_p = 0.05f, .seed = 7}},
+};
+/* The indices in kSampleCases of cases where top-p decides the kept set. */
+static const size_t kSampleTopPCases[] = {2, 4};
+
+/* The token an inverse CDF in id order over p gives for the uniform of (seed, OUT_INDEX i)
+ * (kernels/sample.h): the draw of a sampler written from the distribution alone. */
+static inline int inverse_cdf(const double *p, int vocab, uint64_t seed, int32_t i) {
+  const double u = (double)recap__sample_u53(seed, i) * 0x1p-53;
+  double run = 0;
+  int last = 0;
+  for (int t = 0; t < vocab; ++t) {
+    if (p[t] == 0) continue;
+    run += p[t];
+    last = t;
+    if (run > u) return t;
+  }
+  return last;
 }
 
 #endif /* RECAP_TESTS_SAMPLE_UTIL_H */
