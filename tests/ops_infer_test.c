@@ -78,7 +78,8 @@ static void test_op_list_holds_every_op_once_with_complete_defs(void) {
                                 "concat",        "copy",
                                 "fill",          "embedding",
                                 "rope",          "kv_append",
-                                "attention",     "random_uniform",
+                                "attention",     "argmax",
+                                "sample",        "random_uniform",
                                 "random_normal", "all_reduce",
                                 "all_gather",    "reduce_scatter",
                                 "broadcast",     "expr"};
