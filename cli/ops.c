@@ -55,7 +55,9 @@ static void print_op(const recap_op_info *def) {
   }
   if (n == 0) printf("none");
   printf("\n  outputs:    %d%s\n", def->num_outputs,
-         strcmp(def->name, "split") == 0 ? " at most (one per size)" : "");
+         strcmp(def->name, "split") == 0    ? " at most (one per size)"
+         : strcmp(def->name, "sample") == 0 ? " at most (the second with logprobs: true)"
+                                            : "");
   printf("  dtypes:     ");
   int d = 0;
   for (int t = 0; t < RECAP_DTYPE_COUNT; t++)

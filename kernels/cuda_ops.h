@@ -169,6 +169,39 @@ recap_status recap__cuda_paged_kv_write(const recap__op_call *call, void *cuda_s
  * pools whose rows are 16-byte aligned; other shapes are NOT_SUPPORTED. */
 recap_status recap__cuda_paged_attention(const recap__op_call *call, void *cuda_stream);
 
+/* argmax: inputs[0] x [R, V] (float dtype, unit-stride rows, any row stride), outputs[0] i32
+ * [R]: for each row the index of its top-ranked element (kernels/sample.h): the largest value,
+ * ties to the lowest index, -0 equal to +0, and NaN larger than any number (a row with NaNs
+ * gives its first NaN's index). Exact: both backends give the same ids. */
+recap_status recap__cuda_argmax(const recap__op_call *call, void *cuda_stream);
+
+/* sample: inputs[0] logits [R, V] (float dtype, unit-stride rows), inputs[1] seqs i32 [R, W]
+ * (W >= RECAP_SEQ_MIN_P + 1, unit-stride rows), READ IN THE KERNEL; outputs[0] tokens i32 [R],
+ * and with attrs.logprobs outputs[1] f32 [R]. Row r of the logits belongs to row r of seqs
+ * (recap__sample_params_read). Per row:
+ * - Q_LEN == 0 (an unused slot): token -1, logprob 0; its other columns are not read.
+ * - Invalid parameters (recap__sample_params_error: Q_LEN, OUT_INDEX or TOP_K < 0, TEMPERATURE
+ *   < 0, infinite or NaN, TOP_P or MIN_P outside [0, 1] or NaN): a device fault (the host
+ *   reference returns an error naming the row and the column; a CUDA kernel traps).
+ * - A NaN logit: the token is the first NaN's index, whatever the parameters; logprob NaN.
+ * - Greedy (TEMPERATURE 0 or TOP_K 1): argmax's token.
+ * - Otherwise, with T = TEMPERATURE and m the largest logit, token i weighs
+ *   e_i = exp((x_i - m) / T) (1 where x_i == m, so +inf logits share the mass and an all -inf
+ *   row is uniform). The kept set is K, then P, then M, in the order of transformers' warpers:
+ *   K: the TOP_K top-ranked tokens (all when TOP_K is 0 or >= V); P (0 < TOP_P < 1): the
+ *   shortest run of K's tokens in rank order whose weight reaches TOP_P x the weight of K (at
+ *   least one token); M (MIN_P > 0): tokens with x_i >= m + T ln(MIN_P), i.e. p_i >= MIN_P x
+ *   max p. With u = recap__sample_u53(SEED, OUT_INDEX) / 2^53, the token is the lowest kept
+ *   index whose running kept weight, in index order, exceeds u x the total kept weight.
+ * - logprob: the raw log softmax at the token, (x_tok - m) - ln(sum_i exp(x_i - m)), whatever
+ *   the temperature and filters (vLLM's default "raw" logprobs).
+ * The host reference computes weights and sums in double. The CUDA kernel ranks and applies
+ * K and M exactly as the host does (they compare logits); its weights are f32 exponentials
+ * held as 64-bit fixed point, so P's crossing and the inverse CDF may pick a neighbouring
+ * token where the host's sums come within ~1e-6 relative of a boundary: rare (tests count
+ * such rows). No workspace: one block per row; rows of at most 2^30 logits. */
+recap_status recap__cuda_sample(const recap__op_call *call, void *cuda_stream);
+
 /* random_uniform (def->code 0) / random_normal (def->code 1) into contiguous outputs[0]
  * (float dtype). The Philox parameters are call->rng_seed/rng_offset, or, when
  * call->rng_slot != NULL (a capture), the slot read IN THE KERNEL:

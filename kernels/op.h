@@ -53,6 +53,7 @@ typedef struct {
   double low, high;      /* random uniform */
   recap__activation act; /* linear epilogue; unary activation op */
   int causal;            /* softmax/attention mask */
+  int logprobs;          /* sample: also output the chosen tokens' log probabilities */
   int trans_a, trans_b;  /* matmul */
   int64_t dim;           /* split/concat/slice axis */
   int64_t start, end;    /* slice bounds */

@@ -1,7 +1,7 @@
 /*
  * registry.c: the table of every op definition, lookup by name, and attribute defaults.
  *
- * Each family file (elementwise.c, reduce.c, shape.c, attention.c, paged.c, random.c, and the
+ * Each family file (elementwise.c, reduce.c, shape.c, attention.c, paged.c, sample.c, random.c, and the
  * GEMM half's gemm/ops.c) defines its ops as `const recap__op_def recap__op_<name>`; this table
  * is the one place that lists them, in the order `recap ops` prints them.
  */
@@ -23,6 +23,7 @@ extern const recap__op_def recap__op_reshape, recap__op_permute, recap__op_trans
 extern const recap__op_def recap__op_kv_append, recap__op_attention;
 extern const recap__op_def recap__op_seq_positions, recap__op_seq_last_tokens,
     recap__op_paged_kv_write, recap__op_paged_attention, recap__op_decode_advance;
+extern const recap__op_def recap__op_argmax, recap__op_sample;
 extern const recap__op_def recap__op_random_uniform, recap__op_random_normal;
 extern const recap__op_def recap__op_matmul, recap__op_linear;
 extern const recap__op_def recap__op_all_reduce, recap__op_all_gather, recap__op_reduce_scatter,
@@ -75,6 +76,8 @@ static const recap__op_def *const registry[] = {
     &recap__op_paged_kv_write,
     &recap__op_paged_attention,
     &recap__op_decode_advance,
+    &recap__op_argmax,
+    &recap__op_sample,
 
     &recap__op_random_uniform,
     &recap__op_random_normal,

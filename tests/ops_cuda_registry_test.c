@@ -59,6 +59,8 @@ static cuda_entry expected_entry(const char *name) {
       {"paged_kv_write", recap__cuda_paged_kv_write},
       {"paged_attention", recap__cuda_paged_attention},
       {"decode_advance", recap__cuda_decode_advance},
+      {"argmax", recap__cuda_argmax},
+      {"sample", recap__cuda_sample},
       {"random_uniform", recap__cuda_random},
       {"random_normal", recap__cuda_random},
       {"matmul", recap__cuda_gemm},
@@ -97,9 +99,10 @@ static void test_every_contract_op_is_in_the_registry(void) {
                                       "rmsnorm",      "sum",       "mean",      "reshape",
                                       "permute",      "transpose", "slice",     "split",
                                       "copy",         "concat",    "fill",      "embedding",
-                                      "rope",         "kv_append", "attention", "random_uniform",
-                                      "random_normal", "seq_positions", "seq_last_tokens",
-                                      "paged_kv_write", "paged_attention", "decode_advance"};
+                                      "rope",         "kv_append", "attention", "argmax",
+                                      "sample",       "random_uniform", "random_normal",
+                                      "seq_positions", "seq_last_tokens", "paged_kv_write",
+                                      "paged_attention", "decode_advance"};
   for (size_t i = 0; i < sizeof names / sizeof names[0]; ++i) {
     const recap__op_def *def = recap__op_find(names[i]);
     if (!def) fprintf(stderr, "\n  op '%s' missing: %s\n", names[i], recap_last_error());

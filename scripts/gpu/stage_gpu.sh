@@ -15,7 +15,8 @@ if [ $# -gt 0 ]; then
 else
   mapfile -t tests < <(bazel query 'kind(cc_test, //tests:all)' 2>/dev/null | sed 's|//tests:||')
 fi
-bazel build --config=stage "${tests[@]/#/\/\/tests:}" //:recap_cli //:recap_shared //bench:alloc_bench //bench:weight_load_bench
+bazel build --config=stage "${tests[@]/#/\/\/tests:}" //:recap_cli //:recap_shared //bench:alloc_bench //bench:weight_load_bench \
+  //bench:bench_sample
 # The output folder itself, not the bazel-bin link (another Bazel run may have moved it).
 bin=$(bazel info --config=stage bazel-bin 2>/dev/null)
 rm -rf stage
@@ -45,6 +46,10 @@ cp scripts/gpu/gpu_soak.sh scripts/gpu/gpu_sanitize.sh stage/tools/
 # (builds the libtorch driver there with g++; prints the table for docs/ALLOCATOR.md).
 cp -L "$bin/bench/alloc_bench" stage/bin/alloc_bench
 cp -L "$bin/bench/weight_load_bench" stage/bin/weight_load_bench
+# The sampling benchmark (issue "Batched decode for real serving"): bash stage/run.sh
+# tools/sample_bench.sh runs the staged sampling tests, bench_sample and its PyTorch peer.
+cp -L "$bin/bench/bench_sample" stage/bin/bench_sample
+cp bench/peer/sample_bench.sh bench/peer/peer_torch_sample.py stage/tools/
 cp bench/peer/torch_alloc_bench.sh bench/peer/torch_alloc_bench.cpp stage/tools/
 chmod -R u+w stage
 unpacked_kib=$(du -sk stage | cut -f1)
