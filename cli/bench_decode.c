@@ -256,6 +256,23 @@ static json_t *result_json(const decode_result *r, double copy_gbps) {
                    (json_int_t)r->kernels, "gemm_ms", r->gemm_ms, "profiled_ms", r->profiled_ms);
 }
 
+/* Whether `batch` sequences of `positions` positions each fit the spec's pools and tables;
+ * says why not on stderr. */
+static bool batch_fits(const decode_shape *s, int64_t batch, int64_t positions) {
+  int64_t need = (positions + s->block_size - 1) / s->block_size;
+  if (batch <= s->max_batch && need <= s->width - RECAP_SEQ_BLOCKS &&
+      batch * need <= s->pool_blocks)
+    return true;
+  fprintf(stderr,
+          "recap %s: batch %" PRId64 " at %" PRId64
+          " positions does not fit the spec: at most "
+          "%" PRId64 " sequences, %" PRId64 " positions each, %" PRId64 " blocks of %" PRId64
+          " in the pool (import with a larger --batch, --max-seq or --kv-blocks)\n",
+          CMD, batch, positions, s->max_batch, (s->width - RECAP_SEQ_BLOCKS) * s->block_size,
+          s->pool_blocks, s->block_size);
+  return false;
+}
+
 static int run_batches(const decode_args *a, recap_pipeline *graph, recap_pipeline *eager,
                        const decode_shape *s) {
   recap_pipeline_stats stats;
@@ -270,6 +287,8 @@ static int run_batches(const decode_args *a, recap_pipeline *graph, recap_pipeli
   }
   int64_t positions = a->context + a->tokens;
   int64_t need = (positions + s->block_size - 1) / s->block_size;
+  for (size_t i = 0; i < a->num_batches; i++)
+    if (!batch_fits(s, a->batches[i], positions)) return CLI_EXIT_FAILURE;
   char weights[32], kv[32];
   printf("%s: weights %s, KV %s per token; context %lld, %lld steps per timing, median of %lld\n",
          a->path, cli_format_bytes(stats.param_bytes, weights, sizeof weights),
@@ -283,20 +302,6 @@ static int run_batches(const decode_args *a, recap_pipeline *graph, recap_pipeli
   int rc = rows && samples ? CLI_EXIT_OK : CLI_EXIT_FAILURE;
   for (size_t i = 0; rc == CLI_EXIT_OK && i < a->num_batches; i++) {
     int64_t batch = a->batches[i];
-    if (batch > s->max_batch || need > s->width - RECAP_SEQ_BLOCKS ||
-        batch * need > s->pool_blocks) {
-      fprintf(stderr,
-              "recap %s: batch %" PRId64 " at %" PRId64
-              " positions does not fit the spec: at "
-              "most %" PRId64 " sequences, %" PRId64 " positions each, %" PRId64
-              " blocks of %" PRId64
-              " in the pool (import with a larger --batch, --max-seq or "
-              "--kv-blocks)\n",
-              CMD, batch, positions, s->max_batch, (s->width - RECAP_SEQ_BLOCKS) * s->block_size,
-              s->pool_blocks, s->block_size);
-      rc = CLI_EXIT_FAILURE;
-      break;
-    }
     decode_result r = {.batch = batch};
     st = time_steps(graph, s, batch, a, need, samples);
     if (st == RECAP_OK) cli_summarize(samples, (int)a->repeats, &r.graph);

@@ -902,7 +902,7 @@ expect 0 "bench-decode" -- "$recap" bench-decode "$tmp/qwen2_paged.yaml" --devic
 grep -qE "^ +4 .*x +[0-9]+ +[0-9]+%$" "$tmp/out" || fail "bench-decode prints no row for batch 4"
 check_json "$tmp/decode.json"
 expect 1 "bench-decode past the pool" -- "$recap" bench-decode "$tmp/qwen2_paged.yaml" \
-  --device host --batch 4 --context 60 --tokens 4
+  --device host --batch 4 --context 61 --tokens 4
 grep -q "does not fit the spec" "$tmp/err" || fail "bench-decode does not say the batch does not fit"
 expect 1 "bench-decode of a contiguous spec" -- "$recap" bench-decode "$tmp/qwen2.yaml" --device host
 grep -q "not a paged serving spec" "$tmp/err" || fail "bench-decode accepts a contiguous spec"

@@ -428,6 +428,13 @@ static void test_sampling_is_reproducible_across_batches_and_buckets(void) {
     server_close(&s);
   }
   CU_ASSERT_EQUAL(memcmp(tokens[0], tokens[1], sizeof(int32_t) * 12), 0);
+  /* Sampled, not a constant: real ids, not all the same. */
+  int distinct = 0;
+  for (int k = 0; k < 12; k++) {
+    CU_ASSERT(tokens[0][k] >= 0 && tokens[0][k] < ref.vocab);
+    distinct += k == 0 || tokens[0][k] != tokens[0][k - 1];
+  }
+  CU_ASSERT(distinct > 3);
   free(ref.logits);
   remove_dir();
 }
