@@ -22,10 +22,6 @@ fi
   --dtype bf16 --batch 1,2,4,8,16,32,64 --max-seq 1024 --prefill 512 || status=1
 "$here/bin/recap" bench-decode "$work/llama-1b-paged.yaml" --batch 1,8,32,64 --context 512 \
   --tokens 128 --repeats 5 --json "$out/bench_decode.json" || status=1
-if [ -x "$here/bin/sampler_bench" ]; then
-  "$here/bin/sampler_bench" --json "$out/sampler_recap.json" || status=1
-fi
-if [ -f "$here/tools/sampler_torch.py" ]; then
-  python3 "$here/tools/sampler_torch.py" --json "$out/sampler_torch.json" || status=1
-fi
+# The sampler against PyTorch (its tests first when staged); its logs and JSON go to $OUT too.
+OUT=$out bash "$here/tools/sample_bench.sh" || status=1
 exit $status
