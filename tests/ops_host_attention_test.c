@@ -69,13 +69,7 @@ static void test_kv_append_captured_once_replays_at_new_positions(void) {
   add_input(&call, row);
   add_input(&call, pos);
   CHECK_OK(recap__op_infer(&call));
-  CHECK_OK(recap__capture_begin(stream, RECAP_CAPTURE_MODE_GLOBAL));
-  CHECK_OK(recap__op_launch(&call, stream));
-  recap__graph *graph = NULL;
-  CHECK_OK(recap__capture_end(stream, &graph));
-  recap__graph_exec *exec = NULL;
-  CHECK_OK(stream->backend->graph_instantiate(graph, &exec));
-  stream->backend->graph_destroy(graph);
+  recap__graph_exec *exec = capture_launches((recap__op_call *const[]){&call}, 1);
   for (int step = 0; step < 7; ++step) {
     set(&pos, 0, step);
     for (int k = 0; k < 6; ++k) set(&row, k, 100 * (step + 1) + k);

@@ -107,13 +107,7 @@ static void test_decode_advance_captured_once_steps_until_the_blocks_run_out(voi
   recap_tensor tokens = tensor(RECAP_DTYPE_I32, SHAPE(1), CONTIGUOUS);
   set_row(&seqs, 0, 1, 0, 1, 0, 4, 9);
   recap__op_call call = advance_call(ids, seqs, tokens);
-  CHECK_OK(recap__capture_begin(stream, RECAP_CAPTURE_MODE_GLOBAL));
-  CHECK_OK(recap__op_launch(&call, stream));
-  recap__graph *graph = NULL;
-  CHECK_OK(recap__capture_end(stream, &graph));
-  recap__graph_exec *exec = NULL;
-  CHECK_OK(stream->backend->graph_instantiate(graph, &exec));
-  stream->backend->graph_destroy(graph);
+  recap__graph_exec *exec = capture_launches((recap__op_call *const[]){&call}, 1);
   /* Positions 1..7 fit the two blocks of 4 rows; the step that would need position 8 stops. */
   for (int step = 0; step < 9; ++step) {
     set(&tokens, 0, 50 + step);

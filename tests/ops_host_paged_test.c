@@ -438,15 +438,7 @@ static void test_captured_step_replays_with_new_metadata(void) {
   recap__op_call at = attention_call(q, kp, vp, seqs, 0);
   CHECK_OK(recap__op_infer(&at));
   at.outputs[0].data = track(bytes_of(&at.outputs[0]));
-  CHECK_OK(recap__capture_begin(stream, RECAP_CAPTURE_MODE_GLOBAL));
-  CHECK_OK(recap__op_launch(&wk, stream));
-  CHECK_OK(recap__op_launch(&wv, stream));
-  CHECK_OK(recap__op_launch(&at, stream));
-  recap__graph *graph = NULL;
-  CHECK_OK(recap__capture_end(stream, &graph));
-  recap__graph_exec *exec = NULL;
-  CHECK_OK(stream->backend->graph_instantiate(graph, &exec));
-  stream->backend->graph_destroy(graph);
+  recap__graph_exec *exec = capture_launches((recap__op_call *const[]){&wk, &wv, &at}, 3);
 
   /* Step 1: a prompt of 4 and a decode token; step 2: two decodes and a new prompt of 3 in
    * other blocks; step 3: nothing. */

@@ -328,6 +328,19 @@ static inline void check_exact(const char *what, const recap_tensor *out, const 
   CU_ASSERT_EQUAL(fails, 0);
 }
 
+/* Captures one launch of each of calls[0..n) on `stream` into a graph and instantiates it:
+ * the graph a test replays with new device-side values. */
+static inline recap__graph_exec *capture_launches(recap__op_call *const *calls, int n) {
+  CHECK_OK(recap__capture_begin(stream, RECAP_CAPTURE_MODE_GLOBAL));
+  for (int i = 0; i < n; ++i) CHECK_OK(recap__op_launch(calls[i], stream));
+  recap__graph *graph = NULL;
+  CHECK_OK(recap__capture_end(stream, &graph));
+  recap__graph_exec *exec = NULL;
+  CHECK_OK(stream->backend->graph_instantiate(graph, &exec));
+  stream->backend->graph_destroy(graph);
+  return exec;
+}
+
 static inline int suite_init(void) {
   return recap_stream_create(host0, 0, RECAP_STREAM_NON_BLOCKING, &stream) == RECAP_OK ? 0 : 1;
 }

@@ -134,17 +134,32 @@ queue() {
 }
 
 # The kernels and the runtime (as before), arena not involved.
-# Only ops_cuda_fault_test has deliberate traps (its fault children). ops_cuda_registry_test
-# checks the registry's entry points and launches nothing: the tool would end it before its
-# first CUDA call (exit 255), as with the spec tests.
+# A binary with a run_fault_child (ops_cuda_fault_test, and the paged and sampling tests'
+# invalid-metadata children) has deliberate traps. ops_cuda_registry_test checks the
+# registry's entry points and launches nothing: the tool would end it before its first CUDA
+# call (exit 255), as with the spec tests. The binaries whose kernels are slowest under the
+# tools (the row ops' every-length sweep, the sampler's 10^5-draw fits, whose 1024-thread
+# blocks racecheck serializes) start first and get SLOW_BUDGET seconds, so they are not the
+# last to start on a busy GPU.
+slow_budget=${SLOW_BUDGET:-$((budget * 7 / 4))}
+kernel_tests=()
+for slow in ops_cuda_rows_test ops_cuda_sample_test; do
+  [ -x "tests/$slow" ] && kernel_tests+=("tests/$slow")
+done
 for t in tests/ops_cuda_*_test; do
+  case " ${kernel_tests[*]} " in *" $t "*) continue ;; esac
+  kernel_tests+=("$t")
+done
+for t in "${kernel_tests[@]}"; do
   [ -x "$t" ] || continue
   name=$(basename "$t")
   [ "$name" = ops_cuda_registry_test ] && continue
   traps=0
-  [ "$name" = ops_cuda_fault_test ] && traps=1
+  grep -qa run_fault_child "$t" && traps=1
+  run_budget=$budget
+  case "$name" in ops_cuda_rows_test | ops_cuda_sample_test) run_budget=$slow_budget ;; esac
   for tool in memcheck racecheck synccheck initcheck; do
-    queue "$tool.$name" "$tool" "$traps" - -- "$t"
+    budget=$run_budget queue "$tool.$name" "$tool" "$traps" - -- "$t"
   done
 done
 queue memcheck.runtime_cuda_test memcheck 0 - -- tests/runtime_cuda_test
