@@ -26,7 +26,6 @@
 
 #include "bench/bench_common.h"
 #include "include/recap.h"
-#include "kernels/op.h"
 #include "runtime/half.h"
 
 enum { BATCH = 64, VOCAB = 128256, WIDTH = RECAP_SEQ_BLOCKS, MAX_ITERS = 2000 };
@@ -91,32 +90,26 @@ static void write_seqs(int32_t *seqs, const bench_case *c) {
 
 /* Times one case; returns the median in microseconds. */
 static double run_case(const bench_case *c, recap_dtype dtype, void *logits, void *seqs_dev,
-                       int32_t *seqs_host, void *out, void *logprobs, recap_stream *s) {
+                       int32_t *seqs_host, void *out, recap_stream *s) {
   cudaStream_t cs = (cudaStream_t)recap_stream_native(s);
   write_seqs(seqs_host, c);
   CUDA_OK(cudaMemcpy(seqs_dev, seqs_host, (size_t)BATCH * WIDTH * sizeof(int32_t),
                      cudaMemcpyHostToDevice));
-  recap__op_call call;
-  memset(&call, 0, sizeof call);
-  call.def = recap__op_find(c->op);
-  if (!call.def) exit(1);
-  recap__op_attrs_set_defaults(call.def, &call.attrs);
-  call.inputs[0] = (recap_tensor){
+  recap_tensor in[2], outs[1] = {{.data = out}};
+  in[0] = (recap_tensor){
       .data = logits, .dtype = dtype, .ndim = 2, .shape = {c->batch, VOCAB}, .strides = {VOCAB, 1}};
-  call.num_inputs = 1;
-  if (strcmp(c->op, "sample") == 0) {
-    call.inputs[1] = (recap_tensor){.data = seqs_dev,
-                                    .dtype = RECAP_DTYPE_I32,
-                                    .ndim = 2,
-                                    .shape = {c->batch, WIDTH},
-                                    .strides = {WIDTH, 1}};
-    call.num_inputs = 2;
-  }
-  RECAP_OK_OR_DIE(recap__op_infer(&call));
-  call.outputs[0].data = out;
-  if (call.num_outputs > 1) call.outputs[1].data = logprobs;
-
-  for (int w = 0; w < 3; ++w) RECAP_OK_OR_DIE(recap__op_launch(&call, s));
+  in[1] = (recap_tensor){.data = seqs_dev,
+                         .dtype = RECAP_DTYPE_I32,
+                         .ndim = 2,
+                         .shape = {c->batch, WIDTH},
+                         .strides = {WIDTH, 1}};
+  recap_op_args args = {.inputs = in,
+                        .num_inputs = strcmp(c->op, "sample") == 0 ? 2 : 1,
+                        .outputs = outs,
+                        .num_outputs = 1};
+  recap_op *op = NULL;
+  RECAP_OK_OR_DIE(recap_op_create(c->op, &args, &op));
+  for (int w = 0; w < 3; ++w) RECAP_OK_OR_DIE(recap_op_launch(op, s));
   CUDA_OK(cudaStreamSynchronize(cs));
   int32_t eager[BATCH], replayed[BATCH];
   CUDA_OK(cudaMemcpy(eager, out, (size_t)c->batch * sizeof(int32_t), cudaMemcpyDeviceToHost));
@@ -124,7 +117,7 @@ static double run_case(const bench_case *c, recap_dtype dtype, void *logits, voi
   recap_graph *g = NULL;
   RECAP_OK_OR_DIE(recap_graph_create(&g));
   RECAP_OK_OR_DIE(recap_graph_capture_begin(g, s, NULL, RECAP_CAPTURE_MODE_THREAD_LOCAL));
-  RECAP_OK_OR_DIE(recap__op_launch(&call, s));
+  RECAP_OK_OR_DIE(recap_op_launch(op, s));
   RECAP_OK_OR_DIE(recap_graph_capture_end(g));
   for (int w = 0; w < 20; ++w) RECAP_OK_OR_DIE(recap_graph_replay(g, s));
   static cudaEvent_t ev[MAX_ITERS + 1];
@@ -138,6 +131,7 @@ static double run_case(const bench_case *c, recap_dtype dtype, void *logits, voi
   const double us = median_us(ev, iters);
   for (int i = 0; i <= iters; ++i) CUDA_OK(cudaEventDestroy(ev[i]));
   RECAP_OK_OR_DIE(recap_graph_destroy(g));
+  recap_op_destroy(op);
 
   /* The replays drew what the eager run drew (same parameters, deterministic kernel). */
   CUDA_OK(cudaMemcpy(replayed, out, (size_t)c->batch * sizeof(int32_t), cudaMemcpyDeviceToHost));
@@ -189,12 +183,11 @@ int main(int argc, char **argv) {
       recap_stream_create((recap_device){RECAP_BACKEND_CUDA, 0}, 0, RECAP_STREAM_NON_BLOCKING, &s));
   struct cudaDeviceProp prop;
   CUDA_OK(cudaGetDeviceProperties(&prop, 0));
-  void *logits32, *logits16, *seqs_dev, *out, *logprobs;
+  void *logits32, *logits16, *seqs_dev, *out;
   CUDA_OK(cudaMalloc(&logits32, n * sizeof(float)));
   CUDA_OK(cudaMalloc(&logits16, n * sizeof(uint16_t)));
   CUDA_OK(cudaMalloc(&seqs_dev, (size_t)BATCH * WIDTH * sizeof(int32_t)));
   CUDA_OK(cudaMalloc(&out, BATCH * sizeof(int32_t)));
-  CUDA_OK(cudaMalloc(&logprobs, BATCH * sizeof(float)));
   CUDA_OK(cudaMemcpy(logits32, x, n * sizeof(float), cudaMemcpyHostToDevice));
   CUDA_OK(cudaMemcpy(logits16, x16, n * sizeof(uint16_t), cudaMemcpyHostToDevice));
 
@@ -215,8 +208,8 @@ int main(int argc, char **argv) {
   printf("%-12s %-5s %5s %10s\n", "case", "dtype", "batch", "median_us");
   for (int c = 0; c < NUM_CASES; ++c)
     for (int d = 0; d < NUM_DTYPES; ++d) {
-      us[c][d] = run_case(&cases[c], dtypes[d], d == 0 ? logits32 : logits16, seqs_dev, seqs_host,
-                          out, logprobs, s);
+      us[c][d] =
+          run_case(&cases[c], dtypes[d], d == 0 ? logits32 : logits16, seqs_dev, seqs_host, out, s);
       printf("%-12s %-5s %5d %10.1f\n", cases[c].name, recap_dtype_name(dtypes[d]), cases[c].batch,
              us[c][d]);
     }
@@ -242,7 +235,6 @@ int main(int argc, char **argv) {
   cudaFree(logits16);
   cudaFree(seqs_dev);
   cudaFree(out);
-  cudaFree(logprobs);
   RECAP_OK_OR_DIE(recap_stream_destroy(s));
   free(x);
   free(x16);
