@@ -1279,6 +1279,138 @@ enum { RECAP_DIST_INPUTS_REPLICATED = 1, RECAP_DIST_EAGER = 2 };
 RECAP_API recap_status recap_pipeline_run_dist(recap_pipeline *pipeline, recap_comm *comm,
                                                int64_t batch, unsigned flags);
 
+
+/* ------------------------------------------------------------------------------------------
+ * Generation: requests of token ids through an imported model in the paged serving layout
+ * (`recap import-hf --paged`), with continuous batching on an engine thread (docs/SERVING.md).
+ *
+ *   recap_generator_options go = {.kv_fraction = 0.5};
+ *   recap_generator *g;
+ *   recap_generator_create("llama.yaml", &go, &g);       // loads, sizes the KV pool, captures
+ *   int32_t prompt[] = {128000, 9906, 1917};
+ *   recap_request r = {.prompt = prompt, .prompt_len = 3, .max_new_tokens = 32,
+ *                      .temperature = 0.7f, .top_p = 0.9f};
+ *   uint64_t id, seed;
+ *   recap_generator_submit(g, &r, &id, &seed);            // any thread; seed: the one drawn
+ *   recap_request_status st;
+ *   int32_t out[32];
+ *   recap_generator_wait(g, id, -1.0);                     // or poll, or a callback
+ *   recap_generator_poll(g, id, out, 32, &st);             // st.num_tokens, st.state
+ *   recap_generator_destroy(g);                            // stops the engine thread
+ *
+ * Threading: submit, poll, wait, cancel and stats may be called from any thread at any time;
+ * the engine thread runs the steps. A request's callback runs on the engine thread, between
+ * steps, once per new token and once when the request ends; it may call submit, cancel, poll and
+ * stats (they never wait for the engine), but not wait or destroy, and should return quickly
+ * (the whole batch waits for it).
+ * Lifetimes: the prompt and stop ids are copied at submit. A finished or cancelled request's
+ * tokens stay readable by poll until recap_generator_release(id) or destroy.
+ * ---------------------------------------------------------------------------------------- */
+
+typedef struct recap_generator recap_generator;
+
+/* The most stop token ids one request may give. */
+enum { RECAP_MAX_STOP_IDS = 16 };
+
+typedef enum {
+  RECAP_REQUEST_WAITING = 0, /* queued (also after a preemption, until it runs again) */
+  RECAP_REQUEST_RUNNING = 1, /* its prompt is in the cache and it is producing tokens */
+  RECAP_REQUEST_FINISHED = 2,
+  RECAP_REQUEST_CANCELLED = 3,
+  RECAP_REQUEST_FAILED = 4, /* the engine failed (poll's status says why); nothing more comes */
+} recap_request_state;
+
+typedef enum {
+  RECAP_FINISH_NONE = 0,       /* not finished */
+  RECAP_FINISH_MAX_TOKENS = 1, /* max_new_tokens produced */
+  RECAP_FINISH_STOP = 2,       /* a stop id was produced (it is the last token) */
+  RECAP_FINISH_LENGTH = 3,     /* the model's --max-seq reached */
+} recap_finish_reason;
+
+/* Called on the engine thread for each new token (token >= 0), and once more when the request
+ * ends (token -1, state FINISHED, CANCELLED or FAILED). */
+typedef void (*recap_token_callback)(void *user, uint64_t id, int32_t token,
+                                     recap_request_state state);
+
+typedef struct {
+  const int32_t *prompt; /* token ids, each in [0, vocabulary) */
+  size_t prompt_len;     /* >= 1 */
+  int max_new_tokens;    /* >= 1; prompt_len + max_new_tokens <= the spec's max sequence */
+  /* Sampling, as transformers' warpers apply them: temperature (0: greedy), top-k (0: off),
+   * top-p in (0, 1] (0 is taken as 1: off), min-p in [0, 1] (0: off). */
+  float temperature, top_p, min_p;
+  int top_k;
+  int has_seed;  /* nonzero: `seed`; else the engine draws one (submit reports it) */
+  uint64_t seed; /* the same seed and request give the same tokens in any batch */
+  const int32_t *stop_ids; /* up to RECAP_MAX_STOP_IDS ids that end the request */
+  int num_stop_ids;
+  recap_token_callback on_token; /* optional */
+  void *user;
+} recap_request;
+
+typedef struct {
+  recap_request_state state;
+  recap_finish_reason finish;
+  size_t num_tokens;    /* produced so far (poll copies up to its capacity of them) */
+  uint64_t seed;        /* the request's seed */
+  uint32_t preemptions; /* times its blocks were taken back and it was recomputed */
+  double ttft_ms;       /* submit to first token (0 before it) */
+  recap_status error;   /* FAILED: the engine's status (recap_last_error on the engine thread
+                           was logged to stderr) */
+} recap_request_status;
+
+typedef struct {
+  /* KV capacity: bytes for the pools of every layer (kv_bytes), else this fraction of the free
+   * device memory after the weights are loaded (kv_fraction, default 0.5 on CUDA; on the host
+   * backend the spec's NB). */
+  size_t kv_bytes;
+  double kv_fraction;
+  int max_running;       /* sequences decoding at once; 0: the decode entry's largest bucket */
+  int prefill_budget;    /* tokens per prefill step; 0: the prefill entry's largest bucket */
+  int override_device;   /* nonzero: use `device`, not the spec's */
+  recap_device device;
+  int eager;             /* nonzero: no graphs (for comparison) */
+  const char *base_dir;  /* as recap_pipeline_options.base_dir */
+  int quiet;             /* nonzero: no start-up lines on stderr */
+} recap_generator_options;
+
+typedef struct {
+  uint64_t steps, prefill_steps, decode_steps, graph_steps, eager_steps;
+  uint64_t submitted, finished, cancelled, preemptions, tokens_out;
+  size_t kv_blocks, kv_blocks_used, block_size; /* the pool, and what sequences hold now */
+  size_t running, waiting;
+} recap_generator_stats;
+
+/* Loads the spec's prefill and decode entries over one set of weights and KV pools sized from
+ * the options (prints the pool in blocks and tokens on stderr unless quiet), captures every
+ * bucket and starts the engine thread. INVALID_ARGUMENT for a spec that is not a paged serving
+ * spec; OUT_OF_MEMORY when not even one sequence of the maximum length fits. */
+RECAP_API recap_status recap_generator_create(const char *spec_path,
+                                              const recap_generator_options *options,
+                                              recap_generator **out);
+/* Queues a request. INVALID_ARGUMENT, naming the field, for an empty prompt, an id outside the
+ * vocabulary, max_new_tokens < 1 or past the maximum sequence, temperature < 0 or not finite,
+ * top_p outside [0, 1], top_k < 0, min_p outside [0, 1], more than RECAP_MAX_STOP_IDS stop ids,
+ * or a request whose maximum length needs more KV blocks than the pool has; BUSY after
+ * shutdown. *id and (optional) *seed get the request's id and seed. */
+RECAP_API recap_status recap_generator_submit(recap_generator *g, const recap_request *request,
+                                              uint64_t *id, uint64_t *seed);
+/* Copies up to `capacity` of the request's tokens so far and its status. INVALID_ARGUMENT for
+ * an unknown or released id. */
+RECAP_API recap_status recap_generator_poll(recap_generator *g, uint64_t id, int32_t *tokens,
+                                            size_t capacity, recap_request_status *status);
+/* Waits until the request has ended (timeout_s < 0: no limit); TIMEOUT when it has not. */
+RECAP_API recap_status recap_generator_wait(recap_generator *g, uint64_t id, double timeout_s);
+/* Ends a request: its blocks go back at the next step. Unknown, finished or released ids are
+ * accepted and change nothing. */
+RECAP_API recap_status recap_generator_cancel(recap_generator *g, uint64_t id);
+/* Forgets an ended request (its tokens); cancels it first when it has not ended. */
+RECAP_API recap_status recap_generator_release(recap_generator *g, uint64_t id);
+RECAP_API recap_status recap_generator_stats_get(recap_generator *g, recap_generator_stats *out);
+/* Stops taking requests, cancels what is left, joins the engine thread and frees everything.
+ * NULL is accepted. */
+RECAP_API recap_status recap_generator_destroy(recap_generator *g);
+
 #ifdef __cplusplus
 }
 #endif
