@@ -1,6 +1,7 @@
 /* args.c: strict command-line parsing shared by the subcommands. */
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,6 +54,25 @@ bool cli_parse_int(const char *cmd, const char *flag, const char *text, long lon
   if (!digits || end == text || *end != '\0' || errno == ERANGE || v < lo || v > hi) {
     fprintf(stderr, "recap %s: %s expects an integer in [%lld, %lld], got '%s'\n", cmd, flag, lo,
             hi, text);
+    return false;
+  }
+  *out = v;
+  return true;
+}
+
+bool cli_parse_number(const char *cmd, const char *flag, const char *text, double lo, double hi,
+                      double *out) {
+  char *end = NULL;
+  errno = 0;
+  double v = strtod(text, &end);
+  /* strtod also reads blanks, hex, "inf" and "nan": a number here starts with a digit, a
+   * sign or a point, and is finite. */
+  bool plain =
+      text[0] == '-' || text[0] == '+' || text[0] == '.' || (text[0] >= '0' && text[0] <= '9');
+  if (!plain || end == text || *end != '\0' || errno == ERANGE || !isfinite(v) || v < lo ||
+      v > hi) {
+    fprintf(stderr, "recap %s: %s expects a number in [%g, %g], got '%s'\n", cmd, flag, lo, hi,
+            text);
     return false;
   }
   *out = v;

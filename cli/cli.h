@@ -80,6 +80,10 @@ bool cli_parse_int(const char *cmd, const char *flag, const char *text, long lon
 bool cli_parse_int_list(const char *cmd, const char *flag, const char *text, long long lo,
                         long long hi, long long *out, size_t max, size_t *count,
                         const char *example);
+/* Parses a finite decimal number in [lo, hi] ("0.7", "1e-3"). False (message names the flag)
+ * otherwise. */
+bool cli_parse_number(const char *cmd, const char *flag, const char *text, double lo, double hi,
+                      double *out);
 /* Parses a whole decimal integer in [0, 2^64 - 1] (the range of seeds). */
 bool cli_parse_u64(const char *cmd, const char *flag, const char *text, uint64_t *out);
 /* Checks the form of "NAME=VALUE": VALUE a positive integer, or another dim's name (an alias of

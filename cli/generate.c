@@ -1,10 +1,14 @@
-/* generate.c: `recap generate SPEC --prompt-ids 1,2,3 --max-new N`: greedy decoding of one
- * sequence with an imported model's `prefill` and `decode` entries over one set of KV caches
- * (docs/MODELS.md, "The spec"). A small driver to try a model, not a serving loop: the prefill
- * pipeline is built for the prompt's length (its S), the decode pipeline shares its weights
- * and caches, and each step takes the argmax of the last row's logits. */
+/* generate.c: `recap generate SPEC --prompt-ids 1,2,3`: one request through an imported model.
+ *
+ * A paged serving spec (`recap import-hf --paged`) runs through the generation API
+ * (recap_generator_*: continuous batching on an engine thread, sampling on the device), with
+ * every sampling option and the time to the first token and per token after it. A spec of the
+ * contiguous layout runs the small greedy driver below: the prompt in one prefill step (a
+ * prefill pipeline built for its length), then one decode step per token over the same
+ * weights and KV caches, the argmax of each last row. */
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,22 +20,44 @@ enum { MAX_PROMPT = 65536 };
 
 static void usage(void) {
   printf(
-      "usage: recap generate SPEC --prompt-ids 1,2,3 [--max-new N] [--device cuda|host]\n"
-      "                      [--base-dir DIR] [--logits-out FILE]\n\n"
-      "Greedy decoding of one sequence with a spec from `recap import-hf` (entries prefill\n"
-      "and decode; inputs ids, positions; scalars pos, len; output logits): the prompt in one\n"
-      "prefill step, then --max-new tokens (default 16) one at a time through decode, which\n"
-      "shares the prefill pipeline's weights and KV caches. Prints the new token ids and the\n"
-      "time of each phase. The prompt and the new tokens must fit the spec's Smax.\n\n"
+      "usage: recap generate SPEC --prompt-ids 1,2,3 [--max-tokens N] [--temperature T]\n"
+      "                      [--top-k K] [--top-p P] [--min-p M] [--seed S] [--stop-ids LIST]\n"
+      "                      [--device cuda|host] [--base-dir DIR] [--json FILE]\n"
+      "                      [--logits-out FILE]\n\n"
+      "Runs one request of token ids through a spec from `recap import-hf` and prints the new\n"
+      "token ids, the time to the first one and the time per token after it. A paged serving\n"
+      "spec (import-hf --paged) runs through the generation API with any sampling; a spec of\n"
+      "the contiguous layout decodes greedily (the sampling flags need --paged). Token ids in\n"
+      "and out: recap has no tokenizer.\n\n"
       "  --prompt-ids LIST   the prompt's token ids, comma-separated\n"
-      "  --max-new N         tokens to generate (default 16)\n"
+      "  --max-tokens N      tokens to generate (default 16; --max-new is the same)\n"
+      "  --temperature T     0 (default): greedy; else sample at this temperature\n"
+      "  --top-k K           keep the K most likely tokens (default 0: all)\n"
+      "  --top-p P           keep the most likely tokens up to mass P, in (0, 1] (default 1)\n"
+      "  --min-p M           keep tokens of probability >= M x the largest (default 0: all)\n"
+      "  --seed S            the sampling seed (default: drawn, and printed)\n"
+      "  --stop-ids LIST     ids that end the request (the stop id is printed as the last)\n"
       "  --device DEVICE     cuda or host (default cuda, else the host with a note)\n"
       "  --base-dir DIR      files the spec names must lie under DIR\n"
-      "  --logits-out FILE   write the logits of every position run, little-endian f32 rows\n"
-      "                      of the vocabulary size: the prompt's rows, then one per decode\n"
-      "                      step (prompt + N - 1 rows)\n\n"
+      "  --json FILE         write the tokens, seed, finish reason and times as JSON\n"
+      "  --logits-out FILE   contiguous layout only: the logits of every position run,\n"
+      "                      little-endian f32 rows of the vocabulary size: the prompt's rows,\n"
+      "                      then one per decode step (prompt + N - 1 rows)\n\n"
       "exit status: 0 ok, 1 on a failure, 2 on a usage error.\n");
 }
+
+typedef struct {
+  const char *path, *device, *base_dir, *logits_path, *json_path;
+  int32_t *prompt;
+  int prompt_len;
+  long long max_tokens;
+  double temperature, top_p, min_p;
+  long long top_k;
+  bool has_seed, sampling;
+  uint64_t seed;
+  int32_t stop_ids[RECAP_MAX_STOP_IDS];
+  int num_stop_ids;
+} generate_args;
 
 /* The prompt's ids, comma-separated, into a new array (the caller frees it). */
 static bool parse_ids(const char *text, int32_t **ids, int *count) {
@@ -84,63 +110,211 @@ static recap_status step(recap_pipeline *p, const int32_t *ids, int first, int c
   return st;
 }
 
-int cli_generate_main(int argc, char **argv) {
-  if (cli_wants_help(argc, argv)) {
-    usage();
-    return CLI_EXIT_OK;
-  }
-  const char *path = NULL, *ids_text = NULL, *device = NULL, *base_dir = NULL, *v = NULL;
-  const char *logits_path = NULL;
-  long long max_new = 16;
+static int parse_args(int argc, char **argv, generate_args *a) {
+  *a = (generate_args){.max_tokens = 16};
+  const char *ids_text = NULL, *v = NULL;
   for (int i = 0; i < argc; i++) {
     int m;
     if ((m = cli_flag(CMD, argc, argv, &i, "--prompt-ids", &ids_text)) != 0 ||
-        (m = cli_flag(CMD, argc, argv, &i, "--device", &device)) != 0 ||
-        (m = cli_flag(CMD, argc, argv, &i, "--base-dir", &base_dir)) != 0 ||
-        (m = cli_flag(CMD, argc, argv, &i, "--logits-out", &logits_path)) != 0) {
+        (m = cli_flag(CMD, argc, argv, &i, "--device", &a->device)) != 0 ||
+        (m = cli_flag(CMD, argc, argv, &i, "--base-dir", &a->base_dir)) != 0 ||
+        (m = cli_flag(CMD, argc, argv, &i, "--json", &a->json_path)) != 0 ||
+        (m = cli_flag(CMD, argc, argv, &i, "--logits-out", &a->logits_path)) != 0) {
       if (m < 0) return CLI_EXIT_USAGE;
-    } else if ((m = cli_flag(CMD, argc, argv, &i, "--max-new", &v)) != 0) {
-      if (m < 0 || !cli_parse_int(CMD, "--max-new", v, 1, MAX_PROMPT, &max_new))
+    } else if ((m = cli_flag(CMD, argc, argv, &i, "--max-tokens", &v)) != 0 ||
+               (m = cli_flag(CMD, argc, argv, &i, "--max-new", &v)) != 0) {
+      if (m < 0 || !cli_parse_int(CMD, "--max-tokens", v, 1, MAX_PROMPT, &a->max_tokens))
         return CLI_EXIT_USAGE;
-    } else if (!cli_take_one(CMD, "spec", argv[i], &path)) {
+    } else if ((m = cli_flag(CMD, argc, argv, &i, "--temperature", &v)) != 0) {
+      if (m < 0 || !cli_parse_number(CMD, "--temperature", v, 0, 1e6, &a->temperature))
+        return CLI_EXIT_USAGE;
+      a->sampling = true;
+    } else if ((m = cli_flag(CMD, argc, argv, &i, "--top-p", &v)) != 0) {
+      if (m < 0 || !cli_parse_number(CMD, "--top-p", v, 1e-9, 1, &a->top_p)) return CLI_EXIT_USAGE;
+      a->sampling = true;
+    } else if ((m = cli_flag(CMD, argc, argv, &i, "--min-p", &v)) != 0) {
+      if (m < 0 || !cli_parse_number(CMD, "--min-p", v, 0, 1, &a->min_p)) return CLI_EXIT_USAGE;
+      a->sampling = true;
+    } else if ((m = cli_flag(CMD, argc, argv, &i, "--top-k", &v)) != 0) {
+      if (m < 0 || !cli_parse_int(CMD, "--top-k", v, 0, INT32_MAX, &a->top_k))
+        return CLI_EXIT_USAGE;
+      a->sampling = true;
+    } else if ((m = cli_flag(CMD, argc, argv, &i, "--seed", &v)) != 0) {
+      if (m < 0 || !cli_parse_u64(CMD, "--seed", v, &a->seed)) return CLI_EXIT_USAGE;
+      a->has_seed = a->sampling = true;
+    } else if ((m = cli_flag(CMD, argc, argv, &i, "--stop-ids", &v)) != 0) {
+      long long ids[RECAP_MAX_STOP_IDS];
+      size_t count = 0;
+      if (m < 0 || !cli_parse_int_list(CMD, "--stop-ids", v, 0, INT32_MAX, ids, RECAP_MAX_STOP_IDS,
+                                       &count, "2,128001"))
+        return CLI_EXIT_USAGE;
+      for (size_t k = 0; k < count; k++) a->stop_ids[k] = (int32_t)ids[k];
+      a->num_stop_ids = (int)count;
+      a->sampling = true;
+    } else if (!cli_take_one(CMD, "spec", argv[i], &a->path)) {
       return CLI_EXIT_USAGE;
     }
   }
-  if (!path || !ids_text) {
+  if (!a->path || !ids_text) {
     fprintf(stderr, "recap %s: usage: recap generate SPEC --prompt-ids 1,2,3 (see --help)\n", CMD);
     return CLI_EXIT_USAGE;
   }
-  int32_t *tokens = NULL;
-  int prompt = 0;
-  if (!parse_ids(ids_text, &tokens, &prompt)) {
-    free(tokens);
+  if (!parse_ids(ids_text, &a->prompt, &a->prompt_len)) return CLI_EXIT_USAGE;
+  return CLI_EXIT_OK;
+}
+
+/* Whether the spec is in the paged serving layout: its decode entry reads a `seqs` input. The
+ * spec is loaded and checked (no memory is bound); its errors are printed. */
+static int spec_is_paged(const generate_args *a, bool *paged) {
+  cli_load_request load = {
+      .path = a->path, .base_dir = a->base_dir, .entry = "decode", .device = a->device};
+  recap__model *m = NULL;
+  size_t bucket;
+  int64_t batch;
+  int rc = cli_load(CMD, &load, &m, &bucket, &batch);
+  if (rc != CLI_EXIT_OK) return rc;
+  const recap__ir *ir = m->irs[m->num_buckets - 1];
+  int t = recap__ir_find_tensor(ir, "seqs");
+  *paged = t >= 0 && ir->tensors[t].role == RECAP_ROLE_INPUT;
+  recap__model_release(m);
+  return CLI_EXIT_OK;
+}
+
+/* What the engine thread records of the request: each token's arrival time. */
+typedef struct {
+  double *arrival; /* cli_now() of token i */
+  size_t count, capacity;
+} token_times;
+
+static void on_token(void *user, uint64_t id, int32_t token, recap_request_state state) {
+  (void)id;
+  (void)state;
+  token_times *t = user;
+  if (token >= 0 && t->count < t->capacity) t->arrival[t->count++] = cli_now();
+}
+
+static const char *finish_name(recap_finish_reason f) {
+  switch (f) {
+    case RECAP_FINISH_MAX_TOKENS:
+      return "max_tokens";
+    case RECAP_FINISH_STOP:
+      return "stop";
+    case RECAP_FINISH_LENGTH:
+      return "length";
+    default:
+      return "none";
+  }
+}
+
+static bool write_json(const generate_args *a, const int32_t *tokens,
+                       const recap_request_status *st, double ttft_ms, double tpot_ms) {
+  json_t *ids = json_array();
+  for (size_t i = 0; i < st->num_tokens; i++) json_array_append_new(ids, json_integer(tokens[i]));
+  json_t *root = json_pack("{so so ss sf sf sI}", "tokens", ids, "seed", cli_seed_json(st->seed),
+                           "finish", finish_name(st->finish), "ttft_ms", ttft_ms, "tpot_ms",
+                           tpot_ms, "preemptions", (json_int_t)st->preemptions);
+  return cli_write_json(CMD, root, a->json_path);
+}
+
+/* One request through the generation API. */
+static int run_paged(const generate_args *a) {
+  recap_generator_options go = {.base_dir = a->base_dir, .override_device = 1};
+  if (!cli_pick_device(CMD, a->device, RECAP_BACKEND_CUDA, &go.device)) return CLI_EXIT_USAGE;
+  recap_generator *g = NULL;
+  recap_status st = recap_generator_create(a->path, &go, &g);
+  if (st != RECAP_OK) {
+    cli_report_failure(CMD, "the generator", st);
+    return CLI_EXIT_FAILURE;
+  }
+  int rc = CLI_EXIT_FAILURE;
+  token_times times = {.capacity = (size_t)a->max_tokens};
+  int32_t *tokens = malloc(sizeof *tokens * (size_t)a->max_tokens);
+  times.arrival = malloc(sizeof *times.arrival * (size_t)a->max_tokens);
+  recap_request r = {.prompt = a->prompt,
+                     .prompt_len = (size_t)a->prompt_len,
+                     .max_new_tokens = (int)a->max_tokens,
+                     .temperature = (float)a->temperature,
+                     .top_p = (float)a->top_p,
+                     .min_p = (float)a->min_p,
+                     .top_k = (int)a->top_k,
+                     .has_seed = a->has_seed,
+                     .seed = a->seed,
+                     .stop_ids = a->stop_ids,
+                     .num_stop_ids = a->num_stop_ids,
+                     .on_token = on_token,
+                     .user = &times};
+  uint64_t id = 0;
+  recap_request_status status;
+  double submitted = cli_now();
+  if (!tokens || !times.arrival) goto done;
+  if ((st = recap_generator_submit(g, &r, &id, NULL)) != RECAP_OK) {
+    cli_report_failure(CMD, "the request", st);
+    goto done;
+  }
+  if ((st = recap_generator_wait(g, id, -1.0)) != RECAP_OK ||
+      (st = recap_generator_poll(g, id, tokens, (size_t)a->max_tokens, &status)) != RECAP_OK) {
+    cli_report_failure(CMD, "the request", st);
+    goto done;
+  }
+  if (status.state != RECAP_REQUEST_FINISHED) {
+    fprintf(stderr, "recap %s: the request ended without finishing: %s\n", CMD,
+            recap_status_string(status.error));
+    goto done;
+  }
+  double ttft_ms = times.count ? (times.arrival[0] - submitted) * 1e3 : 0;
+  double tpot_ms = times.count > 1 ? (times.arrival[times.count - 1] - times.arrival[0]) * 1e3 /
+                                         (double)(times.count - 1)
+                                   : 0;
+  printf("generated:");
+  for (size_t i = 0; i < status.num_tokens; i++) printf(" %" PRId32, tokens[i]);
+  printf("\nseed %" PRIu64
+         ", finished by %s; first token %.3f ms after submit (prefill, "
+         "capture done before), then %.3f ms per token\n",
+         status.seed, finish_name(status.finish), ttft_ms, tpot_ms);
+  rc = a->json_path && !write_json(a, tokens, &status, ttft_ms, tpot_ms) ? CLI_EXIT_FAILURE
+                                                                         : CLI_EXIT_OK;
+done:
+  recap_generator_destroy(g);
+  free(tokens);
+  free(times.arrival);
+  return rc;
+}
+
+/* The contiguous layout: greedy, one prefill step then one decode step per token. */
+static int run_contiguous(const generate_args *a) {
+  if (a->sampling || a->json_path) {
+    fprintf(stderr,
+            "recap %s: %s is a spec of the contiguous layout, which decodes greedily: sampling, "
+            "--seed, --stop-ids and --json need a paged serving spec (recap import-hf --paged)\n",
+            CMD, a->path);
     return CLI_EXIT_USAGE;
   }
+  int prompt = a->prompt_len;
+  long long max_new = a->max_tokens;
   int rc = CLI_EXIT_FAILURE;
   recap_pipeline *prefill = NULL, *decode = NULL;
   FILE *logits_out = NULL;
-  if (logits_path && !(logits_out = fopen(logits_path, "wb"))) {
-    fprintf(stderr, "recap %s: cannot write %s: %s\n", CMD, logits_path, strerror(errno));
-    free(tokens);
+  if (a->logits_path && !(logits_out = fopen(a->logits_path, "wb"))) {
+    fprintf(stderr, "recap %s: cannot write %s: %s\n", CMD, a->logits_path, strerror(errno));
     return CLI_EXIT_FAILURE;
   }
   float *row = NULL;
-  int32_t *all = realloc(tokens, sizeof(int32_t) * (size_t)(prompt + max_new + 1));
-  if (!all) goto done;
-  tokens = all;
-  recap_pipeline_options po = {.entry = "prefill", .base_dir = base_dir, .override_device = 1};
-  if (!cli_pick_device(CMD, device, RECAP_BACKEND_CUDA, &po.device)) goto done;
+  int32_t *tokens = malloc(sizeof(int32_t) * (size_t)(prompt + max_new + 1));
+  if (!tokens) goto done;
+  memcpy(tokens, a->prompt, sizeof(int32_t) * (size_t)prompt);
+  recap_pipeline_options po = {.entry = "prefill", .base_dir = a->base_dir, .override_device = 1};
+  if (!cli_pick_device(CMD, a->device, RECAP_BACKEND_CUDA, &po.device)) goto done;
   char prompt_dim[32];
   snprintf(prompt_dim, sizeof prompt_dim, "S=%d", prompt);
   const char *dims[] = {prompt_dim, NULL};
   po.dims = dims;
-  recap_status st = recap_pipeline_create_file(path, &po, &prefill);
+  recap_status st = recap_pipeline_create_file(a->path, &po, &prefill);
   if (st != RECAP_OK) {
     cli_report_failure(CMD, "the prefill pipeline", st);
     goto done;
   }
-  recap_pipeline_options dopt = {.entry = "decode", .base_dir = base_dir, .share = prefill};
-  if ((st = recap_pipeline_create_file(path, &dopt, &decode)) != RECAP_OK) {
+  recap_pipeline_options dopt = {.entry = "decode", .base_dir = a->base_dir, .share = prefill};
+  if ((st = recap_pipeline_create_file(a->path, &dopt, &decode)) != RECAP_OK) {
     cli_report_failure(CMD, "the decode pipeline", st);
     goto done;
   }
@@ -148,7 +322,7 @@ int cli_generate_main(int argc, char **argv) {
   if ((st = recap_pipeline_tensor(decode, "logits", &logits)) != RECAP_OK || logits.ndim != 3 ||
       logits.dtype != RECAP_DTYPE_F32) {
     fprintf(stderr, "recap %s: %s has no f32 output 'logits' [B, S, V] (see recap import-hf)\n",
-            CMD, path);
+            CMD, a->path);
     goto done;
   }
   int64_t vocab = logits.shape[2];
@@ -176,12 +350,30 @@ int cli_generate_main(int argc, char **argv) {
   rc = CLI_EXIT_OK;
 done:
   if (logits_out && fclose(logits_out) != 0 && rc == CLI_EXIT_OK) {
-    fprintf(stderr, "recap %s: cannot write %s: %s\n", CMD, logits_path, strerror(errno));
+    fprintf(stderr, "recap %s: cannot write %s: %s\n", CMD, a->logits_path, strerror(errno));
     rc = CLI_EXIT_FAILURE;
   }
   free(row);
   free(tokens);
   recap_pipeline_destroy(decode);
   recap_pipeline_destroy(prefill);
+  return rc;
+}
+
+int cli_generate_main(int argc, char **argv) {
+  if (cli_wants_help(argc, argv)) {
+    usage();
+    return CLI_EXIT_OK;
+  }
+  generate_args a;
+  int rc = parse_args(argc, argv, &a);
+  bool paged = false;
+  if (rc == CLI_EXIT_OK) rc = spec_is_paged(&a, &paged);
+  if (rc == CLI_EXIT_OK && paged && a.logits_path) {
+    fprintf(stderr, "recap %s: --logits-out is for specs of the contiguous layout\n", CMD);
+    rc = CLI_EXIT_USAGE;
+  }
+  if (rc == CLI_EXIT_OK) rc = paged ? run_paged(&a) : run_contiguous(&a);
+  free(a.prompt);
   return rc;
 }

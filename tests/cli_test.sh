@@ -906,6 +906,28 @@ expect 1 "bench-decode past the pool" -- "$recap" bench-decode "$tmp/qwen2_paged
 grep -q "does not fit the spec" "$tmp/err" || fail "bench-decode does not say the batch does not fit"
 expect 1 "bench-decode of a contiguous spec" -- "$recap" bench-decode "$tmp/qwen2.yaml" --device host
 grep -q "not a paged serving spec" "$tmp/err" || fail "bench-decode accepts a contiguous spec"
+# generate through the generation API on the paged spec: transformers' greedy tokens again,
+# then a seeded sampled request twice (the same tokens), and sampling refused on the
+# contiguous layout.
+expect 0 "generate (paged)" -- "$recap" generate "$tmp/qwen2_paged.yaml" \
+  --prompt-ids "${greedy%% *}" --max-tokens 16 --device host --json "$tmp/gen.json"
+grep -q "^generated: ${greedy#* }$" "$tmp/out" ||
+  fail "generate on a paged spec does not reproduce transformers' greedy tokens: $(head -1 "$tmp/out")"
+check_json "$tmp/gen.json"
+expect 0 "generate sampled" -- "$recap" generate "$tmp/qwen2_paged.yaml" --prompt-ids 1,2,3 \
+  --max-tokens 8 --temperature 0.8 --top-k 20 --top-p 0.9 --min-p 0.02 --seed 7 --device host
+first=$(head -1 "$tmp/out")
+expect 0 "generate sampled again" -- "$recap" generate "$tmp/qwen2_paged.yaml" --prompt-ids 1,2,3 \
+  --max-tokens 8 --temperature 0.8 --top-k 20 --top-p 0.9 --min-p 0.02 --seed 7 --device host
+[ "$(head -1 "$tmp/out")" = "$first" ] || fail "generate with one seed gives different tokens"
+expect 2 "generate: sampling on a contiguous spec" -- "$recap" generate "$tmp/qwen2.yaml" \
+  --prompt-ids 1,2 --temperature 0.5 --device host
+grep -q "import-hf --paged" "$tmp/err" || fail "generate does not say sampling needs --paged"
+expect 2 "generate: bad top-p" -- "$recap" generate "$tmp/qwen2_paged.yaml" --prompt-ids 1 \
+  --top-p 1.5 --device host
+expect 1 "generate: an id outside the vocabulary" -- "$recap" generate "$tmp/qwen2_paged.yaml" \
+  --prompt-ids 1,99999 --device host
+grep -q "99999" "$tmp/err" || fail "generate does not name the id outside the vocabulary"
 expect 1 "import-hf --paged with too many prefill sequences" -- "$recap" import-hf "$tmp/qwen2" \
   -o - --paged --prefill 16 --prefill-seqs 17
 grep -q "prefill-seqs 17" "$tmp/err" || fail "import-hf does not refuse --prefill-seqs 17"
