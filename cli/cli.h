@@ -53,6 +53,8 @@ int cli_bench_decode_main(int argc, char **argv);
  * bucket spec, so that it runs from any folder. */
 extern const char cli_bench_capture_spec[];
 int cli_serve_bench_main(int argc, char **argv);
+/* serve-bench --generate (serve_generate.c): the generation API under synthetic load. */
+int cli_serve_generate_main(int argc, char **argv);
 /* memviz.c: `recap memviz SNAPSHOT.json --svg FILE`. */
 int cli_memviz_main(int argc, char **argv);
 /* launch.c: `recap launch`, and `recap run` with --world (cli_dist_requested). */

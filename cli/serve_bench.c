@@ -55,7 +55,17 @@ static void usage(FILE *out) {
           "\n"
           "exit status: 0 when every result matches, 1 on any mismatch or failure, 3 on a "
           "device\nfault (the device context of this process is lost: restart the worker "
-          "process).\n");
+          "process).\n\n"
+          "usage: recap serve-bench MODEL.yaml --generate [--requests N] [--prompt-len MIN,MAX]\n"
+          "                         [--output-len MIN,MAX] [--rate R] [--kv-fraction F]\n"
+          "                         [--max-running N] [--seed N] [--device cuda|host]\n"
+          "                         [--json FILE] [--svg FILE] [--base-dir DIR]\n\n"
+          "A serving benchmark of the generation API on a paged serving spec (recap import-hf\n"
+          "--paged): N synthetic requests (random ids, prompt and output lengths uniform in\n"
+          "the ranges; default 64 requests, prompts 64,512, outputs 64,256), greedy, all\n"
+          "submitted at once or at Poisson arrivals of R per second, served with continuous\n"
+          "batching. Prints output tokens/s, TTFT and TPOT p50/p99, the KV pool's peak use,\n"
+          "preemptions and graph vs eager steps (JSON and SVG on request).\n");
 }
 
 typedef struct {
@@ -252,6 +262,8 @@ int cli_serve_bench_main(int argc, char **argv) {
     usage(stdout);
     return CLI_EXIT_OK;
   }
+  for (int i = 0; i < argc; i++)
+    if (strcmp(argv[i], "--generate") == 0) return cli_serve_generate_main(argc, argv);
   const char *path = NULL, *device = NULL, *json_path = NULL, *base_dir = NULL;
   const char *dims[CLI_MAX_DIMS];
   int num_dims = 0;

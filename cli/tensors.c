@@ -350,6 +350,7 @@ void cli_summarize(const double *values, int n, cli_summary *out) {
   out->median = percentile(sorted, n, 0.5);
   out->p10 = percentile(sorted, n, 0.1);
   out->p90 = percentile(sorted, n, 0.9);
+  out->p99 = percentile(sorted, n, 0.99);
   out->mean = sum / n;
   out->min = sorted[0];
   out->max = sorted[n - 1];

@@ -104,7 +104,7 @@ recap_status cli_read_device(recap_pipeline *p, const void *device, void *host, 
 recap_status cli_time_runs(recap_pipeline *p, int64_t batch, int iters, double *ms);
 
 typedef struct {
-  double median, p10, p90, mean, min, max;
+  double median, p10, p90, p99, mean, min, max;
 } cli_summary;
 /* Percentiles by linear interpolation between the sorted values (n >= 1). */
 void cli_summarize(const double *values, int n, cli_summary *out);

@@ -928,6 +928,16 @@ expect 2 "generate: bad top-p" -- "$recap" generate "$tmp/qwen2_paged.yaml" --pr
 expect 1 "generate: an id outside the vocabulary" -- "$recap" generate "$tmp/qwen2_paged.yaml" \
   --prompt-ids 1,99999 --device host
 grep -q "99999" "$tmp/err" || fail "generate does not name the id outside the vocabulary"
+# serve-bench --generate: synthetic requests through the generation API on the host backend.
+expect 0 "serve-bench --generate" -- "$recap" serve-bench "$tmp/qwen2_paged.yaml" --generate \
+  --requests 12 --prompt-len 4,20 --output-len 2,8 --device host --json "$tmp/serve.json" \
+  --svg "$tmp/serve.svg"
+grep -q "^output tokens/s" "$tmp/out" && grep -q "^TTFT ms" "$tmp/out" ||
+  fail "serve-bench --generate prints no throughput or TTFT"
+check_json "$tmp/serve.json"
+grep -q "<svg" "$tmp/serve.svg" || fail "serve-bench --generate wrote no SVG"
+expect 2 "serve-bench --generate past the spec's length" -- "$recap" serve-bench \
+  "$tmp/qwen2_paged.yaml" --generate --prompt-len 60,60 --output-len 8,8 --device host
 expect 1 "import-hf --paged with too many prefill sequences" -- "$recap" import-hf "$tmp/qwen2" \
   -o - --paged --prefill 16 --prefill-seqs 17
 grep -q "prefill-seqs 17" "$tmp/err" || fail "import-hf does not refuse --prefill-seqs 17"

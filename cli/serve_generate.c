@@ -1,0 +1,338 @@
+/* serve_generate.c: `recap serve-bench MODEL.yaml --generate`: a serving benchmark of the
+ * generation API (recap_generator_*) on a paged serving spec (`recap import-hf --paged`).
+ *
+ * The main thread is the clients: it draws --requests synthetic requests (random token ids,
+ * prompt and output lengths uniform in the given ranges, greedy, no stop ids) and submits them
+ * all at once or as a Poisson process of --rate requests per second; the engine thread serves
+ * them with continuous batching. The callbacks (on the engine thread) stamp each token's
+ * arrival, so a request's time to first token (TTFT: submit to first token) and time per
+ * output token (TPOT: first to last token over the tokens after the first) are the client's
+ * view. Output tokens/s is every output token over the wall time from the first submit to the
+ * last token. Also reported: the KV pool's peak use, preemptions, and graph against eager steps
+ * (prefill steps above the largest bucket run eagerly). */
+#include <inttypes.h>
+#include <jansson.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli/cli.h"
+#include "cli/svg.h"
+#include "cli/tensors.h"
+
+static const char *const CMD = "serve-bench";
+
+typedef struct {
+  const char *path, *device, *base_dir, *json_path, *svg_path;
+  long long requests, prompt_min, prompt_max, output_min, output_max, max_running;
+  double rate, kv_fraction;
+  uint64_t seed;
+} generate_bench_args;
+
+/* One request's record, written by the engine thread's callback. */
+typedef struct {
+  double submitted, first, last;
+  size_t tokens;
+  int32_t *prompt;
+  int prompt_len, output_len;
+  bool ended;
+} request_record;
+
+typedef struct {
+  pthread_mutex_t lock;
+  recap_generator *g;
+  size_t peak_blocks;
+} bench_state;
+
+static bench_state g_state = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static void on_token(void *user, uint64_t id, int32_t token, recap_request_state state) {
+  (void)id;
+  (void)state;
+  request_record *r = user;
+  double now = cli_now();
+  if (token < 0) {
+    r->ended = true;
+    return;
+  }
+  if (r->tokens++ == 0) r->first = now;
+  r->last = now;
+  /* The pool's use peaks between steps; the engine thread may read its own stats here. */
+  recap_generator_stats s;
+  if (recap_generator_stats_get(g_state.g, &s) == RECAP_OK) {
+    pthread_mutex_lock(&g_state.lock);
+    if (s.kv_blocks_used > g_state.peak_blocks) g_state.peak_blocks = s.kv_blocks_used;
+    pthread_mutex_unlock(&g_state.lock);
+  }
+}
+
+/* xorshift64*: the requests' lengths and ids, reproducible from --seed. */
+static uint64_t next_random(uint64_t *s) {
+  *s ^= *s >> 12;
+  *s ^= *s << 25;
+  *s ^= *s >> 27;
+  return *s * 0x2545F4914F6CDD1DULL;
+}
+
+static long long uniform_int(uint64_t *s, long long lo, long long hi) {
+  return lo + (long long)(next_random(s) % (uint64_t)(hi - lo + 1));
+}
+
+/* The vocabulary and the longest sequence the decode entry serves: logits [Bs, V], seqs
+ * [Bs, W] and the pools' block size. */
+static int read_model_sizes(const generate_bench_args *a, int64_t *vocab, int64_t *max_seq) {
+  cli_load_request load = {
+      .path = a->path, .base_dir = a->base_dir, .entry = "decode", .device = a->device};
+  recap__model *m = NULL;
+  size_t bucket;
+  int64_t batch;
+  int rc = cli_load(CMD, &load, &m, &bucket, &batch);
+  if (rc != CLI_EXIT_OK) return rc;
+  const recap__ir *ir = m->irs[m->num_buckets - 1];
+  int logits = recap__ir_find_tensor(ir, "logits"), seqs = recap__ir_find_tensor(ir, "seqs");
+  int64_t block = 0;
+  for (size_t t = 0; t < ir->num_tensors; t++)
+    if (ir->tensors[t].role == RECAP_ROLE_STATE && ir->tensors[t].ndim == 4)
+      block = ir->tensors[t].shape[1];
+  if (logits < 0 || seqs < 0 || block == 0 || ir->tensors[logits].ndim != 2) {
+    fprintf(stderr,
+            "recap %s --generate: %s is not a paged serving spec (recap import-hf --paged)\n", CMD,
+            a->path);
+    rc = CLI_EXIT_FAILURE;
+  } else {
+    *vocab = ir->tensors[logits].shape[1];
+    *max_seq = (ir->tensors[seqs].shape[1] - RECAP_SEQ_BLOCKS) * block;
+  }
+  recap__model_release(m);
+  return rc;
+}
+
+static json_t *summary_json(const cli_summary *s) {
+  return json_pack("{sf sf sf sf}", "p50", s->median, "p99", s->p99, "p10", s->p10, "mean",
+                   s->mean);
+}
+
+static int report(const generate_bench_args *a, request_record *recs, double wall_s,
+                  const recap_generator_stats *stats, size_t peak_blocks) {
+  size_t n = (size_t)a->requests, out_tokens = 0;
+  double *ttft = malloc(sizeof *ttft * n), *tpot = malloc(sizeof *tpot * n);
+  if (!ttft || !tpot) {
+    free(ttft);
+    free(tpot);
+    return CLI_EXIT_FAILURE;
+  }
+  int with_tpot = 0;
+  for (size_t i = 0; i < n; i++) {
+    out_tokens += recs[i].tokens;
+    ttft[i] = (recs[i].first - recs[i].submitted) * 1e3;
+    if (recs[i].tokens > 1)
+      tpot[with_tpot++] = (recs[i].last - recs[i].first) * 1e3 / (double)(recs[i].tokens - 1);
+  }
+  cli_summary t1, t2;
+  cli_summarize(ttft, (int)n, &t1);
+  cli_summarize(tpot, with_tpot, &t2);
+  printf(
+      "%lld requests (prompts %lld-%lld, outputs %lld-%lld tokens, %s): %zu output tokens in "
+      "%.3f s\n",
+      a->requests, a->prompt_min, a->prompt_max, a->output_min, a->output_max,
+      a->rate > 0 ? "Poisson arrivals" : "all submitted at once", out_tokens, wall_s);
+  printf("output tokens/s  %.1f\n", (double)out_tokens / wall_s);
+  printf("TTFT ms          p50 %.3f  p99 %.3f\n", t1.median, t1.p99);
+  printf("TPOT ms          p50 %.3f  p99 %.3f\n", t2.median, t2.p99);
+  printf("KV blocks        %zu of %zu at the peak (%.1f%%), blocks of %zu tokens\n", peak_blocks,
+         stats->kv_blocks, 100.0 * (double)peak_blocks / (double)stats->kv_blocks,
+         stats->block_size);
+  printf("preemptions      %" PRIu64 "\n", stats->preemptions);
+  printf("steps            %" PRIu64 " (%" PRIu64 " prefill, %" PRIu64 " decode): %" PRIu64
+         " graph replays, %" PRIu64 " eager\n",
+         stats->steps, stats->prefill_steps, stats->decode_steps, stats->graph_steps,
+         stats->eager_steps);
+  int rc = CLI_EXIT_OK;
+  if (a->json_path) {
+    json_t *root = json_pack(
+        "{ss sI sf sI sf so so sI sI sI sI sI sI}", "spec", a->path, "requests",
+        (json_int_t)a->requests, "wall_s", wall_s, "output_tokens", (json_int_t)out_tokens,
+        "output_tokens_per_s", (double)out_tokens / wall_s, "ttft_ms", summary_json(&t1), "tpot_ms",
+        summary_json(&t2), "kv_blocks", (json_int_t)stats->kv_blocks, "kv_blocks_peak",
+        (json_int_t)peak_blocks, "preemptions", (json_int_t)stats->preemptions, "graph_steps",
+        (json_int_t)stats->graph_steps, "eager_steps", (json_int_t)stats->eager_steps, "steps",
+        (json_int_t)stats->steps);
+    if (!cli_write_json(CMD, root, a->json_path)) rc = CLI_EXIT_FAILURE;
+  }
+  if (a->svg_path) {
+    cli_bar bars[] = {{"TTFT", t1.median, t1.p10, t1.p90, "#d9534f"},
+                      {"TPOT", t2.median, t2.p10, t2.p90, "#5cb85c"}};
+    char subtitle[160], footer[160];
+    snprintf(subtitle, sizeof subtitle, "%lld requests, %.1f output tokens/s", a->requests,
+             (double)out_tokens / wall_s);
+    snprintf(footer, sizeof footer, "bars: median; whiskers: p10-p90 over requests");
+    cli_chart c = {
+        .title = a->path, .subtitle = subtitle, .footer = footer, .bars = bars, .count = 2};
+    if (!cli_svg_write_bars(a->svg_path, &c)) rc = CLI_EXIT_FAILURE;
+  }
+  free(ttft);
+  free(tpot);
+  return rc;
+}
+
+/* Submits every request (at once, or at Poisson arrivals) and waits for all of them. */
+static int drive(const generate_bench_args *a, recap_generator *g, request_record *recs,
+                 double *wall_s) {
+  uint64_t rng = a->seed * 0x9E3779B97F4A7C15ULL + 1;
+  double start = cli_now(), next_arrival = start;
+  uint64_t *ids = malloc(sizeof *ids * (size_t)a->requests);
+  if (!ids) return CLI_EXIT_FAILURE;
+  int rc = CLI_EXIT_OK;
+  for (long long i = 0; i < a->requests && rc == CLI_EXIT_OK; i++) {
+    request_record *r = &recs[i];
+    if (a->rate > 0) {
+      double u = ((double)(next_random(&rng) >> 11) + 0.5) / 9007199254740992.0;
+      next_arrival += -log(u) / a->rate;
+      double wait = next_arrival - cli_now();
+      if (wait > 0) {
+        struct timespec ts = {(time_t)wait, (long)((wait - floor(wait)) * 1e9)};
+        nanosleep(&ts, NULL);
+      }
+    }
+    recap_request q = {.prompt = r->prompt,
+                       .prompt_len = (size_t)r->prompt_len,
+                       .max_new_tokens = r->output_len,
+                       .on_token = on_token,
+                       .user = r};
+    r->submitted = cli_now();
+    recap_status st = recap_generator_submit(g, &q, &ids[i], NULL);
+    if (st != RECAP_OK) {
+      cli_report_failure(CMD, "a request", st);
+      rc = CLI_EXIT_FAILURE;
+    }
+  }
+  for (long long i = 0; i < a->requests && rc == CLI_EXIT_OK; i++) {
+    recap_request_status s;
+    recap_status st = recap_generator_wait(g, ids[i], -1.0);
+    if (st == RECAP_OK) st = recap_generator_poll(g, ids[i], NULL, 0, &s);
+    if (st == RECAP_OK && s.state != RECAP_REQUEST_FINISHED)
+      st = s.error ? s.error : RECAP_STATUS_INTERNAL;
+    if (st != RECAP_OK) {
+      cli_report_failure(CMD, "a request", st);
+      rc = CLI_EXIT_FAILURE;
+    }
+  }
+  double end = start;
+  for (long long i = 0; i < a->requests; i++)
+    if (recs[i].last > end) end = recs[i].last;
+  *wall_s = end - start;
+  free(ids);
+  return rc;
+}
+
+static int parse_range(const char *flag, const char *text, long long *lo, long long *hi) {
+  long long v[2];
+  size_t n = 0;
+  if (!cli_parse_int_list(CMD, flag, text, 1, 1 << 24, v, 2, &n, "64,512")) return CLI_EXIT_USAGE;
+  *lo = v[0];
+  *hi = n == 2 ? v[1] : v[0];
+  if (*hi < *lo) {
+    fprintf(stderr, "recap %s: %s takes MIN,MAX with MIN <= MAX, got '%s'\n", CMD, flag, text);
+    return CLI_EXIT_USAGE;
+  }
+  return CLI_EXIT_OK;
+}
+
+static int parse_args(int argc, char **argv, generate_bench_args *a) {
+  *a = (generate_bench_args){.requests = 64,
+                             .prompt_min = 64,
+                             .prompt_max = 512,
+                             .output_min = 64,
+                             .output_max = 256,
+                             .seed = 1};
+  for (int i = 0; i < argc; i++) {
+    const char *v = NULL;
+    int m;
+    if (strcmp(argv[i], "--generate") == 0) continue;
+    if ((m = cli_flag(CMD, argc, argv, &i, "--device", &a->device)) != 0 ||
+        (m = cli_flag(CMD, argc, argv, &i, "--base-dir", &a->base_dir)) != 0 ||
+        (m = cli_flag(CMD, argc, argv, &i, "--json", &a->json_path)) != 0 ||
+        (m = cli_flag(CMD, argc, argv, &i, "--svg", &a->svg_path)) != 0) {
+      if (m < 0) return CLI_EXIT_USAGE;
+    } else if ((m = cli_flag(CMD, argc, argv, &i, "--requests", &v)) != 0) {
+      if (m < 0 || !cli_parse_int(CMD, "--requests", v, 1, 10000000, &a->requests))
+        return CLI_EXIT_USAGE;
+    } else if ((m = cli_flag(CMD, argc, argv, &i, "--prompt-len", &v)) != 0) {
+      if (m < 0 || parse_range("--prompt-len", v, &a->prompt_min, &a->prompt_max))
+        return CLI_EXIT_USAGE;
+    } else if ((m = cli_flag(CMD, argc, argv, &i, "--output-len", &v)) != 0) {
+      if (m < 0 || parse_range("--output-len", v, &a->output_min, &a->output_max))
+        return CLI_EXIT_USAGE;
+    } else if ((m = cli_flag(CMD, argc, argv, &i, "--rate", &v)) != 0) {
+      if (m < 0 || !cli_parse_number(CMD, "--rate", v, 0, 1e9, &a->rate)) return CLI_EXIT_USAGE;
+    } else if ((m = cli_flag(CMD, argc, argv, &i, "--kv-fraction", &v)) != 0) {
+      if (m < 0 || !cli_parse_number(CMD, "--kv-fraction", v, 1e-6, 0.99, &a->kv_fraction))
+        return CLI_EXIT_USAGE;
+    } else if ((m = cli_flag(CMD, argc, argv, &i, "--max-running", &v)) != 0) {
+      if (m < 0 || !cli_parse_int(CMD, "--max-running", v, 1, 1 << 20, &a->max_running))
+        return CLI_EXIT_USAGE;
+    } else if ((m = cli_flag(CMD, argc, argv, &i, "--seed", &v)) != 0) {
+      if (m < 0 || !cli_parse_u64(CMD, "--seed", v, &a->seed)) return CLI_EXIT_USAGE;
+    } else if (!cli_take_one(CMD, "spec", argv[i], &a->path)) {
+      return CLI_EXIT_USAGE;
+    }
+  }
+  if (!a->path) {
+    fprintf(stderr, "recap %s: usage: recap serve-bench MODEL.yaml --generate (see --help)\n", CMD);
+    return CLI_EXIT_USAGE;
+  }
+  return CLI_EXIT_OK;
+}
+
+int cli_serve_generate_main(int argc, char **argv) {
+  generate_bench_args a;
+  int rc = parse_args(argc, argv, &a);
+  int64_t vocab = 0, max_seq = 0;
+  if (rc == CLI_EXIT_OK) rc = read_model_sizes(&a, &vocab, &max_seq);
+  if (rc != CLI_EXIT_OK) return rc;
+  if (a.prompt_max + a.output_max > max_seq) {
+    fprintf(stderr,
+            "recap %s: prompts up to %lld and outputs up to %lld tokens exceed the spec's %" PRId64
+            " positions per sequence (import with a larger --max-seq)\n",
+            CMD, a.prompt_max, a.output_max, max_seq);
+    return CLI_EXIT_USAGE;
+  }
+  recap_generator_options go = {.base_dir = a.base_dir,
+                                .override_device = 1,
+                                .kv_fraction = a.kv_fraction,
+                                .max_running = (int)a.max_running};
+  if (!cli_pick_device(CMD, a.device, RECAP_BACKEND_CUDA, &go.device)) return CLI_EXIT_USAGE;
+  request_record *recs = calloc((size_t)a.requests, sizeof *recs);
+  uint64_t rng = a.seed;
+  for (long long i = 0; recs && i < a.requests; i++) {
+    recs[i].prompt_len = (int)uniform_int(&rng, a.prompt_min, a.prompt_max);
+    recs[i].output_len = (int)uniform_int(&rng, a.output_min, a.output_max);
+    recs[i].prompt = malloc(sizeof(int32_t) * (size_t)recs[i].prompt_len);
+    if (!recs[i].prompt) break;
+    for (int k = 0; k < recs[i].prompt_len; k++)
+      recs[i].prompt[k] = (int32_t)uniform_int(&rng, 0, vocab - 1);
+  }
+  recap_generator *g = NULL;
+  recap_status st = recs ? recap_generator_create(a.path, &go, &g) : RECAP_STATUS_OUT_OF_MEMORY;
+  rc = CLI_EXIT_FAILURE;
+  if (st != RECAP_OK) {
+    cli_report_failure(CMD, "the generator", st);
+  } else {
+    g_state.g = g;
+    g_state.peak_blocks = 0;
+    double wall_s = 0;
+    rc = drive(&a, g, recs, &wall_s);
+    recap_generator_stats stats;
+    if (rc == CLI_EXIT_OK && (st = recap_generator_stats_get(g, &stats)) != RECAP_OK) {
+      cli_report_failure(CMD, "the stats", st);
+      rc = CLI_EXIT_FAILURE;
+    }
+    if (rc == CLI_EXIT_OK) rc = report(&a, recs, wall_s, &stats, g_state.peak_blocks);
+  }
+  recap_generator_destroy(g);
+  for (long long i = 0; recs && i < a.requests; i++) free(recs[i].prompt);
+  free(recs);
+  return rc;
+}
