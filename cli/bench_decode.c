@@ -337,6 +337,7 @@ static int run_batches(const decode_args *a, recap_pipeline *graph, recap_pipeli
                   (json_int_t)a->tokens, "copy_gb_per_s", copy_gbps, "results", rows);
     rows = NULL;
     if (!cli_write_json(CMD, root, a->json_path)) rc = CLI_EXIT_FAILURE;
+    json_decref(root);
   }
   json_decref(rows);
   free(samples);

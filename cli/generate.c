@@ -213,7 +213,9 @@ static bool write_json(const generate_args *a, const int32_t *tokens,
   json_t *root = json_pack("{so so ss sf sf sI}", "tokens", ids, "seed", cli_seed_json(st->seed),
                            "finish", finish_name(st->finish), "ttft_ms", ttft_ms, "tpot_ms",
                            tpot_ms, "preemptions", (json_int_t)st->preemptions);
-  return cli_write_json(CMD, root, a->json_path);
+  bool ok = cli_write_json(CMD, root, a->json_path);
+  json_decref(root);
+  return ok;
 }
 
 /* One request through the generation API. */

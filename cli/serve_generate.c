@@ -160,6 +160,7 @@ static int report(const generate_bench_args *a, request_record *recs, double wal
         (json_int_t)stats->graph_steps, "eager_steps", (json_int_t)stats->eager_steps, "steps",
         (json_int_t)stats->steps);
     if (!cli_write_json(CMD, root, a->json_path)) rc = CLI_EXIT_FAILURE;
+    json_decref(root);
   }
   if (a->svg_path) {
     cli_bar bars[] = {{"TTFT", t1.median, t1.p10, t1.p90, "#d9534f"},
