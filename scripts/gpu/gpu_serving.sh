@@ -6,7 +6,9 @@
 #     32 and 64 with 512-token contexts, decode tokens 1-128 (step time, tokens/s, the bytes a
 #     step must read against a device-to-device copy measured in the same run, kernels per step,
 #     GEMM share).
-#  2. The sampler against PyTorch's sort-based path captured in a CUDA graph, same run.
+#  2. `recap serve-bench --generate` on the same spec: 256 synthetic requests through the
+#     generation API (continuous batching): output tokens/s, TTFT and TPOT, preemptions.
+#  3. The sampler against PyTorch's sort-based path captured in a CUDA graph, same run.
 # Results go to $OUT when the device tool sets it.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -22,6 +24,10 @@ fi
   --dtype bf16 --batch 1,2,4,8,16,32,64 --max-seq 1024 --prefill 512 || status=1
 "$here/bin/recap" bench-decode "$work/llama-1b-paged.yaml" --batch 1,8,32,64 --context 512 \
   --tokens 128 --repeats 5 --json "$out/bench_decode.json" || status=1
+# Continuous batching through the generation API: 256 requests, prompts 64-512, outputs
+# 64-256 tokens, all submitted at once, greedy.
+"$here/bin/recap" serve-bench "$work/llama-1b-paged.yaml" --generate --requests 256 \
+  --prompt-len 64,512 --output-len 64,256 --json "$out/serve_generate.json" || status=1
 # The sampler against PyTorch (its tests first when staged); its logs and JSON go to $OUT too.
 OUT=$out bash "$here/tools/sample_bench.sh" || status=1
 exit $status
