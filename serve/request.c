@@ -49,13 +49,6 @@ recap_status recap__request_check(const recap_request *r, const recap__runner_sh
                   RECAP_MAX_STOP_IDS);
   if (r->num_stop_ids > 0 && !r->stop_ids)
     return REFUSE("request.num_stop_ids = %d with request.stop_ids NULL", r->num_stop_ids);
-  /* Its longest cache: every token but the last output is written. */
-  int64_t positions = (int64_t)r->prompt_len + r->max_new_tokens - 1;
-  int64_t blocks = (positions + shape->block_size - 1) / shape->block_size;
-  if (blocks > shape->num_blocks)
-    return REFUSE("request.prompt_len = %zu + request.max_new_tokens = %d: needs %" PRId64
-                  " KV blocks of %" PRId64 " tokens; the pool has %" PRId64,
-                  r->prompt_len, r->max_new_tokens, blocks, shape->block_size, shape->num_blocks);
   return RECAP_OK;
 }
 
