@@ -141,6 +141,7 @@ static void deliver_and_unpin(recap_generator *g, recap__request **pinned) {
     if (q->released && recap__request_ended(q)) recap__request_destroy(q);
   }
   *pinned = NULL;
+  pthread_cond_broadcast(&g->ended); /* waiters wait for the last callback too */
 }
 
 /* (b) to (d): one step's runs. Counts go to `stats` (published under the lock after). */

@@ -230,7 +230,8 @@ recap_status recap_generator_wait(recap_generator *g, uint64_t id, double timeou
   pthread_mutex_lock(&g->lock);
   recap_status st = RECAP_OK;
   const recap__request *q;
-  while ((q = recap__id_table_get(&g->requests, id)) && !recap__request_ended(q)) {
+  /* Until its last callback has returned too: a caller may then free what `user` points to. */
+  while ((q = recap__id_table_get(&g->requests, id)) && (!recap__request_ended(q) || q->pinned)) {
     if (timeout_s < 0) {
       pthread_cond_wait(&g->ended, &g->lock);
     } else if (pthread_cond_timedwait(&g->ended, &g->lock, &deadline) == ETIMEDOUT) {
