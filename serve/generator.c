@@ -224,8 +224,12 @@ static struct timespec deadline_after(double seconds) {
   return t;
 }
 
+/* Longer than any run: waits without a limit (and keeps the deadline's seconds in range). */
+static const double FOREVER_S = 1e9;
+
 recap_status recap_generator_wait(recap_generator *g, uint64_t id, double timeout_s) {
   RECAP_CHECK_ARG(g && !isnan(timeout_s));
+  if (timeout_s > FOREVER_S) timeout_s = -1;
   struct timespec deadline = deadline_after(timeout_s > 0 ? timeout_s : 0);
   pthread_mutex_lock(&g->lock);
   recap_status st = RECAP_OK;

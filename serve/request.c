@@ -32,6 +32,12 @@ recap_status recap__request_check(const recap_request *r, const recap__runner_sh
         "request.prompt_len = %zu with request.prompt %s: a request needs at least one "
         "prompt token",
         r->prompt_len, r->prompt ? "given" : "NULL");
+  /* Before its ids are read: a length past the maximum may not match the array either. */
+  if (r->prompt_len >= (size_t)shape->max_seq)
+    return REFUSE(
+        "request.prompt_len = %zu: leaves no room for a token in the model's maximum "
+        "sequence of %" PRId64 " tokens",
+        r->prompt_len, shape->max_seq);
   for (size_t i = 0; i < r->prompt_len; i++)
     if (r->prompt[i] < 0 || r->prompt[i] >= shape->vocab)
       return REFUSE("request.prompt[%zu] = %" PRId32 ": outside the vocabulary [0, %" PRId64 ")", i,

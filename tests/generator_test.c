@@ -790,7 +790,9 @@ static void test_bad_requests_are_refused_and_the_engine_serves_on(void) {
   r = ok;
   r.prompt_len = 60;
   r.max_new_tokens = 5;
-  check_refused(g, r, "maximum sequence of 64");
+  check_refused(g, r, "request.max_new_tokens = 5: with request.prompt_len = 60");
+  r.prompt_len = (size_t)1 << 40; /* refused before its ids are read */
+  check_refused(g, r, "request.prompt_len = 1099511627776");
   r = ok;
   r.temperature = -0.5f;
   check_refused(g, r, "request.temperature = -0.5");
