@@ -213,6 +213,18 @@ static void print_pool(const recap__runner_shape *s, const char *why) {
           s->prefill_tokens, s->prefill_seqs);
 }
 
+/* Captures every bucket. A failed capture leaves the pipeline running eagerly (the engine has
+ * warned on stderr, and the stats count eager steps), as a first run would: only a failure
+ * before it (warmup) fails the generator. */
+static recap_status capture(recap_pipeline *p) {
+  recap_status st = recap_pipeline_capture(p);
+  recap_pipeline_stats stats;
+  if (st != RECAP_OK && recap_pipeline_stats_get(p, &stats) == RECAP_OK &&
+      stats.capture_failures > 0)
+    return RECAP_OK;
+  return st;
+}
+
 recap_status recap__runner_open(const char *spec_path, const recap_generator_options *o,
                                 recap__runner **out) {
   RECAP_CHECK_ARG(spec_path && o && out);
@@ -240,8 +252,8 @@ recap_status recap__runner_open(const char *spec_path, const recap_generator_opt
   int64_t width = r->shape.max_blocks_per_seq + RECAP_SEQ_BLOCKS;
   if (st == RECAP_OK) st = alloc_staging(&r->prefill, width);
   if (st == RECAP_OK) st = alloc_staging(&r->decode, width);
-  if (st == RECAP_OK && !o->eager) st = recap_pipeline_capture(r->prefill.p);
-  if (st == RECAP_OK && !o->eager) st = recap_pipeline_capture(r->decode.p);
+  if (st == RECAP_OK && !o->eager) st = capture(r->prefill.p);
+  if (st == RECAP_OK && !o->eager) st = capture(r->decode.p);
   if (st != RECAP_OK) {
     recap__runner_close(r);
     return st;
