@@ -1371,8 +1371,11 @@ typedef struct {
    * loaded first and then dropped, so sizing reads the weights twice. */
   size_t kv_bytes;
   double kv_fraction;
-  int max_running;       /* sequences decoding at once; 0: the decode entry's largest bucket */
-  int prefill_budget;    /* tokens per prefill step; 0: the prefill entry's largest bucket */
+  /* Sequences admitted at once (the decode step's rows); 0: the decode entry's largest bucket,
+   * which is also the most (more is INVALID_ARGUMENT). */
+  int max_running;
+  /* Tokens per prefill step; 0: the prefill entry's largest bucket, also the most. */
+  int prefill_budget;
   int override_device;   /* nonzero: use `device`, not the spec's */
   recap_device device;
   int eager;             /* nonzero: no graphs (for comparison) */
