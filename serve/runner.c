@@ -131,9 +131,9 @@ static recap_status too_small(int64_t num_blocks, const recap__runner_shape *s, 
 }
 
 /* The pool's blocks from the options: *num_blocks 0 keeps the spec's; OUT_OF_MEMORY when the
- * capacity asked for holds no block. Sizing needs the bytes of
- * a block and, for a fraction, the free memory once the weights are in, so a probe pipeline
- * with a one-block pool is loaded first (eager: nothing is captured) and destroyed after. */
+ * capacity asked for holds no block. Sizing needs the bytes of a block and, for a fraction,
+ * the free memory once the weights are in, so a probe pipeline with a one-block pool is loaded
+ * first (eager: nothing is captured) and destroyed after. */
 static recap_status choose_blocks(const char *spec_path, const recap_generator_options *o,
                                   int64_t *num_blocks, char *why, size_t why_size) {
   *num_blocks = 0;
