@@ -47,8 +47,10 @@ typedef struct recap__request {
   bool end_delivered;
 } recap__request;
 
-/* INVALID_ARGUMENT, with a message naming the field and its value, for a request the model and
- * pool cannot serve (the list in include/recap.h, recap_generator_submit). */
+/* INVALID_ARGUMENT, with a message naming the field and its value, for a request the model
+ * cannot serve (the list in include/recap.h, recap_generator_submit). The pool check is
+ * recap__seq_init's, which request_create calls; with a pool that create accepted (one
+ * sequence of the maximum length fits) it never refuses a request that passed this one. */
 recap_status recap__request_check(const recap_request *r, const recap__runner_shape *shape);
 /* A WAITING record with copies of the request's arrays, `seed` in its sampling, submitted
  * now. */
