@@ -1302,7 +1302,8 @@ RECAP_API recap_status recap_pipeline_run_dist(recap_pipeline *pipeline, recap_c
  * the engine thread runs the steps. A request's callback runs on the engine thread, between
  * steps, once per new token and once when the request ends; it may call submit, cancel, poll and
  * stats (they never wait for the engine), but not wait or destroy, and should return quickly
- * (the whole batch waits for it).
+ * (the whole batch waits for it). wait returns only after the request's last callback has
+ * returned, so `user` may then be freed.
  * Lifetimes: the prompt and stop ids are copied at submit. A finished or cancelled request's
  * tokens stay readable by poll until recap_generator_release(id) or destroy.
  * ---------------------------------------------------------------------------------------- */
@@ -1335,12 +1336,16 @@ typedef void (*recap_token_callback)(void *user, uint64_t id, int32_t token,
 typedef struct {
   const int32_t *prompt; /* token ids, each in [0, vocabulary) */
   size_t prompt_len;     /* >= 1 */
-  int max_new_tokens;    /* >= 1; prompt_len + max_new_tokens <= the spec's max sequence */
+  int max_new_tokens;    /* >= 1; prompt_len + max_new_tokens <= the spec's max sequence (its
+                            block table's capacity: --max-seq rounded up to whole blocks) */
   /* Sampling, as transformers' warpers apply them: temperature (0: greedy), top-k (0: off),
    * top-p in (0, 1] (0 is taken as 1: off), min-p in [0, 1] (0: off). */
   float temperature, top_p, min_p;
   int top_k;
-  int has_seed;  /* nonzero: `seed`; else the engine draws one (submit reports it) */
+  /* nonzero: `seed`; else the generator draws one (submit reports it): the k-th seed a
+   * generator draws is splitmix64 of k over the device generator's initial seed
+   * (recap_rng_initial_seed), so the same submits in the same order draw the same seeds. */
+  int has_seed;
   uint64_t seed; /* the same seed and request give the same tokens in any batch */
   const int32_t *stop_ids; /* up to RECAP_MAX_STOP_IDS ids that end the request */
   int num_stop_ids;
@@ -1362,11 +1367,15 @@ typedef struct {
 typedef struct {
   /* KV capacity: bytes for the pools of every layer (kv_bytes), else this fraction of the free
    * device memory after the weights are loaded (kv_fraction, default 0.5 on CUDA; on the host
-   * backend the spec's NB). */
+   * backend the spec's NB). Either is measured on a probe pipeline with a one-block pool that is
+   * loaded first and then dropped, so sizing reads the weights twice. */
   size_t kv_bytes;
   double kv_fraction;
-  int max_running;       /* sequences decoding at once; 0: the decode entry's largest bucket */
-  int prefill_budget;    /* tokens per prefill step; 0: the prefill entry's largest bucket */
+  /* Sequences admitted at once (the decode step's rows); 0: the decode entry's largest bucket,
+   * which is also the most (more is INVALID_ARGUMENT). */
+  int max_running;
+  /* Tokens per prefill step; 0: the prefill entry's largest bucket, also the most. */
+  int prefill_budget;
   int override_device;   /* nonzero: use `device`, not the spec's */
   recap_device device;
   int eager;             /* nonzero: no graphs (for comparison) */
@@ -1375,6 +1384,8 @@ typedef struct {
 } recap_generator_options;
 
 typedef struct {
+  /* Engine steps that ran something; prefill and decode runs; runs that replayed a graph, and
+   * runs that ran eagerly (eager option, or graphs off after a failed capture). */
   uint64_t steps, prefill_steps, decode_steps, graph_steps, eager_steps;
   uint64_t submitted, finished, cancelled, preemptions, tokens_out;
   size_t kv_blocks, kv_blocks_used, block_size; /* the pool, and what sequences hold now */
@@ -1391,8 +1402,9 @@ RECAP_API recap_status recap_generator_create(const char *spec_path,
 /* Queues a request. INVALID_ARGUMENT, naming the field, for an empty prompt, an id outside the
  * vocabulary, max_new_tokens < 1 or past the maximum sequence, temperature < 0 or not finite,
  * top_p outside [0, 1], top_k < 0, min_p outside [0, 1], more than RECAP_MAX_STOP_IDS stop ids,
- * or a request whose maximum length needs more KV blocks than the pool has; BUSY after
- * shutdown. *id and (optional) *seed get the request's id and seed. */
+ * or a request whose maximum length needs more KV blocks than the pool has; BUSY once destroy
+ * has begun or after the engine stopped on a failure. *id and (optional) *seed get the
+ * request's id and seed. */
 RECAP_API recap_status recap_generator_submit(recap_generator *g, const recap_request *request,
                                               uint64_t *id, uint64_t *seed);
 /* Copies up to `capacity` of the request's tokens so far and its status. INVALID_ARGUMENT for
@@ -1404,7 +1416,8 @@ RECAP_API recap_status recap_generator_wait(recap_generator *g, uint64_t id, dou
 /* Ends a request: its blocks go back at the next step. Unknown, finished or released ids are
  * accepted and change nothing. */
 RECAP_API recap_status recap_generator_cancel(recap_generator *g, uint64_t id);
-/* Forgets an ended request (its tokens); cancels it first when it has not ended. */
+/* Forgets an ended request (its tokens); cancels it first when it has not ended (its callbacks
+ * still run). Unknown or released ids are accepted and change nothing. */
 RECAP_API recap_status recap_generator_release(recap_generator *g, uint64_t id);
 RECAP_API recap_status recap_generator_stats_get(recap_generator *g, recap_generator_stats *out);
 /* Stops taking requests, cancels what is left, joins the engine thread and frees everything.

@@ -10,7 +10,7 @@ violation. There is deliberately no allowlist: a violation is fixed, not recorde
 
 Rules (docs: /work/shared/notes/layout.md, "Layers, lowest first"):
   INCLUDE  a file includes headers of its own layer or lower ones only; include/recap.h is
-           for everyone. Clients (cli, bench) include only the public header, the library
+           for everyone. Clients (serve, cli, bench) include only the public header, the library
            headers of CLIENT_HEADERS (the engine's entry header, the loaded model's types,
            the runtime's utilities) and client headers: they are clients of the library, not
            parts of it.
@@ -35,9 +35,12 @@ import sys
 # THE TABLE. Where each file belongs, by longest matching path prefix (a folder ends in "/").
 LAYERS = {  # layer -> rank, lowest first. Equal ranks are siblings: neither may use the other.
     "runtime": 0, "comm": 1, "allocator": 1, "graph": 2, "kernels": 3, "engine": 4,
-    "cli": 5, "bench": 6,
+    "serve": 5, "cli": 6, "bench": 7,
 }
-CLIENTS = {"cli", "bench"}  # clients of the public header + the entry header
+# Clients of the public header + the entry header. serve (generation: continuous batching over
+# the pipeline API) ships inside librecap, but it is built on the public API like any client,
+# so it is held to the same rule; the CLI, above it, may call it.
+CLIENTS = {"serve", "cli", "bench"}
 TABLE = [
     ("runtime/", "runtime"),
     ("comm/", "comm"),
@@ -45,6 +48,7 @@ TABLE = [
     ("graph/", "graph"),
     ("kernels/", "kernels"),
     ("engine/", "engine"),
+    ("serve/", "serve"),
     ("cli/", "cli"),
     # The measuring subcommands live beside the rest of the command line (cli/main.c dispatches
     # to them) but are the bench layer: clients too, above the CLI.
@@ -53,7 +57,7 @@ TABLE = [
     ("bench/", "bench"),
 ]
 PUBLIC_HEADER = "include/recap.h"     # anyone may include it
-# The library headers a client (cli, bench) may include, besides the public header and its
+# The library headers a client (serve, cli, bench) may include, besides the public header and its
 # own client headers, and whose declared functions it may call. Nothing else of the library:
 # no kernels/, allocator/, runtime backends or engine internals (pipeline.h, plan_internal.h,
 # bind, exec, graph_mode...).

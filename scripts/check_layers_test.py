@@ -144,6 +144,24 @@ class CheckLayersTest(unittest.TestCase):
         self.assertOnly(v, "CALL", "cli/run.c:1: calls recap__op_count of kernels/registry.c")
         self.assertNotIn("recap_stream_sync", v[0][3])
 
+    def test_serve_is_a_client_below_the_cli(self):
+        # The generation layer uses the public API and the runtime's utilities, never the
+        # engine's internals; the CLI above it may call what its headers declare.
+        v = self.check({"serve/generator.h": '#include "runtime/error.h"\n'
+                                             "int recap__serve_step(void);\n",
+                        "serve/engine.c": '#include "serve/generator.h"\n'
+                                          "int recap__serve_step(void) {\n"
+                                          "  return recap_stream_sync(0) + recap__fail(0);\n}\n",
+                        "serve/runner.c": '#include "kernels/op.h"\n'
+                                          "int run(void) { return recap__engine_run(); }\n",
+                        "cli/generate.c": '#include "serve/generator.h"\n'
+                                          "int gen(void) { return recap__serve_step(); }\n"})
+        text = "\n".join("%s %s:%d: %s" % x for x in v)
+        self.assertIn("INCLUDE serve/runner.c:1: includes kernels/op.h: a client", text)
+        self.assertIn("CALL serve/runner.c:2: calls recap__engine_run of engine/exec.c: a client",
+                      text)
+        self.assertEqual(len(v), 2, v)
+
     def test_static_function_is_not_a_dependency(self):
         v = self.check({"kernels/shape.c": "static int recap__blocks_count(void) { return 0; }\n"
                                            "int recap__shape(void) { return "

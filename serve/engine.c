@@ -1,0 +1,218 @@
+/*
+ * engine.c: the generator's engine thread. Each step: (a) take new requests and cancels under
+ * the lock; (b) plan with the scheduler; (c) a prefill run of the step's chunks; (d) a decode
+ * run of its decoding sequences; (e) publish the tokens and ends under the lock, then call the
+ * callbacks outside it. The pipelines run with the lock released, so submit, poll, cancel and
+ * stats never wait for a step.
+ */
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "runtime/error.h"
+#include "serve/generator.h"
+
+static recap__request *request_of(recap__seq *seq) {
+  return (recap__request *)((char *)seq - offsetof(recap__request, seq));
+}
+
+/* ---- under the lock ---- */
+
+/* Queues a record's callbacks for the next delivery. */
+static void pin(recap__request *q, recap__request **pinned) {
+  if (!q->on_token || q->pinned) return;
+  q->pinned = true;
+  q->next_pinned = *pinned;
+  *pinned = q;
+}
+
+static void live_unlink(recap_generator *g, recap__request *q) {
+  if (q->prev_live)
+    q->prev_live->next_live = q->next_live;
+  else
+    g->live_head = q->next_live;
+  if (q->next_live)
+    q->next_live->prev_live = q->prev_live;
+  else
+    g->live_tail = q->prev_live;
+  q->prev_live = q->next_live = NULL;
+}
+
+/* Ends a record that has left the scheduler. A released one is freed here unless its
+ * callbacks are pending (then after they ran). */
+static void end_request(recap_generator *g, recap__request *q, recap_request_state state,
+                        recap_status error, recap__request **pinned) {
+  q->state = state;
+  q->finish = q->seq.finish;
+  q->error = error;
+  live_unlink(g, q);
+  if (state == RECAP_REQUEST_FINISHED) g->stats.finished++;
+  if (state == RECAP_REQUEST_CANCELLED) g->stats.cancelled++;
+  pin(q, pinned);
+  if (q->released && !q->pinned) recap__request_destroy(q);
+  pthread_cond_broadcast(&g->ended);
+}
+
+/* (a) New requests join the waiting queue in submit order; cancelled ones leave. */
+static void take_requests(recap_generator *g, recap__request **pinned) {
+  for (recap__request *q = g->incoming_head; q; q = q->next_incoming)
+    recap__sched_enqueue(g->sched, &q->seq);
+  g->incoming_head = g->incoming_tail = NULL;
+  g->num_incoming = 0;
+  if (!g->cancels_pending) return;
+  g->cancels_pending = false;
+  for (recap__request *q = g->live_head, *next; q; q = next) {
+    next = q->next_live;
+    if (!q->cancel_requested) continue;
+    recap__sched_remove(g->sched, &q->seq);
+    end_request(g, q, RECAP_REQUEST_CANCELLED, RECAP_OK, pinned);
+  }
+}
+
+/* Ends every live request: CANCELLED when stopping, FAILED with the engine's error. */
+static void end_all(recap_generator *g, recap_request_state state, recap_status error,
+                    recap__request **pinned) {
+  g->incoming_head = g->incoming_tail = NULL;
+  g->num_incoming = 0;
+  while (g->live_head) {
+    recap__request *q = g->live_head;
+    recap__sched_remove(g->sched, &q->seq);
+    end_request(g, q, state, error, pinned);
+  }
+}
+
+static void publish_counts(recap_generator *g) {
+  recap__sched_counts c = recap__sched_counts_get(g->sched);
+  g->stats.preemptions = c.preemptions;
+  g->stats.kv_blocks_used = (size_t)c.blocks_used;
+  g->stats.running = (size_t)c.running;
+  g->stats.waiting = (size_t)c.waiting + g->num_incoming;
+}
+
+/* A sequence's newest token, now an output of its request. */
+static void publish_token(recap_generator *g, recap__seq *seq, recap__request **pinned) {
+  recap__request *q = request_of(seq);
+  q->outputs[q->num_outputs++] = seq->tokens[seq->num_tokens - 1];
+  if (q->num_outputs == 1) q->ttft_ms = recap__now_ms() - q->submit_ms;
+  g->stats.tokens_out++;
+  q->state = RECAP_REQUEST_RUNNING;
+  pin(q, pinned);
+  if (seq->finish != RECAP_FINISH_NONE) end_request(g, q, RECAP_REQUEST_FINISHED, RECAP_OK, pinned);
+}
+
+/* (e) What the step did, as other threads see it. */
+static void publish_step(recap_generator *g, const recap__step *step, recap__request **pinned) {
+  for (int i = 0; i < step->num_preempted; i++) {
+    recap__request *q = request_of(step->preempted[i]);
+    q->state = RECAP_REQUEST_WAITING;
+    q->preemptions = step->preempted[i]->preemptions;
+  }
+  for (int i = 0; i < step->num_chunks; i++)
+    if (step->chunks[i].completes) publish_token(g, step->chunks[i].seq, pinned);
+  for (int i = 0; i < step->num_decode; i++) publish_token(g, step->decode[i], pinned);
+}
+
+/* ---- outside the lock ---- */
+
+/* Calls the pinned records' callbacks: their new outputs, then their end. The engine alone
+ * appends outputs and ends records, and a pinned record is not freed by release, so reading
+ * them here without the lock is safe. */
+static void deliver(recap__request *pinned) {
+  for (recap__request *q = pinned; q; q = q->next_pinned) {
+    while (q->delivered < q->num_outputs)
+      q->on_token(q->user, q->id, q->outputs[q->delivered++], RECAP_REQUEST_RUNNING);
+    if (recap__request_ended(q) && !q->end_delivered) {
+      q->end_delivered = true;
+      q->on_token(q->user, q->id, -1, q->state);
+    }
+  }
+}
+
+/* Delivers, then unpins under the lock (freeing what was released meanwhile). */
+static void deliver_and_unpin(recap_generator *g, recap__request **pinned) {
+  if (!*pinned) return;
+  pthread_mutex_unlock(&g->lock);
+  deliver(*pinned);
+  pthread_mutex_lock(&g->lock);
+  for (recap__request *q = *pinned, *next; q; q = next) {
+    next = q->next_pinned;
+    q->pinned = false;
+    q->next_pinned = NULL;
+    if (q->released && recap__request_ended(q)) recap__request_destroy(q);
+  }
+  *pinned = NULL;
+  pthread_cond_broadcast(&g->ended); /* waiters wait for the last callback too */
+}
+
+/* (b) to (d): one step's runs. Counts go to `stats` (published under the lock after). */
+static recap_status run_step(recap_generator *g, const recap__step *step,
+                             recap_generator_stats *stats) {
+  int32_t *prefill_tokens = g->prefill_tokens, *decode_tokens = g->decode_tokens;
+  bool replayed;
+  if (step->num_chunks) {
+    RECAP_TRY(recap__runner_prefill(g->runner, step, prefill_tokens, &replayed));
+    stats->prefill_steps++;
+    replayed ? stats->graph_steps++ : stats->eager_steps++;
+  }
+  if (step->num_decode) {
+    RECAP_TRY(recap__runner_decode(g->runner, step, decode_tokens, &replayed));
+    stats->decode_steps++;
+    replayed ? stats->graph_steps++ : stats->eager_steps++;
+  }
+  for (int i = 0; i < step->num_chunks; i++)
+    if (step->chunks[i].completes &&
+        (prefill_tokens[i] < 0 || prefill_tokens[i] >= g->shape->vocab))
+      return RECAP_FAIL(RECAP_STATUS_INTERNAL, "the prefill step sampled token %d for row %d",
+                        prefill_tokens[i], i);
+  for (int i = 0; i < step->num_decode; i++)
+    if (decode_tokens[i] < 0 || decode_tokens[i] >= g->shape->vocab)
+      return RECAP_FAIL(RECAP_STATUS_INTERNAL, "the decode step sampled token %d for row %d",
+                        decode_tokens[i], i);
+  recap__sched_complete(g->sched, prefill_tokens, decode_tokens);
+  return RECAP_OK;
+}
+
+static bool has_work(const recap_generator *g) {
+  return g->incoming_head || g->cancels_pending || !recap__sched_idle(g->sched);
+}
+
+void *recap__engine_main(void *arg) {
+  recap_generator *g = arg;
+  recap__request *pinned = NULL;
+  /* Runs target the pipelines' device; set it here too, as the creating thread had it. */
+  recap_status st = recap_device_set(g->shape->device);
+  pthread_mutex_lock(&g->lock);
+  while (st == RECAP_OK) {
+    while (!g->stopping && !has_work(g)) pthread_cond_wait(&g->work, &g->lock);
+    if (g->stopping) break;
+    take_requests(g, &pinned);
+    publish_counts(g);
+    if (!recap__sched_idle(g->sched)) {
+      recap_generator_stats counts = {0};
+      pthread_mutex_unlock(&g->lock);
+      const recap__step *step = recap__sched_plan(g->sched);
+      st = run_step(g, step, &counts);
+      pthread_mutex_lock(&g->lock);
+      g->stats.steps++;
+      g->stats.prefill_steps += counts.prefill_steps;
+      g->stats.decode_steps += counts.decode_steps;
+      g->stats.graph_steps += counts.graph_steps;
+      g->stats.eager_steps += counts.eager_steps;
+      if (st == RECAP_OK) publish_step(g, step, &pinned);
+      publish_counts(g);
+    }
+    deliver_and_unpin(g, &pinned);
+  }
+  if (st != RECAP_OK) {
+    fprintf(stderr, "recap generator: the engine stopped: %s: %s\n", recap_status_name(st),
+            recap_last_error());
+    g->failure = st;
+  }
+  end_all(g, st == RECAP_OK ? RECAP_REQUEST_CANCELLED : RECAP_REQUEST_FAILED, st, &pinned);
+  publish_counts(g);
+  deliver_and_unpin(g, &pinned);
+  g->engine_done = true;
+  pthread_cond_broadcast(&g->ended);
+  pthread_mutex_unlock(&g->lock);
+  return NULL;
+}

@@ -1,0 +1,293 @@
+/*
+ * generator.c: the public generation API (include/recap.h, "Generation"): create and destroy,
+ * and the calls any thread makes (submit, poll, wait, cancel, release, stats). The steps run on
+ * the engine thread (engine.c).
+ */
+#include "serve/generator.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "runtime/error.h"
+
+/* ---- seeds ---- */
+
+/* splitmix64's output function: the k-th seed a generator draws is mix(base + k x gamma), a
+ * counter-based sequence, so a generator's seeds depend only on the order of the submits that
+ * asked for one. */
+static uint64_t mix(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+static uint64_t draw_seed(recap_generator *g) {
+  return mix(g->seed_base + ++g->seeds_drawn * 0x9E3779B97F4A7C15ull);
+}
+
+/* ---- create and destroy ---- */
+
+static recap_status check_limits(const recap_generator_options *o, const recap__runner_shape *s,
+                                 recap__sched_config *c) {
+  if (o->max_running < 0 || o->max_running > s->decode_rows)
+    return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
+                      "max_running %d is outside [0, %" PRId64
+                      "] (the decode entry's largest "
+                      "bucket; 0: all of it)",
+                      o->max_running, s->decode_rows);
+  if (o->prefill_budget < 0 || o->prefill_budget > s->prefill_tokens)
+    return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
+                      "prefill_budget %d is outside [0, %" PRId64
+                      "] (the prefill entry's "
+                      "largest bucket; 0: all of it)",
+                      o->prefill_budget, s->prefill_tokens);
+  *c = (recap__sched_config){
+      .num_blocks = s->num_blocks,
+      .block_size = s->block_size,
+      .max_blocks_per_seq = s->max_blocks_per_seq,
+      .max_running = o->max_running ? o->max_running : (int)s->decode_rows,
+      .prefill_budget = o->prefill_budget ? o->prefill_budget : s->prefill_tokens,
+      .prefill_seqs = (int)s->prefill_seqs,
+  };
+  return RECAP_OK;
+}
+
+/* glibc's mutex and condition initializers cannot fail; the monotonic clock makes wait()'s
+ * timeout immune to changes of the wall clock. */
+static void init_sync(recap_generator *g) {
+  pthread_condattr_t attr;
+  pthread_mutex_init(&g->lock, NULL);
+  pthread_condattr_init(&attr);
+  pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+  pthread_cond_init(&g->ended, &attr);
+  pthread_condattr_destroy(&attr);
+  pthread_cond_init(&g->work, NULL);
+}
+
+static void free_generator(recap_generator *g) {
+  for (size_t i = 0; i < g->requests.capacity; i++)
+    if (g->requests.ids[i]) recap__request_destroy(g->requests.values[i]);
+  recap__id_table_free(&g->requests);
+  recap__sched_destroy(g->sched);
+  recap__runner_close(g->runner);
+  free(g->prefill_tokens);
+  free(g->decode_tokens);
+  pthread_cond_destroy(&g->work);
+  pthread_cond_destroy(&g->ended);
+  pthread_mutex_destroy(&g->lock);
+  free(g);
+}
+
+recap_status recap_generator_create(const char *spec_path, const recap_generator_options *options,
+                                    recap_generator **out) {
+  RECAP_CHECK_ARG(spec_path && out);
+  const recap_generator_options defaults = {0};
+  const recap_generator_options *o = options ? options : &defaults;
+  recap_generator *g = calloc(1, sizeof *g);
+  if (!g) return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory for a generator");
+  init_sync(g);
+  recap__sched_config config;
+  recap_status st = recap__runner_open(spec_path, o, &g->runner);
+  if (st == RECAP_OK) {
+    g->shape = recap__runner_shape_get(g->runner);
+    st = check_limits(o, g->shape, &config);
+  }
+  if (st == RECAP_OK) st = recap__sched_create(&config, &g->sched);
+  if (st == RECAP_OK) {
+    g->prefill_tokens = calloc((size_t)config.prefill_seqs, sizeof *g->prefill_tokens);
+    g->decode_tokens = calloc((size_t)config.max_running, sizeof *g->decode_tokens);
+    if (!g->prefill_tokens || !g->decode_tokens)
+      st = RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory for a step's tokens");
+  }
+  if (st == RECAP_OK) st = recap_rng_initial_seed(g->shape->device, &g->seed_base);
+  if (st != RECAP_OK) {
+    free_generator(g);
+    return st;
+  }
+  g->stats.kv_blocks = (size_t)g->shape->num_blocks;
+  g->stats.block_size = (size_t)g->shape->block_size;
+  if (pthread_create(&g->thread, NULL, recap__engine_main, g) != 0) {
+    free_generator(g);
+    return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "cannot start the generator's engine thread");
+  }
+  *out = g;
+  return RECAP_OK;
+}
+
+recap_status recap_generator_destroy(recap_generator *g) {
+  if (!g) return RECAP_OK;
+  pthread_mutex_lock(&g->lock);
+  g->stopping = true;
+  pthread_cond_signal(&g->work);
+  pthread_mutex_unlock(&g->lock);
+  pthread_join(g->thread, NULL);
+  free_generator(g);
+  return RECAP_OK;
+}
+
+/* ---- requests ---- */
+
+/* Why no request is taken any more (under the lock), or RECAP_OK. */
+static recap_status refusing(const recap_generator *g) {
+  if (g->stopping)
+    return RECAP_FAIL(RECAP_STATUS_BUSY, "the generator is shutting down: no new requests");
+  if (g->failure != RECAP_OK)
+    return RECAP_FAIL(RECAP_STATUS_BUSY,
+                      "the generator's engine stopped after a failure (%s): no new requests",
+                      recap_status_name(g->failure));
+  return RECAP_OK;
+}
+
+recap_status recap_generator_submit(recap_generator *g, const recap_request *request, uint64_t *id,
+                                    uint64_t *seed) {
+  RECAP_CHECK_ARG(g && id);
+  RECAP_TRY(recap__request_check(request, g->shape));
+  pthread_mutex_lock(&g->lock);
+  recap_status st = refusing(g);
+  recap__request *q = NULL;
+  if (st == RECAP_OK) {
+    uint64_t s = request->has_seed ? request->seed : draw_seed(g);
+    st = recap__request_create(request, g->last_id + 1, s, g->sched, &q);
+  }
+  if (st == RECAP_OK) st = recap__id_table_put(&g->requests, q->id, q);
+  if (st != RECAP_OK) {
+    pthread_mutex_unlock(&g->lock);
+    recap__request_destroy(q);
+    return st;
+  }
+  g->last_id = q->id;
+  q->prev_live = g->live_tail;
+  if (g->live_tail)
+    g->live_tail->next_live = q;
+  else
+    g->live_head = q;
+  g->live_tail = q;
+  if (g->incoming_tail)
+    g->incoming_tail->next_incoming = q;
+  else
+    g->incoming_head = q;
+  g->incoming_tail = q;
+  g->num_incoming++;
+  g->stats.submitted++;
+  g->stats.waiting++;
+  pthread_cond_signal(&g->work);
+  *id = q->id;
+  if (seed) *seed = q->seq.sampling.seed;
+  pthread_mutex_unlock(&g->lock);
+  return RECAP_OK;
+}
+
+static recap_status unknown_id(uint64_t id) {
+  return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
+                    "request %" PRIu64 " is unknown (never submitted, or released)", id);
+}
+
+recap_status recap_generator_poll(recap_generator *g, uint64_t id, int32_t *tokens, size_t capacity,
+                                  recap_request_status *status) {
+  RECAP_CHECK_ARG(g && (tokens || capacity == 0));
+  pthread_mutex_lock(&g->lock);
+  const recap__request *q = recap__id_table_get(&g->requests, id);
+  if (!q) {
+    pthread_mutex_unlock(&g->lock);
+    return unknown_id(id);
+  }
+  size_t n = q->num_outputs < capacity ? q->num_outputs : capacity;
+  for (size_t i = 0; i < n; i++) tokens[i] = q->outputs[i];
+  if (status)
+    *status = (recap_request_status){
+        .state = q->state,
+        .finish = q->finish,
+        .num_tokens = q->num_outputs,
+        .seed = q->seq.sampling.seed,
+        .preemptions = q->preemptions,
+        .ttft_ms = q->ttft_ms,
+        .error = q->error,
+    };
+  pthread_mutex_unlock(&g->lock);
+  return RECAP_OK;
+}
+
+/* The monotonic time `seconds` from now. */
+static struct timespec deadline_after(double seconds) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  double whole = floor(seconds);
+  t.tv_sec += (time_t)whole;
+  t.tv_nsec += (long)((seconds - whole) * 1e9);
+  if (t.tv_nsec >= 1000000000L) {
+    t.tv_sec++;
+    t.tv_nsec -= 1000000000L;
+  }
+  return t;
+}
+
+/* Longer than any run: waits without a limit (and keeps the deadline's seconds in range). */
+static const double FOREVER_S = 1e9;
+
+recap_status recap_generator_wait(recap_generator *g, uint64_t id, double timeout_s) {
+  RECAP_CHECK_ARG(g && !isnan(timeout_s));
+  if (timeout_s > FOREVER_S) timeout_s = -1;
+  struct timespec deadline = deadline_after(timeout_s > 0 ? timeout_s : 0);
+  pthread_mutex_lock(&g->lock);
+  recap_status st = RECAP_OK;
+  const recap__request *q;
+  /* Until its last callback has returned too: a caller may then free what `user` points to. */
+  while ((q = recap__id_table_get(&g->requests, id)) && (!recap__request_ended(q) || q->pinned)) {
+    if (timeout_s < 0) {
+      pthread_cond_wait(&g->ended, &g->lock);
+    } else if (pthread_cond_timedwait(&g->ended, &g->lock, &deadline) == ETIMEDOUT) {
+      st = RECAP_FAIL(RECAP_STATUS_TIMEOUT, "request %" PRIu64 " has not ended after %g s", id,
+                      timeout_s);
+      break;
+    }
+  }
+  if (!q) st = unknown_id(id);
+  pthread_mutex_unlock(&g->lock);
+  return st;
+}
+
+/* Asks the engine to end q at its next step. */
+static void request_cancel(recap_generator *g, recap__request *q) {
+  if (recap__request_ended(q) || q->cancel_requested) return;
+  q->cancel_requested = true;
+  g->cancels_pending = true;
+  pthread_cond_signal(&g->work);
+}
+
+recap_status recap_generator_cancel(recap_generator *g, uint64_t id) {
+  RECAP_CHECK_ARG(g);
+  pthread_mutex_lock(&g->lock);
+  recap__request *q = recap__id_table_get(&g->requests, id);
+  if (q) request_cancel(g, q);
+  pthread_mutex_unlock(&g->lock);
+  return RECAP_OK;
+}
+
+recap_status recap_generator_release(recap_generator *g, uint64_t id) {
+  RECAP_CHECK_ARG(g);
+  pthread_mutex_lock(&g->lock);
+  recap__request *q = recap__id_table_get(&g->requests, id);
+  if (q) {
+    recap__id_table_delete(&g->requests, id);
+    q->released = true;
+    /* A live or pinned record is the engine's to free once it has ended and been delivered. */
+    if (recap__request_ended(q) && !q->pinned)
+      recap__request_destroy(q);
+    else
+      request_cancel(g, q);
+  }
+  pthread_cond_broadcast(&g->ended); /* waiters on this id see it gone */
+  pthread_mutex_unlock(&g->lock);
+  return RECAP_OK;
+}
+
+recap_status recap_generator_stats_get(recap_generator *g, recap_generator_stats *out) {
+  RECAP_CHECK_ARG(g && out);
+  pthread_mutex_lock(&g->lock);
+  *out = g->stats;
+  pthread_mutex_unlock(&g->lock);
+  return RECAP_OK;
+}

@@ -1,0 +1,382 @@
+/*
+ * runner.c: the prefill and decode pipelines of a paged serving spec (see runner.h).
+ */
+#include "serve/runner.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/error.h"
+
+static const char *const LAYOUT_HINT = "a paged serving spec (`recap import-hf --paged`)";
+static const double DEFAULT_KV_FRACTION = 0.5;
+
+/* One entry's pipeline, what its step tensors look like, and host staging for them. */
+typedef struct {
+  recap_pipeline *p;
+  const char *name;
+  int64_t max_tokens, rows;                          /* ids [T], seqs [Bs, W]: the largest */
+  bool ids_bucketed, seqs_bucketed, tokens_bucketed; /* along axis 0 */
+  uint64_t replays;                                  /* the pipeline's count after our last run */
+  int32_t *ids, *seqs, *sampled;
+} entry;
+
+struct recap__runner {
+  recap__runner_shape shape;
+  entry prefill, decode;
+};
+
+/* ---- reading the layout ---- */
+
+static recap_status find_tensor(recap_pipeline *p, const char *entry_name, const char *name,
+                                recap_tensor_info *out) {
+  recap_pipeline_info info;
+  RECAP_TRY(recap_pipeline_info_get(p, &info));
+  for (size_t i = 0; i < info.num_tensors; i++) {
+    RECAP_TRY(recap_pipeline_tensor_info_get(p, i, out));
+    if (strcmp(out->name, name) == 0) return RECAP_OK;
+  }
+  return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "the %s entry has no tensor '%s': not %s",
+                    entry_name, name, LAYOUT_HINT);
+}
+
+static recap_status not_serving(const char *entry_name, const recap_tensor_info *t,
+                                const char *expected) {
+  return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
+                    "the %s entry's tensor '%s' (%s, %d dims) is not %s: not %s", entry_name,
+                    t->name, recap_dtype_name(t->dtype), t->ndim, expected, LAYOUT_HINT);
+}
+
+/* The step tensors: ids [T] and seqs [Bs, W] inputs, tokens [Bs] and logits [Bs, V] outputs. */
+static recap_status read_entry(entry *e, int64_t *width, int64_t *vocab) {
+  recap_tensor_info ids, seqs, tokens, logits;
+  RECAP_TRY(find_tensor(e->p, e->name, "ids", &ids));
+  RECAP_TRY(find_tensor(e->p, e->name, "seqs", &seqs));
+  RECAP_TRY(find_tensor(e->p, e->name, "tokens", &tokens));
+  RECAP_TRY(find_tensor(e->p, e->name, "logits", &logits));
+  if (ids.role != RECAP_ROLE_INPUT || ids.dtype != RECAP_DTYPE_I32 || ids.ndim != 1)
+    return not_serving(e->name, &ids, "an i32 input [T]");
+  if (seqs.role != RECAP_ROLE_INPUT || seqs.dtype != RECAP_DTYPE_I32 || seqs.ndim != 2 ||
+      seqs.shape[1] <= RECAP_SEQ_BLOCKS)
+    return not_serving(e->name, &seqs, "an i32 input [Bs, W] with W > 16");
+  if (!tokens.is_output || tokens.dtype != RECAP_DTYPE_I32 || tokens.ndim != 1 ||
+      tokens.shape[0] != seqs.shape[0])
+    return not_serving(e->name, &tokens, "an i32 output [Bs]");
+  if (!logits.is_output || logits.ndim != 2 || logits.shape[0] != seqs.shape[0])
+    return not_serving(e->name, &logits, "an output [Bs, V]");
+  e->max_tokens = ids.shape[0];
+  e->rows = seqs.shape[0];
+  e->ids_bucketed = ids.bucket_axis == 0;
+  e->seqs_bucketed = seqs.bucket_axis == 0;
+  e->tokens_bucketed = tokens.bucket_axis == 0;
+  *width = seqs.shape[1];
+  *vocab = logits.shape[1];
+  return RECAP_OK;
+}
+
+/* The KV pools: every state tensor, each [NB, BS, Hkv, Dh] with one NB and BS. */
+static recap_status read_pools(recap_pipeline *p, int64_t *num_blocks, int64_t *block_size,
+                               size_t *block_bytes) {
+  recap_pipeline_info info;
+  RECAP_TRY(recap_pipeline_info_get(p, &info));
+  *num_blocks = *block_size = 0;
+  *block_bytes = 0;
+  for (size_t i = 0; i < info.num_tensors; i++) {
+    recap_tensor_info t;
+    RECAP_TRY(recap_pipeline_tensor_info_get(p, i, &t));
+    if (t.role != RECAP_ROLE_STATE) continue;
+    if (t.ndim != 4 || (*num_blocks && (t.shape[0] != *num_blocks || t.shape[1] != *block_size)))
+      return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
+                        "state '%s' is not a KV pool [NB, BS, Hkv, Dh] like the others: not %s",
+                        t.name, LAYOUT_HINT);
+    *num_blocks = t.shape[0];
+    *block_size = t.shape[1];
+    *block_bytes += t.bytes / (size_t)t.shape[0];
+  }
+  if (*num_blocks == 0)
+    return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "the spec has no KV pool state: not %s",
+                      LAYOUT_HINT);
+  return RECAP_OK;
+}
+
+/* ---- creating ---- */
+
+static recap_status open_entry(const char *spec_path, const recap_generator_options *o,
+                               const char *name, const char *const *dims, bool eager,
+                               recap_pipeline *share, recap_pipeline **out) {
+  recap_pipeline_options po = {
+      .override_device = o->override_device,
+      .device = o->device,
+      .override_mode = 1,
+      .mode = eager ? RECAP_MODE_EAGER : RECAP_MODE_GRAPH,
+      .oversize = RECAP_OVERSIZE_FAIL,
+      .base_dir = o->base_dir,
+      .dims = dims,
+      .entry = name,
+      .share = share,
+  };
+  recap_status st = recap_pipeline_create_file(spec_path, &po, out);
+  if (st != RECAP_OK) return recap__error_context(st, "the %s entry of %s: ", name, spec_path);
+  return RECAP_OK;
+}
+
+static recap_status too_small(int64_t num_blocks, const recap__runner_shape *s, const char *why) {
+  return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY,
+                    "a KV pool of %" PRId64
+                    " blocks (%s) cannot hold one sequence of the "
+                    "maximum length: %" PRId64 " tokens need %" PRId64 " blocks of %" PRId64,
+                    num_blocks, why, s->max_seq, s->max_blocks_per_seq, s->block_size);
+}
+
+/* The pool's blocks from the options: *num_blocks 0 keeps the spec's; OUT_OF_MEMORY when the
+ * capacity asked for holds no block. Sizing needs the bytes of a block and, for a fraction,
+ * the free memory once the weights are in, so a probe pipeline with a one-block pool is loaded
+ * first (eager: nothing is captured) and destroyed after. */
+static recap_status choose_blocks(const char *spec_path, const recap_generator_options *o,
+                                  int64_t *num_blocks, char *why, size_t why_size) {
+  *num_blocks = 0;
+  snprintf(why, why_size, "the spec's NB");
+  bool host = o->override_device && o->device.backend == RECAP_BACKEND_HOST;
+  if (host && o->kv_bytes == 0) return RECAP_OK;
+  static const char *const one_block[] = {"NB=1", NULL};
+  recap_pipeline *probe = NULL;
+  RECAP_TRY(open_entry(spec_path, o, "prefill", one_block, true, NULL, &probe));
+  recap_pipeline_info info;
+  int64_t nb, bs;
+  size_t block_bytes, free_bytes = 0, total_bytes = 0;
+  recap_status st = recap_pipeline_info_get(probe, &info);
+  if (st == RECAP_OK) st = read_pools(probe, &nb, &bs, &block_bytes);
+  bool by_fraction =
+      st == RECAP_OK && o->kv_bytes == 0 && info.device.backend != RECAP_BACKEND_HOST;
+  if (by_fraction) st = recap_device_mem_get_info(info.device, &free_bytes, &total_bytes);
+  recap_pipeline_destroy(probe);
+  if (st != RECAP_OK) return st;
+  double fraction = o->kv_fraction > 0 ? o->kv_fraction : DEFAULT_KV_FRACTION;
+  if (o->kv_bytes) {
+    *num_blocks = (int64_t)(o->kv_bytes / block_bytes);
+    snprintf(why, why_size, "kv_bytes %zu", o->kv_bytes);
+  } else if (by_fraction) {
+    *num_blocks = (int64_t)((double)free_bytes * fraction / (double)block_bytes);
+    snprintf(why, why_size, "%.2f of %.1f MiB free", fraction, (double)free_bytes / (1 << 20));
+  }
+  if ((o->kv_bytes || by_fraction) && *num_blocks == 0)
+    return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY,
+                      "%s holds not even one KV block of %zu bytes (every layer's K and V)", why,
+                      block_bytes);
+  if (*num_blocks > INT32_MAX) *num_blocks = INT32_MAX;
+  return RECAP_OK;
+}
+
+static recap_status read_shape(recap__runner *r) {
+  recap__runner_shape *s = &r->shape;
+  int64_t width, decode_width, vocab, decode_vocab;
+  RECAP_TRY(read_entry(&r->prefill, &width, &vocab));
+  RECAP_TRY(read_entry(&r->decode, &decode_width, &decode_vocab));
+  if (decode_width != width || decode_vocab != vocab || r->decode.rows != r->decode.max_tokens)
+    return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
+                      "the decode entry's seqs [%" PRId64 ", %" PRId64 "] and logits [.., %" PRId64
+                      "] do not match one token per sequence and the prefill entry's rows "
+                      "[.., %" PRId64 "] and vocabulary %" PRId64 ": not %s",
+                      r->decode.rows, decode_width, decode_vocab, width, vocab, LAYOUT_HINT);
+  RECAP_TRY(read_pools(r->prefill.p, &s->num_blocks, &s->block_size, &s->block_bytes));
+  recap_pipeline_info info;
+  RECAP_TRY(recap_pipeline_info_get(r->prefill.p, &info));
+  s->device = info.device;
+  s->vocab = vocab;
+  s->max_blocks_per_seq = width - RECAP_SEQ_BLOCKS;
+  s->max_seq = s->max_blocks_per_seq * s->block_size;
+  s->prefill_tokens = r->prefill.max_tokens;
+  s->prefill_seqs = r->prefill.rows;
+  s->decode_rows = r->decode.rows;
+  return RECAP_OK;
+}
+
+static recap_status alloc_staging(entry *e, int64_t width) {
+  e->ids = calloc((size_t)e->max_tokens, sizeof *e->ids);
+  e->seqs = calloc((size_t)(e->rows * width), sizeof *e->seqs);
+  e->sampled = calloc((size_t)e->rows, sizeof *e->sampled);
+  if (!e->ids || !e->seqs || !e->sampled)
+    return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory for the %s entry's step buffers",
+                      e->name);
+  return RECAP_OK;
+}
+
+static void print_pool(const recap__runner_shape *s, const char *why) {
+  fprintf(stderr,
+          "recap generator: KV pool of %" PRId64 " blocks x %" PRId64 " tokens = %" PRId64
+          " tokens, %.1f MiB (%s); up to %" PRId64 " sequences decoding, prefill steps of %" PRId64
+          " tokens from up to %" PRId64 " sequences\n",
+          s->num_blocks, s->block_size, s->num_blocks * s->block_size,
+          (double)s->block_bytes * (double)s->num_blocks / (1 << 20), why, s->decode_rows,
+          s->prefill_tokens, s->prefill_seqs);
+}
+
+/* Captures every bucket. A failed capture leaves the pipeline running eagerly (the engine has
+ * warned on stderr, and the stats count eager steps), as a first run would: only a failure
+ * before it (warmup) fails the generator. */
+static recap_status capture(recap_pipeline *p) {
+  recap_status st = recap_pipeline_capture(p);
+  recap_pipeline_stats stats;
+  if (st != RECAP_OK && recap_pipeline_stats_get(p, &stats) == RECAP_OK &&
+      stats.capture_failures > 0)
+    return RECAP_OK;
+  return st;
+}
+
+recap_status recap__runner_open(const char *spec_path, const recap_generator_options *o,
+                                recap__runner **out) {
+  RECAP_CHECK_ARG(spec_path && o && out);
+  if (!(o->kv_fraction >= 0 && o->kv_fraction <= 1))
+    return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
+                      "kv_fraction %g is outside [0, 1] (0: the default, %.1f)", o->kv_fraction,
+                      DEFAULT_KV_FRACTION);
+  recap__runner *r = calloc(1, sizeof *r);
+  if (!r) return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory for a generator's runner");
+  r->prefill.name = "prefill";
+  r->decode.name = "decode";
+  int64_t num_blocks;
+  char why[96], nb_dim[48];
+  recap_status st = choose_blocks(spec_path, o, &num_blocks, why, sizeof why);
+  snprintf(nb_dim, sizeof nb_dim, "NB=%" PRId64, num_blocks);
+  const char *const dims[] = {nb_dim, NULL};
+  const char *const *given = num_blocks ? dims : NULL;
+  if (st == RECAP_OK)
+    st = open_entry(spec_path, o, "prefill", given, o->eager, NULL, &r->prefill.p);
+  if (st == RECAP_OK)
+    st = open_entry(spec_path, o, "decode", given, o->eager, r->prefill.p, &r->decode.p);
+  if (st == RECAP_OK) st = read_shape(r);
+  if (st == RECAP_OK && r->shape.num_blocks < r->shape.max_blocks_per_seq)
+    st = too_small(r->shape.num_blocks, &r->shape, why);
+  int64_t width = r->shape.max_blocks_per_seq + RECAP_SEQ_BLOCKS;
+  if (st == RECAP_OK) st = alloc_staging(&r->prefill, width);
+  if (st == RECAP_OK) st = alloc_staging(&r->decode, width);
+  if (st == RECAP_OK && !o->eager) st = capture(r->prefill.p);
+  if (st == RECAP_OK && !o->eager) st = capture(r->decode.p);
+  if (st != RECAP_OK) {
+    recap__runner_close(r);
+    return st;
+  }
+  if (!o->quiet) print_pool(&r->shape, why);
+  *out = r;
+  return RECAP_OK;
+}
+
+static void close_entry(entry *e) {
+  recap_pipeline_destroy(e->p);
+  free(e->ids);
+  free(e->seqs);
+  free(e->sampled);
+}
+
+void recap__runner_close(recap__runner *r) {
+  if (!r) return;
+  /* The decode pipeline shares the prefill one's weights and pools: either order works, but
+   * the sharer first is the natural one. */
+  close_entry(&r->decode);
+  close_entry(&r->prefill);
+  free(r);
+}
+
+const recap__runner_shape *recap__runner_shape_get(const recap__runner *r) {
+  return &r->shape;
+}
+
+/* ---- steps ---- */
+
+static int32_t float_bits(float v) {
+  int32_t bits;
+  memcpy(&bits, &v, sizeof bits);
+  return bits;
+}
+
+/* seq's row for a step giving it q_len tokens from q_start, after which its cache holds len
+ * keys. The row is zero already. */
+static void put_row(int32_t *row, int64_t width, const recap__seq *seq, int64_t len,
+                    int64_t q_start, int64_t q_len) {
+  const recap__sampling *s = &seq->sampling;
+  row[RECAP_SEQ_LEN] = (int32_t)len;
+  row[RECAP_SEQ_Q_START] = (int32_t)q_start;
+  row[RECAP_SEQ_Q_LEN] = (int32_t)q_len;
+  row[RECAP_SEQ_OUT_INDEX] = (int32_t)recap__seq_outputs(seq);
+  row[RECAP_SEQ_SEED_LO] = (int32_t)(uint32_t)s->seed;
+  row[RECAP_SEQ_SEED_HI] = (int32_t)(uint32_t)(s->seed >> 32);
+  row[RECAP_SEQ_TOP_K] = s->top_k;
+  row[RECAP_SEQ_TEMPERATURE] = float_bits(s->temperature);
+  row[RECAP_SEQ_TOP_P] = float_bits(s->top_p);
+  row[RECAP_SEQ_MIN_P] = float_bits(s->min_p);
+  for (int64_t j = 0; j < width - RECAP_SEQ_BLOCKS; j++)
+    row[RECAP_SEQ_BLOCKS + j] = j < seq->blocks.count ? seq->blocks.ids[j] : -1;
+}
+
+/* Copies the first n rows of a step tensor in: a bucketed one as the n rows of the run's
+ * bucket (the engine zeroes the rest), another as its whole buffer of `capacity` rows. */
+static recap_status copy_rows_in(recap_pipeline *p, const char *name, bool bucketed,
+                                 const void *host, size_t row_bytes, int64_t n, int64_t capacity) {
+  if (bucketed) return recap_pipeline_copy_in(p, name, host, row_bytes * (size_t)n, n);
+  return recap_pipeline_copy_in(p, name, host, row_bytes * (size_t)capacity, 0);
+}
+
+/* Runs the entry on what its inputs hold (`tokens` real ones) and reads n samples back. */
+static recap_status run_entry(entry *e, int64_t tokens, int64_t n, int32_t *out, bool *replayed) {
+  RECAP_TRY(recap_pipeline_run(e->p, e->ids_bucketed ? tokens : 0));
+  recap_pipeline_stats stats;
+  RECAP_TRY(recap_pipeline_stats_get(e->p, &stats));
+  *replayed = stats.replays > e->replays;
+  e->replays = stats.replays;
+  if (e->tokens_bucketed)
+    RECAP_TRY(recap_pipeline_copy_out(e->p, "tokens", e->sampled, sizeof *out * (size_t)n, n));
+  else
+    RECAP_TRY(
+        recap_pipeline_copy_out(e->p, "tokens", e->sampled, sizeof *out * (size_t)e->rows, 0));
+  memcpy(out, e->sampled, sizeof *out * (size_t)n);
+  return RECAP_OK;
+}
+
+recap_status recap__runner_prefill(recap__runner *r, const recap__step *step, int32_t *tokens,
+                                   bool *replayed) {
+  entry *e = &r->prefill;
+  const int64_t width = r->shape.max_blocks_per_seq + RECAP_SEQ_BLOCKS;
+  memset(e->seqs, 0, sizeof *e->seqs * (size_t)(e->rows * width));
+  memset(e->ids, 0, sizeof *e->ids * (size_t)e->max_tokens);
+  int64_t total = 0;
+  for (int i = 0; i < step->num_chunks; i++) {
+    const recap__chunk *c = &step->chunks[i];
+    put_row(&e->seqs[i * width], width, c->seq, c->start + c->count, total, c->count);
+    memcpy(&e->ids[total], &c->seq->tokens[c->start], sizeof *e->ids * (size_t)c->count);
+    total += c->count;
+  }
+  recap_status st =
+      copy_rows_in(e->p, "ids", e->ids_bucketed, e->ids, sizeof *e->ids, total, e->max_tokens);
+  if (st == RECAP_OK)
+    st = copy_rows_in(e->p, "seqs", e->seqs_bucketed, e->seqs, sizeof *e->seqs * (size_t)width,
+                      step->num_chunks, e->rows);
+  if (st == RECAP_OK) st = run_entry(e, total, step->num_chunks, tokens, replayed);
+  if (st != RECAP_OK)
+    return recap__error_context(
+        st, "prefill step of %d sequences, %" PRId64 " tokens: ", step->num_chunks, total);
+  return RECAP_OK;
+}
+
+recap_status recap__runner_decode(recap__runner *r, const recap__step *step, int32_t *tokens,
+                                  bool *replayed) {
+  entry *e = &r->decode;
+  const int64_t width = r->shape.max_blocks_per_seq + RECAP_SEQ_BLOCKS;
+  const int64_t n = step->num_decode;
+  memset(e->seqs, 0, sizeof *e->seqs * (size_t)(e->rows * width));
+  for (int64_t i = 0; i < n; i++) {
+    const recap__seq *seq = step->decode[i];
+    /* The token it produced last goes in at the next position. */
+    put_row(&e->seqs[i * width], width, seq, seq->computed + 1, i, 1);
+    e->ids[i] = seq->tokens[seq->num_tokens - 1];
+  }
+  recap_status st =
+      copy_rows_in(e->p, "ids", e->ids_bucketed, e->ids, sizeof *e->ids, n, e->max_tokens);
+  if (st == RECAP_OK)
+    st = copy_rows_in(e->p, "seqs", e->seqs_bucketed, e->seqs, sizeof *e->seqs * (size_t)width, n,
+                      e->rows);
+  if (st == RECAP_OK) st = run_entry(e, n, n, tokens, replayed);
+  if (st != RECAP_OK) return recap__error_context(st, "decode step of %" PRId64 " sequences: ", n);
+  return RECAP_OK;
+}

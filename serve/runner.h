@@ -1,0 +1,59 @@
+/*
+ * runner.h: the two entries of a paged serving spec as the generator runs them (internal):
+ * `prefill` and `decode` pipelines over one set of weights and KV pools, the pool sized from
+ * the generator's options, every bucket captured, and one function per kind of step that
+ * writes the step's `ids` and `seqs` rows from the scheduler's plan, runs it and reads the
+ * sampled tokens back. A client of the public pipeline API only (docs/SERVING.md).
+ *
+ *   recap__runner *r;
+ *   recap__runner_open("llama.yaml", &options, &r);    // loads, sizes the pool, captures
+ *   const recap__step *step = recap__sched_plan(s);
+ *   int32_t prefill_tokens[...], decode_tokens[...];
+ *   bool replayed;
+ *   if (step->num_chunks) recap__runner_prefill(r, step, prefill_tokens, &replayed);
+ *   if (step->num_decode) recap__runner_decode(r, step, decode_tokens, &replayed);
+ *   recap__runner_close(r);
+ *
+ * One thread at a time, as for any pipeline.
+ */
+#ifndef RECAP_SERVE_RUNNER_H
+#define RECAP_SERVE_RUNNER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "include/recap.h"
+#include "serve/scheduler.h"
+
+/* What the generator needs to know of the model and the pool. */
+typedef struct {
+  recap_device device;
+  int64_t vocab;
+  int64_t num_blocks, block_size;       /* the KV pool */
+  int64_t max_blocks_per_seq;           /* block-table columns of a `seqs` row */
+  int64_t max_seq;                      /* max_blocks_per_seq x block_size */
+  int64_t prefill_tokens, prefill_seqs; /* the prefill entry's largest step */
+  int64_t decode_rows;                  /* the decode entry's largest bucket */
+  size_t block_bytes;                   /* one block in every layer's K and V pools */
+} recap__runner_shape;
+
+typedef struct recap__runner recap__runner;
+
+/* INVALID_ARGUMENT for a spec without the serving layout (saying what is missing) or a bad
+ * kv_fraction; OUT_OF_MEMORY when the pool cannot hold one sequence of the maximum length;
+ * whatever creating or capturing the pipelines returns. */
+recap_status recap__runner_open(const char *spec_path, const recap_generator_options *options,
+                                recap__runner **out);
+void recap__runner_close(recap__runner *r);
+const recap__runner_shape *recap__runner_shape_get(const recap__runner *r);
+
+/* Runs the step's prefill chunks; tokens[i] gets chunk i's sample, *replayed whether a graph
+ * ran (not an eager run). */
+recap_status recap__runner_prefill(recap__runner *r, const recap__step *step, int32_t *tokens,
+                                   bool *replayed);
+/* Runs the step's decode rows; tokens[i] gets row i's sample. */
+recap_status recap__runner_decode(recap__runner *r, const recap__step *step, int32_t *tokens,
+                                  bool *replayed);
+
+#endif
