@@ -275,6 +275,10 @@ static bool batch_fits(const decode_shape *s, int64_t batch, int64_t positions) 
 
 static int run_batches(const decode_args *a, recap_pipeline *graph, recap_pipeline *eager,
                        const decode_shape *s) {
+  int64_t positions = a->context + a->tokens;
+  int64_t need = (positions + s->block_size - 1) / s->block_size;
+  for (size_t i = 0; i < a->num_batches; i++)
+    if (!batch_fits(s, a->batches[i], positions)) return CLI_EXIT_FAILURE;
   recap_pipeline_stats stats;
   recap_pipeline_info info;
   double copy_gbps = 0;
@@ -285,10 +289,6 @@ static int run_batches(const decode_args *a, recap_pipeline *graph, recap_pipeli
     cli_report_failure(CMD, "the copy ceiling", st);
     return CLI_EXIT_FAILURE;
   }
-  int64_t positions = a->context + a->tokens;
-  int64_t need = (positions + s->block_size - 1) / s->block_size;
-  for (size_t i = 0; i < a->num_batches; i++)
-    if (!batch_fits(s, a->batches[i], positions)) return CLI_EXIT_FAILURE;
   char weights[32], kv[32];
   printf("%s: weights %s, KV %s per token; context %lld, %lld steps per timing, median of %lld\n",
          a->path, cli_format_bytes(stats.param_bytes, weights, sizeof weights),

@@ -210,6 +210,20 @@ int cli_run_setup_resolve(const cli_run_flags *f, const recap__model *m, size_t 
 bool cli_warn_host_work(const char *cmd, const char *path, const recap__model *model, size_t bucket,
                         int runs);
 
+/* What a spec's decode entry says about the serving layout (`recap import-hf --paged`): paged
+ * when it reads an i32 input `seqs` [Bs, W] and has an output `logits` [Bs, V] and a KV pool
+ * (a 4-D state [NB, BS, Hkv, Dh]); then the vocabulary and the longest sequence its block
+ * table holds, (W - RECAP_SEQ_BLOCKS) x BS. */
+typedef struct {
+  bool paged;
+  int64_t vocab, max_seq;
+} cli_serving_shape;
+
+/* Loads and checks the spec's decode entry (no memory bound; errors printed, as cli_load) and
+ * fills *out. CLI_EXIT_OK, also for a spec that is not paged (out->paged false). */
+int cli_read_serving_shape(const char *cmd, const char *path, const char *base_dir,
+                           const char *device, cli_serving_shape *out);
+
 /* The first line of recap_last_error() after a failed call, prefixed for the user. */
 void cli_report_failure(const char *cmd, const char *what, recap_status status);
 

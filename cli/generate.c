@@ -163,23 +163,6 @@ static int parse_args(int argc, char **argv, generate_args *a) {
   return CLI_EXIT_OK;
 }
 
-/* Whether the spec is in the paged serving layout: its decode entry reads a `seqs` input. The
- * spec is loaded and checked (no memory is bound); its errors are printed. */
-static int spec_is_paged(const generate_args *a, bool *paged) {
-  cli_load_request load = {
-      .path = a->path, .base_dir = a->base_dir, .entry = "decode", .device = a->device};
-  recap__model *m = NULL;
-  size_t bucket;
-  int64_t batch;
-  int rc = cli_load(CMD, &load, &m, &bucket, &batch);
-  if (rc != CLI_EXIT_OK) return rc;
-  const recap__ir *ir = m->irs[m->num_buckets - 1];
-  int t = recap__ir_find_tensor(ir, "seqs");
-  *paged = t >= 0 && ir->tensors[t].role == RECAP_ROLE_INPUT;
-  recap__model_release(m);
-  return CLI_EXIT_OK;
-}
-
 /* What the engine thread records of the request: each token's arrival time. */
 typedef struct {
   double *arrival; /* cli_now() of token i */
@@ -369,8 +352,9 @@ int cli_generate_main(int argc, char **argv) {
   }
   generate_args a;
   int rc = parse_args(argc, argv, &a);
-  bool paged = false;
-  if (rc == CLI_EXIT_OK) rc = spec_is_paged(&a, &paged);
+  cli_serving_shape shape = {0};
+  if (rc == CLI_EXIT_OK) rc = cli_read_serving_shape(CMD, a.path, a.base_dir, a.device, &shape);
+  bool paged = shape.paged;
   if (rc == CLI_EXIT_OK && paged && a.logits_path) {
     fprintf(stderr, "recap %s: --logits-out is for specs of the contiguous layout\n", CMD);
     rc = CLI_EXIT_USAGE;

@@ -80,35 +80,6 @@ static long long uniform_int(uint64_t *s, long long lo, long long hi) {
   return lo + (long long)(next_random(s) % (uint64_t)(hi - lo + 1));
 }
 
-/* The vocabulary and the longest sequence the decode entry serves: logits [Bs, V], seqs
- * [Bs, W] and the pools' block size. */
-static int read_model_sizes(const generate_bench_args *a, int64_t *vocab, int64_t *max_seq) {
-  cli_load_request load = {
-      .path = a->path, .base_dir = a->base_dir, .entry = "decode", .device = a->device};
-  recap__model *m = NULL;
-  size_t bucket;
-  int64_t batch;
-  int rc = cli_load(CMD, &load, &m, &bucket, &batch);
-  if (rc != CLI_EXIT_OK) return rc;
-  const recap__ir *ir = m->irs[m->num_buckets - 1];
-  int logits = recap__ir_find_tensor(ir, "logits"), seqs = recap__ir_find_tensor(ir, "seqs");
-  int64_t block = 0;
-  for (size_t t = 0; t < ir->num_tensors; t++)
-    if (ir->tensors[t].role == RECAP_ROLE_STATE && ir->tensors[t].ndim == 4)
-      block = ir->tensors[t].shape[1];
-  if (logits < 0 || seqs < 0 || block == 0 || ir->tensors[logits].ndim != 2) {
-    fprintf(stderr,
-            "recap %s --generate: %s is not a paged serving spec (recap import-hf --paged)\n", CMD,
-            a->path);
-    rc = CLI_EXIT_FAILURE;
-  } else {
-    *vocab = ir->tensors[logits].shape[1];
-    *max_seq = (ir->tensors[seqs].shape[1] - RECAP_SEQ_BLOCKS) * block;
-  }
-  recap__model_release(m);
-  return rc;
-}
-
 static json_t *summary_json(const cli_summary *s) {
   return json_pack("{sf sf sf sf}", "p50", s->median, "p99", s->p99, "p10", s->p10, "mean",
                    s->mean);
@@ -290,9 +261,16 @@ static int parse_args(int argc, char **argv, generate_bench_args *a) {
 int cli_serve_generate_main(int argc, char **argv) {
   generate_bench_args a;
   int rc = parse_args(argc, argv, &a);
-  int64_t vocab = 0, max_seq = 0;
-  if (rc == CLI_EXIT_OK) rc = read_model_sizes(&a, &vocab, &max_seq);
+  cli_serving_shape shape = {0};
+  if (rc == CLI_EXIT_OK) rc = cli_read_serving_shape(CMD, a.path, a.base_dir, a.device, &shape);
   if (rc != CLI_EXIT_OK) return rc;
+  if (!shape.paged) {
+    fprintf(stderr,
+            "recap %s --generate: %s is not a paged serving spec (recap import-hf --paged)\n", CMD,
+            a.path);
+    return CLI_EXIT_FAILURE;
+  }
+  int64_t vocab = shape.vocab, max_seq = shape.max_seq;
   if (a.prompt_max + a.output_max > max_seq) {
     fprintf(stderr,
             "recap %s: prompts up to %lld and outputs up to %lld tokens exceed the spec's %" PRId64

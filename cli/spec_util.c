@@ -145,6 +145,31 @@ bool cli_select_bucket(const char *cmd, const recap__spec *spec, const char *nam
   return false;
 }
 
+int cli_read_serving_shape(const char *cmd, const char *path, const char *base_dir,
+                           const char *device, cli_serving_shape *out) {
+  *out = (cli_serving_shape){0};
+  cli_load_request load = {.path = path, .base_dir = base_dir, .entry = "decode", .device = device};
+  recap__model *m = NULL;
+  size_t bucket;
+  int64_t batch;
+  int rc = cli_load(cmd, &load, &m, &bucket, &batch);
+  if (rc != CLI_EXIT_OK) return rc;
+  const recap__ir *ir = m->irs[m->num_buckets - 1];
+  int logits = recap__ir_find_tensor(ir, "logits"), seqs = recap__ir_find_tensor(ir, "seqs");
+  int64_t block = 0;
+  for (size_t t = 0; t < ir->num_tensors; t++)
+    if (ir->tensors[t].role == RECAP_ROLE_STATE && ir->tensors[t].ndim == 4)
+      block = ir->tensors[t].shape[1];
+  if (seqs >= 0 && logits >= 0 && block > 0 && ir->tensors[seqs].role == RECAP_ROLE_INPUT &&
+      ir->tensors[seqs].ndim == 2 && ir->tensors[logits].ndim == 2) {
+    out->paged = true;
+    out->vocab = ir->tensors[logits].shape[1];
+    out->max_seq = (ir->tensors[seqs].shape[1] - RECAP_SEQ_BLOCKS) * block;
+  }
+  recap__model_release(m);
+  return CLI_EXIT_OK;
+}
+
 bool cli_pick_device(const char *cmd, const char *requested, recap_backend_kind fallback,
                      recap_device *out) {
   recap_backend_kind kind = fallback;
