@@ -1390,6 +1390,9 @@ typedef struct {
   uint64_t submitted, finished, cancelled, preemptions, tokens_out;
   size_t kv_blocks, kv_blocks_used, block_size; /* the pool, and what sequences hold now */
   size_t running, waiting;
+  /* Start-up: milliseconds from the end of weight loading to every bucket of both entries
+   * captured (warmup, GEMM choice, capture and instantiate); 0 when eager. */
+  double ready_ms;
 } recap_generator_stats;
 
 /* Loads the spec's prefill and decode entries over one set of weights and KV pools sized from

@@ -109,6 +109,7 @@ recap_status recap_generator_create(const char *spec_path, const recap_generator
   }
   g->stats.kv_blocks = (size_t)g->shape->num_blocks;
   g->stats.block_size = (size_t)g->shape->block_size;
+  g->stats.ready_ms = recap__runner_ready_ms(g->runner);
   if (pthread_create(&g->thread, NULL, recap__engine_main, g) != 0) {
     free_generator(g);
     return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "cannot start the generator's engine thread");

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "runtime/error.h"
+#include "serve/request.h"
 
 static const char *const LAYOUT_HINT = "a paged serving spec (`recap import-hf --paged`)";
 static const double DEFAULT_KV_FRACTION = 0.5;
@@ -26,6 +27,7 @@ typedef struct {
 struct recap__runner {
   recap__runner_shape shape;
   entry prefill, decode;
+  double ready_ms; /* end of weight loading to every bucket captured (0: eager) */
 };
 
 /* ---- reading the layout ---- */
@@ -213,6 +215,37 @@ static void print_pool(const recap__runner_shape *s, const char *why) {
           s->prefill_tokens, s->prefill_seqs);
 }
 
+/* One entry's buckets and the memory its graphs replay in, before anything is captured: every
+ * bucket's intermediates are planned into one arena sized for the largest, so this is what the
+ * captures will take (op workspaces and the pool's rounding included), not a per-bucket sum. */
+static recap_status print_graph_memory(const entry *e) {
+  recap_pipeline_info info;
+  recap_pipeline_stats stats;
+  RECAP_TRY(recap_pipeline_info_get(e->p, &info));
+  RECAP_TRY(recap_pipeline_stats_get(e->p, &stats));
+  char buckets[160];
+  size_t n = 0;
+  buckets[0] = 0;
+  if (info.bucket_dim) n = (size_t)snprintf(buckets, sizeof buckets, " (%s = ", info.bucket_dim);
+  for (size_t b = 0; info.bucket_dim && b < info.num_buckets && n < sizeof buckets; b++) {
+    /* Long lists show their first values and the last: enough to see the steps. */
+    if (info.num_buckets > 12 && b == 8) {
+      n += (size_t)snprintf(buckets + n, sizeof buckets - n, ", ...");
+      b = info.num_buckets - 2;
+      continue;
+    }
+    n += (size_t)snprintf(buckets + n, sizeof buckets - n, "%s%" PRId64, b ? "," : "",
+                          info.bucket_values[b]);
+  }
+  if (info.bucket_dim && n < sizeof buckets) snprintf(buckets + n, sizeof buckets - n, ")");
+  fprintf(stderr,
+          "recap generator: %s: %zu graph%s to capture%s, one arena of %.1f MiB for "
+          "every bucket's intermediates, %.1f MiB private pool in all\n",
+          e->name, info.num_buckets, info.num_buckets == 1 ? "" : "s", buckets,
+          (double)stats.arena_bytes / (1 << 20), (double)stats.pool_reserved_bytes / (1 << 20));
+  return RECAP_OK;
+}
+
 /* Captures every bucket. A failed capture leaves the pipeline running eagerly (the engine has
  * warned on stderr, and the stats count eager steps), as a first run would: only a failure
  * before it (warmup) fails the generator. */
@@ -252,13 +285,26 @@ recap_status recap__runner_open(const char *spec_path, const recap_generator_opt
   int64_t width = r->shape.max_blocks_per_seq + RECAP_SEQ_BLOCKS;
   if (st == RECAP_OK) st = alloc_staging(&r->prefill, width);
   if (st == RECAP_OK) st = alloc_staging(&r->decode, width);
+  if (st == RECAP_OK && !o->quiet) {
+    print_pool(&r->shape, why);
+    if (!o->eager) st = print_graph_memory(&r->prefill);
+    if (st == RECAP_OK && !o->eager) st = print_graph_memory(&r->decode);
+  }
+  /* Both entries are bound and their weights loaded: from here to the last capture is the
+   * start-up a server pays per model (warmup, GEMM choice, capture, instantiate). */
+  double start_ms = recap__now_ms();
   if (st == RECAP_OK && !o->eager) st = capture(r->prefill.p);
   if (st == RECAP_OK && !o->eager) st = capture(r->decode.p);
   if (st != RECAP_OK) {
     recap__runner_close(r);
     return st;
   }
-  if (!o->quiet) print_pool(&r->shape, why);
+  if (!o->eager) {
+    r->ready_ms = recap__now_ms() - start_ms;
+    if (!o->quiet)
+      fprintf(stderr, "recap generator: every bucket captured in %.0f ms after the weights\n",
+              r->ready_ms);
+  }
   *out = r;
   return RECAP_OK;
 }
@@ -281,6 +327,10 @@ void recap__runner_close(recap__runner *r) {
 
 const recap__runner_shape *recap__runner_shape_get(const recap__runner *r) {
   return &r->shape;
+}
+
+double recap__runner_ready_ms(const recap__runner *r) {
+  return r->ready_ms;
 }
 
 /* ---- steps ---- */

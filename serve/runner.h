@@ -47,6 +47,9 @@ recap_status recap__runner_open(const char *spec_path, const recap_generator_opt
                                 recap__runner **out);
 void recap__runner_close(recap__runner *r);
 const recap__runner_shape *recap__runner_shape_get(const recap__runner *r);
+/* Milliseconds from the end of weight loading to every bucket of both entries captured
+ * (warmup, GEMM choice, capture and instantiate); 0 when eager. */
+double recap__runner_ready_ms(const recap__runner *r);
 
 /* Runs the step's prefill chunks; tokens[i] gets chunk i's sample, *replayed whether a graph
  * ran (not an eager run). */

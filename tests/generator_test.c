@@ -986,6 +986,9 @@ static void test_eager_runs_give_the_tokens_of_graph_replays(void) {
         memcmp(graph[i].tokens, eager[i].tokens, sizeof(int32_t) * graph[i].status.num_tokens), 0);
   CU_ASSERT(gs.graph_steps > 0 && gs.eager_steps == 0);
   CU_ASSERT(es.eager_steps > 0 && es.graph_steps == 0);
+  /* Start-up is timed when there are graphs to capture, and only then. */
+  CU_ASSERT(gs.ready_ms > 0);
+  CU_ASSERT_EQUAL(es.ready_ms, 0);
   CU_ASSERT_EQUAL(gs.graph_steps, gs.prefill_steps + gs.decode_steps);
   free(graph);
   remove_dir();

@@ -8,7 +8,8 @@
 #     GEMM share).
 #  2. `recap serve-bench --generate` on the same spec: 256 synthetic requests through the
 #     generation API (continuous batching): output tokens/s, TTFT and TPOT, preemptions.
-#  3. The sampler against PyTorch's sort-based path captured in a CUDA graph, same run.
+#  3. Start-up: every decode and prefill bucket captured, timed from the end of weight loading.
+#  4. The sampler against PyTorch's sort-based path captured in a CUDA graph, same run.
 # Results go to $OUT when the device tool sets it.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -28,6 +29,14 @@ fi
 # 64-256 tokens, all submitted at once, greedy.
 "$here/bin/recap" serve-bench "$work/llama-1b-paged.yaml" --generate --requests 256 \
   --prompt-len 64,512 --output-len 64,256 --json "$out/serve_generate.json" || status=1
+# Start-up: decode buckets 1, 2, 4, 8, then steps of 8 to 256, and prefill buckets 64, 256 and
+# 512, RECAP_TUNE off: the generator prints the graph memory before capturing and the time from
+# the end of weight loading to every bucket captured.
+decode_buckets="1,2,4,$(seq -s, 8 8 256)"
+"$here/bin/recap" import-hf "$work/llama-1b-shape" -o "$work/llama-1b-startup.yaml" --paged \
+  --dtype bf16 --batch "$decode_buckets" --max-seq 1024 --prefill 64,256,512 || status=1
+RECAP_TUNE=0 "$here/bin/recap" generate "$work/llama-1b-startup.yaml" --prompt-ids 1,2,3 \
+  --max-tokens 4 2>&1 | tee "$out/startup.txt" || status=1
 # The sampler against PyTorch (its tests first when staged); its logs and JSON go to $OUT too.
 OUT=$out bash "$here/tools/sample_bench.sh" || status=1
 exit $status
