@@ -6,6 +6,7 @@
 #     32 and 64 with 512-token contexts, decode tokens 1-128 (step time, tokens/s, the bytes a
 #     step must read against a device-to-device copy measured in the same run, kernels per step,
 #     GEMM share).
+#     Then the peer: transformers' StaticCache decode under torch.compile(reduce-overhead).
 #  2. `recap serve-bench --generate` on the same spec: 256 synthetic requests through the
 #     generation API (continuous batching): output tokens/s, TTFT and TPOT, preemptions.
 #  3. Start-up: every decode and prefill bucket captured, timed from the end of weight loading.
@@ -25,6 +26,9 @@ fi
   --dtype bf16 --batch 1,2,4,8,16,32,64 --max-seq 1024 --prefill 512 || status=1
 "$here/bin/recap" bench-decode "$work/llama-1b-paged.yaml" --batch 1,8,32,64 --context 512 \
   --tokens 128 --repeats 5 --json "$out/bench_decode.json" || status=1
+# The peer at batch 1: transformers with a StaticCache and torch.compile(reduce-overhead).
+python3 "$here/tools/peer_hf_decode.py" "$work/llama-1b-shape" --context 512 --tokens 128 \
+  --json "$out/peer_hf_decode.json" || status=1
 # Continuous batching through the generation API: 256 requests, prompts 64-512, outputs
 # 64-256 tokens, all submitted at once, greedy.
 "$here/bin/recap" serve-bench "$work/llama-1b-paged.yaml" --generate --requests 256 \

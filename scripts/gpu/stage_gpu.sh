@@ -52,7 +52,7 @@ cp -L "$bin/bench/bench_sample" stage/bin/bench_sample
 cp bench/peer/sample_bench.sh bench/peer/peer_torch_sample.py stage/tools/
 # The serving benchmarks (docs/SERVING.md): bash stage/run.sh gpu_serving.sh.
 cp scripts/gpu/gpu_serving.sh stage/gpu_serving.sh
-cp tests/models/make_bench_checkpoint.py stage/tools/
+cp tests/models/make_bench_checkpoint.py bench/peer/peer_hf_decode.py stage/tools/
 cp bench/peer/torch_alloc_bench.sh bench/peer/torch_alloc_bench.cpp stage/tools/
 chmod -R u+w stage
 unpacked_kib=$(du -sk stage | cut -f1)
