@@ -333,21 +333,10 @@ static const int64_t DECODE_BUCKETS[] = {1, 2, 4, 8};
 static const int64_t PREFILL_BUCKETS[] = {16, 32};
 
 static void import_serving(const char *model, char *spec, size_t size) {
-  char model_dir[256];
-  fixture_copy(model, "config.json", model, model_dir, sizeof model_dir);
-  snprintf(spec, size, "%s/%s_paged.yaml", g_dir, model);
-  cli_hf_import_options o = {
-      .max_seq = MAX_SEQ,
-      .batches = DECODE_BUCKETS,
-      .num_batches = sizeof DECODE_BUCKETS / sizeof DECODE_BUCKETS[0],
-      .paged = true,
-      .block_size = BLOCK,
-      .kv_blocks = POOL,
-      .prefill_tokens = PREFILL_BUCKETS,
-      .num_prefill_tokens = sizeof PREFILL_BUCKETS / sizeof PREFILL_BUCKETS[0],
-      .prefill_seqs = PREFILL_SEQS,
-  };
-  import_model_with(o, model_dir, spec);
+  import_paged_fixture(model,
+                       PAGED_IMPORT_OPTIONS(MAX_SEQ, BLOCK, POOL, PREFILL_SEQS, DECODE_BUCKETS,
+                                            PREFILL_BUCKETS),
+                       spec, size);
 }
 
 static recap_generator_options host_options(void) {

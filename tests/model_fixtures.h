@@ -122,4 +122,30 @@ static inline void fixture_copy(const char *model, const char *config, const cha
   copy_file(from, to);
 }
 
+/* Import options of the paged serving layout: max_seq positions per sequence, KV blocks of
+ * `block` rows, `pool` blocks per layer, prefill steps packing up to `seqs` sequences, and the
+ * decode and prefill token buckets (arrays). */
+#define PAGED_IMPORT_OPTIONS(max_seq_, block, pool, seqs, decode, prefill)                       \
+  ((cli_hf_import_options){                                                                     \
+      .max_seq = (max_seq_),                                                                    \
+      .batches = (decode),                                                                      \
+      .num_batches = sizeof(decode) / sizeof(decode)[0],                                        \
+      .paged = true,                                                                            \
+      .block_size = (block),                                                                    \
+      .kv_blocks = (pool),                                                                      \
+      .prefill_tokens = (prefill),                                                              \
+      .num_prefill_tokens = sizeof(prefill) / sizeof(prefill)[0],                               \
+      .prefill_seqs = (seqs),                                                                   \
+  })
+
+/* A copy of the fixture `model` imported with `o` (PAGED_IMPORT_OPTIONS) as
+ * g_dir/<model>_paged.yaml, whose path goes into spec. */
+static inline void import_paged_fixture(const char *model, cli_hf_import_options o, char *spec,
+                                        size_t size) {
+  char model_dir[256];
+  fixture_copy(model, "config.json", model, model_dir, sizeof model_dir);
+  snprintf(spec, size, "%s/%s_paged.yaml", g_dir, model);
+  import_model_with(o, model_dir, spec);
+}
+
 #endif
