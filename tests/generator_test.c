@@ -332,11 +332,13 @@ enum {
 static const int64_t DECODE_BUCKETS[] = {1, 2, 4, 8};
 static const int64_t PREFILL_BUCKETS[] = {16, 32};
 
+/* One KV block of the model imported last: CUDA pools are sized in bytes. */
+static uint64_t g_block_bytes;
+
 static void import_serving(const char *model, char *spec, size_t size) {
-  import_paged_fixture(model,
-                       PAGED_IMPORT_OPTIONS(MAX_SEQ, BLOCK, POOL, PREFILL_SEQS, DECODE_BUCKETS,
-                                            PREFILL_BUCKETS),
-                       spec, size);
+  g_block_bytes = import_paged_fixture(
+      model, PAGED_IMPORT_OPTIONS(MAX_SEQ, BLOCK, POOL, PREFILL_SEQS, DECODE_BUCKETS, PREFILL_BUCKETS),
+      spec, size);
 }
 
 static recap_generator_options host_options(void) {
@@ -347,12 +349,12 @@ static recap_generator_options host_options(void) {
   };
 }
 
-/* The greedy test also runs on CUDA (for the GPU machine): there the pool is sized from a
- * small fraction of the free memory, and the spec's pool on the host. */
+/* The greedy test also runs on CUDA (for the GPU machine): there the pool is sized in bytes to
+ * the host's POOL blocks (the spec's pool), so that it preempts on both backends. */
 static recap_generator_options test_device_options(void) {
   recap_generator_options o = host_options();
   o.device = test_device;
-  if (test_device.backend == RECAP_BACKEND_CUDA) o.kv_fraction = 0.001;
+  if (test_device.backend == RECAP_BACKEND_CUDA) o.kv_bytes = POOL * g_block_bytes;
   return o;
 }
 
@@ -468,7 +470,7 @@ static void test_greedy_requests_reproduce_transformers(void) {
            (unsigned long long)stats.preemptions);
     CU_ASSERT_EQUAL(stats.finished, NUM_REF);
     CU_ASSERT_EQUAL(stats.kv_blocks_used, 0);
-    if (test_device.backend == RECAP_BACKEND_HOST) CU_ASSERT_EQUAL(stats.kv_blocks, POOL);
+    CU_ASSERT_EQUAL(stats.kv_blocks, POOL);
     CU_ASSERT_EQUAL(stats.block_size, BLOCK);
     CU_ASSERT(stats.graph_steps > 0);
     CU_ASSERT_EQUAL(stats.eager_steps, 0);
@@ -990,17 +992,29 @@ static recap_status fail_on_the_device(void *args) {
   return RECAP_FAIL(RECAP_STATUS_DEVICE_ERROR, "planted fault");
 }
 
-/* After 3 tokens the host backend faults, as a trapped kernel leaves a CUDA context: the next
- * step fails. */
+typedef struct {
+  events e;              /* the running request's callbacks */
+  recap_request queued;  /* submitted at its first token, so it waits when the fault comes */
+  uint64_t queued_id;
+  recap_status queued_status;
+} fault_events;
+
+/* At the first token the second request is submitted (from the engine thread: the test's
+ * thread could be descheduled until after the failure); after 3 tokens the host backend
+ * faults, as a trapped kernel leaves a CUDA context: the next step fails. */
 static void fault_after_three(void *user, uint64_t id, int32_t token, recap_request_state state) {
-  events *e = user;
+  fault_events *f = user;
   (void)id;
   if (token < 0) {
-    e->ends++;
-    e->last = state;
-  } else if (++e->tokens == 3) {
+    f->e.ends++;
+    f->e.last = state;
+    return;
+  }
+  if (++f->e.tokens == 1)
+    f->queued_status = recap_generator_submit(f->e.g, &f->queued, &f->queued_id, NULL);
+  if (f->e.tokens == 3) {
     int unused = 0;
-    e->cancel_status = recap__host_run_fn(fail_on_the_device, &unused, sizeof unused);
+    f->e.cancel_status = recap__host_run_fn(fail_on_the_device, &unused, sizeof unused);
   }
 }
 
@@ -1012,22 +1026,25 @@ static void test_an_engine_failure_fails_every_request_and_stops_cleanly(void) {
   o.max_running = 1;
   recap_generator *g = generator_new(spec, o);
   int32_t prompt[8] = {1, 2, 3, 4, 5, 6, 7, 8};
-  events e = {0};
+  fault_events f = {.e = {.g = g}};
   recap_request r = {.prompt = prompt,
                      .prompt_len = 8,
                      .max_new_tokens = 40,
                      .on_token = fault_after_three,
-                     .user = &e};
+                     .user = &f};
+  f.queued = r;
+  f.queued.on_token = NULL;
   test_stderr_capture_begin();
   uint64_t running = submit(g, &r);
-  r.on_token = NULL;
-  uint64_t queued = submit(g, &r);
   recap_status waited = recap_generator_wait(g, running, test_scaled_seconds(60));
+  /* The running request's last callback has returned: the queued one was submitted. */
+  uint64_t queued = f.queued_id;
   recap_status waited_queued = recap_generator_wait(g, queued, test_scaled_seconds(60));
   uint64_t id = 0;
   recap_status late = recap_generator_submit(g, &r, &id, NULL);
   char *printed = test_stderr_capture_end();
   CHECK_OK(waited);
+  CHECK_OK(f.queued_status);
   CHECK_OK(waited_queued);
   CU_ASSERT_EQUAL(late, RECAP_STATUS_BUSY);
   CU_ASSERT_PTR_NOT_NULL(strstr(printed, "the engine stopped: RECAP_STATUS_DEVICE_ERROR"));
@@ -1041,9 +1058,9 @@ static void test_an_engine_failure_fails_every_request_and_stops_cleanly(void) {
   CU_ASSERT_EQUAL(st.num_tokens, 3);
   CHECK_OK(recap_generator_poll(g, queued, NULL, 0, &st));
   CU_ASSERT_EQUAL(st.state, RECAP_REQUEST_FAILED);
-  CU_ASSERT_EQUAL(e.ends, 1);
-  CU_ASSERT_EQUAL(e.last, RECAP_REQUEST_FAILED);
-  CU_ASSERT_EQUAL(e.cancel_status, RECAP_STATUS_DEVICE_ERROR);
+  CU_ASSERT_EQUAL(f.e.ends, 1);
+  CU_ASSERT_EQUAL(f.e.last, RECAP_REQUEST_FAILED);
+  CU_ASSERT_EQUAL(f.e.cancel_status, RECAP_STATUS_DEVICE_ERROR);
   recap_generator_stats stats;
   CHECK_OK(recap_generator_stats_get(g, &stats));
   CU_ASSERT_EQUAL(stats.running + stats.waiting, 0);

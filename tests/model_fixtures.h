@@ -10,6 +10,7 @@
 #define RECAP_TESTS_MODEL_FIXTURES_H
 
 #include <jansson.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -78,9 +79,10 @@ static inline void load_reference(const char *name, reference *r) {
 /* ---- importing ---- */
 
 /* Imports model_dir into spec_path with the options in `o` (zeros: the importer's defaults;
- * its model_dir and spec_path are set here). */
-static inline void import_model_with(cli_hf_import_options o, const char *model_dir,
-                                     const char *spec_path) {
+ * its model_dir and spec_path are set here). Returns the KV cache's bytes per sequence of the
+ * maximum length, as the importer prints them. */
+static inline uint64_t import_model_with(cli_hf_import_options o, const char *model_dir,
+                                         const char *spec_path) {
   o.model_dir = model_dir;
   o.spec_path = spec_path;
   cli_hf_import_result r;
@@ -91,7 +93,9 @@ static inline void import_model_with(cli_hf_import_options o, const char *model_
   CU_ASSERT_PTR_NOT_NULL_FATAL(f);
   CU_ASSERT(fputs(r.spec, f) >= 0);
   CU_ASSERT_EQUAL(fclose(f), 0);
+  uint64_t kv_bytes = r.kv_bytes_per_sequence;
   cli_hf_import_result_free(&r);
+  return kv_bytes;
 }
 
 /* Imports model_dir into spec_path with the importer's defaults. */
@@ -139,13 +143,15 @@ static inline void fixture_copy(const char *model, const char *config, const cha
   })
 
 /* A copy of the fixture `model` imported with `o` (PAGED_IMPORT_OPTIONS) as
- * g_dir/<model>_paged.yaml, whose path goes into spec. */
-static inline void import_paged_fixture(const char *model, cli_hf_import_options o, char *spec,
-                                        size_t size) {
+ * g_dir/<model>_paged.yaml, whose path goes into spec. Returns the bytes of one KV block (every
+ * layer's K and V rows of one block). */
+static inline uint64_t import_paged_fixture(const char *model, cli_hf_import_options o,
+                                            char *spec, size_t size) {
   char model_dir[256];
   fixture_copy(model, "config.json", model, model_dir, sizeof model_dir);
   snprintf(spec, size, "%s/%s_paged.yaml", g_dir, model);
-  import_model_with(o, model_dir, spec);
+  uint64_t per_sequence = import_model_with(o, model_dir, spec);
+  return per_sequence / (uint64_t)(o.max_seq / o.block_size);
 }
 
 #endif
