@@ -13,6 +13,10 @@ command -v clang-14 >/dev/null 2>&1 || need+=(clang-14)
 ls /usr/lib/llvm-14/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a >/dev/null 2>&1 ||
   need+=(libclang-rt-14-dev)
 command -v ld.lld-14 >/dev/null 2>&1 || need+=(lld-14)
+# scripts/cmake_check.sh (.ci/run): the CMake build for consumers, which finds libyaml and
+# jansson through pkg-config.
+command -v cmake >/dev/null 2>&1 || need+=(cmake)
+command -v pkg-config >/dev/null 2>&1 || need+=(pkg-config)
 # scripts/check_layers.py (.ci/run's layering check): python3, standard library only.
 command -v python3 >/dev/null 2>&1 || need+=(python3)
 if [ ${#need[@]} -gt 0 ]; then
