@@ -36,7 +36,7 @@ check_json() { # FILE: parses as JSON
 
 # --help on every subcommand, usage errors.
 for cmd in info validate plan ops dot run bench bench-ops bench-capture bench-decode serve-bench \
-  memviz launch import-hf generate; do
+  memviz launch import-hf generate env; do
   expect 0 "$cmd --help" -- "$recap" "$cmd" --help
   grep -q "usage: recap $cmd" "$tmp/out" || fail "$cmd --help prints no usage line"
   # Help speaks for itself: no references into an issue tracker the user cannot see.
@@ -47,6 +47,16 @@ for flag in --world --rank --init --timeout; do
   grep -q -- "$flag" "$tmp/out" || fail "run --help does not list $flag"
 done
 expect 0 "recap --help" -- "$recap" --help
+# The environment section comes from the table of variables (runtime/env_table.c), which lists
+# the tests' own variables for `recap env` only.
+grep -q "^environment:" "$tmp/out" || fail "recap --help has no environment section"
+grep -q "RECAP_ALLOC_CONF" "$tmp/out" || fail "recap --help does not list RECAP_ALLOC_CONF"
+grep -q "RECAP_TEST_SEED" "$tmp/out" && fail "recap --help lists a test-only variable"
+RECAP_FUSION=off expect 0 "recap env" -- "$recap" env
+grep -A1 "^RECAP_FUSION " "$tmp/out" | grep -q "set: 'off'" || fail "recap env does not show a value"
+grep -A1 "^RECAP_TEST_SEED " "$tmp/out" | grep -q "(tests only)" ||
+  grep -q "^RECAP_TEST_SEED .*(tests only)" "$tmp/out" || fail "recap env does not mark test-only"
+expect 2 "recap env with an argument" -- "$recap" env extra
 expect 2 "no command" -- "$recap"
 expect 2 "unknown command" -- "$recap" frobnicate
 expect 2 "unknown flag" -- "$recap" run "$specs/fork_join.yaml" --bogus
