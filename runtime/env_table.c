@@ -10,9 +10,10 @@ static const recap__env_var table[] = {
     {.name = "RECAP_ALLOC_CONF",
      .kind = RECAP__ENV_TEXT,
      .values = "key:value,...",
-     .fallback = "backend:caching",
+     .fallback = "backend:native",
      .summary = "the allocator's settings, in PyTorch's PYTORCH_CUDA_ALLOC_CONF syntax",
-     .details = "The backend (`caching`, `native`, `cudaMallocAsync`), "
+     .details = "The backend (`native` or `caching`: the caching allocator; `cudaMalloc`: no "
+                "caching; `cudaMallocAsync`), "
                 "`expandable_segments`, `max_split_size_mb`, `garbage_collection_threshold`, "
                 "`roundup_power2_divisions`; docs/ALLOCATOR.md. Read when a device's allocator "
                 "is created; a malformed value fails that with a message naming the setting."},

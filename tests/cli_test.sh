@@ -896,6 +896,19 @@ grep -q "^generated: ${greedy#* }$" "$tmp/out" ||
 expect 2 "generate without a prompt" -- "$recap" generate "$tmp/qwen2.yaml"
 expect 2 "import-hf without -o" -- "$recap" import-hf "$tmp/qwen2"
 expect 2 "import-hf bad dtype" -- "$recap" import-hf "$tmp/qwen2" -o - --dtype i32
+expect 0 "import-hf --dtype in PyTorch's spelling" -- "$recap" import-hf "$tmp/qwen2" -o - \
+  --dtype bfloat16
+grep -q "^dtype: bf16" "$tmp/out" || fail "import-hf --dtype bfloat16 is not bf16"
+# RECAP_ALLOC_CONF's PyTorch spellings: backend:native is the caching allocator (expandable
+# segments allowed), noted once per process with the new name of the old no-caching mode.
+RECAP_ALLOC_CONF=backend:native,expandable_segments:True expect 0 "backend:native" -- \
+  "$recap" run "$specs/fork_join.yaml" --device host --iters 2
+[ "$(grep -c "recap: note: RECAP_ALLOC_CONF backend:native" "$tmp/err")" -eq 1 ] ||
+  fail "backend:native does not print its note exactly once"
+grep -q "backend:cudaMalloc" "$tmp/err" || fail "the backend:native note does not name cudaMalloc"
+RECAP_ALLOC_CONF=backend:cudaMalloc expect 0 "backend:cudaMalloc" -- \
+  "$recap" run "$specs/fork_join.yaml" --device host --iters 2
+grep -q "recap: note:" "$tmp/err" && fail "backend:cudaMalloc prints a note"
 expect 1 "import-hf of a folder without a model" -- "$recap" import-hf "$tmp" -o -
 grep -q "config.json" "$tmp/err" || fail "import-hf does not name the missing config.json"
 # import-hf --paged: the serving layout, validated (both entries), and its decode step timed on
