@@ -36,6 +36,8 @@ static const cli_command commands[] = {
     {"launch", "start N ranks of `recap run` on this machine's GPUs (NCCL); each rank's exit",
      cli_launch_main},
     {"env", "every RECAP_* environment variable: value, default, meaning", cli_env_main},
+    {"schema", "the spec format as a JSON Schema, from the op registry (for editors)",
+     cli_schema_main},
 };
 
 int cli_wants_help(int argc, char **argv) {

@@ -811,6 +811,9 @@ RECAP_API recap_status recap_op_info_find(const char *name, recap_op_info *out);
 /* Attribute attr_index of op op_index; RECAP_STATUS_INVALID_ARGUMENT when out of range. */
 RECAP_API recap_status recap_op_attr_info_get(size_t op_index, size_t attr_index,
                                               recap_op_attr_info *out);
+/* The activations a RECAP_OP_ATTR_ACTIVATION attribute takes, by index ("none", "relu", ...;
+ * the order of its default_value); NULL past the last. */
+RECAP_API const char *recap_op_activation_name(size_t index);
 
 /* One op launched on a stream without a spec (benchmarks, tests, embedders' own loops): the
  * inputs and outputs are the caller's tensors (recap_tensor views of device memory, or of host

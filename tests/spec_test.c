@@ -346,6 +346,16 @@ static void test_spec_wrong_types_name_expected_and_found(void) {
   expect_error("device: gpu\nops: []\n", "1:9",
                "device: expected cuda or host, got a string 'gpu'");
   expect_error("dtype: i32\nops: []\n", "1:8", "expected a float dtype");
+  /* version: 1 is this format; another version stops the check at its value, before keys it
+   * may have added. */
+  recap__spec *spec = NULL;
+  CHECK_OK(load("version: 1\ntensors:\n  x: {shape: [4], role: input}\n"
+                "ops:\n  - {op: relu, in: x, out: y}\n",
+                NULL, &spec, NULL));
+  recap__spec_destroy(spec);
+  expect_error("version: 2\nnew_key: 1\nops: []\n", "1:10",
+               "version: this recap reads spec format version 1, got a number '2'");
+  expect_error("version: [1]\nops: []\n", "1:10", "spec format version 1, got a sequence");
   expect_error("ops: {a: 1}\n", "1:6", "ops: expected a sequence, got a mapping");
   expect_error("tensors: [x]\nops: []\n", "1:10", "tensors: expected a mapping, got a sequence");
   expect_error(
