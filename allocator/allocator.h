@@ -74,7 +74,7 @@ enum {
  * ---------------------------------------------------------------------------------------- */
 
 typedef struct {
-  bool native;           /* backend:native: every request is its own raw allocation */
+  bool uncached;         /* backend:cudaMalloc: every request is its own raw allocation */
   bool async;            /* backend:cudaMallocAsync: the raw backend's stream-ordered pool */
   bool expandable;       /* expandable_segments:True: segments grow by mapping chunks */
   size_t max_split_size; /* blocks this large are never split; SIZE_MAX: no limit */
@@ -87,10 +87,12 @@ typedef struct {
 
 void recap__alloc_config_default(recap__alloc_config *out);
 /* Parses "key:value,key:value" (PyTorch's PYTORCH_CUDA_ALLOC_CONF syntax) over the defaults.
- * Keys: backend (caching|native|cudaMallocAsync), max_split_size_mb (> 20),
+ * Keys: backend (native|caching|cudaMalloc|cudaMallocAsync), max_split_size_mb (> 20),
  * garbage_collection_threshold (0 < t < 1), roundup_power2_divisions (a power of two, or a list
  * "[256:1,512:2,>:8]" whose keys are power-of-two MiB interval starts and ">" the rest),
- * expandable_segments (True|False; only with backend:caching). NULL or "" gives the defaults.
+ * expandable_segments (True|False; only with the caching backend). NULL or "" gives the
+ * defaults. The first backend:native of the process prints a note on stderr: its meaning
+ * changed (config.c says why).
  * RECAP_STATUS_INVALID_ARGUMENT naming the key on an unknown key or a malformed value; *out
  * is then untouched. */
 recap_status recap__alloc_config_parse(const char *text, recap__alloc_config *out);

@@ -299,7 +299,7 @@ static void free_block(recap__allocator *a, recap__block *b) {
     recap__block_delete(a, next);
   }
   recap__free_set_insert(a, b);
-  if (a->config.native && pool->id == 0) a->native_release_pending = true;
+  if (a->config.uncached && pool->id == 0) a->uncached_release_pending = true;
 }
 
 static recap_status event_take(recap__allocator *a, recap_event **out) {
@@ -357,7 +357,7 @@ static void defer_block(recap__allocator *a, recap__block *b) {
 }
 
 /* Inside recap__unsafe_enter: records the events of deferred frees, completes the frees whose
- * events have completed, and returns native frees to the device. */
+ * events have completed, and returns backend:cudaMalloc frees to the device. */
 static void process_pending_unsafe(recap__allocator *a) {
   recap__block *deferred = a->deferred;
   a->deferred = NULL;
@@ -382,14 +382,14 @@ static void process_pending_unsafe(recap__allocator *a) {
     if (--pe.block->event_count == 0 && pe.block->use_count == 0) free_block(a, pe.block);
   }
   a->pending_count = kept;
-  if (a->native_release_pending) {
-    a->native_release_pending = false;
+  if (a->uncached_release_pending) {
+    a->uncached_release_pending = false;
     release_pool_locked(a, &a->default_pool);
   }
 }
 
 static void process_pending_locked(recap__allocator *a) {
-  if (!a->deferred && a->pending_count == 0 && !a->native_release_pending) return;
+  if (!a->deferred && a->pending_count == 0 && !a->uncached_release_pending) return;
   if (recap__capture_count() > 0 || !recap__unsafe_enter()) return;
   process_pending_unsafe(a);
   recap__unsafe_exit();
@@ -536,17 +536,17 @@ recap_status recap__allocator_malloc(recap__allocator *a, size_t size, recap_str
     }
     process_pending_locked(a);
     recap__pool *pool = recap__route_lookup(a, stream);
-    bool native = a->config.native && pool->id == 0;
-    size_t rounded = native ? size : recap__alloc_round_size(&a->config, size);
+    bool uncached = a->config.uncached && pool->id == 0;
+    size_t rounded = uncached ? size : recap__alloc_round_size(&a->config, size);
     bool small = rounded <= RECAP__ALLOC_SMALL_SIZE;
-    recap__block *b = native ? NULL : take_free_block(a, pool, small, stream, rounded);
+    recap__block *b = uncached ? NULL : take_free_block(a, pool, small, stream, rounded);
     if (!b) {
-      if (!native && a->fraction_set && a->config.gc_threshold > 0 && recap__unsafe_enter()) {
+      if (!uncached && a->fraction_set && a->config.gc_threshold > 0 && recap__unsafe_enter()) {
         garbage_collect(a);
         recap__unsafe_exit();
       }
-      size_t bytes = native ? size : recap__alloc_segment_size(rounded, pool->id != 0);
-      recap_status st = !native && a->config.expandable
+      size_t bytes = uncached ? size : recap__alloc_segment_size(rounded, pool->id != 0);
+      recap_status st = !uncached && a->config.expandable
                             ? recap__expandable_grow(a, pool, stream, small, rounded, &b)
                             : alloc_segment(a, pool, stream, small, bytes, &b);
       if (st == RECAP_STATUS_OUT_OF_MEMORY && !retried && recap__capture_count() == 0) {
@@ -581,7 +581,7 @@ recap_status recap__allocator_malloc(recap__allocator *a, size_t size, recap_str
         return st;
       }
     }
-    if (!native && should_split(a, b, rounded)) split_block(a, b, rounded);
+    if (!uncached && should_split(a, b, rounded)) split_block(a, b, rounded);
     b->state = RECAP__BLOCK_ALLOCATED;
     b->requested = size;
     recap__stat_add(a->stats.allocated_bytes, small, (int64_t)b->size);

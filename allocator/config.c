@@ -8,7 +8,9 @@
  */
 #include <ctype.h>
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,7 +21,7 @@ enum { MIB = 1 << 20, MAX_SETTING = 256 };
 
 void recap__alloc_config_default(recap__alloc_config *out) {
   memset(out, 0, sizeof *out);
-  out->native = false;
+  out->uncached = false;
   out->max_split_size = SIZE_MAX;
   out->gc_threshold = 0.0;
 }
@@ -116,16 +118,33 @@ static recap_status parse_divisions(const char *value, recap__alloc_config *cfg)
   return RECAP_OK;
 }
 
+/* recap's backend:native used to mean no caching at all, while in PyTorch it names the caching
+ * allocator; a configuration written for the old meaning now gets the caching allocator, so
+ * the first backend:native of the process says so and names the new spelling of the old
+ * behaviour. Once per process (not per device or per parse): it is the same news every time. */
+static void note_native_meaning(void) {
+  static atomic_flag noted = ATOMIC_FLAG_INIT;
+  if (!atomic_flag_test_and_set(&noted))
+    fprintf(stderr,
+            "recap: note: RECAP_ALLOC_CONF backend:native is the caching allocator, as "
+            "in PyTorch (recap's default); it no longer means no caching, which is now "
+            "spelled backend:cudaMalloc\n");
+}
+
 static recap_status parse_setting(const char *key, const char *value, recap__alloc_config *cfg) {
   unsigned long long v;
   if (strcmp(key, "backend") == 0) {
-    cfg->native = cfg->async = false;
+    /* PyTorch's two spellings mean what they mean there; caching is recap's own name for
+     * native, and cudaMalloc (PyTorch's PYTORCH_NO_CUDA_MEMORY_CACHING=1) caches nothing. */
+    cfg->uncached = cfg->async = false;
     if (strcmp(value, "native") == 0)
-      cfg->native = true;
+      note_native_meaning();
+    else if (strcmp(value, "cudaMalloc") == 0)
+      cfg->uncached = true;
     else if (strcmp(value, "cudaMallocAsync") == 0)
       cfg->async = true;
     else if (strcmp(value, "caching") != 0)
-      return bad(key, value, "expected caching, native or cudaMallocAsync");
+      return bad(key, value, "expected native (or caching), cudaMalloc or cudaMallocAsync");
   } else if (strcmp(key, "max_split_size_mb") == 0) {
     /* Below the large segment size, every large segment would be unsplittable. */
     if (!parse_uint(value, &v) || v <= RECAP__ALLOC_LARGE_BUFFER / MIB || v > SIZE_MAX / MIB)
@@ -200,12 +219,13 @@ recap_status recap__alloc_config_parse(const char *text, recap__alloc_config *ou
     }
   }
   /* Expandable segments are a way of caching: the other backends cache nothing of their own
-   * (native) or leave caching to the driver's pool (cudaMallocAsync). */
-  if (cfg.expandable && (cfg.native || cfg.async))
+   * (cudaMalloc) or leave caching to the driver's pool (cudaMallocAsync). */
+  if (cfg.expandable && (cfg.uncached || cfg.async))
     return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
-                      "RECAP_ALLOC_CONF: expandable_segments:True needs backend:caching (it "
-                      "is how the caching allocator gets its segments), not backend:%s",
-                      cfg.native ? "native" : "cudaMallocAsync");
+                      "RECAP_ALLOC_CONF: expandable_segments:True needs the caching allocator "
+                      "(backend:native, the default; it is how that allocator gets its "
+                      "segments), not backend:%s",
+                      cfg.uncached ? "cudaMalloc" : "cudaMallocAsync");
   *out = cfg;
   return RECAP_OK;
 }

@@ -115,8 +115,8 @@ struct recap__allocator {
   size_t pending_count, pending_capacity;
   recap_event **event_cache; /* completed events kept for reuse */
   size_t event_cache_count, event_cache_capacity;
-  /* backend:native frees that could not go back to the device during a capture. */
-  bool native_release_pending;
+  /* backend:cudaMalloc frees that could not go back to the device during a capture. */
+  bool uncached_release_pending;
 
   bool fraction_set;
   double fraction;

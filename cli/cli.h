@@ -62,6 +62,13 @@ int cli_launch_main(int argc, char **argv);
 int cli_run_dist_main(int argc, char **argv);
 bool cli_dist_requested(int argc, char **argv);
 
+/* env.c: `recap env [--markdown]`, and `recap --help`'s environment section (to `out`), both
+ * from the table of RECAP_* variables (runtime/env.h). */
+int cli_env_main(int argc, char **argv);
+/* schema.c: `recap schema`, the spec format's JSON Schema from the op registry. */
+int cli_schema_main(int argc, char **argv);
+void cli_env_print_help(FILE *out);
+
 /* Whether argv[i] is -h or --help for any i. */
 int cli_wants_help(int argc, char **argv);
 

@@ -27,8 +27,9 @@ static void usage(void) {
       "  --prefill N         tokens per prefill step (default: min(128, max-seq)); longer\n"
       "                      prompts run in several steps, the rest one token at a time\n"
       "  --batch LIST        batch buckets, ascending (default 1): the caches hold the largest\n"
-      "  --dtype DTYPE       f32, f16 or bf16 (default: the config's dtype, else the\n"
-      "                      checkpoint's); weights of another dtype are cast as they load\n"
+      "  --dtype DTYPE       f32, f16 or bf16, or PyTorch's float32, float16, bfloat16\n"
+      "                      (default: the config's dtype, else the checkpoint's); weights\n"
+      "                      of another dtype are cast as they load\n"
       "  --paged             the serving layout: steps of T tokens packed from many sequences\n"
       "                      at their own positions (per-sequence metadata), a paged KV pool,\n"
       "                      sampling and the decode step's update in the graph. --batch then\n"
@@ -103,7 +104,10 @@ int cli_import_hf_main(int argc, char **argv) {
     } else if ((m = cli_flag(CMD, argc, argv, &i, "--dtype", &v)) != 0) {
       if (m < 0) return CLI_EXIT_USAGE;
       if (recap_dtype_parse(v, &o.dtype) != RECAP_OK || !recap_dtype_is_float(o.dtype)) {
-        fprintf(stderr, "recap %s: --dtype expects f32, f16 or bf16, got '%s'\n", CMD, v);
+        fprintf(stderr,
+                "recap %s: --dtype expects f32, f16 or bf16 (or float32, float16, bfloat16), "
+                "got '%s'\n",
+                CMD, v);
         return CLI_EXIT_USAGE;
       }
       o.dtype_given = true;

@@ -35,6 +35,9 @@ static const cli_command commands[] = {
      cli_memviz_main},
     {"launch", "start N ranks of `recap run` on this machine's GPUs (NCCL); each rank's exit",
      cli_launch_main},
+    {"env", "every RECAP_* environment variable: value, default, meaning", cli_env_main},
+    {"schema", "the spec format as a JSON Schema, from the op registry (for editors)",
+     cli_schema_main},
 };
 
 int cli_wants_help(int argc, char **argv) {
@@ -64,6 +67,7 @@ int main(int argc, char **argv) {
   }
   if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
     print_usage(stdout);
+    cli_env_print_help(stdout);
     return CLI_EXIT_OK;
   }
   if (strcmp(argv[1], "--version") == 0) {

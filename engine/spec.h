@@ -53,6 +53,9 @@ typedef struct {
 
 /* Dims and literal sizes stay below 2^62, as the op registry's element counts do. */
 #define RECAP__SPEC_MAX_SIZE ((int64_t)1 << 62)
+/* The spec format this loader reads (`version:`, default 1); any other version is an error at
+ * the key, so that a later format may change what keys mean. `recap schema` says it too. */
+enum { RECAP__SPEC_FORMAT_VERSION = 1 };
 
 typedef struct {
   recap__yaml_limits yaml; /* file size, depth, aliases, scalar length, node count */

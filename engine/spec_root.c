@@ -559,10 +559,22 @@ static void parse_run(loader *L, const recap__yaml_node *node) {
 
 /* ---- the whole spec -------------------------------------------------------------------- */
 
+/* `version:` (RECAP__SPEC_FORMAT_VERSION): false, with the error at the value, for another. */
+static bool parse_version(loader *L, const recap__yaml_node *n) {
+  int64_t v;
+  if (recap__spec_is_scalar(n) && recap__spec_parse_int(n, &v) == INT_OK &&
+      v == RECAP__SPEC_FORMAT_VERSION)
+    return true;
+  ERR(L, n->pos, "version: this recap reads spec format version %d, got %s%s%.64s%s",
+      RECAP__SPEC_FORMAT_VERSION, recap__yaml_describe(n), recap__spec_is_scalar(n) ? " '" : "",
+      recap__spec_is_scalar(n) ? n->text : "", recap__spec_is_scalar(n) ? "'" : "");
+  return false;
+}
+
 static void parse_root(loader *L, const recap__yaml_node *root) {
-  static const char *const keys[] = {"name",    "device", "dtype",      "seed",    "dims",
-                                     "entries", "blocks", "checkpoint", "tensors", "ops",
-                                     "outputs", "run",    NULL};
+  static const char *const keys[] = {"version", "name",    "device", "dtype",      "seed",
+                                     "dims",    "entries", "blocks", "checkpoint", "tensors",
+                                     "ops",     "outputs", "run",    NULL};
   recap__spec *spec = L->spec;
   if (!root || recap__yaml_is_null(root)) {
     ERR(L, ((recap__src_pos){.file = spec->file, .line = 1, .col = 1}),
@@ -576,9 +588,11 @@ static void parse_root(loader *L, const recap__yaml_node *root) {
     return;
   }
   spec->pos = root->pos;
-  recap__spec_check_keys(L, root, keys, "the spec");
-
   const recap__yaml_node *n;
+  /* Another version's keys may mean other things (or be new): nothing more is worth reporting,
+   * not even an unknown key. */
+  if ((n = recap__spec_lookup(root, "version")) && !parse_version(L, n)) return;
+  recap__spec_check_keys(L, root, keys, "the spec");
   if ((n = recap__spec_lookup(root, "name")) && recap__spec_get_string(L, n, "name", &spec->name) &&
       strpbrk(spec->name, "\t\n")) {
     /* It heads one-line outputs (validate, plan, bench) and NVTX ranges. */

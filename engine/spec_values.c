@@ -153,13 +153,16 @@ bool recap__spec_get_dtype(loader *L, const recap__yaml_node *n, const char *wha
   recap_dtype d;
   if (!recap__spec_is_scalar(n) || recap_dtype_parse(n->text, &d) != RECAP_OK) {
     ERR(L, n->pos, "%s: expected a dtype (%s), got %s%s%.64s%s", what,
-        float_only ? "f32, f16 or bf16" : "f32, f16, bf16, i32 or i64", recap__yaml_describe(n),
-        recap__spec_is_scalar(n) ? " '" : "", recap__spec_is_scalar(n) ? n->text : "",
-        recap__spec_is_scalar(n) ? "'" : "");
+        float_only ? "f32, f16 or bf16, or float32, float16, bfloat16"
+                   : "f32, f16, bf16, i32 or i64, or float32, float16, bfloat16, int32 or int64",
+        recap__yaml_describe(n), recap__spec_is_scalar(n) ? " '" : "",
+        recap__spec_is_scalar(n) ? n->text : "", recap__spec_is_scalar(n) ? "'" : "");
     return false;
   }
   if (float_only && !recap_dtype_is_float(d)) {
-    ERR(L, n->pos, "%s: expected a float dtype (f32, f16 or bf16), got %s", what, n->text);
+    ERR(L, n->pos,
+        "%s: expected a float dtype (f32, f16 or bf16, or float32, float16, bfloat16), got %s",
+        what, n->text);
     return false;
   }
   *out = d;

@@ -316,6 +316,11 @@ RECAP_API const char *recap_dtype_name(recap_dtype dtype);
 /* Bytes per element; 0 for an invalid value. */
 RECAP_API size_t recap_dtype_size(recap_dtype dtype);
 RECAP_API int recap_dtype_is_float(recap_dtype dtype);
+/* PyTorch's name: "float32", "float16", "bfloat16", "int32", "int64"; NULL for an invalid
+ * value. */
+RECAP_API const char *recap_dtype_long_name(recap_dtype dtype);
+/* The short name ("bf16") or PyTorch's ("bfloat16"); RECAP_STATUS_INVALID_ARGUMENT naming both
+ * lists otherwise. */
 RECAP_API recap_status recap_dtype_parse(const char *name, recap_dtype *out);
 
 enum { RECAP_MAX_DIMS = 4 };
@@ -439,11 +444,14 @@ static inline void recap__nvtx_scope_end_(int *unused) {
  *
  * One caching allocator per device, created on first use and configured from the
  * RECAP_ALLOC_CONF environment variable (PyTorch's PYTORCH_CUDA_ALLOC_CONF syntax):
- *   backend:caching|native|cudaMallocAsync, max_split_size_mb:N (N > 20),
+ *   backend:native|caching|cudaMalloc|cudaMallocAsync, max_split_size_mb:N (N > 20),
  *   garbage_collection_threshold:T (0 < T < 1, acts once a memory fraction is set),
  *   roundup_power2_divisions:D (a power of two) or roundup_power2_divisions:[256:1,512:2,>:8]
  *   (per power-of-two MiB interval), expandable_segments:True|False.
- * expandable_segments:True (backend:caching only): segments reserve address space and grow
+ * backend:native (PyTorch's name) and backend:caching are the caching allocator, the default;
+ * backend:cudaMalloc caches nothing (each block is its own raw allocation; recap's
+ * backend:native before, and PyTorch's PYTORCH_NO_CUDA_MEMORY_CACHING=1).
+ * expandable_segments:True (caching allocator only): segments reserve address space and grow
  * by mapping chunks (2 MiB small, 20 MiB large) at a stable base, so freed memory serves any
  * later size; empty_cache unmaps only whole free chunks at a segment's end (or whole free
  * segments), never memory of a live block or of a private pool still referenced. Such memory
@@ -481,7 +489,7 @@ static inline void recap__nvtx_scope_end_(int *unused) {
  * to it (so a graph's addresses stay valid for replay). Pools are reference counted; routes
  * hold a reference. Once the last reference goes, the pool's free segments are released by
  * recap_empty_cache; memory of a pool still referenced is never released. With
- * backend:native, private pools still cache (a captured graph replays into their memory).
+ * backend:cudaMalloc, private pools still cache (a captured graph replays into their memory).
  * ---------------------------------------------------------------------------------------- */
 
 /* Index of the second dimension of every recap_memory_stats array. */
@@ -803,6 +811,9 @@ RECAP_API recap_status recap_op_info_find(const char *name, recap_op_info *out);
 /* Attribute attr_index of op op_index; RECAP_STATUS_INVALID_ARGUMENT when out of range. */
 RECAP_API recap_status recap_op_attr_info_get(size_t op_index, size_t attr_index,
                                               recap_op_attr_info *out);
+/* The activations a RECAP_OP_ATTR_ACTIVATION attribute takes, by index ("none", "relu", ...;
+ * the order of its default_value); NULL past the last. */
+RECAP_API const char *recap_op_activation_name(size_t index);
 
 /* One op launched on a stream without a spec (benchmarks, tests, embedders' own loops): the
  * inputs and outputs are the caller's tensors (recap_tensor views of device memory, or of host

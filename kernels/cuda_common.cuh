@@ -33,6 +33,7 @@
 #include <utility>
 
 #include "include/recap.h"
+#include "runtime/env.h"
 #include "runtime/error.h"
 
 #define RECAP_CEIL_DIV(a, b) (((a) + (b)-1) / (b))
@@ -97,16 +98,13 @@ struct recap__cuda_launch_range {
  * other .cu files) need nothing: a launch without the attribute waits for everything before
  * it, and a PDL kernel after a foreign one waits in recap__pdl_begin.
  *
- * RECAP_PDL=0 in the environment (read once per process) turns the attribute off, for A/B
- * timing; devices below 9.0 never get it. */
+ * RECAP_PDL=0 (a boolean switch, runtime/env.h; read once per process) turns the attribute
+ * off, for A/B timing; devices below 9.0 never get it. */
 
 /* Whether launches on the current device use PDL. The environment is read and each device's
  * compute capability queried once; later calls cost a cudaGetDevice and an atomic load. */
 static inline bool recap__cuda_pdl_enabled() {
-  static const bool env_on = [] {
-    const char *v = getenv("RECAP_PDL");
-    return !(v && strcmp(v, "0") == 0);
-  }();
+  static const bool env_on = recap__env_bool("RECAP_PDL", 1) == 1;
   if (!env_on) return false;
   constexpr int kMaxDevices = 64;
   /* Per device: 0 not asked yet, 1 PDL, -1 no PDL. */

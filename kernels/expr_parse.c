@@ -288,15 +288,14 @@ static recap__expr_node parse_call(parser *P) {
     r = built(P, recap__expr_scale(P->program, a, factor), at);
   } else if (fn->op == RECAP_EXPR_CAST) {
     if (!expect(P, TOK_COMMA, "',' and a dtype (cast(x, f16))")) return RECAP_EXPR_NONE;
-    recap_dtype dtype;
-    if (tok_is(P, "f32"))
-      dtype = RECAP_DTYPE_F32;
-    else if (tok_is(P, "f16"))
-      dtype = RECAP_DTYPE_F16;
-    else if (tok_is(P, "bf16"))
-      dtype = RECAP_DTYPE_BF16;
-    else {
-      error_at(P, P->tok.start, "cast's second argument must be f32, f16 or bf16");
+    /* Any float dtype name recap_dtype_parse knows: the short ones and PyTorch's (float16). */
+    recap_dtype dtype = RECAP_DTYPE_F32;
+    char word[16] = "";
+    if (P->tok.kind == TOK_NAME && P->tok.len < sizeof word)
+      memcpy(word, P->text + P->tok.start, P->tok.len);
+    if (!word[0] || recap_dtype_parse(word, &dtype) != RECAP_OK || !recap_dtype_is_float(dtype)) {
+      error_at(P, P->tok.start,
+               "cast's second argument must be f32, f16 or bf16 (or float32, float16, bfloat16)");
       return RECAP_EXPR_NONE;
     }
     next(P);

@@ -28,10 +28,15 @@ static recap_op_attr_kind public_kind(recap__attr_kind kind) {
   return RECAP_OP_ATTR_EXPR;
 }
 
+/* In the order of recap__activation, which RECAP_OP_ATTR_ACTIVATION defaults index. */
+static const char *const acts[] = {"none", "relu", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh"};
+
+const char *recap_op_activation_name(size_t index) {
+  return index < sizeof acts / sizeof acts[0] ? acts[index] : NULL;
+}
+
 /* The default as a spec would write it. */
 static void format_default(const recap__attr_def *a, char *buf, size_t size) {
-  static const char *const acts[] = {"none", "relu",    "gelu", "gelu_tanh",
-                                     "silu", "sigmoid", "tanh"};
   if (a->required) {
     snprintf(buf, size, "required");
     return;

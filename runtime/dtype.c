@@ -34,14 +34,27 @@ int recap_dtype_is_float(recap_dtype dtype) {
   return dtype_valid(dtype) ? dtype_info[dtype].is_float : 0;
 }
 
+/* PyTorch's names (torch.float32, ...), which spec authors and `recap import-hf --dtype` users
+ * type as often as the short ones; recap_dtype_name keeps printing the short ones. */
+static const char *const long_names[RECAP_DTYPE_COUNT] = {
+    [RECAP_DTYPE_F32] = "float32", [RECAP_DTYPE_F16] = "float16", [RECAP_DTYPE_BF16] = "bfloat16",
+    [RECAP_DTYPE_I32] = "int32",   [RECAP_DTYPE_I64] = "int64",
+};
+
+const char *recap_dtype_long_name(recap_dtype dtype) {
+  return dtype_valid(dtype) ? long_names[dtype] : NULL;
+}
+
 recap_status recap_dtype_parse(const char *name, recap_dtype *out) {
   RECAP_CHECK_ARG(name && out);
   for (int d = 0; d < RECAP_DTYPE_COUNT; ++d) {
-    if (strcmp(name, dtype_info[d].name) == 0) {
+    if (strcmp(name, dtype_info[d].name) == 0 || strcmp(name, long_names[d]) == 0) {
       *out = (recap_dtype)d;
       return RECAP_OK;
     }
   }
   return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
-                    "unknown dtype '%s' (expected f32, f16, bf16, i32 or i64)", name);
+                    "unknown dtype '%s' (expected f32, f16, bf16, i32 or i64, or PyTorch's "
+                    "float32, float16, bfloat16, int32 or int64)",
+                    name);
 }

@@ -19,6 +19,9 @@ command -v cmake >/dev/null 2>&1 || need+=(cmake)
 command -v pkg-config >/dev/null 2>&1 || need+=(pkg-config)
 # scripts/check_layers.py (.ci/run's layering check): python3, standard library only.
 command -v python3 >/dev/null 2>&1 || need+=(python3)
+# scripts/check_schema.py (.ci/run's spec schema check): YAML and JSON Schema for python3.
+python3 -c 'import yaml' >/dev/null 2>&1 || need+=(python3-yaml)
+python3 -c 'import jsonschema' >/dev/null 2>&1 || need+=(python3-jsonschema)
 if [ ${#need[@]} -gt 0 ]; then
   echo "recap: installing ${need[*]}" >&2
   sudo_cmd=""

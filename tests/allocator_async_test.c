@@ -186,7 +186,7 @@ static void test_async_conf_is_accepted_and_combinations_checked(void) {
                RECAP_STATUS_INVALID_ARGUMENT);
   recap__alloc_config c;
   CHECK_OK(recap__alloc_config_parse("backend:cudaMallocAsync", &c));
-  CU_ASSERT(c.async && !c.native && !c.expandable);
+  CU_ASSERT(c.async && !c.uncached && !c.expandable);
 }
 
 int main(void) {

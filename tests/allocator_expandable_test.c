@@ -333,12 +333,14 @@ static void test_ipc_of_expandable_memory_is_refused_with_a_clear_error(void) {
 }
 
 static void test_expandable_needs_the_caching_backend(void) {
-  CHECK_STATUS(recap_alloc_conf_check("backend:native,expandable_segments:True"),
+  CHECK_STATUS(recap_alloc_conf_check("backend:cudaMalloc,expandable_segments:True"),
                RECAP_STATUS_INVALID_ARGUMENT);
-  CHECK_ERROR_MENTIONS("backend:caching");
+  CHECK_ERROR_MENTIONS("backend:native");
+  /* PyTorch's common spelling: native is the caching allocator there and here. */
+  CHECK_OK(recap_alloc_conf_check("backend:native,expandable_segments:True"));
   CHECK_STATUS(recap_alloc_conf_check("expandable_segments:True,backend:cudaMallocAsync"),
                RECAP_STATUS_INVALID_ARGUMENT);
-  CHECK_OK(recap_alloc_conf_check("expandable_segments:False,backend:native"));
+  CHECK_OK(recap_alloc_conf_check("expandable_segments:False,backend:cudaMalloc"));
   /* A raw backend without virtual memory cannot give expandable segments: an error, not a
    * silent fallback. */
   recap__raw_runtime rt;

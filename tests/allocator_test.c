@@ -700,12 +700,12 @@ static void test_garbage_collection_releases_long_unused_segments(void) {
 }
 
 /* ------------------------------------------------------------------------------------------
- * backend:native
+ * backend:cudaMalloc (no caching) and backend:native (PyTorch's name of the caching allocator)
  * ---------------------------------------------------------------------------------------- */
 
-static void test_native_backend_gives_each_request_its_own_exact_allocation(void) {
+static void test_cudamalloc_backend_gives_each_request_its_own_exact_allocation(void) {
   fixture f;
-  fx_open(&f, "backend:native");
+  fx_open(&f, "backend:cudaMalloc");
   void *a = alloc_ok(&f, 1000, f.s1);
   void *b = alloc_ok(&f, 1000, f.s1);
   recap__raw_failing_counts counts;
@@ -716,6 +716,34 @@ static void test_native_backend_gives_each_request_its_own_exact_allocation(void
   recap__raw_failing_counts_get(f.failing, &counts);
   CU_ASSERT_EQUAL(counts.live_bytes, 1000); /* back to the device at once */
   CU_ASSERT_EQUAL(stats_of(&f).reserved_bytes[RECAP_STAT_ALL].current, 1000);
+  free_ok(&f, b);
+  fx_close(&f);
+}
+
+static void test_native_backend_is_the_caching_allocator_with_one_note_at_most(void) {
+  test_stderr_capture_begin();
+  for (int i = 0; i < 3; i++) {
+    recap__alloc_config c;
+    CHECK_OK(recap__alloc_config_parse("backend:native,expandable_segments:True", &c));
+    CU_ASSERT(!c.uncached && !c.async && c.expandable);
+    CHECK_OK(recap__alloc_config_parse("backend:caching", &c));
+    CU_ASSERT(!c.uncached && !c.async);
+  }
+  char *text = test_stderr_capture_end();
+  /* Once per process: an earlier test may have had it already (cli_test sees it once). */
+  CU_ASSERT(test_count_occurrences(text, "recap: note:") <= 1);
+  if (*text) CU_ASSERT_PTR_NOT_NULL(strstr(text, "backend:cudaMalloc"));
+  free(text);
+  /* Reusing blocks is what caching means: the second request gets the first's memory. */
+  fixture f;
+  fx_open(&f, "backend:native");
+  void *a = alloc_ok(&f, 1000, f.s1);
+  free_ok(&f, a);
+  void *b = alloc_ok(&f, 1000, f.s1);
+  CU_ASSERT_PTR_EQUAL(a, b);
+  recap__raw_failing_counts counts;
+  recap__raw_failing_counts_get(f.failing, &counts);
+  CU_ASSERT_EQUAL(counts.alloc_calls, 1);
   free_ok(&f, b);
   fx_close(&f);
 }
@@ -745,8 +773,8 @@ static void test_malformed_alloc_conf_is_rejected_naming_the_key(void) {
       {",backend:native", "empty setting"},
       {":4", "no key"},
       {"expandable_segments:Maybe", "expected True or False"},
-      {"backend:native,expandable_segments:True", "needs backend:caching"},
-      {"backend:lazy", "cudaMallocAsync"},
+      {"backend:cudaMalloc,expandable_segments:True", "not backend:cudaMalloc"},
+      {"backend:lazy", "expected native (or caching), cudaMalloc or cudaMallocAsync"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     recap_clear_error();
@@ -772,12 +800,12 @@ static void test_malformed_alloc_conf_is_rejected_naming_the_key(void) {
 static void test_parsed_settings_take_effect(void) {
   recap__alloc_config c;
   CHECK_OK(recap__alloc_config_parse(
-      "backend:native,max_split_size_mb:64,garbage_collection_threshold:0.25", &c));
-  CU_ASSERT_TRUE(c.native);
+      "backend:cudaMalloc,max_split_size_mb:64,garbage_collection_threshold:0.25", &c));
+  CU_ASSERT_TRUE(c.uncached);
   CU_ASSERT_EQUAL(c.max_split_size, 64 * (size_t)MIB);
   CU_ASSERT_DOUBLE_EQUAL(c.gc_threshold, 0.25, 1e-12);
   CHECK_OK(recap__alloc_config_parse(NULL, &c));
-  CU_ASSERT_FALSE(c.native);
+  CU_ASSERT_FALSE(c.uncached);
   CU_ASSERT_EQUAL(c.max_split_size, SIZE_MAX);
 }
 
@@ -911,7 +939,8 @@ int main(void) {
       T_(test_memory_fraction_caps_reserved_memory, true),
       T_(test_failing_backend_fails_by_predicate, false),
       T_(test_garbage_collection_releases_long_unused_segments, true),
-      T_(test_native_backend_gives_each_request_its_own_exact_allocation, true),
+      T_(test_cudamalloc_backend_gives_each_request_its_own_exact_allocation, true),
+      T_(test_native_backend_is_the_caching_allocator_with_one_note_at_most, true),
       T_(test_malformed_alloc_conf_is_rejected_naming_the_key, false),
       T_(test_parsed_settings_take_effect, false),
       T_(test_stats_equal_snapshot_sums_after_every_step, true),

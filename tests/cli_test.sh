@@ -36,7 +36,7 @@ check_json() { # FILE: parses as JSON
 
 # --help on every subcommand, usage errors.
 for cmd in info validate plan ops dot run bench bench-ops bench-capture bench-decode serve-bench \
-  memviz launch import-hf generate; do
+  memviz launch import-hf generate env schema; do
   expect 0 "$cmd --help" -- "$recap" "$cmd" --help
   grep -q "usage: recap $cmd" "$tmp/out" || fail "$cmd --help prints no usage line"
   # Help speaks for itself: no references into an issue tracker the user cannot see.
@@ -47,6 +47,16 @@ for flag in --world --rank --init --timeout; do
   grep -q -- "$flag" "$tmp/out" || fail "run --help does not list $flag"
 done
 expect 0 "recap --help" -- "$recap" --help
+# The environment section comes from the table of variables (runtime/env_table.c), which lists
+# the tests' own variables for `recap env` only.
+grep -q "^environment:" "$tmp/out" || fail "recap --help has no environment section"
+grep -q "RECAP_ALLOC_CONF" "$tmp/out" || fail "recap --help does not list RECAP_ALLOC_CONF"
+grep -q "RECAP_TEST_SEED" "$tmp/out" && fail "recap --help lists a test-only variable"
+RECAP_FUSION=off expect 0 "recap env" -- "$recap" env
+grep -A1 "^RECAP_FUSION " "$tmp/out" | grep -q "set: 'off'" || fail "recap env does not show a value"
+grep -A1 "^RECAP_TEST_SEED " "$tmp/out" | grep -q "(tests only)" ||
+  grep -q "^RECAP_TEST_SEED .*(tests only)" "$tmp/out" || fail "recap env does not mark test-only"
+expect 2 "recap env with an argument" -- "$recap" env extra
 expect 2 "no command" -- "$recap"
 expect 2 "unknown command" -- "$recap" frobnicate
 expect 2 "unknown flag" -- "$recap" run "$specs/fork_join.yaml" --bogus
@@ -886,6 +896,19 @@ grep -q "^generated: ${greedy#* }$" "$tmp/out" ||
 expect 2 "generate without a prompt" -- "$recap" generate "$tmp/qwen2.yaml"
 expect 2 "import-hf without -o" -- "$recap" import-hf "$tmp/qwen2"
 expect 2 "import-hf bad dtype" -- "$recap" import-hf "$tmp/qwen2" -o - --dtype i32
+expect 0 "import-hf --dtype in PyTorch's spelling" -- "$recap" import-hf "$tmp/qwen2" -o - \
+  --dtype bfloat16
+grep -q "^dtype: bf16" "$tmp/out" || fail "import-hf --dtype bfloat16 is not bf16"
+# RECAP_ALLOC_CONF's PyTorch spellings: backend:native is the caching allocator (expandable
+# segments allowed), noted once per process with the new name of the old no-caching mode.
+RECAP_ALLOC_CONF=backend:native,expandable_segments:True expect 0 "backend:native" -- \
+  "$recap" run "$specs/fork_join.yaml" --device host --iters 2
+[ "$(grep -c "recap: note: RECAP_ALLOC_CONF backend:native" "$tmp/err")" -eq 1 ] ||
+  fail "backend:native does not print its note exactly once"
+grep -q "backend:cudaMalloc" "$tmp/err" || fail "the backend:native note does not name cudaMalloc"
+RECAP_ALLOC_CONF=backend:cudaMalloc expect 0 "backend:cudaMalloc" -- \
+  "$recap" run "$specs/fork_join.yaml" --device host --iters 2
+grep -q "recap: note:" "$tmp/err" && fail "backend:cudaMalloc prints a note"
 expect 1 "import-hf of a folder without a model" -- "$recap" import-hf "$tmp" -o -
 grep -q "config.json" "$tmp/err" || fail "import-hf does not name the missing config.json"
 # import-hf --paged: the serving layout, validated (both entries), and its decode step timed on

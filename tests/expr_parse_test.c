@@ -57,6 +57,8 @@ static void test_parse_functions_numbers_and_names(void) {
   check_format("scale(a + b, 2)", "scale((a + b), 2)");
   check_format("cast(a, f16) + cast(b, bf16) + cast(c, f32)",
                "((cast(a, f16) + cast(b, bf16)) + cast(c, f32))");
+  check_format("cast(a, float16) + cast(b, bfloat16) + cast(c, float32)",
+               "((cast(a, f16) + cast(b, bf16)) + cast(c, f32))");
   check_format("select(a > 0, a, 0.5 * a)", "select((a > 0), a, (0.5 * a))");
   check_format("a != b", "(a != b)");
   check_format("a <= b", "(a <= b)");
@@ -121,6 +123,7 @@ static void test_parse_errors_report_the_offset_of_the_bad_token(void) {
       {"scale(a)", 7, "scale factor"},
       {"scale(a, b)", 9, "expected a number"},
       {"cast(a, i32)", 8, "f32, f16 or bf16"},
+      {"cast(a, int64)", 8, "(or float32, float16, bfloat16)"},
       {"cast(a)", 6, "a dtype"},
       {"select(a, b)", 11, "three arguments"},
       {"select(a, b, c, a)", 14, "too many arguments"},

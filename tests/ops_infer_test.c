@@ -163,6 +163,15 @@ static void test_dtype_names_sizes_and_parse(void) {
     CHECK_OK(recap_dtype_parse(expect[i].name, &parsed));
     CU_ASSERT_EQUAL(parsed, expect[i].dt);
   }
+  /* PyTorch's names parse too; recap_dtype_name keeps the short ones. */
+  static const char *const long_names[] = {"float32", "float16", "bfloat16", "int32", "int64"};
+  for (size_t i = 0; i < 5; ++i) {
+    CU_ASSERT_STRING_EQUAL(recap_dtype_long_name(expect[i].dt), long_names[i]);
+    recap_dtype parsed = RECAP_DTYPE_COUNT;
+    CHECK_OK(recap_dtype_parse(long_names[i], &parsed));
+    CU_ASSERT_EQUAL(parsed, expect[i].dt);
+  }
+  CU_ASSERT_PTR_NULL(recap_dtype_long_name(RECAP_DTYPE_COUNT));
   CU_ASSERT_PTR_NULL(recap_dtype_name(RECAP_DTYPE_COUNT));
   CU_ASSERT_PTR_NULL(recap_dtype_name((recap_dtype)-1));
   CU_ASSERT_EQUAL(recap_dtype_size(RECAP_DTYPE_COUNT), 0);
@@ -170,6 +179,8 @@ static void test_dtype_names_sizes_and_parse(void) {
   recap_dtype untouched = RECAP_DTYPE_I64;
   CHECK_STATUS(recap_dtype_parse("f8", &untouched), RECAP_STATUS_INVALID_ARGUMENT);
   CHECK_ERROR_MENTIONS("'f8'");
+  CHECK_ERROR_MENTIONS("f32, f16, bf16, i32 or i64");
+  CHECK_ERROR_MENTIONS("float32, float16, bfloat16, int32 or int64");
   CU_ASSERT_EQUAL(untouched, RECAP_DTYPE_I64);
   CHECK_STATUS(recap_dtype_parse(NULL, &untouched), RECAP_STATUS_INVALID_ARGUMENT);
 }

@@ -21,7 +21,7 @@
  * libcublas) are not recap's and are not counted.
  *
  * The caching allocator (the default) runs in this process. The same sequences run again in a
- * child process (this binary re-executed with --child) under RECAP_ALLOC_CONF=backend:native,
+ * child process (this binary re-executed with --child) under RECAP_ALLOC_CONF=backend:cudaMalloc,
  * where every recap_malloc is its own raw allocation, so each block of the life fails in turn
  * rather than each 2 MiB segment. The CUDA suites are inactive on a machine without a GPU.
  */
@@ -617,14 +617,14 @@ static void add_life_tests(CU_pSuite s) {
 /* A child that has not finished by then is hung. */
 enum { CHILD_DEADLINE_S = 240 };
 
-/* Runs this binary again with RECAP_ALLOC_CONF=backend:native and --child BACKEND: the process-
+/* Runs this binary again with RECAP_ALLOC_CONF=backend:cudaMalloc and --child BACKEND: the process-
  * wide allocator reads its configuration once, at its creation. */
 static void run_native_child(const char *backend) {
   fflush(NULL);
   pid_t pid = fork();
   CU_ASSERT_TRUE_FATAL(pid >= 0);
   if (pid == 0) {
-    setenv("RECAP_ALLOC_CONF", "backend:native", 1);
+    setenv("RECAP_ALLOC_CONF", "backend:cudaMalloc", 1);
     char *argv[] = {"pipeline_device_fault_test", "--child", (char *)backend, NULL};
     execv("/proc/self/exe", argv);
     _exit(127);
@@ -657,9 +657,9 @@ static void test_every_block_allocation_fails_cleanly_under_the_native_allocator
 
 static int child_main(const char *backend) {
   bool cuda = strcmp(backend, "cuda") == 0;
-  CU_pSuite s = cuda ? test_add_cuda_suite("device_fault_life/cuda (backend:native)",
+  CU_pSuite s = cuda ? test_add_cuda_suite("device_fault_life/cuda (backend:cudaMalloc)",
                                            test_suite_use_cuda, NULL)
-                     : test_add_suite("device_fault_life/host (backend:native)",
+                     : test_add_suite("device_fault_life/host (backend:cudaMalloc)",
                                       test_suite_use_host, NULL);
   add_life_tests(s);
   return test_run_all();

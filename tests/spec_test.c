@@ -181,6 +181,35 @@ static void test_spec_integer_input_without_init_starts_at_zeros(void) {
   recap__spec_destroy(spec);
 }
 
+/* PyTorch's dtype names work wherever a dtype is written: the spec's, a tensor's, an attribute's
+ * and an expression's cast. */
+static void test_spec_accepts_pytorch_dtype_names(void) {
+  recap__spec *spec = NULL;
+  const char *text =
+      "dtype: bfloat16\n"
+      "tensors:\n  table: {shape: [16, 8], role: param, dtype: float32}\n"
+      "  ids: {shape: [4], role: input, dtype: int32}\n"
+      "  pos: {shape: [4], role: input, dtype: int64}\n"
+      "  h: {shape: [4], role: input, dtype: float16}\n"
+      "ops:\n  - {op: embedding, in: [table, ids], out: a}\n"
+      "  - {op: embedding, in: [table, pos], out: b}\n"
+      "  - {op: cast, in: h, out: c, dtype: float32}\n"
+      "  - {op: expr, in: [c], out: d, expr: 'cast(c, bfloat16)'}\n";
+  CHECK_OK(load(text, NULL, &spec, NULL));
+  if (!spec) return;
+  CU_ASSERT_EQUAL(spec->dtype, RECAP_DTYPE_BF16);
+  CU_ASSERT_EQUAL(spec->tensors[0].dtype, RECAP_DTYPE_F32);
+  CU_ASSERT_EQUAL(spec->tensors[1].dtype, RECAP_DTYPE_I32);
+  CU_ASSERT_EQUAL(spec->tensors[2].dtype, RECAP_DTYPE_I64);
+  CU_ASSERT_EQUAL(spec->tensors[3].dtype, RECAP_DTYPE_F16);
+  recap__spec_destroy(spec);
+  expect_error("dtype: int32\nops: []\n", "1:8", "expected a float dtype");
+  expect_error(
+      "tensors:\n  x: {shape: [4], role: input, dtype: float8}\n"
+      "ops:\n  - {op: relu, in: x, out: y}\n",
+      "2:39", "float32, float16, bfloat16, int32 or int64");
+}
+
 static void test_spec_anchors_and_aliases_within_limits_work(void) {
   const char *text =
       "tensors:\n  a: {shape: &s [4, 4], role: input}\n  b: {shape: *s, role: input}\n"
@@ -317,6 +346,16 @@ static void test_spec_wrong_types_name_expected_and_found(void) {
   expect_error("device: gpu\nops: []\n", "1:9",
                "device: expected cuda or host, got a string 'gpu'");
   expect_error("dtype: i32\nops: []\n", "1:8", "expected a float dtype");
+  /* version: 1 is this format; another version stops the check at its value, before keys it
+   * may have added. */
+  recap__spec *spec = NULL;
+  CHECK_OK(load("version: 1\ntensors:\n  x: {shape: [4], role: input}\n"
+                "ops:\n  - {op: relu, in: x, out: y}\n",
+                NULL, &spec, NULL));
+  recap__spec_destroy(spec);
+  expect_error("version: 2\nnew_key: 1\nops: []\n", "1:10",
+               "version: this recap reads spec format version 1, got a number '2'");
+  expect_error("version: [1]\nops: []\n", "1:10", "spec format version 1, got a sequence");
   expect_error("ops: {a: 1}\n", "1:6", "ops: expected a sequence, got a mapping");
   expect_error("tensors: [x]\nops: []\n", "1:10", "tensors: expected a mapping, got a sequence");
   expect_error(
@@ -838,6 +877,7 @@ int main(void) {
   CU_ADD_TEST(s, test_spec_parses_every_top_level_key);
   CU_ADD_TEST(s, test_spec_defaults_apply_when_keys_are_absent);
   CU_ADD_TEST(s, test_spec_integer_input_without_init_starts_at_zeros);
+  CU_ADD_TEST(s, test_spec_accepts_pytorch_dtype_names);
   CU_ADD_TEST(s, test_spec_anchors_and_aliases_within_limits_work);
   CU_ADD_TEST(s, test_ir_infers_shapes_dtypes_and_graph_facts);
   CU_ADD_TEST(s, test_ir_bucket_out_of_range_is_invalid_argument);

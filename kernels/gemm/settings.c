@@ -57,15 +57,15 @@ static recap__gemm_env env;
 static pthread_once_t env_once = PTHREAD_ONCE_INIT;
 
 /* A default-on switch: off only when set to an off value (env.h). */
-static bool switch_on(const char *name) {
+static bool env_switch_on(const char *name) {
   return recap__env_bool(name, 1) == 1;
 }
 
 static void read_env(void) {
-  recap__gemm_env e = {.skinny = switch_on("RECAP_GEMM_SKINNY"),
-                       .hopper = switch_on("RECAP_GEMM_HOPPER"),
-                       .skinny_pdl = switch_on("RECAP_GEMM_SKINNY_PDL"),
-                       .skinny_pipe = switch_on("RECAP_GEMM_SKINNY_PIPE")};
+  recap__gemm_env e = {.skinny = env_switch_on("RECAP_GEMM_SKINNY"),
+                       .hopper = env_switch_on("RECAP_GEMM_HOPPER"),
+                       .skinny_pdl = env_switch_on("RECAP_GEMM_SKINNY_PDL"),
+                       .skinny_pipe = env_switch_on("RECAP_GEMM_SKINNY_PIPE")};
   const char *w = getenv("RECAP_GEMM_SKINNY_WARPS");
   if (w) {
     const int v = atoi(w);

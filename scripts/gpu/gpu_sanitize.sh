@@ -4,14 +4,14 @@
 # the CPU work of the tool; the machine has the cores), each within a time budget (default
 # 240 s; the whole script stays under about 5 minutes on an H100):
 #   - memcheck over the ops_cuda_*_test binaries, runtime_cuda_test and graph_test with
-#     RECAP_ALLOC_CONF=backend:native: every block is its own cudaMalloc, so an access past a
+#     RECAP_ALLOC_CONF=backend:cudaMalloc: every block is its own cudaMalloc, so an access past a
 #     block is outside any allocation and memcheck sees it (the caching allocator would hide it
 #     inside a larger segment); and over allocator_test (see below);
 #   - racecheck, synccheck and initcheck over the ops_cuda_*_test binaries (our kernels);
 #   - memcheck over the engine's tests (pipeline_*test) and over `recap run SPEC --mode graph`
 #     and `--mode eager` for every spec in specs/ (one warmup, one timed run), each twice: with
 #     RECAP_ARENA=0 (arena planning off: every intermediate its own allocation, so with
-#     backend:native an overrun from one intermediate into the next is outside any allocation)
+#     backend:cudaMalloc an overrun from one intermediate into the next is outside any allocation)
 #     and with the default arena (what users run). pipeline_device_fault_test is left out: it
 #     fails hundreds of cudaMalloc calls on purpose and runs no kernel the others do not; so
 #     are spec_*test, which make no CUDA call (compute-sanitizer then exits 255, "terminated
@@ -44,7 +44,7 @@ logs=/tmp/recap_sanitize_logs
 rm -rf "$logs"
 mkdir -p "$out" "$logs"
 export LD_LIBRARY_PATH="/usr/local/cuda/lib64:$here/bin:${LD_LIBRARY_PATH:-}"
-export RECAP_ALLOC_CONF=backend:native
+export RECAP_ALLOC_CONF=backend:cudaMalloc
 export RECAP_TEST_TIME_SCALE=${RECAP_TEST_TIME_SCALE:-8}
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
