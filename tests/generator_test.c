@@ -16,6 +16,8 @@
  * runs use fewer).
  */
 #include <math.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -998,8 +1000,12 @@ static recap_status fail_on_the_device(void *args) {
   return RECAP_FAIL(RECAP_STATUS_DEVICE_ERROR, "planted fault");
 }
 
-/* After 3 tokens the host backend faults, as a trapped kernel leaves a CUDA context: the next
- * step fails. */
+/* Set by the test once its second request is in: a tiny model's steps take microseconds, so
+ * without it the engine could fail before the test has submitted that request. */
+static atomic_bool second_submitted;
+
+/* After 3 tokens (and the test's second submit) the host backend faults, as a trapped kernel
+ * leaves a CUDA context: the next step fails. */
 static void fault_after_three(void *user, uint64_t id, int32_t token, recap_request_state state) {
   events *e = user;
   (void)id;
@@ -1007,6 +1013,7 @@ static void fault_after_three(void *user, uint64_t id, int32_t token, recap_requ
     e->ends++;
     e->last = state;
   } else if (++e->tokens == 3) {
+    while (!atomic_load(&second_submitted)) nanosleep(&(struct timespec){0, 100000}, NULL);
     int unused = 0;
     e->cancel_status = recap__host_run_fn(fail_on_the_device, &unused, sizeof unused);
   }
@@ -1026,10 +1033,12 @@ static void test_an_engine_failure_fails_every_request_and_stops_cleanly(void) {
                      .max_new_tokens = 40,
                      .on_token = fault_after_three,
                      .user = &e};
+  atomic_store(&second_submitted, false);
   test_stderr_capture_begin();
   uint64_t running = submit(g, &r);
   r.on_token = NULL;
   uint64_t queued = submit(g, &r);
+  atomic_store(&second_submitted, true);
   recap_status waited = recap_generator_wait(g, running, test_scaled_seconds(60));
   recap_status waited_queued = recap_generator_wait(g, queued, test_scaled_seconds(60));
   uint64_t id = 0;
