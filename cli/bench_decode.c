@@ -9,8 +9,9 @@
  * must read every weight once (a tied LM head counts once) and each sequence's keys and
  * values: bytes per step over the step time, against a device-to-device copy measured in the
  * same run, is the fraction of the bandwidth ceiling the step reaches. One profiled eager run
- * splits the step's device time between GEMMs (linear, matmul) and the rest. Every timing is
- * repeated --repeats times; the median is reported with the spread. */
+ * splits the step's device time by op kind (recap_pipeline_profile): the GEMMs' (linear,
+ * matmul) share is a column, and --profile prints every kind's launches and time. Every timing
+ * is repeated --repeats times; the median is reported with the spread. */
 #include <inttypes.h>
 #include <jansson.h>
 #include <stdlib.h>
@@ -29,7 +30,7 @@ static void usage(void) {
   printf(
       "usage: recap bench-decode SPEC [--batch 1,8,32,64] [--context N] [--tokens N]\n"
       "                          [--repeats N] [--device cuda|host] [--base-dir DIR]\n"
-      "                          [--json FILE]\n\n"
+      "                          [--profile] [--json FILE]\n\n"
       "Times the decode entry of a paged serving spec (`recap import-hf --paged`): per batch\n"
       "size, --tokens steps back to back after a context of --context keys per sequence, with\n"
       "no host copy between steps. Prints the step time (graph replay and eager), tokens/s\n"
@@ -43,6 +44,8 @@ static void usage(void) {
       "  --repeats N      timings per batch and mode; the median is reported (default 5)\n"
       "  --device D       cuda or host (default cuda, else the host with a note)\n"
       "  --base-dir DIR   files the spec names must lie under DIR\n"
+      "  --profile        after the timings, each batch's profiled eager step by op kind:\n"
+      "                   launches per step, device time and share of the step, largest first\n"
       "  --json FILE      write the results as JSON\n\n"
       "exit status: 0 ok, 1 on a failure, 2 on a usage error.\n");
 }
@@ -52,6 +55,7 @@ typedef struct {
   long long batches[MAX_BATCHES];
   size_t num_batches;
   long long context, tokens, repeats;
+  bool profile;
 } decode_args;
 
 static int parse_args(int argc, char **argv, decode_args *a) {
@@ -61,9 +65,11 @@ static int parse_args(int argc, char **argv, decode_args *a) {
   for (int i = 0; i < argc; i++) {
     int m;
     const char *v;
-    if ((m = cli_flag(CMD, argc, argv, &i, "--device", &a->device)) != 0 ||
-        (m = cli_flag(CMD, argc, argv, &i, "--base-dir", &a->base_dir)) != 0 ||
-        (m = cli_flag(CMD, argc, argv, &i, "--json", &a->json_path)) != 0) {
+    if (strcmp(argv[i], "--profile") == 0) {
+      a->profile = true;
+    } else if ((m = cli_flag(CMD, argc, argv, &i, "--device", &a->device)) != 0 ||
+               (m = cli_flag(CMD, argc, argv, &i, "--base-dir", &a->base_dir)) != 0 ||
+               (m = cli_flag(CMD, argc, argv, &i, "--json", &a->json_path)) != 0) {
       if (m < 0) return CLI_EXIT_USAGE;
     } else if ((m = cli_flag(CMD, argc, argv, &i, "--batch", &v)) != 0) {
       if (m < 0 || !cli_parse_int_list(CMD, "--batch", v, 1, 1 << 20, a->batches, MAX_BATCHES,
@@ -218,42 +224,102 @@ static recap_status copy_bandwidth(recap_pipeline *p, double *gbps) {
   return st;
 }
 
-/* One profiled eager step: the GEMMs' share of the device time and the launches. */
-static recap_status gemm_share(recap_pipeline *eager, const decode_shape *s, int64_t batch,
-                               const decode_args *a, int64_t need, double *gemm_ms,
-                               double *total_ms) {
+/* One op kind's part of a profiled step: its launches (views launch nothing) and their device
+ * time. */
+typedef struct {
+  const char *op; /* the op's name, owned by the pipeline */
+  size_t launches;
+  double ms;
+} kind_time;
+
+/* The step's device time by op kind, largest first. */
+typedef struct {
+  kind_time *kinds; /* room for every kind of the registry (recap_op_count) */
+  size_t num_kinds;
+  double total_ms, gemm_ms; /* the GEMMs: linear and matmul */
+} step_profile;
+
+static int by_time_desc(const void *a, const void *b) {
+  const kind_time *x = a, *y = b;
+  return (x->ms < y->ms) - (x->ms > y->ms);
+}
+
+/* Adds one launch of `op` taking `ms` to its kind. */
+static void add_launch(step_profile *sp, const char *op, double ms) {
+  size_t k = 0;
+  while (k < sp->num_kinds && strcmp(sp->kinds[k].op, op) != 0) k++;
+  if (k == sp->num_kinds) sp->kinds[sp->num_kinds++] = (kind_time){.op = op};
+  sp->kinds[k].launches++;
+  sp->kinds[k].ms += ms;
+}
+
+/* One profiled eager step at `batch`, summed by op kind. */
+static recap_status profile_step(recap_pipeline *eager, const decode_shape *s, int64_t batch,
+                                 const decode_args *a, int64_t need, step_profile *sp) {
+  *sp = (step_profile){0};
   recap_pipeline_info info;
   recap_status st = recap_pipeline_info_get(eager, &info);
   if (st != RECAP_OK) return st;
   recap_op_profile *ops = calloc(info.num_ops ? info.num_ops : 1, sizeof *ops);
-  if (!ops) return RECAP_STATUS_OUT_OF_MEMORY;
+  sp->kinds = calloc(recap_op_count(), sizeof *sp->kinds);
+  if (!ops || !sp->kinds) {
+    free(ops);
+    return RECAP_STATUS_OUT_OF_MEMORY;
+  }
   size_t count = 0;
   st = write_metadata(eager, s, batch, a->context, need);
   if (st == RECAP_OK) st = recap_pipeline_profile(eager, batch, ops, info.num_ops, &count);
-  *gemm_ms = *total_ms = 0;
   for (size_t o = 0; st == RECAP_OK && o < count; o++) {
-    *total_ms += ops[o].ms;
-    if (strcmp(ops[o].op, "linear") == 0 || strcmp(ops[o].op, "matmul") == 0) *gemm_ms += ops[o].ms;
+    if (ops[o].is_view) continue;
+    add_launch(sp, ops[o].op, ops[o].ms);
+    sp->total_ms += ops[o].ms;
+    if (strcmp(ops[o].op, "linear") == 0 || strcmp(ops[o].op, "matmul") == 0)
+      sp->gemm_ms += ops[o].ms;
   }
+  qsort(sp->kinds, sp->num_kinds, sizeof sp->kinds[0], by_time_desc);
   free(ops);
   return st;
+}
+
+/* --profile: the step by op kind, one line per kind. */
+static void print_profile(int64_t batch, const step_profile *sp) {
+  printf("\nbatch %" PRId64 ": profiled eager step %.1f us on the device, by op:\n", batch,
+         sp->total_ms * 1e3);
+  printf("  %-22s %10s %12s %8s\n", "op", "launches", "total us", "share");
+  for (size_t k = 0; k < sp->num_kinds; k++)
+    printf("  %-22s %10zu %12.1f %7.1f%%\n", sp->kinds[k].op, sp->kinds[k].launches,
+           sp->kinds[k].ms * 1e3, sp->total_ms > 0 ? 100.0 * sp->kinds[k].ms / sp->total_ms : 0.0);
+}
+
+static json_t *profile_json(const step_profile *sp) {
+  json_t *kinds = json_array();
+  for (size_t k = 0; kinds && k < sp->num_kinds; k++)
+    json_array_append_new(
+        kinds, json_pack("{ss sI sf sf}", "op", sp->kinds[k].op, "launches",
+                         (json_int_t)sp->kinds[k].launches, "ms", sp->kinds[k].ms, "share",
+                         sp->total_ms > 0 ? sp->kinds[k].ms / sp->total_ms : 0.0));
+  return kinds;
 }
 
 typedef struct {
   int64_t batch;
   cli_summary graph, eager;
-  double bytes, gemm_ms, profiled_ms;
+  double bytes;
   size_t kernels;
+  step_profile profile;
 } decode_result;
 
-static json_t *result_json(const decode_result *r, double copy_gbps) {
+static json_t *result_json(const decode_result *r, double copy_gbps, bool profile) {
   double gbps = r->bytes / (r->graph.median * 1e-3) / 1e9;
-  return json_pack("{sI sf sf sf sf sf sf sf sf sI sf sf}", "batch", (json_int_t)r->batch,
-                   "graph_ms_per_step", r->graph.median, "graph_ms_p10", r->graph.p10,
-                   "graph_ms_p90", r->graph.p90, "eager_ms_per_step", r->eager.median,
-                   "tokens_per_s", (double)r->batch / (r->graph.median * 1e-3), "bytes_per_step",
-                   r->bytes, "gb_per_s", gbps, "fraction_of_copy", gbps / copy_gbps, "kernels",
-                   (json_int_t)r->kernels, "gemm_ms", r->gemm_ms, "profiled_ms", r->profiled_ms);
+  json_t *row =
+      json_pack("{sI sf sf sf sf sf sf sf sf sI sf sf}", "batch", (json_int_t)r->batch,
+                "graph_ms_per_step", r->graph.median, "graph_ms_p10", r->graph.p10, "graph_ms_p90",
+                r->graph.p90, "eager_ms_per_step", r->eager.median, "tokens_per_s",
+                (double)r->batch / (r->graph.median * 1e-3), "bytes_per_step", r->bytes, "gb_per_s",
+                gbps, "fraction_of_copy", gbps / copy_gbps, "kernels", (json_int_t)r->kernels,
+                "gemm_ms", r->profile.gemm_ms, "profiled_ms", r->profile.total_ms);
+  if (row && profile) json_object_set_new(row, "profile", profile_json(&r->profile));
+  return row;
 }
 
 /* Whether `batch` sequences of `positions` positions each fit the spec's pools and tables;
@@ -299,7 +365,8 @@ static int run_batches(const decode_args *a, recap_pipeline *graph, recap_pipeli
          "tokens/s", "GB/s", "of copy", "eager ms", "speedup", "kernels", "GEMM");
   json_t *rows = json_array();
   double *samples = malloc(sizeof(double) * (size_t)a->repeats);
-  int rc = rows && samples ? CLI_EXIT_OK : CLI_EXIT_FAILURE;
+  decode_result *results = calloc(a->num_batches, sizeof *results);
+  int rc = rows && samples && results ? CLI_EXIT_OK : CLI_EXIT_FAILURE;
   for (size_t i = 0; rc == CLI_EXIT_OK && i < a->num_batches; i++) {
     int64_t batch = a->batches[i];
     decode_result r = {.batch = batch};
@@ -307,7 +374,7 @@ static int run_batches(const decode_args *a, recap_pipeline *graph, recap_pipeli
     if (st == RECAP_OK) cli_summarize(samples, (int)a->repeats, &r.graph);
     if (st == RECAP_OK) st = time_steps(eager, s, batch, a, need, samples);
     if (st == RECAP_OK) cli_summarize(samples, (int)a->repeats, &r.eager);
-    if (st == RECAP_OK) st = gemm_share(eager, s, batch, a, need, &r.gemm_ms, &r.profiled_ms);
+    if (st == RECAP_OK) st = profile_step(eager, s, batch, a, need, &r.profile);
     size_t bucket = 0;
     while (bucket + 1 < info.num_buckets && info.bucket_values[bucket] < batch) bucket++;
     const recap_graph *g = NULL;
@@ -316,6 +383,7 @@ static int run_batches(const decode_args *a, recap_pipeline *graph, recap_pipeli
     if (st == RECAP_OK && g) st = recap_graph_info_get(g, &gi);
     if (st != RECAP_OK) {
       cli_report_failure(CMD, "the decode steps", st);
+      free(r.profile.kinds);
       rc = CLI_EXIT_FAILURE;
       break;
     }
@@ -328,9 +396,13 @@ static int run_batches(const decode_args *a, recap_pipeline *graph, recap_pipeli
     printf("%6" PRId64 " %12.4f %10.1f %10.0f %12.1f %7.1f%% %12.4f %7.2fx %8zu %5.0f%%\n", batch,
            r.graph.median, spread, (double)batch / (r.graph.median * 1e-3), gbps,
            100.0 * gbps / copy_gbps, r.eager.median, r.eager.median / r.graph.median, r.kernels,
-           r.profiled_ms > 0 ? 100.0 * r.gemm_ms / r.profiled_ms : 0.0);
-    json_array_append_new(rows, result_json(&r, copy_gbps));
+           r.profile.total_ms > 0 ? 100.0 * r.profile.gemm_ms / r.profile.total_ms : 0.0);
+    json_array_append_new(rows, result_json(&r, copy_gbps, a->profile));
+    results[i] = r;
   }
+  for (size_t i = 0; rc == CLI_EXIT_OK && a->profile && i < a->num_batches; i++)
+    print_profile(results[i].batch, &results[i].profile);
+  for (size_t i = 0; results && i < a->num_batches; i++) free(results[i].profile.kinds);
   if (rc == CLI_EXIT_OK && a->json_path) {
     json_t *root =
         json_pack("{ss sI sI sf so}", "spec", a->path, "context", (json_int_t)a->context, "tokens",
@@ -341,6 +413,7 @@ static int run_batches(const decode_args *a, recap_pipeline *graph, recap_pipeli
   }
   json_decref(rows);
   free(samples);
+  free(results);
   return rc;
 }
 

@@ -150,11 +150,10 @@ static void put_norm(recap__text *t, const cli_hf_config *c, const char *in, con
                     number(c->norm_eps, eps, sizeof eps));
 }
 
-/* RoPE of `in` [B, S, heads, Dh] at `positions` into `out`. */
-static void put_rope(recap__text *t, const cli_hf_config *c, const char *in, const char *out) {
+/* The RoPE attributes of the config, closing the op's braces. */
+static void put_rope_attrs(recap__text *t, const cli_hf_config *c) {
   char theta[40], factor[40], low[40], high[40];
-  recap__text_put(t, "      - {op: rope, in: [%s, positions], out: %s, theta: %s", in, out,
-                  number(c->rope_theta, theta, sizeof theta));
+  recap__text_put(t, ", theta: %s", number(c->rope_theta, theta, sizeof theta));
   if (c->llama3)
     recap__text_put(t,
                     ", llama3: true, factor: %s, low_freq_factor: %s, high_freq_factor: %s, "
@@ -164,6 +163,12 @@ static void put_rope(recap__text *t, const cli_hf_config *c, const char *in, con
                     number(c->llama3_high_freq_factor, high, sizeof high),
                     c->llama3_original_max_positions);
   recap__text_put(t, "}\n");
+}
+
+/* RoPE of `in` [B, S, heads, Dh] at `positions` into `out`. */
+static void put_rope(recap__text *t, const cli_hf_config *c, const char *in, const char *out) {
+  recap__text_put(t, "      - {op: rope, in: [%s, positions], out: %s", in, out);
+  put_rope_attrs(t, c);
 }
 
 /* x -> h: norm, q/k/v, (q/k norm,) RoPE, the caches, attention, output projection, residual. */
@@ -189,20 +194,32 @@ static void put_attention(recap__text *t, const cli_hf_config *c, const cli_hf_w
     q = "q_normed";
     k = "k_normed";
   }
-  if (!c->arch->gpt2) {
-    put_rope(t, c, q, "q_rows");
-    put_rope(t, c, k, "k_rows");
-    q = "q_rows";
-    k = "k_rows";
-  }
   char scale[40] = "";
   if (c->attention_scale > 0) {
     char s[32];
     snprintf(scale, sizeof scale, ", scale: %s", number(c->attention_scale, s, sizeof s));
   }
+  if (o->paged && !c->arch->gpt2) {
+    /* RoPE of q and k at each token's position and both pool writes in one launch (after
+     * Qwen3's q/k norms, which it reads). */
+    recap__text_put(t,
+                    "      - {op: paged_rope_kv_write, in: [%s, %s, v_rows, k_cache, v_cache, "
+                    "seqs], out: [q_rows, k_all, v_all]",
+                    q, k);
+    put_rope_attrs(t, c);
+    q = "q_rows";
+  } else if (!c->arch->gpt2) {
+    put_rope(t, c, q, "q_rows");
+    put_rope(t, c, k, "k_rows");
+    q = "q_rows";
+    k = "k_rows";
+  }
   if (o->paged) {
-    recap__text_put(t, "      - {op: paged_kv_write, in: [k_cache, %s, seqs], out: k_all}\n", k);
-    recap__text_put(t, "      - {op: paged_kv_write, in: [v_cache, v_rows, seqs], out: v_all}\n");
+    if (c->arch->gpt2) {
+      /* No RoPE: the step's K and V rows go to their pools as they are. */
+      recap__text_put(t, "      - {op: paged_kv_write, in: [k_cache, %s, seqs], out: k_all}\n", k);
+      recap__text_put(t, "      - {op: paged_kv_write, in: [v_cache, v_rows, seqs], out: v_all}\n");
+    }
     recap__text_put(t,
                     "      - {op: paged_attention, in: [%s, k_all, v_all, seqs], out: attn%s, "
                     "name: attention}\n",
@@ -294,7 +311,9 @@ static void put_inputs(recap__text *t, const cli_hf_config *c, const cli_hf_weig
   for (size_t i = 0; i < w->num_top; i++) put_weight(t, "  ", &w->top[i]);
 
   recap__text_put(t, "ops:\n");
-  if (o->paged)
+  /* GPT-2's position table needs each token's position as a tensor; RoPE models' fused op
+   * finds it in seqs itself. */
+  if (o->paged && c->arch->gpt2)
     recap__text_put(t, "  - {op: seq_positions, in: [seqs], out: positions, tokens: T}\n");
   if (c->arch->gpt2) {
     recap__text_put(t, "  - {op: embedding, in: [wte, ids], out: token_rows}\n");

@@ -69,18 +69,22 @@ typedef struct {
  * sequence, so the paged ops write nothing), and ops that write their inputs in place
  * (decode_advance) leave nothing behind. */
 /* Whether a warmup run on zeroed inputs may write state tensor t: some op writes it in place
- * (output_is_input0, reached directly or through a view of it) without promising to write
- * nothing when its inputs are zero. A paged KV pool, written only by paged_kv_write, needs no
- * copy then, which matters: it can be most of the device's memory. */
+ * (an output that is an input, reached directly or through a view of it) without promising to
+ * write nothing when its inputs are zero. A paged KV pool, written only by paged_kv_write or
+ * paged_rope_kv_write, needs no copy then, which matters: it can be most of the device's
+ * memory. */
 static bool warmup_may_write(const recap__model *m, const recap__ir *ir, size_t t) {
-  for (size_t o = 0; o < ir->num_ops; ++o) {
-    const recap__ir_op *op = &ir->ops[o];
-    if (!op->def->output_is_input0 || op->def->zero_meta_writes_nothing || op->num_inputs < 1)
-      continue;
-    int x = op->inputs[0];
-    const recap__plan_tensor *pt = &m->plan->tensors[x];
-    if (pt->kind == RECAP_PLAN_VIEW && pt->shares_with >= 0) x = pt->shares_with;
-    if ((size_t)x == t) return true;
+  for (size_t j = 0; j < ir->num_ops; ++j) {
+    const recap__ir_op *op = &ir->ops[j];
+    if (op->def->zero_meta_writes_nothing) continue;
+    for (int o = 0; o < op->num_outputs; ++o) {
+      const int aliased = recap__op_output_input(op->def, o);
+      if (aliased < 0 || aliased >= op->num_inputs) continue;
+      int x = op->inputs[aliased];
+      const recap__plan_tensor *pt = &m->plan->tensors[x];
+      if (pt->kind == RECAP_PLAN_VIEW && pt->shares_with >= 0) x = pt->shares_with;
+      if ((size_t)x == t) return true;
+    }
   }
   return false;
 }

@@ -329,7 +329,8 @@ static recap__ir *build(builder *b, const int64_t *values, size_t bucket) {
       t->dtype = y->dtype;
       memcpy(t->shape, y->shape, sizeof t->shape);
       t->ndim = y->ndim;
-      if (o == 0 && sop->def->output_is_input0) t->alias_of = sop->inputs[0].index;
+      const int aliased = recap__op_output_input(sop->def, o);
+      if (aliased >= 0) t->alias_of = sop->inputs[aliased].index;
       if (!size_tensor(b, t, in_ir(b, ir, sop->outputs[o].pos))) {
         t->ndim = 0;
         continue;

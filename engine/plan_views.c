@@ -24,11 +24,12 @@ recap_status recap__plan_find_roots(planner *p) {
   return RECAP_OK;
 }
 
-/* Whether output o of op j writes memory that already exists: an alias over the op's in-place
- * input (kv_append into its cache). A plain view (reshape) writes nothing. */
+/* Whether output o of op j writes memory that already exists: an output that is one of the
+ * op's inputs (kv_append into its cache, paged_rope_kv_write into its pools). A plain view
+ * (reshape) writes nothing. */
 static bool writes_alias(const planner *p, int j, int o) {
   const recap__ir_op *op = &p->ir->ops[j];
-  int y = op->outputs[o], k = op->def->in_place_input;
+  int y = op->outputs[o], k = recap__op_output_input(op->def, o);
   return p->alias[y] >= 0 && k >= 0 && k < op->num_inputs && p->root[op->inputs[k]] == p->root[y];
 }
 

@@ -478,7 +478,7 @@ void recap__spec_check_usage(loader *L) {
     while (op->outputs[out].index != (int)i) ++out;
     /* An op that writes into an input (kv_append into its cache) has done its work even if
      * nothing reads the result. */
-    if (op->def && out == 0 && op->def->output_is_input0) continue;
+    if (op->def && recap__op_output_input(op->def, out) >= 0) continue;
     if (spec->outputs_given)
       ERR(L, t->pos,
           "tensor '%s' is computed but never used (no later op reads it and "
@@ -498,7 +498,7 @@ void recap__spec_check_usage(loader *L) {
         const recap__spec_op *op = &spec->ops[t->producer];
         int out = 0;
         while (op->outputs[out].index != (int)i) ++out;
-        if (op->def && out == 0 && op->def->output_is_input0) continue;
+        if (op->def && recap__op_output_input(op->def, out) >= 0) continue;
         spec->outputs[spec->num_outputs++] = (recap__spec_ref){t->name, t->pos, (int)i};
       }
     }

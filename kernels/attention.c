@@ -15,6 +15,8 @@
 #include "kernels/infer.h"
 
 static const char *const kv_append_inputs[] = {"cache", "new", "pos", "rows?", NULL};
+/* kv_append returns its cache: output 0 is input 0. */
+static const int output_is_input0[] = {0};
 static const char *const attention_inputs[] = {"q", "k", "v", "len?", NULL};
 
 static const recap__attr_def no_attrs[] = {{.name = NULL}};
@@ -74,7 +76,7 @@ const recap__op_def recap__op_kv_append = {
     .attrs = no_attrs,
     .dtype_mask = RECAP__DTYPES_FLOAT,
     .in_place_input = 0,
-    .output_is_input0 = true,
+    .output_is_input = output_is_input0,
     .takes_rows = true,
     .infer = kv_append_infer,
     .run_host = recap__host_kv_append,

@@ -157,6 +157,15 @@ recap_status recap__cuda_seq_last_tokens(const recap__op_call *call, void *cuda_
  * outputs[0] IS the cache (same data pointer, checked). Bit-exact copy. */
 recap_status recap__cuda_paged_kv_write(const recap__op_call *call, void *cuda_stream);
 
+/* paged_rope_kv_write: inputs q [T, H, Dh], k and v [T, Hkv, Dh] (one float dtype, any strides,
+ * last 1; Dh even), k_cache and v_cache [NB, BS, Hkv, Dh] (any strides, last 1), seqs. Token i of
+ * a row at position p (as paged_kv_write; a token no row owns has p = 0) gets outputs[0][i, h] =
+ * rope(q[i, h], p) for every head, and for a token a row owns k_cache's row p is rope(k[i], p)
+ * and v_cache's v[i], where rope is recap__cuda_rope's rotation at attrs' theta and scaling
+ * (recap__rope_cos_sin and recap__rope_rotate: bit for bit the host's). outputs[0] [T, H, Dh]
+ * contiguous; outputs[1] and [2] ARE the caches (same data pointers, checked). */
+recap_status recap__cuda_paged_rope_kv_write(const recap__op_call *call, void *cuda_stream);
+
 /* paged_attention: inputs q [T, H, Dh] (any strides, last 1), k_cache and v_cache
  * [NB, BS, Hkv, Dh] (q's dtype), seqs; H % Hkv == 0, query head h reads KV head h / (H / Hkv).
  * Token i = Q_START + t of a row sits at p = LEN - Q_LEN + t and attends to its sequence's key

@@ -12,6 +12,8 @@
 #include "kernels/infer.h"
 
 static const char *const decode_advance_inputs[] = {"ids", "seqs", "tokens", NULL};
+/* The output is ids, written in place. */
+static const int output_is_input0[] = {0};
 
 static const recap__attr_def decode_advance_attrs[] = {
     {"block_size", RECAP_ATTR_INT, offsetof(recap__op_attrs, start), true, 0,
@@ -65,7 +67,7 @@ const recap__op_def recap__op_decode_advance = {
     .attrs = decode_advance_attrs,
     .dtype_mask = 1u << RECAP_DTYPE_I32,
     .in_place_input = 0,
-    .output_is_input0 = true,
+    .output_is_input = output_is_input0,
     /* All-zero seqs: no row has tokens, nothing moves. */
     .zero_meta_writes_nothing = true,
     .infer = decode_advance_infer,

@@ -156,11 +156,13 @@ struct recap__op_def {
   /* A copy-family op: its output is a strided copy of a view of input 0 (view.h), made as this
    * says, which the planner may turn into a real view that copies nothing. NONE for the rest. */
   recap__copy_view copy_view;
-  /* Output 0 IS input 0's memory: the op writes into its input and returns it (kv_append's
-   * cache). Unlike in_place_input, which the planner may take or not, this aliasing is the op's
-   * meaning: the output is never planned a buffer of its own, and the op has done its work
-   * even when nothing reads its output. */
-  bool output_is_input0;
+  /* Outputs that ARE inputs' memory: output o is input output_is_input[o] (-1: an output of
+   * its own), one entry per output; NULL: none is. The op writes into those inputs and returns
+   * them (kv_append's cache, paged_rope_kv_write's two pools). Unlike in_place_input, which the
+   * planner may take or not, this aliasing is the op's meaning: such an output is never planned
+   * a buffer of its own, and the op has done its work even when nothing reads it. Read it
+   * through recap__op_output_input. */
+  const int *output_is_input;
   /* Its last input (max_inputs - 1, optional) is the run's real row count, an i32 device
    * scalar that the engine binds itself when the spec leaves it out, so that a bucket's padding
    * rows never reach state (kv_append's `rows`). */
@@ -204,6 +206,11 @@ struct recap__op_def {
    * to do, else RECAP_STATUS_ILLEGAL_DURING_CAPTURE, never invalidating the capture. */
   recap_status (*prepare)(const recap__op_call *call, recap_stream *stream);
 };
+
+/* The input that output o of `def` is (output_is_input), or -1 for an output of its own. */
+static inline int recap__op_output_input(const recap__op_def *def, int o) {
+  return def->output_is_input ? def->output_is_input[o] : -1;
+}
 
 /* Looks an op up by name; NULL (with a message listing close names) if unknown. */
 const recap__op_def *recap__op_find(const char *name);

@@ -185,7 +185,10 @@ recap_status recap_op_create(const char *name, const recap_op_args *args, recap_
     op->call.outputs[o].data = args->outputs[o].data;
     args->outputs[o] = op->call.outputs[o];
   }
-  if (def->output_is_input0) op->call.outputs[0].data = op->call.inputs[0].data;
+  for (int o = 0; o < op->call.num_outputs; o++) {
+    const int aliased = recap__op_output_input(def, o);
+    if (aliased >= 0) op->call.outputs[o].data = op->call.inputs[aliased].data;
+  }
   *out = op;
   return RECAP_OK;
 }

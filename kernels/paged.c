@@ -5,6 +5,8 @@
  *   seq_positions    each packed token's position in its sequence (for rope)
  *   seq_last_tokens  each sequence's last token of the step (to gather the rows for logits)
  *   paged_kv_write   the step's new K or V rows into the pool, through each block table
+ *   paged_rope_kv_write  RoPE of q and k at each token's position, and the rotated K and the V
+ *                    rows into their pools: rope, rope and paged_kv_write twice in one launch
  *   paged_attention  causal attention of the step's tokens over their sequences' pooled keys
  *
  * What each sequence does in the step is one row of the i32 metadata `seqs` (include/recap.h,
@@ -24,10 +26,17 @@
 #include "kernels/host/host_ops.h"
 #include "kernels/host/seq_meta.h"
 #include "kernels/infer.h"
+#include "kernels/rope.h"
 
 static const char *const seq_inputs[] = {"seqs", NULL};
 static const char *const paged_kv_write_inputs[] = {"cache", "new", "seqs", NULL};
 static const char *const paged_attention_inputs[] = {"q", "k_cache", "v_cache", "seqs", NULL};
+static const char *const paged_rope_kv_write_inputs[] = {
+    "q", "k", "v", "k_cache", "v_cache", "seqs", NULL};
+/* paged_kv_write returns its cache (input 0); paged_rope_kv_write its rotated q, then its two
+ * pools (inputs 3 and 4). */
+static const int output_is_input0[] = {0};
+static const int rope_kv_outputs[] = {-1, 3, 4};
 
 /* The token count is an integer attribute because no input carries it; the slot is attrs.dim,
  * as the collectives reuse the integer slots rather than grow recap__op_attrs. */
@@ -141,11 +150,83 @@ const recap__op_def recap__op_paged_kv_write = {
     .attrs = no_attrs,
     .dtype_mask = RECAP__DTYPES_FLOAT,
     .in_place_input = 0,
-    .output_is_input0 = true,
+    .output_is_input = output_is_input0,
     .zero_meta_writes_nothing = true,
     .infer = paged_kv_write_infer,
     .run_host = recap__host_paged_kv_write,
     .launch_cuda = RECAP_CUDA_ENTRY(recap__cuda_paged_kv_write),
+};
+
+/* q [T, H, Dh], k and v [T, Hkv, Dh] (views of one projection are fine: unit-stride last dims
+ * only), pools [NB, BS, Hkv, Dh] of one shape, one float dtype, Dh even. */
+static recap_status paged_rope_kv_write_infer(recap__op_call *call) {
+  const recap_tensor *q = &call->inputs[0], *k = &call->inputs[1], *v = &call->inputs[2];
+  const recap_tensor *kc = &call->inputs[3], *vc = &call->inputs[4];
+  for (int i = 0; i < 3; ++i) {
+    RECAP_TRY(recap__infer_ndim(call, i, 3, 3));
+    RECAP_TRY(recap__infer_same_dtype(call, i));
+    RECAP_TRY(recap__infer_last_dim_contiguous(call, i));
+  }
+  RECAP_TRY(check_pool(call, 3));
+  RECAP_TRY(check_pool(call, 4));
+  for (int d = 0; d < 4; ++d)
+    if (kc->shape[d] != vc->shape[d])
+      return RECAP_OP_FAIL(call,
+                           "inputs 'k_cache' %s and 'v_cache' %s must have one shape "
+                           "[NB, BS, Hkv, Dh]",
+                           recap__shape_label(kc).s, recap__shape_label(vc).s);
+  for (int i = 1; i < 3; ++i) {
+    const recap_tensor *rows = &call->inputs[i];
+    if (rows->shape[1] != kc->shape[2] || rows->shape[2] != kc->shape[3])
+      return RECAP_OP_FAIL(call,
+                           "input '%s' %s does not match input 'k_cache' %s in heads or head_dim "
+                           "(%s is [T, Hkv, Dh], the caches [NB, BS, Hkv, Dh])",
+                           recap__input_label(call->def, i).s, recap__shape_label(rows).s,
+                           recap__shape_label(kc).s, recap__input_label(call->def, i).s);
+  }
+  if (k->shape[0] != q->shape[0] || v->shape[0] != q->shape[0] || q->shape[2] != kc->shape[3])
+    return RECAP_OP_FAIL(call,
+                         "inputs 'q' %s, 'k' %s and 'v' %s must be [T, H, Dh], [T, Hkv, Dh] "
+                         "and [T, Hkv, Dh] with one T and the caches' Dh %lld",
+                         recap__shape_label(q).s, recap__shape_label(k).s, recap__shape_label(v).s,
+                         (long long)kc->shape[3]);
+  if (q->shape[2] % 2 != 0)
+    return RECAP_OP_FAIL(call, "input 'q' %s has an odd head dimension (rotate-half needs it even)",
+                         recap__shape_label(q).s);
+  if (q->shape[0] > MAX_TOKENS)
+    return RECAP_OP_FAIL(call, "input 'q' has %lld tokens, more than %d", (long long)q->shape[0],
+                         MAX_TOKENS);
+  RECAP_TRY(recap__seqs_infer(call, 5));
+  RECAP_TRY(recap__rope_check_attrs(call));
+  recap__infer_output(call, 0, q->dtype, 3, q->shape);
+  /* The other two are the pools themselves, strides and memory included. */
+  call->outputs[1] = *kc;
+  call->outputs[2] = *vc;
+  return RECAP_OK;
+}
+
+const recap__op_def recap__op_paged_rope_kv_write = {
+    .name = "paged_rope_kv_write",
+    .summary =
+        "one launch for a layer's rope(q), rope(k), paged_kv_write(k) and paged_kv_write(v): "
+        "q [T, H, Dh] rotated (rope's rotate-half, angles and attributes) at each token's "
+        "position p = LEN - Q_LEN + t of its seqs row into output 0 (padding tokens at position "
+        "0, i.e. copied); k [T, Hkv, Dh] rotated and v [T, Hkv, Dh] as it is written to row "
+        "p % BS of block seqs[row][RECAP_SEQ_BLOCKS + p / BS] of k_cache and v_cache "
+        "[NB, BS, Hkv, Dh], all read when the op runs; tokens no row owns write nothing; "
+        "outputs 1 and 2 are the caches",
+    .input_names = paged_rope_kv_write_inputs,
+    .min_inputs = 6,
+    .max_inputs = 6,
+    .num_outputs = 3,
+    .attrs = recap__rope_attrs,
+    .dtype_mask = RECAP__DTYPES_FLOAT,
+    .in_place_input = -1,
+    .output_is_input = rope_kv_outputs,
+    .zero_meta_writes_nothing = true,
+    .infer = paged_rope_kv_write_infer,
+    .run_host = recap__host_paged_rope_kv_write,
+    .launch_cuda = RECAP_CUDA_ENTRY(recap__cuda_paged_rope_kv_write),
 };
 
 static recap_status paged_attention_infer(recap__op_call *call) {

@@ -43,6 +43,7 @@
 #include "kernels/cuda_common.cuh"
 #include "kernels/cuda_ops.h"
 #include "kernels/paged.h"
+#include "kernels/rope.h"
 #include "runtime/cuda_check.h"
 
 namespace {
@@ -169,6 +170,78 @@ __global__ void paged_kv_write_kernel(T *__restrict__ cache, pool_strides cs, in
     const int h = c / per_head, d = (c - h * per_head) * N;
     *reinterpret_cast<recap__vec<T, N> *>(dst + h * cs.head + d) =
         *reinterpret_cast<const recap__vec<T, N> *>(src + h * rs.head + d);
+  }
+}
+
+struct rope_kv_params {
+  seq_meta meta;
+  token_strides q, k, v;
+  pool_strides kc, vc;
+  int64_t block_size, num_blocks;
+  int heads, kv_heads, head_dim;
+  recap__rope_freqs freqs;
+};
+
+/* One CTA per token. Its threads first find the owning row and the token's position, and
+ * compute the head_dim / 2 cos/sin pairs of that position once into shared memory (every head
+ * of q and k uses the same ones: rope's kernel computes them per head); then they rotate q's
+ * heads into q_out, pair i and i + Dh / 2 per thread, and, for a token a row owns, rotate k's
+ * heads into the K pool's row and copy v's into the V pool's in chunks of N elements (16 bytes
+ * when aligned). A padding token has position 0, where the rotation is a copy, and writes no
+ * pool. Dynamic shared memory: head_dim floats. */
+template <typename T, int N>
+__global__ void paged_rope_kv_write_kernel(const T *__restrict__ q, const T *__restrict__ k,
+                                           const T *__restrict__ v, T *__restrict__ q_out,
+                                           T *__restrict__ kc, T *__restrict__ vc,
+                                           rope_kv_params p) {
+  recap__pdl_begin();
+  extern __shared__ float s_cos_sin[]; /* cos of pairs 0..half-1, then their sin */
+  __shared__ int s_owner;
+  const int64_t token = blockIdx.x;
+  const int r = find_owner(p.meta, token, &s_owner);
+  int64_t pos = 0;
+  const int32_t *table = nullptr;
+  if (r >= 0) {
+    const seq_row s = load_row(p.meta, r);
+    pos = (int64_t)s.len - s.count + (token - s.start);
+    table = p.meta.data + (int64_t)r * p.meta.width + RECAP_SEQ_BLOCKS;
+  }
+  const int half = p.head_dim / 2;
+  for (int i = threadIdx.x; i < half; i += blockDim.x)
+    recap__rope_cos_sin(&p.freqs, i, p.head_dim, pos, &s_cos_sin[i], &s_cos_sin[half + i]);
+  __syncthreads();
+
+  for (int c = threadIdx.x; c < p.heads * half; c += blockDim.x) {
+    const int h = c / half, i = c - h * half;
+    const T *x = q + token * p.q.token + h * p.q.head;
+    float o1, o2;
+    recap__rope_rotate(recap__to_float(x[i]), recap__to_float(x[i + half]), s_cos_sin[i],
+                       s_cos_sin[half + i], &o1, &o2);
+    T *y = q_out + (token * p.heads + h) * p.head_dim;
+    y[i] = recap__from_float<T>(o1);
+    y[i + half] = recap__from_float<T>(o2);
+  }
+  if (r < 0) return;
+  /* pos < LEN <= MB * BS (load_row): the column is in the row. */
+  const int64_t block = block_at(table, pos / p.block_size, p.num_blocks);
+  const int64_t row = pos % p.block_size;
+  T *kd = kc + block * p.kc.block + row * p.kc.row;
+  T *vd = vc + block * p.vc.block + row * p.vc.row;
+  for (int c = threadIdx.x; c < p.kv_heads * half; c += blockDim.x) {
+    const int h = c / half, i = c - h * half;
+    const T *x = k + token * p.k.token + h * p.k.head;
+    float o1, o2;
+    recap__rope_rotate(recap__to_float(x[i]), recap__to_float(x[i + half]), s_cos_sin[i],
+                       s_cos_sin[half + i], &o1, &o2);
+    kd[h * p.kc.head + i] = recap__from_float<T>(o1);
+    kd[h * p.kc.head + i + half] = recap__from_float<T>(o2);
+  }
+  const int per_head = p.head_dim / N;
+  const T *src = v + token * p.v.token;
+  for (int c = threadIdx.x; c < p.kv_heads * per_head; c += blockDim.x) {
+    const int h = c / per_head, d = (c - h * per_head) * N;
+    *reinterpret_cast<recap__vec<T, N> *>(vd + h * p.vc.head + d) =
+        *reinterpret_cast<const recap__vec<T, N> *>(src + h * p.v.head + d);
   }
 }
 
@@ -606,6 +679,82 @@ extern "C" recap_status recap__cuda_paged_kv_write(const recap__op_call *call, v
       RECAP_CUDA_TRY(recap__cuda_launch(paged_kv_write_kernel<T, 1>, grid, dim3(threads), 0, stream,
                                         dst, cs, cache->shape[1], cache->shape[0], src, rs,
                                         kv_heads, head_dim, m));
+    return RECAP_OK;
+  });
+}
+
+extern "C" recap_status recap__cuda_paged_rope_kv_write(const recap__op_call *call,
+                                                        void *cuda_stream) {
+  recap__cuda_launch_range range(call->def->name);
+  const recap_tensor *q = &call->inputs[0], *k = &call->inputs[1], *v = &call->inputs[2];
+  const recap_tensor *kc = &call->inputs[3], *vc = &call->inputs[4], *out = &call->outputs[0];
+  const char *name = call->def->name;
+  bool ok = q->ndim == 3 && k->ndim == 3 && v->ndim == 3 && kc->ndim == 4 && vc->ndim == 4 &&
+            out->ndim == 3 && recap__tensor_is_contiguous(out);
+  for (int d = 0; ok && d < 4; ++d) ok = kc->shape[d] == vc->shape[d];
+  for (int d = 0; ok && d < 3; ++d) ok = out->shape[d] == q->shape[d];
+  const recap_tensor *all[] = {q, k, v, kc, vc, out};
+  for (int i = 0; ok && i < 6; ++i)
+    ok = all[i]->dtype == q->dtype && all[i]->strides[all[i]->ndim - 1] == 1;
+  ok = ok && k->shape[0] == q->shape[0] && v->shape[0] == q->shape[0] &&
+       k->shape[1] == kc->shape[2] && v->shape[1] == kc->shape[2] && k->shape[2] == kc->shape[3] &&
+       v->shape[2] == kc->shape[3] && q->shape[2] == kc->shape[3] && q->shape[2] % 2 == 0 &&
+       q->shape[0] <= INT32_MAX && q->shape[1] * q->shape[2] <= INT32_MAX &&
+       kc->shape[2] * kc->shape[3] <= INT32_MAX;
+  if (!ok)
+    return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
+                      "op '%s': needs q [T, H, Dh], k and v [T, Hkv, Dh], k_cache and v_cache "
+                      "[NB, BS, Hkv, Dh] and a contiguous output shaped like q, of one dtype, "
+                      "with Dh even and unit-stride last dims",
+                      name);
+  /* The op writes the pools in place: outputs elsewhere would be left unwritten. */
+  if (call->outputs[1].data != kc->data || call->outputs[2].data != vc->data)
+    return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
+                      "op '%s': outputs 1 and 2 must be the caches themselves (same data "
+                      "pointers)",
+                      name);
+  const size_t shared = (size_t)q->shape[2] * sizeof(float);
+  if (shared > 48 * 1024)
+    return RECAP_FAIL(RECAP_STATUS_NOT_SUPPORTED,
+                      "op '%s': a head dim of %lld needs more shared memory than a CTA has", name,
+                      (long long)q->shape[2]);
+  const int64_t max_blocks = call->inputs[5].shape[1] - RECAP_SEQ_BLOCKS;
+  rope_kv_params p;
+  RECAP_TRY(meta_of(call, 5, q->shape[0], max_blocks * kc->shape[1], &p.meta));
+  p.q = {q->strides[0], q->strides[1]};
+  p.k = {k->strides[0], k->strides[1]};
+  p.v = {v->strides[0], v->strides[1]};
+  p.kc = {kc->strides[0], kc->strides[1], kc->strides[2]};
+  p.vc = {vc->strides[0], vc->strides[1], vc->strides[2]};
+  p.block_size = kc->shape[1];
+  p.num_blocks = kc->shape[0];
+  p.heads = (int)q->shape[1];
+  p.kv_heads = (int)kc->shape[2];
+  p.head_dim = (int)q->shape[2];
+  p.freqs = recap__rope_freqs_of(&call->attrs);
+  cudaStream_t stream = static_cast<cudaStream_t>(cuda_stream);
+  return recap__cuda_dispatch_float(q->dtype, name, [&](auto tag) {
+    using T = decltype(tag);
+    constexpr int N = 16 / sizeof(T);
+    const bool vec = p.head_dim % N == 0 && aligned16(vc->data) && aligned16(v->data) &&
+                     p.vc.block % N == 0 && p.vc.row % N == 0 && p.vc.head % N == 0 &&
+                     p.v.token % N == 0 && p.v.head % N == 0;
+    /* Enough threads for the widest of the three passes, up to 256. */
+    int64_t widest = p.heads * (int64_t)(p.head_dim / 2);
+    const int64_t v_chunks = p.kv_heads * (int64_t)(vec ? p.head_dim / N : p.head_dim);
+    if (v_chunks > widest) widest = v_chunks;
+    const int threads = (int)RECAP_CEIL_DIV(widest < 256 ? widest : 256, (int64_t)32) * 32;
+    const dim3 grid((unsigned)q->shape[0]);
+    const T *qs = static_cast<const T *>(q->data), *ks = static_cast<const T *>(k->data),
+            *vs = static_cast<const T *>(v->data);
+    T *qo = static_cast<T *>(out->data), *kd = static_cast<T *>(kc->data),
+      *vd = static_cast<T *>(vc->data);
+    if (vec)
+      RECAP_CUDA_TRY(recap__cuda_launch(paged_rope_kv_write_kernel<T, N>, grid, dim3(threads),
+                                        shared, stream, qs, ks, vs, qo, kd, vd, p));
+    else
+      RECAP_CUDA_TRY(recap__cuda_launch(paged_rope_kv_write_kernel<T, 1>, grid, dim3(threads),
+                                        shared, stream, qs, ks, vs, qo, kd, vd, p));
     return RECAP_OK;
   });
 }

@@ -1,7 +1,8 @@
 /*
- * rope.h: the rotary embedding's frequencies and angles, one definition for the host reference
- * (kernels/host/shape.c) and the CUDA kernel (kernels/shape.cu), so that both compute the same
- * f32 angle bit for bit (internal).
+ * rope.h: the rotary embedding's attributes (defined in rope.c), frequencies, angles and
+ * rotation, one definition for every op that rotates (rope, paged_rope_kv_write), its host
+ * reference (kernels/host/shape.c, kernels/host/paged.c) and its CUDA kernel (kernels/shape.cu,
+ * kernels/paged.cu), so that all of them compute the same f32 angle bit for bit (internal).
  *
  * Why f32 and not exact: a model made from a checkpoint is compared with transformers, whose
  * rotary embedding computes its angles in f32 whatever the model's dtype (its float64
@@ -38,6 +39,21 @@
 #define RECAP__ROPE_FN static __host__ __device__ __forceinline__
 #else
 #define RECAP__ROPE_FN static inline
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The attributes of a rotating op: theta (or base) and the Llama 3 scaling (rope.c). */
+extern const recap__attr_def recap__rope_attrs[];
+
+/* Checks them in the op's infer: theta or base (not both) above 1, the Llama 3 parameters all
+ * given with llama3 and none without it, each a finite f32; an error names the attribute. */
+recap_status recap__rope_check_attrs(recap__op_call *call);
+
+#ifdef __cplusplus
+}
 #endif
 
 /* theta when neither `theta` nor `base` is given. */
@@ -132,6 +148,15 @@ RECAP__ROPE_FN void recap__rope_cos_sin(const recap__rope_freqs *f, int64_t i, i
   sincos(angle, &sn, &cs); /* one range reduction for both (glibc's and CUDA's) */
   *c = (float)cs;
   *s = (float)sn;
+}
+
+/* Rotates the pair (x1, x2) = (element i, element i + Dh / 2) of a head by (c, s):
+ * x1 c - x2 s and x2 c + x1 s, in double. A product of two f32s is exact there, so the only
+ * rounding is the sum's (with or without an FMA), and then once to f32: the host and the GPU
+ * agree bit for bit. */
+RECAP__ROPE_FN void recap__rope_rotate(float x1, float x2, float c, float s, float *o1, float *o2) {
+  *o1 = (float)((double)x1 * c - (double)x2 * s);
+  *o2 = (float)((double)x2 * c + (double)x1 * s);
 }
 
 #endif

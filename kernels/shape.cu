@@ -199,8 +199,7 @@ __global__ void embedding_kernel(const T *__restrict__ table, int64_t table_row_
 /* Rotary embedding, rotate-half form: one thread per (b, s, h, i < half) pair. x is viewed as
  * [B, S, H, Dh] (B = 1 for a 3-D input); out is contiguous. positions: per row s when
  * `per_row`, else a start position (row s has pos[0] + s). cos and sin come from
- * kernels/rope.h, the host reference's own f32 steps; the rotation is computed in double from
- * them, as the host does, and rounded once. */
+ * kernels/rope.h, the host reference's own f32 steps, and so is the rotation. */
 template <typename T>
 __global__ void rope_kernel(const T *x, recap__cuda_view4 xv, const int32_t *__restrict__ pos,
                             bool per_row, T *out, recap__rope_freqs freqs) {
@@ -213,14 +212,13 @@ __global__ void rope_kernel(const T *x, recap__cuda_view4 xv, const int32_t *__r
     const int64_t h = row % heads, s = (row / heads) % seq, b = row / (heads * seq);
     const int64_t position = per_row ? (int64_t)pos[s] : (int64_t)pos[0] + s;
     if (position < 0) __trap();
-    float cf, sf;
+    float cf, sf, o1, o2;
     recap__rope_cos_sin(&freqs, i, dh, position, &cf, &sf);
-    const double cs = cf, sn = sf;
     const int64_t base = b * xv.stride[0] + s * xv.stride[1] + h * xv.stride[2];
-    const double x0 = recap__to_float(x[base + i * xv.stride[3]]);
-    const double x1 = recap__to_float(x[base + (i + half) * xv.stride[3]]);
-    out[row * dh + i] = recap__from_float<T>((float)(x0 * cs - x1 * sn));
-    out[row * dh + i + half] = recap__from_float<T>((float)(x1 * cs + x0 * sn));
+    recap__rope_rotate(recap__to_float(x[base + i * xv.stride[3]]),
+                       recap__to_float(x[base + (i + half) * xv.stride[3]]), cf, sf, &o1, &o2);
+    out[row * dh + i] = recap__from_float<T>(o1);
+    out[row * dh + i + half] = recap__from_float<T>(o2);
   }
 }
 

@@ -924,6 +924,33 @@ expect 0 "bench-decode" -- "$recap" bench-decode "$tmp/qwen2_paged.yaml" --devic
   --batch 1,4 --context 8 --tokens 4 --repeats 2 --json "$tmp/decode.json"
 grep -qE "^ +4 .*x +[0-9]+ +[0-9]+%$" "$tmp/out" || fail "bench-decode prints no row for batch 4"
 check_json "$tmp/decode.json"
+# bench-decode --profile on the Llama fixture (llama3 RoPE), whose paged layers run RoPE and
+# both KV writes as one paged_rope_kv_write: each batch's profiled step by op kind, in the
+# table and in the JSON.
+mkdir -p "$tmp/llama" && cp -L tests/data/models/llama/config.json \
+  tests/data/models/llama/model.safetensors "$tmp/llama/"
+expect 0 "import-hf --paged (llama)" -- "$recap" import-hf "$tmp/llama" \
+  -o "$tmp/llama_paged.yaml" --paged --batch 1,2 --prefill 8 --max-seq 32 --block-size 8 \
+  --kv-blocks 8
+grep -q "op: paged_rope_kv_write, in: \[q_heads, k_heads, v_rows, k_cache, v_cache, seqs\]" \
+  "$tmp/llama_paged.yaml" || fail "import-hf --paged does not emit paged_rope_kv_write"
+! grep -qE "op: (rope|paged_kv_write|seq_positions)," "$tmp/llama_paged.yaml" ||
+  fail "import-hf --paged still emits rope, paged_kv_write or seq_positions for Llama"
+expect 0 "bench-decode --profile" -- "$recap" bench-decode "$tmp/llama_paged.yaml" \
+  --device host --batch 1,2 --context 4 --tokens 2 --repeats 1 --profile \
+  --json "$tmp/profile.json"
+grep -q "^batch 2: profiled eager step .* us on the device, by op:$" "$tmp/out" ||
+  fail "bench-decode --profile prints no profile for batch 2"
+grep -qE "^  paged_rope_kv_write +2 +[0-9.]+ +[0-9.]+%$" "$tmp/out" ||
+  fail "bench-decode --profile does not count one paged_rope_kv_write per layer"
+python3 -c 'import json, sys
+r = json.load(open(sys.argv[1]))["results"]
+for row in r:
+    kinds = {k["op"]: k for k in row["profile"]}
+    assert kinds["paged_rope_kv_write"]["launches"] == 2, kinds
+    assert abs(sum(k["share"] for k in row["profile"]) - 1) < 1e-6, row["profile"]
+    assert abs(sum(k["ms"] for k in row["profile"]) - row["profiled_ms"]) < 1e-9
+' "$tmp/profile.json" 2>>"$tmp/err" || fail "bench-decode --profile JSON: $(tail -1 "$tmp/err")"
 expect 1 "bench-decode past the pool" -- "$recap" bench-decode "$tmp/qwen2_paged.yaml" \
   --device host --batch 4 --context 61 --tokens 4
 grep -q "does not fit the spec" "$tmp/err" || fail "bench-decode does not say the batch does not fit"

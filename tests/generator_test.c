@@ -16,6 +16,7 @@
  * runs use fewer).
  */
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

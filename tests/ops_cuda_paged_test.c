@@ -6,7 +6,8 @@
  * 3000 keys, prefill chunks with and without splits, GQA groups 1, 3, 4, 8 and 12, head dims
  * 32 to 256, odd block sizes, strided and unaligned inputs, padding tokens, unused rows); the
  * same step captured once and replayed with different metadata; refusals at launch; and bad
- * metadata trapping the device (in child processes, as a fault kills the CUDA context).
+ * metadata trapping the device (in child processes, as a fault kills the CUDA context); and
+ * paged_rope_kv_write (RoPE of q and k, K and V into the pools) against the host op.
  *
  * Pools and seq outputs must match the host bit for bit, attention outputs within the
  * suite's tolerance scaled by sum_j p_j |v_j| (SCALE_ATTENTION). The CUDA suite is inactive on
@@ -148,33 +149,44 @@ static recap_tensor pool_tensor(const step *s, const mirror *m, bool dev) {
   return t;
 }
 
-static recap__op_call kv_write_call(const step *s, bool v, bool dev) {
+/* The step's new K (or V) rows [T, Hkv, Dh]. */
+static recap_tensor rows_tensor(const step *s, bool v, bool dev) {
   const paged_dims *d = &s->d;
-  const mirror *pool = v ? &s->vp : &s->kp, *rows = v ? &s->nv : &s->nk;
+  const mirror *rows = v ? &s->nv : &s->nk;
+  recap_tensor t = {(char *)(dev ? rows->dev : rows->host) + s->new_offset * esz(s),
+                    d->dtype,
+                    3,
+                    {d->tokens, d->kv_heads, d->dh},
+                    {0}};
+  recap__tensor_set_contiguous(&t);
+  return t;
+}
+
+/* q [T, H, Dh], rows q_row elements apart. */
+static recap_tensor q_tensor(const step *s, bool dev) {
+  const paged_dims *d = &s->d;
+  return (recap_tensor){
+      dev ? s->q.dev : s->q.host, d->dtype, 3, {d->tokens, d->heads, d->dh}, {s->q_row, d->dh, 1}};
+}
+
+static recap__op_call kv_write_call(const step *s, bool v, bool dev) {
   recap__op_call call;
   memset(&call, 0, sizeof call);
   call.def = recap__op_find("paged_kv_write");
   call.num_inputs = 3;
-  call.inputs[0] = pool_tensor(s, pool, dev);
-  call.inputs[1] = (recap_tensor){(char *)(dev ? rows->dev : rows->host) + s->new_offset * esz(s),
-                                  d->dtype,
-                                  3,
-                                  {d->tokens, d->kv_heads, d->dh},
-                                  {0}};
-  recap__tensor_set_contiguous(&call.inputs[1]);
+  call.inputs[0] = pool_tensor(s, v ? &s->vp : &s->kp, dev);
+  call.inputs[1] = rows_tensor(s, v, dev);
   call.inputs[2] = seqs_tensor(s, dev);
   CHECK_OK(recap__op_infer(&call));
   return call;
 }
 
 static recap__op_call attention_call(step *s, bool dev) {
-  const paged_dims *d = &s->d;
   recap__op_call call;
   memset(&call, 0, sizeof call);
   call.def = recap__op_find("paged_attention");
   call.num_inputs = 4;
-  call.inputs[0] = (recap_tensor){
-      dev ? s->q.dev : s->q.host, d->dtype, 3, {d->tokens, d->heads, d->dh}, {s->q_row, d->dh, 1}};
+  call.inputs[0] = q_tensor(s, dev);
   call.inputs[1] = pool_tensor(s, &s->kp, dev);
   call.inputs[2] = pool_tensor(s, &s->vp, dev);
   call.inputs[3] = seqs_tensor(s, dev);
@@ -359,6 +371,96 @@ static void test_captured_step_replays_with_new_metadata(void) {
   }
 }
 
+/* ---- paged_rope_kv_write ---- */
+
+/* The step's fused RoPE and pool writes: q, K and V rows into q_rot (the `out` buffer) and
+ * the pools; theta 10000, or Llama 3.2's scaling (theta 500000, factor 32, 1, 4, 8192). */
+static recap__op_call rope_kv_call(step *s, bool dev, bool llama3) {
+  recap__op_call call;
+  memset(&call, 0, sizeof call);
+  call.def = recap__op_find("paged_rope_kv_write");
+  recap__op_attrs_set_defaults(call.def, &call.attrs);
+  call.num_inputs = 6;
+  call.inputs[0] = q_tensor(s, dev);
+  call.inputs[1] = rows_tensor(s, false, dev);
+  call.inputs[2] = rows_tensor(s, true, dev);
+  call.inputs[3] = pool_tensor(s, &s->kp, dev);
+  call.inputs[4] = pool_tensor(s, &s->vp, dev);
+  call.inputs[5] = seqs_tensor(s, dev);
+  call.attrs.rope_theta = llama3 ? 500000.0 : 10000.0;
+  if (llama3) {
+    call.attrs.rope_llama3 = 1;
+    call.attrs.rope_factor = 32;
+    call.attrs.rope_low_freq_factor = 1;
+    call.attrs.rope_high_freq_factor = 4;
+    call.attrs.rope_original_max = 8192;
+  }
+  CHECK_OK(recap__op_infer(&call));
+  call.outputs[0].data = dev ? s->out.dev : s->out.host;
+  return call;
+}
+
+/* Per element of rows of dh (host values after a rotation): |o_i| + |o_{i+half}| of its pair,
+ * at least (|x_i| + |x_{i+half}|) / sqrt(2) of the pair rotated, as a rotation keeps the
+ * pair's norm; twice that bounds what an ulp of cos or sin moves an element. */
+static double *pair_scale(recap_dtype dtype, const void *host, int64_t n, int64_t dh) {
+  double *s = host_alloc((size_t)n * sizeof *s);
+  for (int64_t k = 0; k < n; ++k) {
+    const int64_t i = k % dh, row = k - i, i0 = i < dh / 2 ? i : i - dh / 2;
+    s[k] = 2 * (fabs(recap__load_f32(host, dtype, row + i0)) +
+                fabs(recap__load_f32(host, dtype, row + i0 + dh / 2)));
+  }
+  return s;
+}
+
+/* The CUDA op against the host op on one step: q_rot and the K pool within the tolerance
+ * (the rotation is the host's bit for bit; cos and sin may differ by an ulp where CUDA's
+ * double pow or sincos rounds differently), the V pool byte for byte. Cases: Llama 3.2 1B's
+ * heads at decode, GQA groups 3 and 12, prefill chunks across blocks, padding tokens, an
+ * unused row, q inside a fused projection and rows not 16-byte aligned (the scalar V path). */
+static void test_rope_kv_write_matches_host(void) {
+  static const paged_case cases[] = {
+      {{0, 32, 8, 64, 16, 64, 256, 4, 5, true, false}, {{700, 1}, {15, 1}, {16, 1}, {0, 1}}, 4},
+      {{0, 12, 4, 64, 8, 32, 64, 64, 4, false, false}, {{0, 37}, {5, 1}, {100, 20}}, 3},
+      {{0, 24, 2, 96, 5, 16, 48, 6, 4, true, true}, {{10, 3}, {0, 1}, {61, 1}}, 3},
+      {{0, 8, 2, 128, 16, 32, 40, 304, 2, false, false}, {{100, 300}, {20, 1}}, 2},
+  };
+  for (int t = 0; t < NUM_FLOAT_TYPES; ++t)
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i)
+      for (int llama3 = 0; llama3 < 2; ++llama3) {
+        test_rng rng;
+        test_rng_init(&rng);
+        paged_dims d = cases[i].d;
+        d.dtype = kFloatTypes[t];
+        step s = step_new(&rng, &d);
+        step_set(&rng, &s, cases[i].specs, cases[i].n);
+        recap__op_call dev = rope_kv_call(&s, true, llama3);
+        CU_ASSERT_PTR_EQUAL(dev.outputs[1].data, s.kp.dev);
+        CU_ASSERT_PTR_EQUAL(dev.outputs[2].data, s.vp.dev);
+        poison_device(s.out.dev, s.out.bytes);
+        CHECK_OK(recap__op_launch(&dev, cuda_stream));
+        CHECK_OK(recap_stream_synchronize(cuda_stream));
+        recap__op_call host = rope_kv_call(&s, false, llama3);
+        CHECK_OK(recap__op_launch(&host, host_stream));
+        CHECK_OK(recap_stream_synchronize(host_stream));
+
+        char label[256], what[300];
+        step_label(&s, cases[i].specs, cases[i].n, label, sizeof label);
+        const mirror *got[] = {&s.out, &s.kp, &s.vp};
+        static const char *const names[] = {"q_rot", "K pool", "V pool"};
+        for (int m = 0; m < 3; ++m) {
+          void *back = host_alloc(got[m]->bytes);
+          to_host(back, got[m]->dev, got[m]->bytes);
+          const int64_t n = (int64_t)(got[m]->bytes / esz(&s));
+          snprintf(what, sizeof what, "%s%s: paged_rope_kv_write %s", label,
+                   llama3 ? " llama3" : "", names[m]);
+          compare(what, d.dtype, n, back, got[m]->host,
+                  m < 2 ? pair_scale(d.dtype, got[m]->host, n, d.dh) : NULL, m == 2);
+        }
+        release_all();
+      }
+}
+
 /* What the CUDA launcher refuses before launching anything. */
 static void test_launch_refusals_name_the_reason(void) {
   test_rng rng;
@@ -388,6 +490,15 @@ static void test_launch_refusals_name_the_reason(void) {
     CHECK_ERROR_MENTIONS("16-byte vectors");
     release_all();
   }
+
+  /* paged_rope_kv_write writes its pools in place: outputs elsewhere are refused. */
+  step r = step_new(&rng, &d);
+  step_set(&rng, &r, one, 1);
+  recap__op_call rc = rope_kv_call(&r, true, false);
+  rc.outputs[2].data = r.kp.dev;
+  CHECK_STATUS(recap__op_launch(&rc, cuda_stream), RECAP_STATUS_INVALID_ARGUMENT);
+  CHECK_ERROR_MENTIONS("the caches themselves");
+  release_all();
 }
 
 /* ---- device faults on bad metadata (child processes) ---- */
@@ -467,7 +578,7 @@ static int run_fault_child(int index) {
     fprintf(stderr, "child: infer failed: %s\n", recap_last_error());
     return 2;
   }
-  if (call.def->output_is_input0) {
+  if (recap__op_output_input(call.def, 0) == 0) {
     call.outputs[0].data = call.inputs[0].data;
   } else if (cuda->mem_alloc(0, 256 * sizeof(float), &call.outputs[0].data) != RECAP_OK) {
     return 2;
@@ -512,6 +623,7 @@ int main(int argc, char **argv) {
       test_add_cuda_suite("ops_cuda_paged/vs_host", cuda_suite_init, cuda_suite_cleanup);
   CU_ADD_TEST(gpu, test_paged_step_matches_host);
   CU_ADD_TEST(gpu, test_captured_step_replays_with_new_metadata);
+  CU_ADD_TEST(gpu, test_rope_kv_write_matches_host);
   CU_ADD_TEST(gpu, test_launch_refusals_name_the_reason);
   CU_ADD_TEST(gpu, test_bad_metadata_faults_the_device);
   return test_run_all();

@@ -57,6 +57,7 @@ static cuda_entry expected_entry(const char *name) {
       {"seq_positions", recap__cuda_seq_positions},
       {"seq_last_tokens", recap__cuda_seq_last_tokens},
       {"paged_kv_write", recap__cuda_paged_kv_write},
+      {"paged_rope_kv_write", recap__cuda_paged_rope_kv_write},
       {"paged_attention", recap__cuda_paged_attention},
       {"decode_advance", recap__cuda_decode_advance},
       {"argmax", recap__cuda_argmax},
@@ -102,7 +103,8 @@ static void test_every_contract_op_is_in_the_registry(void) {
                                       "rope",         "kv_append", "attention", "argmax",
                                       "sample",       "random_uniform", "random_normal",
                                       "seq_positions", "seq_last_tokens", "paged_kv_write",
-                                      "paged_attention", "decode_advance"};
+                                      "paged_rope_kv_write", "paged_attention",
+                                      "decode_advance"};
   for (size_t i = 0; i < sizeof names / sizeof names[0]; ++i) {
     const recap__op_def *def = recap__op_find(names[i]);
     if (!def) fprintf(stderr, "\n  op '%s' missing: %s\n", names[i], recap_last_error());

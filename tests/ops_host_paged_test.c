@@ -1,11 +1,13 @@
 /*
  * ops_host_paged_test.c: the host backend's paged serving ops (seq_positions, seq_last_tokens,
- * paged_kv_write, paged_attention). A sequence in a pool of shuffled blocks matches the
- * contiguous kv_append + attention ops on the same data; a packed batch of decode rows and
- * prefill chunks matches each sequence run alone; padding tokens write nothing and output
+ * paged_kv_write, paged_rope_kv_write, paged_attention). A sequence in a pool of shuffled blocks
+ * matches the contiguous kv_append + attention ops on the same data; a packed batch of decode rows
+ * and prefill chunks matches each sequence run alone; padding tokens write nothing and output
  * zeros; a prompt written in two chunks matches one shot; one captured graph replays for new
  * metadata; every rule of the metadata fails with a message naming the row; the CUDA split
- * plan and workspace follow from the shapes. Helpers: ops_host_util.h.
+ * plan and workspace follow from the shapes; paged_rope_kv_write matches a hand rotation and
+ * block addressing, and rope + paged_kv_write byte for byte, and refuses bad inputs. Helpers:
+ * ops_host_util.h.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -674,6 +676,304 @@ static void test_bad_shapes_fail_at_infer(void) {
   CHECK_ERROR_MENTIONS("differ in head_dim");
 }
 
+/* ---- paged_rope_kv_write ---- */
+
+/* Rotary frequencies written from the definition (transformers' rope types), in double:
+ * theta^(-2i/Dh), and with Llama 3 scaling, wavelengths 2 pi / inv_freq under orig / high kept,
+ * over orig / low divided by factor, between them interpolated with s = (orig / wavelength -
+ * low) / (high - low). The op computes them in f32 steps; at the positions below (under 40) the
+ * difference stays far under the tolerances. */
+typedef struct {
+  double theta;
+  bool llama3;
+  double factor, low, high, orig;
+} hand_rope;
+
+static double hand_inv_freq(const hand_rope *r, int64_t i, int64_t dh) {
+  const double inv = pow(r->theta, -2.0 * (double)i / (double)dh);
+  if (!r->llama3) return inv;
+  const double wavelen = 2 * M_PI / inv;
+  if (wavelen < r->orig / r->high) return inv;
+  if (wavelen > r->orig / r->low) return inv / r->factor;
+  const double s = (r->orig / wavelen - r->low) / (r->high - r->low);
+  return (1 - s) * inv / r->factor + s * inv;
+}
+
+static void set_rope_attrs(recap__op_attrs *a, const hand_rope *r) {
+  a->rope_theta = r->theta;
+  a->rope_llama3 = r->llama3;
+  if (!r->llama3) return;
+  a->rope_factor = r->factor;
+  a->rope_low_freq_factor = r->low;
+  a->rope_high_freq_factor = r->high;
+  a->rope_original_max = (int64_t)r->orig;
+}
+
+/* Head h of token t of a [T, heads, Dh] view rotated at `pos` into ref (and each element's
+ * scale, |x1 cos| + |x2 sin|) at ref_at. */
+static void hand_rotate(const hand_rope *r, const recap_tensor *x, int64_t t, int64_t h,
+                        int64_t pos, double *ref, double *scale, int64_t ref_at) {
+  const int64_t dh = x->shape[2], half = dh / 2, base = (t * x->shape[1] + h) * dh;
+  for (int64_t i = 0; i < half; ++i) {
+    const double angle = hand_inv_freq(r, i, dh) * (double)pos, c = cos(angle), s = sin(angle);
+    const double x1 = get(x, base + i), x2 = get(x, base + i + half);
+    ref[ref_at + i] = x1 * c - x2 * s;
+    ref[ref_at + i + half] = x2 * c + x1 * s;
+    scale[ref_at + i] = fabs(x1 * c) + fabs(x2 * s);
+    scale[ref_at + i + half] = fabs(x2 * c) + fabs(x1 * s);
+  }
+}
+
+static recap__op_call rope_kv_call(recap_tensor q, recap_tensor k, recap_tensor v, recap_tensor kc,
+                                   recap_tensor vc, recap_tensor seqs, const hand_rope *r) {
+  recap__op_call call = new_call("paged_rope_kv_write");
+  recap_tensor in[] = {q, k, v, kc, vc, seqs};
+  for (int i = 0; i < 6; ++i) add_input(&call, in[i]);
+  set_rope_attrs(&call.attrs, r);
+  return call;
+}
+
+/* Infers, binds a poisoned q output (the pools are the inputs'), runs; returns the rotated q. */
+static recap_tensor rope_kv_write(recap_tensor q, recap_tensor k, recap_tensor v, recap_tensor kc,
+                                  recap_tensor vc, recap_tensor seqs, const hand_rope *r) {
+  recap__op_call call = rope_kv_call(q, k, v, kc, vc, seqs, r);
+  CHECK_OK(recap__op_infer(&call));
+  CU_ASSERT_PTR_EQUAL(call.outputs[1].data, kc.data);
+  CU_ASSERT_PTR_EQUAL(call.outputs[2].data, vc.data);
+  recap_tensor *out = &call.outputs[0];
+  out->data = track(bytes_of(out));
+  poison(out->dtype, out->data, numel(out));
+  CHECK_OK(recap__op_launch(&call, stream));
+  return *out;
+}
+
+/* A [T, n, Dh] view of columns [col, col + n Dh) of a [T, width] projection, as the spec's
+ * split and reshape make q, k and v of one qkv GEMM. */
+static recap_tensor heads_view(const recap_tensor *qkv, int64_t col, int64_t n, int64_t dh) {
+  recap_tensor t = *qkv;
+  t.ndim = 3;
+  t.shape[0] = qkv->shape[0], t.shape[1] = n, t.shape[2] = dh;
+  t.strides[0] = qkv->strides[0], t.strides[1] = dh, t.strides[2] = 1;
+  t.data = (char *)qkv->data + (size_t)col * esize(qkv->dtype);
+  return t;
+}
+
+/* One step of `n` sequences (specs; a row between each two, unused or sitting the step out)
+ * and `tokens` tokens with GQA heads 6 over 2, Dh 16 and blocks of 4 rows: the op against the
+ * hand rotation and block addressing, and byte for byte against rope at seq_positions'
+ * positions followed by paged_kv_write of K and of V. */
+static void rope_kv_case(test_rng *rng, recap_dtype dt, const hand_rope *r, const seq_spec *specs,
+                         int n, int64_t tokens) {
+  const int64_t heads = 6, kv_heads = 2, dh = 16, bs = 4, mb = 5, nb = 40;
+  const int64_t width = (heads + 2 * kv_heads) * dh;
+  int32_t ids[40];
+  shuffled_ids(rng, ids, nb);
+  recap_tensor qkv = random_tensor(rng, dt, SHAPE(tokens, width), CONTIGUOUS, -2, 2);
+  recap_tensor q = heads_view(&qkv, 0, heads, dh), k = heads_view(&qkv, heads * dh, kv_heads, dh);
+  recap_tensor v = heads_view(&qkv, (heads + kv_heads) * dh, kv_heads, dh);
+  recap_tensor kc = random_tensor(rng, dt, SHAPE(nb, bs, kv_heads, dh), CONTIGUOUS, -2, 2);
+  recap_tensor vc = random_tensor(rng, dt, SHAPE(nb, bs, kv_heads, dh), CONTIGUOUS, -2, 2);
+  recap_tensor kc_before = copy_of(&kc), vc_before = copy_of(&vc);
+  recap_tensor kc_unfused = copy_of(&kc), vc_unfused = copy_of(&vc);
+
+  recap_tensor seqs = seqs_tensor(2 * n, mb);
+  int64_t *pos = track((size_t)tokens * sizeof *pos),
+          *block = track((size_t)tokens * sizeof *block);
+  bool *owned = track((size_t)tokens * sizeof *owned);
+  memset(owned, 0, (size_t)tokens * sizeof *owned);
+  int32_t start = 0;
+  for (int s = 0; s < n; ++s) {
+    const int32_t len = specs[s].prior + specs[s].count;
+    CU_ASSERT_FATAL(len <= mb * bs);
+    set_row(&seqs, 2 * s, len, start, specs[s].count, ids + s * mb, mb);
+    set_row(&seqs, 2 * s + 1, s % 2 ? 3 : 0, 0, 0, ids + 35, s % 2 ? 1 : 0);
+    for (int32_t t = 0; t < specs[s].count; ++t) {
+      pos[start + t] = specs[s].prior + t;
+      block[start + t] = ids[s * mb + pos[start + t] / bs];
+      owned[start + t] = true;
+    }
+    start += specs[s].count;
+  }
+  CU_ASSERT_FATAL(start <= tokens);
+
+  recap_tensor q_rot = rope_kv_write(q, k, v, kc, vc, seqs, r);
+
+  /* By hand: q of every token (padding at position 0: a copy), K rows rotated and V rows
+   * copied to row pos % BS of their block, every other pool row as it was. */
+  const int64_t qn = tokens * heads * dh, pn = nb * bs * kv_heads * dh;
+  double *q_ref = doubles(qn), *q_scale = doubles(qn);
+  double *k_ref = doubles(pn), *k_scale = doubles(pn), *v_ref = doubles(pn);
+  for (int64_t e = 0; e < pn; ++e) {
+    k_ref[e] = get(&kc_before, e);
+    k_scale[e] = fabs(k_ref[e]);
+    v_ref[e] = get(&vc_before, e);
+  }
+  for (int64_t t = 0; t < tokens; ++t) {
+    const int64_t p = owned[t] ? pos[t] : 0;
+    for (int64_t h = 0; h < heads; ++h)
+      hand_rotate(r, &q, t, h, p, q_ref, q_scale, (t * heads + h) * dh);
+    if (!owned[t]) continue;
+    for (int64_t h = 0; h < kv_heads; ++h) {
+      const int64_t at = ((block[t] * bs + p % bs) * kv_heads + h) * dh;
+      hand_rotate(r, &k, t, h, p, k_ref, k_scale, at);
+      for (int64_t d = 0; d < dh; ++d) v_ref[at + d] = get(&v, (t * kv_heads + h) * dh + d);
+    }
+  }
+  char what[160];
+  snprintf(what, sizeof what, "paged_rope_kv_write%s, %d sequences, %lld tokens",
+           r->llama3 ? " (llama3)" : "", n, (long long)tokens);
+  check(what, &q_rot, q_ref, q_scale);
+  check(what, &kc, k_ref, k_scale);
+  check_exact(what, &vc, v_ref);
+
+  /* The unfused layer: seq_positions, rope of q and of k, paged_kv_write of K and of V. */
+  recap__op_call positions = new_call("seq_positions");
+  add_input(&positions, seqs);
+  positions.attrs.dim = tokens;
+  run(&positions);
+  recap_tensor rotated[2];
+  for (int x = 0; x < 2; ++x) {
+    recap__op_call rope = new_call("rope");
+    add_input(&rope, x ? k : q);
+    add_input(&rope, positions.outputs[0]);
+    set_rope_attrs(&rope.attrs, r);
+    run(&rope);
+    rotated[x] = rope.outputs[0];
+  }
+  kv_write(kc_unfused, rotated[1], seqs);
+  kv_write(vc_unfused, v, seqs);
+  check_same_bytes("fused q vs rope", q_rot.data, rotated[0].data, bytes_of(&q_rot));
+  check_same_bytes("fused K pool vs rope + paged_kv_write", kc.data, kc_unfused.data,
+                   bytes_of(&kc));
+  check_same_bytes("fused V pool vs paged_kv_write", vc.data, vc_unfused.data, bytes_of(&vc));
+
+  /* All-zero metadata: no pool row changes, and q is rotated at position 0 (copied). */
+  recap_tensor kc_now = copy_of(&kc), vc_now = copy_of(&vc);
+  recap_tensor q_zero = rope_kv_write(q, k, v, kc, vc, seqs_tensor(2 * n, mb), r);
+  check_same_bytes("K pool after all-zero metadata", kc.data, kc_now.data, bytes_of(&kc));
+  check_same_bytes("V pool after all-zero metadata", vc.data, vc_now.data, bytes_of(&vc));
+  double *q_copy = doubles(qn);
+  for (int64_t e = 0; e < qn; ++e) q_copy[e] = get(&q, e);
+  check_exact("q at all-zero metadata", &q_zero, q_copy);
+}
+
+static void test_rope_kv_write_matches_hand_rotation_and_blocks(void) {
+  free_tracked();
+  test_rng rng;
+  test_rng_init(&rng);
+  /* theta 10000 at Dh 16: wavelengths 6.3, 20, 63, 199, 628, ...; with original_max_positions
+   * 256 and factors 1 and 4 pairs 0-2 are kept, pair 3 interpolated, pairs 4-7 divided by 8. */
+  const hand_rope plain = {.theta = 10000}, big = {.theta = 500000};
+  const hand_rope llama3 = {
+      .theta = 10000, .llama3 = true, .factor = 8, .low = 1, .high = 4, .orig = 256};
+  /* Decode rows at block boundaries (position 3 ends block 0, 4 starts block 1), a prefill
+   * chunk spanning three blocks from mid-block, a first chunk, a long context. */
+  static const seq_spec mixed[] = {{3, 1}, {2, 9}, {4, 1}, {0, 3}, {17, 2}};
+  static const seq_spec decode[] = {{11, 1}, {0, 1}, {7, 1}};
+  const hand_rope *ropes[] = {&plain, &llama3, &big};
+  for (size_t dt = 0; dt < 3; ++dt)
+    for (int r = 0; r < 3; ++r) {
+      rope_kv_case(&rng, float_types[dt], ropes[r], mixed, 5, 16);
+      rope_kv_case(&rng, float_types[dt], ropes[r], mixed, 5, 20); /* 4 padding tokens */
+      rope_kv_case(&rng, float_types[dt], ropes[r], decode, 3, 4);
+    }
+}
+
+/* Refusals at inference (shapes, dtypes, attributes) and at run time (the metadata). */
+static void test_rope_kv_write_refuses_bad_inputs(void) {
+  free_tracked();
+  test_rng rng;
+  test_rng_init(&rng);
+  const recap_dtype f = RECAP_DTYPE_F32;
+  recap_tensor q = random_tensor(&rng, f, SHAPE(S_T, S_H, S_DH), CONTIGUOUS, -1, 1);
+  recap_tensor k = random_tensor(&rng, f, SHAPE(S_T, S_HKV, S_DH), CONTIGUOUS, -1, 1);
+  recap_tensor v = random_tensor(&rng, f, SHAPE(S_T, S_HKV, S_DH), CONTIGUOUS, -1, 1);
+  recap_tensor pool = random_tensor(&rng, f, SHAPE(S_NB, S_BS, S_HKV, S_DH), CONTIGUOUS, -1, 1);
+  recap_tensor pool2 = copy_of(&pool);
+  const hand_rope plain = {.theta = 10000};
+  const struct {
+    int input;
+    recap_tensor t;
+    const char *error;
+  } bad[] = {
+      {1, random_tensor(&rng, f, SHAPE(S_T, S_HKV + 1, S_DH), CONTIGUOUS, -1, 1),
+       "input 'k' [6, 3, 8] does not match input 'k_cache' [8, 4, 2, 8]"},
+      {2, random_tensor(&rng, f, SHAPE(S_T, S_HKV, S_DH / 2), CONTIGUOUS, -1, 1),
+       "input 'v' [6, 2, 4] does not match input 'k_cache'"},
+      {1, random_tensor(&rng, f, SHAPE(S_T - 1, S_HKV, S_DH), CONTIGUOUS, -1, 1),
+       "with one T and the caches' Dh 8"},
+      {0, random_tensor(&rng, f, SHAPE(S_T, S_H, S_DH + 2), CONTIGUOUS, -1, 1),
+       "with one T and the caches' Dh 8"},
+      {2, random_tensor(&rng, RECAP_DTYPE_BF16, SHAPE(S_T, S_HKV, S_DH), CONTIGUOUS, -1, 1),
+       "input 'v' has dtype bf16"},
+      {1, random_tensor(&rng, f, SHAPE(S_T, S_HKV, S_DH), TRANSPOSED, -1, 1), "'k'"},
+      {4, random_tensor(&rng, f, SHAPE(S_NB + 1, S_BS, S_HKV, S_DH), CONTIGUOUS, -1, 1),
+       "inputs 'k_cache' [8, 4, 2, 8] and 'v_cache' [9, 4, 2, 8] must have one shape"},
+      {5, seqs_tensor(3, 0), "input 'seqs' has shape [3, 16]: its rows need more than 16"},
+  };
+  for (size_t c = 0; c < sizeof bad / sizeof bad[0]; ++c) {
+    recap_tensor in[] = {q, k, v, pool, pool2, strict_seqs()};
+    in[bad[c].input] = bad[c].t;
+    recap__op_call call = rope_kv_call(in[0], in[1], in[2], in[3], in[4], in[5], &plain);
+    CHECK_STATUS(recap__op_infer(&call), RECAP_STATUS_INVALID_ARGUMENT);
+    CHECK_ERROR_MENTIONS("paged_rope_kv_write");
+    CHECK_ERROR_MENTIONS(bad[c].error);
+  }
+  /* An odd head dim has no halves to rotate. */
+  recap_tensor q5 = random_tensor(&rng, f, SHAPE(S_T, S_H, 5), CONTIGUOUS, -1, 1);
+  recap_tensor k5 = random_tensor(&rng, f, SHAPE(S_T, S_HKV, 5), CONTIGUOUS, -1, 1);
+  recap_tensor p5 = random_tensor(&rng, f, SHAPE(S_NB, S_BS, S_HKV, 5), CONTIGUOUS, -1, 1);
+  recap__op_call odd = rope_kv_call(q5, k5, k5, p5, p5, strict_seqs(), &plain);
+  CHECK_STATUS(recap__op_infer(&odd), RECAP_STATUS_INVALID_ARGUMENT);
+  CHECK_ERROR_MENTIONS("odd head dimension");
+  /* rope's attribute rules: llama3 needs its four parameters. */
+  const hand_rope half_llama3 = {.theta = 10000, .llama3 = true, .factor = 8, .low = 1};
+  recap__op_call attrs = rope_kv_call(q, k, v, pool, pool2, strict_seqs(), &half_llama3);
+  CHECK_STATUS(recap__op_infer(&attrs), RECAP_STATUS_INVALID_ARGUMENT);
+  CHECK_ERROR_MENTIONS("attribute 'high_freq_factor' = 0 must be > 0");
+
+  /* At run time, a block table too narrow for the row's length, and a written block outside
+   * the pool, fail naming the row, and nothing is written. */
+  static const struct {
+    int row, column;
+    int32_t value;
+    const char *error;
+  } rows[] = {
+      {0, RECAP_SEQ_LEN, 17, "row 0: LEN 17 exceeds the 16 keys that its 4 block-table columns"},
+      {0, RECAP_SEQ_BLOCKS + 1, S_NB,
+       "row 0: block-table column 1 (positions 4 to 7) holds block 8"},
+      {1, RECAP_SEQ_BLOCKS, 1, "rows 0 and 1 both write row 0 of block 1"},
+  };
+  for (size_t c = 0; c < sizeof rows / sizeof rows[0]; ++c) {
+    recap_tensor seqs = strict_seqs();
+    row_of(&seqs, rows[c].row)[rows[c].column] = rows[c].value;
+    recap_tensor before = copy_of(&pool), before2 = copy_of(&pool2);
+    recap__op_call call = rope_kv_call(q, k, v, pool, pool2, seqs, &plain);
+    CHECK_OK(recap__op_infer(&call));
+    call.outputs[0].data = track(bytes_of(&call.outputs[0]));
+    CHECK_STATUS(recap__op_launch(&call, stream), RECAP_STATUS_DEVICE_ERROR);
+    CHECK_ERROR_MENTIONS("op 'paged_rope_kv_write'");
+    CHECK_ERROR_MENTIONS(rows[c].error);
+    recap__host_backend_reset_fault_for_testing();
+    check_same_bytes("K pool after bad metadata", pool.data, before.data, bytes_of(&pool));
+    check_same_bytes("V pool after bad metadata", pool2.data, before2.data, bytes_of(&pool2));
+  }
+  /* Outputs 1 and 2 are the pools themselves. */
+  recap__op_call elsewhere = rope_kv_call(q, k, v, pool, pool2, strict_seqs(), &plain);
+  CHECK_OK(recap__op_infer(&elsewhere));
+  elsewhere.outputs[0].data = track(bytes_of(&elsewhere.outputs[0]));
+  elsewhere.outputs[2].data = track(bytes_of(&pool2));
+  CHECK_STATUS(recap__op_launch(&elsewhere, stream), RECAP_STATUS_DEVICE_ERROR);
+  CHECK_ERROR_MENTIONS("the caches themselves");
+  recap__host_backend_reset_fault_for_testing();
+  /* The contract: outputs 1 and 2 are inputs 3 and 4; zero metadata writes nothing. */
+  const recap__op_def *def = recap__op_find("paged_rope_kv_write");
+  CU_ASSERT_EQUAL(recap__op_output_input(def, 0), -1);
+  CU_ASSERT_EQUAL(recap__op_output_input(def, 1), 3);
+  CU_ASSERT_EQUAL(recap__op_output_input(def, 2), 4);
+  CU_ASSERT_TRUE(def->zero_meta_writes_nothing);
+}
+
 /* ---- the CUDA grid and workspace, from shapes alone ---- */
 
 static recap__paged_attention_grid plan_for(int64_t tokens, int64_t heads, int64_t kv_heads,
@@ -736,6 +1036,8 @@ int main(void) {
   CU_ADD_TEST(s, test_captured_step_replays_with_new_metadata);
   CU_ADD_TEST(s, test_each_metadata_rule_fails_naming_the_row);
   CU_ADD_TEST(s, test_bad_shapes_fail_at_infer);
+  CU_ADD_TEST(s, test_rope_kv_write_matches_hand_rotation_and_blocks);
+  CU_ADD_TEST(s, test_rope_kv_write_refuses_bad_inputs);
   CU_ADD_TEST(s, test_split_plan_follows_shapes);
   return test_run_all();
 }

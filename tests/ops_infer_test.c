@@ -84,8 +84,8 @@ static void test_op_list_holds_every_op_once_with_complete_defs(void) {
                                 "all_gather",    "reduce_scatter",
                                 "broadcast",     "expr",
                                 "seq_positions", "seq_last_tokens",
-                                "paged_kv_write", "paged_attention",
-                                "decode_advance"};
+                                "paged_kv_write", "paged_rope_kv_write",
+                                "paged_attention", "decode_advance"};
   size_t count = 0;
   const recap__op_def *const *ops = recap__op_list(&count);
   CU_ASSERT_EQUAL(count, sizeof names / sizeof names[0]);

@@ -24,13 +24,14 @@
 enum { MAX_T = 48, MAX_OPS = 24, U = RECAP_PLAN_ALIGNMENT };
 
 /* Op definitions the planner reads: their contract (in_place_input, copy_view,
- * output_is_input0), never their names. */
+ * output_is_input), never their names. */
 static const recap__op_def def_plain = {.name = "matmul", .in_place_input = -1};
 static const recap__op_def def_inplace = {.name = "relu", .in_place_input = 0};
 static const recap__op_def def_view = {
     .name = "reshape", .in_place_input = -1, .copy_view = RECAP__COPY_RESHAPE};
+static const int append_output_is_input[] = {0};
 static const recap__op_def def_append = {
-    .name = "kv_append", .in_place_input = 0, .output_is_input0 = true};
+    .name = "kv_append", .in_place_input = 0, .output_is_input = append_output_is_input};
 
 typedef struct {
   recap__ir ir;

@@ -18,6 +18,7 @@
 #define RECAP_KERNELS_HOST_HOST_OPS_H
 
 #include "kernels/op.h"
+#include "kernels/rope.h"
 
 recap_status recap__host_unary(const recap__op_call *call);
 recap_status recap__host_binary(const recap__op_call *call);
@@ -32,6 +33,13 @@ recap_status recap__host_concat(const recap__op_call *call);
 recap_status recap__host_fill(const recap__op_call *call);
 recap_status recap__host_embedding(const recap__op_call *call);
 recap_status recap__host_rope(const recap__op_call *call);
+/* One head of x rotated at `position` (kernels/rope.h): its Dh elements are x_step apart from
+ * element x_at of x; the result goes to elements out_at .. out_at + Dh - 1 of `out` (unit
+ * stride, out_dtype). Every pair is read before it is written, so out may be x itself. rope and
+ * paged_rope_kv_write share it. */
+void recap__host_rope_row(const recap__rope_freqs *freqs, int64_t head_dim, int64_t position,
+                          const recap_tensor *x, int64_t x_at, int64_t x_step, void *out,
+                          recap_dtype out_dtype, int64_t out_at);
 
 recap_status recap__host_kv_append(const recap__op_call *call);
 recap_status recap__host_attention(const recap__op_call *call);
@@ -40,6 +48,7 @@ recap_status recap__host_decode_advance(const recap__op_call *call);
 recap_status recap__host_seq_positions(const recap__op_call *call);
 recap_status recap__host_seq_last_tokens(const recap__op_call *call);
 recap_status recap__host_paged_kv_write(const recap__op_call *call);
+recap_status recap__host_paged_rope_kv_write(const recap__op_call *call);
 recap_status recap__host_paged_attention(const recap__op_call *call);
 
 recap_status recap__host_argmax(const recap__op_call *call);

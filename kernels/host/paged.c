@@ -73,6 +73,53 @@ recap_status recap__host_paged_kv_write(const recap__op_call *call) {
   return RECAP_OK;
 }
 
+recap_status recap__host_paged_rope_kv_write(const recap__op_call *call) {
+  const recap_tensor *q = &call->inputs[0], *k = &call->inputs[1], *v = &call->inputs[2];
+  const recap_tensor *kc = &call->inputs[3], *vc = &call->inputs[4], *seqs = &call->inputs[5];
+  const recap_tensor *q_out = &call->outputs[0];
+  if (call->outputs[1].data != kc->data || call->outputs[2].data != vc->data)
+    return RECAP_OP_FAIL(call, "outputs 1 and 2 must be the caches themselves (same memory)");
+  const int64_t tokens = q->shape[0], heads = q->shape[1], dh = q->shape[2];
+  const int64_t block_size = kc->shape[1], kv_heads = kc->shape[2];
+  const recap__seqs_rules rules = {.tokens = tokens,
+                                   .block_size = block_size,
+                                   .num_blocks = kc->shape[0],
+                                   .blocks = RECAP__SEQS_BLOCKS_WRITTEN};
+  int64_t owned;
+  RECAP_TRY(recap__seqs_check(call, 5, &rules, &owned));
+  const recap__rope_freqs freqs = recap__rope_freqs_of(&call->attrs);
+  const int64_t esize = (int64_t)recap_dtype_size(q->dtype);
+  /* Padding tokens' q rows are rotated at position 0, which copies them: what rope does at the
+   * 0 that seq_positions gives them. */
+  for (int64_t token = owned; token < tokens; ++token)
+    for (int64_t h = 0; h < heads; ++h)
+      recap__host_rope_row(&freqs, dh, 0, q, token * q->strides[0] + h * q->strides[1],
+                           q->strides[2], q_out->data, q_out->dtype, (token * heads + h) * dh);
+  for (int64_t r = 0; r < seqs->shape[0]; ++r) {
+    const int32_t *row = recap__seqs_row(seqs, r);
+    for (int64_t t = 0; t < row[RECAP_SEQ_Q_LEN]; ++t) {
+      const int64_t token = row[RECAP_SEQ_Q_START] + t;
+      const int64_t pos = row[RECAP_SEQ_LEN] - row[RECAP_SEQ_Q_LEN] + t;
+      const int64_t block = row[RECAP_SEQ_BLOCKS + pos / block_size];
+      for (int64_t h = 0; h < heads; ++h)
+        recap__host_rope_row(&freqs, dh, pos, q, token * q->strides[0] + h * q->strides[1],
+                             q->strides[2], q_out->data, q_out->dtype, (token * heads + h) * dh);
+      /* The pools' rows of this position, and the step's K and V rows of this token; every
+       * last dim is unit-stride (infer). */
+      const int64_t kc_at = block * kc->strides[0] + pos % block_size * kc->strides[1];
+      const int64_t vc_at = block * vc->strides[0] + pos % block_size * vc->strides[1];
+      for (int64_t h = 0; h < kv_heads; ++h) {
+        recap__host_rope_row(&freqs, dh, pos, k, token * k->strides[0] + h * k->strides[1],
+                             k->strides[2], kc->data, kc->dtype, kc_at + h * kc->strides[2]);
+        memcpy((char *)vc->data + (vc_at + h * vc->strides[2]) * esize,
+               (const char *)v->data + (token * v->strides[0] + h * v->strides[1]) * esize,
+               (size_t)(dh * esize));
+      }
+    }
+  }
+  return RECAP_OK;
+}
+
 /* One (token, head): where its query row is, and where the pool rows of its sequence are. */
 typedef struct {
   const recap_tensor *q, *k, *v;

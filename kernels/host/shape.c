@@ -100,6 +100,21 @@ recap_status recap__host_embedding(const recap__op_call *call) {
   return RECAP_OK;
 }
 
+void recap__host_rope_row(const recap__rope_freqs *freqs, int64_t head_dim, int64_t position,
+                          const recap_tensor *x, int64_t x_at, int64_t x_step, void *out,
+                          recap_dtype out_dtype, int64_t out_at) {
+  const int64_t half = head_dim / 2;
+  for (int64_t i = 0; i < half; ++i) {
+    float c, sn, o1, o2;
+    recap__rope_cos_sin(freqs, i, head_dim, position, &c, &sn);
+    recap__rope_rotate(recap__load_f32(x->data, x->dtype, x_at + i * x_step),
+                       recap__load_f32(x->data, x->dtype, x_at + (i + half) * x_step), c, sn, &o1,
+                       &o2);
+    recap__store_f32(out, out_dtype, out_at + i, o1);
+    recap__store_f32(out, out_dtype, out_at + i + half, o2);
+  }
+}
+
 recap_status recap__host_rope(const recap__op_call *call) {
   const recap_tensor *x = &call->inputs[0], *pos = &call->inputs[1];
   const recap_tensor *out = &call->outputs[0];
@@ -117,24 +132,13 @@ recap_status recap__host_rope(const recap__op_call *call) {
       return RECAP_OP_FAIL(call, "input 'positions' gives row %lld the negative position %lld",
                            (long long)s, (long long)position);
   }
-  int64_t half = head_dim / 2;
   const recap__rope_freqs freqs = recap__rope_freqs_of(&call->attrs);
   for (int64_t b = 0; b < batch; ++b)
     for (int64_t s = 0; s < seq; ++s) {
       int64_t position = start_form ? (int64_t)p[0] + s : p[s];
-      for (int64_t h = 0; h < heads; ++h) {
-        int64_t in = b * sb + s * ss + h * sh;
-        int64_t o = ((b * seq + s) * heads + h) * head_dim;
-        for (int64_t i = 0; i < half; ++i) {
-          float cf, sf;
-          recap__rope_cos_sin(&freqs, i, head_dim, position, &cf, &sf);
-          double c = cf, sn = sf;
-          double x1 = recap__load_f32(x->data, x->dtype, in + i * sd);
-          double x2 = recap__load_f32(x->data, x->dtype, in + (i + half) * sd);
-          recap__store_f32(out->data, out->dtype, o + i, (float)(x1 * c - x2 * sn));
-          recap__store_f32(out->data, out->dtype, o + i + half, (float)(x2 * c + x1 * sn));
-        }
-      }
+      for (int64_t h = 0; h < heads; ++h)
+        recap__host_rope_row(&freqs, head_dim, position, x, b * sb + s * ss + h * sh, sd, out->data,
+                             out->dtype, ((b * seq + s) * heads + h) * head_dim);
     }
   return RECAP_OK;
 }
