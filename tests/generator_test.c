@@ -16,6 +16,7 @@
  * runs use fewer).
  */
 #include <math.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -651,6 +652,7 @@ typedef struct {
   int tokens, ends;
   recap_request_state last;
   recap_status cancel_status; /* asserted on the test's thread: CUnit is not thread-safe */
+  atomic_bool *gate; /* non-NULL: the first token's callback holds the engine until it is set */
 } events;
 
 /* Counts a request's callbacks; cancels it from the engine thread after cancel_after tokens,
@@ -660,9 +662,12 @@ static void count_events(void *user, uint64_t id, int32_t token, recap_request_s
   if (token < 0) {
     e->ends++;
     e->last = state;
-  } else if (++e->tokens == e->cancel_after) {
-    e->cancel_status = recap_generator_cancel(e->g, id);
+    return;
   }
+  ++e->tokens;
+  while (e->gate && e->tokens == 1 && !atomic_load(e->gate))
+    nanosleep(&(struct timespec){0, 100000}, NULL);
+  if (e->tokens == e->cancel_after) e->cancel_status = recap_generator_cancel(e->g, id);
 }
 
 static void test_cancel_and_release_give_every_block_back(void) {
@@ -677,8 +682,12 @@ static void test_cancel_and_release_give_every_block_back(void) {
   for (int k = 0; k < 30; k++) prompt[k] = (k * 37 + 11) % 256;
   static events ev[N];
   uint64_t ids[N];
+  /* Request 0's first token holds the engine until the test has cancelled and released below:
+   * a tiny model's steps take microseconds, and request 1 must still be running then. */
+  static atomic_bool gate;
+  atomic_store(&gate, false);
   for (int i = 0; i < N; i++) {
-    ev[i] = (events){.g = g, .cancel_after = i == 0 ? 2 : 0};
+    ev[i] = (events){.g = g, .cancel_after = i == 0 ? 2 : 0, .gate = i == 0 ? &gate : NULL};
     recap_request r = {.prompt = prompt,
                        .prompt_len = 30,
                        .max_new_tokens = 34,
@@ -691,6 +700,7 @@ static void test_cancel_and_release_give_every_block_back(void) {
   CHECK_OK(recap_generator_cancel(g, ids[5]));
   CHECK_OK(recap_generator_release(g, ids[1])); /* running or queued: cancelled, then freed */
   CHECK_OK(recap_generator_cancel(g, 987654));  /* unknown: accepted */
+  atomic_store(&gate, true);
   for (int i = 0; i < N; i++) {
     if (i == 1) continue;
     CHECK_OK(recap_generator_wait(g, ids[i], test_scaled_seconds(60)));
