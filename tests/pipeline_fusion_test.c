@@ -640,8 +640,8 @@ static void test_a_residual_add_folds_into_a_linear_without_bias(void) {
 
 /* The folded bias-free linear and the one the spec writes directly compute y = z = x0 + x W^T,
  * checked against plain loops in double over the stored (rounded) inputs, for every bucket, in
- * f32 and bf16: the fold rounds once, so bf16 is within half an ulp of the exact sum (plus the
- * f32 accumulation's error). */
+ * f32 and bf16: the fold rounds once, so bf16 is within half an ulp of the exact sum, plus the
+ * f32 accumulation's error in any order (1e-5 of the terms' magnitudes). */
 static void check_bias_free_fold(recap_dtype dtype) {
   enum { K = 48, N = 40, MAX_B = 40 };
   static const int64_t buckets[] = {1, 5, 16, 40};
@@ -680,7 +680,7 @@ static void check_bias_free_fold(recap_dtype dtype) {
         const double got[2] = {recap__load_f32(y, dtype, i * N + j),
                                recap__load_f32(z, dtype, i * N + j)};
         for (int o = 0; o < 2; ++o)
-          if (!(fabs(got[o] - want) <= rel * fabs(want) + 1e-6 * (1.0 + mag)) && bad++ < 5)
+          if (!(fabs(got[o] - want) <= rel * fabs(want) + 1e-5 * (1.0 + mag)) && bad++ < 5)
             fprintf(stderr, "\n  %s %s, batch %lld [%lld, %lld]: %.8g, want %.8g",
                     recap_dtype_name(dtype), o ? "z (direct)" : "y (folded)", (long long)b,
                     (long long)i, (long long)j, got[o], want);
