@@ -55,9 +55,11 @@ recap_status cli_fuse_format(const recap__ir *ir, bool enabled, char **text) {
     }
     const recap__ir_tensor *y = &ir->tensors[op->outputs[0]];
     recap__text_put(&b, "  out: %s %s\n", y->name, recap_dtype_name(y->dtype));
-    if (!op->program) { /* a residual fold */
-      recap__text_put(&b, "    = linear(%s, %s, %s) + %s, the add in the GEMM's epilogue\n",
-                      names[0], names[1], names[2], names[3]);
+    if (!op->program) { /* a residual fold: the residual is the last input */
+      recap__text_put(&b, "    = %s(", op->def->name);
+      for (int i = 0; i + 1 < op->num_inputs; ++i)
+        recap__text_put(&b, "%s%s", i ? ", " : "", names[i]);
+      recap__text_put(&b, ") + %s, the add in the GEMM's epilogue\n", names[op->num_inputs - 1]);
       continue;
     }
     char *expr = NULL;

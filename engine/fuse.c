@@ -223,9 +223,11 @@ static int fold_source(const finder *f, int v) {
         x->is_output || x->alias_of >= 0)
       continue;
     const recap__ir_op *lin = &ir->ops[u];
-    /* Every input but the residual (its last) given, and no activation in the way. */
-    if (!lin->def || !lin->def->folds_residual || lin->num_inputs != lin->def->max_inputs - 1 ||
-        lin->num_outputs != 1 || lin->attrs.act != RECAP_ACT_NONE || lin->stream != add->stream)
+    /* No residual yet (an optional bias before it may be absent: attrs.residual marks the
+     * last input as the residual), and no activation in the way. */
+    if (!lin->def || !lin->def->folds_residual || lin->attrs.residual ||
+        lin->num_inputs >= lin->def->max_inputs || lin->num_outputs != 1 ||
+        lin->attrs.act != RECAP_ACT_NONE || lin->stream != add->stream)
       continue;
     /* No broadcast, in any bucket: the same shape here and the bucketed dim on the same
      * axes. */
@@ -668,8 +670,8 @@ static recap_status make_fused(const finder *f, const recap__op_def *expr_def, i
 }
 
 /* Builds the linear that replaces the add at v and the linear it folds in: the add's place,
- * stream and output; the linear's inputs, attributes and the add's other operand as its
- * residual. */
+ * stream and output; the linear's inputs and attributes, and the add's other operand as its
+ * last input, marked as the residual (attrs.residual) whether or not a bias comes before it. */
 static recap_status make_fold(const finder *f, int v, fused_op *out) {
   const recap__ir *ir = f->ir;
   const recap__ir_op *add = &ir->ops[v];
@@ -691,6 +693,7 @@ static recap_status make_fold(const finder *f, int v, fused_op *out) {
   op->pos = add->pos;
   op->stream = add->stream;
   op->inputs[op->num_inputs++] = add->inputs[0] == t ? add->inputs[1] : add->inputs[0];
+  op->attrs.residual = 1;
   op->outputs[0] = add->outputs[0];
   recap_status st = check_output(ir, op, add->name);
   if (st != RECAP_OK) fused_op_free(out);

@@ -48,8 +48,11 @@
  * into the linear (an op whose contract says folds_residual) as its residual input
  * (kernels/gemm/gemm.h: out = x W^T + bias + residual, which cuBLASLt computes as D = A B + C +
  * bias with beta = 1, so the add costs no pass of its own) when
- *   - the linear has a bias and no activation (cuBLASLt adds C before its activation; a
- *     linear with an erf-gelu etc. hands that to its consumer's group instead, above);
+ *   - the linear has no residual yet and no activation (cuBLASLt adds C before its
+ *     activation; a linear with an erf-gelu etc. hands that to its consumer's group instead,
+ *     above). A bias is optional: the folded linear's inputs are (x, W, bias, residual) or
+ *     (x, W, residual), and attrs.residual marks the last one as the residual (Llama, Mistral
+ *     and Qwen projections have no bias);
  *   - its output is an intermediate read by the add alone (not an output, not an alias);
  *   - the other operand has the same shape (no broadcast; the bucketed dim on the same axes,
  *     so every bucket folds alike) and dtype as the output and the add's result;
@@ -60,8 +63,9 @@
  * "fused[<linear>,<add>]" with fused_from listing both spec ops, at the add's place, writing
  * the add's output. Numerics: one rounding of x W^T + bias + residual instead of two (the
  * linear's output was rounded to its dtype before the add): within the storage type's
- * tolerance, as for groups. On the skinny-GEMM path (decode shapes) the residual is added by
- * the GEMM epilogue kernel after the skinny kernel: the same two launches as unfused.
+ * tolerance, as for groups. Every CUDA path runs the fold as one launch: cuBLASLt (C, beta =
+ * 1), the skinny kernel of decode shapes and the Hopper kernel (their epilogues); only plain
+ * cuBLAS (recap_gemm_library) still adds it in a pass after the GEMM.
  *
  * A group is rewritten only when it saves a launch: at least two ops, or one op and a moved
  * activation. The rewritten IR keeps every declared tensor at its index (they precede the op
@@ -72,7 +76,7 @@
  * The fused op is named "fused[<members>]" (each member by its spec `name:`, else its kind),
  * for NVTX ranges and messages; recap__ir_op.fused_from lists the spec ops it replaces.
  * `recap plan` prints both kinds (cli_fuse_format, cli/plan_text.h): a fold as
- * "= linear(x, w, b) + r".
+ * "= linear(x, w, b) + r", or "= linear(x, w) + r" without a bias.
  *
  * Switch: on by default; RECAP_FUSION=0 in the environment, or recap_pipeline_options.no_fusion
  * (the CLI's --no-fusion), turns it off.

@@ -52,6 +52,7 @@ typedef struct {
   double mean, std;      /* random normal */
   double low, high;      /* random uniform */
   recap__activation act; /* linear epilogue; unary activation op */
+  int residual;          /* linear: its last input is the residual (implied by all four) */
   int causal;            /* softmax/attention mask */
   int logprobs;          /* sample: also output the chosen tokens' log probabilities */
   int trans_a, trans_b;  /* matmul */
@@ -180,7 +181,9 @@ struct recap__op_def {
   /* Elementwise and fusable, and how (engine/fuse.h). */
   recap__fuse_form fuse_form;
   /* An `add` of output 0 and a tensor of its shape may run in the op's epilogue instead
-   * (out = op(...) + residual: linear's accumulate into C). */
+   * (out = op(...) + residual: linear's accumulate into C). The fusion pass appends that tensor
+   * as the op's last input and sets attrs.residual, which tells the op that the last input is
+   * the residual whichever optional inputs come before it (a linear without a bias). */
   bool folds_residual;
   /* The (input, axis) pairs the op reduces or contracts over, at most 4 (axes < 0 count from
    * the end); returns how many. NULL: none. The loader refuses such an axis that carries the

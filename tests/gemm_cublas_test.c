@@ -21,6 +21,9 @@ static const case_maker cuda_cases[] = {
     mk_linear_gelu_tanh,
     mk_linear_silu_nobias,
     mk_linear_gelu_residual,
+    mk_linear_residual_nobias,
+    mk_linear_relu_residual_nobias,
+    mk_skinny_residual_nobias,
 };
 
 static void run_all_cuda_cases(const char *what) {

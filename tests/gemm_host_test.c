@@ -1,8 +1,9 @@
 /*
  * gemm_host_test.c: matmul and linear on the host against the float64 reference of
  * gemm_util.h (odd and skinny shapes, transposes, column-major and strided batch views,
- * alpha/beta with C, in place on C, broadcast batches, every activation, any rank of x), and
- * validation: shapes and dtypes, a residual sharing the output, the library switches.
+ * alpha/beta with C, in place on C, broadcast batches, every activation, any rank of x, a
+ * residual with and without a bias), and validation: shapes and dtypes (the residual's too),
+ * a residual sharing the output, the library switches.
  */
 #include "tests/gemm_util.h"
 
@@ -180,6 +181,28 @@ static void test_linear_any_rank_of_x_matches_reference(void) {
   case_free(&g);
 }
 
+/* A residual (attribute `residual`, last input) after the activation, with a bias (four
+ * inputs) and without one (x, weight, residual: the form a folded add takes when the linear
+ * has no bias), on every float type, m = 1 and 7, n not a multiple of the micro-tile. */
+static void test_linear_residual_with_and_without_bias_matches_reference(void) {
+  test_rng rng;
+  test_rng_init(&rng);
+  static const recap__activation acts[] = {RECAP_ACT_NONE, RECAP_ACT_RELU, RECAP_ACT_SILU,
+                                           RECAP_ACT_GELU};
+  for (size_t d = 0; d < 3; ++d)
+    for (int m = 1; m <= 7; m += 6)
+      for (size_t a = 0; a < sizeof acts / sizeof acts[0]; ++a)
+        for (int bias = 0; bias < 2; ++bias) {
+          gcase g;
+          const int64_t xs[2] = {m, 65};
+          make_linear(&g, float_types[d], 2, xs, 33, bias, acts[a], &rng);
+          add_residual(&g, &rng);
+          CU_ASSERT_EQUAL(g.call.num_inputs, bias ? 4 : 3);
+          check_host(&g, bias ? "linear residual with bias" : "linear residual, no bias");
+          case_free(&g);
+        }
+}
+
 /* The erf and tanh gelus are both right, and differ by what the formulas differ by (up to
  * ~5e-4 near |x| = 2), which f32 resolves easily. */
 static void test_linear_gelu_erf_and_tanh_differ_as_expected(void) {
@@ -322,6 +345,22 @@ static void test_bad_shapes_and_dtypes_are_rejected(void) {
   CHECK_STATUS(infer_with("linear", 3, in, NULL), RECAP_STATUS_INVALID_ARGUMENT);
   in[1] = desc(f32, 3, 1, 6, 5);
   CHECK_STATUS(infer_with("linear", 2, in, NULL), RECAP_STATUS_INVALID_ARGUMENT);
+  /* linear's residual: attribute `residual` without a residual input; the residual as input 2
+   * (no bias) with the wrong shape or dtype, named as the residual, not as the bias. */
+  in[1] = desc(f32, 2, 6, 5, 0);
+  recap__op_attrs with_residual;
+  recap__op_attrs_set_defaults(recap__op_find("linear"), &with_residual);
+  with_residual.residual = 1;
+  CHECK_STATUS(infer_with("linear", 2, in, &with_residual), RECAP_STATUS_INVALID_ARGUMENT);
+  CHECK_ERROR_MENTIONS("attribute 'residual'");
+  in[2] = desc(f32, 1, 6, 0, 0);
+  CHECK_STATUS(infer_with("linear", 3, in, &with_residual), RECAP_STATUS_INVALID_ARGUMENT);
+  CHECK_ERROR_MENTIONS("input 'residual' has shape [6]");
+  in[2] = desc(RECAP_DTYPE_BF16, 2, 4, 6, 0);
+  CHECK_STATUS(infer_with("linear", 3, in, &with_residual), RECAP_STATUS_INVALID_ARGUMENT);
+  CHECK_ERROR_MENTIONS("input 'residual' has dtype bf16");
+  in[2] = desc(f32, 2, 4, 6, 0);
+  CHECK_OK(infer_with("linear", 3, in, &with_residual));
   /* And the good case infers [4, 6]. */
   in[1] = desc(f32, 2, 6, 5, 0);
   in[2] = desc(f32, 1, 6, 0, 0);
@@ -364,6 +403,7 @@ int main(void) {
   CU_ADD_TEST(host, test_matmul_strided_batch_view_matches_reference);
   CU_ADD_TEST(host, test_linear_every_activation_matches_reference);
   CU_ADD_TEST(host, test_linear_any_rank_of_x_matches_reference);
+  CU_ADD_TEST(host, test_linear_residual_with_and_without_bias_matches_reference);
   CU_ADD_TEST(host, test_linear_gelu_erf_and_tanh_differ_as_expected);
   CU_ADD_TEST(host, test_linear_residual_sharing_the_output_is_refused);
   CU_ADD_TEST(host, test_bad_shapes_and_dtypes_are_rejected);

@@ -1,8 +1,9 @@
 /*
  * gemm_skinny_hopper_test.c: recap's own GEMM kernels on CUDA against the host implementation
  * (gemm_util.h): the skinny kernel (kernels/gemm/skinny.cu: its routing, m 1..16 with a k tail,
- * large odd n, refused shapes, every activation with and without bias, every configuration, a
- * chain eager and replayed, each also against the cuBLASLt fallback) and the Hopper kernel
+ * large odd n, refused shapes, every activation with and without bias, a linear's residual
+ * with and without bias in one launch, every configuration, a chain eager and replayed, each
+ * also against the cuBLASLt fallback) and the Hopper kernel
  * (kernels/gemm/hopper.cu: its routing, every configuration, default and disabled). The CUDA
  * suite is inactive without a GPU; a host-only build registers it empty.
  */
@@ -126,6 +127,64 @@ static void test_cuda_skinny_every_activation_with_and_without_bias_matches_host
   }
 }
 
+/* A linear's residual (a folded add) in the skinny kernel's own epilogue: m = 1..16, with and
+ * without a bias, after no activation, silu or gelu, n = 257 (not a multiple of the kernel's
+ * 16-row blocks), against the host and the cuBLASLt fallback. And the fold is one launch: a
+ * captured call of the decode shape (m = 1, no bias, no activation) is one graph node. */
+static void test_cuda_skinny_residual_with_and_without_bias_is_one_launch_and_matches_host(void) {
+  test_rng rng;
+  test_rng_init(&rng);
+  static const recap__activation acts[3] = {RECAP_ACT_NONE, RECAP_ACT_SILU, RECAP_ACT_GELU};
+  for (size_t d = 0; d < 2; ++d) {
+    for (int64_t m = 1; m <= 16; ++m) {
+      for (int bias = 0; bias < 2; ++bias) {
+        gcase g;
+        const int64_t xs[2] = {m, 264};
+        make_linear(&g, half_types[d], 2, xs, 257, bias, acts[m % 3], &rng);
+        add_residual(&g, &rng);
+        case_run_host(&g);
+        char what[96];
+        snprintf(what, sizeof what, "skinny residual, %s, m %lld, %s, act %d",
+                 recap_dtype_name(half_types[d]), (long long)m, bias ? "bias" : "no bias",
+                 (int)acts[m % 3]);
+        check_skinny_and_fallback(&g, what);
+        case_free(&g);
+      }
+    }
+    gcase g;
+    const int64_t xs[2] = {1, 2048};
+    make_linear(&g, half_types[d], 2, xs, 2048, false, RECAP_ACT_NONE, &rng);
+    add_residual(&g, &rng);
+    case_run_host(&g);
+    dcase dc;
+    dcase_make(&g, &dc);
+    recap__gemm_plan plan;
+    CHECK_OK(recap__gemm_plan_make(&dc.call, &plan));
+    CU_ASSERT_TRUE(recap__cuda_gemm_skinny_fits(&plan));
+    CHECK_OK(recap__gemm_prepare(&dc.call, cuda_stream));
+    recap__graph *graph = NULL;
+    CHECK_OK(recap__capture_begin(cuda_stream, RECAP_CAPTURE_MODE_THREAD_LOCAL));
+    const recap_status launched = recap__op_launch(&dc.call, cuda_stream);
+    CHECK_OK(recap__capture_end(cuda_stream, &graph));
+    CHECK_OK(launched);
+    size_t nodes = 0;
+    CHECK_OK(cuda_stream->backend->graph_node_count(graph, &nodes));
+    CU_ASSERT_EQUAL(nodes, 1);
+    recap__graph_exec *exec = NULL;
+    CHECK_OK(cuda_stream->backend->graph_instantiate(graph, &exec));
+    cuda_stream->backend->graph_destroy(graph);
+    CHECK_OK(cuda_stream->backend->graph_launch(exec, cuda_stream));
+    CHECK_OK(recap_stream_synchronize(cuda_stream));
+    recap_tensor got = dcase_result(&g, &dc);
+    CU_ASSERT_EQUAL(
+        count_bad(&got, g.ref, g.scale, cuda_tol(half_types[d], false), "skinny fold replayed"), 0);
+    free(got.data);
+    cuda_stream->backend->graph_exec_destroy(exec);
+    dcase_free(&dc);
+    case_free(&g);
+  }
+}
+
 /* matmul with trans_b is the same layout; alpha scales the product. */
 static void test_cuda_skinny_matmul_trans_b_with_alpha_matches_host(void) {
   test_rng rng;
@@ -143,9 +202,10 @@ static void test_cuda_skinny_matmul_trans_b_with_alpha_matches_host(void) {
 /* Every launch configuration of the skinny kernel, not only the one the routing picks: pipes
  * 0 and 1 (the register kernel, one and two buffers) and 2 and 3 (the bulk-copy shapes; run as
  * pipe 1 before Hopper) with 1 to 16 warps, at m = 1, 5, 9 and 16 (one and two 8-row tiles of
- * x), n = 257 (a partial last block) and k = 520 (a partial stage and step, shorter than the
- * L2 prefetch) or 1560 (several stages, wrapping the ring). The output starts as NaN each
- * time, so an element a configuration leaves unwritten shows. */
+ * x; a bias at m = 1 and 9), n = 257 (a partial last block) and k = 520 (a partial stage and
+ * step, shorter than the L2 prefetch) or 1560 (several stages, wrapping the ring; with a
+ * residual, which each kernel's epilogue adds). The output starts as NaN each time, so an
+ * element a configuration leaves unwritten shows. */
 static void test_cuda_skinny_every_configuration_matches_host(void) {
   test_rng rng;
   test_rng_init(&rng);
@@ -156,7 +216,8 @@ static void test_cuda_skinny_every_configuration_matches_host(void) {
       for (int ki = 0; ki < 2; ++ki) {
         gcase g;
         const int64_t xs[2] = {ms[mi], ks[ki]};
-        make_linear(&g, half_types[d], 2, xs, 257, true, RECAP_ACT_GELU, &rng);
+        make_linear(&g, half_types[d], 2, xs, 257, mi % 2 == 0, RECAP_ACT_GELU, &rng);
+        if (ki == 1) add_residual(&g, &rng);
         case_run_host(&g);
         dcase dc;
         dcase_make(&g, &dc);
@@ -172,9 +233,9 @@ static void test_cuda_skinny_every_configuration_matches_host(void) {
                                                     warps[wi], pipe));
             CHECK_OK(recap_stream_synchronize(cuda_stream));
             recap_tensor got = dcase_result(&g, &dc);
-            char what[96];
-            snprintf(what, sizeof what, "skinny pipe %d, %d warps, m %lld, k %lld", pipe, warps[wi],
-                     (long long)ms[mi], (long long)ks[ki]);
+            char what[128];
+            snprintf(what, sizeof what, "skinny pipe %d, %d warps, m %lld, k %lld, %d inputs", pipe,
+                     warps[wi], (long long)ms[mi], (long long)ks[ki], g.call.num_inputs);
             CU_ASSERT_EQUAL(count_bad(&got, g.ref, g.scale, cuda_tol(half_types[d], false), what),
                             0);
             free(got.data);
@@ -405,6 +466,7 @@ int main(void) {
   CU_ADD_TEST(cuda, test_cuda_skinny_large_odd_n_matches_host);
   CU_ADD_TEST(cuda, test_cuda_skinny_refused_shapes_still_match_host);
   CU_ADD_TEST(cuda, test_cuda_skinny_every_activation_with_and_without_bias_matches_host);
+  CU_ADD_TEST(cuda, test_cuda_skinny_residual_with_and_without_bias_is_one_launch_and_matches_host);
   CU_ADD_TEST(cuda, test_cuda_skinny_matmul_trans_b_with_alpha_matches_host);
   CU_ADD_TEST(cuda, test_cuda_skinny_every_configuration_matches_host);
   CU_ADD_TEST(cuda, test_cuda_skinny_chain_eager_and_replayed_matches_host);

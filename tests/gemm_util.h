@@ -7,7 +7,11 @@
  * Inputs are fresh random values in [-1, 1) (never zeros). An element passes when
  * |out - ref| <= atol + rtol * scale, where scale = |alpha| sum_k |a_ik b_kj| + |beta c_ij| +
  * |bias_j| (the size of the terms, so results near zero do not flake), times the largest
- * slope of the activation (1.13 for the gelus, 1 otherwise).
+ * slope of the activation (1.13 for the gelus, 1 otherwise), plus |residual_ij|.
+ *
+ * The reference reads linear's inputs from the contract in gemm.h, not from the op's code:
+ * the residual is the last input when attribute `residual` is set or all four are given, and
+ * the bias is input 2 when that is not the residual.
  */
 #ifndef RECAP_TESTS_GEMM_UTIL_H
 #define RECAP_TESTS_GEMM_UTIL_H
@@ -115,6 +119,7 @@ static inline void reference(const recap__op_call *call, double *ref, double *sc
     }
     const int64_t j = oi[o->ndim - 1];
     double sum = 0, mag = 0, extra = 0, extra_mag = 0;
+    bool has_residual = false;
     if (matmul) {
       const recap_tensor *a = &call->inputs[0], *b = &call->inputs[1];
       const int64_t i = oi[o->ndim - 2];
@@ -143,6 +148,8 @@ static inline void reference(const recap__op_call *call, double *ref, double *sc
     } else {
       const recap_tensor *x = &call->inputs[0], *w = &call->inputs[1];
       const int64_t k = w->shape[1];
+      const int given = call->num_inputs;
+      has_residual = given == 4 || (given == 3 && call->attrs.residual);
       int64_t xi[RECAP_MAX_DIMS];
       memcpy(xi, oi, sizeof xi);
       for (int64_t p = 0; p < k; ++p) {
@@ -152,15 +159,15 @@ static inline void reference(const recap__op_call *call, double *ref, double *sc
         sum += prod;
         mag += fabs(prod);
       }
-      if (call->num_inputs > 2) {
+      if (given - has_residual == 3) {
         extra = tb_at(&call->inputs[2], &j);
         extra_mag = fabs(extra);
       }
       ref[e] = act_ref(call->attrs.act, sum + extra);
     }
     scale[e] = (mag + extra_mag) * (matmul ? 1.0 : act_slope(call->attrs.act));
-    if (!matmul && call->num_inputs > 3) { /* the residual, after the activation */
-      const double r = tb_at(&call->inputs[3], oi);
+    if (has_residual) { /* after the activation */
+      const double r = tb_at(&call->inputs[call->num_inputs - 1], oi);
       ref[e] += r;
       scale[e] += fabs(r);
     }
@@ -294,6 +301,17 @@ static inline void make_linear(gcase *g, recap_dtype dt, int xdims, const int64_
   if (bias) g->in[2] = tb_make(dt, 1, &n, rng);
 }
 
+/* Gives a linear case a residual: a last input shaped like the output, marked by attribute
+ * `residual`, so that without a bias it is input 2 (the form a folded add takes). */
+static inline void add_residual(gcase *g, test_rng *rng) {
+  const recap_tensor *x = &g->in[0].t;
+  int64_t shape[RECAP_MAX_DIMS];
+  memcpy(shape, x->shape, sizeof shape);
+  shape[x->ndim - 1] = g->in[1].t.shape[0];
+  g->in[g->call.num_inputs++] = tb_make(x->dtype, x->ndim, shape, rng);
+  g->call.attrs.residual = 1;
+}
+
 /* ---- CUDA ---------------------------------------------------------------------------------- */
 #if RECAP_WITH_CUDA
 
@@ -414,10 +432,30 @@ static inline void mk_linear_silu_nobias(gcase *g, recap_dtype dt, test_rng *rng
 /* Large enough for the Hopper kernel by default (f16/bf16, an activation cuBLASLt cannot fuse,
  * m over the skinny range), with partial tiles in every dimension and a residual. */
 static inline void mk_linear_gelu_residual(gcase *g, recap_dtype dt, test_rng *rng) {
-  const int64_t xs[2] = {200, 200}, rs[2] = {200, 136};
+  const int64_t xs[2] = {200, 200};
   make_linear(g, dt, 2, xs, 136, true, RECAP_ACT_GELU, rng);
-  g->call.num_inputs = 4;
-  g->in[3] = tb_make(dt, 2, rs, rng);
+  add_residual(g, rng);
+}
+/* A folded residual add without a bias, m over the skinny range (cuBLASLt: the residual as C
+ * with beta = 1 and no bias epilogue), with x of rank 3 and partial tiles. */
+static inline void mk_linear_residual_nobias(gcase *g, recap_dtype dt, test_rng *rng) {
+  const int64_t xs[3] = {3, 11, 96};
+  make_linear(g, dt, 3, xs, 130, false, RECAP_ACT_NONE, rng);
+  add_residual(g, rng);
+}
+/* The same after an activation cuBLASLt fuses (relu): the residual must come after it, so
+ * cuBLASLt cannot take it as C. */
+static inline void mk_linear_relu_residual_nobias(gcase *g, recap_dtype dt, test_rng *rng) {
+  const int64_t xs[2] = {40, 72};
+  make_linear(g, dt, 2, xs, 56, false, RECAP_ACT_RELU, rng);
+  add_residual(g, rng);
+}
+/* A decode shape with a residual and no bias: the skinny kernel in f16/bf16 (n not a multiple
+ * of its 16-row blocks), cuBLASLt in f32. */
+static inline void mk_skinny_residual_nobias(gcase *g, recap_dtype dt, test_rng *rng) {
+  const int64_t xs[2] = {5, 264};
+  make_linear(g, dt, 2, xs, 257, false, RECAP_ACT_NONE, rng);
+  add_residual(g, rng);
 }
 
 static inline int cuda_suite_init(void) {

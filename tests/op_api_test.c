@@ -34,7 +34,8 @@ static void test_every_op_is_listed_once_and_found_by_its_name(void) {
   CHECK_STATUS(recap_op_info_get(0, NULL), RECAP_STATUS_INVALID_ARGUMENT);
 }
 
-/* linear: x, weight, bias?, residual?; float dtypes; one activation attribute, none. */
+/* linear: x, weight, bias?, residual?; float dtypes; attributes act (none) and residual
+ * (false). */
 static void test_linear_is_described_as_its_contract_says(void) {
   recap_op_info op;
   CHECK_OK(recap_op_info_find("linear", &op));
@@ -52,8 +53,8 @@ static void test_linear_is_described_as_its_contract_says(void) {
                   (1u << RECAP_DTYPE_F32) | (1u << RECAP_DTYPE_F16) | (1u << RECAP_DTYPE_BF16));
   CU_ASSERT_EQUAL(op.in_place_input, -1);
   CU_ASSERT_FALSE(op.is_random);
-  CU_ASSERT_EQUAL_FATAL(op.num_attrs, 1);
-  recap_op_attr_info act;
+  CU_ASSERT_EQUAL_FATAL(op.num_attrs, 2);
+  recap_op_attr_info act, residual;
   CHECK_OK(recap_op_attr_info_get(op.index, 0, &act));
   CU_ASSERT_STRING_EQUAL(act.name, "act");
   CU_ASSERT_EQUAL(act.kind, RECAP_OP_ATTR_ACTIVATION);
@@ -61,6 +62,12 @@ static void test_linear_is_described_as_its_contract_says(void) {
   CU_ASSERT_EQUAL(act.default_value, 0);
   CU_ASSERT_STRING_EQUAL(act.default_text, "none");
   CU_ASSERT_PTR_NOT_NULL(strstr(act.doc, "gelu_tanh"));
+  CHECK_OK(recap_op_attr_info_get(op.index, 1, &residual));
+  CU_ASSERT_STRING_EQUAL(residual.name, "residual");
+  CU_ASSERT_EQUAL(residual.kind, RECAP_OP_ATTR_BOOL);
+  CU_ASSERT_FALSE(residual.required);
+  CU_ASSERT_EQUAL(residual.default_value, 0);
+  CU_ASSERT_PTR_NOT_NULL(strstr(residual.doc, "without a bias"));
 }
 
 /* matmul's attributes: alpha 1, beta 0, trans_a and trans_b false. */
@@ -144,7 +151,7 @@ static void test_run_add_and_relu(void) {
   CHECK_OK(recap_stream_destroy(s));
 }
 
-/* Attributes by name: linear's act, matmul's alpha and trans_b, an expression. */
+/* Attributes by name: linear's act and residual, matmul's alpha and trans_b, an expression. */
 static void test_attributes_are_given_by_name(void) {
   recap_stream *s = host_stream();
   /* linear: [1, -2] x [[1, 2], [3, 4]]^T = [-3, -5]; + bias [1, 10] = [-2, 5]; relu: [0, 5]. */
@@ -161,6 +168,18 @@ static void test_attributes_are_given_by_name(void) {
                         .num_outputs = 1,
                         .attrs = relu,
                         .num_attrs = 1};
+  CHECK_OK(recap_op_run("linear", &args, s));
+  /* linear without a bias, its third input the residual: [-3, -5] + [10, 20] = [7, 15]. */
+  float r[2] = {10, 20}, yr[2] = {-1, -1};
+  in[2] = f32(r, 1, 2);
+  recap_tensor rout = {.data = yr};
+  recap_op_attr with_residual[] = {{"residual", "true"}};
+  args = (recap_op_args){.inputs = in,
+                         .num_inputs = 3,
+                         .outputs = &rout,
+                         .num_outputs = 1,
+                         .attrs = with_residual,
+                         .num_attrs = 1};
   CHECK_OK(recap_op_run("linear", &args, s));
   /* matmul: 2 * [1, 2] x [[1, 1], [2, 0]]^T = 2 * [3, 2] = [6, 4]. */
   float a[2] = {1, 2}, bm[4] = {1, 1, 2, 0}, m[2] = {0};
@@ -190,6 +209,7 @@ static void test_attributes_are_given_by_name(void) {
   CHECK_OK(recap_stream_synchronize(s));
   recap_op_destroy(op);
   expect_floats(y, (const float[]){0, 5}, 2);
+  expect_floats(yr, (const float[]){7, 15}, 2);
   expect_floats(m, (const float[]){6, 4}, 2);
   expect_floats(e, (const float[]){5, 8}, 2);
   CHECK_OK(recap_stream_destroy(s));

@@ -4,7 +4,8 @@
  *
  * Group detection on IRs of small specs (chains, diamonds, outputs, KV-cache writes, streams,
  * the input limit, ops that never fuse, moved GEMM activations, mixed dtypes, broadcasting,
- * expr ops inlined, residual adds folded into linears), then whole pipelines: every spec in specs/
+ * expr ops inlined, residual adds folded into linears with and without a bias), then whole
+ * pipelines (a bias-free fold against plain loops in f32 and bf16): every spec in specs/
  * computes the same with fusion on and off, eagerly and as graphs; the 100-op chain is one launch;
  * RECAP_FUSION=0 and recap_pipeline_options.no_fusion turn the pass off; the summary `recap plan`
  * prints.
@@ -548,9 +549,10 @@ static void test_a_residual_add_folds_into_the_linear_before_it(void) {
   unload(&f);
 }
 
-/* What keeps an add out of the linear: no bias, an activation (cuBLASLt would add C before
- * it), a broadcast operand, a second reader or an output, another stream, and an operand
- * written through an alias (the folded linear would read it later than the add did). */
+/* What keeps an add out of the linear: a residual it already has (four inputs, or three with
+ * attribute `residual`), an activation (cuBLASLt would add C before it), a broadcast operand, a
+ * second reader or an output, another stream, and an operand written through an alias (the
+ * folded linear would read it later than the add did). */
 static void test_a_residual_add_stays_when_the_fold_would_change_the_result(void) {
   fixture f = load(
       "name: nofold\ndtype: f32\n"
@@ -564,8 +566,10 @@ static void test_a_residual_add_stays_when_the_fold_would_change_the_result(void
       "  rows:  {shape: [1, 1, 1, D], role: input}\n"
       "  pos:   {role: scalar, value: 1}\n"
       "ops:\n"
-      "  - {op: linear, in: [x, w], out: h0}\n"
+      "  - {op: linear, in: [x, w, b, x], out: h0}\n"
       "  - {op: add, in: [h0, x], out: y0}\n"
+      "  - {op: linear, in: [x, w, x], out: h7, residual: true}\n"
+      "  - {op: add, in: [h7, x], out: y8}\n"
       "  - {op: linear, in: [x, w, b], out: h1, act: relu}\n"
       "  - {op: add, in: [h1, x], out: y1}\n"
       "  - {op: linear, in: [x, w, b], out: h2}\n"
@@ -580,12 +584,115 @@ static void test_a_residual_add_stays_when_the_fold_would_change_the_result(void
       "  - {op: linear, in: [x4, w, b], out: h5}\n"
       "  - {op: kv_append, in: [cache, rows, pos], out: after}\n"
       "  - {op: add, in: [h5, cache], out: y5}\n"
-      "outputs: [y0, y1, y2, h3, y3, y4, y5, y6, y7, after]\n");
+      "outputs: [y0, y1, y2, h3, y3, y4, y5, y6, y7, y8, after]\n");
   const size_t ops = f.ir->num_ops;
   CHECK_OK(recap__fuse(f.ir));
   CU_ASSERT_EQUAL(f.ir->num_ops, ops);
   CU_ASSERT_EQUAL(f.ir->fused_ops, 0);
   unload(&f);
+}
+
+/* A linear without a bias (Llama's, Mistral's and Qwen's projections) and an add of its output:
+ * the add folds in, the residual becoming the linear's third input, marked by attribute
+ * `residual`. The same linear written directly in the spec (`residual: true`) stays as it is.
+ * B's buckets give the skinny GEMM's rows (1, 5, 16) and cuBLASLt's (40) on CUDA, and N = 40 a
+ * partial block of the skinny kernel's 16 rows. */
+static const char resid_nobias_spec[] =
+    "name: resid_nobias\ndtype: %s\nseed: 12\n"
+    "dims: {B: [1, 5, 16, 40], K: 48, N: 40}\n"
+    "tensors:\n"
+    "  x:  {shape: [B, K], role: input}\n"
+    "  x0: {shape: [B, N], role: input}\n"
+    "  w:  {shape: [N, K], role: param, init: normal, std: 0.2}\n"
+    "ops:\n"
+    "  - {op: linear, in: [x, w], out: p, name: proj}\n"
+    "  - {op: add, in: [x0, p], out: y, name: residual}\n"
+    "  - {op: linear, in: [x, w, x0], out: z, residual: true, name: direct}\n"
+    "outputs: [y, z]\n";
+
+static void test_a_residual_add_folds_into_a_linear_without_bias(void) {
+  char spec[sizeof resid_nobias_spec + 8];
+  snprintf(spec, sizeof spec, resid_nobias_spec, "f32");
+  fixture f = load(spec);
+  const int x = tensor(f.ir, "x"), w = tensor(f.ir, "w"), x0 = tensor(f.ir, "x0");
+  CHECK_OK(recap__fuse(f.ir));
+  CU_ASSERT_EQUAL_FATAL(f.ir->num_ops, 2);
+  CU_ASSERT_EQUAL(f.ir->fused_ops, 2);
+  const recap__ir_op *a = &f.ir->ops[0], *direct = &f.ir->ops[1];
+  CU_ASSERT_STRING_EQUAL(a->def->name, "linear");
+  CU_ASSERT_STRING_EQUAL(a->name, "fused[proj,residual]");
+  CU_ASSERT_EQUAL_FATAL(a->num_inputs, 3);
+  CU_ASSERT_EQUAL(a->inputs[0], x);
+  CU_ASSERT_EQUAL(a->inputs[1], w);
+  CU_ASSERT_EQUAL(a->inputs[2], x0);
+  CU_ASSERT_EQUAL(a->attrs.residual, 1);
+  CU_ASSERT_EQUAL(a->outputs[0], tensor(f.ir, "y"));
+  CU_ASSERT_EQUAL(recap__ir_find_tensor(f.ir, "p"), -1);
+  CU_ASSERT_STRING_EQUAL(direct->name, "direct");
+  CU_ASSERT_EQUAL(direct->num_fused, 0);
+  char *text = NULL;
+  CHECK_OK(cli_fuse_format(f.ir, true, &text));
+  CU_ASSERT_PTR_NOT_NULL(strstr(text, "2 spec ops became 1 fused op"));
+  CU_ASSERT_PTR_NOT_NULL(strstr(text, "= linear(x, w) + x0, the add in the GEMM's epilogue"));
+  free(text);
+  unload(&f);
+}
+
+/* The folded bias-free linear and the one the spec writes directly compute y = z = x0 + x W^T,
+ * checked against plain loops in double over the stored (rounded) inputs, for every bucket, in
+ * f32 and bf16: the fold rounds once, so bf16 is within half an ulp of the exact sum, plus the
+ * f32 accumulation's error in any order (1e-5 of the terms' magnitudes). */
+static void check_bias_free_fold(recap_dtype dtype) {
+  enum { K = 48, N = 40, MAX_B = 40 };
+  static const int64_t buckets[] = {1, 5, 16, 40};
+  char spec[sizeof resid_nobias_spec + 8];
+  snprintf(spec, sizeof spec, resid_nobias_spec, recap_dtype_name(dtype));
+  recap_pipeline *p = create(NULL, spec, NULL, test_device, RECAP_MODE_GRAPH, 0);
+  CU_ASSERT_EQUAL(largest_ir(p)->fused_ops, 2);
+  const size_t es = recap_dtype_size(dtype);
+  static unsigned char x[MAX_B * K * 4], x0[MAX_B * N * 4], w[N * K * 4], y[MAX_B * N * 4],
+      z[MAX_B * N * 4];
+  test_rng rng;
+  test_rng_init(&rng);
+  const double rel = dtype == RECAP_DTYPE_F32 ? 1e-5 : 1.0 / 256;
+  int bad = 0;
+  for (size_t bi = 0; bi < sizeof buckets / sizeof buckets[0]; ++bi) {
+    const int64_t b = buckets[bi];
+    for (int64_t i = 0; i < b * K; ++i)
+      recap__store_f32(x, dtype, i, (float)test_rng_uniform(&rng, -1, 1));
+    for (int64_t i = 0; i < b * N; ++i)
+      recap__store_f32(x0, dtype, i, (float)test_rng_uniform(&rng, -2, 2));
+    CHECK_OK(recap_pipeline_copy_in(p, "x", x, (size_t)(b * K) * es, b));
+    CHECK_OK(recap_pipeline_copy_in(p, "x0", x0, (size_t)(b * N) * es, b));
+    CHECK_OK(recap_pipeline_run(p, b));
+    CHECK_OK(recap_pipeline_copy_out(p, "w", w, (size_t)(N * K) * es, 0));
+    CHECK_OK(recap_pipeline_copy_out(p, "y", y, (size_t)(b * N) * es, b));
+    CHECK_OK(recap_pipeline_copy_out(p, "z", z, (size_t)(b * N) * es, b));
+    for (int64_t i = 0; i < b; ++i)
+      for (int64_t j = 0; j < N; ++j) {
+        double want = recap__load_f32(x0, dtype, i * N + j), mag = fabs(want);
+        for (int64_t k = 0; k < K; ++k) {
+          const double t = (double)recap__load_f32(x, dtype, i * K + k) *
+                           (double)recap__load_f32(w, dtype, j * K + k);
+          want += t;
+          mag += fabs(t);
+        }
+        const double got[2] = {recap__load_f32(y, dtype, i * N + j),
+                               recap__load_f32(z, dtype, i * N + j)};
+        for (int o = 0; o < 2; ++o)
+          if (!(fabs(got[o] - want) <= rel * fabs(want) + 1e-5 * (1.0 + mag)) && bad++ < 5)
+            fprintf(stderr, "\n  %s %s, batch %lld [%lld, %lld]: %.8g, want %.8g",
+                    recap_dtype_name(dtype), o ? "z (direct)" : "y (folded)", (long long)b,
+                    (long long)i, (long long)j, got[o], want);
+      }
+  }
+  CU_ASSERT_EQUAL(bad, 0);
+  CHECK_OK(recap_pipeline_destroy(p));
+}
+
+static void test_a_folded_linear_without_bias_computes_x0_plus_x_wt(void) {
+  check_bias_free_fold(RECAP_DTYPE_F32);
+  check_bias_free_fold(RECAP_DTYPE_BF16);
 }
 
 /* The whole pipelines agree with the unfused ones (every element; both buckets). */
@@ -774,7 +881,9 @@ int main(void) {
   ADD_(test_an_expr_op_is_inlined_into_the_group)
   ADD_(test_a_residual_add_folds_into_the_linear_before_it)
   ADD_(test_a_residual_add_stays_when_the_fold_would_change_the_result)
+  ADD_(test_a_residual_add_folds_into_a_linear_without_bias)
   ADD_(test_folded_residuals_compute_the_same_as_the_unfused_adds)
+  ADD_(test_a_folded_linear_without_bias_computes_x0_plus_x_wt)
   ADD_(test_a_linear_residual_is_added_after_the_activation)
   ADD_(test_every_spec_computes_the_same_fused_and_unfused_eager_and_as_graphs)
   ADD_(test_the_small_specs_compute_the_same_fused_and_unfused)
@@ -789,6 +898,7 @@ int main(void) {
   ADD_(test_the_100_op_chain_is_one_launch)
   ADD_(test_a_read_of_a_cache_written_later_is_not_moved_past_the_write)
   ADD_(test_folded_residuals_compute_the_same_as_the_unfused_adds)
+  ADD_(test_a_folded_linear_without_bias_computes_x0_plus_x_wt)
   ADD_(test_a_linear_residual_is_added_after_the_activation)
 #undef ADD_
   return test_run_all();

@@ -19,9 +19,9 @@
  * only looks up: it uses whatever choice exists (the default when untuned) and never times.
  *
  * Skinny GEMMs (the decode case: m <= 16, f16/bf16, x rows and W [N, K] rows with unit
- * stride along K and 16-byte aligned, K % 8 == 0, no batch, no c; a residual is added by the
- * epilogue kernel after it) run our own kernel
- * (skinny.cu) with bias and every activation fused, when cuBLASLt is the chosen library:
+ * stride along K and 16-byte aligned, K % 8 == 0, no batch, no c) run our own kernel
+ * (skinny.cu) with bias, every activation and a linear's residual fused (one launch), when
+ * cuBLASLt is the chosen library:
  * cuBLASLt streams the weights at 70-75% of copy bandwidth there. Selecting plain cuBLAS
  * uses cuBLAS for every shape, and RECAP_GEMM_SKINNY=0 in the environment (read once per
  * process, gemm.h) sends skinny shapes to cuBLASLt too.

@@ -34,10 +34,10 @@
  * Epilogues: bias, relu(+bias) and, for f16/bf16, gelu_tanh(+bias) fuse into cuBLASLt's
  * epilogue (its GELU is the tanh approximation, coarser than f32 needs). gelu (erf form, PyTorch's
  * default), silu, sigmoid and tanh run the bias epilogue and then our in-place kernel
- * (epilogue.cu). The cuBLAS path runs that kernel for bias and activation. A linear's residual is
- * cuBLASLt's C (beta = 1: D = A B
- * + C + bias, one rounding) when there is no activation; after an activation, or after the
- * skinny kernel or cuBLAS, the epilogue kernel adds it.
+ * (epilogue.cu). The cuBLAS path runs that kernel for bias and activation. A linear's residual
+ * (with or without a bias) is cuBLASLt's C (beta = 1: D = A B + C + bias, one rounding) when
+ * there is no activation; after an activation, or after cuBLAS, the epilogue kernel adds it.
+ * The skinny and Hopper kernels add it in their own epilogues.
  */
 #include "kernels/gemm/cublaslt.h"
 
@@ -671,12 +671,7 @@ recap_status recap__gemm_run_choice(recap__gemm_ctx *ctx, const recap__gemm_plan
   if (ch->kind == RECAP_TUNE_CAND_SKINNY) {
     recap__gemm_plan q = *p;
     q.out = out;
-    q.residual = NULL; /* the kernel knows no residual: added after it */
-    RECAP_TRY(recap__cuda_gemm_skinny_config(&q, ctx->device, ctx->stream, ch->warps, ch->pipe));
-    if (p->residual)
-      RECAP_TRY(recap__cuda_gemm_bias_act(out, NULL, p->residual, p->dtype, p->m, p->n,
-                                          RECAP_ACT_NONE, ctx->stream));
-    return RECAP_OK;
+    return recap__cuda_gemm_skinny_config(&q, ctx->device, ctx->stream, ch->warps, ch->pipe);
   }
   return lt_run(ctx, p, pr, &ch->algo, out);
 }

@@ -3,7 +3,7 @@
  * to the GEMM's contiguous output: bias (cuBLAS path only), the activations cuBLASLt has no
  * epilogue for: gelu in its erf form (cuBLASLt's GELU is the tanh approximation), silu,
  * sigmoid and tanh, and a linear's residual where it must come after the activation or the
- * GEMM ran elsewhere (the skinny kernel, cuBLAS). One extra pass over the output; math in f32
+ * GEMM ran elsewhere (cuBLAS). One extra pass over the output; math in f32
  * for every storage type, with the activation code of the host reference (recap__gemm_activate
  * in gemm.h; its erf gelu has a cheaper device form there, as accurate as erff), rounded once
  * at the end. The kernels

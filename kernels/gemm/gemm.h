@@ -11,12 +11,16 @@
  *     batch dims broadcast (numpy rules; 4 dims in all at most).
  *     out [batch..., M, N] = alpha * op(a) op(b) + beta * c. c (required when beta != 0,
  *     refused when beta == 0) has out's exact shape and is contiguous; out may alias it.
- *   linear: inputs x [..., K], weight [N, K], bias? [N], residual? [..., N]; attr act (none).
- *     out [..., N] = act(x weight^T + bias) + residual. The residual (a skip connection) has
- *     out's exact shape, is contiguous, and comes after a bias (give zeros where there is
- *     none); it never shares memory with out. The fusion pass (engine/fuse.h) folds `add`s of
- *     a linear's output into it; cuBLASLt adds it as its C matrix (beta = 1) when there is no
- *     activation, else the epilogue kernel adds it after the activation.
+ *   linear: inputs x [..., K], weight [N, K], bias? [N], residual? [..., N]; attrs act (none),
+ *     residual (false). out [..., N] = act(x weight^T + bias) + residual. The residual (a skip
+ *     connection) has out's exact shape, is contiguous and never shares memory with out. Inputs
+ *     are positional, so the attribute `residual` says that the last input is the residual:
+ *     (x, weight, residual) with it set is a linear without a bias (in a spec,
+ *     `{op: linear, in: [h, w, x], residual: true, ...}`); four inputs imply it. The fusion
+ *     pass (engine/fuse.h) folds `add`s of a linear's output into it, setting the attribute.
+ *     cuBLASLt adds the residual as its C matrix (beta = 1) when there is no activation, the
+ *     skinny and Hopper kernels in their epilogues, else the epilogue kernel after the
+ *     activation.
  * All tensors share one float dtype; products accumulate in f32. Each matrix (the last two
  * dims) must have a unit stride in one of its two dims (a transposed view is free); batch
  * dims may have any non-negative strides.
@@ -71,6 +75,11 @@ typedef struct {
   recap__activation act;
   recap__gemm_op op; /* the tuning file keys on it */
 } recap__gemm_plan;
+
+/* Which inputs of a linear call are its bias and its residual (-1: absent): the residual is the
+ * last input when attrs.residual is set or all four are given, and the bias is input 2 when
+ * that is not the residual. For calls of any input count (infer checks the count). */
+void recap__gemm_linear_inputs(const recap__op_call *call, int *bias, int *residual);
 
 /* Builds the plan of a call that passed recap__op_infer (matmul or linear: its def's code says
  * which). Data pointers may be NULL (prepare before binding). RECAP_STATUS_INVALID_ARGUMENT

@@ -35,6 +35,9 @@ static const recap__attr_def linear_attrs[] = {
      "tanh); relu (and gelu_tanh in f16/bf16) fuse into cuBLASLt's epilogue, the others run as a "
      "kernel "
      "after it"},
+    {"residual", RECAP_ATTR_BOOL, offsetof(recap__op_attrs, residual), false, 0,
+     "the last input is the residual, added after the activation: (x, weight, residual) is a "
+     "linear without a bias; implied when all four inputs are given"},
     {.name = NULL},
 };
 
@@ -54,6 +57,16 @@ static recap_status check_matrix(const recap__op_call *call, int index, int64_t 
                          "first)",
                          recap__input_label(call->def, index).s, recap__shape_label(t).s,
                          (long long)rs, (long long)cs);
+  return RECAP_OK;
+}
+
+/* recap__infer_same_dtype for the inputs whose position depends on attribute `residual`, so
+ * the message names what the input is rather than what its position usually holds. */
+static recap_status check_same_dtype(const recap__op_call *call, int index, const char *name) {
+  if (call->inputs[index].dtype != call->inputs[0].dtype)
+    return RECAP_OP_FAIL(call, "input '%s' has dtype %s, but input 'x' has %s (they must match)",
+                         name, recap__dtype_label(call->inputs[index].dtype).s,
+                         recap__dtype_label(call->inputs[0].dtype).s);
   return RECAP_OK;
 }
 
@@ -151,9 +164,15 @@ static recap_status linear_infer(recap__op_call *call) {
   else if (k > 1 && x->strides[0] != 1)
     return RECAP_OP_FAIL(call, "input 'x' %s must be contiguous", recap__shape_label(x).s);
   RECAP_TRY(check_matrix(call, 1, n, k, w->strides[0], w->strides[1]));
-  if (call->num_inputs > 2) {
-    const recap_tensor *bias = &call->inputs[2];
-    RECAP_TRY(recap__infer_same_dtype(call, 2));
+  int bias_at, residual_at;
+  recap__gemm_linear_inputs(call, &bias_at, &residual_at);
+  if (call->attrs.residual && residual_at < 0)
+    return RECAP_OP_FAIL(call,
+                         "attribute 'residual' says the last input is the residual, but only "
+                         "x and weight are given");
+  if (bias_at >= 0) {
+    const recap_tensor *bias = &call->inputs[bias_at];
+    RECAP_TRY(check_same_dtype(call, bias_at, "bias"));
     if (bias->ndim != 1 || bias->shape[0] != n)
       return RECAP_OP_FAIL(call, "input 'bias' has shape %s, expected [%lld] (weight's N)",
                            recap__shape_label(bias).s, (long long)n);
@@ -165,10 +184,10 @@ static recap_status linear_infer(recap__op_call *call) {
   for (int d = 0; d < x->ndim - 1; ++d) shape[d] = x->shape[d];
   shape[x->ndim - 1] = n;
   recap__infer_output(call, 0, x->dtype, x->ndim, shape);
-  if (call->num_inputs > 3) {
+  if (residual_at >= 0) {
     /* Read element for element with the output, as matmul's c. */
-    const recap_tensor *r = &call->inputs[3];
-    RECAP_TRY(recap__infer_same_dtype(call, 3));
+    const recap_tensor *r = &call->inputs[residual_at];
+    RECAP_TRY(check_same_dtype(call, residual_at, "residual"));
     bool same = r->ndim == x->ndim;
     for (int d = 0; same && d < x->ndim; ++d) same = r->shape[d] == shape[d];
     if (!same)
@@ -240,7 +259,9 @@ const recap__op_def recap__op_matmul = {
 const recap__op_def recap__op_linear = {
     .name = "linear",
     .code = RECAP__GEMM_LINEAR,
-    .summary = "act(x weight^T + bias) + residual: weight [N, K], bias [N], residual as out",
+    .summary =
+        "act(x weight^T + bias) + residual: weight [N, K], bias [N], residual as out "
+        "(inputs x, weight, residual with attribute residual: no bias)",
     .input_names = linear_inputs,
     .min_inputs = 2,
     .max_inputs = 4,
@@ -248,7 +269,8 @@ const recap__op_def recap__op_linear = {
     .attrs = linear_attrs,
     .dtype_mask = RECAP__DTYPES_FLOAT,
     .in_place_input = -1,
-    /* Its last input, the residual, is what a folded add supplies (engine/fuse.h). */
+    /* A folded add supplies its last input, the residual, with or without a bias before it
+     * (engine/fuse.h). */
     .folds_residual = true,
     .reduced_axes = linear_reduced_axes,
     .flops = gemm_flops,

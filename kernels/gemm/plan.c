@@ -73,6 +73,12 @@ static bool residual_overlaps_out(const recap_tensor *r, const recap_tensor *o) 
   return bytes > 0 && r0 < o0 + bytes && o0 < r0 + bytes;
 }
 
+void recap__gemm_linear_inputs(const recap__op_call *call, int *bias, int *residual) {
+  const int n = call->num_inputs;
+  *residual = n >= 3 && (n >= 4 || call->attrs.residual) ? n - 1 : -1;
+  *bias = n - (*residual >= 0) >= 3 ? 2 : -1;
+}
+
 recap_status recap__gemm_plan_make(const recap__op_call *call, recap__gemm_plan *out) {
   RECAP_CHECK_ARG(call && call->def && out);
   const recap_tensor *o = &call->outputs[0];
@@ -112,9 +118,11 @@ recap_status recap__gemm_plan_make(const recap__op_call *call, recap__gemm_plan 
     p.a_cs = x->strides[x->ndim - 1];
     p.a = x->data;
     p.b = w->data;
-    p.bias = call->num_inputs > 2 ? call->inputs[2].data : NULL;
-    p.residual = call->num_inputs > 3 ? call->inputs[3].data : NULL;
-    if (p.residual && residual_overlaps_out(&call->inputs[3], o))
+    int bias, residual;
+    recap__gemm_linear_inputs(call, &bias, &residual);
+    p.bias = bias >= 0 ? call->inputs[bias].data : NULL;
+    p.residual = residual >= 0 ? call->inputs[residual].data : NULL;
+    if (p.residual && residual_overlaps_out(&call->inputs[residual], o))
       return RECAP_OP_FAIL(call,
                            "input 'residual' shares memory with the output (only the "
                            "cuBLASLt path could read it before writing: give another "

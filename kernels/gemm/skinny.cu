@@ -1,9 +1,9 @@
 /*
  * skinny.cu: the skinny GEMM of the decode case, out[m, n] = act(alpha * x[m, :] .
- * W[n, :] + bias[n]) for m <= 16, f16 or bf16 (f32 accumulate), W stored [N, K] with unit
- * stride along K (a linear layer's weight). cuBLASLt streams W at ~65% of copy bandwidth
- * here; two kernels follow (measurements in docs/perf/skinny_gemm.md): the register kernel
- * (76-80%; the default before Hopper) and, on Hopper, the bulk-copy kernel (81-93%),
+ * W[n, :] + bias[n]) + residual[m, n] for m <= 16, f16 or bf16 (f32 accumulate), W stored
+ * [N, K] with unit stride along K (a linear layer's weight). cuBLASLt streams W at ~65% of copy
+ * bandwidth here; two kernels follow (measurements in docs/perf/skinny_gemm.md): the register
+ * kernel (76-80%; the default before Hopper) and, on Hopper, the bulk-copy kernel (81-93%),
  * described above bulk_kernel.
  *
  * Shape of the work: one block per 16 rows of W, its warps taking groups of K steps in turn
@@ -14,7 +14,10 @@
  * A-fragment pairs and the same 8 of x as its B-fragment pairs: both operands come straight
  * from the 16-byte loads with no shuffles or shared memory. The warps' 16 x m partial tiles
  * are summed in shared memory in a fixed order (deterministic results, so graph replays are
- * bit-identical), then alpha, bias and the activation are applied once per output element.
+ * bit-identical), then alpha, bias, the activation and the residual are applied once per
+ * output element, rounded once. The residual is a linear's skip connection (a folded `add`,
+ * engine/fuse.h): adding it here rather than in a pass after the kernel makes the fold one
+ * launch, where a decode step has one per layer's attention output and MLP down projection.
  *
  * Loads in flight: two register buffers of 4 steps (2 when m > 8); the next group's loads are
  * issued before the current group's mmas wait, so a warp keeps 8 to 16 W loads of 16 bytes in
@@ -47,6 +50,7 @@ constexpr int kMaxM = 16;
 
 struct skinny_args {
   const void *x, *w, *bias;
+  const void *residual; /* contiguous [m, n] like out, or NULL */
   void *out;
   int m, n, k;
   int64_t ldx, ldw; /* elements between rows of x and of W */
@@ -180,6 +184,18 @@ __device__ __forceinline__ void mma_group(float (&acc)[NT][4], const group_regs<
   }
 }
 
+/* The epilogue of one output element (x row b, W row j) from its f32 product: bias, the
+ * activation and the residual in f32, one rounding. Both kernels call it after the grid
+ * dependency wait, so the residual (often written by a recent kernel) is visible. */
+template <typename T>
+__device__ __forceinline__ void store_output(const skinny_args &a, int b, int64_t j, float v) {
+  const int64_t at = (int64_t)b * a.n + j;
+  if (a.bias) v += recap__to_float(static_cast<const T *>(a.bias)[j]);
+  v = recap__gemm_activate(a.act, v);
+  if (a.residual) v += recap__to_float(static_cast<const T *>(a.residual)[at]);
+  static_cast<T *>(a.out)[at] = recap__from_float<T>(v);
+}
+
 /* T: storage type. NT: 8-row tiles of x (1 for m <= 8, 2 for m <= 16). kSteps: K steps whose
  * loads are issued together. kPipe: two register buffers, the next group's loads issued
  * before the current group's mmas wait on theirs (so a warp never drains to zero loads in
@@ -256,10 +272,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) skinny_kernel(const skinny_arg
     if (n0 + r >= a.n) continue;
     float sum = 0.0f;
     for (int w = 0; w < warps; ++w) sum += partial[w][b][r];
-    float v = a.alpha * sum;
-    if (a.bias) v += recap__to_float(static_cast<const T *>(a.bias)[n0 + r]);
-    static_cast<T *>(a.out)[(int64_t)b * a.n + n0 + r] =
-        recap__from_float<T>(recap__gemm_activate(a.act, v));
+    store_output<T>(a, b, n0 + r, a.alpha * sum);
   }
 }
 
@@ -473,10 +486,7 @@ __global__ void __launch_bounds__((kMaxWarps + 1) * 32) bulk_kernel(const skinny
     float sum = 0.0f;
     for (int wi = 0; wi < warps; ++wi)
       sum += partial[((size_t)wi * kMaxM + b) * (kBlockRows + 1) + r];
-    float v = a.alpha * sum;
-    if (a.bias) v += recap__to_float(static_cast<const T *>(a.bias)[n0 + r]);
-    static_cast<T *>(a.out)[(int64_t)b * a.n + n0 + r] =
-        recap__from_float<T>(recap__gemm_activate(a.act, v));
+    store_output<T>(a, b, n0 + r, a.alpha * sum);
   }
 #endif
 }
@@ -656,6 +666,7 @@ extern "C" recap_status recap__cuda_gemm_skinny_config(const recap__gemm_plan *p
   args.x = p->a;
   args.w = p->b;
   args.bias = p->bias;
+  args.residual = p->residual;
   args.out = p->out;
   args.m = (int)p->m;
   args.n = (int)p->n;
