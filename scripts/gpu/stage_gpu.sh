@@ -54,6 +54,9 @@ cp bench/peer/sample_bench.sh bench/peer/peer_torch_sample.py stage/tools/
 cp scripts/gpu/gpu_serving.sh stage/gpu_serving.sh
 cp tests/models/make_bench_checkpoint.py bench/peer/peer_hf_decode.py stage/tools/
 cp bench/peer/torch_alloc_bench.sh bench/peer/torch_alloc_bench.cpp stage/tools/
+# The consumers' CMake build with CUDA, installed (issue "recap as a package"): STAGE_CMAKE=1
+# adds it for bash stage/run.sh gpu_cmake.sh (a few minutes of nvcc here).
+if [ "${STAGE_CMAKE:-0}" = 1 ]; then scripts/gpu/stage_cmake.sh; fi
 chmod -R u+w stage
 unpacked_kib=$(du -sk stage | cut -f1)
 tar cf - -C stage . | xz -9 -T2 >bundle.tar.xz.tmp
