@@ -25,7 +25,7 @@ fi
 "$here/bin/recap" import-hf "$work/llama-1b-shape" -o "$work/llama-1b-paged.yaml" --paged \
   --dtype bf16 --batch 1,2,4,8,16,32,64 --max-seq 1024 --prefill 512 || status=1
 "$here/bin/recap" bench-decode "$work/llama-1b-paged.yaml" --batch 1,8,32,64 --context 512 \
-  --tokens 128 --repeats 5 --json "$out/bench_decode.json" || status=1
+  --tokens 128 --repeats 5 --profile --json "$out/bench_decode.json" || status=1
 # The peer at batch 1: transformers with a StaticCache and torch.compile(reduce-overhead).
 python3 "$here/tools/peer_hf_decode.py" "$work/llama-1b-shape" --context 512 --tokens 128 \
   --json "$out/peer_hf_decode.json" || status=1
