@@ -91,8 +91,20 @@ RECAP_API const char *recap_last_error_full(void);
 /* Forgets this thread's detail message (and its complete text). */
 RECAP_API void recap_clear_error(void);
 
-/* "0.1.0". */
+/* The version of this header, as plain lines that build tools parse (CMake reads them with a
+ * regular expression). MAJOR changes when the ABI breaks: it is the N of librecap.so.N and of
+ * its symbol version node RECAP_N. */
+#define RECAP_VERSION_MAJOR 0
+#define RECAP_VERSION_MINOR 1
+#define RECAP_VERSION_PATCH 0
+#define RECAP_VERSION_STRING "0.1.0"
+
+/* The version of the library the program runs with (RECAP_VERSION_STRING of the recap.h it was
+ * built from): compare it with the header's to notice a mismatched librecap.so. */
 RECAP_API const char *recap_version(void);
+/* The git commit the library was built from ("abc1234", "-dirty" appended when the tree had
+ * uncommitted changes), or "unknown" (a build outside git, or one not stamped). Never NULL. */
+RECAP_API const char *recap_build_commit(void);
 
 /* ------------------------------------------------------------------------------------------
  * Devices
