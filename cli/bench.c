@@ -40,7 +40,8 @@ static void usage(FILE *out) {
           "GPU)\n"
           "  --seed N           seed of the random inputs, 0 to 2^64-1 (default: the spec's "
           "seed:,\n                     else a fresh random seed)\n"
-          "  --json FILE        write the results as JSON\n"
+          "  --json FILE        write the results as JSON (- for stdout: the text then goes\n"
+          "                     to stderr); it records the GPU, driver and library versions\n"
           "  --svg FILE         write a bar chart (median, p10-p90 whiskers) as SVG\n"
           "  --rotate K|auto    K pipeline instances with their own params, inputs and state "
           "(not\n                     shared weights); iterations cycle through them so a "
@@ -64,7 +65,7 @@ static int parse_args(int argc, char **argv, bench_args *a) {
     int m;
     if ((m = cli_run_flag(CMD, argc, argv, &i, &a->common)) != 0) {
       if (m < 0) return CLI_EXIT_USAGE;
-    } else if ((m = cli_flag(CMD, argc, argv, &i, "--json", &a->json_path)) != 0 ||
+    } else if ((m = cli_json_flag(CMD, argc, argv, &i, &a->json_path)) != 0 ||
                (m = cli_flag(CMD, argc, argv, &i, "--svg", &a->svg_path)) != 0 ||
                (m = cli_flag(CMD, argc, argv, &i, "--rotate", &a->rotate)) != 0) {
       if (m < 0) return CLI_EXIT_USAGE;
@@ -412,7 +413,7 @@ int cli_bench_main(int argc, char **argv) {
       json_object_set_new(c, "max_abs_diff", cli_json_number(max_diff));
       json_object_set_new(root, "graph_vs_eager", c);
     }
-    if (!cli_write_json(CMD, root, a.json_path)) goto done;
+    if (!cli_write_json(CMD, root, opts.device, a.json_path)) goto done;
   }
   if (a.svg_path) {
     char title[256], subtitle[256], footer[256];

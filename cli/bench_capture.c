@@ -68,7 +68,8 @@ static void usage(FILE *out) {
           "  --repeats N        pipelines created and captured for the first measurement "
           "(median);\n                     also rebinds x 2 for the update (default %d, %d on "
           "host)\n"
-          "  --json FILE        write the results as JSON\n",
+          "  --json FILE        write the results as JSON (- for stdout: the text then goes\n"
+          "                     to stderr); it records the GPU, driver and library versions\n",
           CUDA_OPS, TARGET_CAPTURE_MS, TARGET_UPDATE_MS, CUDA_BUCKETS, TARGET_BUCKETS_MS, HOST_OPS,
           HOST_BUCKETS, HOST_BUCKET_DIMS, RECAP_MAX_BUCKETS, DEFAULT_BUCKET_SPEC, CUDA_REPEATS,
           HOST_REPEATS);
@@ -85,7 +86,7 @@ static int parse_args(int argc, char **argv, capture_args *a) {
     const char *v;
     int m;
     if ((m = cli_flag(CMD, argc, argv, &i, "--device", &a->device)) != 0 ||
-        (m = cli_flag(CMD, argc, argv, &i, "--json", &a->json_path)) != 0 ||
+        (m = cli_json_flag(CMD, argc, argv, &i, &a->json_path)) != 0 ||
         (m = cli_flag(CMD, argc, argv, &i, "--bucket-spec", &a->bucket_spec)) != 0) {
       if (m < 0) return CLI_EXIT_USAGE;
     } else if ((m = cli_flag(CMD, argc, argv, &i, "--ops", &v)) != 0) {
@@ -515,7 +516,7 @@ int cli_bench_capture_main(int argc, char **argv) {
     json_object_set_new(cpu, "replay_graph_nodes", json_integer((json_int_t)cr.nodes));
     json_object_set_new(cpu, "clock", json_string("CLOCK_THREAD_CPUTIME_ID"));
     json_object_set_new(root, "cpu", cpu);
-    if (!cli_write_json(CMD, root, a.json_path)) goto done;
+    if (!cli_write_json(CMD, root, dev, a.json_path)) goto done;
   }
   rc = CLI_EXIT_OK;
 done:

@@ -39,7 +39,9 @@ static void usage(void) {
       "  --stop-ids LIST     ids that end the request (the stop id is printed as the last)\n"
       "  --device DEVICE     cuda or host (default cuda, else the host with a note)\n"
       "  --base-dir DIR      files the spec names must lie under DIR\n"
-      "  --json FILE         write the tokens, seed, finish reason and times as JSON\n"
+      "  --json FILE         write the tokens, seed, finish reason and times as JSON (- for\n"
+      "                      stdout: the text then goes to stderr), with the GPU, driver,\n"
+      "                      CUDA, cuBLAS and recap versions\n"
       "  --logits-out FILE   contiguous layout only: the logits of every position run,\n"
       "                      little-endian f32 rows of the vocabulary size: the prompt's rows,\n"
       "                      then one per decode step (prompt + N - 1 rows)\n\n"
@@ -118,7 +120,7 @@ static int parse_args(int argc, char **argv, generate_args *a) {
     if ((m = cli_flag(CMD, argc, argv, &i, "--prompt-ids", &ids_text)) != 0 ||
         (m = cli_flag(CMD, argc, argv, &i, "--device", &a->device)) != 0 ||
         (m = cli_flag(CMD, argc, argv, &i, "--base-dir", &a->base_dir)) != 0 ||
-        (m = cli_flag(CMD, argc, argv, &i, "--json", &a->json_path)) != 0 ||
+        (m = cli_json_flag(CMD, argc, argv, &i, &a->json_path)) != 0 ||
         (m = cli_flag(CMD, argc, argv, &i, "--logits-out", &a->logits_path)) != 0) {
       if (m < 0) return CLI_EXIT_USAGE;
     } else if ((m = cli_flag(CMD, argc, argv, &i, "--max-tokens", &v)) != 0 ||
@@ -189,14 +191,14 @@ static const char *finish_name(recap_finish_reason f) {
   }
 }
 
-static bool write_json(const generate_args *a, const int32_t *tokens,
+static bool write_json(const generate_args *a, recap_device device, const int32_t *tokens,
                        const recap_request_status *st, double ttft_ms, double tpot_ms) {
   json_t *ids = json_array();
   for (size_t i = 0; i < st->num_tokens; i++) json_array_append_new(ids, json_integer(tokens[i]));
   json_t *root = json_pack("{so so ss sf sf sI}", "tokens", ids, "seed", cli_seed_json(st->seed),
                            "finish", finish_name(st->finish), "ttft_ms", ttft_ms, "tpot_ms",
                            tpot_ms, "preemptions", (json_int_t)st->preemptions);
-  bool ok = cli_write_json(CMD, root, a->json_path);
+  bool ok = cli_write_json(CMD, root, device, a->json_path);
   json_decref(root);
   return ok;
 }
@@ -256,8 +258,9 @@ static int run_paged(const generate_args *a) {
          ", finished by %s; first token %.3f ms after submit (prefill, "
          "capture done before), then %.3f ms per token\n",
          status.seed, finish_name(status.finish), ttft_ms, tpot_ms);
-  rc = a->json_path && !write_json(a, tokens, &status, ttft_ms, tpot_ms) ? CLI_EXIT_FAILURE
-                                                                         : CLI_EXIT_OK;
+  rc = a->json_path && !write_json(a, go.device, tokens, &status, ttft_ms, tpot_ms)
+           ? CLI_EXIT_FAILURE
+           : CLI_EXIT_OK;
 done:
   recap_generator_destroy(g);
   free(tokens);
