@@ -199,7 +199,8 @@ int cli_bench_main(int argc, char **argv) {
   if ((rc = cli_load(CMD, &load, &model, &bucket, &batch)) != CLI_EXIT_OK) goto done;
   rc = CLI_EXIT_FAILURE;
   const recap__spec *spec = model->spec;
-  recap_pipeline_options opts = {.override_mode = 1, .mode = RECAP_MODE_GRAPH};
+  recap_pipeline_options opts = {
+      .struct_size = sizeof opts, .override_mode = 1, .mode = RECAP_MODE_GRAPH};
   cli_run_setup rs;
   cli_run_setup_resolve(&a.common, model, bucket, batch, &opts, &rs);
   bool host = opts.device.backend == RECAP_BACKEND_HOST;
@@ -235,7 +236,8 @@ int cli_bench_main(int argc, char **argv) {
     goto done;
   }
   /* The eager instance shares the weights: one copy of the params, identical values. */
-  recap_pipeline_options eager_opts = {.override_mode = 1,
+  recap_pipeline_options eager_opts = {.struct_size = sizeof eager_opts,
+                                       .override_mode = 1,
                                        .mode = RECAP_MODE_EAGER,
                                        .warmup = opts.warmup,
                                        .warmup_set = opts.warmup_set};

@@ -290,7 +290,8 @@ static recap_status measure_op_launch(recap_pipeline *p, int launches, chain_res
 /* CPU time of an eager run per op (an eager clone of the chain) and of one replay call. */
 static recap_status measure_run_cpu(recap_pipeline *p, int repeats, chain_result *r) {
   recap_pipeline *eager = NULL;
-  recap_pipeline_options eo = {.override_mode = 1, .mode = RECAP_MODE_EAGER};
+  recap_pipeline_options eo = {
+      .struct_size = sizeof eo, .override_mode = 1, .mode = RECAP_MODE_EAGER};
   recap_status st = recap_pipeline_clone(p, &eo, &eager);
   double *v = calloc(REPLAYS, sizeof *v);
   if (st == RECAP_OK && !v) st = RECAP_STATUS_OUT_OF_MEMORY;
@@ -336,7 +337,8 @@ static recap_status measure_buckets(const char *path, recap_device dev, int buck
     return RECAP_STATUS_OUT_OF_MEMORY;
   }
   const char *dims[3] = {dim.data, host ? HOST_BUCKET_DIMS : NULL, NULL};
-  recap_pipeline_options opts = {.override_device = 1,
+  recap_pipeline_options opts = {.struct_size = sizeof opts,
+                                 .override_device = 1,
                                  .device = dev,
                                  .override_mode = 1,
                                  .mode = RECAP_MODE_GRAPH,
@@ -406,7 +408,8 @@ int cli_bench_capture_main(int argc, char **argv) {
 
   /* Enough recaptures for every rebind below (the default allows 16). Fusion off: the chain
    * is there to be captured as N kernel nodes, and the fusion pass would merge it into a few. */
-  recap_pipeline_options opts = {.override_device = 1,
+  recap_pipeline_options opts = {.struct_size = sizeof opts,
+                                 .override_device = 1,
                                  .device = dev,
                                  .override_mode = 1,
                                  .mode = RECAP_MODE_GRAPH,

@@ -353,7 +353,8 @@ int cli_bench_decode_main(int argc, char **argv) {
   decode_args a;
   int rc = parse_args(argc, argv, &a);
   if (rc != CLI_EXIT_OK) return rc;
-  recap_pipeline_options go = {.entry = "decode",
+  recap_pipeline_options go = {.struct_size = sizeof go,
+                               .entry = "decode",
                                .base_dir = a.base_dir,
                                .override_device = 1,
                                .override_mode = 1,

@@ -205,7 +205,8 @@ static bool write_json(const generate_args *a, recap_device device, const int32_
 
 /* One request through the generation API. */
 static int run_paged(const generate_args *a) {
-  recap_generator_options go = {.base_dir = a->base_dir, .override_device = 1};
+  recap_generator_options go = {
+      .struct_size = sizeof go, .base_dir = a->base_dir, .override_device = 1};
   if (!cli_pick_device(CMD, a->device, RECAP_BACKEND_CUDA, &go.device)) return CLI_EXIT_USAGE;
   recap_generator *g = NULL;
   recap_status st = recap_generator_create(a->path, &go, &g);
@@ -217,7 +218,8 @@ static int run_paged(const generate_args *a) {
   token_times times = {.capacity = (size_t)a->max_tokens};
   int32_t *tokens = malloc(sizeof *tokens * (size_t)a->max_tokens);
   times.arrival = malloc(sizeof *times.arrival * (size_t)a->max_tokens);
-  recap_request r = {.prompt = a->prompt,
+  recap_request r = {.struct_size = sizeof r,
+                     .prompt = a->prompt,
                      .prompt_len = (size_t)a->prompt_len,
                      .max_new_tokens = (int)a->max_tokens,
                      .temperature = (float)a->temperature,
@@ -290,7 +292,8 @@ static int run_contiguous(const generate_args *a) {
   int32_t *tokens = malloc(sizeof(int32_t) * (size_t)(prompt + max_new + 1));
   if (!tokens) goto done;
   memcpy(tokens, a->prompt, sizeof(int32_t) * (size_t)prompt);
-  recap_pipeline_options po = {.entry = "prefill", .base_dir = a->base_dir, .override_device = 1};
+  recap_pipeline_options po = {
+      .struct_size = sizeof po, .entry = "prefill", .base_dir = a->base_dir, .override_device = 1};
   if (!cli_pick_device(CMD, a->device, RECAP_BACKEND_CUDA, &po.device)) goto done;
   char prompt_dim[32];
   snprintf(prompt_dim, sizeof prompt_dim, "S=%d", prompt);
@@ -301,7 +304,8 @@ static int run_contiguous(const generate_args *a) {
     cli_report_failure(CMD, "the prefill pipeline", st);
     goto done;
   }
-  recap_pipeline_options dopt = {.entry = "decode", .base_dir = a->base_dir, .share = prefill};
+  recap_pipeline_options dopt = {
+      .struct_size = sizeof dopt, .entry = "decode", .base_dir = a->base_dir, .share = prefill};
   if ((st = recap_pipeline_create_file(a->path, &dopt, &decode)) != RECAP_OK) {
     cli_report_failure(CMD, "the decode pipeline", st);
     goto done;

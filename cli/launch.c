@@ -134,7 +134,8 @@ int cli_run_dist_main(int argc, char **argv) {
   if ((rc = cli_load(RUN, &load, &model, &bucket, &batch)) != CLI_EXIT_OK) goto done;
   rc = CLI_EXIT_FAILURE;
   const recap__spec *spec = model->spec;
-  recap_pipeline_options opts = {.override_device = 1, .device = model->device};
+  recap_pipeline_options opts = {
+      .struct_size = sizeof opts, .override_device = 1, .device = model->device};
   if ((st = recap_comm_init_rank(opts.device, (int)a.world, (int)a.rank, a.init, a.timeout_s,
                                  &comm)) != RECAP_OK) {
     cli_report_failure(who, "joining the communicator", st);

@@ -231,7 +231,7 @@ int cli_run_main(int argc, char **argv) {
   int64_t batch;
   if ((rc = cli_load(CMD, &load, &model, &bucket, &batch)) != CLI_EXIT_OK) goto done;
   const recap__spec *spec = model->spec;
-  recap_pipeline_options opts = {0};
+  recap_pipeline_options opts = RECAP_PIPELINE_OPTIONS_INIT;
   if (a.mode) {
     opts.override_mode = 1;
     opts.mode = strcmp(a.mode, "eager") == 0 ? RECAP_MODE_EAGER : RECAP_MODE_GRAPH;

@@ -345,8 +345,11 @@ int cli_serve_bench_main(int argc, char **argv) {
     rc = CLI_EXIT_USAGE;
     goto done;
   }
-  recap_pipeline_options opts = {
-      .override_device = 1, .device = model->device, .override_mode = 1, .mode = RECAP_MODE_GRAPH};
+  recap_pipeline_options opts = {.struct_size = sizeof opts,
+                                 .override_device = 1,
+                                 .device = model->device,
+                                 .override_mode = 1,
+                                 .mode = RECAP_MODE_GRAPH};
   const char *seed_from;
   uint64_t seed = cli_input_seed(seed_set, seed_arg, spec, &seed_from);
 
@@ -380,8 +383,10 @@ int cli_serve_bench_main(int argc, char **argv) {
     fprintf(stderr, "recap %s: out of memory\n", CMD);
     goto done;
   }
-  recap_pipeline_options eager_opts = {.override_mode = 1, .mode = RECAP_MODE_EAGER};
-  recap_pipeline_options graph_opts = {.override_mode = 1, .mode = RECAP_MODE_GRAPH};
+  recap_pipeline_options eager_opts = {
+      .struct_size = sizeof eager_opts, .override_mode = 1, .mode = RECAP_MODE_EAGER};
+  recap_pipeline_options graph_opts = {
+      .struct_size = sizeof graph_opts, .override_mode = 1, .mode = RECAP_MODE_GRAPH};
   for (int i = 0; i < threads; i++) {
     worker *w = &workers[i];
     w->srv = &srv;

@@ -168,7 +168,8 @@ static int drive(const generate_bench_args *a, recap_generator *g, request_recor
         nanosleep(&ts, NULL);
       }
     }
-    recap_request q = {.prompt = r->prompt,
+    recap_request q = {.struct_size = sizeof q,
+                       .prompt = r->prompt,
                        .prompt_len = (size_t)r->prompt_len,
                        .max_new_tokens = r->output_len,
                        .on_token = on_token,
@@ -278,7 +279,8 @@ int cli_serve_generate_main(int argc, char **argv) {
             CMD, a.prompt_max, a.output_max, max_seq);
     return CLI_EXIT_USAGE;
   }
-  recap_generator_options go = {.base_dir = a.base_dir,
+  recap_generator_options go = {.struct_size = sizeof go,
+                                .base_dir = a.base_dir,
                                 .override_device = 1,
                                 .kv_fraction = a.kv_fraction,
                                 .max_running = (int)a.max_running};
