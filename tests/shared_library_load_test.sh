@@ -24,7 +24,8 @@ fi
 # A sanitizer build of the library needs the same runtime in the program, loaded first.
 flags=()
 preload=""
-if nm -D --undefined-only "$lib" | grep -q '__asan_'; then
+undefined=$(nm -D --undefined-only "$lib") # not piped into grep -q: pipefail would see SIGPIPE
+if grep -q '__asan_' <<<"$undefined"; then
   flags+=(-fsanitize=address,undefined)
   preload=$(${CC:-cc} -print-file-name=libasan.so)
 fi
