@@ -239,9 +239,9 @@ void cli_print_gemm_tune_stats(FILE *out);
  * standard error). -1 (message printed) when the value is missing or stdout cannot be kept. */
 int cli_json_flag(const char *cmd, int argc, char **argv, int *i, const char **path);
 /* Adds the "environment" object (cli_environment_json of `device`, the device the results are
- * from) to root and writes it to path (indented, keys in insertion order): to the file, then
- * "wrote PATH" on stdout, or for "-" as one line to the standard output cli_json_flag kept. False,
- * with "recap CMD: cannot write PATH" on stderr, when it cannot be written. */
+ * from) to root and writes it to path: to the file (indented, keys in insertion order), then
+ * "wrote PATH" on stdout; or for "-" as one line to the standard output cli_json_flag kept.
+ * False, with "recap CMD: cannot write PATH" on stderr, when it cannot be written. */
 bool cli_write_json(const char *cmd, json_t *root, recap_device device, const char *path);
 /* {"recap", "commit", "device", "gpu", "driver", "cuda_runtime", "cublas", "cublaslt"}: the
  * versions as "13.0" / "13.1.0", "none" where absent (the host backend, a host-only build, no
