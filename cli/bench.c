@@ -40,7 +40,8 @@ static void usage(FILE *out) {
           "GPU)\n"
           "  --seed N           seed of the random inputs, 0 to 2^64-1 (default: the spec's "
           "seed:,\n                     else a fresh random seed)\n"
-          "  --json FILE        write the results as JSON\n"
+          "  --json FILE        write the results as JSON (- for stdout: the text then goes\n"
+          "                     to stderr); it records the GPU, driver and library versions\n"
           "  --svg FILE         write a bar chart (median, p10-p90 whiskers) as SVG\n"
           "  --rotate K|auto    K pipeline instances with their own params, inputs and state "
           "(not\n                     shared weights); iterations cycle through them so a "
@@ -64,7 +65,7 @@ static int parse_args(int argc, char **argv, bench_args *a) {
     int m;
     if ((m = cli_run_flag(CMD, argc, argv, &i, &a->common)) != 0) {
       if (m < 0) return CLI_EXIT_USAGE;
-    } else if ((m = cli_flag(CMD, argc, argv, &i, "--json", &a->json_path)) != 0 ||
+    } else if ((m = cli_json_flag(CMD, argc, argv, &i, &a->json_path)) != 0 ||
                (m = cli_flag(CMD, argc, argv, &i, "--svg", &a->svg_path)) != 0 ||
                (m = cli_flag(CMD, argc, argv, &i, "--rotate", &a->rotate)) != 0) {
       if (m < 0) return CLI_EXIT_USAGE;
@@ -198,7 +199,8 @@ int cli_bench_main(int argc, char **argv) {
   if ((rc = cli_load(CMD, &load, &model, &bucket, &batch)) != CLI_EXIT_OK) goto done;
   rc = CLI_EXIT_FAILURE;
   const recap__spec *spec = model->spec;
-  recap_pipeline_options opts = {.override_mode = 1, .mode = RECAP_MODE_GRAPH};
+  recap_pipeline_options opts = {
+      .struct_size = sizeof opts, .override_mode = 1, .mode = RECAP_MODE_GRAPH};
   cli_run_setup rs;
   cli_run_setup_resolve(&a.common, model, bucket, batch, &opts, &rs);
   bool host = opts.device.backend == RECAP_BACKEND_HOST;
@@ -234,7 +236,8 @@ int cli_bench_main(int argc, char **argv) {
     goto done;
   }
   /* The eager instance shares the weights: one copy of the params, identical values. */
-  recap_pipeline_options eager_opts = {.override_mode = 1,
+  recap_pipeline_options eager_opts = {.struct_size = sizeof eager_opts,
+                                       .override_mode = 1,
                                        .mode = RECAP_MODE_EAGER,
                                        .warmup = opts.warmup,
                                        .warmup_set = opts.warmup_set};
@@ -412,7 +415,7 @@ int cli_bench_main(int argc, char **argv) {
       json_object_set_new(c, "max_abs_diff", cli_json_number(max_diff));
       json_object_set_new(root, "graph_vs_eager", c);
     }
-    if (!cli_write_json(CMD, root, a.json_path)) goto done;
+    if (!cli_write_json(CMD, root, opts.device, a.json_path)) goto done;
   }
   if (a.svg_path) {
     char title[256], subtitle[256], footer[256];

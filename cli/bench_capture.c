@@ -68,7 +68,8 @@ static void usage(FILE *out) {
           "  --repeats N        pipelines created and captured for the first measurement "
           "(median);\n                     also rebinds x 2 for the update (default %d, %d on "
           "host)\n"
-          "  --json FILE        write the results as JSON\n",
+          "  --json FILE        write the results as JSON (- for stdout: the text then goes\n"
+          "                     to stderr); it records the GPU, driver and library versions\n",
           CUDA_OPS, TARGET_CAPTURE_MS, TARGET_UPDATE_MS, CUDA_BUCKETS, TARGET_BUCKETS_MS, HOST_OPS,
           HOST_BUCKETS, HOST_BUCKET_DIMS, RECAP_MAX_BUCKETS, DEFAULT_BUCKET_SPEC, CUDA_REPEATS,
           HOST_REPEATS);
@@ -85,7 +86,7 @@ static int parse_args(int argc, char **argv, capture_args *a) {
     const char *v;
     int m;
     if ((m = cli_flag(CMD, argc, argv, &i, "--device", &a->device)) != 0 ||
-        (m = cli_flag(CMD, argc, argv, &i, "--json", &a->json_path)) != 0 ||
+        (m = cli_json_flag(CMD, argc, argv, &i, &a->json_path)) != 0 ||
         (m = cli_flag(CMD, argc, argv, &i, "--bucket-spec", &a->bucket_spec)) != 0) {
       if (m < 0) return CLI_EXIT_USAGE;
     } else if ((m = cli_flag(CMD, argc, argv, &i, "--ops", &v)) != 0) {
@@ -289,7 +290,8 @@ static recap_status measure_op_launch(recap_pipeline *p, int launches, chain_res
 /* CPU time of an eager run per op (an eager clone of the chain) and of one replay call. */
 static recap_status measure_run_cpu(recap_pipeline *p, int repeats, chain_result *r) {
   recap_pipeline *eager = NULL;
-  recap_pipeline_options eo = {.override_mode = 1, .mode = RECAP_MODE_EAGER};
+  recap_pipeline_options eo = {
+      .struct_size = sizeof eo, .override_mode = 1, .mode = RECAP_MODE_EAGER};
   recap_status st = recap_pipeline_clone(p, &eo, &eager);
   double *v = calloc(REPLAYS, sizeof *v);
   if (st == RECAP_OK && !v) st = RECAP_STATUS_OUT_OF_MEMORY;
@@ -335,7 +337,8 @@ static recap_status measure_buckets(const char *path, recap_device dev, int buck
     return RECAP_STATUS_OUT_OF_MEMORY;
   }
   const char *dims[3] = {dim.data, host ? HOST_BUCKET_DIMS : NULL, NULL};
-  recap_pipeline_options opts = {.override_device = 1,
+  recap_pipeline_options opts = {.struct_size = sizeof opts,
+                                 .override_device = 1,
                                  .device = dev,
                                  .override_mode = 1,
                                  .mode = RECAP_MODE_GRAPH,
@@ -405,7 +408,8 @@ int cli_bench_capture_main(int argc, char **argv) {
 
   /* Enough recaptures for every rebind below (the default allows 16). Fusion off: the chain
    * is there to be captured as N kernel nodes, and the fusion pass would merge it into a few. */
-  recap_pipeline_options opts = {.override_device = 1,
+  recap_pipeline_options opts = {.struct_size = sizeof opts,
+                                 .override_device = 1,
                                  .device = dev,
                                  .override_mode = 1,
                                  .mode = RECAP_MODE_GRAPH,
@@ -515,7 +519,7 @@ int cli_bench_capture_main(int argc, char **argv) {
     json_object_set_new(cpu, "replay_graph_nodes", json_integer((json_int_t)cr.nodes));
     json_object_set_new(cpu, "clock", json_string("CLOCK_THREAD_CPUTIME_ID"));
     json_object_set_new(root, "cpu", cpu);
-    if (!cli_write_json(CMD, root, a.json_path)) goto done;
+    if (!cli_write_json(CMD, root, dev, a.json_path)) goto done;
   }
   rc = CLI_EXIT_OK;
 done:

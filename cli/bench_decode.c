@@ -46,7 +46,8 @@ static void usage(void) {
       "  --base-dir DIR   files the spec names must lie under DIR\n"
       "  --profile        after the timings, each batch's profiled eager step by op kind:\n"
       "                   launches per step, device time and share of the step, largest first\n"
-      "  --json FILE      write the results as JSON\n\n"
+      "  --json FILE      write the results as JSON (- for stdout: the text then goes\n"
+      "                   to stderr); it records the GPU, driver and library versions\n\n"
       "exit status: 0 ok, 1 on a failure, 2 on a usage error.\n");
 }
 
@@ -69,7 +70,7 @@ static int parse_args(int argc, char **argv, decode_args *a) {
       a->profile = true;
     } else if ((m = cli_flag(CMD, argc, argv, &i, "--device", &a->device)) != 0 ||
                (m = cli_flag(CMD, argc, argv, &i, "--base-dir", &a->base_dir)) != 0 ||
-               (m = cli_flag(CMD, argc, argv, &i, "--json", &a->json_path)) != 0) {
+               (m = cli_json_flag(CMD, argc, argv, &i, &a->json_path)) != 0) {
       if (m < 0) return CLI_EXIT_USAGE;
     } else if ((m = cli_flag(CMD, argc, argv, &i, "--batch", &v)) != 0) {
       if (m < 0 || !cli_parse_int_list(CMD, "--batch", v, 1, 1 << 20, a->batches, MAX_BATCHES,
@@ -408,7 +409,7 @@ static int run_batches(const decode_args *a, recap_pipeline *graph, recap_pipeli
         json_pack("{ss sI sI sf so}", "spec", a->path, "context", (json_int_t)a->context, "tokens",
                   (json_int_t)a->tokens, "copy_gb_per_s", copy_gbps, "results", rows);
     rows = NULL;
-    if (!cli_write_json(CMD, root, a->json_path)) rc = CLI_EXIT_FAILURE;
+    if (!cli_write_json(CMD, root, info.device, a->json_path)) rc = CLI_EXIT_FAILURE;
     json_decref(root);
   }
   json_decref(rows);
@@ -425,7 +426,8 @@ int cli_bench_decode_main(int argc, char **argv) {
   decode_args a;
   int rc = parse_args(argc, argv, &a);
   if (rc != CLI_EXIT_OK) return rc;
-  recap_pipeline_options go = {.entry = "decode",
+  recap_pipeline_options go = {.struct_size = sizeof go,
+                               .entry = "decode",
                                .base_dir = a.base_dir,
                                .override_device = 1,
                                .override_mode = 1,

@@ -50,7 +50,8 @@ static bool load_specs(recap__text *exprs, recap__text *ops) {
 /* The fastest of `repeats` creations of `spec` (load, plan, bind, compile or cache), in ms. */
 static recap_status best_create_ms(const recap__text *spec, recap_device dev, bool no_fusion,
                                    int repeats, double *best) {
-  recap_pipeline_options o = {.override_device = 1, .device = dev, .no_fusion = no_fusion};
+  recap_pipeline_options o = {
+      .struct_size = sizeof o, .override_device = 1, .device = dev, .no_fusion = no_fusion};
   *best = 1e30;
   for (int r = 0; r < repeats; ++r) {
     recap_pipeline *p = NULL;

@@ -45,7 +45,8 @@ static void usage(FILE *out) {
           "  --elements N   elements per tensor (default %lld on CUDA; a multiple of %d)\n"
           "  --iters N      timed launches per op (default %d on CUDA, %d on host)\n"
           "  --gemm LIST    GEMM sizes, comma-separated (default 4096,8192 on CUDA)\n"
-          "  --json FILE    write the results as JSON\n",
+          "  --json FILE    write the results as JSON (- for stdout: the text then goes\n"
+          "                 to stderr); it records the GPU, driver and library versions\n",
           ROW_COLS, TARGET_PCT, HOST_ELEMENTS, CUDA_ELEMENTS, ROW_COLS, CUDA_ITERS, HOST_ITERS);
 }
 
@@ -60,7 +61,7 @@ static int parse_args(int argc, char **argv, ops_args *a) {
     const char *v;
     int m;
     if ((m = cli_flag(CMD, argc, argv, &i, "--device", &a->device)) != 0 ||
-        (m = cli_flag(CMD, argc, argv, &i, "--json", &a->json_path)) != 0 ||
+        (m = cli_json_flag(CMD, argc, argv, &i, &a->json_path)) != 0 ||
         (m = cli_flag(CMD, argc, argv, &i, "--gemm", &a->gemm_list)) != 0) {
       if (m < 0) return CLI_EXIT_USAGE;
     } else if ((m = cli_flag(CMD, argc, argv, &i, "--elements", &v)) != 0) {
@@ -457,7 +458,7 @@ int cli_bench_ops_main(int argc, char **argv) {
     json_object_set_new(sum, "bandwidth_targets_met", json_integer(met));
     json_object_set_new(sum, "bandwidth_targets", json_integer(targets));
     json_object_set_new(root, "summary", sum);
-    if (!cli_write_json(CMD, root, a.json_path)) goto done;
+    if (!cli_write_json(CMD, root, c.dev, a.json_path)) goto done;
   }
   rc = CLI_EXIT_OK;
 done:

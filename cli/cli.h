@@ -239,10 +239,25 @@ void cli_report_failure(const char *cmd, const char *what, recap_status status);
  * otherwise. For `recap run` and `recap bench`. */
 void cli_print_gemm_tune_stats(FILE *out);
 
-/* The --json FILE of the benchmarks: writes root to path (indented, keys in insertion order)
- * and prints "wrote PATH" on stdout. False, with "recap CMD: cannot write PATH" on stderr, when
- * the file cannot be written. */
-bool cli_write_json(const char *cmd, json_t *root, const char *path);
+/* ---- JSON results (json_out.c, version.c) ---- */
+
+/* cli_flag for "--json FILE", the one way every command takes it: FILE "-" means standard
+ * output, which from then on carries only the JSON (the text the command prints goes to
+ * standard error). -1 (message printed) when the value is missing or stdout cannot be kept. */
+int cli_json_flag(const char *cmd, int argc, char **argv, int *i, const char **path);
+/* Adds the "environment" object (cli_environment_json of `device`, the device the results are
+ * from) to root and writes it to path: to the file (indented, keys in insertion order), then
+ * "wrote PATH" on stdout; or for "-" as one line to the standard output cli_json_flag kept.
+ * False, with "recap CMD: cannot write PATH" on stderr, when it cannot be written. */
+bool cli_write_json(const char *cmd, json_t *root, recap_device device, const char *path);
+/* {"recap", "commit", "device", "gpu", "driver", "cuda_runtime", "cublas", "cublaslt"}: the
+ * versions as "13.0" / "13.1.0", "none" where absent (the host backend, a host-only build, no
+ * driver, cuBLAS not found); "gpu" is the device's name, "none (host backend)" on the host.
+ * NULL when out of memory. */
+json_t *cli_environment_json(recap_device device);
+/* "recap 0.1.0 (commit abc1234)", then the CUDA runtime and driver, cuBLAS and cuBLASLt
+ * versions (or that this build has no CUDA): `recap --version` and `recap info`. */
+void cli_print_version(FILE *out);
 
 /* "1.5 MiB", "12.0 KiB" or "300 B" into buf; returns buf. */
 const char *cli_format_bytes(size_t bytes, char *buf, size_t size);

@@ -130,8 +130,11 @@ static void write_dag(FILE *f, const recap__ir *ir, const recap__plan *plan) {
 /* Captures a pipeline of the model and copies the backend's dump of bucket `bucket` to
  * `out`. */
 static int write_captured(FILE *out, recap__model *model, size_t bucket) {
-  recap_pipeline_options opts = {
-      .override_device = 1, .device = model->device, .override_mode = 1, .mode = RECAP_MODE_GRAPH};
+  recap_pipeline_options opts = {.struct_size = sizeof opts,
+                                 .override_device = 1,
+                                 .device = model->device,
+                                 .override_mode = 1,
+                                 .mode = RECAP_MODE_GRAPH};
   int rc = CLI_EXIT_FAILURE;
   recap_pipeline *p = NULL;
   char tmp[] = "/tmp/recap_dot_XXXXXX";

@@ -39,7 +39,9 @@ static void usage(void) {
       "  --stop-ids LIST     ids that end the request (the stop id is printed as the last)\n"
       "  --device DEVICE     cuda or host (default cuda, else the host with a note)\n"
       "  --base-dir DIR      files the spec names must lie under DIR\n"
-      "  --json FILE         write the tokens, seed, finish reason and times as JSON\n"
+      "  --json FILE         write the tokens, seed, finish reason and times as JSON (- for\n"
+      "                      stdout: the text then goes to stderr), with the GPU, driver,\n"
+      "                      CUDA, cuBLAS and recap versions\n"
       "  --logits-out FILE   contiguous layout only: the logits of every position run,\n"
       "                      little-endian f32 rows of the vocabulary size: the prompt's rows,\n"
       "                      then one per decode step (prompt + N - 1 rows)\n\n"
@@ -118,7 +120,7 @@ static int parse_args(int argc, char **argv, generate_args *a) {
     if ((m = cli_flag(CMD, argc, argv, &i, "--prompt-ids", &ids_text)) != 0 ||
         (m = cli_flag(CMD, argc, argv, &i, "--device", &a->device)) != 0 ||
         (m = cli_flag(CMD, argc, argv, &i, "--base-dir", &a->base_dir)) != 0 ||
-        (m = cli_flag(CMD, argc, argv, &i, "--json", &a->json_path)) != 0 ||
+        (m = cli_json_flag(CMD, argc, argv, &i, &a->json_path)) != 0 ||
         (m = cli_flag(CMD, argc, argv, &i, "--logits-out", &a->logits_path)) != 0) {
       if (m < 0) return CLI_EXIT_USAGE;
     } else if ((m = cli_flag(CMD, argc, argv, &i, "--max-tokens", &v)) != 0 ||
@@ -189,21 +191,22 @@ static const char *finish_name(recap_finish_reason f) {
   }
 }
 
-static bool write_json(const generate_args *a, const int32_t *tokens,
+static bool write_json(const generate_args *a, recap_device device, const int32_t *tokens,
                        const recap_request_status *st, double ttft_ms, double tpot_ms) {
   json_t *ids = json_array();
   for (size_t i = 0; i < st->num_tokens; i++) json_array_append_new(ids, json_integer(tokens[i]));
   json_t *root = json_pack("{so so ss sf sf sI}", "tokens", ids, "seed", cli_seed_json(st->seed),
                            "finish", finish_name(st->finish), "ttft_ms", ttft_ms, "tpot_ms",
                            tpot_ms, "preemptions", (json_int_t)st->preemptions);
-  bool ok = cli_write_json(CMD, root, a->json_path);
+  bool ok = cli_write_json(CMD, root, device, a->json_path);
   json_decref(root);
   return ok;
 }
 
 /* One request through the generation API. */
 static int run_paged(const generate_args *a) {
-  recap_generator_options go = {.base_dir = a->base_dir, .override_device = 1};
+  recap_generator_options go = {
+      .struct_size = sizeof go, .base_dir = a->base_dir, .override_device = 1};
   if (!cli_pick_device(CMD, a->device, RECAP_BACKEND_CUDA, &go.device)) return CLI_EXIT_USAGE;
   recap_generator *g = NULL;
   recap_status st = recap_generator_create(a->path, &go, &g);
@@ -215,7 +218,8 @@ static int run_paged(const generate_args *a) {
   token_times times = {.capacity = (size_t)a->max_tokens};
   int32_t *tokens = malloc(sizeof *tokens * (size_t)a->max_tokens);
   times.arrival = malloc(sizeof *times.arrival * (size_t)a->max_tokens);
-  recap_request r = {.prompt = a->prompt,
+  recap_request r = {.struct_size = sizeof r,
+                     .prompt = a->prompt,
                      .prompt_len = (size_t)a->prompt_len,
                      .max_new_tokens = (int)a->max_tokens,
                      .temperature = (float)a->temperature,
@@ -256,8 +260,9 @@ static int run_paged(const generate_args *a) {
          ", finished by %s; first token %.3f ms after submit (prefill, "
          "capture done before), then %.3f ms per token\n",
          status.seed, finish_name(status.finish), ttft_ms, tpot_ms);
-  rc = a->json_path && !write_json(a, tokens, &status, ttft_ms, tpot_ms) ? CLI_EXIT_FAILURE
-                                                                         : CLI_EXIT_OK;
+  rc = a->json_path && !write_json(a, go.device, tokens, &status, ttft_ms, tpot_ms)
+           ? CLI_EXIT_FAILURE
+           : CLI_EXIT_OK;
 done:
   recap_generator_destroy(g);
   free(tokens);
@@ -287,7 +292,8 @@ static int run_contiguous(const generate_args *a) {
   int32_t *tokens = malloc(sizeof(int32_t) * (size_t)(prompt + max_new + 1));
   if (!tokens) goto done;
   memcpy(tokens, a->prompt, sizeof(int32_t) * (size_t)prompt);
-  recap_pipeline_options po = {.entry = "prefill", .base_dir = a->base_dir, .override_device = 1};
+  recap_pipeline_options po = {
+      .struct_size = sizeof po, .entry = "prefill", .base_dir = a->base_dir, .override_device = 1};
   if (!cli_pick_device(CMD, a->device, RECAP_BACKEND_CUDA, &po.device)) goto done;
   char prompt_dim[32];
   snprintf(prompt_dim, sizeof prompt_dim, "S=%d", prompt);
@@ -298,7 +304,8 @@ static int run_contiguous(const generate_args *a) {
     cli_report_failure(CMD, "the prefill pipeline", st);
     goto done;
   }
-  recap_pipeline_options dopt = {.entry = "decode", .base_dir = a->base_dir, .share = prefill};
+  recap_pipeline_options dopt = {
+      .struct_size = sizeof dopt, .entry = "decode", .base_dir = a->base_dir, .share = prefill};
   if ((st = recap_pipeline_create_file(a->path, &dopt, &decode)) != RECAP_OK) {
     cli_report_failure(CMD, "the decode pipeline", st);
     goto done;

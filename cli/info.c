@@ -92,16 +92,9 @@ int cli_info_main(int argc, char **argv) {
     fprintf(stderr, "recap info: unexpected argument '%s'\n", argv[0]);
     return CLI_EXIT_USAGE;
   }
-  printf("recap %s\n", recap_version());
-  recap_library_versions v;
-  if (recap_library_versions_get(&v) == RECAP_OK)
-    printf("CUDA runtime %d, driver %d, cuBLAS %d, cuBLASLt %d (0 = not present)\n",
-           v.runtime_version, v.driver_version, v.cublas_version, v.cublaslt_version);
-  if (!recap_backend_compiled(RECAP_BACKEND_CUDA)) {
-    printf("CUDA backend: not compiled into this build (host-only)\n");
-  } else {
+  cli_print_version(stdout);
+  if (recap_backend_compiled(RECAP_BACKEND_CUDA))
     printf("compiled GPU architectures: %s\n", recap_device_compiled_archs(RECAP_BACKEND_CUDA));
-  }
   int cuda_count = 0;
   recap_device_count(RECAP_BACKEND_CUDA, &cuda_count);
   printf("\ndevices:\n");

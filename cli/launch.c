@@ -40,8 +40,8 @@ static const char *const RUN = "run";
 typedef struct {
   const char *path, *mode, *init;
   long long world, rank;
+  const char *json_path;
   double timeout_s;
-  bool json;
   cli_run_flags common;
 } dist_args;
 
@@ -64,9 +64,8 @@ static int parse_dist(int argc, char **argv, dist_args *a) {
     } else if ((m = cli_flag(RUN, argc, argv, &i, "--init", &a->init)) != 0 ||
                (m = cli_flag(RUN, argc, argv, &i, "--mode", &a->mode)) != 0) {
       if (m < 0) return CLI_EXIT_USAGE;
-    } else if ((m = cli_flag(RUN, argc, argv, &i, "--json", NULL)) != 0) {
+    } else if ((m = cli_json_flag(RUN, argc, argv, &i, &a->json_path)) != 0) {
       if (m < 0) return CLI_EXIT_USAGE;
-      a->json = true;
     } else if ((m = cli_run_flag(RUN, argc, argv, &i, &a->common)) != 0) {
       if (m < 0) return CLI_EXIT_USAGE;
     } else if (!cli_positional(RUN, argv[i])) {
@@ -94,20 +93,19 @@ static int parse_dist(int argc, char **argv, dist_args *a) {
     fprintf(stderr, "recap run: --mode expects eager or graph, got '%s'\n", a->mode);
     return CLI_EXIT_USAGE;
   }
+  /* Every rank gets the same flags: one FILE would be written by all of them at once. */
+  if (a->world > 1 && a->json_path && strcmp(a->json_path, "-") != 0) {
+    fprintf(stderr,
+            "recap run: with --world %lld, --json takes - (each rank writes its JSON "
+            "to its own stdout)\n",
+            a->world);
+    return CLI_EXIT_USAGE;
+  }
   return cli_run_flags_check(RUN, &a->common) ? CLI_EXIT_OK : CLI_EXIT_USAGE;
 }
 
 static double now_ms(void) {
   return cli_now() * 1e3;
-}
-
-/* v as cli_json_number writes it (NaN and infinities as strings), 9 significant digits. */
-static void print_json_number(double v) {
-  json_t *j = cli_json_number(v);
-  char *text = j ? json_dumps(j, JSON_ENCODE_ANY | JSON_REAL_PRECISION(9)) : NULL;
-  printf("%s", text ? text : "null");
-  free(text);
-  json_decref(j);
 }
 
 int cli_run_dist_main(int argc, char **argv) {
@@ -136,7 +134,8 @@ int cli_run_dist_main(int argc, char **argv) {
   if ((rc = cli_load(RUN, &load, &model, &bucket, &batch)) != CLI_EXIT_OK) goto done;
   rc = CLI_EXIT_FAILURE;
   const recap__spec *spec = model->spec;
-  recap_pipeline_options opts = {.override_device = 1, .device = model->device};
+  recap_pipeline_options opts = {
+      .struct_size = sizeof opts, .override_device = 1, .device = model->device};
   if ((st = recap_comm_init_rank(opts.device, (int)a.world, (int)a.rank, a.init, a.timeout_s,
                                  &comm)) != RECAP_OK) {
     cli_report_failure(who, "joining the communicator", st);
@@ -193,42 +192,37 @@ int cli_run_dist_main(int argc, char **argv) {
   }
   cli_summary sum;
   cli_summarize(ms, iters, &sum);
-  if (a.json) {
-    printf("{\"rank\": %lld, \"world\": %lld, \"mode\": \"%s\", \"batch\": %" PRId64
-           ", \"iters\": %d, \"median_ms\": %.6f, \"p10_ms\": %.6f, \"p90_ms\": %.6f, "
-           "\"first_run_ms\": %.3f, \"fused_ops\": %zu, \"outputs\": [",
-           a.rank, a.world, graph ? "graph" : "eager", batch, iters, sum.median, sum.p10, sum.p90,
-           first_ms, info.fused_ops);
-  } else {
-    printf("rank %lld of %lld: %s on %s:%d, %s mode, batch %" PRId64
-           "\ntiming: %d runs (host wall clock, run_dist incl. header broadcast): median %.4f "
-           "ms, p10 %.4f, p90 %.4f; first run (with inputs%s) %.1f ms\n",
-           a.rank, a.world, spec->name, recap_backend_name(opts.device.backend), opts.device.index,
-           graph ? "graph" : "eager", batch, iters, sum.median, sum.p10, sum.p90,
-           graph ? ", warmup and capture" : "", first_ms);
-  }
+  printf("rank %lld of %lld: %s on %s:%d, %s mode, batch %" PRId64
+         "\ntiming: %d runs (host wall clock, run_dist incl. header broadcast): median %.4f "
+         "ms, p10 %.4f, p90 %.4f; first run (with inputs%s) %.1f ms\n",
+         a.rank, a.world, spec->name, recap_backend_name(opts.device.backend), opts.device.index,
+         graph ? "graph" : "eager", batch, iters, sum.median, sum.p10, sum.p90,
+         graph ? ", warmup and capture" : "", first_ms);
+  json_t *outs = json_array();
   for (size_t i = 0; i < outputs.count; i++) {
     const cli_host_tensor *h = &outputs.items[i];
     size_t n = h->info.bytes / recap_dtype_size(h->info.dtype);
     double s, abs_s;
     size_t nonfinite;
     cli_checksum(h->host, h->info.dtype, n, &s, &abs_s, &nonfinite);
-    if (a.json) {
-      printf("%s{\"name\": \"%s\", \"sum\": ", i ? ", " : "", h->info.name);
-      print_json_number(s);
-      printf(", \"abs_sum\": ");
-      print_json_number(abs_s);
-      printf(", \"nonfinite\": %zu}", nonfinite);
-    } else {
-      printf("  %-12s sum %.6g  abs sum %.6g", h->info.name, s, abs_s);
-      if (nonfinite) printf("  (%zu non-finite)", nonfinite);
-      printf("  first:");
-      for (size_t j = 0; j < n && j < FIRST_VALUES; j++)
-        printf(" %.6g", cli_value(h->host, h->info.dtype, j));
-      printf("\n");
-    }
+    json_array_append_new(
+        outs, json_pack("{ss so so sI}", "name", h->info.name, "sum", cli_json_number(s), "abs_sum",
+                        cli_json_number(abs_s), "nonfinite", (json_int_t)nonfinite));
+    printf("  %-12s sum %.6g  abs sum %.6g", h->info.name, s, abs_s);
+    if (nonfinite) printf("  (%zu non-finite)", nonfinite);
+    printf("  first:");
+    for (size_t j = 0; j < n && j < FIRST_VALUES; j++)
+      printf(" %.6g", cli_value(h->host, h->info.dtype, j));
+    printf("\n");
   }
-  if (a.json) printf("]}\n");
+  json_t *root =
+      json_pack("{sI sI ss sI si sf sf sf sf sI so}", "rank", (json_int_t)a.rank, "world",
+                (json_int_t)a.world, "mode", graph ? "graph" : "eager", "batch", (json_int_t)batch,
+                "iters", iters, "median_ms", sum.median, "p10_ms", sum.p10, "p90_ms", sum.p90,
+                "first_run_ms", first_ms, "fused_ops", (json_int_t)info.fused_ops, "outputs", outs);
+  bool written = !a.json_path || (root && cli_write_json(RUN, root, opts.device, a.json_path));
+  json_decref(root);
+  if (!written) goto done;
   rc = CLI_EXIT_OK;
 done:
   fflush(stdout);
@@ -271,7 +265,8 @@ static void launch_usage(FILE *out) {
           "120)\n"
           "  --grace S     seconds before stopping the other ranks after a failure (default: "
           "the timeout + 5)\n"
-          "run flags with --world: --mode, --device, --iters, --warmup, --dim, --seed, --json,\n"
+          "run flags with --world: --mode, --device, --iters, --warmup, --dim, --seed, --json -\n"
+          "(each rank's JSON on its stdout, its text on stderr), "
           "--base-dir (inputs come from rank 0; seed: --seed, else the spec's seed:, else 1234).\n"
           "--dim of the bucketed dim above its largest bucket replaces the buckets with that "
           "size.\n",

@@ -71,7 +71,7 @@ int main(int argc, char **argv) {
     return CLI_EXIT_OK;
   }
   if (strcmp(argv[1], "--version") == 0) {
-    printf("recap %s\n", recap_version());
+    cli_print_version(stdout);
     return CLI_EXIT_OK;
   }
   for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)

@@ -15,9 +15,9 @@ enum { FIRST_VALUES = 6 };
 static void usage(FILE *out) {
   fprintf(out,
           "usage: recap run SPEC [--mode eager|graph] [--device cuda|host] [--iters N]\n"
-          "                 [--warmup N] [--dim NAME=VALUE] [--entry NAME] [--seed N] [--json]\n"
-          "                 [--save-tensors FILE.safetensors] [--base-dir DIR] [--no-fusion]\n"
-          "                 [--memory-snapshot FILE.json]\n"
+          "                 [--warmup N] [--dim NAME=VALUE] [--entry NAME] [--seed N]\n"
+          "                 [--json FILE] [--save-tensors FILE.safetensors] [--base-dir DIR]\n"
+          "                 [--no-fusion] [--memory-snapshot FILE.json]\n"
           "       recap run SPEC --world N --rank R [--init URL] [--timeout S] [flags]\n\n"
           "Runs the pipeline: inputs get what their init says (normal and uniform drawn from "
           "a seeded\ngenerator; the seed is printed), then warmup runs, then N timed runs "
@@ -40,7 +40,9 @@ static void usage(FILE *out) {
           "--dim\n"
           "  --seed N           seed of the random inputs, 0 to 2^64-1 (default: the spec's "
           "seed:,\n                     else a fresh random seed)\n"
-          "  --json             print one JSON object instead of text\n"
+          "  --json FILE        write the outputs, timing and stats as JSON to FILE (- for "
+          "stdout: the\n                     text then goes to stderr); it records the GPU, "
+          "driver and library\n                     versions\n"
           "  --save-tensors F   write params, inputs, states and scalars (as the last run read "
           "them)\n                     and outputs to F (.safetensors: loadable "
           "by\n                     safetensors.torch.load_file)\n"
@@ -65,17 +67,15 @@ static void usage(FILE *out) {
 }
 
 typedef struct {
-  const char *path, *mode, *save_path, *snapshot_path;
+  const char *path, *mode, *save_path, *snapshot_path, *json_path;
   cli_run_flags common;
-  bool json;
 } run_args;
 
 static int parse_args(int argc, char **argv, run_args *a) {
   for (int i = 0; i < argc; i++) {
     int m;
-    if ((m = cli_flag(CMD, argc, argv, &i, "--json", NULL)) != 0) {
+    if ((m = cli_json_flag(CMD, argc, argv, &i, &a->json_path)) != 0) {
       if (m < 0) return CLI_EXIT_USAGE;
-      a->json = true;
     } else if ((m = cli_run_flag(CMD, argc, argv, &i, &a->common)) != 0) {
       if (m < 0) return CLI_EXIT_USAGE;
     } else if ((m = cli_flag(CMD, argc, argv, &i, "--mode", &a->mode)) != 0 ||
@@ -230,7 +230,7 @@ int cli_run_main(int argc, char **argv) {
   int64_t batch;
   if ((rc = cli_load(CMD, &load, &model, &bucket, &batch)) != CLI_EXIT_OK) goto done;
   const recap__spec *spec = model->spec;
-  recap_pipeline_options opts = {0};
+  recap_pipeline_options opts = RECAP_PIPELINE_OPTIONS_INIT;
   if (a.mode) {
     opts.override_mode = 1;
     opts.mode = strcmp(a.mode, "eager") == 0 ? RECAP_MODE_EAGER : RECAP_MODE_GRAPH;
@@ -261,27 +261,25 @@ int cli_run_main(int argc, char **argv) {
     cli_report_failure(CMD, "preparing the inputs", st);
     goto done;
   }
-  if (!a.json) {
-    printf("%s (%s) on %s:%d, %s mode", spec->name, a.path, recap_backend_name(opts.device.backend),
-           opts.device.index, graph ? "graph" : "eager");
-    if (spec->bucket_dim >= 0)
-      printf(", %s=%" PRId64 " (bucket %" PRId64 ")", spec->dims[spec->bucket_dim].name, rs.batch,
-             pi.bucket_values[rs.bucket]);
-    printf("\ninputs, the random ones from seed %" PRIu64, rs.seed);
-    if (strcmp(rs.seed_from, "spec") == 0)
-      printf(" (the spec's seed:; --seed N overrides it):\n");
-    else if (strcmp(rs.seed_from, "random") == 0)
-      printf(" (fresh; --seed %" PRIu64 " reproduces them):\n", rs.seed);
-    else
-      printf(" (--seed):\n");
-    for (size_t i = 0; i < inputs.count; i++) {
-      char init[512];
-      printf("  %-12s ", inputs.items[i].info.name);
-      print_shape(&inputs.items[i].info);
-      printf("  %s\n", cli_init_describe(&inputs.items[i].info.init, init, sizeof init));
-    }
-    fflush(stdout);
+  printf("%s (%s) on %s:%d, %s mode", spec->name, a.path, recap_backend_name(opts.device.backend),
+         opts.device.index, graph ? "graph" : "eager");
+  if (spec->bucket_dim >= 0)
+    printf(", %s=%" PRId64 " (bucket %" PRId64 ")", spec->dims[spec->bucket_dim].name, rs.batch,
+           pi.bucket_values[rs.bucket]);
+  printf("\ninputs, the random ones from seed %" PRIu64, rs.seed);
+  if (strcmp(rs.seed_from, "spec") == 0)
+    printf(" (the spec's seed:; --seed N overrides it):\n");
+  else if (strcmp(rs.seed_from, "random") == 0)
+    printf(" (fresh; --seed %" PRIu64 " reproduces them):\n", rs.seed);
+  else
+    printf(" (--seed):\n");
+  for (size_t i = 0; i < inputs.count; i++) {
+    char init[512];
+    printf("  %-12s ", inputs.items[i].info.name);
+    print_shape(&inputs.items[i].info);
+    printf("  %s\n", cli_init_describe(&inputs.items[i].info.init, init, sizeof init));
   }
+  fflush(stdout);
   double t0 = cli_now();
   if (slow && graph)
     fprintf(stderr, "recap %s: capturing, after %d warmup run%s per bucket...\n", CMD, rs.warmup,
@@ -323,7 +321,7 @@ int cli_run_main(int argc, char **argv) {
     goto done;
   }
 
-  if (a.json) {
+  if (a.json_path) {
     root = json_object();
     json_object_set_new(root, "spec", json_string(a.path));
     json_object_set_new(root, "name", json_string(spec->name));
@@ -384,54 +382,49 @@ int cli_run_main(int argc, char **argv) {
                         json_integer((json_int_t)stats.pool_reserved_bytes));
     json_object_set_new(js, "param_bytes", json_integer((json_int_t)stats.param_bytes));
     json_object_set_new(root, "stats", js);
-    if (json_dumpf(root, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER) != 0) {
-      fprintf(stderr, "recap %s: writing JSON failed\n", CMD);
-      goto done;
-    }
-    printf("\n");
-  } else {
-    printf("setup: load %.1f ms, bind %.1f ms", stats.load_ms, stats.bind_ms);
-    if (graph)
-      printf(", warmup %.1f ms, capture %.1f ms, instantiate %.1f ms (%zu bucket%s)",
-             stats.warmup_ms, stats.capture_ms, stats.instantiate_ms, stats.num_buckets,
-             stats.num_buckets == 1 ? "" : "s");
-    printf(
-        "\ntiming: %d run%s after %d warmup (device events): median %.4f ms, p10 %.4f, "
-        "p90 %.4f, min %.4f, max %.4f\n",
-        rs.iters, rs.iters == 1 ? "" : "s", rs.warmup, sum.median, sum.p10, sum.p90, sum.min,
-        sum.max);
-    printf("outputs:\n");
-    for (size_t i = 0; i < outputs.count; i++) {
-      const cli_host_tensor *h = &outputs.items[i];
-      size_t n = h->info.bytes / recap_dtype_size(h->info.dtype);
-      double s, abs_s;
-      size_t nonfinite;
-      cli_checksum(h->host, h->info.dtype, n, &s, &abs_s, &nonfinite);
-      printf("  %-12s ", h->info.name);
-      print_shape(&h->info);
-      printf("  sum %.6g  abs sum %.6g", s, abs_s);
-      if (nonfinite) printf("  (%zu non-finite element%s)", nonfinite, nonfinite == 1 ? "" : "s");
-      printf("\n               first:");
-      for (size_t j = 0; j < n && j < FIRST_VALUES; j++)
-        printf(" %.6g", cli_value(h->host, h->info.dtype, j));
-      printf("%s\n", n > FIRST_VALUES ? " ..." : "");
-    }
-    printf("stats: %" PRIu64 " replays, %" PRIu64 " eager runs (%zu launches each), %" PRIu64
-           " captures; arena %zu B, pool %zu B, params %zu B\n",
-           stats.replays, stats.eager_runs, pi.launches, stats.captures, stats.arena_bytes,
-           stats.pool_reserved_bytes, stats.param_bytes);
   }
+  printf("setup: load %.1f ms, bind %.1f ms", stats.load_ms, stats.bind_ms);
+  if (graph)
+    printf(", warmup %.1f ms, capture %.1f ms, instantiate %.1f ms (%zu bucket%s)", stats.warmup_ms,
+           stats.capture_ms, stats.instantiate_ms, stats.num_buckets,
+           stats.num_buckets == 1 ? "" : "s");
+  printf(
+      "\ntiming: %d run%s after %d warmup (device events): median %.4f ms, p10 %.4f, "
+      "p90 %.4f, min %.4f, max %.4f\n",
+      rs.iters, rs.iters == 1 ? "" : "s", rs.warmup, sum.median, sum.p10, sum.p90, sum.min,
+      sum.max);
+  printf("outputs:\n");
+  for (size_t i = 0; i < outputs.count; i++) {
+    const cli_host_tensor *h = &outputs.items[i];
+    size_t n = h->info.bytes / recap_dtype_size(h->info.dtype);
+    double s, abs_s;
+    size_t nonfinite;
+    cli_checksum(h->host, h->info.dtype, n, &s, &abs_s, &nonfinite);
+    printf("  %-12s ", h->info.name);
+    print_shape(&h->info);
+    printf("  sum %.6g  abs sum %.6g", s, abs_s);
+    if (nonfinite) printf("  (%zu non-finite element%s)", nonfinite, nonfinite == 1 ? "" : "s");
+    printf("\n               first:");
+    for (size_t j = 0; j < n && j < FIRST_VALUES; j++)
+      printf(" %.6g", cli_value(h->host, h->info.dtype, j));
+    printf("%s\n", n > FIRST_VALUES ? " ..." : "");
+  }
+  printf("stats: %" PRIu64 " replays, %" PRIu64 " eager runs (%zu launches each), %" PRIu64
+         " captures; arena %zu B, pool %zu B, params %zu B\n",
+         stats.replays, stats.eager_runs, pi.launches, stats.captures, stats.arena_bytes,
+         stats.pool_reserved_bytes, stats.param_bytes);
   if (a.save_path) {
     if (!save_tensors(p, a.save_path, &inputs, &states, &outputs, rs.seed, rs.batch)) goto done;
-    fprintf(a.json ? stderr : stdout, "saved params, inputs, states, scalars and outputs to %s\n",
-            a.save_path);
+    printf("saved params, inputs, states, scalars and outputs to %s\n", a.save_path);
   }
   if (a.snapshot_path) {
     if (!write_snapshot(opts.device, a.snapshot_path)) goto done;
-    fprintf(a.json ? stderr : stdout, "wrote the memory snapshot to %s\n", a.snapshot_path);
+    printf("wrote the memory snapshot to %s\n", a.snapshot_path);
   }
-  /* One line on the GEMM tuner when RECAP_TUNE is set (stderr: stdout may be JSON). */
+  /* One line on the GEMM tuner when RECAP_TUNE is set (stderr, as it always was). */
   cli_print_gemm_tune_stats(stderr);
+  /* Last, so that --json - gets the complete result after every text line. */
+  if (a.json_path && !cli_write_json(CMD, root, opts.device, a.json_path)) goto done;
   rc = CLI_EXIT_OK;
 done:
   json_decref(root);

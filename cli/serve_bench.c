@@ -49,7 +49,8 @@ static void usage(FILE *out) {
           "  --seed N           seed of the request sizes and random inputs, 0 to 2^64-1\n"
           "                     (default: the spec's seed:, else a fresh random seed)\n"
           "  --json FILE        also write the results as JSON (throughput, latencies, "
-          "checks)\n"
+          "checks;\n                     the GPU, driver, CUDA, cuBLAS and recap versions); - "
+          "writes it to\n                     stdout and the text report to stderr\n"
           "  --base-dir DIR     files the spec names (params) must lie under DIR (for specs "
           "from\n                     untrusted sources)\n"
           "\n"
@@ -65,7 +66,7 @@ static void usage(FILE *out) {
           "the ranges; default 64 requests, prompts 64,512, outputs 64,256), greedy, all\n"
           "submitted at once or at Poisson arrivals of R per second, served with continuous\n"
           "batching. Prints output tokens/s, TTFT and TPOT p50/p99, the KV pool's peak use,\n"
-          "preemptions and graph vs eager steps (JSON and SVG on request).\n");
+          "preemptions and graph vs eager steps (JSON and SVG on request; --json as above).\n");
 }
 
 typedef struct {
@@ -289,7 +290,7 @@ int cli_serve_bench_main(int argc, char **argv) {
     } else if ((m = cli_dim_flag(CMD, argc, argv, &i, dims, &num_dims)) != 0) {
       if (m < 0) return CLI_EXIT_USAGE;
     } else if ((m = cli_flag(CMD, argc, argv, &i, "--device", &device)) != 0 ||
-               (m = cli_flag(CMD, argc, argv, &i, "--json", &json_path)) != 0 ||
+               (m = cli_json_flag(CMD, argc, argv, &i, &json_path)) != 0 ||
                (m = cli_flag(CMD, argc, argv, &i, "--base-dir", &base_dir)) != 0) {
       if (m < 0) return CLI_EXIT_USAGE;
     } else if (!cli_take_one(CMD, "spec", argv[i], &path)) {
@@ -344,8 +345,11 @@ int cli_serve_bench_main(int argc, char **argv) {
     rc = CLI_EXIT_USAGE;
     goto done;
   }
-  recap_pipeline_options opts = {
-      .override_device = 1, .device = model->device, .override_mode = 1, .mode = RECAP_MODE_GRAPH};
+  recap_pipeline_options opts = {.struct_size = sizeof opts,
+                                 .override_device = 1,
+                                 .device = model->device,
+                                 .override_mode = 1,
+                                 .mode = RECAP_MODE_GRAPH};
   const char *seed_from;
   uint64_t seed = cli_input_seed(seed_set, seed_arg, spec, &seed_from);
 
@@ -379,8 +383,10 @@ int cli_serve_bench_main(int argc, char **argv) {
     fprintf(stderr, "recap %s: out of memory\n", CMD);
     goto done;
   }
-  recap_pipeline_options eager_opts = {.override_mode = 1, .mode = RECAP_MODE_EAGER};
-  recap_pipeline_options graph_opts = {.override_mode = 1, .mode = RECAP_MODE_GRAPH};
+  recap_pipeline_options eager_opts = {
+      .struct_size = sizeof eager_opts, .override_mode = 1, .mode = RECAP_MODE_EAGER};
+  recap_pipeline_options graph_opts = {
+      .struct_size = sizeof graph_opts, .override_mode = 1, .mode = RECAP_MODE_GRAPH};
   for (int i = 0; i < threads; i++) {
     worker *w = &workers[i];
     w->srv = &srv;
@@ -542,7 +548,7 @@ int cli_serve_bench_main(int argc, char **argv) {
     json_object_set_new(root, "mismatches", json_integer((json_int_t)bad));
     json_object_set_new(root, "max_abs_diff", cli_json_number(max_diff));
     json_object_set_new(root, "ok", json_boolean(rc == CLI_EXIT_OK));
-    if (!cli_write_json(CMD, root, json_path)) rc = CLI_EXIT_FAILURE;
+    if (!cli_write_json(CMD, root, opts.device, json_path)) rc = CLI_EXIT_FAILURE;
   }
 done:
   if (device_fault || st == RECAP_STATUS_DEVICE_ERROR) {

@@ -85,8 +85,8 @@ static json_t *summary_json(const cli_summary *s) {
                    s->mean);
 }
 
-static int report(const generate_bench_args *a, request_record *recs, double wall_s,
-                  const recap_generator_stats *stats, size_t peak_blocks) {
+static int report(const generate_bench_args *a, recap_device device, request_record *recs,
+                  double wall_s, const recap_generator_stats *stats, size_t peak_blocks) {
   size_t n = (size_t)a->requests, out_tokens = 0;
   double *ttft = malloc(sizeof *ttft * n), *tpot = malloc(sizeof *tpot * n);
   if (!ttft || !tpot) {
@@ -131,7 +131,7 @@ static int report(const generate_bench_args *a, request_record *recs, double wal
         (json_int_t)peak_blocks, "preemptions", (json_int_t)stats->preemptions, "graph_steps",
         (json_int_t)stats->graph_steps, "eager_steps", (json_int_t)stats->eager_steps, "steps",
         (json_int_t)stats->steps, "ready_ms", stats->ready_ms);
-    if (!cli_write_json(CMD, root, a->json_path)) rc = CLI_EXIT_FAILURE;
+    if (!cli_write_json(CMD, root, device, a->json_path)) rc = CLI_EXIT_FAILURE;
     json_decref(root);
   }
   if (a->svg_path) {
@@ -169,7 +169,8 @@ static int drive(const generate_bench_args *a, recap_generator *g, request_recor
         nanosleep(&ts, NULL);
       }
     }
-    recap_request q = {.prompt = r->prompt,
+    recap_request q = {.struct_size = sizeof q,
+                       .prompt = r->prompt,
                        .prompt_len = (size_t)r->prompt_len,
                        .max_new_tokens = r->output_len,
                        .on_token = on_token,
@@ -226,7 +227,7 @@ static int parse_args(int argc, char **argv, generate_bench_args *a) {
     if (strcmp(argv[i], "--generate") == 0) continue;
     if ((m = cli_flag(CMD, argc, argv, &i, "--device", &a->device)) != 0 ||
         (m = cli_flag(CMD, argc, argv, &i, "--base-dir", &a->base_dir)) != 0 ||
-        (m = cli_flag(CMD, argc, argv, &i, "--json", &a->json_path)) != 0 ||
+        (m = cli_json_flag(CMD, argc, argv, &i, &a->json_path)) != 0 ||
         (m = cli_flag(CMD, argc, argv, &i, "--svg", &a->svg_path)) != 0) {
       if (m < 0) return CLI_EXIT_USAGE;
     } else if ((m = cli_flag(CMD, argc, argv, &i, "--requests", &v)) != 0) {
@@ -279,7 +280,8 @@ int cli_serve_generate_main(int argc, char **argv) {
             CMD, a.prompt_max, a.output_max, max_seq);
     return CLI_EXIT_USAGE;
   }
-  recap_generator_options go = {.base_dir = a.base_dir,
+  recap_generator_options go = {.struct_size = sizeof go,
+                                .base_dir = a.base_dir,
                                 .override_device = 1,
                                 .kv_fraction = a.kv_fraction,
                                 .max_running = (int)a.max_running};
@@ -309,7 +311,7 @@ int cli_serve_generate_main(int argc, char **argv) {
       cli_report_failure(CMD, "the stats", st);
       rc = CLI_EXIT_FAILURE;
     }
-    if (rc == CLI_EXIT_OK) rc = report(&a, recs, wall_s, &stats, g_state.peak_blocks);
+    if (rc == CLI_EXIT_OK) rc = report(&a, go.device, recs, wall_s, &stats, g_state.peak_blocks);
   }
   recap_generator_destroy(g);
   for (long long i = 0; recs && i < a.requests; i++) free(recs[i].prompt);

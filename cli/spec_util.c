@@ -241,15 +241,6 @@ void cli_report_failure(const char *cmd, const char *what, recap_status status) 
           detail[0] ? "\n" : "", detail);
 }
 
-bool cli_write_json(const char *cmd, json_t *root, const char *path) {
-  if (json_dump_file(root, path, JSON_INDENT(2) | JSON_PRESERVE_ORDER) != 0) {
-    fprintf(stderr, "recap %s: cannot write %s\n", cmd, path);
-    return false;
-  }
-  printf("wrote %s\n", path);
-  return true;
-}
-
 const char *cli_format_bytes(size_t bytes, char *buf, size_t size) {
   if (bytes >= (1u << 20))
     snprintf(buf, size, "%.1f MiB", (double)bytes / (1 << 20));

@@ -23,6 +23,7 @@
 #include "runtime/backend.h"
 #include "runtime/env.h"
 #include "runtime/error.h"
+#include "runtime/struct_size.h"
 
 enum { DEFAULT_MAX_RECAPTURES = 16 };
 
@@ -164,6 +165,15 @@ fail:
   return st;
 }
 
+/* The caller's options (NULL: defaults) in this library's layout (runtime/struct_size.h). */
+static recap_status read_options(const recap_pipeline_options *options, recap_pipeline_options *o) {
+  if (!options) {
+    *o = (recap_pipeline_options)RECAP_PIPELINE_OPTIONS_INIT;
+    return RECAP_OK;
+  }
+  return recap__struct_read(options, sizeof *o, o, "RECAP_PIPELINE_OPTIONS_INIT");
+}
+
 static recap_status check_options(const recap_pipeline_options *o) {
   RECAP_CHECK_ARG(o->mode == RECAP_MODE_GRAPH || o->mode == RECAP_MODE_EAGER);
   RECAP_CHECK_ARG(o->oversize == RECAP_OVERSIZE_EAGER || o->oversize == RECAP_OVERSIZE_FAIL);
@@ -174,7 +184,8 @@ static recap_status check_options(const recap_pipeline_options *o) {
 recap_status recap__pipeline_create_model(recap__model *m, const recap_pipeline_options *options,
                                           recap_pipeline **out) {
   RECAP_CHECK_ARG(m && out);
-  recap_pipeline_options o = options ? *options : (recap_pipeline_options){0};
+  recap_pipeline_options o;
+  RECAP_TRY(read_options(options, &o));
   RECAP_TRY(check_options(&o));
   /* The spec's seed drives its random ops, as torch.manual_seed at the top of a script. */
   if (m->has_random) RECAP_TRY(recap_rng_manual_seed(m->device, m->spec->seed));
@@ -186,7 +197,8 @@ recap_status recap__pipeline_create_model(recap__model *m, const recap_pipeline_
 static recap_status create(const char *path, const char *yaml, size_t length, const char *name,
                            const recap_pipeline_options *options, recap_pipeline **out) {
   RECAP_CHECK_ARG(out);
-  recap_pipeline_options o = options ? *options : (recap_pipeline_options){0};
+  recap_pipeline_options o;
+  RECAP_TRY(read_options(options, &o));
   RECAP_TRY(check_options(&o));
   /* A pipeline sharing another's params and state runs on its device unless told otherwise
    * (pipeline_new refuses two different devices). */
@@ -222,8 +234,8 @@ recap_status recap_pipeline_create_string(const char *yaml, size_t length, const
 recap_status recap_pipeline_clone(recap_pipeline *source, const recap_pipeline_options *options,
                                   recap_pipeline **out) {
   RECAP_CHECK_ARG(source && out);
-  recap_pipeline_options o = {0};
-  if (options) o = *options;
+  recap_pipeline_options o;
+  RECAP_TRY(read_options(options, &o));
   if (o.override_device &&
       (o.device.backend != source->device.backend || o.device.index != source->device.index))
     return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,

@@ -93,7 +93,7 @@ static void *serve(void *arg) {
 }
 
 int main(void) {
-  recap_pipeline_options options = {0};
+  recap_pipeline_options options = RECAP_PIPELINE_OPTIONS_INIT;
   options.override_device = 1;
   options.device.backend = recap_device_is_available(RECAP_BACKEND_CUDA) ? RECAP_BACKEND_CUDA
                                                                           : RECAP_BACKEND_HOST;

@@ -56,7 +56,7 @@ int main(int argc, char **argv) {
   }
 
   /* An imported spec names the cuda device; the host backend runs it where there is no GPU. */
-  recap_generator_options options = {0};
+  recap_generator_options options = RECAP_GENERATOR_OPTIONS_INIT;
   options.override_device = 1;
   options.device.backend = recap_device_is_available(RECAP_BACKEND_CUDA) ? RECAP_BACKEND_CUDA
                                                                           : RECAP_BACKEND_HOST;
@@ -67,6 +67,7 @@ int main(int argc, char **argv) {
 
   int32_t *tokens = malloc(sizeof *tokens * (size_t)max_new);
   recap_request request = {
+      .struct_size = sizeof request,
       .prompt = prompt,
       .prompt_len = prompt_len,
       .max_new_tokens = (int)max_new,

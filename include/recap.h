@@ -22,6 +22,15 @@
  *   RECAP_STATUS_BUSY and leaves the object intact.
  * - Every API that launches work takes a stream; the legacy default stream is never used.
  * - Libraries never abort or exit on a runtime failure.
+ * - Structs a caller fills and passes in (recap_pipeline_options, recap_generator_options,
+ *   recap_request) begin with `size_t struct_size`, set by their RECAP_<NAME>_INIT initializer
+ *   to the size the caller was compiled with. recap reads only the first struct_size bytes, so
+ *   a program built against an older recap.h (a smaller struct) keeps working with a newer
+ *   librecap.so.0: fields it does not have take their defaults, which are always zero. A
+ *   struct_size of 0 (a struct zeroed without its initializer) is RECAP_STATUS_INVALID_ARGUMENT;
+ *   a larger struct_size than this library knows is accepted when the unknown bytes are all
+ *   zero (fields left at their defaults), else RECAP_STATUS_NOT_SUPPORTED. New fields are only
+ *   ever appended, and each addition grows the struct's size.
  *
  * Threading: every function may be called from any thread. The current device and the
  * current stream are per thread. A stream or event may be shared between threads, but the
@@ -41,6 +50,15 @@ extern "C" {
 #define RECAP_API __attribute__((visibility("default")))
 #else
 #define RECAP_API
+#endif
+
+/* The initializer of a size-prefixed struct (conventions above): struct_size set, every other
+ * field zero. Designated in C, so that -Wextra's missing-field-initializers stays quiet;
+ * positional in C++, which has no designated initializers before C++20. */
+#ifdef __cplusplus
+#define RECAP_STRUCT_INIT_(type) {sizeof(type)}
+#else
+#define RECAP_STRUCT_INIT_(type) {.struct_size = sizeof(type)}
 #endif
 
 /* ------------------------------------------------------------------------------------------
@@ -91,8 +109,20 @@ RECAP_API const char *recap_last_error_full(void);
 /* Forgets this thread's detail message (and its complete text). */
 RECAP_API void recap_clear_error(void);
 
-/* "0.1.0". */
+/* The version of this header, as plain lines that build tools parse (CMake reads them with a
+ * regular expression). MAJOR changes when the ABI breaks: it is the N of librecap.so.N and of
+ * its symbol version node RECAP_N. */
+#define RECAP_VERSION_MAJOR 0
+#define RECAP_VERSION_MINOR 1
+#define RECAP_VERSION_PATCH 0
+#define RECAP_VERSION_STRING "0.1.0"
+
+/* The version of the library the program runs with (RECAP_VERSION_STRING of the recap.h it was
+ * built from): compare it with the header's to notice a mismatched librecap.so. */
 RECAP_API const char *recap_version(void);
+/* The git commit the library was built from ("abc1234", "-dirty" appended when the tree had
+ * uncommitted changes), or "unknown" (a build outside git, or one not stamped). Never NULL. */
+RECAP_API const char *recap_build_commit(void);
 
 /* ------------------------------------------------------------------------------------------
  * Devices
@@ -974,8 +1004,13 @@ typedef struct {
   recap_tensor_init init;
 } recap_tensor_info;
 
-/* All zero = defaults. */
+/* Start from RECAP_PIPELINE_OPTIONS_INIT (struct_size set, every other field zero = its
+ * default), or pass NULL for all defaults:
+ *   recap_pipeline_options o = RECAP_PIPELINE_OPTIONS_INIT;
+ *   o.entry = "decode";
+ * (in C also {.struct_size = sizeof o, .entry = "decode"}). */
 typedef struct {
+  size_t struct_size;  /* sizeof(recap_pipeline_options) as the caller was compiled */
   int override_device; /* nonzero: use `device` instead of the spec's */
   recap_device device;
   int override_mode; /* nonzero: use `mode` */
@@ -1017,6 +1052,7 @@ typedef struct {
    * NULL: nothing shared. */
   recap_pipeline *share;
 } recap_pipeline_options;
+#define RECAP_PIPELINE_OPTIONS_INIT RECAP_STRUCT_INIT_(recap_pipeline_options)
 
 typedef struct {
   uint64_t eager_runs; /* runs executed op by op (mode eager, oversize, fallback) */
@@ -1290,17 +1326,16 @@ enum { RECAP_DIST_INPUTS_REPLICATED = 1, RECAP_DIST_EAGER = 2 };
 RECAP_API recap_status recap_pipeline_run_dist(recap_pipeline *pipeline, recap_comm *comm,
                                                int64_t batch, unsigned flags);
 
-
 /* ------------------------------------------------------------------------------------------
  * Generation: requests of token ids through an imported model in the paged serving layout
  * (`recap import-hf --paged`), with continuous batching on an engine thread (docs/SERVING.md).
  *
- *   recap_generator_options go = {.kv_fraction = 0.5};
+ *   recap_generator_options go = {.struct_size = sizeof go, .kv_fraction = 0.5};
  *   recap_generator *g;
  *   recap_generator_create("llama.yaml", &go, &g);       // loads, sizes the KV pool, captures
  *   int32_t prompt[] = {128000, 9906, 1917};
- *   recap_request r = {.prompt = prompt, .prompt_len = 3, .max_new_tokens = 32,
- *                      .temperature = 0.7f, .top_p = 0.9f};
+ *   recap_request r = {.struct_size = sizeof r, .prompt = prompt, .prompt_len = 3,
+ *                      .max_new_tokens = 32, .temperature = 0.7f, .top_p = 0.9f};
  *   uint64_t id, seed;
  *   recap_generator_submit(g, &r, &id, &seed);            // any thread; seed: the one drawn
  *   recap_request_status st;
@@ -1344,7 +1379,9 @@ typedef enum {
 typedef void (*recap_token_callback)(void *user, uint64_t id, int32_t token,
                                      recap_request_state state);
 
+/* Start from RECAP_REQUEST_INIT (recap.h's conventions: struct_size). */
 typedef struct {
+  size_t struct_size;    /* sizeof(recap_request) as the caller was compiled */
   const int32_t *prompt; /* token ids, each in [0, vocabulary) */
   size_t prompt_len;     /* >= 1 */
   int max_new_tokens;    /* >= 1; prompt_len + max_new_tokens <= the spec's max sequence (its
@@ -1363,6 +1400,7 @@ typedef struct {
   recap_token_callback on_token; /* optional */
   void *user;
 } recap_request;
+#define RECAP_REQUEST_INIT RECAP_STRUCT_INIT_(recap_request)
 
 typedef struct {
   recap_request_state state;
@@ -1375,7 +1413,10 @@ typedef struct {
                            was logged to stderr) */
 } recap_request_status;
 
+/* Start from RECAP_GENERATOR_OPTIONS_INIT, or pass NULL for all defaults (recap.h's
+ * conventions: struct_size). */
 typedef struct {
+  size_t struct_size; /* sizeof(recap_generator_options) as the caller was compiled */
   /* KV capacity: bytes for the pools of every layer (kv_bytes), else this fraction of the free
    * device memory after the weights are loaded (kv_fraction, default 0.5 on CUDA; on the host
    * backend the spec's NB). Either is measured on a probe pipeline with a one-block pool that is
@@ -1393,6 +1434,7 @@ typedef struct {
   const char *base_dir;  /* as recap_pipeline_options.base_dir */
   int quiet;             /* nonzero: no start-up lines on stderr */
 } recap_generator_options;
+#define RECAP_GENERATOR_OPTIONS_INIT RECAP_STRUCT_INIT_(recap_generator_options)
 
 typedef struct {
   /* Engine steps that ran something; prefill and decode runs; runs that replayed a graph, and

@@ -79,7 +79,7 @@ void recap__set_full_error(char *text) {
   replace_full_error(text);
 }
 
-const char *recap_version(void) { return "0.1.0"; }
+const char *recap_version(void) { return RECAP_VERSION_STRING; }
 
 /* Read at every failure rather than once, so that a test or an embedding program can turn it
  * on and off while running; failures are not a hot path. */

@@ -70,8 +70,11 @@ CLIENT_HEADERS = [
     "engine/diag.h", "engine/spec.h", "engine/ir.h", "engine/plan.h", "engine/fuse.h",
     # The runtime's utility headers, which any layer may use: runtime is the lowest layer and
     # these hold no device state (errors, text buffers, files, environment, and the f16/bf16
-    # conversions of half.h, a dtype concern: the CLI reads and writes tensor files with them).
+    # conversions of half.h, a dtype concern: the CLI reads and writes tensor files with them;
+    # struct_size.h, how every public entry reads a caller's size-prefixed options struct,
+    # serve/'s generator options and requests included).
     "runtime/error.h", "runtime/text.h", "runtime/file.h", "runtime/env.h", "runtime/half.h",
+    "runtime/struct_size.h",
     # A checkpoint's tensor table (names, dtypes, shapes; no data): `recap import-hf` checks
     # every tensor a spec will read against it before writing the spec.
     "engine/checkpoint.h",

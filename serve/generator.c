@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "runtime/error.h"
+#include "runtime/struct_size.h"
 
 /* ---- seeds ---- */
 
@@ -84,8 +85,10 @@ static void free_generator(recap_generator *g) {
 recap_status recap_generator_create(const char *spec_path, const recap_generator_options *options,
                                     recap_generator **out) {
   RECAP_CHECK_ARG(spec_path && out);
-  const recap_generator_options defaults = {0};
-  const recap_generator_options *o = options ? options : &defaults;
+  recap_generator_options read = RECAP_GENERATOR_OPTIONS_INIT;
+  if (options)
+    RECAP_TRY(recap__struct_read(options, sizeof read, &read, "RECAP_GENERATOR_OPTIONS_INIT"));
+  const recap_generator_options *o = &read;
   recap_generator *g = calloc(1, sizeof *g);
   if (!g) return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory for a generator");
   init_sync(g);
@@ -145,6 +148,11 @@ static recap_status refusing(const recap_generator *g) {
 recap_status recap_generator_submit(recap_generator *g, const recap_request *request, uint64_t *id,
                                     uint64_t *seed) {
   RECAP_CHECK_ARG(g && id);
+  recap_request r;
+  if (request) {
+    RECAP_TRY(recap__struct_read(request, sizeof r, &r, "RECAP_REQUEST_INIT"));
+    request = &r;
+  }
   RECAP_TRY(recap__request_check(request, g->shape));
   pthread_mutex_lock(&g->lock);
   recap_status st = refusing(g);

@@ -109,6 +109,7 @@ static recap_status open_entry(const char *spec_path, const recap_generator_opti
                                const char *name, const char *const *dims, bool eager,
                                recap_pipeline *share, recap_pipeline **out) {
   recap_pipeline_options po = {
+      .struct_size = sizeof po,
       .override_device = o->override_device,
       .device = o->device,
       .override_mode = 1,

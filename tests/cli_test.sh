@@ -177,10 +177,10 @@ done
 expect 0 "bench-capture under backend:cudaMallocAsync" -- \
   env RECAP_ALLOC_CONF=backend:cudaMallocAsync "$recap" bench-capture --device host
 expect 0 "run, caching allocator" -- "$recap" run "$specs/fork_join.yaml" --device host --seed 9 \
-  --iters 2 --json
+  --iters 2 --json -
 mv "$tmp/out" "$tmp/caching.json"
 expect 0 "run, cudaMallocAsync" -- env RECAP_ALLOC_CONF=backend:cudaMallocAsync "$recap" run \
-  "$specs/fork_join.yaml" --device host --seed 9 --iters 2 --json
+  "$specs/fork_join.yaml" --device host --seed 9 --iters 2 --json -
 python3 - "$tmp/caching.json" "$tmp/out" <<'PY' || fail "cudaMallocAsync changed the outputs"
 import json, sys
 a, b = (json.load(open(p)) for p in sys.argv[1:])
@@ -340,12 +340,12 @@ grep -qE "blocks_bad.yaml:[0-9]+:[0-9]+: error: in layers.3 \(block 'layer', i =
 # run with JSON on the small specs.
 for spec in elementwise_chain fork_join; do
   expect 0 "run $spec" -- "$recap" run "$specs/$spec.yaml" --device host --iters 2 --warmup 1 \
-    --json --seed 5
+    --json - --seed 5
   cp "$tmp/out" "$tmp/$spec.json"
   check_json "$tmp/$spec.json"
 done
 expect 0 "run eager" -- "$recap" run "$specs/fork_join.yaml" --device host --mode eager \
-  --iters 1 --seed 5 --json
+  --iters 1 --seed 5 --json -
 cp "$tmp/out" "$tmp/fork_join_eager.json"
 # Same seed, same inputs: graph and eager agree.
 python3 - "$tmp/fork_join.json" "$tmp/fork_join_eager.json" <<'EOF' || fail "run: graph and eager outputs differ"
@@ -375,7 +375,7 @@ ops:
 outputs: [pos_inf, neg_inf, one_nan, finite]
 EOF
 expect 0 "run --json with non-finite outputs" -- "$recap" run "$tmp/nonfinite/spec.yaml" --iters 1 \
-  --warmup 0 --json
+  --warmup 0 --json -
 cp "$tmp/out" "$tmp/nonfinite.json"
 python3 - "$tmp/nonfinite.json" <<'EOF' || fail "run --json hides non-finite outputs"
 import json, sys
@@ -396,18 +396,18 @@ grep -q "one_nan .*1 non-finite" "$tmp/out" || fail "run's text does not count n
 # Seeds: --seed takes the whole range a spec's seed: takes (0 .. 2^64 - 1), so every printed
 # seed is accepted back, and JSON carries seeds as decimal strings (exact beyond 2^53).
 expect 0 "run --seed 2^64-1" -- "$recap" run "$specs/fork_join.yaml" --device host --iters 1 \
-  --warmup 0 --seed 18446744073709551615 --json
+  --warmup 0 --seed 18446744073709551615 --json -
 cp "$tmp/out" "$tmp/seed_max.json"
 expect 2 "run --seed 2^64" -- "$recap" run "$specs/fork_join.yaml" --seed 18446744073709551616
 expect 2 "run --seed -1" -- "$recap" run "$specs/fork_join.yaml" --seed -1
 # Without seed: in the spec nor --seed, a fresh seed, printed.
 grep -v "^seed:" "$specs/fork_join.yaml" >"$tmp/unseeded.yaml"
 expect 0 "run with a fresh seed" -- "$recap" run "$tmp/unseeded.yaml" --device host --iters 1 \
-  --warmup 0 --json
+  --warmup 0 --json -
 cp "$tmp/out" "$tmp/seed_fresh.json"
 fresh=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["seed"])' "$tmp/seed_fresh.json")
 expect 0 "run --seed with the printed seed" -- "$recap" run "$tmp/unseeded.yaml" --device host \
-  --iters 1 --warmup 0 --json --seed "$fresh"
+  --iters 1 --warmup 0 --json - --seed "$fresh"
 cp "$tmp/out" "$tmp/seed_again.json"
 expect 0 "bench --seed 2^64-1" -- "$recap" bench "$specs/elementwise_chain.yaml" --device host \
   --iters 1 --warmup 0 --seed 18446744073709551615 --json "$tmp/seed_bench.json"
@@ -424,13 +424,40 @@ assert isinstance(fresh["seed"], str) and fresh["seed_from"] == "random", fresh[
 assert again["seed"] == fresh["seed"], (again["seed"], fresh["seed"])
 assert [o["sum"] for o in again["outputs"]] == [o["sum"] for o in fresh["outputs"]]
 EOF
+# --version: the version, the commit, then the CUDA libraries (or that the build has none).
+expect 0 "--version" -- "$recap" --version
+head -1 "$tmp/out" | grep -qE '^recap [0-9]+\.[0-9]+\.[0-9]+ \(commit [^ )]+\)$' ||
+  fail "--version does not say 'recap X.Y.Z (commit C)': $(head -1 "$tmp/out")"
+grep -qE '^CUDA' "$tmp/out" || fail "--version has no CUDA line"
+version=$(head -1 "$tmp/out" | cut -d' ' -f2)
+# Every command takes --json FILE, and - for stdout (the JSON alone, the text report on stderr);
+# every JSON result records where it ran.
+expect 0 "bench --json -" -- "$recap" bench "$specs/fork_join.yaml" --device host --iters 1 \
+  --warmup 0 --json -
+cp "$tmp/out" "$tmp/bench_stdout.json"
+grep -q "fork-join" "$tmp/err" || fail "bench --json -: the text report is not on stderr"
+expect 0 "run --json FILE" -- "$recap" run "$specs/fork_join.yaml" --device host --iters 1 \
+  --warmup 0 --json "$tmp/run_file.json"
+grep -q "^outputs:" "$tmp/out" || fail "run --json FILE: no text report on stdout"
+grep -q "^wrote $tmp/run_file.json" "$tmp/out" || fail "run --json FILE: no 'wrote FILE' line"
+python3 - "$tmp" "$version" <<'EOF' || fail "JSON results lack their environment"
+import json, sys
+tmp, version = sys.argv[1:]
+for name in ("bench_stdout", "run_file", "seed_max", "seed_bench", "seed_serve"):
+    env = json.load(open(f"{tmp}/{name}.json"))["environment"]
+    keys = {"recap", "commit", "device", "gpu", "driver", "cuda_runtime", "cublas", "cublaslt"}
+    assert set(env) == keys, (name, sorted(env))
+    assert env["recap"] == version and env["commit"], (name, env)
+    assert env["device"] == "host" and env["gpu"] == "none (host backend)", (name, env)
+    assert all(isinstance(env[k], str) and env[k] for k in keys), (name, env)
+EOF
 # A spec's seed: (fork_join's is 11) also seeds the CLI's inputs, so a run without flags is
 # reproducible; --seed overrides it.
 for k in 1 2 flag11 flag8; do
   flags=()
   case $k in flag11) flags=(--seed 11) ;; flag8) flags=(--seed 8) ;; esac
   expect 0 "run a seeded spec ($k)" -- "$recap" run "$specs/fork_join.yaml" --device host --iters 1 \
-    --warmup 0 --json "${flags[@]}"
+    --warmup 0 --json - "${flags[@]}"
   cp "$tmp/out" "$tmp/seeded_$k.json"
 done
 python3 - "$tmp" <<'EOF' || fail "a spec's seed: does not seed the CLI's inputs"
@@ -473,7 +500,7 @@ grep -q "warning" "$tmp/err" && fail "a small spec gets a size warning"
 # one run's time, where --warmup 1 spends about one run per bucket (fork_join has one).
 for w in 0 1; do
   expect 0 "run --warmup $w" -- "$recap" run "$specs/fork_join.yaml" --device host --iters 2 \
-    --warmup $w --json
+    --warmup $w --json -
   cp "$tmp/out" "$tmp/warmup_$w.json"
 done
 python3 - "$tmp/warmup_0.json" "$tmp/warmup_1.json" <<'EOF' || fail "--warmup 0 still warms up"
@@ -863,7 +890,7 @@ fi
 for flag in "" --no-fusion; do
   # shellcheck disable=SC2086
   expect 0 "run --world 1 $flag" -- "$recap" run "$specs/elementwise_chain.yaml" --world 1 \
-    --rank 0 --device host --iters 1 --json $flag
+    --rank 0 --device host --iters 1 --json - $flag
   fused=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["fused_ops"])' \
     "$tmp/out" 2>/dev/null)
   if [ -z "$flag" ]; then [ "${fused:-0}" -gt 0 ] || fail "run --world fused nothing"; fi

@@ -99,7 +99,7 @@ static int run_child(const char *backend, const char *case_name) {
   for (int i = 0; i < NUM_CASES; ++i)
     if (strcmp(CASES[i].name, case_name) == 0) c = &CASES[i];
   if (!c) return 2;
-  recap_pipeline_options o = {0};
+  recap_pipeline_options o = RECAP_PIPELINE_OPTIONS_INIT;
   o.override_device = 1;
   o.device =
       (recap_device){strcmp(backend, "cuda") == 0 ? RECAP_BACKEND_CUDA : RECAP_BACKEND_HOST, 0};

@@ -55,6 +55,7 @@ static atomic_int g_submitted;
 
 static recap_request request_of(int p, int max_new) {
   recap_request r = {
+      .struct_size = sizeof r,
       .prompt = g_ref.prompt[p],
       .prompt_len = (size_t)g_ref.prompt_len[p],
       .max_new_tokens = max_new,
@@ -186,8 +187,11 @@ static void compute_references(const char *spec) {
       g_ref.prompt[p][k] = (int32_t)(test_rng_next(&rng) % 256);
   }
   /* Alone: one request at a time. */
-  recap_generator_options o = {
-      .override_device = 1, .device = {RECAP_BACKEND_HOST, 0}, .quiet = 1, .max_running = 1};
+  recap_generator_options o = {.struct_size = sizeof o,
+                               .override_device = 1,
+                               .device = {RECAP_BACKEND_HOST, 0},
+                               .quiet = 1,
+                               .max_running = 1};
   recap_generator *g = NULL;
   CHECK_OK(recap_generator_create(spec, &o, &g));
   for (int p = 0; p <= PROMPTS; p++) {
@@ -223,7 +227,8 @@ static void test_eight_threads_submit_wait_poll_cancel_and_release(void) {
 
   const char *v = getenv("RECAP_TEST_GENERATOR_REQUESTS");
   int total = v && atoi(v) > 0 ? atoi(v) : 800;
-  recap_generator_options o = {.override_device = 1, .device = {RECAP_BACKEND_HOST, 0}, .quiet = 1};
+  recap_generator_options o = {
+      .struct_size = sizeof o, .override_device = 1, .device = {RECAP_BACKEND_HOST, 0}, .quiet = 1};
   CHECK_OK(recap_generator_create(spec, &o, &g_gen));
   atomic_store(&g_failures, 0);
   atomic_store(&g_submitted, 0);

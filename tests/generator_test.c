@@ -18,6 +18,7 @@
 #include <math.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -345,6 +346,7 @@ static void import_serving(const char *model, char *spec, size_t size) {
 
 static recap_generator_options host_options(void) {
   return (recap_generator_options){
+      .struct_size = sizeof(recap_generator_options),
       .override_device = 1,
       .device = {RECAP_BACKEND_HOST, 0},
       .quiet = 1,
@@ -400,6 +402,7 @@ typedef struct {
 
 static recap_request reference_request(const reference *ref, int k) {
   return (recap_request){
+      .struct_size = sizeof(recap_request),
       .prompt = ref->tokens,
       .prompt_len = (size_t)(ref->prompt_length + OFFSETS[k]),
       .max_new_tokens = ref->count - ref->prompt_length - OFFSETS[k],
@@ -504,6 +507,7 @@ static job *random_jobs(test_rng *rng, int n, int vocab) {
     for (int k = 0; k < prompt_len; k++)
       j->prompt[k] = (int32_t)(test_rng_next(rng) % (uint64_t)vocab);
     j->r = (recap_request){
+        .struct_size = sizeof(recap_request),
         .prompt = j->prompt,
         .prompt_len = (size_t)prompt_len,
         .max_new_tokens = 1 + (int)(test_rng_next(rng) % (uint64_t)(room < 24 ? room : 24)),
@@ -595,7 +599,10 @@ static void test_preempted_requests_give_the_tokens_of_uninterrupted_ones(void) 
     job *j = &jobs[i];
     for (int k = 0; k < 20; k++) j->prompt[k] = (int32_t)(test_rng_next(&rng) % 256);
     /* 59 positions: 15 of the 16 blocks. Half of them sampled with a seed. */
-    j->r = (recap_request){.prompt = j->prompt, .prompt_len = 20, .max_new_tokens = 40};
+    j->r = (recap_request){.struct_size = sizeof(recap_request),
+                           .prompt = j->prompt,
+                           .prompt_len = 20,
+                           .max_new_tokens = 40};
     if (i % 2) {
       j->r.temperature = 0.8f;
       j->r.top_k = 50;
@@ -688,7 +695,8 @@ static void test_cancel_and_release_give_every_block_back(void) {
   atomic_store(&gate, false);
   for (int i = 0; i < N; i++) {
     ev[i] = (events){.g = g, .cancel_after = i == 0 ? 2 : 0, .gate = i == 0 ? &gate : NULL};
-    recap_request r = {.prompt = prompt,
+    recap_request r = {.struct_size = sizeof r,
+                       .prompt = prompt,
                        .prompt_len = 30,
                        .max_new_tokens = 34,
                        .on_token = count_events,
@@ -759,10 +767,43 @@ static void submit_at_the_end(void *user, uint64_t id, int32_t token, recap_requ
   (void)id;
   if (token >= 0 || state != RECAP_REQUEST_CANCELLED) return;
   int32_t prompt = 1;
-  recap_request r = {.prompt = &prompt, .prompt_len = 1, .max_new_tokens = 1};
+  recap_request r = {
+      .struct_size = sizeof r, .prompt = &prompt, .prompt_len = 1, .max_new_tokens = 1};
   uint64_t late;
   l->status = recap_generator_submit(l->g, &r, &late, NULL);
   snprintf(l->message, sizeof l->message, "%s", recap_last_error());
+}
+
+/* A program built against an older recap.h submits a recap_request without the fields added
+ * last (on_token and user, here): recap reads none of the bytes past its struct_size (junk
+ * here, a wild callback if read), and the request runs to its end without a callback. A zeroed
+ * struct (no RECAP_REQUEST_INIT) is refused. */
+static void test_an_older_request_struct_is_read_within_its_size(void) {
+  make_dir();
+  char spec[512];
+  import_serving("gpt2", spec, sizeof spec);
+  recap_generator *g = generator_new(spec, host_options());
+  int32_t prompt[4] = {5, 6, 7, 8};
+  recap_request r;
+  memset(&r, 0xA5, sizeof r);
+  size_t old_size = offsetof(recap_request, on_token);
+  memset(&r, 0, old_size);
+  r.struct_size = old_size;
+  r.prompt = prompt;
+  r.prompt_len = 4;
+  r.max_new_tokens = 3;
+  uint64_t id = 0;
+  CHECK_OK(recap_generator_submit(g, &r, &id, NULL));
+  CHECK_OK(recap_generator_wait(g, id, test_scaled_seconds(60)));
+  int32_t tokens[3];
+  recap_request_status st;
+  CHECK_OK(recap_generator_poll(g, id, tokens, 3, &st));
+  CU_ASSERT_EQUAL(st.state, RECAP_REQUEST_FINISHED);
+  CU_ASSERT_EQUAL(st.num_tokens, 3);
+  memset(&r, 0, sizeof r);
+  CHECK_STATUS(recap_generator_submit(g, &r, &id, NULL), RECAP_STATUS_INVALID_ARGUMENT);
+  CHECK_ERROR_MENTIONS("RECAP_REQUEST_INIT");
+  CHECK_OK(recap_generator_destroy(g));
 }
 
 static void test_bad_requests_are_refused_and_the_engine_serves_on(void) {
@@ -772,7 +813,8 @@ static void test_bad_requests_are_refused_and_the_engine_serves_on(void) {
   recap_generator *g = generator_new(spec, host_options());
   int32_t prompt[MAX_SEQ];
   for (int k = 0; k < MAX_SEQ; k++) prompt[k] = k * 3 % 256;
-  const recap_request ok = {.prompt = prompt, .prompt_len = 5, .max_new_tokens = 4};
+  const recap_request ok = {
+      .struct_size = sizeof ok, .prompt = prompt, .prompt_len = 5, .max_new_tokens = 4};
   recap_request r = ok;
   r.prompt_len = 0;
   check_refused(g, r, "request.prompt_len = 0");
@@ -910,7 +952,8 @@ static void test_seeded_sampling_is_the_same_alone_and_in_a_busy_batch(void) {
   test_rng_init(&rng);
   int32_t prompt[12];
   for (int k = 0; k < 12; k++) prompt[k] = (int32_t)(test_rng_next(&rng) % 256);
-  recap_request sampled = {.prompt = prompt,
+  recap_request sampled = {.struct_size = sizeof sampled,
+                           .prompt = prompt,
                            .prompt_len = 12,
                            .max_new_tokens = 30,
                            .temperature = 0.9f,
@@ -1038,7 +1081,8 @@ static void test_an_engine_failure_fails_every_request_and_stops_cleanly(void) {
   recap_generator *g = generator_new(spec, o);
   int32_t prompt[8] = {1, 2, 3, 4, 5, 6, 7, 8};
   fault_events f = {.e = {.g = g}};
-  recap_request r = {.prompt = prompt,
+  recap_request r = {.struct_size = sizeof r,
+                     .prompt = prompt,
                      .prompt_len = 8,
                      .max_new_tokens = 40,
                      .on_token = fault_after_three,
@@ -1104,6 +1148,8 @@ int main(void) {
       {"bad_requests_are_refused_and_the_engine_serves_on",
        test_bad_requests_are_refused_and_the_engine_serves_on, false},
       {"bad_specs_and_options_are_refused", test_bad_specs_and_options_are_refused, false},
+      {"an_older_request_struct_is_read_within_its_size",
+       test_an_older_request_struct_is_read_within_its_size, false},
       {"seeded_sampling_is_the_same_alone_and_in_a_busy_batch",
        test_seeded_sampling_is_the_same_alone_and_in_a_busy_batch, false},
       {"eager_runs_give_the_tokens_of_graph_replays",

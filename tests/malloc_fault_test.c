@@ -607,7 +607,8 @@ static recap_status feed_run_check(pipe_ctx *ctx, recap_pipeline *p, const char 
 static recap_status pipeline_life(const void *ctx_in) {
   pipe_ctx *ctx = (pipe_ctx *)ctx_in;
   const pipe_case *c = ctx->c;
-  recap_pipeline_options o = {.override_device = 1, .device = HOST, .warmup = 1, .dims = c->dims};
+  recap_pipeline_options o = {
+      .struct_size = sizeof o, .override_device = 1, .device = HOST, .warmup = 1, .dims = c->dims};
   recap_pipeline *p = NULL, *clone = NULL;
   void *buffer = NULL;
   recap_status st = RECAP_OK, first = RECAP_OK;
@@ -718,7 +719,8 @@ static void fill_input(unsigned char *out, size_t bytes, recap_dtype dtype) {
 static void pipe_ctx_init(pipe_ctx *ctx, const pipe_case *c) {
   memset(ctx, 0, sizeof *ctx);
   ctx->c = c;
-  recap_pipeline_options o = {.override_device = 1, .device = HOST, .dims = c->dims};
+  recap_pipeline_options o = {
+      .struct_size = sizeof o, .override_device = 1, .device = HOST, .dims = c->dims};
   recap_pipeline *p = NULL;
   CHECK_OK(recap_pipeline_create_file(c->path, &o, &p));
   CU_ASSERT_PTR_NOT_NULL_FATAL(p);

@@ -217,7 +217,8 @@ static void test_pipeline_op_ranges_carry_expanded_block_names(void) {
       "ops:\n"
       "  - {block: layer, count: 2, in: x0, out: h, name: layers}\n"
       "  - {op: neg, in: [h], out: out, name: last}\n";
-  recap_pipeline_options o = {.override_mode = 1, .mode = RECAP_MODE_EAGER, .no_fusion = 1};
+  recap_pipeline_options o = {
+      .struct_size = sizeof o, .override_mode = 1, .mode = RECAP_MODE_EAGER, .no_fusion = 1};
   recap_pipeline *p = NULL;
   CU_ASSERT_EQUAL_FATAL(recap_pipeline_create_string(yaml, sizeof yaml - 1, "r.yaml", &o, &p),
                         RECAP_OK);

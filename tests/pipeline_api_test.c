@@ -93,7 +93,7 @@ static void test_clones_capture_and_replay_on_four_threads_at_once(void) {
   CHECK_OK(recap_pipeline_copy_in(base, "x", x, bytes, 4));
   CHECK_OK(recap_pipeline_run(base, 4));
   void *expect = out_copy(base, "y", 4);
-  recap_pipeline_options o = {0};
+  recap_pipeline_options o = RECAP_PIPELINE_OPTIONS_INIT;
   o.override_mode = 1;
   o.mode = RECAP_MODE_GRAPH;
   worker_job jobs[N];

@@ -153,7 +153,7 @@ typedef struct {
 } life_ctx;
 
 static recap_pipeline_options life_options(void) {
-  recap_pipeline_options o = {0};
+  recap_pipeline_options o = RECAP_PIPELINE_OPTIONS_INIT;
   o.override_device = 1;
   o.device = test_device;
   o.override_mode = 1;

@@ -49,7 +49,8 @@ static const char COLLECTIVES_SPEC[] =
     "outputs: [g, y]\n";
 
 static void test_collective_ops_parse_and_infer_world_shapes(void) {
-  recap_pipeline_options o = {.override_mode = 1, .mode = RECAP_MODE_EAGER};
+  recap_pipeline_options o = {
+      .struct_size = sizeof o, .override_mode = 1, .mode = RECAP_MODE_EAGER};
   recap_pipeline *p = NULL;
   CHECK_OK(recap_pipeline_create_string(COLLECTIVES_SPEC, sizeof COLLECTIVES_SPEC - 1, "coll.yaml",
                                         &o, &p));
@@ -90,7 +91,8 @@ static void fill(float *x, size_t n, uint64_t seed) {
 static void test_tp_mlp_runs_on_host_as_world_of_one(void) {
   const recap_device host = {RECAP_BACKEND_HOST, 0};
   const char *dims[] = {"D=32", "F=64", NULL};
-  recap_pipeline_options o = {.override_device = 1, .device = host, .dims = dims};
+  recap_pipeline_options o = {
+      .struct_size = sizeof o, .override_device = 1, .device = host, .dims = dims};
   recap_pipeline *p = NULL;
   CHECK_OK(recap_pipeline_create_file("specs/tp_mlp.yaml", &o, &p));
   enum { ROWS = 5, D = 32 };
@@ -176,7 +178,8 @@ static recap_status create_tp(int device, int world, recap_pipeline **out) {
   static char f_dim[32];
   snprintf(f_dim, sizeof f_dim, "F=%d", TF / world);
   const char *dims[] = {f_dim, NULL};
-  recap_pipeline_options o = {.override_device = 1,
+  recap_pipeline_options o = {.struct_size = sizeof o,
+                              .override_device = 1,
                               .device = {RECAP_BACKEND_CUDA, device},
                               .dims = dims};
   return recap_pipeline_create_string(TP_SPEC, sizeof TP_SPEC - 1, "tp-test.yaml", &o, out);
@@ -419,7 +422,8 @@ static void test_pipeline_on_second_gpu_runs_eagerly_while_first_is_current(void
   fill(x, 64 * 256, 5);
   float *outs[2] = {want, got};
   for (int dev = 0; dev < 2; ++dev) {
-    recap_pipeline_options o = {.override_device = 1,
+    recap_pipeline_options o = {.struct_size = sizeof o,
+                                .override_device = 1,
                                 .device = {RECAP_BACKEND_CUDA, dev},
                                 .override_mode = 1,
                                 .mode = RECAP_MODE_EAGER};

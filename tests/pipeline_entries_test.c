@@ -177,7 +177,7 @@ static void test_clones_and_chains(void) {
   recap_pipeline *own = NULL, *sharing = NULL, *chained = NULL;
   /* A clone has its own state unless it is given one to share. */
   CHECK_OK(recap_pipeline_clone(decode, NULL, &own));
-  recap_pipeline_options o = {.share = prefill};
+  recap_pipeline_options o = {.struct_size = sizeof o, .share = prefill};
   CHECK_OK(recap_pipeline_clone(decode, &o, &sharing));
   chained = make_entry("prefill", decode); /* shares what decode shares: prefill's memory */
   recap_tensor p, t;

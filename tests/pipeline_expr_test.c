@@ -17,7 +17,7 @@
 #include "tests/test_util.h"
 
 static recap_pipeline *make(const char *yaml, recap_run_mode mode, recap_device dev) {
-  recap_pipeline_options o = {0};
+  recap_pipeline_options o = RECAP_PIPELINE_OPTIONS_INIT;
   o.override_device = 1;
   o.device = dev;
   o.override_mode = 1;
@@ -114,7 +114,7 @@ static void test_expr_mixed_dtypes_promote_to_f32(void) {
 }
 
 static void test_expr_example_spec_runs_on_host(void) {
-  recap_pipeline_options o = {0};
+  recap_pipeline_options o = RECAP_PIPELINE_OPTIONS_INIT;
   o.override_device = 1;
   o.device = test_device;
   recap_pipeline *p = NULL;
@@ -137,7 +137,7 @@ static const char kHead[] =
 static void expect_error(const char *ops, const char *where, const char *what) {
   char yaml[8192];
   snprintf(yaml, sizeof yaml, "%s%soutputs: [y]\n", kHead, ops);
-  recap_pipeline_options o = {0};
+  recap_pipeline_options o = RECAP_PIPELINE_OPTIONS_INIT;
   o.override_device = 1;
   o.device = (recap_device){RECAP_BACKEND_HOST, 0};
   recap_pipeline *p = NULL;
@@ -281,7 +281,7 @@ static void test_cuda_expr_pipeline_matches_host(void) {
 }
 
 static void create_on_cuda(const char *yaml) {
-  recap_pipeline_options o = {0};
+  recap_pipeline_options o = RECAP_PIPELINE_OPTIONS_INIT;
   o.override_device = 1;
   o.device = (recap_device){RECAP_BACKEND_CUDA, 0};
   recap_pipeline *p = NULL;

@@ -182,7 +182,7 @@ static void test_a_read_of_a_cache_written_later_is_not_moved_past_the_write(voi
   recap__fuse_groups_free(&g);
   unload(&f);
 
-  recap_pipeline_options o = {.override_device = 1, .device = test_device};
+  recap_pipeline_options o = {.struct_size = sizeof o, .override_device = 1, .device = test_device};
   recap_pipeline *p = NULL;
   CHECK_OK(recap_pipeline_create_string(cache_spec, strlen(cache_spec), "<cache>", &o, &p));
   float rows[8], y[32];
@@ -400,7 +400,8 @@ static void test_an_expr_op_is_inlined_into_the_group(void) {
 
 static recap_pipeline *create(const char *path, const char *yaml, const char *const *dims,
                               recap_device dev, recap_run_mode mode, int no_fusion) {
-  recap_pipeline_options o = {.override_device = 1,
+  recap_pipeline_options o = {.struct_size = sizeof o,
+                              .override_device = 1,
                               .device = dev,
                               .override_mode = 1,
                               .mode = mode,

@@ -39,7 +39,8 @@ static const char *const kFlat =
     "outputs: [y]\n";
 
 static recap_pipeline *create(const char *yaml, recap_run_mode mode, int no_fusion) {
-  recap_pipeline_options o = {.override_mode = 1, .mode = mode, .no_fusion = no_fusion};
+  recap_pipeline_options o = {
+      .struct_size = sizeof o, .override_mode = 1, .mode = mode, .no_fusion = no_fusion};
   recap_pipeline *p = NULL;
   CHECK_OK(recap_pipeline_create_string(yaml, strlen(yaml), "<info>", &o, &p));
   return p;

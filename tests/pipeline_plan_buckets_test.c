@@ -42,7 +42,7 @@ static const char *const kSpec =
 enum { MAX_B = 8 };
 
 static recap_pipeline *create(recap_run_mode mode, int no_fusion, const char *const *dims) {
-  recap_pipeline_options o = {0};
+  recap_pipeline_options o = RECAP_PIPELINE_OPTIONS_INIT;
   o.override_mode = 1;
   o.mode = mode;
   o.no_fusion = no_fusion;

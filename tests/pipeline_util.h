@@ -20,7 +20,7 @@
 #include "tests/test_util.h"
 
 static inline recap_pipeline_options opts_on(recap_device dev) {
-  recap_pipeline_options o = {0};
+  recap_pipeline_options o = RECAP_PIPELINE_OPTIONS_INIT;
   o.override_device = 1;
   o.device = dev;
   return o;

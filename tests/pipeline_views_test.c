@@ -69,7 +69,7 @@ enum { N = 2 * 8 * 16 };
 
 /* Creates the pipeline (eager, host), feeds x and returns y (N floats, caller frees). */
 static float *run_spec(const char *yaml, const float *x, recap_pipeline **keep) {
-  recap_pipeline_options o = {0};
+  recap_pipeline_options o = RECAP_PIPELINE_OPTIONS_INIT;
   o.override_mode = 1;
   o.mode = RECAP_MODE_EAGER;
   recap_pipeline *p = NULL;

@@ -5,7 +5,15 @@
 set -euo pipefail
 lib=$1
 header=$2
-exported=$(nm -D --defined-only "$lib" | awk '{print $3}' | sort -u)
+# Each export is NAME@@RECAP_0 (bazel/recap.lds): every one must carry the version node.
+versioned=$(nm -D --defined-only "$lib" | awk '{print $3}')
+unversioned=$(grep -v '@@RECAP_0$' <<<"$versioned" | grep -v '^RECAP_0$' || true)
+if [ -n "$unversioned" ]; then
+  echo "FAIL: exports without the version node RECAP_0:"
+  echo "$unversioned" | head -20
+  exit 1
+fi
+exported=$(grep -v '^RECAP_0$' <<<"$versioned" | sed 's/@@RECAP_0$//' | sort -u)
 # The preprocessor drops comments and macros and turns RECAP_API into the visibility attribute;
 # declarations may span lines, so join them and take the name before each declaration's "(".
 declared=$(${CC:-cc} -E -P -x c "$header" | tr '\n' ' ' |
@@ -27,4 +35,4 @@ if [ -n "$extra" ]; then
   echo "$extra" | head -40
 fi
 [ -z "$missing$extra" ] || exit 1
-echo "librecap.so exports the $count RECAP_API functions of recap.h and nothing else"
+echo "librecap.so exports the $count RECAP_API functions of recap.h (version RECAP_0) and nothing else"

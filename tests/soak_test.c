@@ -104,7 +104,7 @@ static long long replays_wanted(void) {
 static void test_replays_keep_memory_and_every_checked_result_identical(void) {
   long long replays = replays_wanted();
   CU_ASSERT_FATAL(replays >= CHECK_EVERY);
-  recap_pipeline_options o = {0};
+  recap_pipeline_options o = RECAP_PIPELINE_OPTIONS_INIT;
   o.override_device = 1;
   o.device = test_device;
   o.override_mode = 1;

@@ -230,7 +230,8 @@ static void *copy_all(recap_pipeline *p, const char *name, size_t *bytes) {
 }
 
 static void test_blocked_and_flat_pipelines_compute_the_same_values(void) {
-  recap_pipeline_options o = {.override_device = 1, .device = {RECAP_BACKEND_HOST, 0}};
+  recap_pipeline_options o = {
+      .struct_size = sizeof o, .override_device = 1, .device = {RECAP_BACKEND_HOST, 0}};
   recap_pipeline *blocked = NULL, *flat = NULL;
   CHECK_OK(recap_pipeline_create_string(BLOCKED, strlen(BLOCKED), "blocked.yaml", &o, &blocked));
   CHECK_OK(recap_pipeline_create_string(FLAT, strlen(FLAT), "flat.yaml", &o, &flat));

@@ -34,7 +34,7 @@ static void expect_since(counts before, size_t parses, size_t builds) {
 
 /* specs/mlp_decode.yaml has B: [1, 2, 4, 8]: four buckets, no probe. */
 static void test_public_create_reads_the_spec_once_and_builds_each_bucket_once(void) {
-  recap_pipeline_options o = {.override_device = 1, .device = host};
+  recap_pipeline_options o = {.struct_size = sizeof o, .override_device = 1, .device = host};
   counts before = now();
   recap_pipeline *p = NULL;
   CHECK_OK(recap_pipeline_create_file("specs/mlp_decode.yaml", &o, &p));
@@ -57,7 +57,7 @@ static void test_the_cli_path_reads_the_spec_once_and_builds_each_bucket_once(vo
   CU_ASSERT_EQUAL(m->spec->run_batch, 3); /* a batch picked, the buckets kept */
   CU_ASSERT_EQUAL(m->num_buckets, 4);
   CU_ASSERT_TRUE(m->capacity > 0);
-  recap_pipeline_options o = {.override_device = 1, .device = host};
+  recap_pipeline_options o = {.struct_size = sizeof o, .override_device = 1, .device = host};
   recap_pipeline *p = NULL;
   CHECK_OK(recap__pipeline_create_model(m, &o, &p));
   recap__model_release(m);

@@ -152,9 +152,19 @@ static void test_current_device_defaults_and_can_be_set(void) {
   CU_ASSERT_EQUAL(d.index, 0);
 }
 
-static void test_version_is_semantic(void) {
+static void test_version_is_semantic_and_matches_the_header_macros(void) {
   int major = -1, minor = -1, patch = -1;
   CU_ASSERT_EQUAL(sscanf(recap_version(), "%d.%d.%d", &major, &minor, &patch), 3);
+  CU_ASSERT_EQUAL(major, RECAP_VERSION_MAJOR);
+  CU_ASSERT_EQUAL(minor, RECAP_VERSION_MINOR);
+  CU_ASSERT_EQUAL(patch, RECAP_VERSION_PATCH);
+  CU_ASSERT_STRING_EQUAL(recap_version(), RECAP_VERSION_STRING);
+}
+
+static void test_build_commit_is_never_empty(void) {
+  const char *commit = recap_build_commit();
+  CU_ASSERT_PTR_NOT_NULL_FATAL(commit);
+  CU_ASSERT_TRUE(commit[0] != '\0');
 }
 
 int main(void) {
@@ -169,6 +179,7 @@ int main(void) {
   CU_ADD_TEST(s, test_host_backend_always_available);
   CU_ADD_TEST(s, test_nonexistent_device_is_rejected_by_name);
   CU_ADD_TEST(s, test_current_device_defaults_and_can_be_set);
-  CU_ADD_TEST(s, test_version_is_semantic);
+  CU_ADD_TEST(s, test_version_is_semantic_and_matches_the_header_macros);
+  CU_ADD_TEST(s, test_build_commit_is_never_empty);
   return test_run_all();
 }

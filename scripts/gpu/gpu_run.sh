@@ -134,7 +134,7 @@ PY
 for spec in fork_join mlp_decode; do
   for conf in caching cudaMallocAsync; do
     (cd "$here" && RECAP_ALLOC_CONF=backend:$conf timeout 240 "$recap" run "specs/$spec.yaml" \
-      --device cuda --seed 3 --iters 5 --json) >"$logs/async_${conf}_$spec.json" \
+      --device cuda --seed 3 --iters 5 --json -) >"$logs/async_${conf}_$spec.json" \
       2>"$logs/async_${conf}_$spec.log"
   done
   c1=$?

@@ -89,7 +89,7 @@ row "launch rank killed" "$ok" "exit $code after $((t1 - t0)) s; rank 0: ${why:-
 
 # 4. Benchmark. Both sides go through the same path (recap launch, run_dist: host wall clock
 # per run, including the 32-byte header broadcast and the wait), graph mode.
-big=(--dim B=4096 --dim D=8192 --iters 20 --warmup 3 --json)
+big=(--dim B=4096 --dim D=8192 --iters 20 --warmup 3 --json -)
 (cd "$here" && timeout 200 "$recap" launch --gpus 1 --timeout 120 -- run specs/tp_mlp.yaml \
   "${big[@]}" --dim F=32768) >"$logs/bench_tp1.log" 2>&1
 c1=$?
@@ -128,7 +128,7 @@ bw_ok=1
 for mib in 8 64 256; do
   n=$((mib * 1024 * 1024 / 4))
   (cd "$here" && timeout 120 "$recap" launch --gpus 2 --timeout 60 -- run "$logs/allreduce.yaml" \
-    --dim N=$n --json) >"$logs/allreduce_$mib.log" 2>&1
+    --dim N=$n --json -) >"$logs/allreduce_$mib.log" 2>&1
   c=$?
   grep '^{"rank": 0' "$logs/allreduce_$mib.log" >"$logs/ar_$mib.json"
   t=$(json "$logs/ar_$mib.json" '"%.4f" % (d["median_ms"] / '$chain')')

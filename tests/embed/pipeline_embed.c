@@ -54,9 +54,15 @@ static int run_batch(recap_pipeline *p, int batch) {
 }
 
 int main(void) {
-  printf("recap %s\n", recap_version());
+  printf("recap %s (header %s)\n", recap_version(), RECAP_VERSION_STRING);
+  /* Options as an embedder writes them: the initializer, then the fields it sets (compiled
+   * with -Wall -Wextra -Werror by embed_test.sh). */
+  recap_pipeline_options options = RECAP_PIPELINE_OPTIONS_INIT;
+  options.override_mode = 1;
+  options.mode = RECAP_MODE_GRAPH;
   recap_pipeline *p = NULL;
-  recap_status st = recap_pipeline_create_string(SPEC, strlen(SPEC), "embed.yaml", NULL, &p);
+  recap_status st =
+      recap_pipeline_create_string(SPEC, strlen(SPEC), "embed.yaml", &options, &p);
   if (st != RECAP_OK) return fail("create_string", st);
   int failed = run_batch(p, 3) || run_batch(p, 2) || run_batch(p, 3);
   recap_pipeline_stats stats;

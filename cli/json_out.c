@@ -1,0 +1,52 @@
+/* json_out.c: where every command's --json FILE goes: to FILE, or with "-" to standard output
+ * while the command's text report goes to standard error. */
+#include <errno.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+
+/* The original standard output, kept for the JSON once "--json -" moved the text away. */
+static int json_stdout_fd = -1;
+
+int cli_json_flag(const char *cmd, int argc, char **argv, int *i, const char **path) {
+  int m = cli_flag(cmd, argc, argv, i, "--json", path);
+  if (m <= 0 || strcmp(*path, "-") != 0 || json_stdout_fd >= 0) return m;
+  /* The commands print their text report with printf as they go; pointing file descriptor 1 at
+   * standard error sends all of it there, so standard output carries the JSON alone. */
+  fflush(stdout);
+  int fd = dup(STDOUT_FILENO);
+  if (fd < 0 || dup2(STDERR_FILENO, STDOUT_FILENO) < 0) {
+    fprintf(stderr, "recap %s: cannot keep standard output for --json -: %s\n", cmd,
+            strerror(errno));
+    if (fd >= 0) close(fd);
+    return -1;
+  }
+  json_stdout_fd = fd;
+  return 1;
+}
+
+bool cli_write_json(const char *cmd, json_t *root, recap_device device, const char *path) {
+  json_t *environment = cli_environment_json(device);
+  if (!environment || json_object_set_new(root, "environment", environment) != 0) {
+    fprintf(stderr, "recap %s: out of memory writing JSON\n", cmd);
+    return false;
+  }
+  if (strcmp(path, "-") != 0) {
+    if (json_dump_file(root, path, JSON_INDENT(2) | JSON_PRESERVE_ORDER) != 0) {
+      fprintf(stderr, "recap %s: cannot write %s\n", cmd, path);
+      return false;
+    }
+    printf("wrote %s\n", path);
+    return true;
+  }
+  /* One line on stdout: the ranks of `recap launch` share one stdout, and a reader takes
+   * each rank's result as a line of its own. */
+  fflush(stdout);
+  FILE *out = json_stdout_fd >= 0 ? fdopen(json_stdout_fd, "w") : NULL;
+  bool ok = out && json_dumpf(root, out, JSON_PRESERVE_ORDER) == 0 && fputc('\n', out) != EOF;
+  if (out) ok = fclose(out) == 0 && ok;
+  json_stdout_fd = -1;
+  if (!ok) fprintf(stderr, "recap %s: cannot write JSON to standard output\n", cmd);
+  return ok;
+}
