@@ -9,6 +9,12 @@
 
 #include "cli/cli.h"
 
+int cli_wants_help(int argc, char **argv) {
+  for (int i = 0; i < argc; i++)
+    if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) return 1;
+  return 0;
+}
+
 int cli_flag(const char *cmd, int argc, char **argv, int *i, const char *name, const char **value) {
   const char *arg = argv[*i];
   size_t n = strlen(name);

@@ -40,12 +40,6 @@ static const cli_command commands[] = {
      cli_schema_main},
 };
 
-int cli_wants_help(int argc, char **argv) {
-  for (int i = 0; i < argc; i++)
-    if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) return 1;
-  return 0;
-}
-
 static void print_usage(FILE *out) {
   fprintf(out, "usage: recap [--version] [--help] COMMAND [ARGS]\n\ncommands:\n");
   for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
