@@ -14,9 +14,9 @@
  * between events recorded around back-to-back replays. The logits look like a language
  * model's: per row a bell of width ~1.5 and a few dozen tokens lifted by 4 to 12, from one
  * seeded generator; --logits writes them (f32, [64, 128256], row-major) for the peer to read.
- * --json writes {"device", "cases": [{"name", "dtype", "batch", "median_us"}]}. Exits non-zero
- * on any failure, or when a replay's tokens differ from the eager run's or fall outside the
- * row.
+ * --json writes {"environment" (as the CLI's JSON results), "device", "cases": [{"name", "dtype",
+ * "batch", "median_us"}]}. Exits non-zero on any failure, or when a replay's tokens differ from
+ * the eager run's or fall outside the row.
  */
 #include <cuda_runtime_api.h>
 #include <stdbool.h>
@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "bench/bench_common.h"
+#include "cli/environment.h"
 #include "include/recap.h"
 #include "runtime/half.h"
 
@@ -220,8 +221,14 @@ int main(int argc, char **argv) {
       fprintf(stderr, "bench_sample: cannot write %s\n", json_path);
       return 1;
     }
-    fprintf(f, "{\"device\": \"%s\", \"vocab\": %d, \"iters\": %d, \"cases\": [", prop.name, VOCAB,
-            iters);
+    /* The same "environment" object as the CLI's JSON results: GPU, driver, CUDA, cuBLAS and
+     * recap versions. */
+    json_t *environment = cli_environment_json((recap_device){RECAP_BACKEND_CUDA, 0});
+    char *environment_text = environment ? json_dumps(environment, JSON_PRESERVE_ORDER) : NULL;
+    json_decref(environment);
+    fprintf(f, "{\"environment\": %s, \"device\": \"%s\", \"vocab\": %d, \"iters\": %d, \"cases\": [",
+            environment_text ? environment_text : "null", prop.name, VOCAB, iters);
+    free(environment_text);
     for (int c = 0; c < NUM_CASES; ++c)
       for (int d = 0; d < NUM_DTYPES; ++d)
         fprintf(f,

@@ -24,6 +24,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "cli/environment.h"
 #include "engine/load.h"
 #include "include/recap.h"
 
@@ -250,14 +251,6 @@ int cli_json_flag(const char *cmd, int argc, char **argv, int *i, const char **p
  * "wrote PATH" on stdout; or for "-" as one line to the standard output cli_json_flag kept.
  * False, with "recap CMD: cannot write PATH" on stderr, when it cannot be written. */
 bool cli_write_json(const char *cmd, json_t *root, recap_device device, const char *path);
-/* {"recap", "commit", "device", "gpu", "driver", "cuda_runtime", "cublas", "cublaslt"}: the
- * versions as "13.0" / "13.1.0", "none" where absent (the host backend, a host-only build, no
- * driver, cuBLAS not found); "gpu" is the device's name, "none (host backend)" on the host.
- * NULL when out of memory. */
-json_t *cli_environment_json(recap_device device);
-/* "recap 0.1.0 (commit abc1234)", then the CUDA runtime and driver, cuBLAS and cuBLASLt
- * versions (or that this build has no CUDA): `recap --version` and `recap info`. */
-void cli_print_version(FILE *out);
 
 /* "1.5 MiB", "12.0 KiB" or "300 B" into buf; returns buf. */
 const char *cli_format_bytes(size_t bytes, char *buf, size_t size);

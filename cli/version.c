@@ -1,9 +1,8 @@
 /* version.c: what recap and the CUDA libraries it runs with are, for `recap --version`,
  * `recap info` and the "environment" object of every JSON result. */
 #include <stdio.h>
-#include <string.h>
 
-#include "cli/cli.h"
+#include "cli/environment.h"
 
 /* CUDA writes runtime and driver versions as 1000 * major + 10 * minor (13000 = 13.0). */
 static const char *cuda_version(int v, char *buf, size_t size) {
