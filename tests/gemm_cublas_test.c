@@ -108,7 +108,11 @@ static void test_cuda_captured_gemm_replays_identically(void) {
       CHECK_OK(capture_once(cuda_stream, &d.call, &exec));
       const size_t bytes = (size_t)recap__tensor_numel(&eager) * recap_dtype_size(eager.dtype);
       for (int replay = 0; replay < 3; ++replay) {
-        CU_ASSERT_EQUAL(cudaMemset(d.call.outputs[0].data, 0xff, bytes), cudaSuccess);
+        /* Poisoned on the test's stream: it is non-blocking, so a cudaMemset on the legacy
+         * stream is not ordered before the replay (under compute-sanitizer a replay mismatched). */
+        CU_ASSERT_EQUAL(cudaMemsetAsync(d.call.outputs[0].data, 0xff, bytes,
+                                        (cudaStream_t)recap_stream_native(cuda_stream)),
+                        cudaSuccess);
         CHECK_OK(cuda_stream->backend->graph_launch(exec, cuda_stream));
         CHECK_OK(recap_stream_synchronize(cuda_stream));
         recap_tensor replayed = dcase_result(&g, &d);

@@ -228,7 +228,9 @@ static void test_cuda_skinny_every_configuration_matches_host(void) {
             (size_t)recap__tensor_numel(&g.call.outputs[0]) * recap_dtype_size(half_types[d]);
         for (int pipe = 0; pipe <= 3; ++pipe) {
           for (int wi = 0; wi < 4; ++wi) {
-            CU_ASSERT_EQUAL(cudaMemset(dc.call.outputs[0].data, 0xff, bytes), cudaSuccess);
+            CU_ASSERT_EQUAL(cudaMemsetAsync(dc.call.outputs[0].data, 0xff, bytes,
+                                            (cudaStream_t)recap_stream_native(cuda_stream)),
+                            cudaSuccess);
             CHECK_OK(recap__cuda_gemm_skinny_config(&plan, 0, recap_stream_native(cuda_stream),
                                                     warps[wi], pipe));
             CHECK_OK(recap_stream_synchronize(cuda_stream));
@@ -295,7 +297,9 @@ static void test_cuda_skinny_chain_eager_and_replayed_matches_host(void) {
   const size_t bytes = (size_t)M * H * recap_dtype_size(RECAP_DTYPE_BF16);
   for (int replay = 0; replay < 3; ++replay) {
     for (int i = 0; i < LAYERS; ++i)
-      CU_ASSERT_EQUAL(cudaMemset(d[i].call.outputs[0].data, 0xff, bytes), cudaSuccess);
+      CU_ASSERT_EQUAL(cudaMemsetAsync(d[i].call.outputs[0].data, 0xff, bytes,
+                                      (cudaStream_t)recap_stream_native(cuda_stream)),
+                      cudaSuccess);
     CHECK_OK(cuda_stream->backend->graph_launch(exec, cuda_stream));
     CHECK_OK(recap_stream_synchronize(cuda_stream));
     for (int i = 0; i < LAYERS; ++i) {
@@ -416,7 +420,9 @@ static void test_cuda_hopper_every_configuration_matches_host(void) {
         CU_ASSERT_TRUE_FATAL(recap__cuda_gemm_hopper_fits(&plan, 0));
         const size_t bytes = (size_t)(m * n) * recap_dtype_size(half_types[d]);
         for (int config = 0; config < recap__cuda_gemm_hopper_configs(); ++config) {
-          CU_ASSERT_EQUAL(cudaMemset(dc.call.outputs[0].data, 0xff, bytes), cudaSuccess);
+          CU_ASSERT_EQUAL(cudaMemsetAsync(dc.call.outputs[0].data, 0xff, bytes,
+                                          (cudaStream_t)recap_stream_native(cuda_stream)),
+                          cudaSuccess);
           CHECK_OK(recap__cuda_gemm_hopper(&plan, 0, recap_stream_native(cuda_stream), config));
           CHECK_OK(recap_stream_synchronize(cuda_stream));
           recap_tensor got = dcase_result(&g, &dc);

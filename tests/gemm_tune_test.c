@@ -573,7 +573,9 @@ static void dgemm_free(dgemm *g) {
 
 /* Poisons the output, launches eagerly, returns the output on the host. */
 static uint16_t *dgemm_run(dgemm *g) {
-  CU_ASSERT_EQUAL(cudaMemset(g->dev[3], 0xff, g->out_elems * 2), cudaSuccess);
+  CU_ASSERT_EQUAL(
+      cudaMemsetAsync(g->dev[3], 0xff, g->out_elems * 2, (cudaStream_t)recap_stream_native(cs)),
+      cudaSuccess);
   CHECK_OK(recap__op_launch(&g->call, cs));
   CHECK_OK(recap_stream_synchronize(cs));
   uint16_t *host = malloc(g->out_elems * 2);
@@ -804,7 +806,9 @@ static void test_cuda_capture_never_tunes(void) {
   CU_ASSERT_EQUAL(stats().tunings, 0);
   recap__graph *graph = NULL;
   recap__graph_exec *exec = NULL;
-  CU_ASSERT_EQUAL(cudaMemset(g.dev[3], 0xff, g.out_elems * 2), cudaSuccess);
+  CU_ASSERT_EQUAL(
+      cudaMemsetAsync(g.dev[3], 0xff, g.out_elems * 2, (cudaStream_t)recap_stream_native(cs)),
+      cudaSuccess);
   CHECK_OK(recap__capture_begin(cs, RECAP_CAPTURE_MODE_THREAD_LOCAL));
   recap_status launched = recap__op_launch(&g.call, cs);
   if (launched == RECAP_OK) launched = recap__op_launch(&s.call, cs); /* never seen, skinny */
