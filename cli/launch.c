@@ -9,14 +9,17 @@
  *       starts N such processes on this machine (rank r sees GPU r through
  *       CUDA_VISIBLE_DEVICES, with a fresh file:// rendezvous in a temporary folder), waits for
  *       them, stops the others when one fails (SIGTERM after --grace seconds, then SIGKILL),
- *       and prints every rank's exit.
+ *       and prints every rank's exit. With --env-init the ranks get torchrun's variables and
+ *       --init env:// instead of the file:// rendezvous.
  */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -27,9 +30,12 @@
 
 enum { MAX_RANKS = 64, FIRST_VALUES = 4 };
 
+/* --init alone asks for a rank too: with env:// the world and rank come from the environment. */
 bool cli_dist_requested(int argc, char **argv) {
   for (int i = 0; i < argc; i++)
-    if (strcmp(argv[i], "--world") == 0 || strncmp(argv[i], "--world=", 8) == 0) return true;
+    if (strcmp(argv[i], "--world") == 0 || strncmp(argv[i], "--world=", 8) == 0 ||
+        strcmp(argv[i], "--init") == 0 || strncmp(argv[i], "--init=", 7) == 0)
+      return true;
   return false;
 }
 
@@ -42,12 +48,42 @@ typedef struct {
   long long world, rank;
   const char *json_path;
   double timeout_s;
+  int local_rank; /* env://'s LOCAL_RANK, -1 when unset or without env:// */
+  char env_url[320];
   cli_run_flags common;
 } dist_args;
+
+/* --init env://: the world, rank and address come from the environment (torchrun's RANK,
+ * WORLD_SIZE, ...; recap_comm_env_read). A --world or --rank given as well must agree: a
+ * command line that contradicts its launcher is a mistake to report, not to settle. */
+static int resolve_env_init(dist_args *a) {
+  int world, rank;
+  recap_status st =
+      recap_comm_env_read(&world, &rank, &a->local_rank, a->env_url, sizeof a->env_url);
+  if (st != RECAP_OK) {
+    fprintf(stderr, "recap run: %s\n", recap_last_error());
+    return CLI_EXIT_USAGE;
+  }
+  if (a->world && a->world != world) {
+    fprintf(stderr, "recap run: --world %lld disagrees with WORLD_SIZE %d (--init env://)\n",
+            a->world, world);
+    return CLI_EXIT_USAGE;
+  }
+  if (a->rank >= 0 && a->rank != rank) {
+    fprintf(stderr, "recap run: --rank %lld disagrees with RANK %d (--init env://)\n", a->rank,
+            rank);
+    return CLI_EXIT_USAGE;
+  }
+  a->world = world;
+  a->rank = rank;
+  a->init = a->env_url;
+  return CLI_EXIT_OK;
+}
 
 static int parse_dist(int argc, char **argv, dist_args *a) {
   a->timeout_s = 120;
   a->rank = -1;
+  a->local_rank = -1;
   for (int i = 0; i < argc; i++) {
     const char *v = NULL;
     int m;
@@ -80,12 +116,17 @@ static int parse_dist(int argc, char **argv, dist_args *a) {
       a->path = argv[i];
     }
   }
+  if (a->init && strcmp(a->init, "env://") == 0) {
+    int rc = resolve_env_init(a);
+    if (rc != CLI_EXIT_OK) return rc;
+  }
   if (!a->path || a->world < 1 || a->rank < 0 || a->rank >= a->world) {
     fprintf(stderr, "recap run: --world N needs a spec and --rank R with 0 <= R < N\n");
     return CLI_EXIT_USAGE;
   }
   if (a->world > 1 && !a->init) {
-    fprintf(stderr, "recap run: --world %lld needs --init file:///PATH or tcp://HOST:PORT\n",
+    fprintf(stderr,
+            "recap run: --world %lld needs --init file:///PATH, tcp://HOST:PORT or env://\n",
             a->world);
     return CLI_EXIT_USAGE;
   }
@@ -125,9 +166,9 @@ int cli_run_dist_main(int argc, char **argv) {
   /* A --dim of the bucketed dim above its largest bucket replaces the buckets with that one
    * value: a benchmark at a size the spec does not list (the plain `run` selects a batch
    * within the buckets only). recap launch gives each rank one visible GPU; without it, rank r
-   * takes GPU r mod count. */
+   * takes GPU r mod count, or under env:// GPU LOCAL_RANK mod count (ranks on several hosts). */
   cli_load_request load = cli_run_load_request(a.path, &a.common);
-  load.device_ordinal = (int)a.rank;
+  load.device_ordinal = a.local_rank >= 0 ? a.local_rank : (int)a.rank;
   load.grow_batch = true;
   size_t bucket;
   int64_t batch;
@@ -254,7 +295,8 @@ static const char *const LAUNCH = "launch";
 
 static void launch_usage(FILE *out) {
   fprintf(out,
-          "usage: recap launch --gpus N [--timeout S] [--grace S] -- run SPEC [flags]\n\n"
+          "usage: recap launch --gpus N [--timeout S] [--grace S] [--env-init] -- run SPEC "
+          "[flags]\n\n"
           "Starts N processes of `recap run SPEC --world N --rank R --init file://...` on this\n"
           "machine, rank R seeing GPU R (CUDA_VISIBLE_DEVICES; the R-th entry of an existing\n"
           "list), waits for them and prints every rank's exit. When a rank fails the others get\n"
@@ -265,6 +307,11 @@ static void launch_usage(FILE *out) {
           "120)\n"
           "  --grace S     seconds before stopping the other ranks after a failure (default: "
           "the timeout + 5)\n"
+          "  --env-init    start the ranks as torchrun does: RANK, WORLD_SIZE, LOCAL_RANK, "
+          "MASTER_ADDR\n"
+          "                (127.0.0.1) and MASTER_PORT (a free port) in their environment and "
+          "--init env://\n"
+          "                (recap run --help), instead of a file:// rendezvous\n"
           "run flags with --world: --mode, --device, --iters, --warmup, --dim, --seed, --json -\n"
           "(each rank's JSON on its stdout, its text on stderr), "
           "--base-dir (inputs come from rank 0; seed: --seed, else the spec's seed:, else 1234).\n"
@@ -292,6 +339,22 @@ static void visible_device(int rank, char *buf, size_t size) {
   }
 }
 
+/* A port of 127.0.0.1 that was free a moment ago, for --env-init's rank 0 to listen on; 0 if
+ * none could be had. Another program may take it before rank 0 binds it: rank 0 then fails
+ * saying it cannot listen there. */
+static int free_port(void) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return 0;
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t len = sizeof a;
+  int port = 0;
+  if (bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
+      getsockname(fd, (struct sockaddr *)&a, &len) == 0)
+    port = ntohs(a.sin_port);
+  close(fd);
+  return port;
+}
+
 static void describe_exit(int status, char *buf, size_t size) {
   if (WIFEXITED(status))
     snprintf(buf, size, "exit %d", WEXITSTATUS(status));
@@ -313,10 +376,13 @@ int cli_launch_main(int argc, char **argv) {
     return CLI_EXIT_OK;
   }
   long long gpus = 0, timeout = 120, grace = -1;
+  bool env_init = false;
   for (int i = 0; i < (sep < 0 ? argc : sep); i++) {
     const char *v = NULL;
     int m;
-    if ((m = cli_flag(LAUNCH, argc, argv, &i, "--gpus", &v)) != 0) {
+    if (strcmp(argv[i], "--env-init") == 0) {
+      env_init = true;
+    } else if ((m = cli_flag(LAUNCH, argc, argv, &i, "--gpus", &v)) != 0) {
       if (m < 0 || !cli_parse_int(LAUNCH, "--gpus", v, 1, MAX_RANKS, &gpus)) return CLI_EXIT_USAGE;
     } else if ((m = cli_flag(LAUNCH, argc, argv, &i, "--timeout", &v)) != 0) {
       if (m < 0 || !cli_parse_int(LAUNCH, "--timeout", v, 1, 86400, &timeout))
@@ -372,6 +438,17 @@ int cli_launch_main(int argc, char **argv) {
   char init[PATH_MAX + 64], world[16], rv_path[PATH_MAX + 16];
   snprintf(rv_path, sizeof rv_path, "%s/rendezvous", dir);
   snprintf(init, sizeof init, "file://%s?generation=%ld", rv_path, (long)getpid());
+  char port[16] = "";
+  if (env_init) {
+    int p = free_port();
+    if (p == 0) {
+      fprintf(stderr, "recap launch: --env-init: no free port on 127.0.0.1: %s\n", strerror(errno));
+      rmdir(dir);
+      return CLI_EXIT_FAILURE;
+    }
+    snprintf(port, sizeof port, "%d", p);
+    snprintf(init, sizeof init, "env://");
+  }
   snprintf(world, sizeof world, "%lld", gpus);
   char timeout_text[32];
   snprintf(timeout_text, sizeof timeout_text, "%lld", timeout);
@@ -394,15 +471,29 @@ int cli_launch_main(int argc, char **argv) {
       snprintf(rank, sizeof rank, "%d", r);
       visible_device(r, dev, sizeof dev);
       setenv("CUDA_VISIBLE_DEVICES", dev, 1);
+      if (env_init) {
+        /* This launch is the ranks' launcher now: a torchrun around it, whose variables they
+         * would otherwise inherit, is not theirs (nor is its port). The rank sees one GPU, so
+         * its LOCAL_RANK is 0. */
+        setenv("RANK", rank, 1);
+        setenv("WORLD_SIZE", world, 1);
+        setenv("LOCAL_RANK", "0", 1);
+        setenv("MASTER_ADDR", "127.0.0.1", 1);
+        setenv("MASTER_PORT", port, 1);
+        unsetenv("RECAP_MASTER_PORT");
+        unsetenv("TORCHELASTIC_USE_AGENT_STORE");
+      }
       char **args = calloc((size_t)child_argc + 12, sizeof *args);
       if (!args) _exit(CLI_EXIT_FAILURE);
       int k = 0;
       args[k++] = self;
       for (int i = sep + 1; i < argc; i++) args[k++] = argv[i];
-      args[k++] = "--world";
-      args[k++] = world;
-      args[k++] = "--rank";
-      args[k++] = rank;
+      if (!env_init) {
+        args[k++] = "--world";
+        args[k++] = world;
+        args[k++] = "--rank";
+        args[k++] = rank;
+      }
       args[k++] = "--init";
       args[k++] = init;
       args[k++] = "--timeout";

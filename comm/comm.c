@@ -75,8 +75,14 @@ recap_status recap_comm_init_rank(recap_device device, int world_size, int rank,
                       world_size);
   if (world_size > 1 && (!init_url || !init_url[0]))
     return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
-                      "a world of %d needs an init URL (file:///path or tcp://host:port)",
+                      "a world of %d needs an init URL (file:///path, tcp://host:port or env://)",
                       world_size);
+  /* env:// is read here, before anything is created, so a missing variable costs nothing. */
+  recap__comm_env env;
+  if (init_url && strcmp(init_url, "env://") == 0) {
+    RECAP_TRY(recap__comm_env_resolve(world_size, rank, &env));
+    init_url = env.url;
+  }
   recap_comm *c = NULL;
   RECAP_TRY(new_comm(device, world_size, rank, timeout_s, &c));
   if (world_size == 1) {

@@ -6,6 +6,8 @@
  *   comm_rendezvous.c  file:// and tcp:// rendezvous: rank 0 hands a small opaque payload
  *                      (the NCCL unique id) to every other rank, with bounded, validated
  *                      messages and a deadline on every wait. Plain POSIX: tested in CI.
+ *   env_init.c         env://: the rendezvous address, rank and world that torchrun-style
+ *                      launchers put in the environment (RANK, WORLD_SIZE, MASTER_ADDR...).
  *   comm_registry.c    the per-device registry that collective ops read (below comm.c and
  *                      cuda_comm.c, which both use it).
  *   comm.c             the recap_comm object, the world-of-1 implementation (copies) used
@@ -73,6 +75,26 @@ size_t recap__rv_encode(uint32_t kind, uint32_t world, uint64_t generation, cons
  * defect (or INVALID_ARGUMENT for a world mismatch, TIMEOUT-free: pure). */
 recap_status recap__rv_decode(const uint8_t *buf, size_t size, uint32_t kind, uint32_t world,
                               uint64_t generation, const uint8_t **payload, uint32_t *len);
+
+/* ---- env:// (env_init.c) ---- */
+
+/* A variable's value (NULL when unset); ctx is the lookup's own. getenv in the library, a
+ * table in the tests. */
+typedef const char *(*recap__env_lookup)(const char *name, void *ctx);
+
+typedef struct {
+  int world_size, rank;
+  int local_rank; /* -1 when LOCAL_RANK is unset */
+  char url[320];  /* "tcp://MASTER_ADDR:port"; "" for a world of 1 (no rendezvous) */
+} recap__comm_env;
+
+/* Reads RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and the port (RECAP_MASTER_PORT when set or
+ * under torchrun, where it is required; else MASTER_PORT) through `env`.
+ * RECAP_STATUS_INVALID_ARGUMENT naming the variable that is missing or malformed. */
+recap_status recap__comm_env_parse(recap__env_lookup env, void *ctx, recap__comm_env *out);
+/* The same from the process environment, which must agree with world_size and rank (else
+ * INVALID_ARGUMENT naming both). */
+recap_status recap__comm_env_resolve(int world_size, int rank, recap__comm_env *out);
 
 /* ---- communicators (comm.c) ---- */
 

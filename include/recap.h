@@ -1236,11 +1236,29 @@ typedef enum {
 /* Joins rank `rank` of a world of `world_size` processes on `device`. init_url: "file:///path"
  * (rank 0 writes the NCCL id there atomically; the path must be fresh for each job) or
  * "tcp://host:port" (rank 0 listens), either with an optional "?generation=N" that all ranks
- * share; NULL or "" only for a world of 1. timeout_s > 0 bounds the rendezvous, the NCCL
- * init and, later, every synchronize. BUSY when the device already has a communicator. */
+ * share, or "env://" (the tcp:// rendezvous at the address the environment names, see
+ * recap_comm_env_read; world_size and rank must equal WORLD_SIZE and RANK, else
+ * INVALID_ARGUMENT naming both); NULL or "" only for a world of 1. timeout_s > 0 bounds the
+ * rendezvous, the NCCL init and, later, every synchronize. BUSY when the device already has a
+ * communicator. */
 RECAP_API recap_status recap_comm_init_rank(recap_device device, int world_size, int rank,
                                             const char *init_url, double timeout_s,
                                             recap_comm **out);
+/* What "env://" stands for, read from the environment that torchrun (and torch.distributed's
+ * other launchers) give each process: *world_size from WORLD_SIZE, *rank from RANK,
+ * *local_rank from LOCAL_RANK (-1 when unset; the caller's device index), and into url
+ * (url_capacity bytes; none when 0) "tcp://MASTER_ADDR:PORT", or "" for a world of 1, which
+ * needs no address. PORT is RECAP_MASTER_PORT when set, else MASTER_PORT; under torchrun
+ * (TORCHELASTIC_USE_AGENT_STORE=True) RECAP_MASTER_PORT is required, since torchrun's own
+ * store listens on MASTER_PORT. INVALID_ARGUMENT naming the variable that is missing or
+ * malformed (or RANK not below WORLD_SIZE); the outputs are untouched then.
+ *
+ *   int world, rank, local; char url[320];
+ *   if (recap_comm_env_read(&world, &rank, &local, url, sizeof url) != RECAP_OK) ...
+ *   recap_device dev = {RECAP_BACKEND_CUDA, local < 0 ? 0 : local};
+ *   recap_comm_init_rank(dev, world, rank, "env://", 60.0, &c);   // or url */
+RECAP_API recap_status recap_comm_env_read(int *world_size, int *rank, int *local_rank, char *url,
+                                           size_t url_capacity);
 /* count communicators in this process, comms[i] being rank i on devices[i] (one NCCL clique:
  * ncclCommInitAll). Used by the multi-device functions below. */
 RECAP_API recap_status recap_comm_init_devices(const recap_device *devices, int count,

@@ -131,6 +131,15 @@ static const recap__env_var table[] = {
      .fallback = "0",
      .summary = "synchronize after every eager launch and name the failing op",
      .details = "Never inside a capture."},
+    {.name = "RECAP_MASTER_PORT",
+     .kind = RECAP__ENV_INT,
+     .values = "a port, 1 to 65535",
+     .fallback = "MASTER_PORT",
+     .summary = "the port of env://'s rendezvous (rank 0 listens on MASTER_ADDR there)",
+     .details = "Required under torchrun (TORCHELASTIC_USE_AGENT_STORE=True), whose own store "
+                "already listens on MASTER_PORT; the same free port on every rank. Read when "
+                "`recap run --init env://` or recap_comm_init_rank(..., \"env://\", ...) "
+                "starts; docs/MULTI_GPU.md."},
     {.name = "RECAP_MODEL_STEPS",
      .kind = RECAP__ENV_INT,
      .values = "a step count",

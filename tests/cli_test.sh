@@ -896,6 +896,42 @@ for flag in "" --no-fusion; do
   if [ -z "$flag" ]; then [ "${fused:-0}" -gt 0 ] || fail "run --world fused nothing"; fi
   if [ -n "$flag" ]; then [ "${fused:-1}" = 0 ] || fail "run --world --no-fusion still fused ($fused)"; fi
 done
+# --init env:// under a fake torchrun environment: the world and rank come from RANK and
+# WORLD_SIZE; every missing or malformed variable is a usage error naming it; under torchrun's
+# agent (TORCHELASTIC_USE_AGENT_STORE) the port is RECAP_MASTER_PORT, since MASTER_PORT is
+# torchrun's own store. The host backend runs a world of 1, so a world of 2 gets past the
+# environment and stops at the communicator (the rendezvous itself: comm_test's env:// suite).
+torch_env() { env -u TORCHELASTIC_USE_AGENT_STORE -u RECAP_MASTER_PORT LOCAL_RANK=0 \
+  MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 "$@"; }
+envrun=(run "$specs/tp_mlp.yaml" --init env:// --device host --iters 2 --warmup 1 --timeout 5)
+expect 0 "env:// world of 1" -- torch_env RANK=0 WORLD_SIZE=1 "$recap" "${envrun[@]}"
+grep -q "rank 0 of 1" "$tmp/out" || fail "env:// world of 1 printed no summary"
+expect 0 "env:// with the same --world and --rank" -- torch_env RANK=0 WORLD_SIZE=1 "$recap" \
+  "${envrun[@]}" --world 1 --rank 0
+expect 2 "env:// with another --world" -- torch_env RANK=0 WORLD_SIZE=1 "$recap" \
+  "${envrun[@]}" --world 2
+grep -q -- "--world 2 disagrees with WORLD_SIZE 1" "$tmp/err" || fail "env:// --world: $(cat "$tmp/err")"
+expect 2 "env:// without WORLD_SIZE" -- torch_env RANK=0 env -u WORLD_SIZE "$recap" "${envrun[@]}"
+grep -q "needs WORLD_SIZE (unset" "$tmp/err" || fail "env:// without WORLD_SIZE: $(cat "$tmp/err")"
+expect 2 "env:// RANK >= WORLD_SIZE" -- torch_env RANK=2 WORLD_SIZE=2 "$recap" "${envrun[@]}"
+grep -q "RANK 2 is not below WORLD_SIZE 2" "$tmp/err" || fail "env:// RANK: $(cat "$tmp/err")"
+for r in 0 1; do
+  expect 2 "env:// under torchrun without RECAP_MASTER_PORT (rank $r)" -- torch_env RANK=$r \
+    WORLD_SIZE=2 TORCHELASTIC_USE_AGENT_STORE=True "$recap" "${envrun[@]}"
+  grep -q "needs RECAP_MASTER_PORT (unset)" "$tmp/err" ||
+    fail "env:// under torchrun: no clear error: $(cat "$tmp/err")"
+  expect 1 "env:// under torchrun with RECAP_MASTER_PORT (rank $r)" -- torch_env RANK=$r \
+    WORLD_SIZE=2 TORCHELASTIC_USE_AGENT_STORE=True RECAP_MASTER_PORT=29501 "$recap" "${envrun[@]}"
+  grep -q "host backend runs a world of 1" "$tmp/err" ||
+    fail "env:// under torchrun with RECAP_MASTER_PORT: $(cat "$tmp/err")"
+done
+# recap launch --env-init hands its ranks torchrun's variables (a torchrun around it is not
+# theirs: its agent flag and RECAP_MASTER_PORT are dropped) and --init env://.
+expect 0 "launch --env-init 1 host rank" -- env TORCHELASTIC_USE_AGENT_STORE=True \
+  RECAP_MASTER_PORT=1 "$recap" launch --gpus 1 --env-init -- run "$specs/tp_mlp.yaml" \
+  --device host --iters 2 --warmup 1
+grep -q "rank 0: exit 0" "$tmp/out" || fail "launch --env-init: rank 0 failed"
+grep -q "rank 0 of 1" "$tmp/out" || fail "launch --env-init: the rank printed no summary"
 expect 2 "launch without run" -- "$recap" launch --gpus 1
 expect 2 "launch setting --rank" -- "$recap" launch --gpus 1 -- run "$specs/tp_mlp.yaml" --rank 0
 

@@ -3,7 +3,8 @@
  *
  * Host suites (CI): the rendezvous record and both transports, with forged malformed,
  * oversized and truncated messages and deadlines; the world-of-1 communicator of the host
- * backend (collectives are copies) and its refusal of larger worlds. The CUDA suite needs two
+ * backend (collectives are copies) and its refusal of larger worlds; env:// (torchrun's
+ * variables) read from fake environments, and its rendezvous. The CUDA suite needs two
  * GPUs (inactive, with a message, otherwise): NCCL collectives and torch.cuda.comm's
  * functions over an in-process clique, every element checked against a host computation.
  */
@@ -407,9 +408,162 @@ static void test_tcp_client_rejects_bad_replies(void) {
   CU_ASSERT(now_s() - t0 < test_scaled_seconds(5.0)); /* returned, not hung */
 }
 
-/* ---- host communicators ---- */
-
 static const recap_device host0 = {RECAP_BACKEND_HOST, 0};
+
+/* ---- env:// ---- */
+
+/* A fake environment: NULL-terminated "NAME=value" entries, one per rank, so that the tests
+ * never touch the process's own. */
+static const char *fake_env(const char *name, void *ctx) {
+  size_t n = strlen(name);
+  for (const char *const *e = ctx; *e; ++e)
+    if (strncmp(*e, name, n) == 0 && (*e)[n] == '=') return *e + n + 1;
+  return NULL;
+}
+
+static recap_status parse_fake(const char *const *vars, recap__comm_env *out) {
+  return recap__comm_env_parse(fake_env, (void *)vars, out);
+}
+
+/* Two ranks of a torchrun-style environment agree on the address, and recap's own tcp://
+ * rendezvous there hands rank 0's payload to rank 1. */
+static void test_env_init_runs_the_tcp_rendezvous_at_master_addr(void) {
+  char port[32];
+  snprintf(port, sizeof port, "MASTER_PORT=%d", free_port());
+  const char *rank0[] = {"RANK=0", "WORLD_SIZE=2", "LOCAL_RANK=0", "MASTER_ADDR=127.0.0.1", port,
+                         NULL};
+  const char *rank1[] = {"RANK=1", "WORLD_SIZE=2", "LOCAL_RANK=1", "MASTER_ADDR=127.0.0.1", port,
+                         NULL};
+  recap__comm_env e[2];
+  CHECK_OK(parse_fake(rank0, &e[0]));
+  CHECK_OK(parse_fake(rank1, &e[1]));
+  rv_job jobs[2];
+  pthread_t th[2];
+  for (int r = 0; r < 2; ++r) {
+    CU_ASSERT_EQUAL(e[r].world_size, 2);
+    CU_ASSERT_EQUAL(e[r].rank, r);
+    CU_ASSERT_EQUAL(e[r].local_rank, r);
+    CU_ASSERT_EQUAL(strcmp(e[r].url, e[0].url), 0);
+    memset(&jobs[r], 0, sizeof jobs[r]);
+    snprintf(jobs[r].url, sizeof jobs[r].url, "%s", e[r].url);
+    jobs[r].world = e[r].world_size;
+    jobs[r].rank = e[r].rank;
+    jobs[r].timeout = test_scaled_seconds(10);
+  }
+  CU_ASSERT_EQUAL(strncmp(e[0].url, "tcp://127.0.0.1:", 16), 0);
+  for (int i = 0; i < 128; ++i) jobs[0].payload[i] = (uint8_t)(i * 7 + 1);
+  jobs[0].len = 128;
+  for (int r = 1; r >= 0; --r) pthread_create(&th[r], NULL, rv_thread, &jobs[r]);
+  for (int r = 0; r < 2; ++r) pthread_join(th[r], NULL);
+  for (int r = 0; r < 2; ++r) {
+    if (jobs[r].status != RECAP_OK) fprintf(stderr, "\n  rank %d: %s\n", r, jobs[r].message);
+    CU_ASSERT_EQUAL(jobs[r].status, RECAP_OK);
+  }
+  CU_ASSERT_EQUAL(jobs[1].len, 128);
+  CU_ASSERT_EQUAL(memcmp(jobs[1].payload, jobs[0].payload, 128), 0);
+}
+
+static void test_env_init_names_missing_and_malformed_variables(void) {
+  recap__comm_env e;
+  static const struct {
+    const char *vars[6];
+    const char *mentions;
+  } cases[] = {
+      {{"RANK=0", "MASTER_ADDR=h", "MASTER_PORT=1", NULL}, "needs WORLD_SIZE (unset"},
+      {{"WORLD_SIZE=", "RANK=0", NULL}, "needs WORLD_SIZE (unset"},
+      {{"WORLD_SIZE=two", "RANK=0", NULL}, "WORLD_SIZE 'two'"},
+      {{"WORLD_SIZE=0", "RANK=0", NULL}, "WORLD_SIZE '0'"},
+      {{"WORLD_SIZE=2", "MASTER_ADDR=h", "MASTER_PORT=1", NULL}, "needs RANK (unset"},
+      {{"WORLD_SIZE=2", "RANK=-1", NULL}, "RANK '-1'"},
+      {{"WORLD_SIZE=2", "RANK=2", NULL}, "RANK 2 is not below WORLD_SIZE 2"},
+      {{"WORLD_SIZE=2", "RANK=3", NULL}, "RANK 3 is not below WORLD_SIZE 2"},
+      {{"WORLD_SIZE=2", "RANK=1", "LOCAL_RANK=x", NULL}, "LOCAL_RANK 'x'"},
+      {{"WORLD_SIZE=2", "RANK=1", "MASTER_PORT=1", NULL}, "needs MASTER_ADDR (unset"},
+      {{"WORLD_SIZE=2", "RANK=1", "MASTER_ADDR=h", NULL}, "needs MASTER_PORT (unset"},
+      {{"WORLD_SIZE=2", "RANK=1", "MASTER_ADDR=h", "MASTER_PORT=70000", NULL},
+       "MASTER_PORT '70000' is not a port"},
+      {{"WORLD_SIZE=2", "RANK=1", "MASTER_ADDR=h/x", "MASTER_PORT=1", NULL}, "MASTER_ADDR 'h/x'"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
+    CHECK_STATUS(parse_fake(cases[i].vars, &e), RECAP_STATUS_INVALID_ARGUMENT);
+    CHECK_ERROR_MENTIONS(cases[i].mentions);
+  }
+}
+
+/* torchrun's agent store listens on MASTER_PORT: recap must not try to own it. */
+static void test_env_init_under_torchrun_needs_recap_master_port(void) {
+  recap__comm_env e;
+  const char *missing[] = {"WORLD_SIZE=2",
+                           "RANK=0",
+                           "MASTER_ADDR=10.0.0.1",
+                           "MASTER_PORT=29500",
+                           "TORCHELASTIC_USE_AGENT_STORE=True",
+                           NULL};
+  CHECK_STATUS(parse_fake(missing, &e), RECAP_STATUS_INVALID_ARGUMENT);
+  CHECK_ERROR_MENTIONS("needs RECAP_MASTER_PORT (unset)");
+  CHECK_ERROR_MENTIONS("MASTER_PORT 29500 is torchrun's own store");
+  const char *same[] = {"WORLD_SIZE=2",
+                        "RANK=0",
+                        "MASTER_ADDR=10.0.0.1",
+                        "MASTER_PORT=29500",
+                        "TORCHELASTIC_USE_AGENT_STORE=1",
+                        "RECAP_MASTER_PORT=29500",
+                        NULL};
+  CHECK_STATUS(parse_fake(same, &e), RECAP_STATUS_INVALID_ARGUMENT);
+  CHECK_ERROR_MENTIONS("RECAP_MASTER_PORT 29500 is MASTER_PORT");
+  const char *given[] = {"WORLD_SIZE=2",
+                         "RANK=1",
+                         "MASTER_ADDR=10.0.0.1",
+                         "MASTER_PORT=29500",
+                         "TORCHELASTIC_USE_AGENT_STORE=True",
+                         "RECAP_MASTER_PORT=29501",
+                         NULL};
+  CHECK_OK(parse_fake(given, &e));
+  CU_ASSERT_STRING_EQUAL(e.url, "tcp://10.0.0.1:29501");
+  CU_ASSERT_EQUAL(e.local_rank, -1);
+  /* Outside the agent, MASTER_PORT is free for recap (torchrun sets False there too). */
+  const char *plain[] = {"WORLD_SIZE=2",
+                         "RANK=1",
+                         "MASTER_ADDR=::1",
+                         "MASTER_PORT=29500",
+                         "TORCHELASTIC_USE_AGENT_STORE=False",
+                         NULL};
+  CHECK_OK(parse_fake(plain, &e));
+  CU_ASSERT_STRING_EQUAL(e.url, "tcp://[::1]:29500");
+  /* A world of 1 has no rendezvous, so it needs no address. */
+  const char *alone[] = {"WORLD_SIZE=1", "RANK=0", "LOCAL_RANK=3", NULL};
+  CHECK_OK(parse_fake(alone, &e));
+  CU_ASSERT_STRING_EQUAL(e.url, "");
+  CU_ASSERT_EQUAL(e.local_rank, 3);
+}
+
+/* The process environment (recap_comm_env_read, and env:// in recap_comm_init_rank), whose
+ * rank and world must agree with the ones the caller passes. */
+static void test_env_init_reads_the_process_environment(void) {
+  setenv("WORLD_SIZE", "1", 1);
+  setenv("RANK", "0", 1);
+  setenv("LOCAL_RANK", "0", 1);
+  int world = -1, rank = -1, local = -2;
+  char url[8] = "x";
+  CHECK_OK(recap_comm_env_read(&world, &rank, &local, url, sizeof url));
+  CU_ASSERT(world == 1 && rank == 0 && local == 0 && url[0] == '\0');
+  recap_comm *c = NULL;
+  CHECK_OK(recap_comm_init_rank(host0, 1, 0, "env://", 5, &c));
+  CU_ASSERT_EQUAL(recap_comm_world_size(c), 1);
+  CHECK_OK(recap_comm_destroy(c));
+  recap__comm_env e;
+  CHECK_STATUS(recap__comm_env_resolve(2, 1, &e), RECAP_STATUS_INVALID_ARGUMENT);
+  CHECK_ERROR_MENTIONS(
+      "rank 1 of a world of 2 asked for, but the environment says RANK 0, "
+      "WORLD_SIZE 1");
+  unsetenv("WORLD_SIZE");
+  CHECK_STATUS(recap_comm_env_read(&world, &rank, &local, NULL, 0), RECAP_STATUS_INVALID_ARGUMENT);
+  CHECK_ERROR_MENTIONS("WORLD_SIZE");
+  unsetenv("RANK");
+  unsetenv("LOCAL_RANK");
+}
+
+/* ---- host communicators ---- */
 
 static void test_host_world_above_one_is_a_clear_error(void) {
   recap_comm *c = NULL;
@@ -692,6 +846,11 @@ int main(void) {
   CU_ADD_TEST(rv, test_tcp_server_drops_bad_hellos_and_serves_real_rank);
   CU_ADD_TEST(rv, test_tcp_server_times_out_naming_missing_ranks);
   CU_ADD_TEST(rv, test_tcp_client_rejects_bad_replies);
+  CU_pSuite env = test_add_suite("comm/env_init", NULL, NULL);
+  CU_ADD_TEST(env, test_env_init_runs_the_tcp_rendezvous_at_master_addr);
+  CU_ADD_TEST(env, test_env_init_names_missing_and_malformed_variables);
+  CU_ADD_TEST(env, test_env_init_under_torchrun_needs_recap_master_port);
+  CU_ADD_TEST(env, test_env_init_reads_the_process_environment);
   CU_pSuite host = test_add_suite("comm/host", NULL, NULL);
   CU_ADD_TEST(host, test_host_world_above_one_is_a_clear_error);
   CU_ADD_TEST(host, test_host_world_of_one_collectives_copy);
