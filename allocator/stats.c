@@ -326,7 +326,7 @@ recap_status recap__allocator_snapshot_json(recap__allocator *a, char **out) {
   json_t *device = json_pack("{s:s,s:i}", "backend", recap_backend_name(a->device.backend), "index",
                              a->device.index);
   /* PyTorch's device_traces holds one list of events per device index; recap records no
-   * history, so every list is empty (memory_viz's trace views then show nothing). */
+   * history, so every list is empty (PyTorch's viewers then show the blocks, no events). */
   json_t *traces = json_array();
   for (int d = 0; traces && d <= a->device.index; d++)
     if (json_array_append_new(traces, json_array()) != 0) {
