@@ -14,21 +14,29 @@
 #include "allocator/internal.h"
 #include "runtime/error.h"
 
-/* The stat arrays of recap_memory_stats, with PyTorch's names, for the summary and JSON. */
+/* The stat arrays of recap_memory_stats: recap's name (the struct's, the summary's) and the
+ * name torch.cuda.memory_stats() gives the same number (the snapshot's "memory_stats").
+ * PyTorch counts no requests, so requested_count keeps recap's name there. */
 typedef struct {
   const char *name;
+  const char *torch_name;
   size_t offset;
   bool bytes;
 } stat_field;
 
-#define STAT_FIELD_(name, bytes) \
-  { #name, offsetof(recap_memory_stats, name), bytes }
+#define STAT_FIELD_(name, torch_name, bytes) \
+  { #name, torch_name, offsetof(recap_memory_stats, name), bytes }
 static const stat_field stat_fields[] = {
-    STAT_FIELD_(allocated_bytes, true),      STAT_FIELD_(allocated_count, false),
-    STAT_FIELD_(reserved_bytes, true),       STAT_FIELD_(reserved_count, false),
-    STAT_FIELD_(active_bytes, true),         STAT_FIELD_(active_count, false),
-    STAT_FIELD_(inactive_split_bytes, true), STAT_FIELD_(inactive_split_count, false),
-    STAT_FIELD_(requested_bytes, true),      STAT_FIELD_(requested_count, false),
+    STAT_FIELD_(allocated_bytes, "allocated_bytes", true),
+    STAT_FIELD_(allocated_count, "allocation", false),
+    STAT_FIELD_(reserved_bytes, "reserved_bytes", true),
+    STAT_FIELD_(reserved_count, "segment", false),
+    STAT_FIELD_(active_bytes, "active_bytes", true),
+    STAT_FIELD_(active_count, "active", false),
+    STAT_FIELD_(inactive_split_bytes, "inactive_split_bytes", true),
+    STAT_FIELD_(inactive_split_count, "inactive_split", false),
+    STAT_FIELD_(requested_bytes, "requested_bytes", true),
+    STAT_FIELD_(requested_count, "requested_count", false),
 };
 #undef STAT_FIELD_
 enum { STAT_FIELD_COUNT = sizeof stat_fields / sizeof stat_fields[0] };
@@ -181,38 +189,43 @@ recap_status recap__allocator_summary(recap__allocator *a, char **text) {
  * JSON snapshot
  * ---------------------------------------------------------------------------------------- */
 
-static json_t *stats_json(const recap_memory_stats *stats) {
-  static const char *type_names[] = {"all", "small", "large"};
+/* torch.cuda.memory_stats()'s flat dict: "<stat>.<all|small_pool|large_pool>.<current|peak|
+ * allocated|freed>" and the counters. max_split_size is in bytes, -1 without a limit (PyTorch's
+ * SIZE_MAX read as a signed number). PyTorch's oversize_allocations and oversize_segments are
+ * left out: recap does not count blocks past max_split_size. */
+static json_t *stats_json(const recap_memory_stats *stats, const recap__alloc_config *config) {
+  static const char *pool_names[] = {"all", "small_pool", "large_pool"};
+  static const char *metric_names[] = {"current", "peak", "allocated", "freed"};
   recap_memory_stats s = *stats;
   json_t *root = json_object();
-  for (int i = 0; root && i < STAT_FIELD_COUNT; i++) {
-    recap_memory_stat *f = field_of(&s, &stat_fields[i]);
-    json_t *by_type = json_object();
-    for (int ty = 0; by_type && ty < RECAP_STAT_TYPE_COUNT; ty++) {
-      json_t *v = json_pack("{s:I,s:I,s:I,s:I}", "current", (json_int_t)f[ty].current, "peak",
-                            (json_int_t)f[ty].peak, "allocated", (json_int_t)f[ty].allocated,
-                            "freed", (json_int_t)f[ty].freed);
-      if (!v || json_object_set_new(by_type, type_names[ty], v) != 0) {
-        json_decref(by_type);
-        by_type = NULL;
+  bool ok = root != NULL;
+  for (int i = 0; ok && i < STAT_FIELD_COUNT; i++) {
+    const recap_memory_stat *f = field_of(&s, &stat_fields[i]);
+    for (int ty = 0; ok && ty < RECAP_STAT_TYPE_COUNT; ty++) {
+      const int64_t values[4] = {f[ty].current, f[ty].peak, f[ty].allocated, f[ty].freed};
+      for (int m = 0; ok && m < 4; m++) {
+        char key[80];
+        snprintf(key, sizeof key, "%s.%s.%s", stat_fields[i].torch_name, pool_names[ty],
+                 metric_names[m]);
+        ok = json_object_set_new(root, key, json_integer((json_int_t)values[m])) == 0;
       }
     }
-    if (!by_type || json_object_set_new(root, stat_fields[i].name, by_type) != 0) {
-      json_decref(root);
-      return NULL;
-    }
   }
-  if (!root) return NULL;
-  json_t *counters = json_pack(
-      "{s:I,s:I,s:I,s:I,s:I}", "num_alloc_retries", (json_int_t)s.num_alloc_retries, "num_ooms",
-      (json_int_t)s.num_ooms, "num_device_alloc", (json_int_t)s.num_device_alloc, "num_device_free",
-      (json_int_t)s.num_device_free, "num_sync_all_streams", (json_int_t)s.num_sync_all_streams);
-  if (!counters || json_object_update(root, counters) != 0) {
-    json_decref(counters);
+  const json_int_t max_split =
+      config->max_split_size == SIZE_MAX ? -1 : (json_int_t)config->max_split_size;
+  json_t *counters =
+      ok ? json_pack("{s:I,s:I,s:I,s:I,s:I,s:I}", "num_alloc_retries",
+                     (json_int_t)s.num_alloc_retries, "num_ooms", (json_int_t)s.num_ooms,
+                     "num_device_alloc", (json_int_t)s.num_device_alloc, "num_device_free",
+                     (json_int_t)s.num_device_free, "num_sync_all_streams",
+                     (json_int_t)s.num_sync_all_streams, "max_split_size", max_split)
+         : NULL;
+  ok = counters && json_object_update(root, counters) == 0;
+  json_decref(counters);
+  if (!ok) {
     json_decref(root);
     return NULL;
   }
-  json_decref(counters);
   return root;
 }
 
@@ -233,6 +246,7 @@ typedef struct {
   json_t *segment; /* the segment being filled */
   json_t *blocks;  /* its blocks */
   size_t allocated, active, requested;
+  int device; /* the allocator's device index, each segment's "device" */
   bool failed;
 } snapshot_walk;
 
@@ -255,12 +269,15 @@ static void snapshot_block(snapshot_walk *w, const recap__block *b) {
   if (!b->prev) {
     segment_finish(w);
     const recap__segment *seg = b->segment;
-    w->segment =
-        json_pack("{s:I,s:I,s:I,s:I,s:s,s:b,s:I}", "address", (json_int_t)seg->base,
-                  "total_size", (json_int_t)seg->size, "stream", (json_int_t)(uintptr_t)seg->stream,
-                  "pool_id", (json_int_t)seg->pool->id, "segment_type",
-                  seg->small ? "small" : "large", "expandable", seg->expandable,
-                  "reserved_address_space", (json_int_t)(seg->expandable ? seg->va_size : seg->size));
+    /* PyTorch's segment keys; a private pool's id goes second in segment_pool_id, as the id
+     * of a pool made by graph_pool_handle() does. reserved_address_space is recap's own. No
+     * stack is recorded, so "frames" is empty (memory_viz shows the blocks without one). */
+    w->segment = json_pack(
+        "{s:i,s:I,s:I,s:I,s:s,s:[i,I],s:b,s:[],s:I}", "device", w->device, "address",
+        (json_int_t)seg->base, "total_size", (json_int_t)seg->size, "stream",
+        (json_int_t)(uintptr_t)seg->stream, "segment_type", seg->small ? "small" : "large",
+        "segment_pool_id", 0, (json_int_t)seg->pool->id, "is_expandable", seg->expandable, "frames",
+        "reserved_address_space", (json_int_t)(seg->expandable ? seg->va_size : seg->size));
     w->blocks = json_array();
     w->allocated = w->active = w->requested = 0;
     if (!w->segment || !w->blocks) {
@@ -274,9 +291,9 @@ static void snapshot_block(snapshot_walk *w, const recap__block *b) {
   if (b->state == RECAP__BLOCK_ALLOCATED) w->allocated += b->size;
   if (b->state != RECAP__BLOCK_FREE) w->active += b->size;
   w->requested += b->requested;
-  json_t *jb =
-      json_pack("{s:I,s:I,s:I,s:s}", "address", (json_int_t)b->addr, "size", (json_int_t)b->size,
-                "requested_size", (json_int_t)b->requested, "state", state_name(b->state));
+  json_t *jb = json_pack("{s:I,s:I,s:I,s:s,s:[]}", "address", (json_int_t)b->addr, "size",
+                         (json_int_t)b->size, "requested_size", (json_int_t)b->requested, "state",
+                         state_name(b->state), "frames");
   if (!jb || json_array_append_new(w->blocks, jb) != 0) w->failed = true;
 }
 
@@ -290,7 +307,7 @@ recap_status recap__allocator_snapshot_json(recap__allocator *a, char **out) {
   RECAP_CHECK_ARG(a && out);
   RECAP_TRY(no_blocks(a, "the memory snapshot"));
   json_t *root = json_object(), *pools = json_array(), *stats = NULL;
-  snapshot_walk w = {.segments = json_array()};
+  snapshot_walk w = {.segments = json_array(), .device = a->device.index};
   bool ok = root && w.segments && pools;
   pthread_mutex_lock(&a->lock);
   if (ok) {
@@ -304,16 +321,27 @@ recap_status recap__allocator_snapshot_json(recap__allocator *a, char **out) {
                            (json_int_t)p->segment_count);
     ok = jp && json_array_append_new(pools, jp) == 0;
   }
-  if (ok) stats = stats_json(&a->stats);
+  if (ok) stats = stats_json(&a->stats, &a->config);
   pthread_mutex_unlock(&a->lock);
   json_t *device = json_pack("{s:s,s:i}", "backend", recap_backend_name(a->device.backend), "index",
                              a->device.index);
-  ok = ok && stats && device && json_object_set(root, "device", device) == 0 &&
+  /* PyTorch's device_traces holds one list of events per device index; recap records no
+   * history, so every list is empty (PyTorch's viewers then show the blocks, no events). */
+  json_t *traces = json_array();
+  for (int d = 0; traces && d <= a->device.index; d++)
+    if (json_array_append_new(traces, json_array()) != 0) {
+      json_decref(traces);
+      traces = NULL;
+    }
+  ok = ok && stats && device && traces && json_object_set(root, "device", device) == 0 &&
        json_object_set(root, "segments", w.segments) == 0 &&
-       json_object_set(root, "pools", pools) == 0 && json_object_set(root, "stats", stats) == 0;
+       json_object_set(root, "device_traces", traces) == 0 &&
+       json_object_set(root, "pools", pools) == 0 &&
+       json_object_set(root, "memory_stats", stats) == 0;
   char *text = ok ? json_dumps(root, JSON_COMPACT) : NULL;
   /* json_object_set took its own references; drop ours (NULL is ignored). */
   json_decref(device);
+  json_decref(traces);
   json_decref(stats);
   json_decref(pools);
   json_decref(w.segments);

@@ -2,6 +2,12 @@
  * memviz_model.c: reads an allocator snapshot from untrusted JSON into cli_memviz_model
  * (memviz_model.h lists the rules). Every check names the JSON path of what it refused, so a
  * person can find the problem in the file.
+ *
+ * Two spellings are read (docs/ALLOCATOR.md, "Snapshots and stats in PyTorch's format"):
+ * recap's first format ("pool_id", "expandable", nested "stats") and the current one, which
+ * is torch.cuda.memory._snapshot()'s ("segment_pool_id", "is_expandable", per-segment
+ * "device", flat "memory_stats"). A snapshot PyTorch wrote has no "device" object and its
+ * segments come in no particular order; both are accepted.
  */
 #include "cli/memviz_model.h"
 
@@ -80,9 +86,33 @@ static recap_status get_array(const parser *ps, json_t *parent, const char *path
   return RECAP_OK;
 }
 
-static recap_status parse_device(parser *ps, json_t *root) {
+/* PyTorch's snapshot names no backend and gives each segment its device; memviz draws one
+ * device, so all segments must agree. The segments are checked one by one later. */
+static recap_status device_from_segments(parser *ps, json_t *jsegs) {
+  memcpy(ps->m->backend, "cuda", sizeof "cuda");
+  ps->m->device_index = 0;
+  size_t i;
+  json_t *js;
+  json_array_foreach(jsegs, i, js) {
+    json_t *d = json_is_object(js) ? json_object_get(js, "device") : NULL;
+    char path[160];
+    if (snprintf(path, sizeof path, "segments[%zu].device", i) < 0) path[0] = 0;
+    if (!json_is_integer(d) || json_integer_value(d) < 0 || json_integer_value(d) > 1023)
+      return bad(ps, path, "expected a whole number in [0, 1023] (the file has no \"device\")");
+    if (i == 0) ps->m->device_index = (int)json_integer_value(d);
+    if (json_integer_value(d) != ps->m->device_index)
+      return bad(ps, path,
+                 "device %lld, but segments[0] is on device %d: memviz draws one device's "
+                 "segments",
+                 (long long)json_integer_value(d), ps->m->device_index);
+  }
+  return RECAP_OK;
+}
+
+static recap_status parse_device(parser *ps, json_t *root, json_t *jsegs) {
   json_t *dev;
-  RECAP_TRY(get_object(ps, root, "", "device", true, &dev));
+  RECAP_TRY(get_object(ps, root, "", "device", false, &dev));
+  if (!dev) return device_from_segments(ps, jsegs);
   json_t *backend = json_object_get(dev, "backend");
   if (!json_is_string(backend)) return bad(ps, "device.backend", "expected a string");
   size_t len = json_string_length(backend);
@@ -140,7 +170,9 @@ static recap_status parse_blocks(parser *ps, json_t *jblocks, const char *path,
     json_t *jb = json_array_get(jblocks, i);
     if (!json_is_object(jb)) return bad(ps, where, "expected an object");
     cli_memviz_block b;
-    RECAP_TRY(get_u64(ps, jb, where, "address", &b.address));
+    /* Older PyTorch snapshots give blocks no address: they tile from the segment's. */
+    b.address = at;
+    if (json_object_get(jb, "address")) RECAP_TRY(get_u64(ps, jb, where, "address", &b.address));
     RECAP_TRY(get_u64(ps, jb, where, "size", &b.size));
     RECAP_TRY(get_u64(ps, jb, where, "requested_size", &b.requested));
     RECAP_TRY(parse_state(ps, jb, where, &b.state));
@@ -155,9 +187,13 @@ static recap_status parse_blocks(parser *ps, json_t *jblocks, const char *path,
     if (b.requested > b.size)
       return bad(ps, where, "requested_size %" PRIu64 " exceeds size %" PRIu64, b.requested,
                  b.size);
+    /* A segment's requested_size counts its active blocks only, as PyTorch's does: an
+     * inactive block's requested_size need not be 0 there. */
     if (b.state == CLI_MEMVIZ_ALLOCATED) seg->allocated += b.size;
-    if (b.state != CLI_MEMVIZ_INACTIVE) seg->active += b.size;
-    seg->requested += b.requested;
+    if (b.state != CLI_MEMVIZ_INACTIVE) {
+      seg->active += b.size;
+      seg->requested += b.requested;
+    }
     at += b.size;
     m->blocks[m->num_blocks++] = b;
   }
@@ -179,6 +215,27 @@ static recap_status check_total(const parser *ps, json_t *js, const char *path, 
   return RECAP_OK;
 }
 
+/* "segment_pool_id" is PyTorch's pair: (0, n) for a pool made by graph_pool_handle() or a
+ * MemPool, (capture id, 0) for a capture's own pool, (0, 0) for the default pool; recap writes
+ * (0, its pool id). The model keeps the non-zero half, so a pair with two non-zero halves is
+ * refused. recap's first format has "pool_id". */
+static recap_status parse_pool_id(const parser *ps, json_t *js, const char *path, uint64_t *out) {
+  json_t *pair = json_object_get(js, "segment_pool_id");
+  if (!pair) return get_u64(ps, js, path, "pool_id", out);
+  char where[176];
+  if (snprintf(where, sizeof where, "%s.segment_pool_id", path) < 0) where[0] = 0;
+  json_t *hi = json_array_get(pair, 0), *lo = json_array_get(pair, 1);
+  if (!json_is_array(pair) || json_array_size(pair) != 2 || !json_is_integer(hi) ||
+      !json_is_integer(lo))
+    return bad(ps, where, "expected a pair of whole numbers");
+  json_int_t a = json_integer_value(hi), b = json_integer_value(lo);
+  if (a < 0 || b < 0 || (uint64_t)a >= MAX_VALUE || (uint64_t)b >= MAX_VALUE)
+    return bad(ps, where, "out of range [0, 2^60)");
+  if (a != 0 && b != 0) return bad(ps, where, "one of the two ids should be 0");
+  *out = (uint64_t)(a ? a : b);
+  return RECAP_OK;
+}
+
 static recap_status parse_segment(parser *ps, json_t *js, size_t index) {
   cli_memviz_model *m = ps->m;
   char path[160];
@@ -189,20 +246,19 @@ static recap_status parse_segment(parser *ps, json_t *js, size_t index) {
   RECAP_TRY(get_u64(ps, js, path, "address", &seg->address));
   RECAP_TRY(get_u64(ps, js, path, "total_size", &seg->total_size));
   RECAP_TRY(get_u64(ps, js, path, "stream", &seg->stream));
-  RECAP_TRY(get_u64(ps, js, path, "pool_id", &seg->pool_id));
+  RECAP_TRY(parse_pool_id(ps, js, path, &seg->pool_id));
   if (seg->total_size == 0) return bad(ps, path, "total_size is 0");
-  if (index > 0) {
-    const cli_memviz_segment *prev = &m->segments[index - 1];
-    if (seg->address < prev->address + prev->total_size)
-      return bad(ps, path, "overlaps the segment before it (segments are sorted by address)");
-  }
+  json_t *dev = json_object_get(js, "device");
+  if (dev && (!json_is_integer(dev) || json_integer_value(dev) != m->device_index))
+    return bad(ps, path, "device: expected %d, the snapshot's device", m->device_index);
   json_t *type = json_object_get(js, "segment_type");
   if (!json_is_string(type) || (strcmp(json_string_value(type), "small") != 0 &&
                                 strcmp(json_string_value(type), "large") != 0))
     return bad(ps, path, "segment_type: expected \"small\" or \"large\"");
   seg->small = json_string_value(type)[0] == 's';
-  json_t *exp = json_object_get(js, "expandable");
-  if (exp && !json_is_boolean(exp)) return bad(ps, path, "expandable: expected true or false");
+  const char *exp_key = json_object_get(js, "is_expandable") ? "is_expandable" : "expandable";
+  json_t *exp = json_object_get(js, exp_key);
+  if (exp && !json_is_boolean(exp)) return bad(ps, path, "%s: expected true or false", exp_key);
   seg->expandable = exp && json_is_true(exp);
   seg->reserved_address_space = seg->total_size;
   if (json_object_get(js, "reserved_address_space")) {
@@ -249,9 +305,20 @@ static recap_status parse_pools(parser *ps, json_t *root) {
   return RECAP_OK;
 }
 
-/* The peaks, when the optional "stats" object has them; a malformed one is still refused. */
+/* The peaks from "memory_stats" (torch.cuda.memory_stats()'s flat keys). */
+static recap_status parse_flat_peaks(parser *ps, json_t *stats) {
+  RECAP_TRY(get_u64(ps, stats, "memory_stats", "reserved_bytes.all.peak", &ps->m->peak_reserved));
+  RECAP_TRY(get_u64(ps, stats, "memory_stats", "allocated_bytes.all.peak", &ps->m->peak_allocated));
+  ps->m->has_peaks = true;
+  return RECAP_OK;
+}
+
+/* The peaks, when the optional "memory_stats" or (recap's first format) "stats" object has
+ * them; a malformed one is still refused. */
 static recap_status parse_peaks(parser *ps, json_t *root) {
   json_t *stats;
+  RECAP_TRY(get_object(ps, root, "", "memory_stats", false, &stats));
+  if (stats) return parse_flat_peaks(ps, stats);
   RECAP_TRY(get_object(ps, root, "", "stats", false, &stats));
   if (!stats) return RECAP_OK;
   static const char *const keys[2] = {"reserved_bytes", "allocated_bytes"};
@@ -266,6 +333,26 @@ static recap_status parse_peaks(parser *ps, json_t *root) {
     RECAP_TRY(get_u64(ps, all, path, "peak", dst[k]));
   }
   ps->m->has_peaks = true;
+  return RECAP_OK;
+}
+
+static int by_address(const void *x, const void *y) {
+  const cli_memviz_segment *a = x, *b = y;
+  return (a->address > b->address) - (a->address < b->address);
+}
+
+/* The drawing walks segments in address order; PyTorch lists them in no particular order.
+ * Blocks stay where they are: segments find theirs by index. */
+static recap_status sort_segments(parser *ps) {
+  cli_memviz_model *m = ps->m;
+  if (m->num_segments > 1) qsort(m->segments, m->num_segments, sizeof *m->segments, by_address);
+  for (size_t i = 1; i < m->num_segments; i++) {
+    const cli_memviz_segment *prev = &m->segments[i - 1], *seg = &m->segments[i];
+    if (seg->address < prev->address + prev->total_size)
+      return bad(ps, "segments",
+                 "the segment at %#" PRIx64 " overlaps the one at %#" PRIx64 " (%" PRIu64 " bytes)",
+                 seg->address, prev->address, prev->total_size);
+  }
   return RECAP_OK;
 }
 
@@ -290,10 +377,10 @@ recap_status cli_memviz_parse(const char *text, size_t size, const char *name,
     st = bad(&ps, "(top)", "expected an object");
     goto done;
   }
-  RECAP_TRY_GOTO(st, parse_device(&ps, root), done);
   json_t *jsegs;
   RECAP_TRY_GOTO(st, get_array(&ps, root, "", "segments", true, CLI_MEMVIZ_MAX_SEGMENTS, &jsegs),
                  done);
+  RECAP_TRY_GOTO(st, parse_device(&ps, root, jsegs), done);
   size_t n = json_array_size(jsegs);
   if (n && !(ps.m->segments = calloc(n, sizeof *ps.m->segments))) {
     st = recap__fail_plain(RECAP_STATUS_OUT_OF_MEMORY, "%s: no memory", name);
@@ -303,6 +390,7 @@ recap_status cli_memviz_parse(const char *text, size_t size, const char *name,
     RECAP_TRY_GOTO(st, parse_segment(&ps, json_array_get(jsegs, i), i), done);
     ps.m->num_segments = i + 1;
   }
+  RECAP_TRY_GOTO(st, sort_segments(&ps), done);
   RECAP_TRY_GOTO(st, parse_pools(&ps, root), done);
   RECAP_TRY_GOTO(st, parse_peaks(&ps, root), done);
 done:

@@ -1,12 +1,14 @@
 /*
- * memviz_model.h: an allocator snapshot (recap_memory_snapshot_json's format, include/recap.h)
- * read back from a file that anyone may have written, and drawn as an SVG picture of its
- * segments and blocks (`recap memviz`).
+ * memviz_model.h: an allocator snapshot (recap_memory_snapshot_json's format, include/recap.h,
+ * recap's first format, or a torch.cuda.memory._snapshot() saved as JSON) read back from a
+ * file that anyone may have written, and drawn as an SVG picture of its segments and blocks
+ * (`recap memviz`).
  *
  * The parser trusts nothing: the text is bounded (CLI_MEMVIZ_MAX_BYTES), so are the segment
  * and block counts, string lengths and every number (non-negative integers below 2^60), and
  * the layout must be consistent (each segment's blocks tile it from its address, in order;
- * segments are sorted and do not overlap; the totals a segment states equal its blocks' sums).
+ * segments do not overlap, and the model lists them sorted by address; the totals a segment
+ * states equal its blocks' sums, requested_size counting active blocks only).
  * A file that breaks any rule is refused with RECAP_STATUS_INVALID_ARGUMENT and a message
  * naming the file and the JSON path of the problem ("snap.json: segments[3].blocks[0].size:
  * ..."); RECAP_STATUS_IO_ERROR when the file cannot be read or is too large;
@@ -72,7 +74,7 @@ typedef struct {
   cli_memviz_pool *pools; /* private pools */
   size_t num_pools;
   uint64_t reserved, allocated, active; /* sums over the segments */
-  bool has_peaks;                       /* "stats" gave the peaks below */
+  bool has_peaks; /* "memory_stats" (or the first format's "stats") gave the peaks below */
   uint64_t peak_reserved, peak_allocated;
 } cli_memviz_model;
 

@@ -592,14 +592,16 @@ RECAP_API recap_status recap_memory_max_reserved(recap_device device, size_t *ou
 /* A human-readable table of the stats. *text is allocated with malloc: release it with
  * free() (not recap_free, which is for device blocks). */
 RECAP_API recap_status recap_memory_summary(recap_device device, char **text);
-/* A JSON snapshot taken atomically: {"device", "segments": [{"address", "total_size",
- * "allocated_size", "active_size", "requested_size", "stream", "pool_id", "segment_type":
- * "small"|"large", "blocks": [{"address", "size", "requested_size", "state":
- * "active_allocated"|"active_pending_free"|"inactive"}], "expandable": bool,
- * "reserved_address_space"}], "pools": [{"id", "use_count",
- * "reserved_bytes"}], "stats": {key: {"all"|"small"|"large": {"current", "peak", "allocated",
- * "freed"}}, "num_ooms": n, ...}}. The stats equal the sums over the segments. Addresses and
- * streams are integers. Release *json with free(). */
+/* A JSON snapshot taken atomically, in torch.cuda.memory._snapshot()'s shape plus recap's own
+ * keys (docs/ALLOCATOR.md has the tables): {"segments": [{"device", "address", "total_size",
+ * "allocated_size", "active_size", "requested_size", "stream", "segment_type":
+ * "small"|"large", "segment_pool_id": [0, pool id], "is_expandable": bool, "frames": [],
+ * "reserved_address_space", "blocks": [{"address", "size", "requested_size", "state":
+ * "active_allocated"|"active_pending_free"|"inactive", "frames": []}]}], "device_traces":
+ * [[], ...], "memory_stats": {"allocation.all.current": n, ...} (torch.cuda.memory_stats()'s
+ * flat keys), "device": {"backend", "index"}, "pools": [{"id", "use_count", "reserved_bytes",
+ * "segment_count"}]}. The stats equal the sums over the segments. Addresses and streams are
+ * integers. Release *json with free(). */
 RECAP_API recap_status recap_memory_snapshot_json(recap_device device, char **json);
 
 /* A private pool of one device's allocator. Ids are process-unique; 0 is never a pool. */

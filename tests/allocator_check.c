@@ -24,13 +24,26 @@ int64_t json_int(json_t *obj, const char *key) {
   return (int64_t)json_integer_value(v);
 }
 
+int64_t snapshot_pool_id(json_t *segment) {
+  json_t *id = json_object_get(segment, "segment_pool_id");
+  CU_ASSERT_FATAL(json_is_array(id) && json_array_size(id) == 2);
+  CU_ASSERT_FATAL(json_is_integer(json_array_get(id, 0)) && json_is_integer(json_array_get(id, 1)));
+  CU_ASSERT_EQUAL(json_integer_value(json_array_get(id, 0)), 0);
+  return (int64_t)json_integer_value(json_array_get(id, 1));
+}
+
+int64_t snapshot_stat(json_t *root, const char *key) {
+  return json_int(json_object_get(root, "memory_stats"), key);
+}
+
 /* Every segment is tiled by its blocks, and every stat's current value equals the sum over
  * the snapshot (and the snapshot's own copy of the stats, and the live stats). */
 void allocator_check_consistent(recap__allocator *a) {
-  static const char *keys[] = {"allocated_bytes",      "allocated_count",      "reserved_bytes",
-                               "reserved_count",       "active_bytes",         "active_count",
-                               "inactive_split_bytes", "inactive_split_count", "requested_bytes",
-                               "requested_count"};
+  /* PyTorch's names of recap_memory_stats' arrays, in the order of live_arrays below. */
+  static const char *keys[] = {
+      "allocated_bytes", "allocation",     "reserved_bytes",       "segment",
+      "active_bytes",    "active",         "inactive_split_bytes", "inactive_split",
+      "requested_bytes", "requested_count"};
   enum { NKEYS = sizeof keys / sizeof keys[0] };
   int64_t sum[NKEYS][3];
   memset(sum, 0, sizeof sum);
@@ -62,8 +75,7 @@ void allocator_check_consistent(recap__allocator *a) {
     CU_ASSERT_EQUAL(expect, base + size);
     for (int k = 0; k < NKEYS; k++) sum[k][0] += add[k], sum[k][ty] += add[k];
   }
-  static const char *types[] = {"all", "small", "large"};
-  json_t *stats = json_object_get(root, "stats");
+  static const char *types[] = {"all", "small_pool", "large_pool"};
   recap_memory_stats live;
   recap__allocator_stats(a, &live);
   const recap_memory_stat *live_arrays[NKEYS] = {
@@ -73,8 +85,9 @@ void allocator_check_consistent(recap__allocator *a) {
       live.requested_count};
   for (int k = 0; k < NKEYS; k++) {
     for (int t = 0; t < 3; t++) {
-      int64_t reported =
-          json_int(json_object_get(json_object_get(stats, keys[k]), types[t]), "current");
+      char key[64];
+      snprintf(key, sizeof key, "%s.%s.current", keys[k], types[t]);
+      int64_t reported = snapshot_stat(root, key);
       if (reported != sum[k][t] || live_arrays[k][t].current != sum[k][t])
         fprintf(stderr, "\n  stat %s (%s): snapshot stats %lld, live %lld, sum of blocks %lld\n",
                 keys[k], types[t], (long long)reported, (long long)live_arrays[k][t].current,

@@ -29,6 +29,11 @@ void allocator_fixture_open(allocator_fixture *f, const char *conf, size_t capac
 json_t *allocator_snapshot(recap__allocator *a);
 /* An integer member of a JSON object (fails the test if absent or not an integer). */
 int64_t json_int(json_t *obj, const char *key);
+/* The private pool a snapshot segment belongs to (0: the default pool), from its
+ * "segment_pool_id" pair, whose first half must be 0. */
+int64_t snapshot_pool_id(json_t *segment);
+/* One number of the snapshot's "memory_stats" (PyTorch's flat keys, "segment.all.current"). */
+int64_t snapshot_stat(json_t *root, const char *key);
 void allocator_check_consistent(recap__allocator *a);
 
 #endif

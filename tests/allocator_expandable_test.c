@@ -95,7 +95,7 @@ static size_t segments_of(recap__allocator *a, uintptr_t *base, int64_t *size, b
     json_t *seg = json_array_get(segs, 0);
     *base = (uintptr_t)json_int(seg, "address");
     *size = json_int(seg, "total_size");
-    *expandable = json_is_true(json_object_get(seg, "expandable"));
+    *expandable = json_is_true(json_object_get(seg, "is_expandable"));
   }
   json_decref(root);
   return n;

@@ -93,7 +93,7 @@ static void check_model(model *m, bool after_empty_cache) {
   int allocated_seen = 0;
   int64_t requested = 0;
   json_array_foreach(json_object_get(root, "segments"), i, seg) {
-    uint64_t pool = (uint64_t)json_int(seg, "pool_id");
+    uint64_t pool = (uint64_t)snapshot_pool_id(seg);
     int stream = stream_index(m, json_int(seg, "stream"));
     CU_ASSERT(stream >= 0);
     bool small = strcmp(json_string_value(json_object_get(seg, "segment_type")), "small") == 0;
@@ -123,15 +123,10 @@ static void check_model(model *m, bool after_empty_cache) {
     if (after_empty_cache && !any_active) CU_ASSERT(pool != 0 && pool_referenced(m, pool));
   }
   CU_ASSERT_EQUAL(allocated_seen, m->live_count);
-  json_t *stats = json_object_get(root, "stats");
-  CU_ASSERT_EQUAL(
-      json_int(json_object_get(json_object_get(stats, "requested_bytes"), "all"), "current"),
-      requested);
+  CU_ASSERT_EQUAL(snapshot_stat(root, "requested_bytes.all.current"), requested);
   recap__raw_failing_counts counts;
   recap__raw_failing_counts_get(m->failing, &counts);
-  CU_ASSERT_EQUAL(
-      (int64_t)counts.live_bytes,
-      json_int(json_object_get(json_object_get(stats, "reserved_bytes"), "all"), "current"));
+  CU_ASSERT_EQUAL((int64_t)counts.live_bytes, snapshot_stat(root, "reserved_bytes.all.current"));
   json_decref(root);
   /* No two live blocks overlap (the tags would have caught a write, this catches the
    * addresses). */

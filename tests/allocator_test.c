@@ -427,7 +427,7 @@ static void test_oom_during_capture_fails_cleanly_without_retry(void) {
 static uint64_t segment_pool(recap__allocator *a, void *p) {
   json_t *root = allocator_snapshot(a);
   json_t *seg = snapshot_segment_of(root, (uintptr_t)p);
-  uint64_t id = seg ? (uint64_t)json_int(seg, "pool_id") : UINT64_MAX;
+  uint64_t id = seg ? (uint64_t)snapshot_pool_id(seg) : UINT64_MAX;
   json_decref(root);
   return id;
 }
