@@ -25,7 +25,8 @@
 #include "cli/cli.h"
 #include "cli/tensors.h"
 
-enum { MAX_RANKS = 64, FIRST_VALUES = 4 };
+#define MAX_RANKS 64 /* a macro: the help texts state it */
+enum { FIRST_VALUES = 4 };
 
 bool cli_dist_requested(int argc, char **argv) {
   for (int i = 0; i < argc; i++)
@@ -36,6 +37,27 @@ bool cli_dist_requested(int argc, char **argv) {
 /* ---- recap run --world ---- */
 
 static const char *const RUN = "run";
+
+/* `recap run`'s flags of a distributed run (cli_run_help lists them). */
+const cli_option cli_run_dist_options[] = {
+    {.flag = "--world",
+     .value = "N",
+     .kind = CLI_VALUE_TEXT,
+     .help = "ranks in all (1 to " CLI_STR(MAX_RANKS) "); rank 0's inputs and batch go to\n"
+                                                      "every rank"},
+    {.flag = "--rank",
+     .value = "R",
+     .kind = CLI_VALUE_TEXT,
+     .help = "this process's rank, 0 <= R < N"},
+    {.flag = "--init",
+     .value = "URL",
+     .kind = CLI_VALUE_TEXT,
+     .help = "the rendezvous, file:///PATH or tcp://HOST:PORT (needed when N > 1)"},
+    {.flag = "--timeout",
+     .value = "S",
+     .kind = CLI_VALUE_TEXT,
+     .help = "seconds for the rendezvous, NCCL init and every wait (default 120)"},
+    {0}};
 
 typedef struct {
   const char *path, *mode, *init;
@@ -252,26 +274,36 @@ done:
 
 static const char *const LAUNCH = "launch";
 
-static void launch_usage(FILE *out) {
-  fprintf(out,
-          "usage: recap launch --gpus N [--timeout S] [--grace S] -- run SPEC [flags]\n\n"
-          "Starts N processes of `recap run SPEC --world N --rank R --init file://...` on this\n"
-          "machine, rank R seeing GPU R (CUDA_VISIBLE_DEVICES; the R-th entry of an existing\n"
-          "list), waits for them and prints every rank's exit. When a rank fails the others get\n"
-          "--grace seconds to fail on their own (their collectives time out), then SIGTERM,\n"
-          "then SIGKILL.\n\n"
-          "  --gpus N      ranks (1 to %d); with --device host only 1 (more is a usage error)\n"
-          "  --timeout S   passed to each rank: rendezvous, NCCL init and every wait (default "
-          "120)\n"
-          "  --grace S     seconds before stopping the other ranks after a failure (default: "
-          "the timeout + 5)\n"
-          "run flags with --world: --mode, --device, --iters, --warmup, --dim, --seed, --json -\n"
-          "(each rank's JSON on its stdout, its text on stderr), "
-          "--base-dir (inputs come from rank 0; seed: --seed, else the spec's seed:, else 1234).\n"
-          "--dim of the bucketed dim above its largest bucket replaces the buckets with that "
-          "size.\n",
-          MAX_RANKS);
-}
+static const cli_option launch_options[] = {
+    {.flag = "--gpus",
+     .value = "N",
+     .kind = CLI_VALUE_TEXT,
+     .help = "ranks (1 to " CLI_STR(MAX_RANKS) "); with --device host only 1 (more is a\n"
+                                               "usage error)"},
+    {.flag = "--timeout",
+     .value = "S",
+     .kind = CLI_VALUE_TEXT,
+     .help = "passed to each rank: rendezvous, NCCL init and every wait (default 120)"},
+    {.flag = "--grace",
+     .value = "S",
+     .kind = CLI_VALUE_TEXT,
+     .help = "seconds before stopping the other ranks after a failure (default: the timeout + 5)"},
+    {0}};
+const cli_help cli_launch_help = {
+    .synopsis = "recap launch --gpus N [--timeout S] [--grace S] -- run SPEC [flags]",
+    .description =
+        "Starts N processes of `recap run SPEC --world N --rank R --init file://...` on this\n"
+        "machine, rank R seeing GPU R (CUDA_VISIBLE_DEVICES; the R-th entry of an existing\n"
+        "list), waits for them and prints every rank's exit. When a rank fails the others get\n"
+        "--grace seconds to fail on their own (their collectives time out), then SIGTERM, then\n"
+        "SIGKILL.",
+    .epilog =
+        "run flags with --world: --mode, --device, --iters, --warmup, --dim, --seed, --json -\n"
+        "(each rank's JSON on its stdout, its text on stderr), --base-dir (inputs come from\n"
+        "rank 0; seed: --seed, else the spec's seed:, else 1234). --dim of the bucketed dim\n"
+        "above its largest bucket replaces the buckets with that size.",
+    .groups = {{.options = launch_options}},
+};
 
 /* The R-th entry of a comma-separated CUDA_VISIBLE_DEVICES, or R. */
 static void visible_device(int rank, char *buf, size_t size) {
@@ -309,7 +341,7 @@ int cli_launch_main(int argc, char **argv) {
       break;
     }
   if (cli_wants_help(sep < 0 ? argc : sep, argv)) {
-    launch_usage(stdout);
+    cli_help_print(stdout, &cli_launch_help);
     return CLI_EXIT_OK;
   }
   long long gpus = 0, timeout = 120, grace = -1;
@@ -332,7 +364,7 @@ int cli_launch_main(int argc, char **argv) {
    * a dead peer within its timeout), and a little more. */
   if (grace < 0) grace = timeout + 5;
   if (sep < 0 || gpus < 1 || sep + 1 >= argc || strcmp(argv[sep + 1], "run") != 0) {
-    launch_usage(stderr);
+    cli_help_print(stderr, &cli_launch_help);
     return CLI_EXIT_USAGE;
   }
   for (int i = sep + 2; i < argc; i++)
