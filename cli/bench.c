@@ -14,46 +14,82 @@ static const char *const CMD = "bench";
  * params + inputs + states + scalars between 1 MiB and 200 MB gets K copies with K x set >=
  * 200 MB (four times the H100's 50 MB L2), at most 16; a smaller set is launch-bound and a
  * larger one does not fit the L2 anyway. */
-enum { ROTATE_MAX = 16, ROTATE_MIN_SET = 1 << 20 };
+#define ROTATE_MAX 16 /* a macro: the help text states it */
+enum { ROTATE_MIN_SET = 1 << 20 };
 static const double ROTATE_TARGET_BYTES = 200e6;
 
-static void usage(FILE *out) {
-  fprintf(out,
-          "usage: recap bench SPEC [--iters N] [--warmup N] [--dim NAME=VALUE] [--entry NAME]\n"
-          "                   [--device cuda|host] [--seed N] [--json FILE] [--svg FILE]\n"
-          "                   [--base-dir DIR] [--rotate K|auto] [--no-fusion]\n\n"
-          "Runs the pipeline eagerly (op by op) and as CUDA graph replays on the same inputs "
-          "and\nweights, and compares them: per-iteration median, p10 and p90 from device "
-          "events (one\nevent pair per iteration), the speedup, capture and instantiate time "
-          "(host clock), the\nprivate pool's bytes and the launches per iteration.\n\n"
-          "  --iters N          timed iterations per mode (default: the spec's run.iters, at "
-          "most %d\n                     on the host backend)\n"
-          "  --warmup N         untimed iterations per mode first, also the engine's warmups "
-          "before\n                     capture; 0: none (default: the spec's run.warmup, at "
-          "most %d on host)\n"
-          "  --dim NAME=VALUE   for the bucketed dim: a batch of VALUE real rows (default: the "
-          "largest\n                     bucket); for any other dim: replaces the spec's value "
-          "(repeatable;\n                     VALUE may be another dim's name: an alias of it)\n"
-          "  --entry NAME       use the dims of the spec's entry NAME (`entries:`), before "
-          "--dim\n"
-          "  --device D         cuda or host (default: the spec's; host when there is no "
-          "GPU)\n"
-          "  --seed N           seed of the random inputs, 0 to 2^64-1 (default: the spec's "
-          "seed:,\n                     else a fresh random seed)\n"
-          "  --json FILE        write the results as JSON (- for stdout: the text then goes\n"
-          "                     to stderr); it records the GPU, driver and library versions\n"
-          "  --svg FILE         write a bar chart (median, p10-p90 whiskers) as SVG\n"
-          "  --rotate K|auto    K pipeline instances with their own params, inputs and state "
-          "(not\n                     shared weights); iterations cycle through them so a "
-          "pipeline whose\n                     data fits the L2 cache is not timed L2-warm. auto: "
-          "K x (params +\n                     inputs + states) >= 200 MB when one set holds 1-200 "
-          "MB, K <= %d,\n                     else 1 (bench/peer/peer_torch.py's rule). Default 1\n"
-          "  --base-dir DIR     files the spec names (params) must lie under DIR (for specs "
-          "from\n                     untrusted sources)\n"
-          "  --no-fusion        run every elementwise op as its own kernel (no fusion pass; "
-          "as\n                     RECAP_FUSION=0)\n",
-          CLI_HOST_ITERS_CAP, CLI_HOST_WARMUP_CAP, (int)ROTATE_MAX);
-}
+static const cli_option bench_options[] = {
+    {.flag = "--iters",
+     .value = "N",
+     .kind = CLI_VALUE_TEXT,
+     .help = "timed iterations per mode (default: the spec's run.iters, at most\n"
+             "" CLI_STR(CLI_HOST_ITERS_CAP) " on the host backend)"},
+    {.flag = "--warmup",
+     .value = "N",
+     .kind = CLI_VALUE_TEXT,
+     .help = "untimed iterations per mode first, also the engine's warmups before\n"
+             "capture; 0: none (default: the spec's run.warmup, at most\n"
+             "" CLI_STR(CLI_HOST_WARMUP_CAP) " on host)"},
+    {.flag = "--dim",
+     .value = "NAME=VALUE",
+     .kind = CLI_VALUE_TEXT,
+     .help = "for the bucketed dim: a batch of VALUE real rows (default: the largest\n"
+             "bucket); for any other dim: replaces the spec's value (repeatable;\n"
+             "VALUE may be another dim's name: an alias of it)"},
+    {.flag = "--entry",
+     .value = "NAME",
+     .kind = CLI_VALUE_TEXT,
+     .help = "use the dims of the spec's entry NAME (`entries:`), before --dim"},
+    {.flag = "--device",
+     .value = "D",
+     .kind = CLI_VALUE_WORDS,
+     .words = "cuda host",
+     .help = "cuda or host (default: the spec's; host when there is no GPU)"},
+    {.flag = "--seed",
+     .value = "N",
+     .kind = CLI_VALUE_TEXT,
+     .help = "seed of the random inputs, 0 to 2^64-1 (default: the spec's seed:,\n"
+             "else a fresh random seed)"},
+    {.flag = "--json",
+     .value = "FILE",
+     .kind = CLI_VALUE_FILE,
+     .help = "write the results as JSON (- for stdout: the text then goes\n"
+             "to stderr); it records the GPU, driver and library versions"},
+    {.flag = "--svg",
+     .value = "FILE",
+     .kind = CLI_VALUE_FILE,
+     .help = "write a bar chart (median, p10-p90 whiskers) as SVG"},
+    {.flag = "--rotate",
+     .value = "K|auto",
+     .kind = CLI_VALUE_TEXT,
+     .help = "K pipeline instances with their own params, inputs and state (not\n"
+             "shared weights); iterations cycle through them so a pipeline whose\n"
+             "data fits the L2 cache is not timed L2-warm. auto: K x (params +\n"
+             "inputs + states) >= 200 MB when one set holds 1-200 MB,\n"
+             "K <= " CLI_STR(ROTATE_MAX) ", else 1 (bench/peer/peer_torch.py's rule). Default 1"},
+    {.flag = "--base-dir",
+     .value = "DIR",
+     .kind = CLI_VALUE_DIR,
+     .help = "files the spec names (params) must lie under DIR (for specs from\n"
+             "untrusted sources)"},
+    {.flag = "--no-fusion",
+     .kind = CLI_VALUE_NONE,
+     .help = "run every elementwise op as its own kernel (no fusion pass; as\n"
+             "RECAP_FUSION=0)"},
+    {0}};
+const cli_help cli_bench_help = {
+    .synopsis =
+        "recap bench SPEC [--iters N] [--warmup N] [--dim NAME=VALUE] [--entry NAME]\n"
+        "            [--device cuda|host] [--seed N] [--json FILE] [--svg FILE]\n"
+        "            [--base-dir DIR] [--rotate K|auto] [--no-fusion]",
+    .description =
+        "Runs the pipeline eagerly (op by op) and as CUDA graph replays on the same inputs and\n"
+        "weights, and compares them: per-iteration median, p10 and p90 from device events (one\n"
+        "event pair per iteration), the speedup, capture and instantiate time (host clock), the\n"
+        "private pool's bytes and the launches per iteration.",
+    .operand = CLI_VALUE_SPEC,
+    .groups = {{.options = bench_options}},
+};
 
 typedef struct {
   const char *path, *json_path, *svg_path, *rotate;
@@ -74,7 +110,7 @@ static int parse_args(int argc, char **argv, bench_args *a) {
     }
   }
   if (!a->path) {
-    usage(stderr);
+    cli_help_print(stderr, &cli_bench_help);
     return CLI_EXIT_USAGE;
   }
   if (!cli_run_flags_check(CMD, &a->common)) return CLI_EXIT_USAGE;
@@ -176,7 +212,7 @@ static recap_status comparable(recap_pipeline *p, const recap_pipeline_info *inf
 
 int cli_bench_main(int argc, char **argv) {
   if (cli_wants_help(argc, argv)) {
-    usage(stdout);
+    cli_help_print(stdout, &cli_bench_help);
     return CLI_EXIT_OK;
   }
   bench_args a = {0};

@@ -27,6 +27,7 @@
 
 static const char *const CMD = "bench-capture";
 
+/* bench_capture_options' help text states these targets: change both. */
 static const double TARGET_CAPTURE_MS = 50, TARGET_UPDATE_MS = 5, TARGET_BUCKETS_MS = 1000;
 enum {
   CHAIN_ELEMENTS = 4096,
@@ -45,35 +46,55 @@ enum {
 #define DEFAULT_BUCKET_SPEC "specs/transformer_block.yaml"
 /* The host backend computes the transformer block's GEMMs on the CPU: its smoke run keeps
  * the sequence short. */
-static const char *const HOST_BUCKET_DIMS = "S=8";
+#define HOST_BUCKET_DIMS "S=8"
 
-static void usage(FILE *out) {
-  fprintf(out,
-          "usage: recap bench-capture [--device cuda|host] [--ops N] [--buckets N]\n"
-          "                           [--bucket-spec FILE] [--repeats N] [--json FILE]\n\n"
-          "Measures what graphs cost on the host and checks them against targets:\n"
-          "  capture + instantiate of a generated N-op pipeline (default %d)   <= %.0f ms\n"
-          "  an update of its instantiated graph (rebind -> re-capture -> exec update)  <= "
-          "%.0f ms\n"
-          "  all buckets of FILE (--bucket-spec) with B: [1..N] (default %d)  < %.0f ms\n"
-          "and the host CPU time of one eager op launch, of one op of an eager pipeline run and "
-          "of one\nreplay call (CLOCK_THREAD_CPUTIME_ID; waiting for the device is not "
-          "counted).\nOn the host backend the defaults shrink to a smoke test (%d ops, %d "
-          "buckets, %s).\n\n"
-          "  --device D         cuda or host (default: cuda when there is a GPU)\n"
-          "  --ops N            ops in the generated chain\n"
-          "  --buckets N        buckets of the bucketed spec: B = 1, 2, ..., N (N <= %d)\n"
-          "  --bucket-spec F    the spec captured with N buckets (its batch dim must be B; "
-          "default:\n                     the built-in copy of %s)\n"
-          "  --repeats N        pipelines created and captured for the first measurement "
-          "(median);\n                     also rebinds x 2 for the update (default %d, %d on "
-          "host)\n"
-          "  --json FILE        write the results as JSON (- for stdout: the text then goes\n"
-          "                     to stderr); it records the GPU, driver and library versions\n",
-          CUDA_OPS, TARGET_CAPTURE_MS, TARGET_UPDATE_MS, CUDA_BUCKETS, TARGET_BUCKETS_MS, HOST_OPS,
-          HOST_BUCKETS, HOST_BUCKET_DIMS, RECAP_MAX_BUCKETS, DEFAULT_BUCKET_SPEC, CUDA_REPEATS,
-          HOST_REPEATS);
-}
+/* The help text below states these defaults and targets. */
+_Static_assert(CUDA_OPS == 1000 && HOST_OPS == 100 && CUDA_BUCKETS == 64 && HOST_BUCKETS == 2 &&
+                   CUDA_REPEATS == 5 && HOST_REPEATS == 2 && RECAP_MAX_BUCKETS == 256,
+               "update bench-capture's help text");
+
+static const cli_option bench_capture_options[] = {
+    {.flag = "--device",
+     .value = "D",
+     .kind = CLI_VALUE_WORDS,
+     .words = "cuda host",
+     .help = "cuda or host (default: cuda when there is a GPU)"},
+    {.flag = "--ops", .value = "N", .kind = CLI_VALUE_TEXT, .help = "ops in the generated chain"},
+    {.flag = "--buckets",
+     .value = "N",
+     .kind = CLI_VALUE_TEXT,
+     .help = "buckets of the bucketed spec: B = 1, 2, ..., N (N <= 256)"},
+    {.flag = "--bucket-spec",
+     .value = "F",
+     .kind = CLI_VALUE_SPEC,
+     .help = "the spec captured with N buckets (its batch dim must be B; default:\n"
+             "the built-in copy of " DEFAULT_BUCKET_SPEC ")"},
+    {.flag = "--repeats",
+     .value = "N",
+     .kind = CLI_VALUE_TEXT,
+     .help = "pipelines created and captured for the first measurement (median);\n"
+             "also rebinds x 2 for the update (default 5, 2 on host)"},
+    {.flag = "--json",
+     .value = "FILE",
+     .kind = CLI_VALUE_FILE,
+     .help = "write the results as JSON (- for stdout: the text then goes\n"
+             "to stderr); it records the GPU, driver and library versions"},
+    {0}};
+const cli_help cli_bench_capture_help = {
+    .synopsis =
+        "recap bench-capture [--device cuda|host] [--ops N] [--buckets N]\n"
+        "                    [--bucket-spec FILE] [--repeats N] [--json FILE]",
+    .description =
+        "Measures what graphs cost on the host and checks them against targets:\n"
+        "  capture + instantiate of a generated N-op pipeline (default 1000)   <= 50 ms\n"
+        "  an update of its instantiated graph (rebind -> re-capture -> exec update)  <= 5 ms\n"
+        "  all buckets of FILE (--bucket-spec) with B: [1..N] (default 64)  < 1000 ms\n"
+        "and the host CPU time of one eager op launch, of one op of an eager pipeline run and\n"
+        "of one replay call (CLOCK_THREAD_CPUTIME_ID; waiting for the device is not counted).\n"
+        "On the host backend the defaults shrink to a smoke test (100 ops, 2 buckets,\n"
+        "" HOST_BUCKET_DIMS ").",
+    .groups = {{.options = bench_capture_options}},
+};
 
 typedef struct {
   const char *device, *json_path, *bucket_spec;
@@ -378,7 +399,7 @@ static json_t *target_json(double value, double target, bool strict) {
 
 int cli_bench_capture_main(int argc, char **argv) {
   if (cli_wants_help(argc, argv)) {
-    usage(stdout);
+    cli_help_print(stdout, &cli_bench_capture_help);
     return CLI_EXIT_OK;
   }
   capture_args a = {0};

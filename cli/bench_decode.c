@@ -26,30 +26,59 @@ enum { MAX_BATCHES = 16, COPY_REPEATS = 10 };
 static const long long DEFAULT_BATCHES[] = {1, 8, 32, 64};
 static const size_t COPY_BYTES_CUDA = 512u << 20, COPY_BYTES_HOST = 4u << 20;
 
-static void usage(void) {
-  printf(
-      "usage: recap bench-decode SPEC [--batch 1,8,32,64] [--context N] [--tokens N]\n"
-      "                          [--repeats N] [--device cuda|host] [--base-dir DIR]\n"
-      "                          [--profile] [--json FILE]\n\n"
-      "Times the decode entry of a paged serving spec (`recap import-hf --paged`): per batch\n"
-      "size, --tokens steps back to back after a context of --context keys per sequence, with\n"
-      "no host copy between steps. Prints the step time (graph replay and eager), tokens/s\n"
-      "(batch / step time), the bytes a step must read (weights once, plus each sequence's\n"
-      "keys and values) over the step time as a fraction of a device-to-device copy measured\n"
-      "in the same run, the kernels per step, and the share of GEMMs in a profiled eager step.\n\n"
-      "  --batch LIST     batch sizes (default 1,8,32,64; at most the decode entry's largest\n"
-      "                   bucket)\n"
-      "  --context N      keys per sequence before the first timed step (default 512)\n"
-      "  --tokens N       decode steps per timing (default 128)\n"
-      "  --repeats N      timings per batch and mode; the median is reported (default 5)\n"
-      "  --device D       cuda or host (default cuda, else the host with a note)\n"
-      "  --base-dir DIR   files the spec names must lie under DIR\n"
-      "  --profile        after the timings, each batch's profiled eager step by op kind:\n"
-      "                   launches per step, device time and share of the step, largest first\n"
-      "  --json FILE      write the results as JSON (- for stdout: the text then goes\n"
-      "                   to stderr); it records the GPU, driver and library versions\n\n"
-      "exit status: 0 ok, 1 on a failure, 2 on a usage error.\n");
-}
+static const cli_option bench_decode_options[] = {
+    {.flag = "--batch",
+     .value = "LIST",
+     .kind = CLI_VALUE_TEXT,
+     .help = "batch sizes (default 1,8,32,64; at most the decode entry's largest\n"
+             "bucket)"},
+    {.flag = "--context",
+     .value = "N",
+     .kind = CLI_VALUE_TEXT,
+     .help = "keys per sequence before the first timed step (default 512)"},
+    {.flag = "--tokens",
+     .value = "N",
+     .kind = CLI_VALUE_TEXT,
+     .help = "decode steps per timing (default 128)"},
+    {.flag = "--repeats",
+     .value = "N",
+     .kind = CLI_VALUE_TEXT,
+     .help = "timings per batch and mode; the median is reported (default 5)"},
+    {.flag = "--device",
+     .value = "D",
+     .kind = CLI_VALUE_WORDS,
+     .words = "cuda host",
+     .help = "cuda or host (default cuda, else the host with a note)"},
+    {.flag = "--base-dir",
+     .value = "DIR",
+     .kind = CLI_VALUE_DIR,
+     .help = "files the spec names must lie under DIR"},
+    {.flag = "--profile",
+     .kind = CLI_VALUE_NONE,
+     .help = "after the timings, each batch's profiled eager step by op kind:\n"
+             "launches per step, device time and share of the step, largest first"},
+    {.flag = "--json",
+     .value = "FILE",
+     .kind = CLI_VALUE_FILE,
+     .help = "write the results as JSON (- for stdout: the text then goes\n"
+             "to stderr); it records the GPU, driver and library versions"},
+    {0}};
+const cli_help cli_bench_decode_help = {
+    .synopsis =
+        "recap bench-decode SPEC [--batch 1,8,32,64] [--context N] [--tokens N]\n"
+        "                   [--repeats N] [--device cuda|host] [--base-dir DIR]\n"
+        "                   [--profile] [--json FILE]",
+    .description =
+        "Times the decode entry of a paged serving spec (`recap import-hf --paged`): per batch\n"
+        "size, --tokens steps back to back after a context of --context keys per sequence, with\n"
+        "no host copy between steps. Prints the step time (graph replay and eager), tokens/s\n"
+        "(batch / step time), the bytes a step must read (weights once, plus each sequence's\n"
+        "keys and values) over the step time as a fraction of a device-to-device copy measured\n"
+        "in the same run, the kernels per step, and the share of GEMMs in a profiled eager\n"
+        "step.",
+    .operand = CLI_VALUE_SPEC,
+    .groups = {{.options = bench_decode_options}},
+};
 
 typedef struct {
   const char *path, *device, *base_dir, *json_path;
@@ -420,7 +449,7 @@ static int run_batches(const decode_args *a, recap_pipeline *graph, recap_pipeli
 
 int cli_bench_decode_main(int argc, char **argv) {
   if (cli_wants_help(argc, argv)) {
-    usage();
+    cli_help_print(stdout, &cli_bench_decode_help);
     return CLI_EXIT_OK;
   }
   decode_args a;

@@ -25,16 +25,11 @@
 #include <stdio.h>
 
 #include "cli/environment.h"
+#include "cli/options.h"
 #include "engine/load.h"
 #include "include/recap.h"
 
 enum { CLI_EXIT_OK = 0, CLI_EXIT_FAILURE = 1, CLI_EXIT_USAGE = 2 };
-
-typedef struct {
-  const char *name;
-  const char *summary;
-  int (*main)(int argc, char **argv);
-} cli_command;
 
 int cli_info_main(int argc, char **argv);
 int cli_validate_main(int argc, char **argv);
@@ -69,6 +64,18 @@ int cli_env_main(int argc, char **argv);
 /* schema.c: `recap schema`, the spec format's JSON Schema from the op registry. */
 int cli_schema_main(int argc, char **argv);
 void cli_env_print_help(FILE *out);
+
+/* Each command's --help, completion and man page section (cli/options.h), defined beside its
+ * parser. */
+extern const cli_help cli_info_help, cli_validate_help, cli_plan_help, cli_ops_help, cli_dot_help,
+    cli_run_help, cli_import_hf_help, cli_generate_help, cli_bench_help, cli_bench_ops_help,
+    cli_bench_capture_help, cli_bench_decode_help, cli_serve_bench_help, cli_memviz_help,
+    cli_launch_help, cli_env_help, cli_schema_help;
+/* Option tables that another command's help lists: a distributed run's flags (launch.c, for
+ * run) and serve-bench --generate's (serve_generate.c). */
+extern const cli_option cli_run_dist_options[], cli_serve_generate_options[];
+/* env.c: the ENVIRONMENT section of `recap man` (roff), from the same table as `recap env`. */
+void cli_env_print_man(FILE *out);
 
 /* Whether argv[i] is -h or --help for any i. */
 int cli_wants_help(int argc, char **argv);
@@ -176,7 +183,9 @@ cli_load_request cli_run_load_request(const char *path, const cli_run_flags *f);
 
 /* The host backend computes on the CPU: without --iters / --warmup, `run` and `bench` cap the
  * spec's run.iters and run.warmup at these so that a GPU-sized spec stays a short smoke run. */
-enum { CLI_HOST_ITERS_CAP = 20, CLI_HOST_WARMUP_CAP = 2 };
+/* Macros, not an enum: the help texts of run and bench state them (CLI_STR). */
+#define CLI_HOST_ITERS_CAP 20
+#define CLI_HOST_WARMUP_CAP 2
 
 /* What `run` and `bench` resolve from their shared flags and the loaded spec before they
  * create a pipeline; one place so that both read the flags the same way. */

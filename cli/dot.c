@@ -9,28 +9,49 @@
 
 static const char *const CMD = "dot";
 
-static void usage(FILE *out) {
-  fprintf(out,
-          "usage: recap dot SPEC [--graph] [--dim NAME=VALUE] [--device cuda|host] "
-          "[-o FILE]\n"
-          "               [--entry NAME] [--base-dir DIR]\n\n"
-          "Writes the pipeline as Graphviz (render with `dot -Tsvg`). By default the DAG of "
-          "the\nspec: ops grouped by stream, tensors that are not produced by an op as "
-          "nodes, data edges\nlabelled with tensor and shape, and the cross-stream waits the "
-          "planner inserts (dashed).\n\n"
-          "  --graph            capture the pipeline and write the captured graph instead "
-          "(the\n                     backend's dump: cudaGraphDebugDotPrint on CUDA)\n"
-          "  --dim NAME=VALUE   for the bucketed dim: show the bucket that runs a batch of VALUE "
-          "(default:\n                     the largest); for any other dim: replaces the "
-          "spec's value (repeatable;\n                     as in recap run)\n"
-          "  --entry NAME       use the dims of the spec's entry NAME (`entries:`), before "
-          "--dim\n"
-          "  --device D         cuda or host, for --graph (default: the spec's; host when "
-          "there is\n                     no GPU)\n"
-          "  -o FILE            write to FILE instead of standard output\n"
-          "  --base-dir DIR     files the spec names (params) must lie under DIR (for specs "
-          "from\n                     untrusted sources)\n");
-}
+static const cli_option dot_options[] = {
+    {.flag = "--graph",
+     .kind = CLI_VALUE_NONE,
+     .help = "capture the pipeline and write the captured graph instead (the\n"
+             "backend's dump: cudaGraphDebugDotPrint on CUDA)"},
+    {.flag = "--dim",
+     .value = "NAME=VALUE",
+     .kind = CLI_VALUE_TEXT,
+     .help = "for the bucketed dim: show the bucket that runs a batch of VALUE (default:\n"
+             "the largest); for any other dim: replaces the spec's value (repeatable;\n"
+             "as in recap run)"},
+    {.flag = "--entry",
+     .value = "NAME",
+     .kind = CLI_VALUE_TEXT,
+     .help = "use the dims of the spec's entry NAME (`entries:`), before --dim"},
+    {.flag = "--device",
+     .value = "D",
+     .kind = CLI_VALUE_WORDS,
+     .words = "cuda host",
+     .help = "cuda or host, for --graph (default: the spec's; host when there is\n"
+             "no GPU)"},
+    {.flag = "-o",
+     .value = "FILE",
+     .kind = CLI_VALUE_FILE,
+     .help = "write to FILE instead of standard output"},
+    {.flag = "--base-dir",
+     .value = "DIR",
+     .kind = CLI_VALUE_DIR,
+     .help = "files the spec names (params) must lie under DIR (for specs from\n"
+             "untrusted sources)"},
+    {0}};
+const cli_help cli_dot_help = {
+    .synopsis =
+        "recap dot SPEC [--graph] [--dim NAME=VALUE] [--device cuda|host] [-o FILE]\n"
+        "        [--entry NAME] [--base-dir DIR]",
+    .description =
+        "Writes the pipeline as Graphviz (render with `dot -Tsvg`). By default the DAG of the\n"
+        "spec: ops grouped by stream, tensors that are not produced by an op as nodes, data\n"
+        "edges labelled with tensor and shape, and the cross-stream waits the planner inserts\n"
+        "(dashed).",
+    .operand = CLI_VALUE_SPEC,
+    .groups = {{.options = dot_options}},
+};
 
 /* Graphviz double-quoted string contents. */
 static void put_escaped(FILE *f, const char *s) {
@@ -189,7 +210,7 @@ done:
 
 int cli_dot_main(int argc, char **argv) {
   if (cli_wants_help(argc, argv)) {
-    usage(stdout);
+    cli_help_print(stdout, &cli_dot_help);
     return CLI_EXIT_OK;
   }
   const char *path = NULL, *device = NULL, *out_path = NULL, *base_dir = NULL, *entry = NULL;
@@ -213,7 +234,7 @@ int cli_dot_main(int argc, char **argv) {
     }
   }
   if (!path) {
-    usage(stderr);
+    cli_help_print(stderr, &cli_dot_help);
     return CLI_EXIT_USAGE;
   }
   if (device && !graph) {

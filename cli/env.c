@@ -18,6 +18,21 @@ void cli_env_print_help(FILE *out) {
   fprintf(out, "\n'recap env' shows their values, defaults and the tests' own variables.\n");
 }
 
+void cli_env_print_man(FILE *out) {
+  size_t n;
+  const recap__env_var *vars = recap__env_vars(&n);
+  for (size_t i = 0; i < n; i++) {
+    const recap__env_var *v = &vars[i];
+    if (v->test_only) continue;
+    fprintf(out, ".TP\n\\fB%s\\fR\n", v->name);
+    cli_roff_text(out, v->summary);
+    fputs(" (default: ", out);
+    cli_roff_text(out, v->fallback);
+    fputs(")\n", out);
+  }
+  fputs(".PP\n\\fBrecap env\\fR shows their values; docs/ENVIRONMENT.md has the details.\n", out);
+}
+
 static void print_markdown_rows(bool test_only) {
   size_t n;
   const recap__env_var *vars = recap__env_vars(&n);
@@ -71,13 +86,22 @@ static void print_values(void) {
   }
 }
 
+static const cli_option env_options[] = {
+    {.flag = "--markdown",
+     .kind = CLI_VALUE_NONE,
+     .help = "the tables of docs/ENVIRONMENT.md: kind, accepted values, default and meaning"},
+    {0}};
+const cli_help cli_env_help = {
+    .synopsis = "recap env [--markdown]",
+    .description =
+        "Lists every RECAP_* environment variable recap or its tests read, with its value here\n"
+        "(or, unset, its default).",
+    .groups = {{.options = env_options}},
+};
+
 int cli_env_main(int argc, char **argv) {
   if (cli_wants_help(argc, argv)) {
-    printf(
-        "usage: recap env [--markdown]\n\n"
-        "Lists every RECAP_* environment variable recap or its tests read, with its value "
-        "here (or,\nunset, its default). --markdown prints the table as docs/ENVIRONMENT.md "
-        "holds it: kind,\naccepted values, default and meaning.\n");
+    cli_help_print(stdout, &cli_env_help);
     return CLI_EXIT_OK;
   }
   bool markdown = false;

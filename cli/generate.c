@@ -18,35 +18,77 @@
 static const char *const CMD = "generate";
 enum { MAX_PROMPT = 65536 };
 
-static void usage(void) {
-  printf(
-      "usage: recap generate SPEC --prompt-ids 1,2,3 [--max-tokens N] [--temperature T]\n"
-      "                      [--top-k K] [--top-p P] [--min-p M] [--seed S] [--stop-ids LIST]\n"
-      "                      [--device cuda|host] [--base-dir DIR] [--json FILE]\n"
-      "                      [--logits-out FILE]\n\n"
-      "Runs one request of token ids through a spec from `recap import-hf` and prints the new\n"
-      "token ids, the time to the first one and the time per token after it. A paged serving\n"
-      "spec (import-hf --paged) runs through the generation API with any sampling; a spec of\n"
-      "the contiguous layout decodes greedily (the sampling flags need --paged). Token ids in\n"
-      "and out: recap has no tokenizer.\n\n"
-      "  --prompt-ids LIST   the prompt's token ids, comma-separated\n"
-      "  --max-tokens N      tokens to generate (default 16; --max-new is the same)\n"
-      "  --temperature T     0 (default): greedy; else sample at this temperature\n"
-      "  --top-k K           keep the K most likely tokens (default 0: all)\n"
-      "  --top-p P           keep the most likely tokens up to mass P, in (0, 1] (default 1)\n"
-      "  --min-p M           keep tokens of probability >= M x the largest (default 0: all)\n"
-      "  --seed S            the sampling seed (default: drawn, and printed)\n"
-      "  --stop-ids LIST     ids that end the request (the stop id is printed as the last)\n"
-      "  --device DEVICE     cuda or host (default cuda, else the host with a note)\n"
-      "  --base-dir DIR      files the spec names must lie under DIR\n"
-      "  --json FILE         write the tokens, seed, finish reason and times as JSON (- for\n"
-      "                      stdout: the text then goes to stderr), with the GPU, driver,\n"
-      "                      CUDA, cuBLAS and recap versions\n"
-      "  --logits-out FILE   contiguous layout only: the logits of every position run,\n"
-      "                      little-endian f32 rows of the vocabulary size: the prompt's rows,\n"
-      "                      then one per decode step (prompt + N - 1 rows)\n\n"
-      "exit status: 0 ok, 1 on a failure, 2 on a usage error.\n");
-}
+static const cli_option generate_options[] = {
+    {.flag = "--prompt-ids",
+     .value = "LIST",
+     .kind = CLI_VALUE_TEXT,
+     .help = "the prompt's token ids, comma-separated"},
+    {.flag = "--max-tokens",
+     .alias = "--max-new",
+     .value = "N",
+     .kind = CLI_VALUE_TEXT,
+     .help = "tokens to generate (default 16)"},
+    {.flag = "--temperature",
+     .value = "T",
+     .kind = CLI_VALUE_TEXT,
+     .help = "0 (default): greedy; else sample at this temperature"},
+    {.flag = "--top-k",
+     .value = "K",
+     .kind = CLI_VALUE_TEXT,
+     .help = "keep the K most likely tokens (default 0: all)"},
+    {.flag = "--top-p",
+     .value = "P",
+     .kind = CLI_VALUE_TEXT,
+     .help = "keep the most likely tokens up to mass P, in (0, 1] (default 1)"},
+    {.flag = "--min-p",
+     .value = "M",
+     .kind = CLI_VALUE_TEXT,
+     .help = "keep tokens of probability >= M x the largest (default 0: all)"},
+    {.flag = "--seed",
+     .value = "S",
+     .kind = CLI_VALUE_TEXT,
+     .help = "the sampling seed (default: drawn, and printed)"},
+    {.flag = "--stop-ids",
+     .value = "LIST",
+     .kind = CLI_VALUE_TEXT,
+     .help = "ids that end the request (the stop id is printed as the last)"},
+    {.flag = "--device",
+     .value = "DEVICE",
+     .kind = CLI_VALUE_WORDS,
+     .words = "cuda host",
+     .help = "cuda or host (default cuda, else the host with a note)"},
+    {.flag = "--base-dir",
+     .value = "DIR",
+     .kind = CLI_VALUE_DIR,
+     .help = "files the spec names must lie under DIR"},
+    {.flag = "--json",
+     .value = "FILE",
+     .kind = CLI_VALUE_FILE,
+     .help = "write the tokens, seed, finish reason and times as JSON (- for\n"
+             "stdout: the text then goes to stderr), with the GPU, driver,\n"
+             "CUDA, cuBLAS and recap versions"},
+    {.flag = "--logits-out",
+     .value = "FILE",
+     .kind = CLI_VALUE_FILE,
+     .help = "contiguous layout only: the logits of every position run,\n"
+             "little-endian f32 rows of the vocabulary size: the prompt's rows,\n"
+             "then one per decode step (prompt + N - 1 rows)"},
+    {0}};
+const cli_help cli_generate_help = {
+    .synopsis =
+        "recap generate SPEC --prompt-ids 1,2,3 [--max-tokens N] [--temperature T]\n"
+        "               [--top-k K] [--top-p P] [--min-p M] [--seed S] [--stop-ids LIST]\n"
+        "               [--device cuda|host] [--base-dir DIR] [--json FILE]\n"
+        "               [--logits-out FILE]",
+    .description =
+        "Runs one request of token ids through a spec from `recap import-hf` and prints the new\n"
+        "token ids, the time to the first one and the time per token after it. A paged serving\n"
+        "spec (import-hf --paged) runs through the generation API with any sampling; a spec of\n"
+        "the contiguous layout decodes greedily (the sampling flags need --paged). Token ids in\n"
+        "and out: recap has no tokenizer.",
+    .operand = CLI_VALUE_SPEC,
+    .groups = {{.options = generate_options}},
+};
 
 typedef struct {
   const char *path, *device, *base_dir, *logits_path, *json_path;
@@ -354,7 +396,7 @@ done:
 
 int cli_generate_main(int argc, char **argv) {
   if (cli_wants_help(argc, argv)) {
-    usage();
+    cli_help_print(stdout, &cli_generate_help);
     return CLI_EXIT_OK;
   }
   generate_args a;

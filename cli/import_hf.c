@@ -10,38 +10,71 @@
 
 static const char *const CMD = "import-hf";
 
-static void usage(void) {
-  printf(
-      "usage: recap import-hf DIR -o SPEC [--max-seq N] [--prefill N] [--batch 1,2,4,8]\n"
-      "                       [--dtype f32|f16|bf16] [--paged [--block-size N] [--kv-blocks N]\n"
-      "                       [--prefill-seqs N]]\n\n"
-      "Writes a spec that runs the Hugging Face causal LM in DIR (config.json and\n"
-      "model.safetensors or model.safetensors.index.json): LlamaForCausalLM,\n"
-      "MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM or GPT2LMHeadModel. The spec\n"
-      "reads the weights from DIR by key (nothing is copied) and has two entries over one set\n"
-      "of per-layer KV caches: `prefill` (--prefill tokens per step) and `decode` (one token\n"
-      "per step). Every tensor it reads is checked first; an unsupported architecture, RoPE\n"
-      "type or sliding window, or a missing or misshaped tensor, is an error naming it.\n\n"
-      "  -o, --output SPEC   the spec to write ('-': stdout); DIR is named relative to its folder\n"
-      "  --max-seq N         KV cache rows per sequence (default: min(the config's, 4096))\n"
-      "  --prefill N         tokens per prefill step (default: min(128, max-seq)); longer\n"
-      "                      prompts run in several steps, the rest one token at a time\n"
-      "  --batch LIST        batch buckets, ascending (default 1): the caches hold the largest\n"
-      "  --dtype DTYPE       f32, f16 or bf16, or PyTorch's float32, float16, bfloat16\n"
-      "                      (default: the config's dtype, else the checkpoint's); weights\n"
-      "                      of another dtype are cast as they load\n"
-      "  --paged             the serving layout: steps of T tokens packed from many sequences\n"
-      "                      at their own positions (per-sequence metadata), a paged KV pool,\n"
-      "                      sampling and the decode step's update in the graph. --batch then\n"
-      "                      lists the decode token buckets and --prefill may list several\n"
-      "                      prefill token buckets (64,256,1024)\n"
-      "  --block-size N      rows per KV block (default 16)\n"
-      "  --kv-blocks N       KV blocks per layer (default: the largest batch at --max-seq)\n"
-      "  --prefill-seqs N    sequences one prefill step packs (default: min(8, smallest\n"
-      "                      prefill bucket))\n\n"
-      "Prints the weights' and the KV cache's sizes. docs/MODELS.md has the details.\n"
-      "exit status: 0 when the spec was written, 1 on an error, 2 on a usage error.\n");
-}
+static const cli_option import_hf_options[] = {
+    {.flag = "--output",
+     .alias = "-o",
+     .value = "SPEC",
+     .kind = CLI_VALUE_FILE,
+     .help = "the spec to write ('-': stdout); DIR is named relative to its folder"},
+    {.flag = "--max-seq",
+     .value = "N",
+     .kind = CLI_VALUE_TEXT,
+     .help = "KV cache rows per sequence (default: min(the config's, 4096))"},
+    {.flag = "--prefill",
+     .value = "N",
+     .kind = CLI_VALUE_TEXT,
+     .help = "tokens per prefill step (default: min(128, max-seq)); longer\n"
+             "prompts run in several steps, the rest one token at a time"},
+    {.flag = "--batch",
+     .value = "LIST",
+     .kind = CLI_VALUE_TEXT,
+     .help = "batch buckets, ascending (default 1): the caches hold the largest"},
+    {.flag = "--dtype",
+     .value = "DTYPE",
+     .kind = CLI_VALUE_WORDS,
+     .words = "f32 f16 bf16 float32 float16 bfloat16",
+     .help = "f32, f16 or bf16, or PyTorch's float32, float16, bfloat16\n"
+             "(default: the config's dtype, else the checkpoint's); weights\n"
+             "of another dtype are cast as they load"},
+    {.flag = "--paged",
+     .kind = CLI_VALUE_NONE,
+     .help = "the serving layout: steps of T tokens packed from many sequences\n"
+             "at their own positions (per-sequence metadata), a paged KV pool,\n"
+             "sampling and the decode step's update in the graph. --batch then\n"
+             "lists the decode token buckets and --prefill may list several\n"
+             "prefill token buckets (64,256,1024)"},
+    {.flag = "--block-size",
+     .value = "N",
+     .kind = CLI_VALUE_TEXT,
+     .help = "rows per KV block (default 16)"},
+    {.flag = "--kv-blocks",
+     .value = "N",
+     .kind = CLI_VALUE_TEXT,
+     .help = "KV blocks per layer (default: the largest batch at --max-seq)"},
+    {.flag = "--prefill-seqs",
+     .value = "N",
+     .kind = CLI_VALUE_TEXT,
+     .help = "sequences one prefill step packs (default: min(8, smallest\n"
+             "prefill bucket))"},
+    {0}};
+const cli_help cli_import_hf_help = {
+    .synopsis =
+        "recap import-hf DIR -o SPEC [--max-seq N] [--prefill N] [--batch 1,2,4,8]\n"
+        "                [--dtype f32|f16|bf16] [--paged [--block-size N] [--kv-blocks N]\n"
+        "                [--prefill-seqs N]]",
+    .description =
+        "Writes a spec that runs the Hugging Face causal LM in DIR (config.json and\n"
+        "model.safetensors or model.safetensors.index.json): LlamaForCausalLM,\n"
+        "MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM or GPT2LMHeadModel. The spec\n"
+        "reads the weights from DIR by key (nothing is copied) and has two entries over one set\n"
+        "of per-layer KV caches: `prefill` (--prefill tokens per step) and `decode` (one token\n"
+        "per step). Every tensor it reads is checked first; an unsupported architecture, RoPE\n"
+        "type or sliding window, or a missing or misshaped tensor, is an error naming it.",
+    .epilog = "Prints the weights' and the KV cache's sizes. docs/MODELS.md has the details.",
+    .exit_status = "0 when the spec was written, 1 on an error, 2 on a usage error.",
+    .operand = CLI_VALUE_DIR,
+    .groups = {{.options = import_hf_options}},
+};
 
 /* "1,2,4,8" into batches. */
 static bool parse_batches(const char *text, int64_t *batches, size_t *count) {
@@ -64,7 +97,7 @@ static bool write_spec(const char *path, const char *text) {
 
 int cli_import_hf_main(int argc, char **argv) {
   if (cli_wants_help(argc, argv)) {
-    usage();
+    cli_help_print(stdout, &cli_import_hf_help);
     return CLI_EXIT_OK;
   }
   const char *dir = NULL, *out = NULL, *v = NULL;

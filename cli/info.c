@@ -81,11 +81,17 @@ static void print_device(recap_device device) {
   }
 }
 
+const cli_help cli_info_help = {
+    .synopsis = "recap info",
+    .description =
+        "Prints the devices recap can use (CUDA GPUs and the host backend) with their\n"
+        "properties, memory and telemetry, the CUDA library versions and the GPU architectures\n"
+        "this build carries code for.",
+};
+
 int cli_info_main(int argc, char **argv) {
   if (cli_wants_help(argc, argv)) {
-    printf("usage: recap info\n\nPrints the devices recap can use (CUDA GPUs and the host "
-           "backend) with their\nproperties, memory and telemetry, the CUDA library versions "
-           "and the GPU\narchitectures this build carries code for.\n");
+    cli_help_print(stdout, &cli_info_help);
     return CLI_EXIT_OK;
   }
   if (argc > 0) {

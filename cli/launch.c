@@ -5,7 +5,7 @@
  *       one rank of a world: joins the communicator (rendezvous at URL), creates the pipeline
  *       on its GPU, and runs it with recap_pipeline_run_dist (rank 0's inputs and bucket go to
  *       every rank). Each rank prints its outputs' checksums and its timing.
- *   recap launch --gpus N [--timeout S] [--grace S] -- run SPEC [run flags]
+ *   recap launch --gpus N [--timeout S] [--grace S] [--env-init] -- run SPEC [run flags]
  *       starts N such processes on this machine (rank r sees GPU r through
  *       CUDA_VISIBLE_DEVICES, with a fresh file:// rendezvous in a temporary folder), waits for
  *       them, stops the others when one fails (SIGTERM after --grace seconds, then SIGKILL),
@@ -28,7 +28,8 @@
 #include "cli/cli.h"
 #include "cli/tensors.h"
 
-enum { MAX_RANKS = 64, FIRST_VALUES = 4 };
+#define MAX_RANKS 64 /* a macro: the help texts state it */
+enum { FIRST_VALUES = 4 };
 
 /* --init alone asks for a rank too: with env:// the world and rank come from the environment. */
 bool cli_dist_requested(int argc, char **argv) {
@@ -42,6 +43,31 @@ bool cli_dist_requested(int argc, char **argv) {
 /* ---- recap run --world ---- */
 
 static const char *const RUN = "run";
+
+/* `recap run`'s flags of a distributed run (cli_run_help lists them). */
+const cli_option cli_run_dist_options[] = {
+    {.flag = "--world",
+     .value = "N",
+     .kind = CLI_VALUE_TEXT,
+     .help = "ranks in all (1 to " CLI_STR(MAX_RANKS) "); rank 0's inputs and batch go to\n"
+                                                      "every rank"},
+    {.flag = "--rank",
+     .value = "R",
+     .kind = CLI_VALUE_TEXT,
+     .help = "this process's rank, 0 <= R < N"},
+    {.flag = "--init",
+     .value = "URL",
+     .kind = CLI_VALUE_TEXT,
+     .help = "the rendezvous, file:///PATH or tcp://HOST:PORT (needed when N > 1), or\n"
+             "env://: N, R and the address from the environment, as torchrun sets it:\n"
+             "WORLD_SIZE, RANK, LOCAL_RANK (the GPU), MASTER_ADDR, MASTER_PORT\n"
+             "(RECAP_MASTER_PORT instead under torchrun, whose store holds MASTER_PORT);\n"
+             "--world and --rank may then be left out (given, they must agree)"},
+    {.flag = "--timeout",
+     .value = "S",
+     .kind = CLI_VALUE_TEXT,
+     .help = "seconds for the rendezvous, NCCL init and every wait (default 120)"},
+    {0}};
 
 typedef struct {
   const char *path, *mode, *init;
@@ -293,32 +319,41 @@ done:
 
 static const char *const LAUNCH = "launch";
 
-static void launch_usage(FILE *out) {
-  fprintf(out,
-          "usage: recap launch --gpus N [--timeout S] [--grace S] [--env-init] -- run SPEC "
-          "[flags]\n\n"
-          "Starts N processes of `recap run SPEC --world N --rank R --init file://...` on this\n"
-          "machine, rank R seeing GPU R (CUDA_VISIBLE_DEVICES; the R-th entry of an existing\n"
-          "list), waits for them and prints every rank's exit. When a rank fails the others get\n"
-          "--grace seconds to fail on their own (their collectives time out), then SIGTERM,\n"
-          "then SIGKILL.\n\n"
-          "  --gpus N      ranks (1 to %d); with --device host only 1 (more is a usage error)\n"
-          "  --timeout S   passed to each rank: rendezvous, NCCL init and every wait (default "
-          "120)\n"
-          "  --grace S     seconds before stopping the other ranks after a failure (default: "
-          "the timeout + 5)\n"
-          "  --env-init    start the ranks as torchrun does: RANK, WORLD_SIZE, LOCAL_RANK, "
-          "MASTER_ADDR\n"
-          "                (127.0.0.1) and MASTER_PORT (a free port) in their environment and "
-          "--init env://\n"
-          "                (recap run --help), instead of a file:// rendezvous\n"
-          "run flags with --world: --mode, --device, --iters, --warmup, --dim, --seed, --json -\n"
-          "(each rank's JSON on its stdout, its text on stderr), "
-          "--base-dir (inputs come from rank 0; seed: --seed, else the spec's seed:, else 1234).\n"
-          "--dim of the bucketed dim above its largest bucket replaces the buckets with that "
-          "size.\n",
-          MAX_RANKS);
-}
+static const cli_option launch_options[] = {
+    {.flag = "--gpus",
+     .value = "N",
+     .kind = CLI_VALUE_TEXT,
+     .help = "ranks (1 to " CLI_STR(MAX_RANKS) "); with --device host only 1 (more is a\n"
+                                               "usage error)"},
+    {.flag = "--timeout",
+     .value = "S",
+     .kind = CLI_VALUE_TEXT,
+     .help = "passed to each rank: rendezvous, NCCL init and every wait (default 120)"},
+    {.flag = "--grace",
+     .value = "S",
+     .kind = CLI_VALUE_TEXT,
+     .help = "seconds before stopping the other ranks after a failure (default: the timeout + 5)"},
+    {.flag = "--env-init",
+     .kind = CLI_VALUE_NONE,
+     .help = "start the ranks as torchrun does: RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR\n"
+             "(127.0.0.1) and MASTER_PORT (a free port) in their environment and --init\n"
+             "env:// (recap run --help), instead of a file:// rendezvous"},
+    {0}};
+const cli_help cli_launch_help = {
+    .synopsis = "recap launch --gpus N [--timeout S] [--grace S] [--env-init] -- run SPEC [flags]",
+    .description =
+        "Starts N processes of `recap run SPEC --world N --rank R --init file://...` on this\n"
+        "machine, rank R seeing GPU R (CUDA_VISIBLE_DEVICES; the R-th entry of an existing\n"
+        "list), waits for them and prints every rank's exit. When a rank fails the others get\n"
+        "--grace seconds to fail on their own (their collectives time out), then SIGTERM, then\n"
+        "SIGKILL.",
+    .epilog =
+        "run flags with --world: --mode, --device, --iters, --warmup, --dim, --seed, --json -\n"
+        "(each rank's JSON on its stdout, its text on stderr), --base-dir (inputs come from\n"
+        "rank 0; seed: --seed, else the spec's seed:, else 1234). --dim of the bucketed dim\n"
+        "above its largest bucket replaces the buckets with that size.",
+    .groups = {{.options = launch_options}},
+};
 
 /* The R-th entry of a comma-separated CUDA_VISIBLE_DEVICES, or R. */
 static void visible_device(int rank, char *buf, size_t size) {
@@ -372,7 +407,7 @@ int cli_launch_main(int argc, char **argv) {
       break;
     }
   if (cli_wants_help(sep < 0 ? argc : sep, argv)) {
-    launch_usage(stdout);
+    cli_help_print(stdout, &cli_launch_help);
     return CLI_EXIT_OK;
   }
   long long gpus = 0, timeout = 120, grace = -1;
@@ -398,7 +433,7 @@ int cli_launch_main(int argc, char **argv) {
    * a dead peer within its timeout), and a little more. */
   if (grace < 0) grace = timeout + 5;
   if (sep < 0 || gpus < 1 || sep + 1 >= argc || strcmp(argv[sep + 1], "run") != 0) {
-    launch_usage(stderr);
+    cli_help_print(stderr, &cli_launch_help);
     return CLI_EXIT_USAGE;
   }
   for (int i = sep + 2; i < argc; i++)

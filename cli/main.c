@@ -9,43 +9,67 @@
 
 static const cli_command commands[] = {
     {"info", "devices, memory, telemetry, library versions and compiled architectures",
-     cli_info_main},
-    {"validate", "check specs; every error as FILE:LINE:COL", cli_validate_main},
+     cli_info_main, &cli_info_help},
+    {"validate", "check specs; every error as FILE:LINE:COL", cli_validate_main,
+     &cli_validate_help},
     {"plan", "the memory plan of a spec: offsets, lifetimes, arena vs naive vs max-live",
-     cli_plan_main},
-    {"ops", "every op with its inputs, attributes and dtypes", cli_ops_main},
-    {"dot", "the pipeline DAG (or, with --graph, the captured graph) as Graphviz", cli_dot_main},
+     cli_plan_main, &cli_plan_help},
+    {"ops", "every op with its inputs, attributes and dtypes", cli_ops_main, &cli_ops_help},
+    {"dot", "the pipeline DAG (or, with --graph, the captured graph) as Graphviz", cli_dot_main,
+     &cli_dot_help},
     {"import-hf", "a Hugging Face checkpoint folder (Llama, Mistral, Qwen2/3, GPT-2) as a spec",
-     cli_import_hf_main},
+     cli_import_hf_main, &cli_import_hf_help},
     {"generate", "greedy tokens from an imported model's prefill and decode entries",
-     cli_generate_main},
-    {"run", "run a pipeline: outputs, checksums, timing; --save-tensors", cli_run_main},
+     cli_generate_main, &cli_generate_help},
+    {"run", "run a pipeline: outputs, checksums, timing; --save-tensors", cli_run_main,
+     &cli_run_help},
     {"bench", "eager vs graph replay: median/p10/p90, speedup, capture cost, JSON and SVG",
-     cli_bench_main},
+     cli_bench_main, &cli_bench_help},
     {"bench-ops", "single ops at large sizes: GB/s vs a device copy, GEMM TFLOP/s",
-     cli_bench_ops_main},
+     cli_bench_ops_main, &cli_bench_ops_help},
     {"bench-capture", "capture, instantiate and update cost; host CPU time per launch",
-     cli_bench_capture_main},
+     cli_bench_capture_main, &cli_bench_capture_help},
     {"bench-decode",
      "a paged serving spec's decode step: tokens/s, bandwidth vs a copy, GEMM share",
-     cli_bench_decode_main},
+     cli_bench_decode_main, &cli_bench_decode_help},
     {"serve-bench", "an inference-server loop: N workers on shared weights, checked results",
-     cli_serve_bench_main},
+     cli_serve_bench_main, &cli_serve_bench_help},
     {"memviz", "check an allocator snapshot (run --memory-snapshot) and draw it as an SVG",
-     cli_memviz_main},
+     cli_memviz_main, &cli_memviz_help},
     {"launch", "start N ranks of `recap run` on this machine's GPUs (NCCL); each rank's exit",
-     cli_launch_main},
-    {"env", "every RECAP_* environment variable: value, default, meaning", cli_env_main},
+     cli_launch_main, &cli_launch_help},
+    {"env", "every RECAP_* environment variable: value, default, meaning", cli_env_main,
+     &cli_env_help},
     {"schema", "the spec format as a JSON Schema, from the op registry (for editors)",
-     cli_schema_main},
+     cli_schema_main, &cli_schema_help},
+    {"completion", "a shell completion script (bash) for recap's commands and flags",
+     cli_completion_main, &cli_completion_help},
+    {"man", "recap's manual page (roff), as docs/recap.1 holds it", cli_man_main, &cli_man_help},
 };
 
-static void print_usage(FILE *out) {
-  fprintf(out, "usage: recap [--version] [--help] COMMAND [ARGS]\n\ncommands:\n");
-  for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-    fprintf(out, "  %-12s %s\n", commands[i].name, commands[i].summary);
-  fprintf(out, "\n'recap COMMAND --help' describes a command.\n");
+const cli_command *cli_commands(size_t *count) {
+  *count = sizeof commands / sizeof commands[0];
+  return commands;
 }
+
+static const cli_option recap_options[] = {
+    {.flag = "--help",
+     .alias = "-h",
+     .kind = CLI_VALUE_NONE,
+     .help = "the commands and the environment variables recap reads"},
+    {.flag = "--version",
+     .kind = CLI_VALUE_NONE,
+     .help = "recap's version and the CUDA libraries' it runs with"},
+    {0}};
+
+const cli_help cli_recap_help = {
+    .synopsis = "recap [--version] [--help] COMMAND [ARGS]",
+    .description =
+        "Captures a pipeline described by a spec (YAML) as CUDA graphs and replays them;\n"
+        "checks, plans, runs, benchmarks and draws specs, and imports Hugging Face checkpoints\n"
+        "as specs.",
+    .groups = {{.options = recap_options}},
+};
 
 int main(int argc, char **argv) {
   /* `bazel run` starts us inside the runfiles tree; paths on the command line are relative
@@ -56,11 +80,11 @@ int main(int argc, char **argv) {
     return CLI_EXIT_FAILURE;
   }
   if (argc < 2) {
-    print_usage(stderr);
+    cli_usage_print(stderr);
     return CLI_EXIT_USAGE;
   }
   if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
-    print_usage(stdout);
+    cli_usage_print(stdout);
     cli_env_print_help(stdout);
     return CLI_EXIT_OK;
   }
@@ -71,6 +95,6 @@ int main(int argc, char **argv) {
   for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
     if (strcmp(argv[1], commands[i].name) == 0) return commands[i].main(argc - 2, argv + 2);
   fprintf(stderr, "recap: unknown command '%s'\n\n", argv[1]);
-  print_usage(stderr);
+  cli_usage_print(stderr);
   return CLI_EXIT_USAGE;
 }

@@ -9,20 +9,24 @@
 
 static const char *const CMD = "memviz";
 
-static void usage(FILE *out) {
-  fprintf(out,
-          "usage: recap memviz SNAPSHOT.json [--svg FILE]\n\n"
-          "Reads an allocator snapshot (recap run --memory-snapshot FILE writes one), checks it\n"
-          "and prints its totals per pool and per block state. With --svg, draws it: one row\n"
-          "per segment (grouped by pool, tagged by stream), blocks coloured by state; hovering\n"
-          "a block in a browser shows its address and sizes. A malformed file is refused with\n"
-          "the JSON path of the problem (exit 1).\n\n"
-          "  --svg FILE   write the picture to FILE\n");
-}
+static const cli_option memviz_options[] = {
+    {.flag = "--svg", .value = "FILE", .kind = CLI_VALUE_FILE, .help = "write the picture to FILE"},
+    {0}};
+const cli_help cli_memviz_help = {
+    .synopsis = "recap memviz SNAPSHOT.json [--svg FILE]",
+    .description =
+        "Reads an allocator snapshot (recap run --memory-snapshot FILE writes one), checks it\n"
+        "and prints its totals per pool and per block state. With --svg, draws it: one row per\n"
+        "segment (grouped by pool, tagged by stream), blocks coloured by state; hovering a\n"
+        "block in a browser shows its address and sizes. A malformed file is refused with the\n"
+        "JSON path of the problem (exit 1).",
+    .operand = CLI_VALUE_FILE,
+    .groups = {{.options = memviz_options}},
+};
 
 int cli_memviz_main(int argc, char **argv) {
   if (cli_wants_help(argc, argv)) {
-    usage(stdout);
+    cli_help_print(stdout, &cli_memviz_help);
     return CLI_EXIT_OK;
   }
   const char *path = NULL, *svg = NULL;
@@ -35,7 +39,7 @@ int cli_memviz_main(int argc, char **argv) {
     }
   }
   if (!path) {
-    usage(stderr);
+    cli_help_print(stderr, &cli_memviz_help);
     return CLI_EXIT_USAGE;
   }
   cli_memviz_model *model = NULL;

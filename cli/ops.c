@@ -90,13 +90,18 @@ static void print_op(const recap_op_info *def) {
   printf("\n");
 }
 
+const cli_help cli_ops_help = {
+    .synopsis = "recap ops [OP...]",
+    .description =
+        "Lists every op a spec may use (or only the ones named): its inputs (optional ones\n"
+        "marked), outputs, supported dtypes and attributes with kind, default and meaning. Any\n"
+        "op also accepts the spec keys op, in, out, name, stream, shape and dtype.",
+    .operand = CLI_VALUE_TEXT,
+};
+
 int cli_ops_main(int argc, char **argv) {
   if (cli_wants_help(argc, argv)) {
-    printf(
-        "usage: recap ops [OP...]\n\n"
-        "Lists every op a spec may use (or only the ones named): its inputs (optional ones "
-        "marked),\noutputs, supported dtypes and attributes with kind, default and meaning. "
-        "Any op also\naccepts the spec keys op, in, out, name, stream, shape and dtype.\n");
+    cli_help_print(stdout, &cli_ops_help);
     return CLI_EXIT_OK;
   }
   for (int i = 0; i < argc; i++)

@@ -9,30 +9,42 @@
 
 static const char *const CMD = "plan";
 
-static void usage(FILE *out) {
-  fprintf(
-      out,
-      "usage: recap plan SPEC [--dim NAME=VALUE] [--entry NAME] [--base-dir DIR] [--no-fusion]\n\n"
-      "Prints the fused ops (each with the spec ops it replaces, its inputs and its "
-      "expression),\nthen the memory plan of one bucket (default: the largest, which is "
-      "the plan the engine\nuses for every bucket): per tensor its role, bytes, arena "
-      "offset, lifetime in ops,\nstream and in-place/view notes; the cross-stream waits; "
-      "then the arena size, the naive\nsum (one allocation per intermediate) and the "
-      "max-live lower bound.\n\n"
-      "  --dim NAME=VALUE   for the bucketed dim: plan the bucket that runs a batch of VALUE "
-      "(the\n                     smallest bucket >= VALUE); for any other dim: replaces "
-      "the spec's\n                     value (repeatable; as in recap run)\n"
-      "  --entry NAME       use the dims of the spec's entry NAME (`entries:`), before "
-      "--dim\n"
-      "  --base-dir DIR     files the spec names (params) must lie under DIR (for specs "
-      "from\n                     untrusted sources)\n"
-      "  --no-fusion        plan the spec's ops as written (no fusion pass; as "
-      "RECAP_FUSION=0)\n");
-}
+static const cli_option plan_options[] = {
+    {.flag = "--dim",
+     .value = "NAME=VALUE",
+     .kind = CLI_VALUE_TEXT,
+     .help = "for the bucketed dim: plan the bucket that runs a batch of VALUE (the\n"
+             "smallest bucket >= VALUE); for any other dim: replaces the spec's\n"
+             "value (repeatable; as in recap run)"},
+    {.flag = "--entry",
+     .value = "NAME",
+     .kind = CLI_VALUE_TEXT,
+     .help = "use the dims of the spec's entry NAME (`entries:`), before --dim"},
+    {.flag = "--base-dir",
+     .value = "DIR",
+     .kind = CLI_VALUE_DIR,
+     .help = "files the spec names (params) must lie under DIR (for specs from\n"
+             "untrusted sources)"},
+    {.flag = "--no-fusion",
+     .kind = CLI_VALUE_NONE,
+     .help = "plan the spec's ops as written (no fusion pass; as RECAP_FUSION=0)"},
+    {0}};
+const cli_help cli_plan_help = {
+    .synopsis = "recap plan SPEC [--dim NAME=VALUE] [--entry NAME] [--base-dir DIR] [--no-fusion]",
+    .description =
+        "Prints the fused ops (each with the spec ops it replaces, its inputs and its\n"
+        "expression), then the memory plan of one bucket (default: the largest, which is the\n"
+        "plan the engine uses for every bucket): per tensor its role, bytes, arena offset,\n"
+        "lifetime in ops, stream and in-place/view notes; the cross-stream waits; then the\n"
+        "arena size, the naive sum (one allocation per intermediate) and the max-live lower\n"
+        "bound.",
+    .operand = CLI_VALUE_SPEC,
+    .groups = {{.options = plan_options}},
+};
 
 int cli_plan_main(int argc, char **argv) {
   if (cli_wants_help(argc, argv)) {
-    usage(stdout);
+    cli_help_print(stdout, &cli_plan_help);
     return CLI_EXIT_OK;
   }
   const char *path = NULL, *base_dir = NULL, *entry = NULL;
@@ -49,7 +61,7 @@ int cli_plan_main(int argc, char **argv) {
     if (!cli_take_one(CMD, "spec", argv[i], &path)) return CLI_EXIT_USAGE;
   }
   if (!path) {
-    usage(stderr);
+    cli_help_print(stderr, &cli_plan_help);
     return CLI_EXIT_USAGE;
   }
 

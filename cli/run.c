@@ -12,68 +12,93 @@ static const char *const CMD = "run";
 
 enum { FIRST_VALUES = 6 };
 
-static void usage(FILE *out) {
-  fprintf(out,
-          "usage: recap run SPEC [--mode eager|graph] [--device cuda|host] [--iters N]\n"
-          "                 [--warmup N] [--dim NAME=VALUE] [--entry NAME] [--seed N]\n"
-          "                 [--json FILE] [--save-tensors FILE.safetensors] [--base-dir DIR]\n"
-          "                 [--no-fusion] [--memory-snapshot FILE.json]\n"
-          "       recap run SPEC --world N --rank R [--init URL] [--timeout S] [flags]\n"
-          "       recap run SPEC --init env:// [--timeout S] [flags]\n\n"
-          "Runs the pipeline: inputs get what their init says (normal and uniform drawn from "
-          "a seeded\ngenerator; the seed is printed), then warmup runs, then N timed runs "
-          "(device events around\neach). Prints every output's shape, checksum and first "
-          "values, and the timing.\n\n"
-          "  --mode M           graph (default: capture each bucket, replay) or eager (op by "
-          "op)\n"
-          "  --device D         cuda or host (default: the spec's; the host backend when there "
-          "is no GPU)\n"
-          "  --iters N          timed runs (default: the spec's run.iters, at most %d on "
-          "host)\n"
-          "  --warmup N         runs before timing; in graph mode also the warmups of each "
-          "bucket\n                     before capture; 0: none (default: the spec's "
-          "run.warmup, at most %d\n                     on host)\n"
-          "  --dim NAME=VALUE   for the bucketed dim: a batch of VALUE real rows (default: the "
-          "largest\n                     bucket; runs the smallest bucket >= VALUE); for any "
-          "other dim: replaces\n                     the spec's value (repeatable; VALUE may "
-          "be another dim's\n                     name: an alias of it)\n"
-          "  --entry NAME       use the dims of the spec's entry NAME (`entries:`), before "
-          "--dim\n"
-          "  --seed N           seed of the random inputs, 0 to 2^64-1 (default: the spec's "
-          "seed:,\n                     else a fresh random seed)\n"
-          "  --json FILE        write the outputs, timing and stats as JSON to FILE (- for "
-          "stdout: the\n                     text then goes to stderr); it records the GPU, "
-          "driver and library\n                     versions\n"
-          "  --save-tensors F   write params, inputs, states and scalars (as the last run read "
-          "them)\n                     and outputs to F (.safetensors: loadable "
-          "by\n                     safetensors.torch.load_file)\n"
-          "  --base-dir DIR     files the spec names (params) must lie under DIR (for specs "
-          "from\n                     untrusted sources)\n"
-          "  --no-fusion        run every elementwise op as its own kernel (no fusion pass; "
-          "as\n                     RECAP_FUSION=0)\n"
-          "  --memory-snapshot F  write the device allocator's snapshot (JSON) at the end of "
-          "the run,\n                     before the pipeline is destroyed (draw it with recap "
-          "memviz)\n\n"
-          "One rank of a distributed run (recap launch starts every rank with these):\n"
-          "  --world N          ranks in all (1 to 64); rank 0's inputs and batch go to every "
-          "rank\n"
-          "  --rank R           this process's rank, 0 <= R < N\n"
-          "  --init URL         the rendezvous, file:///PATH or tcp://HOST:PORT (needed when N > "
-          "1),\n"
-          "                     or env://: N, R and the address from the environment, as "
-          "torchrun sets\n"
-          "                     it: WORLD_SIZE, RANK, LOCAL_RANK (the GPU), MASTER_ADDR, "
-          "MASTER_PORT\n"
-          "                     (RECAP_MASTER_PORT instead under torchrun, whose store holds "
-          "MASTER_PORT);\n"
-          "                     --world and --rank may then be left out (given, they must "
-          "agree)\n"
-          "  --timeout S        seconds for the rendezvous, NCCL init and every wait (default "
-          "120)\n"
-          "  with --world, run takes --mode, --device, --iters, --warmup, --dim, --seed, --json "
-          "and\n  --base-dir (see recap launch --help)\n",
-          CLI_HOST_ITERS_CAP, CLI_HOST_WARMUP_CAP);
-}
+static const cli_option run_options[] = {
+    {.flag = "--mode",
+     .value = "M",
+     .kind = CLI_VALUE_WORDS,
+     .words = "eager graph",
+     .help = "graph (default: capture each bucket, replay) or eager (op by op)"},
+    {.flag = "--device",
+     .value = "D",
+     .kind = CLI_VALUE_WORDS,
+     .words = "cuda host",
+     .help = "cuda or host (default: the spec's; the host backend when there is no GPU)"},
+    {.flag = "--iters",
+     .value = "N",
+     .kind = CLI_VALUE_TEXT,
+     .help = "timed runs (default: the spec's run.iters, at most\n"
+             "" CLI_STR(CLI_HOST_ITERS_CAP) " on host)"},
+    {.flag = "--warmup",
+     .value = "N",
+     .kind = CLI_VALUE_TEXT,
+     .help = "runs before timing; in graph mode also the warmups of each bucket\n"
+             "before capture; 0: none (default: the spec's run.warmup, at most\n"
+             "" CLI_STR(CLI_HOST_WARMUP_CAP) " on host)"},
+    {.flag = "--dim",
+     .value = "NAME=VALUE",
+     .kind = CLI_VALUE_TEXT,
+     .help = "for the bucketed dim: a batch of VALUE real rows (default: the largest\n"
+             "bucket; runs the smallest bucket >= VALUE); for any other dim: replaces\n"
+             "the spec's value (repeatable; VALUE may be another dim's\n"
+             "name: an alias of it)"},
+    {.flag = "--entry",
+     .value = "NAME",
+     .kind = CLI_VALUE_TEXT,
+     .help = "use the dims of the spec's entry NAME (`entries:`), before --dim"},
+    {.flag = "--seed",
+     .value = "N",
+     .kind = CLI_VALUE_TEXT,
+     .help = "seed of the random inputs, 0 to 2^64-1 (default: the spec's seed:,\n"
+             "else a fresh random seed)"},
+    {.flag = "--json",
+     .value = "FILE",
+     .kind = CLI_VALUE_FILE,
+     .help = "write the outputs, timing and stats as JSON to FILE (- for stdout: the\n"
+             "text then goes to stderr); it records the GPU, driver and library\n"
+             "versions"},
+    {.flag = "--save-tensors",
+     .value = "F",
+     .kind = CLI_VALUE_FILE,
+     .help = "write params, inputs, states and scalars (as the last run read them)\n"
+             "and outputs to F (.safetensors: loadable by\n"
+             "safetensors.torch.load_file)"},
+    {.flag = "--base-dir",
+     .value = "DIR",
+     .kind = CLI_VALUE_DIR,
+     .help = "files the spec names (params) must lie under DIR (for specs from\n"
+             "untrusted sources)"},
+    {.flag = "--no-fusion",
+     .kind = CLI_VALUE_NONE,
+     .help = "run every elementwise op as its own kernel (no fusion pass; as\n"
+             "RECAP_FUSION=0)"},
+    {.flag = "--memory-snapshot",
+     .value = "F",
+     .kind = CLI_VALUE_FILE,
+     .help = "write the device allocator's snapshot (JSON) at the end of the run,\n"
+             "before the pipeline is destroyed (draw it with recap memviz)"},
+    {0}};
+const cli_help cli_run_help = {
+    .synopsis =
+        "recap run SPEC [--mode eager|graph] [--device cuda|host] [--iters N]\n"
+        "          [--warmup N] [--dim NAME=VALUE] [--entry NAME] [--seed N]\n"
+        "          [--json FILE] [--save-tensors FILE.safetensors] [--base-dir DIR]\n"
+        "          [--no-fusion] [--memory-snapshot FILE.json]\n"
+        "recap run SPEC --world N --rank R [--init URL] [--timeout S] [flags]\n"
+        "recap run SPEC --init env:// [--timeout S] [flags]",
+    .description =
+        "Runs the pipeline: inputs get what their init says (normal and uniform drawn from a\n"
+        "seeded generator; the seed is printed), then warmup runs, then N timed runs (device\n"
+        "events around each). Prints every output's shape, checksum and first values, and the\n"
+        "timing.",
+    .epilog =
+        "  with --world, run takes --mode, --device, --iters, --warmup, --dim, --seed, --json\n"
+        "  and --base-dir (see recap launch --help)",
+    .operand = CLI_VALUE_SPEC,
+    .groups = {{.options = run_options},
+               {.heading =
+                    "One rank of a distributed run (recap launch starts every rank with these):",
+                .options = cli_run_dist_options}},
+};
 
 typedef struct {
   const char *path, *mode, *save_path, *snapshot_path, *json_path;
@@ -96,7 +121,7 @@ static int parse_args(int argc, char **argv, run_args *a) {
     }
   }
   if (!a->path) {
-    usage(stderr);
+    cli_help_print(stderr, &cli_run_help);
     return CLI_EXIT_USAGE;
   }
   if (a->mode && strcmp(a->mode, "eager") != 0 && strcmp(a->mode, "graph") != 0) {
@@ -219,7 +244,7 @@ static bool write_snapshot(recap_device device, const char *path) {
 
 int cli_run_main(int argc, char **argv) {
   if (cli_wants_help(argc, argv)) {
-    usage(stdout);
+    cli_help_print(stdout, &cli_run_help);
     return CLI_EXIT_OK;
   }
   /* One rank of a distributed run (cli/launch.c). */

@@ -282,14 +282,18 @@ static json_t *schema(void) {
                 "additionalProperties", json_false(), "definitions", defs, NULL);
 }
 
-int cli_schema_main(int argc, char **argv) {
-  if (cli_wants_help(argc, argv)) {
-    printf(
-        "usage: recap schema\n\n"
+const cli_help cli_schema_help = {
+    .synopsis = "recap schema",
+    .description =
         "Prints a JSON Schema (draft-07) of the spec format, generated from the op registry:\n"
         "the top-level keys, tensors, blocks and every op with its inputs and attributes. An\n"
-        "editor given it (docs/recap-spec.schema.json) validates and completes specs; "
-        "`recap\nvalidate` remains the full check.\n");
+        "editor given it (docs/recap-spec.schema.json) validates and completes specs; `recap\n"
+        "validate` remains the full check.",
+};
+
+int cli_schema_main(int argc, char **argv) {
+  if (cli_wants_help(argc, argv)) {
+    cli_help_print(stdout, &cli_schema_help);
     return CLI_EXIT_OK;
   }
   for (int i = 0; i < argc; i++) {

@@ -30,44 +30,72 @@ enum { MAX_THREADS = 256, MAX_REPORTED = 5 };
  * cannot be repaired): its own exit status tells a supervisor to start a new process. */
 enum { EXIT_DEVICE_FAULT = 3 };
 
-static void usage(FILE *out) {
-  fprintf(out,
-          "usage: recap serve-bench SPEC [--threads N] [--requests M] [--batch-max B]\n"
-          "                         [--device cuda|host] [--dim NAME=VALUE] [--seed N]\n"
-          "                         [--json FILE] [--base-dir DIR]\n\n"
-          "An inference-server loop: a request queue, N worker threads each with its own "
-          "pipeline\n(a clone sharing the weights, captured on its thread), M requests of "
-          "random batch size\n<= B with inputs as their init says (the random ones from a "
-          "per-request seed).\nPrints throughput and p50/p99 latency, then checks every result "
-          "against an eager\nreference run of the same request.\n\n"
-          "  --threads N        workers (default 4)\n"
-          "  --requests M       requests (default 200)\n"
-          "  --batch-max B      largest batch drawn (default: the largest bucket)\n"
-          "  --device D         cuda or host (default: the spec's; host when there is no "
-          "GPU)\n"
-          "  --dim NAME=VALUE   replaces a (non-bucketed) dim's value (repeatable)\n"
-          "  --seed N           seed of the request sizes and random inputs, 0 to 2^64-1\n"
-          "                     (default: the spec's seed:, else a fresh random seed)\n"
-          "  --json FILE        also write the results as JSON (throughput, latencies, "
-          "checks;\n                     the GPU, driver, CUDA, cuBLAS and recap versions); - "
-          "writes it to\n                     stdout and the text report to stderr\n"
-          "  --base-dir DIR     files the spec names (params) must lie under DIR (for specs "
-          "from\n                     untrusted sources)\n"
-          "\n"
-          "exit status: 0 when every result matches, 1 on any mismatch or failure, 3 on a "
-          "device\nfault (the device context of this process is lost: restart the worker "
-          "process).\n\n"
-          "usage: recap serve-bench MODEL.yaml --generate [--requests N] [--prompt-len MIN,MAX]\n"
-          "                         [--output-len MIN,MAX] [--rate R] [--kv-fraction F]\n"
-          "                         [--max-running N] [--seed N] [--device cuda|host]\n"
-          "                         [--json FILE] [--svg FILE] [--base-dir DIR]\n\n"
-          "A serving benchmark of the generation API on a paged serving spec (recap import-hf\n"
-          "--paged): N synthetic requests (random ids, prompt and output lengths uniform in\n"
-          "the ranges; default 64 requests, prompts 64,512, outputs 64,256), greedy, all\n"
-          "submitted at once or at Poisson arrivals of R per second, served with continuous\n"
-          "batching. Prints output tokens/s, TTFT and TPOT p50/p99, the KV pool's peak use,\n"
-          "preemptions and graph vs eager steps (JSON and SVG on request; --json as above).\n");
-}
+static const cli_option serve_bench_options[] = {
+    {.flag = "--threads", .value = "N", .kind = CLI_VALUE_TEXT, .help = "workers (default 4)"},
+    {.flag = "--requests", .value = "M", .kind = CLI_VALUE_TEXT, .help = "requests (default 200)"},
+    {.flag = "--batch-max",
+     .value = "B",
+     .kind = CLI_VALUE_TEXT,
+     .help = "largest batch drawn (default: the largest bucket)"},
+    {.flag = "--device",
+     .value = "D",
+     .kind = CLI_VALUE_WORDS,
+     .words = "cuda host",
+     .help = "cuda or host (default: the spec's; host when there is no GPU)"},
+    {.flag = "--dim",
+     .value = "NAME=VALUE",
+     .kind = CLI_VALUE_TEXT,
+     .help = "replaces a (non-bucketed) dim's value (repeatable)"},
+    {.flag = "--seed",
+     .value = "N",
+     .kind = CLI_VALUE_TEXT,
+     .help = "seed of the request sizes and random inputs, 0 to 2^64-1\n"
+             "(default: the spec's seed:, else a fresh random seed)"},
+    {.flag = "--json",
+     .value = "FILE",
+     .kind = CLI_VALUE_FILE,
+     .help = "also write the results as JSON (throughput, latencies, checks;\n"
+             "the GPU, driver, CUDA, cuBLAS and recap versions); - writes it to\n"
+             "stdout and the text report to stderr"},
+    {.flag = "--base-dir",
+     .value = "DIR",
+     .kind = CLI_VALUE_DIR,
+     .help = "files the spec names (params) must lie under DIR (for specs from\n"
+             "untrusted sources)"},
+    {.flag = "--generate",
+     .kind = CLI_VALUE_NONE,
+     .help = "the serving benchmark of the generation API (the flags below)"},
+    {0}};
+const cli_help cli_serve_bench_help = {
+    .synopsis =
+        "recap serve-bench SPEC [--threads N] [--requests M] [--batch-max B]\n"
+        "                  [--device cuda|host] [--dim NAME=VALUE] [--seed N]\n"
+        "                  [--json FILE] [--base-dir DIR]\n"
+        "recap serve-bench MODEL.yaml --generate [--requests N] [--prompt-len MIN,MAX]\n"
+        "                  [--output-len MIN,MAX] [--rate R] [--kv-fraction F]\n"
+        "                  [--max-running N] [--seed N] [--device cuda|host]\n"
+        "                  [--json FILE] [--svg FILE] [--base-dir DIR]",
+    .description =
+        "An inference-server loop: a request queue, N worker threads each with its own pipeline\n"
+        "(a clone sharing the weights, captured on its thread), M requests of random batch size\n"
+        "<= B with inputs as their init says (the random ones from a per-request seed). Prints\n"
+        "throughput and p50/p99 latency, then checks every result against an eager reference\n"
+        "run of the same request.\n"
+        "\n"
+        "With --generate: a serving benchmark of the generation API on a paged serving spec\n"
+        "(recap import-hf --paged): N synthetic requests (random ids, prompt and output lengths\n"
+        "uniform in the ranges; default 64 requests, prompts 64,512, outputs 64,256), greedy,\n"
+        "all submitted at once or at Poisson arrivals of R per second, served with continuous\n"
+        "batching. Prints output tokens/s, TTFT and TPOT p50/p99, the KV pool's peak use,\n"
+        "preemptions and graph vs eager steps (JSON and SVG on request).",
+    .exit_status =
+        "0 when every result matches, 1 on any mismatch or failure, 2 on a usage error, 3 on\n"
+        "a device fault (the device context of this process is lost: restart the worker\n"
+        "process).",
+    .operand = CLI_VALUE_SPEC,
+    .groups = {{.options = serve_bench_options},
+               {.heading = "With --generate:", .options = cli_serve_generate_options}},
+};
 
 typedef struct {
   size_t id;
@@ -260,7 +288,7 @@ static double rank(const double *sorted, size_t n, double q) {
 
 int cli_serve_bench_main(int argc, char **argv) {
   if (cli_wants_help(argc, argv)) {
-    usage(stdout);
+    cli_help_print(stdout, &cli_serve_bench_help);
     return CLI_EXIT_OK;
   }
   for (int i = 0; i < argc; i++)
@@ -298,7 +326,7 @@ int cli_serve_bench_main(int argc, char **argv) {
     }
   }
   if (!path) {
-    usage(stderr);
+    cli_help_print(stderr, &cli_serve_bench_help);
     return CLI_EXIT_USAGE;
   }
 

@@ -89,20 +89,31 @@ static bool validate_one(const char *path, const char *base_dir) {
   return ok;
 }
 
+static const cli_option validate_options[] = {
+    {.flag = "--base-dir",
+     .value = "DIR",
+     .kind = CLI_VALUE_DIR,
+     .help = "files the specs name (params) must lie under DIR (for specs from\n"
+             "untrusted sources)"},
+    {0}};
+const cli_help cli_validate_help = {
+    .synopsis = "recap validate SPEC... [--base-dir DIR]",
+    .description =
+        "Checks each spec completely (YAML syntax and limits, keys, names, the DAG, shapes and\n"
+        "dtypes for every bucket, the size of raw weight files and the header of .safetensors\n"
+        "files) without allocating anything on a device. Tensor sizes are checked against the\n"
+        "memory of the spec's device when this machine has it (the host backend's cap\n"
+        "RECAP_HOST_MEMORY_BYTES, or the GPU's total memory). Prints \"SPEC: ok\" per valid\n"
+        "spec, then a \"not checked:\" line for each thing only a run can find out, and every\n"
+        "problem as FILE:LINE:COL: error: message on stderr.",
+    .exit_status = "0 when every spec is valid, 1 otherwise, 2 on a usage error.",
+    .operand = CLI_VALUE_SPEC,
+    .groups = {{.options = validate_options}},
+};
+
 int cli_validate_main(int argc, char **argv) {
   if (cli_wants_help(argc, argv)) {
-    printf(
-        "usage: recap validate SPEC... [--base-dir DIR]\n\n"
-        "Checks each spec completely (YAML syntax and limits, keys, names, the DAG, shapes "
-        "and\ndtypes for every bucket, the size of raw weight files and the header of "
-        ".safetensors\nfiles) without allocating anything on a device. Tensor sizes are "
-        "checked against the\nmemory of the spec's device when this machine has it (the "
-        "host backend's cap\nRECAP_HOST_MEMORY_BYTES, or the GPU's total memory). Prints "
-        "\"SPEC: ok\" per valid spec,\nthen a \"not checked:\" line for each thing only a "
-        "run can find out, and every problem\nas FILE:LINE:COL: error: message on stderr.\n\n"
-        "  --base-dir DIR     files the specs name (params) must lie under DIR (for specs "
-        "from\n                     untrusted sources)\n\n"
-        "exit status: 0 when every spec is valid, 1 otherwise, 2 on a usage error.\n");
+    cli_help_print(stdout, &cli_validate_help);
     return CLI_EXIT_OK;
   }
   const char *base_dir = NULL;

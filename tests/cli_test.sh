@@ -36,7 +36,7 @@ check_json() { # FILE: parses as JSON
 
 # --help on every subcommand, usage errors.
 for cmd in info validate plan ops dot run bench bench-ops bench-capture bench-decode serve-bench \
-  memviz launch import-hf generate env schema; do
+  memviz launch import-hf generate env schema completion man; do
   expect 0 "$cmd --help" -- "$recap" "$cmd" --help
   grep -q "usage: recap $cmd" "$tmp/out" || fail "$cmd --help prints no usage line"
   # Help speaks for itself: no references into an issue tracker the user cannot see.
@@ -46,6 +46,65 @@ expect 0 "run --help" -- "$recap" run --help
 for flag in --world --rank --init --timeout; do
   grep -q -- "$flag" "$tmp/out" || fail "run --help does not list $flag"
 done
+# --help is printed from each command's option tables (cli/options.h): the key flags and the
+# exit status line are there.
+help_lists() { # COMMAND FLAG...: `recap COMMAND --help` lists every FLAG
+  local cmd=$1 flag
+  shift
+  "$recap" "$cmd" --help >"$tmp/help" 2>&1 || fail "$cmd --help failed"
+  for flag in "$@"; do
+    grep -q -- "^ *$flag\b" "$tmp/help" || fail "$cmd --help does not list $flag"
+  done
+  grep -q "^exit status: " "$tmp/help" || fail "$cmd --help has no exit status line"
+}
+help_lists run --mode --device --iters --json --save-tensors --memory-snapshot --no-fusion
+help_lists bench --iters --rotate --svg --base-dir
+help_lists import-hf "-o, --output" --paged --dtype
+help_lists generate --prompt-ids --max-tokens --top-p --logits-out
+help_lists serve-bench --threads --generate --prompt-len --kv-fraction
+help_lists launch --gpus --grace
+grep -q "^exit status: 0 when every result matches" <("$recap" serve-bench --help) ||
+  fail "serve-bench --help lost its own exit status"
+
+# `recap completion bash`, generated from the same tables: valid bash that completes the
+# commands, a command's flags and a flag's fixed values.
+expect 0 "completion bash" -- "$recap" completion bash
+cp "$tmp/out" "$tmp/completion.bash"
+bash -n "$tmp/completion.bash" || fail "completion bash is not valid bash"
+complete_words() { # WORD...: what the completion offers for the last word
+  bash -c 'complete() { :; }; source "$1"; shift; COMP_WORDS=("$@")
+    COMP_CWORD=$(($# - 1)); _recap; printf "%s\n" "${COMPREPLY[@]}"' _ "$tmp/completion.bash" "$@"
+}
+complete_words recap ben | grep -qx "bench-decode" || fail "completion: no commands"
+complete_words recap run --it | grep -qx -- "--iters" || fail "completion: no run flags"
+complete_words recap run --mode "" | sort | tr '\n' ' ' | grep -qx "eager graph " ||
+  fail "completion: --mode's values are not eager and graph"
+complete_words recap bench-ops --dev | grep -qx -- "--device" || fail "completion: no bench-ops flags"
+complete_words recap run --iters "" | grep -q . && fail "completion offers values for --iters"
+expect 2 "completion without a shell" -- "$recap" completion
+expect 2 "completion of another shell" -- "$recap" completion fish
+
+# `recap man`: a roff page with every section and every command (docs_test.sh keeps
+# docs/recap.1 equal to it); rendered when man is installed.
+expect 0 "man" -- "$recap" man
+cp "$tmp/out" "$tmp/recap.1"
+for section in NAME SYNOPSIS DESCRIPTION OPTIONS COMMANDS ENVIRONMENT "EXIT STATUS"; do
+  grep -q "^\.SH $section\$" "$tmp/recap.1" || grep -q "^\.SH \"$section\"\$" "$tmp/recap.1" ||
+    fail "man has no $section section"
+done
+grep -q '^\.TH RECAP 1 ' "$tmp/recap.1" || fail "man has no .TH line"
+for cmd in run bench import-hf launch completion; do
+  grep -q "^\.SS $cmd\$" "$tmp/recap.1" || fail "man has no section for $cmd"
+done
+grep -q '^\\fB\\-\\-save\\-tensors\\fR \\fIF\\fR$' "$tmp/recap.1" ||
+  fail "man does not list run's --save-tensors"
+grep -q '^\\fBRECAP_ALLOC_CONF\\fR$' "$tmp/recap.1" || fail "man does not list RECAP_ALLOC_CONF"
+if command -v man >/dev/null && command -v groff >/dev/null; then
+  MANWIDTH=100 man -l "$tmp/recap.1" >"$tmp/man.txt" 2>"$tmp/man.err" || fail "man -l failed"
+  grep -q "save-tensors" "$tmp/man.txt" || fail "the rendered man page lacks --save-tensors"
+fi
+expect 2 "man with an argument" -- "$recap" man extra
+
 expect 0 "recap --help" -- "$recap" --help
 # The environment section comes from the table of variables (runtime/env_table.c), which lists
 # the tests' own variables for `recap env` only.

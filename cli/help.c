@@ -1,0 +1,69 @@
+/* help.c: a command's --help text, printed from its option tables (cli/options.h). */
+#include <string.h>
+
+#include "cli/cli.h"
+
+/* Help lines up in one column after the widest label of a command, up to this width; a longer
+ * label ("--memory-snapshot F") starts its help two spaces after it, so that one long flag does
+ * not push every other flag's help (wrapped by hand for that column) to the right. */
+enum { LABEL_ALIGN_MAX = 16 };
+
+static size_t label_width(const cli_option *o) {
+  size_t n = strlen(o->flag);
+  if (o->alias) n += strlen(o->alias) + 2;
+  if (o->value) n += strlen(o->value) + 1;
+  return n;
+}
+
+/* `text`'s lines, each but the first indented by `indent` spaces. */
+static void print_lines(FILE *out, const char *text, int indent) {
+  for (const char *p = text;;) {
+    const char *nl = strchr(p, '\n');
+    int n = nl ? (int)(nl - p) : (int)strlen(p);
+    fprintf(out, "%.*s\n", n, p);
+    if (!nl) return;
+    p = nl + 1;
+    fprintf(out, "%*s", indent, "");
+  }
+}
+
+static void print_group(FILE *out, const cli_option_group *g, int column) {
+  if (g->heading) fprintf(out, "%s\n", g->heading);
+  for (const cli_option *o = g->options; o->flag; o++) {
+    /* A short alias reads first, as usual ("-o, --output"); a long one after the flag. */
+    bool first = o->alias && o->alias[1] != '-', after = o->alias && !first;
+    int w = fprintf(out, "  %s%s%s%s%s%s%s", first ? o->alias : "", first ? ", " : "", o->flag,
+                    after ? ", " : "", after ? o->alias : "", o->value ? " " : "",
+                    o->value ? o->value : "");
+    fprintf(out, "%*s", w + 2 <= column ? column - w : 2, "");
+    print_lines(out, o->help, column);
+  }
+}
+
+void cli_help_print(FILE *out, const cli_help *h) {
+  fprintf(out, "usage: ");
+  print_lines(out, h->synopsis, 7);
+  fprintf(out, "\n%s\n", h->description);
+  /* One column for every group, so that a command's help reads as one table. */
+  size_t align = 0;
+  for (int i = 0; i < CLI_MAX_OPTION_GROUPS && h->groups[i].options; i++)
+    for (const cli_option *o = h->groups[i].options; o->flag; o++)
+      if (label_width(o) > align) align = label_width(o);
+  int column = 2 + (int)(align < LABEL_ALIGN_MAX ? align : LABEL_ALIGN_MAX) + 3;
+  for (int i = 0; i < CLI_MAX_OPTION_GROUPS && h->groups[i].options; i++) {
+    fputc('\n', out);
+    print_group(out, &h->groups[i], column);
+  }
+  if (h->epilog) fprintf(out, "\n%s\n", h->epilog);
+  fprintf(out, "\nexit status: ");
+  print_lines(out, h->exit_status ? h->exit_status : CLI_EXIT_STATUS_DEFAULT, 0);
+}
+
+void cli_usage_print(FILE *out) {
+  size_t count;
+  const cli_command *commands = cli_commands(&count);
+  fprintf(out, "usage: %s\n\ncommands:\n", cli_recap_help.synopsis);
+  for (size_t i = 0; i < count; i++)
+    fprintf(out, "  %-12s %s\n", commands[i].name, commands[i].summary);
+  fprintf(out, "\n'recap COMMAND --help' describes a command.\n");
+}

@@ -1,0 +1,121 @@
+#!/usr/bin/env python3
+"""Tests of scripts/check_cli_options.py over tiny synthetic cli/ trees written to a temporary
+folder: a clean tree that must pass, and one change per violation that must fail naming it.
+Ends with an "N passed, N failed" line for .ci/run."""
+import os
+import sys
+import tempfile
+import unittest
+
+sys.dont_write_bytecode = True  # leave no __pycache__ in scripts/
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import check_cli_options  # noqa: E402
+
+ARGS = """int cli_run_flag(const char *cmd, int argc, char **argv, int *i, cli_run_flags *f) {
+  if ((m = cli_flag(cmd, argc, argv, i, "--iters", &v)) != 0) {
+  } else if ((m = cli_dim_flag(cmd, argc, argv, i, f->dims, &f->num_dims)) != 0) {
+  }
+  return 1;
+}
+int cli_wants_help(int argc, char **argv) { return strcmp(argv[0], "--help") == 0; }
+"""
+JSON_OUT = 'int cli_json_flag(const char *cmd, int argc, char **argv, int *i, const char **p) ' \
+           '{ return cli_flag(cmd, argc, argv, i, "--json", p); }\n'
+BENCH = """static const cli_option bench_options[] = {
+    {.flag = "--iters", .value = "N", .kind = CLI_VALUE_TEXT, .help = "timed runs"},
+    {.flag = "--dim", .value = "NAME=VALUE", .kind = CLI_VALUE_TEXT, .help = "a dim"},
+    {.flag = "--json", .value = "FILE", .kind = CLI_VALUE_FILE, .help = "results"},
+    {.flag = "--output", .alias = "-o", .value = "F", .kind = CLI_VALUE_FILE, .help = "out"},
+    {.flag = "--profile", .kind = CLI_VALUE_NONE, .help = "profile"},
+    {0}};
+static int parse_args(int argc, char **argv) {
+  for (int i = 0; i < argc; i++) {
+    /* cli_flag(CMD, argc, argv, &i, "--commented", &v) reads nothing */
+    if (cli_wants_help(argc, argv)) return 0;
+    if ((m = cli_run_flag(CMD, argc, argv, &i, &a->common)) != 0) {
+    } else if ((m = cli_json_flag(CMD, argc, argv, &i, &a->json)) != 0 ||
+               (m = cli_flag(CMD, argc, argv, &i, "-o", &a->out)) != 0 ||
+               (m = cli_flag(CMD, argc, argv, &i, "--output", &a->out)) != 0) {
+    } else if (strcmp(argv[i], "--profile") == 0) {
+    }
+  }
+}
+"""
+RUN = """static const cli_option run_options[] = {
+    {.flag = "--mode", .value = "M", .kind = CLI_VALUE_WORDS, .words = "eager graph",
+     .help = "mode"},
+    {0}};
+const cli_help cli_run_help = {.command = "run", .groups = {{.options = run_options},
+                               {.heading = "dist", .options = cli_run_dist_options}}};
+int f(void) { return cli_flag(CMD, argc, argv, &i, "--mode", &a->mode); }
+"""
+LAUNCH = """const cli_option cli_run_dist_options[] = {
+    {.flag = "--world", .value = "N", .kind = CLI_VALUE_TEXT, .help = "ranks"},
+    {0}};
+static const cli_option launch_options[] = {
+    {.flag = "--gpus", .value = "N", .kind = CLI_VALUE_TEXT, .help = "ranks"},
+    {0}};
+int g(void) {
+  if (strcmp(argv[i], "--") == 0) return 0;
+  return cli_flag(RUN, argc, argv, &i, "--world", &v) + cli_flag(LAUNCH, argc, argv, &i, "--gpus", &v);
+}
+"""
+CLEAN = {"cli/args.c": ARGS, "cli/json_out.c": JSON_OUT, "cli/bench.c": BENCH, "cli/run.c": RUN,
+         "cli/launch.c": LAUNCH, "cli/info.c": "int cli_info_main(void) { return 0; }\n"}
+
+
+class CheckCliOptionsTest(unittest.TestCase):
+    def check(self, changes):
+        """Violations of the clean tree with `changes` applied (path -> text)."""
+        tree = dict(CLEAN)
+        tree.update(changes)
+        with tempfile.TemporaryDirectory() as root:
+            for path, text in tree.items():
+                os.makedirs(os.path.dirname(os.path.join(root, path)), exist_ok=True)
+                with open(os.path.join(root, path), "w") as f:
+                    f.write(text)
+            return check_cli_options.check(root)
+
+    def assertOnly(self, violations, rule, *fragments):
+        self.assertTrue(violations, "expected a %s violation" % rule)
+        for v in violations:
+            self.assertEqual(v[0], rule, v)
+        text = "\n".join("%s:%d: %s" % v[1:] for v in violations)
+        for fragment in fragments:
+            self.assertIn(fragment, text)
+
+    def test_clean_tree_passes(self):
+        self.assertEqual(self.check({}), [])
+
+    def test_parsed_flag_missing_from_the_table(self):
+        v = self.check({"cli/bench.c": BENCH.replace(
+            '"--profile") == 0) {', '"--profile") == 0) {\n    } else if (cli_flag(CMD, argc, '
+            'argv, &i, "--svg", &a->svg)) {')})
+        self.assertOnly(v, "UNTABLED", "cli/bench.c:17: --svg is parsed here")
+
+    def test_shared_run_flag_missing_from_the_table(self):
+        v = self.check({"cli/bench.c": BENCH.replace(
+            '    {.flag = "--dim", .value = "NAME=VALUE", .kind = CLI_VALUE_TEXT, '
+            '.help = "a dim"},\n', "")})
+        self.assertOnly(v, "UNTABLED", "--dim is parsed here but no option table of cli/bench.c")
+
+    def test_tabled_flag_no_parser_reads(self):
+        v = self.check({"cli/bench.c": BENCH.replace('strcmp(argv[i], "--profile")', "0")})
+        self.assertOnly(v, "UNPARSED", "cli/bench.c:6: --profile is in this option table")
+
+    def test_alias_no_parser_reads(self):
+        v = self.check({"cli/bench.c": BENCH.replace('"-o", &a->out', '"--out", &a->out')})
+        self.assertEqual(sorted(x[0] for x in v), ["UNPARSED", "UNTABLED"])
+
+    def test_group_of_files_is_one_unit(self):
+        # --world is tabled in launch.c and listed by run's help: still parsed in the group.
+        v = self.check({"cli/launch.c": LAUNCH.replace('"--world", &v)', '"--wrld", &v)')})
+        self.assertEqual(sorted(x[0] for x in v), ["UNPARSED", "UNTABLED"])
+        self.assertIn("cli/run.c or cli/launch.c", v[0][3])
+
+
+if __name__ == "__main__":
+    result = unittest.main(exit=False, verbosity=2).result
+    failed = len(result.failures) + len(result.errors)
+    print("%d passed, %d failed" % (result.testsRun - failed, failed))
+    sys.exit(1 if failed else 0)
