@@ -1,4 +1,6 @@
-/* help.c: a command's --help text, printed from its option tables (cli/options.h). */
+/* help.c: help text from the option tables (cli/options.h): a command's --help, recap's own
+ * usage and the registry of commands it lists, and the roff escaping `recap man` and
+ * `recap env` share. */
 #include <string.h>
 
 #include "cli/cli.h"
@@ -57,6 +59,62 @@ void cli_help_print(FILE *out, const cli_help *h) {
   if (h->epilog) fprintf(out, "\n%s\n", h->epilog);
   fprintf(out, "\nexit status: ");
   print_lines(out, h->exit_status ? h->exit_status : CLI_EXIT_STATUS_DEFAULT, 0);
+}
+
+/* The table main.c registers: help.c owns the registry so that the commands that print every
+ * command (--help, completion, man) read the table without depending on main.c, which in turn
+ * names those commands in it. */
+static const cli_command *registered;
+static size_t num_registered;
+
+void cli_commands_register(const cli_command *commands, size_t count) {
+  registered = commands;
+  num_registered = count;
+}
+
+const cli_command *cli_commands(size_t *count) {
+  *count = num_registered;
+  return registered;
+}
+
+static const cli_option recap_options[] = {
+    {.flag = "--help",
+     .alias = "-h",
+     .kind = CLI_VALUE_NONE,
+     .help = "the commands and the environment variables recap reads"},
+    {.flag = "--version",
+     .kind = CLI_VALUE_NONE,
+     .help = "recap's version and the CUDA libraries' it runs with"},
+    {0}};
+
+const cli_help cli_recap_help = {
+    .synopsis = "recap [--version] [--help] COMMAND [ARGS]",
+    .description =
+        "Captures a pipeline described by a spec (YAML) as CUDA graphs and replays them;\n"
+        "checks, plans, runs, benchmarks and draws specs, and imports Hugging Face checkpoints\n"
+        "as specs.",
+    .groups = {{.options = recap_options}},
+};
+
+/* The first n characters of text for roff. */
+void cli_roff_span(FILE *out, const char *text, size_t n) {
+  bool line_start = true;
+  for (size_t i = 0; i < n; i++) {
+    char c = text[i];
+    /* A line that starts with a period or a quote would be read as a request. */
+    if (line_start && (c == '.' || c == '\'')) fputs("\\&", out);
+    if (c == '\\')
+      fputs("\\e", out);
+    else if (c == '-')
+      fputs("\\-", out);
+    else
+      fputc(c, out);
+    line_start = c == '\n';
+  }
+}
+
+void cli_roff_text(FILE *out, const char *text) {
+  cli_roff_span(out, text, strlen(text));
 }
 
 void cli_usage_print(FILE *out) {

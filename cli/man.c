@@ -13,33 +13,12 @@ const cli_help cli_man_help = {
         "`recap env`: read it with `recap man | man -l -`. docs/recap.1 holds its output.",
 };
 
-/* The first n characters of text for roff. */
-static void roff_span(FILE *out, const char *text, size_t n) {
-  bool line_start = true;
-  for (size_t i = 0; i < n; i++) {
-    char c = text[i];
-    /* A line that starts with a period or a quote would be read as a request. */
-    if (line_start && (c == '.' || c == '\'')) fputs("\\&", out);
-    if (c == '\\')
-      fputs("\\e", out);
-    else if (c == '-')
-      fputs("\\-", out);
-    else
-      fputc(c, out);
-    line_start = c == '\n';
-  }
-}
-
-void cli_roff_text(FILE *out, const char *text) {
-  roff_span(out, text, strlen(text));
-}
-
 /* Text whose blank lines separate paragraphs (roff fills the lines of each). */
 static void print_paragraphs(FILE *out, const char *text) {
   fputs(".PP\n", out);
   for (const char *p = text;;) {
     const char *gap = strstr(p, "\n\n");
-    roff_span(out, p, gap ? (size_t)(gap - p) : strlen(p));
+    cli_roff_span(out, p, gap ? (size_t)(gap - p) : strlen(p));
     fputc('\n', out);
     if (!gap) return;
     fputs(".PP\n", out);
@@ -78,7 +57,7 @@ static void print_command(FILE *out, const cli_command *c) {
   for (const char *p = h->synopsis;;) {
     while (*p == ' ') p++;
     const char *nl = strchr(p, '\n');
-    roff_span(out, p, nl ? (size_t)(nl - p) : strlen(p));
+    cli_roff_span(out, p, nl ? (size_t)(nl - p) : strlen(p));
     fputc('\n', out);
     if (!nl) break;
     p = nl + 1;

@@ -78,7 +78,9 @@ typedef struct {
   const cli_help *help;
 } cli_command;
 
-/* The command table, in the order `recap --help` lists it. */
+/* The command table, in the order `recap --help` lists it: main.c registers it before it
+ * runs a command (help.c). */
+void cli_commands_register(const cli_command *commands, size_t count);
 const cli_command *cli_commands(size_t *count);
 /* `recap` itself: its synopsis, description and options (--help, --version). */
 extern const cli_help cli_recap_help;
@@ -89,8 +91,10 @@ void cli_help_print(FILE *out, const cli_help *help);
 /* `recap`'s usage with the command list (main.c's --help and usage errors). */
 void cli_usage_print(FILE *out);
 
-/* `text` for roff (man.c): backslashes and hyphens escaped, no line read as a request. */
+/* `text` for roff (help.c): backslashes and hyphens escaped, no line read as a request;
+ * cli_roff_span: its first n characters. */
 void cli_roff_text(FILE *out, const char *text);
+void cli_roff_span(FILE *out, const char *text, size_t n);
 
 /* completion.c: `recap completion bash`. */
 int cli_completion_main(int argc, char **argv);
