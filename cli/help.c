@@ -66,35 +66,19 @@ void cli_help_print(FILE *out, const cli_help *h) {
  * names those commands in it. */
 static const cli_command *registered;
 static size_t num_registered;
+static const cli_help *registered_recap_help;
 
-void cli_commands_register(const cli_command *commands, size_t count) {
+void cli_commands_register(const cli_command *commands, size_t count, const cli_help *recap_help) {
   registered = commands;
   num_registered = count;
+  registered_recap_help = recap_help;
 }
 
-const cli_command *cli_commands(size_t *count) {
+const cli_command *cli_commands(size_t *count, const cli_help **recap_help) {
   *count = num_registered;
+  if (recap_help) *recap_help = registered_recap_help;
   return registered;
 }
-
-static const cli_option recap_options[] = {
-    {.flag = "--help",
-     .alias = "-h",
-     .kind = CLI_VALUE_NONE,
-     .help = "the commands and the environment variables recap reads"},
-    {.flag = "--version",
-     .kind = CLI_VALUE_NONE,
-     .help = "recap's version and the CUDA libraries' it runs with"},
-    {0}};
-
-const cli_help cli_recap_help = {
-    .synopsis = "recap [--version] [--help] COMMAND [ARGS]",
-    .description =
-        "Captures a pipeline described by a spec (YAML) as CUDA graphs and replays them;\n"
-        "checks, plans, runs, benchmarks and draws specs, and imports Hugging Face checkpoints\n"
-        "as specs.",
-    .groups = {{.options = recap_options}},
-};
 
 /* The first n characters of text for roff. */
 void cli_roff_span(FILE *out, const char *text, size_t n) {
@@ -119,8 +103,9 @@ void cli_roff_text(FILE *out, const char *text) {
 
 void cli_usage_print(FILE *out) {
   size_t count;
-  const cli_command *commands = cli_commands(&count);
-  fprintf(out, "usage: %s\n\ncommands:\n", cli_recap_help.synopsis);
+  const cli_help *recap_help;
+  const cli_command *commands = cli_commands(&count, &recap_help);
+  fprintf(out, "usage: %s\n\ncommands:\n", recap_help->synopsis);
   for (size_t i = 0; i < count; i++)
     fprintf(out, "  %-12s %s\n", commands[i].name, commands[i].summary);
   fprintf(out, "\n'recap COMMAND --help' describes a command.\n");

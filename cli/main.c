@@ -47,6 +47,25 @@ static const cli_command commands[] = {
     {"man", "recap's manual page (roff), as docs/recap.1 holds it", cli_man_main, &cli_man_help},
 };
 
+static const cli_option recap_options[] = {
+    {.flag = "--help",
+     .alias = "-h",
+     .kind = CLI_VALUE_NONE,
+     .help = "the commands and the environment variables recap reads"},
+    {.flag = "--version",
+     .kind = CLI_VALUE_NONE,
+     .help = "recap's version and the CUDA libraries' it runs with"},
+    {0}};
+
+static const cli_help recap_help = {
+    .synopsis = "recap [--version] [--help] COMMAND [ARGS]",
+    .description =
+        "Captures a pipeline described by a spec (YAML) as CUDA graphs and replays them;\n"
+        "checks, plans, runs, benchmarks and draws specs, and imports Hugging Face checkpoints\n"
+        "as specs.",
+    .groups = {{.options = recap_options}},
+};
+
 int main(int argc, char **argv) {
   /* `bazel run` starts us inside the runfiles tree; paths on the command line are relative
    * to where the user typed the command. */
@@ -55,7 +74,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "recap: cannot enter %s\n", cwd);
     return CLI_EXIT_FAILURE;
   }
-  cli_commands_register(commands, sizeof commands / sizeof commands[0]);
+  cli_commands_register(commands, sizeof commands / sizeof commands[0], &recap_help);
   if (argc < 2) {
     cli_usage_print(stderr);
     return CLI_EXIT_USAGE;

@@ -78,12 +78,11 @@ typedef struct {
   const cli_help *help;
 } cli_command;
 
-/* The command table, in the order `recap --help` lists it: main.c registers it before it
- * runs a command (help.c). */
-void cli_commands_register(const cli_command *commands, size_t count);
-const cli_command *cli_commands(size_t *count);
-/* `recap` itself: its synopsis, description and options (--help, --version). */
-extern const cli_help cli_recap_help;
+/* The command table, in the order `recap --help` lists it, and `recap` itself (its synopsis,
+ * description and options: --help, --version): main.c registers both before it runs a
+ * command (help.c). */
+void cli_commands_register(const cli_command *commands, size_t count, const cli_help *recap_help);
+const cli_command *cli_commands(size_t *count, const cli_help **recap_help);
 
 /* A command's --help text (help.c): usage, description, the option groups, epilog, exit
  * status. */
