@@ -57,9 +57,8 @@ recap_status recap__host_paged_kv_write(const recap__op_call *call) {
   for (int64_t r = 0; r < seqs->shape[0]; ++r) {
     const int32_t *row = recap__seqs_row(seqs, r);
     for (int64_t t = 0; t < row[RECAP_SEQ_Q_LEN]; ++t) {
-      const int64_t token = row[RECAP_SEQ_Q_START] + t;
-      const int64_t pos = row[RECAP_SEQ_LEN] - row[RECAP_SEQ_Q_LEN] + t;
-      const int64_t block = row[RECAP_SEQ_BLOCKS + pos / block_size];
+      const recap__seq_token at = recap__seq_token_at(row, t, block_size);
+      const int64_t token = at.token, pos = at.pos, block = at.block;
       /* Both last dims are unit-stride (infer): a head's row is one copy. */
       for (int64_t h = 0; h < kv_heads; ++h)
         memcpy(
@@ -98,9 +97,8 @@ recap_status recap__host_paged_rope_kv_write(const recap__op_call *call) {
   for (int64_t r = 0; r < seqs->shape[0]; ++r) {
     const int32_t *row = recap__seqs_row(seqs, r);
     for (int64_t t = 0; t < row[RECAP_SEQ_Q_LEN]; ++t) {
-      const int64_t token = row[RECAP_SEQ_Q_START] + t;
-      const int64_t pos = row[RECAP_SEQ_LEN] - row[RECAP_SEQ_Q_LEN] + t;
-      const int64_t block = row[RECAP_SEQ_BLOCKS + pos / block_size];
+      const recap__seq_token at = recap__seq_token_at(row, t, block_size);
+      const int64_t token = at.token, pos = at.pos, block = at.block;
       for (int64_t h = 0; h < heads; ++h)
         recap__host_rope_row(&freqs, dh, pos, q, token * q->strides[0] + h * q->strides[1],
                              q->strides[2], q_out->data, q_out->dtype, (token * heads + h) * dh);

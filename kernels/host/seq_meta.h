@@ -26,6 +26,20 @@ static inline const int32_t *recap__seqs_row(const recap_tensor *seqs, int64_t r
   return (const int32_t *)seqs->data + r * seqs->shape[1];
 }
 
+/* Token t of a row's step: its index among the step's tokens, its position in its sequence
+ * (the step's tokens are the last Q_LEN of LEN) and the pool block that position lives in. */
+typedef struct {
+  int64_t token, pos, block;
+} recap__seq_token;
+
+static inline recap__seq_token recap__seq_token_at(const int32_t *row, int64_t t,
+                                                   int64_t block_size) {
+  const int64_t pos = row[RECAP_SEQ_LEN] - row[RECAP_SEQ_Q_LEN] + t;
+  return (recap__seq_token){.token = row[RECAP_SEQ_Q_START] + t,
+                            .pos = pos,
+                            .block = row[RECAP_SEQ_BLOCKS + pos / block_size]};
+}
+
 /* Input `index` is the metadata: i32, 2-D [Bs, W], contiguous, with W > RECAP_SEQ_BLOCKS (at
  * least one block-table column). */
 recap_status recap__seqs_infer(const recap__op_call *call, int index);
