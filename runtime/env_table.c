@@ -131,6 +131,14 @@ static const recap__env_var table[] = {
      .fallback = "0",
      .summary = "synchronize after every eager launch and name the failing op",
      .details = "Never inside a capture."},
+    {.name = "RECAP_LIBRARY",
+     .kind = RECAP__ENV_PATH,
+     .values = "a file",
+     .fallback = "the installed prefix's lib, then the loader's search",
+     .summary = "the librecap.so the Python package loads (that file only)",
+     .details = "Read by python/recap when it first needs the library. Unset, it tries "
+                "librecap.so.0 in the lib folder above the installed package, then under "
+                "sys.prefix, then by soname (LD_LIBRARY_PATH, ld.so.cache); python/README.md."},
     {.name = "RECAP_MASTER_PORT",
      .kind = RECAP__ENV_INT,
      .values = "a port, 1 to 65535",
