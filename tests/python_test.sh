@@ -24,7 +24,9 @@ fi
 # the interpreter, as embed_test.sh does for its program. CPython does not free everything at
 # exit, so leak checking (which would report the interpreter's own memory) is off here.
 preload=""
-if nm -D --undefined-only "$lib" | grep -q '__asan_'; then
+# (nm's output is read whole first: grep -q would stop early and, under pipefail, fail nm.)
+undefined=$(nm -D --undefined-only "$lib")
+if grep -q '__asan_' <<<"$undefined"; then
   preload="$(${CC:-cc} -print-file-name=libasan.so) $(${CC:-cc} -print-file-name=libubsan.so)"
   export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
 fi
