@@ -17,7 +17,7 @@ Rules:
            Python (the package and its tests, under python/): os.environ.get("RECAP_X"), os.environ["RECAP_X"],
            os.getenv("RECAP_X").
   UNREAD   every entry is read: one not marked test_only by the library or CLI (any folder but
-           tests/ and scripts/), one marked test_only by tests/ or scripts/ only.
+           tests/, scripts/ and python/tests/), one marked test_only by those three only.
   PARSER   boolean entries are read by recap__env_bool (the one parser), never by a getenv in
            the library, and a recap__env_bool("RECAP_X", N) falls back to the table's default.
 """
@@ -28,7 +28,7 @@ import sys
 TABLE = "runtime/env_table.c"
 RULES = ["UNKNOWN", "UNREAD", "PARSER"]
 C_EXT = (".c", ".h", ".cu", ".cuh", ".cc", ".cpp")
-TEST_DIRS = ("tests/", "scripts/")
+TEST_DIRS = ("tests/", "scripts/", "python/tests/")
 PY_DIRS = ("python/",)  # the Python package; scripts' own .py files read no RECAP_* variable
 NAME = r"RECAP_[A-Z0-9_]+"
 # Comments and literals in one pass, so a quote inside a comment (or "//" inside a string)

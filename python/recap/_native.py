@@ -68,6 +68,31 @@ class PipelineInfo(ctypes.Structure):  # recap_pipeline_info
                 ("entry", ctypes.c_char_p)]
 
 
+class GeneratorOptions(ctypes.Structure):  # recap_generator_options
+    _fields_ = [("struct_size", ctypes.c_size_t), ("kv_bytes", ctypes.c_size_t),
+                ("kv_fraction", ctypes.c_double), ("max_running", ctypes.c_int),
+                ("prefill_budget", ctypes.c_int), ("override_device", ctypes.c_int),
+                ("device", Device), ("eager", ctypes.c_int), ("base_dir", ctypes.c_char_p),
+                ("quiet", ctypes.c_int)]
+
+
+class Request(ctypes.Structure):  # recap_request
+    _fields_ = [("struct_size", ctypes.c_size_t), ("prompt", ctypes.POINTER(ctypes.c_int32)),
+                ("prompt_len", ctypes.c_size_t), ("max_new_tokens", ctypes.c_int),
+                ("temperature", ctypes.c_float), ("top_p", ctypes.c_float),
+                ("min_p", ctypes.c_float), ("top_k", ctypes.c_int), ("has_seed", ctypes.c_int),
+                ("seed", ctypes.c_uint64), ("stop_ids", ctypes.POINTER(ctypes.c_int32)),
+                ("num_stop_ids", ctypes.c_int), ("on_token", ctypes.c_void_p),
+                ("user", ctypes.c_void_p)]
+
+
+class RequestStatus(ctypes.Structure):  # recap_request_status
+    _fields_ = [("state", ctypes.c_int), ("finish", ctypes.c_int),
+                ("num_tokens", ctypes.c_size_t), ("seed", ctypes.c_uint64),
+                ("preemptions", ctypes.c_uint32), ("ttft_ms", ctypes.c_double),
+                ("error", ctypes.c_int)]
+
+
 def _candidates():
     """Where the library is looked for, in order, as (place, path) pairs."""
     env = os.environ.get("RECAP_LIBRARY")
@@ -138,6 +163,17 @@ def _declare(lib):
         "recap_event_record": (st, [p, p]),
         "recap_event_destroy": (st, [p]),
         "recap_backend_parse": (st, [cstr, ctypes.POINTER(ctypes.c_int)]),
+        "recap_generator_create": (st, [cstr, ctypes.POINTER(GeneratorOptions),
+                                        ctypes.POINTER(p)]),
+        "recap_generator_submit": (st, [p, ctypes.POINTER(Request),
+                                        ctypes.POINTER(ctypes.c_uint64),
+                                        ctypes.POINTER(ctypes.c_uint64)]),
+        "recap_generator_poll": (st, [p, ctypes.c_uint64, ctypes.POINTER(ctypes.c_int32), sz,
+                                      ctypes.POINTER(RequestStatus)]),
+        "recap_generator_wait": (st, [p, ctypes.c_uint64, ctypes.c_double]),
+        "recap_generator_cancel": (st, [p, ctypes.c_uint64]),
+        "recap_generator_release": (st, [p, ctypes.c_uint64]),
+        "recap_generator_destroy": (st, [p]),
     }
     for name, (restype, argtypes) in sigs.items():
         fn = getattr(lib, name)
