@@ -112,6 +112,14 @@ class PipelineTest(unittest.TestCase):
         self.assertEqual(caught.exception.status_name, "RECAP_STATUS_INVALID_ARGUMENT")
         self.assertIn("nope", caught.exception.message)
 
+    def test_spec_device_failure_has_a_message(self):
+        # The spec's own device (CUDA by default): a host-only build or a machine without a
+        # GPU refuses it, and the refusal must say why.
+        try:
+            recap.Pipeline(yaml=SPEC).close()
+        except recap.RecapError as e:
+            self.assertRegex(e.message, "CUDA|cuda")
+
     def test_spec_error_carries_positions(self):
         bad = SPEC.replace("[B, D], role: input", "[B, Q], role: input")
         with self.assertRaises(recap.RecapError) as caught:
