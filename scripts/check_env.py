@@ -14,8 +14,8 @@ Rules:
            literal as the first argument of a function whose name contains "env" (getenv,
            setenv, recap__env_bool, a file's own env_int...) or assigned to a variable whose
            name does; shell: $RECAP_X, ${RECAP_X...}, RECAP_X=...; .bazelrc: --test_env=RECAP_X;
-           Python (the package and its tests, under python/): os.environ.get("RECAP_X"), os.environ["RECAP_X"],
-           os.getenv("RECAP_X").
+           Python (the package and its tests, under python/): os.environ.get("RECAP_X"),
+           os.environ["RECAP_X"], os.getenv("RECAP_X").
   UNREAD   every entry is read: one not marked test_only by the library or CLI (any folder but
            tests/, scripts/ and python/tests/), one marked test_only by those three only.
   PARSER   boolean entries are read by recap__env_bool (the one parser), never by a getenv in

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Runs the Python package's tests (python/tests) against the librecap.so of this build, on the
 # host backend (arguments: the library, a test file, the package's __init__.py, the recap CLI,
-# the llama fixture's config.json). They need numpy: without a python3 that has it, the test says so on an
-# INACTIVE line and scripts/test.sh does not count it as passed.
+# the llama fixture's config.json). They need numpy: without a python3 that has it, the test
+# says so on an INACTIVE line and scripts/test.sh does not count it as passed.
 set -euo pipefail
 lib=$(realpath "$1")
 tests=$(dirname "$(realpath "$2")")
