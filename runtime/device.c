@@ -56,7 +56,9 @@ int recap_backend_compiled(recap_backend_kind backend) {
 
 recap_status recap__device_backend(recap_device device, const recap__backend **out) {
   const recap__backend *backend = recap__backend_get(device.backend);
-  if (!backend) return RECAP_FAIL(RECAP_STATUS_NOT_SUPPORTED, "%s", recap_last_error());
+  /* recap__backend_get has set the message; formatting recap_last_error() into itself, as a
+   * RECAP_FAIL would, reads the buffer it is overwriting and left the message empty. */
+  if (!backend) return RECAP_STATUS_NOT_SUPPORTED;
   int count = 0;
   RECAP_TRY(backend->device_count(&count));
   if (device.index < 0 || device.index >= count) {

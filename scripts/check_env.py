@@ -13,9 +13,11 @@ Rules:
   UNKNOWN  every RECAP_* name that code reads or sets is in the table. C/CUDA: a "RECAP_X"
            literal as the first argument of a function whose name contains "env" (getenv,
            setenv, recap__env_bool, a file's own env_int...) or assigned to a variable whose
-           name does; shell: $RECAP_X, ${RECAP_X...}, RECAP_X=...; .bazelrc: --test_env=RECAP_X.
+           name does; shell: $RECAP_X, ${RECAP_X...}, RECAP_X=...; .bazelrc: --test_env=RECAP_X;
+           Python (the package and its tests, under python/): os.environ.get("RECAP_X"),
+           os.environ["RECAP_X"], os.getenv("RECAP_X").
   UNREAD   every entry is read: one not marked test_only by the library or CLI (any folder but
-           tests/ and scripts/), one marked test_only by tests/ or scripts/ only.
+           tests/, scripts/ and python/tests/), one marked test_only by those three only.
   PARSER   boolean entries are read by recap__env_bool (the one parser), never by a getenv in
            the library, and a recap__env_bool("RECAP_X", N) falls back to the table's default.
 """
@@ -26,7 +28,8 @@ import sys
 TABLE = "runtime/env_table.c"
 RULES = ["UNKNOWN", "UNREAD", "PARSER"]
 C_EXT = (".c", ".h", ".cu", ".cuh", ".cc", ".cpp")
-TEST_DIRS = ("tests/", "scripts/")
+TEST_DIRS = ("tests/", "scripts/", "python/tests/")
+PY_DIRS = ("python/",)  # the Python package; scripts' own .py files read no RECAP_* variable
 NAME = r"RECAP_[A-Z0-9_]+"
 # Comments and literals in one pass, so a quote inside a comment (or "//" inside a string)
 # is not taken for the other.
@@ -36,6 +39,8 @@ C_ASSIGN = re.compile(r'\b\w*env\w*\s*=\s*"(' + NAME + r')"', re.I)
 C_BOOL_CALL = re.compile(r'\brecap__env_bool\s*\(\s*"(' + NAME + r')"\s*,\s*(-?\d+)\s*\)')
 SH_READ = re.compile(r'\$\{?(' + NAME + r')\b')
 SH_SET = re.compile(r'(?:^|[\s;(])(?:export\s+)?(' + NAME + r')=', re.M)
+PY_READ = re.compile(r'\b(?:environ\.get\s*\(|environ\s*\[|getenv\s*\()\s*[rb]?["\'](' + NAME
+                     + r')["\']')
 RC_SET = re.compile(r'--test_env=(' + NAME + r')\b')
 ENTRY = re.compile(r'\{\s*\.name\s*=\s*"(' + NAME + r')"(.*?)\}\s*,', re.S)
 
@@ -94,6 +99,14 @@ def scan_shell(path, text):
         yield Use(path, line_of(code, m.start(1)), m.group(1), False, "=")
 
 
+def scan_python(path, text):
+    # Comments are dropped line by line; a "#" inside a string cuts that line short, which
+    # can only hide a read on the same line after it.
+    code = "\n".join(line.split("#", 1)[0] for line in text.split("\n"))
+    for m in PY_READ.finditer(code):
+        yield Use(path, line_of(code, m.start(1)), m.group(1), True, "os.environ")
+
+
 def tree(root):
     """(path, text) of every text file, Bazel's output folders and hidden ones but .ci/ skipped."""
     for folder, dirs, names in os.walk(root):
@@ -118,6 +131,8 @@ def scan(files):
             uses += scan_c(path, text)
         elif path.endswith(".sh") or text.startswith(("#!/usr/bin/env bash", "#!/bin/bash")):
             uses += scan_shell(path, text)
+        elif path.endswith(".py") and path.startswith(PY_DIRS):
+            uses += scan_python(path, text)
         elif path == ".bazelrc":
             uses += [Use(path, line_of(text, m.start(1)), m.group(1), False, "--test_env")
                      for m in RC_SET.finditer(text)]

@@ -33,6 +33,8 @@ CLEAN = {
     "tests/cli_test.sh": "#!/usr/bin/env bash\n# $RECAP_IN_A_COMMENT\n"
                          'RECAP_FUSION=0 "$recap" run x.yaml\n',
     ".bazelrc": "build:asan --test_env=RECAP_TEST_SEED=4\n",
+    "python/recap/lib.py": '# os.environ.get("RECAP_IN_A_COMMENT")\n'
+                           'tiles = os.environ.get("RECAP_TILES")\n',
 }
 
 
@@ -69,6 +71,12 @@ class CheckEnvTest(unittest.TestCase):
                                     "build:asan --test_env=RECAP_TEST_SEED=4\n"})
         self.assertOnly(v, "UNKNOWN", "scripts/gpu/run.sh:2: RECAP_SOAK is read",
                         ".bazelrc:1: RECAP_TEST_SEEDS is set")
+
+    def test_python_read_not_in_the_table(self):
+        v = self.check({"python/recap/lib.py": 'a = os.environ["RECAP_LIB"]\n'
+                                                'b = os.getenv("RECAP_LIBS")\n'})
+        self.assertOnly(v, "UNKNOWN", "python/recap/lib.py:1: RECAP_LIB is read",
+                        "python/recap/lib.py:2: RECAP_LIBS is read")
 
     def test_entry_no_code_reads(self):
         v = self.check({"runtime/nvrtc.c": "int nothing;\n"})

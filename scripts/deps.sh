@@ -22,6 +22,9 @@ command -v python3 >/dev/null 2>&1 || need+=(python3)
 # scripts/check_schema.py (.ci/run's spec schema check): YAML and JSON Schema for python3.
 python3 -c 'import yaml' >/dev/null 2>&1 || need+=(python3-yaml)
 python3 -c 'import jsonschema' >/dev/null 2>&1 || need+=(python3-jsonschema)
+# tests/python_test.sh (the Python package's tests): numpy for python3, or for Debian's own.
+python3 -c 'import numpy' >/dev/null 2>&1 || /usr/bin/python3 -c 'import numpy' >/dev/null 2>&1 ||
+  need+=(python3-numpy)
 if [ ${#need[@]} -gt 0 ]; then
   echo "recap: installing ${need[*]}" >&2
   sudo_cmd=""

@@ -12,7 +12,8 @@ log=$(mktemp)
 bazel test --test_summary=short "$@" //tests/... 2>&1 | tee "$log"
 code=${PIPESTATUS[0]}
 summary=$(grep -E '^Executed [0-9]+ out of [0-9]+ tests?' "$log" | tail -1)
-# A binary whose suites all need a GPU exits 0 without running anything (tests/test_util.c):
+# A binary whose suites all need a GPU exits 0 without running anything (tests/test_util.c), and
+# so does python_test without numpy (tests/python_test.sh):
 # Bazel calls it passed, so it is taken out of the passed count and reported as inactive.
 # Only this run's tests count (the log folder keeps other runs' logs).
 inactive=0
@@ -20,7 +21,8 @@ for name in $(sed -nE 's|^//tests:([A-Za-z0-9_]+) .*PASSED.*|\1|p' "$log"); do
   f=bazel-testlogs/tests/$name/test.log
   [ -f "$f" ] || continue
   grep -h "^INACTIVE suite" "$f" | sort -u
-  grep -q "^no test ran: every suite needs a CUDA device" "$f" && inactive=$((inactive + 1))
+  grep -qE "^no test ran: (every suite needs a CUDA device|numpy is missing)" "$f" &&
+    inactive=$((inactive + 1))
 done
 rm -f "$log"
 if [ -z "$summary" ]; then
@@ -31,7 +33,7 @@ fi
 total=$(sed -E 's/^Executed [0-9]+ out of ([0-9]+) tests?.*/\1/' <<<"$summary")
 passed=$(grep -oE '[0-9]+ tests? pass' <<<"$summary" | grep -oE '^[0-9]+' || echo 0)
 if [ "$inactive" -gt 0 ]; then
-  echo "$inactive test binaries inactive: every suite needs a GPU (not counted as passed)"
+  echo "$inactive test binaries inactive: every suite needs a GPU, or numpy (not counted as passed)"
   passed=$((passed - inactive))
   total=$((total - inactive))
 fi

@@ -1,0 +1,8 @@
+"""recap from Python: pipelines over librecap.so (ctypes, standard library only), with
+zero-copy DLPack views of recap's buffers. See python/README.md."""
+from ._native import RecapError
+from .generator import Generator, RequestState
+from .pipeline import Pipeline, Tensor, TensorSpec
+
+__all__ = ["Generator", "Pipeline", "RecapError", "RequestState", "Tensor", "TensorSpec"]
+__version__ = "0.1.0"

@@ -1,0 +1,134 @@
+"""recap.Generator: token generation over a paged serving spec (recap_generator_*)."""
+import ctypes
+import os
+
+from ._native import GeneratorOptions, RecapError, Request, RequestStatus, check, lib
+from .pipeline import _parse_device
+
+STATES = ["waiting", "running", "finished", "cancelled", "failed"]
+FINISH = ["none", "max_tokens", "stop", "length"]
+_TIMEOUT = -14  # RECAP_STATUS_TIMEOUT: wait's "not yet", not a failure
+
+
+class RequestState:
+    """poll()'s answer: state ("waiting", "running", "finished", "cancelled", "failed"),
+    finish ("none", "max_tokens", "stop", "length"), tokens so far, seed, preemptions,
+    ttft_ms, and error (the engine's recap_status when failed, else 0)."""
+
+    def __init__(self, status, tokens):
+        self.state, self.finish = STATES[status.state], FINISH[status.finish]
+        self.tokens, self.seed, self.preemptions = tokens, status.seed, status.preemptions
+        self.ttft_ms, self.error = status.ttft_ms, status.error
+
+    @property
+    def done(self):
+        return self.state in ("finished", "cancelled", "failed")
+
+
+class Generator:
+    """A generator over a paged serving spec (`recap import-hf DIR -o SPEC --paged`): it loads
+    the spec, sizes the KV pool, captures, and runs requests on its own engine thread.
+    Submitting, polling and cancelling are safe from any thread."""
+
+    def __init__(self, spec_path, *, device=None, kv_bytes=0, kv_fraction=0.0, max_running=0,
+                 prefill_budget=0, eager=False, quiet=True):
+        self._handle = None
+        opts = GeneratorOptions()
+        opts.struct_size = ctypes.sizeof(GeneratorOptions)
+        opts.kv_bytes, opts.kv_fraction = kv_bytes, kv_fraction
+        opts.max_running, opts.prefill_budget = max_running, prefill_budget
+        opts.eager, opts.quiet = int(eager), int(quiet)
+        if device is not None:
+            opts.override_device, opts.device = 1, _parse_device(device)
+        handle = ctypes.c_void_p()
+        check(lib().recap_generator_create(os.fsencode(spec_path), ctypes.byref(opts),
+                                           ctypes.byref(handle)), "recap_generator_create")
+        self._handle = handle.value
+
+    def close(self):
+        """Stops taking requests, cancels the rest and joins the engine thread."""
+        if self._handle:
+            handle, self._handle = self._handle, None
+            check(lib().recap_generator_destroy(handle), "recap_generator_destroy")
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _live(self):
+        if not self._handle:
+            raise ValueError("the generator is closed")
+        return self._handle
+
+    def submit(self, prompt, max_new_tokens, *, temperature=0.0, top_k=0, top_p=0.0, min_p=0.0,
+               seed=None, stop_ids=()):
+        """Queues a request (token ids) and returns its id. temperature 0 is greedy; seed None
+        lets the generator draw one (poll's seed says which)."""
+        prompt_arr = (ctypes.c_int32 * len(prompt))(*prompt)
+        stop_arr = (ctypes.c_int32 * len(stop_ids))(*stop_ids)
+        r = Request()
+        r.struct_size = ctypes.sizeof(Request)
+        r.prompt, r.prompt_len = prompt_arr, len(prompt)
+        r.max_new_tokens = max_new_tokens
+        r.temperature, r.top_k, r.top_p, r.min_p = temperature, top_k, top_p, min_p
+        if seed is not None:
+            r.has_seed, r.seed = 1, seed
+        r.stop_ids, r.num_stop_ids = stop_arr, len(stop_ids)
+        rid = ctypes.c_uint64()
+        check(lib().recap_generator_submit(self._live(), ctypes.byref(r), ctypes.byref(rid),
+                                           None), "recap_generator_submit")
+        return rid.value
+
+    def poll(self, request_id):
+        """The request's state and every token it has produced so far."""
+        status = RequestStatus()
+        check(lib().recap_generator_poll(self._live(), request_id, None, 0,
+                                         ctypes.byref(status)), "recap_generator_poll")
+        # A second poll with room for them all: the count can only have grown in between.
+        tokens = (ctypes.c_int32 * max(status.num_tokens, 1))()
+        check(lib().recap_generator_poll(self._live(), request_id, tokens, status.num_tokens,
+                                         ctypes.byref(status)), "recap_generator_poll")
+        return RequestState(status, list(tokens[:min(status.num_tokens, len(tokens))]))
+
+    def wait(self, request_id, timeout=None):
+        """Waits until the request ends; False when `timeout` seconds passed first."""
+        st = lib().recap_generator_wait(self._live(), request_id,
+                                        -1.0 if timeout is None else timeout)
+        if st == _TIMEOUT:
+            return False
+        check(st, "recap_generator_wait")
+        return True
+
+    def stream(self, request_id, interval=0.01):
+        """Yields the request's tokens as they come (polled every `interval` seconds at most),
+        then returns; raises RecapError if the engine failed it."""
+        sent = 0
+        while True:
+            ended = self.wait(request_id, interval)
+            state = self.poll(request_id)
+            yield from state.tokens[sent:]
+            sent = len(state.tokens)
+            if state.state == "failed":
+                raise RecapError(state.error, lib().recap_status_name(state.error).decode(),
+                                 "the engine failed request %d (its detail went to stderr)"
+                                 % request_id, "recap_generator_poll")
+            if ended and state.done:
+                return
+
+    def cancel(self, request_id):
+        """Ends a request; its tokens so far stay readable until release()."""
+        check(lib().recap_generator_cancel(self._live(), request_id), "recap_generator_cancel")
+
+    def release(self, request_id):
+        """Forgets an ended request (cancelling it first if it is still going)."""
+        check(lib().recap_generator_release(self._live(), request_id), "recap_generator_release")
+
+    def generate(self, prompt, max_new_tokens, **sampling):
+        """submit, wait, poll and release in one call: the new token ids."""
+        rid = self.submit(prompt, max_new_tokens, **sampling)
+        try:
+            return list(self.stream(rid))
+        finally:
+            self.release(rid)

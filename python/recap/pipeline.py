@@ -1,0 +1,291 @@
+"""recap.Pipeline: a spec loaded by librecap, its static buffers shared as DLPack views."""
+import ctypes
+import os
+
+from . import _dlpack
+from ._native import (BACKEND_CUDA, BACKEND_HOST, Device, PipelineInfo, PipelineOptions,
+                      RecapError, TensorInfo, TensorView, check, lib)
+
+_TYPESTR = {"f32": "<f4", "f16": "<f2", "i32": "<i4", "i64": "<i8"}
+ROLES = ["input", "param", "state", "scalar", "intermediate"]
+
+
+class TensorSpec:
+    """One tensor of a pipeline as recap describes it: name, role ("input", "param", "state",
+    "scalar", "intermediate"), is_output, dtype ("f32", ...), shape and bytes (the largest
+    bucket's), bucket_axis (-1: not bucketed)."""
+
+    def __init__(self, info):
+        self.name = info.name.decode()
+        self.role = ROLES[info.role]
+        self.is_output = bool(info.is_output)
+        self.dtype = _dlpack.DTYPES[info.dtype][0]
+        self.dtype_code = info.dtype  # recap_dtype
+        self.shape = tuple(info.shape[i] for i in range(info.ndim))
+        self.bytes = info.bytes
+        self.bucket_axis = info.bucket_axis
+
+    def __repr__(self):
+        return "TensorSpec(%r, %s%s, %s%r, bucket_axis=%d)" % (
+            self.name, self.role, " output" if self.is_output else "", self.dtype, self.shape,
+            self.bucket_axis)
+
+
+class Tensor:
+    """A view of one of recap's buffers, no copy: hand it to torch.from_dlpack or
+    numpy.from_dlpack. It keeps its pipeline alive; what it holds is rewritten by the next run
+    (inputs: by the caller; outputs: by recap), as torch.cuda.CUDAGraph's static tensors."""
+
+    def __init__(self, pipeline, name, data, dtype, shape, strides):
+        self.pipeline, self.name, self.data_ptr = pipeline, name, data
+        self.dtype = _dlpack.DTYPES[dtype][0]
+        self._dtype, self.shape, self.strides = dtype, tuple(shape), tuple(strides)
+
+    def __repr__(self):
+        return "recap.Tensor(%r, %s%r at 0x%x)" % (self.name, self.dtype, self.shape,
+                                                   self.data_ptr)
+
+    def __dlpack_device__(self):
+        return _dlpack_device(self.pipeline.device)
+
+    @property
+    def __array_interface__(self):
+        # numpy's DLPack import is read-only before numpy 2 (the unversioned capsule carries no
+        # read-only flag), so numpy.asarray(view) is the writable, still zero-copy, way in on
+        # the host backend. Device memory has no such interface: use DLPack there.
+        if self.pipeline.device.backend != BACKEND_HOST:
+            raise AttributeError("__array_interface__ is for host memory; %r is on the GPU "
+                                 "(use torch.from_dlpack)" % self.name)
+        typestr = _TYPESTR.get(self.dtype)
+        if typestr is None:
+            raise TypeError("numpy has no %s dtype; read %r through DLPack (torch)"
+                            % (self.dtype, self.name))
+        size = int(typestr[2])
+        self.pipeline._order_before(None)
+        return {"version": 3, "shape": self.shape, "typestr": typestr,
+                "data": (self.data_ptr, False), "strides": tuple(s * size for s in self.strides)}
+
+    def __dlpack__(self, stream=None, max_version=None, dl_device=None, copy=None):
+        # max_version: this producer gives the unversioned capsule, which the protocol allows
+        # whatever the consumer's maximum.
+        if copy:
+            raise BufferError("recap tensors are exported without a copy (copy=True asked)")
+        if dl_device is not None and tuple(dl_device) != self.__dlpack_device__():
+            raise BufferError("recap tensor %r is on %r, not %r"
+                              % (self.name, self.__dlpack_device__(), tuple(dl_device)))
+        self.pipeline._order_before(stream)
+        kind, index = self.__dlpack_device__()
+        return _dlpack.export(self, self.data_ptr, kind, index, self._dtype, self.shape,
+                              self.strides)
+
+
+class Pipeline:
+    """A recap pipeline: Pipeline("model.yaml") or Pipeline(yaml=text), optionally on
+    device="host", "cuda" or "cuda:1" instead of the spec's. Close it (or use `with`) to free
+    its memory at once; otherwise it lives as long as it or a view taken from it is referenced."""
+
+    def __init__(self, path=None, *, yaml=None, name="<string>", device=None, entry=None,
+                 dims=None, eager=False):
+        if (path is None) == (yaml is None):
+            raise TypeError("Pipeline takes a spec path or yaml=TEXT: exactly one of them")
+        self._handle = None
+        self._bound = {}
+        opts = PipelineOptions()
+        opts.struct_size = ctypes.sizeof(PipelineOptions)
+        if device is not None:
+            opts.override_device = 1
+            opts.device = _parse_device(device)
+        if eager:
+            opts.override_mode, opts.mode = 1, 1  # RECAP_MODE_EAGER
+        if entry is not None:
+            opts.entry = entry.encode()
+        if dims:
+            # Kept referenced until the call returns: recap reads the strings during create.
+            items = ["%s=%s" % (k, ",".join(map(str, v)) if isinstance(v, (list, tuple)) else v)
+                     for k, v in dims.items()]
+            arr = (ctypes.c_char_p * (len(items) + 1))(*[s.encode() for s in items], None)
+            opts.dims = arr
+        handle = ctypes.c_void_p()
+        if yaml is not None:
+            text = yaml.encode()
+            check(lib().recap_pipeline_create_string(text, len(text), name.encode(),
+                                                     ctypes.byref(opts), ctypes.byref(handle)),
+                  "recap_pipeline_create_string")
+        else:
+            check(lib().recap_pipeline_create_file(os.fsencode(path), ctypes.byref(opts),
+                                                   ctypes.byref(handle)),
+                  "recap_pipeline_create_file")
+        self._handle = handle.value
+        info = PipelineInfo()
+        check(lib().recap_pipeline_info_get(self._handle, ctypes.byref(info)),
+              "recap_pipeline_info_get")
+        self.name = info.name.decode()
+        self.device = Device(info.device.backend, info.device.index)
+        self.buckets = tuple(info.bucket_values[i] for i in range(info.num_buckets))
+        self.bucket_dim = info.bucket_dim.decode() if info.bucket_dim else None
+        self.tensors = []
+        for i in range(info.num_tensors):
+            t = TensorInfo()
+            check(lib().recap_pipeline_tensor_info_get(self._handle, i, ctypes.byref(t)),
+                  "recap_pipeline_tensor_info_get")
+            self.tensors.append(TensorSpec(t))
+        self._by_name = {t.name: t for t in self.tensors}
+        self.outputs = [t.name for t in self.tensors if t.is_output]
+
+    def close(self):
+        """Waits for the pipeline's work and frees it. Views taken earlier must not be used
+        after this; binding memory taken by bind_param is given back to its owner."""
+        if self._handle:
+            check(lib().recap_pipeline_destroy(self._handle), "recap_pipeline_destroy")
+            self._handle = None
+        for imported, _ in self._bound.values():
+            imported.release()
+        self._bound.clear()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        if getattr(self, "_handle", None):
+            try:
+                self.close()
+            except RecapError:
+                pass  # nothing to report to from a finalizer; close() raises when called
+
+    def _live(self):
+        if not self._handle:
+            raise ValueError("the pipeline is closed")
+        return self._handle
+
+    def _spec(self, name):
+        spec = self._by_name.get(name)
+        if spec is None:
+            # recap's own message and status for the unknown name (RecapError).
+            check(lib().recap_pipeline_tensor(self._live(), name.encode(), TensorView()),
+                  "recap_pipeline_tensor")
+            raise KeyError("pipeline %r has no tensor %r" % (self.name, name))
+        return spec
+
+    def tensor(self, name, batch=None):
+        """A view of tensor `name`'s buffer: the whole buffer (the largest bucket's shape), or
+        with `batch`, the rows a run with that batch uses, laid out as its bucket lays them."""
+        spec = self._spec(name)
+        view = TensorView()
+        check(lib().recap_pipeline_tensor(self._live(), name.encode(), ctypes.byref(view)),
+              "recap_pipeline_tensor")
+        shape = [view.shape[i] for i in range(view.ndim)]
+        axis = spec.bucket_axis
+        if batch is None or axis < 0 or not self.bucket_dim or batch == 0:
+            strides = [view.strides[i] for i in range(view.ndim)]
+            return Tensor(self, name, view.data, view.dtype, shape, strides)
+        largest = self.buckets[-1]
+        bucket = next((b for b in self.buckets if b >= batch), largest)
+        # Each bucket packs its rows from the start of the buffer in its own row-major shape
+        # (recap.h, recap_pipeline_copy_in), so the strides are those of the bucket's shape.
+        per_row = shape[axis] // largest
+        shape[axis] = per_row * bucket
+        strides, step = [0] * len(shape), 1
+        for i in reversed(range(len(shape))):
+            strides[i], step = step, step * shape[i]
+        shape[axis] = per_row * min(batch, bucket)
+        return Tensor(self, name, view.data, view.dtype, shape, strides)
+
+    def input(self, name, batch=None):
+        """The static buffer of an input (or state or scalar) to write into before run()."""
+        if self._spec(name).role == "intermediate":
+            raise ValueError("%r is an op's output, not an input" % name)
+        return self.tensor(name, batch)
+
+    def run(self, batch=0):
+        """Runs with `batch` real rows (0: the largest bucket whole) and returns the output's
+        view (a dict of views by name when the spec has several), valid until the next run."""
+        check(lib().recap_pipeline_run(self._live(), batch), "recap_pipeline_run")
+        views = {n: self.tensor(n, batch if batch else None) for n in self.outputs}
+        return views[self.outputs[0]] if len(views) == 1 else views
+
+    def bind_param(self, name, tensor):
+        """Points param (or input, state, scalar) `name` at the memory of `tensor`, any
+        DLPack producer's (a torch tensor, a numpy array) of the same device, dtype and
+        size, contiguous. No copy: recap reads and writes that memory from now on, and the
+        graphs are recaptured once (for weights and long-lived buffers, not per call). The
+        tensor stays referenced until the next bind of this name or close()."""
+        spec = self._spec(name)
+        handle = self._live()
+        if self.device.backend == BACKEND_CUDA:
+            # The producer orders its pending writes before recap's stream.
+            capsule = tensor.__dlpack__(stream=lib().recap_stream_native(
+                lib().recap_pipeline_stream(handle)))
+        else:
+            capsule = tensor.__dlpack__()
+        imported = _dlpack.Imported(capsule)
+        try:
+            want_device = _dlpack_device(self.device)
+            _, code, bits = _dlpack.DTYPES[spec.dtype_code]
+            problem = None
+            if imported.device != want_device:
+                problem = "is on DLPack device %r, the pipeline on %r" % (imported.device,
+                                                                          want_device)
+            elif imported.dtype != (code, bits, 1):
+                problem = "has DLPack dtype %r, the tensor is %s" % (imported.dtype, spec.dtype)
+            elif tuple(imported.shape) != spec.shape:
+                problem = "has shape %r, the tensor %r" % (tuple(imported.shape), spec.shape)
+            elif not imported.is_contiguous():
+                problem = "is not contiguous"
+            if problem:
+                raise ValueError("bind_param(%r): the given tensor %s" % (name, problem))
+            check(lib().recap_pipeline_rebind(handle, name.encode(), imported.data),
+                  "recap_pipeline_rebind")
+        except Exception:
+            imported.release()
+            raise
+        previous = self._bound.pop(name, None)
+        self._bound[name] = (imported, tensor)
+        if previous:
+            previous[0].release()
+
+    def _order_before(self, stream):
+        """Orders the pipeline's submitted work before a consumer's use (the DLPack stream
+        handshake). On the GPU the consumer's stream waits on an event recorded on recap's
+        stream, so nothing blocks the host; stream -1 means the consumer orders it itself."""
+        handle = self._live()
+        ours = lib().recap_pipeline_stream(handle)
+        if self.device.backend == BACKEND_HOST:
+            # The host backend may still be running the last submitted work on its stream.
+            check(lib().recap_stream_synchronize(ours), "recap_stream_synchronize")
+            return
+        if stream == -1:
+            return
+        # None and 1 both mean the legacy default stream, cudaStreamLegacy, whose handle is 1;
+        # 2 is cudaStreamPerThread; larger values are cudaStream_t handles.
+        theirs_native = 1 if stream is None else stream
+        event, theirs = ctypes.c_void_p(), ctypes.c_void_p()
+        check(lib().recap_event_create(self.device, 0, ctypes.byref(event)),
+              "recap_event_create")
+        try:
+            check(lib().recap_event_record(event, ours), "recap_event_record")
+            check(lib().recap_stream_wrap_external(self.device, theirs_native,
+                                                   ctypes.byref(theirs)),
+                  "recap_stream_wrap_external")
+            try:
+                check(lib().recap_stream_wait_event(theirs, event), "recap_stream_wait_event")
+            finally:
+                lib().recap_stream_destroy(theirs)
+        finally:
+            # CUDA keeps a recorded event's resources until the waits on it are done.
+            lib().recap_event_destroy(event)
+
+
+def _parse_device(text):
+    backend, _, index = text.partition(":")
+    kind = ctypes.c_int()
+    check(lib().recap_backend_parse(backend.encode(), ctypes.byref(kind)), "recap_backend_parse")
+    return Device(kind.value, int(index) if index else 0)
+
+
+def _dlpack_device(device):
+    if device.backend == BACKEND_CUDA:
+        return (_dlpack.KDL_CUDA, device.index)
+    return (_dlpack.KDL_CPU, 0)

@@ -1,0 +1,58 @@
+"""recap.Generator on the host backend over the llama fixture (tests/data/models/llama),
+imported as a paged serving spec by tests/python_test.sh, which names it in
+RECAP_TEST_SERVE_SPEC; greedy tokens are compared with the fixture's expected.json."""
+import json
+import os
+import unittest
+
+import recap
+
+SPEC = os.environ.get("RECAP_TEST_SERVE_SPEC")
+
+
+@unittest.skipUnless(SPEC, "RECAP_TEST_SERVE_SPEC is not set (tests/python_test.sh sets it)")
+class GeneratorTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        # The fixture's folder, as the spec names it: expected.json holds the prompt followed
+        # by the reference (transformers') greedy tokens.
+        with open(os.path.join(os.path.dirname(SPEC), "expected.json")) as f:
+            expected = json.load(f)
+        n = expected["prompt_length"]
+        cls.prompt, cls.want = expected["tokens"][:n], expected["tokens"][n:]
+        cls.g = recap.Generator(SPEC, device="host")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.g.close()
+
+    def test_greedy_tokens_match_the_reference(self):
+        self.assertEqual(self.g.generate(self.prompt, len(self.want)), self.want)
+
+    def test_stream_then_poll(self):
+        rid = self.g.submit(self.prompt, len(self.want))
+        self.assertEqual(list(self.g.stream(rid)), self.want)
+        state = self.g.poll(rid)
+        self.assertEqual((state.state, state.finish, state.tokens),
+                         ("finished", "max_tokens", self.want))
+        self.g.release(rid)
+        with self.assertRaises(recap.RecapError):
+            self.g.poll(rid)  # released: an unknown id
+
+    def test_cancel(self):
+        rid = self.g.submit(self.prompt, len(self.want))
+        self.g.cancel(rid)
+        self.assertTrue(self.g.wait(rid, 10.0))
+        # It may have finished before the cancel arrived; either way it has ended.
+        self.assertIn(self.g.poll(rid).state, ("cancelled", "finished"))
+        self.g.release(rid)
+
+    def test_bad_request_raises_with_recap_message(self):
+        with self.assertRaises(recap.RecapError) as caught:
+            self.g.submit([], 4)
+        self.assertEqual(caught.exception.status_name, "RECAP_STATUS_INVALID_ARGUMENT")
+        self.assertIn("prompt", caught.exception.message)
+
+
+if __name__ == "__main__":
+    unittest.main()
