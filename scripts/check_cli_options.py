@@ -24,6 +24,10 @@ import os
 import re
 import sys
 
+sys.dont_write_bytecode = True  # leave no __pycache__ in scripts/
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import source_check  # noqa: E402
+
 RULES = ["UNTABLED", "UNPARSED"]
 # A distributed run's flags are parsed in launch.c; serve-bench --generate's in
 # serve_generate.c.
@@ -110,19 +114,5 @@ def check(root):
     return violations
 
 
-def main(argv):
-    root = argv[1] if len(argv) > 1 else os.path.join(os.path.dirname(__file__), "..")
-    violations = check(os.path.abspath(root))
-    for rule, path, line, message in violations:
-        print("%s %s:%d: %s" % (rule, path, line, message))
-    failed = 0
-    for rule in RULES:
-        n = sum(1 for v in violations if v[0] == rule)
-        failed += n > 0
-        print("check %-8s %s" % (rule, "ok" if n == 0 else "FAILED: %d violation(s)" % n))
-    print("%d passed, %d failed" % (len(RULES) - failed, failed))
-    return 1 if violations else 0
-
-
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    sys.exit(source_check.main(check, RULES, sys.argv))

@@ -4,12 +4,12 @@ folder: a clean tree that must pass, and one change per violation that must fail
 Ends with an "N passed, N failed" line for .ci/run."""
 import os
 import sys
-import tempfile
 import unittest
 
 sys.dont_write_bytecode = True  # leave no __pycache__ in scripts/
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import check_cli_options  # noqa: E402
+import source_check  # noqa: E402
 
 ARGS = """int cli_run_flag(const char *cmd, int argc, char **argv, int *i, cli_run_flags *f) {
   if ((m = cli_flag(cmd, argc, argv, i, "--iters", &v)) != 0) {
@@ -66,15 +66,10 @@ CLEAN = {"cli/args.c": ARGS, "cli/json_out.c": JSON_OUT, "cli/bench.c": BENCH, "
 
 class CheckCliOptionsTest(unittest.TestCase):
     def check(self, changes):
-        """Violations of the clean tree with `changes` applied (path -> text)."""
+        """Violations of the clean tree with `changes` applied (path -> text, None removes)."""
         tree = dict(CLEAN)
         tree.update(changes)
-        with tempfile.TemporaryDirectory() as root:
-            for path, text in tree.items():
-                os.makedirs(os.path.dirname(os.path.join(root, path)), exist_ok=True)
-                with open(os.path.join(root, path), "w") as f:
-                    f.write(text)
-            return check_cli_options.check(root)
+        return source_check.check_tree(check_cli_options.check, tree)
 
     def assertOnly(self, violations, rule, *fragments):
         self.assertTrue(violations, "expected a %s violation" % rule)
@@ -115,7 +110,4 @@ class CheckCliOptionsTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    result = unittest.main(exit=False, verbosity=2).result
-    failed = len(result.failures) + len(result.errors)
-    print("%d passed, %d failed" % (result.testsRun - failed, failed))
-    sys.exit(1 if failed else 0)
+    sys.exit(source_check.run_tests())

@@ -31,6 +31,13 @@ import os
 import re
 import sys
 
+sys.dont_write_bytecode = True  # leave no __pycache__ in scripts/
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import source_check  # noqa: E402
+
+# The rule families, in the order violations and the report list them.
+RULES = ["INCLUDE", "CALL", "CIRCLE", "NAME"]
+
 # ---------------------------------------------------------------------------------------------
 # THE TABLE. Where each file belongs, by longest matching path prefix (a folder ends in "/").
 LAYERS = {  # layer -> rank, lowest first. Equal ranks are siblings: neither may use the other.
@@ -400,23 +407,8 @@ def run(root):
     edges = call_graph(files)
     found = (check_includes(root, files) + check_calls(files, edges, public)
              + check_circles(files, edges) + check_names(files, public))
-    return sorted(found, key=lambda v: (["INCLUDE", "CALL", "CIRCLE", "NAME"].index(v[0]),
-                                        v[1], v[2]))
-
-
-def main(argv):
-    root = argv[1] if len(argv) > 1 else os.path.join(os.path.dirname(__file__), "..")
-    violations = run(os.path.abspath(root))
-    for rule, path, line, message in violations:
-        print("%s %s:%d: %s" % (rule, path, line, message))
-    failed = 0
-    for rule in ("INCLUDE", "CALL", "CIRCLE", "NAME"):
-        n = sum(1 for v in violations if v[0] == rule)
-        failed += n > 0
-        print("check %-7s %s" % (rule, "ok" if n == 0 else "FAILED: %d violation(s)" % n))
-    print("%d passed, %d failed" % (4 - failed, failed))
-    return 1 if violations else 0
+    return sorted(found, key=lambda v: (RULES.index(v[0]), v[1], v[2]))
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    sys.exit(source_check.main(run, RULES, sys.argv))

@@ -12,6 +12,7 @@ import unittest
 sys.dont_write_bytecode = True  # leave no __pycache__ in scripts/
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import check_layers  # noqa: E402
+import source_check  # noqa: E402
 
 PUBLIC = """#pragma once
 /* recap_hidden in a comment declares nothing */
@@ -56,14 +57,7 @@ class CheckLayersTest(unittest.TestCase):
         """Violations of the clean tree with `changes` applied (path -> text, None removes)."""
         tree = dict(CLEAN)
         tree.update(changes)
-        with tempfile.TemporaryDirectory() as root:
-            for path, text in tree.items():
-                if text is None:
-                    continue
-                os.makedirs(os.path.join(root, os.path.dirname(path)), exist_ok=True)
-                with open(os.path.join(root, path), "w") as f:
-                    f.write(text)
-            return check_layers.run(root)
+        return source_check.check_tree(check_layers.run, tree)
 
     def assertOnly(self, violations, rule, *needles):
         self.assertTrue(violations, "expected a %s violation" % rule)
@@ -78,7 +72,7 @@ class CheckLayersTest(unittest.TestCase):
     def test_main_prints_summary_and_exit_status(self):
         out = io.StringIO()
         with tempfile.TemporaryDirectory() as root, contextlib.redirect_stdout(out):
-            code = check_layers.main(["check_layers.py", root])
+            code = source_check.main(check_layers.run, check_layers.RULES, ["check_layers.py", root])
         self.assertEqual(code, 0)
         self.assertTrue(out.getvalue().endswith("4 passed, 0 failed\n"), out.getvalue())
 
@@ -202,7 +196,4 @@ class CheckLayersTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    result = unittest.main(exit=False, verbosity=2).result
-    failed = len(result.failures) + len(result.errors)
-    print("%d passed, %d failed" % (result.testsRun - failed, failed))
-    sys.exit(1 if failed else 0)
+    sys.exit(source_check.run_tests())
