@@ -25,7 +25,7 @@
 static const char *const CMD = "serve-bench";
 
 typedef struct {
-  const char *path, *device, *base_dir, *json_path, *svg_path;
+  const char *path, *device, *base_dir, *json_path, *svg_path, *requests_path;
   long long requests, prompt_min, prompt_max, output_min, output_max, max_running;
   double rate, kv_fraction;
   uint64_t seed;
@@ -201,6 +201,33 @@ static int drive(const generate_bench_args *a, recap_generator *g, request_recor
   return rc;
 }
 
+/* The request set as {"seed", "requests": [{"prompt": [ids], "max_new_tokens": n}]}: a peer
+ * reads it instead of re-deriving recap's random draws, so both serve the same work. */
+static bool save_requests(const generate_bench_args *a, const request_record *recs) {
+  json_t *list = json_array();
+  json_t *root = json_pack("{sI so}", "seed", (json_int_t)a->seed, "requests", list);
+  bool ok = root != NULL;
+  for (long long i = 0; ok && i < a->requests; i++) {
+    json_t *prompt = json_array();
+    ok = prompt != NULL;
+    for (int k = 0; ok && k < recs[i].prompt_len; k++)
+      ok = json_array_append_new(prompt, json_integer(recs[i].prompt[k])) == 0;
+    json_t *one = ok ? json_pack("{so sI}", "prompt", prompt, "max_new_tokens",
+                                 (json_int_t)recs[i].output_len)
+                     : NULL;
+    if (!one) json_decref(prompt);
+    ok = one && json_array_append_new(list, one) == 0;
+  }
+  if (ok && json_dump_file(root, a->requests_path, JSON_COMPACT) != 0) {
+    fprintf(stderr, "recap %s: cannot write %s\n", CMD, a->requests_path);
+    json_decref(root);
+    return false;
+  }
+  if (!ok) fprintf(stderr, "recap %s: out of memory writing the request set\n", CMD);
+  json_decref(root);
+  return ok;
+}
+
 static int parse_range(const char *flag, const char *text, long long *lo, long long *hi) {
   long long v[2];
   size_t n = 0;
@@ -258,6 +285,11 @@ const cli_option cli_serve_generate_options[] = {
      .value = "FILE",
      .kind = CLI_VALUE_FILE,
      .help = "write a bar chart of TTFT and TPOT (median, p10-p90 whiskers) as SVG"},
+    {.flag = "--save-requests",
+     .value = "FILE",
+     .kind = CLI_VALUE_FILE,
+     .help = "write the request set (prompt ids, output lengths) as JSON, so a peer\n"
+             "(bench/peer/peer_hf_generate_batch.py) serves the same requests"},
     {.flag = "--base-dir",
      .value = "DIR",
      .kind = CLI_VALUE_DIR,
@@ -278,7 +310,8 @@ static int parse_args(int argc, char **argv, generate_bench_args *a) {
     if ((m = cli_flag(CMD, argc, argv, &i, "--device", &a->device)) != 0 ||
         (m = cli_flag(CMD, argc, argv, &i, "--base-dir", &a->base_dir)) != 0 ||
         (m = cli_json_flag(CMD, argc, argv, &i, &a->json_path)) != 0 ||
-        (m = cli_flag(CMD, argc, argv, &i, "--svg", &a->svg_path)) != 0) {
+        (m = cli_flag(CMD, argc, argv, &i, "--svg", &a->svg_path)) != 0 ||
+        (m = cli_flag(CMD, argc, argv, &i, "--save-requests", &a->requests_path)) != 0) {
       if (m < 0) return CLI_EXIT_USAGE;
     } else if ((m = cli_flag(CMD, argc, argv, &i, "--requests", &v)) != 0) {
       if (m < 0 || !cli_parse_int(CMD, "--requests", v, 1, 10000000, &a->requests))
@@ -337,19 +370,26 @@ int cli_serve_generate_main(int argc, char **argv) {
                                 .max_running = (int)a.max_running};
   if (!cli_pick_device(CMD, a.device, RECAP_BACKEND_CUDA, &go.device)) return CLI_EXIT_USAGE;
   request_record *recs = calloc((size_t)a.requests, sizeof *recs);
+  bool drawn = recs != NULL;
   uint64_t rng = a.seed;
-  for (long long i = 0; recs && i < a.requests; i++) {
+  for (long long i = 0; drawn && i < a.requests; i++) {
     recs[i].prompt_len = (int)uniform_int(&rng, a.prompt_min, a.prompt_max);
     recs[i].output_len = (int)uniform_int(&rng, a.output_min, a.output_max);
     recs[i].prompt = malloc(sizeof(int32_t) * (size_t)recs[i].prompt_len);
-    if (!recs[i].prompt) break;
-    for (int k = 0; k < recs[i].prompt_len; k++)
+    drawn = recs[i].prompt != NULL;
+    for (int k = 0; drawn && k < recs[i].prompt_len; k++)
       recs[i].prompt[k] = (int32_t)uniform_int(&rng, 0, vocab - 1);
   }
-  recap_generator *g = NULL;
-  recap_status st = recs ? recap_generator_create(a.path, &go, &g) : RECAP_STATUS_OUT_OF_MEMORY;
+  /* The request set is written before the generator loads, so a peer can use it even when
+   * recap's own run fails. */
   rc = CLI_EXIT_FAILURE;
+  recap_generator *g = NULL;
+  recap_status st = drawn ? RECAP_OK : RECAP_STATUS_OUT_OF_MEMORY;
   if (st != RECAP_OK) {
+    cli_report_failure(CMD, "the requests", st);
+  } else if (a.requests_path && !save_requests(&a, recs)) {
+    /* save_requests said why */
+  } else if ((st = recap_generator_create(a.path, &go, &g)) != RECAP_OK) {
     cli_report_failure(CMD, "the generator", st);
   } else {
     g_state.g = g;

@@ -1107,11 +1107,23 @@ grep -q "99999" "$tmp/err" || fail "generate does not name the id outside the vo
 # serve-bench --generate: synthetic requests through the generation API on the host backend.
 expect 0 "serve-bench --generate" -- "$recap" serve-bench "$tmp/qwen2_paged.yaml" --generate \
   --requests 12 --prompt-len 4,20 --output-len 2,8 --device host --json "$tmp/serve.json" \
-  --svg "$tmp/serve.svg"
+  --svg "$tmp/serve.svg" --save-requests "$tmp/requests.json"
 grep -q "^output tokens/s" "$tmp/out" && grep -q "^TTFT ms" "$tmp/out" ||
   fail "serve-bench --generate prints no throughput or TTFT"
 check_json "$tmp/serve.json"
 grep -q "<svg" "$tmp/serve.svg" || fail "serve-bench --generate wrote no SVG"
+# The saved request set is what the run served: 12 requests, lengths within the ranges, ids
+# inside the fixture's vocabulary, and the output tokens the run reported add up to it.
+python3 - "$tmp/requests.json" "$tmp/serve.json" <<'PY' 2>>"$tmp/err" ||
+import json, sys
+reqs = json.load(open(sys.argv[1]))["requests"]
+served = json.load(open(sys.argv[2]))
+assert len(reqs) == 12, len(reqs)
+assert all(4 <= len(r["prompt"]) <= 20 and 2 <= r["max_new_tokens"] <= 8 for r in reqs)
+assert all(0 <= t < 256 for r in reqs for t in r["prompt"])
+assert sum(r["max_new_tokens"] for r in reqs) == served["output_tokens"]
+PY
+  fail "serve-bench --save-requests does not hold the request set the run served"
 expect 2 "serve-bench --generate past the spec's length" -- "$recap" serve-bench \
   "$tmp/qwen2_paged.yaml" --generate --prompt-len 60,60 --output-len 8,8 --device host
 expect 1 "import-hf --paged with too many prefill sequences" -- "$recap" import-hf "$tmp/qwen2" \

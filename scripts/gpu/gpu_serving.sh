@@ -7,8 +7,9 @@
 #     step must read against a device-to-device copy measured in the same run, kernels per step,
 #     GEMM share).
 #     Then the peer: transformers' StaticCache decode under torch.compile(reduce-overhead).
-#  2. `recap serve-bench --generate` on the same spec: 256 synthetic requests through the
-#     generation API (continuous batching): output tokens/s, TTFT and TPOT, preemptions.
+#  2. `recap serve-bench --generate` on the same spec: 512 synthetic requests through the
+#     generation API (continuous batching): output tokens/s, TTFT and TPOT, preemptions; then
+#     transformers' continuous batching on the same request set (SKIP_PEER_BATCH=1 skips it).
 #  3. Start-up: every decode and prefill bucket captured, timed from the end of weight loading.
 #  4. The sampler against PyTorch's sort-based path captured in a CUDA graph, same run.
 # Results go to $OUT when the device tool sets it.
@@ -29,10 +30,17 @@ fi
 # The peer at batch 1: transformers with a StaticCache and torch.compile(reduce-overhead).
 python3 "$here/tools/peer_hf_decode.py" "$work/llama-1b-shape" --context 512 --tokens 128 \
   --json "$out/peer_hf_decode.json" || status=1
-# Continuous batching through the generation API: 256 requests, prompts 64-512, outputs
-# 64-256 tokens, all submitted at once, greedy.
-"$here/bin/recap" serve-bench "$work/llama-1b-paged.yaml" --generate --requests 256 \
-  --prompt-len 64,512 --output-len 64,256 --json "$out/serve_generate.json" || status=1
+# Continuous batching through the generation API: 512 requests, prompts 64-512, outputs
+# 64-256 tokens, all submitted at once, greedy, at most 64 running; then transformers'
+# continuous batching (its CUDA graphs and paged attention, settings swept) on the same set.
+"$here/bin/recap" serve-bench "$work/llama-1b-paged.yaml" --generate --requests 512 \
+  --prompt-len 64,512 --output-len 64,256 --max-running 64 \
+  --save-requests "$work/requests.json" --json "$out/serve_generate.json" || status=1
+if [ "${SKIP_PEER_BATCH:-0}" != 1 ]; then
+  timeout "${PEER_BATCH_TIMEOUT:-300}" python3 "$here/tools/peer_hf_generate_batch.py" \
+    "$work/llama-1b-shape" "$work/requests.json" --max-running 64 \
+    --json "$out/peer_hf_generate_batch.json" || status=1
+fi
 # Start-up: decode buckets 1, 2, 4, 8, then steps of 8 to 256, and prefill buckets 64, 256 and
 # 512, RECAP_TUNE off: the generator prints the graph memory before capturing and the time from
 # the end of weight loading to every bucket captured.
