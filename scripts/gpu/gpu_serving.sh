@@ -41,6 +41,38 @@ if [ "${SKIP_PEER_BATCH:-0}" != 1 ]; then
     "$work/llama-1b-shape" "$work/requests.json" --max-running 64 \
     --json "$out/peer_hf_generate_batch.json" || status=1
 fi
+# Other shapes, untuned, at batch 1: the bandwidth fraction must stay within 10 points of the
+# 1B's (SKIP_SHAPES=1 skips them).
+if [ "${SKIP_SHAPES:-0}" != 1 ]; then
+  for shape in qwen2-0.5b qwen3-1.7b llama-3b; do
+    dir="$work/$shape-shape"
+    [ -f "$dir/model.safetensors" ] ||
+      python3 "$here/tools/make_bench_checkpoint.py" "$dir" --shape "$shape" || status=1
+    "$here/bin/recap" import-hf "$dir" -o "$work/$shape.yaml" --paged --dtype bf16 --batch 1 \
+      --max-seq 1024 --prefill 512 || status=1
+    "$here/bin/recap" bench-decode "$work/$shape.yaml" --batch 1 --context 512 --tokens 128 \
+      --repeats 3 --json "$out/bench_decode_$shape.json" || status=1
+    rm -rf "$dir"  # the 3B's 6 GB would crowd the machine's disk
+  done
+  python3 - "$out" <<'PY' || status=1
+import json, os, sys
+out = sys.argv[1]
+def fraction(name):
+    path = os.path.join(out, name)
+    if not os.path.exists(path):
+        return None
+    rows = [r for r in json.load(open(path))["results"] if r["batch"] == 1]
+    return rows[0]["fraction_of_copy"] if rows else None
+base = fraction("bench_decode.json")
+for shape in ("qwen2-0.5b", "qwen3-1.7b", "llama-3b"):
+    f = fraction("bench_decode_%s.json" % shape)
+    if base is None or f is None:
+        print("shape %s: no result" % shape)
+        continue
+    print("shape %-11s batch 1: %.1f%% of copy bandwidth (1B shape %.1f%%): %s" %
+          (shape, 100 * f, 100 * base, "within 10 points" if abs(f - base) <= 0.10 else "MISSES"))
+PY
+fi
 # Start-up: decode buckets 1, 2, 4, 8, then steps of 8 to 256, and prefill buckets 64, 256 and
 # 512, RECAP_TUNE off: the generator prints the graph memory before capturing and the time from
 # the end of weight loading to every bucket captured.
