@@ -449,8 +449,7 @@ static recap_status cuda_native_stream_wait_event(void *native, recap_event *eve
   device_guard guard;
   RECAP_TRY(guard_enter(&guard, event->device.index));
   recap_status st = RECAP_OK;
-  RECAP_CUDA_TRY_GOTO(st, cudaStreamWaitEvent((cudaStream_t)native, native_event(event), 0),
-                      done);
+  RECAP_CUDA_TRY_GOTO(st, cudaStreamWaitEvent((cudaStream_t)native, native_event(event), 0), done);
 done:
   guard_exit(&guard);
   return st;
