@@ -117,6 +117,15 @@ class PipelineTest(unittest.TestCase):
         with self.assertRaisesRegex(TypeError, "not a DLPack tensor"):
             self.p.bind_param("w", [[0.0] * 8] * 4)
 
+        class OnTheGpu:  # a producer on another device is refused before its capsule is made
+            def __dlpack_device__(self):
+                return (_dlpack.KDL_CUDA, 0)
+
+            def __dlpack__(self, **_):
+                raise AssertionError("the capsule was asked for")
+        with self.assertRaisesRegex(ValueError, "on cuda:0, the pipeline on cpu"):
+            self.p.bind_param("w", OnTheGpu())
+
     def test_tensor_list(self):
         by_name = {t.name: t for t in self.p.tensors}
         self.assertEqual(self.p.buckets, (1, 2, 4))
