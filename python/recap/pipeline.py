@@ -89,6 +89,7 @@ class Pipeline:
         if (path is None) == (yaml is None):
             raise TypeError("Pipeline takes a spec path or yaml=TEXT: exactly one of them")
         self._handle = None
+        self._handoff = None  # the stream handshakes' event, made on first use
         self._bound = {}
         opts = PipelineOptions()
         opts.struct_size = ctypes.sizeof(PipelineOptions)
@@ -138,6 +139,10 @@ class Pipeline:
         if self._handle:
             check(lib().recap_pipeline_destroy(self._handle), "recap_pipeline_destroy")
             self._handle = None
+        if self._handoff:
+            # CUDA keeps a recorded event's resources until the waits on it are done.
+            check(lib().recap_event_destroy(self._handoff), "recap_event_destroy")
+            self._handoff = None
         for imported, _ in self._bound.values():
             imported.release()
         self._bound.clear()
@@ -298,21 +303,21 @@ class Pipeline:
             return
         if theirs is None:
             return
-        event = ctypes.c_void_p()
-        check(lib().recap_event_create(self.device, 0, ctypes.byref(event)),
-              "recap_event_create")
-        try:
-            if ours_first:
-                check(lib().recap_event_record(event, ours), "recap_event_record")
-                check(lib().recap_native_stream_wait_event(theirs, event),
-                      "recap_native_stream_wait_event")
-            else:
-                check(lib().recap_event_record_native(event, theirs),
-                      "recap_event_record_native")
-                check(lib().recap_stream_wait_event(ours, event), "recap_stream_wait_event")
-        finally:
-            # CUDA keeps a recorded event's resources until the waits on it are done.
-            lib().recap_event_destroy(event)
+        if not self._handoff:
+            # One event serves every handshake: a wait takes the event's latest record at the
+            # time it is submitted, so recording it again later does not move earlier waits.
+            event = ctypes.c_void_p()
+            check(lib().recap_event_create(self.device, 0, ctypes.byref(event)),
+                  "recap_event_create")
+            self._handoff = event.value
+        if ours_first:
+            check(lib().recap_event_record(self._handoff, ours), "recap_event_record")
+            check(lib().recap_native_stream_wait_event(theirs, self._handoff),
+                  "recap_native_stream_wait_event")
+        else:
+            check(lib().recap_event_record_native(self._handoff, theirs),
+                  "recap_event_record_native")
+            check(lib().recap_stream_wait_event(ours, self._handoff), "recap_stream_wait_event")
 
 
 def _native_stream(stream):
