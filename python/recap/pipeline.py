@@ -275,6 +275,10 @@ class Pipeline:
         previous = self._bound.pop(name, None)
         self._bound[name] = (imported, tensor)
         if previous:
+            # Runs submitted without waiting may still read the old memory, and its owner may
+            # reuse it once released (torch's allocator orders that on its own streams only).
+            check(lib().recap_stream_synchronize(lib().recap_pipeline_stream(handle)),
+                  "recap_stream_synchronize")
             previous[0].release()
 
     def order_before(self, stream=None):
