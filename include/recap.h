@@ -275,6 +275,15 @@ RECAP_API recap_status recap_event_record(recap_event *event, recap_stream *stre
 RECAP_API recap_status recap_event_query(recap_event *event);
 RECAP_API recap_status recap_event_synchronize(recap_event *event);
 RECAP_API recap_status recap_stream_wait_event(recap_stream *stream, recap_event *event);
+/* Events and a caller's own CUDA stream (a cudaStream_t passed as void *), for handing work
+ * to and from another library (DLPack's stream handshake) without wrapping its stream: unlike
+ * recap_stream_wrap_external, the implicit streams are accepted too (NULL and cudaStreamLegacy,
+ * the legacy default stream; cudaStreamPerThread), taken on the event's device. The stream
+ * must belong to the event's device. Host backend: RECAP_STATUS_NOT_SUPPORTED (no CUDA
+ * streams). recap_event_record_native records `event` on the caller's stream;
+ * recap_native_stream_wait_event makes the caller's stream wait for `event`. */
+RECAP_API recap_status recap_event_record_native(recap_event *event, void *cuda_stream);
+RECAP_API recap_status recap_native_stream_wait_event(void *cuda_stream, recap_event *event);
 /* Milliseconds between two completed timing events of one device. RECAP_STATUS_INVALID_ARGUMENT
  * across devices or without RECAP_EVENT_TIMING; RECAP_STATUS_NOT_READY if either is pending. */
 RECAP_API recap_status recap_event_elapsed_ms(recap_event *start, recap_event *end, float *out_ms);

@@ -96,6 +96,11 @@ struct recap__backend {
   recap_status (*event_elapsed_ms)(recap_event *start, recap_event *end, float *out_ms);
   recap_status (*event_ipc_handle)(recap_event *event, recap_ipc_event_handle *out); /* (optional) */
   recap_status (*event_ipc_open)(recap_event *event, const recap_ipc_event_handle *handle); /* (optional) */
+  /* A caller's native stream (any handle, implicit streams included) records or waits on an
+   * event of this backend (optional: a backend without native streams). */
+  recap_status (*event_record_native)(recap_event *event, void *native_stream); /* (optional) */
+  recap_status (*native_stream_wait_event)(void *native_stream,
+                                           recap_event *event); /* (optional) */
 
   /* Stream capture and graphs. capture_end returns the captured graph, or an error
    * (RECAP_STATUS_CAPTURE_INVALIDATED naming the illegal call) after which the capture is

@@ -433,6 +433,28 @@ static recap_status cuda_event_record(recap_event *event, recap_stream *stream) 
   return RECAP_OK;
 }
 
+/* The implicit handles (NULL, cudaStreamLegacy, cudaStreamPerThread) name the current device's
+ * stream, so the event's device is made current for the call. */
+static recap_status cuda_event_record_native(recap_event *event, void *native) {
+  device_guard guard;
+  RECAP_TRY(guard_enter(&guard, event->device.index));
+  recap_status st = RECAP_OK;
+  RECAP_CUDA_TRY_GOTO(st, cudaEventRecord(native_event(event), (cudaStream_t)native), done);
+done:
+  guard_exit(&guard);
+  return st;
+}
+
+static recap_status cuda_native_stream_wait_event(void *native, recap_event *event) {
+  device_guard guard;
+  RECAP_TRY(guard_enter(&guard, event->device.index));
+  recap_status st = RECAP_OK;
+  RECAP_CUDA_TRY_GOTO(st, cudaStreamWaitEvent((cudaStream_t)native, native_event(event), 0), done);
+done:
+  guard_exit(&guard);
+  return st;
+}
+
 static recap_status cuda_event_query(recap_event *event) {
   cudaError_t err = cudaEventQuery(native_event(event));
   if (err == cudaErrorNotReady) return RECAP_STATUS_NOT_READY; /* a state, not a failure */
@@ -818,6 +840,8 @@ const recap__backend recap__cuda_backend = {
     .event_elapsed_ms = cuda_event_elapsed_ms,
     .event_ipc_handle = cuda_event_ipc_handle,
     .event_ipc_open = cuda_event_ipc_open,
+    .event_record_native = cuda_event_record_native,
+    .native_stream_wait_event = cuda_native_stream_wait_event,
     .capture_begin = cuda_capture_begin,
     .capture_end = cuda_capture_end,
     .exchange_capture_mode = cuda_exchange_capture_mode,

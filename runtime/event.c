@@ -50,6 +50,24 @@ recap_status recap_event_record(recap_event *event, recap_stream *stream) {
   return event->backend->event_record(event, stream);
 }
 
+recap_status recap_event_record_native(recap_event *event, void *cuda_stream) {
+  RECAP_CHECK_ARG(event);
+  if (!event->backend->event_record_native)
+    return RECAP_FAIL(RECAP_STATUS_NOT_SUPPORTED,
+                      "the %s backend has no CUDA streams to record an event on",
+                      event->backend->name);
+  return event->backend->event_record_native(event, cuda_stream);
+}
+
+recap_status recap_native_stream_wait_event(void *cuda_stream, recap_event *event) {
+  RECAP_CHECK_ARG(event);
+  if (!event->backend->native_stream_wait_event)
+    return RECAP_FAIL(RECAP_STATUS_NOT_SUPPORTED,
+                      "the %s backend has no CUDA streams to wait on an event",
+                      event->backend->name);
+  return event->backend->native_stream_wait_event(cuda_stream, event);
+}
+
 recap_status recap_event_query(recap_event *event) {
   RECAP_CHECK_ARG(event);
   return event->backend->event_query(event);

@@ -394,6 +394,46 @@ static void test_wait_stream_orders_copies(void) {
   CHECK_OK(recap_stream_destroy(b));
 }
 
+/* A caller's raw stream waits on recap's work, then recap's stream on the caller's (both ways
+ * of DLPack's handshake); the implicit streams are accepted by handle. */
+static void test_native_streams_record_and_wait_on_events(void) {
+  const size_t n = 8u << 20;
+  recap_stream *a = new_stream();
+  void *x = device_alloc(n), *y = device_alloc(n);
+  cudaStream_t raw = NULL;
+  CU_ASSERT_EQUAL_FATAL(cudaStreamCreateWithFlags(&raw, cudaStreamNonBlocking), cudaSuccess);
+  recap_event *done = NULL, *theirs = NULL;
+  CHECK_OK(recap_event_create(cuda0, RECAP_EVENT_DEFAULT, &done));
+  CHECK_OK(recap_event_create(cuda0, RECAP_EVENT_DEFAULT, &theirs));
+  CU_ASSERT_FATAL(a && x && y && done && theirs);
+  atomic_int flag = 0;
+  flag_args fa = {&flag, 100, 1};
+  CHECK_OK(be->memset_async(y, 0, n, a));
+  CHECK_OK(be->memset_async(x, 0, n, a));
+  CHECK_OK(recap_stream_synchronize(a));
+  /* Without the wait, raw's copy would run while a still sleeps and read x's zeros. */
+  CHECK_OK(be->launch_host(a, slow_set_flag, &fa, sizeof fa));
+  CHECK_OK(be->memset_async(x, 0xA7, n, a));
+  CHECK_OK(recap_event_record(done, a));
+  CHECK_OK(recap_native_stream_wait_event(raw, done));
+  CU_ASSERT_EQUAL(cudaMemcpyAsync(y, x, n, cudaMemcpyDeviceToDevice, raw), cudaSuccess);
+  /* ...and a's read of y waits for raw's copy. */
+  CHECK_OK(recap_event_record_native(theirs, raw));
+  CHECK_OK(recap_stream_wait_event(a, theirs));
+  CU_ASSERT(device_bytes_equal(a, y, n, 0xA7));
+  CHECK_OK(recap_event_record_native(done, (void *)cudaStreamLegacy));
+  CHECK_OK(recap_native_stream_wait_event((void *)cudaStreamPerThread, done));
+  CHECK_OK(recap_event_record_native(theirs, NULL));
+  CHECK_OK(recap_event_synchronize(theirs));
+  CU_ASSERT_EQUAL(cudaStreamSynchronize(raw), cudaSuccess);
+  CHECK_OK(recap_event_destroy(done));
+  CHECK_OK(recap_event_destroy(theirs));
+  CU_ASSERT_EQUAL(cudaStreamDestroy(raw), cudaSuccess);
+  CHECK_OK(be->mem_free(0, x));
+  CHECK_OK(be->mem_free(0, y));
+  CHECK_OK(recap_stream_destroy(a));
+}
+
 static void test_stream_query_reports_pending_then_idle(void) {
   recap_stream *s = new_stream();
   CU_ASSERT_FATAL(s != NULL);
@@ -832,6 +872,7 @@ int main(int argc, char **argv) {
   CU_ADD_TEST(gpu, test_wrap_external_rejects_implicit_streams);
   CU_ADD_TEST(gpu, test_wait_stream_orders_host_functions);
   CU_ADD_TEST(gpu, test_wait_stream_orders_copies);
+  CU_ADD_TEST(gpu, test_native_streams_record_and_wait_on_events);
   CU_ADD_TEST(gpu, test_stream_query_reports_pending_then_idle);
   CU_ADD_TEST(gpu, test_timing_events_measure_real_copies);
   CU_ADD_TEST(gpu, test_elapsed_of_pending_event_is_not_ready);

@@ -206,6 +206,17 @@ static void test_host_stream_wrap_external_is_not_supported(void) {
   CHECK_STATUS(recap_stream_wrap_external(host_device, &fake, &s), RECAP_STATUS_NOT_SUPPORTED);
 }
 
+static void test_host_events_have_no_native_streams(void) {
+  recap_event *e = event_new(0);
+  int fake = 0;
+  CHECK_STATUS(recap_event_record_native(e, &fake), RECAP_STATUS_NOT_SUPPORTED);
+  CHECK_ERROR_MENTIONS("no CUDA streams");
+  CHECK_STATUS(recap_native_stream_wait_event(&fake, e), RECAP_STATUS_NOT_SUPPORTED);
+  CHECK_STATUS(recap_event_record_native(NULL, &fake), RECAP_STATUS_INVALID_ARGUMENT);
+  CHECK_STATUS(recap_native_stream_wait_event(&fake, NULL), RECAP_STATUS_INVALID_ARGUMENT);
+  recap_event_destroy(e);
+}
+
 static void test_host_stream_destroy_while_capturing_is_busy(void) {
   recap_stream *s = stream_new(), *side = stream_new();
   recap_event *fork = event_new(0), *join = event_new(0);
@@ -932,6 +943,7 @@ int main(void) {
   CU_ADD_TEST(streams, test_host_stream_priority_is_clamped_to_range);
   CU_ADD_TEST(streams, test_host_stream_destroy_null_is_ok);
   CU_ADD_TEST(streams, test_host_stream_wrap_external_is_not_supported);
+  CU_ADD_TEST(streams, test_host_events_have_no_native_streams);
   CU_ADD_TEST(streams, test_host_stream_destroy_while_capturing_is_busy);
   CU_ADD_TEST(streams, test_host_current_stream_is_per_thread_and_never_null);
   CU_ADD_TEST(streams, test_host_eager_work_runs_at_submission);

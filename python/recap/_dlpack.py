@@ -14,6 +14,17 @@ DTYPES = [("f32", KDL_FLOAT, 32), ("f16", KDL_FLOAT, 16), ("bf16", KDL_BFLOAT, 1
           ("i32", KDL_INT, 32), ("i64", KDL_INT, 64)]
 
 
+_CODE_NAMES = {KDL_INT: "i", KDL_FLOAT: "f", KDL_BFLOAT: "bf", 1: "u", 5: "c", 6: "bool"}
+
+
+def dtype_name(dtype):
+    """A DLPack (code, bits, lanes) as recap names dtypes ("f64", "u8"), for messages."""
+    code, bits, lanes = dtype
+    name = _CODE_NAMES.get(code, "code%d:" % code)
+    name = name if name == "bool" else "%s%d" % (name, bits)
+    return name if lanes == 1 else "%sx%d" % (name, lanes)
+
+
 class DLDevice(ctypes.Structure):
     _fields_ = [("device_type", ctypes.c_int), ("device_id", ctypes.c_int32)]
 

@@ -61,7 +61,7 @@ class Tensor:
             raise TypeError("numpy has no %s dtype; read %r through DLPack (torch)"
                             % (self.dtype, self.name))
         size = int(typestr[2])
-        self.pipeline._order_before(None)
+        self.pipeline.order_before(None)
         return {"version": 3, "shape": self.shape, "typestr": typestr,
                 "data": (self.data_ptr, False), "strides": tuple(s * size for s in self.strides)}
 
@@ -73,7 +73,7 @@ class Tensor:
         if dl_device is not None and tuple(dl_device) != self.__dlpack_device__():
             raise BufferError("recap tensor %r is on %r, not %r"
                               % (self.name, self.__dlpack_device__(), tuple(dl_device)))
-        self.pipeline._order_before(stream)
+        self.pipeline.order_before(stream)
         kind, index = self.__dlpack_device__()
         return _dlpack.export(self, self.data_ptr, kind, index, self._dtype, self.shape,
                               self.strides)
@@ -89,6 +89,7 @@ class Pipeline:
         if (path is None) == (yaml is None):
             raise TypeError("Pipeline takes a spec path or yaml=TEXT: exactly one of them")
         self._handle = None
+        self._handoff = None  # the stream handshakes' event, made on first use
         self._bound = {}
         opts = PipelineOptions()
         opts.struct_size = ctypes.sizeof(PipelineOptions)
@@ -138,6 +139,10 @@ class Pipeline:
         if self._handle:
             check(lib().recap_pipeline_destroy(self._handle), "recap_pipeline_destroy")
             self._handle = None
+        if self._handoff:
+            # CUDA keeps a recorded event's resources until the waits on it are done.
+            check(lib().recap_event_destroy(self._handoff), "recap_event_destroy")
+            self._handoff = None
         for imported, _ in self._bound.values():
             imported.release()
         self._bound.clear()
@@ -199,10 +204,24 @@ class Pipeline:
             raise ValueError("%r is an op's output, not an input" % name)
         return self.tensor(name, batch)
 
-    def run(self, batch=0):
+    def run(self, batch=0, *, stream=None, wait=True):
         """Runs with `batch` real rows (0: the largest bucket whole) and returns the output's
-        view (a dict of views by name when the spec has several), valid until the next run."""
-        check(lib().recap_pipeline_run(self._live(), batch), "recap_pipeline_run")
+        view (a dict of views by name when the spec has several), valid until the next run.
+
+        On the GPU the run first waits (on the device, not the host) for the work submitted
+        so far to `stream`, the caller's CUDA stream that wrote the inputs: None is the legacy
+        default stream (torch's default), otherwise DLPack's values (1 legacy default, 2
+        per-thread default, a cudaStream_t handle, -1: no wait, the caller ordered it) or a
+        stream object with a `cuda_stream` handle (torch.cuda.Stream). wait=True returns when
+        the outputs are ready; wait=False returns once the run is submitted, and consumers
+        order themselves after it through the views' DLPack handshake or order_before()."""
+        handle = self._live()
+        self.order_after(stream)
+        if wait:
+            check(lib().recap_pipeline_run(handle, batch), "recap_pipeline_run")
+        else:
+            check(lib().recap_pipeline_run_async(handle, batch, None),
+                  "recap_pipeline_run_async")
         views = {n: self.tensor(n, batch if batch else None) for n in self.outputs}
         return views[self.outputs[0]] if len(views) == 1 else views
 
@@ -214,22 +233,34 @@ class Pipeline:
         tensor stays referenced until the next bind of this name or close()."""
         spec = self._spec(name)
         handle = self._live()
+        if not hasattr(tensor, "__dlpack__"):
+            raise TypeError("bind_param(%r): %s is not a DLPack tensor (no __dlpack__)"
+                            % (name, type(tensor).__name__))
+        want_device = _dlpack_device(self.device)
+        # The device is checked before the capsule is asked for: a producer may refuse a
+        # stream for a device that has none (torch asserts on a CPU tensor given a stream).
+        if hasattr(tensor, "__dlpack_device__"):
+            given = tuple(tensor.__dlpack_device__())
+            if given != want_device:
+                raise ValueError("bind_param(%r): the given tensor is on %s, the pipeline on %s"
+                                 % (name, _device_name(given), _device_name(want_device)))
         if self.device.backend == BACKEND_CUDA:
-            # The producer orders its pending writes before recap's stream.
+            # The producer orders its pending writes before recap's stream (DLPack: the
+            # consumer's stream is passed; recap's streams are never the legacy default).
             capsule = tensor.__dlpack__(stream=lib().recap_stream_native(
                 lib().recap_pipeline_stream(handle)))
         else:
             capsule = tensor.__dlpack__()
         imported = _dlpack.Imported(capsule)
         try:
-            want_device = _dlpack_device(self.device)
             _, code, bits = _dlpack.DTYPES[spec.dtype_code]
             problem = None
             if imported.device != want_device:
-                problem = "is on DLPack device %r, the pipeline on %r" % (imported.device,
-                                                                          want_device)
+                problem = "is on %s, the pipeline on %s" % (_device_name(imported.device),
+                                                            _device_name(want_device))
             elif imported.dtype != (code, bits, 1):
-                problem = "has DLPack dtype %r, the tensor is %s" % (imported.dtype, spec.dtype)
+                problem = "has dtype %s, the tensor is %s" % (_dlpack.dtype_name(imported.dtype),
+                                                             spec.dtype)
             elif tuple(imported.shape) != spec.shape:
                 problem = "has shape %r, the tensor %r" % (tuple(imported.shape), spec.shape)
             elif not imported.is_contiguous():
@@ -244,38 +275,78 @@ class Pipeline:
         previous = self._bound.pop(name, None)
         self._bound[name] = (imported, tensor)
         if previous:
+            # Runs submitted without waiting may still read the old memory, and its owner may
+            # reuse it once released (torch's allocator orders that on its own streams only).
+            check(lib().recap_stream_synchronize(lib().recap_pipeline_stream(handle)),
+                  "recap_stream_synchronize")
             previous[0].release()
 
-    def _order_before(self, stream):
-        """Orders the pipeline's submitted work before a consumer's use (the DLPack stream
-        handshake). On the GPU the consumer's stream waits on an event recorded on recap's
-        stream, so nothing blocks the host; stream -1 means the consumer orders it itself."""
+    def order_before(self, stream=None):
+        """The caller's CUDA stream waits (on the device) for the work recap has submitted so
+        far: an event recorded on the pipeline's stream that `stream` waits on (the values of
+        run()'s `stream`; -1 does nothing). The host backend synchronizes instead. Views'
+        __dlpack__(stream=S) does this for their consumer."""
+        self._handshake(stream, ours_first=True)
+
+    def order_after(self, stream=None):
+        """recap's later work waits (on the device) for the work submitted so far to the
+        caller's CUDA stream (an event recorded on it that the pipeline's stream waits on).
+        run() does this with its `stream`. Nothing to do on the host backend."""
+        self._handshake(stream, ours_first=False)
+
+    def _handshake(self, stream, ours_first):
         handle = self._live()
         ours = lib().recap_pipeline_stream(handle)
+        theirs = _native_stream(stream)
         if self.device.backend == BACKEND_HOST:
-            # The host backend may still be running the last submitted work on its stream.
-            check(lib().recap_stream_synchronize(ours), "recap_stream_synchronize")
+            if theirs not in (None, 1):
+                raise ValueError("the host backend has no CUDA streams (stream=%r)" % (stream,))
+            if ours_first:
+                # The host backend may still be running the last submitted work on its stream.
+                check(lib().recap_stream_synchronize(ours), "recap_stream_synchronize")
             return
-        if stream == -1:
+        if theirs is None:
             return
-        # None and 1 both mean the legacy default stream, cudaStreamLegacy, whose handle is 1;
-        # 2 is cudaStreamPerThread; larger values are cudaStream_t handles.
-        theirs_native = 1 if stream is None else stream
-        event, theirs = ctypes.c_void_p(), ctypes.c_void_p()
-        check(lib().recap_event_create(self.device, 0, ctypes.byref(event)),
-              "recap_event_create")
-        try:
-            check(lib().recap_event_record(event, ours), "recap_event_record")
-            check(lib().recap_stream_wrap_external(self.device, theirs_native,
-                                                   ctypes.byref(theirs)),
-                  "recap_stream_wrap_external")
-            try:
-                check(lib().recap_stream_wait_event(theirs, event), "recap_stream_wait_event")
-            finally:
-                lib().recap_stream_destroy(theirs)
-        finally:
-            # CUDA keeps a recorded event's resources until the waits on it are done.
-            lib().recap_event_destroy(event)
+        if not self._handoff:
+            # One event serves every handshake: a wait takes the event's latest record at the
+            # time it is submitted, so recording it again later does not move earlier waits.
+            event = ctypes.c_void_p()
+            check(lib().recap_event_create(self.device, 0, ctypes.byref(event)),
+                  "recap_event_create")
+            self._handoff = event.value
+        if ours_first:
+            check(lib().recap_event_record(self._handoff, ours), "recap_event_record")
+            check(lib().recap_native_stream_wait_event(theirs, self._handoff),
+                  "recap_native_stream_wait_event")
+        else:
+            check(lib().recap_event_record_native(self._handoff, theirs),
+                  "recap_event_record_native")
+            check(lib().recap_stream_wait_event(ours, self._handoff), "recap_stream_wait_event")
+
+
+def _native_stream(stream):
+    """The cudaStream_t handle a DLPack stream argument names, or None for "no ordering" (-1).
+    DLPack's CUDA values (array API, __dlpack__): None and 1 are the legacy default stream
+    (cudaStreamLegacy, handle 1), 2 the per-thread default stream (cudaStreamPerThread, handle
+    2), larger values a stream's handle; 0 is disallowed (it means either default stream).
+    An object with `cuda_stream` (torch.cuda.Stream) gives its handle, where torch's 0 is the
+    legacy default stream."""
+    if stream is None:
+        return 1
+    if hasattr(stream, "cuda_stream"):
+        return stream.cuda_stream or 1
+    if isinstance(stream, bool) or not isinstance(stream, int):
+        raise TypeError("stream must be an int, None or a stream with cuda_stream, not %s"
+                        % type(stream).__name__)
+    if stream == -1:
+        return None
+    if stream == 0:
+        raise ValueError("stream=0 is ambiguous for CUDA and not allowed by DLPack: pass 1 "
+                         "(legacy default stream) or 2 (per-thread default stream)")
+    if stream < 0:
+        raise ValueError("stream=%d is not a CUDA stream (-1: no ordering, 1, 2, or a "
+                         "cudaStream_t handle)" % stream)
+    return stream
 
 
 def _parse_device(text):
@@ -289,3 +360,10 @@ def _dlpack_device(device):
     if device.backend == BACKEND_CUDA:
         return (_dlpack.KDL_CUDA, device.index)
     return (_dlpack.KDL_CPU, 0)
+
+
+def _device_name(dl_device):
+    kind, index = dl_device
+    if kind == _dlpack.KDL_CUDA:
+        return "cuda:%d" % index
+    return "cpu" if kind == _dlpack.KDL_CPU else "DLPack device %r" % (tuple(dl_device),)

@@ -95,6 +95,37 @@ class PipelineTest(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "dtype"):
             self.p.bind_param("w", np.zeros((4, 8), np.float64))
 
+    def test_asynchronous_run_is_ordered_before_its_consumers(self):
+        x, g = quarters(self.rng, (3, 8)), quarters(self.rng, (3, 4))
+        np.asarray(self.p.input("x", batch=3))[...] = x
+        np.asarray(self.p.input("g", batch=3))[...] = g
+        # Submitted only: the DLPack export waits for it (the host backend's handshake).
+        y = np.from_dlpack(self.p.run(batch=3, stream=-1, wait=False))
+        w, b = np.full((4, 8), 0.25, np.float32), np.full(4, -0.5, np.float32)
+        np.testing.assert_array_equal(y, self.expected(x, g, w, b))
+
+    def test_stream_arguments_follow_dlpack(self):
+        view = self.p.input("x")
+        with self.assertRaisesRegex(ValueError, "ambiguous"):
+            view.__dlpack__(stream=0)
+        with self.assertRaisesRegex(ValueError, "not a CUDA stream"):
+            view.__dlpack__(stream=-2)
+        with self.assertRaisesRegex(TypeError, "stream must be"):
+            view.__dlpack__(stream="1")
+        with self.assertRaisesRegex(ValueError, "no CUDA streams"):
+            self.p.run(batch=1, stream=0x7F00)
+        with self.assertRaisesRegex(TypeError, "not a DLPack tensor"):
+            self.p.bind_param("w", [[0.0] * 8] * 4)
+
+        class OnTheGpu:  # a producer on another device is refused before its capsule is made
+            def __dlpack_device__(self):
+                return (_dlpack.KDL_CUDA, 0)
+
+            def __dlpack__(self, **_):
+                raise AssertionError("the capsule was asked for")
+        with self.assertRaisesRegex(ValueError, "on cuda:0, the pipeline on cpu"):
+            self.p.bind_param("w", OnTheGpu())
+
     def test_tensor_list(self):
         by_name = {t.name: t for t in self.p.tensors}
         self.assertEqual(self.p.buckets, (1, 2, 4))

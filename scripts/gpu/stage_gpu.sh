@@ -55,6 +55,11 @@ cp scripts/gpu/gpu_serving.sh stage/gpu_serving.sh
 cp tests/models/make_bench_checkpoint.py bench/peer/peer_hf_decode.py \
   bench/peer/peer_hf_generate_batch.py stage/tools/
 cp bench/peer/torch_alloc_bench.sh bench/peer/torch_alloc_bench.cpp stage/tools/
+# The Python package, its tests and the in-process benchmark (issue 25): bash stage/run.sh
+# gpu_python.sh (needs torch there).
+git ls-files python/recap python/tests | xargs cp --parents -t stage
+cp scripts/gpu/gpu_python.sh stage/gpu_python.sh
+cp bench/peer/inprocess_torch.py stage/tools/
 # The consumers' CMake build with CUDA, installed (issue "recap as a package"): STAGE_CMAKE=1
 # adds it for bash stage/run.sh gpu_cmake.sh (a few minutes of nvcc here).
 if [ "${STAGE_CMAKE:-0}" = 1 ]; then scripts/gpu/stage_cmake.sh; fi
