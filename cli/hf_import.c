@@ -147,11 +147,15 @@ static bool import(const cli_hf_import_options *o, const cli_hf_config *c,
   r->layers = c->layers;
   if (!pick_sizes(o, c, r, notes) || !cli_hf_check_window(c, r->max_seq, r->error, sizeof r->error))
     return false;
+  cli_hf_tp tp;
+  r->tp = o->tp > 1 ? o->tp : 1;
+  if (!cli_hf_tp_split(c, r->tp, o->tp_rank, &tp, r->error, sizeof r->error)) return false;
   cli_hf_weights w;
-  if (!cli_hf_weights_find(c, ckpt, r->dtype, &w, notes, r->error, sizeof r->error)) return false;
+  if (!cli_hf_weights_find(c, ckpt, r->dtype, &tp, &w, notes, r->error, sizeof r->error))
+    return false;
   r->param_bytes = cli_hf_weights_bytes(c, &w, r->dtype);
   r->kv_bytes_per_sequence = 2 * (uint64_t)c->layers * (uint64_t)r->max_seq *
-                             (uint64_t)c->kv_heads * (uint64_t)c->head_dim *
+                             (uint64_t)tp.kv_heads * (uint64_t)c->head_dim *
                              recap_dtype_size(r->dtype);
   char path[PATH_MAX];
   checkpoint_path(o->model_dir, o->spec_path, path, sizeof path);
@@ -171,7 +175,8 @@ static bool import(const cli_hf_import_options *o, const cli_hf_config *c,
       .kv_blocks = r->kv_blocks,
       .prefill_seqs = r->prefill_seqs,
       .prefill_tokens = o->num_prefill_tokens ? o->prefill_tokens : &r->prefill,
-      .num_prefill_tokens = o->num_prefill_tokens ? o->num_prefill_tokens : 1};
+      .num_prefill_tokens = o->num_prefill_tokens ? o->num_prefill_tokens : 1,
+      .tp = &tp};
   if (!cli_hf_spec_write(c, &w, &so, spec)) return fail(r, "out of memory");
   return true;
 }
