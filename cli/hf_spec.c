@@ -457,14 +457,17 @@ bool cli_hf_spec_write(const cli_hf_config *c, const cli_hf_weights *w,
   if (!f32)
     recap__text_put(t, "  - {op: cast, in: [%s_raw], out: %s, dtype: f32}\n", logits, logits);
   if (o->tp->world > 1) put_gathered_logits(t, o, c->vocab);
+  /* The vocabulary's padding is split off the gathered logits and read by nothing else: an
+   * output, so that the spec names it (recap refuses a result no one reads). */
+  bool padding = o->tp->world > 1 && o->tp->vocab_rows * o->tp->world > c->vocab;
   if (o->paged) {
     recap__text_put(t, "  - {op: sample, in: [logits, seqs], out: tokens}\n");
     recap__text_put(t,
                     "  - {op: decode_advance, in: [ids, seqs, tokens], out: ids_next, "
                     "block_size: BS}\n");
-    recap__text_put(t, "outputs: [logits, tokens]\n");
+    recap__text_put(t, "outputs: [logits, tokens%s]\n", padding ? ", logits_padding" : "");
   } else {
-    recap__text_put(t, "outputs: [logits]\n");
+    recap__text_put(t, "outputs: [logits%s]\n", padding ? ", logits_padding" : "");
   }
   return !t->failed;
 }
