@@ -130,7 +130,9 @@ typedef struct {
   int rank;
   char spec[512];
   const reference *ref;
-  float *logits; /* count x vocab */
+  bool paged;    /* the serving layout (--paged): one sequence, greedy tokens in the graph */
+  float *logits; /* count x vocab: row t is position t's (paged: from the prompt's last) */
+  int32_t tokens[MAX_TOKENS]; /* paged: the graph's greedy token after position t */
   recap_status status;
   char error[1024];
 } rank_job;
@@ -179,11 +181,50 @@ static recap_status run_rank_steps(rank_job *j, recap_pipeline **prefill,
   return RECAP_OK;
 }
 
+/* The serving layout: one sequence in blocks 0, 1, ... of the pool; the prompt in one prefill
+ * step (its last position's logits), then one decode step per token (teacher-forced). */
+enum { PAGED_BLOCK = 4, PAGED_MAX_SEQ = 32, PAGED_WIDTH = RECAP_SEQ_BLOCKS + PAGED_MAX_SEQ / 4 };
+static const int64_t PAGED_DECODE[] = {1, 2}, PAGED_PREFILL[] = {16, 32};
+
+/* ids is bucketed in both entries (T); seqs, logits and tokens only in decode's (Bs = T). */
+static recap_status paged_step(recap_pipeline *p, const int *ids, int first, int count,
+                               rank_job *j) {
+  int64_t rows = first > 0 ? 1 : 0;
+  int32_t row[PAGED_WIDTH] = {0};
+  row[RECAP_SEQ_LEN] = first + count;
+  row[RECAP_SEQ_Q_LEN] = count; /* from the step's first token; greedy (temperature 0) */
+  for (int b = 0; b < PAGED_MAX_SEQ / PAGED_BLOCK; b++) row[RECAP_SEQ_BLOCKS + b] = b;
+  int last = first + count - 1;
+  RECAP_TRY(recap_pipeline_copy_in(p, "ids", ids, sizeof(int32_t) * (size_t)count, count));
+  RECAP_TRY(recap_pipeline_copy_in(p, "seqs", row, sizeof row, rows));
+  RECAP_TRY(recap_pipeline_run(p, count));
+  RECAP_TRY(recap_pipeline_copy_out(p, "logits", &j->logits[(size_t)last * (size_t)j->ref->vocab],
+                                    sizeof(float) * (size_t)j->ref->vocab, rows));
+  return recap_pipeline_copy_out(p, "tokens", &j->tokens[last], sizeof(int32_t), rows);
+}
+
+static recap_status run_paged_steps(rank_job *j, recap_pipeline **prefill,
+                                    recap_pipeline **decode) {
+  const reference *ref = j->ref;
+  recap_pipeline_options po = eager_opts();
+  po.entry = "prefill";
+  RECAP_TRY(recap_pipeline_create_file(j->spec, &po, prefill));
+  recap_pipeline_options dopt = eager_opts();
+  dopt.entry = "decode";
+  dopt.share = *prefill;
+  RECAP_TRY(recap_pipeline_create_file(j->spec, &dopt, decode));
+  RECAP_TRY(paged_step(*prefill, ref->tokens, 0, ref->prompt_length, j));
+  for (int t = ref->prompt_length; t < ref->count; t++)
+    RECAP_TRY(paged_step(*decode, &ref->tokens[t], t, 1, j));
+  return RECAP_OK;
+}
+
 static void *run_rank(void *arg) {
   rank_job *j = arg;
   t_rank = j->rank;
   recap_pipeline *prefill = NULL, *decode = NULL;
-  j->status = run_rank_steps(j, &prefill, &decode);
+  j->status = j->paged ? run_paged_steps(j, &prefill, &decode)
+                       : run_rank_steps(j, &prefill, &decode);
   if (j->status != RECAP_OK) {
     snprintf(j->error, sizeof j->error, "%s", recap_last_error());
     if (j->world) world_fail(j->world);
@@ -195,28 +236,37 @@ static void *run_rank(void *arg) {
 
 /* ---- importing and running a world ---- */
 
-/* Imports model_dir as `world` specs g_dir/<label>.rank<r>.yaml (world 1: <label>.yaml). */
-static void import_world(const char *model_dir, const char *label, int world) {
+/* Imports model_dir as `world` specs g_dir/<label>.tp<world>.rank<r>.yaml (world 1:
+ * <label>.yaml), in the serving layout when `paged`. */
+static void import_world(const char *model_dir, const char *label, int world, bool paged) {
   for (int r = 0; r < world; r++) {
     char spec[512];
     if (world == 1)
       snprintf(spec, sizeof spec, "%s/%s.yaml", g_dir, label);
     else
       snprintf(spec, sizeof spec, "%s/%s.tp%d.rank%d.yaml", g_dir, label, world, r);
-    import_model_with((cli_hf_import_options){.tp = world, .tp_rank = r}, model_dir, spec);
+    cli_hf_import_options o = {.tp = world, .tp_rank = r};
+    if (paged) {
+      o = PAGED_IMPORT_OPTIONS(PAGED_MAX_SEQ, PAGED_BLOCK, PAGED_MAX_SEQ / PAGED_BLOCK, 1,
+                               PAGED_DECODE, PAGED_PREFILL);
+      o.tp = world;
+      o.tp_rank = r;
+    }
+    import_model_with(o, model_dir, spec);
   }
 }
 
 /* Runs the specs of a world (import_world's names) over ref's tokens; rank 0's logits (the
  * caller frees them), after checking that every rank's are the same. */
-static float *run_world(const char *label, int world, const reference *ref) {
+static float *run_world(const char *label, int world, const reference *ref, bool paged,
+                        int32_t *tokens) {
   host_world w = {.world = world};
   pthread_mutex_init(&w.mutex, NULL);
   pthread_cond_init(&w.cond, NULL);
   rank_job jobs[MAX_WORLD];
   size_t bytes = sizeof(float) * (size_t)ref->count * (size_t)ref->vocab;
   for (int r = 0; r < world; r++) {
-    jobs[r] = (rank_job){.world = world > 1 ? &w : NULL, .rank = r, .ref = ref};
+    jobs[r] = (rank_job){.world = world > 1 ? &w : NULL, .rank = r, .ref = ref, .paged = paged};
     if (world == 1)
       snprintf(jobs[r].spec, sizeof jobs[r].spec, "%s/%s.yaml", g_dir, label);
     else
@@ -239,8 +289,10 @@ static float *run_world(const char *label, int world, const reference *ref) {
     if (jobs[r].status != RECAP_OK) printf("\n  %s rank %d: %s", label, r, jobs[r].error);
     CU_ASSERT_EQUAL(jobs[r].status, RECAP_OK);
     if (r > 0) CU_ASSERT_EQUAL(memcmp(jobs[r].logits, jobs[0].logits, bytes), 0);
+    if (r > 0) CU_ASSERT_EQUAL(memcmp(jobs[r].tokens, jobs[0].tokens, sizeof jobs[0].tokens), 0);
     if (r > 0) free(jobs[r].logits);
   }
+  if (tokens) memcpy(tokens, jobs[0].tokens, sizeof jobs[0].tokens);
   pthread_cond_destroy(&w.cond);
   pthread_mutex_destroy(&w.mutex);
   return jobs[0].logits;
@@ -267,14 +319,14 @@ static double max_difference(const float *a, const double *b_double, const float
  * equal TP 1's where the margin is clear: the reference's, or TP 1's own when there is no
  * reference (a modified checkpoint). */
 static void compare(const char *label, int world, const float *tp, const float *one,
-                    const reference *ref, bool against_reference) {
+                    const reference *ref, bool against_reference, int first) {
   int vocab = ref->vocab;
-  size_t n = (size_t)ref->count * (size_t)vocab;
+  size_t skip = (size_t)first * (size_t)vocab, n = (size_t)ref->count * (size_t)vocab - skip;
   double tolerance = 2 * ref->f32_error + 1e-6 * ref->max_abs_logit;
-  double to_one = max_difference(tp, NULL, one, n);
-  double to_ref = against_reference ? max_difference(tp, ref->logits, NULL, n) : 0;
+  double to_one = max_difference(tp + skip, NULL, one + skip, n);
+  double to_ref = against_reference ? max_difference(tp + skip, ref->logits + skip, NULL, n) : 0;
   int clear = 0, wrong = 0;
-  for (int t = 0; t < ref->count; t++) {
+  for (int t = first; t < ref->count; t++) {
     const float *row = &one[(size_t)t * (size_t)vocab];
     double margin = ref->margin[t];
     if (!against_reference) {
@@ -300,16 +352,26 @@ static void compare(const char *label, int world, const float *tp, const float *
 /* ---- the fixtures ---- */
 
 /* Imports fixture folder model_dir at TP 1 and at each world of `worlds` (0-terminated) and
- * compares them. */
+ * compares them; in the serving layout also the graph's greedy tokens, which must be TP 1's
+ * wherever the margin is clear (compare's argmax check covers the logits they come from). */
 static void check_model(const char *label, const char *model_dir, const reference *ref,
-                        const int *worlds, bool against_reference) {
-  import_world(model_dir, label, 1);
-  float *one = run_world(label, 1, ref);
-  if (against_reference) compare(label, 1, one, one, ref, true); /* TP 1 itself meets the rule */
+                        const int *worlds, bool against_reference, bool paged) {
+  char name[128];
+  snprintf(name, sizeof name, "%s%s", label, paged ? "_paged" : "");
+  int first = paged ? ref->prompt_length - 1 : 0;
+  int32_t one_tokens[MAX_TOKENS], tp_tokens[MAX_TOKENS];
+  import_world(model_dir, name, 1, paged);
+  float *one = run_world(name, 1, ref, paged, one_tokens);
+  if (against_reference) compare(name, 1, one, one, ref, true, first); /* TP 1 meets the rule */
   for (const int *w = worlds; *w; w++) {
-    import_world(model_dir, label, *w);
-    float *tp = run_world(label, *w, ref);
-    compare(label, *w, tp, one, ref, against_reference);
+    import_world(model_dir, name, *w, paged);
+    float *tp = run_world(name, *w, ref, paged, tp_tokens);
+    compare(name, *w, tp, one, ref, against_reference, first);
+    for (int t = first; paged && t < ref->count; t++) {
+      CU_ASSERT_EQUAL(one_tokens[t], argmax(&one[(size_t)t * (size_t)ref->vocab], ref->vocab));
+      if (!against_reference || ref->margin[t] > 1e-3 * ref->max_abs_logit)
+        CU_ASSERT_EQUAL(tp_tokens[t], one_tokens[t]);
+    }
     free(tp);
   }
   free(one);
@@ -327,7 +389,8 @@ static void test_fixtures_split_over_ranks_match_one_rank(void) {
     fixture_copy(cases[i].model, "config.json", cases[i].model, dir, sizeof dir);
     reference ref;
     load_reference(cases[i].model, &ref);
-    check_model(cases[i].model, dir, &ref, cases[i].worlds, true);
+    check_model(cases[i].model, dir, &ref, cases[i].worlds, true, false);
+    check_model(cases[i].model, dir, &ref, cases[i].worlds, true, true);
     free(ref.logits);
   }
   printf("\n");
@@ -338,7 +401,7 @@ static void test_fixtures_split_over_ranks_match_one_rank(void) {
  * head) cut to its first `vocab` rows: the header's shape and byte range change, the data
  * stays (the rows past the new end are never read). */
 static void cut_vocabulary(const char *dir, int vocab) {
-  char path[512];
+  char path[600];
   snprintf(path, sizeof path, "%s/model.safetensors", dir);
   FILE *f = fopen(path, "rb");
   CU_ASSERT_PTR_NOT_NULL_FATAL(f);
@@ -393,7 +456,8 @@ static void test_padded_vocabulary_never_shows(void) {
   load_reference("gpt2", &ref); /* its tokens (all below 255) and its tolerance */
   ref.vocab = 255;
   static const int worlds[] = {2, 4, 0};
-  check_model("gpt2_v255", dir, &ref, worlds, false);
+  check_model("gpt2_v255", dir, &ref, worlds, false, false);
+  check_model("gpt2_v255", dir, &ref, worlds, false, true);
   /* The padding is the last rank's only: its LM head reads the rows left, the gather drops it. */
   char spec[512];
   snprintf(spec, sizeof spec, "%s/gpt2_v255.tp4.rank3.yaml", g_dir);
@@ -423,7 +487,7 @@ static void expect_split_refusal(const char *dir, int world, int rank, const cha
 }
 
 static void set_config(const char *dir, const char *key, json_int_t value) {
-  char path[512];
+  char path[600];
   snprintf(path, sizeof path, "%s/config.json", dir);
   json_t *config = json_load_file(path, 0, NULL);
   CU_ASSERT_PTR_NOT_NULL_FATAL(config);
