@@ -41,6 +41,9 @@ int cli_run_main(int argc, char **argv);
 int cli_import_hf_main(int argc, char **argv);
 /* generate.c: `recap generate SPEC --prompt-ids ...`, greedy decoding with an imported spec. */
 int cli_generate_main(int argc, char **argv);
+/* `recap generate SPEC --world N --rank R --init URL`: one greedy request by every rank of a
+ * tensor-parallel model (generate_dist.c). */
+int cli_generate_dist_main(int argc, char **argv);
 int cli_bench_main(int argc, char **argv);
 int cli_bench_ops_main(int argc, char **argv);
 int cli_bench_capture_main(int argc, char **argv);

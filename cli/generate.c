@@ -399,6 +399,7 @@ int cli_generate_main(int argc, char **argv) {
     cli_help_print(stdout, &cli_generate_help);
     return CLI_EXIT_OK;
   }
+  if (cli_dist_requested(argc, argv)) return cli_generate_dist_main(argc, argv);
   generate_args a;
   int rc = parse_args(argc, argv, &a);
   cli_serving_shape shape = {0};
