@@ -71,6 +71,7 @@ static recap_dtype pick_dtype(const cli_hf_import_options *o, const cli_hf_confi
                               const recap__checkpoint *ckpt) {
   if (o->dtype_given) return o->dtype;
   if (c->dtype_given) return c->dtype;
+  if (!ckpt) return RECAP_DTYPE_F32;
   const char *keys[] = {"model.embed_tokens.weight", "transformer.wte.weight", "wte.weight"};
   for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
     const recap__checkpoint_tensor *t = recap__checkpoint_find(ckpt, keys[i]);
@@ -176,7 +177,8 @@ static bool import(const cli_hf_import_options *o, const cli_hf_config *c,
       .prefill_seqs = r->prefill_seqs,
       .prefill_tokens = o->num_prefill_tokens ? o->prefill_tokens : &r->prefill,
       .num_prefill_tokens = o->num_prefill_tokens ? o->num_prefill_tokens : 1,
-      .tp = &tp};
+      .tp = &tp,
+      .random_weights = o->random_weights};
   if (!cli_hf_spec_write(c, &w, &so, spec)) return fail(r, "out of memory");
   return true;
 }
@@ -186,7 +188,7 @@ bool cli_hf_import(const cli_hf_import_options *o, cli_hf_import_result *r) {
   cli_hf_config c;
   if (!cli_hf_config_read(o->model_dir, &c, r->error, sizeof r->error)) return false;
   recap__checkpoint *ckpt = NULL;
-  if (recap__checkpoint_open(o->model_dir, &ckpt) != RECAP_OK)
+  if (!o->random_weights && recap__checkpoint_open(o->model_dir, &ckpt) != RECAP_OK)
     return fail(r, "%s", recap_last_error());
   recap__text notes = {0}, spec = {0};
   bool ok = import(o, &c, ckpt, r, &notes, &spec);

@@ -45,6 +45,9 @@ typedef struct {
   /* Tensor parallelism (docs/MULTI_GPU.md): the spec of rank tp_rank of tp ranks, which reads
    * only its share of the weights and gathers the logits; 0 or 1: the whole model. */
   int64_t tp, tp_rank;
+  /* Only config.json is read: the weights come from recap's random init (benchmarks at a
+   * model's shape without its checkpoint). */
+  bool random_weights;
 } cli_hf_import_options;
 
 typedef struct {

@@ -124,7 +124,8 @@ typedef struct {
 
 /* The weights the spec reads, with their keys and expected file shapes, each checked in the
  * checkpoint for every layer: present, a float dtype, that shape; cast set where the file's
- * dtype is not `dtype`. Under tensor parallelism (tp->world > 1) the split weights read only
+ * dtype is not `dtype`. ckpt NULL: the lists only, nothing checked (random weights). Under
+ * tensor parallelism (tp->world > 1) the split weights read only
  * tp->rank's rows or columns. With tied embeddings a present lm_head.weight is ignored and a line
  * saying so is appended to notes. False with a message naming the key, the file and the
  * expected shape. */
@@ -151,6 +152,9 @@ typedef struct {
   const int64_t *prefill_tokens;
   size_t num_prefill_tokens;
   const cli_hf_tp *tp; /* this rank's share; world 1: the whole model */
+  /* Weights from recap's own random init instead of the checkpoint (checkpoint unused):
+   * matrices normal(0, 0.02), norm weights ones, biases zeros. For benchmarks. */
+  bool random_weights;
 } cli_hf_spec_options;
 
 /* Appends the spec's YAML to out. False when out ran out of memory. */

@@ -38,7 +38,13 @@ static void put_quoted(recap__text *t, const char *s) {
   recap__text_put(t, "\"");
 }
 
-static void put_weight(recap__text *t, const char *indent, const cli_hf_weight *w) {
+static void put_weight(recap__text *t, const char *indent, const cli_hf_weight *w, bool random) {
+  if (random) {
+    bool matrix = w->key_ndim[0] == 2, norm = strstr(w->name, "norm") != NULL;
+    recap__text_put(t, "%s%s: {shape: %s, role: param, init: %s}\n", indent, w->name, w->shape,
+                    matrix ? "normal, std: 0.02" : norm ? "ones" : "zeros");
+    return;
+  }
   recap__text_put(t, "%s%s: {shape: %s, role: param, key: ", indent, w->name, w->shape);
   if (w->num_keys == 1) {
     put_quoted(t, w->keys[0]);
@@ -353,7 +359,7 @@ static void put_inputs(recap__text *t, const cli_hf_config *c, const cli_hf_weig
     recap__text_put(t, "  pos: {role: scalar, value: 0}\n");
     recap__text_put(t, "  len: {role: scalar, value: %" PRId64 "}\n", o->prefill);
   }
-  for (size_t i = 0; i < w->num_top; i++) put_weight(t, "  ", &w->top[i]);
+  for (size_t i = 0; i < w->num_top; i++) put_weight(t, "  ", &w->top[i], o->random_weights);
 
   recap__text_put(t, "ops:\n");
   /* GPT-2's position table needs each token's position as a tensor; RoPE models' fused op
@@ -417,16 +423,22 @@ bool cli_hf_spec_write(const cli_hf_config *c, const cli_hf_weights *w,
                        const cli_hf_spec_options *o, recap__text *t) {
   const char *dtype = recap_dtype_name(o->dtype);
   put_header(t, c, o);
-  recap__text_put(t, "name: %s\ndevice: cuda\ndtype: %s\ncheckpoint: ", c->name, dtype);
-  put_quoted(t, o->checkpoint);
-  recap__text_put(t, "\n");
+  recap__text_put(t, "name: %s\ndevice: cuda\ndtype: %s\n", c->name, dtype);
+  if (o->random_weights) {
+    recap__text_put(t, "# Random weights (import-hf --random-weights): for timing, not a model.\n");
+  } else {
+    recap__text_put(t, "checkpoint: ");
+    put_quoted(t, o->checkpoint);
+    recap__text_put(t, "\n");
+  }
   put_dims(t, c, o);
 
   recap__text_put(t, "blocks:\n  layer:\n    input: x\n    output: y\n    tensors:\n");
   const char *cache = o->paged ? "[NB, BS, Hkv, Dh]" : "[B, Smax, Hkv, Dh]";
   recap__text_put(t, "      k_cache: {shape: %s, role: state}\n", cache);
   recap__text_put(t, "      v_cache: {shape: %s, role: state}\n", cache);
-  for (size_t i = 0; i < w->num_layer; i++) put_weight(t, "      ", &w->layer[i]);
+  for (size_t i = 0; i < w->num_layer; i++)
+    put_weight(t, "      ", &w->layer[i], o->random_weights);
   recap__text_put(t, "    ops:\n");
   put_attention(t, c, w, o);
   put_mlp(t, c, w, o);

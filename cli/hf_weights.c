@@ -274,17 +274,18 @@ bool cli_hf_weights_find(const cli_hf_config *c, const recap__checkpoint *ckpt, 
                          const cli_hf_tp *tp, cli_hf_weights *out, recap__text *notes, char *err,
                          size_t err_size) {
   *out = (cli_hf_weights){0};
-  if (c->tied && recap__checkpoint_find(ckpt, "lm_head.weight"))
+  if (ckpt && c->tied && recap__checkpoint_find(ckpt, "lm_head.weight"))
     recap__text_put(notes,
                     "note: tie_word_embeddings is true: lm_head.weight in the checkpoint is "
                     "ignored, the LM head is the token embedding\n");
   if (c->arch->gpt2) {
     /* GPT2LMHeadModel saves its body under "transformer."; a bare GPT2Model does not. */
-    bool prefixed = recap__checkpoint_find(ckpt, "transformer.wte.weight") != NULL;
+    bool prefixed = !ckpt || recap__checkpoint_find(ckpt, "transformer.wte.weight") != NULL;
     gpt2(c, tp, prefixed ? "transformer." : "", out);
   } else {
     llama_style(c, tp, out);
   }
+  if (!ckpt) return true; /* random weights: nothing to check */
   return check_all(c, ckpt, out->top, out->num_top, dtype, err, err_size) &&
          check_all(c, ckpt, out->layer, out->num_layer, dtype, err, err_size);
 }

@@ -56,6 +56,11 @@ static const cli_option import_hf_options[] = {
      .kind = CLI_VALUE_TEXT,
      .help = "sequences one prefill step packs (default: min(8, smallest\n"
              "prefill bucket))"},
+    {.flag = "--random-weights",
+     .kind = CLI_VALUE_NONE,
+     .help = "read config.json only: the weights come from recap's random init\n"
+             "(matrices normal(0, 0.02), norms ones, biases zeros); for timing\n"
+             "a model's shape without its checkpoint"},
     {.flag = "--tp",
      .value = "N",
      .kind = CLI_VALUE_TEXT,
@@ -68,7 +73,7 @@ const cli_help cli_import_hf_help = {
     .synopsis =
         "recap import-hf DIR -o SPEC [--max-seq N] [--prefill N] [--batch 1,2,4,8]\n"
         "                [--dtype f32|f16|bf16] [--paged [--block-size N] [--kv-blocks N]\n"
-        "                [--prefill-seqs N]] [--tp N]",
+        "                [--prefill-seqs N]] [--tp N] [--random-weights]",
     .description =
         "Writes a spec that runs the Hugging Face causal LM in DIR (config.json and\n"
         "model.safetensors or model.safetensors.index.json): LlamaForCausalLM,\n"
@@ -148,6 +153,8 @@ int cli_import_hf_main(int argc, char **argv) {
       o.prefill = prefill_tokens[0];
     } else if (strcmp(argv[i], "--paged") == 0) {
       o.paged = true;
+    } else if (strcmp(argv[i], "--random-weights") == 0) {
+      o.random_weights = true;
     } else if ((m = cli_flag(CMD, argc, argv, &i, "--block-size", &v)) != 0) {
       if (m < 0 || !cli_parse_int(CMD, "--block-size", v, 1, 1 << 20, &n)) return CLI_EXIT_USAGE;
       o.block_size = n;
