@@ -330,6 +330,9 @@ int cli_generate_dist_main(int argc, char **argv) {
   }
   r.generated = 1;
   r.prefill_ms = (cli_now() - t0) * 1e3;
+  /* A progress line (stderr): scripts wait for it before they kill a rank mid-decode. */
+  fprintf(stderr, "rank %lld of %lld: prompt done in %.1f ms; decoding %lld tokens\n", a.rank,
+          a.world, r.prefill_ms, a.max_new - 1);
   for (int t = a.prompt_len; r.generated < a.max_new; t++) {
     double s = cli_now();
     st = r.paged ? paged_step(&r, r.decode, t, 1, r.generated > 1, &r.tokens[t + 1])
