@@ -77,6 +77,8 @@ extern const cli_help cli_info_help, cli_validate_help, cli_plan_help, cli_ops_h
 /* Option tables that another command's help lists: a distributed run's flags (launch.c, for
  * run) and serve-bench --generate's (serve_generate.c). */
 extern const cli_option cli_run_dist_options[], cli_serve_generate_options[];
+/* `recap generate`'s flags of one rank (generate_dist.c). */
+extern const cli_option cli_generate_dist_options[];
 /* env.c: the ENVIRONMENT section of `recap man` (roff), from the same table as `recap env`. */
 void cli_env_print_man(FILE *out);
 

@@ -26,6 +26,31 @@
 static const char *const CMD = "generate";
 enum { MAX_PROMPT = 65536, MAX_RANKS = 64 };
 
+const cli_option cli_generate_dist_options[] = {
+    {.flag = "--world",
+     .value = "N",
+     .kind = CLI_VALUE_TEXT,
+     .help = "ranks in all (1 to 64): each runs its own spec of the model"},
+    {.flag = "--rank",
+     .value = "R",
+     .kind = CLI_VALUE_TEXT,
+     .help = "this process's rank, 0 <= R < N; rank 0 decides every step"},
+    {.flag = "--init",
+     .value = "URL",
+     .kind = CLI_VALUE_TEXT,
+     .help = "the rendezvous, file:///PATH, tcp://HOST:PORT or env:// (recap run --help)"},
+    {.flag = "--timeout",
+     .value = "S",
+     .kind = CLI_VALUE_TEXT,
+     .help = "seconds for the rendezvous and every wait (default 120): a dead peer\n"
+             "fails the others within it"},
+    {.flag = "--mode",
+     .value = "MODE",
+     .kind = CLI_VALUE_WORDS,
+     .words = "graph eager",
+     .help = "graph (default: each step a replay) or eager"},
+    {0}};
+
 typedef struct {
   const char *path, *device, *base_dir, *init, *mode, *logits_path;
   int32_t *prompt;
