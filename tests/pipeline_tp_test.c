@@ -11,8 +11,11 @@
  * and the gathered, unpadded logits.
  *
  * Each model's prompt runs through `prefill` and its continuation through `decode`
- * (teacher-forced) at TP 1 and TP N, f32. Required, at every position: every rank's logits
- * equal (they are gathered); TP N within the importer's rule (issue 19: max |error| <= 2 x
+ * (teacher-forced) at TP 1 and TP N, f32, in both layouts: the contiguous one, and the serving
+ * one (--paged: one sequence, the prompt's last position and each decode step, with the graph's
+ * greedy token, which must be TP 1's). Eager: a graph warmup holds a process-wide lock, so two
+ * ranks' warmups in one process would wait for each other. Required, at every position: every
+ * rank's logits and tokens equal (they are gathered); TP N within the importer's rule (issue 19: max |error| <= 2 x
  * transformers' own f32 error + 1e-6 x max |logit|) of transformers' float64 logits and of TP
  * 1's; the same argmax as TP 1 wherever the reference's margin is clear. Models: GPT-2 (biases,
  * fused c_attn, tied head) at TP 2 and 4, Llama (grouped-query heads, untied head), Qwen2 (q/k/v
