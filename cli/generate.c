@@ -88,10 +88,11 @@ const cli_help cli_generate_help = {
         "and out: recap has no tokenizer.",
     .operand = CLI_VALUE_SPEC,
     .groups = {{.options = generate_options},
-               {.heading = "One rank of a tensor-parallel model (import-hf --tp N; recap launch\n"
-                           "--gpus N -- generate m.rank{rank}.yaml ... starts every rank): greedy,\n"
-                           "each step through recap_pipeline_run_dist; --prompt-ids, --max-tokens,\n"
-                           "--device, --base-dir, --logits-out apply",
+               {.heading =
+                    "One rank of a tensor-parallel model (import-hf --tp N; recap launch\n"
+                    "--gpus N -- generate m.rank{rank}.yaml ... starts every rank): greedy,\n"
+                    "each step through recap_pipeline_run_dist; --prompt-ids, --max-tokens,\n"
+                    "--device, --base-dir, --logits-out apply",
                 .options = cli_generate_dist_options}},
 };
 

@@ -130,8 +130,8 @@ static int parse(int argc, char **argv, dist_args *a) {
   }
   long long *values = malloc(sizeof(long long) * MAX_PROMPT);
   size_t count = 0;
-  bool ok = values && cli_parse_int_list(CMD, "--prompt-ids", ids, 0, INT32_MAX, values,
-                                         MAX_PROMPT, &count, "1,2,3");
+  bool ok = values && cli_parse_int_list(CMD, "--prompt-ids", ids, 0, INT32_MAX, values, MAX_PROMPT,
+                                         &count, "1,2,3");
   if (ok && (a->prompt = malloc(sizeof(int32_t) * count)))
     for (size_t i = 0; i < count; i++) a->prompt[i] = (int32_t)values[i];
   free(values);
@@ -185,8 +185,7 @@ static recap_status contiguous_step(rank_run *r, recap_pipeline *p, int first, i
   if (st == RECAP_OK)
     st = recap_pipeline_copy_out(p, "logits", logits, sizeof(float) * count * (size_t)vocab, rows);
   if (st == RECAP_OK && r->logits_out &&
-      fwrite(logits, sizeof(float) * (size_t)vocab, (size_t)count, r->logits_out) !=
-          (size_t)count)
+      fwrite(logits, sizeof(float) * (size_t)vocab, (size_t)count, r->logits_out) != (size_t)count)
     st = RECAP_FAIL(RECAP_STATUS_IO_ERROR, "cannot write the logits: %s", strerror(errno));
   if (st == RECAP_OK) *next = argmax(&logits[(size_t)(count - 1) * (size_t)vocab], vocab);
   free(positions);
@@ -225,9 +224,9 @@ static recap_status paged_step(rank_run *r, recap_pipeline *p, int first, int co
     size_t slots = id_rows ? (size_t)count : (size_t)ids.shape[0];
     int32_t *step_ids = calloc(slots, sizeof(int32_t));
     if (step_ids) memcpy(step_ids, &r->tokens[first], sizeof(int32_t) * (size_t)count);
-    recap_status st = step_ids ? recap_pipeline_copy_in(p, "ids", step_ids,
-                                                        sizeof(int32_t) * slots, id_rows)
-                               : RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory for ids");
+    recap_status st =
+        step_ids ? recap_pipeline_copy_in(p, "ids", step_ids, sizeof(int32_t) * slots, id_rows)
+                 : RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory for ids");
     free(step_ids);
     if (st == RECAP_OK)
       st = recap_pipeline_copy_in(p, "seqs", rows, sizeof(int32_t) * seq_count * width, seq_rows);
@@ -315,8 +314,9 @@ int cli_generate_dist_main(int argc, char **argv) {
     return CLI_EXIT_USAGE;
   }
   if (shape.paged && a.prompt_len + a.max_new > shape.max_seq) {
-    fprintf(stderr, "recap %s: the prompt and --max-tokens (%lld) exceed the spec's %" PRId64
-                    " positions per sequence\n",
+    fprintf(stderr,
+            "recap %s: the prompt and --max-tokens (%lld) exceed the spec's %" PRId64
+            " positions per sequence\n",
             CMD, (long long)a.prompt_len + a.max_new, shape.max_seq);
     return CLI_EXIT_USAGE;
   }
@@ -377,10 +377,11 @@ int cli_generate_dist_main(int argc, char **argv) {
   qsort(r.step_ms, (size_t)steps, sizeof *r.step_ms, compare_ms);
   printf("rank %lld of %lld: generated:", a.rank, a.world);
   for (int t = a.prompt_len; t < a.prompt_len + a.max_new; t++) printf(" %" PRId32, r.tokens[t]);
-  printf("\nrank %lld of %lld: prefill: %d tokens in %.3f ms (includes capture); decode: %d "
-         "steps, median %.4f ms per token, mean %.4f ms (run_dist: header%s, replay, wait)\n",
-         a.rank, a.world, a.prompt_len, r.prefill_ms, steps, steps ? r.step_ms[steps / 2] : 0.0,
-         steps ? total / steps : 0.0, r.paged ? " only after the first step" : " and inputs");
+  printf(
+      "\nrank %lld of %lld: prefill: %d tokens in %.3f ms (includes capture); decode: %d "
+      "steps, median %.4f ms per token, mean %.4f ms (run_dist: header%s, replay, wait)\n",
+      a.rank, a.world, a.prompt_len, r.prefill_ms, steps, steps ? r.step_ms[steps / 2] : 0.0,
+      steps ? total / steps : 0.0, r.paged ? " only after the first step" : " and inputs");
   rc = CLI_EXIT_OK;
 done:
   fflush(stdout);

@@ -89,8 +89,8 @@ typedef struct {
 /* rank's share of c over world ranks. False with a message when a split rule fails: heads,
  * KV heads (fewer KV heads than ranks are refused, not replicated) and the intermediate size
  * must divide by world, and every rank must hold some of the vocabulary. */
-bool cli_hf_tp_split(const cli_hf_config *c, int64_t world, int64_t rank, cli_hf_tp *out,
-                     char *err, size_t err_size);
+bool cli_hf_tp_split(const cli_hf_config *c, int64_t world, int64_t rank, cli_hf_tp *out, char *err,
+                     size_t err_size);
 
 enum { CLI_HF_MAX_KEYS = 3, CLI_HF_MAX_WEIGHTS = 24, CLI_HF_KEY_SIZE = 160 };
 
@@ -109,7 +109,7 @@ typedef struct {
    * [cols[0], cols[1]) of its last, for every key (the spec's `rows:` / `cols:`). */
   bool has_rows, has_cols;
   int64_t rows[2], cols[2];
-  bool cast;                             /* the file's dtype is not the spec's (hf_weights.c) */
+  bool cast; /* the file's dtype is not the spec's (hf_weights.c) */
 } cli_hf_weight;
 
 typedef struct {

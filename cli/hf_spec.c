@@ -42,7 +42,9 @@ static void put_weight(recap__text *t, const char *indent, const cli_hf_weight *
   if (random) {
     bool matrix = w->key_ndim[0] == 2, norm = strstr(w->name, "norm") != NULL;
     recap__text_put(t, "%s%s: {shape: %s, role: param, init: %s}\n", indent, w->name, w->shape,
-                    matrix ? "normal, std: 0.02" : norm ? "ones" : "zeros");
+                    matrix ? "normal, std: 0.02"
+                    : norm ? "ones"
+                           : "zeros");
     return;
   }
   recap__text_put(t, "%s%s: {shape: %s, role: param, key: ", indent, w->name, w->shape);
@@ -190,9 +192,9 @@ static void put_rope(recap__text *t, const cli_hf_config *c, const char *in, con
 /* out = in x weight^T (+ bias): a linear whose weight is split by its input columns under tensor
  * parallelism, so each rank's product is a partial sum: one all_reduce adds them, and the
  * bias (whole on every rank) is added once, after it. */
-static void put_row_parallel(recap__text *t, const cli_hf_spec_options *o,
-                             const cli_hf_weights *w, const char *in, const char *weight,
-                             const char *bias_with_comma, const char *out, const char *name) {
+static void put_row_parallel(recap__text *t, const cli_hf_spec_options *o, const cli_hf_weights *w,
+                             const char *in, const char *weight, const char *bias_with_comma,
+                             const char *out, const char *name) {
   const char *bias = optional(w, bias_with_comma);
   if (o->tp->world == 1) {
     recap__text_put(t, "      - {op: linear, in: [%s, %s%s], out: %s, name: %s}\n", in, weight,
@@ -201,8 +203,8 @@ static void put_row_parallel(recap__text *t, const cli_hf_spec_options *o,
   }
   recap__text_put(t, "      - {op: linear, in: [%s, %s], out: %s_part, name: %s}\n", in, weight,
                   out, name);
-  recap__text_put(t, "      - {op: all_reduce, in: %s_part, out: %s%s, name: %s_all_reduce}\n",
-                  out, out, *bias ? "_sum" : "", name);
+  recap__text_put(t, "      - {op: all_reduce, in: %s_part, out: %s%s, name: %s_all_reduce}\n", out,
+                  out, *bias ? "_sum" : "", name);
   if (*bias)
     recap__text_put(t, "      - {op: add, in: [%s_sum, %s], out: %s}\n", out, bias + 2, out);
 }
@@ -386,10 +388,9 @@ static void put_gathered_logits(recap__text *t, const cli_hf_spec_options *o, in
   const char *local = "logits_rank";
   int64_t pad = tp->vocab_rows - tp->vocab_real;
   if (pad > 0) {
-    recap__text_put(t,
-                    "  - {op: fill, out: logits_pad, shape: [%s, %" PRId64
-                    "], dtype: f32, value: 0}\n",
-                    rows, pad);
+    recap__text_put(
+        t, "  - {op: fill, out: logits_pad, shape: [%s, %" PRId64 "], dtype: f32, value: 0}\n",
+        rows, pad);
     recap__text_put(t,
                     "  - {op: concat, in: [logits_rank, logits_pad], out: logits_padded, "
                     "dim: -1}\n");
@@ -409,8 +410,7 @@ static void put_gathered_logits(recap__text *t, const cli_hf_spec_options *o, in
                   o->paged ? "1, 0, 2" : "1, 2, 0, 3");
   int64_t padding = tp->vocab_rows * tp->world - vocab;
   bool padded = padding > 0;
-  recap__text_put(t,
-                  "  - {op: reshape, in: [logits_side_by_side], out: %s, shape: [%s, VN]}\n",
+  recap__text_put(t, "  - {op: reshape, in: [logits_side_by_side], out: %s, shape: [%s, VN]}\n",
                   padded ? "logits_all" : "logits", rows);
   if (padded)
     recap__text_put(t,

@@ -8,19 +8,19 @@
 /* The largest world: recap launch's rank limit. */
 enum { MAX_WORLD = 64 };
 
-bool cli_hf_tp_split(const cli_hf_config *c, int64_t world, int64_t rank, cli_hf_tp *out,
-                     char *err, size_t err_size) {
+bool cli_hf_tp_split(const cli_hf_config *c, int64_t world, int64_t rank, cli_hf_tp *out, char *err,
+                     size_t err_size) {
   if (world < 1 || world > MAX_WORLD || rank < 0 || rank >= world) {
-    snprintf(err, err_size, "--tp %" PRId64 " with rank %" PRId64 ": expected 1 to %d ranks",
-             world, rank, MAX_WORLD);
+    snprintf(err, err_size, "--tp %" PRId64 " with rank %" PRId64 ": expected 1 to %d ranks", world,
+             rank, MAX_WORLD);
     return false;
   }
   const char *heads_key = c->arch->gpt2 ? "n_head" : "num_attention_heads";
   const char *inner_key = c->arch->gpt2 ? "n_inner" : "intermediate_size";
   if (c->heads % world) {
     snprintf(err, err_size,
-             "--tp %" PRId64 ": %s %" PRId64
-             " is not divisible by %" PRId64 " (attention is split by heads)",
+             "--tp %" PRId64 ": %s %" PRId64 " is not divisible by %" PRId64
+             " (attention is split by heads)",
              world, heads_key, c->heads, world);
     return false;
   }
@@ -28,8 +28,7 @@ bool cli_hf_tp_split(const cli_hf_config *c, int64_t world, int64_t rank, cli_hf
    * (and its cache with it); refused rather than done silently at that memory cost. */
   if (c->kv_heads % world) {
     snprintf(err, err_size,
-             "--tp %" PRId64 ": num_key_value_heads %" PRId64
-             " is not divisible by %" PRId64
+             "--tp %" PRId64 ": num_key_value_heads %" PRId64 " is not divisible by %" PRId64
              " (the KV cache is split by KV heads; fewer KV heads than ranks are not "
              "replicated)",
              world, c->kv_heads, world);

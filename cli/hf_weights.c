@@ -70,8 +70,7 @@ static void llama_style(const cli_hf_config *c, const cli_hf_tp *tp, cli_hf_weig
   out->embedding = "embed";
   out->lm_head = tied ? "embed" : "lm_head";
   if (split)
-    split_lm_head(top, tp, tied ? "model.embed_tokens.weight" : "lm_head.weight", c->vocab, d,
-                  out);
+    split_lm_head(top, tp, tied ? "model.embed_tokens.weight" : "lm_head.weight", c->vocab, d, out);
   else if (!tied)
     add_key(add(top, false, "lm_head", "[V, D]"), "", "lm_head.weight", c->vocab, d);
 

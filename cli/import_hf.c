@@ -190,8 +190,11 @@ int cli_import_hf_main(int argc, char **argv) {
   }
   bool split = o.tp > 1;
   if (split && !strstr(out, "{rank}")) {
-    fprintf(stderr, "recap %s: --tp %" PRId64 " writes one spec per rank: -o needs '{rank}' in it "
-                    "(-o model.rank{rank}.yaml)\n", CMD, o.tp);
+    fprintf(stderr,
+            "recap %s: --tp %" PRId64
+            " writes one spec per rank: -o needs '{rank}' in it "
+            "(-o model.rank{rank}.yaml)\n",
+            CMD, o.tp);
     return CLI_EXIT_USAGE;
   }
   o.model_dir = dir;
@@ -222,8 +225,11 @@ int cli_import_hf_main(int argc, char **argv) {
           strcmp(out, "-") == 0 ? "spec" : out, r.architecture, r.layers, recap_dtype_name(r.dtype),
           r.max_seq, r.prefill);
   if (split)
-    fprintf(info, "tensor parallel: %" PRId64 " ranks, one spec each; the sizes below are one "
-                  "rank's\n", r.tp);
+    fprintf(info,
+            "tensor parallel: %" PRId64
+            " ranks, one spec each; the sizes below are one "
+            "rank's\n",
+            r.tp);
   if (r.kv_blocks) {
     fprintf(
         info,

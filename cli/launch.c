@@ -340,8 +340,9 @@ static const cli_option launch_options[] = {
              "env:// (recap run --help), instead of a file:// rendezvous"},
     {0}};
 const cli_help cli_launch_help = {
-    .synopsis = "recap launch --gpus N [--timeout S] [--grace S] [--env-init] -- run|generate SPEC\n"
-                "             [flags]",
+    .synopsis =
+        "recap launch --gpus N [--timeout S] [--grace S] [--env-init] -- run|generate SPEC\n"
+        "             [flags]",
     .description =
         "Starts N processes of `recap run SPEC --world N --rank R --init file://...` (or\n"
         "`recap generate`) on this machine, rank R seeing GPU R (CUDA_VISIBLE_DEVICES; the R-th\n"

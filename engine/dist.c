@@ -10,8 +10,8 @@
  *   rank 0:   header = {magic, batch, bucket, buckets} -> device;
  *             broadcast(header, inputs, scalars);
  *             launch graph[bucket]
- *   rank r:   broadcast(header, inputs, scalars) into its buffers; read the header back (this waits for
- *             rank 0's broadcast, the one wait a follower needs anyway); check it;
+ *   rank r:   broadcast(header, inputs, scalars) into its buffers; read the header back (this
+ *             waits for rank 0's broadcast, the one wait a follower needs anyway); check it;
  *             launch graph[bucket]
  *
  * No message goes back to rank 0, so a replay costs no round trip; the followers' read-back

@@ -15,13 +15,13 @@
  * one (--paged: one sequence, the prompt's last position and each decode step, with the graph's
  * greedy token, which must be TP 1's). Eager: a graph warmup holds a process-wide lock, so two
  * ranks' warmups in one process would wait for each other. Required, at every position: every
- * rank's logits and tokens equal (they are gathered); TP N within the importer's rule (issue 19: max |error| <= 2 x
- * transformers' own f32 error + 1e-6 x max |logit|) of transformers' float64 logits and of TP
- * 1's; the same argmax as TP 1 wherever the reference's margin is clear. Models: GPT-2 (biases,
- * fused c_attn, tied head) at TP 2 and 4, Llama (grouped-query heads, untied head), Qwen2 (q/k/v
- * biases, tied), Qwen3 (q/k norms, head_dim 32 over hidden 64), and GPT-2 with its vocabulary
- * cut to 255 rows, so that the last rank's share is padded (TP 2 and 4: 1 padded column each),
- * compared with its own TP 1. Then the split rules' refusals.
+ * rank's logits and tokens equal (they are gathered); TP N within the importer's rule (issue 19:
+ * max |error| <= 2 x transformers' own f32 error + 1e-6 x max |logit|) of transformers' float64
+ * logits and of TP 1's; the same argmax as TP 1 wherever the reference's margin is clear. Models:
+ * GPT-2 (biases, fused c_attn, tied head) at TP 2 and 4, Llama (grouped-query heads, untied head),
+ * Qwen2 (q/k/v biases, tied), Qwen3 (q/k norms, head_dim 32 over hidden 64), and GPT-2 with its
+ * vocabulary cut to 255 rows, so that the last rank's share is padded (TP 2 and 4: 1 padded column
+ * each), compared with its own TP 1. Then the split rules' refusals.
  */
 #include <errno.h>
 #include <jansson.h>
@@ -94,7 +94,8 @@ static recap_status world_collective(void *ctx, const recap__coll *c, int world_
     return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "planned for a world of %d, this one is %d",
                       world_attr, w->world);
   if (c->kind != RECAP__COLL_ALL_REDUCE && c->kind != RECAP__COLL_ALL_GATHER)
-    return RECAP_FAIL(RECAP_STATUS_NOT_SUPPORTED, "the test's world runs all_reduce and all_gather");
+    return RECAP_FAIL(RECAP_STATUS_NOT_SUPPORTED,
+                      "the test's world runs all_reduce and all_gather");
   if (c->dtype != RECAP_DTYPE_F32 || c->op != RECAP_REDUCE_SUM)
     return RECAP_FAIL(RECAP_STATUS_NOT_SUPPORTED, "the test's world sums f32");
   w->calls[t_rank] = c;
@@ -163,8 +164,7 @@ static recap_pipeline_options eager_opts(void) {
 }
 
 /* The prompt through prefill, the rest teacher-forced through decode. */
-static recap_status run_rank_steps(rank_job *j, recap_pipeline **prefill,
-                                   recap_pipeline **decode) {
+static recap_status run_rank_steps(rank_job *j, recap_pipeline **prefill, recap_pipeline **decode) {
   const reference *ref = j->ref;
   char prompt_dim[32];
   snprintf(prompt_dim, sizeof prompt_dim, "S=%d", ref->prompt_length);
@@ -226,8 +226,8 @@ static void *run_rank(void *arg) {
   rank_job *j = arg;
   t_rank = j->rank;
   recap_pipeline *prefill = NULL, *decode = NULL;
-  j->status = j->paged ? run_paged_steps(j, &prefill, &decode)
-                       : run_rank_steps(j, &prefill, &decode);
+  j->status =
+      j->paged ? run_paged_steps(j, &prefill, &decode) : run_rank_steps(j, &prefill, &decode);
   if (j->status != RECAP_OK) {
     snprintf(j->error, sizeof j->error, "%s", recap_last_error());
     if (j->world) world_fail(j->world);
@@ -273,8 +273,7 @@ static float *run_world(const char *label, int world, const reference *ref, bool
     if (world == 1)
       snprintf(jobs[r].spec, sizeof jobs[r].spec, "%s/%s.yaml", g_dir, label);
     else
-      snprintf(jobs[r].spec, sizeof jobs[r].spec, "%s/%s.tp%d.rank%d.yaml", g_dir, label, world,
-               r);
+      snprintf(jobs[r].spec, sizeof jobs[r].spec, "%s/%s.tp%d.rank%d.yaml", g_dir, label, world, r);
     jobs[r].logits = calloc(1, bytes);
     CU_ASSERT_PTR_NOT_NULL_FATAL(jobs[r].logits);
   }
@@ -384,8 +383,7 @@ static void test_fixtures_split_over_ranks_match_one_rank(void) {
   static const struct {
     const char *model;
     int worlds[3];
-  } cases[] = {
-      {"gpt2", {2, 4, 0}}, {"llama", {2, 0}}, {"qwen2", {2, 0}}, {"qwen3", {2, 0}}};
+  } cases[] = {{"gpt2", {2, 4, 0}}, {"llama", {2, 0}}, {"qwen2", {2, 0}}, {"qwen3", {2, 0}}};
   make_dir();
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     char dir[512];
