@@ -19,7 +19,7 @@
  * max |error| <= 2 x transformers' own f32 error + 1e-6 x max |logit|) of transformers' float64
  * logits and of TP 1's; the same argmax as TP 1 wherever the reference's margin is clear. Models:
  * GPT-2 (biases, fused c_attn, tied head) at TP 2 and 4, Llama (grouped-query heads, untied head),
- * Qwen2 (q/k/v biases, tied), Qwen3 (q/k norms, head_dim 32 over hidden 64), and GPT-2 with its
+ * Llama with a tied head (its rows read from the embedding), Mistral, Qwen2 (q/k/v biases, tied), Qwen3 (q/k norms, head_dim 32 over hidden 64), and GPT-2 with its
  * vocabulary cut to 255 rows, so that the last rank's share is padded (TP 2 and 4: 1 padded column
  * each), compared with its own TP 1. Then the split rules' refusals.
  */
@@ -383,7 +383,8 @@ static void test_fixtures_split_over_ranks_match_one_rank(void) {
   static const struct {
     const char *model;
     int worlds[3];
-  } cases[] = {{"gpt2", {2, 4, 0}}, {"llama", {2, 0}}, {"qwen2", {2, 0}}, {"qwen3", {2, 0}}};
+  } cases[] = {{"gpt2", {2, 4, 0}}, {"llama", {2, 0}}, {"llama_tied", {2, 0}},
+               {"mistral", {2, 0}}, {"qwen2", {2, 0}}, {"qwen3", {2, 0}}};
   make_dir();
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     char dir[512];
