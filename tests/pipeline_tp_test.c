@@ -19,9 +19,10 @@
  * max |error| <= 2 x transformers' own f32 error + 1e-6 x max |logit|) of transformers' float64
  * logits and of TP 1's; the same argmax as TP 1 wherever the reference's margin is clear. Models:
  * GPT-2 (biases, fused c_attn, tied head) at TP 2 and 4, Llama (grouped-query heads, untied head),
- * Llama with a tied head (its rows read from the embedding), Mistral, Qwen2 (q/k/v biases, tied), Qwen3 (q/k norms, head_dim 32 over hidden 64), and GPT-2 with its
- * vocabulary cut to 255 rows, so that the last rank's share is padded (TP 2 and 4: 1 padded column
- * each), compared with its own TP 1. Then the split rules' refusals.
+ * Llama with a tied head (its rows read from the embedding), Mistral, Qwen2 (q/k/v biases, tied),
+ * Qwen3 (q/k norms, head_dim 32 over hidden 64), and GPT-2 with its vocabulary cut to 255 rows, so
+ * that the last rank's share is padded (TP 2 and 4: 1 padded column each), compared with its own
+ * TP 1. Then the split rules' refusals.
  */
 #include <errno.h>
 #include <jansson.h>
