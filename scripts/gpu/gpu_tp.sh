@@ -159,9 +159,12 @@ a10=$(ar_ms 10)
 a40=$(ar_ms 40)
 per_ar=$(python3 -c "print('%.4f' % (($a40 - $a10) / 30))" 2>/dev/null)
 ar_total=$(python3 -c "print('%.3f' % (64 * $per_ar))" 2>/dev/null)
+# What a distributed step costs besides its graph: the run header's broadcast, the launch and
+# the host's wait (the chain of 10's run time less its 10 all_reduces).
+step_cost=$(python3 -c "print('%.4f' % ($a10 - 10 * $per_ar))" 2>/dev/null)
 ok=0
 [ -n "$per_ar" ] && ok=1
-row "all_reduce [1,4096] bf16" "$ok" "${per_ar:-?} ms each (chain 10: ${a10:-?} ms, 40: ${a40:-?} ms per run); x 64 per token (2 per layer) = ${ar_total:-?} ms of TP 2's ${l2:-?} ms"
+row "all_reduce [1,4096] bf16" "$ok" "${per_ar:-?} ms each (chain 10: ${a10:-?} ms, 40: ${a40:-?} ms per run); x 64 per token (2 per layer) = ${ar_total:-?} ms of TP 2's ${l2:-?} ms; run_dist's own cost per step ${step_cost:-?} ms"
 
 # 5. A rank killed mid-generation (the 8B TP 2 specs: ~5 ms per step, so 2000 steps last long
 # enough): rank 0 must fail on its own within --timeout 10, naming the request in flight.
@@ -199,5 +202,5 @@ echo "| GPUs | decode latency per token | vs 1 GPU |"
 echo "|---|---|---|"
 echo "| 1 x $gpu_name | ${l1:-?} ms | 1.00x |"
 echo "| 2 x $gpu_name (TP 2) | ${l2:-?} ms | ${ratio:-?}x |"
-echo "all_reduce per token: 64 x ${per_ar:-?} ms = ${ar_total:-?} ms"
+echo "all_reduce per token: 64 x ${per_ar:-?} ms = ${ar_total:-?} ms; run_dist per step (header broadcast, launch, wait): ${step_cost:-?} ms"
 echo "$(( ${#rows[@]} - failed )) passed, $failed failed (tensor-parallel checks)"
