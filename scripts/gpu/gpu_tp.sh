@@ -174,6 +174,7 @@ timeout 150 "$recap" launch --gpus 2 --timeout 10 --grace 20 -- generate "$b/tp2
 lpid=$!
 for _ in $(seq 1 120); do
   grep -q "^rank 1 of 2: prompt done" "$work/kill.log" && break
+  kill -0 $lpid 2>/dev/null || break # the launch ended already: reported below
   sleep 0.5
 done
 sleep 1
