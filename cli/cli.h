@@ -41,6 +41,9 @@ int cli_run_main(int argc, char **argv);
 int cli_import_hf_main(int argc, char **argv);
 /* generate.c: `recap generate SPEC --prompt-ids ...`, greedy decoding with an imported spec. */
 int cli_generate_main(int argc, char **argv);
+/* `recap generate SPEC --world N --rank R --init URL`: one greedy request by every rank of a
+ * tensor-parallel model (generate_dist.c). */
+int cli_generate_dist_main(int argc, char **argv);
 int cli_bench_main(int argc, char **argv);
 int cli_bench_ops_main(int argc, char **argv);
 int cli_bench_capture_main(int argc, char **argv);
@@ -74,6 +77,8 @@ extern const cli_help cli_info_help, cli_validate_help, cli_plan_help, cli_ops_h
 /* Option tables that another command's help lists: a distributed run's flags (launch.c, for
  * run) and serve-bench --generate's (serve_generate.c). */
 extern const cli_option cli_run_dist_options[], cli_serve_generate_options[];
+/* `recap generate`'s flags of one rank (generate_dist.c). */
+extern const cli_option cli_generate_dist_options[];
 /* env.c: the ENVIRONMENT section of `recap man` (roff), from the same table as `recap env`. */
 void cli_env_print_man(FILE *out);
 

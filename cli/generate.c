@@ -87,7 +87,13 @@ const cli_help cli_generate_help = {
         "the contiguous layout decodes greedily (the sampling flags need --paged). Token ids in\n"
         "and out: recap has no tokenizer.",
     .operand = CLI_VALUE_SPEC,
-    .groups = {{.options = generate_options}},
+    .groups = {{.options = generate_options},
+               {.heading =
+                    "One rank of a tensor-parallel model (import-hf --tp N; recap launch\n"
+                    "--gpus N -- generate m.rank{rank}.yaml ... starts every rank): greedy,\n"
+                    "each step through recap_pipeline_run_dist; --prompt-ids, --max-tokens,\n"
+                    "--device, --base-dir, --logits-out apply",
+                .options = cli_generate_dist_options}},
 };
 
 typedef struct {
@@ -399,6 +405,7 @@ int cli_generate_main(int argc, char **argv) {
     cli_help_print(stdout, &cli_generate_help);
     return CLI_EXIT_OK;
   }
+  if (cli_dist_requested(argc, argv)) return cli_generate_dist_main(argc, argv);
   generate_args a;
   int rc = parse_args(argc, argv, &a);
   cli_serving_shape shape = {0};

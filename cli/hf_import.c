@@ -71,6 +71,7 @@ static recap_dtype pick_dtype(const cli_hf_import_options *o, const cli_hf_confi
                               const recap__checkpoint *ckpt) {
   if (o->dtype_given) return o->dtype;
   if (c->dtype_given) return c->dtype;
+  if (!ckpt) return RECAP_DTYPE_F32;
   const char *keys[] = {"model.embed_tokens.weight", "transformer.wte.weight", "wte.weight"};
   for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
     const recap__checkpoint_tensor *t = recap__checkpoint_find(ckpt, keys[i]);
@@ -147,11 +148,15 @@ static bool import(const cli_hf_import_options *o, const cli_hf_config *c,
   r->layers = c->layers;
   if (!pick_sizes(o, c, r, notes) || !cli_hf_check_window(c, r->max_seq, r->error, sizeof r->error))
     return false;
+  cli_hf_tp tp;
+  r->tp = o->tp > 1 ? o->tp : 1;
+  if (!cli_hf_tp_split(c, r->tp, o->tp_rank, &tp, r->error, sizeof r->error)) return false;
   cli_hf_weights w;
-  if (!cli_hf_weights_find(c, ckpt, r->dtype, &w, notes, r->error, sizeof r->error)) return false;
+  if (!cli_hf_weights_find(c, ckpt, r->dtype, &tp, &w, notes, r->error, sizeof r->error))
+    return false;
   r->param_bytes = cli_hf_weights_bytes(c, &w, r->dtype);
   r->kv_bytes_per_sequence = 2 * (uint64_t)c->layers * (uint64_t)r->max_seq *
-                             (uint64_t)c->kv_heads * (uint64_t)c->head_dim *
+                             (uint64_t)tp.kv_heads * (uint64_t)c->head_dim *
                              recap_dtype_size(r->dtype);
   char path[PATH_MAX];
   checkpoint_path(o->model_dir, o->spec_path, path, sizeof path);
@@ -171,7 +176,9 @@ static bool import(const cli_hf_import_options *o, const cli_hf_config *c,
       .kv_blocks = r->kv_blocks,
       .prefill_seqs = r->prefill_seqs,
       .prefill_tokens = o->num_prefill_tokens ? o->prefill_tokens : &r->prefill,
-      .num_prefill_tokens = o->num_prefill_tokens ? o->num_prefill_tokens : 1};
+      .num_prefill_tokens = o->num_prefill_tokens ? o->num_prefill_tokens : 1,
+      .tp = &tp,
+      .random_weights = o->random_weights};
   if (!cli_hf_spec_write(c, &w, &so, spec)) return fail(r, "out of memory");
   return true;
 }
@@ -181,7 +188,7 @@ bool cli_hf_import(const cli_hf_import_options *o, cli_hf_import_result *r) {
   cli_hf_config c;
   if (!cli_hf_config_read(o->model_dir, &c, r->error, sizeof r->error)) return false;
   recap__checkpoint *ckpt = NULL;
-  if (recap__checkpoint_open(o->model_dir, &ckpt) != RECAP_OK)
+  if (!o->random_weights && recap__checkpoint_open(o->model_dir, &ckpt) != RECAP_OK)
     return fail(r, "%s", recap_last_error());
   recap__text notes = {0}, spec = {0};
   bool ok = import(o, &c, ckpt, r, &notes, &spec);

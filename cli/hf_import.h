@@ -42,6 +42,12 @@ typedef struct {
   const int64_t *prefill_tokens; /* the prefill entry's token buckets; NULL: {prefill} */
   size_t num_prefill_tokens;
   int64_t prefill_seqs; /* sequences per prefill step; 0: min(8, smallest prefill bucket) */
+  /* Tensor parallelism (docs/MULTI_GPU.md): the spec of rank tp_rank of tp ranks, which reads
+   * only its share of the weights and gathers the logits; 0 or 1: the whole model. */
+  int64_t tp, tp_rank;
+  /* Only config.json is read: the weights come from recap's random init (benchmarks at a
+   * model's shape without its checkpoint). */
+  bool random_weights;
 } cli_hf_import_options;
 
 typedef struct {
@@ -49,10 +55,11 @@ typedef struct {
   char architecture[64];
   recap_dtype dtype;
   int64_t max_seq, prefill, max_batch, layers;
-  uint64_t param_bytes;           /* every weight in the spec's dtype */
-  uint64_t kv_bytes_per_sequence; /* K and V of every layer for max_seq tokens */
+  uint64_t param_bytes;           /* every weight in the spec's dtype (this rank's, with tp) */
+  uint64_t kv_bytes_per_sequence; /* K and V of every layer for max_seq tokens (this rank's) */
   int64_t block_size, kv_blocks;  /* the serving layout's pool (0 otherwise) */
   int64_t prefill_seqs;           /* the serving layout's sequences per prefill step */
+  int64_t tp;                     /* ranks the model is split over (1: not split) */
   char notes[1024];               /* lines for the user ("note: ..."), may be empty */
   char error[1024];               /* why cli_hf_import failed */
 } cli_hf_import_result;

@@ -7,6 +7,7 @@
  *   hf_weights.c  cli_hf_config + the checkpoint -> the weights the spec reads, each checked
  *                 against the checkpoint (present, a float dtype, the expected shape)
  *   hf_spec.c     cli_hf_config + weights -> the spec's YAML
+ * and, for tensor parallelism (--tp N), hf_tp.c: what one rank of N holds (cli_hf_tp).
  * Every failure writes one message naming its cause (the key, the file, what was expected)
  * into the caller's buffer and returns false.
  */
@@ -72,6 +73,25 @@ bool cli_hf_config_parse(const char *text, size_t len, const char *path, cli_hf_
 /* Refuses a sliding window shorter than max_seq (recap's attention has no window). */
 bool cli_hf_check_window(const cli_hf_config *c, int64_t max_seq, char *err, size_t err_size);
 
+/* One rank's share of a model split over `world` ranks (Megatron-style tensor parallelism,
+ * docs/MULTI_GPU.md): attention heads and KV heads, the MLP's intermediate size and the LM
+ * head's vocabulary rows. A world of 1 holds everything. */
+typedef struct {
+  int64_t world, rank;
+  int64_t heads, kv_heads; /* this rank's: heads / world, kv_heads / world */
+  int64_t intermediate;    /* intermediate / world */
+  /* The vocabulary padded to a multiple of world: every rank computes vocab_rows logits, of
+   * which the first vocab_real are rows vocab_begin .. of the LM head and the rest (the last
+   * rank's padding) are dropped once the logits are gathered. */
+  int64_t vocab_rows, vocab_begin, vocab_real;
+} cli_hf_tp;
+
+/* rank's share of c over world ranks. False with a message when a split rule fails: heads,
+ * KV heads (fewer KV heads than ranks are refused, not replicated) and the intermediate size
+ * must divide by world, and every rank must hold some of the vocabulary. */
+bool cli_hf_tp_split(const cli_hf_config *c, int64_t world, int64_t rank, cli_hf_tp *out, char *err,
+                     size_t err_size);
+
 enum { CLI_HF_MAX_KEYS = 3, CLI_HF_MAX_WEIGHTS = 24, CLI_HF_KEY_SIZE = 160 };
 
 /* One param of the spec, read from the checkpoint: its keys are concatenated along axis 0
@@ -85,7 +105,11 @@ typedef struct {
   int key_ndim[CLI_HF_MAX_KEYS];
   int64_t key_shape[CLI_HF_MAX_KEYS][2]; /* each key's shape in the file */
   bool transpose;                        /* the file holds [in, out] (Conv1D) */
-  bool cast;                             /* the file's dtype is not the spec's (hf_weights.c) */
+  /* Tensor parallelism: only rows [rows[0], rows[1]) of the file's first axis, or columns
+   * [cols[0], cols[1]) of its last, for every key (the spec's `rows:` / `cols:`). */
+  bool has_rows, has_cols;
+  int64_t rows[2], cols[2];
+  bool cast; /* the file's dtype is not the spec's (hf_weights.c) */
 } cli_hf_weight;
 
 typedef struct {
@@ -94,16 +118,20 @@ typedef struct {
   cli_hf_weight layer[CLI_HF_MAX_WEIGHTS]; /* one layer's, keys with "{i}" */
   size_t num_layer;
   const char *embedding; /* the token embedding's spec name */
-  const char *lm_head;   /* the LM head's spec name: the embedding's when tied */
+  const char *lm_head;   /* the LM head's spec name: the embedding's when tied (and one rank's
+                          * slice of its own, "lm_head", under tensor parallelism) */
 } cli_hf_weights;
 
 /* The weights the spec reads, with their keys and expected file shapes, each checked in the
  * checkpoint for every layer: present, a float dtype, that shape; cast set where the file's
- * dtype is not `dtype`. With tied embeddings a present lm_head.weight is ignored and a line
+ * dtype is not `dtype`. ckpt NULL: the lists only, nothing checked (random weights). Under
+ * tensor parallelism (tp->world > 1) the split weights read only
+ * tp->rank's rows or columns. With tied embeddings a present lm_head.weight is ignored and a line
  * saying so is appended to notes. False with a message naming the key, the file and the
  * expected shape. */
 bool cli_hf_weights_find(const cli_hf_config *c, const recap__checkpoint *ckpt, recap_dtype dtype,
-                         cli_hf_weights *out, recap__text *notes, char *err, size_t err_size);
+                         const cli_hf_tp *tp, cli_hf_weights *out, recap__text *notes, char *err,
+                         size_t err_size);
 /* Bytes the weights take in `dtype` (every layer's). */
 uint64_t cli_hf_weights_bytes(const cli_hf_config *c, const cli_hf_weights *w, recap_dtype dtype);
 
@@ -123,6 +151,10 @@ typedef struct {
   int64_t block_size, kv_blocks, prefill_seqs;
   const int64_t *prefill_tokens;
   size_t num_prefill_tokens;
+  const cli_hf_tp *tp; /* this rank's share; world 1: the whole model */
+  /* Weights from recap's own random init instead of the checkpoint (checkpoint unused):
+   * matrices normal(0, 0.02), norm weights ones, biases zeros. For benchmarks. */
+  bool random_weights;
 } cli_hf_spec_options;
 
 /* Appends the spec's YAML to out. False when out ran out of memory. */

@@ -38,7 +38,15 @@ static void put_quoted(recap__text *t, const char *s) {
   recap__text_put(t, "\"");
 }
 
-static void put_weight(recap__text *t, const char *indent, const cli_hf_weight *w) {
+static void put_weight(recap__text *t, const char *indent, const cli_hf_weight *w, bool random) {
+  if (random) {
+    bool matrix = w->key_ndim[0] == 2, norm = strstr(w->name, "norm") != NULL;
+    recap__text_put(t, "%s%s: {shape: %s, role: param, init: %s}\n", indent, w->name, w->shape,
+                    matrix ? "normal, std: 0.02"
+                    : norm ? "ones"
+                           : "zeros");
+    return;
+  }
   recap__text_put(t, "%s%s: {shape: %s, role: param, key: ", indent, w->name, w->shape);
   if (w->num_keys == 1) {
     put_quoted(t, w->keys[0]);
@@ -50,6 +58,8 @@ static void put_weight(recap__text *t, const char *indent, const cli_hf_weight *
     }
     recap__text_put(t, "]");
   }
+  if (w->has_rows) recap__text_put(t, ", rows: [%" PRId64 ", %" PRId64 "]", w->rows[0], w->rows[1]);
+  if (w->has_cols) recap__text_put(t, ", cols: [%" PRId64 ", %" PRId64 "]", w->cols[0], w->cols[1]);
   recap__text_put(t, "%s%s}\n", w->transpose ? ", transpose: true" : "",
                   w->cast ? ", cast: true" : "");
 }
@@ -109,21 +119,29 @@ static void put_dims(recap__text *t, const cli_hf_config *c, const cli_hf_spec_o
       recap__text_put(t, "%s%" PRId64, i ? ", " : "[", o->batches[i]);
     recap__text_put(t, "]  # sequences per step: the batch buckets\n");
   }
-  int64_t q = c->heads * c->head_dim, kv = c->kv_heads * c->head_dim;
+  const cli_hf_tp *tp = o->tp;
+  bool split = tp->world > 1;
+  int64_t q = tp->heads * c->head_dim, kv = tp->kv_heads * c->head_dim;
   if (!o->paged) {
     put_dim(t, "S:", 1, "tokens per sequence per step: the entries set it");
     put_dim(t, "Smax:", o->max_seq, "KV cache rows per sequence (--max-seq)");
   }
   put_dim(t, "D:", c->hidden, "hidden size");
-  put_dim(t, "H:", c->heads, "attention heads");
-  put_dim(t, "Hkv:", c->kv_heads, "key/value heads");
+  put_dim(t, "H:", tp->heads, split ? "attention heads of this rank" : "attention heads");
+  put_dim(t, "Hkv:", tp->kv_heads, split ? "key/value heads of this rank" : "key/value heads");
   put_dim(t, "Dh:", c->head_dim, "head size");
   put_dim(t, "Q:", q, "H x Dh");
   put_dim(t, "KV:", kv, "Hkv x Dh");
-  put_dim(t, "QKV:", q + 2 * kv, "Q + 2 KV");
-  put_dim(t, "F:", c->intermediate, "MLP size");
-  if (!c->arch->gpt2) put_dim(t, "F2:", 2 * c->intermediate, "2 F: gate and up");
+  if (split && !c->arch->gpt2) put_dim(t, "KV2:", 2 * kv, "2 KV: k and v");
+  if (!split) put_dim(t, "QKV:", q + 2 * kv, "Q + 2 KV");
+  put_dim(t, "F:", tp->intermediate, split ? "MLP size of this rank" : "MLP size");
+  if (!c->arch->gpt2) put_dim(t, "F2:", 2 * tp->intermediate, "2 F: gate and up");
   put_dim(t, "V:", c->vocab, "vocabulary");
+  if (split) {
+    put_dim(t, "Vr:", tp->vocab_real, "LM head rows of this rank");
+    put_dim(t, "Vp:", tp->vocab_rows, "logits per rank: V padded to a multiple of the ranks");
+    put_dim(t, "VN:", tp->vocab_rows * tp->world, "Vp x ranks: the gathered logits");
+  }
   if (c->arch->gpt2) put_dim(t, "P:", c->max_positions, "learned positions");
   put_dim(t, "L:", c->layers, "layers");
   if (o->paged) {
@@ -171,15 +189,51 @@ static void put_rope(recap__text *t, const cli_hf_config *c, const char *in, con
   put_rope_attrs(t, c);
 }
 
+/* out = in x weight^T (+ bias): a linear whose weight is split by its input columns under tensor
+ * parallelism, so each rank's product is a partial sum: one all_reduce adds them, and the
+ * bias (whole on every rank) is added once, after it. */
+static void put_row_parallel(recap__text *t, const cli_hf_spec_options *o, const cli_hf_weights *w,
+                             const char *in, const char *weight, const char *bias_with_comma,
+                             const char *out, const char *name) {
+  const char *bias = optional(w, bias_with_comma);
+  if (o->tp->world == 1) {
+    recap__text_put(t, "      - {op: linear, in: [%s, %s%s], out: %s, name: %s}\n", in, weight,
+                    bias, out, name);
+    return;
+  }
+  recap__text_put(t, "      - {op: linear, in: [%s, %s], out: %s_part, name: %s}\n", in, weight,
+                  out, name);
+  recap__text_put(t, "      - {op: all_reduce, in: %s_part, out: %s%s, name: %s_all_reduce}\n", out,
+                  out, *bias ? "_sum" : "", name);
+  if (*bias)
+    recap__text_put(t, "      - {op: add, in: [%s_sum, %s], out: %s}\n", out, bias + 2, out);
+}
+
 /* x -> h: norm, q/k/v, (q/k norm,) RoPE, the caches, attention, output projection, residual. */
 static void put_attention(recap__text *t, const cli_hf_config *c, const cli_hf_weights *w,
                           const cli_hf_spec_options *o) {
   put_norm(t, c, "x", "attn_norm", "xn");
-  recap__text_put(t, "      - {op: linear, in: [xn, wqkv%s], out: qkv, name: qkv}\n",
-                  optional(w, ", bqkv"));
-  recap__text_put(t,
-                  "      - {op: split, in: [qkv], out: [q_flat, k_flat, v_flat], dim: -1, "
-                  "sizes: [Q, KV, KV]}\n");
+  if (has_weight(w->layer, w->num_layer, "wqkv")) {
+    recap__text_put(t, "      - {op: linear, in: [xn, wqkv%s], out: qkv, name: qkv}\n",
+                    optional(w, ", bqkv"));
+    recap__text_put(t,
+                    "      - {op: split, in: [qkv], out: [q_flat, k_flat, v_flat], dim: -1, "
+                    "sizes: [Q, KV, KV]}\n");
+  } else { /* this rank's heads (hf_weights.c) */
+    recap__text_put(t, "      - {op: linear, in: [xn, wq%s], out: q_flat, name: q}\n",
+                    optional(w, ", bq"));
+    if (has_weight(w->layer, w->num_layer, "wkv")) {
+      recap__text_put(t, "      - {op: linear, in: [xn, wkv%s], out: kv, name: kv}\n",
+                      optional(w, ", bkv"));
+      recap__text_put(
+          t, "      - {op: split, in: [kv], out: [k_flat, v_flat], dim: -1, sizes: [KV, KV]}\n");
+    } else {
+      recap__text_put(t, "      - {op: linear, in: [xn, wk%s], out: k_flat, name: k}\n",
+                      optional(w, ", bk"));
+      recap__text_put(t, "      - {op: linear, in: [xn, wv%s], out: v_flat, name: v}\n",
+                      optional(w, ", bv"));
+    }
+  }
   const char *rows = o->paged ? "T" : "B, S";
   recap__text_put(t, "      - {op: reshape, in: [q_flat], out: q_heads, shape: [%s, H, Dh]}\n",
                   rows);
@@ -239,13 +293,13 @@ static void put_attention(recap__text *t, const cli_hf_config *c, const cli_hf_w
     recap__text_put(t,
                     "      - {op: reshape, in: [attn_rows], out: attn_flat, shape: [B, S, Q]}\n");
   }
-  recap__text_put(t, "      - {op: linear, in: [attn_flat, wo%s], out: proj, name: out_proj}\n",
-                  optional(w, ", bo"));
+  put_row_parallel(t, o, w, "attn_flat", "wo", ", bo", "proj", "out_proj");
   recap__text_put(t, "      - {op: add, in: [x, proj], out: h}\n");
 }
 
 /* h -> y: norm, MLP, residual. */
-static void put_mlp(recap__text *t, const cli_hf_config *c, const cli_hf_weights *w) {
+static void put_mlp(recap__text *t, const cli_hf_config *c, const cli_hf_weights *w,
+                    const cli_hf_spec_options *o) {
   put_norm(t, c, "h", "mlp_norm", "hn");
   if (c->arch->gpt2) {
     recap__text_put(t, "      - {op: linear, in: [hn, wfc, bfc], out: act, act: %s, name: fc}\n",
@@ -258,8 +312,7 @@ static void put_mlp(recap__text *t, const cli_hf_config *c, const cli_hf_weights
     recap__text_put(t, "      - {op: expr, in: [gate, up], out: act, expr: \"%s(gate) * up\"}\n",
                     c->act);
   }
-  recap__text_put(t, "      - {op: linear, in: [act, wdown%s], out: down, name: down}\n",
-                  optional(w, ", bdown"));
+  put_row_parallel(t, o, w, "act", "wdown", ", bdown", "down", "down");
   recap__text_put(t, "      - {op: add, in: [h, down], out: y}\n");
 }
 
@@ -308,7 +361,7 @@ static void put_inputs(recap__text *t, const cli_hf_config *c, const cli_hf_weig
     recap__text_put(t, "  pos: {role: scalar, value: 0}\n");
     recap__text_put(t, "  len: {role: scalar, value: %" PRId64 "}\n", o->prefill);
   }
-  for (size_t i = 0; i < w->num_top; i++) put_weight(t, "  ", &w->top[i]);
+  for (size_t i = 0; i < w->num_top; i++) put_weight(t, "  ", &w->top[i], o->random_weights);
 
   recap__text_put(t, "ops:\n");
   /* GPT-2's position table needs each token's position as a tensor; RoPE models' fused op
@@ -324,23 +377,71 @@ static void put_inputs(recap__text *t, const cli_hf_config *c, const cli_hf_weig
   }
 }
 
+/* logits_rank (this rank's vocabulary rows, f32) -> logits (every rank's, in vocabulary order):
+ * the last rank pads its share to Vp columns so that every rank sends as much, one all_gather
+ * stacks the ranks along the first axis, a permute puts them side by side, and the padding
+ * (the last VN - V columns) is split off, so the logits and the sampling that reads them are
+ * those of one GPU: padded columns never win, and ties go to the lowest index as there. */
+static void put_gathered_logits(recap__text *t, const cli_hf_spec_options *o, int64_t vocab) {
+  const cli_hf_tp *tp = o->tp;
+  const char *rows = o->paged ? "Bs" : "B, S";
+  const char *local = "logits_rank";
+  int64_t pad = tp->vocab_rows - tp->vocab_real;
+  if (pad > 0) {
+    recap__text_put(
+        t, "  - {op: fill, out: logits_pad, shape: [%s, %" PRId64 "], dtype: f32, value: 0}\n",
+        rows, pad);
+    recap__text_put(t,
+                    "  - {op: concat, in: [logits_rank, logits_pad], out: logits_padded, "
+                    "dim: -1}\n");
+    local = "logits_padded";
+  }
+  recap__text_put(t,
+                  "  - {op: all_gather, in: %s, out: logits_ranks, world: %" PRId64
+                  ", name: logits_all_gather}\n",
+                  local, tp->world);
+  recap__text_put(t,
+                  "  - {op: reshape, in: [logits_ranks], out: logits_by_rank, shape: [%" PRId64
+                  ", %s, Vp]}\n",
+                  tp->world, rows);
+  recap__text_put(t,
+                  "  - {op: permute, in: [logits_by_rank], out: logits_side_by_side, dims: "
+                  "[%s]}\n",
+                  o->paged ? "1, 0, 2" : "1, 2, 0, 3");
+  int64_t padding = tp->vocab_rows * tp->world - vocab;
+  bool padded = padding > 0;
+  recap__text_put(t, "  - {op: reshape, in: [logits_side_by_side], out: %s, shape: [%s, VN]}\n",
+                  padded ? "logits_all" : "logits", rows);
+  if (padded)
+    recap__text_put(t,
+                    "  - {op: split, in: [logits_all], out: [logits, logits_padding], dim: -1, "
+                    "sizes: [V, %" PRId64 "]}\n",
+                    padding);
+}
+
 bool cli_hf_spec_write(const cli_hf_config *c, const cli_hf_weights *w,
                        const cli_hf_spec_options *o, recap__text *t) {
   const char *dtype = recap_dtype_name(o->dtype);
   put_header(t, c, o);
-  recap__text_put(t, "name: %s\ndevice: cuda\ndtype: %s\ncheckpoint: ", c->name, dtype);
-  put_quoted(t, o->checkpoint);
-  recap__text_put(t, "\n");
+  recap__text_put(t, "name: %s\ndevice: cuda\ndtype: %s\n", c->name, dtype);
+  if (o->random_weights) {
+    recap__text_put(t, "# Random weights (import-hf --random-weights): for timing, not a model.\n");
+  } else {
+    recap__text_put(t, "checkpoint: ");
+    put_quoted(t, o->checkpoint);
+    recap__text_put(t, "\n");
+  }
   put_dims(t, c, o);
 
   recap__text_put(t, "blocks:\n  layer:\n    input: x\n    output: y\n    tensors:\n");
   const char *cache = o->paged ? "[NB, BS, Hkv, Dh]" : "[B, Smax, Hkv, Dh]";
   recap__text_put(t, "      k_cache: {shape: %s, role: state}\n", cache);
   recap__text_put(t, "      v_cache: {shape: %s, role: state}\n", cache);
-  for (size_t i = 0; i < w->num_layer; i++) put_weight(t, "      ", &w->layer[i]);
+  for (size_t i = 0; i < w->num_layer; i++)
+    put_weight(t, "      ", &w->layer[i], o->random_weights);
   recap__text_put(t, "    ops:\n");
   put_attention(t, c, w, o);
-  put_mlp(t, c, w);
+  put_mlp(t, c, w, o);
 
   recap__text_put(t, "tensors:\n");
   put_inputs(t, c, w, o);
@@ -362,17 +463,23 @@ bool cli_hf_spec_write(const cli_hf_config *c, const cli_hf_weights *w,
   else
     recap__text_put(t, "  - {op: rmsnorm, in: [%s, final_norm], out: hf, eps: %s}\n", last, eps);
   bool f32 = o->dtype == RECAP_DTYPE_F32;
-  recap__text_put(t, "  - {op: linear, in: [hf, %s], out: %s, name: lm_head}\n", w->lm_head,
-                  f32 ? "logits" : "logits_raw");
-  if (!f32) recap__text_put(t, "  - {op: cast, in: [logits_raw], out: logits, dtype: f32}\n");
+  const char *logits = o->tp->world > 1 ? "logits_rank" : "logits";
+  recap__text_put(t, "  - {op: linear, in: [hf, %s], out: %s%s, name: lm_head}\n", w->lm_head,
+                  logits, f32 ? "" : "_raw");
+  if (!f32)
+    recap__text_put(t, "  - {op: cast, in: [%s_raw], out: %s, dtype: f32}\n", logits, logits);
+  if (o->tp->world > 1) put_gathered_logits(t, o, c->vocab);
+  /* The vocabulary's padding is split off the gathered logits and read by nothing else: an
+   * output, so that the spec names it (recap refuses a result no one reads). */
+  bool padding = o->tp->world > 1 && o->tp->vocab_rows * o->tp->world > c->vocab;
   if (o->paged) {
     recap__text_put(t, "  - {op: sample, in: [logits, seqs], out: tokens}\n");
     recap__text_put(t,
                     "  - {op: decode_advance, in: [ids, seqs, tokens], out: ids_next, "
                     "block_size: BS}\n");
-    recap__text_put(t, "outputs: [logits, tokens]\n");
+    recap__text_put(t, "outputs: [logits, tokens%s]\n", padding ? ", logits_padding" : "");
   } else {
-    recap__text_put(t, "outputs: [logits]\n");
+    recap__text_put(t, "outputs: [logits%s]\n", padding ? ", logits_padding" : "");
   }
   return !t->failed;
 }

@@ -31,82 +31,174 @@ static void add_key(cli_hf_weight *w, const char *prefix, const char *key, int64
   w->key_shape[k][1] = d1;
 }
 
-static void llama_style(const cli_hf_config *c, cli_hf_weights *out) {
-  bool tied = c->tied;
+/* Tensor parallelism: only [begin, begin + count) of the file's first axis (rows) or of its
+ * last (columns), for every key of w. */
+static void take_rows(cli_hf_weight *w, int64_t begin, int64_t count) {
+  w->has_rows = true;
+  w->rows[0] = begin;
+  w->rows[1] = begin + count;
+}
+
+static void take_cols(cli_hf_weight *w, int64_t begin, int64_t count) {
+  w->has_cols = true;
+  w->cols[0] = begin;
+  w->cols[1] = begin + count;
+}
+
+/* The LM head when it is split by vocabulary: this rank's rows of `key` (the token embedding's
+ * when tied, read a second time: the embedding itself stays whole on every rank). */
+static void split_lm_head(weight_list top, const cli_hf_tp *tp, const char *key, int64_t vocab,
+                          int64_t d, cli_hf_weights *out) {
+  cli_hf_weight *w = add(top, false, "lm_head", "[Vr, D]");
+  add_key(w, "", key, vocab, d);
+  take_rows(w, tp->vocab_begin, tp->vocab_real);
+  out->lm_head = "lm_head";
+}
+
+/* Attention split by heads (q, k and v by output rows, o by input columns) and the MLP by its
+ * intermediate size (gate and up by rows, down by columns); o's and down's biases stay whole
+ * (added once, after the all_reduce). Without tensor parallelism q, k and v are one GEMM. */
+static void llama_style(const cli_hf_config *c, const cli_hf_tp *tp, cli_hf_weights *out) {
+  bool tied = c->tied, split = tp->world > 1;
   weight_list top = {out->top, &out->num_top}, layer = {out->layer, &out->num_layer};
   int64_t d = c->hidden, q = c->heads * c->head_dim, kv = c->kv_heads * c->head_dim;
   int64_t f = c->intermediate;
+  int64_t q_part = tp->heads * c->head_dim, kv_part = tp->kv_heads * c->head_dim;
+  int64_t f_part = tp->intermediate;
   add_key(add(top, false, "embed", "[V, D]"), "", "model.embed_tokens.weight", c->vocab, d);
   add_key(add(top, false, "final_norm", "[D]"), "", "model.norm.weight", d, 0);
-  if (!tied) add_key(add(top, false, "lm_head", "[V, D]"), "", "lm_head.weight", c->vocab, d);
   out->embedding = "embed";
   out->lm_head = tied ? "embed" : "lm_head";
+  if (split)
+    split_lm_head(top, tp, tied ? "model.embed_tokens.weight" : "lm_head.weight", c->vocab, d, out);
+  else if (!tied)
+    add_key(add(top, false, "lm_head", "[V, D]"), "", "lm_head.weight", c->vocab, d);
 
   const char *p = "model.layers.{i}.";
   add_key(add(layer, true, "attn_norm", "[D]"), p, "input_layernorm.weight", d, 0);
-  cli_hf_weight *w = add(layer, true, "wqkv", "[QKV, D]");
-  add_key(w, p, "self_attn.q_proj.weight", q, d);
-  add_key(w, p, "self_attn.k_proj.weight", kv, d);
-  add_key(w, p, "self_attn.v_proj.weight", kv, d);
-  if (c->arch->qkv_bias || c->attention_bias) {
-    w = add(layer, true, "bqkv", "[QKV]");
-    add_key(w, p, "self_attn.q_proj.bias", q, 0);
-    add_key(w, p, "self_attn.k_proj.bias", kv, 0);
-    add_key(w, p, "self_attn.v_proj.bias", kv, 0);
+  bool qkv_bias = c->arch->qkv_bias || c->attention_bias;
+  cli_hf_weight *w;
+  if (split) {
+    /* q's rows and k's and v's differ with grouped-query heads: q is a GEMM of its own, k and
+     * v one (the same rows of each). */
+    w = add(layer, true, "wq", "[Q, D]");
+    add_key(w, p, "self_attn.q_proj.weight", q, d);
+    take_rows(w, tp->rank * q_part, q_part);
+    w = add(layer, true, "wkv", "[KV2, D]");
+    add_key(w, p, "self_attn.k_proj.weight", kv, d);
+    add_key(w, p, "self_attn.v_proj.weight", kv, d);
+    take_rows(w, tp->rank * kv_part, kv_part);
+    if (qkv_bias) {
+      w = add(layer, true, "bq", "[Q]");
+      add_key(w, p, "self_attn.q_proj.bias", q, 0);
+      take_rows(w, tp->rank * q_part, q_part);
+      w = add(layer, true, "bkv", "[KV2]");
+      add_key(w, p, "self_attn.k_proj.bias", kv, 0);
+      add_key(w, p, "self_attn.v_proj.bias", kv, 0);
+      take_rows(w, tp->rank * kv_part, kv_part);
+    }
+  } else {
+    w = add(layer, true, "wqkv", "[QKV, D]");
+    add_key(w, p, "self_attn.q_proj.weight", q, d);
+    add_key(w, p, "self_attn.k_proj.weight", kv, d);
+    add_key(w, p, "self_attn.v_proj.weight", kv, d);
+    if (qkv_bias) {
+      w = add(layer, true, "bqkv", "[QKV]");
+      add_key(w, p, "self_attn.q_proj.bias", q, 0);
+      add_key(w, p, "self_attn.k_proj.bias", kv, 0);
+      add_key(w, p, "self_attn.v_proj.bias", kv, 0);
+    }
   }
   if (c->arch->qk_norm) {
     add_key(add(layer, true, "q_norm", "[Dh]"), p, "self_attn.q_norm.weight", c->head_dim, 0);
     add_key(add(layer, true, "k_norm", "[Dh]"), p, "self_attn.k_norm.weight", c->head_dim, 0);
   }
-  add_key(add(layer, true, "wo", "[D, Q]"), p, "self_attn.o_proj.weight", d, q);
+  w = add(layer, true, "wo", "[D, Q]");
+  add_key(w, p, "self_attn.o_proj.weight", d, q);
+  if (split) take_cols(w, tp->rank * q_part, q_part);
   if (c->attention_bias) add_key(add(layer, true, "bo", "[D]"), p, "self_attn.o_proj.bias", d, 0);
   add_key(add(layer, true, "mlp_norm", "[D]"), p, "post_attention_layernorm.weight", d, 0);
   w = add(layer, true, "wgate_up", "[F2, D]");
   add_key(w, p, "mlp.gate_proj.weight", f, d);
   add_key(w, p, "mlp.up_proj.weight", f, d);
+  if (split) take_rows(w, tp->rank * f_part, f_part);
   if (c->mlp_bias) {
     w = add(layer, true, "bgate_up", "[F2]");
     add_key(w, p, "mlp.gate_proj.bias", f, 0);
     add_key(w, p, "mlp.up_proj.bias", f, 0);
+    if (split) take_rows(w, tp->rank * f_part, f_part);
   }
-  add_key(add(layer, true, "wdown", "[D, F]"), p, "mlp.down_proj.weight", d, f);
+  w = add(layer, true, "wdown", "[D, F]");
+  add_key(w, p, "mlp.down_proj.weight", d, f);
+  if (split) take_cols(w, tp->rank * f_part, f_part);
   if (c->mlp_bias) add_key(add(layer, true, "bdown", "[D]"), p, "mlp.down_proj.bias", d, 0);
 }
 
 /* GPT-2's Conv1D weights are stored [in, out]: each is read transposed into linear's
- * [out, in]. c_attn holds q, k and v side by side ([D, 3D]): one linear, then a split. */
-static void gpt2(const cli_hf_config *c, const char *prefix, cli_hf_weights *out) {
-  bool tied = c->tied;
+ * [out, in]. c_attn holds q, k and v side by side ([D, 3D]): one linear, then a split; under
+ * tensor parallelism each rank reads its heads' columns of q, of k and of v (three GEMMs), and
+ * the row-split c_proj weights their input rows. */
+static void gpt2(const cli_hf_config *c, const cli_hf_tp *tp, const char *prefix,
+                 cli_hf_weights *out) {
+  bool tied = c->tied, split = tp->world > 1;
   weight_list top = {out->top, &out->num_top}, layer = {out->layer, &out->num_layer};
   int64_t d = c->hidden, f = c->intermediate;
-  add_key(add(top, false, "wte", "[V, D]"), prefix, "wte.weight", c->vocab, d);
+  int64_t part = tp->heads * c->head_dim, f_part = tp->intermediate;
+  char wte[64];
+  snprintf(wte, sizeof wte, "%swte.weight", prefix);
+  add_key(add(top, false, "wte", "[V, D]"), "", wte, c->vocab, d);
   add_key(add(top, false, "wpe", "[P, D]"), prefix, "wpe.weight", c->max_positions, d);
   add_key(add(top, false, "final_norm", "[D]"), prefix, "ln_f.weight", d, 0);
   add_key(add(top, false, "final_norm_bias", "[D]"), prefix, "ln_f.bias", d, 0);
-  if (!tied) add_key(add(top, false, "lm_head", "[V, D]"), "", "lm_head.weight", c->vocab, d);
   out->embedding = "wte";
   out->lm_head = tied ? "wte" : "lm_head";
+  if (split)
+    split_lm_head(top, tp, tied ? wte : "lm_head.weight", c->vocab, d, out);
+  else if (!tied)
+    add_key(add(top, false, "lm_head", "[V, D]"), "", "lm_head.weight", c->vocab, d);
 
   char p[64];
   snprintf(p, sizeof p, "%sh.{i}.", prefix);
   add_key(add(layer, true, "attn_norm", "[D]"), p, "ln_1.weight", d, 0);
   add_key(add(layer, true, "attn_norm_bias", "[D]"), p, "ln_1.bias", d, 0);
-  cli_hf_weight *w = add(layer, true, "wqkv", "[QKV, D]");
-  add_key(w, p, "attn.c_attn.weight", d, 3 * d);
-  w->transpose = true;
-  add_key(add(layer, true, "bqkv", "[QKV]"), p, "attn.c_attn.bias", 3 * d, 0);
+  cli_hf_weight *w;
+  if (split) {
+    static const char *const weights[] = {"wq", "wk", "wv"}, *const biases[] = {"bq", "bk", "bv"};
+    static const char *const shapes[] = {"[Q, D]", "[KV, D]", "[KV, D]"};
+    for (int i = 0; i < 3; i++) {
+      w = add(layer, true, weights[i], shapes[i]);
+      add_key(w, p, "attn.c_attn.weight", d, 3 * d);
+      take_cols(w, i * d + tp->rank * part, part);
+      w->transpose = true;
+    }
+    for (int i = 0; i < 3; i++) {
+      w = add(layer, true, biases[i], i ? "[KV]" : "[Q]");
+      add_key(w, p, "attn.c_attn.bias", 3 * d, 0);
+      take_rows(w, i * d + tp->rank * part, part);
+    }
+  } else {
+    w = add(layer, true, "wqkv", "[QKV, D]");
+    add_key(w, p, "attn.c_attn.weight", d, 3 * d);
+    w->transpose = true;
+    add_key(add(layer, true, "bqkv", "[QKV]"), p, "attn.c_attn.bias", 3 * d, 0);
+  }
   w = add(layer, true, "wo", "[D, Q]");
   add_key(w, p, "attn.c_proj.weight", d, d);
+  if (split) take_rows(w, tp->rank * part, part);
   w->transpose = true;
   add_key(add(layer, true, "bo", "[D]"), p, "attn.c_proj.bias", d, 0);
   add_key(add(layer, true, "mlp_norm", "[D]"), p, "ln_2.weight", d, 0);
   add_key(add(layer, true, "mlp_norm_bias", "[D]"), p, "ln_2.bias", d, 0);
   w = add(layer, true, "wfc", "[F, D]");
   add_key(w, p, "mlp.c_fc.weight", d, f);
+  if (split) take_cols(w, tp->rank * f_part, f_part);
   w->transpose = true;
-  add_key(add(layer, true, "bfc", "[F]"), p, "mlp.c_fc.bias", f, 0);
+  w = add(layer, true, "bfc", "[F]");
+  add_key(w, p, "mlp.c_fc.bias", f, 0);
+  if (split) take_rows(w, tp->rank * f_part, f_part);
   w = add(layer, true, "wdown", "[D, F]");
   add_key(w, p, "mlp.c_proj.weight", f, d);
+  if (split) take_rows(w, tp->rank * f_part, f_part);
   w->transpose = true;
   add_key(add(layer, true, "bdown", "[D]"), p, "mlp.c_proj.bias", d, 0);
 }
@@ -178,27 +270,35 @@ static bool check_all(const cli_hf_config *c, const recap__checkpoint *ckpt, cli
 }
 
 bool cli_hf_weights_find(const cli_hf_config *c, const recap__checkpoint *ckpt, recap_dtype dtype,
-                         cli_hf_weights *out, recap__text *notes, char *err, size_t err_size) {
+                         const cli_hf_tp *tp, cli_hf_weights *out, recap__text *notes, char *err,
+                         size_t err_size) {
   *out = (cli_hf_weights){0};
-  if (c->tied && recap__checkpoint_find(ckpt, "lm_head.weight"))
+  if (ckpt && c->tied && recap__checkpoint_find(ckpt, "lm_head.weight"))
     recap__text_put(notes,
                     "note: tie_word_embeddings is true: lm_head.weight in the checkpoint is "
                     "ignored, the LM head is the token embedding\n");
   if (c->arch->gpt2) {
     /* GPT2LMHeadModel saves its body under "transformer."; a bare GPT2Model does not. */
-    bool prefixed = recap__checkpoint_find(ckpt, "transformer.wte.weight") != NULL;
-    gpt2(c, prefixed ? "transformer." : "", out);
+    bool prefixed = !ckpt || recap__checkpoint_find(ckpt, "transformer.wte.weight") != NULL;
+    gpt2(c, tp, prefixed ? "transformer." : "", out);
   } else {
-    llama_style(c, out);
+    llama_style(c, tp, out);
   }
+  if (!ckpt) return true; /* random weights: nothing to check */
   return check_all(c, ckpt, out->top, out->num_top, dtype, err, err_size) &&
          check_all(c, ckpt, out->layer, out->num_layer, dtype, err, err_size);
 }
 
+/* The elements w reads (its rows or columns only, when it takes a range). */
 static uint64_t numel(const cli_hf_weight *w) {
   uint64_t n = 0;
-  for (int k = 0; k < w->num_keys; k++)
-    n += (uint64_t)w->key_shape[k][0] * (uint64_t)(w->key_ndim[k] == 2 ? w->key_shape[k][1] : 1);
+  for (int k = 0; k < w->num_keys; k++) {
+    bool two = w->key_ndim[k] == 2;
+    int64_t first = w->has_rows ? w->rows[1] - w->rows[0] : w->key_shape[k][0];
+    int64_t last = two ? w->key_shape[k][1] : first;
+    if (w->has_cols) last = w->cols[1] - w->cols[0];
+    n += two ? (uint64_t)first * (uint64_t)last : (uint64_t)(w->has_cols ? last : first);
+  }
   return n;
 }
 

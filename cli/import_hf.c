@@ -56,12 +56,24 @@ static const cli_option import_hf_options[] = {
      .kind = CLI_VALUE_TEXT,
      .help = "sequences one prefill step packs (default: min(8, smallest\n"
              "prefill bucket))"},
+    {.flag = "--random-weights",
+     .kind = CLI_VALUE_NONE,
+     .help = "read config.json only: the weights come from recap's random init\n"
+             "(matrices normal(0, 0.02), norms ones, biases zeros); for timing\n"
+             "a model's shape without its checkpoint"},
+    {.flag = "--tp",
+     .value = "N",
+     .kind = CLI_VALUE_TEXT,
+     .help = "tensor parallelism over N ranks: one spec per rank, SPEC with\n"
+             "'{rank}' replaced by 0 .. N-1 (SPEC must hold it). Each reads its\n"
+             "share of the heads, the MLP and the LM head's vocabulary; run\n"
+             "them with recap launch --gpus N"},
     {0}};
 const cli_help cli_import_hf_help = {
     .synopsis =
         "recap import-hf DIR -o SPEC [--max-seq N] [--prefill N] [--batch 1,2,4,8]\n"
         "                [--dtype f32|f16|bf16] [--paged [--block-size N] [--kv-blocks N]\n"
-        "                [--prefill-seqs N]]",
+        "                [--prefill-seqs N]] [--tp N] [--random-weights]",
     .description =
         "Writes a spec that runs the Hugging Face causal LM in DIR (config.json and\n"
         "model.safetensors or model.safetensors.index.json): LlamaForCausalLM,\n"
@@ -83,6 +95,25 @@ static bool parse_batches(const char *text, int64_t *batches, size_t *count) {
                           "1,2,4,8"))
     return false;
   for (size_t i = 0; i < *count; ++i) batches[i] = values[i];
+  return true;
+}
+
+/* `pattern` with every "{rank}" replaced by rank. False when it does not fit. */
+static bool rank_path(const char *pattern, int64_t rank, char *out, size_t size) {
+  size_t used = 0;
+  for (const char *p = pattern; *p;) {
+    const char *at = strstr(p, "{rank}");
+    size_t keep = at ? (size_t)(at - p) : strlen(p);
+    int n = snprintf(out + used, size - used, "%.*s", (int)keep, p);
+    if (n < 0 || (size_t)n >= size - used) return false;
+    used += (size_t)n;
+    if (!at) break;
+    n = snprintf(out + used, size - used, "%" PRId64, rank);
+    if (n < 0 || (size_t)n >= size - used) return false;
+    used += (size_t)n;
+    p = at + 6;
+  }
+  out[used] = '\0';
   return true;
 }
 
@@ -122,6 +153,8 @@ int cli_import_hf_main(int argc, char **argv) {
       o.prefill = prefill_tokens[0];
     } else if (strcmp(argv[i], "--paged") == 0) {
       o.paged = true;
+    } else if (strcmp(argv[i], "--random-weights") == 0) {
+      o.random_weights = true;
     } else if ((m = cli_flag(CMD, argc, argv, &i, "--block-size", &v)) != 0) {
       if (m < 0 || !cli_parse_int(CMD, "--block-size", v, 1, 1 << 20, &n)) return CLI_EXIT_USAGE;
       o.block_size = n;
@@ -131,6 +164,9 @@ int cli_import_hf_main(int argc, char **argv) {
     } else if ((m = cli_flag(CMD, argc, argv, &i, "--prefill-seqs", &v)) != 0) {
       if (m < 0 || !cli_parse_int(CMD, "--prefill-seqs", v, 1, 1 << 20, &n)) return CLI_EXIT_USAGE;
       o.prefill_seqs = n;
+    } else if ((m = cli_flag(CMD, argc, argv, &i, "--tp", &v)) != 0) {
+      if (m < 0 || !cli_parse_int(CMD, "--tp", v, 1, 64, &n)) return CLI_EXIT_USAGE;
+      o.tp = n;
     } else if ((m = cli_flag(CMD, argc, argv, &i, "--batch", &v)) != 0) {
       if (m < 0 || !parse_batches(v, batches, &o.num_batches)) return CLI_EXIT_USAGE;
       o.batches = batches;
@@ -152,23 +188,48 @@ int cli_import_hf_main(int argc, char **argv) {
     fprintf(stderr, "recap %s: usage: recap import-hf DIR -o SPEC (see --help)\n", CMD);
     return CLI_EXIT_USAGE;
   }
-  o.model_dir = dir;
-  o.spec_path = strcmp(out, "-") == 0 ? NULL : out;
-  cli_hf_import_result r;
-  if (!cli_hf_import(&o, &r)) {
-    fprintf(stderr, "recap %s: %s\n", CMD, r.error);
-    return CLI_EXIT_FAILURE;
+  bool split = o.tp > 1;
+  if (split && !strstr(out, "{rank}")) {
+    fprintf(stderr,
+            "recap %s: --tp %" PRId64
+            " writes one spec per rank: -o needs '{rank}' in it "
+            "(-o model.rank{rank}.yaml)\n",
+            CMD, o.tp);
+    return CLI_EXIT_USAGE;
   }
-  fputs(r.notes, stderr);
-  bool ok = write_spec(out, r.spec);
-  cli_hf_import_result_free(&r);
-  if (!ok) return CLI_EXIT_FAILURE;
+  o.model_dir = dir;
+  cli_hf_import_result r = {0};
+  char path[4096];
+  /* Every rank's spec is checked and written; the summary is rank 0's (each rank's is alike). */
+  for (int64_t rank = split ? o.tp - 1 : 0; rank >= 0; rank--) {
+    if (!rank_path(out, rank, path, sizeof path)) {
+      fprintf(stderr, "recap %s: -o %s: the path is too long\n", CMD, out);
+      return CLI_EXIT_USAGE;
+    }
+    o.tp_rank = rank;
+    o.spec_path = strcmp(path, "-") == 0 ? NULL : path;
+    if (!cli_hf_import(&o, &r)) {
+      fprintf(stderr, "recap %s: %s\n", CMD, r.error);
+      return CLI_EXIT_FAILURE;
+    }
+    if (rank == 0) fputs(r.notes, stderr);
+    bool ok = write_spec(path, r.spec);
+    cli_hf_import_result_free(&r);
+    if (!ok) return CLI_EXIT_FAILURE;
+  }
+  if (split) snprintf(path, sizeof path, "%s", out);
   char params[32], kv[32], kv_all[32];
   /* The summary goes to stderr when the spec itself is on stdout. */
   FILE *info = strcmp(out, "-") == 0 ? stderr : stdout;
   fprintf(info, "%s: %s, %" PRId64 " layers, %s, max-seq %" PRId64 ", prefill %" PRId64 "\n",
           strcmp(out, "-") == 0 ? "spec" : out, r.architecture, r.layers, recap_dtype_name(r.dtype),
           r.max_seq, r.prefill);
+  if (split)
+    fprintf(info,
+            "tensor parallel: %" PRId64
+            " ranks, one spec each; the sizes below are one "
+            "rank's\n",
+            r.tp);
   if (r.kv_blocks) {
     fprintf(
         info,

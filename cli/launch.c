@@ -340,13 +340,16 @@ static const cli_option launch_options[] = {
              "env:// (recap run --help), instead of a file:// rendezvous"},
     {0}};
 const cli_help cli_launch_help = {
-    .synopsis = "recap launch --gpus N [--timeout S] [--grace S] [--env-init] -- run SPEC [flags]",
+    .synopsis =
+        "recap launch --gpus N [--timeout S] [--grace S] [--env-init] -- run|generate SPEC\n"
+        "             [flags]",
     .description =
-        "Starts N processes of `recap run SPEC --world N --rank R --init file://...` on this\n"
-        "machine, rank R seeing GPU R (CUDA_VISIBLE_DEVICES; the R-th entry of an existing\n"
-        "list), waits for them and prints every rank's exit. When a rank fails the others get\n"
-        "--grace seconds to fail on their own (their collectives time out), then SIGTERM, then\n"
-        "SIGKILL.",
+        "Starts N processes of `recap run SPEC --world N --rank R --init file://...` (or\n"
+        "`recap generate`) on this machine, rank R seeing GPU R (CUDA_VISIBLE_DEVICES; the R-th\n"
+        "entry of an existing list), waits for them and prints every rank's exit. '{rank}' in\n"
+        "an argument becomes R: one spec per rank (recap import-hf --tp N -o m.rank{rank}.yaml).\n"
+        "When a rank fails the others get --grace seconds to fail on their own (their\n"
+        "collectives time out), then SIGTERM, then SIGKILL.",
     .epilog =
         "run flags with --world: --mode, --device, --iters, --warmup, --dim, --seed, --json -\n"
         "(each rank's JSON on its stdout, its text on stderr), --base-dir (inputs come from\n"
@@ -399,6 +402,25 @@ static void describe_exit(int status, char *buf, size_t size) {
     snprintf(buf, size, "status %d", status);
 }
 
+/* `arg` with every "{rank}" replaced by `rank` (a new string, or arg itself without one); NULL
+ * when out of memory. The child that calls this execs at once, so nothing is freed. */
+static char *with_rank(char *arg, const char *rank) {
+  if (!strstr(arg, "{rank}")) return arg;
+  size_t size = strlen(arg) * (strlen(rank) + 1) + 1;
+  char *out = malloc(size), *o = out;
+  if (!out) return NULL;
+  for (const char *p = arg; *p;) {
+    if (strncmp(p, "{rank}", 6) == 0) {
+      o += sprintf(o, "%s", rank);
+      p += 6;
+    } else {
+      *o++ = *p++;
+    }
+  }
+  *o = '\0';
+  return out;
+}
+
 int cli_launch_main(int argc, char **argv) {
   int sep = -1;
   for (int i = 0; i < argc; i++)
@@ -432,7 +454,8 @@ int cli_launch_main(int argc, char **argv) {
   /* By default the other ranks get as long as their own waits take to fail (a rank notices
    * a dead peer within its timeout), and a little more. */
   if (grace < 0) grace = timeout + 5;
-  if (sep < 0 || gpus < 1 || sep + 1 >= argc || strcmp(argv[sep + 1], "run") != 0) {
+  if (sep < 0 || gpus < 1 || sep + 1 >= argc ||
+      (strcmp(argv[sep + 1], "run") != 0 && strcmp(argv[sep + 1], "generate") != 0)) {
     cli_help_print(stderr, &cli_launch_help);
     return CLI_EXIT_USAGE;
   }
@@ -522,7 +545,8 @@ int cli_launch_main(int argc, char **argv) {
       if (!args) _exit(CLI_EXIT_FAILURE);
       int k = 0;
       args[k++] = self;
-      for (int i = sep + 1; i < argc; i++) args[k++] = argv[i];
+      for (int i = sep + 1; i < argc; i++)
+        if (!(args[k++] = with_rank(argv[i], rank))) _exit(CLI_EXIT_FAILURE);
       if (!env_init) {
         args[k++] = "--world";
         args[k++] = world;

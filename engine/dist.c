@@ -7,10 +7,11 @@
  * forever. The bucket is a host decision (which executable graph to launch), so rank 0 makes
  * it and broadcasts it, in one NCCL group with the inputs, before the launch:
  *
- *   rank 0:   header = {magic, batch, bucket, buckets} -> device; broadcast(header, inputs);
+ *   rank 0:   header = {magic, batch, bucket, buckets} -> device;
+ *             broadcast(header, inputs, scalars);
  *             launch graph[bucket]
- *   rank r:   broadcast(header, inputs) into its buffers; read the header back (this waits for
- *             rank 0's broadcast, the one wait a follower needs anyway); check it;
+ *   rank r:   broadcast(header, inputs, scalars) into its buffers; read the header back (this
+ *             waits for rank 0's broadcast, the one wait a follower needs anyway); check it;
  *             launch graph[bucket]
  *
  * No message goes back to rank 0, so a replay costs no round trip; the followers' read-back
@@ -33,7 +34,8 @@
 #define DIST_MAGIC ((int64_t)0x5243505f44495354LL) /* "RCP_DIST" */
 enum { HEADER_WORDS = 4 };
 
-/* Broadcasts the header and (unless replicated) every input buffer from rank 0. */
+/* Broadcasts the header and (unless replicated) every input and scalar buffer from rank 0:
+ * scalars are the caller's per-step values too (an imported model's `pos` and `len`). */
 static recap_status broadcast_inputs(recap_pipeline *p, recap_comm *comm, int64_t *header_dev,
                                      bool replicated) {
   recap_status st = recap_comm_group_start();
@@ -43,7 +45,8 @@ static recap_status broadcast_inputs(recap_pipeline *p, recap_comm *comm, int64_
   const recap__ir *ir = p->model->irs[p->model->num_buckets - 1];
   for (size_t t = 0; st == RECAP_OK && !replicated && t < ir->num_tensors; ++t) {
     const recap__ir_tensor *tt = &ir->tensors[t];
-    if (tt->role != RECAP_ROLE_INPUT || tt->bytes == 0) continue;
+    if ((tt->role != RECAP_ROLE_INPUT && tt->role != RECAP_ROLE_SCALAR) || tt->bytes == 0)
+      continue;
     size_t count = (size_t)tt->bytes / recap_dtype_size(tt->dtype);
     st = recap_comm_broadcast(comm, p->data[t], p->data[t], count, tt->dtype, 0, p->stream);
     if (st != RECAP_OK) st = recap__error_context(st, "broadcasting input '%s': ", tt->name);

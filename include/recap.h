@@ -1348,8 +1348,9 @@ RECAP_API recap_status recap_device_enable_peer_access(recap_device device, reca
  * pipeline created on its communicator's device). Rank 0 chooses the bucket from `batch`;
  * the other ranks pass any batch (it is ignored). Before the graph launch rank 0 broadcasts a
  * 32-byte header (batch, bucket, bucket count) and, unless RECAP_DIST_INPUTS_REPLICATED, every
- * input tensor's buffer: every rank then replays the same bucket, in the same order, with
- * rank 0's inputs, and no extra host round trip is made (the header travels with the inputs).
+ * input tensor's and scalar's buffer: every rank then replays the same bucket, in the same
+ * order, with rank 0's inputs and scalars (a step's position and length), and no extra host
+ * round trip is made (the header travels with the inputs).
  * Waits for the run under the communicator's timeout. */
 enum { RECAP_DIST_INPUTS_REPLICATED = 1, RECAP_DIST_EAGER = 2 };
 RECAP_API recap_status recap_pipeline_run_dist(recap_pipeline *pipeline, recap_comm *comm,

@@ -13,8 +13,11 @@
  * ops reuse its integer slots rather than grow it: `world` is attrs.dim, `root` attrs.start,
  * `average` attrs.causal. The attribute table keeps the spec-facing names.
  */
+#include <stdatomic.h>
 #include <stddef.h>
 #include <string.h>
+
+#include "kernels/collective.h"
 
 #include "kernels/cuda_ops.h"
 #include "kernels/infer.h"
@@ -130,10 +133,35 @@ static recap__coll describe(const recap__op_call *call, int *world_attr) {
   return c;
 }
 
-/* The host backend is a world of 1: every collective is a copy. */
+/* The installed host world (collective.h): the handler and its context, set together. */
+typedef struct {
+  recap__host_collective_fn fn;
+  void *ctx;
+} host_world;
+static _Atomic(host_world *) g_host_world;
+
+void recap__collective_set_host_handler(recap__host_collective_fn fn, void *ctx) {
+  /* A static slot per setting: the handler is installed by one test at a time, so the one a
+   * running op read stays valid until the next call. */
+  static host_world slot;
+  if (!fn) {
+    atomic_store(&g_host_world, NULL);
+    return;
+  }
+  slot = (host_world){fn, ctx};
+  atomic_store(&g_host_world, &slot);
+}
+
+/* The host backend is a world of 1, where every collective is a copy, unless a test installed
+ * a world of several ranks (collective.h). */
 static recap_status collective_run_host(const recap__op_call *call) {
   int world_attr;
   recap__coll c = describe(call, &world_attr);
+  host_world *world = atomic_load(&g_host_world);
+  if (world) {
+    recap_status st = world->fn(world->ctx, &c, world_attr);
+    return st == RECAP_OK ? st : recap__error_context(st, "op '%s': ", call->def->name);
+  }
   if ((world_attr > 1) || c.root != 0)
     return RECAP_OP_FAIL(call,
                          "the host backend is a world of 1 (this op was planned for %s %d); run "

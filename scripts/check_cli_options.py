@@ -30,8 +30,9 @@ import source_check  # noqa: E402
 
 RULES = ["UNTABLED", "UNPARSED"]
 # A distributed run's flags are parsed in launch.c; serve-bench --generate's in
-# serve_generate.c.
-GROUPS = [("cli/run.c", "cli/launch.c"), ("cli/serve_bench.c", "cli/serve_generate.c")]
+# serve_generate.c; a distributed generate's in generate_dist.c.
+GROUPS = [("cli/run.c", "cli/launch.c"), ("cli/serve_bench.c", "cli/serve_generate.c"),
+          ("cli/generate.c", "cli/generate_dist.c")]
 # The shared parsers' own files: their flags count where they are called.
 HELPERS = {"cli/args.c", "cli/json_out.c"}
 HELP_FLAGS = {"-h", "--help"}

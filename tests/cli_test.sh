@@ -1020,6 +1020,38 @@ expect 0 "generate" -- "$recap" generate "$tmp/qwen2.yaml" --prompt-ids "${greed
 grep -q "^generated: ${greedy#* }$" "$tmp/out" ||
   fail "generate does not reproduce transformers' greedy tokens: $(head -1 "$tmp/out")"
 expect 2 "generate without a prompt" -- "$recap" generate "$tmp/qwen2.yaml"
+# Tensor parallelism (docs/MULTI_GPU.md): one spec per rank, each validated; the split rules'
+# refusals; distributed generation in a world of 1 (the host backend has no larger world)
+# reproduces transformers' tokens through recap_pipeline_run_dist, both layouts; recap launch
+# replaces {rank} and runs generate.
+expect 0 "import-hf --tp 2" -- "$recap" import-hf "$tmp/qwen2" -o "$tmp/qwen2.tp.r{rank}.yaml" \
+  --tp 2 --prefill 12
+grep -q "tensor parallel: 2 ranks" "$tmp/out" || fail "import-hf --tp 2 does not say it split"
+for r in 0 1; do
+  expect 0 "validate TP rank $r" -- "$recap" validate "$tmp/qwen2.tp.r$r.yaml"
+done
+grep -q "op: all_gather, in: logits_rank" "$tmp/qwen2.tp.r1.yaml" ||
+  fail "import-hf --tp 2 does not gather the logits"
+expect 2 "import-hf --tp without {rank}" -- "$recap" import-hf "$tmp/qwen2" -o "$tmp/x.yaml" --tp 2
+grep -q "{rank}" "$tmp/err" || fail "import-hf --tp without {rank}: the message does not say why"
+expect 1 "import-hf --tp 4 (2 KV heads)" -- "$recap" import-hf "$tmp/qwen2" -o "$tmp/x{rank}.yaml" \
+  --tp 4
+grep -q "num_key_value_heads 2 is not divisible by 4" "$tmp/err" ||
+  fail "import-hf --tp 4 does not name the KV heads"
+expect 0 "import-hf --random-weights" -- "$recap" import-hf "$tmp/qwen2" --random-weights --tp 2 \
+  -o "$tmp/random.r{rank}.yaml"
+grep -q "checkpoint:" "$tmp/random.r0.yaml" && fail "--random-weights still names the checkpoint"
+grep -q "wq: {shape: \[Q, D\], role: param, init: normal, std: 0.02}" "$tmp/random.r0.yaml" ||
+  fail "--random-weights does not draw the weights"
+expect 0 "generate --world 1" -- "$recap" generate "$tmp/qwen2.yaml" --prompt-ids "${greedy%% *}" \
+  --max-new 16 --device host --world 1 --rank 0
+grep -q "^rank 0 of 1: generated: ${greedy#* }$" "$tmp/out" ||
+  fail "generate --world 1 does not reproduce transformers' greedy tokens: $(head -1 "$tmp/out")"
+expect 0 "launch -- generate" -- "$recap" launch --gpus 1 -- generate "$tmp/qwen2.yaml" \
+  --prompt-ids "${greedy%% *}" --max-new 4 --device host --logits-out "$tmp/logits.r{rank}"
+[ -s "$tmp/logits.r0" ] || fail "launch did not replace {rank} in the generate arguments"
+expect 2 "generate --world with sampling" -- "$recap" generate "$tmp/qwen2.yaml" --prompt-ids 1 \
+  --world 1 --rank 0 --temperature 1
 expect 2 "import-hf without -o" -- "$recap" import-hf "$tmp/qwen2"
 expect 2 "import-hf bad dtype" -- "$recap" import-hf "$tmp/qwen2" -o - --dtype i32
 expect 0 "import-hf --dtype in PyTorch's spelling" -- "$recap" import-hf "$tmp/qwen2" -o - \
@@ -1046,6 +1078,10 @@ grep -q "KV pool: 32 blocks of 8 rows per layer = 256 tokens" "$tmp/out" ||
 expect 0 "validate a paged spec" -- "$recap" validate "$tmp/qwen2_paged.yaml"
 grep -q "entry 'prefill': ok" "$tmp/out" && grep -q "entry 'decode': ok" "$tmp/out" ||
   fail "the paged spec's entries are not both checked"
+expect 0 "generate --world 1 (paged)" -- "$recap" generate "$tmp/qwen2_paged.yaml" \
+  --prompt-ids "${greedy%% *}" --max-new 16 --device host --world 1 --rank 0
+grep -q "^rank 0 of 1: generated: ${greedy#* }$" "$tmp/out" ||
+  fail "generate --world 1 (paged) does not reproduce transformers' tokens: $(head -1 "$tmp/out")"
 expect 0 "bench-decode" -- "$recap" bench-decode "$tmp/qwen2_paged.yaml" --device host \
   --batch 1,4 --context 8 --tokens 4 --repeats 2 --json "$tmp/decode.json"
 grep -qE "^ +4 .*x +[0-9]+ +[0-9]+%$" "$tmp/out" || fail "bench-decode prints no row for batch 4"

@@ -35,9 +35,13 @@ cp scripts/gpu/gpu_run.sh stage/gpu_run.sh
 # Two-GPU checks and the NCCL benchmark (issue 10): bash stage/run.sh gpu_run_multi.sh on an
 # nvidia-h200-x2 machine.
 cp scripts/gpu/gpu_run_multi.sh stage/gpu_run_multi.sh
+# Tensor-parallel imported models on 2 GPUs (issue 27): bash stage/run.sh gpu_tp.sh on an
+# nvidia-h100-x2 machine (transformers and torch make the checkpoints there).
+cp scripts/gpu/gpu_tp.sh stage/gpu_tp.sh
 # The benchmark run (issue 6): bash stage/tools/bench_all.sh runs the CLI, the PyTorch peer and
 # the report over stage/specs.
 mkdir -p stage/tools
+cp tests/models/make_fixtures.py tests/models/make_tp_checkpoints.py tests/models/compare_tp.py stage/tools/
 cp bench/report/bench_all.sh bench/peer/peer_torch.py bench/peer/peer_torch_ops.py bench/report/bench_report.py stage/tools/
 # Reliability runs (issue 7): bash stage/run.sh tools/gpu_soak.sh (stage soak_test) and
 # tools/gpu_sanitize.sh (compute-sanitizer over the GPU tests), inside the bundle.

@@ -1,0 +1,207 @@
+#!/usr/bin/env bash
+# Tensor-parallel serving of imported models on 2 GPUs (issue 27), over the staged folder
+# (scripts/gpu/stage_gpu.sh). Needs transformers and torch on the machine (for the checkpoints
+# and their reference). About 3 minutes; under 6.
+#   run(command="bash stage/run.sh gpu_tp.sh", carry=["stage"], kind="nvidia-h100-x2")
+#
+#   1. make two small real checkpoints with transformers (tools/make_tp_checkpoints.py): Llama
+#      with grouped-query attention (8 heads, 4 KV heads, vocabulary 1001: padded at TP 2) and
+#      GPT-2 (biases, fused c_attn, vocabulary 1003)
+#   2. per model: recap generate greedy at TP 1 (one GPU) and TP 2 (recap launch --gpus 2, one
+#      spec per rank from import-hf --tp 2), f32 and bf16, logits written by rank 0; then
+#      tools/compare_tp.py: f32 TP 2 tokens == TP 1's and logits within the importer's rule of
+#      TP 1 and of transformers; bf16 |TP 2 - TP 1 f32| <= 1.5 x |TP 1 bf16 - TP 1 f32|
+#   3. the serving layout (--paged) at TP 2: the same greedy tokens as TP 1's contiguous run
+#      (decode steps after the first carry only the run header)
+#   4. benchmark at the Llama-3-8B shape (hidden 4096, 32 layers, 32 heads, 8 KV heads,
+#      intermediate 14336, vocabulary 128256, untied; import-hf --random-weights, bf16, paged):
+#      per-token decode latency at batch 1, TP 1 vs TP 2 (target: TP 2 <= 0.65 x TP 1); the
+#      all_reduce at that size ([1, 4096] bf16) timed in a chain, x its 64 calls per token
+#   5. a rank killed (SIGKILL) mid-generation: rank 0 fails within its timeout, naming the
+#      cause and the request it had in flight
+# Prints PASS/FAIL per check, the numbers, and a summary line. Logs: $OUT/tp_logs.tgz.
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+out=${OUT:-/tmp/recap_gpu_out}
+work=/tmp/recap_tp
+rm -rf "$work"
+mkdir -p "$out" "$work"
+export LD_LIBRARY_PATH="/usr/local/cuda/lib64:/usr/lib/x86_64-linux-gnu:$here/bin:${LD_LIBRARY_PATH:-}"
+# NVLink multicast stays off on shared hosts (recap refuses any other value).
+export NCCL_NVLS_ENABLE=0
+recap=$here/bin/recap
+start=$(date +%s)
+nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader 2>&1 | head -4
+gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+
+rows=()
+failed=0
+row() { # NAME OK DETAIL
+  local v=PASS
+  [ "$2" = 1 ] || { v=FAIL; failed=$((failed + 1)); }
+  rows+=("$(printf '%-26s %s  %s' "$1" "$v" "$3")")
+}
+# The generated ids of rank RANK in a launch log ("rank R of N: generated: ...").
+tokens_of() { grep -m1 "^rank $2 of [0-9]*: generated:" "$1" | sed 's/.*generated: //'; }
+median_of() { grep -m1 "^rank 0 of [0-9]*: prefill" "$1" | sed 's/.*median \([0-9.]*\) ms.*/\1/'; }
+
+# 1. The checkpoints.
+python3 "$here/tools/make_tp_checkpoints.py" "$work/ckpt" >"$work/make.log" 2>&1
+code=$?
+cat "$work/make.log" | tail -3
+row "checkpoints (transformers)" "$([ $code = 0 ] && echo 1 || echo 0)" \
+  "$(python3 -c 'import transformers, torch; print("transformers", transformers.__version__, "torch", torch.__version__)' 2>&1 | tail -1)"
+
+gen() { # LOG GPUS SPEC FLAGS...: recap generate under recap launch
+  local log=$1 gpus=$2 spec=$3
+  shift 3
+  timeout 120 "$recap" launch --gpus "$gpus" --timeout 60 -- generate "$spec" "$@" >"$log" 2>&1
+}
+
+# 2-3. Greedy tokens and logits at TP 1 and TP 2.
+for m in llama gpt2; do
+  d=$work/$m
+  mkdir -p "$d"
+  ck=$work/ckpt/$m
+  prompt=$(python3 -c "import json; e = json.load(open('$ck/expected.json')); print(','.join(map(str, e['tokens'][:e['prompt_length']])))" 2>/dev/null)
+  ok_import=1
+  for dt in f32 bf16; do
+    "$recap" import-hf "$ck" -o "$d/tp1_$dt.yaml" --dtype $dt --max-seq 128 >>"$d/import.log" 2>&1 || ok_import=0
+    "$recap" import-hf "$ck" -o "$d/tp2_$dt.rank{rank}.yaml" --dtype $dt --max-seq 128 --tp 2 >>"$d/import.log" 2>&1 || ok_import=0
+  done
+  [ "$ok_import" = 1 ] || tail -5 "$d/import.log"
+  row "$m import --tp 2" "$ok_import" "$(grep -c 'tensor parallel' "$d/import.log") TP imports"
+  gen "$d/tp1_f32.log" 1 "$d/tp1_f32.yaml" --prompt-ids "$prompt" --max-new 16 --logits-out "$d/tp1_f32.r{rank}.logits"
+  c1=$?
+  gen "$d/tp2_f32.log" 2 "$d/tp2_f32.rank{rank}.yaml" --prompt-ids "$prompt" --max-new 16 --logits-out "$d/tp2_f32.r{rank}.logits"
+  c2=$?
+  # bf16: the prompt's positions only (each run's own greedy tokens would differ after them).
+  gen "$d/tp1_bf16.log" 1 "$d/tp1_bf16.yaml" --prompt-ids "$prompt" --max-new 1 --logits-out "$d/tp1_bf16.r{rank}.logits"
+  c3=$?
+  gen "$d/tp2_bf16.log" 2 "$d/tp2_bf16.rank{rank}.yaml" --prompt-ids "$prompt" --max-new 1 --logits-out "$d/tp2_bf16.r{rank}.logits"
+  c4=$?
+  for k in tp1_f32 tp2_f32 tp1_bf16 tp2_bf16; do cp "$d/$k.r0.logits" "$d/$k.logits" 2>/dev/null; done
+  tokens_of "$d/tp1_f32.log" 0 >"$d/tp1_f32.tokens"
+  tokens_of "$d/tp2_f32.log" 0 >"$d/tp2_f32.tokens"
+  ranks_agree=0
+  [ -n "$(tokens_of "$d/tp2_f32.log" 0)" ] && [ "$(tokens_of "$d/tp2_f32.log" 0)" = "$(tokens_of "$d/tp2_f32.log" 1)" ] && ranks_agree=1
+  ran=0
+  [ "$c1$c2$c3$c4" = 0000 ] && ran=1
+  [ "$ran" = 1 ] || for l in tp1_f32 tp2_f32 tp1_bf16 tp2_bf16; do tail -4 "$d/$l.log"; done
+  row "$m generate TP1/TP2" "$((ran * ranks_agree))" "exits $c1 $c2 $c3 $c4; both TP 2 ranks generated the same tokens: $ranks_agree"
+  python3 "$here/tools/compare_tp.py" "$ck/expected.json" "$d" >"$d/compare.log" 2>&1
+  cc=$?
+  sed 's/^/    /' "$d/compare.log"
+  row "$m TP2 == TP1 (rule)" "$([ $cc = 0 ] && echo 1 || echo 0)" "$(grep -c '^PASS' "$d/compare.log") checks passed, $(grep -c '^FAIL' "$d/compare.log") failed"
+done
+
+# 3. The serving layout across ranks: the same greedy tokens as TP 1 (contiguous).
+d=$work/llama
+ck=$work/ckpt/llama
+prompt=$(python3 -c "import json; e = json.load(open('$ck/expected.json')); print(','.join(map(str, e['tokens'][:e['prompt_length']])))" 2>/dev/null)
+"$recap" import-hf "$ck" -o "$d/paged.rank{rank}.yaml" --dtype f32 --max-seq 128 --paged --prefill 16,32 --tp 2 >"$d/paged_import.log" 2>&1
+gen "$d/paged.log" 2 "$d/paged.rank{rank}.yaml" --prompt-ids "$prompt" --max-new 16
+c=$?
+paged_tokens=$(tokens_of "$d/paged.log" 0)
+ok=0
+[ "$c" = 0 ] && [ -n "$paged_tokens" ] && [ "$paged_tokens" = "$(cat "$d/tp1_f32.tokens")" ] && ok=1
+[ "$ok" = 1 ] || { tail -5 "$d/paged.log"; echo "  TP 1: $(cat "$d/tp1_f32.tokens")"; echo "  paged TP 2: $paged_tokens"; }
+row "llama paged TP2 tokens" "$ok" "exit $c; paged TP 2 == contiguous TP 1 greedy: $ok"
+
+# 4. Benchmark: the Llama-3-8B shape, random weights, bf16, serving layout, batch 1.
+b=$work/llama8b
+mkdir -p "$b"
+cat >"$b/config.json" <<'EOF'
+{"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
+ "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+ "intermediate_size": 14336, "vocab_size": 128256, "max_position_embeddings": 8192,
+ "rms_norm_eps": 1e-05, "rope_theta": 500000.0, "tie_word_embeddings": false,
+ "hidden_act": "silu", "torch_dtype": "bfloat16"}
+EOF
+bench_prompt=$(seq -s, 1 16)
+"$recap" import-hf "$b" -o "$b/tp1.yaml" --random-weights --paged --max-seq 2048 --prefill 16 >"$b/import.log" 2>&1
+"$recap" import-hf "$b" -o "$b/tp2.rank{rank}.yaml" --random-weights --paged --max-seq 2048 --prefill 16 --tp 2 >>"$b/import.log" 2>&1
+gen "$b/tp1.log" 1 "$b/tp1.yaml" --prompt-ids "$bench_prompt" --max-new 257
+c1=$?
+gen "$b/tp2.log" 2 "$b/tp2.rank{rank}.yaml" --prompt-ids "$bench_prompt" --max-new 257
+c2=$?
+l1=$(median_of "$b/tp1.log")
+l2=$(median_of "$b/tp2.log")
+ratio=$(python3 -c "print('%.3f' % ($l2 / $l1))" 2>/dev/null)
+ok=0
+[ "$c1" = 0 ] && [ "$c2" = 0 ] && [ -n "$ratio" ] && ok=1
+[ "$ok" = 1 ] || { tail -5 "$b/tp1.log"; tail -5 "$b/tp2.log"; }
+row "8B decode latency" "$ok" "batch 1, bf16: TP 1 ${l1:-?} ms/token, TP 2 ${l2:-?} ms/token: ${ratio:-?}x"
+target=0
+[ -n "$ratio" ] && target=$(python3 -c "print(int($ratio <= 0.65))")
+row "8B TP2 <= 0.65 x TP1" "$target" "ratio ${ratio:-?} on $gpu_name"
+
+# The all_reduce at the decode size: chains of 10 and 40 in one graph; the difference over 30
+# is one all_reduce's cost without the run's fixed costs (header broadcast, host wait).
+ar_ms() { # CHAIN: median ms per run of a chain of CHAIN all_reduces of [1, 4096] bf16
+  local chain=$1 spec=$work/allreduce_$1.yaml
+  {
+    echo "name: allreduce-decode"
+    echo "device: cuda"
+    echo "dtype: bf16"
+    echo "dims: {B: 1, D: 4096}"
+    echo "tensors:"
+    echo "  x0: {shape: [B, D], role: input}"
+    echo "ops:"
+    for i in $(seq 1 "$chain"); do echo "  - {op: all_reduce, in: x$((i - 1)), out: x$i}"; done
+    echo "outputs: [x$chain]"
+    echo "run: {warmup: 20, iters: 300}"
+  } >"$spec"
+  timeout 120 "$recap" launch --gpus 2 --timeout 60 -- run "$spec" --json - >"$work/ar_$chain.log" 2>&1
+  grep '^{"rank": 0' "$work/ar_$chain.log" | python3 -c 'import json, sys; print(json.loads(sys.stdin.read())["median_ms"])' 2>/dev/null
+}
+a10=$(ar_ms 10)
+a40=$(ar_ms 40)
+per_ar=$(python3 -c "print('%.4f' % (($a40 - $a10) / 30))" 2>/dev/null)
+ar_total=$(python3 -c "print('%.3f' % (64 * $per_ar))" 2>/dev/null)
+# What a distributed step costs besides its graph: the run header's broadcast, the launch and
+# the host's wait (the chain of 10's run time less its 10 all_reduces).
+step_cost=$(python3 -c "print('%.4f' % ($a10 - 10 * $per_ar))" 2>/dev/null)
+ok=0
+[ -n "$per_ar" ] && ok=1
+row "all_reduce [1,4096] bf16" "$ok" "${per_ar:-?} ms each (chain 10: ${a10:-?} ms, 40: ${a40:-?} ms per run); x 64 per token (2 per layer) = ${ar_total:-?} ms of TP 2's ${l2:-?} ms; run_dist's own cost per step ${step_cost:-?} ms"
+
+# 5. A rank killed mid-generation (the 8B TP 2 specs: ~5 ms per step, so 2000 steps last long
+# enough): rank 0 must fail on its own within --timeout 10, naming the request in flight.
+t0=$(date +%s)
+timeout 150 "$recap" launch --gpus 2 --timeout 10 --grace 20 -- generate "$b/tp2.rank{rank}.yaml" \
+  --prompt-ids "$bench_prompt" --max-new 2000 >"$work/kill.log" 2>&1 &
+lpid=$!
+for _ in $(seq 1 120); do
+  grep -q "^rank 1 of 2: prompt done" "$work/kill.log" && break
+  kill -0 $lpid 2>/dev/null || break # the launch ended already: reported below
+  sleep 0.5
+done
+sleep 1
+victim=$(pgrep -f -- "--rank 1 --init" | head -1)
+[ -n "$victim" ] && kill -9 "$victim"
+killed_at=$(date +%s)
+wait $lpid
+code=$?
+t1=$(date +%s)
+ok=0
+[ -n "$victim" ] && [ "$code" = 1 ] && grep -q "rank 1: killed by signal 9" "$work/kill.log" &&
+  grep -q "rank 0: exit 1" "$work/kill.log" && grep -q "(rank 0): request in flight" "$work/kill.log" &&
+  [ $((t1 - killed_at)) -lt 30 ] && ok=1
+[ "$ok" = 1 ] || tail -12 "$work/kill.log"
+why=$(grep -m1 "(rank 0): a decode step" "$work/kill.log" | cut -c1-150)
+row "rank killed mid-decode" "$ok" "launch exit $code, rank 0 failed $((t1 - killed_at)) s after the kill: ${why:-no message}"
+grep -m1 "(rank 0): request in flight" "$work/kill.log"
+
+tar czf "$out/tp_logs.tgz" -C "$work" --exclude='*.logits' --exclude='*.safetensors' . 2>/dev/null
+echo
+echo "=== tensor-parallel summary ($gpu_name, $(($(date +%s) - start)) s) ==="
+printf '%s\n' "${rows[@]}"
+echo
+echo "Benchmark (docs/BENCHMARKS.md): Llama-3-8B shape, bf16, random weights, batch 1, paged, graph"
+echo "| GPUs | decode latency per token | vs 1 GPU |"
+echo "|---|---|---|"
+echo "| 1 x $gpu_name | ${l1:-?} ms | 1.00x |"
+echo "| 2 x $gpu_name (TP 2) | ${l2:-?} ms | ${ratio:-?}x |"
+echo "all_reduce per token: 64 x ${per_ar:-?} ms = ${ar_total:-?} ms; run_dist per step (header broadcast, launch, wait): ${step_cost:-?} ms"
+echo "$(( ${#rows[@]} - failed )) passed, $failed failed (tensor-parallel checks)"
