@@ -177,6 +177,7 @@ static recap_status versions_of(int device, recap__tune_versions *out) {
   if (!slot->known) {
     struct cudaDeviceProp prop;
     recap__tune_versions v = {.cublaslt = (int)recap__blas.cublasLtGetVersion()};
+    snprintf(v.recap, sizeof v.recap, "%s", RECAP_VERSION_STRING);
     RECAP_CUDA_TRY_GOTO(st, cudaRuntimeGetVersion(&v.cudart), done);
     RECAP_CUDA_TRY_GOTO(st, cudaGetDeviceProperties(&prop, device), done);
     /* The name is NUL-terminated within its 256 bytes; keep what fits. */
@@ -197,7 +198,7 @@ done:
 
 static bool same_versions(const recap__tune_versions *a, const recap__tune_versions *b) {
   return a->cublaslt == b->cublaslt && a->cudart == b->cudart && a->sms == b->sms &&
-         a->cc == b->cc && strcmp(a->device, b->device) == 0;
+         a->cc == b->cc && strcmp(a->device, b->device) == 0 && strcmp(a->recap, b->recap) == 0;
 }
 
 /* The file's entry for `key`, when the file applies to this device's versions. */
