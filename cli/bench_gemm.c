@@ -9,12 +9,13 @@
  * pairs, reported per launch. --recap/--peer compare result files (bench_gemm_report.c): the
  * table, the recap/PyTorch heat map, the geomeans, the worst point and the losses.
  */
+#include "cli/bench_gemm.h"
+
 #include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli/bench_gemm.h"
 #include "cli/cli.h"
 #include "cli/tensors.h"
 
@@ -70,10 +71,11 @@ static const cli_option bench_gemm_options[] = {
     {0}};
 
 const cli_help cli_bench_gemm_help = {
-    .synopsis = "recap bench-gemm [--device cuda|host] [--grid G] [--json FILE]\n"
-                "recap bench-gemm --grid-out FILE [--grid G]\n"
-                "recap bench-gemm --recap A[,A2] --peer B[,B2] [--svg FILE] [--losses FILE]\n"
-                "                 [--json FILE] [--threshold R] [--summary-only]",
+    .synopsis =
+        "recap bench-gemm [--device cuda|host] [--grid G] [--json FILE]\n"
+        "recap bench-gemm --grid-out FILE [--grid G]\n"
+        "recap bench-gemm --recap A[,A2] --peer B[,B2] [--svg FILE] [--losses FILE]\n"
+        "                 [--json FILE] [--threshold R] [--summary-only]",
     .description =
         "Times recap's linear (x weight^T + bias, an activation, a residual) over a grid of\n"
         "shapes, as captured graphs and eagerly, for comparison with PyTorch's F.linear plus\n"
@@ -120,8 +122,10 @@ static int parse_args(int argc, char **argv, gemm_args *a) {
     return CLI_EXIT_USAGE;
   }
   if (!compare && (a->svg || a->losses || a->threshold || a->summary_only)) {
-    fprintf(stderr, "recap %s: --svg, --losses, --threshold and --summary-only need --recap and "
-                    "--peer\n", CMD);
+    fprintf(stderr,
+            "recap %s: --svg, --losses, --threshold and --summary-only need --recap and "
+            "--peer\n",
+            CMD);
     return CLI_EXIT_USAGE;
   }
   if (compare && (a->grid || a->grid_out || a->device)) {
@@ -138,8 +142,7 @@ static bool split_list(const char *flag, char *text, const char **list, int *cou
     char *comma = strchr(s, ',');
     if (comma) *comma = '\0';
     if (!*s || *count == MAX_RUNS) {
-      fprintf(stderr, "recap %s: %s expects up to %d comma-separated files\n", CMD, flag,
-              MAX_RUNS);
+      fprintf(stderr, "recap %s: %s expects up to %d comma-separated files\n", CMD, flag, MAX_RUNS);
       return false;
     }
     list[(*count)++] = s;
@@ -160,8 +163,7 @@ static int run_compare(const gemm_args *a) {
   }
   if (!split_list("--recap", rl, recap, &nr) || !split_list("--peer", pl, peer, &np)) goto done;
   if (nr != np) {
-    fprintf(stderr, "recap %s: --recap names %d files and --peer %d; they pair up\n", CMD, nr,
-            np);
+    fprintf(stderr, "recap %s: --recap names %d files and --peer %d; they pair up\n", CMD, nr, np);
     goto done;
   }
   if (a->threshold) {
@@ -211,8 +213,7 @@ static recap_status fill_arena(gemm_ctx *c, const bench_gemm_point *p) {
   const int64_t cols = 4096, rows = (int64_t)(c->arena_bytes / bench_gemm_elem_bytes(p)) / cols;
   char shape[64];
   snprintf(shape, sizeof shape, "[%" PRId64 ", %" PRId64 "]", rows, cols);
-  recap_op_attr attrs[] = {
-      {"shape", shape}, {"dtype", p->dtype}, {"low", "-1"}, {"high", "1"}};
+  recap_op_attr attrs[] = {{"shape", shape}, {"dtype", p->dtype}, {"low", "-1"}, {"high", "1"}};
   recap_tensor out = {.data = c->arena};
   recap_op_args args = {.outputs = &out, .num_outputs = 1, .attrs = attrs, .num_attrs = 4};
   recap_status st = recap_op_run("random_uniform", &args, c->stream);
@@ -316,8 +317,7 @@ static recap_status time_point(gemm_ctx *g, const bench_gemm_point *p, cli_summa
 }
 
 static const char *epilogue_text(const bench_gemm_point *p, char *buf, size_t size) {
-  snprintf(buf, size, "%s%s%s", p->bias ? "bias+" : "", p->act,
-           p->residual ? "+residual" : "");
+  snprintf(buf, size, "%s%s%s", p->bias ? "bias+" : "", p->act, p->residual ? "+residual" : "");
   return buf;
 }
 
@@ -330,8 +330,8 @@ static int run_timing(const gemm_args *a) {
   if (!cli_pick_device(CMD, a->device, RECAP_BACKEND_CUDA, &g.dev)) return CLI_EXIT_FAILURE;
   const bool host = g.dev.backend == RECAP_BACKEND_HOST;
   const char *gname = a->grid ? a->grid : host ? "tiny" : "full";
-  const bool ok = strchr(gname, '.') ? bench_gemm_grid_read(gname, &grid)
-                                     : bench_gemm_grid_make(gname, &grid);
+  const bool ok =
+      strchr(gname, '.') ? bench_gemm_grid_read(gname, &grid) : bench_gemm_grid_make(gname, &grid);
   if (!ok) return CLI_EXIT_USAGE;
   size_t need = 0;
   for (size_t i = 0; i < grid.count; i++) {
@@ -353,8 +353,9 @@ static int run_timing(const gemm_args *a) {
   printf("bench-gemm on %s:%d (%s): grid %s, %zu points, %.2f GB of operands%s\n",
          recap_backend_name(g.dev.backend), g.dev.index, props.name, grid.name, grid.count,
          need / 1e9, host ? "\nhost backend: a smoke run, not a benchmark" : "");
-  printf("per launch, median: graph = a captured chain replayed between two events, eager = the "
-         "chain launched one by one\n");
+  printf(
+      "per launch, median: graph = a captured chain replayed between two events, eager = the "
+      "chain launched one by one\n");
   printf("%5s %-8s %-22s %-5s %5s %6s %6s %-24s %10s %10s\n", "id", "group", "pair", "dtype", "M",
          "N", "K", "epilogue", "graph us", "eager us");
   root = json_object();
@@ -393,9 +394,9 @@ static int run_timing(const gemm_args *a) {
     json_object_set_new(root, "device_name", json_string(props.name));
     json_object_set_new(root, "smoke", json_boolean(host));
     const char *tune = getenv("RECAP_TUNE");
-    json_object_set_new(root, "settings",
-                        json_string(tune && *tune && strcmp(tune, "0") != 0 ? "RECAP_TUNE on"
-                                                                            : "RECAP_TUNE off"));
+    json_object_set_new(
+        root, "settings",
+        json_string(tune && *tune && strcmp(tune, "0") != 0 ? "RECAP_TUNE on" : "RECAP_TUNE off"));
     json_object_set(root, "points", pts);
     if (!cli_write_json(CMD, root, g.dev, a->json)) goto done;
   }
@@ -415,12 +416,12 @@ done:
 static int write_grid(const gemm_args *a) {
   bench_gemm_grid grid;
   const char *gname = a->grid ? a->grid : "full";
-  const bool ok = strchr(gname, '.') ? bench_gemm_grid_read(gname, &grid)
-                                     : bench_gemm_grid_make(gname, &grid);
+  const bool ok =
+      strchr(gname, '.') ? bench_gemm_grid_read(gname, &grid) : bench_gemm_grid_make(gname, &grid);
   if (!ok) return CLI_EXIT_USAGE;
   json_t *root = bench_gemm_grid_json(&grid);
-  const int rc = json_dump_file(root, a->grid_out, JSON_INDENT(1)) == 0 ? CLI_EXIT_OK
-                                                                        : CLI_EXIT_FAILURE;
+  const int rc =
+      json_dump_file(root, a->grid_out, JSON_INDENT(1)) == 0 ? CLI_EXIT_OK : CLI_EXIT_FAILURE;
   if (rc == CLI_EXIT_OK)
     printf("wrote %s: grid %s, %zu points\n", a->grid_out, grid.name, grid.count);
   else

@@ -28,7 +28,7 @@ enum { BENCH_GEMM_LABEL = 48 };
 
 typedef struct {
   int id;
-  char group[16]; /* "model", "epilogue" or "dtype" */
+  char group[16];               /* "model", "epilogue" or "dtype" */
   char label[BENCH_GEMM_LABEL]; /* the (N, K) pair's model and layer, e.g. "llama3-8b.down" */
   char dtype[8];                /* "bf16", "f16" or "f32" */
   bool tf32;                    /* f32 only: TF32 tensor-core math on both sides */
@@ -39,7 +39,7 @@ typedef struct {
 } bench_gemm_point;
 
 typedef struct {
-  char name[32];       /* "full", "tiny" or the file it came from */
+  char name[32]; /* "full", "tiny" or the file it came from */
   bench_gemm_point *points;
   size_t count;
 } bench_gemm_grid;

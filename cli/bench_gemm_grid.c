@@ -14,15 +14,15 @@ typedef struct {
 } model_pair;
 
 static const model_pair PAIRS[] = {
-    {"llama3.2-1b.qkv", 3072, 2048, "silu"},    {"llama3.2-1b.o", 2048, 2048, "silu"},
-    {"llama3.2-1b.gate_up", 16384, 2048, "silu"}, {"llama3.2-1b.down", 2048, 8192, "silu"},
+    {"llama3.2-1b.qkv", 3072, 2048, "silu"},       {"llama3.2-1b.o", 2048, 2048, "silu"},
+    {"llama3.2-1b.gate_up", 16384, 2048, "silu"},  {"llama3.2-1b.down", 2048, 8192, "silu"},
     {"llama3.2-1b.lm_head", 128256, 2048, "silu"}, {"llama3-8b.qkv", 6144, 4096, "silu"},
-    {"llama3-8b.o", 4096, 4096, "silu"},        {"llama3-8b.gate_up", 28672, 4096, "silu"},
-    {"llama3-8b.down", 4096, 14336, "silu"},    {"llama3-8b.lm_head", 128256, 4096, "silu"},
-    {"qwen2-7b.qkv", 4608, 3584, "silu"},       {"qwen2-7b.o", 3584, 3584, "silu"},
-    {"qwen2-7b.gate_up", 37888, 3584, "silu"},  {"qwen2-7b.down", 3584, 18944, "silu"},
-    {"qwen2-7b.lm_head", 152064, 3584, "silu"}, {"gpt2.c_attn", 2304, 768, "gelu_tanh"},
-    {"gpt2.attn_proj", 768, 768, "gelu_tanh"},  {"gpt2.c_fc", 3072, 768, "gelu_tanh"},
+    {"llama3-8b.o", 4096, 4096, "silu"},           {"llama3-8b.gate_up", 28672, 4096, "silu"},
+    {"llama3-8b.down", 4096, 14336, "silu"},       {"llama3-8b.lm_head", 128256, 4096, "silu"},
+    {"qwen2-7b.qkv", 4608, 3584, "silu"},          {"qwen2-7b.o", 3584, 3584, "silu"},
+    {"qwen2-7b.gate_up", 37888, 3584, "silu"},     {"qwen2-7b.down", 3584, 18944, "silu"},
+    {"qwen2-7b.lm_head", 152064, 3584, "silu"},    {"gpt2.c_attn", 2304, 768, "gelu_tanh"},
+    {"gpt2.attn_proj", 768, 768, "gelu_tanh"},     {"gpt2.c_fc", 3072, 768, "gelu_tanh"},
     {"gpt2.mlp_proj", 768, 3072, "gelu_tanh"},
 };
 enum { NUM_PAIRS = sizeof PAIRS / sizeof PAIRS[0] };
@@ -148,8 +148,8 @@ static void make_full(builder *b) {
     for (size_t e = 0; e < sizeof DTYPE_PAIRS / sizeof DTYPE_PAIRS[0]; e++)
       for (size_t mi = 0; mi < sizeof FEW_MS / sizeof FEW_MS[0]; mi++) {
         const model_pair *q = &PAIRS[DTYPE_PAIRS[e]];
-        add(b, "dtype", q->label, dts[d].dtype, dts[d].tf32, FEW_MS[mi], q->n, q->k, "none",
-            false, false);
+        add(b, "dtype", q->label, dts[d].dtype, dts[d].tf32, FEW_MS[mi], q->n, q->k, "none", false,
+            false);
       }
 }
 

@@ -214,8 +214,7 @@ int bench_gemm_compare(const bench_gemm_compare_request *req, FILE *out) {
       fprintf(stderr,
               "recap bench-gemm: %s and %s do not hold the same points (run both on one grid "
               "file)\n",
-              req->recap_paths[0],
-              i % 2 ? req->peer_paths[i / 2] : req->recap_paths[i / 2]);
+              req->recap_paths[0], i % 2 ? req->peer_paths[i / 2] : req->recap_paths[i / 2]);
       goto done;
     }
   }
@@ -234,9 +233,9 @@ int bench_gemm_compare(const bench_gemm_compare_request *req, FILE *out) {
     fprintf(out, "warning: the two sides ran on different devices (%s, %s)\n", a->device,
             b->device);
   if (!req->quiet)
-    fprintf(out, "%5s %-8s %-22s %-5s %5s %6s %6s %-20s %9s %9s %6s %9s %9s %6s\n", "id",
-            "group", "pair", "dtype", "M", "N", "K", "epilogue", "recap", "torch", "ratio",
-            "recap-e", "torch-e", "ratio");
+    fprintf(out, "%5s %-8s %-22s %-5s %5s %6s %6s %-20s %9s %9s %6s %9s %9s %6s\n", "id", "group",
+            "pair", "dtype", "M", "N", "K", "epilogue", "recap", "torch", "ratio", "recap-e",
+            "torch-e", "ratio");
   int losses = 0, ndiff = 0;
   for (size_t j = 0; j < n; j++) {
     const bench_gemm_point *p = &a->points[j];
@@ -348,8 +347,10 @@ int bench_gemm_compare(const bench_gemm_compare_request *req, FILE *out) {
     json_t *pts = json_array();
     for (size_t j = 0; j < n; j++) {
       json_t *o = bench_gemm_point_json(&a->points[j]);
-      json_object_set_new(o, "recap_graph_us", json_real(isfinite(a->graph_us[j]) ? a->graph_us[j] : -1));
-      json_object_set_new(o, "peer_graph_us", json_real(isfinite(b->graph_us[j]) ? b->graph_us[j] : -1));
+      json_object_set_new(o, "recap_graph_us",
+                          json_real(isfinite(a->graph_us[j]) ? a->graph_us[j] : -1));
+      json_object_set_new(o, "peer_graph_us",
+                          json_real(isfinite(b->graph_us[j]) ? b->graph_us[j] : -1));
       json_object_set_new(o, "graph_ratio", isfinite(ratio[j]) ? json_real(ratio[j]) : json_null());
       json_object_set_new(o, "eager_ratio",
                           isfinite(eager_ratio[j]) ? json_real(eager_ratio[j]) : json_null());
