@@ -27,6 +27,8 @@ static const cli_command commands[] = {
      cli_bench_main, &cli_bench_help},
     {"bench-ops", "single ops at large sizes: GB/s vs a device copy, GEMM TFLOP/s",
      cli_bench_ops_main, &cli_bench_ops_help},
+    {"bench-gemm", "linear over a shape grid vs PyTorch: table, heat map, geomean, losses",
+     cli_bench_gemm_main, &cli_bench_gemm_help},
     {"bench-capture", "capture, instantiate and update cost; host CPU time per launch",
      cli_bench_capture_main, &cli_bench_capture_help},
     {"bench-decode",

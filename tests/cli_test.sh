@@ -35,7 +35,7 @@ check_json() { # FILE: parses as JSON
 }
 
 # --help on every subcommand, usage errors.
-for cmd in info validate plan ops dot run bench bench-ops bench-capture bench-decode serve-bench \
+for cmd in info validate plan ops dot run bench bench-ops bench-gemm bench-capture bench-decode serve-bench \
   memviz launch import-hf generate env schema completion man; do
   expect 0 "$cmd --help" -- "$recap" "$cmd" --help
   grep -q "usage: recap $cmd" "$tmp/out" || fail "$cmd --help prints no usage line"

@@ -326,6 +326,80 @@ static void test_tune_file_other_versions_are_stale_and_ignored(void) {
   recap__tune_table_destroy(t);
 }
 
+/* The key includes recap's version (a process always sets it: choose.c): a file of another
+ * version, or one written before the field existed, is stale with a warning naming the field
+ * and both values; the writer records the version. Other fields' warnings name them too. */
+static void test_tune_file_recap_version_is_part_of_the_key(void) {
+  recap__tune_versions v = host_versions;
+  snprintf(v.recap, sizeof v.recap, "0.1.0");
+  static const struct {
+    const char *line, *warning; /* warning NULL: the entries load */
+  } cases[] = {
+      {"versions recap=0.1.0 cublaslt=130100 cudart=13000 device=NVIDIA_H100_80GB_HBM3 sms=132 "
+       "cc=90\n",
+       NULL},
+      {"versions recap=0.0.9 cublaslt=130100 cudart=13000 device=NVIDIA_H100_80GB_HBM3 sms=132 "
+       "cc=90\n",
+       "another recap 0.0.9 (this process: 0.1.0)"},
+      {"versions cublaslt=130100 cudart=13000 device=NVIDIA_H100_80GB_HBM3 sms=132 cc=90\n",
+       "another recap unset (this process: 0.1.0)"},
+      {"versions recap=0.1.0 cublaslt=130000 cudart=13000 device=NVIDIA_H100_80GB_HBM3 sms=132 "
+       "cc=90\n",
+       "another cublaslt 130000 (this process: 130100)"},
+      {"versions recap=0.1.0 cublaslt=130100 cudart=13000 device=NVIDIA_H200 sms=132 cc=90\n",
+       "another device NVIDIA_H200 (this process: NVIDIA_H100_80GB_HBM3)"},
+      {"versions recap=0.1.0 cublaslt=130100 cudart=13000 device=NVIDIA_H100_80GB_HBM3 sms=132 "
+       "cc=80\n",
+       "another compute capability 80 (this process: 90)"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
+    char text[2048];
+    const int n = snprintf(text, sizeof text, "recap-gemm-tune 1\n%s%s", cases[i].line, good_entry);
+    recap__tune_table *t = NULL;
+    CHECK_OK(recap__tune_table_create(&t));
+    recap__tune_load_report r;
+    memset(&r, 0, sizeof r);
+    CHECK_OK(recap__tune_parse(t, text, (size_t)n, "test.txt", &v, true, &r));
+    CU_ASSERT_EQUAL(r.loaded, cases[i].warning ? 0 : 1);
+    CU_ASSERT_EQUAL(r.stale, cases[i].warning ? 1 : 0);
+    if (cases[i].warning) {
+      CU_ASSERT_PTR_NOT_NULL(strstr(r.first_warning, cases[i].warning));
+      if (!strstr(r.first_warning, cases[i].warning))
+        printf("\n  case %zu warned: %s\n", i, r.first_warning);
+    } else {
+      CU_ASSERT_EQUAL(r.warnings, 0);
+    }
+    recap__tune_table_destroy(t);
+  }
+  /* The writer records the version, and the file loads back only for that version. */
+  recap__tune_table *t = NULL, *back = NULL;
+  CHECK_OK(recap__tune_table_create(&t));
+  CHECK_OK(recap__tune_table_create(&back));
+  const recap__tune_entry e = sample_entry(8, true);
+  CHECK_OK(recap__tune_table_put(t, &e));
+  char path[512];
+  tmp_path(path, sizeof path, "recap_version.txt");
+  unlink(path);
+  CHECK_OK(recap__tune_save(t, path, &v));
+  FILE *f = fopen(path, "r");
+  char text[4096] = {0};
+  CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+  CU_ASSERT(fread(text, 1, sizeof text - 1, f) > 0);
+  fclose(f);
+  CU_ASSERT_PTR_NOT_NULL(strstr(text, "\nversions recap=0.1.0 cublaslt=130100 "));
+  recap__tune_load_report r;
+  CHECK_OK(recap__tune_load(back, path, &v, true, &r));
+  CU_ASSERT_EQUAL(r.loaded, 1);
+  recap__tune_table_clear(back);
+  snprintf(v.recap, sizeof v.recap, "0.2.0");
+  CHECK_OK(recap__tune_load(back, path, &v, true, &r));
+  CU_ASSERT_EQUAL(r.loaded, 0);
+  CU_ASSERT_EQUAL(r.stale, 1);
+  CU_ASSERT_PTR_NOT_NULL(strstr(r.first_warning, "recap 0.1.0 (this process: 0.2.0)"));
+  recap__tune_table_destroy(t);
+  recap__tune_table_destroy(back);
+}
+
 static void test_tune_file_wrong_magic_or_format_version_is_ignored_whole(void) {
   static const char *const heads[] = {"recap-gemm-tune 2\n", "recap-gemm-tune\n", "hello\n",
                                       "recap-gemm-tune 1 extra\n"};
@@ -918,6 +992,7 @@ int main(void) {
   CU_ADD_TEST(host, test_tune_file_unknown_candidates_are_ignored_with_a_warning);
   CU_ADD_TEST(host, test_tune_file_warning_names_file_and_line);
   CU_ADD_TEST(host, test_tune_file_other_versions_are_stale_and_ignored);
+  CU_ADD_TEST(host, test_tune_file_recap_version_is_part_of_the_key);
   CU_ADD_TEST(host, test_tune_file_wrong_magic_or_format_version_is_ignored_whole);
   CU_ADD_TEST(host, test_tune_file_truncated_last_line_is_ignored);
   CU_ADD_TEST(host, test_tune_file_binary_garbage_never_crashes);

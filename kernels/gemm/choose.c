@@ -21,16 +21,20 @@
  * Skinny GEMMs (the decode case: m <= 16, f16/bf16, x rows and W [N, K] rows with unit
  * stride along K and 16-byte aligned, K % 8 == 0, no batch, no c) run our own kernel
  * (skinny.cu) with bias, every activation and a linear's residual fused (one launch), when
- * cuBLASLt is the chosen library:
+ * cuBLASLt is the chosen library and the shape is one where the kernel was measured faster
+ * (recap__cuda_gemm_skinny_preferred: not the lm_heads, not m 9-16 on wide or shallow weights,
+ * not a nearly empty last wave):
  * cuBLASLt streams the weights at 70-75% of copy bandwidth there. Selecting plain cuBLAS
  * uses cuBLAS for every shape, and RECAP_GEMM_SKINNY=0 in the environment (read once per
  * process, gemm.h) sends skinny shapes to cuBLASLt too.
  *
  * Hopper GEMMs with an activation cuBLASLt cannot fuse (erf gelu, silu, sigmoid, tanh) run our
  * own wgmma kernel (hopper.cu) by default, on devices of compute capability 9.0, when the
- * shape fits it (f16/bf16, both operands K-major, no batch, no C): the activation and the
- * residual are in its epilogue, so there is no second pass over the output. Tuning times its
- * tile configurations against cuBLASLt's for every shape it fits. RECAP_GEMM_HOPPER=0 sends
+ * shape fits it (f16/bf16, both operands K-major, no batch, no C) and its grid is one where
+ * it was measured faster than cuBLASLt plus the pass (recap__cuda_gemm_hopper_preferred): the
+ * activation and the residual are in its epilogue, so there is no second pass over the
+ * output. Elsewhere cuBLASLt runs the GEMM (with the bias) and epilogue.cu the rest. Tuning times
+ * its tile configurations against cuBLASLt's for every shape it fits. RECAP_GEMM_HOPPER=0 sends
  * everything to cuBLASLt.
  */
 #include <cuda_runtime_api.h>
@@ -177,6 +181,7 @@ static recap_status versions_of(int device, recap__tune_versions *out) {
   if (!slot->known) {
     struct cudaDeviceProp prop;
     recap__tune_versions v = {.cublaslt = (int)recap__blas.cublasLtGetVersion()};
+    snprintf(v.recap, sizeof v.recap, "%s", RECAP_VERSION_STRING);
     RECAP_CUDA_TRY_GOTO(st, cudaRuntimeGetVersion(&v.cudart), done);
     RECAP_CUDA_TRY_GOTO(st, cudaGetDeviceProperties(&prop, device), done);
     /* The name is NUL-terminated within its 256 bytes; keep what fits. */
@@ -197,7 +202,7 @@ done:
 
 static bool same_versions(const recap__tune_versions *a, const recap__tune_versions *b) {
   return a->cublaslt == b->cublaslt && a->cudart == b->cudart && a->sms == b->sms &&
-         a->cc == b->cc && strcmp(a->device, b->device) == 0;
+         a->cc == b->cc && strcmp(a->device, b->device) == 0 && strcmp(a->recap, b->recap) == 0;
 }
 
 /* The file's entry for `key`, when the file applies to this device's versions. */
@@ -554,14 +559,15 @@ static recap_status tune_now(recap__gemm_ctx *ctx, const recap__gemm_plan *p, re
   return st;
 }
 
-/* The default choice of a problem seen for the first time: the skinny kernel where it applies,
- * else the Hopper kernel where cuBLASLt would need a second pass, else cuBLASLt's first
- * heuristic. Inside a capture only our kernels can be chosen (a heuristic query is left to
- * warmups). */
+/* The default choice of a problem seen for the first time: the skinny kernel where it applies
+ * and is expected to win, else the Hopper kernel where cuBLASLt would need a second pass and
+ * the kernel is expected to beat it plus that pass, else cuBLASLt's first heuristic (the
+ * expectations: recap__cuda_gemm_skinny_preferred, recap__cuda_gemm_hopper_preferred). Inside a
+ * capture only our kernels can be chosen (a heuristic query is left to warmups). */
 static recap_status make_default(recap__gemm_ctx *ctx, const recap__gemm_plan *p,
                                  recap__lt_problem *pr, recap__gemm_choice *out) {
   *out = (recap__gemm_choice){.kind = RECAP_TUNE_CAND_LT, .state = CHOICE_DEFAULT};
-  if (skinny_allowed(p)) {
+  if (skinny_allowed(p) && recap__cuda_gemm_skinny_preferred(p, ctx->device)) {
     int warps = 0, pipe = 0;
     RECAP_TRY(recap__cuda_gemm_skinny_default(p, ctx->device, &warps, &pipe));
     *out = (recap__gemm_choice){
@@ -569,7 +575,7 @@ static recap_status make_default(recap__gemm_ctx *ctx, const recap__gemm_plan *p
     return RECAP_OK;
   }
   /* Where cuBLASLt would need a second pass for the activation, our kernel fuses it. */
-  if (pr->needs_kernel && pr->key.hopper_fits) {
+  if (pr->needs_kernel && pr->key.hopper_fits && recap__cuda_gemm_hopper_preferred(p)) {
     *out = (recap__gemm_choice){.kind = RECAP_TUNE_CAND_HOPPER,
                                 .config = recap__cuda_gemm_hopper_default(p, ctx->device),
                                 .state = CHOICE_DEFAULT};

@@ -153,6 +153,10 @@ recap_status recap__cuda_gemm_skinny(const recap__gemm_plan *p, int device, void
  * A CUDA error status when the device cannot be asked. */
 recap_status recap__cuda_gemm_skinny_default(const recap__gemm_plan *p, int device, int *warps,
                                              int *pipe);
+/* Whether the default configuration is expected to beat cuBLASLt on the plan's shape (fits
+ * assumed; skinny.cu lists the measured exceptions): choose.c's default takes the kernel only
+ * then. */
+bool recap__cuda_gemm_skinny_preferred(const recap__gemm_plan *p, int device);
 /* recap__cuda_gemm_skinny with an explicit configuration (a tuning candidate): warps 1..16, a
  * power of two; pipe 0..3 (2 and 3 run as 1 before Hopper). RECAP_STATUS_INVALID_ARGUMENT
  * otherwise. */
@@ -171,6 +175,10 @@ int recap__cuda_gemm_hopper_configs(void);
 int recap__cuda_gemm_hopper_default(const recap__gemm_plan *p, int device);
 recap_status recap__cuda_gemm_hopper(const recap__gemm_plan *p, int device, void *cuda_stream,
                                      int config);
+/* Whether our Hopper kernel with its fused epilogue is expected to beat cuBLASLt plus the
+ * epilogue pass on the plan's shape (hopper.cu lists the measurements): choose.c's default
+ * takes it only then. */
+bool recap__cuda_gemm_hopper_preferred(const recap__gemm_plan *p);
 
 /* The defs' prepare slot (ops.c): the warmup for one GEMM call on `stream`. Creates this
  * thread's cuBLAS and cuBLASLt handles for the stream's device, the stream's workspace, and

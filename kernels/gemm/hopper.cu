@@ -483,6 +483,23 @@ extern "C" int recap__cuda_gemm_hopper_default(const recap__gemm_plan *p, int de
   return best;
 }
 
+/* Measured with `recap bench-gemm` (H100, operands read from memory, graph replays;
+ * docs/perf/gemm_sweep.md), against PyTorch's cuBLASLt GEMM plus its activation pass, which
+ * our cuBLASLt path plus epilogue pass matches or beats: the kernel wins where its grid of
+ * 128 x 256 tiles is neither small (few tiles: cuBLASLt splits K; Llama 3 8B's down at
+ * m = 256, 32 tiles, erf gelu 1.41x PyTorch's time) nor huge (8B's gate_up at m = 4096, 3584
+ * tiles, 1.12x); in between it beats the pass by 6-24% (Llama 3.2 1B's o at m = 4096: 0.91x;
+ * 8B's gate_up at 256: 0.92x; the transformer block's fc1, 128 tiles: 20.7 vs 22.0 us). silu
+ * and sigmoid (an exponential and a division per element) make its epilogue the bottleneck:
+ * those win only on long K at large m (down projections, k >= 14336, m >= 4096: 0.87-0.94x)
+ * and lost everywhere else measured (1.05-1.98x). */
+extern "C" bool recap__cuda_gemm_hopper_preferred(const recap__gemm_plan *p) {
+  const int64_t tiles = RECAP_CEIL_DIV(p->m, (int64_t)128) * RECAP_CEIL_DIV(p->n, (int64_t)256);
+  if (tiles < 64 || tiles > 1024) return false;
+  if (p->act == RECAP_ACT_SILU || p->act == RECAP_ACT_SIGMOID) return p->k >= 12288 && p->m >= 4096;
+  return true;
+}
+
 extern "C" recap_status recap__cuda_gemm_hopper(const recap__gemm_plan *p, int device,
                                                 void *cuda_stream, int config) {
   recap__cuda_launch_range range("recap hopper gemm");

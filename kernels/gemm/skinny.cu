@@ -645,6 +645,53 @@ extern "C" recap_status recap__cuda_gemm_skinny_default(const recap__gemm_plan *
   return RECAP_OK;
 }
 
+/* Where the default configuration is expected to beat cuBLASLt (measured with `recap
+ * bench-gemm` against PyTorch's F.linear, which runs cuBLASLt, on an H100: docs/perf/
+ * gemm_sweep.md). Before Hopper (no bulk variant) the kernel keeps every shape it fits. Not
+ * preferred, each measured slower than cuBLASLt by 3-40% in the sweep and its interleaved
+ * re-runs:
+ *  - n >= 65536 (the lm_heads, 128256 and 152064 rows): cuBLASLt streams the 0.5 GB weight
+ *    faster (196 vs 189 us at m = 1, 242 vs 190 at m = 16);
+ *  - m > 8 with n > 4096 or k < 2048: at m 9-16 cuBLASLt's tiles are full enough (gate_up
+ *    16 x 16384 x 2048: 30.4 vs 25.8 us; GPT-2's c_attn 16 x 2304 x 768: 6.2 vs 4.8);
+ *  - a last wave of blocks under a quarter full (Qwen2's qkv, n = 4608: 288 blocks of 16 rows
+ *    on 264 slots, 17-24% slower at m 1-8);
+ *  - without an epilogue, fewer blocks than SMs on a weight over 16 MB (Llama 3.2 1B's down,
+ *    2048 x 8192: 128 blocks, 3-13% slower), where cuBLASLt splits K. With a bias, an
+ *    activation or a residual the kernel still wins there (0.83-0.96x PyTorch's GEMM plus its
+ *    separate epilogue kernels): the fused epilogue saves more than the split K gains.
+ * The tuner (RECAP_TUNE=1) still times the kernel's configurations on every shape it fits. */
+extern "C" bool recap__cuda_gemm_skinny_preferred(const recap__gemm_plan *p, int device) {
+  device_facts f;
+  if (device_facts_of(device, &f) != RECAP_OK) {
+    recap_clear_error();
+    return true;
+  }
+  const recap__gemm_env *env = recap__gemm_env_get();
+  if (!(env->skinny_pipe && f.major >= 9) || env->skinny_warps) return true;
+  if (p->n >= 65536) return false;
+  if (p->m > 8 && (p->n > 4096 || p->k < 2048)) return false;
+  const bulk_shape b = kBulkShapes[p->m <= kBulkSmallM ? 0 : 1];
+  const int nt = p->m <= 8 ? 1 : 2;
+  int smem_per_sm = 0;
+  if (cudaDeviceGetAttribute(&smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device) !=
+      cudaSuccess) {
+    (void)cudaGetLastError();
+    return true;
+  }
+  /* 1 KB of each block's shared memory is the system's. */
+  const int64_t per_sm = smem_per_sm / ((int64_t)bulk_smem(b.rt, nt, b.kc, b.stages) + 1024);
+  const int64_t slots = (per_sm > 0 ? per_sm : 1) * f.sms;
+  const int64_t blocks = RECAP_CEIL_DIV(p->n, (int64_t)kRows * b.rt);
+  const int64_t tail = blocks % slots;
+  if (blocks > slots && tail > 0 && tail <= slots / 4) return false;
+  const bool epilogue = p->bias || p->act != RECAP_ACT_NONE || p->residual;
+  if (!epilogue && blocks < f.sms &&
+      p->n * p->k * (int64_t)recap_dtype_size(p->dtype) > ((int64_t)16 << 20))
+    return false;
+  return true;
+}
+
 extern "C" recap_status recap__cuda_gemm_skinny_config(const recap__gemm_plan *p, int device,
                                                        void *cuda_stream, int warps, int pipe) {
   recap__cuda_launch_range range("recap gemm skinny");

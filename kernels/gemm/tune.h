@@ -42,13 +42,18 @@ enum {
   RECAP_TUNE_MAX_ENTRIES = 4096,
   RECAP_TUNE_MAX_WARNINGS = 10,
   RECAP_TUNE_DEVICE_NAME = 64,
+  RECAP_TUNE_RECAP_VERSION = 32,
   RECAP_TUNE_CONFIG_MAX = 9,
 };
 
 /* What the entries of a file were measured with; a file whose versions differ from the
- * process's is ignored (its entries are stale). device holds only [A-Za-z0-9._-] (the writer
- * replaces other bytes with '_'). */
+ * process's is ignored (its entries are stale), with a warning naming what differs. device
+ * and recap hold only [A-Za-z0-9._-] (the writer replaces other bytes with '_'). recap is the
+ * library's version (RECAP_VERSION_STRING): a new recap may change its kernels, so its
+ * measurements start afresh; a file written before the field existed reads as "" and is stale
+ * for any process that sets it. */
 typedef struct {
+  char recap[RECAP_TUNE_RECAP_VERSION];
   int cublaslt; /* cublasLtGetVersion() */
   int cudart;   /* cudaRuntimeGetVersion() */
   char device[RECAP_TUNE_DEVICE_NAME];

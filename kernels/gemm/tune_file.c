@@ -6,7 +6,8 @@
  *
  *   # comments and blank lines are skipped
  *   recap-gemm-tune 1
- *   versions cublaslt=130100 cudart=13000 device=NVIDIA_H100_80GB_HBM3 sms=132 cc=90
+ *   versions recap=0.1.0 cublaslt=130100 cudart=13000 device=NVIDIA_H100_80GB_HBM3 sms=132
+ *            cc=90                                                           (one line)
  *   gemm op=linear a=bf16 b=bf16 c=bf16 compute=f32 ta=T tb=N m=8 n=4096 k=4096 batch=1
  *        bias=1 act=gelu beta=0 align=16 choice=skinny:8,1 us=112.5      (one line)
  *
@@ -14,8 +15,8 @@
  * reads at most RECAP_TUNE_MAX_FILE_BYTES, never looks past a line's end, copies each line
  * into a fixed buffer before tokenizing, parses numbers with explicit bounds, and skips
  * (with one warning naming file:line) every line it does not fully understand. Entries only
- * count under a versions line equal to the process's own: a new cuBLASLt, CUDA runtime or
- * GPU makes the old measurements meaningless.
+ * count under a versions line equal to the process's own: a new recap, cuBLASLt, CUDA runtime
+ * or GPU makes the old measurements meaningless.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -237,11 +238,22 @@ static void sanitize_device(const char *in, char *out, size_t size) {
   }
 }
 
+/* "recap=X " for a process that knows its version, "" otherwise (an old file's reading). */
+static void recap_field(const recap__tune_versions *v, char *buf, size_t size) {
+  char recap[RECAP_TUNE_RECAP_VERSION];
+  sanitize_device(v->recap, recap, sizeof recap);
+  if (v->recap[0])
+    snprintf(buf, size, "recap=%s ", recap);
+  else
+    buf[0] = '\0';
+}
+
 static bool format_versions(const recap__tune_versions *v, char *buf, size_t size) {
-  char device[RECAP_TUNE_DEVICE_NAME];
+  char device[RECAP_TUNE_DEVICE_NAME], recap[RECAP_TUNE_RECAP_VERSION + 8];
   sanitize_device(v->device, device, sizeof device);
-  const int n = snprintf(buf, size, "versions cublaslt=%d cudart=%d device=%s sms=%d cc=%d",
-                         v->cublaslt, v->cudart, device, v->sms, v->cc);
+  recap_field(v, recap, sizeof recap);
+  const int n = snprintf(buf, size, "versions %scublaslt=%d cudart=%d device=%s sms=%d cc=%d",
+                         recap, v->cublaslt, v->cudart, device, v->sms, v->cc);
   return n >= 0 && (size_t)n < size;
 }
 
@@ -462,8 +474,8 @@ static const char *unknown_field(char **tokens, int count, const char *const *ke
 }
 
 static bool parse_versions(parse_ctx *p, char **tokens, int count, recap__tune_versions *v) {
-  static const char *const keys[] = {"cublaslt", "cudart", "device", "sms", "cc"};
-  const char *bad = unknown_field(tokens, count, keys, 5);
+  static const char *const keys[] = {"recap", "cublaslt", "cudart", "device", "sms", "cc"};
+  const char *bad = unknown_field(tokens, count, keys, 6);
   if (bad) {
     warn(p, "versions line: unknown field '%.40s'", bad);
     return false;
@@ -473,14 +485,18 @@ static bool parse_versions(parse_ctx *p, char **tokens, int count, recap__tune_v
              *rt = field(tokens, count, "cudart", &dup),
              *dev = field(tokens, count, "device", &dup), *sms = field(tokens, count, "sms", &dup),
              *cc = field(tokens, count, "cc", &dup);
+  /* recap= is optional: files written before it existed lack it (and are then stale). */
+  const char *recap = field(tokens, count, "recap", &dup);
   int32_t ilt, irt, isms, icc;
   if (dup || !lt || !rt || !dev || !sms || !cc || !parse_int32(lt, &ilt) ||
       !parse_int32(rt, &irt) || !parse_int32(sms, &isms) || !parse_int32(cc, &icc) || !dev[0] ||
-      strlen(dev) >= RECAP_TUNE_DEVICE_NAME) {
-    warn(p, "malformed versions line (want cublaslt=N cudart=N device=NAME sms=N cc=N)");
+      strlen(dev) >= RECAP_TUNE_DEVICE_NAME ||
+      (recap && (!recap[0] || strlen(recap) >= RECAP_TUNE_RECAP_VERSION))) {
+    warn(p, "malformed versions line (want recap=V cublaslt=N cudart=N device=NAME sms=N cc=N)");
     return false;
   }
   memset(v, 0, sizeof *v);
+  if (recap) snprintf(v->recap, sizeof v->recap, "%s", recap);
   v->cublaslt = ilt;
   v->cudart = irt;
   snprintf(v->device, sizeof v->device, "%s", dev);
@@ -489,11 +505,30 @@ static bool parse_versions(parse_ctx *p, char **tokens, int count, recap__tune_v
   return true;
 }
 
-static bool versions_equal(const recap__tune_versions *file, const recap__tune_versions *current) {
-  char device[RECAP_TUNE_DEVICE_NAME];
+/* Names the first field in which the file's versions differ from the process's, with both
+ * values, into why; "" when they are equal. */
+static void versions_diff(const recap__tune_versions *file, const recap__tune_versions *current,
+                          char *why, size_t size) {
+  char device[RECAP_TUNE_DEVICE_NAME], recap[RECAP_TUNE_RECAP_VERSION];
   sanitize_device(current->device, device, sizeof device);
-  return file->cublaslt == current->cublaslt && file->cudart == current->cudart &&
-         strcmp(file->device, device) == 0 && file->sms == current->sms && file->cc == current->cc;
+  if (current->recap[0])
+    sanitize_device(current->recap, recap, sizeof recap);
+  else
+    recap[0] = '\0';
+  why[0] = '\0';
+  if (strcmp(file->recap, recap) != 0)
+    snprintf(why, size, "recap %.20s (this process: %.20s)", file->recap[0] ? file->recap : "unset",
+             recap[0] ? recap : "unset");
+  else if (file->cublaslt != current->cublaslt)
+    snprintf(why, size, "cublaslt %d (this process: %d)", file->cublaslt, current->cublaslt);
+  else if (file->cudart != current->cudart)
+    snprintf(why, size, "cudart %d (this process: %d)", file->cudart, current->cudart);
+  else if (strcmp(file->device, device) != 0)
+    snprintf(why, size, "device %.40s (this process: %.40s)", file->device, device);
+  else if (file->sms != current->sms)
+    snprintf(why, size, "sms %d (this process: %d)", file->sms, current->sms);
+  else if (file->cc != current->cc)
+    snprintf(why, size, "compute capability %d (this process: %d)", file->cc, current->cc);
 }
 
 /* Parses a gemm line into *e; on failure warns with the reason and returns false. */
@@ -648,14 +683,15 @@ recap_status recap__tune_parse(recap__tune_table *table, const char *text, size_
       if (!parse_versions(&p, tokens, count, &v)) {
         ++report->ignored;
         state = STALE; /* entries under an unreadable versions line cannot be trusted */
-      } else if (versions_equal(&v, current)) {
-        state = MATCHING;
       } else {
-        warn(&p,
-             "entries below were measured with cublaslt=%d cudart=%d device=%.40s sms=%d "
-             "cc=%d; this process differs; they are ignored",
-             v.cublaslt, v.cudart, v.device, v.sms, v.cc);
-        state = STALE;
+        char why[120];
+        versions_diff(&v, current, why, sizeof why);
+        if (!why[0]) {
+          state = MATCHING;
+        } else {
+          warn(&p, "the entries below were measured with another %s; they are ignored", why);
+          state = STALE;
+        }
       }
       continue;
     }
