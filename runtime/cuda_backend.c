@@ -33,6 +33,7 @@
 #include "runtime/backend.h"
 #include "runtime/cuda_archs.h"
 #include "runtime/cuda_check.h"
+#include "runtime/conditional.h"
 
 _Static_assert(sizeof(cudaIpcEventHandle_t) == sizeof(recap_ipc_event_handle),
                "recap_ipc_event_handle must hold a cudaIpcEventHandle_t exactly");
@@ -498,6 +499,7 @@ done:
  * invalidated capture can name the refused call that (most likely) broke it. */
 typedef struct capture_note {
   cudaStream_t origin;
+  enum cudaStreamCaptureMode mode; /* a WHILE body begun from it is captured in the same */
   uint64_t refusals_at_begin;
   struct capture_note *next;
 } capture_note;
@@ -559,6 +561,7 @@ static recap_status cuda_capture_begin(recap_stream *stream, recap_capture_mode 
   capture_note *note = calloc(1, sizeof *note);
   if (!note) return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory for a capture note");
   note->origin = native_stream(stream);
+  note->mode = cuda_mode;
   note->refusals_at_begin = recap__cuda_refusal_count();
   recap_status st = RECAP_OK;
   RECAP_CUDA_TRY_GOTO(st, cudaStreamBeginCapture(native_stream(stream), cuda_mode), fail);
@@ -715,6 +718,139 @@ static recap_status cuda_graph_debug_dot(recap__graph *graph, const char *path) 
 }
 
 /* ------------------------------------------------------------------------------------------
+ * WHILE loops: conditional nodes (CUDA 12.4 and a driver that knows them)
+ * ---------------------------------------------------------------------------------------- */
+
+enum { CONDITIONAL_MIN_VERSION = 12040 };
+
+static recap_status conditional_support(void) {
+  int driver = 0;
+  RECAP_CUDA_TRY(cudaDriverGetVersion(&driver));
+  if (driver < CONDITIONAL_MIN_VERSION)
+    return RECAP_FAIL(RECAP_STATUS_NOT_SUPPORTED,
+                      "the CUDA driver (version %d) has no conditional graph nodes (12.4 or "
+                      "later needed)",
+                      driver);
+  return RECAP_OK;
+}
+
+/* The capture mode of the capture `s` began, or global (the strictest) for a stream that
+ * joined one. */
+static enum cudaStreamCaptureMode capture_mode_of(cudaStream_t s) {
+  enum cudaStreamCaptureMode mode = cudaStreamCaptureModeGlobal;
+  pthread_mutex_lock(&capture_lock);
+  for (capture_note *n = captures; n; n = n->next)
+    if (n->origin == s) mode = n->mode;
+  pthread_mutex_unlock(&capture_lock);
+  return mode;
+}
+
+/* The WHILE node goes where the stream's next node would (its capture dependencies, with
+ * their edge data), the stream then depends on the node alone, and the body is captured into
+ * the node's body graph with cudaStreamBeginCaptureToGraph. */
+static recap_status cuda_while_begin(recap_stream *stream, recap_stream *body, uint64_t *handle) {
+  RECAP_TRY(conditional_support());
+  cudaStream_t s = native_stream(stream), b = native_stream(body);
+  enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+  cudaGraph_t graph = NULL;
+  const cudaGraphNode_t *deps = NULL;
+  const cudaGraphEdgeData *edges = NULL;
+  size_t num_deps = 0;
+  RECAP_CUDA_TRY(cudaStreamGetCaptureInfo(s, &cs, NULL, &graph, &deps, &edges, &num_deps));
+  if (cs != cudaStreamCaptureStatusActive)
+    return RECAP_FAIL(cs == cudaStreamCaptureStatusInvalidated ? RECAP_STATUS_CAPTURE_INVALIDATED
+                                                               : RECAP_STATUS_INVALID_ARGUMENT,
+                      "while_begin needs a stream in an intact capture");
+  device_guard guard;
+  RECAP_TRY(guard_enter(&guard, stream->device.index));
+  recap_status st = RECAP_OK;
+  cudaGraphConditionalHandle h = 0;
+  RECAP_CUDA_TRY_GOTO(st, cudaGraphConditionalHandleCreate(&h, graph, 1, cudaGraphCondAssignDefault),
+                      done);
+  struct cudaGraphNodeParams params;
+  memset(&params, 0, sizeof params);
+  params.type = cudaGraphNodeTypeConditional;
+  params.conditional.handle = h;
+  params.conditional.type = cudaGraphCondTypeWhile;
+  params.conditional.size = 1;
+  cudaGraphNode_t node = NULL;
+  RECAP_CUDA_TRY_GOTO(st, cudaGraphAddNode(&node, graph, deps, edges, num_deps, &params), done);
+  RECAP_CUDA_TRY_GOTO(st,
+                      cudaStreamUpdateCaptureDependencies(s, &node, NULL, 1,
+                                                          cudaStreamSetCaptureDependencies),
+                      done);
+  RECAP_CUDA_TRY_GOTO(st,
+                      cudaStreamBeginCaptureToGraph(b, params.conditional.phGraph_out[0], NULL,
+                                                    NULL, 0, capture_mode_of(s)),
+                      done);
+  *handle = (uint64_t)h;
+done:
+  guard_exit(&guard);
+  return st;
+}
+
+/* The body graph belongs to its conditional node: it is not destroyed here. */
+static recap_status cuda_while_end(recap_stream *body) {
+  cudaGraph_t graph = NULL;
+  cudaError_t err = cudaStreamEndCapture(native_stream(body), &graph);
+  if (err != cudaSuccess)
+    return recap__error_context(
+        recap__cuda_fail_at(err, "cudaStreamEndCapture(body, &graph)", __FILE__, __LINE__,
+                            __func__),
+        "ending a WHILE body's capture (a body holds only kernel, empty, memcpy, memset, "
+        "child-graph and conditional nodes): ");
+  return RECAP_OK;
+}
+
+static recap_status cuda_condition_set(recap_stream *stream, uint64_t handle, const int32_t *flag) {
+  device_guard guard;
+  RECAP_TRY(guard_enter(&guard, stream->device.index));
+  recap_status st = RECAP_OK;
+  RECAP_CUDA_TRY_GOTO(st,
+                      (cudaError_t)recap__cuda_launch_condition_set(handle, flag,
+                                                                    native_stream(stream)),
+                      done);
+done:
+  guard_exit(&guard);
+  return st;
+}
+
+/* Mapped pinned memory under unified addressing: the device pointer is the host pointer
+ * (checked, so a system without UVA says so instead of handing out a pointer kernels cannot
+ * use). */
+static recap_status cuda_host_alloc_mapped(int device, size_t bytes, void **out) {
+  device_guard guard;
+  RECAP_TRY(guard_enter(&guard, device));
+  recap_status st = RECAP_OK;
+  void *ptr = NULL, *dev = NULL;
+  RECAP_CUDA_TRY_GOTO(st, cudaHostAlloc(&ptr, bytes, cudaHostAllocMapped | cudaHostAllocPortable),
+                      done);
+  RECAP_CUDA_TRY_GOTO(st, cudaHostGetDevicePointer(&dev, ptr, 0), fail);
+  if (dev != ptr) {
+    st = RECAP_FAIL(RECAP_STATUS_NOT_SUPPORTED,
+                    "mapped host memory has another device address (%p) than host address "
+                    "(%p): no unified addressing",
+                    dev, ptr);
+    goto fail;
+  }
+  memset(ptr, 0, bytes);
+  *out = ptr;
+  goto done;
+fail:
+  (void)cudaFreeHost(ptr);
+done:
+  guard_exit(&guard);
+  return st;
+}
+
+static recap_status cuda_host_free_mapped(int device, void *ptr) {
+  (void)device;
+  if (!ptr) return RECAP_OK;
+  RECAP_CUDA_TRY(cudaFreeHost(ptr));
+  return RECAP_OK;
+}
+
+/* ------------------------------------------------------------------------------------------
  * Host functions
  * ---------------------------------------------------------------------------------------- */
 
@@ -832,4 +968,10 @@ const recap__backend recap__cuda_backend = {
     .device_enter = cuda_device_enter,
     .device_exit = cuda_device_exit,
     .launch_host = cuda_launch_host,
+    .launch_kernel = NULL,
+    .while_begin = cuda_while_begin,
+    .while_end = cuda_while_end,
+    .condition_set = cuda_condition_set,
+    .host_alloc_mapped = cuda_host_alloc_mapped,
+    .host_free_mapped = cuda_host_free_mapped,
 };
