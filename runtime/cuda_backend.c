@@ -44,6 +44,9 @@ struct recap__graph {
 
 struct recap__graph_exec {
   cudaGraphExec_t exec;
+  /* A copy of the graph it runs: a launch on a capturing stream records it as a child-graph
+   * node (the host backend's rule), which a WHILE body may hold. */
+  cudaGraph_t source;
 };
 
 static cudaStream_t native_stream(const recap_stream *stream) {
@@ -643,8 +646,12 @@ static recap_status cuda_graph_instantiate(recap__graph *graph, recap__graph_exe
                                                     cudaGraphInstantiateFlagAutoFreeOnLaunch |
                                                         cudaGraphInstantiateFlagUseNodePriority),
                       fail);
+  e->source = NULL;
+  RECAP_CUDA_TRY_GOTO(st, cudaGraphClone(&e->source, graph->graph), fail_exec);
   *out = e;
   return RECAP_OK;
+fail_exec:
+  (void)cudaGraphExecDestroy(e->exec);
 fail:
   free(e);
   return st;
@@ -687,6 +694,11 @@ static recap_status cuda_graph_exec_update(recap__graph_exec *exec, recap__graph
                       update_result_name(info.result));
   }
   RECAP_CUDA_TRY(err);
+  /* The exec now runs graph's parameters: so does a child node made from it. */
+  cudaGraph_t source = NULL;
+  RECAP_CUDA_TRY(cudaGraphClone(&source, graph->graph));
+  if (cudaGraphDestroy(exec->source) != cudaSuccess) (void)cudaGetLastError();
+  exec->source = source;
   return RECAP_OK;
 }
 
@@ -695,8 +707,31 @@ static recap_status cuda_graph_upload(recap__graph_exec *exec, recap_stream *str
   return RECAP_OK;
 }
 
+/* On a capturing stream, a child-graph node of the exec's graph where the stream's next node
+ * would go; otherwise a launch. */
 static recap_status cuda_graph_launch(recap__graph_exec *exec, recap_stream *stream) {
-  RECAP_CUDA_TRY(cudaGraphLaunch(exec->exec, native_stream(stream)));
+  cudaStream_t s = native_stream(stream);
+  enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+  cudaGraph_t graph = NULL;
+  const cudaGraphNode_t *deps = NULL;
+  const cudaGraphEdgeData *edges = NULL;
+  size_t num_deps = 0;
+  RECAP_CUDA_TRY(cudaStreamGetCaptureInfo(s, &cs, NULL, &graph, &deps, &edges, &num_deps));
+  if (cs == cudaStreamCaptureStatusNone) {
+    RECAP_CUDA_TRY(cudaGraphLaunch(exec->exec, s));
+    return RECAP_OK;
+  }
+  if (cs != cudaStreamCaptureStatusActive)
+    return RECAP_FAIL(RECAP_STATUS_CAPTURE_INVALIDATED,
+                      "the stream's capture was invalidated by an earlier call; end it");
+  struct cudaGraphNodeParams params;
+  memset(&params, 0, sizeof params);
+  params.type = cudaGraphNodeTypeGraph;
+  params.graph.graph = exec->source; /* cloned into the node */
+  cudaGraphNode_t node = NULL;
+  RECAP_CUDA_TRY(cudaGraphAddNode(&node, graph, deps, edges, num_deps, &params));
+  RECAP_CUDA_TRY(
+      cudaStreamUpdateCaptureDependencies(s, &node, NULL, 1, cudaStreamSetCaptureDependencies));
   return RECAP_OK;
 }
 
@@ -709,6 +744,7 @@ static void cuda_graph_destroy(recap__graph *graph) {
 static void cuda_graph_exec_destroy(recap__graph_exec *exec) {
   if (!exec) return;
   if (cudaGraphExecDestroy(exec->exec) != cudaSuccess) (void)cudaGetLastError();
+  if (exec->source && cudaGraphDestroy(exec->source) != cudaSuccess) (void)cudaGetLastError();
   free(exec);
 }
 

@@ -1092,6 +1092,16 @@ static recap_status host_condition_set(recap_stream *stream, uint64_t handle, co
  * Graph launch (the rest of the graph slots are in host_graph.c)
  * ---------------------------------------------------------------------------------------- */
 
+/* Whether a graph (or a child graph in it) holds a WHILE node. */
+static bool holds_loop(const recap__graph *graph) {
+  for (size_t i = 0; i < graph->count; i++) {
+    const recap__host_node *n = &graph->nodes[i];
+    if (n->kind == RECAP__HOST_NODE_WHILE) return true;
+    if (n->kind == RECAP__HOST_NODE_CHILD && holds_loop(n->u.child)) return true;
+  }
+  return false;
+}
+
 /* Runs the exec on the caller's thread, in node order. On a capturing stream the whole
  * graph is recorded as one child-graph node (a deep copy, so later updates of the exec do
  * not change what was captured), as CUDA records a child graph. */
@@ -1105,6 +1115,16 @@ static recap_status host_graph_launch(recap__graph_exec *exec, recap_stream *str
   pthread_mutex_unlock(&capture_lock);
   RECAP_TRY(st);
   if (!capturing) return recap__host_graph_run(&exec->graph);
+  if (holds_loop(&exec->graph)) {
+    pthread_mutex_lock(&capture_lock);
+    st = !hs->capture ? RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "the capture ended meanwhile")
+                      : ILLEGAL_LOCKED(hs->capture,
+                                       "a graph holding a WHILE node cannot be launched into a "
+                                       "capture: a child graph node may not contain "
+                                       "conditional nodes");
+    pthread_mutex_unlock(&capture_lock);
+    return st;
+  }
 
   recap__host_node node = {.kind = RECAP__HOST_NODE_CHILD};
   node.u.child = recap__host_graph_new();

@@ -338,6 +338,22 @@ static void test_while_capture_end_before_body_end_fails_both(void) {
   recap_stream_destroy(s);
 }
 
+static void test_while_graph_holding_a_loop_is_not_a_child_graph(void) {
+  recap_stream *s = stream_new(), *body = stream_new();
+  device_ints d = ints_new();
+  uint64_t handle = 0;
+  recap__graph_exec *loop = capture_counting_loop(s, body, &d, &handle);
+  recap__graph *graph = NULL;
+  CHECK_OK(recap__capture_begin(s, RECAP_CAPTURE_MODE_GLOBAL));
+  CHECK_STATUS(host()->graph_launch(loop, s), RECAP_STATUS_ILLEGAL_DURING_CAPTURE);
+  CHECK_ERROR_MENTIONS("may not contain conditional nodes");
+  CHECK_STATUS(recap__capture_end(s, &graph), RECAP_STATUS_CAPTURE_INVALIDATED);
+  host()->graph_exec_destroy(loop);
+  ints_free(&d);
+  recap_stream_destroy(body);
+  recap_stream_destroy(s);
+}
+
 static void test_while_mapped_free_rejects_foreign_pointer(void) {
   int32_t x = 0;
   CHECK_STATUS(host()->host_free_mapped(0, &x), RECAP_STATUS_INVALID_ARGUMENT);
@@ -356,6 +372,7 @@ int main(void) {
   CU_ADD_TEST(rules, test_while_body_refuses_copy_of_pageable_host_memory);
   CU_ADD_TEST(rules, test_while_condition_set_outside_its_body_is_refused);
   CU_ADD_TEST(rules, test_while_capture_end_before_body_end_fails_both);
+  CU_ADD_TEST(rules, test_while_graph_holding_a_loop_is_not_a_child_graph);
   CU_ADD_TEST(rules, test_while_mapped_free_rejects_foreign_pointer);
   return test_run_all();
 }
