@@ -45,7 +45,8 @@ struct recap__graph {
 struct recap__graph_exec {
   cudaGraphExec_t exec;
   /* A copy of the graph it runs: a launch on a capturing stream records it as a child-graph
-   * node (the host backend's rule), which a WHILE body may hold. */
+   * node (the host backend's rule), which a WHILE body may hold. NULL for a graph CUDA cannot
+   * clone, nor take as a child (memory allocation, free or conditional nodes). */
   cudaGraph_t source;
 };
 
@@ -634,6 +635,16 @@ static recap_status cuda_graph_node_count(recap__graph *graph, size_t *out) {
   return RECAP_OK;
 }
 
+/* A clone of `graph`, or NULL where CUDA clones none (its refusal is not a fault: cleared). */
+static cudaGraph_t clone_for_child(cudaGraph_t graph) {
+  cudaGraph_t clone = NULL;
+  if (cudaGraphClone(&clone, graph) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return NULL;
+  }
+  return clone;
+}
+
 static recap_status cuda_graph_instantiate(recap__graph *graph, recap__graph_exec **out) {
   recap__graph_exec *e = malloc(sizeof *e);
   if (!e) return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory for a graph exec record");
@@ -646,12 +657,9 @@ static recap_status cuda_graph_instantiate(recap__graph *graph, recap__graph_exe
                                                     cudaGraphInstantiateFlagAutoFreeOnLaunch |
                                                         cudaGraphInstantiateFlagUseNodePriority),
                       fail);
-  e->source = NULL;
-  RECAP_CUDA_TRY_GOTO(st, cudaGraphClone(&e->source, graph->graph), fail_exec);
+  e->source = clone_for_child(graph->graph);
   *out = e;
   return RECAP_OK;
-fail_exec:
-  (void)cudaGraphExecDestroy(e->exec);
 fail:
   free(e);
   return st;
@@ -695,10 +703,8 @@ static recap_status cuda_graph_exec_update(recap__graph_exec *exec, recap__graph
   }
   RECAP_CUDA_TRY(err);
   /* The exec now runs graph's parameters: so does a child node made from it. */
-  cudaGraph_t source = NULL;
-  RECAP_CUDA_TRY(cudaGraphClone(&source, graph->graph));
-  if (cudaGraphDestroy(exec->source) != cudaSuccess) (void)cudaGetLastError();
-  exec->source = source;
+  if (exec->source && cudaGraphDestroy(exec->source) != cudaSuccess) (void)cudaGetLastError();
+  exec->source = clone_for_child(graph->graph);
   return RECAP_OK;
 }
 
@@ -724,6 +730,10 @@ static recap_status cuda_graph_launch(recap__graph_exec *exec, recap_stream *str
   if (cs != cudaStreamCaptureStatusActive)
     return RECAP_FAIL(RECAP_STATUS_CAPTURE_INVALIDATED,
                       "the stream's capture was invalidated by an earlier call; end it");
+  if (!exec->source)
+    return RECAP_FAIL(RECAP_STATUS_ILLEGAL_DURING_CAPTURE,
+                      "this graph cannot be launched into a capture: a child graph node may not "
+                      "hold memory allocation, free or conditional nodes");
   struct cudaGraphNodeParams params;
   memset(&params, 0, sizeof params);
   params.type = cudaGraphNodeTypeGraph;

@@ -286,15 +286,17 @@ static recap_status open_loop(recap__runner *r, const recap_generator_options *o
   int64_t steps;
   RECAP_TRY(loop_steps_from_env(&steps));
   if (steps == 0 || o->eager) return RECAP_OK;
+  /* Any failure leaves the step-per-launch path, which works wherever the captures did: no
+   * conditional nodes, a spec drawing from the device generator, or a driver refusing what the
+   * body holds (the line says which). */
   recap_status st = recap_decode_loop_create(r->decode.p, steps, 0, &r->loop);
-  if (st == RECAP_STATUS_NOT_SUPPORTED || st == RECAP_STATUS_ILLEGAL_DURING_CAPTURE) {
+  if (st != RECAP_OK) {
     if (!o->quiet)
-      fprintf(stderr, "recap generator: one graph launch per decode step: %s\n",
-              recap_last_error());
+      fprintf(stderr, "recap generator: one graph launch per decode step (%s): %s\n",
+              recap_status_name(st), recap_last_error());
     r->loop = NULL;
     return RECAP_OK;
   }
-  RECAP_TRY(st);
   r->loop_steps = steps;
   r->limits = calloc((size_t)r->decode.rows, sizeof *r->limits);
   if (!r->limits) return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory for loop limits");

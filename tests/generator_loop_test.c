@@ -15,6 +15,7 @@
 #endif
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "runtime/error.h"
 #include "runtime/host_fault.h"
@@ -30,11 +31,13 @@ enum {
 static const int64_t DECODE_BUCKETS[] = {1, 2, 4, 8};
 static const int64_t PREFILL_BUCKETS[] = {16, 32};
 
+/* One KV block of the model imported last: a CUDA pool is sized in bytes, to POOL blocks. */
+static uint64_t g_block_bytes;
+
 static void import_serving(const char *model, char *spec, size_t size) {
-  import_paged_fixture(model,
-                       PAGED_IMPORT_OPTIONS(MAX_SEQ, BLOCK, POOL, PREFILL_SEQS, DECODE_BUCKETS,
-                                            PREFILL_BUCKETS),
-                       spec, size);
+  g_block_bytes = import_paged_fixture(
+      model, PAGED_IMPORT_OPTIONS(MAX_SEQ, BLOCK, POOL, PREFILL_SEQS, DECODE_BUCKETS, PREFILL_BUCKETS),
+      spec, size);
 }
 
 static recap_generator *generator_with_loop(const char *spec, const char *loop_env) {
@@ -45,9 +48,10 @@ static recap_generator *generator_with_loop(const char *spec, const char *loop_e
   recap_generator_options o = {
       .struct_size = sizeof o,
       .override_device = 1,
-      .device = {RECAP_BACKEND_HOST, 0},
+      .device = test_device,
       .quiet = 1,
   };
+  if (test_device.backend == RECAP_BACKEND_CUDA) o.kv_bytes = POOL * g_block_bytes;
   recap_generator *g = NULL;
   CHECK_OK(recap_generator_create(spec, &o, &g));
   unsetenv("RECAP_DECODE_LOOP");
@@ -191,13 +195,47 @@ static void test_loop_runs_k_steps_per_launch(void) {
   remove_dir();
 }
 
+/* Four requests of one prompt length, admitted together: every decode step runs the same rows
+ * in the same bucket in both modes, so the tokens match on a GPU too (where another bucket
+ * could change a near tie). Two greedy, two seeded sampling. */
+static void test_loop_of_a_batch_gives_the_tokens_of_steps(void) {
+  make_dir();
+  char spec[512];
+  import_serving("qwen3", spec, sizeof spec);
+  job a[4], b[4];
+  memset(a, 0, sizeof a);
+  for (int i = 0; i < 4; i++) {
+    for (int k = 0; k < 8; k++) a[i].prompt[k] = (int32_t)((i * 37 + k * 11) % VOCAB);
+    a[i].r = (recap_request){.struct_size = sizeof(recap_request), .prompt = a[i].prompt,
+                             .prompt_len = 8, .max_new_tokens = 24, .has_seed = 1,
+                             .seed = 1000 + (uint64_t)i};
+    if (i >= 2) {
+      a[i].r.temperature = 0.8f;
+      a[i].r.top_p = 0.9f;
+    }
+  }
+  memcpy(b, a, sizeof b);
+  for (int i = 0; i < 4; i++) b[i].r.prompt = b[i].prompt;
+  recap_generator *g = generator_with_loop(spec, "16");
+  run_jobs(g, a, 4);
+  recap_generator_stats s;
+  CHECK_OK(recap_generator_stats_get(g, &s));
+  CHECK_OK(recap_generator_destroy(g));
+  g = generator_with_loop(spec, "0");
+  run_jobs(g, b, 4);
+  CHECK_OK(recap_generator_destroy(g));
+  expect_same_results(a, b, 4);
+  CU_ASSERT(s.loop_launches >= 2 && s.loop_steps >= 23);
+  remove_dir();
+}
+
 static void test_bad_loop_switch_is_refused(void) {
   make_dir();
   char spec[512];
   import_serving("qwen3", spec, sizeof spec);
   setenv("RECAP_DECODE_LOOP", "lots", 1);
   recap_generator_options o = {.struct_size = sizeof o, .override_device = 1,
-                               .device = {RECAP_BACKEND_HOST, 0}, .quiet = 1};
+                               .device = test_device, .quiet = 1};
   recap_generator *g = NULL;
   CHECK_STATUS(recap_generator_create(spec, &o, &g), RECAP_STATUS_INVALID_ARGUMENT);
   CHECK_ERROR_MENTIONS("RECAP_DECODE_LOOP='lots'");
@@ -253,9 +291,27 @@ static void test_a_fault_during_loops_fails_the_request(void) {
 
 /* ---- the loop API ---- */
 
+/* Polls a launch to its end (the host backend's has ended at launch; a GPU's may not have),
+ * collecting up to `capacity` entries. */
+static size_t poll_to_end(recap_decode_loop *loop, recap_loop_token *e, size_t capacity) {
+  size_t total = 0;
+  int finished = 0;
+  double deadline = test_scaled_seconds(30);
+  struct timespec t0, t;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  while (!finished) {
+    size_t n = 0;
+    CHECK_OK(recap_decode_loop_poll(loop, e + total, capacity - total, &n, &finished));
+    total += n;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    CU_ASSERT_FATAL((double)(t.tv_sec - t0.tv_sec) < deadline);
+  }
+  return total;
+}
+
 static recap_pipeline *decode_pipeline(const char *spec, recap_run_mode mode) {
   recap_pipeline_options po = {.struct_size = sizeof po, .override_device = 1,
-                               .device = {RECAP_BACKEND_HOST, 0}, .override_mode = 1,
+                               .device = test_device, .override_mode = 1,
                                .mode = mode, .entry = "decode"};
   recap_pipeline *p = NULL;
   CHECK_OK(recap_pipeline_create_file(spec, &po, &p));
@@ -288,11 +344,7 @@ static void test_loop_api_refusals(void) {
   CHECK_STATUS(recap_decode_loop_launch(loop, 1, 4, &limits, 0), RECAP_STATUS_BUSY);
   CHECK_STATUS(recap_decode_loop_destroy(loop), RECAP_STATUS_BUSY);
   recap_loop_token entries[8];
-  size_t n = 99;
-  int finished = 0;
-  CHECK_OK(recap_decode_loop_poll(loop, entries, 8, &n, &finished));
-  CU_ASSERT_EQUAL(n, 0);
-  CU_ASSERT_EQUAL(finished, 1);
+  CU_ASSERT_EQUAL(poll_to_end(loop, entries, 8), 0);
   CHECK_OK(recap_decode_loop_destroy(loop));
   recap_pipeline_destroy(p);
   remove_dir();
@@ -333,10 +385,7 @@ static void test_loop_api_ring_order_blocks_and_stamps(void) {
   recap_loop_limits limits[2] = {{.max_outputs = 100}, {.max_outputs = 4}};
   CHECK_OK(recap_decode_loop_launch(loop, 2, 8, limits, 0));
   recap_loop_token e[16];
-  size_t n = 0;
-  int finished = 0;
-  CHECK_OK(recap_decode_loop_poll(loop, e, 16, &n, &finished));
-  CU_ASSERT_EQUAL(finished, 1);
+  size_t n = poll_to_end(loop, e, 16);
   /* Row 0 writes positions 2 and 3, then position 4 has no block: 2 tokens. Row 1 samples
    * outputs 1, 2, 3 and stops at 4 outputs: 3 tokens. */
   int32_t expect_step[] = {0, 0, 1, 1, 2}, expect_row[] = {0, 1, 0, 1, 1};
@@ -359,13 +408,19 @@ static void test_loop_api_ring_order_blocks_and_stamps(void) {
 }
 
 int main(void) {
-  CU_pSuite gen = test_add_suite("decode loop/generator", NULL, NULL);
-  CU_ADD_TEST(gen, test_loop_gives_the_tokens_of_one_launch_per_step);
-  CU_ADD_TEST(gen, test_loop_runs_k_steps_per_launch);
-  CU_ADD_TEST(gen, test_bad_loop_switch_is_refused);
-  CU_ADD_TEST(gen, test_a_fault_during_loops_fails_the_request);
-  CU_pSuite api = test_add_suite("decode loop/api", NULL, NULL);
-  CU_ADD_TEST(api, test_loop_api_refusals);
-  CU_ADD_TEST(api, test_loop_api_ring_order_blocks_and_stamps);
+  /* Device-specific: also run on CUDA, where the loop is a real WHILE node. */
+  static const test_case tests[] = {
+      {"loop_gives_the_tokens_of_one_launch_per_step",
+       test_loop_gives_the_tokens_of_one_launch_per_step, false},
+      {"loop_runs_k_steps_per_launch", test_loop_runs_k_steps_per_launch, true},
+      {"loop_of_a_batch_gives_the_tokens_of_steps", test_loop_of_a_batch_gives_the_tokens_of_steps,
+       true},
+      {"bad_loop_switch_is_refused", test_bad_loop_switch_is_refused, false},
+      {"a_fault_during_loops_fails_the_request", test_a_fault_during_loops_fails_the_request,
+       false},
+      {"loop_api_refusals", test_loop_api_refusals, true},
+      {"loop_api_ring_order_blocks_and_stamps", test_loop_api_ring_order_blocks_and_stamps, true},
+  };
+  test_add_host_and_cuda_suites("decode loop", tests, sizeof tests / sizeof tests[0]);
   return test_run_all();
 }

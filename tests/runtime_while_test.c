@@ -360,7 +360,95 @@ static void test_while_mapped_free_rejects_foreign_pointer(void) {
   CHECK_OK(host()->host_free_mapped(0, NULL));
 }
 
+/* ---- on either backend: copies and the condition kernel only, so CUDA needs no test kernel ---- */
+
+static const recap__backend *device_backend(void) {
+  return recap__backend_get(test_device.backend);
+}
+
+static recap_stream *device_stream(void) {
+  recap_stream *s = NULL;
+  CU_ASSERT_EQUAL(recap_stream_create(test_device, 0, RECAP_STREAM_NON_BLOCKING, &s), RECAP_OK);
+  return s;
+}
+
+enum { SHIFT_N = 16 };
+
+/* Each iteration shifts buf left by one (through tmp: copies may not overlap) and continues
+ * while buf[0] is non-zero: with buf = 1, 1, 1, 0, 5, 6, ... the loop runs 3 times and leaves
+ * 0, 5, 6, ... behind. */
+static void test_while_shift_loop_runs_until_a_zero(void) {
+  const recap__backend *be = device_backend();
+  if (!be->while_begin) {
+    CU_FAIL("the backend has no WHILE nodes");
+    return;
+  }
+  recap_stream *s = device_stream(), *body = device_stream();
+  int32_t *buf = NULL, *tmp = NULL, host[SHIFT_N];
+  CHECK_OK(be->mem_alloc(test_device.index, sizeof host, (void **)&buf));
+  CHECK_OK(be->mem_alloc(test_device.index, sizeof host, (void **)&tmp));
+  for (int i = 0; i < SHIFT_N; i++) host[i] = i < 3 ? 1 : i == 3 ? 0 : i + 1;
+  recap__graph *graph = NULL;
+  recap__graph_exec *exec = NULL;
+  uint64_t handle = 0;
+  CHECK_OK(recap__capture_begin(s, RECAP_CAPTURE_MODE_GLOBAL));
+  CHECK_OK(be->while_begin(s, body, &handle));
+  CHECK_OK(be->memcpy_async(tmp, buf + 1, sizeof(int32_t) * (SHIFT_N - 1), body));
+  CHECK_OK(be->memcpy_async(buf, tmp, sizeof(int32_t) * (SHIFT_N - 1), body));
+  CHECK_OK(be->condition_set(body, handle, buf));
+  CHECK_OK(be->while_end(body));
+  CHECK_OK(recap__capture_end(s, &graph));
+  CHECK_OK(be->graph_instantiate(graph, &exec));
+  be->graph_destroy(graph);
+  for (int launch = 0; launch < 2; launch++) { /* the condition is 1 again at each launch */
+    CHECK_OK(be->memcpy_async(buf, host, sizeof host, s));
+    CHECK_OK(be->graph_launch(exec, s));
+    int32_t out[SHIFT_N];
+    CHECK_OK(be->memcpy_async(out, buf, sizeof out, s));
+    CHECK_OK(be->stream_synchronize(s));
+    CU_ASSERT_EQUAL(out[0], 0);
+    CU_ASSERT_EQUAL(out[1], 5);
+    CU_ASSERT_EQUAL(out[SHIFT_N - 4], SHIFT_N);
+  }
+  be->graph_exec_destroy(exec);
+  CHECK_OK(be->mem_free(test_device.index, buf));
+  CHECK_OK(be->mem_free(test_device.index, tmp));
+  recap_stream_destroy(body);
+  recap_stream_destroy(s);
+}
+
+/* A host function in the body: refused somewhere between the call and the instantiation (the
+ * host backend at the call; CUDA's driver at its own point, which the GPU run reports). */
+static void test_while_body_with_host_function_never_instantiates(void) {
+  const recap__backend *be = device_backend();
+  recap_stream *s = device_stream(), *body = device_stream();
+  uint64_t handle = 0;
+  CHECK_OK(recap__capture_begin(s, RECAP_CAPTURE_MODE_GLOBAL));
+  CHECK_OK(be->while_begin(s, body, &handle));
+  recap_status launched = be->launch_host(body, nothing_fn, NULL, 0);
+  recap_status ended = be->while_end(body);
+  recap__graph *graph = NULL;
+  recap_status captured = recap__capture_end(s, &graph);
+  recap__graph_exec *exec = NULL;
+  recap_status made = captured == RECAP_OK ? be->graph_instantiate(graph, &exec) : captured;
+  printf("\n  host function in a WHILE body: launch %s, while_end %s, capture_end %s, "
+         "instantiate %s: %s\n",
+         recap_status_name(launched), recap_status_name(ended), recap_status_name(captured),
+         recap_status_name(made), recap_last_error());
+  CU_ASSERT(launched != RECAP_OK || ended != RECAP_OK || captured != RECAP_OK || made != RECAP_OK);
+  if (exec) be->graph_exec_destroy(exec);
+  if (graph) be->graph_destroy(graph);
+  recap_stream_destroy(body);
+  recap_stream_destroy(s);
+}
+
 int main(void) {
+  static const test_case both[] = {
+      {"shift_loop_runs_until_a_zero", test_while_shift_loop_runs_until_a_zero, true},
+      {"body_with_host_function_never_instantiates",
+       test_while_body_with_host_function_never_instantiates, true},
+  };
+  test_add_host_and_cuda_suites("while", both, sizeof both / sizeof both[0]);
   CU_pSuite loops = test_add_suite("while/host", NULL, NULL);
   CU_ADD_TEST(loops, test_while_runs_body_until_condition_kernel_sets_zero);
   CU_ADD_TEST(loops, test_while_nested_loops_multiply_iterations);

@@ -5,10 +5,15 @@ bf16 weights, for timing: what the weights hold does not change the work. Runs w
 safetensors are (the GPU machine); a few seconds on a GPU.
 
     python3 tests/models/make_bench_checkpoint.py /tmp/llama-1b-shape
+
+Other shapes, where launch overhead matters more than bandwidth (the decode loop's benchmark):
+
+    python3 tests/models/make_bench_checkpoint.py /tmp/small --layers 4 --hidden 512 \
+        --heads 8 --kv-heads 2 --ffn 2048 --vocab 32000
 """
+import argparse
 import json
 import os
-import sys
 
 import torch
 from safetensors.torch import save_file
@@ -17,7 +22,20 @@ HIDDEN, LAYERS, HEADS, KV_HEADS, HEAD_DIM, FFN, VOCAB = 2048, 16, 32, 8, 64, 819
 
 
 def main():
-    folder = sys.argv[1]
+    global HIDDEN, LAYERS, HEADS, KV_HEADS, HEAD_DIM, FFN, VOCAB
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("folder")
+    parser.add_argument("--hidden", type=int, default=HIDDEN)
+    parser.add_argument("--layers", type=int, default=LAYERS)
+    parser.add_argument("--heads", type=int, default=HEADS)
+    parser.add_argument("--kv-heads", type=int, default=KV_HEADS)
+    parser.add_argument("--ffn", type=int, default=FFN)
+    parser.add_argument("--vocab", type=int, default=VOCAB)
+    args = parser.parse_args()
+    HIDDEN, LAYERS, HEADS, KV_HEADS, FFN, VOCAB = (args.hidden, args.layers, args.heads,
+                                                   args.kv_heads, args.ffn, args.vocab)
+    HEAD_DIM = HIDDEN // HEADS
+    folder = args.folder
     os.makedirs(folder, exist_ok=True)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     g = torch.Generator(device=device).manual_seed(11)
