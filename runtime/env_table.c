@@ -67,8 +67,7 @@ static const recap__env_var table[] = {
      .kind = RECAP__ENV_INT,
      .values = "a step count, 0 to 4096",
      .fallback = "32",
-     .summary = "the generator's decode loops: most decode steps per graph launch (0: one "
-                "launch per step)",
+     .summary = "most decode steps per graph launch in the generator (0: one per step)",
      .details = "A WHILE conditional node replays the decode step on the device until every "
                 "sequence has stopped, this many steps have run, or the engine asks for a "
                 "return (docs/SERVING.md, \"The decode loop\"). Without conditional nodes "

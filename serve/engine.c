@@ -229,13 +229,16 @@ static recap_status complete_iteration(recap_generator *g, const recap__step *st
   g->stats.loop_steps++;
   publish_step(g, step, pinned);
   publish_counts(g);
-  *asked = g->num_incoming > 0 || g->cancels_pending || g->stopping;
   deliver_and_unpin(g, pinned);
+  /* After the callbacks: a callback may have cancelled or submitted. */
+  *asked = g->num_incoming > 0 || g->cancels_pending || g->stopping;
   pthread_mutex_unlock(&g->lock);
   return RECAP_OK;
 }
 
-/* After a failure: ends the launch and waits for it, so the runner is free again. */
+/* Ends the launch and waits for it, so the runner is free again; what it still produces is
+ * dropped (the steps after the last completed iteration run again, with the same tokens: the
+ * KV positions they wrote are written again, and sampling is keyed by the output index). */
 static void drain_loop(recap_generator *g) {
   int finished = 0;
   recap__runner_loop_return(g->runner);
@@ -249,7 +252,8 @@ static void drain_loop(recap_generator *g) {
 }
 
 /* (c) to (e) for a step run as a decode loop: `first` is its first iteration's plan, every
- * later iteration's is planned after the one before it completed. */
+ * later iteration's is planned after the one before it completed. A submit, a cancel or
+ * destroy ends it at the next iteration boundary, as it would end a run of steps. */
 static recap_status run_loop(recap_generator *g, const recap__step *first,
                              recap__request **pinned) {
   int64_t k = recap__sched_reserve_steps(g->sched, recap__runner_loop_max_steps(g->runner));
@@ -267,7 +271,7 @@ static recap_status run_loop(recap_generator *g, const recap__step *first,
   int32_t iteration = 0;
   size_t have = 0;
   int finished = 0;
-  bool asked = false, return_sent = false;
+  bool asked = false;
   recap_status st = RECAP_OK;
   while (st == RECAP_OK) {
     size_t got = 0;
@@ -295,25 +299,19 @@ static recap_status run_loop(recap_generator *g, const recap__step *first,
       have -= n;
       iteration++;
       step = NULL;
-      if (st == RECAP_OK && asked && !return_sent) {
-        st = recap__runner_loop_return(g->runner);
-        return_sent = true;
-      }
+      if (asked) break;
     }
-    if (st != RECAP_OK || finished) break;
+    if (st != RECAP_OK || finished || asked) break;
     if (got == 0) {
       /* Something else may need the engine: a submit or cancel since the last iteration. */
       pthread_mutex_lock(&g->lock);
       asked = g->num_incoming > 0 || g->cancels_pending || g->stopping;
       pthread_mutex_unlock(&g->lock);
-      if (asked && !return_sent) {
-        st = recap__runner_loop_return(g->runner);
-        return_sent = true;
-      }
+      if (asked) break;
       nanosleep(&(struct timespec){.tv_nsec = LOOP_POLL_NS}, NULL);
     }
   }
-  if (st != RECAP_OK && !finished) drain_loop(g);
+  if (!finished) drain_loop(g);
   return st;
 }
 
