@@ -76,9 +76,10 @@ static const cli_option bench_loop_options[] = {
              "to stderr); it records the GPU, driver and library versions"},
     {0}};
 const cli_help cli_bench_loop_help = {
-    .synopsis = "recap bench-loop SPEC [--batch 1,8] [--context N] [--tokens N] [--steps K]\n"
-                "                 [--poll-us N] [--repeats N] [--device cuda|host]\n"
-                "                 [--base-dir DIR] [--json FILE]",
+    .synopsis =
+        "recap bench-loop SPEC [--batch 1,8] [--context N] [--tokens N] [--steps K]\n"
+        "                 [--poll-us N] [--repeats N] [--device cuda|host]\n"
+        "                 [--base-dir DIR] [--json FILE]",
     .description =
         "Times the decode loop (many decode steps per graph launch, a WHILE node) against one\n"
         "launch per step, on the decode entry of a paged serving spec: per batch, wall time per\n"
@@ -148,8 +149,8 @@ static uint64_t now_ns(void) {
 static double cpu_s(void) {
   struct rusage u;
   getrusage(RUSAGE_SELF, &u);
-  return (double)u.ru_utime.tv_sec + (double)u.ru_utime.tv_usec * 1e-6 +
-         (double)u.ru_stime.tv_sec + (double)u.ru_stime.tv_usec * 1e-6;
+  return (double)u.ru_utime.tv_sec + (double)u.ru_utime.tv_usec * 1e-6 + (double)u.ru_stime.tv_sec +
+         (double)u.ru_stime.tv_usec * 1e-6;
 }
 
 static void poll_pause(const loop_args *a) {
@@ -267,8 +268,8 @@ static recap_status time_step_ahead(recap_pipeline *p, int64_t batch, const loop
     if (k < a->tokens) {
       st = recap_pipeline_run_async(p, batch, NULL);
       if (st == RECAP_OK)
-        st = recap_memcpy_async(host_tokens[k % 2], tokens.data, sizeof(int32_t) * (size_t)batch,
-                                s);
+        st =
+            recap_memcpy_async(host_tokens[k % 2], tokens.data, sizeof(int32_t) * (size_t)batch, s);
       if (st == RECAP_OK) st = recap_event_record(done[k % 2], s);
     }
     if (st == RECAP_OK && k > 0) st = wait_event(done[(k - 1) % 2], a);
@@ -357,7 +358,8 @@ static recap_status run_batch(recap_pipeline *p, recap_decode_loop *loop,
   recap_loop_token *entries = calloc(capacity, sizeof *entries);
   double *samples = calloc((size_t)(3 * a->repeats), sizeof *samples);
   double *delays = calloc((size_t)(a->tokens * batch), sizeof *delays);
-  double *gaps = calloc((size_t)a->tokens, sizeof *gaps), *steps = calloc((size_t)a->tokens, sizeof *steps);
+  double *gaps = calloc((size_t)a->tokens, sizeof *gaps),
+         *steps = calloc((size_t)a->tokens, sizeof *steps);
   int32_t *pinned = NULL;
   recap_event *done[2] = {NULL, NULL};
   recap_pipeline_info info;
@@ -365,8 +367,7 @@ static recap_status run_batch(recap_pipeline *p, recap_decode_loop *loop,
                         ? recap_pipeline_info_get(p, &info)
                         : RECAP_STATUS_OUT_OF_MEMORY;
   for (int64_t b = 0; b < batch && limits; b++) limits[b].max_outputs = INT32_MAX;
-  if (st == RECAP_OK)
-    st = recap_host_malloc(2 * sizeof(int32_t) * (size_t)batch, (void **)&pinned);
+  if (st == RECAP_OK) st = recap_host_malloc(2 * sizeof(int32_t) * (size_t)batch, (void **)&pinned);
   if (st == RECAP_OK) st = recap_event_create(info.device, 0, &done[0]);
   if (st == RECAP_OK) st = recap_event_create(info.device, 0, &done[1]);
   int32_t *bufs[2] = {pinned, pinned ? pinned + batch : NULL};
@@ -415,7 +416,8 @@ static recap_status run_batch(recap_pipeline *p, recap_decode_loop *loop,
   size_t num_gaps = 0, num_steps = 0;
   for (int64_t i = 0; st == RECAP_OK && i < ran; i++) {
     steps[num_steps++] = (double)(stamps[2 * i + 1] - stamps[2 * i]) * 1e-3;
-    if (i + 1 < ran) gaps[num_gaps++] = ((double)stamps[2 * i + 2] - (double)stamps[2 * i + 1]) * 1e-3;
+    if (i + 1 < ran)
+      gaps[num_gaps++] = ((double)stamps[2 * i + 2] - (double)stamps[2 * i + 1]) * 1e-3;
   }
   r->gap_us_median = percentile(gaps, num_gaps, 0.5);
   r->gap_us_p90 = percentile(gaps, num_gaps, 0.9);
@@ -468,9 +470,10 @@ static int run(const loop_args *a, recap_pipeline *p, const loop_shape *s) {
     recap_decode_loop_destroy(loop);
     return CLI_EXIT_FAILURE;
   }
-  printf("%s: context %lld, %lld steps per timing, loops of %lld steps, polls every %lld us, "
-         "median of %lld\n\n",
-         a->path, a->context, a->tokens, a->steps, a->poll_us, a->repeats);
+  printf(
+      "%s: context %lld, %lld steps per timing, loops of %lld steps, polls every %lld us, "
+      "median of %lld\n\n",
+      a->path, a->context, a->tokens, a->steps, a->poll_us, a->repeats);
   printf("%6s %-11s %12s %10s %14s\n", "batch", "mode", "ms/step", "tokens/s", "CPU us/token");
   json_t *rows = json_array();
   int rc = rows ? CLI_EXIT_OK : CLI_EXIT_FAILURE;
@@ -490,26 +493,27 @@ static int run(const loop_args *a, recap_pipeline *p, const loop_shape *s) {
       printf("%6" PRId64 " %-11s %12.4f %10.0f %14.2f\n", r.batch, modes[m].name,
              modes[m].t->wall_ms, (double)r.batch / (modes[m].t->wall_ms * 1e-3),
              modes[m].t->cpu_us);
-    printf("%6s loop: %.4f of step-sync, %.4f of step-ahead; CPU %.3f of step-sync; GPU step "
-           "%.1f us, gap between steps median %.2f us (p90 %.2f); token delivery p50 %.1f us, "
-           "p99 %.1f us\n",
-           "", r.loop.wall_ms / r.sync.wall_ms, r.loop.wall_ms / r.ahead.wall_ms,
-           r.loop.cpu_us / r.sync.cpu_us, r.step_us_median, r.gap_us_median, r.gap_us_p90,
-           r.delay_us_p50, r.delay_us_p99);
-    json_t *row = json_pack("{sI so so so sf sf sf sf sf}", "batch", (json_int_t)r.batch,
-                            "step_sync", mode_json(&r.sync, r.batch), "step_ahead",
-                            mode_json(&r.ahead, r.batch), "loop", mode_json(&r.loop, r.batch),
-                            "gpu_step_us_median", r.step_us_median, "gpu_gap_us_median",
-                            r.gap_us_median, "gpu_gap_us_p90", r.gap_us_p90, "delivery_us_p50",
-                            r.delay_us_p50, "delivery_us_p99", r.delay_us_p99);
+    printf(
+        "%6s loop: %.4f of step-sync, %.4f of step-ahead; CPU %.3f of step-sync; GPU step "
+        "%.1f us, gap between steps median %.2f us (p90 %.2f); token delivery p50 %.1f us, "
+        "p99 %.1f us\n",
+        "", r.loop.wall_ms / r.sync.wall_ms, r.loop.wall_ms / r.ahead.wall_ms,
+        r.loop.cpu_us / r.sync.cpu_us, r.step_us_median, r.gap_us_median, r.gap_us_p90,
+        r.delay_us_p50, r.delay_us_p99);
+    json_t *row =
+        json_pack("{sI so so so sf sf sf sf sf}", "batch", (json_int_t)r.batch, "step_sync",
+                  mode_json(&r.sync, r.batch), "step_ahead", mode_json(&r.ahead, r.batch), "loop",
+                  mode_json(&r.loop, r.batch), "gpu_step_us_median", r.step_us_median,
+                  "gpu_gap_us_median", r.gap_us_median, "gpu_gap_us_p90", r.gap_us_p90,
+                  "delivery_us_p50", r.delay_us_p50, "delivery_us_p99", r.delay_us_p99);
     json_array_append_new(rows, row);
   }
   recap_pipeline_info info;
   if (rc == CLI_EXIT_OK && a->json_path && recap_pipeline_info_get(p, &info) == RECAP_OK) {
-    json_t *root = json_pack("{ss sI sI sI sI so}", "spec", a->path, "context",
-                             (json_int_t)a->context, "tokens", (json_int_t)a->tokens, "steps",
-                             (json_int_t)a->steps, "poll_us", (json_int_t)a->poll_us, "results",
-                             rows);
+    json_t *root =
+        json_pack("{ss sI sI sI sI so}", "spec", a->path, "context", (json_int_t)a->context,
+                  "tokens", (json_int_t)a->tokens, "steps", (json_int_t)a->steps, "poll_us",
+                  (json_int_t)a->poll_us, "results", rows);
     rows = NULL;
     if (!cli_write_json(CMD, root, info.device, a->json_path)) rc = CLI_EXIT_FAILURE;
     json_decref(root);

@@ -72,8 +72,7 @@ void cli_env_print_help(FILE *out);
 extern const cli_help cli_info_help, cli_validate_help, cli_plan_help, cli_ops_help, cli_dot_help,
     cli_run_help, cli_import_hf_help, cli_generate_help, cli_bench_help, cli_bench_ops_help,
     cli_bench_capture_help, cli_bench_decode_help, cli_bench_loop_help, cli_serve_bench_help,
-    cli_memviz_help,
-    cli_launch_help, cli_env_help, cli_schema_help;
+    cli_memviz_help, cli_launch_help, cli_env_help, cli_schema_help;
 /* Option tables that another command's help lists: a distributed run's flags (launch.c, for
  * run) and serve-bench --generate's (serve_generate.c). */
 extern const cli_option cli_run_dist_options[], cli_serve_generate_options[];

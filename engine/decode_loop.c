@@ -17,13 +17,14 @@
  * block the host writes before it, the ring and its published count that the device writes,
  * the return request the host may write while it runs, and the step stamps.
  */
+#include "kernels/decode_loop.h"
+
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "engine/ir.h"
 #include "engine/pipeline.h"
-#include "kernels/decode_loop.h"
 #include "runtime/backend.h"
 #include "runtime/error.h"
 
@@ -43,11 +44,11 @@ struct recap_decode_loop {
   size_t block_bytes, capacity;
   void *mapped;
   mapped_parts parts;
-  int32_t *state; /* device copy of the launch block, updated by the control kernel */
+  int32_t *state;       /* device copy of the launch block, updated by the control kernel */
   recap_graph **graphs; /* per bucket */
   recap_event *done;
-  bool running;     /* launched and not yet polled to its end */
-  int32_t read;     /* entries handed out by poll */
+  bool running;       /* launched and not yet polled to its end */
+  int32_t read;       /* entries handed out by poll */
   int64_t last_steps; /* steps the last finished launch ran */
 };
 
@@ -159,8 +160,8 @@ recap_status recap_decode_loop_create(recap_pipeline *p, int64_t max_steps, int 
   const size_t num_buckets = p->model->num_buckets;
   loop->rows = p->views[(num_buckets - 1) * p->num_tensors + (size_t)seqs].shape[0];
   loop->capacity = (size_t)max_steps * (size_t)loop->rows;
-  loop->block_bytes = sizeof(int32_t) * (size_t)(RECAP__LOOP_STATE_INTS +
-                                                 loop->rows * RECAP__LOOP_LIMIT_WIDTH);
+  loop->block_bytes =
+      sizeof(int32_t) * (size_t)(RECAP__LOOP_STATE_INTS + loop->rows * RECAP__LOOP_LIMIT_WIDTH);
   const size_t line = 128;
   size_t at_published = round_up(loop->block_bytes, line);
   size_t at_stop = at_published + line, at_ring = at_stop + line;
@@ -178,7 +179,8 @@ recap_status recap_decode_loop_create(recap_pipeline *p, int64_t max_steps, int 
     };
     st = recap_malloc(p->device, loop->block_bytes, p->stream, (void **)&loop->state);
   }
-  if (st == RECAP_OK) st = recap_stream_create(p->device, 0, RECAP_STREAM_NON_BLOCKING, &loop->body);
+  if (st == RECAP_OK)
+    st = recap_stream_create(p->device, 0, RECAP_STREAM_NON_BLOCKING, &loop->body);
   if (st == RECAP_OK) st = recap_event_create(p->device, 0, &loop->done);
   if (st == RECAP_OK) {
     loop->graphs = calloc(num_buckets, sizeof *loop->graphs);
@@ -239,8 +241,8 @@ recap_status recap_decode_loop_launch(recap_decode_loop *loop, int64_t batch, in
   return RECAP_OK;
 }
 
-recap_status recap_decode_loop_poll(recap_decode_loop *loop, recap_loop_token *out,
-                                    size_t capacity, size_t *count, int *finished) {
+recap_status recap_decode_loop_poll(recap_decode_loop *loop, recap_loop_token *out, size_t capacity,
+                                    size_t *count, int *finished) {
   RECAP_CHECK_ARG(loop && (out || capacity == 0) && count && finished);
   *count = 0;
   *finished = !loop->running;

@@ -1536,8 +1536,8 @@ typedef struct recap_decode_loop recap_decode_loop;
 
 /* One token a loop produced; entries come in step order, rows in order within a step. */
 typedef struct {
-  int32_t step;     /* the iteration of the launch (0: its first step) */
-  int32_t row;      /* the row of seqs */
+  int32_t step; /* the iteration of the launch (0: its first step) */
+  int32_t row;  /* the row of seqs */
   int32_t token;
   int32_t reserved;
   uint64_t time_ns; /* when the device wrote it: %globaltimer on CUDA, CLOCK_MONOTONIC on host */

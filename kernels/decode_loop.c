@@ -45,14 +45,14 @@ static recap_status host_control(void *p) {
         return RECAP_FAIL(RECAP_STATUS_INTERNAL,
                           "the decode loop's ring of %lld entries is full at iteration %d",
                           (long long)a->capacity, iteration);
-      a->ring[written++] = (recap_loop_token){
-          .step = iteration, .row = (int32_t)r, .token = token, .time_ns = time};
+      a->ring[written++] =
+          (recap_loop_token){.step = iteration, .row = (int32_t)r, .token = token, .time_ns = time};
     }
     /* Outputs so far: decode_advance moved a running row's OUT_INDEX on, not a stopped one's. */
     const bool runs = row[RECAP_SEQ_Q_LEN] > 0;
     const int32_t outputs = row[RECAP_SEQ_OUT_INDEX] + (runs ? 0 : 1);
     const bool done = token >= 0 && (outputs >= limits[RECAP__LOOP_LIMIT_MAX_OUTPUTS] ||
-                                      is_stop_id(limits, token));
+                                     is_stop_id(limits, token));
     ended = ended || done;
     if (!runs) continue;
     if (done) {
@@ -68,8 +68,8 @@ static recap_status host_control(void *p) {
   state[RECAP__LOOP_WRITTEN] = written;
   if (a->stamps) a->stamps[2 * iteration + 1] = time;
   atomic_store_explicit((_Atomic int32_t *)a->published, written, memory_order_release);
-  const bool asked = atomic_load_explicit((_Atomic int32_t *)a->stop_request,
-                                          memory_order_acquire) != 0;
+  const bool asked =
+      atomic_load_explicit((_Atomic int32_t *)a->stop_request, memory_order_acquire) != 0;
   state[RECAP__LOOP_CONTINUE] = running > 0 && iteration + 1 < state[RECAP__LOOP_MAX_STEPS] &&
                                 !asked && !(ended && state[RECAP__LOOP_RETURN_ON_STOP]);
   return RECAP_OK;
@@ -97,12 +97,14 @@ recap_status recap__decode_loop_control(recap_stream *stream, const recap__decod
 #endif
 }
 
-recap_status recap__decode_loop_stamp(recap_stream *stream, uint64_t *stamps, const int32_t *state) {
+recap_status recap__decode_loop_stamp(recap_stream *stream, uint64_t *stamps,
+                                      const int32_t *state) {
   stamp_args a = {stamps, state};
   if (stream->backend->launch_kernel)
     return stream->backend->launch_kernel(stream, host_stamp, &a, sizeof a);
 #if RECAP_WITH_CUDA
-  RECAP_CUDA_TRY((cudaError_t)recap__decode_loop_cuda_stamp(stamps, state, recap_stream_native(stream)));
+  RECAP_CUDA_TRY(
+      (cudaError_t)recap__decode_loop_cuda_stamp(stamps, state, recap_stream_native(stream)));
   return RECAP_OK;
 #else
   return RECAP_FAIL(RECAP_STATUS_NOT_SUPPORTED, "the decode loop has no CUDA kernel in this build");

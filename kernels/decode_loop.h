@@ -22,10 +22,10 @@ extern "C" {
 #endif
 
 enum {
-  RECAP__LOOP_ITERATION = 0, /* iterations completed in this launch */
-  RECAP__LOOP_MAX_STEPS = 1, /* the launch's K */
-  RECAP__LOOP_CONTINUE = 2,  /* 1 while another iteration follows */
-  RECAP__LOOP_WRITTEN = 3,   /* ring entries written in this launch */
+  RECAP__LOOP_ITERATION = 0,      /* iterations completed in this launch */
+  RECAP__LOOP_MAX_STEPS = 1,      /* the launch's K */
+  RECAP__LOOP_CONTINUE = 2,       /* 1 while another iteration follows */
+  RECAP__LOOP_WRITTEN = 3,        /* ring entries written in this launch */
   RECAP__LOOP_RETURN_ON_STOP = 4, /* nonzero: end after an iteration in which a row ended */
   RECAP__LOOP_STATE_INTS = 5,
   RECAP__LOOP_LIMIT_MAX_OUTPUTS = 0,
@@ -37,9 +37,9 @@ enum {
 typedef struct {
   int32_t *seqs; /* [rows, width]: the decode step's metadata, after decode_advance */
   int64_t rows, width;
-  const int32_t *tokens; /* [rows]: the step's samples (-1: the row had no token) */
-  int32_t *ids;          /* the next step's packed ids */
-  int32_t *state;        /* RECAP__LOOP_STATE_INTS, then the rows' limits */
+  const int32_t *tokens;  /* [rows]: the step's samples (-1: the row had no token) */
+  int32_t *ids;           /* the next step's packed ids */
+  int32_t *state;         /* RECAP__LOOP_STATE_INTS, then the rows' limits */
   recap_loop_token *ring; /* mapped host memory: `capacity` entries */
   int64_t capacity;
   int32_t *published;          /* mapped: entries the host may read (written after them) */

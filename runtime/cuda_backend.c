@@ -31,9 +31,9 @@
 #include <string.h>
 
 #include "runtime/backend.h"
+#include "runtime/conditional.h"
 #include "runtime/cuda_archs.h"
 #include "runtime/cuda_check.h"
-#include "runtime/conditional.h"
 
 _Static_assert(sizeof(cudaIpcEventHandle_t) == sizeof(recap_ipc_event_handle),
                "recap_ipc_event_handle must hold a cudaIpcEventHandle_t exactly");
@@ -811,8 +811,8 @@ static recap_status cuda_while_begin(recap_stream *stream, recap_stream *body, u
   RECAP_TRY(guard_enter(&guard, stream->device.index));
   recap_status st = RECAP_OK;
   cudaGraphConditionalHandle h = 0;
-  RECAP_CUDA_TRY_GOTO(st, cudaGraphConditionalHandleCreate(&h, graph, 1, cudaGraphCondAssignDefault),
-                      done);
+  RECAP_CUDA_TRY_GOTO(
+      st, cudaGraphConditionalHandleCreate(&h, graph, 1, cudaGraphCondAssignDefault), done);
   struct cudaGraphNodeParams params;
   memset(&params, 0, sizeof params);
   params.type = cudaGraphNodeTypeConditional;
@@ -821,10 +821,9 @@ static recap_status cuda_while_begin(recap_stream *stream, recap_stream *body, u
   params.conditional.size = 1;
   cudaGraphNode_t node = NULL;
   RECAP_CUDA_TRY_GOTO(st, cudaGraphAddNode(&node, graph, deps, edges, num_deps, &params), done);
-  RECAP_CUDA_TRY_GOTO(st,
-                      cudaStreamUpdateCaptureDependencies(s, &node, NULL, 1,
-                                                          cudaStreamSetCaptureDependencies),
-                      done);
+  RECAP_CUDA_TRY_GOTO(
+      st, cudaStreamUpdateCaptureDependencies(s, &node, NULL, 1, cudaStreamSetCaptureDependencies),
+      done);
   RECAP_CUDA_TRY_GOTO(st,
                       cudaStreamBeginCaptureToGraph(b, params.conditional.phGraph_out[0], NULL,
                                                     NULL, 0, capture_mode_of(s)),
@@ -852,10 +851,8 @@ static recap_status cuda_condition_set(recap_stream *stream, uint64_t handle, co
   device_guard guard;
   RECAP_TRY(guard_enter(&guard, stream->device.index));
   recap_status st = RECAP_OK;
-  RECAP_CUDA_TRY_GOTO(st,
-                      (cudaError_t)recap__cuda_launch_condition_set(handle, flag,
-                                                                    native_stream(stream)),
-                      done);
+  RECAP_CUDA_TRY_GOTO(
+      st, (cudaError_t)recap__cuda_launch_condition_set(handle, flag, native_stream(stream)), done);
 done:
   guard_exit(&guard);
   return st;

@@ -162,7 +162,7 @@ struct host_capture {
   pthread_t thread; /* that began it: the unsafe-call rules depend on it */
   bool invalidated;
   char reason[REASON_CAPACITY]; /* the first illegal call */
-  recap__graph *graph;  /* a WHILE body's: owned by its node; NULL once orphaned */
+  recap__graph *graph;          /* a WHILE body's: owned by its node; NULL once orphaned */
   host_stream *members; /* origin and every stream that joined */
   host_capture *next;
   /* A WHILE body's capture (while_begin): the capture holding its node, NULL when that one
@@ -281,9 +281,8 @@ static const char *body_rule_broken(const recap__host_node *node, char *why, siz
              "memory frees are host functions too) may not be in a WHILE body: it may hold only "
              "kernel, empty, memcpy, memset, child-graph and conditional nodes";
     case RECAP__HOST_NODE_MEMCPY:
-      if (node->u.copy.bytes == 0 ||
-          (device_accessible(node->u.copy.dst, node->u.copy.bytes) &&
-           device_accessible(node->u.copy.src, node->u.copy.bytes)))
+      if (node->u.copy.bytes == 0 || (device_accessible(node->u.copy.dst, node->u.copy.bytes) &&
+                                      device_accessible(node->u.copy.src, node->u.copy.bytes)))
         return NULL;
       snprintf(why, why_size,
                "a memcpy of %zu bytes from %p to %p in a WHILE body touches memory that is "
@@ -301,7 +300,8 @@ static const char *body_rule_broken(const recap__host_node *node, char *why, siz
       return why;
     case RECAP__HOST_NODE_CHILD:
     case RECAP__HOST_NODE_WHILE: {
-      const recap__graph *g = node->kind == RECAP__HOST_NODE_CHILD ? node->u.child : node->u.loop.body;
+      const recap__graph *g =
+          node->kind == RECAP__HOST_NODE_CHILD ? node->u.child : node->u.loop.body;
       for (size_t i = 0; i < g->count; i++) {
         const char *broken = body_rule_broken(&g->nodes[i], why, why_size);
         if (broken) return broken;
@@ -921,10 +921,10 @@ static recap_status host_capture_end(recap_stream *stream, recap__graph **out) {
   if (!c || c->origin != hs || c->body) {
     pthread_mutex_unlock(&capture_lock);
     return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "%s",
-                      !c         ? "the stream is not capturing"
-                      : c->body  ? "the stream captures a WHILE body; end it with while_end"
-                                 : "the stream joined a capture begun on another stream; end it "
-                                   "there");
+                      !c        ? "the stream is not capturing"
+                      : c->body ? "the stream captures a WHILE body; end it with while_end"
+                                : "the stream joined a capture begun on another stream; end it "
+                                  "there");
   }
   recap_status st = recap__host_check_fault();
   if (st == RECAP_OK && c->invalidated)
@@ -1038,8 +1038,8 @@ static recap_status host_while_end(recap_stream *body) {
   }
   recap_status st = recap__host_check_fault();
   if (st == RECAP_OK && c->invalidated)
-    st = RECAP_FAIL(RECAP_STATUS_CAPTURE_INVALIDATED, "the WHILE body's capture was invalidated: %s",
-                    c->reason);
+    st = RECAP_FAIL(RECAP_STATUS_CAPTURE_INVALIDATED,
+                    "the WHILE body's capture was invalidated: %s", c->reason);
   if (st == RECAP_OK && c->open_bodies > 0)
     st = RECAP_FAIL(RECAP_STATUS_CAPTURE_INVALIDATED,
                     "a WHILE body begun inside this body is still being captured");

@@ -206,8 +206,8 @@ static recap_status loop_disagrees(int32_t iteration, const char *what) {
  * the step `step` (its plan) would have had them. Entered and left without the lock; *asked
  * says whether something now waits for the loop to return. */
 static recap_status complete_iteration(recap_generator *g, const recap__step *step, int rows,
-                                       const recap_loop_token *entries, size_t n,
-                                       int32_t iteration, recap__request **pinned, bool *asked) {
+                                       const recap_loop_token *entries, size_t n, int32_t iteration,
+                                       recap__request **pinned, bool *asked) {
   if ((size_t)step->num_decode != n) return loop_disagrees(iteration, "another number of rows ran");
   for (int i = 0; i < step->num_decode; i++) {
     int row = 0;
@@ -217,8 +217,8 @@ static recap_status complete_iteration(recap_generator *g, const recap__step *st
     if (row == rows || e == n) return loop_disagrees(iteration, "a running sequence got no token");
     int32_t token = entries[e].token;
     if (token < 0 || token >= g->shape->vocab)
-      return RECAP_FAIL(RECAP_STATUS_INTERNAL, "the decode loop sampled token %d for row %d",
-                        token, row);
+      return RECAP_FAIL(RECAP_STATUS_INTERNAL, "the decode loop sampled token %d for row %d", token,
+                        row);
     g->decode_tokens[i] = token;
   }
   recap__sched_complete(g->sched, g->prefill_tokens, g->decode_tokens);

@@ -473,8 +473,8 @@ static recap_status decode_rows_in(recap__runner *r, const recap__step *step) {
     e->ids[i] = seq->tokens[seq->num_tokens - 1];
   }
   RECAP_TRY(copy_rows_in(e->p, "ids", e->ids_bucketed, e->ids, sizeof *e->ids, n, e->max_tokens));
-  return copy_rows_in(e->p, "seqs", e->seqs_bucketed, e->seqs, sizeof *e->seqs * (size_t)width,
-                      n, e->rows);
+  return copy_rows_in(e->p, "seqs", e->seqs_bucketed, e->seqs, sizeof *e->seqs * (size_t)width, n,
+                      e->rows);
 }
 
 int64_t recap__runner_loop_max_steps(const recap__runner *r) {
@@ -497,8 +497,8 @@ recap_status recap__runner_loop_launch(recap__runner *r, const recap__sched *s,
     st = recap_decode_loop_launch(r->loop, n, steps, r->limits,
                                   return_on_stop ? RECAP_LOOP_RETURN_ON_STOP : 0);
   if (st != RECAP_OK)
-    return recap__error_context(st, "decode loop of %" PRId64 " sequences, up to %" PRId64
-                                    " steps: ", n, steps);
+    return recap__error_context(
+        st, "decode loop of %" PRId64 " sequences, up to %" PRId64 " steps: ", n, steps);
   return RECAP_OK;
 }
 

@@ -68,8 +68,7 @@ int64_t recap__runner_loop_max_steps(const recap__runner *r);
  * return_on_stop the loop ends after a step in which a row ended. Returns at once; poll it to
  * its end before anything else runs. */
 recap_status recap__runner_loop_launch(recap__runner *r, const recap__sched *s,
-                                       const recap__step *step, int64_t steps,
-                                       bool return_on_stop);
+                                       const recap__step *step, int64_t steps, bool return_on_stop);
 /* The tokens that arrived since the last poll (see recap_decode_loop_poll). */
 recap_status recap__runner_loop_poll(recap__runner *r, recap_loop_token *out, size_t capacity,
                                      size_t *count, int *finished);

@@ -320,8 +320,8 @@ int64_t recap__sched_reserve_steps(recap__sched *s, int64_t max_steps) {
     if (needed <= s->pool.num_free) break;
   }
   for (int i = 0; i < step->num_decode; i++) {
-    bool covered = recap__blocks_cover(&s->pool, &step->decode[i]->blocks,
-                                       loop_positions(step->decode[i], k));
+    bool covered =
+        recap__blocks_cover(&s->pool, &step->decode[i]->blocks, loop_positions(step->decode[i], k));
     assert(covered); /* counted above */
     (void)covered;
   }

@@ -36,7 +36,8 @@ static uint64_t g_block_bytes;
 
 static void import_serving(const char *model, char *spec, size_t size) {
   g_block_bytes = import_paged_fixture(
-      model, PAGED_IMPORT_OPTIONS(MAX_SEQ, BLOCK, POOL, PREFILL_SEQS, DECODE_BUCKETS, PREFILL_BUCKETS),
+      model,
+      PAGED_IMPORT_OPTIONS(MAX_SEQ, BLOCK, POOL, PREFILL_SEQS, DECODE_BUCKETS, PREFILL_BUCKETS),
       spec, size);
 }
 
@@ -160,10 +161,11 @@ static void test_loop_gives_the_tokens_of_one_launch_per_step(void) {
    * number of decode steps may differ, each request's tokens may not. */
   CU_ASSERT_EQUAL(ls.graph_steps, ls.prefill_steps + ls.decode_steps);
   CU_ASSERT(ls.preemptions > 0 || ss.preemptions > 0); /* the pool was tight */
-  printf("\n  %d requests: %llu decode steps, %llu in %llu loop launches; %d stops, %d to the "
-         "maximum sequence\n",
-         N, (unsigned long long)ls.decode_steps, (unsigned long long)ls.loop_steps,
-         (unsigned long long)ls.loop_launches, stops, full);
+  printf(
+      "\n  %d requests: %llu decode steps, %llu in %llu loop launches; %d stops, %d to the "
+      "maximum sequence\n",
+      N, (unsigned long long)ls.decode_steps, (unsigned long long)ls.loop_steps,
+      (unsigned long long)ls.loop_launches, stops, full);
   free(looped);
   free(stepped);
   remove_dir();
@@ -175,8 +177,8 @@ static void test_loop_runs_k_steps_per_launch(void) {
   char spec[512];
   import_serving("qwen3", spec, sizeof spec);
   int32_t prompt[5] = {3, 14, 15, 92, 65};
-  recap_request r = {.struct_size = sizeof r, .prompt = prompt, .prompt_len = 5,
-                     .max_new_tokens = 20};
+  recap_request r = {
+      .struct_size = sizeof r, .prompt = prompt, .prompt_len = 5, .max_new_tokens = 20};
   job a = {.r = r}, b = {.r = r};
   recap_generator *g = generator_with_loop(spec, "8");
   run_jobs(g, &a, 1);
@@ -206,8 +208,11 @@ static void test_loop_of_a_batch_gives_the_tokens_of_steps(void) {
   memset(a, 0, sizeof a);
   for (int i = 0; i < 4; i++) {
     for (int k = 0; k < 8; k++) a[i].prompt[k] = (int32_t)((i * 37 + k * 11) % VOCAB);
-    a[i].r = (recap_request){.struct_size = sizeof(recap_request), .prompt = a[i].prompt,
-                             .prompt_len = 8, .max_new_tokens = 24, .has_seed = 1,
+    a[i].r = (recap_request){.struct_size = sizeof(recap_request),
+                             .prompt = a[i].prompt,
+                             .prompt_len = 8,
+                             .max_new_tokens = 24,
+                             .has_seed = 1,
                              .seed = 1000 + (uint64_t)i};
     if (i >= 2) {
       a[i].r.temperature = 0.8f;
@@ -234,8 +239,8 @@ static void test_bad_loop_switch_is_refused(void) {
   char spec[512];
   import_serving("qwen3", spec, sizeof spec);
   setenv("RECAP_DECODE_LOOP", "lots", 1);
-  recap_generator_options o = {.struct_size = sizeof o, .override_device = 1,
-                               .device = test_device, .quiet = 1};
+  recap_generator_options o = {
+      .struct_size = sizeof o, .override_device = 1, .device = test_device, .quiet = 1};
   recap_generator *g = NULL;
   CHECK_STATUS(recap_generator_create(spec, &o, &g), RECAP_STATUS_INVALID_ARGUMENT);
   CHECK_ERROR_MENTIONS("RECAP_DECODE_LOOP='lots'");
@@ -268,8 +273,12 @@ static void test_a_fault_during_loops_fails_the_request(void) {
   recap_generator *g = generator_with_loop(spec, "4");
   int32_t prompt[6] = {1, 2, 3, 4, 5, 6};
   int tokens = 0;
-  recap_request r = {.struct_size = sizeof r, .prompt = prompt, .prompt_len = 6,
-                     .max_new_tokens = 40, .on_token = fault_at_three, .user = &tokens};
+  recap_request r = {.struct_size = sizeof r,
+                     .prompt = prompt,
+                     .prompt_len = 6,
+                     .max_new_tokens = 40,
+                     .on_token = fault_at_three,
+                     .user = &tokens};
   uint64_t id = 0;
   test_stderr_capture_begin();
   CHECK_OK(recap_generator_submit(g, &r, &id, NULL));
@@ -310,9 +319,12 @@ static size_t poll_to_end(recap_decode_loop *loop, recap_loop_token *e, size_t c
 }
 
 static recap_pipeline *decode_pipeline(const char *spec, recap_run_mode mode) {
-  recap_pipeline_options po = {.struct_size = sizeof po, .override_device = 1,
-                               .device = test_device, .override_mode = 1,
-                               .mode = mode, .entry = "decode"};
+  recap_pipeline_options po = {.struct_size = sizeof po,
+                               .override_device = 1,
+                               .device = test_device,
+                               .override_mode = 1,
+                               .mode = mode,
+                               .entry = "decode"};
   recap_pipeline *p = NULL;
   CHECK_OK(recap_pipeline_create_file(spec, &po, &p));
   return p;

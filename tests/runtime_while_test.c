@@ -76,8 +76,8 @@ static void ints_free(device_ints *d) {
 }
 
 /* Captures: memset(counter) ; WHILE { step } ; and instantiates. */
-static recap__graph_exec *capture_counting_loop(recap_stream *s, recap_stream *body,
-                                                device_ints *d, uint64_t *handle) {
+static recap__graph_exec *capture_counting_loop(recap_stream *s, recap_stream *body, device_ints *d,
+                                                uint64_t *handle) {
   recap__graph *graph = NULL;
   recap__graph_exec *exec = NULL;
   CHECK_OK(recap__capture_begin(s, RECAP_CAPTURE_MODE_GLOBAL));
@@ -250,8 +250,7 @@ static void expect_body_refused(recap_stream *s, recap_stream *body, const char 
 static void test_while_body_refuses_host_function_node(void) {
   recap_stream *s = stream_new(), *body = stream_new();
   begin_loop(s, body);
-  CHECK_STATUS(host()->launch_host(body, nothing_fn, NULL, 0),
-               RECAP_STATUS_ILLEGAL_DURING_CAPTURE);
+  CHECK_STATUS(host()->launch_host(body, nothing_fn, NULL, 0), RECAP_STATUS_ILLEGAL_DURING_CAPTURE);
   CHECK_ERROR_MENTIONS("host function node");
   expect_body_refused(s, body, "host function node");
   recap_stream_destroy(body);
@@ -360,7 +359,8 @@ static void test_while_mapped_free_rejects_foreign_pointer(void) {
   CHECK_OK(host()->host_free_mapped(0, NULL));
 }
 
-/* ---- on either backend: copies and the condition kernel only, so CUDA needs no test kernel ---- */
+/* ---- on either backend: copies and the condition kernel only, so CUDA needs no test kernel ----
+ */
 
 static const recap__backend *device_backend(void) {
   return recap__backend_get(test_device.backend);
@@ -431,10 +431,11 @@ static void test_while_body_with_host_function_never_instantiates(void) {
   recap_status captured = recap__capture_end(s, &graph);
   recap__graph_exec *exec = NULL;
   recap_status made = captured == RECAP_OK ? be->graph_instantiate(graph, &exec) : captured;
-  printf("\n  host function in a WHILE body: launch %s, while_end %s, capture_end %s, "
-         "instantiate %s: %s\n",
-         recap_status_name(launched), recap_status_name(ended), recap_status_name(captured),
-         recap_status_name(made), recap_last_error());
+  printf(
+      "\n  host function in a WHILE body: launch %s, while_end %s, capture_end %s, "
+      "instantiate %s: %s\n",
+      recap_status_name(launched), recap_status_name(ended), recap_status_name(captured),
+      recap_status_name(made), recap_last_error());
   CU_ASSERT(launched != RECAP_OK || ended != RECAP_OK || captured != RECAP_OK || made != RECAP_OK);
   if (exec) be->graph_exec_destroy(exec);
   if (graph) be->graph_destroy(graph);
