@@ -34,6 +34,8 @@ static const cli_command commands[] = {
     {"bench-decode",
      "a paged serving spec's decode step: tokens/s, bandwidth vs a copy, GEMM share",
      cli_bench_decode_main, &cli_bench_decode_help},
+    {"bench-loop", "decode loops (many steps per graph launch) against one launch per decode step",
+     cli_bench_loop_main, &cli_bench_loop_help},
     {"serve-bench", "an inference-server loop: N workers on shared weights, checked results",
      cli_serve_bench_main, &cli_serve_bench_help},
     {"memviz", "check an allocator snapshot (run --memory-snapshot) and draw it as an SVG",

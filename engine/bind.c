@@ -62,7 +62,7 @@ static recap_status run_host_call(void *args) {
  * generator's, as recap__op_launch would otherwise (it takes the next offset). */
 static recap_status launch_seeded(recap__op_call *call, recap_stream *stream) {
   if (stream->backend->kind == RECAP_BACKEND_HOST)
-    return stream->backend->launch_host(stream, run_host_call, call, sizeof *call);
+    return stream->backend->launch_kernel(stream, run_host_call, call, sizeof *call);
   if (!call->def->launch_cuda)
     return RECAP_FAIL(RECAP_STATUS_NOT_SUPPORTED, "op %s has no CUDA implementation in this build",
                       call->def->name);

@@ -1476,6 +1476,10 @@ typedef struct {
   /* Start-up: milliseconds from the end of weight loading to every bucket of both entries
    * captured (warmup, GEMM choice, capture and instantiate); 0 when eager. */
   double ready_ms;
+  /* Decode loops (docs/SERVING.md, "The decode loop"): graph launches that ran decode steps in
+   * a WHILE node, and the decode steps they ran (also counted in steps, decode_steps and
+   * graph_steps, one each). */
+  uint64_t loop_launches, loop_steps;
 } recap_generator_stats;
 
 /* Loads the spec's prefill and decode entries over one set of weights and KV pools sized from
@@ -1509,6 +1513,86 @@ RECAP_API recap_status recap_generator_stats_get(recap_generator *g, recap_gener
 /* Stops taking requests, cancels what is left, joins the engine thread and frees everything.
  * NULL is accepted. */
 RECAP_API recap_status recap_generator_destroy(recap_generator *g);
+
+/* ------------------------------------------------------------------------------------------
+ * Decode loops: many decode steps in one graph launch (docs/SERVING.md, "The decode loop")
+ *
+ * A decode loop replays a paged decode entry's captured step (ids [T], seqs [Bs, W] inputs,
+ * tokens [Bs] output, decode_advance inside) in the body of a conditional WHILE node, up to K
+ * times per launch. After each step a kernel appends every sampled token to a ring in mapped
+ * host memory (the token, a system-wide fence, then the count), stops rows whose token is a
+ * stop id or whose outputs reach their limit (decode_advance stops rows without a KV block for
+ * their next position), and ends the loop when no row runs, K steps have run, or the host asked
+ * for a return. A stopped row is padding for the rest of the launch: it writes no KV and
+ * samples nothing.
+ *
+ *   recap_decode_loop *loop;
+ *   recap_decode_loop_create(decode, 32, 0, &loop);    // one loop graph per bucket
+ *   recap_pipeline_copy_in(decode, "ids", ...); recap_pipeline_copy_in(decode, "seqs", ...);
+ *   recap_decode_loop_launch(loop, batch, k, limits, 0);  // limits: one per row
+ *   int finished = 0;
+ *   while (!finished) {
+ *     recap_decode_loop_poll(loop, entries, capacity, &n, &finished);   // tokens as they come
+ *     ...  recap_decode_loop_request_return(loop) to end it early ...
+ *   }
+ *   recap_decode_loop_destroy(loop);
+ *
+ * The pipeline must not run while a launch is under way. Graphs that draw from the device
+ * generator (random ops) cannot be looped (their offsets would repeat every iteration): create
+ * returns RECAP_STATUS_ILLEGAL_DURING_CAPTURE for them. One thread at a time.
+ * ---------------------------------------------------------------------------------------- */
+
+typedef struct recap_decode_loop recap_decode_loop;
+
+/* One token a loop produced; entries come in step order, rows in order within a step. */
+typedef struct {
+  int32_t step; /* the iteration of the launch (0: its first step) */
+  int32_t row;  /* the row of seqs */
+  int32_t token;
+  int32_t reserved;
+  uint64_t time_ns; /* when the device wrote it: %globaltimer on CUDA, CLOCK_MONOTONIC on host */
+} recap_loop_token;
+
+/* When a row stops, besides running out of KV blocks. */
+typedef struct {
+  int32_t max_outputs; /* the row stops once its OUT_INDEX (outputs so far) reaches this */
+  int32_t num_stop_ids;
+  int32_t stop_ids[RECAP_MAX_STOP_IDS];
+} recap_loop_limits;
+
+/* Captures one loop graph per bucket of `decode` (a graph-mode pipeline, captured first if it
+ * has not been) for up to max_steps steps per launch; `timestamps` nonzero adds a kernel at the
+ * start of each step that stamps the time (recap_decode_loop_stamps). RECAP_STATUS_NOT_SUPPORTED
+ * when the backend or driver has no conditional nodes or the pipeline runs eagerly;
+ * INVALID_ARGUMENT for a pipeline without the decode layout or max_steps < 1. */
+RECAP_API recap_status recap_decode_loop_create(recap_pipeline *decode, int64_t max_steps,
+                                                int timestamps, recap_decode_loop **out);
+/* RECAP_STATUS_BUSY while a launch is under way (poll it to the end first). NULL is accepted. */
+RECAP_API recap_status recap_decode_loop_destroy(recap_decode_loop *loop);
+/* recap_decode_loop_launch flags. */
+enum {
+  /* End the launch after a step in which a row ended on a stop id or its output limit (a
+   * server with requests waiting for that row's blocks). */
+  RECAP_LOOP_RETURN_ON_STOP = 1,
+};
+
+/* Launches up to `steps` (1 to max_steps) steps of the bucket for `batch` on what the
+ * pipeline's ids and seqs hold, with limits[r] for row r < batch. Returns at once.
+ * RECAP_STATUS_BUSY while the previous launch has not been polled to its end. */
+RECAP_API recap_status recap_decode_loop_launch(recap_decode_loop *loop, int64_t batch,
+                                                int64_t steps, const recap_loop_limits *limits,
+                                                unsigned flags);
+/* Copies up to `capacity` entries that arrived since the last poll into out (*count of them)
+ * and sets *finished once the launch has completed and every entry has been handed out. Does
+ * not wait. A device fault in the launch is returned here. */
+RECAP_API recap_status recap_decode_loop_poll(recap_decode_loop *loop, recap_loop_token *out,
+                                              size_t capacity, size_t *count, int *finished);
+/* Asks the running launch to end after its current step (a flag in mapped host memory). */
+RECAP_API recap_status recap_decode_loop_request_return(recap_decode_loop *loop);
+/* The last finished launch's steps: *stamps holds 2 x *steps times, each step's start and end
+ * (same clock as recap_loop_token.time_ns); NULL and 0 without `timestamps`. */
+RECAP_API recap_status recap_decode_loop_stamps(recap_decode_loop *loop, const uint64_t **stamps,
+                                                int64_t *steps);
 
 #ifdef __cplusplus
 }

@@ -4,7 +4,7 @@
  *
  * Infer checks what every op shares (input counts, well-formed tensors, the dtype mask, a
  * bounded element count) so each def's infer checks only what is particular to it. Launch
- * picks the backend from the stream: host ops go through the backend's launch_host, so a
+ * picks the backend from the stream: host ops go through the backend's launch_kernel, so a
  * host stream capture records them as graph nodes exactly as CUDA records kernels; CUDA
  * ops call the def's CUDA entry point on the stream's cudaStream_t. Prepare runs an op's
  * first-time work before capture, for the ops that have any.
@@ -96,7 +96,7 @@ recap_status recap__op_infer(recap__op_call *call) {
   return RECAP_OK;
 }
 
-/* The host "kernel": launch_host hands it its own copy of the call, so a captured node keeps
+/* The host "kernel": launch_kernel hands it its own copy of the call, so a captured node keeps
  * the parameters it was launched with (as a CUDA kernel node keeps its arguments). */
 static recap_status host_trampoline(void *args) {
   const recap__op_call *call = args;
@@ -135,7 +135,7 @@ recap_status recap__op_launch(recap__op_call *call, recap_stream *stream) {
 
   recap_status st;
   if (host) {
-    st = stream->backend->launch_host(stream, host_trampoline, call, sizeof *call);
+    st = stream->backend->launch_kernel(stream, host_trampoline, call, sizeof *call);
   } else {
     /* The kernels launch on the current device, which must be the stream's: a process that
      * drives several GPUs (a rank that sees every GPU, a pipeline per device) has another one

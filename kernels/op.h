@@ -227,7 +227,7 @@ void recap__op_attrs_set_defaults(const recap__op_def *def, recap__op_attrs *att
 
 /* Checks counts and the dtype mask, then calls def->infer. */
 recap_status recap__op_infer(recap__op_call *call);
-/* Runs the op on `stream`'s backend: on host through the backend's launch_host (so captures
+/* Runs the op on `stream`'s backend: on host through the backend's launch_kernel (so captures
  * record it), on CUDA through def->launch_cuda. Random ops get their Philox parameters here. */
 recap_status recap__op_launch(recap__op_call *call, recap_stream *stream);
 /* Runs def->prepare for the call on `stream` (RECAP_OK when the op has none); errors name the

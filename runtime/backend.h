@@ -22,6 +22,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "include/recap.h"
 
@@ -133,6 +134,42 @@ struct recap__backend {
    * keeps its own copy, as kernel parameters are. On CUDA this is cudaLaunchHostFunc. */
   recap_status (*launch_host)(recap_stream *stream, recap__host_fn fn, const void *args,
                               size_t args_size);
+  /* As launch_host, for a host function that stands for a device kernel (the host backend's
+   * ops): captured, it is a kernel node, which a WHILE body may hold, where launch_host's
+   * host-function node is refused (optional: NULL on backends with real kernels). */
+  recap_status (*launch_kernel)(recap_stream *stream, recap__host_fn fn, const void *args,
+                                size_t args_size);
+
+  /* Conditional WHILE loops inside a capture (optional: all three or none; NULL, or
+   * RECAP_STATUS_NOT_SUPPORTED from while_begin, when the driver has no conditional nodes).
+   *
+   * while_begin adds a WHILE node at `stream`'s place in its capture (work the stream submits
+   * later runs after the whole loop) and begins capturing the loop's body on `body`, a stream
+   * of the same device that takes part in no capture, in `stream`'s capture mode. The node's
+   * condition handle goes to *handle; it holds 1 at each launch of the node
+   * (cudaGraphCondAssignDefault), and the body runs again after each iteration while it is
+   * non-zero. Handles are created in call order, so two captures that make the same calls
+   * produce graphs that graph_exec_update accepts.
+   *
+   * while_end ends the body's capture. The body may hold only kernel, empty, memcpy, memset,
+   * child-graph and conditional nodes, and copy or fill only device memory or memory from
+   * host_alloc_mapped (CUDA's rules for conditional bodies): a violation invalidates the
+   * capture, naming the rule; while_end then returns RECAP_STATUS_CAPTURE_INVALIDATED and the
+   * enclosing capture is invalidated too. The enclosing capture cannot end before its bodies.
+   *
+   * condition_set records on `stream` (capturing a body) a kernel that copies the device int
+   * at `flag` into the handle's value when it runs: the last one to run in an iteration
+   * decides whether another follows. */
+  recap_status (*while_begin)(recap_stream *stream, recap_stream *body, uint64_t *handle);
+  recap_status (*while_end)(recap_stream *body);
+  recap_status (*condition_set)(recap_stream *stream, uint64_t handle, const int32_t *flag);
+
+  /* Page-locked host memory mapped into the device's address space (cudaHostAlloc with
+   * cudaHostAllocMapped under unified addressing): one pointer that host code and kernels both
+   * use, and that a WHILE body may copy to or from. Zeroed. host_free_mapped(NULL) does
+   * nothing. */
+  recap_status (*host_alloc_mapped)(int device, size_t bytes, void **out);
+  recap_status (*host_free_mapped)(int device, void *ptr);
 };
 
 /* The backend for a kind; NULL (with a message) when it is not compiled in. */

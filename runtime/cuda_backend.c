@@ -31,6 +31,7 @@
 #include <string.h>
 
 #include "runtime/backend.h"
+#include "runtime/conditional.h"
 #include "runtime/cuda_archs.h"
 #include "runtime/cuda_check.h"
 
@@ -43,6 +44,10 @@ struct recap__graph {
 
 struct recap__graph_exec {
   cudaGraphExec_t exec;
+  /* A copy of the graph it runs: a launch on a capturing stream records it as a child-graph
+   * node (the host backend's rule), which a WHILE body may hold. NULL for a graph CUDA cannot
+   * clone, nor take as a child (memory allocation, free or conditional nodes). */
+  cudaGraph_t source;
 };
 
 static cudaStream_t native_stream(const recap_stream *stream) {
@@ -520,6 +525,7 @@ done:
  * invalidated capture can name the refused call that (most likely) broke it. */
 typedef struct capture_note {
   cudaStream_t origin;
+  enum cudaStreamCaptureMode mode; /* a WHILE body begun from it is captured in the same */
   uint64_t refusals_at_begin;
   struct capture_note *next;
 } capture_note;
@@ -581,6 +587,7 @@ static recap_status cuda_capture_begin(recap_stream *stream, recap_capture_mode 
   capture_note *note = calloc(1, sizeof *note);
   if (!note) return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory for a capture note");
   note->origin = native_stream(stream);
+  note->mode = cuda_mode;
   note->refusals_at_begin = recap__cuda_refusal_count();
   recap_status st = RECAP_OK;
   RECAP_CUDA_TRY_GOTO(st, cudaStreamBeginCapture(native_stream(stream), cuda_mode), fail);
@@ -650,6 +657,16 @@ static recap_status cuda_graph_node_count(recap__graph *graph, size_t *out) {
   return RECAP_OK;
 }
 
+/* A clone of `graph`, or NULL where CUDA clones none (its refusal is not a fault: cleared). */
+static cudaGraph_t clone_for_child(cudaGraph_t graph) {
+  cudaGraph_t clone = NULL;
+  if (cudaGraphClone(&clone, graph) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return NULL;
+  }
+  return clone;
+}
+
 static recap_status cuda_graph_instantiate(recap__graph *graph, recap__graph_exec **out) {
   recap__graph_exec *e = malloc(sizeof *e);
   if (!e) return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory for a graph exec record");
@@ -662,6 +679,7 @@ static recap_status cuda_graph_instantiate(recap__graph *graph, recap__graph_exe
                                                     cudaGraphInstantiateFlagAutoFreeOnLaunch |
                                                         cudaGraphInstantiateFlagUseNodePriority),
                       fail);
+  e->source = clone_for_child(graph->graph);
   *out = e;
   return RECAP_OK;
 fail:
@@ -706,6 +724,9 @@ static recap_status cuda_graph_exec_update(recap__graph_exec *exec, recap__graph
                       update_result_name(info.result));
   }
   RECAP_CUDA_TRY(err);
+  /* The exec now runs graph's parameters: so does a child node made from it. */
+  if (exec->source && cudaGraphDestroy(exec->source) != cudaSuccess) (void)cudaGetLastError();
+  exec->source = clone_for_child(graph->graph);
   return RECAP_OK;
 }
 
@@ -714,8 +735,35 @@ static recap_status cuda_graph_upload(recap__graph_exec *exec, recap_stream *str
   return RECAP_OK;
 }
 
+/* On a capturing stream, a child-graph node of the exec's graph where the stream's next node
+ * would go; otherwise a launch. */
 static recap_status cuda_graph_launch(recap__graph_exec *exec, recap_stream *stream) {
-  RECAP_CUDA_TRY(cudaGraphLaunch(exec->exec, native_stream(stream)));
+  cudaStream_t s = native_stream(stream);
+  enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+  cudaGraph_t graph = NULL;
+  const cudaGraphNode_t *deps = NULL;
+  const cudaGraphEdgeData *edges = NULL;
+  size_t num_deps = 0;
+  RECAP_CUDA_TRY(cudaStreamGetCaptureInfo(s, &cs, NULL, &graph, &deps, &edges, &num_deps));
+  if (cs == cudaStreamCaptureStatusNone) {
+    RECAP_CUDA_TRY(cudaGraphLaunch(exec->exec, s));
+    return RECAP_OK;
+  }
+  if (cs != cudaStreamCaptureStatusActive)
+    return RECAP_FAIL(RECAP_STATUS_CAPTURE_INVALIDATED,
+                      "the stream's capture was invalidated by an earlier call; end it");
+  if (!exec->source)
+    return RECAP_FAIL(RECAP_STATUS_ILLEGAL_DURING_CAPTURE,
+                      "this graph cannot be launched into a capture: a child graph node may not "
+                      "hold memory allocation, free or conditional nodes");
+  struct cudaGraphNodeParams params;
+  memset(&params, 0, sizeof params);
+  params.type = cudaGraphNodeTypeGraph;
+  params.graph.graph = exec->source; /* cloned into the node */
+  cudaGraphNode_t node = NULL;
+  RECAP_CUDA_TRY(cudaGraphAddNode(&node, graph, deps, edges, num_deps, &params));
+  RECAP_CUDA_TRY(
+      cudaStreamUpdateCaptureDependencies(s, &node, NULL, 1, cudaStreamSetCaptureDependencies));
   return RECAP_OK;
 }
 
@@ -728,11 +776,142 @@ static void cuda_graph_destroy(recap__graph *graph) {
 static void cuda_graph_exec_destroy(recap__graph_exec *exec) {
   if (!exec) return;
   if (cudaGraphExecDestroy(exec->exec) != cudaSuccess) (void)cudaGetLastError();
+  if (exec->source && cudaGraphDestroy(exec->source) != cudaSuccess) (void)cudaGetLastError();
   free(exec);
 }
 
 static recap_status cuda_graph_debug_dot(recap__graph *graph, const char *path) {
   RECAP_CUDA_TRY(cudaGraphDebugDotPrint(graph->graph, path, cudaGraphDebugDotFlagsVerbose));
+  return RECAP_OK;
+}
+
+/* ------------------------------------------------------------------------------------------
+ * WHILE loops: conditional nodes (CUDA 12.4 and a driver that knows them)
+ * ---------------------------------------------------------------------------------------- */
+
+enum { CONDITIONAL_MIN_VERSION = 12040 };
+
+static recap_status conditional_support(void) {
+  int driver = 0;
+  RECAP_CUDA_TRY(cudaDriverGetVersion(&driver));
+  if (driver < CONDITIONAL_MIN_VERSION)
+    return RECAP_FAIL(RECAP_STATUS_NOT_SUPPORTED,
+                      "the CUDA driver (version %d) has no conditional graph nodes (12.4 or "
+                      "later needed)",
+                      driver);
+  return RECAP_OK;
+}
+
+/* The capture mode of the capture `s` began, or global (the strictest) for a stream that
+ * joined one. */
+static enum cudaStreamCaptureMode capture_mode_of(cudaStream_t s) {
+  enum cudaStreamCaptureMode mode = cudaStreamCaptureModeGlobal;
+  pthread_mutex_lock(&capture_lock);
+  for (capture_note *n = captures; n; n = n->next)
+    if (n->origin == s) mode = n->mode;
+  pthread_mutex_unlock(&capture_lock);
+  return mode;
+}
+
+/* The WHILE node goes where the stream's next node would (its capture dependencies, with
+ * their edge data), the stream then depends on the node alone, and the body is captured into
+ * the node's body graph with cudaStreamBeginCaptureToGraph. */
+static recap_status cuda_while_begin(recap_stream *stream, recap_stream *body, uint64_t *handle) {
+  RECAP_TRY(conditional_support());
+  cudaStream_t s = native_stream(stream), b = native_stream(body);
+  enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+  cudaGraph_t graph = NULL;
+  const cudaGraphNode_t *deps = NULL;
+  const cudaGraphEdgeData *edges = NULL;
+  size_t num_deps = 0;
+  RECAP_CUDA_TRY(cudaStreamGetCaptureInfo(s, &cs, NULL, &graph, &deps, &edges, &num_deps));
+  if (cs != cudaStreamCaptureStatusActive)
+    return RECAP_FAIL(cs == cudaStreamCaptureStatusInvalidated ? RECAP_STATUS_CAPTURE_INVALIDATED
+                                                               : RECAP_STATUS_INVALID_ARGUMENT,
+                      "while_begin needs a stream in an intact capture");
+  device_guard guard;
+  RECAP_TRY(guard_enter(&guard, stream->device.index));
+  recap_status st = RECAP_OK;
+  cudaGraphConditionalHandle h = 0;
+  RECAP_CUDA_TRY_GOTO(
+      st, cudaGraphConditionalHandleCreate(&h, graph, 1, cudaGraphCondAssignDefault), done);
+  struct cudaGraphNodeParams params;
+  memset(&params, 0, sizeof params);
+  params.type = cudaGraphNodeTypeConditional;
+  params.conditional.handle = h;
+  params.conditional.type = cudaGraphCondTypeWhile;
+  params.conditional.size = 1;
+  cudaGraphNode_t node = NULL;
+  RECAP_CUDA_TRY_GOTO(st, cudaGraphAddNode(&node, graph, deps, edges, num_deps, &params), done);
+  RECAP_CUDA_TRY_GOTO(
+      st, cudaStreamUpdateCaptureDependencies(s, &node, NULL, 1, cudaStreamSetCaptureDependencies),
+      done);
+  RECAP_CUDA_TRY_GOTO(st,
+                      cudaStreamBeginCaptureToGraph(b, params.conditional.phGraph_out[0], NULL,
+                                                    NULL, 0, capture_mode_of(s)),
+                      done);
+  *handle = (uint64_t)h;
+done:
+  guard_exit(&guard);
+  return st;
+}
+
+/* The body graph belongs to its conditional node: it is not destroyed here. */
+static recap_status cuda_while_end(recap_stream *body) {
+  cudaGraph_t graph = NULL;
+  cudaError_t err = cudaStreamEndCapture(native_stream(body), &graph);
+  if (err != cudaSuccess)
+    return recap__error_context(
+        recap__cuda_fail_at(err, "cudaStreamEndCapture(body, &graph)", __FILE__, __LINE__,
+                            __func__),
+        "ending a WHILE body's capture (a body holds only kernel, empty, memcpy, memset, "
+        "child-graph and conditional nodes): ");
+  return RECAP_OK;
+}
+
+static recap_status cuda_condition_set(recap_stream *stream, uint64_t handle, const int32_t *flag) {
+  device_guard guard;
+  RECAP_TRY(guard_enter(&guard, stream->device.index));
+  recap_status st = RECAP_OK;
+  RECAP_CUDA_TRY_GOTO(
+      st, (cudaError_t)recap__cuda_launch_condition_set(handle, flag, native_stream(stream)), done);
+done:
+  guard_exit(&guard);
+  return st;
+}
+
+/* Mapped pinned memory under unified addressing: the device pointer is the host pointer
+ * (checked, so a system without UVA says so instead of handing out a pointer kernels cannot
+ * use). */
+static recap_status cuda_host_alloc_mapped(int device, size_t bytes, void **out) {
+  device_guard guard;
+  RECAP_TRY(guard_enter(&guard, device));
+  recap_status st = RECAP_OK;
+  void *ptr = NULL, *dev = NULL;
+  RECAP_CUDA_TRY_GOTO(st, cudaHostAlloc(&ptr, bytes, cudaHostAllocMapped | cudaHostAllocPortable),
+                      done);
+  RECAP_CUDA_TRY_GOTO(st, cudaHostGetDevicePointer(&dev, ptr, 0), fail);
+  if (dev != ptr) {
+    st = RECAP_FAIL(RECAP_STATUS_NOT_SUPPORTED,
+                    "mapped host memory has another device address (%p) than host address "
+                    "(%p): no unified addressing",
+                    dev, ptr);
+    goto fail;
+  }
+  memset(ptr, 0, bytes);
+  *out = ptr;
+  goto done;
+fail:
+  (void)cudaFreeHost(ptr);
+done:
+  guard_exit(&guard);
+  return st;
+}
+
+static recap_status cuda_host_free_mapped(int device, void *ptr) {
+  (void)device;
+  if (!ptr) return RECAP_OK;
+  RECAP_CUDA_TRY(cudaFreeHost(ptr));
   return RECAP_OK;
 }
 
@@ -856,4 +1035,10 @@ const recap__backend recap__cuda_backend = {
     .device_enter = cuda_device_enter,
     .device_exit = cuda_device_exit,
     .launch_host = cuda_launch_host,
+    .launch_kernel = NULL,
+    .while_begin = cuda_while_begin,
+    .while_end = cuda_while_end,
+    .condition_set = cuda_condition_set,
+    .host_alloc_mapped = cuda_host_alloc_mapped,
+    .host_free_mapped = cuda_host_free_mapped,
 };

@@ -63,6 +63,15 @@ static const recap__env_var table[] = {
      .fallback = "$XDG_CACHE_HOME/recap, else ~/.cache/recap",
      .summary = "where NVRTC-compiled kernels (fused chains, expr ops) are cached",
      .details = NULL},
+    {.name = "RECAP_DECODE_LOOP",
+     .kind = RECAP__ENV_INT,
+     .values = "a step count, 0 to 4096",
+     .fallback = "32",
+     .summary = "most decode steps per graph launch in the generator (0: one per step)",
+     .details = "A WHILE conditional node replays the decode step on the device until every "
+                "sequence has stopped, this many steps have run, or the engine asks for a "
+                "return (docs/SERVING.md, \"The decode loop\"). Without conditional nodes "
+                "(the backend or driver), the generator steps one launch at a time anyway."},
     {.name = "RECAP_DISABLE_GRAPHS",
      .kind = RECAP__ENV_BOOL,
      .values = BOOL_VALUES,

@@ -14,6 +14,10 @@
  *   Destroy and free calls still release their host resources then, so a faulted process
  *   can tear down without leaking; property queries keep working.
  *
+ * - A WHILE node's body is captured on a stream of its own (while_begin), under CUDA's rules
+ *   for conditional bodies: only kernel, memcpy, memset, child-graph and conditional nodes,
+ *   copies and fills of device or mapped host memory only.
+ *
  * Locking: capture_lock guards every capture, each stream's capture membership and each
  * event's record state. The allocation table has its own lock. Host functions never run
  * under a lock, so one may call back into recap.
@@ -158,9 +162,15 @@ struct host_capture {
   pthread_t thread; /* that began it: the unsafe-call rules depend on it */
   bool invalidated;
   char reason[REASON_CAPACITY]; /* the first illegal call */
-  recap__graph *graph;
+  recap__graph *graph;          /* a WHILE body's: owned by its node; NULL once orphaned */
   host_stream *members; /* origin and every stream that joined */
   host_capture *next;
+  /* A WHILE body's capture (while_begin): the capture holding its node, NULL when that one
+   * ended first (the body is then invalidated). */
+  bool body;
+  uint64_t handle; /* a body's condition handle */
+  host_capture *parent;
+  int open_bodies; /* body captures begun from this one and not yet ended */
 };
 
 typedef struct {
@@ -257,6 +267,55 @@ static recap_status record_locked(host_stream *hs, recap__host_node *node, bool 
   return RECAP_OK;
 }
 
+/* Whether [ptr, ptr + bytes) lies in one allocation of the device (mem_alloc) or of mapped
+ * host memory (host_alloc_mapped). */
+static bool device_accessible(const void *ptr, size_t bytes);
+
+/* The rule a node breaks in a WHILE body (CUDA's rules for a conditional node's body graph),
+ * or NULL. A child graph's nodes follow the same rules. */
+static const char *body_rule_broken(const recap__host_node *node, char *why, size_t why_size) {
+  switch (node->kind) {
+    case RECAP__HOST_NODE_HOST_FN:
+      if (node->u.host.kernel) return NULL;
+      return "a host function node (launch_host, cudaLaunchHostFunc; the host backend's graph "
+             "memory frees are host functions too) may not be in a WHILE body: it may hold only "
+             "kernel, empty, memcpy, memset, child-graph and conditional nodes";
+    case RECAP__HOST_NODE_MEMCPY:
+      if (node->u.copy.bytes == 0 || (device_accessible(node->u.copy.dst, node->u.copy.bytes) &&
+                                      device_accessible(node->u.copy.src, node->u.copy.bytes)))
+        return NULL;
+      snprintf(why, why_size,
+               "a memcpy of %zu bytes from %p to %p in a WHILE body touches memory that is "
+               "neither device memory nor mapped host memory (host_alloc_mapped): a body may "
+               "copy only between those",
+               node->u.copy.bytes, node->u.copy.src, node->u.copy.dst);
+      return why;
+    case RECAP__HOST_NODE_MEMSET:
+      if (node->u.fill.bytes == 0 || device_accessible(node->u.fill.dst, node->u.fill.bytes))
+        return NULL;
+      snprintf(why, why_size,
+               "a memset of %zu bytes at %p in a WHILE body fills memory that is neither device "
+               "memory nor mapped host memory (host_alloc_mapped): a body may fill only those",
+               node->u.fill.bytes, node->u.fill.dst);
+      return why;
+    case RECAP__HOST_NODE_CHILD:
+    case RECAP__HOST_NODE_WHILE: {
+      const recap__graph *g =
+          node->kind == RECAP__HOST_NODE_CHILD ? node->u.child : node->u.loop.body;
+      for (size_t i = 0; i < g->count; i++) {
+        const char *broken = body_rule_broken(&g->nodes[i], why, why_size);
+        if (broken) return broken;
+      }
+      return NULL;
+    }
+    case RECAP__HOST_NODE_EVENT_RECORD:
+    case RECAP__HOST_NODE_EVENT_WAIT:
+      /* Edges between a body's streams (a fork and join), as in a CUDA capture; no node. */
+      return NULL;
+  }
+  return NULL;
+}
+
 /* Records a work node when the stream is capturing. *recorded tells the caller whether it
  * must run the work itself (not capturing). Takes ownership of the node's args/child only
  * when it returns RECAP_OK with *recorded set. */
@@ -265,6 +324,11 @@ static recap_status submit(recap_stream *stream, recap__host_node *node, bool *r
   pthread_mutex_lock(&capture_lock);
   recap_status st = capture_usable_locked(hs);
   *recorded = false;
+  char why[REASON_CAPACITY];
+  const char *broken = st == RECAP_OK && hs->capture && hs->capture->body
+                           ? body_rule_broken(node, why, sizeof why)
+                           : NULL;
+  if (broken) st = ILLEGAL_LOCKED(hs->capture, "%s", broken);
   if (st == RECAP_OK && hs->capture) {
     st = record_locked(hs, node, true, NULL);
     *recorded = st == RECAP_OK;
@@ -430,6 +494,78 @@ static recap_status host_mem_free(int device, void *ptr) {
   return RECAP_OK;
 }
 
+/* Mapped host memory (host_alloc_mapped): the host device reaches all host memory, but a WHILE
+ * body may copy only what CUDA's device could, so these allocations are tracked apart from
+ * pageable memory. Guarded by allocations_lock. */
+static allocation *mapped_allocations;
+
+static bool in_list(const allocation *a, uintptr_t start, size_t bytes) {
+  for (; a; a = a->next) {
+    uintptr_t base = (uintptr_t)a->ptr;
+    if (start >= base && start - base <= a->bytes && bytes <= a->bytes - (start - base))
+      return true;
+  }
+  return false;
+}
+
+static bool device_accessible(const void *ptr, size_t bytes) {
+  uintptr_t start = (uintptr_t)ptr;
+  pthread_mutex_lock(&allocations_lock);
+  bool found = in_list(mapped_allocations, start, bytes);
+  for (size_t b = 0; !found && b < ALLOCATION_BUCKETS; b++)
+    found = in_list(allocations[b], start, bytes);
+  pthread_mutex_unlock(&allocations_lock);
+  return found;
+}
+
+static recap_status host_host_alloc_mapped(int device, size_t bytes, void **out) {
+  RECAP_TRY(check_device(device));
+  RECAP_CHECK_ARG(out && bytes > 0);
+  RECAP_TRY(unsafe_call_check("mapped host allocation (host_alloc_mapped)"));
+  if (bytes > SIZE_MAX - HOST_ALIGNMENT)
+    return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "cannot allocate %zu mapped bytes", bytes);
+  size_t rounded = (bytes + HOST_ALIGNMENT - 1) / HOST_ALIGNMENT * HOST_ALIGNMENT;
+  void *ptr = aligned_alloc(HOST_ALIGNMENT, rounded);
+  allocation *record = malloc(sizeof *record);
+  if (!ptr || !record) {
+    free(ptr);
+    free(record);
+    return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory for %zu bytes of mapped host memory",
+                      bytes);
+  }
+  memset(ptr, 0, rounded);
+  record->ptr = ptr;
+  record->bytes = bytes;
+  pthread_mutex_lock(&allocations_lock);
+  record->next = mapped_allocations;
+  mapped_allocations = record;
+  pthread_mutex_unlock(&allocations_lock);
+  *out = ptr;
+  return RECAP_OK;
+}
+
+static recap_status host_host_free_mapped(int device, void *ptr) {
+  RECAP_TRY(check_device(device));
+  if (!ptr) return RECAP_OK;
+  RECAP_TRY(unsafe_call_check("mapped host free (host_free_mapped)"));
+  allocation *found = NULL;
+  pthread_mutex_lock(&allocations_lock);
+  for (allocation **link = &mapped_allocations; *link; link = &(*link)->next) {
+    if ((*link)->ptr == ptr) {
+      found = *link;
+      *link = found->next;
+      break;
+    }
+  }
+  pthread_mutex_unlock(&allocations_lock);
+  if (!found)
+    return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
+                      "%p was not allocated by host_alloc_mapped, or was freed already", ptr);
+  free(found->ptr);
+  free(found);
+  return RECAP_OK;
+}
+
 static recap_status host_memcpy_async(void *dst, const void *src, size_t bytes,
                                       recap_stream *stream) {
   RECAP_CHECK_ARG(stream);
@@ -459,10 +595,10 @@ static recap_status host_memset_async(void *dst, int value, size_t bytes, recap_
   return RECAP_OK;
 }
 
-/* Host functions as kernels: launch_host. A NULL args pointer reaches fn when args_size is
- * 0, since there is nothing to copy. */
-static recap_status host_launch_host(recap_stream *stream, recap__host_fn fn, const void *args,
-                                     size_t args_size) {
+/* Host functions, as host-function nodes (launch_host) or as kernels (launch_kernel). A NULL
+ * args pointer reaches fn when args_size is 0, since there is nothing to copy. */
+static recap_status launch_fn(recap_stream *stream, recap__host_fn fn, const void *args,
+                              size_t args_size, bool kernel) {
   RECAP_CHECK_ARG(stream && fn);
   RECAP_CHECK_ARG(args_size == 0 || args);
   RECAP_TRY(recap__host_check_fault());
@@ -479,6 +615,7 @@ static recap_status host_launch_host(recap_stream *stream, recap__host_fn fn, co
   recap__host_node node = {.kind = RECAP__HOST_NODE_HOST_FN};
   node.u.host.fn = fn;
   node.u.host.args_size = args_size;
+  node.u.host.kernel = kernel;
   if (args_size > 0) {
     node.u.host.args = malloc(args_size);
     if (!node.u.host.args)
@@ -491,6 +628,16 @@ static recap_status host_launch_host(recap_stream *stream, recap__host_fn fn, co
   if (st == RECAP_OK && !recorded) st = recap__host_run_fn(fn, node.u.host.args, args_size);
   if (!recorded) recap__host_node_release(&node);
   return st;
+}
+
+static recap_status host_launch_host(recap_stream *stream, recap__host_fn fn, const void *args,
+                                     size_t args_size) {
+  return launch_fn(stream, fn, args, args_size, false);
+}
+
+static recap_status host_launch_kernel(recap_stream *stream, recap__host_fn fn, const void *args,
+                                       size_t args_size) {
+  return launch_fn(stream, fn, args, args_size, true);
 }
 
 /* ------------------------------------------------------------------------------------------
@@ -747,17 +894,37 @@ static recap_status find_unjoined_locked(host_capture *c, bool *unjoined) {
   return RECAP_OK;
 }
 
+/* Takes `c` off the list of captures; its open bodies lose their graph (it is about to go)
+ * and are invalidated, so their while_end reports why. */
+static void unlink_capture_locked(host_capture *c) {
+  for (host_capture **link = &captures; *link;) {
+    host_capture *other = *link;
+    if (other == c) {
+      *link = c->next;
+      continue;
+    }
+    if (other->parent == c) {
+      other->parent = NULL;
+      other->graph = NULL;
+      invalidate_locked(other, "the capture holding the WHILE node ended before its body");
+    }
+    link = &other->next;
+  }
+}
+
 /* Ends the capture whatever the outcome (the runtime's registry forgets it either way):
  * every member stream leaves capture state, and the graph is returned only on success. */
 static recap_status host_capture_end(recap_stream *stream, recap__graph **out) {
   host_stream *hs = stream_state(stream);
   pthread_mutex_lock(&capture_lock);
   host_capture *c = hs->capture;
-  if (!c || c->origin != hs) {
+  if (!c || c->origin != hs || c->body) {
     pthread_mutex_unlock(&capture_lock);
     return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "%s",
-                      !c ? "the stream is not capturing"
-                         : "the stream joined a capture begun on another stream; end it there");
+                      !c        ? "the stream is not capturing"
+                      : c->body ? "the stream captures a WHILE body; end it with while_end"
+                                : "the stream joined a capture begun on another stream; end it "
+                                  "there");
   }
   recap_status st = recap__host_check_fault();
   if (st == RECAP_OK && c->invalidated)
@@ -768,6 +935,12 @@ static recap_status host_capture_end(recap_stream *stream, recap__graph **out) {
                     "a %s-mode capture must end on the thread that began it; the capture is "
                     "discarded",
                     mode_name(c->mode));
+  if (st == RECAP_OK && c->open_bodies > 0)
+    st = RECAP_FAIL(RECAP_STATUS_CAPTURE_INVALIDATED,
+                    "%d WHILE bod%s begun in the capture %s still being captured (while_end "
+                    "must come before the capture ends); the capture is discarded",
+                    c->open_bodies, c->open_bodies == 1 ? "y" : "ies",
+                    c->open_bodies == 1 ? "is" : "are");
   if (st == RECAP_OK) {
     bool unjoined;
     st = find_unjoined_locked(c, &unjoined);
@@ -784,12 +957,7 @@ static recap_status host_capture_end(recap_stream *stream, recap__graph **out) {
     m->next_member = NULL;
     m->tail = m->last_work = RECAP__HOST_NO_NODE;
   }
-  for (host_capture **link = &captures; *link; link = &(*link)->next) {
-    if (*link == c) {
-      *link = c->next;
-      break;
-    }
-  }
+  unlink_capture_locked(c);
   pthread_mutex_unlock(&capture_lock);
   if (st == RECAP_OK)
     *out = c->graph;
@@ -800,8 +968,139 @@ static recap_status host_capture_end(recap_stream *stream, recap__graph **out) {
 }
 
 /* ------------------------------------------------------------------------------------------
+ * WHILE loops
+ * ---------------------------------------------------------------------------------------- */
+
+static uint64_t next_condition_handle = 1; /* guarded by capture_lock */
+
+static recap_status host_while_begin(recap_stream *stream, recap_stream *body, uint64_t *handle) {
+  RECAP_CHECK_ARG(stream && body && handle && stream != body);
+  RECAP_TRY(recap__host_check_fault());
+  host_stream *hs = stream_state(stream), *hb = stream_state(body);
+  host_capture *c = calloc(1, sizeof *c);
+  recap__host_node node = {.kind = RECAP__HOST_NODE_WHILE};
+  node.u.loop.body = recap__host_graph_new();
+  if (!c || !node.u.loop.body) {
+    free(c);
+    recap__host_node_release(&node);
+    return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory to begin a WHILE node");
+  }
+  pthread_mutex_lock(&capture_lock);
+  recap_status st = capture_usable_locked(hs);
+  if (st == RECAP_OK && !hs->capture)
+    st = RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
+                    "while_begin needs a capturing stream: a WHILE node lives in a graph");
+  if (st == RECAP_OK && hb->capture)
+    st = RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
+                    "the body stream already takes part in a capture; a WHILE body is captured "
+                    "on a stream of its own");
+  recap__graph *graph = node.u.loop.body;
+  if (st == RECAP_OK) {
+    node.u.loop.handle = next_condition_handle++;
+    st = record_locked(hs, &node, true, NULL); /* the node now owns the body graph */
+  }
+  if (st != RECAP_OK) {
+    pthread_mutex_unlock(&capture_lock);
+    free(c);
+    recap__host_node_release(&node);
+    return st;
+  }
+  host_capture *parent = hs->capture;
+  c->id = next_capture_id++;
+  c->origin = hb;
+  c->mode = parent->mode;
+  c->thread = pthread_self();
+  c->graph = graph;
+  c->members = hb;
+  c->body = true;
+  c->handle = node.u.loop.handle;
+  c->parent = parent;
+  parent->open_bodies++;
+  c->next = captures;
+  captures = c;
+  hb->capture = c;
+  hb->tail = hb->last_work = RECAP__HOST_NO_NODE;
+  hb->next_member = NULL;
+  *handle = node.u.loop.handle;
+  pthread_mutex_unlock(&capture_lock);
+  return RECAP_OK;
+}
+
+static recap_status host_while_end(recap_stream *body) {
+  RECAP_CHECK_ARG(body);
+  host_stream *hb = stream_state(body);
+  pthread_mutex_lock(&capture_lock);
+  host_capture *c = hb->capture;
+  if (!c || !c->body || c->origin != hb) {
+    pthread_mutex_unlock(&capture_lock);
+    return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
+                      "the stream is not capturing a WHILE body begun on it (while_begin)");
+  }
+  recap_status st = recap__host_check_fault();
+  if (st == RECAP_OK && c->invalidated)
+    st = RECAP_FAIL(RECAP_STATUS_CAPTURE_INVALIDATED,
+                    "the WHILE body's capture was invalidated: %s", c->reason);
+  if (st == RECAP_OK && c->open_bodies > 0)
+    st = RECAP_FAIL(RECAP_STATUS_CAPTURE_INVALIDATED,
+                    "a WHILE body begun inside this body is still being captured");
+  if (st == RECAP_OK) {
+    bool unjoined;
+    st = find_unjoined_locked(c, &unjoined);
+    if (st == RECAP_OK && unjoined)
+      st = RECAP_FAIL(RECAP_STATUS_CAPTURE_INVALIDATED,
+                      "the WHILE body has an unjoined stream: a stream that joined it did work "
+                      "after the last event the body stream waited on");
+  }
+  for (host_stream *m = c->members, *next; m; m = next) {
+    next = m->next_member;
+    m->capture = NULL;
+    m->next_member = NULL;
+    m->tail = m->last_work = RECAP__HOST_NO_NODE;
+  }
+  unlink_capture_locked(c);
+  if (c->parent) {
+    c->parent->open_bodies--;
+    /* The WHILE node is in the enclosing graph already: a body that failed leaves it
+     * unusable, so the enclosing capture fails too, for the same reason. */
+    if (st != RECAP_OK) invalidate_locked(c->parent, recap_last_error());
+  }
+  pthread_mutex_unlock(&capture_lock);
+  free(c);
+  return st;
+}
+
+static recap_status host_condition_set(recap_stream *stream, uint64_t handle, const int32_t *flag) {
+  RECAP_CHECK_ARG(stream && flag);
+  host_stream *hs = stream_state(stream);
+  pthread_mutex_lock(&capture_lock);
+  /* The handle must be this body's or an enclosing loop's: cudaGraphSetConditional works
+   * only inside its conditional node's graph. */
+  bool in_loop = false;
+  for (host_capture *c = hs->capture; c && c->body && !in_loop; c = c->parent)
+    in_loop = c->handle == handle;
+  pthread_mutex_unlock(&capture_lock);
+  if (!in_loop)
+    return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
+                      "condition_set for handle %ju needs a stream capturing that handle's WHILE "
+                      "body (or a body nested in it)",
+                      (uintmax_t)handle);
+  recap__host_condition args = {.handle = handle, .flag = flag};
+  return launch_fn(stream, recap__host_condition_set_fn, &args, sizeof args, true);
+}
+
+/* ------------------------------------------------------------------------------------------
  * Graph launch (the rest of the graph slots are in host_graph.c)
  * ---------------------------------------------------------------------------------------- */
+
+/* Whether a graph (or a child graph in it) holds a WHILE node. */
+static bool holds_loop(const recap__graph *graph) {
+  for (size_t i = 0; i < graph->count; i++) {
+    const recap__host_node *n = &graph->nodes[i];
+    if (n->kind == RECAP__HOST_NODE_WHILE) return true;
+    if (n->kind == RECAP__HOST_NODE_CHILD && holds_loop(n->u.child)) return true;
+  }
+  return false;
+}
 
 /* Runs the exec on the caller's thread, in node order. On a capturing stream the whole
  * graph is recorded as one child-graph node (a deep copy, so later updates of the exec do
@@ -816,6 +1115,16 @@ static recap_status host_graph_launch(recap__graph_exec *exec, recap_stream *str
   pthread_mutex_unlock(&capture_lock);
   RECAP_TRY(st);
   if (!capturing) return recap__host_graph_run(&exec->graph);
+  if (holds_loop(&exec->graph)) {
+    pthread_mutex_lock(&capture_lock);
+    st = !hs->capture ? RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "the capture ended meanwhile")
+                      : ILLEGAL_LOCKED(hs->capture,
+                                       "a graph holding a WHILE node cannot be launched into a "
+                                       "capture: a child graph node may not contain "
+                                       "conditional nodes");
+    pthread_mutex_unlock(&capture_lock);
+    return st;
+  }
 
   recap__host_node node = {.kind = RECAP__HOST_NODE_CHILD};
   node.u.child = recap__host_graph_new();
@@ -882,4 +1191,10 @@ const recap__backend recap__host_backend = {
     .graph_exec_destroy = recap__host_graph_exec_destroy,
     .graph_debug_dot = recap__host_graph_debug_dot,
     .launch_host = host_launch_host,
+    .launch_kernel = host_launch_kernel,
+    .while_begin = host_while_begin,
+    .while_end = host_while_end,
+    .condition_set = host_condition_set,
+    .host_alloc_mapped = host_host_alloc_mapped,
+    .host_free_mapped = host_host_free_mapped,
 };

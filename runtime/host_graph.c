@@ -23,6 +23,8 @@ static const char *kind_name(recap__host_node_kind kind) {
       return "event wait";
     case RECAP__HOST_NODE_CHILD:
       return "child graph";
+    case RECAP__HOST_NODE_WHILE:
+      return "WHILE conditional";
   }
   return "unknown";
 }
@@ -47,6 +49,9 @@ void recap__host_node_release(recap__host_node *node) {
   } else if (node->kind == RECAP__HOST_NODE_CHILD) {
     recap__host_graph_destroy(node->u.child);
     node->u.child = NULL;
+  } else if (node->kind == RECAP__HOST_NODE_WHILE) {
+    recap__host_graph_destroy(node->u.loop.body);
+    node->u.loop.body = NULL;
   }
 }
 
@@ -78,15 +83,20 @@ static recap_status node_copy_owned(const recap__host_node *src, recap__host_nod
       return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory to copy %zu argument bytes",
                         src->u.host.args_size);
     memcpy(dst->u.host.args, src->u.host.args, src->u.host.args_size);
-  } else if (src->kind == RECAP__HOST_NODE_CHILD) {
-    dst->u.child = recap__host_graph_new();
-    if (!dst->u.child) return RECAP_STATUS_OUT_OF_MEMORY;
-    recap_status st = recap__host_graph_copy(src->u.child, dst->u.child);
+  } else if (src->kind == RECAP__HOST_NODE_CHILD || src->kind == RECAP__HOST_NODE_WHILE) {
+    bool loop = src->kind == RECAP__HOST_NODE_WHILE;
+    recap__graph *copy = recap__host_graph_new();
+    if (!copy) return RECAP_STATUS_OUT_OF_MEMORY;
+    recap_status st = recap__host_graph_copy(loop ? src->u.loop.body : src->u.child, copy);
     if (st != RECAP_OK) {
-      free(dst->u.child);
-      dst->u.child = NULL;
-      return st;
+      free(copy);
+      copy = NULL;
     }
+    if (loop)
+      dst->u.loop.body = copy;
+    else
+      dst->u.child = copy;
+    return st;
   }
   return RECAP_OK;
 }
@@ -132,6 +142,38 @@ recap_status recap__host_graph_reaches(const recap__graph *graph, size_t node, s
   return RECAP_OK;
 }
 
+/* The WHILE nodes running on this thread, innermost first: a replay runs on its caller's
+ * thread, so a condition kernel finds its loop here (each exec has its own conditions, as on
+ * CUDA, since nothing about them is stored in the graph). */
+typedef struct loop_frame {
+  uint64_t handle;
+  int32_t value;
+  struct loop_frame *outer;
+} loop_frame;
+static _Thread_local loop_frame *running_loops;
+
+recap_status recap__host_condition_set_fn(void *args) {
+  const recap__host_condition *c = args;
+  for (loop_frame *f = running_loops; f; f = f->outer) {
+    if (f->handle != c->handle) continue;
+    f->value = *c->flag;
+    return RECAP_OK;
+  }
+  return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
+                    "a condition kernel for handle %ju ran outside that handle's WHILE node "
+                    "(cudaGraphSetConditional outside its conditional node's graph)",
+                    (uintmax_t)c->handle);
+}
+
+static recap_status run_loop(const recap__host_node *n) {
+  loop_frame frame = {.handle = n->u.loop.handle, .value = 1, .outer = running_loops};
+  running_loops = &frame;
+  recap_status st = RECAP_OK;
+  while (st == RECAP_OK && frame.value != 0) st = recap__host_graph_run(n->u.loop.body);
+  running_loops = frame.outer;
+  return st;
+}
+
 recap_status recap__host_graph_run(const recap__graph *graph) {
   for (size_t i = 0; i < graph->count; i++) {
     const recap__host_node *n = &graph->nodes[i];
@@ -153,6 +195,9 @@ recap_status recap__host_graph_run(const recap__graph *graph) {
       case RECAP__HOST_NODE_CHILD:
         RECAP_TRY(recap__host_graph_run(n->u.child));
         break;
+      case RECAP__HOST_NODE_WHILE:
+        RECAP_TRY(run_loop(n));
+        break;
     }
   }
   return RECAP_OK;
@@ -172,6 +217,9 @@ static size_t work_node_count(const recap__graph *graph) {
         break;
       case RECAP__HOST_NODE_CHILD:
         count += work_node_count(graph->nodes[i].u.child);
+        break;
+      case RECAP__HOST_NODE_WHILE: /* the conditional node and what its body holds */
+        count += 1 + work_node_count(graph->nodes[i].u.loop.body);
         break;
       case RECAP__HOST_NODE_EVENT_RECORD:
       case RECAP__HOST_NODE_EVENT_WAIT:
@@ -225,7 +273,8 @@ static recap_status same_topology(const recap__graph *to, const recap__graph *fr
                         "graph topology differs%s: node %zu (%s) has other dependencies", path, i,
                         kind_name(a->kind));
     if (a->kind == RECAP__HOST_NODE_HOST_FN &&
-        (a->u.host.fn != b->u.host.fn || a->u.host.args_size != b->u.host.args_size))
+        (a->u.host.fn != b->u.host.fn || a->u.host.args_size != b->u.host.args_size ||
+         a->u.host.kernel != b->u.host.kernel))
       return RECAP_FAIL(RECAP_STATUS_NOT_SUPPORTED,
                         "graph topology differs%s: node %zu calls another host function or "
                         "takes another argument size (%zu vs %zu bytes)",
@@ -234,6 +283,11 @@ static recap_status same_topology(const recap__graph *to, const recap__graph *fr
       char child_path[128];
       snprintf(child_path, sizeof child_path, "%s in child graph node %zu", path, i);
       RECAP_TRY(same_topology(a->u.child, b->u.child, child_path));
+    }
+    if (a->kind == RECAP__HOST_NODE_WHILE) {
+      char body_path[128];
+      snprintf(body_path, sizeof body_path, "%s in the body of WHILE node %zu", path, i);
+      RECAP_TRY(same_topology(a->u.loop.body, b->u.loop.body, body_path));
     }
   }
   return RECAP_OK;
@@ -257,6 +311,12 @@ static void copy_parameters(recap__graph *to, const recap__graph *from) {
         break;
       case RECAP__HOST_NODE_CHILD:
         copy_parameters(a->u.child, b->u.child);
+        break;
+      case RECAP__HOST_NODE_WHILE:
+        /* The handle travels with the condition kernels' arguments, which are copied too, so
+         * the exec's loop and its kernels keep naming one handle. */
+        a->u.loop.handle = b->u.loop.handle;
+        copy_parameters(a->u.loop.body, b->u.loop.body);
         break;
       case RECAP__HOST_NODE_EVENT_RECORD:
       case RECAP__HOST_NODE_EVENT_WAIT:
@@ -306,6 +366,10 @@ static void dot_label(FILE *f, const recap__host_node *n) {
       break;
     case RECAP__HOST_NODE_CHILD:
       fprintf(f, "child graph\\n%zu nodes", n->u.child->count);
+      break;
+    case RECAP__HOST_NODE_WHILE:
+      fprintf(f, "WHILE handle %ju\\nbody of %zu nodes", (uintmax_t)n->u.loop.handle,
+              n->u.loop.body->count);
       break;
   }
 }

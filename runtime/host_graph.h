@@ -9,7 +9,8 @@
  * A graph's nodes are stored in submission order and every dependency points to an earlier
  * node, so submission order is always a valid topological order: replay runs nodes in index
  * order. A node depends on at most two others: the previous node of its stream and, for an
- * event wait, the node that recorded the event.
+ * event wait, the node that recorded the event. A WHILE node's body is a graph of its own,
+ * run as a whole once per iteration (a conditional node's body graph on CUDA).
  *
  * Ownership: a graph owns its nodes, their argument copies and their child graphs; an exec
  * owns a deep copy of the graph it was instantiated from (so the caller may destroy the graph
@@ -20,6 +21,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "runtime/backend.h"
 
@@ -37,6 +39,7 @@ typedef enum {
   RECAP__HOST_NODE_EVENT_RECORD, /* event_record: ordering only, runs nothing */
   RECAP__HOST_NODE_EVENT_WAIT,   /* stream_wait_event: ordering only, runs nothing */
   RECAP__HOST_NODE_CHILD,        /* graph_launch on a capturing stream: a whole graph */
+  RECAP__HOST_NODE_WHILE,        /* while_begin: runs its body while its condition is set */
 } recap__host_node_kind;
 
 typedef struct {
@@ -48,6 +51,7 @@ typedef struct {
       recap__host_fn fn;
       void *args; /* owned copy; NULL when args_size is 0 */
       size_t args_size;
+      bool kernel; /* launch_kernel (stands for a device kernel), not launch_host */
     } host;
     struct {
       void *dst;
@@ -60,6 +64,10 @@ typedef struct {
       size_t bytes;
     } fill;
     recap__graph *child; /* owned */
+    struct {
+      recap__graph *body; /* owned */
+      uint64_t handle;
+    } loop;
   } u;
 } recap__host_node;
 
@@ -87,8 +95,18 @@ recap_status recap__host_graph_copy(const recap__graph *src, recap__graph *dst);
  * scratch allocation: RECAP_STATUS_OUT_OF_MEMORY if it fails. */
 recap_status recap__host_graph_reaches(const recap__graph *graph, size_t node, size_t ancestor,
                                        bool *out);
-/* Runs every node in index order on the calling thread; stops at the first failure. */
+/* Runs every node in index order on the calling thread; stops at the first failure. A WHILE
+ * node sets its condition to 1, then runs its body until the condition reads 0. */
 recap_status recap__host_graph_run(const recap__graph *graph);
+
+/* The kernel that condition_set records: args are a recap__host_condition. It sets the
+ * condition of the innermost running WHILE node with that handle to *flag; run anywhere
+ * else it fails (a fault), as cudaGraphSetConditional outside its node's graph does. */
+typedef struct {
+  uint64_t handle;
+  const int32_t *flag;
+} recap__host_condition;
+recap_status recap__host_condition_set_fn(void *args);
 
 /* The backend's graph slots (see backend.h). */
 recap_status recap__host_graph_node_count(recap__graph *graph, size_t *out);

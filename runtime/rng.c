@@ -423,7 +423,7 @@ recap_status recap__rng_replay_prepare(const recap__rng_graph_binding *binding,
 
   switch (stream->backend->kind) {
     case RECAP_BACKEND_HOST:
-      return stream->backend->launch_host(stream, host_write_slot, &w, sizeof w);
+      return stream->backend->launch_kernel(stream, host_write_slot, &w, sizeof w);
     case RECAP_BACKEND_CUDA:
 #if RECAP_WITH_CUDA
       return recap__cuda_rng_write_slot(stream, w.slot, w.seed, w.offset);
@@ -479,7 +479,7 @@ static recap_status fill(recap_stream *stream, recap__rng_dist dist, void *out, 
   switch (stream->backend->kind) {
     case RECAP_BACKEND_HOST: {
       host_fill_job job = {.philox = philox, .dist = dist, .out = out, .n = n, .a = a, .b = b};
-      return stream->backend->launch_host(stream, host_fill, &job, sizeof job);
+      return stream->backend->launch_kernel(stream, host_fill, &job, sizeof job);
     }
     case RECAP_BACKEND_CUDA:
 #if RECAP_WITH_CUDA

@@ -4,10 +4,22 @@
  * run of its decoding sequences; (e) publish the tokens and ends under the lock, then call the
  * callbacks outside it. The pipelines run with the lock released, so submit, poll, cancel and
  * stats never wait for a step.
+ *
+ * A step that only decodes, with nothing waiting, runs as a decode loop when the runner has
+ * one: one launch runs up to K steps on the device (docs/SERVING.md, "The decode loop"). The
+ * engine reserves the KV blocks for them first, then hands the tokens to the scheduler one
+ * iteration at a time as the ring delivers them, each iteration exactly as a step would have
+ * been (its plan, complete, publish, callbacks), so streaming and every count stay the same. A
+ * new request, a cancel or destroy asks the loop to return, so they wait one step at most.
  */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* nanosleep under -std=c11 */
+#endif
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <time.h>
 
 #include "runtime/error.h"
 #include "serve/generator.h"
@@ -172,6 +184,137 @@ static recap_status run_step(recap_generator *g, const recap__step *step,
   return RECAP_OK;
 }
 
+/* ---- decode loops ---- */
+
+/* How long the engine sleeps when a poll of a running loop found nothing new. */
+static const long LOOP_POLL_NS = 20000;
+
+/* Whether the planned step may run as a loop: decode rows only (so whatever waits could not
+ * be admitted), no preemption, and a runner with a loop. */
+static bool loop_fits(const recap_generator *g, const recap__step *step) {
+  return g->loop_entries && step->num_chunks == 0 && step->num_decode > 0 &&
+         step->num_preempted == 0;
+}
+
+static recap_status loop_disagrees(int32_t iteration, const char *what) {
+  return RECAP_FAIL(RECAP_STATUS_INTERNAL,
+                    "decode loop iteration %d: the device and the scheduler disagree: %s",
+                    iteration, what);
+}
+
+/* Hands iteration `iteration`'s tokens (entries[0, n)) to the scheduler and the requests as
+ * the step `step` (its plan) would have had them. Entered and left without the lock; *asked
+ * says whether something now waits for the loop to return. */
+static recap_status complete_iteration(recap_generator *g, const recap__step *step, int rows,
+                                       const recap_loop_token *entries, size_t n, int32_t iteration,
+                                       recap__request **pinned, bool *asked) {
+  if ((size_t)step->num_decode != n) return loop_disagrees(iteration, "another number of rows ran");
+  for (int i = 0; i < step->num_decode; i++) {
+    int row = 0;
+    while (row < rows && g->loop_rows[row] != step->decode[i]) row++;
+    size_t e = 0;
+    while (e < n && entries[e].row != row) e++;
+    if (row == rows || e == n) return loop_disagrees(iteration, "a running sequence got no token");
+    int32_t token = entries[e].token;
+    if (token < 0 || token >= g->shape->vocab)
+      return RECAP_FAIL(RECAP_STATUS_INTERNAL, "the decode loop sampled token %d for row %d", token,
+                        row);
+    g->decode_tokens[i] = token;
+  }
+  recap__sched_complete(g->sched, g->prefill_tokens, g->decode_tokens);
+  pthread_mutex_lock(&g->lock);
+  g->stats.steps++;
+  g->stats.decode_steps++;
+  g->stats.graph_steps++; /* a step of a graph launch: prefill + decode = graph + eager */
+  g->stats.loop_steps++;
+  publish_step(g, step, pinned);
+  publish_counts(g);
+  deliver_and_unpin(g, pinned);
+  /* After the callbacks: a callback may have cancelled or submitted. */
+  *asked = g->num_incoming > 0 || g->cancels_pending || g->stopping;
+  pthread_mutex_unlock(&g->lock);
+  return RECAP_OK;
+}
+
+/* Ends the launch and waits for it, so the runner is free again; what it still produces is
+ * dropped (the steps after the last completed iteration run again, with the same tokens: the
+ * KV positions they wrote are written again, and sampling is keyed by the output index). */
+static void drain_loop(recap_generator *g) {
+  int finished = 0;
+  recap__runner_loop_return(g->runner);
+  while (!finished) {
+    size_t got;
+    if (recap__runner_loop_poll(g->runner, g->loop_entries, g->loop_capacity, &got, &finished) !=
+        RECAP_OK)
+      return;
+    if (!finished) nanosleep(&(struct timespec){.tv_nsec = LOOP_POLL_NS}, NULL);
+  }
+}
+
+/* (c) to (e) for a step run as a decode loop: `first` is its first iteration's plan, every
+ * later iteration's is planned after the one before it completed. A submit, a cancel or
+ * destroy ends it at the next iteration boundary, as it would end a run of steps. */
+static recap_status run_loop(recap_generator *g, const recap__step *first,
+                             recap__request **pinned) {
+  int64_t k = recap__sched_reserve_steps(g->sched, recap__runner_loop_max_steps(g->runner));
+  const int rows = first->num_decode;
+  memcpy(g->loop_rows, first->decode, sizeof *g->loop_rows * (size_t)rows);
+  /* With requests waiting, the first sequence to end frees what they wait for: the loop
+   * returns then, so the next plan can admit them. */
+  bool waiting = recap__sched_counts_get(g->sched).waiting > 0;
+  RECAP_TRY(recap__runner_loop_launch(g->runner, g->sched, first, k, waiting));
+  pthread_mutex_lock(&g->lock);
+  g->stats.loop_launches++;
+  pthread_mutex_unlock(&g->lock);
+  const recap__step *step = first;
+  recap_loop_token *entries = g->loop_entries;
+  int32_t iteration = 0;
+  size_t have = 0;
+  int finished = 0;
+  bool asked = false;
+  recap_status st = RECAP_OK;
+  while (st == RECAP_OK) {
+    size_t got = 0;
+    st = recap__runner_loop_poll(g->runner, entries + have, g->loop_capacity - have, &got,
+                                 &finished);
+    have += got;
+    /* An iteration's entries are whole once a later one's follow, or the launch has ended. */
+    while (st == RECAP_OK && have > 0) {
+      size_t n = 0;
+      while (n < have && entries[n].step == iteration) n++;
+      if (n == have && !finished) break;
+      if (n == 0) {
+        st = loop_disagrees(iteration, "the ring skipped an iteration");
+        break;
+      }
+      if (!step) {
+        step = recap__sched_plan(g->sched);
+        if (step->num_chunks || step->num_preempted || step->num_decode == 0) {
+          st = loop_disagrees(iteration, "the scheduler planned more than the loop's rows");
+          break;
+        }
+      }
+      st = complete_iteration(g, step, rows, entries, n, iteration, pinned, &asked);
+      memmove(entries, entries + n, sizeof *entries * (have - n));
+      have -= n;
+      iteration++;
+      step = NULL;
+      if (asked) break;
+    }
+    if (st != RECAP_OK || finished || asked) break;
+    if (got == 0) {
+      /* Something else may need the engine: a submit or cancel since the last iteration. */
+      pthread_mutex_lock(&g->lock);
+      asked = g->num_incoming > 0 || g->cancels_pending || g->stopping;
+      pthread_mutex_unlock(&g->lock);
+      if (asked) break;
+      nanosleep(&(struct timespec){.tv_nsec = LOOP_POLL_NS}, NULL);
+    }
+  }
+  if (!finished) drain_loop(g);
+  return st;
+}
+
 static bool has_work(const recap_generator *g) {
   return g->incoming_head || g->cancels_pending || !recap__sched_idle(g->sched);
 }
@@ -191,6 +334,13 @@ void *recap__engine_main(void *arg) {
       recap_generator_stats counts = {0};
       pthread_mutex_unlock(&g->lock);
       const recap__step *step = recap__sched_plan(g->sched);
+      if (loop_fits(g, step)) {
+        st = run_loop(g, step, &pinned);
+        pthread_mutex_lock(&g->lock);
+        publish_counts(g);
+        deliver_and_unpin(g, &pinned);
+        continue;
+      }
       st = run_step(g, step, &counts);
       pthread_mutex_lock(&g->lock);
       g->stats.steps++;

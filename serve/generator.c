@@ -76,6 +76,8 @@ static void free_generator(recap_generator *g) {
   recap__runner_close(g->runner);
   free(g->prefill_tokens);
   free(g->decode_tokens);
+  free(g->loop_rows);
+  free(g->loop_entries);
   pthread_cond_destroy(&g->work);
   pthread_cond_destroy(&g->ended);
   pthread_mutex_destroy(&g->lock);
@@ -104,6 +106,14 @@ recap_status recap_generator_create(const char *spec_path, const recap_generator
     g->decode_tokens = calloc((size_t)config.max_running, sizeof *g->decode_tokens);
     if (!g->prefill_tokens || !g->decode_tokens)
       st = RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory for a step's tokens");
+  }
+  int64_t loop_steps = g->runner ? recap__runner_loop_max_steps(g->runner) : 0;
+  if (st == RECAP_OK && loop_steps > 0) {
+    g->loop_capacity = (size_t)loop_steps * (size_t)config.max_running;
+    g->loop_rows = calloc((size_t)config.max_running, sizeof *g->loop_rows);
+    g->loop_entries = calloc(g->loop_capacity, sizeof *g->loop_entries);
+    if (!g->loop_rows || !g->loop_entries)
+      st = RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory for a decode loop's tokens");
   }
   if (st == RECAP_OK) st = recap_rng_initial_seed(g->shape->device, &g->seed_base);
   if (st != RECAP_OK) {

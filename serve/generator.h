@@ -27,6 +27,11 @@ struct recap_generator {
   const recap__runner_shape *shape;
   recap__sched *sched;
   int32_t *prefill_tokens, *decode_tokens; /* a step's samples, by row */
+  /* Decode loops (engine thread only; NULL when the runner has none): each loop row's
+   * sequence, and the entries polled and not yet handed to the scheduler. */
+  recap__seq **loop_rows;
+  recap_loop_token *loop_entries;
+  size_t loop_capacity;
   pthread_t thread;
   pthread_mutex_t lock;
   pthread_cond_t work;  /* to the engine: a request, a cancel, or stop */

@@ -8,11 +8,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/env.h"
 #include "runtime/error.h"
 #include "serve/request.h"
 
 static const char *const LAYOUT_HINT = "a paged serving spec (`recap import-hf --paged`)";
 static const double DEFAULT_KV_FRACTION = 0.5;
+static const char *const LOOP_ENV = "RECAP_DECODE_LOOP";
+enum { DEFAULT_LOOP_STEPS = 32, MAX_LOOP_STEPS = 4096 };
 
 /* One entry's pipeline, what its step tensors look like, and host staging for them. */
 typedef struct {
@@ -27,6 +30,9 @@ typedef struct {
 struct recap__runner {
   recap__runner_shape shape;
   entry prefill, decode;
+  recap_decode_loop *loop; /* NULL: one launch per decode step */
+  int64_t loop_steps;
+  recap_loop_limits *limits; /* per decode row, for a loop launch */
   double ready_ms; /* end of weight loading to every bucket captured (0: eager) */
 };
 
@@ -259,6 +265,47 @@ static recap_status capture(recap_pipeline *p) {
   return st;
 }
 
+/* RECAP_DECODE_LOOP: 0 off, N > 0 the most steps per launch; unset: DEFAULT_LOOP_STEPS. */
+static recap_status loop_steps_from_env(int64_t *out) {
+  const char *v = getenv(LOOP_ENV);
+  *out = DEFAULT_LOOP_STEPS;
+  if (!v || !*v) return RECAP_OK;
+  char *end = NULL;
+  long long n = strtoll(v, &end, 10);
+  if (*end != '\0' || n < 0 || n > MAX_LOOP_STEPS)
+    return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
+                      "%s='%s' is not a step count in [0, %d] (0: one launch per decode step)",
+                      LOOP_ENV, v, MAX_LOOP_STEPS);
+  *out = n;
+  return RECAP_OK;
+}
+
+/* The decode loop, where the backend and the spec allow one; otherwise the runner steps one
+ * launch at a time, and says why (unless quiet). */
+static recap_status open_loop(recap__runner *r, const recap_generator_options *o) {
+  int64_t steps;
+  RECAP_TRY(loop_steps_from_env(&steps));
+  if (steps == 0 || o->eager) return RECAP_OK;
+  /* Any failure leaves the step-per-launch path, which works wherever the captures did: no
+   * conditional nodes, a spec drawing from the device generator, or a driver refusing what the
+   * body holds (the line says which). */
+  recap_status st = recap_decode_loop_create(r->decode.p, steps, 0, &r->loop);
+  if (st != RECAP_OK) {
+    if (!o->quiet)
+      fprintf(stderr, "recap generator: one graph launch per decode step (%s): %s\n",
+              recap_status_name(st), recap_last_error());
+    r->loop = NULL;
+    return RECAP_OK;
+  }
+  r->loop_steps = steps;
+  r->limits = calloc((size_t)r->decode.rows, sizeof *r->limits);
+  if (!r->limits) return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory for loop limits");
+  if (!o->quiet)
+    fprintf(stderr, "recap generator: decode loops of up to %lld steps per graph launch\n",
+            (long long)steps);
+  return RECAP_OK;
+}
+
 recap_status recap__runner_open(const char *spec_path, const recap_generator_options *o,
                                 recap__runner **out) {
   RECAP_CHECK_ARG(spec_path && o && out);
@@ -296,6 +343,7 @@ recap_status recap__runner_open(const char *spec_path, const recap_generator_opt
   double start_ms = recap__now_ms();
   if (st == RECAP_OK && !o->eager) st = capture(r->prefill.p);
   if (st == RECAP_OK && !o->eager) st = capture(r->decode.p);
+  if (st == RECAP_OK) st = open_loop(r, o);
   if (st != RECAP_OK) {
     recap__runner_close(r);
     return st;
@@ -319,6 +367,8 @@ static void close_entry(entry *e) {
 
 void recap__runner_close(recap__runner *r) {
   if (!r) return;
+  recap_decode_loop_destroy(r->loop);
+  free(r->limits);
   /* The decode pipeline shares the prefill one's weights and pools: either order works, but
    * the sharer first is the natural one. */
   close_entry(&r->decode);
@@ -410,8 +460,8 @@ recap_status recap__runner_prefill(recap__runner *r, const recap__step *step, in
   return RECAP_OK;
 }
 
-recap_status recap__runner_decode(recap__runner *r, const recap__step *step, int32_t *tokens,
-                                  bool *replayed) {
+/* Writes the decode rows' ids and seqs in. */
+static recap_status decode_rows_in(recap__runner *r, const recap__step *step) {
   entry *e = &r->decode;
   const int64_t width = r->shape.max_blocks_per_seq + RECAP_SEQ_BLOCKS;
   const int64_t n = step->num_decode;
@@ -422,12 +472,52 @@ recap_status recap__runner_decode(recap__runner *r, const recap__step *step, int
     put_row(&e->seqs[i * width], width, seq, seq->computed + 1, i, 1);
     e->ids[i] = seq->tokens[seq->num_tokens - 1];
   }
-  recap_status st =
-      copy_rows_in(e->p, "ids", e->ids_bucketed, e->ids, sizeof *e->ids, n, e->max_tokens);
-  if (st == RECAP_OK)
-    st = copy_rows_in(e->p, "seqs", e->seqs_bucketed, e->seqs, sizeof *e->seqs * (size_t)width, n,
+  RECAP_TRY(copy_rows_in(e->p, "ids", e->ids_bucketed, e->ids, sizeof *e->ids, n, e->max_tokens));
+  return copy_rows_in(e->p, "seqs", e->seqs_bucketed, e->seqs, sizeof *e->seqs * (size_t)width, n,
                       e->rows);
-  if (st == RECAP_OK) st = run_entry(e, n, n, tokens, replayed);
+}
+
+int64_t recap__runner_loop_max_steps(const recap__runner *r) {
+  return r->loop ? r->loop_steps : 0;
+}
+
+recap_status recap__runner_loop_launch(recap__runner *r, const recap__sched *s,
+                                       const recap__step *step, int64_t steps,
+                                       bool return_on_stop) {
+  const int64_t n = step->num_decode;
+  for (int64_t i = 0; i < n; i++) {
+    const recap__seq *seq = step->decode[i];
+    recap_loop_limits *l = &r->limits[i];
+    l->max_outputs = (int32_t)recap__seq_output_limit(s, seq);
+    l->num_stop_ids = seq->num_stop_ids;
+    memcpy(l->stop_ids, seq->stop_ids, sizeof *l->stop_ids * (size_t)seq->num_stop_ids);
+  }
+  recap_status st = decode_rows_in(r, step);
+  if (st == RECAP_OK)
+    st = recap_decode_loop_launch(r->loop, n, steps, r->limits,
+                                  return_on_stop ? RECAP_LOOP_RETURN_ON_STOP : 0);
+  if (st != RECAP_OK)
+    return recap__error_context(
+        st, "decode loop of %" PRId64 " sequences, up to %" PRId64 " steps: ", n, steps);
+  return RECAP_OK;
+}
+
+recap_status recap__runner_loop_poll(recap__runner *r, recap_loop_token *out, size_t capacity,
+                                     size_t *count, int *finished) {
+  recap_status st = recap_decode_loop_poll(r->loop, out, capacity, count, finished);
+  if (st != RECAP_OK) return recap__error_context(st, "decode loop: ");
+  return RECAP_OK;
+}
+
+recap_status recap__runner_loop_return(recap__runner *r) {
+  return recap_decode_loop_request_return(r->loop);
+}
+
+recap_status recap__runner_decode(recap__runner *r, const recap__step *step, int32_t *tokens,
+                                  bool *replayed) {
+  const int64_t n = step->num_decode;
+  recap_status st = decode_rows_in(r, step);
+  if (st == RECAP_OK) st = run_entry(&r->decode, n, n, tokens, replayed);
   if (st != RECAP_OK) return recap__error_context(st, "decode step of %" PRId64 " sequences: ", n);
   return RECAP_OK;
 }

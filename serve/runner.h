@@ -59,4 +59,20 @@ recap_status recap__runner_prefill(recap__runner *r, const recap__step *step, in
 recap_status recap__runner_decode(recap__runner *r, const recap__step *step, int32_t *tokens,
                                   bool *replayed);
 
+/* Decode loops (docs/SERVING.md, "The decode loop"): the most steps one launch runs, 0 when
+ * the runner has no loop (RECAP_DECODE_LOOP=0, eager, or no conditional nodes: then every
+ * decode step is a launch of its own). */
+int64_t recap__runner_loop_max_steps(const recap__runner *r);
+/* Launches up to `steps` decode steps of the step's decode rows (row i: step->decode[i]); each
+ * row stops on its stop ids, at recap__seq_output_limit, or where its blocks end, and with
+ * return_on_stop the loop ends after a step in which a row ended. Returns at once; poll it to
+ * its end before anything else runs. */
+recap_status recap__runner_loop_launch(recap__runner *r, const recap__sched *s,
+                                       const recap__step *step, int64_t steps, bool return_on_stop);
+/* The tokens that arrived since the last poll (see recap_decode_loop_poll). */
+recap_status recap__runner_loop_poll(recap__runner *r, recap_loop_token *out, size_t capacity,
+                                     size_t *count, int *finished);
+/* Asks the running loop to end after its current step. */
+recap_status recap__runner_loop_return(recap__runner *r);
+
 #endif

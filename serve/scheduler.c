@@ -289,3 +289,41 @@ recap__sched_counts recap__sched_counts_get(const recap__sched *s) {
       .preemptions = s->preemptions,
   };
 }
+
+int64_t recap__seq_output_limit(const recap__sched *s, const recap__seq *seq) {
+  const int64_t max_seq = s->config.max_blocks_per_seq * s->config.block_size;
+  return seq->max_new < max_seq - seq->prompt_len ? seq->max_new : max_seq - seq->prompt_len;
+}
+
+/* Positions a decode row must hold for k more steps from where it is. */
+static int64_t loop_positions(const recap__seq *seq, int64_t k) {
+  int64_t positions = seq->computed + k;
+  return positions < seq->max_positions ? positions : seq->max_positions;
+}
+
+int64_t recap__sched_reserve_steps(recap__sched *s, int64_t max_steps) {
+  const recap__step *step = &s->step;
+  int64_t k = 1;
+  for (int i = 0; i < step->num_decode; i++) {
+    const recap__seq *seq = step->decode[i];
+    int64_t left = recap__seq_output_limit(s, seq) - recap__seq_outputs(seq);
+    if (left > k) k = left;
+  }
+  if (k > max_steps) k = max_steps;
+  for (; k > 1; k--) {
+    int64_t needed = 0;
+    for (int i = 0; i < step->num_decode; i++) {
+      const recap__seq *seq = step->decode[i];
+      int64_t more = recap__blocks_for(&s->pool, loop_positions(seq, k)) - seq->blocks.count;
+      if (more > 0) needed += more;
+    }
+    if (needed <= s->pool.num_free) break;
+  }
+  for (int i = 0; i < step->num_decode; i++) {
+    bool covered =
+        recap__blocks_cover(&s->pool, &step->decode[i]->blocks, loop_positions(step->decode[i], k));
+    assert(covered); /* counted above */
+    (void)covered;
+  }
+  return k;
+}

@@ -132,6 +132,17 @@ void recap__sched_complete(recap__sched *s, const int32_t *prefill_tokens,
 /* Nothing waiting or running. */
 bool recap__sched_idle(const recap__sched *s);
 
+/* The most outputs a sequence can reach before it ends on max_new or on the maximum sequence
+ * length (a stop id may end it sooner): a decode loop stops its row there. */
+int64_t recap__seq_output_limit(const recap__sched *s, const recap__seq *seq);
+/* For a decode loop of up to max_steps steps over the planned step's decode rows (a step with
+ * no prefill chunks, nothing waiting): gives each row the blocks its next k positions need
+ * (never past its max_positions) for the largest k <= max_steps the free pool allows, and
+ * returns k (at least 1: plan() has given every row its next block). k is also capped at the
+ * most outputs any row still has to produce. The next k - 1 plans then find every block in
+ * place: they neither allocate nor preempt. */
+int64_t recap__sched_reserve_steps(recap__sched *s, int64_t max_steps);
+
 typedef struct {
   int64_t running, waiting, blocks_used;
   uint64_t preemptions;

@@ -35,8 +35,8 @@ check_json() { # FILE: parses as JSON
 }
 
 # --help on every subcommand, usage errors.
-for cmd in info validate plan ops dot run bench bench-ops bench-gemm bench-capture bench-decode serve-bench \
-  memviz launch import-hf generate env schema completion man; do
+for cmd in info validate plan ops dot run bench bench-ops bench-gemm bench-capture bench-decode \
+  bench-loop serve-bench memviz launch import-hf generate env schema completion man; do
   expect 0 "$cmd --help" -- "$recap" "$cmd" --help
   grep -q "usage: recap $cmd" "$tmp/out" || fail "$cmd --help prints no usage line"
   # Help speaks for itself: no references into an issue tracker the user cannot see.
@@ -1086,6 +1086,14 @@ expect 0 "bench-decode" -- "$recap" bench-decode "$tmp/qwen2_paged.yaml" --devic
   --batch 1,4 --context 8 --tokens 4 --repeats 2 --json "$tmp/decode.json"
 grep -qE "^ +4 .*x +[0-9]+ +[0-9]+%$" "$tmp/out" || fail "bench-decode prints no row for batch 4"
 check_json "$tmp/decode.json"
+# bench-loop on the host backend (emulated WHILE nodes): every mode's row and the loop's line.
+expect 0 "bench-loop" -- "$recap" bench-loop "$tmp/qwen2_paged.yaml" --device host \
+  --batch 1,4 --context 8 --tokens 8 --steps 4 --repeats 1 --json "$tmp/loop.json"
+for mode in step-sync step-ahead loop; do
+  grep -qE "^ +4 $mode " "$tmp/out" || fail "bench-loop prints no $mode row for batch 4"
+done
+grep -q "gap between steps median" "$tmp/out" || fail "bench-loop prints no GPU gap"
+check_json "$tmp/loop.json"
 # bench-decode --profile on the Llama fixture (llama3 RoPE), whose paged layers run RoPE and
 # both KV writes as one paged_rope_kv_write: each batch's profiled step by op kind, in the
 # table and in the JSON.

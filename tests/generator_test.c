@@ -15,6 +15,9 @@
  * RECAP_TEST_GENERATOR_REQUESTS sets the random workload's size (default 1000; the sanitizer
  * runs use fewer).
  */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* setenv under -std=c11 */
+#endif
 #include <math.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -1078,7 +1081,11 @@ static void test_an_engine_failure_fails_every_request_and_stops_cleanly(void) {
   import_serving("llama", spec, sizeof spec);
   recap_generator_options o = host_options();
   o.max_running = 1;
+  /* One launch per decode step, so the fault lands between two steps (a decode loop's launch
+   * may already have produced later tokens: generator_loop_test.c checks that case). */
+  setenv("RECAP_DECODE_LOOP", "0", 1);
   recap_generator *g = generator_new(spec, o);
+  unsetenv("RECAP_DECODE_LOOP");
   int32_t prompt[8] = {1, 2, 3, 4, 5, 6, 7, 8};
   fault_events f = {.e = {.g = g}};
   recap_request r = {.struct_size = sizeof r,

@@ -56,6 +56,8 @@ cp -L "$bin/bench/bench_sample" stage/bin/bench_sample
 cp bench/peer/sample_bench.sh bench/peer/peer_torch_sample.py stage/tools/
 # The serving benchmarks (docs/SERVING.md): bash stage/run.sh gpu_serving.sh.
 cp scripts/gpu/gpu_serving.sh stage/gpu_serving.sh
+# The decode loop (docs/SERVING.md, "The decode loop"): bash stage/run.sh gpu_decode_loop.sh.
+cp scripts/gpu/gpu_decode_loop.sh stage/gpu_decode_loop.sh
 cp tests/models/make_bench_checkpoint.py bench/peer/peer_hf_decode.py \
   bench/peer/peer_hf_generate_batch.py stage/tools/
 cp bench/peer/torch_alloc_bench.sh bench/peer/torch_alloc_bench.cpp stage/tools/

@@ -7,6 +7,13 @@ bandwidth fraction holds beyond the one shape it was tuned on. Runs where torch 
 are (the GPU machine); seconds on a GPU.
 
     python3 tests/models/make_bench_checkpoint.py /tmp/llama-1b-shape [--shape llama-1b]
+
+Other shapes, where launch overhead matters more than bandwidth (the decode loop's benchmark):
+
+    python3 tests/models/make_bench_checkpoint.py /tmp/small --layers 4 --hidden 512 \
+        --heads 8 --kv-heads 2 --ffn 2048 --vocab 32000
+
+(the flags override the --shape's values; the head size is then hidden / heads).
 """
 import argparse
 import json
@@ -34,11 +41,18 @@ ARCHITECTURES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM",
 
 
 def main():
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("folder")
     ap.add_argument("--shape", choices=sorted(SHAPES), default="llama-1b")
+    for flag in ("--hidden", "--layers", "--heads", "--kv-heads", "--ffn", "--vocab"):
+        ap.add_argument(flag, type=int)
     args = ap.parse_args()
     kind, hidden, layers, heads, kv_heads, head_dim, ffn, vocab, tied, rope = SHAPES[args.shape]
+    if args.hidden or args.heads:
+        hidden, heads = args.hidden or hidden, args.heads or heads
+        head_dim = hidden // heads
+    layers, kv_heads = args.layers or layers, args.kv_heads or kv_heads
+    ffn, vocab = args.ffn or ffn, args.vocab or vocab
     os.makedirs(args.folder, exist_ok=True)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     g = torch.Generator(device=device).manual_seed(11)

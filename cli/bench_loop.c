@@ -1,0 +1,553 @@
+/* bench_loop.c: `recap bench-loop SPEC`: the decode loop (docs/SERVING.md, "The decode loop")
+ * against one graph launch per decode step, on a paged serving spec's decode entry.
+ *
+ * Per batch, --tokens greedy decode steps from a context of --context keys, three ways:
+ *   step-sync   one replay per step, its tokens read back before the next is launched;
+ *   step-ahead  step N + 1 enqueued before step N's tokens are read (a copy of the tokens into
+ *               pinned memory and an event per step; decode_advance feeds each step's tokens
+ *               to the next on the device, so nothing waits for the host);
+ *   loop        decode loops of --steps steps per launch, the tokens read from the ring as
+ *               they arrive.
+ * Every wait is the same sleep-poll (--poll-us between looks at an event or the ring), so that
+ * the host's CPU time compares like with like. Reported per mode: wall time per step (the
+ * per-token latency of each sequence), tokens/s, process CPU time (getrusage, user + sys, all
+ * threads) per token; for the loop also the GPU's idle gap between consecutive steps (each
+ * step's start and end stamped with %globaltimer by the body; a second loop with the stamp
+ * kernel, so the timed loop carries none) and the delay from a token's device stamp to its
+ * arrival on the host, after calibrating the two clocks' offset on single-step launches (the
+ * smallest observed difference counts as zero delay: the delays are above the fastest
+ * delivery seen). */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* nanosleep, clock_gettime, getrusage under -std=c11 */
+#endif
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+
+#include "cli/cli.h"
+#include "cli/tensors.h"
+#include "runtime/error.h"
+
+static const char *const CMD = "bench-loop";
+
+enum { MAX_BATCHES = 16, CALIBRATIONS = 50 };
+
+static const cli_option bench_loop_options[] = {
+    {.flag = "--batch",
+     .value = "LIST",
+     .kind = CLI_VALUE_TEXT,
+     .help = "batch sizes (default 1,8)"},
+    {.flag = "--context",
+     .value = "N",
+     .kind = CLI_VALUE_TEXT,
+     .help = "keys per sequence before the first timed step (default 128)"},
+    {.flag = "--tokens",
+     .value = "N",
+     .kind = CLI_VALUE_TEXT,
+     .help = "decode steps per timing (default 256)"},
+    {.flag = "--steps",
+     .value = "K",
+     .kind = CLI_VALUE_TEXT,
+     .help = "decode steps per loop launch (default 32)"},
+    {.flag = "--poll-us",
+     .value = "N",
+     .kind = CLI_VALUE_TEXT,
+     .help = "microseconds between polls of an event or the ring (default 20)"},
+    {.flag = "--repeats",
+     .value = "N",
+     .kind = CLI_VALUE_TEXT,
+     .help = "timings per batch and mode; the median is reported (default 3)"},
+    {.flag = "--device",
+     .value = "D",
+     .kind = CLI_VALUE_WORDS,
+     .words = "cuda host",
+     .help = "cuda or host (default cuda, else the host with a note)"},
+    {.flag = "--base-dir",
+     .value = "DIR",
+     .kind = CLI_VALUE_DIR,
+     .help = "files the spec names must lie under DIR"},
+    {.flag = "--json",
+     .value = "FILE",
+     .kind = CLI_VALUE_FILE,
+     .help = "write the results as JSON (- for stdout: the text then goes\n"
+             "to stderr); it records the GPU, driver and library versions"},
+    {0}};
+const cli_help cli_bench_loop_help = {
+    .synopsis =
+        "recap bench-loop SPEC [--batch 1,8] [--context N] [--tokens N] [--steps K]\n"
+        "                 [--poll-us N] [--repeats N] [--device cuda|host]\n"
+        "                 [--base-dir DIR] [--json FILE]",
+    .description =
+        "Times the decode loop (many decode steps per graph launch, a WHILE node) against one\n"
+        "launch per step, on the decode entry of a paged serving spec: per batch, wall time per\n"
+        "step, tokens/s and host CPU time per token for one replay per step with a wait per\n"
+        "step, for step N + 1 enqueued before step N's tokens are read, and for loops; for the\n"
+        "loop also the GPU's median idle gap between steps and the p50/p99 delay of a token\n"
+        "from the device to the host.",
+    .operand = CLI_VALUE_SPEC,
+    .groups = {{.options = bench_loop_options}},
+};
+
+typedef struct {
+  const char *path, *device, *base_dir, *json_path;
+  long long batches[MAX_BATCHES];
+  size_t num_batches;
+  long long context, tokens, steps, poll_us, repeats;
+} loop_args;
+
+static int parse_args(int argc, char **argv, loop_args *a) {
+  *a = (loop_args){.context = 128, .tokens = 256, .steps = 32, .poll_us = 20, .repeats = 3};
+  a->num_batches = 2;
+  a->batches[0] = 1;
+  a->batches[1] = 8;
+  for (int i = 0; i < argc; i++) {
+    int m;
+    const char *v;
+    if ((m = cli_flag(CMD, argc, argv, &i, "--device", &a->device)) != 0 ||
+        (m = cli_flag(CMD, argc, argv, &i, "--base-dir", &a->base_dir)) != 0 ||
+        (m = cli_json_flag(CMD, argc, argv, &i, &a->json_path)) != 0) {
+      if (m < 0) return CLI_EXIT_USAGE;
+    } else if ((m = cli_flag(CMD, argc, argv, &i, "--batch", &v)) != 0) {
+      if (m < 0 || !cli_parse_int_list(CMD, "--batch", v, 1, 1 << 20, a->batches, MAX_BATCHES,
+                                       &a->num_batches, "1,8"))
+        return CLI_EXIT_USAGE;
+    } else if ((m = cli_flag(CMD, argc, argv, &i, "--context", &v)) != 0) {
+      if (m < 0 || !cli_parse_int(CMD, "--context", v, 1, 1 << 24, &a->context))
+        return CLI_EXIT_USAGE;
+    } else if ((m = cli_flag(CMD, argc, argv, &i, "--tokens", &v)) != 0) {
+      if (m < 0 || !cli_parse_int(CMD, "--tokens", v, 1, 1 << 20, &a->tokens))
+        return CLI_EXIT_USAGE;
+    } else if ((m = cli_flag(CMD, argc, argv, &i, "--steps", &v)) != 0) {
+      if (m < 0 || !cli_parse_int(CMD, "--steps", v, 1, 4096, &a->steps)) return CLI_EXIT_USAGE;
+    } else if ((m = cli_flag(CMD, argc, argv, &i, "--poll-us", &v)) != 0) {
+      if (m < 0 || !cli_parse_int(CMD, "--poll-us", v, 0, 100000, &a->poll_us))
+        return CLI_EXIT_USAGE;
+    } else if ((m = cli_flag(CMD, argc, argv, &i, "--repeats", &v)) != 0) {
+      if (m < 0 || !cli_parse_int(CMD, "--repeats", v, 1, 1000, &a->repeats)) return CLI_EXIT_USAGE;
+    } else if (!cli_take_one(CMD, "spec", argv[i], &a->path)) {
+      return CLI_EXIT_USAGE;
+    }
+  }
+  if (!a->path) {
+    fprintf(stderr, "recap %s: usage: recap bench-loop SPEC (see --help)\n", CMD);
+    return CLI_EXIT_USAGE;
+  }
+  return CLI_EXIT_OK;
+}
+
+/* ---- clocks ---- */
+
+static uint64_t now_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+static double cpu_s(void) {
+  struct rusage u;
+  getrusage(RUSAGE_SELF, &u);
+  return (double)u.ru_utime.tv_sec + (double)u.ru_utime.tv_usec * 1e-6 + (double)u.ru_stime.tv_sec +
+         (double)u.ru_stime.tv_usec * 1e-6;
+}
+
+static void poll_pause(const loop_args *a) {
+  if (a->poll_us > 0) nanosleep(&(struct timespec){.tv_nsec = a->poll_us * 1000}, NULL);
+}
+
+/* Waits for an event with the sleep-poll every mode uses. */
+static recap_status wait_event(recap_event *e, const loop_args *a) {
+  for (;;) {
+    recap_status st = recap_event_query(e);
+    if (st != RECAP_STATUS_NOT_READY) return st;
+    poll_pause(a);
+  }
+}
+
+/* ---- the decode entry ---- */
+
+typedef struct {
+  int64_t max_batch, width, vocab, pool_blocks, block_size;
+} loop_shape;
+
+static bool read_shape(recap_pipeline *p, loop_shape *s) {
+  *s = (loop_shape){0};
+  recap_tensor seqs, logits;
+  if (recap_pipeline_tensor(p, "seqs", &seqs) != RECAP_OK || seqs.ndim != 2 ||
+      seqs.shape[1] <= RECAP_SEQ_BLOCKS ||
+      recap_pipeline_tensor(p, "logits", &logits) != RECAP_OK || logits.ndim != 2) {
+    fprintf(stderr,
+            "recap %s: the spec is not a paged serving spec (inputs ids [T] and seqs [Bs, W], "
+            "output logits [Bs, V]: `recap import-hf --paged`)\n",
+            CMD);
+    return false;
+  }
+  s->max_batch = seqs.shape[0];
+  s->width = seqs.shape[1];
+  s->vocab = logits.shape[1];
+  recap_pipeline_info info;
+  if (recap_pipeline_info_get(p, &info) != RECAP_OK) return false;
+  for (size_t i = 0; i < info.num_tensors; i++) {
+    recap_tensor_info t;
+    if (recap_pipeline_tensor_info_get(p, i, &t) != RECAP_OK) return false;
+    if (t.role != RECAP_ROLE_STATE || t.ndim != 4) continue;
+    s->pool_blocks = t.shape[0];
+    s->block_size = t.shape[1];
+  }
+  if (!s->pool_blocks) {
+    fprintf(stderr, "recap %s: the spec has no paged KV pool (a state [NB, BS, Hkv, Dh])\n", CMD);
+    return false;
+  }
+  return true;
+}
+
+/* `batch` greedy sequences at `context` keys about to take one token, each with `need` blocks
+ * of its own. */
+static recap_status write_metadata(recap_pipeline *p, const loop_shape *s, int64_t batch,
+                                   int64_t context, int64_t need) {
+  int32_t *rows = calloc((size_t)(batch * s->width), sizeof *rows);
+  int32_t *ids = malloc(sizeof *ids * (size_t)batch);
+  recap_status st = rows && ids ? RECAP_OK : RECAP_STATUS_OUT_OF_MEMORY;
+  for (int64_t b = 0; st == RECAP_OK && b < batch; b++) {
+    int32_t *row = &rows[b * s->width];
+    row[RECAP_SEQ_LEN] = (int32_t)(context + 1);
+    row[RECAP_SEQ_Q_START] = (int32_t)b;
+    row[RECAP_SEQ_Q_LEN] = 1;
+    for (int64_t j = 0; j < s->width - RECAP_SEQ_BLOCKS; j++)
+      row[RECAP_SEQ_BLOCKS + j] = j < need ? (int32_t)(b * need + j) : -1;
+    ids[b] = (int32_t)((b * 7919 + 13) % s->vocab);
+  }
+  if (st == RECAP_OK)
+    st = recap_pipeline_copy_in(p, "ids", ids, sizeof *ids * (size_t)batch, batch);
+  if (st == RECAP_OK)
+    st = recap_pipeline_copy_in(p, "seqs", rows, sizeof *rows * (size_t)(batch * s->width), batch);
+  if (st == RECAP_OK) st = recap_stream_synchronize(recap_pipeline_stream(p));
+  free(rows);
+  free(ids);
+  return st;
+}
+
+/* ---- the three modes ---- */
+
+typedef struct {
+  double wall_ms, cpu_us; /* per step, per token */
+} timing;
+
+/* One replay per step; its tokens copied out (which waits) before the next launch. */
+static recap_status time_step_sync(recap_pipeline *p, int64_t batch, const loop_args *a,
+                                   int32_t *host_tokens, recap_event *done, timing *t) {
+  double c0 = cpu_s();
+  uint64_t w0 = now_ns();
+  recap_status st = RECAP_OK;
+  recap_tensor tokens;
+  st = recap_pipeline_tensor(p, "tokens", &tokens);
+  for (long long k = 0; st == RECAP_OK && k < a->tokens; k++) {
+    recap_stream *s = recap_pipeline_stream(p);
+    st = recap_pipeline_run_async(p, batch, NULL);
+    if (st == RECAP_OK)
+      st = recap_memcpy_async(host_tokens, tokens.data, sizeof(int32_t) * (size_t)batch, s);
+    if (st == RECAP_OK) st = recap_event_record(done, s);
+    if (st == RECAP_OK) st = wait_event(done, a);
+  }
+  t->wall_ms = (double)(now_ns() - w0) * 1e-6 / (double)a->tokens;
+  t->cpu_us = (cpu_s() - c0) * 1e6 / (double)(a->tokens * batch);
+  return st;
+}
+
+/* Step N + 1 enqueued before step N's tokens are waited for (two pinned buffers, two events). */
+static recap_status time_step_ahead(recap_pipeline *p, int64_t batch, const loop_args *a,
+                                    int32_t *host_tokens[2], recap_event *done[2], timing *t) {
+  double c0 = cpu_s();
+  uint64_t w0 = now_ns();
+  recap_tensor tokens;
+  recap_status st = recap_pipeline_tensor(p, "tokens", &tokens);
+  recap_stream *s = recap_pipeline_stream(p);
+  for (long long k = 0; st == RECAP_OK && k <= a->tokens; k++) {
+    if (k < a->tokens) {
+      st = recap_pipeline_run_async(p, batch, NULL);
+      if (st == RECAP_OK)
+        st =
+            recap_memcpy_async(host_tokens[k % 2], tokens.data, sizeof(int32_t) * (size_t)batch, s);
+      if (st == RECAP_OK) st = recap_event_record(done[k % 2], s);
+    }
+    if (st == RECAP_OK && k > 0) st = wait_event(done[(k - 1) % 2], a);
+  }
+  t->wall_ms = (double)(now_ns() - w0) * 1e-6 / (double)a->tokens;
+  t->cpu_us = (cpu_s() - c0) * 1e6 / (double)(a->tokens * batch);
+  return st;
+}
+
+/* Loops of --steps until --tokens steps have run; every entry's arrival time minus its device
+ * stamp into delays[] (ns, before the offset), when delays is not NULL. */
+static recap_status time_loop(recap_decode_loop *loop, int64_t batch, const loop_args *a,
+                              const recap_loop_limits *limits, recap_loop_token *entries,
+                              size_t capacity, double *delays, size_t *num_delays, timing *t) {
+  double c0 = cpu_s();
+  uint64_t w0 = now_ns();
+  recap_status st = RECAP_OK;
+  long long left = a->tokens;
+  if (num_delays) *num_delays = 0;
+  while (st == RECAP_OK && left > 0) {
+    long long k = left < a->steps ? left : a->steps;
+    st = recap_decode_loop_launch(loop, batch, k, limits, 0);
+    int finished = 0;
+    while (st == RECAP_OK && !finished) {
+      size_t n = 0;
+      st = recap_decode_loop_poll(loop, entries, capacity, &n, &finished);
+      uint64_t arrived = now_ns();
+      for (size_t i = 0; delays && i < n; i++)
+        delays[(*num_delays)++] = (double)arrived - (double)entries[i].time_ns;
+      if (st == RECAP_OK && !finished && n == 0) poll_pause(a);
+    }
+    left -= k;
+  }
+  t->wall_ms = (double)(now_ns() - w0) * 1e-6 / (double)a->tokens;
+  t->cpu_us = (cpu_s() - c0) * 1e6 / (double)(a->tokens * batch);
+  return st;
+}
+
+/* The host clock minus the device clock, as the smallest difference seen between a token's
+ * arrival (spinning on the ring) and its stamp over single-step launches. */
+static recap_status calibrate(recap_decode_loop *loop, const recap_loop_limits *limits,
+                              recap_loop_token *entries, size_t capacity, double *offset_ns) {
+  *offset_ns = 0;
+  bool first = true;
+  for (int c = 0; c < CALIBRATIONS; c++) {
+    RECAP_TRY(recap_decode_loop_launch(loop, 1, 1, limits, 0));
+    int finished = 0;
+    while (!finished) {
+      size_t n = 0;
+      RECAP_TRY(recap_decode_loop_poll(loop, entries, capacity, &n, &finished));
+      uint64_t arrived = now_ns();
+      for (size_t i = 0; i < n; i++) {
+        double d = (double)arrived - (double)entries[i].time_ns;
+        if (first || d < *offset_ns) *offset_ns = d;
+        first = false;
+      }
+    }
+  }
+  return RECAP_OK;
+}
+
+typedef struct {
+  int64_t batch;
+  timing sync, ahead, loop;
+  double gap_us_median, gap_us_p90, delay_us_p50, delay_us_p99, step_us_median;
+} loop_result;
+
+static int cmp_double(const void *x, const void *y) {
+  double a = *(const double *)x, b = *(const double *)y;
+  return (a > b) - (a < b);
+}
+
+static double percentile(double *v, size_t n, double q) {
+  if (n == 0) return 0;
+  qsort(v, n, sizeof *v, cmp_double);
+  return v[(size_t)(q * (double)(n - 1) + 0.5)];
+}
+
+/* Medians over repeats, each mode from fresh metadata. */
+static recap_status run_batch(recap_pipeline *p, recap_decode_loop *loop,
+                              recap_decode_loop *stamped, const loop_shape *s, int64_t batch,
+                              const loop_args *a, loop_result *r) {
+  const int64_t need = (a->context + a->tokens + 2 + s->block_size - 1) / s->block_size;
+  const size_t capacity = (size_t)(a->steps * batch);
+  recap_loop_limits *limits = calloc((size_t)batch, sizeof *limits);
+  recap_loop_token *entries = calloc(capacity, sizeof *entries);
+  double *samples = calloc((size_t)(3 * a->repeats), sizeof *samples);
+  double *delays = calloc((size_t)(a->tokens * batch), sizeof *delays);
+  double *gaps = calloc((size_t)a->tokens, sizeof *gaps),
+         *steps = calloc((size_t)a->tokens, sizeof *steps);
+  int32_t *pinned = NULL;
+  recap_event *done[2] = {NULL, NULL};
+  recap_pipeline_info info;
+  recap_status st = limits && entries && samples && delays && gaps && steps
+                        ? recap_pipeline_info_get(p, &info)
+                        : RECAP_STATUS_OUT_OF_MEMORY;
+  for (int64_t b = 0; b < batch && limits; b++) limits[b].max_outputs = INT32_MAX;
+  if (st == RECAP_OK) st = recap_host_malloc(2 * sizeof(int32_t) * (size_t)batch, (void **)&pinned);
+  if (st == RECAP_OK) st = recap_event_create(info.device, 0, &done[0]);
+  if (st == RECAP_OK) st = recap_event_create(info.device, 0, &done[1]);
+  int32_t *bufs[2] = {pinned, pinned ? pinned + batch : NULL};
+  double *sync_ms = samples, *ahead_ms = samples + a->repeats, *loop_ms = samples + 2 * a->repeats;
+  double sync_cpu = 0, ahead_cpu = 0, loop_cpu = 0;
+  /* Untimed first runs: the replay path and the loop's first launch. */
+  if (st == RECAP_OK) st = write_metadata(p, s, batch, a->context, need);
+  if (st == RECAP_OK) st = recap_pipeline_run(p, batch);
+  for (long long rep = 0; st == RECAP_OK && rep < a->repeats; rep++) {
+    timing t = {0, 0};
+    st = write_metadata(p, s, batch, a->context, need);
+    if (st == RECAP_OK) st = time_step_sync(p, batch, a, bufs[0], done[0], &t);
+    sync_ms[rep] = t.wall_ms;
+    sync_cpu += t.cpu_us / (double)a->repeats;
+    if (st == RECAP_OK) st = write_metadata(p, s, batch, a->context, need);
+    if (st == RECAP_OK) st = time_step_ahead(p, batch, a, bufs, done, &t);
+    ahead_ms[rep] = t.wall_ms;
+    ahead_cpu += t.cpu_us / (double)a->repeats;
+    if (st == RECAP_OK) st = write_metadata(p, s, batch, a->context, need);
+    size_t num_delays = 0;
+    if (st == RECAP_OK)
+      st = time_loop(loop, batch, a, limits, entries, capacity, delays, &num_delays, &t);
+    loop_ms[rep] = t.wall_ms;
+    loop_cpu += t.cpu_us / (double)a->repeats;
+    if (st == RECAP_OK && rep + 1 == a->repeats) {
+      double offset = 0;
+      st = write_metadata(p, s, 1, a->context, need);
+      if (st == RECAP_OK) st = calibrate(loop, limits, entries, capacity, &offset);
+      for (size_t i = 0; i < num_delays; i++) delays[i] -= offset;
+      r->delay_us_p50 = percentile(delays, num_delays, 0.5) * 1e-3;
+      r->delay_us_p99 = percentile(delays, num_delays, 0.99) * 1e-3;
+    }
+  }
+  /* The GPU's gaps between steps, from the loop whose body stamps each step's start. */
+  if (st == RECAP_OK) st = write_metadata(p, s, batch, a->context, need);
+  long long k = a->tokens < a->steps ? a->tokens : a->steps;
+  if (st == RECAP_OK) {
+    timing unused;
+    loop_args one = *a;
+    one.tokens = k;
+    st = time_loop(stamped, batch, &one, limits, entries, capacity, NULL, NULL, &unused);
+  }
+  const uint64_t *stamps = NULL;
+  int64_t ran = 0;
+  if (st == RECAP_OK) st = recap_decode_loop_stamps(stamped, &stamps, &ran);
+  size_t num_gaps = 0, num_steps = 0;
+  for (int64_t i = 0; st == RECAP_OK && i < ran; i++) {
+    steps[num_steps++] = (double)(stamps[2 * i + 1] - stamps[2 * i]) * 1e-3;
+    if (i + 1 < ran)
+      gaps[num_gaps++] = ((double)stamps[2 * i + 2] - (double)stamps[2 * i + 1]) * 1e-3;
+  }
+  r->gap_us_median = percentile(gaps, num_gaps, 0.5);
+  r->gap_us_p90 = percentile(gaps, num_gaps, 0.9);
+  r->step_us_median = percentile(steps, num_steps, 0.5);
+  if (st == RECAP_OK) {
+    cli_summary sum;
+    cli_summarize(sync_ms, (int)a->repeats, &sum);
+    r->sync = (timing){sum.median, sync_cpu};
+    cli_summarize(ahead_ms, (int)a->repeats, &sum);
+    r->ahead = (timing){sum.median, ahead_cpu};
+    cli_summarize(loop_ms, (int)a->repeats, &sum);
+    r->loop = (timing){sum.median, loop_cpu};
+  }
+  recap_event_destroy(done[0]);
+  recap_event_destroy(done[1]);
+  recap_host_free(pinned);
+  free(limits);
+  free(entries);
+  free(samples);
+  free(delays);
+  free(gaps);
+  free(steps);
+  return st;
+}
+
+static json_t *mode_json(const timing *t, int64_t batch) {
+  return json_pack("{sf sf sf}", "ms_per_step", t->wall_ms, "tokens_per_s",
+                   (double)batch / (t->wall_ms * 1e-3), "cpu_us_per_token", t->cpu_us);
+}
+
+static int run(const loop_args *a, recap_pipeline *p, const loop_shape *s) {
+  int64_t positions = a->context + a->tokens + 2;
+  int64_t need = (positions + s->block_size - 1) / s->block_size;
+  for (size_t i = 0; i < a->num_batches; i++) {
+    int64_t b = a->batches[i];
+    if (b > s->max_batch || need > s->width - RECAP_SEQ_BLOCKS || b * need > s->pool_blocks) {
+      fprintf(stderr,
+              "recap %s: batch %" PRId64 " at %" PRId64 " positions does not fit the spec (%" PRId64
+              " sequences, %" PRId64 " positions each, %" PRId64 " blocks)\n",
+              CMD, b, positions, s->max_batch, (s->width - RECAP_SEQ_BLOCKS) * s->block_size,
+              s->pool_blocks);
+      return CLI_EXIT_FAILURE;
+    }
+  }
+  recap_decode_loop *loop = NULL, *stamped = NULL;
+  recap_status st = recap_decode_loop_create(p, a->steps, 0, &loop);
+  if (st == RECAP_OK) st = recap_decode_loop_create(p, a->steps, 1, &stamped);
+  if (st != RECAP_OK) {
+    cli_report_failure(CMD, "the decode loop", st);
+    recap_decode_loop_destroy(loop);
+    return CLI_EXIT_FAILURE;
+  }
+  printf(
+      "%s: context %lld, %lld steps per timing, loops of %lld steps, polls every %lld us, "
+      "median of %lld\n\n",
+      a->path, a->context, a->tokens, a->steps, a->poll_us, a->repeats);
+  printf("%6s %-11s %12s %10s %14s\n", "batch", "mode", "ms/step", "tokens/s", "CPU us/token");
+  json_t *rows = json_array();
+  int rc = rows ? CLI_EXIT_OK : CLI_EXIT_FAILURE;
+  for (size_t i = 0; rc == CLI_EXIT_OK && i < a->num_batches; i++) {
+    loop_result r = {.batch = a->batches[i]};
+    st = run_batch(p, loop, stamped, s, r.batch, a, &r);
+    if (st != RECAP_OK) {
+      cli_report_failure(CMD, "the timings", st);
+      rc = CLI_EXIT_FAILURE;
+      break;
+    }
+    const struct {
+      const char *name;
+      const timing *t;
+    } modes[] = {{"step-sync", &r.sync}, {"step-ahead", &r.ahead}, {"loop", &r.loop}};
+    for (int m = 0; m < 3; m++)
+      printf("%6" PRId64 " %-11s %12.4f %10.0f %14.2f\n", r.batch, modes[m].name,
+             modes[m].t->wall_ms, (double)r.batch / (modes[m].t->wall_ms * 1e-3),
+             modes[m].t->cpu_us);
+    printf(
+        "%6s loop: %.4f of step-sync, %.4f of step-ahead; CPU %.3f of step-sync; GPU step "
+        "%.1f us, gap between steps median %.2f us (p90 %.2f); token delivery p50 %.1f us, "
+        "p99 %.1f us\n",
+        "", r.loop.wall_ms / r.sync.wall_ms, r.loop.wall_ms / r.ahead.wall_ms,
+        r.loop.cpu_us / r.sync.cpu_us, r.step_us_median, r.gap_us_median, r.gap_us_p90,
+        r.delay_us_p50, r.delay_us_p99);
+    json_t *row =
+        json_pack("{sI so so so sf sf sf sf sf}", "batch", (json_int_t)r.batch, "step_sync",
+                  mode_json(&r.sync, r.batch), "step_ahead", mode_json(&r.ahead, r.batch), "loop",
+                  mode_json(&r.loop, r.batch), "gpu_step_us_median", r.step_us_median,
+                  "gpu_gap_us_median", r.gap_us_median, "gpu_gap_us_p90", r.gap_us_p90,
+                  "delivery_us_p50", r.delay_us_p50, "delivery_us_p99", r.delay_us_p99);
+    json_array_append_new(rows, row);
+  }
+  recap_pipeline_info info;
+  if (rc == CLI_EXIT_OK && a->json_path && recap_pipeline_info_get(p, &info) == RECAP_OK) {
+    json_t *root =
+        json_pack("{ss sI sI sI sI so}", "spec", a->path, "context", (json_int_t)a->context,
+                  "tokens", (json_int_t)a->tokens, "steps", (json_int_t)a->steps, "poll_us",
+                  (json_int_t)a->poll_us, "results", rows);
+    rows = NULL;
+    if (!cli_write_json(CMD, root, info.device, a->json_path)) rc = CLI_EXIT_FAILURE;
+    json_decref(root);
+  }
+  json_decref(rows);
+  recap_decode_loop_destroy(stamped);
+  recap_decode_loop_destroy(loop);
+  return rc;
+}
+
+int cli_bench_loop_main(int argc, char **argv) {
+  if (cli_wants_help(argc, argv)) {
+    cli_help_print(stdout, &cli_bench_loop_help);
+    return CLI_EXIT_OK;
+  }
+  loop_args a;
+  int rc = parse_args(argc, argv, &a);
+  if (rc != CLI_EXIT_OK) return rc;
+  recap_pipeline_options o = {.struct_size = sizeof o,
+                              .entry = "decode",
+                              .base_dir = a.base_dir,
+                              .override_device = 1,
+                              .override_mode = 1,
+                              .mode = RECAP_MODE_GRAPH,
+                              .oversize = RECAP_OVERSIZE_FAIL};
+  if (!cli_pick_device(CMD, a.device, RECAP_BACKEND_CUDA, &o.device)) return CLI_EXIT_USAGE;
+  recap_pipeline *p = NULL;
+  recap_status st = recap_pipeline_create_file(a.path, &o, &p);
+  if (st != RECAP_OK) {
+    cli_report_failure(CMD, "the decode entry", st);
+    return CLI_EXIT_FAILURE;
+  }
+  loop_shape s;
+  rc = read_shape(p, &s) ? run(&a, p, &s) : CLI_EXIT_FAILURE;
+  recap_pipeline_destroy(p);
+  return rc;
+}

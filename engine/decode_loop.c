@@ -1,0 +1,285 @@
+/*
+ * decode_loop.c: decode loops, many decode steps in one graph launch (include/recap.h,
+ * "Decode loops"; docs/SERVING.md, "The decode loop").
+ *
+ * Per bucket, one graph on the pipeline's stream:
+ *   memcpy  launch block (mapped host memory) -> loop state (device): counters, K, limits
+ *   WHILE   (condition 1 at launch)
+ *     [stamp kernel]             the step's start, with `timestamps`
+ *     child graph                the bucket's captured decode step (decode_advance inside)
+ *     control kernel             ring entries, stop tests, ids packed again, continue flag
+ *     condition kernel           the continue flag into the WHILE node's condition
+ * The body is captured on a stream of its own (a WHILE body is a graph of its own, captured
+ * with cudaStreamBeginCaptureToGraph); the host backend runs the same graph with the same
+ * semantics and enforces CUDA's rules for the body.
+ *
+ * Mapped host memory holds what crosses between host and device during a launch: the launch
+ * block the host writes before it, the ring and its published count that the device writes,
+ * the return request the host may write while it runs, and the step stamps.
+ */
+#include "kernels/decode_loop.h"
+
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/ir.h"
+#include "engine/pipeline.h"
+#include "runtime/backend.h"
+#include "runtime/error.h"
+
+/* Mapped host memory, one allocation: each part on its own cache line. */
+typedef struct {
+  int32_t *block;        /* RECAP__LOOP_STATE_INTS + rows x RECAP__LOOP_LIMIT_WIDTH */
+  int32_t *published;    /* ring entries the host may read */
+  int32_t *stop_request; /* nonzero: end after the current step */
+  recap_loop_token *ring;
+  uint64_t *stamps; /* 2 x max_steps, or NULL */
+} mapped_parts;
+
+struct recap_decode_loop {
+  recap_pipeline *p;
+  recap_stream *body;
+  int64_t max_steps, rows; /* rows: the largest bucket's */
+  size_t block_bytes, capacity;
+  void *mapped;
+  mapped_parts parts;
+  int32_t *state;       /* device copy of the launch block, updated by the control kernel */
+  recap_graph **graphs; /* per bucket */
+  recap_event *done;
+  bool running;       /* launched and not yet polled to its end */
+  int32_t read;       /* entries handed out by poll */
+  int64_t last_steps; /* steps the last finished launch ran */
+};
+
+static size_t round_up(size_t n, size_t to) {
+  return (n + to - 1) / to * to;
+}
+
+static recap_status tensor_index(recap_pipeline *p, const char *name, int *out) {
+  const recap__ir *ir = p->model->irs[p->model->num_buckets - 1];
+  *out = recap__ir_find_tensor(ir, name);
+  if (*out < 0)
+    return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
+                      "pipeline '%s' has no tensor '%s': a decode loop needs a paged decode "
+                      "entry (ids, seqs, tokens)",
+                      p->model->spec->name, name);
+  return RECAP_OK;
+}
+
+static void *bucket_data(const recap_pipeline *p, size_t bucket, int t) {
+  return p->views[bucket * p->num_tensors + (size_t)t].data;
+}
+
+static recap_status capture_bucket(recap_decode_loop *loop, size_t bucket, int ids, int seqs,
+                                   int tokens, int timestamps) {
+  recap_pipeline *p = loop->p;
+  const recap__backend *be = p->stream->backend;
+  const recap_tensor *seqs_view = &p->views[bucket * p->num_tensors + (size_t)seqs];
+  recap__decode_loop_args args = {
+      .seqs = seqs_view->data,
+      .rows = seqs_view->shape[0],
+      .width = seqs_view->shape[1],
+      .tokens = bucket_data(p, bucket, tokens),
+      .ids = bucket_data(p, bucket, ids),
+      .state = loop->state,
+      .ring = loop->parts.ring,
+      .capacity = (int64_t)loop->capacity,
+      .published = loop->parts.published,
+      .stop_request = loop->parts.stop_request,
+      .stamps = timestamps ? loop->parts.stamps : NULL,
+  };
+  recap_graph *g = NULL;
+  RECAP_TRY(recap_graph_create(&g));
+  loop->graphs[bucket] = g;
+  recap_stream *s = p->stream;
+  RECAP_TRY(recap_graph_capture_begin(g, s, p->has_pool ? &p->pool : NULL, p->capture_mode));
+  uint64_t handle = 0;
+  bool in_body = false;
+  recap_status st = be->memcpy_async(loop->state, loop->parts.block, loop->block_bytes, s);
+  if (st == RECAP_OK) st = be->while_begin(s, loop->body, &handle);
+  in_body = st == RECAP_OK;
+  if (st == RECAP_OK && timestamps)
+    st = recap__decode_loop_stamp(loop->body, loop->parts.stamps, loop->state);
+  if (st == RECAP_OK) st = recap_graph_replay(p->graphs[bucket], loop->body);
+  if (st == RECAP_OK) st = recap__decode_loop_control(loop->body, &args);
+  if (st == RECAP_OK)
+    st = be->condition_set(loop->body, handle, loop->state + RECAP__LOOP_CONTINUE);
+  if (in_body) {
+    recap_status end = be->while_end(loop->body);
+    if (st == RECAP_OK) st = end;
+  }
+  recap_status end = recap_graph_capture_end(g);
+  if (st == RECAP_OK) st = end;
+  return st;
+}
+
+recap_status recap_decode_loop_destroy(recap_decode_loop *loop) {
+  if (!loop) return RECAP_OK;
+  if (loop->running)
+    return RECAP_FAIL(RECAP_STATUS_BUSY, "a decode loop launch is under way: poll it to its end");
+  const recap__backend *be = loop->p->stream->backend;
+  for (size_t b = 0; loop->graphs && b < loop->p->model->num_buckets; b++)
+    recap_graph_destroy(loop->graphs[b]);
+  free(loop->graphs);
+  recap_event_destroy(loop->done);
+  recap_stream_destroy(loop->body);
+  if (loop->state) recap_free(loop->state);
+  if (loop->mapped) be->host_free_mapped(loop->p->device.index, loop->mapped);
+  free(loop);
+  return RECAP_OK;
+}
+
+recap_status recap_decode_loop_create(recap_pipeline *p, int64_t max_steps, int timestamps,
+                                      recap_decode_loop **out) {
+  RECAP_CHECK_ARG(p && out);
+  if (max_steps < 1 || max_steps > INT32_MAX / 4)
+    return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "max_steps %lld is outside [1, %d]",
+                      (long long)max_steps, INT32_MAX / 4);
+  const recap__backend *be = p->stream->backend;
+  if (!be->while_begin || !be->host_alloc_mapped)
+    return RECAP_FAIL(RECAP_STATUS_NOT_SUPPORTED, "the %s backend has no conditional graph nodes",
+                      be->name);
+  if (p->mode != RECAP_MODE_GRAPH || p->graphs_failed)
+    return RECAP_FAIL(RECAP_STATUS_NOT_SUPPORTED,
+                      "a decode loop replays captured graphs; pipeline '%s' runs eagerly",
+                      p->model->spec->name);
+  int ids, seqs, tokens;
+  RECAP_TRY(tensor_index(p, "ids", &ids));
+  RECAP_TRY(tensor_index(p, "seqs", &seqs));
+  RECAP_TRY(tensor_index(p, "tokens", &tokens));
+  if (!p->captured) RECAP_TRY(recap__graph_capture_all(p));
+  if (p->graphs_failed)
+    return RECAP_FAIL(RECAP_STATUS_NOT_SUPPORTED, "pipeline '%s' could not capture its graphs",
+                      p->model->spec->name);
+
+  recap_decode_loop *loop = calloc(1, sizeof *loop);
+  if (!loop) return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory for a decode loop");
+  loop->p = p;
+  loop->max_steps = max_steps;
+  const size_t num_buckets = p->model->num_buckets;
+  loop->rows = p->views[(num_buckets - 1) * p->num_tensors + (size_t)seqs].shape[0];
+  loop->capacity = (size_t)max_steps * (size_t)loop->rows;
+  loop->block_bytes =
+      sizeof(int32_t) * (size_t)(RECAP__LOOP_STATE_INTS + loop->rows * RECAP__LOOP_LIMIT_WIDTH);
+  const size_t line = 128;
+  size_t at_published = round_up(loop->block_bytes, line);
+  size_t at_stop = at_published + line, at_ring = at_stop + line;
+  size_t at_stamps = round_up(at_ring + loop->capacity * sizeof(recap_loop_token), line);
+  size_t total = at_stamps + (timestamps ? 2 * (size_t)max_steps * sizeof(uint64_t) : 0);
+  recap_status st = be->host_alloc_mapped(p->device.index, total, &loop->mapped);
+  if (st == RECAP_OK) {
+    char *m = loop->mapped;
+    loop->parts = (mapped_parts){
+        .block = (int32_t *)m,
+        .published = (int32_t *)(m + at_published),
+        .stop_request = (int32_t *)(m + at_stop),
+        .ring = (recap_loop_token *)(m + at_ring),
+        .stamps = timestamps ? (uint64_t *)(m + at_stamps) : NULL,
+    };
+    st = recap_malloc(p->device, loop->block_bytes, p->stream, (void **)&loop->state);
+  }
+  if (st == RECAP_OK)
+    st = recap_stream_create(p->device, 0, RECAP_STREAM_NON_BLOCKING, &loop->body);
+  if (st == RECAP_OK) st = recap_event_create(p->device, 0, &loop->done);
+  if (st == RECAP_OK) {
+    loop->graphs = calloc(num_buckets, sizeof *loop->graphs);
+    if (!loop->graphs) st = RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory for loop graphs");
+  }
+  /* Captured in bucket order, each with the same calls: handles are created in one order. */
+  for (size_t b = 0; st == RECAP_OK && b < num_buckets; b++)
+    st = capture_bucket(loop, b, ids, seqs, tokens, timestamps);
+  if (st == RECAP_OK) st = recap_stream_synchronize(p->stream);
+  if (st != RECAP_OK) {
+    recap_decode_loop_destroy(loop);
+    return recap__error_context(st, "decode loop over '%s': ", p->model->spec->name);
+  }
+  *out = loop;
+  return RECAP_OK;
+}
+
+recap_status recap_decode_loop_launch(recap_decode_loop *loop, int64_t batch, int64_t steps,
+                                      const recap_loop_limits *limits, unsigned flags) {
+  RECAP_CHECK_ARG(loop && (limits || batch == 0));
+  recap_pipeline *p = loop->p;
+  if (loop->running)
+    return RECAP_FAIL(RECAP_STATUS_BUSY,
+                      "the previous decode loop launch has not been polled to its end");
+  if (steps < 1 || steps > loop->max_steps)
+    return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "steps %lld is outside [1, %lld]",
+                      (long long)steps, (long long)loop->max_steps);
+  if (flags & ~(unsigned)RECAP_LOOP_RETURN_ON_STOP)
+    return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "unknown decode loop flags 0x%x", flags);
+  if (batch < 1 || batch > loop->rows)
+    return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "batch %lld is outside [1, %lld]",
+                      (long long)batch, (long long)loop->rows);
+  size_t b = recap__pipeline_bucket_for(p, batch);
+  int32_t *block = loop->parts.block;
+  memset(block, 0, loop->block_bytes);
+  block[RECAP__LOOP_MAX_STEPS] = (int32_t)steps;
+  block[RECAP__LOOP_CONTINUE] = 1;
+  block[RECAP__LOOP_RETURN_ON_STOP] = (flags & RECAP_LOOP_RETURN_ON_STOP) != 0;
+  for (int64_t r = 0; r < batch; r++) {
+    int32_t *l = block + RECAP__LOOP_STATE_INTS + r * RECAP__LOOP_LIMIT_WIDTH;
+    if (limits[r].num_stop_ids < 0 || limits[r].num_stop_ids > RECAP_MAX_STOP_IDS)
+      return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "row %lld has %d stop ids (at most %d)",
+                        (long long)r, limits[r].num_stop_ids, RECAP_MAX_STOP_IDS);
+    l[RECAP__LOOP_LIMIT_MAX_OUTPUTS] = limits[r].max_outputs;
+    l[RECAP__LOOP_LIMIT_NUM_STOP] = limits[r].num_stop_ids;
+    memcpy(l + RECAP__LOOP_LIMIT_STOP_IDS, limits[r].stop_ids,
+           sizeof(int32_t) * (size_t)limits[r].num_stop_ids);
+  }
+  atomic_store_explicit((_Atomic int32_t *)loop->parts.published, 0, memory_order_relaxed);
+  atomic_store_explicit((_Atomic int32_t *)loop->parts.stop_request, 0, memory_order_release);
+  loop->read = 0;
+  int64_t rows = p->model->spec->bucket_dim < 0 ? 0 : batch;
+  RECAP_TRY(recap__exec_set_rows(p, rows));
+  RECAP_TRY(recap_graph_replay(loop->graphs[b], p->stream));
+  RECAP_TRY(recap_event_record(loop->done, p->stream));
+  loop->running = true;
+  p->stats.replays++;
+  return RECAP_OK;
+}
+
+recap_status recap_decode_loop_poll(recap_decode_loop *loop, recap_loop_token *out, size_t capacity,
+                                    size_t *count, int *finished) {
+  RECAP_CHECK_ARG(loop && (out || capacity == 0) && count && finished);
+  *count = 0;
+  *finished = !loop->running;
+  if (!loop->running) return RECAP_OK;
+  /* Whether the launch has completed is asked before the count is read: entries published
+   * before completion are all visible after it. */
+  recap_status done = recap_event_query(loop->done);
+  if (done != RECAP_OK && done != RECAP_STATUS_NOT_READY) {
+    loop->running = false;
+    return done;
+  }
+  int32_t published =
+      atomic_load_explicit((_Atomic int32_t *)loop->parts.published, memory_order_acquire);
+  size_t n = (size_t)(published - loop->read);
+  if (n > capacity) n = capacity;
+  if (n) memcpy(out, loop->parts.ring + loop->read, n * sizeof *out);
+  loop->read += (int32_t)n;
+  *count = n;
+  if (done == RECAP_OK && loop->read == published) {
+    loop->running = false;
+    *finished = 1;
+    /* The state is device memory; the ring's last entry says how many steps ran. */
+    loop->last_steps = published > 0 ? loop->parts.ring[published - 1].step + 1 : 0;
+  }
+  return RECAP_OK;
+}
+
+recap_status recap_decode_loop_request_return(recap_decode_loop *loop) {
+  RECAP_CHECK_ARG(loop);
+  atomic_store_explicit((_Atomic int32_t *)loop->parts.stop_request, 1, memory_order_release);
+  return RECAP_OK;
+}
+
+recap_status recap_decode_loop_stamps(recap_decode_loop *loop, const uint64_t **stamps,
+                                      int64_t *steps) {
+  RECAP_CHECK_ARG(loop && stamps && steps);
+  *stamps = loop->parts.stamps;
+  *steps = loop->parts.stamps ? loop->last_steps : 0;
+  return RECAP_OK;
+}

@@ -1,0 +1,112 @@
+/*
+ * decode_loop.c: the decode loop's body kernels (see decode_loop.h): the host implementation,
+ * which is the reference, and the dispatch to the CUDA launchers.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* clock_gettime under -std=c11 */
+#endif
+#include "kernels/decode_loop.h"
+
+#include <stdatomic.h>
+#include <time.h>
+
+#include "runtime/backend.h"
+#include "runtime/error.h"
+#if RECAP_WITH_CUDA
+#include "runtime/cuda_check.h"
+#endif
+
+static uint64_t now_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+static bool is_stop_id(const int32_t *limits, int32_t token) {
+  for (int k = 0; k < limits[RECAP__LOOP_LIMIT_NUM_STOP] && k < RECAP_MAX_STOP_IDS; k++)
+    if (limits[RECAP__LOOP_LIMIT_STOP_IDS + k] == token) return true;
+  return false;
+}
+
+static recap_status host_control(void *p) {
+  const recap__decode_loop_args *a = p;
+  int32_t *state = a->state;
+  const int32_t iteration = state[RECAP__LOOP_ITERATION];
+  int32_t written = state[RECAP__LOOP_WRITTEN];
+  const uint64_t time = now_ns();
+  int32_t running = 0;
+  bool ended = false;
+  for (int64_t r = 0; r < a->rows; r++) {
+    int32_t *row = a->seqs + r * a->width;
+    const int32_t *limits = state + RECAP__LOOP_STATE_INTS + r * RECAP__LOOP_LIMIT_WIDTH;
+    const int32_t token = a->tokens[r];
+    if (token >= 0) {
+      if (written >= a->capacity)
+        return RECAP_FAIL(RECAP_STATUS_INTERNAL,
+                          "the decode loop's ring of %lld entries is full at iteration %d",
+                          (long long)a->capacity, iteration);
+      a->ring[written++] =
+          (recap_loop_token){.step = iteration, .row = (int32_t)r, .token = token, .time_ns = time};
+    }
+    /* Outputs so far: decode_advance moved a running row's OUT_INDEX on, not a stopped one's. */
+    const bool runs = row[RECAP_SEQ_Q_LEN] > 0;
+    const int32_t outputs = row[RECAP_SEQ_OUT_INDEX] + (runs ? 0 : 1);
+    const bool done = token >= 0 && (outputs >= limits[RECAP__LOOP_LIMIT_MAX_OUTPUTS] ||
+                                     is_stop_id(limits, token));
+    ended = ended || done;
+    if (!runs) continue;
+    if (done) {
+      row[RECAP_SEQ_Q_LEN] = 0;
+      row[RECAP_SEQ_Q_START] = 0;
+      continue;
+    }
+    /* Ranks only fall, so moving ids down in row order never overwrites one still to move. */
+    a->ids[running] = a->ids[row[RECAP_SEQ_Q_START]];
+    row[RECAP_SEQ_Q_START] = running++;
+  }
+  state[RECAP__LOOP_ITERATION] = iteration + 1;
+  state[RECAP__LOOP_WRITTEN] = written;
+  if (a->stamps) a->stamps[2 * iteration + 1] = time;
+  atomic_store_explicit((_Atomic int32_t *)a->published, written, memory_order_release);
+  const bool asked =
+      atomic_load_explicit((_Atomic int32_t *)a->stop_request, memory_order_acquire) != 0;
+  state[RECAP__LOOP_CONTINUE] = running > 0 && iteration + 1 < state[RECAP__LOOP_MAX_STEPS] &&
+                                !asked && !(ended && state[RECAP__LOOP_RETURN_ON_STOP]);
+  return RECAP_OK;
+}
+
+typedef struct {
+  uint64_t *stamps;
+  const int32_t *state;
+} stamp_args;
+
+static recap_status host_stamp(void *p) {
+  const stamp_args *a = p;
+  a->stamps[2 * a->state[RECAP__LOOP_ITERATION]] = now_ns();
+  return RECAP_OK;
+}
+
+recap_status recap__decode_loop_control(recap_stream *stream, const recap__decode_loop_args *args) {
+  if (stream->backend->launch_kernel)
+    return stream->backend->launch_kernel(stream, host_control, args, sizeof *args);
+#if RECAP_WITH_CUDA
+  RECAP_CUDA_TRY((cudaError_t)recap__decode_loop_cuda_control(args, recap_stream_native(stream)));
+  return RECAP_OK;
+#else
+  return RECAP_FAIL(RECAP_STATUS_NOT_SUPPORTED, "the decode loop has no CUDA kernel in this build");
+#endif
+}
+
+recap_status recap__decode_loop_stamp(recap_stream *stream, uint64_t *stamps,
+                                      const int32_t *state) {
+  stamp_args a = {stamps, state};
+  if (stream->backend->launch_kernel)
+    return stream->backend->launch_kernel(stream, host_stamp, &a, sizeof a);
+#if RECAP_WITH_CUDA
+  RECAP_CUDA_TRY(
+      (cudaError_t)recap__decode_loop_cuda_stamp(stamps, state, recap_stream_native(stream)));
+  return RECAP_OK;
+#else
+  return RECAP_FAIL(RECAP_STATUS_NOT_SUPPORTED, "the decode loop has no CUDA kernel in this build");
+#endif
+}

@@ -1,0 +1,68 @@
+/*
+ * decode_loop.h: the kernels of a decode loop's body (internal; engine/decode_loop.c uses them).
+ *
+ * A decode loop (include/recap.h, recap_decode_loop_*) replays a decode step many times inside
+ * one WHILE node. After each step, recap__decode_loop_control ends the iteration on the device:
+ * it hands every token the step sampled to the host through a ring in mapped host memory,
+ * stops the rows that are done, packs the running rows' ids again, and writes whether another
+ * iteration follows (the condition the body's condition_set kernel copies into the node).
+ *
+ * The loop's state (device i32, RECAP__LOOP_* indices), then per row RECAP__LOOP_LIMIT_WIDTH
+ * i32: the output count that ends the row, the number of stop ids, the stop ids.
+ */
+#ifndef RECAP_KERNELS_DECODE_LOOP_H
+#define RECAP_KERNELS_DECODE_LOOP_H
+
+#include <stdint.h>
+
+#include "include/recap.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum {
+  RECAP__LOOP_ITERATION = 0,      /* iterations completed in this launch */
+  RECAP__LOOP_MAX_STEPS = 1,      /* the launch's K */
+  RECAP__LOOP_CONTINUE = 2,       /* 1 while another iteration follows */
+  RECAP__LOOP_WRITTEN = 3,        /* ring entries written in this launch */
+  RECAP__LOOP_RETURN_ON_STOP = 4, /* nonzero: end after an iteration in which a row ended */
+  RECAP__LOOP_STATE_INTS = 5,
+  RECAP__LOOP_LIMIT_MAX_OUTPUTS = 0,
+  RECAP__LOOP_LIMIT_NUM_STOP = 1,
+  RECAP__LOOP_LIMIT_STOP_IDS = 2,
+  RECAP__LOOP_LIMIT_WIDTH = 2 + RECAP_MAX_STOP_IDS,
+};
+
+typedef struct {
+  int32_t *seqs; /* [rows, width]: the decode step's metadata, after decode_advance */
+  int64_t rows, width;
+  const int32_t *tokens;  /* [rows]: the step's samples (-1: the row had no token) */
+  int32_t *ids;           /* the next step's packed ids */
+  int32_t *state;         /* RECAP__LOOP_STATE_INTS, then the rows' limits */
+  recap_loop_token *ring; /* mapped host memory: `capacity` entries */
+  int64_t capacity;
+  int32_t *published;          /* mapped: entries the host may read (written after them) */
+  const int32_t *stop_request; /* mapped: nonzero asks the loop to end after this iteration */
+  uint64_t *stamps;            /* mapped, or NULL: [2 x K] begin and end time of each step */
+} recap__decode_loop_args;
+
+/* Ends one iteration (see the top of the file). A row ends when its token is one of its stop
+ * ids or its outputs reach max_outputs; decode_advance has already stopped rows whose next
+ * position has no KV block. The loop continues while a row runs, fewer than K iterations have
+ * run, the host has not asked for a return, and (with RETURN_ON_STOP) no row ended. */
+recap_status recap__decode_loop_control(recap_stream *stream, const recap__decode_loop_args *args);
+/* Writes the current time to stamps[2 x iteration] (the step's start). */
+recap_status recap__decode_loop_stamp(recap_stream *stream, uint64_t *stamps, const int32_t *state);
+
+#if RECAP_WITH_CUDA
+/* decode_loop.cu's launchers: cudaError_t as int, on the current device. */
+int recap__decode_loop_cuda_control(const recap__decode_loop_args *args, void *cuda_stream);
+int recap__decode_loop_cuda_stamp(uint64_t *stamps, const int32_t *state, void *cuda_stream);
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
