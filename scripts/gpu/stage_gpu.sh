@@ -29,6 +29,9 @@ for so in "$bin"/tests/*.so; do
 done
 cp -L "$bin/engine/recap" stage/bin/recap
 cp -L "$bin/librecap.so" stage/bin/librecap.so
+# librecap.so links libyaml and jansson as shared libraries (BUILD); the GPU machine has
+# neither, so they travel beside it (the Python package loads it from stage/bin).
+ldd "$bin/librecap.so" | awk '/libyaml|libjansson/ {print $3}' | xargs -r cp -L -t stage/bin
 [ -d tests/data ] && cp -r tests/data stage/tests/data
 [ -d specs ] && cp -r specs stage/specs
 cp scripts/gpu/gpu_run.sh stage/gpu_run.sh
