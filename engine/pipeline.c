@@ -338,9 +338,16 @@ static recap_status layout_for(recap_pipeline *p, int t, size_t bytes, int64_t r
   const recap__ir_tensor *tt = &m->irs[m->num_buckets - 1]->tensors[t];
   if (rows < 0) return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "rows is negative");
   if (rows == 0 || tt->bucket_axis < 0) {
-    if (rows != 0)
+    /* A spec with one bucket has no bucketed axis: a batch is then the whole tensor, and a
+     * caller that counts its rows (as it would with buckets) gives the whole tensor's bytes. */
+    bool whole_batch = m->num_buckets == 1 && bytes == tt->bytes;
+    if (rows != 0 && !whole_batch)
       return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
-                        "tensor '%s' does not carry the bucketed dim: pass rows = 0", tt->name);
+                        m->num_buckets == 1
+                            ? "tensor '%s': the spec has one bucket, so rows count the whole "
+                              "tensor: pass its bytes, or rows = 0"
+                            : "tensor '%s' does not carry the bucketed dim: pass rows = 0",
+                        tt->name);
     if (bytes != tt->bytes)
       return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "tensor '%s' has %llu bytes, %zu given",
                         tt->name, (unsigned long long)tt->bytes, bytes);

@@ -1171,7 +1171,9 @@ RECAP_API recap_status recap_pipeline_tensor(recap_pipeline *pipeline, const cha
  * bucketed tensor, `rows` (1 to the largest bucket) counts rows along the bucketed axis
  * (bytes must equal rows times the row size), laid out as the bucket that a run with `rows`
  * uses, and the rest of the buffer is zeroed; rows 0 copies the whole buffer (the largest
- * bucket's bytes). For other tensors rows is 0 and bytes the whole tensor. The data goes
+ * bucket's bytes). For other tensors rows is 0 and bytes the whole tensor; a spec with one
+ * bucket (no bucketed dim) also takes any rows with the whole tensor's bytes, so batch code
+ * written for buckets runs it unchanged. The data goes
  * through pinned staging memory (recap_host_malloc): the host buffer may be reused at once, and
  * the device copy is queued on the pipeline's stream, ordered before later runs, without
  * waiting for earlier work. RECAP_STATUS_INVALID_ARGUMENT for an unknown name, another role, or

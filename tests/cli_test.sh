@@ -1121,6 +1121,15 @@ for row in r:
     assert abs(sum(k["share"] for k in row["profile"]) - 1) < 1e-6, row["profile"]
     assert abs(sum(k["ms"] for k in row["profile"]) - row["profiled_ms"]) < 1e-9
 ' "$tmp/profile.json" 2>>"$tmp/err" || fail "bench-decode --profile JSON: $(tail -1 "$tmp/err")"
+# A spec imported with one decode bucket has no bucketed dim; bench-decode and bench-loop
+# still run their batch of 1 on it.
+expect 0 "import-hf --paged --batch 1" -- "$recap" import-hf "$tmp/llama" \
+  -o "$tmp/llama_one.yaml" --paged --batch 1 --prefill 8 --max-seq 32 --block-size 8 --kv-blocks 8
+expect 0 "bench-decode on one bucket" -- "$recap" bench-decode "$tmp/llama_one.yaml" \
+  --device host --batch 1 --context 4 --tokens 2 --repeats 1
+grep -qE "^ +1 .*x +[0-9]+ +[0-9]+%$" "$tmp/out" || fail "bench-decode prints no row on one bucket"
+expect 0 "bench-loop on one bucket" -- "$recap" bench-loop "$tmp/llama_one.yaml" \
+  --device host --batch 1 --context 4 --tokens 4 --repeats 1
 expect 1 "bench-decode past the pool" -- "$recap" bench-decode "$tmp/qwen2_paged.yaml" \
   --device host --batch 4 --context 61 --tokens 4
 grep -q "does not fit the spec" "$tmp/err" || fail "bench-decode does not say the batch does not fit"

@@ -143,6 +143,39 @@ static void test_copy_arguments_that_do_not_fit_are_rejected(void) {
   CHECK_OK(recap_pipeline_destroy(p));
 }
 
+/* A spec with one bucket has no bucketed axis: copies that count a batch's rows, as they
+ * would with buckets, take the whole tensor and give what rows = 0 gives; a part of it is
+ * still refused. */
+static void test_one_bucket_copies_count_the_whole_tensor_as_the_batch(void) {
+  /* mlp_spec with B a plain dim of 3 instead of buckets. */
+  char spec[sizeof mlp_spec];
+  const char *at = strstr(mlp_spec, "B: [1, 2, 4]");
+  CU_ASSERT_PTR_NOT_NULL_FATAL(at);
+  snprintf(spec, sizeof spec, "%.*sB: 3%s", (int)(at - mlp_spec), mlp_spec,
+           at + strlen("B: [1, 2, 4]"));
+  recap_pipeline_options o = opts_on(test_device);
+  recap_pipeline *p = make(spec, &o);
+  test_rng rng;
+  test_rng_init(&rng);
+  size_t bytes = bytes_of(p, "x", 0);
+  CU_ASSERT_EQUAL(bytes, 3 * 16 * sizeof(float));
+  void *x = random_data(&rng, RECAP_DTYPE_F32, bytes);
+  CHECK_OK(recap_pipeline_copy_in(p, "x", x, bytes, 0));
+  CHECK_OK(recap_pipeline_run(p, 3));
+  void *by_zero = out_copy(p, "y", 0);
+  CHECK_OK(recap_pipeline_copy_in(p, "x", x, bytes, 3));
+  CHECK_OK(recap_pipeline_run(p, 3));
+  float by_rows[3 * 16];
+  CHECK_OK(recap_pipeline_copy_out(p, "y", by_rows, sizeof by_rows, 3));
+  CU_ASSERT_EQUAL(memcmp(by_zero, by_rows, sizeof by_rows), 0);
+  CHECK_STATUS(recap_pipeline_copy_in(p, "x", x, 2 * 16 * sizeof(float), 2),
+               RECAP_STATUS_INVALID_ARGUMENT);
+  CHECK_ERROR_MENTIONS("one bucket");
+  free(x);
+  free(by_zero);
+  CHECK_OK(recap_pipeline_destroy(p));
+}
+
 /* Every spelling of "on" that the boolean switches accept (runtime/env.h). */
 static void test_disable_graphs_environment_forces_eager_runs(void) {
   static const char *const on[] = {"1", "true", "YES", "On"};
@@ -382,6 +415,7 @@ static void test_params_load_from_raw_and_safetensors_files_with_every_length_ch
   XX(test_clones_share_the_params_and_compute_the_same)                         \
   XX(test_clones_capture_and_replay_on_four_threads_at_once)                    \
   XX(test_copy_arguments_that_do_not_fit_are_rejected)                          \
+  XX(test_one_bucket_copies_count_the_whole_tensor_as_the_batch)                \
   XX(test_disable_graphs_environment_forces_eager_runs)                         \
   XX(test_a_bad_spec_fails_with_positions_and_allocates_nothing)                \
   XX(test_params_load_from_raw_and_safetensors_files_with_every_length_checked) \

@@ -26,22 +26,22 @@ status=0
 summary=()
 note() { summary+=("$1"); echo "== $1"; }
 
-cd "$here/tests" || exit 1
-if ./runtime_while_test > "$out/runtime_while_test.txt" 2>&1; then note "runtime_while_test: pass"
+# From the stage root, as gpu_run.sh runs them: the tests read tests/data/ from there.
+cd "$here" || exit 1
+if tests/runtime_while_test > "$out/runtime_while_test.txt" 2>&1; then note "runtime_while_test: pass"
 else note "runtime_while_test: FAIL"; status=1; fi
 grep -A1 "host function in a WHILE body" "$out/runtime_while_test.txt" | head -4
-if ./generator_loop_test > "$out/generator_loop_test.txt" 2>&1; then
+if tests/generator_loop_test > "$out/generator_loop_test.txt" 2>&1; then
   note "generator_loop_test (PDL on): pass"
 else
   note "generator_loop_test (PDL on): FAIL"; status=1
 fi
-if RECAP_PDL=0 ./generator_loop_test > "$out/generator_loop_test_nopdl.txt" 2>&1; then
+if RECAP_PDL=0 tests/generator_loop_test > "$out/generator_loop_test_nopdl.txt" 2>&1; then
   note "generator_loop_test (RECAP_PDL=0): pass"
 else
   note "generator_loop_test (RECAP_PDL=0): FAIL"; status=1
 fi
 tail -6 "$out/generator_loop_test.txt"
-cd "$here" || exit 1
 
 # The switch, on the Qwen3 fixture imported in the paged layout.
 bin/recap import-hf tests/data/models/qwen3 -o "$work/qwen3_paged.yaml" --paged \
