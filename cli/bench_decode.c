@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "cli/decode_batch.h"
 #include "cli/tensors.h"
 
 static const char *const CMD = "bench-decode";
@@ -124,73 +125,9 @@ static int parse_args(int argc, char **argv, decode_args *a) {
   return CLI_EXIT_OK;
 }
 
-/* What the bench reads from the decode pipeline's tensors. */
-typedef struct {
-  int64_t max_batch, width, vocab;
-  int64_t pool_blocks, block_size; /* of the KV pools (4-D state tensors) */
-  uint64_t kv_bytes_per_token;     /* every pool's bytes for one position of one sequence */
-} decode_shape;
-
-static bool read_shape(recap_pipeline *p, decode_shape *s) {
-  *s = (decode_shape){0};
-  recap_tensor seqs, logits;
-  if (recap_pipeline_tensor(p, "seqs", &seqs) != RECAP_OK || seqs.ndim != 2 ||
-      seqs.shape[1] <= RECAP_SEQ_BLOCKS ||
-      recap_pipeline_tensor(p, "logits", &logits) != RECAP_OK || logits.ndim != 2) {
-    fprintf(stderr,
-            "recap %s: the spec is not a paged serving spec (inputs ids [T] and seqs [Bs, W], "
-            "output logits [Bs, V]: `recap import-hf --paged`)\n",
-            CMD);
-    return false;
-  }
-  s->max_batch = seqs.shape[0];
-  s->width = seqs.shape[1];
-  s->vocab = logits.shape[1];
-  recap_pipeline_info info;
-  if (recap_pipeline_info_get(p, &info) != RECAP_OK) return false;
-  for (size_t i = 0; i < info.num_tensors; i++) {
-    recap_tensor_info t;
-    if (recap_pipeline_tensor_info_get(p, i, &t) != RECAP_OK) return false;
-    if (t.role != RECAP_ROLE_STATE || t.ndim != 4) continue;
-    s->pool_blocks = t.shape[0];
-    s->block_size = t.shape[1];
-    s->kv_bytes_per_token += (uint64_t)(t.shape[2] * t.shape[3]) * recap_dtype_size(t.dtype);
-  }
-  if (!s->pool_blocks) {
-    fprintf(stderr, "recap %s: the spec has no paged KV pool (a state [NB, BS, Hkv, Dh])\n", CMD);
-    return false;
-  }
-  return true;
-}
-
-/* Writes the metadata of `batch` sequences at `context` keys, each about to take one token
- * (LEN = context + 1), greedy, with blocks [b x need, (b + 1) x need) of the pools. */
-static recap_status write_metadata(recap_pipeline *p, const decode_shape *s, int64_t batch,
-                                   int64_t context, int64_t need) {
-  int32_t *rows = calloc((size_t)(batch * s->width), sizeof *rows);
-  int32_t *ids = malloc(sizeof *ids * (size_t)batch);
-  recap_status st = rows && ids ? RECAP_OK : RECAP_STATUS_OUT_OF_MEMORY;
-  for (int64_t b = 0; st == RECAP_OK && b < batch; b++) {
-    int32_t *row = &rows[b * s->width];
-    row[RECAP_SEQ_LEN] = (int32_t)(context + 1);
-    row[RECAP_SEQ_Q_START] = (int32_t)b;
-    row[RECAP_SEQ_Q_LEN] = 1;
-    for (int64_t j = 0; j < s->width - RECAP_SEQ_BLOCKS; j++)
-      row[RECAP_SEQ_BLOCKS + j] = j < need ? (int32_t)(b * need + j) : -1;
-    ids[b] = (int32_t)((b * 7919 + 13) % s->vocab);
-  }
-  if (st == RECAP_OK)
-    st = recap_pipeline_copy_in(p, "ids", ids, sizeof *ids * (size_t)batch, batch);
-  if (st == RECAP_OK)
-    st = recap_pipeline_copy_in(p, "seqs", rows, sizeof *rows * (size_t)(batch * s->width), batch);
-  free(rows);
-  free(ids);
-  return st;
-}
-
 /* `tokens` back-to-back runs between two events, `repeats` times, each from fresh metadata;
  * ms per step into per_step[repeats]. */
-static recap_status time_steps(recap_pipeline *p, const decode_shape *s, int64_t batch,
+static recap_status time_steps(recap_pipeline *p, const cli_decode_shape *s, int64_t batch,
                                const decode_args *a, int64_t need, double *per_step) {
   recap_stream *stream = recap_pipeline_stream(p);
   recap_pipeline_info info;
@@ -199,10 +136,10 @@ static recap_status time_steps(recap_pipeline *p, const decode_shape *s, int64_t
   if (st == RECAP_OK) st = recap_event_create(info.device, RECAP_EVENT_TIMING, &start);
   if (st == RECAP_OK) st = recap_event_create(info.device, RECAP_EVENT_TIMING, &end);
   /* The first run captures (graph mode) or does first-use work (eager). */
-  if (st == RECAP_OK) st = write_metadata(p, s, batch, a->context, need);
+  if (st == RECAP_OK) st = cli_decode_batch_write(p, s, batch, a->context, need);
   if (st == RECAP_OK) st = recap_pipeline_run(p, batch);
   for (long long r = 0; st == RECAP_OK && r < a->repeats; r++) {
-    st = write_metadata(p, s, batch, a->context, need);
+    st = cli_decode_batch_write(p, s, batch, a->context, need);
     if (st == RECAP_OK) st = recap_event_record(start, stream);
     for (long long t = 0; st == RECAP_OK && t < a->tokens; t++)
       st = recap_pipeline_run_async(p, batch, NULL);
@@ -284,7 +221,7 @@ static void add_launch(step_profile *sp, const char *op, double ms) {
 }
 
 /* One profiled eager step at `batch`, summed by op kind. */
-static recap_status profile_step(recap_pipeline *eager, const decode_shape *s, int64_t batch,
+static recap_status profile_step(recap_pipeline *eager, const cli_decode_shape *s, int64_t batch,
                                  const decode_args *a, int64_t need, step_profile *sp) {
   *sp = (step_profile){0};
   recap_pipeline_info info;
@@ -297,7 +234,7 @@ static recap_status profile_step(recap_pipeline *eager, const decode_shape *s, i
     return RECAP_STATUS_OUT_OF_MEMORY;
   }
   size_t count = 0;
-  st = write_metadata(eager, s, batch, a->context, need);
+  st = cli_decode_batch_write(eager, s, batch, a->context, need);
   if (st == RECAP_OK) st = recap_pipeline_profile(eager, batch, ops, info.num_ops, &count);
   for (size_t o = 0; st == RECAP_OK && o < count; o++) {
     if (ops[o].is_view) continue;
@@ -354,7 +291,7 @@ static json_t *result_json(const decode_result *r, double copy_gbps, bool profil
 
 /* Whether `batch` sequences of `positions` positions each fit the spec's pools and tables;
  * says why not on stderr. */
-static bool batch_fits(const decode_shape *s, int64_t batch, int64_t positions) {
+static bool batch_fits(const cli_decode_shape *s, int64_t batch, int64_t positions) {
   int64_t need = (positions + s->block_size - 1) / s->block_size;
   if (batch <= s->max_batch && need <= s->width - RECAP_SEQ_BLOCKS &&
       batch * need <= s->pool_blocks)
@@ -370,7 +307,7 @@ static bool batch_fits(const decode_shape *s, int64_t batch, int64_t positions) 
 }
 
 static int run_batches(const decode_args *a, recap_pipeline *graph, recap_pipeline *eager,
-                       const decode_shape *s) {
+                       const cli_decode_shape *s) {
   int64_t positions = a->context + a->tokens;
   int64_t need = (positions + s->block_size - 1) / s->block_size;
   for (size_t i = 0; i < a->num_batches; i++)
@@ -473,11 +410,11 @@ int cli_bench_decode_main(int argc, char **argv) {
   eo.mode = RECAP_MODE_EAGER;
   eo.share = graph;
   eo.override_device = 0;
-  decode_shape s;
+  cli_decode_shape s;
   rc = CLI_EXIT_FAILURE;
   if ((st = recap_pipeline_create_file(a.path, &eo, &eager)) != RECAP_OK)
     cli_report_failure(CMD, "the eager decode entry", st);
-  else if (read_shape(graph, &s))
+  else if (cli_decode_shape_read(CMD, graph, &s))
     rc = run_batches(&a, graph, eager, &s);
   recap_pipeline_destroy(eager);
   recap_pipeline_destroy(graph);

@@ -1,0 +1,61 @@
+/* decode_batch.c: the decode benches' synthetic batch (decode_batch.h). */
+#include "cli/decode_batch.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+bool cli_decode_shape_read(const char *cmd, recap_pipeline *p, cli_decode_shape *s) {
+  *s = (cli_decode_shape){0};
+  recap_tensor seqs, logits;
+  if (recap_pipeline_tensor(p, "seqs", &seqs) != RECAP_OK || seqs.ndim != 2 ||
+      seqs.shape[1] <= RECAP_SEQ_BLOCKS ||
+      recap_pipeline_tensor(p, "logits", &logits) != RECAP_OK || logits.ndim != 2) {
+    fprintf(stderr,
+            "recap %s: the spec is not a paged serving spec (inputs ids [T] and seqs [Bs, W], "
+            "output logits [Bs, V]: `recap import-hf --paged`)\n",
+            cmd);
+    return false;
+  }
+  s->max_batch = seqs.shape[0];
+  s->width = seqs.shape[1];
+  s->vocab = logits.shape[1];
+  recap_pipeline_info info;
+  if (recap_pipeline_info_get(p, &info) != RECAP_OK) return false;
+  for (size_t i = 0; i < info.num_tensors; i++) {
+    recap_tensor_info t;
+    if (recap_pipeline_tensor_info_get(p, i, &t) != RECAP_OK) return false;
+    if (t.role != RECAP_ROLE_STATE || t.ndim != 4) continue;
+    s->pool_blocks = t.shape[0];
+    s->block_size = t.shape[1];
+    s->kv_bytes_per_token += (uint64_t)(t.shape[2] * t.shape[3]) * recap_dtype_size(t.dtype);
+  }
+  if (!s->pool_blocks) {
+    fprintf(stderr, "recap %s: the spec has no paged KV pool (a state [NB, BS, Hkv, Dh])\n", cmd);
+    return false;
+  }
+  return true;
+}
+
+recap_status cli_decode_batch_write(recap_pipeline *p, const cli_decode_shape *s, int64_t batch,
+                                    int64_t context, int64_t need) {
+  int32_t *rows = calloc((size_t)(batch * s->width), sizeof *rows);
+  int32_t *ids = malloc(sizeof *ids * (size_t)batch);
+  recap_status st = rows && ids ? RECAP_OK : RECAP_STATUS_OUT_OF_MEMORY;
+  for (int64_t b = 0; st == RECAP_OK && b < batch; b++) {
+    int32_t *row = &rows[b * s->width];
+    row[RECAP_SEQ_LEN] = (int32_t)(context + 1);
+    row[RECAP_SEQ_Q_START] = (int32_t)b;
+    row[RECAP_SEQ_Q_LEN] = 1;
+    for (int64_t j = 0; j < s->width - RECAP_SEQ_BLOCKS; j++)
+      row[RECAP_SEQ_BLOCKS + j] = j < need ? (int32_t)(b * need + j) : -1;
+    /* Spread ids (a prime stride) so the embedding rows read are not all one row. */
+    ids[b] = (int32_t)((b * 7919 + 13) % s->vocab);
+  }
+  if (st == RECAP_OK)
+    st = recap_pipeline_copy_in(p, "ids", ids, sizeof *ids * (size_t)batch, batch);
+  if (st == RECAP_OK)
+    st = recap_pipeline_copy_in(p, "seqs", rows, sizeof *rows * (size_t)(batch * s->width), batch);
+  free(rows);
+  free(ids);
+  return st;
+}
