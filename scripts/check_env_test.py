@@ -4,7 +4,6 @@ clean tree that must pass, and one change per violation that must fail naming it
 "N passed, N failed" line for .ci/run."""
 import os
 import sys
-import unittest
 
 sys.dont_write_bytecode = True  # leave no __pycache__ in scripts/
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -38,20 +37,9 @@ CLEAN = {
 }
 
 
-class CheckEnvTest(unittest.TestCase):
-    def check(self, changes):
-        """Violations of the clean tree with `changes` applied (path -> text, None removes)."""
-        tree = dict(CLEAN)
-        tree.update(changes)
-        return source_check.check_tree(check_env.check, tree)
-
-    def assertOnly(self, violations, rule, *fragments):
-        self.assertTrue(violations, "expected a %s violation" % rule)
-        for v in violations:
-            self.assertEqual(v[0], rule, v)
-        text = "\n".join("%s:%d: %s" % v[1:] for v in violations)
-        for fragment in fragments:
-            self.assertIn(fragment, text)
+class CheckEnvTest(source_check.SourceCheckTest):
+    CHECK = check_env.check
+    CLEAN = CLEAN
 
     def test_clean_tree_passes(self):
         self.assertEqual(self.check({}), [])

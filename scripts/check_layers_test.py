@@ -7,7 +7,6 @@ import io
 import os
 import sys
 import tempfile
-import unittest
 
 sys.dont_write_bytecode = True  # leave no __pycache__ in scripts/
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -52,19 +51,9 @@ CLEAN = {
 }
 
 
-class CheckLayersTest(unittest.TestCase):
-    def check(self, changes):
-        """Violations of the clean tree with `changes` applied (path -> text, None removes)."""
-        tree = dict(CLEAN)
-        tree.update(changes)
-        return source_check.check_tree(check_layers.run, tree)
-
-    def assertOnly(self, violations, rule, *needles):
-        self.assertTrue(violations, "expected a %s violation" % rule)
-        self.assertEqual({v[0] for v in violations}, {rule}, violations)
-        text = "\n".join("%s %s:%d: %s" % v for v in violations)
-        for needle in needles:
-            self.assertIn(needle, text)
+class CheckLayersTest(source_check.SourceCheckTest):
+    CHECK = check_layers.run
+    CLEAN = CLEAN
 
     def test_clean_tree_passes(self):
         self.assertEqual(self.check({}), [])

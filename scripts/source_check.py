@@ -37,6 +37,29 @@ def check_tree(check, tree):
         return check(root)
 
 
+class SourceCheckTest(unittest.TestCase):
+    """The checks' tests: a subclass sets CHECK (the check, called with a root folder) and CLEAN
+    (a synthetic tree that passes it: path -> text)."""
+    CHECK = None
+    CLEAN = {}
+
+    def check(self, changes):
+        """Violations of the clean tree with `changes` applied (path -> text, None removes)."""
+        tree = dict(self.CLEAN)
+        tree.update(changes)
+        return check_tree(type(self).CHECK, tree)
+
+    def assertOnly(self, violations, rule, *fragments):
+        """Some violations, all of `rule`, whose lines (RULE path:line: message) hold every
+        fragment."""
+        self.assertTrue(violations, "expected a %s violation" % rule)
+        for v in violations:
+            self.assertEqual(v[0], rule, v)
+        text = "\n".join("%s %s:%d: %s" % v for v in violations)
+        for fragment in fragments:
+            self.assertIn(fragment, text)
+
+
 def run_tests():
     """Runs this module's unittest cases and ends with the "N passed, N failed" line; returns
     the exit status."""
