@@ -126,27 +126,73 @@ static inline void fixture_copy(const char *model, const char *config, const cha
   copy_file(from, to);
 }
 
+/* Rewrites dir/config.json changed by edit. */
+static inline void fixture_edit_config(const char *dir, void (*edit)(json_t *config)) {
+  char path[512];
+  snprintf(path, sizeof path, "%s/config.json", dir);
+  json_t *config = json_load_file(path, 0, NULL);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(config);
+  edit(config);
+  CU_ASSERT_EQUAL(json_dump_file(config, path, JSON_INDENT(2)), 0);
+  json_decref(config);
+}
+
+/* Rewrites dir/model.safetensors with its JSON header changed by edit (the data stays). */
+static inline void fixture_edit_header(const char *dir, void (*edit)(json_t *header)) {
+  char path[512];
+  snprintf(path, sizeof path, "%s/model.safetensors", dir);
+  FILE *f = fopen(path, "rb");
+  CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+  CU_ASSERT_EQUAL_FATAL(fseek(f, 0, SEEK_END), 0);
+  long size = ftell(f);
+  rewind(f);
+  unsigned char *bytes = malloc((size_t)size);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(bytes);
+  CU_ASSERT_EQUAL_FATAL(fread(bytes, 1, (size_t)size, f), (size_t)size);
+  fclose(f);
+  uint64_t header_len = 0;
+  for (int i = 7; i >= 0; i--) header_len = header_len << 8 | bytes[i];
+  json_t *header = json_loadb((const char *)bytes + 8, header_len, 0, NULL);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(header);
+  edit(header);
+  char *text = json_dumps(header, JSON_COMPACT);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(text);
+  size_t len = strlen(text), padded = (len + 7) / 8 * 8;
+  unsigned char prefix[8];
+  for (int i = 0; i < 8; i++) prefix[i] = (unsigned char)((uint64_t)padded >> (8 * i));
+  f = fopen(path, "wb");
+  CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+  fwrite(prefix, 1, 8, f);
+  fwrite(text, 1, len, f);
+  for (size_t i = len; i < padded; i++) fputc(' ', f);
+  fwrite(bytes + 8 + header_len, 1, (size_t)size - 8 - header_len, f);
+  CU_ASSERT_EQUAL(fclose(f), 0);
+  free(text);
+  json_decref(header);
+  free(bytes);
+}
+
 /* Import options of the paged serving layout: max_seq positions per sequence, KV blocks of
  * `block` rows, `pool` blocks per layer, prefill steps packing up to `seqs` sequences, and the
  * decode and prefill token buckets (arrays). */
-#define PAGED_IMPORT_OPTIONS(max_seq_, block, pool, seqs, decode, prefill)                       \
-  ((cli_hf_import_options){                                                                     \
-      .max_seq = (max_seq_),                                                                    \
-      .batches = (decode),                                                                      \
-      .num_batches = sizeof(decode) / sizeof(decode)[0],                                        \
-      .paged = true,                                                                            \
-      .block_size = (block),                                                                    \
-      .kv_blocks = (pool),                                                                      \
-      .prefill_tokens = (prefill),                                                              \
-      .num_prefill_tokens = sizeof(prefill) / sizeof(prefill)[0],                               \
-      .prefill_seqs = (seqs),                                                                   \
+#define PAGED_IMPORT_OPTIONS(max_seq_, block, pool, seqs, decode, prefill) \
+  ((cli_hf_import_options){                                                \
+      .max_seq = (max_seq_),                                               \
+      .batches = (decode),                                                 \
+      .num_batches = sizeof(decode) / sizeof(decode)[0],                   \
+      .paged = true,                                                       \
+      .block_size = (block),                                               \
+      .kv_blocks = (pool),                                                 \
+      .prefill_tokens = (prefill),                                         \
+      .num_prefill_tokens = sizeof(prefill) / sizeof(prefill)[0],          \
+      .prefill_seqs = (seqs),                                              \
   })
 
 /* A copy of the fixture `model` imported with `o` (PAGED_IMPORT_OPTIONS) as
  * g_dir/<model>_paged.yaml, whose path goes into spec. Returns the bytes of one KV block (every
  * layer's K and V rows of one block). */
-static inline uint64_t import_paged_fixture(const char *model, cli_hf_import_options o,
-                                            char *spec, size_t size) {
+static inline uint64_t import_paged_fixture(const char *model, cli_hf_import_options o, char *spec,
+                                            size_t size) {
   char model_dir[256];
   fixture_copy(model, "config.json", model, model_dir, sizeof model_dir);
   snprintf(spec, size, "%s/%s_paged.yaml", g_dir, model);

@@ -162,49 +162,7 @@ static void test_fixtures_match_transformers(void) {
 static void edited_fixture(const char *model, const char *name, void (*edit)(json_t *config),
                            char *out, size_t size) {
   fixture_copy(model, "config.json", name, out, size);
-  if (!edit) return;
-  char path[512];
-  snprintf(path, sizeof path, "%s/config.json", out);
-  json_t *config = json_load_file(path, 0, NULL);
-  CU_ASSERT_PTR_NOT_NULL_FATAL(config);
-  edit(config);
-  CU_ASSERT_EQUAL(json_dump_file(config, path, JSON_INDENT(2)), 0);
-  json_decref(config);
-}
-
-/* Rewrites dir/model.safetensors with its JSON header changed by edit (the data stays). */
-static void edit_header(const char *dir, void (*edit)(json_t *header)) {
-  char path[512];
-  snprintf(path, sizeof path, "%s/model.safetensors", dir);
-  FILE *f = fopen(path, "rb");
-  CU_ASSERT_PTR_NOT_NULL_FATAL(f);
-  CU_ASSERT_EQUAL_FATAL(fseek(f, 0, SEEK_END), 0);
-  long size = ftell(f);
-  rewind(f);
-  unsigned char *bytes = malloc((size_t)size);
-  CU_ASSERT_PTR_NOT_NULL_FATAL(bytes);
-  CU_ASSERT_EQUAL_FATAL(fread(bytes, 1, (size_t)size, f), (size_t)size);
-  fclose(f);
-  uint64_t header_len = 0;
-  for (int i = 7; i >= 0; i--) header_len = header_len << 8 | bytes[i];
-  json_t *header = json_loadb((const char *)bytes + 8, header_len, 0, NULL);
-  CU_ASSERT_PTR_NOT_NULL_FATAL(header);
-  edit(header);
-  char *text = json_dumps(header, JSON_COMPACT);
-  CU_ASSERT_PTR_NOT_NULL_FATAL(text);
-  size_t len = strlen(text), padded = (len + 7) / 8 * 8;
-  unsigned char prefix[8];
-  for (int i = 0; i < 8; i++) prefix[i] = (unsigned char)((uint64_t)padded >> (8 * i));
-  f = fopen(path, "wb");
-  CU_ASSERT_PTR_NOT_NULL_FATAL(f);
-  fwrite(prefix, 1, 8, f);
-  fwrite(text, 1, len, f);
-  for (size_t i = len; i < padded; i++) fputc(' ', f);
-  fwrite(bytes + 8 + header_len, 1, (size_t)size - 8 - header_len, f);
-  CU_ASSERT_EQUAL(fclose(f), 0);
-  free(text);
-  json_decref(header);
-  free(bytes);
+  if (edit) fixture_edit_config(out, edit);
 }
 
 /* Imports dir (max_seq 0: the default) and expects a refusal whose message holds every
@@ -276,13 +234,13 @@ static void test_refusals_name_their_cause(void) {
   expect_refusal(dir, 0, (const char *[]){"FalconForCausalLM", "not supported", NULL});
 
   edited_fixture("llama", "missing", NULL, dir, sizeof dir);
-  edit_header(dir, rename_k_proj);
+  fixture_edit_header(dir, rename_k_proj);
   expect_refusal(dir, 0,
                  (const char *[]){"'model.layers.1.self_attn.k_proj.weight' is missing",
                                   "missing/model.safetensors", "expected shape [32, 64]", NULL});
 
   edited_fixture("qwen3", "misshaped", NULL, dir, sizeof dir);
-  edit_header(dir, reshape_q_proj);
+  fixture_edit_header(dir, reshape_q_proj);
   expect_refusal(
       dir, 0,
       (const char *[]){"'model.layers.0.self_attn.q_proj.weight'", "misshaped/model.safetensors",
@@ -367,7 +325,7 @@ static void test_tied_head_sharded_index_and_bare_gpt2_keys(void) {
   free(ref.logits);
 
   edited_fixture("gpt2", "bare_gpt2", NULL, dir, sizeof dir);
-  edit_header(dir, strip_transformer_prefix);
+  fixture_edit_header(dir, strip_transformer_prefix);
   load_reference("gpt2", &ref);
   snprintf(path, sizeof path, "%s/bare_gpt2.yaml", g_dir);
   import_model(dir, path);

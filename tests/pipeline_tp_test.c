@@ -400,64 +400,34 @@ static void test_fixtures_split_over_ranks_match_one_rank(void) {
   remove_dir();
 }
 
-/* dir/model.safetensors and dir/config.json with GPT-2's token embedding (and so its tied LM
- * head) cut to its first `vocab` rows: the header's shape and byte range change, the data
- * stays (the rows past the new end are never read). */
-static void cut_vocabulary(const char *dir, int vocab) {
-  char path[600];
-  snprintf(path, sizeof path, "%s/model.safetensors", dir);
-  FILE *f = fopen(path, "rb");
-  CU_ASSERT_PTR_NOT_NULL_FATAL(f);
-  CU_ASSERT_EQUAL_FATAL(fseek(f, 0, SEEK_END), 0);
-  long size = ftell(f);
-  rewind(f);
-  unsigned char *bytes = malloc((size_t)size);
-  CU_ASSERT_PTR_NOT_NULL_FATAL(bytes);
-  CU_ASSERT_EQUAL_FATAL(fread(bytes, 1, (size_t)size, f), (size_t)size);
-  fclose(f);
-  uint64_t header_len = 0;
-  for (int i = 7; i >= 0; i--) header_len = header_len << 8 | bytes[i];
-  json_t *header = json_loadb((const char *)bytes + 8, header_len, 0, NULL);
-  CU_ASSERT_PTR_NOT_NULL_FATAL(header);
+/* GPT-2's token embedding (and so its tied LM head) cut to its first CUT_VOCAB rows: the
+ * header's shape and byte range change, the data stays (the rows past the new end are never
+ * read); and config.json's vocabulary with it. */
+enum { CUT_VOCAB = 255 };
+
+static void cut_embedding(json_t *header) {
   json_t *wte = json_object_get(header, "transformer.wte.weight");
   CU_ASSERT_PTR_NOT_NULL_FATAL(wte);
   json_t *shape = json_object_get(wte, "shape"), *offsets = json_object_get(wte, "data_offsets");
   json_int_t width = json_integer_value(json_array_get(shape, 1));
   json_int_t begin = json_integer_value(json_array_get(offsets, 0));
-  json_array_set_new(shape, 0, json_integer(vocab));
-  json_array_set_new(offsets, 1, json_integer(begin + (json_int_t)vocab * width * 4));
-  char *text = json_dumps(header, JSON_COMPACT);
-  CU_ASSERT_PTR_NOT_NULL_FATAL(text);
-  size_t len = strlen(text), padded = (len + 7) / 8 * 8;
-  unsigned char prefix[8];
-  for (int i = 0; i < 8; i++) prefix[i] = (unsigned char)((uint64_t)padded >> (8 * i));
-  f = fopen(path, "wb");
-  CU_ASSERT_PTR_NOT_NULL_FATAL(f);
-  fwrite(prefix, 1, 8, f);
-  fwrite(text, 1, len, f);
-  for (size_t i = len; i < padded; i++) fputc(' ', f);
-  fwrite(bytes + 8 + header_len, 1, (size_t)size - 8 - header_len, f);
-  CU_ASSERT_EQUAL(fclose(f), 0);
-  free(text);
-  json_decref(header);
-  free(bytes);
+  json_array_set_new(shape, 0, json_integer(CUT_VOCAB));
+  json_array_set_new(offsets, 1, json_integer(begin + (json_int_t)CUT_VOCAB * width * 4));
+}
 
-  snprintf(path, sizeof path, "%s/config.json", dir);
-  json_t *config = json_load_file(path, 0, NULL);
-  CU_ASSERT_PTR_NOT_NULL_FATAL(config);
-  json_object_set_new(config, "vocab_size", json_integer(vocab));
-  CU_ASSERT_EQUAL(json_dump_file(config, path, JSON_INDENT(2)), 0);
-  json_decref(config);
+static void cut_vocab_size(json_t *config) {
+  json_object_set_new(config, "vocab_size", json_integer(CUT_VOCAB));
 }
 
 static void test_padded_vocabulary_never_shows(void) {
   make_dir();
   char dir[512];
   fixture_copy("gpt2", "config.json", "gpt2_v255", dir, sizeof dir);
-  cut_vocabulary(dir, 255);
+  fixture_edit_header(dir, cut_embedding);
+  fixture_edit_config(dir, cut_vocab_size);
   reference ref;
   load_reference("gpt2", &ref); /* its tokens (all below 255) and its tolerance */
-  ref.vocab = 255;
+  ref.vocab = CUT_VOCAB;
   static const int worlds[] = {2, 4, 0};
   check_model("gpt2_v255", dir, &ref, worlds, false, false);
   check_model("gpt2_v255", dir, &ref, worlds, false, true);
