@@ -75,12 +75,15 @@ complete_words() { # WORD...: what the completion offers for the last word
   bash -c 'complete() { :; }; source "$1"; shift; COMP_WORDS=("$@")
     COMP_CWORD=$(($# - 1)); _recap; printf "%s\n" "${COMPREPLY[@]}"' _ "$tmp/completion.bash" "$@"
 }
-complete_words recap ben | grep -qx "bench-decode" || fail "completion: no commands"
-complete_words recap run --it | grep -qx -- "--iters" || fail "completion: no run flags"
-complete_words recap run --mode "" | sort | tr '\n' ' ' | grep -qx "eager graph " ||
+# grep reads the words from a here-string, not a pipe: it stops at its match, and a pipe's
+# writer still printing would die of SIGPIPE and fail the check under pipefail.
+grep -qx "bench-decode" <<<"$(complete_words recap ben)" || fail "completion: no commands"
+grep -qx -- "--iters" <<<"$(complete_words recap run --it)" || fail "completion: no run flags"
+grep -qx "eager graph " <<<"$(complete_words recap run --mode "" | sort | tr '\n' ' ')" ||
   fail "completion: --mode's values are not eager and graph"
-complete_words recap bench-ops --dev | grep -qx -- "--device" || fail "completion: no bench-ops flags"
-complete_words recap run --iters "" | grep -q . && fail "completion offers values for --iters"
+grep -qx -- "--device" <<<"$(complete_words recap bench-ops --dev)" ||
+  fail "completion: no bench-ops flags"
+grep -q . <<<"$(complete_words recap run --iters "")" && fail "completion offers values for --iters"
 expect 2 "completion without a shell" -- "$recap" completion
 expect 2 "completion of another shell" -- "$recap" completion fish
 
