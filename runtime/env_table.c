@@ -127,14 +127,6 @@ static const recap__env_var table[] = {
      .fallback = "chosen per shape",
      .summary = "warps per block of the skinny GEMM kernel",
      .details = "An A/B timing switch; other values are ignored."},
-    {.name = "RECAP_GEMM_SPLITK_OUTPUT_TYPE",
-     .kind = RECAP__ENV_BOOL,
-     .values = BOOL_VALUES,
-     .fallback = "0",
-     .summary = "lets cuBLASLt keep f16/bf16 split-K partial sums in the output type",
-     .details = "Off, they stay in f32 as the host reference keeps them; on, as PyTorch's default "
-                "(allow_bf16_reduced_precision_reduction) allows, for small-M long-K shapes "
-                "(docs/perf/gemm_sweep.md)."},
     {.name = "RECAP_HOST_MEMORY_BYTES",
      .kind = RECAP__ENV_INT,
      .values = "a positive byte count",

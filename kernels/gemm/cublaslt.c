@@ -530,11 +530,8 @@ recap_status recap__lt_heuristics(const recap__gemm_ctx *ctx, const recap__gemm_
          al_c);
   LT_SET(cublasLtMatmulPreferenceSetAttribute, pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
          al_d);
-  if (p->dtype != RECAP_DTYPE_F32 && !recap__gemm_env_get()->splitk_output_type) {
-    /* Split-K partial sums stay in f32, as the host reference keeps them. PyTorch lets
-     * cuBLASLt keep them in f16/bf16 (allow_bf16_reduced_precision_reduction), and the
-     * heuristic then picks other configurations for small-M long-K shapes:
-     * RECAP_GEMM_SPLITK_OUTPUT_TYPE=1 allows the same, to compare (docs/perf/gemm_sweep.md). */
+  if (p->dtype != RECAP_DTYPE_F32) {
+    /* Split-K partial sums stay in f32, as the host reference keeps them. */
     const uint32_t mask = CUBLASLT_REDUCTION_SCHEME_MASK & ~CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE;
     LT_SET(cublasLtMatmulPreferenceSetAttribute, pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
            mask);

@@ -104,15 +104,12 @@ recap_status recap__gemm_run_host(const recap__op_call *call);
  *   RECAP_GEMM_SKINNY_PIPE=0   the skinny kernel without double-buffered loads
  *   RECAP_GEMM_SKINNY_WARPS=w  warps per block of the skinny kernel (1..16, power of two)
  *   RECAP_GEMM_HOPPER=0        shapes that would run our Hopper GEMM go to cuBLASLt
- *   RECAP_GEMM_SPLITK_OUTPUT_TYPE=1  cuBLASLt may keep f16/bf16 split-K partial sums in the
- *                              output type, as PyTorch allows by default (else in f32)
  *   RECAP_TUNE=0|1|2           tuning off / tune / cache only (tune.h)
  *   RECAP_TUNE_FILE=path       the tuning cache (default ./recap_tune.txt)
  * The =0 switches are boolean switches (runtime/env.h: false, no and off work too). Unknown
  * values keep the default. */
 typedef struct {
   bool skinny, skinny_pdl, skinny_pipe, hopper;
-  bool splitk_output_type;
   int skinny_warps; /* 0: chosen per shape */
   int tune;         /* recap__tune_mode */
   char tune_file[1024];

@@ -65,9 +65,7 @@ static void read_env(void) {
   recap__gemm_env e = {.skinny = env_switch_on("RECAP_GEMM_SKINNY"),
                        .hopper = env_switch_on("RECAP_GEMM_HOPPER"),
                        .skinny_pdl = env_switch_on("RECAP_GEMM_SKINNY_PDL"),
-                       .skinny_pipe = env_switch_on("RECAP_GEMM_SKINNY_PIPE"),
-                       .splitk_output_type =
-                           recap__env_bool("RECAP_GEMM_SPLITK_OUTPUT_TYPE", 0) == 1};
+                       .skinny_pipe = env_switch_on("RECAP_GEMM_SKINNY_PIPE")};
   const char *w = getenv("RECAP_GEMM_SKINNY_WARPS");
   if (w) {
     const int v = atoi(w);
