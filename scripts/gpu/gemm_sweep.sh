@@ -4,14 +4,17 @@
 # (docs/perf/gemm_sweep.md). Staged by scripts/gpu/stage_gemm.sh next to the recap binary and
 # bench/peer/peer_torch_gemm.py:
 #   run(command="bash stage-gemm/gemm_sweep.sh", carry=["stage-gemm"], kind="nvidia-h100-x1")
-# Arguments: GRID (default full; a grid file works too) and a time budget in seconds for the
-# whole script (default 440): the confirmation re-runs are skipped when too little is left.
+# Arguments: GRID (default full; a grid file works too), a time budget in seconds for the
+# whole script (default 440): the confirmation re-runs are skipped when too little is left,
+# and optionally VAR=VALUE, an environment setting the candidates are re-run under as a third
+# side (recap, PyTorch, recap with VAR, twice), compared with PyTorch in confirm_env.txt.
 # Writes under $OUT (or ./gemm_out): sweep.txt (the comparison), heat.svg, confirm.txt and
 # all.tar.xz (every JSON file and log).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 grid=${1:-full}
 budget=${2:-440}
+ab_env=${3:-}
 out=${OUT:-./gemm_out}
 work=$(mktemp -d)
 mkdir -p "$out"
@@ -45,7 +48,19 @@ if [ "$n" -gt 0 ] && [ "$(left)" -gt 40 ]; then
       --json "$work/recapA$i.json" >"$work/recapA$i.txt" 2>&1
     timeout $(($(left) / 3)) python3 "$peer" --grid "$work/candidates.json" \
       --json "$work/torchB$i.json" >"$work/torchB$i.txt" 2>&1
+    if [ -n "$ab_env" ]; then
+      env "$ab_env" timeout $(($(left) / 3)) "$recap" bench-gemm --grid "$work/candidates.json" \
+        --json "$work/recapC$i.json" >"$work/recapC$i.txt" 2>&1
+    fi
   done
+  if [ -n "$ab_env" ]; then
+    echo "== the candidates with $ab_env"
+    "$recap" bench-gemm --recap "$work/recapC1.json,$work/recapC2.json" \
+      --peer "$work/torchB1.json,$work/torchB2.json" --losses "$work/losses_env.json" \
+      --json "$work/confirm_env.json" >"$out/confirm_env.txt" 2>&1
+    grep -v "^ *[0-9]" "$out/confirm_env.txt"
+    grep "LOSS" "$out/confirm_env.txt" | head -60
+  fi
   "$recap" bench-gemm --recap "$work/recapA1.json,$work/recapA2.json" \
     --peer "$work/torchB1.json,$work/torchB2.json" --losses "$work/losses.json" \
     --json "$work/confirm.json" >"$out/confirm.txt" 2>&1
