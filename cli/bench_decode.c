@@ -28,7 +28,7 @@
 
 static const char *const CMD = "bench-decode";
 
-enum { MAX_BATCHES = 16, COPY_REPEATS = 10 };
+enum { MAX_BATCHES = 16, COPY_REPEATS = 10, PROFILE_NAMES_SHOWN = 16 };
 static const long long DEFAULT_BATCHES[] = {1, 8, 32, 64};
 static const size_t COPY_BYTES_CUDA = 512u << 20, COPY_BYTES_HOST = 4u << 20;
 
@@ -233,16 +233,78 @@ typedef struct {
   double ms;
 } kind_time;
 
-/* The step's device time by op kind, largest first. */
+/* One op's part of a profiled step over every layer: its name with the layer numbers folded
+ * ("layers.*.mlp.down"), so that a projection's time at TP N (half its N or half its K) can be
+ * set against TP 1's. */
+typedef struct {
+  char name[64];
+  const char *op;
+  size_t launches;
+  double ms;
+} name_time;
+
+/* The step's device time by op kind and by folded op name, largest first. */
 typedef struct {
   kind_time *kinds; /* room for every kind of the registry (recap_op_count) */
   size_t num_kinds;
+  name_time *names; /* room for every op of the pipeline */
+  size_t num_names;
   double total_ms, gemm_ms; /* the GEMMs: linear and matmul */
 } step_profile;
 
 static int by_time_desc(const void *a, const void *b) {
   const kind_time *x = a, *y = b;
   return (x->ms < y->ms) - (x->ms > y->ms);
+}
+
+static int by_name_time_desc(const void *a, const void *b) {
+  const name_time *x = a, *y = b;
+  return (x->ms < y->ms) - (x->ms > y->ms);
+}
+
+/* `name` with every all-digit component ("layers.3.qkv": the 3) written as '*' and the op
+ * indices of unnamed ops ("rmsnorm#11") left out: they differ between TP 1's spec and a rank's,
+ * which has the collectives in between. */
+static void fold_layers(const char *name, char *out, size_t size) {
+  size_t n = 0;
+  for (const char *p = name; *p && n + 1 < size;) {
+    const char *q = p;
+    while (*q >= '0' && *q <= '9') q++;
+    bool component = q > p && (p == name || p[-1] == '.') && (*q == '.' || *q == '\0');
+    bool index = q > p && p > name && p[-1] == '#' && (*q == '.' || *q == ']' || *q == ',' ||
+                                                     *q == '\0');
+    if (index && n > 0) {
+      n--; /* the '#' */
+      p = q;
+    } else if (component) {
+      out[n++] = '*';
+      p = q;
+    } else {
+      out[n++] = *p++;
+    }
+  }
+  out[n] = '\0';
+}
+
+/* Adds one launch of op `name` (of kind `op`) taking `ms` to its folded name. */
+static void add_named_launch(step_profile *sp, const char *name, const char *op, double ms) {
+  char folded[sizeof sp->names[0].name];
+  fold_layers(name, folded, sizeof folded);
+  size_t k = 0;
+  while (k < sp->num_names && strcmp(sp->names[k].name, folded) != 0) k++;
+  if (k == sp->num_names) {
+    sp->names[sp->num_names] = (name_time){.op = op};
+    memcpy(sp->names[sp->num_names++].name, folded, sizeof folded);
+  }
+  sp->names[k].launches++;
+  sp->names[k].ms += ms;
+}
+
+static void step_profile_free(step_profile *sp) {
+  free(sp->kinds);
+  free(sp->names);
+  sp->kinds = NULL;
+  sp->names = NULL;
 }
 
 /* Adds one launch of `op` taking `ms` to its kind. */
@@ -263,8 +325,10 @@ static recap_status profile_step(recap_pipeline *eager, const cli_decode_shape *
   if (st != RECAP_OK) return st;
   recap_op_profile *ops = calloc(info.num_ops ? info.num_ops : 1, sizeof *ops);
   sp->kinds = calloc(recap_op_count(), sizeof *sp->kinds);
-  if (!ops || !sp->kinds) {
+  sp->names = calloc(info.num_ops ? info.num_ops : 1, sizeof *sp->names);
+  if (!ops || !sp->kinds || !sp->names) {
     free(ops);
+    step_profile_free(sp);
     return RECAP_STATUS_OUT_OF_MEMORY;
   }
   size_t count = 0;
@@ -273,11 +337,13 @@ static recap_status profile_step(recap_pipeline *eager, const cli_decode_shape *
   for (size_t o = 0; st == RECAP_OK && o < count; o++) {
     if (ops[o].is_view) continue;
     add_launch(sp, ops[o].op, ops[o].ms);
+    add_named_launch(sp, ops[o].name, ops[o].op, ops[o].ms);
     sp->total_ms += ops[o].ms;
     if (strcmp(ops[o].op, "linear") == 0 || strcmp(ops[o].op, "matmul") == 0)
       sp->gemm_ms += ops[o].ms;
   }
   qsort(sp->kinds, sp->num_kinds, sizeof sp->kinds[0], by_time_desc);
+  qsort(sp->names, sp->num_names, sizeof sp->names[0], by_name_time_desc);
   free(ops);
   return st;
 }
@@ -291,6 +357,22 @@ static void print_profile(const char *prefix, int64_t batch, const step_profile 
   for (size_t k = 0; k < sp->num_kinds; k++)
     printf("%s  %-22s %10zu %12.1f %7.1f%%\n", prefix, sp->kinds[k].op, sp->kinds[k].launches,
            sp->kinds[k].ms * 1e3, sp->total_ms > 0 ? 100.0 * sp->kinds[k].ms / sp->total_ms : 0.0);
+  printf("%s  by op name (layer numbers folded into *), the %d largest:\n", prefix,
+         PROFILE_NAMES_SHOWN);
+  for (size_t k = 0; k < sp->num_names && k < PROFILE_NAMES_SHOWN; k++)
+    printf("%s  %-34s %-18s %6zu %10.1f %7.1f%%\n", prefix, sp->names[k].name, sp->names[k].op,
+           sp->names[k].launches, sp->names[k].ms * 1e3,
+           sp->total_ms > 0 ? 100.0 * sp->names[k].ms / sp->total_ms : 0.0);
+}
+
+static json_t *profile_names_json(const step_profile *sp) {
+  json_t *names = json_array();
+  for (size_t k = 0; names && k < sp->num_names; k++)
+    json_array_append_new(names, json_pack("{ss ss sI sf}", "name", sp->names[k].name, "op",
+                                           sp->names[k].op, "launches",
+                                           (json_int_t)sp->names[k].launches, "ms",
+                                           sp->names[k].ms));
+  return names;
 }
 
 static json_t *profile_json(const step_profile *sp) {
@@ -369,7 +451,10 @@ static json_t *result_json(const decode_result *r, double copy_gbps, bool profil
                 (double)r->batch / (r->graph.median * 1e-3), "bytes_per_step", r->bytes, "gb_per_s",
                 gbps, "fraction_of_copy", gbps / copy_gbps, "kernels", (json_int_t)r->kernels,
                 "gemm_ms", r->profile.gemm_ms, "profiled_ms", r->profile.total_ms);
-  if (row && profile) json_object_set_new(row, "profile", profile_json(&r->profile));
+  if (row && profile) {
+    json_object_set_new(row, "profile", profile_json(&r->profile));
+    json_object_set_new(row, "profile_by_name", profile_names_json(&r->profile));
+  }
   if (row && r->collectives > 0)
     json_object_set_new(
         row, "all_reduce_chain",
@@ -450,7 +535,7 @@ static int run_batches(const decode_args *a, recap_pipeline *graph, recap_pipeli
     if (st == RECAP_OK && g) st = recap_graph_info_get(g, &gi);
     if (st != RECAP_OK) {
       cli_report_failure(a->world.who, "the decode steps", st);
-      free(r.profile.kinds);
+      step_profile_free(&r.profile);
       rc = CLI_EXIT_FAILURE;
       break;
     }
@@ -473,7 +558,7 @@ static int run_batches(const decode_args *a, recap_pipeline *graph, recap_pipeli
   }
   for (size_t i = 0; rc == CLI_EXIT_OK && a->profile && i < a->num_batches; i++)
     print_profile(pre, results[i].batch, &results[i].profile);
-  for (size_t i = 0; results && i < a->num_batches; i++) free(results[i].profile.kinds);
+  for (size_t i = 0; results && i < a->num_batches; i++) step_profile_free(&results[i].profile);
   if (rc == CLI_EXIT_OK && a->json_path) {
     json_t *root =
         json_pack("{ss sI sI sf so}", "spec", a->path, "context", (json_int_t)a->context, "tokens",

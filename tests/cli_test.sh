@@ -1165,6 +1165,17 @@ grep -q "^recap bench-decode (rank 0): the decode steps failed" "$tmp/err" &&
 expect 2 "bench-decode --rank without --world" -- "$recap" bench-decode "$tmp/llama_paged.yaml" \
   --device host --rank 0
 grep -q "go with --world" "$tmp/err" || fail "bench-decode --rank alone: no cause"
+# recap launch starts bench-decode too (here a world of 1: each rank's flags come from launch).
+expect 0 "launch -- bench-decode" -- "$recap" launch --gpus 1 --timeout 30 -- bench-decode \
+  "$tmp/llama_paged.yaml" --device host --batch 1 --context 4 --tokens 2 --repeats 1
+grep -qE "^rank 0: +1 .*x +[0-9]+ +[0-9]+%$" "$tmp/out" || fail "launch -- bench-decode: no rank 0 row"
+# gpu_tp.sh's report sets each rank's profile against TP 1's (here the world of 1 against the
+# same spec's plain run: the by-op table's rows and totals).
+python3 bench/report/tp_decode_report.py "$tmp/profile.json" "$tmp/dist.json" >"$tmp/out" \
+  2>"$tmp/err" || fail "tp_decode_report.py: $(tail -1 "$tmp/err")"
+grep -q "^== batch 2: graph step TP 1 [0-9.]* ms; TP 1 [0-9.]* ms: " "$tmp/out" &&
+  grep -qE "^    layers\.\*\.gate_up +[0-9.]+ \[2\] +[0-9.]+ \[2\] " "$tmp/out" ||
+  fail "tp_decode_report.py prints no comparison by op name"
 # A spec imported with one decode bucket has no bucketed dim; bench-decode and bench-loop
 # still run their batch of 1 on it.
 expect 0 "import-hf --paged --batch 1" -- "$recap" import-hf "$tmp/llama" \
