@@ -199,6 +199,24 @@ ok=0
 [ "$c1" = 0 ] && [ "$c2" = 0 ] && [ -s "$b/bench_tp2.r1.json" ] && ok=1
 bench_ratio=$(python3 -c "import json; a = json.load(open('$b/bench_tp1.json'))['results'][0]; b = json.load(open('$b/bench_tp2.r0.json'))['results'][0]; print('%.3f' % (b['graph_ms_per_step'] / a['graph_ms_per_step']))" 2>/dev/null)
 row "8B bench-decode TP1/TP2" "$ok" "exits $c1 $c2; batch 1 graph step ratio ${bench_ratio:-?}x (report above)"
+# What programmatic dependent launch is worth at each TP (the NCCL kernels are launched the
+# ordinary way, so the chain of overlapped launches breaks at each of TP 2's 64 all_reduces):
+# batch 1 again with RECAP_PDL=0.
+pdl_ms() { # LOG: rank 0's (or the only) batch-1 graph ms
+  grep -E "^(rank 0: )? +1 " "$1" | head -1 | awk '{print $(NF-8)}'
+}
+RECAP_PDL=0 timeout 120 "$recap" bench-decode "$b/tp1.yaml" --batch 1 --context 512 --tokens 128 \
+  --repeats 3 >"$b/nopdl_tp1.log" 2>&1
+RECAP_PDL=0 timeout 120 "$recap" launch --gpus 2 --timeout 60 -- bench-decode "$b/tp2.rank{rank}.yaml" \
+  --batch 1 --context 512 --tokens 128 --repeats 3 >"$b/nopdl_tp2.log" 2>&1
+p1=$(pdl_ms "$b/nopdl_tp1.log")
+p2=$(pdl_ms "$b/nopdl_tp2.log")
+g1=$(pdl_ms "$b/bench_tp1.log")
+g2=$(pdl_ms "$b/bench_tp2.log")
+ok=0
+[ -n "$p1" ] && [ -n "$p2" ] && ok=1
+[ "$ok" = 1 ] || { tail -3 "$b/nopdl_tp1.log"; tail -3 "$b/nopdl_tp2.log"; }
+row "8B batch 1, PDL off" "$ok" "graph ms PDL on/off: TP 1 ${g1:-?}/${p1:-?}, TP 2 ${g2:-?}/${p2:-?}"
 
 if [ "$full" = 1 ]; then
 # 5. A rank killed mid-generation (the 8B TP 2 specs: ~5 ms per step, so 2000 steps last long
