@@ -10,7 +10,8 @@
  * values: bytes per step over the step time, against a device-to-device copy measured in the
  * same run, is the fraction of the bandwidth ceiling the step reaches. One profiled eager run
  * splits the step's device time by op kind (recap_pipeline_profile): the GEMMs' (linear,
- * matmul) share is a column, and --profile prints every kind's launches and time. Every timing
+ * matmul) share is a column, and --profile prints every kind's launches and time, then every
+ * op's over the layers (its name with the layer numbers folded). Every timing
  * is repeated --repeats times; the median is reported with the spread.
  *
  * With --world N --rank R --init URL each rank of a tensor-parallel model (import-hf --tp N)
@@ -24,11 +25,12 @@
 #include "cli/bench_decode_dist.h"
 #include "cli/cli.h"
 #include "cli/decode_batch.h"
+#include "cli/decode_profile.h"
 #include "cli/tensors.h"
 
 static const char *const CMD = "bench-decode";
 
-enum { MAX_BATCHES = 16, COPY_REPEATS = 10, PROFILE_NAMES_SHOWN = 16 };
+enum { MAX_BATCHES = 16, COPY_REPEATS = 10 };
 static const long long DEFAULT_BATCHES[] = {1, 8, 32, 64};
 static const size_t COPY_BYTES_CUDA = 512u << 20, COPY_BYTES_HOST = 4u << 20;
 
@@ -62,7 +64,8 @@ static const cli_option bench_decode_options[] = {
     {.flag = "--profile",
      .kind = CLI_VALUE_NONE,
      .help = "after the timings, each batch's profiled eager step by op kind:\n"
-             "launches per step, device time and share of the step, largest first"},
+             "launches per step, device time and share of the step, largest first;\n"
+             "then by op name with the layer numbers folded (layers.*.down)"},
     {.flag = "--json",
      .value = "FILE",
      .kind = CLI_VALUE_FILE,
@@ -225,172 +228,12 @@ static recap_status copy_bandwidth(recap_pipeline *p, double *gbps) {
   return st;
 }
 
-/* One op kind's part of a profiled step: its launches (views launch nothing) and their device
- * time. */
-typedef struct {
-  const char *op; /* the op's name, owned by the pipeline */
-  size_t launches;
-  double ms;
-} kind_time;
-
-/* One op's part of a profiled step over every layer: its name with the layer numbers folded
- * ("layers.*.mlp.down"), so that a projection's time at TP N (half its N or half its K) can be
- * set against TP 1's. */
-typedef struct {
-  char name[64];
-  const char *op;
-  size_t launches;
-  double ms;
-} name_time;
-
-/* The step's device time by op kind and by folded op name, largest first. */
-typedef struct {
-  kind_time *kinds; /* room for every kind of the registry (recap_op_count) */
-  size_t num_kinds;
-  name_time *names; /* room for every op of the pipeline */
-  size_t num_names;
-  double total_ms, gemm_ms; /* the GEMMs: linear and matmul */
-} step_profile;
-
-static int by_time_desc(const void *a, const void *b) {
-  const kind_time *x = a, *y = b;
-  return (x->ms < y->ms) - (x->ms > y->ms);
-}
-
-static int by_name_time_desc(const void *a, const void *b) {
-  const name_time *x = a, *y = b;
-  return (x->ms < y->ms) - (x->ms > y->ms);
-}
-
-/* `name` with every all-digit component ("layers.3.qkv": the 3) written as '*' and the op
- * indices of unnamed ops ("rmsnorm#11") left out: they differ between TP 1's spec and a rank's,
- * which has the collectives in between. */
-static void fold_layers(const char *name, char *out, size_t size) {
-  size_t n = 0;
-  for (const char *p = name; *p && n + 1 < size;) {
-    const char *q = p;
-    while (*q >= '0' && *q <= '9') q++;
-    bool component = q > p && (p == name || p[-1] == '.') && (*q == '.' || *q == '\0');
-    bool index = q > p && p > name && p[-1] == '#' && (*q == '.' || *q == ']' || *q == ',' ||
-                                                     *q == '\0');
-    if (index && n > 0) {
-      n--; /* the '#' */
-      p = q;
-    } else if (component) {
-      out[n++] = '*';
-      p = q;
-    } else {
-      out[n++] = *p++;
-    }
-  }
-  out[n] = '\0';
-}
-
-/* Adds one launch of op `name` (of kind `op`) taking `ms` to its folded name. */
-static void add_named_launch(step_profile *sp, const char *name, const char *op, double ms) {
-  char folded[sizeof sp->names[0].name];
-  fold_layers(name, folded, sizeof folded);
-  size_t k = 0;
-  while (k < sp->num_names && strcmp(sp->names[k].name, folded) != 0) k++;
-  if (k == sp->num_names) {
-    sp->names[sp->num_names] = (name_time){.op = op};
-    memcpy(sp->names[sp->num_names++].name, folded, sizeof folded);
-  }
-  sp->names[k].launches++;
-  sp->names[k].ms += ms;
-}
-
-static void step_profile_free(step_profile *sp) {
-  free(sp->kinds);
-  free(sp->names);
-  sp->kinds = NULL;
-  sp->names = NULL;
-}
-
-/* Adds one launch of `op` taking `ms` to its kind. */
-static void add_launch(step_profile *sp, const char *op, double ms) {
-  size_t k = 0;
-  while (k < sp->num_kinds && strcmp(sp->kinds[k].op, op) != 0) k++;
-  if (k == sp->num_kinds) sp->kinds[sp->num_kinds++] = (kind_time){.op = op};
-  sp->kinds[k].launches++;
-  sp->kinds[k].ms += ms;
-}
-
-/* One profiled eager step at `batch`, summed by op kind. */
-static recap_status profile_step(recap_pipeline *eager, const cli_decode_shape *s, int64_t batch,
-                                 const decode_args *a, int64_t need, step_profile *sp) {
-  *sp = (step_profile){0};
-  recap_pipeline_info info;
-  recap_status st = recap_pipeline_info_get(eager, &info);
-  if (st != RECAP_OK) return st;
-  recap_op_profile *ops = calloc(info.num_ops ? info.num_ops : 1, sizeof *ops);
-  sp->kinds = calloc(recap_op_count(), sizeof *sp->kinds);
-  sp->names = calloc(info.num_ops ? info.num_ops : 1, sizeof *sp->names);
-  if (!ops || !sp->kinds || !sp->names) {
-    free(ops);
-    step_profile_free(sp);
-    return RECAP_STATUS_OUT_OF_MEMORY;
-  }
-  size_t count = 0;
-  st = cli_decode_batch_write(eager, s, batch, a->context, need);
-  if (st == RECAP_OK) st = recap_pipeline_profile(eager, batch, ops, info.num_ops, &count);
-  for (size_t o = 0; st == RECAP_OK && o < count; o++) {
-    if (ops[o].is_view) continue;
-    add_launch(sp, ops[o].op, ops[o].ms);
-    add_named_launch(sp, ops[o].name, ops[o].op, ops[o].ms);
-    sp->total_ms += ops[o].ms;
-    if (strcmp(ops[o].op, "linear") == 0 || strcmp(ops[o].op, "matmul") == 0)
-      sp->gemm_ms += ops[o].ms;
-  }
-  qsort(sp->kinds, sp->num_kinds, sizeof sp->kinds[0], by_time_desc);
-  qsort(sp->names, sp->num_names, sizeof sp->names[0], by_name_time_desc);
-  free(ops);
-  return st;
-}
-
-/* --profile: the step by op kind, one line per kind. A collective's time includes its wait
- * for the slowest rank to arrive. */
-static void print_profile(const char *prefix, int64_t batch, const step_profile *sp) {
-  printf("%s\n%sbatch %" PRId64 ": profiled eager step %.1f us on the device, by op:\n", prefix,
-         prefix, batch, sp->total_ms * 1e3);
-  printf("%s  %-22s %10s %12s %8s\n", prefix, "op", "launches", "total us", "share");
-  for (size_t k = 0; k < sp->num_kinds; k++)
-    printf("%s  %-22s %10zu %12.1f %7.1f%%\n", prefix, sp->kinds[k].op, sp->kinds[k].launches,
-           sp->kinds[k].ms * 1e3, sp->total_ms > 0 ? 100.0 * sp->kinds[k].ms / sp->total_ms : 0.0);
-  printf("%s  by op name (layer numbers folded into *), the %d largest:\n", prefix,
-         PROFILE_NAMES_SHOWN);
-  for (size_t k = 0; k < sp->num_names && k < PROFILE_NAMES_SHOWN; k++)
-    printf("%s  %-34s %-18s %6zu %10.1f %7.1f%%\n", prefix, sp->names[k].name, sp->names[k].op,
-           sp->names[k].launches, sp->names[k].ms * 1e3,
-           sp->total_ms > 0 ? 100.0 * sp->names[k].ms / sp->total_ms : 0.0);
-}
-
-static json_t *profile_names_json(const step_profile *sp) {
-  json_t *names = json_array();
-  for (size_t k = 0; names && k < sp->num_names; k++)
-    json_array_append_new(names, json_pack("{ss ss sI sf}", "name", sp->names[k].name, "op",
-                                           sp->names[k].op, "launches",
-                                           (json_int_t)sp->names[k].launches, "ms",
-                                           sp->names[k].ms));
-  return names;
-}
-
-static json_t *profile_json(const step_profile *sp) {
-  json_t *kinds = json_array();
-  for (size_t k = 0; kinds && k < sp->num_kinds; k++)
-    json_array_append_new(
-        kinds, json_pack("{ss sI sf sf}", "op", sp->kinds[k].op, "launches",
-                         (json_int_t)sp->kinds[k].launches, "ms", sp->kinds[k].ms, "share",
-                         sp->total_ms > 0 ? sp->kinds[k].ms / sp->total_ms : 0.0));
-  return kinds;
-}
-
 typedef struct {
   int64_t batch;
   cli_summary graph, eager;
   double bytes;
   size_t kernels;
-  step_profile profile;
+  cli_step_profile profile;
   /* The distributed step's pieces (bench_decode_dist.h): a chain of `collectives` all_reduces
    * of msg (chain_ms per chain; none when collectives is 0), run_dist's ms per step (< 0: not
    * distributed). */
@@ -399,19 +242,14 @@ typedef struct {
   double chain_ms, run_dist_ms;
 } decode_result;
 
-/* Launches of `op` in a profiled step. */
-static int64_t launches_of(const step_profile *sp, const char *op) {
-  for (size_t k = 0; k < sp->num_kinds; k++)
-    if (strcmp(sp->kinds[k].op, op) == 0) return (int64_t)sp->kinds[k].launches;
-  return 0;
-}
 
 /* The distributed step's pieces at r->batch, whose bucket has `rows` rows: the step's
  * all_reduces alone, and run_dist's steps from fresh metadata. */
 static recap_status time_dist_pieces(const decode_args *a, recap_pipeline *graph,
                                      const cli_decode_shape *s, int64_t rows, int64_t need,
                                      decode_result *r) {
-  r->collectives = a->collectives >= 0 ? a->collectives : launches_of(&r->profile, "all_reduce");
+  r->collectives =
+      a->collectives >= 0 ? a->collectives : cli_step_profile_launches(&r->profile, "all_reduce");
   r->run_dist_ms = -1;
   recap_status st = RECAP_OK;
   if (r->collectives > 0) {
@@ -452,8 +290,8 @@ static json_t *result_json(const decode_result *r, double copy_gbps, bool profil
                 gbps, "fraction_of_copy", gbps / copy_gbps, "kernels", (json_int_t)r->kernels,
                 "gemm_ms", r->profile.gemm_ms, "profiled_ms", r->profile.total_ms);
   if (row && profile) {
-    json_object_set_new(row, "profile", profile_json(&r->profile));
-    json_object_set_new(row, "profile_by_name", profile_names_json(&r->profile));
+    json_object_set_new(row, "profile", cli_step_profile_kinds_json(&r->profile));
+    json_object_set_new(row, "profile_by_name", cli_step_profile_names_json(&r->profile));
   }
   if (row && r->collectives > 0)
     json_object_set_new(
@@ -524,7 +362,7 @@ static int run_batches(const decode_args *a, recap_pipeline *graph, recap_pipeli
     if (st == RECAP_OK) cli_summarize(samples, (int)a->repeats, &r.graph);
     if (st == RECAP_OK) st = time_steps(eager, s, batch, a, need, true, samples);
     if (st == RECAP_OK) cli_summarize(samples, (int)a->repeats, &r.eager);
-    if (st == RECAP_OK) st = profile_step(eager, s, batch, a, need, &r.profile);
+    if (st == RECAP_OK) st = cli_step_profile_run(eager, s, batch, a->context, need, &r.profile);
     size_t bucket = 0;
     while (bucket + 1 < info.num_buckets && info.bucket_values[bucket] < batch) bucket++;
     int64_t bucket_rows = info.bucket_dim ? info.bucket_values[bucket] : batch;
@@ -535,7 +373,7 @@ static int run_batches(const decode_args *a, recap_pipeline *graph, recap_pipeli
     if (st == RECAP_OK && g) st = recap_graph_info_get(g, &gi);
     if (st != RECAP_OK) {
       cli_report_failure(a->world.who, "the decode steps", st);
-      step_profile_free(&r.profile);
+      cli_step_profile_free(&r.profile);
       rc = CLI_EXIT_FAILURE;
       break;
     }
@@ -557,8 +395,8 @@ static int run_batches(const decode_args *a, recap_pipeline *graph, recap_pipeli
     for (size_t i = 0; i < a->num_batches; i++) print_dist_pieces(pre, &results[i]);
   }
   for (size_t i = 0; rc == CLI_EXIT_OK && a->profile && i < a->num_batches; i++)
-    print_profile(pre, results[i].batch, &results[i].profile);
-  for (size_t i = 0; results && i < a->num_batches; i++) step_profile_free(&results[i].profile);
+    cli_step_profile_print(pre, results[i].batch, &results[i].profile);
+  for (size_t i = 0; results && i < a->num_batches; i++) cli_step_profile_free(&results[i].profile);
   if (rc == CLI_EXIT_OK && a->json_path) {
     json_t *root =
         json_pack("{ss sI sI sf so}", "spec", a->path, "context", (json_int_t)a->context, "tokens",

@@ -67,7 +67,8 @@ typedef struct {
 } cli_decode_message;
 
 /* The residual stream's message at `rows` rows: [rows, hidden] of the embedding's dtype, the
- * embedding being the replicated [vocab, hidden] parameter. INVALID_ARGUMENT when the spec has none. */
+ * embedding being the replicated [vocab, hidden] parameter. INVALID_ARGUMENT when the spec has
+ * none. */
 recap_status cli_decode_message_of(recap_pipeline *p, int64_t vocab, int64_t rows,
                                    cli_decode_message *msg);
 
