@@ -1157,6 +1157,21 @@ grep -q "^recap bench-decode (rank 0): joining the communicator failed" "$tmp/er
 expect 0 "import-hf --paged --tp 2 (llama)" -- "$recap" import-hf "$tmp/llama" \
   -o "$tmp/llama_tp.r{rank}.yaml" --paged --batch 1,2 --prefill 8 --max-seq 32 --block-size 8 \
   --kv-blocks 8 --tp 2
+# --tp-fold-residual: rank 0 adds the residual into its partial sums (the fusion pass folds that
+# add into the projection), so on no rank does an add follow an all_reduce.
+expect 0 "import-hf --tp 2 --tp-fold-residual" -- "$recap" import-hf "$tmp/llama" \
+  -o "$tmp/llama_fold.r{rank}.yaml" --paged --batch 1,2 --prefill 8 --max-seq 32 \
+  --block-size 8 --kv-blocks 8 --tp 2 --tp-fold-residual
+expect 0 "plan of a folded rank 0" -- "$recap" plan "$tmp/llama_fold.r0.yaml" --entry decode
+grep -q "'fused\[layers.1.down,add\]'" "$tmp/out" && grep -q "'fused\[layers.1.out_proj,add\]'" "$tmp/out" ||
+  fail "--tp-fold-residual: rank 0's residual adds are not folded into its projections"
+for r in 0 1; do
+  grep -A1 "op: all_reduce" "$tmp/llama_fold.r$r.yaml" | grep -q "op: add" &&
+    fail "--tp-fold-residual: an add follows an all_reduce on rank $r"
+done
+expect 2 "--tp-fold-residual without --tp" -- "$recap" import-hf "$tmp/llama" -o "$tmp/x.yaml" \
+  --tp-fold-residual
+grep -q "goes with --tp" "$tmp/err" || fail "--tp-fold-residual alone: no cause"
 expect 1 "bench-decode of a TP 2 rank at --world 1" -- "$recap" bench-decode \
   "$tmp/llama_tp.r0.yaml" --device host --batch 1 --context 4 --tokens 2 --repeats 1 \
   --world 1 --rank 0

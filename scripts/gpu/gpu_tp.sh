@@ -23,7 +23,9 @@
 #      TP 2 on both (recap launch -- bench-decode --world 2): each rank's graph step with the
 #      collectives inside it, its profiled eager step by op kind and by op name, the step's 64
 #      all_reduces alone in one graph, and run_dist's cost per step; then
-#      tools/tp_decode_report.py sets every op of TP 2's ranks against TP 1's
+#      tools/tp_decode_report.py sets every op of TP 2's ranks against TP 1's. Then batch 1
+#      with RECAP_PDL=0 at both TPs, and TP 2 imported with --tp-fold-residual (step 2 also
+#      judges that import's f32 and bf16 logits against TP 1 by the same rules)
 #   5. a rank killed (SIGKILL) mid-generation: rank 0 fails within its timeout, naming the
 #      cause and the request it had in flight
 # Prints PASS/FAIL per check, the numbers, and a summary line. Logs: $OUT/tp_logs.tgz.
@@ -103,6 +105,24 @@ for m in llama gpt2; do
   cc=$?
   sed 's/^/    /' "$d/compare.log"
   row "$m TP2 == TP1 (rule)" "$([ $cc = 0 ] && echo 1 || echo 0)" "$(grep -c '^PASS' "$d/compare.log") checks passed, $(grep -c '^FAIL' "$d/compare.log") failed"
+  # The same checks for TP 2 with the residual folded into rank 0's partial sums (import-hf
+  # --tp-fold-residual: no add after each all_reduce; 16-bit sums rounded at the residual's
+  # scale twice), against the same TP 1 runs.
+  f=$d/fold
+  mkdir -p "$f"
+  for dt in f32 bf16; do
+    "$recap" import-hf "$ck" -o "$f/tp2_$dt.rank{rank}.yaml" --dtype $dt --max-seq 128 --tp 2 \
+      --tp-fold-residual >>"$f/import.log" 2>&1
+  done
+  gen "$f/tp2_f32.log" 2 "$f/tp2_f32.rank{rank}.yaml" --prompt-ids "$prompt" --max-new 16 --logits-out "$f/tp2_f32.r{rank}.logits"
+  gen "$f/tp2_bf16.log" 2 "$f/tp2_bf16.rank{rank}.yaml" --prompt-ids "$prompt" --max-new 1 --logits-out "$f/tp2_bf16.r{rank}.logits"
+  for k in tp2_f32 tp2_bf16; do cp "$f/$k.r0.logits" "$f/$k.logits" 2>/dev/null; done
+  cp "$d/tp1_f32.logits" "$d/tp1_bf16.logits" "$d/tp1_f32.tokens" "$f/" 2>/dev/null
+  tokens_of "$f/tp2_f32.log" 0 >"$f/tp2_f32.tokens"
+  python3 "$here/tools/compare_tp.py" "$ck/expected.json" "$f" >"$f/compare.log" 2>&1
+  cc=$?
+  sed 's/^/    /' "$f/compare.log"
+  row "$m TP2 folded == TP1" "$([ $cc = 0 ] && echo 1 || echo 0)" "--tp-fold-residual: $(grep -c '^PASS' "$f/compare.log") checks passed, $(grep -c '^FAIL' "$f/compare.log") failed"
 done
 
 # 3. The serving layout across ranks: the same greedy tokens as TP 1 (contiguous).
@@ -205,10 +225,10 @@ row "8B bench-decode TP1/TP2" "$ok" "exits $c1 $c2; batch 1 graph step ratio ${b
 pdl_ms() { # LOG: rank 0's (or the only) batch-1 graph ms
   grep -E "^(rank 0: )? +1 " "$1" | head -1 | awk '{print $(NF-8)}'
 }
-RECAP_PDL=0 timeout 120 "$recap" bench-decode "$b/tp1.yaml" --batch 1 --context 512 --tokens 128 \
-  --repeats 3 >"$b/nopdl_tp1.log" 2>&1
+RECAP_PDL=0 timeout 120 "$recap" bench-decode "$b/tp1.yaml" --batch 1 --context 512 --tokens 64 \
+  --repeats 2 >"$b/nopdl_tp1.log" 2>&1
 RECAP_PDL=0 timeout 120 "$recap" launch --gpus 2 --timeout 60 -- bench-decode "$b/tp2.rank{rank}.yaml" \
-  --batch 1 --context 512 --tokens 128 --repeats 3 >"$b/nopdl_tp2.log" 2>&1
+  --batch 1 --context 512 --tokens 64 --repeats 2 >"$b/nopdl_tp2.log" 2>&1
 p1=$(pdl_ms "$b/nopdl_tp1.log")
 p2=$(pdl_ms "$b/nopdl_tp2.log")
 g1=$(pdl_ms "$b/bench_tp1.log")
@@ -217,6 +237,17 @@ ok=0
 [ -n "$p1" ] && [ -n "$p2" ] && ok=1
 [ "$ok" = 1 ] || { tail -3 "$b/nopdl_tp1.log"; tail -3 "$b/nopdl_tp2.log"; }
 row "8B batch 1, PDL off" "$ok" "graph ms PDL on/off: TP 1 ${g1:-?}/${p1:-?}, TP 2 ${g2:-?}/${p2:-?}"
+# TP 2 with the residual folded into rank 0's partial sums (import-hf --tp-fold-residual): 64
+# add kernels fewer per step.
+"$recap" import-hf "$b" -o "$b/tp2f.rank{rank}.yaml" --random-weights --paged --max-seq 2048 --prefill 16 --batch 1,8 --tp 2 --tp-fold-residual >>"$b/import.log" 2>&1
+timeout 120 "$recap" launch --gpus 2 --timeout 60 -- bench-decode "$b/tp2f.rank{rank}.yaml" \
+  --batch 1,8 --context 512 --tokens 64 --repeats 2 >"$b/fold_tp2.log" 2>&1
+grep "^rank 0: " "$b/fold_tp2.log" | head -8
+f2=$(pdl_ms "$b/fold_tp2.log")
+ok=0
+[ -n "$f2" ] && ok=1
+[ "$ok" = 1 ] || tail -3 "$b/fold_tp2.log"
+row "8B TP 2 residual folded" "$ok" "batch 1 graph ms: TP 2 ${g2:-?}, folded ${f2:-?} (TP 1 ${g1:-?})"
 
 if [ "$full" = 1 ]; then
 # 5. A rank killed mid-generation (the 8B TP 2 specs: ~5 ms per step, so 2000 steps last long
