@@ -178,6 +178,7 @@ static bool import(const cli_hf_import_options *o, const cli_hf_config *c,
       .prefill_tokens = o->num_prefill_tokens ? o->prefill_tokens : &r->prefill,
       .num_prefill_tokens = o->num_prefill_tokens ? o->num_prefill_tokens : 1,
       .tp = &tp,
+      .tp_fold_residual = o->tp_fold_residual,
       .random_weights = o->random_weights};
   if (!cli_hf_spec_write(c, &w, &so, spec)) return fail(r, "out of memory");
   return true;

@@ -152,6 +152,7 @@ typedef struct {
   const int64_t *prefill_tokens;
   size_t num_prefill_tokens;
   const cli_hf_tp *tp; /* this rank's share; world 1: the whole model */
+  bool tp_fold_residual; /* cli_hf_import_options' */
   /* Weights from recap's own random init instead of the checkpoint (checkpoint unused):
    * matrices normal(0, 0.02), norm weights ones, biases zeros. For benchmarks. */
   bool random_weights;

@@ -189,24 +189,46 @@ static void put_rope(recap__text *t, const cli_hf_config *c, const char *in, con
   put_rope_attrs(t, c);
 }
 
-/* out = in x weight^T (+ bias): a linear whose weight is split by its input columns under tensor
- * parallelism, so each rank's product is a partial sum: one all_reduce adds them, and the
- * bias (whole on every rank) is added once, after it. */
+/* result = residual + in x weight^T (+ bias), the projection named `out`: a linear whose weight
+ * is split by its input columns under tensor parallelism, so each rank's product is a partial
+ * sum: one all_reduce adds them, and the bias (whole on every rank) is added once, after it.
+ * With tp_fold_residual rank 0 adds the residual into its partial sum instead (an add the
+ * fusion pass folds into the linear), so the all_reduce's sum is the result and no add kernel
+ * follows it. */
 static void put_row_parallel(recap__text *t, const cli_hf_spec_options *o, const cli_hf_weights *w,
                              const char *in, const char *weight, const char *bias_with_comma,
-                             const char *out, const char *name) {
+                             const char *residual, const char *out, const char *result,
+                             const char *name) {
   const char *bias = optional(w, bias_with_comma);
   if (o->tp->world == 1) {
     recap__text_put(t, "      - {op: linear, in: [%s, %s%s], out: %s, name: %s}\n", in, weight,
                     bias, out, name);
+    recap__text_put(t, "      - {op: add, in: [%s, %s], out: %s}\n", residual, out, result);
     return;
   }
-  recap__text_put(t, "      - {op: linear, in: [%s, %s], out: %s_part, name: %s}\n", in, weight,
-                  out, name);
-  recap__text_put(t, "      - {op: all_reduce, in: %s_part, out: %s%s, name: %s_all_reduce}\n", out,
-                  out, *bias ? "_sum" : "", name);
+  if (!o->tp_fold_residual) {
+    recap__text_put(t, "      - {op: linear, in: [%s, %s], out: %s_part, name: %s}\n", in, weight,
+                    out, name);
+    recap__text_put(t, "      - {op: all_reduce, in: %s_part, out: %s%s, name: %s_all_reduce}\n",
+                    out, out, *bias ? "_sum" : "", name);
+    if (*bias)
+      recap__text_put(t, "      - {op: add, in: [%s_sum, %s], out: %s}\n", out, bias + 2, out);
+    recap__text_put(t, "      - {op: add, in: [%s, %s], out: %s}\n", residual, out, result);
+    return;
+  }
+  if (o->tp->rank == 0) {
+    recap__text_put(t, "      - {op: linear, in: [%s, %s], out: %s_local, name: %s}\n", in,
+                    weight, out, name);
+    recap__text_put(t, "      - {op: add, in: [%s, %s_local], out: %s_part}\n", residual, out,
+                    out);
+  } else {
+    recap__text_put(t, "      - {op: linear, in: [%s, %s], out: %s_part, name: %s}\n", in, weight,
+                    out, name);
+  }
+  recap__text_put(t, "      - {op: all_reduce, in: %s_part, out: %s, name: %s_all_reduce}\n", out,
+                  *bias ? out : result, name);
   if (*bias)
-    recap__text_put(t, "      - {op: add, in: [%s_sum, %s], out: %s}\n", out, bias + 2, out);
+    recap__text_put(t, "      - {op: add, in: [%s, %s], out: %s}\n", out, bias + 2, result);
 }
 
 /* x -> h: norm, q/k/v, (q/k norm,) RoPE, the caches, attention, output projection, residual. */
@@ -293,8 +315,7 @@ static void put_attention(recap__text *t, const cli_hf_config *c, const cli_hf_w
     recap__text_put(t,
                     "      - {op: reshape, in: [attn_rows], out: attn_flat, shape: [B, S, Q]}\n");
   }
-  put_row_parallel(t, o, w, "attn_flat", "wo", ", bo", "proj", "out_proj");
-  recap__text_put(t, "      - {op: add, in: [x, proj], out: h}\n");
+  put_row_parallel(t, o, w, "attn_flat", "wo", ", bo", "x", "proj", "h", "out_proj");
 }
 
 /* h -> y: norm, MLP, residual. */
@@ -312,8 +333,7 @@ static void put_mlp(recap__text *t, const cli_hf_config *c, const cli_hf_weights
     recap__text_put(t, "      - {op: expr, in: [gate, up], out: act, expr: \"%s(gate) * up\"}\n",
                     c->act);
   }
-  put_row_parallel(t, o, w, "act", "wdown", ", bdown", "down", "down");
-  recap__text_put(t, "      - {op: add, in: [h, down], out: y}\n");
+  put_row_parallel(t, o, w, "act", "wdown", ", bdown", "h", "down", "y", "down");
 }
 
 static void put_header(recap__text *t, const cli_hf_config *c, const cli_hf_spec_options *o) {

@@ -68,12 +68,18 @@ static const cli_option import_hf_options[] = {
              "'{rank}' replaced by 0 .. N-1 (SPEC must hold it). Each reads its\n"
              "share of the heads, the MLP and the LM head's vocabulary; run\n"
              "them with recap launch --gpus N"},
+    {.flag = "--tp-fold-residual",
+     .kind = CLI_VALUE_NONE,
+     .help = "with --tp: rank 0 adds the residual into its partial sum before\n"
+             "each all_reduce, so no add kernel follows it (2 fewer per layer;\n"
+             "16-bit sums are rounded at the residual's scale twice)"},
     {0}};
 const cli_help cli_import_hf_help = {
     .synopsis =
         "recap import-hf DIR -o SPEC [--max-seq N] [--prefill N] [--batch 1,2,4,8]\n"
         "                [--dtype f32|f16|bf16] [--paged [--block-size N] [--kv-blocks N]\n"
-        "                [--prefill-seqs N]] [--tp N] [--random-weights]",
+        "                [--prefill-seqs N]] [--tp N [--tp-fold-residual]]\n"
+        "                [--random-weights]",
     .description =
         "Writes a spec that runs the Hugging Face causal LM in DIR (config.json and\n"
         "model.safetensors or model.safetensors.index.json): LlamaForCausalLM,\n"
@@ -155,6 +161,8 @@ int cli_import_hf_main(int argc, char **argv) {
       o.paged = true;
     } else if (strcmp(argv[i], "--random-weights") == 0) {
       o.random_weights = true;
+    } else if (strcmp(argv[i], "--tp-fold-residual") == 0) {
+      o.tp_fold_residual = true;
     } else if ((m = cli_flag(CMD, argc, argv, &i, "--block-size", &v)) != 0) {
       if (m < 0 || !cli_parse_int(CMD, "--block-size", v, 1, 1 << 20, &n)) return CLI_EXIT_USAGE;
       o.block_size = n;
@@ -195,6 +203,10 @@ int cli_import_hf_main(int argc, char **argv) {
             " writes one spec per rank: -o needs '{rank}' in it "
             "(-o model.rank{rank}.yaml)\n",
             CMD, o.tp);
+    return CLI_EXIT_USAGE;
+  }
+  if (o.tp_fold_residual && !split) {
+    fprintf(stderr, "recap %s: --tp-fold-residual goes with --tp N (N > 1)\n", CMD);
     return CLI_EXIT_USAGE;
   }
   o.model_dir = dir;

@@ -341,12 +341,13 @@ static const cli_option launch_options[] = {
     {0}};
 const cli_help cli_launch_help = {
     .synopsis =
-        "recap launch --gpus N [--timeout S] [--grace S] [--env-init] -- run|generate SPEC\n"
-        "             [flags]",
+        "recap launch --gpus N [--timeout S] [--grace S] [--env-init] --\n"
+        "             run|generate|bench-decode SPEC [flags]",
     .description =
         "Starts N processes of `recap run SPEC --world N --rank R --init file://...` (or\n"
-        "`recap generate`) on this machine, rank R seeing GPU R (CUDA_VISIBLE_DEVICES; the R-th\n"
-        "entry of an existing list), waits for them and prints every rank's exit. '{rank}' in\n"
+        "`recap generate`, or `recap bench-decode`) on this machine, rank R seeing GPU R\n"
+        "(CUDA_VISIBLE_DEVICES; the R-th entry of an existing list), waits for them and prints\n"
+        "every rank's exit. '{rank}' in\n"
         "an argument becomes R: one spec per rank (recap import-hf --tp N -o m.rank{rank}.yaml).\n"
         "When a rank fails the others get --grace seconds to fail on their own (their\n"
         "collectives time out), then SIGTERM, then SIGKILL.",
@@ -455,7 +456,8 @@ int cli_launch_main(int argc, char **argv) {
    * a dead peer within its timeout), and a little more. */
   if (grace < 0) grace = timeout + 5;
   if (sep < 0 || gpus < 1 || sep + 1 >= argc ||
-      (strcmp(argv[sep + 1], "run") != 0 && strcmp(argv[sep + 1], "generate") != 0)) {
+      (strcmp(argv[sep + 1], "run") != 0 && strcmp(argv[sep + 1], "generate") != 0 &&
+       strcmp(argv[sep + 1], "bench-decode") != 0)) {
     cli_help_print(stderr, &cli_launch_help);
     return CLI_EXIT_USAGE;
   }

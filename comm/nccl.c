@@ -36,6 +36,7 @@
 #include "runtime/backend.h"
 #include "comm/comm.h"
 #include "comm/backend.h"
+#include "comm/poll.h"
 #include "runtime/cuda_check.h"
 #include "runtime/error.h"
 
@@ -281,19 +282,20 @@ static recap_status poll_async(nccl_state *s) {
   return aborted_status(s);
 }
 
-/* The pause before the next poll of a wait that has polled `polls` times: none at first, since
- * an enqueue that answered ncclInProgress usually completes within microseconds (a fixed 1 ms
- * sleep here cost every distributed run a millisecond: the header broadcast's group end
- * answers ncclInProgress each time), then a backoff to 1 ms for waits on a slow peer. */
-static void poll_backoff(long polls) {
-  if (polls < 200) return;
-  sleep_us(polls < 1000 ? 10 : polls < 2000 ? 100 : 1000);
+/* The pause before the next poll of a wait that began at `since` (now_s()): none at first,
+ * since an enqueue that answered ncclInProgress usually completes within microseconds (a fixed
+ * 1 ms sleep here cost every distributed run a millisecond: the header broadcast's group end
+ * answers ncclInProgress each time) and a decode step within milliseconds, then a backoff for
+ * waits on a slow peer (poll.h). */
+static void poll_backoff(double since) {
+  long us = recap__poll_pause_us((now_s() - since) * 1e6);
+  if (us > 0) sleep_us(us);
 }
 
 /* Waits until the communicator leaves ncclInProgress, at most its timeout. */
 static recap_status wait_ready(nccl_state *s, const char *what) {
-  double deadline = now_s() + s->timeout_s;
-  for (long polls = 0;; ++polls) {
+  double since = now_s(), deadline = since + s->timeout_s;
+  for (;;) {
     recap_status st = poll_async(s);
     if (st != RECAP_STATUS_NOT_READY) return st;
     if (now_s() > deadline) {
@@ -304,7 +306,7 @@ static recap_status wait_ready(nccl_state *s, const char *what) {
       abort_with(s, RECAP_STATUS_TIMEOUT, reason);
       return aborted_status(s);
     }
-    poll_backoff(polls);
+    poll_backoff(since);
   }
 }
 
@@ -644,10 +646,10 @@ static void nccl_busy_end(recap_comm *c) { atomic_fetch_sub(&state_of(c)->busy, 
 static recap_status nccl_synchronize(recap_comm *c, recap_stream *stream) {
   nccl_state *s = state_of(c);
   cudaStream_t native = (cudaStream_t)recap_stream_native(stream);
-  double deadline = now_s() + c->timeout_s;
+  double since = now_s(), deadline = since + c->timeout_s;
   nccl_busy_begin(c);
   recap_status st = RECAP_OK;
-  for (long spins = 0;; ++spins) {
+  for (;;) {
     cudaError_t e = cudaStreamQuery(native);
     if (e == cudaSuccess) break;
     if (e != cudaErrorNotReady) {
@@ -668,7 +670,7 @@ static recap_status nccl_synchronize(recap_comm *c, recap_stream *stream) {
       st = aborted_status(s);
       break;
     }
-    poll_backoff(spins);
+    poll_backoff(since);
   }
   nccl_busy_end(c);
   if (st != RECAP_OK) return st;

@@ -1124,6 +1124,73 @@ for row in r:
     assert abs(sum(k["share"] for k in row["profile"]) - 1) < 1e-6, row["profile"]
     assert abs(sum(k["ms"] for k in row["profile"]) - row["profiled_ms"]) < 1e-9
 ' "$tmp/profile.json" 2>>"$tmp/err" || fail "bench-decode --profile JSON: $(tail -1 "$tmp/err")"
+# bench-decode across ranks (issue 27): with --world every line starts with the rank, and each
+# batch adds the distributed step's pieces: a chain of all_reduces of the step's message (rows
+# x the config's hidden size, f32) and run_dist's cost over the graph step. The host backend is
+# a world of 1 (no NCCL, one device), so a world of 2 and a TP 2 rank's spec are refused there
+# with the cause named; the GPU script scripts/gpu/gpu_tp.sh runs both ranks.
+hidden=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["hidden_size"])' \
+  "$tmp/llama/config.json")
+expect 0 "bench-decode --world 1" -- "$recap" bench-decode "$tmp/llama_paged.yaml" --device host \
+  --batch 1,2 --context 4 --tokens 2 --repeats 1 --profile --collectives 4 \
+  --world 1 --rank 0 --json "$tmp/dist.json"
+grep -v "^wrote " "$tmp/out" | grep -qv "^rank 0: " && fail "bench-decode --world: a line without its rank"
+grep -qE "^rank 0: +2 .*x +[0-9]+ +[0-9]+%$" "$tmp/out" || fail "bench-decode --world: no row for batch 2"
+grep -qE "^rank 0: batch 2: 4 all_reduces of $((2 * hidden)) f32 \($((8 * hidden)) bytes\) in one graph: " \
+  "$tmp/out" || fail "bench-decode --world: no all_reduce chain of [2, $hidden] f32"
+grep -qE "^rank 0: batch 1: run_dist step [0-9.]+ ms = graph step [0-9.]+ ms \+ -?[0-9.]+ ms " \
+  "$tmp/out" || fail "bench-decode --world: no run_dist line"
+grep -qE "^rank 0:   linear +[0-9]+ " "$tmp/out" || fail "bench-decode --world --profile: no profile"
+python3 -c 'import json, sys
+r = json.load(open(sys.argv[1]))
+assert (r["rank"], r["world"]) == (0, 1), r
+for row in r["results"]:
+    c = row["all_reduce_chain"]
+    assert c["collectives"] == 4 and c["elements"] == row["batch"] * int(sys.argv[2]), c
+    assert abs(c["us_each"] * 4 - c["ms"] * 1e3) < 1e-9, c
+    assert abs(row["run_dist_ms_per_step"] - row["graph_ms_per_step"] - row["run_dist_overhead_ms"]) < 1e-12
+' "$tmp/dist.json" "$hidden" 2>>"$tmp/err" || fail "bench-decode --world JSON: $(tail -1 "$tmp/err")"
+expect 1 "bench-decode --world 2 on the host" -- "$recap" bench-decode "$tmp/llama_paged.yaml" \
+  --device host --world 2 --rank 0 --init "file://$tmp/decode_rv"
+grep -q "^recap bench-decode (rank 0): joining the communicator failed" "$tmp/err" &&
+  grep -q "runs a world of 1 only" "$tmp/err" || fail "bench-decode --world 2 on the host: no cause"
+expect 0 "import-hf --paged --tp 2 (llama)" -- "$recap" import-hf "$tmp/llama" \
+  -o "$tmp/llama_tp.r{rank}.yaml" --paged --batch 1,2 --prefill 8 --max-seq 32 --block-size 8 \
+  --kv-blocks 8 --tp 2
+# --tp-fold-residual: rank 0 adds the residual into its partial sums (the fusion pass folds that
+# add into the projection), so on no rank does an add follow an all_reduce.
+expect 0 "import-hf --tp 2 --tp-fold-residual" -- "$recap" import-hf "$tmp/llama" \
+  -o "$tmp/llama_fold.r{rank}.yaml" --paged --batch 1,2 --prefill 8 --max-seq 32 \
+  --block-size 8 --kv-blocks 8 --tp 2 --tp-fold-residual
+expect 0 "plan of a folded rank 0" -- "$recap" plan "$tmp/llama_fold.r0.yaml" --entry decode
+grep -q "'fused\[layers.1.down,add\]'" "$tmp/out" && grep -q "'fused\[layers.1.out_proj,add\]'" "$tmp/out" ||
+  fail "--tp-fold-residual: rank 0's residual adds are not folded into its projections"
+for r in 0 1; do
+  grep -A1 "op: all_reduce" "$tmp/llama_fold.r$r.yaml" | grep -q "op: add" &&
+    fail "--tp-fold-residual: an add follows an all_reduce on rank $r"
+done
+expect 2 "--tp-fold-residual without --tp" -- "$recap" import-hf "$tmp/llama" -o "$tmp/x.yaml" \
+  --tp-fold-residual
+grep -q "goes with --tp" "$tmp/err" || fail "--tp-fold-residual alone: no cause"
+expect 1 "bench-decode of a TP 2 rank at --world 1" -- "$recap" bench-decode \
+  "$tmp/llama_tp.r0.yaml" --device host --batch 1 --context 4 --tokens 2 --repeats 1 \
+  --world 1 --rank 0
+grep -q "^recap bench-decode (rank 0): the decode steps failed" "$tmp/err" &&
+  grep -q "planned for a world of 2" "$tmp/err" || fail "bench-decode of a TP 2 rank: no cause"
+expect 2 "bench-decode --rank without --world" -- "$recap" bench-decode "$tmp/llama_paged.yaml" \
+  --device host --rank 0
+grep -q "go with --world" "$tmp/err" || fail "bench-decode --rank alone: no cause"
+# recap launch starts bench-decode too (here a world of 1: each rank's flags come from launch).
+expect 0 "launch -- bench-decode" -- "$recap" launch --gpus 1 --timeout 30 -- bench-decode \
+  "$tmp/llama_paged.yaml" --device host --batch 1 --context 4 --tokens 2 --repeats 1
+grep -qE "^rank 0: +1 .*x +[0-9]+ +[0-9]+%$" "$tmp/out" || fail "launch -- bench-decode: no rank 0 row"
+# gpu_tp.sh's report sets each rank's profile against TP 1's (here the world of 1 against the
+# same spec's plain run: the by-op table's rows and totals).
+python3 bench/report/tp_decode_report.py "$tmp/profile.json" "$tmp/dist.json" >"$tmp/out" \
+  2>"$tmp/err" || fail "tp_decode_report.py: $(tail -1 "$tmp/err")"
+grep -q "^== batch 2: graph step TP 1 [0-9.]* ms; TP 1 [0-9.]* ms: " "$tmp/out" &&
+  grep -qE "^    layers\.\*\.gate_up +[0-9.]+ \[2\] +[0-9.]+ \[2\] " "$tmp/out" ||
+  fail "tp_decode_report.py prints no comparison by op name"
 # A spec imported with one decode bucket has no bucketed dim; bench-decode and bench-loop
 # still run their batch of 1 on it.
 expect 0 "import-hf --paged --batch 1" -- "$recap" import-hf "$tmp/llama" \

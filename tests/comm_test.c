@@ -1,10 +1,11 @@
 /*
  * comm_test.c: communicators (runtime/comm*.c, comm/multi_device.c, comm/nccl.c).
  *
- * Host suites (CI): the rendezvous record and both transports, with forged malformed,
- * oversized and truncated messages and deadlines; the world-of-1 communicator of the host
- * backend (collectives are copies) and its refusal of larger worlds; env:// (torchrun's
- * variables) read from fake environments, and its rendezvous. The CUDA suite needs two
+ * Host suites (CI): the pace of polling waits (comm/poll.h); the rendezvous record and both
+ * transports, with forged malformed, oversized and truncated messages and deadlines; the
+ * world-of-1 communicator of the host backend (collectives are copies) and its refusal of
+ * larger worlds; env:// (torchrun's variables) read from fake environments, and its
+ * rendezvous. The CUDA suite needs two
  * GPUs (inactive, with a message, otherwise): NCCL collectives and torch.cuda.comm's
  * functions over an in-process clique, every element checked against a host computation.
  */
@@ -20,6 +21,7 @@
 
 #include "runtime/backend.h"
 #include "comm/comm.h"
+#include "comm/poll.h"
 #include "runtime/error.h"
 #include "tests/test_util.h"
 
@@ -563,6 +565,20 @@ static void test_env_init_reads_the_process_environment(void) {
   unsetenv("LOCAL_RANK");
 }
 
+/* ---- the polling pace of waits (comm/poll.h) ---- */
+
+/* A decode step's wait (a few ms) never sleeps: a 10 us sleep lasts ~60 us under the default
+ * timer slack, which each rank paid per token when the pace counted polls. Later waits back
+ * off, and a late peer is polled at most every millisecond. */
+static void test_poll_spins_through_a_decode_step_then_backs_off(void) {
+  for (double us = 0; us < 20000; us += 250) CU_ASSERT_EQUAL(recap__poll_pause_us(us), 0);
+  CU_ASSERT_EQUAL(recap__poll_pause_us(19999.9), 0);
+  CU_ASSERT_EQUAL(recap__poll_pause_us(20000), 100);
+  CU_ASSERT_EQUAL(recap__poll_pause_us(999999), 100);
+  CU_ASSERT_EQUAL(recap__poll_pause_us(1e6), 1000);
+  CU_ASSERT_EQUAL(recap__poll_pause_us(3600e6), 1000);
+}
+
 /* ---- host communicators ---- */
 
 static void test_host_world_above_one_is_a_clear_error(void) {
@@ -852,6 +868,7 @@ int main(void) {
   CU_ADD_TEST(env, test_env_init_under_torchrun_needs_recap_master_port);
   CU_ADD_TEST(env, test_env_init_reads_the_process_environment);
   CU_pSuite host = test_add_suite("comm/host", NULL, NULL);
+  CU_ADD_TEST(host, test_poll_spins_through_a_decode_step_then_backs_off);
   CU_ADD_TEST(host, test_host_world_above_one_is_a_clear_error);
   CU_ADD_TEST(host, test_host_world_of_one_collectives_copy);
   CU_ADD_TEST(host, test_host_clique_of_one_runs_torch_comm_functions);

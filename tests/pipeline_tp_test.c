@@ -241,8 +241,10 @@ static void *run_rank(void *arg) {
 /* ---- importing and running a world ---- */
 
 /* Imports model_dir as `world` specs g_dir/<label>.tp<world>.rank<r>.yaml (world 1:
- * <label>.yaml), in the serving layout when `paged`. */
-static void import_world(const char *model_dir, const char *label, int world, bool paged) {
+ * <label>.yaml), in the serving layout when `paged`, with the residual folded into rank 0's
+ * partial sums when `fold` (import-hf --tp-fold-residual). */
+static void import_world(const char *model_dir, const char *label, int world, bool paged,
+                         bool fold) {
   for (int r = 0; r < world; r++) {
     char spec[512];
     if (world == 1)
@@ -256,6 +258,7 @@ static void import_world(const char *model_dir, const char *label, int world, bo
       o.tp = world;
       o.tp_rank = r;
     }
+    o.tp_fold_residual = fold && world > 1;
     import_model_with(o, model_dir, spec);
   }
 }
@@ -356,18 +359,19 @@ static void compare(const char *label, int world, const float *tp, const float *
 
 /* Imports fixture folder model_dir at TP 1 and at each world of `worlds` (0-terminated) and
  * compares them; in the serving layout also the graph's greedy tokens, which must be TP 1's
- * wherever the margin is clear (compare's argmax check covers the logits they come from). */
+ * wherever the margin is clear (compare's argmax check covers the logits they come from).
+ * fold: the TP specs fold the residual into rank 0's partial sums. */
 static void check_model(const char *label, const char *model_dir, const reference *ref,
-                        const int *worlds, bool against_reference, bool paged) {
+                        const int *worlds, bool against_reference, bool paged, bool fold) {
   char name[128];
-  snprintf(name, sizeof name, "%s%s", label, paged ? "_paged" : "");
+  snprintf(name, sizeof name, "%s%s%s", label, paged ? "_paged" : "", fold ? "_fold" : "");
   int first = paged ? ref->prompt_length - 1 : 0;
   int32_t one_tokens[MAX_TOKENS], tp_tokens[MAX_TOKENS];
-  import_world(model_dir, name, 1, paged);
+  import_world(model_dir, name, 1, paged, false);
   float *one = run_world(name, 1, ref, paged, one_tokens);
   if (against_reference) compare(name, 1, one, one, ref, true, first); /* TP 1 meets the rule */
   for (const int *w = worlds; *w; w++) {
-    import_world(model_dir, name, *w, paged);
+    import_world(model_dir, name, *w, paged, fold);
     float *tp = run_world(name, *w, ref, paged, tp_tokens);
     compare(name, *w, tp, one, ref, against_reference, first);
     for (int t = first; paged && t < ref->count; t++) {
@@ -392,8 +396,31 @@ static void test_fixtures_split_over_ranks_match_one_rank(void) {
     fixture_copy(cases[i].model, "config.json", cases[i].model, dir, sizeof dir);
     reference ref;
     load_reference(cases[i].model, &ref);
-    check_model(cases[i].model, dir, &ref, cases[i].worlds, true, false);
-    check_model(cases[i].model, dir, &ref, cases[i].worlds, true, true);
+    check_model(cases[i].model, dir, &ref, cases[i].worlds, true, false, false);
+    check_model(cases[i].model, dir, &ref, cases[i].worlds, true, true, false);
+    free(ref.logits);
+  }
+  printf("\n");
+  remove_dir();
+}
+
+/* import-hf --tp-fold-residual: rank 0 adds the residual stream into its partial sums, so the
+ * all_reduce's sum is the layer's output and no add follows it. The same rule against TP 1 and
+ * transformers, with and without biases (GPT-2's o and down biases are still added once, after
+ * the all_reduce), at TP 2 and 4, both layouts. */
+static void test_residual_folded_into_rank_0_matches_one_rank(void) {
+  static const struct {
+    const char *model;
+    int worlds[3];
+  } cases[] = {{"gpt2", {2, 4, 0}}, {"llama", {2, 0}}, {"qwen2", {2, 0}}};
+  make_dir();
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char dir[512];
+    fixture_copy(cases[i].model, "config.json", cases[i].model, dir, sizeof dir);
+    reference ref;
+    load_reference(cases[i].model, &ref);
+    check_model(cases[i].model, dir, &ref, cases[i].worlds, true, false, true);
+    check_model(cases[i].model, dir, &ref, cases[i].worlds, true, true, true);
     free(ref.logits);
   }
   printf("\n");
@@ -429,8 +456,8 @@ static void test_padded_vocabulary_never_shows(void) {
   load_reference("gpt2", &ref); /* its tokens (all below 255) and its tolerance */
   ref.vocab = CUT_VOCAB;
   static const int worlds[] = {2, 4, 0};
-  check_model("gpt2_v255", dir, &ref, worlds, false, false);
-  check_model("gpt2_v255", dir, &ref, worlds, false, true);
+  check_model("gpt2_v255", dir, &ref, worlds, false, false, false);
+  check_model("gpt2_v255", dir, &ref, worlds, false, true, false);
   /* The padding is the last rank's only: its LM head reads the rows left, the gather drops it. */
   char spec[512];
   snprintf(spec, sizeof spec, "%s/gpt2_v255.tp4.rank3.yaml", g_dir);
@@ -493,6 +520,7 @@ int main(void) {
    * two GPUs). */
   CU_pSuite host = test_add_suite("pipeline_tp/host", test_suite_use_host, NULL);
   CU_ADD_TEST(host, test_fixtures_split_over_ranks_match_one_rank);
+  CU_ADD_TEST(host, test_residual_folded_into_rank_0_matches_one_rank);
   CU_ADD_TEST(host, test_padded_vocabulary_never_shows);
   CU_ADD_TEST(host, test_split_rules_name_their_cause);
   return test_run_all();

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Tensor-parallel serving of imported models on 2 GPUs (issue 27), over the staged folder
 # (scripts/gpu/stage_gpu.sh). Needs transformers and torch on the machine (for the checkpoints
-# and their reference). About 3 minutes; under 6.
+# and their reference). About 3 minutes; under 6. With --bench-only, steps 4 and 4b only
+# (about 2 minutes; no transformers needed).
 #   run(command="bash stage/run.sh gpu_tp.sh", carry=["stage"], kind="nvidia-h100-x2")
+#   run(command="bash stage/run.sh gpu_tp.sh --bench-only", carry=["stage"], kind="nvidia-h100-x2")
 #
 #   1. make two small real checkpoints with transformers (tools/make_tp_checkpoints.py): Llama
 #      with grouped-query attention (8 heads, 4 KV heads, vocabulary 1001: padded at TP 2) and
@@ -17,10 +19,19 @@
 #      intermediate 14336, vocabulary 128256, untied; import-hf --random-weights, bf16, paged):
 #      per-token decode latency at batch 1, TP 1 vs TP 2 (target: TP 2 <= 0.65 x TP 1); the
 #      all_reduce at that size ([1, 4096] bf16) timed in a chain, x its 64 calls per token
+#  4b. the same specs under recap bench-decode at batch 1 and 8, --profile, TP 1 on one GPU and
+#      TP 2 on both (recap launch -- bench-decode --world 2): each rank's graph step with the
+#      collectives inside it, its profiled eager step by op kind and by op name, the step's 64
+#      all_reduces alone in one graph, and run_dist's cost per step; then
+#      tools/tp_decode_report.py sets every op of TP 2's ranks against TP 1's. Then batch 1
+#      with RECAP_PDL=0 at both TPs, and TP 2 imported with --tp-fold-residual (step 2 also
+#      judges that import's f32 and bf16 logits against TP 1 by the same rules)
 #   5. a rank killed (SIGKILL) mid-generation: rank 0 fails within its timeout, naming the
 #      cause and the request it had in flight
 # Prints PASS/FAIL per check, the numbers, and a summary line. Logs: $OUT/tp_logs.tgz.
 set -uo pipefail
+full=1
+[ "${1:-}" = --bench-only ] && full=0
 here=$(cd "$(dirname "$0")" && pwd)
 out=${OUT:-/tmp/recap_gpu_out}
 work=/tmp/recap_tp
@@ -45,6 +56,7 @@ row() { # NAME OK DETAIL
 tokens_of() { grep -m1 "^rank $2 of [0-9]*: generated:" "$1" | sed 's/.*generated: //'; }
 median_of() { grep -m1 "^rank 0 of [0-9]*: prefill" "$1" | sed 's/.*median \([0-9.]*\) ms.*/\1/'; }
 
+if [ "$full" = 1 ]; then
 # 1. The checkpoints.
 python3 "$here/tools/make_tp_checkpoints.py" "$work/ckpt" >"$work/make.log" 2>&1
 code=$?
@@ -93,6 +105,24 @@ for m in llama gpt2; do
   cc=$?
   sed 's/^/    /' "$d/compare.log"
   row "$m TP2 == TP1 (rule)" "$([ $cc = 0 ] && echo 1 || echo 0)" "$(grep -c '^PASS' "$d/compare.log") checks passed, $(grep -c '^FAIL' "$d/compare.log") failed"
+  # The same checks for TP 2 with the residual folded into rank 0's partial sums (import-hf
+  # --tp-fold-residual: no add after each all_reduce; 16-bit sums rounded at the residual's
+  # scale twice), against the same TP 1 runs.
+  f=$d/fold
+  mkdir -p "$f"
+  for dt in f32 bf16; do
+    "$recap" import-hf "$ck" -o "$f/tp2_$dt.rank{rank}.yaml" --dtype $dt --max-seq 128 --tp 2 \
+      --tp-fold-residual >>"$f/import.log" 2>&1
+  done
+  gen "$f/tp2_f32.log" 2 "$f/tp2_f32.rank{rank}.yaml" --prompt-ids "$prompt" --max-new 16 --logits-out "$f/tp2_f32.r{rank}.logits"
+  gen "$f/tp2_bf16.log" 2 "$f/tp2_bf16.rank{rank}.yaml" --prompt-ids "$prompt" --max-new 1 --logits-out "$f/tp2_bf16.r{rank}.logits"
+  for k in tp2_f32 tp2_bf16; do cp "$f/$k.r0.logits" "$f/$k.logits" 2>/dev/null; done
+  cp "$d/tp1_f32.logits" "$d/tp1_bf16.logits" "$d/tp1_f32.tokens" "$f/" 2>/dev/null
+  tokens_of "$f/tp2_f32.log" 0 >"$f/tp2_f32.tokens"
+  python3 "$here/tools/compare_tp.py" "$ck/expected.json" "$f" >"$f/compare.log" 2>&1
+  cc=$?
+  sed 's/^/    /' "$f/compare.log"
+  row "$m TP2 folded == TP1" "$([ $cc = 0 ] && echo 1 || echo 0)" "--tp-fold-residual: $(grep -c '^PASS' "$f/compare.log") checks passed, $(grep -c '^FAIL' "$f/compare.log") failed"
 done
 
 # 3. The serving layout across ranks: the same greedy tokens as TP 1 (contiguous).
@@ -107,8 +137,10 @@ ok=0
 [ "$c" = 0 ] && [ -n "$paged_tokens" ] && [ "$paged_tokens" = "$(cat "$d/tp1_f32.tokens")" ] && ok=1
 [ "$ok" = 1 ] || { tail -5 "$d/paged.log"; echo "  TP 1: $(cat "$d/tp1_f32.tokens")"; echo "  paged TP 2: $paged_tokens"; }
 row "llama paged TP2 tokens" "$ok" "exit $c; paged TP 2 == contiguous TP 1 greedy: $ok"
+fi
 
-# 4. Benchmark: the Llama-3-8B shape, random weights, bf16, serving layout, batch 1.
+# 4. Benchmark: the Llama-3-8B shape, random weights, bf16, serving layout, batch 1 (buckets
+# 1 and 8: bench-decode times both; generate runs bucket 1).
 b=$work/llama8b
 mkdir -p "$b"
 cat >"$b/config.json" <<'EOF'
@@ -119,8 +151,8 @@ cat >"$b/config.json" <<'EOF'
  "hidden_act": "silu", "torch_dtype": "bfloat16"}
 EOF
 bench_prompt=$(seq -s, 1 16)
-"$recap" import-hf "$b" -o "$b/tp1.yaml" --random-weights --paged --max-seq 2048 --prefill 16 >"$b/import.log" 2>&1
-"$recap" import-hf "$b" -o "$b/tp2.rank{rank}.yaml" --random-weights --paged --max-seq 2048 --prefill 16 --tp 2 >>"$b/import.log" 2>&1
+"$recap" import-hf "$b" -o "$b/tp1.yaml" --random-weights --paged --max-seq 2048 --prefill 16 --batch 1,8 >"$b/import.log" 2>&1
+"$recap" import-hf "$b" -o "$b/tp2.rank{rank}.yaml" --random-weights --paged --max-seq 2048 --prefill 16 --batch 1,8 --tp 2 >>"$b/import.log" 2>&1
 gen "$b/tp1.log" 1 "$b/tp1.yaml" --prompt-ids "$bench_prompt" --max-new 257
 c1=$?
 gen "$b/tp2.log" 2 "$b/tp2.rank{rank}.yaml" --prompt-ids "$bench_prompt" --max-new 257
@@ -166,6 +198,58 @@ ok=0
 [ -n "$per_ar" ] && ok=1
 row "all_reduce [1,4096] bf16" "$ok" "${per_ar:-?} ms each (chain 10: ${a10:-?} ms, 40: ${a40:-?} ms per run); x 64 per token (2 per layer) = ${ar_total:-?} ms of TP 2's ${l2:-?} ms; run_dist's own cost per step ${step_cost:-?} ms"
 
+# 4b. bench-decode at TP 1 and TP 2, batch 1 and 8, with the profile on every rank.
+bench_flags=(--batch 1,8 --context 512 --tokens 128 --repeats 3 --profile)
+timeout 200 "$recap" bench-decode "$b/tp1.yaml" "${bench_flags[@]}" --json "$b/bench_tp1.json" \
+  >"$b/bench_tp1.log" 2>&1
+c1=$?
+timeout 200 "$recap" launch --gpus 2 --timeout 60 -- bench-decode "$b/tp2.rank{rank}.yaml" \
+  "${bench_flags[@]}" --json "$b/bench_tp2.r{rank}.json" >"$b/bench_tp2.log" 2>&1
+c2=$?
+echo "--- bench-decode TP 1 (exit $c1) ---"
+cat "$b/bench_tp1.log"
+echo "--- bench-decode TP 2 (exit $c2), every rank ---"
+grep "^rank 0: " "$b/bench_tp2.log"
+grep "^rank 1: " "$b/bench_tp2.log"
+grep -v "^rank [01]: " "$b/bench_tp2.log" | tail -8
+echo "--- TP 2 against TP 1 (tools/tp_decode_report.py) ---"
+python3 "$here/tools/tp_decode_report.py" "$b/bench_tp1.json" "$b/bench_tp2.r0.json" \
+  "$b/bench_tp2.r1.json" 2>&1 | tee "$b/bench_report.txt"
+ok=0
+[ "$c1" = 0 ] && [ "$c2" = 0 ] && [ -s "$b/bench_tp2.r1.json" ] && ok=1
+bench_ratio=$(python3 -c "import json; a = json.load(open('$b/bench_tp1.json'))['results'][0]; b = json.load(open('$b/bench_tp2.r0.json'))['results'][0]; print('%.3f' % (b['graph_ms_per_step'] / a['graph_ms_per_step']))" 2>/dev/null)
+row "8B bench-decode TP1/TP2" "$ok" "exits $c1 $c2; batch 1 graph step ratio ${bench_ratio:-?}x (report above)"
+# What programmatic dependent launch is worth at each TP (the NCCL kernels are launched the
+# ordinary way, so the chain of overlapped launches breaks at each of TP 2's 64 all_reduces):
+# batch 1 again with RECAP_PDL=0.
+pdl_ms() { # LOG: rank 0's (or the only) batch-1 graph ms
+  grep -E "^(rank 0: )? +1 " "$1" | head -1 | awk '{print $(NF-8)}'
+}
+RECAP_PDL=0 timeout 120 "$recap" bench-decode "$b/tp1.yaml" --batch 1 --context 512 --tokens 64 \
+  --repeats 2 >"$b/nopdl_tp1.log" 2>&1
+RECAP_PDL=0 timeout 120 "$recap" launch --gpus 2 --timeout 60 -- bench-decode "$b/tp2.rank{rank}.yaml" \
+  --batch 1 --context 512 --tokens 64 --repeats 2 >"$b/nopdl_tp2.log" 2>&1
+p1=$(pdl_ms "$b/nopdl_tp1.log")
+p2=$(pdl_ms "$b/nopdl_tp2.log")
+g1=$(pdl_ms "$b/bench_tp1.log")
+g2=$(pdl_ms "$b/bench_tp2.log")
+ok=0
+[ -n "$p1" ] && [ -n "$p2" ] && ok=1
+[ "$ok" = 1 ] || { tail -3 "$b/nopdl_tp1.log"; tail -3 "$b/nopdl_tp2.log"; }
+row "8B batch 1, PDL off" "$ok" "graph ms PDL on/off: TP 1 ${g1:-?}/${p1:-?}, TP 2 ${g2:-?}/${p2:-?}"
+# TP 2 with the residual folded into rank 0's partial sums (import-hf --tp-fold-residual): 64
+# add kernels fewer per step.
+"$recap" import-hf "$b" -o "$b/tp2f.rank{rank}.yaml" --random-weights --paged --max-seq 2048 --prefill 16 --batch 1,8 --tp 2 --tp-fold-residual >>"$b/import.log" 2>&1
+timeout 120 "$recap" launch --gpus 2 --timeout 60 -- bench-decode "$b/tp2f.rank{rank}.yaml" \
+  --batch 1,8 --context 512 --tokens 64 --repeats 2 >"$b/fold_tp2.log" 2>&1
+grep "^rank 0: " "$b/fold_tp2.log" | head -8
+f2=$(pdl_ms "$b/fold_tp2.log")
+ok=0
+[ -n "$f2" ] && ok=1
+[ "$ok" = 1 ] || tail -3 "$b/fold_tp2.log"
+row "8B TP 2 residual folded" "$ok" "batch 1 graph ms: TP 2 ${g2:-?}, folded ${f2:-?} (TP 1 ${g1:-?})"
+
+if [ "$full" = 1 ]; then
 # 5. A rank killed mid-generation (the 8B TP 2 specs: ~5 ms per step, so 2000 steps last long
 # enough): rank 0 must fail on its own within --timeout 10, naming the request in flight.
 t0=$(date +%s)
@@ -192,6 +276,7 @@ ok=0
 why=$(grep -m1 "(rank 0): a decode step" "$work/kill.log" | cut -c1-150)
 row "rank killed mid-decode" "$ok" "launch exit $code, rank 0 failed $((t1 - killed_at)) s after the kill: ${why:-no message}"
 grep -m1 "(rank 0): request in flight" "$work/kill.log"
+fi
 
 tar czf "$out/tp_logs.tgz" -C "$work" --exclude='*.logits' --exclude='*.safetensors' . 2>/dev/null
 echo

@@ -45,7 +45,8 @@ cp scripts/gpu/gpu_tp.sh stage/gpu_tp.sh
 # the report over stage/specs.
 mkdir -p stage/tools
 cp tests/models/make_fixtures.py tests/models/make_tp_checkpoints.py tests/models/compare_tp.py stage/tools/
-cp bench/report/bench_all.sh bench/peer/peer_torch.py bench/peer/peer_torch_ops.py bench/report/bench_report.py stage/tools/
+cp bench/report/bench_all.sh bench/peer/peer_torch.py bench/peer/peer_torch_ops.py bench/report/bench_report.py \
+  bench/report/tp_decode_report.py stage/tools/
 # Reliability runs (issue 7): bash stage/run.sh tools/gpu_soak.sh (stage soak_test) and
 # tools/gpu_sanitize.sh (compute-sanitizer over the GPU tests), inside the bundle.
 cp scripts/gpu/gpu_soak.sh scripts/gpu/gpu_sanitize.sh stage/tools/
