@@ -39,6 +39,15 @@ static const recap__attr_def linear_attrs[] = {
     {"residual", RECAP_ATTR_BOOL, offsetof(recap__op_attrs, residual), false, 0,
      "the last input is the residual, added after the activation: (x, weight, residual) is a "
      "linear without a bias; implied when all four inputs are given"},
+    {"rms_norm", RECAP_ATTR_BOOL, offsetof(recap__op_attrs, rms_norm), false, 0,
+     "x is first normalized as rmsnorm does, x * rsqrt(mean(x^2) + eps) * norm_weight over its "
+     "last dim, with norm_weight [K] the last input (after the residual): a folded rmsnorm, "
+     "which then costs no launch of its own"},
+    {"eps", RECAP_ATTR_FLOAT, offsetof(recap__op_attrs, eps), false, 1e-6,
+     "rms_norm's epsilon, added to the mean square"},
+    {"glu", RECAP_ATTR_ACTIVATION, offsetof(recap__op_attrs, glu), false, RECAP_ACT_NONE,
+     "a gated prologue: x is [..., 2K] (gate, then up) and the product reads glu(x[..., :K]) * "
+     "x[..., K:] (silu: SwiGLU's down projection; none: off)"},
     {.name = NULL},
 };
 
