@@ -14,8 +14,10 @@ mkdir -p "$out"
 work=/tmp/recap_serving
 mkdir -p "$work"
 status=0
+export LD_LIBRARY_PATH="/usr/local/cuda/lib64:$here/bin:${LD_LIBRARY_PATH:-}"
 for t in gemm_prologue_test pipeline_fusion_test; do
-  (cd "$here/tests" && "./$t") >"$out/$t.log" 2>&1 || status=1
+  # From the stage root, as gpu_run.sh runs them: specs/ lies there.
+  (cd "$here" && timeout 300 "tests/$t") >"$out/$t.log" 2>&1 || status=1
   grep -E "Run Summary|suites|tests|asserts|FAILED" "$out/$t.log"
 done
 for shape in llama-1b qwen2-0.5b; do
