@@ -333,18 +333,19 @@ static void decide_prologues(finder *f) {
     const int t = op->outputs[0];
     if (op->def->prologue_form == RECAP__PROLOGUE_RMS_NORM && op->num_inputs == 2 &&
         !f->hazard[op->inputs[0]] && !f->hazard[op->inputs[1]] &&
-        ir->tensors[op->inputs[0]].dtype == ir->tensors[t].dtype && readers_take_prologue(f, u, t)) {
+        ir->tensors[op->inputs[0]].dtype == ir->tensors[t].dtype &&
+        readers_take_prologue(f, u, t)) {
       take_prologue(f, u, u);
       f->gone[u] = true;
       continue;
     }
     recap__activation act;
     int gi, ui;
-    if (!op->def->as_glu || !op->def->as_glu(&op->attrs, op->num_inputs, &act, &gi, &ui))
-      continue;
+    if (!op->def->as_glu || !op->def->as_glu(&op->attrs, op->num_inputs, &act, &gi, &ui)) continue;
     const int g = op->inputs[gi], up = op->inputs[ui];
     const int s = glu_split(f, u, g, up);
-    if (s < 0 || ir->tensors[t].dtype != ir->tensors[g].dtype || ir->tensors[t].ndim != ir->tensors[g].ndim ||
+    if (s < 0 || ir->tensors[t].dtype != ir->tensors[g].dtype ||
+        ir->tensors[t].ndim != ir->tensors[g].ndim ||
         memcmp(ir->tensors[t].shape, ir->tensors[g].shape, sizeof ir->tensors[t].shape) != 0 ||
         !readers_take_prologue(f, u, t))
       continue;
@@ -490,8 +491,8 @@ static recap_status find(const recap__ir *ir, finder *f) {
   f->depth = calloc(no, sizeof *f->depth);
   int *scratch = calloc(no, sizeof *scratch);
   if (!f->reader || !f->hazard || !f->act || !f->fusable || !f->levels || !f->own_nodes ||
-      !f->parent || !f->dissolved || !f->fold || !f->prologue || !f->gone || !f->glu || !f->in || !f->num_in || !f->body || !f->depth ||
-      !scratch) {
+      !f->parent || !f->dissolved || !f->fold || !f->prologue || !f->gone || !f->glu || !f->in ||
+      !f->num_in || !f->body || !f->depth || !scratch) {
     free(scratch);
     finder_free(f);
     return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory for the fusion pass");

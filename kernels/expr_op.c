@@ -63,13 +63,26 @@ static recap_status expr_run_host(const recap__op_call *call) {
 /* The activation of an expression function, for the linear's glu prologue. */
 static bool activation_of(recap__expr_op op, recap__activation *act) {
   switch (op) {
-    case RECAP_EXPR_RELU: *act = RECAP_ACT_RELU; return true;
-    case RECAP_EXPR_GELU: *act = RECAP_ACT_GELU; return true;
-    case RECAP_EXPR_GELU_TANH: *act = RECAP_ACT_GELU_TANH; return true;
-    case RECAP_EXPR_SILU: *act = RECAP_ACT_SILU; return true;
-    case RECAP_EXPR_SIGMOID: *act = RECAP_ACT_SIGMOID; return true;
-    case RECAP_EXPR_TANH: *act = RECAP_ACT_TANH; return true;
-    default: return false;
+    case RECAP_EXPR_RELU:
+      *act = RECAP_ACT_RELU;
+      return true;
+    case RECAP_EXPR_GELU:
+      *act = RECAP_ACT_GELU;
+      return true;
+    case RECAP_EXPR_GELU_TANH:
+      *act = RECAP_ACT_GELU_TANH;
+      return true;
+    case RECAP_EXPR_SILU:
+      *act = RECAP_ACT_SILU;
+      return true;
+    case RECAP_EXPR_SIGMOID:
+      *act = RECAP_ACT_SIGMOID;
+      return true;
+    case RECAP_EXPR_TANH:
+      *act = RECAP_ACT_TANH;
+      return true;
+    default:
+      return false;
   }
 }
 

@@ -59,11 +59,11 @@ typedef struct {
    * glu(x[..., :K]) * x[..., K:]. */
   int rms_norm;
   recap__activation glu;
-  int causal;            /* softmax/attention mask */
-  int logprobs;          /* sample: also output the chosen tokens' log probabilities */
-  int trans_a, trans_b;  /* matmul */
-  int64_t dim;           /* split/concat/slice axis */
-  int64_t start, end;    /* slice bounds */
+  int causal;                    /* softmax/attention mask */
+  int logprobs;                  /* sample: also output the chosen tokens' log probabilities */
+  int trans_a, trans_b;          /* matmul */
+  int64_t dim;                   /* split/concat/slice axis */
+  int64_t start, end;            /* slice bounds */
   int64_t sizes[RECAP_MAX_DIMS]; /* reshape target / permute order / split sizes */
   int num_sizes;
   recap_dtype dtype; /* cast target / output dtype override */

@@ -141,11 +141,10 @@ static void test_host_folded_linear_matches_the_unfolded_ops_by_hand(void) {
                      &rng);
           pcase_run_host(&c);
           char what[96];
-          label(what, sizeof what, "host", float_types[d], (prologue_kind)kind, test_ms[mi],
-                v & 1, v & 2);
-          CU_ASSERT_EQUAL(count_bad(&c.call.outputs[0], c.ref, c.scale, prologue_tol(float_types[d]),
-                                    what),
-                          0);
+          label(what, sizeof what, "host", float_types[d], (prologue_kind)kind, test_ms[mi], v & 1,
+                v & 2);
+          CU_ASSERT_EQUAL(
+              count_bad(&c.call.outputs[0], c.ref, c.scale, prologue_tol(float_types[d]), what), 0);
           pcase_free(&c);
         }
 }
@@ -234,8 +233,8 @@ static void *run_cuda(const pcase *c) {
                           cudaSuccess);
     call.inputs[i].data = dev[i];
   }
-  const size_t out_bytes = (size_t)recap__tensor_numel(&call.outputs[0]) *
-                           recap_dtype_size(call.outputs[0].dtype);
+  const size_t out_bytes =
+      (size_t)recap__tensor_numel(&call.outputs[0]) * recap_dtype_size(call.outputs[0].dtype);
   CU_ASSERT_EQUAL_FATAL(cudaMalloc(&dev[5], out_bytes), cudaSuccess);
   CU_ASSERT_EQUAL_FATAL(cudaMemset(dev[5], 0xff, out_bytes), cudaSuccess);
   call.outputs[0].data = dev[5];
@@ -295,14 +294,14 @@ static void test_cuda_folded_linear_matches_host_on_every_path(void) {
       for (size_t mi = 0; mi < sizeof test_ms / sizeof test_ms[0]; ++mi)
         for (int v = 0; v < 4; ++v) {
           pcase c;
-          pcase_make(&c, float_types[d], (prologue_kind)kind, test_ms[mi], 2048, 200, v & 1,
-                     v & 2, &rng);
+          pcase_make(&c, float_types[d], (prologue_kind)kind, test_ms[mi], 2048, 200, v & 1, v & 2,
+                     &rng);
           pcase_run_host(&c);
           for (size_t p = 0; p < sizeof paths / sizeof paths[0]; ++p) {
             if (paths[p][1]) set_env(paths[p][1], paths[p][2]);
             char what[128];
-            label(what, sizeof what, paths[p][0], float_types[d], (prologue_kind)kind,
-                  test_ms[mi], v & 1, v & 2);
+            label(what, sizeof what, paths[p][0], float_types[d], (prologue_kind)kind, test_ms[mi],
+                  v & 1, v & 2);
             check_cuda(&c, what);
             if (paths[p][1]) set_env(paths[p][1], NULL);
           }

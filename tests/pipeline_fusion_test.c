@@ -795,7 +795,6 @@ static void test_the_100_op_chain_is_one_launch(void) {
   CHECK_OK(recap_pipeline_destroy(p));
 }
 
-
 /* ---- prologues: norms and gated units folded into the linears that read them ---- */
 
 /* A Llama-style block: the attention norm read by three projections, the MLP norm by the fused
@@ -897,10 +896,12 @@ static void test_norms_and_swiglu_fold_into_the_linears_that_read_them(void) {
   char *text = NULL;
   CHECK_OK(cli_fuse_format(f.ir, true, &text));
   CU_ASSERT_PTR_NOT_NULL(strstr(text, "= linear(rms_norm(x, g1), wq), the norm in its prologue"));
-  CU_ASSERT_PTR_NOT_NULL(strstr(text, "= linear(rms_norm(x, g1), wk, bk), the norm in its prologue"));
-  CU_ASSERT_PTR_NOT_NULL(strstr(
-      text, "= linear(glu(gate_up), wdown) + h, the add in the GEMM's epilogue and the gated unit "
-            "in its prologue"));
+  CU_ASSERT_PTR_NOT_NULL(
+      strstr(text, "= linear(rms_norm(x, g1), wk, bk), the norm in its prologue"));
+  CU_ASSERT_PTR_NOT_NULL(
+      strstr(text,
+             "= linear(glu(gate_up), wdown) + h, the add in the GEMM's epilogue and the gated unit "
+             "in its prologue"));
   free(text);
   unload(&f);
   free(yaml);
@@ -942,7 +943,7 @@ static void test_norms_and_gated_units_stay_when_a_reader_cannot_fold_them(void)
   CHECK_OK(recap__fuse(f.ir));
   CU_ASSERT_EQUAL(f.ir->num_ops, before);
   static const char *const kept[] = {"read_by_tanh", "residual_of_a_linear", "an_output",
-                                     "other_stream", "two_linears", "read_twice"};
+                                     "other_stream", "two_linears",          "read_twice"};
   for (size_t i = 0; i < sizeof kept / sizeof kept[0]; ++i)
     CU_ASSERT_PTR_NOT_NULL(op_named(f.ir, kept[i]));
   for (size_t v = 0; v < f.ir->num_ops; ++v) {

@@ -336,7 +336,6 @@ static void test_tied_head_sharded_index_and_bare_gpt2_keys(void) {
   remove_dir();
 }
 
-
 /* ---- the fusion pass on imported models ---- */
 
 /* Counts, in the largest bucket's IR of `spec`, the norms left as ops of their own (op.h's
@@ -344,8 +343,8 @@ static void test_tied_head_sharded_index_and_bare_gpt2_keys(void) {
  * unit. */
 static void count_prologues(const char *spec, bool no_fusion, int *norms, int *norm_folds,
                             int *glu_folds) {
-  recap__load_options o = {.device = {RECAP_BACKEND_HOST, 0}, .device_given = true,
-                           .no_fusion = no_fusion};
+  recap__load_options o = {
+      .device = {RECAP_BACKEND_HOST, 0}, .device_given = true, .no_fusion = no_fusion};
   recap__model *m = NULL;
   CHECK_OK(recap__load_file(spec, &o, &m, NULL));
   CU_ASSERT_PTR_NOT_NULL_FATAL(m);

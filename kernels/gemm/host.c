@@ -191,7 +191,8 @@ void recap__gemm_prologue_host(const recap__gemm_plan *p, void *dst) {
     } else {
       /* The expression act(gate) * up in f32, as the expr op evaluates it. */
       for (int64_t j = 0; j < p->k; ++j) {
-        const float g = load_elem(p->a, dt, row + j), u = load_elem(p->a, dt, row + p->up_offset + j);
+        const float g = load_elem(p->a, dt, row + j),
+                    u = load_elem(p->a, dt, row + p->up_offset + j);
         recap__store_f32(dst, dt, i * p->k + j, recap__gemm_activate(p->glu, g) * u);
       }
     }

@@ -185,8 +185,10 @@ static recap_status linear_infer(recap__op_call *call) {
     return RECAP_OP_FAIL(call, "input 'x' %s must be contiguous", recap__shape_label(x).s);
   RECAP_TRY(check_matrix(call, 1, n, k, w->strides[0], w->strides[1]));
   if ((glu || call->attrs.rms_norm) && width > 1 && x->strides[x->ndim - 1] != 1)
-    return RECAP_OP_FAIL(call, "a prologue (rms_norm, glu) reads x %s by rows: its last dim must "
-                         "have stride 1 (copy it first)", recap__shape_label(x).s);
+    return RECAP_OP_FAIL(call,
+                         "a prologue (rms_norm, glu) reads x %s by rows: its last dim must "
+                         "have stride 1 (copy it first)",
+                         recap__shape_label(x).s);
   if (call->attrs.rms_norm) {
     if (call->num_inputs < 3)
       return RECAP_OP_FAIL(call,
@@ -247,8 +249,8 @@ static size_t linear_workspace_bytes(const recap__op_call *call, recap_backend_k
   if (backend != RECAP_BACKEND_CUDA || (!call->attrs.rms_norm && call->attrs.glu == RECAP_ACT_NONE))
     return 0;
   const recap_tensor *o = &call->outputs[0];
-  const int64_t rows = o->shape[o->ndim - 1] > 0 ? recap__tensor_numel(o) / o->shape[o->ndim - 1]
-                                                 : 0;
+  const int64_t rows =
+      o->shape[o->ndim - 1] > 0 ? recap__tensor_numel(o) / o->shape[o->ndim - 1] : 0;
   const int64_t k = call->inputs[1].shape[1];
   /* Rounded up to 256 bytes, the alignment every GEMM operand gets from the allocator. */
   return ((size_t)(rows * k) * recap_dtype_size(o->dtype) + 255) & ~(size_t)255;

@@ -175,7 +175,8 @@ recap_status recap__gemm_plan_make(const recap__op_call *call, recap__gemm_plan 
                          "first)");
   merge_batch_levels(&p);
   /* A prologue reads x by whole rows of one stride (as every x a pass builds is). */
-  if (p.prologue != RECAP__GEMM_PROLOGUE_NONE && (p.batch[0] != 1 || p.batch[1] != 1 || p.a_cs != 1))
+  if (p.prologue != RECAP__GEMM_PROLOGUE_NONE &&
+      (p.batch[0] != 1 || p.batch[1] != 1 || p.a_cs != 1))
     return RECAP_OP_FAIL(call,
                          "a prologue (rms_norm, glu) needs x's rows at one stride with unit "
                          "stride along K (copy it first)");

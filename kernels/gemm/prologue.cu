@@ -75,14 +75,13 @@ extern "C" recap_status recap__cuda_gemm_prologue(const recap__gemm_plan *p, voi
     const T *x = static_cast<const T *>(p->a);
     T *out = static_cast<T *>(dst);
     if (p->prologue == RECAP__GEMM_PROLOGUE_RMS_NORM) {
-      RECAP_CUDA_TRY(recap__cuda_launch(rms_rows_kernel<T>, dim3((unsigned)p->m), dim3(kThreads),
-                                        0, stream, x, p->a_rs, static_cast<const T *>(p->norm_weight),
+      RECAP_CUDA_TRY(recap__cuda_launch(rms_rows_kernel<T>, dim3((unsigned)p->m), dim3(kThreads), 0,
+                                        stream, x, p->a_rs, static_cast<const T *>(p->norm_weight),
                                         out, p->k, p->eps));
     } else {
       const int64_t blocks = RECAP_CEIL_DIV(p->m * p->k, (int64_t)kThreads);
       RECAP_CUDA_TRY(recap__cuda_launch(glu_kernel<T>, dim3((unsigned)blocks), dim3(kThreads), 0,
-                                        stream, x, p->a_rs, p->up_offset, out, p->m, p->k,
-                                        p->glu));
+                                        stream, x, p->a_rs, p->up_offset, out, p->m, p->k, p->glu));
     }
     return RECAP_OK;
   });

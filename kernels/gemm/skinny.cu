@@ -81,7 +81,8 @@ union pack8 {
  * once to T, as the unfolded op's output was (the norm's rsqrt is applied after the product,
  * in f32). */
 template <typename T, int kPro>
-__device__ __forceinline__ uint4 prologue_x(uint4 x, uint4 other, float &ss, recap__activation act) {
+__device__ __forceinline__ uint4 prologue_x(uint4 x, uint4 other, float &ss,
+                                            recap__activation act) {
   if constexpr (kPro == kProNone) {
     return x;
   } else {
@@ -106,9 +107,8 @@ __device__ __forceinline__ uint4 prologue_x(uint4 x, uint4 other, float &ss, rec
  * warp (RMS_NORM), summed over the warps in a fixed order so every block, and every replay,
  * gets the same scale. The lanes of a row (same g, tig 0-3) first add theirs by shuffles. */
 template <int NT, int W>
-__device__ __forceinline__ void store_row_squares(float (&ssw)[W][kMaxM],
-                                                  const float (&ss)[NT], int warp, int g,
-                                                  int tig) {
+__device__ __forceinline__ void store_row_squares(float (&ssw)[W][kMaxM], const float (&ss)[NT],
+                                                  int warp, int g, int tig) {
 #pragma unroll
   for (int t = 0; t < NT; ++t) {
     float v = ss[t];
@@ -220,8 +220,8 @@ struct group_regs {
 /* Loads the group of steps [s, s + kSteps) clipped to [0, limit) and to K; steps outside are
  * zeros (no memory traffic), so a group past the end costs only its mmas on zeros. */
 template <int NT, int kSteps, int kPro, typename T>
-__device__ __forceinline__ void load_group(group_regs<NT, kSteps, kPro> &r, int s, int limit,
-                                           int k, int tig, const T *w0, const T *w1,
+__device__ __forceinline__ void load_group(group_regs<NT, kSteps, kPro> &r, int s, int limit, int k,
+                                           int tig, const T *w0, const T *w1,
                                            const T *const (&xr)[NT], const T *gp, int64_t up,
                                            uint64_t policy) {
   const uint4 zero = make_uint4(0, 0, 0, 0);
@@ -258,13 +258,14 @@ __device__ __forceinline__ void load_group(group_regs<NT, kSteps, kPro> &r, int 
 }
 
 template <typename T, int NT, int kSteps, int kPro>
-__device__ __forceinline__ void mma_group(float (&acc)[NT][4], const group_regs<NT, kSteps, kPro> &r,
-                                          float (&ss)[NT], recap__activation act) {
+__device__ __forceinline__ void mma_group(float (&acc)[NT][4],
+                                          const group_regs<NT, kSteps, kPro> &r, float (&ss)[NT],
+                                          recap__activation act) {
 #pragma unroll
   for (int u = 0; u < kSteps; ++u) {
 #pragma unroll
     for (int t = 0; t < NT; ++t) {
-      const uint4 other = kPro == kProNone ? r.xv[t][u]
+      const uint4 other = kPro == kProNone  ? r.xv[t][u]
                           : kPro == kProRms ? r.other[0][u]
                                             : r.other[kPro == kProGlu ? t : 0][u];
       const uint4 xv = prologue_x<T, kPro>(r.xv[t][u], other, ss[t], act);
@@ -293,7 +294,7 @@ __device__ __forceinline__ void store_output(const skinny_args &a, int b, int64_
  * flight); without it, one buffer of twice the steps. Both stay within 128 registers. */
 template <typename T, int NT, int kSteps, bool kPipe, int kPro>
 __global__ void __launch_bounds__(kMaxWarps * 32) skinny_kernel(const skinny_args a) {
-  __shared__ float partial[kMaxWarps][kMaxM][kRows + 1]; /* [warp][x row][W row] */
+  __shared__ float partial[kMaxWarps][kMaxM][kRows + 1];        /* [warp][x row][W row] */
   __shared__ float ssw[kPro == kProRms ? kMaxWarps : 1][kMaxM]; /* RMS_NORM: [warp][x row] */
   allow_next_grid();
 
@@ -351,7 +352,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) skinny_kernel(const skinny_arg
   }
   if constexpr (kPro == kProRms) store_row_squares<NT>(ssw, ss, warp, g, tig);
 
-  /* acc[t]: {0, 1} = (W row g, x rows 8t + 2 tig + {0, 1}), {2, 3} = (W row g + 8, same). */
+    /* acc[t]: {0, 1} = (W row g, x rows 8t + 2 tig + {0, 1}), {2, 3} = (W row g + 8, same). */
 #pragma unroll
   for (int t = 0; t < NT; ++t) {
     const int b = 8 * t + 2 * tig;
@@ -682,9 +683,9 @@ recap_status launch_bulk_shape(const skinny_args &args, int device, int warps,
                                const cudaLaunchConfig_t &config) {
   constexpr bulk_shape b = kBulkShapes[I];
   return args.m <= 8 ? launch_bulk<T, 1, b.rt, b.kc, b.stages, b.prefetch, kPro>(args, device,
-                                                                                warps, config)
+                                                                                 warps, config)
                      : launch_bulk<T, 2, b.rt, b.kc, b.stages, b.prefetch, kPro>(args, device,
-                                                                                warps, config);
+                                                                                 warps, config);
 }
 
 /* Launches bulk shape I if it is `shape`, else tries the next one. */
