@@ -9,7 +9,8 @@
  * CUDA (inactive without a GPU): the same cases against the same computation and the host's
  * folded result, on every path: the skinny kernel's default variant (bulk copies on Hopper),
  * its register kernel (RECAP_GEMM_SKINNY_PIPE=0), and the workspace path (RECAP_GEMM_SKINNY=0,
- * and every M > 16 and f32); two runs give identical bits.
+ * and every M > 16 and f32); every skinny configuration directly (K = 2056: a partial last
+ * step and chunk); two runs give identical bits.
  */
 #include "tests/gemm_util.h"
 
@@ -222,8 +223,10 @@ static void test_host_infer_refuses_bad_prologues(void) {
 
 #if RECAP_WITH_CUDA
 
-/* Runs the case on CUDA (its workspace as the contract sizes it) and returns the output. */
-static void *run_cuda(const pcase *c) {
+/* Runs the case on CUDA (its workspace as the contract sizes it) and returns the output: through
+ * the op's launch (pipe < 0), or straight through the skinny kernel's configuration `pipe`
+ * (0, 1 register buffers; 2, 3 the bulk-copy shapes, run as 1 before Hopper). */
+static void *run_cuda(const pcase *c, int pipe) {
   recap__op_call call = c->call;
   void *dev[6] = {0};
   for (int i = 0; i < c->num_in; ++i) {
@@ -241,7 +244,15 @@ static void *run_cuda(const pcase *c) {
   call.workspace_bytes = call.def->workspace_bytes(&call, RECAP_BACKEND_CUDA);
   CU_ASSERT_TRUE(call.workspace_bytes > 0);
   CU_ASSERT_EQUAL_FATAL(cudaMalloc(&call.workspace, call.workspace_bytes), cudaSuccess);
-  CHECK_OK(recap__op_launch(&call, cuda_stream));
+  if (pipe < 0) {
+    CHECK_OK(recap__op_launch(&call, cuda_stream));
+  } else {
+    recap__gemm_plan plan;
+    CHECK_OK(recap__gemm_plan_make(&call, &plan));
+    CU_ASSERT_TRUE(recap__cuda_gemm_skinny_fits(&plan));
+    CHECK_OK(recap__cuda_gemm_skinny_config(&plan, 0, recap_stream_native(cuda_stream),
+                                            pipe < 2 ? 4 : 8, pipe));
+  }
   CHECK_OK(recap_stream_synchronize(cuda_stream));
   void *out = malloc(out_bytes);
   CU_ASSERT_EQUAL(cudaMemcpy(out, dev[5], out_bytes, cudaMemcpyDeviceToHost), cudaSuccess);
@@ -252,8 +263,8 @@ static void *run_cuda(const pcase *c) {
 
 /* The case on CUDA under the current environment: within tolerance of the hand computation and
  * of the host's folded result, and the same bits twice. */
-static void check_cuda(const pcase *c, const char *what) {
-  void *a = run_cuda(c), *b = run_cuda(c);
+static void check_cuda(const pcase *c, int pipe, const char *what) {
+  void *a = run_cuda(c, pipe), *b = run_cuda(c, pipe);
   recap_tensor got = c->call.outputs[0];
   got.data = a;
   const recap_dtype dt = got.dtype;
@@ -302,11 +313,33 @@ static void test_cuda_folded_linear_matches_host_on_every_path(void) {
             char what[128];
             label(what, sizeof what, paths[p][0], float_types[d], (prologue_kind)kind, test_ms[mi],
                   v & 1, v & 2);
-            check_cuda(&c, what);
+            check_cuda(&c, -1, what);
             if (paths[p][1]) set_env(paths[p][1], NULL);
           }
           pcase_free(&c);
         }
+}
+
+/* Every configuration of the skinny kernel with each prologue, M 1, 3 and 16 (one and two 8-row
+ * tiles of x), f16 and bf16. */
+static void test_cuda_every_skinny_configuration_computes_the_prologues(void) {
+  static const int64_t ms[] = {1, 3, 16};
+  test_rng rng;
+  test_rng_init(&rng);
+  for (int d = 1; d < 3; ++d)
+    for (int kind = PRO_RMS; kind <= PRO_GLU; ++kind)
+      for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; ++mi) {
+        pcase c;
+        pcase_make(&c, float_types[d], (prologue_kind)kind, ms[mi], 2056, 200, true, true, &rng);
+        pcase_run_host(&c);
+        for (int pipe = 0; pipe < 4; ++pipe) {
+          char where[32], what[128];
+          snprintf(where, sizeof where, "skinny pipe %d", pipe);
+          label(what, sizeof what, where, float_types[d], (prologue_kind)kind, ms[mi], true, true);
+          check_cuda(&c, pipe, what);
+        }
+        pcase_free(&c);
+      }
 }
 
 #endif /* RECAP_WITH_CUDA */
@@ -320,6 +353,7 @@ int main(void) {
 #if RECAP_WITH_CUDA
                                        cuda_suite_init, cuda_suite_cleanup);
   CU_ADD_TEST(cuda, test_cuda_folded_linear_matches_host_on_every_path);
+  CU_ADD_TEST(cuda, test_cuda_every_skinny_configuration_computes_the_prologues);
 #else
                                        NULL, NULL);
   (void)cuda;
