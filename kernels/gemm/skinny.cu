@@ -718,14 +718,18 @@ recap_status launch(const skinny_args &args, int device, int warps, int pipe, bo
   }
   if (pipe >= kBulkFirst)
     return launch_bulk_index<T, kPro>(pipe - kBulkFirst, args, device, warps, config);
+  /* A prologue holds more per step (GLU the up half's loads, RMS_NORM gamma's and the
+   * conversions): half the steps per group where that keeps the kernel within 128 registers
+   * without spilling (ptxas -v, sm_90: GLU at both tile counts, RMS_NORM at one 8-row tile). */
+  constexpr int kDiv1 = kPro == kProNone ? 1 : 2, kDiv2 = kPro == kProGlu ? 2 : 1;
   if (args.m <= 8)
-    RECAP_CUDA_TRY(pipe == 1
-                       ? cudaLaunchKernelEx(&config, skinny_kernel<T, 1, 4, true, kPro>, args)
-                       : cudaLaunchKernelEx(&config, skinny_kernel<T, 1, 8, false, kPro>, args));
+    RECAP_CUDA_TRY(
+        pipe == 1 ? cudaLaunchKernelEx(&config, skinny_kernel<T, 1, 4 / kDiv1, true, kPro>, args)
+                  : cudaLaunchKernelEx(&config, skinny_kernel<T, 1, 8 / kDiv1, false, kPro>, args));
   else
-    RECAP_CUDA_TRY(pipe == 1
-                       ? cudaLaunchKernelEx(&config, skinny_kernel<T, 2, 2, true, kPro>, args)
-                       : cudaLaunchKernelEx(&config, skinny_kernel<T, 2, 4, false, kPro>, args));
+    RECAP_CUDA_TRY(
+        pipe == 1 ? cudaLaunchKernelEx(&config, skinny_kernel<T, 2, 2 / kDiv2, true, kPro>, args)
+                  : cudaLaunchKernelEx(&config, skinny_kernel<T, 2, 4 / kDiv2, false, kPro>, args));
   RECAP_CUDA_TRY(cudaGetLastError());
   return RECAP_OK;
 }
