@@ -55,11 +55,24 @@ recap_status cli_fuse_format(const recap__ir *ir, bool enabled, char **text) {
     }
     const recap__ir_tensor *y = &ir->tensors[op->outputs[0]];
     recap__text_put(&b, "  out: %s %s\n", y->name, recap_dtype_name(y->dtype));
-    if (!op->program) { /* a residual fold: the residual is the last input */
+    if (!op->program) { /* a fold into a linear: its prologue and/or its residual */
+      int last = op->num_inputs;
+      const char *norm_weight = op->attrs.rms_norm ? names[--last] : NULL;
+      const char *residual = op->attrs.residual ? names[--last] : NULL;
       recap__text_put(&b, "    = %s(", op->def->name);
-      for (int i = 0; i + 1 < op->num_inputs; ++i)
-        recap__text_put(&b, "%s%s", i ? ", " : "", names[i]);
-      recap__text_put(&b, ") + %s, the add in the GEMM's epilogue\n", names[op->num_inputs - 1]);
+      if (norm_weight)
+        recap__text_put(&b, "rms_norm(%s, %s)", names[0], norm_weight);
+      else if (op->attrs.glu != RECAP_ACT_NONE)
+        recap__text_put(&b, "glu(%s)", names[0]);
+      else
+        recap__text_put(&b, "%s", names[0]);
+      for (int i = 1; i < last; ++i) recap__text_put(&b, ", %s", names[i]);
+      recap__text_put(&b, ")");
+      if (residual) recap__text_put(&b, " + %s, the add in the GEMM's epilogue", residual);
+      if (norm_weight || op->attrs.glu != RECAP_ACT_NONE)
+        recap__text_put(&b, "%s the %s in its prologue", residual ? " and" : ",",
+                        norm_weight ? "norm" : "gated unit");
+      recap__text_put(&b, "\n");
       continue;
     }
     char *expr = NULL;

@@ -100,6 +100,12 @@ typedef struct {
   int *act;        /* per tensor: the linear activation moved into its reader's group, NO_ACT */
   bool *dissolved; /* per op: its group was given up (fuse.h: the output dtype) */
   int *fold;       /* per op: for an add, the linear folded into it as its residual; -1 */
+  /* Prologues (fuse.h): per op, for a linear, the norm or gated unit it computes on x's load
+   * (-1: none); whether the op goes away into its readers' prologues (a norm, a gated unit and
+   * the split feeding it); and its gated unit's activation. */
+  int *prologue;
+  bool *gone;
+  recap__activation *glu;
   /* Per op, valid while it roots its group: external inputs, nodes other than inputs
    * (members and moved activations), depth. */
   int (*in)[RECAP_OP_MAX_INPUTS];
@@ -116,6 +122,9 @@ static void finder_free(finder *f) {
   free(f->act);
   free(f->dissolved);
   free(f->fold);
+  free(f->prologue);
+  free(f->gone);
+  free(f->glu);
   free(f->in);
   free(f->num_in);
   free(f->body);
@@ -206,6 +215,12 @@ static bool decide_fusable(finder *f, int v) {
   return true;
 }
 
+/* How many inputs an op that folds a residual may have with it: its last slot is a prologue's
+ * (the norm's weight, after the residual) when it takes prologues. */
+static int residual_room(const recap__op_def *def) {
+  return def->max_inputs - (def->takes_prologue ? 1 : 0);
+}
+
 /* The linear that the add at v folds in (fuse.h, "Residual adds"), or -1. */
 static int fold_source(const finder *f, int v) {
   const recap__ir *ir = f->ir;
@@ -225,8 +240,8 @@ static int fold_source(const finder *f, int v) {
     const recap__ir_op *lin = &ir->ops[u];
     /* No residual yet (an optional bias before it may be absent: attrs.residual marks the
      * last input as the residual), and no activation in the way. */
-    if (!lin->def || !lin->def->folds_residual || lin->attrs.residual ||
-        lin->num_inputs >= lin->def->max_inputs || lin->num_outputs != 1 ||
+    if (!lin->def || !lin->def->folds_residual || lin->attrs.residual || lin->attrs.rms_norm ||
+        lin->num_inputs >= residual_room(lin->def) || lin->num_outputs != 1 ||
         lin->attrs.act != RECAP_ACT_NONE || lin->stream != add->stream)
       continue;
     /* No broadcast, in any bucket: the same shape here and the bucketed dim on the same
@@ -241,6 +256,103 @@ static int fold_source(const finder *f, int v) {
     if (!hazard) return u;
   }
   return -1;
+}
+
+/* Whether tensor t, the output of op u, may be replaced by a prologue in every op reading it:
+ * an intermediate (not an output, not an alias) read by at least one op, each one a linear
+ * that takes prologues (op.h), has none yet and room for one more input, reads t as its x
+ * only, and runs on u's stream. */
+static bool readers_take_prologue(const finder *f, int u, int t) {
+  const recap__ir *ir = f->ir;
+  const recap__ir_tensor *x = &ir->tensors[t];
+  if (x->role != RECAP_ROLE_INTERMEDIATE || x->is_output || x->alias_of >= 0 || f->hazard[t])
+    return false;
+  int readers = 0;
+  for (int v = u + 1; v < f->no; ++v) {
+    const recap__ir_op *op = &ir->ops[v];
+    bool reads = false;
+    for (int i = 0; i < op->num_inputs; ++i) {
+      if (op->inputs[i] != t) continue;
+      if (i != 0) return false;
+      reads = true;
+    }
+    if (!reads) continue;
+    if (!op->def || !op->def->takes_prologue || op->attrs.rms_norm ||
+        op->attrs.glu != RECAP_ACT_NONE || f->prologue[v] >= 0 ||
+        op->num_inputs >= op->def->max_inputs || op->stream != ir->ops[u].stream)
+      return false;
+    readers++;
+  }
+  return readers > 0;
+}
+
+/* Marks every reader of op u's output as computing u (the norm or gated unit `source`). */
+static void take_prologue(finder *f, int u, int source) {
+  const int t = f->ir->ops[u].outputs[0];
+  for (int v = u + 1; v < f->no; ++v)
+    if (f->ir->ops[v].num_inputs > 0 && f->ir->ops[v].inputs[0] == t) f->prologue[v] = source;
+}
+
+/* Whether tensors g and up are the first and second halves of the last dim of the one split
+ * producing both, and read by op e only; the split's op index, or -1. */
+static int glu_split(const finder *f, int e, int g, int up) {
+  const recap__ir *ir = f->ir;
+  const recap__ir_tensor *tg = &ir->tensors[g], *tu = &ir->tensors[up];
+  const int s = tg->producer;
+  if (s < 0 || s != tu->producer || f->reader[g] != e || f->reader[up] != e) return -1;
+  const recap__ir_op *split = &ir->ops[s];
+  if (!split->def || split->def->copy_view != RECAP__COPY_SPLIT || split->num_outputs != 2 ||
+      split->num_inputs != 1 || split->outputs[0] != g || split->outputs[1] != up ||
+      split->stream != ir->ops[e].stream)
+    return -1;
+  const recap__ir_tensor *z = &ir->tensors[split->inputs[0]];
+  const int last = z->ndim - 1;
+  if (f->hazard[split->inputs[0]] || (split->attrs.dim != -1 && split->attrs.dim != last))
+    return -1;
+  for (int k = 0; k < 2; ++k) {
+    const recap__ir_tensor *h = k ? tu : tg;
+    if (h->role != RECAP_ROLE_INTERMEDIATE || h->is_output || h->alias_of >= 0 ||
+        h->dtype != z->dtype || h->ndim != z->ndim || h->bucket_axes != z->bucket_axes ||
+        memcmp(h->shape, z->shape, (size_t)last * sizeof z->shape[0]) != 0)
+      return -1;
+  }
+  return tg->shape[last] == tu->shape[last] && 2 * tg->shape[last] == z->shape[last] ? s : -1;
+}
+
+/* The prologue folds (fuse.h, "Prologues"), decided before anything else so that the ops they
+ * remove join no group. */
+static void decide_prologues(finder *f) {
+  const recap__ir *ir = f->ir;
+  for (int v = 0; v < f->no; ++v) {
+    f->prologue[v] = -1;
+    f->glu[v] = RECAP_ACT_NONE;
+  }
+  for (int u = 0; u < f->no; ++u) {
+    const recap__ir_op *op = &ir->ops[u];
+    if (!op->def || op->num_outputs != 1) continue;
+    const int t = op->outputs[0];
+    if (op->def->prologue_form == RECAP__PROLOGUE_RMS_NORM && op->num_inputs == 2 &&
+        !f->hazard[op->inputs[0]] && !f->hazard[op->inputs[1]] &&
+        ir->tensors[op->inputs[0]].dtype == ir->tensors[t].dtype &&
+        readers_take_prologue(f, u, t)) {
+      take_prologue(f, u, u);
+      f->gone[u] = true;
+      continue;
+    }
+    recap__activation act;
+    int gi, ui;
+    if (!op->def->as_glu || !op->def->as_glu(&op->attrs, op->num_inputs, &act, &gi, &ui)) continue;
+    const int g = op->inputs[gi], up = op->inputs[ui];
+    const int s = glu_split(f, u, g, up);
+    if (s < 0 || ir->tensors[t].dtype != ir->tensors[g].dtype ||
+        ir->tensors[t].ndim != ir->tensors[g].ndim ||
+        memcmp(ir->tensors[t].shape, ir->tensors[g].shape, sizeof ir->tensors[t].shape) != 0 ||
+        !readers_take_prologue(f, u, t))
+      continue;
+    take_prologue(f, u, u);
+    f->glu[u] = act;
+    f->gone[u] = f->gone[s] = true;
+  }
 }
 
 /* Adds tensor t to the set in[0..*n) unless present; false when the set is full. */
@@ -370,14 +482,17 @@ static recap_status find(const recap__ir *ir, finder *f) {
   f->parent = calloc(no, sizeof *f->parent);
   f->dissolved = calloc(no, sizeof *f->dissolved);
   f->fold = calloc(no, sizeof *f->fold);
+  f->prologue = calloc(no, sizeof *f->prologue);
+  f->gone = calloc(no, sizeof *f->gone);
+  f->glu = calloc(no, sizeof *f->glu);
   f->in = calloc(no, sizeof *f->in);
   f->num_in = calloc(no, sizeof *f->num_in);
   f->body = calloc(no, sizeof *f->body);
   f->depth = calloc(no, sizeof *f->depth);
   int *scratch = calloc(no, sizeof *scratch);
   if (!f->reader || !f->hazard || !f->act || !f->fusable || !f->levels || !f->own_nodes ||
-      !f->parent || !f->dissolved || !f->fold || !f->in || !f->num_in || !f->body || !f->depth ||
-      !scratch) {
+      !f->parent || !f->dissolved || !f->fold || !f->prologue || !f->gone || !f->glu || !f->in ||
+      !f->num_in || !f->body || !f->depth || !scratch) {
     free(scratch);
     finder_free(f);
     return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory for the fusion pass");
@@ -389,10 +504,11 @@ static recap_status find(const recap__ir *ir, finder *f) {
     return st;
   }
   for (int t = 0; t < f->nt; ++t) f->act[t] = NO_ACT;
+  decide_prologues(f);
   for (int v = 0; v < f->no; ++v) {
     f->parent[v] = -1;
     f->fold[v] = fold_source(f, v);
-    f->fusable[v] = f->fold[v] < 0 && decide_fusable(f, v);
+    f->fusable[v] = f->fold[v] < 0 && !f->gone[v] && decide_fusable(f, v);
     if (f->fusable[v]) grow(f, v);
   }
   settle_dtypes(f, scratch);
@@ -669,32 +785,89 @@ static recap_status make_fused(const finder *f, const recap__op_def *expr_def, i
   return st;
 }
 
+/* Rewrites linear op (a copy of IR op v) to compute its prologue: x becomes the norm's input
+ * (and the norm's weight its last input) or the split's input (and attrs.glu the unit's
+ * activation). Appends the ops it replaces to members[*count]. */
+static void apply_prologue(const finder *f, int v, recap__ir_op *op, int *members, int *count) {
+  const recap__ir *ir = f->ir;
+  const int u = f->prologue[v];
+  if (u < 0) return;
+  const recap__ir_op *src = &ir->ops[u];
+  if (f->glu[u] == RECAP_ACT_NONE) {
+    op->inputs[0] = src->inputs[0];
+    op->inputs[op->num_inputs++] = src->inputs[1];
+    op->attrs.rms_norm = 1;
+    op->attrs.eps = src->attrs.eps;
+    members[(*count)++] = u;
+    return;
+  }
+  const int s = ir->tensors[src->inputs[0]].producer;
+  op->inputs[0] = ir->ops[s].inputs[0];
+  op->attrs.glu = f->glu[u];
+  members[(*count)++] = s;
+  members[(*count)++] = u;
+}
+
+/* Builds the linear that computes the prologue of linear v in place of it (fuse.h,
+ * "Prologues"): v's place, stream and output. */
+static recap_status make_prologue(const finder *f, int v, fused_op *out) {
+  const recap__ir *ir = f->ir;
+  memset(out, 0, sizeof *out);
+  out->root = v;
+  recap__ir_op *op = &out->op;
+  *op = ir->ops[v];
+  op->program = NULL;
+  /* A linear whose activation moved into its consumer's group stops applying it. */
+  if (f->act[op->outputs[0]] != NO_ACT) op->attrs.act = RECAP_ACT_NONE;
+  int members[4], count = 0;
+  apply_prologue(f, v, op, members, &count);
+  members[count++] = v;
+  qsort(members, (size_t)count, sizeof *members, cmp_int);
+  op->fused_from = malloc(sizeof members);
+  op->name = fused_name(f, members, count);
+  if (!op->fused_from || !op->name) {
+    fused_op_free(out);
+    return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory for a fused op");
+  }
+  memcpy(op->fused_from, members, (size_t)count * sizeof *members);
+  op->num_fused = count;
+  recap_status st = check_output(ir, op, ir->ops[v].name);
+  if (st != RECAP_OK) fused_op_free(out);
+  return st;
+}
+
 /* Builds the linear that replaces the add at v and the linear it folds in: the add's place,
  * stream and output; the linear's inputs and attributes, and the add's other operand as its
  * last input, marked as the residual (attrs.residual) whether or not a bias comes before it. */
 static recap_status make_fold(const finder *f, int v, fused_op *out) {
   const recap__ir *ir = f->ir;
   const recap__ir_op *add = &ir->ops[v];
-  const int u = f->fold[v], members[2] = {u, v};
+  const int u = f->fold[v];
   const int t = ir->ops[u].outputs[0];
   memset(out, 0, sizeof *out);
   out->root = v;
   recap__ir_op *op = &out->op;
   *op = ir->ops[u];
   op->program = NULL;
-  op->fused_from = malloc(sizeof members);
-  op->name = fused_name(f, members, 2);
-  if (!op->fused_from || !op->name) {
-    fused_op_free(out);
-    return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory for a fused op");
-  }
-  memcpy(op->fused_from, members, sizeof members);
-  op->num_fused = 2;
   op->pos = add->pos;
   op->stream = add->stream;
   op->inputs[op->num_inputs++] = add->inputs[0] == t ? add->inputs[1] : add->inputs[0];
   op->attrs.residual = 1;
   op->outputs[0] = add->outputs[0];
+  /* The prologue's input (the norm's weight) comes after the residual. */
+  int members[5], count = 0;
+  apply_prologue(f, u, op, members, &count);
+  members[count++] = u;
+  members[count++] = v;
+  qsort(members, (size_t)count, sizeof *members, cmp_int);
+  op->fused_from = malloc(sizeof members);
+  op->name = fused_name(f, members, count);
+  if (!op->fused_from || !op->name) {
+    fused_op_free(out);
+    return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory for a fused op");
+  }
+  memcpy(op->fused_from, members, (size_t)count * sizeof *members);
+  op->num_fused = count;
   recap_status st = check_output(ir, op, add->name);
   if (st != RECAP_OK) fused_op_free(out);
   return st;
@@ -719,6 +892,13 @@ static void rewrite_free(rewrite *r) {
   free(r->tensors);
 }
 
+/* Whether linear v is folded into a later add (which then builds it, prologue included). */
+static bool folded_linear(const finder *f, int v) {
+  for (int w = v + 1; w < f->no; ++w)
+    if (f->fold[w] == v) return true;
+  return false;
+}
+
 static recap_status build_rewrite(const finder *f, rewrite *r) {
   const recap__ir *ir = f->ir;
   const recap__op_def *expr_def = recap__op_find("expr");
@@ -737,6 +917,18 @@ static recap_status build_rewrite(const finder *f, rewrite *r) {
   for (int t = 0; t < f->nt; ++t) r->tensor_map[t] = 0;
   recap_status st = RECAP_OK;
   for (int v = 0; v < f->no && st == RECAP_OK; ++v) {
+    if (f->gone[v]) {
+      /* Computed in its readers' prologues. */
+      r->op_map[v] = -1;
+      for (int o = 0; o < ir->ops[v].num_outputs; ++o) r->tensor_map[ir->ops[v].outputs[o]] = -1;
+      continue;
+    }
+    if (f->prologue[v] >= 0 && !folded_linear(f, v)) {
+      st = make_prologue(f, v, &r->fused[r->num_fused]);
+      if (st != RECAP_OK) break;
+      r->num_fused++;
+      continue;
+    }
     if (f->fold[v] >= 0) {
       st = make_fold(f, v, &r->fused[r->num_fused]);
       if (st != RECAP_OK) break;
@@ -827,7 +1019,10 @@ recap_status recap__fuse(recap__ir *ir) {
   }
   for (size_t o = 0; o < ir->num_outputs; ++o)
     if (ir->outputs[o] >= 0) ir->outputs[o] = r.tensor_map[ir->outputs[o]];
-  for (size_t v = 0; v < n; ++v) fused_ops += (size_t)r.ops[v].num_fused;
+  /* Every op that went away was replaced, and so was each fused op's own root: a norm that
+   * several linears compute counts once. */
+  for (size_t v = 0; v < n; ++v) fused_ops += r.ops[v].num_fused > 0;
+  fused_ops += ir->num_ops - n;
   free(ir->ops);
   free(ir->tensors);
   ir->ops = r.ops;

@@ -67,6 +67,31 @@
  * 1), the skinny kernel of decode shapes and the Hopper kernel (their epilogues); only plain
  * cuBLAS (recap_gemm_library) still adds it in a pass after the GEMM.
  *
+ * Prologues. A norm or a gated unit whose output is x of linears folds into every one of
+ * them (kernels/gemm/gemm.h, "Prologues": the linear computes it as it loads x, so the op costs
+ * no launch of its own; the skinny kernel of decode shapes does it in place, every other path
+ * through the op's workspace, one launch as before). By the contract, never by name:
+ *   - an op whose prologue_form is RMS_NORM (rmsnorm: inputs x and weight, attribute eps): each
+ *     reader gets x in its place, the norm's weight as its last input (after any residual) and
+ *     attributes rms_norm and eps;
+ *   - an op whose as_glu says it computes act(gate) * up (an `expr` "silu(gate) * up", as the
+ *     importer writes SwiGLU) where gate and up are the two halves of the last dim of one split
+ *     (copy_view SPLIT, two equal outputs, gate first) read by that op alone: each reader gets
+ *     the split's input, [..., 2K], as x and attribute glu = act; the split goes too. This form
+ *     (one tensor holding gate|up, no second input) is what a fused gate_up projection
+ *     produces, keeps one row stride for both halves and leaves the linear's input list alone;
+ *     two separately computed gate and up tensors are not folded.
+ * Legal only when every reader can take it: the output is an intermediate (not an output,
+ * input, param, state or alias) read by at least one op, each reader a linear (takes_prologue)
+ * with no prologue yet and a free input slot, reading it as x and in no other slot, on the same
+ * stream; and nothing it reads is memory written through an alias (the linear reads it later).
+ * Several linears may each fold the same norm (q, k and v projections); a norm that something
+ * else reads (Qwen3's q/k norms, read by RoPE) stays. These folds are decided first, so the
+ * ops they remove join no group; a linear may also fold its residual add afterwards. Numerics:
+ * the norm's output is rounded to the dtype as before; the skinny kernel rounds x * weight
+ * instead and applies rsqrt(mean + eps) to the f32 product, within the storage type's
+ * tolerance.
+ *
  * A group is rewritten only when it saves a launch: at least two ops, or one op and a moved
  * activation. The rewritten IR keeps every declared tensor at its index (they precede the op
  * outputs in the IR; only swallowed intermediates are removed), so random initializations,
@@ -75,11 +100,12 @@
  *
  * The fused op is named "fused[<members>]" (each member by its spec `name:`, else its kind),
  * for NVTX ranges and messages; recap__ir_op.fused_from lists the spec ops it replaces.
- * `recap plan` prints both kinds (cli_fuse_format, cli/plan_text.h): a fold as
- * "= linear(x, w, b) + r", or "= linear(x, w) + r" without a bias.
+ * `recap plan` prints every kind (cli_fuse_format, cli/plan_text.h): a fold as
+ * "= linear(x, w, b) + r", or "= linear(x, w) + r" without a bias, a prologue as
+ * "linear(rms_norm(x, g), w)" or "linear(glu(gate_up), w)".
  *
  * Switch: on by default; RECAP_FUSION=0 in the environment, or recap_pipeline_options.no_fusion
- * (the CLI's --no-fusion), turns it off.
+ * (the CLI's --no-fusion), turns it off (groups, residual folds and prologues alike).
  */
 #ifndef RECAP_ENGINE_FUSE_H
 #define RECAP_ENGINE_FUSE_H

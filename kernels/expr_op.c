@@ -60,6 +60,54 @@ static recap_status expr_run_host(const recap__op_call *call) {
   return recap__expr_eval_host(call->attrs.expr, call->inputs, call->num_inputs, &call->outputs[0]);
 }
 
+/* The activation of an expression function, for the linear's glu prologue. */
+static bool activation_of(recap__expr_op op, recap__activation *act) {
+  switch (op) {
+    case RECAP_EXPR_RELU:
+      *act = RECAP_ACT_RELU;
+      return true;
+    case RECAP_EXPR_GELU:
+      *act = RECAP_ACT_GELU;
+      return true;
+    case RECAP_EXPR_GELU_TANH:
+      *act = RECAP_ACT_GELU_TANH;
+      return true;
+    case RECAP_EXPR_SILU:
+      *act = RECAP_ACT_SILU;
+      return true;
+    case RECAP_EXPR_SIGMOID:
+      *act = RECAP_ACT_SIGMOID;
+      return true;
+    case RECAP_EXPR_TANH:
+      *act = RECAP_ACT_TANH;
+      return true;
+    default:
+      return false;
+  }
+}
+
+/* A program that is exactly act(in_g) * in_u or in_u * act(in_g) over two distinct inputs, one
+ * rounding at the end (no cast, no constant): what a linear's glu prologue computes. */
+static bool expr_as_glu(const recap__op_attrs *attrs, int num_inputs, recap__activation *act,
+                        int *gate, int *up) {
+  const recap__expr_program *p = attrs->expr;
+  if (!p || !p->finished || num_inputs != 2 || p->num_inputs != 2) return false;
+  int count = 0;
+  const recap__expr_node_data *d = recap__expr_nodes(p, &count);
+  const int root = recap__expr_root(p);
+  if (!d || root < 0 || root >= count || d[root].op != RECAP_EXPR_MUL) return false;
+  for (int s = 0; s < 2; ++s) {
+    const int f = s ? d[root].b : d[root].a, u = s ? d[root].a : d[root].b;
+    if (f < 0 || u < 0 || d[u].op != RECAP_EXPR_INPUT || !activation_of(d[f].op, act)) continue;
+    const int g = d[f].a;
+    if (g < 0 || d[g].op != RECAP_EXPR_INPUT || d[g].index == d[u].index) continue;
+    *gate = d[g].index;
+    *up = d[u].index;
+    return true;
+  }
+  return false;
+}
+
 /* The output may overwrite input 0: each element is read before it is written, by the same
  * thread. The planner allows it only when the two have the same bytes, which with the dtype
  * rule above means the same dtype and shape. */
@@ -76,6 +124,7 @@ const recap__op_def recap__op_expr = {
     .attrs = expr_attrs,
     .dtype_mask = RECAP__DTYPES_FLOAT,
     .in_place_input = 0,
+    .as_glu = expr_as_glu,
     .infer = expr_infer,
     .run_host = expr_run_host,
     .launch_cuda = RECAP_CUDA_ENTRY(recap__cuda_expr),

@@ -53,11 +53,17 @@ typedef struct {
   double low, high;      /* random uniform */
   recap__activation act; /* linear epilogue; unary activation op */
   int residual;          /* linear: its last input is the residual (implied by all four) */
-  int causal;            /* softmax/attention mask */
-  int logprobs;          /* sample: also output the chosen tokens' log probabilities */
-  int trans_a, trans_b;  /* matmul */
-  int64_t dim;           /* split/concat/slice axis */
-  int64_t start, end;    /* slice bounds */
+  /* linear prologues (kernels/gemm/gemm.h), each a folded op the linear computes on x's load:
+   * rms_norm: x is normalized as rmsnorm does (eps above), its last input is the norm's
+   * weight; glu (an activation, NONE: off): x is [..., 2K] and the product reads
+   * glu(x[..., :K]) * x[..., K:]. */
+  int rms_norm;
+  recap__activation glu;
+  int causal;                    /* softmax/attention mask */
+  int logprobs;                  /* sample: also output the chosen tokens' log probabilities */
+  int trans_a, trans_b;          /* matmul */
+  int64_t dim;                   /* split/concat/slice axis */
+  int64_t start, end;            /* slice bounds */
   int64_t sizes[RECAP_MAX_DIMS]; /* reshape target / permute order / split sizes */
   int num_sizes;
   recap_dtype dtype; /* cast target / output dtype override */
@@ -94,6 +100,14 @@ typedef enum {
   RECAP__FUSE_BINARY,
   RECAP__FUSE_PROGRAM,
 } recap__fuse_form;
+
+/* Which op a linear may compute in its prologue instead of it running as a kernel of its own
+ * (engine/fuse.h, "Prologues"; kernels/gemm/gemm.h): RMS_NORM an op of inputs (x, weight) and
+ * attribute eps computing x * rsqrt(mean(x^2) + eps) * weight over the last dim, as rmsnorm. */
+typedef enum {
+  RECAP__PROLOGUE_NONE = 0,
+  RECAP__PROLOGUE_RMS_NORM,
+} recap__prologue_form;
 
 typedef struct recap__op_def recap__op_def;
 
@@ -185,6 +199,16 @@ struct recap__op_def {
    * as the op's last input and sets attrs.residual, which tells the op that the last input is
    * the residual whichever optional inputs come before it (a linear without a bias). */
   bool folds_residual;
+  /* This op may be folded into a linear's prologue as the form says (NONE: never). */
+  recap__prologue_form prologue_form;
+  /* Whether this op computes act(input gate) * input up elementwise, of equal shapes and no
+   * broadcast (a gated linear unit: SwiGLU's silu(gate) * up), and which act and inputs
+   * (optional; NULL: never). The fusion pass then folds it into the linears that read it as
+   * their `glu` prologue when gate and up are the two halves of one tensor. */
+  bool (*as_glu)(const recap__op_attrs *attrs, int num_inputs, recap__activation *act, int *gate,
+                 int *up);
+  /* A linear: takes the rms_norm and glu prologues (attrs.rms_norm, attrs.glu). */
+  bool takes_prologue;
   /* The (input, axis) pairs the op reduces or contracts over, at most 4 (axes < 0 count from
    * the end); returns how many. NULL: none. The loader refuses such an axis that carries the
    * bucketed dim: a bucket's padding rows would change the result. */

@@ -128,6 +128,8 @@ const recap__op_def recap__op_rmsnorm = {
     .attrs = rmsnorm_attrs,
     .dtype_mask = RECAP__DTYPES_FLOAT,
     .in_place_input = 0,
+    /* A linear reading the norm's output may normalize its x itself (engine/fuse.h). */
+    .prologue_form = RECAP__PROLOGUE_RMS_NORM,
     .reduced_axes = reduces_last_axis,
     .infer = norm_infer,
     .run_host = recap__host_rmsnorm,

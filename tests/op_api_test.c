@@ -34,8 +34,8 @@ static void test_every_op_is_listed_once_and_found_by_its_name(void) {
   CHECK_STATUS(recap_op_info_get(0, NULL), RECAP_STATUS_INVALID_ARGUMENT);
 }
 
-/* linear: x, weight, bias?, residual?; float dtypes; attributes act (none) and residual
- * (false). */
+/* linear: x, weight, bias?, residual?, norm_weight?; float dtypes; attributes act (none),
+ * residual (false), and the prologues rms_norm (false), eps (1e-6) and glu (none). */
 static void test_linear_is_described_as_its_contract_says(void) {
   recap_op_info op;
   CHECK_OK(recap_op_info_find("linear", &op));
@@ -45,15 +45,16 @@ static void test_linear_is_described_as_its_contract_says(void) {
   CU_ASSERT_STRING_EQUAL(op.input_names[1], "weight");
   CU_ASSERT_STRING_EQUAL(op.input_names[2], "bias?");
   CU_ASSERT_STRING_EQUAL(op.input_names[3], "residual?");
-  CU_ASSERT_PTR_NULL(op.input_names[4]);
+  CU_ASSERT_STRING_EQUAL(op.input_names[4], "norm_weight?");
+  CU_ASSERT_PTR_NULL(op.input_names[5]);
   CU_ASSERT_EQUAL(op.min_inputs, 2);
-  CU_ASSERT_EQUAL(op.max_inputs, 4);
+  CU_ASSERT_EQUAL(op.max_inputs, 5);
   CU_ASSERT_EQUAL(op.num_outputs, 1);
   CU_ASSERT_EQUAL(op.dtype_mask,
                   (1u << RECAP_DTYPE_F32) | (1u << RECAP_DTYPE_F16) | (1u << RECAP_DTYPE_BF16));
   CU_ASSERT_EQUAL(op.in_place_input, -1);
   CU_ASSERT_FALSE(op.is_random);
-  CU_ASSERT_EQUAL_FATAL(op.num_attrs, 2);
+  CU_ASSERT_EQUAL_FATAL(op.num_attrs, 5);
   recap_op_attr_info act, residual;
   CHECK_OK(recap_op_attr_info_get(op.index, 0, &act));
   CU_ASSERT_STRING_EQUAL(act.name, "act");
@@ -68,6 +69,18 @@ static void test_linear_is_described_as_its_contract_says(void) {
   CU_ASSERT_FALSE(residual.required);
   CU_ASSERT_EQUAL(residual.default_value, 0);
   CU_ASSERT_PTR_NOT_NULL(strstr(residual.doc, "without a bias"));
+  recap_op_attr_info rms_norm, eps, glu;
+  CHECK_OK(recap_op_attr_info_get(op.index, 2, &rms_norm));
+  CU_ASSERT_STRING_EQUAL(rms_norm.name, "rms_norm");
+  CU_ASSERT_EQUAL(rms_norm.kind, RECAP_OP_ATTR_BOOL);
+  CU_ASSERT_EQUAL(rms_norm.default_value, 0);
+  CHECK_OK(recap_op_attr_info_get(op.index, 3, &eps));
+  CU_ASSERT_STRING_EQUAL(eps.name, "eps");
+  CU_ASSERT_DOUBLE_EQUAL(eps.default_value, 1e-6, 1e-12);
+  CHECK_OK(recap_op_attr_info_get(op.index, 4, &glu));
+  CU_ASSERT_STRING_EQUAL(glu.name, "glu");
+  CU_ASSERT_EQUAL(glu.kind, RECAP_OP_ATTR_ACTIVATION);
+  CU_ASSERT_STRING_EQUAL(glu.default_text, "none");
 }
 
 /* matmul's attributes: alpha 1, beta 0, trans_a and trans_b false. */

@@ -795,6 +795,187 @@ static void test_the_100_op_chain_is_one_launch(void) {
   CHECK_OK(recap_pipeline_destroy(p));
 }
 
+/* ---- prologues: norms and gated units folded into the linears that read them ---- */
+
+/* A Llama-style block: the attention norm read by three projections, the MLP norm by the fused
+ * gate_up projection, SwiGLU over its halves into the down projection, two skip connections,
+ * and a final norm that is also an output (so it stays). B's buckets give the skinny GEMM's rows
+ * (1, 3, 16) and larger ones (17, 64) on CUDA. */
+static const char block_spec[] =
+    "name: block\ndtype: %s\nseed: 9\n"
+    "dims: {B: [1, 3, 16, 17, 64], D: 64, F: 96, F2: 192}\n"
+    "tensors:\n"
+    "  x:     {shape: [B, D], role: input}\n"
+    "  g1:    {shape: [D], role: param, init: uniform, low: 0.5, high: 1.5}\n"
+    "  g2:    {shape: [D], role: param, init: uniform, low: 0.5, high: 1.5}\n"
+    "  g3:    {shape: [D], role: param, init: uniform, low: 0.5, high: 1.5}\n"
+    "  wq:    {shape: [D, D], role: param, init: normal, std: 0.1}\n"
+    "  wk:    {shape: [D, D], role: param, init: normal, std: 0.1}\n"
+    "  bk:    {shape: [D], role: param, init: normal, std: 0.1}\n"
+    "  wo:    {shape: [D, D], role: param, init: normal, std: 0.1}\n"
+    "  wgu:   {shape: [F2, D], role: param, init: normal, std: 0.1}\n"
+    "  wdown: {shape: [D, F], role: param, init: normal, std: 0.1}\n"
+    "ops:\n"
+    "  - {op: rmsnorm, in: [x, g1], out: xn, eps: 1.0e-5, name: attn_norm}\n"
+    "  - {op: linear, in: [xn, wq], out: q, name: q}\n"
+    "  - {op: linear, in: [xn, wk, bk], out: k, name: k}\n"
+    "  - {op: mul, in: [q, k], out: qk}\n"
+    "  - {op: linear, in: [qk, wo], out: o, name: o}\n"
+    "  - {op: add, in: [x, o], out: h}\n"
+    "  - {op: rmsnorm, in: [h, g2], out: hn, eps: 1.0e-5, name: mlp_norm}\n"
+    "  - {op: linear, in: [hn, wgu], out: gate_up, name: gate_up}\n"
+    "  - {op: split, in: [gate_up], out: [gate, up], dim: -1, sizes: [F, F]}\n"
+    "  - {op: expr, in: [gate, up], out: act, expr: \"silu(gate) * up\", name: swiglu}\n"
+    "  - {op: linear, in: [act, wdown], out: down, name: down}\n"
+    "  - {op: add, in: [h, down], out: y, name: residual}\n"
+    "  - {op: rmsnorm, in: [y, g3], out: yn, name: final_norm}\n"
+    "outputs: [y, yn]\n";
+
+static char *block_yaml(const char *dtype) {
+  char *yaml = malloc(sizeof block_spec + 16);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(yaml);
+  snprintf(yaml, sizeof block_spec + 16, block_spec, dtype);
+  return yaml;
+}
+
+static const recap__ir_op *op_named(const recap__ir *ir, const char *name) {
+  for (size_t v = 0; v < ir->num_ops; ++v)
+    if (strcmp(ir->ops[v].name, name) == 0) return &ir->ops[v];
+  fprintf(stderr, "\n  no op '%s'\n", name);
+  return NULL;
+}
+
+static void test_norms_and_swiglu_fold_into_the_linears_that_read_them(void) {
+  char *yaml = block_yaml("f32");
+  fixture f = load(yaml);
+  const int x = tensor(f.ir, "x"), g1 = tensor(f.ir, "g1"), g2 = tensor(f.ir, "g2");
+  CU_ASSERT_EQUAL(f.ir->num_ops, 13);
+  CHECK_OK(recap__fuse(f.ir));
+  /* Op outputs are renumbered by the rewrite (declared tensors keep their indices). */
+  const int h = tensor(f.ir, "h"), gate_up = tensor(f.ir, "gate_up");
+  /* attn_norm into q and k; mlp_norm into gate_up; split and swiglu into down (with the
+   * residual); the add of q and k (a group of one) and o + residual as before; final_norm
+   * stays (its output is an output). */
+  CU_ASSERT_EQUAL(f.ir->num_ops, 7);
+  const recap__ir_op *q = op_named(f.ir, "fused[attn_norm,q]");
+  const recap__ir_op *k = op_named(f.ir, "fused[attn_norm,k]");
+  const recap__ir_op *gu = op_named(f.ir, "fused[mlp_norm,gate_up]");
+  const recap__ir_op *down = op_named(f.ir, "fused[split,swiglu,down,residual]");
+  CU_ASSERT_PTR_NOT_NULL_FATAL(q);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(k);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(gu);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(down);
+  CU_ASSERT_PTR_NOT_NULL(op_named(f.ir, "final_norm"));
+  CU_ASSERT_EQUAL_FATAL(q->num_inputs, 3);
+  CU_ASSERT_EQUAL(q->inputs[0], x);
+  CU_ASSERT_EQUAL(q->inputs[2], g1);
+  CU_ASSERT_TRUE(q->attrs.rms_norm);
+  CU_ASSERT_DOUBLE_EQUAL(q->attrs.eps, 1e-5, 1e-12);
+  CU_ASSERT_EQUAL_FATAL(k->num_inputs, 4); /* x, wk, bk, g1 */
+  CU_ASSERT_EQUAL(k->inputs[0], x);
+  CU_ASSERT_EQUAL(k->inputs[2], tensor(f.ir, "bk"));
+  CU_ASSERT_EQUAL(k->inputs[3], g1);
+  CU_ASSERT_EQUAL_FATAL(gu->num_inputs, 3);
+  CU_ASSERT_EQUAL(gu->inputs[0], h);
+  CU_ASSERT_EQUAL(gu->inputs[2], g2);
+  CU_ASSERT_EQUAL_FATAL(down->num_inputs, 3); /* gate_up, wdown, h (the residual) */
+  CU_ASSERT_EQUAL(down->inputs[0], gate_up);
+  CU_ASSERT_EQUAL(down->inputs[2], h);
+  CU_ASSERT_EQUAL(down->attrs.glu, RECAP_ACT_SILU);
+  CU_ASSERT_TRUE(down->attrs.residual);
+  CU_ASSERT_FALSE(down->attrs.rms_norm);
+  CU_ASSERT_EQUAL(down->num_fused, 4);
+  for (const char *gone = "xn"; gone; gone = strcmp(gone, "xn") == 0 ? "hn" : NULL)
+    CU_ASSERT_EQUAL(recap__ir_find_tensor(f.ir, gone), -1);
+  CU_ASSERT_EQUAL(recap__ir_find_tensor(f.ir, "gate"), -1);
+  CU_ASSERT_EQUAL(recap__ir_find_tensor(f.ir, "up"), -1);
+  CU_ASSERT_EQUAL(recap__ir_find_tensor(f.ir, "act"), -1);
+  /* Each replaced spec op once: the shared norm too. 13 ops became 7 of which 5 fused. */
+  CU_ASSERT_EQUAL(f.ir->fused_ops, 11);
+
+  char *text = NULL;
+  CHECK_OK(cli_fuse_format(f.ir, true, &text));
+  CU_ASSERT_PTR_NOT_NULL(strstr(text, "= linear(rms_norm(x, g1), wq), the norm in its prologue"));
+  CU_ASSERT_PTR_NOT_NULL(
+      strstr(text, "= linear(rms_norm(x, g1), wk, bk), the norm in its prologue"));
+  CU_ASSERT_PTR_NOT_NULL(
+      strstr(text,
+             "= linear(glu(gate_up), wdown) + h, the add in the GEMM's epilogue and the gated unit "
+             "in its prologue"));
+  free(text);
+  unload(&f);
+  free(yaml);
+}
+
+/* What keeps a norm or a gated unit as its own op: a reader that is no linear, a linear that
+ * reads it as something other than x, an output, another stream; a gated unit whose halves are
+ * not one split's (two linears), or that a third op also reads. */
+static void test_norms_and_gated_units_stay_when_a_reader_cannot_fold_them(void) {
+  fixture f = load(
+      "name: nofold\ndtype: f32\n"
+      "dims: {S: 4, D: 8, F: 8, F2: 16}\n"
+      "tensors:\n"
+      "  x:  {shape: [S, D], role: input}\n"
+      "  g:  {shape: [D], role: param, init: uniform, low: 0.5, high: 1.5}\n"
+      "  w:  {shape: [D, D], role: param, init: normal, std: 0.1}\n"
+      "  w2: {shape: [F2, D], role: param, init: normal, std: 0.1}\n"
+      "ops:\n"
+      "  - {op: rmsnorm, in: [x, g], out: n1, name: read_by_tanh}\n"
+      "  - {op: linear, in: [n1, w], out: a1}\n"
+      "  - {op: tanh, in: [n1], out: t1}\n"
+      "  - {op: rmsnorm, in: [x, g], out: n2, name: residual_of_a_linear}\n"
+      "  - {op: linear, in: [x, w, n2], out: a2, residual: true}\n"
+      "  - {op: rmsnorm, in: [x, g], out: n3, name: an_output}\n"
+      "  - {op: linear, in: [n3, w], out: a3}\n"
+      "  - {op: rmsnorm, in: [x, g], out: n4, name: other_stream}\n"
+      "  - {op: linear, in: [n4, w], out: a4, stream: 1}\n"
+      "  - {op: linear, in: [x, w], out: gate}\n"
+      "  - {op: linear, in: [x, w], out: up}\n"
+      "  - {op: expr, in: [gate, up], out: act, expr: \"silu(gate) * up\", name: two_linears}\n"
+      "  - {op: linear, in: [act, w], out: a5}\n"
+      "  - {op: linear, in: [x, w2], out: gu}\n"
+      "  - {op: split, in: [gu], out: [g6, u6], dim: -1, sizes: [F, F]}\n"
+      "  - {op: expr, in: [g6, u6], out: act6, expr: \"silu(g6) * u6\", name: read_twice}\n"
+      "  - {op: linear, in: [act6, w], out: a6}\n"
+      "  - {op: tanh, in: [act6], out: t6}\n"
+      "outputs: [a1, t1, a2, n3, a3, a4, a5, a6, t6]\n");
+  const size_t before = f.ir->num_ops;
+  CHECK_OK(recap__fuse(f.ir));
+  CU_ASSERT_EQUAL(f.ir->num_ops, before);
+  static const char *const kept[] = {"read_by_tanh", "residual_of_a_linear", "an_output",
+                                     "other_stream", "two_linears",          "read_twice"};
+  for (size_t i = 0; i < sizeof kept / sizeof kept[0]; ++i)
+    CU_ASSERT_PTR_NOT_NULL(op_named(f.ir, kept[i]));
+  for (size_t v = 0; v < f.ir->num_ops; ++v) {
+    CU_ASSERT_FALSE(f.ir->ops[v].attrs.rms_norm);
+    CU_ASSERT_EQUAL(f.ir->ops[v].attrs.glu, RECAP_ACT_NONE);
+  }
+  unload(&f);
+}
+
+/* The folded block computes what the unfolded one does, eagerly and as graphs, in f32 and
+ * bf16, for every bucket (on CUDA against the unfused host pipeline too); and RECAP_FUSION=0
+ * keeps the norms and the gated unit as their own launches. */
+static void test_folded_norms_and_swiglu_compute_the_same_as_the_unfused_ops(void) {
+  static const char *const dtypes[] = {"f32", "bf16", "f16"};
+  for (size_t i = 0; i < sizeof dtypes / sizeof dtypes[0]; ++i) {
+    char *yaml = block_yaml(dtypes[i]);
+    CU_ASSERT_EQUAL(compare_fusion(dtypes[i], NULL, yaml, NULL, test_device,
+                                   test_device.backend != RECAP_BACKEND_HOST),
+                    11);
+    recap_pipeline *on = create(NULL, yaml, NULL, test_device, RECAP_MODE_EAGER, 0);
+    setenv("RECAP_FUSION", "0", 1);
+    recap_pipeline *off = create(NULL, yaml, NULL, test_device, RECAP_MODE_EAGER, 0);
+    unsetenv("RECAP_FUSION");
+    CU_ASSERT_EQUAL(largest_ir(on)->num_ops, 7);
+    CU_ASSERT_EQUAL(largest_ir(off)->num_ops, 13);
+    CU_ASSERT_EQUAL(largest_ir(off)->fused_ops, 0);
+    CHECK_OK(recap_pipeline_destroy(on));
+    CHECK_OK(recap_pipeline_destroy(off));
+    free(yaml);
+  }
+}
+
 /* ---- the switch ---- */
 
 static void test_recap_fusion_0_and_the_no_fusion_option_turn_the_pass_off(void) {
@@ -891,6 +1072,9 @@ int main(void) {
   ADD_(test_the_100_op_chain_is_one_launch)
   ADD_(test_recap_fusion_0_and_the_no_fusion_option_turn_the_pass_off)
   ADD_(test_the_plan_summary_names_each_fused_op_and_the_spec_ops_it_replaces)
+  ADD_(test_norms_and_swiglu_fold_into_the_linears_that_read_them)
+  ADD_(test_norms_and_gated_units_stay_when_a_reader_cannot_fold_them)
+  ADD_(test_folded_norms_and_swiglu_compute_the_same_as_the_unfused_ops)
 #undef ADD_
   CU_pSuite cuda = test_add_cuda_suite("fusion/cuda", test_suite_use_cuda, NULL);
 #define ADD_(t) CU_add_test(cuda, #t, t);
@@ -901,6 +1085,7 @@ int main(void) {
   ADD_(test_folded_residuals_compute_the_same_as_the_unfused_adds)
   ADD_(test_a_folded_linear_without_bias_computes_x0_plus_x_wt)
   ADD_(test_a_linear_residual_is_added_after_the_activation)
+  ADD_(test_folded_norms_and_swiglu_compute_the_same_as_the_unfused_ops)
 #undef ADD_
   return test_run_all();
 }

@@ -29,6 +29,7 @@
 
 #include "cli/hf_import.h"
 #include "engine/checkpoint.h"
+#include "engine/load.h"
 #include "tests/model_fixtures.h"
 #include "tests/pipeline_util.h"
 
@@ -335,12 +336,67 @@ static void test_tied_head_sharded_index_and_bare_gpt2_keys(void) {
   remove_dir();
 }
 
+/* ---- the fusion pass on imported models ---- */
+
+/* Counts, in the largest bucket's IR of `spec`, the norms left as ops of their own (op.h's
+ * prologue_form), the linears computing a norm in their prologue, and those computing a gated
+ * unit. */
+static void count_prologues(const char *spec, bool no_fusion, int *norms, int *norm_folds,
+                            int *glu_folds) {
+  recap__load_options o = {
+      .device = {RECAP_BACKEND_HOST, 0}, .device_given = true, .no_fusion = no_fusion};
+  recap__model *m = NULL;
+  CHECK_OK(recap__load_file(spec, &o, &m, NULL));
+  CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+  const recap__ir *ir = m->irs[m->num_buckets - 1];
+  *norms = *norm_folds = *glu_folds = 0;
+  for (size_t v = 0; v < ir->num_ops; ++v) {
+    const recap__ir_op *op = &ir->ops[v];
+    *norms += op->def->prologue_form == RECAP__PROLOGUE_RMS_NORM;
+    *norm_folds += op->attrs.rms_norm != 0;
+    *glu_folds += op->attrs.glu != RECAP_ACT_NONE;
+  }
+  recap__model_free_loaded(m);
+}
+
+/* Imported Llama and Qwen3 (2 layers each): every layer's two norms fold into the qkv and
+ * gate_up projections, the final norm into the LM head, SwiGLU into the down projection;
+ * Qwen3's q/k norms, which RoPE reads, stay; RECAP_FUSION=0 keeps every one of them. The
+ * models' logits with the folds are checked against transformers' by the other tests. */
+static void test_imported_models_fold_norms_and_swiglu_into_their_linears(void) {
+  make_dir();
+  static const struct {
+    const char *model;
+    int kept; /* norms that stay with fusion on */
+  } models[] = {{"llama", 0}, {"qwen3", 4}};
+  static const int64_t decode[] = {1, 8}, prefill[] = {32};
+  for (size_t i = 0; i < sizeof models / sizeof models[0]; ++i) {
+    char spec[512];
+    import_paged_fixture(models[i].model, PAGED_IMPORT_OPTIONS(64, 16, 32, 8, decode, prefill),
+                         spec, sizeof spec);
+    int norms, norm_folds, glu_folds;
+    count_prologues(spec, false, &norms, &norm_folds, &glu_folds);
+    CU_ASSERT_EQUAL(norms, models[i].kept);
+    CU_ASSERT_EQUAL(norm_folds, 5);
+    CU_ASSERT_EQUAL(glu_folds, 2);
+    setenv("RECAP_FUSION", "0", 1);
+    count_prologues(spec, false, &norms, &norm_folds, &glu_folds);
+    unsetenv("RECAP_FUSION");
+    CU_ASSERT_EQUAL(norms, models[i].kept + 5);
+    CU_ASSERT_EQUAL(norm_folds, 0);
+    CU_ASSERT_EQUAL(glu_folds, 0);
+  }
+  remove_dir();
+}
+
 int main(void) {
   static const test_case tests[] = {
       {"fixtures_match_transformers", test_fixtures_match_transformers, true},
       {"refusals_name_their_cause", test_refusals_name_their_cause, false},
       {"tied_head_sharded_index_and_bare_gpt2_keys",
        test_tied_head_sharded_index_and_bare_gpt2_keys, false},
+      {"imported_models_fold_norms_and_swiglu_into_their_linears",
+       test_imported_models_fold_norms_and_swiglu_into_their_linears, false},
   };
   test_add_host_and_cuda_suites("pipeline_models", tests, sizeof tests / sizeof tests[0]);
   return test_run_all();

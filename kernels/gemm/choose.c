@@ -783,6 +783,28 @@ static recap_status gemm_run(const recap__op_call *call, void *cuda_stream, bool
   recap__gemm_ctx ctx;
   RECAP_TRY(recap__gemm_ctx_open(&ctx, (cudaStream_t)cuda_stream));
   recap_status st = RECAP_OK;
+  if (p.prologue != RECAP__GEMM_PROLOGUE_NONE) {
+    /* The skinny kernel computes the prologue as it loads x (one launch), where it would run
+     * the shape anyway: fixed, not tuned, since the alternative costs a launch more. Else
+     * P(x) goes to the workspace and the product runs from it as any linear's. */
+    if (skinny_allowed(&p) && recap__gemm_library() != RECAP_GEMM_LIBRARY_CUBLAS &&
+        recap__cuda_gemm_skinny_preferred(&p, ctx.device)) {
+      if (run) st = recap__cuda_gemm_skinny(&p, ctx.device, cuda_stream);
+      goto done;
+    }
+    const size_t bytes = (size_t)(p.m * p.k) * recap_dtype_size(p.dtype);
+    if (run && (!call->workspace || call->workspace_bytes < bytes)) {
+      st = RECAP_OP_FAIL(call, "its prologue needs %zu bytes of workspace, %zu are bound", bytes,
+                         call->workspace_bytes);
+      goto done;
+    }
+    if (run) RECAP_TRY_GOTO(st, recap__cuda_gemm_prologue(&p, call->workspace, cuda_stream), done);
+    p.a = run ? call->workspace : NULL;
+    p.a_rs = p.k;
+    p.a_cs = 1;
+    p.prologue = RECAP__GEMM_PROLOGUE_NONE;
+    p.norm_weight = NULL;
+  }
   if (run && recap__gemm_library() == RECAP_GEMM_LIBRARY_CUBLAS) {
     st = recap__gemm_blas_run(&ctx, &p);
     goto done;

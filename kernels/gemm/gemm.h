@@ -21,6 +21,17 @@
  *     cuBLASLt adds the residual as its C matrix (beta = 1) when there is no activation, the
  *     skinny and Hopper kernels in their epilogues, else the epilogue kernel after the
  *     activation.
+ *     Prologues (attrs rms_norm, eps, glu; at most one): the op computed on x before the
+ *     product, so that the op producing x (an rmsnorm, a gated unit) needs no launch of its
+ *     own (engine/fuse.h folds them). rms_norm: P(x) = x * rsqrt(mean(x^2) + eps) * norm_weight
+ *     over K, norm_weight [K] the last input (after the residual); glu: x is [..., 2K], P(x) =
+ *     glu(x[..., :K]) * x[..., K:] (the gate|up output of a fused gate_up projection, so no
+ *     second input is needed and one row stride reaches both halves). P(x) is rounded to the
+ *     dtype as the unfolded op's output was. The skinny kernel (M <= 16, f16/bf16) computes it
+ *     as it loads x: each block scales x by norm_weight (or forms glu * up) and sums x^2 of
+ *     each row itself in a fixed order, scaling its dot products in the epilogue; every other
+ *     path (larger M, f32, shapes the skinny kernel does not prefer) first writes P(x) into the
+ *     op's workspace (one small kernel, as the unfolded op ran) and runs the product from it.
  * All tensors share one float dtype; products accumulate in f32. Each matrix (the last two
  * dims) must have a unit stride in one of its two dims (a transposed view is free); batch
  * dims may have any non-negative strides.
@@ -56,6 +67,13 @@ typedef enum { RECAP__GEMM_MATMUL, RECAP__GEMM_LINEAR } recap__gemm_op;
 /* Bytes of the workspace each CUDA stream gets for cuBLAS/cuBLASLt. */
 #define RECAP_GEMM_WORKSPACE_BYTES ((size_t)32 << 20)
 
+/* A linear's prologue: how the product reads its x (attrs.rms_norm, attrs.glu). */
+typedef enum {
+  RECAP__GEMM_PROLOGUE_NONE = 0,
+  RECAP__GEMM_PROLOGUE_RMS_NORM, /* A(i, p) = x(i, p) * rsqrt(mean_p x(i, p)^2 + eps) * g[p] */
+  RECAP__GEMM_PROLOGUE_GLU,      /* A(i, p) = glu(x(i, p)) * x(i, up_offset + p) */
+} recap__gemm_prologue;
+
 /* The work of one matmul or linear call, in row-major terms:
  *   out[i, j] = act(alpha * sum_p A(i, p) B(p, j) + beta * C(i, j) + bias[j]) + R(i, j)
  * for each batch index (outer, inner), with A(i, p) = a[i * a_rs + p * a_cs] (element
@@ -74,7 +92,20 @@ typedef struct {
   float alpha, beta;
   recap__activation act;
   recap__gemm_op op; /* the tuning file keys on it */
+  /* A linear's prologue (NONE for the rest): a is x as stored (for GLU its gate half, up_offset
+   * elements before the up half of the same row); batch is 1 and a_cs 1. A(i, p) is rounded
+   * to the dtype once, as the unfolded op's output was. */
+  recap__gemm_prologue prologue;
+  const void *norm_weight; /* RMS_NORM: [k] */
+  float eps;               /* RMS_NORM */
+  recap__activation glu;   /* GLU */
+  int64_t up_offset;       /* GLU */
 } recap__gemm_plan;
+
+/* Computes a plan's prologue, A(i, p) for i < m, p < k, into `dst` (contiguous [m, k] of the
+ * plan's dtype) on the host, as the unfolded ops compute it: rmsnorm's sums in double, glu in
+ * f32; one rounding. host.c. */
+void recap__gemm_prologue_host(const recap__gemm_plan *p, void *dst);
 
 /* Which inputs of a linear call are its bias and its residual (-1: absent): the residual is the
  * last input when attrs.residual is set or all four are given, and the bias is input 2 when
@@ -213,6 +244,10 @@ recap_status recap__cuda_gemm_tune_compare(const void *ref, const void *got, rec
                                            int64_t count, const unsigned *max_bits, float rtol,
                                            float atol_frac, unsigned long long *mismatches,
                                            void *cuda_stream);
+
+/* Writes a linear plan's prologue P(x) (gemm.h, top) into `dst`, contiguous [m, k] of its
+ * dtype, on `cuda_stream`: for the paths that then run the product from it. prologue.cu. */
+recap_status recap__cuda_gemm_prologue(const recap__gemm_plan *p, void *dst, void *cuda_stream);
 
 /* In place over the contiguous [rows, cols] output of a GEMM: out[r, c] = act(out[r, c] +
  * bias[c]) + residual[r, c] (bias, residual NULL: none; residual is contiguous [rows, cols]

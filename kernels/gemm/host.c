@@ -18,6 +18,7 @@
  * The micro-kernel is compiled twice (x86-64-v3 with AVX2/FMA, and the baseline) and picked
  * at load time, since staged binaries must run on any x86-64 machine.
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -171,12 +172,53 @@ static void gemm_2d(const recap__gemm_plan *p, const void *a, const void *b, con
   }
 }
 
+void recap__gemm_prologue_host(const recap__gemm_plan *p, void *dst) {
+  const recap_dtype dt = p->dtype;
+  for (int64_t i = 0; i < p->m; ++i) {
+    const int64_t row = i * p->a_rs;
+    if (p->prologue == RECAP__GEMM_PROLOGUE_RMS_NORM) {
+      /* kernels/host/reduce.c's rmsnorm, element for element. */
+      double sq = 0;
+      for (int64_t j = 0; j < p->k; ++j) {
+        const double v = load_elem(p->a, dt, row + j);
+        sq += v * v;
+      }
+      const double inv = 1.0 / sqrt(sq / (double)p->k + p->eps);
+      for (int64_t j = 0; j < p->k; ++j) {
+        const double v = load_elem(p->a, dt, row + j) * inv * load_elem(p->norm_weight, dt, j);
+        recap__store_f32(dst, dt, i * p->k + j, (float)v);
+      }
+    } else {
+      /* The expression act(gate) * up in f32, as the expr op evaluates it. */
+      for (int64_t j = 0; j < p->k; ++j) {
+        const float g = load_elem(p->a, dt, row + j),
+                    u = load_elem(p->a, dt, row + p->up_offset + j);
+        recap__store_f32(dst, dt, i * p->k + j, recap__gemm_activate(p->glu, g) * u);
+      }
+    }
+  }
+}
+
 recap_status recap__gemm_run_host(const recap__op_call *call) {
   recap__gemm_plan p;
   RECAP_TRY(recap__gemm_plan_make(call, &p));
   bool bound = p.a && p.b && p.out;
   for (int i = 2; i < call->num_inputs; ++i) bound = bound && call->inputs[i].data;
   if (!bound) return RECAP_OP_FAIL(call, "tensors are not bound to memory");
+  void *prologue = NULL;
+  if (p.prologue != RECAP__GEMM_PROLOGUE_NONE) {
+    /* P(x) first, then the plain product from it. */
+    prologue = malloc((size_t)(p.m * p.k) * recap_dtype_size(p.dtype) + 1);
+    if (!prologue)
+      return recap__error_context(
+          RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no host memory for the GEMM's prologue"),
+          "op '%s': ", call->def->name);
+    recap__gemm_prologue_host(&p, prologue);
+    p.a = prologue;
+    p.a_rs = p.k;
+    p.a_cs = 1;
+    p.prologue = RECAP__GEMM_PROLOGUE_NONE;
+  }
   scratch s = {
       .a_block = malloc(sizeof(float) * MC * KC),
       .b_panel = malloc(sizeof(float) * KC * NC),
@@ -202,6 +244,7 @@ recap_status recap__gemm_run_host(const recap__op_call *call) {
     }
   }
 done:
+  free(prologue);
   free(s.acc);
   free(s.b_panel);
   free(s.a_block);

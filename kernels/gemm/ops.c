@@ -15,7 +15,8 @@
 #include "runtime/backend.h"
 
 static const char *const matmul_inputs[] = {"a", "b", "c?", NULL};
-static const char *const linear_inputs[] = {"x", "weight", "bias?", "residual?", NULL};
+static const char *const linear_inputs[] = {"x",         "weight",       "bias?",
+                                            "residual?", "norm_weight?", NULL};
 
 static const recap__attr_def matmul_attrs[] = {
     {"alpha", RECAP_ATTR_FLOAT, offsetof(recap__op_attrs, alpha), false, 1,
@@ -38,6 +39,15 @@ static const recap__attr_def linear_attrs[] = {
     {"residual", RECAP_ATTR_BOOL, offsetof(recap__op_attrs, residual), false, 0,
      "the last input is the residual, added after the activation: (x, weight, residual) is a "
      "linear without a bias; implied when all four inputs are given"},
+    {"rms_norm", RECAP_ATTR_BOOL, offsetof(recap__op_attrs, rms_norm), false, 0,
+     "x is first normalized as rmsnorm does, x * rsqrt(mean(x^2) + eps) * norm_weight over its "
+     "last dim, with norm_weight [K] the last input (after the residual): a folded rmsnorm, "
+     "which then costs no launch of its own"},
+    {"eps", RECAP_ATTR_FLOAT, offsetof(recap__op_attrs, eps), false, 1e-6,
+     "rms_norm's epsilon, added to the mean square"},
+    {"glu", RECAP_ATTR_ACTIVATION, offsetof(recap__op_attrs, glu), false, RECAP_ACT_NONE,
+     "a gated prologue: x is [..., 2K] (gate, then up) and the product reads glu(x[..., :K]) * "
+     "x[..., K:] (silu: SwiGLU's down projection; none: off)"},
     {.name = NULL},
 };
 
@@ -147,23 +157,56 @@ static recap_status linear_infer(recap__op_call *call) {
   RECAP_TRY(recap__infer_same_dtype(call, 1));
   if ((unsigned)call->attrs.act > (unsigned)RECAP_ACT_TANH)
     return RECAP_OP_FAIL(call, "attribute 'act' has an unknown value %d", (int)call->attrs.act);
-  const int64_t k = x->shape[x->ndim - 1], n = w->shape[0];
+  if ((unsigned)call->attrs.glu > (unsigned)RECAP_ACT_TANH)
+    return RECAP_OP_FAIL(call, "attribute 'glu' has an unknown value %d", (int)call->attrs.glu);
+  const bool glu = call->attrs.glu != RECAP_ACT_NONE;
+  if (glu && call->attrs.rms_norm)
+    return RECAP_OP_FAIL(call, "attributes 'rms_norm' and 'glu' exclude each other");
+  const int64_t width = x->shape[x->ndim - 1], k = glu ? width / 2 : width, n = w->shape[0];
+  if (glu && width % 2 != 0)
+    return RECAP_OP_FAIL(call,
+                         "attribute 'glu' reads x %s as gate and up halves of its last dim, "
+                         "which must be even",
+                         recap__shape_label(x).s);
   if (w->shape[1] != k)
     return RECAP_OP_FAIL(call,
                          "input 'weight' has shape %s, expected [N, %lld] (x %s has K = %lld "
-                         "in its last dim)",
+                         "in its last dim%s)",
                          recap__shape_label(w).s, (long long)k, recap__shape_label(x).s,
-                         (long long)k);
+                         (long long)k, glu ? ", the half that glu reads" : "");
   for (int d = 0; d < x->ndim; ++d)
     if (x->strides[d] < 0)
       return RECAP_OP_FAIL(call, "input 'x' has a negative stride (%lld in dim %d)",
                            (long long)x->strides[d], d);
   if (x->ndim >= 2)
-    RECAP_TRY(check_matrix(call, 0, x->shape[x->ndim - 2], k, x->strides[x->ndim - 2],
+    RECAP_TRY(check_matrix(call, 0, x->shape[x->ndim - 2], width, x->strides[x->ndim - 2],
                            x->strides[x->ndim - 1]));
-  else if (k > 1 && x->strides[0] != 1)
+  else if (width > 1 && x->strides[0] != 1)
     return RECAP_OP_FAIL(call, "input 'x' %s must be contiguous", recap__shape_label(x).s);
   RECAP_TRY(check_matrix(call, 1, n, k, w->strides[0], w->strides[1]));
+  if ((glu || call->attrs.rms_norm) && width > 1 && x->strides[x->ndim - 1] != 1)
+    return RECAP_OP_FAIL(call,
+                         "a prologue (rms_norm, glu) reads x %s by rows: its last dim must "
+                         "have stride 1 (copy it first)",
+                         recap__shape_label(x).s);
+  if (call->attrs.rms_norm) {
+    if (call->num_inputs < 3)
+      return RECAP_OP_FAIL(call,
+                           "attribute 'rms_norm' says the last input is the norm's weight, but "
+                           "only x and weight are given");
+    const int g = call->num_inputs - 1;
+    const recap_tensor *gamma = &call->inputs[g];
+    RECAP_TRY(check_same_dtype(call, g, "norm_weight"));
+    if (gamma->ndim != 1 || gamma->shape[0] != k)
+      return RECAP_OP_FAIL(call, "input 'norm_weight' has shape %s, expected [%lld] (x's K)",
+                           recap__shape_label(gamma).s, (long long)k);
+    if (k > 1 && gamma->strides[0] != 1)
+      return RECAP_OP_FAIL(call, "input 'norm_weight' must be contiguous (stride %lld)",
+                           (long long)gamma->strides[0]);
+    if (!isfinite(call->attrs.eps) || call->attrs.eps < 0)
+      return RECAP_OP_FAIL(call, "attribute 'eps' must be finite and >= 0, got %g",
+                           call->attrs.eps);
+  }
   int bias_at, residual_at;
   recap__gemm_linear_inputs(call, &bias_at, &residual_at);
   if (call->attrs.residual && residual_at < 0)
@@ -198,6 +241,19 @@ static recap_status linear_infer(recap__op_call *call) {
                            recap__shape_label(r).s);
   }
   return RECAP_OK;
+}
+
+/* A linear with a prologue that does not run the skinny kernel computes P(x) [M, K] into its
+ * workspace first (kernels/gemm/choose.c); the host reference allocates its own. */
+static size_t linear_workspace_bytes(const recap__op_call *call, recap_backend_kind backend) {
+  if (backend != RECAP_BACKEND_CUDA || (!call->attrs.rms_norm && call->attrs.glu == RECAP_ACT_NONE))
+    return 0;
+  const recap_tensor *o = &call->outputs[0];
+  const int64_t rows =
+      o->shape[o->ndim - 1] > 0 ? recap__tensor_numel(o) / o->shape[o->ndim - 1] : 0;
+  const int64_t k = call->inputs[1].shape[1];
+  /* Rounded up to 256 bytes, the alignment every GEMM operand gets from the allocator. */
+  return ((size_t)(rows * k) * recap_dtype_size(o->dtype) + 255) & ~(size_t)255;
 }
 
 /* ---- prepare ----------------------------------------------------------------------------- */
@@ -260,11 +316,13 @@ const recap__op_def recap__op_linear = {
     .name = "linear",
     .code = RECAP__GEMM_LINEAR,
     .summary =
-        "act(x weight^T + bias) + residual: weight [N, K], bias [N], residual as out "
-        "(inputs x, weight, residual with attribute residual: no bias)",
+        "act(P(x) weight^T + bias) + residual: weight [N, K], bias [N], residual as out "
+        "(inputs x, weight, residual with attribute residual: no bias); P, the prologue, is x "
+        "itself, its rmsnorm (rms_norm, weight norm_weight, the last input) or glu(gate) * up "
+        "of its halves (glu)",
     .input_names = linear_inputs,
     .min_inputs = 2,
-    .max_inputs = 4,
+    .max_inputs = 5,
     .num_outputs = 1,
     .attrs = linear_attrs,
     .dtype_mask = RECAP__DTYPES_FLOAT,
@@ -272,9 +330,12 @@ const recap__op_def recap__op_linear = {
     /* A folded add supplies its last input, the residual, with or without a bias before it
      * (engine/fuse.h). */
     .folds_residual = true,
+    /* A folded rmsnorm or gated unit runs as the x load of the product (gemm.h). */
+    .takes_prologue = true,
     .reduced_axes = linear_reduced_axes,
     .flops = gemm_flops,
     .infer = linear_infer,
+    .workspace_bytes = linear_workspace_bytes,
     .run_host = recap__gemm_run_host,
     .launch_cuda = RECAP_CUDA_ENTRY(recap__cuda_gemm),
     .prepare = recap__gemm_prepare,

@@ -74,7 +74,8 @@ static bool residual_overlaps_out(const recap_tensor *r, const recap_tensor *o) 
 }
 
 void recap__gemm_linear_inputs(const recap__op_call *call, int *bias, int *residual) {
-  const int n = call->num_inputs;
+  /* rms_norm's weight comes last, after the residual. */
+  const int n = call->num_inputs - (call->attrs.rms_norm && call->num_inputs >= 3);
   *residual = n >= 3 && (n >= 4 || call->attrs.residual) ? n - 1 : -1;
   *bias = n - (*residual >= 0) >= 3 ? 2 : -1;
 }
@@ -129,6 +130,15 @@ recap_status recap__gemm_plan_make(const recap__op_call *call, recap__gemm_plan 
                            "buffer)");
     p.alpha = 1.0f;
     p.act = call->attrs.act;
+    if (call->attrs.rms_norm) {
+      p.prologue = RECAP__GEMM_PROLOGUE_RMS_NORM;
+      p.norm_weight = call->inputs[call->num_inputs - 1].data;
+      p.eps = (float)call->attrs.eps;
+    } else if (call->attrs.glu != RECAP_ACT_NONE) {
+      p.prologue = RECAP__GEMM_PROLOGUE_GLU;
+      p.glu = call->attrs.glu;
+      p.up_offset = p.k; /* up follows gate in each row of x */
+    }
     /* The leading dims of x become rows when one stride steps through all of them (always
      * for a contiguous x), else the last is the rows and the others are batch levels. */
     const int lead = x->ndim - 1;
@@ -164,6 +174,12 @@ recap_status recap__gemm_plan_make(const recap__op_call *call, recap__gemm_plan 
                          "an operand's rows overlap or have no unit stride (copy it "
                          "first)");
   merge_batch_levels(&p);
+  /* A prologue reads x by whole rows of one stride (as every x a pass builds is). */
+  if (p.prologue != RECAP__GEMM_PROLOGUE_NONE &&
+      (p.batch[0] != 1 || p.batch[1] != 1 || p.a_cs != 1))
+    return RECAP_OP_FAIL(call,
+                         "a prologue (rms_norm, glu) needs x's rows at one stride with unit "
+                         "stride along K (copy it first)");
   *out = p;
   return RECAP_OK;
 }

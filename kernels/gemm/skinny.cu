@@ -57,7 +57,79 @@ struct skinny_args {
   float alpha;
   recap__activation act;
   int pdl; /* launched as a programmatic dependent: prefetch W into L2 before waiting */
+  /* The prologue (gemm.h), a template parameter of the kernels: RMS_NORM reads x * gamma and
+   * scales row b's dot products by rsqrt(ss_b / k + eps), ss_b the block's own sum of x^2 of
+   * row b; GLU reads glu(x) * x[up + ..]. */
+  const void *gamma;
+  float eps;
+  recap__activation glu;
+  int64_t up;
 };
+
+constexpr int kProNone = RECAP__GEMM_PROLOGUE_NONE, kProRms = RECAP__GEMM_PROLOGUE_RMS_NORM,
+              kProGlu = RECAP__GEMM_PROLOGUE_GLU;
+
+/* 8 elements of T in one 16-byte register group. */
+template <typename T>
+union pack8 {
+  uint4 raw;
+  T v[8];
+};
+
+/* The prologue on the lane's 8 x elements as they enter the mma: RMS_NORM adds their squares to
+ * ss (the raw x, before gamma) and returns x * gamma; GLU returns glu(gate) * up; both rounded
+ * once to T, as the unfolded op's output was (the norm's rsqrt is applied after the product,
+ * in f32). */
+template <typename T, int kPro>
+__device__ __forceinline__ uint4 prologue_x(uint4 x, uint4 other, float &ss,
+                                            recap__activation act) {
+  if constexpr (kPro == kProNone) {
+    return x;
+  } else {
+    pack8<T> a, b, out;
+    a.raw = x;
+    b.raw = other;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const float v = recap__to_float(a.v[i]), o = recap__to_float(b.v[i]);
+      if constexpr (kPro == kProRms) {
+        ss = fmaf(v, v, ss);
+        out.v[i] = recap__from_float<T>(v * o);
+      } else {
+        out.v[i] = recap__from_float<T>(recap__gemm_activate(act, v) * o);
+      }
+    }
+    return out.raw;
+  }
+}
+
+/* The prologue's rows in shared memory after the main loop: row b's sum of squares from each
+ * warp (RMS_NORM), summed over the warps in a fixed order so every block, and every replay,
+ * gets the same scale. The lanes of a row (same g, tig 0-3) first add theirs by shuffles. */
+template <int NT, int W>
+__device__ __forceinline__ void store_row_squares(float (&ssw)[W][kMaxM], const float (&ss)[NT],
+                                                  int warp, int g, int tig) {
+#pragma unroll
+  for (int t = 0; t < NT; ++t) {
+    float v = ss[t];
+    v += __shfl_xor_sync(0xffffffffu, v, 1);
+    v += __shfl_xor_sync(0xffffffffu, v, 2);
+    if (tig == 0) ssw[warp][8 * t + g] = v;
+  }
+}
+
+/* The factor of row b's dot products: rsqrt(mean square + eps) for RMS_NORM, else 1. */
+template <int kPro, int W>
+__device__ __forceinline__ float row_scale(const float (&ssw)[W][kMaxM], int warps, int b,
+                                           const skinny_args &a) {
+  if constexpr (kPro != kProRms) {
+    return 1.0f;
+  } else {
+    float s = 0.0f;
+    for (int w = 0; w < warps; ++w) s += ssw[w][b];
+    return rsqrtf(s / (float)a.k + a.eps);
+  }
+}
 
 /* An L2 cache policy that marks lines first to leave (cheap: one instruction per thread). */
 __device__ __forceinline__ uint64_t evict_first_policy() {
@@ -134,18 +206,24 @@ __device__ __forceinline__ void mma16816<__half>(float (&d)[4], uint32_t a0, uin
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-/* One group of kSteps K steps as the lane holds it: W rows g and g + 8, x rows 8t + g. */
-template <int NT, int kSteps>
+/* One group of kSteps K steps as the lane holds it: W rows g and g + 8, x rows 8t + g, and
+ * the prologue's other operand: gamma's same 8 elements (RMS_NORM, one for every row) or the up
+ * half of each x row (GLU). */
+template <int NT, int kSteps, int kPro>
 struct group_regs {
+  static constexpr int kOtherRows = kPro == kProGlu ? NT : 1;
+  static constexpr int kOtherSteps = kPro == kProNone ? 1 : kSteps;
   uint4 wa[kSteps], wb[kSteps], xv[NT][kSteps];
+  uint4 other[kOtherRows][kOtherSteps];
 };
 
 /* Loads the group of steps [s, s + kSteps) clipped to [0, limit) and to K; steps outside are
  * zeros (no memory traffic), so a group past the end costs only its mmas on zeros. */
-template <int NT, int kSteps, typename T>
-__device__ __forceinline__ void load_group(group_regs<NT, kSteps> &r, int s, int limit, int k,
+template <int NT, int kSteps, int kPro, typename T>
+__device__ __forceinline__ void load_group(group_regs<NT, kSteps, kPro> &r, int s, int limit, int k,
                                            int tig, const T *w0, const T *w1,
-                                           const T *const (&xr)[NT], uint64_t policy) {
+                                           const T *const (&xr)[NT], const T *gp, int64_t up,
+                                           uint64_t policy) {
   const uint4 zero = make_uint4(0, 0, 0, 0);
   if (s + kSteps <= limit && (s + kSteps) * kStepK <= k) {
     /* The common case: every load of the group is in range, none is predicated. */
@@ -156,6 +234,10 @@ __device__ __forceinline__ void load_group(group_regs<NT, kSteps> &r, int s, int
       r.wb[u] = load_stream(w1 + off, policy);
 #pragma unroll
       for (int t = 0; t < NT; ++t) r.xv[t][u] = load_cached(xr[t] + off);
+      if constexpr (kPro == kProRms) r.other[0][u] = load_cached(gp + off);
+      if constexpr (kPro == kProGlu)
+#pragma unroll
+        for (int t = 0; t < NT; ++t) r.other[t][u] = load_cached(xr[t] + up + off);
     }
   } else {
 #pragma unroll
@@ -167,19 +249,29 @@ __device__ __forceinline__ void load_group(group_regs<NT, kSteps> &r, int s, int
       r.wb[u] = in ? load_stream(w1 + off, policy) : zero;
 #pragma unroll
       for (int t = 0; t < NT; ++t) r.xv[t][u] = in ? load_cached(xr[t] + off) : zero;
+      if constexpr (kPro == kProRms) r.other[0][u] = in ? load_cached(gp + off) : zero;
+      if constexpr (kPro == kProGlu)
+#pragma unroll
+        for (int t = 0; t < NT; ++t) r.other[t][u] = in ? load_cached(xr[t] + up + off) : zero;
     }
   }
 }
 
-template <typename T, int NT, int kSteps>
-__device__ __forceinline__ void mma_group(float (&acc)[NT][4], const group_regs<NT, kSteps> &r) {
+template <typename T, int NT, int kSteps, int kPro>
+__device__ __forceinline__ void mma_group(float (&acc)[NT][4],
+                                          const group_regs<NT, kSteps, kPro> &r, float (&ss)[NT],
+                                          recap__activation act) {
 #pragma unroll
   for (int u = 0; u < kSteps; ++u) {
 #pragma unroll
     for (int t = 0; t < NT; ++t) {
+      const uint4 other = kPro == kProNone  ? r.xv[t][u]
+                          : kPro == kProRms ? r.other[0][u]
+                                            : r.other[kPro == kProGlu ? t : 0][u];
+      const uint4 xv = prologue_x<T, kPro>(r.xv[t][u], other, ss[t], act);
       /* Elements 0-3 of the lane's 8 are the first mma's k pairs, 4-7 the second's. */
-      mma16816<T>(acc[t], r.wa[u].x, r.wb[u].x, r.wa[u].y, r.wb[u].y, r.xv[t][u].x, r.xv[t][u].y);
-      mma16816<T>(acc[t], r.wa[u].z, r.wb[u].z, r.wa[u].w, r.wb[u].w, r.xv[t][u].z, r.xv[t][u].w);
+      mma16816<T>(acc[t], r.wa[u].x, r.wb[u].x, r.wa[u].y, r.wb[u].y, xv.x, xv.y);
+      mma16816<T>(acc[t], r.wa[u].z, r.wb[u].z, r.wa[u].w, r.wb[u].w, xv.z, xv.w);
     }
   }
 }
@@ -200,9 +292,10 @@ __device__ __forceinline__ void store_output(const skinny_args &a, int b, int64_
  * loads are issued together. kPipe: two register buffers, the next group's loads issued
  * before the current group's mmas wait on theirs (so a warp never drains to zero loads in
  * flight); without it, one buffer of twice the steps. Both stay within 128 registers. */
-template <typename T, int NT, int kSteps, bool kPipe>
+template <typename T, int NT, int kSteps, bool kPipe, int kPro>
 __global__ void __launch_bounds__(kMaxWarps * 32) skinny_kernel(const skinny_args a) {
-  __shared__ float partial[kMaxWarps][kMaxM][kRows + 1]; /* [warp][x row][W row] */
+  __shared__ float partial[kMaxWarps][kMaxM][kRows + 1];        /* [warp][x row][W row] */
+  __shared__ float ssw[kPro == kProRms ? kMaxWarps : 1][kMaxM]; /* RMS_NORM: [warp][x row] */
   allow_next_grid();
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
@@ -222,6 +315,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) skinny_kernel(const skinny_arg
    * stretch of each of the 16 rows at a time. */
   const int steps = (a.k + kStepK - 1) / kStepK;
   const int first = warp * kSteps, stride = warps * kSteps;
+  const T *gp = kPro == kProRms ? static_cast<const T *>(a.gamma) + 8 * tig : nullptr;
 
   if (a.pdl) {
 #pragma unroll
@@ -236,28 +330,29 @@ __global__ void __launch_bounds__(kMaxWarps * 32) skinny_kernel(const skinny_arg
   wait_for_previous_grid();
 
   const uint64_t policy = evict_first_policy();
-  float acc[NT][4];
+  float acc[NT][4], ss[NT];
 #pragma unroll
-  for (int t = 0; t < NT; ++t) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.0f;
+  for (int t = 0; t < NT; ++t) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = ss[t] = 0.0f;
 
   if (kPipe) {
-    group_regs<NT, kSteps> ra, rb;
-    load_group(ra, first, steps, a.k, tig, w0, w1, xr, policy);
+    group_regs<NT, kSteps, kPro> ra, rb;
+    load_group(ra, first, steps, a.k, tig, w0, w1, xr, gp, a.up, policy);
     for (int s = first; s < steps; s += 2 * stride) {
-      load_group(rb, s + stride, steps, a.k, tig, w0, w1, xr, policy);
-      mma_group<T>(acc, ra);
-      load_group(ra, s + 2 * stride, steps, a.k, tig, w0, w1, xr, policy);
-      mma_group<T>(acc, rb);
+      load_group(rb, s + stride, steps, a.k, tig, w0, w1, xr, gp, a.up, policy);
+      mma_group<T>(acc, ra, ss, a.glu);
+      load_group(ra, s + 2 * stride, steps, a.k, tig, w0, w1, xr, gp, a.up, policy);
+      mma_group<T>(acc, rb, ss, a.glu);
     }
   } else {
     for (int s = first; s < steps; s += stride) {
-      group_regs<NT, kSteps> r;
-      load_group(r, s, steps, a.k, tig, w0, w1, xr, policy);
-      mma_group<T>(acc, r);
+      group_regs<NT, kSteps, kPro> r;
+      load_group(r, s, steps, a.k, tig, w0, w1, xr, gp, a.up, policy);
+      mma_group<T>(acc, r, ss, a.glu);
     }
   }
+  if constexpr (kPro == kProRms) store_row_squares<NT>(ssw, ss, warp, g, tig);
 
-  /* acc[t]: {0, 1} = (W row g, x rows 8t + 2 tig + {0, 1}), {2, 3} = (W row g + 8, same). */
+    /* acc[t]: {0, 1} = (W row g, x rows 8t + 2 tig + {0, 1}), {2, 3} = (W row g + 8, same). */
 #pragma unroll
   for (int t = 0; t < NT; ++t) {
     const int b = 8 * t + 2 * tig;
@@ -272,7 +367,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) skinny_kernel(const skinny_arg
     if (n0 + r >= a.n) continue;
     float sum = 0.0f;
     for (int w = 0; w < warps; ++w) sum += partial[w][b][r];
-    store_output<T>(a, b, n0 + r, a.alpha * sum);
+    store_output<T>(a, b, n0 + r, a.alpha * sum * row_scale<kPro>(ssw, warps, b, a));
   }
 }
 
@@ -362,7 +457,7 @@ __device__ __forceinline__ uint4 lds128(uint32_t addr) {
  * rows are copied; the others hold stale words that reach only output rows and columns that are
  * never stored (an mma's output row depends on its own A row only, a column on its own B column
  * only). Dynamic shared memory: bulk_smem(RT, NT, KC, S) bytes. */
-template <typename T, int NT, int RT, int KC, int S, int PF>
+template <typename T, int NT, int RT, int KC, int S, int PF, int kPro>
 __global__ void __launch_bounds__((kMaxWarps + 1) * 32) bulk_kernel(const skinny_args a) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   constexpr int kRowBytes = bulk_row_bytes(KC), kStageRows = bulk_stage_rows(RT, NT);
@@ -374,6 +469,7 @@ __global__ void __launch_bounds__((kMaxWarps + 1) * 32) bulk_kernel(const skinny
                 "the partial sums reuse the ring");
   extern __shared__ __align__(128) unsigned char ring[];
   __shared__ __align__(8) uint64_t full[S], empty[S];
+  __shared__ float ssw[kPro == kProRms ? kMaxWarps : 1][kMaxM]; /* RMS_NORM: [warp][x row] */
   allow_next_grid();
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x >> 5) - 1;
@@ -409,7 +505,8 @@ __global__ void __launch_bounds__((kMaxWarps + 1) * 32) bulk_kernel(const skinny
   if (warp == warps) {
     /* Producer: stage c % S takes columns [c KC, c KC + KC) once its previous use is released. */
     const uint64_t w_policy = evict_first_policy();
-    const int copies = rows + a.m;
+    /* GLU reads x's halves from global memory (L1/L2: every block reads the same rows). */
+    const int copies = rows + (kPro == kProGlu ? 0 : a.m);
     for (int c = 0; c < chunks; ++c) {
       const int s = c % S;
       if (c >= S) recap__mbar_wait(recap__smem_addr(&empty[s]), (uint32_t)((c / S - 1) & 1));
@@ -432,6 +529,14 @@ __global__ void __launch_bounds__((kMaxWarps + 1) * 32) bulk_kernel(const skinny
   } else {
     /* Consumers: warp takes the steps warp, warp + warps, ... of every stage. */
     const uint4 zero = make_uint4(0, 0, 0, 0);
+    float ss[NT];
+    const T *xg[NT];
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+      ss[t] = 0.0f;
+      xg[t] = x + (8 * t + g < a.m ? (8 * t + g) * a.ldx : 0) + 8 * tig;
+    }
+    const T *gp = kPro == kProRms ? static_cast<const T *>(a.gamma) + 8 * tig : nullptr;
     for (int c = 0; c < chunks; ++c) {
       const int s = c % S;
       recap__mbar_wait(recap__smem_addr(&full[s]), (uint32_t)((c / S) & 1));
@@ -448,9 +553,20 @@ __global__ void __launch_bounds__((kMaxWarps + 1) * 32) bulk_kernel(const skinny
           wa[r] = in ? lds128(at + (uint32_t)(16 * r * kRowBytes)) : zero;
           wb[r] = in ? lds128(at + (uint32_t)((16 * r + 8) * kRowBytes)) : zero;
         }
+        const int64_t off = (int64_t)c * KC + j * kStepK;
+        uint4 gv = zero;
+        if constexpr (kPro == kProRms) gv = in ? load_cached(gp + off) : zero;
 #pragma unroll
-        for (int t = 0; t < NT; ++t)
-          xv[t] = in ? lds128(at + (uint32_t)((kBlockRows + 8 * t) * kRowBytes)) : zero;
+        for (int t = 0; t < NT; ++t) {
+          if constexpr (kPro == kProGlu) {
+            const uint4 gate = in ? load_cached(xg[t] + off) : zero;
+            const uint4 up = in ? load_cached(xg[t] + a.up + off) : zero;
+            xv[t] = prologue_x<T, kPro>(gate, up, ss[t], a.glu);
+          } else {
+            xv[t] = in ? lds128(at + (uint32_t)((kBlockRows + 8 * t) * kRowBytes)) : zero;
+            xv[t] = prologue_x<T, kPro>(xv[t], gv, ss[t], a.glu);
+          }
+        }
 #pragma unroll
         for (int r = 0; r < RT; ++r)
 #pragma unroll
@@ -462,6 +578,7 @@ __global__ void __launch_bounds__((kMaxWarps + 1) * 32) bulk_kernel(const skinny
       __syncwarp();
       if (lane == 0) recap__mbar_arrive(recap__smem_addr(&empty[s]));
     }
+    if constexpr (kPro == kProRms) store_row_squares<NT>(ssw, ss, warp, g, tig);
   }
   /* Every consumer has waited on every stage, so every copy has landed: after the barrier the
    * ring holds the partial sums [warp][x row][W row]. */
@@ -486,7 +603,7 @@ __global__ void __launch_bounds__((kMaxWarps + 1) * 32) bulk_kernel(const skinny
     float sum = 0.0f;
     for (int wi = 0; wi < warps; ++wi)
       sum += partial[((size_t)wi * kMaxM + b) * (kBlockRows + 1) + r];
-    store_output<T>(a, b, n0 + r, a.alpha * sum);
+    store_output<T>(a, b, n0 + r, a.alpha * sum * row_scale<kPro>(ssw, warps, b, a));
   }
 #endif
 }
@@ -546,11 +663,11 @@ recap_status allow_smem(Kernel kernel, int device, size_t bytes, int (&done)[kMa
   return RECAP_OK;
 }
 
-template <typename T, int NT, int RT, int KC, int S, int PF>
+template <typename T, int NT, int RT, int KC, int S, int PF, int kPro>
 recap_status launch_bulk(const skinny_args &args, int device, int warps,
                          cudaLaunchConfig_t config) {
   static int smem_allowed[kMaxDevices];
-  const auto kernel = bulk_kernel<T, NT, RT, KC, S, PF>;
+  const auto kernel = bulk_kernel<T, NT, RT, KC, S, PF, kPro>;
   const size_t smem = bulk_smem(RT, NT, KC, S);
   RECAP_TRY(allow_smem(kernel, device, smem, smem_allowed));
   config.gridDim = dim3((unsigned)RECAP_CEIL_DIV(args.n, (int64_t)kRows * RT));
@@ -561,29 +678,30 @@ recap_status launch_bulk(const skinny_args &args, int device, int warps,
   return RECAP_OK;
 }
 
-template <typename T, int I>
+template <typename T, int I, int kPro>
 recap_status launch_bulk_shape(const skinny_args &args, int device, int warps,
                                const cudaLaunchConfig_t &config) {
   constexpr bulk_shape b = kBulkShapes[I];
-  return args.m <= 8
-             ? launch_bulk<T, 1, b.rt, b.kc, b.stages, b.prefetch>(args, device, warps, config)
-             : launch_bulk<T, 2, b.rt, b.kc, b.stages, b.prefetch>(args, device, warps, config);
+  return args.m <= 8 ? launch_bulk<T, 1, b.rt, b.kc, b.stages, b.prefetch, kPro>(args, device,
+                                                                                 warps, config)
+                     : launch_bulk<T, 2, b.rt, b.kc, b.stages, b.prefetch, kPro>(args, device,
+                                                                                 warps, config);
 }
 
 /* Launches bulk shape I if it is `shape`, else tries the next one. */
-template <typename T, int I = 0>
+template <typename T, int kPro, int I = 0>
 recap_status launch_bulk_index(int shape, const skinny_args &args, int device, int warps,
                                const cudaLaunchConfig_t &config) {
   if constexpr (I < kBulkCount) {
-    if (shape == I) return launch_bulk_shape<T, I>(args, device, warps, config);
-    return launch_bulk_index<T, I + 1>(shape, args, device, warps, config);
+    if (shape == I) return launch_bulk_shape<T, I, kPro>(args, device, warps, config);
+    return launch_bulk_index<T, kPro, I + 1>(shape, args, device, warps, config);
   }
   return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "skinny gemm: no bulk shape %d", shape);
 }
 
 /* pipe: 0 single register buffer, 1 two register buffers, kBulkFirst + i bulk shape i (the
  * caller checked the range and the device). */
-template <typename T>
+template <typename T, int kPro>
 recap_status launch(const skinny_args &args, int device, int warps, int pipe, bool pdl,
                     cudaStream_t stream) {
   const unsigned blocks = (unsigned)RECAP_CEIL_DIV(args.n, kRows);
@@ -599,13 +717,19 @@ recap_status launch(const skinny_args &args, int device, int warps, int pipe, bo
     config.numAttrs = 1;
   }
   if (pipe >= kBulkFirst)
-    return launch_bulk_index<T>(pipe - kBulkFirst, args, device, warps, config);
+    return launch_bulk_index<T, kPro>(pipe - kBulkFirst, args, device, warps, config);
+  /* A prologue holds more per step (GLU the up half's loads, RMS_NORM gamma's and the
+   * conversions): half the steps per group where that keeps the kernel within 128 registers
+   * without spilling (ptxas -v, sm_90: GLU at both tile counts, RMS_NORM at one 8-row tile). */
+  constexpr int kDiv1 = kPro == kProNone ? 1 : 2, kDiv2 = kPro == kProGlu ? 2 : 1;
   if (args.m <= 8)
-    RECAP_CUDA_TRY(pipe == 1 ? cudaLaunchKernelEx(&config, skinny_kernel<T, 1, 4, true>, args)
-                             : cudaLaunchKernelEx(&config, skinny_kernel<T, 1, 8, false>, args));
+    RECAP_CUDA_TRY(
+        pipe == 1 ? cudaLaunchKernelEx(&config, skinny_kernel<T, 1, 4 / kDiv1, true, kPro>, args)
+                  : cudaLaunchKernelEx(&config, skinny_kernel<T, 1, 8 / kDiv1, false, kPro>, args));
   else
-    RECAP_CUDA_TRY(pipe == 1 ? cudaLaunchKernelEx(&config, skinny_kernel<T, 2, 2, true>, args)
-                             : cudaLaunchKernelEx(&config, skinny_kernel<T, 2, 4, false>, args));
+    RECAP_CUDA_TRY(
+        pipe == 1 ? cudaLaunchKernelEx(&config, skinny_kernel<T, 2, 2 / kDiv2, true, kPro>, args)
+                  : cudaLaunchKernelEx(&config, skinny_kernel<T, 2, 4 / kDiv2, false, kPro>, args));
   RECAP_CUDA_TRY(cudaGetLastError());
   return RECAP_OK;
 }
@@ -625,7 +749,8 @@ extern "C" bool recap__cuda_gemm_skinny_fits(const recap__gemm_plan *p) {
          p->k <= INT32_MAX - kStepK && p->k % 8 == 0 && p->batch[0] == 1 && p->batch[1] == 1 &&
          !p->c && (p->a_cs == 1) && (p->m == 1 || p->a_rs % 8 == 0) && p->b_rs == 1 &&
          (p->n == 1 || p->b_cs % 8 == 0) && (!p->a || aligned16(p->a)) &&
-         (!p->b || aligned16(p->b));
+         (!p->b || aligned16(p->b)) && (!p->norm_weight || aligned16(p->norm_weight)) &&
+         (p->prologue != RECAP__GEMM_PROLOGUE_GLU || p->up_offset % 8 == 0);
 }
 
 extern "C" recap_status recap__cuda_gemm_skinny_default(const recap__gemm_plan *p, int device,
@@ -685,7 +810,9 @@ extern "C" bool recap__cuda_gemm_skinny_preferred(const recap__gemm_plan *p, int
   const int64_t blocks = RECAP_CEIL_DIV(p->n, (int64_t)kRows * b.rt);
   const int64_t tail = blocks % slots;
   if (blocks > slots && tail > 0 && tail <= slots / 4) return false;
-  const bool epilogue = p->bias || p->act != RECAP_ACT_NONE || p->residual;
+  /* A prologue counts as an epilogue: elsewhere it costs a launch of its own. */
+  const bool epilogue = p->bias || p->act != RECAP_ACT_NONE || p->residual ||
+                        p->prologue != RECAP__GEMM_PROLOGUE_NONE;
   if (!epilogue && blocks < f.sms &&
       p->n * p->k * (int64_t)recap_dtype_size(p->dtype) > ((int64_t)16 << 20))
     return false;
@@ -723,12 +850,25 @@ extern "C" recap_status recap__cuda_gemm_skinny_config(const recap__gemm_plan *p
   args.ldw = p->n == 1 ? p->k : p->b_cs;
   args.alpha = p->alpha;
   args.act = p->act;
+  args.gamma = p->norm_weight;
+  args.eps = p->eps;
+  args.glu = p->glu;
+  args.up = p->up_offset;
   const bool pdl = f.major >= 9 && recap__gemm_env_get()->skinny_pdl;
   args.pdl = pdl;
   cudaStream_t stream = static_cast<cudaStream_t>(cuda_stream);
   return recap__cuda_dispatch_float(p->dtype, "skinny gemm", [&](auto tag) -> recap_status {
     using T = decltype(tag);
-    if constexpr (sizeof(T) == 2) return launch<T>(args, device, warps, pipe, pdl, stream);
+    if constexpr (sizeof(T) == 2) {
+      switch (p->prologue) {
+        case RECAP__GEMM_PROLOGUE_RMS_NORM:
+          return launch<T, kProRms>(args, device, warps, pipe, pdl, stream);
+        case RECAP__GEMM_PROLOGUE_GLU:
+          return launch<T, kProGlu>(args, device, warps, pipe, pdl, stream);
+        default:
+          return launch<T, kProNone>(args, device, warps, pipe, pdl, stream);
+      }
+    }
     return RECAP_FAIL(RECAP_STATUS_NOT_SUPPORTED, "skinny gemm: f32 is not supported");
   });
 }

@@ -1,0 +1,362 @@
+/*
+ * gemm_prologue_test.c: a linear's prologues (kernels/gemm/gemm.h: rms_norm, glu), the folded
+ * rmsnorm and SwiGLU of engine/fuse.h.
+ *
+ * Host: the folded op against a float64 hand computation of the unfolded ops (the norm or
+ * gated unit, then x W^T + bias + residual) for f32, f16 and bf16, M in {1, 3, 16, 17, 64}, with
+ * and without bias and residual; the folded rms_norm equals the rmsnorm op followed by the plain
+ * linear bit for bit (the host computes it exactly as rmsnorm does); infer's refusals.
+ * CUDA (inactive without a GPU): the same cases against the same computation and the host's
+ * folded result, on every path: the skinny kernel's default variant (bulk copies on Hopper),
+ * its register kernel (RECAP_GEMM_SKINNY_PIPE=0), and the workspace path (RECAP_GEMM_SKINNY=0,
+ * and every M > 16 and f32); every skinny configuration directly (K = 2056: a partial last
+ * step and chunk); two runs give identical bits.
+ */
+#include "tests/gemm_util.h"
+
+static const int64_t test_ms[] = {1, 3, 16, 17, 64};
+
+typedef enum { PRO_RMS, PRO_GLU } prologue_kind;
+
+/* A folded linear with its inputs: x, weight, bias?, residual?, norm_weight? (gemm.h). */
+typedef struct {
+  recap__op_call call;
+  tbuf in[5];
+  int num_in;
+  double *ref, *scale;
+} pcase;
+
+static void pcase_make(pcase *c, recap_dtype dt, prologue_kind kind, int64_t m, int64_t k,
+                       int64_t n, bool bias, bool residual, test_rng *rng) {
+  memset(c, 0, sizeof *c);
+  c->call.def = recap__op_find("linear");
+  recap__op_attrs_set_defaults(c->call.def, &c->call.attrs);
+  const int64_t xs[2] = {m, kind == PRO_GLU ? 2 * k : k}, ws[2] = {n, k}, bs[1] = {n},
+                rs[2] = {m, n}, gs[1] = {k};
+  c->in[c->num_in++] = tb_make(dt, 2, xs, rng);
+  c->in[c->num_in++] = tb_make(dt, 2, ws, rng);
+  if (bias) c->in[c->num_in++] = tb_make(dt, 1, bs, rng);
+  if (residual) c->in[c->num_in++] = tb_make(dt, 2, rs, rng);
+  if (kind == PRO_RMS) {
+    c->in[c->num_in++] = tb_make(dt, 1, gs, rng);
+    c->call.attrs.rms_norm = 1;
+    c->call.attrs.eps = 1e-5;
+  } else {
+    c->call.attrs.glu = RECAP_ACT_SILU;
+  }
+  c->call.attrs.residual = residual;
+  c->call.num_inputs = c->num_in;
+  for (int i = 0; i < c->num_in; ++i) c->call.inputs[i] = c->in[i].t;
+  CHECK_OK(recap__op_infer(&c->call));
+  recap_tensor *o = &c->call.outputs[0];
+  const size_t bytes = (size_t)(m * n) * recap_dtype_size(dt);
+  o->data = malloc(bytes);
+  memset(o->data, 0xff, bytes); /* NaN: an unwritten element fails */
+
+  /* The unfolded ops by hand, in float64: P(x) unrounded, then the product. */
+  const recap_tensor *x = &c->in[0].t, *w = &c->in[1].t;
+  const recap_tensor *b = bias ? &c->in[2].t : NULL;
+  const recap_tensor *r = residual ? &c->in[bias ? 3 : 2].t : NULL;
+  const recap_tensor *g = kind == PRO_RMS ? &c->in[c->num_in - 1].t : NULL;
+  c->ref = malloc(sizeof(double) * (size_t)(m * n));
+  c->scale = malloc(sizeof(double) * (size_t)(m * n));
+  double *px = malloc(sizeof(double) * (size_t)k);
+  for (int64_t i = 0; i < m; ++i) {
+    double inv = 1;
+    if (g) {
+      double ss = 0;
+      for (int64_t p = 0; p < k; ++p) {
+        const double v = recap__load_f32(x->data, dt, i * k + p);
+        ss += v * v;
+      }
+      inv = 1.0 / sqrt(ss / (double)k + 1e-5);
+    }
+    for (int64_t p = 0; p < k; ++p) {
+      if (g) {
+        px[p] = recap__load_f32(x->data, dt, i * k + p) * inv * recap__load_f32(g->data, dt, p);
+      } else {
+        const double gate = recap__load_f32(x->data, dt, i * 2 * k + p);
+        px[p] = gate / (1.0 + exp(-gate)) * recap__load_f32(x->data, dt, i * 2 * k + k + p);
+      }
+    }
+    for (int64_t j = 0; j < n; ++j) {
+      double sum = 0, mag = 0;
+      for (int64_t p = 0; p < k; ++p) {
+        const double t = px[p] * recap__load_f32(w->data, dt, j * k + p);
+        sum += t;
+        mag += fabs(t);
+      }
+      if (b) {
+        sum += recap__load_f32(b->data, dt, j);
+        mag += fabs(recap__load_f32(b->data, dt, j));
+      }
+      if (r) {
+        sum += recap__load_f32(r->data, dt, i * n + j);
+        mag += fabs(recap__load_f32(r->data, dt, i * n + j));
+      }
+      c->ref[i * n + j] = sum;
+      c->scale[i * n + j] = mag;
+    }
+  }
+  free(px);
+}
+
+static void pcase_free(pcase *c) {
+  for (int i = 0; i < c->num_in; ++i) free(c->in[i].t.data);
+  free(c->call.outputs[0].data);
+  free(c->ref);
+  free(c->scale);
+}
+
+static void pcase_run_host(pcase *c) {
+  CHECK_OK(recap__op_launch(&c->call, host_stream));
+  CHECK_OK(recap_stream_synchronize(host_stream));
+}
+
+/* The prologue rounds P(x) to the dtype once (as the unfolded op's output was): a relative
+ * error of one rounding per product term on top of the product's own. */
+static tolerance prologue_tol(recap_dtype dt) {
+  tolerance t = host_tol(dt);
+  if (dt == RECAP_DTYPE_F32) t.rtol = 1e-5;
+  return t;
+}
+
+static void label(char *buf, size_t size, const char *where, recap_dtype dt, prologue_kind kind,
+                  int64_t m, bool bias, bool residual) {
+  snprintf(buf, size, "%s %s %s m=%lld%s%s", where, recap_dtype_name(dt),
+           kind == PRO_RMS ? "rms_norm" : "glu", (long long)m, bias ? " +bias" : "",
+           residual ? " +residual" : "");
+}
+
+/* ---- host -------------------------------------------------------------------------------- */
+
+static void test_host_folded_linear_matches_the_unfolded_ops_by_hand(void) {
+  test_rng rng;
+  test_rng_init(&rng);
+  for (int d = 0; d < 3; ++d)
+    for (int kind = PRO_RMS; kind <= PRO_GLU; ++kind)
+      for (size_t mi = 0; mi < sizeof test_ms / sizeof test_ms[0]; ++mi)
+        for (int v = 0; v < 4; ++v) {
+          pcase c;
+          pcase_make(&c, float_types[d], (prologue_kind)kind, test_ms[mi], 96, 40, v & 1, v & 2,
+                     &rng);
+          pcase_run_host(&c);
+          char what[96];
+          label(what, sizeof what, "host", float_types[d], (prologue_kind)kind, test_ms[mi], v & 1,
+                v & 2);
+          CU_ASSERT_EQUAL(
+              count_bad(&c.call.outputs[0], c.ref, c.scale, prologue_tol(float_types[d]), what), 0);
+          pcase_free(&c);
+        }
+}
+
+/* rmsnorm then the plain linear on the host: the same bits as the folded op. */
+static void test_host_folded_rms_norm_equals_rmsnorm_then_linear_exactly(void) {
+  test_rng rng;
+  test_rng_init(&rng);
+  for (int d = 0; d < 3; ++d) {
+    const recap_dtype dt = float_types[d];
+    pcase c;
+    pcase_make(&c, dt, PRO_RMS, 17, 96, 40, true, true, &rng);
+    pcase_run_host(&c);
+    /* rmsnorm(x, g) -> xn */
+    recap__op_call norm = {.def = recap__op_find("rmsnorm"), .num_inputs = 2};
+    recap__op_attrs_set_defaults(norm.def, &norm.attrs);
+    norm.attrs.eps = 1e-5;
+    norm.inputs[0] = c.in[0].t;
+    norm.inputs[1] = c.in[4].t;
+    CHECK_OK(recap__op_infer(&norm));
+    const size_t xbytes = (size_t)(17 * 96) * recap_dtype_size(dt);
+    norm.outputs[0].data = malloc(xbytes);
+    CHECK_OK(recap__op_launch(&norm, host_stream));
+    /* linear(xn, w, b, r) */
+    recap__op_call lin = c.call;
+    lin.attrs.rms_norm = 0;
+    lin.num_inputs = 4;
+    lin.inputs[0] = norm.outputs[0];
+    const size_t ybytes = (size_t)(17 * 40) * recap_dtype_size(dt);
+    lin.outputs[0].data = malloc(ybytes);
+    CHECK_OK(recap__op_infer(&lin));
+    CHECK_OK(recap__op_launch(&lin, host_stream));
+    CHECK_OK(recap_stream_synchronize(host_stream));
+    CU_ASSERT_EQUAL(memcmp(lin.outputs[0].data, c.call.outputs[0].data, ybytes), 0);
+    free(norm.outputs[0].data);
+    free(lin.outputs[0].data);
+    pcase_free(&c);
+  }
+}
+
+static void test_host_infer_refuses_bad_prologues(void) {
+  test_rng rng;
+  test_rng_init(&rng);
+  pcase c;
+  pcase_make(&c, RECAP_DTYPE_F32, PRO_RMS, 3, 96, 40, false, false, &rng);
+  recap__op_call bad = c.call;
+  bad.attrs.glu = RECAP_ACT_SILU; /* both prologues */
+  CU_ASSERT_EQUAL(recap__op_infer(&bad), RECAP_STATUS_INVALID_ARGUMENT);
+  CU_ASSERT_PTR_NOT_NULL(strstr(recap_last_error(), "exclude each other"));
+  bad = c.call;
+  bad.num_inputs = 2; /* rms_norm without its weight */
+  CU_ASSERT_EQUAL(recap__op_infer(&bad), RECAP_STATUS_INVALID_ARGUMENT);
+  CU_ASSERT_PTR_NOT_NULL(strstr(recap_last_error(), "norm's weight"));
+  bad = c.call;
+  bad.inputs[2].shape[0] = 95; /* norm_weight not [K] */
+  CU_ASSERT_EQUAL(recap__op_infer(&bad), RECAP_STATUS_INVALID_ARGUMENT);
+  CU_ASSERT_PTR_NOT_NULL(strstr(recap_last_error(), "norm_weight"));
+  bad = c.call;
+  bad.attrs.eps = -1;
+  CU_ASSERT_EQUAL(recap__op_infer(&bad), RECAP_STATUS_INVALID_ARGUMENT);
+  bad = c.call;
+  bad.attrs.rms_norm = 0;
+  bad.num_inputs = 2;
+  bad.attrs.glu = RECAP_ACT_SILU; /* x [3, 96] holds gate and up of 48: weight's K is 96 */
+  CU_ASSERT_EQUAL(recap__op_infer(&bad), RECAP_STATUS_INVALID_ARGUMENT);
+  CU_ASSERT_PTR_NOT_NULL(strstr(recap_last_error(), "the half that glu reads"));
+  bad.inputs[0].shape[1] = 97;
+  bad.inputs[0].strides[0] = 97;
+  CU_ASSERT_EQUAL(recap__op_infer(&bad), RECAP_STATUS_INVALID_ARGUMENT);
+  CU_ASSERT_PTR_NOT_NULL(strstr(recap_last_error(), "even"));
+  pcase_free(&c);
+}
+
+/* ---- CUDA -------------------------------------------------------------------------------- */
+
+#if RECAP_WITH_CUDA
+
+/* Runs the case on CUDA (its workspace as the contract sizes it) and returns the output: through
+ * the op's launch (pipe < 0), or straight through the skinny kernel's configuration `pipe`
+ * (0, 1 register buffers; 2, 3 the bulk-copy shapes, run as 1 before Hopper). */
+static void *run_cuda(const pcase *c, int pipe) {
+  recap__op_call call = c->call;
+  void *dev[6] = {0};
+  for (int i = 0; i < c->num_in; ++i) {
+    const size_t bytes = c->in[i].storage_elems * recap_dtype_size(c->in[i].t.dtype);
+    CU_ASSERT_EQUAL_FATAL(cudaMalloc(&dev[i], bytes), cudaSuccess);
+    CU_ASSERT_EQUAL_FATAL(cudaMemcpy(dev[i], c->in[i].t.data, bytes, cudaMemcpyHostToDevice),
+                          cudaSuccess);
+    call.inputs[i].data = dev[i];
+  }
+  const size_t out_bytes =
+      (size_t)recap__tensor_numel(&call.outputs[0]) * recap_dtype_size(call.outputs[0].dtype);
+  CU_ASSERT_EQUAL_FATAL(cudaMalloc(&dev[5], out_bytes), cudaSuccess);
+  CU_ASSERT_EQUAL_FATAL(cudaMemset(dev[5], 0xff, out_bytes), cudaSuccess);
+  call.outputs[0].data = dev[5];
+  call.workspace_bytes = call.def->workspace_bytes(&call, RECAP_BACKEND_CUDA);
+  CU_ASSERT_TRUE(call.workspace_bytes > 0);
+  CU_ASSERT_EQUAL_FATAL(cudaMalloc(&call.workspace, call.workspace_bytes), cudaSuccess);
+  if (pipe < 0) {
+    CHECK_OK(recap__op_launch(&call, cuda_stream));
+  } else {
+    recap__gemm_plan plan;
+    CHECK_OK(recap__gemm_plan_make(&call, &plan));
+    CU_ASSERT_TRUE(recap__cuda_gemm_skinny_fits(&plan));
+    CHECK_OK(recap__cuda_gemm_skinny_config(&plan, 0, recap_stream_native(cuda_stream),
+                                            pipe < 2 ? 4 : 8, pipe));
+  }
+  CHECK_OK(recap_stream_synchronize(cuda_stream));
+  void *out = malloc(out_bytes);
+  CU_ASSERT_EQUAL(cudaMemcpy(out, dev[5], out_bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+  for (int i = 0; i < 6; ++i) cudaFree(dev[i]);
+  cudaFree(call.workspace);
+  return out;
+}
+
+/* The case on CUDA under the current environment: within tolerance of the hand computation and
+ * of the host's folded result, and the same bits twice. */
+static void check_cuda(const pcase *c, int pipe, const char *what) {
+  void *a = run_cuda(c, pipe), *b = run_cuda(c, pipe);
+  recap_tensor got = c->call.outputs[0];
+  got.data = a;
+  const recap_dtype dt = got.dtype;
+  tolerance tol = prologue_tol(dt);
+  if (dt == RECAP_DTYPE_F32) tol.rtol = 1e-4;
+  CU_ASSERT_EQUAL(count_bad(&got, c->ref, c->scale, tol, what), 0);
+  const int64_t total = recap__tensor_numel(&got);
+  double *host = malloc(sizeof(double) * (size_t)total);
+  for (int64_t e = 0; e < total; ++e) host[e] = recap__load_f32(c->call.outputs[0].data, dt, e);
+  tol.atol *= 2;
+  tol.rtol *= 2;
+  CU_ASSERT_EQUAL(count_bad(&got, host, c->scale, tol, "cuda vs host"), 0);
+  CU_ASSERT_EQUAL(memcmp(a, b, (size_t)total * recap_dtype_size(dt)), 0);
+  free(host);
+  free(a);
+  free(b);
+}
+
+static void set_env(const char *name, const char *value) {
+  if (value)
+    setenv(name, value, 1);
+  else
+    unsetenv(name);
+  recap__gemm_env_reload();
+}
+
+/* K = 2048 and N = 200: shapes the skinny kernel takes at every M <= 16 (gemm.h). */
+static void test_cuda_folded_linear_matches_host_on_every_path(void) {
+  static const char *const paths[][3] = {
+      {"default", NULL, NULL},
+      {"register kernel", "RECAP_GEMM_SKINNY_PIPE", "0"},
+      {"workspace path", "RECAP_GEMM_SKINNY", "0"},
+  };
+  test_rng rng;
+  test_rng_init(&rng);
+  for (int d = 0; d < 3; ++d)
+    for (int kind = PRO_RMS; kind <= PRO_GLU; ++kind)
+      for (size_t mi = 0; mi < sizeof test_ms / sizeof test_ms[0]; ++mi)
+        for (int v = 0; v < 4; ++v) {
+          pcase c;
+          pcase_make(&c, float_types[d], (prologue_kind)kind, test_ms[mi], 2048, 200, v & 1, v & 2,
+                     &rng);
+          pcase_run_host(&c);
+          for (size_t p = 0; p < sizeof paths / sizeof paths[0]; ++p) {
+            if (paths[p][1]) set_env(paths[p][1], paths[p][2]);
+            char what[128];
+            label(what, sizeof what, paths[p][0], float_types[d], (prologue_kind)kind, test_ms[mi],
+                  v & 1, v & 2);
+            check_cuda(&c, -1, what);
+            if (paths[p][1]) set_env(paths[p][1], NULL);
+          }
+          pcase_free(&c);
+        }
+}
+
+/* Every configuration of the skinny kernel with each prologue, M 1, 3 and 16 (one and two 8-row
+ * tiles of x), f16 and bf16. */
+static void test_cuda_every_skinny_configuration_computes_the_prologues(void) {
+  static const int64_t ms[] = {1, 3, 16};
+  test_rng rng;
+  test_rng_init(&rng);
+  for (int d = 1; d < 3; ++d)
+    for (int kind = PRO_RMS; kind <= PRO_GLU; ++kind)
+      for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; ++mi) {
+        pcase c;
+        pcase_make(&c, float_types[d], (prologue_kind)kind, ms[mi], 2056, 200, true, true, &rng);
+        pcase_run_host(&c);
+        for (int pipe = 0; pipe < 4; ++pipe) {
+          char where[32], what[128];
+          snprintf(where, sizeof where, "skinny pipe %d", pipe);
+          label(what, sizeof what, where, float_types[d], (prologue_kind)kind, ms[mi], true, true);
+          check_cuda(&c, pipe, what);
+        }
+        pcase_free(&c);
+      }
+}
+
+#endif /* RECAP_WITH_CUDA */
+
+int main(void) {
+  CU_pSuite host = test_add_suite("gemm_prologue/host", host_suite_init, host_suite_cleanup);
+  CU_ADD_TEST(host, test_host_folded_linear_matches_the_unfolded_ops_by_hand);
+  CU_ADD_TEST(host, test_host_folded_rms_norm_equals_rmsnorm_then_linear_exactly);
+  CU_ADD_TEST(host, test_host_infer_refuses_bad_prologues);
+  CU_pSuite cuda = test_add_cuda_suite("gemm_prologue/cuda",
+#if RECAP_WITH_CUDA
+                                       cuda_suite_init, cuda_suite_cleanup);
+  CU_ADD_TEST(cuda, test_cuda_folded_linear_matches_host_on_every_path);
+  CU_ADD_TEST(cuda, test_cuda_every_skinny_configuration_computes_the_prologues);
+#else
+                                       NULL, NULL);
+  (void)cuda;
+#endif
+  return test_run_all();
+}
