@@ -7,8 +7,12 @@
  *   WHILE   (condition 1 at launch)
  *     [stamp kernel]             the step's start, with `timestamps`
  *     child graph                the bucket's captured decode step (decode_advance inside)
- *     control kernel             ring entries, stop tests, ids packed again, continue flag
- *     condition kernel           the continue flag into the WHILE node's condition
+ *     control kernel             ring entries, stop tests, ids packed again, the RNG slot
+ *                                moved on, the WHILE node's condition
+ * A step graph that draws random numbers has its RNG slot written once per launch with the
+ * first of K steps' draws (reserved together); the control kernel moves it on after every
+ * step, and once the launch has ended the draws of the steps that did not run go back to the
+ * generator (runtime/rng.h, recap__rng_loop_*).
  * The body is captured on a stream of its own (a WHILE body is a graph of its own, captured
  * with cudaStreamBeginCaptureToGraph); the host backend runs the same graph with the same
  * semantics and enforces CUDA's rules for the body.
@@ -24,6 +28,7 @@
 #include <string.h>
 
 #include "engine/ir.h"
+#include "graph/graph.h"
 #include "engine/pipeline.h"
 #include "runtime/backend.h"
 #include "runtime/error.h"
@@ -32,6 +37,7 @@
 typedef struct {
   int32_t *block;        /* RECAP__LOOP_STATE_INTS + rows x RECAP__LOOP_LIMIT_WIDTH */
   int32_t *published;    /* ring entries the host may read */
+  int32_t *ran;          /* iterations the launch has run (beside published) */
   int32_t *stop_request; /* nonzero: end after the current step */
   recap_loop_token *ring;
   uint64_t *stamps; /* 2 x max_steps, or NULL */
@@ -46,6 +52,10 @@ struct recap_decode_loop {
   mapped_parts parts;
   int32_t *state;       /* device copy of the launch block, updated by the control kernel */
   recap_graph **graphs; /* per bucket */
+  /* Per bucket: the step graph's RNG binding the body moves on (NULL: it draws nothing). */
+  const recap__rng_graph_binding **rng;
+  size_t bucket; /* of the launch under way, or the last one */
+  recap__rng_loop_reservation reserved;
   recap_event *done;
   bool running;       /* launched and not yet polled to its end */
   int32_t read;       /* entries handed out by poll */
@@ -86,9 +96,11 @@ static recap_status capture_bucket(recap_decode_loop *loop, size_t bucket, int i
       .ring = loop->parts.ring,
       .capacity = (int64_t)loop->capacity,
       .published = loop->parts.published,
+      .ran = loop->parts.ran,
       .stop_request = loop->parts.stop_request,
       .stamps = timestamps ? loop->parts.stamps : NULL,
   };
+  const recap__rng_graph_binding *rng = NULL;
   recap_graph *g = NULL;
   RECAP_TRY(recap_graph_create(&g));
   loop->graphs[bucket] = g;
@@ -101,10 +113,14 @@ static recap_status capture_bucket(recap_decode_loop *loop, size_t bucket, int i
   in_body = st == RECAP_OK;
   if (st == RECAP_OK && timestamps)
     st = recap__decode_loop_stamp(loop->body, loop->parts.stamps, loop->state);
-  if (st == RECAP_OK) st = recap_graph_replay(p->graphs[bucket], loop->body);
-  if (st == RECAP_OK) st = recap__decode_loop_control(loop->body, &args);
-  if (st == RECAP_OK)
-    st = be->condition_set(loop->body, handle, loop->state + RECAP__LOOP_CONTINUE);
+  if (st == RECAP_OK) st = recap__graph_replay_into_body(p->graphs[bucket], loop->body, &rng);
+  if (st == RECAP_OK) {
+    loop->rng[bucket] = rng;
+    args.rng_slot = rng ? rng->slot : NULL;
+    args.rng_increment = rng ? rng->increment : 0;
+    args.condition = handle;
+    st = recap__decode_loop_control(loop->body, &args);
+  }
   if (in_body) {
     recap_status end = be->while_end(loop->body);
     if (st == RECAP_OK) st = end;
@@ -122,6 +138,7 @@ recap_status recap_decode_loop_destroy(recap_decode_loop *loop) {
   for (size_t b = 0; loop->graphs && b < loop->p->model->num_buckets; b++)
     recap_graph_destroy(loop->graphs[b]);
   free(loop->graphs);
+  free(loop->rng);
   recap_event_destroy(loop->done);
   recap_stream_destroy(loop->body);
   if (loop->state) recap_free(loop->state);
@@ -173,6 +190,7 @@ recap_status recap_decode_loop_create(recap_pipeline *p, int64_t max_steps, int 
     loop->parts = (mapped_parts){
         .block = (int32_t *)m,
         .published = (int32_t *)(m + at_published),
+        .ran = (int32_t *)(m + at_published) + 1,
         .stop_request = (int32_t *)(m + at_stop),
         .ring = (recap_loop_token *)(m + at_ring),
         .stamps = timestamps ? (uint64_t *)(m + at_stamps) : NULL,
@@ -184,7 +202,9 @@ recap_status recap_decode_loop_create(recap_pipeline *p, int64_t max_steps, int 
   if (st == RECAP_OK) st = recap_event_create(p->device, 0, &loop->done);
   if (st == RECAP_OK) {
     loop->graphs = calloc(num_buckets, sizeof *loop->graphs);
-    if (!loop->graphs) st = RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory for loop graphs");
+    loop->rng = calloc(num_buckets, sizeof *loop->rng);
+    if (!loop->graphs || !loop->rng)
+      st = RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory for loop graphs");
   }
   /* Captured in bucket order, each with the same calls: handles are created in one order. */
   for (size_t b = 0; st == RECAP_OK && b < num_buckets; b++)
@@ -230,10 +250,19 @@ recap_status recap_decode_loop_launch(recap_decode_loop *loop, int64_t batch, in
            sizeof(int32_t) * (size_t)limits[r].num_stop_ids);
   }
   atomic_store_explicit((_Atomic int32_t *)loop->parts.published, 0, memory_order_relaxed);
+  atomic_store_explicit((_Atomic int32_t *)loop->parts.ran, 0, memory_order_relaxed);
   atomic_store_explicit((_Atomic int32_t *)loop->parts.stop_request, 0, memory_order_release);
   loop->read = 0;
   int64_t rows = p->model->spec->bucket_dim < 0 ? 0 : batch;
   RECAP_TRY(recap__exec_set_rows(p, rows));
+  const recap__rng_graph_binding *rng = loop->rng[b];
+  if (recap__graph_rng(p->graphs[b]) != rng)
+    return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
+                      "pipeline '%s' captured its decode graphs again after the decode loop was "
+                      "created: create the loop again",
+                      p->model->spec->name);
+  if (rng) RECAP_TRY(recap__rng_loop_prepare(rng, p->stream, (uint64_t)steps, &loop->reserved));
+  loop->bucket = b;
   RECAP_TRY(recap_graph_replay(loop->graphs[b], p->stream));
   RECAP_TRY(recap_event_record(loop->done, p->stream));
   loop->running = true;
@@ -264,8 +293,9 @@ recap_status recap_decode_loop_poll(recap_decode_loop *loop, recap_loop_token *o
   if (done == RECAP_OK && loop->read == published) {
     loop->running = false;
     *finished = 1;
-    /* The state is device memory; the ring's last entry says how many steps ran. */
-    loop->last_steps = published > 0 ? loop->parts.ring[published - 1].step + 1 : 0;
+    /* Complete: everything the launch wrote to mapped memory is visible. */
+    loop->last_steps = atomic_load_explicit((_Atomic int32_t *)loop->parts.ran, memory_order_acquire);
+    recap__rng_loop_settle(loop->rng[loop->bucket], &loop->reserved, (uint64_t)loop->last_steps);
   }
   return RECAP_OK;
 }
