@@ -21,9 +21,14 @@
  * block the host writes before it, the ring and its published count that the device writes,
  * the return request the host may write while it runs, and the step stamps.
  */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* clock_nanosleep under -std=c11 */
+#endif
 #include "kernels/decode_loop.h"
 
+#include <errno.h>
 #include <stdatomic.h>
+#include <time.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -38,6 +43,7 @@ typedef struct {
   int32_t *block;        /* RECAP__LOOP_STATE_INTS + rows x RECAP__LOOP_LIMIT_WIDTH */
   int32_t *published;    /* ring entries the host may read */
   int32_t *ran;          /* iterations the launch has run (beside published) */
+  int32_t *ended;        /* the launch's last iteration has published (beside published) */
   int32_t *stop_request; /* nonzero: end after the current step */
   recap_loop_token *ring;
   uint64_t *stamps; /* 2 x max_steps, or NULL */
@@ -60,7 +66,38 @@ struct recap_decode_loop {
   bool running;       /* launched and not yet polled to its end */
   int32_t read;       /* entries handed out by poll */
   int64_t last_steps; /* steps the last finished launch ran */
+  /* What recap_decode_loop_wait has learnt (see there): the device time of one step (an
+   * average over the ring's entries, 0 until known), the host clock minus the device clock
+   * (the fastest delivery seen), and the newest step seen in this launch. */
+  double step_ns;
+  int64_t offset_ns;
+  bool has_offset;
+  int32_t seen_step; /* -1: none yet in this launch */
+  uint64_t seen_device_ns, launched_ns;
 };
+
+static uint64_t host_now_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+/* Learns from entries just handed out (arrived at host time `now`): the clocks' offset, and the
+ * step time from consecutive steps' device stamps (each step's entries carry one stamp). */
+static void learn(recap_decode_loop *loop, const recap_loop_token *e, size_t n, uint64_t now) {
+  for (size_t i = 0; i < n; i++) {
+    int64_t offset = (int64_t)(now - e[i].time_ns);
+    if (!loop->has_offset || offset < loop->offset_ns) loop->offset_ns = offset;
+    loop->has_offset = true;
+    if (e[i].step <= loop->seen_step) continue;
+    if (loop->seen_step >= 0 && e[i].time_ns > loop->seen_device_ns) {
+      double step = (double)(e[i].time_ns - loop->seen_device_ns) / (e[i].step - loop->seen_step);
+      loop->step_ns = loop->step_ns > 0 ? 0.875 * loop->step_ns + 0.125 * step : step;
+    }
+    loop->seen_step = e[i].step;
+    loop->seen_device_ns = e[i].time_ns;
+  }
+}
 
 static size_t round_up(size_t n, size_t to) {
   return (n + to - 1) / to * to;
@@ -97,6 +134,7 @@ static recap_status capture_bucket(recap_decode_loop *loop, size_t bucket, int i
       .capacity = (int64_t)loop->capacity,
       .published = loop->parts.published,
       .ran = loop->parts.ran,
+      .ended = loop->parts.ended,
       .stop_request = loop->parts.stop_request,
       .stamps = timestamps ? loop->parts.stamps : NULL,
   };
@@ -191,6 +229,7 @@ recap_status recap_decode_loop_create(recap_pipeline *p, int64_t max_steps, int 
         .block = (int32_t *)m,
         .published = (int32_t *)(m + at_published),
         .ran = (int32_t *)(m + at_published) + 1,
+        .ended = (int32_t *)(m + at_published) + 2,
         .stop_request = (int32_t *)(m + at_stop),
         .ring = (recap_loop_token *)(m + at_ring),
         .stamps = timestamps ? (uint64_t *)(m + at_stamps) : NULL,
@@ -251,8 +290,13 @@ recap_status recap_decode_loop_launch(recap_decode_loop *loop, int64_t batch, in
   }
   atomic_store_explicit((_Atomic int32_t *)loop->parts.published, 0, memory_order_relaxed);
   atomic_store_explicit((_Atomic int32_t *)loop->parts.ran, 0, memory_order_relaxed);
+  atomic_store_explicit((_Atomic int32_t *)loop->parts.ended, 0, memory_order_relaxed);
   atomic_store_explicit((_Atomic int32_t *)loop->parts.stop_request, 0, memory_order_release);
   loop->read = 0;
+  loop->seen_step = -1;
+  loop->launched_ns = host_now_ns();
+  /* The clocks drift apart slowly: let the offset be learnt again, 1 us per launch. */
+  loop->offset_ns += 1000;
   int64_t rows = p->model->spec->bucket_dim < 0 ? 0 : batch;
   RECAP_TRY(recap__exec_set_rows(p, rows));
   const recap__rng_graph_binding *rng = loop->rng[b];
@@ -287,7 +331,10 @@ recap_status recap_decode_loop_poll(recap_decode_loop *loop, recap_loop_token *o
       atomic_load_explicit((_Atomic int32_t *)loop->parts.published, memory_order_acquire);
   size_t n = (size_t)(published - loop->read);
   if (n > capacity) n = capacity;
-  if (n) memcpy(out, loop->parts.ring + loop->read, n * sizeof *out);
+  if (n) {
+    memcpy(out, loop->parts.ring + loop->read, n * sizeof *out);
+    learn(loop, out, n, host_now_ns());
+  }
   loop->read += (int32_t)n;
   *count = n;
   if (done == RECAP_OK && loop->read == published) {
@@ -312,4 +359,48 @@ recap_status recap_decode_loop_stamps(recap_decode_loop *loop, const uint64_t **
   *stamps = loop->parts.stamps;
   *steps = loop->parts.stamps ? loop->last_steps : 0;
   return RECAP_OK;
+}
+
+/* The shortest and longest sleep between looks once an entry is due, and the one before the
+ * step time is known. */
+static const int64_t MIN_POLL_NS = 2000, MAX_POLL_NS = 20000;
+
+recap_status recap_decode_loop_wait(recap_decode_loop *loop, int64_t max_ns) {
+  RECAP_CHECK_ARG(loop && max_ns >= 0);
+  const uint64_t deadline = host_now_ns() + (uint64_t)max_ns;
+  for (;;) {
+    if (!loop->running) return RECAP_OK;
+    int32_t published =
+        atomic_load_explicit((_Atomic int32_t *)loop->parts.published, memory_order_acquire);
+    if (published != loop->read) return RECAP_OK;
+    bool ending = atomic_load_explicit((_Atomic int32_t *)loop->parts.ended, memory_order_relaxed);
+    /* The event is asked only where the launch may have ended: a query is a driver call. */
+    if (ending || loop->step_ns <= 0) {
+      recap_status done = recap_event_query(loop->done);
+      if (done != RECAP_STATUS_NOT_READY) return RECAP_OK; /* ended, or poll reports the fault */
+    }
+    const uint64_t now = host_now_ns();
+    if (now >= deadline) return RECAP_OK;
+    int64_t poll = (int64_t)(loop->step_ns / 16);
+    poll = loop->step_ns <= 0 ? MAX_POLL_NS
+           : poll < MIN_POLL_NS ? MIN_POLL_NS
+           : poll > MAX_POLL_NS ? MAX_POLL_NS
+                                : poll;
+    if (ending) poll = MIN_POLL_NS;
+    /* The next step's entries are due one step after the newest one's device stamp (on the
+     * host's clock through the offset), or one step after the launch for its first step. */
+    uint64_t due = now;
+    if (!ending && loop->step_ns > 0) {
+      if (loop->seen_step >= 0 && loop->has_offset)
+        due = loop->seen_device_ns + (uint64_t)loop->offset_ns + (uint64_t)loop->step_ns;
+      else if (loop->seen_step < 0)
+        due = loop->launched_ns + (uint64_t)loop->step_ns;
+    }
+    uint64_t wake = due > now + (uint64_t)poll ? due : now + (uint64_t)poll;
+    if (wake > deadline) wake = deadline;
+    struct timespec t = {.tv_sec = (time_t)(wake / 1000000000u),
+                         .tv_nsec = (long)(wake % 1000000000u)};
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &t, NULL) == EINTR) {
+    }
+  }
 }

@@ -82,6 +82,7 @@ static recap_status host_control(void *p) {
   const int32_t more = running > 0 && iteration + 1 < state[RECAP__LOOP_MAX_STEPS] && !asked &&
                        !(ended && state[RECAP__LOOP_RETURN_ON_STOP]);
   state[RECAP__LOOP_CONTINUE] = more;
+  *a->ended = !more;
   return job->condition_store(a->condition, more);
 }
 

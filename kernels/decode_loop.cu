@@ -70,6 +70,7 @@ __global__ void control_kernel(recap__decode_loop_args a) {
   const bool more = running > 0 && iteration + 1 < state[RECAP__LOOP_MAX_STEPS] && !asked &&
                     !(ended && state[RECAP__LOOP_RETURN_ON_STOP]);
   state[RECAP__LOOP_CONTINUE] = more ? 1 : 0;
+  *(volatile int32_t *)a.ended = more ? 0 : 1;
   /* The body ends with this kernel: no condition kernel after it (one node launch less per
    * step boundary). */
   cudaGraphSetConditional(static_cast<cudaGraphConditionalHandle>(a.condition), more ? 1u : 0u);

@@ -45,6 +45,7 @@ typedef struct {
   int64_t capacity;
   int32_t *published;          /* mapped: entries the host may read (written after them) */
   int32_t *ran;                /* mapped: iterations run so far in this launch */
+  int32_t *ended;              /* mapped: 1 once the last iteration has published (a hint) */
   const int32_t *stop_request; /* mapped: nonzero asks the loop to end after this iteration */
   uint64_t *stamps;            /* mapped, or NULL: [2 x K] begin and end time of each step */
   /* The step graph's RNG slot {seed, offset} (graph/graph.h), or NULL when it draws nothing:

@@ -509,6 +509,10 @@ recap_status recap__runner_loop_poll(recap__runner *r, recap_loop_token *out, si
   return RECAP_OK;
 }
 
+recap_status recap__runner_loop_wait(recap__runner *r, int64_t max_ns) {
+  return recap_decode_loop_wait(r->loop, max_ns);
+}
+
 recap_status recap__runner_loop_return(recap__runner *r) {
   return recap_decode_loop_request_return(r->loop);
 }

@@ -393,6 +393,7 @@ static size_t poll_to_end(recap_decode_loop *loop, recap_loop_token *e, size_t c
   clock_gettime(CLOCK_MONOTONIC, &t0);
   while (!finished) {
     size_t n = 0;
+    CHECK_OK(recap_decode_loop_wait(loop, 1000000));
     CHECK_OK(recap_decode_loop_poll(loop, e + total, capacity - total, &n, &finished));
     total += n;
     clock_gettime(CLOCK_MONOTONIC, &t);
@@ -426,6 +427,13 @@ static void test_loop_api_refusals(void) {
   recap_pipeline *p = decode_pipeline(spec, RECAP_MODE_GRAPH);
   CHECK_STATUS(recap_decode_loop_create(p, 0, 0, &loop), RECAP_STATUS_INVALID_ARGUMENT);
   CHECK_OK(recap_decode_loop_create(p, 4, 1, &loop));
+  /* No launch: the wait returns at once, whatever its bound. */
+  struct timespec w0, w1;
+  clock_gettime(CLOCK_MONOTONIC, &w0);
+  CHECK_OK(recap_decode_loop_wait(loop, 10 * 1000000000LL));
+  clock_gettime(CLOCK_MONOTONIC, &w1);
+  CU_ASSERT(w1.tv_sec - w0.tv_sec < 5);
+  CHECK_STATUS(recap_decode_loop_wait(loop, -1), RECAP_STATUS_INVALID_ARGUMENT);
   recap_loop_limits limits = {.max_outputs = 100};
   CHECK_STATUS(recap_decode_loop_launch(loop, 1, 5, &limits, 0), RECAP_STATUS_INVALID_ARGUMENT);
   CHECK_STATUS(recap_decode_loop_launch(loop, 9, 2, &limits, 0), RECAP_STATUS_INVALID_ARGUMENT);
