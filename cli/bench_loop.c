@@ -342,8 +342,7 @@ static recap_status time_mode(int m, recap_pipeline *p, recap_decode_loop *loop,
     case STEP_AHEAD:
       return time_step_ahead(p, batch, a, bufs, done, t);
     default:
-      return time_loop(loop, batch, a, m == LOOP, limits, entries, capacity, delays, num_delays,
-                       t);
+      return time_loop(loop, batch, a, m == LOOP, limits, entries, capacity, delays, num_delays, t);
   }
 }
 
@@ -381,8 +380,8 @@ static recap_status run_batch(recap_pipeline *p, recap_decode_loop *loop,
     for (int m = 0; st == RECAP_OK && m < NUM_MODES; m++) {
       timing t = {0, 0};
       double *d = m >= LOOP ? delays + (size_t)(m - LOOP) * per_timing : NULL;
-      st = time_mode(m, p, loop, s, batch, a, need, bufs, done, blocking, limits, entries,
-                     capacity, d, d ? &num_delays[m - LOOP] : NULL, &t);
+      st = time_mode(m, p, loop, s, batch, a, need, bufs, done, blocking, limits, entries, capacity,
+                     d, d ? &num_delays[m - LOOP] : NULL, &t);
       samples[m * a->repeats + rep] = t.wall_ms;
       cpu[m] += t.cpu_us / (double)a->repeats;
     }
@@ -498,12 +497,12 @@ static int run(const loop_args *a, recap_pipeline *p, const cli_decode_shape *s)
         t[LOOP].cpu_us / t[STEP_BLOCK].cpu_us, t[LOOP_POLL].cpu_us / t[STEP_SYNC].cpu_us, "",
         r.step_us_median, r.gap_us_median, r.gap_us_p90, r.delay_us_p50[0], r.delay_us_p99[0],
         r.delay_us_p50[1], r.delay_us_p99[1]);
-    json_t *row = json_pack(
-        "{sI sf sf sf sf sf sf sf}", "batch", (json_int_t)r.batch, "gpu_step_us_median",
-        r.step_us_median, "gpu_gap_us_median", r.gap_us_median, "gpu_gap_us_p90", r.gap_us_p90,
-        "delivery_us_p50", r.delay_us_p50[0], "delivery_us_p99", r.delay_us_p99[0],
-        "loop_poll_delivery_us_p50", r.delay_us_p50[1], "loop_poll_delivery_us_p99",
-        r.delay_us_p99[1]);
+    json_t *row =
+        json_pack("{sI sf sf sf sf sf sf sf}", "batch", (json_int_t)r.batch, "gpu_step_us_median",
+                  r.step_us_median, "gpu_gap_us_median", r.gap_us_median, "gpu_gap_us_p90",
+                  r.gap_us_p90, "delivery_us_p50", r.delay_us_p50[0], "delivery_us_p99",
+                  r.delay_us_p99[0], "loop_poll_delivery_us_p50", r.delay_us_p50[1],
+                  "loop_poll_delivery_us_p99", r.delay_us_p99[1]);
     for (int m = 0; row && m < NUM_MODES; m++)
       json_object_set_new(row, MODE_KEYS[m], mode_json(&t[m], r.batch));
     json_array_append_new(rows, row);

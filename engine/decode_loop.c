@@ -28,13 +28,13 @@
 
 #include <errno.h>
 #include <stdatomic.h>
-#include <time.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "engine/ir.h"
-#include "graph/graph.h"
 #include "engine/pipeline.h"
+#include "graph/graph.h"
 #include "runtime/backend.h"
 #include "runtime/error.h"
 
@@ -341,7 +341,8 @@ recap_status recap_decode_loop_poll(recap_decode_loop *loop, recap_loop_token *o
     loop->running = false;
     *finished = 1;
     /* Complete: everything the launch wrote to mapped memory is visible. */
-    loop->last_steps = atomic_load_explicit((_Atomic int32_t *)loop->parts.ran, memory_order_acquire);
+    loop->last_steps =
+        atomic_load_explicit((_Atomic int32_t *)loop->parts.ran, memory_order_acquire);
     recap__rng_loop_settle(loop->rng[loop->bucket], &loop->reserved, (uint64_t)loop->last_steps);
   }
   return RECAP_OK;
@@ -382,7 +383,7 @@ recap_status recap_decode_loop_wait(recap_decode_loop *loop, int64_t max_ns) {
     const uint64_t now = host_now_ns();
     if (now >= deadline) return RECAP_OK;
     int64_t poll = (int64_t)(loop->step_ns / 16);
-    poll = loop->step_ns <= 0 ? MAX_POLL_NS
+    poll = loop->step_ns <= 0   ? MAX_POLL_NS
            : poll < MIN_POLL_NS ? MIN_POLL_NS
            : poll > MAX_POLL_NS ? MAX_POLL_NS
                                 : poll;

@@ -56,10 +56,11 @@ typedef struct {
   uint64_t condition; /* the WHILE node's handle: set to the continue flag */
 } recap__decode_loop_args;
 
-/* Ends one iteration (see the top of the file); runs inside the WHILE body of args->condition. A row ends when its token is one of its stop
- * ids or its outputs reach max_outputs; decode_advance has already stopped rows whose next
- * position has no KV block. The loop continues while a row runs, fewer than K iterations have
- * run, the host has not asked for a return, and (with RETURN_ON_STOP) no row ended. */
+/* Ends one iteration (see the top of the file); runs inside the WHILE body of args->condition. A
+ * row ends when its token is one of its stop ids or its outputs reach max_outputs; decode_advance
+ * has already stopped rows whose next position has no KV block. The loop continues while a row
+ * runs, fewer than K iterations have run, the host has not asked for a return, and (with
+ * RETURN_ON_STOP) no row ended. */
 recap_status recap__decode_loop_control(recap_stream *stream, const recap__decode_loop_args *args);
 /* Writes the current time to stamps[2 x iteration] (the step's start). */
 recap_status recap__decode_loop_stamp(recap_stream *stream, uint64_t *stamps, const int32_t *state);

@@ -1,4 +1,6 @@
 /* host_graph.c: the host backend's captured graphs and instantiated execs (see host_graph.h). */
+#include "runtime/host_graph.h"
+
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -7,7 +9,6 @@
 
 #include "runtime/error.h"
 #include "runtime/host_fault.h"
-#include "runtime/host_graph.h"
 
 static const char *kind_name(recap__host_node_kind kind) {
   switch (kind) {

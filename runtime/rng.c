@@ -402,9 +402,8 @@ static recap_status host_write_slot(void *p) {
 
 /* Reserves replays x increment draws and writes the slot in stream order; *reserved gets the
  * reservation. */
-static recap_status reserve_and_write(const recap__rng_graph_binding *binding,
-                                      recap_stream *stream, uint64_t replays,
-                                      recap__rng_loop_reservation *reserved) {
+static recap_status reserve_and_write(const recap__rng_graph_binding *binding, recap_stream *stream,
+                                      uint64_t replays, recap__rng_loop_reservation *reserved) {
   RECAP_CHECK_ARG(stream);
   if (stream->backend != binding->backend || stream->device.index != binding->device.index)
     return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
