@@ -1,15 +1,21 @@
 /* bench_loop.c: `recap bench-loop SPEC`: the decode loop (docs/SERVING.md, "The decode loop")
  * against one graph launch per decode step, on a paged serving spec's decode entry.
  *
- * Per batch, --tokens greedy decode steps from a context of --context keys, three ways:
- *   step-sync   one replay per step, its tokens read back before the next is launched;
+ * Per batch, --tokens greedy decode steps from a context of --context keys, five ways:
+ *   step-sync   one replay per step, its tokens read back before the next is launched, the
+ *               wait a sleep-poll of the step's event (--poll-us between looks);
+ *   step-block  the same with a blocking wait (an event made with RECAP_EVENT_BLOCKING, i.e.
+ *               cudaEventBlockingSync, and recap_event_synchronize: the thread sleeps in the
+ *               driver until the GPU signals it);
  *   step-ahead  step N + 1 enqueued before step N's tokens are read (a copy of the tokens into
  *               pinned memory and an event per step; decode_advance feeds each step's tokens
- *               to the next on the device, so nothing waits for the host);
+ *               to the next on the device, so nothing waits for the host), sleep-poll wait;
  *   loop        decode loops of --steps steps per launch, the tokens read from the ring as
- *               they arrive.
- * Every wait is the same sleep-poll (--poll-us between looks at an event or the ring), so that
- * the host's CPU time compares like with like. Reported per mode: wall time per step (the
+ *               they arrive, waited for with recap_decode_loop_wait (sleeps until the next
+ *               step is due, then looks every 1/16 step);
+ *   loop-poll   the same loops read with the sleep-poll of the step modes.
+ * The thread's timer slack is 1 us (prctl) for every mode, so a sleep ends when asked. Reported
+ * per mode: wall time per step (the
  * per-token latency of each sequence), tokens/s, process CPU time (getrusage, user + sys, all
  * threads) per token; for the loop also the GPU's idle gap between consecutive steps (each
  * step's start and end stamped with %globaltimer by the body; a second loop with the stamp
@@ -26,6 +32,9 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <time.h>
+#if defined(__linux__)
+#include <sys/prctl.h>
+#endif
 
 #include "cli/cli.h"
 #include "cli/decode_batch.h"
@@ -56,7 +65,8 @@ static const cli_option bench_loop_options[] = {
     {.flag = "--poll-us",
      .value = "N",
      .kind = CLI_VALUE_TEXT,
-     .help = "microseconds between polls of an event or the ring (default 20)"},
+     .help = "microseconds between looks at an event or the ring in the\n"
+             "sleep-poll modes (default 20)"},
     {.flag = "--repeats",
      .value = "N",
      .kind = CLI_VALUE_TEXT,
@@ -85,9 +95,11 @@ const cli_help cli_bench_loop_help = {
         "Times the decode loop (many decode steps per graph launch, a WHILE node) against one\n"
         "launch per step, on the decode entry of a paged serving spec: per batch, wall time per\n"
         "step, tokens/s and host CPU time per token for one replay per step with a wait per\n"
-        "step, for step N + 1 enqueued before step N's tokens are read, and for loops; for the\n"
-        "loop also the GPU's median idle gap between steps and the p50/p99 delay of a token\n"
-        "from the device to the host.",
+        "step (a sleep-poll, step-sync, or a blocking event wait, step-block), for step N + 1\n"
+        "enqueued before step N's tokens are read (step-ahead), and for loops read with\n"
+        "recap_decode_loop_wait (loop) or the sleep-poll (loop-poll); for the loop also the\n"
+        "GPU's median idle gap between steps and the p50/p99 delay of a token from the device\n"
+        "to the host.",
     .operand = CLI_VALUE_SPEC,
     .groups = {{.options = bench_loop_options}},
 };
@@ -158,8 +170,10 @@ static void poll_pause(const loop_args *a) {
   if (a->poll_us > 0) nanosleep(&(struct timespec){.tv_nsec = a->poll_us * 1000}, NULL);
 }
 
-/* Waits for an event with the sleep-poll every mode uses. */
-static recap_status wait_event(recap_event *e, const loop_args *a) {
+/* Waits for an event: a blocking one (step-block) with recap_event_synchronize, else with the
+ * sleep-poll. */
+static recap_status wait_event(recap_event *e, const loop_args *a, bool blocking) {
+  if (blocking) return recap_event_synchronize(e);
   for (;;) {
     recap_status st = recap_event_query(e);
     if (st != RECAP_STATUS_NOT_READY) return st;
@@ -186,7 +200,8 @@ typedef struct {
 
 /* One replay per step; its tokens copied out (which waits) before the next launch. */
 static recap_status time_step_sync(recap_pipeline *p, int64_t batch, const loop_args *a,
-                                   int32_t *host_tokens, recap_event *done, timing *t) {
+                                   int32_t *host_tokens, recap_event *done, bool blocking,
+                                   timing *t) {
   double c0 = cpu_s();
   uint64_t w0 = now_ns();
   recap_status st = RECAP_OK;
@@ -198,7 +213,7 @@ static recap_status time_step_sync(recap_pipeline *p, int64_t batch, const loop_
     if (st == RECAP_OK)
       st = recap_memcpy_async(host_tokens, tokens.data, sizeof(int32_t) * (size_t)batch, s);
     if (st == RECAP_OK) st = recap_event_record(done, s);
-    if (st == RECAP_OK) st = wait_event(done, a);
+    if (st == RECAP_OK) st = wait_event(done, a, blocking);
   }
   t->wall_ms = (double)(now_ns() - w0) * 1e-6 / (double)a->tokens;
   t->cpu_us = (cpu_s() - c0) * 1e6 / (double)(a->tokens * batch);
@@ -221,18 +236,20 @@ static recap_status time_step_ahead(recap_pipeline *p, int64_t batch, const loop
             recap_memcpy_async(host_tokens[k % 2], tokens.data, sizeof(int32_t) * (size_t)batch, s);
       if (st == RECAP_OK) st = recap_event_record(done[k % 2], s);
     }
-    if (st == RECAP_OK && k > 0) st = wait_event(done[(k - 1) % 2], a);
+    if (st == RECAP_OK && k > 0) st = wait_event(done[(k - 1) % 2], a, false);
   }
   t->wall_ms = (double)(now_ns() - w0) * 1e-6 / (double)a->tokens;
   t->cpu_us = (cpu_s() - c0) * 1e6 / (double)(a->tokens * batch);
   return st;
 }
 
-/* Loops of --steps until --tokens steps have run; every entry's arrival time minus its device
- * stamp into delays[] (ns, before the offset), when delays is not NULL. */
+/* Loops of --steps until --tokens steps have run, waited for with recap_decode_loop_wait
+ * (adaptive) or the sleep-poll; every entry's arrival time minus its device stamp into
+ * delays[] (ns, before the offset), when delays is not NULL. */
 static recap_status time_loop(recap_decode_loop *loop, int64_t batch, const loop_args *a,
-                              const recap_loop_limits *limits, recap_loop_token *entries,
-                              size_t capacity, double *delays, size_t *num_delays, timing *t) {
+                              bool adaptive, const recap_loop_limits *limits,
+                              recap_loop_token *entries, size_t capacity, double *delays,
+                              size_t *num_delays, timing *t) {
   double c0 = cpu_s();
   uint64_t w0 = now_ns();
   recap_status st = RECAP_OK;
@@ -248,7 +265,12 @@ static recap_status time_loop(recap_decode_loop *loop, int64_t batch, const loop
       uint64_t arrived = now_ns();
       for (size_t i = 0; delays && i < n; i++)
         delays[(*num_delays)++] = (double)arrived - (double)entries[i].time_ns;
-      if (st == RECAP_OK && !finished && n == 0) poll_pause(a);
+      if (st == RECAP_OK && !finished && n == 0) {
+        if (adaptive)
+          st = recap_decode_loop_wait(loop, 1000000000);
+        else
+          poll_pause(a);
+      }
     }
     left -= k;
   }
@@ -280,10 +302,17 @@ static recap_status calibrate(recap_decode_loop *loop, const recap_loop_limits *
   return RECAP_OK;
 }
 
+enum { STEP_SYNC, STEP_BLOCK, STEP_AHEAD, LOOP, LOOP_POLL, NUM_MODES };
+static const char *const MODE_NAMES[NUM_MODES] = {"step-sync", "step-block", "step-ahead", "loop",
+                                                  "loop-poll"};
+static const char *const MODE_KEYS[NUM_MODES] = {"step_sync", "step_block", "step_ahead", "loop",
+                                                 "loop_poll"};
+
 typedef struct {
   int64_t batch;
-  timing sync, ahead, loop;
-  double gap_us_median, gap_us_p90, delay_us_p50, delay_us_p99, step_us_median;
+  timing modes[NUM_MODES];
+  double delay_us_p50[2], delay_us_p99[2]; /* loop, loop-poll */
+  double gap_us_median, gap_us_p90, step_us_median;
 } loop_result;
 
 static int cmp_double(const void *x, const void *y) {
@@ -297,20 +326,41 @@ static double percentile(double *v, size_t n, double q) {
   return v[(size_t)(q * (double)(n - 1) + 0.5)];
 }
 
+/* One timing of mode m from fresh metadata. */
+static recap_status time_mode(int m, recap_pipeline *p, recap_decode_loop *loop,
+                              const cli_decode_shape *s, int64_t batch, const loop_args *a,
+                              int64_t need, int32_t *bufs[2], recap_event *done[2],
+                              recap_event *blocking, const recap_loop_limits *limits,
+                              recap_loop_token *entries, size_t capacity, double *delays,
+                              size_t *num_delays, timing *t) {
+  RECAP_TRY(write_batch(p, s, batch, a->context, need));
+  switch (m) {
+    case STEP_SYNC:
+      return time_step_sync(p, batch, a, bufs[0], done[0], false, t);
+    case STEP_BLOCK:
+      return time_step_sync(p, batch, a, bufs[0], blocking, true, t);
+    case STEP_AHEAD:
+      return time_step_ahead(p, batch, a, bufs, done, t);
+    default:
+      return time_loop(loop, batch, a, m == LOOP, limits, entries, capacity, delays, num_delays, t);
+  }
+}
+
 /* Medians over repeats, each mode from fresh metadata. */
 static recap_status run_batch(recap_pipeline *p, recap_decode_loop *loop,
                               recap_decode_loop *stamped, const cli_decode_shape *s, int64_t batch,
                               const loop_args *a, loop_result *r) {
   const int64_t need = (a->context + a->tokens + 2 + s->block_size - 1) / s->block_size;
   const size_t capacity = (size_t)(a->steps * batch);
+  const size_t per_timing = (size_t)(a->tokens * batch);
   recap_loop_limits *limits = calloc((size_t)batch, sizeof *limits);
   recap_loop_token *entries = calloc(capacity, sizeof *entries);
-  double *samples = calloc((size_t)(3 * a->repeats), sizeof *samples);
-  double *delays = calloc((size_t)(a->tokens * batch), sizeof *delays);
+  double *samples = calloc((size_t)(NUM_MODES * a->repeats), sizeof *samples);
+  double *delays = calloc(2 * per_timing, sizeof *delays);
   double *gaps = calloc((size_t)a->tokens, sizeof *gaps),
          *steps = calloc((size_t)a->tokens, sizeof *steps);
   int32_t *pinned = NULL;
-  recap_event *done[2] = {NULL, NULL};
+  recap_event *done[2] = {NULL, NULL}, *blocking = NULL;
   recap_pipeline_info info;
   recap_status st = limits && entries && samples && delays && gaps && steps
                         ? recap_pipeline_info_get(p, &info)
@@ -319,35 +369,33 @@ static recap_status run_batch(recap_pipeline *p, recap_decode_loop *loop,
   if (st == RECAP_OK) st = recap_host_malloc(2 * sizeof(int32_t) * (size_t)batch, (void **)&pinned);
   if (st == RECAP_OK) st = recap_event_create(info.device, 0, &done[0]);
   if (st == RECAP_OK) st = recap_event_create(info.device, 0, &done[1]);
+  if (st == RECAP_OK) st = recap_event_create(info.device, RECAP_EVENT_BLOCKING, &blocking);
   int32_t *bufs[2] = {pinned, pinned ? pinned + batch : NULL};
-  double *sync_ms = samples, *ahead_ms = samples + a->repeats, *loop_ms = samples + 2 * a->repeats;
-  double sync_cpu = 0, ahead_cpu = 0, loop_cpu = 0;
+  double cpu[NUM_MODES] = {0};
+  size_t num_delays[2] = {0, 0};
   /* Untimed first runs: the replay path and the loop's first launch. */
   if (st == RECAP_OK) st = write_batch(p, s, batch, a->context, need);
   if (st == RECAP_OK) st = recap_pipeline_run(p, batch);
   for (long long rep = 0; st == RECAP_OK && rep < a->repeats; rep++) {
-    timing t = {0, 0};
-    st = write_batch(p, s, batch, a->context, need);
-    if (st == RECAP_OK) st = time_step_sync(p, batch, a, bufs[0], done[0], &t);
-    sync_ms[rep] = t.wall_ms;
-    sync_cpu += t.cpu_us / (double)a->repeats;
-    if (st == RECAP_OK) st = write_batch(p, s, batch, a->context, need);
-    if (st == RECAP_OK) st = time_step_ahead(p, batch, a, bufs, done, &t);
-    ahead_ms[rep] = t.wall_ms;
-    ahead_cpu += t.cpu_us / (double)a->repeats;
-    if (st == RECAP_OK) st = write_batch(p, s, batch, a->context, need);
-    size_t num_delays = 0;
-    if (st == RECAP_OK)
-      st = time_loop(loop, batch, a, limits, entries, capacity, delays, &num_delays, &t);
-    loop_ms[rep] = t.wall_ms;
-    loop_cpu += t.cpu_us / (double)a->repeats;
-    if (st == RECAP_OK && rep + 1 == a->repeats) {
-      double offset = 0;
-      st = write_batch(p, s, 1, a->context, need);
-      if (st == RECAP_OK) st = calibrate(loop, limits, entries, capacity, &offset);
-      for (size_t i = 0; i < num_delays; i++) delays[i] -= offset;
-      r->delay_us_p50 = percentile(delays, num_delays, 0.5) * 1e-3;
-      r->delay_us_p99 = percentile(delays, num_delays, 0.99) * 1e-3;
+    for (int m = 0; st == RECAP_OK && m < NUM_MODES; m++) {
+      timing t = {0, 0};
+      double *d = m >= LOOP ? delays + (size_t)(m - LOOP) * per_timing : NULL;
+      st = time_mode(m, p, loop, s, batch, a, need, bufs, done, blocking, limits, entries, capacity,
+                     d, d ? &num_delays[m - LOOP] : NULL, &t);
+      samples[m * a->repeats + rep] = t.wall_ms;
+      cpu[m] += t.cpu_us / (double)a->repeats;
+    }
+  }
+  /* The delays of the last repeat, above the fastest delivery seen. */
+  if (st == RECAP_OK) {
+    double offset = 0;
+    st = write_batch(p, s, 1, a->context, need);
+    if (st == RECAP_OK) st = calibrate(loop, limits, entries, capacity, &offset);
+    for (int k = 0; k < 2; k++) {
+      double *d = delays + (size_t)k * per_timing;
+      for (size_t i = 0; i < num_delays[k]; i++) d[i] -= offset;
+      r->delay_us_p50[k] = percentile(d, num_delays[k], 0.5) * 1e-3;
+      r->delay_us_p99[k] = percentile(d, num_delays[k], 0.99) * 1e-3;
     }
   }
   /* The GPU's gaps between steps, from the loop whose body stamps each step's start. */
@@ -357,7 +405,7 @@ static recap_status run_batch(recap_pipeline *p, recap_decode_loop *loop,
     timing unused;
     loop_args one = *a;
     one.tokens = k;
-    st = time_loop(stamped, batch, &one, limits, entries, capacity, NULL, NULL, &unused);
+    st = time_loop(stamped, batch, &one, true, limits, entries, capacity, NULL, NULL, &unused);
   }
   const uint64_t *stamps = NULL;
   int64_t ran = 0;
@@ -371,17 +419,14 @@ static recap_status run_batch(recap_pipeline *p, recap_decode_loop *loop,
   r->gap_us_median = percentile(gaps, num_gaps, 0.5);
   r->gap_us_p90 = percentile(gaps, num_gaps, 0.9);
   r->step_us_median = percentile(steps, num_steps, 0.5);
-  if (st == RECAP_OK) {
+  for (int m = 0; st == RECAP_OK && m < NUM_MODES; m++) {
     cli_summary sum;
-    cli_summarize(sync_ms, (int)a->repeats, &sum);
-    r->sync = (timing){sum.median, sync_cpu};
-    cli_summarize(ahead_ms, (int)a->repeats, &sum);
-    r->ahead = (timing){sum.median, ahead_cpu};
-    cli_summarize(loop_ms, (int)a->repeats, &sum);
-    r->loop = (timing){sum.median, loop_cpu};
+    cli_summarize(samples + m * a->repeats, (int)a->repeats, &sum);
+    r->modes[m] = (timing){sum.median, cpu[m]};
   }
   recap_event_destroy(done[0]);
   recap_event_destroy(done[1]);
+  recap_event_destroy(blocking);
   recap_host_free(pinned);
   free(limits);
   free(entries);
@@ -419,8 +464,12 @@ static int run(const loop_args *a, recap_pipeline *p, const cli_decode_shape *s)
     recap_decode_loop_destroy(loop);
     return CLI_EXIT_FAILURE;
   }
+#if defined(__linux__)
+  /* Every mode's sleeps end when asked (the default slack lets them run 50 us late). */
+  prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
+#endif
   printf(
-      "%s: context %lld, %lld steps per timing, loops of %lld steps, polls every %lld us, "
+      "%s: context %lld, %lld steps per timing, loops of %lld steps, sleep-polls every %lld us, "
       "median of %lld\n\n",
       a->path, a->context, a->tokens, a->steps, a->poll_us, a->repeats);
   printf("%6s %-11s %12s %10s %14s\n", "batch", "mode", "ms/step", "tokens/s", "CPU us/token");
@@ -434,27 +483,28 @@ static int run(const loop_args *a, recap_pipeline *p, const cli_decode_shape *s)
       rc = CLI_EXIT_FAILURE;
       break;
     }
-    const struct {
-      const char *name;
-      const timing *t;
-    } modes[] = {{"step-sync", &r.sync}, {"step-ahead", &r.ahead}, {"loop", &r.loop}};
-    for (int m = 0; m < 3; m++)
-      printf("%6" PRId64 " %-11s %12.4f %10.0f %14.2f\n", r.batch, modes[m].name,
-             modes[m].t->wall_ms, (double)r.batch / (modes[m].t->wall_ms * 1e-3),
-             modes[m].t->cpu_us);
+    const timing *t = r.modes;
+    for (int m = 0; m < NUM_MODES; m++)
+      printf("%6" PRId64 " %-11s %12.4f %10.0f %14.2f\n", r.batch, MODE_NAMES[m], t[m].wall_ms,
+             (double)r.batch / (t[m].wall_ms * 1e-3), t[m].cpu_us);
     printf(
-        "%6s loop: %.4f of step-sync, %.4f of step-ahead; CPU %.3f of step-sync; GPU step "
-        "%.1f us, gap between steps median %.2f us (p90 %.2f); token delivery p50 %.1f us, "
-        "p99 %.1f us\n",
-        "", r.loop.wall_ms / r.sync.wall_ms, r.loop.wall_ms / r.ahead.wall_ms,
-        r.loop.cpu_us / r.sync.cpu_us, r.step_us_median, r.gap_us_median, r.gap_us_p90,
-        r.delay_us_p50, r.delay_us_p99);
+        "%6s loop: %.4f of step-sync, %.4f of step-block, %.4f of step-ahead; CPU %.3f of "
+        "step-sync, %.3f of step-block (loop-poll: %.3f of step-sync)\n"
+        "%6s GPU step %.1f us, gap between steps median %.2f us (p90 %.2f); token delivery "
+        "p50 %.1f us, p99 %.1f us (loop-poll: %.1f, %.1f us)\n",
+        "", t[LOOP].wall_ms / t[STEP_SYNC].wall_ms, t[LOOP].wall_ms / t[STEP_BLOCK].wall_ms,
+        t[LOOP].wall_ms / t[STEP_AHEAD].wall_ms, t[LOOP].cpu_us / t[STEP_SYNC].cpu_us,
+        t[LOOP].cpu_us / t[STEP_BLOCK].cpu_us, t[LOOP_POLL].cpu_us / t[STEP_SYNC].cpu_us, "",
+        r.step_us_median, r.gap_us_median, r.gap_us_p90, r.delay_us_p50[0], r.delay_us_p99[0],
+        r.delay_us_p50[1], r.delay_us_p99[1]);
     json_t *row =
-        json_pack("{sI so so so sf sf sf sf sf}", "batch", (json_int_t)r.batch, "step_sync",
-                  mode_json(&r.sync, r.batch), "step_ahead", mode_json(&r.ahead, r.batch), "loop",
-                  mode_json(&r.loop, r.batch), "gpu_step_us_median", r.step_us_median,
-                  "gpu_gap_us_median", r.gap_us_median, "gpu_gap_us_p90", r.gap_us_p90,
-                  "delivery_us_p50", r.delay_us_p50, "delivery_us_p99", r.delay_us_p99);
+        json_pack("{sI sf sf sf sf sf sf sf}", "batch", (json_int_t)r.batch, "gpu_step_us_median",
+                  r.step_us_median, "gpu_gap_us_median", r.gap_us_median, "gpu_gap_us_p90",
+                  r.gap_us_p90, "delivery_us_p50", r.delay_us_p50[0], "delivery_us_p99",
+                  r.delay_us_p99[0], "loop_poll_delivery_us_p50", r.delay_us_p50[1],
+                  "loop_poll_delivery_us_p99", r.delay_us_p99[1]);
+    for (int m = 0; row && m < NUM_MODES; m++)
+      json_object_set_new(row, MODE_KEYS[m], mode_json(&t[m], r.batch));
     json_array_append_new(rows, row);
   }
   recap_pipeline_info info;

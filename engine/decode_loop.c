@@ -7,8 +7,12 @@
  *   WHILE   (condition 1 at launch)
  *     [stamp kernel]             the step's start, with `timestamps`
  *     child graph                the bucket's captured decode step (decode_advance inside)
- *     control kernel             ring entries, stop tests, ids packed again, continue flag
- *     condition kernel           the continue flag into the WHILE node's condition
+ *     control kernel             ring entries, stop tests, ids packed again, the RNG slot
+ *                                moved on, the WHILE node's condition
+ * A step graph that draws random numbers has its RNG slot written once per launch with the
+ * first of K steps' draws (reserved together); the control kernel moves it on after every
+ * step, and once the launch has ended the draws of the steps that did not run go back to the
+ * generator (runtime/rng.h, recap__rng_loop_*).
  * The body is captured on a stream of its own (a WHILE body is a graph of its own, captured
  * with cudaStreamBeginCaptureToGraph); the host backend runs the same graph with the same
  * semantics and enforces CUDA's rules for the body.
@@ -17,14 +21,20 @@
  * block the host writes before it, the ring and its published count that the device writes,
  * the return request the host may write while it runs, and the step stamps.
  */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* clock_nanosleep under -std=c11 */
+#endif
 #include "kernels/decode_loop.h"
 
+#include <errno.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "engine/ir.h"
 #include "engine/pipeline.h"
+#include "graph/graph.h"
 #include "runtime/backend.h"
 #include "runtime/error.h"
 
@@ -32,6 +42,8 @@
 typedef struct {
   int32_t *block;        /* RECAP__LOOP_STATE_INTS + rows x RECAP__LOOP_LIMIT_WIDTH */
   int32_t *published;    /* ring entries the host may read */
+  int32_t *ran;          /* iterations the launch has run (beside published) */
+  int32_t *ended;        /* the launch's last iteration has published (beside published) */
   int32_t *stop_request; /* nonzero: end after the current step */
   recap_loop_token *ring;
   uint64_t *stamps; /* 2 x max_steps, or NULL */
@@ -46,11 +58,46 @@ struct recap_decode_loop {
   mapped_parts parts;
   int32_t *state;       /* device copy of the launch block, updated by the control kernel */
   recap_graph **graphs; /* per bucket */
+  /* Per bucket: the step graph's RNG binding the body moves on (NULL: it draws nothing). */
+  const recap__rng_graph_binding **rng;
+  size_t bucket; /* of the launch under way, or the last one */
+  recap__rng_loop_reservation reserved;
   recap_event *done;
   bool running;       /* launched and not yet polled to its end */
   int32_t read;       /* entries handed out by poll */
   int64_t last_steps; /* steps the last finished launch ran */
+  /* What recap_decode_loop_wait has learnt (see there): the device time of one step (an
+   * average over the ring's entries, 0 until known), the host clock minus the device clock
+   * (the fastest delivery seen), and the newest step seen in this launch. */
+  double step_ns;
+  int64_t offset_ns;
+  bool has_offset;
+  int32_t seen_step; /* -1: none yet in this launch */
+  uint64_t seen_device_ns, launched_ns;
 };
+
+static uint64_t host_now_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+/* Learns from entries just handed out (arrived at host time `now`): the clocks' offset, and the
+ * step time from consecutive steps' device stamps (each step's entries carry one stamp). */
+static void learn(recap_decode_loop *loop, const recap_loop_token *e, size_t n, uint64_t now) {
+  for (size_t i = 0; i < n; i++) {
+    int64_t offset = (int64_t)(now - e[i].time_ns);
+    if (!loop->has_offset || offset < loop->offset_ns) loop->offset_ns = offset;
+    loop->has_offset = true;
+    if (e[i].step <= loop->seen_step) continue;
+    if (loop->seen_step >= 0 && e[i].time_ns > loop->seen_device_ns) {
+      double step = (double)(e[i].time_ns - loop->seen_device_ns) / (e[i].step - loop->seen_step);
+      loop->step_ns = loop->step_ns > 0 ? 0.875 * loop->step_ns + 0.125 * step : step;
+    }
+    loop->seen_step = e[i].step;
+    loop->seen_device_ns = e[i].time_ns;
+  }
+}
 
 static size_t round_up(size_t n, size_t to) {
   return (n + to - 1) / to * to;
@@ -86,9 +133,12 @@ static recap_status capture_bucket(recap_decode_loop *loop, size_t bucket, int i
       .ring = loop->parts.ring,
       .capacity = (int64_t)loop->capacity,
       .published = loop->parts.published,
+      .ran = loop->parts.ran,
+      .ended = loop->parts.ended,
       .stop_request = loop->parts.stop_request,
       .stamps = timestamps ? loop->parts.stamps : NULL,
   };
+  const recap__rng_graph_binding *rng = NULL;
   recap_graph *g = NULL;
   RECAP_TRY(recap_graph_create(&g));
   loop->graphs[bucket] = g;
@@ -101,10 +151,14 @@ static recap_status capture_bucket(recap_decode_loop *loop, size_t bucket, int i
   in_body = st == RECAP_OK;
   if (st == RECAP_OK && timestamps)
     st = recap__decode_loop_stamp(loop->body, loop->parts.stamps, loop->state);
-  if (st == RECAP_OK) st = recap_graph_replay(p->graphs[bucket], loop->body);
-  if (st == RECAP_OK) st = recap__decode_loop_control(loop->body, &args);
-  if (st == RECAP_OK)
-    st = be->condition_set(loop->body, handle, loop->state + RECAP__LOOP_CONTINUE);
+  if (st == RECAP_OK) st = recap__graph_replay_into_body(p->graphs[bucket], loop->body, &rng);
+  if (st == RECAP_OK) {
+    loop->rng[bucket] = rng;
+    args.rng_slot = rng ? rng->slot : NULL;
+    args.rng_increment = rng ? rng->increment : 0;
+    args.condition = handle;
+    st = recap__decode_loop_control(loop->body, &args);
+  }
   if (in_body) {
     recap_status end = be->while_end(loop->body);
     if (st == RECAP_OK) st = end;
@@ -122,6 +176,7 @@ recap_status recap_decode_loop_destroy(recap_decode_loop *loop) {
   for (size_t b = 0; loop->graphs && b < loop->p->model->num_buckets; b++)
     recap_graph_destroy(loop->graphs[b]);
   free(loop->graphs);
+  free(loop->rng);
   recap_event_destroy(loop->done);
   recap_stream_destroy(loop->body);
   if (loop->state) recap_free(loop->state);
@@ -173,6 +228,8 @@ recap_status recap_decode_loop_create(recap_pipeline *p, int64_t max_steps, int 
     loop->parts = (mapped_parts){
         .block = (int32_t *)m,
         .published = (int32_t *)(m + at_published),
+        .ran = (int32_t *)(m + at_published) + 1,
+        .ended = (int32_t *)(m + at_published) + 2,
         .stop_request = (int32_t *)(m + at_stop),
         .ring = (recap_loop_token *)(m + at_ring),
         .stamps = timestamps ? (uint64_t *)(m + at_stamps) : NULL,
@@ -184,7 +241,9 @@ recap_status recap_decode_loop_create(recap_pipeline *p, int64_t max_steps, int 
   if (st == RECAP_OK) st = recap_event_create(p->device, 0, &loop->done);
   if (st == RECAP_OK) {
     loop->graphs = calloc(num_buckets, sizeof *loop->graphs);
-    if (!loop->graphs) st = RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory for loop graphs");
+    loop->rng = calloc(num_buckets, sizeof *loop->rng);
+    if (!loop->graphs || !loop->rng)
+      st = RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory for loop graphs");
   }
   /* Captured in bucket order, each with the same calls: handles are created in one order. */
   for (size_t b = 0; st == RECAP_OK && b < num_buckets; b++)
@@ -230,10 +289,24 @@ recap_status recap_decode_loop_launch(recap_decode_loop *loop, int64_t batch, in
            sizeof(int32_t) * (size_t)limits[r].num_stop_ids);
   }
   atomic_store_explicit((_Atomic int32_t *)loop->parts.published, 0, memory_order_relaxed);
+  atomic_store_explicit((_Atomic int32_t *)loop->parts.ran, 0, memory_order_relaxed);
+  atomic_store_explicit((_Atomic int32_t *)loop->parts.ended, 0, memory_order_relaxed);
   atomic_store_explicit((_Atomic int32_t *)loop->parts.stop_request, 0, memory_order_release);
   loop->read = 0;
+  loop->seen_step = -1;
+  loop->launched_ns = host_now_ns();
+  /* The clocks drift apart slowly: let the offset be learnt again, 1 us per launch. */
+  loop->offset_ns += 1000;
   int64_t rows = p->model->spec->bucket_dim < 0 ? 0 : batch;
   RECAP_TRY(recap__exec_set_rows(p, rows));
+  const recap__rng_graph_binding *rng = loop->rng[b];
+  if (recap__graph_rng(p->graphs[b]) != rng)
+    return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
+                      "pipeline '%s' captured its decode graphs again after the decode loop was "
+                      "created: create the loop again",
+                      p->model->spec->name);
+  if (rng) RECAP_TRY(recap__rng_loop_prepare(rng, p->stream, (uint64_t)steps, &loop->reserved));
+  loop->bucket = b;
   RECAP_TRY(recap_graph_replay(loop->graphs[b], p->stream));
   RECAP_TRY(recap_event_record(loop->done, p->stream));
   loop->running = true;
@@ -258,14 +331,19 @@ recap_status recap_decode_loop_poll(recap_decode_loop *loop, recap_loop_token *o
       atomic_load_explicit((_Atomic int32_t *)loop->parts.published, memory_order_acquire);
   size_t n = (size_t)(published - loop->read);
   if (n > capacity) n = capacity;
-  if (n) memcpy(out, loop->parts.ring + loop->read, n * sizeof *out);
+  if (n) {
+    memcpy(out, loop->parts.ring + loop->read, n * sizeof *out);
+    learn(loop, out, n, host_now_ns());
+  }
   loop->read += (int32_t)n;
   *count = n;
   if (done == RECAP_OK && loop->read == published) {
     loop->running = false;
     *finished = 1;
-    /* The state is device memory; the ring's last entry says how many steps ran. */
-    loop->last_steps = published > 0 ? loop->parts.ring[published - 1].step + 1 : 0;
+    /* Complete: everything the launch wrote to mapped memory is visible. */
+    loop->last_steps =
+        atomic_load_explicit((_Atomic int32_t *)loop->parts.ran, memory_order_acquire);
+    recap__rng_loop_settle(loop->rng[loop->bucket], &loop->reserved, (uint64_t)loop->last_steps);
   }
   return RECAP_OK;
 }
@@ -282,4 +360,48 @@ recap_status recap_decode_loop_stamps(recap_decode_loop *loop, const uint64_t **
   *stamps = loop->parts.stamps;
   *steps = loop->parts.stamps ? loop->last_steps : 0;
   return RECAP_OK;
+}
+
+/* The shortest and longest sleep between looks once an entry is due, and the one before the
+ * step time is known. */
+static const int64_t MIN_POLL_NS = 2000, MAX_POLL_NS = 20000;
+
+recap_status recap_decode_loop_wait(recap_decode_loop *loop, int64_t max_ns) {
+  RECAP_CHECK_ARG(loop && max_ns >= 0);
+  const uint64_t deadline = host_now_ns() + (uint64_t)max_ns;
+  for (;;) {
+    if (!loop->running) return RECAP_OK;
+    int32_t published =
+        atomic_load_explicit((_Atomic int32_t *)loop->parts.published, memory_order_acquire);
+    if (published != loop->read) return RECAP_OK;
+    bool ending = atomic_load_explicit((_Atomic int32_t *)loop->parts.ended, memory_order_relaxed);
+    /* The event is asked only where the launch may have ended: a query is a driver call. */
+    if (ending || loop->step_ns <= 0) {
+      recap_status done = recap_event_query(loop->done);
+      if (done != RECAP_STATUS_NOT_READY) return RECAP_OK; /* ended, or poll reports the fault */
+    }
+    const uint64_t now = host_now_ns();
+    if (now >= deadline) return RECAP_OK;
+    int64_t poll = (int64_t)(loop->step_ns / 16);
+    poll = loop->step_ns <= 0   ? MAX_POLL_NS
+           : poll < MIN_POLL_NS ? MIN_POLL_NS
+           : poll > MAX_POLL_NS ? MAX_POLL_NS
+                                : poll;
+    if (ending) poll = MIN_POLL_NS;
+    /* The next step's entries are due one step after the newest one's device stamp (on the
+     * host's clock through the offset), or one step after the launch for its first step. */
+    uint64_t due = now;
+    if (!ending && loop->step_ns > 0) {
+      if (loop->seen_step >= 0 && loop->has_offset)
+        due = loop->seen_device_ns + (uint64_t)loop->offset_ns + (uint64_t)loop->step_ns;
+      else if (loop->seen_step < 0)
+        due = loop->launched_ns + (uint64_t)loop->step_ns;
+    }
+    uint64_t wake = due > now + (uint64_t)poll ? due : now + (uint64_t)poll;
+    if (wake > deadline) wake = deadline;
+    struct timespec t = {.tv_sec = (time_t)(wake / 1000000000u),
+                         .tv_nsec = (long)(wake % 1000000000u)};
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &t, NULL) == EINTR) {
+    }
+  }
 }

@@ -14,6 +14,8 @@
  * (pool NULL) has none, and an allocation on the capturing stream is refused by that backend.
  * Work that allocates everything before the capture (the engine's pipelines) captures as usual.
  */
+#include "graph/graph.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -221,6 +223,26 @@ recap_status recap_graph_replay(recap_graph *g, recap_stream *stream) {
   RECAP_TRY(g->backend->graph_launch(g->exec, stream));
   g->info.replays++;
   return RECAP_OK;
+}
+
+recap_status recap__graph_replay_into_body(recap_graph *g, recap_stream *body,
+                                           const recap__rng_graph_binding **rng) {
+  RECAP_CHECK_ARG(g && body && rng);
+  if (!g->exec)
+    return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "nothing has been captured into the graph");
+  recap_capture_status cs = RECAP_CAPTURE_NONE;
+  RECAP_TRY(body->backend->stream_capture_status(body, &cs));
+  if (cs == RECAP_CAPTURE_NONE)
+    return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
+                      "the stream is not capturing a WHILE body: a graph replayed without its "
+                      "RNG slot written would draw stale numbers");
+  RECAP_TRY(g->backend->graph_launch(g->exec, body));
+  *rng = g->rng;
+  return RECAP_OK;
+}
+
+const recap__rng_graph_binding *recap__graph_rng(const recap_graph *g) {
+  return g ? g->rng : NULL;
 }
 
 recap_status recap_graph_pool(const recap_graph *g, recap_pool_id *out) {

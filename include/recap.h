@@ -1534,14 +1534,18 @@ RECAP_API recap_status recap_generator_destroy(recap_generator *g);
  *   recap_decode_loop_launch(loop, batch, k, limits, 0);  // limits: one per row
  *   int finished = 0;
  *   while (!finished) {
+ *     recap_decode_loop_wait(loop, 1000000);                            // sleeps, no spin
  *     recap_decode_loop_poll(loop, entries, capacity, &n, &finished);   // tokens as they come
  *     ...  recap_decode_loop_request_return(loop) to end it early ...
  *   }
  *   recap_decode_loop_destroy(loop);
  *
- * The pipeline must not run while a launch is under way. Graphs that draw from the device
- * generator (random ops) cannot be looped (their offsets would repeat every iteration): create
- * returns RECAP_STATUS_ILLEGAL_DURING_CAPTURE for them. One thread at a time.
+ * The pipeline must not run while a launch is under way. A decode step that draws from the
+ * device generator (random ops) draws new numbers every iteration, those the same number of
+ * single replays would draw: a launch reserves `steps` replays' draws, and once it has ended
+ * (poll says finished) the generator stands where the steps that ran leave it (the others'
+ * draws go back unless something else drew meanwhile). The pipeline's graphs must not be
+ * captured again while the loop lives (launch refuses). One thread at a time.
  * ---------------------------------------------------------------------------------------- */
 
 typedef struct recap_decode_loop recap_decode_loop;
@@ -1586,9 +1590,21 @@ RECAP_API recap_status recap_decode_loop_launch(recap_decode_loop *loop, int64_t
                                                 unsigned flags);
 /* Copies up to `capacity` entries that arrived since the last poll into out (*count of them)
  * and sets *finished once the launch has completed and every entry has been handed out. Does
- * not wait. A device fault in the launch is returned here. */
+ * not wait (recap_decode_loop_wait does). The device publishes a step's entries together, so
+ * with room for them all a poll hands out whole steps. A device fault in the launch is returned
+ * here. */
 RECAP_API recap_status recap_decode_loop_poll(recap_decode_loop *loop, recap_loop_token *out,
                                               size_t capacity, size_t *count, int *finished);
+/* Sleeps until the running launch has entries the last poll did not hand out, or has ended, or
+ * max_ns nanoseconds have passed (returns at once when no launch runs); then poll. It does not
+ * spin: from the ring's device stamps it learns the step time (a moving average) and the host
+ * clock's offset from the device's (the fastest delivery seen), sleeps until the next step's
+ * entries are due, then looks every 1/16 of a step (2 to 20 us; 20 us until the step time is
+ * known, 2 us once the last step has published and only the launch's end is awaited). For the
+ * sleeps to end on time, give the waiting thread a small timer slack (Linux:
+ * prctl(PR_SET_TIMERSLACK, 1000), as the generator's engine thread and `recap bench-loop` do:
+ * by default a sleep may end up to 50 us late). */
+RECAP_API recap_status recap_decode_loop_wait(recap_decode_loop *loop, int64_t max_ns);
 /* Asks the running launch to end after its current step (a flag in mapped host memory). */
 RECAP_API recap_status recap_decode_loop_request_return(recap_decode_loop *loop);
 /* The last finished launch's steps: *stamps holds 2 x *steps times, each step's start and end

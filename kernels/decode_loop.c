@@ -28,8 +28,15 @@ static bool is_stop_id(const int32_t *limits, int32_t token) {
   return false;
 }
 
+/* The host kernel's arguments: the CUDA kernel's, and how it sets the condition. */
+typedef struct {
+  recap__decode_loop_args args;
+  recap_status (*condition_store)(uint64_t handle, int32_t value);
+} host_control_job;
+
 static recap_status host_control(void *p) {
-  const recap__decode_loop_args *a = p;
+  const host_control_job *job = p;
+  const recap__decode_loop_args *a = &job->args;
   int32_t *state = a->state;
   const int32_t iteration = state[RECAP__LOOP_ITERATION];
   int32_t written = state[RECAP__LOOP_WRITTEN];
@@ -67,12 +74,16 @@ static recap_status host_control(void *p) {
   state[RECAP__LOOP_ITERATION] = iteration + 1;
   state[RECAP__LOOP_WRITTEN] = written;
   if (a->stamps) a->stamps[2 * iteration + 1] = time;
+  *a->ran = iteration + 1;
   atomic_store_explicit((_Atomic int32_t *)a->published, written, memory_order_release);
   const bool asked =
       atomic_load_explicit((_Atomic int32_t *)a->stop_request, memory_order_acquire) != 0;
-  state[RECAP__LOOP_CONTINUE] = running > 0 && iteration + 1 < state[RECAP__LOOP_MAX_STEPS] &&
-                                !asked && !(ended && state[RECAP__LOOP_RETURN_ON_STOP]);
-  return RECAP_OK;
+  if (a->rng_slot) a->rng_slot[1] += a->rng_increment;
+  const int32_t more = running > 0 && iteration + 1 < state[RECAP__LOOP_MAX_STEPS] && !asked &&
+                       !(ended && state[RECAP__LOOP_RETURN_ON_STOP]);
+  state[RECAP__LOOP_CONTINUE] = more;
+  *a->ended = !more;
+  return job->condition_store(a->condition, more);
 }
 
 typedef struct {
@@ -87,8 +98,14 @@ static recap_status host_stamp(void *p) {
 }
 
 recap_status recap__decode_loop_control(recap_stream *stream, const recap__decode_loop_args *args) {
-  if (stream->backend->launch_kernel)
-    return stream->backend->launch_kernel(stream, host_control, args, sizeof *args);
+  if (stream->backend->launch_kernel) {
+    if (!stream->backend->condition_store)
+      return RECAP_FAIL(RECAP_STATUS_NOT_SUPPORTED,
+                        "the %s backend's kernels cannot set a WHILE node's condition",
+                        stream->backend->name);
+    host_control_job job = {*args, stream->backend->condition_store};
+    return stream->backend->launch_kernel(stream, host_control, &job, sizeof job);
+  }
 #if RECAP_WITH_CUDA
   RECAP_CUDA_TRY((cudaError_t)recap__decode_loop_cuda_control(args, recap_stream_native(stream)));
   return RECAP_OK;

@@ -2,7 +2,9 @@
  * decode_loop.cu: the CUDA half of the decode loop's body kernels (kernels/decode_loop.c holds
  * the host reference). One thread walks the rows in order: the ring's entries must come out in
  * row order and the running rows' ranks are a running count, and a decode batch is at most a
- * few hundred rows, far less work than the step it follows.
+ * few hundred rows, far less work than the step it follows. It also sets the WHILE node's
+ * condition (cudaGraphSetConditional), so a step boundary crosses the control kernel, the
+ * node's next iteration and the step's first kernel, nothing else.
  */
 #include <cuda_runtime.h>
 #include <stdint.h>
@@ -59,14 +61,19 @@ __global__ void control_kernel(recap__decode_loop_args a) {
   state[RECAP__LOOP_ITERATION] = iteration + 1;
   state[RECAP__LOOP_WRITTEN] = written;
   if (a.stamps) a.stamps[2 * iteration + 1] = time;
+  *(volatile int32_t *)a.ran = iteration + 1;
   /* The entries, then the count: the host reads the count with acquire semantics. */
   __threadfence_system();
   *(volatile int32_t *)a.published = written;
   const bool asked = *(const volatile int32_t *)a.stop_request != 0;
-  state[RECAP__LOOP_CONTINUE] = running > 0 && iteration + 1 < state[RECAP__LOOP_MAX_STEPS] &&
-                                        !asked && !(ended && state[RECAP__LOOP_RETURN_ON_STOP])
-                                    ? 1
-                                    : 0;
+  if (a.rng_slot) a.rng_slot[1] += a.rng_increment;
+  const bool more = running > 0 && iteration + 1 < state[RECAP__LOOP_MAX_STEPS] && !asked &&
+                    !(ended && state[RECAP__LOOP_RETURN_ON_STOP]);
+  state[RECAP__LOOP_CONTINUE] = more ? 1 : 0;
+  *(volatile int32_t *)a.ended = more ? 0 : 1;
+  /* The body ends with this kernel: no condition kernel after it (one node launch less per
+   * step boundary). */
+  cudaGraphSetConditional(static_cast<cudaGraphConditionalHandle>(a.condition), more ? 1u : 0u);
 }
 
 __global__ void stamp_kernel(uint64_t *stamps, const int32_t *state) {

@@ -4,8 +4,9 @@
  * A decode loop (include/recap.h, recap_decode_loop_*) replays a decode step many times inside
  * one WHILE node. After each step, recap__decode_loop_control ends the iteration on the device:
  * it hands every token the step sampled to the host through a ring in mapped host memory,
- * stops the rows that are done, packs the running rows' ids again, and writes whether another
- * iteration follows (the condition the body's condition_set kernel copies into the node).
+ * stops the rows that are done, packs the running rows' ids again, moves the step's RNG slot
+ * on to the next iteration's draws, and sets the WHILE node's condition itself
+ * (cudaGraphSetConditional), so the body ends with this one kernel.
  *
  * The loop's state (device i32, RECAP__LOOP_* indices), then per row RECAP__LOOP_LIMIT_WIDTH
  * i32: the output count that ends the row, the number of stop ids, the stop ids.
@@ -43,14 +44,23 @@ typedef struct {
   recap_loop_token *ring; /* mapped host memory: `capacity` entries */
   int64_t capacity;
   int32_t *published;          /* mapped: entries the host may read (written after them) */
+  int32_t *ran;                /* mapped: iterations run so far in this launch */
+  int32_t *ended;              /* mapped: 1 once the last iteration has published (a hint) */
   const int32_t *stop_request; /* mapped: nonzero asks the loop to end after this iteration */
   uint64_t *stamps;            /* mapped, or NULL: [2 x K] begin and end time of each step */
+  /* The step graph's RNG slot {seed, offset} (graph/graph.h), or NULL when it draws nothing:
+   * the offset moves on by rng_increment (the step's draws) after every step, so each
+   * iteration draws what the next single replay would. */
+  uint64_t *rng_slot;
+  uint64_t rng_increment;
+  uint64_t condition; /* the WHILE node's handle: set to the continue flag */
 } recap__decode_loop_args;
 
-/* Ends one iteration (see the top of the file). A row ends when its token is one of its stop
- * ids or its outputs reach max_outputs; decode_advance has already stopped rows whose next
- * position has no KV block. The loop continues while a row runs, fewer than K iterations have
- * run, the host has not asked for a return, and (with RETURN_ON_STOP) no row ended. */
+/* Ends one iteration (see the top of the file); runs inside the WHILE body of args->condition. A
+ * row ends when its token is one of its stop ids or its outputs reach max_outputs; decode_advance
+ * has already stopped rows whose next position has no KV block. The loop continues while a row
+ * runs, fewer than K iterations have run, the host has not asked for a return, and (with
+ * RETURN_ON_STOP) no row ended. */
 recap_status recap__decode_loop_control(recap_stream *stream, const recap__decode_loop_args *args);
 /* Writes the current time to stamps[2 x iteration] (the step's start). */
 recap_status recap__decode_loop_stamp(recap_stream *stream, uint64_t *stamps, const int32_t *state);

@@ -163,6 +163,13 @@ struct recap__backend {
   recap_status (*while_begin)(recap_stream *stream, recap_stream *body, uint64_t *handle);
   recap_status (*while_end)(recap_stream *body);
   recap_status (*condition_set)(recap_stream *stream, uint64_t handle, const int32_t *flag);
+  /* For a backend whose kernels are host functions (launch_kernel): what such a kernel calls
+   * to set a WHILE node's condition itself, as a CUDA kernel calls cudaGraphSetConditional,
+   * so a body's last kernel can decide the next iteration without a condition_set node after
+   * it. The innermost WHILE node with `handle` running on the calling thread gets `value`;
+   * outside that node's body it fails (a fault), as cudaGraphSetConditional does. NULL on
+   * CUDA, whose kernels call cudaGraphSetConditional. */
+  recap_status (*condition_store)(uint64_t handle, int32_t value);
 
   /* Page-locked host memory mapped into the device's address space (cudaHostAlloc with
    * cudaHostAllocMapped under unified addressing): one pointer that host code and kernels both

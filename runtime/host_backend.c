@@ -1195,6 +1195,7 @@ const recap__backend recap__host_backend = {
     .while_begin = host_while_begin,
     .while_end = host_while_end,
     .condition_set = host_condition_set,
+    .condition_store = recap__host_condition_store,
     .host_alloc_mapped = host_host_alloc_mapped,
     .host_free_mapped = host_host_free_mapped,
 };

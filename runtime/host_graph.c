@@ -1,4 +1,6 @@
 /* host_graph.c: the host backend's captured graphs and instantiated execs (see host_graph.h). */
+#include "runtime/host_graph.h"
+
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -7,7 +9,6 @@
 
 #include "runtime/error.h"
 #include "runtime/host_fault.h"
-#include "runtime/host_graph.h"
 
 static const char *kind_name(recap__host_node_kind kind) {
   switch (kind) {
@@ -152,17 +153,21 @@ typedef struct loop_frame {
 } loop_frame;
 static _Thread_local loop_frame *running_loops;
 
-recap_status recap__host_condition_set_fn(void *args) {
-  const recap__host_condition *c = args;
+recap_status recap__host_condition_store(uint64_t handle, int32_t value) {
   for (loop_frame *f = running_loops; f; f = f->outer) {
-    if (f->handle != c->handle) continue;
-    f->value = *c->flag;
+    if (f->handle != handle) continue;
+    f->value = value;
     return RECAP_OK;
   }
   return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
-                    "a condition kernel for handle %ju ran outside that handle's WHILE node "
+                    "a kernel set the condition of handle %ju outside that handle's WHILE node "
                     "(cudaGraphSetConditional outside its conditional node's graph)",
-                    (uintmax_t)c->handle);
+                    (uintmax_t)handle);
+}
+
+recap_status recap__host_condition_set_fn(void *args) {
+  const recap__host_condition *c = args;
+  return recap__host_condition_store(c->handle, *c->flag);
 }
 
 static recap_status run_loop(const recap__host_node *n) {

@@ -107,6 +107,8 @@ typedef struct {
   const int32_t *flag;
 } recap__host_condition;
 recap_status recap__host_condition_set_fn(void *args);
+/* The backend's condition_store: sets that node's condition to `value` (see backend.h). */
+recap_status recap__host_condition_store(uint64_t handle, int32_t value);
 
 /* The backend's graph slots (see backend.h). */
 recap_status recap__host_graph_node_count(recap__graph *graph, size_t *out);

@@ -400,9 +400,10 @@ static recap_status host_write_slot(void *p) {
   return RECAP_OK;
 }
 
-recap_status recap__rng_replay_prepare(const recap__rng_graph_binding *binding,
-                                       recap_stream *stream) {
-  if (!binding) return RECAP_OK;
+/* Reserves replays x increment draws and writes the slot in stream order; *reserved gets the
+ * reservation. */
+static recap_status reserve_and_write(const recap__rng_graph_binding *binding, recap_stream *stream,
+                                      uint64_t replays, recap__rng_loop_reservation *reserved) {
   RECAP_CHECK_ARG(stream);
   if (stream->backend != binding->backend || stream->device.index != binding->device.index)
     return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
@@ -418,7 +419,8 @@ recap_status recap__rng_replay_prepare(const recap__rng_graph_binding *binding,
   pthread_mutex_lock(&rng_lock);
   generator *g = generator_locked(binding->device);
   host_slot_write w = {.slot = binding->slot, .seed = g->seed, .offset = g->offset};
-  g->offset += binding->increment;
+  g->offset += binding->increment * replays;
+  *reserved = (recap__rng_loop_reservation){.seed = g->seed, .first = w.offset, .end = g->offset};
   pthread_mutex_unlock(&rng_lock);
 
   switch (stream->backend->kind) {
@@ -433,6 +435,30 @@ recap_status recap__rng_replay_prepare(const recap__rng_graph_binding *binding,
   }
   return RECAP_FAIL(RECAP_STATUS_NOT_SUPPORTED, "no RNG for the %s backend in this build",
                     stream->backend->name);
+}
+
+recap_status recap__rng_replay_prepare(const recap__rng_graph_binding *binding,
+                                       recap_stream *stream) {
+  if (!binding) return RECAP_OK;
+  recap__rng_loop_reservation unused;
+  return reserve_and_write(binding, stream, 1, &unused);
+}
+
+recap_status recap__rng_loop_prepare(const recap__rng_graph_binding *binding, recap_stream *stream,
+                                     uint64_t replays, recap__rng_loop_reservation *out) {
+  RECAP_CHECK_ARG(binding && out);
+  return reserve_and_write(binding, stream, replays, out);
+}
+
+void recap__rng_loop_settle(const recap__rng_graph_binding *binding,
+                            const recap__rng_loop_reservation *reservation, uint64_t ran) {
+  if (!binding || !reservation) return;
+  uint64_t used = reservation->first + binding->increment * ran;
+  if (used >= reservation->end) return;
+  pthread_mutex_lock(&rng_lock);
+  generator *g = generator_locked(binding->device);
+  if (g->seed == reservation->seed && g->offset == reservation->end) g->offset = used;
+  pthread_mutex_unlock(&rng_lock);
 }
 
 /* ---- fills --------------------------------------------------------------------------- */

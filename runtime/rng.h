@@ -100,6 +100,22 @@ void recap__rng_capture_abort(recap_stream *origin);
  * if the write cannot be enqueued (the reserved offsets are then skipped, never reused). */
 recap_status recap__rng_replay_prepare(const recap__rng_graph_binding *binding,
                                        recap_stream *stream);
+/* A loop that replays a graph with `binding` up to `replays` times inside one launch (a WHILE
+ * node whose body adds binding->increment to the slot's offset after each replay) reserves
+ * all its draws at once: recap__rng_loop_prepare, before the launch and on its stream, takes
+ * replays x increment offsets from the generator and writes {seed, first offset} into the
+ * slot in stream order (as recap__rng_replay_prepare does for one replay); once the launch has
+ * ended, recap__rng_loop_settle gives back the offsets of the replays that did not run, so the
+ * generator's state is what `ran` single replays leave. It gives them back only when no draw
+ * and no seeding took place since the reservation (the generator still stands at its end);
+ * otherwise they are skipped, never reused. Fails as recap__rng_replay_prepare. */
+typedef struct {
+  uint64_t seed, first, end; /* the reservation: offsets [first, end) */
+} recap__rng_loop_reservation;
+recap_status recap__rng_loop_prepare(const recap__rng_graph_binding *binding, recap_stream *stream,
+                                     uint64_t replays, recap__rng_loop_reservation *out);
+void recap__rng_loop_settle(const recap__rng_graph_binding *binding,
+                            const recap__rng_loop_reservation *reservation, uint64_t ran);
 /* Releases the slot and the binding. The caller has made sure no replay that reads the slot
  * is still pending (as for the graph exec itself). NULL is accepted. */
 void recap__rng_graph_binding_destroy(recap__rng_graph_binding *binding);

@@ -13,13 +13,15 @@
  * new request, a cancel or destroy asks the loop to return, so they wait one step at most.
  */
 #ifndef _GNU_SOURCE
-#define _GNU_SOURCE /* nanosleep under -std=c11 */
+#define _GNU_SOURCE /* prctl's timer slack */
 #endif
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
+#if defined(__linux__)
+#include <sys/prctl.h>
+#endif
 
 #include "runtime/error.h"
 #include "serve/generator.h"
@@ -186,8 +188,10 @@ static recap_status run_step(recap_generator *g, const recap__step *step,
 
 /* ---- decode loops ---- */
 
-/* How long the engine sleeps when a poll of a running loop found nothing new. */
-static const long LOOP_POLL_NS = 20000;
+/* The longest the engine sleeps waiting for a running loop's next step: it also looks for
+ * submits and cancels when it wakes. The wait itself sleeps until the next step is due, then
+ * looks at 1/16 of a step (recap_decode_loop_wait). */
+static const int64_t LOOP_WAIT_NS = 2000000;
 
 /* Whether the planned step may run as a loop: decode rows only (so whatever waits could not
  * be admitted), no preemption, and a runner with a loop. */
@@ -247,7 +251,7 @@ static void drain_loop(recap_generator *g) {
     if (recap__runner_loop_poll(g->runner, g->loop_entries, g->loop_capacity, &got, &finished) !=
         RECAP_OK)
       return;
-    if (!finished) nanosleep(&(struct timespec){.tv_nsec = LOOP_POLL_NS}, NULL);
+    if (!finished) recap__runner_loop_wait(g->runner, LOOP_WAIT_NS);
   }
 }
 
@@ -278,11 +282,11 @@ static recap_status run_loop(recap_generator *g, const recap__step *first,
     st = recap__runner_loop_poll(g->runner, entries + have, g->loop_capacity - have, &got,
                                  &finished);
     have += got;
-    /* An iteration's entries are whole once a later one's follow, or the launch has ended. */
+    /* The control kernel publishes an iteration's entries together, and the buffer holds a
+     * whole launch's: what arrived is whole iterations. */
     while (st == RECAP_OK && have > 0) {
       size_t n = 0;
       while (n < have && entries[n].step == iteration) n++;
-      if (n == have && !finished) break;
       if (n == 0) {
         st = loop_disagrees(iteration, "the ring skipped an iteration");
         break;
@@ -308,7 +312,7 @@ static recap_status run_loop(recap_generator *g, const recap__step *first,
       asked = g->num_incoming > 0 || g->cancels_pending || g->stopping;
       pthread_mutex_unlock(&g->lock);
       if (asked) break;
-      nanosleep(&(struct timespec){.tv_nsec = LOOP_POLL_NS}, NULL);
+      st = recap__runner_loop_wait(g->runner, LOOP_WAIT_NS);
     }
   }
   if (!finished) drain_loop(g);
@@ -322,6 +326,11 @@ static bool has_work(const recap_generator *g) {
 void *recap__engine_main(void *arg) {
   recap_generator *g = arg;
   recap__request *pinned = NULL;
+#if defined(__linux__)
+  /* 1 us of timer slack instead of 50: the loop's waits sleep until a step is due, and a late
+   * wake is a late token. Only this thread's sleeps are affected. */
+  prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
+#endif
   /* Runs target the pipelines' device; set it here too, as the creating thread had it. */
   recap_status st = recap_device_set(g->shape->device);
   pthread_mutex_lock(&g->lock);

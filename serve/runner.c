@@ -287,8 +287,7 @@ static recap_status open_loop(recap__runner *r, const recap_generator_options *o
   RECAP_TRY(loop_steps_from_env(&steps));
   if (steps == 0 || o->eager) return RECAP_OK;
   /* Any failure leaves the step-per-launch path, which works wherever the captures did: no
-   * conditional nodes, a spec drawing from the device generator, or a driver refusing what the
-   * body holds (the line says which). */
+   * conditional nodes, or a driver refusing what the body holds (the line says which). */
   recap_status st = recap_decode_loop_create(r->decode.p, steps, 0, &r->loop);
   if (st != RECAP_OK) {
     if (!o->quiet)
@@ -507,6 +506,10 @@ recap_status recap__runner_loop_poll(recap__runner *r, recap_loop_token *out, si
   recap_status st = recap_decode_loop_poll(r->loop, out, capacity, count, finished);
   if (st != RECAP_OK) return recap__error_context(st, "decode loop: ");
   return RECAP_OK;
+}
+
+recap_status recap__runner_loop_wait(recap__runner *r, int64_t max_ns) {
+  return recap_decode_loop_wait(r->loop, max_ns);
 }
 
 recap_status recap__runner_loop_return(recap__runner *r) {

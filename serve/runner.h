@@ -72,6 +72,9 @@ recap_status recap__runner_loop_launch(recap__runner *r, const recap__sched *s,
 /* The tokens that arrived since the last poll (see recap_decode_loop_poll). */
 recap_status recap__runner_loop_poll(recap__runner *r, recap_loop_token *out, size_t capacity,
                                      size_t *count, int *finished);
+/* Sleeps until the loop has tokens to poll or has ended, at most max_ns (see
+ * recap_decode_loop_wait). */
+recap_status recap__runner_loop_wait(recap__runner *r, int64_t max_ns);
 /* Asks the running loop to end after its current step. */
 recap_status recap__runner_loop_return(recap__runner *r);
 

@@ -1093,7 +1093,7 @@ check_json "$tmp/decode.json"
 # bench-loop on the host backend (emulated WHILE nodes): every mode's row and the loop's line.
 expect 0 "bench-loop" -- "$recap" bench-loop "$tmp/qwen2_paged.yaml" --device host \
   --batch 1,4 --context 8 --tokens 8 --steps 4 --repeats 1 --json "$tmp/loop.json"
-for mode in step-sync step-ahead loop; do
+for mode in step-sync step-block step-ahead loop loop-poll; do
   grep -qE "^ +4 $mode " "$tmp/out" || fail "bench-loop prints no $mode row for batch 4"
 done
 grep -q "gap between steps median" "$tmp/out" || fail "bench-loop prints no GPU gap"

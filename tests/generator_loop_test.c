@@ -234,6 +234,89 @@ static void test_loop_of_a_batch_gives_the_tokens_of_steps(void) {
   remove_dir();
 }
 
+/* The imported spec with noise drawn from the device generator added to the logits (a random
+ * op in both entries), so greedy and sampled tokens depend on every step's draws. */
+static void add_logit_noise(const char *spec) {
+  FILE *f = fopen(spec, "r");
+  CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+  char text[16384];
+  size_t n = fread(text, 1, sizeof text - 1, f);
+  fclose(f);
+  text[n] = 0;
+  static const char line[] = "  - {op: linear, in: [hf, lm_head], out: logits, name: lm_head}\n";
+  char *at = strstr(text, line);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(at);
+  f = fopen(spec, "w");
+  CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+  fprintf(f,
+          "%.*s  - {op: linear, in: [hf, lm_head], out: clean, name: lm_head}\n"
+          "  - {op: random_normal, out: noise, shape: [Bs, V], std: 2.0}\n"
+          "  - {op: add, in: [clean, noise], out: logits}\n%s",
+          (int)(at - text), text, at + strlen(line));
+  fclose(f);
+}
+
+/* Runs the jobs one at a time (so every step's batch, and so its draws, are the same in both
+ * modes) from a fixed generator state; the state the generator leaves into *after. */
+static void run_alone(const char *spec, const char *loop_env, job *jobs, int n,
+                      recap_rng_state *after, recap_generator_stats *stats) {
+  recap_generator *g = generator_with_loop(spec, loop_env);
+  CHECK_OK(recap_rng_manual_seed(test_device, 4242));
+  for (int i = 0; i < n; i++) run_jobs(g, &jobs[i], 1);
+  CHECK_OK(recap_generator_stats_get(g, stats));
+  CHECK_OK(recap_generator_destroy(g));
+  CHECK_OK(recap_rng_get_state(test_device, after));
+}
+
+/* A decode step that draws from the device generator: each loop iteration draws what the next
+ * single launch would (the body moves the RNG slot on), so greedy and seeded sampling give the
+ * tokens of one launch per step, and the generator's state after the loops is that after the
+ * same number of single steps. */
+static void test_loop_draws_what_steps_draw(void) {
+  make_dir();
+  char spec[512];
+  import_serving("qwen3", spec, sizeof spec);
+  enum { N = 4 };
+  job a[N];
+  memset(a, 0, sizeof a);
+  for (int i = 0; i < N; i++) {
+    for (int k = 0; k < 6; k++) a[i].prompt[k] = (int32_t)((i * 29 + k * 13) % VOCAB);
+    a[i].r = (recap_request){.struct_size = sizeof(recap_request),
+                             .prompt = a[i].prompt,
+                             .prompt_len = 6,
+                             .max_new_tokens = 13 + 5 * i,
+                             .has_seed = 1,
+                             .seed = 77 + (uint64_t)i};
+    if (i % 2) {
+      a[i].r.temperature = 0.9f;
+      a[i].r.top_k = 20;
+      a[i].r.top_p = 0.95f;
+    }
+  }
+  job b[N], c[N];
+  memcpy(b, a, sizeof b);
+  memcpy(c, a, sizeof c);
+  for (int i = 0; i < N; i++) b[i].r.prompt = b[i].prompt, c[i].r.prompt = c[i].prompt;
+  recap_rng_state looped, stepped;
+  recap_generator_stats ls, ss;
+  run_alone(spec, "4", c, N, &looped, &ls); /* without the noise: other tokens below */
+  add_logit_noise(spec);
+  run_alone(spec, "4", a, N, &looped, &ls);
+  run_alone(spec, "0", b, N, &stepped, &ss);
+  expect_same_results(a, b, N);
+  CU_ASSERT(ls.loop_launches >= N && ls.loop_steps > ls.loop_launches);
+  CU_ASSERT_EQUAL(ss.loop_launches, 0);
+  CU_ASSERT_EQUAL(looped.seed, stepped.seed);
+  CU_ASSERT_EQUAL(looped.offset, stepped.offset);
+  CU_ASSERT(stepped.offset > 0);
+  /* Without the noise in the step the tokens are others: the draws mattered. */
+  int differ = 0;
+  for (int i = 0; i < N; i++)
+    differ += memcmp(a[i].tokens, c[i].tokens, sizeof(int32_t) * a[i].status.num_tokens) != 0;
+  CU_ASSERT(differ != 0);
+  remove_dir();
+}
+
 static void test_bad_loop_switch_is_refused(void) {
   make_dir();
   char spec[512];
@@ -310,6 +393,7 @@ static size_t poll_to_end(recap_decode_loop *loop, recap_loop_token *e, size_t c
   clock_gettime(CLOCK_MONOTONIC, &t0);
   while (!finished) {
     size_t n = 0;
+    CHECK_OK(recap_decode_loop_wait(loop, 1000000));
     CHECK_OK(recap_decode_loop_poll(loop, e + total, capacity - total, &n, &finished));
     total += n;
     clock_gettime(CLOCK_MONOTONIC, &t);
@@ -343,6 +427,13 @@ static void test_loop_api_refusals(void) {
   recap_pipeline *p = decode_pipeline(spec, RECAP_MODE_GRAPH);
   CHECK_STATUS(recap_decode_loop_create(p, 0, 0, &loop), RECAP_STATUS_INVALID_ARGUMENT);
   CHECK_OK(recap_decode_loop_create(p, 4, 1, &loop));
+  /* No launch: the wait returns at once, whatever its bound. */
+  struct timespec w0, w1;
+  clock_gettime(CLOCK_MONOTONIC, &w0);
+  CHECK_OK(recap_decode_loop_wait(loop, 10 * 1000000000LL));
+  clock_gettime(CLOCK_MONOTONIC, &w1);
+  CU_ASSERT(w1.tv_sec - w0.tv_sec < 5);
+  CHECK_STATUS(recap_decode_loop_wait(loop, -1), RECAP_STATUS_INVALID_ARGUMENT);
   recap_loop_limits limits = {.max_outputs = 100};
   CHECK_STATUS(recap_decode_loop_launch(loop, 1, 5, &limits, 0), RECAP_STATUS_INVALID_ARGUMENT);
   CHECK_STATUS(recap_decode_loop_launch(loop, 9, 2, &limits, 0), RECAP_STATUS_INVALID_ARGUMENT);
@@ -362,13 +453,8 @@ static void test_loop_api_refusals(void) {
   remove_dir();
 }
 
-/* Two sequences by hand: row 0 runs out of blocks after 2 steps, row 1 stops at 3 outputs;
- * the ring holds their tokens in step order and the stamps one start and end per step. */
-static void test_loop_api_ring_order_blocks_and_stamps(void) {
-  make_dir();
-  char spec[512];
-  import_serving("qwen3", spec, sizeof spec);
-  recap_pipeline *p = decode_pipeline(spec, RECAP_MODE_GRAPH);
+/* Two sequences by hand: row 0 runs out of blocks after 2 steps, row 1 stops at 3 outputs. */
+static void write_two_rows(recap_pipeline *p) {
   recap_tensor_info info;
   int64_t width = 0;
   recap_pipeline_info pi;
@@ -379,6 +465,7 @@ static void test_loop_api_ring_order_blocks_and_stamps(void) {
   }
   CU_ASSERT_FATAL(width > RECAP_SEQ_BLOCKS + 2);
   int32_t *seqs = calloc((size_t)(2 * width), sizeof *seqs);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(seqs);
   int32_t ids[2] = {7, 11};
   for (int r = 0; r < 2; r++) {
     int32_t *row = seqs + r * width;
@@ -392,10 +479,21 @@ static void test_loop_api_ring_order_blocks_and_stamps(void) {
   seqs[width + RECAP_SEQ_BLOCKS + 1] = 3; /* row 1 also holds positions 4-7 */
   CHECK_OK(recap_pipeline_copy_in(p, "ids", ids, sizeof ids, 2));
   CHECK_OK(recap_pipeline_copy_in(p, "seqs", seqs, sizeof *seqs * (size_t)(2 * width), 2));
+  free(seqs);
+}
+
+static const recap_loop_limits TWO_ROW_LIMITS[2] = {{.max_outputs = 100}, {.max_outputs = 4}};
+
+/* The ring holds their tokens in step order and the stamps one start and end per step. */
+static void test_loop_api_ring_order_blocks_and_stamps(void) {
+  make_dir();
+  char spec[512];
+  import_serving("qwen3", spec, sizeof spec);
+  recap_pipeline *p = decode_pipeline(spec, RECAP_MODE_GRAPH);
+  write_two_rows(p);
   recap_decode_loop *loop = NULL;
   CHECK_OK(recap_decode_loop_create(p, 8, 1, &loop));
-  recap_loop_limits limits[2] = {{.max_outputs = 100}, {.max_outputs = 4}};
-  CHECK_OK(recap_decode_loop_launch(loop, 2, 8, limits, 0));
+  CHECK_OK(recap_decode_loop_launch(loop, 2, 8, TWO_ROW_LIMITS, 0));
   recap_loop_token e[16];
   size_t n = poll_to_end(loop, e, 16);
   /* Row 0 writes positions 2 and 3, then position 4 has no block: 2 tokens. Row 1 samples
@@ -415,7 +513,46 @@ static void test_loop_api_ring_order_blocks_and_stamps(void) {
   for (int64_t k = 0; k + 1 < 2 * steps; k++) CU_ASSERT(stamps[k] <= stamps[k + 1]);
   CHECK_OK(recap_decode_loop_destroy(loop));
   recap_pipeline_destroy(p);
-  free(seqs);
+  remove_dir();
+}
+
+/* The same two rows with a step that draws (noise on the logits): a loop launched for 8 steps
+ * that runs 3 gives the tokens of 3 single replays, and leaves the generator where they do
+ * (the 5 steps that did not run give their draws back). */
+static void test_loop_api_draws_and_settles_the_generator(void) {
+  make_dir();
+  char spec[512];
+  import_serving("qwen3", spec, sizeof spec);
+  add_logit_noise(spec);
+  recap_pipeline *p = decode_pipeline(spec, RECAP_MODE_GRAPH);
+  recap_decode_loop *loop = NULL;
+  CHECK_OK(recap_decode_loop_create(p, 8, 0, &loop));
+  CHECK_OK(recap_rng_manual_seed(test_device, 99));
+  recap_rng_state start, after_loop, after_steps;
+  CHECK_OK(recap_rng_get_state(test_device, &start));
+  write_two_rows(p);
+  CHECK_OK(recap_decode_loop_launch(loop, 2, 8, TWO_ROW_LIMITS, 0));
+  recap_loop_token e[16];
+  size_t n = poll_to_end(loop, e, 16);
+  CU_ASSERT_EQUAL_FATAL(n, 5);
+  CHECK_OK(recap_rng_get_state(test_device, &after_loop));
+  /* One launch per step from the same state: row 0 at steps 0 and 1, row 1 at 0, 1 and 2. */
+  CHECK_OK(recap_rng_set_state(test_device, &start));
+  write_two_rows(p);
+  int32_t expect[5], tokens[2];
+  for (int step = 0, k = 0; step < 3; step++) {
+    CHECK_OK(recap_pipeline_run(p, 2));
+    CHECK_OK(recap_pipeline_copy_out(p, "tokens", tokens, sizeof tokens, 2));
+    for (int r = 0; r < 2; r++)
+      if (tokens[r] >= 0) expect[k++] = tokens[r];
+  }
+  CHECK_OK(recap_rng_get_state(test_device, &after_steps));
+  for (size_t i = 0; i < n; i++) CU_ASSERT_EQUAL(e[i].token, expect[i]);
+  CU_ASSERT_EQUAL(after_loop.seed, after_steps.seed);
+  CU_ASSERT_EQUAL(after_loop.offset, after_steps.offset);
+  CU_ASSERT(after_loop.offset == start.offset + 3); /* one draw per step */
+  CHECK_OK(recap_decode_loop_destroy(loop));
+  recap_pipeline_destroy(p);
   remove_dir();
 }
 
@@ -427,11 +564,14 @@ int main(void) {
       {"loop_runs_k_steps_per_launch", test_loop_runs_k_steps_per_launch, true},
       {"loop_of_a_batch_gives_the_tokens_of_steps", test_loop_of_a_batch_gives_the_tokens_of_steps,
        true},
+      {"loop_draws_what_steps_draw", test_loop_draws_what_steps_draw, true},
       {"bad_loop_switch_is_refused", test_bad_loop_switch_is_refused, false},
       {"a_fault_during_loops_fails_the_request", test_a_fault_during_loops_fails_the_request,
        false},
       {"loop_api_refusals", test_loop_api_refusals, true},
       {"loop_api_ring_order_blocks_and_stamps", test_loop_api_ring_order_blocks_and_stamps, true},
+      {"loop_api_draws_and_settles_the_generator", test_loop_api_draws_and_settles_the_generator,
+       true},
   };
   test_add_host_and_cuda_suites("decode loop", tests, sizeof tests / sizeof tests[0]);
   return test_run_all();

@@ -666,6 +666,40 @@ static void test_replay_prepare_inside_a_capture_is_refused(void) {
   buffer_free(&out);
 }
 
+/* A loop's reservation (recap__rng_loop_prepare): K replays' draws at once, the slot holding
+ * the first; settling gives back those of the replays that did not run, unless the generator
+ * moved meanwhile (then they are skipped, never drawn twice). */
+static void test_loop_reservation_gives_back_unrun_draws_only_if_untouched(void) {
+  buffer out;
+  buffer_init(&out, host0, 4);
+  captured c;
+  capture(hstream, uniform_op, &out, &c);
+  const uint64_t seed = fresh_seed();
+  set_state(host0, seed, 100);
+  recap__rng_loop_reservation r;
+  CHECK_OK(recap__rng_loop_prepare(c.binding, hstream, 8, &r));
+  CHECK_OK(recap_stream_synchronize(hstream));
+  CU_ASSERT_EQUAL(r.first, 100);
+  CU_ASSERT_EQUAL(r.end, 108);
+  CU_ASSERT_EQUAL(current_offset(host0), 108);
+  CU_ASSERT_EQUAL(c.binding->slot[0], seed); /* the host backend's slot is host memory */
+  CU_ASSERT_EQUAL(c.binding->slot[1], 100);
+  recap__rng_loop_settle(c.binding, &r, 3);
+  CU_ASSERT_EQUAL(current_offset(host0), 103);
+  /* Something drew in between: nothing goes back. */
+  CHECK_OK(recap__rng_loop_prepare(c.binding, hstream, 8, &r));
+  uniform_op(hstream, &out);
+  CHECK_OK(recap_stream_synchronize(hstream));
+  recap__rng_loop_settle(c.binding, &r, 2);
+  CU_ASSERT_EQUAL(current_offset(host0), 112);
+  /* All ran: nothing to give back. */
+  CHECK_OK(recap__rng_loop_prepare(c.binding, hstream, 4, &r));
+  recap__rng_loop_settle(c.binding, &r, 4);
+  CU_ASSERT_EQUAL(current_offset(host0), 116);
+  captured_destroy(hstream, &c);
+  buffer_free(&out);
+}
+
 /* ------------------------------------------------------------------------------------------
  * CUDA against the host reference
  * ---------------------------------------------------------------------------------------- */
@@ -816,6 +850,7 @@ int main(void) {
   CU_ADD_TEST(graph, test_destroying_a_binding_during_another_capture_keeps_it_valid);
   CU_ADD_TEST(graph, test_side_stream_draws_in_a_capture_only_when_attached);
   CU_ADD_TEST(graph, test_replay_prepare_inside_a_capture_is_refused);
+  CU_ADD_TEST(graph, test_loop_reservation_gives_back_unrun_draws_only_if_untouched);
 
   CU_pSuite cuda = test_add_cuda_suite("rng/cuda", cuda_init, cuda_cleanup);
   CU_ADD_TEST(cuda, test_cuda_bits_are_identical_to_host);

@@ -7,6 +7,7 @@
 #include "runtime/backend.h"
 #include "runtime/capture.h"
 #include "runtime/error.h"
+#include "runtime/host_fault.h"
 #include "tests/test_util.h"
 
 static const recap_device host_device = {RECAP_BACKEND_HOST, 0};
@@ -111,6 +112,53 @@ static void test_while_runs_body_until_condition_kernel_sets_zero(void) {
   CHECK_OK(host()->graph_launch(exec, s));
   CU_ASSERT_EQUAL(d.counter[0], 1);
   host()->graph_exec_destroy(exec);
+  ints_free(&d);
+  recap_stream_destroy(body);
+  recap_stream_destroy(s);
+}
+
+/* counter[0] += 1, then the condition set from inside the kernel (condition_store, the host's
+ * cudaGraphSetConditional): a body of one kernel. */
+typedef struct {
+  int32_t *counter;
+  const int32_t *limit;
+  uint64_t handle;
+} self_step_args;
+
+static recap_status self_step_fn(void *p) {
+  self_step_args *a = p;
+  a->counter[0] += 1;
+  return host()->condition_store(a->handle, a->counter[0] < a->limit[0]);
+}
+
+static void test_while_kernel_sets_its_own_condition(void) {
+  recap_stream *s = stream_new(), *body = stream_new();
+  device_ints d = ints_new();
+  uint64_t handle = 0;
+  recap__graph *graph = NULL;
+  recap__graph_exec *exec = NULL;
+  CHECK_OK(recap__capture_begin(s, RECAP_CAPTURE_MODE_GLOBAL));
+  CHECK_OK(host()->memset_async(d.counter, 0, sizeof(int32_t), s));
+  CHECK_OK(host()->while_begin(s, body, &handle));
+  self_step_args a = {d.counter, d.limit, handle};
+  CHECK_OK(host()->launch_kernel(body, self_step_fn, &a, sizeof a));
+  CHECK_OK(host()->while_end(body));
+  CHECK_OK(recap__capture_end(s, &graph));
+  CHECK_OK(host()->graph_instantiate(graph, &exec));
+  host()->graph_destroy(graph);
+  d.limit[0] = 5;
+  CHECK_OK(host()->graph_launch(exec, s));
+  CU_ASSERT_EQUAL(d.counter[0], 5);
+  d.limit[0] = 2;
+  CHECK_OK(host()->graph_launch(exec, s));
+  CU_ASSERT_EQUAL(d.counter[0], 2);
+  host()->graph_exec_destroy(exec);
+  /* Outside its WHILE node the kernel faults, as cudaGraphSetConditional outside its graph. */
+  CU_ASSERT_NOT_EQUAL(host()->launch_kernel(s, self_step_fn, &a, sizeof a), RECAP_OK);
+  recap_status st = recap_stream_synchronize(s);
+  CU_ASSERT_NOT_EQUAL(st, RECAP_OK);
+  CHECK_ERROR_MENTIONS("outside that handle's WHILE node");
+  recap__host_backend_reset_fault_for_testing();
   ints_free(&d);
   recap_stream_destroy(body);
   recap_stream_destroy(s);
@@ -452,6 +500,7 @@ int main(void) {
   test_add_host_and_cuda_suites("while", both, sizeof both / sizeof both[0]);
   CU_pSuite loops = test_add_suite("while/host", NULL, NULL);
   CU_ADD_TEST(loops, test_while_runs_body_until_condition_kernel_sets_zero);
+  CU_ADD_TEST(loops, test_while_kernel_sets_its_own_condition);
   CU_ADD_TEST(loops, test_while_nested_loops_multiply_iterations);
   CU_ADD_TEST(loops, test_while_exec_update_takes_second_capture);
   CU_ADD_TEST(loops, test_while_body_may_launch_a_graph_and_copy_to_mapped_memory);

@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine from the staged bundle (bash stage/run.sh gpu_decode_loop.sh): the
-# decode loop (docs/SERVING.md, "The decode loop"), about 2 minutes.
+# decode loop (docs/SERVING.md, "The decode loop"), about 3 minutes.
 #  1. The WHILE node on CUDA (runtime_while_test: loop semantics with copies and the condition
 #     kernel; what the driver says to a host function in a body) and the decode loop on CUDA
-#     (generator_loop_test: loop vs one launch per step, same tokens, greedy and seeded; the
-#     loop API's ring order, block stop and %globaltimer stamps).
+#     (generator_loop_test: loop vs one launch per step, same tokens, greedy and seeded, also
+#     with a step that draws from the device generator (noise on the logits) and the
+#     generator's state after the loops; the loop API's ring order, block stop and
+#     %globaltimer stamps). The body is now the step and the control kernel, which sets the
+#     WHILE condition itself (cudaGraphSetConditional in decode_loop.cu).
 #  2. The same with RECAP_PDL=0: recap's kernels launch with programmatic dependent launch, so
 #     the decode step's graph has programmatic edges; run 1 passing with PDL on says the driver
 #     accepts those edges inside a WHILE body (the summary line says which runs passed).
@@ -12,9 +15,11 @@
 #     tokens; the generator's start-up line says which mode it took.
 #  4. The benchmark: `recap bench-loop` at batch 1 and 8 on a 4-layer, hidden-512 Llama
 #     (random bf16 weights) and on the Llama 3.2 1B shape: ms per step, tokens/s and CPU us per
-#     token for one launch per step with a wait per step, step N + 1 enqueued before step N's
-#     tokens are read, and loops; the GPU's median gap between steps and the token delivery
-#     delay p50/p99 for loops.
+#     token for one launch per step with a sleep-poll wait per step (step-sync) and with a
+#     blocking event wait (step-block), step N + 1 enqueued before step N's tokens are read
+#     (step-ahead), loops read with recap_decode_loop_wait (loop) and with the sleep-poll
+#     (loop-poll); the GPU's median gap between steps and the token delivery delay p50/p99
+#     for both loop readers.
 # Results go to $OUT when the device tool sets it.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
