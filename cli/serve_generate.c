@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cli/cli.h"
 #include "cli/svg.h"
@@ -285,8 +286,8 @@ static int parse_world(generate_bench_args *a) {
   }
   if (!a->world && a->rank < 0 && !a->init) return CLI_EXIT_OK;
   if (a->world < 1 || a->rank < 0 || a->rank >= a->world) {
-    fprintf(stderr, "recap %s: tensor parallelism takes --world N --rank R (0 <= R < N) and --init\n",
-            CMD);
+    fprintf(stderr,
+            "recap %s: tensor parallelism takes --world N --rank R (0 <= R < N) and --init\n", CMD);
     return CLI_EXIT_USAGE;
   }
   if (a->world > 1 && !a->init) {
@@ -451,18 +452,29 @@ static int join_world(const generate_bench_args *a, recap_device *device, recap_
   return CLI_EXIT_OK;
 }
 
+/* Ends a rank whose communicator failed without tearing it down: a peer may be dead and the
+ * abort under way (launch.c says why), as recap run --world and generate --world do. */
+static void exit_if_comm_failed(recap_comm *comm, int rc) {
+  recap_status cause = recap_comm_check(comm);
+  if (rc == CLI_EXIT_OK || cause == RECAP_OK || cause == RECAP_STATUS_NOT_READY) return;
+  fflush(NULL);
+  _exit(rc);
+}
+
 /* A rank other than 0: runs what rank 0's generator announces until it is destroyed. Prints
- * nothing but a failure. */
+ * nothing but a failure (the library logs it as it happens; this names the rank). */
 static int follow(const generate_bench_args *a, recap_generator_options *go, recap_comm *comm) {
   go->quiet = 1;
   recap_status st = recap_generator_follow(a->path, go);
+  int rc = st == RECAP_OK ? CLI_EXIT_OK : CLI_EXIT_FAILURE;
   if (st != RECAP_OK) {
     char who[48];
     snprintf(who, sizeof who, "%s (rank %lld)", CMD, a->rank);
     cli_report_failure(who, "following rank 0's generator", st);
   }
+  exit_if_comm_failed(comm, rc);
   recap_comm_destroy(comm);
-  return st == RECAP_OK ? CLI_EXIT_OK : CLI_EXIT_FAILURE;
+  return rc;
 }
 
 int cli_serve_generate_main(int argc, char **argv) {
@@ -533,6 +545,7 @@ int cli_serve_generate_main(int argc, char **argv) {
     if (rc == CLI_EXIT_OK) rc = report(&a, go.device, recs, wall_s, &stats, g_state.peak_blocks);
     if (rc == CLI_EXIT_OK && a.tokens_path && !save_tokens(&a, recs)) rc = CLI_EXIT_FAILURE;
   }
+  if (comm) exit_if_comm_failed(comm, rc);
   /* Destroying the generator sends the followers their stop. */
   recap_generator_destroy(g);
   recap_comm_destroy(comm);

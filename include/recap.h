@@ -1506,6 +1506,8 @@ RECAP_API recap_status recap_generator_create(const char *spec_path,
  * tokens live on rank 0 only. While idle, rank 0 tells the followers so within the
  * communicator's timeout; a rank 0 that is gone or stuck makes this return TIMEOUT within it,
  * and a step header that is not a generator's (another program on rank 0) INVALID_ARGUMENT.
+ * A failure is logged on stderr when it happens (closing the pipelines after an aborted
+ * communicator waits for NCCL's teardown, which can take many seconds), then returned.
  * INVALID_ARGUMENT for no communicator, rank 0 (it calls create) or a world of 1.
  * Options other than the pool's, the device's, eager, base_dir, quiet and comm are rank 0's
  * business and ignored. Blocks the calling thread.

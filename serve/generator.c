@@ -8,7 +8,9 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "runtime/error.h"
@@ -162,11 +164,21 @@ recap_status recap_generator_follow(const char *spec_path, const recap_generator
   RECAP_TRY(recap__runner_open(spec_path, &o, &r));
   int64_t runs = 0;
   recap_status st = recap__runner_follow(r, NULL, NULL, &runs);
+  if (st == RECAP_OK) {
+    recap__runner_close(r);
+    return RECAP_OK;
+  }
+  /* Logged now, as the engine logs its failure on rank 0: after an abort of the communicator,
+   * closing the pipelines waits for NCCL's teardown, which may take long. The message
+   * survives the close's own failures. */
+  st = recap__error_context(st, "rank %d, after %" PRId64 " runs: ", recap_comm_rank(o.comm), runs);
+  char *why = strdup(recap_last_error());
+  fprintf(stderr, "recap generator: following rank 0 failed: %s: %s\n", recap_status_name(st),
+          why ? why : "(no memory for the message)");
   recap__runner_close(r);
-  if (st != RECAP_OK)
-    return recap__error_context(st, "rank %d, after %" PRId64 " runs: ", recap_comm_rank(o.comm),
-                                runs);
-  return RECAP_OK;
+  if (why) recap__fail_plain(st, "%s", why);
+  free(why);
+  return st;
 }
 
 /* ---- requests ---- */

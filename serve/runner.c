@@ -34,7 +34,7 @@ struct recap__runner {
   recap_decode_loop *loop; /* NULL: one launch per decode step */
   int64_t loop_steps;
   recap_loop_limits *limits; /* per decode row, for a loop launch */
-  double ready_ms; /* end of weight loading to every bucket captured (0: eager) */
+  double ready_ms;           /* end of weight loading to every bucket captured (0: eager) */
   /* Tensor parallelism (docs/MULTI_GPU.md): NULL on one GPU. Rank 0 announces each step with
    * a step header (step_header.h) from `words`, which stays unchanged until the run after it
    * has synchronized (a copy from pageable memory may read it late); the device copy lives on
@@ -301,8 +301,9 @@ static recap_status open_loop(recap__runner *r, const recap_generator_options *o
    * tensor parallelism every decode step is a run of its own (docs/MULTI_GPU.md). */
   if (r->comm && recap_comm_world_size(r->comm) > 1) {
     if (!o->quiet && recap_comm_rank(r->comm) == 0)
-      fprintf(stderr, "recap generator: one graph launch per decode step (no decode loops with "
-                      "tensor parallelism)\n");
+      fprintf(stderr,
+              "recap generator: one graph launch per decode step (no decode loops with "
+              "tensor parallelism)\n");
     return RECAP_OK;
   }
   /* Any failure leaves the step-per-launch path, which works wherever the captures did: no
@@ -341,7 +342,8 @@ static recap_status agree_on_blocks(recap_comm *comm, int64_t *num_blocks) {
   if (st == RECAP_OK) st = recap_comm_synchronize(comm, s);
   recap_free(dev_blocks);
   recap_stream_destroy(s);
-  if (st != RECAP_OK) return recap__error_context(st, "agreeing on the KV pool with the other ranks: ");
+  if (st != RECAP_OK)
+    return recap__error_context(st, "agreeing on the KV pool with the other ranks: ");
   return RECAP_OK;
 }
 
@@ -663,9 +665,9 @@ recap_status recap__runner_follow(recap__runner *r, recap__step_source source, v
     entry *e = h.kind == RECAP__STEP_PREFILL ? &r->prefill : &r->decode;
     st = recap_pipeline_run_dist(e->p, r->comm, e->ids_bucketed ? h.tokens : 0, 0);
     if (st != RECAP_OK)
-      return recap__error_context(st, "%s step %" PRId64 " (%" PRId64 " tokens, %" PRId64
-                                      " sequences): ",
-                                  e->name, h.index, h.tokens, h.rows);
+      return recap__error_context(
+          st, "%s step %" PRId64 " (%" PRId64 " tokens, %" PRId64 " sequences): ", e->name, h.index,
+          h.tokens, h.rows);
     ++*runs;
   }
 }

@@ -27,8 +27,8 @@ recap_status recap__step_header_decode(const int64_t *words, int64_t expected_in
                       (uint64_t)words[0]);
   int64_t kind = words[1];
   if (kind < RECAP__STEP_PREFILL || kind > RECAP__STEP_STOP)
-    return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "rank 0's step header has unknown kind %" PRId64,
-                      kind);
+    return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
+                      "rank 0's step header has unknown kind %" PRId64, kind);
   if (words[2] != expected_index)
     return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
                       "rank 0's step header is number %" PRId64 ", this rank expected %" PRId64
@@ -39,7 +39,8 @@ recap_status recap__step_header_decode(const int64_t *words, int64_t expected_in
       (!runs && (words[3] != 0 || words[4] != 0)))
     return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
                       "rank 0's step header %" PRId64 " (kind %" PRId64 ") has %" PRId64
-                      " tokens and %" PRId64 " rows: a run has 1 <= rows <= tokens, "
+                      " tokens and %" PRId64
+                      " rows: a run has 1 <= rows <= tokens, "
                       "a wait or stop none",
                       words[2], kind, words[3], words[4]);
   *out = (recap__step_header){

@@ -65,7 +65,8 @@ static void test_step_header_round_trips_and_bad_words_are_refused(void) {
 
 static void import_serving(const char *model, char *spec, size_t size) {
   import_paged_fixture(
-      model, PAGED_IMPORT_OPTIONS(MAX_SEQ, BLOCK, POOL, PREFILL_SEQS, DECODE_BUCKETS, PREFILL_BUCKETS),
+      model,
+      PAGED_IMPORT_OPTIONS(MAX_SEQ, BLOCK, POOL, PREFILL_SEQS, DECODE_BUCKETS, PREFILL_BUCKETS),
       spec, size);
 }
 
@@ -198,10 +199,9 @@ static void test_follow_and_create_refuse_the_wrong_rank(void) {
   CHECK_STATUS(recap_generator_follow(spec, NULL), RECAP_STATUS_INVALID_ARGUMENT);
   /* A world of 2 on the host is refused before any generator could see it. */
   recap_comm *two = NULL;
-  CU_ASSERT_NOT_EQUAL(
-      recap_comm_init_rank((recap_device){RECAP_BACKEND_HOST, 0}, 2, 1, "file:///nonexistent", 1,
-                           &two),
-      RECAP_OK);
+  CU_ASSERT_NOT_EQUAL(recap_comm_init_rank((recap_device){RECAP_BACKEND_HOST, 0}, 2, 1,
+                                           "file:///nonexistent", 1, &two),
+                      RECAP_OK);
   CHECK_OK(recap_comm_destroy(c));
   remove_dir();
 }
