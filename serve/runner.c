@@ -35,12 +35,13 @@ struct recap__runner {
   int64_t loop_steps;
   recap_loop_limits *limits; /* per decode row, for a loop launch */
   double ready_ms;           /* end of weight loading to every bucket captured (0: eager) */
-  /* Tensor parallelism (docs/MULTI_GPU.md): NULL on one GPU. Rank 0 announces each step with
-   * a step header (step_header.h) from `words`, which stays unchanged until the run after it
-   * has synchronized (a copy from pageable memory may read it late); the device copy lives on
-   * the prefill entry's stream and is used on the decode entry's too. */
+  /* Tensor parallelism (docs/MULTI_GPU.md): NULL on one GPU. A step header (step_header.h)
+   * travels between `staged` (page-locked host memory: rank 0's copy to the device and a
+   * follower's copy back are asynchronous, so a follower's only wait is the synchronize under
+   * the communicator's watchdog) and `header_dev`, which lives on the prefill entry's stream
+   * and is used on the decode entry's too. `words`: the header a follower decodes. */
   recap_comm *comm;
-  int64_t *header_dev;
+  int64_t *header_dev, *staged;
   int64_t words[RECAP__STEP_WORDS];
   int64_t headers; /* step headers sent (rank 0) or received (the others) */
   bool opened;     /* every rank is past its captures: a stop header pairs with a follower's wait */
@@ -338,8 +339,11 @@ static recap_status agree_on_blocks(recap_comm *comm, int64_t *num_blocks) {
   if (st == RECAP_OK)
     st = recap_comm_all_reduce(comm, dev_blocks, dev_blocks, 1, RECAP_DTYPE_I64, RECAP_REDUCE_MIN,
                                s);
-  if (st == RECAP_OK) st = recap_memcpy_async(num_blocks, dev_blocks, sizeof *num_blocks, s);
+  /* The wait for the peers is the bounded one; the copy back (to pageable memory, which may
+   * block until the stream gets to it) only after it. */
   if (st == RECAP_OK) st = recap_comm_synchronize(comm, s);
+  if (st == RECAP_OK) st = recap_memcpy_async(num_blocks, dev_blocks, sizeof *num_blocks, s);
+  if (st == RECAP_OK) st = recap_stream_synchronize(s);
   recap_free(dev_blocks);
   recap_stream_destroy(s);
   if (st != RECAP_OK)
@@ -357,6 +361,7 @@ static recap_status capture_dist(recap__runner *r, recap_pipeline *p) {
 
 static recap_status open_headers(recap__runner *r) {
   recap_stream *prefill = recap_pipeline_stream(r->prefill.p);
+  RECAP_TRY(recap_host_malloc(sizeof r->words, (void **)&r->staged));
   RECAP_TRY(recap_malloc(r->shape.device, sizeof r->words, prefill, (void **)&r->header_dev));
   return recap_record_stream(r->header_dev, recap_pipeline_stream(r->decode.p));
 }
@@ -429,8 +434,9 @@ recap_status recap__runner_open(const char *spec_path, const recap_generator_opt
 static recap_status announce(recap__runner *r, recap__step_kind kind, int64_t tokens, int64_t rows,
                              recap_stream *stream) {
   recap__step_header h = {.kind = kind, .index = r->headers, .tokens = tokens, .rows = rows};
-  recap__step_header_encode(&h, r->words);
-  RECAP_TRY(recap_memcpy_async(r->header_dev, r->words, sizeof r->words, stream));
+  /* `staged` is not written again before this run has synchronized. */
+  recap__step_header_encode(&h, r->staged);
+  RECAP_TRY(recap_memcpy_async(r->header_dev, r->staged, sizeof r->words, stream));
   RECAP_TRY(recap_comm_broadcast(r->comm, r->header_dev, r->header_dev, RECAP__STEP_WORDS,
                                  RECAP_DTYPE_I64, 0, stream));
   r->headers++;
@@ -457,6 +463,7 @@ void recap__runner_close(recap__runner *r) {
     recap_stream_synchronize(recap_pipeline_stream(r->decode.p));
   }
   recap_free(r->header_dev);
+  recap_host_free(r->staged);
   recap_decode_loop_destroy(r->loop);
   free(r->limits);
   /* The decode pipeline shares the prefill one's weights and pools: either order works, but
@@ -640,8 +647,10 @@ recap_status recap__runner_receive(recap__runner *r, int64_t *words) {
   recap_stream *s = recap_pipeline_stream(r->prefill.p);
   RECAP_TRY(recap_comm_broadcast(r->comm, r->header_dev, r->header_dev, RECAP__STEP_WORDS,
                                  RECAP_DTYPE_I64, 0, s));
-  RECAP_TRY(recap_memcpy_async(words, r->header_dev, sizeof r->words, s));
-  return recap_comm_synchronize(r->comm, s);
+  RECAP_TRY(recap_memcpy_async(r->staged, r->header_dev, sizeof r->words, s));
+  RECAP_TRY(recap_comm_synchronize(r->comm, s));
+  memcpy(words, r->staged, sizeof r->words);
+  return RECAP_OK;
 }
 
 static recap_status source_comm(void *ctx, recap__runner *r, int64_t *words) {
