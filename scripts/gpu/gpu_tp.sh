@@ -300,7 +300,7 @@ row "8B serving TP1/TP2" "$ok" "64 requests, <= 32 running, bf16: TP 1 ${s1:-?},
 if [ "$full" = 1 ]; then
   d=$work/llama
   ck=$work/ckpt/llama
-  small_flags=(--generate --requests 8 --prompt-len 8,32 --output-len 8,32 --max-running 4 --kv-fraction 0.05 --seed 3)
+  small_flags=(--generate --requests 8 --prompt-len 8,32 --output-len 8,32 --max-running 4 --kv-fraction 0.01 --seed 3)
   "$recap" import-hf "$ck" -o "$d/serve_tp1.yaml" --dtype f32 --max-seq 128 --paged --prefill 16,32 \
     --batch 1,2,4 >"$d/serve_import.log" 2>&1
   "$recap" import-hf "$ck" -o "$d/serve_tp2.rank{rank}.yaml" --dtype f32 --max-seq 128 --paged \
