@@ -6,6 +6,7 @@
  *       on its GPU, and runs it with recap_pipeline_run_dist (rank 0's inputs and bucket go to
  *       every rank). Each rank prints its outputs' checksums and its timing.
  *   recap launch --gpus N [--timeout S] [--grace S] [--env-init] -- run SPEC [run flags]
+ *       (or generate, bench-decode, serve-bench --generate in place of run)
  *       starts N such processes on this machine (rank r sees GPU r through
  *       CUDA_VISIBLE_DEVICES, with a fresh file:// rendezvous in a temporary folder), waits for
  *       them, stops the others when one fails (SIGTERM after --grace seconds, then SIGKILL),
@@ -342,10 +343,11 @@ static const cli_option launch_options[] = {
 const cli_help cli_launch_help = {
     .synopsis =
         "recap launch --gpus N [--timeout S] [--grace S] [--env-init] --\n"
-        "             run|generate|bench-decode SPEC [flags]",
+        "             run|generate|bench-decode|serve-bench SPEC [flags]",
     .description =
         "Starts N processes of `recap run SPEC --world N --rank R --init file://...` (or\n"
-        "`recap generate`, or `recap bench-decode`) on this machine, rank R seeing GPU R\n"
+        "`recap generate`, `recap bench-decode` or `recap serve-bench --generate`) on this\n"
+        "machine, rank R seeing GPU R\n"
         "(CUDA_VISIBLE_DEVICES; the R-th entry of an existing list), waits for them and prints\n"
         "every rank's exit. '{rank}' in\n"
         "an argument becomes R: one spec per rank (recap import-hf --tp N -o m.rank{rank}.yaml).\n"
@@ -457,7 +459,7 @@ int cli_launch_main(int argc, char **argv) {
   if (grace < 0) grace = timeout + 5;
   if (sep < 0 || gpus < 1 || sep + 1 >= argc ||
       (strcmp(argv[sep + 1], "run") != 0 && strcmp(argv[sep + 1], "generate") != 0 &&
-       strcmp(argv[sep + 1], "bench-decode") != 0)) {
+       strcmp(argv[sep + 1], "bench-decode") != 0 && strcmp(argv[sep + 1], "serve-bench") != 0)) {
     cli_help_print(stderr, &cli_launch_help);
     return CLI_EXIT_USAGE;
   }

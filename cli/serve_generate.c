@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cli/cli.h"
 #include "cli/svg.h"
@@ -25,9 +26,13 @@
 static const char *const CMD = "serve-bench";
 
 typedef struct {
-  const char *path, *device, *base_dir, *json_path, *svg_path, *requests_path;
+  const char *path, *device, *base_dir, *json_path, *svg_path, *requests_path, *tokens_path;
   long long requests, prompt_min, prompt_max, output_min, output_max, max_running;
   double rate, kv_fraction;
+  /* Tensor parallelism: world 0 when not asked for; init as recap run's --init. */
+  long long world, rank;
+  const char *init;
+  double timeout_s;
   uint64_t seed;
 } generate_bench_args;
 
@@ -35,7 +40,7 @@ typedef struct {
 typedef struct {
   double submitted, first, last;
   size_t tokens;
-  int32_t *prompt;
+  int32_t *prompt, *outputs; /* outputs: --tokens-out's, output_len of them */
   int prompt_len, output_len;
   bool ended;
 } request_record;
@@ -57,6 +62,7 @@ static void on_token(void *user, uint64_t id, int32_t token, recap_request_state
     r->ended = true;
     return;
   }
+  if (r->outputs && r->tokens < (size_t)r->output_len) r->outputs[r->tokens] = token;
   if (r->tokens++ == 0) r->first = now;
   r->last = now;
   /* The pool's use peaks between steps; the engine thread may read its own stats here. */
@@ -228,6 +234,24 @@ static bool save_requests(const generate_bench_args *a, const request_record *re
   return ok;
 }
 
+/* --tokens-out: request i's output ids as "i: id,id,...", one line each, in submit order. */
+static bool save_tokens(const generate_bench_args *a, const request_record *recs) {
+  FILE *f = fopen(a->tokens_path, "w");
+  if (!f) {
+    fprintf(stderr, "recap %s: cannot write %s\n", CMD, a->tokens_path);
+    return false;
+  }
+  for (long long i = 0; i < a->requests; i++) {
+    fprintf(f, "%lld:", i);
+    for (size_t k = 0; k < recs[i].tokens && k < (size_t)recs[i].output_len; k++)
+      fprintf(f, "%s%d", k ? "," : " ", recs[i].outputs[k]);
+    fputc('\n', f);
+  }
+  bool ok = fclose(f) == 0;
+  if (!ok) fprintf(stderr, "recap %s: cannot write %s\n", CMD, a->tokens_path);
+  return ok;
+}
+
 static int parse_range(const char *flag, const char *text, long long *lo, long long *hi) {
   long long v[2];
   size_t n = 0;
@@ -236,6 +260,39 @@ static int parse_range(const char *flag, const char *text, long long *lo, long l
   *hi = n == 2 ? v[1] : v[0];
   if (*hi < *lo) {
     fprintf(stderr, "recap %s: %s takes MIN,MAX with MIN <= MAX, got '%s'\n", CMD, flag, text);
+    return CLI_EXIT_USAGE;
+  }
+  return CLI_EXIT_OK;
+}
+
+/* --world/--rank/--init: both or neither of world and rank, env:// filling them in (they
+ * must agree with the environment when given). world stays 0 without any of them. */
+static int parse_world(generate_bench_args *a) {
+  if (a->init && strcmp(a->init, "env://") == 0) {
+    int world, rank, local;
+    static char url[320];
+    if (recap_comm_env_read(&world, &rank, &local, url, sizeof url) != RECAP_OK) {
+      fprintf(stderr, "recap %s: %s\n", CMD, recap_last_error());
+      return CLI_EXIT_USAGE;
+    }
+    if ((a->world && a->world != world) || (a->rank >= 0 && a->rank != rank)) {
+      fprintf(stderr, "recap %s: --world/--rank disagree with WORLD_SIZE/RANK (--init env://)\n",
+              CMD);
+      return CLI_EXIT_USAGE;
+    }
+    a->world = world;
+    a->rank = rank;
+    a->init = url;
+  }
+  if (!a->world && a->rank < 0 && !a->init) return CLI_EXIT_OK;
+  if (a->world < 1 || a->rank < 0 || a->rank >= a->world) {
+    fprintf(stderr,
+            "recap %s: tensor parallelism takes --world N --rank R (0 <= R < N) and --init\n", CMD);
+    return CLI_EXIT_USAGE;
+  }
+  if (a->world > 1 && !a->init) {
+    fprintf(stderr, "recap %s: --world %lld needs --init file:///PATH, tcp://HOST:PORT or env://\n",
+            CMD, a->world);
     return CLI_EXIT_USAGE;
   }
   return CLI_EXIT_OK;
@@ -294,6 +351,28 @@ const cli_option cli_serve_generate_options[] = {
      .value = "DIR",
      .kind = CLI_VALUE_DIR,
      .help = "files the spec names must lie under DIR"},
+    {.flag = "--tokens-out",
+     .value = "FILE",
+     .kind = CLI_VALUE_FILE,
+     .help = "write each request's output ids, one line per request (\"i: id,id,...\")"},
+    {.flag = "--world",
+     .value = "N",
+     .kind = CLI_VALUE_TEXT,
+     .help = "tensor parallelism over N ranks (recap launch --gpus N -- serve-bench\n"
+             "m.rank{rank}.yaml ...): rank 0 serves and prints, the others follow"},
+    {.flag = "--rank",
+     .value = "R",
+     .kind = CLI_VALUE_TEXT,
+     .help = "this process's rank, 0 <= R < N"},
+    {.flag = "--init",
+     .value = "URL",
+     .kind = CLI_VALUE_TEXT,
+     .help = "the rendezvous, file:///PATH, tcp://HOST:PORT or env:// (recap run --help)"},
+    {.flag = "--timeout",
+     .value = "S",
+     .kind = CLI_VALUE_TEXT,
+     .help = "seconds for the rendezvous and every wait (default 120): a dead peer\n"
+             "fails the others within it"},
     {0}};
 
 static int parse_args(int argc, char **argv, generate_bench_args *a) {
@@ -302,6 +381,8 @@ static int parse_args(int argc, char **argv, generate_bench_args *a) {
                              .prompt_max = 512,
                              .output_min = 64,
                              .output_max = 256,
+                             .rank = -1,
+                             .timeout_s = 120,
                              .seed = 1};
   for (int i = 0; i < argc; i++) {
     const char *v = NULL;
@@ -311,7 +392,9 @@ static int parse_args(int argc, char **argv, generate_bench_args *a) {
         (m = cli_flag(CMD, argc, argv, &i, "--base-dir", &a->base_dir)) != 0 ||
         (m = cli_json_flag(CMD, argc, argv, &i, &a->json_path)) != 0 ||
         (m = cli_flag(CMD, argc, argv, &i, "--svg", &a->svg_path)) != 0 ||
-        (m = cli_flag(CMD, argc, argv, &i, "--save-requests", &a->requests_path)) != 0) {
+        (m = cli_flag(CMD, argc, argv, &i, "--save-requests", &a->requests_path)) != 0 ||
+        (m = cli_flag(CMD, argc, argv, &i, "--tokens-out", &a->tokens_path)) != 0 ||
+        (m = cli_flag(CMD, argc, argv, &i, "--init", &a->init)) != 0) {
       if (m < 0) return CLI_EXIT_USAGE;
     } else if ((m = cli_flag(CMD, argc, argv, &i, "--requests", &v)) != 0) {
       if (m < 0 || !cli_parse_int(CMD, "--requests", v, 1, 10000000, &a->requests))
@@ -330,6 +413,14 @@ static int parse_args(int argc, char **argv, generate_bench_args *a) {
     } else if ((m = cli_flag(CMD, argc, argv, &i, "--max-running", &v)) != 0) {
       if (m < 0 || !cli_parse_int(CMD, "--max-running", v, 1, 1 << 20, &a->max_running))
         return CLI_EXIT_USAGE;
+    } else if ((m = cli_flag(CMD, argc, argv, &i, "--world", &v)) != 0) {
+      if (m < 0 || !cli_parse_int(CMD, "--world", v, 1, 64, &a->world)) return CLI_EXIT_USAGE;
+    } else if ((m = cli_flag(CMD, argc, argv, &i, "--rank", &v)) != 0) {
+      if (m < 0 || !cli_parse_int(CMD, "--rank", v, 0, 63, &a->rank)) return CLI_EXIT_USAGE;
+    } else if ((m = cli_flag(CMD, argc, argv, &i, "--timeout", &v)) != 0) {
+      long long n;
+      if (m < 0 || !cli_parse_int(CMD, "--timeout", v, 1, 86400, &n)) return CLI_EXIT_USAGE;
+      a->timeout_s = (double)n;
     } else if ((m = cli_flag(CMD, argc, argv, &i, "--seed", &v)) != 0) {
       if (m < 0 || !cli_parse_u64(CMD, "--seed", v, &a->seed)) return CLI_EXIT_USAGE;
     } else if (!cli_take_one(CMD, "spec", argv[i], &a->path)) {
@@ -340,7 +431,50 @@ static int parse_args(int argc, char **argv, generate_bench_args *a) {
     fprintf(stderr, "recap %s: usage: recap serve-bench MODEL.yaml --generate (see --help)\n", CMD);
     return CLI_EXIT_USAGE;
   }
+  return parse_world(a);
+}
+
+/* This rank's communicator: recap launch shows each rank one GPU; otherwise rank r takes GPU
+ * r mod the count. */
+static int join_world(const generate_bench_args *a, recap_device *device, recap_comm **out) {
+  int count = 0;
+  if (device->backend == RECAP_BACKEND_CUDA &&
+      recap_device_count(RECAP_BACKEND_CUDA, &count) == RECAP_OK && count > 0)
+    device->index = (int)(a->rank % count);
+  recap_status st =
+      recap_comm_init_rank(*device, (int)a->world, (int)a->rank, a->init, a->timeout_s, out);
+  if (st != RECAP_OK) {
+    char who[48];
+    snprintf(who, sizeof who, "%s (rank %lld)", CMD, a->rank);
+    cli_report_failure(who, "joining the communicator", st);
+    return CLI_EXIT_FAILURE;
+  }
   return CLI_EXIT_OK;
+}
+
+/* Ends a rank whose communicator failed without tearing it down: a peer may be dead and the
+ * abort under way (launch.c says why), as recap run --world and generate --world do. */
+static void exit_if_comm_failed(recap_comm *comm, int rc) {
+  recap_status cause = recap_comm_check(comm);
+  if (rc == CLI_EXIT_OK || cause == RECAP_OK || cause == RECAP_STATUS_NOT_READY) return;
+  fflush(NULL);
+  _exit(rc);
+}
+
+/* A rank other than 0: runs what rank 0's generator announces until it is destroyed. Prints
+ * nothing but a failure (the library logs it as it happens; this names the rank). */
+static int follow(const generate_bench_args *a, recap_generator_options *go, recap_comm *comm) {
+  go->quiet = 1;
+  recap_status st = recap_generator_follow(a->path, go);
+  int rc = st == RECAP_OK ? CLI_EXIT_OK : CLI_EXIT_FAILURE;
+  if (st != RECAP_OK) {
+    char who[48];
+    snprintf(who, sizeof who, "%s (rank %lld)", CMD, a->rank);
+    cli_report_failure(who, "following rank 0's generator", st);
+  }
+  exit_if_comm_failed(comm, rc);
+  recap_comm_destroy(comm);
+  return rc;
 }
 
 int cli_serve_generate_main(int argc, char **argv) {
@@ -369,6 +503,12 @@ int cli_serve_generate_main(int argc, char **argv) {
                                 .kv_fraction = a.kv_fraction,
                                 .max_running = (int)a.max_running};
   if (!cli_pick_device(CMD, a.device, RECAP_BACKEND_CUDA, &go.device)) return CLI_EXIT_USAGE;
+  recap_comm *comm = NULL;
+  if (a.world) {
+    if ((rc = join_world(&a, &go.device, &comm)) != CLI_EXIT_OK) return rc;
+    go.comm = comm;
+    if (a.rank != 0) return follow(&a, &go, comm);
+  }
   request_record *recs = calloc((size_t)a.requests, sizeof *recs);
   bool drawn = recs != NULL;
   uint64_t rng = a.seed;
@@ -376,7 +516,8 @@ int cli_serve_generate_main(int argc, char **argv) {
     recs[i].prompt_len = (int)uniform_int(&rng, a.prompt_min, a.prompt_max);
     recs[i].output_len = (int)uniform_int(&rng, a.output_min, a.output_max);
     recs[i].prompt = malloc(sizeof(int32_t) * (size_t)recs[i].prompt_len);
-    drawn = recs[i].prompt != NULL;
+    if (a.tokens_path) recs[i].outputs = malloc(sizeof(int32_t) * (size_t)recs[i].output_len);
+    drawn = recs[i].prompt != NULL && (!a.tokens_path || recs[i].outputs != NULL);
     for (int k = 0; drawn && k < recs[i].prompt_len; k++)
       recs[i].prompt[k] = (int32_t)uniform_int(&rng, 0, vocab - 1);
   }
@@ -402,9 +543,16 @@ int cli_serve_generate_main(int argc, char **argv) {
       rc = CLI_EXIT_FAILURE;
     }
     if (rc == CLI_EXIT_OK) rc = report(&a, go.device, recs, wall_s, &stats, g_state.peak_blocks);
+    if (rc == CLI_EXIT_OK && a.tokens_path && !save_tokens(&a, recs)) rc = CLI_EXIT_FAILURE;
   }
+  if (comm) exit_if_comm_failed(comm, rc);
+  /* Destroying the generator sends the followers their stop. */
   recap_generator_destroy(g);
-  for (long long i = 0; recs && i < a.requests; i++) free(recs[i].prompt);
+  recap_comm_destroy(comm);
+  for (long long i = 0; recs && i < a.requests; i++) {
+    free(recs[i].prompt);
+    free(recs[i].outputs);
+  }
   free(recs);
   return rc;
 }

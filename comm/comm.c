@@ -160,6 +160,8 @@ int recap_comm_rank(const recap_comm *comm) { return comm ? comm->rank : -1; }
 
 int recap_comm_world_size(const recap_comm *comm) { return comm ? comm->world : 0; }
 
+double recap_comm_timeout(const recap_comm *comm) { return comm ? comm->timeout_s : 0; }
+
 recap_device recap_comm_device(const recap_comm *comm) {
   return comm ? comm->device : (recap_device){RECAP_BACKEND_HOST, -1};
 }

@@ -1288,6 +1288,9 @@ RECAP_API recap_status recap_comm_abort(recap_comm *comm);
 RECAP_API int recap_comm_rank(const recap_comm *comm);
 RECAP_API int recap_comm_world_size(const recap_comm *comm);
 RECAP_API recap_device recap_comm_device(const recap_comm *comm);
+/* The timeout_s the communicator was created with (0 for NULL): a caller that may stay idle
+ * while its peers wait on it (a generator's rank 0) speaks up well within it. */
+RECAP_API double recap_comm_timeout(const recap_comm *comm);
 /* RECAP_OK, or the asynchronous error NCCL reported (a peer's failure, an abort). */
 RECAP_API recap_status recap_comm_check(recap_comm *comm);
 /* Waits for `stream` under the communicator's timeout (see above). */
@@ -1465,6 +1468,11 @@ typedef struct {
   int eager;             /* nonzero: no graphs (for comparison) */
   const char *base_dir;  /* as recap_pipeline_options.base_dir */
   int quiet;             /* nonzero: no start-up lines on stderr */
+  /* Tensor parallelism (docs/MULTI_GPU.md): this rank's communicator, the spec being this
+   * rank's (`recap import-hf --tp N`); NULL: one device. Rank 0 calls recap_generator_create
+   * and serves; every other rank calls recap_generator_follow with its own spec. The device is
+   * the communicator's unless override_device says otherwise. */
+  recap_comm *comm;
 } recap_generator_options;
 #define RECAP_GENERATOR_OPTIONS_INIT RECAP_STRUCT_INIT_(recap_generator_options)
 
@@ -1491,6 +1499,24 @@ typedef struct {
 RECAP_API recap_status recap_generator_create(const char *spec_path,
                                               const recap_generator_options *options,
                                               recap_generator **out);
+/* A rank other than 0 of a tensor-parallel generator (options->comm of world N, rank >= 1):
+ * loads this rank's spec as create does (the KV pool sized alike on every rank: the smallest
+ * any rank measured), captures, then runs every step rank 0's generator announces, in order,
+ * until rank 0's generator is destroyed (RECAP_OK). The scheduler, the requests and their
+ * tokens live on rank 0 only. While idle, rank 0 tells the followers so within the
+ * communicator's timeout; a rank 0 that is gone or stuck makes this return TIMEOUT within it,
+ * and a step header that is not a generator's (another program on rank 0) INVALID_ARGUMENT.
+ * A failure is logged on stderr when it happens (closing the pipelines after an aborted
+ * communicator waits for NCCL's teardown, which can take many seconds), then returned.
+ * INVALID_ARGUMENT for no communicator, rank 0 (it calls create) or a world of 1.
+ * Options other than the pool's, the device's, eager, base_dir, quiet and comm are rank 0's
+ * business and ignored. Blocks the calling thread.
+ *
+ *   recap_generator_options go = {.struct_size = sizeof go, .comm = c, .kv_fraction = 0.5};
+ *   if (recap_comm_rank(c) == 0) { recap_generator_create("m.rank0.yaml", &go, &g); ... }
+ *   else recap_generator_follow("m.rank1.yaml", &go); */
+RECAP_API recap_status recap_generator_follow(const char *spec_path,
+                                              const recap_generator_options *options);
 /* Queues a request. INVALID_ARGUMENT, naming the field, for an empty prompt, an id outside the
  * vocabulary, max_new_tokens < 1 or past the maximum sequence, temperature < 0 or not finite,
  * top_p outside [0, 1], top_k < 0, min_p outside [0, 1], more than RECAP_MAX_STOP_IDS stop ids,

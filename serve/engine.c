@@ -15,10 +15,12 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* prctl's timer slack */
 #endif
+#include <errno.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #if defined(__linux__)
 #include <sys/prctl.h>
 #endif
@@ -323,6 +325,32 @@ static bool has_work(const recap_generator *g) {
   return g->incoming_head || g->cancels_pending || !recap__sched_idle(g->sched);
 }
 
+/* Waits under the lock for work or stop. Under tensor parallelism the followers wait for the
+ * next step header under the communicator's timeout, so an idle rank 0 tells them it is alive
+ * four times per timeout (a step that runs nothing); a failure to (a follower gone) is the
+ * engine's failure. */
+static recap_status wait_for_work(recap_generator *g) {
+  if (!g->comm) {
+    while (!g->stopping && !has_work(g)) pthread_cond_wait(&g->work, &g->lock);
+    return RECAP_OK;
+  }
+  double interval_s = recap_comm_timeout(g->comm) / 4;
+  while (!g->stopping && !has_work(g)) {
+    struct timespec until;
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    double end = (double)until.tv_sec + (double)until.tv_nsec * 1e-9 + interval_s;
+    until.tv_sec = (time_t)end;
+    until.tv_nsec = (long)((end - (double)until.tv_sec) * 1e9);
+    if (pthread_cond_timedwait(&g->work, &g->lock, &until) != ETIMEDOUT) continue;
+    if (g->stopping || has_work(g)) break;
+    pthread_mutex_unlock(&g->lock);
+    recap_status st = recap__runner_keepalive(g->runner);
+    pthread_mutex_lock(&g->lock);
+    if (st != RECAP_OK) return st;
+  }
+  return RECAP_OK;
+}
+
 void *recap__engine_main(void *arg) {
   recap_generator *g = arg;
   recap__request *pinned = NULL;
@@ -335,8 +363,8 @@ void *recap__engine_main(void *arg) {
   recap_status st = recap_device_set(g->shape->device);
   pthread_mutex_lock(&g->lock);
   while (st == RECAP_OK) {
-    while (!g->stopping && !has_work(g)) pthread_cond_wait(&g->work, &g->lock);
-    if (g->stopping) break;
+    st = wait_for_work(g);
+    if (st != RECAP_OK || g->stopping) break;
     take_requests(g, &pinned);
     publish_counts(g);
     if (!recap__sched_idle(g->sched)) {

@@ -8,7 +8,9 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "runtime/error.h"
@@ -57,15 +59,16 @@ static recap_status check_limits(const recap_generator_options *o, const recap__
 }
 
 /* glibc's mutex and condition initializers cannot fail; the monotonic clock makes wait()'s
- * timeout immune to changes of the wall clock. */
+ * timeout (and the engine's idle wait under tensor parallelism) immune to changes of the wall
+ * clock. */
 static void init_sync(recap_generator *g) {
   pthread_condattr_t attr;
   pthread_mutex_init(&g->lock, NULL);
   pthread_condattr_init(&attr);
   pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
   pthread_cond_init(&g->ended, &attr);
+  pthread_cond_init(&g->work, &attr);
   pthread_condattr_destroy(&attr);
-  pthread_cond_init(&g->work, NULL);
 }
 
 static void free_generator(recap_generator *g) {
@@ -91,9 +94,15 @@ recap_status recap_generator_create(const char *spec_path, const recap_generator
   if (options)
     RECAP_TRY(recap__struct_read(options, sizeof read, &read, "RECAP_GENERATOR_OPTIONS_INIT"));
   const recap_generator_options *o = &read;
+  if (o->comm && recap_comm_rank(o->comm) != 0)
+    return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
+                      "rank %d of a tensor-parallel generator calls recap_generator_follow: "
+                      "only rank 0 creates the generator (it schedules every step)",
+                      recap_comm_rank(o->comm));
   recap_generator *g = calloc(1, sizeof *g);
   if (!g) return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory for a generator");
   init_sync(g);
+  if (o->comm && recap_comm_world_size(o->comm) > 1) g->comm = o->comm;
   recap__sched_config config;
   recap_status st = recap__runner_open(spec_path, o, &g->runner);
   if (st == RECAP_OK) {
@@ -140,6 +149,36 @@ recap_status recap_generator_destroy(recap_generator *g) {
   pthread_join(g->thread, NULL);
   free_generator(g);
   return RECAP_OK;
+}
+
+recap_status recap_generator_follow(const char *spec_path, const recap_generator_options *options) {
+  RECAP_CHECK_ARG(spec_path && options);
+  recap_generator_options o = RECAP_GENERATOR_OPTIONS_INIT;
+  RECAP_TRY(recap__struct_read(options, sizeof o, &o, "RECAP_GENERATOR_OPTIONS_INIT"));
+  if (!o.comm || recap_comm_rank(o.comm) == 0 || recap_comm_world_size(o.comm) < 2)
+    return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
+                      "recap_generator_follow needs the communicator of a rank >= 1 of a world "
+                      "of 2 or more (got %s): rank 0 calls recap_generator_create",
+                      o.comm ? "rank 0 or a world of 1" : "no communicator");
+  recap__runner *r = NULL;
+  RECAP_TRY(recap__runner_open(spec_path, &o, &r));
+  int64_t runs = 0;
+  recap_status st = recap__runner_follow(r, NULL, NULL, &runs);
+  if (st == RECAP_OK) {
+    recap__runner_close(r);
+    return RECAP_OK;
+  }
+  /* Logged now, as the engine logs its failure on rank 0: after an abort of the communicator,
+   * closing the pipelines waits for NCCL's teardown, which may take long. The message
+   * survives the close's own failures. */
+  st = recap__error_context(st, "rank %d, after %" PRId64 " runs: ", recap_comm_rank(o.comm), runs);
+  char *why = strdup(recap_last_error());
+  fprintf(stderr, "recap generator: following rank 0 failed: %s: %s\n", recap_status_name(st),
+          why ? why : "(no memory for the message)");
+  recap__runner_close(r);
+  if (why) recap__fail_plain(st, "%s", why);
+  free(why);
+  return st;
 }
 
 /* ---- requests ---- */

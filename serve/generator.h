@@ -32,6 +32,7 @@ struct recap_generator {
   recap__seq **loop_rows;
   recap_loop_token *loop_entries;
   size_t loop_capacity;
+  recap_comm *comm; /* tensor parallelism: rank 0's communicator (world >= 2); else NULL */
   pthread_t thread;
   pthread_mutex_t lock;
   pthread_cond_t work;  /* to the engine: a request, a cancel, or stop */

@@ -11,6 +11,7 @@
 #include "runtime/env.h"
 #include "runtime/error.h"
 #include "serve/request.h"
+#include "serve/step_header.h"
 
 static const char *const LAYOUT_HINT = "a paged serving spec (`recap import-hf --paged`)";
 static const double DEFAULT_KV_FRACTION = 0.5;
@@ -33,7 +34,17 @@ struct recap__runner {
   recap_decode_loop *loop; /* NULL: one launch per decode step */
   int64_t loop_steps;
   recap_loop_limits *limits; /* per decode row, for a loop launch */
-  double ready_ms; /* end of weight loading to every bucket captured (0: eager) */
+  double ready_ms;           /* end of weight loading to every bucket captured (0: eager) */
+  /* Tensor parallelism (docs/MULTI_GPU.md): NULL on one GPU. A step header (step_header.h)
+   * travels between `staged` (page-locked host memory: rank 0's copy to the device and a
+   * follower's copy back are asynchronous, so a follower's only wait is the synchronize under
+   * the communicator's watchdog) and `header_dev`, which lives on the prefill entry's stream
+   * and is used on the decode entry's too. `words`: the header a follower decodes. */
+  recap_comm *comm;
+  int64_t *header_dev, *staged;
+  int64_t words[RECAP__STEP_WORDS];
+  int64_t headers; /* step headers sent (rank 0) or received (the others) */
+  bool opened;     /* every rank is past its captures: a stop header pairs with a follower's wait */
 };
 
 /* ---- reading the layout ---- */
@@ -286,6 +297,16 @@ static recap_status open_loop(recap__runner *r, const recap_generator_options *o
   int64_t steps;
   RECAP_TRY(loop_steps_from_env(&steps));
   if (steps == 0 || o->eager) return RECAP_OK;
+  /* A loop decides on the device when to stop, from the tokens of each step: every rank would
+   * have to reach the same decision from its own copy of the same tokens. Not done yet: with
+   * tensor parallelism every decode step is a run of its own (docs/MULTI_GPU.md). */
+  if (r->comm && recap_comm_world_size(r->comm) > 1) {
+    if (!o->quiet && recap_comm_rank(r->comm) == 0)
+      fprintf(stderr,
+              "recap generator: one graph launch per decode step (no decode loops with "
+              "tensor parallelism)\n");
+    return RECAP_OK;
+  }
   /* Any failure leaves the step-per-launch path, which works wherever the captures did: no
    * conditional nodes, or a driver refusing what the body holds (the line says which). */
   recap_status st = recap_decode_loop_create(r->decode.p, steps, 0, &r->loop);
@@ -305,6 +326,46 @@ static recap_status open_loop(recap__runner *r, const recap_generator_options *o
   return RECAP_OK;
 }
 
+/* Every rank must size its pool alike (a block id from rank 0 indexes every rank's pools), but
+ * each measures its own free memory: they agree on the smallest count. */
+static recap_status agree_on_blocks(recap_comm *comm, int64_t *num_blocks) {
+  if (recap_comm_world_size(comm) == 1) return RECAP_OK;
+  recap_device dev = recap_comm_device(comm);
+  recap_stream *s = NULL;
+  int64_t *dev_blocks = NULL;
+  RECAP_TRY(recap_stream_create(dev, 0, RECAP_STREAM_NON_BLOCKING, &s));
+  recap_status st = recap_malloc(dev, sizeof *num_blocks, s, (void **)&dev_blocks);
+  if (st == RECAP_OK) st = recap_memcpy_async(dev_blocks, num_blocks, sizeof *num_blocks, s);
+  if (st == RECAP_OK)
+    st = recap_comm_all_reduce(comm, dev_blocks, dev_blocks, 1, RECAP_DTYPE_I64, RECAP_REDUCE_MIN,
+                               s);
+  /* The wait for the peers is the bounded one; the copy back (to pageable memory, which may
+   * block until the stream gets to it) only after it. */
+  if (st == RECAP_OK) st = recap_comm_synchronize(comm, s);
+  if (st == RECAP_OK) st = recap_memcpy_async(num_blocks, dev_blocks, sizeof *num_blocks, s);
+  if (st == RECAP_OK) st = recap_stream_synchronize(s);
+  recap_free(dev_blocks);
+  recap_stream_destroy(s);
+  if (st != RECAP_OK)
+    return recap__error_context(st, "agreeing on the KV pool with the other ranks: ");
+  return RECAP_OK;
+}
+
+/* A distributed runner's captures: each warms its buckets up with eager runs whose collectives
+ * pair with the other ranks', so the wait after them is bounded by the communicator's timeout. */
+static recap_status capture_dist(recap__runner *r, recap_pipeline *p) {
+  RECAP_TRY(capture(p));
+  if (!r->comm) return RECAP_OK;
+  return recap_comm_synchronize(r->comm, recap_pipeline_stream(p));
+}
+
+static recap_status open_headers(recap__runner *r) {
+  recap_stream *prefill = recap_pipeline_stream(r->prefill.p);
+  RECAP_TRY(recap_host_malloc(sizeof r->words, (void **)&r->staged));
+  RECAP_TRY(recap_malloc(r->shape.device, sizeof r->words, prefill, (void **)&r->header_dev));
+  return recap_record_stream(r->header_dev, recap_pipeline_stream(r->decode.p));
+}
+
 recap_status recap__runner_open(const char *spec_path, const recap_generator_options *o,
                                 recap__runner **out) {
   RECAP_CHECK_ARG(spec_path && o && out);
@@ -316,9 +377,18 @@ recap_status recap__runner_open(const char *spec_path, const recap_generator_opt
   if (!r) return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory for a generator's runner");
   r->prefill.name = "prefill";
   r->decode.name = "decode";
+  r->comm = o->comm;
+  recap_generator_options on_comm = *o;
+  if (o->comm && !o->override_device) {
+    /* A rank's device is its communicator's. */
+    on_comm.override_device = 1;
+    on_comm.device = recap_comm_device(o->comm);
+  }
+  o = &on_comm;
   int64_t num_blocks;
   char why[96], nb_dim[48];
   recap_status st = choose_blocks(spec_path, o, &num_blocks, why, sizeof why);
+  if (st == RECAP_OK && r->comm) st = agree_on_blocks(r->comm, &num_blocks);
   snprintf(nb_dim, sizeof nb_dim, "NB=%" PRId64, num_blocks);
   const char *const dims[] = {nb_dim, NULL};
   const char *const *given = num_blocks ? dims : NULL;
@@ -340,13 +410,15 @@ recap_status recap__runner_open(const char *spec_path, const recap_generator_opt
   /* Both entries are bound and their weights loaded: from here to the last capture is the
    * start-up a server pays per model (warmup, GEMM choice, capture, instantiate). */
   double start_ms = recap__now_ms();
-  if (st == RECAP_OK && !o->eager) st = capture(r->prefill.p);
-  if (st == RECAP_OK && !o->eager) st = capture(r->decode.p);
+  if (st == RECAP_OK && r->comm) st = open_headers(r);
+  if (st == RECAP_OK && !o->eager) st = capture_dist(r, r->prefill.p);
+  if (st == RECAP_OK && !o->eager) st = capture_dist(r, r->decode.p);
   if (st == RECAP_OK) st = open_loop(r, o);
   if (st != RECAP_OK) {
     recap__runner_close(r);
     return st;
   }
+  r->opened = true;
   if (!o->eager) {
     r->ready_ms = recap__now_ms() - start_ms;
     if (!o->quiet)
@@ -354,6 +426,20 @@ recap_status recap__runner_open(const char *spec_path, const recap_generator_opt
               r->ready_ms);
   }
   *out = r;
+  return RECAP_OK;
+}
+
+/* Rank 0's side of a step header: sent on `stream` (the one the step runs on, so the header
+ * and the run's own broadcast are ordered without a wait). */
+static recap_status announce(recap__runner *r, recap__step_kind kind, int64_t tokens, int64_t rows,
+                             recap_stream *stream) {
+  recap__step_header h = {.kind = kind, .index = r->headers, .tokens = tokens, .rows = rows};
+  /* `staged` is not written again before this run has synchronized. */
+  recap__step_header_encode(&h, r->staged);
+  RECAP_TRY(recap_memcpy_async(r->header_dev, r->staged, sizeof r->words, stream));
+  RECAP_TRY(recap_comm_broadcast(r->comm, r->header_dev, r->header_dev, RECAP__STEP_WORDS,
+                                 RECAP_DTYPE_I64, 0, stream));
+  r->headers++;
   return RECAP_OK;
 }
 
@@ -366,6 +452,18 @@ static void close_entry(entry *e) {
 
 void recap__runner_close(recap__runner *r) {
   if (!r) return;
+  /* Rank 0's last word ends the followers' loops; after a failure of the communicator it
+   * fails too, and they fail on their own within the timeout. */
+  if (r->comm && r->opened && recap_comm_rank(r->comm) == 0) {
+    recap_stream *s = recap_pipeline_stream(r->prefill.p);
+    if (announce(r, RECAP__STEP_STOP, 0, 0, s) == RECAP_OK) recap_comm_synchronize(r->comm, s);
+  }
+  if (r->header_dev) {
+    recap_stream_synchronize(recap_pipeline_stream(r->prefill.p));
+    recap_stream_synchronize(recap_pipeline_stream(r->decode.p));
+  }
+  recap_free(r->header_dev);
+  recap_host_free(r->staged);
   recap_decode_loop_destroy(r->loop);
   free(r->limits);
   /* The decode pipeline shares the prefill one's weights and pools: either order works, but
@@ -418,9 +516,19 @@ static recap_status copy_rows_in(recap_pipeline *p, const char *name, bool bucke
   return recap_pipeline_copy_in(p, name, host, row_bytes * (size_t)capacity, 0);
 }
 
-/* Runs the entry on what its inputs hold (`tokens` real ones) and reads n samples back. */
-static recap_status run_entry(entry *e, int64_t tokens, int64_t n, int32_t *out, bool *replayed) {
-  RECAP_TRY(recap_pipeline_run(e->p, e->ids_bucketed ? tokens : 0));
+/* Runs the entry on what its inputs hold (`tokens` real ones) and reads n samples back. With
+ * a communicator the step is announced, then run by every rank (recap_pipeline_run_dist
+ * brings rank 0's ids and seqs to the others). */
+static recap_status run_entry(recap__runner *r, entry *e, int64_t tokens, int64_t n, int32_t *out,
+                              bool *replayed) {
+  int64_t batch = e->ids_bucketed ? tokens : 0;
+  if (r->comm) {
+    recap__step_kind kind = e == &r->prefill ? RECAP__STEP_PREFILL : RECAP__STEP_DECODE;
+    RECAP_TRY(announce(r, kind, tokens, n, recap_pipeline_stream(e->p)));
+    RECAP_TRY(recap_pipeline_run_dist(e->p, r->comm, batch, 0));
+  } else {
+    RECAP_TRY(recap_pipeline_run(e->p, batch));
+  }
   recap_pipeline_stats stats;
   RECAP_TRY(recap_pipeline_stats_get(e->p, &stats));
   *replayed = stats.replays > e->replays;
@@ -452,7 +560,7 @@ recap_status recap__runner_prefill(recap__runner *r, const recap__step *step, in
   if (st == RECAP_OK)
     st = copy_rows_in(e->p, "seqs", e->seqs_bucketed, e->seqs, sizeof *e->seqs * (size_t)width,
                       step->num_chunks, e->rows);
-  if (st == RECAP_OK) st = run_entry(e, total, step->num_chunks, tokens, replayed);
+  if (st == RECAP_OK) st = run_entry(r, e, total, step->num_chunks, tokens, replayed);
   if (st != RECAP_OK)
     return recap__error_context(
         st, "prefill step of %d sequences, %" PRId64 " tokens: ", step->num_chunks, total);
@@ -520,7 +628,55 @@ recap_status recap__runner_decode(recap__runner *r, const recap__step *step, int
                                   bool *replayed) {
   const int64_t n = step->num_decode;
   recap_status st = decode_rows_in(r, step);
-  if (st == RECAP_OK) st = run_entry(&r->decode, n, n, tokens, replayed);
+  if (st == RECAP_OK) st = run_entry(r, &r->decode, n, n, tokens, replayed);
   if (st != RECAP_OK) return recap__error_context(st, "decode step of %" PRId64 " sequences: ", n);
   return RECAP_OK;
+}
+
+/* ---- tensor parallelism ---- */
+
+recap_status recap__runner_keepalive(recap__runner *r) {
+  recap_stream *s = recap_pipeline_stream(r->prefill.p);
+  recap_status st = announce(r, RECAP__STEP_WAIT, 0, 0, s);
+  if (st == RECAP_OK) st = recap_comm_synchronize(r->comm, s);
+  if (st != RECAP_OK) return recap__error_context(st, "telling the other ranks rank 0 is idle: ");
+  return RECAP_OK;
+}
+
+recap_status recap__runner_receive(recap__runner *r, int64_t *words) {
+  recap_stream *s = recap_pipeline_stream(r->prefill.p);
+  RECAP_TRY(recap_comm_broadcast(r->comm, r->header_dev, r->header_dev, RECAP__STEP_WORDS,
+                                 RECAP_DTYPE_I64, 0, s));
+  RECAP_TRY(recap_memcpy_async(r->staged, r->header_dev, sizeof r->words, s));
+  RECAP_TRY(recap_comm_synchronize(r->comm, s));
+  memcpy(words, r->staged, sizeof r->words);
+  return RECAP_OK;
+}
+
+static recap_status source_comm(void *ctx, recap__runner *r, int64_t *words) {
+  (void)ctx;
+  return recap__runner_receive(r, words);
+}
+
+recap_status recap__runner_follow(recap__runner *r, recap__step_source source, void *ctx,
+                                  int64_t *runs) {
+  if (!source) source = source_comm;
+  *runs = 0;
+  for (;;) {
+    recap__step_header h;
+    recap_status st = source(ctx, r, r->words);
+    if (st == RECAP_OK) st = recap__step_header_decode(r->words, r->headers, &h);
+    if (st != RECAP_OK)
+      return recap__error_context(st, "waiting for rank 0's step %" PRId64 ": ", r->headers);
+    r->headers++;
+    if (h.kind == RECAP__STEP_STOP) return RECAP_OK;
+    if (h.kind == RECAP__STEP_WAIT) continue;
+    entry *e = h.kind == RECAP__STEP_PREFILL ? &r->prefill : &r->decode;
+    st = recap_pipeline_run_dist(e->p, r->comm, e->ids_bucketed ? h.tokens : 0, 0);
+    if (st != RECAP_OK)
+      return recap__error_context(
+          st, "%s step %" PRId64 " (%" PRId64 " tokens, %" PRId64 " sequences): ", e->name, h.index,
+          h.tokens, h.rows);
+    ++*runs;
+  }
 }

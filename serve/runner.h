@@ -78,4 +78,18 @@ recap_status recap__runner_loop_wait(recap__runner *r, int64_t max_ns);
 /* Asks the running loop to end after its current step. */
 recap_status recap__runner_loop_return(recap__runner *r);
 
+/* Tensor parallelism (docs/MULTI_GPU.md), for a runner opened with options->comm. Rank 0:
+ * prefill and decode above announce each step to the other ranks before running it;
+ * keepalive sends a step that runs nothing (an idle rank 0 sends one well within the
+ * communicator's timeout, so a follower's bounded wait only expires when rank 0 is gone),
+ * and close sends the stop. The other ranks: follow runs what each step header names, in
+ * order, until the stop (RECAP_OK), a bad header (INVALID_ARGUMENT) or a failed run (the
+ * communicator's TIMEOUT when a peer died); *runs counts the runs. `source` NULL takes the
+ * headers from rank 0's broadcasts (receive); tests give their own. */
+typedef recap_status (*recap__step_source)(void *ctx, recap__runner *r, int64_t *words);
+recap_status recap__runner_keepalive(recap__runner *r);
+recap_status recap__runner_receive(recap__runner *r, int64_t *words);
+recap_status recap__runner_follow(recap__runner *r, recap__step_source source, void *ctx,
+                                  int64_t *runs);
+
 #endif

@@ -1250,6 +1250,24 @@ PY
   fail "serve-bench --save-requests does not hold the request set the run served"
 expect 2 "serve-bench --generate past the spec's length" -- "$recap" serve-bench \
   "$tmp/qwen2_paged.yaml" --generate --prompt-len 60,60 --output-len 8,8 --device host
+# Tensor-parallel serving's wiring at a world of 1 (the host's only world; two GPUs:
+# scripts/gpu/gpu_tp.sh): rank 0 of 1, alone and under launch, serves the requests a run
+# without a communicator serves, token for token (--tokens-out: one line per request).
+serve_tp=(--generate --requests 6 --prompt-len 4,20 --output-len 2,8 --max-running 4 --device host)
+expect 0 "serve-bench --generate --tokens-out" -- "$recap" serve-bench "$tmp/qwen2_paged.yaml" \
+  "${serve_tp[@]}" --tokens-out "$tmp/serve_alone.tokens"
+expect 0 "serve-bench --generate --world 1" -- "$recap" serve-bench "$tmp/qwen2_paged.yaml" \
+  "${serve_tp[@]}" --world 1 --rank 0 --tokens-out "$tmp/serve_world1.tokens"
+grep -q "^output tokens/s" "$tmp/out" || fail "serve-bench --world 1: rank 0 prints no results"
+expect 0 "launch -- serve-bench --generate" -- "$recap" launch --gpus 1 -- serve-bench \
+  "$tmp/qwen2_paged.yaml" "${serve_tp[@]}" --tokens-out "$tmp/serve_launch{rank}.tokens"
+[ "$(grep -c '^[0-9]*: [0-9]' "$tmp/serve_alone.tokens")" = 6 ] &&
+  cmp -s "$tmp/serve_alone.tokens" "$tmp/serve_world1.tokens" &&
+  cmp -s "$tmp/serve_alone.tokens" "$tmp/serve_launch0.tokens" ||
+  fail "serve-bench --generate at a world of 1 does not serve the tokens of a run without one"
+expect 2 "serve-bench --generate --world 2 without --init" -- "$recap" serve-bench \
+  "$tmp/qwen2_paged.yaml" "${serve_tp[@]}" --world 2 --rank 1
+grep -q "needs --init" "$tmp/err" || fail "serve-bench --world 2 does not ask for --init"
 expect 1 "import-hf --paged with too many prefill sequences" -- "$recap" import-hf "$tmp/qwen2" \
   -o - --paged --prefill 16 --prefill-seqs 17
 grep -q "prefill-seqs 17" "$tmp/err" || fail "import-hf does not refuse --prefill-seqs 17"

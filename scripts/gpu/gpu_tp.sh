@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Tensor-parallel serving of imported models on 2 GPUs (issue 27), over the staged folder
 # (scripts/gpu/stage_gpu.sh). Needs transformers and torch on the machine (for the checkpoints
-# and their reference). About 3 minutes; under 6. With --bench-only, steps 4 and 4b only
-# (about 2 minutes; no transformers needed).
+# and their reference). About 4.5 minutes; under 8. With --bench-only, steps 4, 4b and 4c only
+# (about 3.5 minutes; no transformers needed).
 #   run(command="bash stage/run.sh gpu_tp.sh", carry=["stage"], kind="nvidia-h100-x2")
 #   run(command="bash stage/run.sh gpu_tp.sh --bench-only", carry=["stage"], kind="nvidia-h100-x2")
 #
@@ -26,6 +26,14 @@
 #      tools/tp_decode_report.py sets every op of TP 2's ranks against TP 1's. Then batch 1
 #      with RECAP_PDL=0 at both TPs, and TP 2 imported with --tp-fold-residual (step 2 also
 #      judges that import's f32 and bf16 logits against TP 1 by the same rules)
+#  4c. serving throughput through the generation API (recap serve-bench --generate) at TP 1
+#      and TP 2 (recap launch --gpus 2: rank 0 schedules, rank 1 follows), the 8B shape as a
+#      paged serving spec with decode buckets up to 32: 64 requests, prompts 64-256, outputs
+#      64-128, at most 32 running, one graph launch per decode step at both TPs (no decode
+#      loops under TP); output tokens/s at each TP and their ratio (random weights: TP 2's ranks
+#      draw their own slices, so its tokens are not TP 1's; timing only). In the full run, the
+#      small Llama (f32) serves 8 requests through the generator at TP 1 and TP 2: their greedy
+#      tokens must be equal. About 90 s.
 #   5. a rank killed (SIGKILL) mid-generation: rank 0 fails within its timeout, naming the
 #      cause and the request it had in flight
 # Prints PASS/FAIL per check, the numbers, and a summary line. Logs: $OUT/tp_logs.tgz.
@@ -249,6 +257,68 @@ ok=0
 [ "$ok" = 1 ] || tail -3 "$b/fold_tp2.log"
 row "8B TP 2 residual folded" "$ok" "batch 1 graph ms: TP 2 ${g2:-?}, folded ${f2:-?} (TP 1 ${g1:-?})"
 
+# 4c. Serving throughput through the generation API at TP 1 and TP 2.
+# serve-bench's per-request greedy tokens, two files: "requests equal / all; mean common prefix".
+tokens_agree() {
+  python3 - "$1" "$2" <<'PY' 2>/dev/null
+import sys
+a = [l.split(":", 1)[1].strip() for l in open(sys.argv[1])]
+b = [l.split(":", 1)[1].strip() for l in open(sys.argv[2])]
+same = sum(x == y for x, y in zip(a, b))
+pre = []
+for x, y in zip(a, b):
+    x, y, k = x.split(","), y.split(","), 0
+    while k < min(len(x), len(y)) and x[k] == y[k]:
+        k += 1
+    pre.append(k / max(len(x), 1))
+print("%d/%d %.3f" % (same, len(a), sum(pre) / max(len(pre), 1)) if a and len(a) == len(b) else "")
+PY
+}
+serve_flags=(--generate --requests 64 --prompt-len 64,256 --output-len 64,128 --max-running 32 --kv-fraction 0.15 --seed 7)
+"$recap" import-hf "$b" -o "$b/serve_tp1.yaml" --random-weights --paged --max-seq 512 --prefill 64,256 \
+  --batch 1,2,4,8,16,32 >>"$b/import.log" 2>&1
+"$recap" import-hf "$b" -o "$b/serve_tp2.rank{rank}.yaml" --random-weights --paged --max-seq 512 \
+  --prefill 64,256 --batch 1,2,4,8,16,32 --tp 2 >>"$b/import.log" 2>&1
+# TP 1 without decode loops too, so both TPs launch one graph per decode step.
+RECAP_DECODE_LOOP=0 timeout 150 "$recap" serve-bench "$b/serve_tp1.yaml" "${serve_flags[@]}" \
+  >"$b/serve_tp1.log" 2>&1
+c1=$?
+timeout 150 "$recap" launch --gpus 2 --timeout 60 -- serve-bench "$b/serve_tp2.rank{rank}.yaml" \
+  "${serve_flags[@]}" >"$b/serve_tp2.log" 2>&1
+c2=$?
+s1=$(grep -m1 "^output tokens/s" "$b/serve_tp1.log" | awk '{print $3}')
+s2=$(grep -m1 "^output tokens/s" "$b/serve_tp2.log" | awk '{print $3}')
+serve_ratio=$(python3 -c "print('%.3f' % ($s2 / $s1))" 2>/dev/null)
+echo "--- serve-bench --generate TP 1 (exit $c1) ---"
+grep -v "^recap generator" "$b/serve_tp1.log" | tail -9
+echo "--- serve-bench --generate TP 2 (exit $c2) ---"
+grep -v "^recap generator" "$b/serve_tp2.log" | tail -12
+ok=0
+[ "$c1" = 0 ] && [ "$c2" = 0 ] && [ -n "$serve_ratio" ] && ok=1
+[ "$ok" = 1 ] || { tail -5 "$b/serve_tp1.log"; tail -5 "$b/serve_tp2.log"; }
+row "8B serving TP1/TP2" "$ok" "64 requests, <= 32 running, bf16: TP 1 ${s1:-?}, TP 2 ${s2:-?} output tokens/s: ${serve_ratio:-?}x"
+if [ "$full" = 1 ]; then
+  d=$work/llama
+  ck=$work/ckpt/llama
+  small_flags=(--generate --requests 8 --prompt-len 8,32 --output-len 8,32 --max-running 4 --kv-fraction 0.01 --seed 3)
+  "$recap" import-hf "$ck" -o "$d/serve_tp1.yaml" --dtype f32 --max-seq 128 --paged --prefill 16,32 \
+    --batch 1,2,4 >"$d/serve_import.log" 2>&1
+  "$recap" import-hf "$ck" -o "$d/serve_tp2.rank{rank}.yaml" --dtype f32 --max-seq 128 --paged \
+    --prefill 16,32 --batch 1,2,4 --tp 2 >>"$d/serve_import.log" 2>&1
+  RECAP_DECODE_LOOP=0 timeout 120 "$recap" serve-bench "$d/serve_tp1.yaml" "${small_flags[@]}" \
+    --tokens-out "$d/serve_tp1.tokens" \
+    >"$d/serve_tp1.log" 2>&1
+  c1=$?
+  timeout 120 "$recap" launch --gpus 2 --timeout 60 -- serve-bench "$d/serve_tp2.rank{rank}.yaml" \
+    "${small_flags[@]}" --tokens-out "$d/serve_tp2.tokens" >"$d/serve_tp2.log" 2>&1
+  c2=$?
+  agree=$(tokens_agree "$d/serve_tp1.tokens" "$d/serve_tp2.tokens")
+  ok=0
+  [ "$c1" = 0 ] && [ "$c2" = 0 ] && [ "${agree%% *}" = 8/8 ] && ok=1
+  [ "$ok" = 1 ] || { tail -5 "$d/serve_tp1.log"; tail -5 "$d/serve_tp2.log"; }
+  row "llama serving TP2 == TP1" "$ok" "f32, 8 requests through the generator: exits $c1 $c2; equal / all, mean common prefix: ${agree:-?}"
+fi
+
 if [ "$full" = 1 ]; then
 # 5. A rank killed mid-generation (the 8B TP 2 specs: ~5 ms per step, so 2000 steps last long
 # enough): rank 0 must fail on its own within --timeout 10, naming the request in flight.
@@ -289,4 +359,11 @@ echo "|---|---|---|"
 echo "| 1 x $gpu_name | ${l1:-?} ms | 1.00x |"
 echo "| 2 x $gpu_name (TP 2) | ${l2:-?} ms | ${ratio:-?}x |"
 echo "all_reduce per token: 64 x ${per_ar:-?} ms = ${ar_total:-?} ms; run_dist per step (header broadcast, launch, wait): ${step_cost:-?} ms"
+echo
+echo "Serving (recap serve-bench --generate): Llama-3-8B shape, bf16, random weights, 64 requests,"
+echo "prompts 64-256, outputs 64-128, at most 32 running, one graph launch per decode step (RECAP_DECODE_LOOP=0 at TP 1)"
+echo "| GPUs | output tokens/s | vs 1 GPU |"
+echo "|---|---|---|"
+echo "| 1 x $gpu_name | ${s1:-?} | 1.00x |"
+echo "| 2 x $gpu_name (TP 2) | ${s2:-?} | ${serve_ratio:-?}x |"
 echo "$(( ${#rows[@]} - failed )) passed, $failed failed (tensor-parallel checks)"
