@@ -377,17 +377,22 @@ expect 0 "dot --graph" -- "$recap" dot "$specs/elementwise_chain.yaml" --graph -
 grep -q "digraph" "$tmp/out" || fail "dot --graph prints no digraph"
 
 # Blocks: plan, dot and errors show the instances' names; the layer count is a dim. Each layer's
-# two residual adds fold into the bias-free linears before them and its two RMSNorms into the
-# linears that read them (qkv; gate and up), as does the final norm (engine/fuse.h): 90 spec
-# ops, 73 after fusion with 4 layers, 37 with 2.
+# two residual adds fold into the bias-free linears before them (engine/fuse.h): 90 spec ops,
+# 82 after fusion with 4 layers, 42 with 2. With RECAP_FUSION_PROLOGUES=1 its two RMSNorms and
+# the final one fold into the linears that read them too: 73 ops.
+expect 0 "plan of a blocked spec, prologue folds on" -- env RECAP_FUSION_PROLOGUES=1 "$recap" plan \
+  "$specs/decoder_blocks.yaml"
+grep -q "^plan for 'decoder-blocks': 73 ops," "$tmp/out" &&
+  grep -q "^fusion: 38 spec ops became 21 fused ops" "$tmp/out" ||
+  fail "plan: decoder_blocks' norms are not folded with RECAP_FUSION_PROLOGUES=1"
 expect 0 "plan of a blocked spec" -- "$recap" plan "$specs/decoder_blocks.yaml"
-grep -q "^plan for 'decoder-blocks': 73 ops," "$tmp/out" || fail "plan: decoder_blocks is not 73 ops"
-grep -q "^fusion: 38 spec ops became 21 fused ops" "$tmp/out" ||
-  fail "plan: decoder_blocks' residual adds and norms are not folded"
+grep -q "^plan for 'decoder-blocks': 82 ops," "$tmp/out" || fail "plan: decoder_blocks is not 82 ops"
+grep -q "^fusion: 16 spec ops became 8 fused ops" "$tmp/out" ||
+  fail "plan: decoder_blocks' residual adds are not folded"
 grep -q "^layers.3.wqkv " "$tmp/out" || fail "plan shows no layers.3.wqkv"
 grep -q "'layers.3.attention' writes it" "$tmp/out" || fail "plan does not name op layers.3.attention"
 expect 0 "plan of a blocked spec --dim L=2" -- "$recap" plan "$specs/decoder_blocks.yaml" --dim L=2
-grep -q "^plan for 'decoder-blocks': 37 ops," "$tmp/out" && ! grep -q "^layers.2\." "$tmp/out" ||
+grep -q "^plan for 'decoder-blocks': 42 ops," "$tmp/out" && ! grep -q "^layers.2\." "$tmp/out" ||
   fail "plan --dim L=2 does not make two layers"
 expect 0 "dot of a blocked spec" -- "$recap" dot "$specs/decoder_blocks.yaml"
 grep -qF 'label="layers.3.attention\nattention"' "$tmp/out" || fail "dot does not name layers.3.attention"

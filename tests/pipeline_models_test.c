@@ -360,15 +360,15 @@ static void count_prologues(const char *spec, bool no_fusion, int *norms, int *n
 }
 
 /* Imported Llama and Qwen3 (2 layers each): every layer's two norms fold into the qkv and
- * gate_up projections, the final norm into the LM head, SwiGLU into the down projection when
- * RECAP_FUSION_GLU asks for it;
+ * gate_up projections, the final norm into the LM head, SwiGLU into the down projection, when
+ * RECAP_FUSION_PROLOGUES asks for it;
  * Qwen3's q/k norms, which RoPE reads, stay; RECAP_FUSION=0 keeps every one of them. The
  * models' logits with the folds are checked against transformers' by the other tests. */
 static void test_imported_models_fold_norms_and_swiglu_into_their_linears(void) {
   make_dir();
   static const struct {
     const char *model;
-    int kept; /* norms that stay with fusion on */
+    int kept; /* norms that stay with the prologue folds on */
   } models[] = {{"llama", 0}, {"qwen3", 4}};
   static const int64_t decode[] = {1, 8}, prefill[] = {32};
   for (size_t i = 0; i < sizeof models / sizeof models[0]; ++i) {
@@ -377,17 +377,18 @@ static void test_imported_models_fold_norms_and_swiglu_into_their_linears(void) 
                          spec, sizeof spec);
     int norms, norm_folds, glu_folds;
     count_prologues(spec, false, &norms, &norm_folds, &glu_folds);
-    CU_ASSERT_EQUAL(norms, models[i].kept);
-    CU_ASSERT_EQUAL(norm_folds, 5);
-    CU_ASSERT_EQUAL(glu_folds, 0); /* opt-in: RECAP_FUSION_GLU */
-    setenv("RECAP_FUSION_GLU", "1", 1);
+    CU_ASSERT_EQUAL(norms, models[i].kept + 5);
+    CU_ASSERT_EQUAL(norm_folds, 0); /* opt-in: RECAP_FUSION_PROLOGUES */
+    CU_ASSERT_EQUAL(glu_folds, 0);
+    setenv("RECAP_FUSION_PROLOGUES", "1", 1);
     count_prologues(spec, false, &norms, &norm_folds, &glu_folds);
-    unsetenv("RECAP_FUSION_GLU");
+    CU_ASSERT_EQUAL(norms, models[i].kept);
     CU_ASSERT_EQUAL(norm_folds, 5);
     CU_ASSERT_EQUAL(glu_folds, 2);
     setenv("RECAP_FUSION", "0", 1);
     count_prologues(spec, false, &norms, &norm_folds, &glu_folds);
     unsetenv("RECAP_FUSION");
+    unsetenv("RECAP_FUSION_PROLOGUES");
     CU_ASSERT_EQUAL(norms, models[i].kept + 5);
     CU_ASSERT_EQUAL(norm_folds, 0);
     CU_ASSERT_EQUAL(glu_folds, 0);
