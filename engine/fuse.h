@@ -67,7 +67,9 @@
  * 1), the skinny kernel of decode shapes and the Hopper kernel (their epilogues); only plain
  * cuBLAS (recap_gemm_library) still adds it in a pass after the GEMM.
  *
- * Prologues. A norm or a gated unit whose output is x of linears folds into every one of
+ * Prologues (only with RECAP_FUSION_PROLOGUES=1: measured slower than the ops apart on the
+ * H100, docs/SERVING.md "Prologue folds"). A norm or a gated unit whose output is x of linears
+ * folds into every one of
  * them (kernels/gemm/gemm.h, "Prologues": the linear computes it as it loads x, so the op costs
  * no launch of its own; the skinny kernel of decode shapes does it in place, every other path
  * through the op's workspace, one launch as before). By the contract, never by name:
