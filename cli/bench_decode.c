@@ -109,12 +109,12 @@ typedef struct {
   long long context, tokens, repeats;
   long long collectives; /* -1: as many as one step runs */
   bool profile;
-  cli_decode_world world;
+  cli_world world;
 } decode_args;
 
 static int parse_args(int argc, char **argv, decode_args *a) {
   *a = (decode_args){.context = 512, .tokens = 128, .repeats = 5, .collectives = -1};
-  cli_decode_world_init(&a->world, CMD);
+  cli_world_init(&a->world, CMD);
   a->num_batches = sizeof DEFAULT_BATCHES / sizeof DEFAULT_BATCHES[0];
   memcpy(a->batches, DEFAULT_BATCHES, sizeof DEFAULT_BATCHES);
   for (int i = 0; i < argc; i++) {
@@ -122,7 +122,7 @@ static int parse_args(int argc, char **argv, decode_args *a) {
     const char *v;
     if (strcmp(argv[i], "--profile") == 0) {
       a->profile = true;
-    } else if ((m = cli_decode_world_flag(CMD, argc, argv, &i, &a->world)) != 0) {
+    } else if ((m = cli_world_flag(CMD, argc, argv, &i, &a->world)) != 0) {
       if (m < 0) return CLI_EXIT_USAGE;
     } else if ((m = cli_flag(CMD, argc, argv, &i, "--collectives", &v)) != 0) {
       if (m < 0 || !cli_parse_int(CMD, "--collectives", v, 0, 4096, &a->collectives))
@@ -151,7 +151,7 @@ static int parse_args(int argc, char **argv, decode_args *a) {
     fprintf(stderr, "recap %s: usage: recap bench-decode SPEC (see --help)\n", CMD);
     return CLI_EXIT_USAGE;
   }
-  return cli_decode_world_check(CMD, &a->world) ? CLI_EXIT_OK : CLI_EXIT_USAGE;
+  return cli_world_check(CMD, &a->world) ? CLI_EXIT_OK : CLI_EXIT_USAGE;
 }
 
 /* `tokens` back-to-back runs between two events, `repeats` times, each from fresh metadata;
@@ -432,12 +432,12 @@ int cli_bench_decode_main(int argc, char **argv) {
                                .oversize = RECAP_OVERSIZE_FAIL};
   if (!cli_pick_device(CMD, a.device, RECAP_BACKEND_CUDA, &go.device)) return CLI_EXIT_USAGE;
   /* The communicator first: the collectives inside the steps find it on their device. */
-  if (!cli_decode_world_join(CMD, &a.world, &go.device)) return CLI_EXIT_FAILURE;
+  if (!cli_world_join(CMD, &a.world, &go.device)) return CLI_EXIT_FAILURE;
   recap_pipeline *graph = NULL, *eager = NULL;
   recap_status st = recap_pipeline_create_file(a.path, &go, &graph);
   if (st != RECAP_OK) {
     cli_report_failure(a.world.who, "the decode entry", st);
-    return cli_decode_world_leave(&a.world, CLI_EXIT_FAILURE);
+    return cli_world_leave(&a.world, CLI_EXIT_FAILURE);
   }
   recap_pipeline_options eo = go;
   eo.mode = RECAP_MODE_EAGER;
@@ -449,8 +449,8 @@ int cli_bench_decode_main(int argc, char **argv) {
     cli_report_failure(a.world.who, "the eager decode entry", st);
   else if (cli_decode_shape_read(CMD, graph, &s))
     rc = run_batches(&a, graph, eager, &s);
-  if (rc != CLI_EXIT_OK) return cli_decode_world_leave(&a.world, rc);
+  if (rc != CLI_EXIT_OK) return cli_world_leave(&a.world, rc);
   recap_pipeline_destroy(eager);
   recap_pipeline_destroy(graph);
-  return cli_decode_world_leave(&a.world, rc);
+  return cli_world_leave(&a.world, rc);
 }

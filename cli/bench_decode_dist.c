@@ -4,12 +4,9 @@
 
 #include <stdio.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "cli/cli.h"
 #include "runtime/error.h"
-
-enum { MAX_RANKS = 64 };
 
 const cli_option cli_bench_decode_dist_options[] = {
     {.flag = "--world",
@@ -17,105 +14,8 @@ const cli_option cli_bench_decode_dist_options[] = {
      .kind = CLI_VALUE_TEXT,
      .help = "ranks in all (1 to 64), each timing its own spec of a tensor-parallel\n"
              "model (import-hf --tp N); every line a rank prints starts with \"rank R:\""},
-    {.flag = "--rank",
-     .value = "R",
-     .kind = CLI_VALUE_TEXT,
-     .help = "this process's rank, 0 <= R < N"},
-    {.flag = "--init",
-     .value = "URL",
-     .kind = CLI_VALUE_TEXT,
-     .help = "the rendezvous, file:///PATH, tcp://HOST:PORT or env:// (recap run --help)"},
-    {.flag = "--timeout",
-     .value = "S",
-     .kind = CLI_VALUE_TEXT,
-     .help = "seconds for the rendezvous and every wait (default 120): a dead peer\n"
-             "fails the others within it"},
+    CLI_WORLD_RANK_OPTIONS,
     {0}};
-
-void cli_decode_world_init(cli_decode_world *w, const char *cmd) {
-  *w = (cli_decode_world){.rank = -1, .timeout_s = 120};
-  snprintf(w->who, sizeof w->who, "%s", cmd);
-}
-
-int cli_decode_world_flag(const char *cmd, int argc, char **argv, int *i, cli_decode_world *w) {
-  const char *v = NULL;
-  long long n;
-  int m;
-  if ((m = cli_flag(cmd, argc, argv, i, "--init", &w->init)) != 0) return m;
-  if ((m = cli_flag(cmd, argc, argv, i, "--world", &v)) != 0)
-    return m < 0 || !cli_parse_int(cmd, "--world", v, 1, MAX_RANKS, &w->world) ? -1 : 1;
-  if ((m = cli_flag(cmd, argc, argv, i, "--rank", &v)) != 0)
-    return m < 0 || !cli_parse_int(cmd, "--rank", v, 0, MAX_RANKS - 1, &w->rank) ? -1 : 1;
-  if ((m = cli_flag(cmd, argc, argv, i, "--timeout", &v)) != 0) {
-    if (m < 0 || !cli_parse_int(cmd, "--timeout", v, 1, 86400, &n)) return -1;
-    w->timeout_s = (double)n;
-    return 1;
-  }
-  return 0;
-}
-
-bool cli_decode_world_check(const char *cmd, cli_decode_world *w) {
-  if (w->init && strcmp(w->init, "env://") == 0) {
-    int world, rank, local;
-    if (recap_comm_env_read(&world, &rank, &local, w->url, sizeof w->url) != RECAP_OK) {
-      fprintf(stderr, "recap %s: %s\n", cmd, recap_last_error());
-      return false;
-    }
-    if ((w->world && w->world != world) || (w->rank >= 0 && w->rank != rank)) {
-      fprintf(stderr, "recap %s: --world/--rank disagree with WORLD_SIZE/RANK (--init env://)\n",
-              cmd);
-      return false;
-    }
-    w->world = world;
-    w->rank = rank;
-    w->init = w->url;
-  }
-  if (!w->world && (w->rank >= 0 || w->init)) {
-    fprintf(stderr, "recap %s: --rank and --init go with --world N\n", cmd);
-    return false;
-  }
-  if (w->world && (w->rank < 0 || w->rank >= w->world)) {
-    fprintf(stderr, "recap %s: --world %lld needs --rank R with 0 <= R < %lld\n", cmd, w->world,
-            w->world);
-    return false;
-  }
-  if (w->world > 1 && !w->init) {
-    fprintf(stderr, "recap %s: --world %lld needs --init file:///PATH, tcp://HOST:PORT or env://\n",
-            cmd, w->world);
-    return false;
-  }
-  return true;
-}
-
-bool cli_decode_world_join(const char *cmd, cli_decode_world *w, recap_device *device) {
-  if (!w->world) return true;
-  snprintf(w->prefix, sizeof w->prefix, "rank %lld: ", w->rank);
-  snprintf(w->who, sizeof w->who, "%s (rank %lld)", cmd, w->rank);
-  /* Each rank's lines go out whole, so ranks sharing one output do not split each other's. */
-  setvbuf(stdout, NULL, _IOLBF, 0);
-  /* recap launch shows each rank one GPU; otherwise rank r takes GPU r mod the count. */
-  int count = 0;
-  if (device->backend == RECAP_BACKEND_CUDA &&
-      recap_device_count(RECAP_BACKEND_CUDA, &count) == RECAP_OK && count > 0)
-    device->index = (int)(w->rank % count);
-  recap_status st =
-      recap_comm_init_rank(*device, (int)w->world, (int)w->rank, w->init, w->timeout_s, &w->comm);
-  if (st != RECAP_OK) {
-    cli_report_failure(w->who, "joining the communicator", st);
-    return false;
-  }
-  return true;
-}
-
-int cli_decode_world_leave(cli_decode_world *w, int rc) {
-  if (w->comm && rc != CLI_EXIT_OK) {
-    fflush(NULL);
-    _exit(rc);
-  }
-  recap_comm_destroy(w->comm);
-  w->comm = NULL;
-  return rc;
-}
 
 recap_status cli_decode_message_of(recap_pipeline *p, int64_t vocab, int64_t rows,
                                    cli_decode_message *msg) {

@@ -14,14 +14,14 @@
  *     broadcast, launch, the host's wait), as `recap generate --world` runs them, less the
  *     back-to-back graph step.
  *
- *   cli_decode_world w;
- *   cli_decode_world_init(&w, "bench-decode");
- *   ... for each argument: m = cli_decode_world_flag("bench-decode", argc, argv, &i, &w) ...
- *   if (!cli_decode_world_check("bench-decode", &w)) return CLI_EXIT_USAGE;
- *   if (!cli_decode_world_join("bench-decode", &w, &device)) return CLI_EXIT_FAILURE;
+ *   cli_world w;
+ *   cli_world_init(&w, "bench-decode");
+ *   ... for each argument: m = cli_world_flag("bench-decode", argc, argv, &i, &w) ...
+ *   if (!cli_world_check("bench-decode", &w)) return CLI_EXIT_USAGE;
+ *   if (!cli_world_join("bench-decode", &w, &device)) return CLI_EXIT_FAILURE;
  *   ... recap_pipeline_create_file on `device` ...
  *   cli_decode_all_reduce_chain(graph, w.comm, &msg, 64, 50, &ms);
- *   cli_decode_world_leave(&w, rc);
+ *   cli_world_leave(&w, rc);
  */
 #ifndef RECAP_CLI_BENCH_DECODE_DIST_H
 #define RECAP_CLI_BENCH_DECODE_DIST_H
@@ -31,34 +31,11 @@
 #include <stdint.h>
 
 #include "cli/options.h"
+#include "cli/world.h"
 #include "include/recap.h"
 
 /* The flags a distributed bench-decode adds (its --help's second group). */
 extern const cli_option cli_bench_decode_dist_options[];
-
-typedef struct {
-  long long world, rank; /* world 0: not distributed (no --world) */
-  const char *init;
-  double timeout_s;
-  char url[320]; /* env://'s rendezvous address */
-  recap_comm *comm;
-  char prefix[32]; /* "rank R: " before every line a rank prints; "" when not distributed */
-  char who[64];    /* the command as failures name it: "bench-decode (rank R)" */
-} cli_decode_world;
-
-void cli_decode_world_init(cli_decode_world *w, const char *cmd);
-/* cli_flag for --world, --rank, --init and --timeout: 1 (taken), 0 (not one of them), -1
- * (usage error, printed). */
-int cli_decode_world_flag(const char *cmd, int argc, char **argv, int *i, cli_decode_world *w);
-/* After parsing: whether the flags agree (env:// supplies the world, the rank and the
- * rendezvous); false, with a line on stderr naming the flags, when not (a usage error). */
-bool cli_decode_world_check(const char *cmd, cli_decode_world *w);
-/* With --world, joins the communicator on *device (a CUDA rank takes GPU rank mod the visible
- * count). False, with a line on stderr, when it cannot. */
-bool cli_decode_world_join(const char *cmd, cli_decode_world *w, recap_device *device);
-/* Ends the rank: on a failure, at once (_exit) without tearing down, since a peer may be dead
- * and the communicator's abort under way (launch.c); else destroys the communicator. */
-int cli_decode_world_leave(cli_decode_world *w, int rc);
 
 /* The step's all_reduce message: `elements` of `dtype`. */
 typedef struct {

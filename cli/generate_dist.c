@@ -18,9 +18,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "cli/cli.h"
+#include "cli/world.h"
 #include "runtime/error.h"
 
 static const char *const CMD = "generate";
@@ -30,20 +30,9 @@ const cli_option cli_generate_dist_options[] = {
     {.flag = "--world",
      .value = "N",
      .kind = CLI_VALUE_TEXT,
-     .help = "ranks in all (1 to 64): each runs its own spec of the model"},
-    {.flag = "--rank",
-     .value = "R",
-     .kind = CLI_VALUE_TEXT,
-     .help = "this process's rank, 0 <= R < N; rank 0 decides every step"},
-    {.flag = "--init",
-     .value = "URL",
-     .kind = CLI_VALUE_TEXT,
-     .help = "the rendezvous, file:///PATH, tcp://HOST:PORT or env:// (recap run --help)"},
-    {.flag = "--timeout",
-     .value = "S",
-     .kind = CLI_VALUE_TEXT,
-     .help = "seconds for the rendezvous and every wait (default 120): a dead peer\n"
-             "fails the others within it"},
+     .help = "ranks in all (1 to 64): each runs its own spec of the model; rank 0\n"
+             "decides every step"},
+    CLI_WORLD_RANK_OPTIONS,
     {.flag = "--mode",
      .value = "MODE",
      .kind = CLI_VALUE_WORDS,
@@ -52,23 +41,23 @@ const cli_option cli_generate_dist_options[] = {
     {0}};
 
 typedef struct {
-  const char *path, *device, *base_dir, *init, *mode, *logits_path;
+  const char *path, *device, *base_dir, *mode, *logits_path;
   int32_t *prompt;
   int prompt_len;
-  long long max_new, world, rank;
-  double timeout_s;
+  long long max_new;
+  cli_world world;
 } dist_args;
 
 static int parse(int argc, char **argv, dist_args *a) {
-  *a = (dist_args){.max_new = 16, .rank = -1, .timeout_s = 120};
+  *a = (dist_args){.max_new = 16};
+  cli_world_init(&a->world, CMD);
   const char *ids = NULL, *v = NULL;
   for (int i = 0; i < argc; i++) {
     int m;
-    long long n;
     if ((m = cli_flag(CMD, argc, argv, &i, "--prompt-ids", &ids)) != 0 ||
         (m = cli_flag(CMD, argc, argv, &i, "--device", &a->device)) != 0 ||
         (m = cli_flag(CMD, argc, argv, &i, "--base-dir", &a->base_dir)) != 0 ||
-        (m = cli_flag(CMD, argc, argv, &i, "--init", &a->init)) != 0 ||
+        (m = cli_world_flag(CMD, argc, argv, &i, &a->world)) != 0 ||
         (m = cli_flag(CMD, argc, argv, &i, "--mode", &a->mode)) != 0 ||
         (m = cli_flag(CMD, argc, argv, &i, "--logits-out", &a->logits_path)) != 0) {
       if (m < 0) return CLI_EXIT_USAGE;
@@ -76,15 +65,6 @@ static int parse(int argc, char **argv, dist_args *a) {
                (m = cli_flag(CMD, argc, argv, &i, "--max-new", &v)) != 0) {
       if (m < 0 || !cli_parse_int(CMD, "--max-tokens", v, 1, MAX_PROMPT, &a->max_new))
         return CLI_EXIT_USAGE;
-    } else if ((m = cli_flag(CMD, argc, argv, &i, "--world", &v)) != 0) {
-      if (m < 0 || !cli_parse_int(CMD, "--world", v, 1, MAX_RANKS, &a->world))
-        return CLI_EXIT_USAGE;
-    } else if ((m = cli_flag(CMD, argc, argv, &i, "--rank", &v)) != 0) {
-      if (m < 0 || !cli_parse_int(CMD, "--rank", v, 0, MAX_RANKS - 1, &a->rank))
-        return CLI_EXIT_USAGE;
-    } else if ((m = cli_flag(CMD, argc, argv, &i, "--timeout", &v)) != 0) {
-      if (m < 0 || !cli_parse_int(CMD, "--timeout", v, 1, 86400, &n)) return CLI_EXIT_USAGE;
-      a->timeout_s = (double)n;
     } else if (argv[i][0] == '-' && argv[i][1]) {
       fprintf(stderr,
               "recap %s: %s is not supported with --world (distributed generation is greedy: "
@@ -96,32 +76,12 @@ static int parse(int argc, char **argv, dist_args *a) {
       return CLI_EXIT_USAGE;
     }
   }
-  if (a->init && strcmp(a->init, "env://") == 0) {
-    int world, rank, local;
-    static char url[320];
-    if (recap_comm_env_read(&world, &rank, &local, url, sizeof url) != RECAP_OK) {
-      fprintf(stderr, "recap %s: %s\n", CMD, recap_last_error());
-      return CLI_EXIT_USAGE;
-    }
-    if ((a->world && a->world != world) || (a->rank >= 0 && a->rank != rank)) {
-      fprintf(stderr, "recap %s: --world/--rank disagree with WORLD_SIZE/RANK (--init env://)\n",
-              CMD);
-      return CLI_EXIT_USAGE;
-    }
-    a->world = world;
-    a->rank = rank;
-    a->init = url;
-  }
-  if (!a->path || !ids || a->world < 1 || a->rank < 0 || a->rank >= a->world) {
+  if (!cli_world_check(CMD, &a->world)) return CLI_EXIT_USAGE;
+  if (!a->path || !ids || a->world.world < 1) {
     fprintf(stderr,
             "recap %s: usage: recap generate SPEC --prompt-ids LIST --world N --rank R "
             "[--init URL] (0 <= R < N)\n",
             CMD);
-    return CLI_EXIT_USAGE;
-  }
-  if (a->world > 1 && !a->init) {
-    fprintf(stderr, "recap %s: --world %lld needs --init file:///PATH, tcp://HOST:PORT or env://\n",
-            CMD, a->world);
     return CLI_EXIT_USAGE;
   }
   if (a->mode && strcmp(a->mode, "eager") != 0 && strcmp(a->mode, "graph") != 0) {
@@ -297,15 +257,14 @@ static void report_in_flight(const rank_run *r) {
   fprintf(stderr,
           "recap %s (rank %lld): request in flight: prompt of %d tokens, %d of %lld tokens "
           "generated; it did not complete\n",
-          CMD, r->a->rank, r->a->prompt_len, r->generated, r->a->max_new);
+          CMD, r->a->world.rank, r->a->prompt_len, r->generated, r->a->max_new);
 }
 
 int cli_generate_dist_main(int argc, char **argv) {
   dist_args a;
   int rc = parse(argc, argv, &a);
   if (rc != CLI_EXIT_OK) return rc;
-  char who[48];
-  snprintf(who, sizeof who, "%s (rank %lld)", CMD, a.rank);
+  const char *who = a.world.who; /* "generate (rank R)" once joined */
   cli_serving_shape shape = {0};
   if ((rc = cli_read_serving_shape(CMD, a.path, a.base_dir, a.device, &shape)) != CLI_EXIT_OK)
     return rc;
@@ -324,17 +283,10 @@ int cli_generate_dist_main(int argc, char **argv) {
   rc = CLI_EXIT_FAILURE;
   recap_device device;
   recap_status st;
-  int count = 0;
-  if (!cli_pick_device(CMD, a.device, RECAP_BACKEND_CUDA, &device)) goto done;
-  /* recap launch shows each rank one GPU; otherwise rank r takes GPU r mod the count. */
-  if (device.backend == RECAP_BACKEND_CUDA &&
-      recap_device_count(RECAP_BACKEND_CUDA, &count) == RECAP_OK && count > 0)
-    device.index = (int)(a.rank % count);
-  if ((st = recap_comm_init_rank(device, (int)a.world, (int)a.rank, a.init, a.timeout_s,
-                                 &r.comm)) != RECAP_OK) {
-    cli_report_failure(who, "joining the communicator", st);
+  if (!cli_pick_device(CMD, a.device, RECAP_BACKEND_CUDA, &device) ||
+      !cli_world_join(CMD, &a.world, &device))
     goto done;
-  }
+  r.comm = a.world.comm;
   if ((st = create(&r, device)) != RECAP_OK) {
     cli_report_failure(who, "creating the pipelines", st);
     goto done;
@@ -356,8 +308,8 @@ int cli_generate_dist_main(int argc, char **argv) {
   r.generated = 1;
   r.prefill_ms = (cli_now() - t0) * 1e3;
   /* A progress line (stderr): scripts wait for it before they kill a rank mid-decode. */
-  fprintf(stderr, "rank %lld of %lld: prompt done in %.1f ms; decoding %lld tokens\n", a.rank,
-          a.world, r.prefill_ms, a.max_new - 1);
+  fprintf(stderr, "rank %lld of %lld: prompt done in %.1f ms; decoding %lld tokens\n", a.world.rank,
+          a.world.world, r.prefill_ms, a.max_new - 1);
   for (int t = a.prompt_len; r.generated < a.max_new; t++) {
     double s = cli_now();
     st = r.paged ? paged_step(&r, r.decode, t, 1, r.generated > 1, &r.tokens[t + 1])
@@ -375,28 +327,25 @@ int cli_generate_dist_main(int argc, char **argv) {
   for (int i = 0; i < steps; i++) total += r.step_ms[i];
   /* The first decode step captures its graph: the median is the steady per-token latency. */
   qsort(r.step_ms, (size_t)steps, sizeof *r.step_ms, compare_ms);
-  printf("rank %lld of %lld: generated:", a.rank, a.world);
+  printf("rank %lld of %lld: generated:", a.world.rank, a.world.world);
   for (int t = a.prompt_len; t < a.prompt_len + a.max_new; t++) printf(" %" PRId32, r.tokens[t]);
   printf(
       "\nrank %lld of %lld: prefill: %d tokens in %.3f ms (includes capture); decode: %d "
       "steps, median %.4f ms per token, mean %.4f ms (run_dist: header%s, replay, wait)\n",
-      a.rank, a.world, a.prompt_len, r.prefill_ms, steps, steps ? r.step_ms[steps / 2] : 0.0,
-      steps ? total / steps : 0.0, r.paged ? " only after the first step" : " and inputs");
+      a.world.rank, a.world.world, a.prompt_len, r.prefill_ms, steps,
+      steps ? r.step_ms[steps / 2] : 0.0, steps ? total / steps : 0.0,
+      r.paged ? " only after the first step" : " and inputs");
   rc = CLI_EXIT_OK;
 done:
   fflush(stdout);
   if (r.logits_out && fclose(r.logits_out) != 0 && rc == CLI_EXIT_OK) rc = CLI_EXIT_FAILURE;
-  if (r.comm && rc != CLI_EXIT_OK) {
-    /* As recap run --world: a peer may be dead and the communicator's abort under way, so end
-     * here without tearing down (launch.c says why). */
-    fflush(NULL);
-    _exit(rc);
-  }
+  /* On a failure this ends the rank at once, without tearing down (world.h says why). */
+  if (rc != CLI_EXIT_OK) cli_world_leave(&a.world, rc);
   free(r.step_ms);
   free(r.tokens);
   free(a.prompt);
   recap_pipeline_destroy(r.decode);
   recap_pipeline_destroy(r.prefill);
-  recap_comm_destroy(r.comm);
+  cli_world_leave(&a.world, rc);
   return rc;
 }

@@ -22,6 +22,7 @@
 #include "cli/cli.h"
 #include "cli/svg.h"
 #include "cli/tensors.h"
+#include "cli/world.h"
 
 static const char *const CMD = "serve-bench";
 
@@ -29,10 +30,7 @@ typedef struct {
   const char *path, *device, *base_dir, *json_path, *svg_path, *requests_path, *tokens_path;
   long long requests, prompt_min, prompt_max, output_min, output_max, max_running;
   double rate, kv_fraction;
-  /* Tensor parallelism: world 0 when not asked for; init as recap run's --init. */
-  long long world, rank;
-  const char *init;
-  double timeout_s;
+  cli_world world; /* tensor parallelism: world.world 0 when not asked for */
   uint64_t seed;
 } generate_bench_args;
 
@@ -265,39 +263,6 @@ static int parse_range(const char *flag, const char *text, long long *lo, long l
   return CLI_EXIT_OK;
 }
 
-/* --world/--rank/--init: both or neither of world and rank, env:// filling them in (they
- * must agree with the environment when given). world stays 0 without any of them. */
-static int parse_world(generate_bench_args *a) {
-  if (a->init && strcmp(a->init, "env://") == 0) {
-    int world, rank, local;
-    static char url[320];
-    if (recap_comm_env_read(&world, &rank, &local, url, sizeof url) != RECAP_OK) {
-      fprintf(stderr, "recap %s: %s\n", CMD, recap_last_error());
-      return CLI_EXIT_USAGE;
-    }
-    if ((a->world && a->world != world) || (a->rank >= 0 && a->rank != rank)) {
-      fprintf(stderr, "recap %s: --world/--rank disagree with WORLD_SIZE/RANK (--init env://)\n",
-              CMD);
-      return CLI_EXIT_USAGE;
-    }
-    a->world = world;
-    a->rank = rank;
-    a->init = url;
-  }
-  if (!a->world && a->rank < 0 && !a->init) return CLI_EXIT_OK;
-  if (a->world < 1 || a->rank < 0 || a->rank >= a->world) {
-    fprintf(stderr,
-            "recap %s: tensor parallelism takes --world N --rank R (0 <= R < N) and --init\n", CMD);
-    return CLI_EXIT_USAGE;
-  }
-  if (a->world > 1 && !a->init) {
-    fprintf(stderr, "recap %s: --world %lld needs --init file:///PATH, tcp://HOST:PORT or env://\n",
-            CMD, a->world);
-    return CLI_EXIT_USAGE;
-  }
-  return CLI_EXIT_OK;
-}
-
 /* `recap serve-bench --generate`'s flags (cli_serve_bench_help lists them). */
 const cli_option cli_serve_generate_options[] = {
     {.flag = "--requests",
@@ -360,19 +325,7 @@ const cli_option cli_serve_generate_options[] = {
      .kind = CLI_VALUE_TEXT,
      .help = "tensor parallelism over N ranks (recap launch --gpus N -- serve-bench\n"
              "m.rank{rank}.yaml ...): rank 0 serves and prints, the others follow"},
-    {.flag = "--rank",
-     .value = "R",
-     .kind = CLI_VALUE_TEXT,
-     .help = "this process's rank, 0 <= R < N"},
-    {.flag = "--init",
-     .value = "URL",
-     .kind = CLI_VALUE_TEXT,
-     .help = "the rendezvous, file:///PATH, tcp://HOST:PORT or env:// (recap run --help)"},
-    {.flag = "--timeout",
-     .value = "S",
-     .kind = CLI_VALUE_TEXT,
-     .help = "seconds for the rendezvous and every wait (default 120): a dead peer\n"
-             "fails the others within it"},
+    CLI_WORLD_RANK_OPTIONS,
     {0}};
 
 static int parse_args(int argc, char **argv, generate_bench_args *a) {
@@ -381,9 +334,8 @@ static int parse_args(int argc, char **argv, generate_bench_args *a) {
                              .prompt_max = 512,
                              .output_min = 64,
                              .output_max = 256,
-                             .rank = -1,
-                             .timeout_s = 120,
                              .seed = 1};
+  cli_world_init(&a->world, CMD);
   for (int i = 0; i < argc; i++) {
     const char *v = NULL;
     int m;
@@ -394,7 +346,7 @@ static int parse_args(int argc, char **argv, generate_bench_args *a) {
         (m = cli_flag(CMD, argc, argv, &i, "--svg", &a->svg_path)) != 0 ||
         (m = cli_flag(CMD, argc, argv, &i, "--save-requests", &a->requests_path)) != 0 ||
         (m = cli_flag(CMD, argc, argv, &i, "--tokens-out", &a->tokens_path)) != 0 ||
-        (m = cli_flag(CMD, argc, argv, &i, "--init", &a->init)) != 0) {
+        (m = cli_world_flag(CMD, argc, argv, &i, &a->world)) != 0) {
       if (m < 0) return CLI_EXIT_USAGE;
     } else if ((m = cli_flag(CMD, argc, argv, &i, "--requests", &v)) != 0) {
       if (m < 0 || !cli_parse_int(CMD, "--requests", v, 1, 10000000, &a->requests))
@@ -413,14 +365,6 @@ static int parse_args(int argc, char **argv, generate_bench_args *a) {
     } else if ((m = cli_flag(CMD, argc, argv, &i, "--max-running", &v)) != 0) {
       if (m < 0 || !cli_parse_int(CMD, "--max-running", v, 1, 1 << 20, &a->max_running))
         return CLI_EXIT_USAGE;
-    } else if ((m = cli_flag(CMD, argc, argv, &i, "--world", &v)) != 0) {
-      if (m < 0 || !cli_parse_int(CMD, "--world", v, 1, 64, &a->world)) return CLI_EXIT_USAGE;
-    } else if ((m = cli_flag(CMD, argc, argv, &i, "--rank", &v)) != 0) {
-      if (m < 0 || !cli_parse_int(CMD, "--rank", v, 0, 63, &a->rank)) return CLI_EXIT_USAGE;
-    } else if ((m = cli_flag(CMD, argc, argv, &i, "--timeout", &v)) != 0) {
-      long long n;
-      if (m < 0 || !cli_parse_int(CMD, "--timeout", v, 1, 86400, &n)) return CLI_EXIT_USAGE;
-      a->timeout_s = (double)n;
     } else if ((m = cli_flag(CMD, argc, argv, &i, "--seed", &v)) != 0) {
       if (m < 0 || !cli_parse_u64(CMD, "--seed", v, &a->seed)) return CLI_EXIT_USAGE;
     } else if (!cli_take_one(CMD, "spec", argv[i], &a->path)) {
@@ -431,25 +375,7 @@ static int parse_args(int argc, char **argv, generate_bench_args *a) {
     fprintf(stderr, "recap %s: usage: recap serve-bench MODEL.yaml --generate (see --help)\n", CMD);
     return CLI_EXIT_USAGE;
   }
-  return parse_world(a);
-}
-
-/* This rank's communicator: recap launch shows each rank one GPU; otherwise rank r takes GPU
- * r mod the count. */
-static int join_world(const generate_bench_args *a, recap_device *device, recap_comm **out) {
-  int count = 0;
-  if (device->backend == RECAP_BACKEND_CUDA &&
-      recap_device_count(RECAP_BACKEND_CUDA, &count) == RECAP_OK && count > 0)
-    device->index = (int)(a->rank % count);
-  recap_status st =
-      recap_comm_init_rank(*device, (int)a->world, (int)a->rank, a->init, a->timeout_s, out);
-  if (st != RECAP_OK) {
-    char who[48];
-    snprintf(who, sizeof who, "%s (rank %lld)", CMD, a->rank);
-    cli_report_failure(who, "joining the communicator", st);
-    return CLI_EXIT_FAILURE;
-  }
-  return CLI_EXIT_OK;
+  return cli_world_check(CMD, &a->world) ? CLI_EXIT_OK : CLI_EXIT_USAGE;
 }
 
 /* Ends a rank whose communicator failed without tearing it down: a peer may be dead and the
@@ -467,11 +393,7 @@ static int follow(const generate_bench_args *a, recap_generator_options *go, rec
   go->quiet = 1;
   recap_status st = recap_generator_follow(a->path, go);
   int rc = st == RECAP_OK ? CLI_EXIT_OK : CLI_EXIT_FAILURE;
-  if (st != RECAP_OK) {
-    char who[48];
-    snprintf(who, sizeof who, "%s (rank %lld)", CMD, a->rank);
-    cli_report_failure(who, "following rank 0's generator", st);
-  }
+  if (st != RECAP_OK) cli_report_failure(a->world.who, "following rank 0's generator", st);
   exit_if_comm_failed(comm, rc);
   recap_comm_destroy(comm);
   return rc;
@@ -503,12 +425,10 @@ int cli_serve_generate_main(int argc, char **argv) {
                                 .kv_fraction = a.kv_fraction,
                                 .max_running = (int)a.max_running};
   if (!cli_pick_device(CMD, a.device, RECAP_BACKEND_CUDA, &go.device)) return CLI_EXIT_USAGE;
-  recap_comm *comm = NULL;
-  if (a.world) {
-    if ((rc = join_world(&a, &go.device, &comm)) != CLI_EXIT_OK) return rc;
-    go.comm = comm;
-    if (a.rank != 0) return follow(&a, &go, comm);
-  }
+  if (!cli_world_join(CMD, &a.world, &go.device)) return CLI_EXIT_FAILURE;
+  recap_comm *comm = a.world.comm;
+  go.comm = comm;
+  if (comm && a.world.rank != 0) return follow(&a, &go, comm);
   request_record *recs = calloc((size_t)a.requests, sizeof *recs);
   bool drawn = recs != NULL;
   uint64_t rng = a.seed;
