@@ -815,6 +815,26 @@ static void apply_prologue(const finder *f, int v, recap__ir_op *op, int *member
   members[(*count)++] = u;
 }
 
+/* Ends a fold's linear in out->op: its spec ops `members` (sorted here) as fused_from and its
+ * name, and its output checked against the spec op `was` whose place it takes. Frees out on
+ * a failure. */
+static recap_status finish_fused(const finder *f, int *members, int count, const char *was,
+                                 fused_op *out) {
+  recap__ir_op *op = &out->op;
+  qsort(members, (size_t)count, sizeof *members, cmp_int);
+  op->fused_from = malloc((size_t)count * sizeof *members);
+  op->name = fused_name(f, members, count);
+  if (!op->fused_from || !op->name) {
+    fused_op_free(out);
+    return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory for a fused op");
+  }
+  memcpy(op->fused_from, members, (size_t)count * sizeof *members);
+  op->num_fused = count;
+  recap_status st = check_output(f->ir, op, was);
+  if (st != RECAP_OK) fused_op_free(out);
+  return st;
+}
+
 /* Builds the linear that computes the prologue of linear v in place of it (fuse.h,
  * "Prologues"): v's place, stream and output. */
 static recap_status make_prologue(const finder *f, int v, fused_op *out) {
@@ -829,18 +849,7 @@ static recap_status make_prologue(const finder *f, int v, fused_op *out) {
   int members[4], count = 0;
   apply_prologue(f, v, op, members, &count);
   members[count++] = v;
-  qsort(members, (size_t)count, sizeof *members, cmp_int);
-  op->fused_from = malloc(sizeof members);
-  op->name = fused_name(f, members, count);
-  if (!op->fused_from || !op->name) {
-    fused_op_free(out);
-    return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory for a fused op");
-  }
-  memcpy(op->fused_from, members, (size_t)count * sizeof *members);
-  op->num_fused = count;
-  recap_status st = check_output(ir, op, ir->ops[v].name);
-  if (st != RECAP_OK) fused_op_free(out);
-  return st;
+  return finish_fused(f, members, count, ir->ops[v].name, out);
 }
 
 /* Builds the linear that replaces the add at v and the linear it folds in: the add's place,
@@ -866,18 +875,7 @@ static recap_status make_fold(const finder *f, int v, fused_op *out) {
   apply_prologue(f, u, op, members, &count);
   members[count++] = u;
   members[count++] = v;
-  qsort(members, (size_t)count, sizeof *members, cmp_int);
-  op->fused_from = malloc(sizeof members);
-  op->name = fused_name(f, members, count);
-  if (!op->fused_from || !op->name) {
-    fused_op_free(out);
-    return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory for a fused op");
-  }
-  memcpy(op->fused_from, members, (size_t)count * sizeof *members);
-  op->num_fused = count;
-  recap_status st = check_output(ir, op, add->name);
-  if (st != RECAP_OK) fused_op_free(out);
-  return st;
+  return finish_fused(f, members, count, add->name, out);
 }
 
 /* Everything the rewrite allocates before it commits. */
