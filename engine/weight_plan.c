@@ -216,11 +216,30 @@ static recap_status plan_checkpoint(const recap__spec_weights *w, recap__src_pos
     shape_text(ndim, plan->shape, want, sizeof want);
     char file_shape[128];
     shape_text(s->ndim, s->shape, file_shape, sizeof file_shape);
-    bool transformed = w->num_keys > 1 || w->has_rows || w->has_cols || w->transpose;
+    if (w->num_keys > 1) {
+      /* Each key's part: its file shape and the rows and columns read of it. */
+      char parts[512] = "";
+      size_t used = 0;
+      for (int k = 0; k < w->num_keys && used < sizeof parts; ++k) {
+        const recap__weight_source *p = &plan->sources[k];
+        shape_text(p->ndim, p->shape, file_shape, sizeof file_shape);
+        int n = snprintf(parts + used, sizeof parts - used,
+                         "%s'%.60s' %s rows [%lld, %lld] cols [%lld, %lld]", k ? ", " : "", p->key,
+                         file_shape, (long long)p->rows[0], (long long)p->rows[1],
+                         (long long)p->cols[0], (long long)p->cols[1]);
+        if (n < 0) break;
+        used += (size_t)n;
+      }
+      return fail_at(f, path_pos,
+                     "tensor '%s' is %s, but its keys give %s (concatenated along axis %d%s): "
+                     "%s",
+                     name, want, got, axis, w->transpose ? ", each transposed" : "", parts);
+    }
+    bool transformed = w->has_rows || w->has_cols || w->transpose;
     char reads[sizeof got + 80] = "";
     if (transformed)
-      snprintf(reads, sizeof reads,
-               "; with the spec's key list, rows, cols and transpose that gives %s", got);
+      snprintf(reads, sizeof reads, "; with the spec's rows, cols and transpose that gives %s",
+               got);
     return fail_at(f, path_pos,
                    "'%s': tensor '%s' has another shape than the spec's: the file holds %s%s, the "
                    "tensor '%s' is %s",

@@ -519,6 +519,9 @@ static void test_spec_errors_about_checkpoints_carry_positions(void) {
        "cols: 1 ranges for 2 keys"},
       {"{shape: [5, 4], role: param, key: [w, v], rows: [[0, 3], [0, 3]]}", "5:64",
        "tensor 'v' [2, 4]: rows [0, 3] must be"},
+      {"{shape: [6, 4], role: param, key: [w, v], rows: [[0, 2], [1, 2]]}", "5:40",
+       "tensor 'p' is [6, 4], but its keys give [3, 4] (concatenated along axis 0): 'w' [3, 4] "
+       "rows [0, 2] cols [0, 4], 'v' [2, 4] rows [1, 2] cols [0, 4]"},
       {"{shape: [5, 4], role: param, key: [w, v], rows: [[0, 3], [1]]}", "5:63",
        "expected [begin, end] (integers or dim names) for each key"},
       {"{shape: [3, 4], role: param, key: w, cast: true, init: zeros}", "5:43",
