@@ -105,10 +105,11 @@ typedef struct {
   int key_ndim[CLI_HF_MAX_KEYS];
   int64_t key_shape[CLI_HF_MAX_KEYS][2]; /* each key's shape in the file */
   bool transpose;                        /* the file holds [in, out] (Conv1D) */
-  /* Tensor parallelism: only rows [rows[0], rows[1]) of the file's first axis, or columns
-   * [cols[0], cols[1]) of its last, for every key (the spec's `rows:` / `cols:`). */
+  /* Tensor parallelism: only rows [rows[k][0], rows[k][1]) of key k's first axis, or columns
+   * [cols[k][0], cols[k][1]) of its last (the spec's `rows:` / `cols:`, one range for every key
+   * when all keys have the same, else one per key). */
   bool has_rows, has_cols;
-  int64_t rows[2], cols[2];
+  int64_t rows[CLI_HF_MAX_KEYS][2], cols[CLI_HF_MAX_KEYS][2];
   bool cast; /* the file's dtype is not the spec's (hf_weights.c) */
 } cli_hf_weight;
 

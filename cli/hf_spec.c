@@ -38,6 +38,19 @@ static void put_quoted(recap__text *t, const char *s) {
   recap__text_put(t, "\"");
 }
 
+/* ", rows: [b, e]" when every key takes the same range, else ", rows: [[b, e], ...]", one per
+ * key (q, k and v of a tensor-parallel rank). */
+static void put_ranges(recap__text *t, const char *axis, const int64_t (*ranges)[2],
+                       int num_keys) {
+  bool same = true;
+  for (int k = 1; k < num_keys; k++)
+    same = same && ranges[k][0] == ranges[0][0] && ranges[k][1] == ranges[0][1];
+  recap__text_put(t, ", %s: %s", axis, same ? "" : "[");
+  for (int k = 0; k < (same ? 1 : num_keys); k++)
+    recap__text_put(t, "%s[%" PRId64 ", %" PRId64 "]", k ? ", " : "", ranges[k][0], ranges[k][1]);
+  recap__text_put(t, "%s", same ? "" : "]");
+}
+
 static void put_weight(recap__text *t, const char *indent, const cli_hf_weight *w, bool random) {
   if (random) {
     bool matrix = w->key_ndim[0] == 2, norm = strstr(w->name, "norm") != NULL;
@@ -58,8 +71,8 @@ static void put_weight(recap__text *t, const char *indent, const cli_hf_weight *
     }
     recap__text_put(t, "]");
   }
-  if (w->has_rows) recap__text_put(t, ", rows: [%" PRId64 ", %" PRId64 "]", w->rows[0], w->rows[1]);
-  if (w->has_cols) recap__text_put(t, ", cols: [%" PRId64 ", %" PRId64 "]", w->cols[0], w->cols[1]);
+  if (w->has_rows) put_ranges(t, "rows", w->rows, w->num_keys);
+  if (w->has_cols) put_ranges(t, "cols", w->cols, w->num_keys);
   recap__text_put(t, "%s%s}\n", w->transpose ? ", transpose: true" : "",
                   w->cast ? ", cast: true" : "");
 }
@@ -132,8 +145,7 @@ static void put_dims(recap__text *t, const cli_hf_config *c, const cli_hf_spec_o
   put_dim(t, "Dh:", c->head_dim, "head size");
   put_dim(t, "Q:", q, "H x Dh");
   put_dim(t, "KV:", kv, "Hkv x Dh");
-  if (split && !c->arch->gpt2) put_dim(t, "KV2:", 2 * kv, "2 KV: k and v");
-  if (!split) put_dim(t, "QKV:", q + 2 * kv, "Q + 2 KV");
+  put_dim(t, "QKV:", q + 2 * kv, "Q + 2 KV");
   put_dim(t, "F:", tp->intermediate, split ? "MLP size of this rank" : "MLP size");
   if (!c->arch->gpt2) put_dim(t, "F2:", 2 * tp->intermediate, "2 F: gate and up");
   put_dim(t, "V:", c->vocab, "vocabulary");
@@ -235,27 +247,12 @@ static void put_row_parallel(recap__text *t, const cli_hf_spec_options *o, const
 static void put_attention(recap__text *t, const cli_hf_config *c, const cli_hf_weights *w,
                           const cli_hf_spec_options *o) {
   put_norm(t, c, "x", "attn_norm", "xn");
-  if (has_weight(w->layer, w->num_layer, "wqkv")) {
-    recap__text_put(t, "      - {op: linear, in: [xn, wqkv%s], out: qkv, name: qkv}\n",
-                    optional(w, ", bqkv"));
-    recap__text_put(t,
-                    "      - {op: split, in: [qkv], out: [q_flat, k_flat, v_flat], dim: -1, "
-                    "sizes: [Q, KV, KV]}\n");
-  } else { /* this rank's heads (hf_weights.c) */
-    recap__text_put(t, "      - {op: linear, in: [xn, wq%s], out: q_flat, name: q}\n",
-                    optional(w, ", bq"));
-    if (has_weight(w->layer, w->num_layer, "wkv")) {
-      recap__text_put(t, "      - {op: linear, in: [xn, wkv%s], out: kv, name: kv}\n",
-                      optional(w, ", bkv"));
-      recap__text_put(
-          t, "      - {op: split, in: [kv], out: [k_flat, v_flat], dim: -1, sizes: [KV, KV]}\n");
-    } else {
-      recap__text_put(t, "      - {op: linear, in: [xn, wk%s], out: k_flat, name: k}\n",
-                      optional(w, ", bk"));
-      recap__text_put(t, "      - {op: linear, in: [xn, wv%s], out: v_flat, name: v}\n",
-                      optional(w, ", bv"));
-    }
-  }
+  /* One GEMM for q, k and v (this rank's heads of each under tensor parallelism). */
+  recap__text_put(t, "      - {op: linear, in: [xn, wqkv%s], out: qkv, name: qkv}\n",
+                  optional(w, ", bqkv"));
+  recap__text_put(t,
+                  "      - {op: split, in: [qkv], out: [q_flat, k_flat, v_flat], dim: -1, "
+                  "sizes: [Q, KV, KV]}\n");
   const char *rows = o->paged ? "T" : "B, S";
   recap__text_put(t, "      - {op: reshape, in: [q_flat], out: q_heads, shape: [%s, H, Dh]}\n",
                   rows);

@@ -32,17 +32,23 @@ static void add_key(cli_hf_weight *w, const char *prefix, const char *key, int64
 }
 
 /* Tensor parallelism: only [begin, begin + count) of the file's first axis (rows) or of its
- * last (columns), for every key of w. */
-static void take_rows(cli_hf_weight *w, int64_t begin, int64_t count) {
+ * last (columns), for key k of w, or for every key (k < 0). */
+static void take_rows(cli_hf_weight *w, int k, int64_t begin, int64_t count) {
   w->has_rows = true;
-  w->rows[0] = begin;
-  w->rows[1] = begin + count;
+  int first = k < 0 ? 0 : k, end = k < 0 ? CLI_HF_MAX_KEYS : k + 1;
+  for (int i = first; i < end; i++) {
+    w->rows[i][0] = begin;
+    w->rows[i][1] = begin + count;
+  }
 }
 
-static void take_cols(cli_hf_weight *w, int64_t begin, int64_t count) {
+static void take_cols(cli_hf_weight *w, int k, int64_t begin, int64_t count) {
   w->has_cols = true;
-  w->cols[0] = begin;
-  w->cols[1] = begin + count;
+  int first = k < 0 ? 0 : k, end = k < 0 ? CLI_HF_MAX_KEYS : k + 1;
+  for (int i = first; i < end; i++) {
+    w->cols[i][0] = begin;
+    w->cols[i][1] = begin + count;
+  }
 }
 
 /* The LM head when it is split by vocabulary: this rank's rows of `key` (the token embedding's
@@ -51,13 +57,13 @@ static void split_lm_head(weight_list top, const cli_hf_tp *tp, const char *key,
                           int64_t d, cli_hf_weights *out) {
   cli_hf_weight *w = add(top, false, "lm_head", "[Vr, D]");
   add_key(w, "", key, vocab, d);
-  take_rows(w, tp->vocab_begin, tp->vocab_real);
+  take_rows(w, -1, tp->vocab_begin, tp->vocab_real);
   out->lm_head = "lm_head";
 }
 
 /* Attention split by heads (q, k and v by output rows, o by input columns) and the MLP by its
  * intermediate size (gate and up by rows, down by columns); o's and down's biases stay whole
- * (added once, after the all_reduce). Without tensor parallelism q, k and v are one GEMM. */
+ * (added once, after the all_reduce). */
 static void llama_style(const cli_hf_config *c, const cli_hf_tp *tp, cli_hf_weights *out) {
   bool tied = c->tied, split = tp->world > 1;
   weight_list top = {out->top, &out->num_top}, layer = {out->layer, &out->num_layer};
@@ -78,35 +84,26 @@ static void llama_style(const cli_hf_config *c, const cli_hf_tp *tp, cli_hf_weig
   add_key(add(layer, true, "attn_norm", "[D]"), p, "input_layernorm.weight", d, 0);
   bool qkv_bias = c->arch->qkv_bias || c->attention_bias;
   cli_hf_weight *w;
+  /* q, k and v in one GEMM; under tensor parallelism each key its own rows (this rank's
+   * heads of q, and of k and v: different with grouped-query heads). */
+  w = add(layer, true, "wqkv", "[QKV, D]");
+  add_key(w, p, "self_attn.q_proj.weight", q, d);
+  add_key(w, p, "self_attn.k_proj.weight", kv, d);
+  add_key(w, p, "self_attn.v_proj.weight", kv, d);
   if (split) {
-    /* q's rows and k's and v's differ with grouped-query heads: q is a GEMM of its own, k and
-     * v one (the same rows of each). */
-    w = add(layer, true, "wq", "[Q, D]");
-    add_key(w, p, "self_attn.q_proj.weight", q, d);
-    take_rows(w, tp->rank * q_part, q_part);
-    w = add(layer, true, "wkv", "[KV2, D]");
-    add_key(w, p, "self_attn.k_proj.weight", kv, d);
-    add_key(w, p, "self_attn.v_proj.weight", kv, d);
-    take_rows(w, tp->rank * kv_part, kv_part);
-    if (qkv_bias) {
-      w = add(layer, true, "bq", "[Q]");
-      add_key(w, p, "self_attn.q_proj.bias", q, 0);
-      take_rows(w, tp->rank * q_part, q_part);
-      w = add(layer, true, "bkv", "[KV2]");
-      add_key(w, p, "self_attn.k_proj.bias", kv, 0);
-      add_key(w, p, "self_attn.v_proj.bias", kv, 0);
-      take_rows(w, tp->rank * kv_part, kv_part);
-    }
-  } else {
-    w = add(layer, true, "wqkv", "[QKV, D]");
-    add_key(w, p, "self_attn.q_proj.weight", q, d);
-    add_key(w, p, "self_attn.k_proj.weight", kv, d);
-    add_key(w, p, "self_attn.v_proj.weight", kv, d);
-    if (qkv_bias) {
-      w = add(layer, true, "bqkv", "[QKV]");
-      add_key(w, p, "self_attn.q_proj.bias", q, 0);
-      add_key(w, p, "self_attn.k_proj.bias", kv, 0);
-      add_key(w, p, "self_attn.v_proj.bias", kv, 0);
+    take_rows(w, 0, tp->rank * q_part, q_part);
+    take_rows(w, 1, tp->rank * kv_part, kv_part);
+    take_rows(w, 2, tp->rank * kv_part, kv_part);
+  }
+  if (qkv_bias) {
+    w = add(layer, true, "bqkv", "[QKV]");
+    add_key(w, p, "self_attn.q_proj.bias", q, 0);
+    add_key(w, p, "self_attn.k_proj.bias", kv, 0);
+    add_key(w, p, "self_attn.v_proj.bias", kv, 0);
+    if (split) {
+      take_rows(w, 0, tp->rank * q_part, q_part);
+      take_rows(w, 1, tp->rank * kv_part, kv_part);
+      take_rows(w, 2, tp->rank * kv_part, kv_part);
     }
   }
   if (c->arch->qk_norm) {
@@ -115,29 +112,29 @@ static void llama_style(const cli_hf_config *c, const cli_hf_tp *tp, cli_hf_weig
   }
   w = add(layer, true, "wo", "[D, Q]");
   add_key(w, p, "self_attn.o_proj.weight", d, q);
-  if (split) take_cols(w, tp->rank * q_part, q_part);
+  if (split) take_cols(w, -1, tp->rank * q_part, q_part);
   if (c->attention_bias) add_key(add(layer, true, "bo", "[D]"), p, "self_attn.o_proj.bias", d, 0);
   add_key(add(layer, true, "mlp_norm", "[D]"), p, "post_attention_layernorm.weight", d, 0);
   w = add(layer, true, "wgate_up", "[F2, D]");
   add_key(w, p, "mlp.gate_proj.weight", f, d);
   add_key(w, p, "mlp.up_proj.weight", f, d);
-  if (split) take_rows(w, tp->rank * f_part, f_part);
+  if (split) take_rows(w, -1, tp->rank * f_part, f_part);
   if (c->mlp_bias) {
     w = add(layer, true, "bgate_up", "[F2]");
     add_key(w, p, "mlp.gate_proj.bias", f, 0);
     add_key(w, p, "mlp.up_proj.bias", f, 0);
-    if (split) take_rows(w, tp->rank * f_part, f_part);
+    if (split) take_rows(w, -1, tp->rank * f_part, f_part);
   }
   w = add(layer, true, "wdown", "[D, F]");
   add_key(w, p, "mlp.down_proj.weight", d, f);
-  if (split) take_cols(w, tp->rank * f_part, f_part);
+  if (split) take_cols(w, -1, tp->rank * f_part, f_part);
   if (c->mlp_bias) add_key(add(layer, true, "bdown", "[D]"), p, "mlp.down_proj.bias", d, 0);
 }
 
 /* GPT-2's Conv1D weights are stored [in, out]: each is read transposed into linear's
  * [out, in]. c_attn holds q, k and v side by side ([D, 3D]): one linear, then a split; under
- * tensor parallelism each rank reads its heads' columns of q, of k and of v (three GEMMs), and
- * the row-split c_proj weights their input rows. */
+ * tensor parallelism each rank reads its heads' columns of q, of k and of v (still one GEMM),
+ * and the row-split c_proj weights their input rows. */
 static void gpt2(const cli_hf_config *c, const cli_hf_tp *tp, const char *prefix,
                  cli_hf_weights *out) {
   bool tied = c->tied, split = tp->world > 1;
@@ -162,43 +159,36 @@ static void gpt2(const cli_hf_config *c, const cli_hf_tp *tp, const char *prefix
   add_key(add(layer, true, "attn_norm", "[D]"), p, "ln_1.weight", d, 0);
   add_key(add(layer, true, "attn_norm_bias", "[D]"), p, "ln_1.bias", d, 0);
   cli_hf_weight *w;
-  if (split) {
-    static const char *const weights[] = {"wq", "wk", "wv"}, *const biases[] = {"bq", "bk", "bv"};
-    static const char *const shapes[] = {"[Q, D]", "[KV, D]", "[KV, D]"};
-    for (int i = 0; i < 3; i++) {
-      w = add(layer, true, weights[i], shapes[i]);
-      add_key(w, p, "attn.c_attn.weight", d, 3 * d);
-      take_cols(w, i * d + tp->rank * part, part);
-      w->transpose = true;
-    }
-    for (int i = 0; i < 3; i++) {
-      w = add(layer, true, biases[i], i ? "[KV]" : "[Q]");
-      add_key(w, p, "attn.c_attn.bias", 3 * d, 0);
-      take_rows(w, i * d + tp->rank * part, part);
-    }
-  } else {
-    w = add(layer, true, "wqkv", "[QKV, D]");
+  /* Under tensor parallelism c_attn is read three times, each its own columns: this rank's
+   * heads of q, of k and of v, one after the other as without it. */
+  w = add(layer, true, "wqkv", "[QKV, D]");
+  for (int i = 0; i < (split ? 3 : 1); i++) {
     add_key(w, p, "attn.c_attn.weight", d, 3 * d);
-    w->transpose = true;
-    add_key(add(layer, true, "bqkv", "[QKV]"), p, "attn.c_attn.bias", 3 * d, 0);
+    if (split) take_cols(w, i, i * d + tp->rank * part, part);
+  }
+  w->transpose = true;
+  w = add(layer, true, "bqkv", "[QKV]");
+  for (int i = 0; i < (split ? 3 : 1); i++) {
+    add_key(w, p, "attn.c_attn.bias", 3 * d, 0);
+    if (split) take_rows(w, i, i * d + tp->rank * part, part);
   }
   w = add(layer, true, "wo", "[D, Q]");
   add_key(w, p, "attn.c_proj.weight", d, d);
-  if (split) take_rows(w, tp->rank * part, part);
+  if (split) take_rows(w, -1, tp->rank * part, part);
   w->transpose = true;
   add_key(add(layer, true, "bo", "[D]"), p, "attn.c_proj.bias", d, 0);
   add_key(add(layer, true, "mlp_norm", "[D]"), p, "ln_2.weight", d, 0);
   add_key(add(layer, true, "mlp_norm_bias", "[D]"), p, "ln_2.bias", d, 0);
   w = add(layer, true, "wfc", "[F, D]");
   add_key(w, p, "mlp.c_fc.weight", d, f);
-  if (split) take_cols(w, tp->rank * f_part, f_part);
+  if (split) take_cols(w, -1, tp->rank * f_part, f_part);
   w->transpose = true;
   w = add(layer, true, "bfc", "[F]");
   add_key(w, p, "mlp.c_fc.bias", f, 0);
-  if (split) take_rows(w, tp->rank * f_part, f_part);
+  if (split) take_rows(w, -1, tp->rank * f_part, f_part);
   w = add(layer, true, "wdown", "[D, F]");
   add_key(w, p, "mlp.c_proj.weight", f, d);
-  if (split) take_rows(w, tp->rank * f_part, f_part);
+  if (split) take_rows(w, -1, tp->rank * f_part, f_part);
   w->transpose = true;
   add_key(add(layer, true, "bdown", "[D]"), p, "mlp.c_proj.bias", d, 0);
 }
@@ -294,9 +284,9 @@ static uint64_t numel(const cli_hf_weight *w) {
   uint64_t n = 0;
   for (int k = 0; k < w->num_keys; k++) {
     bool two = w->key_ndim[k] == 2;
-    int64_t first = w->has_rows ? w->rows[1] - w->rows[0] : w->key_shape[k][0];
+    int64_t first = w->has_rows ? w->rows[k][1] - w->rows[k][0] : w->key_shape[k][0];
     int64_t last = two ? w->key_shape[k][1] : first;
-    if (w->has_cols) last = w->cols[1] - w->cols[0];
+    if (w->has_cols) last = w->cols[k][1] - w->cols[k][0];
     n += two ? (uint64_t)first * (uint64_t)last : (uint64_t)(w->has_cols ? last : first);
   }
   return n;

@@ -70,15 +70,20 @@ static const cli_option import_hf_options[] = {
              "them with recap launch --gpus N"},
     {.flag = "--tp-fold-residual",
      .kind = CLI_VALUE_NONE,
-     .help = "with --tp: rank 0 adds the residual into its partial sum before\n"
-             "each all_reduce, so no add kernel follows it (2 fewer per layer;\n"
-             "16-bit sums are rounded at the residual's scale twice)"},
+     .help = "with --tp (the default there): rank 0 adds the residual into its\n"
+             "partial sum before each all_reduce, so no add kernel follows it\n"
+             "(2 fewer per layer; 16-bit sums are rounded at the residual's\n"
+             "scale twice)"},
+    {.flag = "--no-tp-fold-residual",
+     .kind = CLI_VALUE_NONE,
+     .help = "with --tp: add the residual after each all_reduce instead (one\n"
+             "rounding at the residual's scale, 2 more kernels per layer)"},
     {0}};
 const cli_help cli_import_hf_help = {
     .synopsis =
         "recap import-hf DIR -o SPEC [--max-seq N] [--prefill N] [--batch 1,2,4,8]\n"
         "                [--dtype f32|f16|bf16] [--paged [--block-size N] [--kv-blocks N]\n"
-        "                [--prefill-seqs N]] [--tp N [--tp-fold-residual]]\n"
+        "                [--prefill-seqs N]] [--tp N [--no-tp-fold-residual]]\n"
         "                [--random-weights]",
     .description =
         "Writes a spec that runs the Hugging Face causal LM in DIR (config.json and\n"
@@ -140,6 +145,7 @@ int cli_import_hf_main(int argc, char **argv) {
   const char *dir = NULL, *out = NULL, *v = NULL;
   int64_t batches[CLI_HF_MAX_BATCHES], prefill_tokens[CLI_HF_MAX_BATCHES];
   cli_hf_import_options o = {0};
+  const char *fold = NULL; /* the last of --tp-fold-residual and --no-tp-fold-residual */
   for (int i = 0; i < argc; i++) {
     int m;
     long long n;
@@ -161,8 +167,9 @@ int cli_import_hf_main(int argc, char **argv) {
       o.paged = true;
     } else if (strcmp(argv[i], "--random-weights") == 0) {
       o.random_weights = true;
-    } else if (strcmp(argv[i], "--tp-fold-residual") == 0) {
-      o.tp_fold_residual = true;
+    } else if (strcmp(argv[i], "--tp-fold-residual") == 0 ||
+               strcmp(argv[i], "--no-tp-fold-residual") == 0) {
+      fold = argv[i][2] == 't' ? "--tp-fold-residual" : "--no-tp-fold-residual";
     } else if ((m = cli_flag(CMD, argc, argv, &i, "--block-size", &v)) != 0) {
       if (m < 0 || !cli_parse_int(CMD, "--block-size", v, 1, 1 << 20, &n)) return CLI_EXIT_USAGE;
       o.block_size = n;
@@ -205,10 +212,13 @@ int cli_import_hf_main(int argc, char **argv) {
             CMD, o.tp);
     return CLI_EXIT_USAGE;
   }
-  if (o.tp_fold_residual && !split) {
-    fprintf(stderr, "recap %s: --tp-fold-residual goes with --tp N (N > 1)\n", CMD);
+  if (fold && !split) {
+    fprintf(stderr, "recap %s: %s goes with --tp N (N > 1)\n", CMD, fold);
     return CLI_EXIT_USAGE;
   }
+  /* Folded unless turned off: its bf16 logits passed the 1.5x rule on two H200s
+   * (docs/MULTI_GPU.md). The last of the two flags wins. */
+  o.tp_fold_residual = split && (!fold || strcmp(fold, "--tp-fold-residual") == 0);
   o.model_dir = dir;
   cli_hf_import_result r = {0};
   char path[4096];

@@ -80,8 +80,16 @@ static json_t *dim_value(void) {
 static json_t *tensor(void) {
   static const char *const roles[] = {"input", "param", "state", "scalar"};
   static const char *const inits[] = {"zeros", "ones", "normal", "uniform", "file", "value"};
-  json_t *range = object("type", json_string("array"), "items", ref("size"), "minItems",
-                         json_integer(2), "maxItems", json_integer(2), NULL);
+  json_t *pair = object("type", json_string("array"), "items", ref("size"), "minItems",
+                        json_integer(2), "maxItems", json_integer(2), NULL);
+  /* One [begin, end] for every key, or a list of them, one per key of the key list. */
+  json_t *ranges = json_array();
+  json_array_append_new(ranges, described(json_incref(pair), "[begin, end] of every key"));
+  json_array_append_new(ranges,
+                        described(object("type", json_string("array"), "items", pair, "minItems",
+                                         json_integer(1), NULL),
+                                  "one [begin, end] per key, in key order"));
+  json_t *range = object("anyOf", ranges, NULL);
   json_t *keys = json_array();
   json_array_append_new(keys, type("string"));
   json_array_append_new(keys, object("type", json_string("array"), "items", type("string"),

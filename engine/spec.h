@@ -128,7 +128,10 @@ typedef struct {
   int concat;           /* the axis the keys are concatenated along; negative: from the end */
   bool transpose, cast; /* `transpose: true`, `cast: true` */
   bool has_rows, has_cols;
-  recap__spec_size rows[2], cols[2]; /* [begin, end) of the file tensor's first / last axis */
+  /* [begin, end) of each file tensor's first / last axis: num_rows (num_cols) ranges, 1 (for
+   * every key) or num_keys (one per key, in key order); NULL when not given. */
+  recap__spec_size (*rows)[2], (*cols)[2];
+  int num_rows, num_cols;
   recap__src_pos transpose_pos, cast_pos, rows_pos, cols_pos, concat_pos;
 } recap__spec_weights;
 

@@ -819,6 +819,8 @@ void recap__spec_destroy(recap__spec *spec) {
     free(spec->tensors[i].init.key);
     free(spec->tensors[i].weights.keys);
     free(spec->tensors[i].weights.key_pos);
+    free(spec->tensors[i].weights.rows);
+    free(spec->tensors[i].weights.cols);
   }
   free(spec->tensors);
   for (size_t i = 0; i < spec->num_checkpoints; ++i)

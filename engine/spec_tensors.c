@@ -237,23 +237,42 @@ static bool parse_file_transforms(loader *L, const recap__yaml_node *v, const ch
     }
   }
   static const char *const range_keys[] = {"rows", "cols"};
+  size_t num_keys = key && key->kind == RECAP_YAML_SEQUENCE ? key->count : 1;
   for (int r = 0; r < 2; ++r) {
     if (!(n = recap__spec_lookup(v, range_keys[r]))) continue;
     char range_what[MAX_NAME_BYTES + 48];
     snprintf(range_what, sizeof range_what, "%s: %s", what, range_keys[r]);
-    recap__spec_size *range = r ? w->cols : w->rows;
-    if (r)
-      w->has_cols = true, w->cols_pos = n->pos;
-    else
-      w->has_rows = true, w->rows_pos = n->pos;
-    if (n->kind != RECAP_YAML_SEQUENCE || n->count != 2) {
-      ERR(L, n->pos, "%s: expected [begin, end] (integers or dim names), got %s", range_what,
-          recap__yaml_describe(n));
+    /* [begin, end] for every key, or a list of them, one per key. */
+    bool per_key = n->kind == RECAP_YAML_SEQUENCE && n->count > 0 &&
+                   n->items[0]->kind == RECAP_YAML_SEQUENCE;
+    size_t count = per_key ? n->count : 1;
+    if (per_key && count != num_keys) {
+      ERR(L, n->pos, "%s: %zu ranges for %zu keys (one [begin, end] per key, or one for all)",
+          range_what, count, num_keys);
       ok = false;
       continue;
     }
-    for (int i = 0; i < 2; ++i)
-      if (!recap__spec_get_size(L, n->items[i], range_what, 0, &range[i])) ok = false;
+    recap__spec_size(*range)[2] = calloc(count, sizeof *range);
+    if (!range) {
+      L->oom = true;
+      return false;
+    }
+    if (r)
+      w->has_cols = true, w->cols_pos = n->pos, w->cols = range, w->num_cols = (int)count;
+    else
+      w->has_rows = true, w->rows_pos = n->pos, w->rows = range, w->num_rows = (int)count;
+    for (size_t k = 0; k < count; ++k) {
+      const recap__yaml_node *pair = per_key ? n->items[k] : n;
+      if (pair->kind != RECAP_YAML_SEQUENCE || pair->count != 2) {
+        ERR(L, pair->pos, "%s: expected [begin, end] (integers or dim names)%s, got %s",
+            range_what, per_key ? " for each key" : " or one such range per key",
+            recap__yaml_describe(pair));
+        ok = false;
+        continue;
+      }
+      for (int i = 0; i < 2; ++i)
+        if (!recap__spec_get_size(L, pair->items[i], range_what, 0, &range[k][i])) ok = false;
+    }
   }
   return ok;
 }

@@ -131,24 +131,29 @@ static recap_status plan_source(const recap__spec_weights *w, int k, recap__src_
   char shape[128];
   shape_text(s->ndim, s->shape, shape, sizeof shape);
   if (w->has_rows) {
-    s->rows[0] = size_value(&w->rows[0], dim_values);
-    s->rows[1] = size_value(&w->rows[1], dim_values);
+    /* One range for every key, or key k's own. */
+    const recap__spec_size *range = w->rows[w->num_rows > 1 ? k : 0];
+    recap__src_pos pos = w->num_rows > 1 ? range[0].pos : w->rows_pos;
+    s->rows[0] = size_value(&range[0], dim_values);
+    s->rows[1] = size_value(&range[1], dim_values);
     if (!(s->rows[0] < s->rows[1] && s->rows[1] <= s->shape[0]))
-      return fail_at(f, w->rows_pos,
+      return fail_at(f, pos,
                      "'%s': tensor '%s' %s: rows [%lld, %lld] must be a non-empty range of its "
                      "first axis",
                      file, key, shape, (long long)s->rows[0], (long long)s->rows[1]);
   }
   if (w->has_cols) {
+    const recap__spec_size *range = w->cols[w->num_cols > 1 ? k : 0];
+    recap__src_pos pos = w->num_cols > 1 ? range[0].pos : w->cols_pos;
     if (s->ndim < 2)
-      return fail_at(f, w->cols_pos,
+      return fail_at(f, pos,
                      "'%s': tensor '%s' %s: cols needs 2 or more dims (rows selects the only "
                      "axis)",
                      file, key, shape);
-    s->cols[0] = size_value(&w->cols[0], dim_values);
-    s->cols[1] = size_value(&w->cols[1], dim_values);
+    s->cols[0] = size_value(&range[0], dim_values);
+    s->cols[1] = size_value(&range[1], dim_values);
     if (!(s->cols[0] < s->cols[1] && s->cols[1] <= s->shape[last]))
-      return fail_at(f, w->cols_pos,
+      return fail_at(f, pos,
                      "'%s': tensor '%s' %s: cols [%lld, %lld] must be a non-empty range of its "
                      "last axis",
                      file, key, shape, (long long)s->cols[0], (long long)s->cols[1]);
@@ -211,11 +216,30 @@ static recap_status plan_checkpoint(const recap__spec_weights *w, recap__src_pos
     shape_text(ndim, plan->shape, want, sizeof want);
     char file_shape[128];
     shape_text(s->ndim, s->shape, file_shape, sizeof file_shape);
-    bool transformed = w->num_keys > 1 || w->has_rows || w->has_cols || w->transpose;
+    if (w->num_keys > 1) {
+      /* Each key's part: its file shape and the rows and columns read of it. */
+      char parts[512] = "";
+      size_t used = 0;
+      for (int k = 0; k < w->num_keys && used < sizeof parts; ++k) {
+        const recap__weight_source *p = &plan->sources[k];
+        shape_text(p->ndim, p->shape, file_shape, sizeof file_shape);
+        int n = snprintf(parts + used, sizeof parts - used,
+                         "%s'%.60s' %s rows [%lld, %lld] cols [%lld, %lld]", k ? ", " : "", p->key,
+                         file_shape, (long long)p->rows[0], (long long)p->rows[1],
+                         (long long)p->cols[0], (long long)p->cols[1]);
+        if (n < 0) break;
+        used += (size_t)n;
+      }
+      return fail_at(f, path_pos,
+                     "tensor '%s' is %s, but its keys give %s (concatenated along axis %d%s): "
+                     "%s",
+                     name, want, got, axis, w->transpose ? ", each transposed" : "", parts);
+    }
+    bool transformed = w->has_rows || w->has_cols || w->transpose;
     char reads[sizeof got + 80] = "";
     if (transformed)
-      snprintf(reads, sizeof reads,
-               "; with the spec's key list, rows, cols and transpose that gives %s", got);
+      snprintf(reads, sizeof reads, "; with the spec's rows, cols and transpose that gives %s",
+               got);
     return fail_at(f, path_pos,
                    "'%s': tensor '%s' has another shape than the spec's: the file holds %s%s, the "
                    "tensor '%s' is %s",

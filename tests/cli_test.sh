@@ -1041,6 +1041,18 @@ for r in 0 1; do
 done
 grep -q "op: all_gather, in: logits_rank" "$tmp/qwen2.tp.r1.yaml" ||
   fail "import-hf --tp 2 does not gather the logits"
+# q, k and v in one linear per layer as at TP 1, each key its own rows: rank 1's heads of q
+# (rows Q..2Q of q_proj) and of k and v (KV..2KV), biases the same way.
+q_rows=$(sed -n 's/^  Q: *\([0-9]*\).*/\1/p' "$tmp/qwen2.tp.r1.yaml")
+kv_rows=$(sed -n 's/^  KV: *\([0-9]*\).*/\1/p' "$tmp/qwen2.tp.r1.yaml")
+ranges="rows: \[\[$q_rows, $((2 * q_rows))\], \[$kv_rows, $((2 * kv_rows))\], \[$kv_rows, $((2 * kv_rows))\]\]"
+grep -q "wqkv: {shape: \[QKV, D\], .*q_proj.weight\", .*k_proj.weight\", .*v_proj.weight\"\], $ranges}" \
+  "$tmp/qwen2.tp.r1.yaml" || fail "import-hf --tp 2: no wqkv of rank 1's q, k and v rows"
+grep -q "bqkv: {shape: \[QKV\], .*$ranges}" "$tmp/qwen2.tp.r1.yaml" ||
+  fail "import-hf --tp 2: no bqkv of rank 1's q, k and v rows"
+[ "$(grep -c "op: linear, in: \[xn, wqkv, bqkv\], out: qkv, name: qkv}" "$tmp/qwen2.tp.r1.yaml")" = 1 ] &&
+  ! grep -qE "name: (q|kv|k|v)}" "$tmp/qwen2.tp.r1.yaml" ||
+  fail "import-hf --tp 2: not one qkv linear per layer"
 expect 2 "import-hf --tp without {rank}" -- "$recap" import-hf "$tmp/qwen2" -o "$tmp/x.yaml" --tp 2
 grep -q "{rank}" "$tmp/err" || fail "import-hf --tp without {rank}: the message does not say why"
 expect 1 "import-hf --tp 4 (2 KV heads)" -- "$recap" import-hf "$tmp/qwen2" -o "$tmp/x{rank}.yaml" \
@@ -1050,7 +1062,7 @@ grep -q "num_key_value_heads 2 is not divisible by 4" "$tmp/err" ||
 expect 0 "import-hf --random-weights" -- "$recap" import-hf "$tmp/qwen2" --random-weights --tp 2 \
   -o "$tmp/random.r{rank}.yaml"
 grep -q "checkpoint:" "$tmp/random.r0.yaml" && fail "--random-weights still names the checkpoint"
-grep -q "wq: {shape: \[Q, D\], role: param, init: normal, std: 0.02}" "$tmp/random.r0.yaml" ||
+grep -q "wqkv: {shape: \[QKV, D\], role: param, init: normal, std: 0.02}" "$tmp/random.r0.yaml" ||
   fail "--random-weights does not draw the weights"
 expect 0 "generate --world 1" -- "$recap" generate "$tmp/qwen2.yaml" --prompt-ids "${greedy%% *}" \
   --max-new 16 --device host --world 1 --rank 0
@@ -1163,21 +1175,32 @@ grep -q "^recap bench-decode (rank 0): joining the communicator failed" "$tmp/er
 expect 0 "import-hf --paged --tp 2 (llama)" -- "$recap" import-hf "$tmp/llama" \
   -o "$tmp/llama_tp.r{rank}.yaml" --paged --batch 1,2 --prefill 8 --max-seq 32 --block-size 8 \
   --kv-blocks 8 --tp 2
-# --tp-fold-residual: rank 0 adds the residual into its partial sums (the fusion pass folds that
-# add into the projection), so on no rank does an add follow an all_reduce.
+# The residual folded by default under --tp: rank 0 adds it into its partial sums (the fusion
+# pass folds that add into the projection), so on no rank does an add follow an all_reduce;
+# --no-tp-fold-residual adds it after each all_reduce.
+expect 0 "plan of a folded rank 0" -- "$recap" plan "$tmp/llama_tp.r0.yaml" --entry decode
+grep -q "'fused\[layers.1.down,add\]'" "$tmp/out" && grep -q "'fused\[layers.1.out_proj,add\]'" "$tmp/out" ||
+  fail "--tp 2: rank 0's residual adds are not folded into its projections by default"
+for r in 0 1; do
+  grep -A1 "op: all_reduce" "$tmp/llama_tp.r$r.yaml" | grep -q "op: add" &&
+    fail "--tp 2: an add follows an all_reduce on rank $r"
+done
 expect 0 "import-hf --tp 2 --tp-fold-residual" -- "$recap" import-hf "$tmp/llama" \
   -o "$tmp/llama_fold.r{rank}.yaml" --paged --batch 1,2 --prefill 8 --max-seq 32 \
   --block-size 8 --kv-blocks 8 --tp 2 --tp-fold-residual
-expect 0 "plan of a folded rank 0" -- "$recap" plan "$tmp/llama_fold.r0.yaml" --entry decode
-grep -q "'fused\[layers.1.down,add\]'" "$tmp/out" && grep -q "'fused\[layers.1.out_proj,add\]'" "$tmp/out" ||
-  fail "--tp-fold-residual: rank 0's residual adds are not folded into its projections"
+cmp -s "$tmp/llama_fold.r0.yaml" "$tmp/llama_tp.r0.yaml" ||
+  fail "--tp-fold-residual is not the default of --tp 2"
+expect 0 "import-hf --tp 2 --no-tp-fold-residual" -- "$recap" import-hf "$tmp/llama" \
+  -o "$tmp/llama_unfolded.r{rank}.yaml" --paged --batch 1,2 --prefill 8 --max-seq 32 \
+  --block-size 8 --kv-blocks 8 --tp 2 --no-tp-fold-residual
 for r in 0 1; do
-  grep -A1 "op: all_reduce" "$tmp/llama_fold.r$r.yaml" | grep -q "op: add" &&
-    fail "--tp-fold-residual: an add follows an all_reduce on rank $r"
+  grep -A1 "op: all_reduce" "$tmp/llama_unfolded.r$r.yaml" | grep -q "op: add" ||
+    fail "--no-tp-fold-residual: no add follows an all_reduce on rank $r"
 done
-expect 2 "--tp-fold-residual without --tp" -- "$recap" import-hf "$tmp/llama" -o "$tmp/x.yaml" \
-  --tp-fold-residual
-grep -q "goes with --tp" "$tmp/err" || fail "--tp-fold-residual alone: no cause"
+for flag in --tp-fold-residual --no-tp-fold-residual; do
+  expect 2 "$flag without --tp" -- "$recap" import-hf "$tmp/llama" -o "$tmp/x.yaml" $flag
+  grep -q -- "$flag goes with --tp" "$tmp/err" || fail "$flag alone: no cause"
+done
 expect 1 "bench-decode of a TP 2 rank at --world 1" -- "$recap" bench-decode \
   "$tmp/llama_tp.r0.yaml" --device host --batch 1 --context 4 --tokens 2 --repeats 1 \
   --world 1 --rank 0

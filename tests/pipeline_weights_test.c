@@ -231,10 +231,12 @@ static void test_transpose_concat_and_ranges_give_the_hand_computed_tensors(void
       "  wc: {shape: [3, 2], role: param, key: w, cols: [2, 4]}\n"
       "  wrct: {shape: [3, 2], role: param, key: w, rows: [1, 3], cols: [1, 4], transpose: true}\n"
       "  qkr: {shape: [2, 6], role: param, key: [q, k], rows: [D, 3]}\n"
-      "  qkt: {shape: [6, 8], role: param, key: [q, k], transpose: true, concat: -1}\n";
+      "  qkt: {shape: [6, 8], role: param, key: [q, k], transpose: true, concat: -1}\n"
+      "  qkvr: {shape: [4, 6], role: param, key: [q, k, v], rows: [[0, D], [3, 4], [D, 3]]}\n"
+      "  qkc: {shape: [4, 5], role: param, key: [q, k], concat: 1, cols: [[0, 3], [4, 6]]}\n";
   recap_pipeline *p;
   CHECK_OK(create("dims: {D: 2}\ncheckpoint: m.safetensors\n", params,
-                  "qkv, qkv1, wt, wr, wc, wrct, qkr, qkt", &p));
+                  "qkv, qkv1, wt, wr, wc, wrct, qkr, qkt, qkvr, qkc", &p));
   float want[72];
   const float *src[] = {q, k, v};
   for (int s = 0; s < 3; ++s) memcpy(want + s * 24, src[s], sizeof q);
@@ -261,6 +263,16 @@ static void test_transpose_concat_and_ranges_give_the_hand_computed_tensors(void
   for (int r = 0; r < 6; ++r)
     for (int c = 0; c < 8; ++c) want[r * 8 + c] = c < 4 ? q[c * 6 + r] : k[(c - 4) * 6 + r];
   expect_bytes(p, "qkt", want, 48 * sizeof(float));
+  /* Per-key rows (tensor parallelism's q, k, v of one rank): q's rows 0..1, k's row 3, v's
+   * row 2. */
+  memcpy(want, q, 12 * sizeof(float));
+  memcpy(want + 12, k + 3 * 6, 6 * sizeof(float));
+  memcpy(want + 18, v + 2 * 6, 6 * sizeof(float));
+  expect_bytes(p, "qkvr", want, 24 * sizeof(float));
+  /* Per-key cols: q's columns 0..2 next to k's columns 4..5, each row. */
+  for (int r = 0; r < 4; ++r)
+    for (int c = 0; c < 5; ++c) want[r * 5 + c] = c < 3 ? q[r * 6 + c] : k[r * 6 + 4 + c - 3];
+  expect_bytes(p, "qkc", want, 20 * sizeof(float));
   CHECK_OK(recap_pipeline_destroy(p));
   remove_dir();
 }
@@ -501,6 +513,17 @@ static void test_spec_errors_about_checkpoints_carry_positions(void) {
       {"{shape: [4], role: param, path: raw.bin, transpose: true}", "5:58",
        "transpose applies to a tensor inside a .safetensors file"},
       {"{shape: [3, 4], role: param, key: w, rows: [1]}", "5:49", "expected [begin, end]"},
+      {"{shape: [5, 4], role: param, key: [w, v], rows: [[0, 2], [0, 2], [0, 1]]}", "5:54",
+       "rows: 3 ranges for 2 keys"},
+      {"{shape: [4, 8], role: param, key: [w, v], concat: 1, cols: [[0, 4]]}", "5:65",
+       "cols: 1 ranges for 2 keys"},
+      {"{shape: [5, 4], role: param, key: [w, v], rows: [[0, 3], [0, 3]]}", "5:64",
+       "tensor 'v' [2, 4]: rows [0, 3] must be"},
+      {"{shape: [6, 4], role: param, key: [w, v], rows: [[0, 2], [1, 2]]}", "5:40",
+       "tensor 'p' is [6, 4], but its keys give [3, 4] (concatenated along axis 0): 'w' [3, 4] "
+       "rows [0, 2] cols [0, 4], 'v' [2, 4] rows [1, 2] cols [0, 4]"},
+      {"{shape: [5, 4], role: param, key: [w, v], rows: [[0, 3], [1]]}", "5:63",
+       "expected [begin, end] (integers or dim names) for each key"},
       {"{shape: [3, 4], role: param, key: w, cast: true, init: zeros}", "5:43",
        "key 'cast' belongs to init: file"},
   };

@@ -24,8 +24,9 @@
 #      collectives inside it, its profiled eager step by op kind and by op name, the step's 64
 #      all_reduces alone in one graph, and run_dist's cost per step; then
 #      tools/tp_decode_report.py sets every op of TP 2's ranks against TP 1's. Then batch 1
-#      with RECAP_PDL=0 at both TPs, and TP 2 imported with --tp-fold-residual (step 2 also
-#      judges that import's f32 and bf16 logits against TP 1 by the same rules)
+#      with RECAP_PDL=0 at both TPs, and TP 2 imported with --no-tp-fold-residual (the residual
+#      added after each all_reduce, against --tp's default fold; step 2 also judges that
+#      import's f32 and bf16 logits against TP 1 by the same rules)
 #  4c. serving throughput through the generation API (recap serve-bench --generate) at TP 1
 #      and TP 2 (recap launch --gpus 2: rank 0 schedules, rank 1 follows), the 8B shape as a
 #      paged serving spec with decode buckets up to 32: 64 requests, prompts 64-256, outputs
@@ -113,14 +114,14 @@ for m in llama gpt2; do
   cc=$?
   sed 's/^/    /' "$d/compare.log"
   row "$m TP2 == TP1 (rule)" "$([ $cc = 0 ] && echo 1 || echo 0)" "$(grep -c '^PASS' "$d/compare.log") checks passed, $(grep -c '^FAIL' "$d/compare.log") failed"
-  # The same checks for TP 2 with the residual folded into rank 0's partial sums (import-hf
-  # --tp-fold-residual: no add after each all_reduce; 16-bit sums rounded at the residual's
-  # scale twice), against the same TP 1 runs.
-  f=$d/fold
+  # The same checks for TP 2 without the residual folded into rank 0's partial sums (import-hf
+  # --no-tp-fold-residual: an add after each all_reduce; 16-bit sums rounded at the residual's
+  # scale once; the default above folds it), against the same TP 1 runs.
+  f=$d/unfolded
   mkdir -p "$f"
   for dt in f32 bf16; do
     "$recap" import-hf "$ck" -o "$f/tp2_$dt.rank{rank}.yaml" --dtype $dt --max-seq 128 --tp 2 \
-      --tp-fold-residual >>"$f/import.log" 2>&1
+      --no-tp-fold-residual >>"$f/import.log" 2>&1
   done
   gen "$f/tp2_f32.log" 2 "$f/tp2_f32.rank{rank}.yaml" --prompt-ids "$prompt" --max-new 16 --logits-out "$f/tp2_f32.r{rank}.logits"
   gen "$f/tp2_bf16.log" 2 "$f/tp2_bf16.rank{rank}.yaml" --prompt-ids "$prompt" --max-new 1 --logits-out "$f/tp2_bf16.r{rank}.logits"
@@ -130,7 +131,7 @@ for m in llama gpt2; do
   python3 "$here/tools/compare_tp.py" "$ck/expected.json" "$f" >"$f/compare.log" 2>&1
   cc=$?
   sed 's/^/    /' "$f/compare.log"
-  row "$m TP2 folded == TP1" "$([ $cc = 0 ] && echo 1 || echo 0)" "--tp-fold-residual: $(grep -c '^PASS' "$f/compare.log") checks passed, $(grep -c '^FAIL' "$f/compare.log") failed"
+  row "$m TP2 unfolded == TP1" "$([ $cc = 0 ] && echo 1 || echo 0)" "--no-tp-fold-residual: $(grep -c '^PASS' "$f/compare.log") checks passed, $(grep -c '^FAIL' "$f/compare.log") failed"
 done
 
 # 3. The serving layout across ranks: the same greedy tokens as TP 1 (contiguous).
@@ -245,17 +246,17 @@ ok=0
 [ -n "$p1" ] && [ -n "$p2" ] && ok=1
 [ "$ok" = 1 ] || { tail -3 "$b/nopdl_tp1.log"; tail -3 "$b/nopdl_tp2.log"; }
 row "8B batch 1, PDL off" "$ok" "graph ms PDL on/off: TP 1 ${g1:-?}/${p1:-?}, TP 2 ${g2:-?}/${p2:-?}"
-# TP 2 with the residual folded into rank 0's partial sums (import-hf --tp-fold-residual): 64
-# add kernels fewer per step.
-"$recap" import-hf "$b" -o "$b/tp2f.rank{rank}.yaml" --random-weights --paged --max-seq 2048 --prefill 16 --batch 1,8 --tp 2 --tp-fold-residual >>"$b/import.log" 2>&1
-timeout 120 "$recap" launch --gpus 2 --timeout 60 -- bench-decode "$b/tp2f.rank{rank}.yaml" \
-  --batch 1,8 --context 512 --tokens 64 --repeats 2 >"$b/fold_tp2.log" 2>&1
-grep "^rank 0: " "$b/fold_tp2.log" | head -8
-f2=$(pdl_ms "$b/fold_tp2.log")
+# TP 2 with the fold off (import-hf --no-tp-fold-residual: the residual added after each
+# all_reduce, 64 add kernels more per step) against --tp's default, the fold on (tp2 above).
+"$recap" import-hf "$b" -o "$b/tp2u.rank{rank}.yaml" --random-weights --paged --max-seq 2048 --prefill 16 --batch 1,8 --tp 2 --no-tp-fold-residual >>"$b/import.log" 2>&1
+timeout 120 "$recap" launch --gpus 2 --timeout 60 -- bench-decode "$b/tp2u.rank{rank}.yaml" \
+  --batch 1,8 --context 512 --tokens 64 --repeats 2 >"$b/unfolded_tp2.log" 2>&1
+grep "^rank 0: " "$b/unfolded_tp2.log" | head -8
+u2=$(pdl_ms "$b/unfolded_tp2.log")
 ok=0
-[ -n "$f2" ] && ok=1
-[ "$ok" = 1 ] || tail -3 "$b/fold_tp2.log"
-row "8B TP 2 residual folded" "$ok" "batch 1 graph ms: TP 2 ${g2:-?}, folded ${f2:-?} (TP 1 ${g1:-?})"
+[ -n "$u2" ] && ok=1
+[ "$ok" = 1 ] || tail -3 "$b/unfolded_tp2.log"
+row "8B TP 2 fold off vs on" "$ok" "batch 1 graph ms: TP 2 fold off ${u2:-?}, on (default) ${g2:-?} (TP 1 ${g1:-?})"
 
 # 4c. Serving throughput through the generation API at TP 1 and TP 2.
 # serve-bench's per-request greedy tokens, two files: "requests equal / all; mean common prefix".
