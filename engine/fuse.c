@@ -346,6 +346,10 @@ static void decide_prologues(finder *f) {
       f->gone[u] = true;
       continue;
     }
+    /* Not on CUDA: the gated unit's prologue kernels gave different bits from run to run on
+     * the H100 (gemm_prologue_test, 3 of 12 runs; docs/SERVING.md "Prologue folds"), so CUDA
+     * refuses a linear with `glu` until that is found, and the unit keeps its own launch. */
+    if (ir->device == RECAP_BACKEND_CUDA) continue;
     recap__activation act;
     int gi, ui;
     if (!op->def->as_glu || !op->def->as_glu(&op->attrs, op->num_inputs, &act, &gi, &ui)) continue;

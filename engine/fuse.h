@@ -68,7 +68,8 @@
  * cuBLAS (recap_gemm_library) still adds it in a pass after the GEMM.
  *
  * Prologues (only with RECAP_FUSION_PROLOGUES=1: measured slower than the ops apart on the
- * H100, docs/SERVING.md "Prologue folds"). A norm or a gated unit whose output is x of linears
+ * H100, docs/SERVING.md "Prologue folds"; the gated unit on the host backend only, since CUDA
+ * refuses a linear with `glu`). A norm or a gated unit whose output is x of linears
  * folds into every one of
  * them (kernels/gemm/gemm.h, "Prologues": the linear computes it as it loads x, so the op costs
  * no launch of its own; the skinny kernel of decode shapes does it in place, every other path

@@ -277,7 +277,9 @@ static void check_cuda(const pcase *c, int pipe, const char *what) {
   tol.atol *= 2;
   tol.rtol *= 2;
   CU_ASSERT_EQUAL(count_bad(&got, host, c->scale, tol, "cuda vs host"), 0);
-  CU_ASSERT_EQUAL(memcmp(a, b, (size_t)total * recap_dtype_size(dt)), 0);
+  const bool same = memcmp(a, b, (size_t)total * recap_dtype_size(dt)) == 0;
+  if (!same) fprintf(stderr, "not the same bits twice: %s\n", what);
+  CU_ASSERT(same);
   free(host);
   free(a);
   free(b);
@@ -301,7 +303,7 @@ static void test_cuda_folded_linear_matches_host_on_every_path(void) {
   test_rng rng;
   test_rng_init(&rng);
   for (int d = 0; d < 3; ++d)
-    for (int kind = PRO_RMS; kind <= PRO_GLU; ++kind)
+    for (int kind = PRO_RMS; kind <= PRO_RMS; ++kind) /* CUDA refuses glu (below) */
       for (size_t mi = 0; mi < sizeof test_ms / sizeof test_ms[0]; ++mi)
         for (int v = 0; v < 4; ++v) {
           pcase c;
@@ -320,14 +322,14 @@ static void test_cuda_folded_linear_matches_host_on_every_path(void) {
         }
 }
 
-/* Every configuration of the skinny kernel with each prologue, M 1, 3 and 16 (one and two 8-row
- * tiles of x), f16 and bf16. */
+/* Every configuration of the skinny kernel with the norm prologue, M 1, 3 and 16 (one and two
+ * 8-row tiles of x), f16 and bf16. */
 static void test_cuda_every_skinny_configuration_computes_the_prologues(void) {
   static const int64_t ms[] = {1, 3, 16};
   test_rng rng;
   test_rng_init(&rng);
   for (int d = 1; d < 3; ++d)
-    for (int kind = PRO_RMS; kind <= PRO_GLU; ++kind)
+    for (int kind = PRO_RMS; kind <= PRO_RMS; ++kind) /* CUDA refuses glu (below) */
       for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; ++mi) {
         pcase c;
         pcase_make(&c, float_types[d], (prologue_kind)kind, ms[mi], 2056, 200, true, true, &rng);
@@ -342,6 +344,31 @@ static void test_cuda_every_skinny_configuration_computes_the_prologues(void) {
       }
 }
 
+/* A linear with the gated-unit prologue is refused on CUDA, naming why: its kernels gave
+ * different bits from run to run on the H100 (3 of 12 runs of this test, 2026-11-27). */
+static void test_cuda_refuses_the_glu_prologue(void) {
+  test_rng rng;
+  test_rng_init(&rng);
+  pcase c;
+  pcase_make(&c, RECAP_DTYPE_BF16, PRO_GLU, 1, 2048, 200, false, false, &rng);
+  recap__op_call call = c.call;
+  call.workspace_bytes = call.def->workspace_bytes(&call, RECAP_BACKEND_CUDA);
+  CU_ASSERT_EQUAL_FATAL(cudaMalloc(&call.workspace, call.workspace_bytes + 1), cudaSuccess);
+  void *dev[3] = {0};
+  for (int i = 0; i < 2; ++i) {
+    const size_t bytes = c.in[i].storage_elems * recap_dtype_size(c.in[i].t.dtype);
+    CU_ASSERT_EQUAL_FATAL(cudaMalloc(&dev[i], bytes), cudaSuccess);
+    call.inputs[i].data = dev[i];
+  }
+  CU_ASSERT_EQUAL_FATAL(cudaMalloc(&dev[2], 200 * 2), cudaSuccess);
+  call.outputs[0].data = dev[2];
+  CU_ASSERT_NOT_EQUAL(recap__op_launch(&call, cuda_stream), RECAP_OK);
+  CU_ASSERT_PTR_NOT_NULL(strstr(recap_last_error(), "refused on CUDA"));
+  for (int i = 0; i < 3; ++i) cudaFree(dev[i]);
+  cudaFree(call.workspace);
+  pcase_free(&c);
+}
+
 #endif /* RECAP_WITH_CUDA */
 
 int main(void) {
@@ -354,6 +381,7 @@ int main(void) {
                                        cuda_suite_init, cuda_suite_cleanup);
   CU_ADD_TEST(cuda, test_cuda_folded_linear_matches_host_on_every_path);
   CU_ADD_TEST(cuda, test_cuda_every_skinny_configuration_computes_the_prologues);
+  CU_ADD_TEST(cuda, test_cuda_refuses_the_glu_prologue);
 #else
                                        NULL, NULL);
   (void)cuda;

@@ -848,6 +848,9 @@ static const recap__ir_op *op_named(const recap__ir *ir, const char *name) {
 static void test_norms_and_swiglu_fold_into_the_linears_that_read_them(void) {
   char *yaml = block_yaml("f32");
   fixture f = load(yaml);
+  /* The gated unit folds on the host backend only (fuse.c says why); the spec's default device
+   * is CUDA. */
+  f.ir->device = RECAP_BACKEND_HOST;
   const int x = tensor(f.ir, "x"), g1 = tensor(f.ir, "g1"), g2 = tensor(f.ir, "g2");
   CU_ASSERT_EQUAL(f.ir->num_ops, 13);
   CHECK_OK(recap__fuse(f.ir));
@@ -929,6 +932,25 @@ static void test_prologues_fold_only_when_asked(void) {
   free(yaml);
 }
 
+/* On CUDA the norms fold, the gated unit does not: CUDA refuses a linear with `glu` (its
+ * kernels gave different bits from run to run on the H100; fuse.c). */
+static void test_the_gated_unit_stays_on_cuda(void) {
+  char *yaml = block_yaml("f32");
+  fixture f = load(yaml);
+  f.ir->device = RECAP_BACKEND_CUDA;
+  CHECK_OK(recap__fuse(f.ir));
+  int norm_folds = 0, glu_folds = 0;
+  for (size_t v = 0; v < f.ir->num_ops; ++v) {
+    norm_folds += f.ir->ops[v].attrs.rms_norm != 0;
+    glu_folds += f.ir->ops[v].attrs.glu != RECAP_ACT_NONE;
+  }
+  CU_ASSERT_EQUAL(norm_folds, 3);
+  CU_ASSERT_EQUAL(glu_folds, 0);
+  CU_ASSERT(recap__ir_find_tensor(f.ir, "act") >= 0);
+  unload(&f);
+  free(yaml);
+}
+
 /* What keeps a norm or a gated unit as its own op: a reader that is no linear, a linear that
  * reads it as something other than x, an output, another stream; a gated unit whose halves are
  * not one split's (two linears), or that a third op also reads. */
@@ -980,16 +1002,29 @@ static void test_norms_and_gated_units_stay_when_a_reader_cannot_fold_them(void)
  * keeps the norms and the gated unit as their own launches. */
 static void test_folded_norms_and_swiglu_compute_the_same_as_the_unfused_ops(void) {
   static const char *const dtypes[] = {"f32", "bf16", "f16"};
+  /* CUDA keeps the gated unit (and its split) as ops of their own (fuse.c says why). */
+  const bool cuda = test_device.backend == RECAP_BACKEND_CUDA;
   for (size_t i = 0; i < sizeof dtypes / sizeof dtypes[0]; ++i) {
     char *yaml = block_yaml(dtypes[i]);
-    CU_ASSERT_EQUAL(compare_fusion(dtypes[i], NULL, yaml, NULL, test_device,
-                                   test_device.backend != RECAP_BACKEND_HOST),
-                    11);
+    const size_t fused = compare_fusion(dtypes[i], NULL, yaml, NULL, test_device,
+                                        test_device.backend != RECAP_BACKEND_HOST);
+    if (cuda) {
+      CU_ASSERT(fused > 0 && fused < 11);
+    } else {
+      CU_ASSERT_EQUAL(fused, 11);
+    }
     recap_pipeline *on = create(NULL, yaml, NULL, test_device, RECAP_MODE_EAGER, 0);
     setenv("RECAP_FUSION", "0", 1);
     recap_pipeline *off = create(NULL, yaml, NULL, test_device, RECAP_MODE_EAGER, 0);
     unsetenv("RECAP_FUSION");
-    CU_ASSERT_EQUAL(largest_ir(on)->num_ops, 7);
+    const recap__ir *folded = largest_ir(on);
+    if (cuda) {
+      CU_ASSERT(folded->num_ops > 7);
+      for (size_t v = 0; v < folded->num_ops; ++v)
+        CU_ASSERT_EQUAL(folded->ops[v].attrs.glu, RECAP_ACT_NONE);
+    } else {
+      CU_ASSERT_EQUAL(folded->num_ops, 7);
+    }
     CU_ASSERT_EQUAL(largest_ir(off)->num_ops, 13);
     CU_ASSERT_EQUAL(largest_ir(off)->fused_ops, 0);
     CHECK_OK(recap_pipeline_destroy(on));
@@ -1098,6 +1133,7 @@ int main(void) {
   ADD_(test_the_plan_summary_names_each_fused_op_and_the_spec_ops_it_replaces)
   ADD_(test_norms_and_swiglu_fold_into_the_linears_that_read_them)
   ADD_(test_prologues_fold_only_when_asked)
+  ADD_(test_the_gated_unit_stays_on_cuda)
   ADD_(test_norms_and_gated_units_stay_when_a_reader_cannot_fold_them)
   ADD_(test_folded_norms_and_swiglu_compute_the_same_as_the_unfused_ops)
 #undef ADD_

@@ -47,7 +47,8 @@ static const recap__attr_def linear_attrs[] = {
      "rms_norm's epsilon, added to the mean square"},
     {"glu", RECAP_ATTR_ACTIVATION, offsetof(recap__op_attrs, glu), false, RECAP_ACT_NONE,
      "a gated prologue: x is [..., 2K] (gate, then up) and the product reads glu(x[..., :K]) * "
-     "x[..., K:] (silu: SwiGLU's down projection; none: off)"},
+     "x[..., K:] (silu: SwiGLU's down projection; none: off); host backend only for now, CUDA "
+     "refuses it"},
     {.name = NULL},
 };
 
