@@ -384,24 +384,33 @@ static void check_model(const char *label, const char *model_dir, const referenc
   free(one);
 }
 
-static void test_fixtures_split_over_ranks_match_one_rank(void) {
-  static const struct {
-    const char *model;
-    int worlds[3];
-  } cases[] = {{"gpt2", {2, 4, 0}}, {"llama", {2, 0}}, {"llama_tied", {2, 0}},
-               {"mistral", {2, 0}}, {"qwen2", {2, 0}}, {"qwen3", {2, 0}}};
+/* A fixture and the worlds (0-terminated) its ranks' specs are checked at. */
+typedef struct {
+  const char *model;
+  int worlds[3];
+} tp_case;
+
+/* Each case's model, both layouts, against TP 1 and transformers; `fold`: imported with the
+ * residual folded into rank 0's partial sums (else unfolded, as --no-tp-fold-residual). */
+static void check_cases(const tp_case *cases, size_t count, bool fold) {
   make_dir();
-  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+  for (size_t i = 0; i < count; i++) {
     char dir[512];
     fixture_copy(cases[i].model, "config.json", cases[i].model, dir, sizeof dir);
     reference ref;
     load_reference(cases[i].model, &ref);
-    check_model(cases[i].model, dir, &ref, cases[i].worlds, true, false, false);
-    check_model(cases[i].model, dir, &ref, cases[i].worlds, true, true, false);
+    check_model(cases[i].model, dir, &ref, cases[i].worlds, true, false, fold);
+    check_model(cases[i].model, dir, &ref, cases[i].worlds, true, true, fold);
     free(ref.logits);
   }
   printf("\n");
   remove_dir();
+}
+
+static void test_fixtures_split_over_ranks_match_one_rank(void) {
+  static const tp_case cases[] = {{"gpt2", {2, 4, 0}}, {"llama", {2, 0}}, {"llama_tied", {2, 0}},
+                                  {"mistral", {2, 0}}, {"qwen2", {2, 0}}, {"qwen3", {2, 0}}};
+  check_cases(cases, sizeof cases / sizeof cases[0], false);
 }
 
 /* import-hf --tp-fold-residual: rank 0 adds the residual stream into its partial sums, so the
@@ -409,22 +418,8 @@ static void test_fixtures_split_over_ranks_match_one_rank(void) {
  * transformers, with and without biases (GPT-2's o and down biases are still added once, after
  * the all_reduce), at TP 2 and 4, both layouts. */
 static void test_residual_folded_into_rank_0_matches_one_rank(void) {
-  static const struct {
-    const char *model;
-    int worlds[3];
-  } cases[] = {{"gpt2", {2, 4, 0}}, {"llama", {2, 0}}, {"qwen2", {2, 0}}};
-  make_dir();
-  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-    char dir[512];
-    fixture_copy(cases[i].model, "config.json", cases[i].model, dir, sizeof dir);
-    reference ref;
-    load_reference(cases[i].model, &ref);
-    check_model(cases[i].model, dir, &ref, cases[i].worlds, true, false, true);
-    check_model(cases[i].model, dir, &ref, cases[i].worlds, true, true, true);
-    free(ref.logits);
-  }
-  printf("\n");
-  remove_dir();
+  static const tp_case cases[] = {{"gpt2", {2, 4, 0}}, {"llama", {2, 0}}, {"qwen2", {2, 0}}};
+  check_cases(cases, sizeof cases / sizeof cases[0], true);
 }
 
 /* GPT-2's token embedding (and so its tied LM head) cut to its first CUT_VOCAB rows: the
