@@ -94,7 +94,7 @@ typedef struct {
 
 typedef struct {
   char *name;
-  recap_backend_kind device;
+  recap_backend_kind device; /* the spec's; the loader sets the model's (load.c) */
   recap_dtype dtype;
   uint64_t seed;
   int warmup, iters;

@@ -61,6 +61,9 @@ static recap_status build_irs(recap__model *m, recap__diag *diag) {
     recap__diag_free(&bucket_diag);
     if (bs == RECAP_STATUS_OUT_OF_MEMORY) return bs;
     if (bs != RECAP_OK && st == RECAP_OK) st = bs;
+    /* The backend the model runs on (an option may override the spec's): the fusion pass
+     * folds by it (fuse.h). */
+    if (m->irs[b]) m->irs[b]->device = m->device.backend;
   }
   if (st != RECAP_OK || spec->bucket_dim < 0) return st;
   recap__ir *probe = NULL;
@@ -108,11 +111,8 @@ static recap_status load_model(recap__spec *spec, const recap__load_options *o, 
   if (st != RECAP_OK) goto fail;
   /* Every bucket gets the same groups (fuse.h), so one plan fits them all. */
   m->fused = recap__fuse_enabled_on(o->no_fusion, m->device.backend);
-  for (size_t b = 0; m->fused && b < m->num_buckets; ++b) {
-    /* The backend the model runs on, not the spec's default: the pass folds by it (fuse.h). */
-    m->irs[b]->device = m->device.backend;
+  for (size_t b = 0; m->fused && b < m->num_buckets; ++b)
     RECAP_TRY_GOTO(st, recap__fuse(m->irs[b]), fail);
-  }
   /* Planned over every bucket: a view that a smaller bucket cannot form stays a copy. */
   RECAP_TRY_GOTO(st, recap__plan_build_buckets(m->irs, m->num_buckets, NULL, &m->plan), fail);
   const recap__ir *largest = m->irs[m->num_buckets - 1];
