@@ -124,17 +124,20 @@ static int report(const generate_bench_args *a, recap_device device, request_rec
          " graph replays, %" PRIu64 " eager\n",
          stats->steps, stats->prefill_steps, stats->decode_steps, stats->graph_steps,
          stats->eager_steps);
+  printf("decode loops     %" PRIu64 " launches ran %" PRIu64 " of the decode steps\n",
+         stats->loop_launches, stats->loop_steps);
   printf("start-up         %.0f ms from the weights to every bucket captured\n", stats->ready_ms);
   int rc = CLI_EXIT_OK;
   if (a->json_path) {
     json_t *root = json_pack(
-        "{ss sI sf sI sf so so sI sI sI sI sI sI sf}", "spec", a->path, "requests",
+        "{ss sI sf sI sf so so sI sI sI sI sI sI sI sI sf}", "spec", a->path, "requests",
         (json_int_t)a->requests, "wall_s", wall_s, "output_tokens", (json_int_t)out_tokens,
         "output_tokens_per_s", (double)out_tokens / wall_s, "ttft_ms", summary_json(&t1), "tpot_ms",
         summary_json(&t2), "kv_blocks", (json_int_t)stats->kv_blocks, "kv_blocks_peak",
         (json_int_t)peak_blocks, "preemptions", (json_int_t)stats->preemptions, "graph_steps",
         (json_int_t)stats->graph_steps, "eager_steps", (json_int_t)stats->eager_steps, "steps",
-        (json_int_t)stats->steps, "ready_ms", stats->ready_ms);
+        (json_int_t)stats->steps, "loop_launches", (json_int_t)stats->loop_launches,
+        "loop_steps", (json_int_t)stats->loop_steps, "ready_ms", stats->ready_ms);
     if (!cli_write_json(CMD, root, device, a->json_path)) rc = CLI_EXIT_FAILURE;
     json_decref(root);
   }

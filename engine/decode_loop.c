@@ -20,6 +20,20 @@
  * Mapped host memory holds what crosses between host and device during a launch: the launch
  * block the host writes before it, the ring and its published count that the device writes,
  * the return request the host may write while it runs, and the step stamps.
+ *
+ * Across the ranks of a communicator (recap_decode_loop_create_dist), every rank's loop must
+ * run the same iterations, or the collectives inside the step would not pair. The tokens are
+ * the same on every rank (each samples the same gathered logits); the rest of the decision
+ * comes from rank 0, broadcast inside the loop graph:
+ *   memcpy     launch block -> loop state
+ *   broadcast  loop state, ids, seqs (rank 0's: a follower's own are not looked at)
+ *   WHILE
+ *     ... the step ...
+ *     memcpy     return request (mapped) -> shared_stop (device)
+ *     broadcast  shared_stop (rank 0's request ends every rank's loop after the same step)
+ *     control kernel, reading shared_stop
+ * A peer that dies leaves the others' collectives waiting: a launch is a watchdog-bounded
+ * stretch of the communicator, and poll reports its abort before handing out entries.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* clock_nanosleep under -std=c11 */
@@ -32,6 +46,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "comm/comm.h"
 #include "engine/ir.h"
 #include "engine/pipeline.h"
 #include "graph/graph.h"
@@ -51,6 +66,8 @@ typedef struct {
 
 struct recap_decode_loop {
   recap_pipeline *p;
+  recap_comm *comm;     /* NULL: one device on its own */
+  int32_t *shared_stop; /* with comm: rank 0's return request, broadcast every iteration */
   recap_stream *body;
   int64_t max_steps, rows; /* rows: the largest bucket's */
   size_t block_bytes, capacity;
@@ -118,6 +135,27 @@ static void *bucket_data(const recap_pipeline *p, size_t bucket, int t) {
   return p->views[bucket * p->num_tensors + (size_t)t].data;
 }
 
+/* Rank 0's launch block (now the loop state) and the step's inputs (ids, seqs: as
+ * recap_pipeline_run_dist sends them) to every rank, in one group. */
+static recap_status broadcast_launch(recap_decode_loop *loop, recap_stream *s) {
+  RECAP_TRY(recap_comm_group_start());
+  recap_status st = recap_comm_broadcast(loop->comm, loop->state, loop->state,
+                                         loop->block_bytes / sizeof(int32_t), RECAP_DTYPE_I32, 0,
+                                         s);
+  if (st == RECAP_OK) st = recap__dist_broadcast_inputs(loop->p, loop->comm, s);
+  recap_status end = recap_comm_group_end();
+  return st != RECAP_OK ? st : end;
+}
+
+/* In the body: rank 0's return request, as it stands after the step, to every rank. */
+static recap_status broadcast_stop_request(recap_decode_loop *loop) {
+  const recap__backend *be = loop->p->stream->backend;
+  RECAP_TRY(be->memcpy_async(loop->shared_stop, loop->parts.stop_request, sizeof(int32_t),
+                             loop->body));
+  return recap_comm_broadcast(loop->comm, loop->shared_stop, loop->shared_stop, 1,
+                              RECAP_DTYPE_I32, 0, loop->body);
+}
+
 static recap_status capture_bucket(recap_decode_loop *loop, size_t bucket, int ids, int seqs,
                                    int tokens, int timestamps) {
   recap_pipeline *p = loop->p;
@@ -135,7 +173,7 @@ static recap_status capture_bucket(recap_decode_loop *loop, size_t bucket, int i
       .published = loop->parts.published,
       .ran = loop->parts.ran,
       .ended = loop->parts.ended,
-      .stop_request = loop->parts.stop_request,
+      .stop_request = loop->comm ? loop->shared_stop : loop->parts.stop_request,
       .stamps = timestamps ? loop->parts.stamps : NULL,
   };
   const recap__rng_graph_binding *rng = NULL;
@@ -147,6 +185,7 @@ static recap_status capture_bucket(recap_decode_loop *loop, size_t bucket, int i
   uint64_t handle = 0;
   bool in_body = false;
   recap_status st = be->memcpy_async(loop->state, loop->parts.block, loop->block_bytes, s);
+  if (st == RECAP_OK && loop->comm) st = broadcast_launch(loop, s);
   if (st == RECAP_OK) st = be->while_begin(s, loop->body, &handle);
   in_body = st == RECAP_OK;
   if (st == RECAP_OK && timestamps)
@@ -157,7 +196,8 @@ static recap_status capture_bucket(recap_decode_loop *loop, size_t bucket, int i
     args.rng_slot = rng ? rng->slot : NULL;
     args.rng_increment = rng ? rng->increment : 0;
     args.condition = handle;
-    st = recap__decode_loop_control(loop->body, &args);
+    if (loop->comm) st = broadcast_stop_request(loop);
+    if (st == RECAP_OK) st = recap__decode_loop_control(loop->body, &args);
   }
   if (in_body) {
     recap_status end = be->while_end(loop->body);
@@ -180,14 +220,14 @@ recap_status recap_decode_loop_destroy(recap_decode_loop *loop) {
   recap_event_destroy(loop->done);
   recap_stream_destroy(loop->body);
   if (loop->state) recap_free(loop->state);
+  if (loop->shared_stop) recap_free(loop->shared_stop);
   if (loop->mapped) be->host_free_mapped(loop->p->device.index, loop->mapped);
   free(loop);
   return RECAP_OK;
 }
 
-recap_status recap_decode_loop_create(recap_pipeline *p, int64_t max_steps, int timestamps,
-                                      recap_decode_loop **out) {
-  RECAP_CHECK_ARG(p && out);
+static recap_status create_loop(recap_pipeline *p, recap_comm *comm, int64_t max_steps,
+                                int timestamps, recap_decode_loop **out) {
   if (max_steps < 1 || max_steps > INT32_MAX / 4)
     return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "max_steps %lld is outside [1, %d]",
                       (long long)max_steps, INT32_MAX / 4);
@@ -211,6 +251,7 @@ recap_status recap_decode_loop_create(recap_pipeline *p, int64_t max_steps, int 
   recap_decode_loop *loop = calloc(1, sizeof *loop);
   if (!loop) return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory for a decode loop");
   loop->p = p;
+  loop->comm = comm;
   loop->max_steps = max_steps;
   const size_t num_buckets = p->model->num_buckets;
   loop->rows = p->views[(num_buckets - 1) * p->num_tensors + (size_t)seqs].shape[0];
@@ -236,6 +277,8 @@ recap_status recap_decode_loop_create(recap_pipeline *p, int64_t max_steps, int 
     };
     st = recap_malloc(p->device, loop->block_bytes, p->stream, (void **)&loop->state);
   }
+  if (st == RECAP_OK && comm)
+    st = recap_malloc(p->device, sizeof(int32_t), p->stream, (void **)&loop->shared_stop);
   if (st == RECAP_OK)
     st = recap_stream_create(p->device, 0, RECAP_STREAM_NON_BLOCKING, &loop->body);
   if (st == RECAP_OK) st = recap_event_create(p->device, 0, &loop->done);
@@ -253,6 +296,49 @@ recap_status recap_decode_loop_create(recap_pipeline *p, int64_t max_steps, int 
     recap_decode_loop_destroy(loop);
     return recap__error_context(st, "decode loop over '%s': ", p->model->spec->name);
   }
+  *out = loop;
+  return RECAP_OK;
+}
+
+recap_status recap_decode_loop_create(recap_pipeline *p, int64_t max_steps, int timestamps,
+                                      recap_decode_loop **out) {
+  RECAP_CHECK_ARG(p && out);
+  return create_loop(p, NULL, max_steps, timestamps, out);
+}
+
+recap_status recap_decode_loop_create_dist(recap_pipeline *p, recap_comm *comm, int64_t max_steps,
+                                           int timestamps, recap_decode_loop **out) {
+  RECAP_CHECK_ARG(p && comm && out);
+  *out = NULL;
+  recap_device cd = recap_comm_device(comm);
+  recap_decode_loop *loop = NULL;
+  recap_status st = RECAP_OK;
+  if (cd.backend != p->device.backend || cd.index != p->device.index)
+    st = RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
+                    "the pipeline runs on %s:%d, the communicator (rank %d) on %s:%d",
+                    recap_backend_name(p->device.backend), p->device.index, recap_comm_rank(comm),
+                    recap_backend_name(cd.backend), cd.index);
+  if (st == RECAP_OK) st = create_loop(p, comm, max_steps, timestamps, &loop);
+  /* Every rank runs loops or none does: the lowest rank that failed, or the world. */
+  const int world = recap_comm_world_size(comm);
+  int64_t failed = st == RECAP_OK ? world : recap_comm_rank(comm);
+  char *why = st == RECAP_OK ? NULL : strdup(recap_last_error());
+  recap_status agreed = recap_comm_agree_min(comm, &failed);
+  if (agreed != RECAP_OK || st != RECAP_OK || failed < world) recap_decode_loop_destroy(loop);
+  if (agreed != RECAP_OK) {
+    free(why);
+    return recap__error_context(agreed, "agreeing on the decode loop with the other ranks: ");
+  }
+  if (st != RECAP_OK) {
+    if (why) recap__fail_plain(st, "%s", why);
+    free(why);
+    return st;
+  }
+  if (failed < world)
+    return RECAP_FAIL(RECAP_STATUS_NOT_SUPPORTED,
+                      "rank %lld could not build its decode loop (its own status says why), so "
+                      "no rank runs one",
+                      (long long)failed);
   *out = loop;
   return RECAP_OK;
 }
@@ -310,8 +396,16 @@ recap_status recap_decode_loop_launch(recap_decode_loop *loop, int64_t batch, in
   RECAP_TRY(recap_graph_replay(loop->graphs[b], p->stream));
   RECAP_TRY(recap_event_record(loop->done, p->stream));
   loop->running = true;
+  /* Until poll sees the end, a peer that stopped answering makes the watchdog abort. */
+  recap__comm_busy_begin(loop->comm);
   p->stats.replays++;
   return RECAP_OK;
+}
+
+/* The launch is over for the host: ended, or failed. */
+static void end_launch(recap_decode_loop *loop) {
+  loop->running = false;
+  recap__comm_busy_end(loop->comm);
 }
 
 recap_status recap_decode_loop_poll(recap_decode_loop *loop, recap_loop_token *out, size_t capacity,
@@ -324,11 +418,26 @@ recap_status recap_decode_loop_poll(recap_decode_loop *loop, recap_loop_token *o
    * before completion are all visible after it. */
   recap_status done = recap_event_query(loop->done);
   if (done != RECAP_OK && done != RECAP_STATUS_NOT_READY) {
-    loop->running = false;
+    end_launch(loop);
     return done;
   }
   int32_t published =
       atomic_load_explicit((_Atomic int32_t *)loop->parts.published, memory_order_acquire);
+  if (loop->comm) {
+    /* Looked at after the count: entries published before a healthy look were computed with
+     * every peer's collectives, later ones may follow an abort (aborted collectives return
+     * without their data, and the loop runs on to its end on garbage). */
+    recap_status peers = recap_comm_check(loop->comm);
+    if (peers != RECAP_OK) {
+      char *why = strdup(recap_last_error());
+      /* The aborted collectives return, and the launch ends: its memory stays until then. */
+      recap_stream_synchronize(loop->p->stream);
+      end_launch(loop);
+      if (why) recap__fail_plain(peers, "decode loop across ranks: %s", why);
+      free(why);
+      return peers;
+    }
+  }
   size_t n = (size_t)(published - loop->read);
   if (n > capacity) n = capacity;
   if (n) {
@@ -338,7 +447,7 @@ recap_status recap_decode_loop_poll(recap_decode_loop *loop, recap_loop_token *o
   loop->read += (int32_t)n;
   *count = n;
   if (done == RECAP_OK && loop->read == published) {
-    loop->running = false;
+    end_launch(loop);
     *finished = 1;
     /* Complete: everything the launch wrote to mapped memory is visible. */
     loop->last_steps =

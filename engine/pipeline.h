@@ -155,6 +155,14 @@ recap_status recap__graph_rebind(recap_pipeline *p);
 /* Destroys the graphs (the streams must be idle). */
 void recap__graph_destroy_all(recap_pipeline *p);
 
+/* ---- dist.c ---- */
+
+/* Broadcasts every input and scalar buffer of p (its largest bucket's extent) from rank 0 on
+ * `stream`, inside the caller's group: what a rank needs of rank 0's step before replaying it.
+ * Failures name the tensor. */
+recap_status recap__dist_broadcast_inputs(recap_pipeline *p, recap_comm *comm,
+                                          recap_stream *stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1295,6 +1295,11 @@ RECAP_API double recap_comm_timeout(const recap_comm *comm);
 RECAP_API recap_status recap_comm_check(recap_comm *comm);
 /* Waits for `stream` under the communicator's timeout (see above). */
 RECAP_API recap_status recap_comm_synchronize(recap_comm *comm, recap_stream *stream);
+/* Sets *value (host memory) on every rank to the smallest of the ranks' values, waiting under
+ * the communicator's timeout (a world of 1 keeps it): how ranks agree on a host decision before
+ * acting on it, such as a KV pool's blocks when each rank measures its own free memory. Every
+ * rank calls it, in the same order as its other collectives; it uses a stream of its own. */
+RECAP_API recap_status recap_comm_agree_min(recap_comm *comm, int64_t *value);
 
 /* The collectives, on `stream` (of the communicator's device). count is in elements: of each
  * buffer for all_reduce and broadcast, of `send` for all_gather (recv holds world * count),
@@ -1599,6 +1604,21 @@ typedef struct {
  * INVALID_ARGUMENT for a pipeline without the decode layout or max_steps < 1. */
 RECAP_API recap_status recap_decode_loop_create(recap_pipeline *decode, int64_t max_steps,
                                                 int timestamps, recap_decode_loop **out);
+/* recap_decode_loop_create for a decode entry run by every rank of `comm` in lockstep (tensor
+ * parallelism: the step holds collectives, as recap_pipeline_run_dist replays it). Collective:
+ * every rank calls it with the same max_steps and timestamps, and it succeeds on every rank or
+ * on none (NOT_SUPPORTED naming the lowest rank that failed; that rank returns its own cause).
+ * Every launch must be made by every rank, with rank 0's batch and steps; the limits, flags,
+ * ids and seqs of rank 0 apply on every rank (the loop graph broadcasts them before the WHILE
+ * node), and rank 0's return request is broadcast after every step, so every rank's loop runs
+ * the same iterations: the tokens, which decide the rest, are the same on every rank when
+ * every rank samples the same gathered logits (recap import-hf --tp). Each rank polls its own
+ * loop to the end. A launch is a watchdog-bounded stretch of the communicator: when a peer
+ * dies, poll returns the communicator's error within its timeout and hands out no entry that
+ * may have been computed after the failure. */
+RECAP_API recap_status recap_decode_loop_create_dist(recap_pipeline *decode, recap_comm *comm,
+                                                     int64_t max_steps, int timestamps,
+                                                     recap_decode_loop **out);
 /* RECAP_STATUS_BUSY while a launch is under way (poll it to the end first). NULL is accepted. */
 RECAP_API recap_status recap_decode_loop_destroy(recap_decode_loop *loop);
 /* recap_decode_loop_launch flags. */

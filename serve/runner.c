@@ -33,7 +33,8 @@ struct recap__runner {
   entry prefill, decode;
   recap_decode_loop *loop; /* NULL: one launch per decode step */
   int64_t loop_steps;
-  recap_loop_limits *limits; /* per decode row, for a loop launch */
+  recap_loop_limits *limits;     /* per decode row, for a loop launch */
+  recap_loop_token *loop_drain; /* with a communicator: a follower polls its loop into it */
   double ready_ms;           /* end of weight loading to every bucket captured (0: eager) */
   /* Tensor parallelism (docs/MULTI_GPU.md): NULL on one GPU. A step header (step_header.h)
    * travels between `staged` (page-locked host memory: rank 0's copy to the device and a
@@ -296,20 +297,20 @@ static recap_status loop_steps_from_env(int64_t *out) {
 static recap_status open_loop(recap__runner *r, const recap_generator_options *o) {
   int64_t steps;
   RECAP_TRY(loop_steps_from_env(&steps));
-  if (steps == 0 || o->eager) return RECAP_OK;
-  /* A loop decides on the device when to stop, from the tokens of each step: every rank would
-   * have to reach the same decision from its own copy of the same tokens. Not done yet: with
-   * tensor parallelism every decode step is a run of its own (docs/MULTI_GPU.md). */
-  if (r->comm && recap_comm_world_size(r->comm) > 1) {
-    if (!o->quiet && recap_comm_rank(r->comm) == 0)
-      fprintf(stderr,
-              "recap generator: one graph launch per decode step (no decode loops with "
-              "tensor parallelism)\n");
-    return RECAP_OK;
+  if (o->eager) steps = 0;
+  /* Ranks build their loops together (recap_decode_loop_create_dist), or none: they agree on
+   * the smallest step count first, so a rank told RECAP_DECODE_LOOP=0 turns them off for all. */
+  if (r->comm) {
+    recap_status st = recap_comm_agree_min(r->comm, &steps);
+    if (st != RECAP_OK)
+      return recap__error_context(st, "agreeing on %s with the other ranks: ", LOOP_ENV);
   }
+  if (steps == 0) return RECAP_OK;
   /* Any failure leaves the step-per-launch path, which works wherever the captures did: no
-   * conditional nodes, or a driver refusing what the body holds (the line says which). */
-  recap_status st = recap_decode_loop_create(r->decode.p, steps, 0, &r->loop);
+   * conditional nodes, or a driver refusing what the body holds (the line says which). With
+   * a communicator every rank falls back together. */
+  recap_status st = r->comm ? recap_decode_loop_create_dist(r->decode.p, r->comm, steps, 0, &r->loop)
+                            : recap_decode_loop_create(r->decode.p, steps, 0, &r->loop);
   if (st != RECAP_OK) {
     if (!o->quiet)
       fprintf(stderr, "recap generator: one graph launch per decode step (%s): %s\n",
@@ -319,7 +320,10 @@ static recap_status open_loop(recap__runner *r, const recap_generator_options *o
   }
   r->loop_steps = steps;
   r->limits = calloc((size_t)r->decode.rows, sizeof *r->limits);
-  if (!r->limits) return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory for loop limits");
+  /* A runner on a communicator may follow (recap_generator_follow). */
+  if (r->comm) r->loop_drain = calloc((size_t)(steps * r->decode.rows), sizeof *r->loop_drain);
+  if (!r->limits || (r->comm && !r->loop_drain))
+    return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory for loop limits");
   if (!o->quiet)
     fprintf(stderr, "recap generator: decode loops of up to %lld steps per graph launch\n",
             (long long)steps);
@@ -329,23 +333,7 @@ static recap_status open_loop(recap__runner *r, const recap_generator_options *o
 /* Every rank must size its pool alike (a block id from rank 0 indexes every rank's pools), but
  * each measures its own free memory: they agree on the smallest count. */
 static recap_status agree_on_blocks(recap_comm *comm, int64_t *num_blocks) {
-  if (recap_comm_world_size(comm) == 1) return RECAP_OK;
-  recap_device dev = recap_comm_device(comm);
-  recap_stream *s = NULL;
-  int64_t *dev_blocks = NULL;
-  RECAP_TRY(recap_stream_create(dev, 0, RECAP_STREAM_NON_BLOCKING, &s));
-  recap_status st = recap_malloc(dev, sizeof *num_blocks, s, (void **)&dev_blocks);
-  if (st == RECAP_OK) st = recap_memcpy_async(dev_blocks, num_blocks, sizeof *num_blocks, s);
-  if (st == RECAP_OK)
-    st = recap_comm_all_reduce(comm, dev_blocks, dev_blocks, 1, RECAP_DTYPE_I64, RECAP_REDUCE_MIN,
-                               s);
-  /* The wait for the peers is the bounded one; the copy back (to pageable memory, which may
-   * block until the stream gets to it) only after it. */
-  if (st == RECAP_OK) st = recap_comm_synchronize(comm, s);
-  if (st == RECAP_OK) st = recap_memcpy_async(num_blocks, dev_blocks, sizeof *num_blocks, s);
-  if (st == RECAP_OK) st = recap_stream_synchronize(s);
-  recap_free(dev_blocks);
-  recap_stream_destroy(s);
+  recap_status st = recap_comm_agree_min(comm, num_blocks);
   if (st != RECAP_OK)
     return recap__error_context(st, "agreeing on the KV pool with the other ranks: ");
   return RECAP_OK;
@@ -432,8 +420,9 @@ recap_status recap__runner_open(const char *spec_path, const recap_generator_opt
 /* Rank 0's side of a step header: sent on `stream` (the one the step runs on, so the header
  * and the run's own broadcast are ordered without a wait). */
 static recap_status announce(recap__runner *r, recap__step_kind kind, int64_t tokens, int64_t rows,
-                             recap_stream *stream) {
-  recap__step_header h = {.kind = kind, .index = r->headers, .tokens = tokens, .rows = rows};
+                             int64_t steps, recap_stream *stream) {
+  recap__step_header h = {
+      .kind = kind, .index = r->headers, .tokens = tokens, .rows = rows, .steps = steps};
   /* `staged` is not written again before this run has synchronized. */
   recap__step_header_encode(&h, r->staged);
   RECAP_TRY(recap_memcpy_async(r->header_dev, r->staged, sizeof r->words, stream));
@@ -456,7 +445,7 @@ void recap__runner_close(recap__runner *r) {
    * fails too, and they fail on their own within the timeout. */
   if (r->comm && r->opened && recap_comm_rank(r->comm) == 0) {
     recap_stream *s = recap_pipeline_stream(r->prefill.p);
-    if (announce(r, RECAP__STEP_STOP, 0, 0, s) == RECAP_OK) recap_comm_synchronize(r->comm, s);
+    if (announce(r, RECAP__STEP_STOP, 0, 0, 0, s) == RECAP_OK) recap_comm_synchronize(r->comm, s);
   }
   if (r->header_dev) {
     recap_stream_synchronize(recap_pipeline_stream(r->prefill.p));
@@ -466,6 +455,7 @@ void recap__runner_close(recap__runner *r) {
   recap_host_free(r->staged);
   recap_decode_loop_destroy(r->loop);
   free(r->limits);
+  free(r->loop_drain);
   /* The decode pipeline shares the prefill one's weights and pools: either order works, but
    * the sharer first is the natural one. */
   close_entry(&r->decode);
@@ -524,7 +514,7 @@ static recap_status run_entry(recap__runner *r, entry *e, int64_t tokens, int64_
   int64_t batch = e->ids_bucketed ? tokens : 0;
   if (r->comm) {
     recap__step_kind kind = e == &r->prefill ? RECAP__STEP_PREFILL : RECAP__STEP_DECODE;
-    RECAP_TRY(announce(r, kind, tokens, n, recap_pipeline_stream(e->p)));
+    RECAP_TRY(announce(r, kind, tokens, n, 0, recap_pipeline_stream(e->p)));
     RECAP_TRY(recap_pipeline_run_dist(e->p, r->comm, batch, 0));
   } else {
     RECAP_TRY(recap_pipeline_run(e->p, batch));
@@ -600,6 +590,9 @@ recap_status recap__runner_loop_launch(recap__runner *r, const recap__sched *s,
     memcpy(l->stop_ids, seq->stop_ids, sizeof *l->stop_ids * (size_t)seq->num_stop_ids);
   }
   recap_status st = decode_rows_in(r, step);
+  /* The followers launch theirs on this header; the loop graph brings them the rest. */
+  if (st == RECAP_OK && r->comm)
+    st = announce(r, RECAP__STEP_LOOP, n, n, steps, recap_pipeline_stream(r->decode.p));
   if (st == RECAP_OK)
     st = recap_decode_loop_launch(r->loop, n, steps, r->limits,
                                   return_on_stop ? RECAP_LOOP_RETURN_ON_STOP : 0);
@@ -637,7 +630,7 @@ recap_status recap__runner_decode(recap__runner *r, const recap__step *step, int
 
 recap_status recap__runner_keepalive(recap__runner *r) {
   recap_stream *s = recap_pipeline_stream(r->prefill.p);
-  recap_status st = announce(r, RECAP__STEP_WAIT, 0, 0, s);
+  recap_status st = announce(r, RECAP__STEP_WAIT, 0, 0, 0, s);
   if (st == RECAP_OK) st = recap_comm_synchronize(r->comm, s);
   if (st != RECAP_OK) return recap__error_context(st, "telling the other ranks rank 0 is idle: ");
   return RECAP_OK;
@@ -650,6 +643,46 @@ recap_status recap__runner_receive(recap__runner *r, int64_t *words) {
   RECAP_TRY(recap_memcpy_async(r->staged, r->header_dev, sizeof r->words, s));
   RECAP_TRY(recap_comm_synchronize(r->comm, s));
   memcpy(words, r->staged, sizeof r->words);
+  return RECAP_OK;
+}
+
+/* A follower's decode loop: launched as rank 0's (its limits, ids and seqs arrive inside the
+ * launch, so the follower's own are placeholders), waited for under the communicator's
+ * timeout, and polled to its end, its tokens dropped (rank 0 hands out the same ones). */
+static recap_status follow_loop(recap__runner *r, const recap__step_header *h) {
+  recap_status st = RECAP_OK;
+  if (!r->loop)
+    st = RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
+                    "rank 0 launched a decode loop but this rank has none: do all ranks run "
+                    "the same RECAP_DECODE_LOOP?");
+  if (st == RECAP_OK && (h->rows > r->decode.rows || h->steps > r->loop_steps))
+    st = RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
+                    "rank 0's decode loop of %" PRId64 " rows and %" PRId64
+                    " steps exceeds this rank's (%" PRId64 " rows, %" PRId64 " steps)",
+                    h->rows, h->steps, r->decode.rows, r->loop_steps);
+  bool launched = false;
+  if (st == RECAP_OK) {
+    memset(r->limits, 0, sizeof *r->limits * (size_t)r->decode.rows);
+    st = recap_decode_loop_launch(r->loop, h->rows, h->steps, r->limits, 0);
+    launched = st == RECAP_OK;
+  }
+  if (st == RECAP_OK) st = recap_comm_synchronize(r->comm, recap_pipeline_stream(r->decode.p));
+  /* Polled to its end after a failed wait too: a failed wait has aborted the communicator or
+   * met a device fault, and poll then ends the launch (reporting it), so the loop can go. */
+  for (int finished = !launched; !finished;) {
+    size_t got = 0;
+    recap_status polled = recap_decode_loop_poll(
+        r->loop, r->loop_drain, (size_t)(r->loop_steps * r->decode.rows), &got, &finished);
+    if (polled != RECAP_OK) {
+      if (st == RECAP_OK) st = polled;
+      break;
+    }
+  }
+  if (st != RECAP_OK)
+    return recap__error_context(st,
+                                "decode loop %" PRId64 " (%" PRId64 " sequences, up to %" PRId64
+                                " steps): ",
+                                h->index, h->rows, h->steps);
   return RECAP_OK;
 }
 
@@ -671,6 +704,12 @@ recap_status recap__runner_follow(recap__runner *r, recap__step_source source, v
     r->headers++;
     if (h.kind == RECAP__STEP_STOP) return RECAP_OK;
     if (h.kind == RECAP__STEP_WAIT) continue;
+    if (h.kind == RECAP__STEP_LOOP) {
+      st = follow_loop(r, &h);
+      if (st != RECAP_OK) return st;
+      ++*runs;
+      continue;
+    }
     entry *e = h.kind == RECAP__STEP_PREFILL ? &r->prefill : &r->decode;
     st = recap_pipeline_run_dist(e->p, r->comm, e->ids_bucketed ? h.tokens : 0, 0);
     if (st != RECAP_OK)

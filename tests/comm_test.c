@@ -3,11 +3,13 @@
  *
  * Host suites (CI): the pace of polling waits (comm/poll.h); the rendezvous record and both
  * transports, with forged malformed, oversized and truncated messages and deadlines; the
- * world-of-1 communicator of the host backend (collectives are copies) and its refusal of
+ * world-of-1 communicator of the host backend (collectives are copies; agreement keeps the
+ * value) and its refusal of
  * larger worlds; env:// (torchrun's variables) read from fake environments, and its
  * rendezvous. The CUDA suite needs two
  * GPUs (inactive, with a message, otherwise): NCCL collectives and torch.cuda.comm's
- * functions over an in-process clique, every element checked against a host computation.
+ * functions over an in-process clique, every element checked against a host computation, and
+ * two ranks' threads agreeing on the smaller of their values.
  */
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -621,6 +623,12 @@ static void test_host_world_of_one_collectives_copy(void) {
   CHECK_STATUS(recap_comm_broadcast(c, a, b, 64, RECAP_DTYPE_F32, 1, s),
                RECAP_STATUS_INVALID_ARGUMENT);
   CHECK_OK(recap_comm_check(c));
+  /* A world of 1 agrees with itself. */
+  int64_t v = -7;
+  CHECK_OK(recap_comm_agree_min(c, &v));
+  CU_ASSERT_EQUAL(v, -7);
+  CHECK_STATUS(recap_comm_agree_min(c, NULL), RECAP_STATUS_INVALID_ARGUMENT);
+  CHECK_STATUS(recap_comm_agree_min(NULL, &v), RECAP_STATUS_INVALID_ARGUMENT);
   CHECK_OK(recap_comm_destroy(c));
   CHECK_OK(recap_stream_destroy(s));
   CHECK_OK(recap_comm_destroy(NULL));
@@ -836,6 +844,37 @@ static void test_two_gpu_torch_comm_functions_match_host(void) {
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; ++i) recap_free(bufs[i]);
 }
 
+/* recap_comm_agree_min blocks until every rank has called it: one thread per rank. */
+typedef struct {
+  recap_comm *comm;
+  int64_t value;
+  recap_status status;
+} agree_call;
+
+static void *agree_on_thread(void *arg) {
+  agree_call *a = arg;
+  a->status = recap_comm_agree_min(a->comm, &a->value);
+  return NULL;
+}
+
+static void test_two_gpu_ranks_agree_on_the_smallest(void) {
+  const int64_t values[][2] = {{5, 3}, {-2, 9}, {INT64_MAX, INT64_MAX - 1}};
+  for (size_t k = 0; k < sizeof values / sizeof values[0]; k++) {
+    agree_call calls[2];
+    pthread_t threads[2];
+    for (int d = 0; d < 2; ++d) {
+      calls[d] = (agree_call){clique[d], values[k][d], RECAP_STATUS_INTERNAL};
+      CU_ASSERT_EQUAL_FATAL(pthread_create(&threads[d], NULL, agree_on_thread, &calls[d]), 0);
+    }
+    int64_t want = values[k][0] < values[k][1] ? values[k][0] : values[k][1];
+    for (int d = 0; d < 2; ++d) {
+      pthread_join(threads[d], NULL);
+      CHECK_OK(calls[d].status);
+      CU_ASSERT_EQUAL(calls[d].value, want);
+    }
+  }
+}
+
 static void test_two_gpu_peer_access_enables(void) {
   int can = 0;
   CHECK_OK(recap_device_can_access_peer(gpu[0], gpu[1], &can));
@@ -885,5 +924,6 @@ int main(void) {
   CU_ADD_TEST(cuda, test_two_gpu_collectives_match_host);
   CU_ADD_TEST(cuda, test_two_gpu_torch_comm_functions_match_host);
   CU_ADD_TEST(cuda, test_two_gpu_peer_access_enables);
+  CU_ADD_TEST(cuda, test_two_gpu_ranks_agree_on_the_smallest);
   return test_run_all();
 }

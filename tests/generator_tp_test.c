@@ -59,6 +59,27 @@ static void test_step_header_round_trips_and_bad_words_are_refused(void) {
   recap__step_header_encode(&h, w);
   CHECK_OK(recap__step_header_decode(w, 41, &got));
   CU_ASSERT_EQUAL(got.kind, RECAP__STEP_STOP);
+  /* A loop: its steps travel; it needs them, and one token per row; no other kind has them. */
+  h = (recap__step_header){
+      .kind = RECAP__STEP_LOOP, .index = 41, .tokens = 3, .rows = 3, .steps = 16};
+  recap__step_header_encode(&h, w);
+  CHECK_OK(recap__step_header_decode(w, 41, &got));
+  CU_ASSERT_EQUAL(got.kind, RECAP__STEP_LOOP);
+  CU_ASSERT_EQUAL(got.rows, 3);
+  CU_ASSERT_EQUAL(got.steps, 16);
+  h.steps = 0;
+  recap__step_header_encode(&h, w);
+  CHECK_STATUS(recap__step_header_decode(w, 41, &got), RECAP_STATUS_INVALID_ARGUMENT);
+  CU_ASSERT_PTR_NOT_NULL(strstr(recap_last_error(), "a loop has steps"));
+  h.steps = 16;
+  h.tokens = 4;
+  recap__step_header_encode(&h, w);
+  CHECK_STATUS(recap__step_header_decode(w, 41, &got), RECAP_STATUS_INVALID_ARGUMENT);
+  h = (recap__step_header){
+      .kind = RECAP__STEP_DECODE, .index = 41, .tokens = 3, .rows = 3, .steps = 2};
+  recap__step_header_encode(&h, w);
+  CHECK_STATUS(recap__step_header_decode(w, 41, &got), RECAP_STATUS_INVALID_ARGUMENT);
+  CU_ASSERT_PTR_NOT_NULL(strstr(recap_last_error(), "other kinds no steps"));
 }
 
 /* ---- over the fixtures, on a communicator of one rank ---- */
@@ -120,7 +141,13 @@ static void test_rank_zero_of_one_reproduces_transformers_greedy_tokens(void) {
       if (ref.margin[position] <= 1e-3 * ref.max_abs_logit) break;
       CU_ASSERT_EQUAL(tokens[k], ref.tokens[ref.prompt_length + k]);
     }
-    printf("\n  %-10s %d/%zu", MODELS[m], k, st.num_tokens);
+    /* Decode ran as loops across the communicator (recap_decode_loop_create_dist). */
+    recap_generator_stats stats;
+    CHECK_OK(recap_generator_stats_get(g, &stats));
+    CU_ASSERT(stats.loop_launches > 0);
+    printf("\n  %-10s %d/%zu, %llu of %llu decode steps in %llu loop launches", MODELS[m], k,
+           st.num_tokens, (unsigned long long)stats.loop_steps,
+           (unsigned long long)stats.decode_steps, (unsigned long long)stats.loop_launches);
     CU_ASSERT(k > 0);
     CHECK_OK(recap_generator_destroy(g));
     free(ref.logits);
@@ -157,14 +184,30 @@ static void test_a_follower_runs_the_named_entries_until_the_stop(void) {
   /* Rank 0's inputs are what this rank's own hold (a world of 1): zero rows, which the runs
    * take as padding. */
   const recap__step_header ok[] = {
-      {RECAP__STEP_PREFILL, 0, 1, 1}, {RECAP__STEP_WAIT, 1, 0, 0}, {RECAP__STEP_DECODE, 2, 1, 1},
-      {RECAP__STEP_DECODE, 3, 2, 2},  {RECAP__STEP_STOP, 4, 0, 0},
+      {RECAP__STEP_PREFILL, 0, 1, 1}, {RECAP__STEP_WAIT, 1, 0, 0},
+      {RECAP__STEP_DECODE, 2, 1, 1},  {RECAP__STEP_DECODE, 3, 2, 2},
+      {RECAP__STEP_LOOP, 4, 2, 2, 8}, {RECAP__STEP_STOP, 5, 0, 0},
   };
-  fake_source f = {ok, 5, 0};
+  fake_source f = {ok, 6, 0};
   int64_t runs = -1;
   CHECK_OK(recap__runner_follow(r, from_list, &f, &runs));
-  CU_ASSERT_EQUAL(runs, 3);
-  CU_ASSERT_EQUAL(f.next, 5);
+  CU_ASSERT_EQUAL(runs, 4);
+  CU_ASSERT_EQUAL(f.next, 6);
+  recap__runner_close(r);
+
+  /* A loop longer than this rank's loops, or a loop on a rank without any: refused. */
+  CHECK_OK(recap__runner_open(spec, &o, &r));
+  const recap__step_header too_long[] = {{RECAP__STEP_LOOP, 0, 1, 1, 1 << 20}};
+  f = (fake_source){too_long, 1, 0};
+  CHECK_STATUS(recap__runner_follow(r, from_list, &f, &runs), RECAP_STATUS_INVALID_ARGUMENT);
+  CU_ASSERT_PTR_NOT_NULL(strstr(recap_last_error(), "exceeds this rank's"));
+  recap__runner_close(r);
+  setenv("RECAP_DECODE_LOOP", "0", 1);
+  CHECK_OK(recap__runner_open(spec, &o, &r));
+  unsetenv("RECAP_DECODE_LOOP");
+  f = (fake_source){too_long, 1, 0};
+  CHECK_STATUS(recap__runner_follow(r, from_list, &f, &runs), RECAP_STATUS_INVALID_ARGUMENT);
+  CU_ASSERT_PTR_NOT_NULL(strstr(recap_last_error(), "this rank has none"));
   recap__runner_close(r);
 
   /* A lost step (index 2 after 0): refused, naming it, after the one run before it. */

@@ -41,6 +41,9 @@ cp scripts/gpu/gpu_run_multi.sh stage/gpu_run_multi.sh
 # Tensor-parallel imported models on 2 GPUs (issue 27): bash stage/run.sh gpu_tp.sh on an
 # nvidia-h100-x2 machine (transformers and torch make the checkpoints there).
 cp scripts/gpu/gpu_tp.sh stage/gpu_tp.sh
+# Decode loops under tensor parallelism (issues 22 and 27): bash stage/run.sh gpu_tp_loop.sh on
+# an nvidia-h100-x2 machine (no transformers needed).
+cp scripts/gpu/gpu_tp_loop.sh stage/gpu_tp_loop.sh
 # The benchmark run (issue 6): bash stage/tools/bench_all.sh runs the CLI, the PyTorch peer and
 # the report over stage/specs.
 mkdir -p stage/tools

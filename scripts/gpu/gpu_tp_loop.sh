@@ -1,0 +1,153 @@
+#!/usr/bin/env bash
+# Decode loops under tensor parallelism on 2 GPUs (issues 22 and 27: the continue decision
+# identical on every rank), over the staged folder (scripts/gpu/stage_gpu.sh). No transformers
+# needed. About 2 minutes.
+#   run(command="bash stage/run.sh gpu_tp_loop.sh", carry=["stage"], kind="nvidia-h100-x2")
+#   1. the committed llama fixture (tests/data/models/llama: 4 heads, 2 KV heads, tokens made by
+#      transformers), f32, paged, 8 requests through the generator (recap serve-bench
+#      --generate): TP 1 with loops, TP 2 with loops, TP 2 one launch per decode step
+#      (RECAP_DECODE_LOOP=0): the same greedy tokens for every request, and TP 2's loops ran
+#   2. the Llama-3.2-1B shape (random weights, bf16) at TP 2, loops against one launch per
+#      step, on the same weights: the same greedy tokens for 32 requests, output tokens/s of
+#      each, and batch 1's TPOT (one request of 256 tokens), with TP 1's for scale
+#   3. rank 1 killed (SIGKILL) while rank 0 serves long requests in loops: rank 0 fails within
+#      its timeout, naming the cause
+# Prints PASS/FAIL per check, the numbers, and a summary line. Logs: $OUT/tp_loop_logs.tgz.
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+out=${OUT:-/tmp/recap_gpu_out}
+work=/tmp/recap_tp_loop
+rm -rf "$work"
+mkdir -p "$out" "$work"
+export LD_LIBRARY_PATH="/usr/local/cuda/lib64:/usr/lib/x86_64-linux-gnu:$here/bin:${LD_LIBRARY_PATH:-}"
+# NVLink multicast stays off on shared hosts (recap refuses any other value).
+export NCCL_NVLS_ENABLE=0
+recap=$here/bin/recap
+start=$(date +%s)
+gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+rows=()
+failed=0
+row() { # NAME OK DETAIL
+  local v=PASS
+  [ "$2" = 1 ] || { v=FAIL; failed=$((failed + 1)); }
+  rows+=("$(printf '%-28s %s  %s' "$1" "$v" "$3")")
+}
+# Per-request token files of serve-bench --tokens-out: "equal/all" when every line matches.
+same_tokens() {
+  python3 - "$1" "$2" <<'PY' 2>/dev/null
+import sys
+a = [l.strip() for l in open(sys.argv[1])]
+b = [l.strip() for l in open(sys.argv[2])]
+print("%d/%d" % (sum(x == y for x, y in zip(a, b)), len(a)) if a and len(a) == len(b) else "")
+PY
+}
+field() { grep -m1 "^$2" "$1" | awk "{print \$$3}"; }
+loops_of() { grep -m1 "^decode loops" "$1" | awk '{print $3}'; }
+# serve-bench at TP 1 (one GPU) or TP 2 (recap launch): LOG TP SPEC FLAGS...
+serve() {
+  local log=$1 tp=$2 spec=$3
+  shift 3
+  if [ "$tp" = 1 ]; then
+    timeout 150 "$recap" serve-bench "$spec" "$@" >"$log" 2>&1
+  else
+    timeout 150 "$recap" launch --gpus 2 --timeout 30 -- serve-bench "$spec" "$@" >"$log" 2>&1
+  fi
+}
+
+# 1. The llama fixture: TP 1 == TP 2 with loops == TP 2 without.
+d=$work/small
+mkdir -p "$d"
+fixture=$here/tests/data/models/llama
+"$recap" import-hf "$fixture" -o "$d/tp1.yaml" --dtype f32 --max-seq 128 --paged --prefill 16,32 \
+  --batch 1,2,4 >"$d/import.log" 2>&1
+"$recap" import-hf "$fixture" -o "$d/tp2.rank{rank}.yaml" --dtype f32 --max-seq 128 --paged \
+  --prefill 16,32 --batch 1,2,4 --tp 2 >>"$d/import.log" 2>&1
+small=(--generate --requests 8 --prompt-len 8,32 --output-len 8,48 --max-running 4 --kv-fraction 0.01 --seed 3)
+serve "$d/tp1.log" 1 "$d/tp1.yaml" "${small[@]}" --tokens-out "$d/tp1.tokens"
+c1=$?
+serve "$d/tp2.log" 2 "$d/tp2.rank{rank}.yaml" "${small[@]}" --tokens-out "$d/tp2.tokens"
+c2=$?
+RECAP_DECODE_LOOP=0 serve "$d/tp2_steps.log" 2 "$d/tp2.rank{rank}.yaml" "${small[@]}" \
+  --tokens-out "$d/tp2_steps.tokens"
+c3=$?
+a=$(same_tokens "$d/tp1.tokens" "$d/tp2.tokens")
+b=$(same_tokens "$d/tp2_steps.tokens" "$d/tp2.tokens")
+l2=$(loops_of "$d/tp2.log")
+ok=0
+[ "$c1$c2$c3" = 000 ] && [ "$a" = 8/8 ] && [ "$b" = 8/8 ] && [ "${l2:-0}" -gt 0 ] && ok=1
+[ "$ok" = 1 ] || { tail -5 "$d/tp1.log"; tail -8 "$d/tp2.log"; tail -5 "$d/tp2_steps.log"; }
+row "llama f32 TP2 loops" "$ok" "exits $c1 $c2 $c3; TP 2 loops vs TP 1: ${a:-?}, vs TP 2 steps: ${b:-?} requests equal; TP 2 loop launches ${l2:-?}"
+grep -h "^decode loops\|decode loops of" "$d/tp2.log" | head -3
+
+# 2. The 1B shape at TP 2: loops against steps on the same weights.
+m=$work/llama1b
+mkdir -p "$m"
+cat >"$m/config.json" <<'EOF'
+{"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 2048,
+ "num_hidden_layers": 16, "num_attention_heads": 32, "num_key_value_heads": 8,
+ "intermediate_size": 8192, "vocab_size": 128256, "max_position_embeddings": 8192,
+ "rms_norm_eps": 1e-05, "rope_theta": 500000.0, "tie_word_embeddings": true,
+ "hidden_act": "silu", "torch_dtype": "bfloat16"}
+EOF
+"$recap" import-hf "$m" -o "$m/tp1.yaml" --random-weights --paged --max-seq 4096 --prefill 64,256 \
+  --batch 1,2,4,8,16,32 >"$m/import.log" 2>&1
+"$recap" import-hf "$m" -o "$m/tp2.rank{rank}.yaml" --random-weights --paged --max-seq 4096 \
+  --prefill 64,256 --batch 1,2,4,8,16,32 --tp 2 >>"$m/import.log" 2>&1
+many=(--generate --requests 32 --prompt-len 64,256 --output-len 64,128 --max-running 32 --kv-fraction 0.2 --seed 7)
+serve "$m/loops.log" 2 "$m/tp2.rank{rank}.yaml" "${many[@]}" --tokens-out "$m/loops.tokens"
+c1=$?
+RECAP_DECODE_LOOP=0 serve "$m/steps.log" 2 "$m/tp2.rank{rank}.yaml" "${many[@]}" \
+  --tokens-out "$m/steps.tokens"
+c2=$?
+eq=$(same_tokens "$m/steps.tokens" "$m/loops.tokens")
+t_loop=$(field "$m/loops.log" "output tokens/s" 3)
+t_step=$(field "$m/steps.log" "output tokens/s" 3)
+ok=0
+[ "$c1$c2" = 00 ] && [ "$eq" = 32/32 ] && [ "$(loops_of "$m/loops.log")" -gt 0 ] 2>/dev/null && ok=1
+[ "$ok" = 1 ] || { tail -6 "$m/loops.log"; tail -6 "$m/steps.log"; }
+row "1B TP2 loops == steps" "$ok" "exits $c1 $c2; ${eq:-?} requests equal; output tokens/s loops ${t_loop:-?}, steps ${t_step:-?}; $(grep -m1 '^decode loops' "$m/loops.log")"
+one=(--generate --requests 1 --prompt-len 64,64 --output-len 256,256 --max-running 1 --kv-fraction 0.2 --seed 5)
+serve "$m/b1_loops.log" 2 "$m/tp2.rank{rank}.yaml" "${one[@]}"
+c1=$?
+RECAP_DECODE_LOOP=0 serve "$m/b1_steps.log" 2 "$m/tp2.rank{rank}.yaml" "${one[@]}"
+c2=$?
+serve "$m/b1_tp1.log" 1 "$m/tp1.yaml" "${one[@]}"
+c3=$?
+p_loop=$(field "$m/b1_loops.log" "TPOT ms" 4)
+p_step=$(field "$m/b1_steps.log" "TPOT ms" 4)
+p_tp1=$(field "$m/b1_tp1.log" "TPOT ms" 4)
+ratio=$(python3 -c "print('%.3f' % ($p_loop / $p_step))" 2>/dev/null)
+ok=0
+[ "$c1$c2$c3" = 000 ] && [ -n "$ratio" ] && ok=1
+[ "$ok" = 1 ] || { tail -6 "$m/b1_loops.log"; tail -6 "$m/b1_steps.log"; }
+row "1B TP2 batch-1 TPOT" "$ok" "loops ${p_loop:-?} ms, steps ${p_step:-?} ms (${ratio:-?}x); TP 1 loops ${p_tp1:-?} ms"
+
+# 3. Rank 1 killed while rank 0 serves long requests in loops.
+long=(--generate --requests 4 --prompt-len 16,16 --output-len 3000,3000 --max-running 4 --kv-fraction 0.2 --seed 9)
+timeout 150 "$recap" launch --gpus 2 --timeout 10 --grace 20 -- serve-bench "$m/tp2.rank{rank}.yaml" \
+  "${long[@]}" >"$work/kill.log" 2>&1 &
+lpid=$!
+for _ in $(seq 1 240); do
+  grep -q "every bucket captured" "$work/kill.log" && break
+  kill -0 $lpid 2>/dev/null || break
+  sleep 0.5
+done
+sleep 3
+victim=$(pgrep -f -- "--rank 1 --init" | head -1)
+[ -n "$victim" ] && kill -9 "$victim"
+killed_at=$(date +%s)
+wait $lpid
+code=$?
+t1=$(date +%s)
+ok=0
+[ -n "$victim" ] && [ "$code" != 0 ] && grep -q "rank 1: killed by signal 9" "$work/kill.log" &&
+  grep -q "rank 0: exit [1-9]" "$work/kill.log" && [ $((t1 - killed_at)) -lt 40 ] && ok=1
+[ "$ok" = 1 ] || tail -12 "$work/kill.log"
+why=$(grep -m1 "(rank 0).*decode loop\|(rank 0).*rank\|(rank 0).*NCCL\|(rank 0).*timeout" "$work/kill.log" | cut -c1-220)
+row "rank killed mid-loop" "$ok" "launch exit $code, rank 0 failed $((t1 - killed_at)) s after the kill: ${why:-no message}"
+
+tar czf "$out/tp_loop_logs.tgz" -C "$work" --exclude='*.safetensors' . 2>/dev/null
+echo
+echo "=== decode loops under tensor parallelism ($gpu_name, $(($(date +%s) - start)) s) ==="
+printf '%s\n' "${rows[@]}"
+echo "$(( ${#rows[@]} - failed )) passed, $failed failed (tensor-parallel loop checks)"
