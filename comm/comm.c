@@ -186,27 +186,6 @@ void recap__comm_busy_end(recap_comm *comm) {
   if (comm && comm->state) comm->backend->busy_end(comm);
 }
 
-recap_status recap_comm_agree_min(recap_comm *comm, int64_t *value) {
-  RECAP_CHECK_ARG(comm && value);
-  if (comm->world == 1) return RECAP_OK;
-  recap_stream *s = NULL;
-  int64_t *dev_value = NULL;
-  RECAP_TRY(recap_stream_create(comm->device, 0, RECAP_STREAM_NON_BLOCKING, &s));
-  recap_status st = recap_malloc(comm->device, sizeof *value, s, (void **)&dev_value);
-  if (st == RECAP_OK) st = recap_memcpy_async(dev_value, value, sizeof *value, s);
-  if (st == RECAP_OK)
-    st = recap_comm_all_reduce(comm, dev_value, dev_value, 1, RECAP_DTYPE_I64, RECAP_REDUCE_MIN,
-                               s);
-  /* The wait for the peers is the bounded one; the copy back (to pageable memory, which may
-   * block until the stream gets to it) only after it. */
-  if (st == RECAP_OK) st = recap_comm_synchronize(comm, s);
-  if (st == RECAP_OK) st = recap_memcpy_async(value, dev_value, sizeof *value, s);
-  if (st == RECAP_OK) st = recap_stream_synchronize(s);
-  if (dev_value) recap_free(dev_value);
-  recap_stream_destroy(s);
-  return st;
-}
-
 /* Bytes of c's buffers in a world of 1. */
 recap_status recap__comm_run_local(recap_comm *comm, const recap__coll *c, recap_stream *stream) {
   if (comm && comm->world != 1)

@@ -18,6 +18,9 @@
  * waits only for data they need before computing. A header that does not match the
  * follower's own pipeline (another spec, other buckets) is a clear error instead of a hang.
  *
+ * recap_comm_agree_min, beside it, brings a host value every rank must agree on through the
+ * same communicator.
+ *
  * Bounded waits: the whole run is a busy stretch of the communicator, so a peer that dies
  * anywhere in it (the broadcast, a warmup inside the first run, the replay) makes the watchdog
  * abort the communicator within its timeout, and this returns TIMEOUT naming the cause.
@@ -113,6 +116,29 @@ static recap_status run_dist(recap_pipeline *p, recap_comm *comm, int64_t batch,
   st = recap_comm_synchronize(comm, p->stream);
 done:
   recap_free(header_dev);
+  return st;
+}
+
+/* The ranks' host decisions (recap_comm_agree_min) go through a device buffer, as every
+ * collective does; it lives here, above the allocator, beside the other lockstep runs. */
+recap_status recap_comm_agree_min(recap_comm *comm, int64_t *value) {
+  RECAP_CHECK_ARG(comm && value);
+  if (recap_comm_world_size(comm) == 1) return RECAP_OK;
+  recap_stream *s = NULL;
+  int64_t *dev_value = NULL;
+  RECAP_TRY(recap_stream_create(recap_comm_device(comm), 0, RECAP_STREAM_NON_BLOCKING, &s));
+  recap_status st = recap_malloc(recap_comm_device(comm), sizeof *value, s, (void **)&dev_value);
+  if (st == RECAP_OK) st = recap_memcpy_async(dev_value, value, sizeof *value, s);
+  if (st == RECAP_OK)
+    st = recap_comm_all_reduce(comm, dev_value, dev_value, 1, RECAP_DTYPE_I64, RECAP_REDUCE_MIN,
+                               s);
+  /* The wait for the peers is the bounded one; the copy back (to pageable memory, which may
+   * block until the stream gets to it) only after it. */
+  if (st == RECAP_OK) st = recap_comm_synchronize(comm, s);
+  if (st == RECAP_OK) st = recap_memcpy_async(value, dev_value, sizeof *value, s);
+  if (st == RECAP_OK) st = recap_stream_synchronize(s);
+  if (dev_value) recap_free(dev_value);
+  recap_stream_destroy(s);
   return st;
 }
 
