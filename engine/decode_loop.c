@@ -408,6 +408,22 @@ static void end_launch(recap_decode_loop *loop) {
   recap__comm_busy_end(loop->comm);
 }
 
+/* A launch that failed (`symptom`) or whose communicator failed: across ranks, the
+ * communicator's cause when it has one (a dead peer's abort makes the launch fail too, with
+ * only a symptom such as an aborted kernel), else the symptom as it was reported. */
+static recap_status peer_failure(recap_decode_loop *loop, recap_status symptom) {
+  if (!loop->comm) return symptom;
+  char *seen = strdup(recap_last_error());
+  recap_status cause = recap_comm_check(loop->comm);
+  if (cause != RECAP_OK) {
+    free(seen);
+    return recap__error_context(cause, "decode loop across ranks: ");
+  }
+  if (seen) recap__fail_plain(symptom, "%s", seen);
+  free(seen);
+  return symptom;
+}
+
 recap_status recap_decode_loop_poll(recap_decode_loop *loop, recap_loop_token *out, size_t capacity,
                                     size_t *count, int *finished) {
   RECAP_CHECK_ARG(loop && (out || capacity == 0) && count && finished);
@@ -419,24 +435,18 @@ recap_status recap_decode_loop_poll(recap_decode_loop *loop, recap_loop_token *o
   recap_status done = recap_event_query(loop->done);
   if (done != RECAP_OK && done != RECAP_STATUS_NOT_READY) {
     end_launch(loop);
-    return done;
+    return peer_failure(loop, done);
   }
   int32_t published =
       atomic_load_explicit((_Atomic int32_t *)loop->parts.published, memory_order_acquire);
-  if (loop->comm) {
-    /* Looked at after the count: entries published before a healthy look were computed with
-     * every peer's collectives, later ones may follow an abort (aborted collectives return
-     * without their data, and the loop runs on to its end on garbage). */
-    recap_status peers = recap_comm_check(loop->comm);
-    if (peers != RECAP_OK) {
-      char *why = strdup(recap_last_error());
-      /* The aborted collectives return, and the launch ends: its memory stays until then. */
-      recap_stream_synchronize(loop->p->stream);
-      end_launch(loop);
-      if (why) recap__fail_plain(peers, "decode loop across ranks: %s", why);
-      free(why);
-      return peers;
-    }
+  /* Looked at after the count: entries published before a healthy look were computed with
+   * every peer's collectives; later ones may follow an abort (aborted collectives return
+   * without their data, and the loop runs on to its end on garbage). */
+  if (loop->comm && recap_comm_check(loop->comm) != RECAP_OK) {
+    /* The aborted collectives return and the launch ends: its memory stays until then. */
+    recap_stream_synchronize(loop->p->stream);
+    end_launch(loop);
+    return peer_failure(loop, RECAP_STATUS_INTERNAL);
   }
   size_t n = (size_t)(published - loop->read);
   if (n > capacity) n = capacity;
