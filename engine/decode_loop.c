@@ -91,6 +91,7 @@ struct recap_decode_loop {
   bool has_offset;
   int32_t seen_step; /* -1: none yet in this launch */
   uint64_t seen_device_ns, launched_ns;
+  uint64_t queried_ns; /* poll's last look at the launch's event (host clock) */
 };
 
 static uint64_t host_now_ns(void) {
@@ -381,6 +382,7 @@ recap_status recap_decode_loop_launch(recap_decode_loop *loop, int64_t batch, in
   loop->read = 0;
   loop->seen_step = -1;
   loop->launched_ns = host_now_ns();
+  loop->queried_ns = loop->launched_ns;
   /* The clocks drift apart slowly: let the offset be learnt again, 1 us per launch. */
   loop->offset_ns += 1000;
   int64_t rows = p->model->spec->bucket_dim < 0 ? 0 : batch;
@@ -430,9 +432,21 @@ recap_status recap_decode_loop_poll(recap_decode_loop *loop, recap_loop_token *o
   *count = 0;
   *finished = !loop->running;
   if (!loop->running) return RECAP_OK;
-  /* Whether the launch has completed is asked before the count is read: entries published
-   * before completion are all visible after it. */
-  recap_status done = recap_event_query(loop->done);
+  /* Whether the launch has completed is a driver call, asked only where it may have: its last
+   * iteration has published, the step time is not known yet, or nothing has come for two
+   * steps (a fault stops the count). Asked before the count is read: entries published before
+   * completion are all visible after it. */
+  const uint64_t now = host_now_ns();
+  bool ending = atomic_load_explicit((_Atomic int32_t *)loop->parts.ended, memory_order_relaxed);
+  bool stalled =
+      atomic_load_explicit((_Atomic int32_t *)loop->parts.published, memory_order_acquire) ==
+          loop->read &&
+      (double)(now - loop->queried_ns) >= 2 * loop->step_ns;
+  recap_status done = RECAP_STATUS_NOT_READY;
+  if (ending || loop->step_ns <= 0 || stalled) {
+    done = recap_event_query(loop->done);
+    loop->queried_ns = now;
+  }
   if (done != RECAP_OK && done != RECAP_STATUS_NOT_READY) {
     end_launch(loop);
     return peer_failure(loop, done);
