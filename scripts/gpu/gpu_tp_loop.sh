@@ -123,7 +123,7 @@ ok=0
 row "1B TP2 batch-1 TPOT" "$ok" "loops ${p_loop:-?} ms, steps ${p_step:-?} ms (${ratio:-?}x); TP 1 loops ${p_tp1:-?} ms"
 
 # 3. Rank 1 killed while rank 0 serves long requests in loops.
-long=(--generate --requests 4 --prompt-len 16,16 --output-len 3000,3000 --max-running 4 --kv-fraction 0.2 --seed 9)
+long=(--generate --requests 4 --prompt-len 16,16 --output-len 4000,4000 --max-running 4 --kv-fraction 0.2 --seed 9)
 timeout 150 "$recap" launch --gpus 2 --timeout 10 --grace 20 -- serve-bench "$m/tp2.rank{rank}.yaml" \
   "${long[@]}" >"$work/kill.log" 2>&1 &
 lpid=$!
@@ -132,7 +132,7 @@ for _ in $(seq 1 240); do
   kill -0 $lpid 2>/dev/null || break
   sleep 0.5
 done
-sleep 3
+sleep 1
 victim=$(pgrep -f -- "--rank 1 --init" | head -1)
 [ -n "$victim" ] && kill -9 "$victim"
 killed_at=$(date +%s)
