@@ -178,6 +178,12 @@ recap_status recap_comm_synchronize(recap_comm *comm, recap_stream *stream) {
   return recap_stream_synchronize(stream);
 }
 
+bool recap__comm_captures_events(const recap_comm *comm) {
+  if (!comm || !comm->state) return false;
+  const char *mixing = getenv("NCCL_GRAPH_MIXING_SUPPORT");
+  return !mixing || strcmp(mixing, "0") != 0;
+}
+
 void recap__comm_busy_begin(recap_comm *comm) {
   if (comm && comm->state) comm->backend->busy_begin(comm);
 }

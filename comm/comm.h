@@ -165,6 +165,12 @@ recap_status recap__comm_launch_native(const recap__coll *c, int world_attr,
 recap_status recap__cuda_enable_peer_access(int device, int peer);
 #endif
 
+/* Whether NCCL puts event record and wait nodes into the collectives a graph captures: its
+ * NCCL_GRAPH_MIXING_SUPPORT, on unless the environment sets it to 0 (NCCL reads it once, when
+ * the first communicator is made). A WHILE node's body cannot hold event nodes. False for a
+ * world of 1 and on the host backend. */
+bool recap__comm_captures_events(const recap_comm *comm);
+
 /* Whether a watchdog-bounded stretch is active is the backend's business (busy_begin/end);
  * these wrap it for the engine (no-ops on a world of 1 and on the host backend). */
 void recap__comm_busy_begin(recap_comm *comm);

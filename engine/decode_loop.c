@@ -319,6 +319,13 @@ recap_status recap_decode_loop_create_dist(recap_pipeline *p, recap_comm *comm, 
                     "the pipeline runs on %s:%d, the communicator (rank %d) on %s:%d",
                     recap_backend_name(p->device.backend), p->device.index, recap_comm_rank(comm),
                     recap_backend_name(cd.backend), cd.index);
+  if (st == RECAP_OK && recap__comm_captures_events(comm))
+    st = RECAP_FAIL(RECAP_STATUS_NOT_SUPPORTED,
+                    "NCCL_GRAPH_MIXING_SUPPORT is not 0, so NCCL's captured collectives hold "
+                    "event nodes, which a WHILE body cannot: set it to 0 before the "
+                    "communicator is made (then a graph holding collectives must end before a "
+                    "collective outside a graph starts on the communicator, as recap's "
+                    "generator does)");
   if (st == RECAP_OK) st = create_loop(p, comm, max_steps, timestamps, &loop);
   /* Every rank runs loops or none does: the lowest rank that failed, or the world. */
   const int world = recap_comm_world_size(comm);
