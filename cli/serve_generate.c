@@ -193,9 +193,12 @@ static int drive(const generate_bench_args *a, recap_generator *g, request_recor
     recap_request_status s;
     recap_status st = recap_generator_wait(g, ids[i], -1.0);
     if (st == RECAP_OK) st = recap_generator_poll(g, ids[i], NULL, 0, &s);
-    if (st == RECAP_OK && s.state != RECAP_REQUEST_FINISHED)
-      st = s.error ? s.error : RECAP_STATUS_INTERNAL;
-    if (st != RECAP_OK) {
+    if (st == RECAP_OK && s.state != RECAP_REQUEST_FINISHED) {
+      /* The engine thread logged its message; this thread's last error is not about it. */
+      fprintf(stderr, "recap %s: request %lld failed: %s (the engine's message is above)\n", CMD,
+              i, recap_status_string(s.error ? s.error : RECAP_STATUS_INTERNAL));
+      rc = CLI_EXIT_FAILURE;
+    } else if (st != RECAP_OK) {
       cli_report_failure(CMD, "a request", st);
       rc = CLI_EXIT_FAILURE;
     }
