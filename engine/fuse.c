@@ -347,8 +347,8 @@ static void decide_prologues(finder *f) {
       continue;
     }
     /* Not on CUDA: the gated unit's prologue kernels gave different bits from run to run on
-     * the H100 (gemm_prologue_test, 3 of 12 runs; docs/SERVING.md "Prologue folds"), so CUDA
-     * refuses a linear with `glu` until that is found, and the unit keeps its own launch. */
+     * the H100 (gemm_prologue_test, 3 of 12 runs; docs/SERVING.md "Prologue folds") and were
+     * removed, so CUDA refuses a linear with `glu` and the unit keeps its own launch. */
     if (ir->device == RECAP_BACKEND_CUDA) continue;
     recap__activation act;
     int gi, ui;

@@ -103,7 +103,8 @@ static const recap__env_var table[] = {
      .fallback = "0",
      .summary = "folds RMSNorms and act(gate) * up into the linears that read them",
      .details = "Off by default: measured slower on the H100 than the ops apart (docs/SERVING.md, "
-                "\"Prologue folds\"). RECAP_FUSION=0 turns it off too."},
+                "\"Prologue folds\"). act(gate) * up folds on the host backend only: CUDA "
+                "refuses a linear with `glu`. RECAP_FUSION=0 turns it off too."},
     {.name = "RECAP_GEMM_HOPPER",
      .kind = RECAP__ENV_BOOL,
      .values = BOOL_VALUES,

@@ -780,17 +780,15 @@ static recap_status gemm_run(const recap__op_call *call, void *cuda_stream, bool
   if (run && !recap__tensor_is_contiguous(&call->outputs[0]))
     return RECAP_OP_FAIL(call, "the output must be contiguous, as infer describes it");
   RECAP_NVTX_SCOPE(run ? "recap gemm" : "recap gemm prepare");
+  if (p.prologue == RECAP__GEMM_PROLOGUE_GLU)
+    return RECAP_OP_FAIL(call,
+                         "its gated-unit prologue (glu) is refused on CUDA: it has no CUDA kernel "
+                         "(the earlier ones gave different results from run to run on the H100 "
+                         "and were removed, docs/SERVING.md \"Prologue folds\"); run act(gate) * "
+                         "up as an op of its own, or on the host backend");
   recap__gemm_ctx ctx;
   RECAP_TRY(recap__gemm_ctx_open(&ctx, (cudaStream_t)cuda_stream));
   recap_status st = RECAP_OK;
-  if (p.prologue == RECAP__GEMM_PROLOGUE_GLU) {
-    st = RECAP_OP_FAIL(call,
-                       "its gated-unit prologue (glu) is refused on CUDA: its kernels gave "
-                       "different results from run to run on the H100 (docs/SERVING.md, "
-                       "\"Prologue folds\"); run act(gate) * up as an op of its own, or on the "
-                       "host backend");
-    goto done;
-  }
   if (p.prologue != RECAP__GEMM_PROLOGUE_NONE) {
     /* The skinny kernel computes the prologue as it loads x (one launch), where it would run
      * the shape anyway: fixed, not tuned, since the alternative costs a launch more. Else

@@ -27,11 +27,14 @@
  *     over K, norm_weight [K] the last input (after the residual); glu: x is [..., 2K], P(x) =
  *     glu(x[..., :K]) * x[..., K:] (the gate|up output of a fused gate_up projection, so no
  *     second input is needed and one row stride reaches both halves). P(x) is rounded to the
- *     dtype as the unfolded op's output was. The skinny kernel (M <= 16, f16/bf16) computes it
- *     as it loads x: each block scales x by norm_weight (or forms glu * up) and sums x^2 of
- *     each row itself in a fixed order, scaling its dot products in the epilogue; every other
- *     path (larger M, f32, shapes the skinny kernel does not prefer) first writes P(x) into the
- *     op's workspace (one small kernel, as the unfolded op ran) and runs the product from it.
+ *     dtype as the unfolded op's output was. The host backend computes both. On CUDA only
+ *     rms_norm runs: the skinny kernel (M <= 16, f16/bf16) computes it as it loads x (each
+ *     block scales x by norm_weight and sums x^2 of each row itself in a fixed order, scaling
+ *     its dot products in the epilogue); every other path (larger M, f32, shapes the skinny
+ *     kernel does not prefer) first writes P(x) into the op's workspace (one small kernel, as
+ *     the unfolded op ran) and runs the product from it. CUDA refuses glu: its kernels gave
+ *     different bits from run to run on the H100 and were removed (docs/SERVING.md,
+ *     "Prologue folds").
  * All tensors share one float dtype; products accumulate in f32. Each matrix (the last two
  * dims) must have a unit stride in one of its two dims (a transposed view is free); batch
  * dims may have any non-negative strides.
@@ -171,8 +174,8 @@ recap_gemm_library recap__gemm_library(void);
 
 /* ---- CUDA (choose.c, cublaslt.c and the kernels) ---- */
 
-/* The skinny kernel (skinny.cu). fits: whether the plan's shape, dtype, strides and
- * (when bound) alignments suit it. The launcher runs the plan on `cuda_stream` of `device`;
+/* The skinny kernel (skinny.cu). fits: whether the plan's shape, dtype, strides, prologue (none
+ * or rms_norm) and (when bound) alignments suit it. The launcher runs the plan on `cuda_stream` of `device`;
  * RECAP_STATUS_INVALID_ARGUMENT for a plan that does not fit, a CUDA error status when the
  * launch fails. */
 bool recap__cuda_gemm_skinny_fits(const recap__gemm_plan *p);
@@ -245,8 +248,9 @@ recap_status recap__cuda_gemm_tune_compare(const void *ref, const void *got, rec
                                            float atol_frac, unsigned long long *mismatches,
                                            void *cuda_stream);
 
-/* Writes a linear plan's prologue P(x) (gemm.h, top) into `dst`, contiguous [m, k] of its
- * dtype, on `cuda_stream`: for the paths that then run the product from it. prologue.cu. */
+/* Writes a linear plan's norm prologue P(x) (gemm.h, top) into `dst`, contiguous [m, k] of its
+ * dtype, on `cuda_stream`: for the paths that then run the product from it. The gated unit's
+ * is refused (NOT_SUPPORTED). prologue.cu. */
 recap_status recap__cuda_gemm_prologue(const recap__gemm_plan *p, void *dst, void *cuda_stream);
 
 /* In place over the contiguous [rows, cols] output of a GEMM: out[r, c] = act(out[r, c] +

@@ -244,11 +244,11 @@ static recap_status linear_infer(recap__op_call *call) {
   return RECAP_OK;
 }
 
-/* A linear with a prologue that does not run the skinny kernel computes P(x) [M, K] into its
- * workspace first (kernels/gemm/choose.c); the host reference allocates its own. */
+/* A linear with the norm's prologue that does not run the skinny kernel computes P(x) [M, K]
+ * into its workspace first (kernels/gemm/choose.c); CUDA refuses the gated unit's, and the
+ * host reference allocates its own. */
 static size_t linear_workspace_bytes(const recap__op_call *call, recap_backend_kind backend) {
-  if (backend != RECAP_BACKEND_CUDA || (!call->attrs.rms_norm && call->attrs.glu == RECAP_ACT_NONE))
-    return 0;
+  if (backend != RECAP_BACKEND_CUDA || !call->attrs.rms_norm) return 0;
   const recap_tensor *o = &call->outputs[0];
   const int64_t rows =
       o->shape[o->ndim - 1] > 0 ? recap__tensor_numel(o) / o->shape[o->ndim - 1] : 0;

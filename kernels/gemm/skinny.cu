@@ -59,15 +59,13 @@ struct skinny_args {
   int pdl; /* launched as a programmatic dependent: prefetch W into L2 before waiting */
   /* The prologue (gemm.h), a template parameter of the kernels: RMS_NORM reads x * gamma and
    * scales row b's dot products by rsqrt(ss_b / k + eps), ss_b the block's own sum of x^2 of
-   * row b; GLU reads glu(x) * x[up + ..]. */
+   * row b. The gated unit (GLU) has no variant: it gave different bits from run to run on the
+   * H100 and was removed (docs/SERVING.md, "Prologue folds"); skinny_fits refuses it. */
   const void *gamma;
   float eps;
-  recap__activation glu;
-  int64_t up;
 };
 
-constexpr int kProNone = RECAP__GEMM_PROLOGUE_NONE, kProRms = RECAP__GEMM_PROLOGUE_RMS_NORM,
-              kProGlu = RECAP__GEMM_PROLOGUE_GLU;
+constexpr int kProNone = RECAP__GEMM_PROLOGUE_NONE, kProRms = RECAP__GEMM_PROLOGUE_RMS_NORM;
 
 /* 8 elements of T in one 16-byte register group. */
 template <typename T>
@@ -77,27 +75,21 @@ union pack8 {
 };
 
 /* The prologue on the lane's 8 x elements as they enter the mma: RMS_NORM adds their squares to
- * ss (the raw x, before gamma) and returns x * gamma; GLU returns glu(gate) * up; both rounded
- * once to T, as the unfolded op's output was (the norm's rsqrt is applied after the product,
- * in f32). */
+ * ss (the raw x, before gamma) and returns x * gamma, rounded once to T, as the unfolded op's
+ * output was (the norm's rsqrt is applied after the product, in f32). */
 template <typename T, int kPro>
-__device__ __forceinline__ uint4 prologue_x(uint4 x, uint4 other, float &ss,
-                                            recap__activation act) {
+__device__ __forceinline__ uint4 prologue_x(uint4 x, uint4 gamma, float &ss) {
   if constexpr (kPro == kProNone) {
     return x;
   } else {
     pack8<T> a, b, out;
     a.raw = x;
-    b.raw = other;
+    b.raw = gamma;
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
-      const float v = recap__to_float(a.v[i]), o = recap__to_float(b.v[i]);
-      if constexpr (kPro == kProRms) {
-        ss = fmaf(v, v, ss);
-        out.v[i] = recap__from_float<T>(v * o);
-      } else {
-        out.v[i] = recap__from_float<T>(recap__gemm_activate(act, v) * o);
-      }
+      const float v = recap__to_float(a.v[i]);
+      ss = fmaf(v, v, ss);
+      out.v[i] = recap__from_float<T>(v * recap__to_float(b.v[i]));
     }
     return out.raw;
   }
@@ -207,14 +199,12 @@ __device__ __forceinline__ void mma16816<__half>(float (&d)[4], uint32_t a0, uin
 }
 
 /* One group of kSteps K steps as the lane holds it: W rows g and g + 8, x rows 8t + g, and
- * the prologue's other operand: gamma's same 8 elements (RMS_NORM, one for every row) or the up
- * half of each x row (GLU). */
+ * gamma's same 8 elements (RMS_NORM, one for every row). */
 template <int NT, int kSteps, int kPro>
 struct group_regs {
-  static constexpr int kOtherRows = kPro == kProGlu ? NT : 1;
-  static constexpr int kOtherSteps = kPro == kProNone ? 1 : kSteps;
+  static constexpr int kGammaSteps = kPro == kProRms ? kSteps : 1;
   uint4 wa[kSteps], wb[kSteps], xv[NT][kSteps];
-  uint4 other[kOtherRows][kOtherSteps];
+  uint4 gamma[kGammaSteps];
 };
 
 /* Loads the group of steps [s, s + kSteps) clipped to [0, limit) and to K; steps outside are
@@ -222,7 +212,7 @@ struct group_regs {
 template <int NT, int kSteps, int kPro, typename T>
 __device__ __forceinline__ void load_group(group_regs<NT, kSteps, kPro> &r, int s, int limit, int k,
                                            int tig, const T *w0, const T *w1,
-                                           const T *const (&xr)[NT], const T *gp, int64_t up,
+                                           const T *const (&xr)[NT], const T *gp,
                                            uint64_t policy) {
   const uint4 zero = make_uint4(0, 0, 0, 0);
   if (s + kSteps <= limit && (s + kSteps) * kStepK <= k) {
@@ -234,10 +224,7 @@ __device__ __forceinline__ void load_group(group_regs<NT, kSteps, kPro> &r, int 
       r.wb[u] = load_stream(w1 + off, policy);
 #pragma unroll
       for (int t = 0; t < NT; ++t) r.xv[t][u] = load_cached(xr[t] + off);
-      if constexpr (kPro == kProRms) r.other[0][u] = load_cached(gp + off);
-      if constexpr (kPro == kProGlu)
-#pragma unroll
-        for (int t = 0; t < NT; ++t) r.other[t][u] = load_cached(xr[t] + up + off);
+      if constexpr (kPro == kProRms) r.gamma[u] = load_cached(gp + off);
     }
   } else {
 #pragma unroll
@@ -249,26 +236,22 @@ __device__ __forceinline__ void load_group(group_regs<NT, kSteps, kPro> &r, int 
       r.wb[u] = in ? load_stream(w1 + off, policy) : zero;
 #pragma unroll
       for (int t = 0; t < NT; ++t) r.xv[t][u] = in ? load_cached(xr[t] + off) : zero;
-      if constexpr (kPro == kProRms) r.other[0][u] = in ? load_cached(gp + off) : zero;
-      if constexpr (kPro == kProGlu)
-#pragma unroll
-        for (int t = 0; t < NT; ++t) r.other[t][u] = in ? load_cached(xr[t] + up + off) : zero;
+      if constexpr (kPro == kProRms) r.gamma[u] = in ? load_cached(gp + off) : zero;
     }
   }
 }
 
 template <typename T, int NT, int kSteps, int kPro>
 __device__ __forceinline__ void mma_group(float (&acc)[NT][4],
-                                          const group_regs<NT, kSteps, kPro> &r, float (&ss)[NT],
-                                          recap__activation act) {
+                                          const group_regs<NT, kSteps, kPro> &r,
+                                          float (&ss)[NT]) {
 #pragma unroll
   for (int u = 0; u < kSteps; ++u) {
 #pragma unroll
     for (int t = 0; t < NT; ++t) {
-      const uint4 other = kPro == kProNone  ? r.xv[t][u]
-                          : kPro == kProRms ? r.other[0][u]
-                                            : r.other[kPro == kProGlu ? t : 0][u];
-      const uint4 xv = prologue_x<T, kPro>(r.xv[t][u], other, ss[t], act);
+      /* Without a prologue gamma is never read: x stands in for it. */
+      const uint4 gamma = kPro == kProRms ? r.gamma[kPro == kProRms ? u : 0] : r.xv[t][u];
+      const uint4 xv = prologue_x<T, kPro>(r.xv[t][u], gamma, ss[t]);
       /* Elements 0-3 of the lane's 8 are the first mma's k pairs, 4-7 the second's. */
       mma16816<T>(acc[t], r.wa[u].x, r.wb[u].x, r.wa[u].y, r.wb[u].y, xv.x, xv.y);
       mma16816<T>(acc[t], r.wa[u].z, r.wb[u].z, r.wa[u].w, r.wb[u].w, xv.z, xv.w);
@@ -336,18 +319,18 @@ __global__ void __launch_bounds__(kMaxWarps * 32) skinny_kernel(const skinny_arg
 
   if (kPipe) {
     group_regs<NT, kSteps, kPro> ra, rb;
-    load_group(ra, first, steps, a.k, tig, w0, w1, xr, gp, a.up, policy);
+    load_group(ra, first, steps, a.k, tig, w0, w1, xr, gp, policy);
     for (int s = first; s < steps; s += 2 * stride) {
-      load_group(rb, s + stride, steps, a.k, tig, w0, w1, xr, gp, a.up, policy);
-      mma_group<T>(acc, ra, ss, a.glu);
-      load_group(ra, s + 2 * stride, steps, a.k, tig, w0, w1, xr, gp, a.up, policy);
-      mma_group<T>(acc, rb, ss, a.glu);
+      load_group(rb, s + stride, steps, a.k, tig, w0, w1, xr, gp, policy);
+      mma_group<T>(acc, ra, ss);
+      load_group(ra, s + 2 * stride, steps, a.k, tig, w0, w1, xr, gp, policy);
+      mma_group<T>(acc, rb, ss);
     }
   } else {
     for (int s = first; s < steps; s += stride) {
       group_regs<NT, kSteps, kPro> r;
-      load_group(r, s, steps, a.k, tig, w0, w1, xr, gp, a.up, policy);
-      mma_group<T>(acc, r, ss, a.glu);
+      load_group(r, s, steps, a.k, tig, w0, w1, xr, gp, policy);
+      mma_group<T>(acc, r, ss);
     }
   }
   if constexpr (kPro == kProRms) store_row_squares<NT>(ssw, ss, warp, g, tig);
@@ -505,8 +488,7 @@ __global__ void __launch_bounds__((kMaxWarps + 1) * 32) bulk_kernel(const skinny
   if (warp == warps) {
     /* Producer: stage c % S takes columns [c KC, c KC + KC) once its previous use is released. */
     const uint64_t w_policy = evict_first_policy();
-    /* GLU reads x's halves from global memory (L1/L2: every block reads the same rows). */
-    const int copies = rows + (kPro == kProGlu ? 0 : a.m);
+    const int copies = rows + a.m;
     for (int c = 0; c < chunks; ++c) {
       const int s = c % S;
       if (c >= S) recap__mbar_wait(recap__smem_addr(&empty[s]), (uint32_t)((c / S - 1) & 1));
@@ -530,12 +512,8 @@ __global__ void __launch_bounds__((kMaxWarps + 1) * 32) bulk_kernel(const skinny
     /* Consumers: warp takes the steps warp, warp + warps, ... of every stage. */
     const uint4 zero = make_uint4(0, 0, 0, 0);
     float ss[NT];
-    const T *xg[NT];
 #pragma unroll
-    for (int t = 0; t < NT; ++t) {
-      ss[t] = 0.0f;
-      xg[t] = x + (8 * t + g < a.m ? (8 * t + g) * a.ldx : 0) + 8 * tig;
-    }
+    for (int t = 0; t < NT; ++t) ss[t] = 0.0f;
     const T *gp = kPro == kProRms ? static_cast<const T *>(a.gamma) + 8 * tig : nullptr;
     for (int c = 0; c < chunks; ++c) {
       const int s = c % S;
@@ -558,14 +536,8 @@ __global__ void __launch_bounds__((kMaxWarps + 1) * 32) bulk_kernel(const skinny
         if constexpr (kPro == kProRms) gv = in ? load_cached(gp + off) : zero;
 #pragma unroll
         for (int t = 0; t < NT; ++t) {
-          if constexpr (kPro == kProGlu) {
-            const uint4 gate = in ? load_cached(xg[t] + off) : zero;
-            const uint4 up = in ? load_cached(xg[t] + a.up + off) : zero;
-            xv[t] = prologue_x<T, kPro>(gate, up, ss[t], a.glu);
-          } else {
-            xv[t] = in ? lds128(at + (uint32_t)((kBlockRows + 8 * t) * kRowBytes)) : zero;
-            xv[t] = prologue_x<T, kPro>(xv[t], gv, ss[t], a.glu);
-          }
+          xv[t] = in ? lds128(at + (uint32_t)((kBlockRows + 8 * t) * kRowBytes)) : zero;
+          xv[t] = prologue_x<T, kPro>(xv[t], gv, ss[t]);
         }
 #pragma unroll
         for (int r = 0; r < RT; ++r)
@@ -718,18 +690,18 @@ recap_status launch(const skinny_args &args, int device, int warps, int pipe, bo
   }
   if (pipe >= kBulkFirst)
     return launch_bulk_index<T, kPro>(pipe - kBulkFirst, args, device, warps, config);
-  /* A prologue holds more per step (GLU the up half's loads, RMS_NORM gamma's and the
-   * conversions): half the steps per group where that keeps the kernel within 128 registers
-   * without spilling (ptxas -v, sm_90: GLU at both tile counts, RMS_NORM at one 8-row tile). */
-  constexpr int kDiv1 = kPro == kProNone ? 1 : 2, kDiv2 = kPro == kProGlu ? 2 : 1;
+  /* The norm's prologue holds more per step (gamma's loads and the conversions): half the steps
+   * per group at one 8-row tile, where that keeps the kernel within 128 registers without
+   * spilling (ptxas -v, sm_90); two tiles keep their steps. */
+  constexpr int kDiv = kPro == kProNone ? 1 : 2;
   if (args.m <= 8)
     RECAP_CUDA_TRY(
-        pipe == 1 ? cudaLaunchKernelEx(&config, skinny_kernel<T, 1, 4 / kDiv1, true, kPro>, args)
-                  : cudaLaunchKernelEx(&config, skinny_kernel<T, 1, 8 / kDiv1, false, kPro>, args));
+        pipe == 1 ? cudaLaunchKernelEx(&config, skinny_kernel<T, 1, 4 / kDiv, true, kPro>, args)
+                  : cudaLaunchKernelEx(&config, skinny_kernel<T, 1, 8 / kDiv, false, kPro>, args));
   else
     RECAP_CUDA_TRY(
-        pipe == 1 ? cudaLaunchKernelEx(&config, skinny_kernel<T, 2, 2 / kDiv2, true, kPro>, args)
-                  : cudaLaunchKernelEx(&config, skinny_kernel<T, 2, 4 / kDiv2, false, kPro>, args));
+        pipe == 1 ? cudaLaunchKernelEx(&config, skinny_kernel<T, 2, 2, true, kPro>, args)
+                  : cudaLaunchKernelEx(&config, skinny_kernel<T, 2, 4, false, kPro>, args));
   RECAP_CUDA_TRY(cudaGetLastError());
   return RECAP_OK;
 }
@@ -750,7 +722,7 @@ extern "C" bool recap__cuda_gemm_skinny_fits(const recap__gemm_plan *p) {
          !p->c && (p->a_cs == 1) && (p->m == 1 || p->a_rs % 8 == 0) && p->b_rs == 1 &&
          (p->n == 1 || p->b_cs % 8 == 0) && (!p->a || aligned16(p->a)) &&
          (!p->b || aligned16(p->b)) && (!p->norm_weight || aligned16(p->norm_weight)) &&
-         (p->prologue != RECAP__GEMM_PROLOGUE_GLU || p->up_offset % 8 == 0);
+         p->prologue != RECAP__GEMM_PROLOGUE_GLU;
 }
 
 extern "C" recap_status recap__cuda_gemm_skinny_default(const recap__gemm_plan *p, int device,
@@ -826,7 +798,7 @@ extern "C" recap_status recap__cuda_gemm_skinny_config(const recap__gemm_plan *p
     return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
                       "skinny gemm: the plan does not fit the kernel (m <= 16, f16/bf16, x rows "
                       "and W [N, K] rows 16-byte aligned with unit stride along K, K %% 8 == 0, "
-                      "no batch, no c)");
+                      "no batch, no c, no gated-unit prologue)");
   if (warps < 1 || warps > kMaxWarps || (warps & (warps - 1)) != 0 || pipe < 0 ||
       pipe >= kBulkFirst + kBulkCount)
     return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
@@ -852,22 +824,15 @@ extern "C" recap_status recap__cuda_gemm_skinny_config(const recap__gemm_plan *p
   args.act = p->act;
   args.gamma = p->norm_weight;
   args.eps = p->eps;
-  args.glu = p->glu;
-  args.up = p->up_offset;
   const bool pdl = f.major >= 9 && recap__gemm_env_get()->skinny_pdl;
   args.pdl = pdl;
   cudaStream_t stream = static_cast<cudaStream_t>(cuda_stream);
   return recap__cuda_dispatch_float(p->dtype, "skinny gemm", [&](auto tag) -> recap_status {
     using T = decltype(tag);
     if constexpr (sizeof(T) == 2) {
-      switch (p->prologue) {
-        case RECAP__GEMM_PROLOGUE_RMS_NORM:
-          return launch<T, kProRms>(args, device, warps, pipe, pdl, stream);
-        case RECAP__GEMM_PROLOGUE_GLU:
-          return launch<T, kProGlu>(args, device, warps, pipe, pdl, stream);
-        default:
-          return launch<T, kProNone>(args, device, warps, pipe, pdl, stream);
-      }
+      return p->prologue == RECAP__GEMM_PROLOGUE_RMS_NORM
+                 ? launch<T, kProRms>(args, device, warps, pipe, pdl, stream)
+                 : launch<T, kProNone>(args, device, warps, pipe, pdl, stream);
     }
     return RECAP_FAIL(RECAP_STATUS_NOT_SUPPORTED, "skinny gemm: f32 is not supported");
   });

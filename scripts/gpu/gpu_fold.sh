@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Runs on the GPU machine from the staged bundle (bash stage/run.sh gpu_fold.sh): the norm and
-# SwiGLU folds into the decode GEMVs (engine/fuse.h, "Prologues").
+# Runs on the GPU machine from the staged bundle (bash stage/run.sh gpu_fold.sh): the norm
+# folds into the decode GEMVs (engine/fuse.h, "Prologues"; on CUDA SwiGLU stays apart, its
+# prologue kernels were removed: docs/SERVING.md "Prologue folds").
 #  1. The CUDA suites that check them: gemm_prologue_test (the folded linear on every path
-#     against the host reference, M 1, 3, 16, 17, 64, f32/f16/bf16) and pipeline_fusion_test.
+#     against the host reference, M 1, 3, 16, 17, 64, f32/f16/bf16; the gated unit's refusal)
+#     and pipeline_fusion_test.
 #  2. `recap bench-decode` at the Llama 3.2 1B shape (batch 1 and 8) and the Qwen2 0.5B shape
 #     (batch 1), with the folds and with RECAP_FUSION=0, alternated twice: step time, bandwidth
 #     fraction and kernels per step of each.

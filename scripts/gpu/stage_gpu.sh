@@ -63,7 +63,7 @@ cp -L "$bin/bench/bench_sample" stage/bin/bench_sample
 cp bench/peer/sample_bench.sh bench/peer/peer_torch_sample.py stage/tools/
 # The serving benchmarks (docs/SERVING.md): bash stage/run.sh gpu_serving.sh.
 cp scripts/gpu/gpu_serving.sh stage/gpu_serving.sh
-# The norm and SwiGLU folds into the decode GEMVs (engine/fuse.h): bash stage/run.sh
+# The norm folds into the decode GEMVs (engine/fuse.h): bash stage/run.sh
 # gpu_fold.sh (their CUDA tests, then bench-decode with and without RECAP_FUSION=0).
 cp scripts/gpu/gpu_fold.sh stage/gpu_fold.sh
 # The decode loop (docs/SERVING.md, "The decode loop"): bash stage/run.sh gpu_decode_loop.sh.
