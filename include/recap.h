@@ -1615,7 +1615,10 @@ RECAP_API recap_status recap_decode_loop_create(recap_pipeline *decode, int64_t 
  * every rank samples the same gathered logits (recap import-hf --tp). Each rank polls its own
  * loop to the end. A launch is a watchdog-bounded stretch of the communicator: when a peer
  * dies, poll returns the communicator's error within its timeout and hands out no entry that
- * may have been computed after the failure. */
+ * may have been computed after the failure. NOT_SUPPORTED on every rank unless
+ * NCCL_GRAPH_MIXING_SUPPORT=0 was set before the communicator was made: NCCL's graph mixing
+ * puts event nodes into captured collectives, which a WHILE body cannot hold (docs/SERVING.md,
+ * "Across ranks", says what mixing off asks of the rest of the program). */
 RECAP_API recap_status recap_decode_loop_create_dist(recap_pipeline *decode, recap_comm *comm,
                                                      int64_t max_steps, int timestamps,
                                                      recap_decode_loop **out);
