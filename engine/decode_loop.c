@@ -426,7 +426,7 @@ static recap_status peer_failure(recap_decode_loop *loop, recap_status symptom) 
   recap_status cause = recap_comm_check(loop->comm);
   if (cause != RECAP_OK) {
     free(seen);
-    return recap__error_context(cause, "decode loop across ranks: ");
+    return recap__error_context(cause, "across ranks: ");
   }
   if (seen) recap__fail_plain(symptom, "%s", seen);
   free(seen);
