@@ -13,26 +13,12 @@
 # Prints a table and one summary line; logs go to $OUT/multi_logs.tgz. Under 5 minutes.
 #   run(command="bash stage/run.sh gpu_run_multi.sh", carry=["stage"], kind="nvidia-h200-x2")
 set -uo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
-out=${OUT:-/tmp/recap_gpu_out}
-logs=/tmp/recap_multi_logs
-rm -rf "$logs"
-mkdir -p "$out" "$logs"
-export LD_LIBRARY_PATH="/usr/local/cuda/lib64:/usr/lib/x86_64-linux-gnu:$here/bin:${LD_LIBRARY_PATH:-}"
-# NVLink multicast stays off on shared hosts (recap refuses any other value).
-export NCCL_NVLS_ENABLE=0
-recap=$here/bin/recap
+. "$(cd "$(dirname "$0")" && pwd)/gpu_multi_lib.sh" /tmp/recap_multi_logs
+logs=$work
 nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader 2>&1 | head -4
 gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
 echo "GPUs: $gpus"
 
-rows=()
-failed=0
-row() { # NAME OK DETAIL
-  local v=PASS
-  [ "$2" = 1 ] || { v=FAIL; failed=$((failed + 1)); }
-  rows+=("$(printf '%-22s %s  %s' "$1" "$v" "$3")")
-}
 json() { python3 -c 'import json, sys; d = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1]); print(eval(sys.argv[2]))' "$1" "$2" 2>/dev/null; }
 
 # 1-2. The test binaries.

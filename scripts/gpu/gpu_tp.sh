@@ -41,26 +41,9 @@
 set -uo pipefail
 full=1
 [ "${1:-}" = --bench-only ] && full=0
-here=$(cd "$(dirname "$0")" && pwd)
-out=${OUT:-/tmp/recap_gpu_out}
-work=/tmp/recap_tp
-rm -rf "$work"
-mkdir -p "$out" "$work"
-export LD_LIBRARY_PATH="/usr/local/cuda/lib64:/usr/lib/x86_64-linux-gnu:$here/bin:${LD_LIBRARY_PATH:-}"
-# NVLink multicast stays off on shared hosts (recap refuses any other value).
-export NCCL_NVLS_ENABLE=0
-recap=$here/bin/recap
-start=$(date +%s)
+. "$(cd "$(dirname "$0")" && pwd)/gpu_multi_lib.sh" /tmp/recap_tp
 nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader 2>&1 | head -4
-gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
 
-rows=()
-failed=0
-row() { # NAME OK DETAIL
-  local v=PASS
-  [ "$2" = 1 ] || { v=FAIL; failed=$((failed + 1)); }
-  rows+=("$(printf '%-26s %s  %s' "$1" "$v" "$3")")
-}
 # The generated ids of rank RANK in a launch log ("rank R of N: generated: ...").
 tokens_of() { grep -m1 "^rank $2 of [0-9]*: generated:" "$1" | sed 's/.*generated: //'; }
 median_of() { grep -m1 "^rank 0 of [0-9]*: prefill" "$1" | sed 's/.*median \([0-9.]*\) ms.*/\1/'; }
@@ -151,14 +134,7 @@ fi
 # 4. Benchmark: the Llama-3-8B shape, random weights, bf16, serving layout, batch 1 (buckets
 # 1 and 8: bench-decode times both; generate runs bucket 1).
 b=$work/llama8b
-mkdir -p "$b"
-cat >"$b/config.json" <<'EOF'
-{"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
- "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
- "intermediate_size": 14336, "vocab_size": 128256, "max_position_embeddings": 8192,
- "rms_norm_eps": 1e-05, "rope_theta": 500000.0, "tie_word_embeddings": false,
- "hidden_act": "silu", "torch_dtype": "bfloat16"}
-EOF
+llama_config "$b" 4096 32 32 8 14336 false
 bench_prompt=$(seq -s, 1 16)
 "$recap" import-hf "$b" -o "$b/tp1.yaml" --random-weights --paged --max-seq 2048 --prefill 16 --batch 1,8 >"$b/import.log" 2>&1
 "$recap" import-hf "$b" -o "$b/tp2.rank{rank}.yaml" --random-weights --paged --max-seq 2048 --prefill 16 --batch 1,8 --tp 2 >>"$b/import.log" 2>&1
@@ -326,26 +302,14 @@ if [ "$full" = 1 ]; then
 t0=$(date +%s)
 timeout 150 "$recap" launch --gpus 2 --timeout 10 --grace 20 -- generate "$b/tp2.rank{rank}.yaml" \
   --prompt-ids "$bench_prompt" --max-new 2000 >"$work/kill.log" 2>&1 &
-lpid=$!
-for _ in $(seq 1 120); do
-  grep -q "^rank 1 of 2: prompt done" "$work/kill.log" && break
-  kill -0 $lpid 2>/dev/null || break # the launch ended already: reported below
-  sleep 0.5
-done
-sleep 1
-victim=$(pgrep -f -- "--rank 1 --init" | head -1)
-[ -n "$victim" ] && kill -9 "$victim"
-killed_at=$(date +%s)
-wait $lpid
-code=$?
-t1=$(date +%s)
+kill_rank1_after "^rank 1 of 2: prompt done" "$work/kill.log" $!
 ok=0
 [ -n "$victim" ] && [ "$code" = 1 ] && grep -q "rank 1: killed by signal 9" "$work/kill.log" &&
   grep -q "rank 0: exit 1" "$work/kill.log" && grep -q "(rank 0): request in flight" "$work/kill.log" &&
-  [ $((t1 - killed_at)) -lt 30 ] && ok=1
+  [ $((ended_at - killed_at)) -lt 30 ] && ok=1
 [ "$ok" = 1 ] || tail -12 "$work/kill.log"
 why=$(grep -m1 "(rank 0): a decode step" "$work/kill.log" | cut -c1-150)
-row "rank killed mid-decode" "$ok" "launch exit $code, rank 0 failed $((t1 - killed_at)) s after the kill: ${why:-no message}"
+row "rank killed mid-decode" "$ok" "launch exit $code, rank 0 failed $((ended_at - killed_at)) s after the kill: ${why:-no message}"
 grep -m1 "(rank 0): request in flight" "$work/kill.log"
 fi
 

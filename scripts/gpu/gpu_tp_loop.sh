@@ -23,27 +23,10 @@
 #          within its timeout, naming the cause
 # Prints PASS/FAIL per check, the numbers, and a summary line. Logs: $OUT/tp_loop_logs.tgz.
 set -uo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
-out=${OUT:-/tmp/recap_gpu_out}
-work=/tmp/recap_tp_loop
-rm -rf "$work"
-mkdir -p "$out" "$work"
-export LD_LIBRARY_PATH="/usr/local/cuda/lib64:/usr/lib/x86_64-linux-gnu:$here/bin:${LD_LIBRARY_PATH:-}"
-# NVLink multicast stays off on shared hosts (recap refuses any other value).
-export NCCL_NVLS_ENABLE=0
+. "$(cd "$(dirname "$0")" && pwd)/gpu_multi_lib.sh" /tmp/recap_tp_loop
 # NCCL's graph mixing puts event nodes into captured collectives, which a WHILE body cannot hold:
 # loops across ranks need it off (the first check also runs once with it on: steps, not loops).
 export NCCL_GRAPH_MIXING_SUPPORT=0
-recap=$here/bin/recap
-start=$(date +%s)
-gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
-rows=()
-failed=0
-row() { # NAME OK DETAIL
-  local v=PASS
-  [ "$2" = 1 ] || { v=FAIL; failed=$((failed + 1)); }
-  rows+=("$(printf '%-28s %s  %s' "$1" "$v" "$3")")
-}
 # Per-request token files of serve-bench --tokens-out: "equal/all" when every line matches.
 same_tokens() {
   python3 - "$1" "$2" <<'PY' 2>/dev/null
@@ -105,14 +88,7 @@ check_small() { # TP 1 == TP 2 with loops == TP 2 without == TP 2 with graph mix
 m=$work/llama1b
 import_1b() {
   [ -f "$m/tp2.rank1.yaml" ] && return
-  mkdir -p "$m"
-  cat >"$m/config.json" <<'JSON'
-{"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 2048,
- "num_hidden_layers": 16, "num_attention_heads": 32, "num_key_value_heads": 8,
- "intermediate_size": 8192, "vocab_size": 128256, "max_position_embeddings": 8192,
- "rms_norm_eps": 1e-05, "rope_theta": 500000.0, "tie_word_embeddings": true,
- "hidden_act": "silu", "torch_dtype": "bfloat16"}
-JSON
+  llama_config "$m" 2048 16 32 8 8192 true
   "$recap" import-hf "$m" -o "$m/tp1.yaml" --random-weights --paged --max-seq 4096 --prefill 64,256 \
     --batch 1,2,4,8,16,32 >"$m/import.log" 2>&1
   "$recap" import-hf "$m" -o "$m/tp2.rank{rank}.yaml" --random-weights --paged --max-seq 4096 \
@@ -175,14 +151,7 @@ check_tpot() { # Batch 1 TPOT at the 1B shape.
 
 check_8b() { # Batch 1 TPOT at the 8B shape, loops at both TPs.
   local b=$work/llama8b
-  mkdir -p "$b"
-  cat >"$b/config.json" <<'JSON'
-{"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
- "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
- "intermediate_size": 14336, "vocab_size": 128256, "max_position_embeddings": 8192,
- "rms_norm_eps": 1e-05, "rope_theta": 500000.0, "tie_word_embeddings": false,
- "hidden_act": "silu", "torch_dtype": "bfloat16"}
-JSON
+  llama_config "$b" 4096 32 32 8 14336 false
   "$recap" import-hf "$b" -o "$b/tp1.yaml" --random-weights --paged --max-seq 2048 --prefill 64 \
     --batch 1,8 >"$b/import.log" 2>&1
   "$recap" import-hf "$b" -o "$b/tp2.rank{rank}.yaml" --random-weights --paged --max-seq 2048 \
@@ -207,25 +176,13 @@ check_kill() { # Rank 1 killed while rank 0 serves long requests in loops.
   local long=(--generate --requests 4 --prompt-len 16,16 --output-len 4000,4000 --max-running 4 --kv-fraction 0.2 --seed 9)
   timeout 150 "$recap" launch --gpus 2 --timeout 10 --grace 20 -- serve-bench "$m/tp2.rank{rank}.yaml" \
     "${long[@]}" >"$work/kill.log" 2>&1 &
-  local lpid=$!
-  for _ in $(seq 1 240); do
-    grep -q "every bucket captured" "$work/kill.log" && break
-    kill -0 $lpid 2>/dev/null || break
-    sleep 0.5
-  done
-  sleep 1
-  local victim killed_at code t1 why ok=0
-  victim=$(pgrep -f -- "--rank 1 --init" | head -1)
-  [ -n "$victim" ] && kill -9 "$victim"
-  killed_at=$(date +%s)
-  wait $lpid
-  code=$?
-  t1=$(date +%s)
+  kill_rank1_after "every bucket captured" "$work/kill.log" $!
+  local why ok=0
   [ -n "$victim" ] && [ "$code" != 0 ] && grep -q "rank 1: killed by signal 9" "$work/kill.log" &&
-    grep -q "rank 0: exit [1-9]" "$work/kill.log" && [ $((t1 - killed_at)) -lt 40 ] && ok=1
+    grep -q "rank 0: exit [1-9]" "$work/kill.log" && [ $((ended_at - killed_at)) -lt 40 ] && ok=1
   [ "$ok" = 1 ] || tail -12 "$work/kill.log"
   why=$(grep -m1 "the engine stopped" "$work/kill.log" | cut -c1-220)
-  row "rank killed mid-loop" "$ok" "launch exit $code, rank 0 failed $((t1 - killed_at)) s after the kill: ${why:-no message}"
+  row "rank killed mid-loop" "$ok" "launch exit $code, rank 0 failed $((ended_at - killed_at)) s after the kill: ${why:-no message}"
 }
 
 for c in "${checks[@]}"; do "check_$c"; done
