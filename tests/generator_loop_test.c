@@ -7,7 +7,8 @@
  * (itself checked against transformers and eager runs in generator_test.c): the same requests
  * give the same tokens and finish reasons with loops, greedy and seeded sampling, stop ids,
  * max tokens, the maximum sequence, and a pool so small that loops are cut short by blocks and
- * sequences are preempted. Counts show the loops ran (and, with the switch at 0, did not).
+ * sequences are preempted, also on a communicator of one rank (the loops' path across ranks).
+ * Counts show the loops ran (and, with the switch at 0, did not).
  * Then the loop API itself: its refusals, timestamps, and the ring's order.
  */
 #ifndef _GNU_SOURCE
@@ -33,6 +34,10 @@ static const int64_t PREFILL_BUCKETS[] = {16, 32};
 
 /* One KV block of the model imported last: a CUDA pool is sized in bytes, to POOL blocks. */
 static uint64_t g_block_bytes;
+/* The communicator generators are made on (NULL: none): a world of 1 takes the loops' path
+ * across ranks (recap_decode_loop_create_dist: rank 0's return request goes through the
+ * device before the control kernel reads it), whose broadcasts are copies here. */
+static recap_comm *g_comm;
 
 static void import_serving(const char *model, char *spec, size_t size) {
   g_block_bytes = import_paged_fixture(
@@ -51,6 +56,7 @@ static recap_generator *generator_with_loop(const char *spec, const char *loop_e
       .override_device = 1,
       .device = test_device,
       .quiet = 1,
+      .comm = g_comm,
   };
   if (test_device.backend == RECAP_BACKEND_CUDA) o.kv_bytes = POOL * g_block_bytes;
   recap_generator *g = NULL;
@@ -139,7 +145,7 @@ static void expect_same_results(const job *a, const job *b, int n) {
   }
 }
 
-static void test_loop_gives_the_tokens_of_one_launch_per_step(void) {
+static void loops_give_the_tokens_of_one_launch_per_step(void) {
   make_dir();
   char spec[512];
   import_serving("qwen3", spec, sizeof spec);
@@ -189,6 +195,20 @@ static void test_loop_gives_the_tokens_of_one_launch_per_step(void) {
   free(looped);
   free(stepped);
   remove_dir();
+}
+
+static void test_loop_gives_the_tokens_of_one_launch_per_step(void) {
+  loops_give_the_tokens_of_one_launch_per_step();
+}
+
+/* The same on a communicator of one rank: the engine's return requests (submits arriving
+ * while loops run) reach the control kernel through the broadcast flag. */
+static void test_loop_on_a_world_of_one_gives_the_tokens_of_steps(void) {
+  CHECK_OK(recap_comm_init_rank(test_device, 1, 0, NULL, 30, &g_comm));
+  CU_ASSERT_PTR_NOT_NULL_FATAL(g_comm);
+  loops_give_the_tokens_of_one_launch_per_step();
+  CHECK_OK(recap_comm_destroy(g_comm));
+  g_comm = NULL;
 }
 
 /* One request alone: K = 8 steps per launch, the decode steps split 8 + 8 + 3. */
@@ -581,6 +601,8 @@ int main(void) {
   static const test_case tests[] = {
       {"loop_gives_the_tokens_of_one_launch_per_step",
        test_loop_gives_the_tokens_of_one_launch_per_step, false},
+      {"loop_on_a_world_of_one_gives_the_tokens_of_steps",
+       test_loop_on_a_world_of_one_gives_the_tokens_of_steps, false},
       {"loop_runs_k_steps_per_launch", test_loop_runs_k_steps_per_launch, true},
       {"loop_of_a_batch_gives_the_tokens_of_steps", test_loop_of_a_batch_gives_the_tokens_of_steps,
        true},
