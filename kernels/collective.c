@@ -164,8 +164,9 @@ static recap_status collective_run_host(const recap__op_call *call) {
   }
   if ((world_attr > 1) || c.root != 0)
     return RECAP_OP_FAIL(call,
-                         "the host backend is a world of 1 (this op was planned for %s %d); run "
-                         "on CUDA devices with --world",
+                         "the host backend is a world of 1 (this op was planned for %s %d): run "
+                         "each rank's spec on a GPU of its own (recap launch --gpus N -- "
+                         "COMMAND SPEC.rank{rank}.yaml, docs/MULTI_GPU.md)",
                          world_attr > 1 ? "a world of" : "root",
                          world_attr > 1 ? world_attr : c.root);
   size_t bytes =

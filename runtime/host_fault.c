@@ -27,16 +27,19 @@ static char fault_message[1024];
 recap_status recap__host_check_fault(void) {
   if (!atomic_load_explicit(&faulted, memory_order_acquire)) return RECAP_OK;
   return recap__fail_plain(RECAP_STATUS_DEVICE_ERROR,
-                           "a host kernel failed earlier: %s; the host device is unusable, as a "
-                           "CUDA context is after a fault",
+                           "a host kernel failed earlier: %s (the host device refuses all later "
+                           "work, as a CUDA device does after a kernel fault: start a new "
+                           "process)",
                            fault_message);
 }
 
-static recap_status raise_fault(recap__host_fn fn, recap_status status) {
+static recap_status raise_fault(recap_status status) {
   pthread_mutex_lock(&fault_lock);
   if (!atomic_load_explicit(&faulted, memory_order_relaxed)) {
-    snprintf(fault_message, sizeof fault_message, "host function 0x%jx returned %s: %s",
-             (uintmax_t)(uintptr_t)fn, recap_status_name(status), recap_last_error());
+    /* The failing op's own message names it (a function's address would tell a user
+     * nothing). */
+    snprintf(fault_message, sizeof fault_message, "%s: %s", recap_status_name(status),
+             recap_last_error());
     atomic_store_explicit(&faulted, true, memory_order_release);
   }
   pthread_mutex_unlock(&fault_lock);
@@ -65,5 +68,5 @@ recap_status recap__host_run_fn(recap__host_fn fn, const void *args, size_t args
   }
   recap_status st = fn(copy);
   if (copy != local.bytes) free(copy);
-  return st == RECAP_OK ? RECAP_OK : raise_fault(fn, st);
+  return st == RECAP_OK ? RECAP_OK : raise_fault(st);
 }
