@@ -244,17 +244,18 @@ static recap_status complete_iteration(recap_generator *g, const recap__step *st
 
 /* Ends the launch and waits for it, so the runner is free again; what it still produces is
  * dropped (the steps after the last completed iteration run again, with the same tokens: the
- * KV positions they wrote are written again, and sampling is keyed by the output index). */
-static void drain_loop(recap_generator *g) {
+ * KV positions they wrote are written again, and sampling is keyed by the output index). A
+ * failure of the launch (a fault, a dead peer) is returned: poll has ended the launch then. */
+static recap_status drain_loop(recap_generator *g) {
   int finished = 0;
   recap__runner_loop_return(g->runner);
   while (!finished) {
     size_t got;
-    if (recap__runner_loop_poll(g->runner, g->loop_entries, g->loop_capacity, &got, &finished) !=
-        RECAP_OK)
-      return;
+    RECAP_TRY(
+        recap__runner_loop_poll(g->runner, g->loop_entries, g->loop_capacity, &got, &finished));
     if (!finished) recap__runner_loop_wait(g->runner, LOOP_WAIT_NS);
   }
+  return RECAP_OK;
 }
 
 /* (c) to (e) for a step run as a decode loop: `first` is its first iteration's plan, every
@@ -317,7 +318,10 @@ static recap_status run_loop(recap_generator *g, const recap__step *first,
       st = recap__runner_loop_wait(g->runner, LOOP_WAIT_NS);
     }
   }
-  if (!finished) drain_loop(g);
+  if (!finished) {
+    recap_status drained = drain_loop(g);
+    if (st == RECAP_OK) st = drained;
+  }
   return st;
 }
 
