@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "cli/nccl_env.h"
 #include "cli/tensors.h"
 
 #define MAX_RANKS 64 /* a macro: the help texts state it */
@@ -63,7 +64,10 @@ const cli_option cli_run_dist_options[] = {
              "env://: N, R and the address from the environment, as torchrun sets it:\n"
              "WORLD_SIZE, RANK, LOCAL_RANK (the GPU), MASTER_ADDR, MASTER_PORT\n"
              "(RECAP_MASTER_PORT instead under torchrun, whose store holds MASTER_PORT);\n"
-             "--world and --rank may then be left out (given, they must agree)"},
+             "--world and --rank may then be left out (given, they must agree).\n"
+             "NCCL_GRAPH_MIXING_SUPPORT is 0 unless the environment sets it (a user's\n"
+             "value stays), here and in generate, bench-decode and serve-bench --world:\n"
+             "decode loops across ranks need it"},
     {.flag = "--timeout",
      .value = "S",
      .kind = CLI_VALUE_TEXT,
@@ -204,6 +208,8 @@ int cli_run_dist_main(int argc, char **argv) {
   const recap__spec *spec = model->spec;
   recap_pipeline_options opts = {
       .struct_size = sizeof opts, .override_device = 1, .device = model->device};
+  /* Before the communicator: NCCL reads its environment when it makes the first one. */
+  cli_nccl_env_defaults();
   if ((st = recap_comm_init_rank(opts.device, (int)a.world, (int)a.rank, a.init, a.timeout_s,
                                  &comm)) != RECAP_OK) {
     cli_report_failure(who, "joining the communicator", st);
@@ -357,7 +363,9 @@ const cli_help cli_launch_help = {
         "run flags with --world: --mode, --device, --iters, --warmup, --dim, --seed, --json -\n"
         "(each rank's JSON on its stdout, its text on stderr), --base-dir (inputs come from\n"
         "rank 0; seed: --seed, else the spec's seed:, else 1234). --dim of the bucketed dim\n"
-        "above its largest bucket replaces the buckets with that size.",
+        "above its largest bucket replaces the buckets with that size.\n"
+        "Each rank runs with NCCL_GRAPH_MIXING_SUPPORT=0 unless the environment sets it (a\n"
+        "user's value, 1 included, is kept): decode loops across ranks need it.",
     .groups = {{.options = launch_options}},
 };
 

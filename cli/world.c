@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "cli/nccl_env.h"
 #include "runtime/error.h"
 
 enum { MAX_RANKS = 64 };
@@ -76,6 +77,8 @@ bool cli_world_join(const char *cmd, cli_world *w, recap_device *device) {
   if (device->backend == RECAP_BACKEND_CUDA &&
       recap_device_count(RECAP_BACKEND_CUDA, &count) == RECAP_OK && count > 0)
     device->index = (int)(w->rank % count);
+  /* Before the communicator: NCCL reads its environment when it makes the first one. */
+  cli_nccl_env_defaults();
   recap_status st =
       recap_comm_init_rank(*device, (int)w->world, (int)w->rank, w->init, w->timeout_s, &w->comm);
   if (st != RECAP_OK) {

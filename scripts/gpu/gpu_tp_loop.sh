@@ -25,8 +25,10 @@
 set -uo pipefail
 . "$(cd "$(dirname "$0")" && pwd)/gpu_multi_lib.sh" /tmp/recap_tp_loop
 # NCCL's graph mixing puts event nodes into captured collectives, which a WHILE body cannot hold:
-# loops across ranks need it off (the first check also runs once with it on: steps, not loops).
-export NCCL_GRAPH_MIXING_SUPPORT=0
+# loops across ranks need it off. The recap command line sets NCCL_GRAPH_MIXING_SUPPORT=0 itself
+# when the environment lacks it (cli/nccl_env.h), so it is unset here: every check exercises that
+# default, and the first also runs once with a user's 1 (kept: steps, not loops).
+unset NCCL_GRAPH_MIXING_SUPPORT
 # Per-request token files of serve-bench --tokens-out: "equal/all" when every line matches.
 same_tokens() {
   python3 - "$1" "$2" <<'PY' 2>/dev/null
