@@ -98,10 +98,10 @@ const cli_help cli_import_hf_help = {
         "type or sliding window, or a missing or misshaped tensor, is an error naming it.",
     .epilog = "Prints the weights' and the KV cache's sizes. docs/MODELS.md has the details.",
     .exit_status =
-        "0 when the spec was written, 1 on an error, 2 on a usage error: a flag's\n"
-        "value that is malformed or contradicts another flag or the default it\n"
-        "leaves (--prefill above --max-seq, --kv-blocks below one sequence), or\n"
-        "a flag without the one it goes with (--kv-blocks without --paged).",
+        "0 when the spec was written, 1 on an error, 2 on a usage error: a flag's value\n"
+        "that is malformed or contradicts another flag or the default it leaves (--prefill\n"
+        "above --max-seq, --kv-blocks below one sequence), or a flag without the one it\n"
+        "goes with (--kv-blocks without --paged).",
     .operand = CLI_VALUE_DIR,
     .groups = {{.options = import_hf_options}},
 };
