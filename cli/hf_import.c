@@ -27,6 +27,17 @@ static bool fail(cli_hf_import_result *r, const char *fmt, ...) {
   return false;
 }
 
+/* fail() for options that contradict each other or the defaults they leave (r->bad_options). */
+static bool fail_options(cli_hf_import_result *r, const char *fmt, ...) RECAP__PRINTF(2, 3);
+static bool fail_options(cli_hf_import_result *r, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(r->error, sizeof r->error, fmt, ap);
+  va_end(ap);
+  r->bad_options = true;
+  return false;
+}
+
 /* `target` (a folder) as seen from the folder holding `spec_path`: relative when both resolve,
  * else absolute, else as given. */
 static void checkpoint_path(const char *target, const char *spec_path, char *out, size_t size) {
@@ -81,12 +92,31 @@ static recap_dtype pick_dtype(const cli_hf_import_options *o, const cli_hf_confi
   return RECAP_DTYPE_F32;
 }
 
+/* What the options say about themselves, before any file is read: the bucket lists. */
+static bool check_lists(const cli_hf_import_options *o, cli_hf_import_result *r) {
+  if (o->num_batches > CLI_HF_MAX_BATCHES)
+    return fail_options(r, "at most %d batch sizes", CLI_HF_MAX_BATCHES);
+  for (size_t i = 0; i < o->num_batches; i++)
+    if (o->batches[i] < 1 || (i > 0 && o->batches[i] <= o->batches[i - 1]))
+      return fail_options(r, "--batch: batch sizes must be positive and ascending (1,2,4,8)");
+  if (!o->paged && o->num_prefill_tokens > 1)
+    return fail_options(r,
+                        "several --prefill sizes go with --paged (the contiguous layout has "
+                        "one prefill step of S tokens)");
+  if (o->num_prefill_tokens > CLI_HF_MAX_BATCHES)
+    return fail_options(r, "at most %d prefill sizes", CLI_HF_MAX_BATCHES);
+  for (size_t i = 0; i < o->num_prefill_tokens; i++)
+    if (o->prefill_tokens[i] < 1 || (i > 0 && o->prefill_tokens[i] <= o->prefill_tokens[i - 1]))
+      return fail_options(r, "--prefill: prefill sizes must be positive and ascending (64,256)");
+  return true;
+}
+
 static bool pick_sizes(const cli_hf_import_options *o, const cli_hf_config *c,
                        cli_hf_import_result *r, recap__text *notes) {
   r->max_seq = o->max_seq
                    ? o->max_seq
                    : (c->max_positions < DEFAULT_MAX_SEQ ? c->max_positions : DEFAULT_MAX_SEQ);
-  if (r->max_seq < 1) return fail(r, "--max-seq must be positive");
+  if (r->max_seq < 1) return fail_options(r, "--max-seq must be positive");
   if (r->max_seq > c->max_positions) {
     /* Learned positions end with their table; RoPE goes on, untrained. */
     if (c->arch->gpt2)
@@ -102,39 +132,29 @@ static bool pick_sizes(const cli_hf_import_options *o, const cli_hf_config *c,
       o->prefill ? o->prefill : (r->max_seq < DEFAULT_PREFILL ? r->max_seq : DEFAULT_PREFILL);
   if (o->paged && o->num_prefill_tokens) r->prefill = o->prefill_tokens[o->num_prefill_tokens - 1];
   if (r->prefill < 1 || r->prefill > r->max_seq)
-    return fail(r, "--prefill %" PRId64 " must be from 1 to --max-seq (%" PRId64 ")", r->prefill,
-                r->max_seq);
-  for (size_t i = 0; i < o->num_batches; i++)
-    if (o->batches[i] < 1 || (i > 0 && o->batches[i] <= o->batches[i - 1]))
-      return fail(r, "batch sizes must be positive and ascending");
-  if (o->num_batches > CLI_HF_MAX_BATCHES)
-    return fail(r, "at most %d batch sizes", CLI_HF_MAX_BATCHES);
+    return fail_options(r, "--prefill %" PRId64 " must be from 1 to --max-seq (%" PRId64 ")",
+                        r->prefill, r->max_seq);
   r->max_batch = o->num_batches ? o->batches[o->num_batches - 1] : 1;
-  if (!o->paged) {
-    if (o->num_prefill_tokens > 1)
-      return fail(r,
-                  "several prefill sizes need --paged (the contiguous layout buckets the batch)");
-    return true;
-  }
-  for (size_t i = 0; i < o->num_prefill_tokens; i++)
-    if (o->prefill_tokens[i] < 1 || (i > 0 && o->prefill_tokens[i] <= o->prefill_tokens[i - 1]))
-      return fail(r, "prefill sizes must be positive and ascending");
-  if (o->num_prefill_tokens > CLI_HF_MAX_BATCHES)
-    return fail(r, "at most %d prefill sizes", CLI_HF_MAX_BATCHES);
+  if (!o->paged) return true;
   int64_t smallest = o->num_prefill_tokens ? o->prefill_tokens[0] : r->prefill;
   r->block_size = o->block_size ? o->block_size : DEFAULT_BLOCK_SIZE;
   if (r->block_size < 1 || r->block_size > r->max_seq)
-    return fail(r, "--block-size %" PRId64 " must be from 1 to --max-seq (%" PRId64 ")",
-                r->block_size, r->max_seq);
+    return fail_options(r, "--block-size %" PRId64 " must be from 1 to --max-seq (%" PRId64 ")",
+                        r->block_size, r->max_seq);
   int64_t blocks_per_seq = (r->max_seq + r->block_size - 1) / r->block_size;
   r->kv_blocks = o->kv_blocks ? o->kv_blocks : r->max_batch * blocks_per_seq;
-  if (r->kv_blocks < 1) return fail(r, "--kv-blocks must be positive");
+  /* The generator refuses a pool that cannot hold one sequence of the maximum length. */
+  if (r->kv_blocks < blocks_per_seq)
+    return fail_options(r,
+                        "--kv-blocks %" PRId64 " cannot hold one sequence of --max-seq %" PRId64
+                        ": the minimum is %" PRId64 " blocks of %" PRId64 " rows",
+                        r->kv_blocks, r->max_seq, blocks_per_seq, r->block_size);
   r->prefill_seqs = o->prefill_seqs
                         ? o->prefill_seqs
                         : (smallest < DEFAULT_PREFILL_SEQS ? smallest : DEFAULT_PREFILL_SEQS);
   /* decode_advance gives each sequence of a step one slot of ids. */
   if (r->prefill_seqs < 1 || r->prefill_seqs > smallest)
-    return fail(
+    return fail_options(
         r, "--prefill-seqs %" PRId64 " must be from 1 to the smallest prefill size (%" PRId64 ")",
         r->prefill_seqs, smallest);
   return true;
@@ -186,6 +206,7 @@ static bool import(const cli_hf_import_options *o, const cli_hf_config *c,
 
 bool cli_hf_import(const cli_hf_import_options *o, cli_hf_import_result *r) {
   *r = (cli_hf_import_result){0};
+  if (!check_lists(o, r)) return false;
   cli_hf_config c;
   if (!cli_hf_config_read(o->model_dir, &c, r->error, sizeof r->error)) return false;
   recap__checkpoint *ckpt = NULL;

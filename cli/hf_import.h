@@ -67,10 +67,15 @@ typedef struct {
   int64_t tp;                     /* ranks the model is split over (1: not split) */
   char notes[1024];               /* lines for the user ("note: ..."), may be empty */
   char error[1024];               /* why cli_hf_import failed */
+  /* The failure is in the options' values, against each other or the defaults they leave
+   * (--prefill above --max-seq, --kv-blocks below one sequence): the CLI's usage error. False
+   * for what the model or the checkpoint refuses (an architecture's limit, a missing tensor). */
+  bool bad_options;
 } cli_hf_import_result;
 
 /* Reads the config and the checkpoint's headers, checks every tensor the spec will read and
- * writes the spec's text into r. False with r->error naming the cause. */
+ * writes the spec's text into r. False with r->error naming the cause (and r->bad_options set
+ * when the options are what is wrong). */
 bool cli_hf_import(const cli_hf_import_options *o, cli_hf_import_result *r);
 void cli_hf_import_result_free(cli_hf_import_result *r);
 

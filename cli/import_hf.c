@@ -1,9 +1,11 @@
 /* import_hf.c: `recap import-hf DIR -o SPEC`: a Hugging Face checkpoint folder as a spec
  * (cli/hf_import.h does the work; docs/MODELS.md). */
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli/cli.h"
 #include "cli/hf_import.h"
@@ -46,16 +48,17 @@ static const cli_option import_hf_options[] = {
     {.flag = "--block-size",
      .value = "N",
      .kind = CLI_VALUE_TEXT,
-     .help = "rows per KV block (default 16)"},
+     .help = "with --paged: rows per KV block (default 16)"},
     {.flag = "--kv-blocks",
      .value = "N",
      .kind = CLI_VALUE_TEXT,
-     .help = "KV blocks per layer (default: the largest batch at --max-seq)"},
+     .help = "with --paged: KV blocks per layer (default: the largest batch at\n"
+             "--max-seq), at least one sequence's: max-seq / block-size rounded up"},
     {.flag = "--prefill-seqs",
      .value = "N",
      .kind = CLI_VALUE_TEXT,
-     .help = "sequences one prefill step packs (default: min(8, smallest\n"
-             "prefill bucket))"},
+     .help = "with --paged: sequences one prefill step packs (default: min(8,\n"
+             "smallest prefill bucket))"},
     {.flag = "--random-weights",
      .kind = CLI_VALUE_NONE,
      .help = "read config.json only: the weights come from recap's random init\n"
@@ -94,7 +97,11 @@ const cli_help cli_import_hf_help = {
         "per step). Every tensor it reads is checked first; an unsupported architecture, RoPE\n"
         "type or sliding window, or a missing or misshaped tensor, is an error naming it.",
     .epilog = "Prints the weights' and the KV cache's sizes. docs/MODELS.md has the details.",
-    .exit_status = "0 when the spec was written, 1 on an error, 2 on a usage error.",
+    .exit_status =
+        "0 when the spec was written, 1 on an error, 2 on a usage error: a flag's value\n"
+        "that is malformed or contradicts another flag or the default it leaves (--prefill\n"
+        "above --max-seq, --kv-blocks below one sequence), or a flag without the one it\n"
+        "goes with (--kv-blocks without --paged).",
     .operand = CLI_VALUE_DIR,
     .groups = {{.options = import_hf_options}},
 };
@@ -128,13 +135,28 @@ static bool rank_path(const char *pattern, int64_t rank, char *out, size_t size)
   return true;
 }
 
+/* False with the reason on stderr; for a missing folder, which one (fopen says only ENOENT). */
 static bool write_spec(const char *path, const char *text) {
   if (strcmp(path, "-") == 0) return fputs(text, stdout) >= 0;
   FILE *f = fopen(path, "w");
   bool ok = f && fputs(text, f) >= 0;
   if (f && fclose(f) != 0) ok = false;
-  if (!ok) fprintf(stderr, "recap %s: cannot write %s\n", CMD, path);
-  return ok;
+  if (ok) return true;
+  int error = errno;
+  char folder[4096];
+  snprintf(folder, sizeof folder, "%s", path);
+  char *slash = strrchr(folder, '/');
+  struct stat st;
+  if (error == ENOENT && slash && slash != folder) {
+    *slash = '\0';
+    if (stat(folder, &st) != 0) {
+      fprintf(stderr, "recap %s: cannot write %s: the folder %s does not exist\n", CMD, path,
+              folder);
+      return false;
+    }
+  }
+  fprintf(stderr, "recap %s: cannot write %s: %s\n", CMD, path, strerror(error));
+  return false;
 }
 
 int cli_import_hf_main(int argc, char **argv) {
@@ -216,6 +238,18 @@ int cli_import_hf_main(int argc, char **argv) {
     fprintf(stderr, "recap %s: %s goes with --tp N (N > 1)\n", CMD, fold);
     return CLI_EXIT_USAGE;
   }
+  /* The pool's shape and the prefill step's packing exist only in the serving layout. */
+  const char *paged_only = o.block_size     ? "--block-size"
+                           : o.kv_blocks    ? "--kv-blocks"
+                           : o.prefill_seqs ? "--prefill-seqs"
+                                            : NULL;
+  if (paged_only && !o.paged) {
+    fprintf(stderr,
+            "recap %s: %s goes with --paged (the contiguous layout has no KV pool and no packed "
+            "prefill)\n",
+            CMD, paged_only);
+    return CLI_EXIT_USAGE;
+  }
   /* Folded unless turned off: its bf16 logits passed the 1.5x rule on two H200s
    * (docs/MULTI_GPU.md). The last of the two flags wins. */
   o.tp_fold_residual = split && (!fold || strcmp(fold, "--tp-fold-residual") == 0);
@@ -232,7 +266,7 @@ int cli_import_hf_main(int argc, char **argv) {
     o.spec_path = strcmp(path, "-") == 0 ? NULL : path;
     if (!cli_hf_import(&o, &r)) {
       fprintf(stderr, "recap %s: %s\n", CMD, r.error);
-      return CLI_EXIT_FAILURE;
+      return r.bad_options ? CLI_EXIT_USAGE : CLI_EXIT_FAILURE;
     }
     if (rank == 0) fputs(r.notes, stderr);
     bool ok = write_spec(path, r.spec);

@@ -1500,7 +1500,9 @@ typedef struct {
 /* Loads the spec's prefill and decode entries over one set of weights and KV pools sized from
  * the options (prints the pool in blocks and tokens on stderr unless quiet), captures every
  * bucket and starts the engine thread. INVALID_ARGUMENT for a spec that is not a paged serving
- * spec; OUT_OF_MEMORY when not even one sequence of the maximum length fits. */
+ * spec, or whose own pool (its NB, used when kv_bytes and the free memory do not size it) cannot
+ * hold one sequence of the maximum length; OUT_OF_MEMORY when the pool kv_bytes or kv_fraction
+ * sizes cannot. */
 RECAP_API recap_status recap_generator_create(const char *spec_path,
                                               const recap_generator_options *options,
                                               recap_generator **out);

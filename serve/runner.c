@@ -143,8 +143,11 @@ static recap_status open_entry(const char *spec_path, const recap_generator_opti
   return RECAP_OK;
 }
 
+/* A pool sized by the spec's NB (choose_blocks' label) is a spec made wrong: INVALID_ARGUMENT.
+ * One sized by kv_bytes or a fraction of free memory met a capacity limit: OUT_OF_MEMORY. */
 static recap_status too_small(int64_t num_blocks, const recap__runner_shape *s, const char *why) {
-  return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY,
+  bool from_spec = strcmp(why, "the spec's NB") == 0;
+  return RECAP_FAIL(from_spec ? RECAP_STATUS_INVALID_ARGUMENT : RECAP_STATUS_OUT_OF_MEMORY,
                     "a KV pool of %" PRId64
                     " blocks (%s) cannot hold one sequence of the "
                     "maximum length: %" PRId64 " tokens need %" PRId64 " blocks of %" PRId64,

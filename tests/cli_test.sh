@@ -1296,9 +1296,54 @@ expect 0 "launch -- serve-bench --generate" -- "$recap" launch --gpus 1 -- serve
 expect 2 "serve-bench --generate --world 2 without --init" -- "$recap" serve-bench \
   "$tmp/qwen2_paged.yaml" "${serve_tp[@]}" --world 2 --rank 1
 grep -q "needs --init" "$tmp/err" || fail "serve-bench --world 2 does not ask for --init"
-expect 1 "import-hf --paged with too many prefill sequences" -- "$recap" import-hf "$tmp/qwen2" \
+expect 2 "import-hf --paged with too many prefill sequences" -- "$recap" import-hf "$tmp/qwen2" \
   -o - --paged --prefill 16 --prefill-seqs 17
 grep -q "prefill-seqs 17" "$tmp/err" || fail "import-hf does not refuse --prefill-seqs 17"
+# import-hf's usage errors (exit 2): a KV pool below one sequence of --max-seq, which no
+# generator could serve (the minimum named, ceil(32 / 8) = 4 and ceil(128 / 16) = 8 at the
+# fixture's defaults; the minimum itself imports and generates); the --paged-only flags without
+# --paged; bucket lists out of order; --prefill past --max-seq, given or the default.
+expect 2 "import-hf --kv-blocks below one sequence" -- "$recap" import-hf "$tmp/llama" -o - \
+  --paged --max-seq 32 --block-size 8 --kv-blocks 3
+grep -q "kv-blocks 3 cannot hold one sequence of --max-seq 32: the minimum is 4 blocks of 8 rows" \
+  "$tmp/err" || fail "import-hf --kv-blocks 3: the minimum is not named"
+expect 2 "import-hf --kv-blocks 1 at the default --max-seq" -- "$recap" import-hf "$tmp/llama" \
+  -o - --paged --kv-blocks 1
+grep -q "the minimum is 8 blocks of 16 rows" "$tmp/err" ||
+  fail "import-hf --kv-blocks 1: the minimum at max-seq 128 is not named"
+expect 0 "import-hf --kv-blocks at the minimum" -- "$recap" import-hf "$tmp/llama" \
+  -o "$tmp/llama_kv4.yaml" --paged --max-seq 32 --prefill 8 --block-size 8 --kv-blocks 4
+grep -q "KV pool: 4 blocks of 8 rows per layer = 32 tokens" "$tmp/out" ||
+  fail "import-hf --kv-blocks 4 does not print a pool of 32 tokens"
+expect 0 "generate on a pool of one sequence" -- "$recap" generate "$tmp/llama_kv4.yaml" \
+  --prompt-ids 1,2,3,4,5,6,7,8,9,10 --max-tokens 22 --device host
+[ "$(sed -n 's/^generated: //p' "$tmp/out" | wc -w)" = 22 ] ||
+  fail "generate on a pool of exactly one sequence does not reach --max-seq"
+for flag in "--block-size 8" "--kv-blocks 8" "--prefill-seqs 2"; do
+  expect 2 "import-hf ${flag% *} without --paged" -- "$recap" import-hf "$tmp/llama" -o - $flag
+  grep -q -- "${flag% *} goes with --paged" "$tmp/err" || fail "import-hf ${flag% *} alone: no cause"
+done
+expect 2 "import-hf --batch descending" -- "$recap" import-hf "$tmp/llama" -o - --batch 8,4,1
+grep -q "ascending" "$tmp/err" || fail "import-hf --batch 8,4,1: no cause"
+expect 2 "import-hf --prefill descending" -- "$recap" import-hf "$tmp/llama" -o - --paged \
+  --prefill 32,16
+expect 2 "import-hf several --prefill sizes without --paged" -- "$recap" import-hf "$tmp/llama" \
+  -o - --prefill 16,32
+grep -q "prefill sizes go with --paged" "$tmp/err" || fail "import-hf --prefill 16,32 alone: no cause"
+expect 2 "import-hf --prefill past --max-seq" -- "$recap" import-hf "$tmp/llama" -o - \
+  --prefill 500 --max-seq 64
+grep -q -- "--prefill 500 must be from 1 to --max-seq (64)" "$tmp/err" ||
+  fail "import-hf --prefill 500 --max-seq 64: no cause"
+expect 2 "import-hf --prefill past the default --max-seq" -- "$recap" import-hf "$tmp/llama" \
+  -o - --prefill 500
+# -o where nothing can be written: the reason, and for a missing folder which one.
+expect 1 "import-hf -o into a missing folder" -- "$recap" import-hf "$tmp/llama" \
+  -o "$tmp/missing/x.yaml"
+grep -q "cannot write $tmp/missing/x.yaml: the folder $tmp/missing does not exist" "$tmp/err" ||
+  fail "import-hf -o into a missing folder: the folder is not named"
+expect 1 "import-hf -o a folder" -- "$recap" import-hf "$tmp/llama" -o "$tmp/llama"
+grep -q "cannot write $tmp/llama: Is a directory" "$tmp/err" ||
+  fail "import-hf -o a folder: no reason"
 
 if [ "$failures" -ne 0 ]; then
   echo "$failures check(s) failed"

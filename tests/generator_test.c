@@ -932,6 +932,17 @@ static void test_bad_specs_and_options_are_refused(void) {
   CHECK_STATUS(recap_generator_create(spec, &o, &g), RECAP_STATUS_INVALID_ARGUMENT);
   CHECK_ERROR_MENTIONS("kv_fraction 1.5");
   CU_ASSERT_PTR_NULL(g);
+  /* A spec whose own pool (NB 15 of 4 rows) cannot hold one sequence of 64 tokens is a wrong
+   * spec (import-hf refuses to write one; this one is edited by hand), not a capacity limit as
+   * a too small kv_bytes is (the preemption test). */
+  char small[600], cmd[1400];
+  snprintf(small, sizeof small, "%s/small_pool.yaml", g_dir);
+  snprintf(cmd, sizeof cmd, "sed -E 's/^  NB: +[0-9]+/  NB:   15/' '%s' > '%s'", spec, small);
+  CU_ASSERT_EQUAL_FATAL(system(cmd), 0);
+  o = host_options();
+  CHECK_STATUS(recap_generator_create(small, &o, &g), RECAP_STATUS_INVALID_ARGUMENT);
+  CHECK_ERROR_MENTIONS("a KV pool of 15 blocks (the spec's NB) cannot hold one sequence");
+  CU_ASSERT_PTR_NULL(g);
   /* Without quiet, the pool is printed. */
   o = host_options();
   o.quiet = 0;
