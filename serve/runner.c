@@ -143,10 +143,10 @@ static recap_status open_entry(const char *spec_path, const recap_generator_opti
   return RECAP_OK;
 }
 
-/* A pool sized by the spec's NB (choose_blocks' label) is a spec made wrong: INVALID_ARGUMENT.
- * One sized by kv_bytes or a fraction of free memory met a capacity limit: OUT_OF_MEMORY. */
-static recap_status too_small(int64_t num_blocks, const recap__runner_shape *s, const char *why) {
-  bool from_spec = strcmp(why, "the spec's NB") == 0;
+/* A pool that cannot hold one sequence: a spec whose own NB is too small is a configuration
+ * error; a pool sized from kv_bytes or the free memory hit a real capacity limit. */
+static recap_status too_small(int64_t num_blocks, const recap__runner_shape *s, const char *why,
+                              bool from_spec) {
   return RECAP_FAIL(from_spec ? RECAP_STATUS_INVALID_ARGUMENT : RECAP_STATUS_OUT_OF_MEMORY,
                     "a KV pool of %" PRId64
                     " blocks (%s) cannot hold one sequence of the "
@@ -389,7 +389,7 @@ recap_status recap__runner_open(const char *spec_path, const recap_generator_opt
     st = open_entry(spec_path, o, "decode", given, o->eager, r->prefill.p, &r->decode.p);
   if (st == RECAP_OK) st = read_shape(r);
   if (st == RECAP_OK && r->shape.num_blocks < r->shape.max_blocks_per_seq)
-    st = too_small(r->shape.num_blocks, &r->shape, why);
+    st = too_small(r->shape.num_blocks, &r->shape, why, num_blocks == 0);
   int64_t width = r->shape.max_blocks_per_seq + RECAP_SEQ_BLOCKS;
   if (st == RECAP_OK) st = alloc_staging(&r->prefill, width);
   if (st == RECAP_OK) st = alloc_staging(&r->decode, width);
