@@ -173,8 +173,18 @@ bool cli_parse_int_list(const char *cmd, const char *flag, const char *text, lon
     char item[24];
     size_t n = strcspn(p, ",");
     if (*count == max || n == 0 || n >= sizeof item) {
-      fprintf(stderr, "recap %s: %s expects up to %zu values like %s, got '%.40s'\n", cmd, flag,
-              max, example, text);
+      /* The value whole, or its first values up to a comma and "...": never half a number. */
+      enum { ECHO = 60 };
+      int shown = (int)strlen(text);
+      const char *more = "";
+      if (shown > ECHO) {
+        shown = ECHO;
+        while (shown > 0 && text[shown] != ',') shown--;
+        shown = shown > 0 ? shown + 1 : ECHO; /* keep the comma; one long item: no comma */
+        more = "...";
+      }
+      fprintf(stderr, "recap %s: %s expects up to %zu values like %s, got '%.*s%s'%s\n", cmd, flag,
+              max, example, shown, text, more, *count == max ? " (too many values)" : "");
       return false;
     }
     memcpy(item, p, n);

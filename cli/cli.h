@@ -239,7 +239,9 @@ bool cli_warn_host_work(const char *cmd, const char *path, const recap__model *m
 /* What a spec's decode entry says about the serving layout (`recap import-hf --paged`): paged
  * when it reads an i32 input `seqs` [Bs, W] and has an output `logits` [Bs, V] and a KV pool
  * (a 4-D state [NB, BS, Hkv, Dh]); then the vocabulary and the longest sequence its block
- * table holds, (W - RECAP_SEQ_BLOCKS) x BS. */
+ * table holds, (W - RECAP_SEQ_BLOCKS) x BS. A spec of the contiguous layout (`logits`
+ * [B, S, V], KV caches [B, Smax, Hkv, Dh]) gives its vocabulary and Smax with paged false;
+ * any other spec, vocab and max_seq 0. */
 typedef struct {
   bool paged;
   int64_t vocab, max_seq;

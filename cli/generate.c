@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "cli/tensors.h"
 
 static const char *const CMD = "generate";
 enum { MAX_PROMPT = 65536 };
@@ -35,23 +36,26 @@ static const cli_option generate_options[] = {
     {.flag = "--top-k",
      .value = "K",
      .kind = CLI_VALUE_TEXT,
-     .help = "keep the K most likely tokens (default 0: all)"},
+     .help = "with --temperature: keep the K most likely tokens (default 0: all)"},
     {.flag = "--top-p",
      .value = "P",
      .kind = CLI_VALUE_TEXT,
-     .help = "keep the most likely tokens up to mass P, in (0, 1] (default 1)"},
+     .help = "with --temperature: keep the most likely tokens up to mass P, in\n"
+             "(0, 1] (default 1)"},
     {.flag = "--min-p",
      .value = "M",
      .kind = CLI_VALUE_TEXT,
-     .help = "keep tokens of probability >= M x the largest (default 0: all)"},
+     .help = "with --temperature: keep tokens of probability >= M x the largest\n"
+             "(default 0: all)"},
     {.flag = "--seed",
      .value = "S",
      .kind = CLI_VALUE_TEXT,
-     .help = "the sampling seed (default: drawn, and printed)"},
+     .help = "the sampling seed (default: drawn afresh each run, and printed)"},
     {.flag = "--stop-ids",
      .value = "LIST",
      .kind = CLI_VALUE_TEXT,
-     .help = "ids that end the request (the stop id is printed as the last)"},
+     .help = "ids in the vocabulary that end the request (the stop id is printed as\n"
+             "the last)"},
     {.flag = "--device",
      .value = "DEVICE",
      .kind = CLI_VALUE_WORDS,
@@ -65,8 +69,8 @@ static const cli_option generate_options[] = {
      .value = "FILE",
      .kind = CLI_VALUE_FILE,
      .help = "write the tokens, seed, finish reason and times as JSON (- for\n"
-             "stdout: the text then goes to stderr), with the GPU, driver,\n"
-             "CUDA, cuBLAS and recap versions"},
+             "stdout: the text then goes to stderr; tpot_ms null with one token),\n"
+             "with the GPU, driver, CUDA, cuBLAS and recap versions"},
     {.flag = "--logits-out",
      .value = "FILE",
      .kind = CLI_VALUE_FILE,
@@ -84,8 +88,10 @@ const cli_help cli_generate_help = {
         "Runs one request of token ids through a spec from `recap import-hf` and prints the new\n"
         "token ids, the time to the first one and the time per token after it. A paged serving\n"
         "spec (import-hf --paged) runs through the generation API with any sampling; a spec of\n"
-        "the contiguous layout decodes greedily (the sampling flags need --paged). Token ids in\n"
-        "and out: recap has no tokenizer.",
+        "the contiguous layout decodes greedily (the sampling flags need --paged). Either\n"
+        "refuses before running an id outside the vocabulary or a prompt plus --max-tokens\n"
+        "past the spec's maximum sequence (it counts the prompt and every new token). Token\n"
+        "ids in and out: recap has no tokenizer.",
     .operand = CLI_VALUE_SPEC,
     .groups = {{.options = generate_options},
                {.heading =
@@ -210,7 +216,37 @@ static int parse_args(int argc, char **argv, generate_args *a) {
     return CLI_EXIT_USAGE;
   }
   if (!parse_ids(ids_text, &a->prompt, &a->prompt_len)) return CLI_EXIT_USAGE;
+  /* A filter narrows the distribution a sampled token is drawn from; at temperature 0 the
+   * token is the argmax, which every filter keeps, so the flag would change nothing. A user
+   * who asked for top-k expects sampling from the top k: an error says how to get it, where a
+   * note would scroll past and a silent greedy run would look like a broken sampler. */
+  const char *filter = a->top_k > 0                   ? "--top-k"
+                       : a->top_p > 0 && a->top_p < 1 ? "--top-p"
+                       : a->min_p > 0                 ? "--min-p"
+                                                      : NULL;
+  if (filter && a->temperature == 0) {
+    fprintf(stderr,
+            "recap %s: %s filters the tokens a sample is drawn from: give --temperature T > 0 "
+            "with it (at temperature 0, the default, decoding is greedy and it would change "
+            "nothing)\n",
+            CMD, filter);
+    return CLI_EXIT_USAGE;
+  }
   return CLI_EXIT_OK;
+}
+
+/* The request the flags describe (callbacks and the seed left to run_paged). */
+static recap_request request_of(const generate_args *a) {
+  return (recap_request){.struct_size = sizeof(recap_request),
+                         .prompt = a->prompt,
+                         .prompt_len = (size_t)a->prompt_len,
+                         .max_new_tokens = (int)a->max_tokens,
+                         .temperature = (float)a->temperature,
+                         .top_p = (float)a->top_p,
+                         .min_p = (float)a->min_p,
+                         .top_k = (int)a->top_k,
+                         .stop_ids = a->stop_ids,
+                         .num_stop_ids = a->num_stop_ids};
 }
 
 /* What the engine thread records of the request: each token's arrival time. */
@@ -243,9 +279,10 @@ static bool write_json(const generate_args *a, recap_device device, const int32_
                        const recap_request_status *st, double ttft_ms, double tpot_ms) {
   json_t *ids = json_array();
   for (size_t i = 0; i < st->num_tokens; i++) json_array_append_new(ids, json_integer(tokens[i]));
-  json_t *root = json_pack("{so so ss sf sf sI}", "tokens", ids, "seed", cli_seed_json(st->seed),
+  json_t *root = json_pack("{so so ss sf so sI}", "tokens", ids, "seed", cli_seed_json(st->seed),
                            "finish", finish_name(st->finish), "ttft_ms", ttft_ms, "tpot_ms",
-                           tpot_ms, "preemptions", (json_int_t)st->preemptions);
+                           isnan(tpot_ms) ? json_null() : json_real(tpot_ms), "preemptions",
+                           (json_int_t)st->preemptions);
   bool ok = cli_write_json(CMD, root, device, a->json_path);
   json_decref(root);
   return ok;
@@ -266,20 +303,14 @@ static int run_paged(const generate_args *a) {
   token_times times = {.capacity = (size_t)a->max_tokens};
   int32_t *tokens = malloc(sizeof *tokens * (size_t)a->max_tokens);
   times.arrival = malloc(sizeof *times.arrival * (size_t)a->max_tokens);
-  recap_request r = {.struct_size = sizeof r,
-                     .prompt = a->prompt,
-                     .prompt_len = (size_t)a->prompt_len,
-                     .max_new_tokens = (int)a->max_tokens,
-                     .temperature = (float)a->temperature,
-                     .top_p = (float)a->top_p,
-                     .min_p = (float)a->min_p,
-                     .top_k = (int)a->top_k,
-                     .has_seed = a->has_seed,
-                     .seed = a->seed,
-                     .stop_ids = a->stop_ids,
-                     .num_stop_ids = a->num_stop_ids,
-                     .on_token = on_token,
-                     .user = &times};
+  recap_request r = request_of(a);
+  r.on_token = on_token;
+  r.user = &times;
+  /* A seed of our own, fresh each run, as `recap run` draws one: the generator's own draws
+   * start from the device generator's fixed default seed, so every run without --seed would
+   * sample alike. The seed is printed, and --seed S repeats the run. */
+  r.has_seed = 1;
+  r.seed = a->has_seed ? a->seed : cli_random_seed();
   uint64_t id = 0;
   recap_request_status status;
   double submitted = cli_now();
@@ -299,15 +330,20 @@ static int run_paged(const generate_args *a) {
     goto done;
   }
   double ttft_ms = times.count ? (times.arrival[0] - submitted) * 1e3 : 0;
+  /* Per token after the first: NAN (JSON null, "no token after it") when there was none. */
   double tpot_ms = times.count > 1 ? (times.arrival[times.count - 1] - times.arrival[0]) * 1e3 /
                                          (double)(times.count - 1)
-                                   : 0;
+                                   : NAN;
   printf("generated:");
   for (size_t i = 0; i < status.num_tokens; i++) printf(" %" PRId32, tokens[i]);
   printf("\nseed %" PRIu64
          ", finished by %s; first token %.3f ms after submit (prefill, "
-         "capture done before), then %.3f ms per token\n",
-         status.seed, finish_name(status.finish), ttft_ms, tpot_ms);
+         "capture done before), ",
+         status.seed, finish_name(status.finish), ttft_ms);
+  if (isnan(tpot_ms))
+    printf("no token after it\n");
+  else
+    printf("then %.3f ms per token\n", tpot_ms);
   rc = a->json_path && !write_json(a, go.device, tokens, &status, ttft_ms, tpot_ms)
            ? CLI_EXIT_FAILURE
            : CLI_EXIT_OK;
@@ -320,13 +356,6 @@ done:
 
 /* The contiguous layout: greedy, one prefill step then one decode step per token. */
 static int run_contiguous(const generate_args *a) {
-  if (a->sampling || a->json_path) {
-    fprintf(stderr,
-            "recap %s: %s is a spec of the contiguous layout, which decodes greedily: sampling, "
-            "--seed, --stop-ids and --json need a paged serving spec (recap import-hf --paged)\n",
-            CMD, a->path);
-    return CLI_EXIT_USAGE;
-  }
   int prompt = a->prompt_len;
   long long max_new = a->max_tokens;
   int rc = CLI_EXIT_FAILURE;
@@ -382,11 +411,16 @@ static int run_contiguous(const generate_args *a) {
   double t2 = cli_now();
   printf("generated:");
   for (int t = prompt; t < prompt + max_new; t++) printf(" %" PRId32, tokens[t]);
-  printf(
-      "\nprefill: %d tokens in %.3f ms (includes capture); decode: %lld steps, %.3f ms each "
-      "(the first includes capture)\n",
-      prompt, (t1 - t0) * 1e3, max_new > 1 ? max_new - 1 : 0,
-      max_new > 1 ? (t2 - t1) * 1e3 / (double)(max_new - 1) : 0.0);
+  printf("\nprefill: %d token%s in %.3f ms (includes capture); ", prompt, prompt == 1 ? "" : "s",
+         (t1 - t0) * 1e3);
+  long long steps = max_new - 1;
+  if (steps == 0)
+    printf("decode: no steps (the one token is the prefill's)\n");
+  else if (steps == 1)
+    printf("decode: 1 step, %.3f ms (includes capture)\n", (t2 - t1) * 1e3);
+  else
+    printf("decode: %lld steps, %.3f ms each (the first includes capture)\n", steps,
+           (t2 - t1) * 1e3 / (double)steps);
   rc = CLI_EXIT_OK;
 done:
   if (logits_out && fclose(logits_out) != 0 && rc == CLI_EXIT_OK) {
@@ -414,6 +448,23 @@ int cli_generate_main(int argc, char **argv) {
   if (rc == CLI_EXIT_OK && paged && a.logits_path) {
     fprintf(stderr, "recap %s: --logits-out is for specs of the contiguous layout\n", CMD);
     rc = CLI_EXIT_USAGE;
+  }
+  if (rc == CLI_EXIT_OK && !paged && (a.sampling || a.json_path)) {
+    fprintf(stderr,
+            "recap %s: %s is a spec of the contiguous layout, which decodes greedily: sampling, "
+            "--seed, --stop-ids and --json need a paged serving spec (recap import-hf --paged)\n",
+            CMD, a.path);
+    rc = CLI_EXIT_USAGE;
+  }
+  /* Both layouts refuse what the model cannot run before running anything, with the
+   * generator's own check and words: an id past the vocabulary or a sequence past the caches
+   * would otherwise fail mid-run in a kernel (the contiguous layout), its tokens lost. */
+  if (rc == CLI_EXIT_OK && shape.vocab > 0) {
+    recap_request r = request_of(&a);
+    if (recap_request_check(&r, shape.vocab, shape.max_seq) != RECAP_OK) {
+      fprintf(stderr, "recap %s: %s\n", CMD, recap_last_error());
+      rc = CLI_EXIT_USAGE;
+    }
   }
   if (rc == CLI_EXIT_OK) rc = paged ? run_paged(&a) : run_contiguous(&a);
   free(a.prompt);

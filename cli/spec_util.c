@@ -43,7 +43,12 @@ static const char *cuda_missing_why(void) {
 
 /* The note when a spec's CUDA device falls back to the host backend; on stderr, so that --json
  * output on stdout stays pure JSON. */
+/* Once per process: a command may load a spec more than once (generate reads its shape,
+ * then runs it), and the fallback is one fact about the machine. */
 static void note_host_fallback(void) {
+  static bool noted = false;
+  if (noted) return;
+  noted = true;
   fprintf(stderr, "note: %s: running on the host backend (CPU)\n", cuda_missing_why());
 }
 
@@ -165,6 +170,11 @@ int cli_read_serving_shape(const char *cmd, const char *path, const char *base_d
     out->paged = true;
     out->vocab = ir->tensors[logits].shape[1];
     out->max_seq = (ir->tensors[seqs].shape[1] - RECAP_SEQ_BLOCKS) * block;
+  } else if (logits >= 0 && block > 0 && ir->tensors[logits].ndim == 3) {
+    /* The contiguous layout: logits [B, S, V] and caches [B, Smax, Hkv, Dh]; `block` is then
+     * a cache's rows, every layer's alike. */
+    out->vocab = ir->tensors[logits].shape[2];
+    out->max_seq = block;
   }
   recap__model_release(m);
   return CLI_EXIT_OK;

@@ -1435,7 +1435,7 @@ typedef struct {
    * (recap_rng_initial_seed), so the same submits in the same order draw the same seeds. */
   int has_seed;
   uint64_t seed; /* the same seed and request give the same tokens in any batch */
-  const int32_t *stop_ids; /* up to RECAP_MAX_STOP_IDS ids that end the request */
+  const int32_t *stop_ids; /* up to RECAP_MAX_STOP_IDS ids in [0, vocabulary) that end it */
   int num_stop_ids;
   recap_token_callback on_token; /* optional */
   void *user;
@@ -1524,12 +1524,20 @@ RECAP_API recap_status recap_generator_create(const char *spec_path,
  *   else recap_generator_follow("m.rank1.yaml", &go); */
 RECAP_API recap_status recap_generator_follow(const char *spec_path,
                                               const recap_generator_options *options);
-/* Queues a request. INVALID_ARGUMENT, naming the field, for an empty prompt, an id outside the
- * vocabulary, max_new_tokens < 1 or past the maximum sequence, temperature < 0 or not finite,
- * top_p outside [0, 1], top_k < 0, min_p outside [0, 1], more than RECAP_MAX_STOP_IDS stop ids,
- * or a request whose maximum length needs more KV blocks than the pool has; BUSY once destroy
- * has begun or after the engine stopped on a failure. *id and (optional) *seed get the
- * request's id and seed. */
+/* Checks a request against a model of `vocab` token ids and a maximum sequence of `max_seq`
+ * tokens, as recap_generator_submit does (a program that runs a model itself, recap generate
+ * on a spec of the contiguous layout, uses it to refuse up front): INVALID_ARGUMENT, naming
+ * the field and its value, for an empty prompt, a prompt longer than max_seq or as long (no
+ * room for a token), an id outside [0, vocab), max_new_tokens < 1 or prompt_len +
+ * max_new_tokens past max_seq, temperature < 0 or not finite, top_p outside [0, 1], top_k < 0,
+ * min_p outside [0, 1], more than RECAP_MAX_STOP_IDS stop ids or a stop id outside [0, vocab);
+ * also for vocab or max_seq below 1. Reads only the request. */
+RECAP_API recap_status recap_request_check(const recap_request *request, int64_t vocab,
+                                           int64_t max_seq);
+/* Queues a request. INVALID_ARGUMENT, naming the field, for a request recap_request_check
+ * refuses with the spec's vocabulary and maximum sequence, or one whose maximum length needs
+ * more KV blocks than the pool has; BUSY once destroy has begun or after the engine stopped on
+ * a failure. *id and (optional) *seed get the request's id and seed. */
 RECAP_API recap_status recap_generator_submit(recap_generator *g, const recap_request *request,
                                               uint64_t *id, uint64_t *seed);
 /* Copies up to `capacity` of the request's tokens so far and its status. INVALID_ARGUMENT for

@@ -202,7 +202,7 @@ recap_status recap_generator_submit(recap_generator *g, const recap_request *req
     RECAP_TRY(recap__struct_read(request, sizeof r, &r, "RECAP_REQUEST_INIT"));
     request = &r;
   }
-  RECAP_TRY(recap__request_check(request, g->shape));
+  RECAP_TRY(recap_request_check(request, g->shape->vocab, g->shape->max_seq));
   pthread_mutex_lock(&g->lock);
   recap_status st = refusing(g);
   recap__request *q = NULL;

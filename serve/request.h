@@ -1,8 +1,9 @@
 /*
- * request.h: a generation request as the generator keeps it (internal): checked at submit,
- * its prompt and stop ids copied into a scheduler sequence, and the part other threads read.
+ * request.h: a generation request as the generator keeps it (internal): checked at submit
+ * (recap_request_check, public in include/recap.h), its prompt and stop ids copied into a
+ * scheduler sequence, and the part other threads read.
  *
- *   if (recap__request_check(&r, shape) != RECAP_OK) ...     // INVALID_ARGUMENT naming a field
+ *   if (recap_request_check(&r, vocab, max_seq) != RECAP_OK) ...  // INVALID_ARGUMENT, a field
  *   recap__request *q;
  *   recap__request_create(&r, id, seed, sched, &q);  // owns copies of r's arrays
  *   ...
@@ -47,11 +48,9 @@ typedef struct recap__request {
   bool end_delivered;
 } recap__request;
 
-/* INVALID_ARGUMENT, with a message naming the field and its value, for a request the model
- * cannot serve (the list in include/recap.h, recap_generator_submit). The pool check is
- * recap__seq_init's, which request_create calls; with a pool that create accepted (one
- * sequence of the maximum length fits) it never refuses a request that passed this one. */
-recap_status recap__request_check(const recap_request *r, const recap__runner_shape *shape);
+/* recap_request_check (include/recap.h) refuses a request the model cannot serve; the pool
+ * check is recap__seq_init's, which request_create calls: with a pool that create accepted
+ * (one sequence of the maximum length fits) it never refuses a request that passed the first. */
 /* A WAITING record with copies of the request's arrays, `seed` in its sampling, submitted
  * now. */
 recap_status recap__request_create(const recap_request *r, uint64_t id, uint64_t seed,

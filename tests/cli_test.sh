@@ -1253,9 +1253,83 @@ expect 2 "generate: sampling on a contiguous spec" -- "$recap" generate "$tmp/qw
 grep -q "import-hf --paged" "$tmp/err" || fail "generate does not say sampling needs --paged"
 expect 2 "generate: bad top-p" -- "$recap" generate "$tmp/qwen2_paged.yaml" --prompt-ids 1 \
   --top-p 1.5 --device host
-expect 1 "generate: an id outside the vocabulary" -- "$recap" generate "$tmp/qwen2_paged.yaml" \
+expect 2 "generate: an id outside the vocabulary" -- "$recap" generate "$tmp/qwen2_paged.yaml" \
   --prompt-ids 1,99999 --device host
 grep -q "99999" "$tmp/err" || fail "generate does not name the id outside the vocabulary"
+# Both layouts refuse what the model cannot run before running it, with the generator's words
+# and the usage status (the fixture: 256 ids; the contiguous spec's caches hold 128 rows, the
+# paged spec's block table 64 tokens). The maximum sequence counts the prompt and every new
+# token, so a prompt of max - 1 and one token is the longest accepted.
+ids() { python3 -c 'import sys; print(",".join(str(i * 7 % 256) for i in range(int(sys.argv[1]))))' "$1"; }
+P=1,17,42,99,3,200,7,64,128,5,250,31
+for layout in qwen2:128 qwen2_paged:64; do
+  spec=$tmp/${layout%:*}.yaml max=${layout#*:}
+  refused() { # WHAT EXPECTED-STDERR-LINE ARGS...
+    local what=$1 line=$2
+    shift 2
+    expect 2 "generate ${layout%:*}: $what" -- "$recap" generate "$spec" --device host "$@"
+    grep -qxF "recap generate: $line" "$tmp/err" ||
+      fail "generate ${layout%:*}: $what: not '$line': $(grep -v '^recap generator:' "$tmp/err" | head -2)"
+    grep -qE "CUDA context|host function|generated:" "$tmp/err" "$tmp/out" &&
+      fail "generate ${layout%:*}: $what: ran, or spoke of kernels: $(head -2 "$tmp/err")"
+  }
+  refused "id 256" "request.prompt[2] = 256: outside the vocabulary [0, 256)" --prompt-ids 1,2,256
+  refused "past the maximum" "request.max_new_tokens = 1000: with request.prompt_len = 12 it is \
+past the model's maximum sequence of $max tokens" --prompt-ids $P --max-tokens 1000
+  refused "a prompt of the maximum" "request.prompt_len = $max: leaves no room for a token in the \
+model's maximum sequence of $max tokens" --prompt-ids "$(ids "$max")" --max-tokens 1
+  refused "a prompt past the maximum" "request.prompt_len = $((max + 2)): the prompt is longer \
+than the model's maximum sequence of $max tokens" --prompt-ids "$(ids $((max + 2)))"
+  refused "--top-k without --temperature" "--top-k filters the tokens a sample is drawn from: \
+give --temperature T > 0 with it (at temperature 0, the default, decoding is greedy and it would \
+change nothing)" --prompt-ids $P --top-k 3
+  # The longest accepted: one token, and no per-step or per-token time without a step.
+  expect 0 "generate ${layout%:*}: prompt of max - 1, one token" -- "$recap" generate "$spec" \
+    --device host --prompt-ids "$(ids $((max - 1)))" --max-tokens 1
+  [ "$(grep -c '^generated: [0-9]*$' "$tmp/out")" = 1 ] ||
+    fail "generate ${layout%:*}: not one token for a prompt of max - 1: $(head -1 "$tmp/out")"
+  grep -qE "0 steps|0\.000 ms (each|per token)" "$tmp/out" &&
+    fail "generate ${layout%:*} --max-tokens 1 prints times of steps that did not run: $(tail -1 "$tmp/out")"
+  grep -qE "decode: no steps|no token after it" "$tmp/out" ||
+    fail "generate ${layout%:*} --max-tokens 1 does not say no step ran: $(tail -1 "$tmp/out")"
+  # The host-backend note, once (no --device: on a machine without a GPU it is printed).
+  expect 0 "generate ${layout%:*} without --device" -- "$recap" generate "$spec" --prompt-ids $P \
+    --max-tokens 2
+  [ "$(grep -c 'running on the host backend' "$tmp/err")" -le 1 ] ||
+    fail "generate ${layout%:*} prints the host-backend note more than once"
+done
+expect 0 "generate: two tokens" -- "$recap" generate "$tmp/qwen2.yaml" --device host --prompt-ids $P \
+  --max-tokens 2
+grep -qE "^prefill: 12 tokens in [0-9.]+ ms \(includes capture\); decode: 1 step, [0-9.]+ ms \(includes capture\)$" \
+  "$tmp/out" || fail "generate --max-tokens 2 does not print one decode step: $(tail -1 "$tmp/out")"
+expect 0 "generate: one token, JSON" -- "$recap" generate "$tmp/qwen2_paged.yaml" --device host \
+  --prompt-ids $P --max-tokens 1 --json "$tmp/one.json"
+python3 -c 'import json, sys; j = json.load(open(sys.argv[1])); assert len(j["tokens"]) == 1 and j["tpot_ms"] is None, j' \
+  "$tmp/one.json" 2>>"$tmp/err" || fail "generate --json with one token does not give tpot_ms null"
+expect 2 "generate: a stop id outside the vocabulary" -- "$recap" generate "$tmp/qwen2_paged.yaml" \
+  --device host --prompt-ids $P --stop-ids 2,300
+grep -qxF "recap generate: request.stop_ids[1] = 300: outside the vocabulary [0, 256)" "$tmp/err" ||
+  fail "generate accepts a stop id outside the vocabulary: $(head -1 "$tmp/err")"
+# Too many stop ids: the value echoed whole, or cut after a comma with "...".
+expect 2 "generate: 17 stop ids" -- "$recap" generate "$tmp/qwen2_paged.yaml" --prompt-ids 1 \
+  --stop-ids 1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17
+grep -qF "got '1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17' (too many values)" "$tmp/err" ||
+  fail "generate does not echo --stop-ids whole: $(head -1 "$tmp/err")"
+expect 2 "generate: 30 stop ids" -- "$recap" generate "$tmp/qwen2_paged.yaml" --prompt-ids 1 \
+  --stop-ids "$(seq -s, 100 129)"
+grep -qF "got '100,101,102,103,104,105,106,107,108,109,110,111,112,113,114,...' (too many values)" \
+  "$tmp/err" || fail "generate cuts the echoed --stop-ids badly: $(head -1 "$tmp/err")"
+# Without --seed a sampled run draws a fresh seed and prints it; --seed with it repeats the run.
+sampled=(generate "$tmp/qwen2_paged.yaml" --device host --prompt-ids $P --max-tokens 8 --temperature 1)
+expect 0 "generate sampled without --seed" -- "$recap" "${sampled[@]}"
+seed1=$(sed -n 's/^seed \([0-9]*\),.*/\1/p' "$tmp/out") tokens1=$(head -1 "$tmp/out")
+expect 0 "generate sampled without --seed again" -- "$recap" "${sampled[@]}"
+seed2=$(sed -n 's/^seed \([0-9]*\),.*/\1/p' "$tmp/out")
+[ -n "$seed1" ] && [ -n "$seed2" ] && [ "$seed1" != "$seed2" ] ||
+  fail "generate without --seed prints no seed or the same one twice ('$seed1', '$seed2')"
+expect 0 "generate with the printed seed" -- "$recap" "${sampled[@]}" --seed "$seed1"
+[ "$(head -1 "$tmp/out")" = "$tokens1" ] && grep -q "^seed $seed1," "$tmp/out" ||
+  fail "generate --seed $seed1 does not repeat the run that printed it: $(head -1 "$tmp/out") vs $tokens1"
 # serve-bench --generate: synthetic requests through the generation API on the host backend.
 expect 0 "serve-bench --generate" -- "$recap" serve-bench "$tmp/qwen2_paged.yaml" --generate \
   --requests 12 --prompt-len 4,20 --output-len 2,8 --device host --json "$tmp/serve.json" \

@@ -809,6 +809,45 @@ static void test_an_older_request_struct_is_read_within_its_size(void) {
   CHECK_OK(recap_generator_destroy(g));
 }
 
+/* recap_request_check alone, by hand: a model of 10 ids and a maximum sequence of 8 tokens
+ * takes a prompt of 7 and one new token (8 in all), nothing longer. */
+static void test_request_check_counts_every_token_against_the_maximum(void) {
+  int32_t prompt[9] = {0, 1, 2, 3, 4, 5, 6, 7, 9};
+  int32_t stops[2] = {9, 0};
+  recap_request r = {.struct_size = sizeof r,
+                     .prompt = prompt,
+                     .prompt_len = 7,
+                     .max_new_tokens = 1,
+                     .stop_ids = stops,
+                     .num_stop_ids = 2};
+  CHECK_OK(recap_request_check(&r, 10, 8));
+  r.max_new_tokens = 2;
+  CHECK_STATUS(recap_request_check(&r, 10, 8), RECAP_STATUS_INVALID_ARGUMENT);
+  CHECK_ERROR_MENTIONS(
+      "request.max_new_tokens = 2: with request.prompt_len = 7 it is past the "
+      "model's maximum sequence of 8 tokens");
+  r.max_new_tokens = 1;
+  r.prompt_len = 8;
+  CHECK_STATUS(recap_request_check(&r, 10, 8), RECAP_STATUS_INVALID_ARGUMENT);
+  CHECK_ERROR_MENTIONS("request.prompt_len = 8: leaves no room for a token");
+  r.prompt_len = 9;
+  CHECK_STATUS(recap_request_check(&r, 10, 8), RECAP_STATUS_INVALID_ARGUMENT);
+  CHECK_ERROR_MENTIONS(
+      "request.prompt_len = 9: the prompt is longer than the model's maximum "
+      "sequence of 8 tokens");
+  r.prompt_len = 7;
+  CHECK_STATUS(recap_request_check(&r, 6, 8), RECAP_STATUS_INVALID_ARGUMENT);
+  CHECK_ERROR_MENTIONS("request.prompt[6] = 6: outside the vocabulary [0, 6)");
+  stops[1] = 10;
+  CHECK_STATUS(recap_request_check(&r, 10, 8), RECAP_STATUS_INVALID_ARGUMENT);
+  CHECK_ERROR_MENTIONS("request.stop_ids[1] = 10: outside the vocabulary [0, 10)");
+  stops[1] = 0;
+  CHECK_STATUS(recap_request_check(&r, 0, 8), RECAP_STATUS_INVALID_ARGUMENT);
+  CHECK_STATUS(recap_request_check(NULL, 10, 8), RECAP_STATUS_INVALID_ARGUMENT);
+  r.struct_size = 0; /* zeroed without RECAP_REQUEST_INIT */
+  CHECK_STATUS(recap_request_check(&r, 10, 8), RECAP_STATUS_INVALID_ARGUMENT);
+}
+
 static void test_bad_requests_are_refused_and_the_engine_serves_on(void) {
   make_dir();
   char spec[512];
@@ -839,7 +878,10 @@ static void test_bad_requests_are_refused_and_the_engine_serves_on(void) {
   r.max_new_tokens = 5;
   check_refused(g, r, "request.max_new_tokens = 5: with request.prompt_len = 60");
   r.prompt_len = (size_t)1 << 40; /* refused before its ids are read */
-  check_refused(g, r, "request.prompt_len = 1099511627776");
+  check_refused(g, r, "request.prompt_len = 1099511627776: the prompt is longer");
+  r.prompt_len = MAX_SEQ;
+  r.max_new_tokens = 1;
+  check_refused(g, r, "request.prompt_len = 64: leaves no room for a token");
   r = ok;
   r.temperature = -0.5f;
   check_refused(g, r, "request.temperature = -0.5");
@@ -866,6 +908,10 @@ static void test_bad_requests_are_refused_and_the_engine_serves_on(void) {
   r.stop_ids = NULL;
   r.num_stop_ids = 1;
   check_refused(g, r, "request.stop_ids NULL");
+  int32_t never[2] = {7, 256}; /* the fixture's vocabulary is 256 ids */
+  r.stop_ids = never;
+  r.num_stop_ids = 2;
+  check_refused(g, r, "request.stop_ids[1] = 256: outside the vocabulary [0, 256)");
   CHECK_STATUS(recap_generator_submit(g, NULL, &(uint64_t){0}, NULL),
                RECAP_STATUS_INVALID_ARGUMENT);
   /* Unknown ids. */
@@ -1061,8 +1107,8 @@ static recap_status fail_on_the_device(void *args) {
 }
 
 typedef struct {
-  events e;              /* the running request's callbacks */
-  recap_request queued;  /* submitted at its first token, so it waits when the fault comes */
+  events e;             /* the running request's callbacks */
+  recap_request queued; /* submitted at its first token, so it waits when the fault comes */
   uint64_t queued_id;
   recap_status queued_status;
 } fault_events;
@@ -1152,6 +1198,7 @@ int main(void) {
   CU_ADD_TEST(sched, test_scheduler_remove_gives_blocks_back);
   CU_ADD_TEST(sched, test_scheduler_ends_on_stop_ids_and_the_maximum_sequence);
   CU_ADD_TEST(sched, test_scheduler_random_workload_leaks_no_block);
+  CU_ADD_TEST(sched, test_request_check_counts_every_token_against_the_maximum);
   /* Exact comparisons between runs hold on the host, which computes every row alone; on CUDA
    * a GEMM's algorithm may depend on the bucket, so only the comparison with transformers
    * (under its margins) runs there too. */
