@@ -227,14 +227,18 @@ static recap_status alloc_staging(entry *e, int64_t width) {
   return RECAP_OK;
 }
 
+static const char *plural(int64_t n) {
+  return n == 1 ? "" : "s";
+}
+
 static void print_pool(const recap__runner_shape *s, const char *why) {
   fprintf(stderr,
-          "recap generator: KV pool of %" PRId64 " blocks x %" PRId64 " tokens = %" PRId64
-          " tokens, %.1f MiB (%s); up to %" PRId64 " sequences decoding, prefill steps of %" PRId64
-          " tokens from up to %" PRId64 " sequences\n",
-          s->num_blocks, s->block_size, s->num_blocks * s->block_size,
+          "recap generator: KV pool of %" PRId64 " block%s x %" PRId64 " tokens = %" PRId64
+          " tokens, %.1f MiB (%s); up to %" PRId64 " sequence%s decoding, prefill steps of %" PRId64
+          " tokens from up to %" PRId64 " sequence%s\n",
+          s->num_blocks, plural(s->num_blocks), s->block_size, s->num_blocks * s->block_size,
           (double)s->block_bytes * (double)s->num_blocks / (1 << 20), why, s->decode_rows,
-          s->prefill_tokens, s->prefill_seqs);
+          plural(s->decode_rows), s->prefill_tokens, s->prefill_seqs, plural(s->prefill_seqs));
 }
 
 /* One entry's buckets and the memory its graphs replay in, before anything is captured: every
