@@ -27,16 +27,9 @@ static bool fail(cli_hf_import_result *r, const char *fmt, ...) {
   return false;
 }
 
-/* fail() for options that contradict each other or the defaults they leave (r->bad_options). */
-static bool fail_options(cli_hf_import_result *r, const char *fmt, ...) RECAP__PRINTF(2, 3);
-static bool fail_options(cli_hf_import_result *r, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(r->error, sizeof r->error, fmt, ap);
-  va_end(ap);
-  r->bad_options = true;
-  return false;
-}
+/* fail() for options that contradict each other or the defaults they leave (r->bad_options):
+ * the caller's format goes through as the message. */
+#define fail_options(r, ...) ((r)->bad_options = true, fail((r), __VA_ARGS__))
 
 /* `target` (a folder) as seen from the folder holding `spec_path`: relative when both resolve,
  * else absolute, else as given. */
