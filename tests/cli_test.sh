@@ -119,6 +119,20 @@ grep -A1 "^RECAP_FUSION " "$tmp/out" | grep -q "set: 'off'" || fail "recap env d
 grep -A1 "^RECAP_TEST_SEED " "$tmp/out" | grep -q "(tests only)" ||
   grep -q "^RECAP_TEST_SEED .*(tests only)" "$tmp/out" || fail "recap env does not mark test-only"
 expect 2 "recap env with an argument" -- "$recap" env extra
+# recap env marks values recap would ignore or refuse, with what it expects.
+RECAP_FUSION=maybe RECAP_TUNE=3 RECAP_ALLOC_CONF=garbage:1 expect 0 "recap env, bad values" -- \
+  "$recap" env
+for var in FUSION TUNE ALLOC_CONF; do
+  grep -A1 "^RECAP_$var " "$tmp/out" | grep -q "INVALID: " || fail "recap env: RECAP_$var not marked"
+done
+grep -A1 "^RECAP_ALLOC_CONF " "$tmp/out" | grep -q "unknown setting 'garbage'" ||
+  fail "recap env does not say why RECAP_ALLOC_CONF is invalid"
+# A malformed RECAP_ALLOC_CONF is the environment's usage error, before any spec is read.
+expect 2 "run with a bad RECAP_ALLOC_CONF" -- env RECAP_ALLOC_CONF=garbage:1 "$recap" run \
+  "$specs/elementwise_chain.yaml"
+grep -qx "recap run: RECAP_ALLOC_CONF='garbage:1': unknown setting 'garbage' (.*)" "$tmp/err" ||
+  fail "run: a bad RECAP_ALLOC_CONF is not named up front ($(head -1 "$tmp/err"))"
+grep -q "elementwise_chain.yaml:" "$tmp/err" && fail "run blames the spec for RECAP_ALLOC_CONF"
 expect 2 "no command" -- "$recap"
 expect 2 "unknown command" -- "$recap" frobnicate
 expect 2 "unknown flag" -- "$recap" run "$specs/fork_join.yaml" --bogus
@@ -162,6 +176,14 @@ EOF
 expect 0 "validate specs" -- "$recap" validate "$specs"/*.yaml
 expect 1 "validate a bad spec" -- "$recap" validate "$bad_specs/dim_zero.yaml"
 grep -qE "dim_zero.yaml:[0-9]+:[0-9]+: error: " "$tmp/err" || fail "no FILE:LINE:COL error"
+# A tensor past 2^56 bytes (the planner's limit) is a spec error at the tensor, the same in
+# every command that loads a spec, whatever the device's memory.
+huge=$bad_specs/tensor_over_2_56_bytes.yaml
+for cmd in validate plan dot run; do
+  expect 1 "$cmd of a tensor past 2^56 bytes" -- "$recap" "$cmd" "$huge"
+  grep -q "tensor_over_2_56_bytes.yaml:4:3: error: tensor 'x' .* is larger than 2^56 bytes" \
+    "$tmp/err" || fail "$cmd: the 2^56 limit is not reported at the tensor ($(head -1 "$tmp/err"))"
+done
 expect 1 "validate a missing file" -- "$recap" validate "$tmp/no_such.yaml"
 # Messages speak of the spec, not of recap's source: no function names or recap file:line,
 # unless a developer asks for them with RECAP_ERROR_LOCATIONS=1.
