@@ -58,6 +58,10 @@ extern const char cli_bench_capture_spec[];
 int cli_serve_bench_main(int argc, char **argv);
 /* serve-bench --generate (serve_generate.c): the generation API under synthetic load. */
 int cli_serve_generate_main(int argc, char **argv);
+/* Whether `arg` is a flag of serve-bench's other mode (the one without --generate when
+ * `generate`, else --generate's), which --help lists on the same page; then it has said so on
+ * stderr ("--threads applies without --generate"), for a usage error, rather than "unknown". */
+bool cli_serve_bench_other_mode(const char *arg, bool generate);
 /* memviz.c: `recap memviz SNAPSHOT.json --svg FILE`. */
 int cli_memviz_main(int argc, char **argv);
 /* launch.c: `recap launch`, and `recap run` with --world (cli_dist_requested). */
@@ -243,6 +247,7 @@ bool cli_warn_host_work(const char *cmd, const char *path, const recap__model *m
 typedef struct {
   bool paged;
   int64_t vocab, max_seq;
+  int64_t max_rows; /* rows of the decode entry's largest bucket: sequences one step decodes */
 } cli_serving_shape;
 
 /* Loads and checks the spec's decode entry (no memory bound; errors printed, as cli_load) and

@@ -286,6 +286,24 @@ static double rank(const double *sorted, size_t n, double q) {
   return sorted[(k > n ? n : k) - 1];
 }
 
+/* Whether the table lists the flag `arg` names (its text before any '='). */
+static bool lists(const cli_option *table, const char *arg) {
+  size_t len = strcspn(arg, "=");
+  for (const cli_option *o = table; o->flag; o++)
+    if (strlen(o->flag) == len && strncmp(o->flag, arg, len) == 0) return true;
+  return false;
+}
+
+bool cli_serve_bench_other_mode(const char *arg, bool generate) {
+  if (strncmp(arg, "--", 2) != 0) return false;
+  const cli_option *mine = generate ? cli_serve_generate_options : serve_bench_options;
+  const cli_option *other = generate ? serve_bench_options : cli_serve_generate_options;
+  if (lists(mine, arg) || !lists(other, arg)) return false;
+  fprintf(stderr, "recap %s: %.*s applies %s --generate\n", CMD, (int)strcspn(arg, "="), arg,
+          generate ? "without" : "only with");
+  return true;
+}
+
 int cli_serve_bench_main(int argc, char **argv) {
   if (cli_wants_help(argc, argv)) {
     cli_help_print(stdout, &cli_serve_bench_help);
@@ -321,7 +339,8 @@ int cli_serve_bench_main(int argc, char **argv) {
                (m = cli_json_flag(CMD, argc, argv, &i, &json_path)) != 0 ||
                (m = cli_flag(CMD, argc, argv, &i, "--base-dir", &base_dir)) != 0) {
       if (m < 0) return CLI_EXIT_USAGE;
-    } else if (!cli_take_one(CMD, "spec", argv[i], &path)) {
+    } else if (cli_serve_bench_other_mode(argv[i], false) ||
+               !cli_take_one(CMD, "spec", argv[i], &path)) {
       return CLI_EXIT_USAGE;
     }
   }

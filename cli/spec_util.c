@@ -165,6 +165,7 @@ int cli_read_serving_shape(const char *cmd, const char *path, const char *base_d
     out->paged = true;
     out->vocab = ir->tensors[logits].shape[1];
     out->max_seq = (ir->tensors[seqs].shape[1] - RECAP_SEQ_BLOCKS) * block;
+    out->max_rows = ir->tensors[seqs].shape[0];
   }
   recap__model_release(m);
   return CLI_EXIT_OK;

@@ -1300,6 +1300,42 @@ PY
   fail "serve-bench --save-requests does not hold the request set the run served"
 expect 2 "serve-bench --generate past the spec's length" -- "$recap" serve-bench \
   "$tmp/qwen2_paged.yaml" --generate --prompt-len 60,60 --output-len 8,8 --device host
+# The engine-steps line adds up: a step runs at most one prefill and one decode, so the steps
+# with both are prefill + decode - steps (the JSON's counts, and the text's).
+python3 - "$tmp/serve.json" <<'EOF' || fail "serve-bench --generate: the JSON's steps do not add up"
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["prefill_steps"] + d["decode_steps"] - d["steps_with_both"] == d["steps"], d
+assert 0 < d["prefill_steps"] <= d["steps"] and 0 < d["decode_steps"] <= d["steps"], d
+EOF
+expect 0 "serve-bench --generate (text)" -- "$recap" serve-bench "$tmp/qwen2_paged.yaml" \
+  --generate --requests 12 --prompt-len 4,20 --output-len 2,8 --device host
+python3 - "$tmp/out" <<'EOF' || fail "serve-bench --generate: the engine steps line does not add up"
+import re, sys
+m = re.search(r"^engine steps +(\d+) \((\d+) with prefill, (\d+) with decode; (\d+) both\)",
+              open(sys.argv[1]).read(), re.M)
+steps, prefill, decode, both = map(int, m.groups())
+assert prefill + decode - both == steps, m.group(0)
+EOF
+# A flag of the other mode is named as such (--help lists both modes on one page).
+expect 2 "serve-bench --generate --threads" -- "$recap" serve-bench "$tmp/qwen2_paged.yaml" \
+  --generate --threads 3
+grep -qx "recap serve-bench: --threads applies without --generate" "$tmp/err" ||
+  fail "serve-bench --generate --threads: $(head -1 "$tmp/err")"
+expect 2 "serve-bench --generate --batch-max" -- "$recap" serve-bench "$tmp/qwen2_paged.yaml" \
+  --generate --batch-max=2
+grep -qx "recap serve-bench: --batch-max applies without --generate" "$tmp/err" ||
+  fail "serve-bench --generate --batch-max: $(head -1 "$tmp/err")"
+expect 2 "serve-bench --prompt-len without --generate" -- "$recap" serve-bench \
+  "$specs/mlp_decode.yaml" --prompt-len 4,4
+grep -qx "recap serve-bench: --prompt-len applies only with --generate" "$tmp/err" ||
+  fail "serve-bench --prompt-len: $(head -1 "$tmp/err")"
+# --max-running past the decode entry's largest bucket (4 here) is known from the spec.
+expect 2 "serve-bench --generate --max-running past the bucket" -- "$recap" serve-bench \
+  "$tmp/qwen2_paged.yaml" --generate --max-running 100 --prompt-len 4,20 --output-len 2,8 \
+  --device host
+grep -q "^recap serve-bench: --max-running 100 is more than the 4 sequences" "$tmp/err" ||
+  fail "serve-bench --max-running 100: $(head -1 "$tmp/err")"
 # Tensor-parallel serving's wiring at a world of 1 (the host's only world; two GPUs:
 # scripts/gpu/gpu_tp.sh): rank 0 of 1, alone and under launch, serves the requests a run
 # without a communicator serves, token for token (--tokens-out: one line per request).
