@@ -55,14 +55,15 @@ static const cli_option recap_options[] = {
     {.flag = "--help",
      .alias = "-h",
      .kind = CLI_VALUE_NONE,
-     .help = "the commands and the environment variables recap reads"},
+     .help = "the commands and the environment variables recap reads; with a\n"
+             "COMMAND (or as recap help COMMAND), that command's --help"},
     {.flag = "--version",
      .kind = CLI_VALUE_NONE,
      .help = "recap's version and the CUDA libraries' it runs with"},
     {0}};
 
 static const cli_help recap_help = {
-    .synopsis = "recap [--version] [--help] COMMAND [ARGS]",
+    .synopsis = "recap [--version] [--help] COMMAND [ARGS]\nrecap help [COMMAND]",
     .description =
         "Captures a pipeline described by a spec (YAML) as CUDA graphs and replays them;\n"
         "checks, plans, runs, benchmarks and draws specs, and imports Hugging Face checkpoints\n"
@@ -95,22 +96,40 @@ int main(int argc, char **argv) {
     cli_usage_print(stderr);
     return CLI_EXIT_USAGE;
   }
-  if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+  if (strcmp(argv[1], "--version") == 0) {
+    if (argc > 2) {
+      fprintf(stderr, "recap: --version takes no arguments (got '%s')\n", argv[2]);
+      return CLI_EXIT_USAGE;
+    }
+    cli_print_version(stdout);
+    return CLI_EXIT_OK;
+  }
+  /* `recap help [COMMAND]` and `recap --help [COMMAND]`, as git has them: the command's own
+   * --help, or recap's. */
+  bool help = strcmp(argv[1], "help") == 0 || strcmp(argv[1], "--help") == 0 ||
+              strcmp(argv[1], "-h") == 0;
+  if (help && argc > 3) {
+    fprintf(stderr, "recap: %s takes at most one command (got '%s' and '%s')\n", argv[1], argv[2],
+            argv[3]);
+    return CLI_EXIT_USAGE;
+  }
+  if (help && argc == 2) {
     cli_usage_print(stdout);
     cli_env_print_help(stdout);
     return CLI_EXIT_OK;
   }
-  if (strcmp(argv[1], "--version") == 0) {
-    cli_print_version(stdout);
-    return CLI_EXIT_OK;
-  }
+  const char *name = help ? argv[2] : argv[1];
   for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
-    if (strcmp(argv[1], commands[i].name) != 0) continue;
+    if (strcmp(name, commands[i].name) != 0) continue;
+    if (help) {
+      cli_help_print(stdout, commands[i].help);
+      return CLI_EXIT_OK;
+    }
     if (commands[i].allocates && !cli_wants_help(argc - 2, argv + 2) && !alloc_conf_ok(argv[1]))
       return CLI_EXIT_USAGE;
     return commands[i].main(argc - 2, argv + 2);
   }
-  fprintf(stderr, "recap: unknown command '%s'\n\n", argv[1]);
+  fprintf(stderr, "recap: unknown command '%s'\n\n", name);
   cli_usage_print(stderr);
   return CLI_EXIT_USAGE;
 }

@@ -39,6 +39,12 @@ for cmd in info validate plan ops dot run bench bench-ops bench-gemm bench-captu
   bench-loop serve-bench memviz launch import-hf generate env schema completion man; do
   expect 0 "$cmd --help" -- "$recap" "$cmd" --help
   grep -q "usage: recap $cmd" "$tmp/out" || fail "$cmd --help prints no usage line"
+  grep -q "^exit status: " "$tmp/out" || fail "$cmd --help has no exit status line"
+  # `recap help COMMAND` and `recap --help COMMAND` print the same page.
+  "$recap" help "$cmd" >"$tmp/help_cmd" 2>&1 || fail "recap help $cmd failed"
+  cmp -s "$tmp/out" "$tmp/help_cmd" || fail "recap help $cmd differs from $cmd --help"
+  "$recap" --help "$cmd" >"$tmp/help_cmd" 2>&1 || fail "recap --help $cmd failed"
+  cmp -s "$tmp/out" "$tmp/help_cmd" || fail "recap --help $cmd differs from $cmd --help"
   # Help speaks for itself: no references into an issue tracker the user cannot see.
   grep -qiE "issue ?#?[0-9]" "$tmp/out" && fail "$cmd --help refers to an issue number"
 done
@@ -108,6 +114,13 @@ if command -v man >/dev/null && command -v groff >/dev/null; then
 fi
 expect 2 "man with an argument" -- "$recap" man extra
 
+expect 0 "recap help" -- "$recap" help
+grep -q "^commands:" "$tmp/out" || fail "recap help does not list the commands"
+expect 2 "recap help of an unknown command" -- "$recap" help nosuch
+grep -q "unknown command 'nosuch'" "$tmp/err" || fail "recap help nosuch does not say why"
+expect 2 "recap help with two commands" -- "$recap" help run plan
+expect 2 "recap --version with an argument" -- "$recap" --version extra
+grep -q "takes no arguments" "$tmp/err" || fail "recap --version extra does not say why"
 expect 0 "recap --help" -- "$recap" --help
 # The environment section comes from the table of variables (runtime/env_table.c), which lists
 # the tests' own variables for `recap env` only.
