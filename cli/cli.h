@@ -275,6 +275,10 @@ int cli_json_flag(const char *cmd, int argc, char **argv, int *i, const char **p
  * False, with "recap CMD: cannot write PATH" on stderr, when it cannot be written. */
 bool cli_write_json(const char *cmd, json_t *root, recap_device device, const char *path);
 
+/* The noun that goes with a count: `one` for 1, else `many` ("%lld %s", n, cli_plural(n,
+ * "step", "steps")), so that no line reads "1 steps". */
+const char *cli_plural(long long n, const char *one, const char *many);
+
 /* "1.5 MiB", "12.0 KiB" or "300 B" into buf; returns buf. */
 const char *cli_format_bytes(size_t bytes, char *buf, size_t size);
 

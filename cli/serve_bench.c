@@ -468,8 +468,10 @@ int cli_serve_bench_main(int argc, char **argv) {
     cli_report_failure(CMD, "reading the stats", st);
     goto done;
   }
-  printf("%s (%s) on %s:%d: %lld workers, %lld requests", spec->name, path,
-         recap_backend_name(opts.device.backend), opts.device.index, threads, requests);
+  printf("%s (%s) on %s:%d: %lld %s, %lld %s", spec->name, path,
+         recap_backend_name(opts.device.backend), opts.device.index, threads,
+         cli_plural(threads, "worker", "workers"), requests,
+         cli_plural(requests, "request", "requests"));
   if (spec->bucket_dim >= 0)
     printf(", batch 1..%lld of %s", batch_max, spec->dims[spec->bucket_dim].name);
   char bytes_text[32];
@@ -520,8 +522,8 @@ int cli_serve_bench_main(int argc, char **argv) {
   gate_open_when(&srv.served, started);
   double t1 = cli_now();
   for (int i = 0; i < started; i++) pthread_join(workers[i].thread, NULL);
-  printf("capture: %d workers captured their graphs on their own threads at once in %.1f ms\n",
-         started, capture_ms);
+  printf("capture: %d %s captured their graphs on their own threads at once in %.1f ms\n",
+         started, cli_plural(started, "worker", "workers"), capture_ms);
 
   size_t served = 0, checked = 0, bad = 0, bad_elements = 0;
   double max_diff = 0;
@@ -552,7 +554,8 @@ int cli_serve_bench_main(int argc, char **argv) {
   qsort(latency, n, sizeof *latency, compare_double);
   qsort(service, n, sizeof *service, compare_double);
   double wall = t1 - t0;
-  printf("served %zu requests in %.3f s: %.1f requests/s\n", served, wall,
+  printf("served %zu %s in %.3f s: %.1f requests/s\n", served,
+         cli_plural((long long)served, "request", "requests"), wall,
          wall > 0 ? (double)served / wall : 0.0);
   if (n > 0) {
     printf("latency (queue + service): p50 %.3f ms, p99 %.3f ms, max %.3f ms\n",

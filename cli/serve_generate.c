@@ -116,9 +116,9 @@ static int report(const generate_bench_args *a, recap_device device, request_rec
   printf("output tokens/s  %.1f\n", (double)out_tokens / wall_s);
   printf("TTFT ms          p50 %.3f  p99 %.3f\n", t1.median, t1.p99);
   printf("TPOT ms          p50 %.3f  p99 %.3f\n", t2.median, t2.p99);
-  printf("KV blocks        %zu of %zu at the peak (%.1f%%), blocks of %zu tokens\n", peak_blocks,
+  printf("KV blocks        %zu of %zu at the peak (%.1f%%), blocks of %zu %s\n", peak_blocks,
          stats->kv_blocks, 100.0 * (double)peak_blocks / (double)stats->kv_blocks,
-         stats->block_size);
+         stats->block_size, cli_plural((long long)stats->block_size, "token", "tokens"));
   printf("preemptions      %" PRIu64 "\n", stats->preemptions);
   /* A step runs at most one prefill and one decode (a decode loop's steps one decode each),
    * and every step counted ran something: the steps that ran both are the overlap. */

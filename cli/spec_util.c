@@ -242,6 +242,10 @@ void cli_report_failure(const char *cmd, const char *what, recap_status status) 
           detail[0] ? "\n" : "", detail);
 }
 
+const char *cli_plural(long long n, const char *one, const char *many) {
+  return n == 1 ? one : many;
+}
+
 const char *cli_format_bytes(size_t bytes, char *buf, size_t size) {
   if (bytes >= (1u << 20))
     snprintf(buf, size, "%.1f MiB", (double)bytes / (1 << 20));

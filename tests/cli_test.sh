@@ -227,7 +227,7 @@ EOF
 done
 expect 0 "validate a spec with a weights file" -- "$recap" validate "$tmp/val/good.yaml"
 grep -q "sizes checked against host:0's" "$tmp/out" || fail "validate: no memory check reported"
-grep -q "not checked: the data of 1 file" "$tmp/out" ||
+grep -q "not checked: the data of 1 tensor in 1 file" "$tmp/out" ||
   fail "validate: the file's data is not listed as unchecked"
 expect 1 "validate a corrupt safetensors file" -- "$recap" validate "$tmp/val/corrupt.yaml"
 grep -q "corrupt.yaml:4:47: error: .*safetensors header length" "$tmp/err" ||
@@ -1049,9 +1049,19 @@ grep -q '^checkpoint: "qwen2"$' "$tmp/qwen2.yaml" ||
   fail "import-hf does not name the checkpoint relative to the spec"
 expect 0 "validate an imported spec" -- "$recap" validate "$tmp/qwen2.yaml"
 grep -q "entry 'decode': ok" "$tmp/out" || fail "the imported spec's decode entry is not checked"
+# Its tensors all read one checkpoint file: counted as tensors in 1 file, not as files.
+grep -qE "not checked: the data of [0-9]+ tensors in 1 file " "$tmp/out" ||
+  fail "validate miscounts the imported spec's checkpoint files: $(grep "data of" "$tmp/out")"
 expect 0 "run an imported spec" -- "$recap" run "$tmp/qwen2.yaml" --entry prefill --device host \
   --iters 1
 grep -q "logits *f32 \[2, 12, 256\]" "$tmp/out" || fail "the imported spec's logits are missing"
+# Its inputs are zeros: no seed is spoken of; its one capture is "1 capture", not "1 captures".
+grep -q "^inputs, none of them random:" "$tmp/out" && ! grep -q "seed" "$tmp/out" ||
+  fail "run speaks of a seed for inputs that are all zeros"
+expect 0 "run a spec of one bucket" -- "$recap" run "$specs/elementwise_chain.yaml" --device host \
+  --iters 1
+grep -q "^stats: .* (1 launch each), 1 capture; " "$tmp/out" ||
+  fail "run's stats: $(grep "^stats" "$tmp/out")"
 expect 0 "import-hf to stdout" -- "$recap" import-hf "$tmp/qwen2" -o - --dtype bf16
 grep -q "^dtype: bf16" "$tmp/out" && grep -q "cast: true" "$tmp/out" ||
   fail "import-hf --dtype bf16 does not cast the f32 checkpoint"
@@ -1142,6 +1152,11 @@ expect 0 "bench-decode" -- "$recap" bench-decode "$tmp/qwen2_paged.yaml" --devic
   --batch 1,4 --context 8 --tokens 4 --repeats 2 --json "$tmp/decode.json"
 grep -qE "^ +4 .*x +[0-9]+ +[0-9]+%$" "$tmp/out" || fail "bench-decode prints no row for batch 4"
 check_json "$tmp/decode.json"
+# Too long a context for the spec: the easy way out (a smaller --context) is named first.
+expect 1 "bench-decode past the spec's sequences" -- "$recap" bench-decode \
+  "$tmp/qwen2_paged.yaml" --device host --batch 1 --context 100 --tokens 4
+grep -q "does not fit the spec: .*a smaller --context or --tokens, or import with a larger" \
+  "$tmp/err" || fail "bench-decode does not suggest a smaller --context: $(head -1 "$tmp/err")"
 # bench-loop on the host backend (emulated WHILE nodes): every mode's row and the loop's line.
 expect 0 "bench-loop" -- "$recap" bench-loop "$tmp/qwen2_paged.yaml" --device host \
   --batch 1,4 --context 8 --tokens 8 --steps 4 --repeats 1 --json "$tmp/loop.json"
