@@ -969,8 +969,8 @@ expect 1 "memviz of a missing file" -- "$recap" memviz "$tmp/no_such.json"
 expect 2 "memviz without a file" -- "$recap" memviz
 
 # launch: one rank on the host backend runs the spec and reports its exit; a world of 2 asked
-# for on the host is a usage error before any rank starts, and one that falls back to the host
-# (no GPU) a clear failure of both ranks (reported, not hung); launch's own flags.
+# for on the host is a usage error before any rank starts, and one on a machine without two
+# GPUs a failure before any rank starts; launch's own flags.
 expect 0 "launch --help" -- "$recap" launch --help
 grep -q "the timeout + 5" "$tmp/out" || fail "launch --help does not give --grace's default"
 expect 0 "launch 1 host rank" -- "$recap" launch --gpus 1 -- run "$specs/tp_mlp.yaml" \
@@ -983,11 +983,14 @@ for device in "--device host" "--device=host"; do
   grep -q "rank" "$tmp/out" && fail "launch with $device started ranks"
   grep -q "host backend is a world of 1" "$tmp/err" || fail "launch with $device: no reason given"
 done
-if ! "$recap" info | grep -q "^  cuda:0"; then
-  expect 1 "launch 2 ranks falling back to the host" -- "$recap" launch --gpus 2 --timeout 20 \
+# Without two GPUs the ranks would fall back to the host backend (a world of 1) and each fail
+# at the communicator: launch refuses before starting any.
+if ! "$recap" info | grep -q "^  cuda:1"; then
+  expect 1 "launch 2 ranks without 2 GPUs" -- "$recap" launch --gpus 2 --timeout 20 \
     -- run "$specs/tp_mlp.yaml" --iters 2
-  grep -q "rank 1: exit 1" "$tmp/out" || fail "launch did not report rank 1's failure"
-  grep -qi "host" "$tmp/err" || fail "no message says the host backend is a world of 1"
+  grep -q "rank" "$tmp/out" && fail "launch without 2 GPUs started ranks"
+  grep -q "^recap launch: --gpus 2 needs 2 CUDA devices, but .*; no rank started$" "$tmp/err" ||
+    fail "launch without 2 GPUs does not say why: $(head -1 "$tmp/err")"
 fi
 # run --world honours --no-fusion (the fusion pass folds elementwise_chain's ops otherwise).
 for flag in "" --no-fusion; do
