@@ -400,8 +400,8 @@ int cli_bench_main(int argc, char **argv) {
       cli_format_bytes(graph_bytes, b1, sizeof b1), cli_format_bytes(gs.arena_bytes, b2, sizeof b2),
       cli_format_bytes(gs.param_bytes, b3, sizeof b3),
       rotate > 1 ? " (per rotation instance)" : "");
-  printf("launches per iteration: eager %zu op %s, graph 1 graph launch (%zu %s)\n",
-         re.launches, cli_plural((long long)re.launches, "launch", "launches"), info.nodes,
+  printf("launches per iteration: eager %zu op %s, graph 1 graph launch (%zu %s)\n", re.launches,
+         cli_plural((long long)re.launches, "launch", "launches"), info.nodes,
          cli_plural((long long)info.nodes, "node", "nodes"));
   if (check)
     printf("outputs: graph %s eager (max |diff| %.3g, %zu element%s out of tolerance)\n",

@@ -333,9 +333,8 @@ int cli_generate_dist_main(int argc, char **argv) {
       "\nrank %lld of %lld: prefill: %d %s in %.3f ms (includes capture); decode: %d "
       "%s, median %.4f ms per token, mean %.4f ms (run_dist: header%s, replay, wait)\n",
       a.world.rank, a.world.world, a.prompt_len, cli_plural(a.prompt_len, "token", "tokens"),
-      r.prefill_ms, steps, cli_plural(steps, "step", "steps"),
-      steps ? r.step_ms[steps / 2] : 0.0, steps ? total / steps : 0.0,
-      r.paged ? " only after the first step" : " and inputs");
+      r.prefill_ms, steps, cli_plural(steps, "step", "steps"), steps ? r.step_ms[steps / 2] : 0.0,
+      steps ? total / steps : 0.0, r.paged ? " only after the first step" : " and inputs");
   rc = CLI_EXIT_OK;
 done:
   fflush(stdout);

@@ -264,8 +264,8 @@ int cli_run_dist_main(int argc, char **argv) {
          "\ntiming: %d %s (host wall clock, run_dist incl. header broadcast): median %.4f "
          "ms, p10 %.4f, p90 %.4f; first run (with inputs%s) %.1f ms\n",
          a.rank, a.world, spec->name, recap_backend_name(opts.device.backend), opts.device.index,
-         graph ? "graph" : "eager", batch, iters, cli_plural(iters, "run", "runs"), sum.median, sum.p10, sum.p90,
-         graph ? ", warmup and capture" : "", first_ms);
+         graph ? "graph" : "eager", batch, iters, cli_plural(iters, "run", "runs"), sum.median,
+         sum.p10, sum.p90, graph ? ", warmup and capture" : "", first_ms);
   json_t *outs = json_array();
   for (size_t i = 0; i < outputs.count; i++) {
     const cli_host_tensor *h = &outputs.items[i];
@@ -496,9 +496,9 @@ int cli_launch_main(int argc, char **argv) {
       fprintf(stderr, "recap launch: --gpus %lld needs %lld CUDA devices, %s; no rank started\n",
               gpus, gpus,
               !recap_backend_compiled(RECAP_BACKEND_CUDA) ? "but this build has no CUDA backend"
-              : count == 0                                 ? "but this machine has none visible"
-              : count == 1                                 ? "but only 1 is visible"
-                                                           : "but fewer are visible");
+              : count == 0                                ? "but this machine has none visible"
+              : count == 1                                ? "but only 1 is visible"
+                                                          : "but fewer are visible");
       return CLI_EXIT_FAILURE;
     }
   }

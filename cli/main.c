@@ -10,8 +10,8 @@
 static const cli_command commands[] = {
     {"info", "devices, memory, telemetry, library versions and compiled architectures",
      cli_info_main, &cli_info_help, false},
-    {"validate", "check specs; every error as FILE:LINE:COL", cli_validate_main,
-     &cli_validate_help, false},
+    {"validate", "check specs; every error as FILE:LINE:COL", cli_validate_main, &cli_validate_help,
+     false},
     {"plan", "the memory plan of a spec: offsets, lifetimes, arena vs naive vs max-live",
      cli_plan_main, &cli_plan_help, false},
     {"ops", "every op with its inputs, attributes and dtypes", cli_ops_main, &cli_ops_help, false},
@@ -48,7 +48,8 @@ static const cli_command commands[] = {
      cli_schema_main, &cli_schema_help, false},
     {"completion", "a shell completion script (bash) for recap's commands and flags",
      cli_completion_main, &cli_completion_help, false},
-    {"man", "recap's manual page (roff), as docs/recap.1 holds it", cli_man_main, &cli_man_help, false},
+    {"man", "recap's manual page (roff), as docs/recap.1 holds it", cli_man_main, &cli_man_help,
+     false},
 };
 
 static const cli_option recap_options[] = {
@@ -106,8 +107,8 @@ int main(int argc, char **argv) {
   }
   /* `recap help [COMMAND]` and `recap --help [COMMAND]`, as git has them: the command's own
    * --help, or recap's. */
-  bool help = strcmp(argv[1], "help") == 0 || strcmp(argv[1], "--help") == 0 ||
-              strcmp(argv[1], "-h") == 0;
+  bool help =
+      strcmp(argv[1], "help") == 0 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0;
   if (help && argc > 3) {
     fprintf(stderr, "recap: %s takes at most one command (got '%s' and '%s')\n", argv[1], argv[2],
             argv[3]);

@@ -302,12 +302,13 @@ int cli_run_main(int argc, char **argv) {
            pi.bucket_values[rs.bucket]);
   /* The seed matters only when some input draws random numbers: zeros or a file need none. */
   size_t random = 0;
-  for (size_t i = 0; i < inputs.count; i++) random += cli_init_is_random(&inputs.items[i].info.init);
+  for (size_t i = 0; i < inputs.count; i++)
+    random += cli_init_is_random(&inputs.items[i].info.init);
   if (!random)
     printf("\ninputs%s\n", inputs.count ? ", none of them random:" : ": none");
   else if (strcmp(rs.seed_from, "spec") == 0)
-    printf("\ninputs, the random ones from seed %" PRIu64 " (the spec's seed:; --seed N "
-           "overrides it):\n",
+    printf("\ninputs, the random ones from seed %" PRIu64
+           " (the spec's seed:; --seed N overrides it):\n",
            rs.seed);
   else if (strcmp(rs.seed_from, "random") == 0)
     printf("\ninputs, the random ones from seed %" PRIu64 " (fresh; --seed %" PRIu64
@@ -453,8 +454,8 @@ int cli_run_main(int argc, char **argv) {
   }
   printf("stats: %" PRIu64 " %s, %" PRIu64 " eager %s (%zu %s each), %" PRIu64
          " %s; arena %zu B, pool %zu B, params %zu B\n",
-         stats.replays, cli_plural((long long)stats.replays, "replay", "replays"),
-         stats.eager_runs, cli_plural((long long)stats.eager_runs, "run", "runs"), pi.launches,
+         stats.replays, cli_plural((long long)stats.replays, "replay", "replays"), stats.eager_runs,
+         cli_plural((long long)stats.eager_runs, "run", "runs"), pi.launches,
          cli_plural((long long)pi.launches, "launch", "launches"), stats.captures,
          cli_plural((long long)stats.captures, "capture", "captures"), stats.arena_bytes,
          stats.pool_reserved_bytes, stats.param_bytes);

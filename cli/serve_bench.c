@@ -522,8 +522,8 @@ int cli_serve_bench_main(int argc, char **argv) {
   gate_open_when(&srv.served, started);
   double t1 = cli_now();
   for (int i = 0; i < started; i++) pthread_join(workers[i].thread, NULL);
-  printf("capture: %d %s captured their graphs on their own threads at once in %.1f ms\n",
-         started, cli_plural(started, "worker", "workers"), capture_ms);
+  printf("capture: %d %s captured their graphs on their own threads at once in %.1f ms\n", started,
+         cli_plural(started, "worker", "workers"), capture_ms);
 
   size_t served = 0, checked = 0, bad = 0, bad_elements = 0;
   double max_diff = 0;

@@ -124,8 +124,8 @@ static int report(const generate_bench_args *a, recap_device device, request_rec
    * and every step counted ran something: the steps that ran both are the overlap. */
   uint64_t runs = stats->prefill_steps + stats->decode_steps;
   uint64_t both = runs > stats->steps ? runs - stats->steps : 0;
-  printf("engine steps     %" PRIu64 " (%" PRIu64 " with prefill, %" PRIu64
-         " with decode; %" PRIu64 " both): %" PRIu64 " graph replays, %" PRIu64 " eager\n",
+  printf("engine steps     %" PRIu64 " (%" PRIu64 " with prefill, %" PRIu64 " with decode; %" PRIu64
+         " both): %" PRIu64 " graph replays, %" PRIu64 " eager\n",
          stats->steps, stats->prefill_steps, stats->decode_steps, both, stats->graph_steps,
          stats->eager_steps);
   printf("decode loops     %" PRIu64 " launches ran %" PRIu64 " of the decode steps\n",
@@ -134,17 +134,16 @@ static int report(const generate_bench_args *a, recap_device device, request_rec
   int rc = CLI_EXIT_OK;
   if (a->json_path) {
     json_t *root = json_pack(
-        "{ss sI sf sI sf so so sI sI sI sI sI sI sI sI sI sI sI sf}", "spec", a->path,
-        "requests",
+        "{ss sI sf sI sf so so sI sI sI sI sI sI sI sI sI sI sI sf}", "spec", a->path, "requests",
         (json_int_t)a->requests, "wall_s", wall_s, "output_tokens", (json_int_t)out_tokens,
         "output_tokens_per_s", (double)out_tokens / wall_s, "ttft_ms", summary_json(&t1), "tpot_ms",
         summary_json(&t2), "kv_blocks", (json_int_t)stats->kv_blocks, "kv_blocks_peak",
         (json_int_t)peak_blocks, "preemptions", (json_int_t)stats->preemptions, "graph_steps",
         (json_int_t)stats->graph_steps, "eager_steps", (json_int_t)stats->eager_steps, "steps",
-        (json_int_t)stats->steps, "prefill_steps", (json_int_t)stats->prefill_steps,
-        "decode_steps", (json_int_t)stats->decode_steps, "steps_with_both", (json_int_t)both,
-        "loop_launches", (json_int_t)stats->loop_launches,
-        "loop_steps", (json_int_t)stats->loop_steps, "ready_ms", stats->ready_ms);
+        (json_int_t)stats->steps, "prefill_steps", (json_int_t)stats->prefill_steps, "decode_steps",
+        (json_int_t)stats->decode_steps, "steps_with_both", (json_int_t)both, "loop_launches",
+        (json_int_t)stats->loop_launches, "loop_steps", (json_int_t)stats->loop_steps, "ready_ms",
+        stats->ready_ms);
     if (!cli_write_json(CMD, root, device, a->json_path)) rc = CLI_EXIT_FAILURE;
     json_decref(root);
   }
