@@ -400,8 +400,9 @@ int cli_bench_main(int argc, char **argv) {
       cli_format_bytes(graph_bytes, b1, sizeof b1), cli_format_bytes(gs.arena_bytes, b2, sizeof b2),
       cli_format_bytes(gs.param_bytes, b3, sizeof b3),
       rotate > 1 ? " (per rotation instance)" : "");
-  printf("launches per iteration: eager %zu op launches, graph 1 graph launch (%zu nodes)\n",
-         re.launches, info.nodes);
+  printf("launches per iteration: eager %zu op %s, graph 1 graph launch (%zu %s)\n", re.launches,
+         cli_plural((long long)re.launches, "launch", "launches"), info.nodes,
+         cli_plural((long long)info.nodes, "node", "nodes"));
   if (check)
     printf("outputs: graph %s eager (max |diff| %.3g, %zu element%s out of tolerance)\n",
            mismatches ? "DIFFERS from" : "matches", max_diff, mismatches,
@@ -457,12 +458,14 @@ int cli_bench_main(int argc, char **argv) {
     char title[256], subtitle[256], footer[256];
     snprintf(title, sizeof title, "%s: eager vs graph replay", spec->name);
     if (spec->bucket_dim >= 0)
-      snprintf(subtitle, sizeof subtitle, "%s=%" PRId64 " on %s; speedup %.2fx; %zu launches vs 1",
+      snprintf(subtitle, sizeof subtitle, "%s=%" PRId64 " on %s; speedup %.2fx; %zu %s vs 1",
                spec->dims[spec->bucket_dim].name, rs.batch,
-               host ? "the host backend (CPU)" : "CUDA", speedup, re.launches);
+               host ? "the host backend (CPU)" : "CUDA", speedup, re.launches,
+               cli_plural((long long)re.launches, "launch", "launches"));
     else
-      snprintf(subtitle, sizeof subtitle, "on %s; speedup %.2fx; %zu launches vs 1",
-               host ? "the host backend (CPU)" : "CUDA", speedup, re.launches);
+      snprintf(subtitle, sizeof subtitle, "on %s; speedup %.2fx; %zu %s vs 1",
+               host ? "the host backend (CPU)" : "CUDA", speedup, re.launches,
+               cli_plural((long long)re.launches, "launch", "launches"));
     snprintf(footer, sizeof footer,
              "bars: median; whiskers: p10-p90 of %d iterations (device events), after %d warmup",
              rs.iters, rs.warmup);

@@ -316,10 +316,12 @@ static bool batch_fits(const cli_decode_shape *s, int64_t batch, int64_t positio
   fprintf(stderr,
           "recap %s: batch %" PRId64 " at %" PRId64
           " positions does not fit the spec: at most "
-          "%" PRId64 " sequences, %" PRId64 " positions each, %" PRId64 " blocks of %" PRId64
-          " in the pool (import with a larger --batch, --max-seq or --kv-blocks)\n",
-          CMD, batch, positions, s->max_batch, (s->width - RECAP_SEQ_BLOCKS) * s->block_size,
-          s->pool_blocks, s->block_size);
+          "%" PRId64 " %s, %" PRId64 " positions each, %" PRId64 " %s of %" PRId64
+          " in the pool (a smaller --context or --tokens, or import with a larger --batch, "
+          "--max-seq or --kv-blocks)\n",
+          CMD, batch, positions, s->max_batch, cli_plural(s->max_batch, "sequence", "sequences"),
+          (s->width - RECAP_SEQ_BLOCKS) * s->block_size, s->pool_blocks,
+          cli_plural(s->pool_blocks, "block", "blocks"), s->block_size);
   return false;
 }
 
@@ -344,10 +346,10 @@ static int run_batches(const decode_args *a, recap_pipeline *graph, recap_pipeli
   if (a->world.comm)
     printf("%sof a world of %lld, on %s:%d\n", pre, a->world.world,
            recap_backend_name(info.device.backend), info.device.index);
-  printf("%s%s: weights %s, KV %s per token; context %lld, %lld steps per timing, median of %lld\n",
+  printf("%s%s: weights %s, KV %s per token; context %lld, %lld %s per timing, median of %lld\n",
          pre, a->path, cli_format_bytes(stats.param_bytes, weights, sizeof weights),
          cli_format_bytes((size_t)s->kv_bytes_per_token, kv, sizeof kv), a->context, a->tokens,
-         a->repeats);
+         cli_plural(a->tokens, "step", "steps"), a->repeats);
   printf("%sdevice-to-device copy: %.1f GB/s (read + write)\n%s\n", pre, copy_gbps, pre);
   printf("%s%6s %12s %10s %10s %12s %8s %12s %8s %8s %6s\n", pre, "batch", "graph ms",
          "p10-p90 %", "tokens/s", "GB/s", "of copy", "eager ms", "speedup", "kernels", "GEMM");

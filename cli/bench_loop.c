@@ -450,9 +450,12 @@ static int run(const loop_args *a, recap_pipeline *p, const cli_decode_shape *s)
     if (b > s->max_batch || need > s->width - RECAP_SEQ_BLOCKS || b * need > s->pool_blocks) {
       fprintf(stderr,
               "recap %s: batch %" PRId64 " at %" PRId64 " positions does not fit the spec (%" PRId64
-              " sequences, %" PRId64 " positions each, %" PRId64 " blocks)\n",
-              CMD, b, positions, s->max_batch, (s->width - RECAP_SEQ_BLOCKS) * s->block_size,
-              s->pool_blocks);
+              " %s, %" PRId64 " positions each, %" PRId64
+              " %s; a smaller --context or --tokens, or import with a larger --batch, --max-seq or "
+              "--kv-blocks)\n",
+              CMD, b, positions, s->max_batch, cli_plural(s->max_batch, "sequence", "sequences"),
+              (s->width - RECAP_SEQ_BLOCKS) * s->block_size, s->pool_blocks,
+              cli_plural(s->pool_blocks, "block", "blocks"));
       return CLI_EXIT_FAILURE;
     }
   }
@@ -469,9 +472,10 @@ static int run(const loop_args *a, recap_pipeline *p, const cli_decode_shape *s)
   prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
 #endif
   printf(
-      "%s: context %lld, %lld steps per timing, loops of %lld steps, sleep-polls every %lld us, "
+      "%s: context %lld, %lld %s per timing, loops of %lld %s, sleep-polls every %lld us, "
       "median of %lld\n\n",
-      a->path, a->context, a->tokens, a->steps, a->poll_us, a->repeats);
+      a->path, a->context, a->tokens, cli_plural(a->tokens, "step", "steps"), a->steps,
+      cli_plural(a->steps, "step", "steps"), a->poll_us, a->repeats);
   printf("%6s %-11s %12s %10s %14s\n", "batch", "mode", "ms/step", "tokens/s", "CPU us/token");
   json_t *rows = json_array();
   int rc = rows ? CLI_EXIT_OK : CLI_EXIT_FAILURE;

@@ -416,10 +416,10 @@ int cli_bench_ops_main(int argc, char **argv) {
   printf("bench-ops on %s:%d (%s)%s\n", recap_backend_name(c.dev.backend), c.dev.index, props.name,
          host ? "\nhost backend: a CI-sized smoke run (small sizes), not a benchmark" : "");
   printf("%" PRId64
-         " elements per tensor (rows of %d), %d timed launches per op after %d "
+         " elements per tensor (rows of %d), %d timed %s per op after %d "
          "warmup, median of\none device event pair per launch; bandwidth = bytes read + written "
          "/ time\n",
-         elements, ROW_COLS, c.iters, WARMUP);
+         elements, ROW_COLS, c.iters, cli_plural(c.iters, "launch", "launches"), WARMUP);
   double ceilings[2] = {0, 0};
   const recap_dtype dtypes[2] = {RECAP_DTYPE_F32, RECAP_DTYPE_BF16};
   for (int d = 0; d < 2; d++) {

@@ -58,6 +58,10 @@ extern const char cli_bench_capture_spec[];
 int cli_serve_bench_main(int argc, char **argv);
 /* serve-bench --generate (serve_generate.c): the generation API under synthetic load. */
 int cli_serve_generate_main(int argc, char **argv);
+/* Whether `arg` is a flag of serve-bench's other mode (the one without --generate when
+ * `generate`, else --generate's), which --help lists on the same page; then it has said so on
+ * stderr ("--threads applies without --generate"), for a usage error, rather than "unknown". */
+bool cli_serve_bench_other_mode(const char *arg, bool generate);
 /* memviz.c: `recap memviz SNAPSHOT.json --svg FILE`. */
 int cli_memviz_main(int argc, char **argv);
 /* launch.c: `recap launch`, and `recap run` with --world (cli_dist_requested). */
@@ -245,6 +249,7 @@ bool cli_warn_host_work(const char *cmd, const char *path, const recap__model *m
 typedef struct {
   bool paged;
   int64_t vocab, max_seq;
+  int64_t max_rows; /* rows of the decode entry's largest bucket: sequences one step decodes */
 } cli_serving_shape;
 
 /* Loads and checks the spec's decode entry (no memory bound; errors printed, as cli_load) and
@@ -271,6 +276,10 @@ int cli_json_flag(const char *cmd, int argc, char **argv, int *i, const char **p
  * "wrote PATH" on stdout; or for "-" as one line to the standard output cli_json_flag kept.
  * False, with "recap CMD: cannot write PATH" on stderr, when it cannot be written. */
 bool cli_write_json(const char *cmd, json_t *root, recap_device device, const char *path);
+
+/* The noun that goes with a count: `one` for 1, else `many` ("%lld %s", n, cli_plural(n,
+ * "step", "steps")), so that no line reads "1 steps". */
+const char *cli_plural(long long n, const char *one, const char *many);
 
 /* "1.5 MiB", "12.0 KiB" or "300 B" into buf; returns buf. */
 const char *cli_format_bytes(size_t bytes, char *buf, size_t size);

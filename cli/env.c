@@ -4,8 +4,10 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "cli/cli.h"
+#include "include/recap.h"
 
 static const char *const CMD = "env";
 
@@ -72,6 +74,52 @@ static void print_markdown(void) {
   print_markdown_rows(true);
 }
 
+/* Whether `value` is one of the words or numbers `list` names ("warn, error, off",
+ * "1, 2, 4 or 8"), in any letter case. */
+static bool listed(const char *list, const char *value) {
+  size_t len = strlen(value);
+  for (const char *p = list; *p;) {
+    if (strncmp(p, "or ", 3) == 0) p += 3;
+    size_t word = strcspn(p, ", ");
+    if (word == len && strncasecmp(p, value, len) == 0) return true;
+    p += word;
+    p += strspn(p, ", ");
+  }
+  return false;
+}
+
+static bool is_decimal(const char *value) {
+  if (!*value) return false;
+  for (const char *p = value; *p; p++)
+    if (*p < '0' || *p > '9') return false;
+  return true;
+}
+
+/* Why recap would not take `value` for `v` (ignore it with a warning, or fail), or NULL when
+ * it would: the checks are the readers' own spellings, so that a typo shows here before a run
+ * trips over it. Paths and RECAP_DIST_CHILD (set by `recap launch`) are not checked. */
+static const char *invalid(const recap__env_var *v, const char *value) {
+  if (!*value) return NULL; /* empty is unset */
+  switch (v->kind) {
+    case RECAP__ENV_BOOL:
+      return recap__env_bool_value(value) < 0 ? "not a switch value" : NULL;
+    case RECAP__ENV_INT:
+      if (!is_decimal(value)) return "not a decimal integer";
+      if (v->values[0] >= '0' && v->values[0] <= '9' && !listed(v->values, value))
+        return "not one of the values listed";
+      return NULL;
+    case RECAP__ENV_CHOICE:
+      return listed(v->values, value) ? NULL : "not one of the values listed";
+    case RECAP__ENV_TEXT:
+      if (strcmp(v->name, "RECAP_ALLOC_CONF") == 0 && recap_alloc_conf_check(value) != RECAP_OK)
+        return recap_last_error();
+      return NULL;
+    case RECAP__ENV_PATH:
+      return NULL;
+  }
+  return NULL;
+}
+
 static void print_values(void) {
   size_t n;
   const recap__env_var *vars = recap__env_vars(&n);
@@ -79,7 +127,11 @@ static void print_values(void) {
     const recap__env_var *v = &vars[i];
     const char *set = getenv(v->name);
     printf("%-30s %s%s\n", v->name, v->summary, v->test_only ? " (tests only)" : "");
-    if (set)
+    const char *why = set ? invalid(v, set) : NULL;
+    if (why)
+      printf("%30s INVALID: '%s' (%s; expected %s; default %s)\n", "", set, why, v->values,
+             v->fallback);
+    else if (set)
       printf("%30s set: '%s' (default %s)\n", "", set, v->fallback);
     else
       printf("%30s unset: %s\n", "", v->fallback);
@@ -95,7 +147,8 @@ const cli_help cli_env_help = {
     .synopsis = "recap env [--markdown]",
     .description =
         "Lists every RECAP_* environment variable recap or its tests read, with its value here\n"
-        "(or, unset, its default).",
+        "(or, unset, its default). A value recap would ignore or refuse is marked INVALID, with\n"
+        "why and what the variable takes.",
     .groups = {{.options = env_options}},
 };
 

@@ -308,8 +308,8 @@ int cli_generate_dist_main(int argc, char **argv) {
   r.generated = 1;
   r.prefill_ms = (cli_now() - t0) * 1e3;
   /* A progress line (stderr): scripts wait for it before they kill a rank mid-decode. */
-  fprintf(stderr, "rank %lld of %lld: prompt done in %.1f ms; decoding %lld tokens\n", a.world.rank,
-          a.world.world, r.prefill_ms, a.max_new - 1);
+  fprintf(stderr, "rank %lld of %lld: prompt done in %.1f ms; decoding %lld %s\n", a.world.rank,
+          a.world.world, r.prefill_ms, a.max_new - 1, cli_plural(a.max_new - 1, "token", "tokens"));
   for (int t = a.prompt_len; r.generated < a.max_new; t++) {
     double s = cli_now();
     st = r.paged ? paged_step(&r, r.decode, t, 1, r.generated > 1, &r.tokens[t + 1])
@@ -330,11 +330,11 @@ int cli_generate_dist_main(int argc, char **argv) {
   printf("rank %lld of %lld: generated:", a.world.rank, a.world.world);
   for (int t = a.prompt_len; t < a.prompt_len + a.max_new; t++) printf(" %" PRId32, r.tokens[t]);
   printf(
-      "\nrank %lld of %lld: prefill: %d tokens in %.3f ms (includes capture); decode: %d "
-      "steps, median %.4f ms per token, mean %.4f ms (run_dist: header%s, replay, wait)\n",
-      a.world.rank, a.world.world, a.prompt_len, r.prefill_ms, steps,
-      steps ? r.step_ms[steps / 2] : 0.0, steps ? total / steps : 0.0,
-      r.paged ? " only after the first step" : " and inputs");
+      "\nrank %lld of %lld: prefill: %d %s in %.3f ms (includes capture); decode: %d "
+      "%s, median %.4f ms per token, mean %.4f ms (run_dist: header%s, replay, wait)\n",
+      a.world.rank, a.world.world, a.prompt_len, cli_plural(a.prompt_len, "token", "tokens"),
+      r.prefill_ms, steps, cli_plural(steps, "step", "steps"), steps ? r.step_ms[steps / 2] : 0.0,
+      steps ? total / steps : 0.0, r.paged ? " only after the first step" : " and inputs");
   rc = CLI_EXIT_OK;
 done:
   fflush(stdout);

@@ -105,8 +105,10 @@ void cli_usage_print(FILE *out) {
   size_t count;
   const cli_help *recap_help;
   const cli_command *commands = cli_commands(&count, &recap_help);
-  fprintf(out, "usage: %s\n\ncommands:\n", recap_help->synopsis);
+  fprintf(out, "usage: ");
+  print_lines(out, recap_help->synopsis, 7);
+  fprintf(out, "\ncommands:\n");
   for (size_t i = 0; i < count; i++)
     fprintf(out, "  %-12s %s\n", commands[i].name, commands[i].summary);
-  fprintf(out, "\n'recap COMMAND --help' describes a command.\n");
+  fprintf(out, "\n'recap help COMMAND' (or 'recap COMMAND --help') describes a command.\n");
 }

@@ -267,11 +267,11 @@ int cli_run_dist_main(int argc, char **argv) {
   cli_summary sum;
   cli_summarize(ms, iters, &sum);
   printf("rank %lld of %lld: %s on %s:%d, %s mode, batch %" PRId64
-         "\ntiming: %d runs (host wall clock, run_dist incl. header broadcast): median %.4f "
+         "\ntiming: %d %s (host wall clock, run_dist incl. header broadcast): median %.4f "
          "ms, p10 %.4f, p90 %.4f; first run (with inputs%s) %.1f ms\n",
          a.rank, a.world, spec->name, recap_backend_name(opts.device.backend), opts.device.index,
-         graph ? "graph" : "eager", batch, iters, sum.median, sum.p10, sum.p90,
-         graph ? ", warmup and capture" : "", first_ms);
+         graph ? "graph" : "eager", batch, iters, cli_plural(iters, "run", "runs"), sum.median,
+         sum.p10, sum.p90, graph ? ", warmup and capture" : "", first_ms);
   json_t *outs = json_array();
   for (size_t i = 0; i < outputs.count; i++) {
     const cli_host_tensor *h = &outputs.items[i];
@@ -358,7 +358,8 @@ const cli_help cli_launch_help = {
         "every rank's exit. '{rank}' in\n"
         "an argument becomes R: one spec per rank (recap import-hf --tp N -o m.rank{rank}.yaml).\n"
         "When a rank fails the others get --grace seconds to fail on their own (their\n"
-        "collectives time out), then SIGTERM, then SIGKILL.",
+        "collectives time out), then SIGTERM, then SIGKILL. N > 1 needs N visible CUDA\n"
+        "devices (else launch starts no rank and exits 1); N = 1 may run on the host backend.",
     .epilog =
         "run flags with --world: --mode, --device, --iters, --warmup, --dim, --seed, --json -\n"
         "(each rank's JSON on its stdout, its text on stderr), --base-dir (inputs come from\n"
@@ -489,6 +490,24 @@ int cli_launch_main(int argc, char **argv) {
               "(one device, no NCCL); use --gpus 1 or CUDA devices\n",
               gpus);
       return CLI_EXIT_USAGE;
+    }
+  }
+  /* Rank r runs on GPU r alone (CUDA_VISIBLE_DEVICES): with fewer GPUs than ranks, ranks fall
+   * back to the host backend, whose world is 1, and every one fails at the communicator. A
+   * world of 1 may run on the host (its rank falls back with a note), as the tests do. */
+  if (gpus > 1) {
+    int count = 0;
+    if (!recap_backend_compiled(RECAP_BACKEND_CUDA) ||
+        recap_device_count(RECAP_BACKEND_CUDA, &count) != RECAP_OK)
+      count = 0;
+    if (count < gpus) {
+      fprintf(stderr, "recap launch: --gpus %lld needs %lld CUDA devices, %s; no rank started\n",
+              gpus, gpus,
+              !recap_backend_compiled(RECAP_BACKEND_CUDA) ? "but this build has no CUDA backend"
+              : count == 0                                ? "but this machine has none visible"
+              : count == 1                                ? "but only 1 is visible"
+                                                          : "but fewer are visible");
+      return CLI_EXIT_FAILURE;
     }
   }
   char self[PATH_MAX];

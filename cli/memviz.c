@@ -49,8 +49,10 @@ int cli_memviz_main(int argc, char **argv) {
     return CLI_EXIT_FAILURE;
   }
   char b1[32], b2[32], b3[32];
-  printf("%s: %s:%d, %zu segments, %zu blocks, reserved %s, allocated %s, active %s\n", path,
-         model->backend, model->device_index, model->num_segments, model->num_blocks,
+  printf("%s: %s:%d, %zu %s, %zu %s, reserved %s, allocated %s, active %s\n", path, model->backend,
+         model->device_index, model->num_segments,
+         cli_plural((long long)model->num_segments, "segment", "segments"), model->num_blocks,
+         cli_plural((long long)model->num_blocks, "block", "blocks"),
          cli_format_bytes(model->reserved, b1, sizeof b1),
          cli_format_bytes(model->allocated, b2, sizeof b2),
          cli_format_bytes(model->active, b3, sizeof b3));

@@ -76,6 +76,10 @@ typedef struct {
   const char *summary;
   int (*main)(int argc, char **argv);
   const cli_help *help;
+  /* It creates a device's allocator (runs, benchmarks, serves, or starts ranks that do): main.c
+   * checks RECAP_ALLOC_CONF before it starts, so a malformed value is reported as the
+   * environment's error, not as the first allocation's. */
+  bool allocates;
 } cli_command;
 
 /* The command table, in the order `recap --help` lists it, and `recap` itself (its synopsis,

@@ -300,13 +300,22 @@ int cli_run_main(int argc, char **argv) {
   if (spec->bucket_dim >= 0)
     printf(", %s=%" PRId64 " (bucket %" PRId64 ")", spec->dims[spec->bucket_dim].name, rs.batch,
            pi.bucket_values[rs.bucket]);
-  printf("\ninputs, the random ones from seed %" PRIu64, rs.seed);
-  if (strcmp(rs.seed_from, "spec") == 0)
-    printf(" (the spec's seed:; --seed N overrides it):\n");
+  /* The seed matters only when some input draws random numbers: zeros or a file need none. */
+  size_t random = 0;
+  for (size_t i = 0; i < inputs.count; i++)
+    random += cli_init_is_random(&inputs.items[i].info.init);
+  if (!random)
+    printf("\ninputs%s\n", inputs.count ? ", none of them random:" : ": none");
+  else if (strcmp(rs.seed_from, "spec") == 0)
+    printf("\ninputs, the random ones from seed %" PRIu64
+           " (the spec's seed:; --seed N overrides it):\n",
+           rs.seed);
   else if (strcmp(rs.seed_from, "random") == 0)
-    printf(" (fresh; --seed %" PRIu64 " reproduces them):\n", rs.seed);
+    printf("\ninputs, the random ones from seed %" PRIu64 " (fresh; --seed %" PRIu64
+           " reproduces them):\n",
+           rs.seed, rs.seed);
   else
-    printf(" (--seed):\n");
+    printf("\ninputs, the random ones from seed %" PRIu64 " (--seed):\n", rs.seed);
   for (size_t i = 0; i < inputs.count; i++) {
     char init[512];
     printf("  %-12s ", inputs.items[i].info.name);
@@ -443,9 +452,12 @@ int cli_run_main(int argc, char **argv) {
       printf(" %.6g", cli_value(h->host, h->info.dtype, j));
     printf("%s\n", n > FIRST_VALUES ? " ..." : "");
   }
-  printf("stats: %" PRIu64 " replays, %" PRIu64 " eager runs (%zu launches each), %" PRIu64
-         " captures; arena %zu B, pool %zu B, params %zu B\n",
-         stats.replays, stats.eager_runs, pi.launches, stats.captures, stats.arena_bytes,
+  printf("stats: %" PRIu64 " %s, %" PRIu64 " eager %s (%zu %s each), %" PRIu64
+         " %s; arena %zu B, pool %zu B, params %zu B\n",
+         stats.replays, cli_plural((long long)stats.replays, "replay", "replays"), stats.eager_runs,
+         cli_plural((long long)stats.eager_runs, "run", "runs"), pi.launches,
+         cli_plural((long long)pi.launches, "launch", "launches"), stats.captures,
+         cli_plural((long long)stats.captures, "capture", "captures"), stats.arena_bytes,
          stats.pool_reserved_bytes, stats.param_bytes);
   if (a.save_path) {
     if (!save_tensors(p, a.save_path, &inputs, &states, &outputs, rs.seed, rs.batch)) goto done;

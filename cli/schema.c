@@ -67,6 +67,14 @@ static json_t *activation_enum(void) {
 
 /* ---- the format's own parts ------------------------------------------------------------ */
 
+/* An integer from lo up to 2^62 - 1, or a dim's name (which stands for its value). */
+static json_t *integer_or_dim(long long lo, const char *what) {
+  json_t *any = json_array();
+  json_array_append_new(any, described(int_range(lo, (1LL << 62) - 1), what));
+  json_array_append_new(any, described(type("string"), "a dim's name"));
+  return object("anyOf", any, NULL);
+}
+
 static json_t *dim_value(void) {
   json_t *list = object("type", json_string("array"), "items", int_range(1, (1LL << 62) - 1),
                         "minItems", json_integer(1), "maxItems", json_integer(256), NULL);
@@ -80,7 +88,7 @@ static json_t *dim_value(void) {
 static json_t *tensor(void) {
   static const char *const roles[] = {"input", "param", "state", "scalar"};
   static const char *const inits[] = {"zeros", "ones", "normal", "uniform", "file", "value"};
-  json_t *pair = object("type", json_string("array"), "items", ref("size"), "minItems",
+  json_t *pair = object("type", json_string("array"), "items", ref("offset"), "minItems",
                         json_integer(2), "maxItems", json_integer(2), NULL);
   /* One [begin, end] for every key, or a list of them, one per key of the key list. */
   json_t *ranges = json_array();
@@ -141,13 +149,13 @@ static json_t *attr_schema(const recap_op_attr_info *a) {
       s = type("number");
       break;
     case RECAP_OP_ATTR_INT:
-      s = ref("size");
+      s = ref("int");
       break;
     case RECAP_OP_ATTR_BOOL:
       s = type("boolean");
       break;
     case RECAP_OP_ATTR_INT_LIST:
-      s = object("type", json_string("array"), "items", ref("size"), "minItems", json_integer(1),
+      s = object("type", json_string("array"), "items", ref("int"), "minItems", json_integer(1),
                  "maxItems", json_integer(RECAP_MAX_DIMS), NULL);
       break;
     case RECAP_OP_ATTR_ACTIVATION:
@@ -219,10 +227,13 @@ static json_t *op_dispatch(json_t *definitions) {
 
 static json_t *schema(void) {
   json_t *defs = json_object();
-  json_t *size = json_array();
-  json_array_append_new(size, type("integer"));
-  json_array_append_new(size, described(type("string"), "a dim's name"));
-  json_object_set_new(defs, "size", object("anyOf", size, NULL));
+  /* The loader's ranges (engine/spec_values.c, recap__spec_get_size): an extent is at least 1,
+   * a range's bound at least 0, an integer attribute of either sign; all below 2^62. */
+  json_object_set_new(defs, "size", integer_or_dim(1, "an extent: a positive integer below 2^62"));
+  json_object_set_new(defs, "offset",
+                      integer_or_dim(0, "a range's bound: a non-negative integer below 2^62"));
+  json_object_set_new(defs, "int",
+                      integer_or_dim(-((1LL << 62) - 1), "an integer of magnitude below 2^62"));
   json_object_set_new(defs, "shape",
                       object("type", json_string("array"), "items", ref("size"), "minItems",
                              json_integer(1), "maxItems", json_integer(RECAP_MAX_DIMS), NULL));

@@ -286,6 +286,24 @@ static double rank(const double *sorted, size_t n, double q) {
   return sorted[(k > n ? n : k) - 1];
 }
 
+/* Whether the table lists the flag `arg` names (its text before any '='). */
+static bool lists(const cli_option *table, const char *arg) {
+  size_t len = strcspn(arg, "=");
+  for (const cli_option *o = table; o->flag; o++)
+    if (strlen(o->flag) == len && strncmp(o->flag, arg, len) == 0) return true;
+  return false;
+}
+
+bool cli_serve_bench_other_mode(const char *arg, bool generate) {
+  if (strncmp(arg, "--", 2) != 0) return false;
+  const cli_option *mine = generate ? cli_serve_generate_options : serve_bench_options;
+  const cli_option *other = generate ? serve_bench_options : cli_serve_generate_options;
+  if (lists(mine, arg) || !lists(other, arg)) return false;
+  fprintf(stderr, "recap %s: %.*s applies %s --generate\n", CMD, (int)strcspn(arg, "="), arg,
+          generate ? "without" : "only with");
+  return true;
+}
+
 int cli_serve_bench_main(int argc, char **argv) {
   if (cli_wants_help(argc, argv)) {
     cli_help_print(stdout, &cli_serve_bench_help);
@@ -321,7 +339,8 @@ int cli_serve_bench_main(int argc, char **argv) {
                (m = cli_json_flag(CMD, argc, argv, &i, &json_path)) != 0 ||
                (m = cli_flag(CMD, argc, argv, &i, "--base-dir", &base_dir)) != 0) {
       if (m < 0) return CLI_EXIT_USAGE;
-    } else if (!cli_take_one(CMD, "spec", argv[i], &path)) {
+    } else if (cli_serve_bench_other_mode(argv[i], false) ||
+               !cli_take_one(CMD, "spec", argv[i], &path)) {
       return CLI_EXIT_USAGE;
     }
   }
@@ -449,8 +468,10 @@ int cli_serve_bench_main(int argc, char **argv) {
     cli_report_failure(CMD, "reading the stats", st);
     goto done;
   }
-  printf("%s (%s) on %s:%d: %lld workers, %lld requests", spec->name, path,
-         recap_backend_name(opts.device.backend), opts.device.index, threads, requests);
+  printf("%s (%s) on %s:%d: %lld %s, %lld %s", spec->name, path,
+         recap_backend_name(opts.device.backend), opts.device.index, threads,
+         cli_plural(threads, "worker", "workers"), requests,
+         cli_plural(requests, "request", "requests"));
   if (spec->bucket_dim >= 0)
     printf(", batch 1..%lld of %s", batch_max, spec->dims[spec->bucket_dim].name);
   char bytes_text[32];
@@ -501,8 +522,8 @@ int cli_serve_bench_main(int argc, char **argv) {
   gate_open_when(&srv.served, started);
   double t1 = cli_now();
   for (int i = 0; i < started; i++) pthread_join(workers[i].thread, NULL);
-  printf("capture: %d workers captured their graphs on their own threads at once in %.1f ms\n",
-         started, capture_ms);
+  printf("capture: %d %s captured their graphs on their own threads at once in %.1f ms\n", started,
+         cli_plural(started, "worker", "workers"), capture_ms);
 
   size_t served = 0, checked = 0, bad = 0, bad_elements = 0;
   double max_diff = 0;
@@ -533,7 +554,8 @@ int cli_serve_bench_main(int argc, char **argv) {
   qsort(latency, n, sizeof *latency, compare_double);
   qsort(service, n, sizeof *service, compare_double);
   double wall = t1 - t0;
-  printf("served %zu requests in %.3f s: %.1f requests/s\n", served, wall,
+  printf("served %zu %s in %.3f s: %.1f requests/s\n", served,
+         cli_plural((long long)served, "request", "requests"), wall,
          wall > 0 ? (double)served / wall : 0.0);
   if (n > 0) {
     printf("latency (queue + service): p50 %.3f ms, p99 %.3f ms, max %.3f ms\n",

@@ -116,13 +116,17 @@ static int report(const generate_bench_args *a, recap_device device, request_rec
   printf("output tokens/s  %.1f\n", (double)out_tokens / wall_s);
   printf("TTFT ms          p50 %.3f  p99 %.3f\n", t1.median, t1.p99);
   printf("TPOT ms          p50 %.3f  p99 %.3f\n", t2.median, t2.p99);
-  printf("KV blocks        %zu of %zu at the peak (%.1f%%), blocks of %zu tokens\n", peak_blocks,
+  printf("KV blocks        %zu of %zu at the peak (%.1f%%), blocks of %zu %s\n", peak_blocks,
          stats->kv_blocks, 100.0 * (double)peak_blocks / (double)stats->kv_blocks,
-         stats->block_size);
+         stats->block_size, cli_plural((long long)stats->block_size, "token", "tokens"));
   printf("preemptions      %" PRIu64 "\n", stats->preemptions);
-  printf("steps            %" PRIu64 " (%" PRIu64 " prefill, %" PRIu64 " decode): %" PRIu64
-         " graph replays, %" PRIu64 " eager\n",
-         stats->steps, stats->prefill_steps, stats->decode_steps, stats->graph_steps,
+  /* A step runs at most one prefill and one decode (a decode loop's steps one decode each),
+   * and every step counted ran something: the steps that ran both are the overlap. */
+  uint64_t runs = stats->prefill_steps + stats->decode_steps;
+  uint64_t both = runs > stats->steps ? runs - stats->steps : 0;
+  printf("engine steps     %" PRIu64 " (%" PRIu64 " with prefill, %" PRIu64 " with decode; %" PRIu64
+         " both): %" PRIu64 " graph replays, %" PRIu64 " eager\n",
+         stats->steps, stats->prefill_steps, stats->decode_steps, both, stats->graph_steps,
          stats->eager_steps);
   printf("decode loops     %" PRIu64 " launches ran %" PRIu64 " of the decode steps\n",
          stats->loop_launches, stats->loop_steps);
@@ -130,14 +134,16 @@ static int report(const generate_bench_args *a, recap_device device, request_rec
   int rc = CLI_EXIT_OK;
   if (a->json_path) {
     json_t *root = json_pack(
-        "{ss sI sf sI sf so so sI sI sI sI sI sI sI sI sf}", "spec", a->path, "requests",
+        "{ss sI sf sI sf so so sI sI sI sI sI sI sI sI sI sI sI sf}", "spec", a->path, "requests",
         (json_int_t)a->requests, "wall_s", wall_s, "output_tokens", (json_int_t)out_tokens,
         "output_tokens_per_s", (double)out_tokens / wall_s, "ttft_ms", summary_json(&t1), "tpot_ms",
         summary_json(&t2), "kv_blocks", (json_int_t)stats->kv_blocks, "kv_blocks_peak",
         (json_int_t)peak_blocks, "preemptions", (json_int_t)stats->preemptions, "graph_steps",
         (json_int_t)stats->graph_steps, "eager_steps", (json_int_t)stats->eager_steps, "steps",
-        (json_int_t)stats->steps, "loop_launches", (json_int_t)stats->loop_launches,
-        "loop_steps", (json_int_t)stats->loop_steps, "ready_ms", stats->ready_ms);
+        (json_int_t)stats->steps, "prefill_steps", (json_int_t)stats->prefill_steps, "decode_steps",
+        (json_int_t)stats->decode_steps, "steps_with_both", (json_int_t)both, "loop_launches",
+        (json_int_t)stats->loop_launches, "loop_steps", (json_int_t)stats->loop_steps, "ready_ms",
+        stats->ready_ms);
     if (!cli_write_json(CMD, root, device, a->json_path)) rc = CLI_EXIT_FAILURE;
     json_decref(root);
   }
@@ -373,7 +379,8 @@ static int parse_args(int argc, char **argv, generate_bench_args *a) {
         return CLI_EXIT_USAGE;
     } else if ((m = cli_flag(CMD, argc, argv, &i, "--seed", &v)) != 0) {
       if (m < 0 || !cli_parse_u64(CMD, "--seed", v, &a->seed)) return CLI_EXIT_USAGE;
-    } else if (!cli_take_one(CMD, "spec", argv[i], &a->path)) {
+    } else if (cli_serve_bench_other_mode(argv[i], true) ||
+               !cli_take_one(CMD, "spec", argv[i], &a->path)) {
       return CLI_EXIT_USAGE;
     }
   }
@@ -425,6 +432,13 @@ int cli_serve_generate_main(int argc, char **argv) {
             CMD, a.prompt_max, a.output_max, max_seq);
     return CLI_EXIT_USAGE;
   }
+  if (a.max_running > shape.max_rows) {
+    fprintf(stderr,
+            "recap %s: --max-running %lld is more than the %" PRId64
+            " sequences the decode entry's largest bucket holds\n",
+            CMD, a.max_running, shape.max_rows);
+    return CLI_EXIT_USAGE;
+  }
   recap_generator_options go = {.struct_size = sizeof go,
                                 .base_dir = a.base_dir,
                                 .override_device = 1,
@@ -457,7 +471,11 @@ int cli_serve_generate_main(int argc, char **argv) {
   } else if (a.requests_path && !save_requests(&a, recs)) {
     /* save_requests said why */
   } else if ((st = recap_generator_create(a.path, &go, &g)) != RECAP_OK) {
-    cli_report_failure(CMD, "the generator", st);
+    /* The library names its option (max_running); the user typed the flag. */
+    char what[64] = "the generator";
+    if (a.max_running)
+      snprintf(what, sizeof what, "the generator with --max-running %lld", a.max_running);
+    cli_report_failure(CMD, what, st);
   } else {
     g_state.g = g;
     g_state.peak_blocks = 0;

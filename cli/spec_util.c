@@ -170,6 +170,7 @@ int cli_read_serving_shape(const char *cmd, const char *path, const char *base_d
     out->paged = true;
     out->vocab = ir->tensors[logits].shape[1];
     out->max_seq = (ir->tensors[seqs].shape[1] - RECAP_SEQ_BLOCKS) * block;
+    out->max_rows = ir->tensors[seqs].shape[0];
   } else if (logits >= 0 && block > 0 && ir->tensors[logits].ndim == 3) {
     /* The contiguous layout: logits [B, S, V] and caches [B, Smax, Hkv, Dh]; `block` is then
      * a cache's rows, every layer's alike. */
@@ -249,6 +250,10 @@ void cli_report_failure(const char *cmd, const char *what, recap_status status) 
   const char *detail = recap_last_error();
   fprintf(stderr, "recap %s: %s failed: %s%s%s\n", cmd, what, recap_status_string(status),
           detail[0] ? "\n" : "", detail);
+}
+
+const char *cli_plural(long long n, const char *one, const char *many) {
+  return n == 1 ? one : many;
 }
 
 const char *cli_format_bytes(size_t bytes, char *buf, size_t size) {

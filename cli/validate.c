@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "engine/checkpoint.h"
 
 static const char *const CMD = "validate";
 
@@ -51,13 +52,32 @@ static bool validate_entries(const char *path, const char *base_dir, const recap
   return ok;
 }
 
+/* The files the spec's `init: file` tensors read: each checkpoint's files (a folder or an index
+ * has several shards) and each distinct raw file. */
+static size_t count_files(const recap__spec *spec) {
+  size_t files = 0;
+  for (size_t c = 0; c < spec->num_checkpoints; c++) files += spec->checkpoints[c]->num_files;
+  for (size_t t = 0; t < spec->num_declared; t++) {
+    const recap__spec_tensor *x = &spec->tensors[t];
+    if (x->init.kind != RECAP_INIT_FILE || x->weights.checkpoint) continue;
+    bool seen = false;
+    for (size_t u = 0; u < t && !seen; u++) {
+      const recap__spec_tensor *y = &spec->tensors[u];
+      seen = y->init.kind == RECAP_INIT_FILE && !y->weights.checkpoint &&
+             strcmp(y->init.path, x->init.path) == 0;
+    }
+    files += !seen;
+  }
+  return files;
+}
+
 static bool validate_one(const char *path, const char *base_dir) {
   recap__model *model = load(path, base_dir, NULL);
   if (!model) return false;
   const recap__spec *spec = model->spec;
-  size_t files = 0, exprs = 0;
+  size_t file_tensors = 0, exprs = 0;
   for (size_t t = 0; t < spec->num_declared; t++)
-    files += spec->tensors[t].init.kind == RECAP_INIT_FILE;
+    file_tensors += spec->tensors[t].init.kind == RECAP_INIT_FILE;
   for (size_t o = 0; o < spec->num_ops; o++) exprs += takes_expression(spec->ops[o].def);
   const char *device = recap_backend_name(spec->device);
   char memory[160] = "";
@@ -74,11 +94,13 @@ static bool validate_one(const char *path, const char *base_dir) {
   /* What only a real run finds out, so that "ok" is not read as "will run". */
   if (!model->capacity)
     printf("  not checked: the sizes against %s memory (%s)\n", device, model->capacity_note);
-  if (files)
+  if (file_tensors) {
+    size_t files = count_files(spec);
     printf(
-        "  not checked: the data of %zu file%s (sizes and safetensors headers are checked; "
-        "the values are read when a pipeline binds them)\n",
-        files, files == 1 ? "" : "s");
+        "  not checked: the data of %zu tensor%s in %zu file%s (sizes and safetensors headers "
+        "are checked; the values are read when a pipeline binds them)\n",
+        file_tensors, file_tensors == 1 ? "" : "s", files, files == 1 ? "" : "s");
+  }
   if (exprs && spec->device == RECAP_BACKEND_CUDA)
     printf(
         "  not checked: compiling %zu expr op%s with NVRTC (done when a pipeline loads on "

@@ -33,13 +33,19 @@ static bool first_warning(const char *name) {
   return first;
 }
 
-int recap__env_bool(const char *name, int fallback) {
+int recap__env_bool_value(const char *value) {
   static const char *const on[] = {"1", "true", "yes", "on", NULL};
   static const char *const off[] = {"0", "false", "no", "off", NULL};
-  const char *value = getenv(name);
-  if (!value || !*value) return fallback;
   if (is_one_of(value, on)) return 1;
   if (is_one_of(value, off)) return 0;
+  return -1;
+}
+
+int recap__env_bool(const char *name, int fallback) {
+  const char *value = getenv(name);
+  if (!value || !*value) return fallback;
+  int parsed = recap__env_bool_value(value);
+  if (parsed >= 0) return parsed;
   if (first_warning(name))
     fprintf(stderr,
             "recap: warning: ignoring %s='%.64s' (expected 1/0, true/false, yes/no or on/off)\n",

@@ -62,6 +62,9 @@ const char *recap__env_kind_name(recap__env_kind kind);
 /* 1 or 0 as described above, else `fallback` (which may be any int, e.g. -1 for "not set"
  * where the caller decides by itself). Thread-safe; never fails. */
 int recap__env_bool(const char *name, int fallback);
+/* What recap__env_bool makes of `value`: 1 or 0, or -1 when it is no switch spelling (for
+ * `recap env`, which marks such values without warning). */
+int recap__env_bool_value(const char *value);
 
 #ifdef __cplusplus
 }

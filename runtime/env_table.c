@@ -16,7 +16,8 @@ static const recap__env_var table[] = {
                 "caching; `cudaMallocAsync`), "
                 "`expandable_segments`, `max_split_size_mb`, `garbage_collection_threshold`, "
                 "`roundup_power2_divisions`; docs/ALLOCATOR.md. Read when a device's allocator "
-                "is created; a malformed value fails that with a message naming the setting."},
+                "is created; a malformed value fails that with a message naming the setting, "
+                "and the `recap` commands that allocate refuse it before they start."},
     {.name = "RECAP_ARENA",
      .kind = RECAP__ENV_BOOL,
      .values = BOOL_VALUES,

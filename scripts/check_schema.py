@@ -53,6 +53,11 @@ BROKEN = [
      "tensors:\n  x: {shape: [4, 4], role: input}\n  w: {shape: [4, 4], role: param}\n"
      "ops:\n  - {op: linear, in: [x, w], out: y, act: swish}\n", "swish"),
     ("another format version", "version: 2\nops:\n  - {op: relu, in: x, out: y}\n", "version"),
+    # recap refuses extents below 1 (the loader's "is not a positive integer below 2^62").
+    ("a zero extent",
+     "tensors:\n  x: {shape: [0], role: input}\nops:\n  - {op: relu, in: x, out: y}\n", "shape"),
+    ("a negative extent",
+     "tensors:\n  x: {shape: [-4], role: input}\nops:\n  - {op: relu, in: x, out: y}\n", "shape"),
 ]
 
 

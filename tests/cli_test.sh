@@ -39,6 +39,12 @@ for cmd in info validate plan ops dot run bench bench-ops bench-gemm bench-captu
   bench-loop serve-bench memviz launch import-hf generate env schema completion man; do
   expect 0 "$cmd --help" -- "$recap" "$cmd" --help
   grep -q "usage: recap $cmd" "$tmp/out" || fail "$cmd --help prints no usage line"
+  grep -q "^exit status: " "$tmp/out" || fail "$cmd --help has no exit status line"
+  # `recap help COMMAND` and `recap --help COMMAND` print the same page.
+  "$recap" help "$cmd" >"$tmp/help_cmd" 2>&1 || fail "recap help $cmd failed"
+  cmp -s "$tmp/out" "$tmp/help_cmd" || fail "recap help $cmd differs from $cmd --help"
+  "$recap" --help "$cmd" >"$tmp/help_cmd" 2>&1 || fail "recap --help $cmd failed"
+  cmp -s "$tmp/out" "$tmp/help_cmd" || fail "recap --help $cmd differs from $cmd --help"
   # Help speaks for itself: no references into an issue tracker the user cannot see.
   grep -qiE "issue ?#?[0-9]" "$tmp/out" && fail "$cmd --help refers to an issue number"
 done
@@ -108,6 +114,13 @@ if command -v man >/dev/null && command -v groff >/dev/null; then
 fi
 expect 2 "man with an argument" -- "$recap" man extra
 
+expect 0 "recap help" -- "$recap" help
+grep -q "^commands:" "$tmp/out" || fail "recap help does not list the commands"
+expect 2 "recap help of an unknown command" -- "$recap" help nosuch
+grep -q "unknown command 'nosuch'" "$tmp/err" || fail "recap help nosuch does not say why"
+expect 2 "recap help with two commands" -- "$recap" help run plan
+expect 2 "recap --version with an argument" -- "$recap" --version extra
+grep -q "takes no arguments" "$tmp/err" || fail "recap --version extra does not say why"
 expect 0 "recap --help" -- "$recap" --help
 # The environment section comes from the table of variables (runtime/env_table.c), which lists
 # the tests' own variables for `recap env` only.
@@ -119,6 +132,20 @@ grep -A1 "^RECAP_FUSION " "$tmp/out" | grep -q "set: 'off'" || fail "recap env d
 grep -A1 "^RECAP_TEST_SEED " "$tmp/out" | grep -q "(tests only)" ||
   grep -q "^RECAP_TEST_SEED .*(tests only)" "$tmp/out" || fail "recap env does not mark test-only"
 expect 2 "recap env with an argument" -- "$recap" env extra
+# recap env marks values recap would ignore or refuse, with what it expects.
+RECAP_FUSION=maybe RECAP_TUNE=3 RECAP_ALLOC_CONF=garbage:1 expect 0 "recap env, bad values" -- \
+  "$recap" env
+for var in FUSION TUNE ALLOC_CONF; do
+  grep -A1 "^RECAP_$var " "$tmp/out" | grep -q "INVALID: " || fail "recap env: RECAP_$var not marked"
+done
+grep -A1 "^RECAP_ALLOC_CONF " "$tmp/out" | grep -q "unknown setting 'garbage'" ||
+  fail "recap env does not say why RECAP_ALLOC_CONF is invalid"
+# A malformed RECAP_ALLOC_CONF is the environment's usage error, before any spec is read.
+expect 2 "run with a bad RECAP_ALLOC_CONF" -- env RECAP_ALLOC_CONF=garbage:1 "$recap" run \
+  "$specs/elementwise_chain.yaml"
+grep -qx "recap run: RECAP_ALLOC_CONF='garbage:1': unknown setting 'garbage' (.*)" "$tmp/err" ||
+  fail "run: a bad RECAP_ALLOC_CONF is not named up front ($(head -1 "$tmp/err"))"
+grep -q "elementwise_chain.yaml:" "$tmp/err" && fail "run blames the spec for RECAP_ALLOC_CONF"
 expect 2 "no command" -- "$recap"
 expect 2 "unknown command" -- "$recap" frobnicate
 expect 2 "unknown flag" -- "$recap" run "$specs/fork_join.yaml" --bogus
@@ -162,6 +189,14 @@ EOF
 expect 0 "validate specs" -- "$recap" validate "$specs"/*.yaml
 expect 1 "validate a bad spec" -- "$recap" validate "$bad_specs/dim_zero.yaml"
 grep -qE "dim_zero.yaml:[0-9]+:[0-9]+: error: " "$tmp/err" || fail "no FILE:LINE:COL error"
+# A tensor past 2^56 bytes (the planner's limit) is a spec error at the tensor, the same in
+# every command that loads a spec, whatever the device's memory.
+huge=$bad_specs/tensor_over_2_56_bytes.yaml
+for cmd in validate plan dot run; do
+  expect 1 "$cmd of a tensor past 2^56 bytes" -- "$recap" "$cmd" "$huge"
+  grep -q "tensor_over_2_56_bytes.yaml:4:3: error: tensor 'x' .* is larger than 2^56 bytes" \
+    "$tmp/err" || fail "$cmd: the 2^56 limit is not reported at the tensor ($(head -1 "$tmp/err"))"
+done
 expect 1 "validate a missing file" -- "$recap" validate "$tmp/no_such.yaml"
 # Messages speak of the spec, not of recap's source: no function names or recap file:line,
 # unless a developer asks for them with RECAP_ERROR_LOCATIONS=1.
@@ -192,7 +227,7 @@ EOF
 done
 expect 0 "validate a spec with a weights file" -- "$recap" validate "$tmp/val/good.yaml"
 grep -q "sizes checked against host:0's" "$tmp/out" || fail "validate: no memory check reported"
-grep -q "not checked: the data of 1 file" "$tmp/out" ||
+grep -q "not checked: the data of 1 tensor in 1 file" "$tmp/out" ||
   fail "validate: the file's data is not listed as unchecked"
 expect 1 "validate a corrupt safetensors file" -- "$recap" validate "$tmp/val/corrupt.yaml"
 grep -q "corrupt.yaml:4:47: error: .*safetensors header length" "$tmp/err" ||
@@ -934,8 +969,8 @@ expect 1 "memviz of a missing file" -- "$recap" memviz "$tmp/no_such.json"
 expect 2 "memviz without a file" -- "$recap" memviz
 
 # launch: one rank on the host backend runs the spec and reports its exit; a world of 2 asked
-# for on the host is a usage error before any rank starts, and one that falls back to the host
-# (no GPU) a clear failure of both ranks (reported, not hung); launch's own flags.
+# for on the host is a usage error before any rank starts, and one on a machine without two
+# GPUs a failure before any rank starts; launch's own flags.
 expect 0 "launch --help" -- "$recap" launch --help
 grep -q "the timeout + 5" "$tmp/out" || fail "launch --help does not give --grace's default"
 expect 0 "launch 1 host rank" -- "$recap" launch --gpus 1 -- run "$specs/tp_mlp.yaml" \
@@ -948,11 +983,14 @@ for device in "--device host" "--device=host"; do
   grep -q "rank" "$tmp/out" && fail "launch with $device started ranks"
   grep -q "host backend is a world of 1" "$tmp/err" || fail "launch with $device: no reason given"
 done
-if ! "$recap" info | grep -q "^  cuda:0"; then
-  expect 1 "launch 2 ranks falling back to the host" -- "$recap" launch --gpus 2 --timeout 20 \
+# Without two GPUs the ranks would fall back to the host backend (a world of 1) and each fail
+# at the communicator: launch refuses before starting any.
+if ! "$recap" info | grep -q "^  cuda:1"; then
+  expect 1 "launch 2 ranks without 2 GPUs" -- "$recap" launch --gpus 2 --timeout 20 \
     -- run "$specs/tp_mlp.yaml" --iters 2
-  grep -q "rank 1: exit 1" "$tmp/out" || fail "launch did not report rank 1's failure"
-  grep -qi "host" "$tmp/err" || fail "no message says the host backend is a world of 1"
+  grep -q "rank" "$tmp/out" && fail "launch without 2 GPUs started ranks"
+  grep -q "^recap launch: --gpus 2 needs 2 CUDA devices, but .*; no rank started$" "$tmp/err" ||
+    fail "launch without 2 GPUs does not say why: $(head -1 "$tmp/err")"
 fi
 # run --world honours --no-fusion (the fusion pass folds elementwise_chain's ops otherwise).
 for flag in "" --no-fusion; do
@@ -1014,9 +1052,19 @@ grep -q '^checkpoint: "qwen2"$' "$tmp/qwen2.yaml" ||
   fail "import-hf does not name the checkpoint relative to the spec"
 expect 0 "validate an imported spec" -- "$recap" validate "$tmp/qwen2.yaml"
 grep -q "entry 'decode': ok" "$tmp/out" || fail "the imported spec's decode entry is not checked"
+# Its tensors all read one checkpoint file: counted as tensors in 1 file, not as files.
+grep -qE "not checked: the data of [0-9]+ tensors in 1 file " "$tmp/out" ||
+  fail "validate miscounts the imported spec's checkpoint files: $(grep "data of" "$tmp/out")"
 expect 0 "run an imported spec" -- "$recap" run "$tmp/qwen2.yaml" --entry prefill --device host \
   --iters 1
 grep -q "logits *f32 \[2, 12, 256\]" "$tmp/out" || fail "the imported spec's logits are missing"
+# Its inputs are zeros: no seed is spoken of; its one capture is "1 capture", not "1 captures".
+grep -q "^inputs, none of them random:" "$tmp/out" && ! grep -q "seed" "$tmp/out" ||
+  fail "run speaks of a seed for inputs that are all zeros"
+expect 0 "run a spec of one bucket" -- "$recap" run "$specs/elementwise_chain.yaml" --device host \
+  --iters 1
+grep -q "^stats: .* (1 launch each), 1 capture; " "$tmp/out" ||
+  fail "run's stats: $(grep "^stats" "$tmp/out")"
 expect 0 "import-hf to stdout" -- "$recap" import-hf "$tmp/qwen2" -o - --dtype bf16
 grep -q "^dtype: bf16" "$tmp/out" && grep -q "cast: true" "$tmp/out" ||
   fail "import-hf --dtype bf16 does not cast the f32 checkpoint"
@@ -1107,6 +1155,11 @@ expect 0 "bench-decode" -- "$recap" bench-decode "$tmp/qwen2_paged.yaml" --devic
   --batch 1,4 --context 8 --tokens 4 --repeats 2 --json "$tmp/decode.json"
 grep -qE "^ +4 .*x +[0-9]+ +[0-9]+%$" "$tmp/out" || fail "bench-decode prints no row for batch 4"
 check_json "$tmp/decode.json"
+# Too long a context for the spec: the easy way out (a smaller --context) is named first.
+expect 1 "bench-decode past the spec's sequences" -- "$recap" bench-decode \
+  "$tmp/qwen2_paged.yaml" --device host --batch 1 --context 100 --tokens 4
+grep -q "does not fit the spec: .*a smaller --context or --tokens, or import with a larger" \
+  "$tmp/err" || fail "bench-decode does not suggest a smaller --context: $(head -1 "$tmp/err")"
 # bench-loop on the host backend (emulated WHILE nodes): every mode's row and the loop's line.
 expect 0 "bench-loop" -- "$recap" bench-loop "$tmp/qwen2_paged.yaml" --device host \
   --batch 1,4 --context 8 --tokens 8 --steps 4 --repeats 1 --json "$tmp/loop.json"
@@ -1352,6 +1405,42 @@ PY
   fail "serve-bench --save-requests does not hold the request set the run served"
 expect 2 "serve-bench --generate past the spec's length" -- "$recap" serve-bench \
   "$tmp/qwen2_paged.yaml" --generate --prompt-len 60,60 --output-len 8,8 --device host
+# The engine-steps line adds up: a step runs at most one prefill and one decode, so the steps
+# with both are prefill + decode - steps (the JSON's counts, and the text's).
+python3 - "$tmp/serve.json" <<'EOF' || fail "serve-bench --generate: the JSON's steps do not add up"
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["prefill_steps"] + d["decode_steps"] - d["steps_with_both"] == d["steps"], d
+assert 0 < d["prefill_steps"] <= d["steps"] and 0 < d["decode_steps"] <= d["steps"], d
+EOF
+expect 0 "serve-bench --generate (text)" -- "$recap" serve-bench "$tmp/qwen2_paged.yaml" \
+  --generate --requests 12 --prompt-len 4,20 --output-len 2,8 --device host
+python3 - "$tmp/out" <<'EOF' || fail "serve-bench --generate: the engine steps line does not add up"
+import re, sys
+m = re.search(r"^engine steps +(\d+) \((\d+) with prefill, (\d+) with decode; (\d+) both\)",
+              open(sys.argv[1]).read(), re.M)
+steps, prefill, decode, both = map(int, m.groups())
+assert prefill + decode - both == steps, m.group(0)
+EOF
+# A flag of the other mode is named as such (--help lists both modes on one page).
+expect 2 "serve-bench --generate --threads" -- "$recap" serve-bench "$tmp/qwen2_paged.yaml" \
+  --generate --threads 3
+grep -qx "recap serve-bench: --threads applies without --generate" "$tmp/err" ||
+  fail "serve-bench --generate --threads: $(head -1 "$tmp/err")"
+expect 2 "serve-bench --generate --batch-max" -- "$recap" serve-bench "$tmp/qwen2_paged.yaml" \
+  --generate --batch-max=2
+grep -qx "recap serve-bench: --batch-max applies without --generate" "$tmp/err" ||
+  fail "serve-bench --generate --batch-max: $(head -1 "$tmp/err")"
+expect 2 "serve-bench --prompt-len without --generate" -- "$recap" serve-bench \
+  "$specs/mlp_decode.yaml" --prompt-len 4,4
+grep -qx "recap serve-bench: --prompt-len applies only with --generate" "$tmp/err" ||
+  fail "serve-bench --prompt-len: $(head -1 "$tmp/err")"
+# --max-running past the decode entry's largest bucket (4 here) is known from the spec.
+expect 2 "serve-bench --generate --max-running past the bucket" -- "$recap" serve-bench \
+  "$tmp/qwen2_paged.yaml" --generate --max-running 100 --prompt-len 4,20 --output-len 2,8 \
+  --device host
+grep -q "^recap serve-bench: --max-running 100 is more than the 4 sequences" "$tmp/err" ||
+  fail "serve-bench --max-running 100: $(head -1 "$tmp/err")"
 # Tensor-parallel serving's wiring at a world of 1 (the host's only world; two GPUs:
 # scripts/gpu/gpu_tp.sh): rank 0 of 1, alone and under launch, serves the requests a run
 # without a communicator serves, token for token (--tokens-out: one line per request).
