@@ -58,10 +58,6 @@ extern const char cli_bench_capture_spec[];
 int cli_serve_bench_main(int argc, char **argv);
 /* serve-bench --generate (serve_generate.c): the generation API under synthetic load. */
 int cli_serve_generate_main(int argc, char **argv);
-/* Whether `arg` is a flag of serve-bench's other mode (the one without --generate when
- * `generate`, else --generate's), which --help lists on the same page; then it has said so on
- * stderr ("--threads applies without --generate"), for a usage error, rather than "unknown". */
-bool cli_serve_bench_other_mode(const char *arg, bool generate);
 /* memviz.c: `recap memviz SNAPSHOT.json --svg FILE`. */
 int cli_memviz_main(int argc, char **argv);
 /* launch.c: `recap launch`, and `recap run` with --world (cli_dist_requested). */

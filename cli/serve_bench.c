@@ -294,7 +294,10 @@ static bool lists(const cli_option *table, const char *arg) {
   return false;
 }
 
-bool cli_serve_bench_other_mode(const char *arg, bool generate) {
+/* Whether `arg` is a flag of serve-bench's other mode (the one without --generate when
+ * `generate`, else --generate's), which --help lists on the same page; then it has said so on
+ * stderr ("--threads applies without --generate"), for a usage error, rather than "unknown". */
+static bool other_mode(const char *arg, bool generate) {
   if (strncmp(arg, "--", 2) != 0) return false;
   const cli_option *mine = generate ? cli_serve_generate_options : serve_bench_options;
   const cli_option *other = generate ? serve_bench_options : cli_serve_generate_options;
@@ -309,8 +312,14 @@ int cli_serve_bench_main(int argc, char **argv) {
     cli_help_print(stdout, &cli_serve_bench_help);
     return CLI_EXIT_OK;
   }
-  for (int i = 0; i < argc; i++)
-    if (strcmp(argv[i], "--generate") == 0) return cli_serve_generate_main(argc, argv);
+  /* --generate's mode parses its own flags; this one knows both lists, so it tells which mode a
+   * misplaced flag belongs to before handing over. */
+  for (int i = 0; i < argc; i++) {
+    if (strcmp(argv[i], "--generate") != 0) continue;
+    for (int j = 0; j < argc; j++)
+      if (j != i && other_mode(argv[j], true)) return CLI_EXIT_USAGE;
+    return cli_serve_generate_main(argc, argv);
+  }
   const char *path = NULL, *device = NULL, *json_path = NULL, *base_dir = NULL;
   const char *dims[CLI_MAX_DIMS];
   int num_dims = 0;
@@ -339,7 +348,7 @@ int cli_serve_bench_main(int argc, char **argv) {
                (m = cli_json_flag(CMD, argc, argv, &i, &json_path)) != 0 ||
                (m = cli_flag(CMD, argc, argv, &i, "--base-dir", &base_dir)) != 0) {
       if (m < 0) return CLI_EXIT_USAGE;
-    } else if (cli_serve_bench_other_mode(argv[i], false) ||
+    } else if (other_mode(argv[i], false) ||
                !cli_take_one(CMD, "spec", argv[i], &path)) {
       return CLI_EXIT_USAGE;
     }

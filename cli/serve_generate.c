@@ -379,8 +379,7 @@ static int parse_args(int argc, char **argv, generate_bench_args *a) {
         return CLI_EXIT_USAGE;
     } else if ((m = cli_flag(CMD, argc, argv, &i, "--seed", &v)) != 0) {
       if (m < 0 || !cli_parse_u64(CMD, "--seed", v, &a->seed)) return CLI_EXIT_USAGE;
-    } else if (cli_serve_bench_other_mode(argv[i], true) ||
-               !cli_take_one(CMD, "spec", argv[i], &a->path)) {
+    } else if (!cli_take_one(CMD, "spec", argv[i], &a->path)) {
       return CLI_EXIT_USAGE;
     }
   }
