@@ -72,13 +72,17 @@ static void print_bash(FILE *out) {
           "  local cur=${COMP_WORDS[COMP_CWORD]} prev=${COMP_WORDS[COMP_CWORD - 1]}\n"
           "  COMPREPLY=()\n"
           "  if [ \"$COMP_CWORD\" -eq 1 ]; then\n"
-          "    COMPREPLY=($(compgen -W \"--help --version");
+          "    COMPREPLY=($(compgen -W \"--help --version help");
   for (size_t i = 0; i < count; i++) fprintf(out, " %s", commands[i].name);
   fprintf(out,
           "\" -- \"$cur\"))\n"
           "    return\n"
           "  fi\n"
           "  case ${COMP_WORDS[1]} in\n");
+  /* `recap help COMMAND` and `recap --help COMMAND` take a command's name. */
+  fprintf(out, "  help|--help)\n    [ \"$COMP_CWORD\" -eq 2 ] && COMPREPLY=($(compgen -W \"");
+  for (size_t i = 0; i < count; i++) fprintf(out, "%s%s", i ? " " : "", commands[i].name);
+  fprintf(out, "\" -- \"$cur\"))\n    ;;\n");
   for (size_t i = 0; i < count; i++) {
     const cli_help *h = commands[i].help;
     fprintf(out, "  %s)\n    case $prev in\n", commands[i].name);

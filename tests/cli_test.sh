@@ -90,6 +90,9 @@ grep -qx "eager graph " <<<"$(complete_words recap run --mode "" | sort | tr '\n
 grep -qx -- "--device" <<<"$(complete_words recap bench-ops --dev)" ||
   fail "completion: no bench-ops flags"
 grep -q . <<<"$(complete_words recap run --iters "")" && fail "completion offers values for --iters"
+grep -qx "help" <<<"$(complete_words recap he)" || fail "completion: no help command"
+grep -qx "generate" <<<"$(complete_words recap help gen)" ||
+  fail "completion: recap help does not complete a command's name"
 expect 2 "completion without a shell" -- "$recap" completion
 expect 2 "completion of another shell" -- "$recap" completion fish
 
