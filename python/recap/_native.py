@@ -76,6 +76,16 @@ class GeneratorOptions(ctypes.Structure):  # recap_generator_options
                 ("quiet", ctypes.c_int)]
 
 
+class GeneratorStats(ctypes.Structure):  # recap_generator_stats (filled by the library)
+    _fields_ = [(name, ctypes.c_uint64) for name in (
+        "steps", "prefill_steps", "decode_steps", "graph_steps", "eager_steps", "submitted",
+        "finished", "cancelled", "preemptions", "tokens_out")] + \
+        [(name, ctypes.c_size_t) for name in (
+            "kv_blocks", "kv_blocks_used", "block_size", "running", "waiting")] + \
+        [("ready_ms", ctypes.c_double), ("loop_launches", ctypes.c_uint64),
+         ("loop_steps", ctypes.c_uint64)]
+
+
 class Request(ctypes.Structure):  # recap_request
     _fields_ = [("struct_size", ctypes.c_size_t), ("prompt", ctypes.POINTER(ctypes.c_int32)),
                 ("prompt_len", ctypes.c_size_t), ("max_new_tokens", ctypes.c_int),
@@ -174,6 +184,7 @@ def _declare(lib):
         "recap_generator_wait": (st, [p, ctypes.c_uint64, ctypes.c_double]),
         "recap_generator_cancel": (st, [p, ctypes.c_uint64]),
         "recap_generator_release": (st, [p, ctypes.c_uint64]),
+        "recap_generator_stats_get": (st, [p, ctypes.POINTER(GeneratorStats)]),
         "recap_generator_destroy": (st, [p]),
     }
     for name, (restype, argtypes) in sigs.items():

@@ -2,7 +2,8 @@
 import ctypes
 import os
 
-from ._native import GeneratorOptions, RecapError, Request, RequestStatus, check, lib
+from ._native import (GeneratorOptions, GeneratorStats, RecapError, Request, RequestStatus,
+                      check, lib)
 from .pipeline import _parse_device
 
 STATES = ["waiting", "running", "finished", "cancelled", "failed"]
@@ -116,6 +117,16 @@ class Generator:
                                  % request_id, "recap_generator_poll")
             if ended and state.done:
                 return
+
+    def stats(self):
+        """The generator's counters as a dict (recap_generator_stats: steps, prefill_steps,
+        decode_steps, graph_steps, eager_steps, submitted, finished, cancelled, preemptions,
+        tokens_out, kv_blocks, kv_blocks_used, block_size, running, waiting, ready_ms,
+        loop_launches, loop_steps): what a server exports as metrics."""
+        out = GeneratorStats()
+        check(lib().recap_generator_stats_get(self._live(), ctypes.byref(out)),
+              "recap_generator_stats_get")
+        return {name: getattr(out, name) for name, _ in GeneratorStats._fields_}
 
     def cancel(self, request_id):
         """Ends a request; its tokens so far stay readable until release()."""

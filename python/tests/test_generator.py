@@ -53,6 +53,23 @@ class GeneratorTest(unittest.TestCase):
         self.assertEqual(caught.exception.status_name, "RECAP_STATUS_INVALID_ARGUMENT")
         self.assertIn("prompt", caught.exception.message)
 
+    def test_stats_count_one_request(self):
+        # A generator of its own, so the counts are this request's: its prompt runs in prefill
+        # (the first token), then one decode step per further token, graphs throughout.
+        with recap.Generator(SPEC, device="host") as g:
+            self.assertEqual(g.generate(self.prompt, len(self.want)), self.want)
+            s = g.stats()
+        n = len(self.want)
+        self.assertEqual((s["submitted"], s["finished"], s["cancelled"]), (1, 1, 0))
+        self.assertEqual(s["tokens_out"], n)
+        self.assertEqual(s["decode_steps"], n - 1)
+        self.assertGreaterEqual(s["prefill_steps"], 1)
+        self.assertEqual(s["eager_steps"], 0)
+        self.assertEqual(s["graph_steps"], s["prefill_steps"] + s["decode_steps"])
+        self.assertLessEqual(s["loop_steps"], s["decode_steps"])
+        self.assertGreater(s["kv_blocks"], 0)
+        self.assertEqual((s["kv_blocks_used"], s["running"], s["waiting"]), (0, 0, 0))
+
 
 if __name__ == "__main__":
     unittest.main()
