@@ -30,8 +30,9 @@
 #  4c. serving throughput through the generation API (recap serve-bench --generate) at TP 1
 #      and TP 2 (recap launch --gpus 2: rank 0 schedules, rank 1 follows), the 8B shape as a
 #      paged serving spec with decode buckets up to 32: 64 requests, prompts 64-256, outputs
-#      64-128, at most 32 running, one graph launch per decode step at both TPs (no decode
-#      loops under TP); output tokens/s at each TP and their ratio (random weights: TP 2's ranks
+#      64-128, at most 32 running, one graph launch per decode step at both TPs
+#      (RECAP_DECODE_LOOP=0: gpu_tp_loop.sh measures the loops); output tokens/s at each TP and
+#      their ratio (random weights: TP 2's ranks
 #      draw their own slices, so its tokens are not TP 1's; timing only). In the full run, the
 #      small Llama (f32) serves 8 requests through the generator at TP 1 and TP 2: their greedy
 #      tokens must be equal. About 90 s.
@@ -256,11 +257,12 @@ serve_flags=(--generate --requests 64 --prompt-len 64,256 --output-len 64,128 --
   --batch 1,2,4,8,16,32 >>"$b/import.log" 2>&1
 "$recap" import-hf "$b" -o "$b/serve_tp2.rank{rank}.yaml" --random-weights --paged --max-seq 512 \
   --prefill 64,256 --batch 1,2,4,8,16,32 --tp 2 >>"$b/import.log" 2>&1
-# TP 1 without decode loops too, so both TPs launch one graph per decode step.
+# Both TPs without decode loops (the ranks inherit the variable), so each launches one graph
+# per decode step; gpu_tp_loop.sh compares loops.
 RECAP_DECODE_LOOP=0 timeout 150 "$recap" serve-bench "$b/serve_tp1.yaml" "${serve_flags[@]}" \
   >"$b/serve_tp1.log" 2>&1
 c1=$?
-timeout 150 "$recap" launch --gpus 2 --timeout 60 -- serve-bench "$b/serve_tp2.rank{rank}.yaml" \
+RECAP_DECODE_LOOP=0 timeout 150 "$recap" launch --gpus 2 --timeout 60 -- serve-bench "$b/serve_tp2.rank{rank}.yaml" \
   "${serve_flags[@]}" >"$b/serve_tp2.log" 2>&1
 c2=$?
 s1=$(grep -m1 "^output tokens/s" "$b/serve_tp1.log" | awk '{print $3}')
@@ -286,8 +288,9 @@ if [ "$full" = 1 ]; then
     --tokens-out "$d/serve_tp1.tokens" \
     >"$d/serve_tp1.log" 2>&1
   c1=$?
-  timeout 120 "$recap" launch --gpus 2 --timeout 60 -- serve-bench "$d/serve_tp2.rank{rank}.yaml" \
-    "${small_flags[@]}" --tokens-out "$d/serve_tp2.tokens" >"$d/serve_tp2.log" 2>&1
+  RECAP_DECODE_LOOP=0 timeout 120 "$recap" launch --gpus 2 --timeout 60 -- serve-bench \
+    "$d/serve_tp2.rank{rank}.yaml" "${small_flags[@]}" --tokens-out "$d/serve_tp2.tokens" \
+    >"$d/serve_tp2.log" 2>&1
   c2=$?
   agree=$(tokens_agree "$d/serve_tp1.tokens" "$d/serve_tp2.tokens")
   ok=0
@@ -326,7 +329,7 @@ echo "| 2 x $gpu_name (TP 2) | ${l2:-?} ms | ${ratio:-?}x |"
 echo "all_reduce per token: 64 x ${per_ar:-?} ms = ${ar_total:-?} ms; run_dist per step (header broadcast, launch, wait): ${step_cost:-?} ms"
 echo
 echo "Serving (recap serve-bench --generate): Llama-3-8B shape, bf16, random weights, 64 requests,"
-echo "prompts 64-256, outputs 64-128, at most 32 running, one graph launch per decode step (RECAP_DECODE_LOOP=0 at TP 1)"
+echo "prompts 64-256, outputs 64-128, at most 32 running, one graph launch per decode step (RECAP_DECODE_LOOP=0 at both TPs)"
 echo "| GPUs | output tokens/s | vs 1 GPU |"
 echo "|---|---|---|"
 echo "| 1 x $gpu_name | ${s1:-?} | 1.00x |"
