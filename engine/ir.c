@@ -28,8 +28,6 @@
 #include "runtime/error.h"
 
 #define MAX_NUMEL ((int64_t)1 << 62)
-/* The most bytes one tensor may take: the planner's limit (engine/plan_build.c). */
-#define MAX_TENSOR_BYTES ((uint64_t)1 << 56)
 enum { MAX_LABEL_BYTES = 320 };
 
 typedef struct {
@@ -99,7 +97,7 @@ static bool size_tensor(builder *b, recap__ir_tensor *t, recap__src_pos pos) {
    * without a spec position; saying it here points at the tensor whatever the device. Checked
    * before multiplying: with 8-byte elements a count near 2^62 would wrap 64 bits of bytes. */
   size_t element = recap_dtype_size(t->dtype);
-  if ((uint64_t)n > MAX_TENSOR_BYTES / element) {
+  if ((uint64_t)n > RECAP__MAX_TENSOR_BYTES / element) {
     error_at(b, pos, "tensor '%s' %s %s is larger than 2^56 bytes, the most one tensor may hold",
              t->name, shape, recap_dtype_name(t->dtype));
     return false;

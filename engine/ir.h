@@ -33,6 +33,10 @@
 extern "C" {
 #endif
 
+/* The most bytes one tensor may take: it keeps every sum of sizes the planner makes below
+ * SIZE_MAX. The IR refuses a larger tensor at its spec position; the planner checks again. */
+#define RECAP__MAX_TENSOR_BYTES ((uint64_t)1 << 56)
+
 typedef struct {
   char *name;
   recap__src_pos pos;

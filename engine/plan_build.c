@@ -11,9 +11,6 @@
 #include "runtime/env.h"
 #include "runtime/error.h"
 
-/* No tensor may exceed this many bytes: it keeps every sum of sizes below SIZE_MAX. */
-#define MAX_TENSOR_BYTES ((size_t)1 << 56)
-
 /* Bytes of a tensor's contiguous storage, refusing shapes that overflow. */
 static recap_status tensor_bytes(const recap__ir *ir, int t, size_t *out) {
   const recap__ir_tensor *x = &ir->tensors[t];
@@ -28,7 +25,7 @@ static recap_status tensor_bytes(const recap__ir *ir, int t, size_t *out) {
     if (x->shape[d] < 0)
       return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "tensor '%s' has a negative dim %lld",
                         tensor_name(ir, t), (long long)x->shape[d]);
-    if (x->shape[d] != 0 && bytes > MAX_TENSOR_BYTES / (uint64_t)x->shape[d])
+    if (x->shape[d] != 0 && bytes > RECAP__MAX_TENSOR_BYTES / (uint64_t)x->shape[d])
       return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "tensor '%s' is larger than 2^56 bytes",
                         tensor_name(ir, t));
     bytes *= (size_t)x->shape[d];
