@@ -197,12 +197,11 @@ static recap_status refusing(const recap_generator *g) {
 recap_status recap_generator_submit(recap_generator *g, const recap_request *request, uint64_t *id,
                                     uint64_t *seed) {
   RECAP_CHECK_ARG(g && id);
+  if (!request) return recap_request_check(NULL, g->shape->vocab, g->shape->max_seq);
   recap_request r;
-  if (request) {
-    RECAP_TRY(recap__struct_read(request, sizeof r, &r, "RECAP_REQUEST_INIT"));
-    request = &r;
-  }
-  RECAP_TRY(recap_request_check(request, g->shape->vocab, g->shape->max_seq));
+  RECAP_TRY(recap__struct_read(request, sizeof r, &r, "RECAP_REQUEST_INIT"));
+  request = &r;
+  RECAP_TRY(recap__request_check(request, g->shape->vocab, g->shape->max_seq));
   pthread_mutex_lock(&g->lock);
   recap_status st = refusing(g);
   recap__request *q = NULL;

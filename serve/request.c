@@ -34,7 +34,10 @@ recap_status recap_request_check(const recap_request *request, int64_t vocab, in
                   vocab, max_seq);
   recap_request copy;
   RECAP_TRY(recap__struct_read(request, sizeof copy, &copy, "RECAP_REQUEST_INIT"));
-  const recap_request *r = &copy;
+  return recap__request_check(&copy, vocab, max_seq);
+}
+
+recap_status recap__request_check(const recap_request *r, int64_t vocab, int64_t max_seq) {
   if (r->prompt_len == 0 || !r->prompt)
     return REFUSE(
         "request.prompt_len = %zu with request.prompt %s: a request needs at least one "

@@ -51,6 +51,9 @@ typedef struct recap__request {
 /* recap_request_check (include/recap.h) refuses a request the model cannot serve; the pool
  * check is recap__seq_init's, which request_create calls: with a pool that create accepted
  * (one sequence of the maximum length fits) it never refuses a request that passed the first. */
+/* recap_request_check's checks of a request already read at this library's size
+ * (recap__struct_read), for a model with vocab and max_seq of at least 1. */
+recap_status recap__request_check(const recap_request *r, int64_t vocab, int64_t max_seq);
 /* A WAITING record with copies of the request's arrays, `seed` in its sampling, submitted
  * now. */
 recap_status recap__request_create(const recap_request *r, uint64_t id, uint64_t seed,
