@@ -411,8 +411,8 @@ static int run_contiguous(const generate_args *a) {
   double t2 = cli_now();
   printf("generated:");
   for (int t = prompt; t < prompt + max_new; t++) printf(" %" PRId32, tokens[t]);
-  printf("\nprefill: %d token%s in %.3f ms (includes capture); ", prompt, prompt == 1 ? "" : "s",
-         (t1 - t0) * 1e3);
+  printf("\nprefill: %d %s in %.3f ms (includes capture); ", prompt,
+         cli_plural(prompt, "token", "tokens"), (t1 - t0) * 1e3);
   long long steps = max_new - 1;
   if (steps == 0)
     printf("decode: no steps (the one token is the prefill's)\n");

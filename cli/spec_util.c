@@ -42,9 +42,8 @@ static const char *cuda_missing_why(void) {
 }
 
 /* The note when a spec's CUDA device falls back to the host backend; on stderr, so that --json
- * output on stdout stays pure JSON. */
-/* Once per process: a command may load a spec more than once (generate reads its shape,
- * then runs it), and the fallback is one fact about the machine. */
+ * output on stdout stays pure JSON. Once per process: a command may load a spec more than once
+ * (generate reads its shape, then runs it), and the fallback is one fact about the machine. */
 static void note_host_fallback(void) {
   static bool noted = false;
   if (noted) return;
