@@ -85,22 +85,27 @@ static recap_dtype pick_dtype(const cli_hf_import_options *o, const cli_hf_confi
   return RECAP_DTYPE_F32;
 }
 
+/* Whether every size is positive and each larger than the one before. */
+static bool positive_ascending(const int64_t *sizes, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (sizes[i] < 1 || (i > 0 && sizes[i] <= sizes[i - 1])) return false;
+  return true;
+}
+
 /* What the options say about themselves, before any file is read: the bucket lists. */
 static bool check_lists(const cli_hf_import_options *o, cli_hf_import_result *r) {
   if (o->num_batches > CLI_HF_MAX_BATCHES)
     return fail_options(r, "at most %d batch sizes", CLI_HF_MAX_BATCHES);
-  for (size_t i = 0; i < o->num_batches; i++)
-    if (o->batches[i] < 1 || (i > 0 && o->batches[i] <= o->batches[i - 1]))
-      return fail_options(r, "--batch: batch sizes must be positive and ascending (1,2,4,8)");
+  if (!positive_ascending(o->batches, o->num_batches))
+    return fail_options(r, "--batch: batch sizes must be positive and ascending (1,2,4,8)");
   if (!o->paged && o->num_prefill_tokens > 1)
     return fail_options(r,
                         "several --prefill sizes go with --paged (the contiguous layout has "
                         "one prefill step of S tokens)");
   if (o->num_prefill_tokens > CLI_HF_MAX_BATCHES)
     return fail_options(r, "at most %d prefill sizes", CLI_HF_MAX_BATCHES);
-  for (size_t i = 0; i < o->num_prefill_tokens; i++)
-    if (o->prefill_tokens[i] < 1 || (i > 0 && o->prefill_tokens[i] <= o->prefill_tokens[i - 1]))
-      return fail_options(r, "--prefill: prefill sizes must be positive and ascending (64,256)");
+  if (!positive_ascending(o->prefill_tokens, o->num_prefill_tokens))
+    return fail_options(r, "--prefill: prefill sizes must be positive and ascending (64,256)");
   return true;
 }
 
