@@ -139,13 +139,8 @@ static void *bucket_data(const recap_pipeline *p, size_t bucket, int t) {
 /* Rank 0's launch block (now the loop state) and the step's inputs (ids, seqs: as
  * recap_pipeline_run_dist sends them) to every rank, in one group. */
 static recap_status broadcast_launch(recap_decode_loop *loop, recap_stream *s) {
-  RECAP_TRY(recap_comm_group_start());
-  recap_status st = recap_comm_broadcast(loop->comm, loop->state, loop->state,
-                                         loop->block_bytes / sizeof(int32_t), RECAP_DTYPE_I32, 0,
-                                         s);
-  if (st == RECAP_OK) st = recap__dist_broadcast_inputs(loop->p, loop->comm, s);
-  recap_status end = recap_comm_group_end();
-  return st != RECAP_OK ? st : end;
+  return recap__dist_broadcast_step(loop->p, loop->comm, loop->state,
+                                    loop->block_bytes / sizeof(int32_t), RECAP_DTYPE_I32, true, s);
 }
 
 /* In the body: rank 0's return request, as it stands after the step, to every rank. */

@@ -37,29 +37,20 @@
 #define DIST_MAGIC ((int64_t)0x5243505f44495354LL) /* "RCP_DIST" */
 enum { HEADER_WORDS = 4 };
 
-recap_status recap__dist_broadcast_inputs(recap_pipeline *p, recap_comm *comm,
-                                          recap_stream *stream) {
+recap_status recap__dist_broadcast_step(recap_pipeline *p, recap_comm *comm, void *head,
+                                        size_t count, recap_dtype dtype, bool inputs,
+                                        recap_stream *stream) {
+  RECAP_TRY(recap_comm_group_start());
+  recap_status st = recap_comm_broadcast(comm, head, head, count, dtype, 0, stream);
   const recap__ir *ir = p->model->irs[p->model->num_buckets - 1];
-  for (size_t t = 0; t < ir->num_tensors; ++t) {
+  for (size_t t = 0; st == RECAP_OK && inputs && t < ir->num_tensors; ++t) {
     const recap__ir_tensor *tt = &ir->tensors[t];
     if ((tt->role != RECAP_ROLE_INPUT && tt->role != RECAP_ROLE_SCALAR) || tt->bytes == 0)
       continue;
-    size_t count = (size_t)tt->bytes / recap_dtype_size(tt->dtype);
-    recap_status st = recap_comm_broadcast(comm, p->data[t], p->data[t], count, tt->dtype, 0, stream);
-    if (st != RECAP_OK) return recap__error_context(st, "broadcasting input '%s': ", tt->name);
+    size_t n = (size_t)tt->bytes / recap_dtype_size(tt->dtype);
+    st = recap_comm_broadcast(comm, p->data[t], p->data[t], n, tt->dtype, 0, stream);
+    if (st != RECAP_OK) st = recap__error_context(st, "broadcasting input '%s': ", tt->name);
   }
-  return RECAP_OK;
-}
-
-/* Broadcasts the header and (unless replicated) every input and scalar buffer from rank 0:
- * scalars are the caller's per-step values too (an imported model's `pos` and `len`). */
-static recap_status broadcast_inputs(recap_pipeline *p, recap_comm *comm, int64_t *header_dev,
-                                     bool replicated) {
-  recap_status st = recap_comm_group_start();
-  if (st != RECAP_OK) return st;
-  st = recap_comm_broadcast(comm, header_dev, header_dev, HEADER_WORDS, RECAP_DTYPE_I64, 0,
-                            p->stream);
-  if (st == RECAP_OK && !replicated) st = recap__dist_broadcast_inputs(p, comm, p->stream);
   recap_status end = recap_comm_group_end();
   return st != RECAP_OK ? st : end;
 }
@@ -105,7 +96,10 @@ static recap_status run_dist(recap_pipeline *p, recap_comm *comm, int64_t batch,
   recap_status st = RECAP_OK;
   /* From pageable memory the copy has read `h` when it returns. */
   if (comm->rank == 0) RECAP_TRY_GOTO(st, be->memcpy_async(header_dev, h, sizeof h, p->stream), done);
-  RECAP_TRY_GOTO(st, broadcast_inputs(p, comm, header_dev, flags & RECAP_DIST_INPUTS_REPLICATED),
+  /* Scalars are the caller's per-step values too (an imported model's `pos` and `len`). */
+  RECAP_TRY_GOTO(st,
+                 recap__dist_broadcast_step(p, comm, header_dev, HEADER_WORDS, RECAP_DTYPE_I64,
+                                            !(flags & RECAP_DIST_INPUTS_REPLICATED), p->stream),
                  done);
   if (comm->rank != 0) {
     RECAP_TRY_GOTO(st, be->memcpy_async(h, header_dev, sizeof h, p->stream), done);

@@ -157,11 +157,13 @@ void recap__graph_destroy_all(recap_pipeline *p);
 
 /* ---- dist.c ---- */
 
-/* Broadcasts every input and scalar buffer of p (its largest bucket's extent) from rank 0 on
- * `stream`, inside the caller's group: what a rank needs of rank 0's step before replaying it.
- * Failures name the tensor. */
-recap_status recap__dist_broadcast_inputs(recap_pipeline *p, recap_comm *comm,
-                                          recap_stream *stream);
+/* Broadcasts from rank 0 on `stream`, in one group, `count` elements at `head` (a run header,
+ * a decode loop's launch block) and, with `inputs`, every input and scalar buffer of p (its
+ * largest bucket's extent): what a rank needs of rank 0's step before replaying it. Failures
+ * name the tensor. */
+recap_status recap__dist_broadcast_step(recap_pipeline *p, recap_comm *comm, void *head,
+                                        size_t count, recap_dtype dtype, bool inputs,
+                                        recap_stream *stream);
 
 #ifdef __cplusplus
 }
