@@ -87,6 +87,11 @@ struct recap_decode_loop {
    * average over the ring's entries, 0 until known), the host clock minus the device clock
    * (the fastest delivery seen), and the newest step seen in this launch. */
   double step_ns;
+  /* How long after the predicted time a step's entries have become visible, tracked as the
+   * LATE_QUANTILE quantile of what the looks found: the wait sleeps until prediction + late_ns,
+   * so that one wake-up usually finds the entries (each wake-up costs the process a few
+   * microseconds of CPU). */
+  double late_ns;
   int64_t offset_ns;
   bool has_offset;
   int32_t seen_step; /* -1: none yet in this launch */
@@ -500,14 +505,29 @@ recap_status recap_decode_loop_stamps(recap_decode_loop *loop, const uint64_t **
 /* The shortest and longest sleep between looks once an entry is due, and the one before the
  * step time is known. */
 static const int64_t MIN_POLL_NS = 2000, MAX_POLL_NS = 20000;
+/* late_ns tracks this quantile of the entries' lateness: a look after the predicted time that
+ * finds nothing moves it up by LATE_QUANTILE x LATE_STEP_NS, one that finds entries moves it
+ * down by (1 - LATE_QUANTILE) x LATE_STEP_NS, so it settles where one look in twenty misses. It
+ * stays under a quarter of a step, so a token waits at most that long past its prediction. */
+static const double LATE_QUANTILE = 0.95, LATE_STEP_NS = 1000;
+
+static void learn_lateness(recap_decode_loop *loop, bool found) {
+  loop->late_ns += found ? -(1 - LATE_QUANTILE) * LATE_STEP_NS : LATE_QUANTILE * LATE_STEP_NS;
+  if (loop->late_ns > loop->step_ns / 4) loop->late_ns = loop->step_ns / 4;
+  if (loop->late_ns < 0) loop->late_ns = 0;
+}
 
 recap_status recap_decode_loop_wait(recap_decode_loop *loop, int64_t max_ns) {
   RECAP_CHECK_ARG(loop && max_ns >= 0);
   const uint64_t deadline = host_now_ns() + (uint64_t)max_ns;
+  /* Whether the last sleep ended at a predicted time (its look teaches late_ns). */
+  bool predicted = false;
   for (;;) {
     if (!loop->running) return RECAP_OK;
     int32_t published =
         atomic_load_explicit((_Atomic int32_t *)loop->parts.published, memory_order_acquire);
+    if (predicted) learn_lateness(loop, published != loop->read);
+    predicted = false;
     if (published != loop->read) return RECAP_OK;
     bool ending = atomic_load_explicit((_Atomic int32_t *)loop->parts.ended, memory_order_relaxed);
     /* The event is asked only where the launch may have ended: a query is a driver call. */
@@ -531,9 +551,14 @@ recap_status recap_decode_loop_wait(recap_decode_loop *loop, int64_t max_ns) {
         due = loop->seen_device_ns + (uint64_t)loop->offset_ns + (uint64_t)loop->step_ns;
       else if (loop->seen_step < 0)
         due = loop->launched_ns + (uint64_t)loop->step_ns;
+      due += (uint64_t)loop->late_ns;
     }
-    uint64_t wake = due > now + (uint64_t)poll ? due : now + (uint64_t)poll;
-    if (wake > deadline) wake = deadline;
+    predicted = due > now + (uint64_t)poll;
+    uint64_t wake = predicted ? due : now + (uint64_t)poll;
+    if (wake > deadline) {
+      wake = deadline;
+      predicted = false;
+    }
     struct timespec t = {.tv_sec = (time_t)(wake / 1000000000u),
                          .tv_nsec = (long)(wake % 1000000000u)};
     while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &t, NULL) == EINTR) {

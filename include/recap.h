@@ -1658,7 +1658,9 @@ RECAP_API recap_status recap_decode_loop_poll(recap_decode_loop *loop, recap_loo
  * max_ns nanoseconds have passed (returns at once when no launch runs); then poll. It does not
  * spin: from the ring's device stamps it learns the step time (a moving average) and the host
  * clock's offset from the device's (the fastest delivery seen), sleeps until the next step's
- * entries are due, then looks every 1/16 of a step (2 to 20 us; 20 us until the step time is
+ * entries are due (plus how late entries have tended to be: the margin at which 19 looks in
+ * 20 find them, at most a quarter of a step, so one wake-up per step is the rule), then looks
+ * every 1/16 of a step (2 to 20 us; 20 us until the step time is
  * known, 2 us once the last step has published and only the launch's end is awaited). For the
  * sleeps to end on time, give the waiting thread a small timer slack (Linux:
  * prctl(PR_SET_TIMERSLACK, 1000), as the generator's engine thread and `recap bench-loop` do:
