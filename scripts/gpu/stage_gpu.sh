@@ -69,6 +69,9 @@ cp scripts/gpu/gpu_serving.sh stage/gpu_serving.sh
 cp scripts/gpu/gpu_fold.sh stage/gpu_fold.sh
 # The decode loop (docs/SERVING.md, "The decode loop"): bash stage/run.sh gpu_decode_loop.sh.
 cp scripts/gpu/gpu_decode_loop.sh stage/gpu_decode_loop.sh
+# Every kernel's device time in one decode step (Nsight Compute): bash stage/run.sh
+# gpu_kernel_times.sh.
+cp scripts/gpu/gpu_kernel_times.sh stage/gpu_kernel_times.sh
 cp tests/models/make_bench_checkpoint.py bench/peer/peer_hf_decode.py \
   bench/peer/peer_hf_generate_batch.py stage/tools/
 cp bench/peer/torch_alloc_bench.sh bench/peer/torch_alloc_bench.cpp stage/tools/
