@@ -176,6 +176,7 @@ def _declare(lib):
         "recap_backend_parse": (st, [cstr, ctypes.POINTER(ctypes.c_int)]),
         "recap_generator_create": (st, [cstr, ctypes.POINTER(GeneratorOptions),
                                         ctypes.POINTER(p)]),
+        "recap_request_check": (st, [ctypes.POINTER(Request), ctypes.c_int64, ctypes.c_int64]),
         "recap_generator_submit": (st, [p, ctypes.POINTER(Request),
                                         ctypes.POINTER(ctypes.c_uint64),
                                         ctypes.POINTER(ctypes.c_uint64)]),

@@ -26,6 +26,32 @@ class RequestState:
         return self.state in ("finished", "cancelled", "failed")
 
 
+def _request(prompt, max_new_tokens, temperature, top_k, top_p, min_p, seed, stop_ids):
+    """A recap_request over the arguments; its arrays ride along on the struct (kept alive with
+    it) because the struct only points at them."""
+    r = Request()
+    r.struct_size = ctypes.sizeof(Request)
+    r._prompt = (ctypes.c_int32 * len(prompt))(*prompt)
+    r._stop_ids = (ctypes.c_int32 * len(stop_ids))(*stop_ids)
+    r.prompt, r.prompt_len = r._prompt, len(prompt)
+    r.max_new_tokens = max_new_tokens
+    r.temperature, r.top_k, r.top_p, r.min_p = temperature, top_k, top_p, min_p
+    if seed is not None:
+        r.has_seed, r.seed = 1, seed
+    r.stop_ids, r.num_stop_ids = r._stop_ids, len(stop_ids)
+    return r
+
+
+def check_request(prompt, max_new_tokens, vocab, max_seq, *, temperature=0.0, top_k=0,
+                  top_p=0.0, min_p=0.0, seed=None, stop_ids=()):
+    """Checks a request as Generator.submit would for a model of `vocab` tokens and `max_seq`
+    positions (recap_request_check), with no generator: raises RecapError naming the field
+    (an empty prompt, a token outside the vocabulary, max_new_tokens 0 or past max_seq, ...);
+    whether the KV pool can ever hold it is the generator's own check, at submit."""
+    r = _request(prompt, max_new_tokens, temperature, top_k, top_p, min_p, seed, stop_ids)
+    check(lib().recap_request_check(ctypes.byref(r), vocab, max_seq), "recap_request_check")
+
+
 class Generator:
     """A generator over a paged serving spec (`recap import-hf DIR -o SPEC --paged`): it loads
     the spec, sizes the KV pool, captures, and runs requests on its own engine thread.
@@ -67,16 +93,7 @@ class Generator:
                seed=None, stop_ids=()):
         """Queues a request (token ids) and returns its id. temperature 0 is greedy; seed None
         lets the generator draw one (poll's seed says which)."""
-        prompt_arr = (ctypes.c_int32 * len(prompt))(*prompt)
-        stop_arr = (ctypes.c_int32 * len(stop_ids))(*stop_ids)
-        r = Request()
-        r.struct_size = ctypes.sizeof(Request)
-        r.prompt, r.prompt_len = prompt_arr, len(prompt)
-        r.max_new_tokens = max_new_tokens
-        r.temperature, r.top_k, r.top_p, r.min_p = temperature, top_k, top_p, min_p
-        if seed is not None:
-            r.has_seed, r.seed = 1, seed
-        r.stop_ids, r.num_stop_ids = stop_arr, len(stop_ids)
+        r = _request(prompt, max_new_tokens, temperature, top_k, top_p, min_p, seed, stop_ids)
         rid = ctypes.c_uint64()
         check(lib().recap_generator_submit(self._live(), ctypes.byref(r), ctypes.byref(rid),
                                            None), "recap_generator_submit")

@@ -53,6 +53,28 @@ class GeneratorTest(unittest.TestCase):
         self.assertEqual(caught.exception.status_name, "RECAP_STATUS_INVALID_ARGUMENT")
         self.assertIn("prompt", caught.exception.message)
 
+    def test_check_request_without_a_generator(self):
+        # recap_request_check's rules (include/recap.h), at a vocabulary of 100 and 64
+        # positions: each refusal names its field; a request within them passes.
+        recap.check_request([1, 2, 3], 8, 100, 64, temperature=0.7, top_p=0.9, stop_ids=[5])
+        refused = [
+            (([], 8), {}, "prompt"),
+            (([1, 100], 8), {}, "vocab"),
+            (([1, 2], 0), {}, "max_new_tokens"),
+            (([1, 2], 63), {}, "max_new_tokens"),  # 2 + 63 positions > 64
+            (([1, 2], 8), {"temperature": -1.0}, "temperature"),
+            (([1, 2], 8), {"top_p": 1.5}, "top_p"),
+            (([1, 2], 8), {"top_k": -1}, "top_k"),
+            (([1, 2], 8), {"min_p": 2.0}, "min_p"),
+            (([1, 2], 8), {"stop_ids": [100]}, "stop"),
+        ]
+        for (prompt, max_new), kwargs, field in refused:
+            with self.subTest(field=field, kwargs=kwargs):
+                with self.assertRaises(recap.RecapError) as caught:
+                    recap.check_request(prompt, max_new, 100, 64, **kwargs)
+                self.assertEqual(caught.exception.status_name, "RECAP_STATUS_INVALID_ARGUMENT")
+                self.assertIn(field, caught.exception.message)
+
     def test_stats_count_one_request(self):
         # A generator of its own, so the counts are this request's: its prompt runs in prefill
         # (the first token), then one decode step per further token, graphs throughout.
