@@ -13,8 +13,9 @@
  * recap__lt_variants) and the skinny and Hopper kernels' configurations where they apply. Each
  * runs into scratch memory (allocated outside any pool, freed after), is checked against a
  * reference output (the default's, or cuBLASLt's first heuristic when the default is one of
- * our kernels), and is timed as it runs in a replay: a few launches captured into a graph, the
- * graph replayed TUNE_REPS times between CUDA events on the op's stream (time_in_graph); the
+ * our kernels), and is timed as it runs in a replay: a few launches captured into a graph, each
+ * after a flush of the L2, the graph replayed TUNE_REPS times between CUDA events on the op's
+ * stream, the flushes' own time taken off (time_in_graph); the
  * fastest that agrees wins, is saved to the file, and the op then runs for real. A capture
  * only looks up: it uses whatever choice exists (the default when untuned) and never times.
  *
@@ -381,21 +382,31 @@ static recap_status tune_candidates(recap__gemm_ctx *ctx, const recap__gemm_plan
 }
 
 /* A candidate's time per launch as it runs in a replay, in ms: TUNE_GRAPH_LAUNCHES launches of
- * it captured into one graph (thread-local capture of the op's stream), the graph replayed
- * TUNE_REPS times between `events`, the median divided by the launches. Timed eagerly, launch
+ * it captured into one graph (thread-local capture of the op's stream), each after a memset of
+ * `flush` (twice the L2's bytes, so that the weights come from memory as they do in a model's
+ * step, where every layer's weight is read once: timed with its weight left in L2 by the
+ * previous launch, a candidate that streams poorly from memory won, and whole decode steps
+ * came out 0.7-4.9% slower, docs/perf/tuning.md), the graph replayed TUNE_REPS times between
+ * `events`, the median divided by the launches. With c NULL, the memsets alone (their time is
+ * subtracted from every candidate's). Timed eagerly, launch
  * by launch, cuBLASLt + the separate epilogue pass ranked ahead of the fused Hopper kernel for
  * the transformer block's fc1 while in the block's graph the fused kernel was the faster one
  * (docs/perf/transformer_block.md, section 6). A candidate that cannot be captured or
  * instantiated: RECAP_STATUS_NOT_SUPPORTED (the caller rejects it). */
 static recap_status time_in_graph(recap__gemm_ctx *ctx, const recap__gemm_plan *p,
                                   recap__lt_problem *pr, const recap__gemm_choice *c, void *out,
-                                  cudaEvent_t *events, float *median_ms) {
+                                  void *flush, size_t flush_bytes, cudaEvent_t *events,
+                                  float *median_ms) {
   cudaGraph_t graph = NULL;
   cudaGraphExec_t exec = NULL;
   RECAP_CUDA_TRY(cudaStreamBeginCapture(ctx->stream, cudaStreamCaptureModeThreadLocal));
   recap_status st = RECAP_OK;
-  for (int r = 0; r < TUNE_GRAPH_LAUNCHES && st == RECAP_OK; ++r)
-    st = recap__gemm_run_choice(ctx, p, pr, c, out);
+  for (int r = 0; r < TUNE_GRAPH_LAUNCHES && st == RECAP_OK; ++r) {
+    if (cudaMemsetAsync(flush, r, flush_bytes, ctx->stream) != cudaSuccess)
+      st =
+          RECAP_FAIL(RECAP_STATUS_NOT_SUPPORTED, "gemm tuning: the L2 flush could not be captured");
+    if (st == RECAP_OK && c) st = recap__gemm_run_choice(ctx, p, pr, c, out);
+  }
   /* Always ended, so the stream never stays capturing. */
   const cudaError_t ended = cudaStreamEndCapture(ctx->stream, &graph);
   if (st == RECAP_OK && ended != cudaSuccess)
@@ -453,13 +464,24 @@ static recap_status tune_time(recap__gemm_ctx *ctx, const recap__gemm_plan *p,
   char *scratch = NULL;
   cudaEvent_t events[TUNE_REPS + 1] = {0};
   int made = 0;
-  /* [ref out][candidate out][max bits (4 bytes), mismatches (8 bytes)] */
-  RECAP_TRY_GOTO(
-      st, recap__cuda_backend.mem_alloc(ctx->device, 2 * out_bytes + 256, (void **)&scratch), done);
+  int l2_bytes = 0;
+  RECAP_CUDA_TRY_GOTO(st, cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, ctx->device),
+                      done);
+  const size_t flush_bytes = ((size_t)(l2_bytes > 0 ? l2_bytes : 0) * 2 + 255) & ~(size_t)255;
+  /* [ref out][candidate out][max bits (4 bytes), mismatches (8 bytes)][L2 flush] */
+  RECAP_TRY_GOTO(st,
+                 recap__cuda_backend.mem_alloc(ctx->device, 2 * out_bytes + 256 + flush_bytes,
+                                               (void **)&scratch),
+                 done);
   void *ref = scratch, *got = scratch + out_bytes;
   unsigned *max_bits = (unsigned *)(scratch + 2 * out_bytes);
   unsigned long long *mismatches = (unsigned long long *)(scratch + 2 * out_bytes + 8);
+  void *flush = scratch + 2 * out_bytes + 256;
   for (; made <= TUNE_REPS; ++made) RECAP_CUDA_TRY_GOTO(st, cudaEventCreate(&events[made]), done);
+  /* The flushes alone, per launch: subtracted from every candidate's time below. */
+  float flush_ms = 0.0f;
+  RECAP_TRY_GOTO(st, time_in_graph(ctx, p, pr, NULL, NULL, flush, flush_bytes, events, &flush_ms),
+                 done);
 
   /* The reference output: cuBLASLt's first heuristic (the list's first cuBLASLt candidate)
    * when the default is one of our kernels, so that our kernel is checked like every other
@@ -508,12 +530,14 @@ static recap_status tune_time(recap__gemm_ctx *ctx, const recap__gemm_plan *p,
       continue;
     }
     float median = 0.0f;
-    const recap_status timed = time_in_graph(ctx, p, pr, &list[i], got, events, &median);
+    const recap_status timed =
+        time_in_graph(ctx, p, pr, &list[i], got, flush, flush_bytes, events, &median);
     if (timed == RECAP_STATUS_NOT_SUPPORTED) {
       recap__gemm_tune_count(RECAP_TUNE_STAT_REJECTED, 1);
       continue;
     }
     RECAP_TRY_GOTO(st, timed, done);
+    median = median > flush_ms ? median - flush_ms : 0.0f;
     recap__gemm_tune_count(RECAP_TUNE_STAT_CANDIDATES, 1);
     if (median < best_time) {
       best_time = median;
