@@ -17,12 +17,12 @@
  * The thread's timer slack is 1 us (prctl) for every mode, so a sleep ends when asked. Reported
  * per mode: wall time per step (the
  * per-token latency of each sequence), tokens/s, process CPU time (getrusage, user + sys, all
- * threads) per token; for the loop also the GPU's idle gap between consecutive steps (each
- * step's start and end stamped with %globaltimer by the body; a second loop with the stamp
- * kernel, so the timed loop carries none) and the delay from a token's device stamp to its
- * arrival on the host, after calibrating the two clocks' offset on single-step launches (the
- * smallest observed difference counts as zero delay: the delays are above the fastest
- * delivery seen). */
+ * threads) and voluntary context switches (the sleeps and blocking waits: wake-ups) per token; for
+ * the loop also the GPU's idle gap between consecutive steps (each step's start and end stamped
+ * with %globaltimer by the body; a second loop with the stamp kernel, so the timed loop carries
+ * none) and the delay from a token's device stamp to its arrival on the host, after calibrating the
+ * two clocks' offset on single-step launches (the smallest observed difference counts as zero
+ * delay: the delays are above the fastest delivery seen). */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* nanosleep, clock_gettime, getrusage under -std=c11 */
 #endif
@@ -94,12 +94,12 @@ const cli_help cli_bench_loop_help = {
     .description =
         "Times the decode loop (many decode steps per graph launch, a WHILE node) against one\n"
         "launch per step, on the decode entry of a paged serving spec: per batch, wall time per\n"
-        "step, tokens/s and host CPU time per token for one replay per step with a wait per\n"
-        "step (a sleep-poll, step-sync, or a blocking event wait, step-block), for step N + 1\n"
-        "enqueued before step N's tokens are read (step-ahead), and for loops read with\n"
-        "recap_decode_loop_wait (loop) or the sleep-poll (loop-poll); for the loop also the\n"
-        "GPU's median idle gap between steps and the p50/p99 delay of a token from the device\n"
-        "to the host.",
+        "step, tokens/s, host CPU time and sleeps (voluntary context switches) per token for\n"
+        "one replay per step with a wait per step (a sleep-poll, step-sync, or a blocking event\n"
+        "wait, step-block), for step N + 1 enqueued before step N's tokens are read\n"
+        "(step-ahead), and for loops read with recap_decode_loop_wait (loop) or the sleep-poll\n"
+        "(loop-poll); for the loop also the GPU's median idle gap between steps and the p50/p99\n"
+        "delay of a token from the device to the host.",
     .operand = CLI_VALUE_SPEC,
     .groups = {{.options = bench_loop_options}},
 };
@@ -159,11 +159,18 @@ static uint64_t now_ns(void) {
   return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
 }
 
-static double cpu_s(void) {
+/* The process's CPU time (user + sys) and voluntary context switches (each a sleep or a
+ * blocking wait that gave up the CPU: how often a waiting mode wakes), every thread. */
+typedef struct {
+  double cpu_s, switches;
+} usage;
+
+static usage usage_now(void) {
   struct rusage u;
   getrusage(RUSAGE_SELF, &u);
-  return (double)u.ru_utime.tv_sec + (double)u.ru_utime.tv_usec * 1e-6 + (double)u.ru_stime.tv_sec +
-         (double)u.ru_stime.tv_usec * 1e-6;
+  return (usage){(double)u.ru_utime.tv_sec + (double)u.ru_utime.tv_usec * 1e-6 +
+                     (double)u.ru_stime.tv_sec + (double)u.ru_stime.tv_usec * 1e-6,
+                 (double)u.ru_nvcsw};
 }
 
 static void poll_pause(const loop_args *a) {
@@ -195,14 +202,24 @@ static recap_status write_batch(recap_pipeline *p, const cli_decode_shape *s, in
 /* ---- the three modes ---- */
 
 typedef struct {
-  double wall_ms, cpu_us; /* per step, per token */
+  double wall_ms;          /* per step */
+  double cpu_us, switches; /* per token */
 } timing;
+
+/* A mode's timing from its start (u0, w0 on now_ns) to now, over `tokens` tokens in `steps`
+ * steps. */
+static void finish_timing(timing *t, usage u0, uint64_t w0, long long steps, double tokens) {
+  const usage u = usage_now();
+  t->wall_ms = (double)(now_ns() - w0) * 1e-6 / (double)steps;
+  t->cpu_us = (u.cpu_s - u0.cpu_s) * 1e6 / tokens;
+  t->switches = (u.switches - u0.switches) / tokens;
+}
 
 /* One replay per step; its tokens copied out (which waits) before the next launch. */
 static recap_status time_step_sync(recap_pipeline *p, int64_t batch, const loop_args *a,
                                    int32_t *host_tokens, recap_event *done, bool blocking,
                                    timing *t) {
-  double c0 = cpu_s();
+  const usage u0 = usage_now();
   uint64_t w0 = now_ns();
   recap_status st = RECAP_OK;
   recap_tensor tokens;
@@ -215,15 +232,14 @@ static recap_status time_step_sync(recap_pipeline *p, int64_t batch, const loop_
     if (st == RECAP_OK) st = recap_event_record(done, s);
     if (st == RECAP_OK) st = wait_event(done, a, blocking);
   }
-  t->wall_ms = (double)(now_ns() - w0) * 1e-6 / (double)a->tokens;
-  t->cpu_us = (cpu_s() - c0) * 1e6 / (double)(a->tokens * batch);
+  finish_timing(t, u0, w0, a->tokens, (double)(a->tokens * batch));
   return st;
 }
 
 /* Step N + 1 enqueued before step N's tokens are waited for (two pinned buffers, two events). */
 static recap_status time_step_ahead(recap_pipeline *p, int64_t batch, const loop_args *a,
                                     int32_t *host_tokens[2], recap_event *done[2], timing *t) {
-  double c0 = cpu_s();
+  const usage u0 = usage_now();
   uint64_t w0 = now_ns();
   recap_tensor tokens;
   recap_status st = recap_pipeline_tensor(p, "tokens", &tokens);
@@ -238,8 +254,7 @@ static recap_status time_step_ahead(recap_pipeline *p, int64_t batch, const loop
     }
     if (st == RECAP_OK && k > 0) st = wait_event(done[(k - 1) % 2], a, false);
   }
-  t->wall_ms = (double)(now_ns() - w0) * 1e-6 / (double)a->tokens;
-  t->cpu_us = (cpu_s() - c0) * 1e6 / (double)(a->tokens * batch);
+  finish_timing(t, u0, w0, a->tokens, (double)(a->tokens * batch));
   return st;
 }
 
@@ -250,7 +265,7 @@ static recap_status time_loop(recap_decode_loop *loop, int64_t batch, const loop
                               bool adaptive, const recap_loop_limits *limits,
                               recap_loop_token *entries, size_t capacity, double *delays,
                               size_t *num_delays, timing *t) {
-  double c0 = cpu_s();
+  const usage u0 = usage_now();
   uint64_t w0 = now_ns();
   recap_status st = RECAP_OK;
   long long left = a->tokens;
@@ -274,8 +289,7 @@ static recap_status time_loop(recap_decode_loop *loop, int64_t batch, const loop
     }
     left -= k;
   }
-  t->wall_ms = (double)(now_ns() - w0) * 1e-6 / (double)a->tokens;
-  t->cpu_us = (cpu_s() - c0) * 1e6 / (double)(a->tokens * batch);
+  finish_timing(t, u0, w0, a->tokens, (double)(a->tokens * batch));
   return st;
 }
 
@@ -371,19 +385,20 @@ static recap_status run_batch(recap_pipeline *p, recap_decode_loop *loop,
   if (st == RECAP_OK) st = recap_event_create(info.device, 0, &done[1]);
   if (st == RECAP_OK) st = recap_event_create(info.device, RECAP_EVENT_BLOCKING, &blocking);
   int32_t *bufs[2] = {pinned, pinned ? pinned + batch : NULL};
-  double cpu[NUM_MODES] = {0};
+  double cpu[NUM_MODES] = {0}, switches[NUM_MODES] = {0};
   size_t num_delays[2] = {0, 0};
   /* Untimed first runs: the replay path and the loop's first launch. */
   if (st == RECAP_OK) st = write_batch(p, s, batch, a->context, need);
   if (st == RECAP_OK) st = recap_pipeline_run(p, batch);
   for (long long rep = 0; st == RECAP_OK && rep < a->repeats; rep++) {
     for (int m = 0; st == RECAP_OK && m < NUM_MODES; m++) {
-      timing t = {0, 0};
+      timing t = {0, 0, 0};
       double *d = m >= LOOP ? delays + (size_t)(m - LOOP) * per_timing : NULL;
       st = time_mode(m, p, loop, s, batch, a, need, bufs, done, blocking, limits, entries, capacity,
                      d, d ? &num_delays[m - LOOP] : NULL, &t);
       samples[m * a->repeats + rep] = t.wall_ms;
       cpu[m] += t.cpu_us / (double)a->repeats;
+      switches[m] += t.switches / (double)a->repeats;
     }
   }
   /* The delays of the last repeat, above the fastest delivery seen. */
@@ -422,7 +437,7 @@ static recap_status run_batch(recap_pipeline *p, recap_decode_loop *loop,
   for (int m = 0; st == RECAP_OK && m < NUM_MODES; m++) {
     cli_summary sum;
     cli_summarize(samples + m * a->repeats, (int)a->repeats, &sum);
-    r->modes[m] = (timing){sum.median, cpu[m]};
+    r->modes[m] = (timing){sum.median, cpu[m], switches[m]};
   }
   recap_event_destroy(done[0]);
   recap_event_destroy(done[1]);
@@ -438,8 +453,9 @@ static recap_status run_batch(recap_pipeline *p, recap_decode_loop *loop,
 }
 
 static json_t *mode_json(const timing *t, int64_t batch) {
-  return json_pack("{sf sf sf}", "ms_per_step", t->wall_ms, "tokens_per_s",
-                   (double)batch / (t->wall_ms * 1e-3), "cpu_us_per_token", t->cpu_us);
+  return json_pack("{sf sf sf sf}", "ms_per_step", t->wall_ms, "tokens_per_s",
+                   (double)batch / (t->wall_ms * 1e-3), "cpu_us_per_token", t->cpu_us,
+                   "sleeps_per_token", t->switches);
 }
 
 static int run(const loop_args *a, recap_pipeline *p, const cli_decode_shape *s) {
@@ -476,7 +492,8 @@ static int run(const loop_args *a, recap_pipeline *p, const cli_decode_shape *s)
       "median of %lld\n\n",
       a->path, a->context, a->tokens, cli_plural(a->tokens, "step", "steps"), a->steps,
       cli_plural(a->steps, "step", "steps"), a->poll_us, a->repeats);
-  printf("%6s %-11s %12s %10s %14s\n", "batch", "mode", "ms/step", "tokens/s", "CPU us/token");
+  printf("%6s %-11s %12s %10s %14s %14s\n", "batch", "mode", "ms/step", "tokens/s", "CPU us/token",
+         "sleeps/token");
   json_t *rows = json_array();
   int rc = rows ? CLI_EXIT_OK : CLI_EXIT_FAILURE;
   for (size_t i = 0; rc == CLI_EXIT_OK && i < a->num_batches; i++) {
@@ -489,8 +506,8 @@ static int run(const loop_args *a, recap_pipeline *p, const cli_decode_shape *s)
     }
     const timing *t = r.modes;
     for (int m = 0; m < NUM_MODES; m++)
-      printf("%6" PRId64 " %-11s %12.4f %10.0f %14.2f\n", r.batch, MODE_NAMES[m], t[m].wall_ms,
-             (double)r.batch / (t[m].wall_ms * 1e-3), t[m].cpu_us);
+      printf("%6" PRId64 " %-11s %12.4f %10.0f %14.2f %14.2f\n", r.batch, MODE_NAMES[m],
+             t[m].wall_ms, (double)r.batch / (t[m].wall_ms * 1e-3), t[m].cpu_us, t[m].switches);
     printf(
         "%6s loop: %.4f of step-sync, %.4f of step-block, %.4f of step-ahead; CPU %.3f of "
         "step-sync, %.3f of step-block (loop-poll: %.3f of step-sync)\n"

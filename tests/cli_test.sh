@@ -1170,7 +1170,9 @@ for mode in step-sync step-block step-ahead loop loop-poll; do
   grep -qE "^ +4 $mode " "$tmp/out" || fail "bench-loop prints no $mode row for batch 4"
 done
 grep -q "gap between steps median" "$tmp/out" || fail "bench-loop prints no GPU gap"
+grep -qE "CPU us/token +sleeps/token" "$tmp/out" || fail "bench-loop prints no sleeps per token"
 check_json "$tmp/loop.json"
+grep -q '"sleeps_per_token"' "$tmp/loop.json" || fail "bench-loop's JSON has no sleeps per token"
 # bench-decode --profile on the Llama fixture (llama3 RoPE), whose paged layers run RoPE and
 # both KV writes as one paged_rope_kv_write: each batch's profiled step by op kind, in the
 # table and in the JSON.
