@@ -306,31 +306,12 @@ static json_t *result_json(const decode_result *r, double copy_gbps, bool profil
   return row;
 }
 
-/* Whether `batch` sequences of `positions` positions each fit the spec's pools and tables;
- * says why not on stderr. */
-static bool batch_fits(const cli_decode_shape *s, int64_t batch, int64_t positions) {
-  int64_t need = (positions + s->block_size - 1) / s->block_size;
-  if (batch <= s->max_batch && need <= s->width - RECAP_SEQ_BLOCKS &&
-      batch * need <= s->pool_blocks)
-    return true;
-  fprintf(stderr,
-          "recap %s: batch %" PRId64 " at %" PRId64
-          " positions does not fit the spec: at most "
-          "%" PRId64 " %s, %" PRId64 " positions each, %" PRId64 " %s of %" PRId64
-          " in the pool (a smaller --context or --tokens, or import with a larger --batch, "
-          "--max-seq or --kv-blocks)\n",
-          CMD, batch, positions, s->max_batch, cli_plural(s->max_batch, "sequence", "sequences"),
-          (s->width - RECAP_SEQ_BLOCKS) * s->block_size, s->pool_blocks,
-          cli_plural(s->pool_blocks, "block", "blocks"), s->block_size);
-  return false;
-}
-
 static int run_batches(const decode_args *a, recap_pipeline *graph, recap_pipeline *eager,
                        const cli_decode_shape *s) {
   int64_t positions = a->context + a->tokens;
   int64_t need = (positions + s->block_size - 1) / s->block_size;
   for (size_t i = 0; i < a->num_batches; i++)
-    if (!batch_fits(s, a->batches[i], positions)) return CLI_EXIT_FAILURE;
+    if (!cli_decode_batch_fits(CMD, s, a->batches[i], positions)) return CLI_EXIT_FAILURE;
   recap_pipeline_stats stats;
   recap_pipeline_info info;
   double copy_gbps = 0;

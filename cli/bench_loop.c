@@ -460,21 +460,8 @@ static json_t *mode_json(const timing *t, int64_t batch) {
 
 static int run(const loop_args *a, recap_pipeline *p, const cli_decode_shape *s) {
   int64_t positions = a->context + a->tokens + 2;
-  int64_t need = (positions + s->block_size - 1) / s->block_size;
-  for (size_t i = 0; i < a->num_batches; i++) {
-    int64_t b = a->batches[i];
-    if (b > s->max_batch || need > s->width - RECAP_SEQ_BLOCKS || b * need > s->pool_blocks) {
-      fprintf(stderr,
-              "recap %s: batch %" PRId64 " at %" PRId64 " positions does not fit the spec (%" PRId64
-              " %s, %" PRId64 " positions each, %" PRId64
-              " %s; a smaller --context or --tokens, or import with a larger --batch, --max-seq or "
-              "--kv-blocks)\n",
-              CMD, b, positions, s->max_batch, cli_plural(s->max_batch, "sequence", "sequences"),
-              (s->width - RECAP_SEQ_BLOCKS) * s->block_size, s->pool_blocks,
-              cli_plural(s->pool_blocks, "block", "blocks"));
-      return CLI_EXIT_FAILURE;
-    }
-  }
+  for (size_t i = 0; i < a->num_batches; i++)
+    if (!cli_decode_batch_fits(CMD, s, a->batches[i], positions)) return CLI_EXIT_FAILURE;
   recap_decode_loop *loop = NULL, *stamped = NULL;
   recap_status st = recap_decode_loop_create(p, a->steps, 0, &loop);
   if (st == RECAP_OK) st = recap_decode_loop_create(p, a->steps, 1, &stamped);

@@ -1,8 +1,11 @@
 /* decode_batch.c: the decode benches' synthetic batch (decode_batch.h). */
 #include "cli/decode_batch.h"
 
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
+
+#include "cli/cli.h"
 
 bool cli_decode_shape_read(const char *cmd, recap_pipeline *p, cli_decode_shape *s) {
   *s = (cli_decode_shape){0};
@@ -34,6 +37,24 @@ bool cli_decode_shape_read(const char *cmd, recap_pipeline *p, cli_decode_shape 
     return false;
   }
   return true;
+}
+
+bool cli_decode_batch_fits(const char *cmd, const cli_decode_shape *s, int64_t batch,
+                           int64_t positions) {
+  int64_t need = (positions + s->block_size - 1) / s->block_size;
+  if (batch <= s->max_batch && need <= s->width - RECAP_SEQ_BLOCKS &&
+      batch * need <= s->pool_blocks)
+    return true;
+  fprintf(stderr,
+          "recap %s: batch %" PRId64 " at %" PRId64
+          " positions does not fit the spec: at most "
+          "%" PRId64 " %s, %" PRId64 " positions each, %" PRId64 " %s of %" PRId64
+          " in the pool (a smaller --context or --tokens, or import with a larger --batch, "
+          "--max-seq or --kv-blocks)\n",
+          cmd, batch, positions, s->max_batch, cli_plural(s->max_batch, "sequence", "sequences"),
+          (s->width - RECAP_SEQ_BLOCKS) * s->block_size, s->pool_blocks,
+          cli_plural(s->pool_blocks, "block", "blocks"), s->block_size);
+  return false;
 }
 
 recap_status cli_decode_batch_write(recap_pipeline *p, const cli_decode_shape *s, int64_t batch,

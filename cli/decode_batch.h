@@ -27,6 +27,11 @@ typedef struct {
  * a paged serving spec (inputs ids and seqs, output logits, a KV pool). */
 bool cli_decode_shape_read(const char *cmd, recap_pipeline *p, cli_decode_shape *s);
 
+/* Whether `batch` sequences of `positions` positions each fit the spec's pools and block
+ * tables; false, with a line on stderr naming `cmd`, the limits, and the ways out. */
+bool cli_decode_batch_fits(const char *cmd, const cli_decode_shape *s, int64_t batch,
+                           int64_t positions);
+
 /* Copies in the metadata of `batch` greedy sequences at `context` keys, each about to take one
  * token (LEN = context + 1), sequence b owning blocks [b x need, (b + 1) x need) of the pools,
  * and their ids. Queued on the pipeline's stream like every copy_in. */
