@@ -11,6 +11,7 @@
  */
 #include "cli/bench_gemm.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
@@ -425,7 +426,7 @@ static int write_grid(const gemm_args *a) {
   if (rc == CLI_EXIT_OK)
     printf("wrote %s: grid %s, %zu points\n", a->grid_out, grid.name, grid.count);
   else
-    fprintf(stderr, "recap %s: cannot write %s\n", CMD, a->grid_out);
+    cli_report_write_failure(CMD, a->grid_out, errno);
   json_decref(root);
   bench_gemm_grid_free(&grid);
   return rc;

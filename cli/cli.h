@@ -273,6 +273,11 @@ int cli_json_flag(const char *cmd, int argc, char **argv, int *i, const char **p
  * False, with "recap CMD: cannot write PATH" on stderr, when it cannot be written. */
 bool cli_write_json(const char *cmd, json_t *root, recap_device device, const char *path);
 
+/* "recap CMD: cannot write PATH: WHY" on stderr, WHY from `error` (the errno of the failed
+ * open, write or close), except that for a missing folder it names the folder (ENOENT alone
+ * does not say which part of the path is missing). */
+void cli_report_write_failure(const char *cmd, const char *path, int error);
+
 /* The noun that goes with a count: `one` for 1, else `many` ("%lld %s", n, cli_plural(n,
  * "step", "steps")), so that no line reads "1 steps". */
 const char *cli_plural(long long n, const char *one, const char *many);

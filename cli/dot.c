@@ -1,4 +1,5 @@
 /* dot.c: `recap dot SPEC [--graph]`: the pipeline's DAG, or its captured graph, as Graphviz. */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -261,7 +262,7 @@ int cli_dot_main(int argc, char **argv) {
   if (rc != CLI_EXIT_OK) goto done;
   rc = CLI_EXIT_FAILURE;
   if (out_path && !(out = fopen(out_path, "w"))) {
-    fprintf(stderr, "recap %s: cannot write %s\n", CMD, out_path);
+    cli_report_write_failure(CMD, out_path, errno);
     out = stdout;
     goto done;
   }

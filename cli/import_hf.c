@@ -5,7 +5,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "cli/cli.h"
 #include "cli/hf_import.h"
@@ -135,28 +134,14 @@ static bool rank_path(const char *pattern, int64_t rank, char *out, size_t size)
   return true;
 }
 
-/* False with the reason on stderr; for a missing folder, which one (fopen says only ENOENT). */
+/* False with the reason on stderr (cli_report_write_failure). */
 static bool write_spec(const char *path, const char *text) {
   if (strcmp(path, "-") == 0) return fputs(text, stdout) >= 0;
   FILE *f = fopen(path, "w");
   bool ok = f && fputs(text, f) >= 0;
   if (f && fclose(f) != 0) ok = false;
-  if (ok) return true;
-  int error = errno;
-  char folder[4096];
-  snprintf(folder, sizeof folder, "%s", path);
-  char *slash = strrchr(folder, '/');
-  struct stat st;
-  if (error == ENOENT && slash && slash != folder) {
-    *slash = '\0';
-    if (stat(folder, &st) != 0) {
-      fprintf(stderr, "recap %s: cannot write %s: the folder %s does not exist\n", CMD, path,
-              folder);
-      return false;
-    }
-  }
-  fprintf(stderr, "recap %s: cannot write %s: %s\n", CMD, path, strerror(error));
-  return false;
+  if (!ok) cli_report_write_failure(CMD, path, errno);
+  return ok;
 }
 
 int cli_import_hf_main(int argc, char **argv) {

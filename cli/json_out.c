@@ -34,7 +34,7 @@ bool cli_write_json(const char *cmd, json_t *root, recap_device device, const ch
   }
   if (strcmp(path, "-") != 0) {
     if (json_dump_file(root, path, JSON_INDENT(2) | JSON_PRESERVE_ORDER) != 0) {
-      fprintf(stderr, "recap %s: cannot write %s\n", cmd, path);
+      cli_report_write_failure(cmd, path, errno);
       return false;
     }
     printf("wrote %s\n", path);

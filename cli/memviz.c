@@ -1,5 +1,6 @@
 /* memviz.c: `recap memviz SNAPSHOT.json [--svg FILE]`: checks an allocator snapshot (from
  * `recap run --memory-snapshot` or recap_memory_snapshot_json) and draws it. */
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
@@ -81,7 +82,7 @@ int cli_memviz_main(int argc, char **argv) {
   if (svg) {
     FILE *f = fopen(svg, "w");
     if (!f) {
-      fprintf(stderr, "recap %s: cannot write %s\n", CMD, svg);
+      cli_report_write_failure(CMD, svg, errno);
       rc = CLI_EXIT_FAILURE;
     } else {
       st = cli_memviz_write_svg(model, path, f);

@@ -1,4 +1,5 @@
 /* run.c: `recap run SPEC ...`: runs a pipeline and prints its outputs and timing. */
+#include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <stdlib.h>
@@ -237,8 +238,8 @@ static bool write_snapshot(recap_device device, const char *path) {
   FILE *f = fopen(path, "w");
   bool ok = f && fputs(json, f) >= 0 && fputc('\n', f) != EOF;
   if (f && fclose(f) != 0) ok = false;
+  if (!ok) cli_report_write_failure(CMD, path, errno);
   free(json);
-  if (!ok) fprintf(stderr, "recap %s: cannot write %s\n", CMD, path);
   return ok;
 }
 

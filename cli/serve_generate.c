@@ -10,6 +10,7 @@
  * view. Output tokens/s is every output token over the wall time from the first submit to the
  * last token. Also reported: the KV pool's peak use, preemptions, and graph against eager steps
  * (prefill steps above the largest bucket run eagerly). */
+#include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <math.h>
@@ -235,7 +236,7 @@ static bool save_requests(const generate_bench_args *a, const request_record *re
     ok = one && json_array_append_new(list, one) == 0;
   }
   if (ok && json_dump_file(root, a->requests_path, JSON_COMPACT) != 0) {
-    fprintf(stderr, "recap %s: cannot write %s\n", CMD, a->requests_path);
+    cli_report_write_failure(CMD, a->requests_path, errno);
     json_decref(root);
     return false;
   }

@@ -1,8 +1,10 @@
 /* spec_util.c: loading specs, choosing buckets and devices, and the output helpers of the
  * subcommands. */
+#include <errno.h>
 #include <inttypes.h>
 #include <math.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "cli/cli.h"
@@ -249,6 +251,22 @@ void cli_report_failure(const char *cmd, const char *what, recap_status status) 
   const char *detail = recap_last_error();
   fprintf(stderr, "recap %s: %s failed: %s%s%s\n", cmd, what, recap_status_string(status),
           detail[0] ? "\n" : "", detail);
+}
+
+void cli_report_write_failure(const char *cmd, const char *path, int error) {
+  char folder[4096];
+  snprintf(folder, sizeof folder, "%s", path);
+  char *slash = strrchr(folder, '/');
+  struct stat st;
+  if (error == ENOENT && slash && slash != folder) {
+    *slash = '\0';
+    if (stat(folder, &st) != 0) {
+      fprintf(stderr, "recap %s: cannot write %s: the folder %s does not exist\n", cmd, path,
+              folder);
+      return;
+    }
+  }
+  fprintf(stderr, "recap %s: cannot write %s: %s\n", cmd, path, strerror(error));
 }
 
 const char *cli_plural(long long n, const char *one, const char *many) {

@@ -1512,6 +1512,13 @@ grep -q "cannot write $tmp/missing/x.yaml: the folder $tmp/missing does not exis
 expect 1 "import-hf -o a folder" -- "$recap" import-hf "$tmp/llama" -o "$tmp/llama"
 grep -q "cannot write $tmp/llama: Is a directory" "$tmp/err" ||
   fail "import-hf -o a folder: no reason"
+# Every command's writers say the same (cli_report_write_failure): run's --json, dot's -o.
+expect 1 "run --json into a missing folder" -- "$recap" run "$specs/decode_step.yaml" \
+  --device host --iters 1 --warmup 0 --json "$tmp/missing/run.json"
+grep -q "cannot write $tmp/missing/run.json: the folder $tmp/missing does not exist" "$tmp/err" ||
+  fail "run --json into a missing folder: the folder is not named"
+expect 1 "dot -o a folder" -- "$recap" dot "$specs/decode_step.yaml" -o "$tmp/llama"
+grep -q "cannot write $tmp/llama: Is a directory" "$tmp/err" || fail "dot -o a folder: no reason"
 
 if [ "$failures" -ne 0 ]; then
   echo "$failures check(s) failed"
