@@ -19,7 +19,11 @@
  *
  * Mapped host memory holds what crosses between host and device during a launch: the launch
  * block the host writes before it, the ring and its published count that the device writes,
- * the return request the host may write while it runs, and the step stamps.
+ * and the step stamps. A return request goes the other way: the host copies the number of the
+ * launch it wants ended into device memory, on a stream of the loop's own (the control kernel
+ * looks at it every step, and a look at mapped memory would cross the bus each time: 0.8 us of
+ * the step boundary on an H100). A launch ends on a request that names it, so a request that
+ * lands late, after its launch, ends nothing.
  *
  * Across the ranks of a communicator (recap_decode_loop_create_dist), every rank's loop must
  * run the same iterations, or the collectives inside the step would not pair. The tokens are
@@ -29,9 +33,8 @@
  *   broadcast  loop state, ids, seqs (rank 0's: a follower's own are not looked at)
  *   WHILE
  *     ... the step ...
- *     memcpy     return request (mapped) -> shared_stop (device)
- *     broadcast  shared_stop (rank 0's request ends every rank's loop after the same step)
- *     control kernel, reading shared_stop
+ *     broadcast  return request (rank 0's ends every rank's loop after the same step)
+ *     control kernel
  * A peer that dies leaves the others' collectives waiting: a launch is a watchdog-bounded
  * stretch of the communicator, and poll reports its abort before handing out entries.
  */
@@ -59,7 +62,7 @@ typedef struct {
   int32_t *published;    /* ring entries the host may read */
   int32_t *ran;          /* iterations the launch has run (beside published) */
   int32_t *ended;        /* the launch's last iteration has published (beside published) */
-  int32_t *stop_request; /* nonzero: end after the current step */
+  int32_t *return_asked; /* the newest launch whose return the host asked for */
   recap_loop_token *ring;
   uint64_t *stamps; /* 2 x max_steps, or NULL */
 } mapped_parts;
@@ -67,8 +70,11 @@ typedef struct {
 struct recap_decode_loop {
   recap_pipeline *p;
   recap_comm *comm;     /* NULL: one device on its own */
-  int32_t *shared_stop; /* with comm: rank 0's return request, broadcast every iteration */
-  recap_stream *body;
+  /* Device memory: what the host last copied from parts.return_asked (with comm, rank 0's,
+   * broadcast every iteration). */
+  int32_t *return_request;
+  recap_stream *body, *request_stream;
+  int32_t launches; /* numbers the launches (the launch block's RECAP__LOOP_LAUNCH) */
   int64_t max_steps, rows; /* rows: the largest bucket's */
   size_t block_bytes, capacity;
   void *mapped;
@@ -149,11 +155,8 @@ static recap_status broadcast_launch(recap_decode_loop *loop, recap_stream *s) {
 }
 
 /* In the body: rank 0's return request, as it stands after the step, to every rank. */
-static recap_status broadcast_stop_request(recap_decode_loop *loop) {
-  const recap__backend *be = loop->p->stream->backend;
-  RECAP_TRY(be->memcpy_async(loop->shared_stop, loop->parts.stop_request, sizeof(int32_t),
-                             loop->body));
-  return recap_comm_broadcast(loop->comm, loop->shared_stop, loop->shared_stop, 1,
+static recap_status broadcast_return_request(recap_decode_loop *loop) {
+  return recap_comm_broadcast(loop->comm, loop->return_request, loop->return_request, 1,
                               RECAP_DTYPE_I32, 0, loop->body);
 }
 
@@ -174,7 +177,7 @@ static recap_status capture_bucket(recap_decode_loop *loop, size_t bucket, int i
       .published = loop->parts.published,
       .ran = loop->parts.ran,
       .ended = loop->parts.ended,
-      .stop_request = loop->comm ? loop->shared_stop : loop->parts.stop_request,
+      .return_request = loop->return_request,
       .stamps = timestamps ? loop->parts.stamps : NULL,
   };
   const recap__rng_graph_binding *rng = NULL;
@@ -197,7 +200,7 @@ static recap_status capture_bucket(recap_decode_loop *loop, size_t bucket, int i
     args.rng_slot = rng ? rng->slot : NULL;
     args.rng_increment = rng ? rng->increment : 0;
     args.condition = handle;
-    if (loop->comm) st = broadcast_stop_request(loop);
+    if (loop->comm) st = broadcast_return_request(loop);
     if (st == RECAP_OK) st = recap__decode_loop_control(loop->body, &args);
   }
   if (in_body) {
@@ -221,7 +224,8 @@ recap_status recap_decode_loop_destroy(recap_decode_loop *loop) {
   recap_event_destroy(loop->done);
   recap_stream_destroy(loop->body);
   if (loop->state) recap_free(loop->state);
-  if (loop->shared_stop) recap_free(loop->shared_stop);
+  recap_stream_destroy(loop->request_stream);
+  if (loop->return_request) recap_free(loop->return_request);
   if (loop->mapped) be->host_free_mapped(loop->p->device.index, loop->mapped);
   free(loop);
   return RECAP_OK;
@@ -261,7 +265,7 @@ static recap_status create_loop(recap_pipeline *p, recap_comm *comm, int64_t max
       sizeof(int32_t) * (size_t)(RECAP__LOOP_STATE_INTS + loop->rows * RECAP__LOOP_LIMIT_WIDTH);
   const size_t line = 128;
   size_t at_published = round_up(loop->block_bytes, line);
-  size_t at_stop = at_published + line, at_ring = at_stop + line;
+  size_t at_asked = at_published + line, at_ring = at_asked + line;
   size_t at_stamps = round_up(at_ring + loop->capacity * sizeof(recap_loop_token), line);
   size_t total = at_stamps + (timestamps ? 2 * (size_t)max_steps * sizeof(uint64_t) : 0);
   recap_status st = be->host_alloc_mapped(p->device.index, total, &loop->mapped);
@@ -272,16 +276,20 @@ static recap_status create_loop(recap_pipeline *p, recap_comm *comm, int64_t max
         .published = (int32_t *)(m + at_published),
         .ran = (int32_t *)(m + at_published) + 1,
         .ended = (int32_t *)(m + at_published) + 2,
-        .stop_request = (int32_t *)(m + at_stop),
+        .return_asked = (int32_t *)(m + at_asked),
         .ring = (recap_loop_token *)(m + at_ring),
         .stamps = timestamps ? (uint64_t *)(m + at_stamps) : NULL,
     };
     st = recap_malloc(p->device, loop->block_bytes, p->stream, (void **)&loop->state);
   }
-  if (st == RECAP_OK && comm)
-    st = recap_malloc(p->device, sizeof(int32_t), p->stream, (void **)&loop->shared_stop);
+  if (st == RECAP_OK)
+    st = recap_malloc(p->device, sizeof(int32_t), p->stream, (void **)&loop->return_request);
+  /* No launch has number 0. */
+  if (st == RECAP_OK) st = be->memset_async(loop->return_request, 0, sizeof(int32_t), p->stream);
   if (st == RECAP_OK)
     st = recap_stream_create(p->device, 0, RECAP_STREAM_NON_BLOCKING, &loop->body);
+  if (st == RECAP_OK)
+    st = recap_stream_create(p->device, 0, RECAP_STREAM_NON_BLOCKING, &loop->request_stream);
   if (st == RECAP_OK) st = recap_event_create(p->device, 0, &loop->done);
   if (st == RECAP_OK) {
     loop->graphs = calloc(num_buckets, sizeof *loop->graphs);
@@ -372,6 +380,9 @@ recap_status recap_decode_loop_launch(recap_decode_loop *loop, int64_t batch, in
   block[RECAP__LOOP_MAX_STEPS] = (int32_t)steps;
   block[RECAP__LOOP_CONTINUE] = 1;
   block[RECAP__LOOP_RETURN_ON_STOP] = (flags & RECAP_LOOP_RETURN_ON_STOP) != 0;
+  /* Wraps after 2^31 launches to 1, never 0 (no launch's number: see create_loop). */
+  loop->launches = loop->launches == INT32_MAX ? 1 : loop->launches + 1;
+  block[RECAP__LOOP_LAUNCH] = loop->launches;
   for (int64_t r = 0; r < batch; r++) {
     int32_t *l = block + RECAP__LOOP_STATE_INTS + r * RECAP__LOOP_LIMIT_WIDTH;
     if (limits[r].num_stop_ids < 0 || limits[r].num_stop_ids > RECAP_MAX_STOP_IDS)
@@ -385,7 +396,6 @@ recap_status recap_decode_loop_launch(recap_decode_loop *loop, int64_t batch, in
   atomic_store_explicit((_Atomic int32_t *)loop->parts.published, 0, memory_order_relaxed);
   atomic_store_explicit((_Atomic int32_t *)loop->parts.ran, 0, memory_order_relaxed);
   atomic_store_explicit((_Atomic int32_t *)loop->parts.ended, 0, memory_order_relaxed);
-  atomic_store_explicit((_Atomic int32_t *)loop->parts.stop_request, 0, memory_order_release);
   loop->read = 0;
   loop->seen_step = -1;
   loop->launched_ns = host_now_ns();
@@ -490,8 +500,14 @@ recap_status recap_decode_loop_poll(recap_decode_loop *loop, recap_loop_token *o
 
 recap_status recap_decode_loop_request_return(recap_decode_loop *loop) {
   RECAP_CHECK_ARG(loop);
-  atomic_store_explicit((_Atomic int32_t *)loop->parts.stop_request, 1, memory_order_release);
-  return RECAP_OK;
+  if (!loop->running) return RECAP_OK;
+  /* The copy's source is the mapped slot, written here only, so a copy that runs late reads
+   * its own launch's number (which a later launch ignores) or a newer request's. */
+  atomic_store_explicit((_Atomic int32_t *)loop->parts.return_asked, loop->launches,
+                        memory_order_release);
+  const recap__backend *be = loop->p->stream->backend;
+  return be->memcpy_async(loop->return_request, loop->parts.return_asked, sizeof(int32_t),
+                          loop->request_stream);
 }
 
 recap_status recap_decode_loop_stamps(recap_decode_loop *loop, const uint64_t **stamps,

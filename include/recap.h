@@ -1666,7 +1666,11 @@ RECAP_API recap_status recap_decode_loop_poll(recap_decode_loop *loop, recap_loo
  * prctl(PR_SET_TIMERSLACK, 1000), as the generator's engine thread and `recap bench-loop` do:
  * by default a sleep may end up to 50 us late). */
 RECAP_API recap_status recap_decode_loop_wait(recap_decode_loop *loop, int64_t max_ns);
-/* Asks the running launch to end after its current step (a flag in mapped host memory). */
+/* Asks the running launch to end after its current step: an asynchronous 4-byte copy to the
+ * device on a stream of the loop's own, which the loop looks at after every step (the copy
+ * lands a few microseconds after the call, so the step then under way, or at the latest the
+ * next, is the last). Nothing happens when no launch runs; a request that arrives after its
+ * launch has ended ends nothing. */
 RECAP_API recap_status recap_decode_loop_request_return(recap_decode_loop *loop);
 /* The last finished launch's steps: *stamps holds 2 x *steps times, each step's start and end
  * (same clock as recap_loop_token.time_ns); NULL and 0 without `timestamps`. */

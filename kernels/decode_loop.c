@@ -22,12 +22,6 @@ static uint64_t now_ns(void) {
   return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
 }
 
-static bool is_stop_id(const int32_t *limits, int32_t token) {
-  for (int k = 0; k < limits[RECAP__LOOP_LIMIT_NUM_STOP] && k < RECAP_MAX_STOP_IDS; k++)
-    if (limits[RECAP__LOOP_LIMIT_STOP_IDS + k] == token) return true;
-  return false;
-}
-
 /* The host kernel's arguments: the CUDA kernel's, and how it sets the condition. */
 typedef struct {
   recap__decode_loop_args args;
@@ -58,8 +52,7 @@ static recap_status host_control(void *p) {
     /* Outputs so far: decode_advance moved a running row's OUT_INDEX on, not a stopped one's. */
     const bool runs = row[RECAP_SEQ_Q_LEN] > 0;
     const int32_t outputs = row[RECAP_SEQ_OUT_INDEX] + (runs ? 0 : 1);
-    const bool done = token >= 0 && (outputs >= limits[RECAP__LOOP_LIMIT_MAX_OUTPUTS] ||
-                                     is_stop_id(limits, token));
+    const bool done = token >= 0 && recap__loop_row_done(limits, token, outputs);
     ended = ended || done;
     if (!runs) continue;
     if (done) {
@@ -67,8 +60,8 @@ static recap_status host_control(void *p) {
       row[RECAP_SEQ_Q_START] = 0;
       continue;
     }
-    /* Ranks only fall, so moving ids down in row order never overwrites one still to move. */
-    a->ids[running] = a->ids[row[RECAP_SEQ_Q_START]];
+    /* A running row's id is its token (decode_advance put it at the row's old rank). */
+    a->ids[running] = token;
     row[RECAP_SEQ_Q_START] = running++;
   }
   state[RECAP__LOOP_ITERATION] = iteration + 1;
@@ -76,11 +69,11 @@ static recap_status host_control(void *p) {
   if (a->stamps) a->stamps[2 * iteration + 1] = time;
   *a->ran = iteration + 1;
   atomic_store_explicit((_Atomic int32_t *)a->published, written, memory_order_release);
-  const bool asked =
-      atomic_load_explicit((_Atomic int32_t *)a->stop_request, memory_order_acquire) != 0;
+  const bool asked = *a->return_request == state[RECAP__LOOP_LAUNCH];
   if (a->rng_slot) a->rng_slot[1] += a->rng_increment;
-  const int32_t more = running > 0 && iteration + 1 < state[RECAP__LOOP_MAX_STEPS] && !asked &&
-                       !(ended && state[RECAP__LOOP_RETURN_ON_STOP]);
+  const int32_t more =
+      recap__loop_continues(state[RECAP__LOOP_MAX_STEPS], state[RECAP__LOOP_RETURN_ON_STOP] != 0,
+                            iteration, running, asked, ended);
   state[RECAP__LOOP_CONTINUE] = more;
   *a->ended = !more;
   return job->condition_store(a->condition, more);

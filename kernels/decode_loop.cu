@@ -1,11 +1,11 @@
 /*
  * decode_loop.cu: the CUDA half of the decode loop's body kernels (kernels/decode_loop.c holds
- * the host reference). One thread walks the rows in order (a second one does the kernel's
- * waits on host memory beside it: control_kernel says how): the ring's entries must come out in
- * row order and the running rows' ranks are a running count, and a decode batch is at most a
- * few hundred rows, far less work than the step it follows. It also sets the WHILE node's
- * condition (cudaGraphSetConditional), so a step boundary crosses the control kernel, the
- * node's next iteration and the step's first kernel, nothing else.
+ * the host reference; the rules both follow are in decode_loop.h). One thread walks the rows in
+ * order (a second one publishes the entries beside it: control_kernel says how): the ring's
+ * entries must come out in row order and the running rows' ranks are a running count, and a
+ * decode batch is at most a few hundred rows, far less work than the step it follows. It also
+ * sets the WHILE node's condition (cudaGraphSetConditional), so a step boundary crosses the
+ * control kernel, the node's next iteration and the step's first kernel, nothing else.
  */
 #include <cuda_runtime.h>
 #include <stdint.h>
@@ -20,31 +20,36 @@ __device__ __forceinline__ uint64_t global_time_ns() {
   return t;
 }
 
-/* Two warps, one thread of each at work, so that the kernel's two waits on the host's memory
- * overlap the rest: warp 1 reads the return request (mapped host memory: a round trip over
- * the bus) while warp 0 walks the rows, and warp 1 publishes the entries (a system-scope fence,
- * which waits for the entries' writes to reach the host) while warp 0 sets the condition. The
- * barrier between orders warp 0's entries before warp 1's fence (the fence is cumulative over
- * what the barrier made visible to it). */
-constexpr int kControlThreads = 64, kRequestThread = 32;
+/* Two warps, one thread of each at work: warp 0 walks the rows and sets the condition; warp 1
+ * publishes the entries beside it (a system-scope fence, which waits for the entries' writes to
+ * reach the host, is the longest wait in the kernel). The barrier between orders warp 0's
+ * entries before warp 1's fence (the fence is cumulative over what the barrier made visible
+ * to it). Every load a row's decision needs is issued before any of its stores, so a row costs
+ * one round trip to memory, not a chain of them. */
+constexpr int kControlThreads = 64, kPublishThread = 32;
 
 __global__ void __launch_bounds__(kControlThreads) control_kernel(recap__decode_loop_args a) {
-  __shared__ int32_t asked, written_shared;
+  __shared__ int32_t written_shared;
   int32_t *state = a.state;
-  /* Everything the decision reads, loaded up front so the loads' latencies overlap. */
   const int32_t iteration = state[RECAP__LOOP_ITERATION];
-  const int32_t max_steps = state[RECAP__LOOP_MAX_STEPS];
-  const bool return_on_stop = state[RECAP__LOOP_RETURN_ON_STOP] != 0;
-  if (threadIdx.x == kRequestThread) asked = *(const volatile int32_t *)a.stop_request != 0;
-  int32_t running = 0;
-  bool ended = false;
+  bool more = false;
   if (threadIdx.x == 0) {
+    const int32_t max_steps = state[RECAP__LOOP_MAX_STEPS];
+    const bool return_on_stop = state[RECAP__LOOP_RETURN_ON_STOP] != 0;
+    const bool asked =
+        *(const volatile int32_t *)a.return_request == state[RECAP__LOOP_LAUNCH];
     int32_t written = state[RECAP__LOOP_WRITTEN];
     const uint64_t time = global_time_ns();
+    int32_t running = 0;
+    bool ended = false;
     for (int64_t r = 0; r < a.rows; ++r) {
       int32_t *row = a.seqs + r * a.width;
       const int32_t *limits = state + RECAP__LOOP_STATE_INTS + r * RECAP__LOOP_LIMIT_WIDTH;
       const int32_t token = a.tokens[r];
+      /* decode_advance moved a running row's OUT_INDEX on, not a stopped one's. */
+      const bool runs = row[RECAP_SEQ_Q_LEN] > 0;
+      const int32_t outputs = row[RECAP_SEQ_OUT_INDEX] + (runs ? 0 : 1);
+      const bool done = recap__loop_row_done(limits, token, outputs) && token >= 0;
       if (token >= 0) {
         if (written >= a.capacity) __trap(); /* the host sizes the ring for K x rows */
         volatile recap_loop_token *e = a.ring + written++;
@@ -54,15 +59,6 @@ __global__ void __launch_bounds__(kControlThreads) control_kernel(recap__decode_
         e->reserved = 0;
         e->time_ns = time;
       }
-      /* Outputs so far: decode_advance moved a running row's OUT_INDEX on, not a stopped one's. */
-      const bool runs = row[RECAP_SEQ_Q_LEN] > 0;
-      bool done = false;
-      if (token >= 0) {
-        done = row[RECAP_SEQ_OUT_INDEX] + (runs ? 0 : 1) >= limits[RECAP__LOOP_LIMIT_MAX_OUTPUTS];
-        const int n = limits[RECAP__LOOP_LIMIT_NUM_STOP];
-        for (int k = 0; k < n && k < RECAP_MAX_STOP_IDS && !done; ++k)
-          done = limits[RECAP__LOOP_LIMIT_STOP_IDS + k] == token;
-      }
       ended = ended || done;
       if (!runs) continue;
       if (done) {
@@ -70,7 +66,8 @@ __global__ void __launch_bounds__(kControlThreads) control_kernel(recap__decode_
         row[RECAP_SEQ_Q_START] = 0;
         continue;
       }
-      a.ids[running] = a.ids[row[RECAP_SEQ_Q_START]];
+      /* A running row's id is its token (decode_advance put it at the row's old rank). */
+      a.ids[running] = token;
       row[RECAP_SEQ_Q_START] = running++;
     }
     state[RECAP__LOOP_ITERATION] = iteration + 1;
@@ -78,23 +75,22 @@ __global__ void __launch_bounds__(kControlThreads) control_kernel(recap__decode_
     written_shared = written;
     if (a.stamps) a.stamps[2 * iteration + 1] = time;
     *(volatile int32_t *)a.ran = iteration + 1;
+    if (a.rng_slot) a.rng_slot[1] += a.rng_increment;
+    more =
+        recap__loop_continues(max_steps, return_on_stop, iteration, running, asked, ended);
+    state[RECAP__LOOP_CONTINUE] = more ? 1 : 0;
+    /* The body ends with this kernel: no condition kernel after it (one node launch less per
+     * step boundary). */
+    cudaGraphSetConditional(static_cast<cudaGraphConditionalHandle>(a.condition), more ? 1u : 0u);
   }
   __syncthreads();
-  if (threadIdx.x == kRequestThread) {
+  if (threadIdx.x == 0) {
+    *(volatile int32_t *)a.ended = more ? 0 : 1;
+  } else if (threadIdx.x == kPublishThread) {
     /* The entries, then the count: the host reads the count with acquire semantics. */
     __threadfence_system();
     *(volatile int32_t *)a.published = written_shared;
-    return;
   }
-  if (threadIdx.x != 0) return;
-  if (a.rng_slot) a.rng_slot[1] += a.rng_increment;
-  const bool more =
-      running > 0 && iteration + 1 < max_steps && !asked && !(ended && return_on_stop);
-  state[RECAP__LOOP_CONTINUE] = more ? 1 : 0;
-  *(volatile int32_t *)a.ended = more ? 0 : 1;
-  /* The body ends with this kernel: no condition kernel after it (one node launch less per
-   * step boundary). */
-  cudaGraphSetConditional(static_cast<cudaGraphConditionalHandle>(a.condition), more ? 1u : 0u);
 }
 
 __global__ void stamp_kernel(uint64_t *stamps, const int32_t *state) {

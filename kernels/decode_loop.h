@@ -14,6 +14,7 @@
 #ifndef RECAP_KERNELS_DECODE_LOOP_H
 #define RECAP_KERNELS_DECODE_LOOP_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "include/recap.h"
@@ -28,7 +29,8 @@ enum {
   RECAP__LOOP_CONTINUE = 2,       /* 1 while another iteration follows */
   RECAP__LOOP_WRITTEN = 3,        /* ring entries written in this launch */
   RECAP__LOOP_RETURN_ON_STOP = 4, /* nonzero: end after an iteration in which a row ended */
-  RECAP__LOOP_STATE_INTS = 5,
+  RECAP__LOOP_LAUNCH = 5,         /* the launch's number: a return request names it */
+  RECAP__LOOP_STATE_INTS = 6,
   RECAP__LOOP_LIMIT_MAX_OUTPUTS = 0,
   RECAP__LOOP_LIMIT_NUM_STOP = 1,
   RECAP__LOOP_LIMIT_STOP_IDS = 2,
@@ -46,7 +48,10 @@ typedef struct {
   int32_t *published;          /* mapped: entries the host may read (written after them) */
   int32_t *ran;                /* mapped: iterations run so far in this launch */
   int32_t *ended;              /* mapped: 1 once the last iteration has published (a hint) */
-  const int32_t *stop_request; /* mapped: nonzero asks the loop to end after this iteration */
+  /* Device memory: the number of the launch whose return the host asked for (the host copies
+   * it there on a stream of its own; device memory, because a read of mapped host memory
+   * crosses the bus on every step boundary). */
+  const int32_t *return_request;
   uint64_t *stamps;            /* mapped, or NULL: [2 x K] begin and end time of each step */
   /* The step graph's RNG slot {seed, offset} (graph/graph.h), or NULL when it draws nothing:
    * the offset moves on by rng_increment (the step's draws) after every step, so each
@@ -56,11 +61,37 @@ typedef struct {
   uint64_t condition; /* the WHILE node's handle: set to the continue flag */
 } recap__decode_loop_args;
 
+#ifdef __CUDACC__
+#define RECAP__LOOP_FN __host__ __device__ static inline
+#else
+#define RECAP__LOOP_FN static inline
+#endif
+
+/* Whether a row's token ends it: `outputs` tokens so far (this one included) reach its limit,
+ * or the token is one of its stop ids. Every limit is read whatever the others hold (the row's
+ * limits are RECAP__LOOP_LIMIT_WIDTH ints), so on the device the loads go out together. */
+RECAP__LOOP_FN bool recap__loop_row_done(const int32_t *limits, int32_t token, int32_t outputs) {
+  const int32_t n = limits[RECAP__LOOP_LIMIT_NUM_STOP];
+  bool done = outputs >= limits[RECAP__LOOP_LIMIT_MAX_OUTPUTS];
+  for (int32_t k = 0; k < RECAP_MAX_STOP_IDS; k++)
+    done |= (k < n) & (limits[RECAP__LOOP_LIMIT_STOP_IDS + k] == token);
+  return done;
+}
+
+/* Whether another iteration follows the one that has just run (`iteration`, from 0), of
+ * `max_steps`: `running` rows go on, `asked`: the host asked for a return, `ended`: a row ended
+ * in it. */
+RECAP__LOOP_FN bool recap__loop_continues(int32_t max_steps, bool return_on_stop,
+                                          int32_t iteration, int32_t running, bool asked,
+                                          bool ended) {
+  return running > 0 && iteration + 1 < max_steps && !asked && !(ended && return_on_stop);
+}
+
 /* Ends one iteration (see the top of the file); runs inside the WHILE body of args->condition. A
  * row ends when its token is one of its stop ids or its outputs reach max_outputs; decode_advance
  * has already stopped rows whose next position has no KV block. The loop continues while a row
- * runs, fewer than K iterations have run, the host has not asked for a return, and (with
- * RETURN_ON_STOP) no row ended. */
+ * runs, fewer than K iterations have run, the host has not asked this launch to return, and
+ * (with RETURN_ON_STOP) no row ended. */
 recap_status recap__decode_loop_control(recap_stream *stream, const recap__decode_loop_args *args);
 /* Writes the current time to stamps[2 x iteration] (the step's start). */
 recap_status recap__decode_loop_stamp(recap_stream *stream, uint64_t *stamps, const int32_t *state);

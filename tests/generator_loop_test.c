@@ -9,7 +9,7 @@
  * max tokens, the maximum sequence, and a pool so small that loops are cut short by blocks and
  * sequences are preempted, also on a communicator of one rank (the loops' path across ranks).
  * Counts show the loops ran (and, with the switch at 0, did not).
- * Then the loop API itself: its refusals, timestamps, and the ring's order.
+ * Then the loop API itself: its refusals, timestamps, the ring's order, and return requests.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* setenv under -std=c11 */
@@ -556,6 +556,44 @@ static void test_loop_api_ring_order_blocks_and_stamps(void) {
   remove_dir();
 }
 
+/* A return request ends the launch it was made in, and only that one. On a GPU the copy lands
+ * a few microseconds after the call, during the first steps; the host backend's launch has run
+ * to its end before launch returns, so there it ends nothing. Either way the entries are the
+ * first ones of a launch that runs out (row 0 has blocks for 2 tokens, row 1 for 6), and the
+ * next launch, asked nothing, runs every step: a request names its launch, and one that lands
+ * late is ignored. A request with no launch running does nothing. */
+static void test_loop_api_return_request_ends_only_its_launch(void) {
+  make_dir();
+  char spec[512];
+  import_serving("qwen3", spec, sizeof spec);
+  recap_pipeline *p = decode_pipeline(spec, RECAP_MODE_GRAPH);
+  recap_decode_loop *loop = NULL;
+  CHECK_OK(recap_decode_loop_create(p, 8, 0, &loop));
+  const recap_loop_limits limits[2] = {{.max_outputs = 100}, {.max_outputs = 100}};
+  recap_loop_token asked[16], full[16];
+  write_two_rows(p);
+  CHECK_OK(recap_decode_loop_launch(loop, 2, 8, limits, 0));
+  CHECK_OK(recap_decode_loop_request_return(loop));
+  size_t n_asked = poll_to_end(loop, asked, 16);
+  CU_ASSERT(n_asked >= 1 && n_asked <= 8);
+  if (test_device.backend == RECAP_BACKEND_HOST) CU_ASSERT_EQUAL(n_asked, 8);
+  for (int launch = 0; launch < 2; launch++) {
+    if (launch == 1) CHECK_OK(recap_decode_loop_request_return(loop)); /* none running */
+    write_two_rows(p);
+    CHECK_OK(recap_decode_loop_launch(loop, 2, 8, limits, 0));
+    CU_ASSERT_EQUAL_FATAL(poll_to_end(loop, full, 16), 8);
+    CU_ASSERT_EQUAL(full[7].step, 5);
+  }
+  for (size_t i = 0; i < n_asked; i++) {
+    CU_ASSERT_EQUAL(asked[i].step, full[i].step);
+    CU_ASSERT_EQUAL(asked[i].row, full[i].row);
+    CU_ASSERT_EQUAL(asked[i].token, full[i].token);
+  }
+  CHECK_OK(recap_decode_loop_destroy(loop));
+  recap_pipeline_destroy(p);
+  remove_dir();
+}
+
 /* The same two rows with a step that draws (noise on the logits): a loop launched for 8 steps
  * that runs 3 gives the tokens of 3 single replays, and leaves the generator where they do
  * (the 5 steps that did not run give their draws back). */
@@ -614,6 +652,8 @@ int main(void) {
       {"loop_api_ring_order_blocks_and_stamps", test_loop_api_ring_order_blocks_and_stamps, true},
       {"loop_api_draws_and_settles_the_generator", test_loop_api_draws_and_settles_the_generator,
        true},
+      {"loop_api_return_request_ends_only_its_launch",
+       test_loop_api_return_request_ends_only_its_launch, true},
   };
   test_add_host_and_cuda_suites("decode loop", tests, sizeof tests / sizeof tests[0]);
   return test_run_all();
