@@ -5,10 +5,12 @@
  * Per bucket, one graph on the pipeline's stream:
  *   memcpy  launch block (mapped host memory) -> loop state (device): counters, K, limits
  *   WHILE   (condition 1 at launch)
- *     [stamp kernel]             the step's start, with `timestamps`
  *     child graph                the bucket's captured decode step (decode_advance inside)
- *     control kernel             ring entries, stop tests, ids packed again, the RNG slot
- *                                moved on, the WHILE node's condition
+ *     [stamp kernel]             with `timestamps`, beside the step: its start
+ *     control kernel             after both: ring entries, stop tests, ids packed again, the
+ *                                RNG slot moved on, the WHILE node's condition
+ * The stamp kernel runs beside the step, not before it: a loop without timestamps has no such
+ * kernel, and one in series would add a node launch to every step boundary it measures.
  * A step graph that draws random numbers has its RNG slot written once per launch with the
  * first of K steps' draws (reserved together); the control kernel moves it on after every
  * step, and once the launch has ended the draws of the steps that did not run go back to the
@@ -73,7 +75,10 @@ struct recap_decode_loop {
   /* Device memory: what the host last copied from parts.return_asked (with comm, rank 0's,
    * broadcast every iteration). */
   int32_t *return_request;
-  recap_stream *body, *request_stream;
+  /* side: with timestamps, the stamp's branch of the body while it is captured; then the
+   * stream of return requests. */
+  recap_stream *body, *side;
+  recap_event *fork, *join; /* the stamp branch's, with timestamps */
   int32_t launches; /* numbers the launches (the launch block's RECAP__LOOP_LAUNCH) */
   int64_t max_steps, rows; /* rows: the largest bucket's */
   size_t block_bytes, capacity;
@@ -160,6 +165,15 @@ static recap_status broadcast_return_request(recap_decode_loop *loop) {
                               RECAP_DTYPE_I32, 0, loop->body);
 }
 
+/* In the body, with timestamps: a branch from the body's start stamps the step's start; the
+ * body stream waits for it (loop->join) before the control kernel. */
+static recap_status stamp_beside_the_step(recap_decode_loop *loop) {
+  RECAP_TRY(recap_event_record(loop->fork, loop->body));
+  RECAP_TRY(recap_stream_wait_event(loop->side, loop->fork));
+  RECAP_TRY(recap__decode_loop_stamp(loop->side, loop->parts.stamps, loop->state));
+  return recap_event_record(loop->join, loop->side);
+}
+
 static recap_status capture_bucket(recap_decode_loop *loop, size_t bucket, int ids, int seqs,
                                    int tokens, int timestamps) {
   recap_pipeline *p = loop->p;
@@ -192,9 +206,9 @@ static recap_status capture_bucket(recap_decode_loop *loop, size_t bucket, int i
   if (st == RECAP_OK && loop->comm) st = broadcast_launch(loop, s);
   if (st == RECAP_OK) st = be->while_begin(s, loop->body, &handle);
   in_body = st == RECAP_OK;
-  if (st == RECAP_OK && timestamps)
-    st = recap__decode_loop_stamp(loop->body, loop->parts.stamps, loop->state);
+  if (st == RECAP_OK && timestamps) st = stamp_beside_the_step(loop);
   if (st == RECAP_OK) st = recap__graph_replay_into_body(p->graphs[bucket], loop->body, &rng);
+  if (st == RECAP_OK && timestamps) st = recap_stream_wait_event(loop->body, loop->join);
   if (st == RECAP_OK) {
     loop->rng[bucket] = rng;
     args.rng_slot = rng ? rng->slot : NULL;
@@ -224,7 +238,9 @@ recap_status recap_decode_loop_destroy(recap_decode_loop *loop) {
   recap_event_destroy(loop->done);
   recap_stream_destroy(loop->body);
   if (loop->state) recap_free(loop->state);
-  recap_stream_destroy(loop->request_stream);
+  recap_stream_destroy(loop->side);
+  recap_event_destroy(loop->fork);
+  recap_event_destroy(loop->join);
   if (loop->return_request) recap_free(loop->return_request);
   if (loop->mapped) be->host_free_mapped(loop->p->device.index, loop->mapped);
   free(loop);
@@ -289,7 +305,9 @@ static recap_status create_loop(recap_pipeline *p, recap_comm *comm, int64_t max
   if (st == RECAP_OK)
     st = recap_stream_create(p->device, 0, RECAP_STREAM_NON_BLOCKING, &loop->body);
   if (st == RECAP_OK)
-    st = recap_stream_create(p->device, 0, RECAP_STREAM_NON_BLOCKING, &loop->request_stream);
+    st = recap_stream_create(p->device, 0, RECAP_STREAM_NON_BLOCKING, &loop->side);
+  if (st == RECAP_OK && timestamps) st = recap_event_create(p->device, 0, &loop->fork);
+  if (st == RECAP_OK && timestamps) st = recap_event_create(p->device, 0, &loop->join);
   if (st == RECAP_OK) st = recap_event_create(p->device, 0, &loop->done);
   if (st == RECAP_OK) {
     loop->graphs = calloc(num_buckets, sizeof *loop->graphs);
@@ -507,7 +525,7 @@ recap_status recap_decode_loop_request_return(recap_decode_loop *loop) {
                         memory_order_release);
   const recap__backend *be = loop->p->stream->backend;
   return be->memcpy_async(loop->return_request, loop->parts.return_asked, sizeof(int32_t),
-                          loop->request_stream);
+                          loop->side);
 }
 
 recap_status recap_decode_loop_stamps(recap_decode_loop *loop, const uint64_t **stamps,
