@@ -6,11 +6,14 @@
  *   memcpy  launch block (mapped host memory) -> loop state (device): counters, K, limits
  *   WHILE   (condition 1 at launch)
  *     child graph                the bucket's captured decode step (decode_advance inside)
- *     [stamp kernel]             with `timestamps`, beside the step: its start
+ *     publish kernel             beside the step: the previous step's entries handed to the
+ *                                host, and with `timestamps` the step's start stamped
  *     control kernel             after both: ring entries, stop tests, ids packed again, the
  *                                RNG slot moved on, the WHILE node's condition
- * The stamp kernel runs beside the step, not before it: a loop without timestamps has no such
- * kernel, and one in series would add a node launch to every step boundary it measures.
+ *   publish kernel               the last step's entries, then `ended`
+ * The publish kernel runs beside the step, not after the control kernel: its system-scope
+ * fence waits for the entries to reach the host (0.5 us on an H100), which would lengthen every
+ * step boundary; beside the next step it costs a token that much delay, and nothing else.
  * A step graph that draws random numbers has its RNG slot written once per launch with the
  * first of K steps' draws (reserved together); the control kernel moves it on after every
  * step, and once the launch has ended the draws of the steps that did not run go back to the
@@ -75,10 +78,10 @@ struct recap_decode_loop {
   /* Device memory: what the host last copied from parts.return_asked (with comm, rank 0's,
    * broadcast every iteration). */
   int32_t *return_request;
-  /* side: with timestamps, the stamp's branch of the body while it is captured; then the
-   * stream of return requests. */
+  /* side: the publish branch of the body while it is captured; then the stream of return
+   * requests. */
   recap_stream *body, *side;
-  recap_event *fork, *join; /* the stamp branch's, with timestamps */
+  recap_event *fork, *join; /* the publish branch's */
   int32_t launches; /* numbers the launches (the launch block's RECAP__LOOP_LAUNCH) */
   int64_t max_steps, rows; /* rows: the largest bucket's */
   size_t block_bytes, capacity;
@@ -165,12 +168,15 @@ static recap_status broadcast_return_request(recap_decode_loop *loop) {
                               RECAP_DTYPE_I32, 0, loop->body);
 }
 
-/* In the body, with timestamps: a branch from the body's start stamps the step's start; the
- * body stream waits for it (loop->join) before the control kernel. */
-static recap_status stamp_beside_the_step(recap_decode_loop *loop) {
+/* In the body: a branch from the body's start publishes the previous step's entries (and
+ * stamps the step's start); the body stream waits for it (loop->join) before the control
+ * kernel, which writes the state it reads. */
+static recap_status publish_beside_the_step(recap_decode_loop *loop) {
+  const recap__decode_loop_publish_args args = {
+      .state = loop->state, .published = loop->parts.published, .stamps = loop->parts.stamps};
   RECAP_TRY(recap_event_record(loop->fork, loop->body));
   RECAP_TRY(recap_stream_wait_event(loop->side, loop->fork));
-  RECAP_TRY(recap__decode_loop_stamp(loop->side, loop->parts.stamps, loop->state));
+  RECAP_TRY(recap__decode_loop_publish(loop->side, &args));
   return recap_event_record(loop->join, loop->side);
 }
 
@@ -188,9 +194,7 @@ static recap_status capture_bucket(recap_decode_loop *loop, size_t bucket, int i
       .state = loop->state,
       .ring = loop->parts.ring,
       .capacity = (int64_t)loop->capacity,
-      .published = loop->parts.published,
       .ran = loop->parts.ran,
-      .ended = loop->parts.ended,
       .return_request = loop->return_request,
       .stamps = timestamps ? loop->parts.stamps : NULL,
   };
@@ -206,9 +210,9 @@ static recap_status capture_bucket(recap_decode_loop *loop, size_t bucket, int i
   if (st == RECAP_OK && loop->comm) st = broadcast_launch(loop, s);
   if (st == RECAP_OK) st = be->while_begin(s, loop->body, &handle);
   in_body = st == RECAP_OK;
-  if (st == RECAP_OK && timestamps) st = stamp_beside_the_step(loop);
+  if (st == RECAP_OK) st = publish_beside_the_step(loop);
   if (st == RECAP_OK) st = recap__graph_replay_into_body(p->graphs[bucket], loop->body, &rng);
-  if (st == RECAP_OK && timestamps) st = recap_stream_wait_event(loop->body, loop->join);
+  if (st == RECAP_OK) st = recap_stream_wait_event(loop->body, loop->join);
   if (st == RECAP_OK) {
     loop->rng[bucket] = rng;
     args.rng_slot = rng ? rng->slot : NULL;
@@ -220,6 +224,11 @@ static recap_status capture_bucket(recap_decode_loop *loop, size_t bucket, int i
   if (in_body) {
     recap_status end = be->while_end(loop->body);
     if (st == RECAP_OK) st = end;
+  }
+  if (st == RECAP_OK) {
+    const recap__decode_loop_publish_args last = {
+        .state = loop->state, .published = loop->parts.published, .ended = loop->parts.ended};
+    st = recap__decode_loop_publish(s, &last);
   }
   recap_status end = recap_graph_capture_end(g);
   if (st == RECAP_OK) st = end;
@@ -306,8 +315,8 @@ static recap_status create_loop(recap_pipeline *p, recap_comm *comm, int64_t max
     st = recap_stream_create(p->device, 0, RECAP_STREAM_NON_BLOCKING, &loop->body);
   if (st == RECAP_OK)
     st = recap_stream_create(p->device, 0, RECAP_STREAM_NON_BLOCKING, &loop->side);
-  if (st == RECAP_OK && timestamps) st = recap_event_create(p->device, 0, &loop->fork);
-  if (st == RECAP_OK && timestamps) st = recap_event_create(p->device, 0, &loop->join);
+  if (st == RECAP_OK) st = recap_event_create(p->device, 0, &loop->fork);
+  if (st == RECAP_OK) st = recap_event_create(p->device, 0, &loop->join);
   if (st == RECAP_OK) st = recap_event_create(p->device, 0, &loop->done);
   if (st == RECAP_OK) {
     loop->graphs = calloc(num_buckets, sizeof *loop->graphs);

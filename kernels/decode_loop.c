@@ -68,25 +68,22 @@ static recap_status host_control(void *p) {
   state[RECAP__LOOP_WRITTEN] = written;
   if (a->stamps) a->stamps[2 * iteration + 1] = time;
   *a->ran = iteration + 1;
-  atomic_store_explicit((_Atomic int32_t *)a->published, written, memory_order_release);
   const bool asked = *a->return_request == state[RECAP__LOOP_LAUNCH];
   if (a->rng_slot) a->rng_slot[1] += a->rng_increment;
   const int32_t more =
       recap__loop_continues(state[RECAP__LOOP_MAX_STEPS], state[RECAP__LOOP_RETURN_ON_STOP] != 0,
                             iteration, running, asked, ended);
   state[RECAP__LOOP_CONTINUE] = more;
-  *a->ended = !more;
   return job->condition_store(a->condition, more);
 }
 
-typedef struct {
-  uint64_t *stamps;
-  const int32_t *state;
-} stamp_args;
-
-static recap_status host_stamp(void *p) {
-  const stamp_args *a = p;
-  a->stamps[2 * a->state[RECAP__LOOP_ITERATION]] = now_ns();
+static recap_status host_publish(void *p) {
+  const recap__decode_loop_publish_args *a = p;
+  const uint64_t time = now_ns();
+  if (a->stamps) a->stamps[2 * a->state[RECAP__LOOP_ITERATION]] = time;
+  atomic_store_explicit((_Atomic int32_t *)a->published, a->state[RECAP__LOOP_WRITTEN],
+                        memory_order_release);
+  if (a->ended) atomic_store_explicit((_Atomic int32_t *)a->ended, 1, memory_order_release);
   return RECAP_OK;
 }
 
@@ -107,14 +104,13 @@ recap_status recap__decode_loop_control(recap_stream *stream, const recap__decod
 #endif
 }
 
-recap_status recap__decode_loop_stamp(recap_stream *stream, uint64_t *stamps,
-                                      const int32_t *state) {
-  stamp_args a = {stamps, state};
+recap_status recap__decode_loop_publish(recap_stream *stream,
+                                        const recap__decode_loop_publish_args *args) {
   if (stream->backend->launch_kernel)
-    return stream->backend->launch_kernel(stream, host_stamp, &a, sizeof a);
+    return stream->backend->launch_kernel(stream, host_publish, args, sizeof *args);
 #if RECAP_WITH_CUDA
   RECAP_CUDA_TRY(
-      (cudaError_t)recap__decode_loop_cuda_stamp(stamps, state, recap_stream_native(stream)));
+      (cudaError_t)recap__decode_loop_cuda_publish(args, recap_stream_native(stream)));
   return RECAP_OK;
 #else
   return RECAP_FAIL(RECAP_STATUS_NOT_SUPPORTED, "the decode loop has no CUDA kernel in this build");

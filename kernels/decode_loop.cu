@@ -1,11 +1,11 @@
 /*
  * decode_loop.cu: the CUDA half of the decode loop's body kernels (kernels/decode_loop.c holds
  * the host reference; the rules both follow are in decode_loop.h). One thread walks the rows in
- * order (a second one publishes the entries beside it: control_kernel says how): the ring's
- * entries must come out in row order and the running rows' ranks are a running count, and a
- * decode batch is at most a few hundred rows, far less work than the step it follows. It also
- * sets the WHILE node's condition (cudaGraphSetConditional), so a step boundary crosses the
- * control kernel, the node's next iteration and the step's first kernel, nothing else.
+ * order: the ring's entries must come out in row order and the running rows' ranks are a
+ * running count, and a decode batch is at most a few hundred rows, far less work than the step
+ * it follows. It also sets the WHILE node's condition (cudaGraphSetConditional), so a step
+ * boundary crosses the control kernel, the node's next iteration and the step's first kernel,
+ * nothing else; the publish kernel runs beside the next step.
  */
 #include <cuda_runtime.h>
 #include <stdint.h>
@@ -20,93 +20,80 @@ __device__ __forceinline__ uint64_t global_time_ns() {
   return t;
 }
 
-/* Two warps, one thread of each at work: warp 0 walks the rows and sets the condition; warp 1
- * publishes the entries beside it (a system-scope fence, which waits for the entries' writes to
- * reach the host, is the longest wait in the kernel). The barrier between orders warp 0's
- * entries before warp 1's fence (the fence is cumulative over what the barrier made visible
- * to it). Every load a row's decision needs is issued before any of its stores, so a row costs
- * one round trip to memory, not a chain of them. */
-constexpr int kControlThreads = 64, kPublishThread = 32;
-
-__global__ void __launch_bounds__(kControlThreads) control_kernel(recap__decode_loop_args a) {
-  __shared__ int32_t written_shared;
+/* One thread: a row's loads are issued before any of its stores, so a row costs one round trip
+ * to memory, not a chain of them. */
+__global__ void __launch_bounds__(1) control_kernel(recap__decode_loop_args a) {
   int32_t *state = a.state;
   const int32_t iteration = state[RECAP__LOOP_ITERATION];
-  bool more = false;
-  if (threadIdx.x == 0) {
-    const int32_t max_steps = state[RECAP__LOOP_MAX_STEPS];
-    const bool return_on_stop = state[RECAP__LOOP_RETURN_ON_STOP] != 0;
-    const bool asked =
-        *(const volatile int32_t *)a.return_request == state[RECAP__LOOP_LAUNCH];
-    int32_t written = state[RECAP__LOOP_WRITTEN];
-    const uint64_t time = global_time_ns();
-    int32_t running = 0;
-    bool ended = false;
-    for (int64_t r = 0; r < a.rows; ++r) {
-      int32_t *row = a.seqs + r * a.width;
-      const int32_t *limits = state + RECAP__LOOP_STATE_INTS + r * RECAP__LOOP_LIMIT_WIDTH;
-      const int32_t token = a.tokens[r];
-      /* decode_advance moved a running row's OUT_INDEX on, not a stopped one's. */
-      const bool runs = row[RECAP_SEQ_Q_LEN] > 0;
-      const int32_t outputs = row[RECAP_SEQ_OUT_INDEX] + (runs ? 0 : 1);
-      const bool done = recap__loop_row_done(limits, token, outputs) && token >= 0;
-      if (token >= 0) {
-        if (written >= a.capacity) __trap(); /* the host sizes the ring for K x rows */
-        volatile recap_loop_token *e = a.ring + written++;
-        e->step = iteration;
-        e->row = (int32_t)r;
-        e->token = token;
-        e->reserved = 0;
-        e->time_ns = time;
-      }
-      ended = ended || done;
-      if (!runs) continue;
-      if (done) {
-        row[RECAP_SEQ_Q_LEN] = 0;
-        row[RECAP_SEQ_Q_START] = 0;
-        continue;
-      }
-      /* A running row's id is its token (decode_advance put it at the row's old rank). */
-      a.ids[running] = token;
-      row[RECAP_SEQ_Q_START] = running++;
+  const int32_t max_steps = state[RECAP__LOOP_MAX_STEPS];
+  const bool return_on_stop = state[RECAP__LOOP_RETURN_ON_STOP] != 0;
+  const bool asked = *(const volatile int32_t *)a.return_request == state[RECAP__LOOP_LAUNCH];
+  int32_t written = state[RECAP__LOOP_WRITTEN];
+  const uint64_t time = global_time_ns();
+  int32_t running = 0;
+  bool ended = false;
+  for (int64_t r = 0; r < a.rows; ++r) {
+    int32_t *row = a.seqs + r * a.width;
+    const int32_t *limits = state + RECAP__LOOP_STATE_INTS + r * RECAP__LOOP_LIMIT_WIDTH;
+    const int32_t token = a.tokens[r];
+    /* decode_advance moved a running row's OUT_INDEX on, not a stopped one's. */
+    const bool runs = row[RECAP_SEQ_Q_LEN] > 0;
+    const int32_t outputs = row[RECAP_SEQ_OUT_INDEX] + (runs ? 0 : 1);
+    const bool done = recap__loop_row_done(limits, token, outputs) && token >= 0;
+    if (token >= 0) {
+      if (written >= a.capacity) __trap(); /* the host sizes the ring for K x rows */
+      volatile recap_loop_token *e = a.ring + written++;
+      e->step = iteration;
+      e->row = (int32_t)r;
+      e->token = token;
+      e->reserved = 0;
+      e->time_ns = time;
     }
-    state[RECAP__LOOP_ITERATION] = iteration + 1;
-    state[RECAP__LOOP_WRITTEN] = written;
-    written_shared = written;
-    if (a.stamps) a.stamps[2 * iteration + 1] = time;
-    *(volatile int32_t *)a.ran = iteration + 1;
-    if (a.rng_slot) a.rng_slot[1] += a.rng_increment;
-    more =
-        recap__loop_continues(max_steps, return_on_stop, iteration, running, asked, ended);
-    state[RECAP__LOOP_CONTINUE] = more ? 1 : 0;
-    /* The body ends with this kernel: no condition kernel after it (one node launch less per
-     * step boundary). */
-    cudaGraphSetConditional(static_cast<cudaGraphConditionalHandle>(a.condition), more ? 1u : 0u);
+    ended = ended || done;
+    if (!runs) continue;
+    if (done) {
+      row[RECAP_SEQ_Q_LEN] = 0;
+      row[RECAP_SEQ_Q_START] = 0;
+      continue;
+    }
+    /* A running row's id is its token (decode_advance put it at the row's old rank). */
+    a.ids[running] = token;
+    row[RECAP_SEQ_Q_START] = running++;
   }
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    *(volatile int32_t *)a.ended = more ? 0 : 1;
-  } else if (threadIdx.x == kPublishThread) {
-    /* The entries, then the count: the host reads the count with acquire semantics. */
-    __threadfence_system();
-    *(volatile int32_t *)a.published = written_shared;
-  }
+  state[RECAP__LOOP_ITERATION] = iteration + 1;
+  state[RECAP__LOOP_WRITTEN] = written;
+  if (a.stamps) a.stamps[2 * iteration + 1] = time;
+  *(volatile int32_t *)a.ran = iteration + 1;
+  if (a.rng_slot) a.rng_slot[1] += a.rng_increment;
+  const bool more =
+      recap__loop_continues(max_steps, return_on_stop, iteration, running, asked, ended);
+  state[RECAP__LOOP_CONTINUE] = more ? 1 : 0;
+  /* The body ends with this kernel: no condition kernel after it (one node launch less per
+   * step boundary). */
+  cudaGraphSetConditional(static_cast<cudaGraphConditionalHandle>(a.condition), more ? 1u : 0u);
 }
 
-__global__ void stamp_kernel(uint64_t *stamps, const int32_t *state) {
-  stamps[2 * state[RECAP__LOOP_ITERATION]] = global_time_ns();
+/* The control kernel that wrote the entries ran before this one (a graph edge), and the
+ * system-scope fence is cumulative: the entries reach the host before the count. */
+__global__ void __launch_bounds__(1) publish_kernel(recap__decode_loop_publish_args a) {
+  const uint64_t time = global_time_ns();
+  const int32_t written = a.state[RECAP__LOOP_WRITTEN];
+  if (a.stamps) a.stamps[2 * a.state[RECAP__LOOP_ITERATION]] = time;
+  __threadfence_system();
+  *(volatile int32_t *)a.published = written;
+  if (a.ended) *(volatile int32_t *)a.ended = 1;
 }
 
 }  // namespace
 
 extern "C" int recap__decode_loop_cuda_control(const recap__decode_loop_args *args,
                                                void *cuda_stream) {
-  control_kernel<<<1, kControlThreads, 0, static_cast<cudaStream_t>(cuda_stream)>>>(*args);
+  control_kernel<<<1, 1, 0, static_cast<cudaStream_t>(cuda_stream)>>>(*args);
   return (int)cudaGetLastError();
 }
 
-extern "C" int recap__decode_loop_cuda_stamp(uint64_t *stamps, const int32_t *state,
-                                             void *cuda_stream) {
-  stamp_kernel<<<1, 1, 0, static_cast<cudaStream_t>(cuda_stream)>>>(stamps, state);
+extern "C" int recap__decode_loop_cuda_publish(const recap__decode_loop_publish_args *args,
+                                               void *cuda_stream) {
+  publish_kernel<<<1, 1, 0, static_cast<cudaStream_t>(cuda_stream)>>>(*args);
   return (int)cudaGetLastError();
 }

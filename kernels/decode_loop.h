@@ -3,10 +3,13 @@
  *
  * A decode loop (include/recap.h, recap_decode_loop_*) replays a decode step many times inside
  * one WHILE node. After each step, recap__decode_loop_control ends the iteration on the device:
- * it hands every token the step sampled to the host through a ring in mapped host memory,
- * stops the rows that are done, packs the running rows' ids again, moves the step's RNG slot
- * on to the next iteration's draws, and sets the WHILE node's condition itself
- * (cudaGraphSetConditional), so the body ends with this one kernel.
+ * it writes every token the step sampled to a ring in mapped host memory, stops the rows that
+ * are done, packs the running rows' ids again, moves the step's RNG slot on to the next
+ * iteration's draws, and sets the WHILE node's condition itself (cudaGraphSetConditional), so
+ * the body ends with this one kernel. recap__decode_loop_publish hands the entries to the host
+ * (a system-scope fence, then the count): in the body beside the next step, and once more after
+ * the WHILE node for the last one, so that the fence's wait (0.5 us on an H100) is not on the
+ * step boundary.
  *
  * The loop's state (device i32, RECAP__LOOP_* indices), then per row RECAP__LOOP_LIMIT_WIDTH
  * i32: the output count that ends the row, the number of stop ids, the stop ids.
@@ -45,9 +48,7 @@ typedef struct {
   int32_t *state;         /* RECAP__LOOP_STATE_INTS, then the rows' limits */
   recap_loop_token *ring; /* mapped host memory: `capacity` entries */
   int64_t capacity;
-  int32_t *published;          /* mapped: entries the host may read (written after them) */
   int32_t *ran;                /* mapped: iterations run so far in this launch */
-  int32_t *ended;              /* mapped: 1 once the last iteration has published (a hint) */
   /* Device memory: the number of the launch whose return the host asked for (the host copies
    * it there on a stream of its own; device memory, because a read of mapped host memory
    * crosses the bus on every step boundary). */
@@ -93,13 +94,24 @@ RECAP__LOOP_FN bool recap__loop_continues(int32_t max_steps, bool return_on_stop
  * runs, fewer than K iterations have run, the host has not asked this launch to return, and
  * (with RETURN_ON_STOP) no row ended. */
 recap_status recap__decode_loop_control(recap_stream *stream, const recap__decode_loop_args *args);
-/* Writes the current time to stamps[2 x iteration] (the step's start). */
-recap_status recap__decode_loop_stamp(recap_stream *stream, uint64_t *stamps, const int32_t *state);
+typedef struct {
+  const int32_t *state; /* the loop state: RECAP__LOOP_WRITTEN entries are in the ring */
+  int32_t *published;   /* mapped: entries the host may read (written after them) */
+  int32_t *ended;       /* mapped, or NULL: set to 1 after publishing (the loop's last kernel) */
+  uint64_t *stamps;     /* mapped, or NULL: the step's start time, at [2 x iteration] */
+} recap__decode_loop_publish_args;
+
+/* Publishes the entries the control kernels have written (what happened before it, then the
+ * count: the host reads the count with acquire semantics), stamps the time with `stamps`, and
+ * raises `ended` last when given. */
+recap_status recap__decode_loop_publish(recap_stream *stream,
+                                        const recap__decode_loop_publish_args *args);
 
 #if RECAP_WITH_CUDA
 /* decode_loop.cu's launchers: cudaError_t as int, on the current device. */
 int recap__decode_loop_cuda_control(const recap__decode_loop_args *args, void *cuda_stream);
-int recap__decode_loop_cuda_stamp(uint64_t *stamps, const int32_t *state, void *cuda_stream);
+int recap__decode_loop_cuda_publish(const recap__decode_loop_publish_args *args,
+                                    void *cuda_stream);
 #endif
 
 #ifdef __cplusplus
