@@ -269,6 +269,10 @@ void recap__bind_views(recap_pipeline *p) {
         c->workspace_bytes = op->def->workspace_bytes(c, p->device.backend);
         c->workspace = c->workspace_bytes ? p->workspaces[op->stream] : NULL;
       }
+      if (p->call_states && p->call_states[b * O + o]) {
+        c->call_state_bytes = op->def->call_state_bytes(c, p->device.backend);
+        c->call_state = p->call_states[b * O + o];
+      }
     }
   }
 }
@@ -310,9 +314,9 @@ static recap_status bind_state(recap_pipeline *p, const recap_pipeline *share) {
   return allocated ? recap_stream_synchronize(m->param_stream) : RECAP_OK;
 }
 
-/* Sizes each stream's workspace from the calls recap__bind_views built (shapes only), takes
+/* Sizes each stream's workspace from the calls recap__bind_views built (shapes only) and takes
  * it from the private pool before anything is captured (a graph replays with the addresses it
- * captured), and binds the calls to it. */
+ * captured); recap__bind_views then binds the calls to it. */
 static recap_status bind_workspaces(recap_pipeline *p) {
   const recap__model *m = p->model;
   size_t streams = m->plan->num_streams > 0 ? (size_t)m->plan->num_streams : 1;
@@ -342,8 +346,40 @@ static recap_status bind_workspaces(recap_pipeline *p) {
     }
   recap_status end = p->has_pool ? recap_pool_route_end(p->device, p->stream) : RECAP_OK;
   RECAP_TRY(st);
+  return end;
+}
+
+/* Every call's call_state from one block of the pool (a graph replays with the addresses it
+ * captured), zeroed on the pipeline's stream before anything runs on it. */
+static recap_status bind_call_states(recap_pipeline *p) {
+  const recap__model *m = p->model;
+  const size_t calls = m->num_buckets * p->num_ops, align = 256;
+  size_t total = 0;
+  for (size_t i = 0; i < calls; ++i) {
+    const recap__ir_op *op = &m->irs[i / p->num_ops]->ops[i % p->num_ops];
+    if (!op->def->call_state_bytes || m->plan->op_is_view[i % p->num_ops]) continue;
+    size_t need = op->def->call_state_bytes(&p->calls[i], p->device.backend);
+    total += (need + align - 1) / align * align;
+  }
+  if (total == 0) return RECAP_OK;
+  p->call_states = calloc(calls, sizeof *p->call_states);
+  if (!p->call_states) return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory for call states");
+  if (p->has_pool) RECAP_TRY(recap_pool_route_begin(p->device, p->pool, p->stream));
+  recap_status st = recap_malloc(p->device, total, p->stream, &p->call_state_block);
+  recap_status end = p->has_pool ? recap_pool_route_end(p->device, p->stream) : RECAP_OK;
+  if (st != RECAP_OK)
+    return recap__error_context(st, "allocating the ops' call states (%zu bytes): ", total);
   RECAP_TRY(end);
-  recap__bind_views(p);
+  RECAP_TRY(p->stream->backend->memset_async(p->call_state_block, 0, total, p->stream));
+  size_t at = 0;
+  for (size_t i = 0; i < calls; ++i) {
+    const recap__ir_op *op = &m->irs[i / p->num_ops]->ops[i % p->num_ops];
+    if (!op->def->call_state_bytes || m->plan->op_is_view[i % p->num_ops]) continue;
+    size_t need = op->def->call_state_bytes(&p->calls[i], p->device.backend);
+    if (need == 0) continue;
+    p->call_states[i] = (char *)p->call_state_block + at;
+    at += (need + align - 1) / align * align;
+  }
   return RECAP_OK;
 }
 
@@ -440,6 +476,8 @@ recap_status recap__bind_pipeline(recap_pipeline *p, const recap_pipeline *share
     if (!plan->op_is_view[o]) p->launches++;
   recap__bind_views(p);
   RECAP_TRY(bind_workspaces(p));
+  RECAP_TRY(bind_call_states(p));
+  recap__bind_views(p);
   return RECAP_OK;
 }
 
@@ -453,6 +491,10 @@ void recap__unbind_pipeline(recap_pipeline *p) {
   free(p->workspace_sizes);
   p->workspaces = NULL;
   p->workspace_sizes = NULL;
+  if (p->call_state_block) recap_free(p->call_state_block);
+  free(p->call_states);
+  p->call_state_block = NULL;
+  p->call_states = NULL;
   if (p->rows_device) recap_free(p->rows_device);
   if (p->arena) recap_free(p->arena);
   if (p->has_pool) recap_pool_release(p->device, p->pool);

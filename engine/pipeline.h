@@ -66,6 +66,11 @@ struct recap_pipeline {
   void **workspaces;
   size_t *workspace_sizes;
   size_t num_workspaces;
+  /* Every call's call_state (recap__op_def.call_state_bytes), carved from one zeroed block
+   * (call_state_block, from the pool like the arena); call_states[bucket * num_ops + op] is
+   * NULL where the op asks for none. */
+  void *call_state_block;
+  void **call_states;
   recap__state_set *state; /* the state tensors it allocated; pipelines sharing them retain it */
   void **data;           /* per tensor: memory of an external root (input, param, state,
                             scalar, output), else NULL; rebind changes an entry */

@@ -121,6 +121,10 @@ typedef struct {
   recap__op_attrs attrs;
   void *workspace;
   size_t workspace_bytes;
+  /* Device memory of this call alone (call_state_bytes), zeroed when the pipeline binds and
+   * kept from one launch to the next; NULL when the op asks for none. */
+  void *call_state;
+  size_t call_state_bytes;
   /* Philox parameters for random ops, filled by recap__op_launch from the runtime. */
   uint64_t rng_seed, rng_offset;
   const uint64_t *rng_slot; /* device {seed, offset} during a capture, else NULL */
@@ -219,8 +223,15 @@ struct recap__op_def {
   /* Validates inputs and attributes and fills outputs' dtype/ndim/shape/strides (contiguous).
    * Errors name the op and the offending input or attribute. Host-only code. */
   recap_status (*infer)(recap__op_call *call);
-  /* Workspace bytes for the bound shapes on a backend (optional; NULL means 0). */
+  /* Workspace bytes for the bound shapes on a backend (optional; NULL means 0). The
+   * workspace is shared with the other ops of the call's stream: it holds nothing from one
+   * launch to the next. */
   size_t (*workspace_bytes)(const recap__op_call *call, recap_backend_kind backend);
+  /* Bytes of call_state for the bound shapes on a backend (optional; NULL means 0): memory
+   * no other call touches, zero at the first launch. A launch that completes leaves it zero
+   * again (arrival counters that the last arriving block resets, say), so every launch
+   * finds it zero, in a graph or not. */
+  size_t (*call_state_bytes)(const recap__op_call *call, recap_backend_kind backend);
   /* The host reference implementation: computes in float (f64 for sums where it matters). */
   recap_status (*run_host)(const recap__op_call *call);
   /* The CUDA implementation: launches on `stream` (a cudaStream_t), never synchronizes.

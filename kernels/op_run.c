@@ -196,9 +196,11 @@ recap_status recap_op_create(const char *name, const recap_op_args *args, recap_
 recap_status recap_op_launch(recap_op *op, recap_stream *stream) {
   RECAP_CHECK_ARG(op && stream);
   const recap__op_def *def = op->call.def;
-  if (def->workspace_bytes && def->workspace_bytes(&op->call, recap_stream_device(stream).backend))
+  const recap_backend_kind backend = recap_stream_device(stream).backend;
+  if ((def->workspace_bytes && def->workspace_bytes(&op->call, backend)) ||
+      (def->call_state_bytes && def->call_state_bytes(&op->call, backend)))
     return RECAP_FAIL(RECAP_STATUS_NOT_SUPPORTED,
-                      "op '%s' needs a workspace, which single-op "
+                      "op '%s' needs a workspace or call state at these shapes, which single-op "
                       "launches do not give",
                       def->name);
   if (!op->prepared) {

@@ -286,6 +286,11 @@ static size_t paged_attention_workspace_bytes(const recap__op_call *call,
   return backend == RECAP_BACKEND_CUDA ? recap__paged_attention_workspace(call) : 0;
 }
 
+static size_t paged_attention_call_state_bytes(const recap__op_call *call,
+                                               recap_backend_kind backend) {
+  return backend == RECAP_BACKEND_CUDA ? recap__paged_attention_arrivals(call) : 0;
+}
+
 const recap__op_def recap__op_paged_attention = {
     .name = "paged_attention",
     .summary =
@@ -304,6 +309,7 @@ const recap__op_def recap__op_paged_attention = {
     .flops = paged_attention_flops,
     .infer = paged_attention_infer,
     .workspace_bytes = paged_attention_workspace_bytes,
+    .call_state_bytes = paged_attention_call_state_bytes,
     .run_host = recap__host_paged_attention,
     .launch_cuda = RECAP_CUDA_ENTRY(recap__cuda_paged_attention),
 };

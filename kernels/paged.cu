@@ -20,8 +20,12 @@
  * shuffles, the softmax is online in base 2 (q is scaled by scale * log2 e once) with f32
  * state, then the lanes that read different keys and the warps are merged. Unsplit, the CTA
  * writes the output row; split, it writes its partial (max, sum, unnormalized row) to the
- * workspace (an empty split writes max = -inf and nothing else), and a combine kernel (one
- * warp per token and head) merges the splits and writes the row.
+ * workspace and counts itself in (the call state: a u32 per token, KV head and chunk), and the
+ * last split to arrive merges the partials into the rows and sets the count back to 0 for the
+ * next launch. Only the splits that hold keys take part (a short context fills the first
+ * few; one alone writes the rows directly); the rest return at once. A separate combine
+ * kernel did the merge before: one launch more per layer, which at decode costs more than the
+ * merge itself.
  *
  * Prefill takes the same kernel: one CTA per (token, KV head), every token of a prompt chunk
  * reading its own prefix. Consecutive tokens of a row are consecutive CTAs, so the keys they
@@ -276,11 +280,13 @@ struct attention_params {
   recap__fast_div block_size;
   int heads, kv_group, head_chunks, head_dim, splits;
   float scale_log2; /* the score scale times log2(e): the softmax runs in base 2 */
-  /* Split calls: the workspace, (max, sum) of every (token, head, split), then their rows. */
+  /* Split calls: the workspace, (max, sum) of every (token, head, split), then their rows;
+   * and the call state, the splits arrived so far per (token, KV head, chunk). */
   float *part;
+  unsigned *arrivals;
 };
 
-/* The combine's view of the workspace: (max, sum) pairs first, then the rows. */
+/* The merge's view of the workspace: (max, sum) pairs first, then the rows. */
 __device__ __forceinline__ float *part_rows(const attention_params &p, int64_t tokens) {
   return p.part + tokens * p.heads * p.splits * 2;
 }
@@ -308,15 +314,20 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ int s_owner;
   __shared__ float s_m[kWarps][GC], s_l[kWarps][GC];
   __shared__ float s_acc[kWarps][GC][DH];
+  /* The merge's weight of each split per query head, and 1 / the heads' sums. */
+  __shared__ float s_w[GC][RECAP__PAGED_MAX_SPLITS], s_inv[GC];
+  __shared__ bool s_last;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t token = blockIdx.x / p.head_chunks;
   const int chunk = blockIdx.x % p.head_chunks, kv_head = blockIdx.y, split = blockIdx.z;
   const int head0 = kv_head * p.kv_group + chunk * GC;
   const int heads_here = min(GC, p.kv_group - chunk * GC);
 
-  /* This split's key positions [kbeg, kend) of the owning sequence (none for padding). */
+  /* This split's key positions [kbeg, kend) of the owning sequence (none for padding), and
+   * how many of the token's splits hold keys: a short context fills only the first few. */
   const int r = find_owner(p.meta, token, &s_owner);
   int64_t kbeg = 0, kend = 0;
+  int active = 0;
   const int32_t *table = nullptr;
   if (r >= 0) {
     const seq_row s = load_row(p.meta, r);
@@ -328,8 +339,13 @@ __global__ void __launch_bounds__(kThreads)
     }
     kbeg = min((int64_t)split * per, visible);
     kend = min(kbeg + per, visible);
+    active = visible > 0 ? (int)((visible + per - 1) / per) : 0;
     table = p.meta.data + (int64_t)r * p.meta.width + RECAP_SEQ_BLOCKS;
   }
+  /* One split with keys (or none: padding, whose row is zeros) writes the rows itself, as an
+   * unsplit call does; the splits past the keys have nothing to do. */
+  const bool direct = active <= 1;
+  if (split > 0 && split >= active) return;
 
   /* The lane's vectors of each query row, pre-scaled. Lanes past the head dim hold zeros. */
   const int key_lane = lane / LP, vec_lane = lane % LP, vecs = p.head_dim / E;
@@ -484,7 +500,7 @@ __global__ void __launch_bounds__(kThreads)
       o += s_acc[w][g][d] * a;
     }
     const int64_t h = head0 + g;
-    if (p.splits == 1) {
+    if (direct) {
       /* No key (padding) leaves sum == 0: the row is zeros. */
       out[token * p.o.token + h * p.o.head + d] = recap__from_float<T>(sum > 0.0f ? o / sum : 0.0f);
       continue;
@@ -494,44 +510,51 @@ __global__ void __launch_bounds__(kThreads)
       p.part[2 * state] = top;
       p.part[2 * state + 1] = sum;
     }
-    /* An empty split's row is never read: the combine skips max == -inf. */
-    if (top != -INFINITY) part_rows(p, p.meta.tokens)[state * p.head_dim + d] = o;
+    part_rows(p, p.meta.tokens)[state * p.head_dim + d] = o;
   }
-}
+  if (direct) return;
 
-/* One warp per (token, head): the splits' partial states, weighted by exp2(max_s - max), into
- * the output row. kThreads threads; grid ceil(T * H / kWarps). */
-template <typename T>
-__global__ void __launch_bounds__(kThreads)
-    paged_combine_kernel(T *__restrict__ out, attention_params p, int64_t tokens) {
-  recap__pdl_begin();
-  __shared__ float s_w[kWarps][RECAP__PAGED_MAX_SPLITS];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int64_t pair = (int64_t)blockIdx.x * kWarps + warp;
-  if (pair >= tokens * p.heads) return;
-  const float *ml = p.part + pair * p.splits * 2;
-  const float *rows = part_rows(p, tokens) + pair * p.splits * p.head_dim;
-  float top = -INFINITY;
-  for (int s = lane; s < p.splits; s += 32) top = fmaxf(top, ml[2 * s]);
-  top = recap__warp_max(top);
-  float sum = 0.0f;
-  for (int s = lane; s < p.splits; s += 32) {
-    const float ms = ml[2 * s];
-    const float w = ms == -INFINITY ? 0.0f : exp2f(ms - top);
-    s_w[warp][s] = w;
-    if (w > 0.0f) sum += w * ml[2 * s + 1];
+  /* Count this split in once its partial is visible GPU-wide (each thread fences its own
+   * writes); the one that finds every other split with keys already counted merges. */
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    unsigned *count = p.arrivals + (token * gridDim.y + kv_head) * p.head_chunks + chunk;
+    s_last = atomicAdd(count, 1u) == (unsigned)active - 1;
+    if (s_last) *count = 0; /* every split has arrived: zero for the next launch */
   }
-  sum = recap__warp_sum(sum);
-  __syncwarp();
-  const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
-  const int64_t token = pair / p.heads, h = pair - token * p.heads;
-  for (int d = lane; d < p.head_dim; d += 32) {
-    float o = 0.0f;
-    for (int s = 0; s < p.splits; ++s) {
-      const float w = s_w[warp][s];
-      if (w > 0.0f) o += w * rows[(int64_t)s * p.head_dim + d];
+  __syncthreads();
+  if (!s_last) return;
+  __threadfence();
+  /* Per query head (a warp each): the splits' weights exp2(max_s - max) and the sum. The
+   * other splits' partials are read from L2 (__ldcg), where their fences put them. */
+  for (int g = warp; g < heads_here; g += kWarps) {
+    const float *ml = p.part + 2 * (token * p.heads + head0 + g) * p.splits;
+    float top = -INFINITY;
+    for (int sp = lane; sp < active; sp += 32) top = fmaxf(top, __ldcg(ml + 2 * sp));
+    top = recap__warp_max(top);
+    float sum = 0.0f;
+    for (int sp = lane; sp < active; sp += 32) {
+      const float ms = __ldcg(ml + 2 * sp);
+      const float w = ms == -INFINITY ? 0.0f : exp2f(ms - top);
+      s_w[g][sp] = w;
+      if (w > 0.0f) sum += w * __ldcg(ml + 2 * sp + 1);
     }
-    out[token * p.o.token + h * p.o.head + d] = recap__from_float<T>(o * inv);
+    sum = recap__warp_sum(sum);
+    /* No visible key in any split (padding) leaves sum == 0: the row is zeros. */
+    if (lane == 0) s_inv[g] = sum > 0.0f ? 1.0f / sum : 0.0f;
+  }
+  __syncthreads();
+  const float *rows = part_rows(p, p.meta.tokens);
+  for (int c = threadIdx.x; c < heads_here * p.head_dim; c += kThreads) {
+    const int g = c / p.head_dim, d = c - g * p.head_dim;
+    const int64_t h = head0 + g, state0 = (token * p.heads + h) * p.splits;
+    float o = 0.0f;
+    for (int sp = 0; sp < active; ++sp) {
+      const float w = s_w[g][sp];
+      if (w > 0.0f) o += w * __ldcg(rows + (state0 + sp) * p.head_dim + d);
+    }
+    out[token * p.o.token + h * p.o.head + d] = recap__from_float<T>(o * s_inv[g]);
   }
 }
 
@@ -579,12 +602,6 @@ recap_status launch_attention(const recap__op_call *call, const attention_params
                   (unsigned)g.splits);
   RECAP_CUDA_TRY(recap__cuda_launch(paged_attention_kernel<T, DH, GC>, grid, dim3(kThreads), 0,
                                     stream, q, kc, vc, out, p));
-  if (g.splits > 1) {
-    const int64_t pairs = tokens * p.heads;
-    RECAP_CUDA_TRY(recap__cuda_launch(paged_combine_kernel<T>,
-                                      dim3((unsigned)RECAP_CEIL_DIV(pairs, (int64_t)kWarps)),
-                                      dim3(kThreads), 0, stream, out, p, tokens));
-  }
   return RECAP_OK;
 }
 
@@ -796,6 +813,13 @@ extern "C" recap_status recap__cuda_paged_attention(const recap__op_call *call, 
                       "op '%s': its %lld key splits need a workspace of %zu bytes "
                       "(workspace_bytes), the call has %zu",
                       name, (long long)g.splits, need, call->workspace ? call->workspace_bytes : 0);
+  const size_t counts = recap__paged_attention_arrivals(call);
+  if (counts > call->call_state_bytes || (counts > 0 && !call->call_state))
+    return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
+                      "op '%s': its %lld key splits need %zu bytes of call state, zeroed "
+                      "(call_state_bytes), the call has %zu",
+                      name, (long long)g.splits, counts,
+                      call->call_state ? call->call_state_bytes : 0);
   if (q->shape[0] * g.head_chunks > INT32_MAX)
     return RECAP_FAIL(RECAP_STATUS_NOT_SUPPORTED, "op '%s': %lld tokens exceed the CUDA grid", name,
                       (long long)q->shape[0]);
@@ -813,6 +837,7 @@ extern "C" recap_status recap__cuda_paged_attention(const recap__op_call *call, 
   const double scale = call->attrs.scale != 0.0 ? call->attrs.scale : 1.0 / sqrt((double)head_dim);
   p.scale_log2 = (float)(scale * kLog2e);
   p.part = static_cast<float *>(call->workspace);
+  p.arrivals = static_cast<unsigned *>(call->call_state);
   cudaStream_t stream = static_cast<cudaStream_t>(cuda_stream);
   return recap__cuda_dispatch_float(q->dtype, name, [&](auto tag) {
     using T = decltype(tag);

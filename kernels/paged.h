@@ -7,10 +7,12 @@
  * run), so a graph captured once serves every step. One CTA serves `heads_per_cta` query heads
  * of one KV head for one token and one split of its keys; a token's keys are split `splits`
  * ways when the (token, KV head) pairs alone would leave the GPU idle (decode), and each split
- * then leaves its partial softmax state in the workspace for a combine kernel:
+ * then leaves its partial softmax state in the workspace and counts itself in; the last split
+ * of a (token, KV head, chunk) to arrive merges them all and resets the count:
  *
  *   recap__paged_attention_grid g = recap__paged_attention_plan(call);
  *   grid = (T * g.head_chunks, Hkv, g.splits); workspace = recap__paged_attention_workspace(call)
+ *   call state (the arrival counts) = recap__paged_attention_arrivals(call)
  */
 #ifndef RECAP_KERNELS_PAGED_H
 #define RECAP_KERNELS_PAGED_H
@@ -25,10 +27,10 @@ extern "C" {
 #endif
 
 enum {
-  /* The most splits of one token's keys, and so of partial states its combine reads. */
+  /* The most splits of one token's keys, and so of partial states its merge reads. */
   RECAP__PAGED_MAX_SPLITS = 64,
   /* A split spans at least this many keys: shorter ones spend more on their start and on the
-   * combine than they save. */
+   * merge than they save. */
   RECAP__PAGED_MIN_KEYS_PER_SPLIT = 128,
   /* Splitting stops once the grid has this many CTAs: several waves of 4-warp CTAs on an
    * H100's 132 SMs, which hides the last wave's tail. */
@@ -38,7 +40,7 @@ enum {
 typedef struct {
   int64_t heads_per_cta; /* 1, 2, 4 or 8: query heads of one KV head a CTA serves */
   int64_t head_chunks;   /* CTAs per (token, KV head, split): ceil(group / heads_per_cta) */
-  int64_t splits;        /* 1: no split, no workspace, no combine */
+  int64_t splits;        /* 1: no split, no workspace, no merge */
 } recap__paged_attention_grid;
 
 /* The CUDA grid of a paged_attention call that passed infer (shapes only). */
@@ -47,6 +49,10 @@ recap__paged_attention_grid recap__paged_attention_plan(const recap__op_call *ca
 /* Bytes of f32 partial state a split call needs (0 without splits): for every (token, head,
  * split) its running max and sum, then its unnormalized output row of Dh. */
 size_t recap__paged_attention_workspace(const recap__op_call *call);
+
+/* Bytes of the split calls' arrival counts (0 without splits): a u32 per (token, KV head,
+ * chunk), the call's own memory, zero between launches. */
+size_t recap__paged_attention_arrivals(const recap__op_call *call);
 
 #ifdef __cplusplus
 }

@@ -33,3 +33,10 @@ size_t recap__paged_attention_workspace(const recap__op_call *call) {
   const size_t states = (size_t)q->shape[0] * (size_t)q->shape[1] * (size_t)g.splits;
   return states * (2 + (size_t)q->shape[2]) * sizeof(float);
 }
+
+size_t recap__paged_attention_arrivals(const recap__op_call *call) {
+  const recap__paged_attention_grid g = recap__paged_attention_plan(call);
+  if (g.splits == 1) return 0;
+  const recap_tensor *q = &call->inputs[0], *k = &call->inputs[1];
+  return (size_t)q->shape[0] * (size_t)k->shape[2] * (size_t)g.head_chunks * sizeof(uint32_t);
+}

@@ -65,6 +65,7 @@ typedef struct {
   int64_t q_row, new_offset; /* q's token stride; new's offset in elements */
   void *ws;
   size_t ws_bytes;
+  mirror arrivals; /* the split calls' call state, zeroed */
 } step;
 
 static size_t esz(const step *s) {
@@ -200,6 +201,13 @@ static recap__op_call attention_call(step *s, bool dev) {
     }
     call.workspace = need ? s->ws : NULL;
     call.workspace_bytes = need;
+    const size_t counts = call.def->call_state_bytes(&call, RECAP_BACKEND_CUDA);
+    if (counts > s->arrivals.bytes) {
+      s->arrivals = mirror_new(counts);
+      mirror_push(&s->arrivals);
+    }
+    call.call_state = counts ? s->arrivals.dev : NULL;
+    call.call_state_bytes = counts;
   }
   return call;
 }
@@ -256,6 +264,14 @@ static void step_compare(step *s, const char *label) {
     compare(what, is_index ? RECAP_DTYPE_I32 : dt,
             (int64_t)(exact[i]->bytes / (is_index ? sizeof(int32_t) : esz(s))), got, exact[i]->host,
             NULL, true);
+  }
+  /* The split launch left its call state as it found it, for the next launch. */
+  if (s->arrivals.bytes) {
+    void *counts = host_alloc(s->arrivals.bytes);
+    to_host(counts, s->arrivals.dev, s->arrivals.bytes);
+    snprintf(what, sizeof what, "%s: paged_attention's arrival counts after the launch", label);
+    compare(what, RECAP_DTYPE_I32, (int64_t)(s->arrivals.bytes / sizeof(int32_t)), counts,
+            s->arrivals.host, NULL, true);
   }
   recap__op_call host_call = attention_call(s, false);
   op_case c = {.op = "paged_attention", .scale = SCALE_ATTENTION};
@@ -476,6 +492,12 @@ static void test_launch_refusals_name_the_reason(void) {
   call.workspace_bytes = 0;
   CHECK_STATUS(recap__op_launch(&call, cuda_stream), RECAP_STATUS_INVALID_ARGUMENT);
   CHECK_ERROR_MENTIONS("need a workspace of");
+  /* Nor is no call state (the splits' arrival counts). */
+  call = attention_call(&s, true);
+  CU_ASSERT(call.call_state_bytes > 0);
+  call.call_state = NULL;
+  CHECK_STATUS(recap__op_launch(&call, cuda_stream), RECAP_STATUS_INVALID_ARGUMENT);
+  CHECK_ERROR_MENTIONS("bytes of call state");
   release_all();
 
   /* A head dim the 16-byte vectors do not fill (bf16: a multiple of 8), and one past 256. */

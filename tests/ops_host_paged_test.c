@@ -976,6 +976,9 @@ static void test_rope_kv_write_refuses_bad_inputs(void) {
 
 /* ---- the CUDA grid and workspace, from shapes alone ---- */
 
+/* plan_for's CUDA call state bytes (the split calls' arrival counts). */
+static size_t g_cuda_counts;
+
 static recap__paged_attention_grid plan_for(int64_t tokens, int64_t heads, int64_t kv_heads,
                                             int64_t dh, int64_t bs, int64_t mb, size_t *cuda_ws,
                                             size_t *host_ws) {
@@ -989,6 +992,8 @@ static recap__paged_attention_grid plan_for(int64_t tokens, int64_t heads, int64
   CHECK_OK(recap__op_infer(&call));
   *cuda_ws = call.def->workspace_bytes(&call, RECAP_BACKEND_CUDA);
   *host_ws = call.def->workspace_bytes(&call, RECAP_BACKEND_HOST);
+  g_cuda_counts = call.def->call_state_bytes(&call, RECAP_BACKEND_CUDA);
+  CU_ASSERT_EQUAL(call.def->call_state_bytes(&call, RECAP_BACKEND_HOST), 0);
   return recap__paged_attention_plan(&call);
 }
 
@@ -1003,13 +1008,16 @@ static void test_split_plan_follows_shapes(void) {
   CU_ASSERT_EQUAL(g.splits, 32);
   CU_ASSERT_EQUAL(cuda_ws, (size_t)1 * 32 * 32 * (2 + 128) * sizeof(float));
   CU_ASSERT_EQUAL(host_ws, 0);
+  CU_ASSERT_EQUAL(g_cuda_counts, 8 * 4); /* a u32 per KV head */
   /* Batch 64: 512 CTAs already, two splits. */
   g = plan_for(64, 32, 8, 128, 16, 256, &cuda_ws, &host_ws);
   CU_ASSERT_EQUAL(g.splits, 2);
-  /* Long prompt chunk: no split, no workspace. */
+  CU_ASSERT_EQUAL(g_cuda_counts, 64 * 8 * 4);
+  /* Long prompt chunk: no split, no workspace, no counts. */
   g = plan_for(2048, 32, 8, 128, 16, 256, &cuda_ws, &host_ws);
   CU_ASSERT_EQUAL(g.splits, 1);
   CU_ASSERT_EQUAL(cuda_ws, 0);
+  CU_ASSERT_EQUAL(g_cuda_counts, 0);
   /* A short table caps the splits by its keys (3 x 16 keys: one split); the most splits is
    * RECAP__PAGED_MAX_SPLITS. */
   g = plan_for(1, 8, 8, 64, 16, 3, &cuda_ws, &host_ws);
@@ -1017,13 +1025,15 @@ static void test_split_plan_follows_shapes(void) {
   CU_ASSERT_EQUAL(g.splits, 1);
   g = plan_for(1, 8, 8, 64, 16, 4096, &cuda_ws, &host_ws);
   CU_ASSERT_EQUAL(g.splits, RECAP__PAGED_MAX_SPLITS);
-  /* Groups: 3 -> 4 heads per CTA; 12 -> chunks of 8. */
+  /* Groups: 3 -> 4 heads per CTA; 12 -> chunks of 8, a count per chunk. */
   g = plan_for(4, 24, 8, 64, 16, 64, &cuda_ws, &host_ws);
   CU_ASSERT_EQUAL(g.heads_per_cta, 4);
   CU_ASSERT_EQUAL(g.head_chunks, 1);
   g = plan_for(4, 96, 8, 64, 16, 64, &cuda_ws, &host_ws);
   CU_ASSERT_EQUAL(g.heads_per_cta, 8);
   CU_ASSERT_EQUAL(g.head_chunks, 2);
+  CU_ASSERT(g.splits > 1);
+  CU_ASSERT_EQUAL(g_cuda_counts, 4 * 8 * 2 * 4);
 }
 
 int main(void) {
