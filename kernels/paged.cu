@@ -12,8 +12,9 @@
  * row is loaded once per group. Its keys may be split over `splits` CTAs (a count fixed at
  * launch from the shapes: enough CTAs to fill the GPU when tokens x KV heads alone do not,
  * as in decode). A split's key range is cut when the kernel runs from the token's real key
- * count: ceil(keys / splits), at least RECAP__PAGED_MIN_KEYS_PER_SPLIT, so a short context
- * leaves the last splits empty rather than spreading a few keys thin. Inside a CTA the warps
+ * count: ceil(keys / splits), at least RECAP__PAGED_MIN_KEYS_PER_SPLIT (or ..._FEW_GROUPS in a
+ * small grid), so a short context leaves the last splits empty rather than spreading a few keys
+ * thin. Inside a CTA the warps
  * take steps of keys in turn; a key's row of Dh elements is read as 16-byte vectors by
  * LP = Dh * sizeof(T) / 16 lanes (up to 32), so a warp reads 32 / LP keys per load and U such
  * loads per step, all issued before any is used. Scores are reduced over the LP lanes by
@@ -334,8 +335,11 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t visible = (int64_t)s.len - s.count + (token - s.start) + 1;
     int64_t per = visible;
     if (p.splits > 1) {
+      const int64_t groups = (int64_t)gridDim.x * gridDim.y;
+      const int64_t least = groups <= RECAP__PAGED_FEW_GROUPS ? RECAP__PAGED_MIN_KEYS_FEW_GROUPS
+                                                              : RECAP__PAGED_MIN_KEYS_PER_SPLIT;
       per = (visible + p.splits - 1) / p.splits;
-      if (per < RECAP__PAGED_MIN_KEYS_PER_SPLIT) per = RECAP__PAGED_MIN_KEYS_PER_SPLIT;
+      if (per < least) per = least;
     }
     kbeg = min((int64_t)split * per, visible);
     kend = min(kbeg + per, visible);
