@@ -339,6 +339,38 @@ static void test_padding_tokens_write_nothing_and_output_zeros(void) {
   CU_ASSERT_FALSE(recap__op_find("paged_attention")->zero_meta_writes_nothing);
 }
 
+/* The CUDA kernel's merge counts its key splits in the call's own state and needs it zero at
+ * every launch; the host reference holds a call to that: zero state runs (and stays zero),
+ * state another call wrote is refused naming the cause. */
+static void test_call_state_must_be_zero_at_launch(void) {
+  free_tracked();
+  test_rng rng;
+  test_rng_init(&rng);
+  /* Decode at batch 1 over a 64-block table of 16 keys: the CUDA plan splits the keys. */
+  const int64_t nb = 64, bs = 16, kv_heads = 2, dh = 8, heads = 4;
+  recap_tensor pool = random_tensor(&rng, RECAP_DTYPE_F32, SHAPE(nb, bs, kv_heads, dh), CONTIGUOUS,
+                                    -2, 2);
+  recap_tensor q = random_tensor(&rng, RECAP_DTYPE_F32, SHAPE(1, heads, dh), CONTIGUOUS, -1, 1);
+  recap_tensor seqs = seqs_tensor(1, nb);
+  set_row(&seqs, 0, 3, 0, 1, (const int32_t[]){7}, 1);
+  recap__op_call call = attention_call(q, pool, pool, seqs, 0);
+  CHECK_OK(recap__op_infer(&call));
+  const size_t bytes = call.def->call_state_bytes(&call, RECAP_BACKEND_HOST);
+  CU_ASSERT_EQUAL_FATAL(bytes, (size_t)kv_heads * sizeof(uint32_t)); /* a count per KV head */
+  unsigned char *state = track(bytes);
+  memset(state, 0, bytes);
+  call.call_state = state;
+  call.call_state_bytes = bytes;
+  call.outputs[0].data = track((size_t)numel(&call.outputs[0]) * sizeof(float));
+  CHECK_OK(recap__op_launch(&call, stream));
+  for (size_t i = 0; i < bytes; ++i) CU_ASSERT_EQUAL(state[i], 0);
+  /* A kernel that refuses faults the device, as a CUDA trap does, naming the cause. */
+  state[bytes - 1] = 1;
+  CHECK_STATUS(recap__op_launch(&call, stream), RECAP_STATUS_DEVICE_ERROR);
+  CHECK_ERROR_MENTIONS("call state is not zero at the launch (byte 7)");
+  recap__host_backend_reset_fault_for_testing();
+}
+
 /* ---- seq_positions and seq_last_tokens ---- */
 
 static recap_tensor run_seq_op(const char *op, recap_tensor seqs, int64_t tokens) {
@@ -993,7 +1025,8 @@ static recap__paged_attention_grid plan_for(int64_t tokens, int64_t heads, int64
   *cuda_ws = call.def->workspace_bytes(&call, RECAP_BACKEND_CUDA);
   *host_ws = call.def->workspace_bytes(&call, RECAP_BACKEND_HOST);
   g_cuda_counts = call.def->call_state_bytes(&call, RECAP_BACKEND_CUDA);
-  CU_ASSERT_EQUAL(call.def->call_state_bytes(&call, RECAP_BACKEND_HOST), 0);
+  /* The host takes the same bytes, to check they are zero at each launch. */
+  CU_ASSERT_EQUAL(call.def->call_state_bytes(&call, RECAP_BACKEND_HOST), g_cuda_counts);
   return recap__paged_attention_plan(&call);
 }
 
@@ -1049,5 +1082,6 @@ int main(void) {
   CU_ADD_TEST(s, test_rope_kv_write_matches_hand_rotation_and_blocks);
   CU_ADD_TEST(s, test_rope_kv_write_refuses_bad_inputs);
   CU_ADD_TEST(s, test_split_plan_follows_shapes);
+  CU_ADD_TEST(s, test_call_state_must_be_zero_at_launch);
   return test_run_all();
 }
