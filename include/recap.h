@@ -1563,10 +1563,10 @@ RECAP_API recap_status recap_generator_destroy(recap_generator *g);
  * A decode loop replays a paged decode entry's captured step (ids [T], seqs [Bs, W] inputs,
  * tokens [Bs] output, decode_advance inside) in the body of a conditional WHILE node, up to K
  * times per launch. After each step a kernel appends every sampled token to a ring in mapped
- * host memory (the token, a system-wide fence, then the count), stops rows whose token is a
- * stop id or whose outputs reach their limit (decode_advance stops rows without a KV block for
- * their next position), and ends the loop when no row runs, K steps have run, or the host asked
- * for a return. A stopped row is padding for the rest of the launch: it writes no KV and
+ * host memory (published beside the next step, or after the last: a system-wide fence, then
+ * the count), stops rows whose token is a stop id or whose outputs reach their limit
+ * (decode_advance stops rows without a KV block for their next position), and ends the loop
+ * when no row runs, K steps have run, or the host asked for a return. A stopped row is padding for the rest of the launch: it writes no KV and
  * samples nothing.
  *
  *   recap_decode_loop *loop;
