@@ -19,8 +19,9 @@
  * per-token latency of each sequence), tokens/s, process CPU time (getrusage, user + sys, all
  * threads) and voluntary context switches (the sleeps and blocking waits: wake-ups) per token; for
  * the loop also the GPU's idle gap between consecutive steps (each step's start and end stamped
- * with %globaltimer by the body; a second loop with the stamp kernel, which runs beside the
- * step, so the timed loop carries none and the boundary measured has no node the timed one lacks) and the delay from a token's device stamp to its arrival on the host, after calibrating the
+ * with %globaltimer by the body; a second loop created with timestamps, whose publish
+ * kernel, beside the step in every loop, stamps the step's start: the two loops run the same
+ * nodes) and the delay from a token's device stamp to its arrival on the host, after calibrating the
  * two clocks' offset on single-step launches (the smallest observed difference counts as zero
  * delay: the delays are above the fastest delivery seen). */
 #ifndef _GNU_SOURCE

@@ -6,7 +6,8 @@
 #     (generator_loop_test: loop vs one launch per step, same tokens, greedy and seeded, also
 #     with a step that draws from the device generator (noise on the logits) and the
 #     generator's state after the loops; the loop API's ring order, block stop and
-#     %globaltimer stamps). The body is now the step and the control kernel, which sets the
+#     %globaltimer stamps, and that a return request ends only its own launch). The body is
+#     the step with the publish kernel beside it, then the control kernel, which sets the
 #     WHILE condition itself (cudaGraphSetConditional in decode_loop.cu).
 #  2. The same with RECAP_PDL=0: recap's kernels launch with programmatic dependent launch, so
 #     the decode step's graph has programmatic edges; run 1 passing with PDL on says the driver
