@@ -21,7 +21,7 @@
  * the loop also the GPU's idle gap between consecutive steps (each step's start and end stamped
  * with %globaltimer by the body; a second loop created with timestamps, whose publish
  * kernel, beside the step in every loop, stamps the step's start: the two loops run the same
- * nodes) and the delay from a token's device stamp to its arrival on the host, after calibrating the
+ * nodes; it runs the timed runs' --tokens steps from the same context, so its steps are theirs) and the delay from a token's device stamp to its arrival on the host, after calibrating the
  * two clocks' offset on single-step launches (the smallest observed difference counts as zero
  * delay: the delays are above the fastest delivery seen). */
 #ifndef _GNU_SOURCE
@@ -259,13 +259,33 @@ static recap_status time_step_ahead(recap_pipeline *p, int64_t batch, const loop
   return st;
 }
 
+/* Each step's GPU time and the idle gap to the next step of the same launch (us), appended
+ * launch by launch from a loop created with timestamps. */
+typedef struct {
+  double *steps, *gaps;
+  size_t num_steps, num_gaps;
+} stamp_log;
+
+static recap_status log_stamps(recap_decode_loop *loop, stamp_log *log) {
+  const uint64_t *stamps = NULL;
+  int64_t ran = 0;
+  RECAP_TRY(recap_decode_loop_stamps(loop, &stamps, &ran));
+  for (int64_t i = 0; i < ran; i++) {
+    log->steps[log->num_steps++] = (double)(stamps[2 * i + 1] - stamps[2 * i]) * 1e-3;
+    if (i + 1 < ran)
+      log->gaps[log->num_gaps++] = ((double)stamps[2 * i + 2] - (double)stamps[2 * i + 1]) * 1e-3;
+  }
+  return RECAP_OK;
+}
+
 /* Loops of --steps until --tokens steps have run, waited for with recap_decode_loop_wait
  * (adaptive) or the sleep-poll; every entry's arrival time minus its device stamp into
- * delays[] (ns, before the offset), when delays is not NULL. */
+ * delays[] (ns, before the offset), when delays is not NULL; every launch's step stamps into
+ * log, when it is not NULL. */
 static recap_status time_loop(recap_decode_loop *loop, int64_t batch, const loop_args *a,
                               bool adaptive, const recap_loop_limits *limits,
                               recap_loop_token *entries, size_t capacity, double *delays,
-                              size_t *num_delays, timing *t) {
+                              size_t *num_delays, stamp_log *log, timing *t) {
   const usage u0 = usage_now();
   uint64_t w0 = now_ns();
   recap_status st = RECAP_OK;
@@ -288,6 +308,7 @@ static recap_status time_loop(recap_decode_loop *loop, int64_t batch, const loop
           poll_pause(a);
       }
     }
+    if (st == RECAP_OK && log) st = log_stamps(loop, log);
     left -= k;
   }
   finish_timing(t, u0, w0, a->tokens, (double)(a->tokens * batch));
@@ -357,7 +378,8 @@ static recap_status time_mode(int m, recap_pipeline *p, recap_decode_loop *loop,
     case STEP_AHEAD:
       return time_step_ahead(p, batch, a, bufs, done, t);
     default:
-      return time_loop(loop, batch, a, m == LOOP, limits, entries, capacity, delays, num_delays, t);
+      return time_loop(loop, batch, a, m == LOOP, limits, entries, capacity, delays, num_delays,
+                       NULL, t);
   }
 }
 
@@ -414,27 +436,17 @@ static recap_status run_batch(recap_pipeline *p, recap_decode_loop *loop,
       r->delay_us_p99[k] = percentile(d, num_delays[k], 0.99) * 1e-3;
     }
   }
-  /* The GPU's gaps between steps, from the loop whose body stamps each step's start. */
+  /* The GPU's steps and the gaps between them, from the loop whose publish kernel stamps each
+   * step's start, over the timed runs' steps (the same contexts, every launch). */
+  stamp_log log = {.steps = steps, .gaps = gaps};
   if (st == RECAP_OK) st = write_batch(p, s, batch, a->context, need);
-  long long k = a->tokens < a->steps ? a->tokens : a->steps;
   if (st == RECAP_OK) {
     timing unused;
-    loop_args one = *a;
-    one.tokens = k;
-    st = time_loop(stamped, batch, &one, true, limits, entries, capacity, NULL, NULL, &unused);
+    st = time_loop(stamped, batch, a, true, limits, entries, capacity, NULL, NULL, &log, &unused);
   }
-  const uint64_t *stamps = NULL;
-  int64_t ran = 0;
-  if (st == RECAP_OK) st = recap_decode_loop_stamps(stamped, &stamps, &ran);
-  size_t num_gaps = 0, num_steps = 0;
-  for (int64_t i = 0; st == RECAP_OK && i < ran; i++) {
-    steps[num_steps++] = (double)(stamps[2 * i + 1] - stamps[2 * i]) * 1e-3;
-    if (i + 1 < ran)
-      gaps[num_gaps++] = ((double)stamps[2 * i + 2] - (double)stamps[2 * i + 1]) * 1e-3;
-  }
-  r->gap_us_median = percentile(gaps, num_gaps, 0.5);
-  r->gap_us_p90 = percentile(gaps, num_gaps, 0.9);
-  r->step_us_median = percentile(steps, num_steps, 0.5);
+  r->gap_us_median = percentile(gaps, log.num_gaps, 0.5);
+  r->gap_us_p90 = percentile(gaps, log.num_gaps, 0.9);
+  r->step_us_median = percentile(steps, log.num_steps, 0.5);
   for (int m = 0; st == RECAP_OK && m < NUM_MODES; m++) {
     cli_summary sum;
     cli_summarize(samples + m * a->repeats, (int)a->repeats, &sum);
