@@ -19,10 +19,11 @@
  * per-token latency of each sequence), tokens/s, process CPU time (getrusage, user + sys, all
  * threads) and voluntary context switches (the sleeps and blocking waits: wake-ups) per token; for
  * the loop also the GPU's idle gap between consecutive steps (each step's start and end stamped
- * with %globaltimer by the body; a second loop created with timestamps, whose publish
- * kernel, beside the step in every loop, stamps the step's start: the two loops run the same
- * nodes; it runs the timed runs' --tokens steps from the same context, so its steps are theirs) and the delay from a token's device stamp to its arrival on the host, after calibrating the
- * two clocks' offset on single-step launches (the smallest observed difference counts as zero
+ * with %globaltimer by the body; a second loop created with timestamps, whose publish kernel,
+ * beside the step in every loop, stamps the step's start: the two loops run the same nodes; it
+ * runs the timed runs' --tokens steps from the same context, so its steps are theirs) and the
+ * delay from a token's device stamp to its arrival on the host, after calibrating the two
+ * clocks' offset on single-step launches (the smallest observed difference counts as zero
  * delay: the delays are above the fastest delivery seen). */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* nanosleep, clock_gettime, getrusage under -std=c11 */

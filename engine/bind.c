@@ -353,34 +353,41 @@ static recap_status bind_workspaces(recap_pipeline *p) {
  * captured), zeroed on the pipeline's stream before anything runs on it. */
 static recap_status bind_call_states(recap_pipeline *p) {
   const recap__model *m = p->model;
-  const size_t calls = m->num_buckets * p->num_ops, align = 256;
-  size_t total = 0;
+  const size_t calls = m->num_buckets * p->num_ops, align = 256, none = SIZE_MAX;
+  /* Each call's offset in the block (none: it asks for no state), sizes asked once. */
+  size_t *at = malloc((calls ? calls : 1) * sizeof *at), total = 0;
+  if (!at) return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory for call states");
   for (size_t i = 0; i < calls; ++i) {
     const recap__ir_op *op = &m->irs[i / p->num_ops]->ops[i % p->num_ops];
+    at[i] = none;
     if (!op->def->call_state_bytes || m->plan->op_is_view[i % p->num_ops]) continue;
-    size_t need = op->def->call_state_bytes(&p->calls[i], p->device.backend);
+    const size_t need = op->def->call_state_bytes(&p->calls[i], p->device.backend);
+    if (need == 0) continue;
+    at[i] = total;
     total += (need + align - 1) / align * align;
   }
-  if (total == 0) return RECAP_OK;
+  recap_status st = RECAP_OK;
+  if (total == 0) goto done;
   p->call_states = calloc(calls, sizeof *p->call_states);
-  if (!p->call_states) return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory for call states");
-  if (p->has_pool) RECAP_TRY(recap_pool_route_begin(p->device, p->pool, p->stream));
-  recap_status st = recap_malloc(p->device, total, p->stream, &p->call_state_block);
-  recap_status end = p->has_pool ? recap_pool_route_end(p->device, p->stream) : RECAP_OK;
-  if (st != RECAP_OK)
-    return recap__error_context(st, "allocating the ops' call states (%zu bytes): ", total);
-  RECAP_TRY(end);
-  RECAP_TRY(p->stream->backend->memset_async(p->call_state_block, 0, total, p->stream));
-  size_t at = 0;
-  for (size_t i = 0; i < calls; ++i) {
-    const recap__ir_op *op = &m->irs[i / p->num_ops]->ops[i % p->num_ops];
-    if (!op->def->call_state_bytes || m->plan->op_is_view[i % p->num_ops]) continue;
-    size_t need = op->def->call_state_bytes(&p->calls[i], p->device.backend);
-    if (need == 0) continue;
-    p->call_states[i] = (char *)p->call_state_block + at;
-    at += (need + align - 1) / align * align;
+  if (!p->call_states) {
+    st = RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory for call states");
+    goto done;
   }
-  return RECAP_OK;
+  if (p->has_pool) RECAP_TRY_GOTO(st, recap_pool_route_begin(p->device, p->pool, p->stream), done);
+  st = recap_malloc(p->device, total, p->stream, &p->call_state_block);
+  recap_status end = p->has_pool ? recap_pool_route_end(p->device, p->stream) : RECAP_OK;
+  if (st != RECAP_OK) {
+    st = recap__error_context(st, "allocating the ops' call states (%zu bytes): ", total);
+    goto done;
+  }
+  RECAP_TRY_GOTO(st, end, done);
+  RECAP_TRY_GOTO(st, p->stream->backend->memset_async(p->call_state_block, 0, total, p->stream),
+                 done);
+  for (size_t i = 0; i < calls; ++i)
+    if (at[i] != none) p->call_states[i] = (char *)p->call_state_block + at[i];
+done:
+  free(at);
+  return st;
 }
 
 recap_status recap__bind_pipeline(recap_pipeline *p, const recap_pipeline *share) {
