@@ -54,7 +54,15 @@ recap_status cli_fuse_format(const recap__ir *ir, bool enabled, char **text) {
       recap__text_put(&b, "%s %s", i ? "," : "", names[i]);
     }
     const recap__ir_tensor *y = &ir->tensors[op->outputs[0]];
-    recap__text_put(&b, "  out: %s %s\n", y->name, recap_dtype_name(y->dtype));
+    recap__text_put(&b, "  out: %s %s", y->name, recap_dtype_name(y->dtype));
+    for (int o = 1; o < op->num_outputs; ++o)
+      recap__text_put(&b, ", %s", ir->tensors[op->outputs[o]].name);
+    recap__text_put(&b, "\n");
+    if (op->num_outputs > 1 && op->def->takes_norm_epilogue) {
+      recap__text_put(&b, "    = %s(%s), and rms_norm(%s, %s) of it as its second output\n",
+                      op->def->name, names[0], y->name, names[op->num_inputs - 1]);
+      continue;
+    }
     if (!op->program) { /* a fold into a linear: its prologue and/or its residual */
       int last = op->num_inputs;
       const char *norm_weight = op->attrs.rms_norm ? names[--last] : NULL;

@@ -163,6 +163,10 @@ recap_status recap__cuda_stream_device(void *native_stream, int *device);
 recap_status recap__comm_launch_native(const recap__coll *c, int world_attr,
                                        void *native_stream);
 recap_status recap__cuda_enable_peer_access(int device, int peer);
+/* The peer buffers of the communicator of the stream's device (comm/peer_buffers.h), NULL
+ * when it has none (a world of 1, RECAP_ONESHOT_ALLREDUCE=0, GPUs that cannot map each
+ * other's memory) or it aborted. */
+const struct recap__peer_view *recap__comm_peer_view(void *native_stream);
 #endif
 
 /* Whether NCCL puts event record and wait nodes into the collectives a graph captures: its

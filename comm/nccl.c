@@ -36,8 +36,10 @@
 #include "runtime/backend.h"
 #include "comm/comm.h"
 #include "comm/backend.h"
+#include "comm/peer_buffers.h"
 #include "comm/poll.h"
 #include "runtime/cuda_check.h"
+#include "runtime/env.h"
 #include "runtime/error.h"
 
 _Static_assert(sizeof(ncclUniqueId) <= RECAP_RENDEZVOUS_MAX_PAYLOAD,
@@ -183,6 +185,8 @@ typedef struct {
   atomic_bool abort_issued; /* ncclCommAbort was called (issue_abort) */
   recap_status failure;     /* why it was aborted (set before `aborted`) */
   char reason[512];
+  /* The one-shot all_reduce's buffers (peer_buffers.h); NULL when some rank has none. */
+  recap__peer_buffers *peers;
 } nccl_state;
 
 static nccl_state *state_of(recap_comm *c) { return (nccl_state *)c->state; }
@@ -248,6 +252,8 @@ static void abort_with(nccl_state *s, recap_status why, const char *reason) {
   }
   pthread_mutex_unlock(&nccl_lock);
   if (!first) return;
+  /* One-shot all_reduces waiting for a peer's words return. */
+  recap__peer_buffers_abort(s->peers);
   fprintf(stderr, "recap: rank %d of %d: aborting the NCCL communicator: %s\n", s->rank,
           s->world, reason);
   if (!s->has_watchdog || on_watchdog_thread || atomic_load(&s->watchdog_exited)) issue_abort(s);
@@ -359,6 +365,138 @@ static ncclConfig_t nonblocking_config(void) {
   return config;
 }
 
+/* ---- the one-shot all_reduce's peer buffers (peer_buffers.h) ---- */
+
+/* Whether a communicator of `world` ranks gets peer buffers (RECAP_ONESHOT_ALLREDUCE). */
+static bool wants_peer_buffers(int world) {
+  return world >= 2 && world <= RECAP__PEER_MAX_WORLD &&
+         recap__env_bool("RECAP_ONESHOT_ALLREDUCE", 1) == 1;
+}
+
+/* Waits for `stream` at most the communicator's timeout. */
+static recap_status wait_stream(nccl_state *s, cudaStream_t stream, const char *what) {
+  double since = now_s(), deadline = since + s->timeout_s;
+  for (;;) {
+    cudaError_t e = cudaStreamQuery(stream);
+    if (e == cudaSuccess) return RECAP_OK;
+    if (e != cudaErrorNotReady)
+      return recap__cuda_fail_at(e, "cudaStreamQuery(stream)", __FILE__, __LINE__, __func__);
+    recap_status st = poll_async(s);
+    if (st != RECAP_OK && st != RECAP_STATUS_NOT_READY) return st;
+    if (now_s() > deadline) {
+      char reason[512];
+      snprintf(reason, sizeof reason,
+               "%s did not complete within %.1f s (are all %d ranks running?)", what,
+               s->timeout_s, s->world);
+      abort_with(s, RECAP_STATUS_TIMEOUT, reason);
+      return aborted_status(s);
+    }
+    poll_backoff(since);
+  }
+}
+
+/* Every rank's `bytes` at `mine`, in rank order, into all (world x bytes): an all_gather over
+ * the communicator, waited for. */
+static recap_status gather_bytes(nccl_state *s, const void *mine, void *all, size_t bytes) {
+  int previous = 0;
+  RECAP_CUDA_TRY(cudaGetDevice(&previous));
+  RECAP_CUDA_TRY(cudaSetDevice(s->device));
+  recap_status st = RECAP_OK;
+  cudaStream_t stream = NULL;
+  uint8_t *dev = NULL;
+  const size_t total = bytes * (size_t)s->world;
+  RECAP_CUDA_TRY_GOTO(st, cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), done);
+  RECAP_CUDA_TRY_GOTO(st, cudaMalloc((void **)&dev, total + bytes), done);
+  RECAP_CUDA_TRY_GOTO(st, cudaMemcpy(dev + total, mine, bytes, cudaMemcpyHostToDevice), done);
+  pthread_mutex_lock(&nccl_lock);
+  st = wait_for_aborts(s->timeout_s);
+  if (st == RECAP_OK && atomic_load(&s->aborted)) st = aborted_status(s);
+  ncclResult_t r = ncclSuccess;
+  if (st == RECAP_OK) r = nccl.AllGather(dev + total, dev, bytes, ncclUint8, s->comm, stream);
+  pthread_mutex_unlock(&nccl_lock);
+  if (st != RECAP_OK) goto done;
+  if (r != ncclSuccess && r != ncclInProgress) {
+    st = nccl_fail(r, s->comm, "ncclAllGather");
+    goto done;
+  }
+  if (r == ncclInProgress && (st = wait_ready(s, "ncclAllGather")) != RECAP_OK) goto done;
+  st = wait_stream(s, stream, "the exchange of peer buffer handles");
+  if (st != RECAP_OK) goto done;
+  RECAP_CUDA_TRY_GOTO(st, cudaMemcpy(all, dev, total, cudaMemcpyDeviceToHost), done);
+done:
+  if (dev && cudaFree(dev) != cudaSuccess) (void)cudaGetLastError();
+  if (stream && cudaStreamDestroy(stream) != cudaSuccess) (void)cudaGetLastError();
+  if (cudaSetDevice(previous) != cudaSuccess) (void)cudaGetLastError();
+  return st;
+}
+
+/* Says once per communicator why it runs every all_reduce through NCCL. */
+static void note_no_peer_buffers(int rank, int world, const char *why) {
+  fprintf(stderr, "recap: rank %d of %d: all_reduce runs through NCCL only (no one-shot "
+          "kernel): %s\n", rank, world, why);
+}
+
+/* One rank's entry of the handle exchange. */
+typedef struct {
+  int32_t ok;
+  uint8_t handle[RECAP__PEER_HANDLE_BYTES];
+} peer_entry;
+
+/* Gives c peer buffers when every rank can map every other rank's, and none on every rank
+ * otherwise: the ranks must agree, or their all_reduces would not pair. Only a failure of the
+ * exchange itself (a peer that does not join it) is an error. */
+static recap_status setup_peers_ipc(recap_comm *c) {
+  nccl_state *s = state_of(c);
+  if (!wants_peer_buffers(c->world)) return RECAP_OK;
+  char why[512] = "";
+  peer_entry mine = {0}, all[RECAP__PEER_MAX_WORLD];
+  recap__peer_buffers *b = NULL;
+  if (recap__peer_buffers_create(c->device.index, c->rank, c->world, &b) == RECAP_OK &&
+      recap__peer_buffers_handle(b, mine.handle) == RECAP_OK)
+    mine.ok = 1;
+  else
+    snprintf(why, sizeof why, "%s", recap_last_error());
+  recap_status st = gather_bytes(s, &mine, all, sizeof mine);
+  int32_t opened = st == RECAP_OK && mine.ok, every[RECAP__PEER_MAX_WORLD];
+  for (int p = 0; p < c->world && opened; ++p) {
+    if (p == c->rank) continue;
+    if (!all[p].ok) {
+      snprintf(why, sizeof why, "rank %d has no peer buffers", p);
+      opened = 0;
+    } else if (recap__peer_buffers_open(b, p, all[p].handle) != RECAP_OK) {
+      snprintf(why, sizeof why, "%s", recap_last_error());
+      opened = 0;
+    }
+  }
+  if (st == RECAP_OK) st = gather_bytes(s, &opened, every, sizeof opened);
+  bool agreed = st == RECAP_OK;
+  for (int p = 0; p < c->world && agreed; ++p) agreed = every[p] != 0;
+  if (agreed) {
+    s->peers = b;
+    return RECAP_OK;
+  }
+  recap__peer_buffers_destroy(b);
+  if (st == RECAP_OK) note_no_peer_buffers(c->rank, c->world, why[0] ? why : "another rank "
+                                           "could not map the buffers");
+  return st;
+}
+
+/* The same for an in-process clique (comms[i] is rank i), with peer access. */
+static void setup_peers_clique(recap_comm *const *comms, int count) {
+  if (!wants_peer_buffers(count)) return;
+  recap__peer_buffers *b[RECAP__PEER_MAX_WORLD] = {NULL};
+  recap_status st = RECAP_OK;
+  for (int i = 0; i < count && st == RECAP_OK; ++i)
+    st = recap__peer_buffers_create(comms[i]->device.index, i, count, &b[i]);
+  if (st == RECAP_OK) st = recap__peer_buffers_link(b, count);
+  if (st != RECAP_OK) {
+    note_no_peer_buffers(0, count, recap_last_error());
+    for (int i = 0; i < count; ++i) recap__peer_buffers_destroy(b[i]);
+    return;
+  }
+  for (int i = 0; i < count; ++i) state_of(comms[i])->peers = b[i];
+}
+
 static recap_status nccl_unique_id(void *id, size_t *len) {
   RECAP_TRY(nccl_load());
   ncclUniqueId u;
@@ -412,7 +550,7 @@ static recap_status nccl_init(recap_comm *c, const void *id, size_t len) {
     s->has_watchdog = false;
     return RECAP_FAIL(RECAP_STATUS_INTERNAL, "cannot start the NCCL watchdog thread");
   }
-  return RECAP_OK;
+  return setup_peers_ipc(c);
 }
 
 static recap_status nccl_init_clique(recap_comm *const *comms, int count) {
@@ -446,6 +584,7 @@ static recap_status nccl_init_clique(recap_comm *const *comms, int count) {
   if (r != ncclSuccess && r != ncclInProgress) st = nccl_fail(r, NULL, "ncclCommInitRankConfig (clique)");
   for (int i = 0; i < count && st == RECAP_OK; ++i)
     st = wait_ready(state_of(comms[i]), "NCCL init of an in-process clique");
+  if (st == RECAP_OK) setup_peers_clique(comms, count);
   return st;
 }
 
@@ -489,6 +628,7 @@ static void nccl_destroy(recap_comm *c, bool abort) {
       issue_abort(s);
     }
   }
+  recap__peer_buffers_destroy(s->peers);
   free(s);
   c->state = NULL;
 }
@@ -703,6 +843,15 @@ recap_status recap__comm_launch_native(const recap__coll *k, int world_attr, voi
   RECAP_CUDA_TRY(cudaMemcpyAsync(k->recv, k->send, bytes, cudaMemcpyDeviceToDevice,
                                  (cudaStream_t)native_stream));
   return RECAP_OK;
+}
+
+const recap__peer_view *recap__comm_peer_view(void *native_stream) {
+  int dev = 0;
+  if (recap__cuda_stream_device(native_stream, &dev) != RECAP_OK) return NULL;
+  recap_comm *c = recap__comm_for_device((recap_device){RECAP_BACKEND_CUDA, dev});
+  if (!c || c->world < 2 || c->backend != &recap__nccl_comm_backend || !c->state) return NULL;
+  nccl_state *s = state_of(c);
+  return atomic_load(&s->aborted) ? NULL : recap__peer_buffers_view(s->peers);
 }
 
 recap_status recap__cuda_enable_peer_access(int device, int peer) {

@@ -106,6 +106,9 @@ typedef struct {
   int *prologue;
   bool *gone;
   recap__activation *glu;
+  /* Norm epilogues (fuse.h): per op, the norm it computes as its second output (-1: none), and
+   * for that norm, the op computing it (-1: none). */
+  int *epilogue, *epilogue_of;
   /* Per op, valid while it roots its group: external inputs, nodes other than inputs
    * (members and moved activations), depth. */
   int (*in)[RECAP_OP_MAX_INPUTS];
@@ -125,6 +128,8 @@ static void finder_free(finder *f) {
   free(f->prologue);
   free(f->gone);
   free(f->glu);
+  free(f->epilogue);
+  free(f->epilogue_of);
   free(f->in);
   free(f->num_in);
   free(f->body);
@@ -366,6 +371,34 @@ static void decide_prologues(finder *f) {
   }
 }
 
+/* The norm epilogues (fuse.h, "Norm epilogues"), decided after the prologues: a norm that
+ * linears compute is gone already. */
+static void decide_norm_epilogues(finder *f) {
+  const recap__ir *ir = f->ir;
+  for (int v = 0; v < f->no; ++v) f->epilogue[v] = f->epilogue_of[v] = -1;
+  for (int v = 0; v < f->no; ++v) {
+    const recap__ir_op *norm = &ir->ops[v];
+    if (f->gone[v] || !norm->def || norm->def->prologue_form != RECAP__PROLOGUE_RMS_NORM ||
+        norm->num_inputs != 2 || norm->num_outputs != 1)
+      continue;
+    const int t = norm->inputs[0], w = norm->inputs[1], y = norm->outputs[0];
+    const int u = ir->tensors[t].producer;
+    if (u < 0 || u >= v || f->epilogue[u] >= 0) continue;
+    const recap__ir_op *op = &ir->ops[u];
+    if (!op->def || !op->def->takes_norm_epilogue || op->num_outputs != 1 ||
+        op->num_inputs + 1 != op->def->max_inputs || op->stream != norm->stream)
+      continue;
+    /* The norm runs at op u's place, earlier: its weight must exist by then and nothing may
+     * write what it reads in between. */
+    const recap__ir_tensor *tx = &ir->tensors[t], *tw = &ir->tensors[w], *ty = &ir->tensors[y];
+    if (tw->producer >= u || f->hazard[t] || f->hazard[w] || tx->alias_of >= 0 ||
+        ty->alias_of >= 0 || tw->dtype != tx->dtype || ty->dtype != tx->dtype)
+      continue;
+    f->epilogue[u] = v;
+    f->epilogue_of[v] = u;
+  }
+}
+
 /* Adds tensor t to the set in[0..*n) unless present; false when the set is full. */
 static bool set_add(int *in, int *n, int cap, int t) {
   for (int i = 0; i < *n; ++i)
@@ -496,14 +529,17 @@ static recap_status find(const recap__ir *ir, finder *f) {
   f->prologue = calloc(no, sizeof *f->prologue);
   f->gone = calloc(no, sizeof *f->gone);
   f->glu = calloc(no, sizeof *f->glu);
+  f->epilogue = calloc(no, sizeof *f->epilogue);
+  f->epilogue_of = calloc(no, sizeof *f->epilogue_of);
   f->in = calloc(no, sizeof *f->in);
   f->num_in = calloc(no, sizeof *f->num_in);
   f->body = calloc(no, sizeof *f->body);
   f->depth = calloc(no, sizeof *f->depth);
   int *scratch = calloc(no, sizeof *scratch);
   if (!f->reader || !f->hazard || !f->act || !f->fusable || !f->levels || !f->own_nodes ||
-      !f->parent || !f->dissolved || !f->fold || !f->prologue || !f->gone || !f->glu || !f->in ||
-      !f->num_in || !f->body || !f->depth || !scratch) {
+      !f->parent || !f->dissolved || !f->fold || !f->prologue || !f->gone || !f->glu ||
+      !f->epilogue || !f->epilogue_of || !f->in || !f->num_in || !f->body || !f->depth ||
+      !scratch) {
     free(scratch);
     finder_free(f);
     return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory for the fusion pass");
@@ -516,10 +552,11 @@ static recap_status find(const recap__ir *ir, finder *f) {
   }
   for (int t = 0; t < f->nt; ++t) f->act[t] = NO_ACT;
   decide_prologues(f);
+  decide_norm_epilogues(f);
   for (int v = 0; v < f->no; ++v) {
     f->parent[v] = -1;
     f->fold[v] = fold_source(f, v);
-    f->fusable[v] = f->fold[v] < 0 && !f->gone[v] && decide_fusable(f, v);
+    f->fusable[v] = f->fold[v] < 0 && !f->gone[v] && f->epilogue_of[v] < 0 && decide_fusable(f, v);
     if (f->fusable[v]) grow(f, v);
   }
   settle_dtypes(f, scratch);
@@ -738,9 +775,12 @@ static recap_status check_output(const recap__ir *ir, const recap__ir_op *op,
   }
   const recap__ir_tensor *y = &ir->tensors[op->outputs[0]];
   recap_status st = recap__op_infer(&call);
-  bool same = st == RECAP_OK && call.num_outputs == 1 && call.outputs[0].dtype == y->dtype &&
-              call.outputs[0].ndim == y->ndim;
-  for (int d = 0; same && d < y->ndim; ++d) same = call.outputs[0].shape[d] == y->shape[d];
+  bool same = st == RECAP_OK && call.num_outputs == op->num_outputs;
+  for (int o = 0; same && o < op->num_outputs; ++o) {
+    y = &ir->tensors[op->outputs[o]];
+    same = call.outputs[o].dtype == y->dtype && call.outputs[o].ndim == y->ndim;
+    for (int d = 0; same && d < y->ndim; ++d) same = call.outputs[o].shape[d] == y->shape[d];
+  }
   if (same) return RECAP_OK;
   char why[512];
   snprintf(why, sizeof why, "%s", st == RECAP_OK ? "its output differs" : recap_last_error());
@@ -882,6 +922,23 @@ static recap_status make_fold(const finder *f, int v, fused_op *out) {
   return finish_fused(f, members, count, add->name, out);
 }
 
+/* Builds op u computing its norm epilogue (fuse.h, "Norm epilogues"): u's place and stream,
+ * the norm's weight as its last input, the norm's output as its second. */
+static recap_status make_norm_epilogue(const finder *f, int u, fused_op *out) {
+  const recap__ir *ir = f->ir;
+  const recap__ir_op *norm = &ir->ops[f->epilogue[u]];
+  memset(out, 0, sizeof *out);
+  out->root = u;
+  recap__ir_op *op = &out->op;
+  *op = ir->ops[u];
+  op->program = NULL;
+  op->inputs[op->num_inputs++] = norm->inputs[1];
+  op->attrs.eps = norm->attrs.eps;
+  op->outputs[op->num_outputs++] = norm->outputs[0];
+  int members[2] = {u, f->epilogue[u]};
+  return finish_fused(f, members, 2, ir->ops[u].name, out);
+}
+
 /* Everything the rewrite allocates before it commits. */
 typedef struct {
   fused_op *fused;
@@ -926,6 +983,17 @@ static recap_status build_rewrite(const finder *f, rewrite *r) {
   for (int t = 0; t < f->nt; ++t) r->tensor_map[t] = 0;
   recap_status st = RECAP_OK;
   for (int v = 0; v < f->no && st == RECAP_OK; ++v) {
+    if (f->epilogue_of[v] >= 0) {
+      /* Computed by the op it reads; its output stays, produced there. */
+      r->op_map[v] = -1;
+      continue;
+    }
+    if (f->epilogue[v] >= 0) {
+      st = make_norm_epilogue(f, v, &r->fused[r->num_fused]);
+      if (st != RECAP_OK) break;
+      r->num_fused++;
+      continue;
+    }
     if (f->gone[v]) {
       /* Computed in its readers' prologues. */
       r->op_map[v] = -1;
@@ -992,6 +1060,9 @@ static recap_status build_rewrite(const finder *f, rewrite *r) {
     if (x->alias_of >= 0) x->alias_of = r->tensor_map[x->alias_of];
     x->num_consumers = 0;
   }
+  for (int v = 0; v < f->no; ++v)
+    if (f->epilogue[v] >= 0)
+      r->tensors[r->tensor_map[ir->ops[f->epilogue[v]].outputs[0]]].producer = r->op_map[v];
   for (int v = 0; v < n; ++v)
     for (int i = 0; i < r->ops[v].num_inputs; ++i) r->tensors[r->ops[v].inputs[i]].num_consumers++;
   return RECAP_OK;

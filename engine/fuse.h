@@ -95,6 +95,18 @@
  * instead and applies rsqrt(mean + eps) to the f32 product, within the storage type's
  * tolerance.
  *
+ * Norm epilogues. An op whose prologue_form is RMS_NORM (rmsnorm) reading output 0 of an op
+ * that takes_norm_epilogue (all_reduce: every rank holds the whole sum) becomes that op's
+ * second output: the op gets the norm's weight as its last input and its eps, and the norm
+ * goes. The norm then runs at the op's place, earlier than it did, so: same stream, the weight
+ * declared or produced before the op, nothing either reads written through an alias, no
+ * alias among the tensors, one dtype. The norm's output keeps its tensor. On CUDA the one-shot
+ * all_reduce normalizes each row in its own kernel (kernels/collective.cu), one launch fewer
+ * per norm; where the sum goes through NCCL the norm's own kernel follows it, as before. A
+ * norm that linears fold into their prologues (decided first) stays theirs. Numerics: the
+ * norm reads the sum rounded to its dtype, as before; the one-shot kernel's sum of squares
+ * adds in another order than the rmsnorm kernel's, within the storage type's tolerance.
+ *
  * A group is rewritten only when it saves a launch: at least two ops, or one op and a moved
  * activation. The rewritten IR keeps every declared tensor at its index (they precede the op
  * outputs in the IR; only swallowed intermediates are removed), so random initializations,
@@ -105,7 +117,8 @@
  * for NVTX ranges and messages; recap__ir_op.fused_from lists the spec ops it replaces.
  * `recap plan` prints every kind (cli_fuse_format, cli/plan_text.h): a fold as
  * "= linear(x, w, b) + r", or "= linear(x, w) + r" without a bias, a prologue as
- * "linear(rms_norm(x, g), w)" or "linear(glu(gate_up), w)".
+ * "linear(rms_norm(x, g), w)" or "linear(glu(gate_up), w)", a norm epilogue as
+ * "all_reduce(x), and rms_norm(h, g) of it as its second output".
  *
  * Switch: on by default; RECAP_FUSION=0 in the environment, or recap_pipeline_options.no_fusion
  * (the CLI's --no-fusion), turns it off (groups, residual folds and prologues alike).

@@ -81,6 +81,22 @@ static recap_status build_irs(recap__model *m, recap__diag *diag) {
 }
 
 /* The steps after the spec check; takes the spec. */
+/* Ops whose launch uses their communicator's peer buffers (one call at a time, op.h) stay off
+ * them when the pipeline runs such ops on more than one stream, where two could overlap. */
+static void keep_concurrent_collectives_apart(recap__ir *ir) {
+  int stream = -1;
+  bool several = false;
+  for (size_t i = 0; i < ir->num_ops; ++i) {
+    const recap__ir_op *op = &ir->ops[i];
+    if (!op->def || !op->def->one_call_per_communicator) continue;
+    if (stream >= 0 && op->stream != stream) several = true;
+    stream = op->stream;
+  }
+  for (size_t i = 0; several && i < ir->num_ops; ++i)
+    if (ir->ops[i].def && ir->ops[i].def->one_call_per_communicator)
+      ir->ops[i].attrs.peer_buffers_off = 1;
+}
+
 static recap_status load_model(recap__spec *spec, const recap__load_options *o, recap__model **out,
                                recap__diag *diag) {
   recap__model *m = calloc(1, sizeof *m);
@@ -113,6 +129,7 @@ static recap_status load_model(recap__spec *spec, const recap__load_options *o, 
   m->fused = recap__fuse_enabled_on(o->no_fusion, m->device.backend);
   for (size_t b = 0; m->fused && b < m->num_buckets; ++b)
     RECAP_TRY_GOTO(st, recap__fuse(m->irs[b]), fail);
+  for (size_t b = 0; b < m->num_buckets; ++b) keep_concurrent_collectives_apart(m->irs[b]);
   /* Planned over every bucket: a view that a smaller bucket cannot form stays a copy. */
   RECAP_TRY_GOTO(st, recap__plan_build_buckets(m->irs, m->num_buckets, NULL, &m->plan), fail);
   const recap__ir *largest = m->irs[m->num_buckets - 1];

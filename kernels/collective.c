@@ -13,6 +13,7 @@
  * ops reuse its integer slots rather than grow it: `world` is attrs.dim, `root` attrs.start,
  * `average` attrs.causal. The attribute table keeps the spec-facing names.
  */
+#include <math.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <string.h>
@@ -20,16 +21,23 @@
 #include "kernels/collective.h"
 
 #include "kernels/cuda_ops.h"
+#include "kernels/host/host_ops.h"
 #include "kernels/infer.h"
 #include "kernels/op.h"
 #include "comm/comm.h"
 #include "runtime/error.h"
 
+/* rmsnorm's definition (kernels/reduce.c): an all_reduce's norm runs as its call. */
+extern const recap__op_def recap__op_rmsnorm;
+
 static const char *const one_input[] = {"x", NULL};
+static const char *const all_reduce_inputs[] = {"x", "norm_weight?", NULL};
 
 static const recap__attr_def all_reduce_attrs[] = {
     {"average", RECAP_ATTR_BOOL, offsetof(recap__op_attrs, causal), false, 0,
      "divide the sum by the world size"},
+    {"eps", RECAP_ATTR_FLOAT, offsetof(recap__op_attrs, eps), false, 1e-6,
+     "with norm_weight: added to the mean square of the second output's RMSNorm"},
     {.name = NULL},
 };
 static const recap__attr_def gather_attrs[] = {
@@ -73,6 +81,41 @@ static recap_status same_infer(recap__op_call *call) {
   const recap_tensor *x = &call->inputs[0];
   recap__infer_output(call, 0, x->dtype, x->ndim, x->shape);
   return RECAP_OK;
+}
+
+/* all_reduce: the sum, and with a norm weight (its second input) also the sum's RMSNorm as a
+ * second output, as rmsnorm computes it from the sum rounded to x's dtype. */
+static recap_status all_reduce_infer(recap__op_call *call) {
+  RECAP_TRY(same_infer(call));
+  call->num_outputs = 1;
+  if (call->num_inputs < 2) return RECAP_OK;
+  const recap_tensor *x = &call->inputs[0], *w = &call->inputs[1];
+  if (!recap_dtype_is_float(x->dtype))
+    return RECAP_OP_FAIL(call, "input 'norm_weight' needs a floating-point 'x' (has %s)",
+                         recap_dtype_name(x->dtype));
+  RECAP_TRY(recap__infer_same_dtype(call, 1));
+  const int64_t d = x->shape[x->ndim - 1];
+  if (w->ndim != 1 || w->shape[0] != d)
+    return RECAP_OP_FAIL(call, "input 'norm_weight' has shape %s, expected [%lld] (the last "
+                         "dimension of 'x' %s)", recap__shape_label(w).s, (long long)d,
+                         recap__shape_label(x).s);
+  RECAP_TRY(recap__infer_last_dim_contiguous(call, 1));
+  if (!isfinite(call->attrs.eps) || call->attrs.eps < 0)
+    return RECAP_OP_FAIL(call, "attribute 'eps' must be finite and >= 0, got %g", call->attrs.eps);
+  recap__infer_output(call, 1, x->dtype, x->ndim, x->shape);
+  call->num_outputs = 2;
+  return RECAP_OK;
+}
+
+/* The RMSNorm that an all_reduce with a norm weight computes as its second output: rmsnorm's
+ * own call over the sum (output 0) and the weight. */
+static recap__op_call norm_call(const recap__op_call *call) {
+  recap__op_call n = {.def = &recap__op_rmsnorm, .num_inputs = 2, .num_outputs = 1};
+  n.inputs[0] = call->outputs[0];
+  n.inputs[1] = call->inputs[1];
+  n.outputs[0] = call->outputs[1];
+  n.attrs.eps = call->attrs.eps;
+  return n;
 }
 
 static recap_status all_gather_infer(recap__op_call *call) {
@@ -160,7 +203,10 @@ static recap_status collective_run_host(const recap__op_call *call) {
   host_world *world = atomic_load(&g_host_world);
   if (world) {
     recap_status st = world->fn(world->ctx, &c, world_attr);
-    return st == RECAP_OK ? st : recap__error_context(st, "op '%s': ", call->def->name);
+    if (st != RECAP_OK) return recap__error_context(st, "op '%s': ", call->def->name);
+    if (call->num_outputs < 2) return RECAP_OK;
+    recap__op_call n = norm_call(call);
+    return recap__host_rmsnorm(&n);
   }
   if ((world_attr > 1) || c.root != 0)
     return RECAP_OP_FAIL(call,
@@ -172,7 +218,9 @@ static recap_status collective_run_host(const recap__op_call *call) {
   size_t bytes =
       (size_t)recap__tensor_numel(&call->outputs[0]) * recap_dtype_size(call->outputs[0].dtype);
   if (c.send != c.recv) memmove(c.recv, c.send, bytes);
-  return RECAP_OK;
+  if (call->num_outputs < 2) return RECAP_OK;
+  recap__op_call n = norm_call(call);
+  return recap__host_rmsnorm(&n);
 }
 
 #if RECAP_WITH_CUDA
@@ -180,6 +228,18 @@ static recap_status collective_launch_cuda(const recap__op_call *call, void *str
   int world_attr;
   recap__coll c = describe(call, &world_attr);
   return recap__comm_launch_native(&c, world_attr, stream);
+}
+
+/* all_reduce: one kernel over the communicator's peer buffers where it has them and the sum
+ * fits (the norm inside it too), else NCCL and then the norm's own kernel. */
+static recap_status all_reduce_launch_cuda(const recap__op_call *call, void *stream) {
+  bool done = false;
+  RECAP_TRY(recap__cuda_all_reduce_oneshot(call, recap__comm_peer_view(stream), stream, &done));
+  if (done) return RECAP_OK;
+  RECAP_TRY(collective_launch_cuda(call, stream));
+  if (call->num_outputs < 2) return RECAP_OK;
+  recap__op_call n = norm_call(call);
+  return recap__cuda_rmsnorm(&n, stream);
 }
 #endif
 
@@ -200,10 +260,26 @@ static recap_status collective_launch_cuda(const recap__op_call *call, void *str
       .launch_cuda = RECAP_CUDA_ENTRY(collective_launch_cuda),        \
   }
 
-COLLECTIVE_DEF(all_reduce, CODE_ALL_REDUCE,
-               "sum (or average) of x over every rank, on every rank (NCCL; a copy in a world "
-               "of 1)",
-               all_reduce_attrs, same_infer, 0);
+const recap__op_def recap__op_all_reduce = {
+    .name = "all_reduce",
+    .summary = "sum (or average) of x over every rank, on every rank (NCCL, or one kernel over "
+               "peer buffers for small sums; a copy in a world of 1); with norm_weight also its "
+               "RMSNorm, as a second output",
+    .code = CODE_ALL_REDUCE,
+    .input_names = all_reduce_inputs,
+    .min_inputs = 1,
+    .max_inputs = 2,
+    .num_outputs = 2,
+    .attrs = all_reduce_attrs,
+    .dtype_mask = RECAP__DTYPES_ALL,
+    .in_place_input = 0,
+    /* Every rank holds the whole sum, so a norm of it costs no launch of its own. */
+    .takes_norm_epilogue = true,
+    .one_call_per_communicator = true,
+    .infer = all_reduce_infer,
+    .run_host = collective_run_host,
+    .launch_cuda = RECAP_CUDA_ENTRY(all_reduce_launch_cuda),
+};
 COLLECTIVE_DEF(all_gather, CODE_ALL_GATHER,
                "every rank's x stacked along the first axis, rank order (NCCL)", gather_attrs,
                all_gather_infer, -1);

@@ -66,6 +66,16 @@ recap_status recap__cuda_layernorm(const recap__op_call *call, void *cuda_stream
  * (contiguous), one dtype. out = x / sqrt(mean(x^2) + attrs.eps) * weight. */
 recap_status recap__cuda_rmsnorm(const recap__op_call *call, void *cuda_stream);
 
+/* all_reduce (sum, or average with attrs.causal) of inputs[0] into outputs[0] as one kernel
+ * over the communicator's peer buffers (comm/peer_buffers.h), and with a norm weight
+ * (num_outputs 2) the sum's RMSNorm into outputs[1]. *done false (nothing launched) when
+ * there are no buffers (peers NULL), attrs.peer_buffers_off is set, the dtype is not a float or
+ * the sum does not fit a slot: the caller then runs NCCL. Contiguous tensors, any alignment. */
+struct recap__peer_view;
+recap_status recap__cuda_all_reduce_oneshot(const recap__op_call *call,
+                                            const struct recap__peer_view *peers,
+                                            void *cuda_stream, bool *done);
+
 /* Sum (def->code 0) or mean (def->code 1) over the last dimension of inputs[0] (last-dim
  * stride 1). outputs[0] drops the last dimension (a 1-D input gives shape [1]); same dtype. */
 recap_status recap__cuda_reduce_last(const recap__op_call *call, void *cuda_stream);

@@ -61,6 +61,10 @@ typedef struct {
   recap__activation glu;
   int causal;                    /* softmax/attention mask */
   int logprobs;                  /* sample: also output the chosen tokens' log probabilities */
+  /* all_reduce: set by the engine when another all_reduce of the pipeline may run at the same
+   * time (on another stream), so this one must not use the communicator's peer buffers, which
+   * hold one call at a time (comm/peer_buffers.h). */
+  int peer_buffers_off;
   int trans_a, trans_b;          /* matmul */
   int64_t dim;                   /* split/concat/slice axis */
   int64_t start, end;            /* slice bounds */
@@ -213,6 +217,15 @@ struct recap__op_def {
                  int *up);
   /* A linear: takes the rms_norm and glu prologues (attrs.rms_norm, attrs.glu). */
   bool takes_prologue;
+  /* The op may also compute an op of prologue_form RMS_NORM that reads its output 0, as its
+   * output 1: the norm's weight as its last input (max_inputs - 1), attrs.eps its epsilon
+   * (engine/fuse.h, "Norm epilogues"). all_reduce: every rank holds the whole sum, so the norm
+   * runs inside the collective's own kernel. */
+  bool takes_norm_epilogue;
+  /* Its CUDA launch may use its communicator's peer buffers, which hold one call at a time
+   * (comm/peer_buffers.h): when a pipeline has ops of this kind on more than one stream, the
+   * engine sets attrs.peer_buffers_off on all of them (engine/load.c). */
+  bool one_call_per_communicator;
   /* The (input, axis) pairs the op reduces or contracts over, at most 4 (axes < 0 count from
    * the end); returns how many. NULL: none. The loader refuses such an axis that carries the
    * bucketed dim: a bucket's padding rows would change the result. */

@@ -187,6 +187,15 @@ static const recap__env_var table[] = {
      .summary = "where tests/nvtx_recorder.c writes the NVTX ranges it sees",
      .details = NULL,
      .test_only = true},
+    {.name = "RECAP_ONESHOT_ALLREDUCE",
+     .kind = RECAP__ENV_BOOL,
+     .values = BOOL_VALUES,
+     .fallback = "1",
+     .summary = "small all_reduces run as one kernel over peer buffers, not NCCL",
+     .details = "Read when a communicator of 2 to 8 GPUs is made: each rank maps the others' "
+                "buffers (CUDA IPC, or peer access in one process), and an all_reduce of at most "
+                "512 KiB a rank, with the RMSNorm that follows it folded in, is one kernel "
+                "(docs/MULTI_GPU.md, \"The one-shot all_reduce\"). 0: NCCL for every sum."},
     {.name = "RECAP_PDL",
      .kind = RECAP__ENV_BOOL,
      .values = BOOL_VALUES,

@@ -4,7 +4,8 @@
  *
  * Host suite (CI): the collective ops parse and infer (all_gather and reduce_scatter change
  * the first axis by `world`), a bad world is a spec error, and specs/tp_mlp.yaml runs on the
- * host as a world of 1, eagerly, as graphs and through recap_pipeline_run_dist.
+ * host as a world of 1, eagerly, as graphs and through recap_pipeline_run_dist; all_reduces on
+ * two streams are kept off the communicator's peer buffers.
  *
  * Two-GPU suite: one process per rank, as in production. The test re-executes itself
  * (/proc/self/exe with RECAP_DIST_CHILD set) for each rank; the ranks meet through a file://
@@ -23,6 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "engine/pipeline.h"
 #include "tests/test_util.h"
 
 extern char **environ;
@@ -76,6 +78,35 @@ static void test_reduce_scatter_needs_divisible_rows(void) {
       "ops:\n  - {op: all_gather, in: x, out: y, world: 0}\n";
   CHECK_STATUS(recap_pipeline_create_string(spec2, sizeof spec2 - 1, "bad.yaml", NULL, &p),
                RECAP_STATUS_SPEC_ERROR);
+}
+
+/* all_reduces on two streams could overlap, and the communicator's peer buffers hold one call
+ * at a time: the engine keeps every all_reduce of such a pipeline on NCCL's path
+ * (attrs.peer_buffers_off); on one stream they keep the one-shot path. */
+static void test_all_reduces_on_two_streams_stay_off_the_peer_buffers(void) {
+  static const char spec[] =
+      "name: streams\ndevice: host\ndims: {B: 4, D: 8}\n"
+      "tensors:\n  x: {shape: [B, D], role: input}\n  z: {shape: [B, D], role: input}\n"
+      "ops:\n"
+      "  - {op: all_reduce, in: x, out: a}\n"
+      "  - {op: all_reduce, in: z, out: b%s}\n"
+      "  - {op: add, in: [a, b], out: y}\n"
+      "outputs: [y]\n";
+  for (int streams = 1; streams <= 2; ++streams) {
+    char yaml[512];
+    snprintf(yaml, sizeof yaml, spec, streams == 2 ? ", stream: 1" : "");
+    recap_pipeline *p = NULL;
+    CHECK_OK(recap_pipeline_create_string(yaml, strlen(yaml), "streams.yaml", NULL, &p));
+    const recap__ir *ir = p->model->irs[p->model->num_buckets - 1];
+    int reduces = 0;
+    for (size_t i = 0; i < ir->num_ops; ++i) {
+      if (strcmp(ir->ops[i].def->name, "all_reduce") != 0) continue;
+      reduces++;
+      CU_ASSERT_EQUAL(ir->ops[i].attrs.peer_buffers_off, streams == 2);
+    }
+    CU_ASSERT_EQUAL(reduces, 2);
+    CHECK_OK(recap_pipeline_destroy(p));
+  }
 }
 
 static void fill(float *x, size_t n, uint64_t seed) {
@@ -455,6 +486,7 @@ int main(void) {
   CU_pSuite host = test_add_suite("dist/host", NULL, NULL);
   CU_ADD_TEST(host, test_collective_ops_parse_and_infer_world_shapes);
   CU_ADD_TEST(host, test_reduce_scatter_needs_divisible_rows);
+  CU_ADD_TEST(host, test_all_reduces_on_two_streams_stay_off_the_peer_buffers);
   CU_ADD_TEST(host, test_tp_mlp_runs_on_host_as_world_of_one);
   int gpus = 0;
   recap_device_count(RECAP_BACKEND_CUDA, &gpus);

@@ -4,7 +4,8 @@
  *
  * Group detection on IRs of small specs (chains, diamonds, outputs, KV-cache writes, streams,
  * the input limit, ops that never fuse, moved GEMM activations, mixed dtypes, broadcasting,
- * expr ops inlined, residual adds folded into linears with and without a bias), then whole
+ * expr ops inlined, residual adds folded into linears with and without a bias, norms folded
+ * into the all_reduce before them), then whole
  * pipelines (a bias-free fold against plain loops in f32 and bf16): every spec in specs/
  * computes the same with fusion on and off, eagerly and as graphs; the 100-op chain is one launch;
  * RECAP_FUSION=0 and recap_pipeline_options.no_fusion turn the pass off; the summary `recap plan`
@@ -1056,6 +1057,108 @@ static void test_folded_norms_and_swiglu_compute_the_same_as_the_unfused_ops(voi
   }
 }
 
+/* ---- norms folded into the all_reduce before them ---- */
+
+/* A tensor-parallel layer's end: the all_reduce's sum is the next residual stream, its RMSNorm
+ * the next projection's input (read by a linear and, so that no prologue takes it, an add).
+ * B's buckets: one row and several. */
+static const char allreduce_norm_spec[] =
+    "name: arnorm\ndtype: %s\nseed: 8\n"
+    "dims: {B: [1, 5], D: 48}\n"
+    "tensors:\n"
+    "  x: {shape: [B, D], role: input}\n"
+    "  g: {shape: [D], role: param, init: normal, std: 0.5}\n"
+    "  w: {shape: [D, D], role: param, init: normal, std: 0.1}\n"
+    "ops:\n"
+    "  - {op: all_reduce, in: x, out: h, name: reduce}\n"
+    "  - {op: rmsnorm, in: [h, g], out: hn, eps: 1e-5, name: norm}\n"
+    "  - {op: linear, in: [hn, w], out: y, name: proj}\n"
+    "  - {op: add, in: [y, hn], out: z, name: skip}\n"
+    "  - {op: add, in: [z, h], out: out, name: residual}\n"
+    "outputs: [out]\n";
+
+static char *allreduce_norm_yaml(const char *dtype) {
+  char *yaml = malloc(sizeof allreduce_norm_spec + 16);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(yaml);
+  snprintf(yaml, sizeof allreduce_norm_spec + 16, allreduce_norm_spec, dtype);
+  return yaml;
+}
+
+static void test_a_norm_of_an_all_reduce_becomes_its_second_output(void) {
+  char *yaml = allreduce_norm_yaml("f32");
+  fixture f = load(yaml);
+  const int x = tensor(f.ir, "x"), g = tensor(f.ir, "g");
+  CHECK_OK(recap__fuse(f.ir));
+  const recap__ir_op *reduce = op_named(f.ir, "fused[reduce,norm]");
+  CU_ASSERT_PTR_NOT_NULL_FATAL(reduce);
+  CU_ASSERT_PTR_NULL(op_named(f.ir, "norm"));
+  CU_ASSERT_EQUAL_FATAL(reduce->num_inputs, 2);
+  CU_ASSERT_EQUAL(reduce->inputs[0], x);
+  CU_ASSERT_EQUAL(reduce->inputs[1], g);
+  CU_ASSERT_DOUBLE_EQUAL(reduce->attrs.eps, 1e-5, 1e-12);
+  CU_ASSERT_EQUAL_FATAL(reduce->num_outputs, 2);
+  const int h = tensor(f.ir, "h"), hn = tensor(f.ir, "hn");
+  CU_ASSERT_EQUAL(reduce->outputs[0], h);
+  CU_ASSERT_EQUAL(reduce->outputs[1], hn);
+  /* Its readers find the norm's output produced by the all_reduce. */
+  CU_ASSERT_EQUAL(f.ir->tensors[hn].producer, (int)(reduce - f.ir->ops));
+  CU_ASSERT_EQUAL(f.ir->tensors[hn].num_consumers, 2);
+  char *text = NULL;
+  CHECK_OK(cli_fuse_format(f.ir, true, &text));
+  CU_ASSERT_PTR_NOT_NULL(
+      strstr(text, "= all_reduce(x), and rms_norm(h, g) of it as its second output"));
+  free(text);
+  unload(&f);
+  free(yaml);
+}
+
+/* The norm runs at the all_reduce's place: it stays apart when its weight comes later, when it
+ * runs on another stream, and when linears take it into their prologues. */
+static void test_a_norm_stays_apart_when_the_all_reduce_cannot_compute_it(void) {
+  static const char *const variants[][2] = {
+      {"  - {op: rmsnorm, in: [h, g], out: hn, eps: 1e-5, name: norm}\n",
+       "  - {op: scale, in: g, out: g2, scale: 2.0}\n"
+       "  - {op: rmsnorm, in: [h, g2], out: hn, eps: 1e-5, name: norm}\n"},
+      {"  - {op: rmsnorm, in: [h, g], out: hn, eps: 1e-5, name: norm}\n",
+       "  - {op: rmsnorm, in: [h, g], out: hn, eps: 1e-5, name: norm, stream: 1}\n"},
+      {"  - {op: add, in: [y, hn], out: z, name: skip}\n",
+       "  - {op: add, in: [y, h], out: z, name: skip}\n"},
+  };
+  for (size_t i = 0; i < sizeof variants / sizeof variants[0]; ++i) {
+    char *base = allreduce_norm_yaml("f32");
+    const char *at = strstr(base, variants[i][0]);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(at);
+    char yaml[2048];
+    snprintf(yaml, sizeof yaml, "%.*s%s%s", (int)(at - base), base, variants[i][1],
+             at + strlen(variants[i][0]));
+    free(base);
+    fixture f = load(yaml);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f.ir);
+    CHECK_OK(recap__fuse(f.ir));
+    const recap__ir_op *reduce = op_named(f.ir, "reduce");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(reduce);
+    CU_ASSERT_EQUAL(reduce->num_outputs, 1);
+    /* The third variant's norm is read by the linear alone: its prologue (asked for in this
+     * test program) takes it. */
+    if (i < 2) CU_ASSERT_PTR_NOT_NULL(op_named(f.ir, "norm"));
+    unload(&f);
+  }
+}
+
+/* Fused (the norm computed by the all_reduce: a copy in a world of 1, then the norm) and
+ * unfused compute the same, eagerly and as graphs, f32 and bf16; on CUDA against the host's
+ * unfused ops too. */
+static void test_an_all_reduce_with_its_norm_computes_the_same_as_the_ops_apart(void) {
+  static const char *const dtypes[] = {"f32", "bf16"};
+  for (size_t i = 0; i < sizeof dtypes / sizeof dtypes[0]; ++i) {
+    char *yaml = allreduce_norm_yaml(dtypes[i]);
+    const size_t fused = compare_fusion(dtypes[i], NULL, yaml, NULL, test_device,
+                                        test_device.backend != RECAP_BACKEND_HOST);
+    CU_ASSERT(fused >= 2);
+    free(yaml);
+  }
+}
+
 /* ---- the switch ---- */
 
 static void test_recap_fusion_0_and_the_no_fusion_option_turn_the_pass_off(void) {
@@ -1159,6 +1262,9 @@ int main(void) {
   ADD_(test_the_gated_unit_stays_on_cuda)
   ADD_(test_norms_and_gated_units_stay_when_a_reader_cannot_fold_them)
   ADD_(test_folded_norms_and_swiglu_compute_the_same_as_the_unfused_ops)
+  ADD_(test_a_norm_of_an_all_reduce_becomes_its_second_output)
+  ADD_(test_a_norm_stays_apart_when_the_all_reduce_cannot_compute_it)
+  ADD_(test_an_all_reduce_with_its_norm_computes_the_same_as_the_ops_apart)
 #undef ADD_
   CU_pSuite cuda = test_add_cuda_suite("fusion/cuda", test_suite_use_cuda, NULL);
 #define ADD_(t) CU_add_test(cuda, #t, t);
@@ -1170,6 +1276,7 @@ int main(void) {
   ADD_(test_a_folded_linear_without_bias_computes_x0_plus_x_wt)
   ADD_(test_a_linear_residual_is_added_after_the_activation)
   ADD_(test_folded_norms_and_swiglu_compute_the_same_as_the_unfused_ops)
+  ADD_(test_an_all_reduce_with_its_norm_computes_the_same_as_the_ops_apart)
 #undef ADD_
   return test_run_all();
 }
