@@ -13,10 +13,6 @@
 _Static_assert(sizeof(cudaIpcMemHandle_t) == RECAP__PEER_HANDLE_BYTES,
                "RECAP__PEER_HANDLE_BYTES must be the size of a CUDA IPC handle");
 
-/* Data bytes a rank sends in one call: 64 rows of a 4096-wide bf16 hidden state (a decode
- * batch of 64 on the Llama-3-8B shape). Larger sums go to NCCL, whose ring is as fast there. */
-enum { SLOT_BYTES = 512 * 1024 };
-
 struct recap__peer_buffers {
   recap__peer_view view;
   void *local;                         /* this rank's buffer (view.peers[rank]) */
@@ -24,8 +20,11 @@ struct recap__peer_buffers {
   uint32_t *abort_host;                /* pinned, mapped: view.abort_word's host side */
 };
 
-/* The bytes of one rank's buffer: two parities of every sender's words (8 bytes per 4). */
-static size_t buffer_bytes(int world) { return 2 * (size_t)world * 2 * SLOT_BYTES; }
+/* The bytes of one rank's buffer: two parities of every sender's regions, 8 bytes a word. At
+ * world 2, 8 MiB: a decode batch of 64 rows of a 4096-wide bf16 hidden state fits. */
+static size_t buffer_bytes(int world) {
+  return 2 * (size_t)world * RECAP__PEER_MAX_BLOCKS * RECAP__PEER_BLOCK_WORDS * 8;
+}
 
 /* Runs with `device` current, restoring the caller's. */
 typedef struct {
@@ -54,14 +53,13 @@ recap_status recap__peer_buffers_create(int device, int rank, int world, recap__
   b->view.rank = rank;
   b->view.world = world;
   b->view.device = device;
-  b->view.slot_bytes = SLOT_BYTES;
   device_scope scope;
   recap_status st = scope_enter(&scope, device);
   if (st != RECAP_OK) {
     free(b);
     return st;
   }
-  const size_t bytes = buffer_bytes(world), counter_bytes = 2 * sizeof(uint32_t);
+  const size_t bytes = buffer_bytes(world), counter_bytes = RECAP__PEER_MAX_BLOCKS * sizeof(uint32_t);
   void *abort_device = NULL;
   RECAP_CUDA_TRY_GOTO(st, cudaMalloc(&b->local, bytes), fail);
   RECAP_CUDA_TRY_GOTO(st, cudaMalloc((void **)&b->view.counters, counter_bytes), fail);

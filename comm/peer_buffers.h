@@ -11,15 +11,16 @@
  * no fence), waits for every peer's words of the same epoch in its own buffer, and adds them
  * in rank order, so every rank computes the same bits.
  *
- * Layout of one rank's buffer: [2 parities][world senders][slot_bytes * 2 of words]. Every
- * call has one epoch, the last call's (counters[0], this device's) plus one, and uses parity
- * epoch & 1. A rank can be at most one call ahead of a peer (it cannot finish call e before
- * every peer wrote its words of call e), so writing call e + 1's words into the other parity
- * never overwrites words of call e that a peer still waits for, whatever the two calls' sizes.
- * Every rank runs the same calls, so the epochs agree without any shared counter. Two calls
- * must therefore never run at the same time on one communicator: the engine keeps the one-shot
- * path to pipelines whose all_reduces share one stream (attrs.peer_buffers_off marks the rest),
- * and the ranks' calls run in one order.
+ * Layout of one rank's buffer: [2 parities][world senders][RECAP__PEER_MAX_BLOCKS regions]
+ * [RECAP__PEER_BLOCK_WORDS words]: block b of a call always uses region b. Block b's epoch is
+ * counters[b] + 1 (this device's counter, stored back by the block), and its parity epoch & 1.
+ * A rank's block b can be at most one epoch ahead of a peer's (it cannot finish epoch e before
+ * the peer's block b wrote its words of epoch e), so writing epoch e + 1 into the other parity
+ * never overwrites words the peer still waits for. Every rank runs the same calls with the same
+ * grids, so block b's epochs agree without any shared counter or fence. Two calls must
+ * therefore never run at the same time on one communicator: the engine keeps the one-shot path
+ * to pipelines whose all_reduces share one stream (attrs.peer_buffers_off marks the rest), and
+ * the ranks' calls run in one order.
  *
  * A peer that dies leaves a block waiting for its words: after a millisecond of waiting the
  * kernel also reads abort_word (pinned host memory, mapped), which the communicator's watchdog
@@ -43,17 +44,16 @@ enum {
   RECAP__PEER_MAX_WORLD = 8,
   /* The most blocks of one call: few enough to be resident together, since each waits for
    * its peers' blocks of the same index. */
-  RECAP__PEER_MAX_BLOCKS = 256,
+  RECAP__PEER_MAX_BLOCKS = 64,
+  /* The data words (4 bytes) of a block's region: a row of up to 8192 f16/bf16 elements. */
+  RECAP__PEER_BLOCK_WORDS = 4096,
 };
 
 typedef struct recap__peer_view {
   int rank, world, device;
-  /* Data bytes one rank sends in one call (the words take twice this, per parity). */
-  size_t slot_bytes;
   /* Each rank's buffer as this device addresses it; peers[rank] is this rank's own. */
   void *peers[RECAP__PEER_MAX_WORLD];
-  /* This device's, zeroed at creation: [0] the last call's epoch, [1] the blocks of the running
-   * call that have finished (the last one stores the epoch and resets this). */
+  /* This device's, zeroed at creation: block b's last epoch, RECAP__PEER_MAX_BLOCKS of them. */
   uint32_t *counters;
   /* Nonzero once the communicator aborted: the device's view of a pinned host word. */
   const uint32_t *abort_word;

@@ -8,16 +8,17 @@
  * what the peers wrote into its own: about 3.3 us in the same chain, and 4.5 us with the norm
  * that follows it, which otherwise is a kernel of its own (about 4 us in a chain).
  *
- * Work split: a block per segment. With a norm, a segment is a row (the norm needs the whole
- * row's sum of squares); without, 1024 words. A word is 4 data bytes (two f16/bf16 elements or
- * one f32; a row's odd last element is padded), sent as an 8-byte store with the call's epoch,
- * so a reader that sees the epoch sees the data. Elements are loaded one by one, so no tensor
- * needs any alignment: whether a call runs here depends only on its sizes, which every rank
- * shares (the ranks must all take this path or all take NCCL's).
- *
- * The epoch is one per call: every block reads counters[0] + 1, and the last block to finish
- * (counters[1] counts arrivals) stores it, so the next call on the stream reads it. Sums are
- * taken in rank order in f32 and rounded once, so every rank holds the same bits.
+ * Work split: a block per segment, each with its own region of the peer buffers and its own
+ * epoch (comm/peer_buffers.h). With a norm, a segment is a row (the norm needs the whole row's
+ * sum of squares); without, a region's worth. A word is 4 data bytes (two f16/bf16 elements or
+ * one f32; a row's odd last element is padded), sent as an 8-byte store with the epoch, so a
+ * reader that sees the epoch sees the data. A thread keeps its words in registers from the
+ * load of x to the norm's store. Elements are loaded one by one, so no tensor needs any
+ * alignment: whether a call runs here depends only on its sizes, which every rank shares (the
+ * ranks must all take this path or all take NCCL's). Sums are taken in rank order in f32 and
+ * rounded once, so every rank holds the same bits. No fence and no atomic: a block's epoch
+ * counter is its own, read at its start and stored at its end (the next call reads it after
+ * this one completed).
  */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -26,13 +27,15 @@
 #include "comm/peer_buffers.h"
 #include "kernels/cuda_common.cuh"
 #include "kernels/cuda_ops.h"
+#include "runtime/cuda_check.h"
 #include "runtime/error.h"
 
 namespace {
 
 constexpr int kThreads = 512;
-/* Words of a segment without a norm. */
-constexpr int kPlainSegmentWords = 1024;
+/* Words a thread holds, so a block's region is kThreads * kWordsPerThread words. */
+constexpr int kWordsPerThread = RECAP__PEER_BLOCK_WORDS / kThreads;
+static_assert(kWordsPerThread * kThreads == RECAP__PEER_BLOCK_WORDS, "whole words per thread");
 /* Nanoseconds of waiting after which a block also reads the abort word (a mapped host read
  * costs microseconds, so never on the fast path). */
 constexpr unsigned long long kAbortCheckNs = 1000000ull;
@@ -41,10 +44,9 @@ struct oneshot_args {
   const void *x;
   void *y, *y_norm;
   const void *weight;
-  int64_t segment;       /* elements of a segment (a row with a norm) */
-  int64_t count;         /* elements in all */
-  int segment_words;     /* words of a segment's slot */
-  float scale;           /* 1, or 1 / world for an average */
+  int64_t segment; /* elements of a block's segment (a row with a norm) */
+  int64_t count;   /* elements in all */
+  float scale;     /* 1, or 1 / world for an average */
   float eps;
   recap__peer_view peers;
 };
@@ -90,61 +92,102 @@ struct word_of {
   }
 };
 
-/* The slot of sender `rank` for parity `epoch & 1` in a buffer of `slot_words` words a sender. */
-__device__ __forceinline__ uint32_t *slot_of(void *buffer, uint32_t epoch, int world, int rank,
-                                             size_t slot_words) {
-  const size_t words_per_sender = slot_words * 2; /* 8 bytes a word */
-  return static_cast<uint32_t *>(buffer) +
-         ((size_t)(epoch & 1u) * (size_t)world + (size_t)rank) * words_per_sender;
+/* Block `block`'s region of sender `rank`'s slot for parity `epoch & 1`, in a buffer of
+ * `world` senders: 8-byte words, two uint32 each. */
+__device__ __forceinline__ uint32_t *region_of(void *buffer, uint32_t epoch, int world, int rank,
+                                               int block) {
+  const size_t words = (((size_t)(epoch & 1u) * (size_t)world + (size_t)rank) *
+                            RECAP__PEER_MAX_BLOCKS + (size_t)block) *
+                       RECAP__PEER_BLOCK_WORDS;
+  return static_cast<uint32_t *>(buffer) + 2 * words;
 }
 
-template <typename T, bool kNorm>
+/* A word of x (elements j * kElems on, n of them left in the segment): one 4-byte load when
+ * the tensors are word-aligned (kAligned), else element by element with padding. */
+template <typename T, bool kAligned>
+__device__ __forceinline__ uint32_t load_x_word(const T *x, int j, int64_t n) {
+  using W = word_of<T>;
+  if (kAligned) return reinterpret_cast<const uint32_t *>(x)[j];
+  return W::pack(x + (int64_t)j * W::kElems, (int)(n - (int64_t)j * W::kElems));
+}
+
+/* Stores word j's elements (as floats, rounded to T) into out. */
+template <typename T, bool kAligned>
+__device__ __forceinline__ void store_word_elements(T *out, int j, int64_t n,
+                                                    const float (&v)[word_of<T>::kElems]) {
+  using W = word_of<T>;
+  if (kAligned) {
+    T packed[W::kElems];
+#pragma unroll
+    for (int e = 0; e < W::kElems; ++e) packed[e] = recap__from_float<T>(v[e]);
+    uint32_t bits;
+    memcpy(&bits, packed, sizeof bits);
+    reinterpret_cast<uint32_t *>(out)[j] = bits;
+    return;
+  }
+#pragma unroll
+  for (int e = 0; e < W::kElems; ++e) {
+    const int64_t i = (int64_t)j * W::kElems + e;
+    if (i < n) out[i] = recap__from_float<T>(v[e]);
+  }
+}
+
+template <typename T, bool kNorm, bool kAligned>
 __global__ void __launch_bounds__(kThreads) oneshot_kernel(oneshot_args a) {
   recap__pdl_begin();
   using W = word_of<T>;
-  __shared__ uint32_t epoch_shared;
   __shared__ float partial[kThreads / 32];
+  __shared__ uint32_t epoch_shared;
   const recap__peer_view &v = a.peers;
-  if (threadIdx.x == 0) epoch_shared = *(volatile uint32_t *)&v.counters[0] + 1u;
+  /* This block's epoch: its counter is this device's and only this block index touches it.
+   * Read once, before thread 0 can store the new one. */
+  if (threadIdx.x == 0) epoch_shared = *(volatile const uint32_t *)&v.counters[blockIdx.x] + 1u;
   __syncthreads();
   const uint32_t epoch = epoch_shared;
-  const size_t slot_words = v.slot_bytes / 4;
   const int64_t first = (int64_t)blockIdx.x * a.segment;
   const int64_t n = min(a.segment, a.count - first);
   const int words = (int)((n + W::kElems - 1) / W::kElems);
-  const size_t base = (size_t)blockIdx.x * (size_t)a.segment_words;
   const T *x = static_cast<const T *>(a.x) + first;
   T *y = static_cast<T *>(a.y) + first;
 
-  /* Push: this rank's words into its slot of every peer's buffer. */
-  for (int j = threadIdx.x; j < words; j += kThreads) {
-    const uint32_t w = W::pack(x + (int64_t)j * W::kElems, (int)(n - (int64_t)j * W::kElems));
-    for (int p = 0; p < v.world; ++p)
-      if (p != v.rank)
-        store_word(slot_of(v.peers[p], epoch, v.world, v.rank, slot_words) + 2 * (base + j), w,
-                   epoch);
+  /* Push: this rank's words into its region of every peer's buffer. */
+  uint32_t mine[kWordsPerThread];
+#pragma unroll
+  for (int k = 0; k < kWordsPerThread; ++k) {
+    const int j = threadIdx.x + k * kThreads;
+    mine[k] = j < words ? load_x_word<T, kAligned>(x, j, n) : 0u;
   }
-  /* Gather: every rank's word in rank order (this rank's from x), summed in f32. */
+  for (int p = 0; p < v.world; ++p) {
+    if (p == v.rank) continue;
+    uint32_t *dst = region_of(v.peers[p], epoch, v.world, v.rank, blockIdx.x);
+#pragma unroll
+    for (int k = 0; k < kWordsPerThread; ++k) {
+      const int j = threadIdx.x + k * kThreads;
+      if (j < words) store_word(dst + 2 * j, mine[k], epoch);
+    }
+  }
+  /* Gather: every rank's word in rank order (this rank's from registers), summed in f32, then
+   * rounded to T once; the rounded values stay in registers for the norm. */
   bool aborted = false;
   float squares = 0.0f;
-  for (int j = threadIdx.x; j < words; j += kThreads) {
-    const int64_t e0 = (int64_t)j * W::kElems;
-    const int live = (int)min((int64_t)W::kElems, n - e0);
-    float sum[W::kElems];
+  float sum[kWordsPerThread][W::kElems];
 #pragma unroll
-    for (int e = 0; e < W::kElems; ++e) sum[e] = 0.0f;
-    for (int p = 0; p < v.world; ++p) {
-      uint32_t w;
-      if (p == v.rank) {
-        w = W::pack(x + e0, live);
-      } else {
-        const uint32_t *src =
-            slot_of(v.peers[v.rank], epoch, v.world, p, slot_words) + 2 * (base + j);
-        uint2 got = load_word(src);
+  for (int k = 0; k < kWordsPerThread; ++k)
+#pragma unroll
+    for (int e = 0; e < W::kElems; ++e) sum[k][e] = 0.0f;
+  for (int p = 0; p < v.world; ++p) {
+    const uint32_t *src = region_of(v.peers[v.rank], epoch, v.world, p, blockIdx.x);
+#pragma unroll
+    for (int k = 0; k < kWordsPerThread; ++k) {
+      const int j = threadIdx.x + k * kThreads;
+      if (j >= words) continue;
+      uint32_t w = mine[k];
+      if (p != v.rank) {
+        uint2 got = load_word(src + 2 * j);
         if (got.y != epoch && !aborted) {
           const unsigned long long since = global_ns();
           unsigned spins = 0;
-          while ((got = load_word(src)).y != epoch) {
+          while ((got = load_word(src + 2 * j)).y != epoch) {
             if ((++spins & 255u) == 0 && global_ns() - since > kAbortCheckNs &&
                 *(volatile const uint32_t *)v.abort_word != 0) {
               aborted = true;
@@ -155,40 +198,43 @@ __global__ void __launch_bounds__(kThreads) oneshot_kernel(oneshot_args a) {
         w = got.x;
       }
 #pragma unroll
-      for (int e = 0; e < W::kElems; ++e) sum[e] += W::element(w, e);
+      for (int e = 0; e < W::kElems; ++e) sum[k][e] += W::element(w, e);
     }
-#pragma unroll
-    for (int e = 0; e < W::kElems; ++e)
-      if (e < live) {
-        const T r = recap__from_float<T>(sum[e] * a.scale);
-        y[e0 + e] = r;
-        const float f = recap__to_float(r);
-        squares = fmaf(f, f, squares);
-      }
   }
-  if (kNorm) {
-    /* The row's sum of squares of the rounded sum, as rmsnorm reads it. */
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) squares += __shfl_xor_sync(0xffffffffu, squares, o);
-    if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = squares;
-    __syncthreads();
-    float total = 0.0f;
+  for (int k = 0; k < kWordsPerThread; ++k) {
+    const int j = threadIdx.x + k * kThreads;
+    if (j >= words) continue;
 #pragma unroll
-    for (int k = 0; k < kThreads / 32; ++k) total += partial[k];
-    const float rstd = 1.0f / sqrtf(total / (float)n + a.eps);
-    const T *weight = static_cast<const T *>(a.weight);
-    T *yn = static_cast<T *>(a.y_norm) + first;
-    for (int64_t i = threadIdx.x; i < n; i += kThreads)
-      yn[i] = recap__from_float<T>(recap__to_float(y[i]) * rstd * recap__to_float(weight[i]));
+    for (int e = 0; e < W::kElems; ++e) {
+      /* Rounded as stored; a padding element is 0 and adds nothing. */
+      sum[k][e] = recap__to_float(recap__from_float<T>(sum[k][e] * a.scale));
+      squares = fmaf(sum[k][e], sum[k][e], squares);
+    }
+    store_word_elements<T, kAligned>(y, j, n, sum[k]);
   }
-  /* The last block to finish hands the epoch to the next call. */
+  if (threadIdx.x == 0) v.counters[blockIdx.x] = epoch;
+  if (!kNorm) return;
+  /* The row's sum of squares of the rounded sum, as rmsnorm reads it. */
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) squares += __shfl_xor_sync(0xffffffffu, squares, o);
+  if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = squares;
   __syncthreads();
-  if (threadIdx.x == 0) {
-    __threadfence();
-    if (atomicAdd(&v.counters[1], 1u) == gridDim.x - 1) {
-      v.counters[1] = 0;
-      v.counters[0] = epoch;
-    }
+  float total = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kThreads / 32; ++k) total += partial[k];
+  const float rstd = 1.0f / sqrtf(total / (float)n + a.eps);
+  const T *weight = static_cast<const T *>(a.weight);
+  T *yn = static_cast<T *>(a.y_norm) + first;
+#pragma unroll
+  for (int k = 0; k < kWordsPerThread; ++k) {
+    const int j = threadIdx.x + k * kThreads;
+    if (j >= words) continue;
+    const uint32_t g = load_x_word<T, kAligned>(weight, j, n);
+    float out[W::kElems];
+#pragma unroll
+    for (int e = 0; e < W::kElems; ++e) out[e] = sum[k][e] * rstd * W::element(g, e);
+    store_word_elements<T, kAligned>(yn, j, n, out);
   }
 }
 
@@ -206,22 +252,13 @@ extern "C" recap_status recap__cuda_all_reduce_oneshot(const recap__op_call *cal
   const bool norm = call->num_outputs > 1;
   const int64_t count = recap__tensor_numel(x);
   if (count == 0) return RECAP_OK;
-  const int elems_per_word = 4 / (int)recap_dtype_size(dtype);
-  int64_t segment, blocks;
-  int segment_words;
-  if (norm) {
-    segment = x->shape[x->ndim - 1];
-    if (segment <= 0) return RECAP_OK;
-    blocks = count / segment;
-    segment_words = (int)((segment + elems_per_word - 1) / elems_per_word);
-  } else {
-    segment = (int64_t)kPlainSegmentWords * elems_per_word;
-    blocks = (count + segment - 1) / segment;
-    segment_words = kPlainSegmentWords;
-  }
-  if (blocks > RECAP__PEER_MAX_BLOCKS ||
-      (size_t)blocks * (size_t)segment_words * 4 > peers->slot_bytes)
-    return RECAP_OK; /* too large for the slot: NCCL */
+  const int64_t elems_per_word = 4 / (int64_t)recap_dtype_size(dtype);
+  const int64_t block_elems = (int64_t)RECAP__PEER_BLOCK_WORDS * elems_per_word;
+  /* A segment is a block's region at most: a row with a norm, else a region's worth. */
+  const int64_t segment = norm ? x->shape[x->ndim - 1] : block_elems;
+  if (segment <= 0 || segment > block_elems) return RECAP_OK;
+  const int64_t blocks = (count + segment - 1) / segment;
+  if (blocks > RECAP__PEER_MAX_BLOCKS) return RECAP_OK; /* too large: NCCL */
   recap__cuda_launch_range range(call->def->name);
   oneshot_args a = {};
   a.x = x->data;
@@ -230,15 +267,20 @@ extern "C" recap_status recap__cuda_all_reduce_oneshot(const recap__op_call *cal
   a.weight = norm ? call->inputs[1].data : nullptr;
   a.segment = segment;
   a.count = count;
-  a.segment_words = segment_words;
   a.scale = call->attrs.causal ? 1.0f / (float)peers->world : 1.0f;
   a.eps = (float)call->attrs.eps;
   a.peers = *peers;
+  /* Word loads and stores where every tensor and segment starts on a word: a choice of code
+   * only, the same on every rank or not. */
+  bool aligned = segment % elems_per_word == 0 && count % elems_per_word == 0;
+  const void *const tensors[] = {a.x, a.y, a.y_norm, a.weight};
+  for (const void *t : tensors) aligned = aligned && ((uintptr_t)t & 3u) == 0;
   cudaStream_t stream = static_cast<cudaStream_t>(cuda_stream);
   RECAP_TRY(recap__cuda_dispatch_float(dtype, call->def->name, [&](auto tag) {
     using T = decltype(tag);
-    RECAP_CUDA_TRY(recap__cuda_launch(norm ? oneshot_kernel<T, true> : oneshot_kernel<T, false>,
-                                      (unsigned)blocks, kThreads, 0, stream, a));
+    const auto kernel = norm ? (aligned ? oneshot_kernel<T, true, true> : oneshot_kernel<T, true, false>)
+                             : (aligned ? oneshot_kernel<T, false, true> : oneshot_kernel<T, false, false>);
+    RECAP_CUDA_TRY(recap__cuda_launch(kernel, (unsigned)blocks, kThreads, 0, stream, a));
     return RECAP_OK;
   }));
   *done = true;

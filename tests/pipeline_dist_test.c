@@ -13,9 +13,14 @@
  *   - the tensor-parallel MLP (fc1 split by columns, fc2 by rows, one all_reduce) of two ranks
  *     equals the single-GPU MLP with the full weights, eager and as graphs, for two buckets
  *     (rank 0 chooses them; rank 1 passes no batch at all);
+ *   - an all_reduce with the RMSNorm after it folded in (bf16, one-shot kernel for the batches
+ *     that fit the peer buffers, NCCL for the one that does not) gives the exact sum of both
+ *     ranks' parts and its norm within bf16 rounding of a double-precision host computation,
+ *     eager and as graphs, on both ranks;
  *   - when rank 1 dies after joining, rank 0's run fails with a clear error within its
  *     timeout instead of hanging.
  */
+#include <math.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdlib.h>
@@ -25,6 +30,7 @@
 #include <unistd.h>
 
 #include "engine/pipeline.h"
+#include "runtime/half.h"
 #include "tests/test_util.h"
 
 extern char **environ;
@@ -283,6 +289,79 @@ static int child_tp(int rank, const char *dir) {
   return stats.replays == 2 ? 0 : 1;
 }
 
+/* The one-shot all_reduce and its folded norm (kernels/collective.cu), bf16. Each rank adds
+ * a bias of its own to the input from rank 0, so the sum needs both ranks' words: h = (x + b0)
+ * + (x + b1), hn = rmsnorm(h, g), s = the average of hn over the ranks (= hn: the plain path
+ * and average). D is odd, so each row's last word is half padding; batches 1 and 8 fit the
+ * peer buffers' slot, 80 rows do not (NCCL and then the norm's own kernel). */
+static const char NORM_SPEC[] =
+    "name: ar-norm\n"
+    "device: cuda\n"
+    "dtype: bf16\n"
+    "dims: {B: [1, 8, 80], D: 4095}\n"
+    "tensors:\n"
+    "  x: {shape: [B, D], role: input}\n"
+    "  b: {shape: [D], role: state}\n"
+    "  g: {shape: [D], role: state}\n"
+    "ops:\n"
+    "  - {op: add, in: [x, b], out: part}\n"
+    "  - {op: all_reduce, in: part, out: h}\n"
+    "  - {op: rmsnorm, in: [h, g], out: hn, eps: 1e-5}\n"
+    "  - {op: all_reduce, in: hn, out: s, average: true}\n"
+    "outputs: [h, hn, s]\n";
+
+enum { ND = 4095, NB = 80 };
+static const int norm_batches[] = {1, 8, NB};
+
+/* n values of fill(seed) rounded to bf16, as bytes and as floats. */
+static void fill_bf16(uint16_t *bits, float *values, size_t n, uint64_t seed) {
+  fill(values, n, seed);
+  for (size_t i = 0; i < n; ++i) {
+    recap__store_f32(bits, RECAP_DTYPE_BF16, (int64_t)i, values[i]);
+    values[i] = recap__load_f32(bits, RECAP_DTYPE_BF16, (int64_t)i);
+  }
+}
+
+/* One rank of the norm check: for each batch, eager then graph, writing h, hn and s. */
+static int child_norm(int rank, const char *dir) {
+  char url[1100];
+  snprintf(url, sizeof url, "file://%s/rv", dir);
+  recap_comm *c = NULL;
+  CHILD_TRY(recap_comm_init_rank((recap_device){RECAP_BACKEND_CUDA, rank}, 2, rank, url, 60, &c));
+  recap_pipeline_options o = {.struct_size = sizeof o,
+                              .override_device = 1,
+                              .device = {RECAP_BACKEND_CUDA, rank}};
+  recap_pipeline *p = NULL;
+  CHILD_TRY(recap_pipeline_create_string(NORM_SPEC, sizeof NORM_SPEC - 1, "ar-norm.yaml", &o, &p));
+  static uint16_t bits[NB * ND];
+  static float values[NB * ND];
+  fill_bf16(bits, values, ND, 20 + (uint64_t)rank);
+  CHILD_TRY(recap_pipeline_copy_in(p, "b", bits, ND * 2, 0));
+  fill_bf16(bits, values, ND, 30);
+  CHILD_TRY(recap_pipeline_copy_in(p, "g", bits, ND * 2, 0));
+  for (size_t k = 0; k < sizeof norm_batches / sizeof norm_batches[0]; ++k) {
+    const int batch = norm_batches[k];
+    const size_t bytes = (size_t)batch * ND * 2;
+    for (int graph = 0; graph < 2; ++graph) {
+      if (rank == 0) {
+        fill_bf16(bits, values, (size_t)batch * ND, 40 + (uint64_t)batch);
+        CHILD_TRY(recap_pipeline_copy_in(p, "x", bits, bytes, batch));
+      }
+      CHILD_TRY(recap_pipeline_run_dist(p, c, rank == 0 ? batch : 0, graph ? 0 : RECAP_DIST_EAGER));
+      static const char *const outs[] = {"h", "hn", "s"};
+      for (int i = 0; i < 3; ++i) {
+        CHILD_TRY(recap_pipeline_copy_out(p, outs[i], bits, bytes, batch));
+        char name[64];
+        snprintf(name, sizeof name, "%s_%d_%d_%d", outs[i], batch, graph, rank);
+        if (!write_blob(dir, name, bits, bytes)) return 1;
+      }
+    }
+  }
+  CHILD_TRY(recap_pipeline_destroy(p));
+  CHILD_TRY(recap_comm_destroy(c));
+  return 0;
+}
+
 /* Rank 1 joins and dies; rank 0 must fail within its timeout and say why. */
 static int child_die(int rank, const char *dir) {
   char url[1100];
@@ -413,6 +492,69 @@ static void test_tp_mlp_two_ranks_equals_single_gpu(void) {
     }
 }
 
+static void test_all_reduce_and_its_norm_match_the_host_computation(void) {
+  char dir[512];
+  make_dir(dir, sizeof dir);
+  pid_t pids[2] = {spawn_rank("norm", 0, dir), spawn_rank("norm", 1, dir)};
+  CU_ASSERT_FATAL(pids[0] > 0 && pids[1] > 0);
+  int codes[2];
+  wait_ranks(pids, codes, test_scaled_seconds(180));
+  CU_ASSERT_EQUAL(codes[0], 0);
+  CU_ASSERT_EQUAL(codes[1], 0);
+  static uint16_t bits[NB * ND];
+  static float b[2][ND], g[ND], x[NB * ND], part[2], h[NB * ND], got[3][NB * ND];
+  fill_bf16(bits, b[0], ND, 20);
+  fill_bf16(bits, b[1], ND, 21);
+  fill_bf16(bits, g, ND, 30);
+  for (size_t k = 0; k < sizeof norm_batches / sizeof norm_batches[0]; ++k) {
+    const int batch = norm_batches[k];
+    const size_t n = (size_t)batch * ND;
+    fill_bf16(bits, x, n, 40 + (uint64_t)batch);
+    /* The sum of two bf16 values is exact in f32, so h is exact; hn in double. */
+    for (size_t i = 0; i < n; ++i) {
+      for (int r = 0; r < 2; ++r) {
+        recap__store_f32(bits, RECAP_DTYPE_BF16, 0, x[i] + b[r][i % ND]);
+        part[r] = recap__load_f32(bits, RECAP_DTYPE_BF16, 0);
+      }
+      recap__store_f32(bits, RECAP_DTYPE_BF16, 0, part[0] + part[1]);
+      h[i] = recap__load_f32(bits, RECAP_DTYPE_BF16, 0);
+    }
+    for (int graph = 0; graph < 2; ++graph)
+      for (int rank = 0; rank < 2; ++rank) {
+        static const char *const outs[] = {"h", "hn", "s"};
+        bool read = true;
+        for (int i = 0; i < 3; ++i) {
+          char name[64];
+          snprintf(name, sizeof name, "%s_%d_%d_%d", outs[i], batch, graph, rank);
+          read = read && read_blob(dir, name, bits, n * 2);
+          for (size_t e = 0; read && e < n; ++e)
+            got[i][e] = recap__load_f32(bits, RECAP_DTYPE_BF16, (int64_t)e);
+        }
+        if (!read) {
+          CU_FAIL("a rank wrote no output");
+          continue;
+        }
+        size_t bad_h = 0, bad_hn = 0, bad_s = 0;
+        for (int row = 0; row < batch; ++row) {
+          double sq = 0;
+          for (int j = 0; j < ND; ++j) sq += (double)h[row * ND + j] * h[row * ND + j];
+          const double inv = 1.0 / sqrt(sq / ND + 1e-5);
+          for (int j = 0; j < ND; ++j) {
+            const size_t e = (size_t)row * ND + j;
+            const double want = h[e] * inv * g[j];
+            bad_h += got[0][e] != h[e];
+            bad_hn += !(fabs(got[1][e] - want) <= 1e-2 * fabs(want) + 1e-3);
+            bad_s += got[2][e] != got[1][e];
+          }
+        }
+        if (bad_h || bad_hn || bad_s)
+          fprintf(stderr, "\n  batch %d, %s, rank %d: %zu of h, %zu of hn, %zu of s off\n", batch,
+                  graph ? "graph" : "eager", rank, bad_h, bad_hn, bad_s);
+        CU_ASSERT_EQUAL(bad_h + bad_hn + bad_s, 0);
+      }
+  }
+}
+
 static void test_dead_rank_fails_the_others_within_timeout(void) {
   char dir[512];
   make_dir(dir, sizeof dir);
@@ -477,6 +619,7 @@ static int child_main(const char *spec) {
   const char *dir = spec + n;
   if (strcmp(role, "tp") == 0) return child_tp(rank, dir);
   if (strcmp(role, "die") == 0) return child_die(rank, dir);
+  if (strcmp(role, "norm") == 0) return child_norm(rank, dir);
   return 2;
 }
 
@@ -499,6 +642,7 @@ int main(void) {
   }
   CU_ADD_TEST(cuda, test_pipeline_on_second_gpu_runs_eagerly_while_first_is_current);
   CU_ADD_TEST(cuda, test_tp_mlp_two_ranks_equals_single_gpu);
+  CU_ADD_TEST(cuda, test_all_reduce_and_its_norm_match_the_host_computation);
   CU_ADD_TEST(cuda, test_dead_rank_fails_the_others_within_timeout);
   return test_run_all();
 }
