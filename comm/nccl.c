@@ -298,20 +298,22 @@ static void poll_backoff(double since) {
   if (us > 0) sleep_us(us);
 }
 
+/* Aborts s because `what` outlasted its timeout, and says so. */
+static recap_status abort_timed_out(nccl_state *s, const char *what) {
+  char reason[512];
+  snprintf(reason, sizeof reason, "%s did not complete within %.1f s (are all %d ranks running?)",
+           what, s->timeout_s, s->world);
+  abort_with(s, RECAP_STATUS_TIMEOUT, reason);
+  return aborted_status(s);
+}
+
 /* Waits until the communicator leaves ncclInProgress, at most its timeout. */
 static recap_status wait_ready(nccl_state *s, const char *what) {
   double since = now_s(), deadline = since + s->timeout_s;
   for (;;) {
     recap_status st = poll_async(s);
     if (st != RECAP_STATUS_NOT_READY) return st;
-    if (now_s() > deadline) {
-      char reason[512];
-      snprintf(reason, sizeof reason,
-               "%s did not complete within %.1f s (are all %d ranks running?)", what,
-               s->timeout_s, s->world);
-      abort_with(s, RECAP_STATUS_TIMEOUT, reason);
-      return aborted_status(s);
-    }
+    if (now_s() > deadline) return abort_timed_out(s, what);
     poll_backoff(since);
   }
 }
@@ -383,14 +385,7 @@ static recap_status wait_stream(nccl_state *s, cudaStream_t stream, const char *
       return recap__cuda_fail_at(e, "cudaStreamQuery(stream)", __FILE__, __LINE__, __func__);
     recap_status st = poll_async(s);
     if (st != RECAP_OK && st != RECAP_STATUS_NOT_READY) return st;
-    if (now_s() > deadline) {
-      char reason[512];
-      snprintf(reason, sizeof reason,
-               "%s did not complete within %.1f s (are all %d ranks running?)", what,
-               s->timeout_s, s->world);
-      abort_with(s, RECAP_STATUS_TIMEOUT, reason);
-      return aborted_status(s);
-    }
+    if (now_s() > deadline) return abort_timed_out(s, what);
     poll_backoff(since);
   }
 }

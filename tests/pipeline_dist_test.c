@@ -438,6 +438,17 @@ static void make_dir(char *buf, size_t size) {
   CU_ASSERT_PTR_NOT_NULL_FATAL(mkdtemp(buf));
 }
 
+/* Runs both ranks of `role` in a fresh folder (dir) and checks that both exit 0 in time. */
+static void run_both_ranks(const char *role, char *dir, size_t size) {
+  make_dir(dir, size);
+  pid_t pids[2] = {spawn_rank(role, 0, dir), spawn_rank(role, 1, dir)};
+  CU_ASSERT_FATAL(pids[0] > 0 && pids[1] > 0);
+  int codes[2];
+  wait_ranks(pids, codes, test_scaled_seconds(180));
+  CU_ASSERT_EQUAL(codes[0], 0);
+  CU_ASSERT_EQUAL(codes[1], 0);
+}
+
 static size_t compare(const float *got, const float *want, size_t n, double *worst) {
   size_t bad = 0;
   *worst = 0;
@@ -467,13 +478,7 @@ static void test_tp_mlp_two_ranks_equals_single_gpu(void) {
   CHECK_OK(recap_pipeline_destroy(p));
 
   char dir[512];
-  make_dir(dir, sizeof dir);
-  pid_t pids[2] = {spawn_rank("tp", 0, dir), spawn_rank("tp", 1, dir)};
-  CU_ASSERT_FATAL(pids[0] > 0 && pids[1] > 0);
-  int codes[2];
-  wait_ranks(pids, codes, test_scaled_seconds(180));
-  CU_ASSERT_EQUAL(codes[0], 0);
-  CU_ASSERT_EQUAL(codes[1], 0);
+  run_both_ranks("tp", dir, sizeof dir);
   const char *names[] = {"eager3", "graph3", "graph16"};
   for (int k = 0; k < 3; ++k)
     for (int r = 0; r < 2; ++r) {
@@ -494,13 +499,7 @@ static void test_tp_mlp_two_ranks_equals_single_gpu(void) {
 
 static void test_all_reduce_and_its_norm_match_the_host_computation(void) {
   char dir[512];
-  make_dir(dir, sizeof dir);
-  pid_t pids[2] = {spawn_rank("norm", 0, dir), spawn_rank("norm", 1, dir)};
-  CU_ASSERT_FATAL(pids[0] > 0 && pids[1] > 0);
-  int codes[2];
-  wait_ranks(pids, codes, test_scaled_seconds(180));
-  CU_ASSERT_EQUAL(codes[0], 0);
-  CU_ASSERT_EQUAL(codes[1], 0);
+  run_both_ranks("norm", dir, sizeof dir);
   static uint16_t bits[NB * ND];
   static float b[2][ND], g[ND], x[NB * ND], part[2], h[NB * ND], got[3][NB * ND];
   fill_bf16(bits, b[0], ND, 20);

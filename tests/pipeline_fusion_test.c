@@ -856,11 +856,16 @@ static const char block_spec[] =
     "  - {op: rmsnorm, in: [y, g3], out: yn, name: final_norm}\n"
     "outputs: [y, yn]\n";
 
-static char *block_yaml(const char *dtype) {
-  char *yaml = malloc(sizeof block_spec + 16);
+/* A spec whose only conversion is its dtype's %s, filled in (malloc'd). */
+static char *with_dtype(const char *spec, size_t size, const char *dtype) {
+  char *yaml = malloc(size + 16);
   CU_ASSERT_PTR_NOT_NULL_FATAL(yaml);
-  snprintf(yaml, sizeof block_spec + 16, block_spec, dtype);
+  snprintf(yaml, size + 16, spec, dtype);
   return yaml;
+}
+
+static char *block_yaml(const char *dtype) {
+  return with_dtype(block_spec, sizeof block_spec, dtype);
 }
 
 static const recap__ir_op *op_named(const recap__ir *ir, const char *name) {
@@ -1078,10 +1083,7 @@ static const char allreduce_norm_spec[] =
     "outputs: [out]\n";
 
 static char *allreduce_norm_yaml(const char *dtype) {
-  char *yaml = malloc(sizeof allreduce_norm_spec + 16);
-  CU_ASSERT_PTR_NOT_NULL_FATAL(yaml);
-  snprintf(yaml, sizeof allreduce_norm_spec + 16, allreduce_norm_spec, dtype);
-  return yaml;
+  return with_dtype(allreduce_norm_spec, sizeof allreduce_norm_spec, dtype);
 }
 
 static void test_a_norm_of_an_all_reduce_becomes_its_second_output(void) {
