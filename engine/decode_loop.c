@@ -405,7 +405,6 @@ recap_status recap_decode_loop_launch(recap_decode_loop *loop, int64_t batch, in
   int32_t *block = loop->parts.block;
   memset(block, 0, loop->block_bytes);
   block[RECAP__LOOP_MAX_STEPS] = (int32_t)steps;
-  block[RECAP__LOOP_CONTINUE] = 1;
   block[RECAP__LOOP_RETURN_ON_STOP] = (flags & RECAP_LOOP_RETURN_ON_STOP) != 0;
   /* Wraps after 2^31 launches to 1, never 0 (no launch's number: see create_loop). */
   loop->launches = loop->launches == INT32_MAX ? 1 : loop->launches + 1;

@@ -73,7 +73,6 @@ static recap_status host_control(void *p) {
   const int32_t more =
       recap__loop_continues(state[RECAP__LOOP_MAX_STEPS], state[RECAP__LOOP_RETURN_ON_STOP] != 0,
                             iteration, running, asked, ended);
-  state[RECAP__LOOP_CONTINUE] = more;
   return job->condition_store(a->condition, more);
 }
 

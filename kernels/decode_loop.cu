@@ -86,7 +86,6 @@ __global__ void __launch_bounds__(kLanes) control_kernel(recap__decode_loop_args
   if (a.rng_slot) a.rng_slot[1] += a.rng_increment;
   const bool more =
       recap__loop_continues(max_steps, return_on_stop, iteration, running, asked, ended);
-  state[RECAP__LOOP_CONTINUE] = more ? 1 : 0;
   /* The body ends with this kernel: no condition kernel after it (one node launch less per
    * step boundary). */
   cudaGraphSetConditional(static_cast<cudaGraphConditionalHandle>(a.condition), more ? 1u : 0u);

@@ -29,11 +29,10 @@ extern "C" {
 enum {
   RECAP__LOOP_ITERATION = 0,      /* iterations completed in this launch */
   RECAP__LOOP_MAX_STEPS = 1,      /* the launch's K */
-  RECAP__LOOP_CONTINUE = 2,       /* 1 while another iteration follows */
-  RECAP__LOOP_WRITTEN = 3,        /* ring entries written in this launch */
-  RECAP__LOOP_RETURN_ON_STOP = 4, /* nonzero: end after an iteration in which a row ended */
-  RECAP__LOOP_LAUNCH = 5,         /* the launch's number: a return request names it */
-  RECAP__LOOP_STATE_INTS = 6,
+  RECAP__LOOP_WRITTEN = 2,        /* ring entries written in this launch */
+  RECAP__LOOP_RETURN_ON_STOP = 3, /* nonzero: end after an iteration in which a row ended */
+  RECAP__LOOP_LAUNCH = 4,         /* the launch's number: a return request names it */
+  RECAP__LOOP_STATE_INTS = 5,
   RECAP__LOOP_LIMIT_MAX_OUTPUTS = 0,
   RECAP__LOOP_LIMIT_NUM_STOP = 1,
   RECAP__LOOP_LIMIT_STOP_IDS = 2,
@@ -59,7 +58,7 @@ typedef struct {
    * iteration draws what the next single replay would. */
   uint64_t *rng_slot;
   uint64_t rng_increment;
-  uint64_t condition; /* the WHILE node's handle: set to the continue flag */
+  uint64_t condition; /* the WHILE node's handle: set to whether another iteration follows */
 } recap__decode_loop_args;
 
 #ifdef __CUDACC__
