@@ -193,8 +193,9 @@ static const recap__env_var table[] = {
      .fallback = "1",
      .summary = "small all_reduces run as one kernel over peer buffers, not NCCL",
      .details = "Read when a communicator of 2 to 8 GPUs is made: each rank maps the others' "
-                "buffers (CUDA IPC, or peer access in one process), and an all_reduce of at most "
-                "512 KiB a rank, with the RMSNorm that follows it folded in, is one kernel "
+                "buffers (CUDA IPC, or peer access in one process; 8 MiB a GPU at 2 ranks, 32 "
+                "at 8), and an all_reduce of at most 1 MiB a rank (64 rows of up to 8192 bf16 "
+                "elements with the RMSNorm that follows it folded in) is one kernel "
                 "(docs/MULTI_GPU.md, \"The one-shot all_reduce\"). 0: NCCL for every sum."},
     {.name = "RECAP_PDL",
      .kind = RECAP__ENV_BOOL,
