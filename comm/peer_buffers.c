@@ -15,9 +15,9 @@ _Static_assert(sizeof(cudaIpcMemHandle_t) == RECAP__PEER_HANDLE_BYTES,
 
 struct recap__peer_buffers {
   recap__peer_view view;
-  void *local;                         /* this rank's buffer (view.peers[rank]) */
-  bool opened[RECAP__PEER_MAX_WORLD];  /* mapped with cudaIpcOpenMemHandle */
-  uint32_t *abort_host;                /* pinned, mapped: view.abort_word's host side */
+  void *local;                        /* this rank's buffer (view.peers[rank]) */
+  bool opened[RECAP__PEER_MAX_WORLD]; /* mapped with cudaIpcOpenMemHandle */
+  uint32_t *abort_host;               /* pinned, mapped: view.abort_word's host side */
 };
 
 /* The bytes of one rank's buffer: two parities of every sender's regions, 8 bytes a word. At
@@ -41,13 +41,13 @@ static void scope_exit(const device_scope *s) {
   if (cudaSetDevice(s->previous) != cudaSuccess) (void)cudaGetLastError();
 }
 
-recap_status recap__peer_buffers_create(int device, int rank, int world, recap__peer_buffers **out) {
+recap_status recap__peer_buffers_create(int device, int rank, int world,
+                                        recap__peer_buffers **out) {
   RECAP_CHECK_ARG(out);
   *out = NULL;
   if (world < 2 || world > RECAP__PEER_MAX_WORLD || rank < 0 || rank >= world)
-    return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
-                      "peer buffers: rank %d of %d (2 to %d ranks)", rank, world,
-                      RECAP__PEER_MAX_WORLD);
+    return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "peer buffers: rank %d of %d (2 to %d ranks)",
+                      rank, world, RECAP__PEER_MAX_WORLD);
   recap__peer_buffers *b = calloc(1, sizeof *b);
   if (!b) return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory for peer buffers");
   b->view.rank = rank;
@@ -59,14 +59,15 @@ recap_status recap__peer_buffers_create(int device, int rank, int world, recap__
     free(b);
     return st;
   }
-  const size_t bytes = buffer_bytes(world), counter_bytes = RECAP__PEER_MAX_BLOCKS * sizeof(uint32_t);
+  const size_t bytes = buffer_bytes(world),
+               counter_bytes = RECAP__PEER_MAX_BLOCKS * sizeof(uint32_t);
   void *abort_device = NULL;
   RECAP_CUDA_TRY_GOTO(st, cudaMalloc(&b->local, bytes), fail);
   RECAP_CUDA_TRY_GOTO(st, cudaMalloc((void **)&b->view.counters, counter_bytes), fail);
   RECAP_CUDA_TRY_GOTO(st, cudaMemset(b->local, 0, bytes), fail);
   RECAP_CUDA_TRY_GOTO(st, cudaMemset(b->view.counters, 0, counter_bytes), fail);
-  RECAP_CUDA_TRY_GOTO(st, cudaHostAlloc((void **)&b->abort_host, sizeof(uint32_t), cudaHostAllocMapped),
-                      fail);
+  RECAP_CUDA_TRY_GOTO(
+      st, cudaHostAlloc((void **)&b->abort_host, sizeof(uint32_t), cudaHostAllocMapped), fail);
   *b->abort_host = 0;
   RECAP_CUDA_TRY_GOTO(st, cudaHostGetDevicePointer(&abort_device, b->abort_host, 0), fail);
   RECAP_CUDA_TRY_GOTO(st, cudaDeviceSynchronize(), fail);

@@ -60,7 +60,9 @@ __device__ __forceinline__ void store_word(uint32_t *dst, uint32_t data, uint32_
 
 __device__ __forceinline__ uint2 load_word(const uint32_t *src) {
   uint2 v;
-  asm volatile("ld.volatile.global.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(src)
+  asm volatile("ld.volatile.global.v2.u32 {%0, %1}, [%2];"
+               : "=r"(v.x), "=r"(v.y)
+               : "l"(src)
                : "memory");
   return v;
 }
@@ -98,9 +100,10 @@ struct word_of {
  * `world` senders: 8-byte words, two uint32 each. */
 __device__ __forceinline__ uint32_t *region_of(void *buffer, uint32_t epoch, int world, int rank,
                                                int block) {
-  const size_t words = (((size_t)(epoch & 1u) * (size_t)world + (size_t)rank) *
-                            RECAP__PEER_MAX_BLOCKS + (size_t)block) *
-                       RECAP__PEER_BLOCK_WORDS;
+  const size_t words =
+      (((size_t)(epoch & 1u) * (size_t)world + (size_t)rank) * RECAP__PEER_MAX_BLOCKS +
+       (size_t)block) *
+      RECAP__PEER_BLOCK_WORDS;
   return static_cast<uint32_t *>(buffer) + 2 * words;
 }
 
@@ -252,8 +255,8 @@ __global__ void __launch_bounds__(kThreads) oneshot_kernel(oneshot_args a) {
 }  // namespace
 
 extern "C" recap_status recap__cuda_all_reduce_oneshot(const recap__op_call *call,
-                                                      const recap__peer_view *peers,
-                                                      void *cuda_stream, bool *done) {
+                                                       const recap__peer_view *peers,
+                                                       void *cuda_stream, bool *done) {
   *done = false;
   const recap_tensor *x = &call->inputs[0];
   const recap_dtype dtype = x->dtype;
@@ -289,8 +292,9 @@ extern "C" recap_status recap__cuda_all_reduce_oneshot(const recap__op_call *cal
   cudaStream_t stream = static_cast<cudaStream_t>(cuda_stream);
   RECAP_TRY(recap__cuda_dispatch_float(dtype, call->def->name, [&](auto tag) {
     using T = decltype(tag);
-    const auto kernel = norm ? (aligned ? oneshot_kernel<T, true, true> : oneshot_kernel<T, true, false>)
-                             : (aligned ? oneshot_kernel<T, false, true> : oneshot_kernel<T, false, false>);
+    const auto kernel =
+        norm ? (aligned ? oneshot_kernel<T, true, true> : oneshot_kernel<T, true, false>)
+             : (aligned ? oneshot_kernel<T, false, true> : oneshot_kernel<T, false, false>);
     RECAP_CUDA_TRY(recap__cuda_launch(kernel, (unsigned)blocks, kThreads, 0, stream, a));
     return RECAP_OK;
   }));
