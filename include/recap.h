@@ -1234,6 +1234,12 @@ RECAP_API recap_stream *recap_pipeline_stream(recap_pipeline *pipeline);
  * later call; destroy it.
  * Collectives are stream-ordered and capturable (a captured graph replays them); every rank
  * must issue the same collectives in the same order.
+ * A communicator of 2 to 8 GPUs also holds peer buffers (8 MiB a GPU at 2 ranks) through which
+ * a pipeline's small all_reduce ops run as one kernel instead of NCCL (RECAP_ONESHOT_ALLREDUCE,
+ * docs/MULTI_GPU.md). Those buffers serve one all_reduce at a time: recap keeps a pipeline
+ * whose all_reduces sit on several streams on NCCL, but two pipelines whose runs overlap on one
+ * communicator (each on its own stream, neither waiting for the other) need
+ * RECAP_ONESHOT_ALLREDUCE=0.
  * ---------------------------------------------------------------------------------------- */
 
 typedef struct recap_comm recap_comm;
