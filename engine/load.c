@@ -80,7 +80,6 @@ static recap_status build_irs(recap__model *m, recap__diag *diag) {
   return st;
 }
 
-/* The steps after the spec check; takes the spec. */
 /* Ops whose launch uses their communicator's peer buffers (one call at a time, op.h) stay off
  * them when the pipeline runs such ops on more than one stream, where two could overlap. */
 static void keep_concurrent_collectives_apart(recap__ir *ir) {
@@ -97,6 +96,7 @@ static void keep_concurrent_collectives_apart(recap__ir *ir) {
       ir->ops[i].attrs.peer_buffers_off = 1;
 }
 
+/* The steps after the spec check; takes the spec. */
 static recap_status load_model(recap__spec *spec, const recap__load_options *o, recap__model **out,
                                recap__diag *diag) {
   recap__model *m = calloc(1, sizeof *m);

@@ -13,7 +13,6 @@
  * ops reuse its integer slots rather than grow it: `world` is attrs.dim, `root` attrs.start,
  * `average` attrs.causal. The attribute table keeps the spec-facing names.
  */
-#include <math.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <string.h>
@@ -89,19 +88,12 @@ static recap_status all_reduce_infer(recap__op_call *call) {
   RECAP_TRY(same_infer(call));
   call->num_outputs = 1;
   if (call->num_inputs < 2) return RECAP_OK;
-  const recap_tensor *x = &call->inputs[0], *w = &call->inputs[1];
+  const recap_tensor *x = &call->inputs[0];
   if (!recap_dtype_is_float(x->dtype))
     return RECAP_OP_FAIL(call, "input 'norm_weight' needs a floating-point 'x' (has %s)",
                          recap_dtype_name(x->dtype));
-  RECAP_TRY(recap__infer_same_dtype(call, 1));
-  const int64_t d = x->shape[x->ndim - 1];
-  if (w->ndim != 1 || w->shape[0] != d)
-    return RECAP_OP_FAIL(call, "input 'norm_weight' has shape %s, expected [%lld] (the last "
-                         "dimension of 'x' %s)", recap__shape_label(w).s, (long long)d,
-                         recap__shape_label(x).s);
-  RECAP_TRY(recap__infer_last_dim_contiguous(call, 1));
-  if (!isfinite(call->attrs.eps) || call->attrs.eps < 0)
-    return RECAP_OP_FAIL(call, "attribute 'eps' must be finite and >= 0, got %g", call->attrs.eps);
+  RECAP_TRY(recap__infer_norm_param(call, 1));
+  RECAP_TRY(recap__infer_eps(call));
   recap__infer_output(call, 1, x->dtype, x->ndim, x->shape);
   call->num_outputs = 2;
   return RECAP_OK;
@@ -116,6 +108,13 @@ static recap__op_call norm_call(const recap__op_call *call) {
   n.outputs[0] = call->outputs[1];
   n.attrs.eps = call->attrs.eps;
   return n;
+}
+
+/* After a collective on the host: an all_reduce's norm, when it has one. */
+static recap_status norm_on_host(const recap__op_call *call) {
+  if (call->num_outputs < 2) return RECAP_OK;
+  recap__op_call n = norm_call(call);
+  return recap__host_rmsnorm(&n);
 }
 
 static recap_status all_gather_infer(recap__op_call *call) {
@@ -204,9 +203,7 @@ static recap_status collective_run_host(const recap__op_call *call) {
   if (world) {
     recap_status st = world->fn(world->ctx, &c, world_attr);
     if (st != RECAP_OK) return recap__error_context(st, "op '%s': ", call->def->name);
-    if (call->num_outputs < 2) return RECAP_OK;
-    recap__op_call n = norm_call(call);
-    return recap__host_rmsnorm(&n);
+    return norm_on_host(call);
   }
   if ((world_attr > 1) || c.root != 0)
     return RECAP_OP_FAIL(call,
@@ -218,9 +215,7 @@ static recap_status collective_run_host(const recap__op_call *call) {
   size_t bytes =
       (size_t)recap__tensor_numel(&call->outputs[0]) * recap_dtype_size(call->outputs[0].dtype);
   if (c.send != c.recv) memmove(c.recv, c.send, bytes);
-  if (call->num_outputs < 2) return RECAP_OK;
-  recap__op_call n = norm_call(call);
-  return recap__host_rmsnorm(&n);
+  return norm_on_host(call);
 }
 
 #if RECAP_WITH_CUDA

@@ -101,6 +101,25 @@ recap_status recap__infer_last_dim_contiguous(const recap__op_call *call, int in
   return RECAP_OK;
 }
 
+recap_status recap__infer_norm_param(const recap__op_call *call, int index) {
+  const recap_tensor *x = &call->inputs[0], *p = &call->inputs[index];
+  int64_t d = x->shape[x->ndim - 1];
+  RECAP_TRY(recap__infer_same_dtype(call, index));
+  if (p->ndim != 1 || p->shape[0] != d)
+    return RECAP_OP_FAIL(call,
+                         "input '%s' has shape %s, expected [%lld] (the last dimension of "
+                         "'x' %s)",
+                         recap__input_label(call->def, index).s, recap__shape_label(p).s,
+                         (long long)d, recap__shape_label(x).s);
+  return recap__infer_last_dim_contiguous(call, index);
+}
+
+recap_status recap__infer_eps(const recap__op_call *call) {
+  if (!isfinite(call->attrs.eps) || call->attrs.eps < 0)
+    return RECAP_OP_FAIL(call, "attribute 'eps' must be finite and >= 0, got %g", call->attrs.eps);
+  return RECAP_OK;
+}
+
 recap_status recap__infer_float_attr(const recap__op_call *call, const char *attr,
                                      recap_dtype dtype) {
   if (!recap_dtype_is_float(dtype))

@@ -55,6 +55,11 @@ recap_status recap__infer_same_dtype(const recap__op_call *call, int index);
 recap_status recap__infer_ndim(const recap__op_call *call, int index, int min_dims, int max_dims);
 /* Fails unless input `index`'s last dimension is unit-stride (or of size 1). */
 recap_status recap__infer_last_dim_contiguous(const recap__op_call *call, int index);
+/* A norm's weight or bias: fails unless input `index` is 1-D of input 0's last dimension, of
+ * input 0's dtype, with unit stride. */
+recap_status recap__infer_norm_param(const recap__op_call *call, int index);
+/* Fails unless attrs.eps is finite and >= 0 (a norm's epsilon). */
+recap_status recap__infer_eps(const recap__op_call *call);
 /* Fails unless the dtype attribute `attr` is a float type. */
 recap_status recap__infer_float_attr(const recap__op_call *call, const char *attr,
                                      recap_dtype dtype);

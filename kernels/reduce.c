@@ -43,26 +43,11 @@ static recap_status softmax_infer(recap__op_call *call) {
   return RECAP_OK;
 }
 
-/* weight and bias: 1-D of x's last dimension, x's dtype, unit stride. */
-static recap_status check_param(recap__op_call *call, int index) {
-  const recap_tensor *x = &call->inputs[0], *p = &call->inputs[index];
-  int64_t d = x->shape[x->ndim - 1];
-  RECAP_TRY(recap__infer_same_dtype(call, index));
-  if (p->ndim != 1 || p->shape[0] != d)
-    return RECAP_OP_FAIL(call,
-                         "input '%s' has shape %s, expected [%lld] (the last dimension of "
-                         "'x' %s)",
-                         recap__input_label(call->def, index).s, recap__shape_label(p).s,
-                         (long long)d, recap__shape_label(x).s);
-  return recap__infer_last_dim_contiguous(call, index);
-}
-
 static recap_status norm_infer(recap__op_call *call) {
   const recap_tensor *x = &call->inputs[0];
   RECAP_TRY(recap__infer_last_dim_contiguous(call, 0));
-  for (int i = 1; i < call->num_inputs; ++i) RECAP_TRY(check_param(call, i));
-  if (!isfinite(call->attrs.eps) || call->attrs.eps < 0)
-    return RECAP_OP_FAIL(call, "attribute 'eps' must be finite and >= 0, got %g", call->attrs.eps);
+  for (int i = 1; i < call->num_inputs; ++i) RECAP_TRY(recap__infer_norm_param(call, i));
+  RECAP_TRY(recap__infer_eps(call));
   recap__infer_output(call, 0, x->dtype, x->ndim, x->shape);
   return RECAP_OK;
 }

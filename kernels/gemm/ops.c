@@ -204,9 +204,7 @@ static recap_status linear_infer(recap__op_call *call) {
     if (k > 1 && gamma->strides[0] != 1)
       return RECAP_OP_FAIL(call, "input 'norm_weight' must be contiguous (stride %lld)",
                            (long long)gamma->strides[0]);
-    if (!isfinite(call->attrs.eps) || call->attrs.eps < 0)
-      return RECAP_OP_FAIL(call, "attribute 'eps' must be finite and >= 0, got %g",
-                           call->attrs.eps);
+    RECAP_TRY(recap__infer_eps(call));
   }
   int bias_at, residual_at;
   recap__gemm_linear_inputs(call, &bias_at, &residual_at);
