@@ -19,6 +19,8 @@
  *                      init with a deadline (non-blocking communicators), collectives on a
  *                      stream, and a watchdog thread that aborts a communicator whose peer
  *                      stopped answering.
+ *   peer_buffers.c     the one-shot all_reduce's buffers that every rank writes into
+ *                      (peer_buffers.h), and peer access between GPUs of one process.
  *
  *   uint8_t id[128]; size_t len = sizeof id;            // rank 0 fills id and len first
  *   RECAP_TRY(recap__rendezvous("file:///tmp/x/rv", 2, rank, 30.0, id, &len, sizeof id));
@@ -162,6 +164,8 @@ recap_status recap__cuda_stream_device(void *native_stream, int *device);
 /* A collective op's CUDA launch: the stream's device's communicator, or a world of 1. */
 recap_status recap__comm_launch_native(const recap__coll *c, int world_attr,
                                        void *native_stream);
+/* Lets `device` access `peer`'s memory (already enabled is fine; NOT_SUPPORTED when the GPUs
+ * cannot): peer_buffers.c. */
 recap_status recap__cuda_enable_peer_access(int device, int peer);
 /* The peer buffers of the communicator of the stream's device (comm/peer_buffers.h), NULL
  * when it has none (a world of 1, RECAP_ONESHOT_ALLREDUCE=0, GPUs that cannot map each

@@ -390,9 +390,12 @@ static recap_status wait_stream(nccl_state *s, cudaStream_t stream, const char *
   }
 }
 
-/* Every rank's `bytes` at `mine`, in rank order, into all (world x bytes): an all_gather over
- * the communicator, waited for. */
-static recap_status gather_bytes(nccl_state *s, const void *mine, void *all, size_t bytes) {
+static recap_status nccl_run(recap_comm *c, const recap__coll *k, void *native_stream);
+
+/* Every rank's `bytes` (a multiple of 4) at `mine`, in rank order, into all (world x bytes): an
+ * all_gather over the communicator, waited for. */
+static recap_status gather_bytes(recap_comm *c, const void *mine, void *all, size_t bytes) {
+  nccl_state *s = state_of(c);
   int previous = 0;
   RECAP_CUDA_TRY(cudaGetDevice(&previous));
   RECAP_CUDA_TRY(cudaSetDevice(s->device));
@@ -403,18 +406,10 @@ static recap_status gather_bytes(nccl_state *s, const void *mine, void *all, siz
   RECAP_CUDA_TRY_GOTO(st, cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), done);
   RECAP_CUDA_TRY_GOTO(st, cudaMalloc((void **)&dev, total + bytes), done);
   RECAP_CUDA_TRY_GOTO(st, cudaMemcpy(dev + total, mine, bytes, cudaMemcpyHostToDevice), done);
-  pthread_mutex_lock(&nccl_lock);
-  st = wait_for_aborts(s->timeout_s);
-  if (st == RECAP_OK && atomic_load(&s->aborted)) st = aborted_status(s);
-  ncclResult_t r = ncclSuccess;
-  if (st == RECAP_OK) r = nccl.AllGather(dev + total, dev, bytes, ncclUint8, s->comm, stream);
-  pthread_mutex_unlock(&nccl_lock);
+  const recap__coll gather = {RECAP__COLL_ALL_GATHER, dev + total, dev, bytes / 4,
+                              RECAP_DTYPE_I32, RECAP_REDUCE_SUM, 0};
+  st = nccl_run(c, &gather, stream);
   if (st != RECAP_OK) goto done;
-  if (r != ncclSuccess && r != ncclInProgress) {
-    st = nccl_fail(r, s->comm, "ncclAllGather");
-    goto done;
-  }
-  if (r == ncclInProgress && (st = wait_ready(s, "ncclAllGather")) != RECAP_OK) goto done;
   st = wait_stream(s, stream, "the exchange of peer buffer handles");
   if (st != RECAP_OK) goto done;
   RECAP_CUDA_TRY_GOTO(st, cudaMemcpy(all, dev, total, cudaMemcpyDeviceToHost), done);
@@ -431,11 +426,12 @@ static void note_no_peer_buffers(int rank, int world, const char *why) {
           "kernel): %s\n", rank, world, why);
 }
 
-/* One rank's entry of the handle exchange. */
+/* One rank's entry of the handle exchange (whole 4-byte words, as gather_bytes moves them). */
 typedef struct {
   int32_t ok;
   uint8_t handle[RECAP__PEER_HANDLE_BYTES];
 } peer_entry;
+_Static_assert(sizeof(peer_entry) % 4 == 0, "gather_bytes moves 4-byte words");
 
 /* Gives c peer buffers when every rank can map every other rank's, and none on every rank
  * otherwise: the ranks must agree, or their all_reduces would not pair. Only a failure of the
@@ -451,7 +447,7 @@ static recap_status setup_peers_ipc(recap_comm *c) {
     mine.ok = 1;
   else
     snprintf(why, sizeof why, "%s", recap_last_error());
-  recap_status st = gather_bytes(s, &mine, all, sizeof mine);
+  recap_status st = gather_bytes(c, &mine, all, sizeof mine);
   int32_t opened = st == RECAP_OK && mine.ok, every[RECAP__PEER_MAX_WORLD];
   for (int p = 0; p < c->world && opened; ++p) {
     if (p == c->rank) continue;
@@ -463,7 +459,7 @@ static recap_status setup_peers_ipc(recap_comm *c) {
       opened = 0;
     }
   }
-  if (st == RECAP_OK) st = gather_bytes(s, &opened, every, sizeof opened);
+  if (st == RECAP_OK) st = gather_bytes(c, &opened, every, sizeof opened);
   bool agreed = st == RECAP_OK;
   for (int p = 0; p < c->world && agreed; ++p) agreed = every[p] != 0;
   if (agreed) {
@@ -847,27 +843,6 @@ const recap__peer_view *recap__comm_peer_view(void *native_stream) {
   if (!c || c->world < 2 || c->backend != &recap__nccl_comm_backend || !c->state) return NULL;
   nccl_state *s = state_of(c);
   return atomic_load(&s->aborted) ? NULL : recap__peer_buffers_view(s->peers);
-}
-
-recap_status recap__cuda_enable_peer_access(int device, int peer) {
-  int can = 0;
-  RECAP_CUDA_TRY(cudaDeviceCanAccessPeer(&can, device, peer));
-  if (!can)
-    return RECAP_FAIL(RECAP_STATUS_NOT_SUPPORTED, "cuda:%d cannot access cuda:%d's memory", device,
-                      peer);
-  int previous = 0;
-  RECAP_CUDA_TRY(cudaGetDevice(&previous));
-  RECAP_CUDA_TRY(cudaSetDevice(device));
-  cudaError_t e = cudaDeviceEnablePeerAccess(peer, 0);
-  if (e == cudaErrorPeerAccessAlreadyEnabled) {
-    (void)cudaGetLastError();
-    e = cudaSuccess;
-  }
-  recap_status st = RECAP_OK;
-  if (e != cudaSuccess)
-    st = recap__cuda_fail_at(e, "cudaDeviceEnablePeerAccess(peer, 0)", __FILE__, __LINE__, __func__);
-  if (cudaSetDevice(previous) != cudaSuccess) (void)cudaGetLastError();
-  return st;
 }
 
 const recap__comm_backend recap__nccl_comm_backend = {

@@ -1,5 +1,7 @@
 /*
- * peer_buffers.c: the one-shot all_reduce's buffers (peer_buffers.h), CUDA builds only.
+ * peer_buffers.c: the one-shot all_reduce's buffers (peer_buffers.h), CUDA builds only, and
+ * the peer access that an in-process clique's buffers and torch.cuda.comm's functions
+ * (multi_device.c) both enable (recap__cuda_enable_peer_access, comm.h).
  */
 #include "comm/peer_buffers.h"
 
@@ -7,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm/comm.h"
 #include "runtime/cuda_check.h"
 #include "runtime/error.h"
 
@@ -111,27 +114,33 @@ recap_status recap__peer_buffers_open(recap__peer_buffers *b, int peer, const vo
   return RECAP_OK;
 }
 
+recap_status recap__cuda_enable_peer_access(int device, int peer) {
+  int can = 0;
+  RECAP_CUDA_TRY(cudaDeviceCanAccessPeer(&can, device, peer));
+  if (!can)
+    return RECAP_FAIL(RECAP_STATUS_NOT_SUPPORTED, "cuda:%d cannot access cuda:%d's memory", device,
+                      peer);
+  int previous = 0;
+  RECAP_CUDA_TRY(cudaGetDevice(&previous));
+  RECAP_CUDA_TRY(cudaSetDevice(device));
+  cudaError_t e = cudaDeviceEnablePeerAccess(peer, 0);
+  if (e == cudaErrorPeerAccessAlreadyEnabled) {
+    (void)cudaGetLastError();
+    e = cudaSuccess;
+  }
+  recap_status st = RECAP_OK;
+  if (e != cudaSuccess)
+    st = recap__cuda_fail_at(e, "cudaDeviceEnablePeerAccess(peer, 0)", __FILE__, __LINE__, __func__);
+  if (cudaSetDevice(previous) != cudaSuccess) (void)cudaGetLastError();
+  return st;
+}
+
 recap_status recap__peer_buffers_link(recap__peer_buffers *const *all, int count) {
   RECAP_CHECK_ARG(all && count >= 2);
   for (int i = 0; i < count; ++i)
     for (int j = 0; j < count; ++j) {
       if (i == j) continue;
-      int can = 0;
-      RECAP_CUDA_TRY(cudaDeviceCanAccessPeer(&can, all[i]->view.device, all[j]->view.device));
-      if (!can)
-        return RECAP_FAIL(RECAP_STATUS_NOT_SUPPORTED, "cuda:%d cannot access cuda:%d's memory",
-                          all[i]->view.device, all[j]->view.device);
-      device_scope scope;
-      RECAP_TRY(scope_enter(&scope, all[i]->view.device));
-      cudaError_t e = cudaDeviceEnablePeerAccess(all[j]->view.device, 0);
-      scope_exit(&scope);
-      if (e == cudaErrorPeerAccessAlreadyEnabled) {
-        (void)cudaGetLastError();
-        e = cudaSuccess;
-      }
-      if (e != cudaSuccess)
-        return recap__cuda_fail_at(e, "cudaDeviceEnablePeerAccess(peer, 0)", __FILE__, __LINE__,
-                                   __func__);
+      RECAP_TRY(recap__cuda_enable_peer_access(all[i]->view.device, all[j]->view.device));
       all[i]->view.peers[j] = all[j]->local;
     }
   return RECAP_OK;
