@@ -63,6 +63,15 @@ recap_status cli_fuse_format(const recap__ir *ir, bool enabled, char **text) {
                       op->def->name, names[0], y->name, names[op->num_inputs - 1]);
       continue;
     }
+    if (!op->program && op->attrs.gated != RECAP_ACT_NONE) {
+      const char *act = recap_op_activation_name((size_t)op->attrs.gated);
+      recap__text_put(&b,
+                      "    = %s(g) * u of [g | u] = %s(%s, %s%s%s), the gated unit in the GEMM's "
+                      "epilogue\n",
+                      act, op->def->name, names[0], names[1], op->num_inputs > 2 ? ", " : "",
+                      op->num_inputs > 2 ? names[2] : "");
+      continue;
+    }
     if (!op->program) { /* a fold into a linear: its prologue and/or its residual */
       int last = op->num_inputs;
       const char *norm_weight = op->attrs.rms_norm ? names[--last] : NULL;

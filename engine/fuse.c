@@ -109,6 +109,11 @@ typedef struct {
   /* Norm epilogues (fuse.h): per op, the norm it computes as its second output (-1: none), and
    * for that norm, the op computing it (-1: none). */
   int *epilogue, *epilogue_of;
+  /* Gated outputs (fuse.h): per linear, the gated unit it computes as its output (-1: none),
+   * with that unit's activation; per op, for the unit and the split feeding it, the linear
+   * computing them (-1: none). */
+  int *gated, *gated_by;
+  recap__activation *gated_act;
   /* Per op, valid while it roots its group: external inputs, nodes other than inputs
    * (members and moved activations), depth. */
   int (*in)[RECAP_OP_MAX_INPUTS];
@@ -130,6 +135,9 @@ static void finder_free(finder *f) {
   free(f->glu);
   free(f->epilogue);
   free(f->epilogue_of);
+  free(f->gated);
+  free(f->gated_by);
+  free(f->gated_act);
   free(f->in);
   free(f->num_in);
   free(f->body);
@@ -371,6 +379,49 @@ static void decide_prologues(finder *f) {
   }
 }
 
+/* The gated outputs (fuse.h, "Gated outputs"), decided after the prologues: a unit that the
+ * down projection computes is gone already, and a linear with a prologue keeps its output. */
+static void decide_gated_outputs(finder *f) {
+  const recap__ir *ir = f->ir;
+  for (int v = 0; v < f->no; ++v) {
+    f->gated[v] = f->gated_by[v] = -1;
+    f->gated_act[v] = RECAP_ACT_NONE;
+  }
+  if (recap__env_bool("RECAP_FUSION_GATED", 1) != 1) return;
+  for (int e = 0; e < f->no; ++e) {
+    const recap__ir_op *unit = &ir->ops[e];
+    recap__activation act;
+    int gi, ui;
+    if (f->gone[e] || !unit->def || !unit->def->as_glu || unit->num_outputs != 1 ||
+        !unit->def->as_glu(&unit->attrs, unit->num_inputs, &act, &gi, &ui))
+      continue;
+    const int g = unit->inputs[gi], up = unit->inputs[ui], y = unit->outputs[0];
+    const int s = glu_split(f, e, g, up);
+    if (s < 0 || f->gone[s]) continue;
+    const int z = ir->ops[s].inputs[0];
+    const recap__ir_tensor *tz = &ir->tensors[z], *ty = &ir->tensors[y], *tg = &ir->tensors[g];
+    const int u = tz->producer;
+    if (u < 0 || u >= s || f->gone[u] || f->gated[u] >= 0 || f->prologue[u] >= 0 ||
+        f->reader[z] != s || tz->role != RECAP_ROLE_INTERMEDIATE || tz->is_output)
+      continue;
+    const recap__ir_op *lin = &ir->ops[u];
+    if (!lin->def || !lin->def->takes_gated_output || lin->num_outputs != 1 ||
+        lin->attrs.act != RECAP_ACT_NONE || lin->attrs.residual || lin->attrs.rms_norm ||
+        lin->attrs.glu != RECAP_ACT_NONE || lin->attrs.gated != RECAP_ACT_NONE ||
+        lin->num_inputs > 3 || lin->stream != unit->stream)
+      continue;
+    /* The unit's output is produced at the linear's place, earlier: a plain tensor of the
+     * halves' shape and dtype, which nothing reads or writes in between. */
+    if (ty->alias_of >= 0 || f->hazard[y] || ty->dtype != tz->dtype || ty->ndim != tg->ndim ||
+        ty->bucket_axes != tg->bucket_axes ||
+        memcmp(ty->shape, tg->shape, (size_t)tg->ndim * sizeof tg->shape[0]) != 0)
+      continue;
+    f->gated[u] = e;
+    f->gated_act[u] = act;
+    f->gated_by[s] = f->gated_by[e] = u;
+  }
+}
+
 /* The norm epilogues (fuse.h, "Norm epilogues"), decided after the prologues: a norm that
  * linears compute is gone already. */
 static void decide_norm_epilogues(finder *f) {
@@ -531,6 +582,9 @@ static recap_status find(const recap__ir *ir, finder *f) {
   f->glu = calloc(no, sizeof *f->glu);
   f->epilogue = calloc(no, sizeof *f->epilogue);
   f->epilogue_of = calloc(no, sizeof *f->epilogue_of);
+  f->gated = calloc(no, sizeof *f->gated);
+  f->gated_by = calloc(no, sizeof *f->gated_by);
+  f->gated_act = calloc(no, sizeof *f->gated_act);
   f->in = calloc(no, sizeof *f->in);
   f->num_in = calloc(no, sizeof *f->num_in);
   f->body = calloc(no, sizeof *f->body);
@@ -538,7 +592,7 @@ static recap_status find(const recap__ir *ir, finder *f) {
   int *scratch = calloc(no, sizeof *scratch);
   if (!f->reader || !f->hazard || !f->act || !f->fusable || !f->levels || !f->own_nodes ||
       !f->parent || !f->dissolved || !f->fold || !f->prologue || !f->gone || !f->glu ||
-      !f->epilogue || !f->epilogue_of || !f->in || !f->num_in || !f->body || !f->depth ||
+      !f->epilogue || !f->epilogue_of || !f->gated || !f->gated_by || !f->gated_act || !f->in || !f->num_in || !f->body || !f->depth ||
       !scratch) {
     free(scratch);
     finder_free(f);
@@ -552,11 +606,13 @@ static recap_status find(const recap__ir *ir, finder *f) {
   }
   for (int t = 0; t < f->nt; ++t) f->act[t] = NO_ACT;
   decide_prologues(f);
+  decide_gated_outputs(f);
   decide_norm_epilogues(f);
   for (int v = 0; v < f->no; ++v) {
     f->parent[v] = -1;
-    f->fold[v] = fold_source(f, v);
-    f->fusable[v] = f->fold[v] < 0 && !f->gone[v] && f->epilogue_of[v] < 0 && decide_fusable(f, v);
+    f->fold[v] = f->gated_by[v] < 0 ? fold_source(f, v) : -1;
+    f->fusable[v] = f->fold[v] < 0 && !f->gone[v] && f->epilogue_of[v] < 0 &&
+                    f->gated_by[v] < 0 && f->gated[v] < 0 && decide_fusable(f, v);
     if (f->fusable[v]) grow(f, v);
   }
   settle_dtypes(f, scratch);
@@ -939,6 +995,23 @@ static recap_status make_norm_epilogue(const finder *f, int u, fused_op *out) {
   return finish_fused(f, members, 2, ir->ops[u].name, out);
 }
 
+/* Builds linear u computing its gated output (fuse.h, "Gated outputs"): u's place, stream
+ * and inputs, the unit's output as its own. */
+static recap_status make_gated(const finder *f, int u, fused_op *out) {
+  const recap__ir *ir = f->ir;
+  const int e = f->gated[u];
+  const int s = ir->tensors[ir->ops[e].inputs[0]].producer;
+  memset(out, 0, sizeof *out);
+  out->root = u;
+  recap__ir_op *op = &out->op;
+  *op = ir->ops[u];
+  op->program = NULL;
+  op->attrs.gated = f->gated_act[u];
+  op->outputs[0] = ir->ops[e].outputs[0];
+  int members[3] = {u, s, e};
+  return finish_fused(f, members, 3, ir->ops[u].name, out);
+}
+
 /* Everything the rewrite allocates before it commits. */
 typedef struct {
   fused_op *fused;
@@ -983,6 +1056,20 @@ static recap_status build_rewrite(const finder *f, rewrite *r) {
   for (int t = 0; t < f->nt; ++t) r->tensor_map[t] = 0;
   recap_status st = RECAP_OK;
   for (int v = 0; v < f->no && st == RECAP_OK; ++v) {
+    if (f->gated_by[v] >= 0) {
+      /* The split and the unit: computed by the linear; only the unit's output stays. */
+      r->op_map[v] = -1;
+      if (f->gated[f->gated_by[v]] != v)
+        for (int o = 0; o < ir->ops[v].num_outputs; ++o) r->tensor_map[ir->ops[v].outputs[o]] = -1;
+      continue;
+    }
+    if (f->gated[v] >= 0) {
+      st = make_gated(f, v, &r->fused[r->num_fused]);
+      if (st != RECAP_OK) break;
+      r->num_fused++;
+      r->tensor_map[ir->ops[v].outputs[0]] = -1;
+      continue;
+    }
     if (f->epilogue_of[v] >= 0) {
       /* Computed by the op it reads; its output stays, produced there. */
       r->op_map[v] = -1;
@@ -1060,9 +1147,12 @@ static recap_status build_rewrite(const finder *f, rewrite *r) {
     if (x->alias_of >= 0) x->alias_of = r->tensor_map[x->alias_of];
     x->num_consumers = 0;
   }
-  for (int v = 0; v < f->no; ++v)
+  for (int v = 0; v < f->no; ++v) {
     if (f->epilogue[v] >= 0)
       r->tensors[r->tensor_map[ir->ops[f->epilogue[v]].outputs[0]]].producer = r->op_map[v];
+    if (f->gated[v] >= 0)
+      r->tensors[r->tensor_map[ir->ops[f->gated[v]].outputs[0]]].producer = r->op_map[v];
+  }
   for (int v = 0; v < n; ++v)
     for (int i = 0; i < r->ops[v].num_inputs; ++i) r->tensors[r->ops[v].inputs[i]].num_consumers++;
   return RECAP_OK;

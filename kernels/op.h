@@ -59,6 +59,9 @@ typedef struct {
    * glu(x[..., :K]) * x[..., K:]. */
   int rms_norm;
   recap__activation glu;
+  /* linear's gated output (an activation, NONE: off; kernels/gemm/gemm.h): the weight's rows
+   * are gate then up halves, and out[..., j] = gated(gate_j) * up_j, half the rows wide. */
+  recap__activation gated;
   int causal;                    /* softmax/attention mask */
   int logprobs;                  /* sample: also output the chosen tokens' log probabilities */
   /* all_reduce: set by the engine when another all_reduce of the pipeline may run at the same
@@ -217,6 +220,9 @@ struct recap__op_def {
                  int *up);
   /* A linear: takes the rms_norm and glu prologues (attrs.rms_norm, attrs.glu). */
   bool takes_prologue;
+  /* A linear: may compute an as_glu op on the two halves of its own output, split by the last
+   * dim, as its output (attrs.gated; engine/fuse.h, "Gated outputs"). */
+  bool takes_gated_output;
   /* The op may also compute an op of prologue_form RMS_NORM that reads its output 0, as its
    * output 1: the norm's weight as its last input (max_inputs - 1), attrs.eps its epsilon
    * (engine/fuse.h, "Norm epilogues"). all_reduce: every rank holds the whole sum, so the norm

@@ -98,6 +98,15 @@ static const recap__env_var table[] = {
      .fallback = "1",
      .summary = "fuse elementwise chains into generated kernels (as --no-fusion when 0)",
      .details = NULL},
+    {.name = "RECAP_FUSION_GATED",
+     .kind = RECAP__ENV_BOOL,
+     .values = BOOL_VALUES,
+     .fallback = "1",
+     .summary = "folds act(gate) * up into the gate_up linear that computes both",
+     .details = "The decode GEMM pairs each gate row with its up row in its epilogue, one launch "
+                "fewer per layer; other shapes write the product to the op's workspace and pair "
+                "it in a pass, as the ops apart (engine/fuse.h, \"Gated outputs\"). 0: off, for "
+                "A/B timing. RECAP_FUSION=0 turns it off too."},
     {.name = "RECAP_FUSION_PROLOGUES",
      .kind = RECAP__ENV_BOOL,
      .values = BOOL_VALUES,

@@ -1290,7 +1290,7 @@ grep -qE "^rank 0: +1 .*x +[0-9]+ +[0-9]+%$" "$tmp/out" || fail "launch -- bench
 python3 bench/report/tp_decode_report.py "$tmp/profile.json" "$tmp/dist.json" >"$tmp/out" \
   2>"$tmp/err" || fail "tp_decode_report.py: $(tail -1 "$tmp/err")"
 grep -q "^== batch 2: graph step TP 1 [0-9.]* ms; TP 1 [0-9.]* ms: " "$tmp/out" &&
-  grep -qE "^    (fused\[rmsnorm,)?layers\.\*\.gate_up\]? +[0-9.]+ \[2\] +[0-9.]+ \[2\] " "$tmp/out" ||
+  grep -qE "^    (fused\[(rmsnorm,)?)?layers\.\*\.gate_up(,split,expr)?\]? +[0-9.]+ \[2\] +[0-9.]+ \[2\] " "$tmp/out" ||
   fail "tp_decode_report.py prints no comparison by op name"
 # A spec imported with one decode bucket has no bucketed dim; bench-decode and bench-loop
 # still run their batch of 1 on it.

@@ -54,7 +54,7 @@ static void test_linear_is_described_as_its_contract_says(void) {
                   (1u << RECAP_DTYPE_F32) | (1u << RECAP_DTYPE_F16) | (1u << RECAP_DTYPE_BF16));
   CU_ASSERT_EQUAL(op.in_place_input, -1);
   CU_ASSERT_FALSE(op.is_random);
-  CU_ASSERT_EQUAL_FATAL(op.num_attrs, 5);
+  CU_ASSERT_EQUAL_FATAL(op.num_attrs, 6);
   recap_op_attr_info act, residual;
   CHECK_OK(recap_op_attr_info_get(op.index, 0, &act));
   CU_ASSERT_STRING_EQUAL(act.name, "act");
@@ -81,6 +81,12 @@ static void test_linear_is_described_as_its_contract_says(void) {
   CU_ASSERT_STRING_EQUAL(glu.name, "glu");
   CU_ASSERT_EQUAL(glu.kind, RECAP_OP_ATTR_ACTIVATION);
   CU_ASSERT_STRING_EQUAL(glu.default_text, "none");
+  recap_op_attr_info gated;
+  CHECK_OK(recap_op_attr_info_get(op.index, 5, &gated));
+  CU_ASSERT_STRING_EQUAL(gated.name, "gated");
+  CU_ASSERT_EQUAL(gated.kind, RECAP_OP_ATTR_ACTIVATION);
+  CU_ASSERT_STRING_EQUAL(gated.default_text, "none");
+  CU_ASSERT_PTR_NOT_NULL(strstr(gated.doc, "[2F, K]"));
 }
 
 /* matmul's attributes: alpha 1, beta 0, trans_a and trans_b false. */

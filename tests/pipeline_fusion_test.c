@@ -982,7 +982,8 @@ static void test_the_gated_unit_stays_on_cuda(void) {
 
 /* What keeps a norm or a gated unit as its own op: a reader that is no linear, a linear that
  * reads it as something other than x, an output, another stream; a gated unit whose halves are
- * not one split's (two linears), or that a third op also reads. */
+ * not one split's (two linears), or that a third op also reads (no prologue takes it then,
+ * but its gate_up linear computes it as its gated output: one op fewer than the spec's). */
 static void test_norms_and_gated_units_stay_when_a_reader_cannot_fold_them(void) {
   fixture f = load(
       "name: nofold\ndtype: f32\n"
@@ -1014,15 +1015,22 @@ static void test_norms_and_gated_units_stay_when_a_reader_cannot_fold_them(void)
       "outputs: [a1, t1, a2, n3, a3, a4, a5, a6, t6]\n");
   const size_t before = f.ir->num_ops;
   CHECK_OK(recap__fuse(f.ir));
-  CU_ASSERT_EQUAL(f.ir->num_ops, before);
+  CU_ASSERT_EQUAL(f.ir->num_ops, before - 2);
   static const char *const kept[] = {"read_by_tanh", "residual_of_a_linear", "an_output",
-                                     "other_stream", "two_linears",          "read_twice"};
+                                     "other_stream", "two_linears"};
   for (size_t i = 0; i < sizeof kept / sizeof kept[0]; ++i)
     CU_ASSERT_PTR_NOT_NULL(op_named(f.ir, kept[i]));
+  int gated = 0;
   for (size_t v = 0; v < f.ir->num_ops; ++v) {
     CU_ASSERT_FALSE(f.ir->ops[v].attrs.rms_norm);
     CU_ASSERT_EQUAL(f.ir->ops[v].attrs.glu, RECAP_ACT_NONE);
+    gated += f.ir->ops[v].attrs.gated != RECAP_ACT_NONE;
   }
+  CU_ASSERT_EQUAL(gated, 1);
+  const recap__ir_op *gu = op_named(f.ir, "fused[linear,split,read_twice]");
+  CU_ASSERT_PTR_NOT_NULL_FATAL(gu);
+  CU_ASSERT_EQUAL(gu->outputs[0], tensor(f.ir, "act6"));
+  CU_ASSERT_EQUAL(f.ir->tensors[gu->outputs[0]].num_consumers, 2);
   unload(&f);
 }
 
@@ -1060,6 +1068,75 @@ static void test_folded_norms_and_swiglu_compute_the_same_as_the_unfused_ops(voi
     CHECK_OK(recap_pipeline_destroy(off));
     free(yaml);
   }
+}
+
+/* ---- gated units folded into the gate_up linear before them ---- */
+
+/* Without the prologue folds (the default), the block's SwiGLU and the split before it become
+ * the gate_up linear's gated output (engine/fuse.h, "Gated outputs"), on either backend;
+ * RECAP_FUSION_GATED=0 keeps them apart. */
+static void test_a_gated_unit_becomes_its_gate_up_linears_output(void) {
+  unsetenv("RECAP_FUSION_PROLOGUES");
+  for (int device = 0; device < 2; ++device) {
+    char *yaml = block_yaml("f32");
+    fixture f = load(yaml);
+    f.ir->device = device ? RECAP_BACKEND_CUDA : RECAP_BACKEND_HOST;
+    const int wgu = tensor(f.ir, "wgu");
+    CHECK_OK(recap__fuse(f.ir));
+    const recap__ir_op *gu = op_named(f.ir, "fused[gate_up,split,swiglu]");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(gu);
+    CU_ASSERT_EQUAL(gu->attrs.gated, RECAP_ACT_SILU);
+    CU_ASSERT_EQUAL_FATAL(gu->num_inputs, 2);
+    CU_ASSERT_EQUAL(gu->inputs[0], tensor(f.ir, "hn"));
+    CU_ASSERT_EQUAL(gu->inputs[1], wgu);
+    const int act = tensor(f.ir, "act");
+    CU_ASSERT_EQUAL(gu->outputs[0], act);
+    CU_ASSERT_EQUAL(f.ir->tensors[act].producer, (int)(gu - f.ir->ops));
+    CU_ASSERT_EQUAL(f.ir->tensors[act].shape[1], 96);
+    CU_ASSERT_EQUAL(recap__ir_find_tensor(f.ir, "gate_up"), -1);
+    CU_ASSERT_EQUAL(recap__ir_find_tensor(f.ir, "gate"), -1);
+    CU_ASSERT_EQUAL(recap__ir_find_tensor(f.ir, "up"), -1);
+    CU_ASSERT_PTR_NOT_NULL(op_named(f.ir, "fused[down,residual]"));
+    char *text = NULL;
+    CHECK_OK(cli_fuse_format(f.ir, true, &text));
+    CU_ASSERT_PTR_NOT_NULL(strstr(
+        text, "= silu(g) * u of [g | u] = linear(hn, wgu), the gated unit in the GEMM's epilogue"));
+    free(text);
+    unload(&f);
+    setenv("RECAP_FUSION_GATED", "0", 1);
+    f = load(yaml);
+    f.ir->device = device ? RECAP_BACKEND_CUDA : RECAP_BACKEND_HOST;
+    CHECK_OK(recap__fuse(f.ir));
+    unsetenv("RECAP_FUSION_GATED");
+    CU_ASSERT_PTR_NOT_NULL(op_named(f.ir, "swiglu"));
+    CU_ASSERT(recap__ir_find_tensor(f.ir, "gate_up") >= 0);
+    unload(&f);
+    free(yaml);
+  }
+  setenv("RECAP_FUSION_PROLOGUES", "1", 1);
+}
+
+/* The block with its gated unit folded computes what the unfolded ops do, eagerly and as
+ * graphs, f32, bf16 and f16, every bucket: M 1-16 run the skinny kernel's epilogue on CUDA, 17
+ * and 64 the workspace path (on CUDA against the unfused host pipeline too). */
+static void test_folded_gated_units_compute_the_same_as_the_unfused_ops(void) {
+  static const char *const dtypes[] = {"f32", "bf16", "f16"};
+  unsetenv("RECAP_FUSION_PROLOGUES");
+  for (size_t i = 0; i < sizeof dtypes / sizeof dtypes[0]; ++i) {
+    char *yaml = block_yaml(dtypes[i]);
+    /* The two residual adds, q * k, and gate_up's split and unit. */
+    CU_ASSERT(compare_fusion(dtypes[i], NULL, yaml, NULL, test_device,
+                             test_device.backend != RECAP_BACKEND_HOST) >= 6);
+    recap_pipeline *on = create(NULL, yaml, NULL, test_device, RECAP_MODE_EAGER, 0);
+    int gated = 0;
+    const recap__ir *folded = largest_ir(on);
+    for (size_t v = 0; v < folded->num_ops; ++v)
+      gated += folded->ops[v].attrs.gated != RECAP_ACT_NONE;
+    CU_ASSERT_EQUAL(gated, 1);
+    CHECK_OK(recap_pipeline_destroy(on));
+    free(yaml);
+  }
+  setenv("RECAP_FUSION_PROLOGUES", "1", 1);
 }
 
 /* ---- norms folded into the all_reduce before them ---- */
@@ -1264,6 +1341,8 @@ int main(void) {
   ADD_(test_the_gated_unit_stays_on_cuda)
   ADD_(test_norms_and_gated_units_stay_when_a_reader_cannot_fold_them)
   ADD_(test_folded_norms_and_swiglu_compute_the_same_as_the_unfused_ops)
+  ADD_(test_a_gated_unit_becomes_its_gate_up_linears_output)
+  ADD_(test_folded_gated_units_compute_the_same_as_the_unfused_ops)
   ADD_(test_a_norm_of_an_all_reduce_becomes_its_second_output)
   ADD_(test_a_norm_stays_apart_when_the_all_reduce_cannot_compute_it)
   ADD_(test_an_all_reduce_with_its_norm_computes_the_same_as_the_ops_apart)
@@ -1278,6 +1357,7 @@ int main(void) {
   ADD_(test_a_folded_linear_without_bias_computes_x0_plus_x_wt)
   ADD_(test_a_linear_residual_is_added_after_the_activation)
   ADD_(test_folded_norms_and_swiglu_compute_the_same_as_the_unfused_ops)
+  ADD_(test_folded_gated_units_compute_the_same_as_the_unfused_ops)
   ADD_(test_an_all_reduce_with_its_norm_computes_the_same_as_the_ops_apart)
 #undef ADD_
   return test_run_all();

@@ -835,16 +835,40 @@ static recap_status gemm_run(const recap__op_call *call, void *cuda_stream, bool
     p.prologue = RECAP__GEMM_PROLOGUE_NONE;
     p.norm_weight = NULL;
   }
-  if (run && recap__gemm_library() == RECAP_GEMM_LIBRARY_CUBLAS) {
-    st = recap__gemm_blas_run(&ctx, &p);
-    goto done;
+  /* A gated output: the skinny kernel pairs each block's gate rows with their up rows in its
+   * epilogue (one launch), where it would run the shape anyway; else the product [m, 2F] goes
+   * to the workspace like any linear's output and a pass pairs it (two launches, as the
+   * unfolded ops). */
+  void *gated_out = NULL;
+  const recap__activation gated = p.gated;
+  if (gated != RECAP_ACT_NONE) {
+    if (skinny_allowed(&p) && recap__gemm_library() != RECAP_GEMM_LIBRARY_CUBLAS &&
+        recap__cuda_gemm_skinny_preferred(&p, ctx.device)) {
+      if (run) st = recap__cuda_gemm_skinny(&p, ctx.device, cuda_stream);
+      goto done;
+    }
+    const size_t bytes = (size_t)(p.m * p.n) * recap_dtype_size(p.dtype);
+    if (run && (!call->workspace || call->workspace_bytes < bytes)) {
+      st = RECAP_OP_FAIL(call, "its gated output needs %zu bytes of workspace, %zu are bound",
+                         bytes, call->workspace_bytes);
+      goto done;
+    }
+    gated_out = p.out;
+    p.out = run ? call->workspace : NULL;
+    p.gated = RECAP_ACT_NONE;
   }
-  /* A prepare readies cuBLASLt's choice either way: cuBLAS needs nothing more. */
-  recap__lt_problem pr;
-  recap__gemm_choice ch;
-  RECAP_TRY_GOTO(st, recap__lt_problem_init(&ctx, &p, &pr), done);
-  RECAP_TRY_GOTO(st, resolve(&ctx, &p, &pr, run, &ch), done);
-  if (run) st = recap__gemm_run_choice(&ctx, &p, &pr, &ch, p.out);
+  if (run && recap__gemm_library() == RECAP_GEMM_LIBRARY_CUBLAS) {
+    RECAP_TRY_GOTO(st, recap__gemm_blas_run(&ctx, &p), done);
+  } else {
+    /* A prepare readies cuBLASLt's choice either way: cuBLAS needs nothing more. */
+    recap__lt_problem pr;
+    recap__gemm_choice ch;
+    RECAP_TRY_GOTO(st, recap__lt_problem_init(&ctx, &p, &pr), done);
+    RECAP_TRY_GOTO(st, resolve(&ctx, &p, &pr, run, &ch), done);
+    if (run) RECAP_TRY_GOTO(st, recap__gemm_run_choice(&ctx, &p, &pr, &ch, p.out), done);
+  }
+  if (run && gated_out)
+    st = recap__cuda_gemm_gated(gated_out, p.out, p.dtype, p.m, p.n / 2, gated, cuda_stream);
 done:
   recap__gemm_ctx_close(&ctx);
   return st;

@@ -93,6 +93,20 @@ __global__ void bias_act_kernel(T *out, const T *bias, const T *residual, int64_
   }
 }
 
+/* A gated output's pairing: one output element per thread, act(gate) * up in f32 with the
+ * host reference's activation (as the `expr` kernel it replaces computes it), rounded once. */
+template <typename T, recap__activation kAct>
+__global__ void gated_kernel(T *out, const T *product, int64_t total, int64_t half) {
+  recap__pdl_begin();
+  const int64_t step = (int64_t)gridDim.x * blockDim.x;
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += step) {
+    const int64_t r = i / half, c = i - r * half;
+    const float g = recap__to_float(product[2 * half * r + c]);
+    const float u = recap__to_float(product[2 * half * r + half + c]);
+    out[i] = recap__from_float<T>(recap__gemm_activate(kAct, g) * u);
+  }
+}
+
 template <typename T, recap__activation kAct>
 recap_status launch_vec(T *out, const T *bias, const T *residual, int64_t total, int64_t cols,
                         cudaStream_t stream) {
@@ -137,6 +151,33 @@ extern "C" recap_status recap__cuda_gemm_bias_act(void *out, const void *bias, c
     }
     RECAP_CUDA_TRY(recap__cuda_launch(bias_act_kernel<T>, recap__cuda_grid_for(total, kThreads),
                                       kThreads, 0, stream, o, b, r, total, cols, act));
+    return RECAP_OK;
+  });
+}
+
+extern "C" recap_status recap__cuda_gemm_gated(void *out, const void *product, recap_dtype dtype,
+                                               int64_t rows, int64_t half, recap__activation act,
+                                               void *cuda_stream) {
+  recap__cuda_launch_range range("recap gemm gated");
+  if (!out || !product || rows < 1 || half < 1 || !cuda_stream)
+    return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
+                      "gemm gated output: bad arguments (out %p, product %p, %lld x %lld, stream "
+                      "%p)",
+                      out, product, (long long)rows, (long long)half, cuda_stream);
+  const int64_t total = rows * half;
+  cudaStream_t stream = static_cast<cudaStream_t>(cuda_stream);
+  return recap__cuda_dispatch_float(dtype, "gemm gated output", [&](auto tag) -> recap_status {
+    using T = decltype(tag);
+    cudaError_t launched = cudaSuccess;
+    if (!recap__with_activation(act, [&](auto a) {
+          launched = recap__cuda_launch(gated_kernel<T, decltype(a)::value>,
+                                        recap__cuda_grid_for(total, kThreads), kThreads, 0, stream,
+                                        static_cast<T *>(out), static_cast<const T *>(product),
+                                        total, half);
+        }))
+      return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "gemm gated output: unknown activation %d",
+                        (int)act);
+    RECAP_CUDA_TRY(launched);
     return RECAP_OK;
   });
 }

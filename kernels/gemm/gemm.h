@@ -35,6 +35,14 @@
  *     the unfolded op ran) and runs the product from it. CUDA refuses glu: its kernels gave
  *     different bits from run to run on the H100 and were removed (docs/SERVING.md,
  *     "Prologue folds").
+ *     Gated output (attr gated, an activation; none: off): weight is [2F, K], gate rows then up
+ *     rows (a fused gate_up projection), bias [2F], and out [..., F] = gated(g) * u with g and
+ *     u the product's two halves, each rounded to the dtype as the unfolded linear's output
+ *     was, then act(g) * u in f32 rounded once, as the `expr` the fusion pass folds in
+ *     (engine/fuse.h, "Gated outputs"). Excludes act, residual and the prologues. The skinny
+ *     kernel computes a block's gate rows beside their up rows and pairs them in its epilogue
+ *     (one launch); every other path writes the [M, 2F] product into the op's workspace and a
+ *     pass pairs it (two launches, as the unfolded ops).
  * All tensors share one float dtype; products accumulate in f32. Each matrix (the last two
  * dims) must have a unit stride in one of its two dims (a transposed view is free); batch
  * dims may have any non-negative strides.
@@ -103,12 +111,19 @@ typedef struct {
   float eps;               /* RMS_NORM */
   recap__activation glu;   /* GLU */
   int64_t up_offset;       /* GLU */
+  /* A linear's gated output (NONE: off): n is the product's 2F columns and out is [m, F] =
+   * gated(product[:, :F]) * product[:, F:]; batch is 1. */
+  recap__activation gated;
 } recap__gemm_plan;
 
 /* Computes a plan's prologue, A(i, p) for i < m, p < k, into `dst` (contiguous [m, k] of the
  * plan's dtype) on the host, as the unfolded ops compute it: rmsnorm's sums in double, glu in
  * f32; one rounding. host.c. */
 void recap__gemm_prologue_host(const recap__gemm_plan *p, void *dst);
+
+/* Pairs a gated output's product on the host (gemm.h, top): out [m, n / 2] from product
+ * [m, n] of the plan's dtype, as the `expr` act(gate) * up evaluates it. host.c. */
+void recap__gemm_gated_host(const recap__gemm_plan *p, const void *product, void *out);
 
 /* Which inputs of a linear call are its bias and its residual (-1: absent): the residual is the
  * last input when attrs.residual is set or all four are given, and the bias is input 2 when
@@ -260,6 +275,13 @@ recap_status recap__cuda_gemm_prologue(const recap__gemm_plan *p, void *dst, voi
 recap_status recap__cuda_gemm_bias_act(void *out, const void *bias, const void *residual,
                                        recap_dtype dtype, int64_t rows, int64_t cols,
                                        recap__activation act, void *cuda_stream);
+
+/* A gated output's pairing pass: out[r, c] = act(product[r, c]) * product[r, half + c] for
+ * r < rows, c < half, product contiguous [rows, 2 half] and out contiguous [rows, half] of
+ * `dtype`, in f32 rounded once, on `cuda_stream`. kernels/gemm/epilogue.cu. */
+recap_status recap__cuda_gemm_gated(void *out, const void *product, recap_dtype dtype,
+                                    int64_t rows, int64_t half, recap__activation act,
+                                    void *cuda_stream);
 #endif
 
 /* ---- the activations, one definition for host and device code ---- */

@@ -199,6 +199,18 @@ void recap__gemm_prologue_host(const recap__gemm_plan *p, void *dst) {
   }
 }
 
+void recap__gemm_gated_host(const recap__gemm_plan *p, const void *product, void *out) {
+  const recap_dtype dt = p->dtype;
+  const int64_t half = p->n / 2;
+  for (int64_t i = 0; i < p->m; ++i)
+    for (int64_t j = 0; j < half; ++j) {
+      /* The expression act(gate) * up in f32, as the expr op evaluates it. */
+      const float g = load_elem(product, dt, i * p->n + j),
+                  u = load_elem(product, dt, i * p->n + half + j);
+      recap__store_f32(out, dt, i * half + j, recap__gemm_activate(p->gated, g) * u);
+    }
+}
+
 recap_status recap__gemm_run_host(const recap__op_call *call) {
   recap__gemm_plan p;
   RECAP_TRY(recap__gemm_plan_make(call, &p));
@@ -218,6 +230,19 @@ recap_status recap__gemm_run_host(const recap__op_call *call) {
     p.a_rs = p.k;
     p.a_cs = 1;
     p.prologue = RECAP__GEMM_PROLOGUE_NONE;
+  }
+  /* A gated output: the product [m, 2F] first (each element rounded to the dtype, as the
+   * unfolded linear wrote it), then its halves paired into out. */
+  void *product = NULL, *out = p.out;
+  if (p.gated != RECAP_ACT_NONE) {
+    product = malloc((size_t)(p.m * p.n) * recap_dtype_size(p.dtype) + 1);
+    if (!product) {
+      free(prologue);
+      return recap__error_context(
+          RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no host memory for the GEMM's gated product"),
+          "op '%s': ", call->def->name);
+    }
+    p.out = product;
   }
   scratch s = {
       .a_block = malloc(sizeof(float) * MC * KC),
@@ -243,7 +268,9 @@ recap_status recap__gemm_run_host(const recap__op_call *call) {
               (char *)p.out + oo * (int64_t)es, &s);
     }
   }
+  if (product) recap__gemm_gated_host(&p, product, out);
 done:
+  free(product);
   free(prologue);
   free(s.acc);
   free(s.b_panel);

@@ -49,6 +49,10 @@ static const recap__attr_def linear_attrs[] = {
      "a gated prologue: x is [..., 2K] (gate, then up) and the product reads glu(x[..., :K]) * "
      "x[..., K:] (silu: SwiGLU's down projection; none: off); host backend only for now, CUDA "
      "refuses it"},
+    {"gated", RECAP_ATTR_ACTIVATION, offsetof(recap__op_attrs, gated), false, RECAP_ACT_NONE,
+     "a gated output: weight is [2F, K] (gate rows, then up rows) and out [..., F] = "
+     "gated(gate) * up of the product's halves (silu: SwiGLU's gate_up projection with its unit "
+     "folded in; none: off); excludes act, residual, rms_norm and glu"},
     {.name = NULL},
 };
 
@@ -160,9 +164,23 @@ static recap_status linear_infer(recap__op_call *call) {
     return RECAP_OP_FAIL(call, "attribute 'act' has an unknown value %d", (int)call->attrs.act);
   if ((unsigned)call->attrs.glu > (unsigned)RECAP_ACT_TANH)
     return RECAP_OP_FAIL(call, "attribute 'glu' has an unknown value %d", (int)call->attrs.glu);
+  if ((unsigned)call->attrs.gated > (unsigned)RECAP_ACT_TANH)
+    return RECAP_OP_FAIL(call, "attribute 'gated' has an unknown value %d",
+                         (int)call->attrs.gated);
   const bool glu = call->attrs.glu != RECAP_ACT_NONE;
   if (glu && call->attrs.rms_norm)
     return RECAP_OP_FAIL(call, "attributes 'rms_norm' and 'glu' exclude each other");
+  const bool gated = call->attrs.gated != RECAP_ACT_NONE;
+  if (gated && (glu || call->attrs.rms_norm || call->attrs.residual ||
+                call->attrs.act != RECAP_ACT_NONE || call->num_inputs > 3))
+    return RECAP_OP_FAIL(call,
+                         "attribute 'gated' excludes 'act', 'residual', 'rms_norm' and 'glu' "
+                         "(inputs: x, weight and an optional bias)");
+  if (gated && w->shape[0] % 2 != 0)
+    return RECAP_OP_FAIL(call,
+                         "attribute 'gated' reads weight %s as gate and up halves of its rows, "
+                         "which must be even",
+                         recap__shape_label(w).s);
   const int64_t width = x->shape[x->ndim - 1], k = glu ? width / 2 : width, n = w->shape[0];
   if (glu && width % 2 != 0)
     return RECAP_OP_FAIL(call,
@@ -224,7 +242,7 @@ static recap_status linear_infer(recap__op_call *call) {
   }
   int64_t shape[RECAP_MAX_DIMS];
   for (int d = 0; d < x->ndim - 1; ++d) shape[d] = x->shape[d];
-  shape[x->ndim - 1] = n;
+  shape[x->ndim - 1] = gated ? n / 2 : n;
   recap__infer_output(call, 0, x->dtype, x->ndim, shape);
   if (residual_at >= 0) {
     /* Read element for element with the output, as matmul's c. */
@@ -243,14 +261,16 @@ static recap_status linear_infer(recap__op_call *call) {
 }
 
 /* A linear with the norm's prologue that does not run the skinny kernel computes P(x) [M, K]
- * into its workspace first (kernels/gemm/choose.c); CUDA refuses the gated unit's, and the
- * host reference allocates its own. */
+ * into its workspace first, and one with a gated output its product [M, 2F] (kernels/gemm/
+ * choose.c); CUDA refuses the gated unit's prologue, and the host reference allocates its
+ * own. */
 static size_t linear_workspace_bytes(const recap__op_call *call, recap_backend_kind backend) {
-  if (backend != RECAP_BACKEND_CUDA || !call->attrs.rms_norm) return 0;
+  const bool gated = call->attrs.gated != RECAP_ACT_NONE;
+  if (backend != RECAP_BACKEND_CUDA || (!call->attrs.rms_norm && !gated)) return 0;
   const recap_tensor *o = &call->outputs[0];
   const int64_t rows =
       o->shape[o->ndim - 1] > 0 ? recap__tensor_numel(o) / o->shape[o->ndim - 1] : 0;
-  const int64_t k = call->inputs[1].shape[1];
+  const int64_t k = gated ? call->inputs[1].shape[0] : call->inputs[1].shape[1];
   /* Rounded up to 256 bytes, the alignment every GEMM operand gets from the allocator. */
   return ((size_t)(rows * k) * recap_dtype_size(o->dtype) + 255) & ~(size_t)255;
 }
@@ -318,7 +338,7 @@ const recap__op_def recap__op_linear = {
         "act(P(x) weight^T + bias) + residual: weight [N, K], bias [N], residual as out "
         "(inputs x, weight, residual with attribute residual: no bias); P, the prologue, is x "
         "itself, its rmsnorm (rms_norm, weight norm_weight, the last input) or glu(gate) * up "
-        "of its halves (glu)",
+        "of its halves (glu); with `gated`, gated(gate) * up of the product's halves",
     .input_names = linear_inputs,
     .min_inputs = 2,
     .max_inputs = 5,
@@ -331,6 +351,8 @@ const recap__op_def recap__op_linear = {
     .folds_residual = true,
     /* A folded rmsnorm or gated unit runs as the x load of the product (gemm.h). */
     .takes_prologue = true,
+    /* A folded gated unit over the two halves of the product is paired in its epilogue. */
+    .takes_gated_output = true,
     .reduced_axes = linear_reduced_axes,
     .flops = gemm_flops,
     .infer = linear_infer,

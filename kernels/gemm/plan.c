@@ -139,6 +139,7 @@ recap_status recap__gemm_plan_make(const recap__op_call *call, recap__gemm_plan 
       p.glu = call->attrs.glu;
       p.up_offset = p.k; /* up follows gate in each row of x */
     }
+    p.gated = call->attrs.gated;
     /* The leading dims of x become rows when one stride steps through all of them (always
      * for a contiguous x), else the last is the rows and the others are batch levels. */
     const int lead = x->ndim - 1;
@@ -180,6 +181,11 @@ recap_status recap__gemm_plan_make(const recap__op_call *call, recap__gemm_plan 
     return RECAP_OP_FAIL(call,
                          "a prologue (rms_norm, glu) needs x's rows at one stride with unit "
                          "stride along K (copy it first)");
+  /* A gated output pairs columns of whole rows of the product. */
+  if (p.gated != RECAP_ACT_NONE && (p.batch[0] != 1 || p.batch[1] != 1))
+    return RECAP_OP_FAIL(call,
+                         "a gated output needs x's rows at one stride (no batch levels; copy "
+                         "it first)");
   *out = p;
   return RECAP_OK;
 }

@@ -63,7 +63,30 @@ struct skinny_args {
    * H100 and was removed (docs/SERVING.md, "Prologue folds"); skinny_fits refuses it. */
   const void *gamma;
   float eps;
+  /* A gated output (gemm.h; NONE: off): W has 2n rows, gate rows then up rows, and out [m, n]
+   * = gated(gate) * up. Each 16-row tile of a block then holds 8 output columns' gate rows
+   * followed by their up rows (w_row), so the pair meets in the block's epilogue. */
+  recap__activation gated;
 };
+
+/* The row of W behind row r (0-15) of 16-row tile `tile` (counted over the grid), and whether
+ * it exists: row 16 tile + r, or for a gated output tile's 8 columns 8 tile + r % 8 as gate rows
+ * (r < 8) and as up rows (r >= 8, n rows further). */
+__device__ __forceinline__ int64_t w_row(const skinny_args &a, int64_t tile, int r, bool &in) {
+  if (a.gated != RECAP_ACT_NONE) {
+    const int64_t col = 8 * tile + (r & 7);
+    in = col < a.n;
+    return col + (r >= 8 ? a.n : 0);
+  }
+  const int64_t row = 16 * tile + r;
+  in = row < a.n;
+  return row;
+}
+
+/* Rows of W the grid covers: 2n for a gated output. */
+__host__ __device__ __forceinline__ int64_t w_rows(const skinny_args &a) {
+  return a.gated != RECAP_ACT_NONE ? 2 * (int64_t)a.n : a.n;
+}
 
 constexpr int kProNone = RECAP__GEMM_PROLOGUE_NONE, kProRms = RECAP__GEMM_PROLOGUE_RMS_NORM;
 
@@ -271,6 +294,23 @@ __device__ __forceinline__ void store_output(const skinny_args &a, int b, int64_
   static_cast<T *>(a.out)[at] = recap__from_float<T>(v);
 }
 
+/* The epilogue of a gated output element (x row b, output column j) from the f32 products of
+ * its gate and up rows: each gets its bias and is rounded to T, as the unfolded linear's output
+ * was; then act(gate) * up in f32 (the host reference's activation), rounded once. */
+template <typename T>
+__device__ __forceinline__ void store_gated(const skinny_args &a, int b, int64_t j, float gate,
+                                            float up) {
+  const T *bias = static_cast<const T *>(a.bias);
+  if (bias) {
+    gate += recap__to_float(bias[j]);
+    up += recap__to_float(bias[a.n + j]);
+  }
+  const float g = recap__to_float(recap__from_float<T>(gate));
+  const float u = recap__to_float(recap__from_float<T>(up));
+  static_cast<T *>(a.out)[(int64_t)b * a.n + j] =
+      recap__from_float<T>(recap__gemm_activate(a.gated, g) * u);
+}
+
 /* T: storage type. NT: 8-row tiles of x (1 for m <= 8, 2 for m <= 16). kSteps: K steps whose
  * loads are issued together. kPipe: two register buffers, the next group's loads issued
  * before the current group's mmas wait on theirs (so a warp never drains to zero loads in
@@ -284,8 +324,11 @@ __global__ void __launch_bounds__(kMaxWarps * 32) skinny_kernel(const skinny_arg
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
   const int g = lane >> 2, tig = lane & 3;
   const int64_t n0 = (int64_t)blockIdx.x * kRows;
-  /* Rows past N read row 0 (valid memory); their results are never stored. */
-  const int64_t r0 = n0 + g < a.n ? n0 + g : 0, r1 = n0 + g + 8 < a.n ? n0 + g + 8 : 0;
+  /* Rows past W read row 0 (valid memory); their results are never stored. */
+  bool in0, in1;
+  int64_t r0 = w_row(a, blockIdx.x, g, in0), r1 = w_row(a, blockIdx.x, g + 8, in1);
+  r0 = in0 ? r0 : 0;
+  r1 = in1 ? r1 : 0;
   const T *w0 = static_cast<const T *>(a.w) + r0 * a.ldw + 8 * tig;
   const T *w1 = static_cast<const T *>(a.w) + r1 * a.ldw + 8 * tig;
   /* x rows past m read row 0: an mma's output column depends on its own B column only, so
@@ -345,6 +388,22 @@ __global__ void __launch_bounds__(kMaxWarps * 32) skinny_kernel(const skinny_arg
     partial[warp][b + 1][g + 8] = acc[t][3];
   }
   __syncthreads();
+  if (a.gated != RECAP_ACT_NONE) {
+    /* Tile rows r and r + 8 are output column 8 blockIdx.x + r's gate and up. */
+    for (int i = threadIdx.x; i < a.m * 8; i += blockDim.x) {
+      const int b = i / 8, r = i % 8;
+      const int64_t j = 8 * (int64_t)blockIdx.x + r;
+      if (j >= a.n) continue;
+      float gate = 0.0f, up = 0.0f;
+      for (int w = 0; w < warps; ++w) {
+        gate += partial[w][b][r];
+        up += partial[w][b][r + 8];
+      }
+      const float scale = a.alpha * row_scale<kPro>(ssw, warps, b, a);
+      store_gated<T>(a, b, j, gate * scale, up * scale);
+    }
+    return;
+  }
   for (int i = threadIdx.x; i < a.m * kRows; i += blockDim.x) {
     const int b = i / kRows, r = i % kRows;
     if (n0 + r >= a.n) continue;
@@ -457,8 +516,14 @@ __global__ void __launch_bounds__((kMaxWarps + 1) * 32) bulk_kernel(const skinny
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x >> 5) - 1;
   const int chunks = (a.k + KC - 1) / KC;
-  const int64_t n0 = (int64_t)blockIdx.x * kBlockRows;
-  const int rows = a.n - n0 < kBlockRows ? (int)(a.n - n0) : kBlockRows;
+  const int64_t tile0 = (int64_t)blockIdx.x * RT;
+  /* The block's rows of W that exist (a prefix of its rows, except for a gated output). */
+  int rows = 0;
+  for (int i = 0; i < kBlockRows; ++i) {
+    bool in;
+    (void)w_row(a, tile0 + i / kRows, i % kRows, in);
+    rows += in;
+  }
   const uint32_t ring0 = recap__smem_addr(ring);
   const T *w = static_cast<const T *>(a.w);
   const T *x = static_cast<const T *>(a.x);
@@ -473,7 +538,11 @@ __global__ void __launch_bounds__((kMaxWarps + 1) * 32) bulk_kernel(const skinny
   /* The producer lane of each W row prefetches the row's first PF columns. */
   if (a.pdl && warp == warps) {
     const uint32_t first = (uint32_t)(a.k < PF ? a.k : PF) * 2;
-    for (int r = lane; r < rows; r += 32) bulk_prefetch_l2(w + (n0 + r) * a.ldw, first);
+    for (int i = lane; i < kBlockRows; i += 32) {
+      bool in;
+      const int64_t row = w_row(a, tile0 + i / kRows, i % kRows, in);
+      if (in) bulk_prefetch_l2(w + row * a.ldw, first);
+    }
   }
   /* Every thread waits: the stores at the end must not overtake the previous kernel's reads. */
   wait_for_previous_grid();
@@ -497,12 +566,15 @@ __global__ void __launch_bounds__((kMaxWarps + 1) * 32) bulk_kernel(const skinny
       const uint32_t bar = recap__smem_addr(&full[s]);
       if (lane == 0) recap__mbar_arrive_expect_tx(bar, bytes * (uint32_t)copies);
       __syncwarp();
-      for (int i = lane; i < copies; i += 32) {
-        if (i < rows) {
+      for (int i = lane; i < kBlockRows + a.m; i += 32) {
+        if (i < kBlockRows) {
+          bool in;
+          const int64_t row = w_row(a, tile0 + i / kRows, i % kRows, in);
+          if (!in) continue;
           const uint32_t dst = ring0 + (uint32_t)(s * kStageBytes + i * kRowBytes);
-          bulk_copy(dst, w + (n0 + i) * a.ldw + k0, bytes, bar, w_policy);
+          bulk_copy(dst, w + row * a.ldw + k0, bytes, bar, w_policy);
         } else {
-          const int b = i - rows;
+          const int b = i - kBlockRows;
           const uint32_t dst = ring0 + (uint32_t)(s * kStageBytes + (kBlockRows + b) * kRowBytes);
           bulk_copy(dst, x + (int64_t)b * a.ldx + k0, bytes, bar);
         }
@@ -570,6 +642,25 @@ __global__ void __launch_bounds__((kMaxWarps + 1) * 32) bulk_kernel(const skinny
       }
   }
   __syncthreads();
+  if (a.gated != RECAP_ACT_NONE) {
+    /* Tile t's rows r and r + 8 are output column 8 (tile0 + t) + r's gate and up. */
+    constexpr int kCols = kBlockRows / 2;
+    for (int i = threadIdx.x; i < a.m * kCols; i += blockDim.x) {
+      const int b = i / kCols, c = i % kCols, row = kRows * (c / 8) + c % 8;
+      const int64_t j = 8 * (tile0 + c / 8) + c % 8;
+      if (j >= a.n) continue;
+      float gate = 0.0f, up = 0.0f;
+      for (int wi = 0; wi < warps; ++wi) {
+        const float *p = partial + ((size_t)wi * kMaxM + b) * (kBlockRows + 1);
+        gate += p[row];
+        up += p[row + 8];
+      }
+      const float scale = a.alpha * row_scale<kPro>(ssw, warps, b, a);
+      store_gated<T>(a, b, j, gate * scale, up * scale);
+    }
+    return;
+  }
+  const int64_t n0 = tile0 * kRows;
   for (int i = threadIdx.x; i < a.m * rows; i += blockDim.x) {
     const int b = i / rows, r = i % rows;
     float sum = 0.0f;
@@ -642,7 +733,7 @@ recap_status launch_bulk(const skinny_args &args, int device, int warps,
   const auto kernel = bulk_kernel<T, NT, RT, KC, S, PF, kPro>;
   const size_t smem = bulk_smem(RT, NT, KC, S);
   RECAP_TRY(allow_smem(kernel, device, smem, smem_allowed));
-  config.gridDim = dim3((unsigned)RECAP_CEIL_DIV(args.n, (int64_t)kRows * RT));
+  config.gridDim = dim3((unsigned)RECAP_CEIL_DIV(w_rows(args), (int64_t)kRows * RT));
   config.blockDim = dim3((unsigned)(warps + 1) * 32); /* + the producer warp */
   config.dynamicSmemBytes = smem;
   RECAP_CUDA_TRY(cudaLaunchKernelEx(&config, kernel, args));
@@ -676,7 +767,7 @@ recap_status launch_bulk_index(int shape, const skinny_args &args, int device, i
 template <typename T, int kPro>
 recap_status launch(const skinny_args &args, int device, int warps, int pipe, bool pdl,
                     cudaStream_t stream) {
-  const unsigned blocks = (unsigned)RECAP_CEIL_DIV(args.n, kRows);
+  const unsigned blocks = (unsigned)RECAP_CEIL_DIV(w_rows(args), (int64_t)kRows);
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(blocks);
   config.blockDim = dim3((unsigned)warps * 32);
@@ -722,7 +813,9 @@ extern "C" bool recap__cuda_gemm_skinny_fits(const recap__gemm_plan *p) {
          !p->c && (p->a_cs == 1) && (p->m == 1 || p->a_rs % 8 == 0) && p->b_rs == 1 &&
          (p->n == 1 || p->b_cs % 8 == 0) && (!p->a || aligned16(p->a)) &&
          (!p->b || aligned16(p->b)) && (!p->norm_weight || aligned16(p->norm_weight)) &&
-         p->prologue != RECAP__GEMM_PROLOGUE_GLU;
+         p->prologue != RECAP__GEMM_PROLOGUE_GLU &&
+         (p->gated == RECAP_ACT_NONE || (p->n % 2 == 0 && p->act == RECAP_ACT_NONE &&
+                                         !p->residual && p->alpha == 1.0f));
 }
 
 extern "C" recap_status recap__cuda_gemm_skinny_default(const recap__gemm_plan *p, int device,
@@ -815,7 +908,8 @@ extern "C" recap_status recap__cuda_gemm_skinny_config(const recap__gemm_plan *p
   args.residual = p->residual;
   args.out = p->out;
   args.m = (int)p->m;
-  args.n = (int)p->n;
+  args.gated = p->gated;
+  args.n = (int)(p->gated != RECAP_ACT_NONE ? p->n / 2 : p->n);
   args.k = (int)p->k;
   /* A single row's stride is never stepped, so it may be anything; likewise W's when N = 1. */
   args.ldx = p->m == 1 ? p->k : p->a_rs;

@@ -1,0 +1,310 @@
+/*
+ * gemm_gated_test.c: a linear's gated output (kernels/gemm/gemm.h, attribute `gated`), the
+ * SwiGLU unit that engine/fuse.h folds into its gate_up projection.
+ *
+ * The reference is a float64 hand computation of the unfolded ops: the product's halves g and
+ * u (x W_gate^T + b_gate, x W_up^T + b_up), each rounded to the dtype as the unfolded linear
+ * wrote them, then silu(g) * u, with a tolerance from the magnitudes of the terms.
+ * Host: f32, f16 and bf16, M in {1, 3, 16, 17, 64}, with and without bias, F a multiple of 8
+ * and not; infer's shape and refusals; the CUDA workspace the contract sizes.
+ * CUDA (inactive without a GPU): the same cases against the hand computation and the host's
+ * result on every path: the skinny kernel's default variant (bulk copies on Hopper), its
+ * register kernel (RECAP_GEMM_SKINNY_PIPE=0) and the workspace path (RECAP_GEMM_SKINNY=0, and
+ * every M > 16 and f32); every skinny configuration directly (K = 2056: a partial last step
+ * and chunk; F = 100: a partial last tile); two runs give identical bits.
+ */
+#include "tests/gemm_util.h"
+
+static const int64_t test_ms[] = {1, 3, 16, 17, 64};
+
+/* A gated linear with its inputs x [m, k], weight [2f, k], bias? [2f]. */
+typedef struct {
+  recap__op_call call;
+  tbuf in[3];
+  int num_in;
+  double *ref, *scale;
+} gated_case;
+
+/* The dot product of x row i and weight row j in float64, plus the bias, and the sum of the
+ * terms' magnitudes. */
+static double dot(const gated_case *c, int64_t i, int64_t j, int64_t k, double *mag) {
+  const recap_tensor *x = &c->in[0].t, *w = &c->in[1].t;
+  const recap_dtype dt = x->dtype;
+  double sum = 0, m = 0;
+  for (int64_t p = 0; p < k; ++p) {
+    const double t =
+        recap__load_f32(x->data, dt, i * k + p) * recap__load_f32(w->data, dt, j * k + p);
+    sum += t;
+    m += fabs(t);
+  }
+  if (c->num_in > 2) {
+    const double b = recap__load_f32(c->in[2].t.data, dt, j);
+    sum += b;
+    m += fabs(b);
+  }
+  *mag = m;
+  return sum;
+}
+
+/* v rounded to the dtype, as a store and a load of it. */
+static double round_to(recap_dtype dt, double v) {
+  uint32_t cell = 0;
+  recap__store_f32(&cell, dt, 0, (float)v);
+  return recap__load_f32(&cell, dt, 0);
+}
+
+static void gcase_make(gated_case *c, recap_dtype dt, int64_t m, int64_t k, int64_t f, bool bias,
+                       test_rng *rng) {
+  memset(c, 0, sizeof *c);
+  c->call.def = recap__op_find("linear");
+  recap__op_attrs_set_defaults(c->call.def, &c->call.attrs);
+  const int64_t xs[2] = {m, k}, ws[2] = {2 * f, k}, bs[1] = {2 * f};
+  c->in[c->num_in++] = tb_make(dt, 2, xs, rng);
+  c->in[c->num_in++] = tb_make(dt, 2, ws, rng);
+  if (bias) c->in[c->num_in++] = tb_make(dt, 1, bs, rng);
+  c->call.attrs.gated = RECAP_ACT_SILU;
+  c->call.num_inputs = c->num_in;
+  for (int i = 0; i < c->num_in; ++i) c->call.inputs[i] = c->in[i].t;
+  CHECK_OK(recap__op_infer(&c->call));
+  recap_tensor *o = &c->call.outputs[0];
+  CU_ASSERT_EQUAL(o->ndim, 2);
+  CU_ASSERT_EQUAL(o->shape[0], m);
+  CU_ASSERT_EQUAL(o->shape[1], f);
+  const size_t bytes = (size_t)(m * f) * recap_dtype_size(dt);
+  o->data = malloc(bytes);
+  memset(o->data, 0xff, bytes); /* NaN: an unwritten element fails */
+  c->ref = malloc(sizeof(double) * (size_t)(m * f));
+  c->scale = malloc(sizeof(double) * (size_t)(m * f));
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < f; ++j) {
+      double gmag, umag;
+      const double g = round_to(dt, dot(c, i, j, k, &gmag)),
+                   u = round_to(dt, dot(c, i, f + j, k, &umag));
+      const double sg = g / (1.0 + exp(-g));
+      c->ref[i * f + j] = sg * u;
+      /* |silu'| <= 1.1: an error dg in g moves the result by at most 1.1 |u| dg; du by |sg| du;
+       * and the result's own rounding. */
+      c->scale[i * f + j] =
+          1.1 * (gmag + fabs(g)) * fabs(u) + fabs(sg) * (umag + fabs(u)) + fabs(sg * u);
+    }
+}
+
+static void gcase_free(gated_case *c) {
+  for (int i = 0; i < c->num_in; ++i) free(c->in[i].t.data);
+  free(c->call.outputs[0].data);
+  free(c->ref);
+  free(c->scale);
+}
+
+static void label(char *buf, size_t size, const char *where, recap_dtype dt, int64_t m, int64_t f,
+                  bool bias) {
+  snprintf(buf, size, "%s %s gated m=%lld f=%lld%s", where, recap_dtype_name(dt), (long long)m,
+           (long long)f, bias ? " +bias" : "");
+}
+
+/* ---- host -------------------------------------------------------------------------------- */
+
+static void test_host_gated_output_matches_the_unfolded_ops_by_hand(void) {
+  static const int64_t fs[] = {40, 13};
+  test_rng rng;
+  test_rng_init(&rng);
+  for (int d = 0; d < 3; ++d)
+    for (size_t mi = 0; mi < sizeof test_ms / sizeof test_ms[0]; ++mi)
+      for (size_t fi = 0; fi < 2; ++fi)
+        for (int bias = 0; bias < 2; ++bias) {
+          gated_case c;
+          gcase_make(&c, float_types[d], test_ms[mi], 96, fs[fi], bias, &rng);
+          CHECK_OK(recap__op_launch(&c.call, host_stream));
+          CHECK_OK(recap_stream_synchronize(host_stream));
+          char what[96];
+          label(what, sizeof what, "host", float_types[d], test_ms[mi], fs[fi], bias);
+          CU_ASSERT_EQUAL(
+              count_bad(&c.call.outputs[0], c.ref, c.scale, host_tol(float_types[d]), what), 0);
+          gcase_free(&c);
+        }
+}
+
+static void test_host_infer_refuses_bad_gated_outputs(void) {
+  test_rng rng;
+  test_rng_init(&rng);
+  gated_case c;
+  gcase_make(&c, RECAP_DTYPE_F32, 3, 96, 20, true, &rng);
+  recap__op_call bad = c.call;
+  bad.attrs.act = RECAP_ACT_RELU;
+  CU_ASSERT_EQUAL(recap__op_infer(&bad), RECAP_STATUS_INVALID_ARGUMENT);
+  CU_ASSERT_PTR_NOT_NULL(strstr(recap_last_error(), "attribute 'gated' excludes"));
+  bad = c.call;
+  bad.attrs.rms_norm = 1;
+  CU_ASSERT_EQUAL(recap__op_infer(&bad), RECAP_STATUS_INVALID_ARGUMENT);
+  CU_ASSERT_PTR_NOT_NULL(strstr(recap_last_error(), "attribute 'gated' excludes"));
+  bad = c.call;
+  bad.attrs.residual = 1;
+  CU_ASSERT_EQUAL(recap__op_infer(&bad), RECAP_STATUS_INVALID_ARGUMENT);
+  CU_ASSERT_PTR_NOT_NULL(strstr(recap_last_error(), "attribute 'gated' excludes"));
+  bad = c.call;
+  bad.attrs.gated = (recap__activation)99;
+  CU_ASSERT_EQUAL(recap__op_infer(&bad), RECAP_STATUS_INVALID_ARGUMENT);
+  CU_ASSERT_PTR_NOT_NULL(strstr(recap_last_error(), "unknown value"));
+  bad = c.call;
+  bad.num_inputs = 2;
+  bad.inputs[1].shape[0] = 39; /* odd rows: no halves */
+  CU_ASSERT_EQUAL(recap__op_infer(&bad), RECAP_STATUS_INVALID_ARGUMENT);
+  CU_ASSERT_PTR_NOT_NULL(strstr(recap_last_error(), "must be even"));
+  gcase_free(&c);
+}
+
+/* On CUDA the product [M, 2F] goes to the workspace (256-byte rounded) where the skinny kernel
+ * does not run; the host needs none. */
+static void test_host_cuda_workspace_holds_the_product(void) {
+  test_rng rng;
+  test_rng_init(&rng);
+  gated_case c;
+  gcase_make(&c, RECAP_DTYPE_BF16, 17, 96, 40, false, &rng);
+  CU_ASSERT_EQUAL(c.call.def->workspace_bytes(&c.call, RECAP_BACKEND_CUDA), 2816); /* 17*80*2 */
+  CU_ASSERT_EQUAL(c.call.def->workspace_bytes(&c.call, RECAP_BACKEND_HOST), 0);
+  gcase_free(&c);
+}
+
+/* ---- CUDA -------------------------------------------------------------------------------- */
+
+#if RECAP_WITH_CUDA
+
+/* Runs the case on CUDA (its workspace as the contract sizes it) and returns the output: through
+ * the op's launch (pipe < 0), or straight through the skinny kernel's configuration `pipe`
+ * (0, 1 register buffers; 2, 3 the bulk-copy shapes, run as 1 before Hopper). */
+static void *run_cuda(const gated_case *c, int pipe) {
+  recap__op_call call = c->call;
+  void *dev[4] = {0};
+  for (int i = 0; i < c->num_in; ++i) {
+    const size_t bytes = c->in[i].storage_elems * recap_dtype_size(c->in[i].t.dtype);
+    CU_ASSERT_EQUAL_FATAL(cudaMalloc(&dev[i], bytes), cudaSuccess);
+    CU_ASSERT_EQUAL_FATAL(cudaMemcpy(dev[i], c->in[i].t.data, bytes, cudaMemcpyHostToDevice),
+                          cudaSuccess);
+    call.inputs[i].data = dev[i];
+  }
+  const size_t out_bytes =
+      (size_t)recap__tensor_numel(&call.outputs[0]) * recap_dtype_size(call.outputs[0].dtype);
+  CU_ASSERT_EQUAL_FATAL(cudaMalloc(&dev[3], out_bytes), cudaSuccess);
+  CU_ASSERT_EQUAL_FATAL(cudaMemset(dev[3], 0xff, out_bytes), cudaSuccess);
+  call.outputs[0].data = dev[3];
+  call.workspace_bytes = call.def->workspace_bytes(&call, RECAP_BACKEND_CUDA);
+  CU_ASSERT_EQUAL_FATAL(cudaMalloc(&call.workspace, call.workspace_bytes), cudaSuccess);
+  if (pipe < 0) {
+    CHECK_OK(recap__gemm_prepare(&call, cuda_stream));
+    CHECK_OK(recap__op_launch(&call, cuda_stream));
+  } else {
+    recap__gemm_plan plan;
+    CHECK_OK(recap__gemm_plan_make(&call, &plan));
+    CU_ASSERT_TRUE(recap__cuda_gemm_skinny_fits(&plan));
+    CHECK_OK(recap__cuda_gemm_skinny_config(&plan, 0, recap_stream_native(cuda_stream),
+                                            pipe < 2 ? 4 : 8, pipe));
+  }
+  CHECK_OK(recap_stream_synchronize(cuda_stream));
+  void *out = malloc(out_bytes);
+  CU_ASSERT_EQUAL(cudaMemcpy(out, dev[3], out_bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+  for (int i = 0; i < 4; ++i) cudaFree(dev[i]);
+  cudaFree(call.workspace);
+  return out;
+}
+
+/* The case on CUDA under the current environment: within tolerance of the hand computation and
+ * of the host's result (run first), and the same bits twice. */
+static void check_cuda(const gated_case *c, int pipe, const char *what) {
+  void *a = run_cuda(c, pipe), *b = run_cuda(c, pipe);
+  recap_tensor got = c->call.outputs[0];
+  got.data = a;
+  const recap_dtype dt = got.dtype;
+  tolerance tol = host_tol(dt);
+  if (dt == RECAP_DTYPE_F32) tol.rtol = 1e-4; /* TF32 where cuBLASLt runs it */
+  CU_ASSERT_EQUAL(count_bad(&got, c->ref, c->scale, tol, what), 0);
+  const int64_t total = recap__tensor_numel(&got);
+  double *host = malloc(sizeof(double) * (size_t)total);
+  for (int64_t e = 0; e < total; ++e) host[e] = recap__load_f32(c->call.outputs[0].data, dt, e);
+  tol.atol *= 2;
+  tol.rtol *= 2;
+  CU_ASSERT_EQUAL(count_bad(&got, host, c->scale, tol, "cuda vs host"), 0);
+  const bool same = memcmp(a, b, (size_t)total * recap_dtype_size(dt)) == 0;
+  if (!same) fprintf(stderr, "not the same bits twice: %s\n", what);
+  CU_ASSERT(same);
+  free(host);
+  free(a);
+  free(b);
+}
+
+static void set_env(const char *name, const char *value) {
+  if (value)
+    setenv(name, value, 1);
+  else
+    unsetenv(name);
+  recap__gemm_env_reload();
+}
+
+/* K = 2048 and F = 100 (200 rows of W): shapes the skinny kernel takes at every M <= 16. */
+static void test_cuda_gated_output_matches_host_on_every_path(void) {
+  static const char *const paths[][3] = {
+      {"default", NULL, NULL},
+      {"register kernel", "RECAP_GEMM_SKINNY_PIPE", "0"},
+      {"workspace path", "RECAP_GEMM_SKINNY", "0"},
+  };
+  test_rng rng;
+  test_rng_init(&rng);
+  for (int d = 0; d < 3; ++d)
+    for (size_t mi = 0; mi < sizeof test_ms / sizeof test_ms[0]; ++mi)
+      for (int bias = 0; bias < 2; ++bias) {
+        gated_case c;
+        gcase_make(&c, float_types[d], test_ms[mi], 2048, 100, bias, &rng);
+        CHECK_OK(recap__op_launch(&c.call, host_stream));
+        CHECK_OK(recap_stream_synchronize(host_stream));
+        for (size_t p = 0; p < sizeof paths / sizeof paths[0]; ++p) {
+          if (paths[p][1]) set_env(paths[p][1], paths[p][2]);
+          char what[128];
+          label(what, sizeof what, paths[p][0], float_types[d], test_ms[mi], 100, bias);
+          check_cuda(&c, -1, what);
+          if (paths[p][1]) set_env(paths[p][1], NULL);
+        }
+        gcase_free(&c);
+      }
+}
+
+/* Every configuration of the skinny kernel with a gated output, M 1, 3 and 16 (one and two
+ * 8-row tiles of x), f16 and bf16; F 100 and 2048 (a partial tile, and whole ones over more
+ * blocks than SMs). */
+static void test_cuda_every_skinny_configuration_pairs_gate_and_up(void) {
+  static const int64_t ms[] = {1, 3, 16}, fs[] = {100, 2048};
+  test_rng rng;
+  test_rng_init(&rng);
+  for (int d = 1; d < 3; ++d)
+    for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; ++mi)
+      for (size_t fi = 0; fi < 2; ++fi) {
+        gated_case c;
+        gcase_make(&c, float_types[d], ms[mi], 2056, fs[fi], true, &rng);
+        CHECK_OK(recap__op_launch(&c.call, host_stream));
+        CHECK_OK(recap_stream_synchronize(host_stream));
+        for (int pipe = 0; pipe < 4; ++pipe) {
+          char where[32], what[128];
+          snprintf(where, sizeof where, "skinny pipe %d", pipe);
+          label(what, sizeof what, where, float_types[d], ms[mi], fs[fi], true);
+          check_cuda(&c, pipe, what);
+        }
+        gcase_free(&c);
+      }
+}
+
+#endif /* RECAP_WITH_CUDA */
+
+int main(void) {
+  CU_pSuite host = test_add_suite("gemm_gated/host", host_suite_init, host_suite_cleanup);
+  CU_ADD_TEST(host, test_host_gated_output_matches_the_unfolded_ops_by_hand);
+  CU_ADD_TEST(host, test_host_infer_refuses_bad_gated_outputs);
+  CU_ADD_TEST(host, test_host_cuda_workspace_holds_the_product);
+  CU_pSuite cuda = test_add_cuda_suite("gemm_gated/cuda",
+#if RECAP_WITH_CUDA
+                                       cuda_suite_init, cuda_suite_cleanup);
+  CU_ADD_TEST(cuda, test_cuda_gated_output_matches_host_on_every_path);
+  CU_ADD_TEST(cuda, test_cuda_every_skinny_configuration_pairs_gate_and_up);
+#else
+                                       NULL, NULL);
+  (void)cuda;
+#endif
+  return test_run_all();
+}
