@@ -405,7 +405,11 @@ static recap_status gather_bytes(recap_comm *c, const void *mine, void *all, siz
   const size_t total = bytes * (size_t)s->world;
   RECAP_CUDA_TRY_GOTO(st, cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), done);
   RECAP_CUDA_TRY_GOTO(st, cudaMalloc((void **)&dev, total + bytes), done);
-  RECAP_CUDA_TRY_GOTO(st, cudaMemcpy(dev + total, mine, bytes, cudaMemcpyHostToDevice), done);
+  /* On the exchange's own stream: a cudaMemcpy would run on the legacy default stream, which
+   * this non-blocking one does not wait for, and from pageable memory it may return before its
+   * DMA lands. */
+  RECAP_CUDA_TRY_GOTO(
+      st, cudaMemcpyAsync(dev + total, mine, bytes, cudaMemcpyHostToDevice, stream), done);
   const recap__coll gather = {RECAP__COLL_ALL_GATHER, dev + total, dev, bytes / 4,
                               RECAP_DTYPE_I32, RECAP_REDUCE_SUM, 0};
   st = nccl_run(c, &gather, stream);

@@ -53,8 +53,8 @@ static double round_to(recap_dtype dt, double v) {
   return recap__load_f32(&cell, dt, 0);
 }
 
-static void gcase_make(gated_case *c, recap_dtype dt, int64_t m, int64_t k, int64_t f, bool bias,
-                       test_rng *rng) {
+static void gated_case_make(gated_case *c, recap_dtype dt, int64_t m, int64_t k, int64_t f,
+                            bool bias, test_rng *rng) {
   memset(c, 0, sizeof *c);
   c->call.def = recap__op_find("linear");
   recap__op_attrs_set_defaults(c->call.def, &c->call.attrs);
@@ -89,7 +89,7 @@ static void gcase_make(gated_case *c, recap_dtype dt, int64_t m, int64_t k, int6
     }
 }
 
-static void gcase_free(gated_case *c) {
+static void gated_case_free(gated_case *c) {
   for (int i = 0; i < c->num_in; ++i) free(c->in[i].t.data);
   free(c->call.outputs[0].data);
   free(c->ref);
@@ -113,14 +113,14 @@ static void test_host_gated_output_matches_the_unfolded_ops_by_hand(void) {
       for (size_t fi = 0; fi < 2; ++fi)
         for (int bias = 0; bias < 2; ++bias) {
           gated_case c;
-          gcase_make(&c, float_types[d], test_ms[mi], 96, fs[fi], bias, &rng);
+          gated_case_make(&c, float_types[d], test_ms[mi], 96, fs[fi], bias, &rng);
           CHECK_OK(recap__op_launch(&c.call, host_stream));
           CHECK_OK(recap_stream_synchronize(host_stream));
           char what[96];
           label(what, sizeof what, "host", float_types[d], test_ms[mi], fs[fi], bias);
           CU_ASSERT_EQUAL(
               count_bad(&c.call.outputs[0], c.ref, c.scale, host_tol(float_types[d]), what), 0);
-          gcase_free(&c);
+          gated_case_free(&c);
         }
 }
 
@@ -128,7 +128,7 @@ static void test_host_infer_refuses_bad_gated_outputs(void) {
   test_rng rng;
   test_rng_init(&rng);
   gated_case c;
-  gcase_make(&c, RECAP_DTYPE_F32, 3, 96, 20, true, &rng);
+  gated_case_make(&c, RECAP_DTYPE_F32, 3, 96, 20, true, &rng);
   recap__op_call bad = c.call;
   bad.attrs.act = RECAP_ACT_RELU;
   CU_ASSERT_EQUAL(recap__op_infer(&bad), RECAP_STATUS_INVALID_ARGUMENT);
@@ -150,7 +150,7 @@ static void test_host_infer_refuses_bad_gated_outputs(void) {
   bad.inputs[1].shape[0] = 39; /* odd rows: no halves */
   CU_ASSERT_EQUAL(recap__op_infer(&bad), RECAP_STATUS_INVALID_ARGUMENT);
   CU_ASSERT_PTR_NOT_NULL(strstr(recap_last_error(), "must be even"));
-  gcase_free(&c);
+  gated_case_free(&c);
 }
 
 /* On CUDA the product [M, 2F] goes to the workspace (256-byte rounded) where the skinny kernel
@@ -159,10 +159,10 @@ static void test_host_cuda_workspace_holds_the_product(void) {
   test_rng rng;
   test_rng_init(&rng);
   gated_case c;
-  gcase_make(&c, RECAP_DTYPE_BF16, 17, 96, 40, false, &rng);
+  gated_case_make(&c, RECAP_DTYPE_BF16, 17, 96, 40, false, &rng);
   CU_ASSERT_EQUAL(c.call.def->workspace_bytes(&c.call, RECAP_BACKEND_CUDA), 2816); /* 17*80*2 */
   CU_ASSERT_EQUAL(c.call.def->workspace_bytes(&c.call, RECAP_BACKEND_HOST), 0);
-  gcase_free(&c);
+  gated_case_free(&c);
 }
 
 /* ---- CUDA -------------------------------------------------------------------------------- */
@@ -185,10 +185,17 @@ static void *run_cuda(const gated_case *c, int pipe) {
   const size_t out_bytes =
       (size_t)recap__tensor_numel(&call.outputs[0]) * recap_dtype_size(call.outputs[0].dtype);
   CU_ASSERT_EQUAL_FATAL(cudaMalloc(&dev[3], out_bytes), cudaSuccess);
-  CU_ASSERT_EQUAL_FATAL(cudaMemset(dev[3], 0xff, out_bytes), cudaSuccess);
+  /* On the test stream: a cudaMemset (legacy default stream) is not ordered before a kernel on
+   * a non-blocking stream and could overwrite its output. */
+  CU_ASSERT_EQUAL_FATAL(cudaMemsetAsync(dev[3], 0xff, out_bytes, recap_stream_native(cuda_stream)),
+                        cudaSuccess);
   call.outputs[0].data = dev[3];
   call.workspace_bytes = call.def->workspace_bytes(&call, RECAP_BACKEND_CUDA);
   CU_ASSERT_EQUAL_FATAL(cudaMalloc(&call.workspace, call.workspace_bytes), cudaSuccess);
+  /* A cudaMemcpy from pageable memory may return before its DMA has landed, and it runs on the
+   * legacy default stream, which the non-blocking test stream does not wait for: without this,
+   * a kernel could read the previous buffer's bytes at the same address. */
+  CU_ASSERT_EQUAL_FATAL(cudaDeviceSynchronize(), cudaSuccess);
   if (pipe < 0) {
     CHECK_OK(recap__gemm_prepare(&call, cuda_stream));
     CHECK_OK(recap__op_launch(&call, cuda_stream));
@@ -252,7 +259,7 @@ static void test_cuda_gated_output_matches_host_on_every_path(void) {
     for (size_t mi = 0; mi < sizeof test_ms / sizeof test_ms[0]; ++mi)
       for (int bias = 0; bias < 2; ++bias) {
         gated_case c;
-        gcase_make(&c, float_types[d], test_ms[mi], 2048, 100, bias, &rng);
+        gated_case_make(&c, float_types[d], test_ms[mi], 2048, 100, bias, &rng);
         CHECK_OK(recap__op_launch(&c.call, host_stream));
         CHECK_OK(recap_stream_synchronize(host_stream));
         for (size_t p = 0; p < sizeof paths / sizeof paths[0]; ++p) {
@@ -262,32 +269,34 @@ static void test_cuda_gated_output_matches_host_on_every_path(void) {
           check_cuda(&c, -1, what);
           if (paths[p][1]) set_env(paths[p][1], NULL);
         }
-        gcase_free(&c);
+        gated_case_free(&c);
       }
 }
 
 /* Every configuration of the skinny kernel with a gated output, M 1, 3 and 16 (one and two
- * 8-row tiles of x), f16 and bf16; F 100 and 2048 (a partial tile, and whole ones over more
- * blocks than SMs). */
+ * 8-row tiles of x), f16 and bf16, with and without bias; F 100 and 2048 (a partial tile, and
+ * whole ones over more blocks than SMs); K 2048 and 2056 (a partial last step and chunk). */
 static void test_cuda_every_skinny_configuration_pairs_gate_and_up(void) {
-  static const int64_t ms[] = {1, 3, 16}, fs[] = {100, 2048};
+  static const int64_t ms[] = {1, 3, 16}, fs[] = {100, 2048}, ks[] = {2048, 2056};
   test_rng rng;
   test_rng_init(&rng);
   for (int d = 1; d < 3; ++d)
     for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; ++mi)
-      for (size_t fi = 0; fi < 2; ++fi) {
-        gated_case c;
-        gcase_make(&c, float_types[d], ms[mi], 2056, fs[fi], true, &rng);
-        CHECK_OK(recap__op_launch(&c.call, host_stream));
-        CHECK_OK(recap_stream_synchronize(host_stream));
-        for (int pipe = 0; pipe < 4; ++pipe) {
-          char where[32], what[128];
-          snprintf(where, sizeof where, "skinny pipe %d", pipe);
-          label(what, sizeof what, where, float_types[d], ms[mi], fs[fi], true);
-          check_cuda(&c, pipe, what);
-        }
-        gcase_free(&c);
-      }
+      for (size_t fi = 0; fi < 2; ++fi)
+        for (size_t ki = 0; ki < 2; ++ki)
+          for (int bias = 0; bias < 2; ++bias) {
+            gated_case c;
+            gated_case_make(&c, float_types[d], ms[mi], ks[ki], fs[fi], bias, &rng);
+            CHECK_OK(recap__op_launch(&c.call, host_stream));
+            CHECK_OK(recap_stream_synchronize(host_stream));
+            for (int pipe = 0; pipe < 4; ++pipe) {
+              char where[48], what[128];
+              snprintf(where, sizeof where, "skinny pipe %d k=%lld", pipe, (long long)ks[ki]);
+              label(what, sizeof what, where, float_types[d], ms[mi], fs[fi], bias);
+              check_cuda(&c, pipe, what);
+            }
+            gated_case_free(&c);
+          }
 }
 
 #endif /* RECAP_WITH_CUDA */

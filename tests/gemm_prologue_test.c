@@ -258,11 +258,18 @@ static void *run_cuda(const pcase *c, int pipe) {
   const size_t out_bytes =
       (size_t)recap__tensor_numel(&call.outputs[0]) * recap_dtype_size(call.outputs[0].dtype);
   CU_ASSERT_EQUAL_FATAL(cudaMalloc(&dev[5], out_bytes), cudaSuccess);
-  CU_ASSERT_EQUAL_FATAL(cudaMemset(dev[5], 0xff, out_bytes), cudaSuccess);
+  /* On the test stream: a cudaMemset (legacy default stream) is not ordered before a kernel on
+   * a non-blocking stream and could overwrite its output. */
+  CU_ASSERT_EQUAL_FATAL(cudaMemsetAsync(dev[5], 0xff, out_bytes, recap_stream_native(cuda_stream)),
+                        cudaSuccess);
   call.outputs[0].data = dev[5];
   call.workspace_bytes = call.def->workspace_bytes(&call, RECAP_BACKEND_CUDA);
   CU_ASSERT_TRUE(call.workspace_bytes > 0);
   CU_ASSERT_EQUAL_FATAL(cudaMalloc(&call.workspace, call.workspace_bytes), cudaSuccess);
+  /* A cudaMemcpy from pageable memory may return before its DMA has landed, and it runs on the
+   * legacy default stream, which the non-blocking test stream does not wait for: without this,
+   * a kernel could read the previous buffer's bytes at the same address. */
+  CU_ASSERT_EQUAL_FATAL(cudaDeviceSynchronize(), cudaSuccess);
   if (pipe < 0) {
     CHECK_OK(recap__op_launch(&call, cuda_stream));
   } else {
@@ -330,8 +337,7 @@ static void test_cuda_folded_linear_matches_host_on_every_path(void) {
         for (size_t p = 0; p < sizeof paths / sizeof paths[0]; ++p) {
           if (paths[p][1]) set_env(paths[p][1], paths[p][2]);
           char what[128];
-          label(what, sizeof what, paths[p][0], float_types[d], PRO_RMS, test_ms[mi], v & 1,
-                v & 2);
+          label(what, sizeof what, paths[p][0], float_types[d], PRO_RMS, test_ms[mi], v & 1, v & 2);
           check_cuda(&c, -1, what);
           if (paths[p][1]) set_env(paths[p][1], NULL);
         }
@@ -387,12 +393,12 @@ static void test_cuda_refuses_the_glu_prologue(void) {
   recap__gemm_plan plan;
   CHECK_OK(recap__gemm_plan_make(&call, &plan));
   CU_ASSERT_FALSE(recap__cuda_gemm_skinny_fits(&plan));
-  CU_ASSERT_EQUAL(
-      recap__cuda_gemm_skinny_config(&plan, 0, recap_stream_native(cuda_stream), 4, 1),
-      RECAP_STATUS_INVALID_ARGUMENT);
+  CU_ASSERT_EQUAL(recap__cuda_gemm_skinny_config(&plan, 0, recap_stream_native(cuda_stream), 4, 1),
+                  RECAP_STATUS_INVALID_ARGUMENT);
   CU_ASSERT_PTR_NOT_NULL(strstr(recap_last_error(), "no gated-unit prologue"));
-  CU_ASSERT_EQUAL(recap__cuda_gemm_prologue(&plan, call.workspace, recap_stream_native(cuda_stream)),
-                  RECAP_STATUS_NOT_SUPPORTED);
+  CU_ASSERT_EQUAL(
+      recap__cuda_gemm_prologue(&plan, call.workspace, recap_stream_native(cuda_stream)),
+      RECAP_STATUS_NOT_SUPPORTED);
   CU_ASSERT_PTR_NOT_NULL(strstr(recap_last_error(), "no CUDA kernel"));
   for (int i = 0; i < 3; ++i) cudaFree(dev[i]);
   cudaFree(call.workspace);

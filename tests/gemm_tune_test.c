@@ -614,6 +614,9 @@ static void *device_random(size_t elems, test_rng *rng) {
   void *dev = NULL;
   CU_ASSERT_EQUAL_FATAL(cudaMalloc(&dev, elems * 2), cudaSuccess);
   CU_ASSERT_EQUAL_FATAL(cudaMemcpy(dev, host, elems * 2, cudaMemcpyHostToDevice), cudaSuccess);
+  /* From pageable memory the copy may return before its DMA lands, on the legacy stream that the
+   * test's non-blocking stream does not wait for. */
+  CU_ASSERT_EQUAL_FATAL(cudaDeviceSynchronize(), cudaSuccess);
   free(host);
   return dev;
 }

@@ -336,8 +336,15 @@ static inline void dcase_make(const gcase *g, dcase *d) {
   const size_t out_bytes =
       (size_t)recap__tensor_numel(&g->call.outputs[0]) * recap_dtype_size(g->call.outputs[0].dtype);
   CU_ASSERT_EQUAL_FATAL(cudaMalloc(&d->dev[4], out_bytes), cudaSuccess);
-  CU_ASSERT_EQUAL_FATAL(cudaMemset(d->dev[4], 0xff, out_bytes), cudaSuccess); /* NaN */
+  /* NaN, on the test stream: cudaMemset runs on the legacy default stream, which a
+   * non-blocking stream does not wait for, so it could land after the kernel's writes. */
+  CU_ASSERT_EQUAL_FATAL(
+      cudaMemsetAsync(d->dev[4], 0xff, out_bytes, recap_stream_native(cuda_stream)), cudaSuccess);
   d->call.outputs[0].data = d->dev[4];
+  /* A cudaMemcpy from pageable memory may return before its DMA has landed, and it runs on the
+   * legacy default stream, which the non-blocking test stream does not wait for: without this,
+   * a kernel could read the previous buffer's bytes at the same address. */
+  CU_ASSERT_EQUAL_FATAL(cudaDeviceSynchronize(), cudaSuccess);
 }
 
 static inline void dcase_free(dcase *d) {
