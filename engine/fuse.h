@@ -95,6 +95,23 @@
  * instead and applies rsqrt(mean + eps) to the f32 product, within the storage type's
  * tolerance.
  *
+ * Gated outputs (on by default; RECAP_FUSION_GATED=0 turns them off). An op whose as_glu says
+ * it computes act(gate) * up, where gate and up are the two halves of the last dim of one split
+ * (as for the prologue) whose input is the output of a linear that takes_gated_output, read by
+ * that split alone, becomes that linear's output: the linear gets attribute gated = act, the
+ * unit's output as its own, and the split and the unit go (its input z and the halves with
+ * them). The linear keeps its place and inputs (x, its [2F, K] weight, an optional bias); it
+ * must have no act, residual or prologue (a gate_up that folds a norm keeps its unit apart,
+ * and a unit that a down projection folds into its prologue, decided first, is gone already).
+ * The unit's output is produced earlier than before, so it must be a plain tensor: no alias,
+ * nothing written through one, the halves' shape and dtype. Its readers are not restricted.
+ * Only SwiGLU's gate_up projection has this form in the importer's specs (cli/hf_spec.c), one
+ * per layer: the decode GEMM pairs each gate row with its up row in its epilogue, one launch
+ * fewer per layer (kernels/gemm/gemm.h, "Gated output"). Numerics: the product's halves are
+ * rounded to the dtype before the unit, as the unfolded linear's output was; the unit's
+ * activation is the GEMM's (recap__gemm_activate) instead of the expr kernel's, within the
+ * storage type's tolerance.
+ *
  * Norm epilogues. An op whose prologue_form is RMS_NORM (rmsnorm) reading output 0 of an op
  * that takes_norm_epilogue (all_reduce: every rank holds the whole sum) becomes that op's
  * second output: the op gets the norm's weight as its last input and its eps, and the norm
@@ -118,10 +135,12 @@
  * `recap plan` prints every kind (cli_fuse_format, cli/plan_text.h): a fold as
  * "= linear(x, w, b) + r", or "= linear(x, w) + r" without a bias, a prologue as
  * "linear(rms_norm(x, g), w)" or "linear(glu(gate_up), w)", a norm epilogue as
- * "all_reduce(x), and rms_norm(h, g) of it as its second output".
+ * "all_reduce(x), and rms_norm(h, g) of it as its second output", a gated output as
+ * "silu(g) * u of [g | u] = linear(x, w)".
  *
  * Switch: on by default; RECAP_FUSION=0 in the environment, or recap_pipeline_options.no_fusion
- * (the CLI's --no-fusion), turns it off (groups, residual folds and prologues alike).
+ * (the CLI's --no-fusion), turns it off (groups, residual folds, prologues, gated outputs and
+ * norm epilogues alike).
  */
 #ifndef RECAP_ENGINE_FUSE_H
 #define RECAP_ENGINE_FUSE_H
