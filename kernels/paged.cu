@@ -7,8 +7,8 @@
  * tables. A kernel finds the row that owns its token by scanning the rows (Bs is small: a few
  * loads per row, from L2), validating each row it reads.
  *
- * paged_attention (flash-decoding). One CTA of 4 warps serves one token, one KV head and all
- * the query heads of that KV head's group (up to 8; kernels/paged.h), so each key and value
+ * paged_attention (flash-decoding). One CTA of 4 warps (8 in a small grid: launch_attention)
+ * serves one token, one KV head and all the query heads of that KV head's group (up to 8; kernels/paged.h), so each key and value
  * row is loaded once per group. Its keys may be split over `splits` CTAs (a count fixed at
  * launch from the shapes: enough CTAs to fill the GPU when tokens x KV heads alone do not,
  * as in decode). A split's key range is cut when the kernel runs from the token's real key
@@ -53,8 +53,6 @@
 
 namespace {
 
-constexpr int kWarps = 4;
-constexpr int kThreads = kWarps * 32;
 /* Threads of the small metadata kernels (seq_positions, seq_last_tokens). */
 constexpr int kScanThreads = 256;
 /* The largest head dim of the attention kernel: a lane then holds 8 f32 per head. */
@@ -292,11 +290,11 @@ __device__ __forceinline__ float *part_rows(const attention_params &p, int64_t t
   return p.part + tokens * p.heads * p.splits * 2;
 }
 
-/* grid (T * head_chunks, Hkv, splits), kThreads threads. GC: query heads per CTA (a power of
+/* grid (T * head_chunks, Hkv, splits), kWarps * 32 threads. GC: query heads per CTA (a power of
  * two; heads past the group are computed on zeros and never written). DH: the largest head dim
  * the lanes' registers hold (p.head_dim <= DH, a multiple of 16 bytes). */
-template <typename T, int DH, int GC>
-__global__ void __launch_bounds__(kThreads)
+template <typename T, int DH, int GC, int kWarps>
+__global__ void __launch_bounds__(kWarps * 32)
     paged_attention_kernel(const T *__restrict__ q, const T *__restrict__ kc,
                            const T *__restrict__ vc, T *__restrict__ out, attention_params p) {
   constexpr int E = 16 / sizeof(T);         /* elements per 16-byte vector */
@@ -324,6 +322,22 @@ __global__ void __launch_bounds__(kThreads)
   const int head0 = kv_head * p.kv_group + chunk * GC;
   const int heads_here = min(GC, p.kv_group - chunk * GC);
 
+  /* The lane's vectors of each query row, pre-scaled (lanes past the head dim hold zeros):
+   * loaded before the owner is found, which they do not depend on, so the two round trips to
+   * memory overlap. */
+  const int key_lane = lane / LP, vec_lane = lane % LP, vecs = p.head_dim / E;
+  float qf[GC][NV][E];
+#pragma unroll
+  for (int g = 0; g < GC; ++g)
+#pragma unroll
+    for (int n = 0; n < NV; ++n) {
+      const int vi = vec_lane + n * LP;
+      const T *qr = q + token * p.q.token + (int64_t)(head0 + g) * p.q.head + vi * E;
+#pragma unroll
+      for (int e = 0; e < E; ++e)
+        qf[g][n][e] = g < heads_here && vi < vecs ? recap__to_float(qr[e]) * p.scale_log2 : 0.0f;
+    }
+
   /* This split's key positions [kbeg, kend) of the owning sequence (none for padding), and
    * how many of the token's splits hold keys: a short context fills only the first few. */
   const int r = find_owner(p.meta, token, &s_owner);
@@ -350,20 +364,6 @@ __global__ void __launch_bounds__(kThreads)
    * unsplit call does; the splits past the keys have nothing to do. */
   const bool direct = active <= 1;
   if (split > 0 && split >= active) return;
-
-  /* The lane's vectors of each query row, pre-scaled. Lanes past the head dim hold zeros. */
-  const int key_lane = lane / LP, vec_lane = lane % LP, vecs = p.head_dim / E;
-  float qf[GC][NV][E];
-#pragma unroll
-  for (int g = 0; g < GC; ++g)
-#pragma unroll
-    for (int n = 0; n < NV; ++n) {
-      const int vi = vec_lane + n * LP;
-      const T *qr = q + token * p.q.token + (int64_t)(head0 + g) * p.q.head + vi * E;
-#pragma unroll
-      for (int e = 0; e < E; ++e)
-        qf[g][n][e] = g < heads_here && vi < vecs ? recap__to_float(qr[e]) * p.scale_log2 : 0.0f;
-    }
 
   float m[GC], l[GC], acc[GC][NV][E];
 #pragma unroll
@@ -490,7 +490,7 @@ __global__ void __launch_bounds__(kThreads)
         for (int e = 0; e < E; ++e) s_acc[warp][g][(vec_lane + n * LP) * E + e] = acc[g][n][e];
   __syncthreads();
 
-  for (int c = threadIdx.x; c < heads_here * p.head_dim; c += kThreads) {
+  for (int c = threadIdx.x; c < heads_here * p.head_dim; c += kWarps * 32) {
     const int g = c / p.head_dim, d = c - g * p.head_dim;
     float top = -INFINITY;
 #pragma unroll
@@ -550,7 +550,7 @@ __global__ void __launch_bounds__(kThreads)
   }
   __syncthreads();
   const float *rows = part_rows(p, p.meta.tokens);
-  for (int c = threadIdx.x; c < heads_here * p.head_dim; c += kThreads) {
+  for (int c = threadIdx.x; c < heads_here * p.head_dim; c += kWarps * 32) {
     const int g = c / p.head_dim, d = c - g * p.head_dim;
     const int64_t h = head0 + g, state0 = (token * p.heads + h) * p.splits;
     float o = 0.0f;
@@ -604,7 +604,22 @@ recap_status launch_attention(const recap__op_call *call, const attention_params
   T *out = static_cast<T *>(call->outputs[0].data);
   const dim3 grid((unsigned)(tokens * g.head_chunks), (unsigned)call->inputs[1].shape[2],
                   (unsigned)g.splits);
-  RECAP_CUDA_TRY(recap__cuda_launch(paged_attention_kernel<T, DH, GC>, grid, dim3(kThreads), 0,
+  /* Warps per CTA: 8 in a grid of few (token, KV head, chunk) groups (decode at batch 1 or 2),
+   * whose splits then span 64 keys (kernels/paged.h): a warp step of 8 keys covers a split in one
+   * pass of 8 warps, where 4 warps took two passes, each a chain of dependent loads (block id,
+   * then K and V). Measured on two H200s against 4 warps, two interleaved rounds: the Llama 3.2
+   * 1B shape's batch-1 step over 512 keys 1.2898-1.2907 against 1.3223-1.3261 ms, the 8B
+   * shape's TPOT 5.193 against 5.248 ms (TP 1) and 3.226 against 3.290 (TP 2); at batch 8 (64
+   * groups, 128-key splits) 8 warps were 8.5% slower, so larger grids keep 4. Head dims above
+   * 128 keep 4: the eight warps' accumulators would not fit the 48 KB of static shared memory. */
+  if constexpr (DH <= 128) {
+    if ((int64_t)grid.x * grid.y <= RECAP__PAGED_FEW_GROUPS) {
+      RECAP_CUDA_TRY(recap__cuda_launch(paged_attention_kernel<T, DH, GC, 8>, grid, dim3(8 * 32),
+                                        0, stream, q, kc, vc, out, p));
+      return RECAP_OK;
+    }
+  }
+  RECAP_CUDA_TRY(recap__cuda_launch(paged_attention_kernel<T, DH, GC, 4>, grid, dim3(4 * 32), 0,
                                     stream, q, kc, vc, out, p));
   return RECAP_OK;
 }
