@@ -242,81 +242,12 @@ static void test_host_cuda_workspace_holds_the_norm_prologue_only(void) {
 
 #if RECAP_WITH_CUDA
 
-/* Runs the case on CUDA (its workspace as the contract sizes it) and returns the output: through
- * the op's launch (pipe < 0), or straight through the skinny kernel's configuration `pipe`
- * (0, 1 register buffers; 2, 3 the bulk-copy shapes, run as 1 before Hopper). */
-static void *run_cuda(const pcase *c, int pipe) {
-  recap__op_call call = c->call;
-  void *dev[6] = {0};
-  for (int i = 0; i < c->num_in; ++i) {
-    const size_t bytes = c->in[i].storage_elems * recap_dtype_size(c->in[i].t.dtype);
-    CU_ASSERT_EQUAL_FATAL(cudaMalloc(&dev[i], bytes), cudaSuccess);
-    CU_ASSERT_EQUAL_FATAL(cudaMemcpy(dev[i], c->in[i].t.data, bytes, cudaMemcpyHostToDevice),
-                          cudaSuccess);
-    call.inputs[i].data = dev[i];
-  }
-  const size_t out_bytes =
-      (size_t)recap__tensor_numel(&call.outputs[0]) * recap_dtype_size(call.outputs[0].dtype);
-  CU_ASSERT_EQUAL_FATAL(cudaMalloc(&dev[5], out_bytes), cudaSuccess);
-  /* On the test stream: a cudaMemset (legacy default stream) is not ordered before a kernel on
-   * a non-blocking stream and could overwrite its output. */
-  CU_ASSERT_EQUAL_FATAL(cudaMemsetAsync(dev[5], 0xff, out_bytes, recap_stream_native(cuda_stream)),
-                        cudaSuccess);
-  call.outputs[0].data = dev[5];
-  call.workspace_bytes = call.def->workspace_bytes(&call, RECAP_BACKEND_CUDA);
-  CU_ASSERT_TRUE(call.workspace_bytes > 0);
-  CU_ASSERT_EQUAL_FATAL(cudaMalloc(&call.workspace, call.workspace_bytes), cudaSuccess);
-  /* A cudaMemcpy from pageable memory may return before its DMA has landed, and it runs on the
-   * legacy default stream, which the non-blocking test stream does not wait for: without this,
-   * a kernel could read the previous buffer's bytes at the same address. */
-  CU_ASSERT_EQUAL_FATAL(cudaDeviceSynchronize(), cudaSuccess);
-  if (pipe < 0) {
-    CHECK_OK(recap__op_launch(&call, cuda_stream));
-  } else {
-    recap__gemm_plan plan;
-    CHECK_OK(recap__gemm_plan_make(&call, &plan));
-    CU_ASSERT_TRUE(recap__cuda_gemm_skinny_fits(&plan));
-    CHECK_OK(recap__cuda_gemm_skinny_config(&plan, 0, recap_stream_native(cuda_stream),
-                                            pipe < 2 ? 4 : 8, pipe));
-  }
-  CHECK_OK(recap_stream_synchronize(cuda_stream));
-  void *out = malloc(out_bytes);
-  CU_ASSERT_EQUAL(cudaMemcpy(out, dev[5], out_bytes, cudaMemcpyDeviceToHost), cudaSuccess);
-  for (int i = 0; i < 6; ++i) cudaFree(dev[i]);
-  cudaFree(call.workspace);
-  return out;
-}
-
-/* The case on CUDA under the current environment: within tolerance of the hand computation and
- * of the host's folded result, and the same bits twice. */
+/* The case on CUDA under the current environment (gemm_util.h): within tolerance of the hand
+ * computation and of the host's folded result, and the same bits twice. */
 static void check_cuda(const pcase *c, int pipe, const char *what) {
-  void *a = run_cuda(c, pipe), *b = run_cuda(c, pipe);
-  recap_tensor got = c->call.outputs[0];
-  got.data = a;
-  const recap_dtype dt = got.dtype;
-  tolerance tol = prologue_tol(dt);
-  if (dt == RECAP_DTYPE_F32) tol.rtol = 1e-4;
-  CU_ASSERT_EQUAL(count_bad(&got, c->ref, c->scale, tol, what), 0);
-  const int64_t total = recap__tensor_numel(&got);
-  double *host = malloc(sizeof(double) * (size_t)total);
-  for (int64_t e = 0; e < total; ++e) host[e] = recap__load_f32(c->call.outputs[0].data, dt, e);
-  tol.atol *= 2;
-  tol.rtol *= 2;
-  CU_ASSERT_EQUAL(count_bad(&got, host, c->scale, tol, "cuda vs host"), 0);
-  const bool same = memcmp(a, b, (size_t)total * recap_dtype_size(dt)) == 0;
-  if (!same) fprintf(stderr, "not the same bits twice: %s\n", what);
-  CU_ASSERT(same);
-  free(host);
-  free(a);
-  free(b);
-}
-
-static void set_env(const char *name, const char *value) {
-  if (value)
-    setenv(name, value, 1);
-  else
-    unsetenv(name);
-  recap__gemm_env_reload();
+  tolerance tol = prologue_tol(c->call.inputs[0].dtype);
+  if (c->call.inputs[0].dtype == RECAP_DTYPE_F32) tol.rtol = 1e-4;
+  check_linear_cuda(&c->call, c->in, c->num_in, c->ref, c->scale, tol, pipe, what);
 }
 
 /* K = 2048 and N = 200: shapes the skinny kernel takes at every M <= 16 (gemm.h). */
@@ -335,11 +266,11 @@ static void test_cuda_folded_linear_matches_host_on_every_path(void) {
         pcase_make(&c, float_types[d], PRO_RMS, test_ms[mi], 2048, 200, v & 1, v & 2, &rng);
         pcase_run_host(&c);
         for (size_t p = 0; p < sizeof paths / sizeof paths[0]; ++p) {
-          if (paths[p][1]) set_env(paths[p][1], paths[p][2]);
+          if (paths[p][1]) set_gemm_env(paths[p][1], paths[p][2]);
           char what[128];
           label(what, sizeof what, paths[p][0], float_types[d], PRO_RMS, test_ms[mi], v & 1, v & 2);
           check_cuda(&c, -1, what);
-          if (paths[p][1]) set_env(paths[p][1], NULL);
+          if (paths[p][1]) set_gemm_env(paths[p][1], NULL);
         }
         pcase_free(&c);
       }

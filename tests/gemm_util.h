@@ -388,6 +388,89 @@ static inline void check_cuda_against_host(gcase *g, bool tf32, const char *what
   dcase_free(&d);
 }
 
+/* Runs a linear call with host inputs `in` (num_in of them, their whole storage) on CUDA, with
+ * the workspace its contract sizes, and returns its output (malloc'd): through a prepare and
+ * the op's launch (pipe < 0), or straight through the skinny kernel's configuration `pipe`
+ * (0, 1 register buffers; 2, 3 the bulk-copy shapes, run as 1 before Hopper). */
+static inline void *run_linear_cuda(const recap__op_call *host_call, const tbuf *in, int num_in,
+                                    int pipe) {
+  recap__op_call call = *host_call;
+  void *dev[RECAP_OP_MAX_INPUTS + 1] = {0};
+  for (int i = 0; i < num_in; ++i) {
+    const size_t bytes = in[i].storage_elems * recap_dtype_size(in[i].t.dtype);
+    CU_ASSERT_EQUAL_FATAL(cudaMalloc(&dev[i], bytes), cudaSuccess);
+    CU_ASSERT_EQUAL_FATAL(cudaMemcpy(dev[i], in[i].t.data, bytes, cudaMemcpyHostToDevice),
+                          cudaSuccess);
+    call.inputs[i].data = dev[i];
+  }
+  const size_t out_bytes =
+      (size_t)recap__tensor_numel(&call.outputs[0]) * recap_dtype_size(call.outputs[0].dtype);
+  void **out_dev = &dev[RECAP_OP_MAX_INPUTS];
+  CU_ASSERT_EQUAL_FATAL(cudaMalloc(out_dev, out_bytes), cudaSuccess);
+  /* NaN, on the test stream: cudaMemset runs on the legacy default stream, which a
+   * non-blocking stream does not wait for, so it could land after the kernel's writes. */
+  CU_ASSERT_EQUAL_FATAL(
+      cudaMemsetAsync(*out_dev, 0xff, out_bytes, recap_stream_native(cuda_stream)), cudaSuccess);
+  call.outputs[0].data = *out_dev;
+  call.workspace_bytes = call.def->workspace_bytes(&call, RECAP_BACKEND_CUDA);
+  CU_ASSERT_TRUE(call.workspace_bytes > 0);
+  CU_ASSERT_EQUAL_FATAL(cudaMalloc(&call.workspace, call.workspace_bytes), cudaSuccess);
+  /* A cudaMemcpy from pageable memory may return before its DMA has landed, on the legacy
+   * stream: without this, a kernel could read the previous buffer's bytes at the address. */
+  CU_ASSERT_EQUAL_FATAL(cudaDeviceSynchronize(), cudaSuccess);
+  if (pipe < 0) {
+    CHECK_OK(recap__gemm_prepare(&call, cuda_stream));
+    CHECK_OK(recap__op_launch(&call, cuda_stream));
+  } else {
+    recap__gemm_plan plan;
+    CHECK_OK(recap__gemm_plan_make(&call, &plan));
+    CU_ASSERT_TRUE(recap__cuda_gemm_skinny_fits(&plan));
+    CHECK_OK(recap__cuda_gemm_skinny_config(&plan, 0, recap_stream_native(cuda_stream),
+                                            pipe < 2 ? 4 : 8, pipe));
+  }
+  CHECK_OK(recap_stream_synchronize(cuda_stream));
+  void *out = malloc(out_bytes);
+  CU_ASSERT_EQUAL(cudaMemcpy(out, *out_dev, out_bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+  for (int i = 0; i <= RECAP_OP_MAX_INPUTS; ++i) cudaFree(dev[i]);
+  cudaFree(call.workspace);
+  return out;
+}
+
+/* The linear call (its host output already computed) on CUDA under the current environment,
+ * run twice: within `tol` of the reference ref/scale, within twice it of the host's output,
+ * and the same bits both times. */
+static inline void check_linear_cuda(const recap__op_call *host_call, const tbuf *in, int num_in,
+                                     const double *ref, const double *scale, tolerance tol,
+                                     int pipe, const char *what) {
+  void *a = run_linear_cuda(host_call, in, num_in, pipe);
+  void *b = run_linear_cuda(host_call, in, num_in, pipe);
+  recap_tensor got = host_call->outputs[0];
+  got.data = a;
+  const recap_dtype dt = got.dtype;
+  CU_ASSERT_EQUAL(count_bad(&got, ref, scale, tol, what), 0);
+  const int64_t total = recap__tensor_numel(&got);
+  double *host = malloc(sizeof(double) * (size_t)total);
+  for (int64_t e = 0; e < total; ++e) host[e] = recap__load_f32(host_call->outputs[0].data, dt, e);
+  tol.atol *= 2;
+  tol.rtol *= 2;
+  CU_ASSERT_EQUAL(count_bad(&got, host, scale, tol, "cuda vs host"), 0);
+  const bool same = memcmp(a, b, (size_t)total * recap_dtype_size(dt)) == 0;
+  if (!same) fprintf(stderr, "not the same bits twice: %s\n", what);
+  CU_ASSERT(same);
+  free(host);
+  free(a);
+  free(b);
+}
+
+/* Sets or (value NULL) unsets a RECAP_GEMM_* switch and makes the GEMM code read it again. */
+static inline void set_gemm_env(const char *name, const char *value) {
+  if (value)
+    setenv(name, value, 1);
+  else
+    unsetenv(name);
+  recap__gemm_env_reload();
+}
+
 /* The cases the CUDA files build (the cuBLAS runs take them all). */
 typedef void (*case_maker)(gcase *g, recap_dtype dt, test_rng *rng);
 

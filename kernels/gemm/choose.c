@@ -813,21 +813,27 @@ static recap_status gemm_run(const recap__op_call *call, void *cuda_stream, bool
   recap__gemm_ctx ctx;
   RECAP_TRY(recap__gemm_ctx_open(&ctx, (cudaStream_t)cuda_stream));
   recap_status st = RECAP_OK;
-  if (p.prologue != RECAP__GEMM_PROLOGUE_NONE) {
-    /* The skinny kernel computes the prologue as it loads x (one launch), where it would run
-     * the shape anyway: fixed, not tuned, since the alternative costs a launch more. Else
-     * P(x) goes to the workspace and the product runs from it as any linear's. */
+  /* A prologue or a gated output: the skinny kernel computes either in place (one launch),
+   * where it would run the shape anyway: fixed, not tuned, since the alternative costs a launch
+   * more. Else the workspace holds P(x) [m, k], from which the product runs as any linear's,
+   * or the product [m, 2F], which a pass then pairs (two launches, as the unfolded ops). */
+  const recap__activation gated = p.gated;
+  void *gated_out = NULL;
+  if (p.prologue != RECAP__GEMM_PROLOGUE_NONE || gated != RECAP_ACT_NONE) {
     if (skinny_allowed(&p) && recap__gemm_library() != RECAP_GEMM_LIBRARY_CUBLAS &&
         recap__cuda_gemm_skinny_preferred(&p, ctx.device)) {
       if (run) st = recap__cuda_gemm_skinny(&p, ctx.device, cuda_stream);
       goto done;
     }
-    const size_t bytes = (size_t)(p.m * p.k) * recap_dtype_size(p.dtype);
+    const bool pro = p.prologue != RECAP__GEMM_PROLOGUE_NONE;
+    const size_t bytes = (size_t)(p.m * (pro ? p.k : p.n)) * recap_dtype_size(p.dtype);
     if (run && (!call->workspace || call->workspace_bytes < bytes)) {
-      st = RECAP_OP_FAIL(call, "its prologue needs %zu bytes of workspace, %zu are bound", bytes,
-                         call->workspace_bytes);
+      st = RECAP_OP_FAIL(call, "its %s needs %zu bytes of workspace, %zu are bound",
+                         pro ? "prologue" : "gated output", bytes, call->workspace_bytes);
       goto done;
     }
+  }
+  if (p.prologue != RECAP__GEMM_PROLOGUE_NONE) {
     if (run) RECAP_TRY_GOTO(st, recap__cuda_gemm_prologue(&p, call->workspace, cuda_stream), done);
     p.a = run ? call->workspace : NULL;
     p.a_rs = p.k;
@@ -835,24 +841,7 @@ static recap_status gemm_run(const recap__op_call *call, void *cuda_stream, bool
     p.prologue = RECAP__GEMM_PROLOGUE_NONE;
     p.norm_weight = NULL;
   }
-  /* A gated output: the skinny kernel pairs each block's gate rows with their up rows in its
-   * epilogue (one launch), where it would run the shape anyway; else the product [m, 2F] goes
-   * to the workspace like any linear's output and a pass pairs it (two launches, as the
-   * unfolded ops). */
-  void *gated_out = NULL;
-  const recap__activation gated = p.gated;
   if (gated != RECAP_ACT_NONE) {
-    if (skinny_allowed(&p) && recap__gemm_library() != RECAP_GEMM_LIBRARY_CUBLAS &&
-        recap__cuda_gemm_skinny_preferred(&p, ctx.device)) {
-      if (run) st = recap__cuda_gemm_skinny(&p, ctx.device, cuda_stream);
-      goto done;
-    }
-    const size_t bytes = (size_t)(p.m * p.n) * recap_dtype_size(p.dtype);
-    if (run && (!call->workspace || call->workspace_bytes < bytes)) {
-      st = RECAP_OP_FAIL(call, "its gated output needs %zu bytes of workspace, %zu are bound",
-                         bytes, call->workspace_bytes);
-      goto done;
-    }
     gated_out = p.out;
     p.out = run ? call->workspace : NULL;
     p.gated = RECAP_ACT_NONE;

@@ -108,7 +108,8 @@ typedef struct {
    * to the dtype once, as the unfolded op's output was. */
   recap__gemm_prologue prologue;
   const void *norm_weight; /* RMS_NORM: [k] */
-  float eps;               /* RMS_NORM */
+  double eps;              /* RMS_NORM: the attribute as given (the host reference adds it in
+                            * double, as the rmsnorm op does; the kernels take it as float) */
   recap__activation glu;   /* GLU */
   int64_t up_offset;       /* GLU */
   /* A linear's gated output (NONE: off): n is the product's 2F columns and out is [m, F] =

@@ -133,7 +133,7 @@ recap_status recap__gemm_plan_make(const recap__op_call *call, recap__gemm_plan 
     if (call->attrs.rms_norm) {
       p.prologue = RECAP__GEMM_PROLOGUE_RMS_NORM;
       p.norm_weight = call->inputs[call->num_inputs - 1].data;
-      p.eps = (float)call->attrs.eps;
+      p.eps = call->attrs.eps;
     } else if (call->attrs.glu != RECAP_ACT_NONE) {
       p.prologue = RECAP__GEMM_PROLOGUE_GLU;
       p.glu = call->attrs.glu;

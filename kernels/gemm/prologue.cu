@@ -69,7 +69,7 @@ extern "C" recap_status recap__cuda_gemm_prologue(const recap__gemm_plan *p, voi
     T *out = static_cast<T *>(dst);
     RECAP_CUDA_TRY(recap__cuda_launch(rms_rows_kernel<T>, dim3((unsigned)p->m), dim3(kThreads), 0,
                                       stream, x, p->a_rs, static_cast<const T *>(p->norm_weight),
-                                      out, p->k, p->eps));
+                                      out, p->k, (float)p->eps));
     return RECAP_OK;
   });
 }

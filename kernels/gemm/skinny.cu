@@ -917,7 +917,7 @@ extern "C" recap_status recap__cuda_gemm_skinny_config(const recap__gemm_plan *p
   args.alpha = p->alpha;
   args.act = p->act;
   args.gamma = p->norm_weight;
-  args.eps = p->eps;
+  args.eps = (float)p->eps;
   const bool pdl = f.major >= 9 && recap__gemm_env_get()->skinny_pdl;
   args.pdl = pdl;
   cudaStream_t stream = static_cast<cudaStream_t>(cuda_stream);
