@@ -459,12 +459,21 @@ class Pipeline:
     # -- GEMMs --
     def op_linear(self, op, dt):
         act = activation(op.get("act", "none"))
+        # A gated output (kernels/gemm/gemm.h): weight [2F, K] holds gate rows, then up rows.
+        gated = activation(op.get("gated", "none"))
+        for unsupported in ("residual", "rms_norm", "glu"):
+            if op.get(unsupported, False) not in (False, "none"):
+                raise PeerError("op %s: the PyTorch peer has no linear with attribute %s"
+                                % (op["name"], unsupported))
         pipe = self
 
         def f(x, w, b=None):
             if pipe.counting:
                 pipe.add_flops(dt, 2 * (x.numel() // x.shape[-1]) * w.shape[0] * w.shape[1])
             y = F.linear(x, w, b)
+            if gated:
+                g, u = y.chunk(2, dim=-1)
+                return gated(g) * u
             return act(y) if act else y
         return f, dt
 
