@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Runs on the GPU machine from the staged bundle (bash stage/run.sh gpu_fold.sh): the norm
-# folds into the decode GEMVs (engine/fuse.h, "Prologues"; on CUDA SwiGLU stays apart, its
-# prologue kernels were removed: docs/SERVING.md "Prologue folds").
+# Runs on the GPU machine from the staged bundle (bash stage/run.sh gpu_fold.sh): the folds
+# into the decode GEMVs (engine/fuse.h: the norms as prologues when RECAP_FUSION_PROLOGUES=1;
+# SwiGLU as the gate_up projection's gated output by default, or apart when gate_up takes its
+# norm: docs/SERVING.md "Prologue folds" and "SwiGLU in the gate_up projection's epilogue").
 #  1. The CUDA suites that check them: gemm_prologue_test (the folded linear on every path
 #     against the host reference, M 1, 3, 16, 17, 64, f32/f16/bf16; the gated unit's refusal)
 #     and pipeline_fusion_test.
