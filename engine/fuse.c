@@ -109,11 +109,9 @@ typedef struct {
   /* Norm epilogues (fuse.h): per op, the norm it computes as its second output (-1: none), and
    * for that norm, the op computing it (-1: none). */
   int *epilogue, *epilogue_of;
-  /* Gated outputs (fuse.h): per linear, the gated unit it computes as its output (-1: none),
-   * with that unit's activation; per op, for the unit and the split feeding it, the linear
-   * computing them (-1: none). */
+  /* Gated outputs (fuse.h): per linear, the gated unit it computes as its output (-1: none);
+   * per op, for the unit and the split feeding it, the linear computing them (-1: none). */
   int *gated, *gated_by;
-  recap__activation *gated_act;
   /* Per op, valid while it roots its group: external inputs, nodes other than inputs
    * (members and moved activations), depth. */
   int (*in)[RECAP_OP_MAX_INPUTS];
@@ -137,7 +135,6 @@ static void finder_free(finder *f) {
   free(f->epilogue_of);
   free(f->gated);
   free(f->gated_by);
-  free(f->gated_act);
   free(f->in);
   free(f->num_in);
   free(f->body);
@@ -332,6 +329,19 @@ static int glu_split(const finder *f, int e, int g, int up) {
   return tg->shape[last] == tu->shape[last] && 2 * tg->shape[last] == z->shape[last] ? s : -1;
 }
 
+/* Whether op e computes act(gate) * up (its contract's as_glu) over the two halves of one
+ * split read by e alone (glu_split): that split's op index, with *act and *gate (the gate
+ * half's tensor) set; else -1. */
+static int gated_unit(const finder *f, int e, recap__activation *act, int *gate) {
+  const recap__ir_op *op = &f->ir->ops[e];
+  int gi, ui;
+  if (!op->def || !op->def->as_glu || op->num_outputs != 1 ||
+      !op->def->as_glu(&op->attrs, op->num_inputs, act, &gi, &ui))
+    return -1;
+  *gate = op->inputs[gi];
+  return glu_split(f, e, op->inputs[gi], op->inputs[ui]);
+}
+
 /* The prologue folds (fuse.h, "Prologues"), decided before anything else so that the ops they
  * remove join no group. */
 static void decide_prologues(finder *f) {
@@ -364,10 +374,8 @@ static void decide_prologues(finder *f) {
      * removed, so CUDA refuses a linear with `glu` and the unit keeps its own launch. */
     if (ir->device == RECAP_BACKEND_CUDA) continue;
     recap__activation act;
-    int gi, ui;
-    if (!op->def->as_glu || !op->def->as_glu(&op->attrs, op->num_inputs, &act, &gi, &ui)) continue;
-    const int g = op->inputs[gi], up = op->inputs[ui];
-    const int s = glu_split(f, u, g, up);
+    int g;
+    const int s = gated_unit(f, u, &act, &g);
     if (s < 0 || ir->tensors[t].dtype != ir->tensors[g].dtype ||
         ir->tensors[t].ndim != ir->tensors[g].ndim ||
         memcmp(ir->tensors[t].shape, ir->tensors[g].shape, sizeof ir->tensors[t].shape) != 0 ||
@@ -383,21 +391,15 @@ static void decide_prologues(finder *f) {
  * down projection computes is gone already, and a linear with a prologue keeps its output. */
 static void decide_gated_outputs(finder *f) {
   const recap__ir *ir = f->ir;
-  for (int v = 0; v < f->no; ++v) {
-    f->gated[v] = f->gated_by[v] = -1;
-    f->gated_act[v] = RECAP_ACT_NONE;
-  }
+  for (int v = 0; v < f->no; ++v) f->gated[v] = f->gated_by[v] = -1;
   if (recap__env_bool("RECAP_FUSION_GATED", 1) != 1) return;
   for (int e = 0; e < f->no; ++e) {
-    const recap__ir_op *unit = &ir->ops[e];
     recap__activation act;
-    int gi, ui;
-    if (f->gone[e] || !unit->def || !unit->def->as_glu || unit->num_outputs != 1 ||
-        !unit->def->as_glu(&unit->attrs, unit->num_inputs, &act, &gi, &ui))
-      continue;
-    const int g = unit->inputs[gi], up = unit->inputs[ui], y = unit->outputs[0];
-    const int s = glu_split(f, e, g, up);
+    int g;
+    const int s = f->gone[e] ? -1 : gated_unit(f, e, &act, &g);
     if (s < 0 || f->gone[s]) continue;
+    const recap__ir_op *unit = &ir->ops[e];
+    const int y = unit->outputs[0];
     const int z = ir->ops[s].inputs[0];
     const recap__ir_tensor *tz = &ir->tensors[z], *ty = &ir->tensors[y], *tg = &ir->tensors[g];
     const int u = tz->producer;
@@ -417,7 +419,6 @@ static void decide_gated_outputs(finder *f) {
         memcmp(ty->shape, tg->shape, (size_t)tg->ndim * sizeof tg->shape[0]) != 0)
       continue;
     f->gated[u] = e;
-    f->gated_act[u] = act;
     f->gated_by[s] = f->gated_by[e] = u;
   }
 }
@@ -584,7 +585,6 @@ static recap_status find(const recap__ir *ir, finder *f) {
   f->epilogue_of = calloc(no, sizeof *f->epilogue_of);
   f->gated = calloc(no, sizeof *f->gated);
   f->gated_by = calloc(no, sizeof *f->gated_by);
-  f->gated_act = calloc(no, sizeof *f->gated_act);
   f->in = calloc(no, sizeof *f->in);
   f->num_in = calloc(no, sizeof *f->num_in);
   f->body = calloc(no, sizeof *f->body);
@@ -592,8 +592,8 @@ static recap_status find(const recap__ir *ir, finder *f) {
   int *scratch = calloc(no, sizeof *scratch);
   if (!f->reader || !f->hazard || !f->act || !f->fusable || !f->levels || !f->own_nodes ||
       !f->parent || !f->dissolved || !f->fold || !f->prologue || !f->gone || !f->glu ||
-      !f->epilogue || !f->epilogue_of || !f->gated || !f->gated_by || !f->gated_act || !f->in || !f->num_in || !f->body || !f->depth ||
-      !scratch) {
+      !f->epilogue || !f->epilogue_of || !f->gated || !f->gated_by || !f->in || !f->num_in ||
+      !f->body || !f->depth || !scratch) {
     free(scratch);
     finder_free(f);
     return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory for the fusion pass");
@@ -611,8 +611,8 @@ static recap_status find(const recap__ir *ir, finder *f) {
   for (int v = 0; v < f->no; ++v) {
     f->parent[v] = -1;
     f->fold[v] = f->gated_by[v] < 0 ? fold_source(f, v) : -1;
-    f->fusable[v] = f->fold[v] < 0 && !f->gone[v] && f->epilogue_of[v] < 0 &&
-                    f->gated_by[v] < 0 && f->gated[v] < 0 && decide_fusable(f, v);
+    f->fusable[v] = f->fold[v] < 0 && !f->gone[v] && f->epilogue_of[v] < 0 && f->gated_by[v] < 0 &&
+                    f->gated[v] < 0 && decide_fusable(f, v);
     if (f->fusable[v]) grow(f, v);
   }
   settle_dtypes(f, scratch);
@@ -1000,13 +1000,15 @@ static recap_status make_norm_epilogue(const finder *f, int u, fused_op *out) {
 static recap_status make_gated(const finder *f, int u, fused_op *out) {
   const recap__ir *ir = f->ir;
   const int e = f->gated[u];
-  const int s = ir->tensors[ir->ops[e].inputs[0]].producer;
+  recap__activation act;
+  int g;
+  const int s = gated_unit(f, e, &act, &g);
   memset(out, 0, sizeof *out);
   out->root = u;
   recap__ir_op *op = &out->op;
   *op = ir->ops[u];
   op->program = NULL;
-  op->attrs.gated = f->gated_act[u];
+  op->attrs.gated = act;
   op->outputs[0] = ir->ops[e].outputs[0];
   int members[3] = {u, s, e};
   return finish_fused(f, members, 3, ir->ops[u].name, out);
