@@ -8,21 +8,20 @@
  * loads per row, from L2), validating each row it reads.
  *
  * paged_attention (flash-decoding). One CTA of 4 warps (8 in a small grid: launch_attention)
- * serves one token, one KV head and all the query heads of that KV head's group (up to 8; kernels/paged.h), so each key and value
- * row is loaded once per group. Its keys may be split over `splits` CTAs (a count fixed at
- * launch from the shapes: enough CTAs to fill the GPU when tokens x KV heads alone do not,
- * as in decode). A split's key range is cut when the kernel runs from the token's real key
- * count: ceil(keys / splits), at least RECAP__PAGED_MIN_KEYS_PER_SPLIT (or ..._FEW_GROUPS in a
- * small grid), so a short context leaves the last splits empty rather than spreading a few keys
- * thin. Inside a CTA the warps
- * take steps of keys in turn; a key's row of Dh elements is read as 16-byte vectors by
- * LP = Dh * sizeof(T) / 16 lanes (up to 32), so a warp reads 32 / LP keys per load and U such
- * loads per step, all issued before any is used. Scores are reduced over the LP lanes by
- * shuffles, the softmax is online in base 2 (q is scaled by scale * log2 e once) with f32
- * state, then the lanes that read different keys and the warps are merged. Unsplit, the CTA
- * writes the output row; split, it writes its partial (max, sum, unnormalized row) to the
- * workspace and counts itself in (the call state: a u32 per token, KV head and chunk), and the
- * last split to arrive merges the partials into the rows and sets the count back to 0 for the
+ * serves one token, one KV head and all the query heads of that KV head's group (up to 8;
+ * kernels/paged.h), so each key and value row is loaded once per group. Its keys may be split over
+ * `splits` CTAs (a count fixed at launch from the shapes: enough CTAs to fill the GPU when tokens x
+ * KV heads alone do not, as in decode). A split's key range is cut when the kernel runs from the
+ * token's real key count: ceil(keys / splits), at least RECAP__PAGED_MIN_KEYS_PER_SPLIT (or
+ * ..._FEW_GROUPS in a small grid), so a short context leaves the last splits empty rather than
+ * spreading a few keys thin. Inside a CTA the warps take steps of keys in turn; a key's row of Dh
+ * elements is read as 16-byte vectors by LP = Dh * sizeof(T) / 16 lanes (up to 32), so a warp reads
+ * 32 / LP keys per load and U such loads per step, all issued before any is used. Scores are
+ * reduced over the LP lanes by shuffles, the softmax is online in base 2 (q is scaled by scale *
+ * log2 e once) with f32 state, then the lanes that read different keys and the warps are merged.
+ * Unsplit, the CTA writes the output row; split, it writes its partial (max, sum, unnormalized row)
+ * to the workspace and counts itself in (the call state: a u32 per token, KV head and chunk), and
+ * the last split to arrive merges the partials into the rows and sets the count back to 0 for the
  * next launch. Only the splits that hold keys take part (a short context fills the first
  * few; one alone writes the rows directly); the rest return at once. A separate combine
  * kernel did the merge before: one launch more per layer, which at decode costs more than the
@@ -182,16 +181,23 @@ struct rope_kv_params {
   pool_strides kc, vc;
   int64_t block_size, num_blocks;
   int heads, kv_heads, head_dim;
+  int q_units, k_units, v_units; /* see paged_rope_kv_write_kernel */
   recap__rope_freqs freqs;
 };
 
-/* One CTA per token. Its threads first find the owning row and the token's position, and
- * compute the head_dim / 2 cos/sin pairs of that position once into shared memory (every head
- * of q and k uses the same ones: rope's kernel computes them per head); then they rotate q's
- * heads into q_out, pair i and i + Dh / 2 per thread, and, for a token a row owns, rotate k's
- * heads into the K pool's row and copy v's into the V pool's in chunks of N elements (16 bytes
- * when aligned). A padding token has position 0, where the rotation is a copy, and writes no
- * pool. Dynamic shared memory: head_dim floats. */
+/* grid (T, chunks): a token's work is cut into units, one per thread, over as many CTAs as it
+ * takes. A q or k unit is N pairs of one head (elements i..i+N-1 and the same + Dh / 2, a
+ * 16-byte vector each when aligned, else N = 1), a v unit N elements of one head's row. Units
+ * [0, q_units) are q's, then k_units of k, then v_units of v.
+ *
+ * The step's latency is a chain (the metadata, then the position, then cos and sin, then the
+ * rotation), so each thread loads its unit first and each CTA computes its inv_freqs (no
+ * position needed) before it looks for the owning row: both overlap the metadata's loads. The
+ * block-table load is issued before cos and sin are computed. A CTA then computes the
+ * head_dim / 2 cos/sin pairs of the position once into shared memory (every head uses the same
+ * ones), and its threads rotate q's pairs into q_out and, for a token a row owns, k's into the
+ * K pool's row, and copy v's into the V pool's. A padding token has position 0, where the
+ * rotation is a copy, and writes no pool. Dynamic shared memory: head_dim floats. */
 template <typename T, int N>
 __global__ void paged_rope_kv_write_kernel(const T *__restrict__ q, const T *__restrict__ k,
                                            const T *__restrict__ v, T *__restrict__ q_out,
@@ -201,51 +207,65 @@ __global__ void paged_rope_kv_write_kernel(const T *__restrict__ q, const T *__r
   extern __shared__ float s_cos_sin[]; /* cos of pairs 0..half-1, then their sin */
   __shared__ int s_owner;
   const int64_t token = blockIdx.x;
-  const int r = find_owner(p.meta, token, &s_owner);
-  int64_t pos = 0;
-  const int32_t *table = nullptr;
+  const int half = p.head_dim / 2;
+  int unit = blockIdx.y * blockDim.x + threadIdx.x;
+  /* What this thread moves: `kind` 0 q, 1 k, 2 v, 3 nothing; head h, element i. */
+  int kind = 3, h = 0, i = 0;
+  using vec = recap__vec<T, N>;
+  vec a, b; /* the unit's elements i.. (and i + Dh / 2.. for a pair) */
+  if (unit < p.q_units) {
+    kind = 0;
+    h = unit / (half / N);
+    i = (unit - h * (half / N)) * N;
+    const T *x = q + token * p.q.token + h * p.q.head + i;
+    a = *reinterpret_cast<const vec *>(x);
+    b = *reinterpret_cast<const vec *>(x + half);
+  } else if ((unit -= p.q_units) < p.k_units) {
+    kind = 1;
+    h = unit / (half / N);
+    i = (unit - h * (half / N)) * N;
+    const T *x = k + token * p.k.token + h * p.k.head + i;
+    a = *reinterpret_cast<const vec *>(x);
+    b = *reinterpret_cast<const vec *>(x + half);
+  } else if ((unit -= p.k_units) < p.v_units) {
+    kind = 2;
+    h = unit / (p.head_dim / N);
+    i = (unit - h * (p.head_dim / N)) * N;
+    a = *reinterpret_cast<const vec *>(v + token * p.v.token + h * p.v.head + i);
+  }
+  for (int j = threadIdx.x; j < half; j += blockDim.x)
+    s_cos_sin[j] = recap__rope_inv_freq(&p.freqs, j, p.head_dim);
+  const int r = find_owner(p.meta, token, &s_owner); /* its barrier publishes the inv_freqs */
+  int64_t pos = 0, block = 0;
   if (r >= 0) {
     const seq_row s = load_row(p.meta, r);
     pos = (int64_t)s.len - s.count + (token - s.start);
-    table = p.meta.data + (int64_t)r * p.meta.width + RECAP_SEQ_BLOCKS;
+    /* pos < LEN <= MB * BS (load_row): the column is in the row. */
+    if (kind == 1 || kind == 2)
+      block = block_at(p.meta.data + (int64_t)r * p.meta.width + RECAP_SEQ_BLOCKS,
+                       pos / p.block_size, p.num_blocks);
   }
-  const int half = p.head_dim / 2;
-  for (int i = threadIdx.x; i < half; i += blockDim.x)
-    recap__rope_cos_sin(&p.freqs, i, p.head_dim, pos, &s_cos_sin[i], &s_cos_sin[half + i]);
+  for (int j = threadIdx.x; j < half; j += blockDim.x)
+    recap__rope_cos_sin_at(s_cos_sin[j], pos, &s_cos_sin[j], &s_cos_sin[half + j]);
   __syncthreads();
-
-  for (int c = threadIdx.x; c < p.heads * half; c += blockDim.x) {
-    const int h = c / half, i = c - h * half;
-    const T *x = q + token * p.q.token + h * p.q.head;
-    float o1, o2;
-    recap__rope_rotate(recap__to_float(x[i]), recap__to_float(x[i + half]), s_cos_sin[i],
-                       s_cos_sin[half + i], &o1, &o2);
-    T *y = q_out + (token * p.heads + h) * p.head_dim;
-    y[i] = recap__from_float<T>(o1);
-    y[i + half] = recap__from_float<T>(o2);
-  }
-  if (r < 0) return;
-  /* pos < LEN <= MB * BS (load_row): the column is in the row. */
-  const int64_t block = block_at(table, pos / p.block_size, p.num_blocks);
+  if (kind == 3 || (kind > 0 && r < 0)) return;
   const int64_t row = pos % p.block_size;
-  T *kd = kc + block * p.kc.block + row * p.kc.row;
-  T *vd = vc + block * p.vc.block + row * p.vc.row;
-  for (int c = threadIdx.x; c < p.kv_heads * half; c += blockDim.x) {
-    const int h = c / half, i = c - h * half;
-    const T *x = k + token * p.k.token + h * p.k.head;
+  if (kind == 2) {
+    *reinterpret_cast<vec *>(vc + block * p.vc.block + row * p.vc.row + h * p.vc.head + i) = a;
+    return;
+  }
+#pragma unroll
+  for (int j = 0; j < N; ++j) {
     float o1, o2;
-    recap__rope_rotate(recap__to_float(x[i]), recap__to_float(x[i + half]), s_cos_sin[i],
-                       s_cos_sin[half + i], &o1, &o2);
-    kd[h * p.kc.head + i] = recap__from_float<T>(o1);
-    kd[h * p.kc.head + i + half] = recap__from_float<T>(o2);
+    recap__rope_rotate(recap__to_float(a.v[j]), recap__to_float(b.v[j]), s_cos_sin[i + j],
+                       s_cos_sin[half + i + j], &o1, &o2);
+    a.v[j] = recap__from_float<T>(o1);
+    b.v[j] = recap__from_float<T>(o2);
   }
-  const int per_head = p.head_dim / N;
-  const T *src = v + token * p.v.token;
-  for (int c = threadIdx.x; c < p.kv_heads * per_head; c += blockDim.x) {
-    const int h = c / per_head, d = (c - h * per_head) * N;
-    *reinterpret_cast<recap__vec<T, N> *>(vd + h * p.vc.head + d) =
-        *reinterpret_cast<const recap__vec<T, N> *>(src + h * p.v.head + d);
-  }
+  T *y = kind == 0 ? q_out + (token * p.heads + h) * p.head_dim + i
+                   : kc + block * p.kc.block + row * p.kc.row + h * p.kc.head + i;
+  *reinterpret_cast<vec *>(y) = a;
+  *reinterpret_cast<vec *>(y + half) = b;
 }
 
 /* Sixteen bytes of T as floats. */
@@ -614,8 +634,8 @@ recap_status launch_attention(const recap__op_call *call, const attention_params
    * 128 keep 4: the eight warps' accumulators would not fit the 48 KB of static shared memory. */
   if constexpr (DH <= 128) {
     if ((int64_t)grid.x * grid.y <= RECAP__PAGED_FEW_GROUPS) {
-      RECAP_CUDA_TRY(recap__cuda_launch(paged_attention_kernel<T, DH, GC, 8>, grid, dim3(8 * 32),
-                                        0, stream, q, kc, vc, out, p));
+      RECAP_CUDA_TRY(recap__cuda_launch(paged_attention_kernel<T, DH, GC, 8>, grid, dim3(8 * 32), 0,
+                                        stream, q, kc, vc, out, p));
       return RECAP_OK;
     }
   }
@@ -772,15 +792,26 @@ extern "C" recap_status recap__cuda_paged_rope_kv_write(const recap__op_call *ca
   return recap__cuda_dispatch_float(q->dtype, name, [&](auto tag) {
     using T = decltype(tag);
     constexpr int N = 16 / sizeof(T);
-    const bool vec = p.head_dim % N == 0 && aligned16(vc->data) && aligned16(v->data) &&
-                     p.vc.block % N == 0 && p.vc.row % N == 0 && p.vc.head % N == 0 &&
-                     p.v.token % N == 0 && p.v.head % N == 0;
-    /* Enough threads for the widest of the three passes, up to 256. */
-    int64_t widest = p.heads * (int64_t)(p.head_dim / 2);
-    const int64_t v_chunks = p.kv_heads * (int64_t)(vec ? p.head_dim / N : p.head_dim);
-    if (v_chunks > widest) widest = v_chunks;
-    const int threads = (int)RECAP_CEIL_DIV(widest < 256 ? widest : 256, (int64_t)32) * 32;
-    const dim3 grid((unsigned)q->shape[0]);
+    /* 16-byte vectors for every unit, or single elements for all. */
+    bool vec = (p.head_dim / 2) % N == 0;
+    const void *bases[] = {q->data, k->data, v->data, out->data, kc->data, vc->data};
+    for (int i = 0; vec && i < 6; ++i) vec = aligned16(bases[i]);
+    const int64_t steps[] = {p.q.token,  p.q.head, p.k.token, p.k.head,   p.v.token, p.v.head,
+                             p.kc.block, p.kc.row, p.kc.head, p.vc.block, p.vc.row,  p.vc.head};
+    for (int i = 0; vec && i < 12; ++i) vec = steps[i] % N == 0;
+    const int n = vec ? N : 1;
+    p.q_units = p.heads * (p.head_dim / 2 / n);
+    p.k_units = p.kv_heads * (p.head_dim / 2 / n);
+    p.v_units = p.kv_heads * (p.head_dim / n);
+    /* 128 threads a CTA (fewer when that is all there is): a few CTAs share a decode token. */
+    const int64_t units = (int64_t)p.q_units + p.k_units + p.v_units;
+    const int threads = (int)(units < 128 ? RECAP_CEIL_DIV(units, (int64_t)32) * 32 : 128);
+    const int64_t chunks = RECAP_CEIL_DIV(units, (int64_t)threads);
+    if (chunks > 65535)
+      return RECAP_FAIL(RECAP_STATUS_NOT_SUPPORTED,
+                        "op '%s': %lld heads of %lld need more CTAs per token than a grid has",
+                        name, (long long)(p.heads + p.kv_heads), (long long)p.head_dim);
+    const dim3 grid((unsigned)q->shape[0], (unsigned)chunks);
     const T *qs = static_cast<const T *>(q->data), *ks = static_cast<const T *>(k->data),
             *vs = static_cast<const T *>(v->data);
     T *qo = static_cast<T *>(out->data), *kd = static_cast<T *>(kc->data),

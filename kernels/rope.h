@@ -139,15 +139,20 @@ RECAP__ROPE_FN float recap__rope_inv_freq(const recap__rope_freqs *f, int64_t i,
   return recap__rope_add(scaled, recap__rope_mul(s, inv));
 }
 
-/* cos and sin of pair i's angle at `position`. */
-RECAP__ROPE_FN void recap__rope_cos_sin(const recap__rope_freqs *f, int64_t i, int64_t head_dim,
-                                        int64_t position, float *c, float *s) {
-  const double angle =
-      (double)recap__rope_mul(recap__rope_inv_freq(f, i, head_dim), (float)position);
+/* cos and sin of the angle inv_freq x position (a pair's inv_freq does not depend on the
+ * position: a kernel may compute it while the position is still being read). */
+RECAP__ROPE_FN void recap__rope_cos_sin_at(float inv_freq, int64_t position, float *c, float *s) {
+  const double angle = (double)recap__rope_mul(inv_freq, (float)position);
   double sn, cs;
   sincos(angle, &sn, &cs); /* one range reduction for both (glibc's and CUDA's) */
   *c = (float)cs;
   *s = (float)sn;
+}
+
+/* cos and sin of pair i's angle at `position`. */
+RECAP__ROPE_FN void recap__rope_cos_sin(const recap__rope_freqs *f, int64_t i, int64_t head_dim,
+                                        int64_t position, float *c, float *s) {
+  recap__rope_cos_sin_at(recap__rope_inv_freq(f, i, head_dim), position, c, s);
 }
 
 /* Rotates the pair (x1, x2) = (element i, element i + Dh / 2) of a head by (c, s):
