@@ -147,21 +147,23 @@ __global__ void __launch_bounds__(kThreads) oneshot_kernel(oneshot_args a) {
   /* This block's epoch: its counter is this device's and only this block index touches it.
    * Read once, before thread 0 can store the new one. */
   if (threadIdx.x == 0) epoch_shared = *(volatile const uint32_t *)&v.counters[blockIdx.x] + 1u;
-  __syncthreads();
-  const uint32_t epoch = epoch_shared;
   const int64_t first = (int64_t)blockIdx.x * a.segment;
   const int64_t n = min(a.segment, a.count - first);
   const int words = (int)((n + W::kElems - 1) / W::kElems);
   const T *x = static_cast<const T *>(a.x) + first;
   T *y = static_cast<T *>(a.y) + first;
-
-  /* Push: this rank's words into its region of every peer's buffer. */
+  /* This rank's words, loaded while thread 0 reads the epoch: the two round trips to memory
+   * overlap instead of following each other. */
   uint32_t mine[kWordsPerThread];
 #pragma unroll
   for (int k = 0; k < kWordsPerThread; ++k) {
     const int j = threadIdx.x + k * kThreads;
     mine[k] = j < words ? load_x_word<T, kAligned>(x, j, n) : 0u;
   }
+  __syncthreads();
+  const uint32_t epoch = epoch_shared;
+
+  /* Push: this rank's words into its region of every peer's buffer. */
   for (int p = 0; p < v.world; ++p) {
     if (p == v.rank) continue;
     uint32_t *dst = region_of(v.peers[p], epoch, v.world, v.rank, blockIdx.x);

@@ -260,6 +260,11 @@ struct row_slots {
   }
 };
 
+/* Asks for the line holding p in L1 (a hint: no register waits on it). */
+__device__ __forceinline__ void prefetch_l1(const void *p) {
+  asm volatile("prefetch.global.L1 [%0];" ::"l"(p));
+}
+
 /* 2^x by the hardware's approximation (MUFU.EX2, relative error ~2^-22, subnormal results
  * flushed to 0, far below the smallest f16 or bf16 and within the f32 tolerance): exp2f
  * without fast math adds instructions to scale subnormals, and softmax takes two per element. */
@@ -460,6 +465,15 @@ __global__ void __launch_bounds__(regs_threads(kLanes), regs_min_blocks(kLanes, 
   constexpr int VEC = row_slots<T, kVecs>::VEC;
   const int d = (int)d64, nslots = d / VEC;
   const float inv_d = 1.0f / (float)d;
+  /* Every row of a group reads the parameters at the same slots, after its reductions: fetched
+   * into L1 now, their round trip overlaps the row's load instead of following the reductions
+   * (a decode step's norm is one row, a chain of latencies). No registers held. */
+#pragma unroll
+  for (int k = 0; k < kVecs; ++k)
+    if (row_slots<T, kVecs>::valid(k, g.rank, g.size, nslots)) {
+      if (weight) prefetch_l1(weight + (k * g.size + g.rank) * VEC);
+      if (!kRms && bias) prefetch_l1(bias + (k * g.size + g.rank) * VEC);
+    }
   for_each_row<T, kVecs>(
       g, x, rows_view, row_stride, num_rows, nslots,
       [&](const row_slots<T, kVecs> &row, int64_t r) {
