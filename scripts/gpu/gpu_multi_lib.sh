@@ -51,3 +51,20 @@ kill_rank1_after() { # PATTERN LOG PID
   code=$?
   ended_at=$(date +%s)
 }
+# Per-request token files of serve-bench --tokens-out (lines "ID: t,t,..."): "SAME/ALL MEAN" where
+# SAME requests have equal tokens and MEAN is the mean common prefix over the requests' lengths.
+tokens_agree() {
+  python3 - "$1" "$2" <<'PY' 2>/dev/null
+import sys
+a = [l.split(":", 1)[1].strip() for l in open(sys.argv[1])]
+b = [l.split(":", 1)[1].strip() for l in open(sys.argv[2])]
+same = sum(x == y for x, y in zip(a, b))
+pre = []
+for x, y in zip(a, b):
+    x, y, k = x.split(","), y.split(","), 0
+    while k < min(len(x), len(y)) and x[k] == y[k]:
+        k += 1
+    pre.append(k / max(len(x), 1))
+print("%d/%d %.3f" % (same, len(a), sum(pre) / max(len(pre), 1)) if a and len(a) == len(b) else "")
+PY
+}

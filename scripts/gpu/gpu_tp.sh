@@ -236,22 +236,6 @@ ok=0
 row "8B TP 2 fold off vs on" "$ok" "batch 1 graph ms: TP 2 fold off ${u2:-?}, on (default) ${g2:-?} (TP 1 ${g1:-?})"
 
 # 4c. Serving throughput through the generation API at TP 1 and TP 2.
-# serve-bench's per-request greedy tokens, two files: "requests equal / all; mean common prefix".
-tokens_agree() {
-  python3 - "$1" "$2" <<'PY' 2>/dev/null
-import sys
-a = [l.split(":", 1)[1].strip() for l in open(sys.argv[1])]
-b = [l.split(":", 1)[1].strip() for l in open(sys.argv[2])]
-same = sum(x == y for x, y in zip(a, b))
-pre = []
-for x, y in zip(a, b):
-    x, y, k = x.split(","), y.split(","), 0
-    while k < min(len(x), len(y)) and x[k] == y[k]:
-        k += 1
-    pre.append(k / max(len(x), 1))
-print("%d/%d %.3f" % (same, len(a), sum(pre) / max(len(pre), 1)) if a and len(a) == len(b) else "")
-PY
-}
 serve_flags=(--generate --requests 64 --prompt-len 64,256 --output-len 64,128 --max-running 32 --kv-fraction 0.15 --seed 7)
 "$recap" import-hf "$b" -o "$b/serve_tp1.yaml" --random-weights --paged --max-seq 512 --prefill 64,256 \
   --batch 1,2,4,8,16,32 >>"$b/import.log" 2>&1

@@ -44,6 +44,9 @@ cp scripts/gpu/gpu_tp.sh stage/gpu_tp.sh
 # Decode loops under tensor parallelism (issues 22 and 27): bash stage/run.sh gpu_tp_loop.sh on
 # an nvidia-h100-x2 machine (no transformers needed).
 cp scripts/gpu/gpu_tp_loop.sh stage/gpu_tp_loop.sh
+# Tensor parallelism at world 4 (or any): bash stage/run.sh gpu_tp_world.sh 4 on an
+# nvidia-h100-x4 machine (transformers and torch make the checkpoints there).
+cp scripts/gpu/gpu_tp_world.sh stage/gpu_tp_world.sh
 cp scripts/gpu/gpu_multi_lib.sh stage/gpu_multi_lib.sh
 # The benchmark run (issue 6): bash stage/tools/bench_all.sh runs the CLI, the PyTorch peer and
 # the report over stage/specs.
