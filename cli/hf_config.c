@@ -5,6 +5,7 @@
 #include <jansson.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,7 +24,7 @@ static const cli_hf_arch ARCHITECTURES[] = {
 
 /* Sizes above this are refused: no real model comes near, and products of them stay far
  * below 2^63. */
-static const int64_t MAX_SIZE = (int64_t)1 << 31;
+static const int64_t MAX_SIZE = INT32_MAX;
 
 typedef struct {
   char path[4096]; /* config.json's path, for messages */
@@ -62,6 +63,16 @@ static bool get_size(const reader *r, json_t *obj, const char *key, int64_t fall
   if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > MAX_SIZE)
     return fail(r, "'%s' must be an integer from 1 to %lld", key, (long long)MAX_SIZE);
   *out = json_integer_value(v);
+  return true;
+}
+
+/* A norm's epsilon: a finite number at least 0 (what the norm ops accept); absent gives
+ * `fallback`. */
+static bool get_eps(const reader *r, json_t *obj, const char *key, double fallback, double *out) {
+  json_t *v = get(obj, key);
+  if (v && (!json_is_number(v) || !isfinite(json_number_value(v)) || json_number_value(v) < 0))
+    return fail(r, "'%s' must be a finite number at least 0", key);
+  *out = v ? json_number_value(v) : fallback;
   return true;
 }
 
@@ -142,7 +153,8 @@ static bool read_dtype(const reader *r, json_t *root, cli_hf_config *c) {
       c->dtype = names[i].dtype;
     }
   /* Another dtype (float64, an fp8 quantization) leaves the choice to --dtype and the
-   * checkpoint's own dtypes, which the weights check reads. */
+   * checkpoint's own dtypes, which the weights check reads; the importer says so. */
+  if (name && !c->dtype_given) snprintf(c->dtype_unused, sizeof c->dtype_unused, "%s", name);
   return true;
 }
 
@@ -251,7 +263,7 @@ static bool read_llama_style(const reader *r, json_t *root, cli_hf_config *c) {
       !get_size(r, root, "intermediate_size", 0, &c->intermediate) ||
       !get_size(r, root, "vocab_size", 0, &c->vocab) ||
       !get_size(r, root, "max_position_embeddings", 0, &c->max_positions) ||
-      !get_number(r, root, "", "rms_norm_eps", 1e-6, &c->norm_eps) ||
+      !get_eps(r, root, "rms_norm_eps", 1e-6, &c->norm_eps) ||
       !get_bool(r, root, "attention_bias", false, &c->attention_bias) ||
       !get_bool(r, root, "mlp_bias", false, &c->mlp_bias))
     return false;
@@ -284,7 +296,7 @@ static bool read_gpt2(const reader *r, json_t *root, cli_hf_config *c) {
       !get_size(r, root, "n_head", 0, &c->heads) ||
       !get_size(r, root, "vocab_size", 0, &c->vocab) ||
       !get_size(r, root, "n_positions", 0, &c->max_positions) ||
-      !get_number(r, root, "", "layer_norm_epsilon", 1e-5, &c->norm_eps))
+      !get_eps(r, root, "layer_norm_epsilon", 1e-5, &c->norm_eps))
     return false;
   if (c->hidden % c->heads != 0)
     return fail(r, "n_embd (%lld) is not a multiple of n_head (%lld)", (long long)c->hidden,

@@ -57,9 +57,11 @@ typedef struct {
   bool sliding_used;
   const char *sliding_reason; /* which config key turns it on */
   int64_t sliding_window;     /* -1: null */
-  /* The config's dtype or torch_dtype, when recap has it. */
+  /* The config's dtype or torch_dtype, when recap has it; else the name it gave, if any (an
+   * fp8 or integer quantization, float64), which the importer reports in a note. */
   bool dtype_given;
   recap_dtype dtype;
+  char dtype_unused[32];
 } cli_hf_config;
 
 /* A config.json larger than this is refused before it is read. */
@@ -152,7 +154,7 @@ typedef struct {
   int64_t block_size, kv_blocks, prefill_seqs;
   const int64_t *prefill_tokens;
   size_t num_prefill_tokens;
-  const cli_hf_tp *tp; /* this rank's share; world 1: the whole model */
+  const cli_hf_tp *tp;   /* this rank's share; world 1: the whole model */
   bool tp_fold_residual; /* cli_hf_import_options' */
   /* Weights from recap's own random init instead of the checkpoint (checkpoint unused):
    * matrices normal(0, 0.02), norm weights ones, biases zeros. For benchmarks. */

@@ -202,6 +202,15 @@ static void inverse_layer_scaling(json_t *c) {
 static void no_hidden_size(json_t *c) {
   json_object_del(c, "hidden_size");
 }
+static void negative_eps(json_t *c) {
+  json_object_set_new(c, "rms_norm_eps", json_real(-1.0));
+}
+static void negative_gpt2_eps(json_t *c) {
+  json_object_set_new(c, "layer_norm_epsilon", json_real(-1e-5));
+}
+static void int8_dtype(json_t *c) {
+  json_object_set_new(c, "dtype", json_string("int8"));
+}
 static void tied(json_t *c) {
   json_object_set_new(c, "tie_word_embeddings", json_true());
 }
@@ -270,6 +279,21 @@ static void test_refusals_name_their_cause(void) {
   expect_refusal(dir, 0, (const char *[]){"scale_attn_by_inverse_layer_idx", NULL});
   edited_fixture("llama", "no_hidden", no_hidden_size, dir, sizeof dir);
   expect_refusal(dir, 0, (const char *[]){"'hidden_size' is missing", NULL});
+  /* A spec the norm ops would refuse at load is refused here, naming the key. */
+  edited_fixture("llama", "negative_eps", negative_eps, dir, sizeof dir);
+  expect_refusal(dir, 0,
+                 (const char *[]){"'rms_norm_eps' must be a finite number at least 0", NULL});
+  edited_fixture("gpt2", "negative_gpt2_eps", negative_gpt2_eps, dir, sizeof dir);
+  expect_refusal(dir, 0, (const char *[]){"'layer_norm_epsilon'", "at least 0", NULL});
+  /* A dtype recap does not compute in leaves the choice to the checkpoint, with a note. */
+  edited_fixture("llama", "int8", int8_dtype, dir, sizeof dir);
+  {
+    cli_hf_import_options io = {.model_dir = dir};
+    cli_hf_import_result ir;
+    CU_ASSERT_TRUE(cli_hf_import(&io, &ir));
+    CU_ASSERT_PTR_NOT_NULL(strstr(ir.notes, "dtype 'int8' is not one recap computes in"));
+    cli_hf_import_result_free(&ir);
+  }
 
   edited_fixture("llama", "malformed", NULL, dir, sizeof dir);
   snprintf(path, sizeof path, "%s/config.json", dir);
