@@ -157,12 +157,16 @@ int cli_run_flag(const char *cmd, int argc, char **argv, int *i, cli_run_flags *
   return 1;
 }
 
-bool cli_run_flags_check(const char *cmd, const cli_run_flags *f) {
-  if (f->device && strcmp(f->device, "cuda") != 0 && strcmp(f->device, "host") != 0) {
-    fprintf(stderr, "recap %s: --device expects cuda or host, got '%s'\n", cmd, f->device);
+bool cli_device_flag_ok(const char *cmd, const char *device) {
+  if (device && strcmp(device, "cuda") != 0 && strcmp(device, "host") != 0) {
+    fprintf(stderr, "recap %s: --device expects cuda or host, got '%s'\n", cmd, device);
     return false;
   }
   return true;
+}
+
+bool cli_run_flags_check(const char *cmd, const cli_run_flags *f) {
+  return cli_device_flag_ok(cmd, f->device);
 }
 
 bool cli_parse_int_list(const char *cmd, const char *flag, const char *text, long long lo,

@@ -186,6 +186,9 @@ typedef struct {
 int cli_run_flag(const char *cmd, int argc, char **argv, int *i, cli_run_flags *f);
 /* After parsing: checks --device's value; false (reported) when it is neither cuda nor host. */
 bool cli_run_flags_check(const char *cmd, const cli_run_flags *f);
+/* The same for any command's --device value (NULL: not given, fine): a usage error when
+ * false. */
+bool cli_device_flag_ok(const char *cmd, const char *device);
 /* What `run`, `bench` and a distributed run load: `path` with the shared flags' --dim,
  * --device, --base-dir and --no-fusion, the sizes checked against the device's memory. */
 cli_load_request cli_run_load_request(const char *path, const cli_run_flags *f);
@@ -265,7 +268,9 @@ void cli_print_gemm_tune_stats(FILE *out);
 
 /* cli_flag for "--json FILE", the one way every command takes it: FILE "-" means standard
  * output, which from then on carries only the JSON (the text the command prints goes to
- * standard error). -1 (message printed) when the value is missing or stdout cannot be kept. */
+ * standard error). -1 (message printed) when the value is missing, FILE cannot be written there
+ * (its folder missing or read-only: checked now, before the command's work) or stdout cannot be
+ * kept. */
 int cli_json_flag(const char *cmd, int argc, char **argv, int *i, const char **path);
 /* Adds the "environment" object (cli_environment_json of `device`, the device the results are
  * from) to root and writes it to path: to the file (indented, keys in insertion order), then

@@ -88,10 +88,10 @@ const cli_help cli_generate_help = {
         "Runs one request of token ids through a spec from `recap import-hf` and prints the new\n"
         "token ids, the time to the first one and the time per token after it. A paged serving\n"
         "spec (import-hf --paged) runs through the generation API with any sampling; a spec of\n"
-        "the contiguous layout decodes greedily (the sampling flags need --paged). Either\n"
-        "refuses before running an id outside the vocabulary or a prompt plus --max-tokens\n"
-        "past the spec's maximum sequence (it counts the prompt and every new token). Token\n"
-        "ids in and out: recap has no tokenizer.",
+        "the contiguous layout decodes greedily (the sampling flags, --seed, --stop-ids and\n"
+        "--json need --paged). Either refuses before running an id outside the vocabulary or a\n"
+        "prompt plus --max-tokens past the spec's maximum sequence (it counts the prompt and\n"
+        "every new token). Token ids in and out: recap has no tokenizer.",
     .operand = CLI_VALUE_SPEC,
     .groups = {{.options = generate_options},
                {.heading =
@@ -215,6 +215,7 @@ static int parse_args(int argc, char **argv, generate_args *a) {
     fprintf(stderr, "recap %s: usage: recap generate SPEC --prompt-ids 1,2,3 (see --help)\n", CMD);
     return CLI_EXIT_USAGE;
   }
+  if (!cli_device_flag_ok(CMD, a->device)) return CLI_EXIT_USAGE;
   if (!parse_ids(ids_text, &a->prompt, &a->prompt_len)) return CLI_EXIT_USAGE;
   /* A filter narrows the distribution a sampled token is drawn from; at temperature 0 the
    * token is the argmax, which every filter keeps, so the flag would change nothing. A user

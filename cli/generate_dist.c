@@ -88,6 +88,7 @@ static int parse(int argc, char **argv, dist_args *a) {
     fprintf(stderr, "recap %s: --mode expects eager or graph, got '%s'\n", CMD, a->mode);
     return CLI_EXIT_USAGE;
   }
+  if (!cli_device_flag_ok(CMD, a->device)) return CLI_EXIT_USAGE;
   long long *values = malloc(sizeof(long long) * MAX_PROMPT);
   size_t count = 0;
   bool ok = values && cli_parse_int_list(CMD, "--prompt-ids", ids, 0, INT32_MAX, values, MAX_PROMPT,

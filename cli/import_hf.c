@@ -258,13 +258,31 @@ int cli_import_hf_main(int argc, char **argv) {
     cli_hf_import_result_free(&r);
     if (!ok) return CLI_EXIT_FAILURE;
   }
-  if (split) snprintf(path, sizeof path, "%s", out);
+  /* The files written: the one, or the first and last rank's. */
+  char written[2 * sizeof path + 8];
+  if (split) {
+    char last[sizeof path];
+    (void)rank_path(out, 0, path, sizeof path);
+    (void)rank_path(out, o.tp - 1, last, sizeof last);
+    snprintf(written, sizeof written, "%s .. %s", path, last);
+  } else {
+    snprintf(written, sizeof written, "%s", strcmp(out, "-") == 0 ? "spec" : out);
+  }
+  /* Every prefill bucket when --prefill listed several. */
+  char prefill[CLI_HF_MAX_BATCHES * 12 + 16] = "";
+  if (o.num_prefill_tokens > 1) {
+    size_t n = (size_t)snprintf(prefill, sizeof prefill, "prefill buckets ");
+    for (size_t k = 0; k < o.num_prefill_tokens && n < sizeof prefill; ++k)
+      n += (size_t)snprintf(prefill + n, sizeof prefill - n, "%s%" PRId64, k ? "," : "",
+                            o.prefill_tokens[k]);
+  } else {
+    snprintf(prefill, sizeof prefill, "prefill %" PRId64, r.prefill);
+  }
   char params[32], kv[32], kv_all[32];
   /* The summary goes to stderr when the spec itself is on stdout. */
   FILE *info = strcmp(out, "-") == 0 ? stderr : stdout;
-  fprintf(info, "%s: %s, %" PRId64 " layers, %s, max-seq %" PRId64 ", prefill %" PRId64 "\n",
-          strcmp(out, "-") == 0 ? "spec" : out, r.architecture, r.layers, recap_dtype_name(r.dtype),
-          r.max_seq, r.prefill);
+  fprintf(info, "%s: %s, %" PRId64 " layers, %s, max-seq %" PRId64 ", %s\n", written,
+          r.architecture, r.layers, recap_dtype_name(r.dtype), r.max_seq, prefill);
   if (split)
     fprintf(info,
             "tensor parallel: %" PRId64
@@ -283,11 +301,17 @@ int cli_import_hf_main(int argc, char **argv) {
         cli_format_bytes((size_t)(r.kv_bytes_per_sequence / (uint64_t)r.max_seq), kv, sizeof kv),
         r.prefill_seqs);
   }
-  fprintf(info, "weights: %s; KV cache: %s per sequence, %s for batch %" PRId64 "\n",
-          cli_format_bytes((size_t)r.param_bytes, params, sizeof params),
-          cli_format_bytes((size_t)r.kv_bytes_per_sequence, kv, sizeof kv),
-          cli_format_bytes((size_t)(r.kv_bytes_per_sequence * (uint64_t)r.max_batch), kv_all,
-                           sizeof kv_all),
-          r.max_batch);
+  /* A pool is what the paged layout allocates; the contiguous one has a cache per batch row. */
+  if (r.kv_blocks)
+    fprintf(info, "weights: %s; KV cache: %s per sequence of max-seq tokens (from the pool)\n",
+            cli_format_bytes((size_t)r.param_bytes, params, sizeof params),
+            cli_format_bytes((size_t)r.kv_bytes_per_sequence, kv, sizeof kv));
+  else
+    fprintf(info, "weights: %s; KV cache: %s per sequence, %s for batch %" PRId64 "\n",
+            cli_format_bytes((size_t)r.param_bytes, params, sizeof params),
+            cli_format_bytes((size_t)r.kv_bytes_per_sequence, kv, sizeof kv),
+            cli_format_bytes((size_t)(r.kv_bytes_per_sequence * (uint64_t)r.max_batch), kv_all,
+                             sizeof kv_all),
+            r.max_batch);
   return CLI_EXIT_OK;
 }

@@ -19,7 +19,7 @@ static const cli_command commands[] = {
      &cli_dot_help, false},
     {"import-hf", "a Hugging Face checkpoint folder (Llama, Mistral, Qwen2/3, GPT-2) as a spec",
      cli_import_hf_main, &cli_import_hf_help, false},
-    {"generate", "greedy tokens from an imported model's prefill and decode entries",
+    {"generate", "new tokens (greedy or sampled) from an imported model's entries",
      cli_generate_main, &cli_generate_help, true},
     {"run", "run a pipeline: outputs, checksums, timing; --save-tensors", cli_run_main,
      &cli_run_help, true},

@@ -74,7 +74,8 @@ const cli_help cli_serve_bench_help = {
         "recap serve-bench MODEL.yaml --generate [--requests N] [--prompt-len MIN,MAX]\n"
         "                  [--output-len MIN,MAX] [--rate R] [--kv-fraction F]\n"
         "                  [--max-running N] [--seed N] [--device cuda|host]\n"
-        "                  [--json FILE] [--svg FILE] [--base-dir DIR]",
+        "                  [--json FILE] [--svg FILE] [--save-requests FILE]\n"
+        "                  [--tokens-out FILE] [--base-dir DIR]",
     .description =
         "An inference-server loop: a request queue, N worker threads each with its own pipeline\n"
         "(a clone sharing the weights, captured on its thread), M requests of random batch size\n"
@@ -348,8 +349,7 @@ int cli_serve_bench_main(int argc, char **argv) {
                (m = cli_json_flag(CMD, argc, argv, &i, &json_path)) != 0 ||
                (m = cli_flag(CMD, argc, argv, &i, "--base-dir", &base_dir)) != 0) {
       if (m < 0) return CLI_EXIT_USAGE;
-    } else if (other_mode(argv[i], false) ||
-               !cli_take_one(CMD, "spec", argv[i], &path)) {
+    } else if (other_mode(argv[i], false) || !cli_take_one(CMD, "spec", argv[i], &path)) {
       return CLI_EXIT_USAGE;
     }
   }

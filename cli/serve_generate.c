@@ -169,6 +169,12 @@ static int drive(const generate_bench_args *a, recap_generator *g, request_recor
                  double *wall_s) {
   uint64_t rng = a->seed * 0x9E3779B97F4A7C15ULL + 1;
   double start = cli_now(), next_arrival = start;
+  /* A low rate makes a long run that prints nothing until its end: say how long up front. */
+  if (a->rate > 0 && (double)a->requests / a->rate > 10)
+    fprintf(stderr,
+            "recap %s: %lld requests at %g per second arrive over about %.0f s (mean); the "
+            "results follow the last\n",
+            CMD, a->requests, a->rate, (double)a->requests / a->rate);
   uint64_t *ids = malloc(sizeof *ids * (size_t)a->requests);
   if (!ids) return CLI_EXIT_FAILURE;
   int rc = CLI_EXIT_OK;
@@ -202,8 +208,8 @@ static int drive(const generate_bench_args *a, recap_generator *g, request_recor
     if (st == RECAP_OK) st = recap_generator_poll(g, ids[i], NULL, 0, &s);
     if (st == RECAP_OK && s.state != RECAP_REQUEST_FINISHED) {
       /* The engine thread logged its message; this thread's last error is not about it. */
-      fprintf(stderr, "recap %s: request %lld failed: %s (the engine's message is above)\n", CMD,
-              i, recap_status_string(s.error ? s.error : RECAP_STATUS_INTERNAL));
+      fprintf(stderr, "recap %s: request %lld failed: %s (the engine's message is above)\n", CMD, i,
+              recap_status_string(s.error ? s.error : RECAP_STATUS_INTERNAL));
       rc = CLI_EXIT_FAILURE;
     } else if (st != RECAP_OK) {
       cli_report_failure(CMD, "a request", st);
@@ -388,6 +394,7 @@ static int parse_args(int argc, char **argv, generate_bench_args *a) {
     fprintf(stderr, "recap %s: usage: recap serve-bench MODEL.yaml --generate (see --help)\n", CMD);
     return CLI_EXIT_USAGE;
   }
+  if (!cli_device_flag_ok(CMD, a->device)) return CLI_EXIT_USAGE;
   return cli_world_check(CMD, &a->world) ? CLI_EXIT_OK : CLI_EXIT_USAGE;
 }
 

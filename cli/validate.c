@@ -1,9 +1,11 @@
 /* validate.c: `recap validate SPEC...`: checks specs without touching a device. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli/cli.h"
 #include "engine/checkpoint.h"
+#include "runtime/text.h"
 
 static const char *const CMD = "validate";
 
@@ -23,6 +25,8 @@ static recap__model *load(const char *path, const char *base_dir, const char *en
   recap__diag diag = {0};
   recap__model *model = NULL;
   recap_status st = recap__load_file(path, &o, &model, &diag);
+  /* An entry's errors are the spec's lines under that entry's dims: say which entry first. */
+  if (st != RECAP_OK && entry) fprintf(stderr, "%s: entry '%s' (its dims) fails:\n", path, entry);
   if (st == RECAP_STATUS_SPEC_ERROR && diag.count > 0)
     cli_print_diag(path, &diag);
   else if (st != RECAP_OK)
@@ -33,23 +37,24 @@ static recap__model *load(const char *path, const char *base_dir, const char *en
 }
 
 /* Each entry builds other IRs (its dims): shapes that hold for the spec's own dims may not
- * hold for an entry's. */
-static bool validate_entries(const char *path, const char *base_dir, const recap__spec *spec) {
-  bool ok = true;
+ * hold for an entry's. Appends a line per entry that holds to `lines`; *failed counts the
+ * others (their errors are on stderr). */
+static void validate_entries(const char *path, const char *base_dir, const recap__spec *spec,
+                             recap__text *lines, size_t *failed) {
+  *failed = 0;
   for (size_t e = 0; e < spec->num_entries; e++) {
     recap__model *m = load(path, base_dir, spec->entries[e].name);
     if (!m) {
-      ok = false;
+      ++*failed;
       continue;
     }
     char aliases[512];
     bool any = cli_format_dim_aliases(m->spec, NULL, aliases, sizeof aliases) > 0;
-    printf("  entry '%s': ok (%zu ops, %zu bucket%s%s%s)\n", spec->entries[e].name,
-           m->spec->num_ops, m->num_buckets, m->num_buckets == 1 ? "" : "s", any ? "; " : "",
-           aliases);
+    recap__text_put(lines, "  entry '%s': ok (%zu ops, %zu bucket%s%s%s)\n", spec->entries[e].name,
+                    m->spec->num_ops, m->num_buckets, m->num_buckets == 1 ? "" : "s",
+                    any ? "; " : "", aliases);
     recap__model_release(m);
   }
-  return ok;
 }
 
 /* The files the spec's `init: file` tensors read: each checkpoint's files (a folder or an index
@@ -86,6 +91,17 @@ static bool validate_one(const char *path, const char *base_dir) {
     snprintf(memory, sizeof memory, "; sizes checked against %s:0's %s", device,
              cli_format_bytes((size_t)model->capacity, bytes, sizeof bytes));
   }
+  /* The entries first: "ok" is printed only for a spec whose every entry holds. */
+  recap__text entries = {0};
+  size_t failed = 0;
+  validate_entries(path, base_dir, spec, &entries, &failed);
+  if (failed) {
+    printf("%s: %zu of %zu entr%s fail%s (the errors above)\n", path, failed, spec->num_entries,
+           spec->num_entries == 1 ? "y" : "ies", failed == 1 ? "s" : "");
+    free(entries.data);
+    recap__model_release(model);
+    return false;
+  }
   char aliases[512];
   bool any = cli_format_dim_aliases(spec, NULL, aliases, sizeof aliases) > 0;
   printf("%s: ok (%s: %zu ops, %zu tensors, %zu bucket%s%s%s%s)\n", path, spec->name, spec->num_ops,
@@ -106,9 +122,10 @@ static bool validate_one(const char *path, const char *base_dir) {
         "  not checked: compiling %zu expr op%s with NVRTC (done when a pipeline loads on "
         "the GPU)\n",
         exprs, exprs == 1 ? "" : "s");
-  bool ok = validate_entries(path, base_dir, spec);
+  if (entries.data) fputs(entries.data, stdout);
+  free(entries.data);
   recap__model_release(model);
-  return ok;
+  return !entries.failed;
 }
 
 static const cli_option validate_options[] = {

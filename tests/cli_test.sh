@@ -1527,10 +1527,39 @@ expect 1 "import-hf -o a folder" -- "$recap" import-hf "$tmp/llama" -o "$tmp/lla
 grep -q "cannot write $tmp/llama: Is a directory" "$tmp/err" ||
   fail "import-hf -o a folder: no reason"
 # Every command's writers say the same (cli_report_write_failure): run's --json, dot's -o.
-expect 1 "run --json into a missing folder" -- "$recap" run "$specs/decode_step.yaml" \
+# --json's path is checked as the flag is read, a usage error before any work is done.
+expect 2 "run --json into a missing folder" -- "$recap" run "$specs/decode_step.yaml" \
   --device host --iters 1 --warmup 0 --json "$tmp/missing/run.json"
 grep -q "cannot write $tmp/missing/run.json: the folder $tmp/missing does not exist" "$tmp/err" ||
   fail "run --json into a missing folder: the folder is not named"
+grep -q "timing" "$tmp/out" && fail "run --json into a missing folder ran the spec first"
+expect 2 "generate --json into a missing folder" -- "$recap" generate "$tmp/llama_kv4.yaml" \
+  --prompt-ids 1,2,3 --device host --json "$tmp/missing/gen.json"
+grep -q "the folder $tmp/missing does not exist" "$tmp/err" ||
+  fail "generate --json into a missing folder: the folder is not named"
+grep -q "generated" "$tmp/out" && fail "generate --json into a missing folder generated first"
+# --device's value is a usage error on every command that takes it.
+for cmd in generate serve-bench; do
+  extra=(--prompt-ids 1,2)
+  [ "$cmd" = serve-bench ] && extra=(--generate --requests 1)
+  expect 2 "$cmd --device tpu" -- "$recap" "$cmd" "$tmp/llama_kv4.yaml" "${extra[@]}" --device tpu
+  grep -q "expects cuda or host, got 'tpu'" "$tmp/err" || fail "$cmd --device tpu: no cause"
+done
+# validate runs every entry before it says ok: an entry whose dims break a shape fails the
+# file, and its errors are announced with the entry's name.
+expect 0 "import-hf a contiguous spec" -- "$recap" import-hf "$tmp/llama" \
+  -o "$tmp/llama_contig.yaml" --max-seq 32 --prefill 8
+sed 's/prefill: {dims: {S: 8}}/prefill: {dims: {S: 33}}/' "$tmp/llama_contig.yaml" >"$tmp/bad_entry.yaml"
+grep -q "S: 33" "$tmp/bad_entry.yaml" || fail "the contiguous spec has no prefill entry of S: 8"
+expect 1 "validate with a failing entry" -- "$recap" validate "$tmp/bad_entry.yaml"
+grep -q "entry 'prefill' (its dims) fails" "$tmp/err" || fail "validate does not name the failing entry"
+grep -q ": ok (" "$tmp/out" && fail "validate says ok for a spec whose entry fails"
+grep -q "1 of 2 entries fails" "$tmp/out" || fail "validate does not count the failing entries"
+# import-hf's summary names every prefill bucket and, with --tp, the files it wrote.
+expect 0 "import-hf summary" -- "$recap" import-hf "$tmp/llama" -o "$tmp/sum.r{rank}.yaml" \
+  --paged --prefill 8,16 --max-seq 32 --tp 2
+grep -q "sum.r0.yaml .. .*sum.r1.yaml: LlamaForCausalLM, .*prefill buckets 8,16" "$tmp/out" ||
+  fail "import-hf's summary does not name the rank files and the prefill buckets"
 expect 1 "dot -o a folder" -- "$recap" dot "$specs/decode_step.yaml" -o "$tmp/llama"
 grep -q "cannot write $tmp/llama: Is a directory" "$tmp/err" || fail "dot -o a folder: no reason"
 
