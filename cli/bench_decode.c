@@ -38,12 +38,13 @@ static const cli_option bench_decode_options[] = {
     {.flag = "--batch",
      .value = "LIST",
      .kind = CLI_VALUE_TEXT,
-     .help = "batch sizes (default 1,8,32,64; at most the decode entry's largest\n"
-             "bucket)"},
+     .help = "batch sizes (default 1,8,32,64, those up to the decode entry's\n"
+             "largest bucket; a given one must be at most that)"},
     {.flag = "--context",
      .value = "N",
      .kind = CLI_VALUE_TEXT,
-     .help = "keys per sequence before the first timed step (default 512)"},
+     .help = "keys per sequence before the first timed step (default 512, or\n"
+             "as many as the spec's sequences hold with --tokens after them)"},
     {.flag = "--tokens",
      .value = "N",
      .kind = CLI_VALUE_TEXT,
@@ -107,7 +108,8 @@ typedef struct {
   long long batches[MAX_BATCHES];
   size_t num_batches;
   long long context, tokens, repeats;
-  long long collectives; /* -1: as many as one step runs */
+  bool batch_given, context_given; /* else fitted to the spec (cli_decode_fit_defaults) */
+  long long collectives;           /* -1: as many as one step runs */
   bool profile;
   cli_world world;
 } decode_args;
@@ -135,9 +137,11 @@ static int parse_args(int argc, char **argv, decode_args *a) {
       if (m < 0 || !cli_parse_int_list(CMD, "--batch", v, 1, 1 << 20, a->batches, MAX_BATCHES,
                                        &a->num_batches, "1,8,32,64"))
         return CLI_EXIT_USAGE;
+      a->batch_given = true;
     } else if ((m = cli_flag(CMD, argc, argv, &i, "--context", &v)) != 0) {
       if (m < 0 || !cli_parse_int(CMD, "--context", v, 1, 1 << 24, &a->context))
         return CLI_EXIT_USAGE;
+      a->context_given = true;
     } else if ((m = cli_flag(CMD, argc, argv, &i, "--tokens", &v)) != 0) {
       if (m < 0 || !cli_parse_int(CMD, "--tokens", v, 1, 1 << 20, &a->tokens))
         return CLI_EXIT_USAGE;
@@ -171,8 +175,8 @@ static recap_status time_steps(recap_pipeline *p, const cli_decode_shape *s, int
   /* The first run captures (graph mode) or does first-use work (eager). */
   if (st == RECAP_OK) st = cli_decode_batch_write(p, s, batch, a->context, need);
   if (st == RECAP_OK)
-    st = comm ? recap_pipeline_run_dist(p, comm, batch,
-                                        RECAP_DIST_INPUTS_REPLICATED | (eager ? RECAP_DIST_EAGER : 0))
+    st = comm ? recap_pipeline_run_dist(
+                    p, comm, batch, RECAP_DIST_INPUTS_REPLICATED | (eager ? RECAP_DIST_EAGER : 0))
               : recap_pipeline_run(p, batch);
   for (long long r = 0; st == RECAP_OK && r < a->repeats; r++) {
     st = cli_decode_batch_write(p, s, batch, a->context, need);
@@ -242,7 +246,6 @@ typedef struct {
   double chain_ms, run_dist_ms;
 } decode_result;
 
-
 /* The distributed step's pieces at r->batch, whose bucket has `rows` rows: the step's
  * all_reduces alone, and run_dist's steps from fresh metadata. */
 static recap_status time_dist_pieces(const decode_args *a, recap_pipeline *graph,
@@ -269,13 +272,15 @@ static recap_status time_dist_pieces(const decode_args *a, recap_pipeline *graph
 /* The distributed step's lines of one batch. */
 static void print_dist_pieces(const char *prefix, const decode_result *r) {
   if (r->collectives > 0)
-    printf("%sbatch %" PRId64 ": %" PRId64 " all_reduces of %zu %s (%zu bytes) in one graph: "
+    printf("%sbatch %" PRId64 ": %" PRId64
+           " all_reduces of %zu %s (%zu bytes) in one graph: "
            "%.4f ms, %.2f us each, %.1f%% of the graph step\n",
            prefix, r->batch, r->collectives, r->msg.elements, recap_dtype_name(r->msg.dtype),
            r->msg.elements * recap_dtype_size(r->msg.dtype), r->chain_ms,
            r->chain_ms * 1e3 / (double)r->collectives, 100.0 * r->chain_ms / r->graph.median);
   if (r->run_dist_ms >= 0)
-    printf("%sbatch %" PRId64 ": run_dist step %.4f ms = graph step %.4f ms + %.4f ms (run "
+    printf("%sbatch %" PRId64
+           ": run_dist step %.4f ms = graph step %.4f ms + %.4f ms (run "
            "header broadcast, launch, host wait)\n",
            prefix, r->batch, r->run_dist_ms, r->graph.median, r->run_dist_ms - r->graph.median);
 }
@@ -332,8 +337,8 @@ static int run_batches(const decode_args *a, recap_pipeline *graph, recap_pipeli
          cli_format_bytes((size_t)s->kv_bytes_per_token, kv, sizeof kv), a->context, a->tokens,
          cli_plural(a->tokens, "step", "steps"), a->repeats);
   printf("%sdevice-to-device copy: %.1f GB/s (read + write)\n%s\n", pre, copy_gbps, pre);
-  printf("%s%6s %12s %10s %10s %12s %8s %12s %8s %8s %6s\n", pre, "batch", "graph ms",
-         "p10-p90 %", "tokens/s", "GB/s", "of copy", "eager ms", "speedup", "kernels", "GEMM");
+  printf("%s%6s %12s %10s %10s %12s %8s %12s %8s %8s %6s\n", pre, "batch", "graph ms", "p10-p90 %",
+         "tokens/s", "GB/s", "of copy", "eager ms", "speedup", "kernels", "GEMM");
   json_t *rows = json_array();
   double *samples = malloc(sizeof(double) * (size_t)a->repeats);
   decode_result *results = calloc(a->num_batches, sizeof *results);
@@ -430,8 +435,11 @@ int cli_bench_decode_main(int argc, char **argv) {
   rc = CLI_EXIT_FAILURE;
   if ((st = recap_pipeline_create_file(a.path, &eo, &eager)) != RECAP_OK)
     cli_report_failure(a.world.who, "the eager decode entry", st);
-  else if (cli_decode_shape_read(CMD, graph, &s))
+  else if (cli_decode_shape_read(CMD, graph, &s)) {
+    cli_decode_fit_defaults(CMD, &s, a.batch_given, a.batches, &a.num_batches, a.context_given,
+                            &a.context, a.tokens, 0);
     rc = run_batches(&a, graph, eager, &s);
+  }
   if (rc != CLI_EXIT_OK) return cli_world_leave(&a.world, rc);
   recap_pipeline_destroy(eager);
   recap_pipeline_destroy(graph);

@@ -51,11 +51,12 @@ static const cli_option bench_loop_options[] = {
     {.flag = "--batch",
      .value = "LIST",
      .kind = CLI_VALUE_TEXT,
-     .help = "batch sizes (default 1,8)"},
+     .help = "batch sizes (default 1,8, those up to the spec's largest)"},
     {.flag = "--context",
      .value = "N",
      .kind = CLI_VALUE_TEXT,
-     .help = "keys per sequence before the first timed step (default 128)"},
+     .help = "keys per sequence before the first timed step (default 128, or\n"
+             "as many as the spec's sequences hold with --tokens after them)"},
     {.flag = "--tokens",
      .value = "N",
      .kind = CLI_VALUE_TEXT,
@@ -111,6 +112,7 @@ typedef struct {
   long long batches[MAX_BATCHES];
   size_t num_batches;
   long long context, tokens, steps, poll_us, repeats;
+  bool batch_given, context_given; /* else fitted to the spec (cli_decode_fit_defaults) */
 } loop_args;
 
 static int parse_args(int argc, char **argv, loop_args *a) {
@@ -129,9 +131,11 @@ static int parse_args(int argc, char **argv, loop_args *a) {
       if (m < 0 || !cli_parse_int_list(CMD, "--batch", v, 1, 1 << 20, a->batches, MAX_BATCHES,
                                        &a->num_batches, "1,8"))
         return CLI_EXIT_USAGE;
+      a->batch_given = true;
     } else if ((m = cli_flag(CMD, argc, argv, &i, "--context", &v)) != 0) {
       if (m < 0 || !cli_parse_int(CMD, "--context", v, 1, 1 << 24, &a->context))
         return CLI_EXIT_USAGE;
+      a->context_given = true;
     } else if ((m = cli_flag(CMD, argc, argv, &i, "--tokens", &v)) != 0) {
       if (m < 0 || !cli_parse_int(CMD, "--tokens", v, 1, 1 << 20, &a->tokens))
         return CLI_EXIT_USAGE;
@@ -568,7 +572,13 @@ int cli_bench_loop_main(int argc, char **argv) {
     return CLI_EXIT_FAILURE;
   }
   cli_decode_shape s;
-  rc = cli_decode_shape_read(CMD, p, &s) ? run(&a, p, &s) : CLI_EXIT_FAILURE;
+  rc = CLI_EXIT_FAILURE;
+  if (cli_decode_shape_read(CMD, p, &s)) {
+    /* run() counts two positions past the timed steps (the loop's lookahead). */
+    cli_decode_fit_defaults(CMD, &s, a.batch_given, a.batches, &a.num_batches, a.context_given,
+                            &a.context, a.tokens, 2);
+    rc = run(&a, p, &s);
+  }
   recap_pipeline_destroy(p);
   return rc;
 }

@@ -57,6 +57,41 @@ bool cli_decode_batch_fits(const char *cmd, const cli_decode_shape *s, int64_t b
   return false;
 }
 
+/* The most positions a sequence holds when `batch` sequences share the pool. */
+static int64_t positions_at(const cli_decode_shape *s, int64_t batch) {
+  const int64_t by_table = (s->width - RECAP_SEQ_BLOCKS) * s->block_size;
+  const int64_t by_pool = s->pool_blocks / batch * s->block_size;
+  return by_table < by_pool ? by_table : by_pool;
+}
+
+void cli_decode_fit_defaults(const char *cmd, const cli_decode_shape *s, bool batch_given,
+                             long long *batches, size_t *num_batches, bool context_given,
+                             long long *context, int64_t tokens, int64_t extra) {
+  if (!batch_given) {
+    size_t kept = 0;
+    for (size_t i = 0; i < *num_batches; i++)
+      if (batches[i] <= s->max_batch) batches[kept++] = batches[i];
+    if (kept < *num_batches)
+      fprintf(stderr, "recap %s: note: batches up to the spec's %" PRId64 " (--batch sets them)\n",
+              cmd, s->max_batch);
+    *num_batches = kept;
+  }
+  if (context_given || *num_batches == 0) return;
+  int64_t most = INT64_MAX;
+  for (size_t i = 0; i < *num_batches; i++) {
+    const int64_t p = positions_at(s, batches[i]);
+    if (p < most) most = p;
+  }
+  const int64_t fits = most - tokens - extra;
+  if (*context + tokens + extra <= most || fits < 1) return;
+  fprintf(stderr,
+          "recap %s: note: a context of %lld keys does not fit this spec with %" PRId64
+          " steps after it (at most %" PRId64 " positions a sequence): %" PRId64
+          " keys (--context sets it)\n",
+          cmd, *context, tokens, most, fits);
+  *context = fits;
+}
+
 recap_status cli_decode_batch_write(recap_pipeline *p, const cli_decode_shape *s, int64_t batch,
                                     int64_t context, int64_t need) {
   int32_t *rows = calloc((size_t)(batch * s->width), sizeof *rows);

@@ -1538,6 +1538,20 @@ expect 2 "generate --json into a missing folder" -- "$recap" generate "$tmp/llam
 grep -q "the folder $tmp/missing does not exist" "$tmp/err" ||
   fail "generate --json into a missing folder: the folder is not named"
 grep -q "generated" "$tmp/out" && fail "generate --json into a missing folder generated first"
+# The decode benches fit their default batches and context to a small spec, with a note, and
+# leave sizes the user gave to be refused.
+expect 0 "bench-decode's defaults on a small pool" -- "$recap" bench-decode "$tmp/llama_kv4.yaml" \
+  --tokens 4 --repeats 1 --device host
+grep -q "note: a context of 512 keys does not fit this spec with 4 steps after it (at most 32 positions a sequence): 28 keys" \
+  "$tmp/err" || fail "bench-decode does not fit its default context to the spec"
+grep -qE "^ +1 " "$tmp/out" || fail "bench-decode on a small pool prints no row for batch 1"
+expect 1 "bench-decode --context past the spec" -- "$recap" bench-decode "$tmp/llama_kv4.yaml" \
+  --tokens 4 --repeats 1 --device host --context 512
+grep -q "does not fit the spec" "$tmp/err" || fail "bench-decode --context 512 on a small pool: no cause"
+expect 0 "bench-loop's defaults on a small pool" -- "$recap" bench-loop "$tmp/llama_kv4.yaml" \
+  --tokens 4 --repeats 1 --device host
+grep -q "note: a context of 128 keys does not fit" "$tmp/err" ||
+  fail "bench-loop does not fit its default context to the spec"
 # --device's value is a usage error on every command that takes it.
 for cmd in generate serve-bench; do
   extra=(--prompt-ids 1,2)
