@@ -218,6 +218,29 @@ static recap_status collective_run_host(const recap__op_call *call) {
   return norm_on_host(call);
 }
 
+/* Refuses, at warmup and before anything runs, a call planned for a world its stream's device
+ * does not have: a rank's spec of a tensor-parallel model run on its own. Caught at its launch
+ * instead, the failure would leave the device refusing all later work (a fault). A test that
+ * installed a host world checks the world in its handler. */
+static recap_status collective_prepare(const recap__op_call *call, recap_stream *stream) {
+  int world_attr;
+  (void)describe(call, &world_attr);
+  if (world_attr <= 1) return RECAP_OK;
+  const recap_device device = recap_stream_device(stream);
+  if (device.backend == RECAP_BACKEND_HOST && atomic_load(&g_host_world)) return RECAP_OK;
+  const recap_comm *comm =
+      device.backend == RECAP_BACKEND_HOST ? NULL : recap__comm_for_device(device);
+  const int world = comm ? recap_comm_world_size(comm) : 1;
+  if (world == world_attr) return RECAP_OK;
+  /* recap__op_prepare names the op. */
+  return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
+                    "it was planned for a world of %d ranks and %s:%d is in a world of %d: a "
+                    "tensor-parallel model runs one spec per rank, all at once (recap launch "
+                    "--gpus %d -- COMMAND SPEC.rank{rank}.yaml, docs/MULTI_GPU.md)",
+                    world_attr, recap_backend_name(device.backend), device.index, world,
+                    world_attr);
+}
+
 #if RECAP_WITH_CUDA
 static recap_status collective_launch_cuda(const recap__op_call *call, void *stream) {
   int world_attr;
@@ -253,6 +276,7 @@ static recap_status all_reduce_launch_cuda(const recap__op_call *call, void *str
       .infer = infer_,                                                \
       .run_host = collective_run_host,                                \
       .launch_cuda = RECAP_CUDA_ENTRY(collective_launch_cuda),        \
+      .prepare = collective_prepare,                                  \
   }
 
 const recap__op_def recap__op_all_reduce = {

@@ -1247,6 +1247,14 @@ grep -q "^recap bench-decode (rank 0): joining the communicator failed" "$tmp/er
 expect 0 "import-hf --paged --tp 2 (llama)" -- "$recap" import-hf "$tmp/llama" \
   -o "$tmp/llama_tp.r{rank}.yaml" --paged --batch 1,2 --prefill 8 --max-seq 32 --block-size 8 \
   --kv-blocks 8 --tp 2
+# One rank's spec run alone: refused at warmup, before anything runs, naming the world it was
+# planned for and how to start every rank (and the device stays usable: no failed teardown).
+expect 1 "a TP 2 rank's spec run alone" -- "$recap" generate "$tmp/llama_tp.r0.yaml" \
+  --prompt-ids 1,2,3 --device host
+grep -q "planned for a world of 2 ranks and host:0 is in a world of 1" "$tmp/err" &&
+  grep -q "recap launch --gpus 2" "$tmp/err" || fail "a TP rank's spec run alone: no cause"
+grep -q "destroying the pipeline failed" "$tmp/err" &&
+  fail "a TP rank's spec run alone leaves the device failing its teardown"
 # The residual folded by default under --tp: rank 0 adds it into its partial sums (the fusion
 # pass folds that add into the projection), so on no rank does an add follow an all_reduce;
 # --no-tp-fold-residual adds it after each all_reduce.
