@@ -105,7 +105,9 @@ b=$work/llama8b
 llama_config "$b" 4096 32 32 8 14336 false
 one=(--generate --requests 1 --prompt-len 16,16 --output-len 257,257 --max-running 1 --kv-fraction 0.2 --seed 5)
 tpot=()
-for tp in 1 2 "$world"; do
+tps=(1 2)
+[ "$world" = 2 ] || tps+=("$world")
+for tp in "${tps[@]}"; do
   spec=$b/tp$tp.rank{rank}.yaml
   [ "$tp" = 1 ] && spec=$b/tp1.yaml
   split=()
@@ -119,11 +121,14 @@ for tp in 1 2 "$world"; do
   fi
   tpot+=("$(grep -m1 "TPOT ms" "$b/tp$tp.log" | awk '{print $4}')")
 done
-ratios=$(python3 -c "t = [float(x) for x in '${tpot[*]}'.split()]; print('TP 2 %.3fx, TP $world %.3fx' % (t[1] / t[0], t[2] / t[0]))" 2>/dev/null)
+ratios=$(python3 -c "
+t = [float(x) for x in '${tpot[*]}'.split()]
+tps = '${tps[*]}'.split()
+print(', '.join('TP %s %.3f ms (%.3fx)' % (p, v, v / t[0]) for p, v in zip(tps, t)))" 2>/dev/null)
 ok=0
-[ -n "$ratios" ] && ok=1
-[ "$ok" = 1 ] || for tp in 1 2 "$world"; do tail -3 "$b/tp$tp.log"; done
-row "8B batch-1 TPOT, loops" "$ok" "TP 1 ${tpot[0]:-?} ms, TP 2 ${tpot[1]:-?} ms, TP $world ${tpot[2]:-?} ms: ${ratios:-?} on $gpu_name"
+[ -n "$ratios" ] && [ ${#tpot[@]} = ${#tps[@]} ] && ok=1
+[ "$ok" = 1 ] || for tp in "${tps[@]}"; do tail -3 "$b/tp$tp.log"; done
+row "8B batch-1 TPOT, loops" "$ok" "${ratios:-?} on $gpu_name"
 
 # 5. Rank 1 of W killed mid-generation: rank 0 fails within its timeout.
 timeout 150 "$recap" launch --gpus "$world" --timeout 10 --grace 20 -- generate "$b/tp$world.rank{rank}.yaml" \
