@@ -213,21 +213,16 @@ __global__ void paged_rope_kv_write_kernel(const T *__restrict__ q, const T *__r
   int kind = 3, h = 0, i = 0;
   using vec = recap__vec<T, N>;
   vec a, b; /* the unit's elements i.. (and i + Dh / 2.. for a pair) */
-  if (unit < p.q_units) {
-    kind = 0;
+  if (unit < p.q_units + p.k_units) {
+    kind = unit < p.q_units ? 0 : 1;
+    if (kind == 1) unit -= p.q_units;
     h = unit / (half / N);
     i = (unit - h * (half / N)) * N;
-    const T *x = q + token * p.q.token + h * p.q.head + i;
+    const token_strides &rows = kind == 0 ? p.q : p.k;
+    const T *x = (kind == 0 ? q : k) + token * rows.token + h * rows.head + i;
     a = *reinterpret_cast<const vec *>(x);
     b = *reinterpret_cast<const vec *>(x + half);
-  } else if ((unit -= p.q_units) < p.k_units) {
-    kind = 1;
-    h = unit / (half / N);
-    i = (unit - h * (half / N)) * N;
-    const T *x = k + token * p.k.token + h * p.k.head + i;
-    a = *reinterpret_cast<const vec *>(x);
-    b = *reinterpret_cast<const vec *>(x + half);
-  } else if ((unit -= p.k_units) < p.v_units) {
+  } else if ((unit -= p.q_units + p.k_units) < p.v_units) {
     kind = 2;
     h = unit / (p.head_dim / N);
     i = (unit - h * (p.head_dim / N)) * N;
