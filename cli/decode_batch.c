@@ -39,12 +39,17 @@ bool cli_decode_shape_read(const char *cmd, recap_pipeline *p, cli_decode_shape 
   return true;
 }
 
+/* The most positions a sequence holds when `batch` sequences share the pool: its block table's
+ * columns, and its share of the pool's blocks. */
+static int64_t positions_at(const cli_decode_shape *s, int64_t batch) {
+  const int64_t by_table = (s->width - RECAP_SEQ_BLOCKS) * s->block_size;
+  const int64_t by_pool = s->pool_blocks / batch * s->block_size;
+  return by_table < by_pool ? by_table : by_pool;
+}
+
 bool cli_decode_batch_fits(const char *cmd, const cli_decode_shape *s, int64_t batch,
                            int64_t positions) {
-  int64_t need = (positions + s->block_size - 1) / s->block_size;
-  if (batch <= s->max_batch && need <= s->width - RECAP_SEQ_BLOCKS &&
-      batch * need <= s->pool_blocks)
-    return true;
+  if (batch <= s->max_batch && positions <= positions_at(s, batch)) return true;
   fprintf(stderr,
           "recap %s: batch %" PRId64 " at %" PRId64
           " positions does not fit the spec: at most "
@@ -55,13 +60,6 @@ bool cli_decode_batch_fits(const char *cmd, const cli_decode_shape *s, int64_t b
           (s->width - RECAP_SEQ_BLOCKS) * s->block_size, s->pool_blocks,
           cli_plural(s->pool_blocks, "block", "blocks"), s->block_size);
   return false;
-}
-
-/* The most positions a sequence holds when `batch` sequences share the pool. */
-static int64_t positions_at(const cli_decode_shape *s, int64_t batch) {
-  const int64_t by_table = (s->width - RECAP_SEQ_BLOCKS) * s->block_size;
-  const int64_t by_pool = s->pool_blocks / batch * s->block_size;
-  return by_table < by_pool ? by_table : by_pool;
 }
 
 void cli_decode_fit_defaults(const char *cmd, const cli_decode_shape *s, bool batch_given,

@@ -32,11 +32,11 @@ bool cli_decode_shape_read(const char *cmd, recap_pipeline *p, cli_decode_shape 
 bool cli_decode_batch_fits(const char *cmd, const cli_decode_shape *s, int64_t batch,
                            int64_t positions);
 
-/* The benches' default sizes, fitted to the spec when the user gave none of them (NULL flags
- * below: given): batches above the spec's largest are dropped (*batch_given false), and the
- * context shrinks so that every batch left holds context + tokens + extra positions
- * (*context_given false). A note on stderr says what changed and which flag sets it. Sizes the
- * user gave are left alone, for cli_decode_batch_fits to refuse with its reasons. */
+/* The benches' default sizes fitted to the spec, each only where the user did not give it:
+ * without --batch (batch_given false) the batches above the spec's largest are dropped, and
+ * without --context (context_given false) the context shrinks so that every batch left holds
+ * context + tokens + extra positions. A note on stderr says what changed and which flag sets it.
+ * Sizes the user gave are left alone, for cli_decode_batch_fits to refuse with its reasons. */
 void cli_decode_fit_defaults(const char *cmd, const cli_decode_shape *s, bool batch_given,
                              long long *batches, size_t *num_batches, bool context_given,
                              long long *context, int64_t tokens, int64_t extra);

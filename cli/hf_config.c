@@ -66,16 +66,6 @@ static bool get_size(const reader *r, json_t *obj, const char *key, int64_t fall
   return true;
 }
 
-/* A norm's epsilon: a finite number at least 0 (what the norm ops accept); absent gives
- * `fallback`. */
-static bool get_eps(const reader *r, json_t *obj, const char *key, double fallback, double *out) {
-  json_t *v = get(obj, key);
-  if (v && (!json_is_number(v) || !isfinite(json_number_value(v)) || json_number_value(v) < 0))
-    return fail(r, "'%s' must be a finite number at least 0", key);
-  *out = v ? json_number_value(v) : fallback;
-  return true;
-}
-
 /* A finite number (integer or real); absent gives `fallback` (NAN: required). */
 static bool get_number(const reader *r, json_t *obj, const char *where, const char *key,
                        double fallback, double *out) {
@@ -90,6 +80,13 @@ static bool get_number(const reader *r, json_t *obj, const char *where, const ch
   if (!json_is_number(v) || !isfinite(json_number_value(v)))
     return fail(r, "'%s%s' must be a number", where, key);
   *out = json_number_value(v);
+  return true;
+}
+
+/* A norm's epsilon: a number at least 0 (what the norm ops accept); absent gives `fallback`. */
+static bool get_eps(const reader *r, json_t *obj, const char *key, double fallback, double *out) {
+  if (!get_number(r, obj, "", key, fallback, out)) return false;
+  if (*out < 0) return fail(r, "'%s' must be a finite number at least 0", key);
   return true;
 }
 

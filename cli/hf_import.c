@@ -111,11 +111,6 @@ static bool check_lists(const cli_hf_import_options *o, cli_hf_import_result *r)
 
 static bool pick_sizes(const cli_hf_import_options *o, const cli_hf_config *c,
                        cli_hf_import_result *r, recap__text *notes) {
-  if (c->dtype_unused[0] && !o->dtype_given)
-    recap__text_put(notes,
-                    "note: config.json's dtype '%s' is not one recap computes in (float32, "
-                    "float16, bfloat16): the spec takes the checkpoint's (--dtype chooses)\n",
-                    c->dtype_unused);
   r->max_seq = o->max_seq
                    ? o->max_seq
                    : (c->max_positions < DEFAULT_MAX_SEQ ? c->max_positions : DEFAULT_MAX_SEQ);
@@ -168,6 +163,11 @@ static bool import(const cli_hf_import_options *o, const cli_hf_config *c,
                    recap__text *spec) {
   snprintf(r->architecture, sizeof r->architecture, "%s", c->arch->architecture);
   r->dtype = pick_dtype(o, c, ckpt);
+  if (c->dtype_unused[0] && !o->dtype_given)
+    recap__text_put(notes,
+                    "note: config.json's dtype '%s' is not one recap computes in (float32, "
+                    "float16, bfloat16): the spec takes the checkpoint's (--dtype chooses)\n",
+                    c->dtype_unused);
   r->layers = c->layers;
   if (!pick_sizes(o, c, r, notes) || !cli_hf_check_window(c, r->max_seq, r->error, sizeof r->error))
     return false;

@@ -228,8 +228,7 @@ static recap_status collective_prepare(const recap__op_call *call, recap_stream 
   if (world_attr <= 1) return RECAP_OK;
   const recap_device device = recap_stream_device(stream);
   if (device.backend == RECAP_BACKEND_HOST && atomic_load(&g_host_world)) return RECAP_OK;
-  const recap_comm *comm =
-      device.backend == RECAP_BACKEND_HOST ? NULL : recap__comm_for_device(device);
+  const recap_comm *comm = recap__comm_for_device(device);
   const int world = comm ? recap_comm_world_size(comm) : 1;
   if (world == world_attr) return RECAP_OK;
   /* recap__op_prepare names the op. */

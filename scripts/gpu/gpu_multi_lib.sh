@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# What the two-GPU scripts share (gpu_run_multi.sh, gpu_tp.sh, gpu_tp_loop.sh), sourced from the
-# staged folder:
+# What the multi-GPU scripts share (gpu_run_multi.sh, gpu_tp.sh, gpu_tp_loop.sh,
+# gpu_tp_world.sh), sourced from the staged folder:
 #   . "$here/gpu_multi_lib.sh" WORKDIR    # then: row NAME OK DETAIL; llama_config DIR ...;
-#                                         # kill_rank1_after PATTERN LOG PID
+#                                         # kill_rank1_after PATTERN LOG PID; tokens_agree A B;
+#                                         # tokens_of LOG RANK; gen LOG GPUS SPEC FLAGS...
 # Sets here, out (the device tool's $OUT), work (WORKDIR, emptied), recap, start, gpu_name,
 # rows and failed; NVLink multicast stays off on shared hosts (recap refuses any other value).
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -67,4 +68,13 @@ for x, y in zip(a, b):
     pre.append(k / max(len(x), 1))
 print("%d/%d %.3f" % (same, len(a), sum(pre) / max(len(pre), 1)) if a and len(a) == len(b) else "")
 PY
+}
+# The generated ids of rank RANK in a launch log ("rank R of N: generated: ...").
+# tokens_of LOG RANK
+tokens_of() { grep -m1 "^rank $2 of [0-9]*: generated:" "$1" | sed 's/.*generated: //'; }
+# recap generate under recap launch: gen LOG GPUS SPEC FLAGS...
+gen() { # LOG GPUS SPEC FLAGS...: recap generate under recap launch
+  local log=$1 gpus=$2 spec=$3
+  shift 3
+  timeout 120 "$recap" launch --gpus "$gpus" --timeout 60 -- generate "$spec" "$@" >"$log" 2>&1
 }

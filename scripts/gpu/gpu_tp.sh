@@ -45,8 +45,6 @@ full=1
 . "$(cd "$(dirname "$0")" && pwd)/gpu_multi_lib.sh" /tmp/recap_tp
 nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader 2>&1 | head -4
 
-# The generated ids of rank RANK in a launch log ("rank R of N: generated: ...").
-tokens_of() { grep -m1 "^rank $2 of [0-9]*: generated:" "$1" | sed 's/.*generated: //'; }
 median_of() { grep -m1 "^rank 0 of [0-9]*: prefill" "$1" | sed 's/.*median \([0-9.]*\) ms.*/\1/'; }
 
 if [ "$full" = 1 ]; then
@@ -56,12 +54,6 @@ code=$?
 cat "$work/make.log" | tail -3
 row "checkpoints (transformers)" "$([ $code = 0 ] && echo 1 || echo 0)" \
   "$(python3 -c 'import transformers, torch; print("transformers", transformers.__version__, "torch", torch.__version__)' 2>&1 | tail -1)"
-
-gen() { # LOG GPUS SPEC FLAGS...: recap generate under recap launch
-  local log=$1 gpus=$2 spec=$3
-  shift 3
-  timeout 120 "$recap" launch --gpus "$gpus" --timeout 60 -- generate "$spec" "$@" >"$log" 2>&1
-}
 
 # 2-3. Greedy tokens and logits at TP 1 and TP 2.
 for m in llama gpt2; do

@@ -21,12 +21,6 @@ world=${1:-4}
 nvidia-smi --query-gpu=index,name --format=csv,noheader 2>&1
 gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
 [ "$gpus" -ge "$world" ] || { echo "TP $world needs $world GPUs; this machine has $gpus"; exit 1; }
-tokens_of() { grep -m1 "^rank $2 of [0-9]*: generated:" "$1" | sed 's/.*generated: //'; }
-gen() { # LOG GPUS SPEC FLAGS...: recap generate under recap launch
-  local log=$1 gpus=$2 spec=$3
-  shift 3
-  timeout 120 "$recap" launch --gpus "$gpus" --timeout 60 -- generate "$spec" "$@" >"$log" 2>&1
-}
 
 # 1. Greedy tokens and logits at TP 1 and TP W.
 python3 "$here/tools/make_tp_checkpoints.py" "$work/ckpt" >"$work/make.log" 2>&1
