@@ -430,16 +430,20 @@ constexpr int kPad = 64; /* bytes after each staged row (see bulk_kernel's bank 
 /* Pipe codes 2.. of recap__cuda_gemm_skinny_config: RT 16-row tiles of W per block, KC
  * columns per stage, S stages, and PF: the columns of each W row a block prefetches into L2
  * before the grid dependency wait (programmatic dependent launch). Measured on an H100
- * (skinny_gemm.md): 16 rows x 512 columns x 3 stages at m <= 4 (1 KB copies, 2 blocks per
- * SM); 32 rows x 1024 x 2 at m > 4 (x's L2-to-SM bytes halved, 2 KB copies, 128 blocks; at
- * m = 16 level with the register kernel or slightly ahead). The prefetch has an optimum:
- * 768-1280 columns (6-10 MB per 4096 x 4096 layer) beat both less (memory idles while the
- * blocks wait for the previous layer) and more (the previous layer's last blocks, which every
- * block waits for, compete with it for memory) by 3-6%. */
+ * (skinny_gemm.md): 32 rows x 1024 x 2 at m > 4 (x's L2-to-SM bytes halved, 2 KB copies, 128
+ * blocks; at m = 16 level with the register kernel or slightly ahead); at m <= 4, 16 x 512 x 3
+ * and 16 x 1024 x 2 were level there (97.3 and 97.1 us for eight 4096 x 4096 layers). On an
+ * H200, whose memory is 1.4x faster, the copy size decides: at m = 1, 16 x 1024 x 2 took
+ * 61.1 us for Llama 3 8B's gate_up against 71.0 for 16 x 512 x 3 and 117.5 for 16 x 256 x 6,
+ * and 4 stages of 512 columns no less than 3 (71.8): so 16 x 1024 x 2 at m <= 4. The prefetch
+ * has an optimum: on the H100, 768-1280 columns (6-10 MB per 4096 x 4096 layer) beat both
+ * less (memory idles while the blocks wait for the previous layer) and more (the previous
+ * layer's last blocks, which every block waits for, compete with it for memory) by 3-6%; on
+ * the H200, 1024 columns beat 768 on 12 of 12 shapes at m = 1 (by 0.3-4%). */
 struct bulk_shape {
   int rt, kc, stages, prefetch;
 };
-constexpr bulk_shape kBulkShapes[] = {{1, 512, 3, 768}, {2, 1024, 2, 768}};
+constexpr bulk_shape kBulkShapes[] = {{1, 1024, 2, 1024}, {2, 1024, 2, 768}};
 constexpr int kBulkFirst = 2, kBulkCount = (int)(sizeof kBulkShapes / sizeof kBulkShapes[0]);
 constexpr int kBulkSmallM = 4;       /* pipe 2 up to this m, pipe 3 above */
 constexpr int kBulkDefaultWarps = 8; /* consumer warps (4 and 16 measured slower) */
@@ -673,10 +677,11 @@ __global__ void __launch_bounds__((kMaxWarps + 1) * 32) bulk_kernel(const skinny
 
 /* ================================ launch plan ============================================ */
 
-/* Multiprocessor count and compute capability per device, read once (device attribute
- * queries are legal during capture, but the launch path should not repeat them). */
+/* Multiprocessor count, compute capability and shared memory per multiprocessor per device,
+ * read once (device attribute queries are legal during capture, but the launch path should not
+ * repeat them). */
 struct device_facts {
-  int sms, major;
+  int sms, major, smem_per_sm;
 };
 constexpr int kMaxDevices = 64;
 device_facts facts_cache[kMaxDevices];
@@ -689,22 +694,41 @@ recap_status device_facts_of(int device, device_facts *out) {
                       device, kMaxDevices);
   /* Two threads racing here store the same values; int stores do not tear. */
   device_facts f = {__atomic_load_n(&facts_cache[device].sms, __ATOMIC_ACQUIRE),
-                    __atomic_load_n(&facts_cache[device].major, __ATOMIC_RELAXED)};
+                    __atomic_load_n(&facts_cache[device].major, __ATOMIC_RELAXED),
+                    __atomic_load_n(&facts_cache[device].smem_per_sm, __ATOMIC_RELAXED)};
   if (f.sms == 0) {
     RECAP_CUDA_TRY(cudaDeviceGetAttribute(&f.sms, cudaDevAttrMultiProcessorCount, device));
     RECAP_CUDA_TRY(cudaDeviceGetAttribute(&f.major, cudaDevAttrComputeCapabilityMajor, device));
+    RECAP_CUDA_TRY(cudaDeviceGetAttribute(&f.smem_per_sm,
+                                          cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
     __atomic_store_n(&facts_cache[device].major, f.major, __ATOMIC_RELAXED);
+    __atomic_store_n(&facts_cache[device].smem_per_sm, f.smem_per_sm, __ATOMIC_RELAXED);
     __atomic_store_n(&facts_cache[device].sms, f.sms, __ATOMIC_RELEASE);
   }
   *out = f;
   return RECAP_OK;
 }
 
+/* The default bulk shape's blocks for the plan's W rows, and how many of them the device holds
+ * at once (1 KB of each block's shared memory is the system's). */
+struct bulk_wave {
+  int64_t blocks, slots;
+};
+
+bulk_wave bulk_wave_of(const recap__gemm_plan *p, const device_facts &f) {
+  const bulk_shape b = kBulkShapes[p->m <= kBulkSmallM ? 0 : 1];
+  const int nt = p->m <= 8 ? 1 : 2;
+  const int64_t per_sm = f.smem_per_sm / ((int64_t)bulk_smem(b.rt, nt, b.kc, b.stages) + 1024);
+  return {RECAP_CEIL_DIV(p->n, (int64_t)kRows * b.rt), (per_sm > 0 ? per_sm : 1) * f.sms};
+}
+
 /* Warps per block: enough blocks x warps to keep ~12 warps (each with 16 loads of 512 bytes
  * in flight) on every SM while every block is resident at once (blocks of up to 8 warps fit
- * twice per SM at 128 registers), and no more warps than K has steps. */
+ * twice per SM at 128 registers), at least two (a lone warp streaming its 16 rows x K is
+ * latency-bound: Llama 3 8B's gate_up at m = 1, 1792 blocks, took 112.8 us at one warp and
+ * 59.6 at two on an H200), and no more warps than K has steps. */
 int warps_for(int64_t blocks, int steps, int sms) {
-  int warps = 1;
+  int warps = 2;
   while (warps < kMaxWarps && blocks * warps < 12 * (int64_t)sms) warps *= 2;
   while (warps > 1 && warps > steps) warps /= 2;
   return warps;
@@ -826,7 +850,12 @@ extern "C" recap_status recap__cuda_gemm_skinny_default(const recap__gemm_plan *
   RECAP_TRY(device_facts_of(device, &f));
   const recap__gemm_env *env = recap__gemm_env_get();
   const int steps = (int)RECAP_CEIL_DIV(p->k, (int64_t)kStepK);
-  /* The bulk-copy variant needs Hopper (cp.async.bulk, mbarrier transaction counts). */
+  /* The bulk-copy variant needs Hopper (cp.async.bulk, mbarrier transaction counts). The
+   * register kernel ran many shapes faster alone on an H200 (a chain of one GEMM: Llama 3 8B's
+   * qkv at m = 1, 384 blocks, 13.9 us against 16.1) but not in a decode step, between other
+   * kernels under programmatic dependent launch: with it for the shapes whose bulk blocks do
+   * not fit at once, Llama 3 8B's batch-1 step took 5.82 ms against 4.77 with the bulk kernel
+   * everywhere (and 4.86 with dependent launch off). */
   const bool bulk = env->skinny_pipe && f.major >= 9;
   *pipe = bulk ? (p->m <= kBulkSmallM ? kBulkFirst : kBulkFirst + 1) : env->skinny_pipe ? 1 : 0;
   *warps = env->skinny_warps ? env->skinny_warps
@@ -836,20 +865,24 @@ extern "C" recap_status recap__cuda_gemm_skinny_default(const recap__gemm_plan *
 }
 
 /* Where the default configuration is expected to beat cuBLASLt (measured with `recap
- * bench-gemm` against PyTorch's F.linear, which runs cuBLASLt, on an H100: docs/perf/
- * gemm_sweep.md). Before Hopper (no bulk variant) the kernel keeps every shape it fits. Not
- * preferred, each measured slower than cuBLASLt by 3-40% in the sweep and its interleaved
- * re-runs:
+ * bench-gemm` against PyTorch's F.linear, which runs cuBLASLt: docs/perf/gemm_sweep.md).
+ * Before Hopper (no bulk variant) the kernel keeps every shape it fits. Not preferred, each
+ * measured slower than cuBLASLt by 3-40% in the sweep and its interleaved re-runs:
  *  - n >= 65536 (the lm_heads, 128256 and 152064 rows): cuBLASLt streams the 0.5 GB weight
- *    faster (196 vs 189 us at m = 1, 242 vs 190 at m = 16);
- *  - m > 8 with n > 4096 or k < 2048: at m 9-16 cuBLASLt's tiles are full enough (gate_up
+ *    faster (H100: 196 vs 189 us at m = 1, 242 vs 190 at m = 16);
+ *  - n >= 16384 with nothing fused that cuBLASLt would need a kernel of its own for (a gated
+ *    unit or a prologue): on an H200 cuBLASLt streamed the gate_up projections faster at
+ *    m 1-16 (Llama 3 8B, 28672 x 4096: 56.9 vs 60.5 us at m = 1; Llama 3.2 1B, 16384 x 2048:
+ *    17.9 vs 21.9; Qwen2 7B, 37888 x 3584: 70.2 vs 76.0). A decode step's gate_up keeps the
+ *    kernel: its gated unit saves the pass cuBLASLt's output would need;
+ *  - m > 8 with n > 4096 or k < 2048: at m 9-16 cuBLASLt's tiles are full enough (H100: gate_up
  *    16 x 16384 x 2048: 30.4 vs 25.8 us; GPT-2's c_attn 16 x 2304 x 768: 6.2 vs 4.8);
- *  - a last wave of blocks under a quarter full (Qwen2's qkv, n = 4608: 288 blocks of 16 rows
- *    on 264 slots, 17-24% slower at m 1-8);
- *  - without an epilogue, fewer blocks than SMs on a weight over 16 MB (Llama 3.2 1B's down,
- *    2048 x 8192: 128 blocks, 3-13% slower), where cuBLASLt splits K. With a bias, an
- *    activation or a residual the kernel still wins there (0.83-0.96x PyTorch's GEMM plus its
- *    separate epilogue kernels): the fused epilogue saves more than the split K gains.
+ *  - more bulk blocks than slots with a last wave under a quarter full (Qwen2's qkv, n = 4608:
+ *    288 blocks of 16 rows on 264 slots: H100 17-24% slower at m 1-8 with 16 x 512 x 3;
+ *    H200 14.8 against 10.9 us at m = 1 with 16 x 1024 x 2).
+ * Llama 3.2 1B's down (2048 x 8192, 128 blocks), which cuBLASLt split K for faster than the
+ * former 16 x 512 x 3 bulk shape, is the kernel's again: 11.4 us against 13.0 at m = 1 on an
+ * H200 with 16 x 1024 x 2.
  * The tuner (RECAP_TUNE=1) still times the kernel's configurations on every shape it fits. */
 extern "C" bool recap__cuda_gemm_skinny_preferred(const recap__gemm_plan *p, int device) {
   device_facts f;
@@ -860,28 +893,12 @@ extern "C" bool recap__cuda_gemm_skinny_preferred(const recap__gemm_plan *p, int
   const recap__gemm_env *env = recap__gemm_env_get();
   if (!(env->skinny_pipe && f.major >= 9) || env->skinny_warps) return true;
   if (p->n >= 65536) return false;
-  if (p->m > 8 && (p->n > 4096 || p->k < 2048)) return false;
-  const bulk_shape b = kBulkShapes[p->m <= kBulkSmallM ? 0 : 1];
-  const int nt = p->m <= 8 ? 1 : 2;
-  int smem_per_sm = 0;
-  if (cudaDeviceGetAttribute(&smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device) !=
-      cudaSuccess) {
-    (void)cudaGetLastError();
-    return true;
-  }
-  /* 1 KB of each block's shared memory is the system's. */
-  const int64_t per_sm = smem_per_sm / ((int64_t)bulk_smem(b.rt, nt, b.kc, b.stages) + 1024);
-  const int64_t slots = (per_sm > 0 ? per_sm : 1) * f.sms;
-  const int64_t blocks = RECAP_CEIL_DIV(p->n, (int64_t)kRows * b.rt);
-  const int64_t tail = blocks % slots;
-  if (blocks > slots && tail > 0 && tail <= slots / 4) return false;
-  /* A prologue counts as an epilogue: elsewhere it costs a launch of its own. */
-  const bool epilogue = p->bias || p->act != RECAP_ACT_NONE || p->residual ||
-                        p->prologue != RECAP__GEMM_PROLOGUE_NONE;
-  if (!epilogue && blocks < f.sms &&
-      p->n * p->k * (int64_t)recap_dtype_size(p->dtype) > ((int64_t)16 << 20))
+  if (p->n >= 16384 && p->gated == RECAP_ACT_NONE && p->prologue == RECAP__GEMM_PROLOGUE_NONE)
     return false;
-  return true;
+  if (p->m > 8 && (p->n > 4096 || p->k < 2048)) return false;
+  const bulk_wave w = bulk_wave_of(p, f);
+  const int64_t tail = w.blocks % w.slots;
+  return !(w.blocks > w.slots && tail > 0 && tail <= w.slots / 4);
 }
 
 extern "C" recap_status recap__cuda_gemm_skinny_config(const recap__gemm_plan *p, int device,
