@@ -880,6 +880,13 @@ extern "C" recap_status recap__cuda_gemm_skinny_default(const recap__gemm_plan *
  *  - more bulk blocks than slots with a last wave under a quarter full (Qwen2's qkv, n = 4608:
  *    288 blocks of 16 rows on 264 slots: H100 17-24% slower at m 1-8 with 16 x 512 x 3;
  *    H200 14.8 against 10.9 us at m = 1 with 16 x 1024 x 2).
+ *  - a plain linear (nothing fused: no bias, activation, residual, prologue or gated unit) at
+ *    m > 8, or whose bulk blocks take more than one wave: there the kernel has only its own
+ *    GEMM to win by, and on an H200 cuBLASLt was ahead (Llama 3 8B's qkv, 384 blocks on 264
+ *    slots: 13.9 vs 16.7 us at m = 1, 13.5 vs 19.1 at m = 8; Llama 3.2 1B's down at m = 16:
+ *    12.7 vs 18.1). Llama 3 8B's batch-8 decode step went 5.344 -> 5.224 ms with it (its
+ *    qkv), batch 1 unchanged (4.787 / 4.777). With a fused epilogue the kernel stays: its
+ *    losses there (8B qkv at m 4-8, 1B down at m = 16 with a bias) are left to the tuner.
  * Llama 3.2 1B's down (2048 x 8192, 128 blocks), which cuBLASLt split K for faster than the
  * former 16 x 512 x 3 bulk shape, is the kernel's again: 11.4 us against 13.0 at m = 1 on an
  * H200 with 16 x 1024 x 2.
@@ -898,7 +905,10 @@ extern "C" bool recap__cuda_gemm_skinny_preferred(const recap__gemm_plan *p, int
   if (p->m > 8 && (p->n > 4096 || p->k < 2048)) return false;
   const bulk_wave w = bulk_wave_of(p, f);
   const int64_t tail = w.blocks % w.slots;
-  return !(w.blocks > w.slots && tail > 0 && tail <= w.slots / 4);
+  if (w.blocks > w.slots && tail > 0 && tail <= w.slots / 4) return false;
+  const bool fused = p->bias || p->act != RECAP_ACT_NONE || p->residual ||
+                     p->prologue != RECAP__GEMM_PROLOGUE_NONE || p->gated != RECAP_ACT_NONE;
+  return fused || (p->m <= 8 && w.blocks <= w.slots);
 }
 
 extern "C" recap_status recap__cuda_gemm_skinny_config(const recap__gemm_plan *p, int device,
