@@ -879,7 +879,7 @@ extern "C" recap_status recap__cuda_gemm_skinny_default(const recap__gemm_plan *
  *    16 x 16384 x 2048: 30.4 vs 25.8 us; GPT-2's c_attn 16 x 2304 x 768: 6.2 vs 4.8);
  *  - more bulk blocks than slots with a last wave under a quarter full (Qwen2's qkv, n = 4608:
  *    288 blocks of 16 rows on 264 slots: H100 17-24% slower at m 1-8 with 16 x 512 x 3;
- *    H200 14.8 against 10.9 us at m = 1 with 16 x 1024 x 2).
+ *    H200 14.8 against 10.9 us at m = 1 with 16 x 1024 x 2);
  *  - a plain linear (nothing fused: no bias, activation, residual, prologue or gated unit) at
  *    m > 8, or whose bulk blocks take more than one wave: there the kernel has only its own
  *    GEMM to win by, and on an H200 cuBLASLt was ahead (Llama 3 8B's qkv, 384 blocks on 264
