@@ -25,7 +25,7 @@
  * cuBLASLt is the chosen library and the shape is one where the kernel was measured faster
  * (recap__cuda_gemm_skinny_preferred: not the lm_heads, not m 9-16 on wide or shallow weights,
  * not a nearly empty last wave, not wide weights or plain linears with nothing fused where
- * cuBLASLt streamed faster):
+ * cuBLASLt streamed faster, not an epilogue alone beyond one wave at m > 2):
  * cuBLASLt streams the weights at 70-75% of copy bandwidth there. Selecting plain cuBLAS
  * uses cuBLAS for every shape, and RECAP_GEMM_SKINNY=0 in the environment (read once per
  * process, gemm.h) sends skinny shapes to cuBLASLt too.

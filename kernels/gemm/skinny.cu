@@ -445,7 +445,7 @@ struct bulk_shape {
 };
 constexpr bulk_shape kBulkShapes[] = {{1, 1024, 2, 1024}, {2, 1024, 2, 768}};
 constexpr int kBulkFirst = 2, kBulkCount = (int)(sizeof kBulkShapes / sizeof kBulkShapes[0]);
-constexpr int kBulkSmallM = 4;       /* pipe 2 up to this m, pipe 3 above */
+constexpr int kBulkSmallM = 4;       /* shape 0 up to this m; above, shape 1 if it fills the SMs */
 constexpr int kBulkDefaultWarps = 8; /* consumer warps (4 and 16 measured slower) */
 
 __host__ __device__ constexpr int bulk_row_bytes(int kc) {
@@ -715,8 +715,20 @@ struct bulk_wave {
   int64_t blocks, slots;
 };
 
+/* The default bulk shape of a plan (an index into kBulkShapes): above kBulkSmallM rows of x the
+ * 32-row blocks halve x's reads, but only while they reach more than half the SMs; with fewer
+ * the bandwidth of the idle SMs is lost, so those run 16-row blocks. On an H200 at m = 8-16:
+ * 2048-row weights (64 blocks of 32 rows) ran faster with 16-row blocks (Llama 3.2 1B's down
+ * 15.5 -> 12.6 us at m = 8, its o 6.95 -> 5.89 at m = 16), 2304 rows and more (72 blocks and
+ * more) slower (its qkv, 3072 rows, 5.81 -> 7.04 at m = 8; Llama 3 8B's o 10.4 -> 10.9). */
+int bulk_shape_index(const recap__gemm_plan *p, const device_facts &f) {
+  if (p->m <= kBulkSmallM) return 0;
+  const int64_t blocks = RECAP_CEIL_DIV(p->n, (int64_t)kRows * kBulkShapes[1].rt);
+  return 2 * blocks > f.sms ? 1 : 0;
+}
+
 bulk_wave bulk_wave_of(const recap__gemm_plan *p, const device_facts &f) {
-  const bulk_shape b = kBulkShapes[p->m <= kBulkSmallM ? 0 : 1];
+  const bulk_shape b = kBulkShapes[bulk_shape_index(p, f)];
   const int nt = p->m <= 8 ? 1 : 2;
   const int64_t per_sm = f.smem_per_sm / ((int64_t)bulk_smem(b.rt, nt, b.kc, b.stages) + 1024);
   return {RECAP_CEIL_DIV(p->n, (int64_t)kRows * b.rt), (per_sm > 0 ? per_sm : 1) * f.sms};
@@ -857,7 +869,7 @@ extern "C" recap_status recap__cuda_gemm_skinny_default(const recap__gemm_plan *
    * not fit at once, Llama 3 8B's batch-1 step took 5.82 ms against 4.77 with the bulk kernel
    * everywhere (and 4.86 with dependent launch off). */
   const bool bulk = env->skinny_pipe && f.major >= 9;
-  *pipe = bulk ? (p->m <= kBulkSmallM ? kBulkFirst : kBulkFirst + 1) : env->skinny_pipe ? 1 : 0;
+  *pipe = bulk ? kBulkFirst + bulk_shape_index(p, f) : env->skinny_pipe ? 1 : 0;
   *warps = env->skinny_warps ? env->skinny_warps
            : bulk            ? kBulkDefaultWarps
                              : warps_for(RECAP_CEIL_DIV(p->n, (int64_t)kRows), steps, f.sms);
@@ -885,8 +897,11 @@ extern "C" recap_status recap__cuda_gemm_skinny_default(const recap__gemm_plan *
  *    GEMM to win by, and on an H200 cuBLASLt was ahead (Llama 3 8B's qkv, 384 blocks on 264
  *    slots: 13.9 vs 16.7 us at m = 1, 13.5 vs 19.1 at m = 8; Llama 3.2 1B's down at m = 16:
  *    12.7 vs 18.1). Llama 3 8B's batch-8 decode step went 5.344 -> 5.224 ms with it (its
- *    qkv), batch 1 unchanged (4.787 / 4.777). With a fused epilogue the kernel stays: its
- *    losses there (8B qkv at m 4-8, 1B down at m = 16 with a bias) are left to the tuner.
+ *    qkv), batch 1 unchanged (4.787 / 4.777);
+ *  - a linear with only a bias, an activation or a residual fused, at m > 2 with more bulk
+ *    blocks than slots: cuBLASLt and the epilogue pass beat it (H200, Llama 3 8B's qkv with
+ *    bias + silu at m = 8: 19.5 against 15.5 us, PyTorch 16.1); at m 1-2 the fused epilogue
+ *    still wins. A prologue or a gated unit keeps the kernel everywhere it fits.
  * Llama 3.2 1B's down (2048 x 8192, 128 blocks), which cuBLASLt split K for faster than the
  * former 16 x 512 x 3 bulk shape, is the kernel's again: 11.4 us against 13.0 at m = 1 on an
  * H200 with 16 x 1024 x 2.
@@ -906,9 +921,13 @@ extern "C" bool recap__cuda_gemm_skinny_preferred(const recap__gemm_plan *p, int
   const bulk_wave w = bulk_wave_of(p, f);
   const int64_t tail = w.blocks % w.slots;
   if (w.blocks > w.slots && tail > 0 && tail <= w.slots / 4) return false;
-  const bool fused = p->bias || p->act != RECAP_ACT_NONE || p->residual ||
-                     p->prologue != RECAP__GEMM_PROLOGUE_NONE || p->gated != RECAP_ACT_NONE;
-  return fused || (p->m <= 8 && w.blocks <= w.slots);
+  /* A prologue or gated unit would cost cuBLASLt a kernel of its own; bias, activation and
+   * residual only the epilogue pass after it. */
+  const bool folds = p->prologue != RECAP__GEMM_PROLOGUE_NONE || p->gated != RECAP_ACT_NONE;
+  const bool epilogue = p->bias || p->act != RECAP_ACT_NONE || p->residual;
+  if (folds) return true;
+  if (w.blocks > w.slots) return epilogue && p->m <= 2;
+  return epilogue || p->m <= 8;
 }
 
 extern "C" recap_status recap__cuda_gemm_skinny_config(const recap__gemm_plan *p, int device,
