@@ -70,6 +70,10 @@ enum {
   TUNE_GRAPH_LAUNCHES = 4, /* launches of the candidate in that graph */
 };
 
+/* The workspace a bias epilogue's default is chosen within when the unrestricted choice splits
+ * K (make_default): PyTorch's cuBLASLt workspace for F.linear with a bias. */
+#define BIAS_SPLIT_WORKSPACE_BYTES ((uint64_t)1 << 20)
+
 /* How far a choice has come (see resolve()). */
 typedef enum {
   CHOICE_DEFAULT,   /* the default; the tuning file not consulted yet */
@@ -352,7 +356,7 @@ static recap_status tune_candidates(recap__gemm_ctx *ctx, const recap__gemm_plan
   if (def->kind == RECAP_TUNE_CAND_LT) RECAP_TRY(recap__lt_algo_config(&def->algo, config));
   add_candidate(l->list, l->configs, &l->count, def,
                 def->kind == RECAP_TUNE_CAND_LT ? config : NULL);
-  RECAP_TRY(recap__lt_heuristics(ctx, p, pr, MAX_HEURISTICS, results, &found));
+  RECAP_TRY(recap__lt_heuristics(ctx, p, pr, MAX_HEURISTICS, RECAP_GEMM_WORKSPACE_BYTES, results, &found));
   for (int i = 0; i < found; ++i) {
     const recap__gemm_choice c = {.kind = RECAP_TUNE_CAND_LT, .algo = results[i].algo};
     RECAP_TRY(recap__lt_algo_config(&c.algo, config));
@@ -614,8 +618,20 @@ static recap_status make_default(recap__gemm_ctx *ctx, const recap__gemm_plan *p
                       recap_dtype_name(p->dtype));
   cublasLtMatmulHeuristicResult_t result;
   int found = 0;
-  RECAP_TRY(recap__lt_heuristics(ctx, p, pr, 1, &result, &found));
+  RECAP_TRY(recap__lt_heuristics(ctx, p, pr, 1, RECAP_GEMM_WORKSPACE_BYTES, &result, &found));
   out->algo = result.algo;
+  /* A bias epilogue whose first choice splits K: the choice within PyTorch's 1 MiB cuBLASLt
+   * workspace instead, which has no room for that split's partial sums (docs/perf/gemm_sweep.md,
+   * "A bias epilogue that splits K"). */
+  int32_t config[RECAP_TUNE_CONFIG_MAX];
+  if ((pr->key.epilogue & CUBLASLT_EPILOGUE_BIAS) &&
+      recap__lt_algo_config(&result.algo, config) == RECAP_OK && config[3] > 1) {
+    if (recap__lt_heuristics(ctx, p, pr, 1, BIAS_SPLIT_WORKSPACE_BYTES, &result, &found) ==
+        RECAP_OK)
+      out->algo = result.algo;
+    else
+      recap_clear_error();
+  }
   return RECAP_OK;
 }
 
@@ -666,7 +682,7 @@ static recap_status from_file(recap__gemm_ctx *ctx, const recap__gemm_plan *p,
   }
   cublasLtMatmulHeuristicResult_t results[MAX_HEURISTICS];
   int found = 0;
-  RECAP_TRY(recap__lt_heuristics(ctx, p, pr, MAX_HEURISTICS, results, &found));
+  RECAP_TRY(recap__lt_heuristics(ctx, p, pr, MAX_HEURISTICS, RECAP_GEMM_WORKSPACE_BYTES, results, &found));
   for (int i = 0; i < found; ++i) {
     int32_t config[RECAP_TUNE_CONFIG_MAX];
     RECAP_TRY(recap__lt_algo_config(&results[i].algo, config));

@@ -512,11 +512,12 @@ recap_status recap__lt_problem_init(const recap__gemm_ctx *ctx, const recap__gem
 }
 
 recap_status recap__lt_heuristics(const recap__gemm_ctx *ctx, const recap__gemm_plan *p,
-                                  recap__lt_problem *pr, int want,
+                                  recap__lt_problem *pr, int want, uint64_t max_workspace,
                                   cublasLtMatmulHeuristicResult_t *results, int *found) {
   cublasLtMatmulPreferenceOpaque_t opaque;
   cublasLtMatmulPreference_t pref = &opaque;
-  const uint64_t ws_bytes = RECAP_GEMM_WORKSPACE_BYTES;
+  const uint64_t ws_bytes =
+      max_workspace < RECAP_GEMM_WORKSPACE_BYTES ? max_workspace : RECAP_GEMM_WORKSPACE_BYTES;
   const uint32_t al_a = (uint32_t)pr->key.align_a, al_b = (uint32_t)pr->key.align_b,
                  al_c = (uint32_t)pr->key.align_c, al_d = (uint32_t)pr->key.align_d;
   RECAP_CUBLAS_TRY(recap__blas.cublasLtMatmulPreferenceInit_internal(pref, sizeof *pref));

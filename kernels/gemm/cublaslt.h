@@ -121,9 +121,10 @@ recap_status recap__lt_problem_init(const recap__gemm_ctx *ctx, const recap__gem
                                     recap__lt_problem *pr);
 
 /* cuBLASLt's heuristic list for the problem, best first (up to `want`, at least one:
- * NOT_SUPPORTED when cuBLASLt has none). */
+ * NOT_SUPPORTED when cuBLASLt has none), among algorithms needing at most `max_workspace`
+ * bytes of workspace (at most RECAP_GEMM_WORKSPACE_BYTES, what every stream has). */
 recap_status recap__lt_heuristics(const recap__gemm_ctx *ctx, const recap__gemm_plan *p,
-                                  recap__lt_problem *pr, int want,
+                                  recap__lt_problem *pr, int want, uint64_t max_workspace,
                                   cublasLtMatmulHeuristicResult_t *results, int *found);
 
 /* The configuration attributes that name an algorithm in the tuning file. */
