@@ -621,7 +621,8 @@ static recap_status make_default(recap__gemm_ctx *ctx, const recap__gemm_plan *p
   RECAP_TRY(recap__lt_heuristics(ctx, p, pr, 1, RECAP_GEMM_WORKSPACE_BYTES, &result, &found));
   out->algo = result.algo;
   /* A bias epilogue whose first choice splits K: the choice within PyTorch's 1 MiB cuBLASLt
-   * workspace instead, which has no room for that split's partial sums (docs/perf/gemm_sweep.md,
+   * workspace instead, where a split's f32 partial sums must fit in 1 MiB (on an H200 the 32
+   * MiB choice lost to PyTorch's at m 32-64 on long-K projections: docs/perf/gemm_sweep.md,
    * "A bias epilogue that splits K"). */
   int32_t config[RECAP_TUNE_CONFIG_MAX];
   if ((pr->key.epilogue & CUBLASLT_EPILOGUE_BIAS) &&
