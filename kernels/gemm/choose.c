@@ -356,7 +356,8 @@ static recap_status tune_candidates(recap__gemm_ctx *ctx, const recap__gemm_plan
   if (def->kind == RECAP_TUNE_CAND_LT) RECAP_TRY(recap__lt_algo_config(&def->algo, config));
   add_candidate(l->list, l->configs, &l->count, def,
                 def->kind == RECAP_TUNE_CAND_LT ? config : NULL);
-  RECAP_TRY(recap__lt_heuristics(ctx, p, pr, MAX_HEURISTICS, RECAP_GEMM_WORKSPACE_BYTES, results, &found));
+  RECAP_TRY(recap__lt_heuristics(ctx, p, pr, MAX_HEURISTICS, RECAP_GEMM_WORKSPACE_BYTES, results,
+                                 &found));
   for (int i = 0; i < found; ++i) {
     const recap__gemm_choice c = {.kind = RECAP_TUNE_CAND_LT, .algo = results[i].algo};
     RECAP_TRY(recap__lt_algo_config(&c.algo, config));
@@ -683,7 +684,8 @@ static recap_status from_file(recap__gemm_ctx *ctx, const recap__gemm_plan *p,
   }
   cublasLtMatmulHeuristicResult_t results[MAX_HEURISTICS];
   int found = 0;
-  RECAP_TRY(recap__lt_heuristics(ctx, p, pr, MAX_HEURISTICS, RECAP_GEMM_WORKSPACE_BYTES, results, &found));
+  RECAP_TRY(recap__lt_heuristics(ctx, p, pr, MAX_HEURISTICS, RECAP_GEMM_WORKSPACE_BYTES, results,
+                                 &found));
   for (int i = 0; i < found; ++i) {
     int32_t config[RECAP_TUNE_CONFIG_MAX];
     RECAP_TRY(recap__lt_algo_config(&results[i].algo, config));
