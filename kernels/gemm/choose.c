@@ -627,7 +627,7 @@ static recap_status make_default(recap__gemm_ctx *ctx, const recap__gemm_plan *p
    * "A bias epilogue that splits K"). */
   int32_t config[RECAP_TUNE_CONFIG_MAX];
   if ((pr->key.epilogue & CUBLASLT_EPILOGUE_BIAS) &&
-      recap__lt_algo_config(&result.algo, config) == RECAP_OK && config[3] > 1) {
+      recap__lt_algo_config(&result.algo, config) == RECAP_OK && config[RECAP_TUNE_LT_SPLITK] > 1) {
     if (recap__lt_heuristics(ctx, p, pr, 1, BIAS_SPLIT_WORKSPACE_BYTES, &result, &found) ==
         RECAP_OK)
       out->algo = result.algo;

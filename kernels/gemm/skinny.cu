@@ -445,7 +445,7 @@ struct bulk_shape {
 };
 constexpr bulk_shape kBulkShapes[] = {{1, 1024, 2, 1024}, {2, 1024, 2, 768}};
 constexpr int kBulkFirst = 2, kBulkCount = (int)(sizeof kBulkShapes / sizeof kBulkShapes[0]);
-constexpr int kBulkSmallM = 4;       /* shape 0 up to this m; above, shape 1 if it fills the SMs */
+constexpr int kBulkSmallM = 4;       /* shape 0 up to this m; above it, bulk_shape_index decides */
 constexpr int kBulkDefaultWarps = 8; /* consumer warps (4 and 16 measured slower) */
 
 __host__ __device__ constexpr int bulk_row_bytes(int kc) {
