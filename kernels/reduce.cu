@@ -458,7 +458,7 @@ template <typename T, int kLanes, int kVecs, bool kRms>
 __global__ void __launch_bounds__(regs_threads(kLanes), regs_min_blocks(kLanes, kVecs))
     norm_regs_kernel(const T *__restrict__ x, recap__cuda_view4 rows_view, int64_t row_stride,
                      const T *__restrict__ weight, const T *__restrict__ bias, T *__restrict__ y,
-                     int64_t num_rows, int64_t d64, float eps) {
+                     int64_t num_rows, int64_t d64, float eps, bool prefetch_params) {
   recap__pdl_begin();
   __shared__ float scratch[2][32];
   row_group<kLanes> g(scratch);
@@ -467,13 +467,16 @@ __global__ void __launch_bounds__(regs_threads(kLanes), regs_min_blocks(kLanes, 
   const float inv_d = 1.0f / (float)d;
   /* Every row of a group reads the parameters at the same slots, after its reductions: fetched
    * into L1 now, their round trip overlaps the row's load instead of following the reductions
-   * (a decode step's norm is one row, a chain of latencies). No registers held. */
+   * (a decode step's norm is one row, a chain of latencies). No registers held. Only where
+   * the launcher says the grid is one block per SM at most (norm_prefetches). */
+  if (prefetch_params) {
 #pragma unroll
-  for (int k = 0; k < kVecs; ++k)
-    if (row_slots<T, kVecs>::valid(k, g.rank, g.size, nslots)) {
-      if (weight) prefetch_l1(weight + (k * g.size + g.rank) * VEC);
-      if (!kRms && bias) prefetch_l1(bias + (k * g.size + g.rank) * VEC);
-    }
+    for (int k = 0; k < kVecs; ++k)
+      if (row_slots<T, kVecs>::valid(k, g.rank, g.size, nslots)) {
+        if (weight) prefetch_l1(weight + (k * g.size + g.rank) * VEC);
+        if (!kRms && bias) prefetch_l1(bias + (k * g.size + g.rank) * VEC);
+      }
+  }
   for_each_row<T, kVecs>(
       g, x, rows_view, row_stride, num_rows, nslots,
       [&](const row_slots<T, kVecs> &row, int64_t r) {
@@ -647,6 +650,21 @@ regs_plan plan_norm(int64_t d, int64_t num_rows, size_t elem) {
   return p;
 }
 
+/* Whether norm_regs_kernel fetches its weight and bias into L1 ahead of the reductions: only
+ * when its grid is at most one block per SM, where each block's chain of latencies is the
+ * kernel's time (a decode step's norms: on an H200 the 1B shape's batch-1 step 1.146 -> 1.138
+ * ms, the 8B's 4.824 -> 4.776). With more blocks the others hide that latency, and the
+ * prefetches cost: the transformer block's [1024, 1024] f16 layernorm took 7.1 us in ncu with
+ * them against 4.1-4.3 without, and the block 75.6-76.4 us against 70.5-71.2
+ * (docs/perf/transformer_block.md, section 7). */
+recap_status norm_prefetches(const regs_plan &p, bool *prefetch) {
+  int dev = 0, sms = 0;
+  RECAP_CUDA_TRY(cudaGetDevice(&dev));
+  RECAP_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  *prefetch = p.grid <= (unsigned)sms;
+  return RECAP_OK;
+}
+
 /* Whether the register kernels may use 16-byte accesses: D a multiple of the vector, every row
  * start (the leading dims' strides) and every pointer (NULL: absent) on a 16-byte boundary. */
 bool rows_vectorizable(const rows_info &ri, size_t elem, const void *x, const void *y,
@@ -765,6 +783,8 @@ static recap_status launch_norm(const recap__op_call *call, void *cuda_stream) {
     T *yp = static_cast<T *>(y->data);
     const regs_plan p = plan_norm(ri.d, ri.num_rows, sizeof(T));
     if (p.fits && rows_vectorizable(ri, sizeof(T), xp, yp, w, b)) {
+      bool prefetch = false;
+      RECAP_TRY(norm_prefetches(p, &prefetch));
       /* A block with one slot a thread comes from plan_norm's spread rows alone. */
       const auto kernel = p.kvecs == 1 && p.lanes > 32
                               ? (p.lanes == 64    ? norm_regs_kernel<T, 64, 1, kRms>
@@ -772,7 +792,7 @@ static recap_status launch_norm(const recap__op_call *call, void *cuda_stream) {
                                                   : norm_regs_kernel<T, 256, 1, kRms>)
                               : regs_kernel_for<norm_regs<T, kRms>::template at>(p);
       RECAP_CUDA_TRY(recap__cuda_launch(kernel, p.grid, p.threads, 0, stream, xp, ri.rows_view,
-                                        ri.row_stride, w, b, yp, ri.num_rows, ri.d, eps));
+                                        ri.row_stride, w, b, yp, ri.num_rows, ri.d, eps, prefetch));
       return RECAP_OK;
     }
     /* As for softmax: the streaming kernel in rows_setup's geometry. */
