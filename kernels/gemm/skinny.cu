@@ -46,6 +46,12 @@ constexpr int kStepK = 32;    /* K per step: 4 lanes x 8 elements per row */
 constexpr int kMaxWarps = 16; /* per block; 512 threads at <= 128 registers */
 constexpr int kMaxM = 16;
 
+/* 8-row tiles of x a launch needs (the mma's N is 8): every kernel is instantiated for 1 and 2,
+ * and its host-side shared memory and wave sizes follow the same count. */
+__host__ __device__ constexpr int x_tiles(int64_t m) {
+  return m <= 8 ? 1 : 2;
+}
+
 /* ================================ kernels ================================================ */
 
 struct skinny_args {
@@ -235,8 +241,7 @@ struct group_regs {
 template <int NT, int kSteps, int kPro, typename T>
 __device__ __forceinline__ void load_group(group_regs<NT, kSteps, kPro> &r, int s, int limit, int k,
                                            int tig, const T *w0, const T *w1,
-                                           const T *const (&xr)[NT], const T *gp,
-                                           uint64_t policy) {
+                                           const T *const (&xr)[NT], const T *gp, uint64_t policy) {
   const uint4 zero = make_uint4(0, 0, 0, 0);
   if (s + kSteps <= limit && (s + kSteps) * kStepK <= k) {
     /* The common case: every load of the group is in range, none is predicated. */
@@ -266,8 +271,7 @@ __device__ __forceinline__ void load_group(group_regs<NT, kSteps, kPro> &r, int 
 
 template <typename T, int NT, int kSteps, int kPro>
 __device__ __forceinline__ void mma_group(float (&acc)[NT][4],
-                                          const group_regs<NT, kSteps, kPro> &r,
-                                          float (&ss)[NT]) {
+                                          const group_regs<NT, kSteps, kPro> &r, float (&ss)[NT]) {
 #pragma unroll
   for (int u = 0; u < kSteps; ++u) {
 #pragma unroll
@@ -729,7 +733,7 @@ int bulk_shape_index(const recap__gemm_plan *p, const device_facts &f) {
 
 bulk_wave bulk_wave_of(const recap__gemm_plan *p, const device_facts &f) {
   const bulk_shape b = kBulkShapes[bulk_shape_index(p, f)];
-  const int nt = p->m <= 8 ? 1 : 2;
+  const int nt = x_tiles(p->m);
   const int64_t per_sm = f.smem_per_sm / ((int64_t)bulk_smem(b.rt, nt, b.kc, b.stages) + 1024);
   return {RECAP_CEIL_DIV(p->n, (int64_t)kRows * b.rt), (per_sm > 0 ? per_sm : 1) * f.sms};
 }
@@ -781,10 +785,10 @@ template <typename T, int I, int kPro>
 recap_status launch_bulk_shape(const skinny_args &args, int device, int warps,
                                const cudaLaunchConfig_t &config) {
   constexpr bulk_shape b = kBulkShapes[I];
-  return args.m <= 8 ? launch_bulk<T, 1, b.rt, b.kc, b.stages, b.prefetch, kPro>(args, device,
-                                                                                 warps, config)
-                     : launch_bulk<T, 2, b.rt, b.kc, b.stages, b.prefetch, kPro>(args, device,
-                                                                                 warps, config);
+  return x_tiles(args.m) == 1 ? launch_bulk<T, 1, b.rt, b.kc, b.stages, b.prefetch, kPro>(
+                                    args, device, warps, config)
+                              : launch_bulk<T, 2, b.rt, b.kc, b.stages, b.prefetch, kPro>(
+                                    args, device, warps, config);
 }
 
 /* Launches bulk shape I if it is `shape`, else tries the next one. */
@@ -821,14 +825,14 @@ recap_status launch(const skinny_args &args, int device, int warps, int pipe, bo
    * per group at one 8-row tile, where that keeps the kernel within 128 registers without
    * spilling (ptxas -v, sm_90); two tiles keep their steps. */
   constexpr int kDiv = kPro == kProNone ? 1 : 2;
-  if (args.m <= 8)
+  if (x_tiles(args.m) == 1)
     RECAP_CUDA_TRY(
         pipe == 1 ? cudaLaunchKernelEx(&config, skinny_kernel<T, 1, 4 / kDiv, true, kPro>, args)
                   : cudaLaunchKernelEx(&config, skinny_kernel<T, 1, 8 / kDiv, false, kPro>, args));
   else
-    RECAP_CUDA_TRY(
-        pipe == 1 ? cudaLaunchKernelEx(&config, skinny_kernel<T, 2, 2, true, kPro>, args)
-                  : cudaLaunchKernelEx(&config, skinny_kernel<T, 2, 4, false, kPro>, args));
+    RECAP_CUDA_TRY(pipe == 1
+                       ? cudaLaunchKernelEx(&config, skinny_kernel<T, 2, 2, true, kPro>, args)
+                       : cudaLaunchKernelEx(&config, skinny_kernel<T, 2, 4, false, kPro>, args));
   RECAP_CUDA_TRY(cudaGetLastError());
   return RECAP_OK;
 }
@@ -850,8 +854,8 @@ extern "C" bool recap__cuda_gemm_skinny_fits(const recap__gemm_plan *p) {
          (p->n == 1 || p->b_cs % 8 == 0) && (!p->a || aligned16(p->a)) &&
          (!p->b || aligned16(p->b)) && (!p->norm_weight || aligned16(p->norm_weight)) &&
          p->prologue != RECAP__GEMM_PROLOGUE_GLU &&
-         (p->gated == RECAP_ACT_NONE || (p->n % 2 == 0 && p->act == RECAP_ACT_NONE &&
-                                         !p->residual && p->alpha == 1.0f));
+         (p->gated == RECAP_ACT_NONE ||
+          (p->n % 2 == 0 && p->act == RECAP_ACT_NONE && !p->residual && p->alpha == 1.0f));
 }
 
 extern "C" recap_status recap__cuda_gemm_skinny_default(const recap__gemm_plan *p, int device,
