@@ -716,21 +716,9 @@ int env_pow2(const char *name, int lo, int hi, int fallback) {
   return n >= lo && n <= hi && (n & (n - 1)) == 0 ? n : fallback;
 }
 
-struct device_info {
-  int sms, major;
-};
-
-recap_status current_device_info(device_info *info) {
-  int dev = 0;
-  RECAP_CUDA_TRY(cudaGetDevice(&dev));
-  RECAP_CUDA_TRY(cudaDeviceGetAttribute(&info->sms, cudaDevAttrMultiProcessorCount, dev));
-  RECAP_CUDA_TRY(cudaDeviceGetAttribute(&info->major, cudaDevAttrComputeCapabilityMajor, dev));
-  return RECAP_OK;
-}
-
 template <typename T, int DPL>
 recap_status launch_attention(const recap__op_call *call, const attention_params &p,
-                              const device_info &dev, cudaStream_t stream) {
+                              const recap__cuda_device_facts &dev, cudaStream_t stream) {
   const int64_t dh = p.q.shape[3], sk = p.k.shape[2];
   const int64_t rows = p.q.shape[0] * p.heads * p.q.shape[2];
   const int64_t chunks = RECAP_CEIL_DIV(dh, (int64_t)32 * DPL);
@@ -803,7 +791,7 @@ bool aligned16(const void *ptr) {
  * can store in 4-byte pairs (pointer 4-byte aligned, even strides) and grid.y/z room. Anything
  * else takes attention_kernel, which reads and writes single elements at any strides. */
 bool flash_fits(const recap_tensor *q, const recap_tensor *k, const recap_tensor *v,
-                const recap_tensor *out, const device_info &dev) {
+                const recap_tensor *out, const recap__cuda_device_facts &dev) {
   if (dev.major < 8 || (q->dtype != RECAP_DTYPE_F16 && q->dtype != RECAP_DTYPE_BF16)) return false;
   const int64_t dh = q->shape[3];
   if ((dh != 64 && dh != 128) || q->shape[2] < 16 || q->shape[0] > 65535 || q->shape[1] > 65535)
@@ -822,7 +810,7 @@ bool flash_fits(const recap_tensor *q, const recap_tensor *k, const recap_tensor
 
 template <typename T, int DH>
 recap_status launch_flash(const recap__op_call *call, const attention_params &p,
-                          const device_info &dev, cudaStream_t stream) {
+                          const recap__cuda_device_facts &dev, cudaStream_t stream) {
   const size_t smem = flash_smem_bytes<DH>(p.k.shape[2] > kFlashKeys ? 2 : 1);
   /* Over the default 48 KiB (Dh 128): the kernel must opt in, to its largest use (a captured
    * launch keeps its size); allowed during a capture. */
@@ -938,8 +926,8 @@ extern "C" recap_status recap__cuda_attention(const recap__op_call *call, void *
   p.o_vec16 = false;
   p.tiles_outer = false;
   cudaStream_t stream = static_cast<cudaStream_t>(cuda_stream);
-  device_info dev;
-  RECAP_TRY(current_device_info(&dev));
+  recap__cuda_device_facts dev;
+  RECAP_TRY(recap__cuda_current_facts(&dev));
   const bool flash = flash_fits(q, k, v, out, dev);
   return recap__cuda_dispatch_float(q->dtype, name, [&](auto tag) {
     using T = decltype(tag);

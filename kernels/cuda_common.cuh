@@ -9,6 +9,8 @@
  * - recap__fast_div: division by a launch-time constant without a hardware divide, for index
  *   arithmetic in kernels that split linear indices.
  * - Warp and block sums built on warp shuffles.
+ * - recap__cuda_facts_of: a device's multiprocessor count, compute capability and shared
+ *   memory, read once.
  * - recap__cuda_launch_range: the NVTX range every launcher opens (popped on return), and the
  *   launch-size helpers (CEIL_DIV, the grid cap of grid-stride kernels).
  * - recap__cuda_launch: the one way a launcher in kernels/ starts a kernel, as a programmatic
@@ -29,10 +31,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <atomic>
 #include <utility>
 
 #include "include/recap.h"
+#include "runtime/cuda_check.h"
 #include "runtime/env.h"
 #include "runtime/error.h"
 
@@ -60,6 +62,49 @@ static inline recap_status recap__cuda_grid_cover(int64_t work_items, int thread
                       (long long)work_items, threads);
   *grid = blocks < 1 ? 1u : (unsigned)blocks;
   return RECAP_OK;
+}
+
+/* What launchers size grids and choose kernels by, for one device: multiprocessor count,
+ * compute capability and shared memory per multiprocessor. These cannot change while the
+ * process runs, so each device's are read once (per .cu file: the cache is this inline
+ * function's static) and the launch path, eager or under capture, does not repeat the queries.
+ * Two threads racing to fill an entry store the same values; the release store of `sms`, read
+ * with acquire, publishes the others. */
+struct recap__cuda_device_facts {
+  int sms, major, minor, smem_per_sm;
+};
+constexpr int kRecapMaxDevices = 64;
+
+static inline recap_status recap__cuda_facts_of(int device, recap__cuda_device_facts *out) {
+  static recap__cuda_device_facts cache[kRecapMaxDevices];
+  if (device < 0 || device >= kRecapMaxDevices)
+    return RECAP_FAIL(RECAP_STATUS_NOT_SUPPORTED, "device %d is beyond the %d supported", device,
+                      kRecapMaxDevices);
+  recap__cuda_device_facts f;
+  f.sms = __atomic_load_n(&cache[device].sms, __ATOMIC_ACQUIRE);
+  f.major = __atomic_load_n(&cache[device].major, __ATOMIC_RELAXED);
+  f.minor = __atomic_load_n(&cache[device].minor, __ATOMIC_RELAXED);
+  f.smem_per_sm = __atomic_load_n(&cache[device].smem_per_sm, __ATOMIC_RELAXED);
+  if (f.sms == 0) {
+    RECAP_CUDA_TRY(cudaDeviceGetAttribute(&f.sms, cudaDevAttrMultiProcessorCount, device));
+    RECAP_CUDA_TRY(cudaDeviceGetAttribute(&f.major, cudaDevAttrComputeCapabilityMajor, device));
+    RECAP_CUDA_TRY(cudaDeviceGetAttribute(&f.minor, cudaDevAttrComputeCapabilityMinor, device));
+    RECAP_CUDA_TRY(cudaDeviceGetAttribute(&f.smem_per_sm,
+                                          cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
+    __atomic_store_n(&cache[device].major, f.major, __ATOMIC_RELAXED);
+    __atomic_store_n(&cache[device].minor, f.minor, __ATOMIC_RELAXED);
+    __atomic_store_n(&cache[device].smem_per_sm, f.smem_per_sm, __ATOMIC_RELAXED);
+    __atomic_store_n(&cache[device].sms, f.sms, __ATOMIC_RELEASE);
+  }
+  *out = f;
+  return RECAP_OK;
+}
+
+/* The facts of the calling thread's current device. */
+static inline recap_status recap__cuda_current_facts(recap__cuda_device_facts *out) {
+  int device = 0;
+  RECAP_CUDA_TRY(cudaGetDevice(&device));
+  return recap__cuda_facts_of(device, out);
 }
 
 /* Opens an NVTX range in recap's domain for the launcher's scope; every return path pops it. */
@@ -101,31 +146,18 @@ struct recap__cuda_launch_range {
  * RECAP_PDL=0 (a boolean switch, runtime/env.h; read once per process) turns the attribute
  * off, for A/B timing; devices below 9.0 never get it. */
 
-/* Whether launches on the current device use PDL. The environment is read and each device's
- * compute capability queried once; later calls cost a cudaGetDevice and an atomic load. */
+/* Whether launches on the current device use PDL. The environment is read once; the compute
+ * capability comes from the device's facts (read once). A device that cannot be asked launches
+ * the ordinary way, and is asked again next time. */
 static inline bool recap__cuda_pdl_enabled() {
   static const bool env_on = recap__env_bool("RECAP_PDL", 1) == 1;
   if (!env_on) return false;
-  constexpr int kMaxDevices = 64;
-  /* Per device: 0 not asked yet, 1 PDL, -1 no PDL. */
-  static std::atomic<signed char> capable[kMaxDevices];
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kMaxDevices) {
-    (void)cudaGetLastError();
+  recap__cuda_device_facts f;
+  if (recap__cuda_current_facts(&f) != RECAP_OK) {
+    recap_clear_error();
     return false;
   }
-  signed char c = capable[dev].load(std::memory_order_relaxed);
-  if (c == 0) {
-    int major = 0;
-    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) {
-      /* Unknown: launch the ordinary way, and ask again next time. */
-      (void)cudaGetLastError();
-      return false;
-    }
-    c = major >= 9 ? 1 : -1;
-    capable[dev].store(c, std::memory_order_relaxed);
-  }
-  return c > 0;
+  return f.major >= 9;
 }
 
 /* Launches kernel<<<grid, threads, smem, stream>>>(args...), programmatically dependent on

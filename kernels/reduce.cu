@@ -658,10 +658,9 @@ regs_plan plan_norm(int64_t d, int64_t num_rows, size_t elem) {
  * them against 4.1-4.3 without, and the block 75.6-76.4 us against 70.5-71.2
  * (docs/perf/transformer_block.md, section 7). */
 recap_status norm_prefetches(const regs_plan &p, bool *prefetch) {
-  int dev = 0, sms = 0;
-  RECAP_CUDA_TRY(cudaGetDevice(&dev));
-  RECAP_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  *prefetch = p.grid <= (unsigned)sms;
+  recap__cuda_device_facts dev;
+  RECAP_TRY(recap__cuda_current_facts(&dev));
+  *prefetch = p.grid <= (unsigned)dev.sms;
   return RECAP_OK;
 }
 

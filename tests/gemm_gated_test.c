@@ -205,15 +205,17 @@ static void test_cuda_gated_output_matches_host_on_every_path(void) {
 }
 
 /* Every configuration of the skinny kernel with a gated output, M 1, 3 and 16 (one and two
- * 8-row tiles of x), f16 and bf16, with and without bias; F 100 and 2048 (a partial tile, and
- * whole ones over more blocks than SMs); K 2048 and 2056 (a partial last step and chunk). */
+ * 8-row tiles of x), f16 and bf16, with and without bias; F 100, 2048 and 4100 (a partial tile;
+ * whole ones over more blocks than SMs; more tiles than an H100 or H200 holds blocks at once, so
+ * each block of the bulk kernel takes several); K 2048 and 2056 (a partial last step and
+ * chunk). */
 static void test_cuda_every_skinny_configuration_pairs_gate_and_up(void) {
-  static const int64_t ms[] = {1, 3, 16}, fs[] = {100, 2048}, ks[] = {2048, 2056};
+  static const int64_t ms[] = {1, 3, 16}, fs[] = {100, 2048, 4100}, ks[] = {2048, 2056};
   test_rng rng;
   test_rng_init(&rng);
   for (int d = 1; d < 3; ++d)
     for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; ++mi)
-      for (size_t fi = 0; fi < 2; ++fi)
+      for (size_t fi = 0; fi < 3; ++fi)
         for (size_t ki = 0; ki < 2; ++ki)
           for (int bias = 0; bias < 2; ++bias) {
             gated_case c;

@@ -204,20 +204,23 @@ static void test_cuda_skinny_matmul_trans_b_with_alpha_matches_host(void) {
  * pipe 1 before Hopper) with 1 to 16 warps, at m = 1, 5, 9 and 16 (one and two 8-row tiles of
  * x; a bias at m = 1 and 9), n = 257 (a partial last block) and k = 520 (a partial stage and
  * step, shorter than the L2 prefetch) or 1560 (several stages, wrapping the ring; with a
- * residual, which each kernel's epilogue adds). The output starts as NaN each time, so an
- * element a configuration leaves unwritten shows. */
+ * residual, which each kernel's epilogue adds), and at k = 1560 also n = 8201 (more row tiles
+ * than an H100 or H200 holds bulk blocks at once: each block takes several through one ring,
+ * the last one partial). The output starts as NaN each time, so an element a configuration
+ * leaves unwritten shows. */
 static void test_cuda_skinny_every_configuration_matches_host(void) {
   test_rng rng;
   test_rng_init(&rng);
-  const int64_t ms[4] = {1, 5, 9, 16}, ks[2] = {520, 1560};
+  const int64_t ms[4] = {1, 5, 9, 16};
   const int warps[4] = {1, 4, 8, 16};
   for (size_t d = 0; d < 2; ++d) {
     for (int mi = 0; mi < 4; ++mi) {
-      for (int ki = 0; ki < 2; ++ki) {
+      for (int ki = 0; ki < 3; ++ki) {
         gcase g;
-        const int64_t xs[2] = {ms[mi], ks[ki]};
-        make_linear(&g, half_types[d], 2, xs, 257, mi % 2 == 0, RECAP_ACT_GELU, &rng);
-        if (ki == 1) add_residual(&g, &rng);
+        const int64_t k = ki == 0 ? 520 : 1560, n = ki == 2 ? 8201 : 257;
+        const int64_t xs[2] = {ms[mi], k};
+        make_linear(&g, half_types[d], 2, xs, n, mi % 2 == 0, RECAP_ACT_GELU, &rng);
+        if (ki > 0) add_residual(&g, &rng);
         case_run_host(&g);
         dcase dc;
         dcase_make(&g, &dc);
@@ -236,8 +239,9 @@ static void test_cuda_skinny_every_configuration_matches_host(void) {
             CHECK_OK(recap_stream_synchronize(cuda_stream));
             recap_tensor got = dcase_result(&g, &dc);
             char what[128];
-            snprintf(what, sizeof what, "skinny pipe %d, %d warps, m %lld, k %lld, %d inputs", pipe,
-                     warps[wi], (long long)ms[mi], (long long)ks[ki], g.call.num_inputs);
+            snprintf(what, sizeof what,
+                     "skinny pipe %d, %d warps, m %lld, n %lld, k %lld, %d inputs", pipe, warps[wi],
+                     (long long)ms[mi], (long long)n, (long long)k, g.call.num_inputs);
             CU_ASSERT_EQUAL(count_bad(&got, g.ref, g.scale, cuda_tol(half_types[d], false), what),
                             0);
             free(got.data);

@@ -597,7 +597,7 @@ static recap_status tune_now(recap__gemm_ctx *ctx, const recap__gemm_plan *p, re
 static recap_status make_default(recap__gemm_ctx *ctx, const recap__gemm_plan *p,
                                  recap__lt_problem *pr, recap__gemm_choice *out) {
   *out = (recap__gemm_choice){.kind = RECAP_TUNE_CAND_LT, .state = CHOICE_DEFAULT};
-  if (skinny_allowed(p) && recap__cuda_gemm_skinny_preferred(p, ctx->device)) {
+  if (skinny_allowed(p) && recap__cuda_gemm_skinny_preferred(p, ctx->device, pr->needs_kernel)) {
     int warps = 0, pipe = 0;
     RECAP_TRY(recap__cuda_gemm_skinny_default(p, ctx->device, &warps, &pipe));
     *out = (recap__gemm_choice){
@@ -841,7 +841,7 @@ static recap_status gemm_run(const recap__op_call *call, void *cuda_stream, bool
   void *gated_out = NULL;
   if (p.prologue != RECAP__GEMM_PROLOGUE_NONE || gated != RECAP_ACT_NONE) {
     if (skinny_allowed(&p) && recap__gemm_library() != RECAP_GEMM_LIBRARY_CUBLAS &&
-        recap__cuda_gemm_skinny_preferred(&p, ctx.device)) {
+        recap__cuda_gemm_skinny_preferred(&p, ctx.device, true)) {
       if (run) st = recap__cuda_gemm_skinny(&p, ctx.device, cuda_stream);
       goto done;
     }

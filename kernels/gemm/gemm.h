@@ -191,9 +191,9 @@ recap_gemm_library recap__gemm_library(void);
 /* ---- CUDA (choose.c, cublaslt.c and the kernels) ---- */
 
 /* The skinny kernel (skinny.cu). fits: whether the plan's shape, dtype, strides, prologue (none
- * or rms_norm) and (when bound) alignments suit it. The launcher runs the plan on `cuda_stream` of `device`;
- * RECAP_STATUS_INVALID_ARGUMENT for a plan that does not fit, a CUDA error status when the
- * launch fails. */
+ * or rms_norm) and (when bound) alignments suit it. The launcher runs the plan on `cuda_stream` of
+ * `device`; RECAP_STATUS_INVALID_ARGUMENT for a plan that does not fit, a CUDA error status when
+ * the launch fails. */
 bool recap__cuda_gemm_skinny_fits(const recap__gemm_plan *p);
 recap_status recap__cuda_gemm_skinny(const recap__gemm_plan *p, int device, void *cuda_stream);
 /* The launch configuration recap__cuda_gemm_skinny uses for the plan on `device`: warps per
@@ -205,8 +205,9 @@ recap_status recap__cuda_gemm_skinny_default(const recap__gemm_plan *p, int devi
                                              int *pipe);
 /* Whether the default configuration is expected to beat cuBLASLt on the plan's shape (fits
  * assumed; skinny.cu lists the measured exceptions): choose.c's default takes the kernel only
- * then. */
-bool recap__cuda_gemm_skinny_preferred(const recap__gemm_plan *p, int device);
+ * then. lt_needs_pass: cuBLASLt's epilogue cannot do all the plan fuses (an activation it
+ * lacks, a prologue, a gated output), so it would need a pass after it. */
+bool recap__cuda_gemm_skinny_preferred(const recap__gemm_plan *p, int device, bool lt_needs_pass);
 /* recap__cuda_gemm_skinny with an explicit configuration (a tuning candidate): warps 1..16, a
  * power of two; pipe 0..3 (2 and 3 run as 1 before Hopper). RECAP_STATUS_INVALID_ARGUMENT
  * otherwise. */
@@ -280,9 +281,8 @@ recap_status recap__cuda_gemm_bias_act(void *out, const void *bias, const void *
 /* A gated output's pairing pass: out[r, c] = act(product[r, c]) * product[r, half + c] for
  * r < rows, c < half, product contiguous [rows, 2 half] and out contiguous [rows, half] of
  * `dtype`, in f32 rounded once, on `cuda_stream`. kernels/gemm/epilogue.cu. */
-recap_status recap__cuda_gemm_gated(void *out, const void *product, recap_dtype dtype,
-                                    int64_t rows, int64_t half, recap__activation act,
-                                    void *cuda_stream);
+recap_status recap__cuda_gemm_gated(void *out, const void *product, recap_dtype dtype, int64_t rows,
+                                    int64_t half, recap__activation act, void *cuda_stream);
 #endif
 
 /* ---- the activations, one definition for host and device code ---- */

@@ -291,24 +291,15 @@ encode_tiled_fn encode_tiled() {
   return fn;
 }
 
-/* Per device: 0 not asked yet, 1 compute capability 9.0 (what sm_90a code runs on), -1 not. */
-constexpr int kMaxDevices = 64;
-std::atomic<signed char> device_is_sm90[kMaxDevices];
-
+/* Whether sm_90a code runs on the device: compute capability exactly 9.0, and the driver has
+ * the tensor-map encoder. A device that cannot be asked gets the other kernels. */
 bool runs_on(int device) {
-  if (device < 0 || device >= kMaxDevices) return false;
-  signed char c = device_is_sm90[device].load(std::memory_order_relaxed);
-  if (c == 0) {
-    int major = 0, minor = 0;
-    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
-      (void)cudaGetLastError();
-      return false;
-    }
-    c = major == 9 && minor == 0 ? 1 : -1;
-    device_is_sm90[device].store(c, std::memory_order_relaxed);
+  recap__cuda_device_facts f;
+  if (recap__cuda_facts_of(device, &f) != RECAP_OK) {
+    recap_clear_error();
+    return false;
   }
-  return c > 0 && encode_tiled() != nullptr;
+  return f.major == 9 && f.minor == 0 && encode_tiled() != nullptr;
 }
 
 /* The map of a [rows, k] operand with row stride ld (elements), read in boxes of 64 x box_rows,
@@ -462,11 +453,13 @@ extern "C" bool recap__cuda_gemm_hopper_fits(const recap__gemm_plan *p, int devi
 extern "C" int recap__cuda_gemm_hopper_default(const recap__gemm_plan *p, int device) {
   static const float kEfficiency[kConfigCount] = {1.0f, 0.97f, 0.9f, 0.85f, 0.75f,
                                                   1.0f, 0.97f, 0.9f, 0.85f, 0.75f};
+  /* An H100's count where the device cannot be asked: a choice, never a failure. */
   int sms = 132;
-  if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
-    (void)cudaGetLastError();
-    sms = 132;
-  }
+  recap__cuda_device_facts f;
+  if (recap__cuda_facts_of(device, &f) == RECAP_OK)
+    sms = f.sms;
+  else
+    recap_clear_error();
   int best = 0;
   float best_cost = 0.0f;
   for (int c = 0; c < kConfigCount; ++c) {
