@@ -94,6 +94,12 @@ __host__ __device__ __forceinline__ int64_t w_rows(const skinny_args &a) {
   return a.gated != RECAP_ACT_NONE ? 2 * (int64_t)a.n : a.n;
 }
 
+/* Tiles of `rt` 16-row tiles of W: the bulk kernel's unit of work, which its launcher sizes the
+ * grid by and the kernel strides over. */
+__host__ __device__ __forceinline__ int64_t block_tiles(const skinny_args &a, int rt) {
+  return RECAP_CEIL_DIV(w_rows(a), (int64_t)kRows * rt);
+}
+
 constexpr int kProNone = RECAP__GEMM_PROLOGUE_NONE, kProRms = RECAP__GEMM_PROLOGUE_RMS_NORM;
 
 /* 8 elements of T in one 16-byte register group. */
@@ -538,7 +544,7 @@ __global__ void __launch_bounds__((kMaxWarps + 1) * 32, 1) bulk_kernel(const ski
   __shared__ __align__(8) uint64_t full[S], empty[S];
   __shared__ float ssw[kPro == kProRms ? kMaxWarps : 1][kMaxM]; /* RMS_NORM: [warp][x row] */
 
-  const int tiles = (int)RECAP_CEIL_DIV(w_rows(a), (int64_t)kBlockRows);
+  const int tiles = (int)block_tiles(a, RT);
   /* Dependents launch once every block runs its last tile: as early as when each tile was a
    * block (the last wave's start), not while this grid still has most of W to stream (a
    * dependent's early blocks and prefetches then compete with it). */
@@ -801,14 +807,12 @@ recap_status launch_bulk(const skinny_args &args, int device, int warps,
   const auto kernel = bulk_kernel<T, NT, RT, KC, S, PF, kPro>;
   const size_t smem = bulk_smem(RT, NT, KC, S);
   RECAP_TRY(allow_smem(kernel, device, smem, smem_allowed));
-  if (warps < 1 || warps > kMaxWarps)
-    return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "skinny gemm: %d consumer warps (1-%d)", warps,
-                      kMaxWarps);
+  /* warps and device were checked by recap__cuda_gemm_skinny_config. */
   recap__cuda_device_facts f;
   int per_sm = 0;
   RECAP_TRY(recap__cuda_facts_of(device, &f));
   RECAP_TRY(resident_blocks(kernel, device, warps, smem, resident, &per_sm));
-  const int64_t tiles = RECAP_CEIL_DIV(w_rows(args), (int64_t)kRows * RT);
+  const int64_t tiles = block_tiles(args, RT);
   const int64_t slots = (int64_t)per_sm * f.sms;
   config.gridDim = dim3((unsigned)(tiles < slots ? tiles : slots));
   config.blockDim = dim3((unsigned)(warps + 1) * 32); /* + the producer warp */
