@@ -350,12 +350,14 @@ static void decide_prologues(finder *f) {
     f->prologue[v] = -1;
     f->glu[v] = RECAP_ACT_NONE;
   }
-  /* Opt-in (RECAP_FUSION_PROLOGUES=1): on the H100 both folds measured slower than the ops
-   * apart. The Llama 3.2 1B shape's decode step at batch 1 took 1.486 ms with the norms folded,
-   * against 1.473 ms with no fusion at all, and its down projection with the gated unit in its
-   * prologue 67 us against 20 + 5 us for the GEMV and the unit apart (docs/SERVING.md,
-   * "Prologue folds"): the prologue kernels keep fewer loads in flight than the plain GEMV,
-   * which costs more than the launches they save. */
+  /* Opt-in (RECAP_FUSION_PROLOGUES=1): both folds measured slower than the ops apart. On an
+   * H200 the Llama 3.2 1B shape's decode step took 1.085 ms at batch 1 with the norms folded
+   * (gate_up keeping its gated output) against 1.037 ms apart, Qwen2 0.5B's 1.077 against
+   * 1.026, and only Llama 3 8B's batch-1 step gained (4.608 against 4.75 ms; at batch 8 5.21
+   * against 4.94); on the H100 the down projection with the gated unit in its prologue took
+   * 67 us against 20 + 5 us for the GEMV and the unit apart (docs/SERVING.md, "Prologue
+   * folds"): a folded GEMV pays the norm on every block's critical path, which costs more than
+   * the launch it saves. */
   if (recap__env_bool("RECAP_FUSION_PROLOGUES", 0) != 1) return;
   for (int u = 0; u < f->no; ++u) {
     const recap__ir_op *op = &ir->ops[u];
@@ -403,14 +405,18 @@ static void decide_gated_outputs(finder *f) {
     const int z = ir->ops[s].inputs[0];
     const recap__ir_tensor *tz = &ir->tensors[z], *ty = &ir->tensors[y], *tg = &ir->tensors[g];
     const int u = tz->producer;
-    if (u < 0 || u >= s || f->gone[u] || f->gated[u] >= 0 || f->prologue[u] >= 0 ||
-        f->reader[z] != s || tz->role != RECAP_ROLE_INTERMEDIATE || tz->is_output)
+    /* A norm's prologue goes with the unit (one launch for the norm, the projection and the
+     * unit); a gated unit's prologue does not. */
+    if (u < 0 || u >= s) continue;
+    const bool glu_prologue = f->prologue[u] >= 0 && f->glu[f->prologue[u]] != RECAP_ACT_NONE;
+    if (f->gone[u] || f->gated[u] >= 0 || glu_prologue || f->reader[z] != s ||
+        tz->role != RECAP_ROLE_INTERMEDIATE || tz->is_output)
       continue;
     const recap__ir_op *lin = &ir->ops[u];
     if (!lin->def || !lin->def->takes_gated_output || lin->num_outputs != 1 ||
-        lin->attrs.act != RECAP_ACT_NONE || lin->attrs.residual || lin->attrs.rms_norm ||
+        lin->attrs.act != RECAP_ACT_NONE || lin->attrs.residual ||
         lin->attrs.glu != RECAP_ACT_NONE || lin->attrs.gated != RECAP_ACT_NONE ||
-        lin->num_inputs > 3 || lin->stream != unit->stream)
+        lin->num_inputs > 3 + (lin->attrs.rms_norm ? 1 : 0) || lin->stream != unit->stream)
       continue;
     /* The unit's output is produced at the linear's place, earlier: a plain tensor of the
      * halves' shape and dtype, which nothing reads or writes in between. */
@@ -1010,8 +1016,12 @@ static recap_status make_gated(const finder *f, int u, fused_op *out) {
   op->program = NULL;
   op->attrs.gated = act;
   op->outputs[0] = ir->ops[e].outputs[0];
-  int members[3] = {u, s, e};
-  return finish_fused(f, members, 3, ir->ops[u].name, out);
+  int members[5], count = 0;
+  apply_prologue(f, u, op, members, &count);
+  members[count++] = u;
+  members[count++] = s;
+  members[count++] = e;
+  return finish_fused(f, members, count, ir->ops[u].name, out);
 }
 
 /* Everything the rewrite allocates before it commits. */

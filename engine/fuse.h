@@ -68,10 +68,9 @@
  * cuBLAS (recap_gemm_library) still adds it in a pass after the GEMM.
  *
  * Prologues (only with RECAP_FUSION_PROLOGUES=1: measured slower than the ops apart on the
- * H100, docs/SERVING.md "Prologue folds"; the gated unit on the host backend only, since CUDA
- * refuses a linear with `glu`). A norm or a gated unit whose output is x of linears
- * folds into every one of
- * them (kernels/gemm/gemm.h, "Prologues": the linear computes it as it loads x, so the op costs
+ * H100 and the H200 but for one shape, docs/SERVING.md "Prologue folds"; the gated unit on the
+ * host backend only, since CUDA refuses a linear with `glu`). A norm or a gated unit whose
+ * output is x of linears folds into every one of them (kernels/gemm/gemm.h, "Prologues": the linear computes it as it loads x, so the op costs
  * no launch of its own; the skinny kernel of decode shapes does it in place, every other path
  * through the op's workspace, one launch as before). By the contract, never by name:
  *   - an op whose prologue_form is RMS_NORM (rmsnorm: inputs x and weight, attribute eps): each
@@ -100,9 +99,11 @@
  * (as for the prologue) whose input is the output of a linear that takes_gated_output, read by
  * that split alone, becomes that linear's output: the linear gets attribute gated = act, the
  * unit's output as its own, and the split and the unit go (its input z and the halves with
- * them). The linear keeps its place and inputs (x, its [2F, K] weight, an optional bias); it
- * must have no act, residual or prologue (a gate_up that folds a norm keeps its unit apart,
- * and a unit that a down projection folds into its prologue, decided first, is gone already).
+ * them). The linear keeps its place and inputs (x, its [2F, K] weight, an optional bias, and
+ * the norm's weight when it folds a norm); it must have no act, residual or gated-unit
+ * prologue (a unit that a down projection folds into its prologue, decided first, is gone
+ * already). A gate_up that folds the post-attention norm into its prologue takes its unit
+ * too: one launch for the norm, the projection and the unit.
  * The unit's output is produced earlier than before, so it must be a plain tensor: no alias,
  * nothing written through one, the halves' shape and dtype. Its readers are not restricted.
  * Only SwiGLU's gate_up projection has this form in the importer's specs (cli/hf_spec.c), one

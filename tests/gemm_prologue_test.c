@@ -280,23 +280,27 @@ static void test_cuda_folded_linear_matches_host_on_every_path(void) {
  * 8-row tiles of x), f16 and bf16; N 200 and 8200 (more row tiles than an H100 or H200 holds
  * blocks at once, so each block of the bulk kernel takes several, each with its own norm). */
 static void test_cuda_every_skinny_configuration_computes_the_norm_prologue(void) {
-  static const int64_t ms[] = {1, 3, 16}, ns[] = {200, 8200};
+  /* K 64 (under one stage's columns) after K 2056 has filled the blocks' shared memory: the
+   * norm's sums of squares must not read what an earlier launch left there. */
+  static const int64_t ms[] = {1, 3, 16}, ns[] = {200, 8200}, ks[] = {2056, 64};
   test_rng rng;
   test_rng_init(&rng);
   for (int d = 1; d < 3; ++d)
     for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; ++mi)
-      for (size_t ni = 0; ni < 2; ++ni) {
-        pcase c;
-        pcase_make(&c, float_types[d], PRO_RMS, ms[mi], 2056, ns[ni], true, true, &rng);
-        pcase_run_host(&c);
-        for (int pipe = 0; pipe < 4; ++pipe) {
-          char where[48], what[128];
-          snprintf(where, sizeof where, "skinny pipe %d n=%lld", pipe, (long long)ns[ni]);
-          label(what, sizeof what, where, float_types[d], PRO_RMS, ms[mi], true, true);
-          check_cuda(&c, pipe, what);
+      for (size_t ni = 0; ni < 2; ++ni)
+        for (size_t ki = 0; ki < 2; ++ki) {
+          pcase c;
+          pcase_make(&c, float_types[d], PRO_RMS, ms[mi], ks[ki], ns[ni], true, true, &rng);
+          pcase_run_host(&c);
+          for (int pipe = 0; pipe < 4; ++pipe) {
+            char where[48], what[128];
+            snprintf(where, sizeof where, "skinny pipe %d n=%lld k=%lld", pipe, (long long)ns[ni],
+                     (long long)ks[ki]);
+            label(what, sizeof what, where, float_types[d], PRO_RMS, ms[mi], true, true);
+            check_cuda(&c, pipe, what);
+          }
+          pcase_free(&c);
         }
-        pcase_free(&c);
-      }
 }
 
 /* A linear with the gated-unit prologue is refused on CUDA, naming why: its kernels gave

@@ -941,20 +941,22 @@ static void test_norms_and_swiglu_fold_into_the_linears_that_read_them(void) {
 }
 
 /* Fuses the f32 block on `backend` with RECAP_FUSION_PROLOGUES as `prologues` says and counts
- * the linears with a norm and with a gated unit in their prologue; checks that the gated unit's
- * output is still a tensor when none folded it. */
+ * the linears with a norm and with a gated unit in their prologue, and those computing a gated
+ * output after a norm prologue; checks that the gated unit's output is still a tensor when none
+ * folded it. */
 static void fuse_block_and_count(recap_backend_kind backend, bool prologues, int *norm_folds,
-                                 int *glu_folds) {
+                                 int *glu_folds, int *gated_norms) {
   char *yaml = block_yaml("f32");
   fixture f = load(yaml);
   f.ir->device = backend;
   if (!prologues) unsetenv("RECAP_FUSION_PROLOGUES");
   CHECK_OK(recap__fuse(f.ir));
   setenv("RECAP_FUSION_PROLOGUES", "1", 1);
-  *norm_folds = *glu_folds = 0;
+  *norm_folds = *glu_folds = *gated_norms = 0;
   for (size_t v = 0; v < f.ir->num_ops; ++v) {
     *norm_folds += f.ir->ops[v].attrs.rms_norm != 0;
     *glu_folds += f.ir->ops[v].attrs.glu != RECAP_ACT_NONE;
+    *gated_norms += f.ir->ops[v].attrs.rms_norm && f.ir->ops[v].attrs.gated != RECAP_ACT_NONE;
   }
   if (*glu_folds == 0) CU_ASSERT(recap__ir_find_tensor(f.ir, "act") >= 0);
   CU_ASSERT(f.ir->fused_ops > 0); /* the residual adds fold either way */
@@ -965,19 +967,23 @@ static void fuse_block_and_count(recap_backend_kind backend, bool prologues, int
 /* The prologue folds are opt-in (RECAP_FUSION_PROLOGUES, engine/fuse.c): without it the norms,
  * the split and the gated unit stay ops of their own; the residual adds still fold. */
 static void test_prologues_fold_only_when_asked(void) {
-  int norm_folds, glu_folds;
-  fuse_block_and_count(RECAP_BACKEND_HOST, false, &norm_folds, &glu_folds);
+  int norm_folds, glu_folds, gated_norms;
+  fuse_block_and_count(RECAP_BACKEND_HOST, false, &norm_folds, &glu_folds, &gated_norms);
   CU_ASSERT_EQUAL(norm_folds, 0);
   CU_ASSERT_EQUAL(glu_folds, 0);
+  CU_ASSERT_EQUAL(gated_norms, 0);
 }
 
 /* On CUDA the norms fold, the gated unit does not: CUDA refuses a linear with `glu` (its
- * kernels gave different bits from run to run on the H100; fuse.c). */
+ * kernels gave different bits from run to run on the H100; fuse.c). The gate_up projection
+ * that folds mlp_norm then computes the unit as its gated output: norm, projection and unit in
+ * one op. */
 static void test_the_gated_unit_stays_on_cuda(void) {
-  int norm_folds, glu_folds;
-  fuse_block_and_count(RECAP_BACKEND_CUDA, true, &norm_folds, &glu_folds);
+  int norm_folds, glu_folds, gated_norms;
+  fuse_block_and_count(RECAP_BACKEND_CUDA, true, &norm_folds, &glu_folds, &gated_norms);
   CU_ASSERT_EQUAL(norm_folds, 3);
   CU_ASSERT_EQUAL(glu_folds, 0);
+  CU_ASSERT_EQUAL(gated_norms, 1);
 }
 
 /* What keeps a norm or a gated unit as its own op: a reader that is no linear, a linear that
@@ -1036,32 +1042,30 @@ static void test_norms_and_gated_units_stay_when_a_reader_cannot_fold_them(void)
 
 /* The folded block computes what the unfolded one does, eagerly and as graphs, in f32 and
  * bf16, for every bucket (on CUDA against the unfused host pipeline too); and RECAP_FUSION=0
- * keeps the norms and the gated unit as their own launches. */
+ * keeps the norms and the gated unit as their own launches. The same 11 spec ops fold into 7
+ * ops on both backends: the host's down projection computes the gated unit in its prologue,
+ * CUDA's gate_up projection (which refuses that prologue, fuse.c says why) as its gated output
+ * after mlp_norm's prologue. */
 static void test_folded_norms_and_swiglu_compute_the_same_as_the_unfused_ops(void) {
   static const char *const dtypes[] = {"f32", "bf16", "f16"};
-  /* CUDA keeps the gated unit (and its split) as ops of their own (fuse.c says why). */
   const bool cuda = test_device.backend == RECAP_BACKEND_CUDA;
   for (size_t i = 0; i < sizeof dtypes / sizeof dtypes[0]; ++i) {
     char *yaml = block_yaml(dtypes[i]);
     const size_t fused = compare_fusion(dtypes[i], NULL, yaml, NULL, test_device,
                                         test_device.backend != RECAP_BACKEND_HOST);
-    if (cuda) {
-      CU_ASSERT(fused > 0 && fused < 11);
-    } else {
-      CU_ASSERT_EQUAL(fused, 11);
-    }
+    CU_ASSERT_EQUAL(fused, 11);
     recap_pipeline *on = create(NULL, yaml, NULL, test_device, RECAP_MODE_EAGER, 0);
     setenv("RECAP_FUSION", "0", 1);
     recap_pipeline *off = create(NULL, yaml, NULL, test_device, RECAP_MODE_EAGER, 0);
     unsetenv("RECAP_FUSION");
     const recap__ir *folded = largest_ir(on);
-    if (cuda) {
-      CU_ASSERT(folded->num_ops > 7);
-      for (size_t v = 0; v < folded->num_ops; ++v)
-        CU_ASSERT_EQUAL(folded->ops[v].attrs.glu, RECAP_ACT_NONE);
-    } else {
-      CU_ASSERT_EQUAL(folded->num_ops, 7);
+    CU_ASSERT_EQUAL(folded->num_ops, 7);
+    int gated_norms = 0;
+    for (size_t v = 0; v < folded->num_ops; ++v) {
+      if (cuda) CU_ASSERT_EQUAL(folded->ops[v].attrs.glu, RECAP_ACT_NONE);
+      gated_norms += folded->ops[v].attrs.rms_norm && folded->ops[v].attrs.gated != RECAP_ACT_NONE;
     }
+    CU_ASSERT_EQUAL(gated_norms, cuda ? 1 : 0);
     CU_ASSERT_EQUAL(largest_ir(off)->num_ops, 13);
     CU_ASSERT_EQUAL(largest_ir(off)->fused_ops, 0);
     CHECK_OK(recap_pipeline_destroy(on));

@@ -833,23 +833,30 @@ static recap_status gemm_run(const recap__op_call *call, void *cuda_stream, bool
   recap__gemm_ctx ctx;
   RECAP_TRY(recap__gemm_ctx_open(&ctx, (cudaStream_t)cuda_stream));
   recap_status st = RECAP_OK;
-  /* A prologue or a gated output: the skinny kernel computes either in place (one launch),
+  /* A prologue or a gated output: the skinny kernel computes them in place (one launch),
    * where it would run the shape anyway: fixed, not tuned, since the alternative costs a launch
    * more. Else the workspace holds P(x) [m, k], from which the product runs as any linear's,
-   * or the product [m, 2F], which a pass then pairs (two launches, as the unfolded ops). */
+   * and after it the product [m, 2F], which a pass then pairs (as many launches as the
+   * unfolded ops). */
   const recap__activation gated = p.gated;
   void *gated_out = NULL;
+  size_t prologue_bytes = 0, product_bytes = 0;
   if (p.prologue != RECAP__GEMM_PROLOGUE_NONE || gated != RECAP_ACT_NONE) {
     if (skinny_allowed(&p) && recap__gemm_library() != RECAP_GEMM_LIBRARY_CUBLAS &&
         recap__cuda_gemm_skinny_preferred(&p, ctx.device, true)) {
       if (run) st = recap__cuda_gemm_skinny(&p, ctx.device, cuda_stream);
       goto done;
     }
-    const bool pro = p.prologue != RECAP__GEMM_PROLOGUE_NONE;
-    const size_t bytes = (size_t)(p.m * (pro ? p.k : p.n)) * recap_dtype_size(p.dtype);
+    recap__gemm_workspace_layout(p.prologue != RECAP__GEMM_PROLOGUE_NONE, gated != RECAP_ACT_NONE,
+                                 p.m, p.k, p.n, recap_dtype_size(p.dtype), &prologue_bytes,
+                                 &product_bytes);
+    const size_t bytes = prologue_bytes + product_bytes;
     if (run && (!call->workspace || call->workspace_bytes < bytes)) {
       st = RECAP_OP_FAIL(call, "its %s needs %zu bytes of workspace, %zu are bound",
-                         pro ? "prologue" : "gated output", bytes, call->workspace_bytes);
+                         product_bytes == 0    ? "prologue"
+                         : prologue_bytes == 0 ? "gated output"
+                                               : "prologue and gated output",
+                         bytes, call->workspace_bytes);
       goto done;
     }
   }
@@ -863,7 +870,7 @@ static recap_status gemm_run(const recap__op_call *call, void *cuda_stream, bool
   }
   if (gated != RECAP_ACT_NONE) {
     gated_out = p.out;
-    p.out = run ? call->workspace : NULL;
+    p.out = run ? (char *)call->workspace + prologue_bytes : NULL;
     p.gated = RECAP_ACT_NONE;
   }
   if (run && recap__gemm_library() == RECAP_GEMM_LIBRARY_CUBLAS) {

@@ -39,10 +39,12 @@
  *     rows (a fused gate_up projection), bias [2F], and out [..., F] = gated(g) * u with g and
  *     u the product's two halves, each rounded to the dtype as the unfolded linear's output
  *     was, then act(g) * u in f32 rounded once, as the `expr` the fusion pass folds in
- *     (engine/fuse.h, "Gated outputs"). Excludes act, residual and the prologues. The skinny
- *     kernel computes a block's gate rows beside their up rows and pairs them in its epilogue
- *     (one launch); every other path writes the [M, 2F] product into the op's workspace and a
- *     pass pairs it (two launches, as the unfolded ops).
+ *     (engine/fuse.h, "Gated outputs"). Excludes act, residual and glu; takes rms_norm (a
+ *     post-attention norm folded into the gate_up projection that computes the unit). The
+ *     skinny kernel computes a block's gate rows beside their up rows and pairs them in its
+ *     epilogue (one launch, the norm included); every other path writes the [M, 2F] product
+ *     into the op's workspace (after P(x) with rms_norm) and a pass pairs it (two launches, as
+ *     the unfolded ops, three with the norm's prologue).
  * All tensors share one float dtype; products accumulate in f32. Each matrix (the last two
  * dims) must have a unit stride in one of its two dims (a transposed view is free); batch
  * dims may have any non-negative strides.
@@ -130,6 +132,13 @@ void recap__gemm_gated_host(const recap__gemm_plan *p, const void *product, void
  * last input when attrs.residual is set or all four are given, and the bias is input 2 when
  * that is not the residual. For calls of any input count (infer checks the count). */
 void recap__gemm_linear_inputs(const recap__op_call *call, int *bias, int *residual);
+
+/* The CUDA workspace of a linear that does not run the skinny kernel (choose.c): P(x) [rows, k]
+ * first when it has the norm's prologue, then the product [rows, n] (n = 2F) when it has a
+ * gated output, each rounded up to 256 bytes (the alignment every GEMM operand gets from the
+ * allocator); 0 for a part it does not have. */
+void recap__gemm_workspace_layout(bool rms_norm, bool gated, int64_t rows, int64_t k, int64_t n,
+                                  size_t dtype_size, size_t *prologue, size_t *product);
 
 /* Builds the plan of a call that passed recap__op_infer (matmul or linear: its def's code says
  * which). Data pointers may be NULL (prepare before binding). RECAP_STATUS_INVALID_ARGUMENT

@@ -52,7 +52,7 @@ static const recap__attr_def linear_attrs[] = {
     {"gated", RECAP_ATTR_ACTIVATION, offsetof(recap__op_attrs, gated), false, RECAP_ACT_NONE,
      "a gated output: weight is [2F, K] (gate rows, then up rows) and out [..., F] = "
      "gated(gate) * up of the product's halves (silu: SwiGLU's gate_up projection with its unit "
-     "folded in; none: off); excludes act, residual, rms_norm and glu"},
+     "folded in; none: off); excludes act, residual and glu, takes rms_norm"},
     {.name = NULL},
 };
 
@@ -165,17 +165,16 @@ static recap_status linear_infer(recap__op_call *call) {
   if ((unsigned)call->attrs.glu > (unsigned)RECAP_ACT_TANH)
     return RECAP_OP_FAIL(call, "attribute 'glu' has an unknown value %d", (int)call->attrs.glu);
   if ((unsigned)call->attrs.gated > (unsigned)RECAP_ACT_TANH)
-    return RECAP_OP_FAIL(call, "attribute 'gated' has an unknown value %d",
-                         (int)call->attrs.gated);
+    return RECAP_OP_FAIL(call, "attribute 'gated' has an unknown value %d", (int)call->attrs.gated);
   const bool glu = call->attrs.glu != RECAP_ACT_NONE;
   if (glu && call->attrs.rms_norm)
     return RECAP_OP_FAIL(call, "attributes 'rms_norm' and 'glu' exclude each other");
   const bool gated = call->attrs.gated != RECAP_ACT_NONE;
-  if (gated && (glu || call->attrs.rms_norm || call->attrs.residual ||
-                call->attrs.act != RECAP_ACT_NONE || call->num_inputs > 3))
+  if (gated && (glu || call->attrs.residual || call->attrs.act != RECAP_ACT_NONE ||
+                call->num_inputs > 3 + (call->attrs.rms_norm ? 1 : 0)))
     return RECAP_OP_FAIL(call,
-                         "attribute 'gated' excludes 'act', 'residual', 'rms_norm' and 'glu' "
-                         "(inputs: x, weight and an optional bias)");
+                         "attribute 'gated' excludes 'act', 'residual' and 'glu' (inputs: x, "
+                         "weight, an optional bias and, with rms_norm, the norm's weight)");
   if (gated && w->shape[0] % 2 != 0)
     return RECAP_OP_FAIL(call,
                          "attribute 'gated' reads weight %s as gate and up halves of its rows, "
@@ -261,18 +260,19 @@ static recap_status linear_infer(recap__op_call *call) {
 }
 
 /* A linear with the norm's prologue that does not run the skinny kernel computes P(x) [M, K]
- * into its workspace first, and one with a gated output its product [M, 2F] (kernels/gemm/
- * choose.c); CUDA refuses the gated unit's prologue, and the host reference allocates its
- * own. */
+ * into its workspace first, and one with a gated output its product [M, 2F] after it
+ * (kernels/gemm/choose.c, recap__gemm_workspace_layout); CUDA refuses the gated unit's
+ * prologue, and the host reference allocates its own. */
 static size_t linear_workspace_bytes(const recap__op_call *call, recap_backend_kind backend) {
-  const bool gated = call->attrs.gated != RECAP_ACT_NONE;
-  if (backend != RECAP_BACKEND_CUDA || (!call->attrs.rms_norm && !gated)) return 0;
+  if (backend != RECAP_BACKEND_CUDA) return 0;
   const recap_tensor *o = &call->outputs[0];
   const int64_t rows =
       o->shape[o->ndim - 1] > 0 ? recap__tensor_numel(o) / o->shape[o->ndim - 1] : 0;
-  const int64_t k = gated ? call->inputs[1].shape[0] : call->inputs[1].shape[1];
-  /* Rounded up to 256 bytes, the alignment every GEMM operand gets from the allocator. */
-  return ((size_t)(rows * k) * recap_dtype_size(o->dtype) + 255) & ~(size_t)255;
+  size_t prologue, product;
+  recap__gemm_workspace_layout(call->attrs.rms_norm, call->attrs.gated != RECAP_ACT_NONE, rows,
+                               call->inputs[1].shape[1], call->inputs[1].shape[0],
+                               recap_dtype_size(o->dtype), &prologue, &product);
+  return prologue + product;
 }
 
 /* ---- prepare ----------------------------------------------------------------------------- */

@@ -80,6 +80,13 @@ void recap__gemm_linear_inputs(const recap__op_call *call, int *bias, int *resid
   *bias = n - (*residual >= 0) >= 3 ? 2 : -1;
 }
 
+void recap__gemm_workspace_layout(bool rms_norm, bool gated, int64_t rows, int64_t k, int64_t n,
+                                  size_t dtype_size, size_t *prologue, size_t *product) {
+  const size_t align = 255;
+  *prologue = rms_norm ? ((size_t)(rows * k) * dtype_size + align) & ~align : 0;
+  *product = gated ? ((size_t)(rows * n) * dtype_size + align) & ~align : 0;
+}
+
 recap_status recap__gemm_plan_make(const recap__op_call *call, recap__gemm_plan *out) {
   RECAP_CHECK_ARG(call && call->def && out);
   const recap_tensor *o = &call->outputs[0];

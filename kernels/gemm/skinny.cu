@@ -158,6 +158,16 @@ __device__ __forceinline__ float row_scale(const float (&ssw)[W][kMaxM], int war
   }
 }
 
+/* The factor of row b's dot products in the bulk kernel: rsqrt(mean square + eps) from the
+ * row's summed squares with the norm's prologue, else 1. */
+template <bool kNorm>
+__device__ __forceinline__ float bulk_row_scale(const float *row_ss, int b, const skinny_args &a) {
+  if constexpr (kNorm)
+    return rsqrtf(row_ss[b] / (float)a.k + a.eps);
+  else
+    return 1.0f;
+}
+
 /* An L2 cache policy that marks lines first to leave (cheap: one instruction per thread). */
 __device__ __forceinline__ uint64_t evict_first_policy() {
   uint64_t policy;
@@ -461,11 +471,12 @@ constexpr int kBulkDefaultWarps = 8; /* consumer warps (4 and 16 measured slower
 __host__ __device__ constexpr int bulk_row_bytes(int kc) {
   return kc * 2 + kPad;
 }
-__host__ __device__ constexpr int bulk_stage_rows(int rt, int nt) {
-  return kRows * rt + 8 * nt;
+/* W's rows, x's rows (8 per x tile) and, with the norm's prologue, one row of gamma. */
+__host__ __device__ constexpr int bulk_stage_rows(int rt, int nt, bool norm) {
+  return kRows * rt + 8 * nt + (norm ? 1 : 0);
 }
-__host__ __device__ constexpr size_t bulk_smem(int rt, int nt, int kc, int stages) {
-  return (size_t)stages * bulk_stage_rows(rt, nt) * bulk_row_bytes(kc);
+__host__ __device__ constexpr size_t bulk_smem(int rt, int nt, int kc, int stages, bool norm) {
+  return (size_t)stages * bulk_stage_rows(rt, nt, norm) * bulk_row_bytes(kc);
 }
 
 /* The bulk helpers exist for sm_90 passes only (an sm_80 pass would warn that they are unused). */
@@ -513,6 +524,48 @@ __device__ __forceinline__ void fence_proxy_async_smem() {
 __device__ __forceinline__ void consumers_sync(int warps) {
   asm volatile("bar.sync 1, %0;" ::"r"(warps * 32) : "memory");
 }
+
+/* The norm's prologue on a full stage, before any mma reads it (bulk_kernel): x's m rows become
+ * x * gamma in place, rounded once to T (prologue_x), and each 16-byte group's squares of the
+ * raw x go to squares[row][group], summed over the tile's chunks. Group (row b, column group j)
+ * is always the same consumer thread's (its index over the m rows' groups, strided by the
+ * threads), so the sums need no atomics and add in the same order in every run. The columns
+ * past K in the last chunk are left alone (their W words are zeroed in the mma loop); their
+ * squares are zeroed on a tile's first chunk. */
+template <typename T, int G>
+__device__ __forceinline__ void norm_stage(unsigned char *x_rows, const unsigned char *gamma,
+                                           int row_bytes, int m, int cols, bool first_chunk,
+                                           int threads, float (*squares)[G]) {
+  for (int i = threadIdx.x; i < m * G; i += threads) {
+    const int b = i / G, j = i % G;
+    if (8 * j >= cols) {
+      /* Past K (a K under KC leaves groups no chunk writes): the row's sum must not see the
+       * stale word. */
+      if (first_chunk) squares[b][j] = 0.0f;
+      continue;
+    }
+    uint4 *at = reinterpret_cast<uint4 *>(x_rows + (size_t)b * row_bytes + 16 * j);
+    float ss = 0.0f;
+    *at = prologue_x<T, kProRms>(*at, *reinterpret_cast<const uint4 *>(gamma + 16 * j), ss);
+    squares[b][j] = first_chunk ? ss : squares[b][j] + ss;
+  }
+  /* The stage is refilled by bulk copies (the async proxy) after the consumers release it. */
+  fence_proxy_async_smem();
+}
+
+/* After a tile's last chunk: each x row's sum of squares over its groups, in a fixed order (a
+ * warp per row, a fixed shuffle tree), into row_ss[b]. */
+template <int G>
+__device__ __forceinline__ void sum_row_squares(const float (*squares)[G], float *row_ss, int m,
+                                                int warp, int warps, int lane) {
+  for (int b = warp; b < m; b += warps) {
+    float v = 0.0f;
+    for (int j = lane; j < G; j += 32) v += squares[b][j];
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    if (lane == 0) row_ss[b] = v;
+  }
+}
 #endif
 
 /* T: storage type. NT: 8-row tiles of x. RT: 16-row tiles of W per block tile. KC: K columns
@@ -529,11 +582,16 @@ __device__ __forceinline__ void consumers_sync(int warps) {
  * copied; the others hold stale words that reach only output rows and columns that are never
  * stored (an mma's output row depends on its own A row only, a column on its own B column
  * only). A tile's partial sums go to the stage of its last chunk, which the consumers release
- * only after the epilogue. Dynamic shared memory: bulk_smem(RT, NT, KC, S) bytes. */
+ * only after the epilogue. With the norm's prologue (RMS_NORM) the producer also copies gamma's
+ * columns into row 16 RT + 8 NT of each stage, and the consumers first turn x's rows into
+ * x * gamma in place (norm_stage: each element converted and multiplied once per tile and
+ * chunk, not once per mma step, and gamma read from the stage rather than from L1 on every
+ * step), then read them as plain x. Dynamic shared memory: bulk_smem(RT, NT, KC, S, norm). */
 template <typename T, int NT, int RT, int KC, int S, int PF, int kPro>
 __global__ void __launch_bounds__((kMaxWarps + 1) * 32, 1) bulk_kernel(const skinny_args a) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  constexpr int kRowBytes = bulk_row_bytes(KC), kStageRows = bulk_stage_rows(RT, NT);
+  constexpr bool kNorm = kPro == kProRms;
+  constexpr int kRowBytes = bulk_row_bytes(KC), kStageRows = bulk_stage_rows(RT, NT, kNorm);
   constexpr int kStageBytes = kStageRows * kRowBytes, kSteps = KC / kStepK;
   constexpr int kBlockRows = kRows * RT;
   constexpr size_t kPartialFloats = (size_t)kMaxWarps * kMaxM * (kBlockRows + 1);
@@ -542,7 +600,11 @@ __global__ void __launch_bounds__((kMaxWarps + 1) * 32, 1) bulk_kernel(const ski
                 "a tile's partial sums reuse a stage");
   extern __shared__ __align__(128) unsigned char ring[];
   __shared__ __align__(8) uint64_t full[S], empty[S];
-  __shared__ float ssw[kPro == kProRms ? kMaxWarps : 1][kMaxM]; /* RMS_NORM: [warp][x row] */
+  /* The norm's prologue (RMS_NORM): squares per x row and 16-byte column group of a stage
+   * (norm_stage), and per row once the tile's chunks are done. */
+  constexpr int kGroups = KC / 8;
+  __shared__ float squares[kNorm ? 8 * NT : 1][kNorm ? kGroups : 1];
+  __shared__ float row_ss[kNorm ? 8 * NT : 1];
 
   const int tiles = (int)block_tiles(a, RT);
   /* Dependents launch once every block runs its last tile: as early as when each tile was a
@@ -585,7 +647,7 @@ __global__ void __launch_bounds__((kMaxWarps + 1) * 32, 1) bulk_kernel(const ski
       /* One thread's trigger counts for its block (PTX ISA, griddepcontrol). */
       if (t != blockIdx.x && t + gridDim.x >= tiles) allow_next_grid();
       const int64_t tile0 = (int64_t)t * RT;
-      int copies = a.m;
+      int copies = a.m + (kNorm ? 1 : 0);
       for (int i = 0; i < kBlockRows; ++i) {
         bool in;
         (void)w_row(a, tile0 + i / kRows, i % kRows, in);
@@ -612,6 +674,11 @@ __global__ void __launch_bounds__((kMaxWarps + 1) * 32, 1) bulk_kernel(const ski
             bulk_copy(dst, x + (int64_t)b * a.ldx + k0, bytes, bar);
           }
         }
+        if (kNorm && lane == 0) {
+          const uint32_t dst =
+              ring0 + (uint32_t)(s * kStageBytes + (kBlockRows + 8 * NT) * kRowBytes);
+          bulk_copy(dst, static_cast<const T *>(a.gamma) + k0, bytes, bar);
+        }
       }
     }
     return;
@@ -620,7 +687,7 @@ __global__ void __launch_bounds__((kMaxWarps + 1) * 32, 1) bulk_kernel(const ski
   /* Consumers: warp takes the steps warp, warp + warps, ... of every stage. */
   const int g = lane >> 2, tig = lane & 3;
   const uint4 zero = make_uint4(0, 0, 0, 0);
-  const T *gp = kPro == kProRms ? static_cast<const T *>(a.gamma) + 8 * tig : nullptr;
+  const int threads = warps * 32;
   uint32_t q = 0;
   for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
     const int64_t tile0 = (int64_t)t * RT;
@@ -631,13 +698,17 @@ __global__ void __launch_bounds__((kMaxWarps + 1) * 32, 1) bulk_kernel(const ski
     for (int r = 0; r < RT; ++r)
 #pragma unroll
       for (int u = 0; u < NT; ++u) acc[r][u][0] = acc[r][u][1] = acc[r][u][2] = acc[r][u][3] = 0.0f;
-    float ss[NT];
-#pragma unroll
-    for (int u = 0; u < NT; ++u) ss[u] = 0.0f;
     int s = 0;
     for (int c = 0; c < chunks; ++c, ++q) {
       s = (int)(q % S);
       recap__mbar_wait(recap__smem_addr(&full[s]), ((q / S) & 1u));
+      if constexpr (kNorm) {
+        unsigned char *stage = ring + (size_t)s * kStageBytes;
+        norm_stage<T, kGroups>(stage + kBlockRows * kRowBytes,
+                               stage + (kBlockRows + 8 * NT) * kRowBytes, kRowBytes, a.m,
+                               a.k - c * KC < KC ? a.k - c * KC : KC, c == 0, threads, squares);
+        consumers_sync(warps);
+      }
       const uint32_t base = ring0 + (uint32_t)(s * kStageBytes + g * kRowBytes + 16 * tig);
 #pragma unroll 2
       for (int j = warp; j < kSteps; j += warps) {
@@ -651,14 +722,9 @@ __global__ void __launch_bounds__((kMaxWarps + 1) * 32, 1) bulk_kernel(const ski
           wa[r] = in ? lds128(at + (uint32_t)(16 * r * kRowBytes)) : zero;
           wb[r] = in ? lds128(at + (uint32_t)((16 * r + 8) * kRowBytes)) : zero;
         }
-        const int64_t off = (int64_t)c * KC + j * kStepK;
-        uint4 gv = zero;
-        if constexpr (kPro == kProRms) gv = in ? load_cached(gp + off) : zero;
 #pragma unroll
-        for (int u = 0; u < NT; ++u) {
+        for (int u = 0; u < NT; ++u)
           xv[u] = in ? lds128(at + (uint32_t)((kBlockRows + 8 * u) * kRowBytes)) : zero;
-          xv[u] = prologue_x<T, kPro>(xv[u], gv, ss[u]);
-        }
 #pragma unroll
         for (int r = 0; r < RT; ++r)
 #pragma unroll
@@ -670,10 +736,10 @@ __global__ void __launch_bounds__((kMaxWarps + 1) * 32, 1) bulk_kernel(const ski
       __syncwarp();
       if (c + 1 < chunks && lane == 0) recap__mbar_arrive(recap__smem_addr(&empty[s]));
     }
-    if constexpr (kPro == kProRms) store_row_squares<NT>(ssw, ss, warp, g, tig);
     /* Every consumer is done with the last chunk's stage: it takes the partial sums
      * [warp][x row][W row]. */
     consumers_sync(warps);
+    if constexpr (kNorm) sum_row_squares<kGroups>(squares, row_ss, a.m, warp, warps, lane);
     float *partial = reinterpret_cast<float *>(ring + (size_t)s * kStageBytes);
 #pragma unroll
     for (int r = 0; r < RT; ++r)
@@ -688,7 +754,6 @@ __global__ void __launch_bounds__((kMaxWarps + 1) * 32, 1) bulk_kernel(const ski
       }
     if (refill) fence_proxy_async_smem();
     consumers_sync(warps);
-    const int threads = warps * 32;
     if (a.gated != RECAP_ACT_NONE) {
       /* Tile u's rows r and r + 8 are output column 8 (tile0 + u) + r's gate and up. */
       constexpr int kCols = kBlockRows / 2;
@@ -702,7 +767,7 @@ __global__ void __launch_bounds__((kMaxWarps + 1) * 32, 1) bulk_kernel(const ski
           gate += p[row];
           up += p[row + 8];
         }
-        const float scale = a.alpha * row_scale<kPro>(ssw, warps, b, a);
+        const float scale = a.alpha * bulk_row_scale<kNorm>(row_ss, b, a);
         store_gated<T>(a, b, j, gate * scale, up * scale);
       }
     } else {
@@ -713,11 +778,11 @@ __global__ void __launch_bounds__((kMaxWarps + 1) * 32, 1) bulk_kernel(const ski
         float sum = 0.0f;
         for (int wi = 0; wi < warps; ++wi)
           sum += partial[((size_t)wi * kMaxM + b) * (kBlockRows + 1) + r];
-        store_output<T>(a, b, n0 + r, a.alpha * sum * row_scale<kPro>(ssw, warps, b, a));
+        store_output<T>(a, b, n0 + r, a.alpha * sum * bulk_row_scale<kNorm>(row_ss, b, a));
       }
     }
     if (refill) {
-      /* The stage (and ssw) may be written again only after every consumer has read them. */
+      /* The stage (and row_ss) may be written again only after every consumer has read them. */
       consumers_sync(warps);
       if (lane == 0) recap__mbar_arrive(recap__smem_addr(&empty[s]));
     }
@@ -748,7 +813,9 @@ int bulk_shape_index(const recap__gemm_plan *p, const recap__cuda_device_facts &
 bulk_wave bulk_wave_of(const recap__gemm_plan *p, const recap__cuda_device_facts &f) {
   const bulk_shape b = kBulkShapes[bulk_shape_index(p, f)];
   const int nt = x_tiles(p->m);
-  const int64_t per_sm = f.smem_per_sm / ((int64_t)bulk_smem(b.rt, nt, b.kc, b.stages) + 1024);
+  const bool norm = p->prologue == RECAP__GEMM_PROLOGUE_RMS_NORM;
+  const int64_t per_sm =
+      f.smem_per_sm / ((int64_t)bulk_smem(b.rt, nt, b.kc, b.stages, norm) + 1024);
   return {RECAP_CEIL_DIV(p->n, (int64_t)kRows * b.rt), (per_sm > 0 ? per_sm : 1) * f.sms};
 }
 
@@ -805,7 +872,7 @@ recap_status launch_bulk(const skinny_args &args, int device, int warps,
   static int smem_allowed[kRecapMaxDevices];
   static int resident[kRecapMaxDevices][kMaxWarps + 1];
   const auto kernel = bulk_kernel<T, NT, RT, KC, S, PF, kPro>;
-  const size_t smem = bulk_smem(RT, NT, KC, S);
+  const size_t smem = bulk_smem(RT, NT, KC, S, kPro == kProRms);
   RECAP_TRY(allow_smem(kernel, device, smem, smem_allowed));
   /* warps and device were checked by recap__cuda_gemm_skinny_config. */
   recap__cuda_device_facts f;
