@@ -200,12 +200,12 @@ static void test_cuda_skinny_matmul_trans_b_with_alpha_matches_host(void) {
 }
 
 /* Every launch configuration of the skinny kernel, not only the one the routing picks: pipes
- * 0 and 1 (the register kernel, one and two buffers) and 2 and 3 (the bulk-copy shapes; run as
- * pipe 1 before Hopper) with 1 to 16 warps, at m = 1, 5, 9 and 16 (one and two 8-row tiles of
- * x; a bias at m = 1 and 9), n = 257 (a partial last block) and k = 520 (a partial stage and
- * step, shorter than the L2 prefetch) or 1560 (several stages, wrapping the ring; with a
- * residual, which each kernel's epilogue adds), and at k = 1560 also n = 8201 (more row tiles
- * than an H100 or H200 holds bulk blocks at once: each block takes several through one ring,
+ * 0 and 1 (the register kernel, one and two buffers) and 2-4 (the bulk-copy shapes; run as
+ * pipe 1 before Hopper; 4 refused above m = 8) with 1 to 16 warps, at m = 1, 5, 9 and 16 (one and
+ * two 8-row tiles of x; a bias at m = 1 and 9), n = 257 (a partial last block) and k = 520 (a
+ * partial stage and step, shorter than the L2 prefetch) or 1560 (several stages, wrapping the ring;
+ * with a residual, which each kernel's epilogue adds), and at k = 1560 also n = 8201 (more row
+ * tiles than an H100 or H200 holds bulk blocks at once: each block takes several through one ring,
  * the last one partial). The output starts as NaN each time, so an element a configuration
  * leaves unwritten shows. */
 static void test_cuda_skinny_every_configuration_matches_host(void) {
@@ -229,7 +229,15 @@ static void test_cuda_skinny_every_configuration_matches_host(void) {
         CU_ASSERT_TRUE(recap__cuda_gemm_skinny_fits(&plan));
         const size_t bytes =
             (size_t)recap__tensor_numel(&g.call.outputs[0]) * recap_dtype_size(half_types[d]);
-        for (int pipe = 0; pipe <= 3; ++pipe) {
+        for (int pipe = 0; pipe <= 4; ++pipe) {
+          if (!recap__cuda_gemm_skinny_pipe_fits(&plan, pipe)) {
+            /* The four-stage shape takes m <= 8: refused, naming why. */
+            CU_ASSERT_EQUAL(
+                recap__cuda_gemm_skinny_config(&plan, 0, recap_stream_native(cuda_stream), 8, pipe),
+                RECAP_STATUS_INVALID_ARGUMENT);
+            CU_ASSERT_PTR_NOT_NULL(strstr(recap_last_error(), "takes at most 8 rows of x"));
+            continue;
+          }
           for (int wi = 0; wi < 4; ++wi) {
             CU_ASSERT_EQUAL(cudaMemsetAsync(dc.call.outputs[0].data, 0xff, bytes,
                                             (cudaStream_t)recap_stream_native(cuda_stream)),

@@ -372,9 +372,10 @@ static recap_status tune_candidates(recap__gemm_ctx *ctx, const recap__gemm_plan
             .kind = RECAP_TUNE_CAND_SKINNY, .warps = warps[w], .pipe = pipe};
         add_candidate(l->list, l->configs, &l->count, &c, NULL);
       }
-    /* The bulk-copy shapes (pipe 2: 16 rows x 512 columns x 3 stages, pipe 3: 32 x 1024 x 2;
-     * Hopper, else they run as pipe 1). */
-    for (int pipe = 2; pipe <= 3; ++pipe) {
+    /* The bulk-copy shapes (pipe 2: 16 rows x 1024 columns x 2 stages, 3: 32 x 1024 x 2, 4:
+     * 16 x 1024 x 4 at m <= 8; Hopper, else they run as pipe 1). */
+    for (int pipe = 2; pipe <= 4; ++pipe) {
+      if (!recap__cuda_gemm_skinny_pipe_fits(p, pipe)) continue;
       const recap__gemm_choice c = {.kind = RECAP_TUNE_CAND_SKINNY, .warps = 8, .pipe = pipe};
       add_candidate(l->list, l->configs, &l->count, &c, NULL);
     }

@@ -207,8 +207,9 @@ bool recap__cuda_gemm_skinny_fits(const recap__gemm_plan *p);
 recap_status recap__cuda_gemm_skinny(const recap__gemm_plan *p, int device, void *cuda_stream);
 /* The launch configuration recap__cuda_gemm_skinny uses for the plan on `device`: warps per
  * block (RECAP_GEMM_SKINNY_WARPS, else chosen for the shape) and the load scheme `pipe`: 0 one
- * register buffer (RECAP_GEMM_SKINNY_PIPE=0), 1 double-buffered registers, 2 and 3 bulk copies
- * into a shared-memory ring (Hopper; m <= 4 and m 5-16 by default; docs/perf/skinny_gemm.md).
+ * register buffer (RECAP_GEMM_SKINNY_PIPE=0), 1 double-buffered registers, 2-4 bulk copies
+ * into a shared-memory ring (Hopper; 4: four stages at m 5-8 for weights of at most one 16-row
+ * block per SM, else 2 at m <= 4 and 2 or 3 at m 5-16 by default; docs/perf/skinny_gemm.md).
  * A CUDA error status when the device cannot be asked. */
 recap_status recap__cuda_gemm_skinny_default(const recap__gemm_plan *p, int device, int *warps,
                                              int *pipe);
@@ -217,9 +218,12 @@ recap_status recap__cuda_gemm_skinny_default(const recap__gemm_plan *p, int devi
  * then. lt_needs_pass: cuBLASLt's epilogue cannot do all the plan fuses (an activation it
  * lacks, a prologue, a gated output), so it would need a pass after it. */
 bool recap__cuda_gemm_skinny_preferred(const recap__gemm_plan *p, int device, bool lt_needs_pass);
+/* Whether pipe's bulk shape takes the plan's m (pipe 4 takes m <= 8; every other pipe any m
+ * the kernel fits). */
+bool recap__cuda_gemm_skinny_pipe_fits(const recap__gemm_plan *p, int pipe);
 /* recap__cuda_gemm_skinny with an explicit configuration (a tuning candidate): warps 1..16, a
- * power of two; pipe 0..3 (2 and 3 run as 1 before Hopper). RECAP_STATUS_INVALID_ARGUMENT
- * otherwise. */
+ * power of two; pipe 0..4 where recap__cuda_gemm_skinny_pipe_fits (2-4 run as 1 before
+ * Hopper). RECAP_STATUS_INVALID_ARGUMENT otherwise. */
 recap_status recap__cuda_gemm_skinny_config(const recap__gemm_plan *p, int device,
                                             void *cuda_stream, int warps, int pipe);
 

@@ -462,9 +462,14 @@ constexpr int kPad = 64; /* bytes after each staged row (see bulk_kernel's bank 
  * the H200, 1024 columns beat 768 on all 10 shapes compared at m = 1 (by 0.3-4%). */
 struct bulk_shape {
   int rt, kc, stages, prefetch;
+  int max_m; /* x rows it takes: 4 stages of two 8-row x tiles would not fit shared memory */
 };
-constexpr bulk_shape kBulkShapes[] = {{1, 1024, 2, 1024}, {2, 1024, 2, 768}};
+/* Shape 2, four stages, is for grids of at most one block per SM (bulk_shape_index): such a
+ * block has the SM's memory to itself and two stages keep too few bytes in flight for it. */
+constexpr bulk_shape kBulkShapes[] = {
+    {1, 1024, 2, 1024, kMaxM}, {2, 1024, 2, 768, kMaxM}, {1, 1024, 4, 1024, 8}};
 constexpr int kBulkFirst = 2, kBulkCount = (int)(sizeof kBulkShapes / sizeof kBulkShapes[0]);
+constexpr int kBulkDeep = 2;         /* the four-stage shape's index */
 constexpr int kBulkSmallM = 4;       /* shape 0 up to this m; above it, bulk_shape_index decides */
 constexpr int kBulkDefaultWarps = 8; /* consumer warps (4 and 16 measured slower) */
 
@@ -805,6 +810,15 @@ struct bulk_wave {
  * 15.5 -> 12.6 us at m = 8, its o 6.95 -> 5.89 at m = 16), 2304 rows and more (72 blocks and
  * more) slower (its qkv, 3072 rows, 5.81 -> 7.04 at m = 8; Llama 3 8B's o 10.4 -> 10.9). */
 int bulk_shape_index(const recap__gemm_plan *p, const recap__cuda_device_facts &f) {
+  /* At most one 16-row block per SM at m 5-8: four stages. On an H200 (bench-decode, context
+   * 512, two rounds) Llama 3.2 1B's batch-8 step went 1.192 -> 1.165 ms (its o and down
+   * projections, 128 blocks) and Qwen2 0.5B's 1.276 -> 1.260 (qkv, o and down, 56-72 blocks).
+   * Below m = 5 it was not a win everywhere: at batch 4 the 1B gained 1.5% but Qwen2 0.5B lost
+   * 1.3%, and at batch 1 Qwen2 0.5B lost 6% (1.029 -> 1.092 ms: a block of 200 KB shares its
+   * SM with no block of the next kernel, which then cannot start early). */
+  if (p->m > kBulkSmallM && p->m <= kBulkShapes[kBulkDeep].max_m &&
+      RECAP_CEIL_DIV(p->n, (int64_t)kRows) <= f.sms)
+    return kBulkDeep;
   if (p->m <= kBulkSmallM) return 0;
   const int64_t blocks = RECAP_CEIL_DIV(p->n, (int64_t)kRows * kBulkShapes[1].rt);
   return 2 * blocks > f.sms ? 1 : 0;
@@ -893,10 +907,12 @@ template <typename T, int I, int kPro>
 recap_status launch_bulk_shape(const skinny_args &args, int device, int warps,
                                const cudaLaunchConfig_t &config) {
   constexpr bulk_shape b = kBulkShapes[I];
-  return x_tiles(args.m) == 1 ? launch_bulk<T, 1, b.rt, b.kc, b.stages, b.prefetch, kPro>(
-                                    args, device, warps, config)
-                              : launch_bulk<T, 2, b.rt, b.kc, b.stages, b.prefetch, kPro>(
-                                    args, device, warps, config);
+  if (x_tiles(args.m) == 1)
+    return launch_bulk<T, 1, b.rt, b.kc, b.stages, b.prefetch, kPro>(args, device, warps, config);
+  if constexpr (b.max_m > 8)
+    return launch_bulk<T, 2, b.rt, b.kc, b.stages, b.prefetch, kPro>(args, device, warps, config);
+  return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "skinny gemm: bulk shape %d takes m <= %d", I,
+                    b.max_m);
 }
 
 /* Launches bulk shape I if it is `shape`, else tries the next one. */
@@ -964,6 +980,11 @@ extern "C" bool recap__cuda_gemm_skinny_fits(const recap__gemm_plan *p) {
          p->prologue != RECAP__GEMM_PROLOGUE_GLU &&
          (p->gated == RECAP_ACT_NONE ||
           (p->n % 2 == 0 && p->act == RECAP_ACT_NONE && !p->residual && p->alpha == 1.0f));
+}
+
+extern "C" bool recap__cuda_gemm_skinny_pipe_fits(const recap__gemm_plan *p, int pipe) {
+  return pipe < kBulkFirst || pipe >= kBulkFirst + kBulkCount ||
+         p->m <= kBulkShapes[pipe - kBulkFirst].max_m;
 }
 
 extern "C" recap_status recap__cuda_gemm_skinny_default(const recap__gemm_plan *p, int device,
@@ -1062,6 +1083,10 @@ extern "C" recap_status recap__cuda_gemm_skinny_config(const recap__gemm_plan *p
     return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
                       "skinny gemm: %d warps (1..%d, a power of two), pipe %d (0..%d)", warps,
                       kMaxWarps, pipe, kBulkFirst + kBulkCount - 1);
+  if (!recap__cuda_gemm_skinny_pipe_fits(p, pipe))
+    return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
+                      "skinny gemm: pipe %d takes at most %d rows of x, the plan has %lld", pipe,
+                      kBulkShapes[pipe - kBulkFirst].max_m, (long long)p->m);
   recap__cuda_device_facts f;
   RECAP_TRY(recap__cuda_facts_of(device, &f));
   /* Before Hopper the bulk shapes run as the double-buffered register kernel. */

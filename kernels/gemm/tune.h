@@ -82,7 +82,7 @@ typedef struct {
 /* A candidate. LT: a cuBLASLt algorithm, named by its 9 configuration attributes (ALGO_ID,
  * TILE_ID, STAGES_ID, SPLITK_NUM, REDUCTION_SCHEME, CTA_SWIZZLING, CUSTOM_OPTION,
  * INNER_SHAPE_ID, CLUSTER_SHAPE_ID; RECAP_TUNE_LT_SPLITK is SPLITK_NUM's index); SKINNY: skinny.cu
- * with config {warps per block, load scheme pipe 0..3 (see recap__cuda_gemm_skinny_default)};
+ * with config {warps per block, load scheme pipe 0..4 (see recap__cuda_gemm_skinny_default)};
  * HOPPER: hopper.cu with config {tile configuration 0..RECAP_TUNE_HOPPER_CONFIGS-1}. */
 enum { RECAP_TUNE_LT_SPLITK = 3 };
 typedef enum {

@@ -93,7 +93,7 @@ bool recap__tune_entry_valid(const recap__tune_entry *e) {
     for (int i = 0; i < RECAP_TUNE_CONFIG_MAX; ++i)
       if (c->config[i] < 0) return false;
   } else if (c->kind == RECAP_TUNE_CAND_SKINNY) {
-    if (!power_of_two_upto(c->config[0], 16) || c->config[1] < 0 || c->config[1] > 3) return false;
+    if (!power_of_two_upto(c->config[0], 16) || c->config[1] < 0 || c->config[1] > 4) return false;
   } else if (c->kind == RECAP_TUNE_CAND_HOPPER) {
     if (c->config[0] < 0 || c->config[0] >= RECAP_TUNE_HOPPER_CONFIGS) return false;
   } else {
