@@ -3,7 +3,7 @@
  * (ops_cuda_util.h): one step of paged_kv_write (K and V), paged_attention, seq_positions and
  * seq_last_tokens over pools in shuffled block order, for every float dtype and shapes that
  * cover the kernel's paths (decode with many key splits and empty splits, long contexts of
- * 3000 keys, prefill chunks with and without splits, GQA groups 1, 3, 4, 8 and 12, head dims
+ * 3000 keys, prefill chunks with and without splits, GQA groups 1, 3, 4, 7, 8 and 12, head dims
  * 32 to 256, odd block sizes, strided and unaligned inputs, padding tokens, unused rows); the
  * same step captured once and replayed with different metadata; refusals at launch; and bad
  * metadata trapping the device (in child processes, as a fault kills the CUDA context); and
@@ -305,6 +305,12 @@ static void test_paged_step_matches_host(void) {
       {{0, 32, 8, 128, 16, 256, 256, 4, 5, false, false},
        {{2999, 1}, {99, 1}, {0, 1}, {700, 1}},
        4},
+      /* Decode at batch 1, Llama 3.2 1B's heads: the whole group of 4 per CTA. */
+      {{0, 32, 8, 64, 16, 64, 128, 1, 1, false, false}, {{500, 1}}, 1},
+      /* Decode, Qwen2 0.5B's heads (7 per KV head: 4 CTAs of 2 heads, the last with one):
+       * batch 1 over 700 keys; batch 4 with a padding token and an unused row. */
+      {{0, 14, 2, 64, 16, 64, 128, 1, 1, false, false}, {{700, 1}}, 1},
+      {{0, 14, 2, 64, 16, 64, 128, 4, 4, false, false}, {{300, 1}, {64, 1}, {1, 1}}, 3},
       /* Decode at batch 1, group 1, Dh 64: 25 splits of 128 keys, the last empty. */
       {{0, 8, 8, 64, 16, 200, 200, 1, 1, false, false}, {{3000, 1}}, 1},
       /* Group 8, lengths on and just past a block boundary, a padding token. */

@@ -348,8 +348,8 @@ static void test_call_state_must_be_zero_at_launch(void) {
   test_rng_init(&rng);
   /* Decode at batch 1 over a 64-block table of 16 keys: the CUDA plan splits the keys. */
   const int64_t nb = 64, bs = 16, kv_heads = 2, dh = 8, heads = 4;
-  recap_tensor pool = random_tensor(&rng, RECAP_DTYPE_F32, SHAPE(nb, bs, kv_heads, dh), CONTIGUOUS,
-                                    -2, 2);
+  recap_tensor pool =
+      random_tensor(&rng, RECAP_DTYPE_F32, SHAPE(nb, bs, kv_heads, dh), CONTIGUOUS, -2, 2);
   recap_tensor q = random_tensor(&rng, RECAP_DTYPE_F32, SHAPE(1, heads, dh), CONTIGUOUS, -1, 1);
   recap_tensor seqs = seqs_tensor(1, nb);
   set_row(&seqs, 0, 3, 0, 1, (const int32_t[]){7}, 1);
@@ -1033,17 +1033,29 @@ static recap__paged_attention_grid plan_for(int64_t tokens, int64_t heads, int64
 static void test_split_plan_follows_shapes(void) {
   free_tracked();
   size_t cuda_ws, host_ws;
-  /* Decode at batch 1, Llama-8B heads, 4096 keys of capacity: one CTA per KV head serving its
-   * 4 query heads; 32 splits of at least 128 keys. */
+  /* Decode at batch 1, Llama-8B heads (4 of 128 per KV head), 4096 keys of capacity: two
+   * CTAs per KV head serving 2 query heads each; 32 splits of at least 128 keys. */
   recap__paged_attention_grid g = plan_for(1, 32, 8, 128, 16, 256, &cuda_ws, &host_ws);
-  CU_ASSERT_EQUAL(g.heads_per_cta, 4);
-  CU_ASSERT_EQUAL(g.head_chunks, 1);
+  CU_ASSERT_EQUAL(g.heads_per_cta, 2);
+  CU_ASSERT_EQUAL(g.head_chunks, 2);
   CU_ASSERT_EQUAL(g.splits, 32);
   CU_ASSERT_EQUAL(cuda_ws, (size_t)1 * 32 * 32 * (2 + 128) * sizeof(float));
   CU_ASSERT_EQUAL(host_ws, 0);
-  CU_ASSERT_EQUAL(g_cuda_counts, 8 * 4); /* a u32 per KV head */
-  /* Batch 64: 512 CTAs already, two splits. */
+  CU_ASSERT_EQUAL(g_cuda_counts, 8 * 2 * 4); /* a u32 per (KV head, chunk) */
+  /* Llama 3.2 1B's heads at batch 1 (4 of 64, 8 (token, KV head) pairs) keep the group. */
+  g = plan_for(1, 32, 8, 64, 16, 256, &cuda_ws, &host_ws);
+  CU_ASSERT_EQUAL(g.heads_per_cta, 4);
+  CU_ASSERT_EQUAL(g.head_chunks, 1);
+  /* ... but not at batch 2 (16 pairs), nor a group of 7 (Qwen2 0.5B: 4 chunks of 2 heads). */
+  g = plan_for(2, 32, 8, 64, 16, 256, &cuda_ws, &host_ws);
+  CU_ASSERT_EQUAL(g.heads_per_cta, 2);
+  g = plan_for(1, 14, 2, 64, 16, 256, &cuda_ws, &host_ws);
+  CU_ASSERT_EQUAL(g.heads_per_cta, 2);
+  CU_ASSERT_EQUAL(g.head_chunks, 4);
+  /* Batch 64 (more tokens than the 8 rows: a prefill step): the whole group, 512 CTAs
+   * already, two splits. */
   g = plan_for(64, 32, 8, 128, 16, 256, &cuda_ws, &host_ws);
+  CU_ASSERT_EQUAL(g.heads_per_cta, 4);
   CU_ASSERT_EQUAL(g.splits, 2);
   CU_ASSERT_EQUAL(g_cuda_counts, 64 * 8 * 4);
   /* Long prompt chunk: no split, no workspace, no counts. */
@@ -1058,15 +1070,24 @@ static void test_split_plan_follows_shapes(void) {
   CU_ASSERT_EQUAL(g.splits, 1);
   g = plan_for(1, 8, 8, 64, 16, 4096, &cuda_ws, &host_ws);
   CU_ASSERT_EQUAL(g.splits, RECAP__PAGED_MAX_SPLITS);
-  /* Groups: 3 -> 4 heads per CTA; 12 -> chunks of 8, a count per chunk. */
+  /* Groups at decode: 3 -> 2 chunks of 2 heads; 12 -> 6 chunks, a count per chunk. */
   g = plan_for(4, 24, 8, 64, 16, 64, &cuda_ws, &host_ws);
+  CU_ASSERT_EQUAL(g.heads_per_cta, 2);
+  CU_ASSERT_EQUAL(g.head_chunks, 2);
+  g = plan_for(4, 96, 8, 64, 16, 64, &cuda_ws, &host_ws);
+  CU_ASSERT_EQUAL(g.heads_per_cta, 2);
+  CU_ASSERT_EQUAL(g.head_chunks, 6);
+  CU_ASSERT(g.splits > 1);
+  CU_ASSERT_EQUAL(g_cuda_counts, 4 * 8 * 6 * 4);
+  /* In a prefill step (16 tokens over the 8 rows): 3 -> 4 heads per CTA; 12 -> chunks of 8. */
+  g = plan_for(16, 24, 8, 64, 16, 64, &cuda_ws, &host_ws);
   CU_ASSERT_EQUAL(g.heads_per_cta, 4);
   CU_ASSERT_EQUAL(g.head_chunks, 1);
-  g = plan_for(4, 96, 8, 64, 16, 64, &cuda_ws, &host_ws);
+  g = plan_for(16, 96, 8, 64, 16, 64, &cuda_ws, &host_ws);
   CU_ASSERT_EQUAL(g.heads_per_cta, 8);
   CU_ASSERT_EQUAL(g.head_chunks, 2);
   CU_ASSERT(g.splits > 1);
-  CU_ASSERT_EQUAL(g_cuda_counts, 4 * 8 * 2 * 4);
+  CU_ASSERT_EQUAL(g_cuda_counts, 16 * 8 * 2 * 4);
 }
 
 int main(void) {
