@@ -867,6 +867,44 @@ static void test_cuda_corrupt_file_and_unknown_algorithm_are_survived(void) {
   problems_free(&p);
 }
 
+/* An entry naming a skinny shape its problem's m does not fit (the four-stage pipe 4 takes at
+ * most 8 rows of x; this problem has 16) is stale: warned about and left for the default,
+ * never a failed launch. */
+static void test_cuda_entry_with_a_shape_that_does_not_fit_is_stale(void) {
+  test_rng rng;
+  test_rng_init(&rng);
+  dgemm g;
+  dgemm_make(&g, true, 16, 4096, 4096, &rng);
+  set_tuning(NULL);
+  uint16_t *untuned = dgemm_run(&g);
+  unlink(cache_path);
+  set_tuning("1");
+  free(dgemm_run(&g));
+  size_t len = 0;
+  char *text = read_text(cache_path, &len);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(text);
+  char *choice = strstr(text, "choice=");
+  CU_ASSERT_PTR_NOT_NULL_FATAL(choice);
+  char *end = strchr(choice, ' ');
+  CU_ASSERT_PTR_NOT_NULL_FATAL(end);
+  char *edited = malloc(len + 32);
+  const int head = (int)(choice - text);
+  const int n = snprintf(edited, len + 32, "%.*schoice=skinny:8,4%s", head, text, end);
+  write_text(cache_path, edited, (size_t)n);
+  set_tuning("2");
+  uint16_t *got = dgemm_run(&g);
+  CU_ASSERT_EQUAL(count_disagreements(untuned, got, g.out_elems, "stale skinny entry"), 0);
+  const recap_gemm_tune_stats s = stats();
+  CU_ASSERT_EQUAL(s.stale, 1);
+  CU_ASSERT_EQUAL(s.cache_hits, 0);
+  CU_ASSERT_EQUAL(s.tunings, 0);
+  free(got);
+  free(edited);
+  free(text);
+  free(untuned);
+  dgemm_free(&g);
+}
+
 /* With a cold cache, a capture uses the default and times nothing; the capture succeeds and
  * replays the untuned result bit for bit. The eager run after it tunes. */
 static void test_cuda_capture_never_tunes(void) {
@@ -940,6 +978,7 @@ static void add_cuda_tests(CU_pSuite suite) {
   CU_ADD_TEST(suite, test_cuda_second_run_does_no_timing_and_hits_the_cache);
   CU_ADD_TEST(suite, test_cuda_changed_version_invalidates_the_entries);
   CU_ADD_TEST(suite, test_cuda_corrupt_file_and_unknown_algorithm_are_survived);
+  CU_ADD_TEST(suite, test_cuda_entry_with_a_shape_that_does_not_fit_is_stale);
   CU_ADD_TEST(suite, test_cuda_capture_never_tunes);
 }
 #endif /* RECAP_WITH_CUDA */

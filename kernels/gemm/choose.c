@@ -460,7 +460,7 @@ static recap_status tune_time(recap__gemm_ctx *ctx, const recap__gemm_plan *p,
   const int count = l->count;
   const size_t es = recap_dtype_size(p->dtype);
   const int64_t elems = p->m * p->n * p->batch[0] * p->batch[1];
-  const size_t out_bytes = ((size_t)elems * es + 255) & ~(size_t)255;
+  const size_t out_bytes = recap__gemm_round_256((size_t)elems * es);
   float rtol, atol_frac;
   tune_tolerance(p, pr->key.compute == CUBLAS_COMPUTE_32F_FAST_TF32, &rtol, &atol_frac);
 
@@ -474,7 +474,7 @@ static recap_status tune_time(recap__gemm_ctx *ctx, const recap__gemm_plan *p,
   int l2_bytes = 0;
   RECAP_CUDA_TRY_GOTO(st, cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, ctx->device),
                       done);
-  const size_t flush_bytes = ((size_t)(l2_bytes > 0 ? l2_bytes : 0) * 2 + 255) & ~(size_t)255;
+  const size_t flush_bytes = recap__gemm_round_256((size_t)(l2_bytes > 0 ? l2_bytes : 0) * 2);
   /* [ref out][candidate out][max bits (4 bytes), mismatches (8 bytes)][L2 flush] */
   RECAP_TRY_GOTO(st,
                  recap__cuda_backend.mem_alloc(ctx->device, 2 * out_bytes + 256 + flush_bytes,
@@ -668,7 +668,9 @@ static recap_status from_file(recap__gemm_ctx *ctx, const recap__gemm_plan *p,
                               recap__gemm_choice *out, bool *usable) {
   *usable = false;
   if (fc->kind == RECAP_TUNE_CAND_SKINNY) {
-    if (!skinny_allowed(p)) return RECAP_OK;
+    /* A shape the problem's m does not fit (pipe 4 above 8 rows) is unusable here, as the
+     * library's unknown configurations are, rather than an error at its first launch. */
+    if (!skinny_allowed(p) || !recap__cuda_gemm_skinny_pipe_fits(p, fc->config[1])) return RECAP_OK;
     *out = (recap__gemm_choice){.kind = RECAP_TUNE_CAND_SKINNY,
                                 .warps = fc->config[0],
                                 .pipe = fc->config[1],

@@ -133,6 +133,12 @@ void recap__gemm_gated_host(const recap__gemm_plan *p, const void *product, void
  * that is not the residual. For calls of any input count (infer checks the count). */
 void recap__gemm_linear_inputs(const recap__op_call *call, int *bias, int *residual);
 
+/* `bytes` rounded up to a multiple of 256: the alignment every GEMM operand gets from the
+ * allocator, kept by the regions the GEMM code lays out in its own scratch memory. */
+static inline size_t recap__gemm_round_256(size_t bytes) {
+  return (bytes + 255) & ~(size_t)255;
+}
+
 /* The CUDA workspace of a linear that does not run the skinny kernel (choose.c): P(x) [rows, k]
  * first when it has the norm's prologue, then the product [rows, n] (n = 2F) when it has a
  * gated output, each rounded up to 256 bytes (the alignment every GEMM operand gets from the

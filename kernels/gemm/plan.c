@@ -82,9 +82,8 @@ void recap__gemm_linear_inputs(const recap__op_call *call, int *bias, int *resid
 
 void recap__gemm_workspace_layout(bool rms_norm, bool gated, int64_t rows, int64_t k, int64_t n,
                                   size_t dtype_size, size_t *prologue, size_t *product) {
-  const size_t align = 255;
-  *prologue = rms_norm ? ((size_t)(rows * k) * dtype_size + align) & ~align : 0;
-  *product = gated ? ((size_t)(rows * n) * dtype_size + align) & ~align : 0;
+  *prologue = rms_norm ? recap__gemm_round_256((size_t)(rows * k) * dtype_size) : 0;
+  *product = gated ? recap__gemm_round_256((size_t)(rows * n) * dtype_size) : 0;
 }
 
 recap_status recap__gemm_plan_make(const recap__op_call *call, recap__gemm_plan *out) {

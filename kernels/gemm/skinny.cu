@@ -145,6 +145,11 @@ __device__ __forceinline__ void store_row_squares(float (&ssw)[W][kMaxM], const 
   }
 }
 
+/* RMSNorm's factor of a row whose squares sum to `sum_squares` over the K columns. */
+__device__ __forceinline__ float rms_factor(float sum_squares, const skinny_args &a) {
+  return rsqrtf(sum_squares / (float)a.k + a.eps);
+}
+
 /* The factor of row b's dot products: rsqrt(mean square + eps) for RMS_NORM, else 1. */
 template <int kPro, int W>
 __device__ __forceinline__ float row_scale(const float (&ssw)[W][kMaxM], int warps, int b,
@@ -154,7 +159,7 @@ __device__ __forceinline__ float row_scale(const float (&ssw)[W][kMaxM], int war
   } else {
     float s = 0.0f;
     for (int w = 0; w < warps; ++w) s += ssw[w][b];
-    return rsqrtf(s / (float)a.k + a.eps);
+    return rms_factor(s, a);
   }
 }
 
@@ -163,7 +168,7 @@ __device__ __forceinline__ float row_scale(const float (&ssw)[W][kMaxM], int war
 template <bool kNorm>
 __device__ __forceinline__ float bulk_row_scale(const float *row_ss, int b, const skinny_args &a) {
   if constexpr (kNorm)
-    return rsqrtf(row_ss[b] / (float)a.k + a.eps);
+    return rms_factor(row_ss[b], a);
   else
     return 1.0f;
 }
