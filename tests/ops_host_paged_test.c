@@ -1030,6 +1030,17 @@ static recap__paged_attention_grid plan_for(int64_t tokens, int64_t heads, int64
   return recap__paged_attention_plan(&call);
 }
 
+/* A split plan of `tokens` tokens over 8 KV heads of 64 (64 blocks of 16 keys per row) cuts
+ * its `heads` query heads into `chunks` CTAs of `per_cta` heads, each counted apart. */
+static void expect_group_cut(int64_t tokens, int64_t heads, int64_t per_cta, int64_t chunks) {
+  size_t cuda_ws, host_ws;
+  const recap__paged_attention_grid g = plan_for(tokens, heads, 8, 64, 16, 64, &cuda_ws, &host_ws);
+  CU_ASSERT_EQUAL(g.heads_per_cta, per_cta);
+  CU_ASSERT_EQUAL(g.head_chunks, chunks);
+  CU_ASSERT(g.splits > 1);
+  CU_ASSERT_EQUAL(g_cuda_counts, (size_t)(tokens * 8 * chunks) * sizeof(uint32_t));
+}
+
 static void test_split_plan_follows_shapes(void) {
   free_tracked();
   size_t cuda_ws, host_ws;
@@ -1070,24 +1081,12 @@ static void test_split_plan_follows_shapes(void) {
   CU_ASSERT_EQUAL(g.splits, 1);
   g = plan_for(1, 8, 8, 64, 16, 4096, &cuda_ws, &host_ws);
   CU_ASSERT_EQUAL(g.splits, RECAP__PAGED_MAX_SPLITS);
-  /* Groups at decode: 3 -> 2 chunks of 2 heads; 12 -> 6 chunks, a count per chunk. */
-  g = plan_for(4, 24, 8, 64, 16, 64, &cuda_ws, &host_ws);
-  CU_ASSERT_EQUAL(g.heads_per_cta, 2);
-  CU_ASSERT_EQUAL(g.head_chunks, 2);
-  g = plan_for(4, 96, 8, 64, 16, 64, &cuda_ws, &host_ws);
-  CU_ASSERT_EQUAL(g.heads_per_cta, 2);
-  CU_ASSERT_EQUAL(g.head_chunks, 6);
-  CU_ASSERT(g.splits > 1);
-  CU_ASSERT_EQUAL(g_cuda_counts, 4 * 8 * 6 * 4);
-  /* In a prefill step (16 tokens over the 8 rows): 3 -> 4 heads per CTA; 12 -> chunks of 8. */
-  g = plan_for(16, 24, 8, 64, 16, 64, &cuda_ws, &host_ws);
-  CU_ASSERT_EQUAL(g.heads_per_cta, 4);
-  CU_ASSERT_EQUAL(g.head_chunks, 1);
-  g = plan_for(16, 96, 8, 64, 16, 64, &cuda_ws, &host_ws);
-  CU_ASSERT_EQUAL(g.heads_per_cta, 8);
-  CU_ASSERT_EQUAL(g.head_chunks, 2);
-  CU_ASSERT(g.splits > 1);
-  CU_ASSERT_EQUAL(g_cuda_counts, 16 * 8 * 2 * 4);
+  /* Groups at decode: 3 -> 2 chunks of 2 heads; 12 -> 6 chunks, a count per chunk. In a
+   * prefill step (16 tokens over the 8 rows): 3 -> 4 heads per CTA; 12 -> chunks of 8. */
+  expect_group_cut(4, 24, 2, 2);
+  expect_group_cut(4, 96, 2, 6);
+  expect_group_cut(16, 24, 4, 1);
+  expect_group_cut(16, 96, 8, 2);
 }
 
 int main(void) {
