@@ -15,7 +15,8 @@ recap__paged_attention_grid recap__paged_attention_plan(const recap__op_call *ca
    * chunks of 8. */
   g.heads_per_cta = 1;
   while (g.heads_per_cta < group && g.heads_per_cta < 8) g.heads_per_cta *= 2;
-  /* Decode (at most one token per sequence row): a CTA's time is a chain of latencies, and
+  /* Decode (a step of at most as many tokens as sequence rows; only speed depends on it): a
+   * CTA's time is a chain of latencies, and
    * each query head it serves lengthens the arithmetic between its loads and its merge, while
    * the keys it shares are few; so at most 2 heads per CTA, the rest of the group in more CTAs
    * reading the same keys. Only a grid of at most 8 (token, KV head) pairs whose whole group
