@@ -16,17 +16,16 @@ recap__paged_attention_grid recap__paged_attention_plan(const recap__op_call *ca
   g.heads_per_cta = 1;
   while (g.heads_per_cta < group && g.heads_per_cta < 8) g.heads_per_cta *= 2;
   /* Decode (a step of at most as many tokens as sequence rows; only speed depends on it): a
-   * CTA's time is a chain of latencies, and
-   * each query head it serves lengthens the arithmetic between its loads and its merge, while
-   * the keys it shares are few; so at most 2 heads per CTA, the rest of the group in more CTAs
-   * reading the same keys. Only a grid of at most 8 (token, KV head) pairs whose whole group
-   * is a power of two of at most 256 head elements keeps it (Llama 3.2 1B at batch 1: 4 heads
-   * of 64). On an H200 against the whole group per CTA (decode step, 512 keys of context):
-   * Qwen2 0.5B (7 heads of 64 per KV head) -9.1% at batch 1 and -15% at batch 8, a Qwen2.5
-   * 1.5B shape (6 of 128) -10.5% / -11.8%, Llama 3.2 3B (3 of 128) -1.9% / -3.1%, Llama 3 8B
-   * (4 of 128) -0.9% / -2.0%, the 1B -0.5% at batch 8 but +0.6% at batch 1 (docs/SERVING.md,
-   * "Attention over the paged pool"). Prefill chunks keep the whole group: each key is read
-   * once per query token there, and more CTAs would read it more often. */
+   * CTA's time is a chain of latencies, and each query head it serves lengthens the arithmetic
+   * between its loads and its merge, while the keys it shares are few; so at most 2 heads per
+   * CTA, the rest of the group in more CTAs reading the same keys. Only a grid of at most 8 (token,
+   * KV head) pairs whose whole group is a power of two of at most 256 head elements keeps it
+   * (Llama 3.2 1B at batch 1: 4 heads of 64). On an H200 against the whole group per CTA (decode
+   * step, 512 keys of context): Qwen2 0.5B (7 heads of 64 per KV head) -9.1% at batch 1 and -15% at
+   * batch 8, a Qwen2.5 1.5B shape (6 of 128) -10.5% / -11.8%, Llama 3.2 3B (3 of 128) -1.9% /
+   * -3.1%, Llama 3 8B (4 of 128) -0.9% / -2.0%, the 1B -0.5% at batch 8 but +0.6% at batch 1
+   * (docs/SERVING.md, "Attention over the paged pool"). Prefill chunks keep the whole group: each
+   * key is read once per query token there, and more CTAs would read it more often. */
   const bool decode = tokens <= seqs->shape[0];
   const bool keeps_group =
       tokens * kv_heads <= 8 && g.heads_per_cta == group && group * head_dim <= 256;
