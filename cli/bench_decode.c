@@ -48,7 +48,7 @@ static const cli_option bench_decode_options[] = {
     {.flag = "--tokens",
      .value = "N",
      .kind = CLI_VALUE_TEXT,
-     .help = "decode steps per timing (default 128)"},
+     .help = "decode steps per timing (default 128, or half the positions of a shorter spec)"},
     {.flag = "--repeats",
      .value = "N",
      .kind = CLI_VALUE_TEXT,
@@ -108,8 +108,9 @@ typedef struct {
   long long batches[MAX_BATCHES];
   size_t num_batches;
   long long context, tokens, repeats;
-  bool batch_given, context_given; /* else fitted to the spec (cli_decode_fit_defaults) */
-  long long collectives;           /* -1: as many as one step runs */
+  bool batch_given, context_given, tokens_given; /* else fitted to the spec
+                                                   (cli_decode_fit_defaults) */
+  long long collectives;                         /* -1: as many as one step runs */
   bool profile;
   cli_world world;
 } decode_args;
@@ -145,6 +146,7 @@ static int parse_args(int argc, char **argv, decode_args *a) {
     } else if ((m = cli_flag(CMD, argc, argv, &i, "--tokens", &v)) != 0) {
       if (m < 0 || !cli_parse_int(CMD, "--tokens", v, 1, 1 << 20, &a->tokens))
         return CLI_EXIT_USAGE;
+      a->tokens_given = true;
     } else if ((m = cli_flag(CMD, argc, argv, &i, "--repeats", &v)) != 0) {
       if (m < 0 || !cli_parse_int(CMD, "--repeats", v, 1, 1000, &a->repeats)) return CLI_EXIT_USAGE;
     } else if (!cli_take_one(CMD, "spec", argv[i], &a->path)) {
@@ -155,7 +157,16 @@ static int parse_args(int argc, char **argv, decode_args *a) {
     fprintf(stderr, "recap %s: usage: recap bench-decode SPEC (see --help)\n", CMD);
     return CLI_EXIT_USAGE;
   }
-  return cli_world_check(CMD, &a->world) ? CLI_EXIT_OK : CLI_EXIT_USAGE;
+  if (!cli_world_check(CMD, &a->world)) return CLI_EXIT_USAGE;
+  /* The chain times a rank's all_reduces, which only a tensor-parallel run has. */
+  if (a->collectives >= 0 && !a->world.world) {
+    fprintf(stderr,
+            "recap %s: --collectives goes with --world N (it times the all_reduces of a "
+            "tensor-parallel rank)\n",
+            CMD);
+    return CLI_EXIT_USAGE;
+  }
+  return CLI_EXIT_OK;
 }
 
 /* `tokens` back-to-back runs between two events, `repeats` times, each from fresh metadata;
@@ -437,7 +448,7 @@ int cli_bench_decode_main(int argc, char **argv) {
     cli_report_failure(a.world.who, "the eager decode entry", st);
   else if (cli_decode_shape_read(CMD, graph, &s)) {
     cli_decode_fit_defaults(CMD, &s, a.batch_given, a.batches, &a.num_batches, a.context_given,
-                            &a.context, a.tokens, 0);
+                            &a.context, a.tokens_given, &a.tokens, 0);
     rc = run_batches(&a, graph, eager, &s);
   }
   if (rc != CLI_EXIT_OK) return cli_world_leave(&a.world, rc);

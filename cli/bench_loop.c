@@ -60,7 +60,7 @@ static const cli_option bench_loop_options[] = {
     {.flag = "--tokens",
      .value = "N",
      .kind = CLI_VALUE_TEXT,
-     .help = "decode steps per timing (default 256)"},
+     .help = "decode steps per timing (default 256, or half the positions of a shorter spec)"},
     {.flag = "--steps",
      .value = "K",
      .kind = CLI_VALUE_TEXT,
@@ -112,7 +112,8 @@ typedef struct {
   long long batches[MAX_BATCHES];
   size_t num_batches;
   long long context, tokens, steps, poll_us, repeats;
-  bool batch_given, context_given; /* else fitted to the spec (cli_decode_fit_defaults) */
+  bool batch_given, context_given, tokens_given; /* else fitted to the spec
+                                                   (cli_decode_fit_defaults) */
 } loop_args;
 
 static int parse_args(int argc, char **argv, loop_args *a) {
@@ -139,6 +140,7 @@ static int parse_args(int argc, char **argv, loop_args *a) {
     } else if ((m = cli_flag(CMD, argc, argv, &i, "--tokens", &v)) != 0) {
       if (m < 0 || !cli_parse_int(CMD, "--tokens", v, 1, 1 << 20, &a->tokens))
         return CLI_EXIT_USAGE;
+      a->tokens_given = true;
     } else if ((m = cli_flag(CMD, argc, argv, &i, "--steps", &v)) != 0) {
       if (m < 0 || !cli_parse_int(CMD, "--steps", v, 1, 4096, &a->steps)) return CLI_EXIT_USAGE;
     } else if ((m = cli_flag(CMD, argc, argv, &i, "--poll-us", &v)) != 0) {
@@ -576,7 +578,7 @@ int cli_bench_loop_main(int argc, char **argv) {
   if (cli_decode_shape_read(CMD, p, &s)) {
     /* run() counts two positions past the timed steps (the loop's lookahead). */
     cli_decode_fit_defaults(CMD, &s, a.batch_given, a.batches, &a.num_batches, a.context_given,
-                            &a.context, a.tokens, 2);
+                            &a.context, a.tokens_given, &a.tokens, 2);
     rc = run(&a, p, &s);
   }
   recap_pipeline_destroy(p);

@@ -64,7 +64,8 @@ bool cli_decode_batch_fits(const char *cmd, const cli_decode_shape *s, int64_t b
 
 void cli_decode_fit_defaults(const char *cmd, const cli_decode_shape *s, bool batch_given,
                              long long *batches, size_t *num_batches, bool context_given,
-                             long long *context, int64_t tokens, int64_t extra) {
+                             long long *context, bool tokens_given, long long *tokens,
+                             int64_t extra) {
   if (!batch_given) {
     size_t kept = 0;
     for (size_t i = 0; i < *num_batches; i++)
@@ -80,13 +81,22 @@ void cli_decode_fit_defaults(const char *cmd, const cli_decode_shape *s, bool ba
     const int64_t p = positions_at(s, batches[i]);
     if (p < most) most = p;
   }
-  const int64_t fits = most - tokens - extra;
-  if (*context + tokens + extra <= most || fits < 1) return;
+  /* A spec too short for the default steps after any context: half its positions are
+   * timed, the rest is context. */
+  if (!tokens_given && most - *tokens - extra < 1 && most - extra >= 2) {
+    const long long steps = (most - extra) / 2;
+    fprintf(stderr,
+            "recap %s: note: %lld steps do not fit this spec (at most %" PRId64
+            " positions a sequence): %lld steps (--tokens sets them)\n",
+            cmd, *tokens, most, steps);
+    *tokens = steps;
+  }
+  const int64_t fits = most - *tokens - extra;
+  if (*context + *tokens + extra <= most || fits < 1) return;
   fprintf(stderr,
-          "recap %s: note: a context of %lld keys does not fit this spec with %" PRId64
-          " steps after it (at most %" PRId64 " positions a sequence): %" PRId64
-          " keys (--context sets it)\n",
-          cmd, *context, tokens, most, fits);
+          "recap %s: note: a context of %lld keys does not fit this spec with %lld steps after "
+          "it (at most %" PRId64 " positions a sequence): %" PRId64 " keys (--context sets it)\n",
+          cmd, *context, *tokens, most, fits);
   *context = fits;
 }
 

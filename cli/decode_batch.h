@@ -33,13 +33,16 @@ bool cli_decode_batch_fits(const char *cmd, const cli_decode_shape *s, int64_t b
                            int64_t positions);
 
 /* The benches' default sizes fitted to the spec, each only where the user did not give it:
- * without --batch (batch_given false) the batches above the spec's largest are dropped, and
- * without --context (context_given false) the context shrinks so that every batch left holds
- * context + tokens + extra positions. A note on stderr says what changed and which flag sets it.
+ * without --batch (batch_given false) the batches above the spec's largest are dropped,
+ * without --tokens (tokens_given false) a spec too short for the default steps times half its
+ * positions, and without --context (context_given false) the context shrinks so that every
+ * batch left holds context + tokens + extra positions. A note on stderr says what changed and
+ * which flag sets it.
  * Sizes the user gave are left alone, for cli_decode_batch_fits to refuse with its reasons. */
 void cli_decode_fit_defaults(const char *cmd, const cli_decode_shape *s, bool batch_given,
                              long long *batches, size_t *num_batches, bool context_given,
-                             long long *context, int64_t tokens, int64_t extra);
+                             long long *context, bool tokens_given, long long *tokens,
+                             int64_t extra);
 
 /* Copies in the metadata of `batch` greedy sequences at `context` keys, each about to take one
  * token (LEN = context + 1), sequence b owning blocks [b x need, (b + 1) x need) of the pools,

@@ -2,6 +2,7 @@
  * run as written (docs/MODELS.md lists both). Both spellings of transformers are read: version
  * 5's rope_parameters and dtype, and the older rope_theta + rope_scaling and torch_dtype. */
 #include <ctype.h>
+#include <float.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdarg.h>
@@ -15,7 +16,10 @@
 
 static const cli_hf_arch ARCHITECTURES[] = {
     {.architecture = "LlamaForCausalLM"},
-    {.architecture = "MistralForCausalLM", .sliding_window_key = true},
+    /* transformers' MistralConfig defaults sliding_window to 4096. */
+    {.architecture = "MistralForCausalLM",
+     .sliding_window_key = true,
+     .sliding_window_default = 4096},
     {.architecture = "Qwen2ForCausalLM", .qkv_bias = true},
     /* transformers' Qwen3Config defaults head_dim to 128, not hidden / heads. */
     {.architecture = "Qwen3ForCausalLM", .qk_norm = true, .head_dim_default = 128},
@@ -86,7 +90,8 @@ static bool get_number(const reader *r, json_t *obj, const char *where, const ch
 /* A norm's epsilon: a number at least 0 (what the norm ops accept); absent gives `fallback`. */
 static bool get_eps(const reader *r, json_t *obj, const char *key, double fallback, double *out) {
   if (!get_number(r, obj, "", key, fallback, out)) return false;
-  if (*out < 0) return fail(r, "'%s' must be a finite number at least 0", key);
+  if (!(*out >= 0 && *out <= FLT_MAX))
+    return fail(r, "'%s' must be a number at least 0 and a finite f32, not %g", key, *out);
   return true;
 }
 
@@ -184,10 +189,24 @@ static bool read_rope(const reader *r, json_t *root, cli_hf_config *c) {
   } else {
     c->rope_theta = fallback_theta;
   }
-  if (!(c->rope_theta > 1.0)) return fail(r, "rope_theta must be above 1, not %g", c->rope_theta);
+  if (!(c->rope_theta > 1.0 && c->rope_theta <= FLT_MAX))
+    return fail(r, "rope_theta must be above 1 and a finite f32, not %g", c->rope_theta);
   const char *type = NULL;
   if (params && !get_string(r, params, "rope_type", &type)) return false;
   if (params && !type && !get_string(r, params, "type", &type)) return false;
+  /* An older rope_scaling beside rope_parameters: the newer key is read, so an older scaling of
+   * another type would be dropped without a word. */
+  json_t *older = get(root, "rope_parameters") ? get(root, "rope_scaling") : NULL;
+  if (older && json_is_object(older)) {
+    const char *older_type = NULL;
+    if (!get_string(r, older, "rope_type", &older_type)) return false;
+    if (!older_type && !get_string(r, older, "type", &older_type)) return false;
+    if (strcmp(older_type ? older_type : "default", type ? type : "default") != 0)
+      return fail(r,
+                  "'rope_scaling' (type '%.30s') and 'rope_parameters' (type '%.30s') disagree: "
+                  "give one",
+                  older_type ? older_type : "default", type ? type : "default");
+  }
   if (type && strcmp(type, "llama3") == 0) {
     c->llama3 = true;
     double original = 0;
@@ -221,6 +240,9 @@ static bool read_rope(const reader *r, json_t *root, cli_hf_config *c) {
 static bool read_sliding_window(const reader *r, json_t *root, cli_hf_config *c) {
   json_t *types = get(root, "layer_types");
   if (types && !json_is_array(types)) return fail(r, "'layer_types' must be a list");
+  if (types && (int64_t)json_array_size(types) != c->layers)
+    return fail(r, "'layer_types' has %zu entries for %lld layers (num_hidden_layers)",
+                json_array_size(types), (long long)c->layers);
   size_t i;
   json_t *t;
   json_array_foreach(types, i, t) {
@@ -240,7 +262,14 @@ static bool read_sliding_window(const reader *r, json_t *root, cli_hf_config *c)
   }
   json_t *window = get(root, "sliding_window");
   c->sliding_window = -1;
-  if (window) {
+  /* Absent, not null: an explicit null turns the window off in transformers too. */
+  if (!json_object_get(root, "sliding_window") && c->arch->sliding_window_default) {
+    c->sliding_window = c->arch->sliding_window_default;
+    if (!c->sliding_used) {
+      c->sliding_used = true;
+      c->sliding_reason = "no sliding_window key: transformers' default window";
+    }
+  } else if (window) {
     if (!json_is_integer(window) || json_integer_value(window) < 1)
       return fail(r, "'sliding_window' must be a positive integer or null");
     c->sliding_window = json_integer_value(window);

@@ -29,11 +29,12 @@ typedef struct {
    * q, k and v in one c_attn, a plain MLP; otherwise a Llama-style decoder (RMSNorm, RoPE,
    * separate q/k/v projections, gated MLP). */
   bool gpt2;
-  bool qkv_bias;            /* q, k and v projections always have biases (Qwen2) */
-  bool qk_norm;             /* per-head RMSNorm of q and k before RoPE (Qwen3) */
-  bool tied_default;        /* tie_word_embeddings when the config does not say */
-  int64_t head_dim_default; /* head_dim when the config has none; 0: hidden / heads */
-  bool sliding_window_key;  /* a non-null sliding_window alone means it is used (Mistral) */
+  bool qkv_bias;                  /* q, k and v projections always have biases (Qwen2) */
+  bool qk_norm;                   /* per-head RMSNorm of q and k before RoPE (Qwen3) */
+  bool tied_default;              /* tie_word_embeddings when the config does not say */
+  int64_t head_dim_default;       /* head_dim when the config has none; 0: hidden / heads */
+  bool sliding_window_key;        /* a non-null sliding_window alone means it is used (Mistral) */
+  int64_t sliding_window_default; /* the window of a config without the key; 0: none */
 } cli_hf_arch;
 
 typedef struct {

@@ -40,8 +40,7 @@ static void put_quoted(recap__text *t, const char *s) {
 
 /* ", rows: [b, e]" when every key takes the same range, else ", rows: [[b, e], ...]", one per
  * key (q, k and v of a tensor-parallel rank). */
-static void put_ranges(recap__text *t, const char *axis, const int64_t (*ranges)[2],
-                       int num_keys) {
+static void put_ranges(recap__text *t, const char *axis, const int64_t (*ranges)[2], int num_keys) {
   bool same = true;
   for (int k = 1; k < num_keys; k++)
     same = same && ranges[k][0] == ranges[0][0] && ranges[k][1] == ranges[0][1];
@@ -88,9 +87,13 @@ static const char *optional(const cli_hf_weights *w, const char *with_comma) {
   return has_weight(w->layer, w->num_layer, with_comma + 2) ? with_comma : "";
 }
 
+/* A value of any width keeps a space before its comment (a `#` right after a scalar would be
+ * part of it, and the dim a string). */
 static void put_dim(recap__text *t, const char *name, int64_t value, const char *comment) {
-  recap__text_put(t, "  %-5s %-8" PRId64 "%s%s\n", name, value, comment ? "# " : "",
-                  comment ? comment : "");
+  if (comment)
+    recap__text_put(t, "  %-5s %-8" PRId64 " # %s\n", name, value, comment);
+  else
+    recap__text_put(t, "  %-5s %" PRId64 "\n", name, value);
 }
 
 /* "[1, 2, 4]" (or "8" for one value) into buf. */
@@ -229,10 +232,9 @@ static void put_row_parallel(recap__text *t, const cli_hf_spec_options *o, const
     return;
   }
   if (o->tp->rank == 0) {
-    recap__text_put(t, "      - {op: linear, in: [%s, %s], out: %s_local, name: %s}\n", in,
-                    weight, out, name);
-    recap__text_put(t, "      - {op: add, in: [%s, %s_local], out: %s_part}\n", residual, out,
-                    out);
+    recap__text_put(t, "      - {op: linear, in: [%s, %s], out: %s_local, name: %s}\n", in, weight,
+                    out, name);
+    recap__text_put(t, "      - {op: add, in: [%s, %s_local], out: %s_part}\n", residual, out, out);
   } else {
     recap__text_put(t, "      - {op: linear, in: [%s, %s], out: %s_part, name: %s}\n", in, weight,
                     out, name);

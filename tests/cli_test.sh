@@ -1141,6 +1141,48 @@ RECAP_ALLOC_CONF=backend:cudaMalloc expect 0 "backend:cudaMalloc" -- \
 grep -q "recap: note:" "$tmp/err" && fail "backend:cudaMalloc prints a note"
 expect 1 "import-hf of a folder without a model" -- "$recap" import-hf "$tmp" -o -
 grep -q "config.json" "$tmp/err" || fail "import-hf does not name the missing config.json"
+# A size of 8 digits or more still leaves a space before its comment (else the dim is read
+# as a string and the spec does not load).
+expect 0 "import-hf --max-seq 10000000" -- "$recap" import-hf "$tmp/qwen2" -o "$tmp/long.yaml" \
+  --random-weights --max-seq 10000000 --prefill 16
+expect 0 "validate a spec of 10000000 positions" -- "$recap" validate "$tmp/long.yaml"
+# -o naming one of the files the import reads is refused before anything is written.
+for own in model.safetensors config.json; do
+  cksum "$tmp/qwen2/$own" >"$tmp/before"
+  expect 2 "import-hf -o the checkpoint's $own" -- "$recap" import-hf "$tmp/qwen2" \
+    -o "$tmp/qwen2/$own"
+  grep -q "is the checkpoint's own $own" "$tmp/err" ||
+    fail "import-hf -o $own: the message does not say why: $(head -1 "$tmp/err")"
+  cksum "$tmp/qwen2/$own" | cmp -s - "$tmp/before" || fail "import-hf -o $own changed the file"
+done
+# Config values transformers would read otherwise, or that no f32 holds, are refused by name.
+hf_config() { # DIR ARCH JSON: a 2-layer config with JSON's keys over the defaults
+  mkdir -p "$1"
+  python3 -c 'import json, sys
+c = {"architectures": [sys.argv[2]], "hidden_size": 64, "num_hidden_layers": 2,
+     "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 128,
+     "vocab_size": 100, "max_position_embeddings": 16384, "rms_norm_eps": 1e-5,
+     "hidden_act": "silu"}
+c.update(json.loads(sys.argv[3])); json.dump(c, open(sys.argv[1] + "/config.json", "w"))' "$@"
+}
+hf_config "$tmp/mistral_nokey" MistralForCausalLM '{}'
+expect 1 "import-hf Mistral without sliding_window past 4096" -- "$recap" import-hf \
+  "$tmp/mistral_nokey" -o - --random-weights --max-seq 8192
+grep -q "window of 4096 tokens" "$tmp/err" ||
+  fail "a Mistral config without sliding_window does not get transformers' 4096: $(head -1 "$tmp/err")"
+expect 0 "import-hf Mistral without sliding_window within 4096" -- "$recap" import-hf \
+  "$tmp/mistral_nokey" -o - --random-weights --max-seq 4096
+hf_config "$tmp/mistral_null" MistralForCausalLM '{"sliding_window": null}'
+expect 0 "import-hf Mistral with sliding_window null" -- "$recap" import-hf "$tmp/mistral_null" \
+  -o - --random-weights --max-seq 8192
+for bad in 'rope_theta:{"rope_theta": 1e308}' 'rms_norm_eps:{"rms_norm_eps": 1e300}' \
+  "layer_types:{\"layer_types\": [\"full_attention\"]}" \
+  'rope_scaling:{"rope_parameters": {"rope_type": "default"}, "rope_scaling": {"type": "linear", "factor": 2.0}}'; do
+  hf_config "$tmp/bad_${bad%%:*}" LlamaForCausalLM "${bad#*:}"
+  expect 1 "import-hf with a bad ${bad%%:*}" -- "$recap" import-hf "$tmp/bad_${bad%%:*}" -o - \
+    --random-weights
+  grep -q "${bad%%:*}" "$tmp/err" || fail "import-hf does not name ${bad%%:*}: $(head -1 "$tmp/err")"
+done
 # import-hf --paged: the serving layout, validated (both entries), and its decode step timed on
 # the host backend (a smoke run of bench-decode: every column printed, JSON written).
 expect 0 "import-hf --paged" -- "$recap" import-hf "$tmp/qwen2" -o "$tmp/qwen2_paged.yaml" \
@@ -1158,6 +1200,14 @@ expect 0 "bench-decode" -- "$recap" bench-decode "$tmp/qwen2_paged.yaml" --devic
   --batch 1,4 --context 8 --tokens 4 --repeats 2 --json "$tmp/decode.json"
 grep -qE "^ +4 .*x +[0-9]+ +[0-9]+%$" "$tmp/out" || fail "bench-decode prints no row for batch 4"
 check_json "$tmp/decode.json"
+# --collectives times a tensor-parallel rank's all_reduces: without --world it is a usage error.
+expect 2 "bench-decode --collectives without --world" -- "$recap" bench-decode \
+  "$tmp/qwen2_paged.yaml" --device host --collectives 1 --tokens 4 --repeats 1
+grep -q "goes with --world" "$tmp/err" || fail "bench-decode --collectives: $(head -1 "$tmp/err")"
+# With no sizes given, a spec of 64 positions still runs: the steps shrink with the context.
+expect 0 "bench-decode defaults on a short spec" -- "$recap" bench-decode "$tmp/qwen2_paged.yaml" \
+  --device host --repeats 1
+grep -q "steps do not fit this spec" "$tmp/err" || fail "bench-decode does not say the steps shrank"
 # Too long a context for the spec: the easy way out (a smaller --context) is named first.
 expect 1 "bench-decode past the spec's sequences" -- "$recap" bench-decode \
   "$tmp/qwen2_paged.yaml" --device host --batch 1 --context 100 --tokens 4
