@@ -184,7 +184,8 @@ static int parse_args(int argc, char **argv, generate_args *a) {
     } else if ((m = cli_flag(CMD, argc, argv, &i, "--temperature", &v)) != 0) {
       if (m < 0 || !cli_parse_number(CMD, "--temperature", v, 0, 1e6, &a->temperature))
         return CLI_EXIT_USAGE;
-      a->sampling = true;
+      /* 0 is the default, greedy decoding, which every layout does. */
+      if (a->temperature > 0) a->sampling = true;
     } else if ((m = cli_flag(CMD, argc, argv, &i, "--top-p", &v)) != 0) {
       if (m < 0 || !cli_parse_number(CMD, "--top-p", v, 1e-9, 1, &a->top_p)) return CLI_EXIT_USAGE;
       a->sampling = true;
@@ -207,6 +208,9 @@ static int parse_args(int argc, char **argv, generate_args *a) {
       for (size_t k = 0; k < count; k++) a->stop_ids[k] = (int32_t)ids[k];
       a->num_stop_ids = (int)count;
       a->sampling = true;
+    } else if (strcmp(argv[i], "--mode") == 0) {
+      fprintf(stderr, "recap %s: --mode goes with --world N (a tensor-parallel run)\n", CMD);
+      return CLI_EXIT_USAGE;
     } else if (!cli_take_one(CMD, "spec", argv[i], &a->path)) {
       return CLI_EXIT_USAGE;
     }

@@ -243,6 +243,15 @@ int cli_import_hf_main(int argc, char **argv) {
     fprintf(stderr, "recap %s: usage: recap import-hf DIR -o SPEC (see --help)\n", CMD);
     return CLI_EXIT_USAGE;
   }
+  /* DIR/ as DIR, so that the files it names read DIR/config.json, not DIR//config.json. */
+  char dir_buf[4096];
+  size_t dir_len = strlen(dir);
+  while (dir_len > 1 && dir[dir_len - 1] == '/') --dir_len;
+  if (dir_len < strlen(dir) && dir_len < sizeof dir_buf) {
+    memcpy(dir_buf, dir, dir_len);
+    dir_buf[dir_len] = '\0';
+    dir = dir_buf;
+  }
   bool split = o.tp > 1;
   if (split && !strstr(out, "{rank}")) {
     fprintf(stderr,

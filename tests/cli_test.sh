@@ -1381,6 +1381,12 @@ expect 0 "generate sampled again" -- "$recap" generate "$tmp/qwen2_paged.yaml" -
 expect 2 "generate: sampling on a contiguous spec" -- "$recap" generate "$tmp/qwen2.yaml" \
   --prompt-ids 1,2 --temperature 0.5 --device host
 grep -q "import-hf --paged" "$tmp/err" || fail "generate does not say sampling needs --paged"
+# --temperature 0 is the default greedy decoding, which the contiguous layout does too.
+expect 0 "generate --temperature 0 on a contiguous spec" -- "$recap" generate "$tmp/qwen2.yaml" \
+  --prompt-ids 1,2 --max-tokens 2 --temperature 0 --device host
+expect 2 "generate --mode without --world" -- "$recap" generate "$tmp/qwen2.yaml" \
+  --prompt-ids 1,2 --mode eager --device host
+grep -q "goes with --world" "$tmp/err" || fail "generate --mode: $(head -1 "$tmp/err")"
 expect 2 "generate: bad top-p" -- "$recap" generate "$tmp/qwen2_paged.yaml" --prompt-ids 1 \
   --top-p 1.5 --device host
 expect 2 "generate: an id outside the vocabulary" -- "$recap" generate "$tmp/qwen2_paged.yaml" \
