@@ -290,6 +290,13 @@ const char *cli_plural(long long n, const char *one, const char *many);
 /* "1.5 MiB", "12.0 KiB" or "300 B" into buf; returns buf. */
 const char *cli_format_bytes(size_t bytes, char *buf, size_t size);
 
+/* Whether writing `out` would replace a file the pipeline was made from: the spec at
+ * `spec_path`, or a file a tensor's `init:` reads (a checkpoint file, or in a checkpoint's
+ * folder a .safetensors file or its index), links followed. That file's path goes to `which`.
+ * A missing `out` replaces nothing. */
+bool cli_output_replaces_input(recap_pipeline *p, const char *spec_path, const char *out,
+                               char *which, size_t size);
+
 /* Seconds on a monotonic clock. */
 double cli_now(void);
 

@@ -289,6 +289,18 @@ int cli_run_main(int argc, char **argv) {
     cli_report_failure(CMD, "reading the pipeline", st);
     goto done;
   }
+  /* Before anything runs or is written: an output over the spec or its weights destroys them. */
+  const char *const written[] = {a.save_path, a.json_path};
+  static const char *const flags[] = {"--save-tensors", "--json"};
+  for (int w = 0; w < 2; w++) {
+    char which[4096];
+    if (written[w] && cli_output_replaces_input(p, a.path, written[w], which, sizeof which)) {
+      fprintf(stderr, "recap %s: %s %s would replace %s, which this run reads\n", CMD, flags[w],
+              written[w], which);
+      rc = CLI_EXIT_USAGE;
+      goto done;
+    }
+  }
   bool graph = pi.mode == RECAP_MODE_GRAPH;
   if ((st = cli_inputs_read_bound(p, &bound)) != RECAP_OK ||
       (st = cli_inputs_make(p, &bound, rs.batch, rs.seed, &inputs)) != RECAP_OK ||

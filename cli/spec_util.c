@@ -1,5 +1,6 @@
 /* spec_util.c: loading specs, choosing buckets and devices, and the output helpers of the
  * subcommands. */
+#include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
@@ -300,4 +301,72 @@ void cli_print_gemm_tune_stats(FILE *out) {
           (unsigned long long)s.candidates_timed, (unsigned long long)s.rejected,
           (unsigned long long)s.cache_hits, (unsigned long long)s.untimed_defaults,
           (unsigned long long)s.stale, (unsigned long long)s.file_warnings);
+}
+
+static bool same_file(const struct stat *a, const char *path) {
+  struct stat b;
+  return stat(path, &b) == 0 && a->st_dev == b.st_dev && a->st_ino == b.st_ino;
+}
+
+/* In `folder`: a .safetensors file or an index (a .json naming safetensors) that is `out`. */
+static bool in_checkpoint_folder(const struct stat *out, const char *folder, char *which,
+                                 size_t size) {
+  DIR *d = opendir(folder);
+  if (!d) return false;
+  bool found = false;
+  const struct dirent *e;
+  while (!found && (e = readdir(d)) != NULL) {
+    const size_t len = strlen(e->d_name);
+    const bool read = (len > 12 && strcmp(e->d_name + len - 12, ".safetensors") == 0) ||
+                      (len > 5 && strcmp(e->d_name + len - 5, ".json") == 0 &&
+                       strstr(e->d_name, "safetensors") != NULL);
+    char file[4096];
+    if (read && snprintf(file, sizeof file, "%s/%s", folder, e->d_name) < (int)sizeof file &&
+        same_file(out, file)) {
+      snprintf(which, size, "%s", file);
+      found = true;
+    }
+  }
+  closedir(d);
+  return found;
+}
+
+bool cli_output_replaces_input(recap_pipeline *p, const char *spec_path, const char *out,
+                               char *which, size_t size) {
+  struct stat o;
+  if (strcmp(out, "-") == 0 || stat(out, &o) != 0) return false;
+  if (spec_path && same_file(&o, spec_path)) {
+    snprintf(which, size, "%s", spec_path);
+    return true;
+  }
+  recap_pipeline_info pi;
+  if (recap_pipeline_info_get(p, &pi) != RECAP_OK) {
+    recap_clear_error();
+    return false;
+  }
+  for (size_t i = 0; i < pi.num_tensors; i++) {
+    recap_tensor_info t;
+    if (recap_pipeline_tensor_info_get(p, i, &t) != RECAP_OK) {
+      recap_clear_error();
+      continue;
+    }
+    if (t.init.kind != RECAP_INIT_FILE || !t.init.path) continue;
+    struct stat st;
+    if (stat(t.init.path, &st) != 0) continue;
+    if (S_ISDIR(st.st_mode)) {
+      if (in_checkpoint_folder(&o, t.init.path, which, size)) return true;
+      continue;
+    }
+    if (st.st_dev == o.st_dev && st.st_ino == o.st_ino) {
+      snprintf(which, size, "%s", t.init.path);
+      return true;
+    }
+    /* An index's shards lie beside it. */
+    char folder[4096];
+    snprintf(folder, sizeof folder, "%s", t.init.path);
+    char *slash = strrchr(folder, '/');
+    if (slash) *slash = '\0';
+    if (in_checkpoint_folder(&o, slash ? folder : ".", which, size)) return true;
+  }
+  return false;
 }

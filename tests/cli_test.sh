@@ -1068,6 +1068,17 @@ expect 0 "run a spec of one bucket" -- "$recap" run "$specs/elementwise_chain.ya
   --iters 1
 grep -q "^stats: .* (1 launch each), 1 capture; " "$tmp/out" ||
   fail "run's stats: $(grep "^stats" "$tmp/out")"
+# run's outputs never replace what the run reads: its spec or its checkpoint's files.
+cksum "$tmp/qwen2/model.safetensors" >"$tmp/before"
+expect 2 "run --save-tensors over the checkpoint" -- "$recap" run "$tmp/qwen2.yaml" \
+  --entry decode --device host --iters 1 --save-tensors "$tmp/qwen2/model.safetensors"
+grep -q "would replace .*model.safetensors, which this run reads" "$tmp/err" ||
+  fail "run --save-tensors over the checkpoint: $(head -1 "$tmp/err")"
+cksum "$tmp/qwen2/model.safetensors" | cmp -s - "$tmp/before" ||
+  fail "run --save-tensors changed the checkpoint"
+expect 2 "run --json over the spec" -- "$recap" run "$tmp/qwen2.yaml" --entry decode \
+  --device host --iters 1 --json "$tmp/qwen2.yaml"
+grep -q "^checkpoint:" "$tmp/qwen2.yaml" || fail "run --json replaced the spec"
 expect 0 "import-hf to stdout" -- "$recap" import-hf "$tmp/qwen2" -o - --dtype bf16
 grep -q "^dtype: bf16" "$tmp/out" && grep -q "cast: true" "$tmp/out" ||
   fail "import-hf --dtype bf16 does not cast the f32 checkpoint"
