@@ -290,6 +290,11 @@ const char *cli_plural(long long n, const char *one, const char *many);
 /* "1.5 MiB", "12.0 KiB" or "300 B" into buf; returns buf. */
 const char *cli_format_bytes(size_t bytes, char *buf, size_t size);
 
+/* Whether `out` is an existing file that the checkpoint folder `folder` holds as one the
+ * import reads (config.json, a .safetensors file, its .json index), links followed as a Hugging
+ * Face cache snapshot's are; its path then goes to `which`. */
+bool cli_checkpoint_file_is(const char *folder, const char *out, char *which, size_t size);
+
 /* Whether writing `out` would replace a file the pipeline was made from: the spec at
  * `spec_path`, or a file a tensor's `init:` reads (a checkpoint file, or in a checkpoint's
  * folder a .safetensors file or its index), links followed. That file's path goes to `which`.

@@ -1,12 +1,10 @@
 /* import_hf.c: `recap import-hf DIR -o SPEC`: a Hugging Face checkpoint folder as a spec
  * (cli/hf_import.h does the work; docs/MODELS.md). */
-#include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "cli/cli.h"
 #include "cli/hf_import.h"
@@ -136,37 +134,6 @@ static bool rank_path(const char *pattern, int64_t rank, char *out, size_t size)
   return true;
 }
 
-/* Whether `path` is an existing file that the checkpoint folder `dir` holds as one of what the
- * import reads (config.json, a .safetensors file, its .json index), followed through links as a
- * Hugging Face cache snapshot's are; its name then goes to `which`. Writing the spec there would
- * destroy what the spec reads. */
-static bool is_checkpoint_file(const char *dir, const char *path, char *which, size_t size) {
-  struct stat out;
-  if (stat(path, &out) != 0) return false; /* nothing there to lose */
-  DIR *d = opendir(dir);
-  if (!d) return false;
-  bool found = false;
-  const struct dirent *e;
-  while (!found && (e = readdir(d)) != NULL) {
-    const size_t len = strlen(e->d_name);
-    const bool read = strcmp(e->d_name, "config.json") == 0 ||
-                      (len > 12 && strcmp(e->d_name + len - 12, ".safetensors") == 0) ||
-                      (len > 5 && strcmp(e->d_name + len - 5, ".json") == 0 &&
-                       strstr(e->d_name, "safetensors") != NULL);
-    char file[4096];
-    struct stat st;
-    if (!read || snprintf(file, sizeof file, "%s/%s", dir, e->d_name) >= (int)sizeof file ||
-        stat(file, &st) != 0)
-      continue;
-    if (st.st_dev == out.st_dev && st.st_ino == out.st_ino) {
-      snprintf(which, size, "%s", e->d_name);
-      found = true;
-    }
-  }
-  closedir(d);
-  return found;
-}
-
 /* False with the reason on stderr (cli_report_write_failure). */
 static bool write_spec(const char *path, const char *text) {
   if (strcmp(path, "-") == 0) return fputs(text, stdout) >= 0;
@@ -289,12 +256,12 @@ int cli_import_hf_main(int argc, char **argv) {
       fprintf(stderr, "recap %s: -o %s: the path is too long\n", CMD, out);
       return CLI_EXIT_USAGE;
     }
-    char which[256];
-    if (strcmp(path, "-") != 0 && is_checkpoint_file(dir, path, which, sizeof which)) {
+    char which[4096];
+    if (strcmp(path, "-") != 0 && cli_checkpoint_file_is(dir, path, which, sizeof which)) {
       fprintf(stderr,
               "recap %s: -o %s is the checkpoint's own %s: the spec would replace a file it "
               "reads (write it elsewhere)\n",
-              CMD, path, which);
+              CMD, path, strrchr(which, '/') ? strrchr(which, '/') + 1 : which);
       return CLI_EXIT_USAGE;
     }
     o.tp_rank = rank;

@@ -308,16 +308,18 @@ static bool same_file(const struct stat *a, const char *path) {
   return stat(path, &b) == 0 && a->st_dev == b.st_dev && a->st_ino == b.st_ino;
 }
 
-/* In `folder`: a .safetensors file or an index (a .json naming safetensors) that is `out`. */
-static bool in_checkpoint_folder(const struct stat *out, const char *folder, char *which,
-                                 size_t size) {
+/* In `folder`: a .safetensors file, an index (a .json naming safetensors) or, with
+ * `with_config`, config.json that is `out`; its path goes to `which`. */
+static bool in_checkpoint_folder(const struct stat *out, const char *folder, bool with_config,
+                                 char *which, size_t size) {
   DIR *d = opendir(folder);
   if (!d) return false;
   bool found = false;
   const struct dirent *e;
   while (!found && (e = readdir(d)) != NULL) {
     const size_t len = strlen(e->d_name);
-    const bool read = (len > 12 && strcmp(e->d_name + len - 12, ".safetensors") == 0) ||
+    const bool read = (with_config && strcmp(e->d_name, "config.json") == 0) ||
+                      (len > 12 && strcmp(e->d_name + len - 12, ".safetensors") == 0) ||
                       (len > 5 && strcmp(e->d_name + len - 5, ".json") == 0 &&
                        strstr(e->d_name, "safetensors") != NULL);
     char file[4096];
@@ -329,6 +331,11 @@ static bool in_checkpoint_folder(const struct stat *out, const char *folder, cha
   }
   closedir(d);
   return found;
+}
+
+bool cli_checkpoint_file_is(const char *folder, const char *out, char *which, size_t size) {
+  struct stat o;
+  return stat(out, &o) == 0 && in_checkpoint_folder(&o, folder, true, which, size);
 }
 
 bool cli_output_replaces_input(recap_pipeline *p, const char *spec_path, const char *out,
@@ -354,7 +361,7 @@ bool cli_output_replaces_input(recap_pipeline *p, const char *spec_path, const c
     struct stat st;
     if (stat(t.init.path, &st) != 0) continue;
     if (S_ISDIR(st.st_mode)) {
-      if (in_checkpoint_folder(&o, t.init.path, which, size)) return true;
+      if (in_checkpoint_folder(&o, t.init.path, false, which, size)) return true;
       continue;
     }
     if (st.st_dev == o.st_dev && st.st_ino == o.st_ino) {
@@ -366,7 +373,7 @@ bool cli_output_replaces_input(recap_pipeline *p, const char *spec_path, const c
     snprintf(folder, sizeof folder, "%s", t.init.path);
     char *slash = strrchr(folder, '/');
     if (slash) *slash = '\0';
-    if (in_checkpoint_folder(&o, slash ? folder : ".", which, size)) return true;
+    if (in_checkpoint_folder(&o, slash ? folder : ".", false, which, size)) return true;
   }
   return false;
 }
