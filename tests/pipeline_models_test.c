@@ -281,8 +281,9 @@ static void test_refusals_name_their_cause(void) {
   expect_refusal(dir, 0, (const char *[]){"'hidden_size' is missing", NULL});
   /* A spec the norm ops would refuse at load is refused here, naming the key. */
   edited_fixture("llama", "negative_eps", negative_eps, dir, sizeof dir);
-  expect_refusal(dir, 0,
-                 (const char *[]){"'rms_norm_eps' must be a finite number at least 0", NULL});
+  expect_refusal(
+      dir, 0,
+      (const char *[]){"'rms_norm_eps' must be a number at least 0 and a finite f32", NULL});
   edited_fixture("gpt2", "negative_gpt2_eps", negative_gpt2_eps, dir, sizeof dir);
   expect_refusal(dir, 0, (const char *[]){"'layer_norm_epsilon'", "at least 0", NULL});
   /* A dtype recap does not compute in leaves the choice to the checkpoint, with a note. */
