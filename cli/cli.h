@@ -272,6 +272,10 @@ void cli_print_gemm_tune_stats(FILE *out);
  * (its folder missing or read-only: checked now, before the command's work) or stdout cannot be
  * kept. */
 int cli_json_flag(const char *cmd, int argc, char **argv, int *i, const char **path);
+/* Whether a file can be written at path: its folder (or the file itself, when it exists)
+ * writable; else false with the reason on stderr. Checked when a flag is read, so a typo fails
+ * before the work (a usage error), not after it. */
+bool cli_output_writable(const char *cmd, const char *path);
 /* Adds the "environment" object (cli_environment_json of `device`, the device the results are
  * from) to root and writes it to path: to the file (indented, keys in insertion order), then
  * "wrote PATH" on stdout; or for "-" as one line to the standard output cli_json_flag kept.
@@ -287,7 +291,7 @@ void cli_report_write_failure(const char *cmd, const char *path, int error);
  * "step", "steps")), so that no line reads "1 steps". */
 const char *cli_plural(long long n, const char *one, const char *many);
 
-/* "1.5 MiB", "12.0 KiB" or "300 B" into buf; returns buf. */
+/* "2.3 GiB", "1.5 MiB", "12.0 KiB" or "300 B" (TiB past 1024 GiB) into buf; returns buf. */
 const char *cli_format_bytes(size_t bytes, char *buf, size_t size);
 
 /* Whether `out` is an existing file that the checkpoint folder `folder` holds as one the

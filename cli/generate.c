@@ -174,9 +174,10 @@ static int parse_args(int argc, char **argv, generate_args *a) {
     if ((m = cli_flag(CMD, argc, argv, &i, "--prompt-ids", &ids_text)) != 0 ||
         (m = cli_flag(CMD, argc, argv, &i, "--device", &a->device)) != 0 ||
         (m = cli_flag(CMD, argc, argv, &i, "--base-dir", &a->base_dir)) != 0 ||
-        (m = cli_json_flag(CMD, argc, argv, &i, &a->json_path)) != 0 ||
-        (m = cli_flag(CMD, argc, argv, &i, "--logits-out", &a->logits_path)) != 0) {
+        (m = cli_json_flag(CMD, argc, argv, &i, &a->json_path)) != 0) {
       if (m < 0) return CLI_EXIT_USAGE;
+    } else if ((m = cli_flag(CMD, argc, argv, &i, "--logits-out", &a->logits_path)) != 0) {
+      if (m < 0 || !cli_output_writable(CMD, a->logits_path)) return CLI_EXIT_USAGE;
     } else if ((m = cli_flag(CMD, argc, argv, &i, "--max-tokens", &v)) != 0 ||
                (m = cli_flag(CMD, argc, argv, &i, "--max-new", &v)) != 0) {
       if (m < 0 || !cli_parse_int(CMD, "--max-tokens", v, 1, MAX_PROMPT, &a->max_tokens))

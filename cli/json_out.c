@@ -9,9 +9,7 @@
 /* The original standard output, kept for the JSON once "--json -" moved the text away. */
 static int json_stdout_fd = -1;
 
-/* Whether a file can be written at path: its folder (or the file itself, when it exists)
- * writable. Checked when the flag is read, so a typo fails before the work, not after it. */
-static bool writable(const char *cmd, const char *path) {
+bool cli_output_writable(const char *cmd, const char *path) {
   char dir[4096];
   const char *slash = strrchr(path, '/');
   if (!slash)
@@ -28,7 +26,7 @@ static bool writable(const char *cmd, const char *path) {
 
 int cli_json_flag(const char *cmd, int argc, char **argv, int *i, const char **path) {
   int m = cli_flag(cmd, argc, argv, i, "--json", path);
-  if (m > 0 && strcmp(*path, "-") != 0 && !writable(cmd, *path)) return -1;
+  if (m > 0 && strcmp(*path, "-") != 0 && !cli_output_writable(cmd, *path)) return -1;
   if (m <= 0 || strcmp(*path, "-") != 0 || json_stdout_fd >= 0) return m;
   /* The commands print their text report with printf as they go; pointing file descriptor 1 at
    * standard error sends all of it there, so standard output carries the JSON alone. */

@@ -275,7 +275,11 @@ const char *cli_plural(long long n, const char *one, const char *many) {
 }
 
 const char *cli_format_bytes(size_t bytes, char *buf, size_t size) {
-  if (bytes >= (1u << 20))
+  if (bytes >= ((size_t)1 << 40))
+    snprintf(buf, size, "%.1f TiB", (double)bytes / (double)((size_t)1 << 40));
+  else if (bytes >= ((size_t)1 << 30))
+    snprintf(buf, size, "%.1f GiB", (double)bytes / (double)(1u << 30));
+  else if (bytes >= (1u << 20))
     snprintf(buf, size, "%.1f MiB", (double)bytes / (1 << 20));
   else if (bytes >= (1u << 10))
     snprintf(buf, size, "%.1f KiB", (double)bytes / (1 << 10));

@@ -1176,6 +1176,14 @@ c = {"architectures": [sys.argv[2]], "hidden_size": 64, "num_hidden_layers": 2,
      "hidden_act": "silu"}
 c.update(json.loads(sys.argv[3])); json.dump(c, open(sys.argv[1] + "/config.json", "w"))' "$@"
 }
+# Sizes past a GiB print in GiB (Llama 3 8B's shape: 15.0 GiB of bf16 weights).
+hf_config "$tmp/llama8b" LlamaForCausalLM '{"hidden_size": 4096, "num_hidden_layers": 32,
+  "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 14336,
+  "vocab_size": 128256, "torch_dtype": "bfloat16"}'
+expect 0 "import-hf of an 8B shape" -- "$recap" import-hf "$tmp/llama8b" -o - --random-weights \
+  --max-seq 4096
+grep -q "^weights: 15.0 GiB; KV cache: 512.0 MiB per sequence" "$tmp/err" ||
+  fail "import-hf's sizes: $(grep "^weights" "$tmp/err")"
 hf_config "$tmp/mistral_nokey" MistralForCausalLM '{}'
 expect 1 "import-hf Mistral without sliding_window past 4096" -- "$recap" import-hf \
   "$tmp/mistral_nokey" -o - --random-weights --max-seq 8192
@@ -1395,6 +1403,8 @@ grep -q "import-hf --paged" "$tmp/err" || fail "generate does not say sampling n
 # --temperature 0 is the default greedy decoding, which the contiguous layout does too.
 expect 0 "generate --temperature 0 on a contiguous spec" -- "$recap" generate "$tmp/qwen2.yaml" \
   --prompt-ids 1,2 --max-tokens 2 --temperature 0 --device host
+expect 2 "generate --logits-out into a missing folder" -- "$recap" generate "$tmp/qwen2.yaml" \
+  --prompt-ids 1,2 --logits-out "$tmp/nosuch/x.bin" --device host
 expect 2 "generate --mode without --world" -- "$recap" generate "$tmp/qwen2.yaml" \
   --prompt-ids 1,2 --mode eager --device host
 grep -q "goes with --world" "$tmp/err" || fail "generate --mode: $(head -1 "$tmp/err")"
