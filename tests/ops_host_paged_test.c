@@ -1063,6 +1063,11 @@ static void test_split_plan_follows_shapes(void) {
   g = plan_for(1, 14, 2, 64, 16, 256, &cuda_ws, &host_ws);
   CU_ASSERT_EQUAL(g.heads_per_cta, 2);
   CU_ASSERT_EQUAL(g.head_chunks, 4);
+  /* A decode grid of more than 64 (token, KV head) pairs keeps the whole group (8 tokens over
+   * 16 KV heads). */
+  g = plan_for(8, 64, 16, 64, 16, 256, &cuda_ws, &host_ws);
+  CU_ASSERT_EQUAL(g.heads_per_cta, 4);
+  CU_ASSERT_EQUAL(g.head_chunks, 1);
   /* Batch 64 (more tokens than the 8 rows: a prefill step): the whole group, 512 CTAs
    * already, two splits. */
   g = plan_for(64, 32, 8, 128, 16, 256, &cuda_ws, &host_ws);
