@@ -164,6 +164,7 @@ static bool read_dtype(const reader *r, json_t *root, cli_hf_config *c) {
  * rope_scaling (older); either names the type as rope_type or, older still, type. */
 static bool read_rope(const reader *r, json_t *root, cli_hf_config *c) {
   json_t *params = get(root, "rope_parameters");
+  const bool newer = params != NULL;
   const char *where = "rope_parameters.";
   if (params) {
     if (!json_is_object(params)) return fail(r, "'rope_parameters' must be an object");
@@ -196,7 +197,7 @@ static bool read_rope(const reader *r, json_t *root, cli_hf_config *c) {
   if (params && !type && !get_string(r, params, "type", &type)) return false;
   /* An older rope_scaling beside rope_parameters: the newer key is read, so an older scaling of
    * another type would be dropped without a word. */
-  json_t *older = get(root, "rope_parameters") ? get(root, "rope_scaling") : NULL;
+  json_t *older = newer ? get(root, "rope_scaling") : NULL;
   if (older && json_is_object(older)) {
     const char *older_type = NULL;
     if (!get_string(r, older, "rope_type", &older_type)) return false;
@@ -260,10 +261,11 @@ static bool read_sliding_window(const reader *r, json_t *root, cli_hf_config *c)
     c->sliding_used = true;
     c->sliding_reason = "use_sliding_window is true";
   }
+  json_t *given = json_object_get(root, "sliding_window");
   json_t *window = get(root, "sliding_window");
   c->sliding_window = -1;
   /* Absent, not null: an explicit null turns the window off in transformers too. */
-  if (!json_object_get(root, "sliding_window") && c->arch->sliding_window_default) {
+  if (!given && c->arch->sliding_window_default) {
     c->sliding_window = c->arch->sliding_window_default;
     if (!c->sliding_used) {
       c->sliding_used = true;

@@ -258,10 +258,11 @@ int cli_import_hf_main(int argc, char **argv) {
     }
     char which[4096];
     if (strcmp(path, "-") != 0 && cli_checkpoint_file_is(dir, path, which, sizeof which)) {
+      const char *name = strrchr(which, '/');
       fprintf(stderr,
               "recap %s: -o %s is the checkpoint's own %s: the spec would replace a file it "
               "reads (write it elsewhere)\n",
-              CMD, path, strrchr(which, '/') ? strrchr(which, '/') + 1 : which);
+              CMD, path, name ? name + 1 : which);
       return CLI_EXIT_USAGE;
     }
     o.tp_rank = rank;

@@ -4,12 +4,14 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
 
 #include "cli/cli.h"
 #include "cli/tensors.h"
+#include "runtime/file.h"
 
 void cli_print_diag(const char *path, const recap__diag *diag) {
   for (size_t i = 0; i < diag->count; i++) fprintf(stderr, "%s\n", diag->messages[i]);
@@ -355,6 +357,7 @@ bool cli_output_replaces_input(recap_pipeline *p, const char *spec_path, const c
     recap_clear_error();
     return false;
   }
+  const char *last = NULL;
   for (size_t i = 0; i < pi.num_tensors; i++) {
     recap_tensor_info t;
     if (recap_pipeline_tensor_info_get(p, i, &t) != RECAP_OK) {
@@ -362,6 +365,9 @@ bool cli_output_replaces_input(recap_pipeline *p, const char *spec_path, const c
       continue;
     }
     if (t.init.kind != RECAP_INIT_FILE || !t.init.path) continue;
+    /* The tensors of one checkpoint name one path, one after another: look at it once. */
+    if (last && strcmp(last, t.init.path) == 0) continue;
+    last = t.init.path;
     struct stat st;
     if (stat(t.init.path, &st) != 0) continue;
     if (S_ISDIR(st.st_mode)) {
@@ -373,11 +379,10 @@ bool cli_output_replaces_input(recap_pipeline *p, const char *spec_path, const c
       return true;
     }
     /* An index's shards lie beside it. */
-    char folder[4096];
-    snprintf(folder, sizeof folder, "%s", t.init.path);
-    char *slash = strrchr(folder, '/');
-    if (slash) *slash = '\0';
-    if (in_checkpoint_folder(&o, slash ? folder : ".", false, which, size)) return true;
+    char *folder = recap__path_folder(t.init.path);
+    const bool beside = folder && in_checkpoint_folder(&o, folder, false, which, size);
+    free(folder);
+    if (beside) return true;
   }
   return false;
 }
