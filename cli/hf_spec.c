@@ -183,8 +183,9 @@ static void put_norm(recap__text *t, const cli_hf_config *c, const char *in, con
                     number(c->norm_eps, eps, sizeof eps));
 }
 
-/* The RoPE attributes of the config, closing the op's braces. */
-static void put_rope_attrs(recap__text *t, const cli_hf_config *c) {
+/* The RoPE attributes of the config, then `more` (attributes of the op's own, each led by ", "),
+ * closing the op's braces. */
+static void put_rope_attrs_then(recap__text *t, const cli_hf_config *c, const char *more) {
   char theta[40], factor[40], low[40], high[40];
   recap__text_put(t, ", theta: %s", number(c->rope_theta, theta, sizeof theta));
   if (c->llama3)
@@ -195,13 +196,13 @@ static void put_rope_attrs(recap__text *t, const cli_hf_config *c) {
                     number(c->llama3_low_freq_factor, low, sizeof low),
                     number(c->llama3_high_freq_factor, high, sizeof high),
                     c->llama3_original_max_positions);
-  recap__text_put(t, "}\n");
+  recap__text_put(t, "%s}\n", more);
 }
 
 /* RoPE of `in` [B, S, heads, Dh] at `positions` into `out`. */
 static void put_rope(recap__text *t, const cli_hf_config *c, const char *in, const char *out) {
   recap__text_put(t, "      - {op: rope, in: [%s, positions], out: %s", in, out);
-  put_rope_attrs(t, c);
+  put_rope_attrs_then(t, c, "");
 }
 
 /* result = residual + in x weight^T (+ bias), the projection named `out`: a linear whose weight
@@ -275,32 +276,32 @@ static void put_attention(recap__text *t, const cli_hf_config *c, const cli_hf_w
     snprintf(scale, sizeof scale, ", scale: %s", number(c->attention_scale, s, sizeof s));
   }
   if (o->paged && !c->arch->gpt2) {
-    /* RoPE of q and k at each token's position and both pool writes in one launch (after
-     * Qwen3's q/k norms, which it reads). */
+    /* RoPE of q and k at each token's position, both pool writes and the attention in one op
+     * (after Qwen3's q/k norms, which it reads): one launch at decode. */
     recap__text_put(t,
-                    "      - {op: paged_rope_kv_write, in: [%s, %s, v_rows, k_cache, v_cache, "
-                    "seqs], out: [q_rows, k_all, v_all]",
+                    "      - {op: paged_rope_attention, in: [%s, %s, v_rows, k_cache, v_cache, "
+                    "seqs], out: [attn, k_all, v_all]",
                     q, k);
-    put_rope_attrs(t, c);
-    q = "q_rows";
+    char attrs[80];
+    snprintf(attrs, sizeof attrs, "%s, name: attention", scale);
+    put_rope_attrs_then(t, c, attrs);
+    recap__text_put(t, "      - {op: reshape, in: [attn], out: attn_flat, shape: [T, Q]}\n");
   } else if (!c->arch->gpt2) {
     put_rope(t, c, q, "q_rows");
     put_rope(t, c, k, "k_rows");
     q = "q_rows";
     k = "k_rows";
   }
-  if (o->paged) {
-    if (c->arch->gpt2) {
-      /* No RoPE: the step's K and V rows go to their pools as they are. */
-      recap__text_put(t, "      - {op: paged_kv_write, in: [k_cache, %s, seqs], out: k_all}\n", k);
-      recap__text_put(t, "      - {op: paged_kv_write, in: [v_cache, v_rows, seqs], out: v_all}\n");
-    }
+  if (o->paged && c->arch->gpt2) {
+    /* No RoPE: the step's K and V rows go to their pools as they are. */
+    recap__text_put(t, "      - {op: paged_kv_write, in: [k_cache, %s, seqs], out: k_all}\n", k);
+    recap__text_put(t, "      - {op: paged_kv_write, in: [v_cache, v_rows, seqs], out: v_all}\n");
     recap__text_put(t,
                     "      - {op: paged_attention, in: [%s, k_all, v_all, seqs], out: attn%s, "
                     "name: attention}\n",
                     q, scale);
     recap__text_put(t, "      - {op: reshape, in: [attn], out: attn_flat, shape: [T, Q]}\n");
-  } else {
+  } else if (!o->paged) {
     recap__text_put(t, "      - {op: kv_append, in: [k_cache, %s, pos], out: k_all}\n", k);
     recap__text_put(t, "      - {op: kv_append, in: [v_cache, v_rows, pos], out: v_all}\n");
     recap__text_put(t, "      - {op: permute, in: [%s], out: q, dims: [0, 2, 1, 3]}\n", q);

@@ -73,8 +73,8 @@ recap_status recap__cuda_rmsnorm(const recap__op_call *call, void *cuda_stream);
  * the sum does not fit a slot: the caller then runs NCCL. Contiguous tensors, any alignment. */
 struct recap__peer_view;
 recap_status recap__cuda_all_reduce_oneshot(const recap__op_call *call,
-                                            const struct recap__peer_view *peers,
-                                            void *cuda_stream, bool *done);
+                                            const struct recap__peer_view *peers, void *cuda_stream,
+                                            bool *done);
 
 /* Sum (def->code 0) or mean (def->code 1) over the last dimension of inputs[0] (last-dim
  * stride 1). outputs[0] drops the last dimension (a 1-D input gives shape [1]); same dtype. */
@@ -187,6 +187,18 @@ recap_status recap__cuda_paged_rope_kv_write(const recap__op_call *call, void *c
  * that fills whole 16-byte vectors (a multiple of 8 elements for f16/bf16, of 4 for f32) and
  * pools whose rows are 16-byte aligned; other shapes are NOT_SUPPORTED. */
 recap_status recap__cuda_paged_attention(const recap__op_call *call, void *cuda_stream);
+
+/* paged_rope_attention: paged_rope_kv_write then paged_attention (above) over its inputs q, k,
+ * v, k_cache, v_cache, seqs; outputs[0] the attention [T, H, Dh] contiguous, outputs[1] and [2]
+ * ARE the caches (checked). call->workspace holds the rotated q first
+ * (recap__paged_rope_attention_q_rot_bytes), then the attention's split partials, as
+ * kernels/paged.h says. A step of at most one token per seqs row (recap__paged_rope_attention_
+ * one_kernel) runs as one kernel when Dh / 2 fills whole 16-byte vectors: each CTA rotates its
+ * q in registers, the CTA of split 0 and the first heads writes the token's K and V rows, and
+ * the step's own keys are read from k and v (rotated as they are read), never from the pools
+ * this launch writes; else the two kernels run, the rotated q through the workspace. Same bits
+ * as the two ops for q, k and v rows; attention's sums may add in another order. */
+recap_status recap__cuda_paged_rope_attention(const recap__op_call *call, void *cuda_stream);
 
 /* argmax: inputs[0] x [R, V] (float dtype, unit-stride rows, any row stride), outputs[0] i32
  * [R]: for each row the index of its top-ranked element (kernels/sample.h): the largest value,

@@ -62,8 +62,8 @@ typedef struct {
   /* linear's gated output (an activation, NONE: off; kernels/gemm/gemm.h): the weight's rows
    * are gate then up halves, and out[..., j] = gated(gate_j) * up_j, half the rows wide. */
   recap__activation gated;
-  int causal;                    /* softmax/attention mask */
-  int logprobs;                  /* sample: also output the chosen tokens' log probabilities */
+  int causal;   /* softmax/attention mask */
+  int logprobs; /* sample: also output the chosen tokens' log probabilities */
   /* all_reduce: set by the engine when another all_reduce of the pipeline may run at the same
    * time (on another stream), so this one must not use the communicator's peer buffers, which
    * hold one call at a time (comm/peer_buffers.h). */
@@ -228,6 +228,10 @@ struct recap__op_def {
    * (engine/fuse.h, "Norm epilogues"). all_reduce: every rank holds the whole sum, so the norm
    * runs inside the collective's own kernel. */
   bool takes_norm_epilogue;
+  /* An op that is other ops run in order over its tensors (paged_rope_attention is
+   * paged_rope_kv_write then paged_attention): their defs, NULL-terminated, which its backends
+   * take through the call to run them where they do not run it as one kernel (NULL: none). */
+  const recap__op_def *const *parts;
   /* Its CUDA launch may use its communicator's peer buffers, which hold one call at a time
    * (comm/peer_buffers.h): when a pipeline has ops of this kind on more than one stream, the
    * engine sets attrs.peer_buffers_off on all of them (engine/load.c). */

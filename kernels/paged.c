@@ -8,6 +8,8 @@
  *   paged_rope_kv_write  RoPE of q and k at each token's position, and the rotated K and the V
  *                    rows into their pools: rope, rope and paged_kv_write twice in one launch
  *   paged_attention  causal attention of the step's tokens over their sequences' pooled keys
+ *   paged_rope_attention  paged_rope_kv_write then paged_attention, its rotated q kept inside
+ *                    the op (one launch for a decode step on CUDA: what an imported layer runs)
  *
  * What each sequence does in the step is one row of the i32 metadata `seqs` (include/recap.h,
  * RECAP_SEQ_*), read by the kernels when they run and never at launch, so a graph captured
@@ -31,12 +33,14 @@
 static const char *const seq_inputs[] = {"seqs", NULL};
 static const char *const paged_kv_write_inputs[] = {"cache", "new", "seqs", NULL};
 static const char *const paged_attention_inputs[] = {"q", "k_cache", "v_cache", "seqs", NULL};
-static const char *const paged_rope_kv_write_inputs[] = {
-    "q", "k", "v", "k_cache", "v_cache", "seqs", NULL};
+static const char *const paged_rope_kv_write_inputs[] = {"q",       "k",    "v", "k_cache",
+                                                         "v_cache", "seqs", NULL};
 /* paged_kv_write returns its cache (input 0); paged_rope_kv_write its rotated q, then its two
  * pools (inputs 3 and 4). */
 static const int output_is_input0[] = {0};
 static const int rope_kv_outputs[] = {-1, 3, 4};
+static const char *const paged_rope_attention_inputs[] = {"q",       "k",    "v", "k_cache",
+                                                          "v_cache", "seqs", NULL};
 
 /* The token count is an integer attribute because no input carries it; the slot is attrs.dim,
  * as the collectives reuse the integer slots rather than grow recap__op_attrs. */
@@ -46,9 +50,18 @@ static const recap__attr_def seq_positions_attrs[] = {
     {.name = NULL},
 };
 static const recap__attr_def no_attrs[] = {{.name = NULL}};
+#define SCALE_ATTR_DEF                                                     \
+  {                                                                        \
+    "scale", RECAP_ATTR_FLOAT, offsetof(recap__op_attrs, scale), false, 0, \
+        "multiplies q . k (0: 1 / sqrt(head_dim))"                         \
+  }
 static const recap__attr_def paged_attention_attrs[] = {
-    {"scale", RECAP_ATTR_FLOAT, offsetof(recap__op_attrs, scale), false, 0,
-     "multiplies q . k (0: 1 / sqrt(head_dim))"},
+    SCALE_ATTR_DEF,
+    {.name = NULL},
+};
+static const recap__attr_def paged_rope_attention_attrs[] = {
+    RECAP__ROPE_ATTR_DEFS,
+    SCALE_ATTR_DEF,
     {.name = NULL},
 };
 
@@ -229,6 +242,20 @@ const recap__op_def recap__op_paged_rope_kv_write = {
     .launch_cuda = RECAP_CUDA_ENTRY(recap__cuda_paged_rope_kv_write),
 };
 
+/* What attention adds to its q and pools' checks: whole groups of query heads per KV head, a
+ * finite score scale. */
+static recap_status check_heads_and_scale(recap__op_call *call, const recap_tensor *q,
+                                          const recap_tensor *k_cache) {
+  if (q->shape[1] % k_cache->shape[2] != 0)
+    return RECAP_OP_FAIL(call,
+                         "input 'q' has %lld heads, not a multiple of the %lld heads of the "
+                         "caches",
+                         (long long)q->shape[1], (long long)k_cache->shape[2]);
+  if (!isfinite(call->attrs.scale))
+    return RECAP_OP_FAIL(call, "attribute 'scale' must be finite, got %g", call->attrs.scale);
+  return RECAP_OK;
+}
+
 static recap_status paged_attention_infer(recap__op_call *call) {
   const recap_tensor *q = &call->inputs[0], *k = &call->inputs[1], *v = &call->inputs[2];
   RECAP_TRY(recap__infer_ndim(call, 0, 3, 3));
@@ -246,17 +273,11 @@ static recap_status paged_attention_infer(recap__op_call *call) {
                          "input 'q' %s and input 'k_cache' %s differ in head_dim (q is "
                          "[T, H, Dh], the caches [NB, BS, Hkv, Dh])",
                          recap__shape_label(q).s, recap__shape_label(k).s);
-  if (q->shape[1] % k->shape[2] != 0)
-    return RECAP_OP_FAIL(call,
-                         "input 'q' has %lld heads, not a multiple of the %lld heads of the "
-                         "caches",
-                         (long long)q->shape[1], (long long)k->shape[2]);
   if (q->shape[0] > MAX_TOKENS)
     return RECAP_OP_FAIL(call, "input 'q' has %lld tokens, more than %d", (long long)q->shape[0],
                          MAX_TOKENS);
   RECAP_TRY(recap__seqs_infer(call, 3));
-  if (!isfinite(call->attrs.scale))
-    return RECAP_OP_FAIL(call, "attribute 'scale' must be finite, got %g", call->attrs.scale);
+  RECAP_TRY(check_heads_and_scale(call, q, k));
   recap__infer_output(call, 0, q->dtype, 3, q->shape);
   return RECAP_OK;
 }
@@ -316,4 +337,80 @@ const recap__op_def recap__op_paged_attention = {
     .call_state_bytes = paged_attention_call_state_bytes,
     .run_host = recap__host_paged_attention,
     .launch_cuda = RECAP_CUDA_ENTRY(recap__cuda_paged_attention),
+};
+
+/* ---- paged_rope_attention ---- */
+
+/* paged_rope_kv_write's checks (its inputs and outputs are this op's: the rotated q's shape is
+ * the attention's output's), then attention's. */
+static recap_status paged_rope_attention_infer(recap__op_call *call) {
+  RECAP_TRY(paged_rope_kv_write_infer(call));
+  return check_heads_and_scale(call, &call->inputs[0], &call->inputs[3]);
+}
+
+/* Attention's part of the call, for its plan (shapes only: no workspace needed). */
+static recap__op_call attention_part(const recap__op_call *call) {
+  recap__op_call rope, attention;
+  recap__paged_rope_attention_parts(call, &rope, &attention);
+  return attention;
+}
+
+/* The rotated q, then attention's split partials on CUDA. */
+static size_t paged_rope_attention_workspace_bytes(const recap__op_call *call,
+                                                   recap_backend_kind backend) {
+  const recap__op_call attention = attention_part(call);
+  return recap__paged_rope_attention_q_rot_bytes(call) +
+         paged_attention_workspace_bytes(&attention, backend);
+}
+
+static size_t paged_rope_attention_call_state_bytes(const recap__op_call *call,
+                                                    recap_backend_kind backend) {
+  const recap__op_call attention = attention_part(call);
+  return paged_attention_call_state_bytes(&attention, backend);
+}
+
+/* Attention's axes, its inputs renumbered (its k_cache is input 3 here, seqs input 5). */
+static int paged_rope_attention_reduced_axes(const recap__op_attrs *attrs, int input[4],
+                                             int axis[4]) {
+  const int n = paged_attention_reduced_axes(attrs, input, axis);
+  for (int i = 0; i < n; ++i)
+    if (input[i] > 0) input[i] += 2;
+  return n;
+}
+
+static double paged_rope_attention_flops(const recap__op_call *call) {
+  const recap__op_call attention = attention_part(call);
+  return paged_attention_flops(&attention);
+}
+
+static const recap__op_def *const rope_attention_parts[] = {&recap__op_paged_rope_kv_write,
+                                                            &recap__op_paged_attention, NULL};
+
+const recap__op_def recap__op_paged_rope_attention = {
+    .name = "paged_rope_attention",
+    .summary =
+        "paged_rope_kv_write then paged_attention in one op: q [T, H, Dh] rotated at each "
+        "token's position attends causally over its sequence's keys, the step's k [T, Hkv, Dh] "
+        "rotated and v [T, Hkv, Dh] written to k_cache and v_cache [NB, BS, Hkv, Dh] first "
+        "(rows through seqs, as paged_rope_kv_write; all read when the op runs); output 0 is "
+        "the attention [T, H, Dh] (tokens no row owns are zeros), outputs 1 and 2 the caches. "
+        "The rotated q is not an output: a decode step (at most one token per seqs row) runs "
+        "as one CUDA kernel",
+    .input_names = paged_rope_attention_inputs,
+    .min_inputs = 6,
+    .max_inputs = 6,
+    .num_outputs = 3,
+    .attrs = paged_rope_attention_attrs,
+    .dtype_mask = RECAP__DTYPES_FLOAT,
+    .in_place_input = -1,
+    .output_is_input = rope_kv_outputs,
+    .zero_meta_writes_nothing = true,
+    .parts = rope_attention_parts,
+    .reduced_axes = paged_rope_attention_reduced_axes,
+    .flops = paged_rope_attention_flops,
+    .infer = paged_rope_attention_infer,
+    .workspace_bytes = paged_rope_attention_workspace_bytes,
+    .call_state_bytes = paged_rope_attention_call_state_bytes,
+    .run_host = recap__host_paged_rope_attention,
+    .launch_cuda = RECAP_CUDA_ENTRY(recap__cuda_paged_rope_attention),
 };

@@ -35,6 +35,13 @@
  * (row, tile) work list built on the device from `seqs` by a small kernel into the workspace,
  * its grid sized for the worst case (ceil(T / tile) + Bs tiles) with idle CTAs returning.
  *
+ * paged_rope_attention (a RoPE layer's paged_rope_kv_write and paged_attention in one op): a
+ * decode-shaped step runs the attention kernel with ROPE, which rotates its q in registers, has
+ * one CTA per (token, KV head) write the pools' new rows, and reads the keys the step itself adds
+ * from the step's k and v instead of the pools it is writing (the kernel's own comment says how);
+ * a prefill chunk, or a grid the fused kernel's registers would cost a wave
+ * (launch_attention), runs the two kernels, the rotated q through the op's workspace.
+ *
  * All kernels launch with programmatic dependent launch (recap__cuda_launch) and start with
  * recap__pdl_begin.
  */
@@ -230,7 +237,7 @@ __global__ void paged_rope_kv_write_kernel(const T *__restrict__ q, const T *__r
   }
   for (int j = threadIdx.x; j < half; j += blockDim.x)
     s_cos_sin[j] = recap__rope_inv_freq(&p.freqs, j, p.head_dim);
-  const int r = find_owner(p.meta, token, &s_owner); /* its barrier publishes the inv_freqs */
+  const int r = find_owner(p.meta, token, &s_owner);
   int64_t pos = 0, block = 0;
   if (r >= 0) {
     const seq_row s = load_row(p.meta, r);
@@ -305,13 +312,131 @@ __device__ __forceinline__ float *part_rows(const attention_params &p, int64_t t
   return p.part + tokens * p.heads * p.splits * 2;
 }
 
+/* paged_rope_attention's one kernel: what it reads besides paged_attention's inputs (q is then
+ * the unrotated q). The step's own K and V rows (k, v [T, Hkv, Dh]), the pools it writes them
+ * to (the same memory the kernel reads older keys from as kc, vc), the angles' constants. */
+template <typename T>
+struct step_rows {
+  const T *k, *v;
+  token_strides ks, vs;
+  T *k_pool, *v_pool;
+  /* Pair i's inv_freq (recap__rope_inv_freq), computed once at launch on the host: the
+   * reference's own bits, and no double-precision pow on the kernel's path. */
+  float inv_freq[kMaxHeadDim / 2];
+};
+
+/* What the plain kernel takes in step_rows' place: nothing, so that its launches carry no
+ * more parameter bytes than before the fused kernel existed. */
+struct no_step_rows {};
+template <typename T, bool ROPE>
+using step_rows_of = typename std::conditional<ROPE, step_rows<T>, no_step_rows>::type;
+
+/* A head's 16-byte vector x of elements d0.. rotated at one position (rotate-half), rounded
+ * to T as paged_rope_kv_write stores it: `pair` holds their partners (d0 + Dh/2.. for the
+ * first half, d0 - Dh/2.. for the second), and their pairs' cos and sin are c[0..E), s[0..E). */
+template <typename T>
+__device__ __forceinline__ uint4 rope_vector(uint4 x, uint4 pair, bool first_half, const float *c,
+                                             const float *s) {
+  constexpr int E = 16 / sizeof(T);
+  using vec = recap__vec<T, E>;
+  const vec a = *reinterpret_cast<const vec *>(&x), b = *reinterpret_cast<const vec *>(&pair);
+  vec o;
+#pragma unroll
+  for (int e = 0; e < E; ++e) {
+    float o1, o2;
+    const float xe = recap__to_float(a.v[e]), pe = recap__to_float(b.v[e]);
+    if (first_half) {
+      recap__rope_rotate(xe, pe, c[e], s[e], &o1, &o2);
+      o.v[e] = recap__from_float<T>(o1);
+    } else {
+      recap__rope_rotate(pe, xe, c[e], s[e], &o1, &o2);
+      o.v[e] = recap__from_float<T>(o2);
+    }
+  }
+  return *reinterpret_cast<const uint4 *>(&o);
+}
+
+/* The vector index of vector vi's partners, with `half_vecs` vectors in half a head. */
+__device__ __forceinline__ int pair_vector(int vi, int half_vecs) {
+  return vi < half_vecs ? vi + half_vecs : vi - half_vecs;
+}
+
+/* One warp step over U keys per lane: K and V vectors loaded (kr, vr; a lane's NV vectors of
+ * its key), invalid keys weighed 0. Scores over the LP lanes of a key by shuffles, then the
+ * online softmax in base 2 (qf is pre-scaled) into the lane's state m, l, acc. */
+template <typename T, int U, int GC, int NV, int E, int LP>
+__device__ __forceinline__ void attend_step(const uint4 (&kr)[U][NV], const uint4 (&vr)[U][NV],
+                                            const bool (&valid)[U], const float (&qf)[GC][NV][E],
+                                            float (&m)[GC], float (&l)[GC],
+                                            float (&acc)[GC][NV][E]) {
+  float score[U][GC];
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+#pragma unroll
+    for (int g = 0; g < GC; ++g) score[u][g] = 0.0f;
+#pragma unroll
+    for (int n = 0; n < NV; ++n) {
+      float kf[E];
+      unpack16<T>(kr[u][n], kf);
+#pragma unroll
+      for (int g = 0; g < GC; ++g)
+#pragma unroll
+        for (int e = 0; e < E; ++e) score[u][g] += qf[g][n][e] * kf[e];
+    }
+#pragma unroll
+    for (int g = 0; g < GC; ++g) {
+#pragma unroll
+      for (int o = LP / 2; o > 0; o >>= 1)
+        score[u][g] += __shfl_xor_sync(0xffffffffu, score[u][g], o);
+      if (!valid[u]) score[u][g] = -INFINITY;
+    }
+  }
+#pragma unroll
+  for (int g = 0; g < GC; ++g) {
+    float top = m[g];
+#pragma unroll
+    for (int u = 0; u < U; ++u) top = fmaxf(top, score[u][g]);
+    /* Nothing seen yet (top == -inf): weights must come out 0, not NaN. */
+    const float ref = top == -INFINITY ? 0.0f : top;
+    const float alpha = exp2f(m[g] - ref);
+    l[g] *= alpha;
+#pragma unroll
+    for (int n = 0; n < NV; ++n)
+#pragma unroll
+      for (int e = 0; e < E; ++e) acc[g][n][e] *= alpha;
+    m[g] = top;
+  }
+#pragma unroll
+  for (int u = 0; u < U; ++u)
+#pragma unroll
+    for (int n = 0; n < NV; ++n) {
+      float vf[E];
+      unpack16<T>(vr[u][n], vf);
+#pragma unroll
+      for (int g = 0; g < GC; ++g) {
+        const float w = exp2f(score[u][g] - (m[g] == -INFINITY ? 0.0f : m[g]));
+        if (n == 0) l[g] += w;
+#pragma unroll
+        for (int e = 0; e < E; ++e) acc[g][n][e] += w * vf[e];
+      }
+    }
+}
+
 /* grid (T * head_chunks, Hkv, splits), kWarps * 32 threads. GC: query heads per CTA (a power of
  * two; heads past the group are computed on zeros and never written). DH: the largest head dim
- * the lanes' registers hold (p.head_dim <= DH, a multiple of 16 bytes). */
-template <typename T, int DH, int GC, int kWarps>
+ * the lanes' registers hold (p.head_dim <= DH, a multiple of 16 bytes).
+ *
+ * ROPE (paged_rope_attention, decode-shaped steps): q is unrotated; each CTA rotates its heads'
+ * rows in registers at its token's position, the CTA of split 0 and chunk 0 writes the token's
+ * rotated K row and its V row to the pools, and the keys at positions the step itself adds
+ * (LEN - Q_LEN and later) are read from the step's k and v rows and rotated here, never from
+ * the pools, which other CTAs of this launch are writing. Half a head must fill whole 16-byte
+ * vectors (the launcher checks). */
+template <typename T, int DH, int GC, int kWarps, bool ROPE>
 __global__ void __launch_bounds__(kWarps * 32)
     paged_attention_kernel(const T *__restrict__ q, const T *__restrict__ kc,
-                           const T *__restrict__ vc, T *__restrict__ out, attention_params p) {
+                           const T *__restrict__ vc, T *__restrict__ out, attention_params p,
+                           step_rows_of<T, ROPE> sr) {
   constexpr int E = 16 / sizeof(T);         /* elements per 16-byte vector */
   constexpr int VECS = DH / E;              /* vectors in a row of DH */
   constexpr int LP = VECS < 32 ? VECS : 32; /* lanes reading one key */
@@ -331,37 +456,70 @@ __global__ void __launch_bounds__(kWarps * 32)
   /* The merge's weight of each split per query head, and 1 / the heads' sums. */
   __shared__ float s_w[GC][RECAP__PAGED_MAX_SPLITS], s_inv[GC];
   __shared__ bool s_last;
+  /* ROPE: cos and sin of the pairs at the token's position. */
+  __shared__ float s_rope[ROPE ? DH : 1];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t token = blockIdx.x / p.head_chunks;
   const int chunk = blockIdx.x % p.head_chunks, kv_head = blockIdx.y, split = blockIdx.z;
   const int head0 = kv_head * p.kv_group + chunk * GC;
   const int heads_here = min(GC, p.kv_group - chunk * GC);
-
-  /* The lane's vectors of each query row, pre-scaled (lanes past the head dim hold zeros):
-   * loaded before the owner is found, which they do not depend on, so the two round trips to
-   * memory overlap. */
   const int key_lane = lane / LP, vec_lane = lane % LP, vecs = p.head_dim / E;
+  const int half = p.head_dim / 2, half_vecs = vecs / 2;
+  float *s_cos = s_rope, *s_sin = s_rope + DH / 2;
+
+  /* The lane's vectors of each query row (lanes past the head dim hold zeros), and with ROPE
+   * their partners and the token's own K and V vectors: loaded before the owner is found,
+   * which they do not depend on, so the round trips to memory overlap. */
+  uint4 qv[GC][NV], qpair[GC][NV], own_k[NV], own_kpair[NV], own_v[NV];
+  /* Without ROPE, pre-scaled and element by element (paged_attention takes a q of any 16-byte
+   * alignment). */
   float qf[GC][NV][E];
 #pragma unroll
   for (int g = 0; g < GC; ++g)
 #pragma unroll
     for (int n = 0; n < NV; ++n) {
       const int vi = vec_lane + n * LP;
-      const T *qr = q + token * p.q.token + (int64_t)(head0 + g) * p.q.head + vi * E;
+      const bool in = g < heads_here && vi < vecs;
+      const T *qr = q + token * p.q.token + (int64_t)(head0 + g) * p.q.head;
+      if constexpr (ROPE) {
+        qv[g][n] =
+            in ? __ldg(reinterpret_cast<const uint4 *>(qr + vi * E)) : make_uint4(0, 0, 0, 0);
+        qpair[g][n] =
+            in ? __ldg(reinterpret_cast<const uint4 *>(qr + pair_vector(vi, half_vecs) * E))
+               : make_uint4(0, 0, 0, 0);
+      } else {
 #pragma unroll
-      for (int e = 0; e < E; ++e)
-        qf[g][n][e] = g < heads_here && vi < vecs ? recap__to_float(qr[e]) * p.scale_log2 : 0.0f;
+        for (int e = 0; e < E; ++e)
+          qf[g][n][e] = in ? recap__to_float(qr[vi * E + e]) * p.scale_log2 : 0.0f;
+      }
     }
+  if constexpr (ROPE) {
+    const T *kr = sr.k + token * sr.ks.token + (int64_t)kv_head * sr.ks.head;
+    const T *vr = sr.v + token * sr.vs.token + (int64_t)kv_head * sr.vs.head;
+#pragma unroll
+    for (int n = 0; n < NV; ++n) {
+      const int vi = vec_lane + n * LP;
+      const bool in = vi < vecs;
+      own_k[n] = in ? __ldg(reinterpret_cast<const uint4 *>(kr + vi * E)) : make_uint4(0, 0, 0, 0);
+      own_kpair[n] =
+          in ? __ldg(reinterpret_cast<const uint4 *>(kr + pair_vector(vi, half_vecs) * E))
+             : make_uint4(0, 0, 0, 0);
+      own_v[n] = in ? __ldg(reinterpret_cast<const uint4 *>(vr + vi * E)) : make_uint4(0, 0, 0, 0);
+    }
+  }
 
   /* This split's key positions [kbeg, kend) of the owning sequence (none for padding), and
-   * how many of the token's splits hold keys: a short context fills only the first few. */
+   * how many of the token's splits hold keys: a short context fills only the first few. With
+   * ROPE, keys from `fresh` on are the step's own. */
   const int r = find_owner(p.meta, token, &s_owner);
-  int64_t kbeg = 0, kend = 0;
+  int64_t kbeg = 0, kend = 0, pos = 0, fresh = 0;
   int active = 0;
   const int32_t *table = nullptr;
   if (r >= 0) {
     const seq_row s = load_row(p.meta, r);
-    const int64_t visible = (int64_t)s.len - s.count + (token - s.start) + 1;
+    fresh = (int64_t)s.len - s.count;
+    pos = fresh + (token - s.start);
+    const int64_t visible = pos + 1;
     int64_t per = visible;
     if (p.splits > 1) {
       const int64_t groups = (int64_t)gridDim.x * gridDim.y;
@@ -380,6 +538,50 @@ __global__ void __launch_bounds__(kWarps * 32)
   const bool direct = active <= 1;
   if (split > 0 && split >= active) return;
 
+  if constexpr (ROPE) {
+    /* cos and sin at the token's position (0 for padding: a copy), then q rotated and rounded
+     * to T as paged_rope_kv_write stores it, then scaled. */
+    for (int j = threadIdx.x; j < half; j += kWarps * 32)
+      recap__rope_cos_sin_at(sr.inv_freq[j], pos, &s_cos[j], &s_sin[j]);
+    __syncthreads();
+#pragma unroll
+    for (int g = 0; g < GC; ++g)
+#pragma unroll
+      for (int n = 0; n < NV; ++n) {
+        const int d0 = (vec_lane + n * LP) * E, i0 = d0 < half ? d0 : d0 - half;
+        qv[g][n] = rope_vector<T>(qv[g][n], qpair[g][n], d0 < half, s_cos + i0, s_sin + i0);
+      }
+#pragma unroll
+    for (int n = 0; n < NV; ++n) {
+      const int d0 = (vec_lane + n * LP) * E, i0 = d0 < half ? d0 : d0 - half;
+      own_k[n] = rope_vector<T>(own_k[n], own_kpair[n], d0 < half, s_cos + i0, s_sin + i0);
+    }
+    /* The token's K and V rows into the pools, once per (token, KV head). */
+    if (r >= 0 && split == 0 && chunk == 0 && warp == 0 && key_lane == 0) {
+      const uint32_t col = recap__fast_div_q(p.block_size, (uint32_t)pos);
+      const int64_t row = pos - (int64_t)col * p.block_size.d;
+      const int64_t block = block_at(table, col, p.num_blocks);
+#pragma unroll
+      for (int n = 0; n < NV; ++n) {
+        const int vi = vec_lane + n * LP;
+        if (vi >= vecs) continue;
+        *reinterpret_cast<uint4 *>(sr.k_pool + block * p.k.block + row * p.k.row +
+                                   kv_head * p.k.head + vi * E) = own_k[n];
+        *reinterpret_cast<uint4 *>(sr.v_pool + block * p.v.block + row * p.v.row +
+                                   kv_head * p.v.head + vi * E) = own_v[n];
+      }
+    }
+#pragma unroll
+    for (int g = 0; g < GC; ++g)
+#pragma unroll
+      for (int n = 0; n < NV; ++n) {
+        float f[E];
+        unpack16<T>(qv[g][n], f);
+#pragma unroll
+        for (int e = 0; e < E; ++e) qf[g][n][e] = f[e] * p.scale_log2;
+      }
+  }
+
   float m[GC], l[GC], acc[GC][NV][E];
 #pragma unroll
   for (int g = 0; g < GC; ++g) {
@@ -391,16 +593,18 @@ __global__ void __launch_bounds__(kWarps * 32)
       for (int e = 0; e < E; ++e) acc[g][n][e] = 0.0f;
   }
 
-  for (int64_t base = kbeg + (int64_t)warp * kStep; base < kend; base += (int64_t)kWarps * kStep) {
+  const int64_t cached_end = ROPE ? min(kend, fresh) : kend;
+  for (int64_t base = kbeg + (int64_t)warp * kStep; base < cached_end;
+       base += (int64_t)kWarps * kStep) {
     /* Every block id first, then every K and V vector of the step, then the math: the loads of
-     * a step are in flight together. A lane past kend reads the step's first key (valid) and
-     * weighs it 0. */
+     * a step are in flight together. A lane past the end reads the step's first key (valid)
+     * and weighs it 0. */
     int64_t koff[U], voff[U];
     bool valid[U];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       int64_t j = base + u * KW + key_lane;
-      valid[u] = j < kend;
+      valid[u] = j < cached_end;
       if (!valid[u]) j = base;
       const uint32_t col = recap__fast_div_q(p.block_size, (uint32_t)j);
       const int64_t row = j - (int64_t)col * p.block_size.d;
@@ -419,57 +623,48 @@ __global__ void __launch_bounds__(kWarps * 32)
         vr[u][n] = vi < vecs ? __ldg(reinterpret_cast<const uint4 *>(vc + voff[u] + vi * E))
                              : make_uint4(0, 0, 0, 0);
       }
-    float score[U][GC];
+    attend_step<T, U, GC, NV, E, LP>(kr, vr, valid, qf, m, l, acc);
+  }
+  if constexpr (ROPE) {
+    /* The step's own keys in this split: the token's own from registers, another token's of
+     * the sequence (several tokens of one row in the step) read from k and v and rotated at
+     * its position. */
+    for (int64_t base = max(kbeg, fresh) + (int64_t)warp * KW; base < kend;
+         base += (int64_t)kWarps * KW) {
+      int64_t j = base + key_lane;
+      bool valid[1] = {j < kend};
+      if (!valid[0]) j = base;
+      uint4 kr[1][NV], vr[1][NV];
+      if (j == pos) {
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
+        for (int n = 0; n < NV; ++n) {
+          kr[0][n] = own_k[n];
+          vr[0][n] = own_v[n];
+        }
+      } else {
+        const int64_t other = token + (j - pos);
+        const T *krow = sr.k + other * sr.ks.token + (int64_t)kv_head * sr.ks.head;
+        const T *vrow = sr.v + other * sr.vs.token + (int64_t)kv_head * sr.vs.head;
 #pragma unroll
-      for (int g = 0; g < GC; ++g) score[u][g] = 0.0f;
+        for (int n = 0; n < NV; ++n) {
+          const int vi = vec_lane + n * LP;
+          if (vi >= vecs) {
+            kr[0][n] = vr[0][n] = make_uint4(0, 0, 0, 0);
+            continue;
+          }
+          const int d0 = vi * E, i0 = d0 < half ? d0 : d0 - half;
+          float c[E], sn[E];
 #pragma unroll
-      for (int n = 0; n < NV; ++n) {
-        float kf[E];
-        unpack16<T>(kr[u][n], kf);
-#pragma unroll
-        for (int g = 0; g < GC; ++g)
-#pragma unroll
-          for (int e = 0; e < E; ++e) score[u][g] += qf[g][n][e] * kf[e];
-      }
-#pragma unroll
-      for (int g = 0; g < GC; ++g) {
-#pragma unroll
-        for (int o = LP / 2; o > 0; o >>= 1)
-          score[u][g] += __shfl_xor_sync(0xffffffffu, score[u][g], o);
-        if (!valid[u]) score[u][g] = -INFINITY;
-      }
-    }
-#pragma unroll
-    for (int g = 0; g < GC; ++g) {
-      float top = m[g];
-#pragma unroll
-      for (int u = 0; u < U; ++u) top = fmaxf(top, score[u][g]);
-      /* Nothing seen yet (top == -inf): weights must come out 0, not NaN. */
-      const float ref = top == -INFINITY ? 0.0f : top;
-      const float alpha = exp2f(m[g] - ref);
-      l[g] *= alpha;
-#pragma unroll
-      for (int n = 0; n < NV; ++n)
-#pragma unroll
-        for (int e = 0; e < E; ++e) acc[g][n][e] *= alpha;
-      m[g] = top;
-    }
-#pragma unroll
-    for (int u = 0; u < U; ++u)
-#pragma unroll
-      for (int n = 0; n < NV; ++n) {
-        float vf[E];
-        unpack16<T>(vr[u][n], vf);
-#pragma unroll
-        for (int g = 0; g < GC; ++g) {
-          const float w = exp2f(score[u][g] - (m[g] == -INFINITY ? 0.0f : m[g]));
-          if (n == 0) l[g] += w;
-#pragma unroll
-          for (int e = 0; e < E; ++e) acc[g][n][e] += w * vf[e];
+          for (int e = 0; e < E; ++e) recap__rope_cos_sin_at(sr.inv_freq[i0 + e], j, &c[e], &sn[e]);
+          kr[0][n] = rope_vector<T>(
+              __ldg(reinterpret_cast<const uint4 *>(krow + d0)),
+              __ldg(reinterpret_cast<const uint4 *>(krow + pair_vector(vi, half_vecs) * E)),
+              d0 < half, c, sn);
+          vr[0][n] = __ldg(reinterpret_cast<const uint4 *>(vrow + d0));
         }
       }
+      attend_step<T, 1, GC, NV, E, LP>(kr, vr, valid, qf, m, l, acc);
+    }
   }
 
   /* Merge the lanes that read different keys (same vectors, other key_lane) ... */
@@ -655,11 +850,45 @@ bool pool_vectorizable(const recap_tensor *t, int64_t elems) {
          t->strides[1] % elems == 0 && t->strides[2] % elems == 0;
 }
 
-template <typename T, int DH, int GC>
-recap_status launch_attention(const recap__op_call *call, const attention_params &p,
-                              const recap__paged_attention_grid &g, cudaStream_t stream) {
+/* CTAs of one attention kernel an SM holds at once (its registers and shared memory decide),
+ * asked once per kernel; 0 if the runtime cannot say. */
+template <typename T, int DH, int GC, int W, bool ROPE>
+int resident_per_sm() {
+  static const int per_sm = [] {
+    int n = 0;
+    return cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+               &n, paged_attention_kernel<T, DH, GC, W, ROPE>, W * 32, 0) == cudaSuccess
+               ? n
+               : 0;
+  }();
+  return per_sm;
+}
+
+/* CTAs one wave of `per_sm` resident CTAs on every SM of the current device holds (0 if the
+ * runtime cannot say). */
+int64_t wave_of(int per_sm) {
+  int device = 0, sms = 0;
+  if (per_sm <= 0 || cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
+    return 0;
+  return (int64_t)per_sm * sms;
+}
+
+/* Launches the attention kernel for an attention-shaped call (paged_attention's, or
+ * paged_rope_attention's attention part with ROPE, whose q is then the unrotated one). With
+ * ROPE it launches nothing and sets *declined where the fused kernel, which holds more
+ * registers than the plain one (q's rotation, the step's own key: 128 against 96 at two heads
+ * per CTA), fits fewer CTAs on an SM and the grid is more than one wave of it: there the CTAs
+ * with keys can outnumber a wave of the fused kernel and not of the plain one, and the two
+ * kernels cost less. Measured on an H200 (context 512, the fused kernel everywhere against the
+ * two kernels): at batch 8, where the grid is 1024 CTAs, Llama 3.2 1B +3.9%, 3B +4.3% and 8B
+ * +2.6% a step; at batch 1, grids of at most 256 CTAs, every shape 0.7-2.2% faster. The grid's
+ * splits past a short context return at once, but their count is not known at launch. */
+template <typename T, int DH, int GC, bool ROPE>
+recap_status launch_attention(const recap__op_call *call, const T *q, const attention_params &p,
+                              const recap__paged_attention_grid &g, const step_rows<T> &sr,
+                              cudaStream_t stream, bool *declined) {
   const int64_t tokens = call->inputs[0].shape[0];
-  const T *q = static_cast<const T *>(call->inputs[0].data);
   const T *kc = static_cast<const T *>(call->inputs[1].data);
   const T *vc = static_cast<const T *>(call->inputs[2].data);
   T *out = static_cast<T *>(call->outputs[0].data);
@@ -673,31 +902,131 @@ recap_status launch_attention(const recap__op_call *call, const attention_params
    * shape's TPOT 5.193 against 5.248 ms (TP 1) and 3.226 against 3.290 (TP 2); at batch 8 (64
    * groups, 128-key splits) 8 warps were 8.5% slower, so larger grids keep 4. Head dims above
    * 128 keep 4: the eight warps' accumulators would not fit the 48 KB of static shared memory. */
-  if constexpr (DH <= 128) {
-    if ((int64_t)grid.x * grid.y <= RECAP__PAGED_FEW_GROUPS) {
-      RECAP_CUDA_TRY(recap__cuda_launch(paged_attention_kernel<T, DH, GC, 8>, grid, dim3(8 * 32), 0,
-                                        stream, q, kc, vc, out, p));
-      return RECAP_OK;
+  const auto launch = [&](auto warps) -> recap_status {
+    constexpr int W = decltype(warps)::value;
+    if constexpr (ROPE) {
+      const int fused = resident_per_sm<T, DH, GC, W, true>();
+      if (fused < resident_per_sm<T, DH, GC, W, false>() &&
+          (int64_t)grid.x * grid.y * grid.z > wave_of(fused)) {
+        *declined = true;
+        return RECAP_OK;
+      }
     }
+    if constexpr (ROPE)
+      RECAP_CUDA_TRY(recap__cuda_launch(paged_attention_kernel<T, DH, GC, W, true>, grid,
+                                        dim3(W * 32), 0, stream, q, kc, vc, out, p, sr));
+    else
+      RECAP_CUDA_TRY(recap__cuda_launch(paged_attention_kernel<T, DH, GC, W, false>, grid,
+                                        dim3(W * 32), 0, stream, q, kc, vc, out, p,
+                                        no_step_rows{}));
+    return RECAP_OK;
+  };
+  if constexpr (DH <= 128) {
+    if ((int64_t)grid.x * grid.y <= RECAP__PAGED_FEW_GROUPS)
+      return launch(std::integral_constant<int, 8>());
   }
-  RECAP_CUDA_TRY(recap__cuda_launch(paged_attention_kernel<T, DH, GC, 4>, grid, dim3(4 * 32), 0,
-                                    stream, q, kc, vc, out, p));
+  return launch(std::integral_constant<int, 4>());
+}
+
+template <typename T, bool ROPE>
+recap_status launch_attention_sized(const recap__op_call *call, const T *q,
+                                    const attention_params &p, const recap__paged_attention_grid &g,
+                                    const step_rows<T> &sr, cudaStream_t stream, bool *declined) {
+  const auto by_group = [&](auto dh) {
+    constexpr int DH = decltype(dh)::value;
+    switch (g.heads_per_cta) {
+      case 1:
+        return launch_attention<T, DH, 1, ROPE>(call, q, p, g, sr, stream, declined);
+      case 2:
+        return launch_attention<T, DH, 2, ROPE>(call, q, p, g, sr, stream, declined);
+      case 4:
+        return launch_attention<T, DH, 4, ROPE>(call, q, p, g, sr, stream, declined);
+      default:
+        return launch_attention<T, DH, 8, ROPE>(call, q, p, g, sr, stream, declined);
+    }
+  };
+  if (p.head_dim <= 64) return by_group(std::integral_constant<int, 64>());
+  if (p.head_dim <= 128) return by_group(std::integral_constant<int, 128>());
+  return by_group(std::integral_constant<int, kMaxHeadDim>());
+}
+
+/* paged_attention's checks of an attention-shaped call, its grid and its kernel's parameters
+ * (q's strides included). */
+recap_status attention_setup(const recap__op_call *call, attention_params *p,
+                             recap__paged_attention_grid *grid) {
+  const recap_tensor *q = &call->inputs[0], *k = &call->inputs[1], *v = &call->inputs[2];
+  const recap_tensor *out = &call->outputs[0];
+  const char *name = call->def->name;
+  bool ok = q->ndim == 3 && k->ndim == 4 && v->ndim == 4 && out->ndim == 3 &&
+            k->dtype == q->dtype && v->dtype == q->dtype && out->dtype == q->dtype;
+  for (int d = 0; ok && d < 4; ++d) ok = k->shape[d] == v->shape[d];
+  for (int d = 0; ok && d < 3; ++d) ok = out->shape[d] == q->shape[d];
+  ok = ok && q->shape[2] == k->shape[3] && q->shape[1] % k->shape[2] == 0 &&
+       q->shape[0] <= INT32_MAX && q->shape[1] <= INT32_MAX && k->shape[2] <= 65535 &&
+       k->shape[1] < INT32_MAX && (q->shape[2] == 1 || q->strides[2] == 1) &&
+       (k->shape[3] == 1 || (k->strides[3] == 1 && v->strides[3] == 1)) &&
+       (out->shape[2] == 1 || out->strides[2] == 1);
+  if (!ok)
+    return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
+                      "op '%s': needs q [T, H, Dh], k_cache and v_cache [NB, BS, Hkv, Dh] and an "
+                      "output shaped like q, of one dtype, with H %% Hkv == 0 and unit-stride "
+                      "last dims",
+                      name);
+  const int64_t head_dim = q->shape[2], elems = 16 / (int64_t)recap_dtype_size(q->dtype);
+  if (head_dim > kMaxHeadDim || head_dim % elems != 0 || !pool_vectorizable(k, elems) ||
+      !pool_vectorizable(v, elems))
+    return RECAP_FAIL(RECAP_STATUS_NOT_SUPPORTED,
+                      "op '%s': the CUDA kernel needs a head dim of at most %d that is a multiple "
+                      "of %lld (16-byte vectors) and 16-byte aligned pool rows; got head dim %lld",
+                      name, kMaxHeadDim, (long long)elems, (long long)head_dim);
+  const int64_t max_blocks = call->inputs[3].shape[1] - RECAP_SEQ_BLOCKS;
+  RECAP_TRY(meta_of(call, 3, q->shape[0], max_blocks * k->shape[1], &p->meta));
+  const recap__paged_attention_grid g = recap__paged_attention_plan(call);
+  const size_t need = recap__paged_attention_workspace(call);
+  if (need > call->workspace_bytes || (need > 0 && !call->workspace))
+    return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
+                      "op '%s': its %lld key splits need a workspace of %zu bytes "
+                      "(workspace_bytes), the call has %zu",
+                      name, (long long)g.splits, need, call->workspace ? call->workspace_bytes : 0);
+  const size_t counts = recap__paged_attention_arrivals(call);
+  if (counts > call->call_state_bytes || (counts > 0 && !call->call_state))
+    return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
+                      "op '%s': its %lld key splits need %zu bytes of call state, zeroed "
+                      "(call_state_bytes), the call has %zu",
+                      name, (long long)g.splits, counts,
+                      call->call_state ? call->call_state_bytes : 0);
+  if (q->shape[0] * g.head_chunks > INT32_MAX)
+    return RECAP_FAIL(RECAP_STATUS_NOT_SUPPORTED, "op '%s': %lld tokens exceed the CUDA grid", name,
+                      (long long)q->shape[0]);
+  p->q = {q->strides[0], q->strides[1]};
+  p->o = {out->strides[0], out->strides[1]};
+  p->k = {k->strides[0], k->strides[1], k->strides[2]};
+  p->v = {v->strides[0], v->strides[1], v->strides[2]};
+  p->num_blocks = k->shape[0];
+  p->block_size = recap__fast_div_make((uint32_t)k->shape[1]);
+  p->heads = (int)q->shape[1];
+  p->kv_group = (int)(q->shape[1] / k->shape[2]);
+  p->head_chunks = (int)g.head_chunks;
+  p->head_dim = (int)head_dim;
+  p->splits = (int)g.splits;
+  const double scale = call->attrs.scale != 0.0 ? call->attrs.scale : 1.0 / sqrt((double)head_dim);
+  p->scale_log2 = (float)(scale * kLog2e);
+  p->part = static_cast<float *>(call->workspace);
+  p->arrivals = static_cast<unsigned *>(call->call_state);
+  *grid = g;
   return RECAP_OK;
 }
 
-template <typename T, int DH>
-recap_status launch_attention_dh(const recap__op_call *call, const attention_params &p,
-                                 const recap__paged_attention_grid &g, cudaStream_t stream) {
-  switch (g.heads_per_cta) {
-    case 1:
-      return launch_attention<T, DH, 1>(call, p, g, stream);
-    case 2:
-      return launch_attention<T, DH, 2>(call, p, g, stream);
-    case 4:
-      return launch_attention<T, DH, 4>(call, p, g, stream);
-    default:
-      return launch_attention<T, DH, 8>(call, p, g, stream);
+/* Whether paged_rope_attention's q, k and v (rows of 16-byte vectors whose halves are whole
+ * vectors) let its one kernel load them as it does. */
+bool rope_rows_vectorizable(const recap__op_call *call, int64_t elems) {
+  if ((call->inputs[0].shape[2] / 2) % elems != 0) return false;
+  for (int i = 0; i < 3; ++i) {
+    const recap_tensor *t = &call->inputs[i];
+    if (!aligned16(t->data) || t->strides[0] % elems != 0 || t->strides[1] % elems != 0)
+      return false;
   }
+  return true;
 }
 
 }  // namespace
@@ -869,71 +1198,77 @@ extern "C" recap_status recap__cuda_paged_rope_kv_write(const recap__op_call *ca
 
 extern "C" recap_status recap__cuda_paged_attention(const recap__op_call *call, void *cuda_stream) {
   recap__cuda_launch_range range(call->def->name);
-  const recap_tensor *q = &call->inputs[0], *k = &call->inputs[1], *v = &call->inputs[2];
-  const recap_tensor *out = &call->outputs[0];
-  const char *name = call->def->name;
-  bool ok = q->ndim == 3 && k->ndim == 4 && v->ndim == 4 && out->ndim == 3 &&
-            k->dtype == q->dtype && v->dtype == q->dtype && out->dtype == q->dtype;
-  for (int d = 0; ok && d < 4; ++d) ok = k->shape[d] == v->shape[d];
-  for (int d = 0; ok && d < 3; ++d) ok = out->shape[d] == q->shape[d];
-  ok = ok && q->shape[2] == k->shape[3] && q->shape[1] % k->shape[2] == 0 &&
-       q->shape[0] <= INT32_MAX && q->shape[1] <= INT32_MAX && k->shape[2] <= 65535 &&
-       k->shape[1] < INT32_MAX && (q->shape[2] == 1 || q->strides[2] == 1) &&
-       (k->shape[3] == 1 || (k->strides[3] == 1 && v->strides[3] == 1)) &&
-       (out->shape[2] == 1 || out->strides[2] == 1);
-  if (!ok)
-    return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
-                      "op '%s': needs q [T, H, Dh], k_cache and v_cache [NB, BS, Hkv, Dh] and an "
-                      "output shaped like q, of one dtype, with H %% Hkv == 0 and unit-stride "
-                      "last dims",
-                      name);
-  const int64_t head_dim = q->shape[2], elems = 16 / (int64_t)recap_dtype_size(q->dtype);
-  if (head_dim > kMaxHeadDim || head_dim % elems != 0 || !pool_vectorizable(k, elems) ||
-      !pool_vectorizable(v, elems))
-    return RECAP_FAIL(RECAP_STATUS_NOT_SUPPORTED,
-                      "op '%s': the CUDA kernel needs a head dim of at most %d that is a multiple "
-                      "of %lld (16-byte vectors) and 16-byte aligned pool rows; got head dim %lld",
-                      name, kMaxHeadDim, (long long)elems, (long long)head_dim);
-  const int64_t max_blocks = call->inputs[3].shape[1] - RECAP_SEQ_BLOCKS;
   attention_params p;
-  RECAP_TRY(meta_of(call, 3, q->shape[0], max_blocks * k->shape[1], &p.meta));
-  const recap__paged_attention_grid g = recap__paged_attention_plan(call);
-  const size_t need = recap__paged_attention_workspace(call);
-  if (need > call->workspace_bytes || (need > 0 && !call->workspace))
-    return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
-                      "op '%s': its %lld key splits need a workspace of %zu bytes "
-                      "(workspace_bytes), the call has %zu",
-                      name, (long long)g.splits, need, call->workspace ? call->workspace_bytes : 0);
-  const size_t counts = recap__paged_attention_arrivals(call);
-  if (counts > call->call_state_bytes || (counts > 0 && !call->call_state))
-    return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
-                      "op '%s': its %lld key splits need %zu bytes of call state, zeroed "
-                      "(call_state_bytes), the call has %zu",
-                      name, (long long)g.splits, counts,
-                      call->call_state ? call->call_state_bytes : 0);
-  if (q->shape[0] * g.head_chunks > INT32_MAX)
-    return RECAP_FAIL(RECAP_STATUS_NOT_SUPPORTED, "op '%s': %lld tokens exceed the CUDA grid", name,
-                      (long long)q->shape[0]);
-  p.q = {q->strides[0], q->strides[1]};
-  p.o = {out->strides[0], out->strides[1]};
-  p.k = {k->strides[0], k->strides[1], k->strides[2]};
-  p.v = {v->strides[0], v->strides[1], v->strides[2]};
-  p.num_blocks = k->shape[0];
-  p.block_size = recap__fast_div_make((uint32_t)k->shape[1]);
-  p.heads = (int)q->shape[1];
-  p.kv_group = (int)(q->shape[1] / k->shape[2]);
-  p.head_chunks = (int)g.head_chunks;
-  p.head_dim = (int)head_dim;
-  p.splits = (int)g.splits;
-  const double scale = call->attrs.scale != 0.0 ? call->attrs.scale : 1.0 / sqrt((double)head_dim);
-  p.scale_log2 = (float)(scale * kLog2e);
-  p.part = static_cast<float *>(call->workspace);
-  p.arrivals = static_cast<unsigned *>(call->call_state);
+  recap__paged_attention_grid g;
+  RECAP_TRY(attention_setup(call, &p, &g));
   cudaStream_t stream = static_cast<cudaStream_t>(cuda_stream);
+  return recap__cuda_dispatch_float(call->inputs[0].dtype, call->def->name, [&](auto tag) {
+    using T = decltype(tag);
+    bool declined = false;
+    return launch_attention_sized<T, false>(call, static_cast<const T *>(call->inputs[0].data), p,
+                                            g, step_rows<T>{}, stream, &declined);
+  });
+}
+
+extern "C" recap_status recap__cuda_paged_rope_attention(const recap__op_call *call,
+                                                         void *cuda_stream) {
+  recap__cuda_launch_range range(call->def->name);
+  const char *name = call->def->name;
+  const recap_tensor *k = &call->inputs[1], *v = &call->inputs[2];
+  const recap_tensor *kc = &call->inputs[3], *vc = &call->inputs[4];
+  if (call->num_inputs != 6 || call->num_outputs != 3 || k->ndim != 3 || v->ndim != 3)
+    return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
+                      "op '%s': needs inputs q, k, v, k_cache, v_cache, seqs and outputs "
+                      "attention, k_cache, v_cache",
+                      name);
+  /* The op writes the pools in place: outputs elsewhere would be left unwritten. */
+  if (call->outputs[1].data != kc->data || call->outputs[2].data != vc->data)
+    return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
+                      "op '%s': outputs 1 and 2 must be the caches themselves (same data "
+                      "pointers)",
+                      name);
+  const size_t q_rot = recap__paged_rope_attention_q_rot_bytes(call);
+  if (!call->workspace || call->workspace_bytes < q_rot)
+    return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
+                      "op '%s': needs a workspace of at least %zu bytes for its rotated q "
+                      "(workspace_bytes), the call has %zu",
+                      name, q_rot, call->workspace ? call->workspace_bytes : 0);
+  recap__op_call rope, attention;
+  recap__paged_rope_attention_parts(call, &rope, &attention);
+  cudaStream_t stream = static_cast<cudaStream_t>(cuda_stream);
+  const int64_t elems = 16 / (int64_t)recap_dtype_size(call->inputs[0].dtype);
+  const bool one_kernel =
+      recap__paged_rope_attention_one_kernel(call) && rope_rows_vectorizable(call, elems) &&
+      k->shape[0] == call->inputs[0].shape[0] && v->shape[0] == k->shape[0] &&
+      k->shape[1] == kc->shape[2] && v->shape[1] == kc->shape[2] && k->shape[2] == kc->shape[3] &&
+      v->shape[2] == kc->shape[3] && k->strides[2] == 1 && v->strides[2] == 1 &&
+      k->dtype == kc->dtype && v->dtype == kc->dtype;
+  if (!one_kernel) {
+    RECAP_TRY(recap__cuda_paged_rope_kv_write(&rope, cuda_stream));
+    return recap__cuda_paged_attention(&attention, cuda_stream);
+  }
+  attention_params p;
+  recap__paged_attention_grid g;
+  RECAP_TRY(attention_setup(&attention, &p, &g));
+  const recap_tensor *q = &call->inputs[0];
+  p.q = {q->strides[0], q->strides[1]};
   return recap__cuda_dispatch_float(q->dtype, name, [&](auto tag) {
     using T = decltype(tag);
-    if (head_dim <= 64) return launch_attention_dh<T, 64>(call, p, g, stream);
-    if (head_dim <= 128) return launch_attention_dh<T, 128>(call, p, g, stream);
-    return launch_attention_dh<T, kMaxHeadDim>(call, p, g, stream);
+    step_rows<T> sr;
+    sr.k = static_cast<const T *>(k->data);
+    sr.v = static_cast<const T *>(v->data);
+    sr.ks = {k->strides[0], k->strides[1]};
+    sr.vs = {v->strides[0], v->strides[1]};
+    sr.k_pool = static_cast<T *>(kc->data);
+    sr.v_pool = static_cast<T *>(vc->data);
+    const recap__rope_freqs freqs = recap__rope_freqs_of(&call->attrs);
+    for (int64_t i = 0; i < p.head_dim / 2; ++i)
+      sr.inv_freq[i] = recap__rope_inv_freq(&freqs, i, p.head_dim);
+    bool declined = false;
+    const recap_status st = launch_attention_sized<T, true>(
+        &attention, static_cast<const T *>(q->data), p, g, sr, stream, &declined);
+    if (st != RECAP_OK || !declined) return st;
+    RECAP_TRY(recap__cuda_paged_rope_kv_write(&rope, cuda_stream));
+    return recap__cuda_paged_attention(&attention, cuda_stream);
   });
 }

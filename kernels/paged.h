@@ -17,6 +17,7 @@
 #ifndef RECAP_KERNELS_PAGED_H
 #define RECAP_KERNELS_PAGED_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -59,6 +60,20 @@ size_t recap__paged_attention_workspace(const recap__op_call *call);
 /* Bytes of the split calls' arrival counts (0 without splits): a u32 per (token, KV head,
  * chunk), the call's own memory, zero between launches. */
 size_t recap__paged_attention_arrivals(const recap__op_call *call);
+
+/* paged_rope_attention is paged_rope_kv_write then paged_attention over the same tensors, the
+ * rotated q never leaving the kernel where CUDA runs it as one (a step of at most one token per
+ * sequence row: recap__paged_rope_attention_one_kernel). Its two parts as calls of those ops,
+ * with the rotated q at the start of the call's workspace (contiguous [T, H, Dh] of q's dtype,
+ * q_rot_bytes): what the host reference runs, and CUDA's prefill steps. The attention part's
+ * workspace is the fused call's past the rotated q, its call state the fused call's. */
+size_t recap__paged_rope_attention_q_rot_bytes(const recap__op_call *call);
+void recap__paged_rope_attention_parts(const recap__op_call *call, recap__op_call *rope,
+                                       recap__op_call *attention);
+/* Whether a shape-checked paged_rope_attention call's step is decode-shaped (at most as many
+ * tokens as sequence rows), where the CUDA launcher runs one kernel. Shapes only, so every
+ * launch of a captured graph takes the same path. */
+bool recap__paged_rope_attention_one_kernel(const recap__op_call *call);
 
 #ifdef __cplusplus
 }

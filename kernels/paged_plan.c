@@ -1,7 +1,9 @@
 /*
  * paged_plan.c: how paged_attention's CUDA grid is cut, and the workspace that fixes (see
  * paged.h). Plain C in every build: the op definition (paged.c) answers workspace_bytes from
- * it and the CUDA launcher (paged.cu) launches by it, so the two always agree.
+ * it and the CUDA launcher (paged.cu) launches by it, so the two always agree. Also
+ * paged_rope_attention's parts (its def's `parts`), which its host reference and its CUDA
+ * launcher both run.
  */
 #include "kernels/paged.h"
 
@@ -58,4 +60,42 @@ size_t recap__paged_attention_arrivals(const recap__op_call *call) {
   if (g.splits == 1) return 0;
   const recap_tensor *q = &call->inputs[0], *k = &call->inputs[1];
   return (size_t)q->shape[0] * (size_t)k->shape[2] * (size_t)g.head_chunks * sizeof(uint32_t);
+}
+
+/* ---- paged_rope_attention ---- */
+
+/* The rotated q's bytes, rounded up so that what follows it in the workspace (attention's
+ * split partials) stays 256-byte aligned. */
+size_t recap__paged_rope_attention_q_rot_bytes(const recap__op_call *call) {
+  const recap_tensor *q = &call->inputs[0];
+  const size_t bytes = (size_t)recap__tensor_numel(q) * (size_t)recap_dtype_size(q->dtype);
+  return (bytes + 255) / 256 * 256;
+}
+
+void recap__paged_rope_attention_parts(const recap__op_call *call, recap__op_call *rope,
+                                       recap__op_call *attention) {
+  recap_tensor rotated = call->inputs[0];
+  rotated.data = call->workspace;
+  recap__tensor_set_contiguous(&rotated);
+  *rope = *call;
+  rope->def = call->def->parts[0];
+  rope->outputs[0] = rotated;
+  rope->workspace = NULL;
+  rope->workspace_bytes = 0;
+  rope->call_state = NULL;
+  rope->call_state_bytes = 0;
+  *attention = *call;
+  attention->def = call->def->parts[1];
+  attention->num_inputs = 4;
+  attention->num_outputs = 1;
+  attention->inputs[0] = rotated;
+  for (int i = 1; i < 4; ++i) attention->inputs[i] = call->inputs[i + 2];
+  const size_t q_rot = recap__paged_rope_attention_q_rot_bytes(call);
+  const bool room = call->workspace && call->workspace_bytes > q_rot;
+  attention->workspace = room ? (char *)call->workspace + q_rot : NULL;
+  attention->workspace_bytes = room ? call->workspace_bytes - q_rot : 0;
+}
+
+bool recap__paged_rope_attention_one_kernel(const recap__op_call *call) {
+  return call->inputs[0].shape[0] <= call->inputs[5].shape[0];
 }

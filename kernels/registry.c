@@ -23,6 +23,7 @@ extern const recap__op_def recap__op_reshape, recap__op_permute, recap__op_trans
 extern const recap__op_def recap__op_kv_append, recap__op_attention;
 extern const recap__op_def recap__op_seq_positions, recap__op_seq_last_tokens,
     recap__op_paged_kv_write, recap__op_paged_rope_kv_write, recap__op_paged_attention,
+    recap__op_paged_rope_attention,
     recap__op_decode_advance;
 extern const recap__op_def recap__op_argmax, recap__op_sample;
 extern const recap__op_def recap__op_random_uniform, recap__op_random_normal;
@@ -77,6 +78,7 @@ static const recap__op_def *const registry[] = {
     &recap__op_paged_kv_write,
     &recap__op_paged_rope_kv_write,
     &recap__op_paged_attention,
+    &recap__op_paged_rope_attention,
     &recap__op_decode_advance,
     &recap__op_argmax,
     &recap__op_sample,

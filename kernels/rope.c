@@ -1,7 +1,7 @@
 /*
  * rope.c: the attributes of the rotary embedding and their checks, one definition for every op
- * that rotates (rope; paged_rope_kv_write), so their spec spelling, defaults and refusals cannot
- * drift apart (kernels/rope.h).
+ * that rotates (rope; paged_rope_kv_write; paged_rope_attention), so their spec spelling, defaults
+ * and refusals cannot drift apart (kernels/rope.h).
  */
 #include "kernels/rope.h"
 
@@ -11,25 +11,7 @@
 #include "kernels/infer.h"
 
 const recap__attr_def recap__rope_attrs[] = {
-    {"theta", RECAP_ATTR_FLOAT, offsetof(recap__op_attrs, rope_theta), false, 0,
-     "the base theta as a number (10000, 500000, 1e6, 10000.5): pair i's frequency is "
-     "theta^(-2i/Dh); 0 or absent: `base`, else 10000. Give theta or base, not both"},
-    {"base", RECAP_ATTR_INT, offsetof(recap__op_attrs, rope_base), false, 0,
-     "theta as an integer, the older spelling; 0 or absent: `theta`, else 10000"},
-    {"llama3", RECAP_ATTR_BOOL, offsetof(recap__op_attrs, rope_llama3), false, 0,
-     "Llama 3 frequency scaling (transformers' rope_type llama3); needs the next four"},
-    {"factor", RECAP_ATTR_FLOAT, offsetof(recap__op_attrs, rope_factor), false, 0,
-     "llama3: low frequencies are divided by it (> 0)"},
-    {"low_freq_factor", RECAP_ATTR_FLOAT, offsetof(recap__op_attrs, rope_low_freq_factor), false, 0,
-     "llama3: wavelengths above original_max_positions / low_freq_factor are low (> 0)"},
-    {"high_freq_factor", RECAP_ATTR_FLOAT, offsetof(recap__op_attrs, rope_high_freq_factor), false,
-     0,
-     "llama3: wavelengths below original_max_positions / high_freq_factor are high and kept "
-     "(> low_freq_factor)"},
-    {"original_max_positions", RECAP_ATTR_INT, offsetof(recap__op_attrs, rope_original_max), false,
-     0,
-     "llama3: the context length of pretraining (> 0; a config's "
-     "original_max_position_embeddings)"},
+    RECAP__ROPE_ATTR_DEFS,
     {.name = NULL},
 };
 

@@ -31,6 +31,7 @@
 #define RECAP_KERNELS_ROPE_H
 
 #include <math.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "kernels/op.h"
@@ -44,6 +45,54 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* The rotation's attribute entries, for ops whose attributes are these and more
+ * (paged_rope_attention adds the score scale); recap__rope_attrs is these alone. */
+#define RECAP__ROPE_ATTR_DEFS                                                                      \
+  {"theta",                                                                                        \
+   RECAP_ATTR_FLOAT,                                                                               \
+   offsetof(recap__op_attrs, rope_theta),                                                          \
+   false,                                                                                          \
+   0,                                                                                              \
+   "the base theta as a number (10000, 500000, 1e6, 10000.5): pair i's frequency is "              \
+   "theta^(-2i/Dh); 0 or absent: `base`, else 10000. Give theta or base, not both"},               \
+      {"base",                                                                                     \
+       RECAP_ATTR_INT,                                                                             \
+       offsetof(recap__op_attrs, rope_base),                                                       \
+       false,                                                                                      \
+       0,                                                                                          \
+       "theta as an integer, the older spelling; 0 or absent: `theta`, else 10000"},               \
+      {"llama3",                                                                                   \
+       RECAP_ATTR_BOOL,                                                                            \
+       offsetof(recap__op_attrs, rope_llama3),                                                     \
+       false,                                                                                      \
+       0,                                                                                          \
+       "Llama 3 frequency scaling (transformers' rope_type llama3); needs the next four"},         \
+      {"factor",                                                                                   \
+       RECAP_ATTR_FLOAT,                                                                           \
+       offsetof(recap__op_attrs, rope_factor),                                                     \
+       false,                                                                                      \
+       0,                                                                                          \
+       "llama3: low frequencies are divided by it (> 0)"},                                         \
+      {"low_freq_factor",                                                                          \
+       RECAP_ATTR_FLOAT,                                                                           \
+       offsetof(recap__op_attrs, rope_low_freq_factor),                                            \
+       false,                                                                                      \
+       0,                                                                                          \
+       "llama3: wavelengths above original_max_positions / low_freq_factor are low (> 0)"},        \
+      {"high_freq_factor",                                                                         \
+       RECAP_ATTR_FLOAT,                                                                           \
+       offsetof(recap__op_attrs, rope_high_freq_factor),                                           \
+       false,                                                                                      \
+       0,                                                                                          \
+       "llama3: wavelengths below original_max_positions / high_freq_factor are high and kept "    \
+       "(> low_freq_factor)"},                                                                     \
+  {                                                                                                \
+    "original_max_positions", RECAP_ATTR_INT, offsetof(recap__op_attrs, rope_original_max), false, \
+        0,                                                                                         \
+        "llama3: the context length of pretraining (> 0; a config's "                              \
+        "original_max_position_embeddings)"                                                        \
+  }
 
 /* The attributes of a rotating op: theta (or base) and the Llama 3 scaling (rope.c). */
 extern const recap__attr_def recap__rope_attrs[];

@@ -7,7 +7,8 @@
  * 32 to 256, odd block sizes, strided and unaligned inputs, padding tokens, unused rows); the
  * same step captured once and replayed with different metadata; refusals at launch; and bad
  * metadata trapping the device (in child processes, as a fault kills the CUDA context); and
- * paged_rope_kv_write (RoPE of q and k, K and V into the pools) against the host op.
+ * paged_rope_kv_write (RoPE of q and k, K and V into the pools) and paged_rope_attention (that
+ * and the attention, one kernel at decode) against the host ops.
  *
  * Pools and seq outputs must match the host bit for bit, attention outputs within the
  * suite's tolerance scaled by sum_j p_j |v_j| (SCALE_ATTENTION). The CUDA suite is inactive on
@@ -397,10 +398,10 @@ static void test_captured_step_replays_with_new_metadata(void) {
 
 /* The step's fused RoPE and pool writes: q, K and V rows into q_rot (the `out` buffer) and
  * the pools; theta 10000, or Llama 3.2's scaling (theta 500000, factor 32, 1, 4, 8192). */
-static recap__op_call rope_kv_call(step *s, bool dev, bool llama3) {
+static recap__op_call rope_call(step *s, const char *op, bool dev, bool llama3) {
   recap__op_call call;
   memset(&call, 0, sizeof call);
-  call.def = recap__op_find("paged_rope_kv_write");
+  call.def = recap__op_find(op);
   recap__op_attrs_set_defaults(call.def, &call.attrs);
   call.num_inputs = 6;
   call.inputs[0] = q_tensor(s, dev);
@@ -420,6 +421,10 @@ static recap__op_call rope_kv_call(step *s, bool dev, bool llama3) {
   CHECK_OK(recap__op_infer(&call));
   call.outputs[0].data = dev ? s->out.dev : s->out.host;
   return call;
+}
+
+static recap__op_call rope_kv_call(step *s, bool dev, bool llama3) {
+  return rope_call(s, "paged_rope_kv_write", dev, llama3);
 }
 
 /* Per element of rows of dh (host values after a rotation): |o_i| + |o_{i+half}| of its pair,
@@ -481,6 +486,101 @@ static void test_rope_kv_write_matches_host(void) {
         }
         release_all();
       }
+}
+
+/* ---- paged_rope_attention ---- */
+
+/* The fused op on one side, with its workspace (the rotated q, then the splits' partials) and
+ * zeroed call state. */
+static recap__op_call rope_attention_call(step *s, bool dev, bool llama3) {
+  recap__op_call call = rope_call(s, "paged_rope_attention", dev, llama3);
+  const recap_backend_kind backend = dev ? RECAP_BACKEND_CUDA : RECAP_BACKEND_HOST;
+  call.workspace_bytes = call.def->workspace_bytes(&call, backend);
+  call.workspace = dev ? dev_alloc(call.workspace_bytes) : host_alloc(call.workspace_bytes);
+  call.call_state_bytes = call.def->call_state_bytes(&call, backend);
+  if (call.call_state_bytes) {
+    mirror counts = mirror_new(call.call_state_bytes);
+    mirror_push(&counts);
+    call.call_state = dev ? counts.dev : counts.host;
+    if (dev) s->arrivals = counts;
+  }
+  return call;
+}
+
+/* The CUDA op against the host op on one step. Decode-shaped steps (at most one token per
+ * row of seqs) run as one kernel when q, k and v are 16-byte vectors: Llama 3.2 1B's heads at
+ * batch 1 (the whole group per CTA), Qwen2 0.5B's (7 heads per KV head) with a sequence's
+ * first token, a padding token and an unused row, the 8B's over 3000 keys with q inside a
+ * fused projection, Dh 256, and a row with three tokens in a decode-shaped step (keys the step
+ * itself adds, read from k and v), and a grid of 640 CTAs. Rows not 16-byte aligned and
+ * prefill chunks take the two kernels. The pools as paged_rope_kv_write's test holds them (V byte
+ * for byte, K within an ulp of cos and sin), the attention within the suite's tolerance scaled by
+ * sum_j p_j |v_j| over the host's rotated q; the split calls' counts back at zero. */
+static void test_rope_attention_matches_host(void) {
+  static const paged_case cases[] = {
+      {{0, 32, 8, 64, 16, 64, 128, 1, 1, false, false}, {{500, 1}}, 1},
+      {{0, 14, 2, 64, 16, 64, 128, 4, 5, false, false}, {{300, 1}, {0, 1}, {1, 1}}, 3},
+      {{0, 32, 8, 128, 16, 256, 256, 4, 5, true, false}, {{2999, 1}, {99, 1}, {0, 1}, {700, 1}}, 4},
+      {{0, 4, 2, 256, 16, 8, 16, 2, 2, false, false}, {{50, 1}, {0, 1}}, 2},
+      {{0, 16, 4, 128, 16, 16, 32, 4, 4, false, false}, {{10, 3}, {40, 1}}, 2},
+      /* Llama 3.2 1B's heads at batch 8 over 513 keys: 640 CTAs, where the launcher may take
+       * the two kernels when the fused one's registers cost the grid a wave. */
+      {{0, 32, 8, 64, 16, 40, 320, 8, 8, false, false},
+       {{512, 1}, {512, 1}, {512, 1}, {512, 1}, {512, 1}, {512, 1}},
+       6},
+      {{0, 24, 2, 96, 5, 16, 48, 3, 4, true, true}, {{10, 1}, {0, 1}, {61, 1}}, 3},
+      {{0, 12, 4, 64, 8, 32, 64, 64, 4, false, false}, {{0, 37}, {5, 1}, {100, 20}}, 3},
+  };
+  for (int t = 0; t < NUM_FLOAT_TYPES; ++t)
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
+      const bool llama3 = i % 2 == 0;
+      test_rng rng;
+      test_rng_init(&rng);
+      paged_dims d = cases[i].d;
+      d.dtype = kFloatTypes[t];
+      step s = step_new(&rng, &d);
+      step_set(&rng, &s, cases[i].specs, cases[i].n);
+      recap__op_call dev = rope_attention_call(&s, true, llama3);
+      CU_ASSERT_PTR_EQUAL(dev.outputs[1].data, s.kp.dev);
+      CU_ASSERT_PTR_EQUAL(dev.outputs[2].data, s.vp.dev);
+      poison_device(s.out.dev, s.out.bytes);
+      CHECK_OK(recap__op_launch(&dev, cuda_stream));
+      CHECK_OK(recap_stream_synchronize(cuda_stream));
+      recap__op_call host = rope_attention_call(&s, false, llama3);
+      memset(s.out.host, 0xFF, s.out.bytes);
+      CHECK_OK(recap__op_launch(&host, host_stream));
+      CHECK_OK(recap_stream_synchronize(host_stream));
+
+      char label[256], what[300];
+      step_label(&s, cases[i].specs, cases[i].n, label, sizeof label);
+      const mirror *pools[] = {&s.kp, &s.vp};
+      static const char *const names[] = {"K pool", "V pool"};
+      for (int m = 0; m < 2; ++m) {
+        void *back = host_alloc(pools[m]->bytes);
+        to_host(back, pools[m]->dev, pools[m]->bytes);
+        const int64_t n = (int64_t)(pools[m]->bytes / esz(&s));
+        snprintf(what, sizeof what, "%s%s: paged_rope_attention %s", label, llama3 ? " llama3" : "",
+                 names[m]);
+        compare(what, d.dtype, n, back, pools[m]->host,
+                m == 0 ? pair_scale(d.dtype, pools[m]->host, n, d.dh) : NULL, m == 1);
+      }
+      if (s.arrivals.bytes) {
+        void *counts = host_alloc(s.arrivals.bytes);
+        to_host(counts, s.arrivals.dev, s.arrivals.bytes);
+        snprintf(what, sizeof what, "%s: paged_rope_attention's arrival counts", label);
+        compare(what, RECAP_DTYPE_I32, (int64_t)(s.arrivals.bytes / sizeof(int32_t)), counts,
+                s.arrivals.host, NULL, true);
+      }
+      recap__op_call rope_part, attention_part;
+      recap__paged_rope_attention_parts(&host, &rope_part, &attention_part);
+      op_case c = {.op = "paged_attention", .scale = SCALE_ATTENTION};
+      double *scale = make_scale(&c, &attention_part, 0);
+      void *got = host_alloc(s.out.bytes);
+      to_host(got, s.out.dev, s.out.bytes);
+      snprintf(what, sizeof what, "%s%s: paged_rope_attention", label, llama3 ? " llama3" : "");
+      compare(what, d.dtype, (int64_t)(s.out.bytes / esz(&s)), got, s.out.host, scale, false);
+      release_all();
+    }
 }
 
 /* What the CUDA launcher refuses before launching anything. */
@@ -652,6 +752,7 @@ int main(int argc, char **argv) {
   CU_ADD_TEST(gpu, test_paged_step_matches_host);
   CU_ADD_TEST(gpu, test_captured_step_replays_with_new_metadata);
   CU_ADD_TEST(gpu, test_rope_kv_write_matches_host);
+  CU_ADD_TEST(gpu, test_rope_attention_matches_host);
   CU_ADD_TEST(gpu, test_launch_refusals_name_the_reason);
   CU_ADD_TEST(gpu, test_bad_metadata_faults_the_device);
   return test_run_all();

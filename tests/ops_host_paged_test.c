@@ -879,6 +879,29 @@ static void rope_kv_case(test_rng *rng, recap_dtype dt, const hand_rope *r, cons
                    bytes_of(&kc));
   check_same_bytes("fused V pool vs paged_kv_write", vc.data, vc_unfused.data, bytes_of(&vc));
 
+  /* paged_rope_attention is the two ops: the same pools, and paged_attention over the
+   * rotated q (which it keeps in its workspace), byte for byte. */
+  recap_tensor kc_fused = copy_of(&kc_before), vc_fused = copy_of(&vc_before);
+  recap__op_call fused = new_call("paged_rope_attention");
+  const recap_tensor fused_in[] = {q, k, v, kc_fused, vc_fused, seqs};
+  for (int i = 0; i < 6; ++i) add_input(&fused, fused_in[i]);
+  set_rope_attrs(&fused.attrs, r);
+  fused.attrs.scale = 0.3;
+  CHECK_OK(recap__op_infer(&fused));
+  CU_ASSERT_PTR_EQUAL(fused.outputs[1].data, kc_fused.data);
+  CU_ASSERT_PTR_EQUAL(fused.outputs[2].data, vc_fused.data);
+  fused.outputs[0].data = track(bytes_of(&fused.outputs[0]));
+  poison(dt, fused.outputs[0].data, numel(&fused.outputs[0]));
+  fused.workspace_bytes = fused.def->workspace_bytes(&fused, RECAP_BACKEND_HOST);
+  CU_ASSERT_EQUAL(fused.workspace_bytes, (bytes_of(&q_rot) + 255) / 256 * 256);
+  fused.workspace = track(fused.workspace_bytes);
+  CHECK_OK(recap__op_launch(&fused, stream));
+  const recap_tensor attention = attend(q_rot, kc, vc, seqs, 0.3);
+  check_same_bytes("paged_rope_attention vs paged_attention of the rotated q",
+                   fused.outputs[0].data, attention.data, bytes_of(&attention));
+  check_same_bytes("paged_rope_attention's K pool", kc_fused.data, kc.data, bytes_of(&kc));
+  check_same_bytes("paged_rope_attention's V pool", vc_fused.data, vc.data, bytes_of(&vc));
+
   /* All-zero metadata: no pool row changes, and q is rotated at position 0 (copied). */
   recap_tensor kc_now = copy_of(&kc), vc_now = copy_of(&vc);
   recap_tensor q_zero = rope_kv_write(q, k, v, kc, vc, seqs_tensor(2 * n, mb), r);
@@ -1004,6 +1027,54 @@ static void test_rope_kv_write_refuses_bad_inputs(void) {
   CU_ASSERT_EQUAL(recap__op_output_input(def, 1), 3);
   CU_ASSERT_EQUAL(recap__op_output_input(def, 2), 4);
   CU_ASSERT_TRUE(def->zero_meta_writes_nothing);
+
+  /* paged_rope_attention refuses what either part refuses, naming itself: a shape of
+   * paged_rope_kv_write's, then attention's groups and scale; and it runs with no workspace
+   * for its rotated q only as an error. */
+  recap_tensor k3 = random_tensor(&rng, f, SHAPE(S_T, S_HKV + 1, S_DH), CONTIGUOUS, -1, 1);
+  recap_tensor pool3 =
+      random_tensor(&rng, f, SHAPE(S_NB, S_BS, S_HKV + 1, S_DH), CONTIGUOUS, -1, 1);
+  const struct {
+    recap_tensor k, pool;
+    double scale;
+    const char *error;
+  } fused_bad[] = {
+      {k3, pool, 0, "input 'k' [6, 3, 8] does not match input 'k_cache' [8, 4, 2, 8]"},
+      {k3, pool3, 0, "input 'q' has 4 heads, not a multiple of the 3 heads of the caches"},
+      {k, pool, INFINITY, "attribute 'scale' must be finite"},
+  };
+  for (size_t c = 0; c < sizeof fused_bad / sizeof fused_bad[0]; ++c) {
+    recap__op_call call = new_call("paged_rope_attention");
+    const recap_tensor in[] = {
+        q, fused_bad[c].k, fused_bad[c].k, fused_bad[c].pool, fused_bad[c].pool, strict_seqs()};
+    for (int i = 0; i < 6; ++i) add_input(&call, in[i]);
+    set_rope_attrs(&call.attrs, &plain);
+    call.attrs.scale = fused_bad[c].scale;
+    CHECK_STATUS(recap__op_infer(&call), RECAP_STATUS_INVALID_ARGUMENT);
+    CHECK_ERROR_MENTIONS("op 'paged_rope_attention'");
+    CHECK_ERROR_MENTIONS(fused_bad[c].error);
+  }
+  recap__op_call no_ws = new_call("paged_rope_attention");
+  const recap_tensor ok_in[] = {q, k, v, pool, pool2, strict_seqs()};
+  for (int i = 0; i < 6; ++i) add_input(&no_ws, ok_in[i]);
+  set_rope_attrs(&no_ws.attrs, &plain);
+  CHECK_OK(recap__op_infer(&no_ws));
+  no_ws.outputs[0].data = track(bytes_of(&no_ws.outputs[0]));
+  CHECK_STATUS(recap__op_launch(&no_ws, stream), RECAP_STATUS_DEVICE_ERROR);
+  CHECK_ERROR_MENTIONS("bytes of workspace for its rotated q");
+  recap__host_backend_reset_fault_for_testing();
+  const recap__op_def *fused_def = recap__op_find("paged_rope_attention");
+  CU_ASSERT_EQUAL(recap__op_output_input(fused_def, 1), 3);
+  CU_ASSERT_EQUAL(recap__op_output_input(fused_def, 2), 4);
+  CU_ASSERT_TRUE(fused_def->zero_meta_writes_nothing);
+  /* Attention's reduced axes, on this op's inputs: q's head dim, k_cache's and v_cache's. */
+  int input[4], axis[4];
+  CU_ASSERT_EQUAL(fused_def->reduced_axes(&no_ws.attrs, input, axis), 4);
+  const int want_input[4] = {0, 3, 3, 4}, want_axis[4] = {-1, -1, 1, 1};
+  for (int i = 0; i < 4; ++i) {
+    CU_ASSERT_EQUAL(input[i], want_input[i]);
+    CU_ASSERT_EQUAL(axis[i], want_axis[i]);
+  }
 }
 
 /* ---- the CUDA grid and workspace, from shapes alone ---- */

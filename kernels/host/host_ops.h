@@ -50,6 +50,7 @@ recap_status recap__host_seq_last_tokens(const recap__op_call *call);
 recap_status recap__host_paged_kv_write(const recap__op_call *call);
 recap_status recap__host_paged_rope_kv_write(const recap__op_call *call);
 recap_status recap__host_paged_attention(const recap__op_call *call);
+recap_status recap__host_paged_rope_attention(const recap__op_call *call);
 
 recap_status recap__host_argmax(const recap__op_call *call);
 recap_status recap__host_sample(const recap__op_call *call);

@@ -8,6 +8,8 @@
  * exponentials, then the output a chunk of head dims at a time, recomputing the scores per
  * chunk, so nothing is allocated at run time whatever the context length.
  */
+#include "kernels/paged.h"
+
 #include <math.h>
 #include <string.h>
 
@@ -208,4 +210,16 @@ recap_status recap__host_paged_attention(const recap__op_call *call) {
         recap__store_f32(out->data, out->dtype, token * out->strides[0] + h * out->strides[1] + d,
                          0.0f);
   return RECAP_OK;
+}
+
+/* Its two parts one after the other, the rotated q in the workspace (kernels/paged.h). */
+recap_status recap__host_paged_rope_attention(const recap__op_call *call) {
+  if (!call->workspace || call->workspace_bytes < recap__paged_rope_attention_q_rot_bytes(call))
+    return RECAP_OP_FAIL(call, "needs %zu bytes of workspace for its rotated q, the call has %zu",
+                         recap__paged_rope_attention_q_rot_bytes(call),
+                         call->workspace ? call->workspace_bytes : 0);
+  recap__op_call rope, attention;
+  recap__paged_rope_attention_parts(call, &rope, &attention);
+  RECAP_TRY(recap__host_paged_rope_kv_write(&rope));
+  return recap__host_paged_attention(&attention);
 }
