@@ -394,8 +394,8 @@ const recap__op_def recap__op_paged_rope_attention = {
         "rotated and v [T, Hkv, Dh] written to k_cache and v_cache [NB, BS, Hkv, Dh] first "
         "(rows through seqs, as paged_rope_kv_write; all read when the op runs); output 0 is "
         "the attention [T, H, Dh] (tokens no row owns are zeros), outputs 1 and 2 the caches. "
-        "The rotated q is not an output: a decode step (at most one token per seqs row) runs "
-        "as one CUDA kernel",
+        "The rotated q is not an output; on CUDA a decode step (at most one token per seqs row) "
+        "runs as one kernel where that is faster",
     .input_names = paged_rope_attention_inputs,
     .min_inputs = 6,
     .max_inputs = 6,
