@@ -1242,16 +1242,16 @@ grep -q "gap between steps median" "$tmp/out" || fail "bench-loop prints no GPU 
 grep -qE "CPU us/token +sleeps/token" "$tmp/out" || fail "bench-loop prints no sleeps per token"
 check_json "$tmp/loop.json"
 grep -q '"sleeps_per_token"' "$tmp/loop.json" || fail "bench-loop's JSON has no sleeps per token"
-# bench-decode --profile on the Llama fixture (llama3 RoPE), whose paged layers run RoPE and
-# both KV writes as one paged_rope_kv_write: each batch's profiled step by op kind, in the
-# table and in the JSON.
+# bench-decode --profile on the Llama fixture (llama3 RoPE), whose paged layers run RoPE, both
+# KV writes and the attention as one paged_rope_attention: each batch's profiled step by op
+# kind, in the table and in the JSON.
 mkdir -p "$tmp/llama" && cp -L tests/data/models/llama/config.json \
   tests/data/models/llama/model.safetensors "$tmp/llama/"
 expect 0 "import-hf --paged (llama)" -- "$recap" import-hf "$tmp/llama" \
   -o "$tmp/llama_paged.yaml" --paged --batch 1,2 --prefill 8 --max-seq 32 --block-size 8 \
   --kv-blocks 8
-grep -q "op: paged_rope_kv_write, in: \[q_heads, k_heads, v_rows, k_cache, v_cache, seqs\]" \
-  "$tmp/llama_paged.yaml" || fail "import-hf --paged does not emit paged_rope_kv_write"
+grep -q "op: paged_rope_attention, in: \[q_heads, k_heads, v_rows, k_cache, v_cache, seqs\]" \
+  "$tmp/llama_paged.yaml" || fail "import-hf --paged does not emit paged_rope_attention"
 # A 256-key table makes the decode attention split its keys on CUDA, so the pipelines bind
 # paged attention's call state (its split arrival counts), which the host reference checks is
 # zero at every launch: generate through it still gives transformers' greedy tokens
@@ -1266,20 +1266,21 @@ expect 0 "generate over a 256-key table" -- "$recap" generate "$tmp/llama_256.ya
   --device host
 grep -q "^generated: ${llama_greedy#* }$" "$tmp/out" ||
   fail "generate over a 256-key table does not reproduce transformers' greedy tokens: $(grep "^generated" "$tmp/out")"
-! grep -qE "op: (rope|paged_kv_write|seq_positions)," "$tmp/llama_paged.yaml" ||
-  fail "import-hf --paged still emits rope, paged_kv_write or seq_positions for Llama"
+! grep -qE "op: (rope|paged_kv_write|paged_rope_kv_write|paged_attention|seq_positions)," \
+  "$tmp/llama_paged.yaml" ||
+  fail "import-hf --paged still emits rope, paged_kv_write, paged_rope_kv_write, paged_attention or seq_positions for Llama"
 expect 0 "bench-decode --profile" -- "$recap" bench-decode "$tmp/llama_paged.yaml" \
   --device host --batch 1,2 --context 4 --tokens 2 --repeats 1 --profile \
   --json "$tmp/profile.json"
 grep -q "^batch 2: profiled eager step .* us on the device, by op:$" "$tmp/out" ||
   fail "bench-decode --profile prints no profile for batch 2"
-grep -qE "^  paged_rope_kv_write +2 +[0-9.]+ +[0-9.]+%$" "$tmp/out" ||
-  fail "bench-decode --profile does not count one paged_rope_kv_write per layer"
+grep -qE "^  paged_rope_attention +2 +[0-9.]+ +[0-9.]+%$" "$tmp/out" ||
+  fail "bench-decode --profile does not count one paged_rope_attention per layer"
 python3 -c 'import json, sys
 r = json.load(open(sys.argv[1]))["results"]
 for row in r:
     kinds = {k["op"]: k for k in row["profile"]}
-    assert kinds["paged_rope_kv_write"]["launches"] == 2, kinds
+    assert kinds["paged_rope_attention"]["launches"] == 2, kinds
     assert abs(sum(k["share"] for k in row["profile"]) - 1) < 1e-6, row["profile"]
     assert abs(sum(k["ms"] for k in row["profile"]) - row["profiled_ms"]) < 1e-9
 ' "$tmp/profile.json" 2>>"$tmp/err" || fail "bench-decode --profile JSON: $(tail -1 "$tmp/err")"
