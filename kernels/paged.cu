@@ -237,7 +237,7 @@ __global__ void paged_rope_kv_write_kernel(const T *__restrict__ q, const T *__r
   }
   for (int j = threadIdx.x; j < half; j += blockDim.x)
     s_cos_sin[j] = recap__rope_inv_freq(&p.freqs, j, p.head_dim);
-  const int r = find_owner(p.meta, token, &s_owner);
+  const int r = find_owner(p.meta, token, &s_owner); /* its barrier publishes the inv_freqs */
   int64_t pos = 0, block = 0;
   if (r >= 0) {
     const seq_row s = load_row(p.meta, r);
