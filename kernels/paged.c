@@ -39,8 +39,6 @@ static const char *const paged_rope_kv_write_inputs[] = {"q",       "k",    "v",
  * pools (inputs 3 and 4). */
 static const int output_is_input0[] = {0};
 static const int rope_kv_outputs[] = {-1, 3, 4};
-static const char *const paged_rope_attention_inputs[] = {"q",       "k",    "v", "k_cache",
-                                                          "v_cache", "seqs", NULL};
 
 /* The token count is an integer attribute because no input carries it; the slot is attrs.dim,
  * as the collectives reuse the integer slots rather than grow recap__op_attrs. */
@@ -396,7 +394,7 @@ const recap__op_def recap__op_paged_rope_attention = {
         "the attention [T, H, Dh] (tokens no row owns are zeros), outputs 1 and 2 the caches. "
         "The rotated q is not an output; on CUDA a decode step (at most one token per seqs row) "
         "runs as one kernel where that is faster",
-    .input_names = paged_rope_attention_inputs,
+    .input_names = paged_rope_kv_write_inputs, /* its inputs are paged_rope_kv_write's */
     .min_inputs = 6,
     .max_inputs = 6,
     .num_outputs = 3,
