@@ -27,11 +27,11 @@ recap__paged_attention_grid recap__paged_attention_plan(const recap__op_call *ca
    * batch 8, a Qwen2.5 1.5B shape (6 of 128) -10.5% / -11.8%, Llama 3.2 3B (3 of 128) -1.9% /
    * -3.1%, Llama 3 8B (4 of 128) -0.9% / -2.0%, the 1B -0.5% at batch 8 but +0.6% at batch 1
    * (docs/SERVING.md, "Attention over the paged pool"). Prefill chunks keep the whole group: each
-   * key is read once per query token there, and more CTAs would read it more often. So do decode
-   * grids of more than 64 (token, KV head) pairs (batch 16 and up with 8 KV heads), which were not
-   * measured: there the cut would also take the keys' splits away (1024 CTAs get none), and each
-   * CTA would walk its sequence's keys alone. */
-  const bool decode = tokens <= seqs->shape[0] && tokens * kv_heads <= 64;
+   * key is read once per query token there, and more CTAs would read it more often. Large decode
+   * grids cut too, though a grid of 1024 CTAs then gets no key splits: at batch 16-64 (512 keys)
+   * the cut was 0-17% faster than the whole group on four shapes, never slower (docs/SERVING.md).
+   */
+  const bool decode = tokens <= seqs->shape[0];
   const bool keeps_group =
       tokens * kv_heads <= 8 && g.heads_per_cta == group && group * head_dim <= 256;
   if (decode && !keeps_group && g.heads_per_cta > 2) g.heads_per_cta = 2;

@@ -1082,14 +1082,15 @@ static void test_rope_kv_write_refuses_bad_inputs(void) {
 /* plan_for's CUDA call state bytes (the split calls' arrival counts). */
 static size_t g_cuda_counts;
 
-static recap__paged_attention_grid plan_for(int64_t tokens, int64_t heads, int64_t kv_heads,
-                                            int64_t dh, int64_t bs, int64_t mb, size_t *cuda_ws,
-                                            size_t *host_ws) {
+/* The plan of `tokens` query tokens over `rows` sequence rows of `mb` blocks of `bs` keys. */
+static recap__paged_attention_grid plan_over_rows(int64_t tokens, int64_t rows, int64_t heads,
+                                                  int64_t kv_heads, int64_t dh, int64_t bs,
+                                                  int64_t mb, size_t *cuda_ws, size_t *host_ws) {
   recap__op_call call = new_call("paged_attention");
   call.num_inputs = 4;
   call.inputs[0] = (recap_tensor){NULL, RECAP_DTYPE_BF16, 3, {tokens, heads, dh}, {0}};
   call.inputs[1] = (recap_tensor){NULL, RECAP_DTYPE_BF16, 4, {64, bs, kv_heads, dh}, {0}};
-  call.inputs[3] = (recap_tensor){NULL, RECAP_DTYPE_I32, 2, {8, RECAP_SEQ_BLOCKS + mb}, {0}};
+  call.inputs[3] = (recap_tensor){NULL, RECAP_DTYPE_I32, 2, {rows, RECAP_SEQ_BLOCKS + mb}, {0}};
   for (int i = 0; i < 4; ++i) recap__tensor_set_contiguous(&call.inputs[i]);
   call.inputs[2] = call.inputs[1];
   CHECK_OK(recap__op_infer(&call));
@@ -1099,6 +1100,13 @@ static recap__paged_attention_grid plan_for(int64_t tokens, int64_t heads, int64
   /* The host takes the same bytes, to check they are zero at each launch. */
   CU_ASSERT_EQUAL(call.def->call_state_bytes(&call, RECAP_BACKEND_HOST), g_cuda_counts);
   return recap__paged_attention_plan(&call);
+}
+
+/* The same over 8 sequence rows. */
+static recap__paged_attention_grid plan_for(int64_t tokens, int64_t heads, int64_t kv_heads,
+                                            int64_t dh, int64_t bs, int64_t mb, size_t *cuda_ws,
+                                            size_t *host_ws) {
+  return plan_over_rows(tokens, 8, heads, kv_heads, dh, bs, mb, cuda_ws, host_ws);
 }
 
 /* A split plan of `tokens` tokens over 8 KV heads of 64 (64 blocks of 16 keys per row) cuts
@@ -1134,11 +1142,11 @@ static void test_split_plan_follows_shapes(void) {
   g = plan_for(1, 14, 2, 64, 16, 256, &cuda_ws, &host_ws);
   CU_ASSERT_EQUAL(g.heads_per_cta, 2);
   CU_ASSERT_EQUAL(g.head_chunks, 4);
-  /* A decode grid of more than 64 (token, KV head) pairs keeps the whole group (8 tokens over
-   * 16 KV heads). */
-  g = plan_for(8, 64, 16, 64, 16, 256, &cuda_ws, &host_ws);
-  CU_ASSERT_EQUAL(g.heads_per_cta, 4);
-  CU_ASSERT_EQUAL(g.head_chunks, 1);
+  /* A large decode grid cuts too (64 tokens over 8 KV heads: 1024 CTAs of 2 heads, one split). */
+  g = plan_over_rows(64, 64, 32, 8, 64, 16, 256, &cuda_ws, &host_ws);
+  CU_ASSERT_EQUAL(g.heads_per_cta, 2);
+  CU_ASSERT_EQUAL(g.head_chunks, 2);
+  CU_ASSERT_EQUAL(g.splits, 1);
   /* Batch 64 (more tokens than the 8 rows: a prefill step): the whole group, 512 CTAs
    * already, two splits. */
   g = plan_for(64, 32, 8, 128, 16, 256, &cuda_ws, &host_ws);
