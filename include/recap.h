@@ -907,11 +907,16 @@ typedef struct recap_op recap_op;
  * copies of the tensors (not of their memory), so args may go after the call. */
 RECAP_API recap_status recap_op_create(const char *name, const recap_op_args *args, recap_op **out);
 /* Launches the op on `stream`'s backend. The first launch also does the op's first-time work
- * (a GEMM's handles and algorithm choice), which a capture must not see: launch once before
- * capturing. RECAP_STATUS_INVALID_ARGUMENT when an output has no memory. */
+ * (a GEMM's handles and algorithm choice; the workspace and call state some ops ask for at
+ * their shapes, such as paged_attention's key splits or sample's row slices at small batch,
+ * allocated on that stream's device and kept by the op), which a capture must not see: launch
+ * once before capturing (RECAP_STATUS_ILLEGAL_DURING_CAPTURE for an op that needs that memory
+ * otherwise). An op holding call state runs on one stream at a time, on its first device
+ * (RECAP_STATUS_INVALID_ARGUMENT on another). RECAP_STATUS_INVALID_ARGUMENT when an output has
+ * no memory. */
 RECAP_API recap_status recap_op_launch(recap_op *op, recap_stream *stream);
 /* After the stream finished its launches and any graph that captured them is destroyed (an
- * EXPR attribute's program lives in the op). NULL is accepted. */
+ * EXPR attribute's program and the op's workspace live in the op). NULL is accepted. */
 RECAP_API void recap_op_destroy(recap_op *op);
 /* recap_op_create, recap_op_launch and recap_op_destroy in one call. Not for an op with an
  * EXPR attribute, whose program the launch reads later: RECAP_STATUS_INVALID_ARGUMENT (create,

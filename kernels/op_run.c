@@ -9,12 +9,17 @@
 #include "include/recap.h"
 #include "kernels/expr.h"
 #include "kernels/op.h"
+#include "runtime/backend.h"
 #include "runtime/error.h"
 
 struct recap_op {
   recap__op_call call;
   recap__expr_program *program; /* an EXPR attribute's, owned */
   bool prepared;
+  /* The workspace and call state the op asks for at its shapes, one block of scratch_device's
+   * allocator (NULL: none asked for, or not launched yet). */
+  void *scratch;
+  recap_device scratch_device;
 };
 
 static const char *skip_space(const char *s) {
@@ -193,16 +198,53 @@ recap_status recap_op_create(const char *name, const recap_op_args *args, recap_
   return RECAP_OK;
 }
 
+/* Gives the op the workspace and call state it asks for at its shapes (paged attention's
+ * splits, sample's slices) at its first launch: one block from the stream's device allocator,
+ * the state zeroed on the stream, kept for every later launch (a captured graph replays these
+ * addresses). */
+static recap_status bind_scratch(recap_op *op, recap_stream *stream) {
+  const recap__op_def *def = op->call.def;
+  const recap_device device = recap_stream_device(stream);
+  if (op->scratch) {
+    if (op->scratch_device.backend != device.backend || op->scratch_device.index != device.index)
+      return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
+                        "op '%s' holds its workspace on the device of its first launch; launch it "
+                        "on a stream of that device",
+                        def->name);
+    return RECAP_OK;
+  }
+  const size_t workspace =
+      def->workspace_bytes ? def->workspace_bytes(&op->call, device.backend) : 0;
+  const size_t state = def->call_state_bytes ? def->call_state_bytes(&op->call, device.backend) : 0;
+  if (workspace == 0 && state == 0) return RECAP_OK;
+  if (recap_stream_is_capturing(stream))
+    return RECAP_FAIL(RECAP_STATUS_ILLEGAL_DURING_CAPTURE,
+                      "op '%s' needs a workspace or call state at these shapes, allocated at its "
+                      "first launch: launch it once before capturing",
+                      def->name);
+  const size_t state_at = (workspace + 255) / 256 * 256;
+  void *block = NULL;
+  recap_status st = recap_malloc(device, state_at + state, stream, &block);
+  if (st != RECAP_OK)
+    return recap__error_context(
+        st, "op '%s': its workspace and call state (%zu bytes): ", def->name, state_at + state);
+  if (state && (st = stream->backend->memset_async((char *)block + state_at, 0, state, stream)) !=
+                   RECAP_OK) {
+    recap_free(block);
+    return st;
+  }
+  op->scratch = block;
+  op->scratch_device = device;
+  op->call.workspace = workspace ? block : NULL;
+  op->call.workspace_bytes = workspace;
+  op->call.call_state = state ? (char *)block + state_at : NULL;
+  op->call.call_state_bytes = state;
+  return RECAP_OK;
+}
+
 recap_status recap_op_launch(recap_op *op, recap_stream *stream) {
   RECAP_CHECK_ARG(op && stream);
-  const recap__op_def *def = op->call.def;
-  const recap_backend_kind backend = recap_stream_device(stream).backend;
-  if ((def->workspace_bytes && def->workspace_bytes(&op->call, backend)) ||
-      (def->call_state_bytes && def->call_state_bytes(&op->call, backend)))
-    return RECAP_FAIL(RECAP_STATUS_NOT_SUPPORTED,
-                      "op '%s' needs a workspace or call state at these shapes, which single-op "
-                      "launches do not give",
-                      def->name);
+  RECAP_TRY(bind_scratch(op, stream));
   if (!op->prepared) {
     RECAP_TRY(recap__op_prepare(&op->call, stream));
     op->prepared = true;
@@ -212,6 +254,7 @@ recap_status recap_op_launch(recap_op *op, recap_stream *stream) {
 
 void recap_op_destroy(recap_op *op) {
   if (!op) return;
+  recap_free(op->scratch);
   recap__expr_program_destroy(op->program);
   free(op);
 }

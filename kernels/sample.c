@@ -8,6 +8,8 @@
  * recap__cuda_sample); the ranking and the random draw both backends share are in
  * kernels/sample.h.
  */
+#include "kernels/sample.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -47,6 +49,23 @@ static int vocab_reduced_axes(const recap__op_attrs *attrs, int input[4], int ax
   return 1;
 }
 
+/* Rows of few logits' slices (recap__sample_slices): each slice's top rank, on CUDA. */
+static size_t slices_workspace_bytes(const recap__op_call *call, recap_backend_kind backend) {
+  const recap_tensor *x = &call->inputs[0];
+  const int slices = recap__sample_slices(x->shape[0], x->shape[1]);
+  if (backend != RECAP_BACKEND_CUDA || slices == 1) return 0;
+  return (size_t)x->shape[0] * (size_t)slices * sizeof(uint64_t);
+}
+
+/* The CUDA kernel's arrival count per sliced row. The host reference takes the same bytes and
+ * checks they are zero at every launch, as paged_attention's does. */
+static size_t slices_call_state_bytes(const recap__op_call *call, recap_backend_kind backend) {
+  (void)backend;
+  const recap_tensor *x = &call->inputs[0];
+  if (recap__sample_slices(x->shape[0], x->shape[1]) == 1) return 0;
+  return (size_t)x->shape[0] * sizeof(uint32_t);
+}
+
 static recap_status argmax_infer(recap__op_call *call) {
   RECAP_TRY(check_logits(call, 0));
   recap__infer_output(call, 0, RECAP_DTYPE_I32, 1, call->inputs[0].shape);
@@ -68,6 +87,8 @@ const recap__op_def recap__op_argmax = {
     .in_place_input = -1,
     .reduced_axes = vocab_reduced_axes,
     .infer = argmax_infer,
+    .workspace_bytes = slices_workspace_bytes,
+    .call_state_bytes = slices_call_state_bytes,
     .run_host = recap__host_argmax,
     .launch_cuda = RECAP_CUDA_ENTRY(recap__cuda_argmax),
 };
@@ -120,6 +141,8 @@ const recap__op_def recap__op_sample = {
     .in_place_input = -1,
     .reduced_axes = vocab_reduced_axes,
     .infer = sample_infer,
+    .workspace_bytes = slices_workspace_bytes,
+    .call_state_bytes = slices_call_state_bytes,
     .run_host = recap__host_sample,
     .launch_cuda = RECAP_CUDA_ENTRY(recap__cuda_sample),
 };

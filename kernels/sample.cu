@@ -1,9 +1,13 @@
 /*
  * sample.cu: argmax and sample on CUDA (semantics: kernels/cuda_ops.h; ranking and the draw:
- * kernels/sample.h), without sorting, without a workspace, in one launch.
+ * kernels/sample.h), without sorting, in one launch.
  *
  * One block of 1024 threads per row; a row is read several times, from memory once and then
- * from the L2 (a Llama 3 row of 128256 f32 logits is 501 KiB; 64 of them fit the H100's L2):
+ * from the L2 (a Llama 3 row of 128256 f32 logits is 501 KiB; 64 of them fit the H100's L2).
+ * A batch of few rows first cuts each row into slices, a block each (recap__sample_slices):
+ * they read the row from memory together, each finds its slice's top-ranked token, and the
+ * last to finish (an arrival count in the call's state) takes the best and runs the rest below
+ * over the whole row alone, counting step 1's first digit in a pass of its own.
  *
  * 1. The top-ranked token: a block max of rank keys. Greedy rows (and argmax) end here, as
  *    does a row with a NaN. With top-k, the same pass counts the first radix digit.
@@ -65,6 +69,12 @@ struct sample_args {
   int shift[RECAP__SAMPLE_MAX_DIGITS], width[RECAP__SAMPLE_MAX_DIGITS];
   int32_t *tokens;
   float *logprobs; /* nullptr: not asked for */
+  /* Sliced rows (gridDim.y slices a row, recap__sample_slices): logits per slice, each
+   * slice's top rank (workspace, [rows, slices]) and each row's arrival count (call state,
+   * zero at every launch and left zero). */
+  int slice_len;
+  u64 *partial;
+  unsigned *arrivals;
 };
 
 struct sample_smem {
@@ -74,6 +84,7 @@ struct sample_smem {
   float fscratch[kWarps];
   u64 part[kWarps]; /* the warps' sums of kept weight at one level of the draw */
   int pick;         /* the bin or segment chosen, broadcast */
+  bool last;        /* this block is its row's last slice to finish */
   u64 pick_below;   /* weight ranked above the chosen bin / before the chosen segment */
 };
 
@@ -268,12 +279,14 @@ __global__ void __launch_bounds__(kThreads)
   const int vocab = a.vocab;
   const row_in<T, VEC> in = {logits + (int64_t)row * a.row_stride, vocab};
 
+  const int slice = blockIdx.y, slices = gridDim.y;
+
   recap__sample_params p = {};
   bool greedy = true;
   if (a.seqs) {
     p = recap__sample_params_read(a.seqs + (int64_t)row * a.seqs_stride);
     if (p.q_len == 0) {
-      if (tid == 0) {
+      if (tid == 0 && slice == 0) {
         a.tokens[row] = -1;
         if (a.logprobs) a.logprobs[row] = 0.0f;
       }
@@ -283,24 +296,55 @@ __global__ void __launch_bounds__(kThreads)
     greedy = recap__sample_is_greedy(&p);
   }
 
-  /* 1. The top-ranked token; with top-k, the first digit's counts of every token. */
+  /* 1. The top-ranked token (of the block's slice); with top-k, the first digit's counts of
+   * every token. */
   const bool top_k_on = !greedy && p.top_k > 0 && p.top_k < vocab;
-  if (top_k_on) {
+  const int first_shift = a.shift[0] - 32;
+  const auto zero_counts = [&] {
     sm.count[2 * tid] = sm.count[2 * tid + 1] = 0;
     __syncthreads();
-  }
+  };
+  const auto count_first_digit = [&](float x) {
+    atomicAdd(&sm.count[recap__sample_order_key(x) >> first_shift], 1u);
+  };
+  const bool counts_here = top_k_on && slices == 1;
+  if (counts_here) zero_counts();
   /* A thread meets its tokens in increasing id order, so keeping the first of its largest
    * order keys (32-bit compares) keeps its top rank; the block then compares rank keys. Key 0
    * is below every logit's. The first digit of a rank key is the top of its order key. */
-  const int first_shift = a.shift[0] - 32;
+  const int slice_begin = min(slice * a.slice_len, vocab);
+  const int slice_end = min(slice_begin + a.slice_len, vocab);
   uint32_t best_key = 0;
   int best = 0;
-  in.each(0, vocab, tid, kThreads, [&](int i, float x) {
+  in.each(slice_begin, slice_end, tid, kThreads, [&](int i, float x) {
     const uint32_t k = recap__sample_order_key(x);
     if (k > best_key) best_key = k, best = i;
-    if (top_k_on) atomicAdd(&sm.count[k >> first_shift], 1u);
+    if (counts_here) count_first_digit(x);
   });
-  const u64 top = block_max_u64(recap__sample_rank(best_key, best, vocab), sm.scratch);
+  u64 top = block_max_u64(recap__sample_rank(best_key, best, vocab), sm.scratch);
+  if (slices > 1) {
+    /* Count this slice in once its top rank is visible GPU-wide; the row's last slice takes
+     * the best of them (a max: the order of arrival does not matter) and goes on alone, the
+     * row now in the L2. */
+    u64 *ranks = a.partial + (int64_t)row * slices;
+    if (tid == 0) ranks[slice] = top;
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) {
+      unsigned *count = a.arrivals + row;
+      sm.last = atomicAdd(count, 1u) == (unsigned)slices - 1;
+      if (sm.last) *count = 0; /* every slice has arrived: zero for the next launch */
+    }
+    __syncthreads();
+    if (!sm.last) return;
+    __threadfence();
+    top = block_max_u64(tid < slices ? __ldcg(ranks + tid) : 0, sm.scratch);
+    if (top_k_on) {
+      zero_counts();
+      in.each(0, vocab, tid, kThreads, [&](int, float x) { count_first_digit(x); });
+      __syncthreads();
+    }
+  }
   const uint32_t top_key = (uint32_t)(top >> 32);
   const int top_index = (int)recap__sample_rank_index(top, vocab);
   if (greedy || top_key == RECAP__SAMPLE_NAN_KEY) {
@@ -437,12 +481,27 @@ recap_status launch_rows(const recap__op_call *call, const int32_t *seqs, int64_
   a.digits = recap__sample_digits(vocab, a.shift, a.width);
   a.tokens = tokens;
   a.logprobs = logprobs;
+  const int slices = recap__sample_slices(rows, vocab);
+  a.slice_len = (int)recap__sample_slice_len(vocab, slices);
+  a.partial = static_cast<u64 *>(call->workspace);
+  a.arrivals = static_cast<unsigned *>(call->call_state);
+  if (slices > 1) {
+    const size_t ranks = (size_t)rows * (size_t)slices * sizeof(u64);
+    const size_t counts = (size_t)rows * sizeof(unsigned);
+    if (!a.partial || call->workspace_bytes < ranks || !a.arrivals ||
+        call->call_state_bytes < counts)
+      return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
+                        "op '%s': %lld rows of %lld logits cut in %d slices need a workspace of "
+                        "%zu bytes and a zeroed call state of %zu bytes (recap__op_def's "
+                        "workspace_bytes and call_state_bytes)",
+                        call->def->name, (long long)rows, (long long)vocab, slices, ranks, counts);
+  }
   const T *data = static_cast<const T *>(x->data);
   constexpr int kVec = 16 / (int)sizeof(T);
   /* 16-byte loads need every row 16-byte aligned. */
   const bool vectors =
       ((uintptr_t)data & 15u) == 0 && (rows == 1 || (x->strides[0] * (int64_t)sizeof(T)) % 16 == 0);
-  const dim3 grid((unsigned)rows), block(kThreads);
+  const dim3 grid((unsigned)rows, (unsigned)slices), block(kThreads);
   if (vectors)
     RECAP_CUDA_TRY(recap__cuda_launch(sample_kernel<T, kVec>, grid, block, 0, stream, data, a));
   else

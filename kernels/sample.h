@@ -152,6 +152,35 @@ static inline RECAP__SAMPLE_FN uint64_t recap__sample_u53(uint64_t seed, int32_t
   return ((uint64_t)w.v[0] << 21) | (w.v[1] >> 11);
 }
 
+/* The CUDA kernel's slices of a row. One block per row reads its logits from memory alone (a
+ * Llama 3 row of f32 logits took one block 19 us on an H200, a tenth of the copy bandwidth), so
+ * a batch of few rows cuts each row into slices of at least RECAP__SAMPLE_SLICE_MIN logits, up
+ * to about RECAP__SAMPLE_TARGET_BLOCKS blocks in all: each slice finds its top-ranked token, and
+ * the row's last slice to finish takes the best of them and goes on alone over the row, then in
+ * the L2. Slices are whole multiples of RECAP__SAMPLE_SLICE_ALIGN logits (16-byte loads).
+ * 1: one block per row, no workspace, no call state. */
+enum {
+  RECAP__SAMPLE_SLICE_MIN = 4096,
+  RECAP__SAMPLE_MAX_SLICES = 32,
+  RECAP__SAMPLE_TARGET_BLOCKS = 128,
+  RECAP__SAMPLE_SLICE_ALIGN = 64
+};
+
+static inline int recap__sample_slices(int64_t rows, int64_t vocab) {
+  if (rows <= 0 || rows >= RECAP__SAMPLE_TARGET_BLOCKS / 2) return 1;
+  int64_t slices = RECAP__SAMPLE_TARGET_BLOCKS / rows;
+  if (slices > vocab / RECAP__SAMPLE_SLICE_MIN) slices = vocab / RECAP__SAMPLE_SLICE_MIN;
+  if (slices > RECAP__SAMPLE_MAX_SLICES) slices = RECAP__SAMPLE_MAX_SLICES;
+  return slices > 1 ? (int)slices : 1;
+}
+
+/* Logits per slice of a row of `vocab` cut in `slices`. */
+static inline RECAP__SAMPLE_FN int64_t recap__sample_slice_len(int64_t vocab, int slices) {
+  const int64_t per = (vocab + slices - 1) / slices;
+  return (per + RECAP__SAMPLE_SLICE_ALIGN - 1) / RECAP__SAMPLE_SLICE_ALIGN *
+         RECAP__SAMPLE_SLICE_ALIGN;
+}
+
 #ifdef __cplusplus
 }
 #endif

@@ -2,6 +2,7 @@
  * checked against the contracts of a few ops by hand, and single ops run on the host backend
  * (recap_op_run, recap_op_create/launch) against hand-computed values. Uses recap.h only, as an
  * embedder would. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "include/recap.h"
@@ -301,6 +302,42 @@ static void test_create_once_launch_many_and_errors(void) {
   CHECK_OK(recap_stream_destroy(s));
 }
 
+/* argmax over rows of Llama 3's 128256 logits: at 2 rows the op asks for call state (its CUDA
+ * kernel's row slices), which the first launch allocates; the token is where the hand put the
+ * largest logit. Launched the first time inside a capture, such an op is refused. */
+static void test_ops_with_call_state_get_it_at_their_first_launch(void) {
+  enum { VOCAB = 128256 };
+  recap_stream *s = host_stream();
+  float *x = calloc(2 * VOCAB, sizeof *x);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(x);
+  x[77777] = 3, x[VOCAB + 5] = 2, x[VOCAB + 128000] = 2; /* row 1: a tie, to the lower id */
+  int32_t tokens[2] = {-1, -1};
+  recap_tensor in = f32(x, 2, VOCAB), out = {.data = tokens};
+  recap_op_args args = {.inputs = &in, .num_inputs = 1, .outputs = &out, .num_outputs = 1};
+  recap_op *op = NULL;
+  CHECK_OK(recap_op_create("argmax", &args, &op));
+  for (int launch = 0; launch < 2; ++launch) {
+    tokens[0] = tokens[1] = -1;
+    CHECK_OK(recap_op_launch(op, s));
+    CHECK_OK(recap_stream_synchronize(s));
+    CU_ASSERT_EQUAL(tokens[0], 77777);
+    CU_ASSERT_EQUAL(tokens[1], 5);
+  }
+  recap_op_destroy(op);
+
+  recap_graph *g = NULL;
+  CHECK_OK(recap_graph_create(&g));
+  CHECK_OK(recap_op_create("argmax", &args, &op));
+  CHECK_OK(recap_graph_capture_begin(g, s, NULL, RECAP_CAPTURE_MODE_THREAD_LOCAL));
+  CHECK_STATUS(recap_op_launch(op, s), RECAP_STATUS_ILLEGAL_DURING_CAPTURE);
+  CU_ASSERT_PTR_NOT_NULL(strstr(recap_last_error(), "launch it once before capturing"));
+  recap_graph_capture_end(g);
+  recap_op_destroy(op);
+  CHECK_OK(recap_graph_destroy(g));
+  free(x);
+  CHECK_OK(recap_stream_destroy(s));
+}
+
 int main(void) {
   CU_pSuite s = test_add_suite("op_api/info", NULL, NULL);
   CU_ADD_TEST(s, test_every_op_is_listed_once_and_found_by_its_name);
@@ -312,5 +349,6 @@ int main(void) {
   CU_ADD_TEST(run, test_attributes_are_given_by_name);
   CU_ADD_TEST(run, test_random_uniform_takes_shape_and_bounds);
   CU_ADD_TEST(run, test_create_once_launch_many_and_errors);
+  CU_ADD_TEST(run, test_ops_with_call_state_get_it_at_their_first_launch);
   return test_run_all();
 }

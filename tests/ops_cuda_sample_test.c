@@ -15,7 +15,7 @@
 #include "tests/ops_cuda_util.h"
 #include "tests/sample_util.h"
 
-enum { WIDTH = RECAP_SEQ_BLOCKS, LLAMA3_VOCAB = 128256 };
+enum { WIDTH = RECAP_SEQ_BLOCKS, LLAMA3_VOCAB = 128256, QWEN2_VOCAB = 151936 };
 
 /* ---- a batch on both sides ---- */
 
@@ -75,6 +75,26 @@ static recap__op_call batch_call(const char *op, const batch *b, bool device, bo
   return call;
 }
 
+/* The device workspace and zeroed call state the op asks for (its row slices at few rows). */
+static void bind_slices_state(recap__op_call *call) {
+  call->workspace_bytes = call->def->workspace_bytes(call, RECAP_BACKEND_CUDA);
+  call->workspace = call->workspace_bytes ? dev_alloc(call->workspace_bytes) : NULL;
+  call->call_state_bytes = call->def->call_state_bytes(call, RECAP_BACKEND_CUDA);
+  call->call_state = call->call_state_bytes ? dev_alloc(call->call_state_bytes) : NULL;
+  if (call->call_state)
+    CHECK_OK(cuda->memset_async(call->call_state, 0, call->call_state_bytes, cuda_stream));
+}
+
+/* After a launch completed: the call state is zero again, as the next launch needs it. */
+static void expect_state_zero(const recap__op_call *call) {
+  if (!call->call_state_bytes) return;
+  unsigned char *state = host_alloc(call->call_state_bytes);
+  to_host(state, call->call_state, call->call_state_bytes);
+  size_t nonzero = 0;
+  for (size_t i = 0; i < call->call_state_bytes; ++i) nonzero += state[i] != 0;
+  CU_ASSERT_EQUAL(nonzero, 0);
+}
+
 /* Results of one run: tokens, and logprobs when asked for (else NULL). */
 typedef struct {
   int32_t *tokens;
@@ -85,6 +105,7 @@ typedef struct {
  * these tests) and copies the results back. */
 static results run_device(const char *op, const batch *b, bool logprobs) {
   recap__op_call call = batch_call(op, b, true, logprobs);
+  bind_slices_state(&call);
   results res = {host_alloc((size_t)b->rows * sizeof(int32_t)),
                  logprobs ? host_alloc((size_t)b->rows * sizeof(float)) : NULL};
   for (int o = 0; o < call.num_outputs; ++o) {
@@ -93,6 +114,7 @@ static results run_device(const char *op, const batch *b, bool logprobs) {
   }
   CHECK_OK(recap__op_launch(&call, cuda_stream));
   CHECK_OK(recap_stream_synchronize(cuda_stream));
+  expect_state_zero(&call);
   to_host(res.tokens, call.outputs[0].data, (size_t)b->rows * 4);
   if (logprobs) to_host(res.logprobs, call.outputs[1].data, (size_t)b->rows * 4);
   return res;
@@ -175,7 +197,8 @@ static void test_argmax_matches_host_exactly(void) {
   test_rng_init(&rng);
   static const struct {
     int64_t rows, vocab, pad;
-  } shapes[] = {{64, LLAMA3_VOCAB, 0}, {1, LLAMA3_VOCAB, 0}, {7, 1023, 3}, {300, 50, 0}, {5, 1, 0}};
+  } shapes[] = {{64, LLAMA3_VOCAB, 0}, {1, LLAMA3_VOCAB, 0}, {7, 1023, 3}, {300, 50, 0}, {5, 1, 0},
+                {3, QWEN2_VOCAB, 0},   {2, 100003, 5},       {20, 8192, 0}};
   for (int t = 0; t < NUM_FLOAT_TYPES; ++t)
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; ++s) {
       batch b = batch_make(kFloatTypes[t], shapes[s].rows, shapes[s].vocab,
@@ -220,7 +243,8 @@ static void test_sample_matches_host(void) {
   test_rng_init(&rng);
   static const struct {
     int64_t rows, vocab, pad;
-  } shapes[] = {{64, LLAMA3_VOCAB, 0}, {37, 4099, 3}, {10000, 64, 0}, {5, 1, 0}, {3, 7, 1}};
+  } shapes[] = {{64, LLAMA3_VOCAB, 0}, {37, 4099, 3},       {10000, 64, 0}, {5, 1, 0},    {3, 7, 1},
+                {1, LLAMA3_VOCAB, 0},  {6, QWEN2_VOCAB, 0}, {2, 100003, 5}, {40, 8192, 0}};
   int64_t rows_compared = 0, differ = 0;
   for (int t = 0; t < NUM_FLOAT_TYPES; ++t)
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; ++s) {
@@ -361,14 +385,15 @@ static void test_sample_gpu_draws_fit_the_expected_distributions(void) {
 /* sample captured once (Llama 3's vocabulary, bf16, logprobs), replayed: the eager tokens and
  * logprobs bit for bit; then new parameters written to device memory between replays (every
  * OUT_INDEX advanced, a row made unused, one made greedy) are what the next replay uses. */
-static void test_sample_graph_replays_read_parameters_at_run_time(void) {
+static void graph_replays_read_parameters_at_run_time(int64_t rows) {
   test_rng rng;
   test_rng_init(&rng);
-  batch b = batch_make(RECAP_DTYPE_BF16, 64, LLAMA3_VOCAB, LLAMA3_VOCAB);
+  batch b = batch_make(RECAP_DTYPE_BF16, rows, LLAMA3_VOCAB, LLAMA3_VOCAB);
   fill_peaked(&b, &rng);
   for (int64_t r = 0; r < b.rows; ++r) random_row(seqs_row(&b, r), &rng, b.vocab);
   batch_upload(&b);
   recap__op_call call = batch_call("sample", &b, true, true);
+  bind_slices_state(&call);
   void *out[2];
   for (int o = 0; o < 2; ++o) call.outputs[o].data = out[o] = dev_alloc((size_t)b.rows * 4);
   recap__graph *graph = NULL;
@@ -393,6 +418,7 @@ static void test_sample_graph_replays_read_parameters_at_run_time(void) {
     for (int o = 0; o < 2; ++o) CHECK_OK(cuda->memset_async(out[o], 0x7F, bytes, cuda_stream));
     CHECK_OK(cuda->graph_launch(exec, cuda_stream));
     CHECK_OK(recap_stream_synchronize(cuda_stream));
+    expect_state_zero(&call);
     to_host(tokens, out[0], bytes);
     to_host(logprobs, out[1], bytes);
     const results eager = run_device("sample", &b, true);
@@ -407,6 +433,12 @@ static void test_sample_graph_replays_read_parameters_at_run_time(void) {
   cuda->graph_exec_destroy(exec);
   cuda->graph_destroy(graph);
   release_all();
+}
+
+/* 64 rows (one block each) and 8 (16 slices a row, their counts reset by every replay). */
+static void test_sample_graph_replays_read_parameters_at_run_time(void) {
+  graph_replays_read_parameters_at_run_time(64);
+  graph_replays_read_parameters_at_run_time(8);
 }
 
 /* ---- a row with invalid parameters (child process) ---- */

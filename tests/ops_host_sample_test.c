@@ -506,6 +506,52 @@ static void test_sample_rejects_bad_shapes_and_dtypes(void) {
   CU_ASSERT_EQUAL(call.outputs[1].dtype, RECAP_DTYPE_F32);
 }
 
+/* The CUDA kernel cuts each of few rows into slices of at least 4096 logits (Llama 3's 128256:
+ * 31 at one row, 16 at 8, 2 at 63), up to 32; at 64 rows or under 8192 logits it does not. Its
+ * workspace holds each slice's u64 top rank, its call state a u32 arrival count per row, which
+ * the host reference takes too and checks is zero at the launch. */
+static void test_few_rows_ask_for_the_slices_state(void) {
+  free_tracked();
+  static const struct {
+    int64_t rows, vocab;
+    int slices;
+  } cases[] = {{1, 128256, 31}, {8, 128256, 16}, {63, 128256, 2}, {64, 128256, 1},
+               {1, 8191, 1},    {1, 8192, 2},    {1, 1 << 20, 32}};
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; ++c) {
+    const char *ops[] = {"argmax", "sample"};
+    for (int o = 0; o < 2; ++o) {
+      recap__op_call call = new_call(ops[o]);
+      add_input(&call, tensor(RECAP_DTYPE_F32, SHAPE(cases[c].rows, cases[c].vocab), CONTIGUOUS));
+      if (o == 1) add_input(&call, seqs_rows(cases[c].rows));
+      CHECK_OK(recap__op_infer(&call));
+      const size_t ws = cases[c].slices > 1 ? (size_t)(cases[c].rows * cases[c].slices * 8) : 0;
+      const size_t counts = cases[c].slices > 1 ? (size_t)(cases[c].rows * 4) : 0;
+      CU_ASSERT_EQUAL(call.def->workspace_bytes(&call, RECAP_BACKEND_CUDA), ws);
+      CU_ASSERT_EQUAL(call.def->workspace_bytes(&call, RECAP_BACKEND_HOST), 0);
+      CU_ASSERT_EQUAL(call.def->call_state_bytes(&call, RECAP_BACKEND_CUDA), counts);
+      CU_ASSERT_EQUAL(call.def->call_state_bytes(&call, RECAP_BACKEND_HOST), counts);
+    }
+  }
+  /* Slices are whole multiples of 64 logits that cover the row. */
+  CU_ASSERT_EQUAL(recap__sample_slice_len(128256, 31), 4160);
+  CU_ASSERT(recap__sample_slice_len(128256, 31) * 30 < 128256);
+  CU_ASSERT_EQUAL(recap__sample_slice_len(100, 1), 128);
+
+  /* A call state another call wrote is refused, naming the op. */
+  recap__op_call call = new_call("argmax");
+  add_input(&call, tensor(RECAP_DTYPE_F32, SHAPE(1, 8192), CONTIGUOUS));
+  CHECK_OK(recap__op_infer(&call));
+  call.outputs[0].data = track(sizeof(int32_t));
+  uint32_t count = 1;
+  call.call_state = &count;
+  call.call_state_bytes = sizeof count;
+  CHECK_STATUS(recap__op_launch(&call, stream), RECAP_STATUS_DEVICE_ERROR);
+  CHECK_ERROR_MENTIONS("op 'argmax': its call state is not zero");
+  recap__host_backend_reset_fault_for_testing();
+  count = 0;
+  run(&call);
+}
+
 /* A used row with invalid parameters is a device fault naming the row and the column; no
  * output is written (the check runs before any row is). */
 static void test_sample_bad_parameters_fault_and_write_nothing(void) {
@@ -566,6 +612,7 @@ int main(void) {
   CU_ADD_TEST(s, test_sample_chi_square_rejects_top_p_keeping_one_token_too_many);
   CU_ADD_TEST(s, test_sample_logprobs_are_the_raw_log_softmax_of_the_token);
   CU_ADD_TEST(s, test_sample_rejects_bad_shapes_and_dtypes);
+  CU_ADD_TEST(s, test_few_rows_ask_for_the_slices_state);
   CU_ADD_TEST(s, test_sample_bad_parameters_fault_and_write_nothing);
   return test_run_all();
 }

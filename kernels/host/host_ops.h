@@ -20,6 +20,9 @@
 #include "kernels/op.h"
 #include "kernels/rope.h"
 
+/* RECAP_STATUS_INTERNAL naming the op when a byte of the call's state is not zero. */
+recap_status recap__host_call_state_check(const recap__op_call *call);
+
 recap_status recap__host_unary(const recap__op_call *call);
 recap_status recap__host_binary(const recap__op_call *call);
 

@@ -176,13 +176,7 @@ recap_status recap__host_paged_attention(const recap__op_call *call) {
                                    .blocks = RECAP__SEQS_BLOCKS_READ};
   int64_t owned;
   RECAP_TRY(recap__seqs_check(call, 3, &rules, &owned));
-  const unsigned char *state = call->call_state;
-  for (size_t i = 0; state && i < call->call_state_bytes; ++i)
-    if (state[i])
-      return RECAP_FAIL(RECAP_STATUS_INTERNAL,
-                        "op '%s': its call state is not zero at the launch (byte %zu): the "
-                        "pipeline did not zero it, or another call wrote it",
-                        call->def->name, i);
+  RECAP_TRY(recap__host_call_state_check(call));
   query x = {.q = q,
              .k = k,
              .v = v,

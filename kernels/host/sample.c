@@ -159,6 +159,7 @@ static double raw_logprob(const row_view *r, float max, int64_t choice) {
 }
 
 recap_status recap__host_argmax(const recap__op_call *call) {
+  RECAP_TRY(recap__host_call_state_check(call));
   const recap_tensor *x = &call->inputs[0];
   int32_t *tokens = call->outputs[0].data;
   for (int64_t row = 0; row < x->shape[0]; ++row) {
@@ -177,6 +178,7 @@ recap_status recap__host_sample(const recap__op_call *call) {
   int32_t *tokens = call->outputs[0].data;
   float *logprobs = call->num_outputs > 1 ? call->outputs[1].data : NULL;
   const int64_t rows = x->shape[0];
+  RECAP_TRY(recap__host_call_state_check(call));
   /* Every used row is checked before any is written: a fault leaves the outputs alone. */
   for (int64_t row = 0; row < rows; ++row) {
     const recap__sample_params p = params_of(seqs, row);
