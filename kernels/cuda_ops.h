@@ -203,7 +203,8 @@ recap_status recap__cuda_paged_rope_attention(const recap__op_call *call, void *
 /* argmax: inputs[0] x [R, V] (float dtype, unit-stride rows, any row stride), outputs[0] i32
  * [R]: for each row the index of its top-ranked element (kernels/sample.h): the largest value,
  * ties to the lowest index, -0 equal to +0, and NaN larger than any number (a row with NaNs
- * gives its first NaN's index). Exact: both backends give the same ids. */
+ * gives its first NaN's index). Exact: both backends give the same ids. Takes sample's
+ * workspace and call state at few rows (below). */
 recap_status recap__cuda_argmax(const recap__op_call *call, void *cuda_stream);
 
 /* sample: inputs[0] logits [R, V] (float dtype, unit-stride rows), inputs[1] seqs i32 [R, W]
@@ -230,7 +231,9 @@ recap_status recap__cuda_argmax(const recap__op_call *call, void *cuda_stream);
  * K and M exactly as the host does (they compare logits); its weights are f32 exponentials
  * held as 64-bit fixed point, so P's crossing and the inverse CDF may pick a neighbouring
  * token where the host's sums come within ~1e-6 relative of a boundary: rare (tests count
- * such rows). No workspace: one block per row; rows of at most 2^30 logits. */
+ * such rows). One block per row, or at fewer than 64 rows several per row
+ * (recap__sample_slices), which need the op's workspace and zeroed call state (refused
+ * without); rows of at most 2^30 logits. */
 recap_status recap__cuda_sample(const recap__op_call *call, void *cuda_stream);
 
 /* random_uniform (def->code 0) / random_normal (def->code 1) into contiguous outputs[0]
