@@ -12,8 +12,8 @@
  * kernels/paged.h), so each key and value row is loaded once per group. Its keys may be split over
  * `splits` CTAs (a count fixed at launch from the shapes: enough CTAs to fill the GPU when tokens x
  * KV heads alone do not, as in decode). A split's key range is cut when the kernel runs from the
- * token's real key count: ceil(keys / splits), at least RECAP__PAGED_MIN_KEYS_PER_SPLIT (or
- * ..._FEW_GROUPS in a small grid), so a short context leaves the last splits empty rather than
+ * token's real key count: ceil(keys / splits), at least the plan's min_keys_per_split
+ * (kernels/paged.h), so a short context leaves the last splits empty rather than
  * spreading a few keys thin. Inside a CTA the warps take steps of keys in turn; a key's row of Dh
  * elements is read as 16-byte vectors by LP = Dh * sizeof(T) / 16 lanes (up to 32), so a warp reads
  * 32 / LP keys per load and U such loads per step, all issued before any is used. Scores are
@@ -299,7 +299,7 @@ struct attention_params {
   pool_strides k, v;
   int64_t num_blocks;
   recap__fast_div block_size;
-  int heads, kv_group, head_chunks, head_dim, splits;
+  int heads, kv_group, head_chunks, head_dim, splits, min_keys_per_split;
   float scale_log2; /* the score scale times log2(e): the softmax runs in base 2 */
   /* Split calls: the workspace, (max, sum) of every (token, head, split), then their rows;
    * and the call state, the splits arrived so far per (token, KV head, chunk). */
@@ -522,11 +522,8 @@ __global__ void __launch_bounds__(kWarps * 32)
     const int64_t visible = pos + 1;
     int64_t per = visible;
     if (p.splits > 1) {
-      const int64_t groups = (int64_t)gridDim.x * gridDim.y;
-      const int64_t least = groups <= RECAP__PAGED_FEW_GROUPS ? RECAP__PAGED_MIN_KEYS_FEW_GROUPS
-                                                              : RECAP__PAGED_MIN_KEYS_PER_SPLIT;
       per = (visible + p.splits - 1) / p.splits;
-      if (per < least) per = least;
+      if (per < p.min_keys_per_split) per = p.min_keys_per_split;
     }
     kbeg = min((int64_t)split * per, visible);
     kend = min(kbeg + per, visible);
@@ -904,20 +901,33 @@ recap_status launch_attention(const recap__op_call *call, const T *q, const atte
    * 128 keep 4: the eight warps' accumulators would not fit the 48 KB of static shared memory. */
   const auto launch = [&](auto warps) -> recap_status {
     constexpr int W = decltype(warps)::value;
+    /* Fewer splits where they fill about one wave (RECAP__PAGED_ONE_WAVE_CTAS, kernels/paged.h)
+     * and the grid then fits in one wave of the kernel that runs; the plan's workspace, sized
+     * for its own count, holds the fewer splits' partials too. */
+    attention_params run = p;
+    dim3 cut = grid;
+    const int64_t groups = (int64_t)grid.x * grid.y;
+    const int64_t fewer = (RECAP__PAGED_ONE_WAVE_CTAS + groups - 1) / groups;
+    const int runs_per_sm =
+        ROPE ? resident_per_sm<T, DH, GC, W, true>() : resident_per_sm<T, DH, GC, W, false>();
+    if (fewer < g.splits && groups * fewer <= wave_of(runs_per_sm)) {
+      run.splits = (int)fewer;
+      cut.z = (unsigned)fewer;
+    }
     if constexpr (ROPE) {
       const int fused = resident_per_sm<T, DH, GC, W, true>();
       if (fused < resident_per_sm<T, DH, GC, W, false>() &&
-          (int64_t)grid.x * grid.y * grid.z > wave_of(fused)) {
+          (int64_t)cut.x * cut.y * cut.z > wave_of(fused)) {
         *declined = true;
         return RECAP_OK;
       }
     }
     if constexpr (ROPE)
-      RECAP_CUDA_TRY(recap__cuda_launch(paged_attention_kernel<T, DH, GC, W, true>, grid,
-                                        dim3(W * 32), 0, stream, q, kc, vc, out, p, sr));
+      RECAP_CUDA_TRY(recap__cuda_launch(paged_attention_kernel<T, DH, GC, W, true>, cut,
+                                        dim3(W * 32), 0, stream, q, kc, vc, out, run, sr));
     else
-      RECAP_CUDA_TRY(recap__cuda_launch(paged_attention_kernel<T, DH, GC, W, false>, grid,
-                                        dim3(W * 32), 0, stream, q, kc, vc, out, p,
+      RECAP_CUDA_TRY(recap__cuda_launch(paged_attention_kernel<T, DH, GC, W, false>, cut,
+                                        dim3(W * 32), 0, stream, q, kc, vc, out, run,
                                         no_step_rows{}));
     return RECAP_OK;
   };
@@ -1009,6 +1019,7 @@ recap_status attention_setup(const recap__op_call *call, attention_params *p,
   p->head_chunks = (int)g.head_chunks;
   p->head_dim = (int)head_dim;
   p->splits = (int)g.splits;
+  p->min_keys_per_split = (int)g.min_keys_per_split;
   const double scale = call->attrs.scale != 0.0 ? call->attrs.scale : 1.0 / sqrt((double)head_dim);
   p->scale_log2 = (float)(scale * kLog2e);
   p->part = static_cast<float *>(call->workspace);

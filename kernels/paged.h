@@ -40,14 +40,26 @@ enum {
   RECAP__PAGED_FEW_GROUPS = 16,
   RECAP__PAGED_MIN_KEYS_FEW_GROUPS = 64,
   /* Splitting stops once the grid has this many CTAs: several waves of 4-warp CTAs on an
-   * H100's 132 SMs, which hides the last wave's tail. */
+   * H100's 132 SMs, which hides the last wave's tail. The workspace is sized for this count. */
   RECAP__PAGED_TARGET_CTAS = 1024,
+  /* ... but the launcher splits only up to this many CTAs where the grid then fits in one wave
+   * of the kernel that runs (about one wave of the fused paged_rope_attention kernel, 4 CTAs
+   * per SM, on an H100's or H200's 132 SMs): the splits' merges cost more than a second,
+   * partly empty wave saves, and the fused kernel keeps its one launch a layer (it declines
+   * grids of more than one wave). One H200, batches 8-64, 512 and 1900 keys: 1-9% faster steps
+   * for Llama 3.2 1B, Llama 3 8B and a Qwen2.5 1.5B shape (docs/SERVING.md); where the fewer
+   * splits overflow a wave (that Qwen2.5 shape at batch 64: 768 CTAs) the plan's count stays,
+   * 3% faster there. */
+  RECAP__PAGED_ONE_WAVE_CTAS = 512,
 };
 
 typedef struct {
   int64_t heads_per_cta; /* 1, 2, 4 or 8: query heads of one KV head a CTA serves */
   int64_t head_chunks;   /* CTAs per (token, KV head, split): ceil(group / heads_per_cta) */
   int64_t splits;        /* 1: no split, no workspace, no merge */
+  /* Keys a split spans at least (MIN_KEYS_PER_SPLIT, or MIN_KEYS_FEW_GROUPS in a grid of few
+   * groups): the kernel cuts each token's real key count by it. */
+  int64_t min_keys_per_split;
 } recap__paged_attention_grid;
 
 /* The CUDA grid of a paged_attention call that passed infer (shapes only). */

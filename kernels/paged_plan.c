@@ -44,6 +44,8 @@ recap__paged_attention_grid recap__paged_attention_plan(const recap__op_call *ca
   if (splits > by_keys) splits = by_keys;
   if (splits > RECAP__PAGED_MAX_SPLITS) splits = RECAP__PAGED_MAX_SPLITS;
   g.splits = splits < 1 ? 1 : splits;
+  g.min_keys_per_split = ctas <= RECAP__PAGED_FEW_GROUPS ? RECAP__PAGED_MIN_KEYS_FEW_GROUPS
+                                                         : RECAP__PAGED_MIN_KEYS_PER_SPLIT;
   return g;
 }
 
