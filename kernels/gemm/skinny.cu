@@ -1032,9 +1032,13 @@ extern "C" recap_status recap__cuda_gemm_skinny_default(const recap__gemm_plan *
  *    kernel: its gated unit saves the pass cuBLASLt's output would need;
  *  - m > 8 with n > 4096 or k < 2048: at m 9-16 cuBLASLt's tiles are full enough (H100: gate_up
  *    16 x 16384 x 2048: 30.4 vs 25.8 us; GPT-2's c_attn 16 x 2304 x 768: 6.2 vs 4.8);
- *  - more bulk blocks than slots with a last wave under a quarter full (Qwen2's qkv, n = 4608:
- *    288 blocks of 16 rows on 264 slots: H100 17-24% slower at m 1-8 with 16 x 512 x 3;
- *    H200 14.8 against 10.9 us at m = 1 with 16 x 1024 x 2);
+ *  - more bulk blocks than slots with a last wave under a quarter full, where that leaves the
+ *    slots under three quarters busy over the rounds of tiles (Qwen2's qkv, n = 4608: 288
+ *    blocks of 16 rows on 264 slots: H100 17-24% slower at m 1-8 with 16 x 512 x 3; H200 14.8
+ *    against 10.9 us at m = 1 with 16 x 1024 x 2). Since a block streams several tiles, a
+ *    small last round after three or more full ones costs little: a Qwen2.5 1.5B shape's
+ *    gated gate_up (17920 x 1536, 1120 tiles on 264 slots, 85% busy) went to cuBLASLt (17.8
+ *    us, ncu) and its pairing pass (2.7 us), a launch more a layer, before this exception;
  *  - a plain linear (nothing fused: no bias, activation, residual, prologue or gated unit) at
  *    m > 8, or whose bulk blocks take more than one wave: there the kernel has only its own
  *    GEMM to win by, and on an H200 cuBLASLt was ahead (Llama 3 8B's qkv, 384 blocks on 264
@@ -1064,8 +1068,9 @@ extern "C" bool recap__cuda_gemm_skinny_preferred(const recap__gemm_plan *p, int
     return false;
   if (p->m > 8 && (p->n > 4096 || p->k < 2048)) return false;
   const bulk_wave w = bulk_wave_of(p, f);
-  const int64_t tail = w.blocks % w.slots;
-  if (w.blocks > w.slots && tail > 0 && tail <= w.slots / 4) return false;
+  const int64_t tail = w.blocks % w.slots, rounds = RECAP_CEIL_DIV(w.blocks, w.slots);
+  if (w.blocks > w.slots && tail > 0 && tail <= w.slots / 4 && 4 * w.blocks < 3 * rounds * w.slots)
+    return false;
   /* A prologue or gated unit would cost cuBLASLt a kernel of its own; bias, activation and
    * residual only the epilogue pass after it. */
   const bool folds = p->prologue != RECAP__GEMM_PROLOGUE_NONE || p->gated != RECAP_ACT_NONE;
