@@ -56,9 +56,11 @@ extern "C" {
  * field zero. Designated in C, so that -Wextra's missing-field-initializers stays quiet;
  * positional in C++, which has no designated initializers before C++20. */
 #ifdef __cplusplus
-#define RECAP_STRUCT_INIT_(type) {sizeof(type)}
+#define RECAP_STRUCT_INIT_(type) \
+  { sizeof(type) }
 #else
-#define RECAP_STRUCT_INIT_(type) {.struct_size = sizeof(type)}
+#define RECAP_STRUCT_INIT_(type) \
+  { .struct_size = sizeof(type) }
 #endif
 
 /* ------------------------------------------------------------------------------------------
@@ -875,8 +877,8 @@ RECAP_API const char *recap_op_activation_name(size_t index);
  * Values: FLOAT and INT a number, BOOL true or false, INT_LIST "[4, 8]" (or "4, 8"),
  * ACTIVATION and DTYPE a name, EXPR an expression over the inputs named in0, in1, ... in
  * order ("in0 * sigmoid(in1)"). A launch is ordered on the stream like any kernel and may be
- * captured into a graph (recap_graph_capture_begin); random ops draw from the stream's
- * device generator. */
+ * captured into a graph (recap_graph_capture_begin) once the op has been launched outside one
+ * (recap_op_launch); random ops draw from the stream's device generator. */
 typedef struct {
   const char *name;  /* as recap_op_attr_info names it */
   const char *value; /* as a spec writes it: "1e-5", "true", "gelu", "f16", "[4, 8]" */
@@ -911,16 +913,19 @@ RECAP_API recap_status recap_op_create(const char *name, const recap_op_args *ar
  * their shapes, such as paged_attention's key splits or sample's row slices at small batch,
  * allocated on that stream's device and kept by the op), which a capture must not see: launch
  * once before capturing (RECAP_STATUS_ILLEGAL_DURING_CAPTURE for an op that needs that memory
- * otherwise). An op holding call state runs on one stream at a time, on its first device
- * (RECAP_STATUS_INVALID_ARGUMENT on another). RECAP_STATUS_INVALID_ARGUMENT when an output has
- * no memory. */
+ * otherwise). An op holding a workspace or call state runs on one stream at a time, on its
+ * first device (RECAP_STATUS_INVALID_ARGUMENT on another). RECAP_STATUS_INVALID_ARGUMENT when an
+ * output has no memory. */
 RECAP_API recap_status recap_op_launch(recap_op *op, recap_stream *stream);
 /* After the stream finished its launches and any graph that captured them is destroyed (an
  * EXPR attribute's program and the op's workspace live in the op). NULL is accepted. */
 RECAP_API void recap_op_destroy(recap_op *op);
 /* recap_op_create, recap_op_launch and recap_op_destroy in one call. Not for an op with an
  * EXPR attribute, whose program the launch reads later: RECAP_STATUS_INVALID_ARGUMENT (create,
- * launch and destroy it once the stream is done). */
+ * launch and destroy it once the stream is done). Nor inside a capture for an op that needs a
+ * workspace or call state at its shapes (argmax and sample over fewer than 64 rows of at least
+ * 8192 logits, paged attention's splits): RECAP_STATUS_ILLEGAL_DURING_CAPTURE (create it and
+ * launch it once before capturing). */
 RECAP_API recap_status recap_op_run(const char *name, const recap_op_args *args,
                                     recap_stream *stream);
 
@@ -1445,7 +1450,7 @@ typedef struct {
    * generator draws is splitmix64 of k over the device generator's initial seed
    * (recap_rng_initial_seed), so the same submits in the same order draw the same seeds. */
   int has_seed;
-  uint64_t seed; /* the same seed and request give the same tokens in any batch */
+  uint64_t seed;           /* the same seed and request give the same tokens in any batch */
   const int32_t *stop_ids; /* up to RECAP_MAX_STOP_IDS ids in [0, vocabulary) that end it */
   int num_stop_ids;
   recap_token_callback on_token; /* optional */
@@ -1479,11 +1484,11 @@ typedef struct {
   int max_running;
   /* Tokens per prefill step; 0: the prefill entry's largest bucket, also the most. */
   int prefill_budget;
-  int override_device;   /* nonzero: use `device`, not the spec's */
+  int override_device; /* nonzero: use `device`, not the spec's */
   recap_device device;
-  int eager;             /* nonzero: no graphs (for comparison) */
-  const char *base_dir;  /* as recap_pipeline_options.base_dir */
-  int quiet;             /* nonzero: no start-up lines on stderr */
+  int eager;            /* nonzero: no graphs (for comparison) */
+  const char *base_dir; /* as recap_pipeline_options.base_dir */
+  int quiet;            /* nonzero: no start-up lines on stderr */
   /* Tensor parallelism (docs/MULTI_GPU.md): this rank's communicator, the spec being this
    * rank's (`recap import-hf --tp N`); NULL: one device. Rank 0 calls recap_generator_create
    * and serves; every other rank calls recap_generator_follow with its own spec. The device is
@@ -1577,8 +1582,8 @@ RECAP_API recap_status recap_generator_destroy(recap_generator *g);
  * host memory (published beside the next step, or after the last: a system-wide fence, then
  * the count), stops rows whose token is a stop id or whose outputs reach their limit
  * (decode_advance stops rows without a KV block for their next position), and ends the loop
- * when no row runs, K steps have run, or the host asked for a return. A stopped row is padding for the rest of the launch: it writes no KV and
- * samples nothing.
+ * when no row runs, K steps have run, or the host asked for a return. A stopped row is padding for
+ * the rest of the launch: it writes no KV and samples nothing.
  *
  *   recap_decode_loop *loop;
  *   recap_decode_loop_create(decode, 32, 0, &loop);    // one loop graph per bucket

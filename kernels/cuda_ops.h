@@ -231,8 +231,8 @@ recap_status recap__cuda_argmax(const recap__op_call *call, void *cuda_stream);
  * K and M exactly as the host does (they compare logits); its weights are f32 exponentials
  * held as 64-bit fixed point, so P's crossing and the inverse CDF may pick a neighbouring
  * token where the host's sums come within ~1e-6 relative of a boundary: rare (tests count
- * such rows). One block per row, or at fewer than 64 rows several per row
- * (recap__sample_slices), which need the op's workspace and zeroed call state (refused
+ * such rows). One block per row, or at fewer than 64 rows of at least 8192 logits several per
+ * row (recap__sample_slices), which need the op's workspace and zeroed call state (refused
  * without); rows of at most 2^30 logits. */
 recap_status recap__cuda_sample(const recap__op_call *call, void *cuda_stream);
 

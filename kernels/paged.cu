@@ -878,9 +878,10 @@ int64_t wave_of(int per_sm) {
  * per CTA), fits fewer CTAs on an SM and the grid is more than one wave of it: there the CTAs
  * with keys can outnumber a wave of the fused kernel and not of the plain one, and the two
  * kernels cost less. Measured on an H200 (context 512, the fused kernel everywhere against the
- * two kernels): at batch 8, where the grid is 1024 CTAs, Llama 3.2 1B +3.9%, 3B +4.3% and 8B
- * +2.6% a step; at batch 1, grids of at most 256 CTAs, every shape 0.7-2.2% faster. The grid's
- * splits past a short context return at once, but their count is not known at launch. */
+ * two kernels): at batch 8 with the plan's splits, a grid of 1024 CTAs, Llama 3.2 1B +3.9%, 3B
+ * +4.3% and 8B +2.6% a step; at batch 1, grids of at most 256 CTAs, every shape 0.7-2.2%
+ * faster (batch 8 now runs 512 CTAs, the one-wave splits below, and the fused kernel). The
+ * grid's splits past a short context return at once, but their count is not known at launch. */
 template <typename T, int DH, int GC, bool ROPE>
 recap_status launch_attention(const recap__op_call *call, const T *q, const attention_params &p,
                               const recap__paged_attention_grid &g, const step_rows<T> &sr,
@@ -901,16 +902,19 @@ recap_status launch_attention(const recap__op_call *call, const T *q, const atte
    * 128 keep 4: the eight warps' accumulators would not fit the 48 KB of static shared memory. */
   const auto launch = [&](auto warps) -> recap_status {
     constexpr int W = decltype(warps)::value;
-    /* Fewer splits where they fill about one wave (RECAP__PAGED_ONE_WAVE_CTAS, kernels/paged.h)
-     * and the grid then fits in one wave of the kernel that runs; the plan's workspace, sized
-     * for its own count, holds the fewer splits' partials too. */
+    /* At decode, in a grid of more than FEW_GROUPS groups, fewer splits where they fill about
+     * one wave (RECAP__PAGED_ONE_WAVE_CTAS, kernels/paged.h) and the grid then fits in one wave
+     * of the kernel that runs; the plan's workspace, sized for its own count, holds the fewer
+     * splits' partials too. Prefill chunks and batches 1-2 keep the plan's (not measured). */
     attention_params run = p;
     dim3 cut = grid;
     const int64_t groups = (int64_t)grid.x * grid.y;
+    const bool decode = call->inputs[0].shape[0] <= call->inputs[3].shape[0];
     const int64_t fewer = (RECAP__PAGED_ONE_WAVE_CTAS + groups - 1) / groups;
     const int runs_per_sm =
         ROPE ? resident_per_sm<T, DH, GC, W, true>() : resident_per_sm<T, DH, GC, W, false>();
-    if (fewer < g.splits && groups * fewer <= wave_of(runs_per_sm)) {
+    if (decode && groups > RECAP__PAGED_FEW_GROUPS && fewer < g.splits &&
+        groups * fewer <= wave_of(runs_per_sm)) {
       run.splits = (int)fewer;
       cut.z = (unsigned)fewer;
     }

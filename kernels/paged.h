@@ -11,7 +11,8 @@
  * of a (token, KV head, chunk) to arrive merges them all and resets the count:
  *
  *   recap__paged_attention_grid g = recap__paged_attention_plan(call);
- *   grid = (T * g.head_chunks, Hkv, g.splits); workspace = recap__paged_attention_workspace(call)
+ *   grid = (T * g.head_chunks, Hkv, g.splits or fewer: launch_attention in paged.cu);
+ *   workspace = recap__paged_attention_workspace(call)
  *   call state (the arrival counts) = recap__paged_attention_arrivals(call)
  */
 #ifndef RECAP_KERNELS_PAGED_H
@@ -42,7 +43,8 @@ enum {
   /* Splitting stops once the grid has this many CTAs: several waves of 4-warp CTAs on an
    * H100's 132 SMs, which hides the last wave's tail. The workspace is sized for this count. */
   RECAP__PAGED_TARGET_CTAS = 1024,
-  /* ... but the launcher splits only up to this many CTAs where the grid then fits in one wave
+  /* ... but at decode (at most one token per sequence row) in a grid of more than FEW_GROUPS
+   * groups, the launcher splits only up to this many CTAs where the grid then fits in one wave
    * of the kernel that runs (about one wave of the fused paged_rope_attention kernel, 4 CTAs
    * per SM, on an H100's or H200's 132 SMs): the splits' merges cost more than a second,
    * partly empty wave saves, and the fused kernel keeps its one launch a layer (it declines

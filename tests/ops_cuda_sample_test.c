@@ -197,8 +197,9 @@ static void test_argmax_matches_host_exactly(void) {
   test_rng_init(&rng);
   static const struct {
     int64_t rows, vocab, pad;
-  } shapes[] = {{64, LLAMA3_VOCAB, 0}, {1, LLAMA3_VOCAB, 0}, {7, 1023, 3}, {300, 50, 0}, {5, 1, 0},
-                {3, QWEN2_VOCAB, 0},   {2, 100003, 5},       {20, 8192, 0}};
+  } shapes[] = {
+      {64, LLAMA3_VOCAB, 0}, {1, LLAMA3_VOCAB, 0}, {7, 1023, 3},  {300, 50, 0},  {5, 1, 0},
+      {3, QWEN2_VOCAB, 0},   {2, 100003, 5},       {20, 8192, 0}, {3, 100003, 4}};
   for (int t = 0; t < NUM_FLOAT_TYPES; ++t)
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; ++s) {
       batch b = batch_make(kFloatTypes[t], shapes[s].rows, shapes[s].vocab,
@@ -232,6 +233,49 @@ static void test_argmax_matches_host_exactly(void) {
     }
 }
 
+/* argmax through the public single-op API at 2 rows of Llama 3's vocabulary: the first launch
+ * allocates the op's workspace and call state (its row slices) on the device, a captured graph
+ * replays with them, and every launch finds the hand's tokens (a count left over from one
+ * launch would leave the next one's outputs unwritten: they are poisoned before each). */
+static void test_argmax_single_op_gets_its_state_on_the_device(void) {
+  batch b = batch_make(RECAP_DTYPE_F32, 2, LLAMA3_VOCAB, LLAMA3_VOCAB);
+  logit_set(&b, 0, 77777, 3);
+  logit_set(&b, 1, 5, 2), logit_set(&b, 1, 128000, 2); /* a tie, to the lower id */
+  batch_upload(&b);
+  int32_t *out = dev_alloc(2 * sizeof(int32_t)), tokens[2];
+  recap_tensor in = {.data = b.x_dev,
+                     .dtype = RECAP_DTYPE_F32,
+                     .ndim = 2,
+                     .shape = {2, LLAMA3_VOCAB},
+                     .strides = {LLAMA3_VOCAB, 1}};
+  recap_tensor res = {.data = out};
+  recap_op_args args = {.inputs = &in, .num_inputs = 1, .outputs = &res, .num_outputs = 1};
+  recap_op *op = NULL;
+  CHECK_OK(recap_op_create("argmax", &args, &op));
+  recap_graph *g = NULL;
+  for (int launch = 0; launch < 4; ++launch) {
+    CHECK_OK(cuda->memset_async(out, 0x7F, sizeof tokens, cuda_stream));
+    if (launch < 2) {
+      CHECK_OK(recap_op_launch(op, cuda_stream));
+    } else {
+      if (!g) {
+        CHECK_OK(recap_graph_create(&g));
+        CHECK_OK(recap_graph_capture_begin(g, cuda_stream, NULL, RECAP_CAPTURE_MODE_THREAD_LOCAL));
+        CHECK_OK(recap_op_launch(op, cuda_stream));
+        CHECK_OK(recap_graph_capture_end(g));
+      }
+      CHECK_OK(recap_graph_replay(g, cuda_stream));
+    }
+    CHECK_OK(recap_stream_synchronize(cuda_stream));
+    to_host(tokens, out, sizeof tokens);
+    CU_ASSERT_EQUAL(tokens[0], 77777);
+    CU_ASSERT_EQUAL(tokens[1], 5);
+  }
+  CHECK_OK(recap_graph_destroy(g));
+  recap_op_destroy(op);
+  release_all();
+}
+
 /* ---- sample against the host ---- */
 
 /* Rows of every kind on random peaked logits, in every dtype and shape: Llama 3's vocabulary
@@ -243,8 +287,9 @@ static void test_sample_matches_host(void) {
   test_rng_init(&rng);
   static const struct {
     int64_t rows, vocab, pad;
-  } shapes[] = {{64, LLAMA3_VOCAB, 0}, {37, 4099, 3},       {10000, 64, 0}, {5, 1, 0},    {3, 7, 1},
-                {1, LLAMA3_VOCAB, 0},  {6, QWEN2_VOCAB, 0}, {2, 100003, 5}, {40, 8192, 0}};
+  } shapes[] = {
+      {64, LLAMA3_VOCAB, 0}, {37, 4099, 3},       {10000, 64, 0}, {5, 1, 0},     {3, 7, 1},
+      {1, LLAMA3_VOCAB, 0},  {6, QWEN2_VOCAB, 0}, {2, 100003, 5}, {40, 8192, 0}, {2, 100003, 4}};
   int64_t rows_compared = 0, differ = 0;
   for (int t = 0; t < NUM_FLOAT_TYPES; ++t)
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; ++s) {
@@ -500,6 +545,7 @@ int main(int argc, char **argv) {
   CU_pSuite gpu =
       test_add_cuda_suite("ops_cuda_sample/vs_host", cuda_suite_init, cuda_suite_cleanup);
   CU_ADD_TEST(gpu, test_argmax_matches_host_exactly);
+  CU_ADD_TEST(gpu, test_argmax_single_op_gets_its_state_on_the_device);
   CU_ADD_TEST(gpu, test_sample_matches_host);
   CU_ADD_TEST(gpu, test_sample_same_seed_and_out_index_give_the_same_token_in_any_batch);
   CU_ADD_TEST(gpu, test_sample_gpu_draws_fit_the_expected_distributions);

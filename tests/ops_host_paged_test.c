@@ -1132,6 +1132,8 @@ static void test_split_plan_follows_shapes(void) {
   CU_ASSERT_EQUAL(cuda_ws, (size_t)1 * 32 * 32 * (2 + 128) * sizeof(float));
   CU_ASSERT_EQUAL(host_ws, 0);
   CU_ASSERT_EQUAL(g_cuda_counts, 8 * 2 * 4); /* a u32 per (KV head, chunk) */
+  /* 16 groups: few, so a split spans at least 64 keys. */
+  CU_ASSERT_EQUAL(g.min_keys_per_split, RECAP__PAGED_MIN_KEYS_FEW_GROUPS);
   /* Llama 3.2 1B's heads at batch 1 (4 of 64, 8 (token, KV head) pairs) keep the group. */
   g = plan_for(1, 32, 8, 64, 16, 256, &cuda_ws, &host_ws);
   CU_ASSERT_EQUAL(g.heads_per_cta, 4);
@@ -1139,6 +1141,7 @@ static void test_split_plan_follows_shapes(void) {
   /* ... but not at batch 2 (16 pairs), nor a group of 7 (Qwen2 0.5B: 4 chunks of 2 heads). */
   g = plan_for(2, 32, 8, 64, 16, 256, &cuda_ws, &host_ws);
   CU_ASSERT_EQUAL(g.heads_per_cta, 2);
+  CU_ASSERT_EQUAL(g.min_keys_per_split, RECAP__PAGED_MIN_KEYS_PER_SPLIT); /* 32 groups */
   g = plan_for(1, 14, 2, 64, 16, 256, &cuda_ws, &host_ws);
   CU_ASSERT_EQUAL(g.heads_per_cta, 2);
   CU_ASSERT_EQUAL(g.head_chunks, 4);
