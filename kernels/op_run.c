@@ -244,6 +244,12 @@ static recap_status bind_scratch(recap_op *op, recap_stream *stream) {
 
 recap_status recap_op_launch(recap_op *op, recap_stream *stream) {
   RECAP_CHECK_ARG(op && stream);
+  /* Before any memory is taken for the op: an op without its outputs never launches. */
+  for (int o = 0; o < op->call.num_outputs; o++)
+    if (!op->call.outputs[o].data)
+      return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
+                        "op '%s': output %d has no memory (recap_op_args.outputs[%d].data)",
+                        op->call.def->name, o, o);
   RECAP_TRY(bind_scratch(op, stream));
   if (!op->prepared) {
     RECAP_TRY(recap__op_prepare(&op->call, stream));
