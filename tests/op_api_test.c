@@ -265,6 +265,7 @@ static void test_create_once_launch_many_and_errors(void) {
   CU_ASSERT_EQUAL(out.shape[0], 2);
   CU_ASSERT_EQUAL(out.shape[1], 2);
   CHECK_STATUS(recap_op_launch(op, s), RECAP_STATUS_INVALID_ARGUMENT); /* no output memory */
+  CU_ASSERT_PTR_NOT_NULL(strstr(recap_last_error(), "output 0 has no memory"));
   recap_op_destroy(op);
   out.data = y;
   CHECK_OK(recap_op_create("neg", &args, &op));
