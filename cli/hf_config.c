@@ -377,6 +377,11 @@ bool cli_hf_config_parse(const char *text, size_t len, const char *path, cli_hf_
   ok = ok && read_architecture(&r, root, out) && read_dtype(&r, root, out) &&
        get_bool(&r, root, "tie_word_embeddings", out->arch->tied_default, &out->tied) &&
        (out->arch->gpt2 ? read_gpt2(&r, root, out) : read_llama_style(&r, root, out));
+  /* The spec repeats its layer block once per layer, which a spec allows 4096 times
+   * (engine/spec_blocks.c): refused here rather than by the spec the import would write. */
+  if (ok && out->layers > CLI_HF_MAX_LAYERS)
+    ok = fail(&r, "%lld layers: a spec repeats a block at most %d times", (long long)out->layers,
+              CLI_HF_MAX_LAYERS);
   json_decref(root);
   return ok;
 }

@@ -137,8 +137,10 @@ static bool pick_sizes(const cli_hf_import_options *o, const cli_hf_config *c,
   int64_t smallest = o->num_prefill_tokens ? o->prefill_tokens[0] : r->prefill;
   r->block_size = o->block_size ? o->block_size : DEFAULT_BLOCK_SIZE;
   if (r->block_size < 1 || r->block_size > r->max_seq)
-    return fail_options(r, "--block-size %" PRId64 " must be from 1 to --max-seq (%" PRId64 ")",
-                        r->block_size, r->max_seq);
+    return fail_options(r,
+                        "--block-size %" PRId64 "%s must be from 1 to --max-seq (%" PRId64
+                        "): give a smaller --block-size or a larger --max-seq",
+                        r->block_size, o->block_size ? "" : " (the default)", r->max_seq);
   int64_t blocks_per_seq = (r->max_seq + r->block_size - 1) / r->block_size;
   r->kv_blocks = o->kv_blocks ? o->kv_blocks : r->max_batch * blocks_per_seq;
   /* The generator refuses a pool that cannot hold one sequence of the maximum length. */
@@ -178,9 +180,21 @@ static bool import(const cli_hf_import_options *o, const cli_hf_config *c,
   if (!cli_hf_weights_find(c, ckpt, r->dtype, &tp, &w, notes, r->error, sizeof r->error))
     return false;
   r->param_bytes = cli_hf_weights_bytes(c, &w, r->dtype);
-  r->kv_bytes_per_sequence = 2 * (uint64_t)c->layers * (uint64_t)r->max_seq *
-                             (uint64_t)tp.kv_heads * (uint64_t)c->head_dim *
-                             recap_dtype_size(r->dtype);
+  /* A tensor of the spec may hold at most 2^56 bytes (the loader's limit): a model whose
+   * weights or one sequence's KV cache reach it is a wrong config, refused before the spec. */
+  const uint64_t factors[] = {(uint64_t)c->layers, (uint64_t)r->max_seq, (uint64_t)tp.kv_heads,
+                              (uint64_t)c->head_dim, recap_dtype_size(r->dtype)};
+  uint64_t kv = 2;
+  bool wrapped = false;
+  for (size_t i = 0; i < sizeof factors / sizeof factors[0]; i++)
+    wrapped = __builtin_mul_overflow(kv, factors[i], &kv) || wrapped;
+  const uint64_t limit = (uint64_t)1 << 56;
+  if (r->param_bytes >= limit || wrapped || kv >= limit)
+    return fail(r,
+                "the config's sizes give more than 2^56 bytes of %s, more than a spec's tensors "
+                "hold",
+                r->param_bytes >= limit ? "weights" : "KV cache per sequence of max-seq tokens");
+  r->kv_bytes_per_sequence = kv;
   char path[PATH_MAX];
   checkpoint_path(o->model_dir, o->spec_path, path, sizeof path);
   for (const char *p = path; *p; p++)

@@ -67,6 +67,8 @@ typedef struct {
 
 /* A config.json larger than this is refused before it is read. */
 enum { CLI_HF_MAX_CONFIG_BYTES = 16 << 20 };
+/* The most layers a config may have: a spec repeats a block at most this many times. */
+enum { CLI_HF_MAX_LAYERS = 4096 };
 /* Reads DIR/config.json. False with a message in err. */
 bool cli_hf_config_read(const char *dir, cli_hf_config *out, char *err, size_t err_size);
 /* The same from `len` bytes of JSON (untrusted; the fuzz target's entry point); `path` names
@@ -137,6 +139,7 @@ bool cli_hf_weights_find(const cli_hf_config *c, const recap__checkpoint *ckpt, 
                          const cli_hf_tp *tp, cli_hf_weights *out, recap__text *notes, char *err,
                          size_t err_size);
 /* Bytes the weights take in `dtype` (every layer's). */
+/* (UINT64_MAX when the true count does not fit.) */
 uint64_t cli_hf_weights_bytes(const cli_hf_config *c, const cli_hf_weights *w, recap_dtype dtype);
 
 /* What the spec is built for. */

@@ -127,9 +127,11 @@ static void put_dims(recap__text *t, const cli_hf_config *c, const cli_hf_spec_o
   recap__text_put(t, "dims:\n");
   if (o->paged) {
     put_paged_step_dims(t, o);
-  } else if (o->num_batches == 1) {
-    put_dim(t, "B:", o->batches[0], "sequences per step");
+  } else if (o->num_batches == 1 && o->batches[0] == 1) {
+    put_dim(t, "B:", 1, "sequences per step");
   } else {
+    /* Buckets even for one value above 1, so that fewer sequences (generate's one) run padded
+     * to it. */
     recap__text_put(t, "  B:    ");
     for (size_t i = 0; i < o->num_batches; i++)
       recap__text_put(t, "%s%" PRId64, i ? ", " : "[", o->batches[i]);

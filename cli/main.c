@@ -6,6 +6,7 @@
 
 #include "cli/cli.h"
 #include "include/recap.h"
+#include "serve/runner.h"
 
 static const cli_command commands[] = {
     {"info", "devices, memory, telemetry, library versions and compiled architectures",
@@ -84,6 +85,15 @@ static bool alloc_conf_ok(const char *cmd) {
   return false;
 }
 
+/* RECAP_DECODE_LOOP is read when a generator opens, after its spec is loaded: checked here
+ * too, so that a malformed value is a usage error before any work. */
+static bool decode_loop_ok(const char *cmd) {
+  int64_t steps;
+  if (recap__decode_loop_steps_from_env(&steps) == RECAP_OK) return true;
+  fprintf(stderr, "recap %s: %s\n", cmd, recap_last_error());
+  return false;
+}
+
 int main(int argc, char **argv) {
   /* `bazel run` starts us inside the runfiles tree; paths on the command line are relative
    * to where the user typed the command. */
@@ -126,7 +136,8 @@ int main(int argc, char **argv) {
       cli_help_print(stdout, commands[i].help);
       return CLI_EXIT_OK;
     }
-    if (commands[i].allocates && !cli_wants_help(argc - 2, argv + 2) && !alloc_conf_ok(argv[1]))
+    if (commands[i].allocates && !cli_wants_help(argc - 2, argv + 2) &&
+        (!alloc_conf_ok(argv[1]) || !decode_loop_ok(argv[1])))
       return CLI_EXIT_USAGE;
     return commands[i].main(argc - 2, argv + 2);
   }

@@ -299,7 +299,8 @@ const cli_option cli_serve_generate_options[] = {
     {.flag = "--rate",
      .value = "R",
      .kind = CLI_VALUE_TEXT,
-     .help = "Poisson arrivals of R requests per second (default 0: all at once)"},
+     .help = "Poisson arrivals of R requests per second (default 0: all at once); the\n"
+             "requests' arrivals may span at most a day"},
     {.flag = "--kv-fraction",
      .value = "F",
      .kind = CLI_VALUE_TEXT,
@@ -395,6 +396,14 @@ static int parse_args(int argc, char **argv, generate_bench_args *a) {
     return CLI_EXIT_USAGE;
   }
   if (!cli_device_flag_ok(CMD, a->device)) return CLI_EXIT_USAGE;
+  /* A benchmark whose arrivals alone would take over a day is a mistyped rate. */
+  if (a->rate > 0 && (double)a->requests / a->rate > 86400) {
+    fprintf(stderr,
+            "recap %s: --rate %g spreads %lld requests over about %.3g s, more than a day: "
+            "raise --rate or lower --requests\n",
+            CMD, a->rate, a->requests, (double)a->requests / a->rate);
+    return CLI_EXIT_USAGE;
+  }
   return cli_world_check(CMD, &a->world) ? CLI_EXIT_OK : CLI_EXIT_USAGE;
 }
 

@@ -33,9 +33,9 @@ struct recap__runner {
   entry prefill, decode;
   recap_decode_loop *loop; /* NULL: one launch per decode step */
   int64_t loop_steps;
-  recap_loop_limits *limits;     /* per decode row, for a loop launch */
+  recap_loop_limits *limits;    /* per decode row, for a loop launch */
   recap_loop_token *loop_drain; /* with a communicator: a follower polls its loop into it */
-  double ready_ms;           /* end of weight loading to every bucket captured (0: eager) */
+  double ready_ms;              /* end of weight loading to every bucket captured (0: eager) */
   /* Tensor parallelism (docs/MULTI_GPU.md): NULL on one GPU. A step header (step_header.h)
    * travels between `staged` (page-locked host memory: rank 0's copy to the device and a
    * follower's copy back are asynchronous, so a follower's only wait is the synchronize under
@@ -284,8 +284,7 @@ static recap_status capture(recap_pipeline *p) {
   return st;
 }
 
-/* RECAP_DECODE_LOOP: 0 off, N > 0 the most steps per launch; unset: DEFAULT_LOOP_STEPS. */
-static recap_status loop_steps_from_env(int64_t *out) {
+recap_status recap__decode_loop_steps_from_env(int64_t *out) {
   const char *v = getenv(LOOP_ENV);
   *out = DEFAULT_LOOP_STEPS;
   if (!v || !*v) return RECAP_OK;
@@ -303,7 +302,7 @@ static recap_status loop_steps_from_env(int64_t *out) {
  * launch at a time, and says why (unless quiet). */
 static recap_status open_loop(recap__runner *r, const recap_generator_options *o) {
   int64_t steps;
-  RECAP_TRY(loop_steps_from_env(&steps));
+  RECAP_TRY(recap__decode_loop_steps_from_env(&steps));
   if (o->eager) steps = 0;
   /* Ranks build their loops together (recap_decode_loop_create_dist), or none: they agree on
    * the smallest step count first, so a rank told RECAP_DECODE_LOOP=0 turns them off for all. */
@@ -316,8 +315,9 @@ static recap_status open_loop(recap__runner *r, const recap_generator_options *o
   /* Any failure leaves the step-per-launch path, which works wherever the captures did: no
    * conditional nodes, or a driver refusing what the body holds (the line says which). With
    * a communicator every rank falls back together. */
-  recap_status st = r->comm ? recap_decode_loop_create_dist(r->decode.p, r->comm, steps, 0, &r->loop)
-                            : recap_decode_loop_create(r->decode.p, steps, 0, &r->loop);
+  recap_status st = r->comm
+                        ? recap_decode_loop_create_dist(r->decode.p, r->comm, steps, 0, &r->loop)
+                        : recap_decode_loop_create(r->decode.p, steps, 0, &r->loop);
   if (st != RECAP_OK) {
     if (!o->quiet)
       fprintf(stderr, "recap generator: one graph launch per decode step (%s): %s\n",
@@ -686,10 +686,9 @@ static recap_status follow_loop(recap__runner *r, const recap__step_header *h) {
     }
   }
   if (st != RECAP_OK)
-    return recap__error_context(st,
-                                "decode loop %" PRId64 " (%" PRId64 " sequences, up to %" PRId64
-                                " steps): ",
-                                h->index, h->rows, h->steps);
+    return recap__error_context(
+        st, "decode loop %" PRId64 " (%" PRId64 " sequences, up to %" PRId64 " steps): ", h->index,
+        h->rows, h->steps);
   return RECAP_OK;
 }
 

@@ -40,6 +40,10 @@ typedef struct {
 
 typedef struct recap__runner recap__runner;
 
+/* RECAP_DECODE_LOOP: 0 off, N > 0 the most decode steps per graph launch; unset: 32.
+ * INVALID_ARGUMENT naming the variable for anything else (the CLI checks it before loading). */
+recap_status recap__decode_loop_steps_from_env(int64_t *out);
+
 /* INVALID_ARGUMENT for a spec without the serving layout (saying what is missing) or a bad
  * kv_fraction; OUT_OF_MEMORY when the pool cannot hold one sequence of the maximum length;
  * whatever creating or capturing the pipelines returns. */

@@ -149,6 +149,11 @@ expect 2 "run with a bad RECAP_ALLOC_CONF" -- env RECAP_ALLOC_CONF=garbage:1 "$r
 grep -qx "recap run: RECAP_ALLOC_CONF='garbage:1': unknown setting 'garbage' (.*)" "$tmp/err" ||
   fail "run: a bad RECAP_ALLOC_CONF is not named up front ($(head -1 "$tmp/err"))"
 grep -q "elementwise_chain.yaml:" "$tmp/err" && fail "run blames the spec for RECAP_ALLOC_CONF"
+# So is a malformed RECAP_DECODE_LOOP, which the generator reads only after loading its spec.
+expect 2 "generate with a bad RECAP_DECODE_LOOP" -- env RECAP_DECODE_LOOP=-3 "$recap" generate \
+  "$specs/elementwise_chain.yaml" --prompt-ids 1
+grep -qx "recap generate: RECAP_DECODE_LOOP='-3' is not a step count in \[0, 4096\] (.*)" \
+  "$tmp/err" || fail "generate: a bad RECAP_DECODE_LOOP is not named up front ($(head -1 "$tmp/err"))"
 expect 2 "no command" -- "$recap"
 expect 2 "unknown command" -- "$recap" frobnicate
 expect 2 "unknown flag" -- "$recap" run "$specs/fork_join.yaml" --bogus
@@ -1091,6 +1096,12 @@ expect 0 "generate" -- "$recap" generate "$tmp/qwen2.yaml" --prompt-ids "${greed
 grep -q "^generated: ${greedy#* }$" "$tmp/out" ||
   fail "generate does not reproduce transformers' greedy tokens: $(head -1 "$tmp/out")"
 expect 2 "generate without a prompt" -- "$recap" generate "$tmp/qwen2.yaml"
+# One batch value above 1 is a bucket, which generate's one sequence runs padded to.
+expect 0 "import-hf --batch 3" -- "$recap" import-hf "$tmp/qwen2" -o "$tmp/qwen2_b3.yaml" --batch 3
+expect 0 "generate over --batch 3" -- "$recap" generate "$tmp/qwen2_b3.yaml" \
+  --prompt-ids "${greedy%% *}" --max-new 16 --device host
+grep -q "^generated: ${greedy#* }$" "$tmp/out" ||
+  fail "generate over a spec of --batch 3 does not reproduce transformers' tokens: $(head -1 "$tmp/out")"
 # Tensor parallelism (docs/MULTI_GPU.md): one spec per rank, each validated; the split rules'
 # refusals; distributed generation in a world of 1 (the host backend has no larger world)
 # reproduces transformers' tokens through recap_pipeline_run_dist, both layouts; recap launch
@@ -1202,6 +1213,17 @@ for bad in 'rope_theta:{"rope_theta": 1e308}' 'rms_norm_eps:{"rms_norm_eps": 1e3
     --random-weights
   grep -q "${bad%%:*}" "$tmp/err" || fail "import-hf does not name ${bad%%:*}: $(head -1 "$tmp/err")"
 done
+# Sizes a spec cannot hold are refused by the importer, not wrapped into a wrong summary.
+hf_config "$tmp/huge_sizes" LlamaForCausalLM '{"hidden_size": 1073741824, "num_attention_heads": 1,
+  "num_key_value_heads": 1, "intermediate_size": 1073741824, "vocab_size": 1073741824}'
+expect 1 "import-hf of 2^60 weights" -- "$recap" import-hf "$tmp/huge_sizes" -o - --random-weights
+grep -q "more than 2^56 bytes of weights" "$tmp/err" ||
+  fail "import-hf does not refuse weights past 2^56 bytes: $(head -1 "$tmp/err")"
+hf_config "$tmp/huge_layers" LlamaForCausalLM '{"num_hidden_layers": 2147483647}'
+expect 1 "import-hf of 2^31 - 1 layers" -- "$recap" import-hf "$tmp/huge_layers" -o - \
+  --random-weights
+grep -q "2147483647 layers: a spec repeats a block at most 4096 times" "$tmp/err" ||
+  fail "import-hf does not refuse more layers than a spec repeats: $(head -1 "$tmp/err")"
 # import-hf --paged: the serving layout, validated (both entries), and its decode step timed on
 # the host backend (a smoke run of bench-decode: every column printed, JSON written).
 expect 0 "import-hf --paged" -- "$recap" import-hf "$tmp/qwen2" -o "$tmp/qwen2_paged.yaml" \
