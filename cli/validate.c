@@ -144,7 +144,8 @@ const cli_help cli_validate_help = {
         "memory of the spec's device when this machine has it (the host backend's cap\n"
         "RECAP_HOST_MEMORY_BYTES, or the GPU's total memory). Prints \"SPEC: ok\" per valid\n"
         "spec, then a \"not checked:\" line for each thing only a run can find out, and every\n"
-        "problem as FILE:LINE:COL: error: message on stderr.",
+        "problem as FILE:LINE:COL: error: message on stderr, in two rounds: the syntax, keys,\n"
+        "names and DAG of the whole spec first, then, once those hold, its shapes and dtypes.",
     .exit_status = "0 when every spec is valid, 1 otherwise, 2 on a usage error.",
     .operand = CLI_VALUE_SPEC,
     .groups = {{.options = validate_options}},
