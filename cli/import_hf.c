@@ -210,6 +210,10 @@ int cli_import_hf_main(int argc, char **argv) {
     fprintf(stderr, "recap %s: usage: recap import-hf DIR -o SPEC (see --help)\n", CMD);
     return CLI_EXIT_USAGE;
   }
+  if (!*out) {
+    fprintf(stderr, "recap %s: -o needs a file name (or - for standard output)\n", CMD);
+    return CLI_EXIT_USAGE;
+  }
   /* DIR/ as DIR, so that the files it names read DIR/config.json, not DIR//config.json. */
   char dir_buf[4096];
   size_t dir_len = strlen(dir);

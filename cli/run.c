@@ -130,6 +130,10 @@ static int parse_args(int argc, char **argv, run_args *a) {
     return CLI_EXIT_USAGE;
   }
   if (!cli_run_flags_check(CMD, &a->common)) return CLI_EXIT_USAGE;
+  /* The files written after the runs: a path that cannot be written fails now, not then. */
+  if ((a->save_path && !cli_output_writable(CMD, a->save_path)) ||
+      (a->snapshot_path && !cli_output_writable(CMD, a->snapshot_path)))
+    return CLI_EXIT_USAGE;
   return CLI_EXIT_OK;
 }
 

@@ -621,6 +621,12 @@ assert zero["warmup"] == 0 and zero["setup"]["warmup_ms"] < 0.2 * zero["timing"]
 assert one["setup"]["warmup_ms"] > 0.5 * one["timing"]["min_ms"], one
 EOF
 
+# --save-tensors and --memory-snapshot into a missing folder: a usage error before any run.
+expect 2 "run --save-tensors into a missing folder" -- "$recap" run "$specs/elementwise_chain.yaml" \
+  --device host --iters 1 --save-tensors "$tmp/missing/x.safetensors"
+grep -q "missing/x.safetensors" "$tmp/err" || fail "--save-tensors: the path is not named"
+expect 2 "run --memory-snapshot into a missing folder" -- "$recap" run \
+  "$specs/elementwise_chain.yaml" --device host --iters 1 --memory-snapshot "$tmp/missing/s.json"
 # --save-tensors: a valid .safetensors file whose data reproduces the output.
 expect 0 "run --save-tensors" -- "$recap" run "$specs/elementwise_chain.yaml" --device host \
   --iters 1 --warmup 0 --seed 9 --save-tensors "$tmp/chain.safetensors"
@@ -1631,6 +1637,7 @@ expect 1 "import-hf -o into a missing folder" -- "$recap" import-hf "$tmp/llama"
   -o "$tmp/missing/x.yaml"
 grep -q "cannot write $tmp/missing/x.yaml: the folder $tmp/missing does not exist" "$tmp/err" ||
   fail "import-hf -o into a missing folder: the folder is not named"
+expect 2 "import-hf -o ''" -- "$recap" import-hf "$tmp/llama" -o ""
 expect 1 "import-hf -o a folder" -- "$recap" import-hf "$tmp/llama" -o "$tmp/llama"
 grep -q "cannot write $tmp/llama: Is a directory" "$tmp/err" ||
   fail "import-hf -o a folder: no reason"
