@@ -14,7 +14,6 @@
 #include <inttypes.h>
 #include <jansson.h>
 #include <math.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -44,14 +43,6 @@ typedef struct {
   bool ended;
 } request_record;
 
-typedef struct {
-  pthread_mutex_t lock;
-  recap_generator *g;
-  size_t peak_blocks;
-} bench_state;
-
-static bench_state g_state = {.lock = PTHREAD_MUTEX_INITIALIZER};
-
 static void on_token(void *user, uint64_t id, int32_t token, recap_request_state state) {
   (void)id;
   (void)state;
@@ -64,13 +55,6 @@ static void on_token(void *user, uint64_t id, int32_t token, recap_request_state
   if (r->outputs && r->tokens < (size_t)r->output_len) r->outputs[r->tokens] = token;
   if (r->tokens++ == 0) r->first = now;
   r->last = now;
-  /* The pool's use peaks between steps; the engine thread may read its own stats here. */
-  recap_generator_stats s;
-  if (recap_generator_stats_get(g_state.g, &s) == RECAP_OK) {
-    pthread_mutex_lock(&g_state.lock);
-    if (s.kv_blocks_used > g_state.peak_blocks) g_state.peak_blocks = s.kv_blocks_used;
-    pthread_mutex_unlock(&g_state.lock);
-  }
 }
 
 /* xorshift64*: the requests' lengths and ids, reproducible from --seed. */
@@ -91,7 +75,8 @@ static json_t *summary_json(const cli_summary *s) {
 }
 
 static int report(const generate_bench_args *a, recap_device device, request_record *recs,
-                  double wall_s, const recap_generator_stats *stats, size_t peak_blocks) {
+                  double wall_s, const recap_generator_stats *stats) {
+  const size_t peak_blocks = stats->kv_blocks_peak;
   size_t n = (size_t)a->requests, out_tokens = 0;
   double *ttft = malloc(sizeof *ttft * n), *tpot = malloc(sizeof *tpot * n);
   if (!ttft || !tpot) {
@@ -116,7 +101,10 @@ static int report(const generate_bench_args *a, recap_device device, request_rec
       a->rate > 0 ? "Poisson arrivals" : "all submitted at once", out_tokens, wall_s);
   printf("output tokens/s  %.1f\n", (double)out_tokens / wall_s);
   printf("TTFT ms          p50 %.3f  p99 %.3f\n", t1.median, t1.p99);
-  printf("TPOT ms          p50 %.3f  p99 %.3f\n", t2.median, t2.p99);
+  if (with_tpot)
+    printf("TPOT ms          p50 %.3f  p99 %.3f\n", t2.median, t2.p99);
+  else
+    printf("TPOT ms          - (no request produced a second token)\n");
   printf("KV blocks        %zu of %zu at the peak (%.1f%%), blocks of %zu %s\n", peak_blocks,
          stats->kv_blocks, 100.0 * (double)peak_blocks / (double)stats->kv_blocks,
          stats->block_size, cli_plural((long long)stats->block_size, "token", "tokens"));
@@ -138,13 +126,13 @@ static int report(const generate_bench_args *a, recap_device device, request_rec
         "{ss sI sf sI sf so so sI sI sI sI sI sI sI sI sI sI sI sf}", "spec", a->path, "requests",
         (json_int_t)a->requests, "wall_s", wall_s, "output_tokens", (json_int_t)out_tokens,
         "output_tokens_per_s", (double)out_tokens / wall_s, "ttft_ms", summary_json(&t1), "tpot_ms",
-        summary_json(&t2), "kv_blocks", (json_int_t)stats->kv_blocks, "kv_blocks_peak",
-        (json_int_t)peak_blocks, "preemptions", (json_int_t)stats->preemptions, "graph_steps",
-        (json_int_t)stats->graph_steps, "eager_steps", (json_int_t)stats->eager_steps, "steps",
-        (json_int_t)stats->steps, "prefill_steps", (json_int_t)stats->prefill_steps, "decode_steps",
-        (json_int_t)stats->decode_steps, "steps_with_both", (json_int_t)both, "loop_launches",
-        (json_int_t)stats->loop_launches, "loop_steps", (json_int_t)stats->loop_steps, "ready_ms",
-        stats->ready_ms);
+        with_tpot ? summary_json(&t2) : json_null(), "kv_blocks", (json_int_t)stats->kv_blocks,
+        "kv_blocks_peak", (json_int_t)peak_blocks, "preemptions", (json_int_t)stats->preemptions,
+        "graph_steps", (json_int_t)stats->graph_steps, "eager_steps",
+        (json_int_t)stats->eager_steps, "steps", (json_int_t)stats->steps, "prefill_steps",
+        (json_int_t)stats->prefill_steps, "decode_steps", (json_int_t)stats->decode_steps,
+        "steps_with_both", (json_int_t)both, "loop_launches", (json_int_t)stats->loop_launches,
+        "loop_steps", (json_int_t)stats->loop_steps, "ready_ms", stats->ready_ms);
     if (!cli_write_json(CMD, root, device, a->json_path)) rc = CLI_EXIT_FAILURE;
     json_decref(root);
   }
@@ -493,8 +481,6 @@ int cli_serve_generate_main(int argc, char **argv) {
       snprintf(what, sizeof what, "the generator with --max-running %lld", a.max_running);
     cli_report_failure(CMD, what, st);
   } else {
-    g_state.g = g;
-    g_state.peak_blocks = 0;
     double wall_s = 0;
     rc = drive(&a, g, recs, &wall_s);
     recap_generator_stats stats;
@@ -502,7 +488,7 @@ int cli_serve_generate_main(int argc, char **argv) {
       cli_report_failure(CMD, "the stats", st);
       rc = CLI_EXIT_FAILURE;
     }
-    if (rc == CLI_EXIT_OK) rc = report(&a, go.device, recs, wall_s, &stats, g_state.peak_blocks);
+    if (rc == CLI_EXIT_OK) rc = report(&a, go.device, recs, wall_s, &stats);
     if (rc == CLI_EXIT_OK && a.tokens_path && !save_tokens(&a, recs)) rc = CLI_EXIT_FAILURE;
   }
   if (comm) exit_if_comm_failed(comm, rc);

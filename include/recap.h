@@ -1511,6 +1511,8 @@ typedef struct {
    * a WHILE node, and the decode steps they ran (also counted in steps, decode_steps and
    * graph_steps, one each). */
   uint64_t loop_launches, loop_steps;
+  /* The most KV blocks sequences held at once since creation (serve-bench's "at the peak"). */
+  size_t kv_blocks_peak;
 } recap_generator_stats;
 
 /* Loads the spec's prefill and decode entries over one set of weights and KV pools sized from

@@ -51,6 +51,8 @@ bool recap__blocks_cover(recap__block_pool *pool, recap__block_table *table, int
   if (need <= table->count) return true;
   if (need - table->count > pool->num_free) return false;
   while (table->count < need) table->ids[table->count++] = pool->free_ids[--pool->num_free];
+  if (pool->num_blocks - pool->num_free > pool->peak_used)
+    pool->peak_used = pool->num_blocks - pool->num_free;
   return true;
 }
 

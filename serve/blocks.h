@@ -27,6 +27,7 @@
 typedef struct {
   int32_t *free_ids; /* a stack: the most recently freed block is reused first */
   int64_t num_free, num_blocks, block_size;
+  int64_t peak_used; /* the most blocks held at once since init */
 } recap__block_pool;
 
 typedef struct {

@@ -101,6 +101,7 @@ static void publish_counts(recap_generator *g) {
   recap__sched_counts c = recap__sched_counts_get(g->sched);
   g->stats.preemptions = c.preemptions;
   g->stats.kv_blocks_used = (size_t)c.blocks_used;
+  g->stats.kv_blocks_peak = (size_t)c.blocks_peak;
   g->stats.running = (size_t)c.running;
   g->stats.waiting = (size_t)c.waiting + g->num_incoming;
 }

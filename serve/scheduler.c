@@ -286,6 +286,7 @@ recap__sched_counts recap__sched_counts_get(const recap__sched *s) {
       .running = s->num_running,
       .waiting = s->num_waiting,
       .blocks_used = s->pool.num_blocks - s->pool.num_free,
+      .blocks_peak = s->pool.peak_used,
       .preemptions = s->preemptions,
   };
 }

@@ -144,7 +144,7 @@ int64_t recap__seq_output_limit(const recap__sched *s, const recap__seq *seq);
 int64_t recap__sched_reserve_steps(recap__sched *s, int64_t max_steps);
 
 typedef struct {
-  int64_t running, waiting, blocks_used;
+  int64_t running, waiting, blocks_used, blocks_peak;
   uint64_t preemptions;
 } recap__sched_counts;
 recap__sched_counts recap__sched_counts_get(const recap__sched *s);

@@ -228,6 +228,8 @@ static void test_scheduler_remove_gives_blocks_back(void) {
   recap__sched_remove(s, &q[0]);
   recap__sched_remove(s, &q[2]);
   CU_ASSERT_EQUAL(used_blocks(s), 0);
+  /* The peak stays at the three sequences' 2 blocks each, held at once. */
+  CU_ASSERT_EQUAL(recap__sched_counts_get(s).blocks_peak, 6);
   CU_ASSERT(recap__sched_idle(s));
   for (int i = 0; i < 3; i++) recap__seq_free(&q[i]);
   recap__seq_free(&w);
@@ -343,7 +345,8 @@ static uint64_t g_block_bytes;
 
 static void import_serving(const char *model, char *spec, size_t size) {
   g_block_bytes = import_paged_fixture(
-      model, PAGED_IMPORT_OPTIONS(MAX_SEQ, BLOCK, POOL, PREFILL_SEQS, DECODE_BUCKETS, PREFILL_BUCKETS),
+      model,
+      PAGED_IMPORT_OPTIONS(MAX_SEQ, BLOCK, POOL, PREFILL_SEQS, DECODE_BUCKETS, PREFILL_BUCKETS),
       spec, size);
 }
 
@@ -478,6 +481,9 @@ static void test_greedy_requests_reproduce_transformers(void) {
            (unsigned long long)stats.preemptions);
     CU_ASSERT_EQUAL(stats.finished, NUM_REF);
     CU_ASSERT_EQUAL(stats.kv_blocks_used, 0);
+    /* The first request alone held a block per BLOCK positions of its last step's keys. */
+    CU_ASSERT(stats.kv_blocks_peak >= (size_t)((ref.count - 1 + BLOCK - 1) / BLOCK));
+    CU_ASSERT(stats.kv_blocks_peak <= POOL);
     CU_ASSERT_EQUAL(stats.kv_blocks, POOL);
     CU_ASSERT_EQUAL(stats.block_size, BLOCK);
     CU_ASSERT(stats.graph_steps > 0);

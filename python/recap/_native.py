@@ -83,7 +83,7 @@ class GeneratorStats(ctypes.Structure):  # recap_generator_stats (filled by the 
         [(name, ctypes.c_size_t) for name in (
             "kv_blocks", "kv_blocks_used", "block_size", "running", "waiting")] + \
         [("ready_ms", ctypes.c_double), ("loop_launches", ctypes.c_uint64),
-         ("loop_steps", ctypes.c_uint64)]
+         ("loop_steps", ctypes.c_uint64), ("kv_blocks_peak", ctypes.c_size_t)]
 
 
 class Request(ctypes.Structure):  # recap_request

@@ -139,7 +139,7 @@ class Generator:
         """The generator's counters as a dict (recap_generator_stats: steps, prefill_steps,
         decode_steps, graph_steps, eager_steps, submitted, finished, cancelled, preemptions,
         tokens_out, kv_blocks, kv_blocks_used, block_size, running, waiting, ready_ms,
-        loop_launches, loop_steps): what a server exports as metrics."""
+        loop_launches, loop_steps, kv_blocks_peak): what a server exports as metrics."""
         out = GeneratorStats()
         check(lib().recap_generator_stats_get(self._live(), ctypes.byref(out)),
               "recap_generator_stats_get")

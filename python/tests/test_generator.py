@@ -91,6 +91,10 @@ class GeneratorTest(unittest.TestCase):
         self.assertLessEqual(s["loop_steps"], s["decode_steps"])
         self.assertGreater(s["kv_blocks"], 0)
         self.assertEqual((s["kv_blocks_used"], s["running"], s["waiting"]), (0, 0, 0))
+        # One sequence of the prompt and its tokens held ceil(positions / block size) blocks.
+        positions = len(self.prompt) + n - 1
+        self.assertGreaterEqual(s["kv_blocks_peak"], -(-positions // s["block_size"]))
+        self.assertLessEqual(s["kv_blocks_peak"], s["kv_blocks"])
 
 
 if __name__ == "__main__":
