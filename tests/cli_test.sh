@@ -1538,6 +1538,20 @@ PY
   fail "serve-bench --save-requests does not hold the request set the run served"
 expect 2 "serve-bench --generate past the spec's length" -- "$recap" serve-bench \
   "$tmp/qwen2_paged.yaml" --generate --prompt-len 60,60 --output-len 8,8 --device host
+expect 2 "serve-bench --generate with arrivals over a day" -- "$recap" serve-bench \
+  "$tmp/qwen2_paged.yaml" --generate --rate 1e-9 --device host
+grep -q -- "--rate 1e-09 spreads 64 requests over about .* more than a day" "$tmp/err" ||
+  fail "serve-bench --rate: a day-long arrival span is not refused up front: $(head -1 "$tmp/err")"
+# One-token outputs: no TPOT (null in the JSON), and the pool's peak still counts the prompts.
+expect 0 "serve-bench --generate of one-token outputs" -- "$recap" serve-bench \
+  "$tmp/qwen2_paged.yaml" --generate --requests 4 --prompt-len 8,8 --output-len 1,1 \
+  --device host --json "$tmp/one.json"
+python3 - "$tmp/one.json" <<'PY' || fail "serve-bench: one-token outputs give a TPOT or no KV peak"
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["tpot_ms"] is None, d["tpot_ms"]
+assert d["kv_blocks_peak"] >= 1, d["kv_blocks_peak"]
+PY
 # The engine-steps line adds up: a step runs at most one prefill and one decode, so the steps
 # with both are prefill + decode - steps (the JSON's counts, and the text's).
 python3 - "$tmp/serve.json" <<'EOF' || fail "serve-bench --generate: the JSON's steps do not add up"
@@ -1638,6 +1652,10 @@ expect 1 "import-hf -o into a missing folder" -- "$recap" import-hf "$tmp/llama"
 grep -q "cannot write $tmp/missing/x.yaml: the folder $tmp/missing does not exist" "$tmp/err" ||
   fail "import-hf -o into a missing folder: the folder is not named"
 expect 2 "import-hf -o ''" -- "$recap" import-hf "$tmp/llama" -o ""
+expect 2 "import-hf --paged with --max-seq under the default block" -- "$recap" import-hf \
+  "$tmp/llama" -o - --paged --max-seq 8
+grep -q -- "--block-size 16 (the default) must be from 1 to --max-seq (8)" "$tmp/err" ||
+  fail "import-hf does not say the block size was the default: $(head -1 "$tmp/err")"
 expect 1 "import-hf -o a folder" -- "$recap" import-hf "$tmp/llama" -o "$tmp/llama"
 grep -q "cannot write $tmp/llama: Is a directory" "$tmp/err" ||
   fail "import-hf -o a folder: no reason"
