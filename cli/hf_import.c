@@ -185,11 +185,10 @@ static bool import(const cli_hf_import_options *o, const cli_hf_config *c,
   const uint64_t factors[] = {(uint64_t)c->layers, (uint64_t)r->max_seq, (uint64_t)tp.kv_heads,
                               (uint64_t)c->head_dim, recap_dtype_size(r->dtype)};
   uint64_t kv = 2;
-  bool wrapped = false;
   for (size_t i = 0; i < sizeof factors / sizeof factors[0]; i++)
-    wrapped = __builtin_mul_overflow(kv, factors[i], &kv) || wrapped;
+    kv = cli_hf_size_mul(kv, factors[i]);
   const uint64_t limit = (uint64_t)1 << 56;
-  if (r->param_bytes >= limit || wrapped || kv >= limit)
+  if (r->param_bytes >= limit || kv >= limit)
     return fail(r,
                 "the config's sizes give more than 2^56 bytes of %s, more than a spec's tensors "
                 "hold",

@@ -138,8 +138,15 @@ typedef struct {
 bool cli_hf_weights_find(const cli_hf_config *c, const recap__checkpoint *ckpt, recap_dtype dtype,
                          const cli_hf_tp *tp, cli_hf_weights *out, recap__text *notes, char *err,
                          size_t err_size);
-/* Bytes the weights take in `dtype` (every layer's). */
-/* (UINT64_MAX when the true count does not fit.) */
+/* a * b, UINT64_MAX where it would wrap: a config's sizes are each at most 2^31 - 1, but their
+ * products over layers and vocabularies need not fit, and a size that does not is refused
+ * against a limit, never printed wrapped. */
+static inline uint64_t cli_hf_size_mul(uint64_t a, uint64_t b) {
+  uint64_t p;
+  return __builtin_mul_overflow(a, b, &p) ? UINT64_MAX : p;
+}
+/* Bytes the weights take in `dtype` (every layer's; UINT64_MAX when the true count does not
+ * fit). */
 uint64_t cli_hf_weights_bytes(const cli_hf_config *c, const cli_hf_weights *w, recap_dtype dtype);
 
 /* What the spec is built for. */

@@ -279,18 +279,12 @@ bool cli_hf_weights_find(const cli_hf_config *c, const recap__checkpoint *ckpt, 
          check_all(c, ckpt, out->layer, out->num_layer, dtype, err, err_size);
 }
 
-/* The elements w reads (its rows or columns only, when it takes a range). */
-/* a * b and a + b, UINT64_MAX where they would wrap (a config's sizes are each at most
- * 2^31 - 1, but their products over layers and vocabularies need not fit). */
-static uint64_t sat_mul(uint64_t a, uint64_t b) {
-  uint64_t p;
-  return __builtin_mul_overflow(a, b, &p) ? UINT64_MAX : p;
-}
-
+/* a + b, UINT64_MAX where it would wrap (as cli_hf_size_mul). */
 static uint64_t sat_add(uint64_t a, uint64_t b) {
   return a > UINT64_MAX - b ? UINT64_MAX : a + b;
 }
 
+/* The elements w reads (its rows or columns only, when it takes a range). */
 static uint64_t numel(const cli_hf_weight *w) {
   uint64_t n = 0;
   for (int k = 0; k < w->num_keys; k++) {
@@ -298,8 +292,8 @@ static uint64_t numel(const cli_hf_weight *w) {
     int64_t first = w->has_rows ? w->rows[k][1] - w->rows[k][0] : w->key_shape[k][0];
     int64_t last = two ? w->key_shape[k][1] : first;
     if (w->has_cols) last = w->cols[k][1] - w->cols[k][0];
-    n = sat_add(
-        n, two ? sat_mul((uint64_t)first, (uint64_t)last) : (uint64_t)(w->has_cols ? last : first));
+    n = sat_add(n, two ? cli_hf_size_mul((uint64_t)first, (uint64_t)last)
+                       : (uint64_t)(w->has_cols ? last : first));
   }
   return n;
 }
@@ -308,6 +302,6 @@ uint64_t cli_hf_weights_bytes(const cli_hf_config *c, const cli_hf_weights *w, r
   uint64_t elements = 0;
   for (size_t i = 0; i < w->num_top; i++) elements = sat_add(elements, numel(&w->top[i]));
   for (size_t i = 0; i < w->num_layer; i++)
-    elements = sat_add(elements, sat_mul(numel(&w->layer[i]), (uint64_t)c->layers));
-  return sat_mul(elements, recap_dtype_size(dtype));
+    elements = sat_add(elements, cli_hf_size_mul(numel(&w->layer[i]), (uint64_t)c->layers));
+  return cli_hf_size_mul(elements, recap_dtype_size(dtype));
 }
