@@ -189,7 +189,9 @@ struct rope_kv_params {
   int64_t block_size, num_blocks;
   int heads, kv_heads, head_dim;
   int q_units, k_units, v_units; /* see paged_rope_kv_write_kernel */
-  recap__rope_freqs freqs;
+  /* Pair i's inv_freq (recap__rope_inv_freq), computed once at launch on the host: the
+   * reference's own bits, and no double-precision pow in every CTA. */
+  float inv_freq[kMaxHeadDim / 2];
 };
 
 /* grid (T, chunks): a token's work is cut into units, one per thread, over as many CTAs as it
@@ -198,13 +200,13 @@ struct rope_kv_params {
  * [0, q_units) are q's, then k_units of k, then v_units of v.
  *
  * The step's latency is a chain (the metadata, then the position, then cos and sin, then the
- * rotation), so each thread loads its unit first and each CTA computes its inv_freqs (no
- * position needed) before it looks for the owning row: both overlap the metadata's loads. The
- * block-table load is issued before cos and sin are computed. A CTA then computes the
- * head_dim / 2 cos/sin pairs of the position once into shared memory (every head uses the same
- * ones), and its threads rotate q's pairs into q_out and, for a token a row owns, k's into the
- * K pool's row, and copy v's into the V pool's. A padding token has position 0, where the
- * rotation is a copy, and writes no pool. Dynamic shared memory: head_dim floats. */
+ * rotation), so each thread loads its unit before it looks for the owning row, overlapping the
+ * metadata's loads; the inv_freqs come with the parameters. The block-table load is issued before
+ * cos and sin are computed. A CTA then computes the head_dim / 2 cos/sin pairs of the position once
+ * into shared memory (every head uses the same ones), and its threads rotate q's pairs into q_out
+ * and, for a token a row owns, k's into the K pool's row, and copy v's into the V pool's. A padding
+ * token has position 0, where the rotation is a copy, and writes no pool. Dynamic shared memory:
+ * head_dim floats. */
 template <typename T, int N>
 __global__ void paged_rope_kv_write_kernel(const T *__restrict__ q, const T *__restrict__ k,
                                            const T *__restrict__ v, T *__restrict__ q_out,
@@ -235,9 +237,7 @@ __global__ void paged_rope_kv_write_kernel(const T *__restrict__ q, const T *__r
     i = (unit - h * (p.head_dim / N)) * N;
     a = *reinterpret_cast<const vec *>(v + token * p.v.token + h * p.v.head + i);
   }
-  for (int j = threadIdx.x; j < half; j += blockDim.x)
-    s_cos_sin[j] = recap__rope_inv_freq(&p.freqs, j, p.head_dim);
-  const int r = find_owner(p.meta, token, &s_owner); /* its barrier publishes the inv_freqs */
+  const int r = find_owner(p.meta, token, &s_owner);
   int64_t pos = 0, block = 0;
   if (r >= 0) {
     const seq_row s = load_row(p.meta, r);
@@ -248,7 +248,7 @@ __global__ void paged_rope_kv_write_kernel(const T *__restrict__ q, const T *__r
                        pos / p.block_size, p.num_blocks);
   }
   for (int j = threadIdx.x; j < half; j += blockDim.x)
-    recap__rope_cos_sin_at(s_cos_sin[j], pos, &s_cos_sin[j], &s_cos_sin[half + j]);
+    recap__rope_cos_sin_at(p.inv_freq[j], pos, &s_cos_sin[j], &s_cos_sin[half + j]);
   __syncthreads();
   if (kind == 3 || (kind > 0 && r < 0)) return;
   const int64_t row = pos % p.block_size;
@@ -872,7 +872,8 @@ int64_t wave_of(int per_sm) {
 }
 
 /* Launches the attention kernel for an attention-shaped call (paged_attention's, or
- * paged_rope_attention's attention part with ROPE, whose q is then the unrotated one). With
+ * paged_rope_attention's attention part with ROPE, whose q is then the unrotated one, and sr
+ * the step's rows; without ROPE sr is empty and declined may be NULL). With
  * ROPE it launches nothing and sets *declined where the fused kernel, which holds more
  * registers than the plain one (q's rotation, the step's own key: 128 against 96 at two heads
  * per CTA), fits fewer CTAs on an SM and the grid is more than one wave of it: there the CTAs
@@ -884,7 +885,7 @@ int64_t wave_of(int per_sm) {
  * grid's splits past a short context return at once, but their count is not known at launch. */
 template <typename T, int DH, int GC, bool ROPE>
 recap_status launch_attention(const recap__op_call *call, const T *q, const attention_params &p,
-                              const recap__paged_attention_grid &g, const step_rows<T> &sr,
+                              const recap__paged_attention_grid &g, const step_rows_of<T, ROPE> &sr,
                               cudaStream_t stream, bool *declined) {
   const int64_t tokens = call->inputs[0].shape[0];
   const T *kc = static_cast<const T *>(call->inputs[1].data);
@@ -911,28 +912,21 @@ recap_status launch_attention(const recap__op_call *call, const T *q, const atte
     const int64_t groups = (int64_t)grid.x * grid.y;
     const bool decode = call->inputs[0].shape[0] <= call->inputs[3].shape[0];
     const int64_t fewer = (RECAP__PAGED_ONE_WAVE_CTAS + groups - 1) / groups;
-    const int runs_per_sm =
-        ROPE ? resident_per_sm<T, DH, GC, W, true>() : resident_per_sm<T, DH, GC, W, false>();
+    const int plain_per_sm = resident_per_sm<T, DH, GC, W, false>();
+    const int runs_per_sm = ROPE ? resident_per_sm<T, DH, GC, W, true>() : plain_per_sm;
     if (decode && groups > RECAP__PAGED_FEW_GROUPS && fewer < g.splits &&
         groups * fewer <= wave_of(runs_per_sm)) {
       run.splits = (int)fewer;
       cut.z = (unsigned)fewer;
     }
     if constexpr (ROPE) {
-      const int fused = resident_per_sm<T, DH, GC, W, true>();
-      if (fused < resident_per_sm<T, DH, GC, W, false>() &&
-          (int64_t)cut.x * cut.y * cut.z > wave_of(fused)) {
+      if (runs_per_sm < plain_per_sm && (int64_t)cut.x * cut.y * cut.z > wave_of(runs_per_sm)) {
         *declined = true;
         return RECAP_OK;
       }
     }
-    if constexpr (ROPE)
-      RECAP_CUDA_TRY(recap__cuda_launch(paged_attention_kernel<T, DH, GC, W, true>, cut,
-                                        dim3(W * 32), 0, stream, q, kc, vc, out, run, sr));
-    else
-      RECAP_CUDA_TRY(recap__cuda_launch(paged_attention_kernel<T, DH, GC, W, false>, cut,
-                                        dim3(W * 32), 0, stream, q, kc, vc, out, run,
-                                        no_step_rows{}));
+    RECAP_CUDA_TRY(recap__cuda_launch(paged_attention_kernel<T, DH, GC, W, ROPE>, cut, dim3(W * 32),
+                                      0, stream, q, kc, vc, out, run, sr));
     return RECAP_OK;
   };
   if constexpr (DH <= 128) {
@@ -945,7 +939,8 @@ recap_status launch_attention(const recap__op_call *call, const T *q, const atte
 template <typename T, bool ROPE>
 recap_status launch_attention_sized(const recap__op_call *call, const T *q,
                                     const attention_params &p, const recap__paged_attention_grid &g,
-                                    const step_rows<T> &sr, cudaStream_t stream, bool *declined) {
+                                    const step_rows_of<T, ROPE> &sr, cudaStream_t stream,
+                                    bool *declined) {
   const auto by_group = [&](auto dh) {
     constexpr int DH = decltype(dh)::value;
     switch (g.heads_per_cta) {
@@ -1154,11 +1149,12 @@ extern "C" recap_status recap__cuda_paged_rope_kv_write(const recap__op_call *ca
                       "op '%s': outputs 1 and 2 must be the caches themselves (same data "
                       "pointers)",
                       name);
-  const size_t shared = (size_t)q->shape[2] * sizeof(float);
-  if (shared > 48 * 1024)
+  if (q->shape[2] > kMaxHeadDim)
     return RECAP_FAIL(RECAP_STATUS_NOT_SUPPORTED,
-                      "op '%s': a head dim of %lld needs more shared memory than a CTA has", name,
-                      (long long)q->shape[2]);
+                      "op '%s': the CUDA kernel takes a head dim of at most %d (the attention "
+                      "kernel's), got %lld",
+                      name, kMaxHeadDim, (long long)q->shape[2]);
+  const size_t shared = (size_t)q->shape[2] * sizeof(float);
   const int64_t max_blocks = call->inputs[5].shape[1] - RECAP_SEQ_BLOCKS;
   rope_kv_params p;
   RECAP_TRY(meta_of(call, 5, q->shape[0], max_blocks * kc->shape[1], &p.meta));
@@ -1172,7 +1168,9 @@ extern "C" recap_status recap__cuda_paged_rope_kv_write(const recap__op_call *ca
   p.heads = (int)q->shape[1];
   p.kv_heads = (int)kc->shape[2];
   p.head_dim = (int)q->shape[2];
-  p.freqs = recap__rope_freqs_of(&call->attrs);
+  const recap__rope_freqs freqs = recap__rope_freqs_of(&call->attrs);
+  for (int i = 0; i < p.head_dim / 2; ++i)
+    p.inv_freq[i] = recap__rope_inv_freq(&freqs, i, p.head_dim);
   cudaStream_t stream = static_cast<cudaStream_t>(cuda_stream);
   return recap__cuda_dispatch_float(q->dtype, name, [&](auto tag) {
     using T = decltype(tag);
@@ -1219,9 +1217,8 @@ extern "C" recap_status recap__cuda_paged_attention(const recap__op_call *call, 
   cudaStream_t stream = static_cast<cudaStream_t>(cuda_stream);
   return recap__cuda_dispatch_float(call->inputs[0].dtype, call->def->name, [&](auto tag) {
     using T = decltype(tag);
-    bool declined = false;
     return launch_attention_sized<T, false>(call, static_cast<const T *>(call->inputs[0].data), p,
-                                            g, step_rows<T>{}, stream, &declined);
+                                            g, no_step_rows{}, stream, nullptr);
   });
 }
 

@@ -440,11 +440,41 @@ static double *pair_scale(recap_dtype dtype, const void *host, int64_t n, int64_
   return s;
 }
 
+/* A rotating op (paged_rope_kv_write, paged_rope_attention) on one step: its CUDA call, whose
+ * outputs 1 and 2 must be the pools themselves, then its host call, each run to completion; the
+ * CUDA output poisoned and the host one filled with 0xFF first, so that an element either side
+ * leaves unwritten shows. Returns the host call. */
+static recap__op_call run_both_sides(step *s, recap__op_call (*make)(step *, bool, bool),
+                                     bool llama3) {
+  recap__op_call dev = make(s, true, llama3);
+  CU_ASSERT_PTR_EQUAL(dev.outputs[1].data, s->kp.dev);
+  CU_ASSERT_PTR_EQUAL(dev.outputs[2].data, s->vp.dev);
+  poison_device(s->out.dev, s->out.bytes);
+  CHECK_OK(recap__op_launch(&dev, cuda_stream));
+  CHECK_OK(recap_stream_synchronize(cuda_stream));
+  recap__op_call host = make(s, false, llama3);
+  memset(s->out.host, 0xFF, s->out.bytes);
+  CHECK_OK(recap__op_launch(&host, host_stream));
+  CHECK_OK(recap_stream_synchronize(host_stream));
+  return host;
+}
+
+/* One of the step's buffers, back from the device, against the host op's: within an ulp of cos
+ * and sin per pair (pair_scale) where it was rotated, else byte for byte. */
+static void compare_rotated(const step *s, const mirror *m, const char *what, bool rotated) {
+  void *back = host_alloc(m->bytes);
+  to_host(back, m->dev, m->bytes);
+  const int64_t n = (int64_t)(m->bytes / esz(s));
+  compare(what, s->d.dtype, n, back, m->host,
+          rotated ? pair_scale(s->d.dtype, m->host, n, s->d.dh) : NULL, !rotated);
+}
+
 /* The CUDA op against the host op on one step: q_rot and the K pool within the tolerance
- * (the rotation is the host's bit for bit; cos and sin may differ by an ulp where CUDA's
- * double pow or sincos rounds differently), the V pool byte for byte. Cases: Llama 3.2 1B's
- * heads at decode, GQA groups 3 and 12, prefill chunks across blocks, padding tokens, an
- * unused row, q inside a fused projection and rows not 16-byte aligned (the scalar V path). */
+ * (the rotation is the host's bit for bit, inv_freq too, computed on the host at launch; cos
+ * and sin may differ by an ulp where CUDA's sincos rounds differently), the V pool byte for byte.
+ * Cases: Llama 3.2 1B's heads at decode, GQA groups 3 and 12, prefill chunks across blocks, padding
+ * tokens, an unused row, q inside a fused projection and rows not 16-byte aligned (the scalar V
+ * path). */
 static void test_rope_kv_write_matches_host(void) {
   static const paged_case cases[] = {
       {{0, 32, 8, 64, 16, 64, 256, 4, 5, true, false}, {{700, 1}, {15, 1}, {16, 1}, {0, 1}}, 4},
@@ -461,28 +491,16 @@ static void test_rope_kv_write_matches_host(void) {
         d.dtype = kFloatTypes[t];
         step s = step_new(&rng, &d);
         step_set(&rng, &s, cases[i].specs, cases[i].n);
-        recap__op_call dev = rope_kv_call(&s, true, llama3);
-        CU_ASSERT_PTR_EQUAL(dev.outputs[1].data, s.kp.dev);
-        CU_ASSERT_PTR_EQUAL(dev.outputs[2].data, s.vp.dev);
-        poison_device(s.out.dev, s.out.bytes);
-        CHECK_OK(recap__op_launch(&dev, cuda_stream));
-        CHECK_OK(recap_stream_synchronize(cuda_stream));
-        recap__op_call host = rope_kv_call(&s, false, llama3);
-        CHECK_OK(recap__op_launch(&host, host_stream));
-        CHECK_OK(recap_stream_synchronize(host_stream));
+        run_both_sides(&s, rope_kv_call, llama3);
 
         char label[256], what[300];
         step_label(&s, cases[i].specs, cases[i].n, label, sizeof label);
         const mirror *got[] = {&s.out, &s.kp, &s.vp};
         static const char *const names[] = {"q_rot", "K pool", "V pool"};
         for (int m = 0; m < 3; ++m) {
-          void *back = host_alloc(got[m]->bytes);
-          to_host(back, got[m]->dev, got[m]->bytes);
-          const int64_t n = (int64_t)(got[m]->bytes / esz(&s));
           snprintf(what, sizeof what, "%s%s: paged_rope_kv_write %s", label,
                    llama3 ? " llama3" : "", names[m]);
-          compare(what, d.dtype, n, back, got[m]->host,
-                  m < 2 ? pair_scale(d.dtype, got[m]->host, n, d.dh) : NULL, m == 2);
+          compare_rotated(&s, got[m], what, m < 2);
         }
         release_all();
       }
@@ -540,29 +558,16 @@ static void test_rope_attention_matches_host(void) {
       d.dtype = kFloatTypes[t];
       step s = step_new(&rng, &d);
       step_set(&rng, &s, cases[i].specs, cases[i].n);
-      recap__op_call dev = rope_attention_call(&s, true, llama3);
-      CU_ASSERT_PTR_EQUAL(dev.outputs[1].data, s.kp.dev);
-      CU_ASSERT_PTR_EQUAL(dev.outputs[2].data, s.vp.dev);
-      poison_device(s.out.dev, s.out.bytes);
-      CHECK_OK(recap__op_launch(&dev, cuda_stream));
-      CHECK_OK(recap_stream_synchronize(cuda_stream));
-      recap__op_call host = rope_attention_call(&s, false, llama3);
-      memset(s.out.host, 0xFF, s.out.bytes);
-      CHECK_OK(recap__op_launch(&host, host_stream));
-      CHECK_OK(recap_stream_synchronize(host_stream));
+      recap__op_call host = run_both_sides(&s, rope_attention_call, llama3);
 
       char label[256], what[300];
       step_label(&s, cases[i].specs, cases[i].n, label, sizeof label);
       const mirror *pools[] = {&s.kp, &s.vp};
       static const char *const names[] = {"K pool", "V pool"};
       for (int m = 0; m < 2; ++m) {
-        void *back = host_alloc(pools[m]->bytes);
-        to_host(back, pools[m]->dev, pools[m]->bytes);
-        const int64_t n = (int64_t)(pools[m]->bytes / esz(&s));
         snprintf(what, sizeof what, "%s%s: paged_rope_attention %s", label, llama3 ? " llama3" : "",
                  names[m]);
-        compare(what, d.dtype, n, back, pools[m]->host,
-                m == 0 ? pair_scale(d.dtype, pools[m]->host, n, d.dh) : NULL, m == 1);
+        compare_rotated(&s, pools[m], what, m == 0);
       }
       if (s.arrivals.bytes) {
         void *counts = host_alloc(s.arrivals.bytes);
@@ -618,6 +623,17 @@ static void test_launch_refusals_name_the_reason(void) {
     CHECK_ERROR_MENTIONS("16-byte vectors");
     release_all();
   }
+
+  /* paged_rope_kv_write takes its inv_freqs with its parameters, as many as the attention
+   * kernel's head dims need: a head dim past 256 is refused. */
+  const paged_dims wide = {RECAP_DTYPE_BF16, 2, 1, 264, 4, 4, 8, 2, 1, false, false};
+  step w = step_new(&rng, &wide);
+  static const seq_spec both[] = {{0, 2}};
+  step_set(&rng, &w, both, 1);
+  recap__op_call wc = rope_kv_call(&w, true, false);
+  CHECK_STATUS(recap__op_launch(&wc, cuda_stream), RECAP_STATUS_NOT_SUPPORTED);
+  CHECK_ERROR_MENTIONS("head dim of at most 256");
+  release_all();
 
   /* paged_rope_kv_write writes its pools in place: outputs elsewhere are refused. */
   step r = step_new(&rng, &d);
