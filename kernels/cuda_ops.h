@@ -173,7 +173,8 @@ recap_status recap__cuda_paged_kv_write(const recap__op_call *call, void *cuda_s
  * rope(q[i, h], p) for every head, and for a token a row owns k_cache's row p is rope(k[i], p)
  * and v_cache's v[i], where rope is recap__cuda_rope's rotation at attrs' theta and scaling
  * (recap__rope_cos_sin and recap__rope_rotate: bit for bit the host's). outputs[0] [T, H, Dh]
- * contiguous; outputs[1] and [2] ARE the caches (same data pointers, checked). */
+ * contiguous; outputs[1] and [2] ARE the caches (same data pointers, checked). Dh up to 256
+ * (the pairs' inv_freqs travel with the launch), else NOT_SUPPORTED. */
 recap_status recap__cuda_paged_rope_kv_write(const recap__op_call *call, void *cuda_stream);
 
 /* paged_attention: inputs q [T, H, Dh] (any strides, last 1), k_cache and v_cache
