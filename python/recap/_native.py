@@ -24,6 +24,25 @@ class RecapError(Exception):
 class Device(ctypes.Structure):
     _fields_ = [("backend", ctypes.c_int), ("index", ctypes.c_int)]
 
+    def __repr__(self):
+        return "cuda:%d" % self.index if self.backend == BACKEND_CUDA else "host"
+
+
+def checked_int(what, value, low, high):
+    """value as an int in [low, high], else TypeError or ValueError naming `what`: ctypes would
+    wrap it silently (2**32 + 1 becomes 1)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        try:
+            value = value.__index__()  # numpy integers
+        except (AttributeError, TypeError):
+            raise TypeError("%s must be an integer, not %s" % (what, type(value).__name__))
+    if not low <= value <= high:
+        raise ValueError("%s = %d is outside [%d, %d]" % (what, value, low, high))
+    return value
+
+
+INT32_MAX, INT64_MAX, UINT64_MAX = 2**31 - 1, 2**63 - 1, 2**64 - 1
+
 
 MAX_DIMS = 4
 BACKEND_HOST, BACKEND_CUDA = 0, 1

@@ -1,12 +1,15 @@
 """recap.Pipeline: a spec loaded by librecap, its static buffers shared as DLPack views."""
 import ctypes
 import os
+import threading
 
 from . import _dlpack
-from ._native import (BACKEND_CUDA, BACKEND_HOST, Device, PipelineInfo, PipelineOptions,
-                      RecapError, TensorInfo, TensorView, check, lib)
+from ._native import (BACKEND_CUDA, BACKEND_HOST, INT32_MAX, INT64_MAX, Device, PipelineInfo,
+                      PipelineOptions, RecapError, TensorInfo, TensorView, check, checked_int,
+                      lib)
 
 _TYPESTR = {"f32": "<f4", "f16": "<f2", "i32": "<i4", "i64": "<i8"}
+_OVERSIZE = {"eager": 0, "fail": 1}  # recap_oversize_policy
 ROLES = ["input", "param", "state", "scalar", "intermediate"]
 
 
@@ -82,12 +85,22 @@ class Tensor:
 class Pipeline:
     """A recap pipeline: Pipeline("model.yaml") or Pipeline(yaml=text), optionally on
     device="host", "cuda" or "cuda:1" instead of the spec's. Close it (or use `with`) to free
-    its memory at once; otherwise it lives as long as it or a view taken from it is referenced."""
+    its memory at once; otherwise it lives as long as it or a view taken from it is referenced.
+
+    recap runs a pipeline on one thread at a time, so calls from several threads take turns (a
+    lock per pipeline): close() waits for a run in progress. A batch above the largest bucket
+    is a ValueError (oversize="fail", the default); oversize="eager" runs the largest bucket's
+    rows eagerly instead, as the C API's default does."""
 
     def __init__(self, path=None, *, yaml=None, name="<string>", device=None, entry=None,
-                 dims=None, eager=False):
+                 dims=None, eager=False, oversize="fail"):
         if (path is None) == (yaml is None):
             raise TypeError("Pipeline takes a spec path or yaml=TEXT: exactly one of them")
+        if oversize not in _OVERSIZE:
+            raise ValueError("oversize must be 'fail' or 'eager', not %r" % (oversize,))
+        if "\0" in name:
+            raise ValueError("name %r holds a NUL character" % (name,))
+        self._lock = threading.RLock()
         self._handle = None
         self._handoff = None  # the stream handshakes' event, made on first use
         self._bound = {}
@@ -98,6 +111,8 @@ class Pipeline:
             opts.device = _parse_device(device)
         if eager:
             opts.override_mode, opts.mode = 1, 1  # RECAP_MODE_EAGER
+        opts.oversize = _OVERSIZE[oversize]
+        self.oversize = oversize
         if entry is not None:
             opts.entry = entry.encode()
         if dims:
@@ -108,7 +123,7 @@ class Pipeline:
             opts.dims = arr
         handle = ctypes.c_void_p()
         if yaml is not None:
-            text = yaml.encode()
+            text = yaml if isinstance(yaml, bytes) else yaml.encode()
             check(lib().recap_pipeline_create_string(text, len(text), name.encode(),
                                                      ctypes.byref(opts), ctypes.byref(handle)),
                   "recap_pipeline_create_string")
@@ -136,6 +151,10 @@ class Pipeline:
     def close(self):
         """Waits for the pipeline's work and frees it. Views taken earlier must not be used
         after this; binding memory taken by bind_param is given back to its owner."""
+        with self._lock:
+            self._close()
+
+    def _close(self):
         if self._handle:
             check(lib().recap_pipeline_destroy(self._handle), "recap_pipeline_destroy")
             self._handle = None
@@ -156,7 +175,7 @@ class Pipeline:
     def __del__(self):
         if getattr(self, "_handle", None):
             try:
-                self.close()
+                self._close()
             except RecapError:
                 pass  # nothing to report to from a finalizer; close() raises when called
 
@@ -174,9 +193,23 @@ class Pipeline:
             raise KeyError("pipeline %r has no tensor %r" % (self.name, name))
         return spec
 
+    def _batch(self, batch):
+        """batch checked: an int in [0, 2^63), and with oversize="fail" at most the largest
+        bucket (0 is the largest bucket whole)."""
+        batch = checked_int("batch", batch, 0, INT64_MAX)
+        if self.bucket_dim and self.oversize == "fail" and batch > self.buckets[-1]:
+            raise ValueError("batch %d is above the largest bucket of %s (%s); Pipeline(..., "
+                             "oversize=\"eager\") runs the largest bucket's rows instead"
+                             % (batch, self.bucket_dim, ", ".join(map(str, self.buckets))))
+        return batch
+
     def tensor(self, name, batch=None):
         """A view of tensor `name`'s buffer: the whole buffer (the largest bucket's shape), or
         with `batch`, the rows a run with that batch uses, laid out as its bucket lays them."""
+        with self._lock:
+            return self._tensor(name, None if batch is None else self._batch(batch))
+
+    def _tensor(self, name, batch):
         spec = self._spec(name)
         view = TensorView()
         check(lib().recap_pipeline_tensor(self._live(), name.encode(), ctypes.byref(view)),
@@ -215,14 +248,16 @@ class Pipeline:
         stream object with a `cuda_stream` handle (torch.cuda.Stream). wait=True returns when
         the outputs are ready; wait=False returns once the run is submitted, and consumers
         order themselves after it through the views' DLPack handshake or order_before()."""
-        handle = self._live()
-        self.order_after(stream)
-        if wait:
-            check(lib().recap_pipeline_run(handle, batch), "recap_pipeline_run")
-        else:
-            check(lib().recap_pipeline_run_async(handle, batch, None),
-                  "recap_pipeline_run_async")
-        views = {n: self.tensor(n, batch if batch else None) for n in self.outputs}
+        batch = self._batch(batch)
+        with self._lock:
+            handle = self._live()
+            self._handshake(stream, ours_first=False)
+            if wait:
+                check(lib().recap_pipeline_run(handle, batch), "recap_pipeline_run")
+            else:
+                check(lib().recap_pipeline_run_async(handle, batch, None),
+                      "recap_pipeline_run_async")
+            views = {n: self._tensor(n, batch if batch else None) for n in self.outputs}
         return views[self.outputs[0]] if len(views) == 1 else views
 
     def bind_param(self, name, tensor):
@@ -231,6 +266,10 @@ class Pipeline:
         size, contiguous. No copy: recap reads and writes that memory from now on, and the
         graphs are recaptured once (for weights and long-lived buffers, not per call). The
         tensor stays referenced until the next bind of this name or close()."""
+        with self._lock:
+            self._bind_param(name, tensor)
+
+    def _bind_param(self, name, tensor):
         spec = self._spec(name)
         handle = self._live()
         if not hasattr(tensor, "__dlpack__"):
@@ -295,6 +334,10 @@ class Pipeline:
         self._handshake(stream, ours_first=False)
 
     def _handshake(self, stream, ours_first):
+        with self._lock:
+            self._handshake_locked(stream, ours_first)
+
+    def _handshake_locked(self, stream, ours_first):
         handle = self._live()
         ours = lib().recap_pipeline_stream(handle)
         theirs = _native_stream(stream)
@@ -350,9 +393,13 @@ def _native_stream(stream):
 
 
 def _parse_device(text):
+    """"host", "cuda" or "cuda:N" as a Device; ValueError for anything else."""
     backend, _, index = text.partition(":")
     kind = ctypes.c_int()
     check(lib().recap_backend_parse(backend.encode(), ctypes.byref(kind)), "recap_backend_parse")
+    if index and not (index.isdigit() and int(index) <= INT32_MAX):
+        raise ValueError("device %r: the index after ':' must be a device number (cuda:0)"
+                         % (text,))
     return Device(kind.value, int(index) if index else 0)
 
 

@@ -3,6 +3,8 @@ imported as a paged serving spec by tests/python_test.sh, which names it in
 RECAP_TEST_SERVE_SPEC; greedy tokens are compared with the fixture's expected.json."""
 import json
 import os
+import threading
+import time
 import unittest
 
 import recap
@@ -52,6 +54,41 @@ class GeneratorTest(unittest.TestCase):
             self.g.submit([], 4)
         self.assertEqual(caught.exception.status_name, "RECAP_STATUS_INVALID_ARGUMENT")
         self.assertIn("prompt", caught.exception.message)
+
+    def test_integers_are_not_wrapped(self):
+        # ctypes would make 2**32 + 1 token 1 and seed -1 2**64 - 1: each is refused by name.
+        for args, kwargs, what in (([[2**32 + 1], 4], {}, "prompt\\[0\\]"),
+                                   ([[1], 4], {"seed": -1}, "seed"),
+                                   ([[1], 2**31], {}, "max_new_tokens"),
+                                   ([[1], 4], {"stop_ids": [1, 2**40]}, "stop_ids\\[1\\]")):
+            with self.subTest(what=what):
+                with self.assertRaisesRegex(ValueError, what + " = .* is outside"):
+                    self.g.submit(*args, **kwargs)
+
+    def test_close_while_another_thread_waits(self):
+        # A wait with no timeout on one thread, close() on another at once: the wait ends,
+        # either with the request (close cancels it) or with "closed" (wait() checks between
+        # slices), and never touches the freed generator.
+        for _ in range(3):
+            g = recap.Generator(SPEC, device="host")
+            rid = g.submit(self.prompt, len(self.want))
+            outcome = []
+
+            def waiter():
+                try:
+                    outcome.append(g.wait(rid))
+                except ValueError as e:
+                    outcome.append(str(e))
+
+            t = threading.Thread(target=waiter)
+            t.start()
+            time.sleep(0.01)
+            g.close()
+            t.join(5.0)
+            self.assertFalse(t.is_alive())
+            self.assertIn(outcome[0], (True, "the generator is closed"))
+            with self.assertRaisesRegex(ValueError, "the generator is closed"):
+                g.poll(rid)
 
     def test_check_request_without_a_generator(self):
         # recap_request_check's rules (include/recap.h), at a vocabulary of 100 and 64

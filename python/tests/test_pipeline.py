@@ -4,6 +4,7 @@ Needs numpy (Debian's python3-numpy) and librecap.so (RECAP_LIBRARY, or installe
 `python3 -m unittest discover -s python/tests` with python/ on PYTHONPATH, or through Bazel
 (//tests:python_test).
 """
+import threading
 import unittest
 
 import numpy as np
@@ -158,6 +159,65 @@ class PipelineTest(unittest.TestCase):
         self.assertEqual(caught.exception.status, -9)
         self.assertEqual(caught.exception.status_name, "RECAP_STATUS_SPEC_ERROR")
         self.assertRegex(caught.exception.message, r"bad\.yaml:5:\d+: error: .*'Q'")
+
+    def test_batch_outside_the_buckets_is_refused(self):
+        # Buffers hold the largest bucket's rows (4): more would be computed on 4 rows only.
+        for call in (lambda: self.p.run(batch=5), lambda: self.p.input("x", batch=5)):
+            with self.assertRaisesRegex(ValueError, r"batch 5 is above the largest bucket of B "
+                                                    r"\(1, 2, 4\)"):
+                call()
+        with self.assertRaisesRegex(ValueError, r"batch = -1 is outside"):
+            self.p.input("x", batch=-1)
+        # Not wrapped by ctypes: 2**64 is not batch 0.
+        with self.assertRaisesRegex(ValueError, r"batch = 18446744073709551616 is outside"):
+            self.p.run(batch=2**64)
+        with self.assertRaisesRegex(TypeError, "batch must be an integer, not float"):
+            self.p.run(batch=2.0)
+        # oversize="eager": the C API's default, the largest bucket's rows.
+        with recap.Pipeline(yaml=SPEC, device="host", oversize="eager") as p:
+            self.assertEqual(p.input("x", batch=9).shape, (4, 8))
+            self.assertEqual(p.run(batch=9).shape, (4, 4))
+
+    def test_arguments_python_gets_wrong(self):
+        with self.assertRaisesRegex(ValueError, "must be a device number"):
+            recap.Pipeline(yaml=SPEC, device="host:x")
+        with self.assertRaisesRegex(ValueError, "NUL"):
+            recap.Pipeline(yaml=SPEC, device="host", name="a\0b")
+        with recap.Pipeline(yaml=SPEC.encode(), device="host") as p:  # bytes are taken as is
+            self.assertEqual(repr(p.device), "host")
+
+    def test_threads_take_turns_and_close_waits_for_a_run(self):
+        # recap runs a pipeline on one thread at a time: the package serializes the calls, so
+        # every run computes the right rows, and close() from another thread waits for the run
+        # in progress; the runs after it raise "closed" instead of touching freed memory.
+        w = np.full((4, 8), 0.25, np.float32)
+        b = np.full(4, -0.5, np.float32)
+        x = np.ones((4, 8), np.float32)
+        g = np.full((4, 4), 2.0, np.float32)
+        np.asarray(self.p.input("x", batch=4))[...] = x
+        np.asarray(self.p.input("g", batch=4))[...] = g
+        want = self.expected(x, g, w, b)
+        wrong, closed = [], []
+
+        def runs():
+            for _ in range(300):
+                try:
+                    y = self.p.run(batch=4)
+                    if not np.array_equal(np.asarray(y), want):
+                        wrong.append(np.asarray(y).copy())
+                except ValueError as e:
+                    closed.append(str(e))
+                    return
+
+        threads = [threading.Thread(target=runs) for _ in range(4)]
+        for t in threads:
+            t.start()
+        threads[0].join()
+        self.p.close()
+        for t in threads[1:]:
+            t.join()
+        self.assertEqual(wrong, [])
+        self.assertTrue(all("closed" in c for c in closed), closed)
 
 
 class DtypeTest(unittest.TestCase):
