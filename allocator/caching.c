@@ -21,6 +21,7 @@
 #include "allocator/internal.h"
 #include "runtime/capture.h"
 #include "runtime/error.h"
+#include "runtime/stream_hooks.h"
 
 static bool same_device(recap_device x, recap_device y) {
   return x.backend == y.backend && x.index == y.index;
@@ -46,10 +47,13 @@ static void capture_end_hook(void) {
   pthread_mutex_unlock(&registry_lock);
 }
 
+static recap_status retire_stream(recap_stream *stream);
+
 recap_status recap__allocator_create(const recap__allocator_options *options,
                                      recap__allocator **out) {
   RECAP_CHECK_ARG(options && out && options->raw);
   RECAP_CHECK_ARG(options->raw->alloc && options->raw->free);
+  RECAP_TRY(recap__stream_add_release_hook(retire_stream));
   recap__alloc_config config;
   recap__alloc_config_default(&config);
   RECAP_TRY(recap__alloc_config_parse(options->conf, &config));
@@ -272,8 +276,9 @@ void recap__release_cached_locked(recap__allocator *a) {
  * Free blocks: returning, merging, events
  * ---------------------------------------------------------------------------------------- */
 
-/* Merges `b` (just freed) with free neighbours and puts the result in its free set. */
-static void free_block(recap__allocator *a, recap__block *b) {
+/* Merges `b` (just freed) with free neighbours and puts the result in its free set; returns
+ * the merged block. */
+static recap__block *free_block(recap__allocator *a, recap__block *b) {
   bool small = b->segment->small;
   recap__pool *pool = b->segment->pool;
   recap__stat_add(a->stats.active_bytes, small, -(int64_t)b->size);
@@ -300,6 +305,13 @@ static void free_block(recap__allocator *a, recap__block *b) {
   }
   recap__free_set_insert(a, b);
   if (a->config.uncached && pool->id == 0) a->uncached_release_pending = true;
+  return b;
+}
+
+/* Inside recap__unsafe_enter: a block free_block returned goes back to the backend when it is
+ * the whole of a retired segment (retire_stream). */
+static void release_if_retired(recap__allocator *a, recap__block *b) {
+  if (b->segment->retired && !recap__block_is_split(b)) release_segment_block(a, b);
 }
 
 static recap_status event_take(recap__allocator *a, recap_event **out) {
@@ -367,7 +379,7 @@ static void process_pending_unsafe(recap__allocator *a) {
     if (insert_events(a, b) != RECAP_OK)
       defer_block(a, b);
     else if (b->event_count == 0)
-      free_block(a, b);
+      release_if_retired(a, free_block(a, b));
   }
   size_t kept = 0;
   for (size_t i = 0; i < a->pending_count; i++) {
@@ -379,7 +391,8 @@ static void process_pending_unsafe(recap__allocator *a) {
       continue;
     }
     event_give_back(a, pe.event);
-    if (--pe.block->event_count == 0 && pe.block->use_count == 0) free_block(a, pe.block);
+    if (--pe.block->event_count == 0 && pe.block->use_count == 0)
+      release_if_retired(a, free_block(a, pe.block));
   }
   a->pending_count = kept;
   if (a->uncached_release_pending) {
@@ -406,7 +419,8 @@ static recap__block *take_free_block(recap__allocator *a, recap__pool *pool, boo
   recap__block *b =
       recap__free_set_lower_bound(small ? pool->free_small : pool->free_large, stream, size);
   size_t max_split = a->config.max_split_size;
-  if (b && b->segment->stream != stream) b = NULL;
+  /* A retired segment's stream is gone (retire_stream); its address may be this stream's. */
+  if (b && (b->segment->stream != stream || b->segment->retired)) b = NULL;
   /* An unsplittable (oversize) block is not handed to a request that could be served from
    * a splittable one, and an oversize request does not take a block much larger than itself:
    * both would waste most of the block. Blocks of expandable segments are always splittable
@@ -664,11 +678,78 @@ recap_status recap__allocator_try_free(recap__allocator *a, void *ptr, bool *own
       defer_block(a, b);
     }
   } else {
-    free_block(a, b);
+    recap__block *merged = free_block(a, b);
+    if (merged->segment->retired && recap__capture_count() == 0 && recap__unsafe_enter()) {
+      release_if_retired(a, merged);
+      recap__unsafe_exit();
+    }
     process_pending_locked(a);
   }
   pthread_mutex_unlock(&a->lock);
   return st;
+}
+
+/* Marks the segments of `stream` retired in `a` and collects, through `link`, the first
+ * blocks of those that are one free block. */
+typedef struct {
+  recap_stream *stream;
+  recap__block *whole;
+  size_t count;
+} retire_walk;
+
+static void retire_segment(recap__tnode *node, void *user) {
+  recap__block *first = RECAP__CONTAINER_OF(node, recap__block, by_base);
+  retire_walk *w = user;
+  if (first->segment->stream != w->stream) return;
+  first->segment->retired = true;
+  if (first->state == RECAP__BLOCK_FREE && !recap__block_is_split(first)) {
+    first->link = w->whole;
+    w->whole = first;
+    w->count++;
+  }
+}
+
+/* Retires `stream`'s segments in every allocator; with `release`, gives those that are one free
+ * block back to the backend (not during a capture). Returns how many such segments it found. */
+static size_t retire_segments(recap_stream *stream, bool release) {
+  size_t found = 0;
+  pthread_mutex_lock(&registry_lock);
+  for (recap__allocator *a = registry_head; a; a = a->registry_next) {
+    if (a->config.async) continue; /* the driver's pool orders its frees itself */
+    pthread_mutex_lock(&a->lock);
+    retire_walk w = {stream, NULL, 0};
+    recap__treap_walk(a->segments, retire_segment, &w);
+    found += w.count;
+    if (release && w.whole && recap__capture_count() == 0 && recap__unsafe_enter()) {
+      while (w.whole) {
+        recap__block *b = w.whole;
+        w.whole = b->link;
+        release_segment_block(a, b);
+      }
+      recap__unsafe_exit();
+    }
+    pthread_mutex_unlock(&a->lock);
+  }
+  pthread_mutex_unlock(&registry_lock);
+  return found;
+}
+
+/* The stream release hook (runtime/stream_hooks.h). A segment's blocks are handed out only on
+ * the stream that allocated it (PyTorch's rule, whose streams live as long as the process), so
+ * without this each pipeline created and destroyed left its streams' cached segments behind for
+ * good. The free ones go back to the backend once the stream's work is done (its frees were
+ * stream-ordered: the memory may still be in use by it); a stream with none is not waited for
+ * (a wrapped caller's stream among them). A stream that cannot be waited for (a faulted device)
+ * keeps them cached, never reused, for empty_cache or the out-of-memory retry, as does a capture
+ * under way elsewhere. */
+static recap_status retire_stream(recap_stream *stream) {
+  if (retire_segments(stream, false) == 0) return RECAP_OK;
+  if (recap_stream_synchronize(stream) != RECAP_OK) {
+    recap_clear_error();
+    return RECAP_OK;
+  }
+  retire_segments(stream, true);
+  return RECAP_OK;
 }
 
 recap_status recap__allocator_record_stream(recap__allocator *a, void *ptr, recap_stream *stream) {

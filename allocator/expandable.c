@@ -239,10 +239,10 @@ recap_status recap__expandable_grow(recap__allocator *a, recap__pool *pool, reca
   size_t granularity = 0;
   RECAP_TRY(a->raw.vmm_granularity(a->raw.ctx, &granularity));
   if (granularity == 0) return RECAP_FAIL(RECAP_STATUS_INTERNAL, "vmm granularity is 0");
-  size_t chunk = round_up(small ? RECAP__ALLOC_SMALL_BUFFER : RECAP__ALLOC_LARGE_BUFFER,
-                          granularity);
+  size_t chunk =
+      round_up(small ? RECAP__ALLOC_SMALL_BUFFER : RECAP__ALLOC_LARGE_BUFFER, granularity);
   for (recap__segment *seg = pool->expandable; seg; seg = seg->next_expandable) {
-    if (seg->stream != stream || seg->small != small) continue;
+    if (seg->stream != stream || seg->retired || seg->small != small) continue;
     recap__block *tail = tail_block(a, seg);
     size_t have = tail->state == RECAP__BLOCK_FREE ? tail->size : 0;
     /* The tail is free only when no free block fitted (take_free_block ran first), so the

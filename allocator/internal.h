@@ -45,6 +45,10 @@ typedef struct recap__segment {
   recap__pool *pool;
   recap_stream *stream;
   bool small;
+  /* Its stream was destroyed (recap_stream_destroy): its blocks are never handed out again
+   * (a new stream may be given the dead one's address), and it goes back to the backend as
+   * soon as it is one free block. */
+  bool retired;
   /* Expandable segments (expandable.c): `va_size` bytes of address space from `base`, of
    * which the first `size` are mapped, one vmm_map call per `chunk` bytes. */
   bool expandable;
@@ -166,8 +170,7 @@ void recap__block_delete(recap__allocator *a, recap__block *b);
 /* Calls a raw backend function that a capture forbids: directly when no capture is under way,
  * else under the relaxed capture mode (how pools grow inside a capture). */
 recap_status recap__raw_call_relaxed(recap__allocator *a,
-                                     recap_status (*fn)(recap__allocator *a, void *arg),
-                                     void *arg);
+                                     recap_status (*fn)(recap__allocator *a, void *arg), void *arg);
 
 /* ---- expandable.c ---- */
 /* Whether the raw backend offers the virtual memory expandable segments need. */

@@ -133,6 +133,7 @@ static int parse_args(int argc, char **argv, gemm_args *a) {
     fprintf(stderr, "recap %s: comparing takes no --grid, --grid-out or --device\n", CMD);
     return CLI_EXIT_USAGE;
   }
+  if (a->svg && !cli_output_writable(CMD, a->svg)) return CLI_EXIT_USAGE;
   return CLI_EXIT_OK;
 }
 

@@ -2,6 +2,7 @@
  * while the command's text report goes to standard error. */
 #include <errno.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli/cli.h"
@@ -18,6 +19,11 @@ bool cli_output_writable(const char *cmd, const char *path) {
     snprintf(dir, sizeof dir, "/");
   else
     snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+  struct stat st;
+  if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+    cli_report_write_failure(cmd, path, EISDIR);
+    return false;
+  }
   const char *what = access(path, F_OK) == 0 ? path : dir;
   if (access(what, W_OK) == 0) return true;
   cli_report_write_failure(cmd, path, errno);

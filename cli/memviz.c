@@ -43,6 +43,7 @@ int cli_memviz_main(int argc, char **argv) {
     cli_help_print(stderr, &cli_memviz_help);
     return CLI_EXIT_USAGE;
   }
+  if (svg && !cli_output_writable(CMD, svg)) return CLI_EXIT_USAGE;
   cli_memviz_model *model = NULL;
   recap_status st = cli_memviz_load(path, &model);
   if (st != RECAP_OK) {

@@ -384,6 +384,9 @@ static int parse_args(int argc, char **argv, generate_bench_args *a) {
     return CLI_EXIT_USAGE;
   }
   if (!cli_device_flag_ok(CMD, a->device)) return CLI_EXIT_USAGE;
+  const char *const written[] = {a->svg_path, a->requests_path, a->tokens_path};
+  for (int w = 0; w < 3; w++)
+    if (written[w] && !cli_output_writable(CMD, written[w])) return CLI_EXIT_USAGE;
   /* A benchmark whose arrivals alone would take over a day is a mistyped rate. */
   if (a->rate > 0 && (double)a->requests / a->rate > 86400) {
     fprintf(stderr,

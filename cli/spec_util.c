@@ -378,7 +378,10 @@ bool cli_output_replaces_input(recap_pipeline *p, const char *spec_path, const c
       snprintf(which, size, "%s", t.init.path);
       return true;
     }
-    /* An index's shards lie beside it. */
+    /* An index's shards lie beside it; a .safetensors file or a raw file is itself alone (a
+     * raw weight file does not make its folder a checkpoint). */
+    const size_t len = strlen(t.init.path);
+    if (len < 5 || strcmp(t.init.path + len - 5, ".json") != 0) continue;
     char *folder = recap__path_folder(t.init.path);
     const bool beside = folder && in_checkpoint_folder(&o, folder, false, which, size);
     free(folder);

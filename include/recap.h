@@ -1520,7 +1520,7 @@ typedef struct {
  * bucket and starts the engine thread. INVALID_ARGUMENT for a spec that is not a paged serving
  * spec, or whose own pool (its NB, used when kv_bytes and the free memory do not size it) cannot
  * hold one sequence of the maximum length; OUT_OF_MEMORY when the pool kv_bytes or kv_fraction
- * sizes cannot. */
+ * sizes cannot, or kv_bytes is more than the device has free once the weights are loaded. */
 RECAP_API recap_status recap_generator_create(const char *spec_path,
                                               const recap_generator_options *options,
                                               recap_generator **out);

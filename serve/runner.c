@@ -174,9 +174,17 @@ static recap_status choose_blocks(const char *spec_path, const recap_generator_o
   if (st == RECAP_OK) st = read_pools(probe, &nb, &bs, &block_bytes);
   bool by_fraction =
       st == RECAP_OK && o->kv_bytes == 0 && info.device.backend != RECAP_BACKEND_HOST;
-  if (by_fraction) st = recap_device_mem_get_info(info.device, &free_bytes, &total_bytes);
+  /* kv_bytes is checked against the memory free once the weights are in, so that too much is
+   * refused naming the option rather than as the spec's pool shapes. */
+  if (st == RECAP_OK && (by_fraction || o->kv_bytes))
+    st = recap_device_mem_get_info(info.device, &free_bytes, &total_bytes);
   recap_pipeline_destroy(probe);
   if (st != RECAP_OK) return st;
+  if (o->kv_bytes > free_bytes)
+    return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY,
+                      "kv_bytes %zu is more than the device's %zu bytes free once the weights "
+                      "are loaded (%zu in all)",
+                      o->kv_bytes, free_bytes, total_bytes);
   double fraction = o->kv_fraction > 0 ? o->kv_fraction : DEFAULT_KV_FRACTION;
   if (o->kv_bytes) {
     *num_blocks = (int64_t)(o->kv_bytes / block_bytes);

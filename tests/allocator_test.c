@@ -88,6 +88,15 @@ static json_t *snapshot_segment_of(json_t *root, uintptr_t address) {
   return NULL;
 }
 
+/* The base address of the segment holding `p` (0 if none). */
+static uintptr_t snapshot_segment_of_p(recap__allocator *a, void *p) {
+  json_t *root = allocator_snapshot(a);
+  json_t *seg = snapshot_segment_of(root, (uintptr_t)p);
+  uintptr_t base = seg ? (uintptr_t)json_int(seg, "address") : 0;
+  json_decref(root);
+  return base;
+}
+
 static const char *block_state(recap__allocator *a, void *p) {
   static char state[32];
   json_t *root = allocator_snapshot(a);
@@ -294,6 +303,37 @@ static void test_blocks_are_reused_only_on_their_stream(void) {
   CU_ASSERT_EQUAL(c, a);
   free_ok(&f, b);
   free_ok(&f, c);
+  fx_close(&f);
+}
+
+/* A destroyed stream's segments: the free ones go back to the backend then, one still holding
+ * a block when that block is freed, and no other stream (one created after it may get its
+ * address) is handed their memory. Before, they stayed cached for good: a server creating and
+ * destroying pipelines grew by their streams' segments each time. */
+static void test_a_destroyed_streams_segments_go_back_to_the_backend(void) {
+  fixture f;
+  fx_open(&f, NULL);
+  recap_stream *gone = NULL, *next = NULL;
+  CHECK_OK(recap_stream_create(test_device, 0, RECAP_STREAM_NON_BLOCKING, &gone));
+  void *freed = alloc_ok(&f, 4096, gone);
+  void *held = alloc_ok(&f, 4 << 20, gone);
+  free_ok(&f, freed);
+  CU_ASSERT_EQUAL(stats_of(&f).reserved_count[RECAP_STAT_ALL].current, 2);
+  CHECK_OK(recap_stream_destroy(gone));
+  allocator_check_consistent(f.a);
+  CU_ASSERT_EQUAL(stats_of(&f).reserved_count[RECAP_STAT_ALL].current, 1);
+  CU_ASSERT_EQUAL(stats_of(&f).num_device_free, 1);
+  CHECK_OK(recap_stream_create(test_device, 0, RECAP_STREAM_NON_BLOCKING, &next));
+  void *small = alloc_ok(&f, 4096, next);
+  void *large = alloc_ok(&f, 4 << 20, next);
+  CU_ASSERT_EQUAL(stats_of(&f).reserved_count[RECAP_STAT_ALL].current, 3);
+  CU_ASSERT(snapshot_segment_of_p(f.a, large) != snapshot_segment_of_p(f.a, held));
+  free_ok(&f, held);
+  CU_ASSERT_EQUAL(stats_of(&f).reserved_count[RECAP_STAT_ALL].current, 2);
+  free_ok(&f, small);
+  free_ok(&f, large);
+  CHECK_OK(recap_stream_destroy(next));
+  CU_ASSERT_EQUAL(stats_of(&f).reserved_count[RECAP_STAT_ALL].current, 0);
   fx_close(&f);
 }
 
@@ -922,6 +962,7 @@ int main(void) {
       T_(test_large_blocks_split_only_when_the_rest_exceeds_1_mib, true),
       T_(test_max_split_size_keeps_oversize_blocks_whole, true),
       T_(test_blocks_are_reused_only_on_their_stream, true),
+      T_(test_a_destroyed_streams_segments_go_back_to_the_backend, true),
       T_(test_record_stream_holds_the_block_until_the_other_stream_passes, true),
       T_(test_record_stream_rejects_pointers_outside_allocated_blocks, true),
       T_(test_cross_stream_free_during_capture_waits_for_the_capture_to_end, true),

@@ -1090,6 +1090,14 @@ cksum "$tmp/qwen2/model.safetensors" | cmp -s - "$tmp/before" ||
 expect 2 "run --json over the spec" -- "$recap" run "$tmp/qwen2.yaml" --entry decode \
   --device host --iters 1 --json "$tmp/qwen2.yaml"
 grep -q "^checkpoint:" "$tmp/qwen2.yaml" || fail "run --json replaced the spec"
+# A raw weight file does not make its folder a checkpoint: a .safetensors written beside it,
+# by the same command run twice, is not something the run reads.
+mkdir -p "$tmp/raw" && head -c 16 /dev/zero >"$tmp/raw/x.bin"
+printf 'name: t\ndevice: host\ntensors:\n  x: {shape: [4], role: input, path: x.bin}\nops:\n  - {op: relu, in: [x], out: y}\n' >"$tmp/raw/t.yaml"
+for round in 1 2; do
+  expect 0 "run --save-tensors beside a raw weight file ($round)" -- "$recap" run \
+    "$tmp/raw/t.yaml" --save-tensors "$tmp/raw/out.safetensors"
+done
 expect 0 "import-hf to stdout" -- "$recap" import-hf "$tmp/qwen2" -o - --dtype bf16
 grep -q "^dtype: bf16" "$tmp/out" && grep -q "cast: true" "$tmp/out" ||
   fail "import-hf --dtype bf16 does not cast the f32 checkpoint"

@@ -656,6 +656,11 @@ static void test_preempted_requests_give_the_tokens_of_uninterrupted_ones(void) 
   o.kv_bytes = 1;
   CHECK_STATUS(recap_generator_create(spec, &o, &none), RECAP_STATUS_OUT_OF_MEMORY);
   CU_ASSERT_PTR_NULL(none);
+  /* More than the device holds: refused naming the option, not as the spec's pool shapes. */
+  o.kv_bytes = (size_t)1 << 62;
+  CHECK_STATUS(recap_generator_create(spec, &o, &none), RECAP_STATUS_OUT_OF_MEMORY);
+  CHECK_ERROR_MENTIONS("kv_bytes 4611686018427387904 is more than the device's");
+  CU_ASSERT_PTR_NULL(none);
   printf("\n");
   remove_dir();
 }
