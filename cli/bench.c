@@ -115,6 +115,9 @@ static int parse_args(int argc, char **argv, bench_args *a) {
   }
   if (!cli_run_flags_check(CMD, &a->common)) return CLI_EXIT_USAGE;
   if (a->svg_path && !cli_output_writable(CMD, a->svg_path)) return CLI_EXIT_USAGE;
+  if (!cli_output_spares(CMD, "--json", a->json_path, a->path) ||
+      !cli_output_spares(CMD, "--svg", a->svg_path, a->path))
+    return CLI_EXIT_USAGE;
   long long k;
   if (a->rotate && strcmp(a->rotate, "auto") != 0 &&
       !cli_parse_int(CMD, "--rotate", a->rotate, 1, ROTATE_MAX, &k))

@@ -276,6 +276,10 @@ int cli_json_flag(const char *cmd, int argc, char **argv, int *i, const char **p
  * writable; else false with the reason on stderr. Checked when a flag is read, so a typo fails
  * before the work (a usage error), not after it. */
 bool cli_output_writable(const char *cmd, const char *path);
+/* Whether writing a report (JSON, SVG, text) at path spares what a command reads: false, with
+ * the reason on stderr, when path is the spec itself or an existing checkpoint's weights (a
+ * .safetensors file or its index), which such an output would destroy. */
+bool cli_output_spares(const char *cmd, const char *flag, const char *path, const char *spec);
 /* Adds the "environment" object (cli_environment_json of `device`, the device the results are
  * from) to root and writes it to path: to the file (indented, keys in insertion order), then
  * "wrote PATH" on stdout; or for "-" as one line to the standard output cli_json_flag kept.

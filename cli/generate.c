@@ -221,6 +221,9 @@ static int parse_args(int argc, char **argv, generate_args *a) {
     return CLI_EXIT_USAGE;
   }
   if (!cli_device_flag_ok(CMD, a->device)) return CLI_EXIT_USAGE;
+  if (!cli_output_spares(CMD, "--json", a->json_path, a->path) ||
+      !cli_output_spares(CMD, "--logits-out", a->logits_path, a->path))
+    return CLI_EXIT_USAGE;
   if (!parse_ids(ids_text, &a->prompt, &a->prompt_len)) return CLI_EXIT_USAGE;
   /* A filter narrows the distribution a sampled token is drawn from; at temperature 0 the
    * token is the argmax, which every filter keeps, so the flag would change nothing. A user

@@ -11,6 +11,13 @@
 static int json_stdout_fd = -1;
 
 bool cli_output_writable(const char *cmd, const char *path) {
+  if (strcmp(path, "-") == 0) {
+    fprintf(stderr,
+            "recap %s: '-' is standard output only for --json; give a file's path (./- for a "
+            "file named -)\n",
+            cmd);
+    return false;
+  }
   char dir[4096];
   const char *slash = strrchr(path, '/');
   if (!slash)
@@ -27,6 +34,24 @@ bool cli_output_writable(const char *cmd, const char *path) {
   const char *what = access(path, F_OK) == 0 ? path : dir;
   if (access(what, W_OK) == 0) return true;
   cli_report_write_failure(cmd, path, errno);
+  return false;
+}
+
+/* Whether `name` ends with `suffix`. */
+static bool ends_with(const char *name, const char *suffix) {
+  const size_t n = strlen(name), k = strlen(suffix);
+  return n >= k && strcmp(name + n - k, suffix) == 0;
+}
+
+bool cli_output_spares(const char *cmd, const char *flag, const char *path, const char *spec) {
+  struct stat o, s;
+  if (!path || strcmp(path, "-") == 0 || stat(path, &o) != 0) return true;
+  const bool is_spec = spec && stat(spec, &s) == 0 && s.st_dev == o.st_dev && s.st_ino == o.st_ino;
+  const bool weights =
+      ends_with(path, ".safetensors") || ends_with(path, ".safetensors.index.json");
+  if (!is_spec && !weights) return true;
+  fprintf(stderr, "recap %s: %s %s would replace %s\n", cmd, flag, path,
+          is_spec ? "the spec this command runs" : "a checkpoint's weights");
   return false;
 }
 

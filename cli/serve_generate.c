@@ -113,12 +113,14 @@ static int report(const generate_bench_args *a, recap_device device, request_rec
    * and every step counted ran something: the steps that ran both are the overlap. */
   uint64_t runs = stats->prefill_steps + stats->decode_steps;
   uint64_t both = runs > stats->steps ? runs - stats->steps : 0;
+  /* graph_steps counts steps run from graphs: a decode loop's launch runs many of them. */
   printf("engine steps     %" PRIu64 " (%" PRIu64 " with prefill, %" PRIu64 " with decode; %" PRIu64
-         " both): %" PRIu64 " graph replays, %" PRIu64 " eager\n",
+         " both): %" PRIu64 " from graphs, %" PRIu64 " eager\n",
          stats->steps, stats->prefill_steps, stats->decode_steps, both, stats->graph_steps,
          stats->eager_steps);
-  printf("decode loops     %" PRIu64 " launches ran %" PRIu64 " of the decode steps\n",
-         stats->loop_launches, stats->loop_steps);
+  printf("decode loops     %" PRIu64 " %s ran %" PRIu64 " of the decode steps\n",
+         stats->loop_launches, cli_plural((long long)stats->loop_launches, "launch", "launches"),
+         stats->loop_steps);
   printf("start-up         %.0f ms from the weights to every bucket captured\n", stats->ready_ms);
   int rc = CLI_EXIT_OK;
   if (a->json_path) {
@@ -384,9 +386,12 @@ static int parse_args(int argc, char **argv, generate_bench_args *a) {
     return CLI_EXIT_USAGE;
   }
   if (!cli_device_flag_ok(CMD, a->device)) return CLI_EXIT_USAGE;
-  const char *const written[] = {a->svg_path, a->requests_path, a->tokens_path};
-  for (int w = 0; w < 3; w++)
-    if (written[w] && !cli_output_writable(CMD, written[w])) return CLI_EXIT_USAGE;
+  const char *const written[] = {a->json_path, a->svg_path, a->requests_path, a->tokens_path};
+  static const char *const flags[] = {"--json", "--svg", "--save-requests", "--tokens-out"};
+  for (int w = 0; w < 4; w++) {
+    if (w > 0 && written[w] && !cli_output_writable(CMD, written[w])) return CLI_EXIT_USAGE;
+    if (!cli_output_spares(CMD, flags[w], written[w], a->path)) return CLI_EXIT_USAGE;
+  }
   /* A benchmark whose arrivals alone would take over a day is a mistyped rate. */
   if (a->rate > 0 && (double)a->requests / a->rate > 86400) {
     fprintf(stderr,

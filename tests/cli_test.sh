@@ -1577,6 +1577,26 @@ m = re.search(r"^engine steps +(\d+) \((\d+) with prefill, (\d+) with decode; (\
 steps, prefill, decode, both = map(int, m.groups())
 assert prefill + decode - both == steps, m.group(0)
 EOF
+# Report files never land on what the run reads, and every path is checked before the work:
+# '-' (standard output) only for --json, a folder refused, the spec and weights spared.
+expect 2 "serve-bench --generate --svg -" -- "$recap" serve-bench "$tmp/qwen2_paged.yaml" \
+  --generate --requests 2 --device host --svg -
+grep -q "'-' is standard output only for --json" "$tmp/err" && [ ! -e ./- ] ||
+  fail "serve-bench --svg -: $(head -1 "$tmp/err")"
+expect 2 "serve-bench --generate --tokens-out a folder" -- "$recap" serve-bench \
+  "$tmp/qwen2_paged.yaml" --generate --requests 2 --device host --tokens-out "$tmp"
+grep -q "cannot write $tmp: Is a directory" "$tmp/err" ||
+  fail "serve-bench --tokens-out FOLDER: $(head -1 "$tmp/err")"
+cp "$tmp/qwen2_paged.yaml" "$tmp/spared.yaml"
+expect 2 "generate --json over its spec" -- "$recap" generate "$tmp/spared.yaml" \
+  --prompt-ids 1,2 --max-tokens 2 --device host --json "$tmp/spared.yaml"
+grep -q "would replace the spec this command runs" "$tmp/err" &&
+  cmp -s "$tmp/spared.yaml" "$tmp/qwen2_paged.yaml" ||
+  fail "generate --json over its spec: $(head -1 "$tmp/err")"
+expect 2 "serve-bench --json over weights" -- "$recap" serve-bench "$tmp/qwen2_paged.yaml" \
+  --generate --requests 2 --device host --json "$tmp/qwen2/model.safetensors"
+grep -q "would replace a checkpoint's weights" "$tmp/err" ||
+  fail "serve-bench --json over weights: $(head -1 "$tmp/err")"
 # A flag of the other mode is named as such (--help lists both modes on one page).
 expect 2 "serve-bench --generate --threads" -- "$recap" serve-bench "$tmp/qwen2_paged.yaml" \
   --generate --threads 3
