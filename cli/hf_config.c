@@ -192,9 +192,22 @@ static bool read_rope(const reader *r, json_t *root, cli_hf_config *c) {
   }
   if (!(c->rope_theta > 1.0 && c->rope_theta <= FLT_MAX))
     return fail(r, "rope_theta must be above 1 and a finite f32, not %g", c->rope_theta);
-  const char *type = NULL;
+  const char *type = NULL, *old_spelling = NULL;
   if (params && !get_string(r, params, "rope_type", &type)) return false;
-  if (params && !type && !get_string(r, params, "type", &type)) return false;
+  if (params && !get_string(r, params, "type", &old_spelling)) return false;
+  if (type && old_spelling && strcmp(type, old_spelling) != 0)
+    return fail(r, "'%srope_type' ('%.30s') and '%stype' ('%.30s') disagree: give one", where, type,
+                where, old_spelling);
+  if (!type) type = old_spelling;
+  /* A scaling factor with no type: transformers cannot build RoPE from it either, and reading
+   * it as the default RoPE would drop the factor without a word. */
+  double untyped_factor = 1.0;
+  if (params && !type && !get_number(r, params, where, "factor", 1.0, &untyped_factor))
+    return false;
+  if (untyped_factor != 1.0)
+    return fail(r,
+                "'%sfactor' %g is given with no rope_type: name the scaling (llama3 is supported)",
+                where, untyped_factor);
   /* An older rope_scaling beside rope_parameters: the newer key is read, so an older scaling of
    * another type would be dropped without a word. */
   json_t *older = newer ? get(root, "rope_scaling") : NULL;
@@ -207,6 +220,14 @@ static bool read_rope(const reader *r, json_t *root, cli_hf_config *c) {
                   "'rope_scaling' (type '%.30s') and 'rope_parameters' (type '%.30s') disagree: "
                   "give one",
                   older_type ? older_type : "default", type ? type : "default");
+    double older_theta = c->rope_theta;
+    if (!get_number(r, older, "rope_scaling.", "rope_theta", c->rope_theta, &older_theta))
+      return false;
+    if (older_theta != c->rope_theta)
+      return fail(r,
+                  "'rope_scaling' (rope_theta %g) and 'rope_parameters' (rope_theta %g) disagree: "
+                  "give one",
+                  older_theta, c->rope_theta);
   }
   if (type && strcmp(type, "llama3") == 0) {
     c->llama3 = true;

@@ -1221,7 +1221,10 @@ expect 0 "import-hf Mistral with sliding_window null" -- "$recap" import-hf "$tm
   -o - --random-weights --max-seq 8192
 for bad in 'rope_theta:{"rope_theta": 1e308}' 'rms_norm_eps:{"rms_norm_eps": 1e300}' \
   "layer_types:{\"layer_types\": [\"full_attention\"]}" \
-  'rope_scaling:{"rope_parameters": {"rope_type": "default"}, "rope_scaling": {"type": "linear", "factor": 2.0}}'; do
+  'rope_scaling:{"rope_parameters": {"rope_type": "default"}, "rope_scaling": {"type": "linear", "factor": 2.0}}' \
+  'factor:{"rope_scaling": {"factor": 2.0}}' \
+  'rope_type:{"rope_parameters": {"rope_type": "llama3", "type": "default"}}' \
+  'theta:{"rope_parameters": {"rope_theta": 10000.0}, "rope_scaling": {"rope_theta": 1e6}}'; do
   hf_config "$tmp/bad_${bad%%:*}" LlamaForCausalLM "${bad#*:}"
   expect 1 "import-hf with a bad ${bad%%:*}" -- "$recap" import-hf "$tmp/bad_${bad%%:*}" -o - \
     --random-weights
