@@ -25,6 +25,7 @@
 #include "engine/names.h"
 #include "engine/weight_plan.h"
 #include "kernels/expr.h"
+#include "kernels/infer.h"
 #include "runtime/error.h"
 
 #define MAX_NUMEL ((int64_t)1 << 62)
@@ -320,7 +321,23 @@ static recap__ir *build(builder *b, const int64_t *values, size_t bucket) {
       snprintf(kind, sizeof kind, "op '%s': ", sop->def->name);
       const char *body =
           strncmp(message, kind, strlen(kind)) == 0 ? message + strlen(kind) : message;
-      error_at(b, op->pos, "op %s: %s", label, body);
+      /* The message names the op's input slots ('a', 'b', 'weight'); say which tensor each is,
+       * where the names differ. */
+      char bound[512];
+      size_t n = 0;
+      bound[0] = '\0';
+      for (int j = 0; j < sop->num_inputs && n < sizeof bound; ++j) {
+        const recap__label slot = recap__input_label(sop->def, j);
+        const char *tensor = ir->tensors[sop->inputs[j].index].name;
+        if (strcmp(slot.s, tensor) == 0) continue;
+        n += (size_t)snprintf(bound + n, sizeof bound - n, "%s%s is '%s'", n ? ", " : " (", slot.s,
+                              tensor);
+      }
+      if (n > 0 && n < sizeof bound - 1)
+        snprintf(bound + n, sizeof bound - n, ")");
+      else if (n > 0)
+        bound[0] = '\0'; /* too long to say whole */
+      error_at(b, op->pos, "op %s: %s%s", label, body, bound);
       continue;
     }
     /* Infer may normalize attributes (negative axes): keep what the launchers will read. */

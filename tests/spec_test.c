@@ -398,6 +398,9 @@ static void test_spec_shape_and_dtype_mismatches_are_positioned(void) {
   snprintf(text, sizeof text,
            "%s  - {op: add, in: [a, c], out: y}\n  - {op: relu, in: [b], out: z}\n", base);
   expect_error(text, "6:5", "input 'b' has dtype f16, but input 'a' has f32");
+  /* The message names the op's input slots; the error says which tensor each slot is where
+   * their names differ (here b is the tensor c). */
+  expect_error(text, "6:5", "(they must match) (b is 'c')");
   snprintf(text, sizeof text,
            "%s  - {op: add, in: [a, a], out: y, shape: [4, 9]}\n  - {op: add, in: [b, b], out: "
            "z}\n  - {op: relu, in: c, out: q}\n",
