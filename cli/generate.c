@@ -23,7 +23,8 @@ static const cli_option generate_options[] = {
     {.flag = "--prompt-ids",
      .value = "LIST",
      .kind = CLI_VALUE_TEXT,
-     .help = "the prompt's token ids, comma-separated"},
+     .help = "the prompt's token ids, comma-separated, or @FILE: read from FILE (commas or "
+             "whitespace between them), for prompts longer than one argument holds"},
     {.flag = "--max-tokens",
      .alias = "--max-new",
      .value = "N",
@@ -116,13 +117,54 @@ typedef struct {
 } generate_args;
 
 /* The prompt's ids, comma-separated, into a new array (the caller frees it). */
+/* The text of --prompt-ids @FILE with the whitespace between ids made commas (Linux holds at
+ * most 128 KiB in one argument: about 20,000 five-digit ids); NULL with the reason on stderr. */
+static char *read_ids_file(const char *path) {
+  /* MAX_PROMPT ids of ten digits and a separator each, and room for a final newline. */
+  enum { MAX_BYTES = MAX_PROMPT * 11 + 2 };
+  FILE *f = fopen(path, "rb");
+  char *text = f ? malloc(MAX_BYTES + 1) : NULL;
+  size_t n = text ? fread(text, 1, MAX_BYTES + 1, f) : 0;
+  const bool failed = !f || !text || ferror(f);
+  const int error = errno;
+  if (f) fclose(f);
+  if (failed || n > MAX_BYTES) {
+    if (failed)
+      fprintf(stderr, "recap %s: --prompt-ids @%s: cannot read it: %s\n", CMD, path,
+              strerror(text || !f ? error : ENOMEM));
+    else
+      fprintf(stderr, "recap %s: --prompt-ids @%s: more than %d bytes (%d ids at most)\n", CMD,
+              path, MAX_BYTES, MAX_PROMPT);
+    free(text);
+    return NULL;
+  }
+  /* Runs of whitespace become one comma; none is left at either end. */
+  size_t w = 0;
+  bool gap = false;
+  for (size_t i = 0; i < n; i++) {
+    const bool space = text[i] == ' ' || text[i] == '\t' || text[i] == '\n' || text[i] == '\r';
+    if (space) {
+      gap = w > 0;
+      continue;
+    }
+    if (gap && text[i] != ',' && text[w - 1] != ',') text[w++] = ',';
+    gap = false;
+    text[w++] = text[i];
+  }
+  text[w] = '\0';
+  return text;
+}
+
 static bool parse_ids(const char *text, int32_t **ids, int *count) {
+  char *from_file = text[0] == '@' ? read_ids_file(text + 1) : NULL;
+  if (text[0] == '@' && !from_file) return false;
   long long *values = malloc(sizeof(long long) * MAX_PROMPT);
   *ids = malloc(sizeof(int32_t) * MAX_PROMPT);
   size_t n = 0;
-  bool ok =
-      values && *ids &&
-      cli_parse_int_list(CMD, "--prompt-ids", text, 0, INT32_MAX, values, MAX_PROMPT, &n, "1,2,3");
+  bool ok = values && *ids &&
+            cli_parse_int_list(CMD, "--prompt-ids", from_file ? from_file : text, 0, INT32_MAX,
+                               values, MAX_PROMPT, &n, "1,2,3");
+  free(from_file);
   for (size_t i = 0; ok && i < n; ++i) (*ids)[i] = (int32_t)values[i];
   *count = (int)n;
   free(values);

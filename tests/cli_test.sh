@@ -1110,6 +1110,16 @@ expect 0 "generate" -- "$recap" generate "$tmp/qwen2.yaml" --prompt-ids "${greed
 grep -q "^generated: ${greedy#* }$" "$tmp/out" ||
   fail "generate does not reproduce transformers' greedy tokens: $(head -1 "$tmp/out")"
 expect 2 "generate without a prompt" -- "$recap" generate "$tmp/qwen2.yaml"
+# The same prompt from a file (--prompt-ids @FILE: prompts past what one argument holds), one
+# id per line with spaces and tabs mixed in.
+tr ',' '\n' <<<"${greedy%% *}" | sed 's/^/ \t/' >"$tmp/prompt.txt"
+expect 0 "generate --prompt-ids @FILE" -- "$recap" generate "$tmp/qwen2.yaml" \
+  --prompt-ids "@$tmp/prompt.txt" --max-new 16 --device host
+grep -q "^generated: ${greedy#* }$" "$tmp/out" ||
+  fail "generate --prompt-ids @FILE: $(head -1 "$tmp/out")"
+expect 2 "generate --prompt-ids @ a missing file" -- "$recap" generate "$tmp/qwen2.yaml" \
+  --prompt-ids "@$tmp/none.txt"
+grep -q "cannot read it: No such file" "$tmp/err" || fail "--prompt-ids @missing: $(head -1 "$tmp/err")"
 # One batch value above 1 is a bucket, which generate's one sequence runs padded to.
 expect 0 "import-hf --batch 3" -- "$recap" import-hf "$tmp/qwen2" -o "$tmp/qwen2_b3.yaml" --batch 3
 expect 0 "generate over --batch 3" -- "$recap" generate "$tmp/qwen2_b3.yaml" \
