@@ -1564,8 +1564,9 @@ RECAP_API recap_status recap_generator_poll(recap_generator *g, uint64_t id, int
                                             size_t capacity, recap_request_status *status);
 /* Waits until the request has ended (timeout_s < 0: no limit); TIMEOUT when it has not. */
 RECAP_API recap_status recap_generator_wait(recap_generator *g, uint64_t id, double timeout_s);
-/* Ends a request: its blocks go back at the next step. Unknown, finished or released ids are
- * accepted and change nothing. */
+/* Ends a request: the engine thread takes it out at its next step (poll's state says
+ * CANCELLED from then on, and wait returns), and its blocks go back then. Unknown, finished or
+ * released ids are accepted and change nothing. */
 RECAP_API recap_status recap_generator_cancel(recap_generator *g, uint64_t id);
 /* Forgets an ended request (its tokens); cancels it first when it has not ended (its callbacks
  * still run). Unknown or released ids are accepted and change nothing. */

@@ -184,8 +184,9 @@ class Generator:
         return {name: getattr(out, name) for name, _ in GeneratorStats._fields_}
 
     def cancel(self, request_id):
-        """Ends a request; its tokens so far stay readable until release(). An unknown or
-        ended id is harmless (nothing happens), as in recap_generator_cancel."""
+        """Ends a request; its tokens so far stay readable until release(). The engine takes
+        it out at its next step: poll() says "cancelled" from then on (wait() returns). An
+        unknown or ended id is harmless (nothing happens), as in recap_generator_cancel."""
         request_id = checked_int("request_id", request_id, 0, UINT64_MAX)
         check(self._call(lib().recap_generator_cancel, request_id), "recap_generator_cancel")
 
