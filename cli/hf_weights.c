@@ -4,6 +4,7 @@
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli/hf_model.h"
@@ -219,9 +220,10 @@ static void expand(const char *key, int64_t layer, char *out, size_t size) {
   snprintf(out, size, "%.*s%" PRId64 "%s", (int)(at - key), key, layer, at + 3);
 }
 
-/* Key k of w at layer `layer` in the checkpoint: present, float, the expected shape. */
+/* Key k of w at layer `layer` in the checkpoint: present, float, the expected shape; marked in
+ * `read` (one flag per checkpoint tensor). */
 static bool check_key(const recap__checkpoint *ckpt, cli_hf_weight *w, int k, int64_t layer,
-                      recap_dtype dtype, char *err, size_t err_size) {
+                      recap_dtype dtype, bool *read, char *err, size_t err_size) {
   char key[CLI_HF_KEY_SIZE + 24], expected[64], found[64];
   expand(w->keys[k], layer, key, sizeof key);
   shape_text(w->key_shape[k], w->key_ndim[k], expected, sizeof expected);
@@ -230,6 +232,7 @@ static bool check_key(const recap__checkpoint *ckpt, cli_hf_weight *w, int k, in
     return fail(err, err_size, "tensor '%s' is missing from %s%s (expected shape %s)", key,
                 ckpt->num_files == 1 ? ckpt->files[0].path : ckpt->path,
                 ckpt->num_files == 1 ? "" : " (none of its shards has it)", expected);
+  read[t - ckpt->tensors] = true;
   const recap__safetensors_entry *e = t->entry;
   const char *file = ckpt->files[t->file].path;
   if (e->dtype != RECAP_DTYPE_F32 && e->dtype != RECAP_DTYPE_F16 && e->dtype != RECAP_DTYPE_BF16)
@@ -249,14 +252,49 @@ static bool check_key(const recap__checkpoint *ckpt, cli_hf_weight *w, int k, in
 }
 
 static bool check_all(const cli_hf_config *c, const recap__checkpoint *ckpt, cli_hf_weight *list,
-                      size_t count, recap_dtype dtype, char *err, size_t err_size) {
+                      size_t count, recap_dtype dtype, bool *read, char *err, size_t err_size) {
   for (size_t i = 0; i < count; i++) {
     cli_hf_weight *w = &list[i];
     for (int64_t layer = 0; layer < (w->per_layer ? c->layers : 1); layer++)
       for (int k = 0; k < w->num_keys; k++)
-        if (!check_key(ckpt, w, k, layer, dtype, err, err_size)) return false;
+        if (!check_key(ckpt, w, k, layer, dtype, read, err, err_size)) return false;
   }
   return true;
+}
+
+/* Whether an unread checkpoint tensor is one transformers also leaves unread: buffers older
+ * checkpoints saved (RoPE's inv_freq, GPT-2's causal masks), or a tied model's LM head (its
+ * own note says so). */
+static bool expected_unread(const cli_hf_config *c, const char *name) {
+  static const char *const buffers[] = {"rotary_emb.inv_freq", ".attn.bias", ".attn.masked_bias"};
+  const size_t len = strlen(name);
+  for (size_t i = 0; i < sizeof buffers / sizeof buffers[0]; i++) {
+    const size_t n = strlen(buffers[i]);
+    if (len >= n && strcmp(name + len - n, buffers[i]) == 0) return true;
+  }
+  return c->tied && strcmp(name, "lm_head.weight") == 0;
+}
+
+/* A note for the checkpoint tensors the model reads none of (as transformers warns of unused
+ * weights): a config.json with fewer layers than the checkpoint, or of another model, would
+ * otherwise import without a word. */
+static void note_unread(const cli_hf_config *c, const recap__checkpoint *ckpt, const bool *read,
+                        recap__text *notes) {
+  size_t unread = 0;
+  const char *first = NULL;
+  for (size_t i = 0; i < ckpt->num_tensors; i++) {
+    const char *name = ckpt->tensors[i].entry->name;
+    if (read[i] || expected_unread(c, name)) continue;
+    if (!first) first = name;
+    unread++;
+  }
+  if (!unread) return;
+  char text[512];
+  snprintf(text, sizeof text,
+           "note: the checkpoint holds %zu tensor%s the model does not read ('%.200s'%s): does "
+           "config.json describe this checkpoint (num_hidden_layers %lld)?\n",
+           unread, unread == 1 ? "" : "s", first, unread == 1 ? "" : ", ...", (long long)c->layers);
+  recap__text_put(notes, text);
 }
 
 bool cli_hf_weights_find(const cli_hf_config *c, const recap__checkpoint *ckpt, recap_dtype dtype,
@@ -275,8 +313,13 @@ bool cli_hf_weights_find(const cli_hf_config *c, const recap__checkpoint *ckpt, 
     llama_style(c, tp, out);
   }
   if (!ckpt) return true; /* random weights: nothing to check */
-  return check_all(c, ckpt, out->top, out->num_top, dtype, err, err_size) &&
-         check_all(c, ckpt, out->layer, out->num_layer, dtype, err, err_size);
+  bool *read = calloc(ckpt->num_tensors ? ckpt->num_tensors : 1, sizeof *read);
+  if (!read) return fail(err, err_size, "out of memory checking the checkpoint's tensors");
+  const bool ok = check_all(c, ckpt, out->top, out->num_top, dtype, read, err, err_size) &&
+                  check_all(c, ckpt, out->layer, out->num_layer, dtype, read, err, err_size);
+  if (ok) note_unread(c, ckpt, read, notes);
+  free(read);
+  return ok;
 }
 
 /* a + b, UINT64_MAX where it would wrap (as cli_hf_size_mul). */

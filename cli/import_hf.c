@@ -303,8 +303,9 @@ int cli_import_hf_main(int argc, char **argv) {
   char params[32], kv[32], kv_all[32];
   /* The summary goes to stderr when the spec itself is on stdout. */
   FILE *info = strcmp(out, "-") == 0 ? stderr : stdout;
-  fprintf(info, "%s: %s, %" PRId64 " layers, %s, max-seq %" PRId64 ", %s\n", written,
-          r.architecture, r.layers, recap_dtype_name(r.dtype), r.max_seq, prefill);
+  fprintf(info, "%s: %s, %" PRId64 " %s, %s, max-seq %" PRId64 ", %s\n", written,
+          r.architecture, r.layers, cli_plural(r.layers, "layer", "layers"),
+          recap_dtype_name(r.dtype), r.max_seq, prefill);
   if (split)
     fprintf(info,
             "tensor parallel: %" PRId64

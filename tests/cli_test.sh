@@ -1240,6 +1240,23 @@ for bad in 'rope_theta:{"rope_theta": 1e308}' 'rms_norm_eps:{"rms_norm_eps": 1e3
     --random-weights
   grep -q "${bad%%:*}" "$tmp/err" || fail "import-hf does not name ${bad%%:*}: $(head -1 "$tmp/err")"
 done
+# A config.json of fewer layers than the checkpoint holds imports (transformers also loads it),
+# with a note naming the tensors nothing reads; the fixtures themselves give none.
+mkdir -p "$tmp/fewer_layers" && cp -L tests/data/models/llama/model.safetensors "$tmp/fewer_layers/"
+python3 -c 'import json, sys; c = json.load(open(sys.argv[1])); c["num_hidden_layers"] = 1
+json.dump(c, open(sys.argv[2], "w"))' tests/data/models/llama/config.json \
+  "$tmp/fewer_layers/config.json"
+expect 0 "import-hf of fewer layers than the checkpoint" -- "$recap" import-hf \
+  "$tmp/fewer_layers" -o "$tmp/fewer.yaml"
+grep -q "note: the checkpoint holds 9 tensors the model does not read ('model.layers.1\." \
+  "$tmp/err" || fail "import-hf of fewer layers: no note of the unread tensors: $(cat "$tmp/err")"
+grep -q ", 1 layer, " "$tmp/out" || fail "import-hf's summary of one layer: $(head -1 "$tmp/out")"
+for m in llama qwen2; do
+  mkdir -p "$tmp/whole_$m" && cp -L tests/data/models/$m/config.json \
+    tests/data/models/$m/model.safetensors "$tmp/whole_$m/"
+  expect 0 "import-hf of the $m fixture" -- "$recap" import-hf "$tmp/whole_$m" -o "$tmp/f.yaml"
+  ! grep -q "does not read" "$tmp/err" || fail "import-hf of $m notes unread tensors: $(cat "$tmp/err")"
+done
 # Sizes a spec cannot hold are refused by the importer, not wrapped into a wrong summary.
 hf_config "$tmp/huge_sizes" LlamaForCausalLM '{"hidden_size": 1073741824, "num_attention_heads": 1,
   "num_key_value_heads": 1, "intermediate_size": 1073741824, "vocab_size": 1073741824}'
