@@ -129,9 +129,13 @@ recap_status recap__checkpoint_parse_index(const char *text, size_t len, const c
     return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory to parse index '%s'", path);
   json_t *map = root ? json_object_get(root, "weight_map") : NULL;
   if (!json_is_object(root) || !json_is_object(map)) {
-    recap_status st = RECAP_FAIL(RECAP_STATUS_IO_ERROR,
-                                 "index '%s' is not a JSON object with a \"weight_map\" object: %s",
-                                 path, root ? "another JSON value" : jerr.text);
+    recap_status st =
+        root ? RECAP_FAIL(RECAP_STATUS_IO_ERROR,
+                          "index '%s' has no \"weight_map\" object (a JSON object mapping each "
+                          "tensor to its shard)",
+                          path)
+             : RECAP_FAIL(RECAP_STATUS_IO_ERROR, "index '%s' is not valid JSON: %s", path,
+                          jerr.text);
     json_decref(root);
     return st;
   }

@@ -130,14 +130,28 @@ static recap_status parse_entry(const char *path, const char *name, const json_t
   }
   json_int_t begin = json_integer_value(json_array_get(offsets, 0));
   json_int_t end = json_integer_value(json_array_get(offsets, 1));
-  if (begin < 0 || end < begin || (uint64_t)end > data_size ||
-      (esize && (numel > data_size / esize || (uint64_t)(end - begin) != numel * esize)))
-    return RECAP_FAIL(
-        RECAP_STATUS_IO_ERROR,
-        "'%s': tensor '%.200s' (dtype %s) has data_offsets [%lld, %lld], which must lie "
-        "inside the %llu bytes of data%s",
-        path, name, e->dtype_name, (long long)begin, (long long)end, (unsigned long long)data_size,
-        esize ? " and span its element count times its element size" : "");
+  /* Which rule the offsets break, so that a truncated file reads as one, and a shape that does
+   * not match the bytes says how many it needs. */
+  const char *what = NULL;
+  char detail[160] = "";
+  if (begin < 0 || end < begin) {
+    what = "must be ascending, from 0 on";
+  } else if ((uint64_t)end > data_size) {
+    what = "run past the end of the file";
+    snprintf(detail, sizeof detail,
+             " (its data holds %llu bytes: is the file truncated, or a header of another file?)",
+             (unsigned long long)data_size);
+  } else if (esize && (numel > UINT64_MAX / esize || (uint64_t)(end - begin) != numel * esize)) {
+    what = "do not span its shape";
+    if (numel <= UINT64_MAX / esize)
+      snprintf(detail, sizeof detail, " (%lld bytes; %llu elements of %u bytes need %llu)",
+               (long long)(end - begin), (unsigned long long)numel, esize,
+               (unsigned long long)(numel * esize));
+  }
+  if (what)
+    return RECAP_FAIL(RECAP_STATUS_IO_ERROR,
+                      "'%s': tensor '%.200s' (dtype %s) has data_offsets [%lld, %lld], which %s%s",
+                      path, name, e->dtype_name, (long long)begin, (long long)end, what, detail);
   e->offset = data_start + (uint64_t)begin;
   e->bytes = (uint64_t)(end - begin);
   return RECAP_OK;
@@ -156,9 +170,15 @@ recap_status recap__safetensors_parse(const char *header, size_t header_len, uin
   if (!root && json_error_code(&jerr) == json_error_out_of_memory)
     return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "no memory to parse the header of '%s'", path);
   if (!root || !json_is_object(root)) {
+    /* Jansson reads integers into 64 signed bits: a larger offset is a range error, not bad
+     * JSON. */
+    const bool too_big = !root && strstr(jerr.text, "too big") != NULL;
     recap_status st =
-        RECAP_FAIL(RECAP_STATUS_IO_ERROR, "'%s': safetensors header is not a JSON object: %s", path,
-                   root ? "another JSON value" : jerr.text);
+        RECAP_FAIL(RECAP_STATUS_IO_ERROR, "'%s': safetensors header %s: %s", path,
+                   root      ? "is JSON but not an object"
+                   : too_big ? "holds a number past 2^63 (offsets and sizes must be below it)"
+                             : "is not valid JSON",
+                   root ? (json_is_array(root) ? "an array" : "a single value") : jerr.text);
     json_decref(root);
     return st;
   }

@@ -376,8 +376,15 @@ static void test_params_load_from_raw_and_safetensors_files_with_every_length_ch
     const char *header;
     const char *mention;
   } bad[] = {
-      {"{\"w\":{\"dtype\":\"F32\",\"shape\":[4,4],\"data_offsets\":[0,128]}}", "data_offsets"},
-      {"{\"w\":{\"dtype\":\"F32\",\"shape\":[4,4],\"data_offsets\":[-8,56]}}", "data_offsets"},
+      {"{\"w\":{\"dtype\":\"F32\",\"shape\":[4,4],\"data_offsets\":[0,128]}}",
+       "run past the end of the file (its data holds 64 bytes: is the file truncated"},
+      {"{\"w\":{\"dtype\":\"F32\",\"shape\":[4,4],\"data_offsets\":[-8,56]}}",
+       "must be ascending, from 0 on"},
+      {"{\"w\":{\"dtype\":\"F32\",\"shape\":[4,2],\"data_offsets\":[0,64]}}",
+       "do not span its shape (64 bytes; 8 elements of 4 bytes need 32)"},
+      {"{\"w\":{\"dtype\":\"F32\",\"shape\":[4,4],\"data_offsets\":[0,18446744073709551608]}}",
+       "holds a number past 2^63"},
+      {"[1, 2, 3]", "is JSON but not an object: an array"},
       {"{\"w\":{\"dtype\":\"F16\",\"shape\":[4,4],\"data_offsets\":[0,64]}}", "dtype"},
       {"{\"w\":{\"dtype\":\"F32\",\"shape\":[16],\"data_offsets\":[0,64]}}", "shape"},
       {"{\"v\":{\"dtype\":\"F32\",\"shape\":[4,4],\"data_offsets\":[0,64]}}", "no tensor 'w'"},

@@ -790,7 +790,7 @@ static void test_safetensors_headers_are_checked_at_load_at_the_path(void) {
        "has dtype BF16, the spec says f32"},
       {"{\"w\":{\"dtype\":\"F32\",\"shape\":[2,8],\"data_offsets\":[0,64]}}", "another shape"},
       {"{\"w\":{\"dtype\":\"F32\",\"shape\":[4,4],\"data_offsets\":[0,128]}}", "data_offsets"},
-      {"{\"w\": not json", "not a JSON object"},
+      {"{\"w\": not json", "header is not valid JSON"},
   };
   snprintf(text, sizeof text, spec_fmt, tmp_dir, "");
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; ++i) {
