@@ -739,12 +739,18 @@ static size_t retire_segments(recap_stream *stream, bool release) {
  * without this each pipeline created and destroyed left its streams' cached segments behind for
  * good. The free ones go back to the backend once the stream's work is done (its frees were
  * stream-ordered: the memory may still be in use by it); a stream with none is not waited for
- * (a wrapped caller's stream among them). A stream that cannot be waited for (a faulted device)
- * keeps them cached, never reused, for empty_cache or the out-of-memory retry, as does a capture
- * under way elsewhere. */
+ * (a wrapped caller's stream among them). A stream that cannot be waited for (a faulted device,
+ * or a capture under way on any stream) keeps them cached, never reused, for empty_cache or the
+ * out-of-memory retry. */
 static recap_status retire_stream(recap_stream *stream) {
   if (retire_segments(stream, false) == 0) return RECAP_OK;
-  if (recap_stream_synchronize(stream) != RECAP_OK) {
+  /* Waiting is what a capture forbids (in CUDA's global mode, one on another thread is
+   * invalidated by it), so it happens between recap__unsafe_enter and exit, never holding an
+   * allocator's lock; during a capture the segments stay cached. */
+  if (recap__capture_count() > 0 || !recap__unsafe_enter()) return RECAP_OK;
+  const bool drained = recap_stream_synchronize(stream) == RECAP_OK;
+  recap__unsafe_exit();
+  if (!drained) {
     recap_clear_error();
     return RECAP_OK;
   }
