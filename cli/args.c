@@ -108,8 +108,9 @@ bool cli_check_dim(const char *cmd, const char *text) {
   /* Another dim's name: the loader checks that the spec declares it. */
   char c = eq[1];
   if (c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')) return true;
+  /* The spec's own bound on a dim's value (engine/spec_values.c): below 2^62. */
   long long v;
-  return cli_parse_int(cmd, "--dim", eq + 1, 1, INT64_MAX, &v);
+  return cli_parse_int(cmd, "--dim", eq + 1, 1, ((long long)1 << 62) - 1, &v);
 }
 
 bool cli_positional(const char *cmd, const char *arg) {

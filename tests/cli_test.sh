@@ -165,6 +165,10 @@ expect 2 "missing value" -- "$recap" run "$specs/fork_join.yaml" --iters
 expect 2 "bad mode" -- "$recap" run "$specs/fork_join.yaml" --mode fast
 expect 2 "bad dim" -- "$recap" plan "$specs/mlp_decode.yaml" --dim B=9
 expect 2 "unknown dim" -- "$recap" run "$specs/mlp_decode.yaml" --dim Q=3
+# The range a --dim value is refused outside of is the one the spec takes (below 2^62).
+expect 2 "--dim at 2^62" -- "$recap" run "$specs/mlp_decode.yaml" --dim D=4611686018427387904
+grep -q "expects an integer in \[1, 4611686018427387903\]" "$tmp/err" ||
+  fail "--dim at 2^62: $(head -1 "$tmp/err")"
 expect 2 "no spec" -- "$recap" validate
 
 # info: the host device's memory is its capacity (physical memory, or the
