@@ -150,6 +150,16 @@ static recap__src_pos offset_pos(const builder *b, size_t offset) {
     (b)->failed = true;                               \
   } while (0)
 
+/* Whether the indentation of mark's line holds a tab. */
+static bool tab_indented(const builder *b, yaml_mark_t mark) {
+  size_t i = 0;
+  for (size_t line = 0; line < mark.line && i < b->len; ++i)
+    if (b->text[i] == '\n') ++line;
+  for (; i < b->len && (b->text[i] == ' ' || b->text[i] == '\t'); ++i)
+    if (b->text[i] == '\t') return true;
+  return false;
+}
+
 static void report_parser_error(builder *b, const yaml_parser_t *p) {
   if (p->error == YAML_MEMORY_ERROR) {
     b->oom = true;
@@ -167,11 +177,16 @@ static void report_parser_error(builder *b, const yaml_parser_t *p) {
     return;
   }
   recap__src_pos pos = mark_pos(b, p->problem_mark);
+  /* libyaml's message for a tab in the indentation ("found character that cannot start any
+   * token") does not name the tab. */
+  const char *hint = tab_indented(b, p->problem_mark)
+                         ? " (a tab indents this line: YAML indents with spaces)"
+                         : "";
   if (p->context)
-    FAIL_AT(b, pos, "YAML syntax error: %s %s (started at line %d, column %d)", problem, p->context,
-            (int)p->context_mark.line + 1, (int)p->context_mark.column + 1);
+    FAIL_AT(b, pos, "YAML syntax error: %s %s (started at line %d, column %d)%s", problem,
+            p->context, (int)p->context_mark.line + 1, (int)p->context_mark.column + 1, hint);
   else
-    FAIL_AT(b, pos, "YAML syntax error: %s", problem);
+    FAIL_AT(b, pos, "YAML syntax error: %s%s", problem, hint);
 }
 
 static recap__yaml_node *new_node(builder *b, recap__yaml_kind kind, yaml_mark_t mark) {

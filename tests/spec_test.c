@@ -338,6 +338,9 @@ static void test_spec_reports_all_errors_in_one_pass_with_positions(void) {
 static void test_spec_yaml_syntax_error_is_positioned(void) {
   expect_error("ops:\n  - {op: relu, in: [x, out: y}\n", "2:30", "YAML syntax error");
   expect_error("tensors:\n  x: [1\n  y: 2\n", "3:4", "YAML syntax error");
+  /* A tab in the indentation: libyaml names no tab, the error does. */
+  expect_error("tensors:\n\tx: {shape: [4], role: input}\nops: []\n", "2:1",
+               "(a tab indents this line: YAML indents with spaces)");
   expect_error("a: 1\n---\nb: 2\n", "2:1", "a spec holds one YAML document");
 }
 
