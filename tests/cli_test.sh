@@ -611,8 +611,10 @@ done
 expect 0 "run of a small spec" -- "$recap" run "$specs/fork_join.yaml" --device host --iters 1
 grep -q "warning" "$tmp/err" && fail "a small spec gets a size warning"
 
-# --warmup 0 means no warmup runs, also none before the capture: warmup time is then far below
-# one run's time, where --warmup 1 spends about one run per bucket (fork_join has one).
+# --warmup 0 means no warmup runs, also none before the capture: the replays are the timed
+# ones alone, and warmup time is far below one run's (about 1%; a loaded 2-core machine once
+# took a quarter of a run), where --warmup 1 replays once more and spends about one run per
+# bucket (fork_join has one).
 for w in 0 1; do
   expect 0 "run --warmup $w" -- "$recap" run "$specs/fork_join.yaml" --device host --iters 2 \
     --warmup $w --json -
@@ -621,8 +623,9 @@ done
 python3 - "$tmp/warmup_0.json" "$tmp/warmup_1.json" <<'EOF' || fail "--warmup 0 still warms up"
 import json, sys
 zero, one = (json.load(open(p)) for p in sys.argv[1:3])
-assert zero["warmup"] == 0 and zero["setup"]["warmup_ms"] < 0.2 * zero["timing"]["min_ms"], zero
-assert one["setup"]["warmup_ms"] > 0.5 * one["timing"]["min_ms"], one
+assert zero["warmup"] == 0 and zero["stats"]["replays"] == 2, zero
+assert zero["setup"]["warmup_ms"] < 0.5 * zero["timing"]["min_ms"], zero
+assert one["stats"]["replays"] == 3 and one["setup"]["warmup_ms"] > 0.5 * one["timing"]["min_ms"], one
 EOF
 
 # --save-tensors and --memory-snapshot into a missing folder: a usage error before any run.
