@@ -456,6 +456,12 @@ void recap__spec_parse_outputs(loader *L, const recap__yaml_node *node) {
   recap__names_free(&seen);
 }
 
+/* Whether output `out` of op is one of its inputs' memory (output_is_input); false for a name
+ * past the outputs the op has. */
+static bool aliases_input(const recap__spec_op *op, int out) {
+  return op->def && out < op->def->num_outputs && recap__op_output_input(op->def, out) >= 0;
+}
+
 void recap__spec_check_usage(loader *L) {
   recap__spec *spec = L->spec;
   bool *listed = calloc(spec->num_tensors ? spec->num_tensors : 1, sizeof *listed);
@@ -477,8 +483,9 @@ void recap__spec_check_usage(loader *L) {
     int out = 0;
     while (op->outputs[out].index != (int)i) ++out;
     /* An op that writes into an input (kv_append into its cache) has done its work even if
-     * nothing reads the result. */
-    if (op->def && recap__op_output_input(op->def, out) >= 0) continue;
+     * nothing reads the result. A spec may name more outputs than the op has (the IR says so):
+     * those are not asked about. */
+    if (aliases_input(op, out)) continue;
     if (spec->outputs_given)
       ERR(L, t->pos,
           "tensor '%s' is computed but never used (no later op reads it and "
@@ -498,7 +505,7 @@ void recap__spec_check_usage(loader *L) {
         const recap__spec_op *op = &spec->ops[t->producer];
         int out = 0;
         while (op->outputs[out].index != (int)i) ++out;
-        if (op->def && recap__op_output_input(op->def, out) >= 0) continue;
+        if (aliases_input(op, out)) continue;
         spec->outputs[spec->num_outputs++] = (recap__spec_ref){t->name, t->pos, (int)i};
       }
     }

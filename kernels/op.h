@@ -268,11 +268,9 @@ struct recap__op_def {
   recap_status (*prepare)(const recap__op_call *call, recap_stream *stream);
 };
 
-/* The input that output o of `def` is (output_is_input), or -1 for an output of its own, and
- * for an o past the def's outputs (a spec may name more outputs than the op has: the spec
- * check reports that, and asks this of each name first). */
+/* The input that output o of `def` is (output_is_input), or -1 for an output of its own. */
 static inline int recap__op_output_input(const recap__op_def *def, int o) {
-  return def->output_is_input && o >= 0 && o < def->num_outputs ? def->output_is_input[o] : -1;
+  return def->output_is_input ? def->output_is_input[o] : -1;
 }
 
 /* Looks an op up by name; NULL (with a message listing close names) if unknown. */
