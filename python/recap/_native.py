@@ -7,6 +7,7 @@ get struct_size = ctypes.sizeof(...), which is what RECAP_*_INIT would set in C.
 import ctypes
 import os
 import sys
+import warnings
 
 SONAME = "librecap.so.0"
 ABI_MAJOR = "0"  # the N of librecap.so.N: a library of another ABI is refused
@@ -193,6 +194,8 @@ def _declare(lib):
         "recap_event_record": (st, [p, p]),
         "recap_event_destroy": (st, [p]),
         "recap_backend_parse": (st, [cstr, ctypes.POINTER(ctypes.c_int)]),
+        "recap_device_is_available": (ctypes.c_int, [ctypes.c_int]),
+        "recap_backend_compiled": (ctypes.c_int, [ctypes.c_int]),
         "recap_generator_create": (st, [cstr, ctypes.POINTER(GeneratorOptions),
                                         ctypes.POINTER(p)]),
         "recap_request_check": (st, [ctypes.POINTER(Request), ctypes.c_int64, ctypes.c_int64]),
@@ -230,3 +233,21 @@ def check(status, call):
         message = lib().recap_last_error_full().decode(errors="replace")
         name = lib().recap_status_name(status).decode()
         raise RecapError(status, name, message, call)
+
+
+def create_on_host_without_gpu(create, opts, call):
+    """create(opts) -> status, as recap's CLI loads a spec: without a device given, a spec whose
+    CUDA device this machine or build cannot run falls back to the host backend (CPU), with a
+    RuntimeWarning saying so. Any other failure raises RecapError as check() does."""
+    status = create(opts)
+    if status == 0 or opts.override_device or lib().recap_device_is_available(BACKEND_CUDA):
+        check(status, call)
+        return
+    # Not knowing the spec's device before it loads, retry on the host: a spec that failed
+    # for another reason fails again there with its own message.
+    opts.override_device, opts.device = 1, Device(BACKEND_HOST, 0)
+    check(create(opts), call)
+    why = ("this build of recap has no CUDA backend" if not lib().recap_backend_compiled(BACKEND_CUDA)
+           else "no CUDA GPU on this machine")
+    warnings.warn("recap: %s: running on the host backend (CPU); device=\"host\" says so "
+                  "without this warning" % why, RuntimeWarning, stacklevel=3)

@@ -5,7 +5,8 @@ import threading
 import time
 
 from ._native import (INT32_MAX, UINT64_MAX, GeneratorOptions, GeneratorStats, RecapError,
-                      Request, RequestStatus, check, checked_int, lib)
+                      Request, RequestStatus, check, checked_int, create_on_host_without_gpu,
+                      lib)
 from .pipeline import _parse_device
 
 STATES = ["waiting", "running", "finished", "cancelled", "failed"]
@@ -83,8 +84,10 @@ class Generator:
         if device is not None:
             opts.override_device, opts.device = 1, _parse_device(device)
         handle = ctypes.c_void_p()
-        check(lib().recap_generator_create(os.fsencode(spec_path), ctypes.byref(opts),
-                                           ctypes.byref(handle)), "recap_generator_create")
+        create_on_host_without_gpu(
+            lambda o: lib().recap_generator_create(os.fsencode(spec_path), ctypes.byref(o),
+                                                   ctypes.byref(handle)),
+            opts, "recap_generator_create")
         self._handle = handle.value
 
     def close(self):

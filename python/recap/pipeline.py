@@ -6,7 +6,7 @@ import threading
 from . import _dlpack
 from ._native import (BACKEND_CUDA, BACKEND_HOST, INT32_MAX, INT64_MAX, Device, PipelineInfo,
                       PipelineOptions, RecapError, TensorInfo, TensorView, check, checked_int,
-                      lib)
+                      create_on_host_without_gpu, lib)
 
 _TYPESTR = {"f32": "<f4", "f16": "<f2", "i32": "<i4", "i64": "<i8"}
 _OVERSIZE = {"eager": 0, "fail": 1}  # recap_oversize_policy
@@ -36,13 +36,20 @@ class TensorSpec:
 
 class Tensor:
     """A view of one of recap's buffers, no copy: hand it to torch.from_dlpack or
-    numpy.from_dlpack. It keeps its pipeline alive; what it holds is rewritten by the next run
-    (inputs: by the caller; outputs: by recap), as torch.cuda.CUDAGraph's static tensors."""
+    numpy.from_dlpack. It keeps its pipeline's memory alive, even past close(), as does every
+    tensor another library made from it; what it holds is rewritten by the next run (inputs: by
+    the caller; outputs: by recap), as torch.cuda.CUDAGraph's static tensors."""
 
     def __init__(self, pipeline, name, data, dtype, shape, strides):
         self.pipeline, self.name, self.data_ptr = pipeline, name, data
         self.dtype = _dlpack.DTYPES[dtype][0]
         self._dtype, self.shape, self.strides = dtype, tuple(shape), tuple(strides)
+        pipeline._view_made()
+
+    def __del__(self):
+        pipeline = getattr(self, "pipeline", None)
+        if pipeline is not None:
+            pipeline._view_gone()
 
     def __repr__(self):
         return "recap.Tensor(%r, %s%r at 0x%x)" % (self.name, self.dtype, self.shape,
@@ -90,7 +97,12 @@ class Pipeline:
     recap runs a pipeline on one thread at a time, so calls from several threads take turns (a
     lock per pipeline): close() waits for a run in progress. A batch above the largest bucket
     is a ValueError (oversize="fail", the default); oversize="eager" runs the largest bucket's
-    rows eagerly instead, as the C API's default does."""
+    rows eagerly instead, as the C API's default does.
+
+    close() (or the end of a `with` block) ends the pipeline: no call works after it. Its
+    memory goes back at once, or, while views of it are still referenced (a recap.Tensor, a
+    torch tensor or numpy array made from one, a param another pipeline bound to one), when
+    the last of them goes, so a view never reads freed memory."""
 
     def __init__(self, path=None, *, yaml=None, name="<string>", device=None, entry=None,
                  dims=None, eager=False, oversize="fail"):
@@ -102,6 +114,8 @@ class Pipeline:
             raise ValueError("name %r holds a NUL character" % (name,))
         self._lock = threading.RLock()
         self._handle = None
+        self._closed = False
+        self._views = 0  # recap.Tensor objects alive: the native pipeline outlives them
         self._handoff = None  # the stream handshakes' event, made on first use
         self._bound = {}
         opts = PipelineOptions()
@@ -124,13 +138,16 @@ class Pipeline:
         handle = ctypes.c_void_p()
         if yaml is not None:
             text = yaml if isinstance(yaml, bytes) else yaml.encode()
-            check(lib().recap_pipeline_create_string(text, len(text), name.encode(),
-                                                     ctypes.byref(opts), ctypes.byref(handle)),
-                  "recap_pipeline_create_string")
+            create_on_host_without_gpu(
+                lambda o: lib().recap_pipeline_create_string(text, len(text), name.encode(),
+                                                             ctypes.byref(o),
+                                                             ctypes.byref(handle)),
+                opts, "recap_pipeline_create_string")
         else:
-            check(lib().recap_pipeline_create_file(os.fsencode(path), ctypes.byref(opts),
-                                                   ctypes.byref(handle)),
-                  "recap_pipeline_create_file")
+            create_on_host_without_gpu(
+                lambda o: lib().recap_pipeline_create_file(os.fsencode(path), ctypes.byref(o),
+                                                           ctypes.byref(handle)),
+                opts, "recap_pipeline_create_file")
         self._handle = handle.value
         info = PipelineInfo()
         check(lib().recap_pipeline_info_get(self._handle, ctypes.byref(info)),
@@ -149,12 +166,29 @@ class Pipeline:
         self.outputs = [t.name for t in self.tensors if t.is_output]
 
     def close(self):
-        """Waits for the pipeline's work and frees it. Views taken earlier must not be used
-        after this; binding memory taken by bind_param is given back to its owner."""
+        """Ends the pipeline: waits for its work, and frees it once no view of it is referenced
+        (at once when none is). Memory taken by bind_param goes back to its owner then."""
         with self._lock:
-            self._close()
+            self._closed = True
+            if self._views == 0:
+                self._destroy()
 
-    def _close(self):
+    def _view_made(self):
+        with self._lock:
+            self._views += 1
+
+    def _view_gone(self):
+        # A finalizer: it may run on any thread, inside any call of this pipeline's (the lock
+        # is reentrant), and nothing can report an error from it.
+        with self._lock:
+            self._views -= 1
+            if self._closed and self._views == 0:
+                try:
+                    self._destroy()
+                except RecapError:
+                    pass
+
+    def _destroy(self):
         if self._handle:
             check(lib().recap_pipeline_destroy(self._handle), "recap_pipeline_destroy")
             self._handle = None
@@ -173,14 +207,15 @@ class Pipeline:
         self.close()
 
     def __del__(self):
+        # Views hold their pipeline, so none is left when it is collected.
         if getattr(self, "_handle", None):
             try:
-                self._close()
+                self._destroy()
             except RecapError:
                 pass  # nothing to report to from a finalizer; close() raises when called
 
     def _live(self):
-        if not self._handle:
+        if self._closed or not self._handle:
             raise ValueError("the pipeline is closed")
         return self._handle
 
