@@ -1,6 +1,7 @@
 /* weight_load.c: file -> pinned staging -> device, on parallel threads (weight_load.h). */
 #include "engine/weight_load.h"
 
+#include <inttypes.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -64,6 +65,58 @@ static bool convert(void *dst, int64_t stride, recap_dtype to, const void *src, 
   for (size_t i = 0; i < n; ++i)
     recap__store_f32(dst, to, (int64_t)i * stride, recap__load_f32(src, from, (int64_t)i));
   return true;
+}
+
+/* ---- NaN values ------------------------------------------------------------------------- */
+
+/* Whether n elements of a float dtype hold a NaN, and the first one's index in *at. A NaN's
+ * magnitude bits (sign cleared) lie above infinity's, so adding (limit - infinity) to them,
+ * which fits the lane for every value, carries into the lane's top bit exactly for NaNs: four
+ * bf16 or f16 lanes, or two f32, per 64-bit word, with no carry between lanes. The loop over
+ * words is branch-free, so the scan costs a small part of the read that filled the buffer. */
+static bool find_nan(const void *data, size_t n, recap_dtype dtype, size_t *at) {
+  uint64_t magnitude, bias, top;
+  unsigned lanes;
+  switch (dtype) {
+    case RECAP_DTYPE_BF16:
+      magnitude = 0x7fff7fff7fff7fffull, bias = 0x007f007f007f007full;
+      top = 0x8000800080008000ull, lanes = 4;
+      break;
+    case RECAP_DTYPE_F16:
+      magnitude = 0x7fff7fff7fff7fffull, bias = 0x03ff03ff03ff03ffull;
+      top = 0x8000800080008000ull, lanes = 4;
+      break;
+    case RECAP_DTYPE_F32:
+      magnitude = 0x7fffffff7fffffffull, bias = 0x007fffff007fffffull;
+      top = 0x8000000080000000ull, lanes = 2;
+      break;
+    default:
+      return false;
+  }
+  enum { BLOCK = 512 }; /* words scanned before a look at the flags */
+  size_t words = n / lanes;
+  for (size_t w0 = 0; w0 < words; w0 += BLOCK) {
+    size_t end = words - w0 < BLOCK ? words : w0 + BLOCK;
+    uint64_t flags = 0;
+    for (size_t w = w0; w < end; ++w) {
+      uint64_t word;
+      memcpy(&word, (const char *)data + w * 8, 8);
+      flags |= (word & magnitude) + bias;
+    }
+    if (flags & top) {
+      n = end * lanes; /* the NaN is in this block: find it element by element below */
+      words = w0;
+      break;
+    }
+  }
+  for (size_t i = words * lanes; i < n; ++i) {
+    float v = recap__load_f32(data, dtype, (int64_t)i);
+    if (v != v) {
+      *at = i;
+      return true;
+    }
+  }
+  return false;
 }
 
 /* ---- the work ---------------------------------------------------------------------------- */
@@ -146,13 +199,36 @@ static const open_file *file_of(const loader *L, size_t job, int k) {
   return &L->files[L->source_file[L->source_base[job] + (size_t)k]];
 }
 
-/* Reads `bytes` of a source at `offset` into buf; a short read names the key too. */
+/* The failure for element `element` of source s being NaN, at its coordinates. */
+static recap_status nan_failure(const recap__weight_source *s, uint64_t element) {
+  uint64_t coord[RECAP_MAX_DIMS];
+  for (int d = s->ndim - 1; d >= 0; --d) {
+    coord[d] = element % (uint64_t)s->shape[d];
+    element /= (uint64_t)s->shape[d];
+  }
+  char where[24 * RECAP_MAX_DIMS] = "";
+  for (int d = 0, used = 0; d < s->ndim; ++d)
+    used +=
+        snprintf(where + used, sizeof where - (size_t)used, "%s%" PRIu64, d ? ", " : "", coord[d]);
+  return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
+                    "'%s'%s%s%s: element [%s] is NaN: recap refuses NaN weights, which make every "
+                    "output they reach NaN (the file is damaged, or was saved from a run that "
+                    "diverged)",
+                    s->path, s->key ? ": key '" : "", s->key ? s->key : "", s->key ? "'" : "",
+                    where);
+}
+
+/* Reads `bytes` of a source at `offset` into buf; a short read names the key too, and so does
+ * a NaN among the values read. */
 static recap_status read_source(const loader *L, size_t job, int k, void *buf, size_t bytes,
                                 uint64_t offset) {
   const open_file *f = file_of(L, job, k);
+  const recap__weight_source *s = source_of(L, job, k);
   recap_status st = recap__file_read_at(f->fd, f->path, buf, bytes, offset);
-  const char *key = source_of(L, job, k)->key;
-  if (st != RECAP_OK && key) return recap__error_context(st, "key '%s': ", key);
+  if (st != RECAP_OK && s->key) return recap__error_context(st, "key '%s': ", s->key);
+  size_t es = recap_dtype_size(s->dtype), at = 0;
+  if (st == RECAP_OK && find_nan(buf, bytes / es, s->dtype, &at))
+    return nan_failure(s, (offset - s->offset) / es + at);
   return st;
 }
 

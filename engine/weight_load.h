@@ -23,7 +23,8 @@
  * memcpys.
  *
  * Casts round to nearest even (float to float); i64 to i32 fails on a value outside i32's
- * range, naming the tensor and the element. On any failure every worker stops, every copy
+ * range, naming the tensor and the element, and so does a NaN in any float source, found by a
+ * scan of each buffer read. On any failure every worker stops, every copy
  * already queued is waited for, staging memory is released, and the first failure is returned
  * ("'<file>': tensor '<key>' ..." or the runtime's status), with *failed = the job it belongs
  * to (the caller adds the spec position). The destination is then partly written.

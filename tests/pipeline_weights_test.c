@@ -337,6 +337,68 @@ static void test_casts_round_to_nearest_even_and_check_ranges(void) {
   remove_dir();
 }
 
+/* A NaN anywhere in a float weight fails the load, naming the file, the key and the element's
+ * coordinates: in the first block the scan looks at, past it, in the tail of a length that is
+ * no whole number of 64-bit words, in a later staging chunk, and with its sign bit set.
+ * Infinities load (an additive mask holds them on purpose). */
+static void test_nan_weights_are_refused_naming_the_element(void) {
+  make_dir();
+  enum { BIG_R = 1100, BIG_C = 2000 }; /* 4.4 MB of bf16: two 4 MiB staging chunks */
+  uint16_t *big = calloc((size_t)BIG_R * BIG_C, sizeof *big);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(big);
+  uint16_t b[3 * 700] = {0};
+  b[0] = 0x7f80, b[1] = 0xff80; /* +inf and -inf: loaded */
+  uint16_t h[7] = {0x7c00, 0xfc00, 0x3c00, 0, 0, 0, 0};
+  uint32_t f[3] = {0x7f800000u, 0x3f800000u, 0};
+  const st_tensor t[] = {{"b", "BF16", 2, {3, 700}, b, sizeof b},
+                         {"h", "F16", 1, {7}, h, sizeof h},
+                         {"f", "F32", 1, {3}, f, sizeof f},
+                         {"big", "BF16", 2, {BIG_R, BIG_C}, big, (size_t)BIG_R * BIG_C * 2}};
+  const char *params =
+      "  b: {shape: [3, 700], dtype: bf16, role: param, key: b}\n"
+      "  h: {shape: [7], dtype: f16, role: param, key: h}\n"
+      "  f: {shape: [3], dtype: f32, role: param, key: f}\n"
+      "  big: {shape: [1100, 2000], dtype: bf16, role: param, key: big}\n";
+  recap_pipeline *p = NULL;
+  write_st("n.safetensors", t, 4);
+  CHECK_OK(create("checkpoint: n.safetensors\n", params, "b, h, f, big", &p));
+  expect_bytes(p, "b", b, sizeof b);
+  expect_bytes(p, "h", h, sizeof h);
+  CHECK_OK(recap_pipeline_destroy(p));
+  static const struct {
+    int tensor; /* in t */
+    size_t element;
+    uint32_t nan;
+    const char *says;
+  } cases[] = {
+      {0, 3, 0x7fc0, "key 'b': element [0, 3] is NaN"},
+      {0, 2099, 0xffc1, "key 'b': element [2, 699] is NaN"}, /* past the first block */
+      {1, 6, 0x7c01, "key 'h': element [6] is NaN"},         /* the tail, a signalling NaN */
+      {2, 2, 0xffc00001u, "key 'f': element [2] is NaN"},
+      {3, (size_t)BIG_R * BIG_C - 1, 0x7fff, "key 'big': element [1099, 1999] is NaN"},
+  };
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; ++c) {
+    void *data = (void *)t[cases[c].tensor].data;
+    if (cases[c].tensor == 2)
+      ((uint32_t *)data)[cases[c].element] = cases[c].nan;
+    else
+      ((uint16_t *)data)[cases[c].element] = (uint16_t)cases[c].nan;
+    write_st("n.safetensors", t, 4);
+    CHECK_STATUS(create("checkpoint: n.safetensors\n", params, "b, h, f, big", &p),
+                 RECAP_STATUS_INVALID_ARGUMENT);
+    CHECK_ERROR_MENTIONS(cases[c].says);
+    CHECK_ERROR_MENTIONS("n.safetensors");
+    CHECK_ERROR_MENTIONS("recap refuses NaN weights");
+    CU_ASSERT_PTR_NULL(p);
+    if (cases[c].tensor == 2)
+      ((uint32_t *)data)[cases[c].element] = 0;
+    else
+      ((uint16_t *)data)[cases[c].element] = 0;
+  }
+  free(big);
+  remove_dir();
+}
+
 /* The loader itself, with small staging slots on three threads: a tensor cut into many
  * chunks, a row range and a cast in chunks, and a transposed one built in a host image from
  * several reads. */
@@ -755,6 +817,8 @@ int main(void) {
        test_transpose_concat_and_ranges_give_the_hand_computed_tensors, true},
       {"casts_round_to_nearest_even_and_check_ranges",
        test_casts_round_to_nearest_even_and_check_ranges, true},
+      {"nan_weights_are_refused_naming_the_element",
+       test_nan_weights_are_refused_naming_the_element, true},
       {"loader_cuts_large_tensors_into_chunks_on_several_threads",
        test_loader_cuts_large_tensors_into_chunks_on_several_threads, true},
       {"a_file_changed_between_check_and_load_is_an_error",
