@@ -25,9 +25,6 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* pthread, clock_gettime, sysconf(_SC_LEVEL2_...) under -std=c11 */
 #endif
-#include "runtime/host_fault.h"
-#include "runtime/host_graph.h"
-
 #include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -40,6 +37,8 @@
 #include <unistd.h>
 
 #include "runtime/error.h"
+#include "runtime/host_fault.h"
+#include "runtime/host_graph.h"
 
 enum {
   HOST_ALIGNMENT = 256, /* as cudaMalloc: enough for any vector load */
@@ -163,7 +162,7 @@ struct host_capture {
   bool invalidated;
   char reason[REASON_CAPACITY]; /* the first illegal call */
   recap__graph *graph;          /* a WHILE body's: owned by its node; NULL once orphaned */
-  host_stream *members; /* origin and every stream that joined */
+  host_stream *members;         /* origin and every stream that joined */
   host_capture *next;
   /* A WHILE body's capture (while_begin): the capture holding its node, NULL when that one
    * ended first (the body is then invalidated). */
@@ -337,8 +336,9 @@ static recap_status submit(recap_stream *stream, recap__host_node *node, bool *r
   return st;
 }
 
-/* CUDA's "potentially unsafe API call" rule (mem_alloc, mem_free, device_synchronize),
- * by the calling thread's interaction mode:
+/* CUDA's "potentially unsafe API call" rule (mem_alloc, mem_free, mapped host allocation, and
+ * synchronize and query of streams and events outside the capture), by the calling thread's
+ * interaction mode:
  *   GLOBAL:       prohibited if this thread has a non-relaxed capture under way, or another
  *                 thread has a global-mode capture under way;
  *   THREAD_LOCAL: prohibited only by this thread's own non-relaxed captures;
@@ -370,11 +370,26 @@ static recap_status unsafe_call_check(const char *call) {
   return RECAP_OK;
 }
 
+/* A device synchronize conflicts with every capture under way on the device, whatever the
+ * modes: measured on an H200 (driver 580, docs/RELIABILITY.md "Capture rules"), it failed and
+ * invalidated a relaxed capture on another thread from a relaxed thread too. */
 static recap_status host_device_synchronize(int device) {
   RECAP_TRY(check_device(device));
   RECAP_TRY(recap__host_check_fault());
   /* All work already ran at submission; only the capture rules can make this fail. */
-  return unsafe_call_check("device synchronize");
+  char message[REASON_CAPACITY] = "";
+  pthread_mutex_lock(&capture_lock);
+  for (host_capture *c = captures; c; c = c->next) {
+    if (!message[0])
+      snprintf(message, sizeof message,
+               "device synchronize is not permitted while a stream is capturing (a %s-mode "
+               "capture is under way on %s thread; no capture mode allows it)",
+               mode_name(c->mode), pthread_equal(c->thread, pthread_self()) ? "this" : "another");
+    invalidate_locked(c, message);
+  }
+  pthread_mutex_unlock(&capture_lock);
+  if (message[0]) return RECAP_FAIL(RECAP_STATUS_ILLEGAL_DURING_CAPTURE, "%s", message);
+  return RECAP_OK;
 }
 
 static recap_status host_exchange_capture_mode(recap_capture_mode *mode) {
@@ -674,16 +689,21 @@ static recap_status host_stream_destroy(recap_stream *stream) {
   return RECAP_OK;
 }
 
-/* Query and synchronize share their rule: illegal on a stream in a capture. */
+/* Query and synchronize share their rule: illegal on a stream in a capture, and on any other
+ * stream an unsafe call (unsafe_call_check: measured on an H200, a synchronize or query of a
+ * stream outside the capture from another global-mode thread invalidated a global capture). */
 static recap_status stream_idle_check(recap_stream *stream, const char *call) {
   RECAP_TRY(recap__host_check_fault());
   host_stream *hs = stream_state(stream);
   recap_status st = RECAP_OK;
+  bool capturing = false;
   pthread_mutex_lock(&capture_lock);
-  if (hs->capture)
+  if (hs->capture) {
+    capturing = true;
     st = ILLEGAL_LOCKED(hs->capture, "%s is not permitted while stream is capturing", call);
+  }
   pthread_mutex_unlock(&capture_lock);
-  return st;
+  return capturing ? st : unsafe_call_check(call);
 }
 
 static recap_status host_stream_query(recap_stream *stream) {
@@ -800,7 +820,8 @@ done:
 }
 
 /* Query and synchronize share their rule: illegal on an event recorded inside a capture
- * still under way (its work has not run and never will outside a replay). */
+ * still under way (its work has not run and never will outside a replay), and otherwise an
+ * unsafe call. */
 static recap_status event_done_check(recap_event *event, const char *call) {
   RECAP_TRY(recap__host_check_fault());
   host_event *he = event_state(event);
@@ -811,7 +832,8 @@ static recap_status event_done_check(recap_event *event, const char *call) {
     st = ILLEGAL_LOCKED(c, "%s is not permitted on an event recorded inside an active capture",
                         call);
   pthread_mutex_unlock(&capture_lock);
-  return st;
+  /* Outside a capture, an unsafe call as a stream's synchronize is (stream_idle_check). */
+  return c ? st : unsafe_call_check(call);
 }
 
 static recap_status host_event_query(recap_event *event) {

@@ -658,6 +658,90 @@ static void test_host_thread_local_capture_allows_other_thread_mem_alloc(void) {
   recap_stream_destroy(s);
 }
 
+/* A call from another thread, in its own interaction mode, on its own stream and an event
+ * recorded there before the capture began. */
+typedef struct {
+  recap_capture_mode mode;
+  recap_status (*call)(recap_stream *, recap_event *);
+  recap_stream *stream;
+  recap_event *event;
+  thread_result result;
+} other_thread_call;
+
+static void *other_thread_call_run(void *p) {
+  other_thread_call *c = p;
+  recap_capture_mode mode = c->mode;
+  c->result.status = host()->exchange_capture_mode(&mode);
+  if (c->result.status == RECAP_OK) c->result.status = c->call(c->stream, c->event);
+  snprintf(c->result.message, sizeof c->result.message, "%s", recap_last_error());
+  return NULL;
+}
+
+/* What CUDA did on an H200 (driver 580, a probe of every pairing of modes; docs/RELIABILITY.md
+ * "Capture rules") when one thread captured and another, never capturing, made a call on its
+ * own stream or an event recorded outside the capture: in global mode against a global capture
+ * a synchronize or query of a stream or an event failed and invalidated the capture; in
+ * thread-local or relaxed mode, or against a thread-local or relaxed capture, it was allowed;
+ * a device synchronize failed and invalidated the capture whatever the modes. */
+static void test_host_other_threads_calls_follow_the_measured_capture_rules(void) {
+  enum {
+    G = RECAP_CAPTURE_MODE_GLOBAL,
+    T = RECAP_CAPTURE_MODE_THREAD_LOCAL,
+    R = RECAP_CAPTURE_MODE_RELAXED
+  };
+  static const struct {
+    recap_capture_mode capture, other;
+    recap_status (*call)(recap_stream *, recap_event *);
+    const char *name;
+    bool illegal;
+  } cases[] = {
+      {G, G, call_stream_synchronize, "stream synchronize", true},
+      {G, G, call_stream_query, "stream query", true},
+      {G, G, call_event_synchronize, "event synchronize", true},
+      {G, G, call_event_query, "event query", true},
+      {G, G, call_device_synchronize, "device synchronize", true},
+      {G, T, call_stream_synchronize, "stream synchronize", false},
+      {G, T, call_event_query, "event query", false},
+      {G, T, call_device_synchronize, "device synchronize", true},
+      {G, R, call_stream_query, "stream query", false},
+      {G, R, call_device_synchronize, "device synchronize", true},
+      {T, G, call_stream_synchronize, "stream synchronize", false},
+      {T, G, call_event_synchronize, "event synchronize", false},
+      {T, G, call_device_synchronize, "device synchronize", true},
+      {R, R, call_stream_synchronize, "stream synchronize", false},
+      {R, R, call_device_synchronize, "device synchronize", true},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
+    recap_stream *s = stream_new(), *own = stream_new();
+    CU_ASSERT_PTR_NOT_NULL_FATAL(s);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(own);
+    recap_event *e = NULL;
+    CHECK_OK(recap_event_create(host_device, 0, &e));
+    CHECK_OK(recap_event_record(e, own));
+    CHECK_OK(recap__capture_begin(s, cases[i].capture));
+    other_thread_call c = {cases[i].other, cases[i].call, own, e, {RECAP_STATUS_INTERNAL, ""}};
+    pthread_t thread;
+    CU_ASSERT_EQUAL_FATAL(pthread_create(&thread, NULL, other_thread_call_run, &c), 0);
+    pthread_join(thread, NULL);
+    recap__graph *graph = NULL;
+    recap_status end = recap__capture_end(s, &graph);
+    if (cases[i].illegal) {
+      CU_ASSERT_EQUAL(c.result.status, RECAP_STATUS_ILLEGAL_DURING_CAPTURE);
+      CU_ASSERT_PTR_NOT_NULL(strstr(c.result.message, cases[i].name));
+      CU_ASSERT_EQUAL(end, RECAP_STATUS_CAPTURE_INVALIDATED);
+    } else {
+      CU_ASSERT_EQUAL(c.result.status, RECAP_OK);
+      CU_ASSERT_EQUAL(end, RECAP_OK);
+    }
+    if ((c.result.status == RECAP_OK) == cases[i].illegal)
+      fprintf(stderr, "\n  case %zu (%s): %s\n", i, cases[i].name, c.result.message);
+    host()->graph_destroy(graph);
+    recap_event_destroy(e);
+    CHECK_OK(recap_stream_destroy(own));
+    CHECK_OK(recap_stream_destroy(s));
+  }
+}
+
 typedef struct {
   recap_stream *stream;
   thread_result result;
@@ -968,6 +1052,7 @@ int main(void) {
   CU_ADD_TEST(capture, test_host_mem_alloc_from_other_thread_in_global_capture_is_illegal);
   CU_ADD_TEST(capture, test_host_relaxed_interaction_mode_allows_mem_alloc);
   CU_ADD_TEST(capture, test_host_thread_local_capture_allows_other_thread_mem_alloc);
+  CU_ADD_TEST(capture, test_host_other_threads_calls_follow_the_measured_capture_rules);
   CU_ADD_TEST(capture, test_host_capture_end_on_wrong_thread_discards_global_capture);
   CU_ADD_TEST(capture, test_host_concurrent_captures_on_two_threads_both_succeed);
 
