@@ -168,13 +168,14 @@ recap_status recap__gemm_run_host(const recap__op_call *call);
  *   RECAP_GEMM_SKINNY_PDL=0    the skinny kernel without programmatic dependent launch
  *   RECAP_GEMM_SKINNY_PIPE=0   the skinny kernel without double-buffered loads
  *   RECAP_GEMM_SKINNY_WARPS=w  warps per block of the skinny kernel (1..16, power of two)
+ *   RECAP_GEMM_SKINNY_BALANCE=0 the skinny kernel's bulk tiles always 16 rows of W
  *   RECAP_GEMM_HOPPER=0        shapes that would run our Hopper GEMM go to cuBLASLt
  *   RECAP_TUNE=0|1|2           tuning off / tune / cache only (tune.h)
  *   RECAP_TUNE_FILE=path       the tuning cache (default ./recap_tune.txt)
  * The =0 switches are boolean switches (runtime/env.h: false, no and off work too). Unknown
  * values keep the default. */
 typedef struct {
-  bool skinny, skinny_pdl, skinny_pipe, hopper;
+  bool skinny, skinny_pdl, skinny_pipe, skinny_balance, hopper;
   int skinny_warps; /* 0: chosen per shape */
   int tune;         /* recap__tune_mode */
   char tune_file[1024];

@@ -65,7 +65,8 @@ static void read_env(void) {
   recap__gemm_env e = {.skinny = env_switch_on("RECAP_GEMM_SKINNY"),
                        .hopper = env_switch_on("RECAP_GEMM_HOPPER"),
                        .skinny_pdl = env_switch_on("RECAP_GEMM_SKINNY_PDL"),
-                       .skinny_pipe = env_switch_on("RECAP_GEMM_SKINNY_PIPE")};
+                       .skinny_pipe = env_switch_on("RECAP_GEMM_SKINNY_PIPE"),
+                       .skinny_balance = env_switch_on("RECAP_GEMM_SKINNY_BALANCE")};
   const char *w = getenv("RECAP_GEMM_SKINNY_WARPS");
   if (w) {
     const int v = atoi(w);

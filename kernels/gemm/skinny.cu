@@ -63,6 +63,10 @@ struct skinny_args {
   float alpha;
   recap__activation act;
   int pdl; /* launched as a programmatic dependent: prefetch W into L2 before waiting */
+  /* W rows each 16-row tile takes (1-16; 16 for a gated output and the register kernels): the
+   * bulk launcher takes fewer where 16-row tiles would leave SMs idle (balanced_tile_rows);
+   * the mma still runs 16 rows, the others stale and never stored. */
+  int tile_rows;
   /* The prologue (gemm.h), a template parameter of the kernels: RMS_NORM reads x * gamma and
    * scales row b's dot products by rsqrt(ss_b / k + eps), ss_b the block's own sum of x^2 of
    * row b. The gated unit (GLU) has no variant: it gave different bits from run to run on the
@@ -76,16 +80,16 @@ struct skinny_args {
 };
 
 /* The row of W behind row r (0-15) of 16-row tile `tile` (counted over the grid), and whether
- * it exists: row 16 tile + r, or for a gated output tile's 8 columns 8 tile + r % 8 as gate rows
- * (r < 8) and as up rows (r >= 8, n rows further). */
+ * it exists: row tile_rows * tile + r for r < tile_rows, or for a gated output tile's 8 columns
+ * 8 tile + r % 8 as gate rows (r < 8) and as up rows (r >= 8, n rows further). */
 __device__ __forceinline__ int64_t w_row(const skinny_args &a, int64_t tile, int r, bool &in) {
   if (a.gated != RECAP_ACT_NONE) {
     const int64_t col = 8 * tile + (r & 7);
     in = col < a.n;
     return col + (r >= 8 ? a.n : 0);
   }
-  const int64_t row = 16 * tile + r;
-  in = row < a.n;
+  const int64_t row = (int64_t)a.tile_rows * tile + r;
+  in = r < a.tile_rows && row < a.n;
   return row;
 }
 
@@ -97,7 +101,7 @@ __host__ __device__ __forceinline__ int64_t w_rows(const skinny_args &a) {
 /* Tiles of `rt` 16-row tiles of W: the bulk kernel's unit of work, which its launcher sizes the
  * grid by and the kernel strides over. */
 __host__ __device__ __forceinline__ int64_t block_tiles(const skinny_args &a, int rt) {
-  return RECAP_CEIL_DIV(w_rows(a), (int64_t)kRows * rt);
+  return RECAP_CEIL_DIV(w_rows(a), (int64_t)a.tile_rows * rt);
 }
 
 constexpr int kProNone = RECAP__GEMM_PROLOGUE_NONE, kProRms = RECAP__GEMM_PROLOGUE_RMS_NORM;
@@ -781,14 +785,18 @@ __global__ void __launch_bounds__((kMaxWarps + 1) * 32, 1) bulk_kernel(const ski
         store_gated<T>(a, b, j, gate * scale, up * scale);
       }
     } else {
-      const int64_t n0 = tile0 * kRows;
-      const int rows = (int)(a.n - n0 < kBlockRows ? a.n - n0 : kBlockRows);
+      /* Row q of the block tile's tile_rows * RT is row 16 (q / tile_rows) + q % tile_rows of
+       * the partial sums. */
+      const int64_t n0 = tile0 * a.tile_rows;
+      const int span = a.tile_rows * RT;
+      const int rows = (int)(a.n - n0 < span ? a.n - n0 : span);
       for (int i = threadIdx.x; i < a.m * rows; i += threads) {
-        const int b = i / rows, r = i % rows;
+        const int b = i / rows, q = i % rows;
+        const int r = kRows * (q / a.tile_rows) + q % a.tile_rows;
         float sum = 0.0f;
         for (int wi = 0; wi < warps; ++wi)
           sum += partial[((size_t)wi * kMaxM + b) * (kBlockRows + 1) + r];
-        store_output<T>(a, b, n0 + r, a.alpha * sum * bulk_row_scale<kNorm>(row_ss, b, a));
+        store_output<T>(a, b, n0 + q, a.alpha * sum * bulk_row_scale<kNorm>(row_ss, b, a));
       }
     }
     if (refill) {
@@ -883,11 +891,29 @@ recap_status resident_blocks(Kernel kernel, int device, int warps, size_t smem,
   return RECAP_OK;
 }
 
+/* W rows per 16-row tile for a grid that fits the device at once. With full tiles some SMs may
+ * idle (Qwen2.5 1.5B's o and down, 1536 rows: 96 tiles on 132 SMs) or hold two tiles beside
+ * SMs holding one (Llama 3.2 1B's qkv, 3072 rows: 192 tiles); a block streams at about the
+ * same rate whatever its neighbours do, so the step lasts as long as the SM with the most rows.
+ * This takes the tile height, from 16 down to max(4, m) (below that the x rows every block
+ * reads outweigh its W rows), that gives the fewest rows on the busiest SM, the tallest of
+ * equals (fewer blocks); weights whose tiles take several rounds keep 16 rows. */
+int balanced_tile_rows(int64_t n, int m, int rt, int64_t sms, int64_t slots) {
+  int best = kRows;
+  int64_t best_load = INT64_MAX;
+  for (int tr = kRows; tr >= (m > 4 ? m : 4); --tr) {
+    const int64_t tiles = RECAP_CEIL_DIV(n, (int64_t)tr * rt);
+    if (tiles > slots) break;
+    const int64_t load = RECAP_CEIL_DIV(tiles, sms) * tr;
+    if (load < best_load) best = tr, best_load = load;
+  }
+  return best;
+}
+
 /* One block per block tile, or as many as the device holds at once, each then taking several
  * tiles (bulk_kernel). */
 template <typename T, int NT, int RT, int KC, int S, int PF, int kPro>
-recap_status launch_bulk(const skinny_args &args, int device, int warps,
-                         cudaLaunchConfig_t config) {
+recap_status launch_bulk(skinny_args args, int device, int warps, cudaLaunchConfig_t config) {
   static int smem_allowed[kRecapMaxDevices];
   static int resident[kRecapMaxDevices][kMaxWarps + 1];
   const auto kernel = bulk_kernel<T, NT, RT, KC, S, PF, kPro>;
@@ -898,8 +924,10 @@ recap_status launch_bulk(const skinny_args &args, int device, int warps,
   int per_sm = 0;
   RECAP_TRY(recap__cuda_facts_of(device, &f));
   RECAP_TRY(resident_blocks(kernel, device, warps, smem, resident, &per_sm));
-  const int64_t tiles = block_tiles(args, RT);
   const int64_t slots = (int64_t)per_sm * f.sms;
+  if (args.gated == RECAP_ACT_NONE && recap__gemm_env_get()->skinny_balance)
+    args.tile_rows = balanced_tile_rows(args.n, args.m, RT, f.sms, slots);
+  const int64_t tiles = block_tiles(args, RT);
   config.gridDim = dim3((unsigned)(tiles < slots ? tiles : slots));
   config.blockDim = dim3((unsigned)(warps + 1) * 32); /* + the producer warp */
   config.dynamicSmemBytes = smem;
@@ -1120,6 +1148,7 @@ extern "C" recap_status recap__cuda_gemm_skinny_config(const recap__gemm_plan *p
   args.eps = (float)p->eps;
   const bool pdl = f.major >= 9 && recap__gemm_env_get()->skinny_pdl;
   args.pdl = pdl;
+  args.tile_rows = kRows;
   cudaStream_t stream = static_cast<cudaStream_t>(cuda_stream);
   return recap__cuda_dispatch_float(p->dtype, "skinny gemm", [&](auto tag) -> recap_status {
     using T = decltype(tag);
