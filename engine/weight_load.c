@@ -22,51 +22,6 @@
  * next read. */
 enum { DEFAULT_CHUNK = 4 << 20, MIN_CHUNK = 64 << 10, MAX_THREADS = 16, SLOTS = 2 };
 
-/* ---- element conversion ---------------------------------------------------------------- */
-
-/* Converts n elements of `from` at src into `to` at dst, element i going to dst[i * stride].
- * False when an i64 does not fit i32; *bad is then its index. */
-static bool convert(void *dst, int64_t stride, recap_dtype to, const void *src, recap_dtype from,
-                    size_t n, size_t *bad) {
-  size_t es = recap_dtype_size(to);
-  if (from == to) {
-    if (stride == 1) {
-      memcpy(dst, src, n * es);
-    } else {
-      for (size_t i = 0; i < n; ++i)
-        memcpy((char *)dst + (int64_t)i * stride * (int64_t)es, (const char *)src + i * es, es);
-    }
-    return true;
-  }
-  if (from == RECAP_DTYPE_I32 && to == RECAP_DTYPE_I64) {
-    for (size_t i = 0; i < n; ++i)
-      ((int64_t *)dst)[(int64_t)i * stride] = ((const int32_t *)src)[i];
-    return true;
-  }
-  if (from == RECAP_DTYPE_I64 && to == RECAP_DTYPE_I32) {
-    for (size_t i = 0; i < n; ++i) {
-      int64_t v = ((const int64_t *)src)[i];
-      if (v < INT32_MIN || v > INT32_MAX) {
-        *bad = i;
-        return false;
-      }
-      ((int32_t *)dst)[(int64_t)i * stride] = (int32_t)v;
-    }
-    return true;
-  }
-  /* The common widening, written out: a bf16 is the high half of its f32. */
-  if (from == RECAP_DTYPE_BF16 && to == RECAP_DTYPE_F32 && stride == 1) {
-    const uint16_t *in = src;
-    uint32_t *out = dst;
-    for (size_t i = 0; i < n; ++i) out[i] = (uint32_t)in[i] << 16;
-    return true;
-  }
-  /* Float to float through f32: exact for every f16 and bf16, so each result is rounded once. */
-  for (size_t i = 0; i < n; ++i)
-    recap__store_f32(dst, to, (int64_t)i * stride, recap__load_f32(src, from, (int64_t)i));
-  return true;
-}
-
 /* ---- NaN values ------------------------------------------------------------------------- */
 
 /* Whether n elements of a float dtype hold a NaN, and the first one's index in *at. A NaN's
@@ -117,6 +72,65 @@ static bool find_nan(const void *data, size_t n, recap_dtype dtype, size_t *at) 
     }
   }
   return false;
+}
+
+/* ---- element conversion ---------------------------------------------------------------- */
+
+typedef enum { CONVERTED, OUT_OF_RANGE, NOT_A_NUMBER } conversion;
+
+/* Converts n elements of `from` at src into `to` at dst, element i going to dst[i * stride].
+ * OUT_OF_RANGE when an i64 does not fit i32, NOT_A_NUMBER at a NaN between float types (the
+ * check rides on the conversion's own pass; a copy within one dtype is scanned by read_source);
+ * *bad is then the element's index. */
+static conversion convert(void *dst, int64_t stride, recap_dtype to, const void *src,
+                          recap_dtype from, size_t n, size_t *bad) {
+  size_t es = recap_dtype_size(to);
+  if (from == to) {
+    if (stride == 1) {
+      memcpy(dst, src, n * es);
+    } else {
+      for (size_t i = 0; i < n; ++i)
+        memcpy((char *)dst + (int64_t)i * stride * (int64_t)es, (const char *)src + i * es, es);
+    }
+    return CONVERTED;
+  }
+  if (from == RECAP_DTYPE_I32 && to == RECAP_DTYPE_I64) {
+    for (size_t i = 0; i < n; ++i)
+      ((int64_t *)dst)[(int64_t)i * stride] = ((const int32_t *)src)[i];
+    return CONVERTED;
+  }
+  if (from == RECAP_DTYPE_I64 && to == RECAP_DTYPE_I32) {
+    for (size_t i = 0; i < n; ++i) {
+      int64_t v = ((const int64_t *)src)[i];
+      if (v < INT32_MIN || v > INT32_MAX) {
+        *bad = i;
+        return OUT_OF_RANGE;
+      }
+      ((int32_t *)dst)[(int64_t)i * stride] = (int32_t)v;
+    }
+    return CONVERTED;
+  }
+  /* The common widening, written out: a bf16 is the high half of its f32. Its NaN test is
+   * find_nan's carry trick on each element, branch-free, so the loop stays vectorized. */
+  if (from == RECAP_DTYPE_BF16 && to == RECAP_DTYPE_F32 && stride == 1) {
+    const uint16_t *in = src;
+    uint32_t *out = dst, flags = 0;
+    for (size_t i = 0; i < n; ++i) {
+      out[i] = (uint32_t)in[i] << 16;
+      flags |= (uint32_t)(in[i] & 0x7fffu) + 0x7fu;
+    }
+    if (!(flags & 0x8000u)) return CONVERTED;
+  }
+  /* Float to float through f32: exact for every f16 and bf16, so each result is rounded once. */
+  for (size_t i = 0; i < n; ++i) {
+    float v = recap__load_f32(src, from, (int64_t)i);
+    if (v != v) {
+      *bad = i;
+      return NOT_A_NUMBER;
+    }
+    recap__store_f32(dst, to, (int64_t)i * stride, v);
+  }
+  return CONVERTED;
 }
 
 /* ---- the work ---------------------------------------------------------------------------- */
@@ -219,7 +233,8 @@ static recap_status nan_failure(const recap__weight_source *s, uint64_t element)
 }
 
 /* Reads `bytes` of a source at `offset` into buf; a short read names the key too, and so does
- * a NaN among the values read. */
+ * a NaN among the values read when the tensor keeps the source's dtype (a cast finds NaNs as
+ * it converts). */
 static recap_status read_source(const loader *L, size_t job, int k, void *buf, size_t bytes,
                                 uint64_t offset) {
   const open_file *f = file_of(L, job, k);
@@ -227,14 +242,18 @@ static recap_status read_source(const loader *L, size_t job, int k, void *buf, s
   recap_status st = recap__file_read_at(f->fd, f->path, buf, bytes, offset);
   if (st != RECAP_OK && s->key) return recap__error_context(st, "key '%s': ", s->key);
   size_t es = recap_dtype_size(s->dtype), at = 0;
-  if (st == RECAP_OK && find_nan(buf, bytes / es, s->dtype, &at))
+  if (st == RECAP_OK && s->dtype == L->jobs[job].plan->dtype &&
+      find_nan(buf, bytes / es, s->dtype, &at))
     return nan_failure(s, (offset - s->offset) / es + at);
   return st;
 }
 
-static recap_status conversion_failure(const recap__weight_source *s, size_t element) {
+static recap_status conversion_failure(const recap__weight_source *s, conversion c,
+                                       size_t element) {
+  if (c == NOT_A_NUMBER) return nan_failure(s, element);
   return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
-                    "'%s': key '%s': element %zu of the data read does not fit %s (cast from %s)",
+                    "'%s': key '%s': element %zu (in row-major order) does not fit %s (cast "
+                    "from %s)",
                     s->path, s->key ? s->key : "", element, recap_dtype_name(RECAP_DTYPE_I32),
                     recap_dtype_name(s->dtype));
 }
@@ -251,8 +270,10 @@ static recap_status run_chunk(worker *w, const task *t) {
   if (s->dtype != job->plan->dtype) {
     if (!sl->out) RECAP_TRY(recap_host_malloc(L->chunk, &sl->out));
     size_t n = t->bytes / recap_dtype_size(s->dtype), bad = 0;
-    if (!convert(sl->out, 1, job->plan->dtype, sl->in, s->dtype, n, &bad))
-      return conversion_failure(s, bad);
+    conversion c = convert(sl->out, 1, job->plan->dtype, sl->in, s->dtype, n, &bad);
+    if (c != CONVERTED)
+      return conversion_failure(
+          s, c, (size_t)((t->file_offset - s->offset) / recap_dtype_size(s->dtype)) + bad);
     src = sl->out;
     out_bytes = n * recap_dtype_size(job->plan->dtype);
   }
@@ -310,9 +331,10 @@ static recap_status scatter(const recap__weight_plan *plan, int k, int64_t conca
       for (int d = 0; d < nd; ++d) at += coord[d] * dstride[d];
       size_t bad = 0;
       const char *from = (const char *)data + (size_t)(i - e + (lo - col)) * es_from;
-      if (!convert((char *)image + (size_t)at * es_to, step, plan->dtype, from, s->dtype,
-                   (size_t)(hi - lo), &bad))
-        return conversion_failure(s, (size_t)(i + (lo - col)) + bad);
+      conversion c = convert((char *)image + (size_t)at * es_to, step, plan->dtype, from, s->dtype,
+                             (size_t)(hi - lo), &bad);
+      if (c != CONVERTED)
+        return conversion_failure(s, c, (size_t)(s->rows[0] * row_elems + i + (lo - col)) + bad);
     }
     i += run;
   }

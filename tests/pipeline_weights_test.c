@@ -333,7 +333,7 @@ static void test_casts_round_to_nearest_even_and_check_ranges(void) {
              "  w: {shape: [2], dtype: i32, role: param, key: big, cast: true}\n", "w", &p),
       RECAP_STATUS_INVALID_ARGUMENT);
   CHECK_ERROR_MENTIONS("w.yaml:5:49: error: initializing tensor 'w': ");
-  CHECK_ERROR_MENTIONS("element 1 of the data read does not fit i32");
+  CHECK_ERROR_MENTIONS("element 1 (in row-major order) does not fit i32");
   remove_dir();
 }
 
@@ -354,17 +354,34 @@ static void test_nan_weights_are_refused_naming_the_element(void) {
                          {"h", "F16", 1, {7}, h, sizeof h},
                          {"f", "F32", 1, {3}, f, sizeof f},
                          {"big", "BF16", 2, {BIG_R, BIG_C}, big, (size_t)BIG_R * BIG_C * 2}};
-  const char *params =
+  /* Each tensor read as stored (scanned after the read), cast (found by the conversion: the
+   * bf16 -> f32 loop and the general one), and assembled in a host image (a transpose, a row
+   * range whose coordinates count from the tensor's first row). */
+  const char *params[] = {
       "  b: {shape: [3, 700], dtype: bf16, role: param, key: b}\n"
       "  h: {shape: [7], dtype: f16, role: param, key: h}\n"
       "  f: {shape: [3], dtype: f32, role: param, key: f}\n"
-      "  big: {shape: [1100, 2000], dtype: bf16, role: param, key: big}\n";
+      "  big: {shape: [1100, 2000], dtype: bf16, role: param, key: big}\n",
+      "  b: {shape: [3, 700], dtype: f32, role: param, key: b, cast: true}\n"
+      "  h: {shape: [7], dtype: f32, role: param, key: h, cast: true}\n"
+      "  f: {shape: [3], dtype: bf16, role: param, key: f, cast: true}\n"
+      "  big: {shape: [1100, 2000], dtype: f32, role: param, key: big, cast: true}\n",
+      "  b: {shape: [700, 3], dtype: bf16, role: param, key: b, transpose: true}\n"
+      "  h: {shape: [7], dtype: f16, role: param, key: h}\n"
+      "  f: {shape: [3], dtype: f32, role: param, key: f}\n"
+      "  big: {shape: [2000, 1100], dtype: f32, role: param, key: big, transpose: true, "
+      "cast: true}\n",
+  };
   recap_pipeline *p = NULL;
   write_st("n.safetensors", t, 4);
-  CHECK_OK(create("checkpoint: n.safetensors\n", params, "b, h, f, big", &p));
-  expect_bytes(p, "b", b, sizeof b);
-  expect_bytes(p, "h", h, sizeof h);
-  CHECK_OK(recap_pipeline_destroy(p));
+  for (int v = 0; v < 3; ++v) {
+    CHECK_OK(create("checkpoint: n.safetensors\n", params[v], "b, h, f, big", &p));
+    if (v == 0) {
+      expect_bytes(p, "b", b, sizeof b);
+      expect_bytes(p, "h", h, sizeof h);
+    }
+    CHECK_OK(recap_pipeline_destroy(p));
+  }
   static const struct {
     int tensor; /* in t */
     size_t element;
@@ -384,12 +401,14 @@ static void test_nan_weights_are_refused_naming_the_element(void) {
     else
       ((uint16_t *)data)[cases[c].element] = (uint16_t)cases[c].nan;
     write_st("n.safetensors", t, 4);
-    CHECK_STATUS(create("checkpoint: n.safetensors\n", params, "b, h, f, big", &p),
-                 RECAP_STATUS_INVALID_ARGUMENT);
-    CHECK_ERROR_MENTIONS(cases[c].says);
-    CHECK_ERROR_MENTIONS("n.safetensors");
-    CHECK_ERROR_MENTIONS("recap refuses NaN weights");
-    CU_ASSERT_PTR_NULL(p);
+    for (int v = 0; v < 3; ++v) {
+      CHECK_STATUS(create("checkpoint: n.safetensors\n", params[v], "b, h, f, big", &p),
+                   RECAP_STATUS_INVALID_ARGUMENT);
+      CHECK_ERROR_MENTIONS(cases[c].says);
+      CHECK_ERROR_MENTIONS("n.safetensors");
+      CHECK_ERROR_MENTIONS("recap refuses NaN weights");
+      CU_ASSERT_PTR_NULL(p);
+    }
     if (cases[c].tensor == 2)
       ((uint32_t *)data)[cases[c].element] = 0;
     else
