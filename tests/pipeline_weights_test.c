@@ -392,6 +392,7 @@ static void test_nan_weights_are_refused_naming_the_element(void) {
       {0, 2099, 0xffc1, "key 'b': element [2, 699] is NaN"}, /* past the first block */
       {1, 6, 0x7c01, "key 'h': element [6] is NaN"},         /* the tail, a signalling NaN */
       {2, 2, 0xffc00001u, "key 'f': element [2] is NaN"},
+      {3, 1000001, 0xff80 | 0x40, "key 'big': element [500, 1] is NaN"}, /* block 489 */
       {3, (size_t)BIG_R * BIG_C - 1, 0x7fff, "key 'big': element [1099, 1999] is NaN"},
   };
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; ++c) {
