@@ -56,6 +56,11 @@ static bool in_set(const recap_tensor_info *t, tensor_set which) {
   return t->role == RECAP_ROLE_STATE || t->role == RECAP_ROLE_SCALAR;
 }
 
+static int by_output_position(const void *a, const void *b) {
+  const cli_host_tensor *x = a, *y = b;
+  return (x->info.is_output > y->info.is_output) - (x->info.is_output < y->info.is_output);
+}
+
 /* Allocates host memory for the pipeline's tensors in `which`, shaped for `batch`. */
 static recap_status collect(recap_pipeline *p, int64_t batch, tensor_set which,
                             cli_host_tensors *out) {
@@ -80,6 +85,8 @@ static recap_status collect(recap_pipeline *p, int64_t batch, tensor_set which,
     cli_host_tensors_free(&set);
     return st;
   }
+  /* Outputs in the order the spec lists them (the tensors come in declaration order). */
+  if (which == OUTPUTS) qsort(set.items, set.count, sizeof *set.items, by_output_position);
   *out = set;
   return RECAP_OK;
 }

@@ -25,7 +25,7 @@ typedef struct {
   size_t index;     /* recap_pipeline_tensor_info_get's */
   const char *name; /* owned by the pipeline */
   recap_tensor_role role;
-  bool is_output;
+  int is_output; /* recap_tensor_info's: 0, or the 1-based position in the spec's outputs */
   recap_dtype dtype;
   int ndim;
   int64_t shape[RECAP_MAX_DIMS];

@@ -48,16 +48,31 @@ size_t recap__ir_builds(void) {
   return atomic_load(&builds);
 }
 
+static void error_with(builder *b, recap__src_pos pos, const char *suffix, const char *fmt,
+                       va_list ap) {
+  if (!b->diag) return;
+  char text[1200];
+  vsnprintf(text, sizeof text, fmt, ap);
+  recap__diag_error(b->diag, pos, "%s%s", text, suffix);
+}
+
 static void error_at(builder *b, recap__src_pos pos, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 static void error_at(builder *b, recap__src_pos pos, const char *fmt, ...) {
-  if (!b->diag) return;
-  char text[1200];
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(text, sizeof text, fmt, ap);
+  error_with(b, pos, b->suffix, fmt, ap);
   va_end(ap);
-  recap__diag_error(b->diag, pos, "%s%s", text, b->suffix);
+}
+
+/* An error about a size: " (with B = 4)" only when the size depends on the bucketed dim. */
+static void size_error(builder *b, recap__src_pos pos, bool bucketed, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void size_error(builder *b, recap__src_pos pos, bool bucketed, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  error_with(b, pos, bucketed ? b->suffix : "", fmt, ap);
+  va_end(ap);
 }
 
 static void shape_text(int ndim, const int64_t *shape, char *buf, size_t size) {
@@ -79,17 +94,18 @@ static const char *op_label(const recap__ir_op *op, char *buf, size_t size) {
   return buf;
 }
 
-/* Element count and bytes, with the overflow and device-memory checks. False on error. */
-static bool size_tensor(builder *b, recap__ir_tensor *t, recap__src_pos pos) {
+/* Element count and bytes, with the overflow and device-memory checks. False on error.
+ * bucketed: whether the shape may depend on the bucketed dim (its errors then name the value). */
+static bool size_tensor(builder *b, recap__ir_tensor *t, recap__src_pos pos, bool bucketed) {
   char shape[128];
   shape_text(t->ndim, t->shape, shape, sizeof shape);
   int64_t n = 1;
   for (int d = 0; d < t->ndim; ++d) {
     if (t->shape[d] > (MAX_NUMEL - 1) / n) {
-      error_at(b, pos,
-               "tensor '%s' %s: the element count overflows (the product of its dims "
-               "reaches 2^62)",
-               t->name, shape);
+      size_error(b, pos, bucketed,
+                 "tensor '%s' %s: the element count overflows (the product of its dims "
+                 "reaches 2^62)",
+                 t->name, shape);
       return false;
     }
     n *= t->shape[d];
@@ -99,21 +115,33 @@ static bool size_tensor(builder *b, recap__ir_tensor *t, recap__src_pos pos) {
    * before multiplying: with 8-byte elements a count near 2^62 would wrap 64 bits of bytes. */
   size_t element = recap_dtype_size(t->dtype);
   if ((uint64_t)n > RECAP__MAX_TENSOR_BYTES / element) {
-    error_at(b, pos, "tensor '%s' %s %s is larger than 2^56 bytes, the most one tensor may hold",
-             t->name, shape, recap_dtype_name(t->dtype));
+    size_error(b, pos, bucketed,
+               "tensor '%s' %s %s is larger than 2^56 bytes, the most one tensor may hold", t->name,
+               shape, recap_dtype_name(t->dtype));
     return false;
   }
   t->bytes = (uint64_t)n * element;
   uint64_t cap = b->capacity;
   if (cap && t->bytes > cap) {
-    error_at(b, pos,
-             "tensor '%s' %s %s needs %llu bytes, more than the device memory (%llu "
-             "bytes)",
-             t->name, shape, recap_dtype_name(t->dtype), (unsigned long long)t->bytes,
-             (unsigned long long)cap);
+    size_error(b, pos, bucketed,
+               "tensor '%s' %s %s needs %llu bytes, more than the device memory (%llu "
+               "bytes)",
+               t->name, shape, recap_dtype_name(t->dtype), (unsigned long long)t->bytes,
+               (unsigned long long)cap);
     return false;
   }
   return true;
+}
+
+/* Whether a declared tensor's shape names the bucketed dim or an alias of it. */
+static bool shape_uses_bucket(const recap__spec *spec, const recap__spec_tensor *st) {
+  for (int d = 0; d < st->ndim; ++d) {
+    int dim = st->shape[d].dim;
+    if (dim >= 0 && spec->bucket_dim >= 0 &&
+        (dim == spec->bucket_dim || spec->dims[dim].alias == spec->bucket_dim))
+      return true;
+  }
+  return false;
 }
 
 static char *dup_or_flag(builder *b, const char *s) {
@@ -246,7 +274,7 @@ static recap__ir *build(builder *b, const int64_t *values, size_t bucket) {
       continue;
     }
     t->ndim = st->ndim;
-    if (!size_tensor(b, t, t->pos)) {
+    if (!size_tensor(b, t, t->pos, shape_uses_bucket(b->spec, st))) {
       t->ndim = 0;
       persistent_known = false;
       continue;
@@ -357,7 +385,7 @@ static recap__ir *build(builder *b, const int64_t *values, size_t bucket) {
       t->ndim = y->ndim;
       const int aliased = recap__op_output_input(sop->def, o);
       if (aliased >= 0) t->alias_of = sop->inputs[aliased].index;
-      if (!size_tensor(b, t, in_ir(b, ir, sop->outputs[o].pos))) {
+      if (!size_tensor(b, t, in_ir(b, ir, sop->outputs[o].pos), true)) {
         t->ndim = 0;
         continue;
       }

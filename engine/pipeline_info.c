@@ -47,10 +47,13 @@ recap_status recap_pipeline_tensor_info_get(recap_pipeline *p, size_t index,
                       index, ir->num_tensors);
   const recap__ir_tensor *x = &ir->tensors[index];
   const recap__tensor_init *init = &x->init;
+  int output_position = 0;
+  for (size_t o = 0; o < ir->num_outputs && !output_position; o++)
+    if (ir->outputs[o] == (int)index) output_position = (int)o + 1;
   recap_tensor_info info = {
       .name = x->name,
       .role = x->role,
-      .is_output = x->is_output,
+      .is_output = output_position,
       .dtype = x->dtype,
       .ndim = x->ndim,
       .bytes = (size_t)x->bytes,

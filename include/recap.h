@@ -1013,7 +1013,9 @@ typedef struct {
 typedef struct {
   const char *name;
   recap_tensor_role role;
-  int is_output; /* listed in the spec's outputs (recap_pipeline_copy_out reads it) */
+  /* 0, or the tensor's 1-based position in the spec's outputs (the order they are listed in;
+   * recap_pipeline_copy_out reads them): nonzero means an output. */
+  int is_output;
   recap_dtype dtype;
   int ndim;
   int64_t shape[RECAP_MAX_DIMS]; /* the largest bucket's */

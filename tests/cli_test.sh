@@ -1775,6 +1775,20 @@ grep -q "sum.r0.yaml .. .*sum.r1.yaml: LlamaForCausalLM, .*prefill buckets 8,16"
 expect 1 "dot -o a folder" -- "$recap" dot "$specs/decode_step.yaml" -o "$tmp/llama"
 grep -q "cannot write $tmp/llama: Is a directory" "$tmp/err" || fail "dot -o a folder: no reason"
 
+# Outputs come in the order `outputs:` lists them, in the text report and in the JSON.
+printf 'name: order\ndevice: host\ntensors:\n  x: {shape: [4], role: input, init: ones}\nops:\n  - {op: relu, in: [x], out: h}\n  - {op: scale, in: [h], out: y, scale: 2.0}\noutputs: [y, h]\n' >"$tmp/order.yaml"
+expect 0 "run with outputs [y, h]" -- "$recap" run "$tmp/order.yaml" --json "$tmp/order.json"
+[ "$(grep -oE '^  (y|h) ' "$tmp/out" | tr -d ' ' | tr '\n' ,)" = "y,h," ] ||
+  fail "run prints the outputs out of the spec's order: $(grep -E '^  (y|h) ' "$tmp/out" | tr '\n' '|')"
+python3 -c 'import json, sys; n = [o["name"] for o in json.load(open(sys.argv[1]))["outputs"]]; sys.exit(n != ["y", "h"])' \
+  "$tmp/order.json" || fail "the JSON lists the outputs out of the spec's order"
+
+# A size error names the bucket's value only for a tensor whose shape uses the bucketed dim.
+printf 'name: t\ndevice: host\ndims: {B: [1, 2, 4], D: 4}\ntensors:\n  x: {shape: [1048576, 1048576], role: input}\n  z: {shape: [B, 1048576, 1048576], role: input}\nops:\n  - {op: relu, in: [x], out: y}\n  - {op: relu, in: [z], out: w}\n' >"$tmp/huge_b.yaml"
+expect 1 "validate two huge tensors" -- "$recap" validate "$tmp/huge_b.yaml"
+grep -q "tensor 'x' .*device memory ([0-9]* bytes)$" "$tmp/err" || fail "x's size error names a bucket it does not use"
+grep -q "tensor 'z' .*(with B = 1)$" "$tmp/err" || fail "z's size error does not name the bucket"
+
 if [ "$failures" -ne 0 ]; then
   echo "$failures check(s) failed"
   exit 1

@@ -22,6 +22,7 @@ class TensorSpec:
         self.name = info.name.decode()
         self.role = ROLES[info.role]
         self.is_output = bool(info.is_output)
+        self._output_position = info.is_output  # 1-based in the spec's outputs; 0: none
         self.dtype = _dlpack.DTYPES[info.dtype][0]
         self.dtype_code = info.dtype  # recap_dtype
         self.shape = tuple(info.shape[i] for i in range(info.ndim))
@@ -163,7 +164,9 @@ class Pipeline:
                   "recap_pipeline_tensor_info_get")
             self.tensors.append(TensorSpec(t))
         self._by_name = {t.name: t for t in self.tensors}
-        self.outputs = [t.name for t in self.tensors if t.is_output]
+        # In the order the spec's `outputs:` lists them.
+        self.outputs = [t.name for t in sorted((t for t in self.tensors if t.is_output),
+                                               key=lambda t: t._output_position)]
 
     def close(self):
         """Ends the pipeline: waits for its work, and frees it once no view of it is referenced

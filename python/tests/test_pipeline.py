@@ -230,6 +230,17 @@ class PipelineTest(unittest.TestCase):
         with self.assertRaises(recap.RecapError):  # a broken spec still says what is wrong
             recap.Pipeline(yaml="device: cuda\n" + SPEC + "  - {op: nope, in: [y], out: z}\n")
 
+    def test_outputs_keep_the_specs_order(self):
+        spec = ("name: order\ndims: {B: [1, 2]}\ntensors:\n  x: {shape: [B, 4], role: input}\n"
+                "ops:\n  - {op: relu, in: [x], out: h}\n  - {op: scale, in: [h], out: y, scale: 2.0}\n"
+                "outputs: [y, h]\n")
+        with recap.Pipeline(yaml=spec, device="host") as p:
+            self.assertEqual(p.outputs, ["y", "h"])
+            np.asarray(p.input("x"))[...] = 1.0
+            views = p.run()
+            self.assertEqual(list(views), ["y", "h"])
+            np.testing.assert_array_equal(np.asarray(views["y"]), np.full((2, 4), 2.0, np.float32))
+
     def test_close_keeps_memory_that_views_still_hold(self):
         # close() ends the pipeline at once, but its memory goes back only when the last view
         # (here a numpy array made from an output, and a param another pipeline bound to one
