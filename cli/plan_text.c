@@ -2,6 +2,7 @@
  * plan_text.h). Only the CLI shows it, so it lives here and not in the engine. */
 #include "cli/plan_text.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -206,10 +207,19 @@ recap_status cli_plan_format(const recap__ir *ir, const recap__plan *plan, char 
         "own allocation\n");
   recap__text_put(&b, "%-24s %-12s %12s %12s %-11s %-6s %s\n", "tensor", "role", "bytes", "offset",
                   "lifetime", "stream", "notes");
+  /* Bytes in buffers of their own, outside the arena: outputs, then the other roles. */
+  size_t own_outputs = 0, own_inputs = 0, own_params = 0, own_other = 0;
   for (size_t t = 0; t < plan->num_tensors; t++) {
     const recap__plan_tensor *pt = &plan->tensors[t];
     const recap__ir_tensor *x = &ir->tensors[t];
     char offset[32] = "-", life[32] = "-", stream[16] = "-";
+    if (pt->kind == RECAP_PLAN_EXTERNAL) {
+      size_t *sum = x->is_output                  ? &own_outputs
+                    : x->role == RECAP_ROLE_INPUT ? &own_inputs
+                    : x->role == RECAP_ROLE_PARAM ? &own_params
+                                                  : &own_other;
+      *sum = *sum > SIZE_MAX - pt->bytes ? SIZE_MAX : *sum + pt->bytes;
+    }
     if (pt->buffer >= 0) snprintf(offset, sizeof offset, "%zu", pt->offset);
     if (pt->first_op >= 0) {
       if (pt->last_op >= (int)plan->num_ops)
@@ -269,8 +279,9 @@ recap_status cli_plan_format(const recap__ir *ir, const recap__plan *plan, char 
     if (plan->stream_last_op[s] >= 0)
       recap__text_put(&b, "  end of pipeline joins stream %d after op %d '%s'\n", s,
                       plan->stream_last_op[s], shown(ir->ops[plan->stream_last_op[s]].name));
-  recap__text_put(&b, "arena:    %s\n", human(plan->arena_bytes, h1, sizeof h1));
-  recap__text_put(&b, "naive:    %s (every intermediate in its own allocation)\n",
+  recap__text_put(&b, "arena:    %s (intermediates that are not outputs)\n",
+                  human(plan->arena_bytes, h1, sizeof h1));
+  recap__text_put(&b, "naive:    %s (each of them in its own allocation)\n",
                   human(plan->naive_bytes, h2, sizeof h2));
   if (plan->live_at_one_op_bytes < plan->max_live_bytes) {
     char h4[64];
@@ -290,6 +301,12 @@ recap_status cli_plan_format(const recap__ir *ir, const recap__plan *plan, char 
         &b, "saved:    %.1f%% of naive; arena is %.3fx the lower bound\n",
         100.0 * (1.0 - (double)plan->arena_bytes / (double)plan->naive_bytes),
         plan->max_live_bytes ? (double)plan->arena_bytes / (double)plan->max_live_bytes : 1.0);
+  {
+    char o[64], i[64], p[64], r[64];
+    recap__text_put(&b, "own buffers: outputs %s, inputs %s, params %s, states and scalars %s\n",
+                    human(own_outputs, o, sizeof o), human(own_inputs, i, sizeof i),
+                    human(own_params, p, sizeof p), human(own_other, r, sizeof r));
+  }
   free(views);
   free(offsets);
   if (b.failed) {

@@ -331,6 +331,10 @@ expect 0 "plan" -- "$recap" plan "$specs/mlp_decode.yaml"
 for word in "arena:" "naive:" "max live:"; do
   grep -q "$word" "$tmp/out" || fail "plan prints no '$word'"
 done
+# Bytes outside the arena are counted too: mlp_decode's outputs, inputs and params (bf16, H 4096,
+# B 8: y and x 8 x 4096 x 2 = 65536 B each).
+grep -q "own buffers: outputs 64.00 KiB (65536 B), inputs 64.00 KiB (65536 B), params " "$tmp/out" ||
+  fail "plan does not count the outputs, inputs and params outside the arena"
 expect 0 "plan of one bucket" -- "$recap" plan "$specs/mlp_decode.yaml" --dim B=2
 # --dim means what it means to run: a batch of the bucketed dim shows the bucket that holds it,
 # any other dim is replaced (mlp_decode: x [B, H] and w1 [H, H], bf16; buckets 1 2 4 8; the
