@@ -15,7 +15,32 @@ int cli_wants_help(int argc, char **argv) {
   return 0;
 }
 
+/* Whether argv[j] is flag `name`, alone or as name=VALUE. */
+static bool is_flag(const char *arg, const char *name) {
+  size_t n = strlen(name);
+  return strncmp(arg, name, n) == 0 && (arg[n] == '\0' || arg[n] == '=');
+}
+
+static int match_flag(const char *cmd, int argc, char **argv, int *i, const char *name,
+                      const char **value);
+
+/* A flag given twice is a usage error, not "the last one wins": `--batch 1 --batch 4` or two
+ * --prompt-ids are more likely a slip than an intent. Only --dim repeats (cli_dim_flag). */
 int cli_flag(const char *cmd, int argc, char **argv, int *i, const char *name, const char **value) {
+  int m = match_flag(cmd, argc, argv, i, name, value);
+  if (m <= 0) return m;
+  /* The flag's own position: *i moved on to its value when that was a separate argument. */
+  const int at = is_flag(argv[*i], name) ? *i : *i - 1;
+  for (int j = 0; j < at; j++) {
+    if (!is_flag(argv[j], name)) continue;
+    fprintf(stderr, "recap %s: %s is given twice; give it once\n", cmd, name);
+    return -1;
+  }
+  return 1;
+}
+
+static int match_flag(const char *cmd, int argc, char **argv, int *i, const char *name,
+                      const char **value) {
   const char *arg = argv[*i];
   size_t n = strlen(name);
   if (strncmp(arg, name, n) != 0) return 0;
@@ -39,7 +64,7 @@ int cli_flag(const char *cmd, int argc, char **argv, int *i, const char *name, c
 
 int cli_dim_flag(const char *cmd, int argc, char **argv, int *i, const char **dims, int *num_dims) {
   const char *v = NULL;
-  int m = cli_flag(cmd, argc, argv, i, "--dim", &v);
+  int m = match_flag(cmd, argc, argv, i, "--dim", &v);
   if (m <= 0) return m;
   if (*num_dims == CLI_MAX_DIMS) {
     fprintf(stderr, "recap %s: at most %d --dim flags\n", cmd, CLI_MAX_DIMS);

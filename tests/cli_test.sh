@@ -1793,6 +1793,15 @@ expect 1 "validate two huge tensors" -- "$recap" validate "$tmp/huge_b.yaml"
 grep -q "tensor 'x' .*device memory ([0-9]* bytes)$" "$tmp/err" || fail "x's size error names a bucket it does not use"
 grep -q "tensor 'z' .*(with B = 1)$" "$tmp/err" || fail "z's size error does not name the bucket"
 
+# A flag given twice is a usage error (not "the last one wins"); only --dim repeats.
+expect 2 "generate --prompt-ids twice" -- "$recap" generate "$tmp/llama_kv4.yaml" --prompt-ids 1 \
+  --prompt-ids=2
+grep -q -- "--prompt-ids is given twice" "$tmp/err" || fail "a repeated --prompt-ids is not named"
+expect 2 "import-hf --batch twice" -- "$recap" import-hf "$tmp/llama" -o "$tmp/twice.yaml" --paged \
+  --batch 1 --batch 4
+[ -e "$tmp/twice.yaml" ] && fail "import-hf wrote a spec despite a repeated flag"
+expect 0 "run with two --dim" -- "$recap" run "$specs/fork_join.yaml" --dim B=1 --dim D=8
+
 if [ "$failures" -ne 0 ]; then
   echo "$failures check(s) failed"
   exit 1
