@@ -498,14 +498,14 @@ int cli_generate_main(int argc, char **argv) {
   bool paged = shape.paged;
   if (rc == CLI_EXIT_OK && paged && a.logits_path) {
     fprintf(stderr, "recap %s: --logits-out is for specs of the contiguous layout\n", CMD);
-    rc = CLI_EXIT_USAGE;
+    rc = CLI_EXIT_FAILURE; /* a spec of the wrong layout, as in serve-bench and bench-decode */
   }
   if (rc == CLI_EXIT_OK && !paged && (a.sampling || a.json_path)) {
     fprintf(stderr,
             "recap %s: %s is a spec of the contiguous layout, which decodes greedily: sampling, "
             "--seed, --stop-ids and --json need a paged serving spec (recap import-hf --paged)\n",
             CMD, a.path);
-    rc = CLI_EXIT_USAGE;
+    rc = CLI_EXIT_FAILURE;
   }
   /* Both layouts refuse what the model cannot run before running anything, with the
    * generator's own check and words: an id past the vocabulary or a sequence past the caches

@@ -589,6 +589,15 @@ static void parse_root(loader *L, const recap__yaml_node *root) {
   }
   spec->pos = root->pos;
   const recap__yaml_node *n;
+  /* A Hugging Face model's config.json parses as YAML: one error that says what it is, rather
+   * than one per key it has and we do not. */
+  if (!recap__spec_lookup(root, "ops") && !recap__spec_lookup(root, "tensors") &&
+      (recap__spec_lookup(root, "architectures") || recap__spec_lookup(root, "model_type"))) {
+    ERR(L, root->pos,
+        "this is a Hugging Face model config, not a recap spec: `recap import-hf DIR -o "
+        "model.yaml` writes a spec for the model in folder DIR (its config.json and weights)");
+    return;
+  }
   /* Another version's keys may mean other things (or be new): nothing more is worth reporting,
    * not even an unknown key. */
   if ((n = recap__spec_lookup(root, "version")) && !parse_version(L, n)) return;

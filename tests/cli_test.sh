@@ -1475,7 +1475,7 @@ first=$(head -1 "$tmp/out")
 expect 0 "generate sampled again" -- "$recap" generate "$tmp/qwen2_paged.yaml" --prompt-ids 1,2,3 \
   --max-tokens 8 --temperature 0.8 --top-k 20 --top-p 0.9 --min-p 0.02 --seed 7 --device host
 [ "$(head -1 "$tmp/out")" = "$first" ] || fail "generate with one seed gives different tokens"
-expect 2 "generate: sampling on a contiguous spec" -- "$recap" generate "$tmp/qwen2.yaml" \
+expect 1 "generate: sampling on a contiguous spec" -- "$recap" generate "$tmp/qwen2.yaml" \
   --prompt-ids 1,2 --temperature 0.5 --device host
 grep -q "import-hf --paged" "$tmp/err" || fail "generate does not say sampling needs --paged"
 # --temperature 0 is the default greedy decoding, which the contiguous layout does too.
@@ -1801,6 +1801,12 @@ expect 2 "import-hf --batch twice" -- "$recap" import-hf "$tmp/llama" -o "$tmp/t
   --batch 1 --batch 4
 [ -e "$tmp/twice.yaml" ] && fail "import-hf wrote a spec despite a repeated flag"
 expect 0 "run with two --dim" -- "$recap" run "$specs/fork_join.yaml" --dim B=1 --dim D=8
+
+# A model's config.json given as a spec: one error that says what it is and what to run.
+expect 1 "run a config.json" -- "$recap" run "$tmp/llama/config.json"
+grep -q "config.json:1:1: error: this is a Hugging Face model config, not a recap spec: \`recap import-hf" "$tmp/err" ||
+  fail "a config.json given as a spec is not recognized"
+[ "$(wc -l <"$tmp/err")" -le 2 ] || fail "a config.json given as a spec gives one error per key"
 
 if [ "$failures" -ne 0 ]; then
   echo "$failures check(s) failed"
