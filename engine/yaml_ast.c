@@ -19,6 +19,7 @@ enum {
   DEFAULT_MAX_ALIAS_EXPANSION = 10000,
   DEFAULT_MAX_SCALAR_BYTES = 64 << 10,
   DEFAULT_MAX_NODES = 2000000,
+  MAX_MERGED_PAIRS = 4096, /* a mapping with merge keys (merge_keys) */
   /* Anchors are looked up by a linear scan per alias; bounding them keeps that scan cheap. */
   MAX_ANCHORS = 10000,
   CHUNK_BYTES = 64 << 10,
@@ -358,6 +359,78 @@ static void on_collection_start(builder *b, const yaml_event_t *ev, recap__yaml_
   }
 }
 
+/* Whether mapping keys[0..count) has a key with `key`'s text. */
+static bool has_key(recap__yaml_node *const *keys, size_t count, const recap__yaml_node *key) {
+  for (size_t i = 0; i < count; ++i)
+    if (keys[i]->len == key->len && memcmp(keys[i]->text, key->text, key->len) == 0) return true;
+  return false;
+}
+
+static bool is_merge_key(const recap__yaml_node *key) {
+  return key->kind == RECAP_YAML_SCALAR && key->plain && strcmp(key->text, "<<") == 0;
+}
+
+/* YAML's merge key (`<<: *base`, or `<<: [*a, *b]`), which libyaml leaves to the application:
+ * the mapping n takes every pair of the merged mappings whose key it lacks, its own pairs
+ * first, then the merged ones in order (an earlier one wins). */
+static void merge_keys(builder *b, recap__yaml_node *n) {
+  size_t merges = 0, extra = 0;
+  for (size_t i = 0; i < n->count; ++i) {
+    if (!is_merge_key(n->keys[i])) continue;
+    merges++;
+    const recap__yaml_node *v = n->items[i];
+    const size_t sources = v->kind == RECAP_YAML_SEQUENCE ? v->count : 1;
+    for (size_t j = 0; j < sources; ++j) {
+      const recap__yaml_node *m = v->kind == RECAP_YAML_SEQUENCE ? v->items[j] : v;
+      if (m->kind != RECAP_YAML_MAPPING) {
+        FAIL_AT(b, m->pos,
+                "YAML merge key '<<' takes a mapping or a list of mappings (an alias such as "
+                "*base), got %s",
+                recap__yaml_describe(m));
+        return;
+      }
+      extra += m->count;
+    }
+  }
+  if (!merges) return;
+  /* Each merged pair is looked for among the pairs before it: bounded, so a hostile spec
+   * cannot make that quadratic search long. */
+  if (n->count + extra > MAX_MERGED_PAIRS) {
+    FAIL_AT(b, n->pos, "YAML merge keys give this mapping more than %d pairs (the limit)",
+            MAX_MERGED_PAIRS);
+    return;
+  }
+  size_t cap = n->count - merges + extra;
+  recap__yaml_node **keys = arena_alloc(b->ast, (cap ? cap : 1) * sizeof *keys);
+  recap__yaml_node **items = arena_alloc(b->ast, (cap ? cap : 1) * sizeof *items);
+  if (!keys || !items) {
+    b->oom = true;
+    return;
+  }
+  size_t count = 0;
+  for (size_t i = 0; i < n->count; ++i) {
+    if (is_merge_key(n->keys[i])) continue;
+    keys[count] = n->keys[i];
+    items[count++] = n->items[i];
+  }
+  for (size_t i = 0; i < n->count; ++i) {
+    if (!is_merge_key(n->keys[i])) continue;
+    recap__yaml_node *v = n->items[i];
+    const size_t sources = v->kind == RECAP_YAML_SEQUENCE ? v->count : 1;
+    for (size_t j = 0; j < sources; ++j) {
+      recap__yaml_node *m = v->kind == RECAP_YAML_SEQUENCE ? v->items[j] : v;
+      for (size_t k = 0; k < m->count; ++k) {
+        if (has_key(keys, count, m->keys[k])) continue;
+        keys[count] = m->keys[k];
+        items[count++] = m->items[k];
+      }
+    }
+  }
+  n->keys = keys;
+  n->items = items;
+  n->count = count;
+}
+
 static void on_collection_end(builder *b) {
   frame f = b->frames[--b->depth];
   recap__yaml_node *n = f.node;
@@ -378,6 +451,7 @@ static void on_collection_end(builder *b) {
     }
   }
   free(f.items);
+  if (mapping && !b->oom && !b->failed) merge_keys(b, n);
   if (!b->oom && f.anchor) register_anchor(b, f.anchor, n, f.expanded);
   free(f.anchor);
   if (!b->failed && !b->oom) attach(b, n, f.expanded);

@@ -222,6 +222,28 @@ static void test_spec_anchors_and_aliases_within_limits_work(void) {
   recap__spec_destroy(spec);
 }
 
+/* YAML's merge key: a mapping takes the merged mappings' pairs it lacks (its own win, then an
+ * earlier merged mapping over a later one), as PyYAML and ruamel read it. */
+static void test_spec_merge_keys_take_the_pairs_a_mapping_lacks(void) {
+  const char *text =
+      "tensors:\n"
+      "  a: &in {shape: [4, 4], role: input}\n"
+      "  b: {<<: *in, role: param, init: ones}\n"
+      "  c: {<<: [&p {role: param, init: zeros}, *in], shape: [4, 4]}\n"
+      "ops:\n  - {op: add, in: [a, b], out: y}\n  - {op: add, in: [y, c], out: z}\n";
+  recap__spec *spec = NULL;
+  CHECK_OK(load(text, NULL, &spec, NULL));
+  if (!spec) return;
+  CU_ASSERT_EQUAL(spec->tensors[1].role, RECAP_ROLE_PARAM); /* its own role wins */
+  CU_ASSERT_EQUAL(spec->tensors[1].init.kind, RECAP_INIT_ONES);
+  CU_ASSERT_EQUAL(spec->tensors[1].ndim, 2);                /* the shape merged from a */
+  CU_ASSERT_EQUAL(spec->tensors[2].role, RECAP_ROLE_PARAM); /* &p before *in */
+  CU_ASSERT_EQUAL(spec->tensors[2].init.kind, RECAP_INIT_ZEROS);
+  recap__spec_destroy(spec);
+  expect_error("tensors:\n  x: {<<: 3, role: input}\nops: []\n", "2:11",
+               "YAML merge key '<<' takes a mapping or a list of mappings");
+}
+
 /* ---- the IR ---- */
 
 static void test_ir_infers_shapes_dtypes_and_graph_facts(void) {
@@ -352,9 +374,10 @@ static void test_spec_wrong_types_name_expected_and_found(void) {
   /* version: 1 is this format; another version stops the check at its value, before keys it
    * may have added. */
   recap__spec *spec = NULL;
-  CHECK_OK(load("version: 1\ntensors:\n  x: {shape: [4], role: input}\n"
-                "ops:\n  - {op: relu, in: x, out: y}\n",
-                NULL, &spec, NULL));
+  CHECK_OK(
+      load("version: 1\ntensors:\n  x: {shape: [4], role: input}\n"
+           "ops:\n  - {op: relu, in: x, out: y}\n",
+           NULL, &spec, NULL));
   recap__spec_destroy(spec);
   expect_error("version: 2\nnew_key: 1\nops: []\n", "1:10",
                "version: this recap reads spec format version 1, got a number '2'");
@@ -885,6 +908,7 @@ int main(void) {
   CU_ADD_TEST(s, test_spec_integer_input_without_init_starts_at_zeros);
   CU_ADD_TEST(s, test_spec_accepts_pytorch_dtype_names);
   CU_ADD_TEST(s, test_spec_anchors_and_aliases_within_limits_work);
+  CU_ADD_TEST(s, test_spec_merge_keys_take_the_pairs_a_mapping_lacks);
   CU_ADD_TEST(s, test_ir_infers_shapes_dtypes_and_graph_facts);
   CU_ADD_TEST(s, test_ir_bucket_out_of_range_is_invalid_argument);
   CU_ADD_TEST(s, test_ir_kv_append_output_aliases_the_cache);
