@@ -20,8 +20,11 @@ static bool takes_expression(const recap__op_def *def) {
  * the spec's device when this machine has it. Prints the ok line and what the check could not
  * cover. */
 static recap__model *load(const char *path, const char *base_dir, const char *entry) {
+  /* Sizes are checked against the device a run would use: the host backend where CUDA cannot
+   * run, as `recap run` falls back to it. */
   recap__load_options o = {.spec = {.base_dir = base_dir, .entry = entry},
-                           .capacity = RECAP__CAPACITY_IF_KNOWN};
+                           .capacity = RECAP__CAPACITY_IF_KNOWN,
+                           .host_if_unavailable = true};
   recap__diag diag = {0};
   recap__model *model = NULL;
   recap_status st = recap__load_file(path, &o, &model, &diag);
@@ -84,12 +87,17 @@ static bool validate_one(const char *path, const char *base_dir) {
   for (size_t t = 0; t < spec->num_declared; t++)
     file_tensors += spec->tensors[t].init.kind == RECAP_INIT_FILE;
   for (size_t o = 0; o < spec->num_ops; o++) exprs += takes_expression(spec->ops[o].def);
-  const char *device = recap_backend_name(spec->device);
-  char memory[160] = "";
+  const char *device = recap_backend_name(model->device.backend);
+  char memory[200] = "";
   if (model->capacity) {
     char bytes[32];
-    snprintf(memory, sizeof memory, "; sizes checked against %s:0's %s", device,
-             cli_format_bytes((size_t)model->capacity, bytes, sizeof bytes));
+    snprintf(memory, sizeof memory, "; sizes checked against %s:0's %s%s%s", device,
+             cli_format_bytes((size_t)model->capacity, bytes, sizeof bytes),
+             model->device.backend == spec->device ? ""
+             : recap_backend_compiled(RECAP_BACKEND_CUDA)
+                 ? ", the host backend a run uses here (no CUDA GPU on this machine)"
+                 : ", the host backend a run uses here (this build has no CUDA backend)",
+             "");
   }
   /* The entries first: "ok" is printed only for a spec whose every entry holds. */
   recap__text entries = {0};
@@ -141,8 +149,9 @@ const cli_help cli_validate_help = {
         "Checks each spec completely (YAML syntax and limits, keys, names, the DAG, shapes and\n"
         "dtypes for every bucket, the size of raw weight files and the header of .safetensors\n"
         "files) without allocating anything on a device. Tensor sizes are checked against the\n"
-        "memory of the spec's device when this machine has it (the host backend's cap\n"
-        "RECAP_HOST_MEMORY_BYTES, or the GPU's total memory). Prints \"SPEC: ok\" per valid\n"
+        "memory of the device a run would use (the GPU's total memory, or the host backend's\n"
+        "cap RECAP_HOST_MEMORY_BYTES for a host spec and, as `recap run` falls back to the\n"
+        "host, for a CUDA spec where CUDA cannot run). Prints \"SPEC: ok\" per valid\n"
         "spec, then a \"not checked:\" line for each thing only a run can find out, and every\n"
         "problem as FILE:LINE:COL: error: message on stderr, in two rounds: the syntax, keys,\n"
         "names and DAG of the whole spec first, then, once those hold, its shapes and dtypes.",

@@ -257,11 +257,16 @@ expect 1 "validate a name with an escape sequence" -- "$recap" validate "$tmp/va
 grep -q "escape.yaml:1:7: error: .*control character U+001B" "$tmp/err" ||
   fail "validate: the control character is not reported at the name"
 cat "$tmp/out" "$tmp/err" | grep -q $'\e' && fail "validate printed a raw ESC byte"
-# A CUDA spec on a machine without a GPU: the sizes cannot be checked, and validate says so.
+# A CUDA spec on a machine without a GPU: a run falls back to the host backend, so validate
+# checks the sizes against the host's memory and says so (a cap the run would hit fails it).
 if ! "$recap" info 2>/dev/null | grep -qE "^ *cuda:0 "; then
   expect 0 "validate a CUDA spec without a GPU" -- "$recap" validate "$specs/mlp_decode.yaml"
-  grep -q "not checked: the sizes against cuda memory" "$tmp/out" ||
-    fail "validate: unchecked device memory is not said"
+  grep -q "sizes checked against host:0's .*, the host backend a run uses here" "$tmp/out" ||
+    fail "validate: the host fallback's memory is not said"
+  expect 1 "validate a CUDA spec beyond the host's cap" -- env RECAP_HOST_MEMORY_BYTES=1048576 \
+    "$recap" validate "$specs/mlp_decode.yaml"
+  grep -q "needs 33554432 bytes, more than the device memory (1048576" "$tmp/err" ||
+    fail "validate: the host fallback's cap is not checked"
 fi
 
 # A FIFO where a file is expected is refused at once (opening one to read blocks until a writer
