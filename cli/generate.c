@@ -71,7 +71,8 @@ static const cli_option generate_options[] = {
      .kind = CLI_VALUE_FILE,
      .help = "write the tokens, seed, finish reason and times as JSON (- for\n"
              "stdout: the text then goes to stderr; tpot_ms null with one token),\n"
-             "with the GPU, driver, CUDA, cuBLAS and recap versions"},
+             "with the request as given and the GPU, driver, CUDA, cuBLAS and\n"
+             "recap versions"},
     {.flag = "--logits-out",
      .value = "FILE",
      .kind = CLI_VALUE_FILE,
@@ -334,7 +335,22 @@ static bool write_json(const generate_args *a, recap_device device, const int32_
                            "finish", finish_name(st->finish), "ttft_ms", ttft_ms, "tpot_ms",
                            isnan(tpot_ms) ? json_null() : json_real(tpot_ms), "preemptions",
                            (json_int_t)st->preemptions);
-  bool ok = cli_write_json(CMD, root, device, a->json_path);
+  /* The request as given (the seed above is the one used, given or drawn), so that the file
+   * says what it answers and the run can be repeated. */
+  json_t *prompt = json_array(), *stops = json_array();
+  for (int i = 0; i < a->prompt_len; i++) json_array_append_new(prompt, json_integer(a->prompt[i]));
+  for (int i = 0; i < a->num_stop_ids; i++)
+    json_array_append_new(stops, json_integer(a->stop_ids[i]));
+  json_t *request =
+      json_pack("{ss so sI sf sI sf sf so}", "spec", a->path, "prompt", prompt, "max_tokens",
+                (json_int_t)a->max_tokens, "temperature", a->temperature, "top_k",
+                (json_int_t)a->top_k, "top_p", a->top_p, "min_p", a->min_p, "stop_ids", stops);
+  bool ok = root && request && json_object_set_new(root, "request", request) == 0;
+  if (!root) json_decref(request);
+  if (!ok)
+    fprintf(stderr, "recap %s: out of memory writing the JSON report\n", CMD);
+  else
+    ok = cli_write_json(CMD, root, device, a->json_path);
   json_decref(root);
   return ok;
 }

@@ -55,8 +55,9 @@ static const cli_option serve_bench_options[] = {
      .value = "FILE",
      .kind = CLI_VALUE_FILE,
      .help = "also write the results as JSON (throughput, latencies, checks;\n"
-             "the GPU, driver, CUDA, cuBLAS and recap versions); - writes it to\n"
-             "stdout and the text report to stderr"},
+             "with --generate the run's parameters; the GPU, driver, CUDA, cuBLAS\n"
+             "and recap versions); - writes it to stdout and the text report to\n"
+             "stderr"},
     {.flag = "--base-dir",
      .value = "DIR",
      .kind = CLI_VALUE_DIR,

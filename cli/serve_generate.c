@@ -135,7 +135,19 @@ static int report(const generate_bench_args *a, recap_device device, request_rec
         (json_int_t)stats->prefill_steps, "decode_steps", (json_int_t)stats->decode_steps,
         "steps_with_both", (json_int_t)both, "loop_launches", (json_int_t)stats->loop_launches,
         "loop_steps", (json_int_t)stats->loop_steps, "ready_ms", stats->ready_ms);
-    if (!cli_write_json(CMD, root, device, a->json_path)) rc = CLI_EXIT_FAILURE;
+    /* What the run was asked for, so that a result file can be told apart and rerun. */
+    json_t *asked = json_pack("{sI s[II] s[II] sf so sI sf}", "requests", (json_int_t)a->requests,
+                              "prompt_len", (json_int_t)a->prompt_min, (json_int_t)a->prompt_max,
+                              "output_len", (json_int_t)a->output_min, (json_int_t)a->output_max,
+                              "rate", a->rate, "seed", cli_seed_json(a->seed), "max_running",
+                              (json_int_t)a->max_running, "kv_fraction", a->kv_fraction);
+    if (!root) json_decref(asked);
+    if (!root || !asked || json_object_set_new(root, "parameters", asked) != 0) {
+      fprintf(stderr, "recap %s: out of memory writing the JSON report\n", CMD);
+      rc = CLI_EXIT_FAILURE;
+    } else if (!cli_write_json(CMD, root, device, a->json_path)) {
+      rc = CLI_EXIT_FAILURE;
+    }
     json_decref(root);
   }
   if (a->svg_path) {

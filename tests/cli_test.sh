@@ -1546,6 +1546,15 @@ expect 0 "generate: one token, JSON" -- "$recap" generate "$tmp/qwen2_paged.yaml
   --prompt-ids $P --max-tokens 1 --json "$tmp/one.json"
 python3 -c 'import json, sys; j = json.load(open(sys.argv[1])); assert len(j["tokens"]) == 1 and j["tpot_ms"] is None, j' \
   "$tmp/one.json" 2>>"$tmp/err" || fail "generate --json with one token does not give tpot_ms null"
+# The JSON says what it answers: the request as given, and serve-bench's run parameters.
+expect 0 "generate: sampled, JSON" -- "$recap" generate "$tmp/qwen2_paged.yaml" --device host \
+  --prompt-ids 5,6,7 --max-tokens 2 --temperature 0.5 --top-k 4 --stop-ids 9 --json "$tmp/req.json"
+python3 -c 'import json, sys; r = json.load(open(sys.argv[1]))["request"]; assert (r["prompt"], r["max_tokens"], r["temperature"], r["top_k"], r["stop_ids"]) == ([5, 6, 7], 2, 0.5, 4, [9]), r' \
+  "$tmp/req.json" 2>>"$tmp/err" || fail "generate --json does not record the request"
+expect 0 "serve-bench --generate, JSON" -- "$recap" serve-bench "$tmp/qwen2_paged.yaml" --generate \
+  --device host --requests 2 --prompt-len 2,3 --output-len 2,2 --seed 11 --json "$tmp/sbp.json"
+python3 -c 'import json, sys; p = json.load(open(sys.argv[1]))["parameters"]; assert (p["requests"], p["prompt_len"], p["output_len"], p["seed"]) == (2, [2, 3], [2, 2], "11"), p' \
+  "$tmp/sbp.json" 2>>"$tmp/err" || fail "serve-bench --json does not record its parameters"
 expect 2 "generate: a stop id outside the vocabulary" -- "$recap" generate "$tmp/qwen2_paged.yaml" \
   --device host --prompt-ids $P --stop-ids 2,300
 grep -qxF "recap generate: request.stop_ids[1] = 300: outside the vocabulary [0, 256)" "$tmp/err" ||
