@@ -143,6 +143,27 @@ static bool write_spec(const char *path, const char *text) {
   if (!ok) cli_report_write_failure(CMD, path, errno);
   return ok;
 }
+/* A note when the spec's weights and KV cache need more than the memory of the device it would
+ * run on here (the GPU, or the host backend without one): the spec still gets written (it may
+ * be meant for another machine), but `--kv-blocks 1000000000` should not pass in silence. */
+static void note_memory(FILE *info, const cli_hf_import_result *r) {
+  const double tokens = r->kv_blocks ? (double)r->kv_blocks * (double)r->block_size
+                                     : (double)r->max_seq * (double)r->max_batch;
+  const double need =
+      (double)r->param_bytes + (double)r->kv_bytes_per_sequence / (double)r->max_seq * tokens;
+  recap_device d = {
+      recap_device_is_available(RECAP_BACKEND_CUDA) ? RECAP_BACKEND_CUDA : RECAP_BACKEND_HOST, 0};
+  size_t free_bytes = 0, total = 0;
+  if (recap_device_mem_get_info(d, &free_bytes, &total) != RECAP_OK || need <= (double)total)
+    return;
+  char have[32], needed[32];
+  fprintf(info,
+          "note: the weights and KV cache need %s, more than %s:0's %s: the spec will not load "
+          "on this machine (a smaller --kv-blocks, --max-seq or --batch fits it)\n",
+          need >= (double)SIZE_MAX ? "more than 2^64 bytes"
+                                   : cli_format_bytes((size_t)need, needed, sizeof needed),
+          recap_backend_name(d.backend), cli_format_bytes(total, have, sizeof have));
+}
 
 int cli_import_hf_main(int argc, char **argv) {
   if (cli_wants_help(argc, argv)) {
@@ -303,9 +324,9 @@ int cli_import_hf_main(int argc, char **argv) {
   char params[32], kv[32], kv_all[32];
   /* The summary goes to stderr when the spec itself is on stdout. */
   FILE *info = strcmp(out, "-") == 0 ? stderr : stdout;
-  fprintf(info, "%s: %s, %" PRId64 " %s, %s, max-seq %" PRId64 ", %s\n", written,
-          r.architecture, r.layers, cli_plural(r.layers, "layer", "layers"),
-          recap_dtype_name(r.dtype), r.max_seq, prefill);
+  fprintf(info, "%s: %s, %" PRId64 " %s, %s, max-seq %" PRId64 ", %s\n", written, r.architecture,
+          r.layers, cli_plural(r.layers, "layer", "layers"), recap_dtype_name(r.dtype), r.max_seq,
+          prefill);
   if (split)
     fprintf(info,
             "tensor parallel: %" PRId64
@@ -336,5 +357,6 @@ int cli_import_hf_main(int argc, char **argv) {
             cli_format_bytes((size_t)(r.kv_bytes_per_sequence * (uint64_t)r.max_batch), kv_all,
                              sizeof kv_all),
             r.max_batch);
+  note_memory(info, &r);
   return CLI_EXIT_OK;
 }

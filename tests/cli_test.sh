@@ -1822,6 +1822,15 @@ grep -q "config.json:1:1: error: this is a Hugging Face model config, not a reca
   fail "a config.json given as a spec is not recognized"
 [ "$(wc -l <"$tmp/err")" -le 2 ] || fail "a config.json given as a spec gives one error per key"
 
+# A KV pool larger than this machine's memory is written, with a note saying it will not load
+# here (the spec may be meant for another machine); a pool that fits gets no note.
+expect 0 "import-hf --kv-blocks 10^9" -- "$recap" import-hf "$tmp/llama" -o "$tmp/huge_kv.yaml" \
+  --paged --kv-blocks 1000000000
+grep -q "^note: the weights and KV cache need 7.5 TiB, more than .*: the spec will not load on this machine" \
+  "$tmp/out" || fail "import-hf: a pool beyond the machine's memory gets no note"
+expect 0 "import-hf, a pool that fits" -- "$recap" import-hf "$tmp/llama" -o "$tmp/fits_kv.yaml" --paged
+grep -q "^note: the weights and KV cache" "$tmp/out" && fail "import-hf notes a pool that fits"
+
 if [ "$failures" -ne 0 ]; then
   echo "$failures check(s) failed"
   exit 1
