@@ -7,8 +7,10 @@
  */
 #include "engine/load.h"
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "engine/fuse.h"
@@ -47,24 +49,65 @@ static recap_status find_capacity(const recap__load_options *o, recap__model *m)
   return st;
 }
 
+/* " (with B = 4)": the suffix bucket b's IR errors end with. */
+static void bucket_suffix(const recap__spec *spec, size_t b, char *buf, size_t size) {
+  snprintf(buf, size, " (with %s = %lld)", spec->dims[spec->bucket_dim].name,
+           (long long)recap__spec_bucket_value(spec, b));
+}
+
+/* The errors from diag->messages[from] on that every bucket has, each with its own value, lose
+ * the suffix: "(with B = 4)" says that only some buckets have a mistake. */
+static void drop_suffix_of_every_bucket(const recap__spec *spec, recap__diag *diag, size_t from,
+                                        const recap__diag *buckets, size_t n) {
+  char suffix[128];
+  for (size_t i = from; i < diag->count; ++i) {
+    char *m = diag->messages[i];
+    size_t len = strlen(m), base = 0;
+    for (size_t b = 0; b < n && !base; ++b) {
+      bucket_suffix(spec, b, suffix, sizeof suffix);
+      size_t sl = strlen(suffix);
+      if (len > sl && strcmp(m + len - sl, suffix) == 0) base = len - sl;
+    }
+    bool everywhere = base > 0;
+    for (size_t b = 0; b < n && everywhere; ++b) {
+      bucket_suffix(spec, b, suffix, sizeof suffix);
+      size_t sl = strlen(suffix);
+      bool found = false;
+      for (size_t j = 0; j < buckets[b].count && !found; ++j) {
+        const char *o = buckets[b].messages[j];
+        found = strlen(o) == base + sl && memcmp(o, m, base) == 0 && strcmp(o + base, suffix) == 0;
+      }
+      everywhere = found;
+    }
+    if (everywhere) m[base] = '\0';
+  }
+}
+
 /* Every bucket's IR, once; then the bucketed axes from neighbouring buckets. A mistake that
  * shows in several buckets is reported once, at its first bucket. */
 static recap_status build_irs(recap__model *m, recap__diag *diag) {
   const recap__spec *spec = m->spec;
   size_t n = m->num_buckets;
   recap_status st = RECAP_OK;
+  size_t from = diag ? diag->count : 0;
+  recap__diag *buckets = calloc(n, sizeof *buckets);
+  if (!buckets) return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "out of memory building the IRs");
   for (size_t b = 0; b < n; ++b) {
     m->bucket_values[b] = recap__spec_bucket_value(spec, b);
-    recap__diag bucket_diag = {0};
-    recap_status bs = recap__ir_build(spec, b, m->capacity, &m->irs[b], &bucket_diag);
-    recap__diag_merge_new_positions(diag, &bucket_diag);
-    recap__diag_free(&bucket_diag);
-    if (bs == RECAP_STATUS_OUT_OF_MEMORY) return bs;
+    recap_status bs = recap__ir_build(spec, b, m->capacity, &m->irs[b], &buckets[b]);
+    recap__diag_merge_new_positions(diag, &buckets[b]);
+    if (bs == RECAP_STATUS_OUT_OF_MEMORY) st = bs;
     if (bs != RECAP_OK && st == RECAP_OK) st = bs;
     /* The backend the model runs on (an option may override the spec's): the fusion pass
      * folds by it (fuse.h). */
     if (m->irs[b]) m->irs[b]->device = m->device.backend;
+    if (st == RECAP_STATUS_OUT_OF_MEMORY) break;
   }
+  if (diag && spec->bucket_dim >= 0 && st != RECAP_STATUS_OUT_OF_MEMORY)
+    drop_suffix_of_every_bucket(spec, diag, from, buckets, n);
+  for (size_t b = 0; b < n; ++b) recap__diag_free(&buckets[b]);
+  free(buckets);
+  if (st == RECAP_STATUS_OUT_OF_MEMORY) return st;
   if (st != RECAP_OK || spec->bucket_dim < 0) return st;
   recap__ir *probe = NULL;
   if (n == 1) RECAP_TRY(recap__ir_build_probe(spec, &probe));

@@ -522,6 +522,22 @@ static void test_spec_error_in_one_bucket_names_the_bucket(void) {
       "dims: {B: [2, 4]}\ntensors:\n  x: {shape: [B, 4], role: input}\nops:\n"
       "  - {op: reshape, in: [x], out: y, shape: [2, 4]}\n",
       "5:5", "(with B = 4)");
+  /* The same error in every bucket names none: it is not about the bucket. */
+  recap__diag diag = {0};
+  recap__model *m = NULL;
+  const char *text =
+      "dims: {B: [1, 2, 4]}\ntensors:\n  x: {shape: [2, 3, 4], role: input}\n"
+      "ops:\n  - {op: permute, in: x, out: y, dims: [0, 0, 1]}\n";
+  recap__load_options o = {.device = {RECAP_BACKEND_HOST, 0}, .device_given = true};
+  CHECK_STATUS(recap__load_string(text, strlen(text), "t.yaml", &o, &m, &diag),
+               RECAP_STATUS_SPEC_ERROR);
+  CU_ASSERT_EQUAL(diag.count, 1);
+  if (diag.count) {
+    CU_ASSERT_PTR_NOT_NULL(strstr(diag.messages[0], "names axis 0 twice (not a permutation)"));
+    CU_ASSERT_PTR_NULL(strstr(diag.messages[0], "(with B"));
+  }
+  recap__diag_free(&diag);
+  recap__model_release(m);
 }
 
 static void test_spec_element_count_and_device_memory_limits(void) {
