@@ -537,6 +537,23 @@ recap_status recap__ir_mark_bucket_axes(recap__ir *ir, const recap__ir *other, r
     used += (size_t)w;
     count++;
   }
+  /* Runs of fewer rows copy an input's, state's or output's rows in and out (recap.h,
+   * recap_pipeline_copy_in): a tensor that carries the dim on two axes ([T, T]) has no rows to
+   * copy, and a view of it by rows would mix them. */
+  for (size_t i = 0; i < ir->num_tensors; ++i) {
+    const recap__ir_tensor *t = &ir->tensors[i];
+    bool copied = t->is_output || t->role == RECAP_ROLE_INPUT || t->role == RECAP_ROLE_STATE ||
+                  t->role == RECAP_ROLE_SCALAR;
+    if (!copied || !(t->bucket_axes & (t->bucket_axes - 1))) continue;
+    char shape[128];
+    shape_text(t->ndim, t->shape, shape, sizeof shape);
+    size_error(&b, t->pos, false,
+               "tensor '%s' %s carries the bucketed dim '%s'%s%s%s on more than one axis: %s "
+               "carries it on one axis only, its rows, which runs of fewer rows copy in and out",
+               t->name, shape, dim,
+               count ? (count == 1 ? " (or its alias " : " (or its aliases ") : "", aliases,
+               count ? ")" : "", t->is_output ? "an output" : "an input, state or scalar");
+  }
   for (size_t i = 0; i < ir->num_ops; ++i) {
     const recap__ir_op *op = &ir->ops[i];
     if (!op->def) continue;

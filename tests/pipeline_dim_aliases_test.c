@@ -181,8 +181,8 @@ static void test_an_entry_sets_and_clears_aliases(void) {
   recap__diag_free(&diag);
 
   /* A number makes the spec's alias plain; a name makes the spec's number an alias. */
-  snprintf(text, sizeof text, "%sentries:\n  plain: {dims: {Bs: 3}}\n  again: {dims: {W: T}}\n",
-           head);
+  snprintf(text, sizeof text,
+           "%sentries:\n  plain: {dims: {Bs: 3}}\n  again: {dims: {Bs: 2, W: T}}\n", head);
   m = load_with(text, "plain", NULL, RECAP_OK, NULL);
   if (m) {
     const int64_t three[] = {3, 3};
@@ -194,7 +194,7 @@ static void test_an_entry_sets_and_clears_aliases(void) {
   if (m) {
     for (size_t b = 0; b < 2; ++b) {
       int x = recap__ir_find_tensor(m->irs[b], "x");
-      CU_ASSERT_EQUAL(m->irs[b]->tensors[x].shape[0], (int64_t)(4 << b));
+      CU_ASSERT_EQUAL(m->irs[b]->tensors[x].shape[0], 2);
       CU_ASSERT_EQUAL(m->irs[b]->tensors[x].shape[1], (int64_t)(4 << b));
     }
     recap__model_release(m);
@@ -270,6 +270,20 @@ static void test_bucketed_dim_rules_apply_to_aliases(void) {
   expect_spec_error(state, "decode", "4:22",
                     "tensor 'cache': the bucketed dim 'Bs' (an alias of 'T') may only be the first "
                     "axis of a state");
+  /* An input or output with the dim on two axes (through an alias, or the dim itself twice)
+   * has no rows to copy: refused at the tensor, as [T, T] is. */
+  expect_spec_error(
+      "dims: {T: [2, 4], W: T}\ntensors:\n  x: {shape: [T, W], role: input}\nops:\n"
+      "  - {op: relu, in: [x], out: y}\n",
+      NULL, "3:3",
+      "tensor 'x' [2, 2] carries the bucketed dim 'T' (or its alias 'W') on more than one axis: "
+      "an input, state or scalar carries it on one axis only");
+  expect_spec_error(
+      "dims: {T: [2, 4]}\ntensors:\n  x: {shape: [T, 3], role: input}\nops:\n"
+      "  - {op: matmul, in: [x, x], out: y, trans_b: true}\n  - {op: relu, in: [y], out: z}\n"
+      "outputs: [y, z]\n",
+      NULL, "5:35",
+      "tensor 'y' [2, 2] carries the bucketed dim 'T' on more than one axis: an output");
 }
 
 /* The info of p's tensor `name`. */
