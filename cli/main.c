@@ -1,4 +1,5 @@
 /* main.c: `recap SUBCOMMAND ...` dispatch. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -94,7 +95,7 @@ static bool decode_loop_ok(const char *cmd) {
   return false;
 }
 
-int main(int argc, char **argv) {
+static int dispatch(int argc, char **argv) {
   /* `bazel run` starts us inside the runfiles tree; paths on the command line are relative
    * to where the user typed the command. */
   const char *cwd = getenv("BUILD_WORKING_DIRECTORY");
@@ -144,4 +145,16 @@ int main(int argc, char **argv) {
   fprintf(stderr, "recap: unknown command '%s'\n\n", name);
   cli_usage_print(stderr);
   return CLI_EXIT_USAGE;
+}
+
+/* A report that could not be written is a failure, whatever the command made of it: with
+ * stdout on a full disk (`recap completion bash > FILE`) the buffered text is lost at exit. */
+int main(int argc, char **argv) {
+  int rc = dispatch(argc, argv);
+  if (fflush(stdout) != 0 || ferror(stdout)) {
+    fprintf(stderr, "recap%s%s: writing the standard output failed: %s\n", argc > 1 ? " " : "",
+            argc > 1 ? argv[1] : "", strerror(errno));
+    if (rc == CLI_EXIT_OK) rc = CLI_EXIT_FAILURE;
+  }
+  return rc;
 }

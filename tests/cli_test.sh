@@ -1831,6 +1831,18 @@ grep -q "^note: the weights and KV cache need 7.5 TiB, more than .*: the spec wi
 expect 0 "import-hf, a pool that fits" -- "$recap" import-hf "$tmp/llama" -o "$tmp/fits_kv.yaml" --paged
 grep -q "^note: the weights and KV cache" "$tmp/out" && fail "import-hf notes a pool that fits"
 
+# Output that cannot be written fails the command, as `recap completion bash > FILE` on a full
+# disk must not report success.
+if [ -w /dev/full ]; then
+  for args in "ops" "completion bash" "validate $specs/fork_join.yaml"; do
+    # shellcheck disable=SC2086
+    "$recap" $args >/dev/full 2>"$tmp/err"
+    code=$?
+    [ "$code" = 1 ] && grep -q "writing the standard output failed" "$tmp/err" ||
+      fail "recap $args > /dev/full: exit $code, $(head -1 "$tmp/err")"
+  done
+fi
+
 if [ "$failures" -ne 0 ]; then
   echo "$failures check(s) failed"
   exit 1
