@@ -174,10 +174,25 @@ static recap_status read_options(const recap_pipeline_options *options, recap_pi
   return recap__struct_read(options, sizeof *o, o, "RECAP_PIPELINE_OPTIONS_INIT");
 }
 
+/* Each field by name: a caller sees which one it set wrongly. `mode` counts only with
+ * override_mode, as recap.h says. */
 static recap_status check_options(const recap_pipeline_options *o) {
-  RECAP_CHECK_ARG(o->mode == RECAP_MODE_GRAPH || o->mode == RECAP_MODE_EAGER);
-  RECAP_CHECK_ARG(o->oversize == RECAP_OVERSIZE_EAGER || o->oversize == RECAP_OVERSIZE_FAIL);
-  RECAP_CHECK_ARG(o->warmup >= 0 && o->max_recaptures >= 0);
+  if (o->override_mode && o->mode != RECAP_MODE_GRAPH && o->mode != RECAP_MODE_EAGER)
+    return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
+                      "recap_pipeline_options.mode = %d: RECAP_MODE_GRAPH or RECAP_MODE_EAGER",
+                      (int)o->mode);
+  if (o->oversize != RECAP_OVERSIZE_EAGER && o->oversize != RECAP_OVERSIZE_FAIL)
+    return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
+                      "recap_pipeline_options.oversize = %d: RECAP_OVERSIZE_EAGER or "
+                      "RECAP_OVERSIZE_FAIL",
+                      (int)o->oversize);
+  if (o->warmup < 0)
+    return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
+                      "recap_pipeline_options.warmup = %d is negative", (int)o->warmup);
+  if (o->max_recaptures < 0)
+    return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
+                      "recap_pipeline_options.max_recaptures = %d is negative",
+                      (int)o->max_recaptures);
   return RECAP_OK;
 }
 
@@ -240,9 +255,7 @@ recap_status recap_pipeline_clone(recap_pipeline *source, const recap_pipeline_o
       (o.device.backend != source->device.backend || o.device.index != source->device.index))
     return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
                       "a clone shares its source's params and cannot change the device");
-  RECAP_CHECK_ARG(o.mode == RECAP_MODE_GRAPH || o.mode == RECAP_MODE_EAGER);
-  RECAP_CHECK_ARG(o.oversize == RECAP_OVERSIZE_EAGER || o.oversize == RECAP_OVERSIZE_FAIL);
-  RECAP_CHECK_ARG(o.warmup >= 0 && o.max_recaptures >= 0);
+  RECAP_TRY(check_options(&o));
   return pipeline_new(source->model, &o, false, out);
 }
 
@@ -251,8 +264,12 @@ recap_status recap_pipeline_destroy(recap_pipeline *p) {
   if (p->stream && recap_stream_is_capturing(p->stream))
     return RECAP_FAIL(RECAP_STATUS_BUSY, "the pipeline's stream is capturing");
   recap_status st = RECAP_OK;
+  /* The wait's failure (a device fault earlier) is what destroy reports; the releases below
+   * make calls of their own that would overwrite its message. */
+  char why[512] = "";
   if (p->stream) {
     st = recap_stream_synchronize(p->stream);
+    if (st != RECAP_OK) snprintf(why, sizeof why, "%s", recap_last_error());
     if (p->side)
       for (int s = 1; s < p->num_streams; ++s)
         if (p->side[s - 1]) recap_stream_synchronize(p->side[s - 1]);
@@ -265,7 +282,12 @@ recap_status recap_pipeline_destroy(recap_pipeline *p) {
   if (p->owns_stream) recap_stream_destroy(p->stream);
   recap__model_release(p->model);
   free(p);
-  return st;
+  if (st != RECAP_OK)
+    return RECAP_FAIL(st,
+                      "the pipeline is destroyed and its memory released, but waiting for its "
+                      "work failed: %s",
+                      why);
+  return RECAP_OK;
 }
 
 recap_status recap_pipeline_capture(recap_pipeline *p) {

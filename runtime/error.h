@@ -10,8 +10,8 @@
  * The message is what a user reads: it says what failed and why, in the user's terms (the op,
  * the tensor, the spec's FILE:LINE:COL), never which recap function noticed. For developers,
  * RECAP_ERROR_LOCATIONS=1 in the environment makes RECAP_FAIL prefix it with the function
- * name and recap's file:line ("recap__spec_load_file (spec_root.c:1422): ..."); the variable is read
- * at each failure. recap__error_context() prepends caller context ("op 'ffn1': ") to the
+ * name and recap's file:line ("recap__spec_load_file (spec_root.c:1422): ..."); the variable is
+ * read at each failure. recap__error_context() prepends caller context ("op 'ffn1': ") to the
  * message of a failure that is being propagated.
  */
 #ifndef RECAP_RUNTIME_ERROR_H
@@ -42,28 +42,30 @@ recap_status recap__fail_plain(recap_status status, const char *fmt, ...) RECAP_
 void recap__set_full_error(char *text);
 /* Prepends formatted context to this thread's current message (and to its complete text, if
  * it has one) and returns status. */
-recap_status recap__error_context(recap_status status, const char *fmt, ...)
-    RECAP__PRINTF(2, 3);
+recap_status recap__error_context(recap_status status, const char *fmt, ...) RECAP__PRINTF(2, 3);
 
 #define RECAP_FAIL(status, ...) recap__fail_at((status), __FILE__, __LINE__, __func__, __VA_ARGS__)
 
-#define RECAP_TRY(expr)                                                                     \
-  do {                                                                                      \
-    recap_status recap_try_status_ = (expr);                                                \
-    if (recap_try_status_ != RECAP_OK) return recap_try_status_;                            \
+#define RECAP_TRY(expr)                                          \
+  do {                                                           \
+    recap_status recap_try_status_ = (expr);                     \
+    if (recap_try_status_ != RECAP_OK) return recap_try_status_; \
   } while (0)
 
 /* Sets `st` and jumps to `label` on failure: the one cleanup path per function. */
-#define RECAP_TRY_GOTO(st, expr, label)                                                     \
-  do {                                                                                      \
-    (st) = (expr);                                                                          \
-    if ((st) != RECAP_OK) goto label;                                                       \
+#define RECAP_TRY_GOTO(st, expr, label) \
+  do {                                  \
+    (st) = (expr);                      \
+    if ((st) != RECAP_OK) goto label;   \
   } while (0)
 
-#define RECAP_CHECK_ARG(cond)                                                               \
-  do {                                                                                      \
-    if (!(cond))                                                                            \
-      return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT, "invalid argument: %s", #cond);      \
+/* The message names the function the caller called wrongly and the condition it broke
+ * ("invalid argument to recap_pipeline_copy_in: `host || bytes == 0` does not hold"). */
+#define RECAP_CHECK_ARG(cond)                                                           \
+  do {                                                                                  \
+    if (!(cond))                                                                        \
+      return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,                                  \
+                        "invalid argument to %s: `%s` does not hold", __func__, #cond); \
   } while (0)
 
 #ifdef __cplusplus

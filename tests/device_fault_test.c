@@ -162,9 +162,15 @@ static int run_child(const char *backend, const char *case_name) {
   EXPECT(st == RECAP_STATUS_DEVICE_ERROR, "a new pipeline after the fault returned %s",
          recap_status_name(st));
   recap_pipeline_destroy(q);
-  /* Destroying waits for the stream: it must return (any status), not hang. */
+  /* Destroying waits for the stream: it must return, not hang, and a failed wait is reported
+   * with its cause, not with an empty message. */
   st = recap_pipeline_destroy(p);
   printf("child %s/%s: destroy after the fault -> %s\n", backend, c->name, recap_status_name(st));
+  EXPECT(st == RECAP_OK || strstr(recap_last_error(),
+                                  "the pipeline is destroyed and its memory "
+                                  "released, but waiting for its work failed: "),
+         "destroy after the fault returned %s with the message '%s'", recap_status_name(st),
+         recap_last_error());
   fflush(NULL);
   return child_failed;
 }
