@@ -163,7 +163,7 @@ int cli_run_flag(const char *cmd, int argc, char **argv, int *i, cli_run_flags *
     if (m < 0 || !cli_parse_int(cmd, "--iters", v, 1, 10000000, &f->iters)) return -1;
     f->iters_set = true;
   } else if ((m = cli_flag(cmd, argc, argv, i, "--warmup", &v)) != 0) {
-    if (m < 0 || !cli_parse_int(cmd, "--warmup", v, 0, 1000000, &f->warmup)) return -1;
+    if (m < 0 || !cli_parse_int(cmd, "--warmup", v, 0, 10000, &f->warmup)) return -1;
     f->warmup_set = true;
   } else if ((m = cli_dim_flag(cmd, argc, argv, i, f->dims, &f->num_dims)) != 0) {
     if (m < 0) return -1;

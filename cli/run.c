@@ -8,6 +8,7 @@
 #include "cli/cli.h"
 #include "cli/safetensors.h"
 #include "cli/tensors.h"
+#include "runtime/env.h"
 
 static const char *const CMD = "run";
 
@@ -293,6 +294,14 @@ int cli_run_main(int argc, char **argv) {
     cli_report_failure(CMD, "reading the pipeline", st);
     goto done;
   }
+  /* The environment wins over the flag (recap.h): say so rather than time eager runs as if
+   * they were the graphs asked for. */
+  if (opts.override_mode && opts.mode == RECAP_MODE_GRAPH && pi.mode == RECAP_MODE_EAGER &&
+      recap__env_bool("RECAP_DISABLE_GRAPHS", 0) == 1)
+    fprintf(stderr,
+            "recap %s: warning: --mode graph, but RECAP_DISABLE_GRAPHS is set: running "
+            "eagerly\n",
+            CMD);
   /* Before anything runs or is written: an output over the spec or its weights destroys them. */
   const char *const written[] = {a.save_path, a.json_path};
   static const char *const flags[] = {"--save-tensors", "--json"};

@@ -93,10 +93,9 @@ static json_t *tensor(void) {
   /* One [begin, end] for every key, or a list of them, one per key of the key list. */
   json_t *ranges = json_array();
   json_array_append_new(ranges, described(json_incref(pair), "[begin, end] of every key"));
-  json_array_append_new(ranges,
-                        described(object("type", json_string("array"), "items", pair, "minItems",
-                                         json_integer(1), NULL),
-                                  "one [begin, end] per key, in key order"));
+  json_array_append_new(ranges, described(object("type", json_string("array"), "items", pair,
+                                                 "minItems", json_integer(1), NULL),
+                                          "one [begin, end] per key, in key order"));
   json_t *range = object("anyOf", ranges, NULL);
   json_t *keys = json_array();
   json_array_append_new(keys, type("string"));
@@ -268,8 +267,8 @@ static json_t *schema(void) {
       "version",
       described(object("const", json_integer(RECAP__SPEC_FORMAT_VERSION), NULL),
                 "the spec format's version (default 1)"),
-      "name", described(type("string"), "one line; default: the file name"), "device",
-      object("enum", strings(devices, 2), NULL), "dtype",
+      "name", described(type("string"), "one line of at most 256 bytes; default: the file name"),
+      "device", object("enum", strings(devices, 2), NULL), "dtype",
       described(ref("float_dtype"), "default element type (f32)"), "seed",
       described(object("type", json_string("integer"), "minimum", json_integer(0), NULL),
                 "0 to 2^64 - 1"),

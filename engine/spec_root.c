@@ -571,6 +571,22 @@ static bool parse_version(loader *L, const recap__yaml_node *n) {
   return false;
 }
 
+enum { MAX_SPEC_NAME_BYTES = 256 };
+
+/* The first line separator (U+2028, U+2029) or bidirectional control (U+202A-U+202E,
+ * U+2066-U+2069) in UTF-8 text, 0 for none: printed raw, they break or reorder a terminal's
+ * line. */
+static unsigned layout_control(const char *text) {
+  for (const unsigned char *c = (const unsigned char *)text; *c; ++c) {
+    if (c[0] != 0xE2 || !c[1] || !c[2]) continue;
+    unsigned code = 0x2000u | ((unsigned)(c[1] & 0x3F) << 6) | (unsigned)(c[2] & 0x3F);
+    if ((c[1] & 0xC0) == 0x80 && (c[2] & 0xC0) == 0x80 &&
+        ((code >= 0x2028 && code <= 0x202E) || (code >= 0x2066 && code <= 0x2069)))
+      return code;
+  }
+  return 0;
+}
+
 static void parse_root(loader *L, const recap__yaml_node *root) {
   static const char *const keys[] = {"version", "name",    "device", "dtype",      "seed",
                                      "dims",    "entries", "blocks", "checkpoint", "tensors",
@@ -602,11 +618,21 @@ static void parse_root(loader *L, const recap__yaml_node *root) {
    * not even an unknown key. */
   if ((n = recap__spec_lookup(root, "version")) && !parse_version(L, n)) return;
   recap__spec_check_keys(L, root, keys, "the spec");
-  if ((n = recap__spec_lookup(root, "name")) && recap__spec_get_string(L, n, "name", &spec->name) &&
-      strpbrk(spec->name, "\t\n")) {
-    /* It heads one-line outputs (validate, plan, bench) and NVTX ranges. */
-    ERR(L, n->pos, "name: must be one line of text (no tab or newline)");
-    spec->name = NULL;
+  if ((n = recap__spec_lookup(root, "name")) && recap__spec_get_string(L, n, "name", &spec->name)) {
+    /* It heads one-line outputs (validate, plan, bench) and NVTX ranges: one short line, and
+     * nothing that reorders or breaks a terminal's line. */
+    unsigned code = layout_control(spec->name);
+    if (strpbrk(spec->name, "\t\n")) {
+      ERR(L, n->pos, "name: must be one line of text (no tab or newline)");
+      spec->name = NULL;
+    } else if (code) {
+      ERR(L, n->pos, "name: holds U+%04X, a line separator or bidirectional control character",
+          code);
+      spec->name = NULL;
+    } else if (strlen(spec->name) > MAX_SPEC_NAME_BYTES) {
+      ERR(L, n->pos, "name: %zu bytes, more than %d", strlen(spec->name), MAX_SPEC_NAME_BYTES);
+      spec->name = NULL;
+    }
   }
   if ((n = recap__spec_lookup(root, "device"))) {
     if (!recap__spec_is_scalar(n) || recap_backend_parse(n->text, &spec->device) != RECAP_OK)

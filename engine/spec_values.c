@@ -43,9 +43,9 @@ bool recap__spec_get_name(loader *L, const recap__yaml_node *n, const char *what
   if (!recap__spec_is_name(n)) {
     if (recap__spec_is_scalar(n))
       ERR(L, n->pos,
-          "%s '%.64s' is not a valid name (letters, digits, '_', '.', '-', '/', ':', "
-          "starting with a letter or '_', at most %d bytes)",
-          what, n->text, MAX_NAME_BYTES);
+          "%s '%.64s%s' is not a valid name (letters, digits, '_', '.', '-', '/', ':', "
+          "starting with a letter or '_', at most %d bytes; this one has %zu)",
+          what, n->text, n->len > 64 ? "..." : "", MAX_NAME_BYTES, n->len);
     else
       ERR(L, n->pos, "%s: expected a name, got %s", what, recap__yaml_describe(n));
     return false;

@@ -618,6 +618,17 @@ static void test_spec_escaped_control_characters_are_refused_at_the_string(void)
   expect_error("name: \"x\\x7fy\"\nops: []\n", "1:7", "control character U+007F");
   expect_error("ops:\n  - {op: relu, in: x, out: \"y\\ry\"}\n", "2:28", "control character U+000D");
   expect_error("name: \"a\\tb\"\nops: []\n", "1:7", "name: must be one line of text");
+  /* Nothing that breaks or reorders a terminal's line, and one short line at most. */
+  expect_error("name: \"a\\u2028b\"\nops: []\n", "1:7", "name: holds U+2028");
+  expect_error("name: \"a\\u202Eb\"\nops: []\n", "1:7", "name: holds U+202E");
+  char long_name[400];
+  snprintf(long_name, sizeof long_name, "name: %0300d\nops: []\n", 1);
+  expect_error(long_name, "1:7", "name: 300 bytes, more than 256");
+  /* A long tensor name is quoted cut, and says so. */
+  char long_tensor[700];
+  snprintf(long_tensor, sizeof long_tensor,
+           "tensors:\n  a%0299d: {shape: [2], role: input}\nops: []\n", 1);
+  expect_error(long_tensor, "2:3", "...' is not a valid name");
   /* Tab and newline inside an expression are whitespace. */
   const char *text =
       "name: tabs\ntensors:\n  x: {shape: [4], role: input}\n"
