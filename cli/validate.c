@@ -125,7 +125,7 @@ static bool validate_one(const char *path, const char *base_dir) {
         "are checked; the values are read when a pipeline binds them)\n",
         file_tensors, file_tensors == 1 ? "" : "s", files, files == 1 ? "" : "s");
   }
-  if (exprs && spec->device == RECAP_BACKEND_CUDA)
+  if (exprs && model->device.backend == RECAP_BACKEND_CUDA)
     printf(
         "  not checked: compiling %zu expr op%s with NVRTC (done when a pipeline loads on "
         "the GPU)\n",

@@ -235,19 +235,26 @@ static const open_file *file_of(const loader *L, size_t job, int k) {
   return &L->files[L->source_file[L->source_base[job] + (size_t)k]];
 }
 
-/* The failure for element `element` of source s being NaN, at its coordinates. */
-static recap_status nan_failure(const recap__weight_source *s, uint64_t element) {
+/* Element `element` (row-major) of source s as "[i, j]" in where. */
+static void element_coords(const recap__weight_source *s, uint64_t element, char *where,
+                           size_t size) {
   uint64_t coord[RECAP_MAX_DIMS];
   for (int d = s->ndim - 1; d >= 0; --d) {
     coord[d] = element % (uint64_t)s->shape[d];
     element /= (uint64_t)s->shape[d];
   }
-  char where[24 * RECAP_MAX_DIMS] = "";
-  for (int d = 0, used = 0; d < s->ndim; ++d)
-    used +=
-        snprintf(where + used, sizeof where - (size_t)used, "%s%" PRIu64, d ? ", " : "", coord[d]);
+  int used = snprintf(where, size, "[");
+  for (int d = 0; d < s->ndim && used > 0 && (size_t)used < size; ++d)
+    used += snprintf(where + used, size - (size_t)used, "%s%" PRIu64, d ? ", " : "", coord[d]);
+  if (used > 0 && (size_t)used < size) snprintf(where + used, size - (size_t)used, "]");
+}
+
+/* The failure for element `element` of source s being NaN, at its coordinates. */
+static recap_status nan_failure(const recap__weight_source *s, uint64_t element) {
+  char where[24 * RECAP_MAX_DIMS + 4];
+  element_coords(s, element, where, sizeof where);
   return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
-                    "'%s'%s%s%s: element [%s] is NaN: recap refuses NaN weights, which make every "
+                    "'%s'%s%s%s: element %s is NaN: recap refuses NaN weights, which make every "
                     "output they reach NaN (the file is damaged, or was saved from a run that "
                     "diverged)",
                     s->path, s->key ? ": key '" : "", s->key ? s->key : "", s->key ? "'" : "",
@@ -273,11 +280,12 @@ static recap_status read_source(const loader *L, size_t job, int k, void *buf, s
 static recap_status conversion_failure(const recap__weight_source *s, conversion c,
                                        size_t element) {
   if (c == NOT_A_NUMBER) return nan_failure(s, element);
+  char where[24 * RECAP_MAX_DIMS + 4];
+  element_coords(s, element, where, sizeof where);
   return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
-                    "'%s': key '%s': element %zu (in row-major order) does not fit %s (cast "
-                    "from %s)",
-                    s->path, s->key ? s->key : "", element, recap_dtype_name(RECAP_DTYPE_I32),
-                    recap_dtype_name(s->dtype));
+                    "'%s'%s%s%s: element %s does not fit %s (cast from %s)", s->path,
+                    s->key ? ": key '" : "", s->key ? s->key : "", s->key ? "'" : "", where,
+                    recap_dtype_name(RECAP_DTYPE_I32), recap_dtype_name(s->dtype));
 }
 
 static recap_status run_chunk(worker *w, const task *t) {

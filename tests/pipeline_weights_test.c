@@ -333,7 +333,7 @@ static void test_casts_round_to_nearest_even_and_check_ranges(void) {
              "  w: {shape: [2], dtype: i32, role: param, key: big, cast: true}\n", "w", &p),
       RECAP_STATUS_INVALID_ARGUMENT);
   CHECK_ERROR_MENTIONS("w.yaml:5:49: error: initializing tensor 'w': ");
-  CHECK_ERROR_MENTIONS("element 1 (in row-major order) does not fit i32");
+  CHECK_ERROR_MENTIONS("element [1] does not fit i32");
   remove_dir();
 }
 

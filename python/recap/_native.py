@@ -32,7 +32,10 @@ class Device(ctypes.Structure):
 def checked_int(what, value, low, high):
     """value as an int in [low, high], else TypeError or ValueError naming `what`: ctypes would
     wrap it silently (2**32 + 1 becomes 1)."""
-    if isinstance(value, bool) or not isinstance(value, int):
+    if isinstance(value, bool):
+        # True is an int to Python, but batch=True or seed=False is a slip, not a number.
+        raise TypeError("%s must be an integer, not bool" % what)
+    if not isinstance(value, int):
         try:
             value = value.__index__()  # numpy integers
         except (AttributeError, TypeError):

@@ -270,7 +270,8 @@ class Pipeline:
         return Tensor(self, name, view.data, view.dtype, shape, strides)
 
     def input(self, name, batch=None):
-        """The static buffer of an input (or state or scalar) to write into before run()."""
+        """The static buffer of an input (or state, scalar or param) to write into before
+        run(); an op's output is a ValueError (read it with tensor() or from run())."""
         if self._spec(name).role == "intermediate":
             raise ValueError("%r is an op's output, not an input" % name)
         return self.tensor(name, batch)

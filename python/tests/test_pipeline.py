@@ -178,6 +178,8 @@ class PipelineTest(unittest.TestCase):
             recap.Pipeline(yaml=SPEC, device="host", name="a\0b")
         with recap.Pipeline(yaml=SPEC.encode(), device="host") as p:  # bytes are taken as is
             self.assertEqual(repr(p.device), "host")
+            with self.assertRaisesRegex(TypeError, "batch must be an integer, not bool"):
+                p.run(batch=True)
 
     def test_threads_take_turns_and_close_waits_for_a_run(self):
         # recap runs a pipeline on one thread at a time: the package serializes the calls, so
