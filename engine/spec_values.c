@@ -41,12 +41,17 @@ bool recap__spec_is_name(const recap__yaml_node *n) {
 bool recap__spec_get_name(loader *L, const recap__yaml_node *n, const char *what,
                           const char **out) {
   if (!recap__spec_is_name(n)) {
-    if (recap__spec_is_scalar(n))
+    if (recap__spec_is_scalar(n)) {
+      char length[48] = "";
+      if (n->len > MAX_NAME_BYTES) snprintf(length, sizeof length, "; this one has %zu", n->len);
       ERR(L, n->pos,
           "%s '%.64s%s' is not a valid name (letters, digits, '_', '.', '-', '/', ':', "
-          "starting with a letter or '_', at most %d bytes; this one has %zu)",
-          what, n->text, n->len > 64 ? "..." : "", MAX_NAME_BYTES, n->len);
-    else
+          "starting with a letter or '_', at most %d bytes%s)%s",
+          what, n->text, n->len > 64 ? "..." : "", MAX_NAME_BYTES, length,
+          strstr(n->text, "{i}") ? "; a block's own tensors and ops need no {i}: their names "
+                                   "are per instance already (layers.3.y)"
+                                 : "");
+    } else
       ERR(L, n->pos, "%s: expected a name, got %s", what, recap__yaml_describe(n));
     return false;
   }

@@ -629,6 +629,7 @@ static void test_spec_escaped_control_characters_are_refused_at_the_string(void)
   snprintf(long_tensor, sizeof long_tensor,
            "tensors:\n  a%0299d: {shape: [2], role: input}\nops: []\n", 1);
   expect_error(long_tensor, "2:3", "...' is not a valid name");
+  expect_error(long_tensor, "2:3", "at most 256 bytes; this one has 300)");
   /* Tab and newline inside an expression are whitespace. */
   const char *text =
       "name: tabs\ntensors:\n  x: {shape: [4], role: input}\n"
