@@ -465,15 +465,19 @@ done:
 }
 
 recap_status recap_pipeline_rebind(recap_pipeline *p, const char *name, void *device_memory) {
+  RECAP_CHECK_ARG(p && name);
+  /* An op's output is refused for what it is, listed in outputs or not (find's advice to list
+   * an intermediate in outputs is for reading it, and would lead nowhere here). */
+  const recap__ir *ir = p->model->irs[p->model->num_buckets - 1];
+  int found = recap__ir_find_tensor(ir, name);
+  if (found >= 0 && ir->tensors[found].role == RECAP_ROLE_INTERMEDIATE)
+    return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
+                      "tensor '%s' is an op's output; only inputs, params, states and scalars "
+                      "can be rebound",
+                      name);
   int t;
   RECAP_TRY(find(p, name, &t));
   RECAP_CHECK_ARG(device_memory);
-  const recap__ir_tensor *tt = &p->model->irs[p->model->num_buckets - 1]->tensors[t];
-  if (tt->role == RECAP_ROLE_INTERMEDIATE)
-    return RECAP_FAIL(RECAP_STATUS_INVALID_ARGUMENT,
-                      "tensor '%s' is an output; only inputs, params, states and scalars can "
-                      "be rebound",
-                      name);
   p->data[t] = device_memory;
   recap__bind_views(p);
   return recap__graph_rebind(p);

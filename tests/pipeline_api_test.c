@@ -138,6 +138,10 @@ static void test_copy_arguments_that_do_not_fit_are_rejected(void) {
                RECAP_STATUS_INVALID_ARGUMENT);
   CHECK_STATUS(recap_pipeline_copy_out(p, "y", buf, 2 * 16 * 4, 3), RECAP_STATUS_INVALID_ARGUMENT);
   CHECK_STATUS(recap_pipeline_rebind(p, "y", buf), RECAP_STATUS_INVALID_ARGUMENT);
+  CHECK_ERROR_MENTIONS("tensor 'y' is an op's output; only inputs, params, states and scalars");
+  /* An intermediate not listed in outputs gets the same answer, not advice to list it. */
+  CHECK_STATUS(recap_pipeline_rebind(p, "q_flat", buf), RECAP_STATUS_INVALID_ARGUMENT);
+  CHECK_ERROR_MENTIONS("tensor 'q_flat' is an op's output; only inputs, params, states");
   CHECK_STATUS(recap_pipeline_run(p, -1), RECAP_STATUS_INVALID_ARGUMENT);
   CHECK_OK(recap_pipeline_copy_out(p, "y", buf, 2 * 16 * 4, 2));
   CHECK_OK(recap_pipeline_destroy(p));
