@@ -343,21 +343,29 @@ static recap_status submit(recap_stream *stream, recap__host_node *node, bool *r
  *                 thread has a global-mode capture under way;
  *   THREAD_LOCAL: prohibited only by this thread's own non-relaxed captures;
  *   RELAXED:      never prohibited.
+ * every_mode: a call no mode allows, prohibited by every capture under way (a device
+ * synchronize: measured on an H200, driver 580, docs/RELIABILITY.md "Capture rules", it failed
+ * and invalidated a relaxed capture on another thread from a relaxed thread too).
  * Every capture that prohibits the call is invalidated. Invalidated captures still count:
  * until capture_end, CUDA still considers them under way. */
-static recap_status unsafe_call_check(const char *call) {
+static recap_status capture_conflict_check(const char *call, bool every_mode) {
   recap_capture_mode mine = thread_mode;
-  if (mine == RECAP_CAPTURE_MODE_RELAXED) return RECAP_OK;
+  if (mine == RECAP_CAPTURE_MODE_RELAXED && !every_mode) return RECAP_OK;
   pthread_t self = pthread_self();
   char message[REASON_CAPACITY] = "";
   pthread_mutex_lock(&capture_lock);
   for (host_capture *c = captures; c; c = c->next) {
     bool own = pthread_equal(c->thread, self) != 0;
-    bool prohibits =
-        own ? c->mode != RECAP_CAPTURE_MODE_RELAXED
-            : c->mode == RECAP_CAPTURE_MODE_GLOBAL && mine == RECAP_CAPTURE_MODE_GLOBAL;
+    bool prohibits = every_mode || (own ? c->mode != RECAP_CAPTURE_MODE_RELAXED
+                                        : c->mode == RECAP_CAPTURE_MODE_GLOBAL &&
+                                              mine == RECAP_CAPTURE_MODE_GLOBAL);
     if (!prohibits) continue;
-    if (!message[0])
+    if (!message[0] && every_mode)
+      snprintf(message, sizeof message,
+               "%s is not permitted while a stream is capturing (a %s-mode capture is under way "
+               "on %s thread; no capture mode allows it)",
+               call, mode_name(c->mode), own ? "this" : "another");
+    else if (!message[0])
       snprintf(message, sizeof message,
                "%s is not permitted while a stream is capturing: a %s-mode capture is under "
                "way on %s thread, and this thread's capture interaction mode is %s (switch to "
@@ -370,26 +378,15 @@ static recap_status unsafe_call_check(const char *call) {
   return RECAP_OK;
 }
 
-/* A device synchronize conflicts with every capture under way on the device, whatever the
- * modes: measured on an H200 (driver 580, docs/RELIABILITY.md "Capture rules"), it failed and
- * invalidated a relaxed capture on another thread from a relaxed thread too. */
+static recap_status unsafe_call_check(const char *call) {
+  return capture_conflict_check(call, false);
+}
+
 static recap_status host_device_synchronize(int device) {
   RECAP_TRY(check_device(device));
   RECAP_TRY(recap__host_check_fault());
   /* All work already ran at submission; only the capture rules can make this fail. */
-  char message[REASON_CAPACITY] = "";
-  pthread_mutex_lock(&capture_lock);
-  for (host_capture *c = captures; c; c = c->next) {
-    if (!message[0])
-      snprintf(message, sizeof message,
-               "device synchronize is not permitted while a stream is capturing (a %s-mode "
-               "capture is under way on %s thread; no capture mode allows it)",
-               mode_name(c->mode), pthread_equal(c->thread, pthread_self()) ? "this" : "another");
-    invalidate_locked(c, message);
-  }
-  pthread_mutex_unlock(&capture_lock);
-  if (message[0]) return RECAP_FAIL(RECAP_STATUS_ILLEGAL_DURING_CAPTURE, "%s", message);
-  return RECAP_OK;
+  return capture_conflict_check("device synchronize", true);
 }
 
 static recap_status host_exchange_capture_mode(recap_capture_mode *mode) {
