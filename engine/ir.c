@@ -458,6 +458,10 @@ static int64_t *dim_values(const recap__spec *spec, int64_t value) {
   return values;
 }
 
+void recap__ir_bucket_suffix(const char *dim, int64_t value, char *buf, size_t size) {
+  snprintf(buf, size, " (with %s = %lld)", dim, (long long)value);
+}
+
 recap_status recap__ir_build(const recap__spec *spec, size_t bucket, uint64_t capacity,
                              recap__ir **out, recap__diag *diag) {
   RECAP_CHECK_ARG(spec && out);
@@ -475,8 +479,7 @@ recap_status recap__ir_build(const recap__spec *spec, size_t bucket, uint64_t ca
   int64_t *values = dim_values(spec, value);
   if (!values) return RECAP_FAIL(RECAP_STATUS_OUT_OF_MEMORY, "out of memory building the IR");
   if (spec->bucket_dim >= 0)
-    snprintf(b.suffix, sizeof b.suffix, " (with %s = %lld)", spec->dims[spec->bucket_dim].name,
-             (long long)value);
+    recap__ir_bucket_suffix(spec->dims[spec->bucket_dim].name, value, b.suffix, sizeof b.suffix);
   atomic_fetch_add(&builds, 1);
   recap__ir *ir = build(&b, values, bucket);
   recap__names_free(&b.instances);
@@ -524,8 +527,7 @@ recap_status recap__ir_mark_bucket_axes(recap__ir *ir, const recap__ir *other, r
   builder b = {.diag = diag ? diag : &local};
   size_t before = recap__diag_errors(b.diag);
   const char *dim = ir->dims[ir->bucket_dim].name;
-  snprintf(b.suffix, sizeof b.suffix, " (with %s = %lld)", dim,
-           (long long)ir->dim_values[ir->bucket_dim]);
+  recap__ir_bucket_suffix(dim, ir->dim_values[ir->bucket_dim], b.suffix, sizeof b.suffix);
   /* The axis may have its extent through an alias of the dim: the message names them too. */
   char aliases[200] = "";
   size_t used = 0, count = 0;

@@ -131,6 +131,8 @@ typedef struct {
  * bucketed axes are not marked yet (recap__ir_mark_bucket_axes). */
 recap_status recap__ir_build(const recap__spec *spec, size_t bucket, uint64_t capacity,
                              recap__ir **out, recap__diag *diag);
+/* " (with B = 4)": what a bucket's errors end with (dim: the bucketed dim's name). */
+void recap__ir_bucket_suffix(const char *dim, int64_t value, char *buf, size_t size);
 /* The IR with the bucketed dim one above its largest value, for a spec whose bucketed dim has
  * one value: the other side of recap__ir_mark_bucket_axes. Reports no errors of its own. */
 recap_status recap__ir_build_probe(const recap__spec *spec, recap__ir **out);

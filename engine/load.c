@@ -49,10 +49,10 @@ static recap_status find_capacity(const recap__load_options *o, recap__model *m)
   return st;
 }
 
-/* " (with B = 4)": the suffix bucket b's IR errors end with. */
+/* The suffix bucket b's IR errors end with. */
 static void bucket_suffix(const recap__spec *spec, size_t b, char *buf, size_t size) {
-  snprintf(buf, size, " (with %s = %lld)", spec->dims[spec->bucket_dim].name,
-           (long long)recap__spec_bucket_value(spec, b));
+  recap__ir_bucket_suffix(spec->dims[spec->bucket_dim].name, recap__spec_bucket_value(spec, b), buf,
+                          size);
 }
 
 /* The errors from diag->messages[from] on that every bucket has, each with its own value, lose
@@ -107,7 +107,6 @@ static recap_status build_irs(recap__model *m, recap__diag *diag) {
     drop_suffix_of_every_bucket(spec, diag, from, buckets, n);
   for (size_t b = 0; b < n; ++b) recap__diag_free(&buckets[b]);
   free(buckets);
-  if (st == RECAP_STATUS_OUT_OF_MEMORY) return st;
   if (st != RECAP_OK || spec->bucket_dim < 0) return st;
   recap__ir *probe = NULL;
   if (n == 1) RECAP_TRY(recap__ir_build_probe(spec, &probe));
