@@ -125,6 +125,8 @@ bool cli_take_one(const char *cmd, const char *what, const char *arg, const char
 
 /* Prints diag's FILE:LINE:COL errors to stderr (and how many more were dropped). */
 void cli_print_diag(const char *path, const recap__diag *diag);
+/* Why CUDA cannot run here: "no CUDA GPU on this machine" or "this build has no CUDA backend". */
+const char *cli_cuda_missing_why(void);
 /* The spec's dim aliases as "Bs = T (64), C = D (8)" into buf (truncated to fit), each with its
  * value in `values` (one IR's dim_values), or with NULL the value of a dim without buckets (the
  * alias of a bucketed dim has one per bucket: "Bs = T"). Returns how many there are (0: buf

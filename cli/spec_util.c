@@ -40,8 +40,7 @@ size_t cli_format_dim_aliases(const recap__spec *spec, const int64_t *values, ch
   return count;
 }
 
-/* Why CUDA cannot run here. */
-static const char *cuda_missing_why(void) {
+const char *cli_cuda_missing_why(void) {
   return recap_backend_compiled(RECAP_BACKEND_CUDA) ? "no CUDA GPU on this machine"
                                                     : "this build has no CUDA backend";
 }
@@ -53,7 +52,7 @@ static void note_host_fallback(void) {
   static bool noted = false;
   if (noted) return;
   noted = true;
-  fprintf(stderr, "note: %s: running on the host backend (CPU)\n", cuda_missing_why());
+  fprintf(stderr, "note: %s: running on the host backend (CPU)\n", cli_cuda_missing_why());
 }
 
 cli_load_request cli_run_load_request(const char *path, const cli_run_flags *f) {
@@ -194,7 +193,7 @@ bool cli_pick_device(const char *cmd, const char *requested, recap_backend_kind 
   }
   if (kind == RECAP_BACKEND_CUDA && !recap_device_is_available(RECAP_BACKEND_CUDA)) {
     if (requested) {
-      fprintf(stderr, "recap %s: --device cuda: %s\n", cmd, cuda_missing_why());
+      fprintf(stderr, "recap %s: --device cuda: %s\n", cmd, cli_cuda_missing_why());
       return false;
     }
     note_host_fallback();

@@ -91,13 +91,11 @@ static bool validate_one(const char *path, const char *base_dir) {
   char memory[200] = "";
   if (model->capacity) {
     char bytes[32];
-    snprintf(memory, sizeof memory, "; sizes checked against %s:0's %s%s%s", device,
+    const bool fallback = model->device.backend != spec->device;
+    snprintf(memory, sizeof memory, "; sizes checked against %s:0's %s%s%s%s", device,
              cli_format_bytes((size_t)model->capacity, bytes, sizeof bytes),
-             model->device.backend == spec->device ? ""
-             : recap_backend_compiled(RECAP_BACKEND_CUDA)
-                 ? ", the host backend a run uses here (no CUDA GPU on this machine)"
-                 : ", the host backend a run uses here (this build has no CUDA backend)",
-             "");
+             fallback ? ", the host backend a run uses here (" : "",
+             fallback ? cli_cuda_missing_why() : "", fallback ? ")" : "");
   }
   /* The entries first: "ok" is printed only for a spec whose every entry holds. */
   recap__text entries = {0};
